@@ -1,0 +1,398 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits bound what a proposal may carry. The zero value means the
+// defaults below.
+type Limits struct {
+	// MaxBytes is the largest accepted message. Default 1 MiB.
+	MaxBytes int
+	// MaxReasonBytes bounds the reason field. Default 8 KiB.
+	MaxReasonBytes int
+	// MaxContextBytes bounds context_summary. Default 64 KiB.
+	MaxContextBytes int
+}
+
+// Default limits, from the v1 wire contract.
+const (
+	DefaultMaxBytes        = 1 << 20
+	DefaultMaxReasonBytes  = 8 << 10
+	DefaultMaxContextBytes = 64 << 10
+)
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	if l.MaxReasonBytes <= 0 {
+		l.MaxReasonBytes = DefaultMaxReasonBytes
+	}
+	if l.MaxContextBytes <= 0 {
+		l.MaxContextBytes = DefaultMaxContextBytes
+	}
+	return l
+}
+
+// ProposalSubjectPrefix is the subject prefix fleets publish proposals
+// under: gated.proposals.<tenant>.<action>.
+const ProposalSubjectPrefix = "gated.proposals."
+
+// ParseProposalSubject splits gated.proposals.<tenant>.<action> into its
+// tokens and checks each. The error is a *FieldError on field "subject".
+func ParseProposalSubject(subject string) (tenant, action string, err error) {
+	rest, ok := strings.CutPrefix(subject, ProposalSubjectPrefix)
+	if !ok {
+		return "", "", fieldErr("subject", "%q does not start with %q", subject, ProposalSubjectPrefix)
+	}
+	tenant, action, ok = strings.Cut(rest, ".")
+	if !ok || strings.Contains(action, ".") {
+		return "", "", fieldErr("subject", "%q must have the form gated.proposals.<tenant>.<action>", subject)
+	}
+	if !ValidTenant(tenant) {
+		return "", "", fieldErr("subject", "tenant token %q must match [a-z0-9_-]{1,64}", tenant)
+	}
+	if !ValidAction(action) {
+		return "", "", fieldErr("subject", "action token %q must match [A-Za-z0-9_-]{1,128}", action)
+	}
+	return tenant, action, nil
+}
+
+// DecodeProposal decodes and validates one proposal strictly. subjectTenant
+// and subjectAction are the tokens of the subject the proposal arrived on;
+// when non-empty the payload must name the same ones. Every error wraps
+// ErrInvalidProposal and is a *FieldError naming the field at fault.
+func DecodeProposal(data []byte, subjectTenant, subjectAction string, limits Limits) (*Proposal, error) {
+	limits = limits.withDefaults()
+	if len(data) > limits.MaxBytes {
+		return nil, fieldErr("", "proposal is %d bytes, larger than the %d byte limit", len(data), limits.MaxBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil, fieldErr("", "proposal is empty; expected a JSON object")
+	}
+	if !utf8.Valid(data) {
+		return nil, fieldErr("", "proposal is not valid UTF-8")
+	}
+	var p Proposal
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	dec.UseNumber()
+	if err := dec.Decode(&p); err != nil {
+		return nil, jsonFieldError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fieldErr("", "unexpected data after the proposal object")
+	}
+	if field, err := firstDuplicateKey(data); err != nil {
+		return nil, fieldErr("", "proposal is not valid JSON: %v", err)
+	} else if field != "" {
+		return nil, fieldErr(field, "appears more than once; every key must be unique")
+	}
+	if err := validate(&p, subjectTenant, subjectAction, limits); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// jsonFieldError turns an encoding/json error into a FieldError that
+// names the field in the proposal's own terms.
+func jsonFieldError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var pt *time.ParseError
+	switch {
+	case errors.As(err, &syn):
+		return fieldErr("", "proposal is not valid JSON at byte %d: %s", syn.Offset, strings.TrimPrefix(syn.Error(), "json: "))
+	case errors.As(err, &typ):
+		if typ.Field == "" {
+			return fieldErr("", "proposal must be a JSON object, not %s", typ.Value)
+		}
+		return fieldErr(typ.Field, "must be %s, not %s", jsonTypeName(typ.Type.Kind().String()), typ.Value)
+	case errors.As(err, &pt):
+		return fieldErr("created_at", "must be an RFC 3339 time such as 2026-01-02T15:04:05Z")
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return fieldErr("", "proposal is truncated JSON")
+	}
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
+		return fieldErr(strings.Trim(name, `"`), "is not a field of the v1 proposal schema")
+	}
+	return fieldErr("", "decoding proposal: %s", strings.TrimPrefix(msg, "json: "))
+}
+
+func jsonTypeName(kind string) string {
+	switch kind {
+	case "bool":
+		return "a boolean"
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "uint", "uint64", "float64":
+		return "a number"
+	case "slice", "array":
+		return "an array"
+	case "map", "struct", "ptr":
+		return "an object"
+	}
+	return kind
+}
+
+// firstDuplicateKey reports the path of the first object key that occurs
+// twice in the same object. encoding/json keeps the last of duplicates
+// while other parsers keep the first; refusing them means the policy and
+// the agent's executor can never read two different proposals out of one
+// message. data has already been parsed successfully, so nesting is
+// bounded by encoding/json's own depth limit.
+func firstDuplicateKey(data []byte) (string, error) {
+	d := dupFinder{dec: json.NewDecoder(bytes.NewReader(data))}
+	d.dec.UseNumber()
+	if err := d.value(); err != nil {
+		if errors.Is(err, errDuplicate) {
+			return d.dupPath, nil
+		}
+		return "", err
+	}
+	return "", nil
+}
+
+var errDuplicate = errors.New("duplicate key")
+
+type dupFinder struct {
+	dec     *json.Decoder
+	path    []string // keys and [i] segments leading to the current value
+	dupPath string
+}
+
+func (d *dupFinder) value() error {
+	tok, err := d.dec.Token()
+	if err != nil {
+		return err
+	}
+	switch tok {
+	case json.Delim('{'):
+		var keys map[string]struct{}
+		for d.dec.More() {
+			kt, err := d.dec.Token()
+			if err != nil {
+				return err
+			}
+			name, _ := kt.(string)
+			if _, dup := keys[name]; dup {
+				d.dupPath = d.render(name)
+				return errDuplicate
+			}
+			if keys == nil {
+				keys = make(map[string]struct{}, 8)
+			}
+			keys[name] = struct{}{}
+			d.path = append(d.path, name)
+			err = d.value()
+			d.path = d.path[:len(d.path)-1]
+			if err != nil {
+				return err
+			}
+		}
+		_, err = d.dec.Token()
+		return err
+	case json.Delim('['):
+		for i := 0; d.dec.More(); i++ {
+			d.path = append(d.path, "["+strconv.Itoa(i)+"]")
+			err := d.value()
+			d.path = d.path[:len(d.path)-1]
+			if err != nil {
+				return err
+			}
+		}
+		_, err = d.dec.Token()
+		return err
+	}
+	return nil
+}
+
+func (d *dupFinder) render(last string) string {
+	var b strings.Builder
+	for _, seg := range append(d.path, last) {
+		if b.Len() > 0 && !strings.HasPrefix(seg, "[") {
+			b.WriteByte('.')
+		}
+		b.WriteString(seg)
+	}
+	return b.String()
+}
+
+// RecoverAddress extracts the tenant and id of a proposal that failed to
+// decode, so its invalid verdict can still reach the proposer. The subject
+// tenant is authoritative (NATS permissions guard it); the id comes from
+// the payload or, failing that, from the Nats-Msg-Id header
+// "<tenant>.<id>". It returns empty strings when nothing trustworthy can be
+// recovered.
+func RecoverAddress(subject string, data []byte, msgID string) (tenant, id string) {
+	rest, ok := strings.CutPrefix(subject, ProposalSubjectPrefix)
+	if !ok {
+		return "", ""
+	}
+	tenant, _, _ = strings.Cut(rest, ".")
+	if !ValidTenant(tenant) {
+		return "", ""
+	}
+	var probe struct {
+		ID json.RawMessage `json:"id"`
+	}
+	if len(data) <= DefaultMaxBytes && json.Unmarshal(data, &probe) == nil {
+		var s string
+		if json.Unmarshal(probe.ID, &s) == nil && ValidID(s) {
+			return tenant, s
+		}
+	}
+	if t, s, ok := strings.Cut(msgID, "."); ok && t == tenant && ValidID(s) {
+		return tenant, s
+	}
+	return tenant, ""
+}
+
+func validate(p *Proposal, subjectTenant, subjectAction string, l Limits) error {
+	if p.V != SchemaVersion {
+		if p.V == 0 {
+			return fieldErr("v", "is required and must be %d", SchemaVersion)
+		}
+		return fieldErr("v", "schema version %d is not supported; this gated speaks version %d", p.V, SchemaVersion)
+	}
+	if p.ID == "" {
+		return fieldErr("id", "is required")
+	}
+	if !ValidID(p.ID) {
+		return fieldErr("id", "%q must match [A-Za-z0-9_-]{1,128} (no dots: ids are subject tokens and KV keys)", clip(p.ID))
+	}
+	if p.Tenant == "" {
+		return fieldErr("tenant", "is required")
+	}
+	if !ValidTenant(p.Tenant) {
+		return fieldErr("tenant", "%q must match [a-z0-9_-]{1,64}", clip(p.Tenant))
+	}
+	if subjectTenant != "" && p.Tenant != subjectTenant {
+		return fieldErr("tenant", "%q does not match the subject's tenant %q", p.Tenant, subjectTenant)
+	}
+	switch p.Kind {
+	case "":
+		p.Kind = KindAction
+	case KindAction, KindRun:
+	default:
+		return fieldErr("kind", "%q must be \"action\" or \"run\"", clip(string(p.Kind)))
+	}
+	if p.Action == "" {
+		return fieldErr("action", "is required")
+	}
+	if !ValidAction(p.Action) {
+		return fieldErr("action", "%q must match [A-Za-z0-9_-]{1,128}", clip(p.Action))
+	}
+	if subjectAction != "" && p.Action != subjectAction {
+		return fieldErr("action", "%q does not match the subject's action %q", p.Action, subjectAction)
+	}
+	switch p.Class {
+	case ClassRead, ClassWrite, ClassDestructive:
+	case "":
+		return fieldErr("class", "is required: one of read, write, destructive")
+	default:
+		return fieldErr("class", "%q must be one of read, write, destructive", clip(string(p.Class)))
+	}
+	switch p.BlastRadius {
+	case BlastSingleDevice, BlastCluster, BlastTenantWide:
+	case "":
+		if p.Mutating() {
+			return fieldErr("blast_radius", "is required for %s actions: one of single_device, cluster, tenant_wide", p.Class)
+		}
+	default:
+		return fieldErr("blast_radius", "%q must be one of single_device, cluster, tenant_wide", clip(string(p.BlastRadius)))
+	}
+	if len(p.Reason) > l.MaxReasonBytes {
+		return fieldErr("reason", "is %d bytes, larger than the %d byte limit", len(p.Reason), l.MaxReasonBytes)
+	}
+	if len(p.ContextSummary) > l.MaxContextBytes {
+		return fieldErr("context_summary", "is %d bytes, larger than the %d byte limit", len(p.ContextSummary), l.MaxContextBytes)
+	}
+	if p.Operator != nil {
+		if strings.TrimSpace(p.Operator.ID) == "" {
+			return fieldErr("operator.id", "is required when operator is given")
+		}
+		for i, r := range p.Operator.Roles {
+			if strings.TrimSpace(r) == "" {
+				return fieldErr(fmt.Sprintf("operator.roles[%d]", i), "must not be empty")
+			}
+		}
+	}
+	if p.RequestedBy != nil && strings.TrimSpace(p.RequestedBy.Agent) == "" {
+		return fieldErr("requested_by.agent", "is required when requested_by is given")
+	}
+	if p.Reviewer != "" && !ValidTenant(p.Reviewer) {
+		return fieldErr("reviewer", "%q must be a persona name matching [a-z0-9_-]{1,64}", clip(p.Reviewer))
+	}
+	seen := make(map[string]bool, len(p.Criteria))
+	for i, c := range p.Criteria {
+		if c.ID == "" {
+			return fieldErr(fmt.Sprintf("criteria[%d].id", i), "is required")
+		}
+		if seen[c.ID] {
+			return fieldErr(fmt.Sprintf("criteria[%d].id", i), "%q is used by an earlier criterion", clip(c.ID))
+		}
+		seen[c.ID] = true
+	}
+	switch {
+	case p.Kind == KindRun && p.Run == nil:
+		return fieldErr("run", "is required for proposals of kind run")
+	case p.Kind == KindAction && p.Run != nil:
+		return fieldErr("run", "is only allowed for proposals of kind run")
+	case p.Run != nil && !ValidID(p.Run.RunID):
+		return fieldErr("run.run_id", "%q must match [A-Za-z0-9_-]{1,128}", clip(p.Run.RunID))
+	}
+	return nil
+}
+
+// clip keeps error messages short when a field holds a huge value.
+func clip(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "…"
+}
+
+// ValidTenant reports whether s is a tenant token: [a-z0-9_-]{1,64}.
+func ValidTenant(s string) bool {
+	if len(s) == 0 || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidAction reports whether s is an action token: [A-Za-z0-9_-]{1,128}.
+func ValidAction(s string) bool { return validWide(s) }
+
+// ValidID reports whether s is a proposal id: [A-Za-z0-9_-]{1,128}.
+func ValidID(s string) bool { return validWide(s) }
+
+func validWide(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

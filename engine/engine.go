@@ -1,0 +1,469 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// DefaultReviewTimeout is how long a review may take unless the persona
+// says otherwise.
+const DefaultReviewTimeout = 60 * time.Second
+
+// DefaultPersona is the persona that reviews when neither the proposal nor
+// the policy names one.
+const DefaultPersona = "reviewer"
+
+// Config is what an Engine is built from. Policy, Personas, Router and
+// Store are required.
+type Config struct {
+	Policy   Policy
+	Personas Personas
+	Router   Router
+	Store    VerdictStore
+	// Clock defaults to the system clock.
+	Clock Clock
+	// Limits default to the v1 wire contract's limits.
+	Limits Limits
+	// DefaultPersona defaults to "reviewer".
+	DefaultPersona string
+	// ReviewTimeout applies when a persona sets none. Default 60 s.
+	ReviewTimeout time.Duration
+}
+
+// Engine runs the pipeline. It is safe for concurrent use.
+type Engine struct {
+	cfg Config
+}
+
+// New checks cfg and returns an Engine.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Policy == nil:
+		return nil, fmt.Errorf("%w: Policy is required", ErrInvalidOption)
+	case cfg.Personas == nil:
+		return nil, fmt.Errorf("%w: Personas is required", ErrInvalidOption)
+	case cfg.Router == nil:
+		return nil, fmt.Errorf("%w: Router is required", ErrInvalidOption)
+	case cfg.Store == nil:
+		return nil, fmt.Errorf("%w: Store is required", ErrInvalidOption)
+	case cfg.ReviewTimeout < 0:
+		return nil, fmt.Errorf("%w: ReviewTimeout %s is negative", ErrInvalidOption, cfg.ReviewTimeout)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.DefaultPersona == "" {
+		cfg.DefaultPersona = DefaultPersona
+	}
+	if cfg.ReviewTimeout == 0 {
+		cfg.ReviewTimeout = DefaultReviewTimeout
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
+	return &Engine{cfg: cfg}, nil
+}
+
+// Delivery is one proposal message as it came off the bus.
+type Delivery struct {
+	Subject string
+	Data    []byte
+	// MsgID is the Nats-Msg-Id header, used to recover the id of a proposal
+	// whose payload cannot be decoded.
+	MsgID string
+	// Attempt is the delivery count, 1 on first delivery.
+	Attempt int
+	// Trail records this delivery's audit events.
+	Trail AuditTrail
+}
+
+// Decide runs one delivery through the pipeline and returns its verdict.
+//
+// The verdict is stored (when it has an address) and its audit trail is
+// sealed before Decide returns, so the caller may publish it and then
+// acknowledge the message. A verdict with an empty ProposalID has no
+// address and is only audited. An error means the audit trail or the store
+// failed: nothing was decided durably and the message must be redelivered.
+func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
+	start := e.cfg.Clock.Now()
+	digest := sha256.Sum256(d.Data)
+	run := &decision{
+		e:      e,
+		d:      d,
+		start:  start,
+		digest: hex.EncodeToString(digest[:]),
+	}
+	return run.decide(ctx)
+}
+
+// decision is the state of one pass through the pipeline.
+type decision struct {
+	e        *Engine
+	d        Delivery
+	start    time.Time
+	digest   string
+	p        *Proposal
+	tenant   string
+	id       string
+	action   string
+	revision string
+}
+
+func (r *decision) decide(ctx context.Context) (*Verdict, error) {
+	subjTenant, subjAction, subjErr := ParseProposalSubject(r.d.Subject)
+	var decodeErr error
+	if subjErr != nil {
+		decodeErr = subjErr
+	} else {
+		r.p, decodeErr = DecodeProposal(r.d.Data, subjTenant, subjAction, r.e.cfg.Limits)
+	}
+	if r.p != nil {
+		r.tenant, r.id, r.action = r.p.Tenant, r.p.ID, r.p.Action
+	} else {
+		r.tenant, r.id = RecoverAddress(r.d.Subject, r.d.Data, r.d.MsgID)
+		r.action = subjAction
+	}
+
+	if r.id != "" {
+		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
+		switch {
+		case err == nil:
+			return r.replay(ctx, stored)
+		case !errors.Is(err, ErrNotFound):
+			return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
+		}
+	}
+
+	if err := r.record(ctx, EventReceived, map[string]any{
+		"subject": r.d.Subject, "bytes": len(r.d.Data), "sha256": r.digest,
+	}); err != nil {
+		return nil, err
+	}
+	if decodeErr != nil {
+		reason := "invalid proposal: " + decodeErr.Error()
+		if err := r.record(ctx, EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
+			return nil, err
+		}
+		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
+	}
+	return r.finish(ctx, r.judge(ctx))
+}
+
+// judge runs policy and review. It never returns an approval that the
+// policy or the host's reading of a review did not grant explicitly.
+func (r *decision) judge(ctx context.Context) *Verdict {
+	p := r.p
+	personaName := p.Reviewer
+	if personaName == "" {
+		personaName = r.e.cfg.DefaultPersona
+	}
+	persona, _ := r.e.cfg.Personas.Persona(personaName)
+	pd, err := r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, Now: r.start})
+	if err == nil && pd.Review.Required && pd.Review.Persona != "" && pd.Review.Persona != personaName {
+		// The policy routed to another persona: evaluate once more so the
+		// tool bag and persona rules are those of the reviewer that runs.
+		personaName = pd.Review.Persona
+		persona, _ = r.e.cfg.Personas.Persona(personaName)
+		pd, err = r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, Now: r.start})
+		if err == nil && pd.Review.Persona != "" && pd.Review.Persona != personaName {
+			err = fmt.Errorf("policy routed to persona %q and then to %q; routing must settle on one persona", personaName, pd.Review.Persona)
+		}
+	}
+	if err != nil {
+		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
+		r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
+		return v
+	}
+	r.revision = pd.Revision
+	policyRef := &PolicyRef{Denies: pd.Denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
+	if policyRef.Denies == nil {
+		policyRef.Denies = []Deny{}
+	}
+	r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{
+		"denies": policyRef.Denies, "review": pd.Review, "reviewer_tools": pd.ReviewerTools,
+		"denied_tools": pd.DeniedTools, "eval_us": policyRef.EvalUS, "sop": sopID(pd.SOP),
+	})
+
+	if len(pd.Denies) > 0 {
+		v := r.verdict(OutcomeRejected, StagePolicy, denyReason(pd.Denies))
+		v.Policy = policyRef
+		return v
+	}
+	if !pd.Review.Required {
+		why := pd.Review.Why
+		if why == "" {
+			why = "policy requires no review"
+		}
+		if pd.Skipped {
+			r.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": why})
+		}
+		v := r.verdict(OutcomeApproved, StagePolicy, why)
+		v.Policy = policyRef
+		return v
+	}
+
+	v := r.review(ctx, pd, personaName, persona)
+	v.Policy = policyRef
+	return v
+}
+
+// review routes the proposal to its reviewer and reads the answer with
+// the host's authority.
+func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName string, persona *Persona) *Verdict {
+	if pd.Review.Quorum > 1 {
+		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf(
+			"policy asks for a quorum of %d reviewers and this gate routes one reviewer per persona; refusing rather than approving on fewer", pd.Review.Quorum))
+	}
+	if persona == nil {
+		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", personaName))
+	}
+	reviewer, err := r.e.cfg.Router.Route(persona)
+	if err != nil {
+		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", persona.Name, err))
+	}
+	timeout := persona.Timeout
+	if timeout <= 0 {
+		timeout = r.e.cfg.ReviewTimeout
+	}
+	reviewID := newReviewID()
+	deadline := r.e.cfg.Clock.Now().Add(timeout)
+	rctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+
+	r.recordBestEffort(ctx, EventReviewStarted, map[string]any{
+		"review_id": reviewID, "persona": persona.Name, "plugin": persona.Plugin,
+		"tools": pd.ReviewerTools, "deadline": deadline,
+	})
+	started := r.e.cfg.Clock.Now()
+	res, err := reviewer.Review(rctx, ReviewRequest{
+		ReviewID:     reviewID,
+		Proposal:     r.p,
+		ProposalJSON: r.d.Data,
+		Persona:      persona,
+		Tools:        pd.ReviewerTools,
+		SOP:          pd.SOP,
+		Deadline:     deadline,
+	})
+	latency := r.e.cfg.Clock.Now().Sub(started)
+	if err != nil {
+		outcome := OutcomeError
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded):
+			outcome = OutcomeTimeout
+		case errors.Is(err, ErrNoReviewer):
+			outcome = OutcomeBlocked
+		}
+		r.recordBestEffort(ctx, EventReviewDone, map[string]any{
+			"review_id": reviewID, "outcome": outcome, "error": err.Error(), "latency_ms": ms(latency),
+		})
+		reason := fmt.Sprintf("review by persona %q failed: %v", persona.Name, err)
+		if outcome == OutcomeTimeout {
+			reason = fmt.Sprintf("review by persona %q passed its %s deadline", persona.Name, timeout)
+		}
+		return r.verdict(outcome, StageReview, reason)
+	}
+
+	rev, approved, why := Judge(res, persona)
+	rev.LatencyMS = ms(latency)
+	r.recordBestEffort(ctx, EventReviewDone, map[string]any{
+		"review_id": reviewID, "plugin": res.Plugin, "plugin_version": res.PluginVersion,
+		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
+		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
+	})
+	outcome := OutcomeRejected
+	if approved {
+		outcome = OutcomeApproved
+	}
+	v := r.verdict(outcome, StageReview, why)
+	v.Reviews = []Review{rev}
+	return v
+}
+
+// Judge applies the host's decision authority to a reviewer's answer. It
+// approves only when the text's decision line approves, the structured
+// decision agrees, and every gate the persona requires is reported as
+// passed. The returned reason is one sentence for the verdict.
+func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
+	text := res.Text
+	if len(text) > MaxDecisionTextBytes {
+		text = text[:MaxDecisionTextBytes]
+	}
+	decision, parsed := ParseDecision(res.Text)
+	rev := Review{
+		Plugin: res.Plugin, PluginVersion: res.PluginVersion, Persona: persona.Name,
+		Model: res.Model, DecisionText: text, Decision: decision, Gates: res.Gates,
+		SOPID: res.SOPID, RollbackPath: res.RollbackPath, Notes: res.Notes,
+		Criteria: res.Criteria, Comments: res.Comments, MissingWork: res.MissingWork,
+		NextRoundGuidance: res.NextRoundGuidance, Confidence: res.Confidence,
+		Turns: res.Turns, Tokens: res.Tokens,
+	}
+	who := fmt.Sprintf("reviewer %s (persona %s)", res.Plugin, persona.Name)
+	if decision != DecisionApprove {
+		if note := firstSentence(res.Notes); note != "" {
+			return rev, false, fmt.Sprintf("%s rejected: %s", who, note)
+		}
+		return rev, false, fmt.Sprintf("%s did not approve: %s", who, parsed)
+	}
+	if res.Decision != DecisionApprove {
+		rev.Decision = DecisionReject
+		return rev, false, fmt.Sprintf("%s wrote an approval but reported decision %q; a disagreement is a rejection", who, res.Decision)
+	}
+	passed := make(map[string]bool, len(res.Gates))
+	for _, g := range res.Gates {
+		passed[g.Name] = passed[g.Name] || g.Passed
+	}
+	for _, g := range persona.RequiredGates {
+		if !passed[g] {
+			rev.MissingGates = append(rev.MissingGates, g)
+		}
+	}
+	if len(rev.MissingGates) > 0 {
+		rev.Decision = DecisionReject
+		return rev, false, fmt.Sprintf("%s approved without passing required gates: %s", who, strings.Join(rev.MissingGates, ", "))
+	}
+	return rev, true, fmt.Sprintf("%s approved with all %d required gates passed", who, len(persona.RequiredGates))
+}
+
+func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error) {
+	if stored.ProposalSHA256 != "" && stored.ProposalSHA256 != r.digest {
+		if err := r.record(ctx, EventReceived, map[string]any{
+			"subject": r.d.Subject, "bytes": len(r.d.Data), "sha256": r.digest,
+		}); err != nil {
+			return nil, err
+		}
+		v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
+			"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
+		seq, err := r.seal(ctx, r.event(EventVerdict, v))
+		if err != nil {
+			return nil, err
+		}
+		v.AuditSeq = seq
+		return v, nil // not stored: the key belongs to the first proposal
+	}
+	_, err := r.seal(ctx, r.event(EventReplayed, map[string]any{
+		"audit_seq": stored.AuditSeq, "outcome": stored.Outcome,
+	}))
+	if err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+// finish seals the audit trail with the verdict and stores it.
+func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
+	seq, err := r.seal(ctx, r.event(EventVerdict, v))
+	if err != nil {
+		return nil, err
+	}
+	v.AuditSeq = seq
+	if v.ProposalID == "" {
+		return v, nil
+	}
+	stored, err := r.e.cfg.Store.Create(ctx, v)
+	switch {
+	case errors.Is(err, ErrExists) && stored != nil:
+		// Another gated decided the same proposal first; its verdict stands.
+		return stored, nil
+	case err != nil:
+		return nil, fmt.Errorf("storing verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
+	}
+	return v, nil
+}
+
+func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
+	now := r.e.cfg.Clock.Now()
+	kind := KindAction
+	if r.p != nil {
+		kind = r.p.Kind
+	}
+	return &Verdict{
+		V: SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
+		Outcome: o, Approved: o == OutcomeApproved, Stage: s, Reason: reason,
+		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
+	}
+}
+
+// seal writes the trail's final event and waits for the whole trail.
+func (r *decision) seal(ctx context.Context, ev AuditEvent) (uint64, error) {
+	seq, err := r.d.Trail.Seal(ctx, ev)
+	if err != nil {
+		return 0, fmt.Errorf("sealing audit trail: %w", err)
+	}
+	return seq, nil
+}
+
+func (r *decision) event(name string, data any) AuditEvent {
+	tenant := r.tenant
+	if tenant == "" {
+		tenant = UnknownTenant
+	}
+	return AuditEvent{
+		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: r.id, Action: r.action,
+		At: r.e.cfg.Clock.Now().UTC(), Delivery: r.d.Attempt, PolicyRevision: r.revision,
+		Data: mustJSON(data),
+	}
+}
+
+func (r *decision) record(ctx context.Context, name string, data any) error {
+	if err := r.d.Trail.Record(ctx, r.event(name, data)); err != nil {
+		return fmt.Errorf("recording audit event %s: %w", name, err)
+	}
+	return nil
+}
+
+// recordBestEffort records an event whose failure will surface at Seal:
+// an audit trail that lost an event refuses to seal, so the proposal is
+// redelivered rather than acknowledged with a gap in its history.
+func (r *decision) recordBestEffort(ctx context.Context, name string, data any) {
+	_ = r.record(ctx, name, data)
+}
+
+func mustJSON(v any) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"marshal_error": err.Error()})
+	}
+	return b
+}
+
+func denyReason(denies []Deny) string {
+	sorted := slices.Clone(denies)
+	slices.SortFunc(sorted, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
+	parts := make([]string, 0, len(sorted))
+	for _, d := range sorted {
+		parts = append(parts, d.Rule+": "+d.Message)
+	}
+	return "policy denied: " + strings.Join(parts, "; ")
+}
+
+func sopID(s *SOP) string {
+	if s == nil {
+		return ""
+	}
+	return s.ID
+}
+
+func firstSentence(s string) string {
+	s = firstNonBlankLine(s)
+	if len(s) > 240 {
+		s = s[:240] + "…"
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func newReviewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "rv_" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrInvalidProposal is wrapped by every decoding and validation error.
+	// Test for it with errors.Is; use errors.As with *FieldError to learn
+	// which field was wrong.
+	ErrInvalidProposal = errors.New("invalid proposal")
+
+	// ErrNotFound is returned by a VerdictStore that holds no verdict for a
+	// key.
+	ErrNotFound = errors.New("verdict not found")
+
+	// ErrExists is returned by VerdictStore.Create when a verdict is already
+	// stored for the key; the store returns the stored verdict with it.
+	ErrExists = errors.New("verdict already stored")
+
+	// ErrNoReviewer is returned by a Router that cannot place a review: the
+	// plugin is not configured, not running, or refuses work. The engine
+	// turns it into a blocked verdict.
+	ErrNoReviewer = errors.New("no reviewer available")
+
+	// ErrInvalidOption is wrapped by every option or configuration error of
+	// New.
+	ErrInvalidOption = errors.New("invalid engine option")
+)
+
+// FieldError says which field of a proposal is wrong and why. It wraps
+// ErrInvalidProposal.
+type FieldError struct {
+	// Field is the JSON path of the field, e.g. "flags.skip_review", or
+	// empty when the problem is the message as a whole.
+	Field string
+	// Problem is what is wrong, in words a proposer can act on.
+	Problem string
+}
+
+func (e *FieldError) Error() string {
+	if e.Field == "" {
+		return e.Problem
+	}
+	return fmt.Sprintf("field %s: %s", e.Field, e.Problem)
+}
+
+// Unwrap lets errors.Is match ErrInvalidProposal.
+func (e *FieldError) Unwrap() error { return ErrInvalidProposal }
+
+func fieldErr(field, format string, args ...any) *FieldError {
+	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,198 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Policy evaluates the deterministic rules. Implementations are safe for
+// concurrent use; the policies package provides the Rego one.
+type Policy interface {
+	// Evaluate decides one proposal. An error means the policy could not
+	// decide; the engine turns it into an error verdict, never an approval.
+	Evaluate(ctx context.Context, in PolicyInput) (PolicyDecision, error)
+}
+
+// PolicyInput is the document the policy sees as input.
+type PolicyInput struct {
+	Proposal *Proposal
+	// Persona is the candidate reviewer, nil when none is known.
+	Persona *Persona
+	// History holds recent verdicts on the same tenant and target.
+	History []Verdict
+	Now     time.Time
+}
+
+// PolicyDecision is the policy's answer, data.gated.decision.
+type PolicyDecision struct {
+	Denies        []Deny
+	Review        Route
+	ReviewerTools []string
+	DeniedTools   []string
+	// SOP is the catalog entry that covers the proposal's action, if any.
+	SOP *SOP
+	// Skipped is true when configuration, not the class, waived review.
+	Skipped bool
+	// Revision identifies the policy modules and data that decided.
+	Revision string
+	// Eval is how long the evaluation took.
+	Eval time.Duration
+}
+
+// Route is the policy's routing of a proposal to review.
+type Route struct {
+	Required bool   `json:"required"`
+	Persona  string `json:"persona,omitempty"`
+	Quorum   int    `json:"quorum"`
+	Why      string `json:"why"`
+}
+
+// SOP is one entry of the standard operating procedure catalog.
+type SOP struct {
+	ID       string   `json:"id"`
+	Title    string   `json:"title,omitempty"`
+	Actions  []string `json:"actions,omitempty"`
+	Rollback string   `json:"rollback,omitempty"`
+	Steps    []string `json:"steps,omitempty"`
+}
+
+// Persona is a reviewer's configuration as the engine needs it. The
+// personas package parses it from markdown with frontmatter.
+type Persona struct {
+	Name             string        `json:"name"`
+	Description      string        `json:"description,omitempty"`
+	WhenToUse        string        `json:"when_to_use,omitempty"`
+	Model            string        `json:"model,omitempty"`
+	MaxTurns         int           `json:"max_turns,omitempty"`
+	PermissionMode   string        `json:"permission_mode,omitempty"`
+	Background       bool          `json:"background,omitempty"`
+	Tools            []string      `json:"tools,omitempty"`
+	DisallowedTools  []string      `json:"disallowed_tools,omitempty"`
+	CriticalReminder string        `json:"critical_reminder,omitempty"`
+	RequiredGates    []string      `json:"required_gates,omitempty"`
+	Plugin           string        `json:"plugin,omitempty"`
+	Timeout          time.Duration `json:"-"`
+	// Prompt is the persona body: the reviewer's system prompt.
+	Prompt string `json:"-"`
+}
+
+// Personas looks reviewer personas up by name.
+type Personas interface {
+	// Persona returns the named persona, or false when there is none.
+	Persona(name string) (*Persona, bool)
+}
+
+// Router finds the reviewer that serves a persona.
+type Router interface {
+	// Route returns the reviewer for the persona, or an error wrapping
+	// ErrNoReviewer when none can take the review.
+	Route(p *Persona) (Reviewer, error)
+}
+
+// Reviewer runs one review out of process.
+type Reviewer interface {
+	// Review judges one proposal. It must return when ctx is done; an error
+	// is never an approval. Errors wrapping ErrNoReviewer block the
+	// proposal; context deadline errors time it out; others are errors.
+	Review(ctx context.Context, req ReviewRequest) (ReviewResult, error)
+}
+
+// ReviewRequest is what the host sends a reviewer.
+type ReviewRequest struct {
+	ReviewID     string
+	Proposal     *Proposal
+	ProposalJSON []byte
+	Persona      *Persona
+	// Tools is the effective tool bag after the policy's denials.
+	Tools    []string
+	SOP      *SOP
+	History  []Verdict
+	Deadline time.Time
+}
+
+// ReviewResult is a reviewer's answer before the host judges it.
+type ReviewResult struct {
+	Plugin        string
+	PluginVersion string
+	// PID is the reviewer's process id, for the audit trail.
+	PID   int
+	Model string
+	// Text is the reviewer's full answer; its first line must be the
+	// decision line.
+	Text string
+	// Decision is the reviewer's structured claim. It must agree with Text.
+	Decision          Decision
+	Gates             []Gate
+	SOPID             string
+	RollbackPath      string
+	Notes             string
+	Criteria          []CriterionEval
+	Comments          []Comment
+	MissingWork       []string
+	NextRoundGuidance string
+	Confidence        float64
+	Turns             int
+	Tokens            Tokens
+}
+
+// VerdictStore keeps verdicts for idempotent replay. Implementations are
+// safe for concurrent use.
+type VerdictStore interface {
+	// Get returns the verdict stored for tenant and id, or ErrNotFound.
+	Get(ctx context.Context, tenant, id string) (*Verdict, error)
+	// Create stores v under its tenant and proposal id unless a verdict is
+	// already there, in which case it returns the stored one and ErrExists.
+	Create(ctx context.Context, v *Verdict) (*Verdict, error)
+}
+
+// AuditEvent is one step on the way to a verdict.
+type AuditEvent struct {
+	V          int       `json:"v"`
+	Event      string    `json:"event"`
+	Tenant     string    `json:"tenant"`
+	ProposalID string    `json:"proposal_id,omitempty"`
+	Action     string    `json:"action,omitempty"`
+	At         time.Time `json:"at"`
+	// Delivery is the JetStream delivery count of the proposal message.
+	Delivery       int             `json:"delivery,omitempty"`
+	PolicyRevision string          `json:"policy_revision,omitempty"`
+	Data           json.RawMessage `json:"data,omitempty"`
+}
+
+// Audit event names. They become the last tokens of the audit subject
+// gated.audit.<tenant>.<event>.
+const (
+	EventReceived      = "proposal.received"
+	EventInvalid       = "proposal.invalid"
+	EventPolicyDecided = "policy.decided"
+	EventReviewSkipped = "review.skipped"
+	EventReviewStarted = "review.started"
+	EventReviewDone    = "review.finished"
+	EventVerdict       = "verdict.decided"
+	EventReplayed      = "verdict.replayed"
+)
+
+// UnknownTenant is the audit tenant token of events whose tenant could not
+// be recovered from a malformed proposal.
+const UnknownTenant = "_"
+
+// AuditTrail records the steps of one proposal. Record may store
+// asynchronously; Seal records the last event and returns only once every
+// event recorded on the trail is durably stored.
+type AuditTrail interface {
+	// Record appends an event. An error means the event may be lost; a
+	// trail that lost an event must also fail Seal, so the proposal is
+	// redelivered instead of acknowledged with a gap in its history.
+	Record(ctx context.Context, ev AuditEvent) error
+	// Seal appends the final event, waits for every earlier one, and
+	// returns the stream sequence of the final event.
+	Seal(ctx context.Context, ev AuditEvent) (uint64, error)
+}
+
+// Clock tells the time. Tests supply a fixed one.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }

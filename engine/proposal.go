@@ -1,0 +1,129 @@
+// Package engine is gated's decision pipeline: it decodes and validates a
+// proposal, asks the policy, routes to a reviewer when the policy says so,
+// and turns the result into a verdict. It fails closed: every path that is
+// not an explicit, well-formed approval ends in an outcome other than
+// approved.
+//
+// The package is pure. It reaches the outside world only through the
+// interfaces it defines (Policy, Reviewer, VerdictStore, AuditTrail, Clock),
+// so its tests run in microseconds and it never imports NATS or gRPC.
+package engine
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// SchemaVersion is the proposal and verdict schema version this package
+// speaks.
+const SchemaVersion = 1
+
+// Kind says what a proposal asks gated to judge.
+type Kind string
+
+const (
+	// KindAction gates a tool call before it runs. It is the default.
+	KindAction Kind = "action"
+	// KindRun reviews a finished run of an agent.
+	KindRun Kind = "run"
+)
+
+// Class is the effect an action has on the world.
+type Class string
+
+const (
+	// ClassRead actions observe and change nothing.
+	ClassRead Class = "read"
+	// ClassWrite actions change state that can be restored.
+	ClassWrite Class = "write"
+	// ClassDestructive actions change state that may not be restorable.
+	ClassDestructive Class = "destructive"
+)
+
+// BlastRadius is how much of the world a mutating action can touch.
+type BlastRadius string
+
+const (
+	// BlastSingleDevice touches one device or service instance.
+	BlastSingleDevice BlastRadius = "single_device"
+	// BlastCluster touches a cluster of devices.
+	BlastCluster BlastRadius = "cluster"
+	// BlastTenantWide touches everything a tenant owns.
+	BlastTenantWide BlastRadius = "tenant_wide"
+)
+
+// Proposal is what an agent publishes before it acts: the v1 wire schema.
+// Field order and JSON names are the contract in DESIGN.md.
+type Proposal struct {
+	V              int            `json:"v"`
+	ID             string         `json:"id"`
+	Tenant         string         `json:"tenant"`
+	Kind           Kind           `json:"kind,omitempty"`
+	Action         string         `json:"action"`
+	Class          Class          `json:"class"`
+	Target         map[string]any `json:"target,omitempty"`
+	Reason         string         `json:"reason,omitempty"`
+	BlastRadius    BlastRadius    `json:"blast_radius,omitempty"`
+	Operator       *Operator      `json:"operator,omitempty"`
+	RequestedBy    *RequestedBy   `json:"requested_by,omitempty"`
+	IncidentID     string         `json:"incident_id,omitempty"`
+	ContextSummary string         `json:"context_summary,omitempty"`
+	Flags          Flags          `json:"flags"`
+	Reviewer       string         `json:"reviewer,omitempty"`
+	Criteria       []Criterion    `json:"criteria,omitempty"`
+	Run            *Run           `json:"run,omitempty"`
+	CreatedAt      *time.Time     `json:"created_at,omitempty"`
+}
+
+// Operator is the human on whose behalf an agent acts.
+type Operator struct {
+	ID    string   `json:"id"`
+	Roles []string `json:"roles,omitempty"`
+}
+
+// RequestedBy names the agent that proposes. gated uses it to keep an agent
+// from reviewing its own proposal.
+type RequestedBy struct {
+	Agent   string `json:"agent"`
+	Session string `json:"session,omitempty"`
+}
+
+// Flags are the requests an agent may attach. Every one defaults to false,
+// and the default policy refuses skip_review and force_approve outright.
+type Flags struct {
+	SkipReview        bool `json:"skip_review"`
+	ForceApprove      bool `json:"force_approve"`
+	ForceApproveNoSOP bool `json:"force_approve_no_sop"`
+	UserConfirmed     bool `json:"user_confirmed"`
+}
+
+// Criterion is one acceptance criterion of a run review.
+type Criterion struct {
+	ID          string         `json:"id"`
+	Description string         `json:"description"`
+	Required    bool           `json:"required"`
+	Kind        string         `json:"kind,omitempty"`
+	Params      map[string]any `json:"params,omitempty"`
+}
+
+// Run describes a finished run for proposals of kind run.
+type Run struct {
+	RunID        string            `json:"run_id"`
+	TaskID       string            `json:"task_id,omitempty"`
+	Status       string            `json:"status,omitempty"`
+	Summary      string            `json:"summary,omitempty"`
+	Diff         string            `json:"diff,omitempty"`
+	TestOutput   string            `json:"test_output,omitempty"`
+	Round        int               `json:"round,omitempty"`
+	Worker       string            `json:"worker,omitempty"`
+	PriorReviews []json.RawMessage `json:"prior_reviews,omitempty"`
+}
+
+// Mutating reports whether the proposal's class changes the world.
+func (p *Proposal) Mutating() bool {
+	return p.Class == ClassWrite || p.Class == ClassDestructive
+}
+
+// Key is the proposal's idempotency key: "<tenant>.<id>". It is the
+// KV key of its verdict and the Nats-Msg-Id fleets set when publishing.
+func (p *Proposal) Key() string { return p.Tenant + "." + p.ID }

@@ -1,0 +1,134 @@
+package engine
+
+import "time"
+
+// Outcome is the final answer gated gives a proposal.
+type Outcome string
+
+const (
+	// OutcomeApproved means the action may run. It is the only outcome for
+	// which Verdict.Approved is true.
+	OutcomeApproved Outcome = "approved"
+	// OutcomeRejected means the policy or a reviewer said no.
+	OutcomeRejected Outcome = "rejected"
+	// OutcomeBlocked means no reviewer could be routed: a missing plugin or
+	// persona, an open circuit, or only the proposer itself to review.
+	OutcomeBlocked Outcome = "blocked"
+	// OutcomeError means a reviewer, tool or piece of infrastructure failed.
+	OutcomeError Outcome = "error"
+	// OutcomeTimeout means the review passed its deadline.
+	OutcomeTimeout Outcome = "timeout"
+	// OutcomeInvalid means the proposal itself is malformed.
+	OutcomeInvalid Outcome = "invalid"
+)
+
+// Stage is the pipeline step that produced a verdict.
+type Stage string
+
+const (
+	// StageValidation is decoding and validation of the proposal.
+	StageValidation Stage = "validation"
+	// StagePolicy is the Rego policy.
+	StagePolicy Stage = "policy"
+	// StageDedupe is the replay of an earlier identical rejection.
+	StageDedupe Stage = "dedupe"
+	// StageReview is the reviewer plugin.
+	StageReview Stage = "review"
+)
+
+// Verdict is gated's answer to a proposal: the v1 wire schema.
+type Verdict struct {
+	V          int        `json:"v"`
+	ProposalID string     `json:"proposal_id"`
+	Tenant     string     `json:"tenant"`
+	Action     string     `json:"action"`
+	Kind       Kind       `json:"kind"`
+	Outcome    Outcome    `json:"outcome"`
+	Approved   bool       `json:"approved"`
+	Stage      Stage      `json:"stage"`
+	Reason     string     `json:"reason"`
+	Policy     *PolicyRef `json:"policy,omitempty"`
+	Reviews    []Review   `json:"reviews,omitempty"`
+	DecidedAt  time.Time  `json:"decided_at"`
+	LatencyMS  float64    `json:"latency_ms"`
+	AuditSeq   uint64     `json:"audit_seq"`
+	// ProposalSHA256 is the digest of the proposal bytes the verdict
+	// answers. A proposal that reuses an id with other bytes is refused
+	// instead of being handed somebody else's verdict.
+	ProposalSHA256 string `json:"proposal_sha256,omitempty"`
+}
+
+// PolicyRef is the policy's part of a verdict.
+type PolicyRef struct {
+	Denies   []Deny `json:"denies"`
+	Revision string `json:"revision"`
+	EvalUS   int64  `json:"eval_us"`
+}
+
+// Deny is one policy rule that refused the proposal.
+type Deny struct {
+	Rule    string `json:"rule"`
+	Message string `json:"message"`
+}
+
+// Decision is what a reviewer concluded, as the host reads it.
+type Decision string
+
+const (
+	// DecisionApprove is an explicit, well-formed approval.
+	DecisionApprove Decision = "approve"
+	// DecisionReject is everything else.
+	DecisionReject Decision = "reject"
+)
+
+// Review is one reviewer's contribution to a verdict.
+type Review struct {
+	Plugin            string          `json:"plugin"`
+	PluginVersion     string          `json:"plugin_version,omitempty"`
+	Persona           string          `json:"persona"`
+	Model             string          `json:"model,omitempty"`
+	DecisionText      string          `json:"decision_text"`
+	Decision          Decision        `json:"decision"`
+	Gates             []Gate          `json:"gates,omitempty"`
+	MissingGates      []string        `json:"missing_gates,omitempty"`
+	SOPID             string          `json:"sop_id,omitempty"`
+	RollbackPath      string          `json:"rollback_path,omitempty"`
+	Notes             string          `json:"notes,omitempty"`
+	Criteria          []CriterionEval `json:"criteria,omitempty"`
+	Comments          []Comment       `json:"comments,omitempty"`
+	MissingWork       []string        `json:"missing_work,omitempty"`
+	NextRoundGuidance string          `json:"next_round_guidance,omitempty"`
+	Confidence        float64         `json:"confidence,omitempty"`
+	Turns             int             `json:"turns,omitempty"`
+	Tokens            Tokens          `json:"tokens"`
+	LatencyMS         float64         `json:"latency_ms"`
+}
+
+// Gate is one check a reviewer reports on.
+type Gate struct {
+	Name   string `json:"name"`
+	Passed bool   `json:"passed"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// CriterionEval is a reviewer's finding on one acceptance criterion.
+type CriterionEval struct {
+	ID         string   `json:"id"`
+	Pass       bool     `json:"pass"`
+	Confidence float64  `json:"confidence,omitempty"`
+	Reason     string   `json:"reason,omitempty"`
+	Refs       []string `json:"refs,omitempty"`
+}
+
+// Comment is a reviewer's remark on one line of a run's diff.
+type Comment struct {
+	Path string `json:"path"`
+	Line int    `json:"line"`
+	Body string `json:"body"`
+}
+
+// Tokens counts the model tokens a review used.
+type Tokens struct {
+	Prompt     int `json:"prompt"`
+	Completion int `json:"completion"`
+}

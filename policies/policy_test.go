@@ -1,0 +1,174 @@
+package policies
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gated/gated/engine"
+)
+
+// TestRegoUnitTests runs the bundle's own *_test.rego files so that
+// `go test ./...` covers the policy as `opa test policies/` does.
+func TestRegoUnitTests(t *testing.T) {
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, err := RunTests(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) < 20 {
+		t.Fatalf("found %d Rego tests, want at least 20: are the _test.rego files embedded?", len(results))
+	}
+	for _, r := range results {
+		t.Run(r.Name, func(t *testing.T) {
+			if r.Error != nil {
+				t.Fatalf("%s: error: %v", r.Location, r.Error)
+			}
+			if r.Fail {
+				t.Fatalf("%s: failed", r.Location)
+			}
+		})
+	}
+}
+
+func mustEvaluator(t testing.TB) *Evaluator {
+	t.Helper()
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := Compile(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+var reviewerPersona = &engine.Persona{
+	Name: "reviewer", PermissionMode: "read-only",
+	Tools:         []string{"get_sop_text", "get_verdict_history", "get_proposal", "web_skill"},
+	RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"},
+}
+
+func writeProposal() *engine.Proposal {
+	return &engine.Proposal{
+		V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
+		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+		Target:   map[string]any{"service": "nginx", "tags": []any{"production"}},
+		Operator: &engine.Operator{ID: "root", Roles: []string{"admin"}},
+	}
+}
+
+func TestEvaluate(t *testing.T) {
+	e := mustEvaluator(t)
+	tests := []struct {
+		note       string
+		mutate     func(*engine.Proposal)
+		wantRules  []string
+		wantReview bool
+	}{
+		{note: "write needs review", mutate: func(*engine.Proposal) {}, wantReview: true},
+		{note: "read passes", mutate: func(p *engine.Proposal) { p.Class = engine.ClassRead }},
+		{note: "admin skip_review denied", mutate: func(p *engine.Proposal) { p.Flags.SkipReview = true }, wantRules: []string{"no_skip_review"}, wantReview: true},
+		{note: "force_approve denied", mutate: func(p *engine.Proposal) { p.Flags.ForceApprove = true }, wantRules: []string{"unsupported_force_approve"}, wantReview: true},
+		{note: "both flags", mutate: func(p *engine.Proposal) { p.Flags.ForceApprove, p.Flags.SkipReview = true, true }, wantRules: []string{"no_skip_review", "unsupported_force_approve"}, wantReview: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			p := writeProposal()
+			tc.mutate(p)
+			d, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: p, Persona: reviewerPersona})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var rules []string
+			for _, deny := range d.Denies {
+				rules = append(rules, deny.Rule)
+			}
+			if strings.Join(rules, ",") != strings.Join(tc.wantRules, ",") {
+				t.Errorf("denies = %v, want %v", rules, tc.wantRules)
+			}
+			if d.Review.Required != tc.wantReview {
+				t.Errorf("review.required = %v, want %v", d.Review.Required, tc.wantReview)
+			}
+			if !strings.HasPrefix(d.Revision, "sha256:") {
+				t.Errorf("revision = %q", d.Revision)
+			}
+		})
+	}
+}
+
+func TestEvaluateToolBagAndSOP(t *testing.T) {
+	d, err := mustEvaluator(t).Evaluate(t.Context(), engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(d.ReviewerTools, ","); got != "get_proposal,get_sop_text,get_verdict_history" {
+		t.Errorf("reviewer tools = %s", got)
+	}
+	if got := strings.Join(d.DeniedTools, ","); got != "web_skill" {
+		t.Errorf("denied tools = %s", got)
+	}
+	if d.SOP == nil || d.SOP.ID != "SOP-001" || d.SOP.Rollback == "" {
+		t.Errorf("sop = %+v, want SOP-001 with a rollback", d.SOP)
+	}
+}
+
+func TestCompileErrorNamesFileAndLine(t *testing.T) {
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Modules["broken.rego"] = "package gated\n\ndeny contains x if {\n  x := \n}\n"
+	_, err = Compile(t.Context(), b)
+	if !errors.Is(err, ErrInvalidBundle) {
+		t.Fatalf("err = %v, want ErrInvalidBundle", err)
+	}
+	if !strings.Contains(err.Error(), "broken.rego:") {
+		t.Errorf("error %q does not name the file and line", err)
+	}
+}
+
+func TestBadDecisionShapeIsAnError(t *testing.T) {
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Modules["bad.rego"] = "package gated\n\ndeny contains \"just a string\" if true\n"
+	e, err := Compile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: writeProposal()}); err == nil {
+		t.Fatal("a deny entry that is not {rule, message} must be an evaluation error")
+	}
+}
+
+func TestRevisionChangesWithData(t *testing.T) {
+	a, _ := Default()
+	b, _ := Default()
+	if a.Revision() != b.Revision() {
+		t.Fatal("same bundle, different revisions")
+	}
+	b.Data["gated"].(map[string]any)["sops"] = []any{}
+	if a.Revision() == b.Revision() {
+		t.Fatal("changing data must change the revision")
+	}
+}
+
+func BenchmarkEvaluateWrite(b *testing.B) {
+	e := mustEvaluator(b)
+	in := engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := e.Evaluate(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
