@@ -242,13 +242,16 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 	})
 	started := r.e.cfg.Clock.Now()
 	res, err := reviewer.Review(rctx, ReviewRequest{
-		ReviewID:     reviewID,
-		Proposal:     r.p,
-		ProposalJSON: r.d.Data,
-		Persona:      persona,
-		Tools:        pd.ReviewerTools,
-		SOP:          pd.SOP,
-		Deadline:     deadline,
+		ReviewID:       reviewID,
+		Proposal:       r.p,
+		ProposalJSON:   r.d.Data,
+		Persona:        persona,
+		Tools:          pd.ReviewerTools,
+		DeniedTools:    pd.DeniedTools,
+		SOP:            pd.SOP,
+		PolicyRevision: pd.Revision,
+		Why:            pd.Review.Why,
+		Deadline:       deadline,
 	})
 	latency := r.e.cfg.Clock.Now().Sub(started)
 	if err != nil {

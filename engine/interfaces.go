@@ -105,10 +105,15 @@ type ReviewRequest struct {
 	ProposalJSON []byte
 	Persona      *Persona
 	// Tools is the effective tool bag after the policy's denials.
-	Tools    []string
-	SOP      *SOP
-	History  []Verdict
-	Deadline time.Time
+	Tools []string
+	// DeniedTools are the persona's tools the policy removed.
+	DeniedTools []string
+	SOP         *SOP
+	History     []Verdict
+	// PolicyRevision and Why say which policy routed the review and why.
+	PolicyRevision string
+	Why            string
+	Deadline       time.Time
 }
 
 // ReviewResult is a reviewer's answer before the host judges it.

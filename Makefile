@@ -1,0 +1,45 @@
+# gated: build, test and code generation.
+GO ?= go
+
+.PHONY: all build run test test-short vet fmt proto fuzz clean
+
+all: build
+
+build:
+	$(GO) build -o bin/gated ./cmd/gated
+
+# run starts gated with an embedded NATS server and the default bundle.
+run:
+	$(GO) run ./cmd/gated serve
+
+# test is what CI runs (.ci/run calls it).
+test:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
+	$(GO) test -count=1 -timeout 20m ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go' | grep -v '\.pb\.go$$')
+
+# proto regenerates plugins/pluginv1 from plugins/proto. It needs protoc
+# (Debian: protobuf-compiler); the Go generators are pinned tools in go.mod.
+proto:
+	protoc --plugin=protoc-gen-go="$$($(GO) tool -n protoc-gen-go)" \
+	       --plugin=protoc-gen-go-grpc="$$($(GO) tool -n protoc-gen-go-grpc)" \
+	       -I plugins/proto \
+	       --go_out=. --go_opt=module=github.com/gated/gated \
+	       --go-grpc_out=. --go-grpc_opt=module=github.com/gated/gated \
+	       plugins/proto/gated/plugin/v1/reviewer.proto
+
+# fuzz runs every fuzz target for FUZZTIME each.
+FUZZTIME ?= 20s
+fuzz:
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+
+clean:
+	rm -rf bin

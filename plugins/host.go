@@ -1,0 +1,460 @@
+// Package plugins runs reviewer plugins out of process and routes reviews
+// to them. The host launches each plugin with hashicorp/go-plugin over
+// gRPC with automatic mutual TLS, verifies its SHA-256 before it runs,
+// limits its concurrency, and fails every review it cannot complete
+// closed: an exited plugin, a broken stream or a deadline is never an
+// approval.
+package plugins
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/plugins/internal/wire"
+	"github.com/gated/gated/plugins/pluginv1"
+)
+
+// Errors the host returns. Each says how to fix the problem.
+var (
+	// ErrChecksum means the plugin binary does not have the pinned SHA-256:
+	// it was replaced or the pin is stale. Re-pin it only if the new binary
+	// is trusted.
+	ErrChecksum = errors.New("plugin binary does not match its pinned sha256; refusing to run it")
+	// ErrNotConfigured means a persona names a plugin the host does not
+	// run. Add the plugin to the configuration or fix the persona.
+	ErrNotConfigured = errors.New("plugin is not configured")
+)
+
+// DefaultStartTimeout bounds a plugin's launch and handshake.
+const DefaultStartTimeout = 10 * time.Second
+
+// DefaultMaxConcurrency applies when neither the spec nor the plugin sets
+// a limit.
+const DefaultMaxConcurrency = 16
+
+// Spec says how to launch one plugin.
+type Spec struct {
+	// Name is how personas refer to the plugin (persona field plugin).
+	Name string
+	// Path is the plugin executable. It is run directly, never via a shell.
+	Path string
+	// Args are passed to the executable.
+	Args []string
+	// Env is added to a minimal environment; the host's own environment is
+	// not inherited, so keys do not leak into plugins by accident.
+	Env []string
+	// SHA256 is the hex digest the executable must have. Required.
+	SHA256 string
+	// MaxConcurrency bounds reviews in flight; further reviews queue until
+	// a slot frees or their deadline passes. 0 means the smaller of the
+	// plugin's own limit and DefaultMaxConcurrency.
+	MaxConcurrency int
+	// StartTimeout bounds launch and handshake. Default DefaultStartTimeout.
+	StartTimeout time.Duration
+}
+
+// Bundled returns the spec of a reviewer compiled into this binary:
+// the running executable re-launched as `plugin run NAME`, pinned to its
+// own SHA-256 so a binary swapped on disk is refused.
+func Bundled(name string) (Spec, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return Spec{}, fmt.Errorf("locating own executable for plugin %q: %w", name, err)
+	}
+	sum, err := FileSHA256(exe)
+	if err != nil {
+		return Spec{}, fmt.Errorf("hashing own executable for plugin %q: %w", name, err)
+	}
+	return Spec{Name: name, Path: exe, Args: []string{"plugin", "run", name}, SHA256: sum}, nil
+}
+
+// FileSHA256 returns the hex SHA-256 of a file.
+func FileSHA256(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Host runs reviewer plugins and implements engine.Router.
+type Host struct {
+	log           *zap.Logger
+	defaultPlugin string
+	basePrompt    string
+
+	mu     sync.Mutex
+	procs  map[string]*process
+	closed bool
+}
+
+var _ engine.Router = (*Host)(nil)
+
+// NewHost returns a host for specs. defaultPlugin serves personas that
+// name no plugin. Nothing is launched until Start.
+func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error) {
+	h := &Host{log: log, defaultPlugin: defaultPlugin, basePrompt: personas.BasePrompt, procs: map[string]*process{}}
+	for _, s := range specs {
+		if s.Name == "" || s.Path == "" {
+			return nil, fmt.Errorf("plugin spec needs a name and a path: %+v", s)
+		}
+		if _, err := hex.DecodeString(s.SHA256); err != nil || len(s.SHA256) != 64 {
+			return nil, fmt.Errorf("plugin %q: sha256 %q must be 64 hex digits", s.Name, s.SHA256)
+		}
+		if _, dup := h.procs[s.Name]; dup {
+			return nil, fmt.Errorf("plugin %q is configured twice", s.Name)
+		}
+		if s.StartTimeout <= 0 {
+			s.StartTimeout = DefaultStartTimeout
+		}
+		h.procs[s.Name] = &process{spec: s, log: log.With(zap.String("plugin", s.Name))}
+	}
+	if _, ok := h.procs[defaultPlugin]; !ok && defaultPlugin != "" {
+		return nil, fmt.Errorf("default plugin %q: %w", defaultPlugin, ErrNotConfigured)
+	}
+	return h, nil
+}
+
+// Start launches every plugin and asks each to describe itself. It fails
+// if any plugin cannot start; the error names the plugin.
+func (h *Host) Start(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, name := range h.namesLocked() {
+		if err := h.procs[name].start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (h *Host) namesLocked() []string {
+	names := make([]string, 0, len(h.procs))
+	for n := range h.procs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Route implements engine.Router. An exited plugin is relaunched once
+// per call; if that fails the review is blocked.
+func (h *Host) Route(p *engine.Persona) (engine.Reviewer, error) {
+	name := p.Plugin
+	if name == "" {
+		name = h.defaultPlugin
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, fmt.Errorf("%w: gated is shutting down", engine.ErrNoReviewer)
+	}
+	proc, ok := h.procs[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: persona %q names plugin %q: %w", engine.ErrNoReviewer, p.Name, name, ErrNotConfigured)
+	}
+	if !proc.running() {
+		if err := proc.start(context.Background()); err != nil {
+			return nil, fmt.Errorf("%w: %w", engine.ErrNoReviewer, err)
+		}
+	}
+	return &route{proc: proc, persona: p, basePrompt: h.basePrompt}, nil
+}
+
+// Info describes a running plugin.
+type Info struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+	PID     int    `json:"pid"`
+	Running bool   `json:"running"`
+}
+
+// Plugins lists the configured plugins.
+func (h *Host) Plugins() []Info {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []Info
+	for _, name := range h.namesLocked() {
+		p := h.procs[name]
+		p.mu.Lock()
+		info := Info{Name: name, PID: p.pid, Running: p.client != nil && !p.client.Exited()}
+		if p.desc != nil {
+			info.Version = p.desc.GetVersion()
+		}
+		p.mu.Unlock()
+		out = append(out, info)
+	}
+	return out
+}
+
+// Close stops every plugin: a graceful shutdown request, then a kill. It
+// returns once every plugin process has exited.
+func (h *Host) Close() {
+	h.mu.Lock()
+	h.closed = true
+	procs := make([]*process, 0, len(h.procs))
+	for _, p := range h.procs {
+		procs = append(procs, p)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range procs {
+		wg.Go(p.stop)
+	}
+	wg.Wait()
+}
+
+// process is one plugin process and its connection.
+type process struct {
+	spec Spec
+	log  *zap.Logger
+
+	mu     sync.Mutex
+	client *plugin.Client
+	rpc    pluginv1.ReviewerClient
+	desc   *pluginv1.DescribeResponse
+	pid    int
+	sem    chan struct{}
+}
+
+func (p *process) running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.client != nil && !p.client.Exited()
+}
+
+func (p *process) start(ctx context.Context) error {
+	sum, err := hex.DecodeString(p.spec.SHA256)
+	if err != nil {
+		return fmt.Errorf("plugin %q: %w", p.spec.Name, err)
+	}
+	cmd := exec.Command(p.spec.Path, p.spec.Args...)
+	cmd.Env = append(minimalEnv(), p.spec.Env...)
+	setParentDeathSignal(cmd)
+	client := plugin.NewClient(&plugin.ClientConfig{
+		HandshakeConfig:  wire.Handshake,
+		VersionedPlugins: wire.PluginSets(nil),
+		Cmd:              cmd,
+		SecureConfig:     &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()},
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		SkipHostEnv:      true,
+		StartTimeout:     p.spec.StartTimeout,
+		Logger:           newHCLogger(p.log),
+		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
+			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
+			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes),
+		)},
+	})
+	fail := func(err error) error {
+		client.Kill()
+		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
+			err = fmt.Errorf("%w (path %s)", ErrChecksum, p.spec.Path)
+		}
+		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, err)
+	}
+	proto, err := client.Client()
+	if err != nil {
+		return fail(err)
+	}
+	raw, err := proto.Dispense(wire.PluginName)
+	if err != nil {
+		return fail(err)
+	}
+	conn, ok := raw.(*wire.Conn)
+	if !ok {
+		return fail(fmt.Errorf("dispensed %T, want a reviewer connection", raw))
+	}
+	dctx, cancel := context.WithTimeout(ctx, p.spec.StartTimeout)
+	defer cancel()
+	desc, err := conn.Reviewer.Describe(dctx, &pluginv1.DescribeRequest{})
+	if err != nil {
+		return fail(fmt.Errorf("describe: %w", err))
+	}
+	limit := p.spec.MaxConcurrency
+	if limit <= 0 {
+		limit = DefaultMaxConcurrency
+		if n := int(desc.GetMaxConcurrency()); n > 0 && n < limit {
+			limit = n
+		}
+	}
+	pid := 0
+	if rc := client.ReattachConfig(); rc != nil {
+		pid = rc.Pid
+	}
+	p.mu.Lock()
+	old := p.client
+	p.client, p.rpc, p.desc, p.pid = client, conn.Reviewer, desc, pid
+	p.sem = make(chan struct{}, limit)
+	p.mu.Unlock()
+	if old != nil {
+		old.Kill()
+	}
+	p.log.Info("plugin started", zap.String("version", desc.GetVersion()), zap.Int("pid", pid), zap.Int("max_concurrency", limit))
+	return nil
+}
+
+func (p *process) stop() {
+	p.mu.Lock()
+	c := p.client
+	p.mu.Unlock()
+	if c != nil {
+		c.Kill()
+		p.log.Info("plugin stopped", zap.Int("pid", p.pid))
+	}
+}
+
+// route is a Reviewer bound to one persona on one plugin process.
+type route struct {
+	proc       *process
+	persona    *engine.Persona
+	basePrompt string
+}
+
+// Review implements engine.Reviewer.
+func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
+	p := r.proc
+	p.mu.Lock()
+	rpc, sem, desc, pid, client := p.rpc, p.sem, p.desc, p.pid, p.client
+	p.mu.Unlock()
+	if rpc == nil || client == nil {
+		return engine.ReviewResult{}, fmt.Errorf("%w: plugin %q is not running", engine.ErrNoReviewer, p.spec.Name)
+	}
+	select {
+	case sem <- struct{}{}:
+		defer func() { <-sem }()
+	case <-ctx.Done():
+		return engine.ReviewResult{}, fmt.Errorf("waiting for a free slot on plugin %q: %w", p.spec.Name, ctx.Err())
+	}
+	in, err := r.request(req)
+	if err != nil {
+		return engine.ReviewResult{}, err
+	}
+	out, err := rpc.Review(ctx, in)
+	if err != nil {
+		if ctx.Err() != nil {
+			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, ctx.Err())
+		}
+		if client.Exited() {
+			return engine.ReviewResult{}, fmt.Errorf("plugin %q (pid %d) exited during the review: %w", p.spec.Name, pid, err)
+		}
+		return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, err)
+	}
+	res := engine.ReviewResult{
+		Plugin: desc.GetName(), PluginVersion: desc.GetVersion(), PID: pid,
+		Model: out.GetModel(), Text: out.GetText(), SOPID: out.GetSopId(),
+		RollbackPath: out.GetRollbackPath(), Notes: out.GetNotes(), Turns: int(out.GetTurns()),
+		MissingWork: out.GetMissingWork(), NextRoundGuidance: out.GetNextRoundGuidance(),
+		Confidence: out.GetConfidence(),
+		Tokens:     engine.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
+	}
+	if res.Plugin == "" {
+		res.Plugin = p.spec.Name
+	}
+	switch out.GetDecision() {
+	case pluginv1.Decision_DECISION_APPROVE:
+		res.Decision = engine.DecisionApprove
+	default:
+		res.Decision = engine.DecisionReject
+	}
+	for _, g := range out.GetGates() {
+		res.Gates = append(res.Gates, engine.Gate{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
+	}
+	for _, c := range out.GetCriteria() {
+		res.Criteria = append(res.Criteria, engine.CriterionEval{ID: c.GetId(), Pass: c.GetPass(), Confidence: c.GetConfidence(), Reason: c.GetReason(), Refs: c.GetRefs()})
+	}
+	for _, c := range out.GetComments() {
+		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: int(c.GetLine()), Body: c.GetBody()})
+	}
+	return res, nil
+}
+
+func (r *route) request(req engine.ReviewRequest) (*pluginv1.ReviewRequest, error) {
+	history, err := json.Marshal(req.History)
+	if err != nil {
+		return nil, fmt.Errorf("encoding history: %w", err)
+	}
+	persona := req.Persona
+	tools := make([]*pluginv1.Tool, 0, len(req.Tools))
+	for _, t := range req.Tools {
+		tools = append(tools, &pluginv1.Tool{Name: t})
+	}
+	in := &pluginv1.ReviewRequest{
+		ReviewId:       req.ReviewID,
+		ProposalJson:   req.ProposalJSON,
+		DeadlineUnixMs: req.Deadline.UnixMilli(),
+		Persona: &pluginv1.Persona{
+			Name:           persona.Name,
+			SystemPrompt:   personas.ComposeSystemPrompt(r.basePrompt, persona),
+			Model:          persona.Model,
+			MaxTurns:       uint32(max(persona.MaxTurns, 0)),
+			Tools:          tools,
+			RequiredGates:  persona.RequiredGates,
+			PermissionMode: persona.PermissionMode,
+		},
+		Policy: &pluginv1.PolicyContext{
+			Revision: req.PolicyRevision, Why: req.Why, DeniedTools: req.DeniedTools, HistoryJson: history,
+		},
+	}
+	if s := req.SOP; s != nil {
+		in.Policy.Sop = &pluginv1.Sop{Id: s.ID, Title: s.Title, Actions: s.Actions, Rollback: s.Rollback, Steps: s.Steps}
+	}
+	return in, nil
+}
+
+// minimalEnv is what a plugin inherits from the host: enough to run, and
+// no credentials.
+func minimalEnv() []string {
+	var env []string
+	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG", "TZ"} {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
+}
+
+// newHCLogger sends go-plugin's logs, and the plugin's stderr, to zap.
+func newHCLogger(log *zap.Logger) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{
+		Name:   "go-plugin",
+		Level:  hclog.Info,
+		Output: zapWriter{log: log},
+	})
+}
+
+type zapWriter struct{ log *zap.Logger }
+
+func (w zapWriter) Write(b []byte) (int, error) {
+	w.log.Info(string(trimNewline(b)))
+	return len(b), nil
+}
+
+func trimNewline(b []byte) []byte {
+	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

@@ -1,0 +1,61 @@
+// Package wire holds the go-plugin glue that the host and the SDK share:
+// the handshake, the plugin set and the gRPC plugin type.
+package wire
+
+import (
+	"context"
+
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	"github.com/gated/gated/plugins/pluginv1"
+)
+
+// ProtocolVersion is the plugin protocol version this build speaks.
+const ProtocolVersion = 1
+
+// PluginName is the name the reviewer is dispensed under.
+const PluginName = "reviewer"
+
+// Handshake is checked by both sides before anything else: a binary that
+// is not a gated reviewer plugin, or is launched by hand, stops at once.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  ProtocolVersion,
+	MagicCookieKey:   "GATED_PLUGIN",
+	MagicCookieValue: "reviewer",
+}
+
+// MaxMessageBytes bounds gRPC messages in both directions.
+const MaxMessageBytes = 8 << 20
+
+// Conn is what the host gets when it dispenses the reviewer.
+type Conn struct {
+	Reviewer pluginv1.ReviewerClient
+	Broker   *plugin.GRPCBroker
+}
+
+// ReviewerPlugin is the go-plugin plugin type for protocol version 1.
+// Impl is set on the plugin side and nil on the host side.
+type ReviewerPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl pluginv1.ReviewerServer
+}
+
+// GRPCServer registers the plugin's Reviewer service.
+func (p *ReviewerPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	pluginv1.RegisterReviewerServer(s, p.Impl)
+	return nil
+}
+
+// GRPCClient returns the host's view of the plugin.
+func (p *ReviewerPlugin) GRPCClient(_ context.Context, b *plugin.GRPCBroker, cc *grpc.ClientConn) (any, error) {
+	return &Conn{Reviewer: pluginv1.NewReviewerClient(cc), Broker: b}, nil
+}
+
+// PluginSets lists the plugin types per protocol version, so a version 2
+// can be added next to version 1.
+func PluginSets(server pluginv1.ReviewerServer) map[int]plugin.PluginSet {
+	return map[int]plugin.PluginSet{
+		ProtocolVersion: {PluginName: &ReviewerPlugin{Impl: server}},
+	}
+}

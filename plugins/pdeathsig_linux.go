@@ -1,0 +1,16 @@
+package plugins
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setParentDeathSignal asks the kernel to kill the plugin if the host dies
+// without the chance to stop it (SIGKILL, OOM). The plugin's own watchdog
+// covers the rare case of the launching thread exiting first.
+func setParentDeathSignal(cmd *exec.Cmd) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+}

@@ -1,0 +1,124 @@
+// Package sop is gated's deterministic reviewer. It approves a proposal
+// only when the SOP catalog covers the action and the SOP names a
+// rollback, and it never calls a model. It is the default reviewer, so a
+// fresh gated needs no API key.
+package sop
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/sdk"
+)
+
+// Name is the plugin name the bundled reviewer runs under.
+const Name = "sop"
+
+// Reviewer is the deterministic SOP reviewer.
+type Reviewer struct {
+	// Version is reported by Describe.
+	Version string
+}
+
+var _ sdk.Reviewer = Reviewer{}
+
+// Describe implements sdk.Reviewer.
+func (r Reviewer) Describe(context.Context) (sdk.Description, error) {
+	return sdk.Description{Name: Name, Version: r.Version, MaxConcurrency: 64}, nil
+}
+
+// Review implements sdk.Reviewer. Its text follows the decision format:
+// a decision line, the gates, and notes.
+func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	p := req.Proposal
+	sop := req.Policy.SOP
+	gates := []engine.Gate{
+		{Name: "sop_covers", Passed: sop != nil},
+		parallelGate(req),
+		{Name: "rollback_known", Passed: sop != nil && strings.TrimSpace(sop.Rollback) != ""},
+	}
+	res := &sdk.Response{Gates: gates}
+	if sop != nil {
+		gates[0].Detail = fmt.Sprintf("%s (%s) covers %s", sop.ID, sop.Title, p.Action)
+		res.SOPID = sop.ID
+		if gates[2].Passed {
+			gates[2].Detail = sop.Rollback
+			res.RollbackPath = sop.Rollback
+		} else {
+			gates[2].Detail = fmt.Sprintf("%s names no rollback", sop.ID)
+		}
+	} else {
+		gates[0].Detail = fmt.Sprintf("no SOP in the catalog covers %s", p.Action)
+		gates[2].Detail = "no SOP, so no known rollback"
+	}
+
+	// Every gate the persona requires, and every gate this reviewer checks,
+	// must pass.
+	var failed []string
+	for _, g := range gates {
+		if !g.Passed {
+			failed = append(failed, g.Name)
+		}
+	}
+	if len(failed) == 0 {
+		res.Decision = engine.DecisionApprove
+		res.Notes = fmt.Sprintf("%s covers %s on this target and its rollback is known.", sop.ID, p.Action)
+	} else {
+		res.Decision = engine.DecisionReject
+		if sop == nil {
+			res.Notes = fmt.Sprintf("No SOP covers %s; write one or route the change to a human.", p.Action)
+		} else {
+			res.Notes = fmt.Sprintf("Gates failed: %s.", strings.Join(failed, ", "))
+		}
+	}
+	res.Text = render(res)
+	return res, nil
+}
+
+// ParallelWindow is how far back an approved change on the same target
+// fails the no_parallel_operation gate.
+const ParallelWindow = 10 * time.Minute
+
+// parallelGate checks the recent verdicts the host sent for the same
+// tenant and target: an approval inside ParallelWindow fails the gate.
+func parallelGate(req *sdk.Request) engine.Gate {
+	g := engine.Gate{Name: "no_parallel_operation"}
+	var history []engine.Verdict
+	if len(req.Policy.History) > 0 {
+		if err := json.Unmarshal(req.Policy.History, &history); err != nil {
+			g.Detail = "the verdict history could not be read: " + err.Error()
+			return g
+		}
+	}
+	now := time.Now()
+	for _, v := range history {
+		if v.Approved && now.Sub(v.DecidedAt) < ParallelWindow {
+			g.Detail = fmt.Sprintf("proposal %s (%s) was approved on this target at %s", v.ProposalID, v.Action, v.DecidedAt.Format(time.RFC3339))
+			return g
+		}
+	}
+	g.Passed = true
+	g.Detail = fmt.Sprintf("%d recent verdicts on this target, none approved in the last %s", len(history), ParallelWindow)
+	return g
+}
+
+func render(res *sdk.Response) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Decision: %s\nGates:\n", res.Decision)
+	for _, g := range res.Gates {
+		state := "fail"
+		if g.Passed {
+			state = "pass"
+		}
+		fmt.Fprintf(&b, "- %s: %s — %s\n", g.Name, state, g.Detail)
+	}
+	fmt.Fprintf(&b, "Notes: %s\n", res.Notes)
+	return b.String()
+}
