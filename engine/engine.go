@@ -152,7 +152,13 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		}
 		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
 	}
-	return r.finish(ctx, r.judge(ctx))
+	v := r.judge(ctx)
+	if err := ctx.Err(); err != nil {
+		// The caller gave up (shutdown), so nothing the pipeline saw after
+		// that is a decision: leave the proposal for redelivery.
+		return nil, fmt.Errorf("deciding %s.%s: %w", r.tenant, r.id, err)
+	}
+	return r.finish(ctx, v)
 }
 
 // judge runs policy and review. It never returns an approval that the

@@ -318,11 +318,12 @@ func (p *process) start(ctx context.Context) error {
 
 func (p *process) stop() {
 	p.mu.Lock()
-	c := p.client
+	c, pid := p.client, p.pid
+	p.client, p.rpc = nil, nil
 	p.mu.Unlock()
 	if c != nil {
 		c.Kill()
-		p.log.Info("plugin stopped", zap.Int("pid", p.pid))
+		p.log.Info("plugin stopped", zap.Int("pid", pid))
 	}
 }
 

@@ -1,0 +1,165 @@
+// Package bus connects gated to NATS: the embedded server, the streams,
+// the verdict bucket, the proposal consumer, verdict publishing, the audit
+// trail and the fleet client.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Subjects and names of the v1 wire contract.
+const (
+	ProposalSubjects     = "gated.proposals.*.*"
+	VerdictSubjectPrefix = "gated.verdicts."
+	AuditSubjectPrefix   = "gated.audit."
+	ProposalsStream      = "GATED_PROPOSALS"
+	AuditStream          = "GATED_AUDIT"
+	VerdictBucket        = "GATED_VERDICTS"
+	ConsumerName         = "gated"
+)
+
+// ErrInvalidConfig is wrapped by configuration errors.
+var ErrInvalidConfig = errors.New("invalid bus configuration")
+
+// Config holds stream, bucket and consumer settings. The zero value means
+// the defaults documented on each field.
+type Config struct {
+	// Replicas of every stream and the bucket. Default 1; use 3 on a
+	// cluster.
+	Replicas int
+	// AuditMaxAge bounds how long audit events are kept. Default 0: kept
+	// until the stream's limits say otherwise (forever).
+	AuditMaxAge time.Duration
+	// VerdictTTL is how long a verdict stays in the bucket for idempotent
+	// replay. Default 7 days. After it, a proposal id may be reused.
+	VerdictTTL time.Duration
+	// DuplicateWindow is the proposal stream's Nats-Msg-Id window.
+	// Default 2 minutes.
+	DuplicateWindow time.Duration
+	// AckWait is how long gated may hold a proposal before JetStream
+	// redelivers it; long reviews send in-progress acks. Default 30 s.
+	AckWait time.Duration
+	// MaxDeliver bounds deliveries of one proposal. Default 5.
+	MaxDeliver int
+	// MaxInFlight bounds proposals decided at once by one gated. Default
+	// 1024.
+	MaxInFlight int
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.VerdictTTL == 0 {
+		c.VerdictTTL = 7 * 24 * time.Hour
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.AckWait == 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = 5
+	}
+	if c.MaxInFlight == 0 {
+		c.MaxInFlight = 1024
+	}
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return c, fmt.Errorf("%w: replicas %d must be between 1 and 5", ErrInvalidConfig, c.Replicas)
+	case c.AckWait < time.Second:
+		return c, fmt.Errorf("%w: ack wait %s must be at least 1s", ErrInvalidConfig, c.AckWait)
+	case c.MaxDeliver < 1:
+		return c, fmt.Errorf("%w: max deliver %d must be at least 1", ErrInvalidConfig, c.MaxDeliver)
+	case c.MaxInFlight < 1:
+		return c, fmt.Errorf("%w: max in flight %d must be at least 1", ErrInvalidConfig, c.MaxInFlight)
+	case c.AuditMaxAge < 0 || c.VerdictTTL < 0 || c.DuplicateWindow < 0:
+		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	}
+	return c, nil
+}
+
+// Resources are the JetStream objects gated works with.
+type Resources struct {
+	Proposals jetstream.Stream
+	Audit     jetstream.Stream
+	Verdicts  jetstream.KeyValue
+	Consumer  jetstream.Consumer
+}
+
+// Setup creates or updates the streams, the bucket and the durable
+// consumer. It is safe to run from many gated processes at once.
+func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var r Resources
+	r.Proposals, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        ProposalsStream,
+		Description: "Proposals from agent fleets, removed once gated has answered them.",
+		Subjects:    []string{ProposalSubjects},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		Duplicates:  cfg.DuplicateWindow,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", ProposalsStream, err)
+	}
+	r.Audit, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        AuditStream,
+		Description: "Every step gated took on the way to every verdict.",
+		Subjects:    []string{AuditSubjectPrefix + ">"},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+		MaxAge:      cfg.AuditMaxAge,
+		DenyDelete:  true,
+		DenyPurge:   true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", AuditStream, err)
+	}
+	r.Verdicts, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      VerdictBucket,
+		Description: "Verdicts by <tenant>.<proposal id>, for idempotent replay and look-up.",
+		History:     1,
+		TTL:         cfg.VerdictTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating bucket %s: %w", VerdictBucket, err)
+	}
+	r.Consumer, err = js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{
+		Durable:       ConsumerName,
+		Description:   "gated deciders; every gated process shares this consumer.",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxDeliver:    cfg.MaxDeliver,
+		MaxAckPending: cfg.MaxInFlight * 4,
+		FilterSubject: ProposalSubjects,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating consumer %s on %s: %w", ConsumerName, ProposalsStream, err)
+	}
+	return &r, nil
+}
+
+// VerdictSubject is where the verdict for tenant and id is published.
+func VerdictSubject(tenant, id string) string {
+	return VerdictSubjectPrefix + tenant + "." + id
+}
+
+// AuditSubject is the subject of one audit event.
+func AuditSubject(tenant, event string) string {
+	return AuditSubjectPrefix + tenant + "." + event
+}

@@ -1,0 +1,201 @@
+package bus
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/engine"
+)
+
+// Decider is the part of the engine the worker needs.
+type Decider interface {
+	Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error)
+}
+
+// Worker consumes proposals from the durable consumer, decides each, and
+// publishes the verdict. A proposal is acknowledged only after its verdict
+// is stored, its audit trail is stored and the verdict is published.
+type Worker struct {
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	res     *Resources
+	decider Decider
+	cfg     Config
+	log     *zap.Logger
+
+	// ctx is cancelled when the shutdown grace period is over; deciding
+	// stops and unfinished proposals go back to the stream.
+	ctx    context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	cc     jetstream.ConsumeContext
+}
+
+// NewWorker builds a worker. Start begins consuming.
+func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider, cfg Config, log *zap.Logger) (*Worker, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Worker{
+		nc: nc, js: js, res: res, decider: d, cfg: cfg, log: log,
+		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxInFlight),
+	}, nil
+}
+
+// Start begins consuming proposals.
+func (w *Worker) Start() error {
+	cc, err := w.res.Consumer.Consume(w.dispatch,
+		jetstream.PullMaxMessages(min(w.cfg.MaxInFlight, 512)),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			w.log.Warn("consuming proposals", zap.Error(err))
+		}))
+	if err != nil {
+		return fmt.Errorf("consuming %s: %w", ProposalsStream, err)
+	}
+	w.cc = cc
+	return nil
+}
+
+// dispatch runs on the consumer's goroutine; it hands each message to its
+// own goroutine and blocks when MaxInFlight are in flight.
+func (w *Worker) dispatch(msg jetstream.Msg) {
+	select {
+	case w.sem <- struct{}{}:
+	case <-w.ctx.Done():
+		_ = msg.Nak()
+		return
+	}
+	w.wg.Add(1)
+	go func() {
+		defer func() { <-w.sem; w.wg.Done() }()
+		w.handle(msg)
+	}()
+}
+
+// Stop stops taking proposals, waits up to grace for those in flight,
+// then cancels the rest; they are negatively acknowledged so that another
+// gated (or this one, after a restart) decides them.
+func (w *Worker) Stop(grace time.Duration) {
+	if w.cc != nil {
+		w.cc.Stop()
+	}
+	done := make(chan struct{})
+	go func() { w.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		w.log.Warn("shutdown grace period over; returning unfinished proposals to the stream", zap.Duration("grace", grace))
+		w.cancel()
+		<-done
+	}
+	w.cancel()
+}
+
+func (w *Worker) handle(msg jetstream.Msg) {
+	attempt := 1
+	if md, err := msg.Metadata(); err == nil {
+		attempt = int(md.NumDelivered)
+	}
+	stop := w.keepAlive(msg)
+	defer stop()
+
+	d := engine.Delivery{
+		Subject: msg.Subject(),
+		Data:    msg.Data(),
+		MsgID:   msg.Headers().Get(jetstream.MsgIDHeader),
+		Attempt: attempt,
+		Trail:   NewTrail(w.js),
+	}
+	v, err := w.decider.Decide(w.ctx, d)
+	if err != nil {
+		w.retry(msg, d, attempt, err)
+		return
+	}
+	if v.ProposalID != "" {
+		if err := w.publishVerdict(v); err != nil {
+			// The verdict is stored: a redelivery replays it.
+			w.log.Warn("publishing verdict; will redeliver", zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+	}
+	if err := msg.Ack(); err != nil {
+		w.log.Warn("acknowledging proposal", zap.String("subject", d.Subject), zap.Error(err))
+	}
+	w.log.Debug("verdict", zap.String("tenant", v.Tenant), zap.String("id", v.ProposalID),
+		zap.String("outcome", string(v.Outcome)), zap.String("stage", string(v.Stage)))
+}
+
+// retry returns a proposal whose decision could not be stored. On the last
+// delivery it publishes an error verdict instead, so the fleet is not left
+// waiting for an answer that will never come.
+func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause error) {
+	if w.ctx.Err() != nil {
+		w.log.Info("returning proposal to the stream at shutdown", zap.String("subject", d.Subject))
+		_ = msg.Nak()
+		return
+	}
+	if attempt < w.cfg.MaxDeliver {
+		delay := time.Duration(attempt) * time.Second
+		w.log.Warn("deciding proposal failed; will redeliver", zap.String("subject", d.Subject),
+			zap.Int("attempt", attempt), zap.Duration("delay", delay), zap.Error(cause))
+		_ = msg.NakWithDelay(delay)
+		return
+	}
+	w.log.Error("deciding proposal failed on its last delivery", zap.String("subject", d.Subject),
+		zap.Int("attempt", attempt), zap.Error(cause))
+	tenant, id := engine.RecoverAddress(d.Subject, d.Data, d.MsgID)
+	if id != "" {
+		_, action, _ := engine.ParseProposalSubject(d.Subject)
+		v := &engine.Verdict{
+			V: engine.SchemaVersion, ProposalID: id, Tenant: tenant, Action: action, Kind: engine.KindAction,
+			Outcome: engine.OutcomeError, Stage: engine.StageValidation, DecidedAt: time.Now().UTC(),
+			Reason: fmt.Sprintf("gated could not record a decision after %d deliveries: %v", attempt, cause),
+		}
+		if err := w.publishVerdict(v); err != nil {
+			w.log.Error("publishing error verdict", zap.Error(err))
+		}
+	}
+	_ = msg.Term()
+}
+
+func (w *Worker) publishVerdict(v *engine.Verdict) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return w.nc.Publish(VerdictSubject(v.Tenant, v.ProposalID), data)
+}
+
+// keepAlive tells JetStream the proposal is still being worked on, so a
+// long review is not redelivered to another gated mid-way.
+func (w *Worker) keepAlive(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(w.cfg.AckWait / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				if err := msg.InProgress(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+					w.log.Debug("in-progress ack", zap.Error(err))
+				}
+			case <-done:
+				return
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}

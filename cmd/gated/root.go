@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/gated/gated/plugins/sdk"
+	"github.com/gated/gated/plugins/sop"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func run(ctx context.Context, args []string) error {
+	root := &cobra.Command{
+		Use:           "gated",
+		Short:         "gated is the policy gate for fleets of AI agents",
+		Long:          "gated decides on the actions AI agents propose over NATS: strict validation, deterministic Rego rules, an out-of-process reviewer, and an audit trail of every step.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
+	root.AddCommand(serveCmd(), proposeCmd(), versionCmd(), pluginCmd())
+	for _, c := range root.Commands() {
+		bindEnv(c)
+	}
+	err := root.ExecuteContext(ctx)
+	if err != nil && isCobraUsageError(err) {
+		return usageError("%v", err)
+	}
+	return err
+}
+
+// isCobraUsageError recognises cobra's own argument errors, which it
+// returns as plain errors.
+func isCobraUsageError(err error) bool {
+	msg := err.Error()
+	return strings.HasPrefix(msg, "unknown command") || strings.HasPrefix(msg, "accepts ") ||
+		strings.HasPrefix(msg, "requires at least") || strings.HasPrefix(msg, "unknown flag")
+}
+
+// bindEnv lets GATED_<FLAG> set any flag the command line leaves unset:
+// --nats-url is GATED_NATS_URL.
+func bindEnv(c *cobra.Command) {
+	prev := c.PreRunE
+	c.PreRunE = func(cmd *cobra.Command, args []string) error {
+		var err error
+		cmd.Flags().VisitAll(func(f *pflag.Flag) {
+			if f.Changed || err != nil {
+				return
+			}
+			key := "GATED_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+			if v, ok := os.LookupEnv(key); ok {
+				if serr := cmd.Flags().Set(f.Name, v); serr != nil {
+					err = usageError("%s=%q: %v", key, v, serr)
+				}
+			}
+		})
+		if err == nil && prev != nil {
+			err = prev(cmd, args)
+		}
+		return err
+	}
+	for _, sub := range c.Commands() {
+		bindEnv(sub)
+	}
+}
+
+func versionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := version
+			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+				v = bi.Main.Version
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "gated %s (%s, %s/%s, plugin protocol 1, wire schema v1)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+			return nil
+		},
+	}
+}
+
+func pluginCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:    "plugin",
+		Short:  "Run a bundled reviewer plugin (launched by gated itself)",
+		Hidden: true,
+	}
+	c.AddCommand(&cobra.Command{
+		Use:   "run NAME",
+		Short: "Serve a bundled reviewer over the plugin protocol: sop",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(_ *cobra.Command, args []string) error {
+			switch args[0] {
+			case sop.Name:
+				sdk.Serve(sop.Reviewer{Version: version})
+				return nil
+			}
+			return usageError("no bundled plugin named %q (have: %s)", args[0], sop.Name)
+		},
+	})
+	return c
+}
+
+// newLogger returns a JSON logger, or a console one when stderr is a
+// terminal and format is auto.
+func newLogger(format, level string) (*zap.Logger, error) {
+	var lvl zapcore.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usageError("--log-level %q: want debug, info, warn or error", level)
+	}
+	switch format {
+	case "auto":
+		format = "json"
+		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			format = "console"
+		}
+	case "json", "console":
+	default:
+		return nil, usageError("--log-format %q: want auto, json or console", format)
+	}
+	cfg := zap.NewProductionConfig()
+	if format == "console" {
+		cfg = zap.NewDevelopmentConfig()
+		cfg.DisableStacktrace = true
+	}
+	cfg.Level = zap.NewAtomicLevelAt(lvl)
+	cfg.Sampling = nil
+	return cfg.Build()
+}
