@@ -1,0 +1,486 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/policies"
+)
+
+func TestSetupCreatesTheContract(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	ctx := t.Context()
+	res, err := bus.Setup(ctx, js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Setup is idempotent: many gated processes run it at start.
+	if _, err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatalf("second Setup: %v", err)
+	}
+	pi, err := res.Proposals.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pi.Config.Retention != jetstream.WorkQueuePolicy || pi.Config.Storage != jetstream.FileStorage {
+		t.Errorf("proposals: retention %v storage %v, want work queue on file", pi.Config.Retention, pi.Config.Storage)
+	}
+	ai, err := res.Audit.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ai.Config.DenyDelete || !ai.Config.DenyPurge || ai.Config.Retention != jetstream.LimitsPolicy {
+		t.Errorf("audit: deny delete %v, deny purge %v, retention %v", ai.Config.DenyDelete, ai.Config.DenyPurge, ai.Config.Retention)
+	}
+	if err := res.Audit.Purge(ctx); err == nil {
+		t.Error("purging the audit stream must be refused")
+	}
+	ci, err := res.Consumer.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ci.Config.Durable != bus.ConsumerName || ci.Config.AckPolicy != jetstream.AckExplicitPolicy {
+		t.Errorf("consumer: durable %q ack %v", ci.Config.Durable, ci.Config.AckPolicy)
+	}
+	if _, err := bus.Setup(ctx, js, bus.Config{Replicas: 9}); !errors.Is(err, bus.ErrInvalidConfig) {
+		t.Errorf("replicas 9: err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestVerdictStore(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := bus.NewVerdictStore(res.Verdicts)
+	if _, err := store.Get(t.Context(), "acme", "p1"); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("Get missing: err = %v, want ErrNotFound", err)
+	}
+	first := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "first"}
+	if _, err := store.Create(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	second := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, Reason: "second"}
+	got, err := store.Create(t.Context(), second)
+	if !errors.Is(err, engine.ErrExists) || got == nil || got.Reason != "first" {
+		t.Fatalf("second Create: got %+v, err %v; want the first verdict and ErrExists", got, err)
+	}
+	got, err = store.Get(t.Context(), "acme", "p1")
+	if err != nil || got.Approved || got.Reason != "first" {
+		t.Fatalf("Get: %+v, %v; the first verdict must stand", got, err)
+	}
+}
+
+func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := bus.NewTrail(js)
+	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
+		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: ev, Tenant: "acme", ProposalID: "p1"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	seq, err := tr.Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := res.Audit.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs != 3 || seq != info.State.LastSeq {
+		t.Fatalf("stream holds %d events, last seq %d; Seal returned %d", info.State.Msgs, info.State.LastSeq, seq)
+	}
+	msg, err := res.Audit.GetMsg(t.Context(), seq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg.Subject != "gated.audit.acme.verdict.decided" {
+		t.Errorf("verdict event subject = %q", msg.Subject)
+	}
+}
+
+// gate is a running worker with the real engine and the default policy.
+// No reviewer plugin runs here, so proposals that need review are
+// blocked; the end-to-end suite in test/ covers reviews.
+type gate struct {
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	res    *bus.Resources
+	client *bus.Client
+}
+
+type noPlugins struct{}
+
+func (noPlugins) Route(*engine.Persona) (engine.Reviewer, error) {
+	return nil, fmt.Errorf("%w: no plugins run in this test", engine.ErrNoReviewer)
+}
+
+// flaky fails the first failures deliveries, then lets the engine decide.
+type flaky struct {
+	next     bus.Decider
+	failures int32
+	calls    atomic.Int32
+}
+
+func (f *flaky) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+	if f.calls.Add(1) <= f.failures {
+		return nil, errors.New("injected storage failure")
+	}
+	return f.next.Decide(ctx, d)
+}
+
+func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *gate {
+	t.Helper()
+	s := bustest.Server(t)
+	nc, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := policies.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := policies.Compile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := personas.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: noPlugins{}, Store: bus.NewVerdictStore(res.Verdicts)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d bus.Decider = eng
+	if wrap != nil {
+		d = wrap(eng)
+	}
+	w, err := bus.NewWorker(nc, js, res, d, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(5 * time.Second) })
+	client, err := bus.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gate{nc: nc, js: js, res: res, client: client}
+}
+
+func proposal(id, class, action string, extra string) []byte {
+	radius := ""
+	if class != "read" {
+		radius = `,"blast_radius":"single_device"`
+	}
+	return fmt.Appendf(nil, `{"v":1,"id":%q,"tenant":"acme","action":%q,"class":%q,"target":{"service":"nginx"}%s%s}`,
+		id, action, class, radius, extra)
+}
+
+func (g *gate) propose(t *testing.T, data []byte) *engine.Verdict {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	v, err := g.client.Propose(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// auditEvents returns the event names recorded for one proposal.
+func (g *gate) auditEvents(t *testing.T, tenant, id string) []string {
+	t.Helper()
+	ctx := t.Context()
+	cons, err := g.res.Audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"gated.audit." + tenant + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := g.res.Audit.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	batch, err := cons.FetchNoWait(int(info.State.Msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		var ev engine.AuditEvent
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatalf("audit event is not JSON: %v", err)
+		}
+		if ev.ProposalID == id {
+			events = append(events, ev.Event)
+		}
+	}
+	return events
+}
+
+func TestWorkerDecidesAndAudits(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	tests := []struct {
+		note    string
+		data    []byte
+		outcome engine.Outcome
+		stage   engine.Stage
+		events  []string
+	}{
+		{
+			note: "read passes at policy", data: proposal("r1", "read", "host_list_services", ""),
+			outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+		},
+		{
+			note: "skip_review is denied", data: proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
+			outcome: engine.OutcomeRejected, stage: engine.StagePolicy,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+		},
+		{
+			note: "no reviewer blocks", data: proposal("w2", "write", "host_restart_service", ""),
+			outcome: engine.OutcomeBlocked, stage: engine.StageReview,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+		},
+		{
+			note: "invalid class", data: proposal("bad1", "maybe", "host_restart_service", ""),
+			outcome: engine.OutcomeInvalid, stage: engine.StageValidation,
+			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			v := g.propose(t, tc.data)
+			if v.Outcome != tc.outcome || v.Stage != tc.stage {
+				t.Fatalf("verdict %s at %s (%s), want %s at %s", v.Outcome, v.Stage, v.Reason, tc.outcome, tc.stage)
+			}
+			if v.Approved != (tc.outcome == engine.OutcomeApproved) {
+				t.Fatalf("approved = %v for outcome %s", v.Approved, v.Outcome)
+			}
+			stored, err := g.client.Verdict(t.Context(), "acme", v.ProposalID)
+			if err != nil {
+				t.Fatalf("verdict not stored: %v", err)
+			}
+			if stored.AuditSeq == 0 || stored.AuditSeq != v.AuditSeq {
+				t.Fatalf("stored audit_seq %d, published %d", stored.AuditSeq, v.AuditSeq)
+			}
+			if got := g.auditEvents(t, "acme", v.ProposalID); strings.Join(got, ",") != strings.Join(tc.events, ",") {
+				t.Fatalf("audit events %v, want %v", got, tc.events)
+			}
+		})
+	}
+	// Every proposal was acknowledged: the work queue is empty.
+	waitFor(t, func() bool {
+		info, err := g.res.Proposals.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	}, "proposals stream to drain")
+}
+
+func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	data := proposal("dup1", "read", "host_list_services", "")
+	first := g.propose(t, data)
+	// The same proposal again: the stream drops it as a duplicate and the
+	// client reads the stored verdict.
+	again := g.propose(t, data)
+	if again.DecidedAt != first.DecidedAt || again.AuditSeq != first.AuditSeq {
+		t.Fatalf("duplicate got a new verdict: %+v vs %+v", again, first)
+	}
+	// The same bytes under another message id reach gated, which replays
+	// the stored verdict instead of deciding again.
+	sub, err := g.nc.SubscribeSync(bus.VerdictSubject("acme", "dup1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg("gated.proposals.acme.host_list_services")
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, "acme.dup1-retry")
+	if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed engine.Verdict
+	if err := json.Unmarshal(m.Data, &replayed); err != nil {
+		t.Fatal(err)
+	}
+	if replayed.AuditSeq != first.AuditSeq {
+		t.Fatalf("replayed audit_seq %d, want the original %d", replayed.AuditSeq, first.AuditSeq)
+	}
+	waitFor(t, func() bool {
+		events := g.auditEvents(t, "acme", "dup1")
+		return len(events) == 4 && events[3] == engine.EventReplayed
+	}, "a verdict.replayed audit event")
+}
+
+func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	g.propose(t, proposal("reuse1", "read", "host_list_services", ""))
+	sub, err := g.nc.SubscribeSync(bus.VerdictSubject("acme", "reuse1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg("gated.proposals.acme.host_restart_service")
+	msg.Data = proposal("reuse1", "write", "host_restart_service", "")
+	msg.Header.Set(jetstream.MsgIDHeader, "acme.reuse1-b")
+	if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v engine.Verdict
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeInvalid || !strings.Contains(v.Reason, "already used") {
+		t.Fatalf("verdict %s: %s; want invalid, id already used", v.Outcome, v.Reason)
+	}
+	stored, err := g.client.Verdict(t.Context(), "acme", "reuse1")
+	if err != nil || stored.Outcome != engine.OutcomeApproved || stored.Action != "host_list_services" {
+		t.Fatalf("stored verdict changed: %+v, %v", stored, err)
+	}
+}
+
+func TestGarbageGetsInvalidVerdict(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	tests := []struct {
+		note string
+		data []byte
+	}{
+		{note: "not JSON", data: []byte("restart everything please")},
+		{note: "JSON array", data: []byte(`[1,2,3]`)},
+		{note: "empty", data: nil},
+		{note: "oversize", data: append(append([]byte(`{"v":1,"id":"big","reason":"`), make([]byte, 1100<<10)...), `"}`...)},
+	}
+	for i, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			id := fmt.Sprintf("garbage%d", i)
+			sub, err := g.nc.SubscribeSync(bus.VerdictSubject("acme", id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := nats.NewMsg("gated.proposals.acme.host_restart_service")
+			msg.Data = tc.data
+			msg.Header.Set(jetstream.MsgIDHeader, "acme."+id)
+			if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+				t.Fatal(err)
+			}
+			m, err := sub.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatalf("no verdict for a malformed proposal: %v", err)
+			}
+			var v engine.Verdict
+			if err := json.Unmarshal(m.Data, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Outcome != engine.OutcomeInvalid || v.Approved || v.Stage != engine.StageValidation {
+				t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+			}
+		})
+	}
+}
+
+func TestFailedDecisionIsRedelivered(t *testing.T) {
+	f := &flaky{failures: 1}
+	g := startGate(t, func(d bus.Decider) bus.Decider { f.next = d; return f }, bus.Config{})
+	v := g.propose(t, proposal("retry1", "read", "host_list_services", ""))
+	if v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
+	}
+	if n := f.calls.Load(); n != 2 {
+		t.Fatalf("decider called %d times, want 2 (one failure, one redelivery)", n)
+	}
+}
+
+func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
+	f := &flaky{failures: 100}
+	g := startGate(t, func(d bus.Decider) bus.Decider { f.next = d; return f }, bus.Config{MaxDeliver: 2})
+	v := g.propose(t, proposal("doomed1", "read", "host_list_services", ""))
+	if v.Outcome != engine.OutcomeError || v.Approved {
+		t.Fatalf("outcome %s: %s; want error", v.Outcome, v.Reason)
+	}
+	if !strings.Contains(v.Reason, "2 deliveries") {
+		t.Errorf("reason %q does not say how many deliveries failed", v.Reason)
+	}
+}
+
+func TestAddressOf(t *testing.T) {
+	tests := []struct {
+		note string
+		data string
+		ok   bool
+	}{
+		{note: "valid", data: `{"tenant":"acme","id":"p-1","action":"x"}`, ok: true},
+		{note: "not JSON", data: `nope`},
+		{note: "uppercase tenant", data: `{"tenant":"ACME","id":"p1","action":"x"}`},
+		{note: "dotted id", data: `{"tenant":"acme","id":"p.1","action":"x"}`},
+		{note: "missing action", data: `{"tenant":"acme","id":"p1"}`},
+		{note: "wrong type", data: `{"tenant":1,"id":"p1","action":"x"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := bus.AddressOf([]byte(tc.data))
+			if (err == nil) != tc.ok {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, bus.ErrBadProposal) {
+				t.Fatalf("err = %v, want ErrBadProposal", err)
+			}
+		})
+	}
+}
+
+func FuzzAddressOf(f *testing.F) {
+	f.Add([]byte(`{"tenant":"acme","id":"p-1","action":"x"}`))
+	f.Add([]byte(`{"tenant":"acme","id":"p.1"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := bus.AddressOf(data)
+		if err != nil {
+			return
+		}
+		if !engine.ValidTenant(a.Tenant) || !engine.ValidID(a.ID) || !engine.ValidAction(a.Action) {
+			t.Fatalf("accepted an address with bad tokens: %+v", a)
+		}
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

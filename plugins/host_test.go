@@ -1,0 +1,267 @@
+package plugins
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/sdk"
+	"github.com/gated/gated/plugins/sop"
+)
+
+// The test binary doubles as the plugin: when GATED_TEST_PLUGIN is set it
+// serves that reviewer instead of running tests (the helper-process
+// pattern), so these tests launch real plugin processes over real gRPC.
+const helperEnv = "GATED_TEST_PLUGIN"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "sop":
+		sdk.Serve(sop.Reviewer{Version: "test"})
+	case "crash":
+		sdk.Serve(crashReviewer{})
+	case "slow":
+		sdk.Serve(slowReviewer{})
+	case "panic":
+		sdk.Serve(panicReviewer{})
+	}
+	os.Exit(2)
+}
+
+type crashReviewer struct{ sop.Reviewer }
+
+func (crashReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
+	os.Exit(7)
+	return nil, nil
+}
+
+type slowReviewer struct{ sop.Reviewer }
+
+func (slowReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Response, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+type panicReviewer struct{ sop.Reviewer }
+
+func (panicReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
+	panic("reviewer bug")
+}
+
+func helperSpec(t *testing.T, mode string) Spec {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := FileSHA256(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Spec{Name: mode, Path: exe, SHA256: sum, Env: []string{helperEnv + "=" + mode}}
+}
+
+func startHost(t *testing.T, specs ...Spec) *Host {
+	t.Helper()
+	h, err := NewHost(zaptest.NewLogger(t), specs[0].Name, specs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+var reviewer = &engine.Persona{
+	Name: "reviewer", PermissionMode: "read-only", Prompt: "Review carefully.",
+	RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"},
+}
+
+func reviewRequest(t *testing.T, action string, sop *engine.SOP) engine.ReviewRequest {
+	t.Helper()
+	p := &engine.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: action,
+		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.ReviewRequest{ReviewID: "rv1", Proposal: p, ProposalJSON: raw, Persona: reviewer, SOP: sop,
+		Deadline: time.Now().Add(time.Minute)}
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+func TestSOPReviewerOutOfProcess(t *testing.T) {
+	h := startHost(t, helperSpec(t, "sop"))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	covered := &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "restart the old unit"}
+	tests := []struct {
+		note     string
+		sop      *engine.SOP
+		approved bool
+	}{
+		{note: "covered by an SOP with a rollback", sop: covered, approved: true},
+		{note: "no SOP", sop: nil},
+		{note: "SOP without rollback", sop: &engine.SOP{ID: "SOP-9", Title: "No way back"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			res, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", tc.sop))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.PID == os.Getpid() || !alive(res.PID) {
+				t.Fatalf("review ran in pid %d; want a separate, live plugin process", res.PID)
+			}
+			_, approved, why := engine.Judge(res, reviewer)
+			if approved != tc.approved {
+				t.Fatalf("approved = %v (%s), want %v; text:\n%s", approved, why, tc.approved, res.Text)
+			}
+			wantLine := "Decision: reject"
+			if tc.approved {
+				wantLine = "Decision: approve"
+			}
+			if !strings.HasPrefix(res.Text, wantLine+"\n") {
+				t.Errorf("text does not open with %q:\n%s", wantLine, res.Text)
+			}
+		})
+	}
+}
+
+func TestCloseLeavesNoProcess(t *testing.T) {
+	h := startHost(t, helperSpec(t, "sop"))
+	pid := h.Plugins()[0].PID
+	if !alive(pid) {
+		t.Fatalf("plugin pid %d is not running after Start", pid)
+	}
+	h.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	// A zombie still answers kill(0); reaping is go-plugin's job, so a
+	// pid that remains means the process was not waited for.
+	if alive(pid) {
+		t.Fatalf("plugin pid %d still exists after Close", pid)
+	}
+	if _, err := h.Route(reviewer); !errors.Is(err, engine.ErrNoReviewer) {
+		t.Fatalf("Route after Close: err = %v, want ErrNoReviewer", err)
+	}
+}
+
+func TestTamperedBinaryIsRefused(t *testing.T) {
+	spec := helperSpec(t, "sop")
+	spec.SHA256 = strings.Repeat("0", 64)
+	h, err := NewHost(zaptest.NewLogger(t), spec.Name, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	err = h.Start(t.Context())
+	if !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Start: err = %v, want ErrChecksum", err)
+	}
+	if !strings.Contains(err.Error(), `plugin "sop"`) {
+		t.Errorf("error %q does not name the plugin", err)
+	}
+}
+
+func TestCrashDuringReviewIsAnError(t *testing.T) {
+	h := startHost(t, helperSpec(t, "crash"))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
+	if err == nil {
+		t.Fatal("a plugin that dies mid-review must fail the review")
+	}
+	if errors.Is(err, engine.ErrNoReviewer) {
+		t.Fatalf("a crash is an error, not a routing failure: %v", err)
+	}
+	// The next route relaunches the plugin.
+	deadline := time.Now().Add(5 * time.Second)
+	for h.procs["crash"].running() && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := h.Route(reviewer); err != nil {
+		t.Fatalf("Route after a crash should relaunch the plugin: %v", err)
+	}
+	if !h.Plugins()[0].Running {
+		t.Fatal("plugin not running after relaunch")
+	}
+}
+
+func TestDeadlineCancelsReview(t *testing.T) {
+	h := startHost(t, helperSpec(t, "slow"))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err = r.Review(ctx, reviewRequest(t, "host_restart_service", nil))
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+	}
+}
+
+func TestPanicInReviewerIsAnError(t *testing.T) {
+	h := startHost(t, helperSpec(t, "panic"))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
+	if err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("err = %v, want the plugin's panic reported as an error", err)
+	}
+	if !h.Plugins()[0].Running {
+		t.Fatal("a panic in one review must not take the plugin down")
+	}
+}
+
+func TestUnknownPluginIsBlocked(t *testing.T) {
+	h := startHost(t, helperSpec(t, "sop"))
+	_, err := h.Route(&engine.Persona{Name: "dba", Plugin: "llm"})
+	if !errors.Is(err, engine.ErrNoReviewer) || !errors.Is(err, ErrNotConfigured) {
+		t.Fatalf("err = %v, want ErrNoReviewer and ErrNotConfigured", err)
+	}
+}
+
+func TestNewHostRejectsBadSpecs(t *testing.T) {
+	good := Spec{Name: "a", Path: "/bin/true", SHA256: strings.Repeat("a", 64)}
+	tests := []struct {
+		note  string
+		specs []Spec
+		def   string
+	}{
+		{note: "missing sha256", specs: []Spec{{Name: "a", Path: "/bin/true"}}, def: "a"},
+		{note: "short sha256", specs: []Spec{{Name: "a", Path: "/bin/true", SHA256: "abcd"}}, def: "a"},
+		{note: "no path", specs: []Spec{{Name: "a", SHA256: good.SHA256}}, def: "a"},
+		{note: "duplicate", specs: []Spec{good, good}, def: "a"},
+		{note: "default not configured", specs: []Spec{good}, def: "b"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			if _, err := NewHost(zaptest.NewLogger(t), tc.def, tc.specs...); err == nil {
+				t.Fatal("NewHost accepted a bad spec")
+			}
+		})
+	}
+}
