@@ -1,0 +1,508 @@
+// Package test holds the end-to-end suites: they build the real gated
+// binary and run it as a user would, against its embedded NATS server,
+// with its reviewer plugin in a separate process.
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine"
+)
+
+var gatedBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gated-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gatedBin = filepath.Join(dir, "gated")
+	build := exec.Command("go", "build", "-o", gatedBin, "../cmd/gated")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "building gated:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// gated is a running `gated serve`.
+type gated struct {
+	cmd     *exec.Cmd
+	natsURL string
+	logs    *syncBuffer
+	exited  chan error
+}
+
+func startGated(t *testing.T, extra ...string) *gated {
+	t.Helper()
+	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
+	args := append([]string{"serve", "--data-dir", t.TempDir(), "--nats-listen", natsAddr,
+		"--http", httpAddr, "--personas", "../examples/personas", "--log-format", "json"}, extra...)
+	cmd := exec.Command(gatedBin, args...)
+	logs := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	g := &gated{cmd: cmd, natsURL: "nats://" + natsAddr, logs: logs, exited: make(chan error, 1)}
+	go func() { g.exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-g.exited
+		if t.Failed() {
+			t.Logf("gated logs:\n%s", logs.String())
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return g
+			}
+		}
+		select {
+		case err := <-g.exited:
+			t.Fatalf("gated exited before it was ready: %v\n%s", err, logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gated not ready after 30s\n%s", logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// propose runs `gated propose` and returns its exit code and stdout.
+func propose(t *testing.T, natsURL string, args ...string) (int, []byte, string) {
+	t.Helper()
+	cmd := exec.Command(gatedBin, append([]string{"propose", "--nats-url", natsURL, "--wait", "30s"}, args...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, stdout.Bytes(), stderr.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), stdout.Bytes(), stderr.String()
+	}
+	t.Fatal(err)
+	return 0, nil, ""
+}
+
+type auditRecord struct {
+	seq uint64
+	ev  engine.AuditEvent
+}
+
+// audit returns every audit event of one proposal, in stream order.
+func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
+	t.Helper()
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, "GATED_AUDIT")
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"gated.audit." + tenant + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batch, err := cons.FetchNoWait(int(info.State.Msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []auditRecord
+	for m := range batch.Messages() {
+		md, err := m.Metadata()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ev engine.AuditEvent
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatalf("audit event at seq %d is not JSON: %v", md.Sequence.Stream, err)
+		}
+		if ev.ProposalID == id {
+			out = append(out, auditRecord{seq: md.Sequence.Stream, ev: ev})
+		}
+	}
+	return out
+}
+
+func TestExampleProposals(t *testing.T) {
+	g := startGated(t)
+	gatedPID := g.cmd.Process.Pid
+	tests := []struct {
+		file    string
+		exit    int
+		outcome engine.Outcome
+		stage   engine.Stage
+		rule    string // a policy deny that must be present
+		events  []string
+	}{
+		{file: "approved.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
+		{file: "read-pass-through.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
+		{file: "rejected-no-sop.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StageReview,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
+		{file: "rejected-skip-review.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "no_skip_review",
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
+		{file: "rejected-force-approve.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "unsupported_force_approve",
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
+		{file: "rejected-force-approve-no-sop.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "unsupported_force_approve",
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
+		{file: "rejected-reviewer-tools.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "reviewer_tool_denied",
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
+		{file: "invalid.json", exit: 3, outcome: engine.OutcomeInvalid, stage: engine.StageValidation,
+			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
+	}
+	examples, err := filepath.Glob("../examples/proposals/*.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(examples) != len(tests) {
+		t.Fatalf("examples/proposals has %d files and this test covers %d: cover every example", len(examples), len(tests))
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			code, out, stderr := propose(t, g.natsURL, "-f", filepath.Join("../examples/proposals", tc.file))
+			if code != tc.exit {
+				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.exit, out, stderr)
+			}
+			var v engine.Verdict
+			if err := json.Unmarshal(out, &v); err != nil {
+				t.Fatalf("stdout is not a verdict: %v\n%s", err, out)
+			}
+			if v.Outcome != tc.outcome || v.Stage != tc.stage {
+				t.Fatalf("verdict %s at %s (%s), want %s at %s", v.Outcome, v.Stage, v.Reason, tc.outcome, tc.stage)
+			}
+			if v.Reason == "" {
+				t.Error("verdict has no reason")
+			}
+			if tc.rule != "" {
+				found := false
+				for _, d := range v.Policy.Denies {
+					found = found || d.Rule == tc.rule
+				}
+				if !found {
+					t.Errorf("policy denies %+v lack rule %s", v.Policy.Denies, tc.rule)
+				}
+			}
+			if tc.stage != engine.StageValidation && (v.Policy == nil || !strings.HasPrefix(v.Policy.Revision, "sha256:")) {
+				t.Errorf("verdict carries no policy revision: %+v", v.Policy)
+			}
+
+			recs := audit(t, g.natsURL, v.Tenant, v.ProposalID)
+			var names []string
+			for _, r := range recs {
+				names = append(names, r.ev.Event)
+			}
+			if strings.Join(names, ",") != strings.Join(tc.events, ",") {
+				t.Fatalf("audit events %v, want %v", names, tc.events)
+			}
+			if last := recs[len(recs)-1]; last.seq != v.AuditSeq {
+				t.Errorf("verdict audit_seq %d, but the verdict event is at %d", v.AuditSeq, last.seq)
+			}
+			if tc.stage == engine.StageReview {
+				assertReviewedOutOfProcess(t, recs, gatedPID)
+			}
+		})
+	}
+}
+
+// assertReviewedOutOfProcess checks that the review.finished event names
+// a plugin process that is a child of gated, runs `gated plugin run sop`,
+// and is not gated itself.
+func assertReviewedOutOfProcess(t *testing.T, recs []auditRecord, gatedPID int) {
+	t.Helper()
+	for _, r := range recs {
+		if r.ev.Event != engine.EventReviewDone {
+			continue
+		}
+		var data struct {
+			PID    int    `json:"pid"`
+			Plugin string `json:"plugin"`
+		}
+		if err := json.Unmarshal(r.ev.Data, &data); err != nil {
+			t.Fatal(err)
+		}
+		if data.PID == 0 || data.PID == gatedPID {
+			t.Fatalf("review ran in pid %d; gated is %d", data.PID, gatedPID)
+		}
+		if ppid := parentPID(t, data.PID); ppid != gatedPID {
+			t.Fatalf("reviewer pid %d has parent %d, want gated %d", data.PID, ppid, gatedPID)
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", data.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Join(strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")[1:], " "); got != "plugin run sop" {
+			t.Fatalf("reviewer process runs %q, want %q", got, "plugin run sop")
+		}
+		return
+	}
+	t.Fatal("no review.finished event")
+}
+
+func parentPID(t *testing.T, pid int) int {
+	t.Helper()
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatalf("reading /proc/%d/stat: %v", pid, err)
+	}
+	// Fields after the parenthesised command: state, ppid, ...
+	rest := string(stat[bytes.LastIndexByte(stat, ')')+2:])
+	fields := strings.Fields(rest)
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ppid
+}
+
+// pluginPIDs lists the children of pid that run `plugin run`.
+func pluginPIDs(t *testing.T, parent int) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil || !bytes.Contains(cmdline, []byte("plugin\x00run\x00")) || !bytes.HasPrefix(cmdline, []byte(gatedBin)) {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
+		if ppid, _ := strconv.Atoi(fields[1]); ppid == parent || parent == 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func gone(pid int) bool { return syscall.Kill(pid, 0) != nil }
+
+func waitGone(t *testing.T, pids []int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range pids {
+		for !gone(pid) {
+			if time.Now().After(deadline) {
+				t.Fatalf("plugin process %d still runs", pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+func TestSIGTERMStopsPlugins(t *testing.T) {
+	g := startGated(t)
+	pids := pluginPIDs(t, g.cmd.Process.Pid)
+	if len(pids) != 1 {
+		t.Fatalf("found plugin processes %v under gated, want one", pids)
+	}
+	if err := g.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-g.exited:
+		g.exited <- err // for cleanup
+		if err != nil {
+			t.Fatalf("gated exited with %v after SIGTERM", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("gated did not exit within 30s of SIGTERM")
+	}
+	waitGone(t, pids)
+	if !strings.Contains(g.logs.String(), "gated stopped") {
+		t.Errorf("no clean-stop log line:\n%s", g.logs.String())
+	}
+}
+
+func TestSIGKILLLeavesNoOrphan(t *testing.T) {
+	g := startGated(t)
+	pids := pluginPIDs(t, g.cmd.Process.Pid)
+	if len(pids) != 1 {
+		t.Fatalf("found plugin processes %v under gated, want one", pids)
+	}
+	if err := g.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pids)
+}
+
+func TestProposeUsage(t *testing.T) {
+	dir := t.TempDir()
+	notJSON := filepath.Join(dir, "bad.json")
+	if err := os.WriteFile(notJSON, []byte("restart it"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noTenant := filepath.Join(dir, "notenant.json")
+	if err := os.WriteFile(noTenant, []byte(`{"id":"x","action":"y"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unreachable := "nats://" + freeAddr(t)
+	tests := []struct {
+		note string
+		args []string
+		exit int
+		say  string
+	}{
+		{note: "no file", args: nil, exit: 2, say: "-f is required"},
+		{note: "missing file", args: []string{"-f", filepath.Join(dir, "nope.json")}, exit: 2, say: "no such file"},
+		{note: "not JSON", args: []string{"-f", notJSON}, exit: 2, say: "not valid JSON"},
+		{note: "no tenant", args: []string{"-f", noTenant}, exit: 2, say: "tenant"},
+		{note: "unknown flag", args: []string{"--bogus"}, exit: 2, say: "unknown flag"},
+		{note: "no server", args: []string{"-f", "../examples/proposals/approved.json"}, exit: 1, say: "is gated serve running"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			code, _, stderr := propose(t, unreachable, tc.args...)
+			if code != tc.exit || !strings.Contains(stderr, tc.say) {
+				t.Fatalf("exit %d, stderr %q; want exit %d saying %q", code, stderr, tc.exit, tc.say)
+			}
+		})
+	}
+}
+
+func TestServeRefusesShortReviewTimeout(t *testing.T) {
+	cmd := exec.Command(gatedBin, "serve", "--review-timeout", "10s", "--data-dir", t.TempDir())
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 {
+		t.Fatalf("err = %v, want exit 2\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "below the 30s minimum") {
+		t.Fatalf("output does not explain the limit:\n%s", out)
+	}
+}
+
+// TestVerdictsSurviveRestart checks that the verdict store is durable: a
+// proposal replayed after gated restarts on the same data directory gets
+// the stored verdict.
+func TestVerdictsSurviveRestart(t *testing.T) {
+	dataDir := t.TempDir()
+	natsAddr := freeAddr(t)
+	run := func() (*exec.Cmd, chan error, *syncBuffer) {
+		cmd := exec.Command(gatedBin, "serve", "--data-dir", dataDir, "--nats-listen", natsAddr, "--log-format", "json")
+		logs := &syncBuffer{}
+		cmd.Stdout, cmd.Stderr = logs, logs
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		waitLog(t, logs, "gated is ready")
+		return cmd, done, logs
+	}
+	cmd, done, _ := run()
+	code, first, stderr := propose(t, "nats://"+natsAddr, "-f", "../examples/proposals/approved.json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	<-done
+	cmd, done, _ = run()
+	defer func() { _ = cmd.Process.Kill(); <-done }()
+	code, again, stderr := propose(t, "nats://"+natsAddr, "-f", "../examples/proposals/approved.json")
+	if code != 0 {
+		t.Fatalf("exit %d after restart: %s", code, stderr)
+	}
+	var a, b engine.Verdict
+	_ = json.Unmarshal(first, &a)
+	_ = json.Unmarshal(again, &b)
+	if !a.DecidedAt.Equal(b.DecidedAt) || a.AuditSeq != b.AuditSeq {
+		t.Fatalf("after restart the proposal was decided again: %v/%d vs %v/%d", a.DecidedAt, a.AuditSeq, b.DecidedAt, b.AuditSeq)
+	}
+}
+
+func waitLog(t *testing.T, logs *syncBuffer, line string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		sc := bufio.NewScanner(strings.NewReader(logs.String()))
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), line) {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no %q in the logs after 30s:\n%s", line, logs.String())
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
