@@ -7,6 +7,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,14 +57,9 @@ func Parse(file string, src []byte) (*engine.Persona, []string, error) {
 	if !ok {
 		return nil, nil, fail("must start with a --- line opening the YAML frontmatter")
 	}
-	end := bytes.Index(rest, []byte("\n---"))
-	if end < 0 {
+	head, body, ok := splitFrontmatter(rest)
+	if !ok {
 		return nil, nil, fail("frontmatter is not closed by a --- line")
-	}
-	head := rest[:end+1]
-	body := rest[end+4:]
-	if i := bytes.IndexByte(body, '\n'); i >= 0 && len(bytes.TrimSpace(body[:i])) == 0 {
-		body = body[i+1:]
 	}
 
 	var fm frontmatter
@@ -72,7 +69,7 @@ func Parse(file string, src []byte) (*engine.Persona, []string, error) {
 	var keys map[string]any
 	_ = yaml.Unmarshal(head, &keys)
 	var warnings []string
-	for k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(keys)) {
 		if !knownKeys[k] {
 			warnings = append(warnings, fmt.Sprintf("%s: unknown frontmatter key %q ignored", file, k))
 		}
@@ -82,7 +79,8 @@ func Parse(file string, src []byte) (*engine.Persona, []string, error) {
 		Name: fm.Name, Description: fm.Description, WhenToUse: fm.WhenToUse, Model: fm.Model,
 		MaxTurns: fm.MaxTurns, PermissionMode: fm.PermissionMode, Background: fm.Background,
 		Tools: fm.Tools, DisallowedTools: fm.DisallowedTools, CriticalReminder: strings.TrimSpace(fm.CriticalReminder),
-		RequiredGates: fm.RequiredGates, Plugin: fm.Plugin, Prompt: strings.TrimSpace(string(body)),
+		RequiredGates: fm.RequiredGates, Plugin: fm.Plugin,
+		Prompt: strings.TrimSpace(strings.ReplaceAll(string(body), "\r\n", "\n")),
 	}
 	if !engine.ValidTenant(p.Name) {
 		return nil, nil, fail("name %q must match [a-z0-9_-]{1,64}", p.Name)
@@ -112,6 +110,27 @@ func Parse(file string, src []byte) (*engine.Persona, []string, error) {
 		return nil, nil, fail("the body (the system prompt) is empty")
 	}
 	return p, warnings, nil
+}
+
+// splitFrontmatter finds the first line that is exactly --- (trailing
+// white space and a CR allowed) and splits around it.
+func splitFrontmatter(rest []byte) (head, body []byte, ok bool) {
+	for off := 0; off <= len(rest); {
+		line := rest[off:]
+		next := len(rest)
+		if i := bytes.IndexByte(line, '\n'); i >= 0 {
+			line = line[:i]
+			next = off + i + 1
+		}
+		if string(bytes.TrimRight(line, " \t\r")) == "---" {
+			return rest[:off], rest[next:], true
+		}
+		if next == len(rest) {
+			break
+		}
+		off = next
+	}
+	return nil, nil, false
 }
 
 // cutLine removes a first line equal to want (ignoring trailing space).
