@@ -25,11 +25,11 @@ func ParseDecision(text string) (Decision, string) {
 		return DecisionReject, "reviewer returned no text"
 	}
 	norm := normaliseDecisionLine(line)
-	value, ok := strings.CutPrefix(norm, "decision:")
+	value, ok := strings.CutPrefix(norm, "decision: ")
 	if !ok {
 		return DecisionReject, fmt.Sprintf("first line %q is not a decision line", clip(line))
 	}
-	switch strings.TrimSpace(value) {
+	switch value {
 	case "approve":
 		return DecisionApprove, "reviewer approved"
 	case "reject":

@@ -82,20 +82,30 @@ func DecodeProposal(data []byte, subjectTenant, subjectAction string, limits Lim
 	if !utf8.Valid(data) {
 		return nil, fieldErr("", "proposal is not valid UTF-8")
 	}
+	if trimmed := bytes.TrimSpace(data); trimmed[0] != '{' {
+		if bytes.Equal(trimmed, []byte("null")) {
+			return nil, fieldErr("", "proposal must be a JSON object, not null")
+		}
+	}
 	var p Proposal
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	dec.UseNumber()
 	if err := dec.Decode(&p); err != nil {
+		if strings.HasPrefix(err.Error(), "json: unknown field ") {
+			// encoding/json names the field but not where it is; the key
+			// walk names the full path.
+			if problem := checkKeys(data); problem != nil {
+				return nil, problem
+			}
+		}
 		return nil, jsonFieldError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fieldErr("", "unexpected data after the proposal object")
 	}
-	if field, err := firstDuplicateKey(data); err != nil {
-		return nil, fieldErr("", "proposal is not valid JSON: %v", err)
-	} else if field != "" {
-		return nil, fieldErr(field, "appears more than once; every key must be unique")
+	if problem := checkKeys(data); problem != nil {
+		return nil, problem
 	}
 	if err := validate(&p, subjectTenant, subjectAction, limits); err != nil {
 		return nil, err
@@ -123,6 +133,9 @@ func jsonFieldError(err error) error {
 		return fieldErr("", "proposal is truncated JSON")
 	}
 	msg := err.Error()
+	if strings.Contains(msg, "Time.UnmarshalJSON") {
+		return fieldErr("created_at", "must be an RFC 3339 time string such as 2026-01-02T15:04:05Z")
+	}
 	if name, ok := strings.CutPrefix(msg, "json: unknown field "); ok {
 		return fieldErr(strings.Trim(name, `"`), "is not a field of the v1 proposal schema")
 	}
@@ -145,81 +158,126 @@ func jsonTypeName(kind string) string {
 	return kind
 }
 
-// firstDuplicateKey reports the path of the first object key that occurs
-// twice in the same object. encoding/json keeps the last of duplicates
-// while other parsers keep the first; refusing them means the policy and
-// the agent's executor can never read two different proposals out of one
-// message. data has already been parsed successfully, so nesting is
-// bounded by encoding/json's own depth limit.
-func firstDuplicateKey(data []byte) (string, error) {
-	d := dupFinder{dec: json.NewDecoder(bytes.NewReader(data))}
-	d.dec.UseNumber()
-	if err := d.value(); err != nil {
-		if errors.Is(err, errDuplicate) {
-			return d.dupPath, nil
+// checkKeys walks the whole document and reports the first key that
+// repeats within one object, or that is not, byte for byte, a field of the
+// schema. encoding/json matches field names case-insensitively and keeps
+// the last of duplicate keys, while other parsers are case-sensitive and
+// may keep the first: without this pass, {"class":"destructive",
+// "CLASS":"read"} would read as a read to gated and as destructive to a
+// case-sensitive executor. data has already been parsed successfully, so
+// nesting is bounded by encoding/json's own depth limit.
+func checkKeys(data []byte) *FieldError {
+	k := keyChecker{dec: json.NewDecoder(bytes.NewReader(data))}
+	k.dec.UseNumber()
+	if err := k.value(proposalSchema); err != nil {
+		if k.problem != nil {
+			return k.problem
 		}
-		return "", err
+		return fieldErr("", "proposal is not valid JSON: %v", err)
 	}
-	return "", nil
+	return nil
 }
 
-var errDuplicate = errors.New("duplicate key")
+// schema describes the keys an object may hold. A nil *schema accepts any
+// value (free-form objects such as target).
+type schema struct {
+	fields map[string]*schema
+	items  *schema // for arrays of objects
+}
 
-type dupFinder struct {
+var (
+	freeForm       *schema
+	proposalSchema = &schema{fields: map[string]*schema{
+		"v": freeForm, "id": freeForm, "tenant": freeForm, "kind": freeForm, "action": freeForm,
+		"class": freeForm, "target": freeForm, "reason": freeForm, "blast_radius": freeForm,
+		"operator":        {fields: map[string]*schema{"id": freeForm, "roles": freeForm}},
+		"requested_by":    {fields: map[string]*schema{"agent": freeForm, "session": freeForm}},
+		"incident_id":     freeForm,
+		"context_summary": freeForm,
+		"flags": {fields: map[string]*schema{
+			"skip_review": freeForm, "force_approve": freeForm, "force_approve_no_sop": freeForm, "user_confirmed": freeForm,
+		}},
+		"reviewer": freeForm,
+		"criteria": {items: &schema{fields: map[string]*schema{
+			"id": freeForm, "description": freeForm, "required": freeForm, "kind": freeForm, "params": freeForm,
+		}}},
+		"run": {fields: map[string]*schema{
+			"run_id": freeForm, "task_id": freeForm, "status": freeForm, "summary": freeForm, "diff": freeForm,
+			"test_output": freeForm, "round": freeForm, "worker": freeForm, "prior_reviews": freeForm,
+		}},
+		"created_at": freeForm,
+	}}
+)
+
+var errStopWalk = errors.New("stop")
+
+type keyChecker struct {
 	dec     *json.Decoder
 	path    []string // keys and [i] segments leading to the current value
-	dupPath string
+	problem *FieldError
 }
 
-func (d *dupFinder) value() error {
-	tok, err := d.dec.Token()
+func (k *keyChecker) value(sc *schema) error {
+	tok, err := k.dec.Token()
 	if err != nil {
 		return err
 	}
 	switch tok {
 	case json.Delim('{'):
 		var keys map[string]struct{}
-		for d.dec.More() {
-			kt, err := d.dec.Token()
+		for k.dec.More() {
+			kt, err := k.dec.Token()
 			if err != nil {
 				return err
 			}
 			name, _ := kt.(string)
 			if _, dup := keys[name]; dup {
-				d.dupPath = d.render(name)
-				return errDuplicate
+				k.problem = fieldErr(k.render(name), "appears more than once; every key must be unique")
+				return errStopWalk
+			}
+			var child *schema
+			if sc != nil && sc.fields != nil {
+				var known bool
+				if child, known = sc.fields[name]; !known {
+					k.problem = fieldErr(k.render(name), "is not a field of the v1 proposal schema (field names are case-sensitive)")
+					return errStopWalk
+				}
 			}
 			if keys == nil {
 				keys = make(map[string]struct{}, 8)
 			}
 			keys[name] = struct{}{}
-			d.path = append(d.path, name)
-			err = d.value()
-			d.path = d.path[:len(d.path)-1]
+			k.path = append(k.path, name)
+			err = k.value(child)
+			k.path = k.path[:len(k.path)-1]
 			if err != nil {
 				return err
 			}
 		}
-		_, err = d.dec.Token()
+		_, err = k.dec.Token()
 		return err
 	case json.Delim('['):
-		for i := 0; d.dec.More(); i++ {
-			d.path = append(d.path, "["+strconv.Itoa(i)+"]")
-			err := d.value()
-			d.path = d.path[:len(d.path)-1]
+		var item *schema
+		if sc != nil {
+			item = sc.items
+		}
+		for i := 0; k.dec.More(); i++ {
+			k.path = append(k.path, "["+strconv.Itoa(i)+"]")
+			err := k.value(item)
+			k.path = k.path[:len(k.path)-1]
 			if err != nil {
 				return err
 			}
 		}
-		_, err = d.dec.Token()
+		_, err = k.dec.Token()
 		return err
 	}
 	return nil
 }
 
-func (d *dupFinder) render(last string) string {
+func (k *keyChecker) render(last string) string {
 	var b strings.Builder
-	for _, seg := range append(d.path, last) {
+	for _, seg := range append(k.path, last) {
 		if b.Len() > 0 && !strings.HasPrefix(seg, "[") {
 			b.WriteByte('.')
 		}

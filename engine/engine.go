@@ -91,6 +91,9 @@ type Delivery struct {
 // address and is only audited. An error means the audit trail or the store
 // failed: nothing was decided durably and the message must be redelivered.
 func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
+	if d.Trail == nil {
+		return nil, fmt.Errorf("%w: a delivery needs an audit trail", ErrInvalidOption)
+	}
 	start := e.cfg.Clock.Now()
 	digest := sha256.Sum256(d.Data)
 	run := &decision{
@@ -238,15 +241,17 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 		timeout = r.e.cfg.ReviewTimeout
 	}
 	reviewID := newReviewID()
-	deadline := r.e.cfg.Clock.Now().Add(timeout)
-	rctx, cancel := context.WithDeadline(ctx, deadline)
+	// The deadline is wall-clock time: the injected Clock only stamps
+	// verdicts and events.
+	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	deadline, _ := rctx.Deadline()
 
 	r.recordBestEffort(ctx, EventReviewStarted, map[string]any{
 		"review_id": reviewID, "persona": persona.Name, "plugin": persona.Plugin,
 		"tools": pd.ReviewerTools, "deadline": deadline,
 	})
-	started := r.e.cfg.Clock.Now()
+	started := time.Now()
 	res, err := reviewer.Review(rctx, ReviewRequest{
 		ReviewID:       reviewID,
 		Proposal:       r.p,
@@ -259,7 +264,7 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 		Why:            pd.Review.Why,
 		Deadline:       deadline,
 	})
-	latency := r.e.cfg.Clock.Now().Sub(started)
+	latency := time.Since(started)
 	if err != nil {
 		outcome := OutcomeError
 		switch {
@@ -301,7 +306,7 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	text := res.Text
 	if len(text) > MaxDecisionTextBytes {
-		text = text[:MaxDecisionTextBytes]
+		text = strings.ToValidUTF8(text[:MaxDecisionTextBytes], "")
 	}
 	decision, parsed := ParseDecision(res.Text)
 	rev := Review{
@@ -323,9 +328,12 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 		rev.Decision = DecisionReject
 		return rev, false, fmt.Sprintf("%s wrote an approval but reported decision %q; a disagreement is a rejection", who, res.Decision)
 	}
+	// A gate passes only if every report of it passed: a reviewer that
+	// says both pass and fail has not said pass.
 	passed := make(map[string]bool, len(res.Gates))
 	for _, g := range res.Gates {
-		passed[g.Name] = passed[g.Name] || g.Passed
+		prev, seen := passed[g.Name]
+		passed[g.Name] = g.Passed && (!seen || prev)
 	}
 	for _, g := range persona.RequiredGates {
 		if !passed[g] {
