@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test test-short vet fmt proto fuzz clean
+.PHONY: all build run test vet fmt proto fuzz clean
 
 all: build
 
@@ -40,6 +40,7 @@ fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzRecoverAddress$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzParseProposalSubject$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 

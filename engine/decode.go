@@ -61,6 +61,9 @@ func ParseProposalSubject(subject string) (tenant, action string, err error) {
 	if !ValidTenant(tenant) {
 		return "", "", fieldErr("subject", "tenant token %q must match [a-z0-9_-]{1,64}", tenant)
 	}
+	if tenant == UnknownTenant {
+		return "", "", fieldErr("subject", "tenant %q is reserved for audit events whose tenant is unknown", tenant)
+	}
 	if !ValidAction(action) {
 		return "", "", fieldErr("subject", "action token %q must match [A-Za-z0-9_-]{1,128}", action)
 	}
@@ -298,7 +301,7 @@ func RecoverAddress(subject string, data []byte, msgID string) (tenant, id strin
 		return "", ""
 	}
 	tenant, _, _ = strings.Cut(rest, ".")
-	if !ValidTenant(tenant) {
+	if !ValidTenant(tenant) || tenant == UnknownTenant {
 		return "", ""
 	}
 	var probe struct {
@@ -334,6 +337,9 @@ func validate(p *Proposal, subjectTenant, subjectAction string, l Limits) error 
 	}
 	if !ValidTenant(p.Tenant) {
 		return fieldErr("tenant", "%q must match [a-z0-9_-]{1,64}", clip(p.Tenant))
+	}
+	if p.Tenant == UnknownTenant {
+		return fieldErr("tenant", "%q is reserved for audit events whose tenant is unknown", p.Tenant)
 	}
 	if subjectTenant != "" && p.Tenant != subjectTenant {
 		return fieldErr("tenant", "%q does not match the subject's tenant %q", p.Tenant, subjectTenant)

@@ -507,3 +507,38 @@ func BenchmarkDecodeProposal(b *testing.B) {
 		}
 	}
 }
+
+func TestReservedTenant(t *testing.T) {
+	if _, _, err := engine.ParseProposalSubject("gated.proposals._.x"); err == nil {
+		t.Error("subject tenant _ accepted")
+	}
+	_, err := engine.DecodeProposal([]byte(`{"v":1,"id":"p1","tenant":"_","action":"x","class":"read"}`), "", "", engine.Limits{})
+	var fe *engine.FieldError
+	if !errors.As(err, &fe) || fe.Field != "tenant" {
+		t.Errorf("tenant _: err = %v, want a tenant field error", err)
+	}
+	if tenant, id := engine.RecoverAddress("gated.proposals._.x", []byte(`{"id":"p1"}`), ""); tenant != "" || id != "" {
+		t.Errorf("recovered %q/%q under the reserved tenant", tenant, id)
+	}
+}
+
+func FuzzParseProposalSubject(f *testing.F) {
+	for _, s := range []string{"gated.proposals.acme.x", "gated.proposals.acme", "gated.proposals.a.b.c", "gated.proposals._.x", "gated.proposals..x", "nats.x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, subject string) {
+		tenant, action, err := engine.ParseProposalSubject(subject)
+		if err != nil {
+			if !errors.Is(err, engine.ErrInvalidProposal) {
+				t.Fatalf("error %v does not wrap ErrInvalidProposal", err)
+			}
+			return
+		}
+		if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant || !engine.ValidAction(action) {
+			t.Fatalf("accepted %q as tenant %q action %q", subject, tenant, action)
+		}
+		if subject != "gated.proposals."+tenant+"."+action {
+			t.Fatalf("%q split into %q and %q", subject, tenant, action)
+		}
+	})
+}

@@ -130,7 +130,9 @@ func Compile(ctx context.Context, b *Bundle) (*Evaluator, error) {
 	}
 	opts := []func(*rego.Rego){
 		rego.Query(Query),
-		rego.Store(inmem.NewFromObject(b.Data)),
+		// Keep data as AST values so a rule reading data.gated.config does
+		// not convert Go maps on every evaluation.
+		rego.Store(inmem.NewFromObjectWithOpts(b.Data, inmem.OptReturnASTValuesOnRead(true))),
 		// A builtin error is an evaluation error, and so an error verdict,
 		// rather than a silently undefined rule.
 		rego.StrictBuiltinErrors(true),
