@@ -484,3 +484,14 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+func TestClientRefusesAnotherProposalsVerdict(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	g.propose(t, proposal("reuse2", "read", "host_list_services", ""))
+	// Within the duplicate window the stream drops the second proposal;
+	// the client must not hand back the first one's approval.
+	_, err := g.client.Propose(t.Context(), proposal("reuse2", "destructive", "db_drop_table", ""))
+	if !errors.Is(err, bus.ErrIDReused) {
+		t.Fatalf("err = %v, want ErrIDReused", err)
+	}
+}

@@ -2,6 +2,8 @@ package bus
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +22,11 @@ var ErrBadProposal = errors.New("proposal cannot be addressed")
 
 // ErrNoVerdict means no verdict arrived before the context ended.
 var ErrNoVerdict = errors.New("no verdict before the deadline")
+
+// ErrIDReused means the id was already used by a different proposal of the
+// same tenant. The stream drops the new one as a duplicate, so it was
+// never decided: choose a new id.
+var ErrIDReused = errors.New("proposal id already used by a different proposal")
 
 // Client is the fleet side: it publishes proposals and waits for their
 // verdicts. It is safe for concurrent use.
@@ -90,13 +97,27 @@ func (c *Client) Propose(ctx context.Context, data []byte) (*engine.Verdict, err
 	msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, a.Tenant+"."+a.ID)
+	sum := sha256.Sum256(data)
+	digest := hex.EncodeToString(sum[:])
+	// answer accepts only a verdict for exactly these bytes: an earlier
+	// proposal's verdict under the same id, or a message that merely claims
+	// to be a verdict, is not this proposal's answer.
+	answer := func(v *engine.Verdict) (*engine.Verdict, error) {
+		if v.Tenant != a.Tenant || v.ProposalID != a.ID {
+			return nil, fmt.Errorf("verdict names %s.%s, want %s.%s", v.Tenant, v.ProposalID, a.Tenant, a.ID)
+		}
+		if v.ProposalSHA256 != "" && v.ProposalSHA256 != digest {
+			return nil, fmt.Errorf("%w: %s.%s", ErrIDReused, a.Tenant, a.ID)
+		}
+		return v, nil
+	}
 	ack, err := c.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return nil, fmt.Errorf("publishing proposal %s.%s: %w", a.Tenant, a.ID, err)
 	}
 	if ack.Duplicate {
 		if v, err := c.Verdict(ctx, a.Tenant, a.ID); err == nil {
-			return v, nil
+			return answer(v)
 		}
 	}
 	// Poll the bucket now and then as well: a verdict published while a
@@ -108,15 +129,15 @@ func (c *Client) Propose(ctx context.Context, data []byte) (*engine.Verdict, err
 		case m := <-ch:
 			var v engine.Verdict
 			if err := json.Unmarshal(m.Data, &v); err != nil {
-				return nil, fmt.Errorf("decoding verdict: %w", err)
+				return nil, fmt.Errorf("decoding verdict on %s: %w", m.Subject, err)
 			}
-			return &v, nil
+			return answer(&v)
 		case <-poll.C:
 			if !ack.Duplicate {
 				continue
 			}
 			if v, err := c.Verdict(ctx, a.Tenant, a.ID); err == nil {
-				return v, nil
+				return answer(v)
 			}
 		case <-ctx.Done():
 			return nil, fmt.Errorf("%w: proposal %s.%s: %v", ErrNoVerdict, a.Tenant, a.ID, ctx.Err())

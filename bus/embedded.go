@@ -47,6 +47,12 @@ func StartEmbedded(cfg EmbeddedConfig, log *zap.Logger) (*server.Server, error) 
 	if port == 0 {
 		port = server.RANDOM_PORT
 	}
+	if host == "" {
+		// nats-server reads an empty host as every interface; gated's
+		// embedded server is unauthenticated, so it stays on loopback
+		// unless asked otherwise by name (0.0.0.0).
+		host = "127.0.0.1"
+	}
 	opts := &server.Options{
 		ServerName: "gated-embedded",
 		Host:       host,

@@ -190,17 +190,19 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		return v
 	}
 	r.revision = pd.Revision
-	policyRef := &PolicyRef{Denies: pd.Denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
-	if policyRef.Denies == nil {
-		policyRef.Denies = []Deny{}
+	denies := slices.Clone(pd.Denies)
+	slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
+	if denies == nil {
+		denies = []Deny{}
 	}
+	policyRef := &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
 	r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{
 		"denies": policyRef.Denies, "review": pd.Review, "reviewer_tools": pd.ReviewerTools,
 		"denied_tools": pd.DeniedTools, "eval_us": policyRef.EvalUS, "sop": sopID(pd.SOP),
 	})
 
-	if len(pd.Denies) > 0 {
-		v := r.verdict(OutcomeRejected, StagePolicy, denyReason(pd.Denies))
+	if len(denies) > 0 {
+		v := r.verdict(OutcomeRejected, StagePolicy, denyReason(denies))
 		v.Policy = policyRef
 		return v
 	}
@@ -453,10 +455,8 @@ func mustJSON(v any) json.RawMessage {
 }
 
 func denyReason(denies []Deny) string {
-	sorted := slices.Clone(denies)
-	slices.SortFunc(sorted, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
-	parts := make([]string, 0, len(sorted))
-	for _, d := range sorted {
+	parts := make([]string, 0, len(denies))
+	for _, d := range denies {
 		parts = append(parts, d.Rule+": "+d.Message)
 	}
 	return "policy denied: " + strings.Join(parts, "; ")

@@ -52,13 +52,22 @@ review_skipped if {
 	glob.match(pattern, null, proposal.action)
 }
 
+# read_pass_through: a read action skips review only when the tool catalog
+# also lists the action as read. The class is the agent's own claim; an
+# action the catalog does not know is reviewed, and one the catalog lists as
+# mutating is denied (rule class_mismatch).
+read_pass_through if {
+	proposal.class == "read"
+	object.get(tool_catalog, [proposal.action, "class"], "unknown") == "read"
+}
+
 review := {
 	"required": false,
 	"persona": "",
 	"quorum": 0,
 	"why": "read actions change nothing and need no review",
 } if {
-	proposal.class == "read"
+	read_pass_through
 } else := {
 	"required": false,
 	"persona": "",
@@ -69,9 +78,18 @@ review := {
 } else := {
 	"required": true,
 	"persona": persona_name,
-	"quorum": 1,
-	"why": sprintf("%s actions need review", [proposal.class]),
+	"quorum": quorum,
+	"why": review_why,
 }
+
+review_why := sprintf("%s is declared read but is not a read action in the tool catalog", [proposal.action]) if {
+	proposal.class == "read"
+} else := sprintf("%s actions need review", [proposal.class])
+
+# quorum: tenant-wide changes need more than one reviewer.
+quorum := object.get(settings, "tenant_wide_quorum", 2) if {
+	proposal.blast_radius == "tenant_wide"
+} else := 1
 
 # --- SOP catalog -------------------------------------------------------------
 

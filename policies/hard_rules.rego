@@ -71,3 +71,23 @@ deny contains {"rule": "reviewer_tool_denied", "message": msg} if {
 		[object.get(input.persona, "name", ""), object.get(input.persona, "permission_mode", "")],
 	)
 }
+
+# class_mismatch: an action the tool catalog lists as mutating cannot be
+# declared read to skip review.
+deny contains {"rule": "class_mismatch", "message": msg} if {
+	proposal.class == "read"
+	catalog_class := object.get(tool_catalog, [proposal.action, "class"], "unknown")
+	catalog_class != "unknown"
+	catalog_class != "read"
+	msg := sprintf("%s is declared read, but the tool catalog lists it as %s", [proposal.action, catalog_class])
+}
+
+# self_review: the reviewer may not be the agent that proposes.
+deny contains {"rule": "self_review", "message": msg} if {
+	review.required
+	input.persona != null
+	agent := object.get(proposal, ["requested_by", "agent"], "")
+	agent != ""
+	agent in {object.get(input.persona, "name", ""), object.get(input.persona, "plugin", "")}
+	msg := sprintf("agent %q proposed this change and may not review it", [agent])
+}

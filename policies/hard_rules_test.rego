@@ -135,7 +135,7 @@ test_write_persona_cannot_review if {
 
 test_write_persona_irrelevant_for_reads if {
 	persona := object.union(reviewer, {"permission_mode": "default"})
-	p := object.union(write_proposal, {"class": "read"})
+	p := object.union(write_proposal, {"class": "read", "action": "host_list_services"})
 	d := gated.decision with input as {"proposal": p, "persona": persona}
 	count(d.deny) == 0
 }

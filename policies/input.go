@@ -1,10 +1,8 @@
 package policies
 
 import (
-	"cmp"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -169,7 +167,6 @@ func parseDecision(v any) (engine.PolicyDecision, error) {
 		}
 		d.Denies = append(d.Denies, engine.Deny{Rule: rule, Message: msg})
 	}
-	slices.SortStableFunc(d.Denies, func(a, b engine.Deny) int { return cmp.Compare(a.Rule, b.Rule) })
 	review, ok := obj["review"].(map[string]any)
 	if !ok {
 		return d, fmt.Errorf("decision.review is %T, want an object", obj["review"])
@@ -179,27 +176,38 @@ func parseDecision(v any) (engine.PolicyDecision, error) {
 		return d, fmt.Errorf("decision.review.required is %T, want a boolean", review["required"])
 	}
 	d.Review.Required = required
-	d.Review.Persona, _ = review["persona"].(string)
-	d.Review.Why, _ = review["why"].(string)
-	if q, ok := review["quorum"].(json.Number); ok {
-		n, err := q.Int64()
-		if err != nil || n < 0 || n > 16 {
-			return d, fmt.Errorf("decision.review.quorum %s must be an integer between 0 and 16", q)
+	var err error
+	if d.Review.Persona, err = optional[string](review, "persona", "decision.review.persona"); err != nil {
+		return d, err
+	}
+	if d.Review.Why, err = optional[string](review, "why", "decision.review.why"); err != nil {
+		return d, err
+	}
+	if raw, ok := review["quorum"]; ok {
+		q, isNum := raw.(json.Number)
+		n, nerr := q.Int64()
+		if !isNum || nerr != nil || n < 0 || n > 16 {
+			return d, fmt.Errorf("decision.review.quorum %v must be an integer between 0 and 16", raw)
 		}
 		d.Review.Quorum = int(n)
 	}
 	if required && d.Review.Quorum < 1 {
 		d.Review.Quorum = 1
 	}
-	var err error
 	if d.ReviewerTools, err = stringList(obj, "reviewer_tools"); err != nil {
 		return d, err
 	}
 	if d.DeniedTools, err = stringList(obj, "denied_tools"); err != nil {
 		return d, err
 	}
-	d.Skipped, _ = obj["skipped"].(bool)
-	if sop, ok := obj["sop"].(map[string]any); ok {
+	if d.Skipped, err = optional[bool](obj, "skipped", "decision.skipped"); err != nil {
+		return d, err
+	}
+	if raw, present := obj["sop"]; present && raw != nil {
+		sop, ok := raw.(map[string]any)
+		if !ok {
+			return d, fmt.Errorf("decision.sop is %T, want an object or null", raw)
+		}
 		s := &engine.SOP{}
 		s.ID, _ = sop["id"].(string)
 		s.Title, _ = sop["title"].(string)
@@ -240,4 +248,19 @@ func anyStrings(raw any) ([]string, bool) {
 		out = append(out, s)
 	}
 	return out, true
+}
+
+// optional reads key from obj: absent or null gives the zero value; any
+// other type than T is an error naming the field.
+func optional[T any](obj map[string]any, key, name string) (T, error) {
+	var zero T
+	raw, present := obj[key]
+	if !present || raw == nil {
+		return zero, nil
+	}
+	v, ok := raw.(T)
+	if !ok {
+		return zero, fmt.Errorf("%s is %T, want %T", name, raw, zero)
+	}
+	return v, nil
 }

@@ -2,7 +2,10 @@ package policies
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -72,7 +75,8 @@ func TestEvaluate(t *testing.T) {
 		wantReview bool
 	}{
 		{note: "write needs review", mutate: func(*engine.Proposal) {}, wantReview: true},
-		{note: "read passes", mutate: func(p *engine.Proposal) { p.Class = engine.ClassRead }},
+		{note: "read passes", mutate: func(p *engine.Proposal) { p.Class, p.Action = engine.ClassRead, "host_list_services" }},
+		{note: "read claim on a write tool denied", mutate: func(p *engine.Proposal) { p.Class = engine.ClassRead }, wantRules: []string{"class_mismatch"}, wantReview: true},
 		{note: "admin skip_review denied", mutate: func(p *engine.Proposal) { p.Flags.SkipReview = true }, wantRules: []string{"no_skip_review"}, wantReview: true},
 		{note: "force_approve denied", mutate: func(p *engine.Proposal) { p.Flags.ForceApprove = true }, wantRules: []string{"unsupported_force_approve"}, wantReview: true},
 		{note: "both flags", mutate: func(p *engine.Proposal) { p.Flags.ForceApprove, p.Flags.SkipReview = true, true }, wantRules: []string{"no_skip_review", "unsupported_force_approve"}, wantReview: true},
@@ -89,6 +93,7 @@ func TestEvaluate(t *testing.T) {
 			for _, deny := range d.Denies {
 				rules = append(rules, deny.Rule)
 			}
+			slices.Sort(rules)
 			if strings.Join(rules, ",") != strings.Join(tc.wantRules, ",") {
 				t.Errorf("denies = %v, want %v", rules, tc.wantRules)
 			}
@@ -170,5 +175,44 @@ func BenchmarkEvaluateWrite(b *testing.B) {
 		if _, err := e.Evaluate(ctx, in); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
+	for _, tc := range []struct{ note, field, value string }{
+		{note: "quorum as a string", field: "quorum", value: `"2"`},
+		{note: "persona as a number", field: "persona", value: `7`},
+		{note: "quorum negative", field: "quorum", value: `-1`},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			review := map[string]any{"required": true, "persona": "reviewer", "quorum": json.Number("1"), "why": "x"}
+			var v any
+			if err := json.Unmarshal([]byte(tc.value), &v); err != nil {
+				t.Fatal(err)
+			}
+			if n, ok := v.(float64); ok {
+				v = json.Number(fmt.Sprint(n))
+			}
+			review[tc.field] = v
+			_, err := parseDecision(map[string]any{"deny": []any{}, "review": review})
+			if err == nil {
+				t.Fatalf("%s = %s accepted", tc.field, tc.value)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		note, key string
+		value     any
+	}{
+		{note: "skipped as a string", key: "skipped", value: "yes"},
+		{note: "sop as a string", key: "sop", value: "SOP-1"},
+		{note: "reviewer_tools with a number", key: "reviewer_tools", value: []any{"a", json.Number("1")}},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			obj := map[string]any{"deny": []any{}, "review": map[string]any{"required": true}, tc.key: tc.value}
+			if _, err := parseDecision(obj); err == nil {
+				t.Fatalf("%s = %v accepted", tc.key, tc.value)
+			}
+		})
 	}
 }

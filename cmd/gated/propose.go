@@ -65,6 +65,9 @@ in time).`,
 				if errors.Is(err, bus.ErrBadProposal) {
 					return usageError("%v", err)
 				}
+				if errors.Is(err, bus.ErrIDReused) {
+					return &exitError{code: exitNotApproved, err: fmt.Errorf("%v; it was not decided: choose a new id", err)}
+				}
 				return err
 			}
 			out, _ := json.MarshalIndent(v, "", "  ")
