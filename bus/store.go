@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -55,5 +56,91 @@ func (s *VerdictStore) Create(ctx context.Context, v *engine.Verdict) (*engine.V
 	if err != nil {
 		return nil, err
 	}
+	if v.Approved && v.TargetKey != "" {
+		if err := s.remember(ctx, v); err != nil {
+			return nil, fmt.Errorf("recording approval on target %s: %w", v.TargetKey, err)
+		}
+	}
 	return v, nil
+}
+
+// History bounds: approvals older than HistoryWindow, or beyond the
+// newest HistoryMax, drop out of a target's history.
+const (
+	HistoryWindow = time.Hour
+	HistoryMax    = 32
+)
+
+func targetKey(tenant, key string) string { return tenant + ".targets." + key }
+
+// Recent implements engine.VerdictStore.
+func (s *VerdictStore) Recent(ctx context.Context, tenant, key string) ([]engine.Verdict, error) {
+	e, err := s.kv.Get(ctx, targetKey(tenant, key))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var list []engine.Verdict
+	if err := json.Unmarshal(e.Value(), &list); err != nil {
+		return nil, fmt.Errorf("decoding history of target %s: %w", key, err)
+	}
+	return list, nil
+}
+
+// remember appends an approval to its target's history with optimistic
+// concurrency: gated processes that approve on the same target at once
+// retry instead of overwriting each other.
+func (s *VerdictStore) remember(ctx context.Context, v *engine.Verdict) error {
+	key := targetKey(v.Tenant, v.TargetKey)
+	entry := engine.Verdict{
+		V: v.V, ProposalID: v.ProposalID, Tenant: v.Tenant, Action: v.Action, Kind: v.Kind,
+		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey,
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		var list []engine.Verdict
+		var rev uint64
+		e, err := s.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
+			rev = e.Revision()
+			if err := json.Unmarshal(e.Value(), &list); err != nil {
+				list = nil // a corrupt history is replaced, not trusted
+			}
+		}
+		cutoff := v.DecidedAt.Add(-HistoryWindow)
+		kept := list[:0]
+		for _, h := range list {
+			if h.DecidedAt.After(cutoff) {
+				kept = append(kept, h)
+			}
+		}
+		kept = append(kept, entry)
+		if len(kept) > HistoryMax {
+			kept = kept[len(kept)-HistoryMax:]
+		}
+		data, err := json.Marshal(kept)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			var apiErr *jetstream.APIError
+			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+				return err
+			}
+		}
+	}
+	return fmt.Errorf("target history kept changing under concurrent updates")
 }

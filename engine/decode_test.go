@@ -101,8 +101,8 @@ func decodeCases() []decodeCase {
 			if !p.Mutating() {
 				t.Error("a write proposal must be mutating")
 			}
-			if p.Key() != "acme.p1" {
-				t.Errorf("Key() = %q, want acme.p1", p.Key())
+			if p.TargetKey() != "" {
+				t.Errorf("TargetKey() = %q for a proposal without a target", p.TargetKey())
 			}
 		}},
 		{note: "read needs no blast radius", file: "valid-read-without-blast-radius.json", check: func(t *testing.T, p *engine.Proposal) {
@@ -541,4 +541,25 @@ func FuzzParseProposalSubject(f *testing.F) {
 			t.Fatalf("%q split into %q and %q", subject, tenant, action)
 		}
 	})
+}
+
+func TestTargetKeyIgnoresKeyOrder(t *testing.T) {
+	a, err := engine.DecodeProposal([]byte(`{"v":1,"id":"a","tenant":"acme","action":"x","class":"write","blast_radius":"cluster","target":{"device_id":7,"service":"nginx"}}`), "", "", engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := engine.DecodeProposal([]byte(`{"v":1,"id":"b","tenant":"acme","action":"y","class":"write","blast_radius":"cluster","target":{"service":"nginx","device_id":7}}`), "", "", engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := engine.DecodeProposal([]byte(`{"v":1,"id":"c","tenant":"acme","action":"y","class":"write","blast_radius":"cluster","target":{"service":"nginx","device_id":8}}`), "", "", engine.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.TargetKey() == "" || a.TargetKey() != b.TargetKey() {
+		t.Fatalf("same target, keys %q and %q", a.TargetKey(), b.TargetKey())
+	}
+	if a.TargetKey() == c.TargetKey() {
+		t.Fatal("different targets share a key")
+	}
 }

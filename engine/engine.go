@@ -114,8 +114,12 @@ type decision struct {
 	p        *Proposal
 	tenant   string
 	id       string
-	action   string
-	revision string
+	action    string
+	revision  string
+	targetKey string
+	// failure is an infrastructure error met while judging: nothing is
+	// decided and the delivery is retried.
+	failure error
 }
 
 func (r *decision) decide(ctx context.Context) (*Verdict, error) {
@@ -156,6 +160,9 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
 	}
 	v := r.judge(ctx)
+	if r.failure != nil {
+		return nil, r.failure
+	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up (shutdown), so nothing the pipeline saw after
 		// that is a decision: leave the proposal for redelivery.
@@ -173,13 +180,24 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		personaName = r.e.cfg.DefaultPersona
 	}
 	persona, _ := r.e.cfg.Personas.Persona(personaName)
-	pd, err := r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, Now: r.start})
+	if p.Mutating() {
+		r.targetKey = p.TargetKey()
+	}
+	var history []Verdict
+	if r.targetKey != "" {
+		var err error
+		if history, err = r.e.cfg.Store.Recent(ctx, p.Tenant, r.targetKey); err != nil {
+			r.failure = fmt.Errorf("reading recent verdicts on the target: %w", err)
+			return nil
+		}
+	}
+	pd, err := r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, History: history, Now: r.start})
 	if err == nil && pd.Review.Required && pd.Review.Persona != "" && pd.Review.Persona != personaName {
 		// The policy routed to another persona: evaluate once more so the
 		// tool bag and persona rules are those of the reviewer that runs.
 		personaName = pd.Review.Persona
 		persona, _ = r.e.cfg.Personas.Persona(personaName)
-		pd, err = r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, Now: r.start})
+		pd, err = r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, History: history, Now: r.start})
 		if err == nil && pd.Review.Persona != "" && pd.Review.Persona != personaName {
 			err = fmt.Errorf("policy routed to persona %q and then to %q; routing must settle on one persona", personaName, pd.Review.Persona)
 		}
@@ -219,14 +237,14 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		return v
 	}
 
-	v := r.review(ctx, pd, personaName, persona)
+	v := r.review(ctx, pd, personaName, persona, history)
 	v.Policy = policyRef
 	return v
 }
 
 // review routes the proposal to its reviewer and reads the answer with
 // the host's authority.
-func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName string, persona *Persona) *Verdict {
+func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName string, persona *Persona, history []Verdict) *Verdict {
 	if pd.Review.Quorum > 1 {
 		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf(
 			"policy asks for a quorum of %d reviewers and this gate routes one reviewer per persona; refusing rather than approving on fewer", pd.Review.Quorum))
@@ -262,6 +280,7 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 		Tools:          pd.ReviewerTools,
 		DeniedTools:    pd.DeniedTools,
 		SOP:            pd.SOP,
+		History:        history,
 		PolicyRevision: pd.Revision,
 		Why:            pd.Review.Why,
 		Deadline:       deadline,
@@ -405,6 +424,7 @@ func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
 		V: SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
 		Outcome: o, Approved: o == OutcomeApproved, Stage: s, Reason: reason,
 		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
+		TargetKey: r.targetKey,
 	}
 }
 

@@ -201,6 +201,22 @@ func (s *memStore) Create(_ context.Context, v *engine.Verdict) (*engine.Verdict
 	return v, nil
 }
 
+func (s *memStore) Recent(_ context.Context, tenant, targetKey string) ([]engine.Verdict, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []engine.Verdict
+	for _, raw := range s.m {
+		v, err := decodeVerdict(raw)
+		if err != nil {
+			return nil, err
+		}
+		if v.Tenant == tenant && v.TargetKey == targetKey && v.Approved {
+			out = append(out, *v)
+		}
+	}
+	return out, nil
+}
+
 func (s *memStore) stored(t *testing.T, tenant, id string) *engine.Verdict {
 	t.Helper()
 	s.mu.Lock()

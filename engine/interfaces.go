@@ -148,7 +148,12 @@ type VerdictStore interface {
 	Get(ctx context.Context, tenant, id string) (*Verdict, error)
 	// Create stores v under its tenant and proposal id unless a verdict is
 	// already there, in which case it returns the stored one and ErrExists.
+	// An approved verdict with a TargetKey also joins that target's recent
+	// history.
 	Create(ctx context.Context, v *Verdict) (*Verdict, error)
+	// Recent returns the recent approved verdicts on one tenant's target,
+	// newest last; an empty history is not an error.
+	Recent(ctx context.Context, tenant, targetKey string) ([]Verdict, error)
 }
 
 // AuditEvent is one step on the way to a verdict.

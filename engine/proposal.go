@@ -10,6 +10,8 @@
 package engine
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"time"
 )
@@ -124,6 +126,17 @@ func (p *Proposal) Mutating() bool {
 	return p.Class == ClassWrite || p.Class == ClassDestructive
 }
 
-// Key is the proposal's idempotency key: "<tenant>.<id>". It is the
-// KV key of its verdict and the Nats-Msg-Id fleets set when publishing.
-func (p *Proposal) Key() string { return p.Tenant + "." + p.ID }
+// TargetKey is a digest of the canonical target (keys sorted, numbers as
+// written), so two proposals on the same target share it whatever the key
+// order of their JSON. It is empty for a proposal without a target.
+func (p *Proposal) TargetKey() string {
+	if len(p.Target) == 0 {
+		return ""
+	}
+	canon, err := json.Marshal(p.Target) // maps marshal with sorted keys
+	if err != nil {
+		return ""
+	}
+	sum := sha256.Sum256(canon)
+	return hex.EncodeToString(sum[:16])
+}

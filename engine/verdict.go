@@ -56,6 +56,10 @@ type Verdict struct {
 	// answers. A proposal that reuses an id with other bytes is refused
 	// instead of being handed somebody else's verdict.
 	ProposalSHA256 string `json:"proposal_sha256,omitempty"`
+	// TargetKey identifies the target of a mutating proposal (see
+	// TargetKey); the store keeps recent approvals per target so the policy
+	// can refuse parallel operations.
+	TargetKey string `json:"target_key,omitempty"`
 }
 
 // PolicyRef is the policy's part of a verdict.

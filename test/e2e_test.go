@@ -506,3 +506,45 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
+
+// TestSecondChangeOnSameTargetIsRejected checks that approvals are
+// remembered per target: a second restart of the same service, moments
+// after the first was approved, fails the reviewer's no_parallel_operation
+// gate even though its JSON lists the target's keys in another order.
+func TestSecondChangeOnSameTargetIsRejected(t *testing.T) {
+	g := startGated(t)
+	dir := t.TempDir()
+	write := func(name, id, target string) string {
+		path := filepath.Join(dir, name)
+		body := fmt.Sprintf(`{"v":1,"id":%q,"tenant":"acme","action":"host_restart_service","class":"write",
+"target":%s,"reason":"wedged","blast_radius":"single_device","requested_by":{"agent":"ops-agent"}}`, id, target)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	first := write("a.json", "same-target-1", `{"device_id":9,"service":"nginx"}`)
+	second := write("b.json", "same-target-2", `{"service":"nginx","device_id":9}`)
+	other := write("c.json", "other-target-1", `{"device_id":10,"service":"nginx"}`)
+	if code, out, stderr := propose(t, g.natsURL, "-f", first); code != 0 {
+		t.Fatalf("first restart: exit %d\n%s%s", code, out, stderr)
+	}
+	code, out, _ := propose(t, g.natsURL, "-f", second)
+	var v engine.Verdict
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatal(err)
+	}
+	if code != 3 || v.Outcome != engine.OutcomeRejected || len(v.Reviews) != 1 {
+		t.Fatalf("second restart: exit %d, verdict %s: %s", code, v.Outcome, v.Reason)
+	}
+	failed := false
+	for _, gate := range v.Reviews[0].Gates {
+		failed = failed || (gate.Name == "no_parallel_operation" && !gate.Passed)
+	}
+	if !failed {
+		t.Fatalf("no_parallel_operation did not fail: %+v", v.Reviews[0].Gates)
+	}
+	if code, out, stderr := propose(t, g.natsURL, "-f", other); code != 0 {
+		t.Fatalf("restart on another device: exit %d\n%s%s", code, out, stderr)
+	}
+}
