@@ -107,13 +107,13 @@ func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
 
 // decision is the state of one pass through the pipeline.
 type decision struct {
-	e        *Engine
-	d        Delivery
-	start    time.Time
-	digest   string
-	p        *Proposal
-	tenant   string
-	id       string
+	e         *Engine
+	d         Delivery
+	start     time.Time
+	digest    string
+	p         *Proposal
+	tenant    string
+	id        string
 	action    string
 	revision  string
 	targetKey string
