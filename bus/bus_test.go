@@ -151,6 +151,10 @@ func (f *flaky) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict,
 	return f.next.Decide(ctx, d)
 }
 
+func (f *flaky) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+	return f.next.GiveUp(ctx, d, cause)
+}
+
 func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *gate {
 	t.Helper()
 	s := bustest.Server(t)
@@ -430,6 +434,14 @@ func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 	}
 	if !strings.Contains(v.Reason, "2 deliveries") {
 		t.Errorf("reason %q does not say how many deliveries failed", v.Reason)
+	}
+	// The error verdict is stored and audited like any other.
+	stored, err := g.client.Verdict(t.Context(), "acme", "doomed1")
+	if err != nil || stored.Outcome != engine.OutcomeError || stored.AuditSeq != v.AuditSeq || v.AuditSeq == 0 {
+		t.Fatalf("stored %+v (%v), published audit_seq %d", stored, err, v.AuditSeq)
+	}
+	if got := g.auditEvents(t, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {
+		t.Fatalf("audit events %v do not end with the verdict", got)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 // Decider is the part of the engine the worker needs.
 type Decider interface {
 	Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error)
+	GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict
 }
 
 // Worker consumes proposals from the durable consumer, decides each, and
@@ -33,11 +34,12 @@ type Worker struct {
 
 	// ctx is cancelled when the shutdown grace period is over; deciding
 	// stops and unfinished proposals go back to the stream.
-	ctx    context.Context
-	cancel context.CancelFunc
-	sem    chan struct{}
-	wg     sync.WaitGroup
-	cc     jetstream.ConsumeContext
+	ctx      context.Context
+	cancel   context.CancelFunc
+	stopping chan struct{} // closed when Stop begins
+	sem      chan struct{}
+	wg       sync.WaitGroup
+	cc       jetstream.ConsumeContext
 }
 
 // NewWorker builds a worker. Start begins consuming.
@@ -49,7 +51,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, cfg: cfg, log: log,
-		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxInFlight),
+		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), sem: make(chan struct{}, cfg.MaxInFlight),
 	}, nil
 }
 
@@ -71,8 +73,14 @@ func (w *Worker) Start() error {
 // own goroutine and blocks when MaxInFlight are in flight.
 func (w *Worker) dispatch(msg jetstream.Msg) {
 	select {
+	case <-w.stopping:
+		_ = msg.Nak() // back to the stream at once, for another gated
+		return
+	default:
+	}
+	select {
 	case w.sem <- struct{}{}:
-	case <-w.ctx.Done():
+	case <-w.stopping:
 		_ = msg.Nak()
 		return
 	}
@@ -87,8 +95,18 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 // then cancels the rest; they are negatively acknowledged so that another
 // gated (or this one, after a restart) decides them.
 func (w *Worker) Stop(grace time.Duration) {
+	close(w.stopping)
 	if w.cc != nil {
-		w.cc.Stop()
+		// Drain hands buffered messages to dispatch, which returns them to
+		// the stream; once Closed fires no dispatch runs, so the WaitGroup
+		// below cannot grow while it is waited on.
+		w.cc.Drain()
+		select {
+		case <-w.cc.Closed():
+		case <-time.After(max(grace, time.Second)):
+			w.cc.Stop()
+			<-w.cc.Closed()
+		}
 	}
 	done := make(chan struct{})
 	go func() { w.wg.Wait(); close(done) }()
@@ -155,14 +173,8 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 	}
 	w.log.Error("deciding proposal failed on its last delivery", zap.String("subject", d.Subject),
 		zap.Int("attempt", attempt), zap.Error(cause))
-	tenant, id := engine.RecoverAddress(d.Subject, d.Data, d.MsgID)
-	if id != "" {
-		_, action, _ := engine.ParseProposalSubject(d.Subject)
-		v := &engine.Verdict{
-			V: engine.SchemaVersion, ProposalID: id, Tenant: tenant, Action: action, Kind: engine.KindAction,
-			Outcome: engine.OutcomeError, Stage: engine.StageValidation, DecidedAt: time.Now().UTC(),
-			Reason: fmt.Sprintf("gated could not record a decision after %d deliveries: %v", attempt, cause),
-		}
+	d.Trail = NewTrail(w.js) // the failed attempt's trail may be broken
+	if v := w.decider.GiveUp(w.ctx, d, cause); v.ProposalID != "" {
 		if err := w.publishVerdict(v); err != nil {
 			w.log.Error("publishing error verdict", zap.Error(err))
 		}

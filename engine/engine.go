@@ -94,15 +94,32 @@ func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
 	if d.Trail == nil {
 		return nil, fmt.Errorf("%w: a delivery needs an audit trail", ErrInvalidOption)
 	}
-	start := e.cfg.Clock.Now()
+	return e.newDecision(d).decide(ctx)
+}
+
+func (e *Engine) newDecision(d Delivery) *decision {
 	digest := sha256.Sum256(d.Data)
-	run := &decision{
-		e:      e,
-		d:      d,
-		start:  start,
-		digest: hex.EncodeToString(digest[:]),
+	return &decision{e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:])}
+}
+
+// GiveUp answers a delivery that could not be decided within its delivery
+// budget: an error verdict, audited and stored as far as the audit trail
+// and the store still allow, so the proposer is not left waiting. When a
+// verdict was stored earlier (and only its publication failed), that
+// verdict is returned instead. It never approves.
+func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
+	r := e.newDecision(d)
+	r.tenant, r.id = RecoverAddress(d.Subject, d.Data, d.MsgID)
+	_, r.action, _ = ParseProposalSubject(d.Subject)
+	v := r.verdict(OutcomeError, StageValidation,
+		fmt.Sprintf("gated could not record a decision after %d deliveries: %v", d.Attempt, cause))
+	if d.Trail == nil {
+		return v
 	}
-	return run.decide(ctx)
+	if stored, err := r.finish(ctx, v); err == nil {
+		return stored
+	}
+	return v
 }
 
 // decision is the state of one pass through the pipeline.

@@ -139,9 +139,13 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return fmt.Errorf("connecting to NATS at %s: %w", url, err)
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384))
+	js, err := jetstream.New(nc,
+		jetstream.WithPublishAsyncMaxPending(16384),
+		// A lost acknowledgement fails the audit trail instead of holding
+		// the proposal forever: it is redelivered and decided again.
+		jetstream.WithPublishAsyncTimeout(10*time.Second))
 	if err != nil {
-		return err
+		return fmt.Errorf("opening JetStream: %w", err)
 	}
 	busCfg := bus.Config{Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -187,8 +191,8 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	log.Info("shutting down: draining proposals in flight", zap.Duration("grace", o.shutdownGrace))
 	worker.Stop(o.shutdownGrace)
 	host.Close()
-	if err := nc.Drain(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		log.Warn("draining NATS connection", zap.Error(err))
+	if err := nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		log.Warn("flushing NATS connection", zap.Error(err))
 	}
 	log.Info("gated stopped")
 	return nil
