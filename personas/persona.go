@@ -23,6 +23,9 @@ var ErrInvalidPersona = errors.New("invalid persona")
 // MaxTurnsLimit is the largest max_turns a persona may ask for.
 const MaxTurnsLimit = 50
 
+// MinTimeout is the shortest review timeout a persona may set.
+const MinTimeout = 30 * time.Second
+
 // frontmatter mirrors the YAML keys of a persona file.
 type frontmatter struct {
 	Name             string   `yaml:"name"`
@@ -86,7 +89,7 @@ func Parse(file string, src []byte) (*engine.Persona, []string, error) {
 		return nil, nil, fail("name %q must match [a-z0-9_-]{1,64}", p.Name)
 	}
 	if p.MaxTurns < 0 || p.MaxTurns > MaxTurnsLimit {
-		return nil, nil, fail("max_turns %d must be between 1 and %d", p.MaxTurns, MaxTurnsLimit)
+		return nil, nil, fail("max_turns %d must be between 1 and %d (0 or absent means 5)", p.MaxTurns, MaxTurnsLimit)
 	}
 	if p.MaxTurns == 0 {
 		p.MaxTurns = 5
@@ -96,13 +99,15 @@ func Parse(file string, src []byte) (*engine.Persona, []string, error) {
 			return nil, nil, fail("model %q must read provider/model, e.g. openai/gpt-4o-mini", p.Model)
 		}
 	}
-	if p.PermissionMode == "" {
-		p.PermissionMode = "read-only"
-	}
+	// An absent permission_mode stays empty: the policy lets only personas
+	// that say read-only review, so forgetting the key cannot grant write.
 	if fm.Timeout != "" {
 		d, err := time.ParseDuration(fm.Timeout)
 		if err != nil || d <= 0 {
-			return nil, nil, fail("timeout %q must be a positive duration such as 90s", fm.Timeout)
+			return nil, nil, fail("timeout %q must be a duration such as 90s", fm.Timeout)
+		}
+		if d < MinTimeout {
+			return nil, nil, fail("timeout %s is below the %s minimum: reviewers need time, and a deadline that always fires blocks every change", d, MinTimeout)
 		}
 		p.Timeout = d
 	}

@@ -91,7 +91,7 @@ func TestParse(t *testing.T) {
 			note: "minimal persona gets defaults",
 			src:  persona("Review the change.\n", "name: minimal"),
 			check: func(t *testing.T, p *engine.Persona) {
-				want := &engine.Persona{Name: "minimal", MaxTurns: 5, PermissionMode: "read-only", Prompt: "Review the change."}
+				want := &engine.Persona{Name: "minimal", MaxTurns: 5, Prompt: "Review the change."}
 				if !reflect.DeepEqual(p, want) {
 					t.Errorf("got  %#v\nwant %#v", p, want)
 				}
@@ -236,6 +236,11 @@ func TestParse(t *testing.T) {
 			wantErr: `timeout "-5s"`,
 		},
 		{
+			note:    "timeout below 30s refused",
+			src:     persona("Body.", "name: x", "timeout: 10s"),
+			wantErr: "below the 30s minimum",
+		},
+		{
 			note: "timeout 2m",
 			src:  persona("Body.", "name: x", "timeout: 2m"),
 			check: func(t *testing.T, p *engine.Persona) {
@@ -276,11 +281,11 @@ func TestParse(t *testing.T) {
 			wantWarn: []string{`"maxturns"`},
 		},
 		{
-			note: "permission_mode empty defaults to read-only",
+			note: "permission_mode empty stays empty, so the policy refuses the persona as a reviewer",
 			src:  persona("Body.", "name: x", `permission_mode: ""`),
 			check: func(t *testing.T, p *engine.Persona) {
-				if p.PermissionMode != "read-only" {
-					t.Errorf("permission_mode %q, want read-only", p.PermissionMode)
+				if p.PermissionMode != "" {
+					t.Errorf("permission_mode %q, want empty", p.PermissionMode)
 				}
 			},
 		},
@@ -470,9 +475,6 @@ func wantInvariants(t *testing.T, p *engine.Persona) {
 	}
 	if p.Prompt != strings.TrimSpace(p.Prompt) {
 		t.Errorf("prompt %q is not trimmed", p.Prompt)
-	}
-	if p.PermissionMode == "" {
-		t.Error("empty permission_mode")
 	}
 	if p.Timeout < 0 {
 		t.Errorf("negative timeout %v", p.Timeout)

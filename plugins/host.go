@@ -117,8 +117,11 @@ var _ engine.Router = (*Host)(nil)
 func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error) {
 	h := &Host{log: log, defaultPlugin: defaultPlugin, basePrompt: personas.BasePrompt, procs: map[string]*process{}}
 	for _, s := range specs {
-		if s.Name == "" || s.Path == "" {
-			return nil, fmt.Errorf("plugin spec needs a name and a path: %+v", s)
+		if s.Name == "" {
+			return nil, fmt.Errorf("a plugin spec has no name (path %q)", s.Path)
+		}
+		if s.Path == "" {
+			return nil, fmt.Errorf("plugin %q has no path", s.Name)
 		}
 		if _, err := hex.DecodeString(s.SHA256); err != nil || len(s.SHA256) != 64 {
 			return nil, fmt.Errorf("plugin %q: sha256 %q must be 64 hex digits", s.Name, s.SHA256)
@@ -143,7 +146,11 @@ func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, name := range h.namesLocked() {
-		if err := h.procs[name].start(ctx); err != nil {
+		p := h.procs[name]
+		p.startMu.Lock()
+		err := p.start(ctx)
+		p.startMu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
@@ -167,20 +174,19 @@ func (h *Host) Route(p *engine.Persona) (engine.Reviewer, error) {
 		name = h.defaultPlugin
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
+	closed := h.closed
+	proc, ok := h.procs[name]
+	h.mu.Unlock()
+	if closed {
 		return nil, fmt.Errorf("%w: gated is shutting down", engine.ErrNoReviewer)
 	}
-	proc, ok := h.procs[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: persona %q names plugin %q: %w", engine.ErrNoReviewer, p.Name, name, ErrNotConfigured)
 	}
-	if !proc.running() {
-		if err := proc.start(context.Background()); err != nil {
-			return nil, fmt.Errorf("%w: %w", engine.ErrNoReviewer, err)
-		}
+	if err := proc.ensureRunning(); err != nil {
+		return nil, fmt.Errorf("%w: %w", engine.ErrNoReviewer, err)
 	}
-	return &route{proc: proc, persona: p, basePrompt: h.basePrompt}, nil
+	return &route{proc: proc, basePrompt: h.basePrompt}, nil
 }
 
 // Info describes a running plugin.
@@ -231,12 +237,55 @@ type process struct {
 	spec Spec
 	log  *zap.Logger
 
+	// startMu serialises launches of this plugin; reviews on other
+	// plugins never wait for it.
+	startMu sync.Mutex
+	// failures counts launches that failed in a row; lastFailure is when
+	// the last one did. Relaunches back off exponentially.
+	failures    int
+	lastFailure time.Time
+
 	mu     sync.Mutex
 	client *plugin.Client
 	rpc    pluginv1.ReviewerClient
 	desc   *pluginv1.DescribeResponse
 	pid    int
-	sem    chan struct{}
+	// sem bounds reviews in flight. It is made at the first launch and kept
+	// across relaunches, so reviews still holding a slot count against the
+	// new process too.
+	sem chan struct{}
+}
+
+// Relaunch backoff bounds.
+const (
+	minRestartBackoff = time.Second
+	maxRestartBackoff = 30 * time.Second
+)
+
+// ensureRunning relaunches an exited plugin, no more often than the
+// backoff allows; until then routes to it fail and reviews are blocked.
+func (p *process) ensureRunning() error {
+	if p.running() {
+		return nil
+	}
+	p.startMu.Lock()
+	defer p.startMu.Unlock()
+	if p.running() {
+		return nil
+	}
+	if p.failures > 0 {
+		backoff := min(minRestartBackoff<<min(p.failures-1, 5), maxRestartBackoff)
+		if wait := time.Until(p.lastFailure.Add(backoff)); wait > 0 {
+			return fmt.Errorf("plugin %q failed to start %d times in a row; next attempt in %s", p.spec.Name, p.failures, wait.Round(time.Millisecond))
+		}
+	}
+	if err := p.start(context.Background()); err != nil {
+		p.failures++
+		p.lastFailure = time.Now()
+		return err
+	}
+	p.failures = 0
+	return nil
 }
 
 func (p *process) running() bool {
@@ -307,7 +356,9 @@ func (p *process) start(ctx context.Context) error {
 	p.mu.Lock()
 	old := p.client
 	p.client, p.rpc, p.desc, p.pid = client, conn.Reviewer, desc, pid
-	p.sem = make(chan struct{}, limit)
+	if p.sem == nil {
+		p.sem = make(chan struct{}, limit)
+	}
 	p.mu.Unlock()
 	if old != nil {
 		old.Kill()
@@ -330,7 +381,6 @@ func (p *process) stop() {
 // route is a Reviewer bound to one persona on one plugin process.
 type route struct {
 	proc       *process
-	persona    *engine.Persona
 	basePrompt string
 }
 
