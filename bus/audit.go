@@ -61,7 +61,7 @@ func (t *Trail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) 
 		case ack := <-f.Ok():
 			last = ack.Sequence
 		case err := <-f.Err():
-			return 0, fmt.Errorf("storing audit event: %w", err)
+			return 0, fmt.Errorf("storing audit event on %s: %w", f.Msg().Subject, err)
 		case <-ctx.Done():
 			return 0, fmt.Errorf("waiting for audit acknowledgements: %w", ctx.Err())
 		}

@@ -79,8 +79,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: max deliver %d must be at least 1", ErrInvalidConfig, c.MaxDeliver)
 	case c.MaxInFlight < 1:
 		return c, fmt.Errorf("%w: max in flight %d must be at least 1", ErrInvalidConfig, c.MaxInFlight)
-	case c.AuditMaxAge < 0 || c.VerdictTTL < 0 || c.DuplicateWindow < 0:
-		return c, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	case c.AuditMaxAge < 0:
+		return c, fmt.Errorf("%w: audit max age %s is negative", ErrInvalidConfig, c.AuditMaxAge)
+	case c.VerdictTTL < 0:
+		return c, fmt.Errorf("%w: verdict TTL %s is negative", ErrInvalidConfig, c.VerdictTTL)
+	case c.DuplicateWindow < 0:
+		return c, fmt.Errorf("%w: duplicate window %s is negative", ErrInvalidConfig, c.DuplicateWindow)
 	}
 	return c, nil
 }

@@ -79,8 +79,17 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if o.reviewTimeout < MinReviewTimeout {
 		return usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
 	}
-	if o.shutdownGrace < 0 {
+	switch {
+	case o.shutdownGrace < 0:
 		return usageError("--shutdown-grace must not be negative")
+	case o.replicas < 1 || o.replicas > 5:
+		return usageError("--replicas %d must be between 1 and 5", o.replicas)
+	case o.maxInFlight < 1:
+		return usageError("--max-in-flight %d must be at least 1", o.maxInFlight)
+	case o.verdictTTL < time.Minute:
+		return usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.verdictTTL)
+	case o.auditMaxAge < 0:
+		return usageError("--audit-max-age must not be negative (0 keeps events)")
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -90,15 +99,15 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 
 	bundle, err := policies.Default()
 	if err != nil {
-		return err
+		return fmt.Errorf("loading the default policy bundle: %w", err)
 	}
 	policy, err := policies.Compile(ctx, bundle)
 	if err != nil {
-		return err
+		return fmt.Errorf("compiling the policy: %w", err)
 	}
 	reg, warnings, err := personas.Load(o.personasDir)
 	if err != nil {
-		return err
+		return fmt.Errorf("loading personas: %w", err)
 	}
 	for _, w := range warnings {
 		log.Warn("persona", zap.String("warning", w))
