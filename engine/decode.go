@@ -85,10 +85,9 @@ func DecodeProposal(data []byte, subjectTenant, subjectAction string, limits Lim
 	if !utf8.Valid(data) {
 		return nil, fieldErr("", "proposal is not valid UTF-8")
 	}
-	if trimmed := bytes.TrimSpace(data); trimmed[0] != '{' {
-		if bytes.Equal(trimmed, []byte("null")) {
-			return nil, fieldErr("", "proposal must be a JSON object, not null")
-		}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		// encoding/json decodes null into a zero struct without complaint.
+		return nil, fieldErr("", "proposal must be a JSON object, not null")
 	}
 	var p Proposal
 	dec := json.NewDecoder(bytes.NewReader(data))
