@@ -164,9 +164,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		}
 	}
 
-	if err := r.record(ctx, EventReceived, map[string]any{
-		"subject": r.d.Subject, "bytes": len(r.d.Data), "sha256": r.digest,
-	}); err != nil {
+	if err := r.recordReceived(ctx); err != nil {
 		return nil, err
 	}
 	if decodeErr != nil {
@@ -387,9 +385,7 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 
 func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error) {
 	if stored.ProposalSHA256 != "" && stored.ProposalSHA256 != r.digest {
-		if err := r.record(ctx, EventReceived, map[string]any{
-			"subject": r.d.Subject, "bytes": len(r.d.Data), "sha256": r.digest,
-		}); err != nil {
+		if err := r.recordReceived(ctx); err != nil {
 			return nil, err
 		}
 		v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
@@ -464,6 +460,13 @@ func (r *decision) event(name string, data any) AuditEvent {
 		At: r.e.cfg.Clock.Now().UTC(), Delivery: r.d.Attempt, PolicyRevision: r.revision,
 		Data: mustJSON(data),
 	}
+}
+
+// recordReceived records the arrival of the delivery's bytes.
+func (r *decision) recordReceived(ctx context.Context) error {
+	return r.record(ctx, EventReceived, map[string]any{
+		"subject": r.d.Subject, "bytes": len(r.d.Data), "sha256": r.digest,
+	})
 }
 
 func (r *decision) record(ctx context.Context, name string, data any) error {

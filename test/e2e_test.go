@@ -295,18 +295,29 @@ func assertReviewedOutOfProcess(t *testing.T, recs []auditRecord, gatedPID int) 
 
 func parentPID(t *testing.T, pid int) int {
 	t.Helper()
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatalf("reading /proc/%d/stat: %v", pid, err)
-	}
-	// Fields after the parenthesised command: state, ppid, ...
-	rest := string(stat[bytes.LastIndexByte(stat, ')')+2:])
-	fields := strings.Fields(rest)
-	ppid, err := strconv.Atoi(fields[1])
+	ppid, err := readParentPID(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return ppid
+}
+
+// readParentPID reads the parent of pid from /proc/<pid>/stat.
+func readParentPID(pid int) (int, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the parenthesised command: state, ppid, ...
+	end := bytes.LastIndexByte(stat, ')')
+	if end < 0 || end+2 > len(stat) {
+		return 0, fmt.Errorf("/proc/%d/stat has no command field", pid)
+	}
+	fields := strings.Fields(string(stat[end+2:]))
+	if len(fields) < 2 {
+		return 0, fmt.Errorf("/proc/%d/stat is truncated", pid)
+	}
+	return strconv.Atoi(fields[1])
 }
 
 // pluginPIDs lists the children of pid that run `plugin run`.
@@ -326,12 +337,11 @@ func pluginPIDs(t *testing.T, parent int) []int {
 		if err != nil || !bytes.Contains(cmdline, []byte("plugin\x00run\x00")) || !bytes.HasPrefix(cmdline, []byte(gatedBin)) {
 			continue
 		}
-		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		ppid, err := readParentPID(pid)
 		if err != nil {
-			continue
+			continue // the process ended while we looked
 		}
-		fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+2:]))
-		if ppid, _ := strconv.Atoi(fields[1]); ppid == parent || parent == 0 {
+		if ppid == parent || parent == 0 {
 			out = append(out, pid)
 		}
 	}
