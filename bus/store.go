@@ -96,7 +96,7 @@ func (s *VerdictStore) remember(ctx context.Context, v *engine.Verdict) error {
 	key := targetKey(v.Tenant, v.TargetKey)
 	entry := engine.Verdict{
 		V: v.V, ProposalID: v.ProposalID, Tenant: v.Tenant, Action: v.Action, Kind: v.Kind,
-		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey,
+		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey, Agent: v.Agent,
 	}
 	for attempt := 0; attempt < 8; attempt++ {
 		var list []engine.Verdict

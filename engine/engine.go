@@ -99,7 +99,10 @@ func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
 
 func (e *Engine) newDecision(d Delivery) *decision {
 	digest := sha256.Sum256(d.Data)
-	return &decision{e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:])}
+	return &decision{
+		e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:]),
+		revision: e.cfg.Policy.Revision(),
+	}
 }
 
 // GiveUp answers a delivery that could not be decided within its delivery
@@ -133,6 +136,7 @@ type decision struct {
 	id        string
 	action    string
 	revision  string
+	evalUS    int64
 	targetKey string
 	// failure is an infrastructure error met while judging: nothing is
 	// decided and the delivery is retried.
@@ -222,7 +226,7 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
 		return v
 	}
-	r.revision = pd.Revision
+	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
 	denies := slices.Clone(pd.Denies)
 	slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
 	if denies == nil {
@@ -408,6 +412,11 @@ func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error
 
 // finish seals the audit trail with the verdict and stores it.
 func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
+	if v.Policy == nil {
+		// No policy decided (the proposal was invalid, or evaluation
+		// failed): the verdict still names the policy in force.
+		v.Policy = &PolicyRef{Denies: []Deny{}, Revision: r.revision, EvalUS: r.evalUS}
+	}
 	seq, err := r.seal(ctx, r.event(EventVerdict, v))
 	if err != nil {
 		return nil, err
@@ -429,15 +438,18 @@ func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 
 func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
 	now := r.e.cfg.Clock.Now()
-	kind := KindAction
+	kind, agent := KindAction, ""
 	if r.p != nil {
 		kind = r.p.Kind
+		if r.p.RequestedBy != nil {
+			agent = r.p.RequestedBy.Agent
+		}
 	}
 	return &Verdict{
 		V: SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
 		Outcome: o, Approved: o == OutcomeApproved, Stage: s, Reason: reason,
 		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
-		TargetKey: r.targetKey,
+		TargetKey: r.targetKey, Agent: agent,
 	}
 }
 
@@ -457,7 +469,7 @@ func (r *decision) event(name string, data any) AuditEvent {
 	}
 	return AuditEvent{
 		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: r.id, Action: r.action,
-		At: r.e.cfg.Clock.Now().UTC(), Delivery: r.d.Attempt, PolicyRevision: r.revision,
+		At: r.e.cfg.Clock.Now().UTC(), Delivery: r.d.Attempt, PolicyRevision: r.revision, PolicyEvalUS: r.evalUS,
 		Data: mustJSON(data),
 	}
 }

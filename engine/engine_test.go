@@ -326,6 +326,8 @@ type stubPolicy struct {
 	err error
 }
 
+func (p stubPolicy) Revision() string { return p.d.Revision }
+
 func (p stubPolicy) Evaluate(context.Context, engine.PolicyInput) (engine.PolicyDecision, error) {
 	return p.d, p.err
 }
@@ -788,8 +790,9 @@ func TestDecide(t *testing.T) {
 				if len(tc.wantDenies) > 0 && h.router.calls() != 0 {
 					t.Error("a denied proposal was routed to a reviewer")
 				}
-			} else if v.Policy != nil {
-				t.Errorf("policy part on a %s verdict: %+v", v.Stage, v.Policy)
+			} else if v.Policy == nil || v.Policy.Revision != defaultPolicy(t).Revision() || len(v.Policy.Denies) != 0 || v.Policy.EvalUS != 0 {
+				// Verdicts the policy never saw still name the policy in force.
+				t.Errorf("policy part on a %s verdict: %+v, want the revision in force and no evaluation", v.Stage, v.Policy)
 			}
 
 			if tc.wantDecision != "" {
@@ -832,7 +835,7 @@ func TestDecideSendsTheReviewerWhatThePolicyAllows(t *testing.T) {
 		t.Fatalf("reviewer called %d times, want 1", len(reqs))
 	}
 	req := reqs[0]
-	if want := []string{"get_proposal", "get_sop_text", "get_verdict_history"}; !slices.Equal(req.Tools, want) {
+	if want := []string{"get_sop_text", "get_verdict_history", "get_proposal"}; !slices.Equal(req.Tools, want) {
 		t.Errorf("reviewer tools %v, want %v", req.Tools, want)
 	}
 	if want := []string{"host_restart_service", "run_shell", "web_skill"}; !slices.Equal(req.DeniedTools, want) {
@@ -854,12 +857,12 @@ func TestDecideSendsTheReviewerWhatThePolicyAllows(t *testing.T) {
 		t.Errorf("review id %q, why %q, revision %q", req.ReviewID, req.Why, req.PolicyRevision)
 	}
 	for _, ev := range tr.all() {
-		want := defaultPolicy(t).Revision()
-		if ev.Event == engine.EventReceived {
-			want = ""
-		}
-		if ev.PolicyRevision != want {
+		if want := defaultPolicy(t).Revision(); ev.PolicyRevision != want {
 			t.Errorf("event %s has policy revision %q, want %q", ev.Event, ev.PolicyRevision, want)
+		}
+		// The evaluation time is known from the policy's event on.
+		if evaluated := ev.Event != engine.EventReceived; evaluated != (ev.PolicyEvalUS > 0) {
+			t.Errorf("event %s has policy_eval_us %d", ev.Event, ev.PolicyEvalUS)
 		}
 	}
 }

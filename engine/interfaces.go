@@ -12,6 +12,9 @@ type Policy interface {
 	// Evaluate decides one proposal. An error means the policy could not
 	// decide; the engine turns it into an error verdict, never an approval.
 	Evaluate(ctx context.Context, in PolicyInput) (PolicyDecision, error)
+	// Revision identifies the policy that Evaluate would use now. Audit
+	// events recorded before the policy runs carry it.
+	Revision() string
 }
 
 // PolicyInput is the document the policy sees as input.
@@ -165,9 +168,12 @@ type AuditEvent struct {
 	Action     string    `json:"action,omitempty"`
 	At         time.Time `json:"at"`
 	// Delivery is the JetStream delivery count of the proposal message.
-	Delivery       int             `json:"delivery,omitempty"`
-	PolicyRevision string          `json:"policy_revision,omitempty"`
-	Data           json.RawMessage `json:"data,omitempty"`
+	Delivery       int    `json:"delivery,omitempty"`
+	PolicyRevision string `json:"policy_revision,omitempty"`
+	// PolicyEvalUS is how long the policy evaluation of this proposal took,
+	// on every event recorded after it.
+	PolicyEvalUS int64           `json:"policy_eval_us,omitempty"`
+	Data         json.RawMessage `json:"data,omitempty"`
 }
 
 // Audit event names. They become the last tokens of the audit subject
@@ -181,10 +187,16 @@ const (
 	EventReviewDone    = "review.finished"
 	EventVerdict       = "verdict.decided"
 	EventReplayed      = "verdict.replayed"
+	// EventPolicyReloaded and EventPolicyReloadFailed are gated's own
+	// events, under the UnknownTenant token: a policy swapped in, and a
+	// policy refused (the last good one stays in force).
+	EventPolicyReloaded     = "policy.reloaded"
+	EventPolicyReloadFailed = "policy.reload_failed"
 )
 
 // UnknownTenant is the audit tenant token of events whose tenant could not
-// be recovered from a malformed proposal.
+// be recovered from a malformed proposal, and of gated's own events (policy
+// reloads). Proposals cannot use it: "_" is not a valid tenant.
 const UnknownTenant = "_"
 
 // AuditTrail records the steps of one proposal. Record may store

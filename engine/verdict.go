@@ -60,6 +60,9 @@ type Verdict struct {
 	// TargetKey); the store keeps recent approvals per target so the policy
 	// can refuse parallel operations.
 	TargetKey string `json:"target_key,omitempty"`
+	// Agent is the proposing agent (requested_by.agent). The policy tells
+	// an agent's own recent operations on a target from other agents'.
+	Agent string `json:"agent,omitempty"`
 }
 
 // PolicyRef is the policy's part of a verdict.

@@ -113,17 +113,17 @@ test_reviewer_tools_drop_skills_and_write_tools if {
 	]})
 	d := gated.decision with input as {"proposal": write_proposal, "persona": persona}
 	d.reviewer_tools == ["get_sop_text", "host_list_services"]
-	d.denied_tools == sort([
+	d.denied_tools == {
 		"execute_skill", "host_restart_service", "kill_process", "mystery_tool",
 		"ns.web_skill", "run_shell", "web_skill",
-	])
+	}
 	count(d.deny) == 0
 }
 
 test_persona_disallowed_tools_are_wildcards if {
 	persona := object.union(reviewer, {"disallowed_tools": ["get_verdict_*"]})
 	d := gated.decision with input as {"proposal": write_proposal, "persona": persona}
-	d.reviewer_tools == ["get_proposal", "get_sop_text"]
+	d.reviewer_tools == ["get_sop_text", "get_proposal"]
 	"get_verdict_history" in d.denied_tools
 }
 

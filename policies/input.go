@@ -1,7 +1,6 @@
 package policies
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -143,53 +142,73 @@ func verdictValue(v *engine.Verdict) ast.Value {
 		item("stage", str(string(v.Stage))),
 		item("decided_at", str(v.DecidedAt.UTC().Format(time.RFC3339Nano))),
 		item("decided_at_ns", ast.Number(fmt.Sprint(v.DecidedAt.UnixNano()))),
+		item("agent", str(v.Agent)),
 	)
 }
 
 // parseDecision reads the decision document. A user rule that breaks its
 // shape is an error, never a silent pass.
-func parseDecision(v any) (engine.PolicyDecision, error) {
+func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 	var d engine.PolicyDecision
-	obj, ok := v.(map[string]any)
+	obj, ok := v.(ast.Object)
 	if !ok {
-		return d, fmt.Errorf("decision is %T, want an object", v)
+		return d, fmt.Errorf("decision is %s, want an object", ast.ValueName(v))
 	}
-	denies, ok := obj["deny"].([]any)
-	if !ok {
-		return d, fmt.Errorf("decision.deny is %T, want an array", obj["deny"])
+	denies := obj.Get(ast.InternedTerm("deny"))
+	if denies == nil {
+		return d, fmt.Errorf("decision.deny is missing, want an array or set of {\"rule\", \"message\"}")
 	}
-	for i, raw := range denies {
-		m, ok := raw.(map[string]any)
-		rule, rok := m["rule"].(string)
-		msg, mok := m["message"].(string)
-		if !ok || !rok || !mok || rule == "" {
-			return d, fmt.Errorf("decision.deny[%d] must be {\"rule\": string, \"message\": string}, got %v", i, raw)
+	var derr error
+	err := each(denies.Value, "decision.deny", func(i int, x *ast.Term) {
+		m, ok := x.Value.(ast.Object)
+		var rule, msg ast.String
+		var rok, mok bool
+		if ok {
+			rule, rok = valueOf[ast.String](m, "rule")
+			msg, mok = valueOf[ast.String](m, "message")
 		}
-		d.Denies = append(d.Denies, engine.Deny{Rule: rule, Message: msg})
-	}
-	review, ok := obj["review"].(map[string]any)
-	if !ok {
-		return d, fmt.Errorf("decision.review is %T, want an object", obj["review"])
-	}
-	required, ok := review["required"].(bool)
-	if !ok {
-		return d, fmt.Errorf("decision.review.required is %T, want a boolean", review["required"])
-	}
-	d.Review.Required = required
-	var err error
-	if d.Review.Persona, err = optional[string](review, "persona", "decision.review.persona"); err != nil {
+		if derr == nil && (!ok || !rok || !mok || rule == "") {
+			derr = fmt.Errorf("decision.deny[%d] must be {\"rule\": string, \"message\": string}, got %v", i, x)
+			return
+		}
+		d.Denies = append(d.Denies, engine.Deny{Rule: string(rule), Message: string(msg)})
+	})
+	if err != nil {
 		return d, err
 	}
-	if d.Review.Why, err = optional[string](review, "why", "decision.review.why"); err != nil {
+	if derr != nil {
+		return d, derr
+	}
+	reviewTerm := obj.Get(ast.InternedTerm("review"))
+	if reviewTerm == nil {
+		return d, fmt.Errorf("decision.review is missing, want an object")
+	}
+	review, ok := reviewTerm.Value.(ast.Object)
+	if !ok {
+		return d, fmt.Errorf("decision.review is %s, want an object", ast.ValueName(reviewTerm.Value))
+	}
+	required, ok := valueOf[ast.Boolean](review, "required")
+	if !ok {
+		return d, fmt.Errorf("decision.review.required must be a boolean")
+	}
+	d.Review.Required = bool(required)
+	persona, err := optional[ast.String](review, "persona", "decision.review.persona")
+	if err != nil {
 		return d, err
 	}
-	if raw, ok := review["quorum"]; ok {
-		q, isNum := raw.(json.Number)
-		n, nerr := q.Int64()
-		if !isNum || nerr != nil || n < 0 || n > 16 {
-			return d, fmt.Errorf("decision.review.quorum %v must be an integer between 0 and 16", raw)
+	d.Review.Persona = string(persona)
+	why, err := optional[ast.String](review, "why", "decision.review.why")
+	if err != nil {
+		return d, err
+	}
+	d.Review.Why = string(why)
+	if q := review.Get(ast.InternedTerm("quorum")); q != nil {
+		num, isNum := q.Value.(ast.Number)
+		n, isInt := num.Int()
+		if !isNum || !isInt || n < 0 || n > 16 {
+			return d, fmt.Errorf("decision.review.quorum %v must be an integer between 0 and 16", q)
 		}
-		d.Review.Quorum = int(n)
+		d.Review.Quorum = n
 	}
 	if required && d.Review.Quorum < 1 {
 		d.Review.Quorum = 1
@@ -200,67 +219,103 @@ func parseDecision(v any) (engine.PolicyDecision, error) {
 	if d.DeniedTools, err = stringList(obj, "denied_tools"); err != nil {
 		return d, err
 	}
-	if d.Skipped, err = optional[bool](obj, "skipped", "decision.skipped"); err != nil {
+	skipped, err := optional[ast.Boolean](obj, "skipped", "decision.skipped")
+	if err != nil {
 		return d, err
 	}
-	if raw, present := obj["sop"]; present && raw != nil {
-		sop, ok := raw.(map[string]any)
-		if !ok {
-			return d, fmt.Errorf("decision.sop is %T, want an object or null", raw)
+	d.Skipped = bool(skipped)
+	if sopTerm := obj.Get(ast.InternedTerm("sop")); sopTerm != nil {
+		switch sop := sopTerm.Value.(type) {
+		case ast.Null:
+		case ast.Object:
+			s := &engine.SOP{}
+			id, _ := valueOf[ast.String](sop, "id")
+			title, _ := valueOf[ast.String](sop, "title")
+			rollback, _ := valueOf[ast.String](sop, "rollback")
+			s.ID, s.Title, s.Rollback = string(id), string(title), string(rollback)
+			s.Actions, _ = stringList(sop, "actions")
+			s.Steps, _ = stringList(sop, "steps")
+			if s.ID == "" {
+				return d, fmt.Errorf("decision.sop has no id")
+			}
+			d.SOP = s
+		default:
+			return d, fmt.Errorf("decision.sop is %s, want an object or null", ast.ValueName(sopTerm.Value))
 		}
-		s := &engine.SOP{}
-		s.ID, _ = sop["id"].(string)
-		s.Title, _ = sop["title"].(string)
-		s.Rollback, _ = sop["rollback"].(string)
-		s.Actions, _ = anyStrings(sop["actions"])
-		s.Steps, _ = anyStrings(sop["steps"])
-		if s.ID == "" {
-			return d, fmt.Errorf("decision.sop has no id")
-		}
-		d.SOP = s
 	}
 	return d, nil
 }
 
-func stringList(obj map[string]any, key string) ([]string, error) {
-	raw, present := obj[key]
-	if !present || raw == nil {
+// each calls f for every element of an array or set.
+func each(v ast.Value, name string, f func(int, *ast.Term)) error {
+	switch c := v.(type) {
+	case *ast.Array:
+		for i := range c.Len() {
+			f(i, c.Elem(i))
+		}
+	case ast.Set:
+		for i, t := range c.Slice() {
+			f(i, t)
+		}
+	default:
+		return fmt.Errorf("%s is %s, want an array or a set", name, ast.ValueName(v))
+	}
+	return nil
+}
+
+// stringList reads an optional array or set of strings.
+func stringList(obj ast.Object, key string) ([]string, error) {
+	t := obj.Get(ast.InternedTerm(key))
+	if t == nil {
 		return nil, nil
 	}
-	out, ok := anyStrings(raw)
-	if !ok {
-		return nil, fmt.Errorf("decision.%s must be an array of strings, got %v", key, raw)
+	if _, isNull := t.Value.(ast.Null); isNull {
+		return nil, nil
+	}
+	var out []string
+	bad := false
+	err := each(t.Value, "decision."+key, func(_ int, x *ast.Term) {
+		s, ok := x.Value.(ast.String)
+		if !ok {
+			bad = true
+			return
+		}
+		out = append(out, string(s))
+	})
+	if err != nil || bad {
+		return nil, fmt.Errorf("decision.%s must be an array of strings, got %v", key, t)
+	}
+	if out == nil {
+		out = []string{}
 	}
 	return out, nil
 }
 
-func anyStrings(raw any) ([]string, bool) {
-	list, ok := raw.([]any)
-	if !ok {
-		return nil, raw == nil
+// valueOf reads key from obj as a T.
+func valueOf[T ast.Value](obj ast.Object, key string) (T, bool) {
+	var zero T
+	t := obj.Get(ast.InternedTerm(key))
+	if t == nil {
+		return zero, false
 	}
-	out := make([]string, 0, len(list))
-	for _, x := range list {
-		s, ok := x.(string)
-		if !ok {
-			return nil, false
-		}
-		out = append(out, s)
-	}
-	return out, true
+	v, ok := t.Value.(T)
+	return v, ok
 }
 
 // optional reads key from obj: absent or null gives the zero value; any
 // other type than T is an error naming the field.
-func optional[T any](obj map[string]any, key, name string) (T, error) {
+func optional[T ast.Value](obj ast.Object, key, name string) (T, error) {
 	var zero T
-	raw, present := obj[key]
-	if !present || raw == nil {
+	t := obj.Get(ast.InternedTerm(key))
+	if t == nil {
 		return zero, nil
 	}
-	v, ok := raw.(T)
+	if _, isNull := t.Value.(ast.Null); isNull {
+		return zero, nil
+	}
+	v, ok := t.Value.(T)
 	if !ok {
-		return zero, fmt.Errorf("%s is %T, want %T", name, raw, zero)
+		return zero, fmt.Errorf("%s is %s, want %s", name, ast.ValueName(t.Value), ast.ValueName(zero))
 	}
 	return v, nil
 }

@@ -18,14 +18,18 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/cover"
 	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/tester"
+	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/gated/gated/engine"
 )
@@ -117,64 +121,228 @@ func (b *Bundle) parse(includeTests bool) (map[string]*ast.Module, error) {
 // concurrent use; it implements engine.Policy.
 type Evaluator struct {
 	pq       rego.PreparedEvalQuery
+	compiler *ast.Compiler
 	revision string
 }
 
 var _ engine.Policy = (*Evaluator)(nil)
 
-// Compile parses, compiles and prepares b. Errors name the file and line.
-func Compile(ctx context.Context, b *Bundle) (*Evaluator, error) {
+// CompileOption changes how Compile checks a bundle.
+type CompileOption func(*compileConfig)
+
+type compileConfig struct{ strict bool }
+
+// Strict compiles in OPA's strict mode: unused local variables and
+// imports, shadowed keywords and deprecated built-ins are errors.
+func Strict() CompileOption { return func(c *compileConfig) { c.strict = true } }
+
+// Entry points besides the decision.
+var (
+	decisionRef     = ast.MustParseRef(Query)
+	configErrorsRef = ast.MustParseRef("data.gated.config_errors")
+)
+
+// Compile parses, compiles and prepares b, then checks it before anyone
+// relies on it: data.gated.decision must be defined, data.gated.config_errors
+// (when the bundle defines it) must be empty, and the decision for a few
+// sample proposals must have the contract's shape. Errors name the file and
+// line where OPA knows them, and wrap ErrInvalidBundle.
+func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator, error) {
+	var cfg compileConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	mods, err := b.parse(false)
 	if err != nil {
 		return nil, err
 	}
-	opts := []func(*rego.Rego){
+	compiler := ast.NewCompiler().
+		WithStrict(cfg.strict).
+		WithDefaultRegoVersion(ast.RegoV1).
+		WithEnablePrintStatements(false)
+	if compiler.Compile(mods); compiler.Failed() {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, compiler.Errors)
+	}
+	if len(compiler.GetRulesExact(decisionRef)) == 0 {
+		return nil, fmt.Errorf("%w: no rule defines %s (package gated, rule decision)", ErrInvalidBundle, Query)
+	}
+	// Keep data as AST values so a rule reading data.gated.config does not
+	// convert Go maps on every evaluation.
+	store := inmem.NewFromObjectWithOpts(b.Data, inmem.OptReturnASTValuesOnRead(true))
+	pq, err := rego.New(
 		rego.Query(Query),
-		// Keep data as AST values so a rule reading data.gated.config does
-		// not convert Go maps on every evaluation.
-		rego.Store(inmem.NewFromObjectWithOpts(b.Data, inmem.OptReturnASTValuesOnRead(true))),
+		rego.Compiler(compiler),
+		rego.Store(store),
 		// A builtin error is an evaluation error, and so an error verdict,
 		// rather than a silently undefined rule.
 		rego.StrictBuiltinErrors(true),
-	}
-	for _, name := range slices.Sorted(maps.Keys(mods)) {
-		opts = append(opts, rego.ParsedModule(mods[name]))
-	}
-	pq, err := rego.New(opts...).PrepareForEval(ctx)
+	).PrepareForEval(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	return &Evaluator{pq: pq, revision: b.Revision()}, nil
+	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision()}
+	if err := checkConfig(ctx, compiler, store); err != nil {
+		return nil, err
+	}
+	if err := e.checkShape(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkConfig evaluates data.gated.config_errors, the bundle's own checks
+// of its data, and refuses the bundle when any fail.
+func checkConfig(ctx context.Context, compiler *ast.Compiler, store storage.Store) error {
+	if len(compiler.GetRulesExact(configErrorsRef)) == 0 {
+		return nil
+	}
+	// Builtin errors stay non-fatal here: a check such as
+	// valid_time(x) if time.parse_rfc3339_ns(x) reports a bad value by
+	// being undefined.
+	rs, err := rego.New(rego.Query(configErrorsRef.String()), rego.Compiler(compiler), rego.Store(store)).Eval(ctx)
+	if err != nil {
+		return fmt.Errorf("%w: evaluating %s: %w", ErrInvalidBundle, configErrorsRef, err)
+	}
+	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
+		return nil
+	}
+	list, ok := rs[0].Expressions[0].Value.([]any)
+	if !ok {
+		return fmt.Errorf("%w: %s must be a set of strings, got %T", ErrInvalidBundle, configErrorsRef, rs[0].Expressions[0].Value)
+	}
+	if len(list) == 0 {
+		return nil
+	}
+	msgs := make([]string, 0, len(list))
+	for _, x := range list {
+		msgs = append(msgs, fmt.Sprint(x))
+	}
+	return fmt.Errorf("%w: the policy data fails its checks (%s):\n  %s", ErrInvalidBundle, configErrorsRef, strings.Join(msgs, "\n  "))
+}
+
+// sampleInputs are proposals every bundle must decide with a well-formed
+// decision: a reviewed write, a read, a proposal with no persona.
+func sampleInputs() []engine.PolicyInput {
+	write := &engine.Proposal{
+		V: 1, ID: "gated-compile-check", Tenant: "gated-check", Kind: engine.KindAction,
+		Action: "host_restart_service", Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+		Target: map[string]any{"service": "nginx", "tags": []any{"production"}}, Reason: "compile-time check",
+		RequestedBy: &engine.RequestedBy{Agent: "gated-check"},
+	}
+	read := *write
+	read.Action, read.Class = "host_list_services", engine.ClassRead
+	persona := &engine.Persona{Name: "reviewer", PermissionMode: "read-only", Tools: []string{"get_sop_text"}}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	return []engine.PolicyInput{
+		{Proposal: write, Persona: persona, Now: now},
+		{Proposal: &read, Persona: persona, Now: now},
+		{Proposal: write, Now: now},
+	}
+}
+
+func (e *Evaluator) checkShape(ctx context.Context) error {
+	for _, in := range sampleInputs() {
+		if _, err := e.Evaluate(ctx, in); err != nil {
+			return fmt.Errorf("%w: a sample %s proposal (persona %v): %w", ErrInvalidBundle, in.Proposal.Class, in.Persona != nil, err)
+		}
+	}
+	return nil
 }
 
 // Revision is the content hash of the compiled bundle.
 func (e *Evaluator) Revision() string { return e.revision }
 
+// astResult hands back the decision as OPA's own value: no conversion to
+// Go maps on the hot path.
+func astResult(t *ast.Term, _ *rego.EvalContext) (any, error) { return t.Value, nil }
+
 // Evaluate implements engine.Policy. It returns an error when the decision
 // is undefined or not shaped as the contract says; the engine turns that
 // into an error verdict.
 func (e *Evaluator) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
+	return e.evaluate(ctx, in)
+}
+
+func (e *Evaluator) evaluate(ctx context.Context, in engine.PolicyInput, extra ...rego.EvalOption) (engine.PolicyDecision, error) {
 	start := time.Now()
-	rs, err := e.pq.Eval(ctx, rego.EvalParsedInput(InputValue(in)))
-	elapsed := time.Since(start)
+	opts := append([]rego.EvalOption{rego.EvalParsedInput(InputValue(in)), rego.EvalGenerateJSON(astResult)}, extra...)
+	rs, err := e.pq.Eval(ctx, opts...)
 	if err != nil {
 		return engine.PolicyDecision{}, fmt.Errorf("evaluating %s: %w", Query, err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
 		return engine.PolicyDecision{}, fmt.Errorf("%s is undefined for this input", Query)
 	}
-	d, err := parseDecision(rs[0].Expressions[0].Value)
+	v, ok := rs[0].Expressions[0].Value.(ast.Value)
+	if !ok {
+		return engine.PolicyDecision{}, fmt.Errorf("%s: unexpected result type %T", Query, rs[0].Expressions[0].Value)
+	}
+	d, err := parseDecision(v)
 	if err != nil {
 		return engine.PolicyDecision{}, fmt.Errorf("reading %s: %w", Query, err)
 	}
 	d.Revision = e.revision
-	d.Eval = elapsed
+	d.Eval = time.Since(start)
 	return d, nil
 }
 
+// Fired is a rule whose body succeeded during an evaluation.
+type Fired struct {
+	// Rule is the rule's reference, e.g. data.gated.deny.
+	Rule string `json:"rule"`
+	// Location is file:line of the rule.
+	Location string `json:"location"`
+	// Default is true for a rule's default value.
+	Default bool `json:"default,omitempty"`
+}
+
+// Explain evaluates like Evaluate and also reports every rule that fired,
+// in evaluation order without repeats. It is slower than Evaluate: it
+// traces the evaluation.
+func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, []Fired, error) {
+	tracer := topdown.NewBufferTracer()
+	d, err := e.evaluate(ctx, in, rego.EvalQueryTracer(tracer))
+	seen := map[string]bool{}
+	var fired []Fired
+	for _, ev := range *tracer {
+		rule, ok := ev.Node.(*ast.Rule)
+		if !ok || ev.Op != topdown.ExitOp || rule.Location == nil {
+			continue
+		}
+		f := Fired{Rule: rule.Head.Ref().String(), Location: fmt.Sprintf("%s:%d", rule.Location.File, rule.Location.Row), Default: rule.Default}
+		if rule.Module != nil {
+			f.Rule = rule.Path().String()
+		}
+		if key := f.Location; !seen[key] {
+			seen[key] = true
+			fired = append(fired, f)
+		}
+	}
+	return d, fired, err
+}
+
+// TestReport is the outcome of a bundle's Rego tests.
+type TestReport struct {
+	Results []*tester.Result
+	// Coverage is the line coverage of the non-test modules by the tests.
+	Coverage cover.Report
+}
+
+// Failed counts the tests that failed or errored.
+func (r *TestReport) Failed() int {
+	n := 0
+	for _, res := range r.Results {
+		if res.Fail || res.Error != nil {
+			n++
+		}
+	}
+	return n
+}
+
 // RunTests compiles every module of b, tests included, and runs the tests
-// against b's data.
-func RunTests(ctx context.Context, b *Bundle) ([]*tester.Result, error) {
+// against b's data as stock `opa test` does; filter, when not empty, is a
+// regular expression that selects tests by name.
+func RunTests(ctx context.Context, b *Bundle, filter string) (*TestReport, error) {
 	mods, err := b.parse(true)
 	if err != nil {
 		return nil, err
@@ -185,21 +353,35 @@ func RunTests(ctx context.Context, b *Bundle) ([]*tester.Result, error) {
 		return nil, err
 	}
 	defer store.Abort(ctx, txn)
-	ch, err := tester.NewRunner().
+	cov := cover.New()
+	runner := tester.NewRunner().
 		SetStore(store).
 		SetModules(mods).
-		RaiseBuiltinErrors(true).
-		SetDefaultRegoVersion(ast.RegoV1).
-		RunTests(ctx, txn)
+		SetCoverageQueryTracer(cov).
+		SetDefaultRegoVersion(ast.RegoV1)
+	if filter != "" {
+		if _, err := regexp.Compile(filter); err != nil {
+			return nil, fmt.Errorf("test filter %q: %w", filter, err)
+		}
+		runner = runner.Filter(filter)
+	}
+	ch, err := runner.RunTests(ctx, txn)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	var results []*tester.Result
+	report := &TestReport{}
 	for r := range ch {
-		results = append(results, r)
+		report.Results = append(report.Results, r)
 	}
-	slices.SortFunc(results, func(a, b *tester.Result) int {
+	slices.SortFunc(report.Results, func(a, b *tester.Result) int {
 		return strings.Compare(a.Package+"."+a.Name, b.Package+"."+b.Name)
 	})
-	return results, nil
+	covered := make(map[string]*ast.Module, len(mods))
+	for name, m := range mods {
+		if !strings.HasSuffix(name, "_test.rego") {
+			covered[name] = m
+		}
+	}
+	report.Coverage = cov.Report(covered)
+	return report, nil
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/open-policy-agent/opa/v1/ast"
+
 	"github.com/gated/gated/engine"
 )
 
@@ -19,10 +21,11 @@ func TestRegoUnitTests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	results, err := RunTests(t.Context(), b)
+	report, err := RunTests(t.Context(), b, "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	results := report.Results
 	if len(results) < 20 {
 		t.Fatalf("found %d Rego tests, want at least 20: are the _test.rego files embedded?", len(results))
 	}
@@ -112,7 +115,7 @@ func TestEvaluateToolBagAndSOP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(d.ReviewerTools, ","); got != "get_proposal,get_sop_text,get_verdict_history" {
+	if got := strings.Join(d.ReviewerTools, ","); got != "get_sop_text,get_verdict_history,get_proposal" {
 		t.Errorf("reviewer tools = %s", got)
 	}
 	if got := strings.Join(d.DeniedTools, ","); got != "web_skill" {
@@ -144,12 +147,9 @@ func TestBadDecisionShapeIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Modules["bad.rego"] = "package gated\n\ndeny contains \"just a string\" if true\n"
-	e, err := Compile(t.Context(), b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: writeProposal()}); err == nil {
-		t.Fatal("a deny entry that is not {rule, message} must be an evaluation error")
+	_, err = Compile(t.Context(), b)
+	if !errors.Is(err, ErrInvalidBundle) || !strings.Contains(err.Error(), "decision.deny[") {
+		t.Fatalf("a deny entry that is not {rule, message} must fail the compile-time check, got %v", err)
 	}
 }
 
@@ -194,7 +194,7 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 				v = json.Number(fmt.Sprint(n))
 			}
 			review[tc.field] = v
-			_, err := parseDecision(map[string]any{"deny": []any{}, "review": review})
+			_, err := parseDecision(astOf(t, map[string]any{"deny": []any{}, "review": review}))
 			if err == nil {
 				t.Fatalf("%s = %s accepted", tc.field, tc.value)
 			}
@@ -210,9 +210,18 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			obj := map[string]any{"deny": []any{}, "review": map[string]any{"required": true}, tc.key: tc.value}
-			if _, err := parseDecision(obj); err == nil {
+			if _, err := parseDecision(astOf(t, obj)); err == nil {
 				t.Fatalf("%s = %v accepted", tc.key, tc.value)
 			}
 		})
 	}
+}
+
+func astOf(t *testing.T, v any) ast.Value {
+	t.Helper()
+	val, err := ast.InterfaceToValue(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return val
 }

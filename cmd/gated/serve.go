@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +13,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
@@ -43,6 +45,9 @@ type serveOptions struct {
 	replicas      int
 	verdictTTL    time.Duration
 	auditMaxAge   time.Duration
+	policy        policySourceOptions
+	policyWatch   bool
+	policyPoll    time.Duration
 }
 
 func serveCmd() *cobra.Command {
@@ -63,7 +68,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "client listener of the embedded server (port 0 picks a free one)")
 	f.StringVar(&o.natsURL, "nats-url", "", "external NATS server or cluster URLs, comma-separated; empty starts the embedded server")
 	o.natsConn.register(f)
-	f.StringVar(&o.httpAddr, "http", "", "serve /healthz and /readyz on this address, e.g. 127.0.0.1:8080")
+	f.StringVar(&o.httpAddr, "http", "", "serve /healthz, /readyz and /metrics on this address, e.g. 127.0.0.1:8080")
 	f.StringVar(&o.logFormat, "log-format", "auto", "auto (console on a terminal, else JSON), json or console")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
@@ -72,6 +77,9 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
+	o.policy.register(f)
+	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
+	f.DurationVar(&o.policyPoll, "policy-poll", 10*time.Second, "also compare the policy files every interval, for changes file events miss (0 disables)")
 	return c
 }
 
@@ -97,14 +105,25 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	defer func() { _ = log.Sync() }()
 
-	bundle, err := policies.Default()
+	src, err := o.policy.sources()
 	if err != nil {
-		return fmt.Errorf("loading the default policy bundle: %w", err)
+		return err
 	}
-	policy, err := policies.Compile(ctx, bundle)
+	// Reloads are logged at once; they are audited once the audit stream
+	// is open (reloads only happen after that, in the watcher).
+	var auditReload atomic.Pointer[func(policies.Reload)]
+	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
+		logReload(log, r)
+		if f := auditReload.Load(); f != nil {
+			(*f)(r)
+		}
+	})
 	if err != nil {
-		return fmt.Errorf("compiling the policy: %w", err)
+		return fmt.Errorf("loading the policy: %w", err)
 	}
+	state := live.State()
+	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Strings("files", state.Files))
+	m := newMetrics(live)
 	reg, warnings, err := personas.Load(o.personasDir)
 	if err != nil {
 		return fmt.Errorf("loading personas: %w", err)
@@ -163,8 +182,28 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	trail := bus.NewTrail(js)
+	audit := func(r policies.Reload) {
+		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if _, err := trail.Seal(actx, reloadEvent(r, live.Revision())); err != nil {
+			log.Error("auditing a policy reload", zap.Error(err))
+		}
+	}
+	auditReload.Store(&audit)
+	if o.policyWatch && (src.Dir != "" || len(src.DataFiles) > 0) {
+		go func() {
+			poll := o.policyPoll
+			if poll == 0 {
+				poll = -1
+			}
+			if err := live.Watch(ctx, policies.WatchOptions{Poll: poll}); err != nil {
+				log.Error("policy hot reload is off", zap.Error(err))
+			}
+		}()
+	}
 	eng, err := engine.New(engine.Config{
-		Policy:        policy,
+		Policy:        meteredPolicy{Policy: live, eval: m.eval},
 		Personas:      reg,
 		Router:        host,
 		Store:         bus.NewVerdictStore(res.Verdicts),
@@ -173,7 +212,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	worker, err := bus.NewWorker(nc, js, res, eng, busCfg, log.Named("worker"))
+	worker, err := bus.NewWorker(nc, js, res, countingDecider{Decider: eng, verdicts: m.verdicts}, busCfg, log.Named("worker"))
 	if err != nil {
 		return err
 	}
@@ -183,7 +222,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	var ready atomic.Bool
 	ready.Store(true)
 	if o.httpAddr != "" {
-		stopHTTP, err := serveHTTP(o.httpAddr, nc, &ready, log)
+		stopHTTP, err := serveHTTP(o.httpAddr, nc, &ready, live, m, log)
 		if err != nil {
 			worker.Stop(0)
 			return err
@@ -192,7 +231,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	log.Info("gated is ready",
 		zap.String("nats", url), zap.Bool("embedded", embedded != nil),
-		zap.String("policy_revision", policy.Revision()), zap.Any("plugins", host.Plugins()),
+		zap.String("policy_revision", live.Revision()), zap.Any("plugins", host.Plugins()),
 		zap.Strings("personas", reg.Names()))
 
 	<-ctx.Done()
@@ -207,16 +246,29 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	return nil
 }
 
-func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, log *zap.Logger) (stop func(), err error) {
+func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, m *metrics, log *zap.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !ready.Load() || !nc.IsConnected() {
-			http.Error(w, "not ready: NATS connection "+nc.Status().String(), http.StatusServiceUnavailable)
-			return
+		policy := live.State()
+		body := readiness{Ready: true, NATS: nc.Status().String(), Policy: policy}
+		switch {
+		case !ready.Load():
+			body.Ready, body.Reason = false, "shutting down"
+		case !nc.IsConnected():
+			body.Ready, body.Reason = false, "NATS connection "+nc.Status().String()
+		case policy.Stale:
+			// The last good policy is still served; the policy on disk is
+			// not, and an operator should know.
+			body.Ready, body.Reason = false, "the latest policy reload failed; serving the last good revision "+policy.Revision
 		}
-		_, _ = w.Write([]byte("ready\n"))
+		w.Header().Set("Content-Type", "application/json")
+		if !body.Ready {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+		_ = json.NewEncoder(w).Encode(body)
 	})
+	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on --http %s: %w", addr, err)
@@ -235,4 +287,39 @@ func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, log *zap.Logger) 
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// readiness is the /readyz document.
+type readiness struct {
+	Ready  bool           `json:"ready"`
+	Reason string         `json:"reason,omitempty"`
+	NATS   string         `json:"nats"`
+	Policy policies.State `json:"policy"`
+}
+
+func logReload(log *zap.Logger, r policies.Reload) {
+	switch {
+	case !r.OK:
+		log.Error("policy reload refused: the last good policy stays in force",
+			zap.String("serving", r.Previous), zap.String("error", r.Error), zap.Duration("took", r.Duration))
+	case r.Changed:
+		log.Info("policy reloaded", zap.String("revision", r.Revision), zap.String("previous", r.Previous),
+			zap.Int("tests", r.Tests), zap.Duration("took", r.Duration))
+	default:
+		log.Info("policy sources changed but decide alike: revision unchanged", zap.String("revision", r.Revision))
+	}
+}
+
+// reloadEvent is the audit record of a reload attempt: gated's own event,
+// under the reserved tenant token.
+func reloadEvent(r policies.Reload, serving string) engine.AuditEvent {
+	name := engine.EventPolicyReloaded
+	if !r.OK {
+		name = engine.EventPolicyReloadFailed
+	}
+	data, _ := json.Marshal(r)
+	return engine.AuditEvent{
+		V: engine.SchemaVersion, Event: name, Tenant: engine.UnknownTenant, At: r.At.UTC(),
+		PolicyRevision: serving, Data: data,
+	}
 }

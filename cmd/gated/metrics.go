@@ -1,0 +1,112 @@
+package main
+
+import (
+	"context"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/policies"
+)
+
+// metrics are what /metrics exposes.
+type metrics struct {
+	reg      *prometheus.Registry
+	eval     prometheus.Histogram
+	verdicts *prometheus.CounterVec
+}
+
+func newMetrics(live *policies.Live) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		eval: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "gated_policy_eval_seconds",
+			Help:    "Time to evaluate the policy for one proposal.",
+			Buckets: []float64{10e-6, 20e-6, 50e-6, 100e-6, 200e-6, 500e-6, 1e-3, 5e-3, 20e-3},
+		}),
+		verdicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_verdicts_total",
+			Help: "Verdicts decided by this process, by outcome and stage.",
+		}, []string{"outcome", "stage"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.eval, m.verdicts, policyCollector{live},
+	)
+	return m
+}
+
+// policyCollector reports the served policy at scrape time.
+type policyCollector struct{ live *policies.Live }
+
+var (
+	policyInfoDesc = prometheus.NewDesc("gated_policy_info",
+		"The policy revision being served (always 1).", []string{"revision"}, nil)
+	policyStaleDesc = prometheus.NewDesc("gated_policy_stale",
+		"1 when the latest policy reload failed and the last good policy is still served.", nil, nil)
+	policyReloadsDesc = prometheus.NewDesc("gated_policy_reloads_total",
+		"Policy reload attempts, by result.", []string{"result"}, nil)
+	policyLoadedDesc = prometheus.NewDesc("gated_policy_loaded_timestamp_seconds",
+		"When the served policy was swapped in.", nil, nil)
+	policyTestsDesc = prometheus.NewDesc("gated_policy_tests",
+		"Rego tests the served policy passed.", nil, nil)
+)
+
+func (policyCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{policyInfoDesc, policyStaleDesc, policyReloadsDesc, policyLoadedDesc, policyTestsDesc} {
+		ch <- d
+	}
+}
+
+func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.live.State()
+	stale := 0.0
+	if s.Stale {
+		stale = 1
+	}
+	ch <- prometheus.MustNewConstMetric(policyInfoDesc, prometheus.GaugeValue, 1, s.Revision)
+	ch <- prometheus.MustNewConstMetric(policyStaleDesc, prometheus.GaugeValue, stale)
+	ch <- prometheus.MustNewConstMetric(policyReloadsDesc, prometheus.CounterValue, float64(s.Reloads-s.Failures), "ok")
+	ch <- prometheus.MustNewConstMetric(policyReloadsDesc, prometheus.CounterValue, float64(s.Failures), "failed")
+	ch <- prometheus.MustNewConstMetric(policyLoadedDesc, prometheus.GaugeValue, float64(s.LoadedAt.UnixNano())/1e9)
+	ch <- prometheus.MustNewConstMetric(policyTestsDesc, prometheus.GaugeValue, float64(s.Tests))
+}
+
+// meteredPolicy observes every evaluation's duration.
+type meteredPolicy struct {
+	engine.Policy
+	eval prometheus.Histogram
+}
+
+func (p meteredPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
+	d, err := p.Policy.Evaluate(ctx, in)
+	if err == nil {
+		p.eval.Observe(d.Eval.Seconds())
+	}
+	return d, err
+}
+
+// countingDecider counts the verdicts the worker publishes.
+type countingDecider struct {
+	bus.Decider
+	verdicts *prometheus.CounterVec
+}
+
+func (d countingDecider) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
+	v, err := d.Decider.Decide(ctx, dl)
+	if v != nil {
+		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
+	}
+	return v, err
+}
+
+func (d countingDecider) GiveUp(ctx context.Context, dl engine.Delivery, cause error) *engine.Verdict {
+	v := d.Decider.GiveUp(ctx, dl, cause)
+	if v != nil {
+		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
+	}
+	return v
+}
