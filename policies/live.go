@@ -119,7 +119,7 @@ func build(ctx context.Context, src Sources) (*built, error) {
 	if err != nil {
 		return nil, err
 	}
-	report, err := RunTests(ctx, b, "")
+	report, err := RunTests(ctx, b.UserTests(), "")
 	if err != nil {
 		return nil, err
 	}

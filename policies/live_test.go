@@ -22,14 +22,31 @@ deny contains {"rule": "no_` + action + `", "message": "` + action + ` is refuse
 `
 }
 
-const boomTest = `package gated_test
+// boomTest passes only while the boom rule is in force. A user's tests
+// cannot lean on the default bundle's test helpers: those tests are not
+// part of a user build.
+const boomTest = `package local_test
 
 import data.gated
 
 test_boom_denied if {
-	p := object.union(write_proposal, {"action": "boom"})
-	d := gated.decision with input as {"proposal": p, "persona": reviewer}
-	"no_boom" in rules(d)
+	p := {"id": "t1", "tenant": "acme", "action": "boom", "class": "write", "target": {}, "flags": {}}
+	d := gated.decision with input as {"proposal": p, "persona": null, "history": [], "now_ns": 0}
+	some entry in d.deny
+	entry.rule == "no_boom"
+}
+`
+
+// readTest passes whatever the boom rule says.
+const readTest = `package local_test
+
+import data.gated
+
+test_listing_services_needs_no_review if {
+	p := {"id": "t2", "tenant": "acme", "action": "host_list_services", "class": "read", "target": {}, "flags": {}}
+	d := gated.decision with input as {"proposal": p, "persona": null, "history": [], "now_ns": 0}
+	count(d.deny) == 0
+	not d.review.required
 }
 `
 
@@ -72,6 +89,7 @@ func TestLiveReload(t *testing.T) {
 	dir := t.TempDir()
 	rule := filepath.Join(dir, "boom.rego")
 	writeFile(t, rule, boomRule("boom"))
+	writeFile(t, filepath.Join(dir, "read_test.rego"), readTest)
 	var heard []Reload
 	var mu sync.Mutex
 	l, err := NewLive(t.Context(), Sources{Dir: dir}, func(r Reload) {
@@ -83,7 +101,8 @@ func TestLiveReload(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := l.State()
-	if first.Stale || first.Tests < 50 || !has(first.Files, rule) || !has(first.Files, "default/gated.rego") {
+	// The user's tests run, the default bundle's do not.
+	if first.Stale || first.Tests != 1 || !has(first.Files, rule) || !has(first.Files, "default/gated.rego") {
 		t.Fatalf("initial state %+v", first)
 	}
 	if !has(deniedRules(t, l, "boom"), "no_boom") {

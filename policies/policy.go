@@ -321,6 +321,23 @@ func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.
 	return d, fired, err
 }
 
+// UserTests returns b without the embedded default bundle's tests. Those
+// tests check the default rules against the default data; a user's data
+// may rightly change their outcome (a freeze window in force, an action
+// denied for a tenant), so a bundle built on the default is judged by its
+// author's tests alone. The default's tests run in gated's own test suite
+// and with `gated policy test` on no directory.
+func (b *Bundle) UserTests() *Bundle {
+	out := &Bundle{Modules: make(map[string]string, len(b.Modules)), Data: b.Data}
+	for name, src := range b.Modules {
+		if strings.HasPrefix(name, defaultPrefix) && strings.HasSuffix(name, "_test.rego") {
+			continue
+		}
+		out.Modules[name] = src
+	}
+	return out
+}
+
 // TestReport is the outcome of a bundle's Rego tests.
 type TestReport struct {
 	Results []*tester.Result
