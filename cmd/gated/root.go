@@ -31,6 +31,7 @@ func run(ctx context.Context, args []string) error {
 	root.SetArgs(args)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
 	root.AddCommand(serveCmd(), proposeCmd(), versionCmd(), pluginCmd())
+	root.AddCommand(policyCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}
