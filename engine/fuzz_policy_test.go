@@ -1,0 +1,65 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gated/gated/engine"
+)
+
+// FuzzDecideWithPolicy feeds arbitrary proposal bytes through validation,
+// the real default policy and an engine whose reviewer approves whatever
+// it is asked: the worst reviewer there is. The engine must not panic,
+// must answer every delivery, and must never approve a proposal that sets
+// flags.skip_review or flags.force_approve, whatever the reviewer says.
+func FuzzDecideWithPolicy(f *testing.F) {
+	for _, name := range proposalFiles(f) {
+		f.Add(readProposal(f, name))
+	}
+	examples, _ := filepath.Glob("../examples/proposals/*.json")
+	for _, path := range examples {
+		if data, err := os.ReadFile(path); err == nil {
+			f.Add(data)
+		}
+	}
+	f.Add(proposalJSON(f, map[string]any{"flags": map[string]any{"skip_review": true}}))
+	f.Add(proposalJSON(f, map[string]any{"flags": map[string]any{"force_approve": true, "user_confirmed": true}}))
+	f.Add(proposalJSON(f, map[string]any{"class": "read", "flags": map[string]any{"skip_review": true}}))
+	f.Add(proposalJSON(f, map[string]any{"action": "db_vacuum_table", "flags": map[string]any{"force_approve_no_sop": true, "user_confirmed": true}}))
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		h := newHarness(t)
+		subject := engine.ProposalSubjectPrefix + "acme.host_restart_service"
+		var head struct {
+			Tenant string `json:"tenant"`
+			Action string `json:"action"`
+		}
+		if json.Unmarshal(data, &head) == nil && engine.ValidTenant(head.Tenant) && engine.ValidAction(head.Action) {
+			subject = engine.ProposalSubjectPrefix + head.Tenant + "." + head.Action
+		}
+		v, err := h.decideOn(t.Context(), h.stream.trail(), subject, data, "")
+		if err != nil {
+			t.Fatalf("Decide: %v", err)
+		}
+		if v == nil {
+			t.Fatal("no verdict")
+		}
+		if v.Approved != (v.Outcome == engine.OutcomeApproved) {
+			t.Fatalf("approved %v with outcome %s", v.Approved, v.Outcome)
+		}
+		if !v.Approved {
+			return
+		}
+		tenant, action, _ := engine.ParseProposalSubject(subject)
+		p, err := engine.DecodeProposal(data, tenant, action, engine.Limits{})
+		if err != nil {
+			t.Fatalf("approved a proposal that does not decode: %v", err)
+		}
+		if p.Flags.SkipReview || p.Flags.ForceApprove {
+			t.Fatalf("approved a proposal with skip_review=%v force_approve=%v at stage %s: %s",
+				p.Flags.SkipReview, p.Flags.ForceApprove, v.Stage, v.Reason)
+		}
+	})
+}
