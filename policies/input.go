@@ -2,6 +2,7 @@ package policies
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -27,13 +28,36 @@ func InputValue(in engine.PolicyInput) ast.Value {
 		item("persona", personaValue(in.Persona)),
 		item("history", ast.NewArray(history...)),
 		item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
-		item("now_ns", ast.Number(fmt.Sprint(now.UnixNano()))),
+		item("now_ns", integer(now.UnixNano())),
 	)
 }
 
+// keyTerms are the input's object keys, built once.
+var keyTerms = func() map[string]*ast.Term {
+	m := map[string]*ast.Term{}
+	for _, k := range []string{
+		"proposal", "persona", "history", "now", "now_ns",
+		"v", "id", "tenant", "kind", "action", "class", "target", "reason", "blast_radius",
+		"operator", "requested_by", "incident_id", "flags", "reviewer", "criteria", "run", "created_at",
+		"roles", "agent", "session", "skip_review", "force_approve", "force_approve_no_sop", "user_confirmed",
+		"description", "required", "params", "run_id", "task_id", "status", "round", "worker",
+		"name", "model", "max_turns", "permission_mode", "tools", "disallowed_tools", "required_gates", "plugin",
+		"proposal_id", "outcome", "stage", "decided_at", "decided_at_ns",
+	} {
+		m[k] = ast.StringTerm(k)
+	}
+	return m
+}()
+
 func item(k string, v ast.Value) [2]*ast.Term {
-	return ast.Item(ast.StringTerm(k), ast.NewTerm(v))
+	key, ok := keyTerms[k]
+	if !ok {
+		key = ast.StringTerm(k)
+	}
+	return [2]*ast.Term{key, ast.NewTerm(v)}
 }
+
+func integer[T int | int64](n T) ast.Value { return ast.Number(strconv.FormatInt(int64(n), 10)) }
 
 func str(s string) ast.Value { return ast.String(s) }
 
@@ -82,7 +106,7 @@ func proposalValue(p *engine.Proposal) ast.Value {
 	if p.Run != nil {
 		run = ast.NewObject(
 			item("run_id", str(p.Run.RunID)), item("task_id", str(p.Run.TaskID)),
-			item("status", str(p.Run.Status)), item("round", ast.Number(fmt.Sprint(p.Run.Round))),
+			item("status", str(p.Run.Status)), item("round", integer(p.Run.Round)),
 			item("worker", str(p.Run.Worker)),
 		)
 	}
@@ -91,7 +115,7 @@ func proposalValue(p *engine.Proposal) ast.Value {
 		created = str(p.CreatedAt.UTC().Format(time.RFC3339Nano))
 	}
 	return ast.NewObject(
-		item("v", ast.Number(fmt.Sprint(p.V))),
+		item("v", integer(p.V)),
 		item("id", str(p.ID)),
 		item("tenant", str(p.Tenant)),
 		item("kind", str(string(p.Kind))),
@@ -124,7 +148,7 @@ func personaValue(p *engine.Persona) ast.Value {
 		item("name", str(p.Name)),
 		item("description", str(p.Description)),
 		item("model", str(p.Model)),
-		item("max_turns", ast.Number(fmt.Sprint(p.MaxTurns))),
+		item("max_turns", integer(p.MaxTurns)),
 		item("permission_mode", str(p.PermissionMode)),
 		item("tools", strs(p.Tools)),
 		item("disallowed_tools", strs(p.DisallowedTools)),
@@ -141,7 +165,7 @@ func verdictValue(v *engine.Verdict) ast.Value {
 		item("outcome", str(string(v.Outcome))),
 		item("stage", str(string(v.Stage))),
 		item("decided_at", str(v.DecidedAt.UTC().Format(time.RFC3339Nano))),
-		item("decided_at_ns", ast.Number(fmt.Sprint(v.DecidedAt.UnixNano()))),
+		item("decided_at_ns", integer(v.DecidedAt.UnixNano())),
 		item("agent", str(v.Agent)),
 	)
 }
