@@ -20,11 +20,18 @@ package gated
 decision := {
 	"deny": deny,
 	"review": review,
-	"reviewer_tools": reviewer_tools,
-	"denied_tools": denied_tools,
+	"reviewer_tools": tool_bag.reviewer_tools,
+	"denied_tools": tool_bag.denied_tools,
 	"sop": covering_sop,
 	"skipped": review_skipped,
 }
+
+# tool_bag is computed only for a proposal that goes to review: nobody
+# else gets tools, and the filtering is the costliest part of a decision.
+tool_bag := {"reviewer_tools": reviewer_tools, "denied_tools": denied_tools} if {
+	review.required
+	count(deny) == 0
+} else := {"reviewer_tools": [], "denied_tools": set()}
 
 # --- settings ----------------------------------------------------------------
 

@@ -178,17 +178,31 @@ func BenchmarkEvaluate(b *testing.B) {
 		ProposalID: "p0", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeApproved,
 		Stage: engine.StageReview, Agent: "other-agent", DecidedAt: time.Now().Add(-20 * time.Minute),
 	}}
+	// floor is the baseline: a bundle whose decision is a constant, through
+	// the same evaluator, so the rest is what the default rules cost.
+	floor, err := Compile(context.Background(), &Bundle{Modules: map[string]string{"floor.rego": `package gated
+
+decision := {"deny": [], "review": {"required": false}}
+`}})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for _, bc := range []struct {
 		name string
 		in   engine.PolicyInput
+		e    *Evaluator
 	}{
-		{"write", engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona}},
-		{"write-with-history", engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona, History: history}},
-		{"read", engine.PolicyInput{Proposal: read, Persona: reviewerPersona}},
-		{"denied", engine.PolicyInput{Proposal: denied, Persona: reviewerPersona}},
+		{"floor", engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona}, floor},
+		{"write", engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona}, nil},
+		{"write-with-history", engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona, History: history}, nil},
+		{"read", engine.PolicyInput{Proposal: read, Persona: reviewerPersona}, nil},
+		{"denied", engine.PolicyInput{Proposal: denied, Persona: reviewerPersona}, nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			e := mustEvaluator(b)
+			e := bc.e
+			if e == nil {
+				e = mustEvaluator(b)
+			}
 			ctx := context.Background()
 			lat := make([]time.Duration, 0, 1<<16)
 			b.ReportAllocs()
