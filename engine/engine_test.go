@@ -1175,6 +1175,35 @@ func TestDecidePolicyOutcomes(t *testing.T) {
 	}
 }
 
+// TestDecideRegoRuntimeErrorIsAnErrorVerdict runs a real bundle whose
+// user rule fails at run time for one action (to_number on a sentence):
+// the verdict is error, never approved, and the reviewer is not asked.
+func TestDecideRegoRuntimeErrorIsAnErrorVerdict(t *testing.T) {
+	b, err := policies.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Modules["explode.rego"] = `package gated
+
+deny contains {"rule": "reason_budget", "message": "too expensive"} if {
+	input.proposal.action == "db_vacuum_table"
+	to_number(input.proposal.reason) > 100
+}
+`
+	pol, err := policies.Compile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, func(h *harness) { h.cfg.Policy = pol })
+	v, _ := h.mustDecide(t, "gated.proposals.acme.db_vacuum_table", proposalJSON(t, map[string]any{"action": "db_vacuum_table"}), "")
+	if v.Outcome != engine.OutcomeError || v.Stage != engine.StagePolicy || !strings.Contains(v.Reason, "to_number") {
+		t.Fatalf("verdict %s at %s (%s), want error at policy naming to_number", v.Outcome, v.Stage, v.Reason)
+	}
+	if h.reviewer.calls() != 0 {
+		t.Errorf("reviewer called %d times", h.reviewer.calls())
+	}
+}
+
 func TestNewChecksConfig(t *testing.T) {
 	base := func() engine.Config {
 		return engine.Config{Policy: stubPolicy{}, Personas: personaSet{}, Router: &fakeRouter{}, Store: newMemStore()}
