@@ -112,18 +112,31 @@ func startGated(t *testing.T, extra ...string) *gated {
 func propose(t *testing.T, natsURL string, args ...string) (int, []byte, string) {
 	t.Helper()
 	cmd := exec.Command(gatedBin, append([]string{"propose", "--nats-url", natsURL, "--wait", "30s"}, args...)...)
+	code, stdout, stderr := run(t, cmd)
+	return code, []byte(stdout), stderr
+}
+
+// run runs cmd to completion, killing it after a minute, and returns its
+// exit code, stdout and stderr.
+func run(t *testing.T, cmd *exec.Cmd) (int, string, string) {
+	t.Helper()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
+	defer timer.Stop()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
-		return 0, stdout.Bytes(), stderr.String()
+		return 0, stdout.String(), stderr.String()
 	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.Bytes(), stderr.String()
+		return ee.ExitCode(), stdout.String(), stderr.String()
 	}
 	t.Fatal(err)
-	return 0, nil, ""
+	return 0, "", ""
 }
 
 type auditRecord struct {

@@ -1,9 +1,7 @@
 package test
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,18 +21,7 @@ func runPolicyCLI(t *testing.T, args ...string) (int, string, string) {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, stdout.String(), stderr.String()
-	case errors.As(err, &ee):
-		return ee.ExitCode(), stdout.String(), stderr.String()
-	}
-	t.Fatal(err)
-	return 0, "", ""
+	return run(t, cmd)
 }
 
 // policyDir writes files (name to content) into a new directory and
@@ -361,7 +348,8 @@ func TestPolicyEvalJSON(t *testing.T) {
 	if doc.Outcome != "rejected" || len(d.Deny) != 1 || d.Deny[0].Rule != "no_skip_review" || d.Deny[0].Message == "" {
 		t.Errorf("outcome %q, denies %+v", doc.Outcome, d.Deny)
 	}
-	if !d.Review.Required || d.Review.Persona != "reviewer" || d.Review.Quorum != 1 || len(d.ReviewerTools) == 0 || d.SOP == nil || d.SOP.ID != "SOP-001" {
+	// A rejected proposal goes to no reviewer, so it gets no tool bag.
+	if !d.Review.Required || d.Review.Persona != "reviewer" || d.Review.Quorum != 1 || len(d.ReviewerTools) != 0 || d.SOP == nil || d.SOP.ID != "SOP-001" {
 		t.Errorf("decision %+v", d)
 	}
 	if !strings.HasPrefix(doc.Revision, "sha256:") || doc.EvalUS == nil {

@@ -2,7 +2,6 @@ package test
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -235,20 +234,9 @@ func grepLines(s, substr string) string {
 }
 
 // gatedExit runs the gated binary to completion and returns its exit code
-// and combined output.
+// and its output, stdout then stderr.
 func gatedExit(t *testing.T, args ...string) (int, string) {
 	t.Helper()
-	cmd := exec.Command(gatedBin, args...)
-	timer := time.AfterFunc(60*time.Second, func() { _ = cmd.Process.Kill() })
-	defer timer.Stop()
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0, string(out)
-	case errors.As(err, &ee):
-		return ee.ExitCode(), string(out)
-	}
-	t.Fatal(err)
-	return 0, ""
+	code, stdout, stderr := run(t, exec.Command(gatedBin, args...))
+	return code, stdout + stderr
 }
