@@ -119,7 +119,7 @@ func build(ctx context.Context, src Sources) (*built, error) {
 	if err != nil {
 		return nil, err
 	}
-	report, err := RunTests(ctx, b.UserTests(), "")
+	report, err := runTests(ctx, b.UserTests(), "", false)
 	if err != nil {
 		return nil, err
 	}
@@ -202,12 +202,12 @@ func (l *Live) Watch(ctx context.Context, opts WatchOptions) error {
 		return fmt.Errorf("watching policy sources: %w", err)
 	}
 	defer w.Close()
-	for _, dir := range l.watchDirs() {
+	dirs, last := l.scan()
+	for _, dir := range dirs {
 		if err := w.Add(dir); err != nil {
 			return fmt.Errorf("watching %s: %w", dir, err)
 		}
 	}
-	last := l.fingerprint()
 	var pollC <-chan time.Time
 	if opts.Poll > 0 {
 		t := time.NewTicker(opts.Poll)
@@ -242,42 +242,18 @@ func (l *Live) Watch(ctx context.Context, opts WatchOptions) error {
 			// disk rather than guess what was missed.
 			debounce.Reset(opts.Debounce)
 		case <-pollC:
-			if fp := l.fingerprint(); fp != last {
+			if _, fp := l.scan(); fp != last {
 				debounce.Reset(opts.Debounce)
 			}
 		case <-debounce.C:
-			last = l.fingerprint()
 			// Directories may have come or gone with the change.
-			for _, dir := range l.watchDirs() {
+			dirs, last = l.scan()
+			for _, dir := range dirs {
 				_ = w.Add(dir)
 			}
 			l.Reload(ctx)
 		}
 	}
-}
-
-// watchDirs are the directories whose events matter: the whole policy
-// tree and the directories holding the data files.
-func (l *Live) watchDirs() []string {
-	var dirs []string
-	if l.src.Dir != "" {
-		_ = filepath.WalkDir(l.src.Dir, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			if d.IsDir() {
-				if path != l.src.Dir && strings.HasPrefix(d.Name(), ".") {
-					return filepath.SkipDir
-				}
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-	}
-	for _, f := range l.src.DataFiles {
-		dirs = append(dirs, filepath.Dir(f))
-	}
-	return dirs
 }
 
 func addTree(w *fsnotify.Watcher, root string) error {
@@ -307,18 +283,15 @@ func (l *Live) relevant(name string) bool {
 	if strings.HasPrefix(base, ".") {
 		return false
 	}
-	switch filepath.Ext(base) {
-	case ".rego", ".json", ".yaml", ".yml":
-		return true
-	case "":
-		return true // a directory came or went
-	}
-	return false
+	// A name without an extension may be a directory that came or went.
+	return kindOf(base) != otherFile || filepath.Ext(base) == ""
 }
 
-// fingerprint hashes the names, sizes and modification times of every
-// source file.
-func (l *Live) fingerprint() string {
+// scan walks the sources once. It returns the directories whose events
+// matter (the policy tree, skipping dot directories as the loader does,
+// and the directories of the data files) and a fingerprint: a hash of the
+// name, size and modification time of every source file.
+func (l *Live) scan() (dirs []string, fingerprint string) {
 	h := sha256.New()
 	stat := func(path string) {
 		if fi, err := os.Stat(path); err == nil {
@@ -338,7 +311,10 @@ func (l *Live) fingerprint() string {
 				}
 				return nil
 			}
-			if !d.IsDir() && l.relevant(path) {
+			switch {
+			case d.IsDir():
+				dirs = append(dirs, path)
+			case l.relevant(path):
 				stat(path)
 			}
 			return nil
@@ -351,7 +327,8 @@ func (l *Live) fingerprint() string {
 		}
 	}
 	for _, f := range l.src.DataFiles {
+		dirs = append(dirs, filepath.Dir(f))
 		stat(f)
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	return dirs, hex.EncodeToString(h.Sum(nil))
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -76,15 +77,6 @@ func deniedRules(t *testing.T, l engine.Policy, action string) []string {
 	return out
 }
 
-func has(list []string, x string) bool {
-	for _, s := range list {
-		if s == x {
-			return true
-		}
-	}
-	return false
-}
-
 func TestLiveReload(t *testing.T) {
 	dir := t.TempDir()
 	rule := filepath.Join(dir, "boom.rego")
@@ -102,10 +94,10 @@ func TestLiveReload(t *testing.T) {
 	}
 	first := l.State()
 	// The user's tests run, the default bundle's do not.
-	if first.Stale || first.Tests != 1 || !has(first.Files, rule) || !has(first.Files, "default/gated.rego") {
+	if first.Stale || first.Tests != 1 || !slices.Contains(first.Files, rule) || !slices.Contains(first.Files, "default/gated.rego") {
 		t.Fatalf("initial state %+v", first)
 	}
-	if !has(deniedRules(t, l, "boom"), "no_boom") {
+	if !slices.Contains(deniedRules(t, l, "boom"), "no_boom") {
 		t.Fatal("the user rule is not in force")
 	}
 
@@ -115,7 +107,7 @@ func TestLiveReload(t *testing.T) {
 		if !r.OK || !r.Changed || r.Revision == first.Revision || r.Previous != first.Revision {
 			t.Fatalf("reload %+v", r)
 		}
-		if has(deniedRules(t, l, "boom"), "no_boom") || !has(deniedRules(t, l, "bang"), "no_bang") {
+		if slices.Contains(deniedRules(t, l, "boom"), "no_boom") || !slices.Contains(deniedRules(t, l, "bang"), "no_bang") {
 			t.Fatal("the new rule is not in force")
 		}
 		if s := l.State(); s.Revision != r.Revision || s.Stale || l.Revision() != r.Revision {
@@ -141,7 +133,7 @@ func TestLiveReload(t *testing.T) {
 			if r.OK || r.Changed || !strings.Contains(r.Error, bad.want) {
 				t.Fatalf("reload %+v, want a refusal mentioning %q", r, bad.want)
 			}
-			if l.Revision() != good || !has(deniedRules(t, l, "bang"), "no_bang") {
+			if l.Revision() != good || !slices.Contains(deniedRules(t, l, "bang"), "no_bang") {
 				t.Fatal("a refused build replaced the running policy")
 			}
 			if s := l.State(); !s.Stale || s.LastReload == nil || s.LastReload.OK {
@@ -211,13 +203,13 @@ func TestLiveWatchReloadsOnChange(t *testing.T) {
 	if r := next(); !r.OK || !r.Changed {
 		t.Fatalf("reload %+v", r)
 	}
-	if !has(deniedRules(t, l, "bang"), "no_bang") {
+	if !slices.Contains(deniedRules(t, l, "bang"), "no_bang") {
 		t.Fatal("the watched change is not in force")
 	}
 	// A new directory with a new file is picked up too.
 	writeFile(t, filepath.Join(dir, "more", "x.rego"), boomRule("zap"))
 	deadline := time.Now().Add(20 * time.Second)
-	for !has(deniedRules(t, l, "zap"), "no_zap") {
+	for !slices.Contains(deniedRules(t, l, "zap"), "no_zap") {
 		if time.Now().After(deadline) {
 			t.Fatal("a file in a new directory was not picked up")
 		}
@@ -234,7 +226,7 @@ func TestLiveWatchPollCatchesMissedEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !has(deniedRules(t, l, "boom"), "denied_action") {
+	if !slices.Contains(deniedRules(t, l, "boom"), "denied_action") {
 		t.Fatal("the data file is not in force")
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -250,7 +242,7 @@ func TestLiveWatchPollCatchesMissedEvents(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("no reload after the data file changed")
 	}
-	if !has(deniedRules(t, l, "bang"), "denied_action") || has(deniedRules(t, l, "boom"), "denied_action") {
+	if !slices.Contains(deniedRules(t, l, "bang"), "denied_action") || slices.Contains(deniedRules(t, l, "boom"), "denied_action") {
 		t.Fatal("the changed data is not in force")
 	}
 }

@@ -360,6 +360,12 @@ func (r *TestReport) Failed() int {
 // against b's data as stock `opa test` does; filter, when not empty, is a
 // regular expression that selects tests by name.
 func RunTests(ctx context.Context, b *Bundle, filter string) (*TestReport, error) {
+	return runTests(ctx, b, filter, true)
+}
+
+// runTests runs b's tests, tracing coverage only when asked: a reload
+// needs the verdict of the tests, not their coverage.
+func runTests(ctx context.Context, b *Bundle, filter string, coverage bool) (*TestReport, error) {
 	mods, err := b.parse(true)
 	if err != nil {
 		return nil, err
@@ -370,12 +376,14 @@ func RunTests(ctx context.Context, b *Bundle, filter string) (*TestReport, error
 		return nil, err
 	}
 	defer store.Abort(ctx, txn)
-	cov := cover.New()
 	runner := tester.NewRunner().
 		SetStore(store).
 		SetModules(mods).
-		SetCoverageQueryTracer(cov).
 		SetDefaultRegoVersion(ast.RegoV1)
+	cov := cover.New()
+	if coverage {
+		runner = runner.SetCoverageQueryTracer(cov)
+	}
 	if filter != "" {
 		if _, err := regexp.Compile(filter); err != nil {
 			return nil, fmt.Errorf("test filter %q: %w", filter, err)
@@ -393,6 +401,9 @@ func RunTests(ctx context.Context, b *Bundle, filter string) (*TestReport, error
 	slices.SortFunc(report.Results, func(a, b *tester.Result) int {
 		return strings.Compare(a.Package+"."+a.Name, b.Package+"."+b.Name)
 	})
+	if !coverage {
+		return report, nil
+	}
 	covered := make(map[string]*ast.Module, len(mods))
 	for name, m := range mods {
 		if !strings.HasSuffix(name, "_test.rego") {
