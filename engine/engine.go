@@ -198,7 +198,7 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	if personaName == "" {
 		personaName = r.e.cfg.DefaultPersona
 	}
-	persona, _ := r.e.cfg.Personas.Persona(personaName)
+	var persona *Persona
 	if p.Mutating() {
 		r.targetKey = p.TargetKey()
 	}
@@ -210,17 +210,9 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 			return nil
 		}
 	}
-	pd, err := r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, History: history, Now: r.start})
-	if err == nil && pd.Review.Required && pd.Review.Persona != "" && pd.Review.Persona != personaName {
-		// The policy routed to another persona: evaluate once more so the
-		// tool bag and persona rules are those of the reviewer that runs.
-		personaName = pd.Review.Persona
-		persona, _ = r.e.cfg.Personas.Persona(personaName)
-		pd, err = r.e.cfg.Policy.Evaluate(ctx, PolicyInput{Proposal: p, Persona: persona, History: history, Now: r.start})
-		if err == nil && pd.Review.Persona != "" && pd.Review.Persona != personaName {
-			err = fmt.Errorf("policy routed to persona %q and then to %q; routing must settle on one persona", personaName, pd.Review.Persona)
-		}
-	}
+	in := PolicyInput{Proposal: p, History: history, Now: r.start}
+	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
+	personaName, persona = routed.Name, routed.Persona
 	if err != nil {
 		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
 		r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
@@ -535,4 +527,42 @@ func newReviewID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "rv_" + hex.EncodeToString(b[:])
+}
+
+// Routed says which persona a policy decision was made for.
+type Routed struct {
+	// Name and Persona are the persona of the last evaluation; Persona is
+	// nil when no persona of that name is loaded.
+	Name    string
+	Persona *Persona
+	// From is the persona evaluated first, when the policy routed the
+	// review away from it.
+	From string
+}
+
+// EvaluateRouted evaluates in with the persona called name. When the
+// policy routes the review to another persona and reroute is true, it
+// evaluates once more with that persona, so that the tool bag and the
+// persona rules are those of the reviewer that runs; a policy that then
+// routes elsewhere again is an error. The engine decides this way, and so
+// does a dry run.
+func EvaluateRouted(ctx context.Context, evaluate func(context.Context, PolicyInput) (PolicyDecision, error),
+	personas Personas, in PolicyInput, name string, reroute bool) (PolicyDecision, Routed, error) {
+	r := Routed{Name: name}
+	r.Persona, _ = personas.Persona(name)
+	in.Persona = r.Persona
+	d, err := evaluate(ctx, in)
+	if err != nil || !reroute || !d.Review.Required || d.Review.Persona == "" || d.Review.Persona == name {
+		return d, r, err
+	}
+	r.From, r.Name = name, d.Review.Persona
+	r.Persona, _ = personas.Persona(r.Name)
+	in.Persona = r.Persona
+	if d, err = evaluate(ctx, in); err != nil {
+		return d, r, err
+	}
+	if d.Review.Persona != "" && d.Review.Persona != r.Name {
+		return d, r, fmt.Errorf("policy routed to persona %q and then to %q; routing must settle on one persona", r.Name, d.Review.Persona)
+	}
+	return d, r, nil
 }

@@ -653,26 +653,23 @@ func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registr
 	if name == "" {
 		name = engine.DefaultPersona
 	}
-	run := &evalRun{personaName: name, revision: ev.Revision()}
-	run.persona, _ = reg.Persona(name)
-	in.Persona = run.persona
-	d, fired, err := ev.Explain(ctx, in)
+	var fired []policies.Fired
+	explain := func(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
+		d, f, err := ev.Explain(ctx, in)
+		fired = f
+		return d, err
+	}
+	d, routed, err := engine.EvaluateRouted(ctx, explain, reg, in, name, explicit == "")
 	if err != nil {
-		return nil, fmt.Errorf("evaluating the policy with persona %q: %w", name, err)
-	}
-	if explicit == "" && d.Review.Required && d.Review.Persona != "" && d.Review.Persona != name {
-		run.routedFrom, run.personaName = name, d.Review.Persona
-		run.persona, _ = reg.Persona(run.personaName)
-		in.Persona = run.persona
-		if d, fired, err = ev.Explain(ctx, in); err != nil {
-			return nil, fmt.Errorf("evaluating the policy with persona %q (routed from %q): %w", run.personaName, name, err)
+		if routed.From != "" {
+			return nil, fmt.Errorf("evaluating the policy with persona %q (routed from %q): %w", routed.Name, routed.From, err)
 		}
-		if d.Review.Persona != "" && d.Review.Persona != run.personaName {
-			return nil, fmt.Errorf("policy routed to persona %q and then to %q; routing must settle on one persona", run.personaName, d.Review.Persona)
-		}
+		return nil, fmt.Errorf("evaluating the policy with persona %q: %w", routed.Name, err)
 	}
-	run.decision, run.fired = d, fired
-	return run, nil
+	return &evalRun{
+		personaName: routed.Name, persona: routed.Persona, routedFrom: routed.From,
+		decision: d, fired: fired, revision: ev.Revision(),
+	}, nil
 }
 
 // outcome is what the policy alone implies, for the JSON document:
