@@ -295,6 +295,7 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 		PolicyRevision: pd.Revision,
 		Why:            pd.Review.Why,
 		Deadline:       deadline,
+		Audit:          r.recordBestEffort,
 	})
 	latency := time.Since(started)
 	if err != nil {

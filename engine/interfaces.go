@@ -117,6 +117,11 @@ type ReviewRequest struct {
 	PolicyRevision string
 	Why            string
 	Deadline       time.Time
+	// Audit records an event on the proposal's audit trail (tool calls the
+	// reviewer made through the host). It may be nil. Events recorded
+	// after Review returns are lost; a failed record fails the trail's
+	// seal, so the proposal is redelivered rather than decided with a gap.
+	Audit func(ctx context.Context, event string, data any)
 }
 
 // ReviewResult is a reviewer's answer before the host judges it.
@@ -187,6 +192,10 @@ const (
 	EventReviewDone    = "review.finished"
 	EventVerdict       = "verdict.decided"
 	EventReplayed      = "verdict.replayed"
+	// EventToolCalled and EventToolDenied record a reviewer's tool call
+	// through the host: run, or refused.
+	EventToolCalled = "tool.called"
+	EventToolDenied = "tool.denied"
 	// EventPolicyReloaded and EventPolicyReloadFailed are gated's own
 	// events, under the UnknownTenant token: a policy swapped in, and a
 	// policy refused (the last good one stays in force).
