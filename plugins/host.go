@@ -105,6 +105,12 @@ type Host struct {
 	defaultPlugin string
 	basePrompt    string
 
+	tools   ToolConfig
+	reviews reviews
+	events  func(engine.AuditEvent)
+	// done is closed by Close: supervisors stop relaunching.
+	done chan struct{}
+
 	mu     sync.Mutex
 	procs  map[string]*process
 	closed bool
@@ -115,7 +121,7 @@ var _ engine.Router = (*Host)(nil)
 // NewHost returns a host for specs. defaultPlugin serves personas that
 // name no plugin. Nothing is launched until Start.
 func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error) {
-	h := &Host{log: log, defaultPlugin: defaultPlugin, basePrompt: personas.BasePrompt, procs: map[string]*process{}}
+	h := &Host{log: log, defaultPlugin: defaultPlugin, basePrompt: personas.BasePrompt, procs: map[string]*process{}, done: make(chan struct{})}
 	for _, s := range specs {
 		if s.Name == "" {
 			return nil, fmt.Errorf("a plugin spec has no name (path %q)", s.Path)
@@ -132,7 +138,7 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 		if s.StartTimeout <= 0 {
 			s.StartTimeout = DefaultStartTimeout
 		}
-		h.procs[s.Name] = &process{spec: s, log: log.With(zap.String("plugin", s.Name))}
+		h.procs[s.Name] = &process{host: h, spec: s, log: log.With(zap.String("plugin", s.Name))}
 	}
 	if _, ok := h.procs[defaultPlugin]; !ok && defaultPlugin != "" {
 		return nil, fmt.Errorf("default plugin %q: %w", defaultPlugin, ErrNotConfigured)
@@ -140,8 +146,32 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 	return h, nil
 }
 
-// Start launches every plugin and asks each to describe itself. It fails
-// if any plugin cannot start; the error names the plugin.
+// SetTools configures the tools reviewers may call. Call it before Start.
+func (h *Host) SetTools(cfg ToolConfig) { h.tools = cfg }
+
+// SetEvents sets where the host's own audit events go (a plugin refused,
+// exited or relaunched). They carry the engine.UnknownTenant token. Call it
+// before Start; send must not block for long.
+func (h *Host) SetEvents(send func(engine.AuditEvent)) { h.events = send }
+
+// Plugin events, under the engine.UnknownTenant token.
+const (
+	EventPluginStarted = "plugin.started"
+	EventPluginRefused = "plugin.refused"
+	EventPluginExited  = "plugin.exited"
+)
+
+func (h *Host) emit(event string, data map[string]any) {
+	if h.events == nil {
+		return
+	}
+	raw, _ := json.Marshal(data)
+	h.events(engine.AuditEvent{V: engine.SchemaVersion, Event: event, Tenant: engine.UnknownTenant, At: time.Now().UTC(), Data: raw})
+}
+
+// Start launches every plugin, asks each to describe itself, and from then
+// on relaunches a plugin that exits, with exponential backoff. It fails if
+// any plugin cannot start; the error names the plugin.
 func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -153,6 +183,9 @@ func (h *Host) Start(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+	}
+	for _, name := range h.namesLocked() {
+		go h.procs[name].supervise()
 	}
 	return nil
 }
@@ -219,6 +252,9 @@ func (h *Host) Plugins() []Info {
 // returns once every plugin process has exited.
 func (h *Host) Close() {
 	h.mu.Lock()
+	if !h.closed {
+		close(h.done)
+	}
 	h.closed = true
 	procs := make([]*process, 0, len(h.procs))
 	for _, p := range h.procs {
@@ -234,6 +270,7 @@ func (h *Host) Close() {
 
 // process is one plugin process and its connection.
 type process struct {
+	host *Host
 	spec Spec
 	log  *zap.Logger
 
@@ -245,11 +282,14 @@ type process struct {
 	failures    int
 	lastFailure time.Time
 
-	mu     sync.Mutex
-	client *plugin.Client
-	rpc    pluginv1.ReviewerClient
-	desc   *pluginv1.DescribeResponse
-	pid    int
+	mu        sync.Mutex
+	client    *plugin.Client
+	rpc       pluginv1.ReviewerClient
+	desc      *pluginv1.DescribeResponse
+	pid       int
+	startedAt time.Time
+	// brokerID is where the plugin finds this host's ToolHost.
+	brokerID uint32
 	// sem bounds reviews in flight. It is made at the first launch and kept
 	// across relaunches, so reviews still holding a slot count against the
 	// new process too.
@@ -288,6 +328,54 @@ func (p *process) ensureRunning() error {
 	return nil
 }
 
+// superviseEvery is how often a supervisor looks at its plugin.
+const superviseEvery = 100 * time.Millisecond
+
+// crashLoopUptime: a plugin that exits sooner than this after its launch
+// is relaunched with backoff.
+const crashLoopUptime = 30 * time.Second
+
+// supervise relaunches the plugin whenever it exits, until the host
+// closes. Reviews in flight on the exited process have already failed
+// with their broken stream; routes in the meantime are blocked.
+func (p *process) supervise() {
+	tick := time.NewTicker(superviseEvery)
+	defer tick.Stop()
+	var seenPID int
+	for {
+		select {
+		case <-p.host.done:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		c, pid := p.client, p.pid
+		p.mu.Unlock()
+		if c == nil || !c.Exited() {
+			continue
+		}
+		if pid != seenPID {
+			seenPID = pid
+			p.mu.Lock()
+			uptime := time.Since(p.startedAt)
+			p.mu.Unlock()
+			// A plugin that dies soon after it started counts as a failed
+			// launch, so a crash loop backs off instead of spinning.
+			if uptime < crashLoopUptime {
+				p.startMu.Lock()
+				p.failures++
+				p.lastFailure = time.Now()
+				p.startMu.Unlock()
+			}
+			p.log.Warn("plugin exited; relaunching", zap.Int("pid", pid), zap.Duration("uptime", uptime))
+			p.host.emit(EventPluginExited, map[string]any{"plugin": p.spec.Name, "pid": pid, "uptime_s": uptime.Seconds()})
+		}
+		if err := p.ensureRunning(); err != nil {
+			p.log.Debug("plugin relaunch deferred", zap.Error(err))
+		}
+	}
+}
+
 func (p *process) running() bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -298,6 +386,11 @@ func (p *process) start(ctx context.Context) error {
 	sum, err := hex.DecodeString(p.spec.SHA256)
 	if err != nil {
 		return fmt.Errorf("plugin %q: %w", p.spec.Name, err)
+	}
+	select {
+	case <-p.host.done:
+		return fmt.Errorf("plugin %q: gated is shutting down", p.spec.Name)
+	default:
 	}
 	cmd := exec.Command(p.spec.Path, p.spec.Args...)
 	cmd.Env = append(minimalEnv(), p.spec.Env...)
@@ -310,8 +403,11 @@ func (p *process) start(ctx context.Context) error {
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
-		StartTimeout:     p.spec.StartTimeout,
-		Logger:           newHCLogger(p.log),
+		// Managed clients are stopped by plugin.CleanupClients, which gated
+		// calls on every way out.
+		Managed:      true,
+		StartTimeout: p.spec.StartTimeout,
+		Logger:       newHCLogger(p.log),
 		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
 			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
 			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes),
@@ -321,6 +417,11 @@ func (p *process) start(ctx context.Context) error {
 		client.Kill()
 		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
 			err = fmt.Errorf("%w (path %s)", ErrChecksum, p.spec.Path)
+			actual, _ := FileSHA256(p.spec.Path)
+			p.host.emit(EventPluginRefused, map[string]any{
+				"plugin": p.spec.Name, "path": p.spec.Path, "pinned_sha256": p.spec.SHA256,
+				"actual_sha256": actual, "why": "checksum mismatch",
+			})
 		}
 		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, err)
 	}
@@ -353,9 +454,20 @@ func (p *process) start(ctx context.Context) error {
 	if rc := client.ReattachConfig(); rc != nil {
 		pid = rc.Pid
 	}
+	// One long-lived ToolHost per plugin process, on the broker.
+	brokerID := conn.Broker.NextId()
+	th := &toolHost{plugin: p.spec.Name, reviews: &p.host.reviews, cfg: &p.host.tools}
+	go conn.Broker.AcceptAndServe(brokerID, func(opts []grpc.ServerOption) *grpc.Server {
+		s := grpc.NewServer(append(opts,
+			grpc.MaxRecvMsgSize(wire.MaxMessageBytes),
+			grpc.MaxSendMsgSize(wire.MaxMessageBytes))...)
+		pluginv1.RegisterToolHostServer(s, th)
+		return s
+	})
 	p.mu.Lock()
 	old := p.client
-	p.client, p.rpc, p.desc, p.pid = client, conn.Reviewer, desc, pid
+	p.client, p.rpc, p.desc, p.pid, p.brokerID = client, conn.Reviewer, desc, pid, brokerID
+	p.startedAt = time.Now()
 	if p.sem == nil {
 		p.sem = make(chan struct{}, limit)
 	}
@@ -364,6 +476,7 @@ func (p *process) start(ctx context.Context) error {
 		old.Kill()
 	}
 	p.log.Info("plugin started", zap.String("version", desc.GetVersion()), zap.Int("pid", pid), zap.Int("max_concurrency", limit))
+	p.host.emit(EventPluginStarted, map[string]any{"plugin": p.spec.Name, "version": desc.GetVersion(), "pid": pid, "sha256": p.spec.SHA256})
 	return nil
 }
 
@@ -388,7 +501,7 @@ type route struct {
 func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
 	p := r.proc
 	p.mu.Lock()
-	rpc, sem, desc, pid, client := p.rpc, p.sem, p.desc, p.pid, p.client
+	rpc, sem, desc, pid, client, brokerID := p.rpc, p.sem, p.desc, p.pid, p.client, p.brokerID
 	p.mu.Unlock()
 	if rpc == nil || client == nil {
 		return engine.ReviewResult{}, fmt.Errorf("%w: plugin %q is not running", engine.ErrNoReviewer, p.spec.Name)
@@ -402,6 +515,14 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 	in, err := r.request(req)
 	if err != nil {
 		return engine.ReviewResult{}, err
+	}
+	lr, err := p.host.reviews.add(p.spec.Name, req)
+	if err != nil {
+		return engine.ReviewResult{}, err
+	}
+	defer p.host.reviews.remove(lr)
+	if len(req.Tools) > 0 {
+		in.ToolHostBrokerId = brokerID
 	}
 	out, err := rpc.Review(ctx, in)
 	if err != nil {
@@ -448,10 +569,7 @@ func (r *route) request(req engine.ReviewRequest) (*pluginv1.ReviewRequest, erro
 		return nil, fmt.Errorf("encoding history: %w", err)
 	}
 	persona := req.Persona
-	tools := make([]*pluginv1.Tool, 0, len(req.Tools))
-	for _, t := range req.Tools {
-		tools = append(tools, &pluginv1.Tool{Name: t})
-	}
+	tools := toolSpecs(&r.proc.host.tools, req.Tools)
 	in := &pluginv1.ReviewRequest{
 		ReviewId:       req.ReviewID,
 		ProposalJson:   req.ProposalJSON,

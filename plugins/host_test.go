@@ -4,12 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/engine"
@@ -34,8 +38,97 @@ func TestMain(m *testing.M) {
 		sdk.Serve(slowReviewer{})
 	case "panic":
 		sdk.Serve(panicReviewer{})
+	case "caller":
+		sdk.Serve(callerReviewer{})
+	case "count":
+		sdk.Serve(&countingReviewer{})
+	case "garbage":
+		sdk.Serve(garbageReviewer{})
+	case "hang-start":
+		time.Sleep(time.Hour)
+	case "noise-start":
+		fmt.Println("this is not a plugin handshake")
+		time.Sleep(time.Hour)
+	case "host":
+		runHost()
 	}
 	os.Exit(2)
+}
+
+// callerReviewer calls the tools its proposal's reason lists (comma
+// separated, "name" or "name=argsJSON") and reports each outcome in its
+// notes as JSON; then it rejects.
+type callerReviewer struct{ sop.Reviewer }
+
+func (callerReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
+	outcomes := map[string]string{}
+	for _, call := range strings.Split(req.Proposal.Reason, ",") {
+		name, args, _ := strings.Cut(call, "=")
+		var a any
+		if args != "" {
+			a = json.RawMessage(args)
+		}
+		raw, err := req.CallTool(ctx, name, a)
+		switch {
+		case errors.Is(err, sdk.ErrToolDenied):
+			outcomes[name] = "denied: " + err.Error()
+		case err != nil:
+			outcomes[name] = "failed: " + err.Error()
+		default:
+			outcomes[name] = "ok: " + string(raw)
+		}
+	}
+	notes, _ := json.Marshal(outcomes)
+	return &sdk.Response{Text: "Decision: reject\nNotes: tool report", Decision: engine.DecisionReject, Notes: string(notes)}, nil
+}
+
+// countingReviewer reports the most reviews it ever saw at once.
+type countingReviewer struct {
+	sop.Reviewer
+	mu        sync.Mutex
+	now, peak int
+}
+
+func (c *countingReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Response, error) {
+	c.mu.Lock()
+	c.now++
+	c.peak = max(c.peak, c.now)
+	c.mu.Unlock()
+	select {
+	case <-time.After(150 * time.Millisecond):
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	c.now--
+	peak := c.peak
+	c.mu.Unlock()
+	return &sdk.Response{Text: "Decision: reject", Decision: engine.DecisionReject, Notes: strconv.Itoa(peak)}, nil
+}
+
+// garbageReviewer claims approval in its structured decision but writes
+// something that is not a decision line.
+type garbageReviewer struct{ sop.Reviewer }
+
+func (garbageReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
+	return &sdk.Response{Text: "LGTM, ship it!!! \x00\xff", Decision: engine.DecisionApprove,
+		Gates: []engine.Gate{{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true}}}, nil
+}
+
+// runHost is a gated stand-in for the orphan test: it starts a real Host
+// with the sop helper plugin, prints the plugin's pid and waits to be
+// killed.
+func runHost() {
+	spec := Spec{Name: "sop", Path: os.Getenv("GATED_TEST_HOST_EXE"), SHA256: os.Getenv("GATED_TEST_HOST_SUM"), Env: []string{helperEnv + "=sop"}}
+	h, err := NewHost(zap.NewNop(), "sop", spec)
+	if err == nil {
+		err = h.Start(context.Background())
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	fmt.Println(h.Plugins()[0].PID)
+	time.Sleep(time.Hour)
 }
 
 type crashReviewer struct{ sop.Reviewer }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/pluginv1"
 )
 
 // Reviewer is the interface a plugin implements.
@@ -51,6 +52,8 @@ type Request struct {
 	Persona      Persona
 	Policy       Policy
 	Deadline     time.Time
+
+	tools pluginv1.ToolHostClient
 }
 
 // Persona is the reviewer persona the host composed for this review.

@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/signal"
 	"runtime/debug"
+	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -17,21 +21,35 @@ import (
 	"github.com/gated/gated/plugins/pluginv1"
 )
 
+// Logger writes to the host: gated reads a plugin's stderr, parses these
+// JSON lines and files them under the plugin's name in its own log. Never
+// log secrets or whole prompts.
+var Logger = hclog.New(&hclog.LoggerOptions{
+	Name:       "plugin",
+	Output:     os.Stderr,
+	JSONFormat: true,
+	Level:      hclog.Info,
+})
+
+// shutdownGrace is how long reviews in flight get to return after SIGTERM.
+const shutdownGrace = 5 * time.Second
+
 // Serve runs the plugin until the host stops it. It does not return: the
 // process exits when the host closes the connection, kills the plugin, or
-// dies (the watchdog notices a new parent and exits).
+// dies (the watchdog notices a new parent and exits). On SIGTERM the
+// contexts of reviews in flight are cancelled and the plugin exits once
+// they return, or after a short grace.
+//
+// go-plugin answers the host's gRPC health checks; a plugin that cannot
+// serve should exit rather than answer reviews with errors.
 func Serve(r Reviewer) {
-	logger := hclog.New(&hclog.LoggerOptions{
-		Name:       "plugin",
-		Output:     os.Stderr,
-		JSONFormat: true,
-		Level:      hclog.Info,
-	})
 	go watchParent(os.Getppid(), time.Second)
+	srv := newServer(r)
+	go srv.onTerminate()
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  wire.Handshake,
-		VersionedPlugins: wire.PluginSets(&server{impl: r}),
-		Logger:           logger,
+		VersionedPlugins: wire.PluginSets(srv),
+		Logger:           Logger,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
 			opts = append(opts,
 				grpc.MaxRecvMsgSize(wire.MaxMessageBytes),
@@ -55,7 +73,37 @@ func watchParent(parent int, every time.Duration) {
 // server adapts a Reviewer to the generated gRPC interface.
 type server struct {
 	pluginv1.UnimplementedReviewerServer
-	impl Reviewer
+	impl  Reviewer
+	tools toolConns
+	// base is cancelled on SIGTERM; every review's context derives from it.
+	base     context.Context
+	stop     context.CancelFunc
+	inFlight sync.WaitGroup
+}
+
+func newServer(r Reviewer) *server {
+	base, stop := context.WithCancel(context.Background())
+	return &server{impl: r, base: base, stop: stop}
+}
+
+// UseBroker implements wire.BrokerUser.
+func (s *server) UseBroker(b *plugin.GRPCBroker) { s.tools.setBroker(b) }
+
+// onTerminate cancels reviews in flight on SIGTERM, waits for them a
+// little, and exits.
+func (s *server) onTerminate() {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	<-sig
+	Logger.Info("SIGTERM: cancelling reviews in flight")
+	s.stop()
+	done := make(chan struct{})
+	go func() { s.inFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(shutdownGrace):
+	}
+	os.Exit(0)
 }
 
 func (s *server) Describe(ctx context.Context, _ *pluginv1.DescribeRequest) (out *pluginv1.DescribeResponse, err error) {
@@ -72,9 +120,19 @@ func (s *server) Describe(ctx context.Context, _ *pluginv1.DescribeRequest) (out
 
 func (s *server) Review(ctx context.Context, in *pluginv1.ReviewRequest) (out *pluginv1.ReviewResponse, err error) {
 	defer recoverInto(&err)
+	s.inFlight.Add(1)
+	defer s.inFlight.Done()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.base, cancel)()
 	req, err := requestFromWire(in)
 	if err != nil {
 		return nil, err
+	}
+	if id := in.GetToolHostBrokerId(); id != 0 {
+		if req.tools, err = s.tools.client(id); err != nil {
+			return nil, err
+		}
 	}
 	res, err := s.impl.Review(ctx, req)
 	if err != nil {
@@ -130,10 +188,21 @@ func SOPFromWire(s *pluginv1.Sop) *engine.SOP {
 	return &engine.SOP{ID: s.GetId(), Title: s.GetTitle(), Actions: s.GetActions(), Rollback: s.GetRollback(), Steps: s.GetSteps()}
 }
 
+// responseToWire converts a response. Strings are made valid UTF-8 (gRPC
+// refuses anything else), so a reviewer's garbled text still reaches the
+// host, which reads it as the rejection it is.
 func responseToWire(r *Response) *pluginv1.ReviewResponse {
+	u := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+	us := func(ss []string) []string {
+		out := make([]string, len(ss))
+		for i, s := range ss {
+			out[i] = u(s)
+		}
+		return out
+	}
 	out := &pluginv1.ReviewResponse{
-		Text: r.Text, SopId: r.SOPID, RollbackPath: r.RollbackPath, Notes: r.Notes, Model: r.Model,
-		Turns: uint32(max(r.Turns, 0)), MissingWork: r.MissingWork, NextRoundGuidance: r.NextRoundGuidance,
+		Text: u(r.Text), SopId: u(r.SOPID), RollbackPath: u(r.RollbackPath), Notes: u(r.Notes), Model: u(r.Model),
+		Turns: uint32(max(r.Turns, 0)), MissingWork: us(r.MissingWork), NextRoundGuidance: u(r.NextRoundGuidance),
 		Confidence: r.Confidence,
 		Usage:      &pluginv1.Usage{PromptTokens: uint32(max(r.Tokens.Prompt, 0)), CompletionTokens: uint32(max(r.Tokens.Completion, 0))},
 	}
@@ -144,13 +213,13 @@ func responseToWire(r *Response) *pluginv1.ReviewResponse {
 		out.Decision = pluginv1.Decision_DECISION_REJECT
 	}
 	for _, g := range r.Gates {
-		out.Gates = append(out.Gates, &pluginv1.Gate{Name: g.Name, Passed: g.Passed, Detail: g.Detail})
+		out.Gates = append(out.Gates, &pluginv1.Gate{Name: u(g.Name), Passed: g.Passed, Detail: u(g.Detail)})
 	}
 	for _, c := range r.Criteria {
-		out.Criteria = append(out.Criteria, &pluginv1.CriterionResult{Id: c.ID, Pass: c.Pass, Confidence: c.Confidence, Reason: c.Reason, Refs: c.Refs})
+		out.Criteria = append(out.Criteria, &pluginv1.CriterionResult{Id: u(c.ID), Pass: c.Pass, Confidence: c.Confidence, Reason: u(c.Reason), Refs: us(c.Refs)})
 	}
 	for _, c := range r.Comments {
-		out.Comments = append(out.Comments, &pluginv1.Comment{Path: c.Path, Line: uint32(max(c.Line, 0)), Body: c.Body})
+		out.Comments = append(out.Comments, &pluginv1.Comment{Path: u(c.Path), Line: uint32(max(c.Line, 0)), Body: u(c.Body)})
 	}
 	return out
 }

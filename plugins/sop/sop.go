@@ -39,6 +39,17 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 	}
 	p := req.Proposal
 	sop := req.Policy.SOP
+	// When the tool bag allows it, read the SOP through the host: the text
+	// the catalog holds now, and a record of the lookup in the audit trail.
+	// A refused or failed lookup is missing evidence, so the gates that
+	// rest on the SOP fail.
+	var lookupErr error
+	if sop != nil && req.HasTool(sdk.ToolGetSOPText) {
+		sop, lookupErr = fetchSOP(ctx, req, sop.ID)
+		if lookupErr != nil && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+	}
 	gates := []engine.Gate{
 		{Name: "sop_covers", Passed: sop != nil},
 		parallelGate(req),
@@ -54,6 +65,9 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 		} else {
 			gates[2].Detail = fmt.Sprintf("%s names no rollback", sop.ID)
 		}
+	} else if lookupErr != nil {
+		gates[0].Detail = "the SOP could not be read: " + lookupErr.Error()
+		gates[2].Detail = "the SOP could not be read, so no known rollback"
 	} else {
 		gates[0].Detail = fmt.Sprintf("no SOP in the catalog covers %s", p.Action)
 		gates[2].Detail = "no SOP, so no known rollback"
@@ -72,7 +86,9 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 		res.Notes = fmt.Sprintf("%s covers %s on this target and its rollback is known.", sop.ID, p.Action)
 	} else {
 		res.Decision = engine.DecisionReject
-		if sop == nil {
+		if lookupErr != nil {
+			res.Notes = "The SOP could not be read through gated, so it cannot be relied on: " + lookupErr.Error() + "."
+		} else if sop == nil {
 			res.Notes = fmt.Sprintf("No SOP covers %s; write one or route the change to a human.", p.Action)
 		} else {
 			res.Notes = fmt.Sprintf("Gates failed: %s.", strings.Join(failed, ", "))
@@ -80,6 +96,22 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 	}
 	res.Text = render(res)
 	return res, nil
+}
+
+// fetchSOP reads an SOP through the host's get_sop_text tool.
+func fetchSOP(ctx context.Context, req *sdk.Request, id string) (*engine.SOP, error) {
+	raw, err := req.CallTool(ctx, sdk.ToolGetSOPText, map[string]string{"id": id})
+	if err != nil {
+		return nil, err
+	}
+	var s engine.SOP
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("reading %s's answer: %w", sdk.ToolGetSOPText, err)
+	}
+	if s.ID != id {
+		return nil, fmt.Errorf("asked for %s, got %q", id, s.ID)
+	}
+	return &s, nil
 }
 
 // ParallelWindow is how far back an approved change on the same target

@@ -41,8 +41,18 @@ type ReviewerPlugin struct {
 	Impl pluginv1.ReviewerServer
 }
 
-// GRPCServer registers the plugin's Reviewer service.
-func (p *ReviewerPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+// BrokerUser is a ReviewerServer that dials the host's ToolHost through
+// the broker.
+type BrokerUser interface {
+	UseBroker(b *plugin.GRPCBroker)
+}
+
+// GRPCServer registers the plugin's Reviewer service and hands it the
+// broker.
+func (p *ReviewerPlugin) GRPCServer(b *plugin.GRPCBroker, s *grpc.Server) error {
+	if u, ok := p.Impl.(BrokerUser); ok {
+		u.UseBroker(b)
+	}
 	pluginv1.RegisterReviewerServer(s, p.Impl)
 	return nil
 }

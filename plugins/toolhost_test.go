@@ -1,0 +1,452 @@
+package plugins
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/pluginv1"
+)
+
+// auditLog collects the events a review records through the host.
+type auditLog struct {
+	mu     sync.Mutex
+	events []recorded
+}
+
+type recorded struct {
+	Event string
+	Data  map[string]any
+}
+
+func (a *auditLog) record(_ context.Context, event string, data any) {
+	raw, _ := json.Marshal(data)
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	a.mu.Lock()
+	a.events = append(a.events, recorded{event, m})
+	a.mu.Unlock()
+}
+
+func (a *auditLog) named(event string) []recorded {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []recorded
+	for _, e := range a.events {
+		if e.Event == event {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// withReason sets the proposal's reason, which the caller plugin reads as
+// its script, in both the decoded proposal and the bytes sent.
+func withReason(t *testing.T, req *engine.ReviewRequest, reason string) {
+	t.Helper()
+	req.Proposal.Reason = reason
+	raw, err := json.Marshal(req.Proposal)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ProposalJSON = raw
+}
+
+// callTools runs the caller plugin with a script of calls and returns the
+// outcome of each, keyed by tool name.
+func callTools(t *testing.T, h *Host, req engine.ReviewRequest) map[string]string {
+	t.Helper()
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Review(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out map[string]string
+	if err := json.Unmarshal([]byte(res.Notes), &out); err != nil {
+		t.Fatalf("caller notes %q: %v", res.Notes, err)
+	}
+	return out
+}
+
+func TestBrokeredToolCallsAreCheckedAgainstTheBag(t *testing.T) {
+	h := startHost(t, helperSpec(t, "caller"))
+	var log auditLog
+	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit", Steps: []string{"drain", "restart"}})
+	withReason(t, &req, `get_proposal,get_sop_text={"id":"SOP-001"},get_verdict_history,run_shell={"cmd":"rm -rf /"},ns.web_skill`)
+	req.Tools = []string{"get_proposal", "get_sop_text"}
+	req.Audit = log.record
+	out := callTools(t, h, req)
+
+	if got := out["get_proposal"]; !strings.HasPrefix(got, "ok: ") || !strings.Contains(got, `"host_restart_service"`) {
+		t.Errorf("get_proposal: %s", got)
+	}
+	if got := out["get_sop_text"]; !strings.HasPrefix(got, "ok: ") || !strings.Contains(got, "start the old unit") || !strings.Contains(got, "1. drain") {
+		t.Errorf("get_sop_text: %s", got)
+	}
+	for _, denied := range []string{"get_verdict_history", "run_shell", "ns.web_skill"} {
+		if got := out[denied]; !strings.HasPrefix(got, "denied: ") {
+			t.Errorf("%s was not refused: %s", denied, got)
+		}
+	}
+	called, refused := log.named(engine.EventToolCalled), log.named(engine.EventToolDenied)
+	if len(called) != 2 || len(refused) != 3 {
+		t.Fatalf("audit: %d tool.called and %d tool.denied events, want 2 and 3: %+v", len(called), len(refused), log.events)
+	}
+	for _, e := range append(called, refused...) {
+		if e.Data["review_id"] != req.ReviewID || len(e.Data["args_sha256"].(string)) != 64 {
+			t.Errorf("event %s lacks the review id or the arguments' hash: %v", e.Event, e.Data)
+		}
+	}
+	for _, e := range refused {
+		if e.Data["tool"] == "run_shell" && !strings.Contains(e.Data["why"].(string), "not in this review's tool bag") {
+			t.Errorf("run_shell refusal says %q", e.Data["why"])
+		}
+	}
+}
+
+func TestForwardedToolCarriesTheReview(t *testing.T) {
+	h, err := NewHost(zaptest.NewLogger(t), "caller", helperSpec(t, "caller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got ToolRequest
+	h.SetTools(ToolConfig{
+		Forward: func(_ context.Context, name string, req ToolRequest) ([]byte, error) {
+			got = req
+			if name == "slow_tool" {
+				time.Sleep(time.Second)
+				return []byte(`{}`), nil
+			}
+			return []byte(`{"services":["nginx","redis"]}`), nil
+		},
+		CallTimeout: 100 * time.Millisecond,
+	})
+	t.Cleanup(h.Close)
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var log auditLog
+	req := reviewRequest(t, "host_restart_service", nil)
+	withReason(t, &req, `host_list_services={"host":"web-1"}`)
+	req.Tools = []string{"host_list_services"}
+	req.Audit = log.record
+	out := callTools(t, h, req)
+	if want := `ok: {"services":["nginx","redis"]}`; out["host_list_services"] != want {
+		t.Errorf("host_list_services: %s, want %s", out["host_list_services"], want)
+	}
+	if got.Tenant != "acme" || got.ProposalID != "p1" || got.ReviewID != req.ReviewID || string(got.Args) != `{"host":"web-1"}` {
+		t.Errorf("forwarded request %+v", got)
+	}
+
+	req.ReviewID = "rv2"
+	withReason(t, &req, "slow_tool")
+	req.Tools = []string{"slow_tool"}
+	out = callTools(t, h, req)
+	if got := out["slow_tool"]; !strings.HasPrefix(got, "failed: ") || !strings.Contains(got, "deadline") {
+		t.Errorf("a tool over its time limit: %s", got)
+	}
+}
+
+func TestToolHostRefusesReviewsNotInProgress(t *testing.T) {
+	var rs reviews
+	th := &toolHost{plugin: "a", reviews: &rs, cfg: &ToolConfig{}}
+	other := &toolHost{plugin: "b", reviews: &rs, cfg: &ToolConfig{}}
+	req := engine.ReviewRequest{ReviewID: "rv1", ProposalJSON: []byte(`{"id":"p1"}`), Tools: []string{"get_proposal"}}
+	lr, err := rs.add("a", req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func(th *toolHost, id, tool, args string) error {
+		_, err := th.CallTool(t.Context(), &pluginv1.CallToolRequest{ReviewId: id, Name: tool, ArgsJson: []byte(args)})
+		return err
+	}
+	if err := call(th, "rv1", "get_proposal", ""); err != nil {
+		t.Fatalf("a live review's own tool: %v", err)
+	}
+	cases := []struct {
+		note      string
+		th        *toolHost
+		id, tool  string
+		args      string
+		code      codes.Code
+		afterDone bool
+	}{
+		{note: "unknown review", th: th, id: "rv9", tool: "get_proposal", code: codes.PermissionDenied},
+		{note: "another plugin's review", th: other, id: "rv1", tool: "get_proposal", code: codes.PermissionDenied},
+		{note: "tool outside the bag", th: th, id: "rv1", tool: "get_sop_text", code: codes.PermissionDenied},
+		{note: "name with a dot", th: th, id: "rv1", tool: "get.proposal", code: codes.InvalidArgument},
+		{note: "arguments not an object", th: th, id: "rv1", tool: "get_proposal", args: `[1]`, code: codes.InvalidArgument},
+		{note: "arguments too large", th: th, id: "rv1", tool: "get_proposal", args: `{"x":"` + strings.Repeat("a", MaxToolArgsBytes) + `"}`, code: codes.InvalidArgument},
+		{note: "review finished", th: th, id: "rv1", tool: "get_proposal", code: codes.PermissionDenied, afterDone: true},
+	}
+	for _, tc := range cases {
+		if tc.afterDone {
+			rs.remove(lr)
+		}
+		err := call(tc.th, tc.id, tc.tool, tc.args)
+		if status.Code(err) != tc.code {
+			t.Errorf("%s: err = %v, want code %s", tc.note, err, tc.code)
+		}
+	}
+	if _, err := rs.add("a", engine.ReviewRequest{}); err == nil {
+		t.Error("a review without an id was registered")
+	}
+}
+
+func TestSOPReviewerReadsTheSOPThroughTheHost(t *testing.T) {
+	h := startHost(t, helperSpec(t, "sop"))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var log auditLog
+	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"})
+	req.Tools = []string{"get_sop_text", "get_proposal"}
+	req.Audit = log.record
+	res, err := r.Review(t.Context(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, why := engine.Judge(res, reviewer); !ok {
+		t.Fatalf("not approved: %s\n%s", why, res.Text)
+	}
+	if n := len(log.named(engine.EventToolCalled)); n != 1 {
+		t.Fatalf("%d tool.called events, want the one get_sop_text lookup", n)
+	}
+}
+
+func TestGarbageTextIsARejection(t *testing.T) {
+	h := startHost(t, helperSpec(t, "garbage"))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, ok, why := engine.Judge(res, reviewer)
+	if ok || !strings.Contains(why, "not a decision line") {
+		t.Fatalf("approved = %v, why = %q; want a rejection naming the missing decision line", ok, why)
+	}
+}
+
+func TestConcurrencyLimitQueuesReviews(t *testing.T) {
+	spec := helperSpec(t, "count")
+	spec.MaxConcurrency = 2
+	h := startHost(t, spec)
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 6
+	peaks := make([]int, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			req := reviewRequest(t, "host_restart_service", nil)
+			req.ReviewID = "rv" + strconv.Itoa(i)
+			res, err := r.Review(t.Context(), req)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			peaks[i], _ = strconv.Atoi(res.Notes)
+		})
+	}
+	wg.Wait()
+	for i, p := range peaks {
+		if p < 1 || p > 2 {
+			t.Errorf("review %d saw %d reviews at once in the plugin; the limit is 2", i, p)
+		}
+	}
+
+	// A review that cannot get a slot before its deadline fails with the
+	// deadline, without reaching the plugin.
+	hold, release := context.WithCancel(t.Context())
+	defer release()
+	for i := range 2 {
+		go func() {
+			req := reviewRequest(t, "host_restart_service", nil)
+			req.ReviewID = "hold" + strconv.Itoa(i)
+			_, _ = r.Review(hold, req)
+		}()
+	}
+	time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	req := reviewRequest(t, "host_restart_service", nil)
+	req.ReviewID = "late"
+	if _, err := r.Review(ctx, req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("queued past its deadline: err = %v", err)
+	}
+}
+
+func TestStartFailuresAreClear(t *testing.T) {
+	cases := []struct {
+		mode, want string
+	}{
+		{mode: "hang-start", want: "timeout"},
+		{mode: "noise-start", want: "handshake"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.mode, func(t *testing.T) {
+			spec := helperSpec(t, tc.mode)
+			spec.StartTimeout = 500 * time.Millisecond
+			h, err := NewHost(zaptest.NewLogger(t), spec.Name, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			err = h.Start(t.Context())
+			if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.want) || !strings.Contains(err.Error(), tc.mode) {
+				t.Fatalf("Start: err = %v; want an error naming the plugin and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTamperedBinaryIsAudited(t *testing.T) {
+	spec := helperSpec(t, "sop")
+	actual := spec.SHA256
+	spec.SHA256 = strings.Repeat("0", 64)
+	h, err := NewHost(zaptest.NewLogger(t), spec.Name, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []engine.AuditEvent
+	h.SetEvents(func(ev engine.AuditEvent) { events = append(events, ev) })
+	defer h.Close()
+	if err := h.Start(t.Context()); !errors.Is(err, ErrChecksum) {
+		t.Fatalf("Start: err = %v, want ErrChecksum", err)
+	}
+	if len(events) != 1 || events[0].Event != EventPluginRefused || events[0].Tenant != engine.UnknownTenant {
+		t.Fatalf("events = %+v, want one plugin.refused", events)
+	}
+	var data map[string]string
+	_ = json.Unmarshal(events[0].Data, &data)
+	if data["actual_sha256"] != actual || data["pinned_sha256"] != spec.SHA256 {
+		t.Errorf("refusal event data %v does not give both checksums", data)
+	}
+}
+
+// procState returns the state letter of a process (R, S, Z...), or "" when
+// the pid no longer exists.
+func procState(pid int) string {
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(raw)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2 : i+3]
+	}
+	return "?"
+}
+
+func waitGone(t *testing.T, pid int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for procState(pid) != "" && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := procState(pid); st != "" {
+		t.Fatalf("%s: pid %d still exists in state %s (a zombie is Z)", what, pid, st)
+	}
+}
+
+func TestKilledPluginIsRelaunched(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	h, err := NewHost(zaptest.NewLogger(t), "sop", helperSpec(t, "sop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var events []string
+	h.SetEvents(func(ev engine.AuditEvent) { mu.Lock(); events = append(events, ev.Event); mu.Unlock() })
+	t.Cleanup(h.Close)
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	first := h.Plugins()[0].PID
+	if err := syscall.Kill(first, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, first, "the killed plugin")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if info := h.Plugins()[0]; info.Running && info.PID != first {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	info := h.Plugins()[0]
+	if !info.Running || info.PID == first {
+		t.Fatalf("plugin not relaunched: %+v", info)
+	}
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil)); err != nil {
+		t.Fatalf("review on the relaunched plugin: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Join(events, ",") != "plugin.started,plugin.exited,plugin.started" {
+		t.Errorf("events = %v", events)
+	}
+}
+
+func TestKilledHostLeavesNoOrphan(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("needs /proc")
+	}
+	spec := helperSpec(t, "sop")
+	cmd := exec.Command(spec.Path)
+	cmd.Env = append(os.Environ(), helperEnv+"=host", "GATED_TEST_HOST_EXE="+spec.Path, "GATED_TEST_HOST_SUM="+spec.SHA256)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("host printed nothing: %v", err)
+	}
+	pluginPID, err := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil {
+		_ = cmd.Process.Kill()
+		t.Fatalf("host said %q", line)
+	}
+	if procState(pluginPID) == "" {
+		t.Fatalf("plugin pid %d is not running", pluginPID)
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	waitGone(t, pluginPID, "the plugin of a killed host")
+}
