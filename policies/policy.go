@@ -123,6 +123,7 @@ type Evaluator struct {
 	pq       rego.PreparedEvalQuery
 	compiler *ast.Compiler
 	revision string
+	catalog  *Catalog
 }
 
 var _ engine.Policy = (*Evaluator)(nil)
@@ -180,7 +181,11 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidBundle, err)
 	}
-	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision()}
+	catalog, err := catalogOf(b.Data)
+	if err != nil {
+		return nil, err
+	}
+	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision(), catalog: catalog}
 	if err := checkConfig(ctx, compiler, store); err != nil {
 		return nil, err
 	}
@@ -251,6 +256,9 @@ func (e *Evaluator) checkShape(ctx context.Context) error {
 
 // Revision is the content hash of the compiled bundle.
 func (e *Evaluator) Revision() string { return e.revision }
+
+// Catalog returns the SOP and tool catalog of the bundle's data.
+func (e *Evaluator) Catalog() *Catalog { return e.catalog }
 
 // astResult hands back the decision as OPA's own value: no conversion to
 // Go maps on the hot path.
