@@ -151,7 +151,7 @@ func (panicReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error
 	panic("reviewer bug")
 }
 
-func helperSpec(t *testing.T, mode string) Spec {
+func helperSpec(t testing.TB, mode string) Spec {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -182,7 +182,7 @@ var reviewer = &engine.Persona{
 	RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"},
 }
 
-func reviewRequest(t *testing.T, action string, sop *engine.SOP) engine.ReviewRequest {
+func reviewRequest(t testing.TB, action string, sop *engine.SOP) engine.ReviewRequest {
 	t.Helper()
 	p := &engine.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: action,
 		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice}
