@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -110,6 +111,9 @@ type Host struct {
 	events  func(engine.AuditEvent)
 	// done is closed by Close: supervisors stop relaunching.
 	done chan struct{}
+	// decoys are tools offered to reviewers but never allowed: the
+	// conformance run uses them to see how a plugin takes a refusal.
+	decoys []string
 
 	mu     sync.Mutex
 	procs  map[string]*process
@@ -521,7 +525,7 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		return engine.ReviewResult{}, err
 	}
 	defer p.host.reviews.remove(lr)
-	if len(req.Tools) > 0 {
+	if len(in.Persona.Tools) > 0 {
 		in.ToolHostBrokerId = brokerID
 	}
 	out, err := rpc.Review(ctx, in)
@@ -569,7 +573,7 @@ func (r *route) request(req engine.ReviewRequest) (*pluginv1.ReviewRequest, erro
 		return nil, fmt.Errorf("encoding history: %w", err)
 	}
 	persona := req.Persona
-	tools := toolSpecs(&r.proc.host.tools, req.Tools)
+	tools := toolSpecs(&r.proc.host.tools, append(slices.Clip(req.Tools), r.proc.host.decoys...))
 	in := &pluginv1.ReviewRequest{
 		ReviewId:       req.ReviewID,
 		ProposalJson:   req.ProposalJSON,

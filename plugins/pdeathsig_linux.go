@@ -14,3 +14,7 @@ func setParentDeathSignal(cmd *exec.Cmd) {
 	}
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 }
+
+// processExists reports whether pid is still a process (a zombie counts:
+// it has not been reaped).
+func processExists(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }

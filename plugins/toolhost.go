@@ -325,7 +325,12 @@ func renderSOP(s *engine.SOP) string {
 // argument schemas.
 func toolSpecs(cfg *ToolConfig, names []string) []*pluginv1.Tool {
 	out := make([]*pluginv1.Tool, 0, len(names))
+	seen := make(map[string]bool, len(names))
 	for _, n := range names {
+		if seen[n] {
+			continue
+		}
+		seen[n] = true
 		t := &pluginv1.Tool{Name: n, InputSchemaJson: `{"type":"object"}`}
 		switch n {
 		case ToolGetSOPText:
