@@ -113,7 +113,7 @@ func Conformance(ctx context.Context, log *zap.Logger, spec Spec, opts Conforman
 	proposal := func(id, action, reason string) *engine.Proposal {
 		return &engine.Proposal{V: 1, ID: id, Tenant: "conformance", Kind: engine.KindAction, Action: action,
 			Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice, Reason: reason,
-			Target: map[string]any{"host": "web-1", "service": "nginx", "tags": []any{"production"}},
+			Target:      map[string]any{"host": "web-1", "service": "nginx", "tags": []any{"production"}},
 			RequestedBy: &engine.RequestedBy{Agent: "conformance-agent"}, IncidentID: "INC-1"}
 	}
 	wellFormed := func(res engine.ReviewResult) (engine.Decision, string) {
