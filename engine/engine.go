@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -36,11 +37,23 @@ type Config struct {
 	DefaultPersona string
 	// ReviewTimeout applies when a persona sets none. Default 60 s.
 	ReviewTimeout time.Duration
+	// DedupeWindow is how long a rejection answers identical proposals
+	// (same request under the same policy revision, see Verdict.DuplicateOf)
+	// at stage dedupe instead of a new judgement. Default 120 s; a negative
+	// window turns deduplication off. The memory is per Engine, so
+	// proposals spread over several gated processes are deduplicated only
+	// where they meet.
+	DedupeWindow time.Duration
+	// DedupeMax bounds how many rejections are remembered; the oldest go
+	// first. Default 10000; negative is an error.
+	DedupeMax int
 }
 
 // Engine runs the pipeline. It is safe for concurrent use.
 type Engine struct {
 	cfg Config
+	// rejections is nil when deduplication is off.
+	rejections *rejections
 }
 
 // New checks cfg and returns an Engine.
@@ -56,6 +69,9 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: Store is required", ErrInvalidOption)
 	case cfg.ReviewTimeout < 0:
 		return nil, fmt.Errorf("%w: ReviewTimeout %s is negative", ErrInvalidOption, cfg.ReviewTimeout)
+	case cfg.DedupeMax < 0:
+		return nil, fmt.Errorf("%w: DedupeMax %d is negative; use 0 for the default of %d or a negative DedupeWindow to turn deduplication off",
+			ErrInvalidOption, cfg.DedupeMax, DefaultDedupeMax)
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = systemClock{}
@@ -66,8 +82,18 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.ReviewTimeout == 0 {
 		cfg.ReviewTimeout = DefaultReviewTimeout
 	}
+	if cfg.DedupeWindow == 0 {
+		cfg.DedupeWindow = DefaultDedupeWindow
+	}
+	if cfg.DedupeMax == 0 {
+		cfg.DedupeMax = DefaultDedupeMax
+	}
 	cfg.Limits = cfg.Limits.withDefaults()
-	return &Engine{cfg: cfg}, nil
+	e := &Engine{cfg: cfg}
+	if cfg.DedupeWindow > 0 {
+		e.rejections = newRejections(cfg.DedupeWindow, cfg.DedupeMax)
+	}
+	return e, nil
 }
 
 // Delivery is one proposal message as it came off the bus.
@@ -141,6 +167,9 @@ type decision struct {
 	// failure is an infrastructure error met while judging: nothing is
 	// decided and the delivery is retried.
 	failure error
+	// auditMu serialises the trail: reviews of a quorum record
+	// concurrently, and a trail is written by one goroutine at a time.
+	auditMu sync.Mutex
 }
 
 func (r *decision) decide(ctx context.Context) (*Verdict, error) {
@@ -178,6 +207,9 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		}
 		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
 	}
+	if v, hit, err := r.dedupe(ctx); hit || err != nil {
+		return v, err
+	}
 	v := r.judge(ctx)
 	if r.failure != nil {
 		return nil, r.failure
@@ -187,7 +219,11 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		// that is a decision: leave the proposal for redelivery.
 		return nil, fmt.Errorf("deciding %s.%s: %w", r.tenant, r.id, err)
 	}
-	return r.finish(ctx, v)
+	decided, err := r.finish(ctx, v)
+	if err == nil && decided == v {
+		r.rememberRejection(v)
+	}
+	return decided, err
 }
 
 // judge runs policy and review. It never returns an approval that the
@@ -198,7 +234,6 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	if personaName == "" {
 		personaName = r.e.cfg.DefaultPersona
 	}
-	var persona *Persona
 	if p.Mutating() {
 		r.targetKey = p.TargetKey()
 	}
@@ -212,7 +247,6 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	}
 	in := PolicyInput{Proposal: p, History: history, Now: r.start}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
-	personaName, persona = routed.Name, routed.Persona
 	if err != nil {
 		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
 		r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
@@ -248,25 +282,17 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		return v
 	}
 
-	v := r.review(ctx, pd, personaName, persona, history)
+	v := r.review(ctx, pd, routed, in)
 	v.Policy = policyRef
 	return v
 }
 
-// review routes the proposal to its reviewer and reads the answer with
-// the host's authority.
-func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName string, persona *Persona, history []Verdict) *Verdict {
-	if pd.Review.Quorum > 1 {
-		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf(
-			"policy asks for a quorum of %d reviewers and this gate routes one reviewer per persona; refusing rather than approving on fewer", pd.Review.Quorum))
-	}
-	if persona == nil {
-		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", personaName))
-	}
-	reviewer, err := r.e.cfg.Router.Route(persona)
-	if err != nil {
-		return r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", persona.Name, err))
-	}
+// reviewOne runs one reviewer's review under its own id and deadline and
+// reads the answer with the host's authority. Every review of a quorum
+// runs through it, concurrently with the others.
+func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []Verdict) reviewResult {
+	persona := c.persona
+	out := reviewResult{name: persona.Name}
 	timeout := persona.Timeout
 	if timeout <= 0 {
 		timeout = r.e.cfg.ReviewTimeout
@@ -278,42 +304,54 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 	defer cancel()
 	deadline, _ := rctx.Deadline()
 
-	r.recordBestEffort(ctx, EventReviewStarted, map[string]any{
+	startedData := map[string]any{
 		"review_id": reviewID, "persona": persona.Name, "plugin": persona.Plugin,
-		"tools": pd.ReviewerTools, "deadline": deadline,
-	})
+		"tools": c.pd.ReviewerTools, "deadline": deadline,
+	}
+	if n > 1 {
+		startedData["quorum"] = n
+	}
+	r.recordBestEffort(ctx, EventReviewStarted, startedData)
 	started := time.Now()
-	res, err := reviewer.Review(rctx, ReviewRequest{
+	res, err := c.reviewer.Review(rctx, ReviewRequest{
 		ReviewID:       reviewID,
 		Proposal:       r.p,
 		ProposalJSON:   r.d.Data,
 		Persona:        persona,
-		Tools:          pd.ReviewerTools,
-		DeniedTools:    pd.DeniedTools,
-		SOP:            pd.SOP,
+		Tools:          c.pd.ReviewerTools,
+		DeniedTools:    c.pd.DeniedTools,
+		SOP:            c.pd.SOP,
 		History:        history,
-		PolicyRevision: pd.Revision,
-		Why:            pd.Review.Why,
+		PolicyRevision: c.pd.Revision,
+		Why:            c.pd.Review.Why,
 		Deadline:       deadline,
 		Audit:          r.recordBestEffort,
 	})
 	latency := time.Since(started)
 	if err != nil {
-		outcome := OutcomeError
+		out.outcome = OutcomeError
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded):
-			outcome = OutcomeTimeout
+			out.outcome = OutcomeTimeout
 		case errors.Is(err, ErrNoReviewer):
-			outcome = OutcomeBlocked
+			out.outcome = OutcomeBlocked
 		}
 		r.recordBestEffort(ctx, EventReviewDone, map[string]any{
-			"review_id": reviewID, "outcome": outcome, "error": err.Error(), "latency_ms": ms(latency),
+			"review_id": reviewID, "outcome": out.outcome, "error": err.Error(), "latency_ms": ms(latency),
 		})
-		reason := fmt.Sprintf("review by persona %q failed: %v", persona.Name, err)
-		if outcome == OutcomeTimeout {
-			reason = fmt.Sprintf("review by persona %q passed its %s deadline", persona.Name, timeout)
+		out.why = fmt.Sprintf("review by persona %q failed: %v", persona.Name, err)
+		out.failure = err.Error()
+		if out.outcome == OutcomeTimeout {
+			out.why = fmt.Sprintf("review by persona %q passed its %s deadline", persona.Name, timeout)
+			out.failure = fmt.Sprintf("passed its %s deadline", timeout)
 		}
-		return r.verdict(outcome, StageReview, reason)
+		// A failed review is listed as a rejection that says what failed:
+		// it never counts towards an approval.
+		out.review = Review{
+			Plugin: persona.Plugin, Persona: persona.Name, Decision: DecisionReject,
+			Notes: "review failed: " + out.failure, LatencyMS: ms(latency),
+		}
+		return out
 	}
 
 	rev, approved, why := Judge(res, persona)
@@ -323,13 +361,11 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, personaName st
 		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
 		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
 	})
-	outcome := OutcomeRejected
+	out.outcome, out.review, out.judged, out.why = OutcomeRejected, rev, true, why
 	if approved {
-		outcome = OutcomeApproved
+		out.outcome = OutcomeApproved
 	}
-	v := r.verdict(outcome, StageReview, why)
-	v.Reviews = []Review{rev}
-	return v
+	return out
 }
 
 // Judge applies the host's decision authority to a reviewer's answer. It
@@ -448,7 +484,9 @@ func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
 
 // seal writes the trail's final event and waits for the whole trail.
 func (r *decision) seal(ctx context.Context, ev AuditEvent) (uint64, error) {
+	r.auditMu.Lock()
 	seq, err := r.d.Trail.Seal(ctx, ev)
+	r.auditMu.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("sealing audit trail: %w", err)
 	}
@@ -475,7 +513,11 @@ func (r *decision) recordReceived(ctx context.Context) error {
 }
 
 func (r *decision) record(ctx context.Context, name string, data any) error {
-	if err := r.d.Trail.Record(ctx, r.event(name, data)); err != nil {
+	ev := r.event(name, data)
+	r.auditMu.Lock()
+	err := r.d.Trail.Record(ctx, ev)
+	r.auditMu.Unlock()
+	if err != nil {
 		return fmt.Errorf("recording audit event %s: %w", name, err)
 	}
 	return nil

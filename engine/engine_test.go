@@ -22,9 +22,23 @@ const testSubject = "gated.proposals.acme.host_restart_service"
 
 var requiredGates = []string{"sop_covers", "no_parallel_operation", "rollback_known"}
 
-type fixedClock time.Time
+// testClock stands still until the test moves it.
+type testClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
 
-func (c fixedClock) Now() time.Time { return time.Time(c) }
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *testClock) set(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+}
 
 var compileDefaultPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
 	b, err := policies.Default()
@@ -58,10 +72,30 @@ func (s personaSet) Persona(name string) (*engine.Persona, bool) {
 	return p, ok
 }
 
-// fakeRouter routes every persona to one reviewer, or fails with err.
+// listedPersonas is a personaSet that can also list its names, as the
+// personas registry does.
+type listedPersonas personaSet
+
+func (s listedPersonas) Persona(name string) (*engine.Persona, bool) {
+	return personaSet(s).Persona(name)
+}
+
+func (s listedPersonas) Names() []string {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	return names // unsorted on purpose: the engine must order them
+}
+
+var _ engine.PersonaLister = listedPersonas{}
+
+// fakeRouter routes every persona to one reviewer, or fails with err, or
+// with errFor[persona] for one persona.
 type fakeRouter struct {
 	reviewer engine.Reviewer
 	err      error
+	errFor   map[string]error
 	mu       sync.Mutex
 	routed   []string
 }
@@ -72,6 +106,9 @@ func (r *fakeRouter) Route(p *engine.Persona) (engine.Reviewer, error) {
 	r.mu.Unlock()
 	if r.err != nil {
 		return nil, r.err
+	}
+	if err := r.errFor[p.Name]; err != nil {
+		return nil, err
 	}
 	return r.reviewer, nil
 }
@@ -334,6 +371,7 @@ func (p stubPolicy) Evaluate(context.Context, engine.PolicyInput) (engine.Policy
 
 type harness struct {
 	now      time.Time
+	clock    *testClock
 	cfg      engine.Config
 	store    *memStore
 	router   *fakeRouter
@@ -367,13 +405,20 @@ func newHarness(t *testing.T, opts ...func(*harness)) *harness {
 	for _, opt := range opts {
 		opt(h)
 	}
-	h.cfg.Clock = fixedClock(h.now)
+	h.clock = &testClock{now: h.now}
+	h.cfg.Clock = h.clock
 	eng, err := engine.New(h.cfg)
 	if err != nil {
 		t.Fatalf("engine.New: %v", err)
 	}
 	h.eng = eng
 	return h
+}
+
+// advance moves the engine's clock, and the time checkFresh expects, by d.
+func (h *harness) advance(d time.Duration) {
+	h.now = h.now.Add(d)
+	h.clock.set(h.now)
 }
 
 func (h *harness) decideOn(ctx context.Context, tr *memTrail, subject string, data []byte, msgID string) (*engine.Verdict, error) {
@@ -1156,7 +1201,7 @@ func TestDecidePolicyOutcomes(t *testing.T) {
 		wantStage   engine.Stage
 	}{
 		{note: "policy error fails closed", policy: stubPolicy{err: errors.New("rego: undefined")}, wantOutcome: engine.OutcomeError, wantStage: engine.StagePolicy},
-		{note: "quorum above one is blocked", policy: stubPolicy{d: engine.PolicyDecision{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: 2, Why: "tenant_wide"}}},
+		{note: "quorum above the loaded personas is blocked", policy: stubPolicy{d: engine.PolicyDecision{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: 2, Why: "tenant_wide"}}},
 			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview},
 		{note: "deny beats a waived review", policy: stubPolicy{d: engine.PolicyDecision{Denies: []engine.Deny{{Rule: "change_freeze", Message: "frozen"}}}},
 			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy},
@@ -1217,6 +1262,7 @@ func TestNewChecksConfig(t *testing.T) {
 		{note: "no router", edit: func(c *engine.Config) { c.Router = nil }},
 		{note: "no store", edit: func(c *engine.Config) { c.Store = nil }},
 		{note: "negative review timeout", edit: func(c *engine.Config) { c.ReviewTimeout = -time.Second }},
+		{note: "negative dedupe max", edit: func(c *engine.Config) { c.DedupeMax = -1 }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -1229,5 +1275,10 @@ func TestNewChecksConfig(t *testing.T) {
 	}
 	if _, err := engine.New(base()); err != nil {
 		t.Errorf("New with a complete config: %v", err)
+	}
+	disabled := base()
+	disabled.DedupeWindow = -time.Second
+	if _, err := engine.New(disabled); err != nil {
+		t.Errorf("New with deduplication off: %v", err)
 	}
 }

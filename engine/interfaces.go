@@ -47,8 +47,14 @@ type PolicyDecision struct {
 type Route struct {
 	Required bool   `json:"required"`
 	Persona  string `json:"persona,omitempty"`
-	Quorum   int    `json:"quorum"`
-	Why      string `json:"why"`
+	// Quorum is how many distinct personas must approve. The routed
+	// Persona is always one of them.
+	Quorum int    `json:"quorum"`
+	Why    string `json:"why"`
+	// Personas are further reviewers the policy prefers, best first, for a
+	// quorum above one. The engine tries them before the other loaded
+	// personas; each must still pass the policy in its own name.
+	Personas []string `json:"personas,omitempty"`
 }
 
 // SOP is one entry of the standard operating procedure catalog.
@@ -84,6 +90,15 @@ type Persona struct {
 type Personas interface {
 	// Persona returns the named persona, or false when there is none.
 	Persona(name string) (*Persona, bool)
+}
+
+// PersonaLister is an optional interface of Personas: it lists every
+// loaded persona, so that a quorum can be filled from personas the policy
+// did not name. Without it only the routed persona and Route.Personas are
+// candidates.
+type PersonaLister interface {
+	// Names returns the names of the loaded personas.
+	Names() []string
 }
 
 // Router finds the reviewer that serves a persona.
@@ -192,6 +207,10 @@ const (
 	EventReviewDone    = "review.finished"
 	EventVerdict       = "verdict.decided"
 	EventReplayed      = "verdict.replayed"
+	// EventDeduplicated records that a proposal got the answer of an
+	// identical proposal rejected shortly before, instead of a new
+	// judgement.
+	EventDeduplicated = "proposal.deduplicated"
 	// EventToolCalled and EventToolDenied record a reviewer's tool call
 	// through the host: run, or refused.
 	EventToolCalled = "tool.called"

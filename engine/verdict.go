@@ -63,6 +63,9 @@ type Verdict struct {
 	// Agent is the proposing agent (requested_by.agent). The policy tells
 	// an agent's own recent operations on a target from other agents'.
 	Agent string `json:"agent,omitempty"`
+	// DuplicateOf names the earlier proposal whose rejection a verdict at
+	// stage dedupe repeats.
+	DuplicateOf string `json:"duplicate_of,omitempty"`
 }
 
 // PolicyRef is the policy's part of a verdict.

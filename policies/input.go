@@ -237,10 +237,15 @@ func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 	if required && d.Review.Quorum < 1 {
 		d.Review.Quorum = 1
 	}
-	if d.ReviewerTools, err = stringList(obj, "reviewer_tools"); err != nil {
+	// personas: further reviewers for a quorum, best first. An array keeps
+	// the policy's order; a set arrives sorted.
+	if d.Review.Personas, err = stringList(review, "personas", "decision.review.personas"); err != nil {
 		return d, err
 	}
-	if d.DeniedTools, err = stringList(obj, "denied_tools"); err != nil {
+	if d.ReviewerTools, err = stringList(obj, "reviewer_tools", "decision.reviewer_tools"); err != nil {
+		return d, err
+	}
+	if d.DeniedTools, err = stringList(obj, "denied_tools", "decision.denied_tools"); err != nil {
 		return d, err
 	}
 	skipped, err := optional[ast.Boolean](obj, "skipped", "decision.skipped")
@@ -257,8 +262,8 @@ func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 			title, _ := valueOf[ast.String](sop, "title")
 			rollback, _ := valueOf[ast.String](sop, "rollback")
 			s.ID, s.Title, s.Rollback = string(id), string(title), string(rollback)
-			s.Actions, _ = stringList(sop, "actions")
-			s.Steps, _ = stringList(sop, "steps")
+			s.Actions, _ = stringList(sop, "actions", "decision.sop.actions")
+			s.Steps, _ = stringList(sop, "steps", "decision.sop.steps")
 			if s.ID == "" {
 				return d, fmt.Errorf("decision.sop has no id")
 			}
@@ -287,8 +292,9 @@ func each(v ast.Value, name string, f func(int, *ast.Term)) error {
 	return nil
 }
 
-// stringList reads an optional array or set of strings.
-func stringList(obj ast.Object, key string) ([]string, error) {
+// stringList reads an optional array or set of strings; name is the
+// field's path for the error.
+func stringList(obj ast.Object, key, name string) ([]string, error) {
 	t := obj.Get(ast.InternedTerm(key))
 	if t == nil {
 		return nil, nil
@@ -298,7 +304,7 @@ func stringList(obj ast.Object, key string) ([]string, error) {
 	}
 	var out []string
 	bad := false
-	err := each(t.Value, "decision."+key, func(_ int, x *ast.Term) {
+	err := each(t.Value, name, func(_ int, x *ast.Term) {
 		s, ok := x.Value.(ast.String)
 		if !ok {
 			bad = true
@@ -307,7 +313,7 @@ func stringList(obj ast.Object, key string) ([]string, error) {
 		out = append(out, string(s))
 	})
 	if err != nil || bad {
-		return nil, fmt.Errorf("decision.%s must be an array of strings, got %v", key, t)
+		return nil, fmt.Errorf("%s must be an array of strings, got %v", name, t)
 	}
 	if out == nil {
 		out = []string{}

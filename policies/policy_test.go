@@ -229,6 +229,8 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 		{note: "quorum as a string", field: "quorum", value: `"2"`},
 		{note: "persona as a number", field: "persona", value: `7`},
 		{note: "quorum negative", field: "quorum", value: `-1`},
+		{note: "personas as a string", field: "personas", value: `"dba"`},
+		{note: "personas with a boolean", field: "personas", value: `["dba", true]`},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			review := map[string]any{"required": true, "persona": "reviewer", "quorum": json.Number("1"), "why": "x"}
@@ -263,6 +265,42 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 	}
 }
 
+func TestDecisionReviewPersonas(t *testing.T) {
+	set := ast.NewSet(ast.StringTerm("ops"), ast.StringTerm("dba"))
+	for _, tc := range []struct {
+		note     string
+		personas ast.Value // nil leaves the field out
+		want     []string
+	}{
+		{note: "absent", want: nil},
+		{note: "null", personas: ast.Null{}, want: nil},
+		{note: "array keeps the policy's order", personas: ast.NewArray(ast.StringTerm("ops"), ast.StringTerm("dba")), want: []string{"ops", "dba"}},
+		{note: "set in sorted order", personas: set, want: []string{"dba", "ops"}},
+		{note: "empty array", personas: ast.NewArray(), want: []string{}},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			review := astOf(t, map[string]any{"required": true, "persona": "reviewer", "quorum": json.Number("2")}).(ast.Object)
+			if tc.personas != nil {
+				review.Insert(ast.StringTerm("personas"), ast.NewTerm(tc.personas))
+			}
+			obj := ast.NewObject(
+				[2]*ast.Term{ast.StringTerm("deny"), ast.ArrayTerm()},
+				[2]*ast.Term{ast.StringTerm("review"), ast.NewTerm(review)},
+			)
+			d, err := parseDecision(obj)
+			if err != nil {
+				t.Fatalf("parseDecision: %v", err)
+			}
+			if !slices.Equal(d.Review.Personas, tc.want) || (tc.want == nil) != (d.Review.Personas == nil) {
+				t.Errorf("review.personas = %#v, want %#v", d.Review.Personas, tc.want)
+			}
+			if d.Review.Quorum != 2 {
+				t.Errorf("quorum = %d, want 2", d.Review.Quorum)
+			}
+		})
+	}
+}
+
 func astOf(t *testing.T, v any) ast.Value {
 	t.Helper()
 	val, err := ast.InterfaceToValue(v)
@@ -270,4 +308,25 @@ func astOf(t *testing.T, v any) ast.Value {
 		t.Fatal(err)
 	}
 	return val
+}
+
+func TestCatalogComesFromTheData(t *testing.T) {
+	c := mustEvaluator(t).Catalog()
+	if s, ok := c.SOP("SOP-001"); !ok || s.Rollback == "" || len(s.Actions) == 0 {
+		t.Fatalf("SOP-001 = %+v, %v", s, ok)
+	}
+	if _, ok := c.SOP("SOP-404"); ok {
+		t.Fatal("an unknown SOP was found")
+	}
+	if ti, ok := c.Tool("get_sop_text"); !ok || ti.Class != "read" || ti.Description == "" {
+		t.Fatalf("get_sop_text = %+v, %v", ti, ok)
+	}
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Data["gated"].(map[string]any)["sops"] = "not a list"
+	if _, err := Compile(t.Context(), b); err == nil || !strings.Contains(err.Error(), "data.gated.sops") {
+		t.Fatalf("Compile with a malformed SOP catalog: err = %v", err)
+	}
 }

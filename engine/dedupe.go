@@ -1,0 +1,231 @@
+package engine
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Dedupe defaults, from the reliability semantics of DESIGN.md.
+const (
+	// DefaultDedupeWindow is how long a rejection answers identical
+	// proposals.
+	DefaultDedupeWindow = 120 * time.Second
+	// DefaultDedupeMax is how many recent rejections an Engine remembers.
+	DefaultDedupeMax = 10000
+)
+
+// dedupeKey identifies a request independently of its id: two proposals
+// with the same key would be judged alike by the same policy.
+type dedupeKey [sha256.Size]byte
+
+// dedupeKeyOf digests what the policy and the reviewer judge: tenant,
+// action, class, kind, blast radius, canonical target, reason, flags, the
+// reviewer override, the proposing agent, the operator, the incident, a
+// run's content, and the policy revision. It leaves out what a retry
+// changes without changing the request (id, created_at, the agent's
+// session, the context summary), so a retry loop is caught, while a
+// resubmission that adds user_confirmed, names an incident or arrives
+// after a policy reload is judged afresh.
+func dedupeKeyOf(p *Proposal, revision string) dedupeKey {
+	h := sha256.New()
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		h.Write(n[:])
+		h.Write([]byte(s))
+	}
+	field(revision)
+	field(p.Tenant)
+	field(p.Action)
+	field(string(p.Kind))
+	field(string(p.Class))
+	field(string(p.BlastRadius))
+	field(p.TargetKey())
+	field(p.Reason)
+	field(p.Reviewer)
+	field(p.IncidentID)
+	for _, b := range []bool{p.Flags.SkipReview, p.Flags.ForceApprove, p.Flags.ForceApproveNoSOP, p.Flags.UserConfirmed} {
+		field(strconv.FormatBool(b))
+	}
+	agent := ""
+	if p.RequestedBy != nil {
+		agent = p.RequestedBy.Agent
+	}
+	field(agent)
+	field(canonicalJSON(p.Operator))
+	// A run review judges the run itself: a new round with another diff is
+	// a new request even when the reason reads the same.
+	field(canonicalJSON(p.Run))
+	field(canonicalJSON(p.Criteria))
+	var k dedupeKey
+	h.Sum(k[:0])
+	return k
+}
+
+// canonicalJSON encodes a part of a decoded proposal; maps marshal with
+// sorted keys, so equal parts encode alike whatever their key order was.
+func canonicalJSON(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Decoded proposals always marshal. Should one not, the error text
+		// is no JSON, so it cannot make two proposals look alike by chance.
+		return "\x00" + err.Error()
+	}
+	return string(b)
+}
+
+// rejection is one remembered rejected proposal.
+type rejection struct {
+	key dedupeKey
+	// id is the proposal id of the rejected proposal; its verdict is in
+	// the store under the same tenant.
+	id string
+	// at is the verdict's decided_at: the window runs from the original
+	// rejection.
+	at  time.Time
+	seq uint64
+}
+
+// rejections remembers recent rejections for a fixed window, at most
+// limit of them. Every entry lives equally long, so arrival order is expiry
+// order and a FIFO queue is enough to bound memory. It is safe for
+// concurrent use.
+type rejections struct {
+	window time.Duration
+	limit  int
+
+	mu    sync.Mutex
+	queue []rejection // oldest first, from head on
+	head  int
+	byKey map[dedupeKey]rejection
+	seq   uint64
+}
+
+func newRejections(window time.Duration, limit int) *rejections {
+	return &rejections{window: window, limit: limit, byKey: map[dedupeKey]rejection{}}
+}
+
+// lookup returns the rejection remembered under k, if it is still within
+// the window at now.
+func (c *rejections) lookup(k dedupeKey, now time.Time) (rejection, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.expire(now)
+	rej, ok := c.byKey[k]
+	if !ok || now.Sub(rej.at) >= c.window {
+		return rejection{}, false
+	}
+	return rej, true
+}
+
+// remember records the rejection of proposal id, decided at, under k. A
+// later rejection under the same key replaces the earlier one.
+func (c *rejections) remember(k dedupeKey, id string, at, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seq++
+	rej := rejection{key: k, id: id, at: at, seq: c.seq}
+	c.queue = append(c.queue, rej)
+	c.byKey[k] = rej
+	c.expire(now)
+	for c.size() > c.limit {
+		c.pop()
+	}
+}
+
+// size is the number of queued entries, superseded ones included.
+func (c *rejections) size() int { return len(c.queue) - c.head }
+
+// expire drops the entries whose window has passed at now. Entries are
+// queued in the order they were remembered; a clock that stepped back
+// may leave a younger entry behind an older one, which then lives until
+// the one in front of it expires or the cap pushes it out.
+func (c *rejections) expire(now time.Time) {
+	for c.size() > 0 && now.Sub(c.queue[c.head].at) >= c.window {
+		c.pop()
+	}
+}
+
+// pop removes the oldest queued entry, and its key unless a later
+// rejection replaced it.
+func (c *rejections) pop() {
+	old := c.queue[c.head]
+	c.queue[c.head] = rejection{}
+	c.head++
+	if cur, ok := c.byKey[old.key]; ok && cur.seq == old.seq {
+		delete(c.byKey, old.key)
+	}
+	// Reuse the front of the slice once half of it is spent, so a long
+	// run of remember and expire does not grow it without end.
+	if c.head >= 64 && c.head*2 >= len(c.queue) {
+		n := copy(c.queue, c.queue[c.head:])
+		clear(c.queue[n:])
+		c.queue = c.queue[:n]
+		c.head = 0
+	}
+}
+
+// dedupe answers a proposal identical to one rejected within the window
+// with that rejection, read back from the store so that memory holds keys
+// and ids only. hit is false when the proposal must be judged; an error
+// means the earlier verdict could not be read and the delivery is retried.
+func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
+	c := r.e.rejections
+	if c == nil {
+		return nil, false, nil
+	}
+	now := r.e.cfg.Clock.Now()
+	rej, ok := c.lookup(dedupeKeyOf(r.p, r.e.cfg.Policy.Revision()), now)
+	if !ok || rej.id == r.id {
+		return nil, false, nil
+	}
+	earlier, err := r.e.cfg.Store.Get(ctx, r.tenant, rej.id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		// The store let the verdict go: judge afresh rather than cite a
+		// rejection nobody can look up.
+		return nil, false, nil
+	case err != nil:
+		return nil, false, fmt.Errorf("looking up verdict %s.%s of an identical rejection: %w", r.tenant, rej.id, err)
+	case earlier.Outcome != OutcomeRejected:
+		return nil, false, nil
+	}
+	if r.p.Mutating() {
+		r.targetKey = r.p.TargetKey()
+	}
+	age := max(now.Sub(rej.at), 0)
+	v = r.verdict(OutcomeRejected, StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
+		rej.id, int64(age/time.Second), earlier.Reason))
+	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.id
+	if err := r.record(ctx, EventDeduplicated, map[string]any{
+		"duplicate_of": rej.id, "audit_seq": earlier.AuditSeq, "stage": earlier.Stage, "rejected_at": earlier.DecidedAt,
+	}); err != nil {
+		return nil, true, err
+	}
+	v, err = r.finish(ctx, v)
+	return v, true, err
+}
+
+// rememberRejection remembers a verdict the policy or the reviewers
+// rejected, under the revision that decided it. Dedupe verdicts are not
+// remembered, so the window runs from the original rejection; failures
+// (error, timeout, blocked) are not either, because they say nothing
+// about the proposal and a retry may well succeed.
+func (r *decision) rememberRejection(v *Verdict) {
+	c := r.e.rejections
+	if c == nil || r.p == nil || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
+		return
+	}
+	revision := r.revision
+	if v.Policy != nil {
+		revision = v.Policy.Revision
+	}
+	c.remember(dedupeKeyOf(r.p, revision), v.ProposalID, v.DecidedAt, r.e.cfg.Clock.Now())
+}

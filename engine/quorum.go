@@ -1,0 +1,222 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// candidate is a persona chosen to review, with the reviewer that serves
+// it and the policy decision made in its name, which holds its tool bag.
+type candidate struct {
+	persona  *Persona
+	reviewer Reviewer
+	pd       PolicyDecision
+}
+
+// reviewResult is one reviewer's part of a verdict.
+type reviewResult struct {
+	name string
+	// outcome is approved or rejected for a review that answered, and
+	// timeout, error or blocked for one that did not.
+	outcome Outcome
+	// review is the host's reading of the answer or, for a review that did
+	// not answer, a rejection whose notes say what went wrong.
+	review Review
+	// judged is true when the reviewer answered.
+	judged bool
+	// why is one sentence on this review: the verdict's reason when it is
+	// the only one.
+	why string
+	// failure says what went wrong with a review that did not answer.
+	failure string
+}
+
+// review has the proposal reviewed by as many distinct personas as the
+// policy's quorum asks for, runs their reviews concurrently, and combines
+// the answers. A quorum of one is the same path with one reviewer.
+func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) *Verdict {
+	chosen, blocked := r.pickReviewers(ctx, pd, routed, in)
+	if blocked != nil {
+		return blocked
+	}
+	results := make([]reviewResult, len(chosen))
+	var wg sync.WaitGroup
+	for i, c := range chosen {
+		wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
+	}
+	wg.Wait()
+	return r.combine(results)
+}
+
+// pickReviewers chooses the reviewers. The routed persona comes first and
+// is never replaced: the policy (or the proposal) chose it, so when it
+// cannot review the proposal is blocked whatever the quorum. The others
+// come from Route.Personas in order, then from the other loaded personas
+// by name, until the quorum is filled. Each of those must pass the policy
+// in its own name (no denies, review still required, the same policy
+// revision) and have a reviewer; the reasons the others were passed over
+// go into the blocked verdict when the quorum cannot be filled.
+func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *Verdict) {
+	if routed.Persona == nil {
+		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
+	}
+	first, err := r.e.cfg.Router.Route(routed.Persona)
+	if err != nil {
+		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", routed.Persona.Name, err))
+	}
+	chosen := []candidate{{persona: routed.Persona, reviewer: first, pd: pd}}
+	quorum := max(pd.Review.Quorum, 1)
+	if quorum == 1 {
+		return chosen, nil
+	}
+	seen := map[string]bool{routed.Name: true}
+	var skipped []string
+	for _, name := range r.candidateNames(pd.Review.Personas) {
+		if len(chosen) == quorum {
+			break
+		}
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		c, why := r.candidate(ctx, name, pd, in)
+		if why != "" {
+			skipped = append(skipped, fmt.Sprintf("%s (%s)", name, why))
+			continue
+		}
+		chosen = append(chosen, c)
+	}
+	if len(chosen) < quorum {
+		return nil, r.verdict(OutcomeBlocked, StageReview, quorumShortReason(quorum, chosen, skipped))
+	}
+	return chosen, nil
+}
+
+// candidateNames lists the personas that may complete a quorum, in the
+// order they are tried: the policy's preferences, then every loaded
+// persona by name when the registry can list them. Names may repeat.
+func (r *decision) candidateNames(preferred []string) []string {
+	names := slices.Clone(preferred)
+	if lister, ok := r.e.cfg.Personas.(PersonaLister); ok {
+		loaded := slices.Clone(lister.Names())
+		slices.Sort(loaded)
+		names = append(names, loaded...)
+	}
+	return names
+}
+
+// candidate evaluates the policy in the name of persona name and routes
+// it. A non-empty why says in a few words why it cannot review.
+func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, why string) {
+	if _, ok := r.e.cfg.Personas.Persona(name); !ok {
+		return c, "not loaded"
+	}
+	d, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, name, false)
+	switch {
+	case err != nil:
+		return c, "policy evaluation failed: " + err.Error()
+	case routed.Persona == nil:
+		return c, "not loaded"
+	case d.Revision != pd.Revision:
+		// One verdict names one policy revision; a reload in between
+		// must not mix the tool bags of two policies.
+		return c, "the policy changed while reviewers were chosen"
+	case len(d.Denies) > 0:
+		rules := make([]string, 0, len(d.Denies))
+		for _, deny := range d.Denies {
+			rules = append(rules, deny.Rule)
+		}
+		slices.Sort(rules)
+		return c, "policy denies " + strings.Join(slices.Compact(rules), ", ")
+	case !d.Review.Required:
+		return c, "policy requires no review in its name"
+	}
+	reviewer, err := r.e.cfg.Router.Route(routed.Persona)
+	if err != nil {
+		return c, "no reviewer: " + err.Error()
+	}
+	return candidate{persona: routed.Persona, reviewer: reviewer, pd: d}, ""
+}
+
+func quorumShortReason(quorum int, chosen []candidate, skipped []string) string {
+	names := make([]string, len(chosen))
+	for i, c := range chosen {
+		names[i] = c.persona.Name
+	}
+	verb := "are"
+	if len(chosen) == 1 {
+		verb = "is"
+	}
+	others := "no other persona is a candidate"
+	if len(skipped) > 0 {
+		others = "skipped " + strings.Join(skipped, ", ")
+	}
+	return fmt.Sprintf("policy asks for a quorum of %d reviewers but only %d %s eligible (%s); %s; refusing rather than approving on fewer",
+		quorum, len(chosen), verb, strings.Join(names, ", "), others)
+}
+
+// combine turns the reviews into a verdict. Any rejection rejects; else
+// any timeout times out; else anything short of N approvals is an error.
+// With more than one reviewer every review, failed ones included, is
+// listed in candidate order. A lone review keeps the single-reviewer
+// contract: its own sentence is the reason, a reviewer refusing work
+// blocks, and only an answer is listed.
+func (r *decision) combine(results []reviewResult) *Verdict {
+	if len(results) == 1 {
+		res := results[0]
+		v := r.verdict(res.outcome, StageReview, res.why)
+		if res.judged {
+			v.Reviews = []Review{res.review}
+		}
+		return v
+	}
+	n := len(results)
+	reviews := make([]Review, n)
+	byOutcome := map[Outcome][]reviewResult{}
+	for i, res := range results {
+		reviews[i] = res.review
+		byOutcome[res.outcome] = append(byOutcome[res.outcome], res)
+	}
+	var v *Verdict
+	switch rejected, timedOut, approved := byOutcome[OutcomeRejected], byOutcome[OutcomeTimeout], byOutcome[OutcomeApproved]; {
+	case len(rejected) > 0:
+		v = r.verdict(OutcomeRejected, StageReview, fmt.Sprintf("%d of %d reviewers rejected (%s); %s",
+			len(rejected), n, reviewerNames(rejected), rejected[0].why))
+	case len(timedOut) > 0:
+		v = r.verdict(OutcomeTimeout, StageReview, fmt.Sprintf("%d of %d reviewers passed their deadline (%s)",
+			len(timedOut), n, reviewerFailures(timedOut)))
+	case len(approved) == n:
+		v = r.verdict(OutcomeApproved, StageReview, fmt.Sprintf("%d of %d reviewers approved (%s)", n, n, reviewerNames(approved)))
+	default:
+		// A reviewer that refused work after it was chosen is a failed
+		// review, not a missing one: the quorum was routed.
+		var failed []reviewResult
+		for _, res := range results {
+			if res.outcome != OutcomeApproved {
+				failed = append(failed, res)
+			}
+		}
+		v = r.verdict(OutcomeError, StageReview, fmt.Sprintf("%d of %d reviewers failed (%s)", len(failed), n, reviewerFailures(failed)))
+	}
+	v.Reviews = reviews
+	return v
+}
+
+func reviewerNames(results []reviewResult) string {
+	names := make([]string, len(results))
+	for i, res := range results {
+		names[i] = res.name
+	}
+	return strings.Join(names, ", ")
+}
+
+func reviewerFailures(results []reviewResult) string {
+	parts := make([]string, len(results))
+	for i, res := range results {
+		parts[i] = res.name + ": " + res.failure
+	}
+	return strings.Join(parts, "; ")
+}
