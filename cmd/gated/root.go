@@ -24,14 +24,16 @@ func run(ctx context.Context, args []string) error {
 	root := &cobra.Command{
 		Use:           "gated",
 		Short:         "gated is the policy gate for fleets of AI agents",
-		Long:          "gated decides on the actions AI agents propose over NATS: strict validation, deterministic Rego rules, an out-of-process reviewer, and an audit trail of every step.",
+		Long:          "gated decides on the actions AI agents propose over NATS: strict validation, deterministic Rego rules, an out-of-process reviewer, and an audit trail of every step.\n\n" + configHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetArgs(args)
+	root.PersistentFlags().String("config", "", "YAML file of flag values and plugins (see gated --help)")
+	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
 	root.AddCommand(serveCmd(), proposeCmd(), versionCmd(), pluginCmd())
-	root.AddCommand(policyCmd())
+	root.AddCommand(policyCmd(), pluginsCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}
@@ -50,8 +52,10 @@ func isCobraUsageError(err error) bool {
 		strings.HasPrefix(msg, "requires at least") || strings.HasPrefix(msg, "unknown flag")
 }
 
-// bindEnv lets GATED_<FLAG> set any flag the command line leaves unset:
-// --nats-url is GATED_NATS_URL.
+// bindEnv lets GATED_<FLAG> set any flag the command line leaves unset
+// (--nats-url is GATED_NATS_URL), then the --config file any flag both
+// leave unset. The file's other content reaches the command through its
+// context (configFrom).
 func bindEnv(c *cobra.Command) {
 	prev := c.PreRunE
 	c.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -67,6 +71,12 @@ func bindEnv(c *cobra.Command) {
 				}
 			}
 		})
+		if err == nil {
+			var cfg *fileConfig
+			if cfg, err = loadConfigFile(cmd); err == nil {
+				cmd.SetContext(withConfig(cmd.Context(), cfg))
+			}
+		}
 		if err == nil && prev != nil {
 			err = prev(cmd, args)
 		}

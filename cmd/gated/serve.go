@@ -48,6 +48,8 @@ type serveOptions struct {
 	policy        policySourceOptions
 	policyWatch   bool
 	policyPoll    time.Duration
+	pluginsDir    string
+	defaultPlugin string
 }
 
 func serveCmd() *cobra.Command {
@@ -80,6 +82,9 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	o.policy.register(f)
 	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
 	f.DurationVar(&o.policyPoll, "policy-poll", 10*time.Second, "also compare the policy files every interval, for changes file events miss (0 disables)")
+	f.StringVar(&o.pluginsDir, "plugins-dir", "", "directory of reviewer plugin executables pinned by gated-plugins.lock (see gated plugins --help)")
+	_ = c.MarkFlagDirname("plugins-dir")
+	f.StringVar(&o.defaultPlugin, "default-plugin", sop.Name, "plugin that reviews for personas naming none")
 	return c
 }
 
@@ -132,11 +137,11 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		log.Warn("persona", zap.String("warning", w))
 	}
 
-	spec, err := plugins.Bundled(sop.Name)
+	specs, defaultPlugin, err := pluginSpecs(ctx, o)
 	if err != nil {
 		return err
 	}
-	host, err := plugins.NewHost(log.Named("plugins"), sop.Name, spec)
+	host, err := plugins.NewHost(log.Named("plugins"), defaultPlugin, specs...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,483 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/gated/gated/plugins"
+	"github.com/gated/gated/plugins/sop"
+)
+
+// configHelp documents the --config file; it ends the root command's help.
+const configHelp = `Configuration file (--config FILE, or GATED_CONFIG=FILE), YAML:
+
+  nats_url: nats://nats.internal:4222   # any flag of the command, - or _ alike
+  review_timeout: 90s
+  policy_data: [limits.yaml]            # a list for a repeatable flag
+  plugins_dir: plugins                  # executables pinned by gated-plugins.lock
+  default_plugin: sop                   # serves personas that name no plugin
+  plugins:                              # plugins pinned right here
+    - name: acme
+      path: bin/acme-reviewer           # relative to this file's directory
+      sha256: 64 hex digits             # sha256sum bin/acme-reviewer
+      args: [--quiet]
+      env: {ACME_REGION: eu}            # or a list of K=V
+      max_concurrency: 4
+      start_timeout: 20s
+
+A flag on the command line wins over GATED_<FLAG> in the environment, which
+wins over the file, which wins over the flag's default. Keys may be the
+flags of any gated command; each command takes the ones it has. An unknown
+key, a value of the wrong type or a bad value is an error naming the file
+and line. plugins_dir and plugins[].path are relative to the file's
+directory; other values are taken as they would be on the command line.`
+
+// fileConfig is what a --config file holds besides flag values.
+type fileConfig struct {
+	// path is the file as named on the command line or in GATED_CONFIG.
+	path string
+	// plugins are the plugins the file pins, in file order, with absolute
+	// paths and lower-case digests.
+	plugins []plugins.Spec
+}
+
+// configValue is one flag value from the file.
+type configValue struct {
+	key  string // as written in the file
+	flag string // the flag's name: key with _ replaced by -
+	line int
+	// list is set when the file gives a YAML sequence; values then holds
+	// its items, else the single value.
+	list   bool
+	values []string
+}
+
+type configKey struct{}
+
+// withConfig returns ctx carrying cfg, for commands to read back with
+// configFrom.
+func withConfig(ctx context.Context, cfg *fileConfig) context.Context {
+	return context.WithValue(ctx, configKey{}, cfg)
+}
+
+// configFrom returns the configuration file loaded for the running
+// command, or an empty one when there is none.
+func configFrom(ctx context.Context) *fileConfig {
+	if ctx != nil {
+		if cfg, ok := ctx.Value(configKey{}).(*fileConfig); ok && cfg != nil {
+			return cfg
+		}
+	}
+	return &fileConfig{}
+}
+
+// loadConfigFile reads the file named by cmd's --config flag, if any, and
+// sets every flag of cmd the command line and environment left unset.
+// It returns the file's other content; with no --config, an empty one.
+func loadConfigFile(cmd *cobra.Command) (*fileConfig, error) {
+	f := cmd.Flags().Lookup("config")
+	if f == nil || f.Value.String() == "" {
+		return &fileConfig{}, nil
+	}
+	path := f.Value.String()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError("--config: %w", err)
+	}
+	cfg, values, err := parseConfig(path, data)
+	if err != nil {
+		return nil, usageError("%w", err)
+	}
+	if err := applyConfig(cmd, cfg, values); err != nil {
+		return nil, usageError("%w", err)
+	}
+	return cfg, nil
+}
+
+// parseConfig decodes a configuration file. It checks the shape of every
+// value and the whole plugins section, but not which flags exist: that
+// is applyConfig's part.
+func parseConfig(path string, data []byte) (*fileConfig, []configValue, error) {
+	cfg := &fileConfig{path: path}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return cfg, nil, nil // an empty file sets nothing
+		}
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, nil, fmt.Errorf("%s:%d: a config file holds one YAML document", path, extra.Line)
+	}
+	root := deref(&doc)
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = deref(root.Content[0])
+	}
+	if isNull(root) {
+		return cfg, nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, nil, fmt.Errorf("%s:%d: the config must be a mapping of keys to values", path, root.Line)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
+	}
+	base := filepath.Dir(abs)
+
+	var values []configValue
+	seen := map[string]int{} // flag name → line
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], deref(root.Content[i+1])
+		key := k.Value
+		if k.Kind != yaml.ScalarNode || key == "" {
+			return nil, nil, fmt.Errorf("%s:%d: a key must be a plain name", path, k.Line)
+		}
+		name := strings.ReplaceAll(key, "_", "-")
+		if line, dup := seen[name]; dup {
+			return nil, nil, fmt.Errorf("%s:%d: %s: already set at line %d", path, k.Line, key, line)
+		}
+		seen[name] = k.Line
+		switch name {
+		case "plugins":
+			specs, err := parsePlugins(path, base, v)
+			if err != nil {
+				return nil, nil, err
+			}
+			cfg.plugins = specs
+			continue
+		case "config":
+			return nil, nil, fmt.Errorf("%s:%d: %s: a config file cannot name another one", path, k.Line, key)
+		}
+		cv := configValue{key: key, flag: name, line: k.Line}
+		switch {
+		case v.Kind == yaml.ScalarNode && !isNull(v):
+			cv.values = []string{v.Value}
+		case v.Kind == yaml.SequenceNode:
+			cv.list = true
+			for _, item := range v.Content {
+				item = deref(item)
+				if item.Kind != yaml.ScalarNode || isNull(item) {
+					return nil, nil, fmt.Errorf("%s:%d: %s: list items must be plain values", path, item.Line, key)
+				}
+				cv.values = append(cv.values, item.Value)
+			}
+		case isNull(v):
+			return nil, nil, fmt.Errorf("%s:%d: %s: no value; remove the key to keep the default", path, k.Line, key)
+		default:
+			return nil, nil, fmt.Errorf("%s:%d: %s: want a value or a list of values, not a mapping", path, v.Line, key)
+		}
+		values = append(values, cv)
+	}
+	return cfg, values, nil
+}
+
+// applyConfig sets cmd's flags from values, leaving alone the ones the
+// command line or the environment already set. A key that is a flag of
+// another gated command only has its value checked, so one file can serve
+// every command; a key that is no flag of any command is an error.
+func applyConfig(cmd *cobra.Command, cfg *fileConfig, values []configValue) error {
+	others := allFlags(cmd.Root())
+	base := ""
+	if len(values) > 0 {
+		abs, err := filepath.Abs(cfg.path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", cfg.path, err)
+		}
+		base = filepath.Dir(abs)
+	}
+	for _, cv := range values {
+		f := cmd.Flags().Lookup(cv.flag)
+		apply := true
+		switch {
+		case cv.flag == "help":
+			f = nil
+		case f == nil:
+			f, apply = others[cv.flag], false
+		case f.Changed:
+			continue
+		}
+		if f == nil {
+			return fmt.Errorf("%s:%d: %s: unknown key; keys are plugins and the flags of gated's commands (see --help)", cfg.path, cv.line, cv.key)
+		}
+		vals := cv.values
+		if isPathFlag(f) {
+			vals = make([]string, len(cv.values))
+			for i, v := range cv.values {
+				vals[i] = v
+				if v != "" && v != "-" && !filepath.IsAbs(v) {
+					vals[i] = filepath.Join(base, v)
+				}
+			}
+		}
+		if err := setFlag(cmd.Flags(), f, cv.list, vals, apply); err != nil {
+			return fmt.Errorf("%s:%d: %s: %w", cfg.path, cv.line, cv.key, err)
+		}
+	}
+	return nil
+}
+
+// setFlag gives f vals. With apply false it only checks them: f then
+// belongs to a command that is not running, so setting it has no effect.
+func setFlag(fs *pflag.FlagSet, f *pflag.Flag, list bool, vals []string, apply bool) error {
+	if list {
+		sv, ok := f.Value.(pflag.SliceValue)
+		if !ok {
+			return fmt.Errorf("want a single %s value, not a list", f.Value.Type())
+		}
+		if err := sv.Replace(vals); err != nil {
+			return fmt.Errorf("invalid value %q: %v", vals, err)
+		}
+		f.Changed = f.Changed || apply
+		return nil
+	}
+	var err error
+	if apply {
+		err = fs.Set(f.Name, vals[0])
+	} else {
+		err = f.Value.Set(vals[0])
+	}
+	if err != nil {
+		return fmt.Errorf("invalid %s value %q: %v", f.Value.Type(), vals[0], err)
+	}
+	return nil
+}
+
+// allFlags maps every flag name of every command under root to one of its
+// flags.
+func allFlags(root *cobra.Command) map[string]*pflag.Flag {
+	out := map[string]*pflag.Flag{}
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		add := func(f *pflag.Flag) {
+			if _, ok := out[f.Name]; !ok {
+				out[f.Name] = f
+			}
+		}
+		c.Flags().VisitAll(add)
+		c.PersistentFlags().VisitAll(add)
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return out
+}
+
+// isPathFlag reports whether f names a file or directory (cobra's
+// MarkFlagFilename or MarkFlagDirname), whose relative values in the
+// config file are relative to the file.
+func isPathFlag(f *pflag.Flag) bool {
+	_, file := f.Annotations[cobra.BashCompFilenameExt]
+	_, dir := f.Annotations[cobra.BashCompSubdirsInDir]
+	return file || dir
+}
+
+func deref(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
+}
+
+// parsePlugins reads the plugins section: a list of plugins, each pinned
+// by its SHA-256.
+func parsePlugins(path, base string, n *yaml.Node) ([]plugins.Spec, error) {
+	if isNull(n) {
+		return nil, nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return nil, fmt.Errorf("%s:%d: plugins: want a list of plugins", path, n.Line)
+	}
+	var specs []plugins.Spec
+	lines := map[string]int{}
+	for i, item := range n.Content {
+		item = deref(item)
+		at := fmt.Sprintf("plugins[%d]", i)
+		s, err := parsePlugin(path, base, at, item)
+		if err != nil {
+			return nil, err
+		}
+		if s.Name == sop.Name {
+			return nil, fmt.Errorf("%s:%d: %s.name: %q is the bundled reviewer; choose another name", path, item.Line, at, s.Name)
+		}
+		if line, dup := lines[s.Name]; dup {
+			return nil, fmt.Errorf("%s:%d: %s.name: plugin %q is already configured at line %d", path, item.Line, at, s.Name, line)
+		}
+		lines[s.Name] = item.Line
+		specs = append(specs, s)
+	}
+	return specs, nil
+}
+
+func parsePlugin(path, base, at string, n *yaml.Node) (plugins.Spec, error) {
+	var s plugins.Spec
+	if n.Kind != yaml.MappingNode {
+		return s, fmt.Errorf("%s:%d: %s: want a mapping with name, path and sha256", path, n.Line, at)
+	}
+	bad := func(line int, key, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s.%s: %s", path, line, at, key, fmt.Sprintf(format, args...))
+	}
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], deref(n.Content[i+1])
+		key := strings.ReplaceAll(k.Value, "-", "_")
+		if seen[key] {
+			return s, bad(k.Line, k.Value, "already set")
+		}
+		seen[key] = true
+		scalar := func() (string, error) {
+			if v.Kind != yaml.ScalarNode || isNull(v) {
+				return "", bad(v.Line, k.Value, "want a single value")
+			}
+			return v.Value, nil
+		}
+		var err error
+		switch key {
+		case "name":
+			if s.Name, err = scalar(); err == nil {
+				if cerr := plugins.CheckName(s.Name); cerr != nil {
+					err = bad(v.Line, k.Value, "%v", cerr)
+				}
+			}
+		case "path":
+			if s.Path, err = scalar(); err == nil {
+				switch {
+				case s.Path == "":
+					err = bad(v.Line, k.Value, "must not be empty")
+				case !filepath.IsAbs(s.Path):
+					s.Path = filepath.Join(base, s.Path)
+				}
+			}
+		case "sha256":
+			if s.SHA256, err = scalar(); err == nil {
+				s.SHA256 = strings.ToLower(s.SHA256)
+				if !isHexSHA256(s.SHA256) {
+					err = bad(v.Line, k.Value, "%q is not 64 hex digits (sha256sum FILE prints it)", v.Value)
+				}
+			}
+		case "args":
+			s.Args, err = stringList(v)
+			if err != nil {
+				err = bad(v.Line, k.Value, "%v", err)
+			}
+		case "env":
+			s.Env, err = envList(v)
+			if err != nil {
+				err = bad(v.Line, k.Value, "%v", err)
+			}
+		case "max_concurrency":
+			var raw string
+			if raw, err = scalar(); err == nil {
+				s.MaxConcurrency, err = strconv.Atoi(raw)
+				if err != nil || s.MaxConcurrency < 0 {
+					err = bad(v.Line, k.Value, "%q: want a whole number, 0 or more (0: the plugin's own limit)", raw)
+				}
+			}
+		case "start_timeout":
+			var raw string
+			if raw, err = scalar(); err == nil {
+				s.StartTimeout, err = time.ParseDuration(raw)
+				if err != nil || s.StartTimeout <= 0 {
+					err = bad(v.Line, k.Value, "%q: want a positive duration such as 20s", raw)
+				}
+			}
+		default:
+			err = bad(k.Line, k.Value, "unknown key; a plugin has name, path, sha256, args, env, max_concurrency and start_timeout")
+		}
+		if err != nil {
+			return s, err
+		}
+	}
+	for _, req := range []struct{ key, val string }{{"name", s.Name}, {"path", s.Path}, {"sha256", s.SHA256}} {
+		if req.val == "" {
+			return s, fmt.Errorf("%s:%d: %s: %s is required", path, n.Line, at, req.key)
+		}
+	}
+	return s, nil
+}
+
+// stringList reads a YAML list of plain values.
+func stringList(n *yaml.Node) ([]string, error) {
+	if n.Kind != yaml.SequenceNode {
+		return nil, errors.New("want a list")
+	}
+	out := make([]string, 0, len(n.Content))
+	for i, item := range n.Content {
+		item = deref(item)
+		if item.Kind != yaml.ScalarNode || isNull(item) {
+			return nil, fmt.Errorf("item %d (line %d) is not a plain value", i, item.Line)
+		}
+		out = append(out, item.Value)
+	}
+	return out, nil
+}
+
+// envList reads a plugin's environment: a mapping, or a list of K=V. A
+// mapping comes out sorted by key.
+func envList(n *yaml.Node) ([]string, error) {
+	var env []string
+	switch n.Kind {
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], deref(n.Content[i+1])
+			if k.Value == "" || strings.Contains(k.Value, "=") {
+				return nil, fmt.Errorf("%q (line %d): not a variable name", k.Value, k.Line)
+			}
+			if v.Kind != yaml.ScalarNode {
+				return nil, fmt.Errorf("%s (line %d): want a plain value", k.Value, v.Line)
+			}
+			val := v.Value
+			if isNull(v) {
+				val = ""
+			}
+			env = append(env, k.Value+"="+val)
+		}
+		sort.Strings(env)
+	case yaml.SequenceNode:
+		var err error
+		if env, err = stringList(n); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, errors.New("want a mapping of names to values, or a list of NAME=VALUE")
+	}
+	for _, kv := range env {
+		name, _, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("%q: want NAME=VALUE", kv)
+		}
+	}
+	return env, nil
+}
+
+func isHexSHA256(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, r := range s {
+		if !strings.ContainsRune("0123456789abcdef", r) {
+			return false
+		}
+	}
+	return true
+}
