@@ -203,9 +203,9 @@ func TestExampleProposals(t *testing.T) {
 		events  []string
 	}{
 		{file: "approved.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone, engine.EventVerdict}},
 		{file: "initech-restart.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone, engine.EventVerdict}},
 		{file: "read-pass-through.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
 		{file: "rejected-no-sop.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StageReview,

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -48,6 +49,9 @@ type serveOptions struct {
 	policy        policySourceOptions
 	policyWatch   bool
 	policyPoll    time.Duration
+	toolTimeout   time.Duration
+	dedupeWindow  time.Duration
+	dedupeMax     int
 	pluginsDir    string
 	defaultPlugin string
 }
@@ -85,6 +89,9 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.StringVar(&o.pluginsDir, "plugins-dir", "", "directory of reviewer plugin executables pinned by gated-plugins.lock (see gated plugins --help)")
 	_ = c.MarkFlagDirname("plugins-dir")
 	f.StringVar(&o.defaultPlugin, "default-plugin", sop.Name, "plugin that reviews for personas naming none")
+	f.DurationVar(&o.toolTimeout, "tool-timeout", plugins.DefaultToolCallTimeout, "time limit of one reviewer tool call (never past the review's deadline)")
+	f.DurationVar(&o.dedupeWindow, "dedupe-window", engine.DefaultDedupeWindow, "how long a rejection answers identical proposals at stage dedupe (0 turns dedupe off)")
+	f.IntVar(&o.dedupeMax, "dedupe-max", engine.DefaultDedupeMax, "rejections remembered for dedupe at most (oldest forgotten first)")
 	return c
 }
 
@@ -103,6 +110,12 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.verdictTTL)
 	case o.auditMaxAge < 0:
 		return usageError("--audit-max-age must not be negative (0 keeps events)")
+	case o.toolTimeout <= 0:
+		return usageError("--tool-timeout %s must be positive", o.toolTimeout)
+	case o.dedupeWindow < 0:
+		return usageError("--dedupe-window must not be negative (0 turns dedupe off)")
+	case o.dedupeMax < 1:
+		return usageError("--dedupe-max %d must be at least 1", o.dedupeMax)
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -146,9 +159,8 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return err
 	}
 	defer host.Close()
-	if err := host.Start(ctx); err != nil {
-		return err
-	}
+	// Every way out stops the plugins, including a panic unwinding serve.
+	defer plugin.CleanupClients()
 
 	url := o.natsURL
 	var embedded *server.Server
@@ -196,6 +208,15 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		}
 	}
 	auditReload.Store(&audit)
+
+	// Plugins start once their events can be audited: a refused checksum,
+	// an exit and a relaunch are gated's own events under tenant "_".
+	stopEvents := auditHostEvents(host, bus.NewTrail(js), log)
+	defer stopEvents()
+	host.SetTools(toolConfig(nc, live, o.toolTimeout))
+	if err := host.Start(ctx); err != nil {
+		return err
+	}
 	if o.policyWatch && (src.Dir != "" || len(src.DataFiles) > 0) {
 		go func() {
 			poll := o.policyPoll
@@ -207,12 +228,18 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 			}
 		}()
 	}
+	dedupeWindow := o.dedupeWindow
+	if dedupeWindow == 0 {
+		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
+	}
 	eng, err := engine.New(engine.Config{
 		Policy:        meteredPolicy{Policy: live, eval: m.eval},
 		Personas:      reg,
 		Router:        host,
 		Store:         bus.NewVerdictStore(res.Verdicts),
 		ReviewTimeout: o.reviewTimeout,
+		DedupeWindow:  dedupeWindow,
+		DedupeMax:     o.dedupeMax,
 	})
 	if err != nil {
 		return err
@@ -227,7 +254,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	var ready atomic.Bool
 	ready.Store(true)
 	if o.httpAddr != "" {
-		stopHTTP, err := serveHTTP(o.httpAddr, nc, &ready, live, m, log)
+		stopHTTP, err := serveHTTP(o.httpAddr, nc, &ready, live, host, defaultPlugin, m, log)
 		if err != nil {
 			worker.Stop(0)
 			return err
@@ -251,17 +278,24 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	return nil
 }
 
-func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, m *metrics, log *zap.Logger) (stop func(), err error) {
+func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, log *zap.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		policy := live.State()
-		body := readiness{Ready: true, NATS: nc.Status().String(), Policy: policy}
+		body := readiness{Ready: true, NATS: nc.Status().String(), Policy: policy, Plugins: host.Plugins()}
+		defaultUp := false
+		for _, p := range body.Plugins {
+			defaultUp = defaultUp || (p.Name == defaultPlugin && p.Running)
+		}
 		switch {
 		case !ready.Load():
 			body.Ready, body.Reason = false, "shutting down"
 		case !nc.IsConnected():
 			body.Ready, body.Reason = false, "NATS connection "+nc.Status().String()
+		case !defaultUp:
+			// Reviews would be blocked until the supervisor relaunches it.
+			body.Ready, body.Reason = false, "the default reviewer plugin "+defaultPlugin+" is not running"
 		case policy.Stale:
 			// The last good policy is still served; the policy on disk is
 			// not, and an operator should know.
@@ -296,10 +330,11 @@ func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Li
 
 // readiness is the /readyz document.
 type readiness struct {
-	Ready  bool           `json:"ready"`
-	Reason string         `json:"reason,omitempty"`
-	NATS   string         `json:"nats"`
-	Policy policies.State `json:"policy"`
+	Ready   bool           `json:"ready"`
+	Reason  string         `json:"reason,omitempty"`
+	NATS    string         `json:"nats"`
+	Policy  policies.State `json:"policy"`
+	Plugins []plugins.Info `json:"plugins"`
 }
 
 func logReload(log *zap.Logger, r policies.Reload) {

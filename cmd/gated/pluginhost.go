@@ -1,0 +1,99 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins"
+	"github.com/gated/gated/policies"
+)
+
+// ToolSubjectPrefix is where tools that gated does not answer itself are
+// requested: gated.tools.<name>.
+const ToolSubjectPrefix = "gated.tools."
+
+// ToolErrorHeader, on a reply to a tool request, says the tool failed and
+// why; the body is then ignored.
+const ToolErrorHeader = "Gated-Tool-Error"
+
+// toolConfig answers reviewers' tool calls: the SOP catalog and tool
+// descriptions of the policy in force, and NATS requests for the rest.
+func toolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugins.ToolConfig {
+	return plugins.ToolConfig{
+		CallTimeout: timeout,
+		SOP: func(id string) (*engine.SOP, bool) {
+			return live.Current().Catalog().SOP(id)
+		},
+		Describe: func(name string) (string, string, bool) {
+			t, ok := live.Current().Catalog().Tool(name)
+			return t.Description, string(t.InputSchema), ok
+		},
+		Forward: func(ctx context.Context, name string, req plugins.ToolRequest) ([]byte, error) {
+			body, err := json.Marshal(req)
+			if err != nil {
+				return nil, err
+			}
+			msg, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: ToolSubjectPrefix + name, Data: body})
+			switch {
+			case errors.Is(err, nats.ErrNoResponders):
+				return nil, fmt.Errorf("no service answers %s%s", ToolSubjectPrefix, name)
+			case err != nil:
+				return nil, fmt.Errorf("requesting %s%s: %w", ToolSubjectPrefix, name, err)
+			}
+			if why := msg.Header.Get(ToolErrorHeader); why != "" {
+				return nil, fmt.Errorf("%s%s answered an error: %s", ToolSubjectPrefix, name, why)
+			}
+			return msg.Data, nil
+		},
+	}
+}
+
+// auditHostEvents records the plugin host's own events (a plugin started,
+// refused, exited) in the audit stream. Events are queued so the host
+// never waits for the stream; the returned function drains the queue.
+func auditHostEvents(host *plugins.Host, trail *bus.Trail, log *zap.Logger) (stop func()) {
+	// The trail is this goroutine's alone: trails are not shared.
+	queue := make(chan engine.AuditEvent, 1024)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range queue {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			if _, err := trail.Seal(ctx, ev); err != nil {
+				log.Error("auditing a plugin event", zap.String("event", ev.Event), zap.Error(err))
+			}
+			cancel()
+		}
+	}()
+	var mu sync.Mutex
+	closed := false
+	host.SetEvents(func(ev engine.AuditEvent) {
+		mu.Lock()
+		defer mu.Unlock()
+		if closed {
+			return
+		}
+		select {
+		case queue <- ev:
+		default:
+			log.Error("plugin event dropped: the audit queue is full", zap.String("event", ev.Event), zap.ByteString("data", ev.Data))
+		}
+	})
+	return func() {
+		host.Close()
+		mu.Lock()
+		closed = true
+		close(queue)
+		mu.Unlock()
+		<-done
+	}
+}
