@@ -68,6 +68,11 @@ type readyDoc struct {
 			Error string `json:"error"`
 		} `json:"last_reload"`
 	} `json:"policy"`
+	Plugins []struct {
+		Name    string `json:"name"`
+		PID     int    `json:"pid"`
+		Running bool   `json:"running"`
+	} `json:"plugins"`
 }
 
 func readyz(t *testing.T, g *gated) (int, readyDoc) {

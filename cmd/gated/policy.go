@@ -720,7 +720,7 @@ func (r *evalRun) notes() []string {
 		notes = append(notes, fmt.Sprintf("no persona named %q is loaded (--personas DIR?): the gate would block this proposal", r.personaName))
 	}
 	if q := r.decision.Review.Quorum; q > 1 {
-		notes = append(notes, fmt.Sprintf("a quorum of %d: the gate routes one reviewer per persona and would block this proposal", q))
+		notes = append(notes, fmt.Sprintf("a quorum of %d: %d distinct personas must approve (this one, then those in review.personas, then the other loaded personas by name); fewer eligible ones block the proposal", q, q))
 	}
 	return notes
 }
