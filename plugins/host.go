@@ -18,6 +18,7 @@ import (
 	"os/exec"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -564,7 +565,56 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 	for _, c := range out.GetComments() {
 		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: int(c.GetLine()), Body: c.GetBody()})
 	}
+	bound(&res)
 	return res, nil
+}
+
+// Bounds on what the host keeps of a reviewer's answer, besides the
+// decision text (engine.MaxDecisionTextBytes). Anything over is cut and
+// the cut is noted; a required gate cut off counts as not reported, so a
+// bound can only ever turn an approval into a rejection.
+const (
+	maxFieldBytes = 16 << 10
+	maxListItems  = 64
+)
+
+func bound(res *engine.ReviewResult) {
+	var cut []string
+	clip := func(name string, s *string) {
+		if len(*s) > maxFieldBytes {
+			*s = clipString(*s, maxFieldBytes)
+			cut = append(cut, name)
+		}
+	}
+	clip("sop_id", &res.SOPID)
+	clip("rollback_path", &res.RollbackPath)
+	clip("notes", &res.Notes)
+	clip("next_round_guidance", &res.NextRoundGuidance)
+	clip("model", &res.Model)
+	if len(res.Gates) > maxListItems {
+		res.Gates, cut = res.Gates[:maxListItems], append(cut, "gates")
+	}
+	for i := range res.Gates {
+		clip("gates.detail", &res.Gates[i].Detail)
+	}
+	if len(res.Criteria) > 4*maxListItems {
+		res.Criteria, cut = res.Criteria[:4*maxListItems], append(cut, "criteria")
+	}
+	if len(res.Comments) > 4*maxListItems {
+		res.Comments, cut = res.Comments[:4*maxListItems], append(cut, "comments")
+	}
+	for i := range res.Comments {
+		clip("comments.body", &res.Comments[i].Body)
+	}
+	if len(res.MissingWork) > maxListItems {
+		res.MissingWork, cut = res.MissingWork[:maxListItems], append(cut, "missing_work")
+	}
+	for i := range res.MissingWork {
+		clip("missing_work", &res.MissingWork[i])
+	}
+	if len(cut) > 0 {
+		res.Notes += " [gated cut the reviewer's oversized " + strings.Join(slices.Compact(cut), ", ") + "]"
+	}
 }
 
 func (r *route) request(req engine.ReviewRequest) (*pluginv1.ReviewRequest, error) {

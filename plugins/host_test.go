@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -140,8 +141,14 @@ func (crashReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error
 
 type slowReviewer struct{ sop.Reviewer }
 
-func (slowReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Response, error) {
+// Review waits for its context; when the host cancels it, it leaves a
+// mark in the file the proposal's reason names, so the test can see the
+// cancellation reached the plugin process.
+func (slowReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
 	<-ctx.Done()
+	if mark := req.Proposal.Reason; mark != "" {
+		_ = os.WriteFile(mark, []byte(ctx.Err().Error()), 0o600)
+	}
 	return nil, ctx.Err()
 }
 
@@ -308,9 +315,28 @@ func TestDeadlineCancelsReview(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
-	_, err = r.Review(ctx, reviewRequest(t, "host_restart_service", nil))
+	mark := filepath.Join(t.TempDir(), "cancelled")
+	req := reviewRequest(t, "host_restart_service", nil)
+	req.Proposal.Reason = mark
+	req.ProposalJSON, _ = json.Marshal(req.Proposal)
+	_, err = r.Review(ctx, req)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
+	}
+	// The plugin's own context was cancelled too: its work stops.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got, err := os.ReadFile(mark)
+		if err == nil {
+			if !strings.Contains(string(got), "context") {
+				t.Fatalf("the plugin saw %q", got)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the plugin's context was not cancelled within 5s of the deadline")
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

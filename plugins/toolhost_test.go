@@ -450,3 +450,25 @@ func TestKilledHostLeavesNoOrphan(t *testing.T) {
 	_ = cmd.Wait()
 	waitGone(t, pluginPID, "the plugin of a killed host")
 }
+
+func TestOversizedAnswersAreCut(t *testing.T) {
+	res := engine.ReviewResult{
+		Text: "Decision: approve", Decision: engine.DecisionApprove,
+		Notes: strings.Repeat("n", 100<<10), MissingWork: make([]string, 500),
+	}
+	for i := range 100 {
+		res.Gates = append(res.Gates, engine.Gate{Name: "filler" + strconv.Itoa(i), Passed: true})
+	}
+	res.Gates = append(res.Gates, engine.Gate{Name: "sop_covers", Passed: true})
+	bound(&res)
+	if len(res.Notes) > maxFieldBytes+200 || !strings.Contains(res.Notes, "cut the reviewer's oversized notes, gates, missing_work") {
+		t.Fatalf("notes %d bytes, ending %q", len(res.Notes), res.Notes[len(res.Notes)-80:])
+	}
+	if len(res.Gates) != maxListItems || len(res.MissingWork) != maxListItems {
+		t.Fatalf("%d gates, %d missing work items kept", len(res.Gates), len(res.MissingWork))
+	}
+	// The required gate past the cut is not reported, so no approval.
+	if _, ok, why := engine.Judge(res, &engine.Persona{Name: "r", RequiredGates: []string{"sop_covers"}}); ok {
+		t.Fatalf("approved after the cut: %s", why)
+	}
+}
