@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test vet fmt proto fuzz bench-policy opa-test clean
+.PHONY: all build run test vet fmt proto fuzz bench-policy bench-plugins opa-test clean
 
 all: build
 
@@ -46,11 +46,19 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataYAML$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzCallTool$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeLock$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 
 # bench-policy measures one policy decision of the default bundle:
 # ns/op, allocs/op and the p50/p99 latency per decision.
 bench-policy:
 	$(GO) test ./policies -run '^$$' -bench '^BenchmarkEvaluate$$' -benchtime 20000x -count 5
+
+# bench-plugins measures a review through a real plugin process, bare
+# and with one brokered tool call: p50/p99 and reviews per second.
+bench-plugins:
+	$(GO) test ./plugins -run '^$$' -bench '^BenchmarkReviewRoundTrip$$' -benchtime 5000x -count 3
 
 # opa-test runs the bundles' tests with stock OPA, built from the module
 # proxy at the version in go.mod.
