@@ -410,13 +410,10 @@ func (p *process) start(ctx context.Context) error {
 		SkipHostEnv:      true,
 		// Managed clients are stopped by plugin.CleanupClients, which gated
 		// calls on every way out.
-		Managed:      true,
-		StartTimeout: p.spec.StartTimeout,
-		Logger:       newHCLogger(p.log),
-		GRPCDialOptions: []grpc.DialOption{grpc.WithDefaultCallOptions(
-			grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
-			grpc.MaxCallSendMsgSize(wire.MaxMessageBytes),
-		)},
+		Managed:         true,
+		StartTimeout:    p.spec.StartTimeout,
+		Logger:          newHCLogger(p.log),
+		GRPCDialOptions: wire.DialOptions(),
 	})
 	fail := func(err error) error {
 		client.Kill()
@@ -463,9 +460,7 @@ func (p *process) start(ctx context.Context) error {
 	brokerID := conn.Broker.NextId()
 	th := &toolHost{plugin: p.spec.Name, reviews: &p.host.reviews, cfg: &p.host.tools}
 	go conn.Broker.AcceptAndServe(brokerID, func(opts []grpc.ServerOption) *grpc.Server {
-		s := grpc.NewServer(append(opts,
-			grpc.MaxRecvMsgSize(wire.MaxMessageBytes),
-			grpc.MaxSendMsgSize(wire.MaxMessageBytes))...)
+		s := grpc.NewServer(append(opts, wire.ServerOptions()...)...)
 		pluginv1.RegisterToolHostServer(s, th)
 		return s
 	})

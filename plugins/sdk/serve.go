@@ -51,10 +51,7 @@ func Serve(r Reviewer) {
 		VersionedPlugins: wire.PluginSets(srv),
 		Logger:           Logger,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			opts = append(opts,
-				grpc.MaxRecvMsgSize(wire.MaxMessageBytes),
-				grpc.MaxSendMsgSize(wire.MaxMessageBytes))
-			return grpc.NewServer(opts...)
+			return grpc.NewServer(append(opts, wire.ServerOptions()...)...)
 		},
 	})
 }

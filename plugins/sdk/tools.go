@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/hashicorp/go-plugin"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -106,9 +105,7 @@ func (t *toolConns) client(id uint32) (pluginv1.ToolHostClient, error) {
 	if t.broker == nil {
 		return nil, errors.New("the host offered tools but no broker is connected")
 	}
-	cc, err := t.broker.DialWithOptions(id, grpc.WithDefaultCallOptions(
-		grpc.MaxCallRecvMsgSize(wire.MaxMessageBytes),
-		grpc.MaxCallSendMsgSize(wire.MaxMessageBytes)))
+	cc, err := t.broker.DialWithOptions(id, wire.DialOptions()...)
 	if err != nil {
 		return nil, fmt.Errorf("dialing the host's tool service: %w", err)
 	}
