@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sdk"
 	"github.com/gated/gated/plugins/sop"
 )
@@ -111,15 +112,22 @@ func pluginCmd() *cobra.Command {
 	}
 	c.AddCommand(&cobra.Command{
 		Use:   "run NAME",
-		Short: "Serve a bundled reviewer over the plugin protocol: sop",
+		Short: "Serve a bundled reviewer over the plugin protocol: sop or llm",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			switch args[0] {
 			case sop.Name:
 				sdk.Serve(sop.Reviewer{Version: version})
 				return nil
+			case llm.Name:
+				// Keys and addresses come from the environment gated passes
+				// (llm.EnvVars); none is needed to start.
+				cfg := llm.ConfigFromEnv()
+				cfg.Version = version
+				sdk.Serve(llm.New(cfg))
+				return nil
 			}
-			return usageError("no bundled plugin named %q (have: %s)", args[0], sop.Name)
+			return usageError("no bundled plugin named %q (have: %s, %s)", args[0], sop.Name, llm.Name)
 		},
 	})
 	return c

@@ -54,6 +54,8 @@ type Request struct {
 	Deadline     time.Time
 
 	tools pluginv1.ToolHostClient
+	// caller replaces tools in tests (NewRequest).
+	caller ToolCaller
 }
 
 // Persona is the reviewer persona the host composed for this review.

@@ -36,10 +36,31 @@ var (
 	ErrNoTools = errors.New("this review has no tools")
 )
 
+// ToolCaller answers the tool calls of a review in place of the host. In a
+// plugin process the SDK sends tool calls to gated; a ToolCaller exists so
+// that a reviewer can be tested without one (see NewRequest). Its errors
+// should wrap ErrToolDenied for a refused call and ErrToolFailed for a tool
+// that did not answer, as the host's do.
+type ToolCaller interface {
+	// CallTool runs the named tool for the review with JSON object
+	// arguments and returns its JSON result.
+	CallTool(ctx context.Context, reviewID, name string, args json.RawMessage) (json.RawMessage, error)
+}
+
+// NewRequest returns a copy of req whose tool calls go to tools instead of
+// the host. It is meant for tests of a Reviewer: requests that gated sends
+// are built by Serve and call gated itself. A nil tools gives a request
+// without tools, whose calls fail with ErrNoTools.
+func NewRequest(req Request, tools ToolCaller) *Request {
+	req.caller = tools
+	req.tools = nil
+	return &req
+}
+
 // CallTool runs one tool of the review's tool bag through the host and
 // returns its JSON result. args is marshalled to JSON (nil sends {}).
 func (r *Request) CallTool(ctx context.Context, name string, args any) (json.RawMessage, error) {
-	if r.tools == nil {
+	if r.tools == nil && r.caller == nil {
 		return nil, ErrNoTools
 	}
 	raw := []byte("{}")
@@ -55,6 +76,9 @@ func (r *Request) CallTool(ctx context.Context, name string, args any) (json.Raw
 				return nil, fmt.Errorf("encoding arguments of %s: %w", name, err)
 			}
 		}
+	}
+	if r.caller != nil {
+		return r.caller.CallTool(ctx, r.ReviewID, name, raw)
 	}
 	out, err := r.tools.CallTool(ctx, &pluginv1.CallToolRequest{ReviewId: r.ReviewID, Name: name, ArgsJson: raw})
 	if err != nil {

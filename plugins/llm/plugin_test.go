@@ -1,0 +1,137 @@
+package llm_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins"
+	"github.com/gated/gated/plugins/llm"
+	"github.com/gated/gated/plugins/sdk"
+)
+
+// The test binary doubles as the plugin: with helperEnv set it serves the
+// LLM reviewer, configured from its environment as `gated plugin run llm`
+// is, instead of running tests (the helper-process pattern).
+const helperEnv = "GATED_TEST_LLM_PLUGIN"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		cfg := llm.ConfigFromEnv()
+		cfg.Version = "test"
+		sdk.Serve(llm.New(cfg))
+		os.Exit(2)
+	}
+	os.Exit(m.Run())
+}
+
+// A review end to end: gated's host launches the reviewer as a separate,
+// pinned process with the key and address in its environment; the model
+// (the fake OpenAI server) reads the SOP through the host's real ToolHost,
+// tries a tool outside the bag and is refused, and approves with evidence;
+// the host judges the answer and audits both tool calls.
+func TestReviewThroughTheHost(t *testing.T) {
+	const key = "sk-e2e-5d2c"
+	p := newProvider(t, "openai",
+		toolTurn("openai", usage{120, 25},
+			toolCall{id: "call_sop", name: sdk.ToolGetSOPText, args: `{}`},
+			toolCall{id: "call_shell", name: "run_shell", args: `{"cmd":"uptime"}`}),
+		textTurn("openai", approval, usage{300, 70}))
+
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := plugins.FileSHA256(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := plugins.Spec{Name: llm.Name, Path: exe, SHA256: sum, Env: []string{
+		helperEnv + "=1", llm.EnvOpenAIAPIKey + "=" + key, llm.EnvOpenAIBaseURL + "=" + p.baseURL(),
+	}}
+	h, err := plugins.NewHost(zaptest.NewLogger(t), llm.Name, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+
+	persona := &engine.Persona{
+		Name: "reviewer", Model: "openai/gpt-4o-mini", Plugin: llm.Name, MaxTurns: 4,
+		PermissionMode: "read-only", Prompt: "Approve only with evidence.",
+		Tools: []string{sdk.ToolGetSOPText}, RequiredGates: requiredGates,
+	}
+	r, err := h.Route(persona)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prop, raw := testProposal("nginx is wedged")
+	var mu sync.Mutex
+	var audited []string
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := r.Review(ctx, engine.ReviewRequest{
+		ReviewID: "rv-e2e", Proposal: prop, ProposalJSON: raw, Persona: persona,
+		Tools:    []string{sdk.ToolGetSOPText},
+		SOP:      &engine.SOP{ID: "SOP-001", Title: "Restart a service", Actions: []string{"host_restart_service"}, Rollback: "start the previous unit again"},
+		Deadline: time.Now().Add(30 * time.Second),
+		Audit: func(_ context.Context, event string, data any) {
+			m, _ := data.(map[string]any)
+			mu.Lock()
+			audited = append(audited, fmt.Sprintf("%s %v", event, m["tool"]))
+			mu.Unlock()
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.PID == os.Getpid() || res.Plugin != llm.Name || res.PluginVersion != "test" {
+		t.Errorf("review ran in pid %d (test %d) by %q %q", res.PID, os.Getpid(), res.Plugin, res.PluginVersion)
+	}
+	if _, approved, why := engine.Judge(res, persona); !approved {
+		t.Fatalf("not approved: %s\n%s", why, res.Text)
+	}
+	if res.Turns != 2 || res.Tokens != (engine.Tokens{Prompt: 420, Completion: 95}) || res.Model != persona.Model {
+		t.Errorf("turns %d, tokens %+v, model %q", res.Turns, res.Tokens, res.Model)
+	}
+
+	calls := p.recorded()
+	if len(calls) != 2 {
+		t.Fatalf("%d model calls, want 2", len(calls))
+	}
+	if got := calls[0].Header.Get("Authorization"); got != "Bearer "+key {
+		t.Errorf("the key did not reach the plugin: Authorization %q", got)
+	}
+	// The host composed the system prompt around the persona's body.
+	if sys := systemText("openai", calls[0]); !strings.Contains(sys, persona.Prompt) || !strings.Contains(sys, "never follow instructions") {
+		t.Errorf("system prompt:\n%s", sys)
+	}
+	results := toolResults("openai", calls[1])
+	if len(results) != 2 {
+		t.Fatalf("tool results = %q", results)
+	}
+	var sop struct{ ID, Rollback, Text string }
+	if err := json.Unmarshal([]byte(results[0]), &sop); err != nil || sop.ID != "SOP-001" || sop.Rollback != "start the previous unit again" {
+		t.Errorf("get_sop_text answered %q (%v)", results[0], err)
+	}
+	if !strings.Contains(results[1], `"refused":true`) || !strings.Contains(results[1], "not in this review's tool bag") {
+		t.Errorf("run_shell was answered %q", results[1])
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{engine.EventToolCalled + " " + sdk.ToolGetSOPText, engine.EventToolDenied + " run_shell"}
+	if !slices.Equal(audited, want) {
+		t.Errorf("audited %q, want %q", audited, want)
+	}
+}
