@@ -47,6 +47,7 @@ fuzz:
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzCallTool$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/llm -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeLock$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 
