@@ -2,9 +2,13 @@ package personas
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -192,6 +196,31 @@ func TestParse(t *testing.T) {
 			wantErr: "frontmatter",
 		},
 		{
+			note:    "max_turns with a fraction",
+			src:     persona("Body.", "name: x", "max_turns: 2.5"),
+			wantErr: `max_turns "2.5" must be a whole number`,
+		},
+		{
+			note:    "max_turns in exponent form",
+			src:     persona("Body.", "name: x", "max_turns: 1e1"),
+			wantErr: `max_turns "1e1" must be a whole number`,
+		},
+		{
+			note:    "max_turns as a quoted string",
+			src:     persona("Body.", "name: x", `max_turns: "7"`),
+			wantErr: "cannot unmarshal",
+		},
+		{
+			note:  "max_turns null is absent",
+			src:   persona("Body.", "name: x", "max_turns: ~"),
+			check: wantMaxTurns(5),
+		},
+		{
+			note:  "max_turns in hexadecimal is still a whole number",
+			src:   persona("Body.", "name: x", "max_turns: 0x0a"),
+			check: wantMaxTurns(10),
+		},
+		{
 			note:    "model without slash",
 			src:     persona("Body.", "name: x", "model: gpt-4o-mini"),
 			wantErr: `model "gpt-4o-mini"`,
@@ -326,6 +355,59 @@ func TestParse(t *testing.T) {
 			},
 		},
 		{
+			note:    "model with an unknown provider",
+			src:     persona("Body.", "name: x", "model: azure/gpt-4o"),
+			wantErr: `unknown provider "azure"`,
+		},
+		{
+			note:    "model provider is case-sensitive",
+			src:     persona("Body.", "name: x", "model: OpenAI/gpt-4o"),
+			wantErr: `unknown provider "OpenAI"`,
+		},
+		{
+			note:    "model with white space",
+			src:     persona("Body.", "name: x", `model: "openai/gpt 4o"`),
+			wantErr: "white space",
+		},
+		{
+			note: "model of an OpenAI-compatible server may contain slashes",
+			src:  persona("Body.", "name: x", "model: openai-compatible/meta-llama/Llama-3.1-8B-Instruct"),
+			check: func(t *testing.T, p *engine.Persona) {
+				if p.Model != "openai-compatible/meta-llama/Llama-3.1-8B-Instruct" {
+					t.Errorf("model %q", p.Model)
+				}
+			},
+		},
+		{
+			note:    "disallowed_tools pattern that does not compile",
+			src:     persona("Body.", "name: x", "disallowed_tools:", `  - "*_skill"`, `  - "[abc"`),
+			wantErr: `disallowed_tools[1] "[abc": does not compile`,
+		},
+		{
+			note:    "tools pattern with an unclosed brace",
+			src:     persona("Body.", "name: x", "tools:", `  - "{get_sop_text,get_proposal"`),
+			wantErr: `tools[0] "{get_sop_text,get_proposal": does not compile`,
+		},
+		{
+			note:    "tools pattern with a trailing backslash",
+			src:     persona("Body.", "name: x", `tools: ["get_\\"]`),
+			wantErr: "trailing backslash",
+		},
+		{
+			note:    "empty tool pattern",
+			src:     persona("Body.", "name: x", `disallowed_tools: [""]`),
+			wantErr: "empty pattern",
+		},
+		{
+			note: "wildcards, classes and alternatives compile",
+			src:  persona("Body.", "name: x", `disallowed_tools: ["*_skill", "get_?", "[a-c]*", "{host,db}_write", "[!g]*"]`),
+			check: func(t *testing.T, p *engine.Persona) {
+				if len(p.DisallowedTools) != 5 {
+					t.Errorf("disallowed_tools %q, want 5 patterns", p.DisallowedTools)
+				}
+			},
+		},
+		{
 			note: "critical_reminder is trimmed",
 			src:  persona("Body.", "name: x", "critical_reminder: |", "  Reject when unsure.", ""),
 			check: func(t *testing.T, p *engine.Persona) {
@@ -419,16 +501,36 @@ func FuzzParse(f *testing.F) {
 		}
 		f.Add(src)
 	}
-	src, err := builtinFS.ReadFile("builtin/reviewer.md")
+	builtins, err := fs.Glob(builtinFS, "builtin/*.md")
 	if err != nil {
 		f.Fatal(err)
 	}
-	f.Add(src)
+	for _, name := range builtins {
+		src, err := builtinFS.ReadFile(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(src)
+	}
 	f.Add([]byte(fullPersona))
 	f.Add([]byte(strings.ReplaceAll(fullPersona, "\n", "\r\n")))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		const file = "fuzz.md"
 		p, warnings, err := Parse(file, src)
+		cp, problems := Check(file, src)
+		if (cp == nil) != (err != nil) {
+			t.Fatalf("Check gave persona %v, Parse gave error %v: they must agree", cp != nil, err)
+		}
+		// YAML also breaks lines at a lone CR.
+		lines := strings.Count(strings.ReplaceAll(string(src), "\r\n", "\n"), "\n") + strings.Count(strings.ReplaceAll(string(src), "\r\n", ""), "\r") + 2
+		for _, pr := range problems {
+			if pr.File != file || pr.Line < 0 || pr.Line > lines || pr.Message == "" {
+				t.Errorf("problem %+v: want file %s, a line in 0..%d and a message", pr, file, lines)
+			}
+			if pr.Severity != SeverityError && pr.Severity != SeverityWarning {
+				t.Errorf("problem %+v has severity %q", pr, pr.Severity)
+			}
+		}
 		if err != nil {
 			wantParseError(t, file, p, err, "")
 			if warnings != nil {
@@ -560,4 +662,151 @@ func TestFrontmatterDelimiterMustBeExact(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestCheckReportsEveryProblemWithItsLine checks that one run finds every
+// problem of a file, each on the line an editor would jump to.
+func TestCheckReportsEveryProblemWithItsLine(t *testing.T) {
+	src := strings.Join([]string{
+		"---",              // 1
+		"name: Bad",        // 2
+		"colour: blue",     // 3
+		"max_turns: 99",    // 4
+		"model: nope",      // 5
+		"tools:",           // 6
+		"  - get_proposal", // 7
+		`  - "[x"`,         // 8
+		"timeout: 1s",      // 9
+		"---",              // 10
+		"",                 // 11
+	}, "\n")
+	const file = "team/bad.md"
+	p, problems := Check(file, []byte(src))
+	if p != nil {
+		t.Errorf("persona %#v returned despite errors", p)
+	}
+	want := []struct {
+		line int
+		sev  Severity
+		frag string
+	}{
+		{3, SeverityWarning, `unknown frontmatter key "colour"`},
+		{2, SeverityError, `name "Bad"`},
+		{4, SeverityError, "max_turns 99"},
+		{5, SeverityError, `model "nope"`},
+		{8, SeverityError, `tools[1] "[x"`},
+		{9, SeverityError, "below the 30s minimum"},
+		{11, SeverityError, "body"},
+	}
+	if len(problems) != len(want) {
+		t.Fatalf("got %d problems, want %d:\n%s", len(problems), len(want), problemLines(problems))
+	}
+	for i, w := range want {
+		got := problems[i]
+		if got.File != file || got.Line != w.line || got.Severity != w.sev || !strings.Contains(got.Message, w.frag) {
+			t.Errorf("problem %d = %+v, want %s:%d %s mentioning %q", i, got, file, w.line, w.sev, w.frag)
+		}
+	}
+	if s := problems[1].String(); s != file+`:2: name "Bad" must match [a-z0-9_-]{1,64}` {
+		t.Errorf("String() = %q", s)
+	}
+	// Parse reports the same errors, all of them, in one error.
+	_, _, err := Parse(file, []byte(src))
+	for _, w := range want[1:] {
+		if err == nil || !strings.Contains(err.Error(), w.frag) {
+			t.Errorf("Parse error %v does not mention %q", err, w.frag)
+		}
+	}
+}
+
+func TestCheckYAMLErrorLines(t *testing.T) {
+	tests := []struct {
+		note string
+		src  string
+		line int
+		frag string
+	}{
+		{note: "value of the wrong type", src: "---\nname: x\nmax_turns: many\n---\nBody.\n", line: 3, frag: "cannot unmarshal"},
+		{note: "list where a string belongs", src: "---\nname: x\nmodel:\n  - a\n---\nBody.\n", line: 4, frag: "cannot unmarshal"},
+		{note: "tab indentation", src: "---\nname: x\ntools:\n\t- a\n---\nBody.\n", line: 4, frag: "frontmatter"},
+		{note: "repeated key names the first on its file line", src: "---\nname: x\nname: y\n---\nBody.\n", line: 3, frag: `"name" already defined at line 2`},
+		{note: "frontmatter is a list", src: "---\n- name: x\n---\nBody.\n", line: 2, frag: "mapping"},
+		{note: "no opening line", src: "name: x\n---\nBody.\n", line: 1, frag: "must start with"},
+		{note: "unclosed", src: "---\nname: x\n", line: 1, frag: "not closed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, problems := Check("f.md", []byte(tc.src))
+			if len(problems) == 0 {
+				t.Fatal("no problem reported")
+			}
+			if len(problems) != 1 {
+				t.Errorf("want one problem, got:\n%s", problemLines(problems))
+			}
+			got := problems[0]
+			if got.Line != tc.line || !got.IsError() || !strings.Contains(got.Message, tc.frag) {
+				t.Errorf("problem %+v, want an error on line %d mentioning %q", got, tc.line, tc.frag)
+			}
+		})
+	}
+}
+
+// TestKnownKeysMatchThePersona checks that the keys read from the
+// frontmatter struct's tags are exactly the persona's fields (as the
+// engine names them in JSON) plus timeout, so that a field added to one
+// and not the other fails here instead of being warned about as unknown.
+func TestKnownKeysMatchThePersona(t *testing.T) {
+	want := map[string]bool{"timeout": true}
+	for f := range reflect.TypeFor[engine.Persona]().Fields() {
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "-" {
+			want[name] = true
+		}
+	}
+	if !reflect.DeepEqual(knownKeys, want) {
+		t.Errorf("known keys %v, want %v", slices.Sorted(maps.Keys(knownKeys)), slices.Sorted(maps.Keys(want)))
+	}
+}
+
+func TestYAMLKeys(t *testing.T) {
+	type sample struct {
+		Plain    string
+		Tagged   string `yaml:"tagged_name"`
+		Options  string `yaml:"with_options,omitempty"`
+		Skipped  string `yaml:"-"`
+		Inline   string `yaml:",omitempty"`
+		internal string
+	}
+	_ = sample{}.internal
+	got := yamlKeys(reflect.TypeFor[sample]())
+	want := map[string]bool{"plain": true, "tagged_name": true, "with_options": true, "inline": true}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestParseModelProviders(t *testing.T) {
+	for _, prov := range Providers() {
+		t.Run(prov, func(t *testing.T) {
+			model := prov + "/some-model"
+			p, _, err := Parse("f.md", []byte(persona("Body.", "name: x", "model: "+model)))
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			if p.Model != model {
+				t.Errorf("model %q, want %q", p.Model, model)
+			}
+		})
+	}
+	if got := Providers(); !slices.Equal(got, []string{"anthropic", "ollama", "openai", "openai-compatible"}) {
+		t.Errorf("Providers() = %q", got)
+	}
+}
+
+func problemLines(ps []Problem) string {
+	var b strings.Builder
+	for _, p := range ps {
+		fmt.Fprintf(&b, "  %s [%s]\n", p, p.Severity)
+	}
+	return b.String()
 }

@@ -1,12 +1,16 @@
 package personas
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gated/gated/engine"
 )
@@ -91,7 +95,7 @@ func TestLoadBuiltinsOnly(t *testing.T) {
 			if len(warnings) != 0 {
 				t.Errorf("warnings %q, want none", warnings)
 			}
-			if got, want := r.Names(), []string{"reviewer"}; !reflect.DeepEqual(got, want) {
+			if got, want := r.Names(), []string{"dba", "reviewer"}; !reflect.DeepEqual(got, want) {
 				t.Errorf("names %q, want %q", got, want)
 			}
 		})
@@ -129,7 +133,7 @@ func TestLoadTree(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 
-	if got, want := r.Names(), []string{"deep", "dup", "extra", "kept", "reviewer", "top"}; !reflect.DeepEqual(got, want) {
+	if got, want := r.Names(), []string{"dba", "deep", "dup", "extra", "kept", "reviewer", "top"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("names %q, want %q", got, want)
 	}
 	if p, ok := r.Persona("deep"); !ok || p.MaxTurns != 3 || p.Prompt != "Nested two levels down." {
@@ -192,65 +196,6 @@ func TestLoadExamples(t *testing.T) {
 	}
 }
 
-func TestComposeSystemPrompt(t *testing.T) {
-	tests := []struct {
-		note string
-		base string
-		p    *engine.Persona
-		want string
-	}{
-		{
-			note: "base, body, reminder",
-			base: "Base.",
-			p:    &engine.Persona{Prompt: "Body.", CriticalReminder: "Reject when unsure."},
-			want: "Base.\n\nBody.\n\n<critical-reminder>\nReject when unsure.\n</critical-reminder>",
-		},
-		{
-			note: "no reminder, no block",
-			base: "Base.",
-			p:    &engine.Persona{Prompt: "Body."},
-			want: "Base.\n\nBody.",
-		},
-		{
-			note: "base is trimmed",
-			base: "\n  Base.\n\n",
-			p:    &engine.Persona{Prompt: "Body."},
-			want: "Base.\n\nBody.",
-		},
-		{
-			note: "empty base",
-			base: "",
-			p:    &engine.Persona{Prompt: "Body.", CriticalReminder: "R."},
-			want: "Body.\n\n<critical-reminder>\nR.\n</critical-reminder>",
-		},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			if got := ComposeSystemPrompt(tc.base, tc.p); got != tc.want {
-				t.Errorf("got  %q\nwant %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestComposeSystemPromptBuiltinReviewer(t *testing.T) {
-	r, err := Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, _ := r.Persona("reviewer")
-	got := ComposeSystemPrompt(BasePrompt, p)
-	base := strings.Index(got, BasePrompt)
-	body := strings.Index(got, p.Prompt)
-	block := strings.Index(got, "<critical-reminder>\n"+p.CriticalReminder+"\n</critical-reminder>")
-	if base != 0 || body <= base || block <= body {
-		t.Errorf("want base at 0 < body < reminder block, got %d, %d, %d in %q", base, body, block, got)
-	}
-	if !strings.HasSuffix(got, "</critical-reminder>") {
-		t.Errorf("prompt does not end with the reminder block: %q", got)
-	}
-}
-
 func containsAll(s string, frags ...string) bool {
 	for _, f := range frags {
 		if !strings.Contains(s, f) {
@@ -258,4 +203,465 @@ func containsAll(s string, frags ...string) bool {
 		}
 	}
 	return true
+}
+
+// sopGates are the gates the bundled sop reviewer (plugins/sop) reports.
+// A persona it serves can require no other: a gate it never reports
+// fails every review.
+var sopGates = []string{"sop_covers", "no_parallel_operation", "rollback_known"}
+
+func TestBuiltinDBA(t *testing.T) {
+	r, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := r.ByName("dba")
+	if !ok {
+		t.Fatalf("no built-in dba; have %q", r.Names())
+	}
+	if p.PermissionMode != "read-only" {
+		t.Errorf("permission_mode %q, want read-only", p.PermissionMode)
+	}
+	// A fresh gated has no model key: the persona must run on sop.
+	if p.Plugin != "sop" || p.Model != "" {
+		t.Errorf("plugin %q model %q, want sop and no model", p.Plugin, p.Model)
+	}
+	if !reflect.DeepEqual(p.RequiredGates, sopGates) {
+		t.Errorf("required_gates %q, want %q", p.RequiredGates, sopGates)
+	}
+	for _, tool := range []string{"get_sop_text", "get_verdict_history"} {
+		if !slices.Contains(p.Tools, tool) {
+			t.Errorf("tools %q lack %s", p.Tools, tool)
+		}
+	}
+	for _, want := range []string{"backup", "reverse migration", "reject", "Decision: approve | reject", "never as instructions"} {
+		if !strings.Contains(p.Prompt, want) {
+			t.Errorf("prompt does not mention %q", want)
+		}
+	}
+	if !strings.Contains(p.CriticalReminder, "backup") {
+		t.Errorf("critical_reminder %q does not mention backups", p.CriticalReminder)
+	}
+}
+
+// TestBuiltinsCanReview checks what every built-in persona must be to
+// review on a fresh gated: read-only, and served by sop with gates sop
+// reports, or it would reject or block every change routed to it.
+func TestBuiltinsCanReview(t *testing.T) {
+	r, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Snapshot().Len() < 2 {
+		t.Fatalf("built-ins %q: want reviewer and at least one specialised persona", r.Names())
+	}
+	for _, e := range r.Snapshot().Entries() {
+		t.Run(e.Persona.Name, func(t *testing.T) {
+			p := e.Persona
+			if e.Origin != OriginBuiltin || e.File != "builtin/"+p.Name+".md" {
+				t.Errorf("origin %s file %q, want builtin and builtin/%s.md", e.Origin, e.File, p.Name)
+			}
+			if p.PermissionMode != "read-only" {
+				t.Errorf("permission_mode %q, want read-only", p.PermissionMode)
+			}
+			if p.Plugin != "sop" {
+				t.Errorf("plugin %q, want sop", p.Plugin)
+			}
+			for _, g := range p.RequiredGates {
+				if !slices.Contains(sopGates, g) {
+					t.Errorf("required gate %q is one the sop reviewer never reports", g)
+				}
+			}
+			if !slices.Contains(p.DisallowedTools, "*_skill") {
+				t.Errorf("disallowed_tools %q lack *_skill", p.DisallowedTools)
+			}
+		})
+	}
+}
+
+// writeTree writes files (relative path -> content) under root.
+func writeTree(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for rel, src := range files {
+		path := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestNewReport(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{
+		"a.md":           persona("A.", "name: alpha"),
+		"b/dup.md":       persona("Second.", "description: the same name again", "name: alpha"),
+		"c/broken.md":    persona("Broken.", "name: broken", "max_turns: 99"),
+		"d/reviewer.md":  persona("Local reviewer.", "name: reviewer", "permission_mode: read-only"),
+		"e/extra.md":     persona("Extra.", "name: extra", "colour: blue"),
+		".git/x.md":      persona("Hidden directory.", "name: hidden-dir"),
+		".#lock.md":      persona("Editor lock file.", "name: hidden-file"),
+		"notes/read.txt": "not a persona",
+	})
+	r, rep, err := New(root)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	if !rep.OK || !rep.Changed || rep.Root != root || rep.Error != "" {
+		t.Errorf("report %+v, want OK and changed for %s", rep, root)
+	}
+	wantFiles := []string{filepath.Join(root, "a.md"), filepath.Join(root, "d/reviewer.md"), filepath.Join(root, "e/extra.md")}
+	if !reflect.DeepEqual(rep.Files, wantFiles) {
+		t.Errorf("files %q, want %q", rep.Files, wantFiles)
+	}
+	wantNames := []string{"alpha", "dba", "extra", "reviewer"}
+	if !reflect.DeepEqual(rep.Personas, wantNames) || !reflect.DeepEqual(r.Names(), wantNames) {
+		t.Errorf("personas %q / %q, want %q", rep.Personas, r.Names(), wantNames)
+	}
+	wantWarnings := []Problem{
+		{File: filepath.Join(root, "b/dup.md"), Line: 3, Severity: SeverityWarning,
+			Message: fmt.Sprintf("persona \"alpha\" is already defined by %s (skipped)", filepath.Join(root, "a.md"))},
+		{File: filepath.Join(root, "d/reviewer.md"), Line: 2, Severity: SeverityWarning, Message: `replaces the built-in persona "reviewer"`},
+		{File: filepath.Join(root, "e/extra.md"), Line: 3, Severity: SeverityWarning, Message: `unknown frontmatter key "colour" ignored`},
+	}
+	if !reflect.DeepEqual(rep.Warnings, wantWarnings) {
+		t.Errorf("warnings\n%s\nwant\n%s", problemLines(rep.Warnings), problemLines(wantWarnings))
+	}
+	if len(rep.Errors) != 1 || rep.Errors[0].File != filepath.Join(root, "c/broken.md") || rep.Errors[0].Line != 3 ||
+		!strings.Contains(rep.Errors[0].Message, "max_turns 99") {
+		t.Errorf("errors\n%s\nwant one on c/broken.md:3 about max_turns", problemLines(rep.Errors))
+	}
+	e, ok := r.Snapshot().Entry("reviewer")
+	if !ok || e.Origin != OriginFile || e.File != filepath.Join(root, "d/reviewer.md") {
+		t.Errorf("reviewer entry %+v, want the file's", e)
+	}
+	if e, _ := r.Snapshot().Entry("dba"); e.Origin != OriginBuiltin {
+		t.Errorf("dba entry %+v, want the built-in", e)
+	}
+}
+
+// TestNewSymlinkedRoot checks that a root that is a symbolic link to a
+// directory, as mounted volumes often are, is read through.
+func TestNewSymlinkedRoot(t *testing.T) {
+	real := t.TempDir()
+	writeTree(t, real, map[string]string{"x/linked.md": persona("Linked.", "name: linked")})
+	link := filepath.Join(t.TempDir(), "personas")
+	if err := os.Symlink(real, link); err != nil {
+		t.Skipf("no symbolic links here: %v", err)
+	}
+	r, rep, err := New(link)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.ByName("linked"); !ok {
+		t.Fatalf("personas %q lack the linked one; report %+v", r.Names(), rep)
+	}
+	if want := filepath.Join(link, "x", "linked.md"); !slices.Equal(rep.Files, []string{want}) {
+		t.Errorf("files %q, want %q", rep.Files, want)
+	}
+}
+
+func TestNewUnreadableRoot(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "personas")
+	if err := os.WriteFile(file, []byte("not a directory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, rep, err := New(file)
+	if !errors.Is(err, ErrUnreadableRoot) {
+		t.Fatalf("err = %v, want ErrUnreadableRoot", err)
+	}
+	if rep.OK {
+		t.Error("report says OK")
+	}
+	if _, _, err := Load(file); !errors.Is(err, ErrUnreadableRoot) || !strings.Contains(err.Error(), file) {
+		t.Errorf("Load: err = %v, want ErrUnreadableRoot naming %s", err, file)
+	}
+}
+
+// TestReloadKeepsTheLastRegistry checks that a reload that cannot read the
+// directory changes nothing, and that the next good one recovers.
+func TestReloadKeepsTheLastRegistry(t *testing.T) {
+	parent := t.TempDir()
+	root := filepath.Join(parent, "personas")
+	writeTree(t, root, map[string]string{"kept.md": persona("Kept.", "name: kept")})
+	r, _, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := r.Snapshot()
+
+	// The directory is replaced by a file: the reload fails entirely.
+	if err := os.RemoveAll(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(root, []byte("oops"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := r.Reload()
+	if rep.OK || !strings.Contains(rep.Error, "not a directory") {
+		t.Fatalf("report %+v, want a failure saying not a directory", rep)
+	}
+	if r.Snapshot() != before || !slices.Contains(rep.Personas, "kept") {
+		t.Fatalf("a failed reload changed the registry: %q", r.Names())
+	}
+
+	// A directory that is simply gone is the built-ins, not a failure.
+	if err := os.Remove(root); err != nil {
+		t.Fatal(err)
+	}
+	rep = r.Reload()
+	if !rep.OK || !rep.Changed || !reflect.DeepEqual(r.Names(), []string{"dba", "reviewer"}) {
+		t.Fatalf("report %+v, names %q: want the built-ins alone", rep, r.Names())
+	}
+}
+
+func TestReloadUnreadableSubdirectory(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root reads directories whatever their mode")
+	}
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"a.md": persona("A.", "name: a"), "locked/b.md": persona("B.", "name: b")})
+	r, _, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := filepath.Join(root, "locked")
+	if err := os.Chmod(locked, 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.Chmod(locked, 0o755) })
+	rep := r.Reload()
+	if rep.OK || !strings.Contains(rep.Error, "locked") {
+		t.Errorf("report %+v, want a failure naming the locked directory", rep)
+	}
+	if _, ok := r.ByName("b"); !ok {
+		t.Error("a partial reload dropped a persona that is still on disk")
+	}
+}
+
+func TestReloadUnchangedKeepsTheSnapshot(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"a.md": persona("A.", "name: a")})
+	r, _, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := r.Snapshot()
+	if rep := r.Reload(); !rep.OK || rep.Changed {
+		t.Errorf("report %+v, want OK and unchanged", rep)
+	}
+	if r.Snapshot() != before {
+		t.Error("an unchanged reload swapped the snapshot")
+	}
+	writeTree(t, root, map[string]string{"a.md": persona("A, edited.", "name: a")})
+	if rep := r.Reload(); !rep.OK || !rep.Changed {
+		t.Errorf("report %+v, want OK and changed", rep)
+	}
+	if p, _ := r.ByName("a"); p.Prompt != "A, edited." {
+		t.Errorf("prompt %q after the edit", p.Prompt)
+	}
+}
+
+func readOnly(name, prompt string) *engine.Persona {
+	return &engine.Persona{Name: name, PermissionMode: "read-only", Plugin: "sop", Prompt: prompt, Tools: []string{"get_proposal"}}
+}
+
+func TestReplaceRemove(t *testing.T) {
+	root := t.TempDir()
+	writeTree(t, root, map[string]string{"file.md": persona("From the file.", "name: file")})
+	r, _, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := r.Snapshot()
+
+	// Replace adds a persona, and takes a copy of it.
+	p := readOnly("added", "Added.")
+	if err := r.Replace(p); err != nil {
+		t.Fatalf("Replace: %v", err)
+	}
+	p.Prompt, p.Tools[0] = "changed by the caller", "run_shell"
+	got, ok := r.ByName("added")
+	if !ok || got.Prompt != "Added." || got.Tools[0] != "get_proposal" || got.MaxTurns != DefaultMaxTurns {
+		t.Fatalf("added = %#v, %v; want the persona as it was replaced, max_turns defaulted", got, ok)
+	}
+	if e, _ := r.Snapshot().Entry("added"); e.Origin != OriginReplaced || e.File != "" {
+		t.Errorf("entry %+v, want origin replaced without a file", e)
+	}
+	// Copy on write: the snapshot taken before does not change.
+	if _, ok := start.ByName("added"); ok {
+		t.Error("Replace changed a snapshot taken before it")
+	}
+
+	// Replace overrides a built-in and a file.
+	for _, name := range []string{"reviewer", "file"} {
+		if err := r.Replace(readOnly(name, "Replaced "+name+".")); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := r.ByName(name); got.Prompt != "Replaced "+name+"." {
+			t.Errorf("%s prompt %q after Replace", name, got.Prompt)
+		}
+	}
+
+	// Invalid personas are refused and change nothing.
+	invalid := []struct {
+		note string
+		p    *engine.Persona
+		frag string
+	}{
+		{"nil", nil, "nil"},
+		{"bad name", readOnly("Bad Name", "x"), "name"},
+		{"no prompt", readOnly("empty", " "), "body"},
+		{"too many turns", &engine.Persona{Name: "t", Prompt: "x", MaxTurns: MaxTurnsLimit + 1}, "max_turns"},
+		{"unknown provider", &engine.Persona{Name: "m", Prompt: "x", Model: "azure/gpt"}, "provider"},
+		{"bad pattern", &engine.Persona{Name: "g", Prompt: "x", DisallowedTools: []string{"[x"}}, "disallowed_tools[0]"},
+		{"short timeout", &engine.Persona{Name: "d", Prompt: "x", Timeout: time.Second}, "minimum"},
+	}
+	for _, tc := range invalid {
+		t.Run(tc.note, func(t *testing.T) {
+			before := r.Snapshot()
+			err := r.Replace(tc.p)
+			if !errors.Is(err, ErrInvalidPersona) || !strings.Contains(err.Error(), tc.frag) {
+				t.Errorf("err = %v, want ErrInvalidPersona mentioning %q", err, tc.frag)
+			}
+			if r.Snapshot() != before {
+				t.Error("a refused Replace changed the registry")
+			}
+		})
+	}
+
+	// Remove reports whether the persona was there.
+	if !r.Remove("dba") {
+		t.Error("Remove(dba) = false for a loaded persona")
+	}
+	if r.Remove("dba") {
+		t.Error("Remove(dba) = true the second time")
+	}
+	if _, ok := r.ByName("dba"); ok {
+		t.Error("dba still served after Remove")
+	}
+	if !slices.Contains(start.Names(), "dba") {
+		t.Error("Remove changed a snapshot taken before it")
+	}
+
+	// The changes outlast a reload, which rereads everything else.
+	writeTree(t, root, map[string]string{"new.md": persona("New.", "name: new")})
+	if rep := r.Reload(); !rep.OK {
+		t.Fatalf("reload %+v", rep)
+	}
+	if want := []string{"added", "file", "new", "reviewer"}; !reflect.DeepEqual(r.Names(), want) {
+		t.Errorf("names after reload %q, want %q", r.Names(), want)
+	}
+	if got, _ := r.ByName("reviewer"); got.Prompt != "Replaced reviewer." {
+		t.Errorf("reviewer prompt %q: the reload undid Replace", got.Prompt)
+	}
+
+	// Replace puts a removed name back.
+	if err := r.Replace(readOnly("dba", "Local dba.")); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := r.ByName("dba"); !ok || got.Prompt != "Local dba." {
+		t.Errorf("dba = %v, %v after Replace", got, ok)
+	}
+}
+
+// TestRegistryReadersDuringReloads reads while reloads and edits swap the
+// registry. Every snapshot a reader takes must be one whole load: the
+// three files of one generation, never a mix. Run with -race.
+func TestRegistryReadersDuringReloads(t *testing.T) {
+	root := t.TempDir()
+	names := []string{"one", "two", "three"}
+	generation := func(g int) {
+		files := map[string]string{}
+		for _, n := range names {
+			files[n+".md"] = persona(fmt.Sprintf("generation %d", g), "name: "+n)
+		}
+		writeTree(t, root, files)
+	}
+	generation(0)
+	r, _, err := New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s := r.Snapshot()
+				first, ok := s.ByName("one")
+				if !ok {
+					errs <- fmt.Errorf("snapshot without one: %q", s.Names())
+					return
+				}
+				for _, n := range names {
+					p, ok := s.ByName(n)
+					if !ok || p.Prompt != first.Prompt {
+						errs <- fmt.Errorf("snapshot mixes loads: one says %q, %s says %v", first.Prompt, n, p)
+						return
+					}
+				}
+				// The registry's own lookups see whole personas too.
+				if p, ok := r.ByName("two"); !ok || !strings.HasPrefix(p.Prompt, "generation ") {
+					errs <- fmt.Errorf("ByName(two) = %v, %v", p, ok)
+					return
+				}
+				_ = r.Names()
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if i%2 == 0 {
+				_ = r.Replace(readOnly("edited", "x"))
+			} else {
+				r.Remove("edited")
+			}
+		}
+	})
+	for g := 1; g <= 40; g++ {
+		generation(g)
+		if rep := r.Reload(); !rep.OK || !rep.Changed {
+			t.Errorf("reload %d: %+v", g, rep)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if p, _ := r.ByName("three"); p.Prompt != "generation 40" {
+		t.Errorf("after the last reload three says %q", p.Prompt)
+	}
+}
+
+// BenchmarkByName measures the lookup every decision makes: an atomic
+// load and a map read, with no lock and no allocation.
+func BenchmarkByName(b *testing.B) {
+	r, err := Builtin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, ok := r.ByName("dba"); !ok {
+				b.Fatal("no dba")
+			}
+		}
+	})
 }

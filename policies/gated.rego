@@ -62,12 +62,64 @@ mutating if input.proposal.class == "destructive"
 
 # --- routing -----------------------------------------------------------------
 
-# persona_name is who reviews: the proposal's own choice, else the configured
-# default, else the built-in reviewer.
-persona_name := input.proposal.reviewer if {
+# persona_routes send actions to specialised personas: a list of
+# {"actions": [glob patterns], "persona": name}, tried in order. By default
+# database actions go to the built-in dba persona; [] turns routing off.
+default persona_routes := [{"actions": ["db_*"], "persona": "dba"}]
+
+persona_routes := data.gated.config.persona_routes
+
+# routed_personas lists, in route order, the personas whose routes match
+# the action.
+routed_personas := [route.persona |
+	some route in persona_routes
+	some pattern in route.actions
+	glob.match(pattern, null, input.proposal.action)
+]
+
+# persona_name is who reviews: the first persona a route sends the action
+# to, else the proposal's own choice, else the configured default, else the
+# built-in reviewer. A route outranks the proposal: the agent under review
+# does not get to pick another reviewer than the one its action is routed to.
+persona_name := routed_personas[0] if {
+	count(routed_personas) > 0
+} else := input.proposal.reviewer if {
 	is_string(input.proposal.reviewer)
 	input.proposal.reviewer != ""
 } else := default_persona
+
+# persona_out_of_scope: a persona that routes send actions to reviews those
+# actions only. A specialised reviewer is not a general one: it does not
+# fill a quorum for other changes, nor review one an agent sends its way.
+deny contains {"rule": "persona_out_of_scope", "message": msg} if {
+	review.required
+	name := input.persona.name
+	some route in persona_routes
+	route.persona == name
+	not name in routed_personas
+	msg := sprintf("persona %q reviews only the actions config.persona_routes sends it, and %s is not one of them", [name, input.proposal.action])
+}
+
+config_errors contains "data.gated.config.persona_routes: want a list of {\"actions\": [patterns], \"persona\": name}" if {
+	routes := data.gated.config.persona_routes
+	not is_array(routes)
+}
+
+config_errors contains sprintf("data.gated.config.persona_routes[%d]: %s: want {\"actions\": [patterns], \"persona\": name}", [i, json.marshal(route)]) if {
+	some i, route in data.gated.config.persona_routes
+	is_array(data.gated.config.persona_routes)
+	not valid_route(route)
+}
+
+valid_route(route) if {
+	is_string(route.persona)
+	route.persona != ""
+	is_array(route.actions)
+	count(route.actions) > 0
+	every pattern in route.actions {
+		is_string(pattern)
+	}
+}
 
 # review_skipped is true when configuration waives review for a mutating
 # action. It is the only way to skip review; every skip is audited by gated.

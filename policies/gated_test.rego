@@ -90,3 +90,101 @@ test_other_agent_is_not_self_review if {
 	d := gated.decision with input as {"proposal": write_proposal, "persona": reviewer}
 	not "self_review" in rules(d)
 }
+
+# --- routing by action -------------------------------------------------------
+
+dba := object.union(reviewer, {"name": "dba", "plugin": "sop"})
+
+db_proposal := object.union(write_proposal, {"action": "db_migrate_schema", "target": {"database": "orders", "tags": ["production"]}})
+
+test_database_action_routes_to_dba if {
+	d := gated.decision with input as {"proposal": db_proposal, "persona": reviewer}
+	d.review.persona == "dba"
+	d.review.required
+}
+
+test_routed_persona_reviews_its_actions if {
+	d := gated.decision with input as {"proposal": db_proposal, "persona": dba}
+	count(d.deny) == 0
+	d.review.persona == "dba"
+}
+
+test_route_outranks_the_proposals_reviewer if {
+	p := object.union(db_proposal, {"reviewer": "reviewer"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review.persona == "dba"
+}
+
+test_unrouted_action_keeps_the_proposals_reviewer if {
+	p := object.union(write_proposal, {"reviewer": "ops"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review.persona == "ops"
+}
+
+test_routes_are_configurable if {
+	routes := [{"actions": ["k8s_*", "helm_*"], "persona": "platform"}]
+	k8s := object.union(write_proposal, {"action": "helm_upgrade"})
+	d := gated.decision with input as {"proposal": k8s, "persona": reviewer} with data.gated.config.persona_routes as routes
+	d.review.persona == "platform"
+
+	# Configured routes replace the default ones.
+	db := gated.decision with input as {"proposal": db_proposal, "persona": reviewer} with data.gated.config.persona_routes as routes
+	db.review.persona == "reviewer"
+}
+
+test_first_matching_route_wins if {
+	routes := [{"actions": ["db_migrate_*"], "persona": "migrations"}, {"actions": ["db_*"], "persona": "dba"}]
+	d := gated.decision with input as {"proposal": db_proposal, "persona": reviewer} with data.gated.config.persona_routes as routes
+	d.review.persona == "migrations"
+}
+
+test_empty_routes_turn_routing_off if {
+	d := gated.decision with input as {"proposal": db_proposal, "persona": reviewer} with data.gated.config.persona_routes as []
+	d.review.persona == "reviewer"
+	count(d.deny) == 0
+}
+
+test_routed_persona_out_of_scope_is_denied if {
+	# As a quorum candidate for a host change, or chosen by the agent.
+	p := object.union(write_proposal, {"reviewer": "dba"})
+	d := gated.decision with input as {"proposal": p, "persona": dba}
+	"persona_out_of_scope" in rules(d)
+	d.review.persona == "dba"
+}
+
+test_general_persona_may_review_routed_actions if {
+	# The reviewer may join dba in a quorum on a database change.
+	d := gated.decision with input as {"proposal": db_proposal, "persona": reviewer}
+	not "persona_out_of_scope" in rules(d)
+}
+
+test_out_of_scope_needs_a_review_to_deny if {
+	p := object.union(write_proposal, {"class": "read", "action": "host_list_services"})
+	d := gated.decision with input as {"proposal": p, "persona": dba}
+	count(d.deny) == 0
+	not d.review.required
+}
+
+test_persona_routes_config_errors if {
+	errs := gated.config_errors with data.gated.config.persona_routes as [
+		{"actions": ["db_*"], "persona": "dba"},
+		{"actions": "db_*", "persona": "dba"},
+		{"actions": ["db_*"]},
+		{"actions": [], "persona": "dba"},
+		{"actions": [7], "persona": "dba"},
+	]
+	count(errs) == 4
+	every i in [1, 2, 3, 4] {
+		some msg in errs
+		startswith(msg, sprintf("data.gated.config.persona_routes[%d]: ", [i]))
+	}
+}
+
+test_persona_routes_must_be_a_list if {
+	errs := gated.config_errors with data.gated.config.persona_routes as {"db_*": "dba"}
+	errs == {`data.gated.config.persona_routes: want a list of {"actions": [patterns], "persona": name}`}
+}
+
+test_default_routes_have_no_config_errors if {
+	count(gated.config_errors) == 0
+}

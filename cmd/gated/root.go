@@ -35,6 +35,7 @@ func run(ctx context.Context, args []string) error {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
 	root.AddCommand(serveCmd(), proposeCmd(), versionCmd(), pluginCmd())
 	root.AddCommand(policyCmd(), pluginsCmd())
+	root.AddCommand(personasCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}

@@ -34,6 +34,7 @@ const MinReviewTimeout = 30 * time.Second
 type serveOptions struct {
 	dataDir       string
 	personasDir   string
+	personasWatch bool
 	natsListen    string
 	natsURL       string
 	natsConn      natsConnOptions
@@ -71,6 +72,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f := c.Flags()
 	f.StringVar(&o.dataDir, "data-dir", "gated-data", "directory of the embedded server's JetStream files")
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
+	f.BoolVar(&o.personasWatch, "personas-watch", true, "reload the personas when files under --personas change")
 	f.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "client listener of the embedded server (port 0 picks a free one)")
 	f.StringVar(&o.natsURL, "nats-url", "", "external NATS server or cluster URLs, comma-separated; empty starts the embedded server")
 	o.natsConn.register(f)
@@ -148,6 +150,20 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	for _, w := range warnings {
 		log.Warn("persona", zap.String("warning", w))
+	}
+	if o.personasWatch && o.personasDir != "" {
+		// Reloads swap the registry whole; reviews in flight keep the
+		// persona they looked up.
+		watchCtx, stopWatch := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		defer func() { stopWatch(); <-watched }()
+		go func() {
+			defer close(watched)
+			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) { logPersonaReload(log, r) }})
+			if err != nil {
+				log.Error("persona hot reload is off", zap.Error(err))
+			}
+		}()
 	}
 
 	specs, defaultPlugin, err := pluginSpecs(ctx, o)
