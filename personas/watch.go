@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/gated/gated/internal/fswatch"
 )
 
 // DefaultDebounce is how long the directory must be quiet before Watch
@@ -70,58 +72,32 @@ func (r *Registry) Watch(ctx context.Context, opts WatchOptions) error {
 		// parent's events and the poll cover that.
 		_ = w.Add(dir)
 	}
-	var pollC <-chan time.Time
-	if opts.Poll > 0 {
-		t := time.NewTicker(opts.Poll)
-		defer t.Stop()
-		pollC = t.C
-	}
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
+	fswatch.Loop(ctx, w, fswatch.Config{
+		Debounce: opts.Debounce,
+		Poll:     opts.Poll,
+		Scan:     r.scan,
+		Event: func(w *fsnotify.Watcher, ev fsnotify.Event) bool {
 			if !r.relevant(ev.Name) {
-				continue
+				return false
 			}
 			if ev.Has(fsnotify.Create) {
 				// A new directory is watched at once, so that files
 				// written into it right after are not missed; the
-				// reload below reads whatever it already holds.
+				// reload reads whatever it already holds.
 				if fi, err := os.Stat(ev.Name); err == nil && fi.IsDir() {
 					_ = addTree(w, ev.Name)
 				}
 			}
-			debounce.Reset(opts.Debounce)
-		case _, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			// An overflow or a broken watch: reread the directory rather
-			// than guess what was missed.
-			debounce.Reset(opts.Debounce)
-		case <-pollC:
-			if _, fp := r.scan(); fp != last {
-				debounce.Reset(opts.Debounce)
-			}
-		case <-debounce.C:
-			// Directories may have come or gone with the change.
-			dirs, last = r.scan()
-			for _, dir := range dirs {
-				_ = w.Add(dir)
-			}
+			return true
+		},
+		Reload: func() {
 			rep := r.Reload()
 			if opts.OnReload != nil {
 				opts.OnReload(rep)
 			}
-		}
-	}
+		},
+	}, last)
+	return nil
 }
 
 // addTree watches dir and every directory below it that the loader reads.

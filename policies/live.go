@@ -17,6 +17,7 @@ import (
 	"github.com/fsnotify/fsnotify"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/fswatch"
 )
 
 // Live is the policy gated serves: the last good build of a set of
@@ -208,52 +209,22 @@ func (l *Live) Watch(ctx context.Context, opts WatchOptions) error {
 			return fmt.Errorf("watching %s: %w", dir, err)
 		}
 	}
-	var pollC <-chan time.Time
-	if opts.Poll > 0 {
-		t := time.NewTicker(opts.Poll)
-		defer t.Stop()
-		pollC = t.C
-	}
-	debounce := time.NewTimer(time.Hour)
-	debounce.Stop()
-	defer debounce.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case ev, ok := <-w.Events:
-			if !ok {
-				return nil
-			}
+	fswatch.Loop(ctx, w, fswatch.Config{
+		Debounce: opts.Debounce,
+		Poll:     opts.Poll,
+		Scan:     l.scan,
+		Event: func(w *fsnotify.Watcher, ev fsnotify.Event) bool {
 			if ev.Has(fsnotify.Create) && l.src.Dir != "" {
 				// A new directory under the policy directory is watched too.
 				if fi, err := os.Stat(ev.Name); err == nil && fi.IsDir() {
 					_ = addTree(w, ev.Name)
 				}
 			}
-			if l.relevant(ev.Name) {
-				debounce.Reset(opts.Debounce)
-			}
-		case _, ok := <-w.Errors:
-			if !ok {
-				return nil
-			}
-			// An overflow or a watch that broke: rebuild from what is on
-			// disk rather than guess what was missed.
-			debounce.Reset(opts.Debounce)
-		case <-pollC:
-			if _, fp := l.scan(); fp != last {
-				debounce.Reset(opts.Debounce)
-			}
-		case <-debounce.C:
-			// Directories may have come or gone with the change.
-			dirs, last = l.scan()
-			for _, dir := range dirs {
-				_ = w.Add(dir)
-			}
-			l.Reload(ctx)
-		}
-	}
+			return l.relevant(ev.Name)
+		},
+		Reload: func() { l.Reload(ctx) },
+	}, last)
+	return nil
 }
 
 func addTree(w *fsnotify.Watcher, root string) error {
