@@ -201,7 +201,6 @@ func reviewRequest(t testing.TB, action string, sop *engine.SOP) engine.ReviewRe
 		Deadline: time.Now().Add(time.Minute)}
 }
 
-func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
 func TestSOPReviewerOutOfProcess(t *testing.T) {
 	h := startHost(t, helperSpec(t, "sop"))
@@ -225,7 +224,7 @@ func TestSOPReviewerOutOfProcess(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.PID == os.Getpid() || !alive(res.PID) {
+			if res.PID == os.Getpid() || !processExists(res.PID) {
 				t.Fatalf("review ran in pid %d; want a separate, live plugin process", res.PID)
 			}
 			_, approved, why := engine.Judge(res, reviewer)
@@ -246,17 +245,17 @@ func TestSOPReviewerOutOfProcess(t *testing.T) {
 func TestCloseLeavesNoProcess(t *testing.T) {
 	h := startHost(t, helperSpec(t, "sop"))
 	pid := h.Plugins()[0].PID
-	if !alive(pid) {
+	if !processExists(pid) {
 		t.Fatalf("plugin pid %d is not running after Start", pid)
 	}
 	h.Close()
 	deadline := time.Now().Add(5 * time.Second)
-	for alive(pid) && time.Now().Before(deadline) {
+	for processExists(pid) && time.Now().Before(deadline) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	// A zombie still answers kill(0); reaping is go-plugin's job, so a
 	// pid that remains means the process was not waited for.
-	if alive(pid) {
+	if processExists(pid) {
 		t.Fatalf("plugin pid %d still exists after Close", pid)
 	}
 	if _, err := h.Route(reviewer); !errors.Is(err, engine.ErrNoReviewer) {
