@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -200,7 +199,6 @@ func reviewRequest(t testing.TB, action string, sop *engine.SOP) engine.ReviewRe
 	return engine.ReviewRequest{ReviewID: "rv1", Proposal: p, ProposalJSON: raw, Persona: reviewer, SOP: sop,
 		Deadline: time.Now().Add(time.Minute)}
 }
-
 
 func TestSOPReviewerOutOfProcess(t *testing.T) {
 	h := startHost(t, helperSpec(t, "sop"))
