@@ -183,7 +183,7 @@ func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config)
 	if wrap != nil {
 		d = wrap(eng)
 	}
-	w, err := bus.NewWorker(nc, js, res, d, cfg, zaptest.NewLogger(t))
+	w, err := bus.NewWorker(nc, js, res, d, func() engine.AuditTrail { return bus.NewTrail(js) }, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

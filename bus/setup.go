@@ -49,6 +49,10 @@ type Config struct {
 	// MaxInFlight bounds proposals decided at once by one gated. Default
 	// 1024.
 	MaxInFlight int
+	// MaxAckPending bounds proposals handed out and not yet acknowledged,
+	// over every gated process sharing the consumer. Default 4 ×
+	// MaxInFlight.
+	MaxAckPending int
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -70,6 +74,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = 1024
 	}
+	if c.MaxAckPending == 0 {
+		c.MaxAckPending = 4 * c.MaxInFlight
+	}
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return c, fmt.Errorf("%w: replicas %d must be between 1 and 5", ErrInvalidConfig, c.Replicas)
@@ -79,6 +86,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: max deliver %d must be at least 1", ErrInvalidConfig, c.MaxDeliver)
 	case c.MaxInFlight < 1:
 		return c, fmt.Errorf("%w: max in flight %d must be at least 1", ErrInvalidConfig, c.MaxInFlight)
+	case c.MaxAckPending < 1:
+		return c, fmt.Errorf("%w: max ack pending %d must be at least 1", ErrInvalidConfig, c.MaxAckPending)
 	case c.AuditMaxAge < 0:
 		return c, fmt.Errorf("%w: audit max age %s is negative", ErrInvalidConfig, c.AuditMaxAge)
 	case c.VerdictTTL < 0:
@@ -128,6 +137,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		MaxAge:      cfg.AuditMaxAge,
 		DenyDelete:  true,
 		DenyPurge:   true,
+		// Atomic batches let a tenant's chained records land together,
+		// checked once against the tenant's last record.
+		AllowAtomicPublish: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", AuditStream, err)
@@ -149,7 +161,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		AckPolicy:     jetstream.AckExplicitPolicy,
 		AckWait:       cfg.AckWait,
 		MaxDeliver:    cfg.MaxDeliver,
-		MaxAckPending: cfg.MaxInFlight * 4,
+		MaxAckPending: cfg.MaxAckPending,
 		FilterSubject: ProposalSubjects,
 	})
 	if err != nil {

@@ -29,6 +29,7 @@ type Worker struct {
 	js      jetstream.JetStream
 	res     *Resources
 	decider Decider
+	trails  Trails
 	cfg     Config
 	log     *zap.Logger
 
@@ -42,15 +43,21 @@ type Worker struct {
 	cc       jetstream.ConsumeContext
 }
 
+// Trails starts the audit trail of one delivery.
+type Trails func() engine.AuditTrail
+
 // NewWorker builds a worker. Start begins consuming.
-func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider, cfg Config, log *zap.Logger) (*Worker, error) {
+func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider, trails Trails, cfg Config, log *zap.Logger) (*Worker, error) {
+	if trails == nil {
+		return nil, fmt.Errorf("%w: the worker needs audit trails", ErrInvalidConfig)
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
-		nc: nc, js: js, res: res, decider: d, cfg: cfg, log: log,
+		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), sem: make(chan struct{}, cfg.MaxInFlight),
 	}, nil
 }
@@ -133,7 +140,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		Data:    msg.Data(),
 		MsgID:   msg.Headers().Get(jetstream.MsgIDHeader),
 		Attempt: attempt,
-		Trail:   NewTrail(w.js),
+		Trail:   w.trails(),
 	}
 	v, err := w.decider.Decide(w.ctx, d)
 	if err != nil {
@@ -173,7 +180,7 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 	}
 	w.log.Error("deciding proposal failed on its last delivery", zap.String("subject", d.Subject),
 		zap.Int("attempt", attempt), zap.Error(cause))
-	d.Trail = NewTrail(w.js) // the failed attempt's trail may be broken
+	d.Trail = w.trails() // the failed attempt's trail may be broken
 	if v := w.decider.GiveUp(w.ctx, d, cause); v.ProposalID != "" {
 		if err := w.publishVerdict(v); err != nil {
 			w.log.Error("publishing error verdict", zap.Error(err))

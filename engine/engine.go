@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -498,11 +499,51 @@ func (r *decision) event(name string, data any) AuditEvent {
 	if tenant == "" {
 		tenant = UnknownTenant
 	}
-	return AuditEvent{
-		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: r.id, Action: r.action,
-		At: r.e.cfg.Clock.Now().UTC(), Delivery: r.d.Attempt, PolicyRevision: r.revision, PolicyEvalUS: r.evalUS,
-		Data: mustJSON(data),
+	common := proposalEventData{Action: r.action, Delivery: r.d.Attempt, PolicyEvalUS: r.evalUS}
+	if _, isVerdict := data.(*Verdict); isVerdict {
+		common.Action = "" // the verdict names its action itself
 	}
+	return AuditEvent{
+		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: r.id,
+		At: r.e.cfg.Clock.Now().UTC(), PolicyRevision: r.revision,
+		Data: mergeJSON(mustJSON(common), mustJSON(data)),
+	}
+}
+
+// proposalEventData is what every event of a proposal carries in its data.
+type proposalEventData struct {
+	Action string `json:"action,omitempty"`
+	// Delivery is the JetStream delivery count of the proposal message.
+	Delivery int `json:"delivery,omitempty"`
+	// PolicyEvalUS is how long the policy evaluation took, on every event
+	// recorded after it.
+	PolicyEvalUS int64 `json:"policy_eval_us,omitempty"`
+}
+
+// mergeJSON joins two JSON objects into one by splicing their members: the
+// keys of base come first. It does not look for keys present in both, so
+// callers keep them apart. When extra is not an object it is kept whole
+// under "detail".
+func mergeJSON(base, extra json.RawMessage) json.RawMessage {
+	extra = bytes.TrimSpace(extra)
+	if len(extra) == 0 || string(extra) == "null" {
+		return base
+	}
+	if extra[0] != '{' {
+		extra = mustJSON(map[string]json.RawMessage{"detail": extra})
+	}
+	if len(base) <= 2 { // "{}"
+		return extra
+	}
+	inner := bytes.TrimSpace(extra[1 : len(extra)-1])
+	if len(inner) == 0 {
+		return base
+	}
+	out := make([]byte, 0, len(base)+len(extra))
+	out = append(out, base[:len(base)-1]...)
+	out = append(out, ',')
+	out = append(out, inner...)
+	return append(out, '}')
 }
 
 // recordReceived records the arrival of the delivery's bytes.

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -490,11 +491,49 @@ func (h *harness) checkFresh(t *testing.T, v *engine.Verdict, tr *memTrail, data
 		wantTenant = engine.UnknownTenant
 	}
 	for _, ev := range events {
-		if ev.Tenant != wantTenant || ev.ProposalID != v.ProposalID || ev.Delivery != 1 || ev.V != 1 || !ev.At.Equal(h.now) {
+		common := commonData(t, ev)
+		if ev.Tenant != wantTenant || ev.ProposalID != v.ProposalID || common.Delivery != 1 || ev.V != 1 || !ev.At.Equal(h.now) {
 			t.Errorf("event %s: tenant %q, proposal %q, delivery %d, v %d, at %v; want tenant %q, proposal %q, delivery 1, v 1, at %v",
-				ev.Event, ev.Tenant, ev.ProposalID, ev.Delivery, ev.V, ev.At, wantTenant, v.ProposalID, h.now)
+				ev.Event, ev.Tenant, ev.ProposalID, common.Delivery, ev.V, ev.At, wantTenant, v.ProposalID, h.now)
+		}
+		if ev.Event != engine.EventVerdict && common.Action != v.Action {
+			t.Errorf("event %s has action %q in its data, want %q", ev.Event, common.Action, v.Action)
 		}
 	}
+}
+
+// commonData reads the members every proposal event carries in its data;
+// the data must be one JSON object without repeated keys.
+func commonData(t *testing.T, ev engine.AuditEvent) (c struct {
+	Action       string `json:"action"`
+	Delivery     int    `json:"delivery"`
+	PolicyEvalUS int64  `json:"policy_eval_us"`
+}) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(ev.Data))
+	keys := map[string]bool{}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("event %s: data %s is not a JSON object", ev.Event, ev.Data)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("event %s: data %s: %v", ev.Event, ev.Data, err)
+		}
+		key := tok.(string)
+		if keys[key] {
+			t.Errorf("event %s: data repeats the key %q: %s", ev.Event, key, ev.Data)
+		}
+		keys[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			t.Fatalf("event %s: data %s: %v", ev.Event, ev.Data, err)
+		}
+	}
+	if err := json.Unmarshal(ev.Data, &c); err != nil {
+		t.Fatalf("event %s: data: %v", ev.Event, err)
+	}
+	return c
 }
 
 func sameVerdict(t *testing.T, got, want *engine.Verdict) {
@@ -906,8 +945,8 @@ func TestDecideSendsTheReviewerWhatThePolicyAllows(t *testing.T) {
 			t.Errorf("event %s has policy revision %q, want %q", ev.Event, ev.PolicyRevision, want)
 		}
 		// The evaluation time is known from the policy's event on.
-		if evaluated := ev.Event != engine.EventReceived; evaluated != (ev.PolicyEvalUS > 0) {
-			t.Errorf("event %s has policy_eval_us %d", ev.Event, ev.PolicyEvalUS)
+		if evaluated := ev.Event != engine.EventReceived; evaluated != (commonData(t, ev).PolicyEvalUS > 0) {
+			t.Errorf("event %s has policy_eval_us %d", ev.Event, commonData(t, ev).PolicyEvalUS)
 		}
 	}
 }

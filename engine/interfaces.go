@@ -179,21 +179,22 @@ type VerdictStore interface {
 	Recent(ctx context.Context, tenant, targetKey string) ([]Verdict, error)
 }
 
-// AuditEvent is one step on the way to a verdict.
+// AuditEvent is one step on the way to a verdict. Every event of the
+// audit stream has this one schema; what is particular to an event is in
+// Data, a JSON object. Events of a proposal carry in Data its "action",
+// the JetStream "delivery" count and, once the policy has run, the
+// "policy_eval_us" it took.
 type AuditEvent struct {
 	V          int       `json:"v"`
 	Event      string    `json:"event"`
 	Tenant     string    `json:"tenant"`
 	ProposalID string    `json:"proposal_id,omitempty"`
-	Action     string    `json:"action,omitempty"`
 	At         time.Time `json:"at"`
-	// Delivery is the JetStream delivery count of the proposal message.
-	Delivery       int    `json:"delivery,omitempty"`
-	PolicyRevision string `json:"policy_revision,omitempty"`
-	// PolicyEvalUS is how long the policy evaluation of this proposal took,
-	// on every event recorded after it.
-	PolicyEvalUS int64           `json:"policy_eval_us,omitempty"`
-	Data         json.RawMessage `json:"data,omitempty"`
+	// Instance names the gated process that recorded the event; the audit
+	// trail fills it in when it is empty.
+	Instance       string          `json:"instance,omitempty"`
+	PolicyRevision string          `json:"policy_revision,omitempty"`
+	Data           json.RawMessage `json:"data,omitempty"`
 }
 
 // Audit event names. They become the last tokens of the audit subject

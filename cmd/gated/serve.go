@@ -260,7 +260,8 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	worker, err := bus.NewWorker(nc, js, res, countingDecider{Decider: eng, verdicts: m.verdicts}, busCfg, log.Named("worker"))
+	worker, err := bus.NewWorker(nc, js, res, countingDecider{Decider: eng, verdicts: m.verdicts},
+		func() engine.AuditTrail { return bus.NewTrail(js) }, busCfg, log.Named("worker"))
 	if err != nil {
 		return err
 	}
