@@ -500,6 +500,9 @@ func (r *decision) event(name string, data any) AuditEvent {
 		tenant = UnknownTenant
 	}
 	common := proposalEventData{Action: r.action, Delivery: r.d.Attempt, PolicyEvalUS: r.evalUS}
+	if r.p != nil && r.p.Operator != nil {
+		common.Operator = r.p.Operator.ID
+	}
 	if _, isVerdict := data.(*Verdict); isVerdict {
 		common.Action = "" // the verdict names its action itself
 	}
@@ -513,6 +516,9 @@ func (r *decision) event(name string, data any) AuditEvent {
 // proposalEventData is what every event of a proposal carries in its data.
 type proposalEventData struct {
 	Action string `json:"action,omitempty"`
+	// Operator is the id of the human the agent acts for, once the
+	// proposal is decoded.
+	Operator string `json:"operator,omitempty"`
 	// Delivery is the JetStream delivery count of the proposal message.
 	Delivery int `json:"delivery,omitempty"`
 	// PolicyEvalUS is how long the policy evaluation took, on every event

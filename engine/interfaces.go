@@ -182,6 +182,7 @@ type VerdictStore interface {
 // AuditEvent is one step on the way to a verdict. Every event of the
 // audit stream has this one schema; what is particular to an event is in
 // Data, a JSON object. Events of a proposal carry in Data its "action",
+// its "operator" (the operator id, once the proposal is decoded),
 // the JetStream "delivery" count and, once the policy has run, the
 // "policy_eval_us" it took.
 type AuditEvent struct {
