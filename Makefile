@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test vet fmt proto fuzz bench-policy bench-plugins opa-test clean
+.PHONY: all build run test vet fmt proto fuzz bench-policy bench-plugins bench-audit opa-test clean
 
 all: build
 
@@ -45,6 +45,9 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataYAML$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeAuditRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzCallTool$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/llm -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime $(FUZZTIME)
@@ -60,6 +63,12 @@ bench-policy:
 # and with one brokered tool call: p50/p99 and reviews per second.
 bench-plugins:
 	$(GO) test ./plugins -run '^$$' -bench '^BenchmarkReviewRoundTrip$$' -benchtime 5000x -count 3
+
+# bench-audit measures the chained audit trail: group commit against one
+# record per round trip against unchained events, on a file and a memory
+# stream: events/s, p50/p99 of Seal, records per publish.
+bench-audit:
+	$(GO) test ./bus -run '^$$' -bench '^BenchmarkAuditTrail$$' -benchtime 2000x -count 3
 
 # opa-test runs the bundles' tests with stock OPA, built from the module
 # proxy at the version in go.mod.

@@ -1,70 +1,313 @@
 package bus
 
 import (
-	"context"
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
 )
 
-// Trail is the audit trail of one proposal delivery. Events are published
-// asynchronously as they happen; Seal waits for every acknowledgement, so a
-// proposal is never acknowledged before its history is stored. It
-// implements engine.AuditTrail and is used by one goroutine.
-type Trail struct {
-	js      jetstream.JetStream
-	futures []jetstream.PubAckFuture
-	err     error
+// Headers of an audit record. The hash covers the body exactly as stored;
+// the MAC, when gated has a key, covers the hash, so a record can only be
+// written by someone who holds the key.
+const (
+	// AuditHashHeader is the hex SHA-256 of the record's body.
+	AuditHashHeader = "Gated-Audit-Hash"
+	// AuditMACHeader is the hex HMAC-SHA256, under the audit key, of the
+	// 32 bytes the hash header spells.
+	AuditMACHeader = "Gated-Audit-Mac"
+	// AuditKeyHeader names the key of the MAC: see AuditKeyID.
+	AuditKeyHeader = "Gated-Audit-Key"
+)
+
+// MinAuditKeyLen is the shortest audit key gated accepts, in bytes.
+const MinAuditKeyLen = 32
+
+// ErrInvalidAuditRecord is wrapped by every error of DecodeAuditRecord: the
+// message is not a record gated wrote.
+var ErrInvalidAuditRecord = errors.New("not a valid gated audit record")
+
+// AuditChain links a record to the record of the same tenant before it.
+// It is the "chain" member of every record's body.
+type AuditChain struct {
+	// N numbers the tenant's records from 1, over every gated instance.
+	N uint64 `json:"n"`
+	// Prev is the hex SHA-256 of the body of the tenant's record N-1, and
+	// empty for record 1. A chain restarts at 1 after a message that is not
+	// a valid record; its record 1 then links to that message.
+	Prev string `json:"prev"`
 }
 
-var _ engine.AuditTrail = (*Trail)(nil)
-
-// NewTrail starts an empty trail.
-func NewTrail(js jetstream.JetStream) *Trail { return &Trail{js: js} }
-
-func (t *Trail) publish(ev engine.AuditEvent) (jetstream.PubAckFuture, error) {
-	data, err := json.Marshal(ev)
-	if err != nil {
-		return nil, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
-	}
-	msg := nats.NewMsg(AuditSubject(ev.Tenant, ev.Event))
-	msg.Data = data
-	return t.js.PublishMsgAsync(msg)
+// AuditRecord is one record of the audit stream, decoded.
+type AuditRecord struct {
+	// Seq is the stream sequence, Stored the stream's timestamp; both are
+	// zero for a record that was not read from the stream.
+	Seq    uint64
+	Stored time.Time
+	// Subject is gated.audit.<tenant>.<event>.
+	Subject string
+	Event   engine.AuditEvent
+	Chain   AuditChain
+	// Body is the record exactly as stored: Event's members and "chain".
+	Body []byte
+	// Hash is the Gated-Audit-Hash header as written, which Verify checks
+	// against the body.
+	Hash string
+	// MAC and KeyID are the Gated-Audit-Mac and Gated-Audit-Key headers;
+	// empty for a record written without a key.
+	MAC   string
+	KeyID string
 }
 
-// Record implements engine.AuditTrail.
-func (t *Trail) Record(_ context.Context, ev engine.AuditEvent) error {
-	if t.err != nil {
-		return t.err
-	}
-	f, err := t.publish(ev)
-	if err != nil {
-		t.err = fmt.Errorf("publishing audit event %s: %w", ev.Event, err)
-		return t.err
-	}
-	t.futures = append(t.futures, f)
-	return nil
+// auditBody is the wire form of a record's body.
+type auditBody struct {
+	engine.AuditEvent
+	Chain *AuditChain `json:"chain"`
 }
 
-// Seal implements engine.AuditTrail.
-func (t *Trail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
-	if err := t.Record(ctx, ev); err != nil {
-		return 0, err
+// DecodeAuditRecord decodes a message of the audit stream. It checks the
+// form of a record — a JSON object of the event schema and a chain link,
+// the subject that names the body's tenant and event, a hash header — but
+// not whether the hash matches, nor the MAC, nor the chain: those are
+// Verify's, which needs the other records and the keys. Every error wraps
+// ErrInvalidAuditRecord.
+func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditRecord, error) {
+	bad := func(format string, args ...any) (*AuditRecord, error) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidAuditRecord, fmt.Sprintf(format, args...))
 	}
-	var last uint64
-	for _, f := range t.futures {
-		select {
-		case ack := <-f.Ok():
-			last = ack.Sequence
-		case err := <-f.Err():
-			return 0, fmt.Errorf("storing audit event on %s: %w", f.Msg().Subject, err)
-		case <-ctx.Done():
-			return 0, fmt.Errorf("waiting for audit acknowledgements: %w", ctx.Err())
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var b auditBody
+	if err := dec.Decode(&b); err != nil {
+		return bad("body: %v", err)
+	}
+	if dec.More() {
+		return bad("body: data after the JSON object")
+	}
+	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
+		return bad("body is not a JSON object")
+	}
+	ev := b.AuditEvent
+	switch {
+	case ev.V != engine.SchemaVersion:
+		return bad("schema version %d, want %d", ev.V, engine.SchemaVersion)
+	case !validAuditTenant(ev.Tenant):
+		return bad("tenant %q is not a tenant token", ev.Tenant)
+	case !validEventName(ev.Event):
+		return bad("event %q is not an event name", ev.Event)
+	case subject != AuditSubject(ev.Tenant, ev.Event):
+		return bad("subject %s does not name the body's tenant %q and event %q", subject, ev.Tenant, ev.Event)
+	case len(ev.Data) > 0 && !isJSONObject(ev.Data):
+		return bad("data is not a JSON object")
+	case b.Chain == nil:
+		return bad("no chain member")
+	case b.Chain.N == 0:
+		return bad("chain n is 0; records are numbered from 1")
+	case b.Chain.N > 1 && b.Chain.Prev == "":
+		return bad("record %d of a chain links to no record", b.Chain.N)
+	case b.Chain.Prev != "" && !isHexDigest(b.Chain.Prev):
+		return bad("chain prev %q is not a hex SHA-256", b.Chain.Prev)
+	}
+	r := &AuditRecord{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
+	if hdr != nil {
+		r.Hash, r.MAC, r.KeyID = hdr.Get(AuditHashHeader), hdr.Get(AuditMACHeader), hdr.Get(AuditKeyHeader)
+	}
+	switch {
+	case r.Hash == "":
+		return bad("no %s header", AuditHashHeader)
+	case !isHexDigest(r.Hash):
+		return bad("%s %q is not a hex SHA-256", AuditHashHeader, r.Hash)
+	case (r.MAC == "") != (r.KeyID == ""):
+		return bad("%s and %s go together", AuditMACHeader, AuditKeyHeader)
+	}
+	return r, nil
+}
+
+// AuditKeyID names a key in the Gated-Audit-Key header without revealing
+// it: the hex of the first 8 bytes of its SHA-256.
+func AuditKeyID(key []byte) string {
+	sum := sha256.Sum256(key)
+	return hex.EncodeToString(sum[:8])
+}
+
+// ParseAuditKey reads an audit key file's content: at least
+// MinAuditKeyLen bytes, written raw or in hex (surrounding white space is
+// ignored for hex).
+func ParseAuditKey(data []byte) ([]byte, error) {
+	if t := bytes.TrimSpace(data); len(t)%2 == 0 && len(t) >= 2*MinAuditKeyLen {
+		if key, err := hex.DecodeString(string(t)); err == nil {
+			return key, nil
 		}
 	}
-	return last, nil
+	if len(data) < MinAuditKeyLen {
+		return nil, fmt.Errorf("an audit key needs at least %d random bytes (or %d hex digits), this one has %d bytes", MinAuditKeyLen, 2*MinAuditKeyLen, len(data))
+	}
+	return data, nil
+}
+
+// auditMAC is the MAC of a record whose hash header spells digest.
+func auditMAC(key []byte, digest [sha256.Size]byte) string {
+	m := hmac.New(sha256.New, key)
+	m.Write(digest[:])
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// auditSigner writes the hash and MAC headers of records.
+type auditSigner struct {
+	key   []byte
+	keyID string
+}
+
+func newAuditSigner(key []byte) auditSigner {
+	if len(key) == 0 {
+		return auditSigner{}
+	}
+	return auditSigner{key: key, keyID: AuditKeyID(key)}
+}
+
+func (s auditSigner) sign(hdr nats.Header, digest [sha256.Size]byte) {
+	hdr.Set(AuditHashHeader, hex.EncodeToString(digest[:]))
+	if s.key != nil {
+		hdr.Set(AuditMACHeader, auditMAC(s.key, digest))
+		hdr.Set(AuditKeyHeader, s.keyID)
+	}
+}
+
+// encodedEvent is an event marshalled once; chaining it only splices the
+// chain member in, so a record can be re-chained cheaply after another
+// gated instance wrote to its tenant.
+type encodedEvent struct {
+	tenant  string
+	subject string
+	json    []byte // the event without the chain member
+}
+
+func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
+	if !validAuditTenant(ev.Tenant) {
+		return encodedEvent{}, fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
+	}
+	if !validEventName(ev.Event) {
+		return encodedEvent{}, fmt.Errorf("audit event name %q is not an event name", ev.Event)
+	}
+	switch t := bytes.TrimSpace(ev.Data); {
+	case len(t) == 0, string(t) == "null":
+		ev.Data = nil
+	case t[0] != '{':
+		// Every record's data is an object; anything else is kept whole.
+		wrapped, err := json.Marshal(map[string]json.RawMessage{"detail": t})
+		if err != nil {
+			return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
+		}
+		ev.Data = wrapped
+	}
+	data, err := json.Marshal(ev)
+	if err != nil {
+		return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
+	}
+	return encodedEvent{tenant: ev.Tenant, subject: AuditSubject(ev.Tenant, ev.Event), json: data}, nil
+}
+
+// body returns the record's body for chain link c.
+func (e encodedEvent) body(c AuditChain) []byte {
+	out := make([]byte, 0, len(e.json)+96)
+	out = append(out, e.json[:len(e.json)-1]...)
+	out = append(out, `,"chain":{"n":`...)
+	out = strconv.AppendUint(out, c.N, 10)
+	out = append(out, `,"prev":"`...)
+	out = append(out, c.Prev...)
+	return append(out, `"}}`...)
+}
+
+// msg builds the record's message for chain link c and returns it with
+// the digest of its body.
+func (e encodedEvent) msg(c AuditChain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
+	m := nats.NewMsg(e.subject)
+	m.Data = e.body(c)
+	digest := sha256.Sum256(m.Data)
+	s.sign(m.Header, digest)
+	return m, digest
+}
+
+// NewAuditMsg builds the stream message of a record: ev with chain link c,
+// hashed, and MACed under key when key is not empty. gated's Auditor
+// writes records this way; it is exported for tools and tests that write
+// or check records themselves.
+func NewAuditMsg(ev engine.AuditEvent, c AuditChain, key []byte) (*nats.Msg, error) {
+	e, err := encodeEvent(ev)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := e.msg(c, newAuditSigner(key))
+	return m, nil
+}
+
+// AuditTenantSubject is the subject filter of one tenant's records.
+func AuditTenantSubject(tenant string) string {
+	return AuditSubjectPrefix + tenant + ".>"
+}
+
+// validAuditTenant accepts the tenant tokens of the wire contract and
+// engine.UnknownTenant.
+func validAuditTenant(t string) bool {
+	if t == engine.UnknownTenant {
+		return true
+	}
+	if len(t) == 0 || len(t) > 64 {
+		return false
+	}
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// validEventName accepts dotted lower-case names such as verdict.decided:
+// each part is a subject token.
+func validEventName(name string) bool {
+	if len(name) == 0 || len(name) > 128 {
+		return false
+	}
+	for part := range strings.SplitSeq(name, ".") {
+		if part == "" {
+			return false
+		}
+		for i := 0; i < len(part); i++ {
+			c := part[i]
+			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func isHexDigest(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func isJSONObject(raw json.RawMessage) bool {
+	t := bytes.TrimSpace(raw)
+	return len(t) > 0 && t[0] == '{'
 }

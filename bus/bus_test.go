@@ -95,7 +95,7 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := bus.NewTrail(js)
+	tr := newAuditor(t, js, bus.AuditorConfig{}).Trail()
 	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
 		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: ev, Tenant: "acme", ProposalID: "p1"}); err != nil {
 			t.Fatal(err)
@@ -183,7 +183,7 @@ func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config)
 	if wrap != nil {
 		d = wrap(eng)
 	}
-	w, err := bus.NewWorker(nc, js, res, d, func() engine.AuditTrail { return bus.NewTrail(js) }, cfg, zaptest.NewLogger(t))
+	w, err := bus.NewWorker(nc, js, res, d, newAuditor(t, js, bus.AuditorConfig{}).Trail, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func (g *gate) propose(t *testing.T, data []byte) *engine.Verdict {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	v, err := g.client.Propose(ctx, data)
+	v, err := g.client.ProposeRaw(ctx, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +502,7 @@ func TestClientRefusesAnotherProposalsVerdict(t *testing.T) {
 	g.propose(t, proposal("reuse2", "read", "host_list_services", ""))
 	// Within the duplicate window the stream drops the second proposal;
 	// the client must not hand back the first one's approval.
-	_, err := g.client.Propose(t.Context(), proposal("reuse2", "destructive", "db_drop_table", ""))
+	_, err := g.client.ProposeRaw(t.Context(), proposal("reuse2", "destructive", "db_drop_table", ""))
 	if !errors.Is(err, bus.ErrIDReused) {
 		t.Fatalf("err = %v, want ErrIDReused", err)
 	}

@@ -7,41 +7,230 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 
 	"github.com/gated/gated/engine"
 )
 
-// ErrBadProposal means a proposal cannot even be addressed: it is not a
-// JSON object with valid tenant, id and action tokens. gated itself never
-// sees it.
-var ErrBadProposal = errors.New("proposal cannot be addressed")
+// Errors of the fleet client. Test for them with errors.Is; a verdict that
+// is not an approval comes as a *VerdictError, a refusal of the review
+// service as a *ServiceError, and both match the sentinels below.
+var (
+	// ErrBadProposal means a proposal cannot even be addressed: it is not a
+	// JSON object with valid tenant, id and action tokens. gated itself
+	// never sees it.
+	ErrBadProposal = errors.New("proposal cannot be addressed")
 
-// ErrNoVerdict means no verdict arrived before the context ended.
-var ErrNoVerdict = errors.New("no verdict before the deadline")
+	// ErrNoVerdict means no verdict arrived before the context ended. The
+	// proposal may still be decided later: look it up with Client.Verdict
+	// or `gated verdict get`, and never act on it before.
+	ErrNoVerdict = errors.New("no verdict before the deadline")
 
-// ErrIDReused means the id was already used by a different proposal of the
-// same tenant. The stream drops the new one as a duplicate, so it was
-// never decided: choose a new id.
-var ErrIDReused = errors.New("proposal id already used by a different proposal")
+	// ErrIDReused means the id was already used by a different proposal of
+	// the same tenant. The stream drops the new one as a duplicate, so it
+	// was never decided: choose a new id.
+	ErrIDReused = errors.New("proposal id already used by a different proposal")
+
+	// ErrNotApproved is matched by every verdict that is not an approval,
+	// whatever its outcome.
+	ErrNotApproved = errors.New("proposal not approved")
+
+	// ErrReviewRejected matches a verdict with outcome rejected: the policy
+	// or a reviewer said no. The verdict's reason says why.
+	ErrReviewRejected = errors.New("proposal rejected")
+
+	// ErrReviewBlocked matches a verdict with outcome blocked: no reviewer
+	// could be routed (a missing plugin or persona, an open circuit, only
+	// the proposer itself to review).
+	ErrReviewBlocked = errors.New("proposal blocked: no reviewer could be routed")
+
+	// ErrReviewError matches a verdict with outcome error: a reviewer, a
+	// tool or gated's infrastructure failed. It is not retried
+	// automatically; propose again with a new id.
+	ErrReviewError = errors.New("review failed")
+
+	// ErrReviewTimeout matches a verdict with outcome timeout: the review
+	// passed its deadline inside gated. It differs from ErrNoVerdict, which
+	// means the caller stopped waiting.
+	ErrReviewTimeout = errors.New("review passed its deadline")
+
+	// ErrProposalInvalid matches a verdict with outcome invalid: gated's
+	// strict decoding refused the proposal; the reason names the field.
+	ErrProposalInvalid = errors.New("proposal invalid")
+
+	// ErrServiceUnavailable means the gated.review service did not take
+	// the request: no gated serves it, or it is overloaded or stopping.
+	// Retry with backoff, or publish on gated.proposals instead.
+	ErrServiceUnavailable = errors.New("review service unavailable")
+
+	// ErrTenantMismatch means a proposal sent to gated.review.<tenant>
+	// names another tenant.
+	ErrTenantMismatch = errors.New("proposal tenant does not match the endpoint's tenant")
+)
+
+// VerdictError is the error for a verdict that is not an approval. It
+// matches ErrNotApproved and the sentinel of its outcome (ErrReviewRejected,
+// ErrReviewBlocked, ErrReviewError, ErrReviewTimeout, ErrProposalInvalid).
+type VerdictError struct {
+	// Verdict is gated's answer, never nil.
+	Verdict *engine.Verdict
+}
+
+func (e *VerdictError) Error() string {
+	v := e.Verdict
+	return fmt.Sprintf("proposal %s.%s %s at stage %s: %s", v.Tenant, v.ProposalID, v.Outcome, v.Stage, v.Reason)
+}
+
+// Is maps the verdict's outcome to its sentinel error.
+func (e *VerdictError) Is(target error) bool {
+	if target == ErrNotApproved {
+		return true
+	}
+	sentinel, ok := outcomeErrors[e.Verdict.Outcome]
+	return ok && target == sentinel
+}
+
+var outcomeErrors = map[engine.Outcome]error{
+	engine.OutcomeRejected: ErrReviewRejected,
+	engine.OutcomeBlocked:  ErrReviewBlocked,
+	engine.OutcomeError:    ErrReviewError,
+	engine.OutcomeTimeout:  ErrReviewTimeout,
+	engine.OutcomeInvalid:  ErrProposalInvalid,
+}
+
+// CheckVerdict returns nil when v approves its proposal (outcome approved
+// and approved true), else a *VerdictError. A nil verdict is not an
+// approval either.
+func CheckVerdict(v *engine.Verdict) error {
+	if v == nil {
+		return fmt.Errorf("%w: no verdict", ErrNotApproved)
+	}
+	if v.Outcome == engine.OutcomeApproved && v.Approved {
+		return nil
+	}
+	return &VerdictError{Verdict: v}
+}
+
+// ServiceError is a refusal from the gated.review service: a micro error
+// reply with a status code and a description. It matches ErrBadProposal
+// (400, 413), ErrTenantMismatch (403), ErrIDReused (409),
+// ErrServiceUnavailable (503) and ErrNoVerdict (504).
+type ServiceError struct {
+	// Code is the Nats-Service-Error-Code header, e.g. 504.
+	Code int
+	// Description is the Nats-Service-Error header.
+	Description string
+}
+
+func (e *ServiceError) Error() string {
+	return fmt.Sprintf("gated.review refused the request (%d): %s", e.Code, e.Description)
+}
+
+// Is maps the status code to the client's sentinel errors.
+func (e *ServiceError) Is(target error) bool {
+	switch e.Code {
+	case 400, 413:
+		return target == ErrBadProposal
+	case 403:
+		return target == ErrTenantMismatch
+	case 409:
+		return target == ErrIDReused
+	case 503:
+		return target == ErrServiceUnavailable
+	case 504:
+		return target == ErrNoVerdict
+	}
+	return false
+}
+
+// DefaultWait is how long the client waits for a verdict when the context
+// has no deadline.
+const DefaultWait = 90 * time.Second
+
+// ClientOption configures a Client.
+type ClientOption func(*clientOptions) error
+
+type clientOptions struct {
+	wait      time.Duration
+	apiPrefix string
+}
+
+// WithDefaultWait sets how long a call waits for its verdict when its
+// context has no deadline. Default DefaultWait (90 s). A context deadline
+// always wins.
+func WithDefaultWait(d time.Duration) ClientOption {
+	return func(o *clientOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: default wait %s must be positive", ErrInvalidConfig, d)
+		}
+		o.wait = d
+		return nil
+	}
+}
+
+// WithAPIPrefix sets the JetStream API prefix used for verdict look-ups,
+// for accounts that import JetStream from another account or domain.
+// Default "$JS.API".
+func WithAPIPrefix(prefix string) ClientOption {
+	return func(o *clientOptions) error {
+		prefix = strings.TrimSuffix(prefix, ".")
+		if prefix == "" || strings.ContainsAny(prefix, " *>") {
+			return fmt.Errorf("%w: JetStream API prefix %q", ErrInvalidConfig, prefix)
+		}
+		o.apiPrefix = prefix
+		return nil
+	}
+}
 
 // Client is the fleet side: it publishes proposals and waits for their
 // verdicts. It is safe for concurrent use.
+//
+// A tenant's NATS user needs no account-wide JetStream rights to use it.
+// With the connection's inbox prefix written INBOX (default "_INBOX"; set
+// one per tenant with nats.CustomInboxPrefix) and TENANT its tenant token,
+// the subjects it touches are:
+//
+//	publish   gated.proposals.TENANT.*            Propose, ProposeRaw
+//	subscribe gated.verdicts.TENANT.*             Propose, ProposeRaw (the verdict)
+//	subscribe INBOX.>                             every call (the JetStream publish
+//	                                              acknowledgement, the look-up and
+//	                                              the review service's reply)
+//	publish   $JS.API.DIRECT.GET.KV_GATED_VERDICTS.$KV.GATED_VERDICTS.TENANT.*
+//	                                              Verdict, and Propose/ProposeRaw
+//	                                              when a proposal is a duplicate
+//	publish   gated.review.TENANT                 RequestReview only
+//
+// Every request the client makes is answered on the connection's own
+// inbox, so confining a tenant to INBOX.> with a prefix of its own keeps
+// other tenants' replies away from it.
 type Client struct {
-	nc *nats.Conn
-	js jetstream.JetStream
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	opts clientOptions
 }
 
-// NewClient wraps a connection.
-func NewClient(nc *nats.Conn) (*Client, error) {
-	js, err := jetstream.New(nc)
+// NewClient wraps a connection. It makes no request: a tenant without
+// JetStream API rights can build one. Options that fail validation return
+// an error wrapping ErrInvalidConfig.
+func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
+	o := clientOptions{wait: DefaultWait, apiPrefix: jetstream.DefaultAPIPrefix}
+	o.apiPrefix = strings.TrimSuffix(o.apiPrefix, ".")
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	js, err := jetstream.NewWithAPIPrefix(nc, o.apiPrefix)
 	if err != nil {
 		return nil, err
 	}
-	return &Client{nc: nc, js: js}, nil
+	return &Client{nc: nc, js: js, opts: o}, nil
 }
 
 // Address is what a proposal must carry to be published: its tenant, id
@@ -59,98 +248,279 @@ func AddressOf(data []byte) (Address, error) {
 	if err := json.Unmarshal(data, &a); err != nil {
 		return a, fmt.Errorf("%w: %v", ErrBadProposal, err)
 	}
-	switch {
-	case !engine.ValidTenant(a.Tenant):
-		return a, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, a.Tenant)
-	case !engine.ValidID(a.ID):
-		return a, fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, a.ID)
-	case !engine.ValidAction(a.Action):
-		return a, fmt.Errorf("%w: action %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, a.Action)
-	}
-	return a, nil
+	return a, a.check()
 }
 
-// Propose publishes a raw proposal and waits for its verdict until ctx
-// ends. It subscribes to the verdict subject before publishing, and when
-// the stream reports the proposal as a duplicate of one already sent, it
-// reads the stored verdict instead of waiting for a new one.
-func (c *Client) Propose(ctx context.Context, data []byte) (*engine.Verdict, error) {
+func (a Address) check() error {
+	switch {
+	case !engine.ValidTenant(a.Tenant):
+		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, a.Tenant)
+	case !engine.ValidID(a.ID):
+		return fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, a.ID)
+	case !engine.ValidAction(a.Action):
+		return fmt.Errorf("%w: action %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, a.Action)
+	}
+	return nil
+}
+
+// key is the proposal's Nats-Msg-Id and verdict bucket key.
+func (a Address) key() string { return a.Tenant + "." + a.ID }
+
+// Propose publishes p and waits for its verdict until ctx ends (or the
+// client's default wait when ctx has no deadline). It fails closed: the
+// error is nil only for an approval. Any other verdict comes back with a
+// *VerdictError (which carries it too); the verdict is returned alongside.
+//
+// p is sent as its JSON encoding, with v set to the schema version when
+// it is zero; the same proposal always encodes to the same bytes, so
+// proposing it again is idempotent. Errors: ErrBadProposal (tenant, id or
+// action is not a valid token), ErrNoVerdict, ErrIDReused, a *VerdictError,
+// or a NATS error.
+func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: nil proposal", ErrBadProposal)
+	}
+	wire := *p
+	if wire.V == 0 {
+		wire.V = engine.SchemaVersion
+	}
+	a := Address{Tenant: wire.Tenant, ID: wire.ID, Action: wire.Action}
+	if err := a.check(); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(&wire)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding proposal %s: %v", ErrBadProposal, a.key(), err)
+	}
+	v, err := c.propose(ctx, a, data)
+	if err != nil {
+		return nil, err
+	}
+	return v, CheckVerdict(v)
+}
+
+// ProposeRaw publishes a raw proposal and waits for its verdict until ctx
+// ends (or the client's default wait when ctx has no deadline). Unlike
+// Propose it returns every verdict with a nil error, whatever its outcome:
+// it is for tools that show the verdict, such as `gated propose`; call
+// CheckVerdict before acting on it.
+//
+// It subscribes to the verdict subject before publishing, and when the
+// stream reports the proposal as a duplicate of one already sent, it reads
+// the stored verdict instead of waiting for a new one. Errors:
+// ErrBadProposal, ErrNoVerdict, ErrIDReused, or a NATS error.
+func (c *Client) ProposeRaw(ctx context.Context, data []byte) (*engine.Verdict, error) {
 	a, err := AddressOf(data)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 90*time.Second)
-		defer cancel()
+	return c.propose(ctx, a, data)
+}
+
+func (c *Client) withWait(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
 	}
-	ch := make(chan *nats.Msg, 1)
+	return context.WithTimeout(ctx, c.opts.wait)
+}
+
+func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.Verdict, error) {
+	ctx, cancel := c.withWait(ctx)
+	defer cancel()
+	ch := make(chan *nats.Msg, 16)
 	sub, err := c.nc.ChanSubscribe(VerdictSubject(a.Tenant, a.ID), ch)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
-	defer sub.Unsubscribe()
+	defer func() { _ = sub.Unsubscribe() }()
+	// The subscription must be in place on the server before the proposal
+	// can be decided, or a fast verdict is missed.
 	if err := c.nc.FlushWithContext(ctx); err != nil {
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
 
 	msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
 	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, a.Tenant+"."+a.ID)
-	sum := sha256.Sum256(data)
-	digest := hex.EncodeToString(sum[:])
-	// answer accepts only a verdict for exactly these bytes: an earlier
-	// proposal's verdict under the same id, or a message that merely claims
-	// to be a verdict, is not this proposal's answer.
-	answer := func(v *engine.Verdict) (*engine.Verdict, error) {
-		if v.Tenant != a.Tenant || v.ProposalID != a.ID {
-			return nil, fmt.Errorf("verdict names %s.%s, want %s.%s", v.Tenant, v.ProposalID, a.Tenant, a.ID)
-		}
-		if v.ProposalSHA256 != "" && v.ProposalSHA256 != digest {
-			return nil, fmt.Errorf("%w: %s.%s", ErrIDReused, a.Tenant, a.ID)
-		}
-		return v, nil
-	}
+	msg.Header.Set(jetstream.MsgIDHeader, a.key())
+	digest := proposalDigest(data)
 	ack, err := c.js.PublishMsg(ctx, msg)
 	if err != nil {
-		return nil, fmt.Errorf("publishing proposal %s.%s: %w", a.Tenant, a.ID, err)
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("%w: proposal %s not acknowledged: %v", ErrNoVerdict, a.key(), err)
+		}
+		return nil, fmt.Errorf("publishing proposal %s: %w", a.key(), err)
+	}
+	// lookup reads the stored verdict of a duplicate, briefly: a look-up
+	// that goes unanswered must not keep the loop below from the verdict
+	// subject.
+	lookup := func() (*engine.Verdict, error) {
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return c.Verdict(lctx, a.Tenant, a.ID)
 	}
 	if ack.Duplicate {
-		if v, err := c.Verdict(ctx, a.Tenant, a.ID); err == nil {
-			return answer(v)
+		if v, err := lookup(); err == nil {
+			return answer(a, digest, v)
 		}
 	}
-	// Poll the bucket now and then as well: a verdict published while a
-	// duplicate was in flight would otherwise be missed.
+	// A duplicate's verdict may have been published before this client
+	// subscribed, and a verdict message can be lost; poll the bucket now
+	// and then as well.
 	poll := time.NewTicker(2 * time.Second)
 	defer poll.Stop()
 	for {
 		select {
 		case m := <-ch:
+			// Anything else that lands on the verdict subject is skipped,
+			// not taken as a failure: another client can have a JetStream
+			// acknowledgement or a reply sent there, and must not be able
+			// to make this proposal's wait fail.
 			var v engine.Verdict
-			if err := json.Unmarshal(m.Data, &v); err != nil {
-				return nil, fmt.Errorf("decoding verdict on %s: %w", m.Subject, err)
-			}
-			return answer(&v)
-		case <-poll.C:
-			if !ack.Duplicate {
+			if err := json.Unmarshal(m.Data, &v); err != nil || v.Tenant != a.Tenant || v.ProposalID != a.ID {
 				continue
 			}
-			if v, err := c.Verdict(ctx, a.Tenant, a.ID); err == nil {
-				return answer(v)
+			return answer(a, digest, &v)
+		case <-poll.C:
+			// The verdict message is core NATS: it is lost when it is
+			// published while this connection reconnects, or crowded out
+			// of the subscription's buffer. The stored verdict is not.
+			if v, err := lookup(); err == nil {
+				return answer(a, digest, v)
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: proposal %s.%s: %v", ErrNoVerdict, a.Tenant, a.ID, ctx.Err())
+			return nil, fmt.Errorf("%w: proposal %s: %v", ErrNoVerdict, a.key(), ctx.Err())
 		}
 	}
 }
 
-// Verdict looks up a stored verdict; it returns engine.ErrNotFound when
-// there is none.
-func (c *Client) Verdict(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
-	kv, err := c.js.KeyValue(ctx, VerdictBucket)
-	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", VerdictBucket, err)
+func proposalDigest(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
+}
+
+// answer accepts only a verdict for exactly these bytes: an earlier
+// proposal's verdict under the same id, or a message that merely claims to
+// be a verdict, is not this proposal's answer.
+func answer(a Address, digest string, v *engine.Verdict) (*engine.Verdict, error) {
+	if v.Tenant != a.Tenant || v.ProposalID != a.ID {
+		return nil, fmt.Errorf("verdict names %s.%s, want %s", v.Tenant, v.ProposalID, a.key())
 	}
-	return NewVerdictStore(kv).Get(ctx, tenant, id)
+	if v.ProposalSHA256 != "" && v.ProposalSHA256 != digest {
+		return nil, fmt.Errorf("%w: %s", ErrIDReused, a.key())
+	}
+	return v, nil
+}
+
+// VerdictLookupSubject is the JetStream direct-get subject that reads the
+// stored verdict of tenant and id: the only look-up right a tenant needs.
+func VerdictLookupSubject(apiPrefix, tenant, id string) string {
+	return apiPrefix + ".DIRECT.GET.KV_" + VerdictBucket + ".$KV." + VerdictBucket + "." + tenant + "." + id
+}
+
+// Verdict looks up a stored verdict with one JetStream direct get of its
+// key, so it needs no right beyond reading that key. It returns
+// engine.ErrNotFound when none is stored (never decided, or past the
+// bucket's TTL), ErrBadProposal when tenant or id is not a valid token.
+func (c *Client) Verdict(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+	if !engine.ValidTenant(tenant) {
+		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
+	}
+	if !engine.ValidID(id) {
+		return nil, fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, id)
+	}
+	ctx, cancel := c.withWait(ctx)
+	defer cancel()
+	subject := VerdictLookupSubject(c.opts.apiPrefix, tenant, id)
+	m, err := c.nc.RequestWithContext(ctx, subject, nil)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return nil, fmt.Errorf("reading verdict %s.%s: nothing answers %s: is gated's bucket %s set up, and may this user read it?", tenant, id, subject, VerdictBucket)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading verdict %s.%s: %w", tenant, id, err)
+	}
+	return decodeStoredVerdict(tenant, id, m)
+}
+
+// decodeStoredVerdict reads a direct-get reply: a 404 status or a KV
+// delete marker is "not found".
+func decodeStoredVerdict(tenant, id string, m *nats.Msg) (*engine.Verdict, error) {
+	if len(m.Data) == 0 {
+		switch status := m.Header.Get("Status"); status {
+		case "404":
+			return nil, engine.ErrNotFound
+		case "":
+		default:
+			return nil, fmt.Errorf("reading verdict %s.%s: JetStream answered %s %s", tenant, id, status, m.Header.Get("Description"))
+		}
+	}
+	switch m.Header.Get("KV-Operation") {
+	case "DEL", "PURGE":
+		return nil, engine.ErrNotFound
+	}
+	if subj := m.Header.Get(jetstream.SubjectHeader); subj != "" && subj != "$KV."+VerdictBucket+"."+tenant+"."+id {
+		return nil, fmt.Errorf("reading verdict %s.%s: JetStream returned the entry of %s", tenant, id, subj)
+	}
+	var v engine.Verdict
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		return nil, fmt.Errorf("decoding stored verdict %s.%s: %w", tenant, id, err)
+	}
+	if v.Tenant != tenant || v.ProposalID != id {
+		return nil, fmt.Errorf("stored verdict under %s.%s names %s.%s", tenant, id, v.Tenant, v.ProposalID)
+	}
+	return &v, nil
+}
+
+// RequestReview sends a raw proposal to gated's review service on
+// gated.review.<tenant> and returns the verdict of the reply, whatever its
+// outcome (like ProposeRaw). The service publishes the proposal on the
+// same durable path as ProposeRaw. Errors: ErrBadProposal, a *ServiceError
+// (which matches ErrServiceUnavailable, ErrNoVerdict, ErrTenantMismatch,
+// ErrIDReused, ErrBadProposal by its code), ErrServiceUnavailable when no
+// gated serves the endpoint, ErrNoVerdict when ctx ends first.
+func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdict, error) {
+	a, err := AddressOf(data)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := c.withWait(ctx)
+	defer cancel()
+	m, err := c.nc.RequestWithContext(ctx, ReviewSubjectPrefix+a.Tenant, data)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, fmt.Errorf("%w: nothing serves %s%s (is gated serve running with --review-service?)", ErrServiceUnavailable, ReviewSubjectPrefix, a.Tenant)
+	case err != nil && ctx.Err() != nil:
+		return nil, fmt.Errorf("%w: proposal %s: %v", ErrNoVerdict, a.key(), err)
+	case err != nil:
+		return nil, fmt.Errorf("requesting review of %s: %w", a.key(), err)
+	}
+	v, err := decodeReviewReply(m.Header, m.Data)
+	if err != nil {
+		return nil, err
+	}
+	return answer(a, proposalDigest(data), v)
+}
+
+// decodeReviewReply reads a reply of the review service: a micro error
+// (headers Nats-Service-Error-Code and Nats-Service-Error) becomes a
+// *ServiceError, anything else must be a verdict.
+func decodeReviewReply(h nats.Header, data []byte) (*engine.Verdict, error) {
+	if code := h.Get(micro.ErrorCodeHeader); code != "" {
+		n, err := strconv.Atoi(code)
+		if err != nil || n < 100 || n > 999 {
+			n = 500
+		}
+		desc := h.Get(micro.ErrorHeader)
+		if desc == "" {
+			desc = "no description"
+		}
+		return nil, &ServiceError{Code: n, Description: desc}
+	}
+	var v engine.Verdict
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, fmt.Errorf("decoding the review service's reply: %w", err)
+	}
+	if v.ProposalID == "" || v.Tenant == "" || v.Outcome == "" {
+		return nil, errors.New("decoding the review service's reply: not a verdict (no proposal_id, tenant or outcome)")
+	}
+	return &v, nil
 }

@@ -26,6 +26,10 @@ const (
 // ErrInvalidConfig is wrapped by configuration errors.
 var ErrInvalidConfig = errors.New("invalid bus configuration")
 
+// MinAckWait is the shortest AckWait accepted: a worker sends in-progress
+// acks every third of it, and each must reach JetStream in time.
+const MinAckWait = time.Second
+
 // Config holds stream, bucket and consumer settings. The zero value means
 // the defaults documented on each field.
 type Config struct {
@@ -41,10 +45,15 @@ type Config struct {
 	// DuplicateWindow is the proposal stream's Nats-Msg-Id window.
 	// Default 2 minutes.
 	DuplicateWindow time.Duration
-	// AckWait is how long gated may hold a proposal before JetStream
-	// redelivers it; long reviews send in-progress acks. Default 30 s.
+	// AckWait is how long gated may hold a proposal without a word before
+	// JetStream redelivers it; the worker sends in-progress acks every
+	// third of it, so long reviews are not redelivered. Default 30 s; at
+	// least MinAckWait.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries of one proposal. Default 5.
+	// MaxDeliver bounds deliveries of one proposal. When they run out the
+	// proposal gets an error verdict, from the worker on a last delivery
+	// that failed, or from the max deliveries advisory when gated never
+	// answered (crashed or stalled on each delivery). Default 5.
 	MaxDeliver int
 	// MaxInFlight bounds proposals decided at once by one gated. Default
 	// 1024.
@@ -80,8 +89,9 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return c, fmt.Errorf("%w: replicas %d must be between 1 and 5", ErrInvalidConfig, c.Replicas)
-	case c.AckWait < time.Second:
-		return c, fmt.Errorf("%w: ack wait %s must be at least 1s", ErrInvalidConfig, c.AckWait)
+	case c.AckWait < MinAckWait:
+		return c, fmt.Errorf("%w: ack wait %s must be at least %s: in-progress acks go every third of it and must arrive in time",
+			ErrInvalidConfig, c.AckWait, MinAckWait)
 	case c.MaxDeliver < 1:
 		return c, fmt.Errorf("%w: max deliver %d must be at least 1", ErrInvalidConfig, c.MaxDeliver)
 	case c.MaxInFlight < 1:

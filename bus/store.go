@@ -13,7 +13,11 @@ import (
 )
 
 // VerdictStore keeps verdicts in the GATED_VERDICTS bucket under
-// "<tenant>.<id>". It implements engine.VerdictStore.
+// "<tenant>.<id>", the approvals on a target under
+// "<tenant>.targets.<target key>" and review claims under
+// "<tenant>.claims.<id>". Verdict keys have two tokens and the others three
+// with a fixed second token, so none can collide. It implements
+// engine.VerdictStore.
 type VerdictStore struct {
 	kv jetstream.KeyValue
 }
@@ -135,12 +139,111 @@ func (s *VerdictStore) remember(ctx context.Context, v *engine.Verdict) error {
 		if err == nil {
 			return nil
 		}
-		if !errors.Is(err, jetstream.ErrKeyExists) {
-			var apiErr *jetstream.APIError
-			if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
-				return err
-			}
+		if !casConflict(err) {
+			return err
 		}
 	}
 	return fmt.Errorf("target history kept changing under concurrent updates")
+}
+
+func claimKey(tenant, id string) string { return tenant + ".claims." + id }
+
+// Claim implements engine.VerdictStore. Claims are taken and replaced with
+// the bucket's compare-and-set, so of two gated processes claiming at once
+// one wins and the other is told who holds the claim. Staleness is judged
+// by this process's clock.
+func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Claim) (engine.Claim, error) {
+	key := claimKey(tenant, id)
+	data, err := json.Marshal(c)
+	if err != nil {
+		return engine.Claim{}, err
+	}
+	for attempt := 0; attempt < 8; attempt++ {
+		e, err := s.kv.Get(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound): // never claimed, or released
+			_, err = s.kv.Create(ctx, key, data)
+		case err != nil:
+			return engine.Claim{}, fmt.Errorf("reading review claim %s: %w", key, err)
+		default:
+			var held engine.Claim
+			// A claim that cannot be read is no one's: it is replaced.
+			if json.Unmarshal(e.Value(), &held) == nil && held.Holder != c.Holder && time.Now().Before(held.Until) {
+				return held, fmt.Errorf("%w: %s.%s by %s until %s", engine.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
+			}
+			_, err = s.kv.Update(ctx, key, data, e.Revision())
+		}
+		if err == nil {
+			return c, nil
+		}
+		if !casConflict(err) {
+			return engine.Claim{}, fmt.Errorf("writing review claim %s: %w", key, err)
+		}
+		// Another process claimed in between: look again.
+	}
+	return engine.Claim{}, fmt.Errorf("review claim %s kept changing under concurrent claims", key)
+}
+
+// Release implements engine.VerdictStore. It purges the claim only at the
+// revision it read, so a claim taken over meanwhile is left alone.
+func (s *VerdictStore) Release(ctx context.Context, tenant, id, holder string) error {
+	key := claimKey(tenant, id)
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading review claim %s: %w", key, err)
+	}
+	var held engine.Claim
+	if json.Unmarshal(e.Value(), &held) == nil && held.Holder != holder {
+		return nil
+	}
+	err = s.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision()))
+	if err != nil && !casConflict(err) {
+		return fmt.Errorf("releasing review claim %s: %w", key, err)
+	}
+	return nil
+}
+
+// Await implements engine.VerdictStore with a watch on the verdict's key,
+// which first delivers a verdict already stored.
+func (s *VerdictStore) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+	key := tenant + "." + id
+	w, err := s.kv.Watch(ctx, key)
+	if err != nil {
+		return nil, fmt.Errorf("watching verdict %s: %w", key, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				if err := ctx.Err(); err != nil {
+					return nil, err
+				}
+				return nil, fmt.Errorf("watching verdict %s: the watch ended", key)
+			case e == nil || e.Operation() != jetstream.KeyValuePut:
+				continue // end of the initial values, or a delete marker
+			}
+			var v engine.Verdict
+			if err := json.Unmarshal(e.Value(), &v); err != nil {
+				return nil, fmt.Errorf("decoding stored verdict %s: %w", key, err)
+			}
+			return &v, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// casConflict reports whether a bucket write lost a compare-and-set race.
+func casConflict(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }

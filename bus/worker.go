@@ -23,7 +23,9 @@ type Decider interface {
 
 // Worker consumes proposals from the durable consumer, decides each, and
 // publishes the verdict. A proposal is acknowledged only after its verdict
-// is stored, its audit trail is stored and the verdict is published.
+// is stored, its audit trail is stored and the verdict is published. It
+// also answers, with an error verdict, the proposals JetStream stops
+// delivering after MaxDeliver deliveries.
 type Worker struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -41,6 +43,15 @@ type Worker struct {
 	sem      chan struct{}
 	wg       sync.WaitGroup
 	cc       jetstream.ConsumeContext
+
+	// publish sends a verdict; tests replace it to make publishing fail.
+	publish func(subject string, data []byte) error
+	// advisories receives the max deliveries advisories; abandonedMu
+	// serialises answering them and guards abandonedOff, set once Stop
+	// no longer lets them be answered (see advisory.go).
+	advisories   *nats.Subscription
+	abandonedMu  sync.Mutex
+	abandonedOff bool
 }
 
 // Trails starts the audit trail of one delivery.
@@ -59,11 +70,16 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), sem: make(chan struct{}, cfg.MaxInFlight),
+		publish: nc.Publish,
 	}, nil
 }
 
-// Start begins consuming proposals.
+// Start begins consuming proposals and answering the ones JetStream
+// abandons (MaxDeliver exhausted). Call it once.
 func (w *Worker) Start() error {
+	if err := w.watchAbandoned(); err != nil {
+		return err
+	}
 	cc, err := w.res.Consumer.Consume(w.dispatch,
 		jetstream.PullMaxMessages(min(w.cfg.MaxInFlight, 512)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -116,7 +132,12 @@ func (w *Worker) Stop(grace time.Duration) {
 		}
 	}
 	done := make(chan struct{})
-	go func() { w.wg.Wait(); close(done) }()
+	go func() {
+		w.wg.Wait()
+		// No more pulls, so no more advisories on this process's account.
+		w.stopAbandoned()
+		close(done)
+	}()
 	select {
 	case <-done:
 	case <-time.After(grace):
@@ -128,19 +149,20 @@ func (w *Worker) Stop(grace time.Duration) {
 }
 
 func (w *Worker) handle(msg jetstream.Msg) {
-	attempt := 1
+	attempt, seq := 1, uint64(0)
 	if md, err := msg.Metadata(); err == nil {
-		attempt = int(md.NumDelivered)
+		attempt, seq = int(md.NumDelivered), md.Sequence.Stream
 	}
 	stop := w.keepAlive(msg)
 	defer stop()
 
 	d := engine.Delivery{
-		Subject: msg.Subject(),
-		Data:    msg.Data(),
-		MsgID:   msg.Headers().Get(jetstream.MsgIDHeader),
-		Attempt: attempt,
-		Trail:   w.trails(),
+		Subject:   msg.Subject(),
+		Data:      msg.Data(),
+		MsgID:     msg.Headers().Get(jetstream.MsgIDHeader),
+		Attempt:   attempt,
+		StreamSeq: seq,
+		Trail:     w.trails(),
 	}
 	v, err := w.decider.Decide(w.ctx, d)
 	if err != nil {
@@ -149,12 +171,16 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	if v.ProposalID != "" {
 		if err := w.publishVerdict(v); err != nil {
-			// The verdict is stored: a redelivery replays it.
+			// The verdict is stored: a redelivery replays it, and after
+			// the last one the max deliveries advisory does.
 			w.log.Warn("publishing verdict; will redeliver", zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
 	}
+	// The verdict was published before the ack; on one connection (the
+	// consumer's, as serve sets it up) the server sees them in that order,
+	// so a crash cannot leave an acknowledged proposal without its verdict.
 	if err := msg.Ack(); err != nil {
 		w.log.Warn("acknowledging proposal", zap.String("subject", d.Subject), zap.Error(err))
 	}
@@ -183,7 +209,12 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 	d.Trail = w.trails() // the failed attempt's trail may be broken
 	if v := w.decider.GiveUp(w.ctx, d, cause); v.ProposalID != "" {
 		if err := w.publishVerdict(v); err != nil {
+			// Nak, not Term: with no delivery left JetStream abandons the
+			// message, and its max deliveries advisory has it answered
+			// again.
 			w.log.Error("publishing error verdict", zap.Error(err))
+			_ = msg.Nak()
+			return
 		}
 	}
 	_ = msg.Term()
@@ -194,7 +225,7 @@ func (w *Worker) publishVerdict(v *engine.Verdict) error {
 	if err != nil {
 		return err
 	}
-	return w.nc.Publish(VerdictSubject(v.Tenant, v.ProposalID), data)
+	return w.publish(VerdictSubject(v.Tenant, v.ProposalID), data)
 }
 
 // keepAlive tells JetStream the proposal is still being worked on, so a

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,15 @@ const DefaultReviewTimeout = 60 * time.Second
 // DefaultPersona is the persona that reviews when neither the proposal nor
 // the policy names one.
 const DefaultPersona = "reviewer"
+
+// ClaimGrace is how long a review claim outlives the deadline of the
+// reviews it covers: time for the holder to seal the audit trail and store
+// the verdict, and slack for clocks that disagree between gated processes.
+const ClaimGrace = 30 * time.Second
+
+// MaxClaimWait bounds how long a delivery waits for the verdict of a
+// review another message holds the claim on, whatever that claim says.
+const MaxClaimWait = 10 * time.Minute
 
 // Config is what an Engine is built from. Policy, Personas, Router and
 // Store are required.
@@ -106,6 +116,12 @@ type Delivery struct {
 	MsgID string
 	// Attempt is the delivery count, 1 on first delivery.
 	Attempt int
+	// StreamSeq is the message's sequence in the proposal stream. It names
+	// the holder of the proposal's review claim, so that a redelivery of
+	// the same message takes the claim over while another message carrying
+	// the same proposal waits for its verdict. Zero when unknown: the
+	// delivery then holds claims under a name of its own.
+	StreamSeq uint64
 	// Trail records this delivery's audit events.
 	Trail AuditTrail
 }
@@ -116,7 +132,14 @@ type Delivery struct {
 // sealed before Decide returns, so the caller may publish it and then
 // acknowledge the message. A verdict with an empty ProposalID has no
 // address and is only audited. An error means the audit trail or the store
-// failed: nothing was decided durably and the message must be redelivered.
+// failed, or (wrapping ErrClaimed) another message carrying the same
+// proposal holds its review and stored no verdict in time: nothing was
+// decided durably and the message must be redelivered.
+//
+// A proposal that goes to review is claimed first (VerdictStore.Claim), so
+// that it is reviewed once however many messages carry it; a delivery that
+// finds the claim held by another message waits for that review's verdict
+// and replays it.
 func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
 	if d.Trail == nil {
 		return nil, fmt.Errorf("%w: a delivery needs an audit trail", ErrInvalidOption)
@@ -136,11 +159,32 @@ func (e *Engine) newDecision(d Delivery) *decision {
 // budget: an error verdict, audited and stored as far as the audit trail
 // and the store still allow, so the proposer is not left waiting. When a
 // verdict was stored earlier (and only its publication failed), that
-// verdict is returned instead. It never approves.
+// verdict is returned instead, or an invalid verdict when it belongs to a
+// different proposal under the same id. It never approves. The review
+// claim of the delivery's message, if it holds one, is released.
 func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	r := e.newDecision(d)
 	r.tenant, r.id = RecoverAddress(d.Subject, d.Data, d.MsgID)
 	_, r.action, _ = ParseProposalSubject(d.Subject)
+	if r.id != "" && d.StreamSeq != 0 {
+		// A holder that crashed mid-review left its claim behind.
+		r.holder = streamHolder(d.StreamSeq)
+		r.claimed = true
+		defer r.releaseClaim(ctx)
+	}
+	if r.id != "" {
+		if stored, err := e.cfg.Store.Get(ctx, r.tenant, r.id); err == nil {
+			if d.Trail != nil {
+				if v, err := r.replay(ctx, stored); err == nil {
+					return v
+				}
+			}
+			if stored.ProposalSHA256 == "" || stored.ProposalSHA256 == r.digest {
+				return stored
+			}
+			return r.idReused()
+		}
+	}
 	v := r.verdict(OutcomeError, StageValidation,
 		fmt.Sprintf("gated could not record a decision after %d deliveries: %v", d.Attempt, cause))
 	if d.Trail == nil {
@@ -168,6 +212,15 @@ type decision struct {
 	// failure is an infrastructure error met while judging: nothing is
 	// decided and the delivery is retried.
 	failure error
+	// holder names this delivery in review claims; claimed is true once
+	// it holds (or may hold) the proposal's claim, which is then released
+	// when the decision ends.
+	holder  string
+	claimed bool
+	// awaited is the verdict another message's review stored while this
+	// delivery was judging or waited on the claim; it is replayed, not
+	// decided again.
+	awaited *Verdict
 	// auditMu serialises the trail: reviews of a quorum record
 	// concurrently, and a trail is written by one goroutine at a time.
 	auditMu sync.Mutex
@@ -212,8 +265,13 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		return v, err
 	}
 	v := r.judge(ctx)
+	// Runs after finish below: the claim goes once the verdict is stored.
+	defer r.releaseClaim(ctx)
 	if r.failure != nil {
 		return nil, r.failure
+	}
+	if r.awaited != nil {
+		return r.replay(ctx, r.awaited)
 	}
 	if err := ctx.Err(); err != nil {
 		// The caller gave up (shutdown), so nothing the pipeline saw after
@@ -284,8 +342,101 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	}
 
 	v := r.review(ctx, pd, routed, in)
+	if v == nil {
+		return nil // r.failure or r.awaited says why
+	}
 	v.Policy = policyRef
 	return v
+}
+
+// claimReview takes the proposal's review claim before reviewers run. It
+// returns false when this delivery must not review: r.failure is set (the
+// store failed, or the claim's holder stored no verdict in time) or
+// r.awaited holds the verdict the holder stored meanwhile.
+func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
+	if r.holder == "" {
+		r.holder = streamHolder(r.d.StreamSeq)
+	}
+	longest := time.Duration(0)
+	for _, c := range chosen {
+		timeout := c.persona.Timeout
+		if timeout <= 0 {
+			timeout = r.e.cfg.ReviewTimeout
+		}
+		longest = max(longest, timeout)
+	}
+	// Wall-clock time, like the review deadlines it covers: claims are
+	// compared across gated processes.
+	mine := Claim{Holder: r.holder, Until: time.Now().Add(longest + ClaimGrace).UTC()}
+	held, err := r.e.cfg.Store.Claim(ctx, r.tenant, r.id, mine)
+	switch {
+	case err == nil:
+		r.claimed = true
+		// The verdict may have been stored, and its claim released, since
+		// this delivery looked it up.
+		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
+		switch {
+		case err == nil:
+			r.awaited = stored
+			return false
+		case !errors.Is(err, ErrNotFound):
+			r.failure = fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
+			return false
+		}
+		return true
+	case !errors.Is(err, ErrClaimed):
+		r.failure = fmt.Errorf("claiming the review of %s.%s: %w", r.tenant, r.id, err)
+		return false
+	}
+
+	// Another message carrying this proposal is under review: its verdict
+	// is this delivery's verdict too.
+	wait := min(max(time.Until(held.Until), time.Second), MaxClaimWait)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	started := time.Now()
+	v, err := r.e.cfg.Store.Await(wctx, r.tenant, r.id)
+	data := map[string]any{"holder": held.Holder, "until": held.Until, "waited_ms": ms(time.Since(started))}
+	switch {
+	case err == nil:
+		data["outcome"] = v.Outcome
+		r.recordBestEffort(ctx, EventReviewAwaited, data)
+		r.awaited = v
+	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
+		data["error"] = "no verdict before the claim went stale"
+		r.recordBestEffort(ctx, EventReviewAwaited, data)
+		r.failure = fmt.Errorf("%w: %s.%s is reviewed by message %s, which stored no verdict within %s; retrying",
+			ErrClaimed, r.tenant, r.id, held.Holder, wait)
+	default:
+		r.failure = fmt.Errorf("awaiting the verdict on %s.%s from message %s: %w", r.tenant, r.id, held.Holder, err)
+	}
+	return false
+}
+
+// releaseClaim drops the review claim this delivery holds, if any. It is
+// best effort: a claim left behind goes stale at its Until, and the stored
+// verdict is found before any claim is looked at.
+func (r *decision) releaseClaim(ctx context.Context) {
+	if !r.claimed {
+		return
+	}
+	r.claimed = false
+	// The caller's context may be over (shutdown); the release is still
+	// worth a short try.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_ = r.e.cfg.Store.Release(rctx, r.tenant, r.id, r.holder)
+}
+
+// streamHolder names the holder of a review claim: the proposal message's
+// stream sequence or, without one, a name no other delivery has.
+func streamHolder(seq uint64) string {
+	if seq == 0 {
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		return "delivery:" + hex.EncodeToString(b[:])
+	}
+	return "seq:" + strconv.FormatUint(seq, 10)
 }
 
 // reviewOne runs one reviewer's review under its own id and deadline and
@@ -417,13 +568,20 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	return rev, true, fmt.Sprintf("%s approved with all %d required gates passed", who, len(persona.RequiredGates))
 }
 
+// idReused is the verdict of a proposal whose id names another one.
+func (r *decision) idReused() *Verdict {
+	return r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
+		"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
+}
+
 func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error) {
 	if stored.ProposalSHA256 != "" && stored.ProposalSHA256 != r.digest {
-		if err := r.recordReceived(ctx); err != nil {
-			return nil, err
+		if r.awaited == nil { // a delivery that waited recorded its arrival already
+			if err := r.recordReceived(ctx); err != nil {
+				return nil, err
+			}
 		}
-		v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
-			"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
+		v := r.idReused()
 		seq, err := r.seal(ctx, r.event(EventVerdict, v))
 		if err != nil {
 			return nil, err

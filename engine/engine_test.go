@@ -199,9 +199,22 @@ type memStore struct {
 	hideOnGet bool
 	getErr    error
 	createErr error
+	claimErr  error
+
+	// claims are the review claims by proposal key; claimed counts the
+	// claims taken, released the claims released by their holder.
+	claims   map[string]engine.Claim
+	claimed  int
+	released int
+	// waiting is closed, and replaced, whenever a verdict is created, for
+	// Await; awaiting is signalled (without blocking) when Await begins.
+	waiting  chan struct{}
+	awaiting chan string
 }
 
-func newMemStore() *memStore { return &memStore{m: map[string][]byte{}} }
+func newMemStore() *memStore {
+	return &memStore{m: map[string][]byte{}, claims: map[string]engine.Claim{}, waiting: make(chan struct{})}
+}
 
 func (s *memStore) Get(_ context.Context, tenant, id string) (*engine.Verdict, error) {
 	s.mu.Lock()
@@ -236,7 +249,66 @@ func (s *memStore) Create(_ context.Context, v *engine.Verdict) (*engine.Verdict
 	}
 	s.m[key] = raw
 	s.creates++
+	close(s.waiting)
+	s.waiting = make(chan struct{})
 	return v, nil
+}
+
+func (s *memStore) Claim(_ context.Context, tenant, id string, c engine.Claim) (engine.Claim, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claimErr != nil {
+		return engine.Claim{}, s.claimErr
+	}
+	key := tenant + "." + id
+	if held, ok := s.claims[key]; ok && held.Holder != c.Holder && time.Now().Before(held.Until) {
+		return held, fmt.Errorf("key %s: %w", key, engine.ErrClaimed)
+	}
+	s.claims[key] = c
+	s.claimed++
+	return c, nil
+}
+
+func (s *memStore) Release(_ context.Context, tenant, id, holder string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := tenant + "." + id
+	if held, ok := s.claims[key]; ok && held.Holder == holder {
+		delete(s.claims, key)
+		s.released++
+	}
+	return nil
+}
+
+func (s *memStore) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+	if s.awaiting != nil {
+		select {
+		case s.awaiting <- tenant + "." + id:
+		default:
+		}
+	}
+	for {
+		s.mu.Lock()
+		raw, ok := s.m[tenant+"."+id]
+		waiting := s.waiting
+		s.mu.Unlock()
+		if ok {
+			return decodeVerdict(raw)
+		}
+		select {
+		case <-waiting:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// claim returns the review claim held on tenant and id.
+func (s *memStore) claim(tenant, id string) (engine.Claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.claims[tenant+"."+id]
+	return c, ok
 }
 
 func (s *memStore) Recent(_ context.Context, tenant, targetKey string) ([]engine.Verdict, error) {
@@ -1229,6 +1301,11 @@ func TestDecideConcurrentDeliveries(t *testing.T) {
 			continue
 		}
 		sameVerdict(t, verdicts[i], stored)
+	}
+	// The review claim lets one delivery review; the others wait for its
+	// verdict or find it stored.
+	if n := h.reviewer.calls(); n != 1 {
+		t.Errorf("reviewer called %d times for %d concurrent deliveries of one proposal, want once", n, len(verdicts))
 	}
 }
 

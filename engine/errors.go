@@ -19,6 +19,13 @@ var (
 	// stored for the key; the store returns the stored verdict with it.
 	ErrExists = errors.New("verdict already stored")
 
+	// ErrClaimed is returned by VerdictStore.Claim when another message
+	// holds a live review claim on the proposal, and by Decide when the
+	// review that message holds stored no verdict within the claim's
+	// lifetime; the delivery is then retried, and a retry finds the
+	// verdict or a stale claim it may take over.
+	ErrClaimed = errors.New("proposal review claimed by another message")
+
 	// ErrNoReviewer is returned by a Router that cannot place a review: the
 	// plugin is not configured, not running, or refuses work. The engine
 	// turns it into a blocked verdict.

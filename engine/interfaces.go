@@ -177,6 +177,39 @@ type VerdictStore interface {
 	// Recent returns the recent approved verdicts on one tenant's target,
 	// newest last; an empty history is not an error.
 	Recent(ctx context.Context, tenant, targetKey string) ([]Verdict, error)
+
+	// Claim takes the review claim on tenant and id for c.Holder, so that
+	// two messages carrying one proposal do not both have it reviewed. It
+	// succeeds when no claim is held, when c.Holder holds it already (a
+	// redelivery of the same message takes over from its earlier
+	// delivery), or when the claim held is stale: past its Until by the
+	// store's clock. Otherwise it returns the claim held and an error
+	// wrapping ErrClaimed. The claim must not share a key with a verdict or
+	// a target history.
+	Claim(ctx context.Context, tenant, id string, c Claim) (Claim, error)
+	// Release drops holder's claim on tenant and id once the verdict is
+	// stored (or the review failed). A claim held by another holder, or
+	// none, is left as it is and is not an error.
+	Release(ctx context.Context, tenant, id, holder string) error
+	// Await waits until a verdict is stored for tenant and id and returns
+	// it, a verdict stored before the call included. It returns ctx's error
+	// when ctx ends first.
+	Await(ctx context.Context, tenant, id string) (*Verdict, error)
+}
+
+// Claim is the right to review one proposal, held by one proposal
+// message. Only proposals that go to review are claimed.
+type Claim struct {
+	// Holder names the message whose delivery holds the claim: "seq:" and
+	// its sequence in the proposal stream, so that a redelivery of the
+	// same message takes the claim over. A delivery with no stream
+	// sequence holds a claim under a name of its own.
+	Holder string `json:"holder"`
+	// Until is when the claim goes stale: the wall-clock deadline of the
+	// holder's reviews plus ClaimGrace. A delivery that finds a stale claim
+	// takes it over; one that finds a live claim waits for the holder's
+	// verdict instead of reviewing.
+	Until time.Time `json:"until"`
 }
 
 // AuditEvent is one step on the way to a verdict. Every event of the
@@ -207,6 +240,10 @@ const (
 	EventReviewSkipped = "review.skipped"
 	EventReviewStarted = "review.started"
 	EventReviewDone    = "review.finished"
+	// EventReviewAwaited records that a proposal found its review claimed
+	// by another message carrying the same proposal and waited for that
+	// review's verdict instead of reviewing again.
+	EventReviewAwaited = "review.awaited"
 	EventVerdict       = "verdict.decided"
 	EventReplayed      = "verdict.replayed"
 	// EventDeduplicated records that a proposal got the answer of an

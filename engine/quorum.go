@@ -36,11 +36,15 @@ type reviewResult struct {
 
 // review has the proposal reviewed by as many distinct personas as the
 // policy's quorum asks for, runs their reviews concurrently, and combines
-// the answers. A quorum of one is the same path with one reviewer.
+// the answers. A quorum of one is the same path with one reviewer. It
+// returns nil when this delivery must not review (see claimReview).
 func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) *Verdict {
 	chosen, blocked := r.pickReviewers(ctx, pd, routed, in)
 	if blocked != nil {
 		return blocked
+	}
+	if !r.claimReview(ctx, chosen) {
+		return nil // another message holds the review, or the claim failed
 	}
 	results := make([]reviewResult, len(chosen))
 	var wg sync.WaitGroup

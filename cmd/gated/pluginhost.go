@@ -11,7 +11,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
@@ -58,17 +57,17 @@ func toolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugi
 }
 
 // auditHostEvents records the plugin host's own events (a plugin started,
-// refused, exited) in the audit stream. Events are queued so the host
-// never waits for the stream; the returned function drains the queue.
-func auditHostEvents(host *plugins.Host, trail *bus.Trail, log *zap.Logger) (stop func()) {
-	// The trail is this goroutine's alone: trails are not shared.
+// refused, exited) in the audit stream, each on a trail of its own.
+// Events are queued so the host never waits for the stream; the returned
+// function drains the queue.
+func auditHostEvents(host *plugins.Host, trails func() engine.AuditTrail, log *zap.Logger) (stop func()) {
 	queue := make(chan engine.AuditEvent, 1024)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		for ev := range queue {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			if _, err := trail.Seal(ctx, ev); err != nil {
+			if _, err := trails().Seal(ctx, ev); err != nil {
 				log.Error("auditing a plugin event", zap.String("event", ev.Event), zap.Error(err))
 			}
 			cancel()

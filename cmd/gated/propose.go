@@ -17,22 +17,32 @@ import (
 
 func proposeCmd() *cobra.Command {
 	var (
-		file string
-		url  string
-		wait time.Duration
-		conn natsConnOptions
+		file       string
+		url        string
+		wait       time.Duration
+		viaService bool
+		conn       natsConnOptions
 	)
 	c := &cobra.Command{
 		Use:   "propose -f proposal.json",
 		Short: "Publish a proposal and print its verdict",
 		Long: `propose publishes one proposal, waits for its verdict and prints it as JSON.
+It publishes on gated.proposals.<tenant>.<action> and waits on
+gated.verdicts.<tenant>.<id>, as a fleet does; with --via-service it asks the
+request/reply endpoint gated.review.<tenant> instead. Both take the same
+durable path through gated.
+
 Exit status: 0 approved, 3 not approved (rejected, blocked, error, timeout,
-invalid), 2 bad usage or unreadable input file, 1 failure (no NATS, no verdict
-in time).`,
+invalid) or the id is taken by another proposal, 2 bad usage or unreadable
+input file, 1 failure (no NATS, no verdict in time, review service
+unavailable).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return usageError("-f is required: a proposal JSON file, or - for standard input")
+			}
+			if wait <= 0 {
+				return usageError("--wait %s must be positive", wait)
 			}
 			data, err := readInput(file, cmd.InOrStdin())
 			if err != nil {
@@ -44,14 +54,16 @@ in time).`,
 			if _, err := bus.AddressOf(data); err != nil {
 				return usageError("%s: %v", file, err)
 			}
-			opts, err := conn.options("gated-propose")
+			nc, err := conn.connect(url, "gated-propose", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
 			if err != nil {
+				var ex *exitError
+				if errors.As(err, &ex) {
+					return err
+				}
+				if errors.Is(err, nats.ErrNoServers) {
+					return fmt.Errorf("%w (is gated serve running?)", err)
+				}
 				return err
-			}
-			opts = append(opts, nats.Timeout(5*time.Second), nats.MaxReconnects(0))
-			nc, err := nats.Connect(url, opts...)
-			if err != nil {
-				return fmt.Errorf("connecting to NATS at %s: %w (is gated serve running?)", url, err)
 			}
 			defer nc.Close()
 			client, err := bus.NewClient(nc)
@@ -60,19 +72,17 @@ in time).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
-			v, err := client.Propose(ctx, data)
+			propose := client.ProposeRaw
+			if viaService {
+				propose = client.RequestReview
+			}
+			v, err := propose(ctx, data)
 			if err != nil {
-				if errors.Is(err, bus.ErrBadProposal) {
-					return usageError("%v", err)
-				}
-				if errors.Is(err, bus.ErrIDReused) {
-					return &exitError{code: exitNotApproved, err: fmt.Errorf("%v; it was not decided: choose a new id", err)}
-				}
-				return err
+				return proposeError(err)
 			}
 			out, _ := json.MarshalIndent(v, "", "  ")
 			fmt.Fprintln(cmd.OutOrStdout(), string(out))
-			if !v.Approved {
+			if err := bus.CheckVerdict(v); err != nil {
 				return &exitError{code: exitNotApproved, err: fmt.Errorf("not approved: %s", v.Outcome), silent: true}
 			}
 			return nil
@@ -82,8 +92,22 @@ in time).`,
 	f.StringVarP(&file, "file", "f", "", "proposal JSON file, or - for standard input")
 	f.StringVar(&url, "nats-url", nats.DefaultURL, "NATS server URL")
 	f.DurationVar(&wait, "wait", 90*time.Second, "how long to wait for the verdict")
+	f.BoolVar(&viaService, "via-service", false, "ask the review service on gated.review.<tenant> (request/reply) instead of publishing and waiting")
 	conn.register(f)
 	return c
+}
+
+// proposeError gives a failed proposal its exit status.
+func proposeError(err error) error {
+	switch {
+	case errors.Is(err, bus.ErrBadProposal), errors.Is(err, bus.ErrTenantMismatch):
+		return usageError("%v", err)
+	case errors.Is(err, bus.ErrIDReused):
+		return &exitError{code: exitNotApproved, err: fmt.Errorf("%v; it was not decided: choose a new id", err)}
+	case errors.Is(err, bus.ErrNoVerdict):
+		return fmt.Errorf("%w; the proposal may still be decided: check with gated verdict get TENANT ID", err)
+	}
+	return err
 }
 
 func readInput(name string, stdin io.Reader) ([]byte, error) {

@@ -36,6 +36,8 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(serveCmd(), proposeCmd(), versionCmd(), pluginCmd())
 	root.AddCommand(policyCmd(), pluginsCmd())
 	root.AddCommand(personasCmd())
+	root.AddCommand(verdictCmd())
+	root.AddCommand(auditCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -43,10 +44,17 @@ type serveOptions struct {
 	logLevel      string
 	reviewTimeout time.Duration
 	shutdownGrace time.Duration
+	reviewService bool
+	reviewWait    time.Duration
 	maxInFlight   int
+	ackWait       time.Duration
+	maxDeliver    int
+	maxAckPending int
 	replicas      int
 	verdictTTL    time.Duration
 	auditMaxAge   time.Duration
+	auditKeyFile  string
+	auditPublish  string
 	policy        policySourceOptions
 	policyWatch   bool
 	policyPoll    time.Duration
@@ -82,9 +90,17 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for proposals in flight before returning them to the stream")
 	f.IntVar(&o.maxInFlight, "max-in-flight", 1024, "proposals decided at once by this process")
+	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long a proposal may go without an acknowledgement before JetStream redelivers it; gated sends in-progress acks every third of it; at least 1s")
+	f.IntVar(&o.maxDeliver, "max-deliver", 5, "deliveries of one proposal before gated answers it with an error verdict")
+	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
+	f.BoolVar(&o.reviewService, "review-service", true, "serve the request/reply endpoints gated.review and gated.review.<tenant> (nats micro service \"gated\")")
+	f.DurationVar(&o.reviewWait, "review-wait", bus.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
+	f.StringVar(&o.auditKeyFile, "audit-key-file", "", "key that MACs audit records: 32+ random bytes, raw or hex (default with the embedded server: <data-dir>/audit.key, created on first start)")
+	_ = c.MarkFlagFilename("audit-key-file")
+	f.StringVar(&o.auditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches) or one-at-a-time")
 	o.policy.register(f)
 	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
 	f.DurationVar(&o.policyPoll, "policy-poll", 10*time.Second, "also compare the policy files every interval, for changes file events miss (0 disables)")
@@ -102,12 +118,24 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
 	}
 	switch {
+	case o.reviewWait <= 0:
+		return usageError("--review-wait %s must be positive", o.reviewWait)
 	case o.shutdownGrace < 0:
 		return usageError("--shutdown-grace must not be negative")
 	case o.replicas < 1 || o.replicas > 5:
 		return usageError("--replicas %d must be between 1 and 5", o.replicas)
+	case o.replicas > 1 && o.natsURL == "":
+		return usageError("--replicas %d needs a NATS cluster (--nats-url): the embedded server is a single node and keeps one copy", o.replicas)
+	case len(o.natsConn.authFlags()) > 0 && o.natsURL == "":
+		return usageError("%s apply to an external server: give --nats-url too (the embedded server has no authentication or TLS)", strings.Join(o.natsConn.authFlags(), ", "))
 	case o.maxInFlight < 1:
 		return usageError("--max-in-flight %d must be at least 1", o.maxInFlight)
+	case o.ackWait < bus.MinAckWait:
+		return usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.ackWait, bus.MinAckWait)
+	case o.maxDeliver < 1:
+		return usageError("--max-deliver %d must be at least 1", o.maxDeliver)
+	case o.maxAckPending < 0:
+		return usageError("--max-ack-pending %d must not be negative (0: 4 × --max-in-flight)", o.maxAckPending)
 	case o.verdictTTL < time.Minute:
 		return usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.verdictTTL)
 	case o.auditMaxAge < 0:
@@ -118,6 +146,9 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return usageError("--dedupe-window must not be negative (0 turns dedupe off)")
 	case o.dedupeMax < 1:
 		return usageError("--dedupe-max %d must be at least 1", o.dedupeMax)
+	}
+	if err := o.natsConn.validate(); err != nil {
+		return err
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -191,13 +222,9 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		}()
 		url = embedded.ClientURL()
 	}
-	connOpts, err := o.natsConn.options("gated")
+	nc, err := o.natsConn.connect(url, "gated", natsErrorLog(log))
 	if err != nil {
 		return err
-	}
-	nc, err := nats.Connect(url, connOpts...)
-	if err != nil {
-		return fmt.Errorf("connecting to NATS at %s: %w", url, err)
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc,
@@ -208,18 +235,26 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
-	busCfg := bus.Config{Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge}
+	busCfg := bus.Config{
+		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
+		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
+	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	res, err := bus.Setup(setupCtx, js, busCfg)
 	cancel()
 	if err != nil {
 		return err
 	}
-	trail := bus.NewTrail(js)
+	auditor, err := newServeAuditor(ctx, js, o, embedded != nil, log)
+	if err != nil {
+		return err
+	}
+	// Deferred here, it runs after the worker and the plugin events stop.
+	defer closeAuditor(auditor, log)
 	audit := func(r policies.Reload) {
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := trail.Seal(actx, reloadEvent(r, live.Revision())); err != nil {
+		if _, err := auditor.Trail().Seal(actx, reloadEvent(r, live.Revision())); err != nil {
 			log.Error("auditing a policy reload", zap.Error(err))
 		}
 	}
@@ -227,7 +262,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 
 	// Plugins start once their events can be audited: a refused checksum,
 	// an exit and a relaunch are gated's own events under tenant "_".
-	stopEvents := auditHostEvents(host, bus.NewTrail(js), log)
+	stopEvents := auditHostEvents(host, auditor.Trail, log)
 	defer stopEvents()
 	host.SetTools(toolConfig(nc, live, o.toolTimeout))
 	if err := host.Start(ctx); err != nil {
@@ -261,12 +296,20 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return err
 	}
 	worker, err := bus.NewWorker(nc, js, res, countingDecider{Decider: eng, verdicts: m.verdicts},
-		func() engine.AuditTrail { return bus.NewTrail(js) }, busCfg, log.Named("worker"))
+		auditor.Trail, busCfg, log.Named("worker"))
 	if err != nil {
 		return err
 	}
 	if err := worker.Start(); err != nil {
 		return err
+	}
+	var review *bus.Service // nil when --review-service=false; Stop is nil-safe
+	if o.reviewService {
+		if review, err = bus.StartService(nc, bus.ServiceConfig{Version: version, Wait: o.reviewWait}, log.Named("review")); err != nil {
+			worker.Stop(0)
+			return err
+		}
+		defer review.Stop(0) // every early return; a no-op after the shutdown below
 	}
 	var ready atomic.Bool
 	ready.Store(true)
@@ -279,14 +322,18 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		defer stopHTTP()
 	}
 	log.Info("gated is ready",
-		zap.String("nats", url), zap.Bool("embedded", embedded != nil),
+		zap.String("nats", redactURL(url)), zap.Bool("embedded", embedded != nil),
 		zap.String("policy_revision", live.Revision()), zap.Any("plugins", host.Plugins()),
 		zap.Strings("personas", reg.Names()))
 
 	<-ctx.Done()
 	ready.Store(false)
 	log.Info("shutting down: draining proposals in flight", zap.Duration("grace", o.shutdownGrace))
-	worker.Stop(o.shutdownGrace)
+	// Requests to gated.review stop first; their proposals finish on the
+	// worker, and both share one grace period.
+	deadline := time.Now().Add(o.shutdownGrace)
+	review.Stop(o.shutdownGrace)
+	worker.Stop(max(0, time.Until(deadline)))
 	host.Close()
 	if err := nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		log.Warn("flushing NATS connection", zap.Error(err))

@@ -1,0 +1,193 @@
+package bus_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+)
+
+// newAuditor starts an Auditor on js that is drained when the test ends.
+func newAuditor(t testing.TB, js jetstream.JetStream, cfg bus.AuditorConfig) *bus.Auditor {
+	t.Helper()
+	if cfg.Log == nil {
+		cfg.Log = zaptest.NewLogger(t)
+	}
+	a, err := bus.NewAuditor(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			t.Errorf("closing the auditor: %v", err)
+		}
+	})
+	return a
+}
+
+// testKey is an audit key for tests: 32 bytes.
+var testKey = []byte("0123456789abcdef0123456789abcdef")
+
+func hexSHA256(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// auditMsg builds a record's message or fails the test.
+func auditMsg(t testing.TB, ev engine.AuditEvent, c bus.AuditChain, key []byte) *nats.Msg {
+	t.Helper()
+	m, err := bus.NewAuditMsg(ev, c, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func verdictEvent(tenant, id string) engine.AuditEvent {
+	return engine.AuditEvent{
+		V: engine.SchemaVersion, Event: engine.EventVerdict, Tenant: tenant, ProposalID: id,
+		At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Instance: "test",
+		Data: []byte(`{"action":"host_restart_service","operator":"alice","outcome":"rejected"}`),
+	}
+}
+
+func TestDecodeAuditRecord(t *testing.T) {
+	good := auditMsg(t, verdictEvent("acme", "p1"), bus.AuditChain{N: 1}, testKey)
+	rec, err := bus.DecodeAuditRecord(good.Subject, good.Header, good.Data)
+	if err != nil {
+		t.Fatalf("a record NewAuditMsg built: %v", err)
+	}
+	if rec.Event.ProposalID != "p1" || rec.Chain.N != 1 || rec.Hash != hexSHA256(good.Data) || rec.KeyID != bus.AuditKeyID(testKey) || rec.MAC == "" {
+		t.Errorf("decoded %+v", rec)
+	}
+	if !strings.HasSuffix(string(good.Data), `,"chain":{"n":1,"prev":""}}`) {
+		t.Errorf("body %s does not end with its chain member", good.Data)
+	}
+	second := auditMsg(t, verdictEvent("acme", "p2"), bus.AuditChain{N: 2, Prev: hexSHA256(good.Data)}, nil)
+	if rec, err := bus.DecodeAuditRecord(second.Subject, second.Header, second.Data); err != nil || rec.MAC != "" || rec.Chain.Prev != hexSHA256(good.Data) {
+		t.Errorf("an unkeyed record n=2: %+v, %v", rec, err)
+	}
+
+	hdr := func(kv ...string) nats.Header {
+		h := nats.Header{}
+		for i := 0; i+1 < len(kv); i += 2 {
+			h.Set(kv[i], kv[i+1])
+		}
+		return h
+	}
+	hash := bus.AuditHashHeader
+	zeros := strings.Repeat("0", 64)
+	body := `{"v":1,"event":"verdict.decided","tenant":"acme","at":"2025-01-02T03:04:05Z","chain":{"n":1,"prev":""}}`
+	subject := "gated.audit.acme.verdict.decided"
+	tests := []struct {
+		note    string
+		subject string
+		hdr     nats.Header
+		body    string
+		want    string
+	}{
+		{note: "minimal", subject: subject, hdr: hdr(hash, zeros), body: body},
+		{note: "not JSON", subject: subject, hdr: hdr(hash, zeros), body: "hello", want: "body"},
+		{note: "array", subject: subject, hdr: hdr(hash, zeros), body: "[1]", want: "body"},
+		{note: "trailing data", subject: subject, hdr: hdr(hash, zeros), body: body + "{}", want: "after the JSON object"},
+		{note: "unknown member", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":1,"x":2`, 1), want: "unknown field"},
+		{note: "schema version", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":2`, 1), want: "schema version"},
+		{note: "bad tenant", subject: "gated.audit.ACME.verdict.decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `"acme"`, `"ACME"`, 1), want: "tenant"},
+		{note: "bad event", subject: "gated.audit.acme.verdict..decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `verdict.decided`, `verdict..decided`, 1), want: "event"},
+		{note: "subject names another tenant", subject: "gated.audit.beta.verdict.decided", hdr: hdr(hash, zeros), body: body, want: "subject"},
+		{note: "subject names another event", subject: "gated.audit.acme.proposal.received", hdr: hdr(hash, zeros), body: body, want: "subject"},
+		{note: "data not an object", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"at"`, `"data":[1],"at"`, 1), want: "data"},
+		{note: "no chain", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `,"chain":{"n":1,"prev":""}`, "", 1), want: "no chain"},
+		{note: "chain n 0", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"n":1`, `"n":0`, 1), want: "n is 0"},
+		{note: "n 2 without prev", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"n":1`, `"n":2`, 1), want: "links to no record"},
+		{note: "prev not hex", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"prev":""`, `"prev":"xyz"`, 1), want: "prev"},
+		{note: "no hash header", subject: subject, hdr: hdr(), body: body, want: "no " + hash},
+		{note: "hash not hex", subject: subject, hdr: hdr(hash, "abc"), body: body, want: "hex"},
+		{note: "MAC without key id", subject: subject, hdr: hdr(hash, zeros, bus.AuditMACHeader, zeros), body: body, want: "go together"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := bus.DecodeAuditRecord(tc.subject, tc.hdr, []byte(tc.body))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("err = %v, want a record", err)
+			case tc.want != "" && (!errors.Is(err, bus.ErrInvalidAuditRecord) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want ErrInvalidAuditRecord naming %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseAuditKey(t *testing.T) {
+	raw := []byte(strings.Repeat("k", 32))
+	hexKey := hex.EncodeToString(raw)
+	tests := []struct {
+		note string
+		in   string
+		want []byte
+		err  bool
+	}{
+		{note: "raw", in: string(raw), want: raw},
+		{note: "hex with newline", in: hexKey + "\n", want: raw},
+		{note: "too short", in: "short", err: true},
+		{note: "short hex is raw and too short", in: hex.EncodeToString(raw[:8]), err: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			got, err := bus.ParseAuditKey([]byte(tc.in))
+			if (err != nil) != tc.err || (!tc.err && string(got) != string(tc.want)) {
+				t.Fatalf("ParseAuditKey = %q, %v", got, err)
+			}
+		})
+	}
+}
+
+// FuzzDecodeAuditRecord feeds the decoder arbitrary messages: it must
+// never panic, and what it accepts must be a record that encodes again.
+func FuzzDecodeAuditRecord(f *testing.F) {
+	first, _ := bus.NewAuditMsg(verdictEvent("acme", "p1"), bus.AuditChain{N: 1}, testKey)
+	second, _ := bus.NewAuditMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant},
+		bus.AuditChain{N: 2, Prev: hexSHA256(first.Data)}, nil)
+	for _, m := range []*nats.Msg{first, second} {
+		f.Add(m.Subject, m.Header.Get(bus.AuditHashHeader), m.Header.Get(bus.AuditMACHeader), m.Header.Get(bus.AuditKeyHeader), m.Data)
+	}
+	f.Add("gated.audit.acme.x", "", "", "", []byte(`{"v":1}`))
+	f.Add("gated.audit.acme.x", "zz", "", "", []byte(`not json`))
+	f.Fuzz(func(t *testing.T, subject, hash, mac, keyID string, body []byte) {
+		hdr := nats.Header{}
+		for k, v := range map[string]string{bus.AuditHashHeader: hash, bus.AuditMACHeader: mac, bus.AuditKeyHeader: keyID} {
+			if v != "" {
+				hdr.Set(k, v)
+			}
+		}
+		rec, err := bus.DecodeAuditRecord(subject, hdr, body)
+		if err != nil {
+			if !errors.Is(err, bus.ErrInvalidAuditRecord) {
+				t.Fatalf("error %v does not wrap ErrInvalidAuditRecord", err)
+			}
+			return
+		}
+		if rec.Subject != bus.AuditSubject(rec.Event.Tenant, rec.Event.Event) || rec.Chain.N == 0 || rec.Hash == "" {
+			t.Fatalf("accepted an inconsistent record: %+v", rec)
+		}
+		again, err := bus.NewAuditMsg(rec.Event, rec.Chain, nil)
+		if err != nil {
+			t.Fatalf("an accepted record does not encode again: %v", err)
+		}
+		if _, err := bus.DecodeAuditRecord(again.Subject, again.Header, again.Data); err != nil {
+			t.Fatalf("a re-encoded record does not decode: %v\n%s", err, again.Data)
+		}
+	})
+}

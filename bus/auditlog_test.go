@@ -1,0 +1,420 @@
+package bus_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+)
+
+// tamperStream is a stream whose tenant acme has records n=1..3 and beta
+// one, written by a keyed Auditor, for a test to tamper with.
+type tamperStream struct {
+	js    jetstream.JetStream
+	audit jetstream.Stream
+	// head is acme's record n=3.
+	head *jetstream.RawStreamMsg
+}
+
+func newTamperStream(t *testing.T) *tamperStream {
+	t.Helper()
+	res, js := setupAudit(t)
+	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	for i := range 3 {
+		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i+1))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Trail().Seal(t.Context(), verdictEvent("beta", "b1")); err != nil {
+		t.Fatal(err)
+	}
+	head, err := res.Audit.GetLastMsgForSubject(t.Context(), bus.AuditTenantSubject("acme"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tamperStream{js: js, audit: res.Audit, head: head}
+}
+
+// publish writes msg straight to the stream, as anyone with publish
+// rights on the audit subjects could, and returns its sequence.
+func (s *tamperStream) publish(t *testing.T, msg *nats.Msg) uint64 {
+	t.Helper()
+	ack, err := s.js.PublishMsg(t.Context(), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// next builds acme's record n linked to prev.
+func (s *tamperStream) next(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
+	t.Helper()
+	return auditMsg(t, verdictEvent("acme", fmt.Sprint("forged", n)), bus.AuditChain{N: n, Prev: prev}, key)
+}
+
+type wantProblem struct {
+	seq  uint64
+	kind bus.ProblemKind
+}
+
+func problemsOf(rep *bus.AuditReport) []wantProblem {
+	out := []wantProblem{}
+	for _, p := range rep.Problems {
+		out = append(out, wantProblem{p.Seq, p.Kind})
+	}
+	return out
+}
+
+func TestVerifyDetectsTampering(t *testing.T) {
+	otherKey := []byte("fedcba9876543210fedcba9876543210")
+	tests := []struct {
+		note string
+		// tamper writes to the stream and returns the problems Verify must
+		// report, exactly.
+		tamper func(t *testing.T, s *tamperStream) []wantProblem
+		// macOnly is set when only the MAC shows the tampering: without a
+		// key Verify must find nothing.
+		macOnly bool
+	}{
+		{
+			note: "a modified copy of a record",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				orig, err := s.audit.GetMsg(t.Context(), 2)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := nats.NewMsg(orig.Subject)
+				for _, h := range []string{bus.AuditHashHeader, bus.AuditMACHeader, bus.AuditKeyHeader} {
+					m.Header.Set(h, orig.Header.Get(h))
+				}
+				m.Data = bytes.Replace(orig.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
+				seq := s.publish(t, m)
+				return []wantProblem{{seq, bus.ProblemModified}, {seq, bus.ProblemReordered}}
+			},
+		},
+		{
+			note: "a body altered under its link and headers",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				m.Data = bytes.Replace(m.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
+				return []wantProblem{{s.publish(t, m), bus.ProblemModified}}
+			},
+		},
+		{
+			note: "a link that matches no record",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				m := s.next(t, 4, hexSHA256([]byte("another record")), testKey)
+				return []wantProblem{{s.publish(t, m), bus.ProblemModified}}
+			},
+		},
+		{
+			note: "a record skipped in the chain",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				four := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				five := s.next(t, 5, hexSHA256(four.Data), testKey)
+				return []wantProblem{{s.publish(t, five), bus.ProblemRemoved}}
+			},
+		},
+		{
+			note: "two records swapped",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				four := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				five := s.next(t, 5, hexSHA256(four.Data), testKey)
+				first := s.publish(t, five)
+				second := s.publish(t, four)
+				return []wantProblem{{first, bus.ProblemReordered}, {second, bus.ProblemReordered}}
+			},
+		},
+		{
+			note: "a record MACed with another key",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), otherKey)), bus.ProblemForged}}
+			},
+			macOnly: true,
+		},
+		{
+			note: "a made-up MAC",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				m.Header.Set(bus.AuditMACHeader, hexSHA256([]byte("made up")))
+				return []wantProblem{{s.publish(t, m), bus.ProblemForged}}
+			},
+			macOnly: true,
+		},
+		{
+			note: "a record without a MAC",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), nil)), bus.ProblemForged}}
+			},
+			macOnly: true,
+		},
+		{
+			note: "a message that is not a record",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				m := nats.NewMsg("gated.audit.acme.verdict.decided")
+				m.Data = []byte(`{"outcome":"approved"}`)
+				return []wantProblem{{s.publish(t, m), bus.ProblemForged}}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			s := newTamperStream(t)
+			if rep := verify(t, s.js, bus.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
+				t.Fatalf("problems before tampering: %+v", rep.Problems)
+			}
+			want := tc.tamper(t, s)
+			rep := verify(t, s.js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+			}
+			for _, p := range rep.Problems {
+				if p.Tenant != "acme" || p.Detail == "" {
+					t.Errorf("problem %+v: want tenant acme and a detail", p)
+				}
+			}
+			unkeyed := verify(t, s.js, bus.VerifyOptions{})
+			if tc.macOnly != unkeyed.Clean() {
+				t.Errorf("without a key: problems %+v", unkeyed.Problems)
+			}
+		})
+	}
+}
+
+// TestAuditorChainsPastForeignMessages checks that gated, finding its
+// chain extended by someone else, links its next record to whatever is
+// last, so the tampering is reported once and the chain goes on.
+func TestAuditorChainsPastForeignMessages(t *testing.T) {
+	tests := []struct {
+		note   string
+		tamper func(t *testing.T, s *tamperStream) wantProblem
+		head   uint64
+	}{
+		{
+			note: "not a record",
+			tamper: func(t *testing.T, s *tamperStream) wantProblem {
+				m := nats.NewMsg("gated.audit.acme.verdict.decided")
+				m.Data = []byte("garbage")
+				return wantProblem{s.publish(t, m), bus.ProblemForged}
+			},
+			head: 2, // the chain restarts at 1 after the foreign message
+		},
+		{
+			note: "a record skipped",
+			tamper: func(t *testing.T, s *tamperStream) wantProblem {
+				four := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				return wantProblem{s.publish(t, s.next(t, 5, hexSHA256(four.Data), testKey)), bus.ProblemRemoved}
+			},
+			head: 7,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			s := newTamperStream(t)
+			want := tc.tamper(t, s)
+			a := newAuditor(t, s.js, bus.AuditorConfig{Key: testKey})
+			writeTrails(t, a, "after", 2, 0, "acme")
+			rep := verify(t, s.js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{want}) {
+				t.Fatalf("problems %v, want only %v\n%+v", got, want, rep.Problems)
+			}
+			if got := heads(rep)["acme"]; got != tc.head {
+				t.Fatalf("acme's head n=%d, want %d", got, tc.head)
+			}
+		})
+	}
+}
+
+// TestVerifyDetectsDeletedRecords deletes records from a stream that
+// allows it: the chain shows the one inside a tenant's chain, the stream
+// sequences the one at the end of a tenant's chain.
+func TestVerifyDetectsDeletedRecords(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	for i, tenant := range []string{"acme", "acme", "acme", "acme", "acme", "beta"} {
+		if _, err := a.Trail().Seal(t.Context(), verdictEvent(tenant, fmt.Sprint("p", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seq := range []uint64{3, 5} {
+		if err := stream.DeleteMsg(t.Context(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	want := []wantProblem{{4, bus.ProblemRemoved}, {4, bus.ProblemRemoved}, {6, bus.ProblemRemoved}}
+	if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+	// One tenant's chain alone shows the gap inside it only.
+	rep = verify(t, js, bus.VerifyOptions{Tenant: "acme", Keys: [][]byte{testKey}})
+	if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{4, bus.ProblemRemoved}}) {
+		t.Fatalf("acme alone: problems %v\n%+v", got, rep.Problems)
+	}
+}
+
+func TestVerifyAnchors(t *testing.T) {
+	_, js := setupAudit(t)
+	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	writeTrails(t, a, "p", 2, 1, "acme", "beta")
+	before := verify(t, js, bus.VerifyOptions{})
+	writeTrails(t, a, "q", 2, 1, "acme", "beta")
+	if rep := verify(t, js, bus.VerifyOptions{Anchors: before.Heads}); !rep.Clean() {
+		t.Fatalf("anchors of an intact chain: %+v", rep.Problems)
+	}
+	altered := append([]bus.AuditHead(nil), before.Heads...)
+	altered[0].Hash = hexSHA256([]byte("other"))
+	rep := verify(t, js, bus.VerifyOptions{Anchors: altered})
+	if len(rep.Problems) != 1 || rep.Problems[0].Kind != bus.ProblemModified || rep.Problems[0].Tenant != altered[0].Tenant {
+		t.Fatalf("an anchor whose record changed: %+v", rep.Problems)
+	}
+	// An anchor past the chain's end: the chain was cut short.
+	cut := []bus.AuditHead{{Tenant: "acme", N: 99, Hash: hexSHA256([]byte("x"))}}
+	rep = verify(t, js, bus.VerifyOptions{Anchors: cut})
+	if len(rep.Problems) != 1 || rep.Problems[0].Kind != bus.ProblemRemoved {
+		t.Fatalf("an anchor past the end: %+v", rep.Problems)
+	}
+	// Anchors round-trip through the JSON lines verify --json prints.
+	var lines bytes.Buffer
+	for _, h := range before.Heads {
+		fmt.Fprintf(&lines, `{"type":"head","tenant":%q,"n":%d,"hash":%q,"seq":%d}`+"\n", h.Tenant, h.N, h.Hash, h.Seq)
+	}
+	fmt.Fprintln(&lines, `{"type":"summary","messages":4}`)
+	parsed, err := bus.ParseAuditHeads(lines.Bytes())
+	if err != nil || fmt.Sprint(parsed) != fmt.Sprint(before.Heads) {
+		t.Fatalf("ParseAuditHeads = %v, %v; want %v", parsed, err, before.Heads)
+	}
+	if _, err := bus.ParseAuditHeads([]byte(`{"tenant":"acme","n":0,"hash":"x"}`)); err == nil {
+		t.Error("an anchor without n or hash was accepted")
+	}
+}
+
+func TestVerifyWithoutStream(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.Verify(t.Context(), js, bus.VerifyOptions{}); !errors.Is(err, bus.ErrNoAuditStream) {
+		t.Fatalf("err = %v, want ErrNoAuditStream", err)
+	}
+	if err := bus.ReadAudit(t.Context(), js, bus.AuditQuery{}, func(bus.AuditEntry) error { return nil }); !errors.Is(err, bus.ErrNoAuditStream) {
+		t.Fatalf("err = %v, want ErrNoAuditStream", err)
+	}
+}
+
+func TestReadAudit(t *testing.T) {
+	_, js := setupAudit(t)
+	a := newAuditor(t, js, bus.AuditorConfig{})
+	writeTrails(t, a, "p", 4, 1, "acme", "beta") // seq 1-8
+
+	read := func(q bus.AuditQuery) []string {
+		t.Helper()
+		var out []string
+		err := bus.ReadAudit(t.Context(), js, q, func(e bus.AuditEntry) error {
+			if e.Err != nil {
+				return e.Err
+			}
+			out = append(out, fmt.Sprintf("%d:%s", e.Record.Chain.N, e.Tenant()))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if got := read(bus.AuditQuery{}); len(got) != 8 {
+		t.Errorf("everything: %v", got)
+	}
+	if got := strings.Join(read(bus.AuditQuery{Tenant: "beta"}), " "); got != "1:beta 2:beta 3:beta 4:beta" {
+		t.Errorf("tenant beta: %s", got)
+	}
+	if got := read(bus.AuditQuery{Tenant: "nobody"}); len(got) != 0 {
+		t.Errorf("a tenant without records: %v", got)
+	}
+	if got := read(bus.AuditQuery{Since: time.Now().Add(time.Hour)}); len(got) != 0 {
+		t.Errorf("since the future: %v", got)
+	}
+	if got := read(bus.AuditQuery{Since: time.Now().Add(-time.Hour)}); len(got) != 8 {
+		t.Errorf("since an hour ago: %v", got)
+	}
+	if got := read(bus.AuditQuery{StartSeq: 7}); len(got) != 2 {
+		t.Errorf("from seq 7: %v", got)
+	}
+
+	// Follow delivers what is written after it started, until cancelled.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var (
+		mu   sync.Mutex
+		seen []uint64
+		wg   sync.WaitGroup
+		ferr error
+	)
+	wg.Go(func() {
+		ferr = bus.ReadAudit(ctx, js, bus.AuditQuery{Tenant: "gamma", Follow: true}, func(e bus.AuditEntry) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, e.Record.Chain.N)
+			if len(seen) == 3 {
+				cancel()
+			}
+			return nil
+		})
+	})
+	for i := range 3 {
+		if _, err := a.Trail().Seal(t.Context(), verdictEvent("gamma", fmt.Sprint("g", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
+	if ferr != nil || fmt.Sprint(seen) != "[1 2 3]" {
+		t.Fatalf("followed %v, err %v", seen, ferr)
+	}
+}
+
+func TestAuditFilter(t *testing.T) {
+	rec := func(event, data string) *bus.AuditRecord {
+		return &bus.AuditRecord{Event: engine.AuditEvent{Event: event, Data: []byte(data)}}
+	}
+	verdict := rec(engine.EventVerdict, `{"action":"db_drop_table","operator":"alice","outcome":"rejected"}`)
+	received := rec(engine.EventReceived, `{"action":"db_drop_table","operator":"alice"}`)
+	tests := []struct {
+		note   string
+		filter bus.AuditFilter
+		rec    *bus.AuditRecord
+		want   bool
+	}{
+		{note: "empty filter", rec: received, want: true},
+		{note: "outcome of a verdict", filter: bus.AuditFilter{Outcome: "rejected"}, rec: verdict, want: true},
+		{note: "another outcome", filter: bus.AuditFilter{Outcome: "approved"}, rec: verdict},
+		{note: "outcome keeps verdicts only", filter: bus.AuditFilter{Outcome: "rejected"}, rec: rec(engine.EventReplayed, `{"outcome":"rejected"}`)},
+		{note: "action", filter: bus.AuditFilter{Action: "db_drop_table"}, rec: received, want: true},
+		{note: "another action", filter: bus.AuditFilter{Action: "db_backup"}, rec: received},
+		{note: "operator and action", filter: bus.AuditFilter{Action: "db_drop_table", Operator: "alice"}, rec: verdict, want: true},
+		{note: "another operator", filter: bus.AuditFilter{Operator: "bob"}, rec: verdict},
+		{note: "no data", filter: bus.AuditFilter{Operator: "bob"}, rec: rec(engine.EventPolicyReloaded, "")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			if got := tc.filter.Match(tc.rec); got != tc.want {
+				t.Fatalf("Match = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

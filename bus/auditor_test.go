@@ -1,0 +1,369 @@
+package bus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+)
+
+// writeTrails runs trails concurrent trails on a, each recording events
+// events and sealing a verdict, round-robin over tenants. It returns the
+// sequence each Seal returned, by proposal id.
+func writeTrails(t *testing.T, a *bus.Auditor, prefix string, trails, events int, tenants ...string) map[string]uint64 {
+	t.Helper()
+	var (
+		mu   sync.Mutex
+		seqs = make(map[string]uint64, trails)
+		wg   sync.WaitGroup
+		errs = make(chan error, trails)
+	)
+	for i := range trails {
+		wg.Go(func() {
+			tenant, id := tenants[i%len(tenants)], fmt.Sprintf("%s%d", prefix, i)
+			tr := a.Trail()
+			for range events {
+				ev := engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: tenant, ProposalID: id, Data: []byte(`{"action":"db_backup"}`)}
+				if err := tr.Record(t.Context(), ev); err != nil {
+					errs <- err
+					return
+				}
+			}
+			final := verdictEvent(tenant, id)
+			final.Instance = "" // the auditor names itself
+			seq, err := tr.Seal(t.Context(), final)
+			if err != nil {
+				errs <- fmt.Errorf("sealing %s: %w", id, err)
+				return
+			}
+			mu.Lock()
+			seqs[id] = seq
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err) // not Fatal: callers run this on other goroutines
+	}
+	return seqs
+}
+
+// verify runs Verify and fails the test on an error.
+func verify(t *testing.T, js jetstream.JetStream, opts bus.VerifyOptions) *bus.AuditReport {
+	t.Helper()
+	rep, err := bus.Verify(t.Context(), js, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func heads(rep *bus.AuditReport) map[string]uint64 {
+	out := map[string]uint64{}
+	for _, h := range rep.Heads {
+		out[h.Tenant] = h.N
+	}
+	return out
+}
+
+func setupAudit(t *testing.T) (*bus.Resources, jetstream.JetStream) {
+	t.Helper()
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, js
+}
+
+func TestAuditorChainsConcurrentTrails(t *testing.T) {
+	res, js := setupAudit(t)
+	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey, Instance: "gated-a", Publish: bus.PublishBatches})
+	if !a.Batching() {
+		t.Fatal("the audit stream allows atomic batches, yet the auditor publishes one at a time")
+	}
+	const trails, events = 120, 4
+	seqs := writeTrails(t, a, "p", trails, events, "acme", "beta", "gamma")
+
+	// Seal returns the sequence of the trail's final event.
+	seen := map[uint64]bool{}
+	for id, seq := range seqs {
+		if seen[seq] {
+			t.Fatalf("two trails sealed at seq %d", seq)
+		}
+		seen[seq] = true
+		msg, err := res.Audit.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := bus.DecodeAuditRecord(msg.Subject, msg.Header, msg.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Event.Event != engine.EventVerdict || rec.Event.ProposalID != id || rec.Event.Instance != "gated-a" {
+			t.Fatalf("Seal of %s returned seq %d, which holds %s of %s by %q", id, seq, rec.Event.Event, rec.Event.ProposalID, rec.Event.Instance)
+		}
+	}
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if !rep.Clean() || !rep.MACsChecked {
+		t.Fatalf("problems in an untouched stream: %+v", rep.Problems)
+	}
+	want := map[string]uint64{"acme": 40 * (events + 1), "beta": 40 * (events + 1), "gamma": 40 * (events + 1)}
+	if got := heads(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("chain heads %v, want %v", got, want)
+	}
+	if rep.Records != trails*(events+1) {
+		t.Fatalf("verified %d records, want %d", rep.Records, trails*(events+1))
+	}
+	st := a.Stats()
+	t.Logf("%d records in %d publishes", st.Records, st.Publishes)
+	if st.Records != trails*(events+1) {
+		t.Errorf("stats count %d records", st.Records)
+	}
+}
+
+func TestAuditorsOfTwoInstancesKeepOneChain(t *testing.T) {
+	s := bustest.Server(t)
+	_, js1 := bustest.Connect(t, s)
+	_, js2 := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js1, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	a1 := newAuditor(t, js1, bus.AuditorConfig{Key: testKey, Instance: "one", Publish: bus.PublishBatches})
+	a2 := newAuditor(t, js2, bus.AuditorConfig{Key: testKey, Instance: "two", Writers: 2, Publish: bus.PublishBatches})
+	// Rounds of a few trails each make many small batches, so the two
+	// instances keep extending the shared chain under each other.
+	const rounds, trails, events = 15, 4, 3
+	var wg sync.WaitGroup
+	for _, inst := range []struct {
+		a       *bus.Auditor
+		name    string
+		tenants []string
+	}{{a1, "one", []string{"acme", "shared"}}, {a2, "two", []string{"shared", "beta"}}} {
+		wg.Go(func() {
+			for r := range rounds {
+				writeTrails(t, inst.a, fmt.Sprintf("%s-%d-", inst.name, r), trails, events, inst.tenants...)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	rep := verify(t, js1, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if !rep.Clean() {
+		t.Fatalf("two instances broke the chain: %+v", rep.Problems)
+	}
+	per := uint64(rounds * trails / 2 * (events + 1))
+	want := map[string]uint64{"acme": per, "beta": per, "shared": 2 * per}
+	if got := heads(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("chain heads %v, want %v", got, want)
+	}
+	// Both instances wrote to the shared tenant's one chain.
+	instances := map[string]bool{}
+	err := bus.ReadAudit(t.Context(), js1, bus.AuditQuery{Tenant: "shared"}, func(e bus.AuditEntry) error {
+		instances[e.Record.Event.Instance] = true
+		return nil
+	})
+	if err != nil || !instances["one"] || !instances["two"] {
+		t.Fatalf("instances on the shared chain: %v (err %v)", instances, err)
+	}
+	t.Logf("instance one: %+v; instance two: %+v", a1.Stats(), a2.Stats())
+}
+
+func TestAuditorPublishesOneAtATime(t *testing.T) {
+	tests := []struct {
+		note   string
+		stream func(t *testing.T, js jetstream.JetStream)
+		cfg    bus.AuditorConfig
+	}{
+		{
+			note: "stream without atomic publish",
+			stream: func(t *testing.T, js jetstream.JetStream) {
+				_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
+					Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+					Storage: jetstream.FileStorage, DenyDelete: true, DenyPurge: true,
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			},
+		},
+		{
+			note: "asked to",
+			stream: func(t *testing.T, js jetstream.JetStream) {
+				if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			cfg: bus.AuditorConfig{Publish: bus.PublishOneAtATime},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			s := bustest.Server(t)
+			_, js := bustest.Connect(t, s)
+			tc.stream(t, js)
+			tc.cfg.Key = testKey
+			a := newAuditor(t, js, tc.cfg)
+			if a.Batching() {
+				t.Fatal("the auditor batches")
+			}
+			// A second instance makes the one-at-a-time path meet conflicts too.
+			_, js2 := bustest.Connect(t, s)
+			b := newAuditor(t, js2, tc.cfg)
+			var wg sync.WaitGroup
+			wg.Go(func() { writeTrails(t, a, "a", 30, 2, "acme", "beta") })
+			wg.Go(func() { writeTrails(t, b, "b", 30, 2, "acme") })
+			wg.Wait()
+			rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			if !rep.Clean() {
+				t.Fatalf("problems: %+v", rep.Problems)
+			}
+			if got := heads(rep); got["acme"] != 15*3+30*3 || got["beta"] != 15*3 {
+				t.Fatalf("chain heads %v", got)
+			}
+			if st := a.Stats(); st.Publishes != st.Records {
+				t.Errorf("one at a time, yet %d publishes stored %d records", st.Publishes, st.Records)
+			}
+		})
+	}
+}
+
+func TestAuditorPublishAutoFollowsTheStream(t *testing.T) {
+	tests := []struct {
+		note    string
+		storage jetstream.StorageType
+		batches bool
+	}{
+		// An R1 file stream syncs every atomic batch to disk on its own.
+		{note: "R1 file stream", storage: jetstream.FileStorage},
+		{note: "memory stream", storage: jetstream.MemoryStorage, batches: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			s := bustest.Server(t)
+			_, js := bustest.Connect(t, s)
+			_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
+				Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+				Storage: tc.storage, AllowAtomicPublish: true,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := newAuditor(t, js, bus.AuditorConfig{})
+			if a.Batching() != tc.batches {
+				t.Fatalf("batching %v, want %v", a.Batching(), tc.batches)
+			}
+			writeTrails(t, a, "p", 20, 3, "acme", "beta")
+			if rep := verify(t, js, bus.VerifyOptions{}); !rep.Clean() || rep.Records != 80 {
+				t.Fatalf("%d records, problems %+v", rep.Records, rep.Problems)
+			}
+		})
+	}
+}
+
+func TestAuditorUnkeyed(t *testing.T) {
+	_, js := setupAudit(t)
+	a := newAuditor(t, js, bus.AuditorConfig{})
+	if a.KeyID() != "" {
+		t.Fatalf("key id %q without a key", a.KeyID())
+	}
+	writeTrails(t, a, "p", 4, 1, "acme")
+	var macs int
+	err := bus.ReadAudit(t.Context(), js, bus.AuditQuery{}, func(e bus.AuditEntry) error {
+		if e.Err != nil {
+			return e.Err
+		}
+		if e.Record.MAC != "" || e.Header.Get(bus.AuditKeyHeader) != "" {
+			macs++
+		}
+		return nil
+	})
+	if err != nil || macs != 0 {
+		t.Fatalf("%d unkeyed records carry a MAC (err %v)", macs, err)
+	}
+	if rep := verify(t, js, bus.VerifyOptions{}); !rep.Clean() || rep.MACsChecked || rep.Records != 8 {
+		t.Fatalf("unkeyed records without a key: %+v", rep)
+	}
+	// Given a key, records without a MAC are forgeries.
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if len(rep.Problems) != 8 {
+		t.Fatalf("%d problems, want every one of the 8 records without a MAC: %+v", len(rep.Problems), rep.Problems)
+	}
+	for _, p := range rep.Problems {
+		if p.Kind != bus.ProblemForged {
+			t.Fatalf("problem %+v, want forged", p)
+		}
+	}
+}
+
+func TestAuditorKeyRotation(t *testing.T) {
+	_, js := setupAudit(t)
+	other := []byte("fedcba9876543210fedcba9876543210")
+	old := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	writeTrails(t, old, "old", 2, 1, "acme")
+	if err := old.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	writeTrails(t, newAuditor(t, js, bus.AuditorConfig{Key: other}), "new", 2, 1, "acme")
+	if rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey, other}}); !rep.Clean() || heads(rep)["acme"] != 8 {
+		t.Fatalf("both keys given: %+v", rep)
+	}
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{other}})
+	if len(rep.Problems) != 4 || rep.Problems[0].Kind != bus.ProblemForged || rep.Problems[0].Seq != 1 {
+		t.Fatalf("only the new key given: %+v, want the 4 old records forged", rep.Problems)
+	}
+}
+
+func TestAuditTrailLifecycle(t *testing.T) {
+	_, js := setupAudit(t)
+	a := newAuditor(t, js, bus.AuditorConfig{})
+	tr := a.Trail()
+	ev := verdictEvent("acme", "p1")
+	if _, err := tr.Seal(t.Context(), ev); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Record(t.Context(), ev); !errors.Is(err, bus.ErrTrailSealed) {
+		t.Errorf("Record after Seal: %v, want ErrTrailSealed", err)
+	}
+	if _, err := tr.Seal(t.Context(), ev); !errors.Is(err, bus.ErrTrailSealed) {
+		t.Errorf("second Seal: %v, want ErrTrailSealed", err)
+	}
+	bad := a.Trail()
+	if err := bad.Record(t.Context(), engine.AuditEvent{V: 1, Event: "x", Tenant: "NOT A TENANT"}); err == nil {
+		t.Error("an event with an invalid tenant was accepted")
+	}
+	if _, err := bad.Seal(t.Context(), ev); err == nil {
+		t.Error("a trail that lost an event sealed")
+	}
+	if err := a.Close(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Trail().Seal(t.Context(), ev); !errors.Is(err, bus.ErrAuditorClosed) {
+		t.Errorf("Seal after Close: %v, want ErrAuditorClosed", err)
+	}
+}
+
+func TestNewAuditorNeedsTheStream(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{}); !errors.Is(err, bus.ErrNoAuditStream) {
+		t.Fatalf("err = %v, want ErrNoAuditStream", err)
+	}
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.NewAuditor(context.Background(), js, bus.AuditorConfig{Key: []byte("short")}); !errors.Is(err, bus.ErrInvalidConfig) {
+		t.Fatalf("a short key: err = %v, want ErrInvalidConfig", err)
+	}
+}

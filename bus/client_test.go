@@ -1,0 +1,276 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+)
+
+// scripted answers proposals whose action is outcome_<outcome> with a
+// verdict of that outcome, as a reviewer that failed or ran out of time
+// would, and hands every other proposal to the engine.
+type scripted struct{ next bus.Decider }
+
+func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+	_, action, err := engine.ParseProposalSubject(d.Subject)
+	if want, ok := strings.CutPrefix(action, "outcome_"); ok && err == nil {
+		a, err := bus.AddressOf(d.Data)
+		if err != nil {
+			return nil, err
+		}
+		return &engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: engine.KindAction,
+			Outcome: engine.Outcome(want), Stage: engine.StageReview, Reason: "scripted " + want, DecidedAt: time.Now()}, nil
+	}
+	return s.next.Decide(ctx, d)
+}
+
+func (s scripted) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+	return s.next.GiveUp(ctx, d, cause)
+}
+
+func withScript(d bus.Decider) bus.Decider { return scripted{next: d} }
+
+// typed builds a typed proposal of tenant acme.
+func typed(id, action string, class engine.Class) *engine.Proposal {
+	p := &engine.Proposal{ID: id, Tenant: "acme", Action: action, Class: class,
+		Target: map[string]any{"service": "nginx", "device_id": 7}, Reason: "testing the fleet client",
+		RequestedBy: &engine.RequestedBy{Agent: "test-agent"}}
+	if class != engine.ClassRead {
+		p.BlastRadius = engine.BlastSingleDevice
+	}
+	return p
+}
+
+func TestProposeTypedErrors(t *testing.T) {
+	g := startGate(t, withScript, bus.Config{})
+	sentinels := []error{bus.ErrReviewRejected, bus.ErrReviewBlocked, bus.ErrReviewError, bus.ErrReviewTimeout, bus.ErrProposalInvalid}
+	skip := typed("t-skip", "host_restart_service", engine.ClassWrite)
+	skip.Flags.SkipReview = true
+	tests := []struct {
+		note    string
+		p       *engine.Proposal
+		outcome engine.Outcome
+		want    error // nil for an approval
+	}{
+		{note: "read approved at policy", p: typed("t-read", "host_list_services", engine.ClassRead), outcome: engine.OutcomeApproved},
+		{note: "skip_review rejected", p: skip, outcome: engine.OutcomeRejected, want: bus.ErrReviewRejected},
+		{note: "no reviewer blocks", p: typed("t-write", "host_restart_service", engine.ClassWrite), outcome: engine.OutcomeBlocked, want: bus.ErrReviewBlocked},
+		{note: "unknown class invalid", p: typed("t-maybe", "host_restart_service", "maybe"), outcome: engine.OutcomeInvalid, want: bus.ErrProposalInvalid},
+		{note: "reviewer error", p: typed("t-err", "outcome_error", engine.ClassWrite), outcome: engine.OutcomeError, want: bus.ErrReviewError},
+		{note: "review timeout", p: typed("t-timeout", "outcome_timeout", engine.ClassWrite), outcome: engine.OutcomeTimeout, want: bus.ErrReviewTimeout},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+			defer cancel()
+			v, err := g.client.Propose(ctx, tc.p)
+			if v == nil || v.Outcome != tc.outcome {
+				t.Fatalf("verdict %+v (err %v), want outcome %s", v, err, tc.outcome)
+			}
+			if tc.want == nil {
+				if err != nil || !v.Approved {
+					t.Fatalf("approval came with err %v, approved %v", err, v.Approved)
+				}
+				return
+			}
+			if !errors.Is(err, tc.want) || !errors.Is(err, bus.ErrNotApproved) {
+				t.Fatalf("err = %v, want %v and ErrNotApproved", err, tc.want)
+			}
+			for _, other := range sentinels {
+				if other != tc.want && errors.Is(err, other) {
+					t.Errorf("err %v also matches %v", err, other)
+				}
+			}
+			var ve *bus.VerdictError
+			if !errors.As(err, &ve) || ve.Verdict != v || ve.Verdict.Reason == "" || !strings.Contains(err.Error(), ve.Verdict.Reason) {
+				t.Fatalf("err %v does not carry the verdict and its reason", err)
+			}
+		})
+	}
+	if tests[0].p.V != 0 {
+		t.Error("Propose changed the caller's proposal")
+	}
+}
+
+func TestProposeIsIdempotent(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	p := typed("idem-1", "host_list_services", engine.ClassRead)
+	first, err := g.client.Propose(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := g.client.Propose(t.Context(), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.AuditSeq != first.AuditSeq || !again.DecidedAt.Equal(first.DecidedAt) {
+		t.Fatalf("the same proposal was decided twice: audit_seq %d then %d", first.AuditSeq, again.AuditSeq)
+	}
+	other := typed("idem-1", "host_restart_service", engine.ClassWrite)
+	if _, err := g.client.Propose(t.Context(), other); !errors.Is(err, bus.ErrIDReused) {
+		t.Fatalf("another proposal under the same id: err = %v, want ErrIDReused", err)
+	}
+}
+
+func TestProposeRefusesUnaddressable(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	for _, p := range []*engine.Proposal{
+		nil,
+		{ID: "p1", Tenant: "ACME", Action: "x", Class: engine.ClassRead},
+		{ID: "p.1", Tenant: "acme", Action: "x", Class: engine.ClassRead},
+		{ID: "p1", Tenant: "acme", Action: "", Class: engine.ClassRead},
+	} {
+		if _, err := g.client.Propose(t.Context(), p); !errors.Is(err, bus.ErrBadProposal) {
+			t.Errorf("Propose(%+v): err = %v, want ErrBadProposal", p, err)
+		}
+	}
+}
+
+// TestProposalWireForm checks that a fully filled engine.Proposal encodes
+// to exactly what gated's strict decoder accepts, and back to the same
+// value.
+func TestProposalWireForm(t *testing.T) {
+	created := time.Date(2026, 3, 4, 5, 6, 7, 890_000_000, time.UTC)
+	for _, p := range []*engine.Proposal{
+		{
+			V: 1, ID: "full-1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
+			Class: engine.ClassWrite, Target: map[string]any{"device_id": json.Number("7"), "tags": []any{"production"}},
+			Reason: "wedged", BlastRadius: engine.BlastSingleDevice,
+			Operator:    &engine.Operator{ID: "alice", Roles: []string{"sre"}},
+			RequestedBy: &engine.RequestedBy{Agent: "ops-agent", Session: "s-1"},
+			IncidentID:  "INC-1", ContextSummary: "health checks fail",
+			Flags:    engine.Flags{SkipReview: true, ForceApprove: true, ForceApproveNoSOP: true, UserConfirmed: true},
+			Reviewer: "reviewer", CreatedAt: &created,
+			Criteria: []engine.Criterion{{ID: "c1", Description: "restarts", Required: true, Kind: "check", Params: map[string]any{"n": json.Number("1")}}},
+		},
+		{
+			V: 1, ID: "run-1", Tenant: "acme", Kind: engine.KindRun, Action: "review_run", Class: engine.ClassWrite,
+			BlastRadius: engine.BlastCluster,
+			Run: &engine.Run{RunID: "r1", TaskID: "t1", Status: "done", Summary: "s", Diff: "d", TestOutput: "ok", Round: 2, Worker: "w",
+				PriorReviews: []json.RawMessage{json.RawMessage(`{"decision":"reject"}`)}},
+		},
+		{V: 1, ID: "min-1", Tenant: "acme", Action: "host_list_services", Class: engine.ClassRead},
+	} {
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := engine.DecodeProposal(data, p.Tenant, p.Action, engine.Limits{})
+		if err != nil {
+			t.Fatalf("%s: gated refuses the client's encoding: %v\n%s", p.ID, err, data)
+		}
+		want := *p
+		if want.Kind == "" {
+			want.Kind = engine.KindAction
+		}
+		if !reflect.DeepEqual(got, &want) {
+			t.Fatalf("%s: round trip changed the proposal\n got %+v\nwant %+v", p.ID, got, &want)
+		}
+	}
+}
+
+func TestProposeNoVerdictBeforeDeadline(t *testing.T) {
+	s := bustest.Server(t)
+	nc, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	// No worker runs: the proposal is queued and nobody answers.
+	client, err := bus.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	v, err := client.Propose(ctx, typed("late-1", "host_list_services", engine.ClassRead))
+	if !errors.Is(err, bus.ErrNoVerdict) || v != nil {
+		t.Fatalf("verdict %v, err = %v; want ErrNoVerdict", v, err)
+	}
+	if errors.Is(err, bus.ErrReviewTimeout) || errors.Is(err, bus.ErrNotApproved) {
+		t.Fatalf("err %v: the caller's deadline is not a verdict", err)
+	}
+	// The client's default wait applies when the context has none.
+	short, err := bus.NewClient(nc, bus.WithDefaultWait(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := short.ProposeRaw(t.Context(), proposal("late-2", "read", "host_list_services", "")); !errors.Is(err, bus.ErrNoVerdict) {
+		t.Fatalf("default wait: err = %v, want ErrNoVerdict", err)
+	}
+	if _, err := bus.NewClient(nc, bus.WithDefaultWait(0)); !errors.Is(err, bus.ErrInvalidConfig) {
+		t.Fatalf("zero wait: err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+func TestVerdictLookup(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	v := g.propose(t, proposal("look-1", "read", "host_list_services", ""))
+	got, err := g.client.Verdict(t.Context(), "acme", "look-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.AuditSeq != v.AuditSeq || got.Outcome != v.Outcome {
+		t.Fatalf("stored %+v, published %+v", got, v)
+	}
+	if _, err := g.client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("missing verdict: err = %v, want engine.ErrNotFound", err)
+	}
+	if _, err := g.client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, bus.ErrBadProposal) {
+		t.Fatalf("dotted id: err = %v, want ErrBadProposal", err)
+	}
+	// A deleted key reads as not found, not as an empty verdict.
+	if err := g.res.Verdicts.Delete(t.Context(), "acme.look-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.client.Verdict(t.Context(), "acme", "look-1"); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("deleted verdict: err = %v, want engine.ErrNotFound", err)
+	}
+}
+
+// TestProposeSkipsForeignMessagesOnItsVerdictSubject: another client can
+// make a publish acknowledgement or someone else's verdict land on this
+// proposal's verdict subject; the wait goes on to the real verdict.
+func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
+	k := newGatekeeper()
+	g := startHeldGate(t, k)
+	type result struct {
+		v   *engine.Verdict
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := g.client.ProposeRaw(t.Context(), proposal("foreign-1", "read", "host_list_services", ""))
+		done <- result{v, err}
+	}()
+	<-k.arrived // published, subscribed, and held before any verdict
+	subject := bus.VerdictSubject("acme", "foreign-1")
+	for _, junk := range []string{
+		`{"stream":"GATED_PROPOSALS","seq":7}`,
+		`not json`,
+		`{"v":1,"proposal_id":"other","tenant":"acme","outcome":"approved","approved":true}`,
+		`{"v":1,"proposal_id":"foreign-1","tenant":"globex","outcome":"approved","approved":true}`,
+	} {
+		if err := g.nc.Publish(subject, []byte(junk)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := g.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	k.open()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("ProposeRaw: %v", r.err)
+	}
+	if r.v.ProposalID != "foreign-1" || r.v.Tenant != "acme" || r.v.Stage != engine.StagePolicy {
+		t.Fatalf("got %+v, want gated's verdict of acme.foreign-1", r.v)
+	}
+}

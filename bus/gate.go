@@ -1,0 +1,324 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gated/gated/engine"
+)
+
+// ErrInvalidToolSpec is wrapped by the error of a guarded tool whose
+// ToolSpec is unusable. Such a tool never runs.
+var ErrInvalidToolSpec = errors.New("invalid tool spec")
+
+// Proposer is what a Gate needs from the bus. *Client implements it;
+// tests and runtimes with their own transport may bring another. Propose
+// must return a nil error only for an approval (see Client.Propose).
+type Proposer interface {
+	Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error)
+}
+
+var _ Proposer = (*Client)(nil)
+
+// Identity is who proposes through a Gate: the fleet's tenant, the agent
+// and its session, and the human it acts for.
+type Identity struct {
+	// Tenant is the tenant token, [a-z0-9_-]{1,64}. Required.
+	Tenant string
+	// Agent names the proposing agent (requested_by.agent); gated uses it
+	// to keep an agent from reviewing its own proposals and to tell its own
+	// recent changes from other agents'. Required.
+	Agent string
+	// Session is the agent's session (requested_by.session). Optional.
+	Session string
+	// Operator is the human on whose behalf the agent acts. Optional.
+	Operator *engine.Operator
+	// Reviewer asks for a persona (proposal field reviewer) unless a
+	// Change names its own. Optional; the policy's routes outrank it.
+	Reviewer string
+}
+
+func (id Identity) validate() error {
+	switch {
+	case !engine.ValidTenant(id.Tenant):
+		return fmt.Errorf("%w: identity tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, id.Tenant)
+	case strings.TrimSpace(id.Agent) == "":
+		return fmt.Errorf("%w: identity needs an agent name", ErrInvalidConfig)
+	case id.Operator != nil && strings.TrimSpace(id.Operator.ID) == "":
+		return fmt.Errorf("%w: identity operator needs an id", ErrInvalidConfig)
+	case id.Reviewer != "" && !engine.ValidTenant(id.Reviewer):
+		return fmt.Errorf("%w: identity reviewer %q must be a persona name matching [a-z0-9_-]{1,64}", ErrInvalidConfig, id.Reviewer)
+	}
+	return nil
+}
+
+// GateOption configures a Gate.
+type GateOption func(*gateOptions) error
+
+type gateOptions struct {
+	timeout time.Duration
+	newID   func() string
+	observe func(*engine.Proposal, *engine.Verdict)
+}
+
+// WithReviewTimeout bounds how long a guarded call waits for its verdict
+// when its context has no deadline. Default DefaultWait (90 s), longer
+// than gated's default review deadline (60 s) so that a slow review ends
+// in a timeout verdict rather than in ErrNoVerdict.
+func WithReviewTimeout(d time.Duration) GateOption {
+	return func(o *gateOptions) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: review timeout %s must be positive", ErrInvalidConfig, d)
+		}
+		o.timeout = d
+		return nil
+	}
+}
+
+// WithProposalIDs replaces the generator of proposal ids for calls whose
+// Change names none. Every id must be new: a reused id gets the earlier
+// proposal's verdict or ErrIDReused. Default: a millisecond timestamp and
+// 64 random bits.
+func WithProposalIDs(next func() string) GateOption {
+	return func(o *gateOptions) error {
+		if next == nil {
+			return fmt.Errorf("%w: nil proposal id generator", ErrInvalidConfig)
+		}
+		o.newID = next
+		return nil
+	}
+}
+
+// WithVerdictObserver calls observe with every proposal the Gate sends
+// and its verdict, approvals included, before the tool runs (or not). Use
+// it to log or count verdicts; it must not block for long.
+func WithVerdictObserver(observe func(*engine.Proposal, *engine.Verdict)) GateOption {
+	return func(o *gateOptions) error {
+		o.observe = observe
+		return nil
+	}
+}
+
+// Gate puts gated in front of the tools of a Go agent runtime. Tools of
+// class read run at once; write and destructive tools run only after
+// gated approves a proposal describing the call. It is safe for
+// concurrent use.
+//
+// The class of a tool is the runtime's claim, made in code when the tool
+// is registered: gated never sees a read, so never let a model choose it.
+type Gate struct {
+	proposer Proposer
+	id       Identity
+	opts     gateOptions
+}
+
+// NewGate builds a Gate that proposes through p (usually a *Client) as
+// id. An unusable identity or option is an error wrapping
+// ErrInvalidConfig.
+func NewGate(p Proposer, id Identity, opts ...GateOption) (*Gate, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: a Gate needs a Proposer such as *bus.Client", ErrInvalidConfig)
+	}
+	if err := id.validate(); err != nil {
+		return nil, err
+	}
+	o := gateOptions{timeout: DefaultWait, newID: newProposalID}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if id.Operator != nil {
+		op := *id.Operator
+		op.Roles = append([]string(nil), op.Roles...)
+		id.Operator = &op
+	}
+	return &Gate{proposer: p, id: id, opts: o}, nil
+}
+
+// Change describes one call of a mutating tool: what gated reviews.
+type Change struct {
+	// ID is the proposal id, an idempotency key: a call retried with the
+	// same ID and the same content gets the stored verdict instead of a
+	// second review. Default: a new id per call.
+	ID string
+	// Target is what the call acts on, e.g. {"host": "web-7", "service":
+	// "nginx", "tags": ["production"]}. gated refuses parallel changes to
+	// the same target.
+	Target map[string]any
+	// Reason is why the agent wants to act (at most 8 KiB).
+	Reason string
+	// BlastRadius is single_device, cluster or tenant_wide. Required.
+	BlastRadius engine.BlastRadius
+	// IncidentID links the change to an incident. Optional.
+	IncidentID string
+	// ContextSummary is what the agent knows that a reviewer should too
+	// (at most 64 KiB). Optional.
+	ContextSummary string
+	// Flags are the proposal's flags; the default policy refuses
+	// skip_review and force_approve outright.
+	Flags engine.Flags
+	// Reviewer asks for a persona for this call, over Identity.Reviewer.
+	Reviewer string
+}
+
+// ToolSpec declares a tool to a Gate: its action token, its class, and
+// how a call's arguments become the Change gated reviews.
+type ToolSpec[A any] struct {
+	// Action is the tool's name on the wire, [A-Za-z0-9_-]{1,128}, e.g.
+	// host_restart_service. Required.
+	Action string
+	// Class is read, write or destructive. Required. A read tool runs
+	// without a proposal.
+	Class engine.Class
+	// Describe turns a call's arguments into the Change to review.
+	// Required for write and destructive tools; unused for read.
+	Describe func(args A) Change
+}
+
+// Validate reports whether the spec is usable; Guard checks it too, and a
+// guarded tool with an unusable spec never runs.
+func (s ToolSpec[A]) Validate() error {
+	if !engine.ValidAction(s.Action) {
+		return fmt.Errorf("%w: action %q must match [A-Za-z0-9_-]{1,128}", ErrInvalidToolSpec, s.Action)
+	}
+	switch s.Class {
+	case engine.ClassRead:
+	case engine.ClassWrite, engine.ClassDestructive:
+		if s.Describe == nil {
+			return fmt.Errorf("%w: %s tool %s needs Describe to say what a call changes", ErrInvalidToolSpec, s.Class, s.Action)
+		}
+	default:
+		return fmt.Errorf("%w: tool %s has class %q; want read, write or destructive", ErrInvalidToolSpec, s.Action, s.Class)
+	}
+	return nil
+}
+
+// Guard wraps fn, a tool of the given spec, so that it runs only when
+// gated allows it:
+//
+//   - read: fn runs at once; nothing is proposed.
+//   - write, destructive: a proposal built from the Gate's identity and
+//     spec.Describe(args) is sent, and fn runs once, only if the verdict
+//     is an approval.
+//
+// Otherwise the wrapped function returns R's zero value and an error
+// without running fn: a *VerdictError for a verdict that is not an
+// approval (errors.Is matches ErrReviewRejected, ErrReviewBlocked,
+// ErrReviewError, ErrReviewTimeout, ErrProposalInvalid, ErrNotApproved;
+// errors.As gives the verdict and its reason), ErrNoVerdict when the
+// review outlives the context (or the Gate's review timeout when the
+// context has no deadline), ErrInvalidToolSpec, or a transport error.
+// The context passed to fn is the caller's.
+func Guard[A, R any](g *Gate, spec ToolSpec[A], fn func(context.Context, A) (R, error)) func(context.Context, A) (R, error) {
+	invalid := spec.Validate()
+	switch {
+	case invalid != nil:
+	case g == nil:
+		invalid = fmt.Errorf("%w: tool %s guarded by a nil Gate", ErrInvalidToolSpec, spec.Action)
+	case fn == nil:
+		invalid = fmt.Errorf("%w: tool %s has no function", ErrInvalidToolSpec, spec.Action)
+	}
+	return func(ctx context.Context, args A) (R, error) {
+		var zero R
+		if invalid != nil {
+			return zero, invalid
+		}
+		if spec.Class == engine.ClassRead {
+			return fn(ctx, args)
+		}
+		if _, err := g.Authorize(ctx, spec.Action, spec.Class, spec.Describe(args)); err != nil {
+			return zero, err
+		}
+		return fn(ctx, args)
+	}
+}
+
+// Authorize asks gated whether a call of action, of class, may make
+// change, for runtimes that dispatch tools dynamically rather than
+// through Guard. It returns a nil error only when the call may run: at
+// once for class read (with a nil verdict: nothing is proposed), else
+// when gated approved (with the verdict). Errors are those of Guard.
+func (g *Gate) Authorize(ctx context.Context, action string, class engine.Class, change Change) (*engine.Verdict, error) {
+	switch class {
+	case engine.ClassRead:
+		return nil, nil
+	case engine.ClassWrite, engine.ClassDestructive:
+	default:
+		return nil, fmt.Errorf("%w: tool %s has class %q; want read, write or destructive", ErrInvalidToolSpec, action, class)
+	}
+	p := g.proposal(action, class, change)
+	rctx := ctx
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, g.opts.timeout)
+		defer cancel()
+	}
+	v, err := g.proposer.Propose(rctx, p)
+	if v != nil && g.opts.observe != nil {
+		g.opts.observe(p, v)
+	}
+	if err != nil {
+		return v, err
+	}
+	// Trust nothing but an approval of exactly this proposal, whatever
+	// the Proposer says.
+	if err := CheckVerdict(v); err != nil {
+		return v, err
+	}
+	if v.Tenant != p.Tenant || v.ProposalID != p.ID || v.Action != p.Action {
+		return v, fmt.Errorf("%w: the approval names %s.%s (%s), not proposal %s.%s (%s)",
+			ErrNotApproved, v.Tenant, v.ProposalID, v.Action, p.Tenant, p.ID, p.Action)
+	}
+	if err := ctx.Err(); err != nil {
+		return v, fmt.Errorf("approved, but the call was cancelled before %s ran: %w", action, err)
+	}
+	return v, nil
+}
+
+// proposal builds the proposal of one call.
+func (g *Gate) proposal(action string, class engine.Class, c Change) *engine.Proposal {
+	id := c.ID
+	if id == "" {
+		id = g.opts.newID()
+	}
+	reviewer := c.Reviewer
+	if reviewer == "" {
+		reviewer = g.id.Reviewer
+	}
+	p := &engine.Proposal{
+		V:              engine.SchemaVersion,
+		ID:             id,
+		Tenant:         g.id.Tenant,
+		Kind:           engine.KindAction,
+		Action:         action,
+		Class:          class,
+		Target:         c.Target,
+		Reason:         c.Reason,
+		BlastRadius:    c.BlastRadius,
+		RequestedBy:    &engine.RequestedBy{Agent: g.id.Agent, Session: g.id.Session},
+		IncidentID:     c.IncidentID,
+		ContextSummary: c.ContextSummary,
+		Flags:          c.Flags,
+		Reviewer:       reviewer,
+	}
+	if g.id.Operator != nil {
+		op := *g.id.Operator
+		p.Operator = &op
+	}
+	return p
+}
+
+// newProposalID returns a fresh id: a millisecond timestamp in base 36
+// (ids sort by time) and 64 random bits.
+func newProposalID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
+}

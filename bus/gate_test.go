@@ -1,0 +1,325 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+)
+
+// fakeProposer answers every proposal with a verdict of one outcome, or
+// with an error, and records what it was sent.
+type fakeProposer struct {
+	outcome engine.Outcome
+	err     error
+	// tamper edits the verdict before it is returned.
+	tamper func(*engine.Verdict)
+
+	mu    sync.Mutex
+	sent  []*engine.Proposal
+	ctxOK []bool // whether each call's context had a deadline
+}
+
+func (f *fakeProposer) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error) {
+	f.mu.Lock()
+	cp := *p
+	f.sent = append(f.sent, &cp)
+	_, ok := ctx.Deadline()
+	f.ctxOK = append(f.ctxOK, ok)
+	f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	v := &engine.Verdict{V: 1, ProposalID: p.ID, Tenant: p.Tenant, Action: p.Action, Kind: engine.KindAction,
+		Outcome: f.outcome, Approved: f.outcome == engine.OutcomeApproved, Stage: engine.StageReview, Reason: "fake " + string(f.outcome)}
+	if f.tamper != nil {
+		f.tamper(v)
+	}
+	return v, bus.CheckVerdict(v)
+}
+
+func (f *fakeProposer) proposals() []*engine.Proposal {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]*engine.Proposal(nil), f.sent...)
+}
+
+type restartArgs struct {
+	Host    string
+	Service string
+}
+
+var restartSpec = bus.ToolSpec[restartArgs]{
+	Action: "host_restart_service",
+	Class:  engine.ClassWrite,
+	Describe: func(a restartArgs) bus.Change {
+		return bus.Change{
+			Target:      map[string]any{"host": a.Host, "service": a.Service},
+			Reason:      a.Service + " on " + a.Host + " stopped answering",
+			BlastRadius: engine.BlastSingleDevice,
+			IncidentID:  "INC-7",
+		}
+	},
+}
+
+// countingTool counts its runs.
+type countingTool struct{ runs atomic.Int32 }
+
+func (c *countingTool) run(_ context.Context, a restartArgs) (string, error) {
+	c.runs.Add(1)
+	return "restarted " + a.Service, nil
+}
+
+var identity = bus.Identity{Tenant: "acme", Agent: "ops-agent", Session: "s-1",
+	Operator: &engine.Operator{ID: "alice", Roles: []string{"sre"}}}
+
+func TestGateRunsToolOnlyOnApproval(t *testing.T) {
+	tests := []struct {
+		note    string
+		fake    *fakeProposer
+		runs    int32
+		wantErr error
+	}{
+		{note: "approved", fake: &fakeProposer{outcome: engine.OutcomeApproved}, runs: 1},
+		{note: "rejected", fake: &fakeProposer{outcome: engine.OutcomeRejected}, wantErr: bus.ErrReviewRejected},
+		{note: "blocked", fake: &fakeProposer{outcome: engine.OutcomeBlocked}, wantErr: bus.ErrReviewBlocked},
+		{note: "error", fake: &fakeProposer{outcome: engine.OutcomeError}, wantErr: bus.ErrReviewError},
+		{note: "timeout verdict", fake: &fakeProposer{outcome: engine.OutcomeTimeout}, wantErr: bus.ErrReviewTimeout},
+		{note: "invalid", fake: &fakeProposer{outcome: engine.OutcomeInvalid}, wantErr: bus.ErrProposalInvalid},
+		{note: "no verdict", fake: &fakeProposer{err: fmt.Errorf("%w: test", bus.ErrNoVerdict)}, wantErr: bus.ErrNoVerdict},
+		{note: "transport failure", fake: &fakeProposer{err: errors.New("connection closed")}},
+		{note: "id reused", fake: &fakeProposer{err: bus.ErrIDReused}, wantErr: bus.ErrIDReused},
+		{
+			note: "approval that says approved false",
+			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Approved = false }}, wantErr: bus.ErrNotApproved,
+		},
+		{
+			note: "approval of another proposal",
+			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.ProposalID = "someone-else" }}, wantErr: bus.ErrNotApproved,
+		},
+		{
+			note: "approval of another action",
+			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Action = "host_list_services" }}, wantErr: bus.ErrNotApproved,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			var seen []*engine.Verdict
+			g, err := bus.NewGate(tc.fake, identity, bus.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = append(seen, v) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tool countingTool
+			restart := bus.Guard(g, restartSpec, tool.run)
+			out, err := restart(t.Context(), restartArgs{Host: "web-7", Service: "nginx"})
+			if got := tool.runs.Load(); got != tc.runs {
+				t.Fatalf("tool ran %d times, want %d (err %v)", got, tc.runs, err)
+			}
+			if len(tc.fake.proposals()) != 1 {
+				t.Fatalf("%d proposals sent, want 1", len(tc.fake.proposals()))
+			}
+			if tc.runs == 1 {
+				if err != nil || out != "restarted nginx" {
+					t.Fatalf("approved call returned %q, %v", out, err)
+				}
+				return
+			}
+			if err == nil || out != "" {
+				t.Fatalf("refused call returned %q, %v; want the zero value and an error", out, err)
+			}
+			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			var ve *bus.VerdictError
+			if errors.As(err, &ve) && (len(seen) != 1 || seen[0] != ve.Verdict) {
+				t.Errorf("observer saw %v; the verdict was %v", seen, ve.Verdict)
+			}
+		})
+	}
+}
+
+func TestGateBuildsTheProposal(t *testing.T) {
+	fake := &fakeProposer{outcome: engine.OutcomeApproved}
+	id := identity
+	id.Reviewer = "reviewer"
+	g, err := bus.NewGate(fake, id, bus.WithProposalIDs(func() string { return "fixed-1" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tool countingTool
+	if _, err := bus.Guard(g, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-7", Service: "nginx"}); err != nil {
+		t.Fatal(err)
+	}
+	p := fake.proposals()[0]
+	switch {
+	case p.ID != "fixed-1", p.Tenant != "acme", p.Action != "host_restart_service", p.Class != engine.ClassWrite:
+		t.Fatalf("address: %+v", p)
+	case p.Target["host"] != "web-7" || p.Target["service"] != "nginx":
+		t.Fatalf("target %v", p.Target)
+	case p.Reason != "nginx on web-7 stopped answering", p.BlastRadius != engine.BlastSingleDevice, p.IncidentID != "INC-7":
+		t.Fatalf("change: %+v", p)
+	case p.RequestedBy == nil || p.RequestedBy.Agent != "ops-agent" || p.RequestedBy.Session != "s-1":
+		t.Fatalf("requested_by %+v", p.RequestedBy)
+	case p.Operator == nil || p.Operator.ID != "alice", p.Reviewer != "reviewer", p.V != engine.SchemaVersion:
+		t.Fatalf("identity: %+v", p)
+	}
+	if !fake.ctxOK[0] {
+		t.Error("the review had no deadline although the caller's context had none")
+	}
+	// The proposal is one gated decodes strictly.
+	if _, err := engine.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", engine.Limits{}); err != nil {
+		t.Fatalf("gated would refuse the Gate's proposal: %v", err)
+	}
+}
+
+func TestGateReadNeverProposes(t *testing.T) {
+	fake := &fakeProposer{outcome: engine.OutcomeRejected}
+	g, err := bus.NewGate(fake, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	list := bus.Guard(g, bus.ToolSpec[string]{Action: "host_list_services", Class: engine.ClassRead},
+		func(_ context.Context, host string) ([]string, error) { runs++; return []string{"nginx"}, nil })
+	for range 3 {
+		out, err := list(t.Context(), "web-7")
+		if err != nil || len(out) != 1 {
+			t.Fatalf("read returned %v, %v", out, err)
+		}
+	}
+	if runs != 3 || len(fake.proposals()) != 0 {
+		t.Fatalf("read ran %d times with %d proposals; want 3 runs, no proposal", runs, len(fake.proposals()))
+	}
+	if v, err := g.Authorize(t.Context(), "host_list_services", engine.ClassRead, bus.Change{}); v != nil || err != nil {
+		t.Fatalf("Authorize(read) = %v, %v; want nil, nil", v, err)
+	}
+}
+
+func TestGateRefusesUnusableSpecs(t *testing.T) {
+	fake := &fakeProposer{outcome: engine.OutcomeApproved}
+	g, err := bus.NewGate(fake, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe := restartSpec.Describe
+	tests := []struct {
+		note string
+		g    *bus.Gate
+		spec bus.ToolSpec[restartArgs]
+	}{
+		{note: "bad action", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host.restart", Class: engine.ClassWrite, Describe: describe}},
+		{note: "unknown class", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host_restart_service", Class: "maybe", Describe: describe}},
+		{note: "no class", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host_restart_service", Describe: describe}},
+		{note: "write without Describe", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host_restart_service", Class: engine.ClassWrite}},
+		{note: "nil gate", g: nil, spec: restartSpec},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			var tool countingTool
+			_, err := bus.Guard(tc.g, tc.spec, tool.run)(t.Context(), restartArgs{})
+			if !errors.Is(err, bus.ErrInvalidToolSpec) || tool.runs.Load() != 0 {
+				t.Fatalf("err = %v, runs %d; want ErrInvalidToolSpec and no run", err, tool.runs.Load())
+			}
+		})
+	}
+	if len(fake.proposals()) != 0 {
+		t.Errorf("unusable specs sent %d proposals", len(fake.proposals()))
+	}
+	for _, id := range []bus.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Operator{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
+		if _, err := bus.NewGate(fake, id); !errors.Is(err, bus.ErrInvalidConfig) {
+			t.Errorf("NewGate(%+v): err = %v, want ErrInvalidConfig", id, err)
+		}
+	}
+}
+
+func TestGateDoesNotRunAfterCallerGaveUp(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	fake := &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(*engine.Verdict) { cancel() }}
+	g, err := bus.NewGate(fake, identity)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tool countingTool
+	if _, err := bus.Guard(g, restartSpec, tool.run)(ctx, restartArgs{}); !errors.Is(err, context.Canceled) || tool.runs.Load() != 0 {
+		t.Fatalf("err = %v, runs %d; want context.Canceled and no run", err, tool.runs.Load())
+	}
+}
+
+// TestGateThroughGated drives the Gate through the real client and
+// worker: a read runs without a proposal, the engine's verdicts decide
+// the rest, and a call that gets no verdict in time never runs.
+func TestGateThroughGated(t *testing.T) {
+	g := startGate(t, withScript, bus.Config{})
+	var ids atomic.Int32
+	gate, err := bus.NewGate(g.client, identity, bus.WithProposalIDs(func() string { return fmt.Sprintf("gate-%d", ids.Add(1)) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tool countingTool
+	listed := 0
+	list := bus.Guard(gate, bus.ToolSpec[restartArgs]{Action: "host_list_services", Class: engine.ClassRead},
+		func(context.Context, restartArgs) (string, error) { listed++; return "nginx", nil })
+	if _, err := list(t.Context(), restartArgs{}); err != nil || listed != 1 {
+		t.Fatalf("read: %v, ran %d", err, listed)
+	}
+	if n := ids.Load(); n != 0 {
+		t.Fatalf("a read used %d proposal ids", n)
+	}
+	// No reviewer plugin runs here, so the restart is blocked.
+	restart := bus.Guard(gate, restartSpec, tool.run)
+	if _, err := restart(t.Context(), restartArgs{Host: "web-7", Service: "nginx"}); !errors.Is(err, bus.ErrReviewBlocked) {
+		t.Fatalf("restart: err = %v, want ErrReviewBlocked", err)
+	}
+	timeoutSpec := restartSpec
+	timeoutSpec.Action = "outcome_timeout"
+	if _, err := bus.Guard(gate, timeoutSpec, tool.run)(t.Context(), restartArgs{Host: "web-8"}); !errors.Is(err, bus.ErrReviewTimeout) {
+		t.Fatalf("timeout: err = %v, want ErrReviewTimeout", err)
+	}
+	approvedSpec := restartSpec
+	approvedSpec.Action = "outcome_approved" // the scripted decider sets approved false: not an approval
+	if _, err := bus.Guard(gate, approvedSpec, tool.run)(t.Context(), restartArgs{Host: "web-9"}); !errors.Is(err, bus.ErrNotApproved) {
+		t.Fatalf("outcome approved with approved false: err = %v, want ErrNotApproved", err)
+	}
+	if n := tool.runs.Load(); n != 0 {
+		t.Fatalf("the tool ran %d times without an approval", n)
+	}
+
+	// Nothing answers on a server without a worker: the call gives up at
+	// the Gate's review timeout and the tool never runs.
+	srv := bustest.Server(t)
+	nc, js := bustest.Connect(t, srv)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	client, err := bus.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := bus.NewGate(client, identity, bus.WithReviewTimeout(200*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Guard(slow, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-10"}); !errors.Is(err, bus.ErrNoVerdict) {
+		t.Fatalf("unanswered: err = %v, want ErrNoVerdict", err)
+	}
+	if n := tool.runs.Load(); n != 0 {
+		t.Fatalf("the tool ran %d times without a verdict", n)
+	}
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}

@@ -1,0 +1,760 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/policies"
+)
+
+// The intake tests check the reliability semantics of DESIGN.md: a
+// proposal is acknowledged only after its verdict is stored, audited and
+// published; no proposal is reviewed twice; none is left unanswered.
+
+var intakePolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
+	b, err := policies.Default()
+	if err != nil {
+		return nil, err
+	}
+	return policies.Compile(context.Background(), b)
+})
+
+// countingReviewer approves every review once hold lets it go, and counts
+// the reviews it was asked for. It routes every persona to itself.
+type countingReviewer struct {
+	calls   atomic.Int32
+	started chan string
+	// hold, when set, runs before the answer; an error fails the review.
+	hold func(ctx context.Context) error
+}
+
+func (r *countingReviewer) Route(*engine.Persona) (engine.Reviewer, error) { return r, nil }
+
+func (r *countingReviewer) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
+	r.calls.Add(1)
+	select {
+	case r.started <- req.Proposal.ID:
+	default:
+	}
+	if r.hold != nil {
+		if err := r.hold(ctx); err != nil {
+			return engine.ReviewResult{}, err
+		}
+	}
+	gates := make([]engine.Gate, 0, len(req.Persona.RequiredGates))
+	for _, g := range req.Persona.RequiredGates {
+		gates = append(gates, engine.Gate{Name: g, Passed: true})
+	}
+	return engine.ReviewResult{
+		Plugin: "counting", Text: "Decision: approve\nEvery required gate passes.",
+		Decision: engine.DecisionApprove, Gates: gates,
+	}, nil
+}
+
+// holdUntil keeps a review going until release is closed.
+func holdUntil(release <-chan struct{}) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// intake is one NATS server with gated's streams, and the gated workers
+// started on it. Each worker has its own connection, engine and auditor,
+// as a gated process of its own would; all share one counting reviewer.
+type intake struct {
+	srv      *server.Server
+	cfg      bus.Config
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	res      *bus.Resources
+	client   *bus.Client
+	reviewer *countingReviewer
+}
+
+func newIntake(t *testing.T, cfg bus.Config) *intake {
+	t.Helper()
+	in := &intake{srv: bustest.Server(t), cfg: cfg, reviewer: &countingReviewer{started: make(chan string, 16)}}
+	in.nc, in.js = bustest.Connect(t, in.srv)
+	var err error
+	if in.res, err = bus.Setup(t.Context(), in.js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if in.client, err = bus.NewClient(in.nc); err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// trails returns the audit trails of one gated process on js.
+func trails(t *testing.T, js jetstream.JetStream) bus.Trails {
+	t.Helper()
+	a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Close(context.Background()) })
+	return a.Trail
+}
+
+// engine builds an engine on the default policy and built-in personas
+// whose reviews go to the intake's counting reviewer.
+func (in *intake) engine(t *testing.T, store engine.VerdictStore) *engine.Engine {
+	t.Helper()
+	pol, err := intakePolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := personas.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: in.reviewer, Store: store})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng
+}
+
+type workerOptions struct {
+	// nc is the worker's connection; default a new one.
+	nc *nats.Conn
+	// wrap wraps the engine as the worker's decider.
+	wrap func(bus.Decider) bus.Decider
+	// store wraps the engine's verdict store.
+	store func(engine.VerdictStore) engine.VerdictStore
+	// publish replaces how the worker publishes verdicts.
+	publish func(subject string, data []byte) error
+}
+
+// startWorker starts one gated worker on the intake's server.
+func (in *intake) startWorker(t *testing.T, o workerOptions) {
+	t.Helper()
+	nc := o.nc
+	if nc == nil {
+		nc, _ = bustest.Connect(t, in.srv)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Setup(t.Context(), js, in.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var store engine.VerdictStore = bus.NewVerdictStore(res.Verdicts)
+	if o.store != nil {
+		store = o.store(store)
+	}
+	var d bus.Decider = in.engine(t, store)
+	if o.wrap != nil {
+		d = o.wrap(d)
+	}
+	w, err := bus.NewWorker(nc, js, res, d, trails(t, js), in.cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.publish != nil {
+		bus.SetPublish(w, o.publish)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(5 * time.Second) })
+}
+
+// verdicts subscribes to the verdicts of proposal id of tenant acme.
+func (in *intake) verdicts(t *testing.T, id string) <-chan *engine.Verdict {
+	t.Helper()
+	ch := make(chan *engine.Verdict, 16)
+	sub, err := in.nc.Subscribe(bus.VerdictSubject("acme", id), func(m *nats.Msg) {
+		var v engine.Verdict
+		if err := json.Unmarshal(m.Data, &v); err != nil {
+			t.Errorf("verdict on %s is not JSON: %v", m.Subject, err)
+			return
+		}
+		ch <- &v
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := in.nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// publish puts data on the proposal stream as a fleet would, with
+// Nats-Msg-Id msgID unless it is empty.
+func (in *intake) publish(t *testing.T, data []byte, msgID string) *jetstream.PubAck {
+	t.Helper()
+	a, err := bus.AddressOf(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+	msg.Data = data
+	if msgID != "" {
+		msg.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	ack, err := in.js.PublishMsg(t.Context(), msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack
+}
+
+// stored returns the verdict stored for proposal id of tenant acme.
+func (in *intake) stored(t *testing.T, id string) *engine.Verdict {
+	t.Helper()
+	v, err := in.client.Verdict(t.Context(), "acme", id)
+	if err != nil {
+		t.Fatalf("verdict %s not stored: %v", id, err)
+	}
+	return v
+}
+
+// drained waits until every proposal is acknowledged or removed.
+func (in *intake) drained(t *testing.T) {
+	t.Helper()
+	waitFor(t, func() bool {
+		info, err := in.res.Proposals.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	}, "the proposal stream to drain")
+}
+
+// fetch takes the next delivery off the consumer as a gated that never
+// answers would.
+func (in *intake) fetch(t *testing.T) jetstream.Msg {
+	t.Helper()
+	batch, err := in.res.Consumer.Fetch(1, jetstream.FetchMaxWait(15*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		return m
+	}
+	t.Fatalf("no delivery within 15s: %v", batch.Error())
+	return nil
+}
+
+func (in *intake) events(t *testing.T, id string) []string {
+	t.Helper()
+	return (&gate{res: in.res}).auditEvents(t, "acme", id)
+}
+
+func receive[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+func sameVerdict(t *testing.T, got, want *engine.Verdict) {
+	t.Helper()
+	if got.Outcome != want.Outcome || got.AuditSeq != want.AuditSeq || !got.DecidedAt.Equal(want.DecidedAt) || got.Reason != want.Reason {
+		t.Fatalf("verdict %s (audit_seq %d, decided %s: %s)\nwant     %s (audit_seq %d, decided %s: %s)",
+			got.Outcome, got.AuditSeq, got.DecidedAt, got.Reason, want.Outcome, want.AuditSeq, want.DecidedAt, want.Reason)
+	}
+}
+
+func count(events []string, name string) int {
+	n := 0
+	for _, e := range events {
+		if e == name {
+			n++
+		}
+	}
+	return n
+}
+
+// deliveries counts the deliveries its decider is handed.
+type deliveries struct {
+	bus.Decider
+	mu       sync.Mutex
+	attempts []int
+}
+
+func (d *deliveries) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
+	d.mu.Lock()
+	d.attempts = append(d.attempts, dl.Attempt)
+	d.mu.Unlock()
+	return d.Decider.Decide(ctx, dl)
+}
+
+func (d *deliveries) seen() []int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.attempts)
+}
+
+// signalAwait tells the test when a delivery starts waiting for another
+// message's review.
+type signalAwait struct {
+	engine.VerdictStore
+	awaiting chan<- string
+}
+
+func (s *signalAwait) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+	select {
+	case s.awaiting <- tenant + "." + id:
+	default:
+	}
+	return s.VerdictStore.Await(ctx, tenant, id)
+}
+
+// crashAfterDecide decides, then kills its gated's connection before the
+// verdict is published or the proposal acknowledged.
+type crashAfterDecide struct {
+	bus.Decider
+	crash func()
+	once  sync.Once
+}
+
+func (c *crashAfterDecide) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+	v, err := c.Decider.Decide(ctx, d)
+	c.once.Do(c.crash)
+	return v, err
+}
+
+func TestSetupConsumerSettings(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	tests := []struct {
+		note       string
+		cfg        bus.Config
+		ackWait    time.Duration
+		maxDeliver int
+		maxPending int
+	}{
+		{note: "defaults", cfg: bus.Config{}, ackWait: 30 * time.Second, maxDeliver: 5, maxPending: 4 * 1024},
+		{note: "max ack pending follows max in flight", cfg: bus.Config{AckWait: 2 * time.Second, MaxDeliver: 3, MaxInFlight: 8},
+			ackWait: 2 * time.Second, maxDeliver: 3, maxPending: 32},
+		{note: "explicit max ack pending", cfg: bus.Config{MaxInFlight: 8, MaxAckPending: 5}, ackWait: 30 * time.Second, maxDeliver: 5, maxPending: 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			// Each Setup updates the one durable consumer, as a restarted
+			// gated with new settings does.
+			res, err := bus.Setup(t.Context(), js, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ci, err := res.Consumer.Info(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ci.Config.AckWait != tc.ackWait || ci.Config.MaxDeliver != tc.maxDeliver || ci.Config.MaxAckPending != tc.maxPending {
+				t.Fatalf("consumer ack wait %s, max deliver %d, max ack pending %d; want %s, %d, %d",
+					ci.Config.AckWait, ci.Config.MaxDeliver, ci.Config.MaxAckPending, tc.ackWait, tc.maxDeliver, tc.maxPending)
+			}
+		})
+	}
+	for _, cfg := range []bus.Config{{AckWait: 500 * time.Millisecond}, {MaxDeliver: -1}, {MaxAckPending: -1}} {
+		if _, err := bus.Setup(t.Context(), js, cfg); !errors.Is(err, bus.ErrInvalidConfig) {
+			t.Errorf("Setup(%+v): err = %v, want ErrInvalidConfig", cfg, err)
+		}
+	}
+}
+
+func TestVerdictStoreClaims(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := bus.NewVerdictStore(res.Verdicts)
+	ctx := t.Context()
+	live := func(holder string) engine.Claim {
+		return engine.Claim{Holder: holder, Until: time.Now().Add(time.Hour).UTC()}
+	}
+	claim := func(id string, c engine.Claim) (engine.Claim, error) { return store.Claim(ctx, "acme", id, c) }
+
+	if _, err := claim("p1", live("seq:1")); err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	held, err := claim("p1", live("seq:2"))
+	if !errors.Is(err, engine.ErrClaimed) || held.Holder != "seq:1" {
+		t.Fatalf("claim of another message: %+v, %v; want ErrClaimed naming seq:1", held, err)
+	}
+	if _, err := claim("p1", live("seq:1")); err != nil {
+		t.Fatalf("a redelivery of the holding message must take its claim over: %v", err)
+	}
+	if err := store.Release(ctx, "acme", "p1", "seq:2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
+		t.Fatalf("after a release by a non-holder: err = %v, want the claim still held", err)
+	}
+	if err := store.Release(ctx, "acme", "p1", "seq:1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim("p1", live("seq:3")); err != nil {
+		t.Fatalf("claim after release: %v", err)
+	}
+	if _, err := claim("p2", engine.Claim{Holder: "seq:1", Until: time.Now().Add(-time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim("p2", live("seq:2")); err != nil {
+		t.Fatalf("a stale claim must be taken over: %v", err)
+	}
+
+	// Claims share the bucket with verdicts and target histories and
+	// collide with neither, whatever the ids are called.
+	for _, id := range []string{"claims", "targets", "p1"} {
+		v := &engine.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, TargetKey: "p1", DecidedAt: time.Now()}
+		if _, err := store.Create(ctx, v); err != nil {
+			t.Fatalf("verdict %s: %v", id, err)
+		}
+		if _, err := claim(id, live("seq:9")); err != nil && !errors.Is(err, engine.ErrClaimed) {
+			t.Fatalf("claim %s: %v", id, err)
+		}
+		if got, err := store.Get(ctx, "acme", id); err != nil || got.ProposalID != id {
+			t.Fatalf("verdict %s after its claim: %+v, %v", id, got, err)
+		}
+	}
+	if recent, err := store.Recent(ctx, "acme", "p1"); err != nil || len(recent) != 3 {
+		t.Fatalf("target history: %d entries, %v; want the 3 approvals", len(recent), err)
+	}
+
+	// Of many deliveries claiming at once, one wins.
+	var won atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			_, err := claim("p3", live(fmt.Sprintf("seq:%d", 100+i)))
+			switch {
+			case err == nil:
+				won.Add(1)
+			case !errors.Is(err, engine.ErrClaimed):
+				t.Errorf("claim %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	if won.Load() != 1 {
+		t.Fatalf("%d concurrent claims won, want 1", won.Load())
+	}
+
+	// Await returns a verdict stored later, and one stored already.
+	got := make(chan *engine.Verdict, 1)
+	go func() {
+		v, err := store.Await(ctx, "acme", "p4")
+		if err != nil {
+			t.Errorf("Await: %v", err)
+		}
+		got <- v
+	}()
+	// Whether the watch starts before or after the verdict is stored, Await
+	// must see it.
+	if _, err := store.Create(ctx, &engine.Verdict{V: 1, ProposalID: "p4", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "r"}); err != nil {
+		t.Fatal(err)
+	}
+	if v := receive(t, got, "Await to return the verdict"); v == nil || v.ProposalID != "p4" {
+		t.Fatalf("Await returned %+v", v)
+	}
+	if v, err := store.Await(ctx, "acme", "p4"); err != nil || v.Reason != "r" {
+		t.Fatalf("Await on a stored verdict: %+v, %v", v, err)
+	}
+	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := store.Await(short, "acme", "never"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Await past its context: err = %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestSameMsgIDTwiceIsReviewedOnce(t *testing.T) {
+	in := newIntake(t, bus.Config{})
+	release := make(chan struct{})
+	in.reviewer.hold = holdUntil(release)
+	in.startWorker(t, workerOptions{})
+	data := proposal("twice1", "write", "host_restart_service", "")
+
+	type result struct {
+		v   *engine.Verdict
+		err error
+	}
+	first := make(chan result, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		v, err := in.client.ProposeRaw(ctx, data)
+		first <- result{v, err}
+	}()
+	receive(t, in.reviewer.started, "the review to start")
+
+	// A second publisher sends the same proposal under the same
+	// Nats-Msg-Id while the first is under review.
+	second := in.verdicts(t, "twice1")
+	if ack := in.publish(t, data, "acme.twice1"); !ack.Duplicate {
+		t.Fatalf("second publish: the stream took it as a new message (seq %d)", ack.Sequence)
+	}
+	close(release)
+	r := receive(t, first, "the first publisher's verdict")
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if r.v.Outcome != engine.OutcomeApproved || r.v.Stage != engine.StageReview {
+		t.Fatalf("verdict %s at %s: %s", r.v.Outcome, r.v.Stage, r.v.Reason)
+	}
+	sameVerdict(t, receive(t, second, "the second publisher's verdict"), r.v)
+	in.drained(t)
+	if n := in.reviewer.calls.Load(); n != 1 {
+		t.Fatalf("%d reviews, want 1", n)
+	}
+}
+
+func TestSameProposalInTwoMessagesIsReviewedOnce(t *testing.T) {
+	in := newIntake(t, bus.Config{})
+	release := make(chan struct{})
+	in.reviewer.hold = holdUntil(release)
+	awaiting := make(chan string, 4)
+	store := func(s engine.VerdictStore) engine.VerdictStore {
+		return &signalAwait{VerdictStore: s, awaiting: awaiting}
+	}
+	// Two gated processes share the consumer.
+	in.startWorker(t, workerOptions{store: store})
+	in.startWorker(t, workerOptions{store: store})
+	verdicts := in.verdicts(t, "twin1")
+
+	// Published without Nats-Msg-Id: the stream keeps both messages.
+	data := proposal("twin1", "write", "host_restart_service", "")
+	in.publish(t, data, "")
+	in.publish(t, data, "")
+	receive(t, in.reviewer.started, "one review to start")
+	// The other delivery finds the review claimed and waits for its
+	// verdict; only then may the review finish.
+	if key := receive(t, awaiting, "the other delivery to wait for the claimed review"); key != "acme.twin1" {
+		t.Fatalf("waited on %s", key)
+	}
+	close(release)
+
+	a := receive(t, verdicts, "the first verdict")
+	b := receive(t, verdicts, "the second verdict")
+	sameVerdict(t, b, a)
+	sameVerdict(t, in.stored(t, "twin1"), a)
+	if a.Outcome != engine.OutcomeApproved {
+		t.Fatalf("verdict %s: %s", a.Outcome, a.Reason)
+	}
+	in.drained(t)
+	if n := in.reviewer.calls.Load(); n != 1 {
+		t.Fatalf("%d reviews, want 1", n)
+	}
+	waitFor(t, func() bool {
+		events := in.events(t, "twin1")
+		return count(events, engine.EventVerdict) == 1 && count(events, engine.EventReviewAwaited) == 1 &&
+			count(events, engine.EventReplayed) == 1
+	}, "one verdict.decided, one review.awaited and one verdict.replayed event")
+}
+
+func TestRedeliveryAfterTheVerdictIsStoredReplaysIt(t *testing.T) {
+	in := newIntake(t, bus.Config{AckWait: time.Second})
+	crashNC, _ := bustest.Connect(t, in.srv)
+	crashed := make(chan struct{})
+	in.startWorker(t, workerOptions{nc: crashNC, wrap: func(d bus.Decider) bus.Decider {
+		return &crashAfterDecide{Decider: d, crash: func() { crashNC.Close(); close(crashed) }}
+	}})
+	verdicts := in.verdicts(t, "crash1")
+	in.publish(t, proposal("crash1", "write", "host_restart_service", ""), "acme.crash1")
+
+	// The first gated stored the verdict and sealed its audit trail, then
+	// died before publishing and acknowledging.
+	receive(t, crashed, "the first gated to decide and die")
+	stored := in.stored(t, "crash1")
+	select {
+	case v := <-verdicts:
+		t.Fatalf("a verdict (%s) was published by a gated that died before publishing", v.Outcome)
+	default:
+	}
+
+	// Another gated gets the redelivery and replays the stored verdict.
+	seen := &deliveries{}
+	in.startWorker(t, workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
+	sameVerdict(t, receive(t, verdicts, "the replayed verdict"), stored)
+	in.drained(t)
+	if got := seen.seen(); !slices.Equal(got, []int{2}) {
+		t.Fatalf("second gated saw deliveries %v, want [2]", got)
+	}
+	if n := in.reviewer.calls.Load(); n != 1 {
+		t.Fatalf("%d reviews, want 1", n)
+	}
+	waitFor(t, func() bool {
+		events := in.events(t, "crash1")
+		return count(events, engine.EventVerdict) == 1 && len(events) > 0 && events[len(events)-1] == engine.EventReplayed
+	}, "the redelivery audited as verdict.replayed")
+}
+
+func TestLongReviewIsNotRedelivered(t *testing.T) {
+	in := newIntake(t, bus.Config{AckWait: time.Second})
+	// Several times the ack wait: only in-progress acks keep the proposal.
+	in.reviewer.hold = func(ctx context.Context) error {
+		select {
+		case <-time.After(3500 * time.Millisecond):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	seen := &deliveries{}
+	wrap := func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }
+	// A second gated would take a redelivery.
+	in.startWorker(t, workerOptions{wrap: wrap})
+	in.startWorker(t, workerOptions{wrap: wrap})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	v, err := in.client.ProposeRaw(ctx, proposal("long1", "write", "host_restart_service", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
+	}
+	in.drained(t)
+	ci, err := in.res.Consumer.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seen.seen(); !slices.Equal(got, []int{1}) || ci.Delivered.Consumer != 1 {
+		t.Fatalf("deliveries %v (consumer delivered %d), want one", got, ci.Delivered.Consumer)
+	}
+	if n := in.reviewer.calls.Load(); n != 1 {
+		t.Fatalf("%d reviews, want 1", n)
+	}
+}
+
+func TestAbandonedProposalIsAnswered(t *testing.T) {
+	tests := []struct {
+		note string
+		// decide has the first delivery decided (verdict stored and
+		// audited) before the gated that holds it dies.
+		decide  bool
+		data    []byte
+		outcome engine.Outcome
+	}{
+		{note: "never decided", data: proposal("gone1", "write", "host_restart_service", ""), outcome: engine.OutcomeError},
+		{note: "decided, never acknowledged", decide: true, data: proposal("gone1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			in := newIntake(t, bus.Config{AckWait: time.Second, MaxDeliver: 2})
+			verdicts := in.verdicts(t, "gone1")
+			in.publish(t, tc.data, "acme.gone1")
+
+			// The test is a gated that dies on every delivery: it takes
+			// each and never answers.
+			for attempt := 1; attempt <= 2; attempt++ {
+				m := in.fetch(t)
+				md, err := m.Metadata()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if int(md.NumDelivered) != attempt {
+					t.Fatalf("delivery %d, want %d", md.NumDelivered, attempt)
+				}
+				if tc.decide && attempt == 1 {
+					eng := in.engine(t, bus.NewVerdictStore(in.res.Verdicts))
+					d := engine.Delivery{Subject: m.Subject(), Data: m.Data(), MsgID: "acme.gone1", Attempt: attempt,
+						StreamSeq: md.Sequence.Stream, Trail: trails(t, in.js)()}
+					if _, err := eng.Decide(t.Context(), d); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+
+			// A gated that comes up pulls; JetStream, out of deliveries,
+			// announces the proposal abandoned instead of delivering it.
+			seen := &deliveries{}
+			in.startWorker(t, workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
+			v := receive(t, verdicts, "the abandoned proposal's verdict")
+			if v.Outcome != tc.outcome || (v.Outcome == engine.OutcomeError && v.Approved) {
+				t.Fatalf("verdict %s: %s; want %s", v.Outcome, v.Reason, tc.outcome)
+			}
+			if v.Outcome == engine.OutcomeError && !strings.Contains(v.Reason, "2 deliveries") {
+				t.Errorf("reason %q does not say how many deliveries there were", v.Reason)
+			}
+			sameVerdict(t, in.stored(t, "gone1"), v)
+			in.drained(t)
+			if got := seen.seen(); len(got) != 0 {
+				t.Fatalf("the abandoned proposal was delivered again (%v)", got)
+			}
+			if n := in.reviewer.calls.Load(); n != 0 {
+				t.Fatalf("%d reviews of an abandoned proposal, want none", n)
+			}
+		})
+	}
+}
+
+func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
+	in := newIntake(t, bus.Config{})
+	workerNC, _ := bustest.Connect(t, in.srv)
+	var publishes atomic.Int32
+	var firstSeq atomic.Uint64
+	publish := func(subject string, data []byte) error {
+		if publishes.Add(1) > 1 {
+			return workerNC.Publish(subject, data)
+		}
+		// Before the verdict goes out it is stored, its audit trail is
+		// stored, and the proposal is not acknowledged yet.
+		ctx := context.Background()
+		var v engine.Verdict
+		if err := json.Unmarshal(data, &v); err != nil {
+			t.Errorf("publishing a verdict that is not JSON: %v", err)
+		}
+		firstSeq.Store(v.AuditSeq)
+		if stored, err := in.client.Verdict(ctx, "acme", v.ProposalID); err != nil || stored.AuditSeq != v.AuditSeq {
+			t.Errorf("publishing before the verdict is stored: %+v, %v", stored, err)
+		}
+		if _, err := in.res.Audit.GetMsg(ctx, v.AuditSeq); err != nil {
+			t.Errorf("publishing before the audit trail is stored: event %d: %v", v.AuditSeq, err)
+		}
+		if info, err := in.res.Proposals.Info(ctx); err != nil || info.State.Msgs != 1 {
+			t.Errorf("the proposal left the stream before its verdict was published (%v)", err)
+		}
+		return errors.New("injected publish failure")
+	}
+	seen := &deliveries{}
+	in.startWorker(t, workerOptions{nc: workerNC, publish: publish, wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
+	verdicts := in.verdicts(t, "pub1")
+	in.publish(t, proposal("pub1", "write", "host_restart_service", ""), "acme.pub1")
+
+	// The failed publish left the proposal unacknowledged: it is
+	// redelivered, and the redelivery publishes the same verdict.
+	v := receive(t, verdicts, "the verdict")
+	if v.AuditSeq != firstSeq.Load() || v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("verdict %s with audit_seq %d, want the first attempt's approval (audit_seq %d)", v.Outcome, v.AuditSeq, firstSeq.Load())
+	}
+	in.drained(t)
+	if got := seen.seen(); !slices.Equal(got, []int{1, 2}) {
+		t.Fatalf("deliveries %v, want [1 2]", got)
+	}
+	if n := in.reviewer.calls.Load(); n != 1 {
+		t.Fatalf("%d reviews, want 1", n)
+	}
+}

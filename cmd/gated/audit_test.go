@@ -1,0 +1,301 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+)
+
+// auditFixture is a NATS server whose audit stream holds, for tenant
+// acme, verdicts of alice (approved db_backup) and bob (rejected
+// db_drop_table), and for beta one verdict, written by a keyed Auditor.
+type auditFixture struct {
+	url     string
+	js      jetstream.JetStream
+	keyFile string
+}
+
+func newAuditFixture(t *testing.T) *auditFixture {
+	t.Helper()
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	key := []byte("0123456789abcdef0123456789abcdef")
+	keyFile := filepath.Join(t.TempDir(), "audit.key")
+	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Key: key, Instance: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := a.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}()
+	for i, v := range []struct{ tenant, operator, action, outcome string }{
+		{"acme", "alice", "db_backup", "approved"},
+		{"acme", "bob", "db_drop_table", "rejected"},
+		{"beta", "carol", "host_list_services", "approved"},
+		{"acme", "alice", "db_backup", "approved"},
+	} {
+		id := fmt.Sprint("p", i+1)
+		data := fmt.Appendf(nil, `{"action":%q,"operator":%q}`, v.action, v.operator)
+		tr := a.Trail()
+		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: v.tenant, ProposalID: id, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+		verdict := fmt.Appendf(nil, `{"action":%q,"operator":%q,"outcome":%q}`, v.action, v.operator, v.outcome)
+		if _, err := tr.Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: v.tenant, ProposalID: id, Data: verdict}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return &auditFixture{url: s.ClientURL(), js: js, keyFile: keyFile}
+}
+
+func lines(out string) []string {
+	out = strings.TrimSpace(out)
+	if out == "" {
+		return nil
+	}
+	return strings.Split(out, "\n")
+}
+
+func TestAuditVerifyCommand(t *testing.T) {
+	fx := newAuditFixture(t)
+	code, out, err := runGated(t, "audit", "verify", "--nats-url", fx.url, "--audit-key-file", fx.keyFile)
+	if code != 0 {
+		t.Fatalf("exit %d (%v)\n%s", code, err, out)
+	}
+	wantOutput(t, out, `8 records, 2 tenants; MACs checked with key [0-9a-f]{16}`, `(?m)^  acme n=6 seq=8 hash=[0-9a-f]{64}$`, `(?m)^  beta n=2 `, `no problem found`)
+
+	// The JSON heads are anchors for a later run.
+	code, out, _ = runGated(t, "audit", "verify", "--nats-url", fx.url, "--json")
+	if code != 0 {
+		t.Fatalf("verify --json: exit %d\n%s", code, out)
+	}
+	anchors := filepath.Join(t.TempDir(), "anchors.jsonl")
+	if err := os.WriteFile(anchors, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var summary struct {
+		Type     string `json:"type"`
+		Records  int    `json:"records"`
+		Problems int    `json:"problems"`
+	}
+	if err := json.Unmarshal([]byte(lines(out)[0]), &summary); err != nil || summary.Type != "summary" || summary.Records != 8 {
+		t.Fatalf("first JSON line %q: %+v, %v", lines(out)[0], summary, err)
+	}
+	if code, out, _ := runGated(t, "audit", "verify", "--nats-url", fx.url, "--anchors", anchors); code != 0 {
+		t.Fatalf("verify --anchors of an intact stream: exit %d\n%s", code, out)
+	}
+
+	// A record written straight to the stream without the key.
+	forged, err := bus.NewAuditMsg(engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p9", Data: []byte(`{"outcome":"approved"}`)},
+		bus.AuditChain{N: 7, Prev: "0000000000000000000000000000000000000000000000000000000000000000"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := fx.js.PublishMsg(t.Context(), forged)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runGated(t, "audit", "verify", "--nats-url", fx.url, "--audit-key-file", fx.keyFile)
+	if code != exitAuditProblems {
+		t.Fatalf("a forged record: exit %d, want %d\n%s", code, exitAuditProblems, out)
+	}
+	wantOutput(t, out, fmt.Sprintf(`PROBLEM seq %d tenant acme forged: no MAC`, ack.Sequence),
+		fmt.Sprintf(`PROBLEM seq %d tenant acme modified: the link does not match record n=6`, ack.Sequence), `2 problem\(s\) found`)
+	// One tenant at a time: beta is untouched.
+	if code, out, _ := runGated(t, "audit", "verify", "--nats-url", fx.url, "--audit-key-file", fx.keyFile, "--tenant", "beta"); code != 0 {
+		t.Fatalf("verify --tenant beta: exit %d\n%s", code, out)
+	}
+}
+
+func TestAuditTailCommand(t *testing.T) {
+	fx := newAuditFixture(t)
+	code, out, err := runGated(t, "audit", "tail", "--nats-url", fx.url, "--last", "3")
+	if code != 0 || len(lines(out)) != 3 {
+		t.Fatalf("tail --last 3: exit %d (%v)\n%s", code, err, out)
+	}
+	wantOutput(t, out, `(?m)^\S+ #8 acme verdict.decided p4 n=6 outcome="approved" action="db_backup" operator="alice"$`)
+
+	code, out, _ = runGated(t, "audit", "tail", "--nats-url", fx.url, "--tenant", "beta", "--json")
+	if code != 0 || len(lines(out)) != 2 {
+		t.Fatalf("tail --tenant beta --json: exit %d\n%s", code, out)
+	}
+	for _, l := range lines(out) {
+		var rec struct {
+			Seq    uint64 `json:"seq"`
+			Record struct {
+				Tenant string          `json:"tenant"`
+				Chain  bus.AuditChain  `json:"chain"`
+				Data   json.RawMessage `json:"data"`
+			} `json:"record"`
+		}
+		if err := json.Unmarshal([]byte(l), &rec); err != nil || rec.Record.Tenant != "beta" || rec.Record.Chain.N == 0 {
+			t.Fatalf("line %s: %+v, %v", l, rec, err)
+		}
+	}
+
+	code, out, _ = runGated(t, "audit", "tail", "--nats-url", fx.url, "--since", "1h")
+	if code != 0 || len(lines(out)) != 8 {
+		t.Fatalf("tail --since 1h: exit %d\n%s", code, out)
+	}
+	if code, out, _ := runGated(t, "audit", "tail", "--nats-url", fx.url, "--since", time.Now().Add(time.Hour).UTC().Format(time.RFC3339)); code != 0 || out != "" {
+		t.Fatalf("tail --since the future: exit %d\n%s", code, out)
+	}
+}
+
+func TestAuditQueryCommand(t *testing.T) {
+	fx := newAuditFixture(t)
+	tests := []struct {
+		note  string
+		args  []string
+		want  int
+		match string
+	}{
+		{note: "rejected verdicts", args: []string{"--outcome", "rejected"}, want: 1, match: `p2 n=4 outcome="rejected"`},
+		{note: "approved verdicts of acme", args: []string{"--outcome", "approved", "--tenant", "acme"}, want: 2},
+		{note: "an operator", args: []string{"--operator", "alice"}, want: 4, match: `operator="alice"`},
+		{note: "an action", args: []string{"--action", "host_list_services"}, want: 2, match: `beta`},
+		{note: "a limit", args: []string{"--operator", "alice", "--limit", "1"}, want: 1, match: `#1 acme proposal.received p1`},
+		{note: "nothing matches", args: []string{"--operator", "mallory"}, want: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			code, out, err := runGated(t, append([]string{"audit", "query", "--nats-url", fx.url}, tc.args...)...)
+			if code != 0 || len(lines(out)) != tc.want {
+				t.Fatalf("exit %d (%v), want %d lines:\n%s", code, err, tc.want, out)
+			}
+			for _, l := range lines(out) {
+				if !strings.Contains(l, tc.match) {
+					t.Errorf("line %q does not contain %q", l, tc.match)
+				}
+			}
+		})
+	}
+}
+
+func TestAuditCommandErrors(t *testing.T) {
+	noStream := bustest.Server(t)
+	fx := newAuditFixture(t)
+	tests := []struct {
+		note string
+		args []string
+		code int
+		msg  string
+	}{
+		{note: "bad since", args: []string{"audit", "tail", "--nats-url", fx.url, "--since", "yesterday"}, code: exitUsage, msg: `--since "yesterday"`},
+		{note: "negative since", args: []string{"audit", "query", "--nats-url", fx.url, "--since", "-5m"}, code: exitUsage, msg: `--since`},
+		{note: "bad tenant", args: []string{"audit", "tail", "--nats-url", fx.url, "--tenant", "Acme"}, code: exitUsage, msg: `--tenant "Acme"`},
+		{note: "bad outcome", args: []string{"audit", "query", "--nats-url", fx.url, "--outcome", "ok"}, code: exitUsage, msg: `--outcome "ok"`},
+		{note: "missing key file", args: []string{"audit", "verify", "--nats-url", fx.url, "--audit-key-file", filepath.Join(t.TempDir(), "none")}, code: exitUsage, msg: `--audit-key-file`},
+		{note: "no audit stream", args: []string{"audit", "verify", "--nats-url", noStream.ClientURL()}, code: exitFailure, msg: `GATED_AUDIT does not exist`},
+		{note: "no audit stream to tail", args: []string{"audit", "tail", "--nats-url", noStream.ClientURL()}, code: exitFailure, msg: `GATED_AUDIT does not exist`},
+		{note: "no NATS", args: []string{"audit", "query", "--nats-url", "nats://127.0.0.1:1"}, code: exitFailure, msg: `connecting to NATS`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			code, out, err := runGated(t, tc.args...)
+			if code != tc.code || err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("exit %d, err %v; want exit %d naming %q\n%s", code, err, tc.code, tc.msg, out)
+			}
+		})
+	}
+}
+
+func TestParseSince(t *testing.T) {
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Time
+		bad  bool
+	}{
+		{in: "", want: time.Time{}},
+		{in: "90m", want: now.Add(-90 * time.Minute)},
+		{in: "7d", want: now.Add(-7 * 24 * time.Hour)},
+		{in: "1.5d", want: now.Add(-36 * time.Hour)},
+		{in: "2025-05-31T10:00:00Z", want: time.Date(2025, 5, 31, 10, 0, 0, 0, time.UTC)},
+		{in: "2025-05-30", want: time.Date(2025, 5, 30, 0, 0, 0, 0, time.UTC)},
+		{in: "0s", bad: true},
+		{in: "-1h", bad: true},
+		{in: "d", bad: true},
+		{in: "soon", bad: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := parseSince(tc.in, now)
+			if tc.bad != (err != nil) || !got.Equal(tc.want) {
+				t.Fatalf("parseSince(%q) = %v, %v", tc.in, got, err)
+			}
+		})
+	}
+}
+
+func TestEnsureAuditKey(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "data")
+	key, path, created, err := ensureAuditKey(dir)
+	if err != nil || !created || len(key) != bus.MinAuditKeyLen {
+		t.Fatalf("first start: key of %d bytes, created %v, err %v", len(key), created, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("key file mode %v, err %v; want 0600", st.Mode().Perm(), err)
+	}
+	again, _, created, err := ensureAuditKey(dir)
+	if err != nil || created || string(again) != string(key) {
+		t.Fatalf("second start: created %v, same key %v, err %v", created, string(again) == string(key), err)
+	}
+	if err := os.WriteFile(path, []byte("short"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := ensureAuditKey(dir); err == nil {
+		t.Fatal("a key file of 5 bytes was accepted")
+	}
+}
+
+// TestServeAuditsWithTheDataDirKey runs serve's Auditor set-up against a
+// server: the embedded case creates the key, an external server without a
+// key file gets unkeyed records, and a bad --audit-publish is refused.
+func TestServeAuditsWithTheDataDirKey(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	o := serveOptions{dataDir: t.TempDir(), auditPublish: "auto"}
+	a, err := newServeAuditor(t.Context(), js, o, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeAuditor(a, zap.NewNop())
+	key, err := readAuditKey(filepath.Join(o.dataDir, auditKeyFile))
+	if err != nil || a.KeyID() != bus.AuditKeyID(key) {
+		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
+	}
+	external, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "one-at-a-time"}, false, zap.NewNop())
+	if err != nil || external.KeyID() != "" || external.Batching() {
+		t.Fatalf("external server without a key: key id %q, batching %v, err %v", external.KeyID(), external.Batching(), err)
+	}
+	defer closeAuditor(external, zap.NewNop())
+	if _, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "sometimes"}, false, zap.NewNop()); exitCode(err) != exitUsage {
+		t.Fatalf("--audit-publish sometimes: %v", err)
+	}
+}
