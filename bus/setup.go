@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -124,61 +125,109 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		return nil, err
 	}
 	var r Resources
-	r.Proposals, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        ProposalsStream,
-		Description: "Proposals from agent fleets, removed once gated has answered them.",
-		Subjects:    []string{ProposalSubjects},
-		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		Duplicates:  cfg.DuplicateWindow,
-		Discard:     jetstream.DiscardOld,
+	r.Proposals, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        ProposalsStream,
+			Description: "Proposals from agent fleets, removed once gated has answered them.",
+			Subjects:    []string{ProposalSubjects},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			Duplicates:  cfg.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", ProposalsStream, err)
 	}
-	r.Audit, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name:        AuditStream,
-		Description: "Every step gated took on the way to every verdict.",
-		Subjects:    []string{AuditSubjectPrefix + ">"},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
-		MaxAge:      cfg.AuditMaxAge,
-		DenyDelete:  true,
-		DenyPurge:   true,
-		// Atomic batches let a tenant's chained records land together,
-		// checked once against the tenant's last record.
-		AllowAtomicPublish: true,
+	r.Audit, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        AuditStream,
+			Description: "Every step gated took on the way to every verdict.",
+			Subjects:    []string{AuditSubjectPrefix + ">"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			MaxAge:      cfg.AuditMaxAge,
+			DenyDelete:  true,
+			DenyPurge:   true,
+			// Atomic batches let a tenant's chained records land together,
+			// checked once against the tenant's last record.
+			AllowAtomicPublish: true,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", AuditStream, err)
 	}
-	r.Verdicts, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket:      VerdictBucket,
-		Description: "Verdicts by <tenant>.<proposal id>, for idempotent replay and look-up.",
-		History:     1,
-		TTL:         cfg.VerdictTTL,
-		Storage:     jetstream.FileStorage,
-		Replicas:    cfg.Replicas,
+	r.Verdicts, err = retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket:      VerdictBucket,
+			Description: "Verdicts by <tenant>.<proposal id>, for idempotent replay and look-up.",
+			History:     1,
+			TTL:         cfg.VerdictTTL,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating bucket %s: %w", VerdictBucket, err)
 	}
-	r.Consumer, err = js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{
-		Durable:       ConsumerName,
-		Description:   "gated deciders; every gated process shares this consumer.",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxDeliver:    cfg.MaxDeliver,
-		MaxAckPending: cfg.MaxAckPending,
-		FilterSubject: ProposalSubjects,
+	r.Consumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{
+			Durable:       ConsumerName,
+			Description:   "gated deciders; every gated process shares this consumer.",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    cfg.MaxDeliver,
+			MaxAckPending: cfg.MaxAckPending,
+			FilterSubject: ProposalSubjects,
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating consumer %s on %s: %w", ConsumerName, ProposalsStream, err)
 	}
 	return &r, nil
 }
+
+// setupAttempt bounds one request of Setup. A cluster that is still
+// electing leaders can drop a reply; the request is then sent again while
+// Setup's context allows.
+const setupAttempt = 5 * time.Second
+
+// retry runs create until it succeeds, fails for a reason other than an
+// unanswered request, or ctx ends. Creating and updating are idempotent.
+func retry[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, setupAttempt)
+		v, err := create(actx)
+		cancel()
+		if err == nil || ctx.Err() != nil || !transient(err) {
+			return v, err
+		}
+		select {
+		case <-ctx.Done():
+			return v, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// transient tells whether a JetStream API request went unanswered, or was
+// refused because the cluster is not ready yet.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
+		return true
+	case errors.As(err, &apiErr):
+		return apiErr.ErrorCode == jsClusterNotAvailable
+	}
+	return false
+}
+
+// jsClusterNotAvailable is JetStream's "cluster not available" error code,
+// returned while the meta group has no leader.
+const jsClusterNotAvailable jetstream.ErrorCode = 10008
 
 // VerdictSubject is where the verdict for tenant and id is published.
 func VerdictSubject(tenant, id string) string {

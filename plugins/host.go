@@ -20,12 +20,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/stats"
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
@@ -293,8 +295,14 @@ type process struct {
 	desc      *pluginv1.DescribeResponse
 	pid       int
 	startedAt time.Time
-	// brokerID is where the plugin finds this host's ToolHost.
-	brokerID uint32
+	// brokerID is where the plugin finds this host's ToolHost, offered on
+	// broker at offeredAt; toolsDialed turns true once the plugin
+	// connected to it (see offerTools).
+	brokerID    uint32
+	broker      *plugin.GRPCBroker
+	toolHost    *toolHost
+	offeredAt   time.Time
+	toolsDialed *atomic.Bool
 	// sem bounds reviews in flight. It is made at the first launch and kept
 	// across relaunches, so reviews still holding a slot count against the
 	// new process too.
@@ -456,17 +464,13 @@ func (p *process) start(ctx context.Context) error {
 	if rc := client.ReattachConfig(); rc != nil {
 		pid = rc.Pid
 	}
-	// One long-lived ToolHost per plugin process, on the broker.
-	brokerID := conn.Broker.NextId()
-	th := &toolHost{plugin: p.spec.Name, reviews: &p.host.reviews, cfg: &p.host.tools}
-	go conn.Broker.AcceptAndServe(brokerID, func(opts []grpc.ServerOption) *grpc.Server {
-		s := grpc.NewServer(append(opts, wire.ServerOptions()...)...)
-		pluginv1.RegisterToolHostServer(s, th)
-		return s
-	})
 	p.mu.Lock()
 	old := p.client
-	p.client, p.rpc, p.desc, p.pid, p.brokerID = client, conn.Reviewer, desc, pid, brokerID
+	p.client, p.rpc, p.desc, p.pid = client, conn.Reviewer, desc, pid
+	// One long-lived ToolHost per plugin process, on the broker.
+	p.broker, p.toolsDialed = conn.Broker, new(atomic.Bool)
+	p.toolHost = &toolHost{plugin: p.spec.Name, reviews: &p.host.reviews, cfg: &p.host.tools}
+	p.offerTools()
 	p.startedAt = time.Now()
 	if p.sem == nil {
 		p.sem = make(chan struct{}, limit)
@@ -501,6 +505,9 @@ type route struct {
 func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
 	p := r.proc
 	p.mu.Lock()
+	if p.toolsDialed != nil && !p.toolsDialed.Load() && time.Since(p.offeredAt) > toolOfferFresh {
+		p.offerTools()
+	}
 	rpc, sem, desc, pid, client, brokerID := p.rpc, p.sem, p.desc, p.pid, p.client, p.brokerID
 	p.mu.Unlock()
 	if rpc == nil || client == nil {
@@ -675,4 +682,42 @@ func trimNewline(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// toolOfferFresh is how old an offer of the ToolHost may be when a review
+// hands its broker id to a plugin that has not connected yet. The broker
+// on the plugin's side forgets connection details nobody claimed within 5
+// seconds; the SDK dials when a review arrives, so an offer younger than
+// this is still there when the plugin looks for it.
+const toolOfferFresh = 2 * time.Second
+
+// offerTools offers the ToolHost on the plugin's broker under a new id and
+// makes it the id reviews carry. A plugin connects only when a review with
+// tools reaches it, which can be long after its launch, so an offer the
+// plugin has not taken up is renewed by the next review once it is older
+// than toolOfferFresh; once the plugin connected, the id stays. Every
+// offer serves the same ToolHost. p.mu is held.
+func (p *process) offerTools() {
+	id := p.broker.NextId()
+	th, dialed := p.toolHost, p.toolsDialed
+	go p.broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
+		opts = append(opts, wire.ServerOptions()...)
+		opts = append(opts, grpc.StatsHandler(connSeen{dialed}))
+		s := grpc.NewServer(opts...)
+		pluginv1.RegisterToolHostServer(s, th)
+		return s
+	})
+	p.brokerID, p.offeredAt = id, time.Now()
+}
+
+// connSeen records that a connection reached a ToolHost offer.
+type connSeen struct{ dialed *atomic.Bool }
+
+func (c connSeen) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context   { return ctx }
+func (c connSeen) HandleRPC(context.Context, stats.RPCStats)                         {}
+func (c connSeen) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
+func (c connSeen) HandleConn(_ context.Context, s stats.ConnStats) {
+	if _, ok := s.(*stats.ConnBegin); ok {
+		c.dialed.Store(true)
+	}
 }
