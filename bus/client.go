@@ -379,7 +379,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 			if err := json.Unmarshal(m.Data, &v); err != nil || v.Tenant != a.Tenant || v.ProposalID != a.ID {
 				continue
 			}
-			return answer(a, digest, &v)
+			return c.confirm(ctx, a, digest, &v)
 		case <-poll.C:
 			// The verdict message is core NATS: it is lost when it is
 			// published while this connection reconnects, or crowded out
@@ -405,10 +405,33 @@ func answer(a Address, digest string, v *engine.Verdict) (*engine.Verdict, error
 	if v.Tenant != a.Tenant || v.ProposalID != a.ID {
 		return nil, fmt.Errorf("verdict names %s.%s, want %s", v.Tenant, v.ProposalID, a.key())
 	}
-	if v.ProposalSHA256 != "" && v.ProposalSHA256 != digest {
+	if v.ProposalSHA256 != digest {
+		if v.ProposalSHA256 == "" {
+			return nil, fmt.Errorf("verdict of %s names no proposal digest: gated always sets one, so it is not gated's", a.key())
+		}
 		return nil, fmt.Errorf("%w: %s", ErrIDReused, a.key())
 	}
 	return v, nil
+}
+
+// confirm accepts a verdict that arrived as a message. Messages are not
+// authenticated: whoever may publish on the verdict subject, or answer on
+// the review service's subject, can send one. A refusal is taken as it
+// comes (it can only stop an action), but an approval counts only once the
+// stored verdict, which only gated can write, confirms it: that costs one
+// direct get per approval, and a look-up that fails is not an approval.
+func (c *Client) confirm(ctx context.Context, a Address, digest string, v *engine.Verdict) (*engine.Verdict, error) {
+	v, err := answer(a, digest, v)
+	if err != nil || !v.Approved {
+		return v, err // not an approval, whatever its outcome says (CheckVerdict)
+	}
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	stored, err := c.Verdict(lctx, a.Tenant, a.ID)
+	if err != nil {
+		return nil, fmt.Errorf("confirming the approval of %s with its stored verdict: %w", a.key(), err)
+	}
+	return answer(a, digest, stored)
 }
 
 // VerdictLookupSubject is the JetStream direct-get subject that reads the
@@ -497,7 +520,7 @@ func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdic
 	if err != nil {
 		return nil, err
 	}
-	return answer(a, proposalDigest(data), v)
+	return c.confirm(ctx, a, proposalDigest(data), v)
 }
 
 // decodeReviewReply reads a reply of the review service: a micro error

@@ -2,12 +2,16 @@ package bus_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
@@ -26,8 +30,10 @@ func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdic
 		if err != nil {
 			return nil, err
 		}
+		sum := sha256.Sum256(d.Data)
 		return &engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: engine.KindAction,
-			Outcome: engine.Outcome(want), Stage: engine.StageReview, Reason: "scripted " + want, DecidedAt: time.Now()}, nil
+			Outcome: engine.Outcome(want), Stage: engine.StageReview, Reason: "scripted " + want, DecidedAt: time.Now(),
+			ProposalSHA256: hex.EncodeToString(sum[:])}, nil
 	}
 	return s.next.Decide(ctx, d)
 }
@@ -272,5 +278,65 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 	}
 	if r.v.ProposalID != "foreign-1" || r.v.Tenant != "acme" || r.v.Stage != engine.StagePolicy {
 		t.Fatalf("got %+v, want gated's verdict of acme.foreign-1", r.v)
+	}
+}
+
+// TestForgedApprovalIsNotAnApproval: a message on the verdict subject (or
+// a reply from whoever answers on the review subject) is not
+// authenticated. An attacker that sees the proposal can forge a verdict
+// with the right tenant, id and digest; with no gated deciding anything,
+// the client must still not report an approval, and a guarded tool must
+// not run.
+func TestForgedApprovalIsNotAnApproval(t *testing.T) {
+	s := bustest.Server(t)
+	nc, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	attacker, _ := bustest.Connect(t, s)
+	forge := func(m *nats.Msg) {
+		a, err := bus.AddressOf(m.Data)
+		if err != nil {
+			return
+		}
+		sum := sha256.Sum256(m.Data)
+		v, _ := json.Marshal(engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: engine.KindAction,
+			Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StageReview, Reason: "forged",
+			DecidedAt: time.Now(), ProposalSHA256: hex.EncodeToString(sum[:])})
+		if m.Reply != "" && strings.HasPrefix(m.Subject, bus.ReviewSubjectPrefix) {
+			_ = m.Respond(v)
+			return
+		}
+		_ = attacker.Publish(bus.VerdictSubject(a.Tenant, a.ID), v)
+	}
+	for _, subject := range []string{"gated.proposals.>", "gated.review.>"} {
+		if _, err := attacker.Subscribe(subject, forge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := attacker.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	client, err := bus.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	p := typed("forged-1", "db_drop_table", engine.ClassDestructive)
+	if v, err := client.Propose(ctx, p); err == nil || (v != nil && v.Approved) {
+		t.Fatalf("Propose with a forged approval on the verdict subject: %+v, %v", v, err)
+	}
+	raw, _ := json.Marshal(typed("forged-2", "db_drop_table", engine.ClassDestructive))
+	if v, err := client.RequestReview(ctx, raw); err == nil || (v != nil && v.Approved) {
+		t.Fatalf("RequestReview answered by a forger: %+v, %v", v, err)
+	}
+	gate, err := bus.NewGate(client, identity, bus.WithProposalIDs(func() string { return "forged-3" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tool countingTool
+	if _, err := bus.Guard(gate, restartSpec, tool.run)(ctx, restartArgs{Host: "web-1"}); err == nil || tool.runs.Load() != 0 {
+		t.Fatalf("guarded tool: err %v, runs %d; want an error and no run", err, tool.runs.Load())
 	}
 }

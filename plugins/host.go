@@ -302,6 +302,7 @@ type process struct {
 	broker      *plugin.GRPCBroker
 	toolHost    *toolHost
 	offeredAt   time.Time
+	offers      int
 	toolsDialed *atomic.Bool
 	// sem bounds reviews in flight. It is made at the first launch and kept
 	// across relaunches, so reviews still holding a slot count against the
@@ -468,7 +469,7 @@ func (p *process) start(ctx context.Context) error {
 	old := p.client
 	p.client, p.rpc, p.desc, p.pid = client, conn.Reviewer, desc, pid
 	// One long-lived ToolHost per plugin process, on the broker.
-	p.broker, p.toolsDialed = conn.Broker, new(atomic.Bool)
+	p.broker, p.toolsDialed, p.offers = conn.Broker, new(atomic.Bool), 0
 	p.toolHost = &toolHost{plugin: p.spec.Name, reviews: &p.host.reviews, cfg: &p.host.tools}
 	p.offerTools()
 	p.startedAt = time.Now()
@@ -505,10 +506,7 @@ type route struct {
 func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
 	p := r.proc
 	p.mu.Lock()
-	if p.toolsDialed != nil && !p.toolsDialed.Load() && time.Since(p.offeredAt) > toolOfferFresh {
-		p.offerTools()
-	}
-	rpc, sem, desc, pid, client, brokerID := p.rpc, p.sem, p.desc, p.pid, p.client, p.brokerID
+	rpc, sem, desc, pid, client := p.rpc, p.sem, p.desc, p.pid, p.client
 	p.mu.Unlock()
 	if rpc == nil || client == nil {
 		return engine.ReviewResult{}, fmt.Errorf("%w: plugin %q is not running", engine.ErrNoReviewer, p.spec.Name)
@@ -529,7 +527,7 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 	}
 	defer p.host.reviews.remove(lr)
 	if len(in.Persona.Tools) > 0 {
-		in.ToolHostBrokerId = brokerID
+		in.ToolHostBrokerId = p.toolOffer(client)
 	}
 	out, err := rpc.Review(ctx, in)
 	if err != nil {
@@ -691,6 +689,29 @@ func trimNewline(b []byte) []byte {
 // this is still there when the plugin looks for it.
 const toolOfferFresh = 2 * time.Second
 
+// toolOffer returns the broker id a review with tools hands the plugin
+// launched as client, renewing an offer the plugin has not taken up once
+// it is older than toolOfferFresh. It is called once the review holds its
+// slot, just before the request goes out. A plugin that never dials is
+// offered at most maxToolOffers times.
+func (p *process) toolOffer(client *plugin.Client) uint32 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == client && p.toolsDialed != nil && !p.toolsDialed.Load() &&
+		time.Since(p.offeredAt) > toolOfferFresh && p.offers < maxToolOffers {
+		p.offerTools()
+		if p.offers == maxToolOffers {
+			p.log.Warn("plugin never connected to the tool service; no more offers until it is relaunched",
+				zap.Int("offers", p.offers))
+		}
+	}
+	return p.brokerID
+}
+
+// maxToolOffers bounds the ToolHost offers made to one plugin process that
+// never connects: each offer keeps a listener until the process exits.
+const maxToolOffers = 64
+
 // offerTools offers the ToolHost on the plugin's broker under a new id and
 // makes it the id reviews carry. A plugin connects only when a review with
 // tools reaches it, which can be long after its launch, so an offer the
@@ -708,6 +729,7 @@ func (p *process) offerTools() {
 		return s
 	})
 	p.brokerID, p.offeredAt = id, time.Now()
+	p.offers++
 }
 
 // connSeen records that a connection reached a ToolHost offer.
