@@ -48,11 +48,14 @@ fuzz:
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeAuditRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditHeads$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzCallTool$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/llm -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeLock$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseSince$$' -fuzztime $(FUZZTIME)
 
 # bench-policy measures one policy decision of the default bundle:
 # ns/op, allocs/op and the p50/p99 latency per decision.

@@ -191,3 +191,29 @@ func FuzzDecodeAuditRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzParseAuditKey feeds ParseAuditKey arbitrary key files: what it
+// accepts is at least MinAuditKeyLen bytes, and a key written in hex reads
+// back as itself.
+func FuzzParseAuditKey(f *testing.F) {
+	f.Add(testKey)
+	f.Add([]byte(hex.EncodeToString(testKey) + "\n"))
+	f.Add([]byte("  " + strings.ToUpper(hex.EncodeToString(testKey)) + "\r\n"))
+	f.Add([]byte(hex.EncodeToString(testKey)[:62]))
+	f.Add([]byte(strings.Repeat("z", 64)))
+	f.Add([]byte("short"))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		key, err := bus.ParseAuditKey(data)
+		if err != nil {
+			return
+		}
+		if len(key) < bus.MinAuditKeyLen {
+			t.Fatalf("accepted a key of %d bytes from %q", len(key), data)
+		}
+		again, err := bus.ParseAuditKey([]byte(hex.EncodeToString(key) + "\n"))
+		if err != nil || string(again) != string(key) {
+			t.Fatalf("key %x written in hex reads back as %x, %v", key, again, err)
+		}
+	})
+}

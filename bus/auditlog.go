@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strings"
 	"time"
@@ -541,12 +542,19 @@ func ParseAuditHeads(data []byte) ([]AuditHead, error) {
 	}
 	var heads []AuditHead
 	dec := json.NewDecoder(bytes.NewReader(data))
-	for line := 1; dec.More(); line++ {
+	// Decode until EOF, not while dec.More(): More reports false at a
+	// stray ']' or '}', which would end the anchors there silently, and an
+	// anchors file that reads as fewer anchors than it holds defeats them.
+	for line := 1; ; line++ {
 		var h struct {
 			AuditHead
 			Type string `json:"type"`
 		}
-		if err := dec.Decode(&h); err != nil {
+		err := dec.Decode(&h)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
 			return nil, fmt.Errorf("reading anchors: item %d: %w", line, err)
 		}
 		if h.Type == "" || h.Type == "head" {

@@ -3,8 +3,11 @@ package bus_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -305,6 +308,12 @@ func TestVerifyAnchors(t *testing.T) {
 	if _, err := bus.ParseAuditHeads([]byte(`{"tenant":"acme","n":0,"hash":"x"}`)); err == nil {
 		t.Error("an anchor without n or hash was accepted")
 	}
+	// A stray bracket must not end the anchors silently.
+	for _, bad := range []string{"}\n" + lines.String(), lines.String() + "]\n" + lines.String(), lines.String() + "garbage"} {
+		if heads, err := bus.ParseAuditHeads([]byte(bad)); err == nil {
+			t.Errorf("ParseAuditHeads(%q) = %v, want an error", bad, heads)
+		}
+	}
 }
 
 func TestVerifyWithoutStream(t *testing.T) {
@@ -416,5 +425,85 @@ func TestAuditFilter(t *testing.T) {
 				t.Fatalf("Match = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// FuzzParseAuditHeads feeds ParseAuditHeads arbitrary anchors files (the
+// user's --anchors): it must never panic; every head it accepts is valid
+// and reads back the same from its JSON line and from a JSON array.
+func FuzzParseAuditHeads(f *testing.F) {
+	h := `{"type":"head","tenant":"acme","n":3,"hash":"` + hexSHA256([]byte("x")) + `","seq":7}`
+	f.Add([]byte(h + "\n" + `{"type":"summary","messages":4}` + "\n"))
+	f.Add([]byte(`{"type":"summary","messages":4}` + "\n" + h + "\n" + `{"type":"note","note":"n"}`))
+	f.Add([]byte(`[{"tenant":"_","n":1,"hash":"` + hexSHA256(nil) + `"}]`))
+	f.Add([]byte(`{"tenant":"acme","n":0,"hash":"x"}`))
+	f.Add([]byte(h + "]"))
+	f.Add([]byte("}" + h))
+	f.Add([]byte("null"))
+	f.Add([]byte("  \n"))
+	f.Add([]byte(`{"tYpe":"0"}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		heads, err := bus.ParseAuditHeads(data)
+		if err != nil {
+			return
+		}
+		var lines bytes.Buffer
+		for _, h := range heads {
+			if h.Tenant == "" || h.N == 0 || len(h.Hash) != 64 {
+				t.Fatalf("accepted an invalid head %+v from %q", h, data)
+			}
+			line, err := json.Marshal(struct {
+				Type string `json:"type"`
+				bus.AuditHead
+			}{"head", h})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines.Write(append(line, '\n'))
+		}
+		same := func(a, b []bus.AuditHead) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
+		again, err := bus.ParseAuditHeads(lines.Bytes())
+		if err != nil || !same(again, heads) {
+			t.Fatalf("heads %+v read back from JSON lines as %+v, %v", heads, again, err)
+		}
+		array, err := json.Marshal(append([]bus.AuditHead{}, heads...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		again, err = bus.ParseAuditHeads(array)
+		if err != nil || !same(again, heads) {
+			t.Fatalf("heads %+v read back from a JSON array as %+v, %v", heads, again, err)
+		}
+		// Input that reads as no anchors must hold none: nothing but
+		// white space, an empty array, or whole JSON items of other types.
+		// (An anchors file that silently yields nothing defeats them.)
+		if len(heads) == 0 && !noHeads(data) {
+			t.Fatalf("%q reads as no anchors and no error", data)
+		}
+	})
+}
+
+// noHeads reports whether data is white space, an empty JSON array, or
+// JSON items each of a type other than head, read to the end.
+func noHeads(data []byte) bool {
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || string(data) == "[]" {
+		return true
+	}
+	if data[0] == '[' {
+		var items []json.RawMessage
+		return json.Unmarshal(data, &items) == nil && len(items) == 0
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		var item struct {
+			Type string `json:"type"`
+		}
+		switch err := dec.Decode(&item); {
+		case errors.Is(err, io.EOF):
+			return true
+		case err != nil, item.Type == "", item.Type == "head":
+			return false
+		}
 	}
 }

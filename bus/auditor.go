@@ -192,9 +192,13 @@ type Auditor struct {
 	writers  []*auditWriter
 
 	// mu guards closed: Close closes the writers' queues under the write
-	// lock, so no Record sends on a closed queue.
-	mu     sync.RWMutex
-	closed bool
+	// lock, so no Record sends on a closed queue. A Record holds the read
+	// lock while it waits on a full queue, so Close first closes closing,
+	// which wakes every such Record, before it takes the write lock.
+	mu          sync.RWMutex
+	closed      bool
+	closing     chan struct{}
+	closingOnce sync.Once
 	// ctx bounds the writers' publishes; Close cancels it once its own
 	// deadline has passed.
 	ctx    context.Context
@@ -222,7 +226,7 @@ func NewAuditor(ctx context.Context, js jetstream.JetStream, cfg AuditorConfig) 
 	wctx, cancel := context.WithCancel(context.Background())
 	a := &Auditor{
 		nc: nc, js: js, stream: stream, cfg: cfg, signer: newAuditSigner(cfg.Key), log: cfg.Log,
-		ctx: wctx, cancel: cancel,
+		ctx: wctx, cancel: cancel, closing: make(chan struct{}),
 	}
 	info := stream.CachedInfo()
 	switch {
@@ -284,10 +288,16 @@ func (a *Auditor) Trail() engine.AuditTrail {
 }
 
 // Close stops taking events and waits until every queued event is
-// stored or has failed its trail. When ctx ends first, the writers'
+// stored or has failed its trail. A Record or Seal waiting on a full
+// queue fails with ErrAuditorClosed. When ctx ends first, the writers'
 // publishes are cancelled, the events still queued fail their trails,
-// and Close returns ctx's error once the writers have stopped.
+// and Close returns ctx's error once the writers have stopped (which they
+// do promptly: everything they wait on is bounded by the cancelled
+// context).
 func (a *Auditor) Close(ctx context.Context) error {
+	// Wake the Records blocked on a full queue, which hold the read lock,
+	// so that the write lock is not held up by a writer that is stuck.
+	a.closingOnce.Do(func() { close(a.closing) })
 	a.mu.Lock()
 	if !a.closed {
 		a.closed = true
@@ -333,9 +343,13 @@ func (a *Auditor) enqueue(ctx context.Context, t *auditTrail, ev engine.AuditEve
 		return nil
 	default:
 	}
+	// The queue is full. Wait for room holding the read lock (the queue
+	// cannot be closed meanwhile), but give way to Close.
 	select {
 	case w.in <- it:
 		return nil
+	case <-a.closing:
+		return ErrAuditorClosed
 	case <-ctx.Done():
 		return fmt.Errorf("queueing audit event %s: %w", ev.Event, ctx.Err())
 	}

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
@@ -365,5 +367,85 @@ func TestNewAuditorNeedsTheStream(t *testing.T) {
 	}
 	if _, err := bus.NewAuditor(context.Background(), js, bus.AuditorConfig{Key: []byte("short")}); !errors.Is(err, bus.ErrInvalidConfig) {
 		t.Fatalf("a short key: err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestAuditorCloseHonoursItsDeadline stops the server under a writer, so
+// that its publish hangs, fills its queue and blocks a Record on it: a
+// Close with a short deadline must still return, with the deadline's
+// error, and release the blocked Record.
+func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{
+		// One writer that takes one event at a time (MaxBatch 1: it does
+		// not gather more), with a queue of one.
+		Writers: 1, QueueLen: 1, MaxBatch: 1, Publish: bus.PublishOneAtATime, PublishTimeout: time.Hour,
+		Log: zaptest.NewLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { // after a failure: do not leave the writer behind
+		ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+		defer cancel()
+		_ = a.Close(ctx)
+	})
+	s.Shutdown()
+	s.WaitForShutdown()
+
+	// waitFor fails the test unless c yields within a generous deadline.
+	waitFor := func(what string, c <-chan error) error {
+		t.Helper()
+		select {
+		case err := <-c:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s did not return", what)
+			return nil
+		}
+	}
+	tr := a.Trail()
+	if err := tr.Record(t.Context(), verdictEvent("acme", "p1")); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); bus.AuditQueued(a) != 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take the first event")
+		}
+	}
+	// The writer is stuck publishing the first event: the second fills
+	// its queue and the third blocks.
+	if err := tr.Record(t.Context(), verdictEvent("acme", "p2")); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() { blocked <- tr.Record(t.Context(), verdictEvent("acme", "p3")) }()
+	for deadline := time.Now().Add(30 * time.Second); !bus.AuditEnqueueing(a); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the third Record did not reach the full queue")
+		}
+	}
+
+	closed := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		closed <- a.Close(ctx)
+	}()
+	if err := waitFor("Close", closed); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close = %v, want its deadline's error", err)
+	}
+	if err := waitFor("the blocked Record", blocked); err == nil {
+		t.Error("a Record blocked on a full queue succeeded, though the auditor closed and nothing was stored")
+	}
+	if _, err := tr.Seal(t.Context(), verdictEvent("acme", "p4")); err == nil {
+		t.Error("a trail whose events were lost sealed")
+	}
+	if err := a.Trail().Record(t.Context(), verdictEvent("acme", "p5")); !errors.Is(err, bus.ErrAuditorClosed) {
+		t.Errorf("Record after Close: %v, want ErrAuditorClosed", err)
 	}
 }

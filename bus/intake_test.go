@@ -353,10 +353,12 @@ func TestSetupConsumerSettings(t *testing.T) {
 		maxDeliver int
 		maxPending int
 	}{
-		{note: "defaults", cfg: bus.Config{}, ackWait: 30 * time.Second, maxDeliver: 5, maxPending: 4 * 1024},
+		// The consumer redelivers without limit whatever MaxDeliver says:
+		// the worker keeps the budget, and answers a delivery past it.
+		{note: "defaults", cfg: bus.Config{}, ackWait: 30 * time.Second, maxDeliver: -1, maxPending: 4 * 1024},
 		{note: "max ack pending follows max in flight", cfg: bus.Config{AckWait: 2 * time.Second, MaxDeliver: 3, MaxInFlight: 8},
-			ackWait: 2 * time.Second, maxDeliver: 3, maxPending: 32},
-		{note: "explicit max ack pending", cfg: bus.Config{MaxInFlight: 8, MaxAckPending: 5}, ackWait: 30 * time.Second, maxDeliver: 5, maxPending: 5},
+			ackWait: 2 * time.Second, maxDeliver: -1, maxPending: 32},
+		{note: "explicit max ack pending", cfg: bus.Config{MaxInFlight: 8, MaxAckPending: 5}, ackWait: 30 * time.Second, maxDeliver: -1, maxPending: 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -611,12 +613,24 @@ func TestRedeliveryAfterTheVerdictIsStoredReplaysIt(t *testing.T) {
 	}, "the redelivery audited as verdict.replayed")
 }
 
+// holdFor keeps a review going for d.
+func holdFor(d time.Duration) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case <-time.After(d):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 func TestLongReviewIsNotRedelivered(t *testing.T) {
-	in := newIntake(t, bus.Config{AckWait: time.Second})
-	// Several times the ack wait: only in-progress acks keep the proposal.
+	in := newIntake(t, bus.Config{AckWait: 3 * time.Second})
+	// 2.5 times the ack wait: only in-progress acks keep the proposal.
 	in.reviewer.hold = func(ctx context.Context) error {
 		select {
-		case <-time.After(3500 * time.Millisecond):
+		case <-time.After(7500 * time.Millisecond):
 			return nil
 		case <-ctx.Done():
 			return ctx.Err()
@@ -649,17 +663,89 @@ func TestLongReviewIsNotRedelivered(t *testing.T) {
 	}
 }
 
+func TestProposalWaitingForASlotIsNotRedelivered(t *testing.T) {
+	// One proposal at a time: the second waits for the first's review,
+	// well past the ack wait; in-progress acks must keep it meanwhile, or
+	// it is redelivered and its stale copy decided as well.
+	in := newIntake(t, bus.Config{AckWait: 3 * time.Second, MaxInFlight: 1})
+	in.reviewer.hold = holdFor(7500 * time.Millisecond)
+	seen := &deliveries{}
+	in.startWorker(t, workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
+	first, second := in.verdicts(t, "slot1"), in.verdicts(t, "slot2")
+	in.publish(t, proposal("slot1", "write", "host_restart_service", ""), "acme.slot1")
+	in.publish(t, proposal("slot2", "write", "host_restart_service", ""), "acme.slot2")
+	if v := receive(t, first, "the first verdict"); v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
+	}
+	// The second is on the same target: whatever the policy makes of it,
+	// it must have waited for the slot and been decided once.
+	if v := receive(t, second, "the second verdict"); v.Outcome == engine.OutcomeError {
+		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
+	}
+	in.drained(t)
+	ci, err := in.res.Consumer.Info(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := seen.seen(); !slices.Equal(got, []int{1, 1}) || ci.Delivered.Consumer != 2 {
+		t.Fatalf("deliveries %v (consumer delivered %d), want one of each proposal", got, ci.Delivered.Consumer)
+	}
+}
+
+func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
+	// This gated was told a 30 s ack wait, but another gated, started
+	// later, set the shared consumer's to 3 s: in-progress acks must
+	// follow the consumer's, or a long review is redelivered.
+	in := newIntake(t, bus.Config{AckWait: 30 * time.Second})
+	in.reviewer.hold = holdFor(7500 * time.Millisecond)
+	nc, _ := bustest.Connect(t, in.srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Setup(t.Context(), js, bus.Config{AckWait: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := &deliveries{Decider: in.engine(t, bus.NewVerdictStore(res.Verdicts))}
+	w, err := bus.NewWorker(nc, js, res, seen, trails(t, js), in.cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(5 * time.Second) })
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	v, err := in.client.ProposeRaw(ctx, proposal("wait1", "write", "host_restart_service", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
+	}
+	in.drained(t)
+	if got := seen.seen(); !slices.Equal(got, []int{1}) {
+		t.Fatalf("deliveries %v, want [1]", got)
+	}
+}
+
 func TestAbandonedProposalIsAnswered(t *testing.T) {
 	tests := []struct {
 		note string
 		// decide has the first delivery decided (verdict stored and
 		// audited) before the gated that holds it dies.
-		decide  bool
-		data    []byte
-		outcome engine.Outcome
+		decide bool
+		// failPublish has the worker's first publish of the answer fail.
+		failPublish bool
+		data        []byte
+		outcome     engine.Outcome
 	}{
 		{note: "never decided", data: proposal("gone1", "write", "host_restart_service", ""), outcome: engine.OutcomeError},
 		{note: "decided, never acknowledged", decide: true, data: proposal("gone1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
+		{note: "never decided, first answer lost", failPublish: true, data: proposal("gone1", "write", "host_restart_service", ""),
+			outcome: engine.OutcomeError},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -688,10 +774,21 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 				}
 			}
 
-			// A gated that comes up pulls; JetStream, out of deliveries,
-			// announces the proposal abandoned instead of delivering it.
+			// A gated that comes up gets a delivery past its budget of 2
+			// and answers it without deciding it again.
 			seen := &deliveries{}
-			in.startWorker(t, workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
+			o := workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }}
+			var publishes atomic.Int32
+			if tc.failPublish {
+				o.nc, _ = bustest.Connect(t, in.srv)
+				o.publish = func(subject string, data []byte) error {
+					if publishes.Add(1) == 1 {
+						return errors.New("injected publish failure")
+					}
+					return o.nc.Publish(subject, data)
+				}
+			}
+			in.startWorker(t, o)
 			v := receive(t, verdicts, "the abandoned proposal's verdict")
 			if v.Outcome != tc.outcome || (v.Outcome == engine.OutcomeError && v.Approved) {
 				t.Fatalf("verdict %s: %s; want %s", v.Outcome, v.Reason, tc.outcome)
@@ -706,6 +803,9 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 			}
 			if n := in.reviewer.calls.Load(); n != 0 {
 				t.Fatalf("%d reviews of an abandoned proposal, want none", n)
+			}
+			if tc.failPublish && publishes.Load() < 2 {
+				t.Fatalf("%d publishes, want the failed one and its retry", publishes.Load())
 			}
 		})
 	}

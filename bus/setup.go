@@ -51,10 +51,12 @@ type Config struct {
 	// third of it, so long reviews are not redelivered. Default 30 s; at
 	// least MinAckWait.
 	AckWait time.Duration
-	// MaxDeliver bounds deliveries of one proposal. When they run out the
-	// proposal gets an error verdict, from the worker on a last delivery
-	// that failed, or from the max deliveries advisory when gated never
-	// answered (crashed or stalled on each delivery). Default 5.
+	// MaxDeliver bounds the deliveries of one proposal gated tries to
+	// decide. When they run out the proposal gets its stored verdict or an
+	// error verdict, from the worker on a last delivery that failed, or on
+	// the next delivery when gated never answered (crashed or stalled on
+	// each). The consumer itself redelivers without limit, so that such a
+	// delivery always comes. Default 5.
 	MaxDeliver int
 	// MaxInFlight bounds proposals decided at once by one gated. Default
 	// 1024.
@@ -174,11 +176,13 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	}
 	r.Consumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{
-			Durable:       ConsumerName,
-			Description:   "gated deciders; every gated process shares this consumer.",
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.AckWait,
-			MaxDeliver:    cfg.MaxDeliver,
+			Durable:     ConsumerName,
+			Description: "gated deciders; every gated process shares this consumer.",
+			AckPolicy:   jetstream.AckExplicitPolicy,
+			AckWait:     cfg.AckWait,
+			// Unlimited: the worker enforces cfg.MaxDeliver and answers a
+			// delivery past it, which JetStream must therefore make.
+			MaxDeliver:    -1,
 			MaxAckPending: cfg.MaxAckPending,
 			FilterSubject: ProposalSubjects,
 		})

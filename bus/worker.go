@@ -23,9 +23,13 @@ type Decider interface {
 
 // Worker consumes proposals from the durable consumer, decides each, and
 // publishes the verdict. A proposal is acknowledged only after its verdict
-// is stored, its audit trail is stored and the verdict is published. It
-// also answers, with an error verdict, the proposals JetStream stops
-// delivering after MaxDeliver deliveries.
+// is stored, its audit trail is stored and the verdict is published.
+//
+// The consumer redelivers without limit (MaxDeliver -1); the worker keeps
+// gated's own delivery budget, cfg.MaxDeliver. A delivery past it is not
+// decided: it is answered with the verdict stored earlier or an error
+// verdict (Decider.GiveUp), so no proposal stays unanswered in the stream
+// however often gated crashed or stalled on it.
 type Worker struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -44,14 +48,12 @@ type Worker struct {
 	wg       sync.WaitGroup
 	cc       jetstream.ConsumeContext
 
+	// ackWait is the consumer's AckWait as JetStream has it, which the
+	// last gated to start set; in-progress acks go every third of it.
+	ackWait time.Duration
+
 	// publish sends a verdict; tests replace it to make publishing fail.
 	publish func(subject string, data []byte) error
-	// advisories receives the max deliveries advisories; abandonedMu
-	// serialises answering them and guards abandonedOff, set once Stop
-	// no longer lets them be answered (see advisory.go).
-	advisories   *nats.Subscription
-	abandonedMu  sync.Mutex
-	abandonedOff bool
 }
 
 // Trails starts the audit trail of one delivery.
@@ -66,20 +68,28 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	if err != nil {
 		return nil, err
 	}
+	// Every gated shares the consumer, and the last to start set its
+	// AckWait: keep that one alive, whatever this process was told.
+	ackWait := cfg.AckWait
+	if res != nil && res.Consumer != nil {
+		if ci := res.Consumer.CachedInfo(); ci != nil && ci.Config.AckWait > 0 {
+			ackWait = ci.Config.AckWait
+		}
+	}
+	if ackWait != cfg.AckWait {
+		log.Warn("the proposal consumer's ack wait differs from this gated's; in-progress acks follow the consumer's",
+			zap.Duration("consumer_ack_wait", ackWait), zap.Duration("ack_wait", cfg.AckWait))
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), sem: make(chan struct{}, cfg.MaxInFlight),
-		publish: nc.Publish,
+		ackWait: ackWait, publish: nc.Publish,
 	}, nil
 }
 
-// Start begins consuming proposals and answering the ones JetStream
-// abandons (MaxDeliver exhausted). Call it once.
+// Start begins consuming proposals. Call it once.
 func (w *Worker) Start() error {
-	if err := w.watchAbandoned(); err != nil {
-		return err
-	}
 	cc, err := w.res.Consumer.Consume(w.dispatch,
 		jetstream.PullMaxMessages(min(w.cfg.MaxInFlight, 512)),
 		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -93,7 +103,9 @@ func (w *Worker) Start() error {
 }
 
 // dispatch runs on the consumer's goroutine; it hands each message to its
-// own goroutine and blocks when MaxInFlight are in flight.
+// own goroutine and blocks when MaxInFlight are in flight. The message is
+// kept alive (in-progress acks) from the moment it arrives, so one waiting
+// for a free slot is not redelivered meanwhile and then decided twice.
 func (w *Worker) dispatch(msg jetstream.Msg) {
 	select {
 	case <-w.stopping:
@@ -101,15 +113,18 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 		return
 	default:
 	}
+	stop := w.keepAlive(msg)
 	select {
 	case w.sem <- struct{}{}:
 	case <-w.stopping:
+		stop()
 		_ = msg.Nak()
 		return
 	}
 	w.wg.Add(1)
 	go func() {
 		defer func() { <-w.sem; w.wg.Done() }()
+		defer stop()
 		w.handle(msg)
 	}()
 }
@@ -134,8 +149,6 @@ func (w *Worker) Stop(grace time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		w.wg.Wait()
-		// No more pulls, so no more advisories on this process's account.
-		w.stopAbandoned()
 		close(done)
 	}()
 	select {
@@ -148,13 +161,16 @@ func (w *Worker) Stop(grace time.Duration) {
 	w.cancel()
 }
 
+// handle decides one delivery; dispatch keeps it alive meanwhile.
 func (w *Worker) handle(msg jetstream.Msg) {
 	attempt, seq := 1, uint64(0)
 	if md, err := msg.Metadata(); err == nil {
 		attempt, seq = int(md.NumDelivered), md.Sequence.Stream
 	}
-	stop := w.keepAlive(msg)
-	defer stop()
+	if attempt > w.cfg.MaxDeliver {
+		w.giveUp(msg, seq, attempt)
+		return
+	}
 
 	d := engine.Delivery{
 		Subject:   msg.Subject(),
@@ -171,8 +187,8 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	if v.ProposalID != "" {
 		if err := w.publishVerdict(v); err != nil {
-			// The verdict is stored: a redelivery replays it, and after
-			// the last one the max deliveries advisory does.
+			// The verdict is stored: a redelivery replays it, within the
+			// budget or past it (giveUp).
 			w.log.Warn("publishing verdict; will redeliver", zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
 			_ = msg.NakWithDelay(time.Second)
 			return
@@ -209,15 +225,51 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 	d.Trail = w.trails() // the failed attempt's trail may be broken
 	if v := w.decider.GiveUp(w.ctx, d, cause); v.ProposalID != "" {
 		if err := w.publishVerdict(v); err != nil {
-			// Nak, not Term: with no delivery left JetStream abandons the
-			// message, and its max deliveries advisory has it answered
-			// again.
-			w.log.Error("publishing error verdict", zap.Error(err))
-			_ = msg.Nak()
+			// Nak, not Term: the next delivery, past the budget, is
+			// answered by giveUp with the verdict stored now.
+			w.log.Error("publishing error verdict; will redeliver", zap.Error(err))
+			_ = msg.NakWithDelay(time.Second)
 			return
 		}
 	}
 	_ = msg.Term()
+}
+
+// giveUp answers a delivery past gated's delivery budget without deciding
+// it: every earlier delivery crashed, stalled or was returned. The
+// proposal gets the verdict stored earlier, if any, or an error verdict;
+// it is published before the message is terminated, and a failed publish
+// has the message delivered again (and answered again, from the store).
+func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
+	if w.ctx.Err() != nil {
+		_ = msg.Nak()
+		return
+	}
+	d := engine.Delivery{
+		Subject: msg.Subject(), Data: msg.Data(), MsgID: msg.Headers().Get(jetstream.MsgIDHeader),
+		// The deliveries that went unanswered; this one is not tried.
+		Attempt: attempt - 1, StreamSeq: seq, Trail: w.trails(),
+	}
+	w.log.Warn("proposal past its delivery budget; answering it without deciding",
+		zap.String("subject", d.Subject), zap.Uint64("stream_seq", seq), zap.Int("delivery", attempt),
+		zap.Int("max_deliver", w.cfg.MaxDeliver))
+	v := w.decider.GiveUp(w.ctx, d, errors.New("no delivery was acknowledged (gated crashed or stalled on each)"))
+	if w.ctx.Err() != nil {
+		// Cut short by shutdown: what GiveUp returned may not be stored.
+		_ = msg.Nak()
+		return
+	}
+	if v.ProposalID != "" {
+		if err := w.publishVerdict(v); err != nil {
+			w.log.Error("publishing the verdict of a proposal past its delivery budget; will redeliver",
+				zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
+			_ = msg.NakWithDelay(time.Second)
+			return
+		}
+	}
+	if err := msg.Term(); err != nil {
+		w.log.Warn("terminating answered proposal", zap.String("subject", d.Subject), zap.Error(err))
+	}
 }
 
 func (w *Worker) publishVerdict(v *engine.Verdict) error {
@@ -234,7 +286,7 @@ func (w *Worker) keepAlive(msg jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		t := time.NewTicker(w.cfg.AckWait / 3)
+		t := time.NewTicker(w.ackWait / 3)
 		defer t.Stop()
 		for {
 			select {

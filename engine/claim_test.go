@@ -218,7 +218,8 @@ func TestGiveUpReleasesTheClaimAndKeepsAStoredVerdict(t *testing.T) {
 		t.Fatalf("claim %+v left behind", c)
 	}
 
-	// Giving up once more (another gated saw the same advisory) hands back
+	// Giving up once more (a redelivery past the budget, after the answer
+	// was stored but not published) hands back
 	// the stored verdict.
 	tr := h.stream.trail()
 	again := h.eng.GiveUp(t.Context(), engine.Delivery{Subject: testSubject, Data: data, Attempt: 5, StreamSeq: 5, Trail: tr}, cause)

@@ -475,7 +475,8 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 	bad := usageError("--since %q: want a duration such as 90m, 24h or 7d, or a time such as 2025-01-02T15:04:05Z or 2025-01-02", s)
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseFloat(days, 64)
-		if err != nil || n <= 0 || n > 36500 {
+		// Written so that NaN, for which every comparison is false, fails.
+		if err != nil || !(n > 0 && n <= 36500) {
 			return time.Time{}, bad
 		}
 		return now.Add(-time.Duration(n * float64(24*time.Hour))), nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -238,6 +239,9 @@ func TestParseSince(t *testing.T) {
 		{in: "-1h", bad: true},
 		{in: "d", bad: true},
 		{in: "soon", bad: true},
+		{in: "NaNd", bad: true},
+		{in: "Infd", bad: true},
+		{in: "36501d", bad: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.in, func(t *testing.T) {
@@ -298,4 +302,51 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if _, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "sometimes"}, false, zap.NewNop()); exitCode(err) != exitUsage {
 		t.Fatalf("--audit-publish sometimes: %v", err)
 	}
+}
+
+// FuzzParseSince feeds parseSince arbitrary --since values: it must never
+// panic, a duration never yields a time after now, and an error is a usage
+// error.
+func FuzzParseSince(f *testing.F) {
+	for _, s := range []string{"", "90m", "7d", "1.5d", "36500d", "36501d", "NaNd", "Infd", "1e-30d", "0x1p4d",
+		"2025-05-31T10:00:00Z", "2025-05-30", "0s", "-1h", "d", "soon", "2562047h"} {
+		f.Add(s)
+	}
+	now := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := parseSince(s, now)
+		if err != nil {
+			var ee *exitError
+			if !errors.As(err, &ee) || ee.code != exitUsage {
+				t.Fatalf("parseSince(%q): %v is not a usage error", s, err)
+			}
+			return
+		}
+		if s == "" {
+			if !got.IsZero() {
+				t.Fatalf("parseSince(\"\") = %v, want the zero time", got)
+			}
+			return
+		}
+		if _, isTime := parseTimeLayouts(s); isTime {
+			return
+		}
+		if got.IsZero() || got.After(now) {
+			t.Fatalf("parseSince(%q) = %v, after now %v", s, got, now)
+		}
+		if strings.HasSuffix(s, "d") && now.Sub(got) > 36500*24*time.Hour {
+			t.Fatalf("parseSince(%q) = %v, more than 36500 days before now", s, got)
+		}
+	})
+}
+
+// parseTimeLayouts reports whether s is a time parseSince accepts, as
+// opposed to a duration.
+func parseTimeLayouts(s string) (time.Time, bool) {
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, true
+		}
+	}
+	return time.Time{}, false
 }
