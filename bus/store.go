@@ -168,7 +168,7 @@ func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Cl
 		default:
 			var held engine.Claim
 			// A claim that cannot be read is no one's: it is replaced.
-			if json.Unmarshal(e.Value(), &held) == nil && held.Holder != c.Holder && time.Now().Before(held.Until) {
+			if json.Unmarshal(e.Value(), &held) == nil && !c.Supersedes(held) && time.Now().Before(held.Until) {
 				return held, fmt.Errorf("%w: %s.%s by %s until %s", engine.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
 			}
 			_, err = s.kv.Update(ctx, key, data, e.Revision())

@@ -127,6 +127,25 @@ func TestDecideTakesClaimsOver(t *testing.T) {
 	}
 }
 
+// TestDecideLateCopyDoesNotTakeItsClaimOver: a copy of the holding
+// message delivered before the holder's delivery, and handled only now (it
+// waited in a buffer past the ack wait), is not a redelivery: it waits for
+// the holder's verdict instead of reviewing a second time.
+func TestDecideLateCopyDoesNotTakeItsClaimOver(t *testing.T) {
+	h := newHarness(t)
+	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:7", Delivery: 2, Until: time.Now().Add(1500 * time.Millisecond)})
+	_, err := h.eng.Decide(t.Context(), engine.Delivery{Subject: testSubject, Data: proposalJSON(t, nil), Attempt: 1, StreamSeq: 7, Trail: h.stream.trail()})
+	if !errors.Is(err, engine.ErrClaimed) || h.reviewer.calls() != 0 {
+		t.Fatalf("late copy: err %v after %d reviews; want ErrClaimed and no review", err, h.reviewer.calls())
+	}
+	// A later delivery of the same message does take it over.
+	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:7", Delivery: 2, Until: time.Now().Add(time.Hour)})
+	v, err := h.eng.Decide(t.Context(), engine.Delivery{Subject: testSubject, Data: proposalJSON(t, nil), Attempt: 3, StreamSeq: 7, Trail: h.stream.trail()})
+	if err != nil || v.Outcome != engine.OutcomeApproved || h.reviewer.calls() != 1 {
+		t.Fatalf("redelivery: %+v, %v after %d reviews; want approved after one", v, err, h.reviewer.calls())
+	}
+}
+
 func TestDecideClaimWaitIsBounded(t *testing.T) {
 	h := newHarness(t)
 	data := proposalJSON(t, nil)

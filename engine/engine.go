@@ -367,7 +367,7 @@ func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
 	}
 	// Wall-clock time, like the review deadlines it covers: claims are
 	// compared across gated processes.
-	mine := Claim{Holder: r.holder, Until: time.Now().Add(longest + ClaimGrace).UTC()}
+	mine := Claim{Holder: r.holder, Until: time.Now().Add(longest + ClaimGrace).UTC(), Delivery: r.d.Attempt}
 	held, err := r.e.cfg.Store.Claim(ctx, r.tenant, r.id, mine)
 	switch {
 	case err == nil:

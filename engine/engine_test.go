@@ -261,7 +261,7 @@ func (s *memStore) Claim(_ context.Context, tenant, id string, c engine.Claim) (
 		return engine.Claim{}, s.claimErr
 	}
 	key := tenant + "." + id
-	if held, ok := s.claims[key]; ok && held.Holder != c.Holder && time.Now().Before(held.Until) {
+	if held, ok := s.claims[key]; ok && !c.Supersedes(held) && time.Now().Before(held.Until) {
 		return held, fmt.Errorf("key %s: %w", key, engine.ErrClaimed)
 	}
 	s.claims[key] = c

@@ -180,9 +180,9 @@ type VerdictStore interface {
 
 	// Claim takes the review claim on tenant and id for c.Holder, so that
 	// two messages carrying one proposal do not both have it reviewed. It
-	// succeeds when no claim is held, when c.Holder holds it already (a
-	// redelivery of the same message takes over from its earlier
-	// delivery), or when the claim held is stale: past its Until by the
+	// succeeds when no claim is held, when c supersedes it (a redelivery
+	// of the same message takes over from its earlier delivery, see
+	// Claim.Supersedes), or when the claim held is stale: past its Until by the
 	// store's clock. Otherwise it returns the claim held and an error
 	// wrapping ErrClaimed. The claim must not share a key with a verdict or
 	// a target history.
@@ -210,6 +210,17 @@ type Claim struct {
 	// takes it over; one that finds a live claim waits for the holder's
 	// verdict instead of reviewing.
 	Until time.Time `json:"until"`
+	// Delivery is the holder's JetStream delivery count. A redelivery of
+	// the holding message (a higher count) takes the claim over; a copy of
+	// it delivered earlier and handled late (a lower count: it waited in a
+	// buffer past the ack wait) does not, and waits for the verdict.
+	Delivery int `json:"delivery,omitempty"`
+}
+
+// Supersedes tells whether claim c may replace held, a claim that is not
+// stale: only a later delivery of the same message may.
+func (c Claim) Supersedes(held Claim) bool {
+	return c.Holder == held.Holder && c.Delivery >= held.Delivery
 }
 
 // AuditEvent is one step on the way to a verdict. Every event of the
