@@ -224,14 +224,19 @@ func transient(err error) bool {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout), errors.Is(err, nats.ErrNoResponders):
 		return true
 	case errors.As(err, &apiErr):
-		return apiErr.ErrorCode == jsClusterNotAvailable
+		return apiErr.ErrorCode == jsClusterNotAvailable || apiErr.ErrorCode == jsNoSuitablePeers
 	}
 	return false
 }
 
-// jsClusterNotAvailable is JetStream's "cluster not available" error code,
-// returned while the meta group has no leader.
-const jsClusterNotAvailable jetstream.ErrorCode = 10008
+// JetStream error codes of a cluster that is not ready yet: no meta
+// leader, or peers not known to be online (a cluster still forming, a
+// node restarting). The second is also what a cluster too small for the
+// replicas gets; Setup then fails with it once its context ends.
+const (
+	jsClusterNotAvailable jetstream.ErrorCode = 10008
+	jsNoSuitablePeers     jetstream.ErrorCode = 10005
+)
 
 // VerdictSubject is where the verdict for tenant and id is published.
 func VerdictSubject(tenant, id string) string {

@@ -20,6 +20,7 @@ func TestSetupRetriesOnlyUnansweredRequests(t *testing.T) {
 		{fmt.Errorf("creating: %w", nats.ErrTimeout), true},
 		{nats.ErrNoResponders, true},
 		{&jetstream.APIError{ErrorCode: jsClusterNotAvailable}, true},
+		{&jetstream.APIError{ErrorCode: jsNoSuitablePeers, Description: "no suitable peers for placement, peer offline"}, true},
 		{&jetstream.APIError{ErrorCode: jetstream.JSErrCodeStreamNameInUse}, false},
 		{errors.New("insufficient resources"), false},
 	} {
