@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -315,8 +316,8 @@ func TestFleetExample(t *testing.T) {
 // with an inbox prefix of its own and no JetStream API rights, and checks
 // that every client call works without a permissions violation.
 func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
-	s, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: server.RANDOM_PORT, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true,
+	s := bustest.ServerWithOptions(t, &server.Options{
+		JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{
 			{Username: "gated", Password: "gated-pw"},
 			{Username: "acme", Password: "acme-pw", Permissions: &server.Permissions{
@@ -329,14 +330,6 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 			}},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	startGated(t, "--nats-url", s.ClientURL(), "--nats-user", "gated", "--nats-password", "gated-pw")
 
 	violations := make(chan error, 16)

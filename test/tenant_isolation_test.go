@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -63,22 +64,8 @@ func startTenantsServer(t *testing.T) (string, map[string]string) {
 	if err != nil {
 		t.Fatalf("%s: %v", tenantsConf, err)
 	}
-	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
 	opts.StoreDir = t.TempDir()
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server from the tenants config is not ready")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
+	s := bustest.ServerWithOptions(t, opts)
 	return s.ClientURL(), pw
 }
 

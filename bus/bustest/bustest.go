@@ -4,6 +4,7 @@ package bustest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
@@ -19,6 +20,29 @@ func Server(t testing.TB) *server.Server {
 	s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+// ServerWithOptions starts a nats-server configured by opts (accounts,
+// users, TLS, JetStream) on a free loopback port, without its own logging
+// or signal handling, and shuts it down when the test ends.
+func ServerWithOptions(t testing.TB, opts *server.Options) *server.Server {
+	t.Helper()
+	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		s.Shutdown()
+		t.Fatal("nats-server not ready for connections within 10s")
 	}
 	t.Cleanup(func() {
 		s.Shutdown()

@@ -21,28 +21,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
+
+	"github.com/gated/gated/bus/bustest"
 )
 
 // startAuthServer starts a nats-server on a free loopback port with the
 // authentication and TLS settings of opts, shut down when the test ends.
 func startAuthServer(t *testing.T, opts *server.Options) *server.Server {
 	t.Helper()
-	opts.Host, opts.Port = "127.0.0.1", server.RANDOM_PORT
-	opts.NoLog, opts.NoSigs = true, true
-	s, err := server.NewServer(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
-		s.Shutdown()
-		t.Fatal("nats-server not ready")
-	}
-	t.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
-	return s
+	return bustest.ServerWithOptions(t, opts)
 }
 
 // connFlags parses args as a command registering natsConnOptions would.
