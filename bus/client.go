@@ -350,16 +350,8 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 		}
 		return nil, fmt.Errorf("publishing proposal %s: %w", a.key(), err)
 	}
-	// lookup reads the stored verdict of a duplicate, briefly: a look-up
-	// that goes unanswered must not keep the loop below from the verdict
-	// subject.
-	lookup := func() (*engine.Verdict, error) {
-		lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		return c.Verdict(lctx, a.Tenant, a.ID)
-	}
 	if ack.Duplicate {
-		if v, err := lookup(); err == nil {
+		if v, err := c.storedVerdict(ctx, a); err == nil {
 			return answer(a, digest, v)
 		}
 	}
@@ -384,7 +376,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 			// The verdict message is core NATS: it is lost when it is
 			// published while this connection reconnects, or crowded out
 			// of the subscription's buffer. The stored verdict is not.
-			if v, err := lookup(); err == nil {
+			if v, err := c.storedVerdict(ctx, a); err == nil {
 				return answer(a, digest, v)
 			}
 		case <-ctx.Done():
@@ -414,6 +406,14 @@ func answer(a Address, digest string, v *engine.Verdict) (*engine.Verdict, error
 	return v, nil
 }
 
+// storedVerdict reads the stored verdict of a, briefly: a look-up that
+// goes unanswered must not keep a wait from the verdict subject.
+func (c *Client) storedVerdict(ctx context.Context, a Address) (*engine.Verdict, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return c.Verdict(ctx, a.Tenant, a.ID)
+}
+
 // confirm accepts a verdict that arrived as a message. Messages are not
 // authenticated: whoever may publish on the verdict subject, or answer on
 // the review service's subject, can send one. A refusal is taken as it
@@ -425,9 +425,7 @@ func (c *Client) confirm(ctx context.Context, a Address, digest string, v *engin
 	if err != nil || !v.Approved {
 		return v, err // not an approval, whatever its outcome says (CheckVerdict)
 	}
-	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	stored, err := c.Verdict(lctx, a.Tenant, a.ID)
+	stored, err := c.storedVerdict(ctx, a)
 	if err != nil {
 		return nil, fmt.Errorf("confirming the approval of %s with its stored verdict: %w", a.key(), err)
 	}
