@@ -155,13 +155,14 @@ func TestProposalWireForm(t *testing.T) {
 			IncidentID:  "INC-1", ContextSummary: "health checks fail",
 			Flags:    engine.Flags{SkipReview: true, ForceApprove: true, ForceApproveNoSOP: true, UserConfirmed: true},
 			Reviewer: "reviewer", CreatedAt: &created,
-			Criteria: []engine.Criterion{{ID: "c1", Description: "restarts", Required: true, Kind: "check", Params: map[string]any{"n": json.Number("1")}}},
 		},
 		{
 			V: 1, ID: "run-1", Tenant: "acme", Kind: engine.KindRun, Action: "review_run", Class: engine.ClassWrite,
 			BlastRadius: engine.BlastCluster,
-			Run: &engine.Run{RunID: "r1", TaskID: "t1", Status: "done", Summary: "s", Diff: "d", TestOutput: "ok", Round: 2, Worker: "w",
-				PriorReviews: []json.RawMessage{json.RawMessage(`{"decision":"reject"}`)}},
+			Run: &engine.Run{RunID: "r1", TaskID: "t1", Status: engine.RunCompleted, Summary: "s", Diff: "d", TestOutput: "ok", Round: 2, Worker: "w",
+				PriorReviews: []engine.PriorReview{{ProposalID: "run-0", Round: 1, Findings: []engine.Finding{{ID: "r1-f1", Body: "add a test", Status: engine.FindingResolved, Resolution: "added"}}}}},
+			Criteria: []engine.Criterion{{ID: "c1", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult,
+				Params: map[string]any{"exit_code": json.Number("0")}, Evidence: map[string]any{"exit_code": json.Number("0")}}},
 		},
 		{V: 1, ID: "min-1", Tenant: "acme", Action: "host_list_services", Class: engine.ClassRead},
 	} {

@@ -247,3 +247,13 @@ func casConflict(err error) bool {
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
+
+// RunRecord implements engine.VerdictStore.
+func (s *VerdictStore) RunRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, error) {
+	return nil, nil
+}
+
+// Replace implements engine.VerdictStore.
+func (s *VerdictStore) Replace(ctx context.Context, prev, next *engine.Verdict) (*engine.Verdict, error) {
+	return nil, errors.New("replace: not yet supported")
+}

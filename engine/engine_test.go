@@ -210,10 +210,63 @@ type memStore struct {
 	// Await; awaiting is signalled (without blocking) when Await begins.
 	waiting  chan struct{}
 	awaiting chan string
+	// runs are the run records by "<tenant>.<run id>", as JSON.
+	runs map[string][]byte
 }
 
 func newMemStore() *memStore {
-	return &memStore{m: map[string][]byte{}, claims: map[string]engine.Claim{}, waiting: make(chan struct{})}
+	return &memStore{m: map[string][]byte{}, claims: map[string]engine.Claim{}, waiting: make(chan struct{}), runs: map[string][]byte{}}
+}
+
+func (s *memStore) RunRecord(_ context.Context, tenant, runID string) (*engine.RunRecord, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	raw, ok := s.runs[tenant+"."+runID]
+	if !ok {
+		return nil, nil
+	}
+	var rec engine.RunRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// recordRun keeps the run record as the bus store does; s.mu is held.
+func (s *memStore) recordRun(v *engine.Verdict) {
+	if !engine.Records(v) {
+		return
+	}
+	key := v.Tenant + "." + v.Run.RunID
+	var rec engine.RunRecord
+	if raw, ok := s.runs[key]; ok {
+		_ = json.Unmarshal(raw, &rec)
+	}
+	if rec.Add(v) {
+		s.runs[key], _ = json.Marshal(&rec)
+	}
+}
+
+func (s *memStore) Replace(_ context.Context, prev, next *engine.Verdict) (*engine.Verdict, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := next.Tenant + "." + next.ProposalID
+	raw, ok := s.m[key]
+	if !ok {
+		return nil, fmt.Errorf("key %s: %w", key, engine.ErrNotFound)
+	}
+	stored, err := decodeVerdict(raw)
+	if err != nil {
+		return nil, err
+	}
+	if stored.AuditSeq != prev.AuditSeq {
+		return stored, fmt.Errorf("key %s: %w", key, engine.ErrExists)
+	}
+	if s.m[key], err = json.Marshal(next); err != nil {
+		return nil, err
+	}
+	s.recordRun(next)
+	return next, nil
 }
 
 func (s *memStore) Get(_ context.Context, tenant, id string) (*engine.Verdict, error) {
@@ -248,6 +301,7 @@ func (s *memStore) Create(_ context.Context, v *engine.Verdict) (*engine.Verdict
 		return nil, err
 	}
 	s.m[key] = raw
+	s.recordRun(v)
 	s.creates++
 	close(s.waiting)
 	s.waiting = make(chan struct{})

@@ -24,7 +24,10 @@ type PolicyInput struct {
 	Persona *Persona
 	// History holds recent verdicts on the same tenant and target.
 	History []Verdict
-	Now     time.Time
+	// RunRecord is gated's record of the earlier rounds of a run
+	// proposal's run, nil when there is none.
+	RunRecord *RunRecord
+	Now       time.Time
 }
 
 // PolicyDecision is the policy's answer, data.gated.decision.
@@ -37,6 +40,9 @@ type PolicyDecision struct {
 	SOP *SOP
 	// Skipped is true when configuration, not the class, waived review.
 	Skipped bool
+	// Run is the decision's run section; the policy must give one for a
+	// proposal of kind run.
+	Run *RunPolicy
 	// Revision identifies the policy modules and data that decided.
 	Revision string
 	// Eval is how long the evaluation took.
@@ -55,6 +61,10 @@ type Route struct {
 	// quorum above one. The engine tries them before the other loaded
 	// personas; each must still pass the policy in its own name.
 	Personas []string `json:"personas,omitempty"`
+	// Blocked says why no reviewer may take a review that is required:
+	// for a run, only its own worker could have reviewed it. The engine
+	// blocks the proposal with this reason.
+	Blocked string `json:"blocked,omitempty"`
 }
 
 // SOP is one entry of the standard operating procedure catalog.
@@ -132,6 +142,8 @@ type ReviewRequest struct {
 	PolicyRevision string
 	Why            string
 	Deadline       time.Time
+	// Run is set for the review of a kind run proposal.
+	Run *RunContext
 	// Audit records an event on the proposal's audit trail (tool calls the
 	// reviewer made through the host). It may be nil. Events recorded
 	// after Review returns are lost; a failed record fails the trail's
@@ -159,6 +171,7 @@ type ReviewResult struct {
 	Comments          []Comment
 	MissingWork       []string
 	NextRoundGuidance string
+	Warnings          []string
 	Confidence        float64
 	Turns             int
 	Tokens            Tokens
@@ -195,6 +208,18 @@ type VerdictStore interface {
 	// it, a verdict stored before the call included. It returns ctx's error
 	// when ctx ends first.
 	Await(ctx context.Context, tenant, id string) (*Verdict, error)
+
+	// RunRecord returns gated's record of a run, or nil and no error when
+	// there is none. Create keeps it: a run verdict that continues,
+	// escalates or approves adds its round, unless another proposal of the
+	// same run already decided that round.
+	RunRecord(ctx context.Context, tenant, runID string) (*RunRecord, error)
+	// Replace swaps the stored verdict prev for next, under the same
+	// tenant and proposal id, only while prev is what is stored (compared
+	// by audit sequence). It returns the verdict stored and ErrExists when
+	// something else replaced prev first. It keeps the run record as
+	// Create does.
+	Replace(ctx context.Context, prev, next *Verdict) (*Verdict, error)
 }
 
 // Claim is the right to review one proposal, held by one proposal
@@ -270,6 +295,11 @@ const (
 	// policy refused (the last good one stays in force).
 	EventPolicyReloaded     = "policy.reloaded"
 	EventPolicyReloadFailed = "policy.reload_failed"
+	// EventOperatorDecided records an operator's decision on the manual
+	// criteria of a held run verdict; EventOperatorRefused an operator
+	// message gated did not accept, and why.
+	EventOperatorDecided = "operator.decided"
+	EventOperatorRefused = "operator.refused"
 )
 
 // UnknownTenant is the audit tenant token of events whose tenant could not

@@ -99,26 +99,39 @@ type Flags struct {
 	UserConfirmed     bool `json:"user_confirmed"`
 }
 
-// Criterion is one acceptance criterion of a run review.
+// Criterion is one acceptance criterion of a run review. Kind says who
+// judges it (see CriterionCommandResult and the other kinds); Params hold
+// what the criterion expects and Evidence what the fleet observed.
+//
+//	command_result  params {"exit_code": 0} (the default), evidence
+//	                {"command": "go test ./...", "exit_code": 0, "output": "..."}
+//	file_contains   params {"path": "README.md", "text": "..."} or
+//	                {"path": ..., "pattern": "RE2 regexp"}, evidence
+//	                {"path": "README.md", "content": "..."}
+//	ai_review       judged by the reviewer from the run and its diff
+//	manual          judged by an operator (see OperatorDecision)
 type Criterion struct {
 	ID          string         `json:"id"`
 	Description string         `json:"description"`
 	Required    bool           `json:"required"`
 	Kind        string         `json:"kind,omitempty"`
 	Params      map[string]any `json:"params,omitempty"`
+	Evidence    map[string]any `json:"evidence,omitempty"`
 }
 
 // Run describes a finished run for proposals of kind run.
 type Run struct {
-	RunID        string            `json:"run_id"`
-	TaskID       string            `json:"task_id,omitempty"`
-	Status       string            `json:"status,omitempty"`
-	Summary      string            `json:"summary,omitempty"`
-	Diff         string            `json:"diff,omitempty"`
-	TestOutput   string            `json:"test_output,omitempty"`
-	Round        int               `json:"round,omitempty"`
-	Worker       string            `json:"worker,omitempty"`
-	PriorReviews []json.RawMessage `json:"prior_reviews,omitempty"`
+	RunID      string `json:"run_id"`
+	TaskID     string `json:"task_id,omitempty"`
+	Status     string `json:"status"`
+	Summary    string `json:"summary,omitempty"`
+	Diff       string `json:"diff,omitempty"`
+	TestOutput string `json:"test_output,omitempty"`
+	// Round counts from 1; a continuation asks for the next one.
+	Round int `json:"round"`
+	// Worker is the agent that did the run. It never reviews it.
+	Worker       string        `json:"worker"`
+	PriorReviews []PriorReview `json:"prior_reviews,omitempty"`
 }
 
 // Mutating reports whether the proposal's class changes the world.

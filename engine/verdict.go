@@ -34,6 +34,9 @@ const (
 	StageDedupe Stage = "dedupe"
 	// StageReview is the reviewer plugin.
 	StageReview Stage = "review"
+	// StageOperator is an operator's decision on the manual criteria of a
+	// run review that was held for it.
+	StageOperator Stage = "operator"
 )
 
 // Verdict is gated's answer to a proposal: the v1 wire schema.
@@ -66,6 +69,8 @@ type Verdict struct {
 	// DuplicateOf names the earlier proposal whose rejection a verdict at
 	// stage dedupe repeats.
 	DuplicateOf string `json:"duplicate_of,omitempty"`
+	// Run is the run review's part of the verdict of a kind run proposal.
+	Run *RunVerdict `json:"run,omitempty"`
 }
 
 // PolicyRef is the policy's part of a verdict.
@@ -108,10 +113,12 @@ type Review struct {
 	Comments          []Comment       `json:"comments,omitempty"`
 	MissingWork       []string        `json:"missing_work,omitempty"`
 	NextRoundGuidance string          `json:"next_round_guidance,omitempty"`
-	Confidence        float64         `json:"confidence,omitempty"`
-	Turns             int             `json:"turns,omitempty"`
-	Tokens            Tokens          `json:"tokens"`
-	LatencyMS         float64         `json:"latency_ms"`
+	// Warnings are remarks that never change the verdict.
+	Warnings   []string `json:"warnings,omitempty"`
+	Confidence float64  `json:"confidence,omitempty"`
+	Turns      int      `json:"turns,omitempty"`
+	Tokens     Tokens   `json:"tokens"`
+	LatencyMS  float64  `json:"latency_ms"`
 }
 
 // Gate is one check a reviewer reports on.
@@ -121,19 +128,26 @@ type Gate struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// CriterionEval is a reviewer's finding on one acceptance criterion.
+// CriterionEval is a judgement of one acceptance criterion.
 type CriterionEval struct {
 	ID         string   `json:"id"`
 	Pass       bool     `json:"pass"`
 	Confidence float64  `json:"confidence,omitempty"`
 	Reason     string   `json:"reason,omitempty"`
 	Refs       []string `json:"refs,omitempty"`
+	// Kind and Required echo the criterion; JudgedBy names who judged it
+	// ("policy", "reviewer:<persona>", "operator:<id>"). The host fills
+	// them in; what a reviewer sends there is ignored.
+	Kind     string `json:"kind,omitempty"`
+	Required bool   `json:"required,omitempty"`
+	JudgedBy string `json:"judged_by,omitempty"`
 }
 
-// Comment is a reviewer's remark on one line of a run's diff.
+// Comment is a reviewer's remark on a run's diff: on one line of a file,
+// or on the file as a whole when Line is null.
 type Comment struct {
 	Path string `json:"path"`
-	Line int    `json:"line"`
+	Line *int   `json:"line"`
 	Body string `json:"body"`
 }
 

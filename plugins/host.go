@@ -563,7 +563,7 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		res.Criteria = append(res.Criteria, engine.CriterionEval{ID: c.GetId(), Pass: c.GetPass(), Confidence: c.GetConfidence(), Reason: c.GetReason(), Refs: c.GetRefs()})
 	}
 	for _, c := range out.GetComments() {
-		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: int(c.GetLine()), Body: c.GetBody()})
+		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: protoLine(c.GetLine()), Body: c.GetBody()})
 	}
 	bound(&res)
 	return res, nil
@@ -742,4 +742,12 @@ func (c connSeen) HandleConn(_ context.Context, s stats.ConnStats) {
 	if _, ok := s.(*stats.ConnBegin); ok {
 		c.dialed.Store(true)
 	}
+}
+
+func protoLine(l uint32) *int {
+	if l == 0 {
+		return nil
+	}
+	n := int(l)
+	return &n
 }

@@ -216,7 +216,14 @@ func responseToWire(r *Response) *pluginv1.ReviewResponse {
 		out.Criteria = append(out.Criteria, &pluginv1.CriterionResult{Id: u(c.ID), Pass: c.Pass, Confidence: c.Confidence, Reason: u(c.Reason), Refs: us(c.Refs)})
 	}
 	for _, c := range r.Comments {
-		out.Comments = append(out.Comments, &pluginv1.Comment{Path: u(c.Path), Line: uint32(max(c.Line, 0)), Body: u(c.Body)})
+		out.Comments = append(out.Comments, &pluginv1.Comment{Path: u(c.Path), Line: commentLine(c.Line), Body: u(c.Body)})
 	}
 	return out
+}
+
+func commentLine(l *int) uint32 {
+	if l == nil || *l < 0 {
+		return 0
+	}
+	return uint32(*l)
 }

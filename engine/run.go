@@ -1,0 +1,368 @@
+package engine
+
+import (
+	"time"
+)
+
+// Run statuses: how a worker's run ended.
+const (
+	RunCompleted = "completed"
+	RunFailed    = "failed"
+	RunCanceled  = "canceled"
+)
+
+// Criterion kinds. Deterministic criteria (command_result, file_contains)
+// are judged by the policy from the evidence the fleet supplies; ai_review
+// criteria by the reviewer; manual criteria by an operator.
+const (
+	CriterionCommandResult = "command_result"
+	CriterionFileContains  = "file_contains"
+	CriterionAIReview      = "ai_review"
+	CriterionManual        = "manual"
+)
+
+// Judges of a criterion, as CriterionEval.JudgedBy names them: "policy",
+// "reviewer:<persona>" or "operator:<operator id>".
+const (
+	JudgedByPolicy   = "policy"
+	JudgedByReviewer = "reviewer:"
+	JudgedByOperator = "operator:"
+)
+
+// Finding states: a finding is open until the worker resolves it.
+const (
+	FindingOpen     = "open"
+	FindingResolved = "resolved"
+)
+
+// Follow-ups of a rejected run review.
+const (
+	// NextContinuation sends the run back to its worker for one more round.
+	NextContinuation = "continuation"
+	// NextEscalation hands a run that used its last round to a human.
+	NextEscalation = "escalation"
+)
+
+// Subjects of run follow-ups.
+const (
+	ContinuationSubjectPrefix = "gated.continuations."
+	EscalationSubjectPrefix   = "gated.escalations."
+)
+
+// DefaultMaxRounds is how many review rounds a run gets when the policy
+// names no maximum.
+const DefaultMaxRounds = 5
+
+// Finding is one thing a review asked the worker to do: a missing-work
+// item or a comment on the diff. The next round's proposal echoes it in
+// run.prior_reviews with its status, so the reviewer can tell what was
+// done.
+type Finding struct {
+	// ID is "r<round>-f<n>": unique within the run.
+	ID   string `json:"id"`
+	Body string `json:"body"`
+	Path string `json:"path,omitempty"`
+	// Line is the line of Path the finding is about, or null.
+	Line *int `json:"line"`
+	// Criterion names the criterion whose failure the finding reports.
+	Criterion string `json:"criterion,omitempty"`
+	// Status is "open" or "resolved"; empty reads as open.
+	Status string `json:"status,omitempty"`
+	// Resolution is the worker's account of how it resolved the finding.
+	Resolution string `json:"resolution,omitempty"`
+}
+
+// Open tells whether the finding still needs work.
+func (f Finding) Open() bool { return f.Status != FindingResolved }
+
+// PriorReview is a review of an earlier round of the run, as the worker
+// echoes it back: the review's findings with the worker's status on each.
+type PriorReview struct {
+	ProposalID string    `json:"proposal_id,omitempty"`
+	Round      int       `json:"round"`
+	Findings   []Finding `json:"findings,omitempty"`
+	// Summary is free text the orchestrator kept about the review.
+	Summary string `json:"summary,omitempty"`
+}
+
+// RunLimits bound what a review may hand the next round. Reviewer output
+// beyond them is cut, and the cut is reported as a warning on the
+// verdict: a cut never turns a rejection into an approval.
+type RunLimits struct {
+	// MaxItems bounds each list: missing work, comments, warnings and
+	// findings. Default 20.
+	MaxItems int `json:"max_items"`
+	// MaxItemBytes bounds each missing-work item, comment body and
+	// warning. Default 2 KiB.
+	MaxItemBytes int `json:"max_item_bytes"`
+	// MaxGuidanceBytes bounds next_round_guidance. Default 8 KiB.
+	MaxGuidanceBytes int `json:"max_guidance_bytes"`
+}
+
+// Run limit defaults, and the largest values a policy may set.
+const (
+	DefaultRunMaxItems         = 20
+	DefaultRunMaxItemBytes     = 2 << 10
+	DefaultRunMaxGuidanceBytes = 8 << 10
+	CeilingRunMaxItems         = 256
+	CeilingRunMaxItemBytes     = 16 << 10
+	CeilingRunMaxGuidanceBytes = 64 << 10
+)
+
+// WithDefaults fills unset limits and caps each at its ceiling.
+func (l RunLimits) WithDefaults() RunLimits {
+	fill := func(v *int, def, ceiling int) {
+		if *v <= 0 {
+			*v = def
+		}
+		*v = min(*v, ceiling)
+	}
+	fill(&l.MaxItems, DefaultRunMaxItems, CeilingRunMaxItems)
+	fill(&l.MaxItemBytes, DefaultRunMaxItemBytes, CeilingRunMaxItemBytes)
+	fill(&l.MaxGuidanceBytes, DefaultRunMaxGuidanceBytes, CeilingRunMaxGuidanceBytes)
+	return l
+}
+
+// RunPolicy is the policy's part of the decision on a run proposal,
+// data.gated.decision.run.
+type RunPolicy struct {
+	// Reviewed is true when the review policy (none, on_success,
+	// on_failure, always) asks for this run to be reviewed; Why says why
+	// or why not.
+	Reviewed bool   `json:"reviewed"`
+	Why      string `json:"why,omitempty"`
+	// ReviewPolicy is the review policy in force for the run's tenant.
+	ReviewPolicy string `json:"review_policy,omitempty"`
+	// MaxRounds is the last round a rejection may continue to; a
+	// rejection of that round escalates instead.
+	MaxRounds int `json:"max_rounds"`
+	// Criteria are the deterministic criteria the policy judged.
+	Criteria []CriterionEval `json:"criteria,omitempty"`
+	// MissingWork lists what failed required criteria ask of the worker.
+	MissingWork []string `json:"missing_work,omitempty"`
+	// Manual names the required manual criteria: an operator must judge
+	// them before the run can be approved.
+	Manual []string `json:"manual,omitempty"`
+	// Continuable is true when a rejection of the run is about the work
+	// itself (every deny is a failed criterion), so another round may fix
+	// it. A run rejected for any other reason gets no follow-up.
+	Continuable bool      `json:"continuable"`
+	Limits      RunLimits `json:"limits"`
+}
+
+// RunContext is what a reviewer of a run is told besides the proposal.
+type RunContext struct {
+	Round     int `json:"round"`
+	MaxRounds int `json:"max_rounds"`
+	// Criteria are the policy's judgement of the deterministic criteria.
+	Criteria []CriterionEval `json:"criteria,omitempty"`
+	// AIReview names the criteria the reviewer must judge.
+	AIReview []string `json:"ai_review,omitempty"`
+	// Manual names the criteria an operator will judge.
+	Manual []string `json:"manual,omitempty"`
+	// PriorFindings are the findings of earlier rounds, with the worker's
+	// status on each. gated takes them from its own record of the run, so
+	// a worker cannot drop a finding by leaving it out.
+	PriorFindings []Finding `json:"prior_findings,omitempty"`
+	Limits        RunLimits `json:"limits"`
+}
+
+// RunRecord is gated's own record of a run's reviews, kept in the verdict
+// store: the rounds that ended in a continuation, an escalation or an
+// approval. The policy reads it (input.run_record) to refuse rounds out
+// of order and runs that are closed.
+type RunRecord struct {
+	Tenant string     `json:"tenant"`
+	RunID  string     `json:"run_id"`
+	TaskID string     `json:"task_id,omitempty"`
+	Rounds []RunRound `json:"rounds"`
+	// Closed is "", "accepted" (a round was approved) or "escalated".
+	Closed string `json:"closed,omitempty"`
+}
+
+// Run record states.
+const (
+	RunAccepted  = "accepted"
+	RunEscalated = "escalated"
+)
+
+// RunRound is one decided round of a run.
+type RunRound struct {
+	Round      int       `json:"round"`
+	ProposalID string    `json:"proposal_id"`
+	Outcome    Outcome   `json:"outcome"`
+	Next       string    `json:"next,omitempty"`
+	Findings   []Finding `json:"findings,omitempty"`
+	DecidedAt  time.Time `json:"decided_at"`
+	// Sent is true once the round's follow-up is stored in the run stream.
+	Sent bool `json:"sent,omitempty"`
+}
+
+// Round returns the record of round n, or nil.
+func (r *RunRecord) Round(n int) *RunRound {
+	if r == nil {
+		return nil
+	}
+	for i := range r.Rounds {
+		if r.Rounds[i].Round == n {
+			return &r.Rounds[i]
+		}
+	}
+	return nil
+}
+
+// Last returns the latest round, or nil.
+func (r *RunRecord) Last() *RunRound {
+	if r == nil || len(r.Rounds) == 0 {
+		return nil
+	}
+	last := &r.Rounds[0]
+	for i := range r.Rounds {
+		if r.Rounds[i].Round > last.Round {
+			last = &r.Rounds[i]
+		}
+	}
+	return last
+}
+
+// RunVerdict is the run review's part of a verdict.
+type RunVerdict struct {
+	RunID     string `json:"run_id"`
+	TaskID    string `json:"task_id,omitempty"`
+	Round     int    `json:"round"`
+	MaxRounds int    `json:"max_rounds"`
+	// Criteria holds every judged criterion: by the policy, the reviewers
+	// and the operator, each naming its judge.
+	Criteria          []CriterionEval `json:"criteria,omitempty"`
+	MissingWork       []string        `json:"missing_work,omitempty"`
+	NextRoundGuidance string          `json:"next_round_guidance,omitempty"`
+	Comments          []Comment       `json:"comments,omitempty"`
+	// Findings are what the next round must address: the missing work and
+	// the comments, each with an id the worker reports back on.
+	Findings []Finding `json:"findings,omitempty"`
+	// Warnings never change the verdict: remarks by reviewers, and cuts
+	// gated made to keep reviewer output within the run limits.
+	Warnings []string `json:"warnings,omitempty"`
+	// AwaitingOperator names the manual criteria a blocked verdict waits
+	// on. Such a verdict is provisional: an operator decision replaces it.
+	AwaitingOperator []string `json:"awaiting_operator,omitempty"`
+	// Next is the follow-up this verdict sends: "continuation",
+	// "escalation" or nothing.
+	Next string `json:"next,omitempty"`
+	// FollowUpSubject is where the follow-up is published.
+	FollowUpSubject string `json:"follow_up_subject,omitempty"`
+}
+
+// Continuation asks a run's worker for one more round. It is published on
+// gated.continuations.<tenant>.<run_id>, once per run and round.
+type Continuation struct {
+	V      int    `json:"v"`
+	Tenant string `json:"tenant"`
+	RunID  string `json:"run_id"`
+	TaskID string `json:"task_id,omitempty"`
+	// Round is the round the worker is asked for: the reviewed round + 1.
+	Round     int    `json:"round"`
+	MaxRounds int    `json:"max_rounds"`
+	Worker    string `json:"worker,omitempty"`
+	// Review links the rejection this continuation follows.
+	Review            ReviewLink      `json:"review"`
+	MissingWork       []string        `json:"missing_work"`
+	NextRoundGuidance string          `json:"next_round_guidance,omitempty"`
+	Findings          []Finding       `json:"findings"`
+	Criteria          []CriterionEval `json:"criteria,omitempty"`
+	CreatedAt         time.Time       `json:"created_at"`
+}
+
+// Escalation hands a run that used its last review round to a human. It
+// is published on gated.escalations.<tenant>, once per run.
+type Escalation struct {
+	V         int        `json:"v"`
+	Tenant    string     `json:"tenant"`
+	RunID     string     `json:"run_id"`
+	TaskID    string     `json:"task_id,omitempty"`
+	Rounds    int        `json:"rounds"`
+	MaxRounds int        `json:"max_rounds"`
+	Worker    string     `json:"worker,omitempty"`
+	Reason    string     `json:"reason"`
+	Review    ReviewLink `json:"review"`
+	// MissingWork and Findings are what was still open after the last
+	// round.
+	MissingWork []string  `json:"missing_work"`
+	Findings    []Finding `json:"findings"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+// ReviewLink points at the verdict a follow-up comes from.
+type ReviewLink struct {
+	ProposalID string `json:"proposal_id"`
+	Round      int    `json:"round"`
+	Outcome    string `json:"outcome"`
+	Reason     string `json:"reason"`
+	// Verdict is the subject the verdict was published on; the verdict
+	// is also in the verdict bucket under <tenant>.<proposal_id>.
+	Verdict  string `json:"verdict"`
+	AuditSeq uint64 `json:"audit_seq"`
+}
+
+// OperatorDecision is an operator's judgement of the manual criteria a
+// blocked run verdict waits on. The bus checks the operator's signature
+// before the engine sees it.
+type OperatorDecision struct {
+	Tenant     string `json:"tenant"`
+	ProposalID string `json:"proposal_id"`
+	// ProposalSHA256 is the digest of the proposal the operator judged; it
+	// must match the verdict's.
+	ProposalSHA256 string `json:"proposal_sha256"`
+	// Operator is the operator's id from gated's operator list, and Key
+	// the public key that signed.
+	Operator string            `json:"operator"`
+	Key      string            `json:"key,omitempty"`
+	Criteria []OperatorFinding `json:"criteria"`
+	Reason   string            `json:"reason,omitempty"`
+}
+
+// OperatorFinding is an operator's verdict on one manual criterion.
+type OperatorFinding struct {
+	ID     string `json:"id"`
+	Pass   bool   `json:"pass"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Records tells whether a verdict adds a round to its run's record: a run
+// verdict that continues, escalates or approves. Other outcomes (errors,
+// timeouts, blocks, rejections that send nothing) leave the round open to
+// another try.
+func Records(v *Verdict) bool {
+	return v != nil && v.Run != nil && (v.Run.Next != "" || v.Approved)
+}
+
+// Add records v's round in r and reports whether r changed. A round
+// already recorded for another proposal stays as it is: one round of a
+// run has one follow-up. A replay of the same proposal's round changes
+// nothing (except an operator decision replacing a held verdict, which
+// is never recorded before it is replaced).
+func (r *RunRecord) Add(v *Verdict) bool {
+	if !Records(v) {
+		return false
+	}
+	if r.Round(v.Run.Round) != nil {
+		return false
+	}
+	if r.RunID == "" {
+		r.Tenant, r.RunID = v.Tenant, v.Run.RunID
+	}
+	if r.TaskID == "" {
+		r.TaskID = v.Run.TaskID
+	}
+	r.Rounds = append(r.Rounds, RunRound{
+		Round: v.Run.Round, ProposalID: v.ProposalID, Outcome: v.Outcome, Next: v.Run.Next,
+		Findings: v.Run.Findings, DecidedAt: v.DecidedAt,
+	})
+	switch {
+	case v.Approved:
+		r.Closed = RunAccepted
+	case v.Run.Next == NextEscalation:
+		r.Closed = RunEscalated
+	}
+	return true
+}
