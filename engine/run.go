@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"time"
 )
 
@@ -229,6 +232,7 @@ func (r *RunRecord) Last() *RunRound {
 type RunVerdict struct {
 	RunID     string `json:"run_id"`
 	TaskID    string `json:"task_id,omitempty"`
+	Worker    string `json:"worker,omitempty"`
 	Round     int    `json:"round"`
 	MaxRounds int    `json:"max_rounds"`
 	// Criteria holds every judged criterion: by the policy, the reviewers
@@ -365,4 +369,60 @@ func (r *RunRecord) Add(v *Verdict) bool {
 		r.Closed = RunEscalated
 	}
 	return true
+}
+
+// FollowUp is the continuation or escalation a stored run verdict sends,
+// ready to publish: the subject, the Nats-Msg-Id that makes a second
+// publication of it a duplicate, and the JSON body. The body is built
+// from the verdict alone, so a replay builds the same bytes. ok is false
+// when the verdict sends nothing.
+func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
+	if v == nil || v.Run == nil || v.Run.Next == "" {
+		return "", "", nil, false
+	}
+	run := v.Run
+	link := ReviewLink{
+		ProposalID: v.ProposalID, Round: run.Round, Outcome: string(v.Outcome), Reason: v.Reason,
+		Verdict: "gated.verdicts." + v.Tenant + "." + v.ProposalID, AuditSeq: v.AuditSeq,
+	}
+	findings := run.Findings
+	if findings == nil {
+		findings = []Finding{}
+	}
+	missing := run.MissingWork
+	if missing == nil {
+		missing = []string{}
+	}
+	switch run.Next {
+	case NextContinuation:
+		var failed []CriterionEval
+		for _, c := range run.Criteria {
+			if !c.Pass {
+				failed = append(failed, c)
+			}
+		}
+		body = mustJSON(Continuation{
+			V: SchemaVersion, Tenant: v.Tenant, RunID: run.RunID, TaskID: run.TaskID,
+			Round: run.Round + 1, MaxRounds: run.MaxRounds, Worker: run.Worker, Review: link,
+			MissingWork: missing, NextRoundGuidance: run.NextRoundGuidance, Findings: findings,
+			Criteria: failed, CreatedAt: v.DecidedAt.UTC(),
+		})
+		return ContinuationSubjectPrefix + v.Tenant + "." + run.RunID,
+			fmt.Sprintf("%s.%s.r%d.continuation", v.Tenant, run.RunID, run.Round), body, true
+	case NextEscalation:
+		body = mustJSON(Escalation{
+			V: SchemaVersion, Tenant: v.Tenant, RunID: run.RunID, TaskID: run.TaskID,
+			Rounds: run.Round, MaxRounds: run.MaxRounds, Worker: run.Worker,
+			Reason: fmt.Sprintf("run %s was rejected in round %d of %d: %s", run.RunID, run.Round, run.MaxRounds, v.Reason),
+			Review: link, MissingWork: missing, Findings: findings, CreatedAt: v.DecidedAt.UTC(),
+		})
+		return EscalationSubjectPrefix + v.Tenant, fmt.Sprintf("%s.%s.escalation", v.Tenant, run.RunID), body, true
+	}
+	return "", "", nil, false
+}
+
+// Resolve applies an operator's decision to a run verdict held at blocked
+// for its manual criteria, and returns the verdict that replaces it.
+func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTrail) (*Verdict, error) {
+	return nil, errors.New("not yet")
 }

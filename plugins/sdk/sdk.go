@@ -52,6 +52,11 @@ type Request struct {
 	Persona      Persona
 	Policy       Policy
 	Deadline     time.Time
+	// Run is what the host tells the reviewer of a kind run proposal: the
+	// policy's judgement of the deterministic criteria, the criteria the
+	// reviewer must judge, and the findings of earlier rounds. Nil for an
+	// action review.
+	Run *engine.RunContext
 
 	tools pluginv1.ToolHostClient
 	// caller replaces tools in tests (NewRequest).
@@ -107,5 +112,7 @@ type Response struct {
 	Comments          []engine.Comment
 	MissingWork       []string
 	NextRoundGuidance string
-	Confidence        float64
+	// Warnings are remarks that never change the verdict.
+	Warnings   []string
+	Confidence float64
 }
