@@ -34,6 +34,16 @@ var (
 	// ErrInvalidOption is wrapped by every option or configuration error of
 	// New.
 	ErrInvalidOption = errors.New("invalid engine option")
+
+	// ErrNotAwaiting is returned by Resolve when the proposal's verdict is
+	// not held for an operator: it was never held, or an operator decided
+	// already.
+	ErrNotAwaiting = errors.New("verdict is not awaiting an operator decision")
+
+	// ErrDecisionMismatch is returned by Resolve when the operator's
+	// decision does not fit the held verdict: another proposal digest, or
+	// not exactly the manual criteria the verdict waits on.
+	ErrDecisionMismatch = errors.New("operator decision does not match the held verdict")
 )
 
 // FieldError says which field of a proposal is wrong and why. It wraps
