@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine"
 )
 
 // Subjects and names of the v1 wire contract.
@@ -20,8 +22,12 @@ const (
 	AuditSubjectPrefix   = "gated.audit."
 	ProposalsStream      = "GATED_PROPOSALS"
 	AuditStream          = "GATED_AUDIT"
-	VerdictBucket        = "GATED_VERDICTS"
-	ConsumerName         = "gated"
+	// RunsStream keeps the follow-ups of run reviews: continuations on
+	// gated.continuations.<tenant>.<run_id> and escalations on
+	// gated.escalations.<tenant>.
+	RunsStream    = "GATED_RUNS"
+	VerdictBucket = "GATED_VERDICTS"
+	ConsumerName  = "gated"
 )
 
 // ErrInvalidConfig is wrapped by configuration errors.
@@ -41,7 +47,8 @@ type Config struct {
 	// until the stream's limits say otherwise (forever).
 	AuditMaxAge time.Duration
 	// VerdictTTL is how long a verdict stays in the bucket for idempotent
-	// replay. Default 7 days. After it, a proposal id may be reused.
+	// replay, and a follow-up in the run stream. Default 7 days. After it,
+	// a proposal id may be reused.
 	VerdictTTL time.Duration
 	// DuplicateWindow is the proposal stream's Nats-Msg-Id window.
 	// Default 2 minutes.
@@ -117,7 +124,15 @@ type Resources struct {
 	Audit     jetstream.Stream
 	Verdicts  jetstream.KeyValue
 	Consumer  jetstream.Consumer
+	// Runs is the stream of run follow-ups, RunsStream.
+	Runs jetstream.Stream
 }
+
+// RunsDuplicateWindow is the run stream's Nats-Msg-Id window: a follow-up
+// published again within it (a replay after a crash between publishing it
+// and marking it sent) is dropped as a duplicate. It is cut to the
+// verdict TTL when that is shorter.
+const RunsDuplicateWindow = time.Hour
 
 // Setup creates or updates the streams, the bucket and the durable
 // consumer. It is safe to run from many gated processes at once.
@@ -173,6 +188,22 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating bucket %s: %w", VerdictBucket, err)
+	}
+	r.Runs, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        RunsStream,
+			Description: "Follow-ups of run reviews: continuations for workers, escalations for humans.",
+			Subjects:    []string{engine.ContinuationSubjectPrefix + ">", engine.EscalationSubjectPrefix + ">"},
+			Retention:   jetstream.LimitsPolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			MaxAge:      cfg.VerdictTTL,
+			Duplicates:  min(RunsDuplicateWindow, cfg.VerdictTTL),
+			Discard:     jetstream.DiscardOld,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", RunsStream, err)
 	}
 	r.Consumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{

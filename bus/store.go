@@ -12,12 +12,16 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// VerdictStore keeps verdicts in the GATED_VERDICTS bucket under
-// "<tenant>.<id>", the approvals on a target under
-// "<tenant>.targets.<target key>" and review claims under
-// "<tenant>.claims.<id>". Verdict keys have two tokens and the others three
-// with a fixed second token, so none can collide. It implements
-// engine.VerdictStore.
+// VerdictStore keeps verdicts in the GATED_VERDICTS bucket. Its keys:
+//
+//	<tenant>.<id>                  the verdict of proposal id
+//	<tenant>.targets.<target key>  the recent approvals on a target
+//	<tenant>.claims.<id>           the review claim on proposal id
+//	<tenant>.runs.<run id>         gated's record of a run's rounds
+//
+// Verdict keys have two tokens (ids are single tokens) and the others
+// three or more with a fixed second token, so none can collide. It
+// implements engine.VerdictStore.
 type VerdictStore struct {
 	kv jetstream.KeyValue
 }
@@ -64,6 +68,9 @@ func (s *VerdictStore) Create(ctx context.Context, v *engine.Verdict) (*engine.V
 		if err := s.remember(ctx, v); err != nil {
 			return nil, fmt.Errorf("recording approval on target %s: %w", v.TargetKey, err)
 		}
+	}
+	if err := s.recordRound(ctx, v); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
@@ -248,12 +255,181 @@ func casConflict(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// RunRecord implements engine.VerdictStore.
+func runKey(tenant, runID string) string { return tenant + ".runs." + runID }
+
+// RunRecord implements engine.VerdictStore. A record that cannot be
+// decoded is an error, not an empty record: the policy refuses rounds out
+// of order and closed runs from it, so it is never guessed.
 func (s *VerdictStore) RunRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, error) {
-	return nil, nil
+	rec, _, err := s.runRecord(ctx, tenant, runID)
+	return rec, err
 }
 
-// Replace implements engine.VerdictStore.
+// runRecord reads a run record and its revision; nil and 0 when there is
+// none.
+func (s *VerdictStore) runRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, uint64, error) {
+	if !engine.ValidTenant(tenant) || !engine.ValidID(runID) {
+		return nil, 0, fmt.Errorf("run record %s.%s: tenant and run id must be single tokens", tenant, runID)
+	}
+	key := runKey(tenant, runID)
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading run record %s: %w", key, err)
+	}
+	var rec engine.RunRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, 0, fmt.Errorf("decoding run record %s: %w", key, err)
+	}
+	return &rec, e.Revision(), nil
+}
+
+// updateRun applies change to a run's record with optimistic concurrency:
+// gated processes that record rounds of one run at once retry instead of
+// overwriting each other. change sees an empty record when none is
+// stored, and reports whether it changed it; nothing is written when it
+// did not. updateRun returns the record as stored afterwards, nil when
+// there is none.
+func (s *VerdictStore) updateRun(ctx context.Context, tenant, runID string, change func(*engine.RunRecord) bool) (*engine.RunRecord, error) {
+	key := runKey(tenant, runID)
+	for attempt := 0; attempt < 16; attempt++ {
+		rec, rev, err := s.runRecord(ctx, tenant, runID)
+		if err != nil {
+			return nil, err
+		}
+		work := rec
+		if work == nil {
+			work = &engine.RunRecord{Tenant: tenant, RunID: runID}
+		}
+		if !change(work) {
+			return rec, nil
+		}
+		data, err := json.Marshal(work)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			_, err = s.kv.Create(ctx, key, data)
+		} else {
+			_, err = s.kv.Update(ctx, key, data, rev)
+		}
+		if err == nil {
+			return work, nil
+		}
+		if !casConflict(err) {
+			return nil, fmt.Errorf("writing run record %s: %w", key, err)
+		}
+		// Another process recorded in between: apply the change again to
+		// what it stored.
+	}
+	return nil, fmt.Errorf("run record %s kept changing under concurrent updates", key)
+}
+
+// recordRound adds v's round to its run's record when v records one
+// (engine.Records): a continuation, an escalation or an approval. A round
+// already held, by v's proposal or another, is left as it is.
+func (s *VerdictStore) recordRound(ctx context.Context, v *engine.Verdict) error {
+	if !engine.Records(v) {
+		return nil
+	}
+	if _, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool { return r.Add(v) }); err != nil {
+		return fmt.Errorf("recording round %d of run %s: %w", v.Run.Round, v.Run.RunID, err)
+	}
+	return nil
+}
+
+// pendingRound returns the round of v's run that v's follow-up belongs
+// to, when that follow-up is still to be sent: the round is recorded for
+// v's proposal with v's follow-up and is not marked sent. Otherwise it
+// returns nil.
+//
+// A round missing from the record is recorded first, as Create would
+// have: a gated that stored the verdict and died before recording the
+// round leaves that to the replay. Add leaves a round held by another
+// proposal alone, so a round still has one follow-up.
+func (s *VerdictStore) pendingRound(ctx context.Context, v *engine.Verdict) (*engine.RunRound, error) {
+	rec, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool { return r.Add(v) })
+	if err != nil {
+		return nil, fmt.Errorf("recording round %d of run %s: %w", v.Run.Round, v.Run.RunID, err)
+	}
+	round := rec.Round(v.Run.Round)
+	if round == nil || round.ProposalID != v.ProposalID || round.Next != v.Run.Next || round.Sent {
+		return nil, nil
+	}
+	return round, nil
+}
+
+// markSent records that the follow-up of v's round is stored in the run
+// stream, so a later replay of v does not publish it again.
+func (s *VerdictStore) markSent(ctx context.Context, v *engine.Verdict) error {
+	_, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool {
+		round := r.Round(v.Run.Round)
+		if round == nil || round.ProposalID != v.ProposalID || round.Sent {
+			return false
+		}
+		round.Sent = true
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("marking the follow-up of round %d of run %s sent: %w", v.Run.Round, v.Run.RunID, err)
+	}
+	return nil
+}
+
+// Replace implements engine.VerdictStore. The swap is a compare-and-set
+// on the verdict's key at the revision that held prev, so of two
+// replacements of one verdict (two operators deciding at once) one wins
+// and the other gets the winner's verdict and engine.ErrExists. It
+// returns engine.ErrNotFound when no verdict is stored for prev's key.
+// next must have prev's tenant and proposal id.
+//
+// The run record is kept after the swap, as Create keeps it: if that
+// fails, the verdict is replaced already and the error says the round is
+// not recorded; the follow-up publisher records it (see FollowUps.Send).
 func (s *VerdictStore) Replace(ctx context.Context, prev, next *engine.Verdict) (*engine.Verdict, error) {
-	return nil, errors.New("replace: not yet supported")
+	switch {
+	case prev == nil || next == nil:
+		return nil, errors.New("replacing a verdict: prev and next must both be verdicts")
+	case next.Tenant != prev.Tenant || next.ProposalID != prev.ProposalID:
+		return nil, fmt.Errorf("replacing verdict %s.%s with the verdict of %s.%s: a verdict is replaced under its own key",
+			prev.Tenant, prev.ProposalID, next.Tenant, next.ProposalID)
+	}
+	key := prev.Tenant + "." + prev.ProposalID
+	data, err := json.Marshal(next)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		if attempt == 8 {
+			return nil, fmt.Errorf("verdict %s kept changing under concurrent writes", key)
+		}
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil, engine.ErrNotFound
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading verdict %s: %w", key, err)
+		}
+		var stored engine.Verdict
+		if err := json.Unmarshal(e.Value(), &stored); err != nil {
+			return nil, fmt.Errorf("decoding stored verdict %s: %w", key, err)
+		}
+		if stored.AuditSeq != prev.AuditSeq {
+			return &stored, engine.ErrExists
+		}
+		_, err = s.kv.Update(ctx, key, data, e.Revision())
+		if err == nil {
+			break
+		}
+		if !casConflict(err) {
+			return nil, fmt.Errorf("replacing verdict %s: %w", key, err)
+		}
+		// Written in between: the next look tells by whom.
+	}
+	if err := s.recordRound(ctx, next); err != nil {
+		return nil, err
+	}
+	return next, nil
 }

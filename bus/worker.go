@@ -23,7 +23,9 @@ type Decider interface {
 
 // Worker consumes proposals from the durable consumer, decides each, and
 // publishes the verdict. A proposal is acknowledged only after its verdict
-// is stored, its audit trail is stored and the verdict is published.
+// is stored, its audit trail is stored, the follow-up of a run verdict
+// (continuation or escalation) is stored in the run stream, and the
+// verdict is published.
 //
 // The consumer redelivers without limit (MaxDeliver -1); the worker keeps
 // gated's own delivery budget, cfg.MaxDeliver. A delivery past it is not
@@ -54,6 +56,9 @@ type Worker struct {
 
 	// publish sends a verdict; tests replace it to make publishing fail.
 	publish func(subject string, data []byte) error
+	// followUp stores the follow-up of a run verdict (FollowUps.Send);
+	// tests replace it to watch or fail it.
+	followUp func(ctx context.Context, v *engine.Verdict) error
 }
 
 // Trails starts the audit trail of one delivery.
@@ -64,6 +69,9 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	if trails == nil {
 		return nil, fmt.Errorf("%w: the worker needs audit trails", ErrInvalidConfig)
 	}
+	if res == nil || res.Consumer == nil || res.Verdicts == nil {
+		return nil, fmt.Errorf("%w: the worker needs the consumer and the verdict bucket that Setup returns", ErrInvalidConfig)
+	}
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -71,10 +79,8 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	// Every gated shares the consumer, and the last to start set its
 	// AckWait: keep that one alive, whatever this process was told.
 	ackWait := cfg.AckWait
-	if res != nil && res.Consumer != nil {
-		if ci := res.Consumer.CachedInfo(); ci != nil && ci.Config.AckWait > 0 {
-			ackWait = ci.Config.AckWait
-		}
+	if ci := res.Consumer.CachedInfo(); ci != nil && ci.Config.AckWait > 0 {
+		ackWait = ci.Config.AckWait
 	}
 	if ackWait != cfg.AckWait {
 		log.Warn("the proposal consumer's ack wait differs from this gated's; in-progress acks follow the consumer's",
@@ -85,6 +91,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), sem: make(chan struct{}, cfg.MaxInFlight),
 		ackWait: ackWait, publish: nc.Publish,
+		followUp: NewFollowUps(js, NewVerdictStore(res.Verdicts)).Send,
 	}, nil
 }
 
@@ -186,10 +193,11 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		return
 	}
 	if v.ProposalID != "" {
-		if err := w.publishVerdict(v); err != nil {
+		if err := w.answer(v); err != nil {
 			// The verdict is stored: a redelivery replays it, within the
-			// budget or past it (giveUp).
-			w.log.Warn("publishing verdict; will redeliver", zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
+			// budget or past it (giveUp), and sends its follow-up if this
+			// attempt did not.
+			w.log.Warn("answering proposal; will redeliver", zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
 			_ = msg.NakWithDelay(time.Second)
 			return
 		}
@@ -224,7 +232,7 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 		zap.Int("attempt", attempt), zap.Error(cause))
 	d.Trail = w.trails() // the failed attempt's trail may be broken
 	if v := w.decider.GiveUp(w.ctx, d, cause); v.ProposalID != "" {
-		if err := w.publishVerdict(v); err != nil {
+		if err := w.answer(v); err != nil {
 			// Nak, not Term: the next delivery, past the budget, is
 			// answered by giveUp with the verdict stored now.
 			w.log.Error("publishing error verdict; will redeliver", zap.Error(err))
@@ -260,7 +268,7 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 		return
 	}
 	if v.ProposalID != "" {
-		if err := w.publishVerdict(v); err != nil {
+		if err := w.answer(v); err != nil {
 			w.log.Error("publishing the verdict of a proposal past its delivery budget; will redeliver",
 				zap.String("key", v.Tenant+"."+v.ProposalID), zap.Error(err))
 			_ = msg.NakWithDelay(time.Second)
@@ -270,6 +278,21 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 	if err := msg.Term(); err != nil {
 		w.log.Warn("terminating answered proposal", zap.String("subject", d.Subject), zap.Error(err))
 	}
+}
+
+// answer sends what a stored verdict owes: the follow-up of a run
+// verdict, stored in the run stream first, then the verdict itself. The
+// follow-up goes first so that a fleet that sees the verdict finds the
+// continuation or escalation already there, and so that a failure to
+// store it leaves the proposal unacknowledged, to be replayed.
+func (w *Worker) answer(v *engine.Verdict) error {
+	if err := w.followUp(w.ctx, v); err != nil {
+		return fmt.Errorf("sending the run's follow-up: %w", err)
+	}
+	if err := w.publishVerdict(v); err != nil {
+		return fmt.Errorf("publishing the verdict: %w", err)
+	}
+	return nil
 }
 
 func (w *Worker) publishVerdict(v *engine.Verdict) error {

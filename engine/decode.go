@@ -202,10 +202,18 @@ var (
 		"reviewer": freeForm,
 		"criteria": {items: &schema{fields: map[string]*schema{
 			"id": freeForm, "description": freeForm, "required": freeForm, "kind": freeForm, "params": freeForm,
+			"evidence": freeForm,
 		}}},
 		"run": {fields: map[string]*schema{
 			"run_id": freeForm, "task_id": freeForm, "status": freeForm, "summary": freeForm, "diff": freeForm,
-			"test_output": freeForm, "round": freeForm, "worker": freeForm, "prior_reviews": freeForm,
+			"test_output": freeForm, "round": freeForm, "worker": freeForm,
+			"prior_reviews": {items: &schema{fields: map[string]*schema{
+				"proposal_id": freeForm, "round": freeForm, "summary": freeForm,
+				"findings": {items: &schema{fields: map[string]*schema{
+					"id": freeForm, "body": freeForm, "path": freeForm, "line": freeForm, "criterion": freeForm,
+					"status": freeForm, "resolution": freeForm,
+				}}},
+			}}},
 		}},
 		"created_at": freeForm,
 	}}
@@ -397,23 +405,99 @@ func validate(p *Proposal, subjectTenant, subjectAction string, l Limits) error 
 	if p.Reviewer != "" && !ValidTenant(p.Reviewer) {
 		return fieldErr("reviewer", "%q must be a persona name matching [a-z0-9_-]{1,64}", clip(p.Reviewer))
 	}
-	seen := make(map[string]bool, len(p.Criteria))
-	for i, c := range p.Criteria {
-		if c.ID == "" {
-			return fieldErr(fmt.Sprintf("criteria[%d].id", i), "is required")
-		}
-		if seen[c.ID] {
-			return fieldErr(fmt.Sprintf("criteria[%d].id", i), "%q is used by an earlier criterion", clip(c.ID))
-		}
-		seen[c.ID] = true
+	if p.Kind == KindRun {
+		return validateRun(p, l)
 	}
 	switch {
-	case p.Kind == KindRun && p.Run == nil:
-		return fieldErr("run", "is required for proposals of kind run")
-	case p.Kind == KindAction && p.Run != nil:
+	case p.Run != nil:
 		return fieldErr("run", "is only allowed for proposals of kind run")
-	case p.Run != nil && !ValidID(p.Run.RunID):
-		return fieldErr("run.run_id", "%q must match [A-Za-z0-9_-]{1,128}", clip(p.Run.RunID))
+	case len(p.Criteria) > 0:
+		return fieldErr("criteria", "acceptance criteria belong to proposals of kind run; an action proposal has none")
+	}
+	return nil
+}
+
+// Run proposal bounds.
+const (
+	MaxCriteria           = 64
+	MaxCriterionDescBytes = 4 << 10
+	MaxPriorReviews       = 16
+	MaxPriorFindings      = 256
+)
+
+func validateRun(p *Proposal, l Limits) error {
+	run := p.Run
+	if run == nil {
+		return fieldErr("run", "is required for proposals of kind run")
+	}
+	switch {
+	case !ValidID(run.RunID):
+		return fieldErr("run.run_id", "%q must match [A-Za-z0-9_-]{1,128}", clip(run.RunID))
+	case run.TaskID != "" && len(run.TaskID) > 128:
+		return fieldErr("run.task_id", "is %d bytes, longer than 128", len(run.TaskID))
+	case run.Status == "":
+		return fieldErr("run.status", "is required: one of completed, failed, canceled")
+	case run.Status != RunCompleted && run.Status != RunFailed && run.Status != RunCanceled:
+		return fieldErr("run.status", "%q must be one of completed, failed, canceled", clip(run.Status))
+	case run.Round < 1:
+		return fieldErr("run.round", "is %d; rounds count from 1", run.Round)
+	case strings.TrimSpace(run.Worker) == "":
+		return fieldErr("run.worker", "is required: the agent that did the run (it never reviews its own run)")
+	case len(run.Worker) > 128:
+		return fieldErr("run.worker", "is %d bytes, longer than 128", len(run.Worker))
+	case len(run.Summary) > l.MaxContextBytes:
+		return fieldErr("run.summary", "is %d bytes, larger than the %d byte limit", len(run.Summary), l.MaxContextBytes)
+	case len(run.PriorReviews) > MaxPriorReviews:
+		return fieldErr("run.prior_reviews", "has %d reviews, more than %d", len(run.PriorReviews), MaxPriorReviews)
+	}
+	findings := 0
+	for i, pr := range run.PriorReviews {
+		at := fmt.Sprintf("run.prior_reviews[%d]", i)
+		if pr.Round < 1 {
+			return fieldErr(at+".round", "is %d; rounds count from 1", pr.Round)
+		}
+		if pr.ProposalID != "" && !ValidID(pr.ProposalID) {
+			return fieldErr(at+".proposal_id", "%q must match [A-Za-z0-9_-]{1,128}", clip(pr.ProposalID))
+		}
+		for j, f := range pr.Findings {
+			fat := fmt.Sprintf("%s.findings[%d]", at, j)
+			if findings++; findings > MaxPriorFindings {
+				return fieldErr(fat, "is one finding too many: at most %d over all prior reviews", MaxPriorFindings)
+			}
+			switch {
+			case strings.TrimSpace(f.ID) == "":
+				return fieldErr(fat+".id", "is required: the id the review gave the finding")
+			case f.Status != "" && f.Status != FindingOpen && f.Status != FindingResolved:
+				return fieldErr(fat+".status", "%q must be open or resolved", clip(f.Status))
+			case f.Line != nil && *f.Line < 1:
+				return fieldErr(fat+".line", "is %d; lines count from 1 (use null for the whole file)", *f.Line)
+			}
+		}
+	}
+	if len(p.Criteria) > MaxCriteria {
+		return fieldErr("criteria", "has %d criteria, more than %d", len(p.Criteria), MaxCriteria)
+	}
+	seen := make(map[string]bool, len(p.Criteria))
+	for i, c := range p.Criteria {
+		at := fmt.Sprintf("criteria[%d]", i)
+		switch {
+		case c.ID == "":
+			return fieldErr(at+".id", "is required")
+		case !validWide(c.ID):
+			return fieldErr(at+".id", "%q must match [A-Za-z0-9_-]{1,128}", clip(c.ID))
+		case seen[c.ID]:
+			return fieldErr(at+".id", "%q is used by an earlier criterion", clip(c.ID))
+		case len(c.Description) > MaxCriterionDescBytes:
+			return fieldErr(at+".description", "is %d bytes, larger than %d", len(c.Description), MaxCriterionDescBytes)
+		}
+		seen[c.ID] = true
+		switch c.Kind {
+		case CriterionCommandResult, CriterionFileContains, CriterionAIReview, CriterionManual:
+		case "":
+			return fieldErr(at+".kind", "is required: one of command_result, file_contains, ai_review, manual")
+		default:
+			return fieldErr(at+".kind", "%q must be one of command_result, file_contains, ai_review, manual", clip(c.Kind))
+		}
 	}
 	return nil
 }

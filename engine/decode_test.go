@@ -137,17 +137,24 @@ func decodeCases() []decodeCase {
 			if p.IncidentID != "INC-4411" || p.Reviewer != "reviewer" || !strings.HasPrefix(p.Reason, "nginx on web-7") || p.ContextSummary == "" {
 				t.Errorf("strings = %q %q %q %q", p.IncidentID, p.Reviewer, p.Reason, p.ContextSummary)
 			}
-			if len(p.Criteria) != 2 || p.Criteria[0].ID != "c1" || !p.Criteria[0].Required || p.Criteria[0].Params["path"] != "/healthz" || p.Criteria[1].Required {
-				t.Errorf("criteria = %+v", p.Criteria)
-			}
 			want := time.Date(2026, 1, 2, 14, 4, 5, 123e6, time.UTC)
 			if p.CreatedAt == nil || !p.CreatedAt.Equal(want) {
 				t.Errorf("created_at = %v, want %v", p.CreatedAt, want)
 			}
 		}},
 		{note: "run review", file: "valid-run.json", check: func(t *testing.T, p *engine.Proposal) {
-			if p.Kind != engine.KindRun || p.Run == nil || p.Run.RunID != "r-77" || p.Run.Round != 2 || len(p.Run.PriorReviews) != 1 {
+			if p.Kind != engine.KindRun || p.Run == nil || p.Run.RunID != "r-77" || p.Run.Round != 2 || p.Run.Status != engine.RunCompleted || p.Run.Worker != "w-3" {
 				t.Errorf("run proposal = %+v, run %+v", p, p.Run)
+			}
+			if len(p.Run.PriorReviews) != 1 || len(p.Run.PriorReviews[0].Findings) != 1 {
+				t.Fatalf("prior reviews = %+v", p.Run.PriorReviews)
+			}
+			if f := p.Run.PriorReviews[0].Findings[0]; f.ID != "r1-f1" || f.Open() || f.Line != nil {
+				t.Errorf("prior finding = %+v", f)
+			}
+			if len(p.Criteria) != 4 || p.Criteria[0].Kind != engine.CriterionCommandResult || p.Criteria[0].Evidence["exit_code"] != json.Number("0") ||
+				p.Criteria[1].Params["text"] != "nginx" || p.Criteria[2].Required || p.Criteria[3].Kind != engine.CriterionManual {
+				t.Errorf("criteria = %+v", p.Criteria)
 			}
 		}},
 		{note: "id of 128 characters", file: "valid-id-128.json", check: func(t *testing.T, p *engine.Proposal) {
@@ -231,6 +238,17 @@ func decodeCases() []decodeCase {
 		{note: "created_at a number", file: "invalid-created-at-number.json", wantErr: true, wantField: "created_at"},
 		{note: "duplicate criteria ids", file: "invalid-criteria-duplicate-id.json", wantErr: true, wantField: "criteria[1].id"},
 		{note: "criterion without id", file: "invalid-criteria-missing-id.json", wantErr: true, wantField: "criteria[0].id"},
+		{note: "criterion without kind", file: "invalid-criteria-kind-missing.json", wantErr: true, wantField: "criteria[0].kind"},
+		{note: "criterion of an unknown kind", file: "invalid-criteria-kind-unknown.json", wantErr: true, wantField: "criteria[0].kind"},
+		{note: "criterion with an unknown field", file: "invalid-criteria-unknown-field.json", wantErr: true, wantField: "criteria[0].weight"},
+		{note: "criteria on an action", file: "invalid-action-with-criteria.json", wantErr: true, wantField: "criteria"},
+		{note: "run without status", file: "invalid-run-status-missing.json", wantErr: true, wantField: "run.status"},
+		{note: "run status unknown", file: "invalid-run-status-unknown.json", wantErr: true, wantField: "run.status"},
+		{note: "run round zero", file: "invalid-run-round-zero.json", wantErr: true, wantField: "run.round"},
+		{note: "run without worker", file: "invalid-run-worker-missing.json", wantErr: true, wantField: "run.worker"},
+		{note: "prior finding status unknown", file: "invalid-run-prior-finding-status.json", wantErr: true, wantField: "run.prior_reviews[0].findings[0].status"},
+		{note: "prior finding without id", file: "invalid-run-prior-finding-no-id.json", wantErr: true, wantField: "run.prior_reviews[0].findings[0].id"},
+		{note: "prior review with an unknown field", file: "invalid-run-prior-review-field.json", wantErr: true, wantField: "run.prior_reviews[0].decision"},
 		{note: "operator with a blank id", file: "invalid-operator-empty-id.json", wantErr: true, wantField: "operator.id"},
 		{note: "requested_by without agent", file: "invalid-requested-by-no-agent.json", wantErr: true, wantField: "requested_by.agent"},
 	}

@@ -178,7 +178,10 @@ func (c *rejections) pop() {
 // means the earlier verdict could not be read and the delivery is retried.
 func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 	c := r.e.rejections
-	if c == nil {
+	if c == nil || r.p.Kind == KindRun {
+		// A run's rounds are kept apart by its run record: the policy
+		// refuses a round reviewed already, and a rejection must send its
+		// own continuation or none, never repeat another's.
 		return nil, false, nil
 	}
 	now := r.e.cfg.Clock.Now()
@@ -220,7 +223,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 // about the proposal and a retry may well succeed.
 func (r *decision) rememberRejection(v *Verdict) {
 	c := r.e.rejections
-	if c == nil || r.p == nil || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
+	if c == nil || r.p == nil || r.p.Kind == KindRun || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
 		return
 	}
 	revision := r.revision

@@ -228,20 +228,17 @@ func TestDecideDedupeKey(t *testing.T) {
 	}
 }
 
-func TestDecideDedupeKeyRuns(t *testing.T) {
-	run := func(diff string) map[string]any {
-		return map[string]any{
-			"kind": "run", "class": "write",
-			"run": map[string]any{"run_id": "r-1", "round": 1, "summary": "fix the flaky test", "diff": diff},
-		}
+// TestDecideNeverDedupesRuns: two proposals of one run round are told
+// apart by the run record, never answered with each other's rejection.
+func TestDecideNeverDedupesRuns(t *testing.T) {
+	run := map[string]any{
+		"kind": "run", "class": "write",
+		"run": map[string]any{"run_id": "r-1", "round": 1, "status": "completed", "worker": "w-1", "summary": "fix the flaky test", "diff": "--- a\n+++ b\n"},
 	}
 	h := newHarness(t, withRejectingReviewer)
-	h.mustDecide(t, testSubject, withID(t, "p1", run("--- a\n+++ b\n")), "")
-	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", run("--- a\n+++ b\n")), ""); v.Stage != engine.StageDedupe {
-		t.Errorf("the same run again at %s, want dedupe", v.Stage)
-	}
-	if v, _ := h.mustDecide(t, testSubject, withID(t, "p3", run("--- a\n+++ c\n")), ""); v.Stage != engine.StageReview {
-		t.Errorf("a run with another diff at %s, want review: %s", v.Stage, v.Reason)
+	h.mustDecide(t, testSubject, withID(t, "p1", run), "")
+	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", run), ""); v.Stage == engine.StageDedupe {
+		t.Errorf("the same run again at %s (%s): runs are never deduplicated", v.Stage, v.Reason)
 	}
 }
 

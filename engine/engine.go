@@ -221,6 +221,8 @@ type decision struct {
 	// delivery was judging or waited on the claim; it is replayed, not
 	// decided again.
 	awaited *Verdict
+	// run is set for a run proposal once the policy has decided it.
+	run *runState
 	// auditMu serialises the trail: reviews of a quorum record
 	// concurrently, and a trail is written by one goroutine at a time.
 	auditMu sync.Mutex
@@ -273,6 +275,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 	if r.awaited != nil {
 		return r.replay(ctx, r.awaited)
 	}
+	r.finishRun(v)
 	if err := ctx.Err(); err != nil {
 		// The caller gave up (shutdown), so nothing the pipeline saw after
 		// that is a decision: leave the proposal for redelivery.
@@ -293,7 +296,9 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	if personaName == "" {
 		personaName = r.e.cfg.DefaultPersona
 	}
-	if p.Mutating() {
+	if p.Mutating() && p.Kind != KindRun {
+		// A run review judges work already done, not an operation on a
+		// target: it neither reads nor joins a target's history.
 		r.targetKey = p.TargetKey()
 	}
 	var history []Verdict
@@ -304,7 +309,15 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 			return nil
 		}
 	}
-	in := PolicyInput{Proposal: p, History: history, Now: r.start}
+	var record *RunRecord
+	if p.Kind == KindRun {
+		var err error
+		if record, err = r.e.cfg.Store.RunRecord(ctx, p.Tenant, p.Run.RunID); err != nil {
+			r.failure = fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
+			return nil
+		}
+	}
+	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
 	if err != nil {
 		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
@@ -312,6 +325,14 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		return v
 	}
 	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
+	if p.Kind == KindRun {
+		if pd.Run == nil {
+			v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: the decision has no run section for a proposal of kind run")
+			r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": "decision.run is missing"})
+			return v
+		}
+		r.run = newRunState(p, pd.Run, record)
+	}
 	denies := slices.Clone(pd.Denies)
 	slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
 	if denies == nil {
@@ -320,7 +341,7 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	policyRef := &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
 	r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{
 		"denies": policyRef.Denies, "review": pd.Review, "reviewer_tools": pd.ReviewerTools,
-		"denied_tools": pd.DeniedTools, "eval_us": policyRef.EvalUS, "sop": sopID(pd.SOP),
+		"denied_tools": pd.DeniedTools, "eval_us": policyRef.EvalUS, "sop": sopID(pd.SOP), "run": pd.Run,
 	})
 
 	if len(denies) > 0 {
@@ -341,6 +362,11 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		return v
 	}
 
+	if pd.Review.Blocked != "" {
+		v := r.verdict(OutcomeBlocked, StageReview, pd.Review.Blocked)
+		v.Policy = policyRef
+		return v
+	}
 	v := r.review(ctx, pd, routed, in)
 	if v == nil {
 		return nil // r.failure or r.awaited says why
@@ -477,6 +503,7 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 		PolicyRevision: c.pd.Revision,
 		Why:            c.pd.Review.Why,
 		Deadline:       deadline,
+		Run:            r.runContext(),
 		Audit:          r.recordBestEffort,
 	})
 	latency := time.Since(started)
@@ -508,15 +535,26 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 
 	rev, approved, why := Judge(res, persona)
 	rev.LatencyMS = ms(latency)
-	r.recordBestEffort(ctx, EventReviewDone, map[string]any{
-		"review_id": reviewID, "plugin": res.Plugin, "plugin_version": res.PluginVersion,
-		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
-		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
-	})
-	out.outcome, out.review, out.judged, out.why = OutcomeRejected, rev, true, why
+	out.outcome = OutcomeRejected
 	if approved {
 		out.outcome = OutcomeApproved
 	}
+	if r.run != nil {
+		out.outcome, why = r.run.judgeRun(&rev, approved, why)
+		if out.outcome == OutcomeError {
+			out.failure = why
+		}
+	}
+	done := map[string]any{
+		"review_id": reviewID, "plugin": res.Plugin, "plugin_version": res.PluginVersion,
+		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
+		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
+	}
+	if r.run != nil {
+		done["outcome"], done["criteria"], done["missing_work"] = out.outcome, rev.Criteria, len(rev.MissingWork)
+	}
+	r.recordBestEffort(ctx, EventReviewDone, done)
+	out.review, out.judged, out.why = rev, true, why
 	return out
 }
 
@@ -535,7 +573,7 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 		Model: res.Model, DecisionText: text, Decision: decision, Gates: res.Gates,
 		SOPID: res.SOPID, RollbackPath: res.RollbackPath, Notes: res.Notes,
 		Criteria: res.Criteria, Comments: res.Comments, MissingWork: res.MissingWork,
-		NextRoundGuidance: res.NextRoundGuidance, Confidence: res.Confidence,
+		NextRoundGuidance: res.NextRoundGuidance, Warnings: res.Warnings, Confidence: res.Confidence,
 		Turns: res.Turns, Tokens: res.Tokens,
 	}
 	who := fmt.Sprintf("reviewer %s (persona %s)", res.Plugin, persona.Name)

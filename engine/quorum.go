@@ -137,6 +137,8 @@ func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision
 		return c, "policy denies " + strings.Join(slices.Compact(rules), ", ")
 	case !d.Review.Required:
 		return c, "policy requires no review in its name"
+	case d.Review.Blocked != "":
+		return c, d.Review.Blocked
 	}
 	reviewer, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -419,10 +417,4 @@ func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
 		return EscalationSubjectPrefix + v.Tenant, fmt.Sprintf("%s.%s.escalation", v.Tenant, run.RunID), body, true
 	}
 	return "", "", nil, false
-}
-
-// Resolve applies an operator's decision to a run verdict held at blocked
-// for its manual criteria, and returns the verdict that replaces it.
-func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTrail) (*Verdict, error) {
-	return nil, errors.New("not yet")
 }

@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"slices"
@@ -544,8 +545,8 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		Model: out.GetModel(), Text: out.GetText(), SOPID: out.GetSopId(),
 		RollbackPath: out.GetRollbackPath(), Notes: out.GetNotes(), Turns: int(out.GetTurns()),
 		MissingWork: out.GetMissingWork(), NextRoundGuidance: out.GetNextRoundGuidance(),
-		Confidence: out.GetConfidence(),
-		Tokens:     engine.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
+		Warnings: out.GetWarnings(), Confidence: out.GetConfidence(),
+		Tokens: engine.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
 	}
 	if res.Plugin == "" {
 		res.Plugin = p.spec.Name
@@ -563,7 +564,7 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		res.Criteria = append(res.Criteria, engine.CriterionEval{ID: c.GetId(), Pass: c.GetPass(), Confidence: c.GetConfidence(), Reason: c.GetReason(), Refs: c.GetRefs()})
 	}
 	for _, c := range out.GetComments() {
-		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: protoLine(c.GetLine()), Body: c.GetBody()})
+		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: commentLine(c), Body: c.GetBody()})
 	}
 	bound(&res)
 	return res, nil
@@ -571,25 +572,40 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 
 // Bounds on what the host keeps of a reviewer's answer, besides the
 // decision text (engine.MaxDecisionTextBytes). Anything over is cut and
-// the cut is noted; a required gate cut off counts as not reported, so a
-// bound can only ever turn an approval into a rejection.
+// the cut is noted, in the notes and as the first warning; a required gate
+// cut off counts as not reported, so a bound can only ever turn an
+// approval into a rejection. The bounds on run review output are the
+// ceilings of engine.RunLimits, so that the engine, not the host, applies
+// the limits a policy sets.
 const (
-	maxFieldBytes = 16 << 10
-	maxListItems  = 64
+	maxFieldBytes    = 16 << 10
+	maxListItems     = 64
+	maxRunItems      = engine.CeilingRunMaxItems
+	maxRunItemBytes  = engine.CeilingRunMaxItemBytes
+	maxGuidanceBytes = engine.CeilingRunMaxGuidanceBytes
 )
 
 func bound(res *engine.ReviewResult) {
 	var cut []string
-	clip := func(name string, s *string) {
-		if len(*s) > maxFieldBytes {
-			*s = clipString(*s, maxFieldBytes)
+	clipN := func(name string, s *string, n int) {
+		if len(*s) > n {
+			*s = clipString(*s, n)
 			cut = append(cut, name)
+		}
+	}
+	clip := func(name string, s *string) { clipN(name, s, maxFieldBytes) }
+	list := func(name string, ss *[]string, items, bytes int) {
+		if len(*ss) > items {
+			*ss, cut = (*ss)[:items], append(cut, name)
+		}
+		for i := range *ss {
+			clipN(name, &(*ss)[i], bytes)
 		}
 	}
 	clip("sop_id", &res.SOPID)
 	clip("rollback_path", &res.RollbackPath)
 	clip("notes", &res.Notes)
-	clip("next_round_guidance", &res.NextRoundGuidance)
+	clipN("next_round_guidance", &res.NextRoundGuidance, maxGuidanceBytes)
 	clip("model", &res.Model)
 	if len(res.Gates) > maxListItems {
 		res.Gates, cut = res.Gates[:maxListItems], append(cut, "gates")
@@ -597,23 +613,26 @@ func bound(res *engine.ReviewResult) {
 	for i := range res.Gates {
 		clip("gates.detail", &res.Gates[i].Detail)
 	}
-	if len(res.Criteria) > 4*maxListItems {
-		res.Criteria, cut = res.Criteria[:4*maxListItems], append(cut, "criteria")
+	if len(res.Criteria) > maxRunItems {
+		res.Criteria, cut = res.Criteria[:maxRunItems], append(cut, "criteria")
 	}
-	if len(res.Comments) > 4*maxListItems {
-		res.Comments, cut = res.Comments[:4*maxListItems], append(cut, "comments")
+	for i := range res.Criteria {
+		clip("criteria.reason", &res.Criteria[i].Reason)
+		list("criteria.refs", &res.Criteria[i].Refs, maxListItems, maxFieldBytes)
+	}
+	if len(res.Comments) > maxRunItems {
+		res.Comments, cut = res.Comments[:maxRunItems], append(cut, "comments")
 	}
 	for i := range res.Comments {
-		clip("comments.body", &res.Comments[i].Body)
+		clip("comments.path", &res.Comments[i].Path)
+		clipN("comments.body", &res.Comments[i].Body, maxRunItemBytes)
 	}
-	if len(res.MissingWork) > maxListItems {
-		res.MissingWork, cut = res.MissingWork[:maxListItems], append(cut, "missing_work")
-	}
-	for i := range res.MissingWork {
-		clip("missing_work", &res.MissingWork[i])
-	}
+	list("missing_work", &res.MissingWork, maxRunItems, maxRunItemBytes)
+	list("warnings", &res.Warnings, maxRunItems, maxRunItemBytes)
 	if len(cut) > 0 {
-		res.Notes += " [gated cut the reviewer's oversized " + strings.Join(slices.Compact(cut), ", ") + "]"
+		note := "gated cut the reviewer's oversized " + strings.Join(slices.Compact(cut), ", ")
+		res.Notes += " [" + note + "]"
+		res.Warnings = append([]string{note}, res.Warnings...)
 	}
 }
 
@@ -640,6 +659,11 @@ func (r *route) request(req engine.ReviewRequest) (*pluginv1.ReviewRequest, erro
 		Policy: &pluginv1.PolicyContext{
 			Revision: req.PolicyRevision, Why: req.Why, DeniedTools: req.DeniedTools, HistoryJson: history,
 		},
+	}
+	if req.Run != nil {
+		if in.Policy.RunJson, err = json.Marshal(req.Run); err != nil {
+			return nil, fmt.Errorf("encoding run context: %w", err)
+		}
 	}
 	if s := req.SOP; s != nil {
 		in.Policy.Sop = &pluginv1.Sop{Id: s.ID, Title: s.Title, Actions: s.Actions, Rollback: s.Rollback, Steps: s.Steps}
@@ -744,10 +768,12 @@ func (c connSeen) HandleConn(_ context.Context, s stats.ConnStats) {
 	}
 }
 
-func protoLine(l uint32) *int {
-	if l == 0 {
+// commentLine reads a comment's line: absent, or 0 (lines count from 1),
+// is a comment on the file as a whole, as is a line int cannot hold.
+func commentLine(c *pluginv1.Comment) *int {
+	if c.Line == nil || *c.Line == 0 || uint64(*c.Line) > math.MaxInt {
 		return nil
 	}
-	n := int(l)
+	n := int(*c.Line)
 	return &n
 }

@@ -1,7 +1,12 @@
 package llm
 
 import (
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
+	"slices"
 	"strings"
 
 	"github.com/gated/gated/engine"
@@ -12,6 +17,9 @@ type answer struct {
 	decision engine.Decision
 	gates    []engine.Gate
 	notes    string
+	// run is the ```json block of an answer to a run review; nil for an
+	// action review.
+	run *runAnswer
 }
 
 // parseAnswer reads a model's final text in the decision format:
@@ -29,8 +37,19 @@ type answer struct {
 // neither pass nor fail is not a gate report, so a required gate reported
 // that way stays missing.
 func parseAnswer(text string) (answer, error) {
+	a, lines, err := readDecision(text)
+	if err != nil {
+		return answer{}, err
+	}
+	a.gates, a.notes = readGatesAndNotes(lines)
+	return a, nil
+}
+
+// readDecision reads the decision line of text and returns the answer
+// with its decision, and the lines after the decision line.
+func readDecision(text string) (answer, []string, error) {
 	if len(text) > engine.MaxDecisionTextBytes {
-		return answer{}, fmt.Errorf("the answer is %d bytes, over the %d byte limit", len(text), engine.MaxDecisionTextBytes)
+		return answer{}, nil, fmt.Errorf("the answer is %d bytes, over the %d byte limit", len(text), engine.MaxDecisionTextBytes)
 	}
 	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	first := 0
@@ -38,27 +57,32 @@ func parseAnswer(text string) (answer, error) {
 		first++
 	}
 	if first == len(lines) {
-		return answer{}, fmt.Errorf("the answer is empty")
+		return answer{}, nil, fmt.Errorf("the answer is empty")
 	}
 	a := answer{}
 	// Well formed means the host reads an approval, or the line plainly
 	// rejects; a line the host would not read as it looks gets a repair.
 	a.decision, _ = engine.ParseDecision(text)
 	if a.decision != engine.DecisionApprove && decisionWord(lines[first]) != "reject" {
-		return answer{}, fmt.Errorf("the first line %q is not \"Decision: approve\" or \"Decision: reject\"", clip(strings.TrimSpace(lines[first]), 120))
+		return answer{}, nil, fmt.Errorf("the first line %q is not \"Decision: approve\" or \"Decision: reject\"", clip(strings.TrimSpace(lines[first]), 120))
 	}
-	for i := first + 1; i < len(lines); i++ {
+	return a, lines[first+1:], nil
+}
+
+// readGatesAndNotes reads the gate lines up to Notes, and the notes.
+func readGatesAndNotes(lines []string) ([]engine.Gate, string) {
+	var gates []engine.Gate
+	for i := range lines {
 		line := strings.TrimSpace(lines[i])
 		if rest, ok := cutLabel(line, "notes"); ok {
 			notes := append([]string{rest}, lines[i+1:]...)
-			a.notes = strings.TrimSpace(strings.Join(notes, "\n"))
-			break
+			return gates, strings.TrimSpace(strings.Join(notes, "\n"))
 		}
 		if g, ok := parseGateLine(line); ok {
-			a.gates = append(a.gates, g)
+			gates = append(gates, g)
 		}
 	}
-	return a, nil
+	return gates, ""
 }
 
 // decisionWord returns what a decision line decides, lower case, or "" if
@@ -134,4 +158,197 @@ func clip(s string, n int) string {
 		return s
 	}
 	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// runAnswer is the structured part of an answer to a run review.
+type runAnswer struct {
+	criteria    []engine.CriterionEval
+	comments    []engine.Comment
+	missingWork []string
+	guidance    string
+	warnings    []string
+}
+
+// runAnswerJSON is the ```json block of an answer to a run review, as the
+// model writes it. Pointers tell a missing key from a zero value.
+type runAnswerJSON struct {
+	Criteria []struct {
+		ID         string   `json:"id"`
+		Pass       *bool    `json:"pass"`
+		Confidence *float64 `json:"confidence"`
+		Reason     string   `json:"reason"`
+		Refs       []string `json:"refs"`
+	} `json:"criteria"`
+	Comments []struct {
+		Path string `json:"path"`
+		Line *int   `json:"line"`
+		Body string `json:"body"`
+	} `json:"comments"`
+	MissingWork       []string `json:"missing_work"`
+	NextRoundGuidance string   `json:"next_round_guidance"`
+	Warnings          []string `json:"warnings"`
+}
+
+// maxCommentLine is the largest line a comment may name: the wire carries
+// lines as uint32, and no diff is that long.
+const maxCommentLine = math.MaxInt32
+
+// parseRunAnswer reads a model's answer to a run review: the decision
+// format of parseAnswer followed by exactly one fenced ```json block
+//
+//	{"criteria": [{"id", "pass", "confidence", "reason", "refs"}],
+//	 "comments": [{"path", "line", "body"}],
+//	 "missing_work": [...], "next_round_guidance": "...", "warnings": [...]}
+//
+// The block is left out of the gates and the notes. It fails, and the
+// answer gets the repair turn, when the block is missing, repeated,
+// unclosed or not that object (unknown keys included), when criteria do
+// not name each of run.AIReview exactly once with pass set and confidence
+// within [0, 1], when a comment has no path or body or a line below 1,
+// when a list item is blank, or when a rejection gives neither missing
+// work nor guidance: such a rejection cannot be sent back to the worker.
+// An approval that lists missing work is read as written; the host turns
+// it into a rejection keeping the missing work.
+func parseRunAnswer(text string, run *engine.RunContext) (answer, error) {
+	a, lines, err := readDecision(text)
+	if err != nil {
+		return answer{}, err
+	}
+	open, end, err := findJSONBlock(lines)
+	if err != nil {
+		return answer{}, err
+	}
+	rest := append(slices.Clip(lines[:open]), lines[end+1:]...)
+	a.gates, a.notes = readGatesAndNotes(rest)
+	if a.run, err = decodeRunAnswer(strings.Join(lines[open+1:end], "\n"), run); err != nil {
+		return answer{}, err
+	}
+	if a.decision != engine.DecisionApprove && len(a.run.missingWork) == 0 && a.run.guidance == "" {
+		return answer{}, fmt.Errorf("the answer rejects the run but gives neither missing_work nor next_round_guidance; a rejection must say what the worker has to do")
+	}
+	return a, nil
+}
+
+// findJSONBlock returns the lines that open and close the one ```json
+// block among lines.
+func findJSONBlock(lines []string) (open, end int, err error) {
+	open, end = -1, -1
+	for i := 0; i < len(lines); i++ {
+		if !isJSONFence(lines[i]) {
+			continue
+		}
+		if open >= 0 {
+			return 0, 0, fmt.Errorf("the answer has more than one ```json block; give exactly one")
+		}
+		open = i
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+		}
+		if i == len(lines) {
+			return 0, 0, fmt.Errorf("the ```json block is not closed with a line of ```")
+		}
+		end = i
+	}
+	if open < 0 {
+		return 0, 0, fmt.Errorf("the answer has no ```json block after the notes")
+	}
+	return open, end, nil
+}
+
+// isJSONFence reports whether line opens a ```json block.
+func isJSONFence(line string) bool {
+	return strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(line), " ", ""), "```json")
+}
+
+// decodeRunAnswer reads and checks the body of the ```json block.
+func decodeRunAnswer(body string, run *engine.RunContext) (*runAnswer, error) {
+	body = strings.TrimSpace(body)
+	if !strings.HasPrefix(body, "{") {
+		return nil, fmt.Errorf("the ```json block does not hold a JSON object")
+	}
+	dec := json.NewDecoder(strings.NewReader(body))
+	dec.DisallowUnknownFields()
+	var w runAnswerJSON
+	if err := dec.Decode(&w); err != nil {
+		return nil, fmt.Errorf("the ```json block is not the object asked for: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("the ```json block holds more than one JSON value")
+	}
+
+	var judge []string
+	if run != nil {
+		judge = run.AIReview
+	}
+	ra := &runAnswer{guidance: strings.TrimSpace(w.NextRoundGuidance)}
+	seen := make(map[string]bool, len(w.Criteria))
+	for i, c := range w.Criteria {
+		id := strings.TrimSpace(c.ID)
+		switch {
+		case id == "":
+			return nil, fmt.Errorf("criteria[%d] has no id", i)
+		case !slices.Contains(judge, id):
+			return nil, fmt.Errorf("criteria[%d]: %q is not a criterion you were asked to judge (%s)", i, clip(id, 120), idList(judge))
+		case seen[id]:
+			return nil, fmt.Errorf("criteria[%d]: %q is reported twice", i, id)
+		case c.Pass == nil:
+			return nil, fmt.Errorf("criteria[%d] (%s) has no \"pass\": true or false", i, id)
+		case c.Confidence != nil && !(*c.Confidence >= 0 && *c.Confidence <= 1):
+			return nil, fmt.Errorf("criteria[%d] (%s) has confidence %v; give a number from 0 to 1", i, id, *c.Confidence)
+		}
+		seen[id] = true
+		ev := engine.CriterionEval{ID: id, Pass: *c.Pass, Reason: strings.TrimSpace(c.Reason), Refs: c.Refs}
+		if c.Confidence != nil {
+			ev.Confidence = *c.Confidence
+		}
+		ra.criteria = append(ra.criteria, ev)
+	}
+	for _, id := range judge {
+		if !seen[id] {
+			return nil, fmt.Errorf("criteria has no entry for %q; report every criterion you were asked to judge (%s)", id, idList(judge))
+		}
+	}
+	for i, c := range w.Comments {
+		cm := engine.Comment{Path: strings.TrimSpace(c.Path), Line: c.Line, Body: strings.TrimSpace(c.Body)}
+		switch {
+		case cm.Path == "":
+			return nil, fmt.Errorf("comments[%d] has no path", i)
+		case cm.Body == "":
+			return nil, fmt.Errorf("comments[%d] has no body", i)
+		case cm.Line != nil && (*cm.Line < 1 || *cm.Line > maxCommentLine):
+			return nil, fmt.Errorf("comments[%d] has line %d; give a line number from 1, or null for the whole file", i, *cm.Line)
+		}
+		ra.comments = append(ra.comments, cm)
+	}
+	var err error
+	if ra.missingWork, err = items("missing_work", w.MissingWork); err != nil {
+		return nil, err
+	}
+	if ra.warnings, err = items("warnings", w.Warnings); err != nil {
+		return nil, err
+	}
+	return ra, nil
+}
+
+// items returns a list's items trimmed; a blank item is an error.
+func items(name string, list []string) ([]string, error) {
+	var out []string
+	for i, s := range list {
+		if s = strings.TrimSpace(s); s == "" {
+			return nil, fmt.Errorf("%s[%d] is blank", name, i)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// idList quotes ids for a message, or says there are none.
+func idList(ids []string) string {
+	if len(ids) == 0 {
+		return "none: criteria must be []"
+	}
+	q := make([]string, len(ids))
+	for i, id := range ids {
+		q[i] = jsonString(id)
+	}
+	return strings.Join(q, ", ")
 }

@@ -450,7 +450,13 @@ type PolicyContext struct {
 	// Tools the policy removed from the persona's bag.
 	DeniedTools []string `protobuf:"bytes,4,rep,name=denied_tools,json=deniedTools,proto3" json:"denied_tools,omitempty"`
 	// Recent verdicts on the same tenant and target (JSON array).
-	HistoryJson   []byte `protobuf:"bytes,5,opt,name=history_json,json=historyJson,proto3" json:"history_json,omitempty"`
+	HistoryJson []byte `protobuf:"bytes,5,opt,name=history_json,json=historyJson,proto3" json:"history_json,omitempty"`
+	// The run context of a review of a kind run proposal: JSON of gated's
+	// engine.RunContext (round, max_rounds, the policy's judgement of the
+	// deterministic criteria, the ai_review criteria the reviewer must judge,
+	// the manual criteria an operator will judge, the findings of earlier
+	// rounds and the limits on the answer). Empty for an action review.
+	RunJson       []byte `protobuf:"bytes,6,opt,name=run_json,json=runJson,proto3" json:"run_json,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +522,13 @@ func (x *PolicyContext) GetDeniedTools() []string {
 func (x *PolicyContext) GetHistoryJson() []byte {
 	if x != nil {
 		return x.HistoryJson
+	}
+	return nil
+}
+
+func (x *PolicyContext) GetRunJson() []byte {
+	if x != nil {
+		return x.RunJson
 	}
 	return nil
 }
@@ -601,21 +614,28 @@ type ReviewResponse struct {
 	// The full answer; its first non-blank line is the decision line.
 	Text string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
 	// The structured decision; it must agree with the text.
-	Decision          Decision           `protobuf:"varint,2,opt,name=decision,proto3,enum=gated.plugin.v1.Decision" json:"decision,omitempty"`
-	Gates             []*Gate            `protobuf:"bytes,3,rep,name=gates,proto3" json:"gates,omitempty"`
-	SopId             string             `protobuf:"bytes,4,opt,name=sop_id,json=sopId,proto3" json:"sop_id,omitempty"`
-	RollbackPath      string             `protobuf:"bytes,5,opt,name=rollback_path,json=rollbackPath,proto3" json:"rollback_path,omitempty"`
-	Notes             string             `protobuf:"bytes,6,opt,name=notes,proto3" json:"notes,omitempty"`
-	Model             string             `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
-	Turns             uint32             `protobuf:"varint,8,opt,name=turns,proto3" json:"turns,omitempty"`
-	Usage             *Usage             `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	Decision     Decision `protobuf:"varint,2,opt,name=decision,proto3,enum=gated.plugin.v1.Decision" json:"decision,omitempty"`
+	Gates        []*Gate  `protobuf:"bytes,3,rep,name=gates,proto3" json:"gates,omitempty"`
+	SopId        string   `protobuf:"bytes,4,opt,name=sop_id,json=sopId,proto3" json:"sop_id,omitempty"`
+	RollbackPath string   `protobuf:"bytes,5,opt,name=rollback_path,json=rollbackPath,proto3" json:"rollback_path,omitempty"`
+	Notes        string   `protobuf:"bytes,6,opt,name=notes,proto3" json:"notes,omitempty"`
+	Model        string   `protobuf:"bytes,7,opt,name=model,proto3" json:"model,omitempty"`
+	Turns        uint32   `protobuf:"varint,8,opt,name=turns,proto3" json:"turns,omitempty"`
+	Usage        *Usage   `protobuf:"bytes,9,opt,name=usage,proto3" json:"usage,omitempty"`
+	// Run reviews: the reviewer's judgement of the run's ai_review criteria,
+	// its remarks on the diff, what the worker must still do (a rejection of
+	// a run needs at least one item or next_round_guidance; an approval has
+	// none) and advice for the next round.
 	Criteria          []*CriterionResult `protobuf:"bytes,10,rep,name=criteria,proto3" json:"criteria,omitempty"`
 	Comments          []*Comment         `protobuf:"bytes,11,rep,name=comments,proto3" json:"comments,omitempty"`
 	MissingWork       []string           `protobuf:"bytes,12,rep,name=missing_work,json=missingWork,proto3" json:"missing_work,omitempty"`
 	NextRoundGuidance string             `protobuf:"bytes,13,opt,name=next_round_guidance,json=nextRoundGuidance,proto3" json:"next_round_guidance,omitempty"`
 	Confidence        float64            `protobuf:"fixed64,14,opt,name=confidence,proto3" json:"confidence,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// Remarks that never change the verdict, such as a criterion the
+	// reviewer was sent but did not need to judge.
+	Warnings      []string `protobuf:"bytes,15,rep,name=warnings,proto3" json:"warnings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReviewResponse) Reset() {
@@ -744,6 +764,13 @@ func (x *ReviewResponse) GetConfidence() float64 {
 		return x.Confidence
 	}
 	return 0
+}
+
+func (x *ReviewResponse) GetWarnings() []string {
+	if x != nil {
+		return x.Warnings
+	}
+	return nil
 }
 
 type Gate struct {
@@ -934,10 +961,12 @@ func (x *CriterionResult) GetRefs() []string {
 	return nil
 }
 
+// A remark on a run's diff: on one line of a file (1-based), or on the file
+// as a whole when line is absent.
 type Comment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Line          uint32                 `protobuf:"varint,2,opt,name=line,proto3" json:"line,omitempty"`
+	Line          *uint32                `protobuf:"varint,2,opt,name=line,proto3,oneof" json:"line,omitempty"`
 	Body          string                 `protobuf:"bytes,3,opt,name=body,proto3" json:"body,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -981,8 +1010,8 @@ func (x *Comment) GetPath() string {
 }
 
 func (x *Comment) GetLine() uint32 {
-	if x != nil {
-		return x.Line
+	if x != nil && x.Line != nil {
+		return *x.Line
 	}
 	return 0
 }
@@ -1128,19 +1157,20 @@ const file_gated_plugin_v1_reviewer_proto_rawDesc = "" +
 	"\x04Tool\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12 \n" +
 	"\vdescription\x18\x02 \x01(\tR\vdescription\x12*\n" +
-	"\x11input_schema_json\x18\x03 \x01(\tR\x0finputSchemaJson\"\xab\x01\n" +
+	"\x11input_schema_json\x18\x03 \x01(\tR\x0finputSchemaJson\"\xc6\x01\n" +
 	"\rPolicyContext\x12\x1a\n" +
 	"\brevision\x18\x01 \x01(\tR\brevision\x12\x10\n" +
 	"\x03why\x18\x02 \x01(\tR\x03why\x12&\n" +
 	"\x03sop\x18\x03 \x01(\v2\x14.gated.plugin.v1.SopR\x03sop\x12!\n" +
 	"\fdenied_tools\x18\x04 \x03(\tR\vdeniedTools\x12!\n" +
-	"\fhistory_json\x18\x05 \x01(\fR\vhistoryJson\"w\n" +
+	"\fhistory_json\x18\x05 \x01(\fR\vhistoryJson\x12\x19\n" +
+	"\brun_json\x18\x06 \x01(\fR\arunJson\"w\n" +
 	"\x03Sop\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
 	"\x05title\x18\x02 \x01(\tR\x05title\x12\x18\n" +
 	"\aactions\x18\x03 \x03(\tR\aactions\x12\x1a\n" +
 	"\brollback\x18\x04 \x01(\tR\brollback\x12\x14\n" +
-	"\x05steps\x18\x05 \x03(\tR\x05steps\"\x9b\x04\n" +
+	"\x05steps\x18\x05 \x03(\tR\x05steps\"\xb7\x04\n" +
 	"\x0eReviewResponse\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x125\n" +
 	"\bdecision\x18\x02 \x01(\x0e2\x19.gated.plugin.v1.DecisionR\bdecision\x12+\n" +
@@ -1158,7 +1188,8 @@ const file_gated_plugin_v1_reviewer_proto_rawDesc = "" +
 	"\x13next_round_guidance\x18\r \x01(\tR\x11nextRoundGuidance\x12\x1e\n" +
 	"\n" +
 	"confidence\x18\x0e \x01(\x01R\n" +
-	"confidence\"J\n" +
+	"confidence\x12\x1a\n" +
+	"\bwarnings\x18\x0f \x03(\tR\bwarnings\"J\n" +
 	"\x04Gate\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x16\n" +
 	"\x06passed\x18\x02 \x01(\bR\x06passed\x12\x16\n" +
@@ -1173,11 +1204,12 @@ const file_gated_plugin_v1_reviewer_proto_rawDesc = "" +
 	"confidence\x18\x03 \x01(\x01R\n" +
 	"confidence\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04refs\x18\x05 \x03(\tR\x04refs\"E\n" +
+	"\x04refs\x18\x05 \x03(\tR\x04refs\"S\n" +
 	"\aComment\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04line\x18\x02 \x01(\rR\x04line\x12\x12\n" +
-	"\x04body\x18\x03 \x01(\tR\x04body\"_\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x17\n" +
+	"\x04line\x18\x02 \x01(\rH\x00R\x04line\x88\x01\x01\x12\x12\n" +
+	"\x04body\x18\x03 \x01(\tR\x04bodyB\a\n" +
+	"\x05_line\"_\n" +
 	"\x0fCallToolRequest\x12\x1b\n" +
 	"\treview_id\x18\x01 \x01(\tR\breviewId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
@@ -1254,6 +1286,7 @@ func file_gated_plugin_v1_reviewer_proto_init() {
 	if File_gated_plugin_v1_reviewer_proto != nil {
 		return
 	}
+	file_gated_plugin_v1_reviewer_proto_msgTypes[11].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -9,11 +9,45 @@
 // line of Response.Text ("Decision: approve" or "Decision: reject"), checks
 // that Response.Decision agrees and that every gate the persona requires
 // is reported as passed. Anything else is a rejection.
+//
+// # Reviewing runs
+//
+// A proposal of kind run asks gated to accept a finished agent run or send
+// it back for another round. Its review carries Request.Run (nil for an
+// action review); Request.Proposal.Run holds what the worker reports (its
+// summary, diff and test output) and Request.Proposal.Criteria the
+// acceptance criteria. A reviewer of a run:
+//
+//   - judges every criterion named in Run.AIReview and reports each in
+//     Response.Criteria, by id, with a confidence in [0, 1]. Criteria the
+//     policy judged (Run.Criteria) and manual ones (Run.Manual) are not
+//     the reviewer's to judge: the host ignores results for them, with a
+//     warning. An unknown or repeated id, or a confidence outside [0, 1],
+//     fails the review.
+//   - checks the findings of earlier rounds (Run.PriorFindings). gated
+//     takes them from its own record, so a worker cannot drop one; one the
+//     worker marks resolved is a claim to check against the diff.
+//   - approves only when every required ai_review criterion passes and
+//     nothing is missing: an approval has no MissingWork (the host turns an
+//     approval with missing work into a rejection).
+//   - on rejection, says what the next round must do: at least one
+//     MissingWork item or NextRoundGuidance, or the review fails. Each
+//     MissingWork item and Comment becomes a finding the worker must report
+//     back on; a Comment with a nil Line is about the file as a whole.
+//   - puts remarks that should not change the verdict in Warnings.
+//
+// Output beyond Run.Limits is cut by gated, with a warning; a cut never
+// turns a rejection into an approval. The persona's required gates apply
+// to runs as to actions: the built-in run-reviewer requires criteria_met
+// and prior_findings_closed. A reviewer that cannot judge a run (the
+// deterministic sop reviewer facing ai_review criteria, for one) should
+// return an error saying so, which the host records as an error verdict.
 package sdk
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/gated/gated/engine"
@@ -55,7 +89,7 @@ type Request struct {
 	// Run is what the host tells the reviewer of a kind run proposal: the
 	// policy's judgement of the deterministic criteria, the criteria the
 	// reviewer must judge, and the findings of earlier rounds. Nil for an
-	// action review.
+	// action review. See "Reviewing runs" in the package documentation.
 	Run *engine.RunContext
 
 	tools pluginv1.ToolHostClient
@@ -100,19 +134,33 @@ type Response struct {
 	// "Decision: reject".
 	Text string
 	// Decision must agree with Text.
-	Decision          engine.Decision
-	Gates             []engine.Gate
-	SOPID             string
-	RollbackPath      string
-	Notes             string
-	Model             string
-	Turns             int
-	Tokens            engine.Tokens
-	Criteria          []engine.CriterionEval
-	Comments          []engine.Comment
+	Decision     engine.Decision
+	Gates        []engine.Gate
+	SOPID        string
+	RollbackPath string
+	Notes        string
+	Model        string
+	Turns        int
+	Tokens       engine.Tokens
+	// Criteria are the reviewer's judgements of the run's ai_review
+	// criteria (Request.Run.AIReview), by id. Kind, Required and JudgedBy
+	// are filled in by the host.
+	Criteria []engine.CriterionEval
+	// Comments are remarks on the run's diff. A nil Line, or one below 1,
+	// is a remark on the file as a whole.
+	Comments []engine.Comment
+	// MissingWork lists what the worker must still do; it must be empty in
+	// an approval of a run. NextRoundGuidance is advice for the next round.
+	// A rejected run needs at least one of the two.
 	MissingWork       []string
 	NextRoundGuidance string
 	// Warnings are remarks that never change the verdict.
 	Warnings   []string
 	Confidence float64
 }
+
+// ErrMalformedRun means the host sent a run context the SDK cannot read:
+// the review fails rather than going ahead without it. The plugin and
+// gated disagree about the protocol; rebuild the plugin against the SDK
+// of the gated that runs it.
+var ErrMalformedRun = errors.New("the run context gated sent is malformed")

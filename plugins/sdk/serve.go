@@ -1,9 +1,12 @@
 package sdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -173,8 +176,37 @@ func requestFromWire(in *pluginv1.ReviewRequest) (*Request, error) {
 	if pc := in.GetPolicy(); pc != nil {
 		req.Policy = Policy{Revision: pc.GetRevision(), Why: pc.GetWhy(), DeniedTools: pc.GetDeniedTools(), History: pc.GetHistoryJson()}
 		req.Policy.SOP = SOPFromWire(pc.GetSop())
+		run, err := RunFromWire(pc.GetRunJson())
+		if err != nil {
+			return nil, err
+		}
+		req.Run = run
 	}
 	return req, nil
+}
+
+// RunFromWire decodes the run context the host sends with the review of a
+// kind run proposal (PolicyContext.run_json). Empty input is an action
+// review: nil and no error. Anything but one JSON object of the
+// engine.RunContext schema is an error wrapping ErrMalformedRun: Serve
+// fails the review with it, and the host reads the failure as an error
+// verdict, never as an approval.
+func RunFromWire(raw []byte) (*engine.RunContext, error) {
+	if len(raw) == 0 {
+		return nil, nil
+	}
+	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
+		return nil, fmt.Errorf("%w: want a JSON object", ErrMalformedRun)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	var run engine.RunContext
+	if err := dec.Decode(&run); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrMalformedRun, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, fmt.Errorf("%w: data after the JSON object", ErrMalformedRun)
+	}
+	return &run, nil
 }
 
 // SOPFromWire converts a wire SOP; nil stays nil.
@@ -200,8 +232,8 @@ func responseToWire(r *Response) *pluginv1.ReviewResponse {
 	out := &pluginv1.ReviewResponse{
 		Text: u(r.Text), SopId: u(r.SOPID), RollbackPath: u(r.RollbackPath), Notes: u(r.Notes), Model: u(r.Model),
 		Turns: uint32(max(r.Turns, 0)), MissingWork: us(r.MissingWork), NextRoundGuidance: u(r.NextRoundGuidance),
-		Confidence: r.Confidence,
-		Usage:      &pluginv1.Usage{PromptTokens: uint32(max(r.Tokens.Prompt, 0)), CompletionTokens: uint32(max(r.Tokens.Completion, 0))},
+		Warnings: us(r.Warnings), Confidence: r.Confidence,
+		Usage: &pluginv1.Usage{PromptTokens: uint32(max(r.Tokens.Prompt, 0)), CompletionTokens: uint32(max(r.Tokens.Completion, 0))},
 	}
 	switch r.Decision {
 	case engine.DecisionApprove:
@@ -216,14 +248,18 @@ func responseToWire(r *Response) *pluginv1.ReviewResponse {
 		out.Criteria = append(out.Criteria, &pluginv1.CriterionResult{Id: u(c.ID), Pass: c.Pass, Confidence: c.Confidence, Reason: u(c.Reason), Refs: us(c.Refs)})
 	}
 	for _, c := range r.Comments {
-		out.Comments = append(out.Comments, &pluginv1.Comment{Path: u(c.Path), Line: commentLine(c.Line), Body: u(c.Body)})
+		out.Comments = append(out.Comments, &pluginv1.Comment{Path: u(c.Path), Line: lineToWire(c.Line), Body: u(c.Body)})
 	}
 	return out
 }
 
-func commentLine(l *int) uint32 {
-	if l == nil || *l < 0 {
-		return 0
+// lineToWire encodes a comment's line: nil, and a line that is not a
+// line number (below 1, or beyond uint32), go as absent: a comment on the
+// file as a whole.
+func lineToWire(l *int) *uint32 {
+	if l == nil || *l < 1 || uint64(*l) > math.MaxUint32 {
+		return nil
 	}
-	return uint32(*l)
+	n := uint32(*l)
+	return &n
 }

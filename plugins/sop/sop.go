@@ -2,6 +2,12 @@
 // only when the SOP catalog covers the action and the SOP names a
 // rollback, and it never calls a model. It is the default reviewer, so a
 // fresh gated needs no API key.
+//
+// It also reviews runs, from what the policy established alone: it
+// approves a run when every required criterion the policy judged passed
+// and every finding of the earlier rounds is resolved. It cannot judge
+// ai_review criteria, so a run that requires one fails its review with
+// ErrCannotJudge.
 package sop
 
 import (
@@ -32,10 +38,15 @@ func (r Reviewer) Describe(context.Context) (sdk.Description, error) {
 }
 
 // Review implements sdk.Reviewer. Its text follows the decision format:
-// a decision line, the gates, and notes.
+// a decision line, the gates, and notes. The review of a run proposal is
+// judged by other gates (see GateCriteriaMet and GatePriorFindingsClosed)
+// and its text ends with the fenced JSON answer of a run review.
 func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if runReview(req) {
+		return r.reviewRun(req)
 	}
 	p := req.Proposal
 	sop := req.Policy.SOP

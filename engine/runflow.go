@@ -1,0 +1,475 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"unicode/utf8"
+)
+
+// runState is what a decision on a run proposal carries from the policy
+// to the verdict.
+type runState struct {
+	policy *RunPolicy
+	// ctx is what reviewers are told.
+	ctx *RunContext
+	// criteria are the proposal's criteria by id.
+	criteria map[string]Criterion
+	// cuts are warnings about reviewer output gated cut to the limits;
+	// the reviews of a quorum add to them concurrently.
+	mu   sync.Mutex
+	cuts []string
+}
+
+// newRunState prepares the review of a run from the policy's decision and
+// the run's record.
+func newRunState(p *Proposal, rp *RunPolicy, rec *RunRecord) *runState {
+	rp.Limits = rp.Limits.WithDefaults()
+	if rp.MaxRounds <= 0 {
+		rp.MaxRounds = DefaultMaxRounds
+	}
+	st := &runState{policy: rp, criteria: make(map[string]Criterion, len(p.Criteria))}
+	rc := &RunContext{
+		Round: p.Run.Round, MaxRounds: rp.MaxRounds, Criteria: rp.Criteria,
+		Manual: rp.Manual, Limits: rp.Limits,
+	}
+	for _, c := range p.Criteria {
+		st.criteria[c.ID] = c
+		if c.Kind == CriterionAIReview {
+			rc.AIReview = append(rc.AIReview, c.ID)
+		}
+	}
+	rc.PriorFindings = priorFindings(p.Run, rec)
+	st.ctx = rc
+	return st
+}
+
+// priorFindings are the findings of the run's latest recorded round, with
+// the status and resolution the worker reports for each in
+// run.prior_reviews. Without a record (the run's first round, or a record
+// past its TTL) the worker's own account is all there is.
+func priorFindings(run *Run, rec *RunRecord) []Finding {
+	reported := map[string]Finding{}
+	var own []Finding
+	for _, pr := range run.PriorReviews {
+		for _, f := range pr.Findings {
+			reported[f.ID] = f
+			own = append(own, f)
+		}
+	}
+	var last *RunRound
+	if rec != nil {
+		for i := range rec.Rounds {
+			r := &rec.Rounds[i]
+			if r.Next == NextContinuation && r.Round < run.Round && (last == nil || r.Round > last.Round) {
+				last = r
+			}
+		}
+	}
+	if last == nil {
+		return own
+	}
+	out := make([]Finding, 0, len(last.Findings))
+	for _, f := range last.Findings {
+		f.Status, f.Resolution = FindingOpen, ""
+		if w, ok := reported[f.ID]; ok && w.Status == FindingResolved {
+			f.Status, f.Resolution = FindingResolved, w.Resolution
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+// judgeRun applies the run review rules to one reviewer's answer, after
+// the decision authority (Judge) read it. It returns the review's outcome
+// and one sentence on it: approved, rejected, or error when the reviewer
+// broke the rules in a way that leaves nothing to act on.
+func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, string) {
+	who := fmt.Sprintf("reviewer %s (persona %s)", rev.Plugin, rev.Persona)
+	st.bound(rev)
+
+	var violations []string
+	seen := map[string]bool{}
+	kept := rev.Criteria[:0:0]
+	for _, c := range rev.Criteria {
+		crit, known := st.criteria[c.ID]
+		switch {
+		case !known:
+			violations = append(violations, fmt.Sprintf("criterion %q is not one of the proposal's", clipText(c.ID, 64)))
+			continue
+		case seen[c.ID]:
+			violations = append(violations, fmt.Sprintf("criterion %q is judged twice", c.ID))
+			continue
+		case math.IsNaN(c.Confidence) || c.Confidence < 0 || c.Confidence > 1:
+			violations = append(violations, fmt.Sprintf("criterion %q has confidence %v outside [0, 1]", c.ID, c.Confidence))
+			continue
+		case crit.Kind != CriterionAIReview:
+			rev.Warnings = append(rev.Warnings, fmt.Sprintf("gated ignored the reviewer's judgement of %s criterion %q: %s",
+				crit.Kind, c.ID, judgeOf(crit.Kind)))
+			continue
+		}
+		seen[c.ID] = true
+		c.Kind, c.Required, c.JudgedBy = crit.Kind, crit.Required, JudgedByReviewer+rev.Persona
+		kept = append(kept, c)
+	}
+	rev.Criteria = kept
+	if len(violations) > 0 {
+		rev.Decision = DecisionReject
+		return OutcomeError, fmt.Sprintf("%s broke the run review rules: %s", who, strings.Join(violations, "; "))
+	}
+
+	outcome := OutcomeRejected
+	if approved {
+		outcome = OutcomeApproved
+		var unmet []string
+		for _, id := range st.ctx.AIReview {
+			crit := st.criteria[id]
+			if !crit.Required {
+				continue
+			}
+			i := slices.IndexFunc(rev.Criteria, func(c CriterionEval) bool { return c.ID == id })
+			switch {
+			case i < 0:
+				unmet = append(unmet, id)
+				rev.MissingWork = append(rev.MissingWork, fmt.Sprintf("criterion %s (ai_review) was not judged by the reviewer: %s", id, crit.Description))
+			case !rev.Criteria[i].Pass:
+				unmet = append(unmet, id)
+				rev.MissingWork = append(rev.MissingWork, fmt.Sprintf("criterion %s (ai_review) failed: %s", id, rev.Criteria[i].Reason))
+			}
+		}
+		switch {
+		case len(unmet) > 0:
+			outcome = OutcomeRejected
+			why = fmt.Sprintf("%s approved without passing required criteria %s; an approval needs every required criterion passed",
+				who, strings.Join(unmet, ", "))
+		case len(rev.MissingWork) > 0:
+			outcome = OutcomeRejected
+			why = fmt.Sprintf("%s approved but listed %d missing-work items; an approval requires none, so the run goes back",
+				who, len(rev.MissingWork))
+		}
+		if outcome == OutcomeRejected {
+			rev.Decision = DecisionReject
+		}
+	}
+	if outcome == OutcomeRejected && len(rev.MissingWork) == 0 && strings.TrimSpace(rev.NextRoundGuidance) == "" {
+		return OutcomeError, fmt.Sprintf("%s rejected the run without missing work or guidance (%s); a rejection must tell the worker what to do",
+			who, strings.TrimSuffix(why, "."))
+	}
+	return outcome, why
+}
+
+func judgeOf(kind string) string {
+	switch kind {
+	case CriterionManual:
+		return "manual criteria are judged by an operator"
+	default:
+		return "deterministic criteria are judged by the policy from the fleet's evidence"
+	}
+}
+
+// bound cuts a review's run output to the limits and notes each cut.
+func (st *runState) bound(rev *Review) {
+	l := st.policy.Limits
+	note := func(format string, args ...any) {
+		st.mu.Lock()
+		defer st.mu.Unlock()
+		st.cuts = append(st.cuts, fmt.Sprintf("persona %s: ", rev.Persona)+fmt.Sprintf(format, args...))
+	}
+	cutList := func(name string, list []string) []string {
+		if len(list) > l.MaxItems {
+			note("%s had %d items; kept the first %d (max_items)", name, len(list), l.MaxItems)
+			list = list[:l.MaxItems]
+		}
+		clipped := 0
+		for i := range list {
+			if len(list[i]) > l.MaxItemBytes {
+				list[i] = clipText(list[i], l.MaxItemBytes)
+				clipped++
+			}
+		}
+		if clipped > 0 {
+			note("%d %s items were longer than %d bytes and were cut (max_item_bytes)", clipped, name, l.MaxItemBytes)
+		}
+		return list
+	}
+	rev.MissingWork = cutList("missing_work", rev.MissingWork)
+	rev.Warnings = cutList("warnings", rev.Warnings)
+	if len(rev.Comments) > l.MaxItems {
+		note("comments had %d items; kept the first %d (max_items)", len(rev.Comments), l.MaxItems)
+		rev.Comments = rev.Comments[:l.MaxItems]
+	}
+	for i := range rev.Comments {
+		if len(rev.Comments[i].Body) > l.MaxItemBytes {
+			rev.Comments[i].Body = clipText(rev.Comments[i].Body, l.MaxItemBytes)
+			note("comment %d was longer than %d bytes and was cut (max_item_bytes)", i+1, l.MaxItemBytes)
+		}
+		if ln := rev.Comments[i].Line; ln != nil && *ln < 1 {
+			rev.Comments[i].Line = nil
+		}
+	}
+	if len(rev.NextRoundGuidance) > l.MaxGuidanceBytes {
+		note("next_round_guidance was %d bytes; cut to %d (max_guidance_bytes)", len(rev.NextRoundGuidance), l.MaxGuidanceBytes)
+		rev.NextRoundGuidance = clipText(rev.NextRoundGuidance, l.MaxGuidanceBytes)
+	}
+	if len(rev.Criteria) > MaxCriteria {
+		note("criteria had %d judgements; kept the first %d", len(rev.Criteria), MaxCriteria)
+		rev.Criteria = rev.Criteria[:MaxCriteria]
+	}
+	for i := range rev.Criteria {
+		rev.Criteria[i].Reason = clipText(rev.Criteria[i].Reason, l.MaxItemBytes)
+	}
+}
+
+// clipText cuts s to at most n bytes on a rune boundary, marking the cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	const mark = "…"
+	if n <= len(mark) {
+		return ""
+	}
+	s = s[:n-len(mark)]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + mark
+}
+
+// finishRun fills in the run section of a run proposal's verdict and turns
+// it into its final form: an approval waiting on required manual criteria
+// is held at blocked, and a rejection about the work sends the run back
+// for another round, or escalates it after the last one.
+func (r *decision) finishRun(v *Verdict) {
+	p, st := r.p, r.run
+	if p == nil || p.Kind != KindRun || v == nil {
+		return
+	}
+	rv := &RunVerdict{RunID: p.Run.RunID, TaskID: p.Run.TaskID, Worker: p.Run.Worker, Round: p.Run.Round, MaxRounds: DefaultMaxRounds}
+	v.Run = rv
+	if st == nil {
+		return // the policy did not decide: an error or invalid verdict
+	}
+	rv.MaxRounds = st.policy.MaxRounds
+	for _, c := range st.policy.Criteria {
+		c.JudgedBy = JudgedByPolicy
+		if crit, ok := st.criteria[c.ID]; ok {
+			c.Kind, c.Required = crit.Kind, crit.Required
+		}
+		rv.Criteria = append(rv.Criteria, c)
+	}
+	for _, rev := range v.Reviews {
+		rv.Criteria = append(rv.Criteria, rev.Criteria...)
+		for _, w := range rev.Warnings {
+			rv.Warnings = append(rv.Warnings, fmt.Sprintf("persona %s: %s", rev.Persona, w))
+		}
+	}
+	rv.Warnings = append(rv.Warnings, st.cuts...)
+
+	switch v.Outcome {
+	case OutcomeApproved:
+		if v.Stage == StageReview && len(st.policy.Manual) > 0 {
+			rv.AwaitingOperator = slices.Clone(st.policy.Manual)
+			v.Outcome, v.Approved = OutcomeBlocked, false
+			v.Reason = fmt.Sprintf("held for an operator decision on manual criteria %s (%s)",
+				strings.Join(rv.AwaitingOperator, ", "), strings.TrimSuffix(v.Reason, "."))
+		}
+	case OutcomeRejected:
+		continuable := v.Stage == StageReview || (v.Stage == StagePolicy && st.policy.Continuable)
+		rv.MissingWork = append(rv.MissingWork, st.policy.MissingWork...)
+		var guidance []string
+		for _, rev := range v.Reviews {
+			if rev.Decision != DecisionReject {
+				continue
+			}
+			rv.MissingWork = append(rv.MissingWork, rev.MissingWork...)
+			rv.Comments = append(rv.Comments, rev.Comments...)
+			if g := strings.TrimSpace(rev.NextRoundGuidance); g != "" {
+				guidance = append(guidance, g)
+			}
+		}
+		rv.MissingWork = compactStrings(rv.MissingWork)
+		rv.NextRoundGuidance = clipText(strings.Join(guidance, "\n\n"), st.policy.Limits.MaxGuidanceBytes)
+		rv.Findings = findingsOf(rv, st.policy.Limits)
+		if continuable && (len(rv.MissingWork) > 0 || rv.NextRoundGuidance != "") {
+			r.setNext(v)
+		}
+	}
+}
+
+// setNext decides the follow-up of a rejection about the work.
+func (r *decision) setNext(v *Verdict) {
+	rv := v.Run
+	if rv.Round < rv.MaxRounds {
+		rv.Next = NextContinuation
+		rv.FollowUpSubject = ContinuationSubjectPrefix + v.Tenant + "." + rv.RunID
+		return
+	}
+	rv.Next = NextEscalation
+	rv.FollowUpSubject = EscalationSubjectPrefix + v.Tenant
+}
+
+// findingsOf numbers what a rejection asks of the worker: the failed
+// required criteria, the missing work and the comments.
+func findingsOf(rv *RunVerdict, l RunLimits) []Finding {
+	var out []Finding
+	add := func(f Finding) {
+		f.ID = fmt.Sprintf("r%d-f%d", rv.Round, len(out)+1)
+		f.Status = FindingOpen
+		out = append(out, f)
+	}
+	for _, c := range rv.Criteria {
+		if c.Required && !c.Pass {
+			add(Finding{Body: fmt.Sprintf("criterion %s (%s) failed: %s", c.ID, c.Kind, c.Reason), Criterion: c.ID})
+		}
+	}
+	for _, m := range rv.MissingWork {
+		if strings.HasPrefix(m, "criterion ") {
+			continue // the criterion's own finding says it
+		}
+		add(Finding{Body: m})
+	}
+	for _, c := range rv.Comments {
+		add(Finding{Body: c.Body, Path: c.Path, Line: c.Line})
+	}
+	if max := 3 * l.MaxItems; len(out) > max {
+		out = out[:max]
+	}
+	return out
+}
+
+func compactStrings(list []string) []string {
+	seen := make(map[string]bool, len(list))
+	out := list[:0]
+	for _, s := range list {
+		s = strings.TrimSpace(s)
+		if s == "" || seen[s] {
+			continue
+		}
+		seen[s] = true
+		out = append(out, s)
+	}
+	return out
+}
+
+// Resolve applies an operator's decision to a run verdict held at blocked
+// for its manual criteria, and returns the verdict that replaces it: an
+// approval when every manual criterion passed, else a rejection whose
+// missing work is what failed, with its continuation or escalation. The
+// decision is audited (operator.decided, then the new verdict.decided) on
+// trail before the store's verdict is replaced. Errors wrap ErrNotFound
+// (no verdict), ErrNotAwaiting (the verdict is not held, or was decided
+// already), ErrDecisionMismatch (another proposal digest, or not exactly
+// the criteria held), or are store and audit failures.
+func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTrail) (*Verdict, error) {
+	if trail == nil {
+		return nil, fmt.Errorf("%w: an operator decision needs an audit trail", ErrInvalidOption)
+	}
+	if strings.TrimSpace(d.Operator) == "" {
+		return nil, fmt.Errorf("%w: the decision names no operator", ErrDecisionMismatch)
+	}
+	held, err := e.cfg.Store.Get(ctx, d.Tenant, d.ProposalID)
+	if err != nil {
+		return nil, fmt.Errorf("looking up verdict %s.%s: %w", d.Tenant, d.ProposalID, err)
+	}
+	if held.Outcome != OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
+		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", ErrNotAwaiting, d.Tenant, d.ProposalID, held.Outcome, held.Stage)
+	}
+	if d.ProposalSHA256 != held.ProposalSHA256 {
+		return nil, fmt.Errorf("%w: the decision is for proposal digest %s, the held verdict answers %s",
+			ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+	}
+	awaiting := slices.Clone(held.Run.AwaitingOperator)
+	slices.Sort(awaiting)
+	decided := make([]string, 0, len(d.Criteria))
+	for _, c := range d.Criteria {
+		decided = append(decided, c.ID)
+	}
+	slices.Sort(decided)
+	if !slices.Equal(awaiting, decided) {
+		return nil, fmt.Errorf("%w: the verdict waits on criteria [%s], the decision judges [%s]; judge each held criterion exactly once",
+			ErrDecisionMismatch, strings.Join(awaiting, ", "), strings.Join(decided, ", "))
+	}
+
+	var next Verdict
+	if err := json.Unmarshal(mustJSON(held), &next); err != nil {
+		return nil, fmt.Errorf("copying the held verdict: %w", err)
+	}
+	rv := next.Run
+	rv.AwaitingOperator = nil
+	var failed []string
+	for _, c := range d.Criteria {
+		rv.Criteria = append(rv.Criteria, CriterionEval{
+			ID: c.ID, Pass: c.Pass, Confidence: 1, Reason: clipText(c.Reason, DefaultRunMaxItemBytes),
+			Kind: CriterionManual, Required: true, JudgedBy: JudgedByOperator + d.Operator,
+		})
+		if !c.Pass {
+			failed = append(failed, c.ID)
+			reason := strings.TrimSpace(c.Reason)
+			if reason == "" {
+				reason = "the operator gave no reason"
+			}
+			rv.MissingWork = append(rv.MissingWork, fmt.Sprintf("criterion %s (manual) failed: operator %s: %s", c.ID, d.Operator, reason))
+		}
+	}
+	r := &decision{e: e, d: Delivery{Trail: trail}, start: e.cfg.Clock.Now(), digest: held.ProposalSHA256,
+		tenant: held.Tenant, id: held.ProposalID, action: held.Action, targetKey: held.TargetKey}
+	if held.Policy != nil {
+		r.revision, r.evalUS = held.Policy.Revision, held.Policy.EvalUS
+	}
+	now := e.cfg.Clock.Now()
+	next.Stage, next.DecidedAt = StageOperator, now.UTC()
+	next.LatencyMS = held.LatencyMS
+	if len(failed) == 0 {
+		next.Outcome, next.Approved = OutcomeApproved, true
+		next.Reason = fmt.Sprintf("operator %s passed manual criteria %s", d.Operator, strings.Join(decided, ", "))
+	} else {
+		next.Outcome, next.Approved = OutcomeRejected, false
+		next.Reason = fmt.Sprintf("operator %s failed manual criteria %s", d.Operator, strings.Join(failed, ", "))
+		rv.Findings = findingsOf(rv, RunLimits{}.WithDefaults())
+		r.setNext(&next)
+	}
+	if reason := strings.TrimSpace(d.Reason); reason != "" {
+		next.Reason += ": " + clipText(firstNonBlankLine(reason), 240)
+	}
+
+	if err := r.record(ctx, EventOperatorDecided, map[string]any{
+		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": clipText(d.Reason, DefaultRunMaxItemBytes),
+		"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
+	}); err != nil {
+		return nil, err
+	}
+	seq, err := r.seal(ctx, r.event(EventVerdict, &next))
+	if err != nil {
+		return nil, err
+	}
+	next.AuditSeq = seq
+	stored, err := e.cfg.Store.Replace(ctx, held, &next)
+	switch {
+	case errors.Is(err, ErrExists):
+		return stored, fmt.Errorf("%w: %s.%s was decided by another operator decision first (now %s)",
+			ErrNotAwaiting, d.Tenant, d.ProposalID, stored.Outcome)
+	case err != nil:
+		return nil, fmt.Errorf("storing the operator's verdict on %s.%s: %w", d.Tenant, d.ProposalID, err)
+	}
+	return &next, nil
+}
+
+// runContext is what the reviewers of this decision are told about the
+// run, nil for an action. Each reviewer gets its own copy.
+func (r *decision) runContext() *RunContext {
+	if r.run == nil {
+		return nil
+	}
+	rc := *r.run.ctx
+	rc.Criteria = slices.Clone(rc.Criteria)
+	rc.AIReview = slices.Clone(rc.AIReview)
+	rc.Manual = slices.Clone(rc.Manual)
+	rc.PriorFindings = slices.Clone(rc.PriorFindings)
+	return &rc
+}
