@@ -97,8 +97,10 @@ type fakeRouter struct {
 	reviewer engine.Reviewer
 	err      error
 	errFor   map[string]error
-	mu       sync.Mutex
-	routed   []string
+	// byPersona routes the named personas to reviewers of their own.
+	byPersona map[string]engine.Reviewer
+	mu        sync.Mutex
+	routed    []string
 }
 
 func (r *fakeRouter) Route(p *engine.Persona) (engine.Reviewer, error) {
@@ -110,6 +112,9 @@ func (r *fakeRouter) Route(p *engine.Persona) (engine.Reviewer, error) {
 	}
 	if err := r.errFor[p.Name]; err != nil {
 		return nil, err
+	}
+	if rv, ok := r.byPersona[p.Name]; ok {
+		return rv, nil
 	}
 	return r.reviewer, nil
 }

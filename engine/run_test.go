@@ -1,0 +1,597 @@
+package engine_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/gated/gated/engine"
+)
+
+const runSubject = "gated.proposals.acme.code_change"
+
+// runPersona reviews runs; its gates are those of the built-in one.
+func runPersona() *engine.Persona {
+	return &engine.Persona{
+		Name: "run-reviewer", PermissionMode: "read-only", Plugin: "sop",
+		RequiredGates: []string{"criteria_met", "prior_findings_closed"},
+	}
+}
+
+// runPolicy is a policy for run proposals whose run section a test sets;
+// it reviews with persona run-reviewer unless the section says otherwise,
+// and denies criterion_failed for every failed required criterion.
+type runPolicyConf struct {
+	run     engine.RunPolicy
+	blocked string
+	other   []engine.Deny
+	quorum  int
+	noRun   bool
+	// inputs are the run records the policy saw, one per evaluation.
+	inputs *[]*engine.RunRecord
+}
+
+func (c runPolicyConf) policy() policyFunc {
+	return policyFunc{revision: "rev-run", eval: func(in engine.PolicyInput) engine.PolicyDecision {
+		if c.inputs != nil {
+			*c.inputs = append(*c.inputs, in.RunRecord)
+		}
+		rp := c.run
+		rp.Criteria = slices.Clone(rp.Criteria)
+		d := engine.PolicyDecision{Run: &rp, Denies: slices.Clone(c.other)}
+		if c.noRun {
+			d.Run = nil
+		}
+		for _, cr := range rp.Criteria {
+			if cr.Required && !cr.Pass {
+				d.Denies = append(d.Denies, engine.Deny{Rule: "criterion_failed", Message: cr.ID + " failed"})
+			}
+		}
+		if !rp.Reviewed {
+			d.Review = engine.Route{Why: rp.Why}
+			return d
+		}
+		d.Review = engine.Route{Required: true, Persona: "run-reviewer", Quorum: max(c.quorum, 1), Why: "runs are reviewed", Blocked: c.blocked}
+		return d
+	}}
+}
+
+func runHarness(t *testing.T, conf runPolicyConf, opts ...func(*harness)) *harness {
+	t.Helper()
+	return newHarness(t, append([]func(*harness){func(h *harness) {
+		h.cfg.Policy = conf.policy()
+		h.cfg.Personas = personaSet{"run-reviewer": runPersona(), "reviewer": reviewerPersona()}
+		h.reviewer.answer = answer(runApproval(), nil)
+	}}, opts...)...)
+}
+
+// runProposal is a completed run r-1, round 1, by worker w-1, with a
+// required ai_review criterion "design" and the fields in override.
+func runProposal(t *testing.T, id string, round int, override map[string]any) []byte {
+	t.Helper()
+	m := map[string]any{
+		"v": 1, "id": id, "tenant": "acme", "kind": "run", "action": "code_change",
+		"class": "write", "blast_radius": "single_device",
+		"requested_by": map[string]any{"agent": "orchestrator"},
+		"run": map[string]any{
+			"run_id": "r-1", "task_id": "t-1", "status": "completed", "summary": "fixed the flaky test",
+			"diff": "--- a/x_test.go\n+++ b/x_test.go\n", "test_output": "ok", "round": round, "worker": "w-1",
+		},
+		"criteria": []any{
+			map[string]any{"id": "tests", "description": "tests pass", "required": true, "kind": "command_result",
+				"evidence": map[string]any{"command": "go test ./...", "exit_code": 0}},
+			map[string]any{"id": "design", "description": "the fix is minimal", "required": true, "kind": "ai_review"},
+			map[string]any{"id": "style", "description": "idiomatic", "required": false, "kind": "ai_review"},
+		},
+	}
+	for k, v := range override {
+		if v == nil {
+			delete(m, k)
+		} else {
+			m[k] = v
+		}
+	}
+	data, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func runApproval() engine.ReviewResult {
+	return engine.ReviewResult{
+		Plugin: "sop", PluginVersion: "1.0.0",
+		Text:     "Decision: approve\nGates:\n- criteria_met: pass\n- prior_findings_closed: pass\nNotes: done.",
+		Decision: engine.DecisionApprove,
+		Gates:    []engine.Gate{{Name: "criteria_met", Passed: true}, {Name: "prior_findings_closed", Passed: true}},
+		Criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 0.9, Reason: "one line changed"}},
+	}
+}
+
+func runRejection(missing ...string) engine.ReviewResult {
+	line := 12
+	return engine.ReviewResult{
+		Plugin: "sop", PluginVersion: "1.0.0",
+		Text:        "Decision: reject\nGates:\n- criteria_met: fail\nNotes: the fix hides the race.",
+		Decision:    engine.DecisionReject,
+		Gates:       []engine.Gate{{Name: "criteria_met", Passed: false}},
+		Criteria:    []engine.CriterionEval{{ID: "design", Pass: false, Confidence: 0.8, Reason: "sleeps instead of syncing"}},
+		MissingWork: missing,
+		Comments: []engine.Comment{
+			{Path: "x_test.go", Line: &line, Body: "use a channel, not a sleep"},
+			{Path: "README.md", Body: "document the flag"},
+		},
+		NextRoundGuidance: "synchronise on the done channel",
+	}
+}
+
+var reviewedRun = engine.RunPolicy{
+	Reviewed: true, Why: "always", ReviewPolicy: "always", MaxRounds: 5, Continuable: true,
+	Criteria: []engine.CriterionEval{{ID: "tests", Pass: true, Reason: "exit 0"}},
+}
+
+func TestRunNotReviewedIsApprovedAtPolicy(t *testing.T) {
+	h := runHarness(t, runPolicyConf{run: engine.RunPolicy{Reviewed: false, Why: "run review policy on_success does not review failed runs", MaxRounds: 5}})
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if v.Outcome != engine.OutcomeApproved || v.Stage != engine.StagePolicy || v.Reason != "run review policy on_success does not review failed runs" {
+		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+	}
+	if v.Run == nil || v.Run.RunID != "r-1" || v.Run.Round != 1 || v.Run.Next != "" || v.Kind != engine.KindRun {
+		t.Errorf("run section %+v", v.Run)
+	}
+	if h.reviewer.calls() != 0 {
+		t.Errorf("reviewer called %d times", h.reviewer.calls())
+	}
+	if v.TargetKey != "" {
+		t.Errorf("a run verdict has target key %q", v.TargetKey)
+	}
+}
+
+func TestRunApprovedByReviewer(t *testing.T) {
+	h := runHarness(t, runPolicyConf{run: reviewedRun})
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageReview {
+		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+	}
+	got := map[string]string{}
+	for _, c := range v.Run.Criteria {
+		got[c.ID] = c.JudgedBy
+	}
+	if got["tests"] != engine.JudgedByPolicy || got["design"] != "reviewer:run-reviewer" {
+		t.Errorf("criteria judges %v", got)
+	}
+	req := h.reviewer.requests()[0]
+	if req.Run == nil || req.Run.Round != 1 || req.Run.MaxRounds != 5 || !slices.Equal(req.Run.AIReview, []string{"design", "style"}) {
+		t.Errorf("run context %+v", req.Run)
+	}
+	rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1")
+	if rec == nil || rec.Closed != engine.RunAccepted || len(rec.Rounds) != 1 {
+		t.Errorf("run record %+v, want accepted", rec)
+	}
+	if _, _, _, ok := engine.FollowUp(v); ok {
+		t.Error("an approval sends a follow-up")
+	}
+}
+
+func TestRunRejectedByReviewerContinues(t *testing.T) {
+	h := runHarness(t, runPolicyConf{run: reviewedRun})
+	h.reviewer.answer = answer(runRejection("replace the sleep with a channel"), nil)
+	v, tr := h.mustDecide(t, runSubject, runProposal(t, "p1", 2, nil), "")
+	if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageReview {
+		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+	}
+	rv := v.Run
+	if rv.Next != engine.NextContinuation || rv.FollowUpSubject != "gated.continuations.acme.r-1" {
+		t.Fatalf("next %q on %q", rv.Next, rv.FollowUpSubject)
+	}
+	if !slices.Equal(rv.MissingWork, []string{"replace the sleep with a channel"}) || rv.NextRoundGuidance != "synchronise on the done channel" {
+		t.Errorf("missing work %q, guidance %q", rv.MissingWork, rv.NextRoundGuidance)
+	}
+	// design (failed, required), the missing-work item, two comments.
+	if len(rv.Findings) != 4 {
+		t.Fatalf("findings %+v", rv.Findings)
+	}
+	if f := rv.Findings[0]; f.ID != "r2-f1" || f.Criterion != "design" || !f.Open() {
+		t.Errorf("first finding %+v", f)
+	}
+	if f := rv.Findings[2]; f.Path != "x_test.go" || f.Line == nil || *f.Line != 12 {
+		t.Errorf("comment finding %+v", f)
+	}
+	if f := rv.Findings[3]; f.Path != "README.md" || f.Line != nil {
+		t.Errorf("file comment finding %+v, want a null line", f)
+	}
+
+	subject, msgID, body, ok := engine.FollowUp(v)
+	if !ok || subject != "gated.continuations.acme.r-1" || msgID != "acme.r-1.r2.continuation" {
+		t.Fatalf("follow-up %v %q %q", ok, subject, msgID)
+	}
+	var c engine.Continuation
+	if err := json.Unmarshal(body, &c); err != nil {
+		t.Fatal(err)
+	}
+	if c.Round != 3 || c.RunID != "r-1" || c.TaskID != "t-1" || c.Worker != "w-1" || c.Review.ProposalID != "p1" ||
+		c.Review.AuditSeq != v.AuditSeq || c.Review.Verdict != "gated.verdicts.acme.p1" || len(c.Findings) != 4 || c.MaxRounds != 5 {
+		t.Errorf("continuation %+v", c)
+	}
+	if len(c.Criteria) != 1 || c.Criteria[0].ID != "design" {
+		t.Errorf("continuation carries failed criteria %+v, want design", c.Criteria)
+	}
+	_, _, again, _ := engine.FollowUp(v)
+	if string(again) != string(body) {
+		t.Error("FollowUp is not deterministic: a replay would publish other bytes")
+	}
+	// The verdict event records the follow-up.
+	var sealed engine.Verdict
+	if err := json.Unmarshal(tr.all()[len(tr.all())-1].Data, &sealed); err != nil || sealed.Run == nil || sealed.Run.Next != engine.NextContinuation {
+		t.Errorf("sealed verdict event %+v (%v)", sealed.Run, err)
+	}
+	rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1")
+	if r := rec.Round(2); r == nil || r.ProposalID != "p1" || r.Next != engine.NextContinuation || len(r.Findings) != 4 || rec.Closed != "" {
+		t.Errorf("run record %+v", rec)
+	}
+}
+
+func TestRunRejectedInLastRoundEscalates(t *testing.T) {
+	h := runHarness(t, runPolicyConf{run: reviewedRun})
+	h.reviewer.answer = answer(runRejection("replace the sleep"), nil)
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p5", 5, nil), "")
+	if v.Run.Next != engine.NextEscalation || v.Run.FollowUpSubject != "gated.escalations.acme" {
+		t.Fatalf("next %q on %q", v.Run.Next, v.Run.FollowUpSubject)
+	}
+	subject, msgID, body, ok := engine.FollowUp(v)
+	var e engine.Escalation
+	if !ok || subject != "gated.escalations.acme" || msgID != "acme.r-1.escalation" || json.Unmarshal(body, &e) != nil {
+		t.Fatalf("follow-up %v %q %q", ok, subject, msgID)
+	}
+	if e.Rounds != 5 || e.MaxRounds != 5 || len(e.MissingWork) != 1 || !strings.Contains(e.Reason, "round 5 of 5") {
+		t.Errorf("escalation %+v", e)
+	}
+	rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1")
+	if rec.Closed != engine.RunEscalated {
+		t.Errorf("run record closed %q, want escalated", rec.Closed)
+	}
+}
+
+func TestRunPolicyRejection(t *testing.T) {
+	failed := reviewedRun
+	failed.Criteria = []engine.CriterionEval{{ID: "tests", Pass: false, Required: true, Reason: `"go test ./..." exited 1, expected 0`}}
+	failed.MissingWork = []string{`criterion tests (command_result): "go test ./..." exited 1, expected 0`}
+
+	t.Run("failed criterion continues", func(t *testing.T) {
+		h := runHarness(t, runPolicyConf{run: failed})
+		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+		if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StagePolicy || v.Run.Next != engine.NextContinuation {
+			t.Fatalf("verdict %s at %s, next %q: %s", v.Outcome, v.Stage, v.Run.Next, v.Reason)
+		}
+		if len(v.Run.Findings) != 1 || v.Run.Findings[0].Criterion != "tests" || !slices.Equal(v.Run.MissingWork, failed.MissingWork) {
+			t.Errorf("findings %+v, missing work %q", v.Run.Findings, v.Run.MissingWork)
+		}
+		if h.reviewer.calls() != 0 {
+			t.Error("a run the policy rejected was reviewed")
+		}
+	})
+	t.Run("other denies send nothing", func(t *testing.T) {
+		closed := failed
+		closed.Continuable = false
+		h := runHarness(t, runPolicyConf{run: closed, other: []engine.Deny{{Rule: "run_closed", Message: "run r-1 was accepted"}}})
+		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+		if v.Outcome != engine.OutcomeRejected || v.Run.Next != "" {
+			t.Fatalf("verdict %s, next %q", v.Outcome, v.Run.Next)
+		}
+		if rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1"); rec != nil {
+			t.Errorf("a rejection without follow-up was recorded: %+v", rec)
+		}
+	})
+	t.Run("no run section is an error", func(t *testing.T) {
+		h := runHarness(t, runPolicyConf{run: reviewedRun, noRun: true})
+		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+		if v.Outcome != engine.OutcomeError || !strings.Contains(v.Reason, "no run section") {
+			t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
+		}
+	})
+}
+
+func TestRunBlockedWhenOnlyTheWorkerCouldReview(t *testing.T) {
+	h := runHarness(t, runPolicyConf{run: reviewedRun, blocked: `no reviewer other than the run's worker "w-1" can be routed`})
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if v.Outcome != engine.OutcomeBlocked || v.Stage != engine.StageReview || !strings.Contains(v.Reason, "worker") {
+		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+	}
+	if h.reviewer.calls() != 0 || v.Run.Next != "" {
+		t.Errorf("reviewer called %d times, next %q", h.reviewer.calls(), v.Run.Next)
+	}
+}
+
+// TestRunReviewerOutputRules: what a reviewer says about a run is held to
+// the run rules, and every breach ends short of an approval with a reason.
+func TestRunReviewerOutputRules(t *testing.T) {
+	for _, tc := range []struct {
+		note    string
+		edit    func(*engine.ReviewResult)
+		want    engine.Outcome
+		reason  string
+		next    string
+		warning string
+	}{
+		{note: "required ai criterion not judged", edit: func(r *engine.ReviewResult) { r.Criteria = nil },
+			want: engine.OutcomeRejected, reason: "without passing required criteria design", next: engine.NextContinuation},
+		{note: "required ai criterion failed in an approval", edit: func(r *engine.ReviewResult) { r.Criteria[0].Pass = false },
+			want: engine.OutcomeRejected, reason: "without passing required criteria design", next: engine.NextContinuation},
+		{note: "approval with missing work", edit: func(r *engine.ReviewResult) { r.MissingWork = []string{"add a test"} },
+			want: engine.OutcomeRejected, reason: "approval requires none", next: engine.NextContinuation},
+		{note: "confidence above one", edit: func(r *engine.ReviewResult) { r.Criteria[0].Confidence = 1.5 },
+			want: engine.OutcomeError, reason: "outside [0, 1]"},
+		{note: "confidence NaN", edit: func(r *engine.ReviewResult) { r.Criteria[0].Confidence = math.NaN() },
+			want: engine.OutcomeError, reason: "outside [0, 1]"},
+		{note: "unknown criterion", edit: func(r *engine.ReviewResult) {
+			r.Criteria = append(r.Criteria, engine.CriterionEval{ID: "speed", Pass: true})
+		}, want: engine.OutcomeError, reason: `criterion "speed" is not one of the proposal's`},
+		{note: "criterion judged twice", edit: func(r *engine.ReviewResult) { r.Criteria = append(r.Criteria, r.Criteria[0]) },
+			want: engine.OutcomeError, reason: "judged twice"},
+		{note: "a deterministic criterion is the policy's", edit: func(r *engine.ReviewResult) {
+			r.Criteria = append(r.Criteria, engine.CriterionEval{ID: "tests", Pass: false})
+		}, want: engine.OutcomeApproved, warning: `ignored the reviewer's judgement of command_result criterion "tests"`},
+		{note: "warnings never change the verdict", edit: func(r *engine.ReviewResult) { r.Warnings = []string{"the diff touches vendored code"} },
+			want: engine.OutcomeApproved, warning: "persona run-reviewer: the diff touches vendored code"},
+		{note: "rejection without missing work or guidance", edit: func(r *engine.ReviewResult) {
+			*r = runRejection()
+			r.NextRoundGuidance, r.Comments = "", nil
+		}, want: engine.OutcomeError, reason: "without missing work or guidance"},
+		{note: "rejection with guidance only", edit: func(r *engine.ReviewResult) {
+			*r = runRejection()
+			r.Comments = nil
+		}, want: engine.OutcomeRejected, next: engine.NextContinuation},
+		{note: "garbled text", edit: func(r *engine.ReviewResult) { r.Text = "looks fine to me" },
+			want: engine.OutcomeError, reason: "without missing work or guidance"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			h := runHarness(t, runPolicyConf{run: reviewedRun})
+			h.reviewer.answer = approvalWithRun(tc.edit)
+			v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+			if v.Outcome != tc.want || !strings.Contains(v.Reason, tc.reason) {
+				t.Fatalf("verdict %s: %s\nwant %s containing %q", v.Outcome, v.Reason, tc.want, tc.reason)
+			}
+			if v.Approved != (tc.want == engine.OutcomeApproved) {
+				t.Errorf("approved = %v", v.Approved)
+			}
+			if v.Run.Next != tc.next {
+				t.Errorf("next %q, want %q", v.Run.Next, tc.next)
+			}
+			if tc.warning != "" && !slices.ContainsFunc(v.Run.Warnings, func(w string) bool { return strings.Contains(w, tc.warning) }) {
+				t.Errorf("warnings %q, want one containing %q", v.Run.Warnings, tc.warning)
+			}
+			if len(v.Reviews) != 1 {
+				t.Errorf("%d reviews listed, want the one that answered", len(v.Reviews))
+			}
+		})
+	}
+}
+
+func approvalWithRun(edit func(*engine.ReviewResult)) answerFunc {
+	res := runApproval()
+	edit(&res)
+	return answer(res, nil)
+}
+
+func TestRunReviewerOutputIsBounded(t *testing.T) {
+	conf := runPolicyConf{run: reviewedRun}
+	conf.run.Limits = engine.RunLimits{MaxItems: 3, MaxItemBytes: 16, MaxGuidanceBytes: 32}
+	h := runHarness(t, conf)
+	res := runRejection()
+	for i := range 10 {
+		res.MissingWork = append(res.MissingWork, fmt.Sprintf("item %d %s", i, strings.Repeat("é", 20)))
+	}
+	res.NextRoundGuidance = strings.Repeat("g", 100)
+	h.reviewer.answer = answer(res, nil)
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if v.Outcome != engine.OutcomeRejected || v.Run.Next != engine.NextContinuation {
+		t.Fatalf("verdict %s next %q: %s", v.Outcome, v.Run.Next, v.Reason)
+	}
+	if len(v.Run.MissingWork) != 3 {
+		t.Errorf("%d missing-work items, want 3", len(v.Run.MissingWork))
+	}
+	for _, m := range v.Run.MissingWork {
+		if len(m) > 16 || !strings.HasSuffix(m, "…") {
+			t.Errorf("item %q not cut to 16 bytes", m)
+		}
+	}
+	if len(v.Run.NextRoundGuidance) > 32 {
+		t.Errorf("guidance %d bytes", len(v.Run.NextRoundGuidance))
+	}
+	var cuts int
+	for _, w := range v.Run.Warnings {
+		if strings.Contains(w, "max_") {
+			cuts++
+		}
+	}
+	if cuts < 3 {
+		t.Errorf("warnings %q, want the cuts reported", v.Run.Warnings)
+	}
+}
+
+// TestRunPriorFindingsComeFromTheRecord: the reviewer of round 2 learns
+// round 1's findings from gated's record, with the worker's status on each;
+// a finding the worker leaves out is open.
+func TestRunPriorFindingsComeFromTheRecord(t *testing.T) {
+	var seen []*engine.RunRecord
+	h := runHarness(t, runPolicyConf{run: reviewedRun, inputs: &seen})
+	h.reviewer.answer = answer(runRejection("replace the sleep"), nil)
+	first, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if len(first.Run.Findings) != 4 {
+		t.Fatalf("round 1 findings %+v", first.Run.Findings)
+	}
+	h.reviewer.answer = answer(runApproval(), nil)
+	prior := []any{map[string]any{"proposal_id": "p1", "round": 1, "findings": []any{
+		map[string]any{"id": "r1-f1", "body": "x", "status": "resolved", "resolution": "synced on a channel"},
+		map[string]any{"id": "r1-f9", "body": "made up", "status": "resolved"},
+	}}}
+	run := map[string]any{"run_id": "r-1", "status": "completed", "round": 2, "worker": "w-1", "prior_reviews": prior}
+	h.mustDecide(t, runSubject, runProposal(t, "p2", 2, map[string]any{"run": run}), "")
+
+	// Each decision evaluates twice: as the default persona, then as the
+	// persona the policy routes to.
+	if len(seen) != 4 || seen[0] != nil || seen[3] == nil || seen[3].Round(1) == nil {
+		t.Fatalf("run records the policy saw: %+v", seen)
+	}
+	reqs := h.reviewer.requests()
+	got := reqs[len(reqs)-1].Run.PriorFindings
+	if len(got) != 4 {
+		t.Fatalf("prior findings %+v, want round 1's four", got)
+	}
+	if got[0].ID != "r1-f1" || got[0].Open() || got[0].Resolution != "synced on a channel" {
+		t.Errorf("first finding %+v, want resolved by the worker", got[0])
+	}
+	for _, f := range got[1:] {
+		if !f.Open() {
+			t.Errorf("finding %s is %q; the worker did not report on it, so it is open", f.ID, f.Status)
+		}
+		if f.ID == "r1-f9" {
+			t.Error("a finding the record does not hold reached the reviewer")
+		}
+	}
+}
+
+func TestRunQuorumMergesRejections(t *testing.T) {
+	second := runPersona()
+	second.Name = "run-reviewer-2"
+	reviewers := map[string]engine.Reviewer{}
+	h := runHarness(t, runPolicyConf{run: reviewedRun, quorum: 2}, func(h *harness) {
+		h.cfg.Personas = listedPersonas{"run-reviewer": runPersona(), "run-reviewer-2": second}
+		reviewers["run-reviewer-2"] = &fakeReviewer{answer: answer(runRejection("split the commit"), nil)}
+		h.router.byPersona = reviewers
+	})
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if v.Outcome != engine.OutcomeRejected || len(v.Reviews) != 2 || v.Run.Next != engine.NextContinuation {
+		t.Fatalf("verdict %s with %d reviews, next %q: %s", v.Outcome, len(v.Reviews), v.Run.Next, v.Reason)
+	}
+	if !slices.Equal(v.Run.MissingWork, []string{"split the commit"}) {
+		t.Errorf("missing work %q, want the rejecting reviewer's", v.Run.MissingWork)
+	}
+}
+
+func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
+	conf := runPolicyConf{run: reviewedRun}
+	conf.run.Manual = []string{"signoff"}
+	manual := []any{
+		map[string]any{"id": "design", "description": "minimal", "required": true, "kind": "ai_review"},
+		map[string]any{"id": "signoff", "description": "release manager signs off", "required": true, "kind": "manual"},
+	}
+	decide := func(t *testing.T, round int) (*harness, *engine.Verdict) {
+		h := runHarness(t, conf)
+		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", round, map[string]any{"criteria": manual}), "")
+		if v.Outcome != engine.OutcomeBlocked || v.Approved || !slices.Equal(v.Run.AwaitingOperator, []string{"signoff"}) {
+			t.Fatalf("verdict %s awaiting %q: %s", v.Outcome, v.Run.AwaitingOperator, v.Reason)
+		}
+		if !strings.Contains(v.Reason, "operator decision on manual criteria signoff") {
+			t.Errorf("reason %q", v.Reason)
+		}
+		if rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1"); rec != nil {
+			t.Errorf("a held verdict was recorded: %+v", rec)
+		}
+		return h, v
+	}
+	decision := func(v *engine.Verdict, pass bool) engine.OperatorDecision {
+		return engine.OperatorDecision{Tenant: "acme", ProposalID: "p1", ProposalSHA256: v.ProposalSHA256, Operator: "alice", Key: "UKEY",
+			Criteria: []engine.OperatorFinding{{ID: "signoff", Pass: pass, Reason: "release notes missing"}}}
+	}
+
+	t.Run("pass approves", func(t *testing.T) {
+		h, held := decide(t, 1)
+		tr := h.stream.trail()
+		v, err := h.eng.Resolve(t.Context(), decision(held, true), tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Outcome != engine.OutcomeApproved || !v.Approved || v.Stage != engine.StageOperator || len(v.Run.AwaitingOperator) != 0 {
+			t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+		}
+		if got, want := tr.names(), []string{engine.EventOperatorDecided, engine.EventVerdict}; !slices.Equal(got, want) {
+			t.Errorf("events %v, want %v", got, want)
+		}
+		if v.AuditSeq == 0 || v.AuditSeq == held.AuditSeq {
+			t.Errorf("audit seq %d (held %d)", v.AuditSeq, held.AuditSeq)
+		}
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeApproved {
+			t.Errorf("store holds %s", stored.Outcome)
+		}
+		last := v.Run.Criteria[len(v.Run.Criteria)-1]
+		if last.ID != "signoff" || last.JudgedBy != "operator:alice" || !last.Pass {
+			t.Errorf("operator's criterion %+v", last)
+		}
+		if rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1"); rec == nil || rec.Closed != engine.RunAccepted {
+			t.Errorf("run record %+v, want accepted", rec)
+		}
+		_, err = h.eng.Resolve(t.Context(), decision(held, false), h.stream.trail())
+		if !errors.Is(err, engine.ErrNotAwaiting) {
+			t.Errorf("second decision: %v, want ErrNotAwaiting", err)
+		}
+	})
+	t.Run("fail continues", func(t *testing.T) {
+		h, held := decide(t, 2)
+		v, err := h.eng.Resolve(t.Context(), decision(held, false), h.stream.trail())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v.Outcome != engine.OutcomeRejected || v.Run.Next != engine.NextContinuation {
+			t.Fatalf("verdict %s next %q: %s", v.Outcome, v.Run.Next, v.Reason)
+		}
+		if len(v.Run.MissingWork) != 1 || !strings.Contains(v.Run.MissingWork[0], "release notes missing") {
+			t.Errorf("missing work %q", v.Run.MissingWork)
+		}
+		if len(v.Run.Findings) == 0 || v.Run.Findings[0].ID != "r2-f1" || v.Run.Findings[0].Criterion != "signoff" {
+			t.Errorf("findings %+v", v.Run.Findings)
+		}
+		if _, _, _, ok := engine.FollowUp(v); !ok {
+			t.Error("no continuation for an operator's rejection")
+		}
+	})
+	t.Run("fail in the last round escalates", func(t *testing.T) {
+		h, held := decide(t, 5)
+		v, err := h.eng.Resolve(t.Context(), decision(held, false), h.stream.trail())
+		if err != nil || v.Run.Next != engine.NextEscalation {
+			t.Fatalf("verdict %+v, %v", v, err)
+		}
+	})
+	t.Run("mismatches are refused", func(t *testing.T) {
+		h, held := decide(t, 1)
+		for _, tc := range []struct {
+			note string
+			edit func(*engine.OperatorDecision)
+			want error
+		}{
+			{"another digest", func(d *engine.OperatorDecision) { d.ProposalSHA256 = strings.Repeat("0", 64) }, engine.ErrDecisionMismatch},
+			{"missing criterion", func(d *engine.OperatorDecision) { d.Criteria = nil }, engine.ErrDecisionMismatch},
+			{"extra criterion", func(d *engine.OperatorDecision) {
+				d.Criteria = append(d.Criteria, engine.OperatorFinding{ID: "design", Pass: true})
+			}, engine.ErrDecisionMismatch},
+			{"criterion twice", func(d *engine.OperatorDecision) { d.Criteria = append(d.Criteria, d.Criteria[0]) }, engine.ErrDecisionMismatch},
+			{"no operator", func(d *engine.OperatorDecision) { d.Operator = " " }, engine.ErrDecisionMismatch},
+			{"unknown proposal", func(d *engine.OperatorDecision) { d.ProposalID = "p9" }, engine.ErrNotFound},
+		} {
+			d := decision(held, true)
+			tc.edit(&d)
+			tr := h.stream.trail()
+			if _, err := h.eng.Resolve(t.Context(), d, tr); !errors.Is(err, tc.want) {
+				t.Errorf("%s: %v, want %v", tc.note, err, tc.want)
+			}
+			if len(tr.names()) != 0 {
+				t.Errorf("%s: a refused decision recorded %v", tc.note, tr.names())
+			}
+		}
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeBlocked {
+			t.Errorf("after refusals the store holds %s", stored.Outcome)
+		}
+	})
+	t.Run("a verdict not held is refused", func(t *testing.T) {
+		h := runHarness(t, runPolicyConf{run: reviewedRun})
+		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+		_, err := h.eng.Resolve(t.Context(), decision(v, true), h.stream.trail())
+		if !errors.Is(err, engine.ErrNotAwaiting) {
+			t.Errorf("Resolve on an approval: %v, want ErrNotAwaiting", err)
+		}
+	})
+}
