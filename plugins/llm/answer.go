@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/sdk"
 )
 
 // answer is a model's final text read in the decision format.
@@ -193,6 +194,23 @@ type runAnswerJSON struct {
 // lines as uint32, and no diff is that long.
 const maxCommentLine = math.MaxInt32
 
+// runRules are what an answer to a run review is checked against.
+type runRules struct {
+	// judge names the criteria the reviewer must report: RunContext.AIReview.
+	judge []string
+	// gates are the persona's required gates.
+	gates []string
+}
+
+// rulesFor returns the rules of req's run review.
+func rulesFor(req *sdk.Request) runRules {
+	r := runRules{gates: req.Persona.RequiredGates}
+	if req.Run != nil {
+		r.judge = req.Run.AIReview
+	}
+	return r
+}
+
 // parseRunAnswer reads a model's answer to a run review: the decision
 // format of parseAnswer followed by exactly one fenced ```json block
 //
@@ -203,13 +221,18 @@ const maxCommentLine = math.MaxInt32
 // The block is left out of the gates and the notes. It fails, and the
 // answer gets the repair turn, when the block is missing, repeated,
 // unclosed or not that object (unknown keys included), when criteria do
-// not name each of run.AIReview exactly once with pass set and confidence
+// not name each of rules.judge exactly once with pass set and confidence
 // within [0, 1], when a comment has no path or body or a line below 1,
-// when a list item is blank, or when a rejection gives neither missing
-// work nor guidance: such a rejection cannot be sent back to the worker.
-// An approval that lists missing work is read as written; the host turns
-// it into a rejection keeping the missing work.
-func parseRunAnswer(text string, run *engine.RunContext) (answer, error) {
+// or when a list item is blank.
+//
+// It also fails when the answer is a rejection as the host reads it (a
+// rejecting decision line, or an approval with a required gate not
+// passed) and gives neither missing work nor guidance: such a rejection
+// cannot be sent back to the worker, and the host would fail the review.
+// An approval that lists missing work or fails a required criterion is
+// read as written: the host turns it into a rejection that keeps the
+// missing work or names the criterion.
+func parseRunAnswer(text string, rules runRules) (answer, error) {
 	a, lines, err := readDecision(text)
 	if err != nil {
 		return answer{}, err
@@ -220,13 +243,36 @@ func parseRunAnswer(text string, run *engine.RunContext) (answer, error) {
 	}
 	rest := append(slices.Clip(lines[:open]), lines[end+1:]...)
 	a.gates, a.notes = readGatesAndNotes(rest)
-	if a.run, err = decodeRunAnswer(strings.Join(lines[open+1:end], "\n"), run); err != nil {
+	if a.run, err = decodeRunAnswer(strings.Join(lines[open+1:end], "\n"), rules.judge); err != nil {
 		return answer{}, err
 	}
-	if a.decision != engine.DecisionApprove && len(a.run.missingWork) == 0 && a.run.guidance == "" {
+	if len(a.run.missingWork) > 0 || a.run.guidance != "" {
+		return a, nil
+	}
+	if a.decision != engine.DecisionApprove {
 		return answer{}, fmt.Errorf("the answer rejects the run but gives neither missing_work nor next_round_guidance; a rejection must say what the worker has to do")
 	}
+	if g := unpassedGate(a.gates, rules.gates); g != "" {
+		return answer{}, fmt.Errorf("the answer approves the run but does not report the gate %q as passed, which makes it a rejection, and it gives neither missing_work nor next_round_guidance; approve only with every gate passed, or reject and say what the worker has to do", g)
+	}
 	return a, nil
+}
+
+// unpassedGate returns the first required gate that gates do not report
+// as passed, by the host's rule: a gate passes only if every report of it
+// passed.
+func unpassedGate(gates []engine.Gate, required []string) string {
+	passed := make(map[string]bool, len(gates))
+	for _, g := range gates {
+		prev, seen := passed[g.Name]
+		passed[g.Name] = g.Passed && (!seen || prev)
+	}
+	for _, g := range required {
+		if !passed[g] {
+			return g
+		}
+	}
+	return ""
 }
 
 // findJSONBlock returns the lines that open and close the one ```json
@@ -259,8 +305,9 @@ func isJSONFence(line string) bool {
 	return strings.EqualFold(strings.ReplaceAll(strings.TrimSpace(line), " ", ""), "```json")
 }
 
-// decodeRunAnswer reads and checks the body of the ```json block.
-func decodeRunAnswer(body string, run *engine.RunContext) (*runAnswer, error) {
+// decodeRunAnswer reads and checks the body of the ```json block. judge
+// names the criteria it must report.
+func decodeRunAnswer(body string, judge []string) (*runAnswer, error) {
 	body = strings.TrimSpace(body)
 	if !strings.HasPrefix(body, "{") {
 		return nil, fmt.Errorf("the ```json block does not hold a JSON object")
@@ -275,10 +322,6 @@ func decodeRunAnswer(body string, run *engine.RunContext) (*runAnswer, error) {
 		return nil, fmt.Errorf("the ```json block holds more than one JSON value")
 	}
 
-	var judge []string
-	if run != nil {
-		judge = run.AIReview
-	}
 	ra := &runAnswer{guidance: strings.TrimSpace(w.NextRoundGuidance)}
 	seen := make(map[string]bool, len(w.Criteria))
 	for i, c := range w.Criteria {

@@ -1,6 +1,8 @@
 package llm
 
 import (
+	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -68,7 +70,9 @@ func TestParseAnswer(t *testing.T) {
 }
 
 // FuzzParseAnswer checks that the reviewer never reads an answer more
-// favourably than the host does.
+// favourably than the host does, as an action review or as a run review,
+// and that what a run review reads from the ```json block keeps the
+// promises parseRunAnswer makes.
 func FuzzParseAnswer(f *testing.F) {
 	for _, s := range []string{
 		"Decision: approve\nGates:\n- sop_covers: pass — x\nNotes: y",
@@ -76,22 +80,190 @@ func FuzzParseAnswer(f *testing.F) {
 		"Decision: approve with caveats",
 		"decision:\u00a0APPROVE",
 		"",
+		"Decision: approve\n- g: pass\nNotes: ok\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":true,\"confidence\":0.5,\"refs\":[\"a.go:1\"]}],\"warnings\":[\"w\"]}\n```",
+		"Decision: approve\n- g: fail\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":true}]}\n```",
+		"Decision: reject\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":false}],\"comments\":[{\"path\":\"a.go\",\"line\":7,\"body\":\"b\"},{\"path\":\"b\",\"line\":null,\"body\":\"c\"}],\"missing_work\":[\"m\"],\"next_round_guidance\":\"g\"}\n```\nNotes: n",
+		"Decision: reject\n``` JSON\r\n{\"criteria\":[{\"id\":\"design\",\"pass\":false,\"confidence\":1e-3}],\"next_round_guidance\":\"g\"}\r\n```",
+		"```json\n{\"criteria\":[]}\n```\nDecision: approve",
+		"Decision: approve\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":true}]}\n```\n```json\n{}\n```",
 	} {
 		f.Add(s)
 	}
+	rules := runRules{judge: []string{"design"}, gates: []string{"g"}}
 	f.Fuzz(func(t *testing.T, text string) {
-		a, err := parseAnswer(text)
+		host, _ := engine.ParseDecision(text)
+		if a, err := parseAnswer(text); err == nil {
+			if a.decision != host {
+				t.Fatalf("reviewer reads %q, host reads %q", a.decision, host)
+			}
+			for _, g := range a.gates {
+				if g.Name == "" || !strings.Contains(text, g.Name) {
+					t.Fatalf("gate %+v is not in the text", g)
+				}
+			}
+		}
+
+		a, err := parseRunAnswer(text, rules)
 		if err != nil {
 			return
 		}
-		host, _ := engine.ParseDecision(text)
 		if a.decision != host {
-			t.Fatalf("reviewer reads %q, host reads %q", a.decision, host)
+			t.Fatalf("run review: reviewer reads %q, host reads %q", a.decision, host)
 		}
-		for _, g := range a.gates {
-			if g.Name == "" || !strings.Contains(text, g.Name) {
-				t.Fatalf("gate %+v is not in the text", g)
+		r := a.run
+		if r == nil {
+			t.Fatal("a run answer without its block was read")
+		}
+		if len(r.criteria) != 1 || r.criteria[0].ID != "design" {
+			t.Fatalf("criteria %+v do not name exactly the criterion to judge", r.criteria)
+		}
+		if c := r.criteria[0].Confidence; math.IsNaN(c) || c < 0 || c > 1 {
+			t.Fatalf("confidence %v is outside [0, 1]", c)
+		}
+		for _, c := range r.comments {
+			if c.Path == "" || c.Body == "" || (c.Line != nil && *c.Line < 1) {
+				t.Fatalf("comment %+v is not well formed", c)
+			}
+		}
+		for _, s := range append(slices.Clone(r.missingWork), r.warnings...) {
+			if strings.TrimSpace(s) == "" {
+				t.Fatalf("blank item in %q / %q", r.missingWork, r.warnings)
+			}
+		}
+		if len(r.missingWork) == 0 && r.guidance == "" {
+			if a.decision != engine.DecisionApprove {
+				t.Fatal("a rejection with neither missing work nor guidance was read")
+			}
+			res := engine.ReviewResult{Text: text, Decision: a.decision, Gates: a.gates}
+			if _, approved, why := engine.Judge(res, &engine.Persona{RequiredGates: rules.gates}); !approved {
+				t.Fatalf("an approval the host rejects (%s) came with neither missing work nor guidance", why)
+			}
+		}
+		for _, line := range strings.Split(a.notes, "\n") {
+			if isJSONFence(line) {
+				t.Fatalf("the block is in the notes: %q", a.notes)
 			}
 		}
 	})
+}
+
+// testRules are the rules of the parser's tests: two criteria to judge
+// and one required gate.
+var testRules = runRules{judge: []string{"design", "docs"}, gates: []string{"criteria_met"}}
+
+func TestParseRunAnswer(t *testing.T) {
+	const gates = "Decision: %s\nGates:\n- criteria_met: pass — ok\nNotes: %s\n"
+	block := func(body string) string { return "```json\n" + body + "\n```" }
+	const both = `"criteria":[{"id":"design","pass":true,"confidence":1},{"id":"docs","pass":false,"confidence":0}]`
+	line := func(n int) *int { return &n }
+	tests := []struct {
+		note     string
+		text     string
+		rules    *runRules
+		decision engine.Decision
+		notes    string
+		want     runAnswer
+		bad      string // part of the error; "" means it parses
+	}{
+		{
+			note:     "approval; the block is left out of the notes",
+			text:     fmt.Sprintf(gates, "approve", "fine\nreally") + "\n" + block("{"+both+`,"warnings":["  w  "]}`) + "\n\nSigned.",
+			decision: engine.DecisionApprove,
+			notes:    "fine\nreally\n\n\nSigned.",
+			want: runAnswer{
+				criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}},
+				warnings: []string{"w"},
+			},
+		},
+		{
+			note:     "rejection with comments on a line and on a file, CRLF, ```JSON",
+			text:     strings.ReplaceAll(fmt.Sprintf(gates, "reject", "no")+"``` JSON\n{"+both+`,"comments":[{"path":"a.go","line":3,"body":"b"},{"path":"b.go","line":null,"body":"c"},{"path":"c.go","body":"d"}],"missing_work":["x"],"next_round_guidance":" g "}`+"\n```", "\n", "\r\n"),
+			decision: engine.DecisionReject,
+			notes:    "no",
+			want: runAnswer{
+				criteria:    []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}},
+				comments:    []engine.Comment{{Path: "a.go", Line: line(3), Body: "b"}, {Path: "b.go", Body: "c"}, {Path: "c.go", Body: "d"}},
+				missingWork: []string{"x"},
+				guidance:    "g",
+			},
+		},
+		{
+			note:     "rejection with guidance only",
+			text:     fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"next_round_guidance":"start over"}`),
+			decision: engine.DecisionReject, notes: "no",
+			want: runAnswer{criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}}, guidance: "start over"},
+		},
+		{
+			note:     "approval with missing work is read as written",
+			text:     fmt.Sprintf(gates, "approve", "ok") + block("{"+both+`,"missing_work":["y"]}`),
+			decision: engine.DecisionApprove, notes: "ok",
+			want: runAnswer{criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}}, missingWork: []string{"y"}},
+		},
+		{
+			note:     "no criteria to judge",
+			text:     fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[]}`),
+			rules:    &runRules{gates: []string{"criteria_met"}},
+			decision: engine.DecisionApprove, notes: "ok",
+		},
+		{
+			note:     "approval with a failed criterion is read as written: the host rejects it",
+			text:     fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":false,"reason":"no"},{"id":"docs","pass":true}]}`),
+			decision: engine.DecisionApprove, notes: "ok",
+			want: runAnswer{criteria: []engine.CriterionEval{{ID: "design", Reason: "no"}, {ID: "docs", Pass: true}}},
+		},
+		{note: "bad decision line first", text: "Looks good\n" + block("{"+both+"}"), bad: "is not"},
+		{note: "no block", text: fmt.Sprintf(gates, "approve", "ok"), bad: "no ```json block"},
+		{note: "plain fence is not the block", text: fmt.Sprintf(gates, "approve", "ok") + "```\n{" + both + "}\n```", bad: "no ```json block"},
+		{note: "two blocks", text: fmt.Sprintf(gates, "approve", "ok") + block("{"+both+"}") + "\n" + block("{}"), bad: "more than one"},
+		{note: "unclosed", text: fmt.Sprintf(gates, "approve", "ok") + "```json\n{" + both + "}", bad: "not closed"},
+		{note: "not an object", text: fmt.Sprintf(gates, "approve", "ok") + block("null"), bad: "does not hold a JSON object"},
+		{note: "trailing comma", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[],}`), bad: "invalid character '}'"},
+		{note: "unknown key", text: fmt.Sprintf(gates, "approve", "ok") + block("{"+both+`,"missingWork":["x"]}`), bad: `unknown field "missingWork"`},
+		{note: "two values", text: fmt.Sprintf(gates, "approve", "ok") + block("{"+both+"} {}"), bad: "more than one JSON value"},
+		{note: "criterion without id", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"pass":true}]}`), bad: "criteria[0] has no id"},
+		{note: "criterion not asked for", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"tests","pass":true}]}`), bad: `"tests" is not a criterion you were asked to judge ("design", "docs")`},
+		{note: "criterion twice", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":true},{"id":"design","pass":true}]}`), bad: "reported twice"},
+		{note: "criterion missing", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":true}]}`), bad: `no entry for "docs"`},
+		{note: "pass missing", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design"},{"id":"docs","pass":true}]}`), bad: `has no "pass"`},
+		{note: "pass as a string", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":"yes"},{"id":"docs","pass":true}]}`), bad: "cannot unmarshal string"},
+		{note: "confidence as a percentage", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":true,"confidence":85},{"id":"docs","pass":true}]}`), bad: "confidence 85"},
+		{note: "negative confidence", text: fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":true,"confidence":-0.1},{"id":"docs","pass":true}]}`), bad: "from 0 to 1"},
+		{note: "line 0", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"comments":[{"path":"a","line":0,"body":"b"}],"missing_work":["x"]}`), bad: "line 0"},
+		{note: "fractional line", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"comments":[{"path":"a","line":1.5,"body":"b"}],"missing_work":["x"]}`), bad: "cannot unmarshal number 1.5"},
+		{note: "comment without path", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"comments":[{"line":1,"body":"b"}],"missing_work":["x"]}`), bad: "comments[0] has no path"},
+		{note: "comment without body", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"comments":[{"path":"a"}],"missing_work":["x"]}`), bad: "comments[0] has no body"},
+		{note: "blank missing work", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"missing_work":["x"," "]}`), bad: "missing_work[1] is blank"},
+		{note: "rejection with nothing to do", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"missing_work":[],"next_round_guidance":"  "}`), bad: "neither missing_work nor next_round_guidance"},
+		{note: "approval with a failed gate and nothing to do", text: "Decision: approve\n- criteria_met: fail — no\n" + block("{"+both+"}"), bad: `does not report the gate "criteria_met" as passed`},
+		{note: "approval with a gate both passed and failed", text: "Decision: approve\n- criteria_met: pass\n- criteria_met: fail\n" + block("{"+both+"}"), bad: `"criteria_met"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			rules := testRules
+			if tc.rules != nil {
+				rules = *tc.rules
+			}
+			a, err := parseRunAnswer(tc.text, rules)
+			if tc.bad != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.bad) {
+					t.Fatalf("err = %v, want one saying %q", err, tc.bad)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.decision != tc.decision || a.notes != tc.notes {
+				t.Errorf("decision %q, notes %q; want %q, %q", a.decision, a.notes, tc.decision, tc.notes)
+			}
+			got := *a.run
+			if !slices.EqualFunc(got.criteria, tc.want.criteria, func(x, y engine.CriterionEval) bool {
+				return x.ID == y.ID && x.Pass == y.Pass && x.Confidence == y.Confidence && x.Reason == y.Reason
+			}) || !slices.EqualFunc(got.comments, tc.want.comments, func(x, y engine.Comment) bool {
+				return x.Path == y.Path && x.Body == y.Body && (x.Line == nil) == (y.Line == nil) && (x.Line == nil || *x.Line == *y.Line)
+			}) || !slices.Equal(got.missingWork, tc.want.missingWork) || got.guidance != tc.want.guidance || !slices.Equal(got.warnings, tc.want.warnings) {
+				t.Errorf("got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
 }

@@ -19,3 +19,19 @@ var (
 	// is configured. The error names the environment variable to set.
 	ErrMissingBaseURL = errors.New("no base URL configured for the model provider")
 )
+
+// Errors of Review for a run review that reached no decision. An action
+// review gets a rejection in these cases instead; a run review cannot,
+// because a rejection of a run must say what the worker has to do.
+var (
+	// ErrUnreadableAnswer means the model's answer to a run review was not
+	// in the decision format with its ```json block, even after one
+	// repair turn. The error says what was wrong and quotes the start of
+	// the answer. A stronger model, or one that follows formats more
+	// closely, is the fix.
+	ErrUnreadableAnswer = errors.New("the model's answer could not be read")
+	// ErrMaxTurns means the model was still calling tools when the
+	// persona's max_turns ran out. Raise max_turns, or give the persona
+	// fewer tools.
+	ErrMaxTurns = errors.New("max_turns exhausted")
+)

@@ -33,6 +33,9 @@ const (
 	// maxEchoBytes bounds an unreadable answer quoted back for repair, or
 	// in a rejection's notes.
 	maxEchoBytes = 2 << 10
+	// maxRunEchoBytes bounds an unreadable answer to a run review quoted
+	// back for repair: enough to keep its ```json block.
+	maxRunEchoBytes = 16 << 10
 )
 
 // Reviewer is the LLM reviewer. It is safe for concurrent reviews.
@@ -72,7 +75,14 @@ func (r *Reviewer) Describe(context.Context) (sdk.Description, error) {
 // ends, whatever error the provider client made of it.
 //
 // A model that keeps calling tools until max_turns, or whose answer stays
-// unreadable after one repair turn, gets a rejection that says so.
+// unreadable after one repair turn, gets a rejection that says so. A run
+// review (req.Run set) gets an error instead, ErrMaxTurns or
+// ErrUnreadableAnswer: a rejection of a run must say what the worker has
+// to do, and a reviewer that reached no decision cannot say that.
+//
+// A run review's answer carries a ```json block after the decision
+// format (see parseRunAnswer); it fills the response's Criteria,
+// Comments, MissingWork, NextRoundGuidance and Warnings.
 func (r *Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
 	if req.Deadline.UnixMilli() > 0 {
 		var cancel context.CancelFunc
@@ -105,7 +115,13 @@ func (r *Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response,
 	if req.Persona.SystemPrompt != "" {
 		s.msgs = append(s.msgs, llms.TextParts(llms.ChatMessageTypeSystem, req.Persona.SystemPrompt))
 	}
-	s.msgs = append(s.msgs, llms.TextParts(llms.ChatMessageTypeHuman, briefing(req)))
+	var brief string
+	if req.Run != nil {
+		brief, s.res.Warnings = runBriefing(req)
+	} else {
+		brief = briefing(req)
+	}
+	s.msgs = append(s.msgs, llms.TextParts(llms.ChatMessageTypeHuman, brief))
 	return s.run(ctx)
 }
 
@@ -136,9 +152,9 @@ func (s *session) run(ctx context.Context) (*sdk.Response, error) {
 			}
 			continue
 		}
-		ans, perr := parseAnswer(text)
+		ans, perr := s.parse(text)
 		if perr == nil {
-			s.res.Text, s.res.Decision, s.res.Gates, s.res.Notes = text, ans.decision, ans.gates, ans.notes
+			s.accept(text, ans)
 			return s.res, nil
 		}
 		if repaired || s.res.Turns >= s.maxTurns {
@@ -146,15 +162,46 @@ func (s *session) run(ctx context.Context) (*sdk.Response, error) {
 			if !repaired {
 				why = "and no turn was left for a repair"
 			}
+			began := jsonString(clip(strings.TrimSpace(text), maxEchoBytes))
+			if s.req.Run != nil {
+				return nil, fmt.Errorf("%w as a run review %s: %s; it began: %s", ErrUnreadableAnswer, why, perr, began)
+			}
 			return s.reject(fmt.Sprintf("The model's answer could not be read as a decision %s (%s), so this is a rejection. It began: %s",
-				why, perr, jsonString(clip(strings.TrimSpace(text), maxEchoBytes)))), nil
+				why, perr, began)), nil
 		}
 		repaired = true
+		echo, want := clip(text, maxEchoBytes), format(s.req.Persona.RequiredGates)
+		if s.req.Run != nil {
+			echo, want = clip(text, maxRunEchoBytes), runFormat(s.req.Persona.RequiredGates, s.req.Run.AIReview)
+		}
 		s.msgs = append(s.msgs,
-			llms.TextParts(llms.ChatMessageTypeAI, orDefault(clip(text, maxEchoBytes), "(no text)")),
-			llms.TextParts(llms.ChatMessageTypeHuman, repairRequest(perr.Error(), s.req.Persona.RequiredGates)))
+			llms.TextParts(llms.ChatMessageTypeAI, orDefault(echo, "(no text)")),
+			llms.TextParts(llms.ChatMessageTypeHuman, repairRequest(perr.Error(), want)))
+	}
+	if s.req.Run != nil {
+		return nil, fmt.Errorf("%w: the model was still calling tools after %d model calls, so the run review reached no decision", ErrMaxTurns, s.res.Turns)
 	}
 	return s.reject(fmt.Sprintf("max_turns exhausted: the model was still calling tools after %d model calls, so no decision was reached and this is a rejection.", s.res.Turns)), nil
+}
+
+// parse reads the model's final text: in the decision format, and for a
+// run review with its ```json block.
+func (s *session) parse(text string) (answer, error) {
+	if s.req.Run != nil {
+		return parseRunAnswer(text, rulesFor(s.req))
+	}
+	return parseAnswer(text)
+}
+
+// accept fills the response from a readable answer. Warnings the
+// reviewer made itself (what the model was not shown) come first.
+func (s *session) accept(text string, a answer) {
+	s.res.Text, s.res.Decision, s.res.Gates, s.res.Notes = text, a.decision, a.gates, a.notes
+	if r := a.run; r != nil {
+		s.res.Criteria, s.res.Comments = r.criteria, r.comments
+		s.res.MissingWork, s.res.NextRoundGuidance = r.missingWork, r.guidance
+		s.res.Warnings = append(s.res.Warnings, r.warnings...)
+	}
 }
 
 // call makes one model call within the turn's deadline and returns the

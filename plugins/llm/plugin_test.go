@@ -47,25 +47,7 @@ func TestReviewThroughTheHost(t *testing.T) {
 			toolCall{id: "call_shell", name: "run_shell", args: `{"cmd":"uptime"}`}),
 		textTurn("openai", approval, usage{300, 70}))
 
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := plugins.FileSHA256(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := plugins.Spec{Name: llm.Name, Path: exe, SHA256: sum, Env: []string{
-		helperEnv + "=1", llm.EnvOpenAIAPIKey + "=" + key, llm.EnvOpenAIBaseURL + "=" + p.baseURL(),
-	}}
-	h, err := plugins.NewHost(zaptest.NewLogger(t), llm.Name, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	if err := h.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	h := startPlugin(t, p, key)
 
 	persona := &engine.Persona{
 		Name: "reviewer", Model: "openai/gpt-4o-mini", Plugin: llm.Name, MaxTurns: 4,
@@ -133,5 +115,79 @@ func TestReviewThroughTheHost(t *testing.T) {
 	want := []string{engine.EventToolCalled + " " + sdk.ToolGetSOPText, engine.EventToolDenied + " run_shell"}
 	if !slices.Equal(audited, want) {
 		t.Errorf("audited %q, want %q", audited, want)
+	}
+}
+
+// startPlugin starts the test binary as the llm plugin under a real host,
+// with an OpenAI key and the fake provider p's address in its environment.
+func startPlugin(t *testing.T, p *provider, key string) *plugins.Host {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := plugins.FileSHA256(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := plugins.Spec{Name: llm.Name, Path: exe, SHA256: sum, Env: []string{
+		helperEnv + "=1", llm.EnvOpenAIAPIKey + "=" + key, llm.EnvOpenAIBaseURL + "=" + p.baseURL(),
+	}}
+	h, err := plugins.NewHost(zaptest.NewLogger(t), llm.Name, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// A run review end to end: the host sends the run context to the plugin
+// process, the model sees the prior findings, and the criteria, comments
+// (with a line and without), missing work and guidance of its answer come
+// back through the wire.
+func TestRunReviewThroughTheHost(t *testing.T) {
+	p := newProvider(t, "openai", textTurn("openai", runRejection, usage{500, 150}))
+	h := startPlugin(t, p, "sk-e2e-run-1")
+	persona := &engine.Persona{
+		Name: "run-reviewer", Model: "openai/gpt-4o-mini", Plugin: llm.Name, MaxTurns: 4,
+		PermissionMode: "read-only", Prompt: "Review finished runs.", RequiredGates: runGates,
+	}
+	r, err := h.Route(persona)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := runRequest("openai", runDiff)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	res, err := r.Review(ctx, engine.ReviewRequest{
+		ReviewID: "rv-run-e2e", Proposal: req.Proposal, ProposalJSON: req.ProposalJSON, Persona: persona,
+		Deadline: time.Now().Add(30 * time.Second), Run: req.Run, Why: req.Policy.Why, PolicyRevision: req.Policy.Revision,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Decision != engine.DecisionReject || res.PID == os.Getpid() {
+		t.Fatalf("decision %q in pid %d", res.Decision, res.PID)
+	}
+	if len(res.Criteria) != 2 || res.Criteria[0].ID != "design" || !res.Criteria[0].Pass || res.Criteria[1].Pass || res.Criteria[1].Confidence != 0.95 {
+		t.Errorf("criteria = %+v", res.Criteria)
+	}
+	if len(res.Comments) != 2 || res.Comments[0].Line == nil || *res.Comments[0].Line != 12 || res.Comments[1].Line != nil {
+		t.Errorf("comments = %+v", res.Comments)
+	}
+	if want := []string{"r1-f1: add a test for the empty input", "document errEmpty in README.md"}; !slices.Equal(res.MissingWork, want) {
+		t.Errorf("missing work = %q", res.MissingWork)
+	}
+	if res.NextRoundGuidance != "Export the error, test it, then document it." {
+		t.Errorf("guidance = %q", res.NextRoundGuidance)
+	}
+	brief := userTexts(p.recorded()[0])[0]
+	for _, s := range []string{"<prior_findings>", `"id": "r1-f1"`, `"status": "open"`, "Parse now returns the error wrapped", "you must check each open finding"} {
+		if !strings.Contains(brief, s) {
+			t.Errorf("the prompt the provider received does not have %q", s)
+		}
 	}
 }
