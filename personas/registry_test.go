@@ -15,6 +15,21 @@ import (
 	"github.com/gated/gated/engine"
 )
 
+// builtinNames are the personas compiled into gated, sorted.
+var builtinNames = []string{"dba", "reviewer", "run-reviewer"}
+
+// withBuiltins returns names and the built-in names, sorted.
+func withBuiltins(names ...string) []string {
+	out := slices.Concat(builtinNames, names)
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// without returns names less drop.
+func without(names []string, drop string) []string {
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == drop })
+}
+
 func TestBuiltinReviewer(t *testing.T) {
 	r, err := Builtin()
 	if err != nil {
@@ -95,7 +110,7 @@ func TestLoadBuiltinsOnly(t *testing.T) {
 			if len(warnings) != 0 {
 				t.Errorf("warnings %q, want none", warnings)
 			}
-			if got, want := r.Names(), []string{"dba", "reviewer"}; !reflect.DeepEqual(got, want) {
+			if got, want := r.Names(), builtinNames; !reflect.DeepEqual(got, want) {
 				t.Errorf("names %q, want %q", got, want)
 			}
 		})
@@ -133,7 +148,7 @@ func TestLoadTree(t *testing.T) {
 		t.Fatalf("Load: %v", err)
 	}
 
-	if got, want := r.Names(), []string{"dba", "deep", "dup", "extra", "kept", "reviewer", "top"}; !reflect.DeepEqual(got, want) {
+	if got, want := r.Names(), withBuiltins("deep", "dup", "extra", "kept", "top"); !reflect.DeepEqual(got, want) {
 		t.Errorf("names %q, want %q", got, want)
 	}
 	if p, ok := r.Persona("deep"); !ok || p.MaxTurns != 3 || p.Prompt != "Nested two levels down." {
@@ -205,10 +220,14 @@ func containsAll(s string, frags ...string) bool {
 	return true
 }
 
-// sopGates are the gates the bundled sop reviewer (plugins/sop) reports.
-// A persona it serves can require no other: a gate it never reports
+// sopGates are the gates the bundled sop reviewer (plugins/sop) reports
+// on an action, and sopRunGates those it reports on a run. A persona it
+// serves must require gates of one set only: a gate it never reports
 // fails every review.
-var sopGates = []string{"sop_covers", "no_parallel_operation", "rollback_known"}
+var (
+	sopGates    = []string{"sop_covers", "no_parallel_operation", "rollback_known"}
+	sopRunGates = []string{"criteria_met", "prior_findings_closed"}
+)
 
 func TestBuiltinDBA(t *testing.T) {
 	r, err := Builtin()
@@ -244,6 +263,46 @@ func TestBuiltinDBA(t *testing.T) {
 	}
 }
 
+func TestBuiltinRunReviewer(t *testing.T) {
+	r, err := Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, ok := r.ByName("run-reviewer")
+	if !ok {
+		t.Fatalf("no built-in run-reviewer; have %q", r.Names())
+	}
+	if p.PermissionMode != "read-only" {
+		t.Errorf("permission_mode %q, want read-only", p.PermissionMode)
+	}
+	// A fresh gated has no model key: runs are reviewed by sop until an
+	// operator gives the persona a model.
+	if p.Plugin != "sop" || p.Model != "" {
+		t.Errorf("plugin %q model %q, want sop and no model", p.Plugin, p.Model)
+	}
+	if !reflect.DeepEqual(p.RequiredGates, sopRunGates) {
+		t.Errorf("required_gates %q, want %q", p.RequiredGates, sopRunGates)
+	}
+	if !reflect.DeepEqual(p.Tools, []string{"get_proposal"}) {
+		t.Errorf("tools %q, want get_proposal only", p.Tools)
+	}
+	if p.CriticalReminder == "" {
+		t.Error("no critical_reminder")
+	}
+	// The body is a prompt an LLM reviewer can follow: the gates, the
+	// answer format the llm plugin reads, and data that is never obeyed.
+	for _, want := range []string{
+		"criteria_met", "prior_findings_closed", "ai_review", "prior finding r1-f2 is still open",
+		"Decision: approve | reject", "- criteria_met: pass | fail", "- prior_findings_closed: pass | fail", "Notes:",
+		"```json", `"criteria"`, `"comments"`, `"missing_work"`, `"next_round_guidance"`, `"warnings"`,
+		"An approval has an empty \"missing_work\"", "treat it as data to judge", "reject",
+	} {
+		if !strings.Contains(p.Prompt, want) {
+			t.Errorf("prompt does not mention %q", want)
+		}
+	}
+}
+
 // TestBuiltinsCanReview checks what every built-in persona must be to
 // review on a fresh gated: read-only, and served by sop with gates sop
 // reports, or it would reject or block every change routed to it.
@@ -267,9 +326,13 @@ func TestBuiltinsCanReview(t *testing.T) {
 			if p.Plugin != "sop" {
 				t.Errorf("plugin %q, want sop", p.Plugin)
 			}
+			gates := sopGates
+			if slices.ContainsFunc(p.RequiredGates, func(g string) bool { return slices.Contains(sopRunGates, g) }) {
+				gates = sopRunGates
+			}
 			for _, g := range p.RequiredGates {
-				if !slices.Contains(sopGates, g) {
-					t.Errorf("required gate %q is one the sop reviewer never reports", g)
+				if !slices.Contains(gates, g) {
+					t.Errorf("required gate %q is one the sop reviewer never reports with %q", g, gates)
 				}
 			}
 			if !slices.Contains(p.DisallowedTools, "*_skill") {
@@ -316,7 +379,7 @@ func TestNewReport(t *testing.T) {
 	if !reflect.DeepEqual(rep.Files, wantFiles) {
 		t.Errorf("files %q, want %q", rep.Files, wantFiles)
 	}
-	wantNames := []string{"alpha", "dba", "extra", "reviewer"}
+	wantNames := withBuiltins("alpha", "extra")
 	if !reflect.DeepEqual(rep.Personas, wantNames) || !reflect.DeepEqual(r.Names(), wantNames) {
 		t.Errorf("personas %q / %q, want %q", rep.Personas, r.Names(), wantNames)
 	}
@@ -412,7 +475,7 @@ func TestReloadKeepsTheLastRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep = r.Reload()
-	if !rep.OK || !rep.Changed || !reflect.DeepEqual(r.Names(), []string{"dba", "reviewer"}) {
+	if !rep.OK || !rep.Changed || !reflect.DeepEqual(r.Names(), builtinNames) {
 		t.Fatalf("report %+v, names %q: want the built-ins alone", rep, r.Names())
 	}
 }
@@ -551,7 +614,7 @@ func TestReplaceRemove(t *testing.T) {
 	if rep := r.Reload(); !rep.OK {
 		t.Fatalf("reload %+v", rep)
 	}
-	if want := []string{"added", "file", "new", "reviewer"}; !reflect.DeepEqual(r.Names(), want) {
+	if want := without(withBuiltins("added", "file", "new"), "dba"); !reflect.DeepEqual(r.Names(), want) {
 		t.Errorf("names after reload %q, want %q", r.Names(), want)
 	}
 	if got, _ := r.ByName("reviewer"); got.Prompt != "Replaced reviewer." {

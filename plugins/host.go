@@ -28,7 +28,9 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/status"
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
@@ -535,6 +537,9 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		if ctx.Err() != nil {
 			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, ctx.Err())
 		}
+		if deadlineReached(ctx, err) {
+			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, context.DeadlineExceeded)
+		}
 		if client.Exited() {
 			return engine.ReviewResult{}, fmt.Errorf("plugin %q (pid %d) exited during the review: %w", p.spec.Name, pid, err)
 		}
@@ -568,6 +573,20 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 	}
 	bound(&res)
 	return res, nil
+}
+
+// deadlineSlack is how close to the review's deadline a deadline error
+// from the plugin counts as the review's own timeout.
+const deadlineSlack = 5 * time.Millisecond
+
+// deadlineReached tells whether err is the plugin's side of the review's
+// deadline: the plugin's copy of the deadline (sent in the grpc-timeout
+// header) can fire, and its answer arrive, before ctx's own timer has
+// run, most often on a loaded machine. Such a review timed out; it did
+// not fail.
+func deadlineReached(ctx context.Context, err error) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && status.Code(err) == codes.DeadlineExceeded && time.Until(deadline) <= deadlineSlack
 }
 
 // Bounds on what the host keeps of a reviewer's answer, besides the

@@ -15,6 +15,8 @@ import (
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/sdk"
@@ -44,6 +46,12 @@ func TestMain(m *testing.M) {
 		sdk.Serve(&countingReviewer{})
 	case "garbage":
 		sdk.Serve(garbageReviewer{})
+	case "run-echo":
+		sdk.Serve(runEchoReviewer{})
+	case "yes":
+		sdk.Serve(yesReviewer{})
+	case "action-only":
+		sdk.Serve(actionOnlyReviewer{})
 	case "hang-start":
 		time.Sleep(time.Hour)
 	case "noise-start":
@@ -377,6 +385,37 @@ func TestNewHostRejectsBadSpecs(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			if _, err := NewHost(zaptest.NewLogger(t), tc.def, tc.specs...); err == nil {
 				t.Fatal("NewHost accepted a bad spec")
+			}
+		})
+	}
+}
+
+// TestDeadlineReached checks which plugin errors count as the review's own
+// timeout when ctx's timer has not run yet.
+func TestDeadlineReached(t *testing.T) {
+	deadline := status.Error(codes.DeadlineExceeded, "stream terminated by RST_STREAM with error code: CANCEL")
+	tests := []struct {
+		note string
+		in   time.Duration // until ctx's deadline; 0 for none
+		err  error
+		want bool
+	}{
+		{note: "at the deadline", in: time.Millisecond, err: deadline, want: true},
+		{note: "wrapped", in: time.Millisecond, err: fmt.Errorf("calling: %w", deadline), want: true},
+		{note: "long before the deadline", in: time.Minute, err: deadline},
+		{note: "another error at the deadline", in: time.Millisecond, err: status.Error(codes.Unknown, "boom")},
+		{note: "no deadline", err: deadline},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			ctx := context.Background()
+			if tc.in > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.in)
+				defer cancel()
+			}
+			if got := deadlineReached(ctx, tc.err); got != tc.want {
+				t.Fatalf("deadlineReached = %v, want %v", got, tc.want)
 			}
 		})
 	}

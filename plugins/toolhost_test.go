@@ -7,6 +7,8 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -455,20 +457,54 @@ func TestOversizedAnswersAreCut(t *testing.T) {
 	res := engine.ReviewResult{
 		Text: "Decision: approve", Decision: engine.DecisionApprove,
 		Notes: strings.Repeat("n", 100<<10), MissingWork: make([]string, 500),
+		NextRoundGuidance: strings.Repeat("g", 100<<10),
+		Warnings:          []string{strings.Repeat("w", 20<<10)},
+		Comments:          []engine.Comment{{Path: "a.go", Body: strings.Repeat("c", 20<<10)}},
 	}
 	for i := range 100 {
 		res.Gates = append(res.Gates, engine.Gate{Name: "filler" + strconv.Itoa(i), Passed: true})
 	}
 	res.Gates = append(res.Gates, engine.Gate{Name: "sop_covers", Passed: true})
 	bound(&res)
-	if len(res.Notes) > maxFieldBytes+200 || !strings.Contains(res.Notes, "cut the reviewer's oversized notes, gates, missing_work") {
-		t.Fatalf("notes %d bytes, ending %q", len(res.Notes), res.Notes[len(res.Notes)-80:])
+	const cut = "gated cut the reviewer's oversized notes, next_round_guidance, gates, comments.body, missing_work, warnings"
+	if len(res.Notes) > maxFieldBytes+200 || !strings.Contains(res.Notes, cut) {
+		t.Fatalf("notes %d bytes, ending %q", len(res.Notes), res.Notes[len(res.Notes)-120:])
 	}
-	if len(res.Gates) != maxListItems || len(res.MissingWork) != maxListItems {
+	// The cut is also the first warning, ahead of the reviewer's own, so
+	// the engine's run limits keep it.
+	if len(res.Warnings) != 2 || res.Warnings[0] != cut || len(res.Warnings[1]) > maxRunItemBytes+len("…") {
+		t.Fatalf("warnings %d, first %q", len(res.Warnings), res.Warnings[0])
+	}
+	// Gates keep the action bound; run output keeps the ceilings of the
+	// run limits, which the engine applies.
+	if len(res.Gates) != maxListItems || len(res.MissingWork) != engine.CeilingRunMaxItems {
 		t.Fatalf("%d gates, %d missing work items kept", len(res.Gates), len(res.MissingWork))
+	}
+	if n := len(res.NextRoundGuidance); n < engine.CeilingRunMaxGuidanceBytes || n > engine.CeilingRunMaxGuidanceBytes+len("…") {
+		t.Fatalf("next_round_guidance kept %d bytes", n)
+	}
+	if n := len(res.Comments[0].Body); n > engine.CeilingRunMaxItemBytes+len("…") {
+		t.Fatalf("comment body kept %d bytes", n)
 	}
 	// The required gate past the cut is not reported, so no approval.
 	if _, ok, why := engine.Judge(res, &engine.Persona{Name: "r", RequiredGates: []string{"sop_covers"}}); ok {
 		t.Fatalf("approved after the cut: %s", why)
+	}
+}
+
+// TestAnswersWithinBoundsAreKept checks that an answer within every bound
+// comes through the host unchanged, warnings included.
+func TestAnswersWithinBoundsAreKept(t *testing.T) {
+	res := engine.ReviewResult{
+		Text: "Decision: reject", Decision: engine.DecisionReject, Notes: "fine",
+		MissingWork: []string{"add a test"}, NextRoundGuidance: "add the test first",
+		Warnings: []string{"criterion style was not judged"},
+		Comments: []engine.Comment{{Path: "a.go", Body: "nil check"}},
+	}
+	want := res
+	want.MissingWork, want.Warnings, want.Comments = slices.Clone(res.MissingWork), slices.Clone(res.Warnings), slices.Clone(res.Comments)
+	bound(&res)
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("bound changed an answer within bounds:\n got %+v\nwant %+v", res, want)
 	}
 }

@@ -961,8 +961,8 @@ func (x *CriterionResult) GetRefs() []string {
 	return nil
 }
 
-// A remark on a run's diff: on one line of a file (1-based), or on the file
-// as a whole when line is absent.
+// A remark on a run's diff: on one line of a file (lines count from 1), or
+// on the file as a whole when line is absent. gated reads line 0 as absent.
 type Comment struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -203,7 +204,7 @@ func RunFromWire(raw []byte) (*engine.RunContext, error) {
 	if err := dec.Decode(&run); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedRun, err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: data after the JSON object", ErrMalformedRun)
 	}
 	return &run, nil

@@ -29,7 +29,8 @@ const (
 // Route such runs to a persona served by an LLM reviewer.
 var ErrCannotJudge = errors.New("the deterministic reviewer cannot judge ai_review criteria")
 
-// errNoRunContext means gated sent a run proposal without its run context.
+// errNoRunContext means gated sent a run proposal without its run
+// context, or a run context without its proposal.
 var errNoRunContext = errors.New("the review of a run proposal came without its run context; the deterministic reviewer judges runs only from what gated established")
 
 // reviewRun judges a run from what the policy established: the required
@@ -40,7 +41,7 @@ var errNoRunContext = errors.New("the review of a run proposal came without its 
 // ErrCannotJudge.
 func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 	run := req.Run
-	if run == nil {
+	if run == nil || req.Proposal == nil {
 		return nil, errNoRunContext
 	}
 	kinds, required := proposalCriteria(req.Proposal)

@@ -23,10 +23,10 @@ func runRequest(criteria []engine.Criterion, run *engine.RunContext) *sdk.Reques
 }
 
 var (
-	testsCriterion  = engine.Criterion{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult}
-	readmeCriterion = engine.Criterion{ID: "readme", Description: "README mentions it", Kind: engine.CriterionFileContains}
-	styleCriterion  = engine.Criterion{ID: "style", Description: "reads well", Kind: engine.CriterionAIReview}
-	designCriterion = engine.Criterion{ID: "design", Description: "sound design", Required: true, Kind: engine.CriterionAIReview}
+	testsCriterion   = engine.Criterion{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult}
+	readmeCriterion  = engine.Criterion{ID: "readme", Description: "README mentions it", Kind: engine.CriterionFileContains}
+	styleCriterion   = engine.Criterion{ID: "style", Description: "reads well", Kind: engine.CriterionAIReview}
+	designCriterion  = engine.Criterion{ID: "design", Description: "sound design", Required: true, Kind: engine.CriterionAIReview}
 	signoffCriterion = engine.Criterion{ID: "signoff", Description: "an operator signs", Required: true, Kind: engine.CriterionManual}
 )
 

@@ -1,0 +1,116 @@
+package sdk
+
+import (
+	"errors"
+	"math"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/pluginv1"
+)
+
+func TestRunFromWire(t *testing.T) {
+	tests := []struct {
+		note string
+		raw  string
+		want *engine.RunContext
+		bad  bool
+	}{
+		{note: "empty is an action review", raw: ""},
+		{note: "a run context", raw: `{"round":2,"max_rounds":5,"ai_review":["style"],"prior_findings":[{"id":"r1-f1","body":"b","line":null},{"id":"r1-f2","body":"c","line":7}],"limits":{"max_items":20,"max_item_bytes":2048,"max_guidance_bytes":8192}}`,
+			want: &engine.RunContext{Round: 2, MaxRounds: 5, AIReview: []string{"style"},
+				PriorFindings: []engine.Finding{{ID: "r1-f1", Body: "b"}, {ID: "r1-f2", Body: "c", Line: ptr(7)}},
+				Limits:        engine.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192}}},
+		// A newer gated may send more: unknown fields are not an error.
+		{note: "an unknown field", raw: ` {"round":1,"later":true} `, want: &engine.RunContext{Round: 1}},
+		{note: "truncated", raw: `{"round":`, bad: true},
+		{note: "null", raw: `null`, bad: true},
+		{note: "blank", raw: "  \n", bad: true},
+		{note: "an array", raw: `[{"round":1}]`, bad: true},
+		{note: "a wrong type", raw: `{"round":"2"}`, bad: true},
+		{note: "two objects", raw: `{"round":1}{"round":2}`, bad: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			got, err := RunFromWire([]byte(tc.raw))
+			if tc.bad {
+				if !errors.Is(err, ErrMalformedRun) || got != nil {
+					t.Fatalf("got %+v, %v; want nil and ErrMalformedRun", got, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("got %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestRequestFromWireCarriesTheRun(t *testing.T) {
+	in := &pluginv1.ReviewRequest{ProposalJson: []byte(`{"v":1,"id":"p","kind":"run"}`),
+		Policy: &pluginv1.PolicyContext{RunJson: []byte(`{"round":3,"max_rounds":4}`)}}
+	req, err := requestFromWire(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if req.Run == nil || req.Run.Round != 3 || req.Run.MaxRounds != 4 {
+		t.Fatalf("run %+v", req.Run)
+	}
+	in.Policy.RunJson = []byte(`{"round":`)
+	if req, err := requestFromWire(in); !errors.Is(err, ErrMalformedRun) || req != nil {
+		t.Fatalf("a malformed run context gave %+v, %v", req, err)
+	}
+	in.Policy.RunJson = nil
+	if req, err := requestFromWire(in); err != nil || req.Run != nil {
+		t.Fatalf("an action review gave run %+v, %v", req.Run, err)
+	}
+}
+
+func TestResponseToWireLinesAndWarnings(t *testing.T) {
+	comments := []engine.Comment{{Path: "a", Line: ptr(1)}, {Path: "b"}, {Path: "c", Line: ptr(0)}, {Path: "d", Line: ptr(-1)}}
+	want := []*uint32{ptr(uint32(1)), nil, nil, nil}
+	if strconv.IntSize == 64 {
+		largest := uint64(math.MaxUint32)
+		comments = append(comments, engine.Comment{Path: "e", Line: ptr(int(largest))}, engine.Comment{Path: "f", Line: ptr(int(largest + 1))})
+		want = append(want, ptr(uint32(math.MaxUint32)), nil)
+	}
+	out := responseToWire(&Response{Warnings: []string{"ok", "bad \xff byte"}, Comments: comments})
+	if want := []string{"ok", "bad \uFFFD byte"}; !reflect.DeepEqual(out.GetWarnings(), want) {
+		t.Errorf("warnings %q, want %q", out.GetWarnings(), want)
+	}
+	if len(out.GetComments()) != len(want) {
+		t.Fatalf("%d comments, want %d", len(out.GetComments()), len(want))
+	}
+	for i, c := range out.GetComments() {
+		if (c.Line == nil) != (want[i] == nil) || (c.Line != nil && *c.Line != *want[i]) {
+			t.Errorf("comment %s: line %v, want %v", c.GetPath(), c.Line, want[i])
+		}
+	}
+}
+
+// FuzzRunFromWire: whatever the bytes, RunFromWire returns a run context
+// or an error wrapping ErrMalformedRun (nil and no error only for empty
+// input), and never panics.
+func FuzzRunFromWire(f *testing.F) {
+	for _, s := range []string{"", `{}`, `{"round":1}`, `{"round":`, `null`, `[]`, `{"prior_findings":[{"line":-1}]}`, `{"limits":{"max_items":1e99}}`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		run, err := RunFromWire(raw)
+		switch {
+		case err != nil && !errors.Is(err, ErrMalformedRun):
+			t.Fatalf("error %v does not wrap ErrMalformedRun", err)
+		case err != nil && run != nil:
+			t.Fatal("a run context with an error")
+		case err == nil && run == nil && len(raw) != 0:
+			t.Fatal("no run context and no error for non-empty input")
+		}
+	})
+}
+
+func ptr[T any](v T) *T { return &v }
