@@ -69,7 +69,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 	bin := filepath.Join(dir, "incident")
 
 	code, stdout, stderr := gatedCLI(t, "plugins", "test", bin)
-	if code != 0 || strings.Count(stdout, "PASS  ") != 8 {
+	if code != 0 || strings.Count(stdout, "PASS  ") != 9 {
 		t.Fatalf("conformance: exit %d\n%s%s", code, stdout, stderr)
 	}
 	if code, stdout, stderr = gatedCLI(t, "plugins", "verify", dir); code != 1 || !strings.Contains(stdout+stderr, "gated plugins lock") {

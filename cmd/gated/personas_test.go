@@ -65,8 +65,8 @@ func TestPersonasList(t *testing.T) {
 		for _, p := range doc.Personas {
 			names = append(names, p.Name)
 		}
-		if doc.Dir != dir || strings.Join(names, ",") != "dba,payments,reviewer" {
-			t.Fatalf("dir %q personas %q, want %s and dba,payments,reviewer", doc.Dir, names, dir)
+		if doc.Dir != dir || strings.Join(names, ",") != "dba,payments,reviewer,run-reviewer" {
+			t.Fatalf("dir %q personas %q, want %s and dba,payments,reviewer,run-reviewer", doc.Dir, names, dir)
 		}
 		p := doc.Personas[1]
 		if p.Model != "anthropic/claude-sonnet-4-5" || p.Timeout != "1m30s" || p.MaxTurns != 8 || p.Origin != "file" ||
@@ -104,12 +104,12 @@ func TestPersonasLint(t *testing.T) {
 		{
 			note: "built-ins are clean",
 			args: []string{"personas", "lint"},
-			want: []string{`(?m)^ok: 2 personas load \(0 from files\), no problems$`},
+			want: []string{`(?m)^ok: 3 personas load \(0 from files\), no problems$`},
 		},
 		{
 			note: "clean directory",
 			args: []string{"personas", "lint", clean},
-			want: []string{`(?m)^ok: 3 personas load \(1 from files\), no problems$`},
+			want: []string{`(?m)^ok: 4 personas load \(1 from files\), no problems$`},
 		},
 		{
 			note: "warnings alone pass",
@@ -117,7 +117,7 @@ func TestPersonasLint(t *testing.T) {
 			want: []string{
 				`(?m)^` + regexp.QuoteMeta(filepath.Join(warned, "b.md")) + `:2: warning: unknown frontmatter key "colour" ignored$`,
 				`(?m)^` + regexp.QuoteMeta(filepath.Join(warned, "b.md")) + `:3: warning: persona "twin" is already defined by ` + regexp.QuoteMeta(filepath.Join(warned, "a.md")) + ` \(skipped\)$`,
-				`(?m)^3 personas load \(1 from files\); 0 errors, 2 warnings$`,
+				`(?m)^4 personas load \(1 from files\); 0 errors, 2 warnings$`,
 			},
 		},
 		{
@@ -135,7 +135,7 @@ func TestPersonasLint(t *testing.T) {
 				`(?m)^` + regexp.QuoteMeta(bad) + `:4: error: disallowed_tools\[0\] "\[oops": does not compile as a glob`,
 				`(?m)^` + regexp.QuoteMeta(bad) + `:5: error: max_turns 80 must be between 1 and 50`,
 				`(?m)^` + regexp.QuoteMeta(bad) + `:6: warning: unknown frontmatter key "nickname" ignored$`,
-				`(?m)^3 personas load \(1 from files\); 3 errors, 1 warning$`,
+				`(?m)^4 personas load \(1 from files\); 3 errors, 1 warning$`,
 			},
 		},
 		{
@@ -175,7 +175,7 @@ func TestPersonasLint(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
 		}
-		if doc.Errors != 3 || doc.Warnings != 1 || len(doc.Problems) != 4 || strings.Join(doc.Personas, ",") != "dba,good,reviewer" {
+		if doc.Errors != 3 || doc.Warnings != 1 || len(doc.Problems) != 4 || strings.Join(doc.Personas, ",") != "dba,good,reviewer,run-reviewer" {
 			t.Fatalf("report %+v", doc)
 		}
 		for i, line := range []int{3, 4, 5, 6} {

@@ -32,7 +32,9 @@ func pluginsTestCmd() *cobra.Command {
 		Long: `test starts the plugin at PATH as gated would (pinned, over gRPC with mutual
 TLS, no shell, a minimal environment) and checks the handshake, Describe, an
 approval, a rejection whose reason tries to talk the reviewer into approving,
-a refused tool call, a deadline, a malformed request and shutdown. It prints
+a refused tool call, a deadline, a run review with a finding still open (a
+plugin that does not review runs passes by refusing it), a malformed request
+and shutdown. It prints
 PASS or FAIL per check and exits 0 only when every check passes.
 
 Without --sha256 the binary is pinned to its own checksum, which is printed so
