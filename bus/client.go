@@ -189,7 +189,8 @@ func WithAPIPrefix(prefix string) ClientOption {
 }
 
 // Client is the fleet side: it publishes proposals and waits for their
-// verdicts. It is safe for concurrent use.
+// verdicts, and orchestrators follow the continuations and escalations of
+// their runs with it. It is safe for concurrent use.
 //
 // A tenant's NATS user needs no account-wide JetStream rights to use it.
 // With the connection's inbox prefix written INBOX (default "_INBOX"; set
@@ -205,6 +206,17 @@ func WithAPIPrefix(prefix string) ClientOption {
 //	                                              Verdict, and Propose/ProposeRaw
 //	                                              when a proposal is a duplicate
 //	publish   gated.review.TENANT                 RequestReview only
+//	publish   $JS.API.CONSUMER.CREATE.GATED_RUNS.*.gated.continuations.TENANT.*
+//	                                              Continuations only
+//	publish   $JS.API.CONSUMER.CREATE.GATED_RUNS.*.gated.escalations.TENANT
+//	                                              Escalations only
+//	publish   $JS.API.CONSUMER.MSG.NEXT.GATED_RUNS.*
+//	                                              Continuations, Escalations
+//
+// The consumer-create rights carry the filter subject, so a tenant can
+// follow only its own runs. The pull right cannot be narrowed by tenant:
+// it reaches any consumer of GATED_RUNS whose name is known, so give
+// consumers of other readers of that stream names no tenant can guess.
 //
 // Every request the client makes is answered on the connection's own
 // inbox, so confining a tenant to INBOX.> with a prefix of its own keeps

@@ -146,6 +146,8 @@ type workerOptions struct {
 	store func(engine.VerdictStore) engine.VerdictStore
 	// publish replaces how the worker publishes verdicts.
 	publish func(subject string, data []byte) error
+	// followUp wraps how the worker stores run follow-ups.
+	followUp func(send bus.FollowUpSender) bus.FollowUpSender
 }
 
 // startWorker starts one gated worker on the intake's server.
@@ -177,6 +179,9 @@ func (in *intake) startWorker(t *testing.T, o workerOptions) {
 	}
 	if o.publish != nil {
 		bus.SetPublish(w, o.publish)
+	}
+	if o.followUp != nil {
+		bus.WrapFollowUp(w, o.followUp)
 	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)

@@ -165,8 +165,9 @@ func checkFollowUp(v int, tenant, runID string, review engine.ReviewLink) error 
 	return nil
 }
 
-// FollowUp is a follow-up type: engine.Continuation or engine.Escalation.
-type FollowUp interface {
+// FollowUpMessage is a follow-up type: engine.Continuation or
+// engine.Escalation.
+type FollowUpMessage interface {
 	engine.Continuation | engine.Escalation
 }
 
@@ -175,7 +176,7 @@ type FollowUp interface {
 // new ones. It is an ordered consumer: it needs no durable state, and
 // picks up where it was after a reconnect. It is not safe for concurrent
 // use; call Stop when done.
-type FollowUpFeed[T FollowUp] struct {
+type FollowUpFeed[T FollowUpMessage] struct {
 	msgs   jetstream.MessagesContext
 	decode func(subject string, data []byte) (*T, error)
 }
@@ -204,9 +205,8 @@ func (f *FollowUpFeed[T]) Stop() { f.msgs.Stop() }
 // is not a valid token, or a JetStream error (no run stream, or the user
 // may not create a consumer on it).
 //
-// A tenant's NATS user needs, besides what Client lists, to publish on
-// $JS.API.CONSUMER.CREATE.GATED_RUNS.*.gated.continuations.TENANT.* and
-// $JS.API.CONSUMER.MSG.NEXT.GATED_RUNS.* (and to receive on its inbox).
+// The feed is an ordered consumer filtered to the run's subject; the
+// rights a tenant's NATS user needs for it are in Client's list.
 func (c *Client) Continuations(ctx context.Context, tenant, runID string) (*FollowUpFeed[engine.Continuation], error) {
 	if !engine.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
@@ -233,10 +233,7 @@ func (c *Client) Continuations(ctx context.Context, tenant, runID string) (*Foll
 // Escalations follows the escalations of a tenant's runs: each hands a run
 // that used its last round to a human. Errors: ErrBadProposal when tenant
 // is not a valid token, or a JetStream error.
-//
-// A tenant's NATS user needs to publish on
-// $JS.API.CONSUMER.CREATE.GATED_RUNS.*.gated.escalations.TENANT and
-// $JS.API.CONSUMER.MSG.NEXT.GATED_RUNS.*.
+// The rights a tenant's NATS user needs are in Client's list.
 func (c *Client) Escalations(ctx context.Context, tenant string) (*FollowUpFeed[engine.Escalation], error) {
 	if !engine.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
@@ -257,7 +254,7 @@ func (c *Client) Escalations(ctx context.Context, tenant string) (*FollowUpFeed[
 	})
 }
 
-func follow[T FollowUp](ctx context.Context, js jetstream.JetStream, subject string, decode func(string, []byte) (*T, error)) (*FollowUpFeed[T], error) {
+func follow[T FollowUpMessage](ctx context.Context, js jetstream.JetStream, subject string, decode func(string, []byte) (*T, error)) (*FollowUpFeed[T], error) {
 	cons, err := js.OrderedConsumer(ctx, RunsStream, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{subject},
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
