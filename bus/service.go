@@ -61,6 +61,12 @@ type ServiceConfig struct {
 	// MaxBytes is the largest request accepted; a larger one gets a 413
 	// error. Default engine.DefaultMaxBytes (1 MiB), gated's own limit.
 	MaxBytes int
+	// Operators, when set, adds the endpoint "operator" on
+	// gated.operator.<tenant>.<proposal_id> (subscribed as
+	// gated.operator.*.*): signed operator decisions on held run
+	// verdicts. Default nil: not served. Its requests share MaxConcurrent
+	// with reviews; MaxBytes does not apply (MaxOperatorMessageBytes does).
+	Operators *OperatorEndpoint
 }
 
 func (c ServiceConfig) withDefaults() (ServiceConfig, error) {
@@ -106,7 +112,10 @@ type ReviewStats struct {
 // publishes it on gated.proposals.<tenant>.<action> with its Nats-Msg-Id,
 // exactly as a fleet would, waits for the verdict and replies with it. So
 // a request is decided, stored, audited and replayed like any proposal,
-// by whichever gated process takes it from the stream.
+// by whichever gated process takes it from the stream. With
+// ServiceConfig.Operators it also serves signed operator decisions on
+// gated.operator.<tenant>.<proposal_id> (see OperatorEndpoint for its
+// replies).
 //
 // Requests are served concurrently, up to ServiceConfig.MaxConcurrent.
 // Error replies are micro errors (headers Nats-Service-Error-Code and
@@ -182,7 +191,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
 		counters: map[string]*endpointCounters{},
 	}
-	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint} {
+	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint, OperatorEndpointName} {
 		s.counters[name] = &endpointCounters{verdicts: map[engine.Outcome]int64{}, refused: map[string]int64{}}
 	}
 	version, raw := serviceVersion(cfg.Version)
@@ -192,7 +201,8 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		Description: "gated policy gate: request = a v1 proposal (JSON), reply = its verdict (JSON), " +
 			"decided through the durable path of gated.proposals.<tenant>.<action>. " +
 			"gated.review.<tenant> refuses proposals of other tenants; gated.review takes any tenant " +
-			"and is for single-tenant or trusted deployments.",
+			"and is for single-tenant or trusted deployments. gated.operator.<tenant>.<proposal_id>, when served, " +
+			"takes signed operator decisions on run verdicts held for manual criteria.",
 		Metadata: map[string]string{
 			"gated_version":    raw,
 			"wire_schema":      strconv.Itoa(engine.SchemaVersion),
@@ -232,6 +242,21 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 			_ = svc.Stop()
 			cancel()
 			return nil, fmt.Errorf("adding endpoint %s on %s: %w", ep.name, ep.subject, err)
+		}
+	}
+	if cfg.Operators != nil {
+		err := svc.AddEndpoint(OperatorEndpointName, s.operatorHandler(cfg.Operators),
+			micro.WithEndpointSubject(OperatorSubjectPrefix+"*.*"),
+			micro.WithEndpointMetadata(map[string]string{
+				"request": "signed operator decision JSON (docs/OPERATORS.md), headers " +
+					OperatorKeyHeader + " and " + OperatorSigHeader,
+				"response": "v1 verdict JSON, or a micro error (400, 401, 403, 404, 409, 503)",
+				"tenant":   "the subject's <tenant> token; the message must name the same",
+			}))
+		if err != nil {
+			_ = svc.Stop()
+			cancel()
+			return nil, fmt.Errorf("adding endpoint %s: %w", OperatorEndpointName, err)
 		}
 	}
 	// Once StartService returns, the server routes requests here.
@@ -404,6 +429,77 @@ func (s *Service) review(counters *endpointCounters, a Address, data []byte, rep
 	if err := s.nc.PublishMsg(msg); err != nil {
 		s.log.Warn("replying to a review request", zap.String("key", a.key()), zap.Error(err))
 	}
+}
+
+// operatorHandler checks an operator request's envelope at once and
+// hands the decision to a goroutine of its own, like handler.
+func (s *Service) operatorHandler(ep *OperatorEndpoint) micro.HandlerFunc {
+	counters := s.counters[OperatorEndpointName]
+	return func(req micro.Request) {
+		if req.Reply() == "" {
+			counters.refuse("no_reply")
+			return // an operator decision is only taken with somebody to tell
+		}
+		if !safeReplySubject(req.Reply()) {
+			counters.refuse("bad_reply")
+			s.log.Warn("operator request with a reply subject gated does not answer on",
+				zap.String("subject", req.Subject()), zap.String("reply", req.Reply()))
+			return
+		}
+		refuse := func(code, desc string) {
+			counters.refuse(code)
+			if err := req.Error(code, headerSafe(desc), nil); err != nil {
+				s.log.Debug("replying to an operator request", zap.String("subject", req.Subject()), zap.Error(err))
+			}
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			refuse("503", fmt.Sprintf("overloaded: %d requests are in flight; nothing was decided: retry with backoff", s.cfg.MaxConcurrent))
+			return
+		}
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			<-s.sem
+			refuse("503", "gated is stopping; nothing was decided: retry, another gated may take the request")
+			return
+		}
+		s.wg.Add(1)
+		s.mu.Unlock()
+		s.inFlight.Add(1)
+		subject, reply, hdr := req.Subject(), req.Reply(), nats.Header(req.Headers())
+		data := req.Data()
+		go func() {
+			defer func() {
+				s.inFlight.Add(-1)
+				<-s.sem
+				s.wg.Done()
+			}()
+			msg := &nats.Msg{Subject: reply}
+			v, r := ep.decide(s.ctx, s.client.Verdict, subject, hdr, data)
+			if r == nil {
+				body, err := json.Marshal(v)
+				if err != nil {
+					r = refusal(503, "", "the decision is stored, but its verdict could not be encoded: %v", err)
+				} else {
+					counters.verdict(v.Outcome)
+					msg.Data = body
+				}
+			}
+			if r != nil {
+				s.errorReply(msg, counters, strconv.Itoa(r.Code), headerSafe(r.description()))
+			}
+			if err := s.nc.PublishMsg(msg); err != nil {
+				s.log.Warn("replying to an operator request", zap.String("subject", subject), zap.Error(err))
+			}
+		}()
+	}
+}
+
+// headerSafe keeps a description on one header line.
+func headerSafe(desc string) string {
+	return strings.NewReplacer("\r", " ", "\n", " ").Replace(desc)
 }
 
 func (s *Service) errorReply(msg *nats.Msg, counters *endpointCounters, code, desc string) {

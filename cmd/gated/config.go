@@ -29,6 +29,7 @@ const configHelp = `Configuration file (--config FILE, or GATED_CONFIG=FILE), YA
   policy_data: [limits.yaml]            # a list for a repeatable flag
   plugins_dir: plugins                  # executables pinned by gated-plugins.lock
   default_plugin: sop                   # serves personas that name no plugin
+  operators: operators.yaml             # signed operator decisions (docs/OPERATORS.md)
   plugins:                              # plugins pinned right here
     - name: acme
       path: bin/acme-reviewer           # relative to this file's directory
@@ -42,8 +43,9 @@ A flag on the command line wins over GATED_<FLAG> in the environment, which
 wins over the file, which wins over the flag's default. Keys may be the
 flags of any gated command; each command takes the ones it has. An unknown
 key, a value of the wrong type or a bad value is an error naming the file
-and line. plugins_dir and plugins[].path are relative to the file's
-directory; other values are taken as they would be on the command line.`
+and line. File names (plugins_dir, plugins[].path, operators, the nats_*
+files) are relative to the file's directory; other values are taken as
+they would be on the command line.`
 
 // fileConfig is what a --config file holds besides flag values.
 type fileConfig struct {

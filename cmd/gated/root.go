@@ -38,6 +38,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(personasCmd())
 	root.AddCommand(verdictCmd())
 	root.AddCommand(auditCmd())
+	root.AddCommand(operatorCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}

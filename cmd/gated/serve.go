@@ -63,6 +63,7 @@ type serveOptions struct {
 	dedupeMax     int
 	pluginsDir    string
 	defaultPlugin string
+	operators     string
 }
 
 func serveCmd() *cobra.Command {
@@ -94,6 +95,8 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "deliveries of one proposal before gated answers it with an error verdict")
 	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
 	f.BoolVar(&o.reviewService, "review-service", true, "serve the request/reply endpoints gated.review and gated.review.<tenant> (nats micro service \"gated\")")
+	f.StringVar(&o.operators, "operators", "", "YAML file of the operators (nkey public keys) whose signed decisions on held run reviews gated accepts on gated.operator.<tenant>.<id> (docs/OPERATORS.md); empty: none")
+	_ = c.MarkFlagFilename("operators", "yaml", "yml")
 	f.DurationVar(&o.reviewWait, "review-wait", bus.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
@@ -149,6 +152,15 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	if err := o.natsConn.validate(); err != nil {
 		return err
+	}
+	var operators *bus.OperatorList
+	if o.operators != "" {
+		if !o.reviewService {
+			return usageError("--operators needs --review-service: operator decisions are an endpoint of the review service")
+		}
+		if operators, err = bus.LoadOperators(o.operators); err != nil {
+			return usageError("--operators: %v", err)
+		}
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
@@ -283,11 +295,12 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
+	store := bus.NewVerdictStore(res.Verdicts)
 	eng, err := engine.New(engine.Config{
 		Policy:        meteredPolicy{Policy: live, eval: m.eval},
 		Personas:      reg,
 		Router:        host,
-		Store:         bus.NewVerdictStore(res.Verdicts),
+		Store:         store,
 		ReviewTimeout: o.reviewTimeout,
 		DedupeWindow:  dedupeWindow,
 		DedupeMax:     o.dedupeMax,
@@ -305,7 +318,21 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	var review *bus.Service // nil when --review-service=false; Stop is nil-safe
 	if o.reviewService {
-		if review, err = bus.StartService(nc, bus.ServiceConfig{Version: version, Wait: o.reviewWait}, log.Named("review")); err != nil {
+		svcCfg := bus.ServiceConfig{Version: version, Wait: o.reviewWait}
+		if operators != nil {
+			svcCfg.Operators, err = bus.NewOperatorEndpoint(operators, eng, auditor.Trail,
+				bus.NewFollowUps(js, store).Send, verdictPublisher(nc), log.Named("operator"))
+			if err != nil {
+				worker.Stop(0)
+				return err
+			}
+			ids := make([]string, 0, len(operators.Operators()))
+			for _, op := range operators.Operators() {
+				ids = append(ids, op.ID)
+			}
+			log.Info("operator decisions accepted", zap.String("file", o.operators), zap.Strings("operators", ids))
+		}
+		if review, err = bus.StartService(nc, svcCfg, log.Named("review")); err != nil {
 			worker.Stop(0)
 			return err
 		}
@@ -340,6 +367,18 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	log.Info("gated stopped")
 	return nil
+}
+
+// verdictPublisher publishes verdicts on gated.verdicts.<tenant>.<id>,
+// as the worker does.
+func verdictPublisher(nc *nats.Conn) bus.VerdictHook {
+	return func(_ context.Context, v *engine.Verdict) error {
+		data, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		return nc.Publish(bus.VerdictSubject(v.Tenant, v.ProposalID), data)
+	}
 }
 
 func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, log *zap.Logger) (stop func(), err error) {

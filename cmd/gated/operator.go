@@ -1,0 +1,324 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nkeys"
+	"github.com/spf13/cobra"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+)
+
+// exitRefused is the status of `operator decide` when gated refuses the
+// decision, or there is nothing to decide.
+const exitRefused = 3
+
+func operatorCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "operator",
+		Short: "Decide the manual criteria of held run reviews, with a signed message",
+		Long: `A run review whose required manual criteria are not yet judged is held at
+outcome blocked until an operator decides them. An operator is an nkey user key
+listed in the file gated serve --operators reads; decisions are signed with the
+key's seed and sent to gated.operator.<tenant>.<proposal_id>.
+See docs/OPERATORS.md.`,
+	}
+	c.AddCommand(operatorKeygenCmd(), operatorDecideCmd())
+	return c
+}
+
+func operatorKeygenCmd() *cobra.Command {
+	var (
+		out     string
+		id      string
+		tenants []string
+	)
+	c := &cobra.Command{
+		Use:   "keygen --out FILE",
+		Short: "Make an operator's nkey: the seed into FILE, the public key on stdout",
+		Long: `keygen makes a new nkey user key pair for an operator. The seed, the secret
+that signs decisions, goes into FILE with mode 0600; keygen never overwrites a
+file. The public key is printed, followed by the entry to add to gated's
+operators file (gated serve --operators). --id and --tenant fill the entry in.
+
+Exit status: 0 written, 2 bad usage or FILE exists, 1 failure.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return usageError("--out is required: the file to write the seed into")
+			}
+			if id != "" && !bus.ValidOperatorID(id) {
+				return usageError("--id %q must match [A-Za-z0-9._@-]{1,64}", id)
+			}
+			for _, t := range tenants {
+				if !engine.ValidTenant(t) || t == engine.UnknownTenant {
+					return usageError("--tenant %q must match [a-z0-9_-]{1,64}", t)
+				}
+			}
+			pub, err := writeOperatorSeed(out)
+			if err != nil {
+				return err
+			}
+			if id == "" {
+				id = "OPERATOR_ID"
+			}
+			list := "[]  # every tenant"
+			if len(tenants) > 0 {
+				list = "[" + strings.Join(tenants, ", ") + "]"
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintln(w, pub)
+			fmt.Fprintf(w, "\n# Add to gated's operators file (gated serve --operators FILE):\noperators:\n  - id: %s\n    key: %s\n    tenants: %s\n", id, pub, list)
+			fmt.Fprintf(cmd.ErrOrStderr(), "gated: wrote the seed to %s (mode 0600): it signs decisions; keep it with the operator, never in gated's files\n", out)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&out, "out", "", "file to write the seed into (created with mode 0600; never overwritten)")
+	_ = c.MarkFlagFilename("out")
+	f.StringVar(&id, "id", "", "operator id for the printed operators-file entry")
+	f.StringSliceVar(&tenants, "tenant", nil, "tenant the operator may decide for, for the printed entry (repeatable; none: every tenant)")
+	return c
+}
+
+// writeOperatorSeed makes a user key pair, writes its seed into path (a
+// new file, mode 0600) and returns the public key.
+func writeOperatorSeed(path string) (string, error) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		return "", fmt.Errorf("making an nkey: %w", err)
+	}
+	defer kp.Wipe()
+	seed, err := kp.Seed()
+	if err != nil {
+		return "", fmt.Errorf("making an nkey: %w", err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		return "", fmt.Errorf("making an nkey: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrExist) {
+		return "", usageError("--out %s exists; keygen never overwrites a seed: choose another file", path)
+	}
+	if err != nil {
+		return "", fmt.Errorf("writing the seed: %w", err)
+	}
+	_, err = f.Write(append(seed, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(path) // created above, and incomplete
+		return "", fmt.Errorf("writing the seed to %s: %w", path, err)
+	}
+	return pub, nil
+}
+
+// parseCriterionFlag reads one --criterion ID=pass|fail[:reason].
+func parseCriterionFlag(s string) (engine.OperatorFinding, error) {
+	id, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return engine.OperatorFinding{}, usageError("--criterion %q: want ID=pass or ID=fail, with an optional :reason", s)
+	}
+	if !engine.ValidID(id) {
+		return engine.OperatorFinding{}, usageError("--criterion %q: id %q must match [A-Za-z0-9_-]{1,128}", s, id)
+	}
+	verdict, reason, _ := strings.Cut(rest, ":")
+	f := engine.OperatorFinding{ID: id, Reason: strings.TrimSpace(reason)}
+	switch verdict {
+	case "pass":
+		f.Pass = true
+	case "fail":
+	default:
+		return engine.OperatorFinding{}, usageError("--criterion %q: %q must be pass or fail", s, verdict)
+	}
+	if len(f.Reason) > bus.MaxOperatorReasonBytes {
+		return engine.OperatorFinding{}, usageError("--criterion %s: the reason is %d bytes, more than %d", id, len(f.Reason), bus.MaxOperatorReasonBytes)
+	}
+	return f, nil
+}
+
+func operatorDecideCmd() *cobra.Command {
+	var (
+		criteria []string
+		operator string
+		seedFile string
+		reason   string
+		url      string
+		timeout  time.Duration
+		conn     natsConnOptions
+	)
+	c := &cobra.Command{
+		Use:   "decide TENANT PROPOSAL_ID --criterion ID=pass|fail[:reason] ... --operator ID --seed-file FILE",
+		Short: "Judge the manual criteria a run verdict is held for, and print the verdict that replaces it",
+		Long: `decide reads the verdict gated holds for proposal PROPOSAL_ID of TENANT, checks
+that it awaits an operator and that the --criterion flags judge exactly the
+manual criteria it awaits, signs the decision with the operator's seed and
+sends it to gated.operator.TENANT.PROPOSAL_ID. gated checks the signature
+against its operators file and replaces the held verdict: approved when every
+criterion passes, else rejected, with the failed criteria as the run's missing
+work (and a continuation or escalation). The new verdict is printed as JSON.
+
+Give one --criterion per awaited criterion: ID=pass or ID=fail, optionally
+followed by :reason (a failure's reason is what the worker is told to fix).
+
+Exit status: 0 accepted (whatever the new outcome), 3 refused (no verdict, not
+awaiting an operator, or gated refused the decision: the message says why), 2
+bad usage (arguments, flags, an unreadable seed file, criteria that do not
+match the awaited ones), 1 failure (NATS unreachable, no gated serving
+operator decisions, gated's store or audit trail failed).`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 2 {
+				return usageError("want TENANT and PROPOSAL_ID, got %d arguments", len(args))
+			}
+			if !engine.ValidTenant(args[0]) || args[0] == engine.UnknownTenant {
+				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])
+			}
+			if !engine.ValidID(args[1]) {
+				return usageError("proposal id %q must match [A-Za-z0-9_-]{1,128}", args[1])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tenant, id := args[0], args[1]
+			switch {
+			case operator == "":
+				return usageError("--operator is required: your id in gated's operators file")
+			case !bus.ValidOperatorID(operator):
+				return usageError("--operator %q must match [A-Za-z0-9._@-]{1,64}", operator)
+			case seedFile == "":
+				return usageError("--seed-file is required: the file gated operator keygen wrote")
+			case timeout <= 0:
+				return usageError("--timeout %s must be positive", timeout)
+			case len(reason) > bus.MaxOperatorReasonBytes:
+				return usageError("--reason is %d bytes, more than %d", len(reason), bus.MaxOperatorReasonBytes)
+			}
+			var findings []engine.OperatorFinding
+			for _, s := range criteria {
+				f, err := parseCriterionFlag(s)
+				if err != nil {
+					return err
+				}
+				if slices.ContainsFunc(findings, func(g engine.OperatorFinding) bool { return g.ID == f.ID }) {
+					return usageError("--criterion %s is given twice", f.ID)
+				}
+				findings = append(findings, f)
+			}
+			seed, err := readOperatorSeed(seedFile, cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+
+			nc, err := conn.connect(url, "gated-operator", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			client, err := bus.NewClient(nc)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			held, err := client.Verdict(ctx, tenant, id)
+			if errors.Is(err, engine.ErrNotFound) {
+				return &exitError{code: exitRefused, err: fmt.Errorf("no verdict stored for tenant %s, proposal %s: nothing to decide", tenant, id)}
+			}
+			if err != nil {
+				return err
+			}
+			if held.Outcome != engine.OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
+				return &exitError{code: exitRefused, err: fmt.Errorf("proposal %s of tenant %s is %s at stage %s, not awaiting an operator decision: %s",
+					id, tenant, held.Outcome, held.Stage, held.Reason)}
+			}
+			if err := matchAwaited(held.Run.AwaitingOperator, findings); err != nil {
+				return err
+			}
+			body, hdr, err := bus.SignOperatorDecision(seed, bus.OperatorMessage{
+				Tenant: tenant, ProposalID: id, ProposalSHA256: held.ProposalSHA256, Operator: operator,
+				Criteria: findings, Reason: reason,
+			})
+			if err != nil {
+				return usageError("%v", err)
+			}
+			v, err := client.SendOperatorDecision(ctx, body, hdr)
+			var refused *bus.OperatorRefusal
+			switch {
+			case errors.As(err, &refused) && errors.Is(err, bus.ErrOperatorRefused):
+				return &exitError{code: exitRefused, err: err}
+			case err != nil:
+				return err
+			}
+			out, _ := json.MarshalIndent(v, "", "  ")
+			fmt.Fprintln(cmd.OutOrStdout(), string(out))
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVar(&criteria, "criterion", nil, "ID=pass or ID=fail, optionally :reason; one per awaited manual criterion (repeatable)")
+	f.StringVar(&operator, "operator", "", "your operator id, as gated's operators file lists it")
+	f.StringVar(&seedFile, "seed-file", "", "file holding your nkey seed (gated operator keygen --out)")
+	_ = c.MarkFlagFilename("seed-file")
+	f.StringVar(&reason, "reason", "", "why, for the verdict's reason and the audit trail")
+	f.StringVar(&url, "nats-url", nats.DefaultURL, "NATS server URL")
+	f.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the look-up and gated's answer")
+	conn.register(f)
+	return c
+}
+
+// readOperatorSeed reads an nkey user seed from path, warning on w when
+// other users may read the file. Its errors never quote the file.
+func readOperatorSeed(path string, w io.Writer) ([]byte, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, usageError("--seed-file: %v", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		fmt.Fprintf(w, "gated: warning: --seed-file %s is readable by other users (mode %04o): chmod 600 it\n", path, st.Mode().Perm())
+	}
+	seed, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usageError("--seed-file: %v", err)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(seed)
+	if err != nil {
+		return nil, usageError("--seed-file %s holds no nkey user seed (SU…): %v", path, err)
+	}
+	kp.Wipe()
+	return seed, nil
+}
+
+// matchAwaited checks that findings judge exactly the awaited criteria.
+func matchAwaited(awaited []string, findings []engine.OperatorFinding) error {
+	given := map[string]bool{}
+	for _, f := range findings {
+		given[f.ID] = true
+		if !slices.Contains(awaited, f.ID) {
+			return usageError("--criterion %s: the verdict does not await it; it awaits %s", f.ID, strings.Join(awaited, ", "))
+		}
+	}
+	var missing []string
+	for _, id := range awaited {
+		if !given[id] {
+			missing = append(missing, id)
+		}
+	}
+	if len(missing) > 0 {
+		return usageError("the verdict awaits %s: give --criterion ID=pass|fail[:reason] for %s too", strings.Join(awaited, ", "), strings.Join(missing, ", "))
+	}
+	return nil
+}
