@@ -57,6 +57,7 @@ fuzz:
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzCallTool$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/llm -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins/sdk -run '^$$' -fuzz '^FuzzRunFromWire$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeLock$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseSince$$' -fuzztime $(FUZZTIME)
