@@ -6,7 +6,8 @@
 # at stage policy, and no reviewer or flag can override it.
 #
 # input:  {"proposal": {...}, "persona": {...} | null, "history": [...],
-#          "now": "RFC 3339", "now_ns": nanoseconds since the epoch}
+#          "run_record": {...} | null, "now": "RFC 3339",
+#          "now_ns": nanoseconds since the epoch}
 # data:   data.gated.config (settings), data.gated.sops (SOP catalog),
 #         data.gated.tools (tool catalog: name -> {"class": "read" | "write" | ...})
 #
@@ -16,14 +17,28 @@
 # bundle with no data still decides.
 package gated
 
-# decision is the single entry point.
+# decision is the single entry point. A run's decision adds the run rules'
+# denies (run_deny) and the run section (run_decision, runs.rego); an
+# action's run section is null. The two bodies are spelled out because the
+# first condition is indexed: an action never evaluates anything of runs.
 decision := {
+	"deny": run_denies,
+	"review": review,
+	"reviewer_tools": tool_bag.reviewer_tools,
+	"denied_tools": tool_bag.denied_tools,
+	"sop": covering_sop,
+	"skipped": review_skipped,
+	"run": run_decision,
+} if {
+	input.proposal.kind == "run"
+} else := {
 	"deny": deny,
 	"review": review,
 	"reviewer_tools": tool_bag.reviewer_tools,
 	"denied_tools": tool_bag.denied_tools,
 	"sop": covering_sop,
 	"skipped": review_skipped,
+	"run": null,
 }
 
 # tool_bag is computed only for a proposal that goes to review: nobody
@@ -91,12 +106,14 @@ persona_name := routed_personas[0] if {
 # persona_out_of_scope: a persona that routes send actions to reviews those
 # actions only. A specialised reviewer is not a general one: it does not
 # fill a quorum for other changes, nor review one an agent sends its way.
+# It reviews runs only when config.run_review names it (or the run does).
 deny contains {"rule": "persona_out_of_scope", "message": msg} if {
 	review.required
 	name := input.persona.name
 	some route in persona_routes
 	route.persona == name
 	not name in routed_personas
+	not run_persona_in_scope(name)
 	msg := sprintf("persona %q reviews only the actions config.persona_routes sends it, and %s is not one of them", [name, input.proposal.action])
 }
 
@@ -129,6 +146,7 @@ review_skipped if {
 	input.proposal.class != "read"
 	some pattern in data.gated.config.skip_review_actions
 	glob.match(pattern, null, input.proposal.action)
+	input.proposal.kind != "run"
 }
 
 # read_pass_through: a read action skips review only when the tool catalog
@@ -140,7 +158,12 @@ read_pass_through if {
 	data.gated.tools[input.proposal.action].class == "read"
 }
 
-review := {
+# review routes an action by its class. A run is routed by the run review
+# settings alone (run_route, runs.rego); the first condition is indexed, so
+# actions skip that branch without evaluating it.
+review := run_route if {
+	input.proposal.kind == "run"
+} else := {
 	"required": false,
 	"persona": "",
 	"quorum": 0,

@@ -92,11 +92,14 @@ deny contains {"rule": "class_mismatch", "message": msg} if {
 	msg := sprintf("%s is declared read, but the tool catalog lists it as %s", [input.proposal.action, catalog_class])
 }
 
-# self_review: the reviewer may not be the agent that proposes.
+# self_review: the reviewer may not be the agent that proposes. A run is
+# not denied for it: its review is blocked instead (review.blocked, see
+# runs.rego), since the run itself may be fine.
 deny contains {"rule": "self_review", "message": msg} if {
 	agent := input.proposal.requested_by.agent
 	agent != ""
 	agent in reviewer_identities
+	input.proposal.kind != "run"
 	review.required
 	msg := sprintf("agent %q proposed this change and may not review it", [agent])
 }

@@ -2,7 +2,10 @@ package policies
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -10,10 +13,11 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// InputValue builds the policy input {proposal, persona, history, now}
-// directly as an ast.Value: no JSON round trip on the hot path. Every
-// proposal field is present (empty values where the proposal left them
-// out) so rules need no existence checks.
+// InputValue builds the policy input {proposal, persona, history,
+// run_record, now, now_ns} directly as an ast.Value: no JSON round trip on
+// the hot path. Every proposal field is present (empty values where the
+// proposal left them out) so rules need no existence checks; run_record is
+// null unless the engine found a record of the proposal's run.
 func InputValue(in engine.PolicyInput) ast.Value {
 	now := in.Now
 	if now.IsZero() {
@@ -27,6 +31,7 @@ func InputValue(in engine.PolicyInput) ast.Value {
 		item("proposal", proposalValue(in.Proposal)),
 		item("persona", personaValue(in.Persona)),
 		item("history", ast.NewArray(history...)),
+		[2]*ast.Term{keyTerms["run_record"], runRecordTerm(in.RunRecord)},
 		item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
 		item("now_ns", integer(now.UnixNano())),
 	)
@@ -43,11 +48,27 @@ var keyTerms = func() map[string]*ast.Term {
 		"description", "required", "params", "run_id", "task_id", "status", "round", "worker",
 		"name", "model", "max_turns", "permission_mode", "tools", "disallowed_tools", "required_gates", "plugin",
 		"proposal_id", "outcome", "stage", "decided_at", "decided_at_ns",
+		"run_record", "evidence", "summary", "diff", "test_output", "prior_reviews", "findings",
+		"body", "path", "line", "criterion", "resolution", "rounds", "next", "sent", "closed",
+		// The decision's keys, which parseDecision looks up.
+		"deny", "rule", "message", "review", "persona", "quorum", "why", "personas", "blocked",
+		"reviewer_tools", "denied_tools", "skipped", "sop", "title", "rollback", "actions", "steps",
+		"reviewed", "review_policy", "max_rounds", "missing_work", "manual", "continuable", "limits",
+		"max_items", "max_item_bytes", "max_guidance_bytes", "pass", "judged_by",
 	} {
 		m[k] = ast.StringTerm(k)
 	}
 	return m
 }()
+
+// keyTerm returns the shared term of a key: looking a decision field up
+// allocates nothing.
+func keyTerm(k string) *ast.Term {
+	if t, ok := keyTerms[k]; ok {
+		return t
+	}
+	return ast.StringTerm(k)
+}
 
 func item(k string, v ast.Value) [2]*ast.Term {
 	key, ok := keyTerms[k]
@@ -99,16 +120,12 @@ func proposalValue(p *engine.Proposal) ast.Value {
 		criteria[i] = ast.NewTerm(ast.NewObject(
 			item("id", str(c.ID)), item("description", str(c.Description)),
 			item("required", ast.Boolean(c.Required)), item("kind", str(c.Kind)),
-			item("params", generic(c.Params)),
+			item("params", generic(c.Params)), item("evidence", generic(c.Evidence)),
 		))
 	}
 	run := ast.Value(ast.Null{})
 	if p.Run != nil {
-		run = ast.NewObject(
-			item("run_id", str(p.Run.RunID)), item("task_id", str(p.Run.TaskID)),
-			item("status", str(p.Run.Status)), item("round", integer(p.Run.Round)),
-			item("worker", str(p.Run.Worker)),
-		)
+		run = runValue(p.Run)
 	}
 	created := ast.Value(ast.Null{})
 	if p.CreatedAt != nil {
@@ -138,6 +155,68 @@ func proposalValue(p *engine.Proposal) ast.Value {
 		item("run", run),
 		item("created_at", created),
 	)
+}
+
+func runValue(r *engine.Run) ast.Value {
+	prior := make([]*ast.Term, len(r.PriorReviews))
+	for i, pr := range r.PriorReviews {
+		prior[i] = ast.NewTerm(ast.NewObject(
+			item("proposal_id", str(pr.ProposalID)), item("round", integer(pr.Round)),
+			item("findings", findingsValue(pr.Findings)), item("summary", str(pr.Summary)),
+		))
+	}
+	return ast.NewObject(
+		item("run_id", str(r.RunID)), item("task_id", str(r.TaskID)),
+		item("status", str(r.Status)), item("summary", str(r.Summary)),
+		item("diff", str(r.Diff)), item("test_output", str(r.TestOutput)),
+		item("round", integer(r.Round)), item("worker", str(r.Worker)),
+		item("prior_reviews", ast.NewArray(prior...)),
+	)
+}
+
+// findingsValue gives every finding all its fields; a finding without a
+// status is open (see engine.Finding.Open), and reads so.
+func findingsValue(fs []engine.Finding) ast.Value {
+	terms := make([]*ast.Term, len(fs))
+	for i, f := range fs {
+		line := ast.Value(ast.Null{})
+		if f.Line != nil {
+			line = integer(*f.Line)
+		}
+		status := f.Status
+		if status == "" {
+			status = engine.FindingOpen
+		}
+		terms[i] = ast.NewTerm(ast.NewObject(
+			item("id", str(f.ID)), item("body", str(f.Body)), item("path", str(f.Path)),
+			item("line", line), item("criterion", str(f.Criterion)),
+			item("status", str(status)), item("resolution", str(f.Resolution)),
+		))
+	}
+	return ast.NewArray(terms...)
+}
+
+// runRecordTerm is input.run_record: gated's record of the run, or null.
+// Actions share one interned null.
+func runRecordTerm(r *engine.RunRecord) *ast.Term {
+	if r == nil {
+		return ast.InternedNullTerm
+	}
+	rounds := make([]*ast.Term, len(r.Rounds))
+	for i, rd := range r.Rounds {
+		rounds[i] = ast.NewTerm(ast.NewObject(
+			item("round", integer(rd.Round)), item("proposal_id", str(rd.ProposalID)),
+			item("outcome", str(string(rd.Outcome))), item("next", str(rd.Next)),
+			item("findings", findingsValue(rd.Findings)),
+			item("decided_at", str(rd.DecidedAt.UTC().Format(time.RFC3339Nano))),
+			item("decided_at_ns", integer(rd.DecidedAt.UnixNano())),
+			item("sent", ast.Boolean(rd.Sent)),
+		))
+	}
+	return ast.NewTerm(ast.NewObject(
+		item("tenant", str(r.Tenant)), item("run_id", str(r.RunID)), item("task_id", str(r.TaskID)),
+		item("rounds", ast.NewArray(rounds...)), item("closed", str(r.Closed)),
+	))
 }
 
 func personaValue(p *engine.Persona) ast.Value {
@@ -170,15 +249,16 @@ func verdictValue(v *engine.Verdict) ast.Value {
 	)
 }
 
-// parseDecision reads the decision document. A user rule that breaks its
-// shape is an error, never a silent pass.
-func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
+// parseDecision reads the decision document on a proposal of the given
+// kind. A user rule that breaks its shape is an error, never a silent
+// pass.
+func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error) {
 	var d engine.PolicyDecision
 	obj, ok := v.(ast.Object)
 	if !ok {
 		return d, fmt.Errorf("decision is %s, want an object", ast.ValueName(v))
 	}
-	denies := obj.Get(ast.InternedTerm("deny"))
+	denies := obj.Get(keyTerm("deny"))
 	if denies == nil {
 		return d, fmt.Errorf("decision.deny is missing, want an array or set of {\"rule\", \"message\"}")
 	}
@@ -203,7 +283,7 @@ func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 	if derr != nil {
 		return d, derr
 	}
-	reviewTerm := obj.Get(ast.InternedTerm("review"))
+	reviewTerm := obj.Get(keyTerm("review"))
 	if reviewTerm == nil {
 		return d, fmt.Errorf("decision.review is missing, want an object")
 	}
@@ -226,7 +306,15 @@ func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 		return d, err
 	}
 	d.Review.Why = string(why)
-	if q := review.Get(ast.InternedTerm("quorum")); q != nil {
+	blocked, err := optional[ast.String](review, "blocked", "decision.review.blocked")
+	if err != nil {
+		return d, err
+	}
+	if blocked != "" && !required {
+		return d, fmt.Errorf("decision.review.blocked is set but decision.review.required is false: only a required review can be blocked")
+	}
+	d.Review.Blocked = string(blocked)
+	if q := review.Get(keyTerm("quorum")); q != nil {
 		num, isNum := q.Value.(ast.Number)
 		n, isInt := num.Int()
 		if !isNum || !isInt || n < 0 || n > 16 {
@@ -253,7 +341,7 @@ func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 		return d, err
 	}
 	d.Skipped = bool(skipped)
-	if sopTerm := obj.Get(ast.InternedTerm("sop")); sopTerm != nil {
+	if sopTerm := obj.Get(keyTerm("sop")); sopTerm != nil {
 		switch sop := sopTerm.Value.(type) {
 		case ast.Null:
 		case ast.Object:
@@ -272,7 +360,213 @@ func parseDecision(v ast.Value) (engine.PolicyDecision, error) {
 			return d, fmt.Errorf("decision.sop is %s, want an object or null", ast.ValueName(sopTerm.Value))
 		}
 	}
+	if d.Run, err = parseRun(obj.Get(keyTerm("run")), kind); err != nil {
+		return d, err
+	}
+	if d.Run != nil && d.Run.Reviewed != d.Review.Required {
+		return d, fmt.Errorf("decision.run.reviewed is %v but decision.review.required is %v: a run is reviewed exactly when its review is required", d.Run.Reviewed, d.Review.Required)
+	}
 	return d, nil
+}
+
+// maxRunRounds bounds decision.run.max_rounds, as config_errors bounds
+// run_review.max_rounds.
+const maxRunRounds = 100
+
+// reviewPolicies are the values of decision.run.review_policy.
+var reviewPolicies = []string{"none", "on_success", "on_failure", "always"}
+
+// parseRun reads decision.run: null or absent for an action, an object
+// for a run. Limits left out or zero take their defaults.
+func parseRun(t *ast.Term, kind engine.Kind) (*engine.RunPolicy, error) {
+	if kind != engine.KindRun {
+		if t == nil {
+			return nil, nil
+		}
+		if _, isNull := t.Value.(ast.Null); !isNull {
+			return nil, fmt.Errorf("decision.run is %s, want null for a proposal of kind %s", ast.ValueName(t.Value), kindName(kind))
+		}
+		return nil, nil
+	}
+	if t == nil {
+		return nil, fmt.Errorf("decision.run is missing: a proposal of kind run needs the policy's run section (see run reviews in docs/POLICIES.md)")
+	}
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		return nil, fmt.Errorf("decision.run is %s, want an object for a proposal of kind run", ast.ValueName(t.Value))
+	}
+	run := &engine.RunPolicy{MaxRounds: engine.DefaultMaxRounds}
+	reviewed, ok := valueOf[ast.Boolean](obj, "reviewed")
+	if !ok {
+		return nil, fmt.Errorf("decision.run.reviewed must be a boolean")
+	}
+	run.Reviewed = bool(reviewed)
+	why, err := optional[ast.String](obj, "why", "decision.run.why")
+	if err != nil {
+		return nil, err
+	}
+	run.Why = string(why)
+	policy, err := optional[ast.String](obj, "review_policy", "decision.run.review_policy")
+	if err != nil {
+		return nil, err
+	}
+	if policy != "" && !slices.Contains(reviewPolicies, string(policy)) {
+		return nil, fmt.Errorf("decision.run.review_policy %q must be one of %s", string(policy), strings.Join(reviewPolicies, ", "))
+	}
+	run.ReviewPolicy = string(policy)
+	if n, present, err := intField(obj, "max_rounds", "decision.run.max_rounds", 1, maxRunRounds); err != nil {
+		return nil, err
+	} else if present {
+		run.MaxRounds = n
+	}
+	if run.Criteria, err = parseCriteria(obj); err != nil {
+		return nil, err
+	}
+	if run.MissingWork, err = stringList(obj, "missing_work", "decision.run.missing_work"); err != nil {
+		return nil, err
+	}
+	if run.Manual, err = stringList(obj, "manual", "decision.run.manual"); err != nil {
+		return nil, err
+	}
+	continuable, err := optional[ast.Boolean](obj, "continuable", "decision.run.continuable")
+	if err != nil {
+		return nil, err
+	}
+	run.Continuable = bool(continuable)
+	if run.Limits, err = parseLimits(obj.Get(keyTerm("limits"))); err != nil {
+		return nil, err
+	}
+	return run, nil
+}
+
+func kindName(k engine.Kind) string {
+	if k == "" {
+		return string(engine.KindAction)
+	}
+	return string(k)
+}
+
+// intField reads an optional integer from lo to hi.
+func intField(obj ast.Object, key, name string, lo, hi int) (n int, present bool, err error) {
+	t := obj.Get(keyTerm(key))
+	if t == nil {
+		return 0, false, nil
+	}
+	num, isNum := t.Value.(ast.Number)
+	n, isInt := num.Int()
+	if !isNum || !isInt || n < lo || n > hi {
+		return 0, false, fmt.Errorf("%s %v must be an integer from %d to %d", name, t, lo, hi)
+	}
+	return n, true, nil
+}
+
+// parseCriteria reads decision.run.criteria: the policy's judgements, each
+// {id, pass, reason, kind, required, judged_by: "policy"}.
+func parseCriteria(obj ast.Object) ([]engine.CriterionEval, error) {
+	t := obj.Get(keyTerm("criteria"))
+	if t == nil {
+		return nil, nil
+	}
+	if _, isNull := t.Value.(ast.Null); isNull {
+		return nil, nil
+	}
+	var out []engine.CriterionEval
+	var cerr error
+	seen := map[string]bool{}
+	err := each(t.Value, "decision.run.criteria", func(i int, x *ast.Term) {
+		if cerr != nil {
+			return
+		}
+		c, err := parseCriterion(x)
+		switch {
+		case err != nil:
+			cerr = fmt.Errorf("decision.run.criteria[%d]: %w", i, err)
+		case seen[c.ID]:
+			cerr = fmt.Errorf("decision.run.criteria[%d]: criterion %q is judged twice", i, c.ID)
+		default:
+			seen[c.ID] = true
+			out = append(out, c)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, cerr
+}
+
+func parseCriterion(x *ast.Term) (engine.CriterionEval, error) {
+	var c engine.CriterionEval
+	m, ok := x.Value.(ast.Object)
+	if !ok {
+		return c, fmt.Errorf("%s, want {\"id\": string, \"pass\": boolean, ...}", ast.ValueName(x.Value))
+	}
+	id, ok := valueOf[ast.String](m, "id")
+	if !ok || id == "" {
+		return c, fmt.Errorf("id must be a non-empty string, got %v", x)
+	}
+	pass, ok := valueOf[ast.Boolean](m, "pass")
+	if !ok {
+		return c, fmt.Errorf("criterion %q: pass must be a boolean", string(id))
+	}
+	name := fmt.Sprintf("criterion %q: ", string(id))
+	reason, err := optional[ast.String](m, "reason", name+"reason")
+	if err != nil {
+		return c, err
+	}
+	kind, err := optional[ast.String](m, "kind", name+"kind")
+	if err != nil {
+		return c, err
+	}
+	required, err := optional[ast.Boolean](m, "required", name+"required")
+	if err != nil {
+		return c, err
+	}
+	judge, err := optional[ast.String](m, "judged_by", name+"judged_by")
+	if err != nil {
+		return c, err
+	}
+	if judge != "" && judge != engine.JudgedByPolicy {
+		return c, fmt.Errorf("criterion %q: judged_by %q: the policy judges criteria as %q", string(id), string(judge), engine.JudgedByPolicy)
+	}
+	return engine.CriterionEval{
+		ID: string(id), Pass: bool(pass), Reason: string(reason), Kind: string(kind),
+		Required: bool(required), JudgedBy: engine.JudgedByPolicy,
+	}, nil
+}
+
+// parseLimits reads decision.run.limits; a limit left out or zero takes
+// its default, and none exceeds its ceiling (engine.RunLimits.WithDefaults).
+func parseLimits(t *ast.Term) (engine.RunLimits, error) {
+	var l engine.RunLimits
+	if t == nil {
+		return l.WithDefaults(), nil
+	}
+	if _, isNull := t.Value.(ast.Null); isNull {
+		return l.WithDefaults(), nil
+	}
+	obj, ok := t.Value.(ast.Object)
+	if !ok {
+		return l, fmt.Errorf("decision.run.limits is %s, want an object", ast.ValueName(t.Value))
+	}
+	fields := []struct {
+		key  string
+		into *int
+	}{{"max_items", &l.MaxItems}, {"max_item_bytes", &l.MaxItemBytes}, {"max_guidance_bytes", &l.MaxGuidanceBytes}}
+	for _, k := range obj.Keys() {
+		switch k.Value {
+		case ast.String("max_items"), ast.String("max_item_bytes"), ast.String("max_guidance_bytes"):
+		default:
+			return l, fmt.Errorf("decision.run.limits has an unknown key %v: want max_items, max_item_bytes, max_guidance_bytes", k)
+		}
+	}
+	for _, f := range fields {
+		n, _, err := intField(obj, f.key, "decision.run.limits."+f.key, 0, math.MaxInt32)
+		if err != nil {
+			return l, err
+		}
+		*f.into = n
+	}
+	return l.WithDefaults(), nil
 }
 
 // each calls f for every element of an array or set.
@@ -295,7 +589,7 @@ func each(v ast.Value, name string, f func(int, *ast.Term)) error {
 // stringList reads an optional array or set of strings; name is the
 // field's path for the error.
 func stringList(obj ast.Object, key, name string) ([]string, error) {
-	t := obj.Get(ast.InternedTerm(key))
+	t := obj.Get(keyTerm(key))
 	if t == nil {
 		return nil, nil
 	}
@@ -324,7 +618,7 @@ func stringList(obj ast.Object, key, name string) ([]string, error) {
 // valueOf reads key from obj as a T.
 func valueOf[T ast.Value](obj ast.Object, key string) (T, bool) {
 	var zero T
-	t := obj.Get(ast.InternedTerm(key))
+	t := obj.Get(keyTerm(key))
 	if t == nil {
 		return zero, false
 	}
@@ -336,7 +630,7 @@ func valueOf[T ast.Value](obj ast.Object, key string) (T, bool) {
 // other type than T is an error naming the field.
 func optional[T ast.Value](obj ast.Object, key, name string) (T, error) {
 	var zero T
-	t := obj.Get(ast.InternedTerm(key))
+	t := obj.Get(keyTerm(key))
 	if t == nil {
 		return zero, nil
 	}

@@ -226,7 +226,10 @@ func checkConfig(ctx context.Context, compiler *ast.Compiler, store storage.Stor
 }
 
 // sampleInputs are proposals every bundle must decide with a well-formed
-// decision: a reviewed write, a read, a proposal with no persona.
+// decision: a reviewed write, a read, a proposal with no persona, and the
+// second round of a run with criteria of every kind. A bundle that does
+// not decide runs (no decision.run) is refused here rather than on the
+// first run proposal.
 func sampleInputs() []engine.PolicyInput {
 	write := &engine.Proposal{
 		V: 1, ID: "gated-compile-check", Tenant: "gated-check", Kind: engine.KindAction,
@@ -238,17 +241,46 @@ func sampleInputs() []engine.PolicyInput {
 	read.Action, read.Class = "host_list_services", engine.ClassRead
 	persona := &engine.Persona{Name: "reviewer", PermissionMode: "read-only", Tools: []string{"get_sop_text"}}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	run := &engine.Proposal{
+		V: 1, ID: "gated-compile-check-run", Tenant: "gated-check", Kind: engine.KindRun,
+		Action: "agent_run", Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+		Reason: "compile-time check", RequestedBy: &engine.RequestedBy{Agent: "gated-check-orchestrator"},
+		Criteria: []engine.Criterion{
+			{ID: "tests", Required: true, Kind: engine.CriterionCommandResult,
+				Params:   map[string]any{"exit_code": 0},
+				Evidence: map[string]any{"command": "go test ./...", "exit_code": 0}},
+			{ID: "changelog", Required: true, Kind: engine.CriterionFileContains,
+				Params:   map[string]any{"path": "CHANGELOG.md", "pattern": "(?m)^- "},
+				Evidence: map[string]any{"path": "CHANGELOG.md", "content": "- a fix"}},
+			{ID: "design", Kind: engine.CriterionAIReview},
+			{ID: "signoff", Required: true, Kind: engine.CriterionManual},
+		},
+		Run: &engine.Run{
+			RunID: "gated-check-run", Status: engine.RunCompleted, Round: 2, Worker: "gated-check-worker",
+			PriorReviews: []engine.PriorReview{{Round: 1, Findings: []engine.Finding{{ID: "r1-f1", Body: "add a changelog entry", Status: engine.FindingResolved}}}},
+		},
+	}
+	record := &engine.RunRecord{Tenant: "gated-check", RunID: "gated-check-run", Rounds: []engine.RunRound{{
+		Round: 1, ProposalID: "gated-compile-check-run-1", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation,
+		Findings: []engine.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: now.Add(-time.Hour), Sent: true,
+	}}}
+	runPersona := &engine.Persona{Name: "run-reviewer", PermissionMode: "read-only", Tools: []string{"get_proposal"}}
 	return []engine.PolicyInput{
 		{Proposal: write, Persona: persona, Now: now},
 		{Proposal: &read, Persona: persona, Now: now},
 		{Proposal: write, Now: now},
+		{Proposal: run, Persona: runPersona, RunRecord: record, Now: now},
 	}
 }
 
 func (e *Evaluator) checkShape(ctx context.Context) error {
 	for _, in := range sampleInputs() {
 		if _, err := e.Evaluate(ctx, in); err != nil {
-			return fmt.Errorf("%w: a sample %s proposal (persona %v): %w", ErrInvalidBundle, in.Proposal.Class, in.Persona != nil, err)
+			what := string(in.Proposal.Class) + " action"
+			if in.Proposal.Kind == engine.KindRun {
+				what = "run"
+			}
+			return fmt.Errorf("%w: a sample %s proposal (persona %v): %w", ErrInvalidBundle, what, in.Persona != nil, err)
 		}
 	}
 	return nil
@@ -285,7 +317,11 @@ func (e *Evaluator) evaluate(ctx context.Context, in engine.PolicyInput, extra .
 	if !ok {
 		return engine.PolicyDecision{}, fmt.Errorf("%s: unexpected result type %T", Query, rs[0].Expressions[0].Value)
 	}
-	d, err := parseDecision(v)
+	kind := engine.KindAction
+	if in.Proposal != nil && in.Proposal.Kind != "" {
+		kind = in.Proposal.Kind
+	}
+	d, err := parseDecision(v, kind)
 	if err != nil {
 		return engine.PolicyDecision{}, fmt.Errorf("reading %s: %w", Query, err)
 	}

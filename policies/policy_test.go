@@ -182,7 +182,11 @@ func BenchmarkEvaluate(b *testing.B) {
 	// the same evaluator, so the rest is what the default rules cost.
 	floor, err := Compile(context.Background(), &Bundle{Modules: map[string]string{"floor.rego": `package gated
 
-decision := {"deny": [], "review": {"required": false}}
+decision := {"deny": [], "review": {"required": false}, "run": run}
+
+default run := null
+
+run := {"reviewed": false} if input.proposal.kind == "run"
 `}})
 	if err != nil {
 		b.Fatal(err)
@@ -197,6 +201,7 @@ decision := {"deny": [], "review": {"required": false}}
 		{"write-with-history", engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona, History: history}, nil},
 		{"read", engine.PolicyInput{Proposal: read, Persona: reviewerPersona}, nil},
 		{"denied", engine.PolicyInput{Proposal: denied, Persona: reviewerPersona}, nil},
+		{"run", engine.PolicyInput{Proposal: runProposal(), Persona: runReviewerPersona, RunRecord: continued()}, nil},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			e := bc.e
@@ -242,7 +247,7 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 				v = json.Number(fmt.Sprint(n))
 			}
 			review[tc.field] = v
-			_, err := parseDecision(astOf(t, map[string]any{"deny": []any{}, "review": review}))
+			_, err := parseDecision(astOf(t, map[string]any{"deny": []any{}, "review": review}), engine.KindAction)
 			if err == nil {
 				t.Fatalf("%s = %s accepted", tc.field, tc.value)
 			}
@@ -258,7 +263,7 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			obj := map[string]any{"deny": []any{}, "review": map[string]any{"required": true}, tc.key: tc.value}
-			if _, err := parseDecision(astOf(t, obj)); err == nil {
+			if _, err := parseDecision(astOf(t, obj), engine.KindAction); err == nil {
 				t.Fatalf("%s = %v accepted", tc.key, tc.value)
 			}
 		})
@@ -287,7 +292,7 @@ func TestDecisionReviewPersonas(t *testing.T) {
 				[2]*ast.Term{ast.StringTerm("deny"), ast.ArrayTerm()},
 				[2]*ast.Term{ast.StringTerm("review"), ast.NewTerm(review)},
 			)
-			d, err := parseDecision(obj)
+			d, err := parseDecision(obj, engine.KindAction)
 			if err != nil {
 				t.Fatalf("parseDecision: %v", err)
 			}

@@ -1,0 +1,566 @@
+package policies
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+
+	"github.com/gated/gated/engine"
+)
+
+var runReviewerPersona = &engine.Persona{
+	Name: "run-reviewer", PermissionMode: "read-only", Plugin: "llm", Tools: []string{"get_proposal"},
+}
+
+// runProposal is round 1 of a run whose criteria all pass: a test command,
+// a changelog entry, an ai_review and a required manual criterion.
+func runProposal() *engine.Proposal {
+	return &engine.Proposal{
+		V: 1, ID: "run-review-1", Tenant: "acme", Kind: engine.KindRun, Action: "agent_run",
+		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+		RequestedBy: &engine.RequestedBy{Agent: "orchestrator-1"},
+		Criteria: []engine.Criterion{
+			{ID: "tests", Required: true, Kind: engine.CriterionCommandResult,
+				Params:   map[string]any{"exit_code": json.Number("0")},
+				Evidence: map[string]any{"command": "go test ./...", "exit_code": json.Number("0")}},
+			{ID: "changelog", Required: true, Kind: engine.CriterionFileContains,
+				Params:   map[string]any{"path": "CHANGELOG.md", "pattern": `(?m)^- .*nginx`},
+				Evidence: map[string]any{"path": "CHANGELOG.md", "content": "- nginx restarts cleanly\n"}},
+			{ID: "design", Required: true, Kind: engine.CriterionAIReview},
+			{ID: "signoff", Required: true, Kind: engine.CriterionManual},
+		},
+		Run: &engine.Run{RunID: "r-77", TaskID: "t-1", Status: engine.RunCompleted, Round: 1, Worker: "w-3"},
+	}
+}
+
+func continued(rounds ...int) *engine.RunRecord {
+	r := &engine.RunRecord{Tenant: "acme", RunID: "r-77"}
+	for _, n := range rounds {
+		r.Rounds = append(r.Rounds, engine.RunRound{Round: n, ProposalID: "earlier", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation})
+	}
+	return r
+}
+
+func denyRules(d engine.PolicyDecision) []string {
+	var rules []string
+	for _, deny := range d.Denies {
+		rules = append(rules, deny.Rule)
+	}
+	slices.Sort(rules)
+	return rules
+}
+
+// TestEvaluateRun decides run proposals with the compiled default bundle
+// and checks what the engine reads: denies, routing and decision.run.
+func TestEvaluateRun(t *testing.T) {
+	e := mustEvaluator(t)
+	tests := []struct {
+		note    string
+		mutate  func(*engine.Proposal)
+		persona *engine.Persona
+		record  *engine.RunRecord
+		check   func(*testing.T, engine.PolicyDecision)
+	}{
+		{note: "passing run goes to the run reviewer", check: func(t *testing.T, d engine.PolicyDecision) {
+			if len(d.Denies) != 0 || !d.Review.Required || d.Review.Persona != "run-reviewer" || d.Review.Blocked != "" {
+				t.Errorf("denies %v, review %+v: want the run routed to run-reviewer", d.Denies, d.Review)
+			}
+			want := &engine.RunPolicy{
+				Reviewed: true, Why: "run review policy always reviews completed runs", ReviewPolicy: "always",
+				MaxRounds: 5, Continuable: true, Manual: []string{"signoff"}, MissingWork: []string{},
+				Limits: engine.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192},
+				Criteria: []engine.CriterionEval{
+					{ID: "tests", Pass: true, Reason: `"go test ./..." exited 0`, Kind: "command_result", Required: true, JudgedBy: "policy"},
+					{ID: "changelog", Pass: true, Reason: `CHANGELOG.md matches "(?m)^- .*nginx"`, Kind: "file_contains", Required: true, JudgedBy: "policy"},
+				},
+			}
+			if got, _ := json.Marshal(d.Run); string(got) != string(mustJSON(t, want)) {
+				t.Errorf("run = %s\nwant  %s", got, mustJSON(t, want))
+			}
+		}},
+		{note: "failed test command", mutate: func(p *engine.Proposal) {
+			p.Criteria[0].Evidence["exit_code"] = json.Number("1")
+		}, check: func(t *testing.T, d engine.PolicyDecision) {
+			want := `criterion tests (command_result): "go test ./..." exited 1, expected 0`
+			if len(d.Denies) != 1 || d.Denies[0] != (engine.Deny{Rule: "criterion_failed", Message: want}) {
+				t.Errorf("denies = %v", d.Denies)
+			}
+			if !slices.Equal(d.Run.MissingWork, []string{want}) || !d.Run.Continuable {
+				t.Errorf("missing work %q, continuable %v", d.Run.MissingWork, d.Run.Continuable)
+			}
+		}},
+		{note: "malformed pattern fails the criterion, not the evaluation", mutate: func(p *engine.Proposal) {
+			p.Criteria[1].Params["pattern"] = "(unclosed"
+		}, check: func(t *testing.T, d engine.PolicyDecision) {
+			if c := d.Run.Criteria[1]; c.Pass || !strings.Contains(c.Reason, "not a valid RE2") {
+				t.Errorf("criterion = %+v", c)
+			}
+			if got := denyRules(d); !slices.Equal(got, []string{"criterion_failed"}) {
+				t.Errorf("denies = %v", got)
+			}
+		}},
+		{note: "missing evidence", mutate: func(p *engine.Proposal) {
+			p.Criteria[0].Evidence, p.Criteria[1].Evidence = nil, nil
+		}, check: func(t *testing.T, d engine.PolicyDecision) {
+			if len(d.Run.MissingWork) != 2 || !strings.HasSuffix(d.Run.MissingWork[0], "no evidence: exit_code missing") {
+				t.Errorf("missing work = %q", d.Run.MissingWork)
+			}
+		}},
+		{note: "worker named like the persona is blocked, not denied", mutate: func(p *engine.Proposal) {
+			p.Run.Worker = "reviewer"
+		}, persona: reviewerPersona, check: func(t *testing.T, d engine.PolicyDecision) {
+			if len(d.Denies) != 0 || !strings.Contains(d.Review.Blocked, `persona "reviewer" is the run's worker`) {
+				t.Errorf("denies %v, blocked %q", d.Denies, d.Review.Blocked)
+			}
+		}},
+		{note: "plugin named like the worker is blocked", mutate: func(p *engine.Proposal) {
+			p.Run.Worker = "llm"
+		}, check: func(t *testing.T, d engine.PolicyDecision) {
+			if !strings.Contains(d.Review.Blocked, `runs on plugin "llm"`) {
+				t.Errorf("blocked = %q", d.Review.Blocked)
+			}
+		}},
+		{note: "round after a continuation", mutate: func(p *engine.Proposal) { p.Run.Round = 2 }, record: continued(1),
+			check: func(t *testing.T, d engine.PolicyDecision) {
+				if len(d.Denies) != 0 {
+					t.Errorf("denies = %v", d.Denies)
+				}
+			}},
+		{note: "round out of order", mutate: func(p *engine.Proposal) { p.Run.Round = 3 }, record: continued(1),
+			check: func(t *testing.T, d engine.PolicyDecision) {
+				if got := denyRules(d); !slices.Equal(got, []string{"run_round_out_of_order"}) || d.Run.Continuable {
+					t.Errorf("denies %v, continuable %v", got, d.Run.Continuable)
+				}
+			}},
+		{note: "closed run", mutate: func(p *engine.Proposal) { p.Run.Round = 2 },
+			record: &engine.RunRecord{Tenant: "acme", RunID: "r-77", Closed: engine.RunAccepted, Rounds: []engine.RunRound{
+				{Round: 1, ProposalID: "run-review-0", Outcome: engine.OutcomeApproved},
+			}},
+			check: func(t *testing.T, d engine.PolicyDecision) {
+				if got := denyRules(d); !slices.Contains(got, "run_closed") || d.Run.Continuable {
+					t.Errorf("denies %v, continuable %v", got, d.Run.Continuable)
+				}
+			}},
+		{note: "past the last round", mutate: func(p *engine.Proposal) { p.Run.Round = 6 }, record: continued(1, 2, 3, 4, 5),
+			check: func(t *testing.T, d engine.PolicyDecision) {
+				if got := denyRules(d); !slices.Equal(got, []string{"run_round_limit"}) {
+					t.Errorf("denies = %v", got)
+				}
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			p := runProposal()
+			if tc.mutate != nil {
+				tc.mutate(p)
+			}
+			persona := tc.persona
+			if persona == nil {
+				persona = runReviewerPersona
+			}
+			d, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: p, Persona: persona, RunRecord: tc.record})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Run == nil {
+				t.Fatal("decision has no run section")
+			}
+			tc.check(t, d)
+		})
+	}
+}
+
+// TestEvaluateRunDecodedProposal feeds the policy a run proposal as the
+// engine decodes it from the wire (numbers as json.Number).
+func TestEvaluateRunDecodedProposal(t *testing.T) {
+	raw := `{"v": 1, "id": "run-review-2", "tenant": "acme", "kind": "run", "action": "agent_run",
+	  "class": "write", "blast_radius": "single_device", "requested_by": {"agent": "orchestrator-1"},
+	  "criteria": [
+	    {"id": "tests", "description": "tests pass", "required": true, "kind": "command_result",
+	     "params": {"exit_code": 3}, "evidence": {"command": "make check", "exit_code": 3}},
+	    {"id": "readme", "description": "README documents it", "required": false, "kind": "file_contains",
+	     "params": {"path": "README.md", "text": "--flag"}, "evidence": {"path": "README.md", "content": "no flags"}}],
+	  "run": {"run_id": "r-1", "status": "completed", "round": 2, "worker": "w-1",
+	    "prior_reviews": [{"round": 1, "findings": [{"id": "r1-f1", "body": "document the flag", "line": null}]}]}}`
+	p, err := engine.DecodeProposal([]byte(raw), "", "", engine.Limits{})
+	if err != nil {
+		t.Fatalf("decoding a valid run proposal: %v", err)
+	}
+	d, err := mustEvaluator(t).Evaluate(t.Context(), engine.PolicyInput{Proposal: p, Persona: runReviewerPersona, RunRecord: continued(1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Denies) != 0 || len(d.Run.Criteria) != 2 {
+		t.Fatalf("denies %v, criteria %+v", d.Denies, d.Run.Criteria)
+	}
+	if c := d.Run.Criteria[0]; !c.Pass || c.Reason != `"make check" exited 3` {
+		t.Errorf("tests = %+v", c)
+	}
+	if c := d.Run.Criteria[1]; c.Pass || c.Required || c.Reason != `README.md does not contain "--flag"` {
+		t.Errorf("readme = %+v", c)
+	}
+	if len(d.Run.MissingWork) != 0 {
+		t.Errorf("an optional criterion asked for work: %q", d.Run.MissingWork)
+	}
+}
+
+func TestEvaluateRunReviewConfig(t *testing.T) {
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := b.Data["gated"].(map[string]any)["config"].(map[string]any)
+	config["run_review"] = map[string]any{
+		"policy": "on_success", "max_rounds": json.Number("3"),
+		"limits":  map[string]any{"max_items": json.Number("7")},
+		"tenants": map[string]any{"globex": map[string]any{"policy": "always", "personas": []any{"senior"}, "quorum": json.Number("2")}},
+	}
+	e, err := Compile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := runProposal()
+	failed.Run.Status = engine.RunFailed
+	failed.Criteria[0].Evidence["exit_code"] = json.Number("2")
+	d, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: failed, Persona: runReviewerPersona})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Review.Required || d.Run.Reviewed || len(d.Denies) != 0 || len(d.Run.Criteria) != 0 {
+		t.Errorf("an unreviewed run: review %+v, denies %v, run %+v", d.Review, d.Denies, d.Run)
+	}
+	if d.Review.Why != "run review policy on_success does not review failed runs" || d.Run.MaxRounds != 3 || d.Run.Limits.MaxItems != 7 {
+		t.Errorf("why %q, max rounds %d, limits %+v", d.Review.Why, d.Run.MaxRounds, d.Run.Limits)
+	}
+	globex := runProposal()
+	globex.Tenant, globex.Run.Status = "globex", engine.RunFailed
+	d, err = e.Evaluate(t.Context(), engine.PolicyInput{Proposal: globex, Persona: runReviewerPersona})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Run.Reviewed || d.Review.Persona != "senior" || d.Review.Quorum != 2 || d.Run.ReviewPolicy != "always" {
+		t.Errorf("tenant override: review %+v, run policy %q", d.Review, d.Run.ReviewPolicy)
+	}
+}
+
+func TestCompileRefusesBadRunReviewConfig(t *testing.T) {
+	b, err := Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Data["gated"].(map[string]any)["config"].(map[string]any)["run_review"] = map[string]any{
+		"policy": "sometimes", "tenants": map[string]any{"acme": map[string]any{"quorum": json.Number("0")}},
+	}
+	_, err = Compile(t.Context(), b)
+	if !errors.Is(err, ErrInvalidBundle) {
+		t.Fatalf("err = %v, want ErrInvalidBundle", err)
+	}
+	for _, want := range []string{
+		`data.gated.config.run_review.policy: "sometimes" is not one of none, on_success, on_failure, always`,
+		"data.gated.config.run_review.tenants.acme.quorum: 0 is not an integer from 1 to 16",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+}
+
+// TestCompileRefusesBundleThatCannotDecideRuns: the start-up check
+// includes a run proposal, so a replacement bundle without decision.run
+// fails to load instead of failing every run.
+func TestCompileRefusesBundleThatCannotDecideRuns(t *testing.T) {
+	_, err := Compile(t.Context(), &Bundle{Modules: map[string]string{"mine.rego": `package gated
+
+decision := {"deny": [], "review": {"required": false}}
+`}})
+	if !errors.Is(err, ErrInvalidBundle) || !strings.Contains(err.Error(), "sample run proposal") || !strings.Contains(err.Error(), "decision.run is missing") {
+		t.Fatalf("err = %v, want the sample run proposal refused for its missing decision.run", err)
+	}
+}
+
+func TestEvaluateActionHasNoRunSection(t *testing.T) {
+	d, err := mustEvaluator(t).Evaluate(t.Context(), engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Run != nil || d.Review.Blocked != "" {
+		t.Errorf("run %+v, blocked %q: want neither for an action", d.Run, d.Review.Blocked)
+	}
+}
+
+func TestSampleInputsCoverRuns(t *testing.T) {
+	e := mustEvaluator(t)
+	var runs int
+	for _, in := range sampleInputs() {
+		d, err := e.Evaluate(t.Context(), in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if in.Proposal.Kind != engine.KindRun {
+			continue
+		}
+		runs++
+		// The sample is a well-formed second round: the default bundle
+		// reviews it without a deny, judging both deterministic criteria.
+		if len(d.Denies) != 0 || !d.Review.Required || d.Run == nil || len(d.Run.Criteria) != 2 || !slices.Equal(d.Run.Manual, []string{"signoff"}) {
+			t.Errorf("sample run: denies %v, review %+v, run %+v", d.Denies, d.Review, d.Run)
+		}
+	}
+	if runs == 0 {
+		t.Fatal("no sample run proposal")
+	}
+}
+
+// TestInputValueRun checks the run parts of the input: every field present,
+// findings open unless resolved, run_record null when there is none.
+func TestInputValueRun(t *testing.T) {
+	p := runProposal()
+	line := 12
+	p.Run.Summary, p.Run.Diff, p.Run.TestOutput = "bumped nginx", "--- a\n+++ b\n", "ok"
+	p.Run.PriorReviews = []engine.PriorReview{{ProposalID: "run-review-0", Round: 1, Summary: "needs a changelog", Findings: []engine.Finding{
+		{ID: "r1-f1", Body: "add a changelog entry", Path: "CHANGELOG.md", Line: &line, Criterion: "changelog"},
+		{ID: "r1-f2", Body: "fix the typo", Status: engine.FindingResolved, Resolution: "fixed"},
+	}}}
+	decided := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	record := &engine.RunRecord{Tenant: "acme", RunID: "r-77", TaskID: "t-1", Rounds: []engine.RunRound{{
+		Round: 1, ProposalID: "run-review-0", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation,
+		Findings: []engine.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: decided, Sent: true,
+	}}}
+	got := inputJSON(t, engine.PolicyInput{Proposal: p, RunRecord: record})
+	want := map[string]string{
+		"proposal.criteria[0].evidence":          `{"command":"go test ./...","exit_code":0}`,
+		"proposal.criteria[2].evidence":          `{}`,
+		"proposal.criteria[2].params":            `{}`,
+		"proposal.run.summary":                   `"bumped nginx"`,
+		"proposal.run.diff":                      `"--- a\n+++ b\n"`,
+		"proposal.run.test_output":               `"ok"`,
+		"proposal.run.prior_reviews[0].round":    `1`,
+		"proposal.run.prior_reviews[0].summary":  `"needs a changelog"`,
+		"proposal.run.prior_reviews[0].findings": `[{"body":"add a changelog entry","criterion":"changelog","id":"r1-f1","line":12,"path":"CHANGELOG.md","resolution":"","status":"open"},{"body":"fix the typo","criterion":"","id":"r1-f2","line":null,"path":"","resolution":"fixed","status":"resolved"}]`,
+		"run_record":                             `{"closed":"","rounds":[{"decided_at":"2026-03-01T12:00:00Z","decided_at_ns":1772366400000000000,"findings":[{"body":"add a changelog entry","criterion":"","id":"r1-f1","line":null,"path":"","resolution":"","status":"open"}],"next":"continuation","outcome":"rejected","proposal_id":"run-review-0","round":1,"sent":true}],"run_id":"r-77","task_id":"t-1","tenant":"acme"}`,
+	}
+	for path, w := range want {
+		if g := pick(t, got, path); g != w {
+			t.Errorf("%s = %s\nwant %s", path, g, w)
+		}
+	}
+	action := inputJSON(t, engine.PolicyInput{Proposal: writeProposal()})
+	if g := pick(t, action, "run_record"); g != "null" {
+		t.Errorf("run_record of an action = %s, want null", g)
+	}
+	if g := pick(t, action, "proposal.run"); g != "null" {
+		t.Errorf("run of an action = %s, want null", g)
+	}
+}
+
+func inputJSON(t *testing.T, in engine.PolicyInput) any {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(InputValue(in).String()), &v); err != nil {
+		t.Fatalf("the input is not JSON: %v", err)
+	}
+	return v
+}
+
+// pick follows a path such as "proposal.criteria[0].evidence" and returns
+// the JSON found there.
+func pick(t *testing.T, v any, path string) string {
+	t.Helper()
+	for part := range strings.SplitSeq(path, ".") {
+		name, index, indexed := strings.Cut(part, "[")
+		obj, ok := v.(map[string]any)
+		if !ok {
+			t.Fatalf("%s: %s is not in an object", path, name)
+		}
+		if v, ok = obj[name]; !ok {
+			t.Fatalf("%s: no %s", path, name)
+		}
+		if indexed {
+			n := 0
+			for _, c := range strings.TrimSuffix(index, "]") {
+				n = n*10 + int(c-'0')
+			}
+			list, ok := v.([]any)
+			if !ok || n >= len(list) {
+				t.Fatalf("%s: no element %d", path, n)
+			}
+			v = list[n]
+		}
+	}
+	return string(mustJSON(t, v))
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func runDecision(t *testing.T, run map[string]any, review map[string]any) ast.Value {
+	t.Helper()
+	if review == nil {
+		review = map[string]any{"required": true, "persona": "run-reviewer", "quorum": json.Number("1"), "why": "x"}
+	}
+	obj := map[string]any{"deny": []any{}, "review": review}
+	if run != nil {
+		obj["run"] = run
+	}
+	return astOf(t, obj)
+}
+
+func validRun() map[string]any {
+	return map[string]any{
+		"reviewed": true, "why": "run review policy always reviews completed runs", "review_policy": "always",
+		"max_rounds": json.Number("4"),
+		"criteria": []any{map[string]any{
+			"id": "tests", "pass": false, "reason": "exited 1", "kind": "command_result", "required": true, "judged_by": "policy",
+		}},
+		"missing_work": []any{"criterion tests (command_result): exited 1"},
+		"manual":       []any{"signoff"},
+		"continuable":  true,
+		"limits":       map[string]any{"max_items": json.Number("10"), "max_item_bytes": json.Number("999999"), "max_guidance_bytes": json.Number("0")},
+	}
+}
+
+func TestParseDecisionRun(t *testing.T) {
+	d, err := parseDecision(runDecision(t, validRun(), nil), engine.KindRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &engine.RunPolicy{
+		Reviewed: true, Why: "run review policy always reviews completed runs", ReviewPolicy: "always", MaxRounds: 4,
+		Criteria:    []engine.CriterionEval{{ID: "tests", Reason: "exited 1", Kind: "command_result", Required: true, JudgedBy: "policy"}},
+		MissingWork: []string{"criterion tests (command_result): exited 1"}, Manual: []string{"signoff"}, Continuable: true,
+		// An oversize limit is capped, a zero one takes its default.
+		Limits: engine.RunLimits{MaxItems: 10, MaxItemBytes: engine.CeilingRunMaxItemBytes, MaxGuidanceBytes: engine.DefaultRunMaxGuidanceBytes},
+	}
+	if got := mustJSON(t, d.Run); string(got) != string(mustJSON(t, want)) {
+		t.Errorf("run = %s\nwant  %s", got, mustJSON(t, want))
+	}
+
+	// The least a run section may say.
+	d, err = parseDecision(runDecision(t, map[string]any{"reviewed": false}, map[string]any{"required": false}), engine.KindRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Run.MaxRounds != engine.DefaultMaxRounds || d.Run.Limits != (engine.RunLimits{}).WithDefaults() || d.Run.Continuable {
+		t.Errorf("minimal run = %+v", d.Run)
+	}
+}
+
+func TestParseDecisionBlocked(t *testing.T) {
+	review := map[string]any{"required": true, "persona": "", "quorum": json.Number("1"), "why": "x", "blocked": "only the worker"}
+	d, err := parseDecision(runDecision(t, validRun(), review), engine.KindRun)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Review.Blocked != "only the worker" {
+		t.Errorf("blocked = %q", d.Review.Blocked)
+	}
+	for _, tc := range []struct {
+		note   string
+		review map[string]any
+	}{
+		{note: "blocked as a number", review: map[string]any{"required": true, "blocked": json.Number("1")}},
+		{note: "blocked without a required review", review: map[string]any{"required": false, "blocked": "only the worker"}},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			if _, err := parseDecision(runDecision(t, nil, tc.review), engine.KindAction); err == nil {
+				t.Fatal("accepted")
+			}
+		})
+	}
+}
+
+func TestParseDecisionRunErrors(t *testing.T) {
+	set := func(key string, value any) map[string]any {
+		r := validRun()
+		if value == nil {
+			delete(r, key)
+		} else {
+			r[key] = value
+		}
+		return r
+	}
+	criterion := func(edit map[string]any) map[string]any {
+		c := map[string]any{"id": "tests", "pass": true}
+		for k, v := range edit {
+			c[k] = v
+		}
+		return set("criteria", []any{c})
+	}
+	for _, tc := range []struct {
+		note string
+		kind engine.Kind
+		run  any // nil leaves decision.run out
+		want string
+	}{
+		{note: "missing for a run", kind: engine.KindRun, want: "decision.run is missing"},
+		{note: "null for a run", kind: engine.KindRun, run: "null", want: "decision.run is null, want an object"},
+		{note: "an object for an action", kind: engine.KindAction, run: validRun(), want: "want null for a proposal of kind action"},
+		{note: "an object without a kind", kind: "", run: validRun(), want: "want null for a proposal of kind action"},
+		{note: "reviewed missing", kind: engine.KindRun, run: set("reviewed", nil), want: "decision.run.reviewed must be a boolean"},
+		{note: "reviewed but no review", kind: engine.KindRun, run: set("reviewed", false), want: "decision.run.reviewed is false but decision.review.required is true"},
+		{note: "why a number", kind: engine.KindRun, run: set("why", json.Number("1")), want: "decision.run.why is number"},
+		{note: "unknown review policy", kind: engine.KindRun, run: set("review_policy", "sometimes"), want: `review_policy "sometimes"`},
+		{note: "max_rounds zero", kind: engine.KindRun, run: set("max_rounds", json.Number("0")), want: "decision.run.max_rounds 0 must be an integer from 1 to 100"},
+		{note: "max_rounds a string", kind: engine.KindRun, run: set("max_rounds", "5"), want: "decision.run.max_rounds"},
+		{note: "max_rounds a fraction", kind: engine.KindRun, run: set("max_rounds", json.Number("2.5")), want: "decision.run.max_rounds"},
+		{note: "criteria an object", kind: engine.KindRun, run: set("criteria", map[string]any{}), want: "decision.run.criteria is object"},
+		{note: "criterion a string", kind: engine.KindRun, run: set("criteria", []any{"tests"}), want: "decision.run.criteria[0]: string"},
+		{note: "criterion without id", kind: engine.KindRun, run: criterion(map[string]any{"id": ""}), want: "id must be a non-empty string"},
+		{note: "criterion pass a string", kind: engine.KindRun, run: criterion(map[string]any{"pass": "yes"}), want: "pass must be a boolean"},
+		{note: "criterion required a string", kind: engine.KindRun, run: criterion(map[string]any{"required": "yes"}), want: `criterion "tests": required`},
+		{note: "criterion judged by a reviewer", kind: engine.KindRun, run: criterion(map[string]any{"judged_by": "reviewer:x"}), want: `judged_by "reviewer:x"`},
+		{note: "criterion judged twice", kind: engine.KindRun, run: set("criteria", []any{
+			map[string]any{"id": "tests", "pass": true}, map[string]any{"id": "tests", "pass": false},
+		}), want: `criterion "tests" is judged twice`},
+		{note: "missing_work with a number", kind: engine.KindRun, run: set("missing_work", []any{"a", json.Number("1")}), want: "decision.run.missing_work must be an array of strings"},
+		{note: "manual a string", kind: engine.KindRun, run: set("manual", "signoff"), want: "decision.run.manual must be an array of strings"},
+		{note: "continuable a string", kind: engine.KindRun, run: set("continuable", "yes"), want: "decision.run.continuable is string"},
+		{note: "limits a list", kind: engine.KindRun, run: set("limits", []any{}), want: "decision.run.limits is array"},
+		{note: "limits unknown key", kind: engine.KindRun, run: set("limits", map[string]any{"max_bytes": json.Number("1")}), want: `unknown key "max_bytes"`},
+		{note: "limit negative", kind: engine.KindRun, run: set("limits", map[string]any{"max_items": json.Number("-1")}), want: "decision.run.limits.max_items -1"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			var run map[string]any
+			var v ast.Value
+			switch r := tc.run.(type) {
+			case map[string]any:
+				run = r
+				v = runDecision(t, run, nil)
+			case string: // "null"
+				obj := runDecision(t, nil, nil).(ast.Object)
+				obj.Insert(ast.StringTerm("run"), ast.NullTerm())
+				v = obj
+			default:
+				v = runDecision(t, nil, nil)
+			}
+			_, err := parseDecision(v, tc.kind)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseDecisionRunNullForActions(t *testing.T) {
+	for _, run := range []*ast.Term{nil, ast.NullTerm()} {
+		obj := runDecision(t, nil, nil).(ast.Object)
+		if run != nil {
+			obj.Insert(ast.StringTerm("run"), run)
+		}
+		d, err := parseDecision(obj, engine.KindAction)
+		if err != nil || d.Run != nil {
+			t.Errorf("run %v: decision.run = %+v, err %v; want nil and no error", run, d.Run, err)
+		}
+	}
+}
