@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -28,9 +29,16 @@ func FuzzDecideWithPolicy(f *testing.F) {
 	f.Add(proposalJSON(f, map[string]any{"flags": map[string]any{"force_approve": true, "user_confirmed": true}}))
 	f.Add(proposalJSON(f, map[string]any{"class": "read", "flags": map[string]any{"skip_review": true}}))
 	f.Add(proposalJSON(f, map[string]any{"action": "db_vacuum_table", "flags": map[string]any{"force_approve_no_sop": true, "user_confirmed": true}}))
+	manual := []any{map[string]any{"id": "signoff", "description": "a human agrees", "required": true, "kind": "manual"}}
+	f.Add(runProposal(f, "run-1", 1, nil))
+	f.Add(runProposal(f, "run-2", 2, map[string]any{"criteria": manual}))
+	f.Add(runProposal(f, "run-3", 1, map[string]any{"flags": map[string]any{"skip_review": true}}))
 
 	f.Fuzz(func(t *testing.T, data []byte) {
-		h := newHarness(t)
+		h := newHarness(t, func(h *harness) {
+			h.cfg.Personas = personaSet{"reviewer": reviewerPersona(), "run-reviewer": runPersona()}
+			h.reviewer.answer = approveEverything
+		})
 		subject := engine.ProposalSubjectPrefix + "acme.host_restart_service"
 		var head struct {
 			Tenant string `json:"tenant"`
@@ -61,5 +69,34 @@ func FuzzDecideWithPolicy(f *testing.F) {
 			t.Fatalf("approved a proposal with skip_review=%v force_approve=%v at stage %s: %s",
 				p.Flags.SkipReview, p.Flags.ForceApprove, v.Stage, v.Reason)
 		}
+		if p.Kind != engine.KindRun || v.Stage == engine.StagePolicy {
+			return // a run the review policy waived is approved as it is
+		}
+		for _, c := range p.Criteria {
+			if c.Required && c.Kind == engine.CriterionManual {
+				t.Fatalf("approved run %s at stage %s with manual criterion %s undecided: %s", p.ID, v.Stage, c.ID, v.Reason)
+			}
+		}
+		for _, c := range v.Run.Criteria {
+			if c.Required && !c.Pass {
+				t.Fatalf("approved run %s with required criterion %s failed (%s)", p.ID, c.ID, c.JudgedBy)
+			}
+		}
 	})
+}
+
+// approveEverything is the worst reviewer there is: it approves, passes
+// every gate the persona requires and every criterion it is asked to
+// judge.
+func approveEverything(_ context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
+	res := engine.ReviewResult{Plugin: "sop", Text: "Decision: approve\nNotes: fine.", Decision: engine.DecisionApprove}
+	for _, g := range req.Persona.RequiredGates {
+		res.Gates = append(res.Gates, engine.Gate{Name: g, Passed: true})
+	}
+	if req.Run != nil {
+		for _, id := range req.Run.AIReview {
+			res.Criteria = append(res.Criteria, engine.CriterionEval{ID: id, Pass: true, Confidence: 1})
+		}
+	}
+	return res, nil
 }

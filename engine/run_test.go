@@ -71,7 +71,7 @@ func runHarness(t *testing.T, conf runPolicyConf, opts ...func(*harness)) *harne
 
 // runProposal is a completed run r-1, round 1, by worker w-1, with a
 // required ai_review criterion "design" and the fields in override.
-func runProposal(t *testing.T, id string, round int, override map[string]any) []byte {
+func runProposal(t testing.TB, id string, round int, override map[string]any) []byte {
 	t.Helper()
 	m := map[string]any{
 		"v": 1, "id": id, "tenant": "acme", "kind": "run", "action": "code_change",
