@@ -14,6 +14,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus"
 )
 
 // natsConnOptions are the flags that say how to reach and authenticate to
@@ -286,4 +288,20 @@ func natsErrorLog(log *zap.Logger) nats.Option {
 		}
 		log.Warn("NATS connection error", fields...)
 	})
+}
+
+// client connects once, without reconnecting (a command makes a few
+// requests and exits), and wraps the connection in a fleet client. The
+// caller closes the connection.
+func (o *natsConnOptions) client(servers, name string) (*nats.Conn, *bus.Client, error) {
+	nc, err := o.connect(servers, name, nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := bus.NewClient(nc)
+	if err != nil {
+		nc.Close()
+		return nil, nil, err
+	}
+	return nc, client, nil
 }

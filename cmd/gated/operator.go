@@ -223,15 +223,11 @@ operator decisions, gated's store or audit trail failed).`,
 				return err
 			}
 
-			nc, err := conn.connect(url, "gated-operator", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+			nc, client, err := conn.client(url, "gated-operator")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			client, err := bus.NewClient(nc)
-			if err != nil {
-				return err
-			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			held, err := client.Verdict(ctx, tenant, id)

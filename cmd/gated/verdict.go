@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/engine"
 )
 
@@ -59,15 +58,11 @@ is not a valid token), 1 failure (no NATS).`,
 			if timeout <= 0 {
 				return usageError("--timeout %s must be positive", timeout)
 			}
-			nc, err := conn.connect(url, "gated-verdict", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
+			nc, client, err := conn.client(url, "gated-verdict")
 			if err != nil {
 				return err
 			}
 			defer nc.Close()
-			client, err := bus.NewClient(nc)
-			if err != nil {
-				return err
-			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			v, err := client.Verdict(ctx, tenant, id)
