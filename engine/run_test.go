@@ -595,3 +595,32 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		}
 	})
 }
+
+// TestRunFindingsCoverEveryMissingItem: each thing a rejection asks for is
+// a finding once: a failed criterion by its id, a required criterion the
+// reviewer never judged by the missing-work item that says so, and the
+// reviewer's own items whatever words they start with.
+func TestRunFindingsCoverEveryMissingItem(t *testing.T) {
+	h := runHarness(t, runPolicyConf{run: reviewedRun})
+	h.reviewer.answer = approvalWithRun(func(r *engine.ReviewResult) {
+		r.Criteria = nil // design is required and not judged
+	})
+	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
+	if v.Outcome != engine.OutcomeRejected || len(v.Run.Findings) != 1 || !strings.Contains(v.Run.Findings[0].Body, "design") {
+		t.Fatalf("verdict %s, findings %+v, want one on the unjudged criterion design", v.Outcome, v.Run.Findings)
+	}
+
+	h = runHarness(t, runPolicyConf{run: reviewedRun})
+	h.reviewer.answer = answer(runRejection("criterion coverage: add a test for the empty queue"), nil)
+	v, _ = h.mustDecide(t, runSubject, runProposal(t, "p2", 1, nil), "")
+	var bodies []string
+	for _, f := range v.Run.Findings {
+		bodies = append(bodies, f.Body)
+	}
+	if !slices.Contains(bodies, "criterion coverage: add a test for the empty queue") {
+		t.Errorf("findings %q lack the reviewer's own item", bodies)
+	}
+	if n := len(slices.DeleteFunc(slices.Clone(v.Run.Findings), func(f engine.Finding) bool { return f.Criterion != "design" })); n != 1 {
+		t.Errorf("%d findings on criterion design, want 1", n)
+	}
+}

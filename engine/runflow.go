@@ -315,7 +315,9 @@ func (r *decision) setNext(v *Verdict) {
 }
 
 // findingsOf numbers what a rejection asks of the worker: the failed
-// required criteria, the missing work and the comments.
+// required criteria (one finding each), the missing work and the comments.
+// A missing-work item gated wrote for a criterion that already has its
+// finding (see criterionWork) is not repeated.
 func findingsOf(rv *RunVerdict, l RunLimits) []Finding {
 	var out []Finding
 	add := func(f Finding) {
@@ -323,13 +325,15 @@ func findingsOf(rv *RunVerdict, l RunLimits) []Finding {
 		f.Status = FindingOpen
 		out = append(out, f)
 	}
+	found := map[string]bool{}
 	for _, c := range rv.Criteria {
-		if c.Required && !c.Pass {
+		if c.Required && !c.Pass && !found[c.ID] {
+			found[c.ID] = true
 			add(Finding{Body: fmt.Sprintf("criterion %s (%s) failed: %s", c.ID, c.Kind, c.Reason), Criterion: c.ID})
 		}
 	}
 	for _, m := range rv.MissingWork {
-		if strings.HasPrefix(m, "criterion ") {
+		if id, ok := criterionWork(m); ok && found[id] {
 			continue // the criterion's own finding says it
 		}
 		add(Finding{Body: m})
@@ -341,6 +345,17 @@ func findingsOf(rv *RunVerdict, l RunLimits) []Finding {
 		out = out[:max]
 	}
 	return out
+}
+
+// criterionWork reads the criterion id from a missing-work item in the
+// form gated and the policy write for a criterion: "criterion <id> (<kind>)…".
+func criterionWork(m string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(m, "criterion ")
+	if !ok {
+		return "", false
+	}
+	id, _, ok = strings.Cut(rest, " (")
+	return id, ok && validWide(id)
 }
 
 func compactStrings(list []string) []string {
