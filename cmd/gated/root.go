@@ -39,6 +39,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(verdictCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(operatorCmd())
+	root.AddCommand(benchCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}

@@ -1,0 +1,117 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Sender sends proposal i of path p and waits for its answer. It returns
+// the answer's size; an *UnexpectedError when the answer is not the one
+// the path expects; any other error when there was no answer.
+type Sender func(ctx context.Context, p Path, i int) (size int, err error)
+
+// record files one send's result.
+func record(rec *Recorder, start time.Time, lat time.Duration, size int, err error) {
+	switch {
+	case err == nil:
+		rec.Done(start, lat, true, size)
+	case unexpected(err):
+		rec.Done(start, lat, false, size)
+		rec.note(err)
+	case errors.Is(err, context.Canceled):
+	default:
+		rec.Fail(err)
+	}
+}
+
+// Plan is how many proposals each path sends, and how many it keeps in
+// flight.
+type Plan struct {
+	Counts      map[Path]int
+	Concurrency Concurrency
+}
+
+// Total is the proposals of the plan.
+func (p Plan) Total() int {
+	n := 0
+	for _, c := range p.Counts {
+		n += c
+	}
+	return n
+}
+
+// Drive runs the plan: each path has its own closed loop of
+// Concurrency[path] senders, so a slow path never holds up a fast one in
+// the fleet. done counts answers and failures as they happen.
+func Drive(ctx context.Context, plan Plan, send Sender, done *atomic.Int64) map[Path]*Recorder {
+	recs := map[Path]*Recorder{}
+	var wg sync.WaitGroup
+	for _, p := range Paths {
+		n := plan.Counts[p]
+		if n <= 0 {
+			continue
+		}
+		rec := &Recorder{}
+		recs[p] = rec
+		var next atomic.Int64
+		for range min(max(plan.Concurrency[p], 1), n) {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= n || ctx.Err() != nil {
+						return
+					}
+					start := time.Now()
+					size, err := send(ctx, p, i)
+					record(rec, start, time.Since(start), size, err)
+					if done != nil {
+						done.Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	return recs
+}
+
+// Probe sends policy-decided proposals (denied and read in turn) at a
+// fixed rate until ctx ends, each on its own, whatever the answers of
+// earlier ones: an open loop, so the latency it records is what a new
+// proposal meets while the rest of the load runs. Latency counts from the
+// moment a probe was due, not from when it went out.
+func Probe(ctx context.Context, rate float64, send Sender) *Recorder {
+	rec := &Recorder{}
+	if rate <= 0 {
+		return rec
+	}
+	every := time.Duration(float64(time.Second) / rate)
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i := 0; ; i++ {
+		due := begin.Add(time.Duration(i) * every)
+		if wait := time.Until(due); wait > 0 {
+			select {
+			case <-ctx.Done():
+				wg.Wait()
+				return rec
+			case <-time.After(wait):
+			}
+		} else if ctx.Err() != nil {
+			wg.Wait()
+			return rec
+		}
+		p := PathDenied
+		if i%2 == 1 {
+			p = PathRead
+		}
+		wg.Go(func() {
+			// A probe sent before the end is waited for after it.
+			size, err := send(context.WithoutCancel(ctx), p, i)
+			record(rec, due, time.Since(due), size, err)
+		})
+	}
+}

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// llmPersona is the persona the llm path routes to in an embedded run:
+// the built-in reviewer's rules, reviewed by the llm plugin against the
+// scripted model.
+const llmPersona = `---
+name: ` + LLMPersona + `
+description: The built-in reviewer's three gates, judged by the llm reviewer against gated bench's scripted model.
+model: openai-compatible/bench
+max_turns: 2
+permission_mode: read-only
+plugin: llm
+tools:
+  - get_sop_text
+  - get_proposal
+required_gates:
+  - sop_covers
+  - no_parallel_operation
+  - rollback_known
+---
+Approve only when a standard operating procedure covers the action, no
+other change is under way on the target, and a rollback is known.
+`
+
+// Gated is a gated serve process started for a bench run, with its own
+// embedded NATS server and data directory.
+type Gated struct {
+	URL  string
+	PID  int
+	Log  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// GatedOptions says how to start the embedded gated.
+type GatedOptions struct {
+	// Exe is the gated binary; Dir the directory its files go to.
+	Exe, Dir string
+	// LLMBaseURL is the scripted model's address, for the llm reviewer.
+	LLMBaseURL string
+	// Args are added to `gated serve`'s command line.
+	Args []string
+	// Ready bounds the wait for /readyz.
+	Ready time.Duration
+}
+
+// StartGated runs `gated serve` on free loopback ports and waits until it
+// reports ready.
+func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
+	personas := filepath.Join(o.Dir, "personas")
+	if err := os.MkdirAll(personas, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(personas, LLMPersona+".md"), []byte(llmPersona), 0o644); err != nil {
+		return nil, err
+	}
+	natsPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	httpPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(o.Dir, "gated.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	args := append([]string{"serve",
+		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort),
+		"--http", "127.0.0.1:" + strconv.Itoa(httpPort),
+		"--data-dir", filepath.Join(o.Dir, "data"),
+		"--personas", personas,
+		"--log-format", "json", "--log-level", "warn",
+	}, o.Args...)
+	cmd := exec.Command(o.Exe, args...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.Env = append(os.Environ(), "GATED_OPENAI_COMPATIBLE_BASE_URL="+o.LLMBaseURL)
+	cmd.SysProcAttr = processGroup()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting gated serve: %w", err)
+	}
+	g := &Gated{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), PID: cmd.Process.Pid, Log: logPath,
+		cmd: cmd, done: make(chan error, 1)}
+	go func() { g.done <- cmd.Wait() }()
+	ready := "http://127.0.0.1:" + strconv.Itoa(httpPort) + "/readyz"
+	deadline := time.Now().Add(orDefault(o.Ready, time.Minute))
+	for {
+		select {
+		case err := <-g.done:
+			return nil, fmt.Errorf("gated serve exited before it was ready (%v); its log is %s", err, logPath)
+		case <-ctx.Done():
+			g.Stop(5 * time.Second)
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if resp, err := http.Get(ready); err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return g, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			g.Stop(5 * time.Second)
+			return nil, fmt.Errorf("gated serve was not ready within %s; its log is %s", orDefault(o.Ready, time.Minute), logPath)
+		}
+	}
+}
+
+// Stop sends SIGTERM and waits up to grace, then kills the process group.
+func (g *Gated) Stop(grace time.Duration) error {
+	_ = g.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-g.done:
+		var exit *exec.ExitError
+		if errors.As(err, &exit) {
+			return fmt.Errorf("gated serve: %w; its log is %s", err, g.Log)
+		}
+		return err
+	case <-time.After(grace):
+		killGroup(g.cmd)
+		<-g.done
+		return fmt.Errorf("gated serve did not stop within %s and was killed; its log is %s", grace, g.Log)
+	}
+}
+
+func orDefault(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}

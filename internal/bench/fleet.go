@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+)
+
+// replies hands each message on a wildcard subscription to the one
+// sender waiting for its subject: one subscription for the whole fleet,
+// as a fleet with many agents in one process would have it, instead of
+// one per proposal.
+type replies struct {
+	prefix  string
+	mu      sync.Mutex
+	waiting map[string]chan []byte
+	sub     *nats.Subscription
+}
+
+func newReplies(nc *nats.Conn, prefix string) (*replies, error) {
+	r := &replies{prefix: prefix, waiting: map[string]chan []byte{}}
+	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
+		key := strings.TrimPrefix(m.Subject, prefix)
+		r.mu.Lock()
+		ch := r.waiting[key]
+		delete(r.waiting, key)
+		r.mu.Unlock()
+		if ch != nil {
+			ch <- m.Data
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to %s>: %w", prefix, err)
+	}
+	// No answer may be dropped because the fleet fell behind.
+	if err := sub.SetPendingLimits(-1, -1); err != nil {
+		return nil, err
+	}
+	if err := nc.Flush(); err != nil {
+		return nil, fmt.Errorf("subscribing to %s>: %w", prefix, err)
+	}
+	r.sub = sub
+	return r, nil
+}
+
+func (r *replies) expect(key string) chan []byte {
+	ch := make(chan []byte, 1)
+	r.mu.Lock()
+	r.waiting[key] = ch
+	r.mu.Unlock()
+	return ch
+}
+
+func (r *replies) forget(key string) {
+	r.mu.Lock()
+	delete(r.waiting, key)
+	r.mu.Unlock()
+}
+
+func (r *replies) close() { _ = r.sub.Unsubscribe() }
+
+// publishAndWait publishes msg to JetStream, and waits for the stream's
+// acknowledgement and for the answer under key, at most timeout.
+func publishAndWait(ctx context.Context, js jetstream.JetStream, r *replies, key string, msg *nats.Msg, timeout time.Duration) ([]byte, error) {
+	ch := r.expect(key)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ack, err := js.PublishMsgAsync(msg)
+	if err != nil {
+		r.forget(key)
+		return nil, fmt.Errorf("publishing %s: %w", msg.Subject, err)
+	}
+	// The answer may come before the acknowledgement; both are needed.
+	var answer []byte
+	acked, answered := false, false
+	for !acked || !answered {
+		select {
+		case answer = <-ch:
+			answered = true
+		case <-okOf(ack, acked):
+			acked = true
+		case err := <-errOf(ack, acked):
+			r.forget(key)
+			return nil, fmt.Errorf("publishing %s: %w", msg.Subject, err)
+		case <-ctx.Done():
+			r.forget(key)
+			if acked {
+				return nil, fmt.Errorf("no answer to %s within %s", msg.Subject, timeout)
+			}
+			return nil, fmt.Errorf("publishing %s: no acknowledgement within %s", msg.Subject, timeout)
+		}
+	}
+	return answer, nil
+}
+
+// okOf and errOf are the channels of a pending acknowledgement, or nil
+// (which never fires) once it was received.
+func okOf(ack jetstream.PubAckFuture, done bool) <-chan *jetstream.PubAck {
+	if done {
+		return nil
+	}
+	return ack.Ok()
+}
+
+func errOf(ack jetstream.PubAckFuture, done bool) <-chan error {
+	if done {
+		return nil
+	}
+	return ack.Err()
+}
+
+// GatedFleet sends proposals to gated and waits for their verdicts.
+type GatedFleet struct {
+	js      jetstream.JetStream
+	gen     Proposals
+	tenant  string
+	timeout time.Duration
+	bodies  map[Path][][]byte
+	ids     map[Path][]string
+	actions map[Path]string
+	replies *replies
+}
+
+// NewGatedFleet builds the fleet and marshals every proposal of the plan
+// ahead of time, so the measurement does not include the fleet's own JSON
+// encoding.
+func NewGatedFleet(nc *nats.Conn, gen Proposals, counts map[Path]int, timeout time.Duration) (*GatedFleet, error) {
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(1<<16))
+	if err != nil {
+		return nil, err
+	}
+	f := &GatedFleet{js: js, gen: gen, tenant: gen.Tenant, timeout: timeout,
+		bodies: map[Path][][]byte{}, ids: map[Path][]string{}, actions: map[Path]string{}}
+	for p, n := range counts {
+		for i := range n {
+			pr := gen.New(p, i)
+			body, err := json.Marshal(pr)
+			if err != nil {
+				return nil, err
+			}
+			f.bodies[p] = append(f.bodies[p], body)
+			f.ids[p] = append(f.ids[p], pr.ID)
+			f.actions[p] = pr.Action
+		}
+	}
+	if f.replies, err = newReplies(nc, bus.VerdictSubjectPrefix+gen.Tenant+"."); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Close ends the fleet's subscription.
+func (f *GatedFleet) Close() { f.replies.close() }
+
+// BodySize is the mean proposal size of a path, in bytes.
+func (f *GatedFleet) BodySize(p Path) int {
+	if len(f.bodies[p]) == 0 {
+		return 0
+	}
+	n := 0
+	for _, b := range f.bodies[p] {
+		n += len(b)
+	}
+	return n / len(f.bodies[p])
+}
+
+// Send is the fleet's Sender for the proposals prepared by NewGatedFleet.
+func (f *GatedFleet) Send(ctx context.Context, p Path, i int) (int, error) {
+	if i >= len(f.bodies[p]) {
+		return 0, fmt.Errorf("proposal %d of path %s was not prepared", i, p)
+	}
+	return f.send(ctx, p, f.ids[p][i], f.actions[p], f.bodies[p][i])
+}
+
+// SendNew is a Sender that builds each proposal as it goes.
+func (f *GatedFleet) SendNew(ctx context.Context, p Path, i int) (int, error) {
+	pr := f.gen.New(p, i)
+	body, err := json.Marshal(pr)
+	if err != nil {
+		return 0, err
+	}
+	return f.send(ctx, p, pr.ID, pr.Action, body)
+}
+
+func (f *GatedFleet) send(ctx context.Context, p Path, id, action string, body []byte) (int, error) {
+	msg := nats.NewMsg(engine.ProposalSubjectPrefix + f.tenant + "." + action)
+	msg.Data = body
+	msg.Header.Set(jetstream.MsgIDHeader, f.tenant+"."+id)
+	data, err := publishAndWait(ctx, f.js, f.replies, id, msg, f.timeout)
+	if err != nil {
+		return 0, err
+	}
+	var v struct {
+		ID      string         `json:"proposal_id"`
+		Outcome engine.Outcome `json:"outcome"`
+		Stage   engine.Stage   `json:"stage"`
+		Reason  string         `json:"reason"`
+	}
+	if err := json.Unmarshal(data, &v); err != nil {
+		return len(data), &UnexpectedError{ID: id, Reason: "the verdict is not JSON: " + err.Error()}
+	}
+	outcome, stage := p.Expect()
+	if v.ID != id || v.Outcome != outcome || v.Stage != stage {
+		return len(data), &UnexpectedError{ID: id, Outcome: v.Outcome, Stage: v.Stage, Reason: v.Reason}
+	}
+	return len(data), nil
+}
+
+// UnexpectedError is a verdict other than the one the path expects.
+type UnexpectedError struct {
+	ID      string
+	Outcome engine.Outcome
+	Stage   engine.Stage
+	Reason  string
+}
+
+func (e *UnexpectedError) Error() string {
+	return fmt.Sprintf("proposal %s got %s at stage %s: %s", e.ID, e.Outcome, e.Stage, e.Reason)
+}
+
+// unexpected tells an answer that was not the expected one from no
+// answer at all.
+func unexpected(err error) bool {
+	var u *UnexpectedError
+	return errors.As(err, &u)
+}

@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// clockTicks is USER_HZ, the unit of CPU times in /proc/<pid>/stat; it is
+// 100 on every Linux architecture Go supports.
+const clockTicks = 100
+
+// ProcUsage is what a process used over a measurement.
+type ProcUsage struct {
+	PID int `json:"pid"`
+	// PeakRSSMB is the largest resident set seen while sampling.
+	PeakRSSMB float64 `json:"peak_rss_mb"`
+	// CPUSeconds is user plus system time spent over the measurement.
+	CPUSeconds float64 `json:"cpu_s"`
+	// Cores is CPUSeconds over the wall time: 1.0 is one core busy.
+	Cores float64 `json:"cores"`
+}
+
+// procSample reads a process's CPU time and resident set from /proc.
+func procSample(pid int) (cpu time.Duration, rssBytes int64, err error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseProcStat(stat)
+}
+
+// parseProcStat reads utime, stime (fields 14 and 15) and rss (field 24,
+// in pages) from a /proc/<pid>/stat line. The command name, field 2, is
+// in parentheses and may hold spaces or parentheses of its own, so the
+// fields are counted from the last ')'.
+func parseProcStat(stat []byte) (cpu time.Duration, rssBytes int64, err error) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("proc stat: no command name in %q", truncate(stat))
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	// f[0] is field 3 (state); field n is f[n-3].
+	if len(f) < 22 {
+		return 0, 0, fmt.Errorf("proc stat: %d fields after the command name, want at least 22", len(f))
+	}
+	var n [3]int64
+	for k, idx := range []int{14, 15, 24} {
+		v, err := strconv.ParseInt(f[idx-3], 10, 64)
+		if err != nil || v < 0 {
+			return 0, 0, fmt.Errorf("proc stat: field %d is %q, want a whole number", idx, f[idx-3])
+		}
+		n[k] = v
+	}
+	cpu = time.Duration(n[0]+n[1]) * time.Second / clockTicks
+	return cpu, n[2] * int64(os.Getpagesize()), nil
+}
+
+func truncate(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+// Sampler follows one process's resource use while a measurement runs.
+type Sampler struct {
+	pid     int
+	start   time.Time
+	cpu0    time.Duration
+	mu      sync.Mutex
+	peakRSS int64
+	err     error
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// StartSampler begins sampling pid every interval. It fails when the
+// process cannot be read (not Linux, or not this user's process).
+func StartSampler(pid int, every time.Duration) (*Sampler, error) {
+	cpu, rss, err := procSample(pid)
+	if err != nil {
+		return nil, err
+	}
+	s := &Sampler{pid: pid, start: time.Now(), cpu0: cpu, peakRSS: rss, stop: make(chan struct{}), done: make(chan struct{})}
+	go s.run(every)
+	return s, nil
+}
+
+func (s *Sampler) run(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			_, rss, err := procSample(s.pid)
+			s.mu.Lock()
+			if err != nil && s.err == nil {
+				s.err = err
+			}
+			s.peakRSS = max(s.peakRSS, rss)
+			s.mu.Unlock()
+		}
+	}
+}
+
+// Stop ends sampling and returns what the process used since the start.
+func (s *Sampler) Stop() (ProcUsage, error) {
+	close(s.stop)
+	<-s.done
+	cpu, rss, err := procSample(s.pid)
+	wall := time.Since(s.start)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		return ProcUsage{}, err
+	}
+	if s.err != nil {
+		return ProcUsage{}, s.err
+	}
+	s.peakRSS = max(s.peakRSS, rss)
+	u := ProcUsage{PID: s.pid, PeakRSSMB: float64(s.peakRSS) / (1 << 20), CPUSeconds: (cpu - s.cpu0).Seconds()}
+	if wall > 0 {
+		u.Cores = u.CPUSeconds / wall.Seconds()
+	}
+	return u, nil
+}

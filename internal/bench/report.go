@@ -1,0 +1,171 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is everything one bench run measured; `gated bench --json`
+// writes it as is.
+type Report struct {
+	Mode    string    `json:"mode"` // embedded or external
+	Machine Machine   `json:"machine"`
+	Config  Config    `json:"config"`
+	Gated   []Summary `json:"gated"`
+	Probe   *Summary  `json:"probe,omitempty"`
+	Floor   []Summary `json:"floor,omitempty"`
+	// Ratio is gated's throughput over the floor's, per path and "all".
+	Ratio     map[string]float64 `json:"ratio,omitempty"`
+	GatedProc *ProcUsage         `json:"gated_process,omitempty"`
+	BenchProc *ProcUsage         `json:"bench_process,omitempty"`
+	// AuditBytes is the audit stream's growth per proposal, which the
+	// floor's log record copies.
+	AuditBytes int      `json:"audit_bytes_per_proposal,omitempty"`
+	LLMCalls   int64    `json:"llm_calls,omitempty"`
+	Notes      []string `json:"notes,omitempty"`
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	CPUs      int    `json:"cpus"`
+	GOOS      string `json:"goos"`
+	GOARCH    string `json:"goarch"`
+	GoVersion string `json:"go_version"`
+	Gated     string `json:"gated_version"`
+}
+
+// Config is the run's settings.
+type Config struct {
+	N           int          `json:"n"`
+	Mix         map[Path]int `json:"mix"`
+	Concurrency map[Path]int `json:"concurrency"`
+	Counts      map[Path]int `json:"counts"`
+	LLMLatency  string       `json:"llm_latency,omitempty"`
+	ProbeRate   float64      `json:"probe_rate,omitempty"`
+	Warmup      int          `json:"warmup"`
+	Started     time.Time    `json:"started"`
+}
+
+// Combine sums recorders into one "all" summary: answers over the span
+// from the first send of any path to the last answer of any.
+func Combine(name string, recs map[Path]*Recorder) Summary {
+	all := &Recorder{}
+	for _, p := range Paths {
+		r := recs[p]
+		if r == nil {
+			continue
+		}
+		r.mu.Lock()
+		all.lat = append(all.lat, r.lat...)
+		all.unexpected += r.unexpected
+		all.errors += r.errors
+		all.bytes += r.bytes
+		if all.firstErr == "" {
+			all.firstErr = r.firstErr
+		}
+		if !r.first.IsZero() && (all.first.IsZero() || r.first.Before(all.first)) {
+			all.first = r.first
+		}
+		if r.last.After(all.last) {
+			all.last = r.last
+		}
+		r.mu.Unlock()
+	}
+	return all.Summary(name)
+}
+
+// Summaries lists each path's summary, in report order, then "all" when
+// more than one path ran.
+func Summaries(recs map[Path]*Recorder) []Summary {
+	var out []Summary
+	for _, p := range Paths {
+		if r := recs[p]; r != nil {
+			out = append(out, r.Summary(string(p)))
+		}
+	}
+	if len(out) > 1 {
+		out = append(out, Combine("all", recs))
+	}
+	return out
+}
+
+// Ratios is gated's throughput over the floor's, for each row both have.
+func Ratios(gated, floor []Summary) map[string]float64 {
+	out := map[string]float64{}
+	for _, g := range gated {
+		i := slices.IndexFunc(floor, func(f Summary) bool { return f.Path == g.Path })
+		if i >= 0 && floor[i].PerSecond > 0 {
+			out[g.Path] = math.Round(g.PerSecond/floor[i].PerSecond*1000) / 1000
+		}
+	}
+	return out
+}
+
+// Print writes the report as tables.
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "gated bench (%s): %d proposals, %d CPUs, %s %s/%s\n", r.Mode, r.Config.N, r.Machine.CPUs,
+		r.Machine.GoVersion, r.Machine.GOOS, r.Machine.GOARCH)
+	table := func(title string, rows []Summary, ratio bool) {
+		if len(rows) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "\n%s\n", title)
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		head := "path\tanswered\tunexpected\terrors\tper s\tp50 ms\tp90 ms\tp99 ms\tmax ms\t"
+		if ratio {
+			head += "× floor\t"
+		}
+		fmt.Fprintln(tw, head)
+		for _, s := range rows {
+			line := fmt.Sprintf("%s\t%d\t%d\t%d\t%.0f\t%.2f\t%.2f\t%.2f\t%.2f\t", s.Path, s.Answered, s.Unexpected,
+				s.Errors, s.PerSecond, s.P50MS, s.P90MS, s.P99MS, s.MaxMS)
+			if ratio {
+				if v, ok := r.Ratio[s.Path]; ok {
+					line += fmt.Sprintf("%.2f\t", v)
+				} else {
+					line += "—\t"
+				}
+			}
+			fmt.Fprintln(tw, line)
+		}
+		_ = tw.Flush()
+	}
+	table("gated (publish → verdict)", r.Gated, len(r.Floor) > 0)
+	if r.Probe != nil {
+		table(fmt.Sprintf("probe: policy-decided proposals at %.0f/s alongside the load", r.Config.ProbeRate), []Summary{*r.Probe}, false)
+	}
+	table("floor: bare JetStream (publish → durable consume → log append → reply)", r.Floor, false)
+	if r.GatedProc != nil {
+		fmt.Fprintf(w, "\ngated process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.GatedProc.PeakRSSMB, r.GatedProc.CPUSeconds, r.GatedProc.Cores)
+	}
+	if r.BenchProc != nil {
+		fmt.Fprintf(w, "bench process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.BenchProc.PeakRSSMB, r.BenchProc.CPUSeconds, r.BenchProc.Cores)
+	}
+	if r.AuditBytes > 0 {
+		fmt.Fprintf(w, "audit stream: %d bytes per proposal\n", r.AuditBytes)
+	}
+	if r.LLMCalls > 0 {
+		fmt.Fprintf(w, "scripted model: %d calls, %s each\n", r.LLMCalls, r.Config.LLMLatency)
+	}
+	for _, s := range append(slices.Clone(r.Gated), r.Floor...) {
+		if s.FirstError != "" {
+			fmt.Fprintf(w, "first problem on %s: %s\n", s.Path, oneLine(s.FirstError))
+		}
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\n", " ")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Recorder collects the outcome of every proposal of one path. It is safe
+// for concurrent use.
+type Recorder struct {
+	mu         sync.Mutex
+	lat        []time.Duration
+	unexpected int
+	errors     int
+	firstErr   string
+	bytes      int64 // verdict bytes received
+	first      time.Time
+	last       time.Time
+}
+
+// Done records a proposal answered as expected (ok) or not, after lat,
+// with a verdict of size bytes.
+func (r *Recorder) Done(start time.Time, lat time.Duration, ok bool, size int) {
+	end := start.Add(lat)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lat = append(r.lat, lat)
+	if !ok {
+		r.unexpected++
+	}
+	r.bytes += int64(size)
+	if r.first.IsZero() || start.Before(r.first) {
+		r.first = start
+	}
+	if end.After(r.last) {
+		r.last = end
+	}
+}
+
+// Fail records a proposal that got no verdict (or could not be sent).
+func (r *Recorder) Fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errors++
+	if r.firstErr == "" {
+		r.firstErr = err.Error()
+	}
+}
+
+// note keeps the first unexpected answer, to show what went wrong.
+func (r *Recorder) note(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.firstErr == "" {
+		r.firstErr = err.Error()
+	}
+}
+
+// Answered is the number of proposals that got a verdict so far.
+func (r *Recorder) Answered() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lat)
+}
+
+// Summary is what one path measured.
+type Summary struct {
+	Path       string  `json:"path"`
+	Answered   int     `json:"answered"`
+	Unexpected int     `json:"unexpected"`
+	Errors     int     `json:"errors"`
+	FirstError string  `json:"first_error,omitempty"`
+	PerSecond  float64 `json:"per_second"`
+	P50MS      float64 `json:"p50_ms"`
+	P90MS      float64 `json:"p90_ms"`
+	P99MS      float64 `json:"p99_ms"`
+	MaxMS      float64 `json:"max_ms"`
+	// WallS is the time from the first proposal sent to the last answer.
+	WallS float64 `json:"wall_s"`
+	// ReplyBytes is the mean size of an answer.
+	ReplyBytes int `json:"reply_bytes"`
+}
+
+// Summary computes the path's figures. Throughput is answers over the time
+// from the first send to the last answer of this path.
+func (r *Recorder) Summary(path string) Summary {
+	r.mu.Lock()
+	lat := slices.Clone(r.lat)
+	s := Summary{Path: path, Answered: len(lat), Unexpected: r.unexpected, Errors: r.errors, FirstError: r.firstErr}
+	if len(lat) > 0 {
+		s.ReplyBytes = int(r.bytes / int64(len(lat)))
+		s.WallS = r.last.Sub(r.first).Seconds()
+	}
+	r.mu.Unlock()
+	if len(lat) == 0 {
+		return s
+	}
+	slices.Sort(lat)
+	if s.WallS > 0 {
+		s.PerSecond = float64(len(lat)) / s.WallS
+	}
+	s.P50MS = ms(Percentile(lat, 50))
+	s.P90MS = ms(Percentile(lat, 90))
+	s.P99MS = ms(Percentile(lat, 99))
+	s.MaxMS = ms(lat[len(lat)-1])
+	return s
+}
+
+// Percentile is the nearest-rank percentile q (0 < q <= 100) of sorted.
+func Percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	rank := int(math.Ceil(q/100*float64(len(sorted)))) - 1
+	return sorted[min(max(rank, 0), len(sorted)-1)]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
