@@ -173,7 +173,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 			return fmt.Errorf("finding the gated binary to start: %w", err)
 		}
 		fmt.Fprintln(stderr, "starting gated serve with an embedded NATS server…")
-		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: o.serveArgs})
+		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: embeddedServeArgs(conc, o.serveArgs)})
 		if err != nil {
 			return err
 		}
@@ -279,6 +279,18 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 		}
 	}
 	return nil
+}
+
+// embeddedServeArgs sizes the embedded gated for the load: room for every
+// proposal the fleet keeps in flight, twice over, and an llm reviewer that
+// runs all of the llm path's reviews at once, as a deployment expecting
+// that load would be configured. --serve-arg comes last, so it wins.
+func embeddedServeArgs(conc bench.Concurrency, extra []string) []string {
+	args := []string{
+		fmt.Sprintf("--max-in-flight=%d", max(1024, 2*conc.Total())),
+		fmt.Sprintf("--llm-max-concurrency=%d", max(DefaultLLMMaxConcurrency, conc[bench.PathLLM])),
+	}
+	return append(args, extra...)
 }
 
 // measureGated runs the plan against gated, with the probe alongside.

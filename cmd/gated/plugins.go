@@ -49,6 +49,7 @@ func pluginSpecs(ctx context.Context, o serveOptions) ([]plugins.Spec, string, e
 		// A plugin's environment is minimal: pass the providers' keys and
 		// addresses, and nothing else of gated's.
 		spec.Env = llm.Environ()
+		spec.MaxConcurrency = o.llmMaxConc
 		specs = append(specs, spec)
 		from[llm.Name] = "the bundled reviewers"
 	}

@@ -32,6 +32,12 @@ import (
 // always fires is a gate that never opens.
 const MinReviewTimeout = 30 * time.Second
 
+// DefaultLLMMaxConcurrency is how many reviews the bundled llm reviewer
+// runs at once unless --llm-max-concurrency says otherwise. A review
+// mostly waits on the provider, so the bound is the provider's rate limit
+// rather than this machine.
+const DefaultLLMMaxConcurrency = 64
+
 type serveOptions struct {
 	dataDir       string
 	personasDir   string
@@ -63,6 +69,7 @@ type serveOptions struct {
 	dedupeMax     int
 	pluginsDir    string
 	defaultPlugin string
+	llmMaxConc    int
 	operators     string
 }
 
@@ -110,6 +117,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.StringVar(&o.pluginsDir, "plugins-dir", "", "directory of reviewer plugin executables pinned by gated-plugins.lock (see gated plugins --help)")
 	_ = c.MarkFlagDirname("plugins-dir")
 	f.StringVar(&o.defaultPlugin, "default-plugin", sop.Name, "plugin that reviews for personas naming none")
+	f.IntVar(&o.llmMaxConc, "llm-max-concurrency", DefaultLLMMaxConcurrency, "reviews the bundled llm reviewer runs at once; more wait for a slot (mind the provider's rate limits)")
 	f.DurationVar(&o.toolTimeout, "tool-timeout", plugins.DefaultToolCallTimeout, "time limit of one reviewer tool call (never past the review's deadline)")
 	f.DurationVar(&o.dedupeWindow, "dedupe-window", engine.DefaultDedupeWindow, "how long a rejection answers identical proposals at stage dedupe (0 turns dedupe off)")
 	f.IntVar(&o.dedupeMax, "dedupe-max", engine.DefaultDedupeMax, "rejections remembered for dedupe at most (oldest forgotten first)")
@@ -137,6 +145,8 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.ackWait, bus.MinAckWait)
 	case o.maxDeliver < 1:
 		return usageError("--max-deliver %d must be at least 1", o.maxDeliver)
+	case o.llmMaxConc < 1 || o.llmMaxConc > 65536:
+		return usageError("--llm-max-concurrency %d must be from 1 to 65536", o.llmMaxConc)
 	case o.maxAckPending < 0:
 		return usageError("--max-ack-pending %d must not be negative (0: 4 × --max-in-flight)", o.maxAckPending)
 	case o.verdictTTL < time.Minute:

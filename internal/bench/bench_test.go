@@ -1,0 +1,351 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gated/gated/engine"
+)
+
+func TestParseMix(t *testing.T) {
+	m, err := ParseMix("denied=2, read=1,llm=0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m[PathDenied] != 2 || m[PathRead] != 1 || m[PathLLM] != 0 || m[PathPlugin] != 0 {
+		t.Fatalf("mix = %v", m)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"", "empty"},
+		{"denied", "want path=number"},
+		{"write=1", `unknown path "write"`},
+		{"read=1,read=2", "given twice"},
+		{"read=-1", "not a whole number"},
+		{"read=x", "not a whole number"},
+		{"read=2000000", "not a whole number"},
+		{"read=0,denied=0", "weight 0"},
+	} {
+		if _, err := ParseMix(tc.in); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseMix(%q) = %v, want an error saying %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestSplitAddsUp(t *testing.T) {
+	for _, tc := range []struct {
+		mix  Mix
+		n    int
+		want map[Path]int
+	}{
+		{Mix{PathDenied: 1, PathRead: 1, PathPlugin: 1}, 10, map[Path]int{PathDenied: 4, PathRead: 3, PathPlugin: 3}},
+		{Mix{PathDenied: 1, PathRead: 1}, 1, map[Path]int{PathDenied: 1, PathRead: 0}},
+		{Mix{PathLLM: 3, PathRead: 1}, 8, map[Path]int{PathLLM: 6, PathRead: 2}},
+		{Mix{PathPlugin: 1, PathRead: 0}, 5, map[Path]int{PathPlugin: 5}},
+	} {
+		got := tc.mix.Split(tc.n)
+		total := 0
+		for p, n := range got {
+			total += n
+			if n != tc.want[p] {
+				t.Errorf("%v.Split(%d)[%s] = %d, want %d", tc.mix, tc.n, p, n, tc.want[p])
+			}
+		}
+		if total != tc.n {
+			t.Errorf("%v.Split(%d) gives %d in all", tc.mix, tc.n, total)
+		}
+	}
+}
+
+func TestParseConcurrency(t *testing.T) {
+	mix := Mix{PathDenied: 1, PathRead: 1, PathLLM: 2}
+	c, err := ParseConcurrency("64", mix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[PathDenied] != 16 || c[PathRead] != 16 || c[PathLLM] != 32 || c[PathPlugin] != 0 {
+		t.Fatalf("shared 64 = %v", c)
+	}
+	c, err = ParseConcurrency("llm=2000,read=8", mix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c[PathLLM] != 2000 || c[PathRead] != 8 || c[PathDenied] != 1 || c.Total() != 2009 {
+		t.Fatalf("per path = %v", c)
+	}
+	if c, _ := ParseConcurrency("1", mix); c[PathDenied] != 1 || c[PathRead] != 1 || c[PathLLM] != 1 {
+		t.Fatalf("every path of the mix gets at least 1: %v", c)
+	}
+	for _, tc := range []struct{ in, want string }{
+		{"0", "at least 1"},
+		{"-3", "at least 1"},
+		{"llm=0", "needs at least 1"},
+		{"llm", "want path=number"},
+	} {
+		if _, err := ParseConcurrency(tc.in, mix); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("ParseConcurrency(%q) = %v, want an error saying %q", tc.in, err, tc.want)
+		}
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var lat []time.Duration
+	for i := 1; i <= 100; i++ {
+		lat = append(lat, time.Duration(i)*time.Millisecond)
+	}
+	for q, want := range map[float64]time.Duration{50: 50 * time.Millisecond, 90: 90 * time.Millisecond,
+		99: 99 * time.Millisecond, 100: 100 * time.Millisecond, 0.5: time.Millisecond} {
+		if got := Percentile(lat, q); got != want {
+			t.Errorf("p%g = %s, want %s", q, got, want)
+		}
+	}
+	if got := Percentile([]time.Duration{7}, 99); got != 7 {
+		t.Errorf("p99 of one = %s", got)
+	}
+	if got := Percentile(nil, 50); got != 0 {
+		t.Errorf("p50 of none = %s", got)
+	}
+}
+
+func TestRecorderSummary(t *testing.T) {
+	r := &Recorder{}
+	t0 := time.Unix(1000, 0)
+	for i := range 10 {
+		r.Done(t0.Add(time.Duration(i)*100*time.Millisecond), time.Duration(i+1)*time.Millisecond, i != 3, 100)
+	}
+	r.Fail(errors.New("no verdict"))
+	s := r.Summary("read")
+	if s.Answered != 10 || s.Unexpected != 1 || s.Errors != 1 || s.FirstError != "no verdict" || s.ReplyBytes != 100 {
+		t.Fatalf("summary = %+v", s)
+	}
+	// From the first send (t0) to the last answer (t0+900ms+10ms).
+	if s.WallS != 0.91 || s.PerSecond < 10.98 || s.PerSecond > 10.99 {
+		t.Errorf("wall %g s, %g/s; want 0.91 s, 10.99/s", s.WallS, s.PerSecond)
+	}
+	if s.P50MS != 5 || s.P90MS != 9 || s.P99MS != 10 || s.MaxMS != 10 {
+		t.Errorf("latency = %+v", s)
+	}
+}
+
+func TestCombineAndRatios(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a, b := &Recorder{}, &Recorder{}
+	a.Done(t0, time.Second, true, 10)
+	b.Done(t0.Add(time.Second), time.Second, true, 30)
+	rows := Summaries(map[Path]*Recorder{PathDenied: a, PathRead: b})
+	if len(rows) != 3 || rows[2].Path != "all" || rows[2].Answered != 2 || rows[2].WallS != 2 || rows[2].ReplyBytes != 20 {
+		t.Fatalf("rows = %+v", rows)
+	}
+	floor := []Summary{{Path: "denied", PerSecond: 4}, {Path: "all", PerSecond: 0}}
+	got := Ratios(rows, floor)
+	if len(got) != 1 || got["denied"] != 0.25 {
+		t.Fatalf("ratios = %v", got)
+	}
+}
+
+func TestProposalsMatchTheirPath(t *testing.T) {
+	g := Proposals{Tenant: "acme", Nonce: "n1", Pad: 10}
+	seen := map[string]bool{}
+	for _, p := range Paths {
+		for i := range 3 {
+			pr := g.New(p, i)
+			if seen[pr.ID] {
+				t.Fatalf("id %s twice", pr.ID)
+			}
+			seen[pr.ID] = true
+			if pr.Flags.SkipReview != (p == PathDenied) || (pr.Class == engine.ClassRead) != (p == PathRead) ||
+				(pr.Reviewer == LLMPersona) != (p == PathLLM) {
+				t.Errorf("%s proposal %d = %+v", p, i, pr)
+			}
+			if !strings.HasSuffix(pr.Reason, "..........") {
+				t.Errorf("pad missing: %q", pr.Reason)
+			}
+		}
+	}
+}
+
+// TestProposalsAreValid runs every path's proposal through the engine's
+// own decoder: a bench proposal that gated would call invalid measures
+// nothing.
+func TestProposalsAreValid(t *testing.T) {
+	g := Proposals{Tenant: "acme", Nonce: "n1"}
+	for _, p := range Paths {
+		pr := g.New(p, 7)
+		data := mustJSON(t, pr)
+		if _, err := engine.DecodeProposal(data, "acme", pr.Action, engine.Limits{}); err != nil {
+			t.Errorf("%s: %v\n%s", p, err, data)
+		}
+	}
+}
+
+func TestDriveRunsEveryProposalOnce(t *testing.T) {
+	plan := Plan{Counts: map[Path]int{PathDenied: 50, PathRead: 30}, Concurrency: Concurrency{PathDenied: 4, PathRead: 7}}
+	var mu = make(chan struct{}, 1)
+	sent := map[string]int{}
+	var inFlight, peak atomic.Int64
+	var done atomic.Int64
+	recs := Drive(context.Background(), plan, func(_ context.Context, p Path, i int) (int, error) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			old := peak.Load()
+			if n <= old || peak.CompareAndSwap(old, n) {
+				break
+			}
+		}
+		mu <- struct{}{}
+		sent[fmt.Sprintf("%s-%d", p, i)]++
+		<-mu
+		time.Sleep(time.Millisecond)
+		switch {
+		case p == PathRead && i == 5:
+			return 0, errors.New("lost")
+		case p == PathRead && i == 6:
+			return 9, &UnexpectedError{ID: "x", Outcome: engine.OutcomeError, Reason: "boom"}
+		}
+		return 9, nil
+	}, &done)
+	if len(sent) != 80 || done.Load() != 80 {
+		t.Fatalf("sent %d distinct, done %d; want 80", len(sent), done.Load())
+	}
+	for k, n := range sent {
+		if n != 1 {
+			t.Errorf("%s sent %d times", k, n)
+		}
+	}
+	if peak.Load() > 11 {
+		t.Errorf("peak in flight %d > 4+7", peak.Load())
+	}
+	d, r := recs[PathDenied].Summary("denied"), recs[PathRead].Summary("read")
+	if d.Answered != 50 || d.Errors != 0 || r.Answered != 29 || r.Errors != 1 || r.Unexpected != 1 {
+		t.Fatalf("denied %+v\nread %+v", d, r)
+	}
+}
+
+func TestProbeIsOpenLoop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var paths [2]atomic.Int64
+	rec := Probe(ctx, 100, func(_ context.Context, p Path, _ int) (int, error) {
+		if p == PathDenied {
+			paths[0].Add(1)
+		} else {
+			paths[1].Add(1)
+		}
+		// Far slower than the rate: an open loop keeps sending anyway.
+		time.Sleep(100 * time.Millisecond)
+		return 1, nil
+	})
+	s := rec.Summary("probe")
+	if s.Answered < 20 || s.Answered > 40 {
+		t.Fatalf("answered %d in 300ms at 100/s with 100ms answers; want about 30", s.Answered)
+	}
+	if d, r := paths[0].Load(), paths[1].Load(); d-r > 1 || r-d > 1 {
+		t.Errorf("denied %d, read %d: want them in turn", d, r)
+	}
+	if s.P50MS < 100 {
+		t.Errorf("p50 %g ms is below the answer time", s.P50MS)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	line := "4242 (gated (x) y) S 1 4242 4242 0 -1 4194560 4361 0 0 0 250 50 0 0 20 0 12 0 12345 2000000000 1000 18446744073709551615 1 1 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+	cpu, rss, err := parseProcStat([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cpu != 3*time.Second {
+		t.Errorf("cpu = %s, want 3s (300 ticks)", cpu)
+	}
+	if rss != 1000*int64(pageSize()) {
+		t.Errorf("rss = %d, want 1000 pages", rss)
+	}
+	for _, bad := range []string{"", "1 gated S 1", "1 (g) S 1 2 3", "1 (g) S 1 1 1 0 -1 0 0 0 0 0 x 50 0 0 20 0 12 0 1 2 3"} {
+		if _, _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("parseProcStat(%q) accepted", bad)
+		}
+	}
+}
+
+func TestSamplerReadsItself(t *testing.T) {
+	s, err := StartSampler(selfPID(), 10*time.Millisecond)
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	end := time.Now().Add(50 * time.Millisecond)
+	for time.Now().Before(end) {
+	}
+	u, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.PeakRSSMB <= 1 || u.CPUSeconds < 0 {
+		t.Errorf("usage = %+v", u)
+	}
+}
+
+func FuzzParseMix(f *testing.F) {
+	for _, s := range []string{"denied=1,read=1", "llm=2000", "read=0,denied=0", "=,", "plugin=1,plugin=1", "read= 3 "} {
+		f.Add(s, "64")
+		f.Add(s, "llm=3,read=1")
+	}
+	f.Fuzz(func(t *testing.T, mix, conc string) {
+		m, err := ParseMix(mix)
+		if err != nil {
+			if m != nil {
+				t.Fatal("a mix with an error")
+			}
+			return
+		}
+		n := 1 + len(mix)%1000
+		total := 0
+		for p, c := range m.Split(n) {
+			if c < 0 || m[p] == 0 && c > 0 {
+				t.Fatalf("split gives %d to %s of weight %d", c, p, m[p])
+			}
+			total += c
+		}
+		if total != n {
+			t.Fatalf("split of %d adds up to %d", n, total)
+		}
+		c, err := ParseConcurrency(conc, m)
+		if err != nil {
+			return
+		}
+		for _, p := range Paths {
+			if m[p] > 0 && c[p] < 1 {
+				t.Fatalf("path %s of the mix has concurrency %d", p, c[p])
+			}
+		}
+	})
+}
+
+func FuzzParseProcStat(f *testing.F) {
+	f.Add([]byte("4242 (gated) S 1 4242 4242 0 -1 4194560 4361 0 0 0 250 50 0 0 20 0 12 0 12345 2000000000 1000 1"))
+	f.Add([]byte("1 ()) R"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		cpu, rss, err := parseProcStat(b)
+		if err == nil && (cpu < 0 || rss < 0) {
+			t.Fatalf("negative usage %s %d", cpu, rss)
+		}
+	})
+}
+
+func mustJSON(t *testing.T, v any) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+func pageSize() int { return os.Getpagesize() }
+
+func selfPID() int { return os.Getpid() }

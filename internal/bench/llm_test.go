@@ -1,0 +1,51 @@
+package bench
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tmc/langchaingo/llms"
+	"github.com/tmc/langchaingo/llms/openai"
+)
+
+// TestScriptedModelSpeaksOpenAI asks the scripted model through
+// langchaingo's OpenAI client, the one the llm reviewer uses: the answer
+// arrives after the latency and is the scripted approval.
+func TestScriptedModelSpeaksOpenAI(t *testing.T) {
+	s, err := ServeLLM("127.0.0.1:0", 30*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	model, err := openai.New(openai.WithBaseURL(s.BaseURL()), openai.WithToken("unused"), openai.WithModel("bench"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	resp, err := model.GenerateContent(t.Context(), []llms.MessageContent{
+		llms.TextParts(llms.ChatMessageTypeSystem, "review"),
+		llms.TextParts(llms.ChatMessageTypeHuman, "restart nginx"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 30*time.Millisecond {
+		t.Errorf("answered in %s, before the latency", took)
+	}
+	if len(resp.Choices) != 1 || resp.Choices[0].Content != ScriptedAnswer {
+		t.Fatalf("choices = %+v", resp.Choices)
+	}
+	if n, bad := s.Calls(); n != 1 || bad != 0 {
+		t.Errorf("calls %d, bad %d", n, bad)
+	}
+	r, err := http.Post(s.BaseURL()+"/chat/completions", "application/json", strings.NewReader("{"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Body.Close()
+	if _, bad := s.Calls(); r.StatusCode != http.StatusBadRequest || bad != 1 {
+		t.Errorf("a broken request got %d (bad %d)", r.StatusCode, bad)
+	}
+}

@@ -1,0 +1,120 @@
+package test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gated/gated/internal/bench"
+)
+
+// TestBenchEmbedded runs `gated bench` as a user does, on every path: it
+// starts its own gated, sends the mix, measures the floor, and reports.
+// The figures are not judged (a test never asserts speed); that every
+// proposal got its path's verdict, that the report adds up and that the
+// gated process was measured are.
+func TestBenchEmbedded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gated and two plugin processes")
+	}
+	out := filepath.Join(t.TempDir(), "report.json")
+	cmd := exec.Command(gatedBin, "bench", "-n", "120", "--mix", "denied=1,read=1,plugin=1,llm=1",
+		"-c", "denied=4,read=4,plugin=4,llm=30", "--llm-latency", "50ms", "--probe-rate", "50",
+		"--warmup", "20", "--json", out, "--progress", "on")
+	code, stdout, stderr := run(t, cmd)
+	if code != 0 {
+		t.Fatalf("gated bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"gated (publish → verdict)", "floor: bare JetStream", "× floor", "gated process: peak RSS", "scripted model: 30 calls"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "100%") {
+		t.Errorf("no progress bar on stderr:\n%s", stderr)
+	}
+	var rep bench.Report
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &rep); err != nil {
+		t.Fatal(err)
+	}
+	byPath := map[string]bench.Summary{}
+	for _, s := range rep.Gated {
+		byPath[s.Path] = s
+	}
+	for _, p := range []string{"denied", "read", "plugin", "llm"} {
+		s := byPath[p]
+		if s.Answered != 30 || s.Unexpected != 0 || s.Errors != 0 || s.PerSecond <= 0 || s.P50MS <= 0 || s.MaxMS < s.P99MS {
+			t.Errorf("%s: %+v", p, s)
+		}
+	}
+	if all := byPath["all"]; all.Answered != 120 {
+		t.Errorf("all: %+v", all)
+	}
+	if len(rep.Floor) != 5 || rep.Ratio["all"] <= 0 {
+		t.Errorf("floor %+v ratio %v", rep.Floor, rep.Ratio)
+	}
+	if rep.Probe == nil || rep.Probe.Answered == 0 || rep.Probe.Errors != 0 || rep.Probe.Unexpected != 0 {
+		t.Errorf("probe: %+v", rep.Probe)
+	}
+	if rep.GatedProc == nil || rep.GatedProc.PeakRSSMB <= 0 || rep.GatedProc.CPUSeconds <= 0 {
+		t.Errorf("gated process: %+v", rep.GatedProc)
+	}
+	if rep.AuditBytes <= 0 || rep.LLMCalls != 30 {
+		t.Errorf("audit bytes %d, llm calls %d", rep.AuditBytes, rep.LLMCalls)
+	}
+}
+
+// TestBenchExternal measures a running deployment given by --nats-url,
+// and fails (exit 1, naming the path) when proposals do not get the
+// verdict their path expects: here the deployment has no bench-llm
+// persona, so the llm path is blocked.
+func TestBenchExternal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gated")
+	}
+	g := startGated(t)
+	code, stdout, stderr := run(t, exec.Command(gatedBin, "bench", "--nats-url", g.natsURL, "-n", "40",
+		"--mix", "denied=1,read=1", "-c", "4", "--floor=false", "--pid", strconv.Itoa(g.cmd.Process.Pid)))
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "gated bench (external)") || !strings.Contains(stdout, "gated process: peak RSS") || strings.Contains(stdout, "floor:") {
+		t.Errorf("report:\n%s", stdout)
+	}
+	code, stdout, stderr = run(t, exec.Command(gatedBin, "bench", "--nats-url", g.natsURL, "-n", "4",
+		"--mix", "llm=1", "--floor=false", "--warmup", "0", "--timeout", "20s"))
+	if code != 1 || !strings.Contains(stderr, "llm: 4 proposals got an unexpected verdict") {
+		t.Fatalf("llm path without its persona: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stdout, "first problem on llm") {
+		t.Errorf("the report does not say what went wrong:\n%s", stdout)
+	}
+}
+
+func TestBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mix", "write=1"}, `unknown path "write"`},
+		{[]string{"-n", "0"}, "-n 0 must be at least 1"},
+		{[]string{"-c", "0"}, "concurrency 0 must be at least 1"},
+		{[]string{"--pid", "1"}, "--pid and --llm-listen apply to a deployment"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--serve-arg=--http=x"}, "--serve-arg applies to the embedded gated"},
+		{[]string{"--tenant", "Bad Tenant"}, "--tenant"},
+		{[]string{"--progress", "maybe"}, "want auto, on or off"},
+	} {
+		code, _, stderr := run(t, exec.Command(gatedBin, append([]string{"bench"}, tc.args...)...))
+		if code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("bench %v: exit %d, stderr %q; want exit 2 saying %q", tc.args, code, stderr, tc.want)
+		}
+	}
+}
