@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/gated/gated/plugins"
+	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sop"
 )
 
@@ -377,5 +378,21 @@ func TestServeRefusesModifiedDirPlugin(t *testing.T) {
 		"--log-format", "json", "--data-dir", filepath.Join(s.dir, "data"), "--nats-listen", "127.0.0.1:0")
 	if code != exitUsage || !strings.Contains(err.Error(), `--default-plugin "nope"`) {
 		t.Fatalf("serve with an unknown default plugin: exit %d, err %v; want 2", code, err)
+	}
+}
+
+// The bundled llm reviewer runs as many reviews at once as
+// --llm-max-concurrency says, not the host's small default: its reviews
+// wait on a provider, not on this machine.
+func TestLLMSpecTakesItsConcurrency(t *testing.T) {
+	specs, _, err := pluginSpecs(t.Context(), serveOptions{defaultPlugin: llm.Name, llmMaxConc: 2048})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(specs) != 2 || specs[1].Name != llm.Name || specs[1].MaxConcurrency != 2048 {
+		t.Fatalf("specs = %+v", specs)
+	}
+	if specs[0].MaxConcurrency != 0 {
+		t.Errorf("sop keeps its own limit, got %d", specs[0].MaxConcurrency)
 	}
 }
