@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test vet fmt proto fuzz bench-policy bench-plugins bench-audit opa-test clean
+.PHONY: all build run test vet fmt proto fuzz bench bench-policy bench-plugins bench-audit bench-opa opa-test clean
 
 all: build
 
@@ -61,6 +61,27 @@ fuzz:
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeLock$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseSince$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseMix$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
+
+# bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
+# the policy paths, the plugin path and the llm path with a probe (each
+# against the bare JetStream floor in the same run), OPA side by side, and
+# the Go benchmarks of the policy, the plugin round trip and the audit
+# trail. Reports go to bench-results/.
+BENCH_N ?= 100000
+bench: build
+	mkdir -p bench-results
+	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
+	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 256 --json bench-results/plugin.json
+	./bin/gated bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
+	bash -o pipefail -c 'bash test/opa-bench.sh | tee bench-results/opa.txt'
+	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
+
+# bench-opa compares gated's policy decisions with OPA's REST API on the
+# same bundle and inputs (test/opa-bench.sh).
+bench-opa:
+	bash test/opa-bench.sh
 
 # bench-policy measures one policy decision of the default bundle:
 # ns/op, allocs/op and the p50/p99 latency per decision.
