@@ -100,19 +100,33 @@ type PublishMode int
 
 const (
 	// PublishAuto sends atomic batches to a replicated or memory stream,
-	// where a batch costs about one round trip, and one record at a time
-	// to an R1 file stream (the embedded server's). There the server
-	// stages each batch in a file store of its own and syncs it to disk
-	// before committing: milliseconds per batch, during which no other
-	// write to the stream proceeds, which costs more than batching saves.
+	// where a batch costs about one round trip, and pipelines records
+	// (PublishPipelined) to an R1 file stream (the embedded server's).
+	// There the server stages each batch in a file store of its own and
+	// syncs it to disk before committing: milliseconds per batch, during
+	// which no other write to the stream proceeds, which costs more than
+	// batching saves.
 	PublishAuto PublishMode = iota
 	// PublishBatches sends every group of two records or more as one
 	// atomic batch, whatever the stream.
 	PublishBatches
 	// PublishOneAtATime publishes each record on its own and waits for its
 	// acknowledgement. Servers without atomic batches (before 2.12, or a
-	// stream without AllowAtomicPublish) always get this.
+	// stream without AllowAtomicPublish) get this unless they are asked
+	// to pipeline.
 	PublishOneAtATime
+	// PublishPipelined publishes records one by one without waiting for
+	// each acknowledgement, as runs in which every record names its
+	// predecessor as the stream's last message (Nats-Expected-Last-Msg-Id)
+	// and the first record of each tenant names the tenant's last record.
+	// A run is therefore contiguous in the stream: every tenant's chain is
+	// checked as with the other modes, and a failure ends the run and
+	// publishes the rest again. One writer publishes every tenant (the
+	// Writers setting is not used). Each record carries a Nats-Msg-Id, which
+	// the stream remembers for its duplicate window. Another instance that
+	// writes to the stream ends this one's run, so instances that share a
+	// busy audit stream publish faster with atomic batches.
+	PublishPipelined
 )
 
 func (c AuditorConfig) withDefaults(nc *nats.Conn) (AuditorConfig, error) {
@@ -157,7 +171,7 @@ func (c AuditorConfig) withDefaults(nc *nats.Conn) (AuditorConfig, error) {
 		return c, fmt.Errorf("%w: audit head cache %d must be at least the %d writers", ErrInvalidConfig, c.HeadCache, c.Writers)
 	case c.QueueLen < 1:
 		return c, fmt.Errorf("%w: audit queue length %d must be at least 1", ErrInvalidConfig, c.QueueLen)
-	case c.Publish < PublishAuto || c.Publish > PublishOneAtATime:
+	case c.Publish < PublishAuto || c.Publish > PublishPipelined:
 		return c, fmt.Errorf("%w: unknown audit publish mode %d", ErrInvalidConfig, c.Publish)
 	case c.PublishTimeout < 0:
 		return c, fmt.Errorf("%w: audit publish timeout %s is negative", ErrInvalidConfig, c.PublishTimeout)
@@ -186,10 +200,12 @@ type Auditor struct {
 	signer auditSigner
 	log    *zap.Logger
 
-	// batching is true while records go out as atomic batches.
-	batching atomic.Bool
-	stats    struct{ records, publishes, conflicts, retries atomic.Uint64 }
-	writers  []*auditWriter
+	// batching is true while records go out as atomic batches;
+	// pipelined, when they go out as PublishPipelined runs.
+	batching  atomic.Bool
+	pipelined bool
+	stats     struct{ records, publishes, conflicts, retries atomic.Uint64 }
+	writers   []*auditWriter
 
 	// mu guards closed: Close closes the writers' queues under the write
 	// lock, so no Record sends on a closed queue. A Record holds the read
@@ -231,8 +247,11 @@ func NewAuditor(ctx context.Context, js jetstream.JetStream, cfg AuditorConfig) 
 	info := stream.CachedInfo()
 	switch {
 	case cfg.Publish == PublishOneAtATime:
+	case cfg.Publish == PublishPipelined:
+		a.pipelined = true
 	case cfg.Publish == PublishAuto && info != nil && info.Config.Replicas <= 1 && info.Config.Storage == jetstream.FileStorage:
-		a.log.Debug("audit records are published one at a time: atomic batches on an R1 file stream are synced to disk one by one")
+		a.log.Debug("audit records are pipelined: atomic batches on an R1 file stream are synced to disk one by one")
+		a.pipelined = true
 	case info == nil || !info.Config.AllowAtomicPublish:
 		a.log.Warn("the audit stream does not allow atomic batches; audit records are published one at a time",
 			zap.String("stream", AuditStream))
@@ -242,18 +261,26 @@ func NewAuditor(ctx context.Context, js jetstream.JetStream, cfg AuditorConfig) 
 	default:
 		a.batching.Store(true)
 	}
-	heads := max(cfg.HeadCache/cfg.Writers, 1)
-	for range cfg.Writers {
+	writers, run := cfg.Writers, (*auditWriter).run
+	if a.pipelined {
+		// A run is contiguous in the stream: one writer publishes it all.
+		writers, run = 1, (*auditWriter).runPipelined
+	}
+	heads := max(cfg.HeadCache/writers, 1)
+	for range writers {
 		w := &auditWriter{a: a, in: make(chan *auditItem, cfg.QueueLen), heads: make(map[string]auditHead), maxHeads: heads}
 		a.writers = append(a.writers, w)
-		a.wg.Go(w.run)
+		a.wg.Go(func() { run(w) })
 	}
 	return a, nil
 }
 
-// Batching reports whether records go out as atomic batches (true) or one
-// at a time.
+// Batching reports whether records go out as atomic batches (true) or
+// not: one at a time, or pipelined (see Pipelined).
 func (a *Auditor) Batching() bool { return a.batching.Load() }
+
+// Pipelined reports whether records go out as PublishPipelined runs.
+func (a *Auditor) Pipelined() bool { return a.pipelined }
 
 // AuditorStats counts what an Auditor did since it started.
 type AuditorStats struct {
@@ -469,6 +496,9 @@ type auditItem struct {
 	msg    *nats.Msg
 	digest [sha256.Size]byte
 	n      uint64
+	// attempts counts the pipelined publishes of the record that failed
+	// first in their run (PublishPipelined).
+	attempts int
 }
 
 func (it *auditItem) size() int { return len(it.ev.json) + auditMsgOverhead }
@@ -487,6 +517,9 @@ type auditHead struct {
 	digest [sha256.Size]byte
 	seq    uint64
 	exists bool
+	// run is the pipelined run (PublishPipelined) that published the
+	// record; 0 when the head was read from the stream.
+	run uint64
 }
 
 // next is the chain link of the record after h.

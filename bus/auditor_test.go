@@ -247,7 +247,8 @@ func TestAuditorPublishAutoFollowsTheStream(t *testing.T) {
 		storage jetstream.StorageType
 		batches bool
 	}{
-		// An R1 file stream syncs every atomic batch to disk on its own.
+		// An R1 file stream syncs every atomic batch to disk on its own:
+		// records are pipelined instead.
 		{note: "R1 file stream", storage: jetstream.FileStorage},
 		{note: "memory stream", storage: jetstream.MemoryStorage, batches: true},
 	}
@@ -263,8 +264,8 @@ func TestAuditorPublishAutoFollowsTheStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := newAuditor(t, js, bus.AuditorConfig{})
-			if a.Batching() != tc.batches {
-				t.Fatalf("batching %v, want %v", a.Batching(), tc.batches)
+			if a.Batching() != tc.batches || a.Pipelined() == tc.batches {
+				t.Fatalf("batching %v, pipelined %v; want batching %v, else pipelined", a.Batching(), a.Pipelined(), tc.batches)
 			}
 			writeTrails(t, a, "p", 20, 3, "acme", "beta")
 			if rep := verify(t, js, bus.VerifyOptions{}); !rep.Clean() || rep.Records != 80 {

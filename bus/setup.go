@@ -168,6 +168,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 			MaxAge:      cfg.AuditMaxAge,
 			DenyDelete:  true,
 			DenyPurge:   true,
+			// Pipelined records carry a Nats-Msg-Id for the check of
+			// their predecessor, not for deduplication: the stream
+			// remembers each id for this window only.
+			Duplicates: auditDuplicates(cfg.AuditMaxAge),
 			// Atomic batches let a tenant's chained records land together,
 			// checked once against the tenant's last record.
 			AllowAtomicPublish: true,
@@ -222,6 +226,19 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		return nil, fmt.Errorf("creating consumer %s on %s: %w", ConsumerName, ProposalsStream, err)
 	}
 	return &r, nil
+}
+
+// AuditDuplicateWindow is the audit stream's Nats-Msg-Id window. The ids
+// of pipelined audit records (PublishPipelined) serve the stream's check
+// of each record's predecessor, which does not use the window; a short one
+// keeps the stream from remembering some minutes of records' ids.
+const AuditDuplicateWindow = time.Second
+
+func auditDuplicates(maxAge time.Duration) time.Duration {
+	if maxAge > 0 && maxAge < AuditDuplicateWindow {
+		return maxAge
+	}
+	return AuditDuplicateWindow
 }
 
 // setupAttempt bounds one request of Setup. A cluster that is still

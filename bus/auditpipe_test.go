@@ -1,0 +1,88 @@
+package bus_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+)
+
+// TestAuditorPipelinedKeepsOneChain checks the pipelined writer where it
+// can go wrong: its runs broken by other writers on shared tenants, a
+// pipelined instance and one publishing one at a time, or two pipelined
+// instances; every chain must verify, with every record in it.
+func TestAuditorPipelinedKeepsOneChain(t *testing.T) {
+	tests := []struct {
+		note  string
+		other bus.PublishMode
+	}{
+		{note: "beside a one-at-a-time instance", other: bus.PublishOneAtATime},
+		{note: "beside another pipelined instance", other: bus.PublishPipelined},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			s := bustest.Server(t)
+			_, js1 := bustest.Connect(t, s)
+			_, js2 := bustest.Connect(t, s)
+			if _, err := bus.Setup(t.Context(), js1, bus.Config{}); err != nil {
+				t.Fatal(err)
+			}
+			a1 := newAuditor(t, js1, bus.AuditorConfig{Key: testKey, Instance: "one", Publish: bus.PublishPipelined})
+			a2 := newAuditor(t, js2, bus.AuditorConfig{Key: testKey, Instance: "two", Publish: tc.other})
+			if !a1.Pipelined() || a1.Batching() {
+				t.Fatalf("pipelined %v, batching %v; want pipelined only", a1.Pipelined(), a1.Batching())
+			}
+			const rounds, trails, events = 10, 8, 3
+			var wg sync.WaitGroup
+			for _, inst := range []struct {
+				a       *bus.Auditor
+				name    string
+				tenants []string
+			}{{a1, "one", []string{"acme", "shared"}}, {a2, "two", []string{"shared", "beta"}}} {
+				wg.Go(func() {
+					for r := range rounds {
+						writeTrails(t, inst.a, fmt.Sprintf("%s-%d-", inst.name, r), trails, events, inst.tenants...)
+					}
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				return
+			}
+			rep := verify(t, js1, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			if !rep.Clean() {
+				t.Fatalf("the chain is broken: %+v", rep.Problems)
+			}
+			per := uint64(rounds * trails / 2 * (events + 1))
+			want := map[string]uint64{"acme": per, "beta": per, "shared": 2 * per}
+			if got := heads(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("chain heads %v, want %v", got, want)
+			}
+			st := a1.Stats()
+			if st.Records != rounds*trails*(events+1) {
+				t.Errorf("the pipelined instance stored %d records, want %d", st.Records, rounds*trails*(events+1))
+			}
+			t.Logf("pipelined: %+v; other: %+v", st, a2.Stats())
+		})
+	}
+}
+
+// TestAuditorPipelinedContinuesAChain checks that a pipelined writer
+// started on a stream that has records, by an earlier instance, links its
+// first record of each tenant to the tenant's last record.
+func TestAuditorPipelinedContinuesAChain(t *testing.T) {
+	_, js := setupAudit(t)
+	first := newAuditor(t, js, bus.AuditorConfig{Key: testKey, Publish: bus.PublishOneAtATime})
+	writeTrails(t, first, "a", 6, 2, "acme", "beta")
+	second := newAuditor(t, js, bus.AuditorConfig{Key: testKey, Publish: bus.PublishPipelined})
+	writeTrails(t, second, "b", 6, 2, "acme", "beta")
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if !rep.Clean() {
+		t.Fatalf("problems: %+v", rep.Problems)
+	}
+	if got := heads(rep); got["acme"] != 18 || got["beta"] != 18 {
+		t.Fatalf("chain heads %v, want 18 records each", got)
+	}
+}
