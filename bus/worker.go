@@ -46,9 +46,20 @@ type Worker struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopping chan struct{} // closed when Stop begins
-	sem      chan struct{}
 	wg       sync.WaitGroup
 	cc       jetstream.ConsumeContext
+
+	// work hands a message to an idle handler goroutine. Handlers are
+	// started as needed, up to cfg.MaxInFlight, and live until Stop: a
+	// long-lived goroutine keeps the stack that policy evaluation grew,
+	// where one per message would grow it again every time. handlers is
+	// only touched by dispatch, which the consumer calls on one goroutine.
+	work     chan jetstream.Msg
+	handlers int
+
+	// alive holds the messages being worked on, kept alive by one
+	// goroutine (keepAlive) with in-progress acks.
+	alive *inProgress
 
 	// ackWait is the consumer's AckWait as JetStream has it, which the
 	// last gated to start set; in-progress acks go every third of it.
@@ -89,8 +100,8 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
-		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), sem: make(chan struct{}, cfg.MaxInFlight),
-		ackWait: ackWait, publish: nc.Publish,
+		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), work: make(chan jetstream.Msg),
+		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish,
 		followUp: NewFollowUps(js, NewVerdictStore(res.Verdicts)).Send,
 	}, nil
 }
@@ -106,13 +117,15 @@ func (w *Worker) Start() error {
 		return fmt.Errorf("consuming %s: %w", ProposalsStream, err)
 	}
 	w.cc = cc
+	w.wg.Go(w.keepAlive)
 	return nil
 }
 
-// dispatch runs on the consumer's goroutine; it hands each message to its
-// own goroutine and blocks when MaxInFlight are in flight. The message is
-// kept alive (in-progress acks) from the moment it arrives, so one waiting
-// for a free slot is not redelivered meanwhile and then decided twice.
+// dispatch runs on the consumer's goroutine; it hands each message to an
+// idle handler goroutine, starts one while fewer than MaxInFlight run,
+// and blocks when MaxInFlight are busy. The message is kept alive
+// (in-progress acks) from the moment it arrives, so one waiting for a
+// free handler is not redelivered meanwhile and then decided twice.
 func (w *Worker) dispatch(msg jetstream.Msg) {
 	select {
 	case <-w.stopping:
@@ -120,20 +133,32 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 		return
 	default:
 	}
-	stop := w.keepAlive(msg)
+	w.alive.add(msg)
 	select {
-	case w.sem <- struct{}{}:
-	case <-w.stopping:
-		stop()
-		_ = msg.Nak()
+	case w.work <- msg:
+		return
+	default:
+	}
+	if w.handlers < w.cfg.MaxInFlight {
+		w.handlers++
+		w.wg.Go(func() { w.handleAll(msg) })
 		return
 	}
-	w.wg.Add(1)
-	go func() {
-		defer func() { <-w.sem; w.wg.Done() }()
-		defer stop()
+	select {
+	case w.work <- msg:
+	case <-w.stopping:
+		w.alive.remove(msg)
+		_ = msg.Nak()
+	}
+}
+
+// handleAll decides first, then every message dispatch hands it, until
+// Stop closes the hand-over.
+func (w *Worker) handleAll(first jetstream.Msg) {
+	for msg := first; msg != nil; msg = <-w.work {
 		w.handle(msg)
-	}()
+		w.alive.remove(msg)
+	}
 }
 
 // Stop stops taking proposals, waits up to grace for those in flight,
@@ -153,6 +178,9 @@ func (w *Worker) Stop(grace time.Duration) {
 			<-w.cc.Closed()
 		}
 	}
+	// No dispatch runs any more: the handlers and keepAlive may end.
+	close(w.work)
+	w.alive.close()
 	done := make(chan struct{})
 	go func() {
 		w.wg.Wait()
@@ -303,24 +331,69 @@ func (w *Worker) publishVerdict(v *engine.Verdict) error {
 	return w.publish(VerdictSubject(v.Tenant, v.ProposalID), data)
 }
 
-// keepAlive tells JetStream the proposal is still being worked on, so a
-// long review is not redelivered to another gated mid-way.
-func (w *Worker) keepAlive(msg jetstream.Msg) (stop func()) {
-	done := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		t := time.NewTicker(w.ackWait / 3)
-		defer t.Stop()
-		for {
-			select {
-			case <-t.C:
-				if err := msg.InProgress(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-					w.log.Debug("in-progress ack", zap.Error(err))
-				}
-			case <-done:
-				return
+// keepAlive tells JetStream that the proposals being worked on still
+// are, so that a long review is not redelivered to another gated mid-way:
+// it sends an in-progress ack for each message every third of the ack
+// wait, looking every sixth. One goroutine does it for every message.
+func (w *Worker) keepAlive() {
+	every := w.ackWait / 3
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	var due []jetstream.Msg
+	for {
+		select {
+		case <-t.C:
+		case <-w.alive.closed:
+			return
+		}
+		due = w.alive.due(time.Now(), every, due[:0])
+		for _, msg := range due {
+			if err := msg.InProgress(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+				w.log.Debug("in-progress ack", zap.Error(err))
 			}
 		}
-	})
-	return func() { close(done); wg.Wait() }
+		clear(due)
+	}
 }
+
+// inProgress is the set of messages being worked on, with when each was
+// last acknowledged as in progress (or arrived).
+type inProgress struct {
+	mu     sync.Mutex
+	msgs   map[jetstream.Msg]time.Time
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newInProgress() *inProgress {
+	return &inProgress{msgs: make(map[jetstream.Msg]time.Time), closed: make(chan struct{})}
+}
+
+func (p *inProgress) add(msg jetstream.Msg) {
+	now := time.Now()
+	p.mu.Lock()
+	p.msgs[msg] = now
+	p.mu.Unlock()
+}
+
+func (p *inProgress) remove(msg jetstream.Msg) {
+	p.mu.Lock()
+	delete(p.msgs, msg)
+	p.mu.Unlock()
+}
+
+// due appends to into the messages last kept alive every or longer ago,
+// and counts them as kept alive now.
+func (p *inProgress) due(now time.Time, every time.Duration, into []jetstream.Msg) []jetstream.Msg {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for msg, last := range p.msgs {
+		if now.Sub(last) >= every {
+			into = append(into, msg)
+			p.msgs[msg] = now
+		}
+	}
+	return into
+}
+
+func (p *inProgress) close() { p.once.Do(func() { close(p.closed) }) }
