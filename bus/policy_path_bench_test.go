@@ -1,0 +1,245 @@
+//go:build unix
+
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/bench"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/policies"
+)
+
+// BenchmarkPolicyPath measures proposals decided at stage policy, end to
+// end and in process, with the pieces `gated serve` wires: an embedded
+// nats-server with JetStream on a temp dir, Setup, the default policy
+// bundle, the engine, the chained Auditor (with a key, publish mode auto)
+// and the Worker. A fleet of 256 agents on its own connection publishes
+// a 50/50 mix of policy-denied proposals and reads, as bus.Client does
+// (subject gated.proposals.<tenant>.<action>, Nats-Msg-Id <tenant>.<id>,
+// publish acknowledged by the stream), and waits for each verdict on one
+// wildcard subscription. One op is one proposal. Reported: proposals/s
+// and the p50, p99 and max of publish-to-verdict latency.
+//
+//	go test ./bus -run '^$' -bench '^BenchmarkPolicyPath$' -benchtime 20000x -count 3
+func BenchmarkPolicyPath(b *testing.B) {
+	const (
+		concurrency = 256
+		tenant      = "bench"
+	)
+	log := zap.NewNop()
+	s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: b.TempDir()}, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	ctx := b.Context()
+
+	// gated's side, set up as serve does.
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(16384), jetstream.WithPublishAsyncTimeout(10*time.Second))
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := bus.Config{}
+	res, err := bus.Setup(ctx, js, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	bundle, err := policies.Default()
+	if err != nil {
+		b.Fatal(err)
+	}
+	pol, err := policies.Compile(ctx, bundle)
+	if err != nil {
+		b.Fatal(err)
+	}
+	reg, err := personas.Builtin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: noPlugins{}, Store: bus.NewVerdictStore(res.Verdicts)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	auditor, err := bus.NewAuditor(ctx, js, bus.AuditorConfig{Key: testKey, Log: log, Publish: benchPublishMode()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w, err := bus.NewWorker(nc, js, res, eng, auditor.Trail, cfg, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+	// Cleanups run last in first out: the worker stops, then the auditor
+	// drains, then the connection closes and the server stops.
+	b.Cleanup(func() {
+		actx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = auditor.Close(actx)
+	})
+	b.Cleanup(func() { w.Stop(5 * time.Second) })
+
+	// The fleet's side.
+	fleet, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(fleet.Close)
+	fjs, err := jetstream.New(fleet)
+	if err != nil {
+		b.Fatal(err)
+	}
+	gen := bench.Proposals{Tenant: tenant, Nonce: fmt.Sprintf("b%d", time.Now().UnixNano())}
+	type sent struct {
+		msg  *nats.Msg
+		path bench.Path
+		at   time.Time
+		done chan *engine.Verdict
+	}
+	proposals := make([]*sent, b.N)
+	byID := make(map[string]*sent, b.N)
+	for i := range b.N {
+		path := bench.PathDenied
+		if i%2 == 1 {
+			path = bench.PathRead
+		}
+		p := gen.New(path, i)
+		data, err := json.Marshal(p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		m := nats.NewMsg(engine.ProposalSubjectPrefix + p.Tenant + "." + p.Action)
+		m.Data = data
+		m.Header.Set(jetstream.MsgIDHeader, p.Tenant+"."+p.ID)
+		proposals[i] = &sent{msg: m, path: path, done: make(chan *engine.Verdict, 1)}
+		byID[p.ID] = proposals[i]
+	}
+	sub, err := fleet.Subscribe(bus.VerdictSubjectPrefix+tenant+".*", func(m *nats.Msg) {
+		p := byID[m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]]
+		if p == nil {
+			return
+		}
+		var v engine.Verdict
+		if err := json.Unmarshal(m.Data, &v); err != nil {
+			return
+		}
+		select {
+		case p.done <- &v:
+		default:
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = sub.SetPendingLimits(-1, -1)
+	if err := fleet.Flush(); err != nil {
+		b.Fatal(err)
+	}
+
+	latency := make([]time.Duration, b.N)
+	var (
+		next       atomic.Int64
+		wg         sync.WaitGroup
+		fail       atomic.Pointer[error]
+		unexpected atomic.Int64
+	)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	for range concurrency {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= b.N || fail.Load() != nil {
+					return
+				}
+				p := proposals[i]
+				start := time.Now()
+				if _, err := fjs.PublishMsg(ctx, p.msg); err != nil {
+					err = fmt.Errorf("publishing proposal %d: %w", i, err)
+					fail.Store(&err)
+					return
+				}
+				select {
+				case v := <-p.done:
+					latency[i] = time.Since(start)
+					outcome, stage := p.path.Expect()
+					if v.Outcome != outcome || v.Stage != stage {
+						unexpected.Add(1)
+					}
+				case <-time.After(30 * time.Second):
+					err := fmt.Errorf("no verdict for proposal %d within 30s", i)
+					fail.Store(&err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	cpu := cpuTime() - cpu0
+	if err := fail.Load(); err != nil {
+		b.Fatal(*err)
+	}
+	if n := unexpected.Load(); n > 0 {
+		b.Fatalf("%d of %d verdicts had an unexpected outcome or stage", n, b.N)
+	}
+	slices.Sort(latency)
+	ms := func(q float64) float64 {
+		return float64(latency[int(q*float64(len(latency)-1))]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "proposals/s")
+	b.ReportMetric(ms(0.50), "p50-ms")
+	b.ReportMetric(ms(0.99), "p99-ms")
+	b.ReportMetric(ms(1), "max-ms")
+	// The process's CPU time (server, gated and fleet together) is steadier
+	// than throughput on a machine that runs other work.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/proposal")
+	st := auditor.Stats()
+	b.ReportMetric(float64(st.Records)/float64(max(b.N, 1)), "records/proposal")
+}
+
+func benchPublishMode() bus.PublishMode {
+	switch os.Getenv("BENCH_PUBLISH") {
+	case "batches":
+		return bus.PublishBatches
+	case "one-at-a-time":
+		return bus.PublishOneAtATime
+	}
+	return bus.PublishAuto
+}
+
+// cpuTime is the CPU time, user and system, the process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
