@@ -75,7 +75,7 @@ bench: build
 	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 256 --json bench-results/plugin.json
 	./bin/gated bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
-	bash -o pipefail -c 'bash test/opa-bench.sh | tee bench-results/opa.txt'
+	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
 
 # bench-opa compares gated's policy decisions with OPA's REST API on the

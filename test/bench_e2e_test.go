@@ -29,7 +29,7 @@ func TestBenchEmbedded(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("gated bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
-	for _, want := range []string{"gated (publish → verdict)", "floor: bare JetStream", "× floor", "gated process: peak RSS", "scripted model: 30 calls"} {
+	for _, want := range []string{"gated (publish → verdict)", "floor: bare JetStream", "× floor", "gated and its plugin processes: peak RSS", "scripted model: 30 calls"} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("report lacks %q:\n%s", want, stdout)
 		}
@@ -86,7 +86,7 @@ func TestBenchExternal(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "gated bench (external)") || !strings.Contains(stdout, "gated process: peak RSS") || strings.Contains(stdout, "floor:") {
+	if !strings.Contains(stdout, "gated bench (external)") || !strings.Contains(stdout, "gated and its plugin processes: peak RSS") || strings.Contains(stdout, "floor:") {
 		t.Errorf("report:\n%s", stdout)
 	}
 	code, stdout, stderr = run(t, exec.Command(gatedBin, "bench", "--nats-url", g.natsURL, "-n", "4",

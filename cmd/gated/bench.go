@@ -213,8 +213,8 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	}
 
 	auditBefore := streamBytes(ctx, js, bus.AuditStream)
-	gatedSampler := startSampler(gatedPID)
-	benchSampler := startSampler(os.Getpid())
+	gatedSampler := startSampler(gatedPID, true)
+	benchSampler := startSampler(os.Getpid(), false)
 	gen := bench.Proposals{Tenant: o.tenant, Nonce: nonce, Pad: o.pad}
 	fleet, recs, probe, err := measureGated(ctx, nc, gen, plan, o, stderr)
 	if err != nil {
@@ -369,11 +369,11 @@ func runWithProgress(ctx context.Context, plan bench.Plan, send bench.Sender, o 
 	return recs
 }
 
-func startSampler(pid int) *bench.Sampler {
+func startSampler(pid int, tree bool) *bench.Sampler {
 	if pid <= 0 {
 		return nil
 	}
-	s, err := bench.StartSampler(pid, 100*time.Millisecond)
+	s, err := bench.StartSampler(pid, tree, 100*time.Millisecond)
 	if err != nil {
 		return nil
 	}

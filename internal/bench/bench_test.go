@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -274,7 +276,7 @@ func TestParseProcStat(t *testing.T) {
 }
 
 func TestSamplerReadsItself(t *testing.T) {
-	s, err := StartSampler(selfPID(), 10*time.Millisecond)
+	s, err := StartSampler(selfPID(), false, 10*time.Millisecond)
 	if err != nil {
 		t.Skipf("no /proc here: %v", err)
 	}
@@ -349,3 +351,36 @@ func mustJSON(t *testing.T, v any) []byte {
 func pageSize() int { return os.Getpagesize() }
 
 func selfPID() int { return os.Getpid() }
+
+// TestSamplerCountsChildren checks that a child's resident set is counted
+// with its parent's: gated's plugins are its children.
+func TestSamplerCountsChildren(t *testing.T) {
+	if _, err := os.Stat("/proc/self/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	_, alone, _ := parseSelf(t)
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Skip("no sleep command")
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if !slices.Contains(descendants(os.Getpid()), cmd.Process.Pid) {
+		t.Fatalf("child %d not among %v", cmd.Process.Pid, descendants(os.Getpid()))
+	}
+	_, withChild, err := procSample(os.Getpid(), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if withChild <= alone {
+		t.Errorf("rss with a child %d <= alone %d", withChild, alone)
+	}
+}
+
+func parseSelf(t *testing.T) (time.Duration, int64, error) {
+	t.Helper()
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseProcStat(stat)
+}

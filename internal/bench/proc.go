@@ -14,10 +14,12 @@ import (
 // 100 on every Linux architecture Go supports.
 const clockTicks = 100
 
-// ProcUsage is what a process used over a measurement.
+// ProcUsage is what a process and the processes it started used over a
+// measurement.
 type ProcUsage struct {
 	PID int `json:"pid"`
-	// PeakRSSMB is the largest resident set seen while sampling.
+	// PeakRSSMB is the largest resident set seen while sampling, summed
+	// over the process and its descendants.
 	PeakRSSMB float64 `json:"peak_rss_mb"`
 	// CPUSeconds is user plus system time spent over the measurement.
 	CPUSeconds float64 `json:"cpu_s"`
@@ -25,13 +27,73 @@ type ProcUsage struct {
 	Cores float64 `json:"cores"`
 }
 
-// procSample reads a process's CPU time and resident set from /proc.
-func procSample(pid int) (cpu time.Duration, rssBytes int64, err error) {
+// procSample reads the CPU time and resident set of a process from /proc,
+// with tree those of every process below it too (gated's plugins).
+func procSample(pid int, tree bool) (cpu time.Duration, rssBytes int64, err error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, 0, err
 	}
-	return parseProcStat(stat)
+	cpu, rssBytes, err = parseProcStat(stat)
+	if err != nil || !tree {
+		return cpu, rssBytes, err
+	}
+	for _, child := range descendants(pid) {
+		if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child)); err == nil {
+			if c, r, err := parseProcStat(stat); err == nil {
+				cpu += c
+				rssBytes += r
+			}
+		}
+	}
+	return cpu, rssBytes, nil
+}
+
+// descendants lists the processes below pid, from every process's parent
+// in /proc. A process that ends meanwhile is skipped: its CPU time leaves
+// the sum, so a plugin that exits mid-run is under-counted, not over.
+func descendants(pid int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		child, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if ppid, ok := parentOf(stat); ok {
+			children[ppid] = append(children[ppid], child)
+		}
+	}
+	var out []int
+	queue := []int{pid}
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		out = append(out, children[p]...)
+		queue = append(queue, children[p]...)
+	}
+	return out
+}
+
+// parentOf reads field 4, the parent's pid, of a /proc/<pid>/stat line.
+func parentOf(stat []byte) (int, bool) {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
 }
 
 // parseProcStat reads utime, stime (fields 14 and 15) and rss (field 24,
@@ -70,6 +132,7 @@ func truncate(b []byte) []byte {
 // Sampler follows one process's resource use while a measurement runs.
 type Sampler struct {
 	pid     int
+	tree    bool
 	start   time.Time
 	cpu0    time.Duration
 	mu      sync.Mutex
@@ -79,14 +142,15 @@ type Sampler struct {
 	done    chan struct{}
 }
 
-// StartSampler begins sampling pid every interval. It fails when the
-// process cannot be read (not Linux, or not this user's process).
-func StartSampler(pid int, every time.Duration) (*Sampler, error) {
-	cpu, rss, err := procSample(pid)
+// StartSampler begins sampling pid, and with tree every process below it,
+// every interval. It fails when the process cannot be read (not Linux, or
+// not this user's process).
+func StartSampler(pid int, tree bool, every time.Duration) (*Sampler, error) {
+	cpu, rss, err := procSample(pid, tree)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sampler{pid: pid, start: time.Now(), cpu0: cpu, peakRSS: rss, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sampler{pid: pid, tree: tree, start: time.Now(), cpu0: cpu, peakRSS: rss, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.run(every)
 	return s, nil
 }
@@ -100,7 +164,7 @@ func (s *Sampler) run(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			_, rss, err := procSample(s.pid)
+			_, rss, err := procSample(s.pid, s.tree)
 			s.mu.Lock()
 			if err != nil && s.err == nil {
 				s.err = err
@@ -115,7 +179,7 @@ func (s *Sampler) run(every time.Duration) {
 func (s *Sampler) Stop() (ProcUsage, error) {
 	close(s.stop)
 	<-s.done
-	cpu, rss, err := procSample(s.pid)
+	cpu, rss, err := procSample(s.pid, s.tree)
 	wall := time.Since(s.start)
 	s.mu.Lock()
 	defer s.mu.Unlock()

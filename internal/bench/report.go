@@ -141,7 +141,7 @@ func (r *Report) Print(w io.Writer) {
 	}
 	table("floor: bare JetStream (publish → durable consume → log append → reply)", r.Floor, false)
 	if r.GatedProc != nil {
-		fmt.Fprintf(w, "\ngated process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.GatedProc.PeakRSSMB, r.GatedProc.CPUSeconds, r.GatedProc.Cores)
+		fmt.Fprintf(w, "\ngated and its plugin processes: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.GatedProc.PeakRSSMB, r.GatedProc.CPUSeconds, r.GatedProc.Cores)
 	}
 	if r.BenchProc != nil {
 		fmt.Fprintf(w, "bench process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.BenchProc.PeakRSSMB, r.BenchProc.CPUSeconds, r.BenchProc.Cores)
