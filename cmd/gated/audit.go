@@ -553,8 +553,10 @@ func parsePublishMode(s string) (bus.PublishMode, error) {
 		return bus.PublishBatches, nil
 	case "one-at-a-time":
 		return bus.PublishOneAtATime, nil
+	case "pipelined":
+		return bus.PublishPipelined, nil
 	}
-	return 0, usageError("--audit-publish %q: want auto, batches or one-at-a-time", s)
+	return 0, usageError("--audit-publish %q: want auto, batches, pipelined or one-at-a-time", s)
 }
 
 // newServeAuditor starts serve's Auditor. Its key comes from

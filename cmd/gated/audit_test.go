@@ -299,6 +299,14 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 		t.Fatalf("external server without a key: key id %q, batching %v, err %v", external.KeyID(), external.Batching(), err)
 	}
 	defer closeAuditor(external, zap.NewNop())
+	piped, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "pipelined"}, false, zap.NewNop())
+	if err != nil || !piped.Pipelined() {
+		t.Fatalf("--audit-publish pipelined: pipelined %v, err %v", err == nil && piped.Pipelined(), err)
+	}
+	defer closeAuditor(piped, zap.NewNop())
+	if !a.Pipelined() {
+		t.Error("auto on the embedded server's R1 file stream does not pipeline")
+	}
 	if _, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "sometimes"}, false, zap.NewNop()); exitCode(err) != exitUsage {
 		t.Fatalf("--audit-publish sometimes: %v", err)
 	}
