@@ -36,7 +36,7 @@ func BenchmarkAuditTrail(b *testing.B) {
 		for _, mode := range []struct {
 			name    string
 			publish bus.PublishMode
-		}{{"group-commit", bus.PublishBatches}, {"one-at-a-time", bus.PublishOneAtATime}, {"unchained", -1}} {
+		}{{"group-commit", bus.PublishBatches}, {"pipelined", bus.PublishPipelined}, {"one-at-a-time", bus.PublishOneAtATime}, {"unchained", -1}} {
 			b.Run(strings.ToLower(storage.String())+"/"+mode.name, func(b *testing.B) {
 				benchmarkAuditTrail(b, storage, mode.publish)
 			})
