@@ -144,31 +144,8 @@ func TestAuditorsOfTwoInstancesKeepOneChain(t *testing.T) {
 	a2 := newAuditor(t, js2, bus.AuditorConfig{Key: testKey, Instance: "two", Writers: 2, Publish: bus.PublishBatches})
 	// Rounds of a few trails each make many small batches, so the two
 	// instances keep extending the shared chain under each other.
-	const rounds, trails, events = 15, 4, 3
-	var wg sync.WaitGroup
-	for _, inst := range []struct {
-		a       *bus.Auditor
-		name    string
-		tenants []string
-	}{{a1, "one", []string{"acme", "shared"}}, {a2, "two", []string{"shared", "beta"}}} {
-		wg.Go(func() {
-			for r := range rounds {
-				writeTrails(t, inst.a, fmt.Sprintf("%s-%d-", inst.name, r), trails, events, inst.tenants...)
-			}
-		})
-	}
-	wg.Wait()
-	if t.Failed() {
+	if !shareChain(t, js1, a1, a2, 15, 4, 3) {
 		return
-	}
-	rep := verify(t, js1, bus.VerifyOptions{Keys: [][]byte{testKey}})
-	if !rep.Clean() {
-		t.Fatalf("two instances broke the chain: %+v", rep.Problems)
-	}
-	per := uint64(rounds * trails / 2 * (events + 1))
-	want := map[string]uint64{"acme": per, "beta": per, "shared": 2 * per}
-	if got := heads(rep); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("chain heads %v, want %v", got, want)
 	}
 	// Both instances wrote to the shared tenant's one chain.
 	instances := map[string]bool{}
@@ -449,4 +426,38 @@ func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
 	if err := a.Trail().Record(t.Context(), verdictEvent("acme", "p5")); !errors.Is(err, bus.ErrAuditorClosed) {
 		t.Errorf("Record after Close: %v, want ErrAuditorClosed", err)
 	}
+}
+
+// shareChain has instances "one" (a1, tenants acme and shared) and "two"
+// (a2, tenants shared and beta) write rounds of trails at once, then
+// checks that every chain verifies with every record in it. It returns
+// false when the writing failed and the test is already failed.
+func shareChain(t *testing.T, js jetstream.JetStream, a1, a2 *bus.Auditor, rounds, trails, events int) bool {
+	t.Helper()
+	var wg sync.WaitGroup
+	for _, inst := range []struct {
+		a       *bus.Auditor
+		name    string
+		tenants []string
+	}{{a1, "one", []string{"acme", "shared"}}, {a2, "two", []string{"shared", "beta"}}} {
+		wg.Go(func() {
+			for r := range rounds {
+				writeTrails(t, inst.a, fmt.Sprintf("%s-%d-", inst.name, r), trails, events, inst.tenants...)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return false
+	}
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if !rep.Clean() {
+		t.Fatalf("two instances broke the chain: %+v", rep.Problems)
+	}
+	per := uint64(rounds * trails / 2 * (events + 1))
+	want := map[string]uint64{"acme": per, "beta": per, "shared": 2 * per}
+	if got := heads(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("chain heads %v, want %v", got, want)
+	}
+	return true
 }

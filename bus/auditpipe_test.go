@@ -1,8 +1,6 @@
 package bus_test
 
 import (
-	"fmt"
-	"sync"
 	"testing"
 
 	"github.com/gated/gated/bus"
@@ -35,30 +33,8 @@ func TestAuditorPipelinedKeepsOneChain(t *testing.T) {
 				t.Fatalf("pipelined %v, batching %v; want pipelined only", a1.Pipelined(), a1.Batching())
 			}
 			const rounds, trails, events = 10, 8, 3
-			var wg sync.WaitGroup
-			for _, inst := range []struct {
-				a       *bus.Auditor
-				name    string
-				tenants []string
-			}{{a1, "one", []string{"acme", "shared"}}, {a2, "two", []string{"shared", "beta"}}} {
-				wg.Go(func() {
-					for r := range rounds {
-						writeTrails(t, inst.a, fmt.Sprintf("%s-%d-", inst.name, r), trails, events, inst.tenants...)
-					}
-				})
-			}
-			wg.Wait()
-			if t.Failed() {
+			if !shareChain(t, js1, a1, a2, rounds, trails, events) {
 				return
-			}
-			rep := verify(t, js1, bus.VerifyOptions{Keys: [][]byte{testKey}})
-			if !rep.Clean() {
-				t.Fatalf("the chain is broken: %+v", rep.Problems)
-			}
-			per := uint64(rounds * trails / 2 * (events + 1))
-			want := map[string]uint64{"acme": per, "beta": per, "shared": 2 * per}
-			if got := heads(rep); fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("chain heads %v, want %v", got, want)
 			}
 			st := a1.Stats()
 			if st.Records != rounds*trails*(events+1) {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/bench"
 	"github.com/gated/gated/personas"
@@ -106,15 +107,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 	b.Cleanup(func() { w.Stop(5 * time.Second) })
 
 	// The fleet's side.
-	fleet, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(fleet.Close)
-	fjs, err := jetstream.New(fleet)
-	if err != nil {
-		b.Fatal(err)
-	}
+	fleet, fjs := bustest.Connect(b, s)
 	gen := bench.Proposals{Tenant: tenant, Nonce: fmt.Sprintf("b%d", time.Now().UnixNano())}
 	type sent struct {
 		msg  *nats.Msg
