@@ -384,3 +384,10 @@ func parseSelf(t *testing.T) (time.Duration, int64, error) {
 	}
 	return parseProcStat(stat)
 }
+
+func TestBenchEnvDropsGatedSettings(t *testing.T) {
+	got := benchEnv([]string{"PATH=/bin", "GATED_NATS_URL=nats://elsewhere:4222", "GATED_CONFIG=x.yaml", "HOME=/h", "NOT_GATED_X=1"})
+	if !slices.Equal(got, []string{"PATH=/bin", "HOME=/h", "NOT_GATED_X=1"}) {
+		t.Fatalf("env = %v", got)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -91,7 +92,7 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	}, o.Args...)
 	cmd := exec.Command(o.Exe, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(os.Environ(), "GATED_OPENAI_COMPATIBLE_BASE_URL="+o.LLMBaseURL)
+	cmd.Env = append(benchEnv(os.Environ()), "GATED_OPENAI_COMPATIBLE_BASE_URL="+o.LLMBaseURL)
 	cmd.SysProcAttr = processGroup()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting gated serve: %w", err)
@@ -138,6 +139,19 @@ func (g *Gated) Stop(grace time.Duration) error {
 		<-g.done
 		return fmt.Errorf("gated serve did not stop within %s and was killed; its log is %s", grace, g.Log)
 	}
+}
+
+// benchEnv is the environment without gated's own settings: a GATED_*
+// variable meant for another gated (GATED_NATS_URL, GATED_CONFIG, …)
+// must not turn the embedded one into something else.
+func benchEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GATED_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 func orDefault(d, def time.Duration) time.Duration {
