@@ -18,7 +18,6 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
-	"github.com/gated/gated/policies"
 )
 
 func TestSetupCreatesTheContract(t *testing.T) {
@@ -155,6 +154,26 @@ func (f *flaky) GiveUp(ctx context.Context, d engine.Delivery, cause error) *eng
 	return f.next.GiveUp(ctx, d, cause)
 }
 
+// defaultEngine is the engine serve builds: the default bundle (compiled
+// once per test binary) and the built-in personas, over store, reviewing
+// through router.
+func defaultEngine(tb testing.TB, store engine.VerdictStore, router engine.Router) *engine.Engine {
+	tb.Helper()
+	pol, err := intakePolicy()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg, err := personas.Builtin()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: router, Store: store})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return eng
+}
+
 func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *gate {
 	t.Helper()
 	s := bustest.Server(t)
@@ -163,22 +182,7 @@ func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := policies.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policies.Compile(t.Context(), b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := personas.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: noPlugins{}, Store: bus.NewVerdictStore(res.Verdicts)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := defaultEngine(t, bus.NewVerdictStore(res.Verdicts), noPlugins{})
 	var d bus.Decider = eng
 	if wrap != nil {
 		d = wrap(eng)

@@ -21,8 +21,6 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/personas"
-	"github.com/gated/gated/policies"
 )
 
 // operatorKey is an operator's nkey: the seed it signs with and the
@@ -844,22 +842,7 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := bus.NewVerdictStore(res.Verdicts)
-	b, err := policies.Default()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, err := policies.Compile(ctx, b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := personas.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: noPlugins{}, Store: store})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := defaultEngine(t, store, noPlugins{})
 	alice, root := newOperatorKey(t), newOperatorKey(t)
 	var (
 		mu        sync.Mutex

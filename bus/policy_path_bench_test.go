@@ -23,8 +23,6 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/bench"
-	"github.com/gated/gated/personas"
-	"github.com/gated/gated/policies"
 )
 
 // BenchmarkPolicyPath measures proposals decided at stage policy, end to
@@ -70,22 +68,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	bundle, err := policies.Default()
-	if err != nil {
-		b.Fatal(err)
-	}
-	pol, err := policies.Compile(ctx, bundle)
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := personas.Builtin()
-	if err != nil {
-		b.Fatal(err)
-	}
-	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: noPlugins{}, Store: bus.NewVerdictStore(res.Verdicts)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	eng := defaultEngine(b, bus.NewVerdictStore(res.Verdicts), noPlugins{})
 	auditor, err := bus.NewAuditor(ctx, js, bus.AuditorConfig{Key: testKey, Log: log, Publish: benchPublishMode()})
 	if err != nil {
 		b.Fatal(err)
