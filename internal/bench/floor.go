@@ -33,17 +33,23 @@ type FloorSizes struct {
 	Proposal, Reply, Log int
 }
 
+// floorMsgs are one path's proposal, log record and reply.
+type floorMsgs struct {
+	proposal, log, reply []byte
+}
+
 // Floor is a running floor: its streams, its responder and its fleet.
 type Floor struct {
-	nc, rnc  *nats.Conn
-	js       jetstream.JetStream
-	sizes    map[Path]FloorSizes
-	cc       jetstream.ConsumeContext
-	sem      chan struct{}
-	wg       sync.WaitGroup
-	replies  *replies
-	timeout  time.Duration
-	bodies   map[Path][]byte
+	nc, rnc *nats.Conn
+	js      jetstream.JetStream
+	sizes   map[Path]FloorSizes
+	cc      jetstream.ConsumeContext
+	sem     chan struct{}
+	wg      sync.WaitGroup
+	replies *replies
+	timeout time.Duration
+	// msgs holds each path's messages, filled to the path's sizes.
+	msgs     map[Path]floorMsgs
 	nonce    string
 	replicas int
 	mu       sync.Mutex
@@ -78,9 +84,13 @@ func StartFloor(ctx context.Context, nc, rnc *nats.Conn, o FloorOptions) (*Floor
 		return nil, err
 	}
 	f := &Floor{nc: nc, rnc: rnc, js: js, sizes: o.Sizes, sem: make(chan struct{}, max(o.InFlight, 1)),
-		timeout: o.Timeout, bodies: map[Path][]byte{}, nonce: o.Nonce, replicas: max(o.Replicas, 1)}
+		timeout: o.Timeout, msgs: map[Path]floorMsgs{}, nonce: o.Nonce, replicas: max(o.Replicas, 1)}
 	for p, s := range o.Sizes {
-		f.bodies[p] = []byte(strings.Repeat("p", max(s.Proposal, 1)))
+		f.msgs[p] = floorMsgs{
+			proposal: []byte(strings.Repeat("p", max(s.Proposal, 1))),
+			log:      []byte(strings.Repeat("l", max(s.Log, 1))),
+			reply:    []byte(strings.Repeat("r", max(s.Reply, 1))),
+		}
 	}
 	if err := f.deleteStreams(ctx); err != nil {
 		return nil, err
@@ -108,17 +118,11 @@ func StartFloor(ctx context.Context, nc, rnc *nats.Conn, o FloorOptions) (*Floor
 	if err != nil {
 		return nil, fmt.Errorf("binding consumer %s: %w", floorConsumer, err)
 	}
-	logs := map[Path][]byte{}
-	replyData := map[Path][]byte{}
-	for p, s := range o.Sizes {
-		logs[p] = []byte(strings.Repeat("l", max(s.Log, 1)))
-		replyData[p] = []byte(strings.Repeat("r", max(s.Reply, 1)))
-	}
 	f.cc, err = rcons.Consume(func(m jetstream.Msg) {
 		f.sem <- struct{}{}
 		f.wg.Go(func() {
 			defer func() { <-f.sem }()
-			f.respond(rjs, m, logs, replyData)
+			f.respond(rjs, m)
 		})
 	}, jetstream.PullMaxMessages(max(o.PullMax, 1)))
 	if err != nil {
@@ -131,13 +135,13 @@ func StartFloor(ctx context.Context, nc, rnc *nats.Conn, o FloorOptions) (*Floor
 }
 
 // respond is the floor's whole work for one message.
-func (f *Floor) respond(js jetstream.JetStream, m jetstream.Msg, logs, replyData map[Path][]byte) {
+func (f *Floor) respond(js jetstream.JetStream, m jetstream.Msg) {
 	// Subject: bench.floor.in.<nonce>.<path>.<i>
 	rest := strings.TrimPrefix(m.Subject(), floorPrefix+"in.")
 	nonce, key, _ := strings.Cut(rest, ".")
 	path, _, _ := strings.Cut(key, ".")
 	p := Path(path)
-	ack, err := js.PublishAsync(floorPrefix+"log."+key, logs[p])
+	ack, err := js.PublishAsync(floorPrefix+"log."+key, f.msgs[p].log)
 	if err == nil {
 		select {
 		case <-ack.Ok():
@@ -149,7 +153,7 @@ func (f *Floor) respond(js jetstream.JetStream, m jetstream.Msg, logs, replyData
 		_ = m.Nak()
 		return
 	}
-	if err := f.rnc.Publish(floorPrefix+"out."+nonce+"."+key, replyData[p]); err != nil {
+	if err := f.rnc.Publish(floorPrefix+"out."+nonce+"."+key, f.msgs[p].reply); err != nil {
 		f.fail(err)
 		_ = m.Nak()
 		return
@@ -167,13 +171,13 @@ func (f *Floor) fail(err error) {
 
 // Send is the floor's Sender.
 func (f *Floor) Send(ctx context.Context, p Path, i int) (int, error) {
-	body, ok := f.bodies[p]
+	msgs, ok := f.msgs[p]
 	if !ok {
 		return 0, fmt.Errorf("the floor has no size for path %s", p)
 	}
 	key := fmt.Sprintf("%s.%d", p, i)
 	msg := nats.NewMsg(floorPrefix + "in." + f.nonce + "." + key)
-	msg.Data = body
+	msg.Data = msgs.proposal
 	msg.Header.Set(jetstream.MsgIDHeader, f.nonce+"."+key)
 	data, err := publishAndWait(ctx, f.js, f.replies, key, msg, f.timeout)
 	if err != nil {
