@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -29,7 +30,7 @@ func InputValue(in engine.PolicyInput) ast.Value {
 	}
 	return ast.NewObject(
 		item("proposal", proposalValue(in.Proposal)),
-		item("persona", personaValue(in.Persona)),
+		[2]*ast.Term{keyTerms["persona"], personaTerm(in.Persona)},
 		item("history", ast.NewArray(history...)),
 		[2]*ast.Term{keyTerms["run_record"], runRecordTerm(in.RunRecord)},
 		item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
@@ -217,6 +218,67 @@ func runRecordTerm(r *engine.RunRecord) *ast.Term {
 		item("tenant", str(r.Tenant)), item("run_id", str(r.RunID)), item("task_id", str(r.TaskID)),
 		item("rounds", ast.NewArray(rounds...)), item("closed", str(r.Closed)),
 	))
+}
+
+// personaTerms caches persona values by content: a gate has a handful of
+// personas and every proposal carries one, so each is built once. The
+// values are shared by concurrent evaluations, which only read input.
+var personaTerms struct {
+	sync.RWMutex
+	m map[string]*ast.Term
+}
+
+// maxPersonaTerms bounds the cache; past it the cache starts over.
+const maxPersonaTerms = 256
+
+func personaTerm(p *engine.Persona) *ast.Term {
+	if p == nil {
+		return ast.InternedNullTerm
+	}
+	key := personaKey(p)
+	personaTerms.RLock()
+	t, ok := personaTerms.m[key]
+	personaTerms.RUnlock()
+	if ok {
+		return t
+	}
+	t = ast.NewTerm(personaValue(p))
+	personaTerms.Lock()
+	if personaTerms.m == nil || len(personaTerms.m) >= maxPersonaTerms {
+		personaTerms.m = make(map[string]*ast.Term)
+	}
+	personaTerms.m[key] = t
+	personaTerms.Unlock()
+	return t
+}
+
+// personaKey spells out every field personaValue reads, each prefixed by
+// its length, so two personas share a key only when their values agree.
+func personaKey(p *engine.Persona) string {
+	var b strings.Builder
+	field := func(s string) {
+		b.WriteString(strconv.Itoa(len(s)))
+		b.WriteByte(':')
+		b.WriteString(s)
+	}
+	list := func(xs []string) {
+		b.WriteString(strconv.Itoa(len(xs)))
+		b.WriteByte('[')
+		for _, x := range xs {
+			field(x)
+		}
+	}
+	field(p.Name)
+	field(p.Description)
+	field(p.Model)
+	b.WriteString(strconv.Itoa(p.MaxTurns))
+	b.WriteByte(';')
+	field(p.PermissionMode)
+	list(p.Tools)
+	list(p.DisallowedTools)
+	list(p.RequiredGates)
+	field(p.Plugin)
+	return b.String()
 }
 
 func personaValue(p *engine.Persona) ast.Value {

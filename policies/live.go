@@ -48,6 +48,9 @@ type State struct {
 	Files []string `json:"files"`
 	// Tests is the number of Rego tests it passed.
 	Tests int `json:"tests"`
+	// Evaluator says which evaluator decides its proposals, and why not
+	// the planned one.
+	Evaluator PlanStatus `json:"evaluator"`
 	// Stale is true when the latest reload failed: the sources on disk
 	// say something other than what is served.
 	Stale bool `json:"stale"`
@@ -86,7 +89,7 @@ func NewLive(ctx context.Context, src Sources, notify func(Reload)) (*Live, erro
 		return nil, err
 	}
 	l.cur.Store(b.eval)
-	l.state.Store(&State{Revision: b.eval.Revision(), LoadedAt: time.Now(), Files: b.files, Tests: b.tests})
+	l.state.Store(&State{Revision: b.eval.Revision(), LoadedAt: time.Now(), Files: b.files, Tests: b.tests, Evaluator: b.eval.Plan()})
 	return l, nil
 }
 
@@ -116,7 +119,11 @@ func build(ctx context.Context, src Sources) (*built, error) {
 	if err != nil {
 		return nil, err
 	}
-	eval, err := Compile(ctx, b)
+	var opts []CompileOption
+	if src.Topdown {
+		opts = append(opts, Topdown())
+	}
+	eval, err := Compile(ctx, b, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -166,6 +173,7 @@ func (l *Live) Reload(ctx context.Context) Reload {
 			r.Changed = true
 			l.cur.Store(b.eval)
 			next.Revision, next.LoadedAt, next.Files, next.Tests = r.Revision, time.Now(), b.files, b.tests
+			next.Evaluator = b.eval.Plan()
 		}
 	}
 	next.LastReload = &r

@@ -56,6 +56,7 @@ type Sources struct {
 	Dir       string   // a user policy directory; "" for none
 	Replace   bool     // Dir replaces the embedded default bundle instead of adding to it (requires Dir)
 	DataFiles []string // extra data documents, YAML or JSON, merged at the data root, in order
+	Topdown   bool     // decide with OPA's topdown evaluator only (Compile's Topdown option)
 }
 
 // Load reads the embedded default bundle (unless Replace), then Dir, then

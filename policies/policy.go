@@ -44,6 +44,11 @@ const Query = "data.gated.decision"
 // compiled or whose data cannot be read.
 var ErrInvalidBundle = errors.New("invalid policy bundle")
 
+// ErrEvaluatorsDisagree is wrapped by Explain's error when the planned
+// evaluator and topdown decide a proposal differently: a defect in gated
+// to report, worked around with --policy-evaluator topdown.
+var ErrEvaluatorsDisagree = errors.New("the planned evaluator and topdown disagree")
+
 // Bundle is a set of Rego modules and the data document they evaluate
 // against.
 type Bundle struct {
@@ -124,18 +129,47 @@ type Evaluator struct {
 	compiler *ast.Compiler
 	revision string
 	catalog  *Catalog
+	// plan, when set, evaluates the decision in place of pq (plan.go);
+	// data is the data document it reads.
+	plan *planned
+	data *ast.Term
+	// planned says which evaluator decides, and why not the planned one.
+	planned PlanStatus
 }
+
+// PlanStatus tells which evaluator decides a bundle's proposals.
+type PlanStatus struct {
+	// Evaluator is "planned" (OPA's plan of the query, interpreted) or
+	// "topdown" (OPA's general evaluator).
+	Evaluator string `json:"evaluator"`
+	// Reason says why a bundle is not planned; empty when it is.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Evaluator names for PlanStatus and the Evaluator compile option.
+const (
+	EvaluatorPlanned = "planned"
+	EvaluatorTopdown = "topdown"
+)
 
 var _ engine.Policy = (*Evaluator)(nil)
 
 // CompileOption changes how Compile checks a bundle.
 type CompileOption func(*compileConfig)
 
-type compileConfig struct{ strict bool }
+type compileConfig struct {
+	strict  bool
+	topdown bool
+}
 
 // Strict compiles in OPA's strict mode: unused local variables and
 // imports, shadowed keywords and deprecated built-ins are errors.
 func Strict() CompileOption { return func(c *compileConfig) { c.strict = true } }
+
+// Topdown keeps every decision on OPA's general evaluator, the one `opa
+// eval` uses, instead of the planned evaluator Compile picks when the
+// bundle allows it.
+func Topdown() CompileOption { return func(c *compileConfig) { c.topdown = true } }
 
 // Entry points besides the decision.
 var (
@@ -185,12 +219,16 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 	if err != nil {
 		return nil, err
 	}
-	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision(), catalog: catalog}
+	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision(), catalog: catalog,
+		planned: PlanStatus{Evaluator: EvaluatorTopdown, Reason: "turned off"}}
 	if err := checkConfig(ctx, compiler, store); err != nil {
 		return nil, err
 	}
 	if err := e.checkShape(ctx); err != nil {
 		return nil, err
+	}
+	if !cfg.topdown {
+		e.planned = e.usePlan(ctx, b)
 	}
 	return e, nil
 }
@@ -300,23 +338,62 @@ func astResult(t *ast.Term, _ *rego.EvalContext) (any, error) { return t.Value, 
 // is undefined or not shaped as the contract says; the engine turns that
 // into an error verdict.
 func (e *Evaluator) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
-	return e.evaluate(ctx, in)
+	if e.plan == nil {
+		return e.evaluate(ctx, in)
+	}
+	start := time.Now()
+	v, err := e.evalPlan(ctx, in)
+	if err != nil {
+		return engine.PolicyDecision{}, err
+	}
+	return e.decision(v, in, start)
 }
 
+// evalPlan evaluates the decision with the planned evaluator.
+func (e *Evaluator) evalPlan(ctx context.Context, in engine.PolicyInput) (ast.Value, error) {
+	now := in.Now
+	if now.IsZero() {
+		now = time.Now()
+		in.Now = now
+	}
+	t, err := e.plan.eval(ctx, ast.NewTerm(InputValue(in)), e.data, now)
+	if err != nil {
+		return nil, fmt.Errorf("evaluating %s: %w", Query, err)
+	}
+	if t == nil {
+		return nil, fmt.Errorf("%s is undefined for this input", Query)
+	}
+	return t.Value, nil
+}
+
+// evaluate evaluates the decision with topdown.
 func (e *Evaluator) evaluate(ctx context.Context, in engine.PolicyInput, extra ...rego.EvalOption) (engine.PolicyDecision, error) {
 	start := time.Now()
+	v, err := e.evalTopdown(ctx, in, extra...)
+	if err != nil {
+		return engine.PolicyDecision{}, err
+	}
+	return e.decision(v, in, start)
+}
+
+func (e *Evaluator) evalTopdown(ctx context.Context, in engine.PolicyInput, extra ...rego.EvalOption) (ast.Value, error) {
 	opts := append([]rego.EvalOption{rego.EvalParsedInput(InputValue(in)), rego.EvalGenerateJSON(astResult)}, extra...)
 	rs, err := e.pq.Eval(ctx, opts...)
 	if err != nil {
-		return engine.PolicyDecision{}, fmt.Errorf("evaluating %s: %w", Query, err)
+		return nil, fmt.Errorf("evaluating %s: %w", Query, err)
 	}
 	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
-		return engine.PolicyDecision{}, fmt.Errorf("%s is undefined for this input", Query)
+		return nil, fmt.Errorf("%s is undefined for this input", Query)
 	}
 	v, ok := rs[0].Expressions[0].Value.(ast.Value)
 	if !ok {
-		return engine.PolicyDecision{}, fmt.Errorf("%s: unexpected result type %T", Query, rs[0].Expressions[0].Value)
+		return nil, fmt.Errorf("%s: unexpected result type %T", Query, rs[0].Expressions[0].Value)
 	}
+	return v, nil
+}
+
+// decision reads the decision value v for in.
+func (e *Evaluator) decision(v ast.Value, in engine.PolicyInput, start time.Time) (engine.PolicyDecision, error) {
 	kind := engine.KindAction
 	if in.Proposal != nil && in.Proposal.Kind != "" {
 		kind = in.Proposal.Kind
@@ -343,9 +420,29 @@ type Fired struct {
 // Explain evaluates like Evaluate and also reports every rule that fired,
 // in evaluation order without repeats. It is slower than Evaluate: it
 // traces the evaluation.
+//
+// When the planned evaluator decides this bundle, Explain also asks it and
+// fails with ErrEvaluatorsDisagree unless both decide alike.
 func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, []Fired, error) {
 	tracer := topdown.NewBufferTracer()
-	d, err := e.evaluate(ctx, in, rego.EvalQueryTracer(tracer))
+	if in.Now.IsZero() {
+		in.Now = time.Now() // one time for both evaluators
+	}
+	start := time.Now()
+	v, err := e.evalTopdown(ctx, in, rego.EvalQueryTracer(tracer))
+	var d engine.PolicyDecision
+	if err == nil {
+		d, err = e.decision(v, in, start)
+	}
+	if err == nil && e.plan != nil {
+		pv, perr := e.evalPlan(ctx, in)
+		switch {
+		case perr != nil:
+			err = fmt.Errorf("%w: topdown decides, the planned evaluator fails: %w", ErrEvaluatorsDisagree, perr)
+		case ast.Compare(pv, v) != 0:
+			err = fmt.Errorf("%w:\n  topdown: %v\n  planned: %v", ErrEvaluatorsDisagree, v, pv)
+		}
+	}
 	seen := map[string]bool{}
 	var fired []Fired
 	for _, ev := range *tracer {

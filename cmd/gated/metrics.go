@@ -44,7 +44,7 @@ type policyCollector struct{ live *policies.Live }
 
 var (
 	policyInfoDesc = prometheus.NewDesc("gated_policy_info",
-		"The policy revision being served (always 1).", []string{"revision"}, nil)
+		"The policy revision being served and the evaluator that decides it, planned or topdown (always 1).", []string{"revision", "evaluator"}, nil)
 	policyStaleDesc = prometheus.NewDesc("gated_policy_stale",
 		"1 when the latest policy reload failed and the last good policy is still served.", nil, nil)
 	policyReloadsDesc = prometheus.NewDesc("gated_policy_reloads_total",
@@ -67,7 +67,7 @@ func (c policyCollector) Collect(ch chan<- prometheus.Metric) {
 	if s.Stale {
 		stale = 1
 	}
-	ch <- prometheus.MustNewConstMetric(policyInfoDesc, prometheus.GaugeValue, 1, s.Revision)
+	ch <- prometheus.MustNewConstMetric(policyInfoDesc, prometheus.GaugeValue, 1, s.Revision, s.Evaluator.Evaluator)
 	ch <- prometheus.MustNewConstMetric(policyStaleDesc, prometheus.GaugeValue, stale)
 	ch <- prometheus.MustNewConstMetric(policyReloadsDesc, prometheus.CounterValue, float64(s.Reloads-s.Failures), "ok")
 	ch <- prometheus.MustNewConstMetric(policyReloadsDesc, prometheus.CounterValue, float64(s.Failures), "failed")

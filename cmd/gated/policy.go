@@ -422,11 +422,16 @@ Exit status: 0 the bundle is sound, 1 it is not, 2 bad usage.`,
 }
 
 func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string) error {
-	revision, err := checkBundle(ctx, w, o, args)
+	ev, err := checkBundle(ctx, w, o, args)
 	var ex *exitError
 	switch {
 	case err == nil:
-		fmt.Fprintf(w, "ok: revision %s (strict mode)\n", revision)
+		fmt.Fprintf(w, "ok: revision %s (strict mode)\n", ev.Revision())
+		if st := ev.Plan(); st.Reason != "" {
+			fmt.Fprintf(w, "evaluator: %s (%s)\n", st.Evaluator, st.Reason)
+		} else {
+			fmt.Fprintf(w, "evaluator: %s\n", st.Evaluator)
+		}
 		return nil
 	case errors.As(err, &ex):
 		return err
@@ -437,20 +442,16 @@ func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptio
 }
 
 // checkBundle loads the bundle, lists its files on w and compiles it in
-// strict mode, returning its revision.
-func checkBundle(ctx context.Context, w io.Writer, o *policySourceOptions, args []string) (string, error) {
+// strict mode.
+func checkBundle(ctx context.Context, w io.Writer, o *policySourceOptions, args []string) (*policies.Evaluator, error) {
 	b, files, err := loadPolicyBundle(o, args)
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	for _, f := range files {
 		fmt.Fprintf(w, "checked %s\n", f)
 	}
-	ev, err := policies.Compile(ctx, b, policies.Strict())
-	if err != nil {
-		return "", err
-	}
-	return ev.Revision(), nil
+	return policies.Compile(ctx, b, append(o.compileOptions(), policies.Strict())...)
 }
 
 // --- gated policy eval --------------------------------------------------------
@@ -545,7 +546,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	ev, err := policies.Compile(ctx, b)
+	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
 	if err != nil {
 		return err
 	}
