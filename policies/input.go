@@ -72,11 +72,42 @@ func keyTerm(k string) *ast.Term {
 }
 
 func item(k string, v ast.Value) [2]*ast.Term {
-	key, ok := keyTerms[k]
-	if !ok {
-		key = ast.StringTerm(k)
+	if _, null := v.(ast.Null); null {
+		return [2]*ast.Term{keyTerm(k), ast.InternedNullTerm}
 	}
-	return [2]*ast.Term{key, ast.NewTerm(v)}
+	return [2]*ast.Term{keyTerm(k), ast.NewTerm(v)}
+}
+
+// sitem and bitem are items of a string and of a boolean: OPA's interned
+// terms serve the empty string, booleans and common strings without an
+// allocation.
+func sitem(k, s string) [2]*ast.Term { return [2]*ast.Term{keyTerm(k), ast.InternedTerm(s)} }
+
+func bitem(k string, b bool) [2]*ast.Term { return [2]*ast.Term{keyTerm(k), ast.InternedTerm(b)} }
+
+// flagTerms are the sixteen flags objects, built once: every proposal has
+// one of them.
+var flagTerms = func() [16]*ast.Term {
+	var out [16]*ast.Term
+	for i := range out {
+		out[i] = ast.NewTerm(ast.NewObject(
+			bitem("skip_review", i&1 != 0),
+			bitem("force_approve", i&2 != 0),
+			bitem("force_approve_no_sop", i&4 != 0),
+			bitem("user_confirmed", i&8 != 0),
+		))
+	}
+	return out
+}()
+
+func flagsTerm(f engine.Flags) *ast.Term {
+	i := 0
+	for bit, set := range []bool{f.SkipReview, f.ForceApprove, f.ForceApproveNoSOP, f.UserConfirmed} {
+		if set {
+			i |= 1 << bit
+		}
+	}
+	return flagTerms[i]
 }
 
 func integer[T int | int64](n T) ast.Value { return ast.Number(strconv.FormatInt(int64(n), 10)) }
@@ -84,9 +115,12 @@ func integer[T int | int64](n T) ast.Value { return ast.Number(strconv.FormatInt
 func str(s string) ast.Value { return ast.String(s) }
 
 func strs(ss []string) ast.Value {
+	if len(ss) == 0 {
+		return ast.InternedEmptyArrayValue
+	}
 	terms := make([]*ast.Term, len(ss))
 	for i, s := range ss {
-		terms[i] = ast.StringTerm(s)
+		terms[i] = ast.InternedTerm(s)
 	}
 	return ast.NewArray(terms...)
 }
@@ -110,17 +144,17 @@ func proposalValue(p *engine.Proposal) ast.Value {
 	}
 	op := ast.Value(ast.Null{})
 	if p.Operator != nil {
-		op = ast.NewObject(item("id", str(p.Operator.ID)), item("roles", strs(p.Operator.Roles)))
+		op = ast.NewObject(sitem("id", p.Operator.ID), item("roles", strs(p.Operator.Roles)))
 	}
 	by := ast.Value(ast.Null{})
 	if p.RequestedBy != nil {
-		by = ast.NewObject(item("agent", str(p.RequestedBy.Agent)), item("session", str(p.RequestedBy.Session)))
+		by = ast.NewObject(sitem("agent", p.RequestedBy.Agent), sitem("session", p.RequestedBy.Session))
 	}
 	criteria := make([]*ast.Term, len(p.Criteria))
 	for i, c := range p.Criteria {
 		criteria[i] = ast.NewTerm(ast.NewObject(
-			item("id", str(c.ID)), item("description", str(c.Description)),
-			item("required", ast.Boolean(c.Required)), item("kind", str(c.Kind)),
+			sitem("id", c.ID), sitem("description", c.Description),
+			bitem("required", c.Required), sitem("kind", c.Kind),
 			item("params", generic(c.Params)), item("evidence", generic(c.Evidence)),
 		))
 	}
@@ -134,24 +168,19 @@ func proposalValue(p *engine.Proposal) ast.Value {
 	}
 	return ast.NewObject(
 		item("v", integer(p.V)),
-		item("id", str(p.ID)),
-		item("tenant", str(p.Tenant)),
-		item("kind", str(string(p.Kind))),
-		item("action", str(p.Action)),
-		item("class", str(string(p.Class))),
+		sitem("id", p.ID),
+		sitem("tenant", p.Tenant),
+		sitem("kind", string(p.Kind)),
+		sitem("action", p.Action),
+		sitem("class", string(p.Class)),
 		item("target", generic(p.Target)),
-		item("reason", str(p.Reason)),
-		item("blast_radius", str(string(p.BlastRadius))),
+		sitem("reason", p.Reason),
+		sitem("blast_radius", string(p.BlastRadius)),
 		item("operator", op),
 		item("requested_by", by),
-		item("incident_id", str(p.IncidentID)),
-		item("flags", ast.NewObject(
-			item("skip_review", ast.Boolean(p.Flags.SkipReview)),
-			item("force_approve", ast.Boolean(p.Flags.ForceApprove)),
-			item("force_approve_no_sop", ast.Boolean(p.Flags.ForceApproveNoSOP)),
-			item("user_confirmed", ast.Boolean(p.Flags.UserConfirmed)),
-		)),
-		item("reviewer", str(p.Reviewer)),
+		sitem("incident_id", p.IncidentID),
+		[2]*ast.Term{keyTerm("flags"), flagsTerm(p.Flags)},
+		sitem("reviewer", p.Reviewer),
 		item("criteria", ast.NewArray(criteria...)),
 		item("run", run),
 		item("created_at", created),

@@ -572,3 +572,14 @@ func FuzzPlannedAgreesWithTopdown(f *testing.F) {
 		}
 	})
 }
+
+func TestFlagsTerm(t *testing.T) {
+	for i := range 16 {
+		f := engine.Flags{SkipReview: i&1 != 0, ForceApprove: i&2 != 0, ForceApproveNoSOP: i&4 != 0, UserConfirmed: i&8 != 0}
+		want := ast.MustParseTerm(fmt.Sprintf(`{"skip_review": %v, "force_approve": %v, "force_approve_no_sop": %v, "user_confirmed": %v}`,
+			f.SkipReview, f.ForceApprove, f.ForceApproveNoSOP, f.UserConfirmed))
+		if got := flagsTerm(f); ast.Compare(want.Value, got.Value) != 0 {
+			t.Errorf("flags %+v: input %v, want %v", f, got, want)
+		}
+	}
+}
