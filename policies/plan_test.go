@@ -416,6 +416,8 @@ func TestPlannedErrors(t *testing.T) {
 // with side effects, is decided by topdown, and says why.
 func TestPlanFallsBackToTopdown(t *testing.T) {
 	for _, tc := range []struct{ note, module, reason string }{
+		{note: "dynamic reference into rules", reason: "CallDynamicStmt", module: `package gated
+deny contains {"rule": "dynamic", "message": "m"} if data.gated.tenants[input.proposal.tenant] == "blocked"`},
 		{note: "with", reason: "WithStmt", module: `package gated
 probe if input.proposal.action == "never"
 deny contains {"rule": "with_probe", "message": "m"} if {
@@ -431,6 +433,7 @@ deny contains {"rule": "remote", "message": "m"} if {
 		t.Run(tc.note, func(t *testing.T) {
 			b := mustDefault(t)
 			b.Modules["extra.rego"] = tc.module
+			b.Modules["tenants.rego"] = "package gated.tenants\n\nacme := \"open\"\n\nglobex := \"blocked\"\n"
 			e, err := Compile(t.Context(), b)
 			if err != nil {
 				t.Fatal(err)

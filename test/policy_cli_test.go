@@ -176,7 +176,27 @@ func TestPolicyCheck(t *testing.T) {
 	code, out, errOut := runPolicyCLI(t, "check")
 	wantRun(t, code, out, errOut, 0,
 		`(?m)^checked default/gated\.rego$`,
-		`(?m)^ok: revision sha256:[0-9a-f]{24}\b`)
+		`(?m)^ok: revision sha256:[0-9a-f]{24}\b`,
+		`(?m)^evaluator: planned$`)
+}
+
+func TestPolicyEvaluatorFlag(t *testing.T) {
+	code, out, errOut := runPolicyCLI(t, "check", "--policy-evaluator", "topdown")
+	wantRun(t, code, out, errOut, 0, `(?m)^evaluator: topdown \(turned off\)$`)
+
+	// A policy that calls http.send is decided by topdown, and check says why.
+	dir := policyDir(t, map[string]string{"remote.rego": `package gated
+
+deny contains {"rule": "remote", "message": "m"} if {
+	input.proposal.tenant == "nobody"
+	http.send({"method": "get", "url": "http://127.0.0.1:9"}).status_code == 200
+}
+`})
+	code, out, errOut = runPolicyCLI(t, "check", dir)
+	wantRun(t, code, out, errOut, 0, `(?m)^evaluator: topdown \(.*built-in http\.send\)$`)
+
+	code, out, errOut = runPolicyCLI(t, "eval", "--policy-evaluator", "fast", "-f", filepath.Join(exampleProposals, "approved.json"))
+	wantRun(t, code, out, errOut, 2, `--policy-evaluator "fast": want auto or topdown`)
 }
 
 func TestPolicyCheckSyntaxError(t *testing.T) {

@@ -61,8 +61,11 @@ type readyDoc struct {
 	Ready  bool   `json:"ready"`
 	Reason string `json:"reason"`
 	Policy struct {
-		Revision   string `json:"revision"`
-		Stale      bool   `json:"stale"`
+		Revision  string `json:"revision"`
+		Stale     bool   `json:"stale"`
+		Evaluator struct {
+			Evaluator string `json:"evaluator"`
+		} `json:"evaluator"`
 		LastReload *struct {
 			OK    bool   `json:"ok"`
 			Error string `json:"error"`
@@ -133,8 +136,8 @@ func TestPolicyHotReload(t *testing.T) {
 		t.Fatalf("boom-1: %s %s, want no_boom", v.Outcome, v.Reason)
 	}
 	first := v.Policy.Revision
-	if _, doc := readyz(t, g); doc.Policy.Revision != first {
-		t.Fatalf("readyz revision %s, verdict revision %s", doc.Policy.Revision, first)
+	if _, doc := readyz(t, g); doc.Policy.Revision != first || doc.Policy.Evaluator.Evaluator != "planned" {
+		t.Fatalf("readyz revision %s (evaluator %q), verdict revision %s", doc.Policy.Revision, doc.Policy.Evaluator.Evaluator, first)
 	}
 
 	// A good change: bang is refused from now on, boom no longer.
@@ -187,7 +190,7 @@ func TestPolicyHotReload(t *testing.T) {
 		t.Fatalf("zap-1: %s %s, want no_zap", v.Outcome, v.Reason)
 	}
 	m := metricsText(t, g)
-	for _, want := range []string{"gated_policy_stale 0", `gated_policy_reloads_total{result="ok"} 2`, "gated_policy_eval_seconds_count", `gated_verdicts_total{outcome="rejected",stage="policy"} 4`} {
+	for _, want := range []string{"gated_policy_stale 0", `gated_policy_reloads_total{result="ok"} 2`, `evaluator="planned"`, "gated_policy_eval_seconds_count", `gated_verdicts_total{outcome="rejected",stage="policy"} 4`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %q:\n%s", want, grepLines(m, "gated_"))
 		}
