@@ -111,7 +111,6 @@ type (
 		result int
 	}
 	sCallBuiltin struct {
-		name   string
 		f      topdown.BuiltinFunc
 		args   []operand
 		result int
@@ -313,7 +312,6 @@ func (p *planner) operands(os []ir.Operand) ([]operand, error) {
 	return out, nil
 }
 
-//nolint:gocyclo // one case a statement kind
 func (p *planner) stmt(s ir.Stmt) (pstmt, error) {
 	var err error
 	op := func(o ir.Operand) operand {
@@ -347,7 +345,7 @@ func (p *planner) stmt(s ir.Stmt) (pstmt, error) {
 		if f == nil || decl.Decl.Result() == nil || decl.Decl.Arity() != len(args) {
 			return nil, fmt.Errorf("%w: built-in %s", errUnsupportedPlan, s.Func)
 		}
-		out = &sCallBuiltin{name: s.Func, f: f, args: args, result: p.local(s.Result), loc: p.location(&s.Location),
+		out = &sCallBuiltin{f: f, args: args, result: p.local(s.Result), loc: p.location(&s.Location),
 			time: s.Func == "time.now_ns", cache: strings.HasPrefix(s.Func, "numbers.range")}
 	case *ir.BlockStmt:
 		bs := &sBlock{}
@@ -589,8 +587,6 @@ func (m *machine) val(fr []*ast.Term, o operand) *ast.Term {
 // block runs b. up is how many enclosing blocks to leave as well (0: the
 // parent goes on; retUp: a function return); done reports that b ran to
 // its end rather than being left at an undefined statement or a break.
-//
-//nolint:gocyclo // one case a statement kind
 func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error) {
 	for _, s := range b.stmts {
 		switch s := s.(type) {
