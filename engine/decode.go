@@ -167,10 +167,12 @@ func jsonTypeName(kind string) string {
 // may keep the first: without this pass, {"class":"destructive",
 // "CLASS":"read"} would read as a read to gated and as destructive to a
 // case-sensitive executor. data has already been parsed successfully, so
-// nesting is bounded by encoding/json's own depth limit.
+// nesting is bounded by encoding/json's own depth limit; the walk reads
+// the bytes once and allocates only to report a problem or to decode a
+// key written with escapes.
 func checkKeys(data []byte) *FieldError {
-	k := keyChecker{dec: json.NewDecoder(bytes.NewReader(data))}
-	k.dec.UseNumber()
+	k := keyScanner{data: data}
+	k.space()
 	if err := k.value(proposalSchema); err != nil {
 		if k.problem != nil {
 			return k.problem
@@ -221,77 +223,189 @@ var (
 
 var errStopWalk = errors.New("stop")
 
-type keyChecker struct {
-	dec     *json.Decoder
-	path    []string // keys and [i] segments leading to the current value
+// keyScanner walks JSON that encoding/json has accepted. It still checks
+// every index it reads, so bytes that are not JSON end the walk with an
+// error rather than a panic.
+type keyScanner struct {
+	data    []byte
+	i       int
+	path    []pathSeg // keys and [i] segments leading to the current value
 	problem *FieldError
 }
 
-func (k *keyChecker) value(sc *schema) error {
-	tok, err := k.dec.Token()
-	if err != nil {
-		return err
-	}
-	switch tok {
-	case json.Delim('{'):
-		var keys map[string]struct{}
-		for k.dec.More() {
-			kt, err := k.dec.Token()
-			if err != nil {
-				return err
-			}
-			name, _ := kt.(string)
-			if _, dup := keys[name]; dup {
-				k.problem = fieldErr(k.render(name), "appears more than once; every key must be unique")
-				return errStopWalk
-			}
-			var child *schema
-			if sc != nil && sc.fields != nil {
-				var known bool
-				if child, known = sc.fields[name]; !known {
-					k.problem = fieldErr(k.render(name), "is not a field of the v1 proposal schema (field names are case-sensitive)")
-					return errStopWalk
-				}
-			}
-			if keys == nil {
-				keys = make(map[string]struct{}, 8)
-			}
-			keys[name] = struct{}{}
-			k.path = append(k.path, name)
-			err = k.value(child)
-			k.path = k.path[:len(k.path)-1]
-			if err != nil {
-				return err
-			}
+type pathSeg struct {
+	key   string
+	index int // an array index, or -1 for a key
+}
+
+var errNotJSON = errors.New("unexpected end or byte")
+
+func (k *keyScanner) space() {
+	for k.i < len(k.data) {
+		switch k.data[k.i] {
+		case ' ', '\t', '\n', '\r':
+			k.i++
+		default:
+			return
 		}
-		_, err = k.dec.Token()
-		return err
-	case json.Delim('['):
+	}
+}
+
+// str reads a string at k.i and returns its bytes without the quotes;
+// escaped reports a backslash inside.
+func (k *keyScanner) str() (raw []byte, escaped bool, err error) {
+	if k.i >= len(k.data) || k.data[k.i] != '"' {
+		return nil, false, errNotJSON
+	}
+	start := k.i + 1
+	for j := start; j < len(k.data); j++ {
+		switch k.data[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			k.i = j + 1
+			return k.data[start:j], escaped, nil
+		}
+	}
+	return nil, false, errNotJSON
+}
+
+func (k *keyScanner) value(sc *schema) error {
+	if k.i >= len(k.data) {
+		return errNotJSON
+	}
+	switch k.data[k.i] {
+	case '{':
+		return k.object(sc)
+	case '[':
 		var item *schema
 		if sc != nil {
 			item = sc.items
 		}
-		for i := 0; k.dec.More(); i++ {
-			k.path = append(k.path, "["+strconv.Itoa(i)+"]")
+		k.i++
+		k.space()
+		if k.i < len(k.data) && k.data[k.i] == ']' {
+			k.i++
+			return nil
+		}
+		for n := 0; ; n++ {
+			k.space()
+			k.path = append(k.path, pathSeg{index: n})
 			err := k.value(item)
 			k.path = k.path[:len(k.path)-1]
 			if err != nil {
 				return err
 			}
+			k.space()
+			if k.i >= len(k.data) {
+				return errNotJSON
+			}
+			k.i++
+			switch k.data[k.i-1] {
+			case ',':
+			case ']':
+				return nil
+			default:
+				return errNotJSON
+			}
 		}
-		_, err = k.dec.Token()
+	case '"':
+		_, _, err := k.str()
 		return err
+	}
+	// A number, true, false or null: up to the next delimiter.
+	start := k.i
+	for k.i < len(k.data) {
+		switch k.data[k.i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			if k.i == start {
+				return errNotJSON
+			}
+			return nil
+		}
+		k.i++
 	}
 	return nil
 }
 
-func (k *keyChecker) render(last string) string {
-	var b strings.Builder
-	for _, seg := range append(k.path, last) {
-		if b.Len() > 0 && !strings.HasPrefix(seg, "[") {
-			b.WriteByte('.')
+func (k *keyScanner) object(sc *schema) error {
+	k.i++
+	k.space()
+	if k.i < len(k.data) && k.data[k.i] == '}' {
+		k.i++
+		return nil
+	}
+	var seenBuf [16][]byte
+	seen := seenBuf[:0]
+	for {
+		k.space()
+		name, escaped, err := k.str()
+		if err != nil {
+			return err
 		}
-		b.WriteString(seg)
+		if escaped {
+			var decoded string
+			quoted := k.data[k.i-len(name)-2 : k.i] // the key with its quotes
+			if err := json.Unmarshal(quoted, &decoded); err != nil {
+				return err
+			}
+			name = []byte(decoded)
+		}
+		for _, prev := range seen {
+			if bytes.Equal(prev, name) {
+				k.problem = fieldErr(k.render(string(name)), "appears more than once; every key must be unique")
+				return errStopWalk
+			}
+		}
+		seen = append(seen, name)
+		var child *schema
+		if sc != nil && sc.fields != nil {
+			var known bool
+			if child, known = sc.fields[string(name)]; !known {
+				k.problem = fieldErr(k.render(string(name)), "is not a field of the v1 proposal schema (field names are case-sensitive)")
+				return errStopWalk
+			}
+		}
+		k.space()
+		if k.i >= len(k.data) || k.data[k.i] != ':' {
+			return errNotJSON
+		}
+		k.i++
+		k.space()
+		k.path = append(k.path, pathSeg{key: string(name), index: -1})
+		err = k.value(child)
+		k.path = k.path[:len(k.path)-1]
+		if err != nil {
+			return err
+		}
+		k.space()
+		if k.i >= len(k.data) {
+			return errNotJSON
+		}
+		k.i++
+		switch k.data[k.i-1] {
+		case ',':
+		case '}':
+			return nil
+		default:
+			return errNotJSON
+		}
+	}
+}
+
+func (k *keyScanner) render(last string) string {
+	var b strings.Builder
+	for _, seg := range append(k.path, pathSeg{key: last, index: -1}) {
+		switch {
+		case seg.index >= 0:
+			b.WriteString("[" + strconv.Itoa(seg.index) + "]")
+		default:
+			if b.Len() > 0 {
+				b.WriteByte('.')
+			}
+			b.WriteString(seg.key)
+		}
 	}
 	return b.String()
 }
