@@ -54,7 +54,7 @@ const DefaultStartTimeout = 10 * time.Second
 
 // DefaultMaxConcurrency applies when neither the spec nor the plugin sets
 // a limit.
-const DefaultMaxConcurrency = 16
+const DefaultMaxConcurrency = wire.DefaultMaxConcurrency
 
 // Spec says how to launch one plugin.
 type Spec struct {
@@ -562,8 +562,11 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 	default:
 		res.Decision = engine.DecisionReject
 	}
-	for _, g := range out.GetGates() {
-		res.Gates = append(res.Gates, engine.Gate{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
+	if gates := out.GetGates(); len(gates) > 0 {
+		res.Gates = make([]engine.Gate, 0, len(gates))
+		for _, g := range gates {
+			res.Gates = append(res.Gates, engine.Gate{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
+		}
 	}
 	for _, c := range out.GetCriteria() {
 		res.Criteria = append(res.Criteria, engine.CriterionEval{ID: c.GetId(), Pass: c.GetPass(), Confidence: c.GetConfidence(), Reason: c.GetReason(), Refs: c.GetRefs()})
@@ -765,7 +768,7 @@ func (p *process) offerTools() {
 	id := p.broker.NextId()
 	th, dialed := p.toolHost, p.toolsDialed
 	go p.broker.AcceptAndServe(id, func(opts []grpc.ServerOption) *grpc.Server {
-		opts = append(opts, wire.ServerOptions()...)
+		opts = append(opts, wire.ServerOptions(wire.StreamWorkers())...)
 		opts = append(opts, grpc.StatsHandler(connSeen{dialed}))
 		s := grpc.NewServer(opts...)
 		pluginv1.RegisterToolHostServer(s, th)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +53,8 @@ func TestMain(m *testing.M) {
 		sdk.Serve(yesReviewer{})
 	case "action-only":
 		sdk.Serve(actionOnlyReviewer{})
+	case "procs":
+		sdk.Serve(procsReviewer{})
 	case "hang-start":
 		time.Sleep(time.Hour)
 	case "noise-start":
@@ -137,6 +140,14 @@ func runHost() {
 	}
 	fmt.Println(h.Plugins()[0].PID)
 	time.Sleep(time.Hour)
+}
+
+// procsReviewer reports its process's GOMAXPROCS in its notes, and
+// rejects.
+type procsReviewer struct{ sop.Reviewer }
+
+func (procsReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
+	return &sdk.Response{Text: "Decision: reject", Decision: engine.DecisionReject, Notes: strconv.Itoa(runtime.GOMAXPROCS(0))}, nil
 }
 
 type crashReviewer struct{ sop.Reviewer }
@@ -243,6 +254,38 @@ func TestSOPReviewerOutOfProcess(t *testing.T) {
 			}
 			if !strings.HasPrefix(res.Text, wantLine+"\n") {
 				t.Errorf("text does not open with %q:\n%s", wantLine, res.Text)
+			}
+		})
+	}
+}
+
+// A plugin runs on one processor unless its spec's environment sets
+// GOMAXPROCS; the host's own GOMAXPROCS never reaches it.
+func TestPluginProcs(t *testing.T) {
+	t.Setenv("GOMAXPROCS", "3")
+	tests := []struct {
+		note string
+		env  []string
+		want string
+	}{
+		{note: "default", want: "1"},
+		{note: "set in the spec", env: []string{"GOMAXPROCS=2"}, want: "2"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			spec := helperSpec(t, "procs")
+			spec.Env = append(spec.Env, tc.env...)
+			h := startHost(t, spec)
+			r, err := h.Route(reviewer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Notes != tc.want {
+				t.Fatalf("plugin GOMAXPROCS %q, want %s", res.Notes, tc.want)
 			}
 		})
 	}

@@ -7,7 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -62,8 +62,21 @@ type ToolRequest struct {
 	Args       json.RawMessage `json:"args"`
 }
 
-// toolName is what a tool may be called: it becomes a subject token.
-var toolName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+// validToolName tells whether name is what a tool may be called: 1 to 128
+// ASCII letters, digits, '_' and '-'. It becomes a subject token.
+func validToolName(name string) bool {
+	if len(name) == 0 || len(name) > 128 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // liveReview is a review in flight: the only reviews whose tools may be
 // called, and only with the tools of their own bag.
@@ -163,7 +176,7 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 		return status.Error(code, why)
 	}
 	switch {
-	case !toolName.MatchString(name):
+	case !validToolName(name):
 		return nil, deny(codes.InvalidArgument, fmt.Sprintf("tool name %q is not a valid tool name", clipString(name, 128)))
 	case !lr.allowed[name]:
 		return nil, deny(codes.PermissionDenied, fmt.Sprintf("tool %q is not in this review's tool bag", name))
@@ -178,18 +191,9 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 		return nil, deny(codes.InvalidArgument, "arguments must be a JSON object: "+err.Error())
 	}
 
-	timeout := th.cfg.CallTimeout
-	if timeout <= 0 {
-		timeout = DefaultToolCallTimeout
-	}
-	cctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if d := lr.req.Deadline; !d.IsZero() {
-		var cancelDeadline context.CancelFunc
-		cctx, cancelDeadline = context.WithDeadline(cctx, d)
-		defer cancelDeadline()
-	}
 	started := time.Now()
+	cctx, cancel := context.WithDeadline(ctx, callDeadline(started, th.cfg.CallTimeout, lr.req.Deadline))
+	defer cancel()
 	out, err := th.run(cctx, lr, name, args, obj)
 	if err == nil && len(out) > MaxToolResultBytes {
 		err = fmt.Errorf("tool %q answered %d bytes, over the %d byte limit", name, len(out), MaxToolResultBytes)
@@ -215,6 +219,20 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 	base["result_bytes"] = len(out)
 	lr.audit(ctx, engine.EventToolCalled, base)
 	return &pluginv1.CallToolResponse{ResultJson: out}, nil
+}
+
+// callDeadline is when a tool call that starts at now must end: after the
+// call timeout (DefaultToolCallTimeout when not set), and never after the
+// review's deadline, when it has one.
+func callDeadline(now time.Time, timeout time.Duration, review time.Time) time.Time {
+	if timeout <= 0 {
+		timeout = DefaultToolCallTimeout
+	}
+	d := now.Add(timeout)
+	if !review.IsZero() && review.Before(d) {
+		d = review
+	}
+	return d
 }
 
 var (
@@ -293,31 +311,66 @@ func (th *toolHost) sopText(req engine.ReviewRequest, obj map[string]json.RawMes
 	if sop == nil {
 		return nil, fmt.Errorf("%w: the SOP catalog has no %q", errNotFound, id)
 	}
-	return json.Marshal(map[string]any{
-		"id": sop.ID, "title": sop.Title, "actions": sop.Actions, "rollback": sop.Rollback,
-		"steps": sop.Steps, "text": renderSOP(sop),
+	return json.Marshal(sopAnswer{
+		Actions: sop.Actions, ID: sop.ID, Rollback: sop.Rollback,
+		Steps: sop.Steps, Text: renderSOP(sop), Title: sop.Title,
 	})
+}
+
+// sopAnswer is get_sop_text's answer. Its fields are in the order of
+// their JSON names, so it encodes as the same object with its keys sorted.
+type sopAnswer struct {
+	Actions  []string `json:"actions"`
+	ID       string   `json:"id"`
+	Rollback string   `json:"rollback"`
+	Steps    []string `json:"steps"`
+	Text     string   `json:"text"`
+	Title    string   `json:"title"`
 }
 
 // renderSOP writes an SOP as markdown, the form a model reads best.
 func renderSOP(s *engine.SOP) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# %s: %s\n\n", s.ID, s.Title)
-	if len(s.Actions) > 0 {
-		fmt.Fprintf(&b, "Covers: %s\n\n", strings.Join(s.Actions, ", "))
-	}
-	if len(s.Steps) > 0 {
-		b.WriteString("Steps:\n")
-		for i, st := range s.Steps {
-			fmt.Fprintf(&b, "%d. %s\n", i+1, st)
-		}
-		b.WriteString("\n")
-	}
 	rollback := s.Rollback
 	if rollback == "" {
 		rollback = "none written"
 	}
-	fmt.Fprintf(&b, "Rollback: %s\n", rollback)
+	n := len(s.ID) + len(s.Title) + len(rollback) + 32
+	for _, a := range s.Actions {
+		n += len(a) + 2
+	}
+	for _, st := range s.Steps {
+		n += len(st) + 8
+	}
+	var b strings.Builder
+	b.Grow(n)
+	b.WriteString("# ")
+	b.WriteString(s.ID)
+	b.WriteString(": ")
+	b.WriteString(s.Title)
+	b.WriteString("\n\n")
+	if len(s.Actions) > 0 {
+		b.WriteString("Covers: ")
+		for i, a := range s.Actions {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(a)
+		}
+		b.WriteString("\n\n")
+	}
+	if len(s.Steps) > 0 {
+		b.WriteString("Steps:\n")
+		for i, st := range s.Steps {
+			b.WriteString(strconv.Itoa(i + 1))
+			b.WriteString(". ")
+			b.WriteString(st)
+			b.WriteString("\n")
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("Rollback: ")
+	b.WriteString(rollback)
+	b.WriteString("\n")
 	return b.String()
 }
 

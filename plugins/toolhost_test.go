@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -506,5 +507,96 @@ func TestAnswersWithinBoundsAreKept(t *testing.T) {
 	bound(&res)
 	if !reflect.DeepEqual(res, want) {
 		t.Fatalf("bound changed an answer within bounds:\n got %+v\nwant %+v", res, want)
+	}
+}
+
+func TestValidToolName(t *testing.T) {
+	pattern := regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+	names := []string{
+		"", "a", "get_sop_text", "ns-web_skill", "Z9", "a.b", "a b", "a/b", "ns.web_skill", "é", "a\x00", "\xff",
+		strings.Repeat("x", 127), strings.Repeat("x", 128), strings.Repeat("x", 129), strings.Repeat("é", 64),
+	}
+	for c := range 256 {
+		names = append(names, string(rune(c)), "a"+string([]byte{byte(c)}))
+	}
+	for _, n := range names {
+		if got, want := validToolName(n), pattern.MatchString(n); got != want {
+			t.Errorf("validToolName(%q) = %v, want %v", n, got, want)
+		}
+	}
+}
+
+// get_sop_text answers the same JSON object, byte for byte, as encoding a
+// map of its fields does.
+func TestSOPTextAnswer(t *testing.T) {
+	sops := []*engine.SOP{
+		{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"},
+		{ID: "SOP-002", Title: "Drain <node> & \"move\"", Actions: []string{"host_drain", "host_restart_service"},
+			Steps: []string{"drain", "wait for <0 pods>", "restart"}, Rollback: "uncordon"},
+		{ID: "SOP-003", Actions: []string{}, Steps: []string{}},
+		{ID: "SOP-\u2028", Title: "caf\xe9 \U0001F600", Steps: []string{"\t"}},
+	}
+	for _, sop := range sops {
+		t.Run(sop.ID, func(t *testing.T) {
+			th := &toolHost{cfg: &ToolConfig{}}
+			got, err := th.sopText(engine.ReviewRequest{SOP: sop}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := json.Marshal(map[string]any{
+				"id": sop.ID, "title": sop.Title, "actions": sop.Actions, "rollback": sop.Rollback,
+				"steps": sop.Steps, "text": renderSOP(sop),
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Fatalf("answer\n%s\nwant\n%s", got, want)
+			}
+		})
+	}
+}
+
+func TestRenderSOP(t *testing.T) {
+	tests := []struct {
+		sop  engine.SOP
+		want string
+	}{
+		{sop: engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"},
+			want: "# SOP-001: Restart\n\nRollback: start the old unit\n"},
+		{sop: engine.SOP{ID: "SOP-002", Title: "Drain", Actions: []string{"host_drain", "host_restart_service"},
+			Steps: []string{"drain", "wait", "restart", "check", "5", "6", "7", "8", "9", "ten"}},
+			want: "# SOP-002: Drain\n\nCovers: host_drain, host_restart_service\n\nSteps:\n1. drain\n2. wait\n3. restart\n4. check\n5. 5\n6. 6\n7. 7\n8. 8\n9. 9\n10. ten\n\nRollback: none written\n"},
+		{sop: engine.SOP{ID: "SOP-003", Actions: []string{}, Steps: []string{}, Rollback: "%d %s"},
+			want: "# SOP-003: \n\nRollback: %d %s\n"},
+	}
+	for _, tc := range tests {
+		if got := renderSOP(&tc.sop); got != tc.want {
+			t.Errorf("%s:\n%q\nwant\n%q", tc.sop.ID, got, tc.want)
+		}
+	}
+}
+
+// A tool call ends after the call timeout, or at the review's deadline if
+// that comes first.
+func TestCallDeadline(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		note    string
+		timeout time.Duration
+		review  time.Time
+		want    time.Time
+	}{
+		{note: "default timeout, no review deadline", want: now.Add(DefaultToolCallTimeout)},
+		{note: "negative timeout is the default", timeout: -time.Second, want: now.Add(DefaultToolCallTimeout)},
+		{note: "configured timeout", timeout: time.Second, review: now.Add(time.Minute), want: now.Add(time.Second)},
+		{note: "review ends first", timeout: time.Minute, review: now.Add(time.Second), want: now.Add(time.Second)},
+		{note: "review already over", timeout: time.Minute, review: now.Add(-time.Second), want: now.Add(-time.Second)},
+		{note: "same instant", timeout: time.Second, review: now.Add(time.Second), want: now.Add(time.Second)},
+	}
+	for _, tc := range tests {
+		if got := callDeadline(now, tc.timeout, tc.review); !got.Equal(tc.want) {
+			t.Errorf("%s: %s, want %s", tc.note, got, tc.want)
+		}
 	}
 }

@@ -5,6 +5,10 @@
 //
 //	func main() { sdk.Serve(myReviewer{}) }
 //
+// Serve runs the plugin's Go code on one processor unless the plugin's
+// environment sets GOMAXPROCS: a reviewer mostly waits, and one processor
+// makes its round trips with gated cheaper (see Serve).
+//
 // A plugin never approves anything by itself: the host reads the first
 // line of Response.Text ("Decision: approve" or "Decision: reject"), checks
 // that Response.Decision agrees and that every gate the persona requires

@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -44,9 +45,19 @@ const shutdownGrace = 5 * time.Second
 // contexts of reviews in flight are cancelled and the plugin exits once
 // they return, or after a short grace.
 //
+// Serve runs the plugin's Go code on one processor (GOMAXPROCS 1) unless
+// the plugin's environment sets GOMAXPROCS. A reviewer mostly waits, and
+// with processors to spare every hand-off between gRPC's goroutines wakes
+// another thread, which costs each review more than the work it hands
+// over. A plugin that computes a lot per review gets more processors by
+// setting GOMAXPROCS in the Env of its spec in gated's configuration.
+//
 // go-plugin answers the host's gRPC health checks; a plugin that cannot
 // serve should exit rather than answer reviews with errors.
 func Serve(r Reviewer) {
+	if n, ok := procs(os.LookupEnv); ok {
+		runtime.GOMAXPROCS(n)
+	}
 	go watchParent(os.Getppid(), time.Second)
 	srv := newServer(r)
 	go srv.onTerminate()
@@ -55,9 +66,30 @@ func Serve(r Reviewer) {
 		VersionedPlugins: wire.PluginSets(srv),
 		Logger:           Logger,
 		GRPCServer: func(opts []grpc.ServerOption) *grpc.Server {
-			return grpc.NewServer(append(opts, wire.ServerOptions()...)...)
+			return grpc.NewServer(append(opts, wire.ServerOptions(wire.PluginStreamWorkers())...)...)
 		},
 	})
+}
+
+// defaultProcs is the GOMAXPROCS of a plugin process whose environment
+// does not set one. A reviewer spends a review waiting: on gated, on a
+// model's API, on the tools it calls back. Its CPU work is small, but every
+// review passes between several gRPC goroutines (the connection's reader,
+// the handler, the writer), and while a processor is idle each hand-off
+// wakes another OS thread to look for work. Those wake-ups cost more than
+// the work they hand over, and on a small machine the threads they wake
+// compete for the cores with gated, which is waiting for the answer. One
+// processor runs the hand-offs on the thread already running.
+const defaultProcs = 1
+
+// procs tells what GOMAXPROCS Serve sets, if any: defaultProcs, unless the
+// environment (read through lookup) sets GOMAXPROCS, which the Go runtime
+// has already applied.
+func procs(lookup func(string) (string, bool)) (int, bool) {
+	if v, ok := lookup("GOMAXPROCS"); ok && v != "" {
+		return 0, false
+	}
+	return defaultProcs, true
 }
 
 // watchParent exits the plugin when its parent goes away: a plugin never

@@ -114,3 +114,25 @@ func FuzzRunFromWire(f *testing.F) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+func TestProcs(t *testing.T) {
+	tests := []struct {
+		note string
+		env  map[string]string
+		want int
+		set  bool
+	}{
+		{note: "unset: one processor", env: map[string]string{}, want: defaultProcs, set: true},
+		{note: "empty counts as unset", env: map[string]string{"GOMAXPROCS": ""}, want: defaultProcs, set: true},
+		{note: "the environment's choice stands", env: map[string]string{"GOMAXPROCS": "4"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			n, set := procs(lookup)
+			if n != tc.want || set != tc.set {
+				t.Fatalf("procs = %d, %v; want %d, %v", n, set, tc.want, tc.set)
+			}
+		})
+	}
+}

@@ -111,7 +111,7 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 
 // fetchSOP reads an SOP through the host's get_sop_text tool.
 func fetchSOP(ctx context.Context, req *sdk.Request, id string) (*engine.SOP, error) {
-	raw, err := req.CallTool(ctx, sdk.ToolGetSOPText, map[string]string{"id": id})
+	raw, err := req.CallTool(ctx, sdk.ToolGetSOPText, sopArgs{ID: id})
 	if err != nil {
 		return nil, err
 	}
@@ -123,6 +123,11 @@ func fetchSOP(ctx context.Context, req *sdk.Request, id string) (*engine.SOP, er
 		return nil, fmt.Errorf("asked for %s, got %q", id, s.ID)
 	}
 	return &s, nil
+}
+
+// sopArgs are the arguments of get_sop_text.
+type sopArgs struct {
+	ID string `json:"id"`
 }
 
 // ParallelWindow is how far back an approved change on the same target
@@ -153,15 +158,30 @@ func parallelGate(req *sdk.Request) engine.Gate {
 }
 
 func render(res *sdk.Response) string {
+	n := len(res.Decision) + len(res.Notes) + 32
+	for _, g := range res.Gates {
+		n += len(g.Name) + len(g.Detail) + 16
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "Decision: %s\nGates:\n", res.Decision)
+	b.Grow(n)
+	b.WriteString("Decision: ")
+	b.WriteString(string(res.Decision))
+	b.WriteString("\nGates:\n")
 	for _, g := range res.Gates {
 		state := "fail"
 		if g.Passed {
 			state = "pass"
 		}
-		fmt.Fprintf(&b, "- %s: %s — %s\n", g.Name, state, g.Detail)
+		b.WriteString("- ")
+		b.WriteString(g.Name)
+		b.WriteString(": ")
+		b.WriteString(state)
+		b.WriteString(" — ")
+		b.WriteString(g.Detail)
+		b.WriteString("\n")
 	}
-	fmt.Fprintf(&b, "Notes: %s\n", res.Notes)
+	b.WriteString("Notes: ")
+	b.WriteString(res.Notes)
+	b.WriteString("\n")
 	return b.String()
 }

@@ -29,9 +29,29 @@ var Handshake = plugin.HandshakeConfig{
 // MaxMessageBytes bounds gRPC messages in both directions.
 const MaxMessageBytes = 8 << 20
 
-// StreamWorkers is how many standing goroutines serve gRPC calls on
-// either side: one per core, as grpc-go advises.
+// DefaultMaxConcurrency is how many reviews the host runs at once on a
+// plugin when neither the plugin's spec nor the plugin sets a limit.
+const DefaultMaxConcurrency = 16
+
+// StreamWorkers is how many standing goroutines serve gRPC calls on the
+// host's side: one per core, as grpc-go advises.
 func StreamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 1)) }
+
+// heldStreams is how many streams the host's go-plugin client keeps open
+// on a plugin's server for as long as the connection lasts (the broker's
+// and stdio's). Each holds a stream worker for good.
+const heldStreams = 2
+
+// PluginStreamWorkers is how many standing goroutines serve gRPC calls on
+// a plugin's server. A call that finds no worker idle runs on a new
+// goroutine instead, whose small stack is copied to a larger one again and
+// again as the review goes deeper; a worker's stack has grown once. So
+// besides the workers go-plugin's streams hold there is one for each
+// review the host runs at once by default, or for each core if there are
+// more.
+func PluginStreamWorkers() uint32 {
+	return uint32(heldStreams + max(runtime.GOMAXPROCS(0), DefaultMaxConcurrency))
+}
 
 // Window is the static HTTP/2 flow-control window on both sides. Setting
 // it turns off grpc-go's bandwidth estimator, whose pings on every message
@@ -39,14 +59,15 @@ func StreamWorkers() uint32 { return uint32(max(runtime.GOMAXPROCS(0), 1)) }
 const Window = 1 << 20
 
 // ServerOptions are the gRPC server options of both sides: message limits,
-// the static window and standing workers.
-func ServerOptions() []grpc.ServerOption {
+// the static window, and standing stream workers, as many as workers says
+// (StreamWorkers on the host's side, PluginStreamWorkers on a plugin's).
+func ServerOptions(workers uint32) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.MaxSendMsgSize(MaxMessageBytes),
 		grpc.InitialWindowSize(Window),
 		grpc.InitialConnWindowSize(Window),
-		grpc.NumStreamWorkers(StreamWorkers()),
+		grpc.NumStreamWorkers(workers),
 	}
 }
 

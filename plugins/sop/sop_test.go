@@ -1,0 +1,72 @@
+package sop
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/sdk"
+)
+
+// sopCaller answers get_sop_text from a fixed SOP and records the
+// arguments it was called with.
+type sopCaller struct {
+	sop  *engine.SOP
+	args string
+}
+
+func (c *sopCaller) CallTool(_ context.Context, _, name string, args json.RawMessage) (json.RawMessage, error) {
+	c.args = string(args)
+	if name != sdk.ToolGetSOPText || c.sop == nil {
+		return nil, sdk.ErrToolDenied
+	}
+	return json.Marshal(c.sop)
+}
+
+// The text of an action review, word for word: the decision line, the
+// gates and the notes.
+func TestActionReviewText(t *testing.T) {
+	restart := &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"}
+	tests := []struct {
+		note   string
+		sop    *engine.SOP
+		tools  bool
+		caller *sopCaller
+		want   string
+	}{
+		{note: "covered", sop: restart,
+			want: "Decision: approve\nGates:\n- sop_covers: pass — SOP-001 (Restart) covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: pass — start the old unit\nNotes: SOP-001 covers host_restart_service on this target and its rollback is known.\n"},
+		{note: "read through the host", sop: restart, tools: true, caller: &sopCaller{sop: restart},
+			want: "Decision: approve\nGates:\n- sop_covers: pass — SOP-001 (Restart) covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: pass — start the old unit\nNotes: SOP-001 covers host_restart_service on this target and its rollback is known.\n"},
+		{note: "refused by the host", sop: restart, tools: true, caller: &sopCaller{},
+			want: "Decision: reject\nGates:\n- sop_covers: fail — the SOP could not be read: tool call refused by gated\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — the SOP could not be read, so no known rollback\nNotes: The SOP could not be read through gated, so it cannot be relied on: tool call refused by gated.\n"},
+		{note: "no SOP",
+			want: "Decision: reject\nGates:\n- sop_covers: fail — no SOP in the catalog covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — no SOP, so no known rollback\nNotes: No SOP covers host_restart_service; write one or route the change to a human.\n"},
+		{note: "no rollback", sop: &engine.SOP{ID: "SOP-9", Title: "No way back"},
+			want: "Decision: reject\nGates:\n- sop_covers: pass — SOP-9 (No way back) covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — SOP-9 names no rollback\nNotes: Gates failed: rollback_known.\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			req := sdk.Request{ReviewID: "rv1", Proposal: &engine.Proposal{ID: "p1", Kind: engine.KindAction, Action: "host_restart_service"},
+				Policy: sdk.Policy{SOP: tc.sop, History: json.RawMessage("null")}}
+			if tc.tools {
+				req.Persona.Tools = []sdk.Tool{{Name: sdk.ToolGetSOPText}}
+			}
+			var caller sdk.ToolCaller
+			if tc.caller != nil {
+				caller = tc.caller
+			}
+			res, err := Reviewer{}.Review(t.Context(), sdk.NewRequest(req, caller))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Text != tc.want {
+				t.Fatalf("text\n%q\nwant\n%q", res.Text, tc.want)
+			}
+			if tc.caller != nil && tc.caller.args != `{"id":"SOP-001"}` {
+				t.Errorf("get_sop_text arguments %s", tc.caller.args)
+			}
+		})
+	}
+}
