@@ -114,6 +114,15 @@ func integer[T int | int64](n T) ast.Value { return ast.Number(strconv.FormatInt
 
 func str(s string) ast.Value { return ast.String(s) }
 
+// arrayOf is an array of terms; OPA's interned empty array when there are
+// none.
+func arrayOf(terms []*ast.Term) ast.Value {
+	if len(terms) == 0 {
+		return ast.InternedEmptyArrayValue
+	}
+	return ast.NewArray(terms...)
+}
+
 func strs(ss []string) ast.Value {
 	if len(ss) == 0 {
 		return ast.InternedEmptyArrayValue
@@ -181,7 +190,7 @@ func proposalValue(p *engine.Proposal) ast.Value {
 		sitem("incident_id", p.IncidentID),
 		[2]*ast.Term{keyTerm("flags"), flagsTerm(p.Flags)},
 		sitem("reviewer", p.Reviewer),
-		item("criteria", ast.NewArray(criteria...)),
+		item("criteria", arrayOf(criteria)),
 		item("run", run),
 		item("created_at", created),
 	)

@@ -625,14 +625,13 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 				for _, a := range s.args {
 					x := m.val(fr, a)
 					if x == nil {
-						m.args = m.args[:base]
+						m.popArgs(base)
 						return 0, false, nil
 					}
 					m.args = append(m.args, x)
 				}
 				v, err = m.call(f, m.args[base:])
-				clear(m.args[base:])
-				m.args = m.args[:base]
+				m.popArgs(base)
 			}
 			if err != nil {
 				return 0, false, err
@@ -843,13 +842,10 @@ func (m *machine) scan(fr []*ast.Term, s *sScan) (int, error) {
 
 func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
 	base := len(m.args)
-	defer func() {
-		clear(m.args[base:])
-		m.args = m.args[:base]
-	}()
 	for _, a := range s.args {
 		x := m.val(fr, a)
 		if x == nil {
+			m.popArgs(base)
 			return nil, nil
 		}
 		m.args = append(m.args, x)
@@ -860,12 +856,12 @@ func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
 	if s.cache && m.bctx.Cache == nil {
 		m.bctx.Cache = builtins.Cache{}
 	}
-	bctx := m.bctx
-	bctx.Location = s.loc
+	m.bctx.Location = s.loc
 	m.out = nil
-	err := s.f(bctx, m.args[base:len(m.args):len(m.args)], m.outFn)
+	err := s.f(m.bctx, m.args[base:len(m.args):len(m.args)], m.outFn)
 	out := m.out
 	m.out = nil
+	m.popArgs(base)
 	if err != nil {
 		var halt topdown.Halt
 		if errors.As(err, &halt) {
@@ -874,6 +870,12 @@ func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// popArgs drops the call operands above base.
+func (m *machine) popArgs(base int) {
+	clear(m.args[base:])
+	m.args = m.args[:base]
 }
 
 // dot looks key up in v: an object's value, an array's element, a set's
