@@ -297,17 +297,8 @@ func (k *keyScanner) value(sc *schema) error {
 			if err != nil {
 				return err
 			}
-			k.space()
-			if k.i >= len(k.data) {
-				return errNotJSON
-			}
-			k.i++
-			switch k.data[k.i-1] {
-			case ',':
-			case ']':
-				return nil
-			default:
-				return errNotJSON
+			if done, err := k.next(']'); done || err != nil {
+				return err
 			}
 		}
 	case '"':
@@ -379,19 +370,27 @@ func (k *keyScanner) object(sc *schema) error {
 		if err != nil {
 			return err
 		}
-		k.space()
-		if k.i >= len(k.data) {
-			return errNotJSON
-		}
-		k.i++
-		switch k.data[k.i-1] {
-		case ',':
-		case '}':
-			return nil
-		default:
-			return errNotJSON
+		if done, err := k.next('}'); done || err != nil {
+			return err
 		}
 	}
+}
+
+// next reads what follows a member of an array or object: a comma (more
+// to come) or the closing bracket (done).
+func (k *keyScanner) next(closing byte) (done bool, err error) {
+	k.space()
+	if k.i >= len(k.data) {
+		return false, errNotJSON
+	}
+	k.i++
+	switch k.data[k.i-1] {
+	case ',':
+		return false, nil
+	case closing:
+		return true, nil
+	}
+	return false, errNotJSON
 }
 
 func (k *keyScanner) render(last string) string {
