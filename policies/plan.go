@@ -227,30 +227,32 @@ func newPlanned(pol *ir.Policy) (*planned, error) {
 	}
 	for i, f := range funcs {
 		pf := out.funcs[i]
-		p.nlocals = max(pf.ret, slicesMax(pf.params)) + 1
-		for _, b := range f.Blocks {
-			pb, err := p.block(b)
-			if err != nil {
-				return nil, fmt.Errorf("function %s: %w", f.Name, err)
-			}
-			pf.blocks = append(pf.blocks, pb)
+		if err := p.body(pf, f.Blocks); err != nil {
+			return nil, fmt.Errorf("function %s: %w", f.Name, err)
 		}
-		pf.nlocals = p.nlocals
 	}
 	plan := pol.Plans.Plans[0]
-	main := &pfunc{name: plan.Name, params: []int{int(ir.Input), int(ir.Data)}, memo: -1}
-	p.nlocals = int(ir.Unused)
-	for _, b := range plan.Blocks {
-		pb, err := p.block(b)
-		if err != nil {
-			return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
-		}
-		main.blocks = append(main.blocks, pb)
+	main := &pfunc{name: plan.Name, params: []int{int(ir.Input), int(ir.Data)}, ret: int(ir.Data), memo: -1}
+	if err := p.body(main, plan.Blocks); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
 	}
-	main.nlocals = p.nlocals
 	out.main = main
 	out.memos = p.memos
 	return out, nil
+}
+
+// body converts the blocks of f and counts its locals.
+func (p *planner) body(f *pfunc, blocks []*ir.Block) error {
+	p.nlocals = max(f.ret, slicesMax(f.params)) + 1
+	for _, b := range blocks {
+		pb, err := p.block(b)
+		if err != nil {
+			return err
+		}
+		f.blocks = append(f.blocks, pb)
+	}
+	f.nlocals = p.nlocals
+	return nil
 }
 
 func slicesMax(xs []int) int {
