@@ -165,7 +165,10 @@ type slowReviewer struct{ sop.Reviewer }
 func (slowReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
 	<-ctx.Done()
 	if mark := req.Proposal.Reason; mark != "" {
-		_ = os.WriteFile(mark, []byte(ctx.Err().Error()), 0o600)
+		// Written aside and renamed, so the test never reads it half made.
+		if os.WriteFile(mark+".tmp", []byte(ctx.Err().Error()), 0o600) == nil {
+			_ = os.Rename(mark+".tmp", mark)
+		}
 	}
 	return nil, ctx.Err()
 }
