@@ -623,14 +623,9 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 			if f := s.fn; f.memo >= 0 && m.memoSet[f.memo] {
 				v = m.memo[f.memo]
 			} else {
-				base := len(m.args)
-				for _, a := range s.args {
-					x := m.val(fr, a)
-					if x == nil {
-						m.popArgs(base)
-						return 0, false, nil
-					}
-					m.args = append(m.args, x)
+				base, ok := m.pushArgs(fr, s.args)
+				if !ok {
+					return 0, false, nil
 				}
 				v, err = m.call(f, m.args[base:])
 				m.popArgs(base)
@@ -843,14 +838,9 @@ func (m *machine) scan(fr []*ast.Term, s *sScan) (int, error) {
 }
 
 func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
-	base := len(m.args)
-	for _, a := range s.args {
-		x := m.val(fr, a)
-		if x == nil {
-			m.popArgs(base)
-			return nil, nil
-		}
-		m.args = append(m.args, x)
+	base, ok := m.pushArgs(fr, s.args)
+	if !ok {
+		return nil, nil
 	}
 	if s.time && m.bctx.Time == nil {
 		m.bctx.Time = ast.NewTerm(ast.Number(strconv.FormatInt(m.now.UnixNano(), 10)))
@@ -872,6 +862,21 @@ func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// pushArgs pushes the values of a call's operands and returns where they
+// start; ok is false, and nothing is pushed, when one is undefined.
+func (m *machine) pushArgs(fr []*ast.Term, args []operand) (base int, ok bool) {
+	base = len(m.args)
+	for _, a := range args {
+		x := m.val(fr, a)
+		if x == nil {
+			m.popArgs(base)
+			return base, false
+		}
+		m.args = append(m.args, x)
+	}
+	return base, true
 }
 
 // popArgs drops the call operands above base.
