@@ -20,6 +20,7 @@ func TestServeRefusesBadIntakeSettings(t *testing.T) {
 		{note: "ack wait below a second", args: []string{"--ack-wait", "500ms"}, want: "--ack-wait 500ms must be at least 1s"},
 		{note: "max deliver from the environment", env: map[string]string{"GATED_MAX_DELIVER": "0"}, want: "--max-deliver 0 must be at least 1"},
 		{note: "max ack pending from the config file", args: []string{"--config", cfg}, want: "--max-ack-pending -3 must not be negative"},
+		{note: "profiles without a listener", args: []string{"--pprof"}, want: "--pprof serves the profiles on the --http listener"},
 		{note: "llm reviews at once", args: []string{"--llm-max-concurrency", "0"}, want: "--llm-max-concurrency 0 must be from 1 to 65536"},
 	}
 	for _, tc := range tests {

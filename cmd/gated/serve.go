@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -46,6 +47,7 @@ type serveOptions struct {
 	natsURL       string
 	natsConn      natsConnOptions
 	httpAddr      string
+	pprof         bool
 	logFormat     string
 	logLevel      string
 	reviewTimeout time.Duration
@@ -93,6 +95,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.StringVar(&o.natsURL, "nats-url", "", "external NATS server or cluster URLs, comma-separated; empty starts the embedded server")
 	o.natsConn.register(f)
 	f.StringVar(&o.httpAddr, "http", "", "serve /healthz, /readyz and /metrics on this address, e.g. 127.0.0.1:8080")
+	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (CPU, heap, goroutines; keep that address private)")
 	f.StringVar(&o.logFormat, "log-format", "auto", "auto (console on a terminal, else JSON), json or console")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
@@ -129,6 +132,8 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
 	}
 	switch {
+	case o.pprof && o.httpAddr == "":
+		return usageError("--pprof serves the profiles on the --http listener: give --http too")
 	case o.reviewWait <= 0:
 		return usageError("--review-wait %s must be positive", o.reviewWait)
 	case o.shutdownGrace < 0:
@@ -352,7 +357,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	var ready atomic.Bool
 	ready.Store(true)
 	if o.httpAddr != "" {
-		stopHTTP, err := serveHTTP(o.httpAddr, nc, &ready, live, host, defaultPlugin, m, log)
+		stopHTTP, err := serveHTTP(o.httpAddr, o.pprof, nc, &ready, live, host, defaultPlugin, m, log)
 		if err != nil {
 			worker.Stop(0)
 			return err
@@ -392,7 +397,7 @@ func verdictPublisher(nc *nats.Conn) bus.VerdictHook {
 	}
 }
 
-func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, log *zap.Logger) (stop func(), err error) {
+func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, log *zap.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
@@ -422,6 +427,13 @@ func serveHTTP(addr string, nc *nats.Conn, ready *atomic.Bool, live *policies.Li
 		_ = json.NewEncoder(w).Encode(body)
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	if profiles {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("listening on --http %s: %w", addr, err)
