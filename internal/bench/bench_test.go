@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -389,5 +390,40 @@ func TestBenchEnvDropsGatedSettings(t *testing.T) {
 	got := benchEnv([]string{"PATH=/bin", "GATED_NATS_URL=nats://elsewhere:4222", "GATED_CONFIG=x.yaml", "HOME=/h", "NOT_GATED_X=1"})
 	if !slices.Equal(got, []string{"PATH=/bin", "HOME=/h", "NOT_GATED_X=1"}) {
 		t.Fatalf("env = %v", got)
+	}
+}
+
+// A --serve-arg --http moves serve's listener; readiness is asked there.
+func TestHTTPFlag(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--max-in-flight=4096"}, ""},
+		{[]string{"--http=127.0.0.1:7777", "--pprof"}, "127.0.0.1:7777"},
+		{[]string{"--http", "127.0.0.1:7000", "--http=127.0.0.1:7001"}, "127.0.0.1:7001"},
+		{[]string{"--pprof", "--http"}, ""},
+	}
+	for _, tc := range tests {
+		if got := httpFlag(tc.args); got != tc.want {
+			t.Errorf("httpFlag(%q) = %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+func TestLogTail(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "gated.log")
+	if err := os.WriteFile(path, []byte("one\ntwo\nthree\nfour\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := logTail(path, 2); got != "three\nfour" {
+		t.Fatalf("logTail = %q", got)
+	}
+	if got := logTail(path, 10); got != "one\ntwo\nthree\nfour" {
+		t.Fatalf("logTail of a short file = %q", got)
+	}
+	if got := logTail(filepath.Join(t.TempDir(), "missing"), 2); !strings.Contains(got, "no such file") {
+		t.Fatalf("logTail of a missing file = %q", got)
 	}
 }

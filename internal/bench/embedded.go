@@ -73,9 +73,13 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	if err != nil {
 		return nil, err
 	}
-	httpPort, err := freePort()
-	if err != nil {
-		return nil, err
+	httpAddr := httpFlag(o.Args)
+	if httpAddr == "" {
+		httpPort, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		httpAddr = "127.0.0.1:" + strconv.Itoa(httpPort)
 	}
 	logPath := filepath.Join(o.Dir, "gated.log")
 	logFile, err := os.Create(logPath)
@@ -85,7 +89,7 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	defer logFile.Close()
 	args := append([]string{"serve",
 		"--nats-listen", "127.0.0.1:" + strconv.Itoa(natsPort),
-		"--http", "127.0.0.1:" + strconv.Itoa(httpPort),
+		"--http", httpAddr,
 		"--data-dir", filepath.Join(o.Dir, "data"),
 		"--personas", personas,
 		"--log-format", "json", "--log-level", "warn",
@@ -100,12 +104,12 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	g := &Gated{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), PID: cmd.Process.Pid, Log: logPath,
 		cmd: cmd, done: make(chan error, 1)}
 	go func() { g.done <- cmd.Wait() }()
-	ready := "http://127.0.0.1:" + strconv.Itoa(httpPort) + "/readyz"
+	ready := "http://" + httpAddr + "/readyz"
 	deadline := time.Now().Add(orDefault(o.Ready, time.Minute))
 	for {
 		select {
 		case err := <-g.done:
-			return nil, fmt.Errorf("gated serve exited before it was ready (%v); its log is %s", err, logPath)
+			return nil, fmt.Errorf("gated serve exited before it was ready (%v); the end of its log:\n%s", err, logTail(logPath, 20))
 		case <-ctx.Done():
 			g.Stop(5 * time.Second)
 			return nil, ctx.Err()
@@ -119,9 +123,36 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 		}
 		if time.Now().After(deadline) {
 			g.Stop(5 * time.Second)
-			return nil, fmt.Errorf("gated serve was not ready within %s; its log is %s", orDefault(o.Ready, time.Minute), logPath)
+			return nil, fmt.Errorf("gated serve was not ready at %s within %s; the end of its log:\n%s", ready, orDefault(o.Ready, time.Minute), logTail(logPath, 20))
 		}
 	}
+}
+
+// httpFlag returns the address of the last --http among args, the
+// caller's own --serve-arg, or "" when there is none: readiness is asked
+// where serve listens.
+func httpFlag(args []string) string {
+	addr := ""
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--http="):
+			addr = strings.TrimPrefix(a, "--http=")
+		case a == "--http" && i+1 < len(args):
+			addr = args[i+1]
+		}
+	}
+	return addr
+}
+
+// logTail returns the last n lines of the file at path, for an error
+// that outlives the file (the bench's directory is removed on exit).
+func logTail(path string, n int) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
 // Stop sends SIGTERM and waits up to grace, then kills the process group.
