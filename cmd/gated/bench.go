@@ -230,6 +230,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	}
 	if llm != nil {
 		rep.LLMCalls, _ = llm.Calls()
+		rep.LLMArrivalMS = float64(llm.Arrivals().Microseconds()) / 1000
 	}
 	answered := 0
 	for _, s := range rep.Gated {

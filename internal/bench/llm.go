@@ -30,6 +30,9 @@ type LLMServer struct {
 	ln      net.Listener
 	calls   atomic.Int64
 	bad     atomic.Int64
+	// first and last are when the first and the latest well-formed
+	// call arrived (Unix nanoseconds, 0 before any).
+	first, last atomic.Int64
 }
 
 // ServeLLM starts a scripted model on addr (":0" picks a port).
@@ -52,6 +55,28 @@ func (s *LLMServer) BaseURL() string { return "http://" + s.ln.Addr().String() +
 // Calls is the number of model calls answered; Bad the number refused.
 func (s *LLMServer) Calls() (answered, bad int64) { return s.calls.Load(), s.bad.Load() }
 
+// Arrivals is how long the well-formed calls took to arrive, from the
+// first to the last: how fast gated got its reviews to the model. Zero
+// before two calls.
+func (s *LLMServer) Arrivals() time.Duration {
+	first, last := s.first.Load(), s.last.Load()
+	if first == 0 || last <= first {
+		return 0
+	}
+	return time.Duration(last - first)
+}
+
+// arrived notes a call's arrival at now.
+func (s *LLMServer) arrived(now int64) {
+	s.first.CompareAndSwap(0, now)
+	for {
+		last := s.last.Load()
+		if now <= last || s.last.CompareAndSwap(last, now) {
+			return
+		}
+	}
+}
+
 // Close stops the server.
 func (s *LLMServer) Close() error {
 	err := s.srv.Close()
@@ -73,6 +98,7 @@ func (s *LLMServer) complete(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte(`{"error":{"message":"want a JSON chat completion request with messages","type":"invalid_request_error"}}`))
 		return
 	}
+	s.arrived(time.Now().UnixNano())
 	select {
 	case <-time.After(s.Latency):
 	case <-r.Context().Done():

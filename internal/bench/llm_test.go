@@ -40,12 +40,22 @@ func TestScriptedModelSpeaksOpenAI(t *testing.T) {
 	if n, bad := s.Calls(); n != 1 || bad != 0 {
 		t.Errorf("calls %d, bad %d", n, bad)
 	}
+	if got := s.Arrivals(); got != 0 {
+		t.Errorf("one call arrived over %s, want 0", got)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if _, err := model.GenerateContent(t.Context(), []llms.MessageContent{llms.TextParts(llms.ChatMessageTypeHuman, "again")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Arrivals(); got < 20*time.Millisecond || got > time.Minute {
+		t.Errorf("two calls 20ms+ apart arrived over %s", got)
+	}
 	r, err := http.Post(s.BaseURL()+"/chat/completions", "application/json", strings.NewReader("{"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Body.Close()
-	if _, bad := s.Calls(); r.StatusCode != http.StatusBadRequest || bad != 1 {
+	if n, bad := s.Calls(); r.StatusCode != http.StatusBadRequest || bad != 1 || n != 2 {
 		t.Errorf("a broken request got %d (bad %d)", r.StatusCode, bad)
 	}
 }

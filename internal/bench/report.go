@@ -25,9 +25,12 @@ type Report struct {
 	BenchProc *ProcUsage         `json:"bench_process,omitempty"`
 	// AuditBytes is the audit stream's growth per proposal, which the
 	// floor's log record copies.
-	AuditBytes int      `json:"audit_bytes_per_proposal,omitempty"`
-	LLMCalls   int64    `json:"llm_calls,omitempty"`
-	Notes      []string `json:"notes,omitempty"`
+	AuditBytes int   `json:"audit_bytes_per_proposal,omitempty"`
+	LLMCalls   int64 `json:"llm_calls,omitempty"`
+	// LLMArrivalMS is how long the scripted model's calls took to arrive,
+	// first to last: how fast gated started its reviews.
+	LLMArrivalMS float64  `json:"llm_arrival_ms,omitempty"`
+	Notes        []string `json:"notes,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -150,7 +153,7 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "audit stream: %d bytes per proposal\n", r.AuditBytes)
 	}
 	if r.LLMCalls > 0 {
-		fmt.Fprintf(w, "scripted model: %d calls, %s each\n", r.LLMCalls, r.Config.LLMLatency)
+		fmt.Fprintf(w, "scripted model: %d calls, %s each, arriving over %.0f ms\n", r.LLMCalls, r.Config.LLMLatency, r.LLMArrivalMS)
 	}
 	for _, s := range append(slices.Clone(r.Gated), r.Floor...) {
 		if s.FirstError != "" {
