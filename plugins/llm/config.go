@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tmc/langchaingo/httputil"
 	"github.com/tmc/langchaingo/llms"
 	"github.com/tmc/langchaingo/llms/anthropic"
 	"github.com/tmc/langchaingo/llms/openai"
@@ -59,6 +60,11 @@ func Environ() []string {
 
 // Defaults of Config.
 const (
+	// IdleConnsPerHost is how many idle connections the default
+	// HTTPClient keeps to one provider: the most reviews one reviewer
+	// process is expected to have waiting on a model at once.
+	IdleConnsPerHost = 2048
+
 	DefaultTurnTimeout     = 30 * time.Second
 	DefaultMaxTurns        = 5
 	DefaultMaxOutputTokens = 4096
@@ -104,9 +110,23 @@ type Config struct {
 	// MaxOutputTokens caps what the model may write in one call. Default
 	// DefaultMaxOutputTokens.
 	MaxOutputTokens int
-	// HTTPClient makes the requests. Default langchaingo's client. A
-	// timeout set on it applies too, besides the per-call deadlines.
+	// HTTPClient makes the requests. Default: one client per reviewer
+	// that keeps up to IdleConnsPerHost idle connections to each provider,
+	// so that concurrent reviews reuse connections (and TLS sessions)
+	// instead of dialing anew for nearly every call, as a client keeping
+	// Go's default of two would. A timeout set on it applies too, besides
+	// the per-call deadlines.
 	HTTPClient *http.Client
+}
+
+// newHTTPClient is the default HTTPClient: Go's default transport, with
+// an idle pool sized for many concurrent reviews, behind langchaingo's
+// User-Agent.
+func newHTTPClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 0 // no limit over all hosts; each host has its own
+	t.MaxIdleConnsPerHost = IdleConnsPerHost
+	return &http.Client{Transport: &httputil.Transport{Transport: t}}
 }
 
 // ConfigFromEnv reads the providers' keys and addresses from the

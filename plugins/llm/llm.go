@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/tmc/langchaingo/llms"
 
@@ -41,6 +42,12 @@ const (
 // Reviewer is the LLM reviewer. It is safe for concurrent reviews.
 type Reviewer struct {
 	cfg Config
+
+	// models holds the clients opened so far, by the persona's model
+	// spec: a client is safe for concurrent calls, and its connections
+	// outlive one review.
+	mu     sync.Mutex
+	models map[string]*backend
 }
 
 var _ sdk.Reviewer = (*Reviewer)(nil)
@@ -58,7 +65,33 @@ func New(cfg Config) *Reviewer {
 	if cfg.MaxOutputTokens <= 0 {
 		cfg.MaxOutputTokens = DefaultMaxOutputTokens
 	}
-	return &Reviewer{cfg: cfg}
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = newHTTPClient()
+	}
+	return &Reviewer{cfg: cfg, models: map[string]*backend{}}
+}
+
+// maxModels bounds the clients a reviewer keeps open; past it the map is
+// emptied and clients are opened anew.
+const maxModels = 64
+
+// open returns the client of a model spec, opening it on first use.
+// Errors are not kept: a spec refused now is checked again next time.
+func (r *Reviewer) open(spec string) (*backend, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if be, ok := r.models[spec]; ok {
+		return be, nil
+	}
+	be, err := r.cfg.open(spec)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.models) >= maxModels {
+		clear(r.models)
+	}
+	r.models[spec] = be
+	return be, nil
 }
 
 // Describe implements sdk.Reviewer. Models lists the providers this
@@ -92,7 +125,7 @@ func (r *Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	be, err := r.cfg.open(req.Persona.Model)
+	be, err := r.open(req.Persona.Model)
 	if err != nil {
 		return nil, err
 	}

@@ -6,10 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -678,5 +682,54 @@ func TestDescribeNeedsNoKey(t *testing.T) {
 	d, _ = llm.New(llm.Config{OpenAIAPIKey: "k", AnthropicAPIKey: "k", CompatibleBaseURL: "http://x/v1"}).Describe(t.Context())
 	if !slices.Equal(d.Models, []string{"ollama/*", "openai/*", "anthropic/*", "openai-compatible/*"}) {
 		t.Errorf("Describe with every provider = %+v", d.Models)
+	}
+}
+
+// Concurrent reviews keep their connections to the provider for the next
+// ones: a second round of as many reviews at once opens no new
+// connection. (With Go's default of two idle connections per host, all
+// but two would be dialed again.)
+func TestConcurrentReviewsReuseConnections(t *testing.T) {
+	const concurrent = 12
+	script := make([]step, 2*concurrent)
+	for i := range script {
+		script[i] = textTurn("openai", approval, usage{1, 1})
+		script[i].delay = 50 * time.Millisecond // every review of a round holds a connection at once
+	}
+	p := &provider{t: t, kind: "openai", script: script}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", p.serve)
+	var dialed atomic.Int64
+	p.srv = httptest.NewUnstartedServer(mux)
+	p.srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialed.Add(1)
+		}
+	}
+	p.srv.Start()
+	t.Cleanup(p.srv.Close)
+
+	r := reviewerFor("openai", p)
+	for round := 1; round <= 2; round++ {
+		var wg sync.WaitGroup
+		for range concurrent {
+			wg.Go(func() {
+				res, err := r.Review(t.Context(), newRequest("openai", "nginx is wedged", newFakeTools()))
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if _, approved, why := judge(res); !approved {
+					t.Errorf("not approved: %s", why)
+				}
+			})
+		}
+		wg.Wait()
+		if got := dialed.Load(); got > concurrent {
+			t.Fatalf("after round %d: %d connections dialed for %d reviews at once", round, got, concurrent)
+		}
+	}
+	if n := len(p.recorded()); n != 2*concurrent {
+		t.Fatalf("%d model calls, want %d", n, 2*concurrent)
 	}
 }
