@@ -39,6 +39,7 @@ type benchOptions struct {
 	pid         int
 	serveArgs   []string
 	keep        bool
+	ramp        time.Duration
 	warmup      int
 	pad         int
 	progress    string
@@ -81,6 +82,7 @@ log append, reply) and each path's gated/floor ratio is reported.`,
 	f.StringVar(&o.tenant, "tenant", "bench", "tenant the proposals are sent as")
 	f.DurationVar(&o.llmLatency, "llm-latency", 2*time.Second, "how long the scripted model takes to answer")
 	f.StringVar(&o.llmListen, "llm-listen", "", "with --nats-url: serve the scripted model on this address (the deployment's bench-llm persona must reach it)")
+	f.DurationVar(&o.ramp, "ramp", 0, "start each path's senders spread over this long instead of all at once, so a large -c reaches its steady state without an opening burst")
 	f.Float64Var(&o.probeRate, "probe-rate", 0, "also send policy-decided proposals at this rate per second while the load runs, and report their latency apart")
 	f.BoolVar(&o.floor, "floor", true, "measure the bare JetStream floor after gated, on the same server")
 	f.DurationVar(&o.timeout, "timeout", 2*time.Minute, "longest wait for one verdict; a proposal waiting longer counts as an error")
@@ -100,6 +102,8 @@ func (o *benchOptions) validate() (bench.Mix, bench.Concurrency, error) {
 		return nil, nil, usageError("-n %d must be at least 1", o.n)
 	case o.timeout <= 0:
 		return nil, nil, usageError("--timeout %s must be positive", o.timeout)
+	case o.ramp < 0 || o.ramp > time.Hour:
+		return nil, nil, usageError("--ramp %s must be from 0 to 1h", o.ramp)
 	case o.llmLatency < 0:
 		return nil, nil, usageError("--llm-latency %s must not be negative", o.llmLatency)
 	case o.probeRate < 0 || o.probeRate > 100000:
@@ -133,12 +137,15 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	if err != nil {
 		return err
 	}
-	plan := bench.Plan{Counts: mix.Split(o.n), Concurrency: conc}
+	plan := bench.Plan{Counts: mix.Split(o.n), Concurrency: conc, Ramp: o.ramp}
 	rep := &bench.Report{
 		Mode: "embedded",
 		Machine: bench.Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
 			GoVersion: runtime.Version(), Gated: version},
 		Config: bench.Config{N: o.n, Mix: mix, Concurrency: conc, Counts: plan.Counts, ProbeRate: o.probeRate, Started: time.Now().UTC()},
+	}
+	if o.ramp > 0 {
+		rep.Config.Ramp = o.ramp.String()
 	}
 	if plan.Counts[bench.PathLLM] > 0 {
 		rep.Config.LLMLatency = o.llmLatency.String()

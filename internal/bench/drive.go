@@ -32,6 +32,11 @@ func record(rec *Recorder, start time.Time, lat time.Duration, size int, err err
 type Plan struct {
 	Counts      map[Path]int
 	Concurrency Concurrency
+	// Ramp spreads the first sends of each path's senders evenly over
+	// this long, so that a large closed loop reaches its steady state
+	// without one burst of Concurrency proposals at the start. Zero
+	// starts every sender at once.
+	Ramp time.Duration
 }
 
 // Total is the proposals of the plan.
@@ -45,7 +50,8 @@ func (p Plan) Total() int {
 
 // Drive runs the plan: each path has its own closed loop of
 // Concurrency[path] senders, so a slow path never holds up a fast one in
-// the fleet. done counts answers and failures as they happen.
+// the fleet. Sender k of C starts k/C of plan.Ramp after the first. done
+// counts answers and failures as they happen.
 func Drive(ctx context.Context, plan Plan, send Sender, done *atomic.Int64) map[Path]*Recorder {
 	recs := map[Path]*Recorder{}
 	var wg sync.WaitGroup
@@ -57,8 +63,12 @@ func Drive(ctx context.Context, plan Plan, send Sender, done *atomic.Int64) map[
 		rec := &Recorder{}
 		recs[p] = rec
 		var next atomic.Int64
-		for range min(max(plan.Concurrency[p], 1), n) {
+		senders := min(max(plan.Concurrency[p], 1), n)
+		for k := range senders {
 			wg.Go(func() {
+				if !sleep(ctx, plan.Ramp*time.Duration(k)/time.Duration(senders)) {
+					return
+				}
 				for {
 					i := int(next.Add(1)) - 1
 					if i >= n || ctx.Err() != nil {
@@ -76,6 +86,22 @@ func Drive(ctx context.Context, plan Plan, send Sender, done *atomic.Int64) map[
 	}
 	wg.Wait()
 	return recs
+}
+
+// sleep waits d, or less when ctx ends first; it reports whether ctx is
+// still live.
+func sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // Probe sends policy-decided proposals (denied and read in turn) at a

@@ -50,6 +50,7 @@ type Config struct {
 	Counts      map[Path]int `json:"counts"`
 	LLMLatency  string       `json:"llm_latency,omitempty"`
 	ProbeRate   float64      `json:"probe_rate,omitempty"`
+	Ramp        string       `json:"ramp,omitempty"`
 	Warmup      int          `json:"warmup"`
 	Started     time.Time    `json:"started"`
 }
@@ -111,7 +112,11 @@ func Ratios(gated, floor []Summary) map[string]float64 {
 
 // Print writes the report as tables.
 func (r *Report) Print(w io.Writer) {
-	fmt.Fprintf(w, "gated bench (%s): %d proposals, %d CPUs, %s %s/%s\n", r.Mode, r.Config.N, r.Machine.CPUs,
+	ramp := ""
+	if r.Config.Ramp != "" {
+		ramp = ", senders started over " + r.Config.Ramp
+	}
+	fmt.Fprintf(w, "gated bench (%s): %d proposals%s, %d CPUs, %s %s/%s\n", r.Mode, r.Config.N, ramp, r.Machine.CPUs,
 		r.Machine.GoVersion, r.Machine.GOOS, r.Machine.GOARCH)
 	table := func(title string, rows []Summary, ratio bool) {
 		if len(rows) == 0 {
