@@ -47,6 +47,12 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed,
 		return nil // another message holds the review, or the claim failed
 	}
 	results := make([]reviewResult, len(chosen))
+	if len(chosen) == 1 {
+		// One reviewer needs no goroutine of its own: the delivery's is
+		// waiting anyway, and thousands of reviews in flight each hold one.
+		results[0] = r.reviewOne(ctx, chosen[0], 1, in.History)
+		return r.combine(results)
+	}
 	var wg sync.WaitGroup
 	for i, c := range chosen {
 		wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
