@@ -67,16 +67,20 @@ fuzz:
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
-# the policy paths, the plugin path and the llm path with a probe (each
-# against the bare JetStream floor in the same run), OPA side by side, and
+# the policy paths at high and low concurrency, the plugin path (each
+# against the bare JetStream floor in the same run), the llm path as one
+# burst and sustained, each with a probe, OPA side by side, and
 # the Go benchmarks of the policy, the plugin round trip and the audit
 # trail. Reports go to bench-results/.
 BENCH_N ?= 100000
 bench: build
 	mkdir -p bench-results
 	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
-	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 256 --json bench-results/plugin.json
-	./bin/gated bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
+	./bin/gated bench -n $$(( $(BENCH_N) / 25 )) --mix denied=1,read=1 -c 2 --json bench-results/policy-c2.json
+	./bin/gated bench -n $$(( $(BENCH_N) / 10 )) --mix denied=1,read=1 -c 8 --json bench-results/policy-c8.json
+	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 64 --json bench-results/plugin.json
+	./bin/gated bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm-burst.json
+	./bin/gated bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
 	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
 
