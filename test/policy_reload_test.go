@@ -94,7 +94,15 @@ func readyz(t *testing.T, g *gated) (int, readyDoc) {
 
 func metricsText(t *testing.T, g *gated) string {
 	t.Helper()
-	resp, err := http.Get(g.httpURL + "/metrics")
+	_, body := httpGet(t, g, "/metrics")
+	return body
+}
+
+// httpGet asks gated's --http listener for path and returns the status
+// and the body.
+func httpGet(t *testing.T, g *gated, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(g.httpURL + path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +111,7 @@ func metricsText(t *testing.T, g *gated) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(body)
+	return resp.StatusCode, string(body)
 }
 
 // waitFor polls cond until it holds or 30s pass.

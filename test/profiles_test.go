@@ -1,7 +1,6 @@
 package test
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,34 +9,20 @@ import (
 // --pprof serves Go's profiles beside /metrics; without it the path is
 // not there at all.
 func TestServeProfiles(t *testing.T) {
-	get := func(g *gated, path string) (int, string) {
-		t.Helper()
-		resp, err := http.Get(g.httpURL + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, string(body)
-	}
-
 	plain := startGated(t)
-	if code, _ := get(plain, "/debug/pprof/goroutine?debug=1"); code != http.StatusNotFound {
+	if code, _ := httpGet(t, plain, "/debug/pprof/goroutine?debug=1"); code != http.StatusNotFound {
 		t.Fatalf("without --pprof: status %d, want 404", code)
 	}
 
 	g := startGated(t, "--pprof")
-	code, body := get(g, "/debug/pprof/goroutine?debug=1")
+	code, body := httpGet(t, g, "/debug/pprof/goroutine?debug=1")
 	if code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
 		t.Fatalf("with --pprof: status %d, body %.200q", code, body)
 	}
 	if !strings.Contains(body, "(*Worker).handleAll") && !strings.Contains(body, "(*Worker).keepAlive") {
 		t.Fatalf("the goroutine profile shows no worker goroutine:\n%.2000s", body)
 	}
-	if code, _ := get(g, "/debug/pprof/heap"); code != http.StatusOK {
+	if code, _ := httpGet(t, g, "/debug/pprof/heap"); code != http.StatusOK {
 		t.Fatalf("heap profile: status %d", code)
 	}
 }
