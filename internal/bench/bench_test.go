@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,6 +229,42 @@ func TestDriveRunsEveryProposalOnce(t *testing.T) {
 	d, r := recs[PathDenied].Summary("denied"), recs[PathRead].Summary("read")
 	if d.Answered != 50 || d.Errors != 0 || r.Answered != 29 || r.Errors != 1 || r.Unexpected != 1 {
 		t.Fatalf("denied %+v\nread %+v", d, r)
+	}
+}
+
+// With a ramp, the k-th of C senders sends its first proposal no sooner
+// than k/C of the ramp after the start, and every proposal still goes
+// once. A cancelled run stops senders still waiting to start.
+func TestDriveRamps(t *testing.T) {
+	const senders, ramp = 4, 200 * time.Millisecond
+	plan := Plan{Counts: map[Path]int{PathDenied: senders}, Concurrency: Concurrency{PathDenied: senders}, Ramp: ramp}
+	start := time.Now()
+	var mu sync.Mutex
+	var offsets []time.Duration
+	recs := Drive(context.Background(), plan, func(context.Context, Path, int) (int, error) {
+		mu.Lock()
+		offsets = append(offsets, time.Since(start))
+		mu.Unlock()
+		time.Sleep(ramp) // each sender sends once: the first send is its only one
+		return 1, nil
+	}, nil)
+	if got := recs[PathDenied].Answered(); got != senders {
+		t.Fatalf("answered %d, want %d", got, senders)
+	}
+	slices.Sort(offsets)
+	for k, off := range offsets {
+		if due := ramp * time.Duration(k) / senders; off < due {
+			t.Errorf("send %d went at %s, before its start %s", k, off, due)
+		}
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var sent atomic.Int64
+	Drive(ctx, Plan{Counts: map[Path]int{PathRead: 10}, Concurrency: Concurrency{PathRead: 10}, Ramp: time.Hour},
+		func(context.Context, Path, int) (int, error) { sent.Add(1); return 1, nil }, nil)
+	if n := sent.Load(); n != 0 {
+		t.Errorf("a cancelled run sent %d proposals", n)
 	}
 }
 
