@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"strings"
 	"testing"
 )
@@ -24,13 +23,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			clearGatedEnv(t)
 			err := run(t.Context(), append([]string{"bench"}, tc.args...))
-			var ex *exitError
-			if !errors.As(err, &ex) || ex.code != exitUsage {
-				t.Fatalf("err = %v, want a usage error", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %q, want it to say %q", err, tc.want)
-			}
+			wantUsageError(t, err, tc.want)
 		})
 	}
 }

@@ -23,6 +23,18 @@ func clearGatedEnv(t *testing.T) {
 	}
 }
 
+// wantUsageError fails the test unless err is a usage error (exit status
+// 2) whose message says want.
+func wantUsageError(t *testing.T, err error, want string) {
+	t.Helper()
+	if exitCode(err) != exitUsage {
+		t.Fatalf("err = %v, want a usage error", err)
+	}
+	if !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %q, want it to say %q", err, want)
+	}
+}
+
 // writeFile writes content to dir/name and returns the path.
 func writeFile(t *testing.T, dir, name, content string) string {
 	t.Helper()

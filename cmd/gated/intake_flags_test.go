@@ -1,8 +1,6 @@
 package main
 
 import (
-	"errors"
-	"strings"
 	"testing"
 )
 
@@ -30,13 +28,7 @@ func TestServeRefusesBadIntakeSettings(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			err := run(t.Context(), append([]string{"serve"}, tc.args...))
-			var ex *exitError
-			if !errors.As(err, &ex) || ex.code != exitUsage {
-				t.Fatalf("err = %v, want a usage error", err)
-			}
-			if !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("err = %q, want it to say %q", err, tc.want)
-			}
+			wantUsageError(t, err, tc.want)
 		})
 	}
 }
