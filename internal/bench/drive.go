@@ -119,14 +119,7 @@ func Probe(ctx context.Context, rate float64, send Sender) *Recorder {
 	begin := time.Now()
 	for i := 0; ; i++ {
 		due := begin.Add(time.Duration(i) * every)
-		if wait := time.Until(due); wait > 0 {
-			select {
-			case <-ctx.Done():
-				wg.Wait()
-				return rec
-			case <-time.After(wait):
-			}
-		} else if ctx.Err() != nil {
+		if !sleep(ctx, time.Until(due)) {
 			wg.Wait()
 			return rec
 		}
