@@ -162,13 +162,13 @@ func (g *Gated) Stop(grace time.Duration) error {
 	case err := <-g.done:
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			return fmt.Errorf("gated serve: %w; its log is %s", err, g.Log)
+			return fmt.Errorf("gated serve: %w; the end of its log:\n%s", err, logTail(g.Log, 20))
 		}
 		return err
 	case <-time.After(grace):
 		killGroup(g.cmd)
 		<-g.done
-		return fmt.Errorf("gated serve did not stop within %s and was killed; its log is %s", grace, g.Log)
+		return fmt.Errorf("gated serve did not stop within %s and was killed; the end of its log:\n%s", grace, logTail(g.Log, 20))
 	}
 }
 
