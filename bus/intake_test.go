@@ -404,27 +404,48 @@ func TestVerdictStoreClaims(t *testing.T) {
 	}
 	claim := func(id string, c engine.Claim) (engine.Claim, error) { return store.Claim(ctx, "acme", id, c) }
 
-	if _, err := claim("p1", live("seq:1")); err != nil {
+	first, err := claim("p1", live("seq:1"))
+	if err != nil {
 		t.Fatalf("first claim: %v", err)
 	}
 	held, err := claim("p1", live("seq:2"))
-	if !errors.Is(err, engine.ErrClaimed) || held.Holder != "seq:1" {
-		t.Fatalf("claim of another message: %+v, %v; want ErrClaimed naming seq:1", held, err)
+	if !errors.Is(err, engine.ErrClaimed) || held.Holder != "seq:1" || held.Revision != first.Revision {
+		t.Fatalf("claim of another message: %+v, %v; want ErrClaimed naming seq:1 at revision %d", held, err, first.Revision)
 	}
-	if _, err := claim("p1", live("seq:1")); err != nil {
+	over, err := claim("p1", live("seq:1"))
+	if err != nil {
 		t.Fatalf("a redelivery of the holding message must take its claim over: %v", err)
 	}
-	if err := store.Release(ctx, "acme", "p1", "seq:2"); err != nil {
+	if over.Revision <= first.Revision {
+		t.Fatalf("claim taken over at revision %d, want one past %d", over.Revision, first.Revision)
+	}
+	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: "seq:2"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
 		t.Fatalf("after a release by a non-holder: err = %v, want the claim still held", err)
 	}
-	if err := store.Release(ctx, "acme", "p1", "seq:1"); err != nil {
+	// The first delivery's claim was taken over: releasing it leaves the
+	// redelivery's claim in place.
+	if err := store.Release(ctx, "acme", "p1", first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claim("p1", live("seq:3")); err != nil {
+	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
+		t.Fatalf("after releasing a claim that was taken over: err = %v, want the new claim still held", err)
+	}
+	if err := store.Release(ctx, "acme", "p1", over); err != nil {
+		t.Fatal(err)
+	}
+	again, err := claim("p1", live("seq:3"))
+	if err != nil {
 		t.Fatalf("claim after release: %v", err)
+	}
+	// A release that names the holder only reads the claim first.
+	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: again.Holder}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := claim("p1", live("seq:4")); err != nil {
+		t.Fatalf("claim after a release by holder name: %v", err)
 	}
 	if _, err := claim("p2", engine.Claim{Holder: "seq:1", Until: time.Now().Add(-time.Second)}); err != nil {
 		t.Fatal(err)

@@ -158,7 +158,8 @@ func claimKey(tenant, id string) string { return tenant + ".claims." + id }
 // Claim implements engine.VerdictStore. Claims are taken and replaced with
 // the bucket's compare-and-set, so of two gated processes claiming at once
 // one wins and the other is told who holds the claim. Staleness is judged
-// by this process's clock.
+// by this process's clock. Most proposals were never claimed, so the claim
+// is created first and read only when one is there already.
 func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Claim) (engine.Claim, error) {
 	key := claimKey(tenant, id)
 	data, err := json.Marshal(c)
@@ -166,21 +167,30 @@ func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Cl
 		return engine.Claim{}, err
 	}
 	for attempt := 0; attempt < 8; attempt++ {
+		rev, err := s.kv.Create(ctx, key, data)
+		if err == nil {
+			c.Revision = rev
+			return c, nil
+		}
+		if !casConflict(err) {
+			return engine.Claim{}, fmt.Errorf("writing review claim %s: %w", key, err)
+		}
 		e, err := s.kv.Get(ctx, key)
 		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound): // never claimed, or released
-			_, err = s.kv.Create(ctx, key, data)
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			continue // released in between: create it again
 		case err != nil:
 			return engine.Claim{}, fmt.Errorf("reading review claim %s: %w", key, err)
-		default:
-			var held engine.Claim
-			// A claim that cannot be read is no one's: it is replaced.
-			if json.Unmarshal(e.Value(), &held) == nil && !c.Supersedes(held) && time.Now().Before(held.Until) {
-				return held, fmt.Errorf("%w: %s.%s by %s until %s", engine.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
-			}
-			_, err = s.kv.Update(ctx, key, data, e.Revision())
 		}
+		var held engine.Claim
+		// A claim that cannot be read is no one's: it is replaced.
+		if json.Unmarshal(e.Value(), &held) == nil && !c.Supersedes(held) && time.Now().Before(held.Until) {
+			held.Revision = e.Revision()
+			return held, fmt.Errorf("%w: %s.%s by %s until %s", engine.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
+		}
+		rev, err = s.kv.Update(ctx, key, data, e.Revision())
 		if err == nil {
+			c.Revision = rev
 			return c, nil
 		}
 		if !casConflict(err) {
@@ -192,21 +202,27 @@ func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Cl
 }
 
 // Release implements engine.VerdictStore. It purges the claim only at the
-// revision it read, so a claim taken over meanwhile is left alone.
-func (s *VerdictStore) Release(ctx context.Context, tenant, id, holder string) error {
+// revision it was taken at, so a claim taken over meanwhile is left alone;
+// a claim of unknown revision is read first, and purged at the revision
+// read if c's holder holds it.
+func (s *VerdictStore) Release(ctx context.Context, tenant, id string, c engine.Claim) error {
 	key := claimKey(tenant, id)
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
+	rev := c.Revision
+	if rev == 0 {
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("reading review claim %s: %w", key, err)
+		}
+		var held engine.Claim
+		if json.Unmarshal(e.Value(), &held) == nil && held.Holder != c.Holder {
+			return nil
+		}
+		rev = e.Revision()
 	}
-	if err != nil {
-		return fmt.Errorf("reading review claim %s: %w", key, err)
-	}
-	var held engine.Claim
-	if json.Unmarshal(e.Value(), &held) == nil && held.Holder != holder {
-		return nil
-	}
-	err = s.kv.Purge(ctx, key, jetstream.LastRevision(e.Revision()))
+	err := s.kv.Purge(ctx, key, jetstream.LastRevision(rev))
 	if err != nil && !casConflict(err) {
 		return fmt.Errorf("releasing review claim %s: %w", key, err)
 	}

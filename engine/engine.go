@@ -217,6 +217,9 @@ type decision struct {
 	// when the decision ends.
 	holder  string
 	claimed bool
+	// claimRev is the store's revision of the claim this delivery took; 0
+	// when it took none, or took over one left by a crash (GiveUp).
+	claimRev uint64
 	// awaited is the verdict another message's review stored while this
 	// delivery was judging or waited on the claim; it is replayed, not
 	// decided again.
@@ -397,7 +400,7 @@ func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
 	held, err := r.e.cfg.Store.Claim(ctx, r.tenant, r.id, mine)
 	switch {
 	case err == nil:
-		r.claimed = true
+		r.claimed, r.claimRev = true, held.Revision
 		// The verdict may have been stored, and its claim released, since
 		// this delivery looked it up.
 		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
@@ -451,7 +454,7 @@ func (r *decision) releaseClaim(ctx context.Context) {
 	// worth a short try.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = r.e.cfg.Store.Release(rctx, r.tenant, r.id, r.holder)
+	_ = r.e.cfg.Store.Release(rctx, r.tenant, r.id, Claim{Holder: r.holder, Revision: r.claimRev})
 }
 
 // streamHolder names the holder of a review claim: the proposal message's

@@ -328,11 +328,11 @@ func (s *memStore) Claim(_ context.Context, tenant, id string, c engine.Claim) (
 	return c, nil
 }
 
-func (s *memStore) Release(_ context.Context, tenant, id, holder string) error {
+func (s *memStore) Release(_ context.Context, tenant, id string, c engine.Claim) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := tenant + "." + id
-	if held, ok := s.claims[key]; ok && held.Holder == holder {
+	if held, ok := s.claims[key]; ok && held.Holder == c.Holder {
 		delete(s.claims, key)
 		s.released++
 	}

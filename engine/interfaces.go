@@ -200,10 +200,11 @@ type VerdictStore interface {
 	// wrapping ErrClaimed. The claim must not share a key with a verdict or
 	// a target history.
 	Claim(ctx context.Context, tenant, id string, c Claim) (Claim, error)
-	// Release drops holder's claim on tenant and id once the verdict is
-	// stored (or the review failed). A claim held by another holder, or
-	// none, is left as it is and is not an error.
-	Release(ctx context.Context, tenant, id, holder string) error
+	// Release drops the claim c on tenant and id, as Claim returned it,
+	// once the verdict is stored (or the review failed). A claim held by
+	// another holder, or taken over since c, or none, is left as it is
+	// and is not an error. A c whose Revision is 0 names its holder only.
+	Release(ctx context.Context, tenant, id string, c Claim) error
 	// Await waits until a verdict is stored for tenant and id and returns
 	// it, a verdict stored before the call included. It returns ctx's error
 	// when ctx ends first.
@@ -240,6 +241,10 @@ type Claim struct {
 	// it delivered earlier and handled late (a lower count: it waited in a
 	// buffer past the ack wait) does not, and waits for the verdict.
 	Delivery int `json:"delivery,omitempty"`
+	// Revision is the store's revision of the claim as Claim wrote it, so
+	// that Release can drop that claim and no later one without reading it
+	// first; 0 when not known. It is not part of the stored claim.
+	Revision uint64 `json:"-"`
 }
 
 // Supersedes tells whether claim c may replace held, a claim that is not
