@@ -51,7 +51,8 @@ type Worker struct {
 
 	// work hands a message to an idle handler goroutine. Handlers are
 	// started as needed, up to cfg.MaxInFlight, and live until Stop: a
-	// long-lived goroutine keeps the stack that policy evaluation grew,
+	// long-lived goroutine keeps the stack that deciding grew (decoding,
+	// encoding, and policy evaluation unless it runs on a policies.Pool),
 	// where one per message would grow it again every time. handlers is
 	// only touched by dispatch, which the consumer calls on one goroutine.
 	work     chan jetstream.Msg

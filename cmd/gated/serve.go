@@ -312,8 +312,12 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
 	store := bus.NewVerdictStore(res.Verdicts)
+	// Evaluations run on a pool, so that the goroutines waiting on reviews
+	// do not each keep an evaluation-sized stack.
+	pool := policies.NewPool(live, 0)
+	defer pool.Close()
 	eng, err := engine.New(engine.Config{
-		Policy:        meteredPolicy{Policy: live, eval: m.eval},
+		Policy:        meteredPolicy{Policy: pool, eval: m.eval},
 		Personas:      reg,
 		Router:        host,
 		Store:         store,
