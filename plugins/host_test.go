@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,12 +143,15 @@ func runHost() {
 	time.Sleep(time.Hour)
 }
 
-// procsReviewer reports its process's GOMAXPROCS in its notes, and
-// rejects.
+// procsReviewer reports its process's GOMAXPROCS and GC percent in its
+// notes, and rejects.
 type procsReviewer struct{ sop.Reviewer }
 
 func (procsReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
-	return &sdk.Response{Text: "Decision: reject", Decision: engine.DecisionReject, Notes: strconv.Itoa(runtime.GOMAXPROCS(0))}, nil
+	gc := debug.SetGCPercent(-1)
+	debug.SetGCPercent(gc)
+	notes := strconv.Itoa(runtime.GOMAXPROCS(0)) + " " + strconv.Itoa(gc)
+	return &sdk.Response{Text: "Decision: reject", Decision: engine.DecisionReject, Notes: notes}, nil
 }
 
 type crashReviewer struct{ sop.Reviewer }
@@ -262,17 +266,20 @@ func TestSOPReviewerOutOfProcess(t *testing.T) {
 	}
 }
 
-// A plugin runs on one processor unless its spec's environment sets
-// GOMAXPROCS; the host's own GOMAXPROCS never reaches it.
-func TestPluginProcs(t *testing.T) {
+// A plugin runs on one processor, at GC percent 50, unless its spec's
+// environment sets GOMAXPROCS or GOGC; the host's own settings never
+// reach it.
+func TestPluginRuntimeSettings(t *testing.T) {
 	t.Setenv("GOMAXPROCS", "3")
+	t.Setenv("GOGC", "300")
 	tests := []struct {
 		note string
 		env  []string
 		want string
 	}{
-		{note: "default", want: "1"},
-		{note: "set in the spec", env: []string{"GOMAXPROCS=2"}, want: "2"},
+		{note: "default", want: "1 50"},
+		{note: "GOMAXPROCS set in the spec", env: []string{"GOMAXPROCS=2"}, want: "2 50"},
+		{note: "GOGC set in the spec", env: []string{"GOGC=200"}, want: "1 200"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -288,7 +295,7 @@ func TestPluginProcs(t *testing.T) {
 				t.Fatal(err)
 			}
 			if res.Notes != tc.want {
-				t.Fatalf("plugin GOMAXPROCS %q, want %s", res.Notes, tc.want)
+				t.Fatalf("plugin GOMAXPROCS and GC percent %q, want %s", res.Notes, tc.want)
 			}
 		})
 	}

@@ -136,3 +136,25 @@ func TestProcs(t *testing.T) {
 		})
 	}
 }
+
+func TestGCPercent(t *testing.T) {
+	tests := []struct {
+		note string
+		env  map[string]string
+		want int
+		set  bool
+	}{
+		{note: "unset", env: map[string]string{}, want: defaultGCPercent, set: true},
+		{note: "empty counts as unset", env: map[string]string{"GOGC": ""}, want: defaultGCPercent, set: true},
+		{note: "the environment's choice stands", env: map[string]string{"GOGC": "off"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+			p, set := gcPercent(lookup)
+			if p != tc.want || set != tc.set {
+				t.Fatalf("gcPercent = %d, %v; want %d, %v", p, set, tc.want, tc.set)
+			}
+		})
+	}
+}
