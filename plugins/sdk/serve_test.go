@@ -115,46 +115,37 @@ func FuzzRunFromWire(f *testing.F) {
 
 func ptr[T any](v T) *T { return &v }
 
-func TestProcs(t *testing.T) {
-	tests := []struct {
-		note string
-		env  map[string]string
-		want int
-		set  bool
+// procs and gcPercent set the runtime's defaults for a plugin unless its
+// environment chose.
+func TestRuntimeDefaults(t *testing.T) {
+	settings := []struct {
+		env   string
+		fn    func(func(string) (string, bool)) (int, bool)
+		def   int
+		chose string
 	}{
-		{note: "unset: one processor", env: map[string]string{}, want: defaultProcs, set: true},
-		{note: "empty counts as unset", env: map[string]string{"GOMAXPROCS": ""}, want: defaultProcs, set: true},
-		{note: "the environment's choice stands", env: map[string]string{"GOMAXPROCS": "4"}},
+		{env: "GOMAXPROCS", fn: procs, def: defaultProcs, chose: "4"},
+		{env: "GOGC", fn: gcPercent, def: defaultGCPercent, chose: "off"},
 	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			n, set := procs(lookup)
-			if n != tc.want || set != tc.set {
-				t.Fatalf("procs = %d, %v; want %d, %v", n, set, tc.want, tc.set)
-			}
-		})
-	}
-}
-
-func TestGCPercent(t *testing.T) {
-	tests := []struct {
-		note string
-		env  map[string]string
-		want int
-		set  bool
-	}{
-		{note: "unset", env: map[string]string{}, want: defaultGCPercent, set: true},
-		{note: "empty counts as unset", env: map[string]string{"GOGC": ""}, want: defaultGCPercent, set: true},
-		{note: "the environment's choice stands", env: map[string]string{"GOGC": "off"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
-			p, set := gcPercent(lookup)
-			if p != tc.want || set != tc.set {
-				t.Fatalf("gcPercent = %d, %v; want %d, %v", p, set, tc.want, tc.set)
-			}
-		})
+	for _, st := range settings {
+		tests := []struct {
+			note string
+			env  map[string]string
+			want int
+			set  bool
+		}{
+			{note: "unset", env: map[string]string{}, want: st.def, set: true},
+			{note: "empty counts as unset", env: map[string]string{st.env: ""}, want: st.def, set: true},
+			{note: "the environment's choice stands", env: map[string]string{st.env: st.chose}},
+		}
+		for _, tc := range tests {
+			t.Run(st.env+"/"+tc.note, func(t *testing.T) {
+				lookup := func(k string) (string, bool) { v, ok := tc.env[k]; return v, ok }
+				n, set := st.fn(lookup)
+				if n != tc.want || set != tc.set {
+					t.Fatalf("%s: %d, %v; want %d, %v", st.env, n, set, tc.want, tc.set)
+				}
+			})
+		}
 	}
 }
