@@ -196,8 +196,9 @@ type VerdictStore interface {
 	// succeeds when no claim is held, when c supersedes it (a redelivery
 	// of the same message takes over from its earlier delivery, see
 	// Claim.Supersedes), or when the claim held is stale: past its Until by the
-	// store's clock. Otherwise it returns the claim held and an error
-	// wrapping ErrClaimed. The claim must not share a key with a verdict or
+	// store's clock; it then returns c with the Revision it was written
+	// at. Otherwise it returns the claim held and an error wrapping
+	// ErrClaimed. The claim must not share a key with a verdict or
 	// a target history.
 	Claim(ctx context.Context, tenant, id string, c Claim) (Claim, error)
 	// Release drops the claim c on tenant and id, as Claim returned it,
