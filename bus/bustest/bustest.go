@@ -40,9 +40,12 @@ func ServerWithOptions(t testing.TB, opts *server.Options) *server.Server {
 		t.Fatal(err)
 	}
 	go s.Start()
-	if !s.ReadyForConnections(10 * time.Second) {
+	// A bound, not a speed check: a clustered server under the race
+	// detector, beside other test packages on two cores, has taken over
+	// 10 s to open its listeners.
+	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
-		t.Fatal("nats-server not ready for connections within 10s")
+		t.Fatal("nats-server not ready for connections within 30s")
 	}
 	t.Cleanup(func() {
 		s.Shutdown()
