@@ -14,7 +14,10 @@ import (
 // The fault suites break one thing under load and hold gated to its
 // reliability semantics: every proposal JetStream acknowledged gets
 // exactly one verdict, nothing is decided twice, and nothing is approved
-// without a completed review. Proposals a gated held when it died wait
+// without a completed review. The one extra record allowed is the
+// orphaned verdict.decided of a gated killed between sealing a trail and
+// storing its verdict (docs/AUDIT.md); the redelivery decides again and
+// its verdict is the one stored and sent. Proposals a gated held when it died wait
 // for the consumer's ack wait (30 s) before they are redelivered, so the
 // recovery deadlines are generous.
 
