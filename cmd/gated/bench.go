@@ -38,6 +38,7 @@ type benchOptions struct {
 	jsonOut     string
 	pid         int
 	serveArgs   []string
+	serveEnv    []string
 	keep        bool
 	ramp        time.Duration
 	warmup      int
@@ -89,6 +90,7 @@ log append, reply) and each path's gated/floor ratio is reported.`,
 	f.StringVar(&o.jsonOut, "json", "", "also write the report as JSON to this file")
 	f.IntVar(&o.pid, "pid", 0, "with --nats-url: PID of a local gated whose RSS and CPU to report")
 	f.StringArrayVar(&o.serveArgs, "serve-arg", nil, "extra argument for the embedded gated serve, e.g. --serve-arg=--max-in-flight=4096 (repeatable)")
+	f.StringArrayVar(&o.serveEnv, "serve-env", nil, "environment variable KEY=VALUE for the embedded gated serve only, e.g. --serve-env GOMEMLIMIT=256MiB (repeatable)")
 	f.BoolVar(&o.keep, "keep", false, "keep the embedded gated's directory (data, log) after the run")
 	f.IntVar(&o.warmup, "warmup", -1, "policy-decided proposals sent first and not measured (-1: a tenth of -n, at most 2000)")
 	f.IntVar(&o.pad, "pad", 0, "bytes added to every proposal's reason, for larger messages")
@@ -114,12 +116,17 @@ func (o *benchOptions) validate() (bench.Mix, bench.Concurrency, error) {
 		return nil, nil, usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
 	case o.natsURL == "" && (o.pid != 0 || o.llmListen != ""):
 		return nil, nil, usageError("--pid and --llm-listen apply to a deployment given by --nats-url")
-	case o.natsURL != "" && len(o.serveArgs) > 0:
-		return nil, nil, usageError("--serve-arg applies to the embedded gated; it cannot change a deployment given by --nats-url")
+	case o.natsURL != "" && (len(o.serveArgs) > 0 || len(o.serveEnv) > 0):
+		return nil, nil, usageError("--serve-arg and --serve-env apply to the embedded gated; they cannot change a deployment given by --nats-url")
 	case len(o.natsConn.authFlags()) > 0 && o.natsURL == "":
 		return nil, nil, usageError("%s apply to an external server: give --nats-url too", strings.Join(o.natsConn.authFlags(), ", "))
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
 		return nil, nil, usageError("--progress %q: want auto, on or off", o.progress)
+	}
+	for _, kv := range o.serveEnv {
+		if err := bench.CheckEnv(kv); err != nil {
+			return nil, nil, usageError("--serve-env: %v", err)
+		}
 	}
 	mix, err := bench.ParseMix(o.mix)
 	if err != nil {
@@ -180,7 +187,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 			return fmt.Errorf("finding the gated binary to start: %w", err)
 		}
 		fmt.Fprintln(stderr, "starting gated serve with an embedded NATS server…")
-		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: embeddedServeArgs(conc, o.serveArgs)})
+		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: embeddedServeArgs(conc, o.serveArgs), Env: o.serveEnv})
 		if err != nil {
 			return err
 		}

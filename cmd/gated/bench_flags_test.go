@@ -18,6 +18,11 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--progress", "sometimes"}, `--progress "sometimes": want auto, on or off`},
 		{[]string{"--mix", "denied=1,teleport=2"}, "--mix"},
 		{[]string{"--pid", "42"}, "--pid and --llm-listen apply to a deployment given by --nats-url"},
+		{[]string{"--serve-env", "GOMEMLIMIT"}, `--serve-env: "GOMEMLIMIT" is not KEY=VALUE`},
+		{[]string{"--serve-env", "=1"}, `--serve-env: "=1" has no variable name before '='`},
+		{[]string{"--serve-env", "GO GC=1"}, `--serve-env: "GO GC": variable names are letters, digits and '_'`},
+		{[]string{"--serve-env", "9X=1"}, `--serve-env: "9X": variable names`},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--serve-env", "GOGC=200"}, "--serve-arg and --serve-env apply to the embedded gated"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

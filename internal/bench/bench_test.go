@@ -430,6 +430,38 @@ func TestBenchEnvDropsGatedSettings(t *testing.T) {
 	}
 }
 
+func TestServeEnvPutsExtraSettingsLast(t *testing.T) {
+	got := serveEnv([]string{"GOGC=50", "GATED_NATS_URL=nats://elsewhere:4222", "HOME=/h"}, "http://127.0.0.1:9/v1",
+		[]string{"GOGC=200", "GOMEMLIMIT=256MiB"})
+	want := []string{"GOGC=50", "HOME=/h", "GATED_OPENAI_COMPATIBLE_BASE_URL=http://127.0.0.1:9/v1", "GOGC=200", "GOMEMLIMIT=256MiB"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("env = %v\nwant  %v", got, want)
+	}
+	// exec takes the last value of a repeated variable.
+	cmd := exec.Command("/bin/sh", "-c", "echo $GOGC")
+	cmd.Env = got
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(out)) != "200" {
+		t.Fatalf("GOGC in the child = %q, want 200", out)
+	}
+}
+
+func TestCheckEnv(t *testing.T) {
+	for _, kv := range []string{"GOGC=200", "GOMEMLIMIT=256MiB", "GATED_AUDIT_PUBLISH=batches", "X_1=", "_A=b=c"} {
+		if err := CheckEnv(kv); err != nil {
+			t.Errorf("CheckEnv(%q) = %v", kv, err)
+		}
+	}
+	for _, kv := range []string{"GOGC", "=1", "A B=1", "1A=1", "A-B=1", ""} {
+		if err := CheckEnv(kv); err == nil {
+			t.Errorf("CheckEnv(%q) accepted", kv)
+		}
+	}
+}
+
 // A --serve-arg --http moves serve's listener; readiness is asked there.
 func TestHTTPFlag(t *testing.T) {
 	tests := []struct {

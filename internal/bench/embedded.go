@@ -55,6 +55,9 @@ type GatedOptions struct {
 	LLMBaseURL string
 	// Args are added to `gated serve`'s command line.
 	Args []string
+	// Env are KEY=VALUE variables set for gated serve alone, after the
+	// bench's own environment, so they win (GOGC, GOMEMLIMIT).
+	Env []string
 	// Ready bounds the wait for /readyz.
 	Ready time.Duration
 }
@@ -96,7 +99,7 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	}, o.Args...)
 	cmd := exec.Command(o.Exe, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.Env = append(benchEnv(os.Environ()), "GATED_OPENAI_COMPATIBLE_BASE_URL="+o.LLMBaseURL)
+	cmd.Env = serveEnv(os.Environ(), o.LLMBaseURL, o.Env)
 	cmd.SysProcAttr = processGroup()
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting gated serve: %w", err)
@@ -175,6 +178,14 @@ func (g *Gated) Stop(grace time.Duration) error {
 // benchEnv is the environment without gated's own settings: a GATED_*
 // variable meant for another gated (GATED_NATS_URL, GATED_CONFIG, …)
 // must not turn the embedded one into something else.
+// serveEnv is the embedded gated's environment: the bench's own without
+// its GATED_ settings, the scripted model's address, then extra, which
+// wins over both (a process takes the last of a repeated variable).
+func serveEnv(env []string, llmBaseURL string, extra []string) []string {
+	out := append(benchEnv(env), "GATED_OPENAI_COMPATIBLE_BASE_URL="+llmBaseURL)
+	return append(out, extra...)
+}
+
 func benchEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
@@ -183,6 +194,23 @@ func benchEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// CheckEnv checks one KEY=VALUE setting for the embedded gated's
+// environment: the key must be a plain variable name.
+func CheckEnv(kv string) error {
+	key, _, ok := strings.Cut(kv, "=")
+	switch {
+	case !ok:
+		return fmt.Errorf("%q is not KEY=VALUE", kv)
+	case key == "":
+		return fmt.Errorf("%q has no variable name before '='", kv)
+	case strings.IndexFunc(key, func(r rune) bool {
+		return r != '_' && (r < 'A' || r > 'Z') && (r < 'a' || r > 'z') && (r < '0' || r > '9')
+	}) >= 0 || key[0] >= '0' && key[0] <= '9':
+		return fmt.Errorf("%q: variable names are letters, digits and '_', not starting with a digit", key)
+	}
+	return nil
 }
 
 func orDefault(d, def time.Duration) time.Duration {
