@@ -49,7 +49,7 @@ func (s *VerdictStore) Get(ctx context.Context, tenant, id string) (*engine.Verd
 
 // Create implements engine.VerdictStore: the first verdict for a key wins.
 func (s *VerdictStore) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdict, error) {
-	data, err := json.Marshal(v)
+	data, err := v.JSON()
 	if err != nil {
 		return nil, err
 	}
@@ -413,7 +413,7 @@ func (s *VerdictStore) Replace(ctx context.Context, prev, next *engine.Verdict) 
 			prev.Tenant, prev.ProposalID, next.Tenant, next.ProposalID)
 	}
 	key := prev.Tenant + "." + prev.ProposalID
-	data, err := json.Marshal(next)
+	data, err := next.JSON()
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package bus
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -325,7 +324,7 @@ func (w *Worker) answer(v *engine.Verdict) error {
 }
 
 func (w *Worker) publishVerdict(v *engine.Verdict) error {
-	data, err := json.Marshal(v)
+	data, err := v.JSON()
 	if err != nil {
 		return err
 	}

@@ -623,11 +623,9 @@ func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error
 			}
 		}
 		v := r.idReused()
-		seq, err := r.seal(ctx, r.event(EventVerdict, v))
-		if err != nil {
+		if err := r.sealVerdict(ctx, v); err != nil {
 			return nil, err
 		}
-		v.AuditSeq = seq
 		return v, nil // not stored: the key belongs to the first proposal
 	}
 	_, err := r.seal(ctx, r.event(EventReplayed, map[string]any{
@@ -646,11 +644,9 @@ func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 		// failed): the verdict still names the policy in force.
 		v.Policy = &PolicyRef{Denies: []Deny{}, Revision: r.revision, EvalUS: r.evalUS}
 	}
-	seq, err := r.seal(ctx, r.event(EventVerdict, v))
-	if err != nil {
+	if err := r.sealVerdict(ctx, v); err != nil {
 		return nil, err
 	}
-	v.AuditSeq = seq
 	if v.ProposalID == "" {
 		return v, nil
 	}
@@ -663,6 +659,27 @@ func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 		return nil, fmt.Errorf("storing verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
 	return v, nil
+}
+
+// sealVerdict seals the trail with v's verdict.decided record and sets
+// v.AuditSeq to the record's sequence. The verdict is encoded once: as it
+// stands, with audit_seq 0, for the record, and with the record's
+// sequence spliced in for the store and the wire (Verdict.JSON).
+func (r *decision) sealVerdict(ctx context.Context, v *Verdict) error {
+	v.AuditSeq = 0
+	doc, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
+	}
+	seq, err := r.seal(ctx, r.event(EventVerdict, json.RawMessage(doc)))
+	if err != nil {
+		return err
+	}
+	v.AuditSeq = seq
+	if sealed, ok := setTopLevelUint(doc, "audit_seq", seq); ok {
+		v.keepEncoding(sealed)
+	}
+	return nil
 }
 
 func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
@@ -702,7 +719,7 @@ func (r *decision) event(name string, data any) AuditEvent {
 	if r.p != nil && r.p.Operator != nil {
 		common.Operator = r.p.Operator.ID
 	}
-	if _, isVerdict := data.(*Verdict); isVerdict {
+	if name == EventVerdict {
 		common.Action = "" // the verdict names its action itself
 	}
 	return AuditEvent{
@@ -777,8 +794,11 @@ func (r *decision) recordBestEffort(ctx context.Context, name string, data any) 
 }
 
 func mustJSON(v any) json.RawMessage {
-	if v == nil {
+	switch v := v.(type) {
+	case nil:
 		return nil
+	case json.RawMessage:
+		return v // encoded by the engine already
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

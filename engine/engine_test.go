@@ -605,6 +605,18 @@ func (h *harness) checkFresh(t *testing.T, v *engine.Verdict, tr *memTrail, data
 	if v.AuditSeq != sealSeq {
 		t.Errorf("audit_seq = %d, want %d, the sequence Seal returned", v.AuditSeq, sealSeq)
 	}
+	// The engine encodes a verdict once; what the store and the wire get
+	// is byte for byte what encoding the verdict now gives.
+	enc, err := v.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := json.Marshal(v); !bytes.Equal(enc, want) {
+		t.Errorf("verdict JSON\n%s\nwant\n%s", enc, want)
+	}
+	if again, _ := v.JSON(); &again[0] != &enc[0] {
+		t.Error("JSON encoded the decided verdict anew instead of returning the engine's encoding")
+	}
 	events := tr.all()
 	last := events[len(events)-1]
 	if last.Event != engine.EventVerdict {

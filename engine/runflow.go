@@ -459,11 +459,9 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	}); err != nil {
 		return nil, err
 	}
-	seq, err := r.seal(ctx, r.event(EventVerdict, &next))
-	if err != nil {
+	if err := r.sealVerdict(ctx, &next); err != nil {
 		return nil, err
 	}
-	next.AuditSeq = seq
 	stored, err := e.cfg.Store.Replace(ctx, held, &next)
 	switch {
 	case errors.Is(err, ErrExists):

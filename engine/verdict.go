@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Outcome is the final answer gated gives a proposal.
 type Outcome string
@@ -71,6 +74,31 @@ type Verdict struct {
 	DuplicateOf string `json:"duplicate_of,omitempty"`
 	// Run is the run review's part of the verdict of a kind run proposal.
 	Run *RunVerdict `json:"run,omitempty"`
+
+	// encoded is the verdict's JSON, written once by the engine when the
+	// verdict was final (see JSON). It holds for this Verdict at
+	// encodedSeq only: encodedFor tells a copy, which may be changed, from
+	// the verdict itself.
+	encoded    []byte
+	encodedFor *Verdict
+	encodedSeq uint64
+}
+
+// JSON returns the verdict's wire encoding. A verdict the engine decided
+// was encoded once, for its audit record, and that encoding is returned,
+// so that storing and publishing the verdict do not encode it again; any
+// other verdict, a copy, or one whose AuditSeq changed since, is encoded
+// now.
+func (v *Verdict) JSON() ([]byte, error) {
+	if v.encodedFor == v && v.encodedSeq == v.AuditSeq && v.encoded != nil {
+		return v.encoded, nil
+	}
+	return json.Marshal(v)
+}
+
+// keepEncoding records doc, v's JSON at its current AuditSeq, for JSON.
+func (v *Verdict) keepEncoding(doc []byte) {
+	v.encoded, v.encodedFor, v.encodedSeq = doc, v, v.AuditSeq
 }
 
 // PolicyRef is the policy's part of a verdict.
