@@ -224,11 +224,65 @@ func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 		}
 		ev.Data = wrapped
 	}
-	data, err := json.Marshal(ev)
+	data, err := appendEvent(make([]byte, 0, len(ev.Data)+256), ev)
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
 	}
 	return encodedEvent{tenant: ev.Tenant, subject: AuditSubject(ev.Tenant, ev.Event), json: data}, nil
+}
+
+// appendEvent appends ev as encoding/json writes an engine.AuditEvent,
+// without its reflection: members in the struct's order, empty optional
+// ones left out, the data compacted. The data must be valid JSON.
+func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
+	dst = append(dst, `{"v":`...)
+	dst = strconv.AppendInt(dst, int64(ev.V), 10)
+	dst = append(dst, `,"event":`...)
+	dst = appendJSONString(dst, ev.Event)
+	dst = append(dst, `,"tenant":`...)
+	dst = appendJSONString(dst, ev.Tenant)
+	if ev.ProposalID != "" {
+		dst = append(dst, `,"proposal_id":`...)
+		dst = appendJSONString(dst, ev.ProposalID)
+	}
+	at, err := ev.At.MarshalJSON()
+	if err != nil {
+		return nil, err
+	}
+	dst = append(dst, `,"at":`...)
+	dst = append(dst, at...)
+	if ev.Instance != "" {
+		dst = append(dst, `,"instance":`...)
+		dst = appendJSONString(dst, ev.Instance)
+	}
+	if ev.PolicyRevision != "" {
+		dst = append(dst, `,"policy_revision":`...)
+		dst = appendJSONString(dst, ev.PolicyRevision)
+	}
+	if len(ev.Data) > 0 {
+		dst = append(dst, `,"data":`...)
+		buf := bytes.NewBuffer(dst)
+		if err := json.Compact(buf, ev.Data); err != nil {
+			return nil, fmt.Errorf("data is not JSON: %w", err)
+		}
+		dst = buf.Bytes()
+	}
+	return append(dst, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string. Strings of printable ASCII
+// that need no escape, such as tokens and ids, are copied; any other goes
+// through encoding/json, so that escapes stay exactly its own.
+func appendJSONString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s)
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
 }
 
 // body returns the record's body for chain link c.

@@ -5,9 +5,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
+	"reflect"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/gated/gated/engine"
 	"github.com/nats-io/nats.go"
 )
 
@@ -33,4 +37,47 @@ func TestSignerReusesMACs(t *testing.T) {
 	if got, want := auditMAC(key, d), hex.EncodeToString(mac.Sum(nil)); got != want {
 		t.Fatalf("auditMAC = %s, want HMAC-SHA-256 %s", got, want)
 	}
+}
+
+// FuzzAppendEvent holds the hand-written envelope to encoding/json's: for
+// data encoding/json wrote (as the engine's is), byte for byte; for any
+// other valid data, the same document; invalid data is refused by both.
+func FuzzAppendEvent(f *testing.F) {
+	f.Add(1, "verdict.decided", "acme", "p-1", int64(1_700_000_000_123_456_789), "host-1", "rev1", []byte(`{"outcome":"approved","reason":"a <b> & c"}`))
+	f.Add(0, "proposal.received", "_", "", int64(0), "", "", []byte(nil))
+	f.Add(1, "x\u2028", "t\"\\", "id\x00", int64(-5), "é", "\xff", []byte(` { "a" : [1, 2] } `))
+	f.Add(1, "e", "t", "i", int64(1), "", "", []byte(`{"a":`))
+	f.Fuzz(func(t *testing.T, v int, event, tenant, id string, at int64, instance, revision string, data []byte) {
+		ev := engine.AuditEvent{V: v, Event: event, Tenant: tenant, ProposalID: id, At: time.Unix(0, at).UTC(),
+			Instance: instance, PolicyRevision: revision, Data: data}
+		got, gotErr := appendEvent(nil, ev)
+		want, wantErr := json.Marshal(ev)
+		if (gotErr != nil) != (wantErr != nil) {
+			t.Fatalf("appendEvent error %v, encoding/json error %v", gotErr, wantErr)
+		}
+		if gotErr != nil {
+			return
+		}
+		var gotDoc, wantDoc any
+		if err := json.Unmarshal(got, &gotDoc); err != nil {
+			t.Fatalf("appendEvent wrote invalid JSON %q: %v", got, err)
+		}
+		if err := json.Unmarshal(want, &wantDoc); err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(gotDoc, wantDoc) {
+			t.Fatalf("appendEvent wrote\n%s\nencoding/json\n%s", got, want)
+		}
+		// Data as the engine writes it: encoded by encoding/json.
+		var doc any
+		if json.Unmarshal(data, &doc) != nil {
+			return
+		}
+		ev.Data, _ = json.Marshal(doc)
+		got, _ = appendEvent(nil, ev)
+		want, _ = json.Marshal(ev)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("appendEvent wrote\n%s\nencoding/json\n%s", got, want)
+		}
+	})
 }
