@@ -33,7 +33,7 @@ type dedupeKey [sha256.Size]byte
 // session, the context summary), so a retry loop is caught, while a
 // resubmission that adds user_confirmed, names an incident or arrives
 // after a policy reload is judged afresh.
-func dedupeKeyOf(p *Proposal, revision string) dedupeKey {
+func dedupeKeyOf(p *Proposal, targetKey, revision string) dedupeKey {
 	h := sha256.New()
 	field := func(s string) {
 		var n [8]byte
@@ -47,7 +47,7 @@ func dedupeKeyOf(p *Proposal, revision string) dedupeKey {
 	field(string(p.Kind))
 	field(string(p.Class))
 	field(string(p.BlastRadius))
-	field(p.TargetKey())
+	field(targetKey)
 	field(p.Reason)
 	field(p.Reviewer)
 	field(p.IncidentID)
@@ -185,7 +185,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 		return nil, false, nil
 	}
 	now := r.e.cfg.Clock.Now()
-	rej, ok := c.lookup(dedupeKeyOf(r.p, r.e.cfg.Policy.Revision()), now)
+	rej, ok := c.lookup(r.dedupeKey(r.e.cfg.Policy.Revision()), now)
 	if !ok || rej.id == r.id {
 		return nil, false, nil
 	}
@@ -201,7 +201,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 		return nil, false, nil
 	}
 	if r.p.Mutating() {
-		r.targetKey = r.p.TargetKey()
+		r.targetKey = r.proposalTarget()
 	}
 	age := max(now.Sub(rej.at), 0)
 	v = r.verdict(OutcomeRejected, StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
@@ -230,5 +230,23 @@ func (r *decision) rememberRejection(v *Verdict) {
 	if v.Policy != nil {
 		revision = v.Policy.Revision
 	}
-	c.remember(dedupeKeyOf(r.p, revision), v.ProposalID, v.DecidedAt, r.e.cfg.Clock.Now())
+	c.remember(r.dedupeKey(revision), v.ProposalID, v.DecidedAt, r.e.cfg.Clock.Now())
+}
+
+// dedupeKey is dedupeKeyOf for the decision's proposal, computed once per
+// policy revision: the look-up and the remembering of a rejection share it.
+func (r *decision) dedupeKey(revision string) dedupeKey {
+	if !r.dkey.set || r.dkey.revision != revision {
+		r.dkey.key, r.dkey.revision, r.dkey.set = dedupeKeyOf(r.p, r.proposalTarget(), revision), revision, true
+	}
+	return r.dkey.key
+}
+
+// proposalTarget is the proposal's TargetKey, computed once: it hashes
+// the canonical JSON of the target.
+func (r *decision) proposalTarget() string {
+	if !r.target.set {
+		r.target.key, r.target.set = r.p.TargetKey(), true
+	}
+	return r.target.key
 }

@@ -226,6 +226,17 @@ type decision struct {
 	awaited *Verdict
 	// run is set for a run proposal once the policy has decided it.
 	run *runState
+	// target and dkey keep the proposal's target key and its dedupe key
+	// (under dkey.revision) once computed.
+	target struct {
+		key string
+		set bool
+	}
+	dkey struct {
+		key      dedupeKey
+		revision string
+		set      bool
+	}
 	// auditMu serialises the trail: reviews of a quorum record
 	// concurrently, and a trail is written by one goroutine at a time.
 	auditMu sync.Mutex
@@ -302,7 +313,7 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	if p.Mutating() && p.Kind != KindRun {
 		// A run review judges work already done, not an operation on a
 		// target: it neither reads nor joins a target's history.
-		r.targetKey = p.TargetKey()
+		r.targetKey = r.proposalTarget()
 	}
 	var history []Verdict
 	if r.targetKey != "" {
@@ -342,9 +353,9 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		denies = []Deny{}
 	}
 	policyRef := &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
-	r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{
-		"denies": policyRef.Denies, "review": pd.Review, "reviewer_tools": pd.ReviewerTools,
-		"denied_tools": pd.DeniedTools, "eval_us": policyRef.EvalUS, "sop": sopID(pd.SOP), "run": pd.Run,
+	r.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
+		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
+		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
 	})
 
 	if len(denies) > 0 {
@@ -770,9 +781,26 @@ func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 
 // recordReceived records the arrival of the delivery's bytes.
 func (r *decision) recordReceived(ctx context.Context) error {
-	return r.record(ctx, EventReceived, map[string]any{
-		"subject": r.d.Subject, "bytes": len(r.d.Data), "sha256": r.digest,
-	})
+	return r.record(ctx, EventReceived, receivedData{Subject: r.d.Subject, Bytes: len(r.d.Data), SHA256: r.digest})
+}
+
+// receivedData and policyDecidedData are the data of the two records every
+// decided proposal has. Their members are in the order of their names, as
+// the maps they replace were written.
+type receivedData struct {
+	Bytes   int    `json:"bytes"`
+	SHA256  string `json:"sha256"`
+	Subject string `json:"subject"`
+}
+
+type policyDecidedData struct {
+	DeniedTools   []string   `json:"denied_tools"`
+	Denies        []Deny     `json:"denies"`
+	EvalUS        int64      `json:"eval_us"`
+	Review        Route      `json:"review"`
+	ReviewerTools []string   `json:"reviewer_tools"`
+	Run           *RunPolicy `json:"run"`
+	SOP           string     `json:"sop"`
 }
 
 func (r *decision) record(ctx context.Context, name string, data any) error {
