@@ -116,8 +116,10 @@ func (o *benchOptions) validate() (bench.Mix, bench.Concurrency, error) {
 		return nil, nil, usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
 	case o.natsURL == "" && (o.pid != 0 || o.llmListen != ""):
 		return nil, nil, usageError("--pid and --llm-listen apply to a deployment given by --nats-url")
-	case o.natsURL != "" && (len(o.serveArgs) > 0 || len(o.serveEnv) > 0):
-		return nil, nil, usageError("--serve-arg and --serve-env apply to the embedded gated; they cannot change a deployment given by --nats-url")
+	case o.natsURL != "" && len(o.serveArgs) > 0:
+		return nil, nil, usageError("--serve-arg applies to the embedded gated; it cannot change a deployment given by --nats-url")
+	case o.natsURL != "" && len(o.serveEnv) > 0:
+		return nil, nil, usageError("--serve-env applies to the embedded gated; it cannot change a deployment given by --nats-url")
 	case len(o.natsConn.authFlags()) > 0 && o.natsURL == "":
 		return nil, nil, usageError("%s apply to an external server: give --nats-url too", strings.Join(o.natsConn.authFlags(), ", "))
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":

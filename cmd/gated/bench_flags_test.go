@@ -22,7 +22,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{[]string{"--serve-env", "=1"}, `--serve-env: "=1" has no variable name before '='`},
 		{[]string{"--serve-env", "GO GC=1"}, `--serve-env: "GO GC": variable names are letters, digits and '_'`},
 		{[]string{"--serve-env", "9X=1"}, `--serve-env: "9X": variable names`},
-		{[]string{"--nats-url", "nats://127.0.0.1:1", "--serve-env", "GOGC=200"}, "--serve-arg and --serve-env apply to the embedded gated"},
+		{[]string{"--nats-url", "nats://127.0.0.1:1", "--serve-env", "GOGC=200"}, "--serve-env applies to the embedded gated; it cannot change a deployment given by --nats-url"},
 	}
 	for _, tc := range tests {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
