@@ -37,11 +37,13 @@ func TestDecideClaimsOnlyProposalsThatGoToReview(t *testing.T) {
 			if _, err := h.decideSeq(t.Context(), h.stream.trail(), tc.data, 3); err != nil {
 				t.Fatal(err)
 			}
-			if h.store.claimed != tc.claimed || h.store.released != tc.claimed {
-				t.Fatalf("claims taken %d, released %d; want %d of each", h.store.claimed, h.store.released, tc.claimed)
+			// A claim is kept once its verdict is stored: a late copy finds
+			// the verdict, or waits on the claim for it.
+			if h.store.claimed != tc.claimed || h.store.released != 0 {
+				t.Fatalf("claims taken %d, released %d; want %d taken and none released", h.store.claimed, h.store.released, tc.claimed)
 			}
-			if c, ok := h.store.claim("acme", "p1"); ok {
-				t.Fatalf("claim %+v left behind after the verdict was stored", c)
+			if c, ok := h.store.claim("acme", "p1"); ok != (tc.claimed > 0) || ok && c.Holder != "seq:3" {
+				t.Fatalf("claim %+v (%v) after the verdict was stored; want the deciding message's claim only when it was reviewed", c, ok)
 			}
 		})
 	}
@@ -120,8 +122,8 @@ func TestDecideTakesClaimsOver(t *testing.T) {
 			if v.Outcome != engine.OutcomeApproved || h.reviewer.calls() != 1 {
 				t.Fatalf("outcome %s after %d reviews; want approved after one", v.Outcome, h.reviewer.calls())
 			}
-			if c, ok := h.store.claim("acme", "p1"); ok {
-				t.Fatalf("claim %+v left behind", c)
+			if c, ok := h.store.claim("acme", "p1"); !ok || c.Holder != "seq:7" || c.Delivery != 1 {
+				t.Fatalf("claim %+v (%v); want the deciding delivery's, kept with its verdict", c, ok)
 			}
 		})
 	}
@@ -205,8 +207,9 @@ func TestDecideFindsVerdictStoredBeforeItsClaim(t *testing.T) {
 	if h.reviewer.calls() != 0 {
 		t.Errorf("reviewer called %d times; the verdict was stored before the claim", h.reviewer.calls())
 	}
-	if c, ok := h.store.claim("acme", "p1"); ok {
-		t.Errorf("claim %+v left behind", c)
+	// The verdict is stored, so the claim taken is kept with it.
+	if c, ok := h.store.claim("acme", "p1"); !ok || c.Holder != "seq:2" {
+		t.Errorf("claim %+v (%v); want this delivery's, kept", c, ok)
 	}
 }
 
@@ -245,5 +248,22 @@ func TestGiveUpReleasesTheClaimAndKeepsAStoredVerdict(t *testing.T) {
 	sameVerdict(t, again, v)
 	if got := tr.names(); !slices.Equal(got, []string{engine.EventReplayed}) {
 		t.Errorf("events %v, want [%s]", got, engine.EventReplayed)
+	}
+}
+
+// A delivery that ends without a stored verdict releases its claim, so
+// that the redelivery, or another copy, may review without waiting for
+// the claim to go stale.
+func TestDecideReleasesTheClaimWhenNothingIsStored(t *testing.T) {
+	h := newHarness(t)
+	h.store.createErr = errors.New("bucket unavailable")
+	if _, err := h.decideSeq(t.Context(), h.stream.trail(), proposalJSON(t, nil), 4); err == nil {
+		t.Fatal("Decide stored nothing and reported no error")
+	}
+	if h.store.claimed != 1 || h.store.released != 1 {
+		t.Fatalf("claims taken %d, released %d; want one of each", h.store.claimed, h.store.released)
+	}
+	if c, ok := h.store.claim("acme", "p1"); ok {
+		t.Fatalf("claim %+v left behind by a delivery that stored no verdict", c)
 	}
 }

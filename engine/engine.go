@@ -281,12 +281,24 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		return v, err
 	}
 	v := r.judge(ctx)
-	// Runs after finish below: the claim goes once the verdict is stored.
-	defer r.releaseClaim(ctx)
+	// The claim is released only when this delivery ends with no verdict
+	// stored, so that another delivery may review. Once a verdict is
+	// stored it is kept: a copy of the proposal finds the stored verdict
+	// before it looks at claims, or, when it looked just before the
+	// verdict was stored, finds the claim live and waits for that verdict,
+	// which is already there. Keeping it saves the release's write; it
+	// goes with the bucket's TTL, as the release's purge marker would.
+	stored := false
+	defer func() {
+		if !stored {
+			r.releaseClaim(ctx)
+		}
+	}()
 	if r.failure != nil {
 		return nil, r.failure
 	}
 	if r.awaited != nil {
+		stored = true
 		return r.replay(ctx, r.awaited)
 	}
 	r.finishRun(v)
@@ -296,6 +308,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		return nil, fmt.Errorf("deciding %s.%s: %w", r.tenant, r.id, err)
 	}
 	decided, err := r.finish(ctx, v)
+	stored = err == nil
 	if err == nil && decided == v {
 		r.rememberRejection(v)
 	}
@@ -453,9 +466,9 @@ func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
 	return false
 }
 
-// releaseClaim drops the review claim this delivery holds, if any. It is
-// best effort: a claim left behind goes stale at its Until, and the stored
-// verdict is found before any claim is looked at.
+// releaseClaim drops the review claim this delivery holds, if any, when
+// it leaves the proposal undecided. It is best effort: a claim left
+// behind goes stale at its Until.
 func (r *decision) releaseClaim(ctx context.Context) {
 	if !r.claimed {
 		return

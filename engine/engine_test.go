@@ -1323,25 +1323,46 @@ func TestDecideStoreFailures(t *testing.T) {
 
 // TestDecideLosesRace checks that when another gated stored a verdict
 // between this one's look-up and its write, the stored verdict stands.
+// TestDecideLosesRace: a copy of a proposal that missed the stored
+// verdict on its look-up gets the stored verdict, never its own. While
+// the first review's claim is kept, the copy waits on it and does not
+// review; once that claim has gone stale it reviews, and storing its
+// verdict finds the first one there.
 func TestDecideLosesRace(t *testing.T) {
-	h := newHarness(t)
-	data := proposalJSON(t, nil)
-	first, _ := h.mustDecide(t, testSubject, data, "")
+	for _, stale := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stale claim %v", stale), func(t *testing.T) {
+			h := newHarness(t)
+			data := proposalJSON(t, nil)
+			first, _ := h.mustDecide(t, testSubject, data, "")
+			c, ok := h.store.claim("acme", "p1")
+			if !ok {
+				t.Fatal("the first review's claim was not kept with its verdict")
+			}
+			if stale {
+				c.Until = time.Now().Add(-time.Second)
+				h.store.hold("acme", "p1", c)
+			}
 
-	h.store.mu.Lock()
-	h.store.hideOnGet = true
-	h.store.mu.Unlock()
-	h.reviewer.answer = answer(engine.ReviewResult{}, errors.New("plugin crashed"))
-	tr := h.stream.trail()
-	v, err := h.decideOn(t.Context(), tr, testSubject, data, "")
-	if err != nil {
-		t.Fatalf("Decide: %v", err)
+			h.store.mu.Lock()
+			h.store.hideOnGet = true
+			h.store.mu.Unlock()
+			h.reviewer.answer = answer(engine.ReviewResult{}, errors.New("plugin crashed"))
+			tr := h.stream.trail()
+			v, err := h.decideOn(t.Context(), tr, testSubject, data, "")
+			if err != nil {
+				t.Fatalf("Decide: %v", err)
+			}
+			sameVerdict(t, v, first)
+			want := 1
+			if stale {
+				want = 2
+			}
+			if h.reviewer.calls() != want {
+				t.Errorf("reviewer called %d times, want %d", h.reviewer.calls(), want)
+			}
+			sameVerdict(t, h.store.stored(t, "acme", "p1"), first)
+		})
 	}
-	sameVerdict(t, v, first)
-	if h.reviewer.calls() != 2 {
-		t.Errorf("reviewer called %d times, want 2", h.reviewer.calls())
-	}
-	sameVerdict(t, h.store.stored(t, "acme", "p1"), first)
 }
 
 func TestDecideConcurrentDeliveries(t *testing.T) {
