@@ -328,6 +328,33 @@ func TestSamplerReadsItself(t *testing.T) {
 	if u.PeakRSSMB <= 1 || u.CPUSeconds < 0 {
 		t.Errorf("usage = %+v", u)
 	}
+	if _, err := os.Stat("/proc/self/smaps_rollup"); err == nil && (u.PeakPSSMB <= 1 || u.PeakPSSMB > u.PeakRSSMB) {
+		t.Errorf("PSS %.1f MB, RSS %.1f MB: want a PSS above 1 MB and at most the RSS", u.PeakPSSMB, u.PeakRSSMB)
+	}
+}
+
+func TestParsePSS(t *testing.T) {
+	rollup := "55d0c0a2b000-7ffd1a5f3000 ---p 00000000 00:00 0                          [rollup]\nRss:              305056 kB\nPss:              299613 kB\nPss_Anon:         283980 kB\n"
+	n, err := parsePSS([]byte(rollup))
+	if err != nil || n != 299613<<10 {
+		t.Fatalf("parsePSS = %d, %v; want %d", n, err, 299613<<10)
+	}
+	for _, bad := range []string{"", "Rss: 1 kB\n", "Pss: 12\n", "Pss: x kB\n", "Pss: -1 kB\n", "Pss: 1 MB\n", "Pss: 99999999999999 kB\n"} {
+		if _, err := parsePSS([]byte(bad)); err == nil {
+			t.Errorf("parsePSS(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParsePSS(f *testing.F) {
+	f.Add([]byte("Rss: 10 kB\nPss: 7 kB\nPss_Anon: 5 kB\n"))
+	f.Add([]byte("Pss:\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		n, err := parsePSS(b)
+		if err == nil && (n < 0 || n > 1<<50) {
+			t.Fatalf("parsePSS(%q) = %d", b, n)
+		}
+	})
 }
 
 func FuzzParseMix(f *testing.F) {
@@ -397,6 +424,7 @@ func TestSamplerCountsChildren(t *testing.T) {
 		t.Skip("no /proc here")
 	}
 	_, alone, _ := parseSelf(t)
+	pssAlone, _ := readPSS(os.Getpid())
 	cmd := exec.Command("sleep", "5")
 	if err := cmd.Start(); err != nil {
 		t.Skip("no sleep command")
@@ -405,12 +433,20 @@ func TestSamplerCountsChildren(t *testing.T) {
 	if !slices.Contains(descendants(os.Getpid()), cmd.Process.Pid) {
 		t.Fatalf("child %d not among %v", cmd.Process.Pid, descendants(os.Getpid()))
 	}
-	_, withChild, err := procSample(os.Getpid(), true)
+	_, withChild, pssWithChild, err := procSample(os.Getpid(), true, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if withChild <= alone {
 		t.Errorf("rss with a child %d <= alone %d", withChild, alone)
+	}
+	if pssAlone > 0 && pssWithChild <= pssAlone {
+		t.Errorf("pss with a child %d <= alone %d", pssWithChild, pssAlone)
+	}
+	// Shared pages count once in the proportional sum, so it is never
+	// above the resident sum.
+	if pssWithChild > withChild {
+		t.Errorf("pss %d above rss %d", pssWithChild, withChild)
 	}
 }
 

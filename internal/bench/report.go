@@ -149,7 +149,8 @@ func (r *Report) Print(w io.Writer) {
 	}
 	table("floor: bare JetStream (publish → durable consume → log append → reply)", r.Floor, false)
 	if r.GatedProc != nil {
-		fmt.Fprintf(w, "\ngated and its plugin processes: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.GatedProc.PeakRSSMB, r.GatedProc.CPUSeconds, r.GatedProc.Cores)
+		fmt.Fprintf(w, "\ngated and its plugin processes: peak RSS %.0f MB%s, CPU %.1f s (%.2f cores)\n",
+			r.GatedProc.PeakRSSMB, pssNote(r.GatedProc), r.GatedProc.CPUSeconds, r.GatedProc.Cores)
 	}
 	if r.BenchProc != nil {
 		fmt.Fprintf(w, "bench process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.BenchProc.PeakRSSMB, r.BenchProc.CPUSeconds, r.BenchProc.Cores)
@@ -176,4 +177,13 @@ func oneLine(s string) string {
 		s = s[:300] + "…"
 	}
 	return s
+}
+
+// pssNote gives the proportional set beside the resident set of a
+// process tree, when the kernel reports it: shared pages counted once.
+func pssNote(u *ProcUsage) string {
+	if u.PeakPSSMB <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (PSS %.0f MB: pages the processes share counted once)", u.PeakPSSMB)
 }
