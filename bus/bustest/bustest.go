@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
@@ -17,7 +18,13 @@ import (
 // Server starts an embedded server that is shut down when the test ends.
 func Server(t testing.TB) *server.Server {
 	t.Helper()
-	s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()}, zaptest.NewLogger(t))
+	log := zaptest.NewLogger(t)
+	if _, bench := t.(*testing.B); bench {
+		// A benchmark prints what it logs beside its figures, on every
+		// run: the server's start-up banner would bury them.
+		log = zap.NewNop()
+	}
+	s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: t.TempDir()}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
