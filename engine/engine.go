@@ -237,6 +237,10 @@ type decision struct {
 		revision string
 		set      bool
 	}
+	// history carries the target's recent verdicts from readHistoryAhead,
+	// read for historyKey.
+	history    chan historyRead
+	historyKey string
 	// auditMu serialises the trail: reviews of a quorum record
 	// concurrently, and a trail is written by one goroutine at a time.
 	auditMu sync.Mutex
@@ -257,6 +261,9 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		r.action = subjAction
 	}
 
+	if decodeErr == nil {
+		r.readHistoryAhead(ctx)
+	}
 	if r.id != "" {
 		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
 		switch {
@@ -331,7 +338,7 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	var history []Verdict
 	if r.targetKey != "" {
 		var err error
-		if history, err = r.e.cfg.Store.Recent(ctx, p.Tenant, r.targetKey); err != nil {
+		if history, err = r.recentHistory(ctx); err != nil {
 			r.failure = fmt.Errorf("reading recent verdicts on the target: %w", err)
 			return nil
 		}
@@ -400,6 +407,45 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	}
 	v.Policy = policyRef
 	return v
+}
+
+// historyRead is a target's recent verdicts as the store returned them.
+type historyRead struct {
+	verdicts []Verdict
+	err      error
+}
+
+// readHistoryAhead starts reading the recent verdicts on the proposal's
+// target, which the policy will need, beside the look-up of a stored
+// verdict: the two round trips to the store overlap instead of adding up.
+// Only a mutating proposal with a target that is not a run has a history
+// (see judge).
+func (r *decision) readHistoryAhead(ctx context.Context) {
+	if !r.p.Mutating() || r.p.Kind == KindRun {
+		return
+	}
+	key := r.proposalTarget()
+	if key == "" {
+		return
+	}
+	ch := make(chan historyRead, 1)
+	r.history, r.historyKey = ch, key
+	store, tenant := r.e.cfg.Store, r.p.Tenant
+	go func() {
+		v, err := store.Recent(ctx, tenant, key)
+		ch <- historyRead{v, err}
+	}()
+}
+
+// recentHistory returns the recent verdicts on r.targetKey, read ahead
+// when readHistoryAhead started it.
+func (r *decision) recentHistory(ctx context.Context) ([]Verdict, error) {
+	if r.history != nil && r.historyKey == r.targetKey {
+		h := <-r.history
+		r.history = nil
+		return h.verdicts, h.err
+	}
+	return r.e.cfg.Store.Recent(ctx, r.tenant, r.targetKey)
 }
 
 // claimReview takes the proposal's review claim before reviewers run. It

@@ -1490,3 +1490,48 @@ func TestNewChecksConfig(t *testing.T) {
 		t.Errorf("New with deduplication off: %v", err)
 	}
 }
+
+// overlapStore holds the first verdict look-up until the target's history
+// is being read, so a Decide that reads them one after the other fails.
+type overlapStore struct {
+	*memStore
+	recent     chan struct{}
+	recentOnce sync.Once
+	gets       atomic.Int32
+}
+
+func (s *overlapStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+	if s.gets.Add(1) == 1 {
+		select {
+		case <-s.recent:
+		case <-time.After(5 * time.Second):
+			return nil, errors.New("the target's history was not read while the stored verdict was looked up")
+		}
+	}
+	return s.memStore.Get(ctx, tenant, id)
+}
+
+func (s *overlapStore) Recent(ctx context.Context, tenant, key string) ([]engine.Verdict, error) {
+	s.recentOnce.Do(func() { close(s.recent) })
+	return s.memStore.Recent(ctx, tenant, key)
+}
+
+// A mutating proposal's history is read beside the look-up of a stored
+// verdict, not after it.
+func TestDecideReadsHistoryBesideTheVerdictLookup(t *testing.T) {
+	h := newHarness(t)
+	store := &overlapStore{memStore: h.store, recent: make(chan struct{})}
+	h.cfg.Store = store
+	eng, err := engine.New(h.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.eng = eng
+	v, err := h.decideOn(t.Context(), h.stream.trail(), testSubject, proposalJSON(t, nil), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
+	}
+}
