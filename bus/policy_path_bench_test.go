@@ -43,14 +43,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 		tenant      = "bench"
 	)
 	log := zap.NewNop()
-	s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: b.TempDir()}, log)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() {
-		s.Shutdown()
-		s.WaitForShutdown()
-	})
+	s := bustest.Server(b)
 	ctx := b.Context()
 
 	// gated's side, set up as serve does.
