@@ -237,10 +237,9 @@ type decision struct {
 		revision string
 		set      bool
 	}
-	// history carries the target's recent verdicts from readHistoryAhead,
-	// read for historyKey.
-	history    chan historyRead
-	historyKey string
+	// history carries the recent verdicts on the proposal's target from
+	// readHistoryAhead; nil when it read none.
+	history chan historyRead
 	// auditMu serialises the trail: reviews of a quorum record
 	// concurrently, and a trail is written by one goroutine at a time.
 	auditMu sync.Mutex
@@ -429,7 +428,7 @@ func (r *decision) readHistoryAhead(ctx context.Context) {
 		return
 	}
 	ch := make(chan historyRead, 1)
-	r.history, r.historyKey = ch, key
+	r.history = ch
 	store, tenant := r.e.cfg.Store, r.p.Tenant
 	go func() {
 		v, err := store.Recent(ctx, tenant, key)
@@ -438,9 +437,10 @@ func (r *decision) readHistoryAhead(ctx context.Context) {
 }
 
 // recentHistory returns the recent verdicts on r.targetKey, read ahead
-// when readHistoryAhead started it.
+// when readHistoryAhead started it: judge sets r.targetKey under the
+// conditions readHistoryAhead reads under, to the same key.
 func (r *decision) recentHistory(ctx context.Context) ([]Verdict, error) {
-	if r.history != nil && r.historyKey == r.targetKey {
+	if r.history != nil {
 		h := <-r.history
 		r.history = nil
 		return h.verdicts, h.err
