@@ -54,6 +54,20 @@ func TestBenchEmbedded(t *testing.T) {
 		if s.Answered != 30 || s.Unexpected != 0 || s.Errors != 0 || s.PerSecond <= 0 || s.P50MS <= 0 || s.MaxMS < s.P99MS {
 			t.Errorf("%s: %+v", p, s)
 		}
+		// gated runs on this host: every stage of every answer is known,
+		// and no stage takes longer than the whole wait.
+		for _, stage := range []string{bench.StageToGated, bench.StageDeciding, bench.StageAfterDeciding} {
+			if q := s.Stages[stage]; q.N != 30 || q.MaxMS > s.MaxMS {
+				t.Errorf("%s: stage %s = %+v, whole wait max %g ms", p, stage, q, s.MaxMS)
+			}
+		}
+	}
+	// The scripted model's 50 ms are part of deciding, not of the bus.
+	if q := byPath["llm"].Stages[bench.StageDeciding]; q.P50MS < 50 {
+		t.Errorf("llm deciding p50 %g ms, below the model's 50 ms", q.P50MS)
+	}
+	if !strings.Contains(stdout, "where the time goes") {
+		t.Errorf("report lacks the stages:\n%s", stdout)
 	}
 	if all := byPath["all"]; all.Answered != 120 {
 		t.Errorf("all: %+v", all)
@@ -61,7 +75,8 @@ func TestBenchEmbedded(t *testing.T) {
 	if len(rep.Floor) != 5 || rep.Ratio["all"] <= 0 {
 		t.Errorf("floor %+v ratio %v", rep.Floor, rep.Ratio)
 	}
-	if rep.Probe == nil || rep.Probe.Answered == 0 || rep.Probe.Errors != 0 || rep.Probe.Unexpected != 0 {
+	if rep.Probe == nil || rep.Probe.Answered == 0 || rep.Probe.Errors != 0 || rep.Probe.Unexpected != 0 ||
+		rep.Probe.Stages[bench.StageAfterDeciding].N != rep.Probe.Answered {
 		t.Errorf("probe: %+v", rep.Probe)
 	}
 	if rep.GatedProc == nil || rep.GatedProc.PeakRSSMB <= 0 || rep.GatedProc.CPUSeconds <= 0 {
@@ -88,6 +103,10 @@ func TestBenchExternal(t *testing.T) {
 	}
 	if !strings.Contains(stdout, "gated bench (external)") || !strings.Contains(stdout, "gated and its plugin processes: peak RSS") || strings.Contains(stdout, "floor:") {
 		t.Errorf("report:\n%s", stdout)
+	}
+	// --pid says gated runs here: its clock is this one.
+	if !strings.Contains(stdout, "to gated: the publish") {
+		t.Errorf("report with --pid lacks the stages before and after deciding:\n%s", stdout)
 	}
 	code, stdout, stderr = run(t, exec.Command(gatedBin, "bench", "--nats-url", g.natsURL, "-n", "4",
 		"--mix", "llm=1", "--floor=false", "--warmup", "0", "--timeout", "20s"))

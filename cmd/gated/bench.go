@@ -316,6 +316,7 @@ func measureGated(ctx context.Context, nc *nats.Conn, gen bench.Proposals, plan 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	fleet.SameClock = o.sameClock()
 	var probe *bench.Recorder
 	var probeWG sync.WaitGroup
 	pctx, stopProbe := context.WithCancel(ctx)
@@ -329,8 +330,9 @@ func measureGated(ctx context.Context, nc *nats.Conn, gen bench.Proposals, plan 
 			return nil, nil, nil, err
 		}
 		defer pfleet.Close()
+		pfleet.SameClock = o.sameClock()
 		probeWG.Go(func() {
-			probe = bench.Probe(pctx, o.probeRate, func(ctx context.Context, p bench.Path, i int) (int, error) {
+			probe = bench.Probe(pctx, o.probeRate, func(ctx context.Context, p bench.Path, i int) (bench.Answer, error) {
 				return pfleet.SendNew(ctx, p, i)
 			})
 		})
@@ -340,6 +342,11 @@ func measureGated(ctx context.Context, nc *nats.Conn, gen bench.Proposals, plan 
 	probeWG.Wait()
 	return fleet, recs, probe, nil
 }
+
+// sameClock says gated runs on this host: embedded, or named by --pid.
+// Then the verdict's decided_at can be compared with this process's clock
+// (bench.StageTimes).
+func (o benchOptions) sameClock() bool { return o.natsURL == "" || o.pid > 0 }
 
 // driveGated runs a plan against gated without keeping the fleet.
 func driveGated(ctx context.Context, nc *nats.Conn, gen bench.Proposals, plan bench.Plan, o benchOptions, label string, stderr io.Writer) (map[bench.Path]*bench.Recorder, error) {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -153,6 +154,85 @@ func TestCombineAndRatios(t *testing.T) {
 	}
 }
 
+// A verdict's decided_at and latency_ms split the wait into the time
+// before gated started deciding, the deciding, and the time after; only
+// the deciding is gated's own clock alone.
+func TestStageTimes(t *testing.T) {
+	sent := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	decided := sent.Add(10 * time.Millisecond)
+	r := reply{sent: sent, at: decided.Add(3 * time.Millisecond)}
+	st := stageTimes(r, decided, 6.5, true)
+	want := StageTimes{ToGated: 3500 * time.Microsecond, Deciding: 6500 * time.Microsecond, AfterDeciding: 3 * time.Millisecond, SameClock: true}
+	if st == nil || *st != want {
+		t.Fatalf("stages = %+v, want %+v", st, want)
+	}
+	if st.ToGated+st.Deciding+st.AfterDeciding != r.at.Sub(r.sent) {
+		t.Errorf("the stages do not add up to the wait")
+	}
+	if st := stageTimes(r, decided, 6.5, false); st == nil || *st != (StageTimes{Deciding: 6500 * time.Microsecond}) {
+		t.Errorf("on another host's clock: %+v, want the deciding only", st)
+	}
+	// Clocks that disagree by a little never give a negative stage.
+	if st := stageTimes(reply{sent: sent, at: decided.Add(-time.Millisecond)}, decided, 20, true); st.ToGated != 0 || st.AfterDeciding != 0 || st.Deciding != 20*time.Millisecond {
+		t.Errorf("skewed clocks: %+v", st)
+	}
+	// A verdict without the figures has no stages.
+	if st := stageTimes(r, time.Time{}, 6.5, true); st != nil {
+		t.Errorf("no decided_at: %+v", st)
+	}
+	if st := stageTimes(r, decided, -1, true); st != nil {
+		t.Errorf("negative latency_ms: %+v", st)
+	}
+}
+
+// Stage times come from answers as expected; the summary gives their
+// percentiles per stage, "all" merges them, and the report prints them.
+func TestRecorderStages(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a, b := &Recorder{}, &Recorder{}
+	for i := range 100 {
+		ms := time.Duration(i+1) * time.Millisecond
+		record(a, t0, 3*ms, Answer{Size: 1, Stages: &StageTimes{ToGated: ms, Deciding: ms, AfterDeciding: ms, SameClock: true}}, nil)
+	}
+	// Unexpected answers, and answers without stages, leave them out.
+	record(a, t0, time.Hour, Answer{Size: 1, Stages: &StageTimes{Deciding: time.Hour}}, &UnexpectedError{ID: "x"})
+	record(a, t0, time.Second, Answer{Size: 1}, nil)
+	record(b, t0, time.Second, Answer{Size: 1, Stages: &StageTimes{Deciding: 500 * time.Millisecond}}, nil)
+
+	s := a.Summary("denied")
+	for _, name := range []string{StageToGated, StageDeciding, StageAfterDeciding} {
+		q := s.Stages[name]
+		if q.N != 100 || q.P50MS != 50 || q.P90MS != 90 || q.P99MS != 99 || q.MaxMS != 100 {
+			t.Errorf("%s = %+v", name, q)
+		}
+	}
+	rows := Summaries(map[Path]*Recorder{PathDenied: a, PathRead: b})
+	if got := rows[1].Stages; len(got) != 1 || got[StageDeciding].N != 1 {
+		t.Errorf("read, measured on another clock: %+v", got)
+	}
+	all := rows[2].Stages
+	if all[StageDeciding].N != 101 || all[StageDeciding].MaxMS != 500 || all[StageToGated].N != 100 {
+		t.Errorf("all = %+v", all)
+	}
+	if (&Recorder{}).Summary("floor").Stages != nil {
+		t.Error("a path without stage times reports stages")
+	}
+
+	var out strings.Builder
+	(&Report{Gated: rows}).Print(&out)
+	for _, want := range []string{`where the time goes \(p50 / p99 ms\)`, `denied +50\.00 / 99\.00 +50\.00 / 99\.00 +50\.00 / 99\.00\n`,
+		`read +— +500\.00 / 500\.00 +—\n`, `after deciding: the audit trail sealed`} {
+		if !regexp.MustCompile(want).MatchString(out.String()) {
+			t.Errorf("report lacks %s:\n%s", want, out.String())
+		}
+	}
+	out.Reset()
+	(&Report{Gated: rows[1:2]}).Print(&out)
+	if !strings.Contains(out.String(), "the other stages need gated on this host") {
+		t.Errorf("a report without same-clock stages does not say why:\n%s", out.String())
+	}
+}
+
 func TestProposalsMatchTheirPath(t *testing.T) {
 	g := Proposals{Tenant: "acme", Nonce: "n1", Pad: 10}
 	seen := map[string]bool{}
@@ -194,7 +274,7 @@ func TestDriveRunsEveryProposalOnce(t *testing.T) {
 	sent := map[string]int{}
 	var inFlight, peak atomic.Int64
 	var done atomic.Int64
-	recs := Drive(context.Background(), plan, func(_ context.Context, p Path, i int) (int, error) {
+	recs := Drive(context.Background(), plan, func(_ context.Context, p Path, i int) (Answer, error) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		for {
@@ -209,11 +289,11 @@ func TestDriveRunsEveryProposalOnce(t *testing.T) {
 		time.Sleep(time.Millisecond)
 		switch {
 		case p == PathRead && i == 5:
-			return 0, errors.New("lost")
+			return Answer{}, errors.New("lost")
 		case p == PathRead && i == 6:
-			return 9, &UnexpectedError{ID: "x", Outcome: engine.OutcomeError, Reason: "boom"}
+			return Answer{Size: 9}, &UnexpectedError{ID: "x", Outcome: engine.OutcomeError, Reason: "boom"}
 		}
-		return 9, nil
+		return Answer{Size: 9}, nil
 	}, &done)
 	if len(sent) != 80 || done.Load() != 80 {
 		t.Fatalf("sent %d distinct, done %d; want 80", len(sent), done.Load())
@@ -241,12 +321,12 @@ func TestDriveRamps(t *testing.T) {
 	start := time.Now()
 	var mu sync.Mutex
 	var offsets []time.Duration
-	recs := Drive(context.Background(), plan, func(context.Context, Path, int) (int, error) {
+	recs := Drive(context.Background(), plan, func(context.Context, Path, int) (Answer, error) {
 		mu.Lock()
 		offsets = append(offsets, time.Since(start))
 		mu.Unlock()
 		time.Sleep(ramp) // each sender sends once: the first send is its only one
-		return 1, nil
+		return Answer{Size: 1}, nil
 	}, nil)
 	if got := recs[PathDenied].Answered(); got != senders {
 		t.Fatalf("answered %d, want %d", got, senders)
@@ -262,7 +342,7 @@ func TestDriveRamps(t *testing.T) {
 	cancel()
 	var sent atomic.Int64
 	Drive(ctx, Plan{Counts: map[Path]int{PathRead: 10}, Concurrency: Concurrency{PathRead: 10}, Ramp: time.Hour},
-		func(context.Context, Path, int) (int, error) { sent.Add(1); return 1, nil }, nil)
+		func(context.Context, Path, int) (Answer, error) { sent.Add(1); return Answer{Size: 1}, nil }, nil)
 	if n := sent.Load(); n != 0 {
 		t.Errorf("a cancelled run sent %d proposals", n)
 	}
@@ -272,7 +352,7 @@ func TestProbeIsOpenLoop(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var paths [2]atomic.Int64
-	rec := Probe(ctx, 100, func(_ context.Context, p Path, _ int) (int, error) {
+	rec := Probe(ctx, 100, func(_ context.Context, p Path, _ int) (Answer, error) {
 		if p == PathDenied {
 			paths[0].Add(1)
 		} else {
@@ -280,7 +360,7 @@ func TestProbeIsOpenLoop(t *testing.T) {
 		}
 		// Far slower than the rate: an open loop keeps sending anyway.
 		time.Sleep(100 * time.Millisecond)
-		return 1, nil
+		return Answer{Size: 1}, nil
 	})
 	s := rec.Summary("probe")
 	if s.Answered < 20 || s.Answered > 40 {

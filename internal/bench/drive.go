@@ -9,17 +9,47 @@ import (
 )
 
 // Sender sends proposal i of path p and waits for its answer. It returns
-// the answer's size; an *UnexpectedError when the answer is not the one
-// the path expects; any other error when there was no answer.
-type Sender func(ctx context.Context, p Path, i int) (size int, err error)
+// the answer; an *UnexpectedError when the answer is not the one the path
+// expects; any other error when there was no answer.
+type Sender func(ctx context.Context, p Path, i int) (Answer, error)
+
+// Answer is what one send got back.
+type Answer struct {
+	// Size is the answer's size in bytes.
+	Size int
+	// Stages splits the wait at gated's decision; nil when the answer
+	// does not tell (the floor's).
+	Stages *StageTimes
+}
+
+// StageTimes splits one proposal's wait at the moments gated started
+// deciding it and decided it. Deciding is gated's own measure (the
+// verdict's latency_ms); ToGated and AfterDeciding compare this process's
+// clock with gated's (the verdict's decided_at), so they are only set when
+// both run on one host.
+type StageTimes struct {
+	// ToGated runs from the publish to the moment gated began deciding:
+	// the stream's store, the delivery to gated, its hand-over to a
+	// decider.
+	ToGated time.Duration
+	// Deciding runs from there to the verdict: the policy, and the review
+	// if there is one.
+	Deciding time.Duration
+	// AfterDeciding runs from the verdict to its arrival here: the audit
+	// trail sealed, the verdict stored and published.
+	AfterDeciding time.Duration
+	// SameClock is set when ToGated and AfterDeciding were measured.
+	SameClock bool
+}
 
 // record files one send's result.
-func record(rec *Recorder, start time.Time, lat time.Duration, size int, err error) {
+func record(rec *Recorder, start time.Time, lat time.Duration, a Answer, err error) {
 	switch {
 	case err == nil:
-		rec.Done(start, lat, true, size)
+		rec.Done(start, lat, true, a.Size)
+		rec.stages(a.Stages)
 	case unexpected(err):
-		rec.Done(start, lat, false, size)
+		rec.Done(start, lat, false, a.Size)
 		rec.note(err)
 	case errors.Is(err, context.Canceled):
 	default:
@@ -75,8 +105,8 @@ func Drive(ctx context.Context, plan Plan, send Sender, done *atomic.Int64) map[
 						return
 					}
 					start := time.Now()
-					size, err := send(ctx, p, i)
-					record(rec, start, time.Since(start), size, err)
+					a, err := send(ctx, p, i)
+					record(rec, start, time.Since(start), a, err)
 					if done != nil {
 						done.Add(1)
 					}
@@ -129,8 +159,8 @@ func Probe(ctx context.Context, rate float64, send Sender) *Recorder {
 		}
 		wg.Go(func() {
 			// A probe sent before the end is waited for after it.
-			size, err := send(context.WithoutCancel(ctx), p, i)
-			record(rec, due, time.Since(due), size, err)
+			a, err := send(context.WithoutCancel(ctx), p, i)
+			record(rec, due, time.Since(due), a, err)
 		})
 	}
 }

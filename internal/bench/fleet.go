@@ -23,20 +23,29 @@ import (
 type replies struct {
 	prefix  string
 	mu      sync.Mutex
-	waiting map[string]chan []byte
+	waiting map[string]chan reply
 	sub     *nats.Subscription
 }
 
+// reply is an answer and when it came; sent is when its request went
+// out.
+type reply struct {
+	data []byte
+	sent time.Time
+	at   time.Time
+}
+
 func newReplies(nc *nats.Conn, prefix string) (*replies, error) {
-	r := &replies{prefix: prefix, waiting: map[string]chan []byte{}}
+	r := &replies{prefix: prefix, waiting: map[string]chan reply{}}
 	sub, err := nc.Subscribe(prefix+">", func(m *nats.Msg) {
+		at := time.Now()
 		key := strings.TrimPrefix(m.Subject, prefix)
 		r.mu.Lock()
 		ch := r.waiting[key]
 		delete(r.waiting, key)
 		r.mu.Unlock()
 		if ch != nil {
-			ch <- m.Data
+			ch <- reply{data: m.Data, at: at}
 		}
 	})
 	if err != nil {
@@ -53,8 +62,8 @@ func newReplies(nc *nats.Conn, prefix string) (*replies, error) {
 	return r, nil
 }
 
-func (r *replies) expect(key string) chan []byte {
-	ch := make(chan []byte, 1)
+func (r *replies) expect(key string) chan reply {
+	ch := make(chan reply, 1)
 	r.mu.Lock()
 	r.waiting[key] = ch
 	r.mu.Unlock()
@@ -71,17 +80,18 @@ func (r *replies) close() { _ = r.sub.Unsubscribe() }
 
 // publishAndWait publishes msg to JetStream, and waits for the stream's
 // acknowledgement and for the answer under key, at most timeout.
-func publishAndWait(ctx context.Context, js jetstream.JetStream, r *replies, key string, msg *nats.Msg, timeout time.Duration) ([]byte, error) {
+func publishAndWait(ctx context.Context, js jetstream.JetStream, r *replies, key string, msg *nats.Msg, timeout time.Duration) (reply, error) {
 	ch := r.expect(key)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	sent := time.Now()
 	ack, err := js.PublishMsgAsync(msg)
 	if err != nil {
 		r.forget(key)
-		return nil, fmt.Errorf("publishing %s: %w", msg.Subject, err)
+		return reply{}, fmt.Errorf("publishing %s: %w", msg.Subject, err)
 	}
 	// The answer may come before the acknowledgement; both are needed.
-	var answer []byte
+	var answer reply
 	acked, answered := false, false
 	for !acked || !answered {
 		select {
@@ -91,15 +101,16 @@ func publishAndWait(ctx context.Context, js jetstream.JetStream, r *replies, key
 			acked = true
 		case err := <-errOf(ack, acked):
 			r.forget(key)
-			return nil, fmt.Errorf("publishing %s: %w", msg.Subject, err)
+			return reply{}, fmt.Errorf("publishing %s: %w", msg.Subject, err)
 		case <-ctx.Done():
 			r.forget(key)
 			if acked {
-				return nil, fmt.Errorf("no answer to %s within %s", msg.Subject, timeout)
+				return reply{}, fmt.Errorf("no answer to %s within %s", msg.Subject, timeout)
 			}
-			return nil, fmt.Errorf("publishing %s: no acknowledgement within %s", msg.Subject, timeout)
+			return reply{}, fmt.Errorf("publishing %s: no acknowledgement within %s", msg.Subject, timeout)
 		}
 	}
+	answer.sent = sent
 	return answer, nil
 }
 
@@ -121,6 +132,11 @@ func errOf(ack jetstream.PubAckFuture, done bool) <-chan error {
 
 // GatedFleet sends proposals to gated and waits for their verdicts.
 type GatedFleet struct {
+	// SameClock says gated runs on this host, so that the stage times
+	// that compare its clock with this process's are measured
+	// (StageTimes).
+	SameClock bool
+
 	js      jetstream.JetStream
 	gen     Proposals
 	tenant  string
@@ -175,45 +191,66 @@ func (f *GatedFleet) BodySize(p Path) int {
 }
 
 // Send is the fleet's Sender for the proposals prepared by NewGatedFleet.
-func (f *GatedFleet) Send(ctx context.Context, p Path, i int) (int, error) {
+func (f *GatedFleet) Send(ctx context.Context, p Path, i int) (Answer, error) {
 	if i >= len(f.bodies[p]) {
-		return 0, fmt.Errorf("proposal %d of path %s was not prepared", i, p)
+		return Answer{}, fmt.Errorf("proposal %d of path %s was not prepared", i, p)
 	}
 	return f.send(ctx, p, f.ids[p][i], f.actions[p], f.bodies[p][i])
 }
 
 // SendNew is a Sender that builds each proposal as it goes.
-func (f *GatedFleet) SendNew(ctx context.Context, p Path, i int) (int, error) {
+func (f *GatedFleet) SendNew(ctx context.Context, p Path, i int) (Answer, error) {
 	pr := f.gen.New(p, i)
 	body, err := json.Marshal(pr)
 	if err != nil {
-		return 0, err
+		return Answer{}, err
 	}
 	return f.send(ctx, p, pr.ID, pr.Action, body)
 }
 
-func (f *GatedFleet) send(ctx context.Context, p Path, id, action string, body []byte) (int, error) {
+func (f *GatedFleet) send(ctx context.Context, p Path, id, action string, body []byte) (Answer, error) {
 	msg := nats.NewMsg(engine.ProposalSubjectPrefix + f.tenant + "." + action)
 	msg.Data = body
 	msg.Header.Set(jetstream.MsgIDHeader, f.tenant+"."+id)
-	data, err := publishAndWait(ctx, f.js, f.replies, id, msg, f.timeout)
+	r, err := publishAndWait(ctx, f.js, f.replies, id, msg, f.timeout)
 	if err != nil {
-		return 0, err
+		return Answer{}, err
 	}
+	a := Answer{Size: len(r.data)}
 	var v struct {
-		ID      string         `json:"proposal_id"`
-		Outcome engine.Outcome `json:"outcome"`
-		Stage   engine.Stage   `json:"stage"`
-		Reason  string         `json:"reason"`
+		ID        string         `json:"proposal_id"`
+		Outcome   engine.Outcome `json:"outcome"`
+		Stage     engine.Stage   `json:"stage"`
+		Reason    string         `json:"reason"`
+		DecidedAt time.Time      `json:"decided_at"`
+		LatencyMS float64        `json:"latency_ms"`
 	}
-	if err := json.Unmarshal(data, &v); err != nil {
-		return len(data), &UnexpectedError{ID: id, Reason: "the verdict is not JSON: " + err.Error()}
+	if err := json.Unmarshal(r.data, &v); err != nil {
+		return a, &UnexpectedError{ID: id, Reason: "the verdict is not JSON: " + err.Error()}
 	}
 	outcome, stage := p.Expect()
 	if v.ID != id || v.Outcome != outcome || v.Stage != stage {
-		return len(data), &UnexpectedError{ID: id, Outcome: v.Outcome, Stage: v.Stage, Reason: v.Reason}
+		return a, &UnexpectedError{ID: id, Outcome: v.Outcome, Stage: v.Stage, Reason: v.Reason}
 	}
-	return len(data), nil
+	a.Stages = stageTimes(r, v.DecidedAt, v.LatencyMS, f.SameClock)
+	return a, nil
+}
+
+// stageTimes splits the wait for reply r at the verdict's decision,
+// decided at decided after latencyMS of deciding (the verdict's own
+// figures). Without the same clock only the deciding is known. Times the
+// two clocks' rounding would make negative count as zero.
+func stageTimes(r reply, decided time.Time, latencyMS float64, sameClock bool) *StageTimes {
+	if decided.IsZero() || latencyMS < 0 {
+		return nil
+	}
+	deciding := time.Duration(latencyMS * float64(time.Millisecond))
+	st := &StageTimes{Deciding: deciding, SameClock: sameClock}
+	if sameClock {
+		st.ToGated = max(decided.Add(-deciding).Sub(r.sent), 0)
+		st.AfterDeciding = max(r.at.Sub(decided), 0)
+	}
+	return st
 }
 
 // UnexpectedError is a verdict other than the one the path expects.

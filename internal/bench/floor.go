@@ -170,20 +170,20 @@ func (f *Floor) fail(err error) {
 }
 
 // Send is the floor's Sender.
-func (f *Floor) Send(ctx context.Context, p Path, i int) (int, error) {
+func (f *Floor) Send(ctx context.Context, p Path, i int) (Answer, error) {
 	msgs, ok := f.msgs[p]
 	if !ok {
-		return 0, fmt.Errorf("the floor has no size for path %s", p)
+		return Answer{}, fmt.Errorf("the floor has no size for path %s", p)
 	}
 	key := fmt.Sprintf("%s.%d", p, i)
 	msg := nats.NewMsg(floorPrefix + "in." + f.nonce + "." + key)
 	msg.Data = msgs.proposal
 	msg.Header.Set(jetstream.MsgIDHeader, f.nonce+"."+key)
-	data, err := publishAndWait(ctx, f.js, f.replies, key, msg, f.timeout)
+	r, err := publishAndWait(ctx, f.js, f.replies, key, msg, f.timeout)
 	if err != nil {
-		return 0, err
+		return Answer{}, err
 	}
-	return len(data), nil
+	return Answer{Size: len(r.data)}, nil
 }
 
 // Close stops the responder and deletes the floor's streams.

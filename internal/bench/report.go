@@ -69,6 +69,9 @@ func Combine(name string, recs map[Path]*Recorder) Summary {
 		all.unexpected += r.unexpected
 		all.errors += r.errors
 		all.bytes += r.bytes
+		all.deciding = append(all.deciding, r.deciding...)
+		all.toGated = append(all.toGated, r.toGated...)
+		all.after = append(all.after, r.after...)
 		if all.firstErr == "" {
 			all.firstErr = r.firstErr
 		}
@@ -147,6 +150,7 @@ func (r *Report) Print(w io.Writer) {
 	if r.Probe != nil {
 		table(fmt.Sprintf("probe: policy-decided proposals at %.0f/s alongside the load", r.Config.ProbeRate), []Summary{*r.Probe}, false)
 	}
+	stages(w, append(slices.Clone(r.Gated), probeRows(r.Probe)...))
 	table("floor: bare JetStream (publish → durable consume → log append → reply)", r.Floor, false)
 	if r.GatedProc != nil {
 		fmt.Fprintf(w, "\ngated and its plugin processes: peak RSS %.0f MB%s, CPU %.1f s (%.2f cores)\n",
@@ -168,6 +172,54 @@ func (r *Report) Print(w io.Writer) {
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
+	}
+}
+
+func probeRows(p *Summary) []Summary {
+	if p == nil {
+		return nil
+	}
+	return []Summary{*p}
+}
+
+// stages writes where the time of each row's answers went (Summary.Stages),
+// p50 and p99 of each stage.
+func stages(w io.Writer, rows []Summary) {
+	rows = slices.DeleteFunc(slices.Clone(rows), func(s Summary) bool { return len(s.Stages) == 0 })
+	if len(rows) == 0 {
+		return
+	}
+	names := []string{StageToGated, StageDeciding, StageAfterDeciding}
+	heads := map[string]string{StageToGated: "to gated", StageDeciding: "deciding", StageAfterDeciding: "after deciding"}
+	fmt.Fprintf(w, "\nwhere the time goes (p50 / p99 ms)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	head := "path\t"
+	for _, n := range names {
+		head += heads[n] + "\t"
+	}
+	fmt.Fprintln(tw, head)
+	sameClock := false
+	for _, s := range rows {
+		line := s.Path + "\t"
+		for _, n := range names {
+			q, ok := s.Stages[n]
+			if !ok {
+				line += "—\t"
+				continue
+			}
+			line += fmt.Sprintf("%.2f / %.2f\t", q.P50MS, q.P99MS)
+		}
+		if _, ok := s.Stages[StageToGated]; ok {
+			sameClock = true
+		}
+		fmt.Fprintln(tw, line)
+	}
+	_ = tw.Flush()
+	if sameClock {
+		fmt.Fprintln(w, "  to gated: the publish, the stream, the delivery and the hand-over to a decider; deciding: the verdict's")
+		fmt.Fprintln(w, "  latency_ms (policy, review); after deciding: the audit trail sealed, the verdict stored, published, received")
+	} else {
+		fmt.Fprintln(w, "  deciding: the verdict's latency_ms (policy, review); the other stages need gated on this host (--pid)")
 	}
 }
 

@@ -18,6 +18,25 @@ type Recorder struct {
 	bytes      int64 // verdict bytes received
 	first      time.Time
 	last       time.Time
+	// Stage times of answers as expected that told them (StageTimes);
+	// toGated and after only from those measured on one clock.
+	deciding []time.Duration
+	toGated  []time.Duration
+	after    []time.Duration
+}
+
+// stages files the stage times of one answer as expected.
+func (r *Recorder) stages(st *StageTimes) {
+	if st == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.deciding = append(r.deciding, st.Deciding)
+	if st.SameClock {
+		r.toGated = append(r.toGated, st.ToGated)
+		r.after = append(r.after, st.AfterDeciding)
+	}
 }
 
 // Done records a proposal answered as expected (ok) or not, after lat,
@@ -81,6 +100,33 @@ type Summary struct {
 	WallS float64 `json:"wall_s"`
 	// ReplyBytes is the mean size of an answer.
 	ReplyBytes int `json:"reply_bytes"`
+	// Stages splits the latency of the answers as expected at gated's
+	// decision (StageTimes): "deciding" always, "to_gated" and
+	// "after_deciding" when gated runs on this host. Empty for the floor.
+	Stages map[string]Quantiles `json:"stages,omitempty"`
+}
+
+// Stage names of Summary.Stages, in the order a proposal meets them.
+const (
+	StageToGated       = "to_gated"
+	StageDeciding      = "deciding"
+	StageAfterDeciding = "after_deciding"
+)
+
+// Quantiles are the percentiles of one stage's times, in milliseconds.
+type Quantiles struct {
+	N     int     `json:"n"`
+	P50MS float64 `json:"p50_ms"`
+	P90MS float64 `json:"p90_ms"`
+	P99MS float64 `json:"p99_ms"`
+	MaxMS float64 `json:"max_ms"`
+}
+
+// quantiles sorts d in place and summarises it.
+func quantiles(d []time.Duration) Quantiles {
+	slices.Sort(d)
+	return Quantiles{N: len(d), P50MS: ms(Percentile(d, 50)), P90MS: ms(Percentile(d, 90)),
+		P99MS: ms(Percentile(d, 99)), MaxMS: ms(Percentile(d, 100))}
 }
 
 // Summary computes the path's figures. Throughput is answers over the time
@@ -92,6 +138,14 @@ func (r *Recorder) Summary(path string) Summary {
 	if len(lat) > 0 {
 		s.ReplyBytes = int(r.bytes / int64(len(lat)))
 		s.WallS = r.last.Sub(r.first).Seconds()
+	}
+	for name, d := range map[string][]time.Duration{StageToGated: r.toGated, StageDeciding: r.deciding, StageAfterDeciding: r.after} {
+		if len(d) > 0 {
+			if s.Stages == nil {
+				s.Stages = map[string]Quantiles{}
+			}
+			s.Stages[name] = quantiles(slices.Clone(d))
+		}
 	}
 	r.mu.Unlock()
 	if len(lat) == 0 {
