@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +24,8 @@ import (
 // three or more with a fixed second token, so none can collide. It
 // implements engine.VerdictStore.
 type VerdictStore struct {
-	kv jetstream.KeyValue
+	kv   jetstream.KeyValue
+	seen seenHistories
 }
 
 var _ engine.VerdictStore = (*VerdictStore)(nil)
@@ -84,15 +86,19 @@ const (
 
 func targetKey(tenant, key string) string { return tenant + ".targets." + key }
 
-// Recent implements engine.VerdictStore.
+// Recent implements engine.VerdictStore. It keeps what it read for the
+// approval that may follow (seenHistories).
 func (s *VerdictStore) Recent(ctx context.Context, tenant, key string) ([]engine.Verdict, error) {
-	e, err := s.kv.Get(ctx, targetKey(tenant, key))
+	tk := targetKey(tenant, key)
+	e, err := s.kv.Get(ctx, tk)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		s.seen.put(tk, seenHistory{})
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	s.seen.put(tk, seenHistory{rev: e.Revision(), value: e.Value()})
 	var list []engine.Verdict
 	if err := json.Unmarshal(e.Value(), &list); err != nil {
 		return nil, fmt.Errorf("decoding history of target %s: %w", key, err)
@@ -109,17 +115,26 @@ func (s *VerdictStore) remember(ctx context.Context, v *engine.Verdict) error {
 		V: v.V, ProposalID: v.ProposalID, Tenant: v.Tenant, Action: v.Action, Kind: v.Kind,
 		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey, Agent: v.Agent,
 	}
+	// The first attempt starts from the history the policy read, when
+	// this store read it; a history changed since fails the update and
+	// the next attempt reads it afresh.
+	seen, fresh := s.seen.take(key)
 	for attempt := 0; attempt < 8; attempt++ {
 		var list []engine.Verdict
-		var rev uint64
-		e, err := s.kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return err
-		default:
-			rev = e.Revision()
-			if err := json.Unmarshal(e.Value(), &list); err != nil {
+		if attempt > 0 || !fresh {
+			e, err := s.kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				seen = seenHistory{}
+			case err != nil:
+				return err
+			default:
+				seen = seenHistory{rev: e.Revision(), value: e.Value()}
+			}
+		}
+		rev := seen.rev
+		if seen.value != nil {
+			if err := json.Unmarshal(seen.value, &list); err != nil {
 				list = nil // a corrupt history is replaced, not trusted
 			}
 		}
@@ -151,6 +166,63 @@ func (s *VerdictStore) remember(ctx context.Context, v *engine.Verdict) error {
 		}
 	}
 	return fmt.Errorf("target history kept changing under concurrent updates")
+}
+
+// seenHistories keeps, per target key, the history Recent last read: its
+// revision and value. An approval's remember starts from it instead of
+// reading the key again, which saves a round trip per approved review.
+// The bucket's compare-and-set guards it: when the history changed after
+// the read (another approval on the target, from this gated or another),
+// the update fails and remember reads afresh. Entries are taken once;
+// those no approval takes (a denied or failed proposal's) are dropped a
+// generation later, so the memory kept is bounded.
+type seenHistories struct {
+	mu       sync.Mutex
+	cur, old map[string]seenHistory
+	bytes    int // of the values in cur
+}
+
+// seenHistory is one read of a target's history; rev is 0 when there
+// was none.
+type seenHistory struct {
+	rev   uint64
+	value []byte
+}
+
+// Bounds of one generation of seenHistories: the newer generation turns
+// old once it holds this many entries or bytes, and the older is dropped.
+const (
+	seenHistoriesMax      = 4096
+	seenHistoriesMaxBytes = 4 << 20
+)
+
+func (h *seenHistories) put(key string, s seenHistory) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cur == nil || len(h.cur) >= seenHistoriesMax || h.bytes+len(s.value) > seenHistoriesMaxBytes {
+		h.old, h.cur, h.bytes = h.cur, make(map[string]seenHistory), 0
+	}
+	if prev, ok := h.cur[key]; ok {
+		h.bytes -= len(prev.value)
+	}
+	delete(h.old, key)
+	h.cur[key] = s
+	h.bytes += len(s.value)
+}
+
+func (h *seenHistories) take(key string) (seenHistory, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if s, ok := h.cur[key]; ok {
+		delete(h.cur, key)
+		h.bytes -= len(s.value)
+		return s, true
+	}
+	if s, ok := h.old[key]; ok {
+		delete(h.old, key)
+		return s, true
+	}
+	return seenHistory{}, false
 }
 
 func claimKey(tenant, id string) string { return tenant + ".claims." + id }
