@@ -139,26 +139,25 @@ func (r *Recorder) Summary(path string) Summary {
 		s.ReplyBytes = int(r.bytes / int64(len(lat)))
 		s.WallS = r.last.Sub(r.first).Seconds()
 	}
-	for name, d := range map[string][]time.Duration{StageToGated: r.toGated, StageDeciding: r.deciding, StageAfterDeciding: r.after} {
+	stages := map[string][]time.Duration{StageToGated: slices.Clone(r.toGated),
+		StageDeciding: slices.Clone(r.deciding), StageAfterDeciding: slices.Clone(r.after)}
+	r.mu.Unlock()
+	for name, d := range stages {
 		if len(d) > 0 {
 			if s.Stages == nil {
 				s.Stages = map[string]Quantiles{}
 			}
-			s.Stages[name] = quantiles(slices.Clone(d))
+			s.Stages[name] = quantiles(d)
 		}
 	}
-	r.mu.Unlock()
 	if len(lat) == 0 {
 		return s
 	}
-	slices.Sort(lat)
 	if s.WallS > 0 {
 		s.PerSecond = float64(len(lat)) / s.WallS
 	}
-	s.P50MS = ms(Percentile(lat, 50))
-	s.P90MS = ms(Percentile(lat, 90))
-	s.P99MS = ms(Percentile(lat, 99))
-	s.MaxMS = ms(lat[len(lat)-1])
+	q := quantiles(lat)
+	s.P50MS, s.P90MS, s.P99MS, s.MaxMS = q.P50MS, q.P90MS, q.P99MS, q.MaxMS
 	return s
 }
 
