@@ -249,6 +249,14 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 		_ = msg.Nak()
 		return
 	}
+	if attempt < w.cfg.MaxDeliver && errors.Is(cause, engine.ErrIDTaken) {
+		// Nothing failed: another proposal took the id first, and the
+		// next delivery is answered invalid from the stored verdict.
+		w.log.Info("proposal id taken by a different proposal; redelivering to answer it invalid",
+			zap.String("subject", d.Subject), zap.Int("attempt", attempt), zap.Error(cause))
+		_ = msg.Nak()
+		return
+	}
 	if attempt < w.cfg.MaxDeliver {
 		delay := time.Duration(attempt) * time.Second
 		w.log.Warn("deciding proposal failed; will redeliver", zap.String("subject", d.Subject),

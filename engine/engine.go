@@ -133,8 +133,14 @@ type Delivery struct {
 // acknowledge the message. A verdict with an empty ProposalID has no
 // address and is only audited. An error means the audit trail or the store
 // failed, or (wrapping ErrClaimed) another message carrying the same
-// proposal holds its review and stored no verdict in time: nothing was
-// decided durably and the message must be redelivered.
+// proposal holds its review and stored no verdict in time, or (wrapping
+// ErrIDTaken) a different proposal's verdict took the id while this one
+// was decided: nothing of this delivery was stored and the message must be
+// redelivered.
+//
+// A verdict stored or awaited under the proposal's id is handed to the
+// delivery only when it answers exactly the delivery's bytes (see
+// handOver); any other content under that id is answered invalid.
 //
 // A proposal that goes to review is claimed first (VerdictStore.Claim), so
 // that it is reviewed once however many messages carry it; a delivery that
@@ -175,11 +181,12 @@ func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	if r.id != "" {
 		if stored, err := e.cfg.Store.Get(ctx, r.tenant, r.id); err == nil {
 			if d.Trail != nil {
-				if v, err := r.replay(ctx, stored); err == nil {
+				if v, err := r.handOver(ctx, stored, false); err == nil {
 					return v
 				}
 			}
-			if stored.ProposalSHA256 == "" || stored.ProposalSHA256 == r.digest {
+			// The trail failed: answer as handOver would, unaudited.
+			if r.answers(stored) {
 				return stored
 			}
 			return r.idReused()
@@ -190,8 +197,12 @@ func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	if d.Trail == nil {
 		return v
 	}
-	if stored, err := r.finish(ctx, v); err == nil {
+	stored, err := r.finish(ctx, v)
+	switch {
+	case err == nil:
 		return stored
+	case errors.Is(err, ErrIDTaken):
+		return r.idReused()
 	}
 	return v
 }
@@ -221,9 +232,12 @@ type decision struct {
 	// when it took none, or took over one left by a crash (GiveUp).
 	claimRev uint64
 	// awaited is the verdict another message's review stored while this
-	// delivery was judging or waited on the claim; it is replayed, not
-	// decided again.
+	// delivery was judging or waited on the claim; it is handed over (see
+	// handOver), not decided again.
 	awaited *Verdict
+	// received is true once the delivery's arrival is recorded on its
+	// trail.
+	received bool
 	// run is set for a run proposal once the policy has decided it.
 	run *runState
 	// target and dkey keep the proposal's target key and its dedupe key
@@ -267,7 +281,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
 		switch {
 		case err == nil:
-			return r.replay(ctx, stored)
+			return r.handOver(ctx, stored, false)
 		case !errors.Is(err, ErrNotFound):
 			return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
 		}
@@ -305,7 +319,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 	}
 	if r.awaited != nil {
 		stored = true
-		return r.replay(ctx, r.awaited)
+		return r.handOver(ctx, r.awaited, false)
 	}
 	r.finishRun(v)
 	if err := ctx.Err(); err != nil {
@@ -685,9 +699,34 @@ func (r *decision) idReused() *Verdict {
 		"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
 }
 
-func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error) {
-	if stored.ProposalSHA256 != "" && stored.ProposalSHA256 != r.digest {
-		if r.awaited == nil { // a delivery that waited recorded its arrival already
+// answers reports whether stored answers exactly the delivery's bytes.
+// A verdict without a digest answers nothing: gated sets one on every
+// verdict it stores, so one without is not a verdict of this proposal.
+func (r *decision) answers(stored *Verdict) bool {
+	return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest
+}
+
+// handOver gives the delivery a verdict that another decision stored
+// under the proposal's tenant and id: found on look-up, awaited on a
+// review claim, or met when storing this delivery's own verdict. Every
+// such verdict goes through here. It is the delivery's only when it
+// answers the delivery's bytes (answers); otherwise the id belongs to a
+// different proposal, and the delivery is answered invalid, audited on its
+// trail and not stored, since the key is that proposal's.
+//
+// sealed says the delivery's trail is sealed already with a verdict of
+// its own that lost the race to the store. A verdict of the same proposal
+// is then returned as it is (another gated decided it first); a different
+// proposal's is an error wrapping ErrIDTaken, since the trail cannot take
+// the invalid verdict: the delivery is retried, and its next delivery
+// finds the stored verdict on look-up and is answered invalid here.
+func (r *decision) handOver(ctx context.Context, stored *Verdict, sealed bool) (*Verdict, error) {
+	if !r.answers(stored) {
+		if sealed {
+			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
+				ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
+		}
+		if !r.received {
 			if err := r.recordReceived(ctx); err != nil {
 				return nil, err
 			}
@@ -696,7 +735,10 @@ func (r *decision) replay(ctx context.Context, stored *Verdict) (*Verdict, error
 		if err := r.sealVerdict(ctx, v); err != nil {
 			return nil, err
 		}
-		return v, nil // not stored: the key belongs to the first proposal
+		return v, nil // not stored: the key belongs to the other proposal
+	}
+	if sealed {
+		return stored, nil
 	}
 	_, err := r.seal(ctx, r.event(EventReplayed, map[string]any{
 		"audit_seq": stored.AuditSeq, "outcome": stored.Outcome,
@@ -723,8 +765,9 @@ func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 	stored, err := r.e.cfg.Store.Create(ctx, v)
 	switch {
 	case errors.Is(err, ErrExists) && stored != nil:
-		// Another gated decided the same proposal first; its verdict stands.
-		return stored, nil
+		// Another decision stored a verdict first: it stands, and it is
+		// this delivery's only if it answers the same bytes.
+		return r.handOver(ctx, stored, true)
 	case err != nil:
 		return nil, fmt.Errorf("storing verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
@@ -840,7 +883,11 @@ func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 
 // recordReceived records the arrival of the delivery's bytes.
 func (r *decision) recordReceived(ctx context.Context) error {
-	return r.record(ctx, EventReceived, receivedData{Subject: r.d.Subject, Bytes: len(r.d.Data), SHA256: r.digest})
+	if err := r.record(ctx, EventReceived, receivedData{Subject: r.d.Subject, Bytes: len(r.d.Data), SHA256: r.digest}); err != nil {
+		return err
+	}
+	r.received = true
+	return nil
 }
 
 // receivedData and policyDecidedData are the data of the two records every

@@ -26,6 +26,14 @@ var (
 	// verdict or a stale claim it may take over.
 	ErrClaimed = errors.New("proposal review claimed by another message")
 
+	// ErrIDTaken is returned by Decide when the delivery's own verdict was
+	// sealed but, when it came to be stored, a verdict of a different
+	// proposal under the same tenant and id was there first: the id is
+	// that proposal's. Nothing of this delivery was stored or may be
+	// published; the message is to be delivered again, and that delivery
+	// is answered invalid (the id is already used), on a trail of its own.
+	ErrIDTaken = errors.New("proposal id taken by a different proposal")
+
 	// ErrNoReviewer is returned by a Router that cannot place a review: the
 	// plugin is not configured, not running, or refuses work. The engine
 	// turns it into a blocked verdict.

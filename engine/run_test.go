@@ -586,6 +586,24 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 			t.Errorf("after refusals the store holds %s", stored.Outcome)
 		}
 	})
+	t.Run("a held verdict without a digest is refused", func(t *testing.T) {
+		// gated stores every verdict with its proposal's digest: one
+		// without it names no proposal, and an operator decision without a
+		// digest must not match it.
+		h, held := decide(t, 1)
+		held.ProposalSHA256 = ""
+		raw, err := json.Marshal(held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.store.mu.Lock()
+		h.store.m["acme.p1"] = raw
+		h.store.mu.Unlock()
+		d := decision(held, true)
+		if _, err := h.eng.Resolve(t.Context(), d, h.stream.trail()); !errors.Is(err, engine.ErrDecisionMismatch) {
+			t.Errorf("Resolve: %v, want ErrDecisionMismatch", err)
+		}
+	})
 	t.Run("a verdict not held is refused", func(t *testing.T) {
 		h := runHarness(t, runPolicyConf{run: reviewedRun})
 		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")

@@ -395,8 +395,10 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	if held.Outcome != OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
 		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", ErrNotAwaiting, d.Tenant, d.ProposalID, held.Outcome, held.Stage)
 	}
-	if d.ProposalSHA256 != held.ProposalSHA256 {
-		return nil, fmt.Errorf("%w: the decision is for proposal digest %s, the held verdict answers %s",
+	if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {
+		// A held verdict without a digest names no proposal: gated stores
+		// every verdict with one, so it matches no decision.
+		return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
 			ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
 	}
 	awaiting := slices.Clone(held.Run.AwaitingOperator)
