@@ -1,19 +1,18 @@
 // Package plugins runs reviewer plugins out of process and routes reviews
 // to them. The host launches each plugin with hashicorp/go-plugin over
-// gRPC with automatic mutual TLS, verifies its SHA-256 before it runs,
-// limits its concurrency, and fails every review it cannot complete
-// closed: an exited plugin, a broken stream or a deadline is never an
-// approval.
+// gRPC with automatic mutual TLS, executes only the bytes whose SHA-256 it
+// verified, runs each plugin in a process group of its own, checks that it
+// answers, limits its concurrency, and fails every review it cannot
+// complete closed: an exited or unresponsive plugin, a broken stream or a
+// deadline is never an approval.
 package plugins
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"os/exec"
@@ -29,6 +28,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
@@ -51,6 +51,15 @@ var (
 
 // DefaultStartTimeout bounds a plugin's launch and handshake.
 const DefaultStartTimeout = 10 * time.Second
+
+// DefaultHealthInterval is how often the host checks a running plugin's
+// health unless its spec says otherwise.
+const DefaultHealthInterval = 5 * time.Second
+
+// DefaultHealthMisses is how many health checks in a row a plugin may
+// miss before it is killed and relaunched, unless its spec says
+// otherwise.
+const DefaultHealthMisses = 3
 
 // DefaultMaxConcurrency applies when neither the spec nor the plugin sets
 // a limit.
@@ -75,21 +84,40 @@ type Spec struct {
 	MaxConcurrency int
 	// StartTimeout bounds launch and handshake. Default DefaultStartTimeout.
 	StartTimeout time.Duration
+	// HealthInterval is how often the host checks that the running plugin
+	// answers gRPC's health service; a check that gets no answer within
+	// the interval is a miss. Default DefaultHealthInterval.
+	HealthInterval time.Duration
+	// HealthMisses is how many checks in a row the plugin may miss before
+	// the host kills its process group, fails its reviews in flight and
+	// relaunches it. Default DefaultHealthMisses.
+	HealthMisses int
+
+	// self marks a bundled reviewer: the host runs its own executable
+	// image rather than the file at Path.
+	self bool
 }
 
-// Bundled returns the spec of a reviewer compiled into this binary:
-// the running executable re-launched as `plugin run NAME`, pinned to its
-// own SHA-256 so a binary swapped on disk is refused.
+// Bundled returns the spec of a reviewer compiled into this binary: the
+// running executable re-launched as `plugin run NAME`, pinned to its own
+// SHA-256. On Linux the host launches the very file gated runs from
+// (/proc/self/exe), so a binary swapped at gated's path since it started
+// is never run as its reviewer; elsewhere the file at the path is copied
+// and checked like any plugin's.
 func Bundled(name string) (Spec, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return Spec{}, fmt.Errorf("locating own executable for plugin %q: %w", name, err)
 	}
-	sum, err := FileSHA256(exe)
+	from := exe
+	if selfExe != "" {
+		from = selfExe
+	}
+	sum, err := FileSHA256(from)
 	if err != nil {
 		return Spec{}, fmt.Errorf("hashing own executable for plugin %q: %w", name, err)
 	}
-	return Spec{Name: name, Path: exe, Args: []string{"plugin", "run", name}, SHA256: sum}, nil
+	return Spec{Name: name, Path: exe, Args: []string{"plugin", "run", name}, SHA256: sum, self: true}, nil
 }
 
 // FileSHA256 returns the hex SHA-256 of a file.
@@ -99,11 +127,7 @@ func FileSHA256(path string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hashFrom(f)
 }
 
 // Host runs reviewer plugins and implements engine.Router.
@@ -124,6 +148,14 @@ type Host struct {
 	mu     sync.Mutex
 	procs  map[string]*process
 	closed bool
+	// watchers are the supervisors and health checkers; Close waits for
+	// them.
+	watchers sync.WaitGroup
+
+	// images are the verified executables, by digest.
+	imagesMu     sync.Mutex
+	images       map[string]*image
+	imagesClosed bool
 }
 
 var _ engine.Router = (*Host)(nil)
@@ -131,7 +163,8 @@ var _ engine.Router = (*Host)(nil)
 // NewHost returns a host for specs. defaultPlugin serves personas that
 // name no plugin. Nothing is launched until Start.
 func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error) {
-	h := &Host{log: log, defaultPlugin: defaultPlugin, basePrompt: personas.BasePrompt, procs: map[string]*process{}, done: make(chan struct{})}
+	h := &Host{log: log, defaultPlugin: defaultPlugin, basePrompt: personas.BasePrompt, procs: map[string]*process{},
+		done: make(chan struct{}), images: map[string]*image{}}
 	for _, s := range specs {
 		if s.Name == "" {
 			return nil, fmt.Errorf("a plugin spec has no name (path %q)", s.Path)
@@ -141,6 +174,16 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 		}
 		if _, err := hex.DecodeString(s.SHA256); err != nil || len(s.SHA256) != 64 {
 			return nil, fmt.Errorf("plugin %q: sha256 %q must be 64 hex digits", s.Name, s.SHA256)
+		}
+		s.SHA256 = strings.ToLower(s.SHA256)
+		if s.HealthInterval < 0 || s.HealthMisses < 0 {
+			return nil, fmt.Errorf("plugin %q: health interval %s and misses %d must not be negative", s.Name, s.HealthInterval, s.HealthMisses)
+		}
+		if s.HealthInterval == 0 {
+			s.HealthInterval = DefaultHealthInterval
+		}
+		if s.HealthMisses == 0 {
+			s.HealthMisses = DefaultHealthMisses
 		}
 		if _, dup := h.procs[s.Name]; dup {
 			return nil, fmt.Errorf("plugin %q is configured twice", s.Name)
@@ -166,9 +209,10 @@ func (h *Host) SetEvents(send func(engine.AuditEvent)) { h.events = send }
 
 // Plugin events, under the engine.UnknownTenant token.
 const (
-	EventPluginStarted = "plugin.started"
-	EventPluginRefused = "plugin.refused"
-	EventPluginExited  = "plugin.exited"
+	EventPluginStarted   = "plugin.started"
+	EventPluginRefused   = "plugin.refused"
+	EventPluginExited    = "plugin.exited"
+	EventPluginUnhealthy = "plugin.unhealthy"
 )
 
 func (h *Host) emit(event string, data map[string]any) {
@@ -180,8 +224,9 @@ func (h *Host) emit(event string, data map[string]any) {
 }
 
 // Start launches every plugin, asks each to describe itself, and from then
-// on relaunches a plugin that exits, with exponential backoff. It fails if
-// any plugin cannot start; the error names the plugin.
+// on relaunches a plugin that exits, with exponential backoff, and kills
+// and relaunches one that misses its health checks. It fails if any
+// plugin cannot start; the error names the plugin.
 func (h *Host) Start(ctx context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -195,7 +240,9 @@ func (h *Host) Start(ctx context.Context) error {
 		}
 	}
 	for _, name := range h.namesLocked() {
-		go h.procs[name].supervise()
+		p := h.procs[name]
+		h.watchers.Go(p.supervise)
+		h.watchers.Go(p.watchHealth)
 	}
 	return nil
 }
@@ -258,8 +305,9 @@ func (h *Host) Plugins() []Info {
 	return out
 }
 
-// Close stops every plugin: a graceful shutdown request, then a kill. It
-// returns once every plugin process has exited.
+// Close stops every plugin: a graceful shutdown request, then a kill of
+// its whole process group. It returns once every plugin process has
+// exited and the host's own goroutines have stopped.
 func (h *Host) Close() {
 	h.mu.Lock()
 	if !h.closed {
@@ -271,11 +319,14 @@ func (h *Host) Close() {
 		procs = append(procs, p)
 	}
 	h.mu.Unlock()
+	// No supervisor relaunches anything once they are all gone.
+	h.watchers.Wait()
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		wg.Go(p.stop)
 	}
 	wg.Wait()
+	h.releaseImages()
 }
 
 // process is one plugin process and its connection.
@@ -298,6 +349,14 @@ type process struct {
 	desc      *pluginv1.DescribeResponse
 	pid       int
 	startedAt time.Time
+	// pgid is the running launch's process group; conn its connection,
+	// which health checks use.
+	pgid int
+	conn *grpc.ClientConn
+	// life ends, with the reason as its cause, when the running launch is
+	// killed or exits; reviews in flight on it fail at once.
+	life context.Context
+	end  context.CancelCauseFunc
 	// brokerID is where the plugin finds this host's ToolHost, offered on
 	// broker at offeredAt; toolsDialed turns true once the plugin
 	// connected to it (see offerTools).
@@ -384,6 +443,12 @@ func (p *process) supervise() {
 				p.lastFailure = time.Now()
 				p.startMu.Unlock()
 			}
+			p.mu.Lock()
+			pgid, end := p.pgid, p.end
+			p.mu.Unlock()
+			// Whatever the plugin started and left behind goes with it.
+			killProcessGroup(pgid)
+			end(fmt.Errorf("plugin %q (pid %d) exited", p.spec.Name, pid))
 			p.log.Warn("plugin exited; relaunching", zap.Int("pid", pid), zap.Duration("uptime", uptime))
 			p.host.emit(EventPluginExited, map[string]any{"plugin": p.spec.Name, "pid": pid, "uptime_s": uptime.Seconds()})
 		}
@@ -400,23 +465,36 @@ func (p *process) running() bool {
 }
 
 func (p *process) start(ctx context.Context) error {
-	sum, err := hex.DecodeString(p.spec.SHA256)
-	if err != nil {
-		return fmt.Errorf("plugin %q: %w", p.spec.Name, err)
-	}
 	select {
 	case <-p.host.done:
 		return fmt.Errorf("plugin %q: gated is shutting down", p.spec.Name)
 	default:
 	}
-	cmd := exec.Command(p.spec.Path, p.spec.Args...)
+	img, actual, err := p.host.imageFor(p.spec)
+	if err != nil {
+		if errors.Is(err, ErrChecksum) {
+			p.host.emit(EventPluginRefused, map[string]any{
+				"plugin": p.spec.Name, "path": p.spec.Path, "pinned_sha256": p.spec.SHA256,
+				"actual_sha256": actual, "why": "checksum mismatch",
+			})
+		}
+		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, err)
+	}
+	// The verified image runs, never the file at the path, which may have
+	// been swapped since. The plugin still sees its path as argv[0].
+	cmd := exec.Command(img.path, p.spec.Args...)
+	cmd.Args[0] = p.spec.Path
+	cmd.ExtraFiles = img.files
 	cmd.Env = append(minimalEnv(), p.spec.Env...)
 	setParentDeathSignal(cmd)
+	setProcessGroup(cmd)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: wire.PluginSets(nil),
 		Cmd:              cmd,
-		SecureConfig:     &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()},
+		// No SecureConfig: it hashes the path and then executes the path,
+		// a window in which the file can be swapped. The image was
+		// verified instead.
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
 		AutoMTLS:         true,
 		SkipHostEnv:      true,
@@ -427,15 +505,18 @@ func (p *process) start(ctx context.Context) error {
 		Logger:          newHCLogger(p.log),
 		GRPCDialOptions: wire.DialOptions(),
 	})
+	// pgid is the plugin's process group, which it leads: known once the
+	// process started, inside client.Client.
+	pgid := func() int {
+		if cmd.Process == nil {
+			return 0
+		}
+		return cmd.Process.Pid
+	}
 	fail := func(err error) error {
-		client.Kill()
-		if errors.Is(err, plugin.ErrChecksumsDoNotMatch) {
-			err = fmt.Errorf("%w (path %s)", ErrChecksum, p.spec.Path)
-			actual, _ := FileSHA256(p.spec.Path)
-			p.host.emit(EventPluginRefused, map[string]any{
-				"plugin": p.spec.Name, "path": p.spec.Path, "pinned_sha256": p.spec.SHA256,
-				"actual_sha256": actual, "why": "checksum mismatch",
-			})
+		endLaunch(p.log, client, pgid(), false)
+		if startTimedOut(err) {
+			err = fmt.Errorf("no answer within its start timeout of %s: %w", p.spec.StartTimeout, err)
 		}
 		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, err)
 	}
@@ -451,6 +532,10 @@ func (p *process) start(ctx context.Context) error {
 	if !ok {
 		return fail(fmt.Errorf("dispensed %T, want a reviewer connection", raw))
 	}
+	grpcClient, ok := proto.(*plugin.GRPCClient)
+	if !ok {
+		return fail(fmt.Errorf("connected with %T, want a gRPC client", proto))
+	}
 	dctx, cancel := context.WithTimeout(ctx, p.spec.StartTimeout)
 	defer cancel()
 	desc, err := conn.Reviewer.Describe(dctx, &pluginv1.DescribeRequest{})
@@ -464,13 +549,12 @@ func (p *process) start(ctx context.Context) error {
 			limit = n
 		}
 	}
-	pid := 0
-	if rc := client.ReattachConfig(); rc != nil {
-		pid = rc.Pid
-	}
+	pid := pgid()
+	life, end := context.WithCancelCause(context.Background())
 	p.mu.Lock()
-	old := p.client
+	old, oldPgid, oldEnd := p.client, p.pgid, p.end
 	p.client, p.rpc, p.desc, p.pid = client, conn.Reviewer, desc, pid
+	p.pgid, p.conn, p.life, p.end = pid, grpcClient.Conn, life, end
 	// One long-lived ToolHost per plugin process, on the broker.
 	p.broker, p.toolsDialed, p.offers = conn.Broker, new(atomic.Bool), 0
 	p.toolHost = &toolHost{plugin: p.spec.Name, reviews: &p.host.reviews, cfg: &p.host.tools}
@@ -481,22 +565,128 @@ func (p *process) start(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	if old != nil {
-		old.Kill()
+		oldEnd(fmt.Errorf("plugin %q was relaunched", p.spec.Name))
+		endLaunch(p.log, old, oldPgid, true)
 	}
 	p.log.Info("plugin started", zap.String("version", desc.GetVersion()), zap.Int("pid", pid), zap.Int("max_concurrency", limit))
-	p.host.emit(EventPluginStarted, map[string]any{"plugin": p.spec.Name, "version": desc.GetVersion(), "pid": pid, "sha256": p.spec.SHA256})
+	p.host.emit(EventPluginStarted, map[string]any{"plugin": p.spec.Name, "version": desc.GetVersion(), "pid": pid, "sha256": img.sha256})
 	return nil
+}
+
+// startTimedOut tells whether a launch failed for want of an answer in
+// time: no handshake line, or no answer to Describe. go-plugin reports
+// the first with an error of its own text only.
+func startTimedOut(err error) bool {
+	return strings.Contains(err.Error(), "timeout while waiting for plugin to start") ||
+		errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
+}
+
+// stopGrace is how long ending a plugin waits for go-plugin's own
+// shutdown (a request to exit, up to 2 s, then a kill of the plugin's
+// process) before it kills the plugin's process group.
+const stopGrace = 3 * time.Second
+
+// endLaunch ends one launch of a plugin and every process in its process
+// group pgid. With graceful, go-plugin asks the plugin to exit first; the
+// group is killed once that is done or stopGrace has passed. Without, the
+// group is killed at once. Killing the group is what ends a wrapper's
+// child that holds the plugin's output open: go-plugin waits for that
+// output to close before it lets go of a plugin.
+func endLaunch(log *zap.Logger, client *plugin.Client, pgid int, graceful bool) {
+	if !graceful {
+		killProcessGroup(pgid)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		client.Kill()
+	}()
+	select {
+	case <-done:
+	case <-time.After(stopGrace):
+		killProcessGroup(pgid)
+		select {
+		case <-done:
+		case <-time.After(stopGrace):
+			// Only a process that left the group can hold the output
+			// now; go-plugin lets go once it closes it.
+			log.Error("a process that left the plugin's process group keeps its output open; no longer waiting for it", zap.Int("pgid", pgid))
+		}
+	}
+	// Whatever of the group outlived the plugin's own process.
+	killProcessGroup(pgid)
 }
 
 func (p *process) stop() {
 	p.mu.Lock()
-	c, pid := p.client, p.pid
+	c, pid, pgid, end := p.client, p.pid, p.pgid, p.end
 	p.client, p.rpc = nil, nil
 	p.mu.Unlock()
 	if c != nil {
-		c.Kill()
+		endLaunch(p.log, c, pgid, true)
+		end(fmt.Errorf("plugin %q was stopped: gated is shutting down", p.spec.Name))
 		p.log.Info("plugin stopped", zap.Int("pid", pid))
 	}
+}
+
+// watchHealth checks every HealthInterval that the running plugin answers
+// gRPC's health service, until the host closes. A check with no answer
+// within the interval is a miss; after HealthMisses in a row (a plugin
+// that is stopped, deadlocked or swapping) the plugin's process group is
+// killed, its reviews in flight fail at once with an error naming the
+// misses, and the supervisor relaunches it.
+func (p *process) watchHealth() {
+	every := p.spec.HealthInterval
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	var watched *plugin.Client
+	misses := 0
+	for {
+		select {
+		case <-p.host.done:
+			return
+		case <-tick.C:
+		}
+		p.mu.Lock()
+		c, conn, pid, pgid, end := p.client, p.conn, p.pid, p.pgid, p.end
+		p.mu.Unlock()
+		if c == nil || c.Exited() {
+			continue
+		}
+		if c != watched {
+			watched, misses = c, 0
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		err := checkHealth(ctx, conn)
+		cancel()
+		if err == nil {
+			misses = 0
+			continue
+		}
+		misses++
+		p.log.Warn("plugin missed a health check", zap.Int("pid", pid), zap.Int("misses", misses), zap.Error(err))
+		if misses < p.spec.HealthMisses || c.Exited() {
+			continue
+		}
+		why := fmt.Errorf("plugin %q (pid %d) missed %d health checks in a row (one every %s); gated killed its process group", p.spec.Name, pid, misses, every)
+		p.log.Error("plugin is unresponsive; killing and relaunching it", zap.Int("pid", pid), zap.Int("misses", misses))
+		p.host.emit(EventPluginUnhealthy, map[string]any{"plugin": p.spec.Name, "pid": pid, "misses": misses, "interval_s": every.Seconds()})
+		end(why)
+		endLaunch(p.log, c, pgid, false)
+		watched = nil
+	}
+}
+
+// checkHealth asks a plugin's gRPC health service whether it serves.
+func checkHealth(ctx context.Context, conn *grpc.ClientConn) error {
+	res, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: plugin.GRPCServiceName})
+	if err != nil {
+		return err
+	}
+	if st := res.GetStatus(); st != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("health status %s", st)
+	}
+	return nil
 }
 
 // route is a Reviewer bound to one persona on one plugin process.
@@ -509,7 +699,7 @@ type route struct {
 func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
 	p := r.proc
 	p.mu.Lock()
-	rpc, sem, desc, pid, client := p.rpc, p.sem, p.desc, p.pid, p.client
+	rpc, sem, desc, pid, client, life := p.rpc, p.sem, p.desc, p.pid, p.client, p.life
 	p.mu.Unlock()
 	if rpc == nil || client == nil {
 		return engine.ReviewResult{}, fmt.Errorf("%w: plugin %q is not running", engine.ErrNoReviewer, p.spec.Name)
@@ -532,13 +722,21 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 	if len(in.Persona.Tools) > 0 {
 		in.ToolHostBrokerId = p.toolOffer(client)
 	}
-	out, err := rpc.Review(ctx, in)
+	// The call ends when its launch does, for whatever reason, even if
+	// the connection lingers.
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(life, cancel)()
+	out, err := rpc.Review(rctx, in)
 	if err != nil {
 		if ctx.Err() != nil {
 			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, ctx.Err())
 		}
 		if deadlineReached(ctx, err) {
 			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, context.DeadlineExceeded)
+		}
+		if life.Err() != nil {
+			return engine.ReviewResult{}, fmt.Errorf("review failed: %w", context.Cause(life))
 		}
 		if client.Exited() {
 			return engine.ReviewResult{}, fmt.Errorf("plugin %q (pid %d) exited during the review: %w", p.spec.Name, pid, err)

@@ -56,6 +56,8 @@ func TestMain(m *testing.M) {
 		sdk.Serve(actionOnlyReviewer{})
 	case "procs":
 		sdk.Serve(procsReviewer{})
+	case "stoppable":
+		sdk.Serve(stoppableReviewer{})
 	case "hang-start":
 		time.Sleep(time.Hour)
 	case "noise-start":

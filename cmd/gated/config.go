@@ -38,6 +38,8 @@ const configHelp = `Configuration file (--config FILE, or GATED_CONFIG=FILE), YA
       env: {ACME_REGION: eu}            # or a list of K=V
       max_concurrency: 4
       start_timeout: 20s
+      health_interval: 5s               # a check a plugin must answer within
+      health_misses: 3                  # missed in a row: killed and relaunched
 
 A flag on the command line wins over GATED_<FLAG> in the environment, which
 wins over the file, which wins over the flag's default. Keys may be the
@@ -403,8 +405,24 @@ func parsePlugin(path, base, at string, n *yaml.Node) (plugins.Spec, error) {
 					err = bad(v.Line, k.Value, "%q: want a positive duration such as 20s", raw)
 				}
 			}
+		case "health_interval":
+			var raw string
+			if raw, err = scalar(); err == nil {
+				s.HealthInterval, err = time.ParseDuration(raw)
+				if err != nil || s.HealthInterval <= 0 {
+					err = bad(v.Line, k.Value, "%q: want a positive duration such as 5s", raw)
+				}
+			}
+		case "health_misses":
+			var raw string
+			if raw, err = scalar(); err == nil {
+				s.HealthMisses, err = strconv.Atoi(raw)
+				if err != nil || s.HealthMisses < 1 {
+					err = bad(v.Line, k.Value, "%q: want a whole number, 1 or more", raw)
+				}
+			}
 		default:
-			err = bad(k.Line, k.Value, "unknown key; a plugin has name, path, sha256, args, env, max_concurrency and start_timeout")
+			err = bad(k.Line, k.Value, "unknown key; a plugin has name, path, sha256, args, env, max_concurrency, start_timeout, health_interval and health_misses")
 		}
 		if err != nil {
 			return s, err

@@ -210,6 +210,8 @@ func TestConfigErrors(t *testing.T) {
 		{note: "plugin bad env", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", env: [NOEQUALS]}\n", want: `2: plugins[0].env: "NOEQUALS": want NAME=VALUE`},
 		{note: "plugin env scalar", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", env: A=1}\n", want: "2: plugins[0].env: want a mapping"},
 		{note: "plugin bad timeout", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", start_timeout: 20}\n", want: `2: plugins[0].start_timeout: "20": want a positive duration`},
+		{note: "plugin bad health interval", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", health_interval: 0s}\n", want: `2: plugins[0].health_interval: "0s": want a positive duration`},
+		{note: "plugin bad health misses", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", health_misses: 0}\n", want: `2: plugins[0].health_misses: "0": want a whole number, 1 or more`},
 		{note: "plugin negative concurrency", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", max_concurrency: -1}\n", want: "2: plugins[0].max_concurrency:"},
 		{note: "plugin args not a list", file: "plugins:\n  - {name: a, path: x, sha256: " + sha + ", args: --x}\n", want: "2: plugins[0].args: want a list"},
 	} {
@@ -251,6 +253,8 @@ plugins:
     env: {ZONE: eu, API: "https://x", EMPTY: }
     max_concurrency: 4
     start-timeout: 20s
+    health_interval: 2s
+    health-misses: 5
   - name: abs_1
     path: /opt/reviewer
     sha256: `+strings.ToLower(sha)+`
@@ -277,8 +281,8 @@ plugins:
 	if want := []string{"API=https://x", "EMPTY=", "ZONE=eu"}; !reflect.DeepEqual(a.Env, want) {
 		t.Errorf("env = %q, want %q", a.Env, want)
 	}
-	if a.MaxConcurrency != 4 || a.StartTimeout != 20*time.Second {
-		t.Errorf("limits = %d, %s", a.MaxConcurrency, a.StartTimeout)
+	if a.MaxConcurrency != 4 || a.StartTimeout != 20*time.Second || a.HealthInterval != 2*time.Second || a.HealthMisses != 5 {
+		t.Errorf("limits = %d, %s, health every %s, %d misses", a.MaxConcurrency, a.StartTimeout, a.HealthInterval, a.HealthMisses)
 	}
 	if b.Name != "abs_1" || b.Path != "/opt/reviewer" {
 		t.Errorf("second plugin = %+v", b)

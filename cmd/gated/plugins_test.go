@@ -396,3 +396,23 @@ func TestLLMSpecTakesItsConcurrency(t *testing.T) {
 		t.Errorf("sop keeps its own limit, got %d", specs[0].MaxConcurrency)
 	}
 }
+
+// `gated plugins test` on a wrapper script whose child holds the
+// wrapper's output open and never completes the handshake fails the
+// handshake check at the start timeout, naming it, instead of waiting for
+// the child; the child is ended with the wrapper's process group.
+func TestPluginsTestWrapperThatNeverHandshakes(t *testing.T) {
+	clearGatedEnv(t)
+	dir := t.TempDir()
+	natural := filepath.Join(dir, "natural")
+	wrapper := filepath.Join(dir, "wrapper")
+	writeExe(t, wrapper, "#!/bin/sh\n( sleep 40; echo done > '"+natural+"' ) &\nwait\n")
+	code, out, err := runGated(t, "plugins", "test", wrapper)
+	if _, serr := os.Stat(natural); serr == nil {
+		t.Fatal("plugins test returned only once the wrapper's child had finished on its own")
+	}
+	if code != exitFailure {
+		t.Fatalf("exit %d (%v), want %d", code, err, exitFailure)
+	}
+	wantOutput(t, out, `FAIL\s+handshake\s+starting plugin "wrapper": no answer within its start timeout of 10s`)
+}
