@@ -213,10 +213,12 @@ func WithAPIPrefix(prefix string) ClientOption {
 //	publish   $JS.API.CONSUMER.MSG.NEXT.GATED_RUNS.*
 //	                                              Continuations, Escalations
 //
-// The consumer-create rights carry the filter subject, so a tenant can
-// follow only its own runs. The pull right cannot be narrowed by tenant:
-// it reaches any consumer of GATED_RUNS whose name is known, so give
-// consumers of other readers of that stream names no tenant can guess.
+// Continuations and Escalations need the JetStream consumer API of
+// gated's account: a consumer-create request may name any deliver
+// subject, so tenants in accounts of their own do not get it, and follow
+// their runs through the stream import of their follow-up subjects
+// instead (docs/NATS.md). The other calls work unchanged in a tenant
+// account that imports the subjects above from gated's.
 //
 // Every request the client makes is answered on the connection's own
 // inbox, so confining a tenant to INBOX.> with a prefix of its own keeps

@@ -23,45 +23,81 @@ import (
 // Verdict keys have two tokens (ids are single tokens) and the others
 // three or more with a fixed second token, so none can collide. It
 // implements engine.VerdictStore.
+//
+// Every record it reads back is checked against its key (see RecordError):
+// one that is not gated's is an error wrapping engine.ErrCorruptRecord,
+// reported to the hook of WithCorruptRecordHook, and never replayed or
+// used as state.
 type VerdictStore struct {
-	kv   jetstream.KeyValue
-	seen seenHistories
+	kv      jetstream.KeyValue
+	seen    seenHistories
+	corrupt CorruptRecordHook
 }
 
 var _ engine.VerdictStore = (*VerdictStore)(nil)
 
 // NewVerdictStore wraps a bucket.
-func NewVerdictStore(kv jetstream.KeyValue) *VerdictStore { return &VerdictStore{kv: kv} }
+func NewVerdictStore(kv jetstream.KeyValue, opts ...StoreOption) *VerdictStore {
+	s := &VerdictStore{kv: kv}
+	for _, opt := range opts {
+		opt(s)
+	}
+	return s
+}
 
-// Get implements engine.VerdictStore.
+// Get implements engine.VerdictStore. An entry that is not a verdict for
+// tenant and id is a *RecordError.
 func (s *VerdictStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+	v, _, err := s.get(ctx, tenant, id)
+	return v, err
+}
+
+// get reads the verdict of tenant and id and its revision; on a
+// *RecordError the revision is the corrupt entry's.
+func (s *VerdictStore) get(ctx context.Context, tenant, id string) (*engine.Verdict, uint64, error) {
 	e, err := s.kv.Get(ctx, tenant+"."+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, engine.ErrNotFound
+		return nil, 0, engine.ErrNotFound
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	var v engine.Verdict
-	if err := json.Unmarshal(e.Value(), &v); err != nil {
-		return nil, fmt.Errorf("decoding stored verdict %s.%s: %w", tenant, id, err)
-	}
-	return &v, nil
+	v, err := s.decodeVerdict(ctx, tenant, id, e.Revision(), e.Value())
+	return v, e.Revision(), err
 }
 
 // Create implements engine.VerdictStore: the first verdict for a key wins.
+// An entry under the key that is not a verdict for it is no verdict: it
+// is replaced, at its revision, so that a proposal under a key somebody
+// else wrote into still gets its verdict.
 func (s *VerdictStore) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdict, error) {
 	data, err := v.JSON()
 	if err != nil {
 		return nil, err
 	}
-	_, err = s.kv.Create(ctx, v.Tenant+"."+v.ProposalID, data)
-	if errors.Is(err, jetstream.ErrKeyExists) {
-		stored, gerr := s.Get(ctx, v.Tenant, v.ProposalID)
-		if gerr != nil {
+	key := v.Tenant + "." + v.ProposalID
+	for attempt := 0; ; attempt++ {
+		if attempt == 8 {
+			return nil, fmt.Errorf("verdict %s kept changing under concurrent writes", key)
+		}
+		_, err = s.kv.Create(ctx, key, data)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			break
+		}
+		stored, rev, gerr := s.get(ctx, v.Tenant, v.ProposalID)
+		switch {
+		case gerr == nil:
+			return stored, engine.ErrExists
+		case errors.Is(gerr, engine.ErrNotFound):
+			continue // deleted in between: create it again
+		case !errors.Is(gerr, engine.ErrCorruptRecord):
 			return nil, fmt.Errorf("reading the verdict stored first: %w", gerr)
 		}
-		return stored, engine.ErrExists
+		_, err = s.kv.Update(ctx, key, data, rev)
+		if err == nil || !casConflict(err) {
+			break
+		}
+		// Written in between: look again.
 	}
 	if err != nil {
 		return nil, err
@@ -98,11 +134,13 @@ func (s *VerdictStore) Recent(ctx context.Context, tenant, key string) ([]engine
 	if err != nil {
 		return nil, err
 	}
-	s.seen.put(tk, seenHistory{rev: e.Revision(), value: e.Value()})
-	var list []engine.Verdict
-	if err := json.Unmarshal(e.Value(), &list); err != nil {
-		return nil, fmt.Errorf("decoding history of target %s: %w", key, err)
+	list, err := s.decodeHistory(ctx, tenant, key, e.Revision(), e.Value())
+	if err != nil {
+		// Not the history: an approval that follows replaces it.
+		s.seen.put(tk, seenHistory{rev: e.Revision()})
+		return nil, err
 	}
+	s.seen.put(tk, seenHistory{rev: e.Revision(), value: e.Value()})
 	return list, nil
 }
 
@@ -134,7 +172,8 @@ func (s *VerdictStore) remember(ctx context.Context, v *engine.Verdict) error {
 		}
 		rev := seen.rev
 		if seen.value != nil {
-			if err := json.Unmarshal(seen.value, &list); err != nil {
+			var err error
+			if list, err = s.decodeHistory(ctx, v.Tenant, v.TargetKey, rev, seen.value); err != nil {
 				list = nil // a corrupt history is replaced, not trusted
 			}
 		}
@@ -234,7 +273,7 @@ func claimKey(tenant, id string) string { return tenant + ".claims." + id }
 // is created first and read only when one is there already.
 func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Claim) (engine.Claim, error) {
 	key := claimKey(tenant, id)
-	data, err := json.Marshal(c)
+	data, err := json.Marshal(storedClaim{Tenant: tenant, ProposalID: id, Claim: c})
 	if err != nil {
 		return engine.Claim{}, err
 	}
@@ -254,10 +293,9 @@ func (s *VerdictStore) Claim(ctx context.Context, tenant, id string, c engine.Cl
 		case err != nil:
 			return engine.Claim{}, fmt.Errorf("reading review claim %s: %w", key, err)
 		}
-		var held engine.Claim
-		// A claim that cannot be read is no one's: it is replaced.
-		if json.Unmarshal(e.Value(), &held) == nil && !c.Supersedes(held) && time.Now().Before(held.Until) {
-			held.Revision = e.Revision()
+		// A claim that is not gated's is no one's: it is replaced.
+		held, herr := s.decodeClaim(ctx, tenant, id, e.Revision(), e.Value())
+		if herr == nil && !c.Supersedes(held) && time.Now().Before(held.Until) {
 			return held, fmt.Errorf("%w: %s.%s by %s until %s", engine.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
 		}
 		rev, err = s.kv.Update(ctx, key, data, e.Revision())
@@ -288,8 +326,8 @@ func (s *VerdictStore) Release(ctx context.Context, tenant, id string, c engine.
 		if err != nil {
 			return fmt.Errorf("reading review claim %s: %w", key, err)
 		}
-		var held engine.Claim
-		if json.Unmarshal(e.Value(), &held) == nil && held.Holder != c.Holder {
+		// A claim that is not gated's is purged like one of c's holder.
+		if held, err := s.decodeClaim(ctx, tenant, id, e.Revision(), e.Value()); err == nil && held.Holder != c.Holder {
 			return nil
 		}
 		rev = e.Revision()
@@ -322,11 +360,11 @@ func (s *VerdictStore) Await(ctx context.Context, tenant, id string) (*engine.Ve
 			case e == nil || e.Operation() != jetstream.KeyValuePut:
 				continue // end of the initial values, or a delete marker
 			}
-			var v engine.Verdict
-			if err := json.Unmarshal(e.Value(), &v); err != nil {
-				return nil, fmt.Errorf("decoding stored verdict %s: %w", key, err)
+			v, err := s.decodeVerdict(ctx, tenant, id, e.Revision(), e.Value())
+			if err != nil {
+				continue // reported; the verdict is still to come
 			}
-			return &v, nil
+			return v, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
@@ -367,11 +405,11 @@ func (s *VerdictStore) runRecord(ctx context.Context, tenant, runID string) (*en
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading run record %s: %w", key, err)
 	}
-	var rec engine.RunRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return nil, 0, fmt.Errorf("decoding run record %s: %w", key, err)
+	rec, err := s.decodeRunRecord(ctx, tenant, runID, e.Revision(), e.Value())
+	if err != nil {
+		return nil, 0, err
 	}
-	return &rec, e.Revision(), nil
+	return rec, e.Revision(), nil
 }
 
 // updateRun applies change to a run's record with optimistic concurrency:
@@ -500,12 +538,12 @@ func (s *VerdictStore) Replace(ctx context.Context, prev, next *engine.Verdict) 
 		if err != nil {
 			return nil, fmt.Errorf("reading verdict %s: %w", key, err)
 		}
-		var stored engine.Verdict
-		if err := json.Unmarshal(e.Value(), &stored); err != nil {
-			return nil, fmt.Errorf("decoding stored verdict %s: %w", key, err)
+		stored, err := s.decodeVerdict(ctx, prev.Tenant, prev.ProposalID, e.Revision(), e.Value())
+		if err != nil {
+			return nil, err
 		}
 		if stored.AuditSeq != prev.AuditSeq {
-			return &stored, engine.ErrExists
+			return stored, engine.ErrExists
 		}
 		_, err = s.kv.Update(ctx, key, data, e.Revision())
 		if err == nil {

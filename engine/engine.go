@@ -282,7 +282,9 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		switch {
 		case err == nil:
 			return r.handOver(ctx, stored, false)
-		case !errors.Is(err, ErrNotFound):
+		case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptRecord):
+			// A corrupt entry (reported by the store) is no verdict: the
+			// proposal is decided afresh, and Create replaces the entry.
 			return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
 		}
 	}
@@ -492,7 +494,7 @@ func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
 		case err == nil:
 			r.awaited = stored
 			return false
-		case !errors.Is(err, ErrNotFound):
+		case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptRecord):
 			r.failure = fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
 			return false
 		}

@@ -19,6 +19,14 @@ var (
 	// stored for the key; the store returns the stored verdict with it.
 	ErrExists = errors.New("verdict already stored")
 
+	// ErrCorruptRecord is wrapped by a VerdictStore's errors for a record
+	// read back that is not what gated stored under its key: it does not
+	// decode, or it names another tenant, proposal, run or target. Such a
+	// record is never replayed or used as state. The engine decides a
+	// proposal whose stored verdict is corrupt afresh, and the store's
+	// Create replaces the corrupt entry with the new verdict.
+	ErrCorruptRecord = errors.New("stored record does not match its key")
+
 	// ErrClaimed is returned by VerdictStore.Claim when another message
 	// holds a live review claim on the proposal, and by Decide when the
 	// review that message holds stored no verdict within the claim's

@@ -181,9 +181,13 @@ type ReviewResult struct {
 // safe for concurrent use.
 type VerdictStore interface {
 	// Get returns the verdict stored for tenant and id, or ErrNotFound.
+	// An entry that is not a verdict for tenant and id is an error
+	// wrapping ErrCorruptRecord.
 	Get(ctx context.Context, tenant, id string) (*Verdict, error)
 	// Create stores v under its tenant and proposal id unless a verdict is
 	// already there, in which case it returns the stored one and ErrExists.
+	// An entry under the key that is not a verdict for it
+	// (ErrCorruptRecord) is replaced.
 	// An approved verdict with a TargetKey also joins that target's recent
 	// history.
 	Create(ctx context.Context, v *Verdict) (*Verdict, error)
@@ -306,6 +310,10 @@ const (
 	// message gated did not accept, and why.
 	EventOperatorDecided = "operator.decided"
 	EventOperatorRefused = "operator.refused"
+	// EventRecordCorrupt records a record read back from gated's store
+	// that is not what gated stored under its key; it was refused, not
+	// replayed or used. It is filed under the key's tenant.
+	EventRecordCorrupt = "record.corrupt"
 )
 
 // UnknownTenant is the audit tenant token of events whose tenant could not

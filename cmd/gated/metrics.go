@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/engine"
@@ -16,6 +19,8 @@ type metrics struct {
 	reg      *prometheus.Registry
 	eval     prometheus.Histogram
 	verdicts *prometheus.CounterVec
+	// corrupt counts the records the verdict store refused, by kind.
+	corrupt *prometheus.CounterVec
 }
 
 func newMetrics(live *policies.Live) *metrics {
@@ -30,11 +35,15 @@ func newMetrics(live *policies.Live) *metrics {
 			Name: "gated_verdicts_total",
 			Help: "Verdicts decided by this process, by outcome and stage.",
 		}, []string{"outcome", "stage"}),
+		corrupt: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_corrupt_records_total",
+			Help: "Records read back from the verdict bucket that were not gated's for their key, by kind; each was refused and audited.",
+		}, []string{"kind"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.eval, m.verdicts, policyCollector{live},
+		m.eval, m.verdicts, m.corrupt, policyCollector{live},
 	)
 	return m
 }
@@ -93,6 +102,8 @@ func (p meteredPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (eng
 type countingDecider struct {
 	bus.Decider
 	verdicts *prometheus.CounterVec
+	// corrupt counts the records the verdict store refused, by kind.
+	corrupt *prometheus.CounterVec
 }
 
 func (d countingDecider) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
@@ -109,4 +120,31 @@ func (d countingDecider) GiveUp(ctx context.Context, dl engine.Delivery, cause e
 		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
 	}
 	return v
+}
+
+// corruptRecordHook counts and audits every record the verdict store
+// refuses, under the tenant of its key, before the store returns the
+// refusal. An audit that fails is logged: the record is refused anyway.
+func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.CounterVec, log *zap.Logger) bus.CorruptRecordHook {
+	return func(_ context.Context, e *bus.RecordError) {
+		counter.WithLabelValues(e.Kind).Inc()
+		log.Error("refused a stored record that is not gated's", zap.String("kind", e.Kind), zap.String("key", e.Key),
+			zap.Uint64("revision", e.Revision), zap.String("problem", e.Problem))
+		tenant := e.Tenant
+		if !engine.ValidTenant(tenant) {
+			tenant = engine.UnknownTenant
+		}
+		data, err := json.Marshal(e)
+		if err != nil {
+			log.Error("encoding a refused record's audit event", zap.Error(err))
+			return
+		}
+		// The reader's context may be about to end; the event must not.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		ev := engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventRecordCorrupt, Tenant: tenant, At: time.Now().UTC(), Data: data}
+		if _, err := trail().Seal(ctx, ev); err != nil {
+			log.Error("auditing a refused stored record", zap.String("key", e.Key), zap.Error(err))
+		}
+	}
 }

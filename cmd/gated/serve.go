@@ -311,7 +311,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := bus.NewVerdictStore(res.Verdicts, bus.WithCorruptRecordHook(corruptRecordHook(auditor.Trail, m.corrupt, log)))
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.
 	pool := policies.NewPool(live, 0)

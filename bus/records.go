@@ -1,0 +1,188 @@
+package bus
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/gated/gated/engine"
+)
+
+// Kinds of the records gated keeps in the verdict bucket, as RecordError
+// names them.
+const (
+	RecordVerdict = "verdict"
+	RecordClaim   = "claim"
+	RecordRun     = "run"
+	RecordHistory = "history"
+)
+
+// RecordError says that a record read back from the verdict bucket is not
+// what gated stores under its key: it does not decode, or it names another
+// tenant, proposal, run or target. Only gated writes the bucket, so such a
+// record was put there by something else (with a NATS deployment that let
+// a client write into gated's account, for example as the reply subject of
+// a JetStream publish). It wraps engine.ErrCorruptRecord.
+type RecordError struct {
+	// Kind is RecordVerdict, RecordClaim, RecordRun or RecordHistory.
+	Kind string `json:"kind"`
+	// Tenant is the key's tenant token.
+	Tenant string `json:"tenant"`
+	// Key is the bucket key, Revision the entry's revision.
+	Key      string `json:"key"`
+	Revision uint64 `json:"revision"`
+	// Problem says what does not match.
+	Problem string `json:"problem"`
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("%s record %s (revision %d) is not gated's: %s", e.Kind, e.Key, e.Revision, e.Problem)
+}
+
+// Unwrap lets errors.Is match engine.ErrCorruptRecord.
+func (e *RecordError) Unwrap() error { return engine.ErrCorruptRecord }
+
+// CorruptRecordHook is told of every record a VerdictStore read back and
+// refused. It runs on the goroutine that read the record, so it should
+// return soon; ctx is the reader's.
+type CorruptRecordHook func(ctx context.Context, e *RecordError)
+
+// StoreOption configures a VerdictStore.
+type StoreOption func(*VerdictStore)
+
+// WithCorruptRecordHook has the store call hook for every record it
+// refuses (see RecordError). Default: none; the refusal is still an error
+// for the caller.
+func WithCorruptRecordHook(hook CorruptRecordHook) StoreOption {
+	return func(s *VerdictStore) { s.corrupt = hook }
+}
+
+// refuse builds the RecordError of a refused record and reports it.
+func (s *VerdictStore) refuse(ctx context.Context, kind, key string, rev uint64, format string, args ...any) *RecordError {
+	tenant, _, _ := strings.Cut(key, ".")
+	e := &RecordError{Kind: kind, Tenant: tenant, Key: key, Revision: rev, Problem: fmt.Sprintf(format, args...)}
+	if s.corrupt != nil {
+		s.corrupt(ctx, e)
+	}
+	return e
+}
+
+// checkVerdict tells what is wrong with a stored verdict for tenant and
+// id, or returns "" when it is one.
+func checkVerdict(v *engine.Verdict, tenant, id string) string {
+	switch {
+	case v.Tenant != tenant || v.ProposalID != id:
+		return fmt.Sprintf("it names proposal %q of tenant %q", v.ProposalID, v.Tenant)
+	case v.V != engine.SchemaVersion:
+		return fmt.Sprintf("schema version %d, want %d", v.V, engine.SchemaVersion)
+	case !knownOutcome(v.Outcome):
+		return fmt.Sprintf("outcome %q is not one of gated's", v.Outcome)
+	case v.Approved != (v.Outcome == engine.OutcomeApproved):
+		return fmt.Sprintf("approved is %v with outcome %s", v.Approved, v.Outcome)
+	case v.ProposalSHA256 != "" && !sha256Hex(v.ProposalSHA256):
+		return fmt.Sprintf("proposal_sha256 %q is not a SHA-256 digest", v.ProposalSHA256)
+	case v.Run != nil && v.Run.RunID != "" && !engine.ValidID(v.Run.RunID):
+		return fmt.Sprintf("run id %q is not a valid token", v.Run.RunID)
+	}
+	return ""
+}
+
+func knownOutcome(o engine.Outcome) bool {
+	switch o {
+	case engine.OutcomeApproved, engine.OutcomeRejected, engine.OutcomeBlocked,
+		engine.OutcomeError, engine.OutcomeTimeout, engine.OutcomeInvalid:
+		return true
+	}
+	return false
+}
+
+func sha256Hex(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == 32
+}
+
+// decodeVerdict decodes the verdict stored under tenant.id at revision
+// rev, refusing one that is not a verdict for that key.
+func (s *VerdictStore) decodeVerdict(ctx context.Context, tenant, id string, rev uint64, data []byte) (*engine.Verdict, error) {
+	key := tenant + "." + id
+	var v engine.Verdict
+	if err := json.Unmarshal(data, &v); err != nil {
+		return nil, s.refuse(ctx, RecordVerdict, key, rev, "it does not decode: %v", err)
+	}
+	if problem := checkVerdict(&v, tenant, id); problem != "" {
+		return nil, s.refuse(ctx, RecordVerdict, key, rev, "%s", problem)
+	}
+	return &v, nil
+}
+
+// storedClaim is a review claim as the bucket holds it: the claim and
+// the proposal it is for.
+type storedClaim struct {
+	Tenant     string `json:"tenant"`
+	ProposalID string `json:"proposal_id"`
+	engine.Claim
+}
+
+// decodeClaim decodes the claim stored under tenant.claims.id.
+func (s *VerdictStore) decodeClaim(ctx context.Context, tenant, id string, rev uint64, data []byte) (engine.Claim, error) {
+	key := claimKey(tenant, id)
+	var c storedClaim
+	if err := json.Unmarshal(data, &c); err != nil {
+		return engine.Claim{}, s.refuse(ctx, RecordClaim, key, rev, "it does not decode: %v", err)
+	}
+	switch {
+	case c.Tenant != tenant || c.ProposalID != id:
+		return engine.Claim{}, s.refuse(ctx, RecordClaim, key, rev, "it names proposal %q of tenant %q", c.ProposalID, c.Tenant)
+	case c.Holder == "" || c.Until.IsZero():
+		return engine.Claim{}, s.refuse(ctx, RecordClaim, key, rev, "it names no holder or no deadline")
+	}
+	c.Claim.Revision = rev
+	return c.Claim, nil
+}
+
+// decodeRunRecord decodes the run record stored under tenant.runs.runID.
+func (s *VerdictStore) decodeRunRecord(ctx context.Context, tenant, runID string, rev uint64, data []byte) (*engine.RunRecord, error) {
+	key := runKey(tenant, runID)
+	var rec engine.RunRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return nil, s.refuse(ctx, RecordRun, key, rev, "it does not decode: %v", err)
+	}
+	if rec.Tenant != tenant || rec.RunID != runID {
+		return nil, s.refuse(ctx, RecordRun, key, rev, "it names run %q of tenant %q", rec.RunID, rec.Tenant)
+	}
+	for _, r := range rec.Rounds {
+		if r.Round < 1 || !engine.ValidID(r.ProposalID) || !knownOutcome(r.Outcome) {
+			return nil, s.refuse(ctx, RecordRun, key, rev, "round %d (proposal %q, outcome %q) is not a decided round", r.Round, r.ProposalID, r.Outcome)
+		}
+	}
+	switch rec.Closed {
+	case "", engine.RunAccepted, engine.RunEscalated:
+	default:
+		return nil, s.refuse(ctx, RecordRun, key, rev, "closed %q is not a run state", rec.Closed)
+	}
+	return &rec, nil
+}
+
+// decodeHistory decodes the target history stored under
+// tenant.targets.target: approvals of tenant's proposals on target only.
+func (s *VerdictStore) decodeHistory(ctx context.Context, tenant, target string, rev uint64, data []byte) ([]engine.Verdict, error) {
+	key := targetKey(tenant, target)
+	var list []engine.Verdict
+	if err := json.Unmarshal(data, &list); err != nil {
+		return nil, s.refuse(ctx, RecordHistory, key, rev, "it does not decode as a list of approvals: %v", err)
+	}
+	if list == nil {
+		return nil, s.refuse(ctx, RecordHistory, key, rev, "it is not a list of approvals")
+	}
+	for i, v := range list {
+		switch {
+		case v.Tenant != tenant || v.TargetKey != target:
+			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d is an approval of tenant %q on target %q", i, v.Tenant, v.TargetKey)
+		case !v.Approved || v.Outcome != engine.OutcomeApproved || !engine.ValidID(v.ProposalID) || v.DecidedAt.IsZero():
+			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d (proposal %q, outcome %q) is not a dated approval", i, v.ProposalID, v.Outcome)
+		}
+	}
+	return list, nil
+}
