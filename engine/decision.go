@@ -343,8 +343,9 @@ func afterPass(s string) (string, bool) {
 // CheckGateLines compares what the gate lines of a reviewer's text say
 // with the structured gates. A gate line is any line that, after an
 // optional blockquote mark, bullet or number, names a structured gate and
-// then a colon ("- sop_covers: fail — none"), or a table row whose first
-// cell names one ("| sop_covers | fail |"). Names are compared leniently
+// then a colon, an em dash or an en dash ("- sop_covers: fail — none"),
+// or a table row whose first cell names one ("| sop_covers | fail |").
+// Text over MaxDecisionTextBytes is an error. Names are compared leniently
 // (case, markup, zero-width characters, look-alike letters, and "-", "_"
 // or blanks between words ignored). The text passes a gate only if every
 // line about it is an exact pass (GatePasses); the structured report
@@ -365,7 +366,10 @@ func CheckGateLines(text string, gates []Gate) error {
 			names[key] = g.Name
 		}
 	}
-	if len(reported) == 0 || len(text) > MaxDecisionTextBytes {
+	if len(text) > MaxDecisionTextBytes {
+		return fmt.Errorf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxDecisionTextBytes)
+	}
+	if len(reported) == 0 {
 		return nil
 	}
 	type reading struct {
@@ -428,7 +432,9 @@ func gateLine(line string) (name, value string, ok bool) {
 		s = strings.TrimLeft(s, " \t")
 	}
 marked:
-	i := strings.IndexFunc(s, func(r rune) bool { return r == '|' || colon(lookalike(r)) })
+	i := strings.IndexFunc(s, func(r rune) bool {
+		return r == '|' || r == '\u2014' || r == '\u2013' || colon(lookalike(r))
+	})
 	if i < 0 {
 		return "", "", false
 	}

@@ -289,6 +289,8 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 		{note: "a gate both passed and failed in the text", text: head + passing + "- rollback_known: fail — on reflection", why: "rollback_known"},
 		{note: "a failed gate in the notes", text: head + passing + "Notes: fine.\n- no_parallel_operation: fail — web-7 restarted", why: "no_parallel_operation"},
 		{note: "a failed gate without a bullet", text: head + passing + "no_parallel_operation: fail", why: "no_parallel_operation"},
+		{note: "a failed gate after a dash", text: head + passing + "- rollback_known — fail", why: "rollback_known"},
+		{note: "text over the limit", text: head + passing + strings.Repeat("x", engine.MaxDecisionTextBytes), why: "byte limit"},
 		{note: "a failed gate in a table", text: head + "| gate | result |\n|---|---|\n| sop_covers | fail |\n", why: "sop_covers"},
 		{note: "a failed gate named with a lookalike letter", text: head + passing + "- \u0455op_covers: fail", why: "sop_covers"},
 		{note: "a failed gate with a zero-width space in its name", text: head + passing + "- sop_\u200bcovers: fail", why: "sop_covers"},

@@ -908,6 +908,7 @@ func TestDecide(t *testing.T) {
 			note: "approval taken back by a later decision line",
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
 				r.Text += "\nDecision: reject"
+				r.Notes = "Safe to restart."
 			}),
 			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
 			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
