@@ -114,7 +114,11 @@ func TestParseDecision(t *testing.T) {
 // more than the reference, never approve more.
 func FuzzParseDecision(f *testing.F) {
 	for _, tc := range decisionCases {
-		f.Add(tc.text)
+		// The texts at and over the size limit stay in TestParseDecision:
+		// as seeds they make the fuzzer spend its time minimising 64 KiB.
+		if len(tc.text) <= 4<<10 {
+			f.Add(tc.text)
+		}
 	}
 	for _, s := range []string{
 		"\n\ndecision: APPROVE\n", "`Decision`: _approve_", "Decision: approve\r\nGates:", "Decision: approve\rDecision: reject",

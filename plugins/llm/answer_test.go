@@ -179,14 +179,18 @@ var refPassValue = func() string {
 // refPassLine reports whether a line of text is a bulleted gate line that
 // reports gate name as an exact pass.
 func refPassLine(text, name string) bool {
-	re := regexp.MustCompile("^(?:- |\\* |• )[*` ]*" + regexp.QuoteMeta(name) + "[*` ]*:[ \\t]*" + refPassValue)
 	for _, l := range strings.Split(text, "\n") {
-		if re.MatchString(strings.TrimSpace(l)) {
+		m := refGateLine.FindStringSubmatch(strings.TrimSpace(l))
+		if m != nil && strings.Trim(strings.TrimSpace(m[1]), "*` ") == name {
 			return true
 		}
 	}
 	return false
 }
+
+// refGateLine is a bulleted line whose value is an exact pass; the name
+// is everything up to the first colon.
+var refGateLine = regexp.MustCompile("^(?:- |\\* |• )([^:]*):[ \\t]*" + refPassValue)
 
 // testRules are the rules of the parser's tests: two criteria to judge
 // and one required gate.
