@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // MaxDecisionTextBytes bounds the reviewer text the host reads and keeps.
@@ -10,34 +12,467 @@ import (
 // not said yes.
 const MaxDecisionTextBytes = 64 << 10
 
-// ParseDecision reads a reviewer's text the way the host must: the first
-// non-blank line decides. Only a line that reads "Decision: approve"
-// (case-insensitive, markdown emphasis allowed, nothing else on the line)
-// is an approval. Everything else — "Decision: reject", "approve with
-// caveats", an empty text, garbage — is a rejection, and the returned
-// explanation says which.
+// ParseDecision reads a reviewer's text the way the host must. It is
+// strict both ways:
+//
+//   - The first non-blank line decides, and only a line that is exactly
+//     "Decision: approve" approves: ASCII letters in any case, spaces or
+//     tabs between the colon and the word and around the line, and at most
+//     one matching emphasis pair (*, **, _ or __) wrapping the whole line.
+//     Any other mark on the line ("**Decision:** approve", a backtick or a
+//     footnote mark, a look-alike letter, a full stop) is a rejection.
+//   - After an approving first line, every line that looks like a decision
+//     line — read leniently: any case, markup, zero-width characters and
+//     common look-alike letters ignored, up to three words before
+//     "decision", then a colon, a dash or an equals sign — must itself be
+//     exactly "Decision: approve". Code fences do not hide such a line.
+//   - After an approving first line, a line that takes the approval back
+//     ("retract", "rescind", "withdrawn", "scratch that", "not yet", "on
+//     second thought", ...; see retractions) makes it a rejection.
+//
+// Everything else — "Decision: reject", "approve with caveats", an empty
+// text, garbage — is a rejection, and the returned explanation says which.
+// What the text's gate lines say is checked against the structured gates
+// by CheckGateLines.
 func ParseDecision(text string) (Decision, string) {
-	if len(text) > MaxDecisionTextBytes {
-		return DecisionReject, fmt.Sprintf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxDecisionTextBytes)
-	}
-	line := firstNonBlankLine(text)
-	if line == "" {
-		return DecisionReject, "reviewer returned no text"
-	}
-	norm := normaliseDecisionLine(line)
-	value, ok := strings.CutPrefix(norm, "decision: ")
-	if !ok {
-		return DecisionReject, fmt.Sprintf("first line %q is not a decision line", clip(line))
-	}
-	switch value {
-	case "approve":
-		return DecisionApprove, "reviewer approved"
-	case "reject":
-		return DecisionReject, "reviewer rejected"
-	}
-	return DecisionReject, fmt.Sprintf("decision line %q is neither a plain approve nor reject", clip(line))
+	d, why, _ := readDecision(text)
+	return d, why
 }
 
+// readDecision is ParseDecision that also reports whether the first line
+// approved and a later line turned the text into a rejection, so that the
+// verdict can name that line rather than the reviewer's notes.
+func readDecision(text string) (d Decision, why string, overruled bool) {
+	if len(text) > MaxDecisionTextBytes {
+		return DecisionReject, fmt.Sprintf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxDecisionTextBytes), false
+	}
+	lines := splitLines(text)
+	first := 0
+	for first < len(lines) && strings.Trim(lines[first], " \t") == "" {
+		first++
+	}
+	if first == len(lines) {
+		return DecisionReject, "reviewer returned no text", false
+	}
+	line := strings.Trim(lines[first], " \t")
+	switch {
+	case isDecisionLine(line, "approve"):
+	case isDecisionLine(line, "reject"):
+		return DecisionReject, "reviewer rejected", false
+	case looksLikeDecisionLine(line):
+		return DecisionReject, fmt.Sprintf("decision line %q is not exactly \"Decision: approve\" or \"Decision: reject\" (emphasis may wrap only the whole line)", clip(line)), false
+	default:
+		return DecisionReject, fmt.Sprintf("first line %q is not a decision line", clip(line)), false
+	}
+	for i := first + 1; i < len(lines); i++ {
+		later := strings.Trim(lines[i], " \t")
+		if later == "" {
+			continue
+		}
+		if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {
+			return DecisionReject, fmt.Sprintf("line %d %q disagrees with the decision line; a later decision line must read \"Decision: approve\" exactly", i+1, clip(later)), true
+		}
+		if phrase := retraction(later); phrase != "" {
+			return DecisionReject, fmt.Sprintf("line %d %q takes the approval back (%q); a retraction is a rejection", i+1, clip(later), phrase), true
+		}
+	}
+	return DecisionApprove, "reviewer approved", false
+}
+
+// splitLines splits text at every line break a reader would see: \n, \r,
+// \r\n, vertical tab, form feed, NEL and the Unicode line and paragraph
+// separators. A break the host did not split at could hide a later line
+// inside the decision line's.
+func splitLines(text string) []string {
+	var lines []string
+	start := 0
+	for i := 0; i < len(text); {
+		r, size := utf8.DecodeRuneInString(text[i:])
+		switch r {
+		case '\n', '\r', '\v', '\f', '\u0085', '\u2028', '\u2029':
+			lines = append(lines, text[start:i])
+			if r == '\r' && i+1 < len(text) && text[i+1] == '\n' {
+				size++
+			}
+			start = i + size
+		}
+		i += size
+	}
+	return append(lines, text[start:])
+}
+
+// isDecisionLine reports whether line, trimmed of spaces and tabs, is
+// exactly "Decision: <word>" with ASCII letters in any case, optionally
+// wrapped whole in one matching emphasis pair.
+func isDecisionLine(line, word string) bool {
+	for _, w := range []string{"**", "__", "*", "_"} {
+		if len(line) > 2*len(w) && strings.HasPrefix(line, w) && strings.HasSuffix(line, w) {
+			return plainDecisionLine(line[len(w):len(line)-len(w)], word)
+		}
+	}
+	return plainDecisionLine(line, word)
+}
+
+func plainDecisionLine(s, word string) bool {
+	const label = "decision:"
+	if len(s) < len(label) || !equalFoldASCII(s[:len(label)], label) {
+		return false
+	}
+	rest := s[len(label):]
+	value := strings.TrimLeft(rest, " \t")
+	return len(value) < len(rest) && equalFoldASCII(value, word)
+}
+
+// equalFoldASCII is strings.EqualFold for ASCII letters only: Unicode
+// folding would take "ſ" for "s" and "K" (Kelvin) for "k".
+func equalFoldASCII(s, t string) bool {
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// looksLikeDecisionLine reports whether a reader would take line for a
+// decision line: after foldText, at most four words before the first
+// separator, the last of them "decision".
+func looksLikeDecisionLine(line string) bool {
+	label, _, ok := strings.Cut(strings.TrimLeft(foldText(line), " :"), ":")
+	if !ok {
+		return false
+	}
+	words := strings.Fields(label)
+	return len(words) >= 1 && len(words) <= 4 && words[len(words)-1] == "decision"
+}
+
+// retractions are the phrases that take an approval back, as words after
+// foldText. A word ending in "*" matches any word it begins.
+var retractions = [][]string{
+	{"retract*"}, {"rescind*"}, {"withdrawn"}, {"withdrew"},
+	{"withdraw", "my"}, {"withdraw", "this"}, {"withdraw", "that"}, {"withdraw", "it"}, {"withdraw", "the", "approval"},
+	{"scratch", "that"}, {"strike", "that"}, {"not", "yet"},
+	{"on", "second", "thought*"}, {"second", "thoughts"}, {"changed", "my", "mind"},
+	{"take", "it", "back"}, {"take", "that", "back"},
+	{"disregard", "the", "above"}, {"disregard", "that"}, {"ignore", "the", "above"},
+}
+
+// retraction returns the words of line that take an approval back, or "".
+func retraction(line string) string {
+	words := strings.FieldsFunc(foldText(line), func(r rune) bool { return r == ' ' || r == ':' })
+	for i := range words {
+		for _, phrase := range retractions {
+			if i+len(phrase) > len(words) {
+				continue
+			}
+			match := true
+			for j, p := range phrase {
+				w := words[i+j]
+				if prefix, ok := strings.CutSuffix(p, "*"); ok {
+					match = strings.HasPrefix(w, prefix)
+				} else {
+					match = w == p
+				}
+				if !match {
+					break
+				}
+			}
+			if match {
+				return strings.Join(words[i:i+len(phrase)], " ")
+			}
+		}
+	}
+	return ""
+}
+
+// foldText is the lenient reading the host uses to find decision,
+// retraction and gate lines it must not miss: marks and invisible
+// formatting characters (zero-width spaces and joiners) are dropped,
+// full-width forms and common look-alike letters become ASCII, letters are
+// lower-cased, colons, dashes, equals signs and arrows become ':', and
+// every other character becomes a space.
+func foldText(s string) string {
+	rs := []rune(s)
+	var b strings.Builder
+	b.Grow(len(s))
+	for i, r := range rs {
+		r = lookalike(r)
+		switch {
+		case unicode.In(r, unicode.M, unicode.Cf):
+			continue
+		case unicode.IsLetter(r) || unicode.IsNumber(r):
+			b.WriteRune(unicode.ToLower(r))
+		case separator(r):
+			b.WriteByte(':')
+		case r == '-' && i > 0 && i+1 < len(rs) && isBlank(rs[i-1]) && isBlank(rs[i+1]):
+			b.WriteByte(':') // "Decision - reject"
+		default:
+			b.WriteByte(' ')
+		}
+	}
+	return b.String()
+}
+
+func isBlank(r rune) bool { return r == ' ' || r == '\t' || r == '\u00a0' }
+
+// separator reports whether r is read as the colon after a label: a
+// colon, a dash, an equals sign or an arrow.
+func separator(r rune) bool {
+	switch r {
+	case '\u2013', '\u2014', '\u2015', '\u2212', // dashes
+		'=', '\u2192', '\u21d2', '\u27f6', '\u27f9': // equals, arrows
+		return true
+	}
+	return colon(r)
+}
+
+// colon reports whether r is a colon or reads as one. (Full-width forms
+// are ASCII by then: see lookalike.)
+func colon(r rune) bool {
+	switch r {
+	case ':', '\ufe55', '\ufe13', '\ua789', '\u2236', '\u02f8', '\u05c3', '\u205a':
+		return true
+	}
+	return false
+}
+
+// lookalike maps full-width forms, mathematical letters and the common
+// Cyrillic, Greek and Latin look-alikes of ASCII letters to ASCII.
+func lookalike(r rune) rune {
+	switch {
+	case r < 0x80:
+		return r
+	case r >= 0xff01 && r <= 0xff5e: // full-width ASCII
+		return r - 0xff01 + '!'
+	case r >= 0x1d400 && r <= 0x1d6a3: // mathematical alphanumeric letters
+		return 'a' + (r-0x1d400)%52%26
+	}
+	if a, ok := lookalikes[r]; ok {
+		return a
+	}
+	return r
+}
+
+// lookalikes are letters that read as an ASCII letter, by script.
+var lookalikes = map[rune]rune{
+	// Cyrillic
+	'\u0430': 'a', '\u0432': 'b', '\u0441': 'c', '\u0501': 'd', '\u0435': 'e', '\u04bb': 'h', '\u0456': 'i', '\u0458': 'j',
+	'\u043a': 'k', '\u043c': 'm', '\u043d': 'h', '\u043e': 'o', '\u0440': 'p', '\u051b': 'q', '\u0455': 's', '\u0442': 't',
+	'\u0443': 'y', '\u051d': 'w', '\u0445': 'x', '\u0451': 'e', '\u0457': 'i', '\u04af': 'y', '\u0410': 'a', '\u0412': 'b',
+	'\u0421': 'c', '\u0415': 'e', '\u041d': 'h', '\u0406': 'i', '\u0408': 'j', '\u041a': 'k', '\u041c': 'm', '\u041e': 'o',
+	'\u0420': 'p', '\u0405': 's', '\u0422': 't', '\u0425': 'x', '\u04ae': 'y', '\u0500': 'd', '\u051a': 'q', '\u051c': 'w',
+	// Greek
+	'\u03b1': 'a', '\u03b5': 'e', '\u03b9': 'i', '\u03ba': 'k', '\u03bd': 'v', '\u03bf': 'o', '\u03c1': 'p', '\u03c4': 't',
+	'\u03c5': 'u', '\u03c7': 'x', '\u03f2': 'c', '\u0391': 'a', '\u0392': 'b', '\u0395': 'e', '\u0396': 'z', '\u0397': 'h',
+	'\u0399': 'i', '\u039a': 'k', '\u039c': 'm', '\u039d': 'n', '\u039f': 'o', '\u03a1': 'p', '\u03a4': 't', '\u03a5': 'y',
+	'\u03a7': 'x', '\u03f9': 'c',
+	// Latin and letterlike
+	'\u0131': 'i', '\u0237': 'j', '\u017f': 's', '\u2113': 'l', '\u212a': 'k', '\u212b': 'a', '\u0261': 'g', '\u0251': 'a',
+	'\u1d00': 'a', '\u0299': 'b', '\u1d04': 'c', '\u1d05': 'd', '\u1d07': 'e', '\u0262': 'g', '\u029c': 'h', '\u026a': 'i',
+	'\u1d0a': 'j', '\u1d0b': 'k', '\u029f': 'l', '\u1d0d': 'm', '\u0274': 'n', '\u1d0f': 'o', '\u1d18': 'p', '\u0280': 'r',
+	'\ua731': 's', '\u1d1b': 't', '\u1d1c': 'u', '\u1d20': 'v', '\u1d21': 'w', '\u028f': 'y', '\u1d22': 'z',
+}
+
+// GatePasses reports whether value, the part of a gate line after the
+// gate's name and colon, is an exact pass, and returns the detail after
+// it. An exact pass is the token "pass" or "passed" (ASCII, any case),
+// optionally wrapped in one matching pair of *, **, _, __ or `, followed
+// by nothing, by a colon, em dash or en dash, or by blanks and then a
+// hyphen or an opening parenthesis. "pass-ish", "passed?",
+// "pass/fail unknown", "pass_unverified", "pass." and "pass if ..." are
+// not passes.
+func GatePasses(value string) (string, bool) {
+	v := strings.Trim(value, " \t")
+	for _, w := range []string{"**", "__", "*", "_", "`", ""} {
+		rest, ok := strings.CutPrefix(v, w)
+		if !ok {
+			continue
+		}
+		for _, tok := range []string{"passed", "pass"} {
+			if len(rest) < len(tok) || !equalFoldASCII(rest[:len(tok)], tok) {
+				continue
+			}
+			after, ok := strings.CutPrefix(rest[len(tok):], w)
+			if !ok {
+				continue
+			}
+			if detail, ok := afterPass(after); ok {
+				return detail, true
+			}
+		}
+	}
+	return "", false
+}
+
+// afterPass reads what follows a pass token: nothing, or a clear
+// separator and the detail.
+func afterPass(s string) (string, bool) {
+	t := strings.TrimLeft(s, " \t")
+	if t == "" {
+		return "", true
+	}
+	blank := len(t) < len(s)
+	for _, sep := range []string{":", "—", "–"} {
+		if d, ok := strings.CutPrefix(t, sep); ok {
+			return strings.Trim(d, " \t"), true
+		}
+	}
+	if !blank {
+		return "", false
+	}
+	if d, ok := strings.CutPrefix(t, "-"); ok {
+		return strings.Trim(d, " \t"), true
+	}
+	if d, ok := strings.CutPrefix(t, "("); ok {
+		d = strings.Trim(d, " \t")
+		return strings.TrimSpace(strings.TrimSuffix(d, ")")), true
+	}
+	return "", false
+}
+
+// CheckGateLines compares what the gate lines of a reviewer's text say
+// with the structured gates. A gate line is any line that, after an
+// optional blockquote mark, bullet or number, names a structured gate and
+// then a colon, an em dash or an en dash ("- sop_covers: fail — none"),
+// or a table row whose first cell names one ("| sop_covers | fail |").
+// Text over MaxDecisionTextBytes is an error. Names are compared leniently
+// (case, markup, zero-width characters, look-alike letters, and "-", "_"
+// or blanks between words ignored). The text passes a gate only if every
+// line about it is an exact pass (GatePasses); the structured report
+// passes it only if every report of it passed. A gate on which the two
+// disagree, either way, is an error naming the gate and the line. Gates
+// the text does not mention are left to the structured report.
+func CheckGateLines(text string, gates []Gate) error {
+	reported := make(map[string]bool, len(gates))
+	names := make(map[string]string, len(gates))
+	for _, g := range gates {
+		key := foldName(g.Name)
+		if key == "" {
+			continue
+		}
+		prev, seen := reported[key]
+		reported[key] = g.Passed && (!seen || prev)
+		if !seen {
+			names[key] = g.Name
+		}
+	}
+	if len(text) > MaxDecisionTextBytes {
+		return fmt.Errorf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxDecisionTextBytes)
+	}
+	if len(reported) == 0 {
+		return nil
+	}
+	type reading struct {
+		passed bool
+		line   int
+		text   string // the first line that made the reading what it is
+	}
+	read := map[string]*reading{}
+	var order []string
+	for i, line := range splitLines(text) {
+		name, value, ok := gateLine(line)
+		if !ok {
+			continue
+		}
+		key := foldName(name)
+		if _, ok := reported[key]; !ok {
+			continue
+		}
+		_, pass := GatePasses(value)
+		r := read[key]
+		switch {
+		case r == nil:
+			read[key] = &reading{passed: pass, line: i + 1, text: strings.Trim(line, " \t")}
+			order = append(order, key)
+		case r.passed && !pass:
+			*r = reading{passed: false, line: i + 1, text: strings.Trim(line, " \t")}
+		}
+	}
+	for _, key := range order {
+		r := read[key]
+		if r.passed == reported[key] {
+			continue
+		}
+		if r.passed {
+			return fmt.Errorf("line %d %q reports gate %q as passed, but the structured gates do not", r.line, clip(r.text), names[key])
+		}
+		return fmt.Errorf("line %d %q does not report gate %q as an exact pass, but the structured gates report it passed", r.line, clip(r.text), names[key])
+	}
+	return nil
+}
+
+// gateLine splits a line that may report a gate into the gate's name and
+// the value after it.
+func gateLine(line string) (name, value string, ok bool) {
+	s := strings.TrimLeft(line, " \t")
+	table := false
+	for {
+		switch {
+		case strings.HasPrefix(s, ">"):
+			s = s[1:]
+		case strings.HasPrefix(s, "|"):
+			s, table = s[1:], true
+		default:
+			if rest, ok := cutBullet(s); ok {
+				s = rest
+				break
+			}
+			goto marked
+		}
+		s = strings.TrimLeft(s, " \t")
+	}
+marked:
+	i := strings.IndexFunc(s, func(r rune) bool {
+		return r == '|' || r == '\u2014' || r == '\u2013' || colon(lookalike(r))
+	})
+	if i < 0 {
+		return "", "", false
+	}
+	_, size := utf8.DecodeRuneInString(s[i:])
+	name, value = s[:i], strings.Trim(s[i+size:], " \t")
+	if table {
+		value = strings.Trim(strings.TrimSuffix(value, "|"), " \t")
+	}
+	return name, value, true
+}
+
+// cutBullet removes a list bullet ("- ", "* ", "+ ", "• ", "1. ", "2) ")
+// from the start of s.
+func cutBullet(s string) (string, bool) {
+	for _, b := range []string{"-", "*", "+", "•", "–", "—"} {
+		if rest, ok := strings.CutPrefix(s, b); ok && rest != "" && (rest[0] == ' ' || rest[0] == '\t') {
+			return rest, true
+		}
+	}
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	if n > 0 && n+1 < len(s) && (s[n] == '.' || s[n] == ')') && (s[n+1] == ' ' || s[n+1] == '\t') {
+		return s[n+1:], true
+	}
+	return "", false
+}
+
+// foldName is a gate name as CheckGateLines compares it: foldText, with
+// every run of other characters one "_", trimmed of "_".
+func foldName(name string) string {
+	words := strings.FieldsFunc(foldText(name), func(r rune) bool { return r == ' ' || r == ':' })
+	return strings.Join(words, "_")
+}
+
+// firstNonBlankLine returns the first line of text that is not blank,
+// trimmed.
 func firstNonBlankLine(text string) string {
 	for text != "" {
 		var line string
@@ -47,28 +482,4 @@ func firstNonBlankLine(text string) string {
 		}
 	}
 	return ""
-}
-
-// normaliseDecisionLine lower-cases the line, drops markdown emphasis
-// markers (*, _ and `) and collapses runs of white space, so that
-// "**Decision:** Approve" and "decision: approve" read the same.
-func normaliseDecisionLine(line string) string {
-	var b strings.Builder
-	b.Grow(len(line))
-	space := false
-	for _, r := range strings.ToLower(line) {
-		switch {
-		case r == '*' || r == '_' || r == '`':
-			continue
-		case r == ' ' || r == '\t' || r == '\u00a0':
-			space = true
-			continue
-		}
-		if space && b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		space = false
-		b.WriteRune(r)
-	}
-	return b.String()
 }

@@ -648,15 +648,16 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 }
 
 // Judge applies the host's decision authority to a reviewer's answer. It
-// approves only when the text's decision line approves, the structured
-// decision agrees, and every gate the persona requires is reported as
+// approves only when the text approves (ParseDecision), the structured
+// decision agrees, the text's gate lines agree with the structured gates
+// (CheckGateLines), and every gate the persona requires is reported as
 // passed. The returned reason is one sentence for the verdict.
 func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	text := res.Text
 	if len(text) > MaxDecisionTextBytes {
 		text = strings.ToValidUTF8(text[:MaxDecisionTextBytes], "")
 	}
-	decision, parsed := ParseDecision(res.Text)
+	decision, parsed, overruled := readDecision(res.Text)
 	rev := Review{
 		Plugin: res.Plugin, PluginVersion: res.PluginVersion, Persona: persona.Name,
 		Model: res.Model, DecisionText: text, Decision: decision, Gates: res.Gates,
@@ -667,7 +668,9 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	}
 	who := fmt.Sprintf("reviewer %s (persona %s)", res.Plugin, persona.Name)
 	if decision != DecisionApprove {
-		if note := firstSentence(res.Notes); note != "" {
+		// A text whose first line approves and a later line overrules is
+		// named by that line: the reviewer's notes may say "approved".
+		if note := firstSentence(res.Notes); note != "" && !overruled {
 			return rev, false, fmt.Sprintf("%s rejected: %s", who, note)
 		}
 		return rev, false, fmt.Sprintf("%s did not approve: %s", who, parsed)
@@ -691,6 +694,10 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	if len(rev.MissingGates) > 0 {
 		rev.Decision = DecisionReject
 		return rev, false, fmt.Sprintf("%s approved without passing required gates: %s", who, strings.Join(rev.MissingGates, ", "))
+	}
+	if err := CheckGateLines(res.Text, res.Gates); err != nil {
+		rev.Decision = DecisionReject
+		return rev, false, fmt.Sprintf("%s approved, but its text and its gates disagree: %v; a disagreement is a rejection", who, err)
 	}
 	return rev, true, fmt.Sprintf("%s approved with all %d required gates passed", who, len(persona.RequiredGates))
 }

@@ -896,6 +896,25 @@ func TestDecide(t *testing.T) {
 			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
 		},
 		{
+			note: "approval whose text fails every gate the structured report passes",
+			reviewer: approvalWith(func(r *engine.ReviewResult) {
+				r.Text = "Decision: approve\nGates:\n- sop_covers: fail\n- no_parallel_operation: fail\n- rollback_known: fail\nNotes: safe to restart."
+			}),
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantReason: []string{"sop_covers", "disagree"},
+		},
+		{
+			note: "approval taken back by a later decision line",
+			reviewer: approvalWith(func(r *engine.ReviewResult) {
+				r.Text += "\nDecision: reject"
+				r.Notes = "Safe to restart."
+			}),
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantReason: []string{`"Decision: reject"`, "disagrees"},
+		},
+		{
 			note:        "empty reviewer text",
 			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Text = "" }),
 			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,

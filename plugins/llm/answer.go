@@ -32,11 +32,12 @@ type answer struct {
 //
 // It fails when the first non-blank line is not a plain decision line or
 // the text is over engine.MaxDecisionTextBytes: such an answer gets one
-// repair turn. The decision is the host's own reading (engine.ParseDecision),
+// repair turn, and so does an approving first line that a later line
+// overrules. The decision is the host's own reading (engine.ParseDecision),
 // so the plugin can never claim more than the host will grant. Gate lines
-// are read between the decision line and Notes; a line whose verdict is
-// neither pass nor fail is not a gate report, so a required gate reported
-// that way stays missing.
+// are read between the decision line and Notes; a gate passes only on an
+// exact pass token, and a line whose verdict is not an exact pass is a
+// gate not passed.
 func parseAnswer(text string) (answer, error) {
 	a, lines, err := readDecision(text)
 	if err != nil {
@@ -62,9 +63,14 @@ func readDecision(text string) (answer, []string, error) {
 	}
 	a := answer{}
 	// Well formed means the host reads an approval, or the line plainly
-	// rejects; a line the host would not read as it looks gets a repair.
-	a.decision, _ = engine.ParseDecision(text)
+	// rejects; a line the host would not read as it looks gets a repair,
+	// and so does an approving line that a later line overrules.
+	var why string
+	a.decision, why = engine.ParseDecision(text)
 	if a.decision != engine.DecisionApprove && decisionWord(lines[first]) != "reject" {
+		if d, _ := engine.ParseDecision(lines[first]); d == engine.DecisionApprove {
+			return answer{}, nil, fmt.Errorf("gated reads the answer as a rejection: %s", why)
+		}
 		return answer{}, nil, fmt.Errorf("the first line %q is not \"Decision: approve\" or \"Decision: reject\"", clip(strings.TrimSpace(lines[first]), 120))
 	}
 	return a, lines[first+1:], nil
@@ -112,8 +118,12 @@ func cutLabel(line, label string) (string, bool) {
 	return strings.TrimSpace(strings.TrimLeft(rest[1:], "*_ ")), true
 }
 
-// parseGateLine reads "- name: pass — evidence" (also with *, or "passed",
-// "failed", bold or code markup, and -, – or : before the evidence).
+// parseGateLine reads "- name: pass — evidence" (also with *, or
+// "passed", "failed", bold or code markup, and -, – or : before the
+// evidence). A gate passes only on an exact pass token, by the host's rule
+// (engine.GatePasses): "pass-ish", "passed?" or "pass/fail unknown" are
+// not passes. A value that is neither an exact pass nor a fail is read as
+// a gate not passed, with the value as its detail.
 func parseGateLine(line string) (engine.Gate, bool) {
 	var ok bool
 	for _, bullet := range []string{"- ", "* ", "• "} {
@@ -134,22 +144,24 @@ func parseGateLine(line string) (engine.Gate, bool) {
 	if name == "" || strings.ContainsAny(name, " \t") {
 		return engine.Gate{}, false
 	}
-	rest = strings.TrimLeft(rest, " *`_")
-	end := strings.IndexFunc(rest, func(r rune) bool {
+	g := engine.Gate{Name: name}
+	if detail, ok := engine.GatePasses(rest); ok {
+		g.Passed, g.Detail = true, detail
+		return g, true
+	}
+	word := strings.TrimLeft(rest, " *`_")
+	end := strings.IndexFunc(word, func(r rune) bool {
 		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
 	})
 	if end < 0 {
-		end = len(rest)
+		end = len(word)
 	}
-	g := engine.Gate{Name: name}
-	switch strings.ToLower(rest[:end]) {
-	case "pass", "passed":
-		g.Passed = true
+	switch strings.ToLower(word[:end]) {
 	case "fail", "failed":
+		g.Detail = strings.TrimSpace(strings.TrimLeft(word[end:], " *`_—–-:,.;()"))
 	default:
-		return engine.Gate{}, false
+		g.Detail = strings.TrimSpace(rest)
 	}
-	g.Detail = strings.TrimSpace(strings.TrimLeft(rest[end:], " *`_—–-:,.;()"))
 	return g, true
 }
 
@@ -254,6 +266,9 @@ func parseRunAnswer(text string, rules runRules) (answer, error) {
 	}
 	if g := unpassedGate(a.gates, rules.gates); g != "" {
 		return answer{}, fmt.Errorf("the answer approves the run but does not report the gate %q as passed, which makes it a rejection, and it gives neither missing_work nor next_round_guidance; approve only with every gate passed, or reject and say what the worker has to do", g)
+	}
+	if err := engine.CheckGateLines(text, a.gates); err != nil {
+		return answer{}, fmt.Errorf("the answer approves the run, but %w, which makes it a rejection, and it gives neither missing_work nor next_round_guidance; report each gate once, as exactly pass or fail", err)
 	}
 	return a, nil
 }

@@ -3,6 +3,7 @@ package llm
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -34,10 +35,20 @@ func TestParseAnswer(t *testing.T) {
 			notes:    "no",
 		},
 		{
-			note:     "a verdict that is neither pass nor fail is not a gate report",
+			note:     "a verdict that is neither pass nor fail is a gate not passed",
 			text:     "Decision: approve\n- sop_covers: probably — it looks covered\n- no_parallel_operation: pass\n- a bullet of prose: pass the salt",
 			decision: engine.DecisionApprove,
-			gates:    []engine.Gate{{Name: "no_parallel_operation", Passed: true}},
+			gates:    []engine.Gate{{Name: "sop_covers", Detail: "probably — it looks covered"}, {Name: "no_parallel_operation", Passed: true}},
+		},
+		{
+			note:     "only an exact pass token passes",
+			text:     "Decision: approve\n- a: pass-ish\n- b: passed?\n- c: pass/fail unknown\n- d: pass_unverified\n- e: pass if nothing else runs\n- f: pass.\n- g: **pass** (SOP-1)\n- h: Passed: yes",
+			decision: engine.DecisionApprove,
+			gates: []engine.Gate{
+				{Name: "a", Detail: "pass-ish"}, {Name: "b", Detail: "passed?"}, {Name: "c", Detail: "pass/fail unknown"},
+				{Name: "d", Detail: "pass_unverified"}, {Name: "e", Detail: "pass if nothing else runs"}, {Name: "f", Detail: "pass."},
+				{Name: "g", Passed: true, Detail: "SOP-1"}, {Name: "h", Passed: true, Detail: "yes"},
+			},
 		},
 		{
 			note:     "gate lines after Notes are notes",
@@ -48,6 +59,9 @@ func TestParseAnswer(t *testing.T) {
 		{note: "empty", text: " \n\t", bad: "empty"},
 		{note: "prose first", text: "I approve.\nDecision: approve", bad: `"I approve."`},
 		{note: "approve with caveats", text: "Decision: approve with caveats", bad: "is not"},
+		{note: "bold label only", text: "**Decision:** approve\n- g: pass", bad: "is not"},
+		{note: "a later line changes the decision", text: "Decision: approve\n- g: pass\nDecision: reject", bad: "disagrees"},
+		{note: "a later line takes the approval back", text: "Decision: approve\n- g: pass\nNotes: scratch that.", bad: "scratch that"},
 		{note: "over the limit", text: "Decision: approve\n" + strings.Repeat("x", engine.MaxDecisionTextBytes), bad: "byte limit"},
 	}
 	for _, tc := range tests {
@@ -86,6 +100,10 @@ func FuzzParseAnswer(f *testing.F) {
 		"Decision: reject\n``` JSON\r\n{\"criteria\":[{\"id\":\"design\",\"pass\":false,\"confidence\":1e-3}],\"next_round_guidance\":\"g\"}\r\n```",
 		"```json\n{\"criteria\":[]}\n```\nDecision: approve",
 		"Decision: approve\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":true}]}\n```\n```json\n{}\n```",
+		"Decision: approve\n- g: pass-ish\n- h: passed?\n- i: pass/fail unknown\n- j: pass_unverified\n- k: **PASSED** (x)",
+		"Decision: approve\n- g: pass\nNotes: ok\n- g: fail\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":true}]}\n```",
+		"Decision: approve\n- g: pass\nDecision: reject\n```json\n{\"criteria\":[{\"id\":\"design\",\"pass\":true}]}\n```",
+		"**Decision:** approve\n- g: pass",
 	} {
 		f.Add(s)
 	}
@@ -99,6 +117,9 @@ func FuzzParseAnswer(f *testing.F) {
 			for _, g := range a.gates {
 				if g.Name == "" || !strings.Contains(text, g.Name) {
 					t.Fatalf("gate %+v is not in the text", g)
+				}
+				if g.Passed && !refPassLine(text, g.Name) {
+					t.Fatalf("gate %q read as passed, but no line of %q reports it as an exact pass", g.Name, text)
 				}
 			}
 		}
@@ -146,6 +167,30 @@ func FuzzParseAnswer(f *testing.F) {
 		}
 	})
 }
+
+// refPassValue is an exact pass token and what may follow it, written
+// apart from engine.GatePasses; ASCII letters only, as (?i) would also
+// take "ſ" for "s".
+var refPassValue = func() string {
+	const p = "[pP][aA][sS][sS](?:[eE][dD])?"
+	return `(?:` + p + `|\*` + p + `\*|\*\*` + p + `\*\*|_` + p + `_|__` + p + "__|`" + p + "`" + `)(?:[ \t]*$|[ \t]*[:—–]|[ \t]+[-(])`
+}()
+
+// refPassLine reports whether a line of text is a bulleted gate line that
+// reports gate name as an exact pass.
+func refPassLine(text, name string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		m := refGateLine.FindStringSubmatch(strings.TrimSpace(l))
+		if m != nil && strings.Trim(strings.TrimSpace(m[1]), "*` ") == name {
+			return true
+		}
+	}
+	return false
+}
+
+// refGateLine is a bulleted line whose value is an exact pass; the name
+// is everything up to the first colon.
+var refGateLine = regexp.MustCompile("^(?:- |\\* |• )([^:]*):[ \\t]*" + refPassValue)
 
 // testRules are the rules of the parser's tests: two criteria to judge
 // and one required gate.
@@ -235,6 +280,7 @@ func TestParseRunAnswer(t *testing.T) {
 		{note: "blank missing work", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"missing_work":["x"," "]}`), bad: "missing_work[1] is blank"},
 		{note: "rejection with nothing to do", text: fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"missing_work":[],"next_round_guidance":"  "}`), bad: "neither missing_work nor next_round_guidance"},
 		{note: "approval with a failed gate and nothing to do", text: "Decision: approve\n- criteria_met: fail — no\n" + block("{"+both+"}"), bad: `does not report the gate "criteria_met" as passed`},
+		{note: "approval whose notes fail a gate", text: "Decision: approve\n- criteria_met: pass\nNotes: ok\n- criteria_met: fail\n" + block("{"+both+"}"), bad: `"criteria_met"`},
 		{note: "approval with a gate both passed and failed", text: "Decision: approve\n- criteria_met: pass\n- criteria_met: fail\n" + block("{"+both+"}"), bad: `"criteria_met"`},
 	}
 	for _, tc := range tests {

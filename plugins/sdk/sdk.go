@@ -10,9 +10,10 @@
 // makes its round trips with gated cheaper (see Serve).
 //
 // A plugin never approves anything by itself: the host reads the first
-// line of Response.Text ("Decision: approve" or "Decision: reject"), checks
-// that Response.Decision agrees and that every gate the persona requires
-// is reported as passed. Anything else is a rejection.
+// line of Response.Text ("Decision: approve" or "Decision: reject") and
+// the lines after it, checks that Response.Decision agrees, that the
+// text's gate lines agree with Response.Gates, and that every gate the
+// persona requires is reported as passed. Anything else is a rejection.
 //
 // # Reviewing runs
 //
@@ -135,7 +136,9 @@ type Policy struct {
 // Response is the reviewer's answer.
 type Response struct {
 	// Text must start with the decision line: "Decision: approve" or
-	// "Decision: reject".
+	// "Decision: reject" (see engine.ParseDecision). No later line may
+	// change or take back an approval, and a gate line in Text must agree
+	// with Gates (see engine.CheckGateLines).
 	Text string
 	// Decision must agree with Text.
 	Decision     engine.Decision
