@@ -75,12 +75,51 @@ mutating if input.proposal.class == "write"
 
 mutating if input.proposal.class == "destructive"
 
+# --- action patterns ---------------------------------------------------------
+
+# action_pattern_matches is how every setting that lets an action through,
+# or eases its review, matches the action: SOP coverage (sops[].actions),
+# skip_review_actions, persona_routes and reviewer_overrides. The action's
+# words are separated by "_"; a * matches within one word (so
+# rotate_*_credentials covers rotate_db_credentials but not
+# rotate_db_credentials_then_drop_all_credentials), ? one character of a
+# word, and ** any number of words. The Go side (engine.MatchAction) reads
+# patterns the same way; policies/testdata/action_patterns.json holds the
+# cases both are tested on.
+#
+# Denylists (denied_actions, change_freezes[].actions, the tool denylists)
+# keep glob.match with null delimiters: there a * that matches more is the
+# safe direction.
+action_pattern_matches(pattern, action) if glob.match(pattern, ["_"], action)
+
+# config_warnings lists what `gated policy check` reports about the data
+# without refusing the bundle: here, patterns that let an action through
+# and use **, which spans any number of words, so an SOP, a skip or an
+# override covers every action that begins and ends like the pattern.
+# Authors may add their own entries.
+config_warnings contains sprintf("data.gated.sops[%d] (%s): action pattern %q has **, which spans any number of words of an action: the SOP covers every action that begins and ends like it; prefer exact names or one * per word", [i, object.get(sop, "id", ""), pattern]) if {
+	some i, sop in data.gated.sops
+	some pattern in sop.actions
+	wide_action_pattern(pattern)
+}
+
+config_warnings contains sprintf("data.gated.config.skip_review_actions: %q has **, which spans any number of words of an action: review is waived for every action that begins and ends like it", [pattern]) if {
+	some pattern in data.gated.config.skip_review_actions
+	wide_action_pattern(pattern)
+}
+
+wide_action_pattern(pattern) if {
+	is_string(pattern)
+	contains(pattern, "**")
+}
+
 # --- routing -----------------------------------------------------------------
 
 # persona_routes send actions to specialised personas: a list of
-# {"actions": [glob patterns], "persona": name}, tried in order. By default
-# database actions go to the built-in dba persona; [] turns routing off.
-default persona_routes := [{"actions": ["db_*"], "persona": "dba"}]
+# {"actions": [action patterns], "persona": name}, tried in order. By
+# default every database action goes to the built-in dba persona; []
+# turns routing off.
+default persona_routes := [{"actions": ["db_**"], "persona": "dba"}]
 
 persona_routes := data.gated.config.persona_routes
 
@@ -89,7 +128,7 @@ persona_routes := data.gated.config.persona_routes
 routed_personas := [route.persona |
 	some route in persona_routes
 	some pattern in route.actions
-	glob.match(pattern, null, input.proposal.action)
+	action_pattern_matches(pattern, input.proposal.action)
 ]
 
 # persona_name is who reviews: the first persona a route sends the action
@@ -145,7 +184,7 @@ default review_skipped := false
 review_skipped if {
 	input.proposal.class != "read"
 	some pattern in data.gated.config.skip_review_actions
-	glob.match(pattern, null, input.proposal.action)
+	action_pattern_matches(pattern, input.proposal.action)
 	input.proposal.kind != "run"
 }
 
@@ -200,11 +239,12 @@ quorum := tenant_wide_quorum if {
 # --- SOP catalog -------------------------------------------------------------
 
 # covering_sops lists, in catalog order, the SOPs with an action pattern
-# that matches the proposal's action.
+# that matches the proposal's action (action_pattern_matches: a * stands
+# for one word of the action, never for several).
 covering_sops := [sop |
 	some sop in data.gated.sops
 	some pattern in sop.actions
-	glob.match(pattern, null, input.proposal.action)
+	action_pattern_matches(pattern, input.proposal.action)
 ]
 
 # sop_covers is true when an SOP in the catalog covers the action.

@@ -188,3 +188,65 @@ test_persona_routes_must_be_a_list if {
 test_default_routes_have_no_config_errors if {
 	count(gated.config_errors) == 0
 }
+
+# --- action patterns ---------------------------------------------------------
+
+test_sop_star_covers_one_word if {
+	p := object.union(write_proposal, {"action": "rotate_db_credentials_then_drop_all_credentials", "class": "destructive", "blast_radius": "cluster"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.sop == null
+	d.review.required
+}
+
+test_sop_double_star_spans_words if {
+	sops := [{"id": "SOP-9", "actions": ["rotate_**_credentials"], "rollback": "r"}]
+	p := object.union(write_proposal, {"action": "rotate_prod_db_credentials"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.sops as sops
+	d.sop.id == "SOP-9"
+}
+
+test_skip_review_star_is_one_word if {
+	skip := ["k8s_get_*"]
+	one := object.union(write_proposal, {"action": "k8s_get_pods"})
+	d1 := gated.decision with input as {"proposal": one, "persona": reviewer} with data.gated.config.skip_review_actions as skip
+	d1.skipped
+	not d1.review.required
+	more := object.union(write_proposal, {"action": "k8s_get_pods_then_delete_namespace"})
+	d2 := gated.decision with input as {"proposal": more, "persona": reviewer} with data.gated.config.skip_review_actions as skip
+	not d2.skipped
+	d2.review.required
+}
+
+test_route_star_is_one_word if {
+	routes := [{"actions": ["host_get_*"], "persona": "lenient"}]
+	p := object.union(write_proposal, {"action": "host_get_logs_then_wipe_disk"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.persona_routes as routes
+	d.review.persona == "reviewer"
+}
+
+test_default_route_sends_every_database_action_to_dba if {
+	p := object.union(db_proposal, {"action": "db_drop_table"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review.persona == "dba"
+}
+
+test_denylists_keep_wide_patterns if {
+	# A deny that matches more is the safe direction: * spans words there.
+	p := object.union(write_proposal, {"action": "db_drop_table_now"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.denied_actions as {"*": ["db_drop_*"]}
+	"denied_action" in rules(d)
+}
+
+test_config_warnings_name_wide_patterns if {
+	sops := [{"id": "SOP-9", "actions": ["rotate_**", "host_restart_service"], "rollback": "r"}]
+	warnings := gated.config_warnings with data.gated.sops as sops with data.gated.config.skip_review_actions as ["k8s_**", "k8s_get_*"]
+	count(warnings) == 2
+	some w1 in warnings
+	startswith(w1, `data.gated.sops[0] (SOP-9): action pattern "rotate_**" has **`)
+	some w2 in warnings
+	startswith(w2, `data.gated.config.skip_review_actions: "k8s_**" has **`)
+}
+
+test_default_data_has_no_config_warnings if {
+	count(gated.config_warnings) == 0
+}

@@ -410,7 +410,10 @@ func policyCheckCmd() *cobra.Command {
 and the --policy-data files, compiles it in OPA strict mode (unused variables
 and imports are errors), runs the bundle's data checks
 (data.gated.config_errors) and checks the shape of the decision on sample
-proposals. It does not run the Rego tests: "gated policy test" does.
+proposals. It prints the bundle's warnings (data.gated.config_warnings) on
+stderr, such as an SOP action pattern with **, which spans any number of
+words of an action; warnings do not fail the check. It does not run the
+Rego tests: "gated policy test" does.
 Exit status: 0 the bundle is sound, 1 it is not, 2 bad usage.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -426,6 +429,9 @@ func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptio
 	var ex *exitError
 	switch {
 	case err == nil:
+		for _, warning := range ev.ConfigWarnings() {
+			fmt.Fprintln(errw, "warning:", warning)
+		}
 		fmt.Fprintf(w, "ok: revision %s (strict mode)\n", ev.Revision())
 		if st := ev.Plan(); st.Reason != "" {
 			fmt.Fprintf(w, "evaluator: %s (%s)\n", st.Evaluator, st.Reason)
