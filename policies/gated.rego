@@ -108,6 +108,12 @@ config_warnings contains sprintf("data.gated.config.skip_review_actions: %q has 
 	wide_action_pattern(pattern)
 }
 
+config_warnings contains sprintf("data.gated.config.reviewer_overrides[%d]: %q has **, which spans any number of words of an action: the proposal's reviewer replaces the routed persona for every action that begins and ends like it", [i, pattern]) if {
+	some i, override in data.gated.config.reviewer_overrides
+	some pattern in override.actions
+	wide_action_pattern(pattern)
+}
+
 wide_action_pattern(pattern) if {
 	is_string(pattern)
 	contains(pattern, "**")
@@ -131,16 +137,45 @@ routed_personas := [route.persona |
 	action_pattern_matches(pattern, input.proposal.action)
 ]
 
-# persona_name is who reviews: the first persona a route sends the action
-# to, else the proposal's own choice, else the configured default, else the
-# built-in reviewer. A route outranks the proposal: the agent under review
-# does not get to pick another reviewer than the one its action is routed to.
-persona_name := routed_personas[0] if {
-	count(routed_personas) > 0
-} else := input.proposal.reviewer if {
+# proposal_reviewer is the persona the proposal asks for, if any.
+proposal_reviewer := input.proposal.reviewer if {
 	is_string(input.proposal.reviewer)
 	input.proposal.reviewer != ""
+}
+
+# reviewer_overrides let a proposal's reviewer replace the routed persona
+# for some actions: a list of {"actions": [action patterns], "personas":
+# [names]}. By default there are none: the agent under review never picks
+# who reviews it instead of the policy.
+default reviewer_overrides := []
+
+reviewer_overrides := data.gated.config.reviewer_overrides
+
+# reviewer_override_allowed: the proposal's reviewer may replace the routed
+# persona for this action.
+reviewer_override_allowed if {
+	some override in reviewer_overrides
+	proposal_reviewer in override.personas
+	some pattern in override.actions
+	action_pattern_matches(pattern, input.proposal.action)
+}
+
+# persona_name is who reviews: the proposal's reviewer when
+# reviewer_overrides allow it for the action, else the first persona a route
+# sends the action to, else the configured default, else the built-in
+# reviewer.
+persona_name := proposal_reviewer if {
+	reviewer_override_allowed
+} else := routed_personas[0] if {
+	count(routed_personas) > 0
 } else := default_persona
+
+# added_reviewers: a proposal's reviewer that does not replace the routed
+# persona reviews beside it. Both must approve: an agent may add scrutiny,
+# not swap it for its own choice.
+added_reviewers := [proposal_reviewer] if {
+	proposal_reviewer != persona_name
+} else := []
 
 # persona_out_of_scope: a persona that routes send actions to reviews those
 # actions only. A specialised reviewer is not a general one: it does not
@@ -165,6 +200,33 @@ config_errors contains sprintf("data.gated.config.persona_routes[%d]: %s: want {
 	some i, route in data.gated.config.persona_routes
 	is_array(data.gated.config.persona_routes)
 	not valid_route(route)
+}
+
+config_errors contains "data.gated.config.reviewer_overrides: want a list of {\"actions\": [patterns], \"personas\": [names]}" if {
+	overrides := data.gated.config.reviewer_overrides
+	not is_array(overrides)
+}
+
+config_errors contains sprintf("data.gated.config.reviewer_overrides[%d]: %s: want {\"actions\": [patterns], \"personas\": [names]}, both non-empty lists of non-empty strings and nothing else", [i, json.marshal(override)]) if {
+	is_array(data.gated.config.reviewer_overrides)
+	some i, override in data.gated.config.reviewer_overrides
+	not valid_override(override)
+}
+
+valid_override(override) if {
+	is_object(override)
+	object.keys(override) == {"actions", "personas"}
+	non_empty_strings(override.actions)
+	non_empty_strings(override.personas)
+}
+
+non_empty_strings(list) if {
+	is_array(list)
+	count(list) > 0
+	every s in list {
+		is_string(s)
+		s != ""
+	}
 }
 
 valid_route(route) if {
@@ -216,12 +278,16 @@ review := run_route if {
 	"why": sprintf("review of %s is waived by configuration (skip_review_actions)", [input.proposal.action]),
 } if {
 	review_skipped
-} else := {
-	"required": true,
-	"persona": persona_name,
-	"quorum": quorum,
-	"why": review_why,
-}
+} else := object.union(
+	{"required": true, "persona": persona_name, "quorum": quorum, "why": review_why},
+	review_also,
+)
+
+# review_also names the reviewers that must review besides the persona
+# (review.also); none is left out.
+review_also := {"also": added_reviewers} if {
+	count(added_reviewers) > 0
+} else := {}
 
 review_why := "write actions need review" if {
 	input.proposal.class == "write"
@@ -231,8 +297,11 @@ review_why := "write actions need review" if {
 	input.proposal.class == "read"
 } else := sprintf("class %v needs review", [input.proposal.class])
 
-# quorum: tenant-wide changes need more than one reviewer.
-quorum := tenant_wide_quorum if {
+# quorum: tenant-wide changes need more than one reviewer, and a reviewer
+# the proposal adds is one more when the class asks for fewer.
+quorum := max([class_quorum, 1 + count(added_reviewers)])
+
+class_quorum := tenant_wide_quorum if {
 	input.proposal.blast_radius == "tenant_wide"
 } else := 1
 

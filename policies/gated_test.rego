@@ -20,10 +20,64 @@ test_destructive_needs_review if {
 	d.review.required
 }
 
-test_proposal_chooses_persona if {
-	p := object.union(write_proposal, {"reviewer": "dba"})
+test_proposal_reviewer_adds_to_the_default_persona if {
+	p := object.union(write_proposal, {"reviewer": "incident"})
 	d := gated.decision with input as {"proposal": p, "persona": reviewer}
-	d.review.persona == "dba"
+	d.review.persona == "reviewer"
+	d.review.also == ["incident"]
+	d.review.quorum == 2
+}
+
+test_proposal_reviewer_fills_a_tenant_wide_quorum_beside_the_default if {
+	p := object.union(write_proposal, {"reviewer": "incident", "blast_radius": "tenant_wide"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review.persona == "reviewer"
+	d.review.also == ["incident"]
+	d.review.quorum == 2
+}
+
+test_proposal_naming_the_routed_persona_adds_nobody if {
+	p := object.union(write_proposal, {"reviewer": "reviewer"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review"}
+}
+
+overrides := [{"actions": ["host_restart_service"], "personas": ["incident"]}]
+
+test_reviewer_override_replaces_the_persona_for_its_actions if {
+	p := object.union(write_proposal, {"reviewer": "incident"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
+	d.review == {"required": true, "persona": "incident", "quorum": 1, "why": "write actions need review"}
+}
+
+test_reviewer_override_is_narrow if {
+	# Another persona, or another action, is still added, not swapped in.
+	other := object.union(write_proposal, {"reviewer": "oncall"})
+	d1 := gated.decision with input as {"proposal": other, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
+	d1.review.persona == "reviewer"
+	d1.review.also == ["oncall"]
+	action := object.union(write_proposal, {"reviewer": "incident", "action": "host_restart_service_and_wipe"})
+	d2 := gated.decision with input as {"proposal": action, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
+	d2.review.persona == "reviewer"
+	d2.review.also == ["incident"]
+}
+
+test_reviewer_overrides_config_errors if {
+	errs := gated.config_errors with data.gated.config.reviewer_overrides as [
+		{"actions": ["host_restart_service"], "personas": ["incident"]},
+		{"actions": ["host_restart_service"]},
+		{"actions": [], "personas": ["incident"]},
+		{"actions": ["x"], "personas": [""]},
+		{"actions": ["x"], "personas": ["incident"], "tenants": ["acme"]},
+		"host_restart_service",
+	]
+	count(errs) == 5
+	every i in [1, 2, 3, 4, 5] {
+		some msg in errs
+		startswith(msg, sprintf("data.gated.config.reviewer_overrides[%d]: ", [i]))
+	}
+	not_a_list := gated.config_errors with data.gated.config.reviewer_overrides as {"host_restart_service": "incident"}
+	not_a_list == {`data.gated.config.reviewer_overrides: want a list of {"actions": [patterns], "personas": [names]}`}
 }
 
 test_covering_sop_is_reported if {
@@ -115,10 +169,11 @@ test_route_outranks_the_proposals_reviewer if {
 	d.review.persona == "dba"
 }
 
-test_unrouted_action_keeps_the_proposals_reviewer if {
-	p := object.union(write_proposal, {"reviewer": "ops"})
-	d := gated.decision with input as {"proposal": p, "persona": reviewer}
-	d.review.persona == "ops"
+test_route_outranks_the_proposals_reviewer_which_is_added if {
+	p := object.union(db_proposal, {"reviewer": "ops"})
+	d := gated.decision with input as {"proposal": p, "persona": dba}
+	d.review.persona == "dba"
+	d.review.also == ["ops"]
 }
 
 test_routes_are_configurable if {
@@ -145,11 +200,12 @@ test_empty_routes_turn_routing_off if {
 }
 
 test_routed_persona_out_of_scope_is_denied if {
-	# As a quorum candidate for a host change, or chosen by the agent.
+	# As a quorum candidate for a host change, or added by the agent.
 	p := object.union(write_proposal, {"reviewer": "dba"})
 	d := gated.decision with input as {"proposal": p, "persona": dba}
 	"persona_out_of_scope" in rules(d)
-	d.review.persona == "dba"
+	d.review.persona == "reviewer"
+	d.review.also == ["dba"]
 }
 
 test_general_persona_may_review_routed_actions if {

@@ -430,6 +430,12 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 	if d.Review.Personas, err = stringList(review, "personas", "decision.review.personas"); err != nil {
 		return d, err
 	}
+	if d.Review.Also, err = stringList(review, "also", "decision.review.also"); err != nil {
+		return d, err
+	}
+	if len(d.Review.Also) > 0 && !required {
+		return d, fmt.Errorf("decision.review.also is set but decision.review.required is false: only a required review has reviewers")
+	}
 	if d.ReviewerTools, err = stringList(obj, "reviewer_tools", "decision.reviewer_tools"); err != nil {
 		return d, err
 	}

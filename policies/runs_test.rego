@@ -296,8 +296,13 @@ test_run_persona_out_of_scope_for_actions if {
 	d := gated.decision with input as {"proposal": p, "persona": run_reviewer}
 	"persona_out_of_scope" in rules(d)
 
+	# Added by the agent, it is still out of scope.
+	added := gated.decision with input as {"proposal": object.union(p, {"reviewer": "run-reviewer"}), "persona": run_reviewer}
+	"persona_out_of_scope" in rules(added)
+
 	# Routed to it on purpose, it may review (and must pass its gates).
 	chosen := gated.decision with input as {"proposal": object.union(p, {"reviewer": "run-reviewer"}), "persona": run_reviewer}
+		with data.gated.config.reviewer_overrides as [{"actions": ["host_restart_service"], "personas": ["run-reviewer"]}]
 	not "persona_out_of_scope" in rules(chosen)
 }
 

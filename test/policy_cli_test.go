@@ -301,10 +301,10 @@ func TestPolicyEvalPersonas(t *testing.T) {
 	code, out, errOut := runPolicyCLI(t, "eval", "-f", file, "--personas", "../examples/personas")
 	wantRun(t, code, out, errOut, 3, `(?m)^  deny reviewer_tool_denied: persona "operator"`, `(?m)^persona: +operator$`)
 
-	// Without the persona files, the policy sees null and the gate would
-	// block for want of a reviewer.
+	// Without the persona files, the routed reviewer would review beside
+	// an operator persona that is not there, so the gate would block.
 	code, out, errOut = runPolicyCLI(t, "eval", "-f", file)
-	wantRun(t, code, out, errOut, 0, `(?m)^needs review by operator`, `no persona named "operator" is loaded`)
+	wantRun(t, code, out, errOut, 0, `(?m)^needs review by reviewer \(quorum 2\)`, `(?m)^also reviewing: +operator`, `no persona named "operator" is loaded`)
 
 	// --persona sets the persona the policy sees, whatever the routing.
 	approved := filepath.Join(exampleProposals, "approved.json")
