@@ -542,6 +542,14 @@ func parseRun(t *ast.Term, kind engine.Kind) (*engine.RunPolicy, error) {
 	if run.Limits, err = parseLimits(obj.Get(keyTerm("limits"))); err != nil {
 		return nil, err
 	}
+	accepted, err := optional[ast.String](obj, "accepted_status", "decision.run.accepted_status")
+	if err != nil {
+		return nil, err
+	}
+	if accepted != "" && accepted != engine.RunFailed && accepted != engine.RunCanceled {
+		return nil, fmt.Errorf("decision.run.accepted_status %q must be empty, %s or %s", string(accepted), engine.RunFailed, engine.RunCanceled)
+	}
+	run.AcceptedStatus = string(accepted)
 	return run, nil
 }
 

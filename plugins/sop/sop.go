@@ -4,8 +4,9 @@
 // fresh gated needs no API key.
 //
 // It also reviews runs, from what the policy established alone: it
-// approves a run when every required criterion the policy judged passed
-// and every finding of the earlier rounds is resolved. It cannot judge
+// approves a run when every required criterion the policy judged passed,
+// every finding of the earlier rounds is resolved, and the run completed
+// or ended with a status the policy accepts for its task. It cannot judge
 // ai_review criteria, so a run that requires one fails its review with
 // ErrCannotJudge.
 package sop
