@@ -46,6 +46,7 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataYAML$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzPlannedAgreesWithTopdown$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policies -run '^$$' -fuzz '^FuzzMatchActionAgreesWithPolicy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
