@@ -47,6 +47,7 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataYAML$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzPlannedAgreesWithTopdown$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policies -run '^$$' -fuzz '^FuzzMatchActionAgreesWithPolicy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)

@@ -341,10 +341,10 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 // policy or the host's reading of a review did not grant explicitly.
 func (r *decision) judge(ctx context.Context) *Verdict {
 	p := r.p
-	personaName := p.Reviewer
-	if personaName == "" {
-		personaName = r.e.cfg.DefaultPersona
-	}
+	// The policy says who reviews (a proposal's reviewer only where the
+	// policy lets it replace the routed persona): evaluate in the default
+	// persona's name first, and EvaluateRouted follows the policy's route.
+	personaName := r.e.cfg.DefaultPersona
 	if p.Mutating() && p.Kind != KindRun {
 		// A run review judges work already done, not an operation on a
 		// target: it neither reads nor joins a target's history.
@@ -420,7 +420,9 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 	if v == nil {
 		return nil // r.failure or r.awaited says why
 	}
-	v.Policy = policyRef
+	if v.Policy == nil { // set when the policy refused a reviewer the proposal added
+		v.Policy = policyRef
+	}
 	return v
 }
 

@@ -61,6 +61,12 @@ type Route struct {
 	// quorum above one. The engine tries them before the other loaded
 	// personas; each must still pass the policy in its own name.
 	Personas []string `json:"personas,omitempty"`
+	// Also are reviewers that must review besides Persona, each counted in
+	// the quorum: the persona a proposal names when the policy does not
+	// let it replace the routed one. A persona of Also that is not loaded
+	// or has no reviewer blocks the proposal; one the policy denies in its
+	// own name rejects it.
+	Also []string `json:"also,omitempty"`
 	// Blocked says why no reviewer may take a review that is required:
 	// for a run, only its own worker could have reviewed it. The engine
 	// blocks the proposal with this reason.

@@ -62,10 +62,11 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed,
 }
 
 // pickReviewers chooses the reviewers. The routed persona comes first and
-// is never replaced: the policy (or the proposal) chose it, so when it
-// cannot review the proposal is blocked whatever the quorum. The others
-// come from Route.Personas in order, then from the other loaded personas
-// by name, until the quorum is filled. Each of those must pass the policy
+// is never replaced: the policy chose it, so when it cannot review the
+// proposal is blocked whatever the quorum. The reviewers of Route.Also
+// come next, and are never replaced either. The others come from
+// Route.Personas in order, then from the other loaded personas by name,
+// until the quorum is filled. Each of those must pass the policy
 // in its own name (no denies, review still required, the same policy
 // revision) and have a reviewer; the reasons the others were passed over
 // go into the blocked verdict when the quorum cannot be filled.
@@ -73,16 +74,37 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 	if routed.Persona == nil {
 		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
 	}
+	// The reviewers the policy adds (a persona the proposal named) review
+	// whatever the quorum: none of them is passed over for another. They
+	// are checked first, so that a proposal the policy refuses for one of
+	// them is routed to no reviewer at all.
+	seen := map[string]bool{routed.Name: true}
+	var added []candidate
+	for _, name := range pd.Review.Also {
+		if name == "" || seen[name] {
+			continue
+		}
+		seen[name] = true
+		c, denies, why := r.candidate(ctx, name, pd, in)
+		switch {
+		case len(denies) > 0:
+			v := r.verdict(OutcomeRejected, StagePolicy, fmt.Sprintf("the proposal asks persona %q to review as well, and the policy refuses it: %s", name, denyReason(denies)))
+			v.Policy = &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
+			return nil, v
+		case why != "":
+			return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("the proposal asks persona %q to review as well, and it cannot: %s", name, why))
+		}
+		added = append(added, c)
+	}
 	first, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {
 		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", routed.Persona.Name, err))
 	}
-	chosen := []candidate{{persona: routed.Persona, reviewer: first, pd: pd}}
-	quorum := max(pd.Review.Quorum, 1)
-	if quorum == 1 {
+	chosen := append([]candidate{{persona: routed.Persona, reviewer: first, pd: pd}}, added...)
+	quorum := max(pd.Review.Quorum, len(chosen))
+	if quorum == len(chosen) {
 		return chosen, nil
 	}
-	seen := map[string]bool{routed.Name: true}
 	var skipped []string
 	for _, name := range r.candidateNames(pd.Review.Personas) {
 		if len(chosen) == quorum {
@@ -92,7 +114,7 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 			continue
 		}
 		seen[name] = true
-		c, why := r.candidate(ctx, name, pd, in)
+		c, _, why := r.candidate(ctx, name, pd, in)
 		if why != "" {
 			skipped = append(skipped, fmt.Sprintf("%s (%s)", name, why))
 			continue
@@ -119,38 +141,40 @@ func (r *decision) candidateNames(preferred []string) []string {
 }
 
 // candidate evaluates the policy in the name of persona name and routes
-// it. A non-empty why says in a few words why it cannot review.
-func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, why string) {
+// it. A non-empty why says in a few words why it cannot review; denies
+// are the policy's denies in its name, sorted by rule, when that is why.
+func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []Deny, why string) {
 	if _, ok := r.e.cfg.Personas.Persona(name); !ok {
-		return c, "not loaded"
+		return c, nil, "not loaded"
 	}
 	d, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, name, false)
 	switch {
 	case err != nil:
-		return c, "policy evaluation failed: " + err.Error()
+		return c, nil, "policy evaluation failed: " + err.Error()
 	case routed.Persona == nil:
-		return c, "not loaded"
+		return c, nil, "not loaded"
 	case d.Revision != pd.Revision:
 		// One verdict names one policy revision; a reload in between
 		// must not mix the tool bags of two policies.
-		return c, "the policy changed while reviewers were chosen"
+		return c, nil, "the policy changed while reviewers were chosen"
 	case len(d.Denies) > 0:
-		rules := make([]string, 0, len(d.Denies))
-		for _, deny := range d.Denies {
+		denies = slices.Clone(d.Denies)
+		slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
+		rules := make([]string, 0, len(denies))
+		for _, deny := range denies {
 			rules = append(rules, deny.Rule)
 		}
-		slices.Sort(rules)
-		return c, "policy denies " + strings.Join(slices.Compact(rules), ", ")
+		return c, denies, "policy denies " + strings.Join(slices.Compact(rules), ", ")
 	case !d.Review.Required:
-		return c, "policy requires no review in its name"
+		return c, nil, "policy requires no review in its name"
 	case d.Review.Blocked != "":
-		return c, d.Review.Blocked
+		return c, nil, d.Review.Blocked
 	}
 	reviewer, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {
-		return c, "no reviewer: " + err.Error()
+		return c, nil, "no reviewer: " + err.Error()
 	}
-	return candidate{persona: routed.Persona, reviewer: reviewer, pd: d}, ""
+	return candidate{persona: routed.Persona, reviewer: reviewer, pd: d}, nil, ""
 }
 
 func quorumShortReason(quorum int, chosen []candidate, skipped []string) string {

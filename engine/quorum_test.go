@@ -417,3 +417,59 @@ func TestDecideQuorumWithDefaultPolicy(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideProposalReviewerIsAdded: a persona the proposal names reviews
+// beside the one the policy routes to, never in its place, and both must
+// approve; unless the policy lets it replace the routed persona.
+func TestDecideProposalReviewerIsAdded(t *testing.T) {
+	lenient := readOnlyPersona("oncall")
+	lenient.RequiredGates = nil
+	writer := readOnlyPersona("writer")
+	writer.PermissionMode = "acceptEdits"
+	tests := []struct {
+		note        string
+		reviewer    string
+		answers     map[string]answerFunc
+		wantOutcome engine.Outcome
+		wantStage   engine.Stage
+		wantReviews []string
+		wantReason  string
+	}{
+		{note: "both approve", reviewer: "oncall", wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview,
+			wantReviews: []string{"reviewer", "oncall"}, wantReason: "2 of 2 reviewers approved (reviewer, oncall)"},
+		{note: "the routed persona rejects", reviewer: "oncall", answers: map[string]answerFunc{"reviewer": rejection("no SOP covers it")},
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
+			wantReviews: []string{"reviewer", "oncall"}, wantReason: "1 of 2 reviewers rejected (reviewer)"},
+		{note: "the added persona rejects", reviewer: "oncall", answers: map[string]answerFunc{"oncall": rejection("not now")},
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
+			wantReviews: []string{"reviewer", "oncall"}, wantReason: "1 of 2 reviewers rejected (oncall)"},
+		{note: "naming the routed persona adds nobody", reviewer: "reviewer", wantOutcome: engine.OutcomeApproved,
+			wantStage: engine.StageReview, wantReviews: []string{"reviewer"}},
+		{note: "an added persona that is not loaded blocks", reviewer: "ghost",
+			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview, wantReason: `persona "ghost" to review as well, and it cannot: not loaded`},
+		{note: "an added persona the policy refuses rejects", reviewer: "writer",
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy, wantReason: "reviewer_tool_denied"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			h := newHarness(t, func(h *harness) {
+				h.cfg.Personas = personaSet{"reviewer": reviewerPersona(), "oncall": lenient, "writer": writer}
+				h.reviewer.answer = byPersona(tc.answers)
+			})
+			v, _ := h.mustDecide(t, testSubject, proposalJSON(t, map[string]any{"reviewer": tc.reviewer}), "")
+			var reviewed []string
+			for _, r := range v.Reviews {
+				reviewed = append(reviewed, r.Persona)
+			}
+			if v.Outcome != tc.wantOutcome || v.Stage != tc.wantStage || !slices.Equal(reviewed, tc.wantReviews) {
+				t.Fatalf("%s at %s reviewed by %v: %s; want %s at %s by %v", v.Outcome, v.Stage, reviewed, v.Reason, tc.wantOutcome, tc.wantStage, tc.wantReviews)
+			}
+			if !strings.Contains(v.Reason, tc.wantReason) {
+				t.Errorf("reason %q does not say %q", v.Reason, tc.wantReason)
+			}
+			if tc.wantStage == engine.StagePolicy && h.router.calls() != 0 {
+				t.Error("a proposal the policy refused was routed to a reviewer")
+			}
+		})
+	}
+}

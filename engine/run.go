@@ -149,6 +149,11 @@ type RunPolicy struct {
 	// it. A run rejected for any other reason gets no follow-up.
 	Continuable bool      `json:"continuable"`
 	Limits      RunLimits `json:"limits"`
+	// AcceptedStatus is the run's status when it is not completed and the
+	// policy accepts it for the run's task (run_review.accept_terminal);
+	// empty otherwise. gated approves a run that did not complete only
+	// when this names its status.
+	AcceptedStatus string `json:"accepted_status,omitempty"`
 }
 
 // RunContext is what a reviewer of a run is told besides the proposal.
@@ -166,6 +171,18 @@ type RunContext struct {
 	// a worker cannot drop a finding by leaving it out.
 	PriorFindings []Finding `json:"prior_findings,omitempty"`
 	Limits        RunLimits `json:"limits"`
+	// AcceptedStatus is the status other than completed that the policy
+	// accepts for this run (RunPolicy.AcceptedStatus), or empty: a run
+	// that did not complete and whose status is not accepted cannot be
+	// approved, whatever its reviewer answers.
+	AcceptedStatus string `json:"accepted_status,omitempty"`
+}
+
+// StatusAccepted reports whether a run that ended with status may be
+// approved under the policy's accepted status: a completed run always, any
+// other only when accepted names its status.
+func StatusAccepted(status, accepted string) bool {
+	return status == RunCompleted || (accepted != "" && accepted == status)
 }
 
 // RunRecord is gated's own record of a run's reviews, kept in the verdict

@@ -642,3 +642,65 @@ func TestRunFindingsCoverEveryMissingItem(t *testing.T) {
 		t.Errorf("%d findings on criterion design, want 1", n)
 	}
 }
+
+// TestRunThatDidNotCompleteIsApprovedOnlyWhenAccepted: whoever approves a
+// failed or canceled run (a reviewer's answer, such as a model's, or a
+// policy that does not review it), gated approves it only when the
+// policy's decision.run.accepted_status names its status, and the verdict
+// then says which status it accepted. A rejected review goes back to the
+// worker with what is missing.
+func TestRunThatDidNotCompleteIsApprovedOnlyWhenAccepted(t *testing.T) {
+	unreviewed := engine.RunPolicy{Reviewed: false, Why: "run review policy none does not review these runs", MaxRounds: 5}
+	tests := []struct {
+		note        string
+		run         engine.RunPolicy
+		status      string
+		accepted    string
+		wantOutcome engine.Outcome
+		wantStage   engine.Stage
+		wantReason  string
+		wantNext    string
+	}{
+		{note: "reviewer approves a failed run", run: reviewedRun, status: "failed",
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview, wantNext: engine.NextContinuation,
+			wantReason: "approved a run that ended failed, which the policy does not accept for its task"},
+		{note: "reviewer approves a canceled run", run: reviewedRun, status: "canceled",
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview, wantNext: engine.NextContinuation,
+			wantReason: "approved a run that ended canceled"},
+		{note: "reviewer approves a failed run whose canceling is accepted", run: reviewedRun, status: "failed", accepted: "canceled",
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview, wantNext: engine.NextContinuation,
+			wantReason: "approved a run that ended failed"},
+		{note: "reviewer approves an accepted failure", run: reviewedRun, status: "failed", accepted: "failed",
+			wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview, wantReason: "; accepted terminal status failed"},
+		{note: "reviewer approves a completed run", run: reviewedRun, status: "completed",
+			wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview, wantReason: "approved with all 2 required gates passed"},
+		{note: "unreviewed failed run", run: unreviewed, status: "failed",
+			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy,
+			wantReason: `run r-1 ended failed, and the policy does not accept that status for its task (decision.run.accepted_status is "")`},
+		{note: "unreviewed accepted cancel", run: unreviewed, status: "canceled", accepted: "canceled",
+			wantOutcome: engine.OutcomeApproved, wantStage: engine.StagePolicy, wantReason: "; accepted terminal status canceled"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			rp := tc.run
+			rp.AcceptedStatus = tc.accepted
+			h := runHarness(t, runPolicyConf{run: rp})
+			run := map[string]any{"run_id": "r-1", "task_id": "t-1", "status": tc.status, "round": 1, "worker": "w-1"}
+			v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, map[string]any{"run": run}), "")
+			if v.Outcome != tc.wantOutcome || v.Stage != tc.wantStage || !strings.Contains(v.Reason, tc.wantReason) {
+				t.Fatalf("verdict %s at %s: %s; want %s at %s saying %q", v.Outcome, v.Stage, v.Reason, tc.wantOutcome, tc.wantStage, tc.wantReason)
+			}
+			if v.Run.Next != tc.wantNext {
+				t.Errorf("follow-up %q, want %q", v.Run.Next, tc.wantNext)
+			}
+			if v.Outcome == engine.OutcomeRejected && !slices.ContainsFunc(v.Run.MissingWork, func(m string) bool {
+				return strings.HasPrefix(m, "the run ended "+tc.status+": complete the task")
+			}) {
+				t.Errorf("missing work %q does not ask for a completed run", v.Run.MissingWork)
+			}
+			if reqs := h.reviewer.requests(); len(reqs) > 0 && reqs[0].Run.AcceptedStatus != tc.accepted {
+				t.Errorf("the reviewer was told accepted status %q, want %q", reqs[0].Run.AcceptedStatus, tc.accepted)
+			}
+		})
+	}
+}

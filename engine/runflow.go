@@ -24,6 +24,8 @@ type runState struct {
 	// the reviews of a quorum add to them concurrently.
 	mu   sync.Mutex
 	cuts []string
+	// run is the proposal's run section: its id, task and status.
+	run *Run
 }
 
 // newRunState prepares the review of a run from the policy's decision and
@@ -33,10 +35,10 @@ func newRunState(p *Proposal, rp *RunPolicy, rec *RunRecord) *runState {
 	if rp.MaxRounds <= 0 {
 		rp.MaxRounds = DefaultMaxRounds
 	}
-	st := &runState{policy: rp, criteria: make(map[string]Criterion, len(p.Criteria))}
+	st := &runState{policy: rp, criteria: make(map[string]Criterion, len(p.Criteria)), run: p.Run}
 	rc := &RunContext{
 		Round: p.Run.Round, MaxRounds: rp.MaxRounds, Criteria: rp.Criteria,
-		Manual: rp.Manual, Limits: rp.Limits,
+		Manual: rp.Manual, Limits: rp.Limits, AcceptedStatus: rp.AcceptedStatus,
 	}
 	for _, c := range p.Criteria {
 		st.criteria[c.ID] = c
@@ -152,6 +154,14 @@ func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, s
 			why = fmt.Sprintf("%s approved but listed %d missing-work items; an approval requires none, so the run goes back",
 				who, len(rev.MissingWork))
 		}
+		if outcome == OutcomeApproved && !StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {
+			// However the reviewer reads the work, a run that did not
+			// complete is not done unless the policy accepts how it ended.
+			outcome = OutcomeRejected
+			rev.MissingWork = append(rev.MissingWork, st.notCompletedWork())
+			why = fmt.Sprintf("%s approved a run that ended %s, which the policy does not accept for its task (run_review.accept_terminal); the run goes back",
+				who, st.run.Status)
+		}
 		if outcome == OutcomeRejected {
 			rev.Decision = DecisionReject
 		}
@@ -161,6 +171,17 @@ func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, s
 			who, strings.TrimSuffix(why, "."))
 	}
 	return outcome, why
+}
+
+// notCompletedWork is the missing-work item of a run that did not
+// complete and whose status the policy does not accept.
+func (st *runState) notCompletedWork() string {
+	task := st.run.TaskID
+	if task == "" {
+		task = "(none given)"
+	}
+	return fmt.Sprintf("the run ended %s: complete the task (run.status %s), or have the policy accept %s for task %s (run_review.accept_terminal)",
+		st.run.Status, RunCompleted, st.run.Status, task)
 }
 
 func judgeOf(kind string) string {
@@ -270,6 +291,22 @@ func (r *decision) finishRun(v *Verdict) {
 		}
 	}
 	rv.Warnings = append(rv.Warnings, st.cuts...)
+
+	// Whoever approved it (a policy that does not review the run, a
+	// reviewer), a run that did not complete is approved only when the
+	// policy accepts its status, and the verdict says so.
+	if v.Outcome == OutcomeApproved && st.run.Status != RunCompleted {
+		if StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {
+			if !strings.Contains(v.Reason, "accepted terminal status") {
+				v.Reason += fmt.Sprintf("; accepted terminal status %s (run_review.accept_terminal)", st.run.Status)
+			}
+		} else {
+			v.Outcome, v.Approved = OutcomeRejected, false
+			v.Reason = fmt.Sprintf("run %s ended %s, and the policy does not accept that status for its task (decision.run.accepted_status is %q)",
+				st.run.RunID, st.run.Status, st.policy.AcceptedStatus)
+			rv.MissingWork = append(rv.MissingWork, st.notCompletedWork())
+		}
+	}
 
 	switch v.Outcome {
 	case OutcomeApproved:

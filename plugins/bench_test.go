@@ -35,7 +35,7 @@ func BenchmarkReviewRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sop := &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"}
+	sop := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"}
 	for _, bc := range []struct {
 		name     string
 		tools    []string

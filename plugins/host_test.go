@@ -234,7 +234,7 @@ func TestSOPReviewerOutOfProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "restart the old unit"}
+	covered := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "restart the old unit"}
 	tests := []struct {
 		note     string
 		sop      *engine.SOP

@@ -220,7 +220,7 @@ func TestSOPReviewerReadsTheSOPThroughTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	var log auditLog
-	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"})
+	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"})
 	req.Tools = []string{"get_sop_text", "get_proposal"}
 	req.Audit = log.record
 	res, err := r.Review(t.Context(), req)

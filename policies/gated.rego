@@ -75,12 +75,57 @@ mutating if input.proposal.class == "write"
 
 mutating if input.proposal.class == "destructive"
 
+# --- action patterns ---------------------------------------------------------
+
+# action_pattern_matches is how every setting that lets an action through,
+# or eases its review, matches the action: SOP coverage (sops[].actions),
+# skip_review_actions, persona_routes and reviewer_overrides. The action's
+# words are separated by "_"; a * matches within one word (so
+# rotate_*_credentials covers rotate_db_credentials but not
+# rotate_db_credentials_then_drop_all_credentials), ? one character of a
+# word, and ** any number of words. The Go side (engine.MatchAction) reads
+# patterns the same way; policies/testdata/action_patterns.json holds the
+# cases both are tested on.
+#
+# Denylists (denied_actions, change_freezes[].actions, the tool denylists)
+# keep glob.match with null delimiters: there a * that matches more is the
+# safe direction.
+action_pattern_matches(pattern, action) if glob.match(pattern, ["_"], action)
+
+# config_warnings lists what `gated policy check` reports about the data
+# without refusing the bundle: here, patterns that let an action through
+# and use **, which spans any number of words, so an SOP, a skip or an
+# override covers every action that begins and ends like the pattern.
+# Authors may add their own entries.
+config_warnings contains sprintf("data.gated.sops[%d] (%s): action pattern %q has **, which spans any number of words of an action: the SOP covers every action that begins and ends like it; prefer exact names or one * per word", [i, object.get(sop, "id", ""), pattern]) if {
+	some i, sop in data.gated.sops
+	some pattern in sop.actions
+	wide_action_pattern(pattern)
+}
+
+config_warnings contains sprintf("data.gated.config.skip_review_actions: %q has **, which spans any number of words of an action: review is waived for every action that begins and ends like it", [pattern]) if {
+	some pattern in data.gated.config.skip_review_actions
+	wide_action_pattern(pattern)
+}
+
+config_warnings contains sprintf("data.gated.config.reviewer_overrides[%d]: %q has **, which spans any number of words of an action: the proposal's reviewer replaces the routed persona for every action that begins and ends like it", [i, pattern]) if {
+	some i, override in data.gated.config.reviewer_overrides
+	some pattern in override.actions
+	wide_action_pattern(pattern)
+}
+
+wide_action_pattern(pattern) if {
+	is_string(pattern)
+	contains(pattern, "**")
+}
+
 # --- routing -----------------------------------------------------------------
 
 # persona_routes send actions to specialised personas: a list of
-# {"actions": [glob patterns], "persona": name}, tried in order. By default
-# database actions go to the built-in dba persona; [] turns routing off.
-default persona_routes := [{"actions": ["db_*"], "persona": "dba"}]
+# {"actions": [action patterns], "persona": name}, tried in order. By
+# default every database action goes to the built-in dba persona; []
+# turns routing off.
+default persona_routes := [{"actions": ["db_**"], "persona": "dba"}]
 
 persona_routes := data.gated.config.persona_routes
 
@@ -89,19 +134,48 @@ persona_routes := data.gated.config.persona_routes
 routed_personas := [route.persona |
 	some route in persona_routes
 	some pattern in route.actions
-	glob.match(pattern, null, input.proposal.action)
+	action_pattern_matches(pattern, input.proposal.action)
 ]
 
-# persona_name is who reviews: the first persona a route sends the action
-# to, else the proposal's own choice, else the configured default, else the
-# built-in reviewer. A route outranks the proposal: the agent under review
-# does not get to pick another reviewer than the one its action is routed to.
-persona_name := routed_personas[0] if {
-	count(routed_personas) > 0
-} else := input.proposal.reviewer if {
+# proposal_reviewer is the persona the proposal asks for, if any.
+proposal_reviewer := input.proposal.reviewer if {
 	is_string(input.proposal.reviewer)
 	input.proposal.reviewer != ""
+}
+
+# reviewer_overrides let a proposal's reviewer replace the routed persona
+# for some actions: a list of {"actions": [action patterns], "personas":
+# [names]}. By default there are none: the agent under review never picks
+# who reviews it instead of the policy.
+default reviewer_overrides := []
+
+reviewer_overrides := data.gated.config.reviewer_overrides
+
+# reviewer_override_allowed: the proposal's reviewer may replace the routed
+# persona for this action.
+reviewer_override_allowed if {
+	some override in reviewer_overrides
+	proposal_reviewer in override.personas
+	some pattern in override.actions
+	action_pattern_matches(pattern, input.proposal.action)
+}
+
+# persona_name is who reviews: the proposal's reviewer when
+# reviewer_overrides allow it for the action, else the first persona a route
+# sends the action to, else the configured default, else the built-in
+# reviewer.
+persona_name := proposal_reviewer if {
+	reviewer_override_allowed
+} else := routed_personas[0] if {
+	count(routed_personas) > 0
 } else := default_persona
+
+# added_reviewers: a proposal's reviewer that does not replace the routed
+# persona reviews beside it. Both must approve: an agent may add scrutiny,
+# not swap it for its own choice.
+added_reviewers := [proposal_reviewer] if {
+	proposal_reviewer != persona_name
+} else := []
 
 # persona_out_of_scope: a persona that routes send actions to reviews those
 # actions only. A specialised reviewer is not a general one: it does not
@@ -128,6 +202,33 @@ config_errors contains sprintf("data.gated.config.persona_routes[%d]: %s: want {
 	not valid_route(route)
 }
 
+config_errors contains "data.gated.config.reviewer_overrides: want a list of {\"actions\": [patterns], \"personas\": [names]}" if {
+	overrides := data.gated.config.reviewer_overrides
+	not is_array(overrides)
+}
+
+config_errors contains sprintf("data.gated.config.reviewer_overrides[%d]: %s: want {\"actions\": [patterns], \"personas\": [names]}, both non-empty lists of non-empty strings and nothing else", [i, json.marshal(override)]) if {
+	is_array(data.gated.config.reviewer_overrides)
+	some i, override in data.gated.config.reviewer_overrides
+	not valid_override(override)
+}
+
+valid_override(override) if {
+	is_object(override)
+	object.keys(override) == {"actions", "personas"}
+	non_empty_strings(override.actions)
+	non_empty_strings(override.personas)
+}
+
+non_empty_strings(list) if {
+	is_array(list)
+	count(list) > 0
+	every s in list {
+		is_string(s)
+		s != ""
+	}
+}
+
 valid_route(route) if {
 	is_string(route.persona)
 	route.persona != ""
@@ -145,7 +246,7 @@ default review_skipped := false
 review_skipped if {
 	input.proposal.class != "read"
 	some pattern in data.gated.config.skip_review_actions
-	glob.match(pattern, null, input.proposal.action)
+	action_pattern_matches(pattern, input.proposal.action)
 	input.proposal.kind != "run"
 }
 
@@ -177,12 +278,16 @@ review := run_route if {
 	"why": sprintf("review of %s is waived by configuration (skip_review_actions)", [input.proposal.action]),
 } if {
 	review_skipped
-} else := {
-	"required": true,
-	"persona": persona_name,
-	"quorum": quorum,
-	"why": review_why,
-}
+} else := object.union(
+	{"required": true, "persona": persona_name, "quorum": quorum, "why": review_why},
+	review_also,
+)
+
+# review_also names the reviewers that must review besides the persona
+# (review.also); none is left out.
+review_also := {"also": added_reviewers} if {
+	count(added_reviewers) > 0
+} else := {}
 
 review_why := "write actions need review" if {
 	input.proposal.class == "write"
@@ -192,19 +297,23 @@ review_why := "write actions need review" if {
 	input.proposal.class == "read"
 } else := sprintf("class %v needs review", [input.proposal.class])
 
-# quorum: tenant-wide changes need more than one reviewer.
-quorum := tenant_wide_quorum if {
+# quorum: tenant-wide changes need more than one reviewer, and a reviewer
+# the proposal adds is one more when the class asks for fewer.
+quorum := max([class_quorum, 1 + count(added_reviewers)])
+
+class_quorum := tenant_wide_quorum if {
 	input.proposal.blast_radius == "tenant_wide"
 } else := 1
 
 # --- SOP catalog -------------------------------------------------------------
 
 # covering_sops lists, in catalog order, the SOPs with an action pattern
-# that matches the proposal's action.
+# that matches the proposal's action (action_pattern_matches: a * stands
+# for one word of the action, never for several).
 covering_sops := [sop |
 	some sop in data.gated.sops
 	some pattern in sop.actions
-	glob.match(pattern, null, input.proposal.action)
+	action_pattern_matches(pattern, input.proposal.action)
 ]
 
 # sop_covers is true when an SOP in the catalog covers the action.

@@ -20,10 +20,64 @@ test_destructive_needs_review if {
 	d.review.required
 }
 
-test_proposal_chooses_persona if {
-	p := object.union(write_proposal, {"reviewer": "dba"})
+test_proposal_reviewer_adds_to_the_default_persona if {
+	p := object.union(write_proposal, {"reviewer": "incident"})
 	d := gated.decision with input as {"proposal": p, "persona": reviewer}
-	d.review.persona == "dba"
+	d.review.persona == "reviewer"
+	d.review.also == ["incident"]
+	d.review.quorum == 2
+}
+
+test_proposal_reviewer_fills_a_tenant_wide_quorum_beside_the_default if {
+	p := object.union(write_proposal, {"reviewer": "incident", "blast_radius": "tenant_wide"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review.persona == "reviewer"
+	d.review.also == ["incident"]
+	d.review.quorum == 2
+}
+
+test_proposal_naming_the_routed_persona_adds_nobody if {
+	p := object.union(write_proposal, {"reviewer": "reviewer"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review"}
+}
+
+overrides := [{"actions": ["host_restart_service"], "personas": ["incident"]}]
+
+test_reviewer_override_replaces_the_persona_for_its_actions if {
+	p := object.union(write_proposal, {"reviewer": "incident"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
+	d.review == {"required": true, "persona": "incident", "quorum": 1, "why": "write actions need review"}
+}
+
+test_reviewer_override_is_narrow if {
+	# Another persona, or another action, is still added, not swapped in.
+	other := object.union(write_proposal, {"reviewer": "oncall"})
+	d1 := gated.decision with input as {"proposal": other, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
+	d1.review.persona == "reviewer"
+	d1.review.also == ["oncall"]
+	action := object.union(write_proposal, {"reviewer": "incident", "action": "host_restart_service_and_wipe"})
+	d2 := gated.decision with input as {"proposal": action, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
+	d2.review.persona == "reviewer"
+	d2.review.also == ["incident"]
+}
+
+test_reviewer_overrides_config_errors if {
+	errs := gated.config_errors with data.gated.config.reviewer_overrides as [
+		{"actions": ["host_restart_service"], "personas": ["incident"]},
+		{"actions": ["host_restart_service"]},
+		{"actions": [], "personas": ["incident"]},
+		{"actions": ["x"], "personas": [""]},
+		{"actions": ["x"], "personas": ["incident"], "tenants": ["acme"]},
+		"host_restart_service",
+	]
+	count(errs) == 5
+	every i in [1, 2, 3, 4, 5] {
+		some msg in errs
+		startswith(msg, sprintf("data.gated.config.reviewer_overrides[%d]: ", [i]))
+	}
+	not_a_list := gated.config_errors with data.gated.config.reviewer_overrides as {"host_restart_service": "incident"}
+	not_a_list == {`data.gated.config.reviewer_overrides: want a list of {"actions": [patterns], "personas": [names]}`}
 }
 
 test_covering_sop_is_reported if {
@@ -115,10 +169,11 @@ test_route_outranks_the_proposals_reviewer if {
 	d.review.persona == "dba"
 }
 
-test_unrouted_action_keeps_the_proposals_reviewer if {
-	p := object.union(write_proposal, {"reviewer": "ops"})
-	d := gated.decision with input as {"proposal": p, "persona": reviewer}
-	d.review.persona == "ops"
+test_route_outranks_the_proposals_reviewer_which_is_added if {
+	p := object.union(db_proposal, {"reviewer": "ops"})
+	d := gated.decision with input as {"proposal": p, "persona": dba}
+	d.review.persona == "dba"
+	d.review.also == ["ops"]
 }
 
 test_routes_are_configurable if {
@@ -145,11 +200,12 @@ test_empty_routes_turn_routing_off if {
 }
 
 test_routed_persona_out_of_scope_is_denied if {
-	# As a quorum candidate for a host change, or chosen by the agent.
+	# As a quorum candidate for a host change, or added by the agent.
 	p := object.union(write_proposal, {"reviewer": "dba"})
 	d := gated.decision with input as {"proposal": p, "persona": dba}
 	"persona_out_of_scope" in rules(d)
-	d.review.persona == "dba"
+	d.review.persona == "reviewer"
+	d.review.also == ["dba"]
 }
 
 test_general_persona_may_review_routed_actions if {
@@ -187,4 +243,66 @@ test_persona_routes_must_be_a_list if {
 
 test_default_routes_have_no_config_errors if {
 	count(gated.config_errors) == 0
+}
+
+# --- action patterns ---------------------------------------------------------
+
+test_sop_star_covers_one_word if {
+	p := object.union(write_proposal, {"action": "rotate_db_credentials_then_drop_all_credentials", "class": "destructive", "blast_radius": "cluster"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.sop == null
+	d.review.required
+}
+
+test_sop_double_star_spans_words if {
+	sops := [{"id": "SOP-9", "actions": ["rotate_**_credentials"], "rollback": "r"}]
+	p := object.union(write_proposal, {"action": "rotate_prod_db_credentials"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.sops as sops
+	d.sop.id == "SOP-9"
+}
+
+test_skip_review_star_is_one_word if {
+	skip := ["k8s_get_*"]
+	one := object.union(write_proposal, {"action": "k8s_get_pods"})
+	d1 := gated.decision with input as {"proposal": one, "persona": reviewer} with data.gated.config.skip_review_actions as skip
+	d1.skipped
+	not d1.review.required
+	more := object.union(write_proposal, {"action": "k8s_get_pods_then_delete_namespace"})
+	d2 := gated.decision with input as {"proposal": more, "persona": reviewer} with data.gated.config.skip_review_actions as skip
+	not d2.skipped
+	d2.review.required
+}
+
+test_route_star_is_one_word if {
+	routes := [{"actions": ["host_get_*"], "persona": "lenient"}]
+	p := object.union(write_proposal, {"action": "host_get_logs_then_wipe_disk"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.persona_routes as routes
+	d.review.persona == "reviewer"
+}
+
+test_default_route_sends_every_database_action_to_dba if {
+	p := object.union(db_proposal, {"action": "db_drop_table"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer}
+	d.review.persona == "dba"
+}
+
+test_denylists_keep_wide_patterns if {
+	# A deny that matches more is the safe direction: * spans words there.
+	p := object.union(write_proposal, {"action": "db_drop_table_now"})
+	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.denied_actions as {"*": ["db_drop_*"]}
+	"denied_action" in rules(d)
+}
+
+test_config_warnings_name_wide_patterns if {
+	sops := [{"id": "SOP-9", "actions": ["rotate_**", "host_restart_service"], "rollback": "r"}]
+	warnings := gated.config_warnings with data.gated.sops as sops with data.gated.config.skip_review_actions as ["k8s_**", "k8s_get_*"]
+	count(warnings) == 2
+	some w1 in warnings
+	startswith(w1, `data.gated.sops[0] (SOP-9): action pattern "rotate_**" has **`)
+	some w2 in warnings
+	startswith(w2, `data.gated.config.skip_review_actions: "k8s_**" has **`)
+}
+
+test_default_data_has_no_config_warnings if {
+	count(gated.config_warnings) == 0
 }

@@ -51,7 +51,7 @@ test_no_skip_review_quiet_without_flag if {
 
 test_configured_skip_is_not_a_deny if {
 	d := gated.decision with input as {"proposal": write_proposal, "persona": reviewer}
-		with data.gated.config.skip_review_actions as ["host_*"]
+		with data.gated.config.skip_review_actions as ["host_restart_*"]
 	count(d.deny) == 0
 	d.review.required == false
 	d.skipped == true

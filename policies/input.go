@@ -430,6 +430,12 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 	if d.Review.Personas, err = stringList(review, "personas", "decision.review.personas"); err != nil {
 		return d, err
 	}
+	if d.Review.Also, err = stringList(review, "also", "decision.review.also"); err != nil {
+		return d, err
+	}
+	if len(d.Review.Also) > 0 && !required {
+		return d, fmt.Errorf("decision.review.also is set but decision.review.required is false: only a required review has reviewers")
+	}
 	if d.ReviewerTools, err = stringList(obj, "reviewer_tools", "decision.reviewer_tools"); err != nil {
 		return d, err
 	}
@@ -536,6 +542,14 @@ func parseRun(t *ast.Term, kind engine.Kind) (*engine.RunPolicy, error) {
 	if run.Limits, err = parseLimits(obj.Get(keyTerm("limits"))); err != nil {
 		return nil, err
 	}
+	accepted, err := optional[ast.String](obj, "accepted_status", "decision.run.accepted_status")
+	if err != nil {
+		return nil, err
+	}
+	if accepted != "" && accepted != engine.RunFailed && accepted != engine.RunCanceled {
+		return nil, fmt.Errorf("decision.run.accepted_status %q must be empty, %s or %s", string(accepted), engine.RunFailed, engine.RunCanceled)
+	}
+	run.AcceptedStatus = string(accepted)
 	return run, nil
 }
 

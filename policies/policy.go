@@ -135,6 +135,8 @@ type Evaluator struct {
 	data *ast.Term
 	// planned says which evaluator decides, and why not the planned one.
 	planned PlanStatus
+	// warnings are data.gated.config_warnings at compile time.
+	warnings []string
 }
 
 // PlanStatus tells which evaluator decides a bundle's proposals.
@@ -173,8 +175,9 @@ func Topdown() CompileOption { return func(c *compileConfig) { c.topdown = true 
 
 // Entry points besides the decision.
 var (
-	decisionRef     = ast.MustParseRef(Query)
-	configErrorsRef = ast.MustParseRef("data.gated.config_errors")
+	decisionRef       = ast.MustParseRef(Query)
+	configErrorsRef   = ast.MustParseRef("data.gated.config_errors")
+	configWarningsRef = ast.MustParseRef("data.gated.config_warnings")
 )
 
 // Compile parses, compiles and prepares b, then checks it before anyone
@@ -224,6 +227,9 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 	if err := checkConfig(ctx, compiler, store); err != nil {
 		return nil, err
 	}
+	if e.warnings, err = configStrings(ctx, compiler, store, configWarningsRef); err != nil {
+		return nil, err
+	}
 	if err := e.checkShape(ctx); err != nil {
 		return nil, err
 	}
@@ -236,32 +242,46 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 // checkConfig evaluates data.gated.config_errors, the bundle's own checks
 // of its data, and refuses the bundle when any fail.
 func checkConfig(ctx context.Context, compiler *ast.Compiler, store storage.Store) error {
-	if len(compiler.GetRulesExact(configErrorsRef)) == 0 {
-		return nil
+	msgs, err := configStrings(ctx, compiler, store, configErrorsRef)
+	if err != nil || len(msgs) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w: the policy data fails its checks (%s):\n  %s", ErrInvalidBundle, configErrorsRef, strings.Join(msgs, "\n  "))
+}
+
+// configStrings evaluates ref, a set of strings such as
+// data.gated.config_errors, to a sorted list; nil when no rule defines it.
+func configStrings(ctx context.Context, compiler *ast.Compiler, store storage.Store, ref ast.Ref) ([]string, error) {
+	if len(compiler.GetRulesExact(ref)) == 0 {
+		return nil, nil
 	}
 	// Builtin errors stay non-fatal here: a check such as
 	// valid_time(x) if time.parse_rfc3339_ns(x) reports a bad value by
 	// being undefined.
-	rs, err := rego.New(rego.Query(configErrorsRef.String()), rego.Compiler(compiler), rego.Store(store)).Eval(ctx)
+	rs, err := rego.New(rego.Query(ref.String()), rego.Compiler(compiler), rego.Store(store)).Eval(ctx)
 	if err != nil {
-		return fmt.Errorf("%w: evaluating %s: %w", ErrInvalidBundle, configErrorsRef, err)
+		return nil, fmt.Errorf("%w: evaluating %s: %w", ErrInvalidBundle, ref, err)
 	}
 	if len(rs) == 0 || len(rs[0].Expressions) == 0 {
-		return nil
+		return nil, nil
 	}
 	list, ok := rs[0].Expressions[0].Value.([]any)
 	if !ok {
-		return fmt.Errorf("%w: %s must be a set of strings, got %T", ErrInvalidBundle, configErrorsRef, rs[0].Expressions[0].Value)
-	}
-	if len(list) == 0 {
-		return nil
+		return nil, fmt.Errorf("%w: %s must be a set of strings, got %T", ErrInvalidBundle, ref, rs[0].Expressions[0].Value)
 	}
 	msgs := make([]string, 0, len(list))
 	for _, x := range list {
 		msgs = append(msgs, fmt.Sprint(x))
 	}
-	return fmt.Errorf("%w: the policy data fails its checks (%s):\n  %s", ErrInvalidBundle, configErrorsRef, strings.Join(msgs, "\n  "))
+	slices.Sort(msgs)
+	return msgs, nil
 }
+
+// ConfigWarnings returns what the bundle's data.gated.config_warnings
+// reports about its data: settings that are valid but probably wider
+// than meant, such as an SOP action pattern with **. They do not stop the
+// bundle from loading; `gated policy check` prints them.
+func (e *Evaluator) ConfigWarnings() []string { return slices.Clone(e.warnings) }
 
 // sampleInputs are proposals every bundle must decide with a well-formed
 // decision: a reviewed write, a read, a proposal with no persona, and the

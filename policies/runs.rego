@@ -28,8 +28,10 @@ package gated
 #     quorum: 1
 #     max_rounds: 5
 #     limits: {max_items: 20, max_item_bytes: 2048, max_guidance_bytes: 8192}
-#     tenants:                  # per-tenant policy, personas, quorum, max_rounds
-#       acme: {policy: on_success}
+#     accept_terminal:          # task id -> statuses other than completed
+#       nightly-probe: [failed] # that the run of that task may end with
+#     tenants:                  # per-tenant policy, personas, quorum,
+#       acme: {policy: on_success}  # max_rounds, accept_terminal
 default run_review_config := {}
 
 run_review_config := data.gated.config.run_review if is_object(data.gated.config.run_review)
@@ -76,9 +78,57 @@ run_reviewed if {
 	input.proposal.run.status == "failed"
 }
 
-run_why := sprintf("run review policy %s reviews %s runs", [run_review_policy, input.proposal.run.status]) if {
+run_why := concat("", [run_review_why, run_accepted_why])
+
+run_review_why := sprintf("run review policy %s reviews %s runs", [run_review_policy, input.proposal.run.status]) if {
 	run_reviewed
 } else := sprintf("run review policy %s does not review %s runs", [run_review_policy, input.proposal.run.status])
+
+# --- runs that did not complete ----------------------------------------------
+
+# A run that ended failed or canceled (or with any status but completed)
+# is never accepted unless run_review.accept_terminal lists that status for
+# the run's task, matched exactly by run.task_id:
+#
+#   accept_terminal: {nightly-probe: [failed]}
+#
+# run_accepted_status is the status accepted that way; decision.run
+# carries it as accepted_status, and gated approves no run that did not
+# complete without it.
+run_accept_terminal := run_setting("accept_terminal", {})
+
+run_accepted_status := input.proposal.run.status if {
+	input.proposal.run.status != "completed"
+	task := input.proposal.run.task_id
+	is_string(task)
+	task != ""
+	statuses := run_accept_terminal[task]
+	is_array(statuses)
+	input.proposal.run.status in statuses
+}
+
+run_accepted_why := sprintf("; accepted terminal status %s for task %s (run_review.accept_terminal)", [run_accepted_status, input.proposal.run.task_id]) if {
+	run_accepted_status
+} else := ""
+
+run_accepted := run_accepted_status if {
+	run_accepted_status
+} else := ""
+
+# run_not_completed: a run that is not reviewed and did not complete is
+# refused unless its status is accepted. (A reviewed one goes to its
+# reviewer, whose guidance may get the next round to complete; gated then
+# approves it only when the status is accepted.)
+run_deny contains {"rule": "run_not_completed", "message": msg} if {
+	input.proposal.kind == "run"
+	not run_reviewed
+	input.proposal.run.status != "completed"
+	not run_accepted_status
+	msg := sprintf(
+		"run %s ended %s and run review policy %s does not review it; a run that did not complete is accepted only when run_review.accept_terminal lists %s for its task (task_id %q)",
+		[input.proposal.run.run_id, input.proposal.run.status, run_review_policy, input.proposal.run.status, object.get(input.proposal.run, "task_id", "")],
+	)
+}
 
 # --- who reviews -------------------------------------------------------------
 
@@ -385,6 +435,7 @@ run_decision := {
 	"manual": run_manual,
 	"continuable": run_continuable,
 	"limits": run_limits,
+	"accepted_status": run_accepted,
 } if {
 	input.proposal.kind == "run"
 }
@@ -407,9 +458,12 @@ run_continuable if {
 
 run_review_policies := ["none", "on_success", "on_failure", "always"]
 
-run_review_keys := {"policy", "personas", "quorum", "max_rounds", "limits", "tenants"}
+run_review_keys := {"policy", "personas", "quorum", "max_rounds", "limits", "tenants", "accept_terminal"}
 
-run_tenant_keys := {"policy", "personas", "quorum", "max_rounds"}
+run_tenant_keys := {"policy", "personas", "quorum", "max_rounds", "accept_terminal"}
+
+# run_terminal_statuses are the statuses accept_terminal may accept.
+run_terminal_statuses := ["failed", "canceled"]
 
 run_limit_ceilings := {"max_items": 256, "max_item_bytes": 16384, "max_guidance_bytes": 65536}
 
@@ -493,6 +547,41 @@ config_errors contains sprintf("data.gated.config.run_review.limits.%s: %s is no
 	some key, value in run_review_config.limits
 	ceiling := run_limit_ceilings[key]
 	not run_integer_in(value, ceiling)
+}
+
+config_errors contains sprintf("%s.accept_terminal: %s: want an object of task id -> statuses, such as {\"nightly-probe\": [\"failed\"]}", [path, json.marshal(value)]) if {
+	some [path, scope] in run_review_scopes
+	value := scope.accept_terminal
+	not is_object(value)
+}
+
+config_errors contains sprintf("%s.accept_terminal.%s: %s: want a non-empty list of %s", [path, task, json.marshal(statuses), concat(", ", run_terminal_statuses)]) if {
+	some [path, scope] in run_review_scopes
+	is_object(scope.accept_terminal)
+	some task, statuses in scope.accept_terminal
+	not run_terminal_list(statuses)
+}
+
+config_errors contains sprintf("%s.accept_terminal: task id %q: want a task id, matched exactly (no patterns)", [path, task]) if {
+	some [path, scope] in run_review_scopes
+	is_object(scope.accept_terminal)
+	some task, _ in scope.accept_terminal
+	not run_exact_task(task)
+}
+
+run_terminal_list(statuses) if {
+	is_array(statuses)
+	count(statuses) > 0
+	every status in statuses {
+		status in run_terminal_statuses
+	}
+}
+
+run_exact_task(task) if {
+	is_string(task)
+	task != ""
+	not contains(task, "*")
+	not contains(task, "?")
 }
 
 run_persona_list(names) if {

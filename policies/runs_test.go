@@ -231,7 +231,9 @@ func TestEvaluateRunReviewConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Review.Required || d.Run.Reviewed || len(d.Denies) != 0 || len(d.Run.Criteria) != 0 {
+	// Not reviewed, its criteria are not judged; failed and not accepted,
+	// it is refused.
+	if d.Review.Required || d.Run.Reviewed || len(d.Run.Criteria) != 0 || len(d.Denies) != 1 || d.Denies[0].Rule != "run_not_completed" {
 		t.Errorf("an unreviewed run: review %+v, denies %v, run %+v", d.Review, d.Denies, d.Run)
 	}
 	if d.Review.Why != "run review policy on_success does not review failed runs" || d.Run.MaxRounds != 3 || d.Run.Limits.MaxItems != 7 {

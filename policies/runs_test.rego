@@ -120,9 +120,9 @@ test_run_review_policy_on_success if {
 }
 
 test_run_not_reviewed_is_approved_by_the_policy_with_a_reason if {
-	p := with_run(with_criteria(run_proposal, [tests_failed, signoff]), {"status": "failed"})
-	d := run_decide(p) with data.gated.config.run_review as {"policy": "on_success"}
-	d.review == {"required": false, "persona": "", "quorum": 0, "why": "run review policy on_success does not review failed runs"}
+	p := with_run(with_criteria(run_proposal, [tests_failed, signoff]), {"status": "completed"})
+	d := run_decide(p) with data.gated.config.run_review as {"policy": "on_failure"}
+	d.review == {"required": false, "persona": "", "quorum": 0, "why": "run review policy on_failure does not review completed runs"}
 	d.run.reviewed == false
 	d.run.why == d.review.why
 
@@ -296,8 +296,13 @@ test_run_persona_out_of_scope_for_actions if {
 	d := gated.decision with input as {"proposal": p, "persona": run_reviewer}
 	"persona_out_of_scope" in rules(d)
 
+	# Added by the agent, it is still out of scope.
+	added := gated.decision with input as {"proposal": object.union(p, {"reviewer": "run-reviewer"}), "persona": run_reviewer}
+	"persona_out_of_scope" in rules(added)
+
 	# Routed to it on purpose, it may review (and must pass its gates).
 	chosen := gated.decision with input as {"proposal": object.union(p, {"reviewer": "run-reviewer"}), "persona": run_reviewer}
+		with data.gated.config.reviewer_overrides as [{"actions": ["host_restart_service"], "personas": ["run-reviewer"]}]
 	not "persona_out_of_scope" in rules(chosen)
 }
 
@@ -627,7 +632,7 @@ test_run_review_setting_errors if {
 		`data.gated.config.run_review.personas: "run-reviewer": want a list of persona names`,
 		"data.gated.config.run_review.quorum: 0 is not an integer from 1 to 16",
 		"data.gated.config.run_review.max_rounds: 1.5 is not an integer from 1 to 100",
-		"data.gated.config.run_review.polcy: unknown key; run_review has limits, max_rounds, personas, policy, quorum, tenants",
+		"data.gated.config.run_review.polcy: unknown key; run_review has accept_terminal, limits, max_rounds, personas, policy, quorum, tenants",
 	}
 }
 
@@ -644,7 +649,7 @@ test_run_review_tenant_errors if {
 	errs == {
 		`data.gated.config.run_review.tenants.acme.policy: "never" is not one of none, on_success, on_failure, always`,
 		"data.gated.config.run_review.tenants.acme.max_rounds: 101 is not an integer from 1 to 100",
-		"data.gated.config.run_review.tenants.acme.limits: unknown key; a tenant may override max_rounds, personas, policy, quorum",
+		"data.gated.config.run_review.tenants.acme.limits: unknown key; a tenant may override accept_terminal, max_rounds, personas, policy, quorum",
 		`data.gated.config.run_review.tenants.globex: "on_success": want an object with some of policy, personas, quorum, max_rounds`,
 	}
 	list := gated.config_errors with data.gated.config.run_review as {"tenants": ["acme"]}
@@ -660,4 +665,75 @@ test_run_review_limit_errors if {
 	}
 	scalar := gated.config_errors with data.gated.config.run_review as {"limits": 20}
 	scalar == {"data.gated.config.run_review.limits: 20: want an object with some of max_guidance_bytes, max_item_bytes, max_items"}
+}
+
+# --- runs that did not complete ----------------------------------------------
+
+ended(status, task) := with_run(run_proposal, {"status": status, "task_id": task})
+
+test_run_not_completed_denies_unreviewed_failed_and_canceled_runs if {
+	every status in ["failed", "canceled"] {
+		d := run_decide(ended(status, "T-1")) with data.gated.config.run_review as {"policy": "on_success"}
+		not d.review.required
+		d.run.accepted_status == ""
+		some deny in d.deny
+		deny.rule == "run_not_completed"
+		contains(deny.message, sprintf("ended %s and run review policy on_success does not review it", [status]))
+		not d.run.continuable
+	}
+}
+
+test_run_not_completed_spares_completed_and_reviewed_runs if {
+	completed := run_decide(ended("completed", "T-1")) with data.gated.config.run_review as {"policy": "on_failure"}
+	not "run_not_completed" in rules(completed)
+
+	# A reviewed run goes to its reviewer; gated approves it only when
+	# decision.run.accepted_status names its status.
+	reviewed := run_decide(ended("failed", "T-1"))
+	not "run_not_completed" in rules(reviewed)
+	reviewed.review.required
+	reviewed.run.accepted_status == ""
+}
+
+accept := {"policy": "on_success", "accept_terminal": {"nightly-probe": ["failed"]}}
+
+test_run_accept_terminal_accepts_the_listed_status_of_the_listed_task if {
+	d := run_decide(ended("failed", "nightly-probe")) with data.gated.config.run_review as accept
+	count(d.deny) == 0
+	d.run.accepted_status == "failed"
+	d.review.why == "run review policy on_success does not review failed runs; accepted terminal status failed for task nightly-probe (run_review.accept_terminal)"
+
+	reviewed := run_decide(ended("failed", "nightly-probe")) with data.gated.config.run_review as object.union(accept, {"policy": "always"})
+	reviewed.run.accepted_status == "failed"
+	reviewed.review.required
+}
+
+test_run_accept_terminal_is_narrow if {
+	# Another status, another task, no task: not accepted.
+	canceled := run_decide(ended("canceled", "nightly-probe")) with data.gated.config.run_review as accept
+	"run_not_completed" in rules(canceled)
+	other := run_decide(ended("failed", "nightly")) with data.gated.config.run_review as accept
+	"run_not_completed" in rules(other)
+	none := run_decide(with_run(run_proposal, {"status": "failed"})) with data.gated.config.run_review as accept
+	"run_not_completed" in rules(none)
+
+	# A tenant's accept_terminal replaces the global one for that tenant.
+	tenant := run_decide(ended("failed", "nightly-probe")) with data.gated.config.run_review as object.union(accept, {"tenants": {"acme": {"accept_terminal": {}}}})
+	"run_not_completed" in rules(tenant)
+}
+
+test_run_accept_terminal_config_errors if {
+	errs := gated.config_errors with data.gated.config.run_review as {
+		"accept_terminal": {"a": ["completed"], "b": [], "c": "failed", "d*": ["failed"], "": ["canceled"]},
+		"tenants": {"acme": {"accept_terminal": ["failed"]}},
+	}
+	errs == {
+		`data.gated.config.run_review.accept_terminal.a: ["completed"]: want a non-empty list of failed, canceled`,
+		`data.gated.config.run_review.accept_terminal.b: []: want a non-empty list of failed, canceled`,
+		`data.gated.config.run_review.accept_terminal.c: "failed": want a non-empty list of failed, canceled`,
+		`data.gated.config.run_review.accept_terminal: task id "d*": want a task id, matched exactly (no patterns)`,
+		`data.gated.config.run_review.accept_terminal: task id "": want a task id, matched exactly (no patterns)`,
+		`data.gated.config.run_review.tenants.acme.accept_terminal: ["failed"]: want an object of task id -> statuses, such as {"nightly-probe": ["failed"]}`,
+	}
+	count(gated.config_errors) == 0 with data.gated.config.run_review as accept
 }

@@ -180,6 +180,33 @@ func TestPolicyCheck(t *testing.T) {
 		`(?m)^evaluator: planned$`)
 }
 
+// TestPolicyCheckWarnsAboutWidePatterns: an SOP or skip pattern with **
+// spans any number of words of an action; check says so and still
+// passes. The default bundle has no such pattern.
+func TestPolicyCheckWarnsAboutWidePatterns(t *testing.T) {
+	code, out, errOut := runPolicyCLI(t, "check")
+	wantRun(t, code, out, errOut, 0)
+	if strings.Contains(errOut, "warning:") {
+		t.Errorf("the default bundle has warnings:\n%s", errOut)
+	}
+	data := filepath.Join(t.TempDir(), "wide.yaml")
+	if err := os.WriteFile(data, []byte(`gated:
+  config:
+    skip_review_actions: ["k8s_get_**"]
+  sops:
+    - id: SOP-WIDE
+      actions: ["rotate_**"]
+      rollback: re-enable the old credential
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = runPolicyCLI(t, "check", "--policy-data", data)
+	wantRun(t, code, out, errOut, 0,
+		`(?m)^warning: data\.gated\.sops\[\d+\] \(SOP-WIDE\): action pattern "rotate_\*\*" has \*\*, which spans any number of words`,
+		`(?m)^warning: data\.gated\.config\.skip_review_actions: "k8s_get_\*\*" has \*\*`,
+		`(?m)^ok: revision`)
+}
+
 func TestPolicyEvaluatorFlag(t *testing.T) {
 	code, out, errOut := runPolicyCLI(t, "check", "--policy-evaluator", "topdown")
 	wantRun(t, code, out, errOut, 0, `(?m)^evaluator: topdown \(turned off\)$`)
@@ -274,10 +301,10 @@ func TestPolicyEvalPersonas(t *testing.T) {
 	code, out, errOut := runPolicyCLI(t, "eval", "-f", file, "--personas", "../examples/personas")
 	wantRun(t, code, out, errOut, 3, `(?m)^  deny reviewer_tool_denied: persona "operator"`, `(?m)^persona: +operator$`)
 
-	// Without the persona files, the policy sees null and the gate would
-	// block for want of a reviewer.
+	// Without the persona files, the routed reviewer would review beside
+	// an operator persona that is not there, so the gate would block.
 	code, out, errOut = runPolicyCLI(t, "eval", "-f", file)
-	wantRun(t, code, out, errOut, 0, `(?m)^needs review by operator`, `no persona named "operator" is loaded`)
+	wantRun(t, code, out, errOut, 0, `(?m)^needs review by reviewer \(quorum 2\)`, `(?m)^also reviewing: +operator`, `no persona named "operator" is loaded`)
 
 	// --persona sets the persona the policy sees, whatever the routing.
 	approved := filepath.Join(exampleProposals, "approved.json")

@@ -410,7 +410,10 @@ func policyCheckCmd() *cobra.Command {
 and the --policy-data files, compiles it in OPA strict mode (unused variables
 and imports are errors), runs the bundle's data checks
 (data.gated.config_errors) and checks the shape of the decision on sample
-proposals. It does not run the Rego tests: "gated policy test" does.
+proposals. It prints the bundle's warnings (data.gated.config_warnings) on
+stderr, such as an SOP action pattern with **, which spans any number of
+words of an action; warnings do not fail the check. It does not run the
+Rego tests: "gated policy test" does.
 Exit status: 0 the bundle is sound, 1 it is not, 2 bad usage.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -426,6 +429,9 @@ func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptio
 	var ex *exitError
 	switch {
 	case err == nil:
+		for _, warning := range ev.ConfigWarnings() {
+			fmt.Fprintln(errw, "warning:", warning)
+		}
 		fmt.Fprintf(w, "ok: revision %s (strict mode)\n", ev.Revision())
 		if st := ev.Plan(); st.Reason != "" {
 			fmt.Fprintf(w, "evaluator: %s (%s)\n", st.Evaluator, st.Reason)
@@ -501,9 +507,14 @@ type evalRun struct {
 	personaName string
 	persona     *engine.Persona
 	routedFrom  string // the persona first evaluated, when the policy routed away from it
-	decision    engine.PolicyDecision
-	fired       []policies.Fired
-	revision    string
+	// addedFrom is the routed persona when the decision shown is that of
+	// a reviewer the proposal added (review.also), which the policy
+	// refuses; missing are added reviewers that are not loaded.
+	addedFrom string
+	missing   []string
+	decision  engine.PolicyDecision
+	fired     []policies.Fired
+	revision  string
 }
 
 func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *policyEvalOptions) error {
@@ -643,14 +654,13 @@ func strictJSON(raw []byte, v any) error {
 }
 
 // evaluate runs the policy as the engine's judge does: with the persona
-// asked for, else the proposal's reviewer, else the default persona, and
-// once more with the persona the policy routes the review to, unless the
-// persona was given explicitly.
+// asked for, else the default persona, and once more with the persona the
+// policy routes the review to, unless the persona was given explicitly.
+// Each reviewer the policy adds (review.also, the proposal's reviewer) is
+// evaluated in its own name too, as the gate does before any review: a
+// deny there is the decision's.
 func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registry, in engine.PolicyInput, explicit string) (*evalRun, error) {
 	name := explicit
-	if name == "" {
-		name = in.Proposal.Reviewer
-	}
 	if name == "" {
 		name = engine.DefaultPersona
 	}
@@ -667,10 +677,32 @@ func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registr
 		}
 		return nil, fmt.Errorf("evaluating the policy with persona %q: %w", routed.Name, err)
 	}
-	return &evalRun{
+	run := &evalRun{
 		personaName: routed.Name, persona: routed.Persona, routedFrom: routed.From,
 		decision: d, fired: fired, revision: ev.Revision(),
-	}, nil
+	}
+	if len(d.Denies) > 0 || !d.Review.Required || explicit != "" {
+		return run, nil
+	}
+	for _, also := range d.Review.Also {
+		if also == routed.Name {
+			continue
+		}
+		ad, aRouted, err := engine.EvaluateRouted(ctx, explain, reg, in, also, false)
+		if err != nil {
+			return nil, fmt.Errorf("evaluating the policy with persona %q (added by the proposal): %w", also, err)
+		}
+		if aRouted.Persona == nil {
+			run.missing = append(run.missing, also)
+			continue
+		}
+		if len(ad.Denies) > 0 {
+			run.addedFrom = routed.Name
+			run.personaName, run.persona, run.decision, run.fired = also, aRouted.Persona, ad, fired
+			return run, nil
+		}
+	}
+	return run, nil
 }
 
 // outcome is what the policy alone implies, for the JSON document:
@@ -708,8 +740,14 @@ func (r *evalRun) outcomeText() string {
 // review no loaded persona or no single reviewer can take.
 func (r *evalRun) notes() []string {
 	var notes []string
-	if r.routedFrom != "" {
+	if r.routedFrom != "" && r.addedFrom == "" {
 		notes = append(notes, fmt.Sprintf("the policy routed the review from persona %s to %s; shown is the second evaluation", r.routedFrom, r.personaName))
+	}
+	if r.addedFrom != "" {
+		notes = append(notes, fmt.Sprintf("the proposal asks persona %s to review beside %s, and the policy refuses it; shown is the evaluation in its name", r.personaName, r.addedFrom))
+	}
+	for _, name := range r.missing {
+		notes = append(notes, fmt.Sprintf("the proposal asks persona %s to review as well, and no persona named %q is loaded (--personas DIR?): the gate would block this proposal", name, name))
 	}
 	if r.outcome() != "review" {
 		return notes
@@ -721,7 +759,7 @@ func (r *evalRun) notes() []string {
 		notes = append(notes, fmt.Sprintf("no persona named %q is loaded (--personas DIR?): the gate would block this proposal", r.personaName))
 	}
 	if q := r.decision.Review.Quorum; q > 1 {
-		notes = append(notes, fmt.Sprintf("a quorum of %d: %d distinct personas must approve (this one, then those in review.personas, then the other loaded personas by name); fewer eligible ones block the proposal", q, q))
+		notes = append(notes, fmt.Sprintf("a quorum of %d: %d distinct personas must approve (this one, then those in review.also, then those in review.personas, then the other loaded personas by name); fewer eligible ones block the proposal", q, q))
 	}
 	return notes
 }
@@ -749,6 +787,9 @@ func writeEvalText(w io.Writer, r *evalRun) error {
 		persona += " (not loaded: the policy saw null)"
 	}
 	fmt.Fprintf(tw, "persona:\t%s\n", persona)
+	if len(d.Review.Also) > 0 {
+		fmt.Fprintf(tw, "also reviewing:\t%s (added by the proposal)\n", strings.Join(d.Review.Also, ", "))
+	}
 	why := d.Review.Why
 	if why == "" {
 		why = "(no reason given)"

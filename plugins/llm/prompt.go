@@ -248,6 +248,13 @@ func runBriefing(req *sdk.Request) (string, []string) {
 		b.WriteString(" It is the last round: a rejection hands the run to a human instead of sending it back to the worker.")
 	}
 	fmt.Fprintf(&b, " The worker reports the run as %s; its summary, diff and test output are in <run>.", jsonString(run.Status))
+	switch {
+	case run.Status == engine.RunCompleted:
+	case engine.StatusAccepted(run.Status, rc.AcceptedStatus):
+		fmt.Fprintf(&b, " The policy accepts a run of this task that ended %s: judge the work as it stands.", jsonString(run.Status))
+	default:
+		fmt.Fprintf(&b, " The policy does not accept a run of this task that ended %s: gated will not approve it whatever you answer, so reject it and say in missing_work what the worker must do to complete the task.", jsonString(run.Status))
+	}
 	if len(cuts) > 0 {
 		b.WriteString(" gated cut some of them to fit (see \"cuts\")")
 		if req.HasTool(sdk.ToolGetProposal) {

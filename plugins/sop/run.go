@@ -21,6 +21,9 @@ const (
 	// GatePriorFindingsClosed passes when no finding of an earlier round
 	// is still open.
 	GatePriorFindingsClosed = "prior_findings_closed"
+	// GateRunCompleted passes when the run completed, or ended with a
+	// status the policy accepts for its task (RunContext.AcceptedStatus).
+	GateRunCompleted = "run_completed"
 )
 
 // ErrCannotJudge means a run has required ai_review criteria. Judging
@@ -70,20 +73,27 @@ func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 	}
 	criteria, criteriaWork := criteriaGate(run, req.Proposal.Criteria, required)
 	findings, findingsWork := findingsGate(run)
-	res.Gates = []engine.Gate{criteria, findings}
-	res.MissingWork = append(criteriaWork, findingsWork...)
+	status, statusWork := statusGate(run, req.Proposal.Run)
+	res.Gates = []engine.Gate{criteria, findings, status}
+	res.MissingWork = append(append(criteriaWork, findingsWork...), statusWork...)
 
 	who := "the run"
 	if p := req.Proposal.Run; p != nil && p.RunID != "" {
 		who = "run " + p.RunID
 	}
-	if criteria.Passed && findings.Passed {
+	if criteria.Passed && findings.Passed && status.Passed {
 		res.Decision = engine.DecisionApprove
 		res.Notes = fmt.Sprintf("Round %d of %s: every required criterion passed and no finding of an earlier round is open.", run.Round, who)
+		if run.AcceptedStatus != "" {
+			res.Notes += fmt.Sprintf(" It ended %s: accepted terminal status %s, as the policy accepts for its task.", run.AcceptedStatus, run.AcceptedStatus)
+		}
 	} else {
 		res.Decision = engine.DecisionReject
 		res.Notes = fmt.Sprintf("Round %d of %s is not done: %d item(s) of missing work.", run.Round, who, len(res.MissingWork))
 		res.NextRoundGuidance = guidance(criteria.Passed, findings.Passed)
+		if !status.Passed {
+			res.NextRoundGuidance = "Finish the task: a run that ended " + strconv.Quote(statusOf(req.Proposal.Run)) + " is not accepted. " + res.NextRoundGuidance
+		}
 	}
 	res.Text = renderRun(res)
 	return res, nil
@@ -178,6 +188,29 @@ func findingsGate(run *engine.RunContext) (engine.Gate, []string) {
 	return g, work
 }
 
+// statusGate passes when the run completed, or ended with the status the
+// policy accepts for its task. A run that failed or was canceled is not
+// done because its criteria pass: the worker says it did not finish.
+func statusGate(run *engine.RunContext, p *engine.Run) (engine.Gate, []string) {
+	g := engine.Gate{Name: GateRunCompleted}
+	var status, task string
+	if p != nil {
+		status, task = p.Status, p.TaskID
+	}
+	switch {
+	case status == engine.RunCompleted:
+		g.Passed, g.Detail = true, "the run completed"
+		return g, nil
+	case engine.StatusAccepted(status, run.AcceptedStatus):
+		g.Passed = true
+		g.Detail = fmt.Sprintf("the run ended %s, which the policy accepts for task %s (accepted terminal status %s)", status, task, status)
+		return g, nil
+	}
+	g.Detail = fmt.Sprintf("the run ended %q, and the policy does not accept that status for its task (run_review.accept_terminal)", status)
+	return g, []string{fmt.Sprintf("the run ended %q: complete the task (run.status %s), or have the policy accept %q for task %q (run_review.accept_terminal)",
+		status, engine.RunCompleted, status, task)}
+}
+
 // guidance is the deterministic advice for the next round.
 func guidance(criteriaMet, findingsClosed bool) string {
 	var parts []string
@@ -223,6 +256,13 @@ func renderRun(res *sdk.Response) string {
 	raw, _ := json.MarshalIndent(answer, "", "  ")
 	fmt.Fprintf(&b, "```json\n%s\n```\n", raw)
 	return b.String()
+}
+
+func statusOf(p *engine.Run) string {
+	if p == nil {
+		return ""
+	}
+	return p.Status
 }
 
 // runReview tells whether req is the review of a run.

@@ -257,3 +257,44 @@ func TestActionReviewIgnoresRunGates(t *testing.T) {
 		t.Errorf("an action review carries a run's JSON block:\n%s", res.Text)
 	}
 }
+
+// TestReviewRunThatDidNotComplete: the deterministic reviewer approves a
+// failed or canceled run only when the policy accepts that status for its
+// task, and its notes then say which status it accepted.
+func TestReviewRunThatDidNotComplete(t *testing.T) {
+	tests := []struct {
+		note, status, accepted string
+		approved               bool
+		notes                  string
+	}{
+		{note: "failed", status: engine.RunFailed},
+		{note: "canceled", status: engine.RunCanceled},
+		{note: "failed, canceling accepted", status: engine.RunFailed, accepted: engine.RunCanceled},
+		{note: "failed and accepted", status: engine.RunFailed, accepted: engine.RunFailed, approved: true,
+			notes: "It ended failed: accepted terminal status failed"},
+		{note: "completed", status: engine.RunCompleted, approved: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			req := runRequest(nil, &engine.RunContext{Round: 1, MaxRounds: 5, AcceptedStatus: tc.accepted})
+			req.Proposal.Run.Status, req.Proposal.Run.TaskID = tc.status, "T-9"
+			res, err := Reviewer{}.Review(t.Context(), req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if approved := res.Decision == engine.DecisionApprove; approved != tc.approved {
+				t.Fatalf("decision %s, want approved %v:\n%s", res.Decision, tc.approved, res.Text)
+			}
+			gate := res.Gates[slices.IndexFunc(res.Gates, func(g engine.Gate) bool { return g.Name == GateRunCompleted })]
+			if gate.Passed != tc.approved {
+				t.Errorf("gate %+v", gate)
+			}
+			if !tc.approved && !slices.ContainsFunc(res.MissingWork, func(m string) bool { return strings.Contains(m, "the run ended \""+tc.status+"\"") }) {
+				t.Errorf("missing work %q does not say how the run ended", res.MissingWork)
+			}
+			if !strings.Contains(res.Notes, tc.notes) {
+				t.Errorf("notes %q do not say %q", res.Notes, tc.notes)
+			}
+		})
+	}
+}

@@ -4,8 +4,9 @@
 // fresh gated needs no API key.
 //
 // It also reviews runs, from what the policy established alone: it
-// approves a run when every required criterion the policy judged passed
-// and every finding of the earlier rounds is resolved. It cannot judge
+// approves a run when every required criterion the policy judged passed,
+// every finding of the earlier rounds is resolved, and the run completed
+// or ended with a status the policy accepts for its task. It cannot judge
 // ai_review criteria, so a run that requires one fails its review with
 // ErrCannotJudge.
 package sop
@@ -61,13 +62,25 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 			return nil, ctx.Err()
 		}
 	}
+	// The SOP must cover the action as gated reads action patterns (a *
+	// is one word of the action), whatever the policy that sent it: an
+	// SOP for rotate_*_credentials says nothing about
+	// rotate_db_credentials_then_drop_all_credentials.
+	var stretched *engine.SOP
+	if sop != nil && !sop.Covers(p.Action) {
+		stretched, sop = sop, nil
+	}
 	gates := []engine.Gate{
 		{Name: "sop_covers", Passed: sop != nil},
 		parallelGate(req),
 		{Name: "rollback_known", Passed: sop != nil && strings.TrimSpace(sop.Rollback) != ""},
 	}
 	res := &sdk.Response{Gates: gates}
-	if sop != nil {
+	if stretched != nil {
+		gates[0].Detail = fmt.Sprintf("%s was sent as the covering SOP, but none of its action patterns %q covers %s (a * stands for one word of the action)",
+			stretched.ID, stretched.Actions, p.Action)
+		gates[2].Detail = "no covering SOP, so no known rollback"
+	} else if sop != nil {
 		gates[0].Detail = fmt.Sprintf("%s (%s) covers %s", sop.ID, sop.Title, p.Action)
 		res.SOPID = sop.ID
 		if gates[2].Passed {
@@ -99,6 +112,8 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 		res.Decision = engine.DecisionReject
 		if lookupErr != nil {
 			res.Notes = "The SOP could not be read through gated, so it cannot be relied on: " + lookupErr.Error() + "."
+		} else if stretched != nil {
+			res.Notes = fmt.Sprintf("%s does not cover %s: none of its action patterns matches it word for word; write an SOP for this action or route the change to a human.", stretched.ID, p.Action)
 		} else if sop == nil {
 			res.Notes = fmt.Sprintf("No SOP covers %s; write one or route the change to a human.", p.Action)
 		} else {

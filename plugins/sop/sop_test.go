@@ -3,6 +3,7 @@ package sop
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/gated/gated/engine"
@@ -27,12 +28,14 @@ func (c *sopCaller) CallTool(_ context.Context, _, name string, args json.RawMes
 // The text of an action review, word for word: the decision line, the
 // gates and the notes.
 func TestActionReviewText(t *testing.T) {
-	restart := &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"}
+	restart := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_*_service"}, Rollback: "start the old unit"}
+	rotate := &engine.SOP{ID: "SOP-003", Title: "Rotate", Actions: []string{"rotate_*_credentials"}, Rollback: "re-enable the old credential"}
 	tests := []struct {
 		note   string
 		sop    *engine.SOP
 		tools  bool
 		caller *sopCaller
+		action string
 		want   string
 	}{
 		{note: "covered", sop: restart,
@@ -43,12 +46,24 @@ func TestActionReviewText(t *testing.T) {
 			want: "Decision: reject\nGates:\n- sop_covers: fail — the SOP could not be read: tool call refused by gated\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — the SOP could not be read, so no known rollback\nNotes: The SOP could not be read through gated, so it cannot be relied on: tool call refused by gated.\n"},
 		{note: "no SOP",
 			want: "Decision: reject\nGates:\n- sop_covers: fail — no SOP in the catalog covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — no SOP, so no known rollback\nNotes: No SOP covers host_restart_service; write one or route the change to a human.\n"},
-		{note: "no rollback", sop: &engine.SOP{ID: "SOP-9", Title: "No way back"},
+		{note: "no rollback", sop: &engine.SOP{ID: "SOP-9", Title: "No way back", Actions: []string{"host_restart_service"}},
 			want: "Decision: reject\nGates:\n- sop_covers: pass — SOP-9 (No way back) covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — SOP-9 names no rollback\nNotes: Gates failed: rollback_known.\n"},
+		// A policy that matched the SOP more widely than gated reads action
+		// patterns does not make the SOP cover the action.
+		{note: "stretched coverage", sop: rotate, action: "rotate_db_credentials_then_drop_all_credentials",
+			want: "Decision: reject\nGates:\n- sop_covers: fail — SOP-003 was sent as the covering SOP, but none of its action patterns [\"rotate_*_credentials\"] covers rotate_db_credentials_then_drop_all_credentials (a * stands for one word of the action)\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — no covering SOP, so no known rollback\nNotes: SOP-003 does not cover rotate_db_credentials_then_drop_all_credentials: none of its action patterns matches it word for word; write an SOP for this action or route the change to a human.\n"},
+		{note: "stretched coverage read through the host", sop: rotate, action: "rotate_db_credentials_then_drop_all_credentials", tools: true, caller: &sopCaller{sop: rotate},
+			want: "Decision: reject\nGates:\n- sop_covers: fail — SOP-003 was sent as the covering SOP, but none of its action patterns [\"rotate_*_credentials\"] covers rotate_db_credentials_then_drop_all_credentials (a * stands for one word of the action)\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — no covering SOP, so no known rollback\nNotes: SOP-003 does not cover rotate_db_credentials_then_drop_all_credentials: none of its action patterns matches it word for word; write an SOP for this action or route the change to a human.\n"},
+		{note: "one word", sop: rotate, action: "rotate_db_credentials",
+			want: "Decision: approve\nGates:\n- sop_covers: pass — SOP-003 (Rotate) covers rotate_db_credentials\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: pass — re-enable the old credential\nNotes: SOP-003 covers rotate_db_credentials on this target and its rollback is known.\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			req := sdk.Request{ReviewID: "rv1", Proposal: &engine.Proposal{ID: "p1", Kind: engine.KindAction, Action: "host_restart_service"},
+			action := tc.action
+			if action == "" {
+				action = "host_restart_service"
+			}
+			req := sdk.Request{ReviewID: "rv1", Proposal: &engine.Proposal{ID: "p1", Kind: engine.KindAction, Action: action},
 				Policy: sdk.Policy{SOP: tc.sop, History: json.RawMessage("null")}}
 			if tc.tools {
 				req.Persona.Tools = []sdk.Tool{{Name: sdk.ToolGetSOPText}}
@@ -64,7 +79,7 @@ func TestActionReviewText(t *testing.T) {
 			if res.Text != tc.want {
 				t.Fatalf("text\n%q\nwant\n%q", res.Text, tc.want)
 			}
-			if tc.caller != nil && tc.caller.args != `{"id":"SOP-001"}` {
+			if tc.caller != nil && tc.caller.args != fmt.Sprintf(`{"id":%q}`, tc.sop.ID) {
 				t.Errorf("get_sop_text arguments %s", tc.caller.args)
 			}
 		})

@@ -1,0 +1,41 @@
+package engine
+
+import "github.com/gobwas/glob"
+
+// ActionWordSeparator separates the words of an action name, as in
+// host_restart_service.
+const ActionWordSeparator = '_'
+
+// MatchAction reports whether an action pattern matches action the way
+// the policy's action_pattern_matches does, for every setting that lets an
+// action through or eases its review (SOP coverage, skip_review_actions,
+// persona_routes, reviewer_overrides): a * matches within one word of the
+// action, ? one character of a word, ** any number of words, and [...]
+// and {a,b} as in glob.match. A pattern that does not compile matches
+// nothing.
+//
+// The policy and the SOP reviewer must agree on what an SOP covers: a *
+// that also matched "_" would let rotate_*_credentials cover
+// rotate_db_credentials_then_drop_all_credentials. Both sides are tested
+// on the same cases (policies/testdata/action_patterns.json).
+func MatchAction(pattern, action string) bool {
+	g, err := glob.Compile(pattern, ActionWordSeparator)
+	if err != nil {
+		return false
+	}
+	return g.Match(action)
+}
+
+// Covers reports whether one of the SOP's action patterns matches action
+// (see MatchAction).
+func (s *SOP) Covers(action string) bool {
+	if s == nil {
+		return false
+	}
+	for _, pattern := range s.Actions {
+		if MatchAction(pattern, action) {
+			return true
+		}
+	}
+	return false
+}
