@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -328,5 +329,57 @@ func TestVerifyLabelsAReplayedRecordReordered(t *testing.T) {
 	got := gotProblems(t, rep)
 	if want := []storeProblem{{replay, bus.ProblemReordered, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+}
+
+// TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes purges the head of
+// an audit stream whose records expire after an hour: the stored verdicts
+// decided just now cannot have lost their records to the limit, so they
+// are reported removed; a verdict decided two hours ago is counted as
+// expired. The chain alone takes the purge for expiry.
+func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
+	s := newCrossStream(t)
+	if err := s.g.js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := s.g.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := range uint64(len(s.raw)) {
+		s.republish(t, seq+1)
+	}
+	if err := stream.Purge(t.Context(), jetstream.WithPurgeSequence(s.seq(3)+1)); err != nil {
+		t.Fatal(err)
+	}
+	s.storeVerdict(t, "acme.p1", 1, func(v *engine.Verdict) { v.DecidedAt = v.DecidedAt.Add(-2 * time.Hour) })
+
+	rep := verify(t, s.g.js, bus.VerifyOptions{})
+	want := []storeProblem{{s.seq(2), bus.ProblemRemoved, "p2"}, {s.seq(3), bus.ProblemRemoved, "p3"}}
+	if got := gotProblems(t, rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+	if want := (bus.VerdictCheck{Verdicts: 6, Matched: 3, Expired: 1, Problems: 2}); *rep.Verdicts != want {
+		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
+	}
+	if skipped := verify(t, s.g.js, bus.VerifyOptions{SkipVerdicts: true}); !skipped.Clean() || skipped.Verdicts != nil {
+		t.Fatalf("the chain alone: problems %+v, verdicts %+v", skipped.Problems, skipped.Verdicts)
+	}
+}
+
+// TestVerifyListsTheFirstVerdictProblems replaces the stream: every
+// stored verdict is wrong, the first MaxVerdictProblems are listed and
+// the rest counted, and the report is not clean.
+func TestVerifyListsTheFirstVerdictProblems(t *testing.T) {
+	s := newCrossStream(t)
+	s.recreate(t)
+	rep := verify(t, s.g.js, bus.VerifyOptions{MaxVerdictProblems: 2})
+	if len(rep.Problems) != 2 || rep.Clean() {
+		t.Fatalf("listed %d problems (clean %v), want 2:\n%+v", len(rep.Problems), rep.Clean(), rep.Problems)
+	}
+	if want := (bus.VerdictCheck{Verdicts: 6, Problems: 6, Unlisted: 4}); *rep.Verdicts != want {
+		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
 	}
 }
