@@ -51,6 +51,7 @@ fuzz:
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeAuditRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditHeads$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
