@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -381,5 +382,38 @@ func TestVerifyListsTheFirstVerdictProblems(t *testing.T) {
 	}
 	if want := (bus.VerdictCheck{Verdicts: 6, Problems: 6, Unlisted: 4}); *rep.Verdicts != want {
 		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
+	}
+}
+
+// TestVerifyDetectsATailDeletedFromTheStream deletes the last records of
+// a stream that allows deletes, with no verdict stored: the stream still
+// counts its last sequence, so verify reports the sequences missing at
+// its end. One tenant's verify cannot tell them from other tenants'.
+func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	for i := range 5 {
+		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seq := range []uint64{4, 5} {
+		if err := stream.DeleteMsg(t.Context(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if got, want := gotProblems(t, rep), []storeProblem{{4, bus.ProblemRemoved, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+	if !strings.Contains(rep.Problems[0].Detail, "4-5") {
+		t.Errorf("the detail does not name sequences 4-5: %s", rep.Problems[0].Detail)
 	}
 }

@@ -329,6 +329,12 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*A
 	if err != nil {
 		return nil, err
 	}
+	if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {
+		// The stream counts its last sequence even once that message is
+		// deleted; the read, from before which it was taken, ended earlier.
+		// Limits expire the oldest records, never the newest alone.
+		v.problem(v.report.LastSeq+1, "", ProblemRemoved, fmt.Sprintf("stream sequences %d-%d are missing at the end of the stream: deleted from it", v.report.LastSeq+1, info.State.LastSeq))
+	}
 	rep := v.finish()
 	if idx != nil {
 		if err := checkVerdicts(ctx, js, stream, idx, opts, v.mayExpire, rep); err != nil {
