@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test vet fmt proto fuzz bench bench-policy bench-plugins bench-audit bench-opa opa-test clean
+.PHONY: all build run test vet fmt proto fuzz bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -54,6 +54,7 @@ fuzz:
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeAuditRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditHeads$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
@@ -107,6 +108,12 @@ bench-plugins:
 # stream: events/s, p50/p99 of Seal, records per publish.
 bench-audit:
 	$(GO) test ./bus -run '^$$' -bench '^BenchmarkAuditTrail$$' -benchtime 2000x -count 3
+
+# bench-verify measures audit verify's check of the stored verdicts at
+# 10 000 and 100 000 verdicts: the index it keeps against one get per
+# verdict, and the chain check alone (docs/AUDIT.md). It takes minutes.
+bench-verify:
+	$(GO) test ./bus -run '^$$' -bench '^BenchmarkVerifyVerdicts$$' -benchtime 2x -timeout 30m
 
 # opa-test runs the bundles' tests with stock OPA, built from the module
 # proxy at the version in go.mod.

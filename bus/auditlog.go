@@ -206,10 +206,15 @@ const (
 
 // AuditProblem is one thing Verify found wrong.
 type AuditProblem struct {
-	Seq    uint64      `json:"seq"`
-	Tenant string      `json:"tenant"`
-	Kind   ProblemKind `json:"kind"`
-	Detail string      `json:"detail"`
+	// Seq is the stream sequence of the record concerned; for a stored
+	// verdict, its audit_seq. 0 when there is none.
+	Seq    uint64 `json:"seq"`
+	Tenant string `json:"tenant"`
+	// ProposalID names the proposal of a stored verdict that does not
+	// match the stream; empty for the stream's own problems.
+	ProposalID string      `json:"proposal_id,omitempty"`
+	Kind       ProblemKind `json:"kind"`
+	Detail     string      `json:"detail"`
 }
 
 // AuditHead is the last record of a tenant's chain. Kept outside NATS,
@@ -234,8 +239,12 @@ type AuditReport struct {
 	MACsChecked bool `json:"macs_checked"`
 	// KeyIDs are the ids of the keys given.
 	KeyIDs []string `json:"key_ids,omitempty"`
-	// Problems, in stream order.
+	// Problems, in stream order; then those of anchors; then those of
+	// stored verdicts (at most VerifyOptions.MaxVerdictProblems of them).
 	Problems []AuditProblem `json:"problems"`
+	// Verdicts sums up the cross-check of the verdict store; nil when it
+	// was skipped or there is no verdict bucket.
+	Verdicts *VerdictCheck `json:"verdicts,omitempty"`
 	// Heads are the last record of every tenant's chain, by tenant.
 	Heads []AuditHead `json:"heads"`
 	// Notes say what was accepted but is worth knowing, e.g. a chain
@@ -243,8 +252,10 @@ type AuditReport struct {
 	Notes []string `json:"notes,omitempty"`
 }
 
-// Clean reports whether Verify found no problem.
-func (r *AuditReport) Clean() bool { return len(r.Problems) == 0 }
+// Clean reports whether Verify found no problem, listed or not.
+func (r *AuditReport) Clean() bool {
+	return len(r.Problems) == 0 && (r.Verdicts == nil || r.Verdicts.Problems == 0)
+}
 
 // VerifyOptions configures Verify.
 type VerifyOptions struct {
@@ -258,16 +269,30 @@ type VerifyOptions struct {
 	// Anchors are heads recorded earlier (AuditReport.Heads): each must
 	// still be in its chain, with the same hash.
 	Anchors []AuditHead
+	// SkipVerdicts leaves out the cross-check of the verdict store: by
+	// default every stored verdict (of Tenant, when set) must name, as its
+	// audit_seq, its own verdict.decided record. The check reads the
+	// bucket once and costs memory for each verdict.decided record read
+	// (see VerdictCheck).
+	SkipVerdicts bool
+	// MaxVerdictProblems bounds how many problems of stored verdicts are
+	// listed in the report; the rest are counted. Default
+	// DefaultMaxVerdictProblems.
+	MaxVerdictProblems int
 }
 
 // Verify reads the audit stream up to its last record and checks every
 // tenant's chain: each record's hash against its body, its MAC when keys
-// are given, and its link to the tenant's record before it. It returns
-// the report; an error means the stream could not be read
-// (ErrNoAuditStream, NATS errors), not that problems were found.
+// are given, and its link to the tenant's record before it. Then, unless
+// opts.SkipVerdicts, it reads the verdict store and checks that every
+// stored verdict's audit_seq holds that verdict's verdict.decided record.
+// It returns the report; an error means the stream or the bucket could not
+// be read (ErrNoAuditStream, NATS errors), not that problems were found.
 //
-// The chain cannot show records cut from the end of a tenant's chain:
-// keep the report's heads elsewhere and pass them back as Anchors.
+// The chain alone cannot show records cut from the end of a tenant's
+// chain, nor a stream replaced whole; the stored verdicts show it for
+// verdict records they name. Keep the report's heads elsewhere and pass
+// them back as Anchors to see the rest.
 func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*AuditReport, error) {
 	stream, err := js.Stream(ctx, AuditStream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -290,14 +315,33 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*A
 			v.problem(0, "", ProblemRemoved, fmt.Sprintf("stream sequences 1-%d are gone, yet the stream has no limit that expires records", info.State.FirstSeq-1))
 		}
 	}
+	var idx *verdictIndex
+	if !opts.SkipVerdicts {
+		idx = &verdictIndex{}
+	}
 	err = readAudit(ctx, stream, AuditQuery{Tenant: opts.Tenant}, func(e AuditEntry) error {
 		v.add(e)
+		if idx != nil {
+			idx.add(e)
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	return v.finish(), nil
+	if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {
+		// The stream counts its last sequence even once that message is
+		// deleted; the read, from before which it was taken, ended earlier.
+		// Limits expire the oldest records, never the newest alone.
+		v.problem(v.report.LastSeq+1, "", ProblemRemoved, fmt.Sprintf("stream sequences %d-%d are missing at the end of the stream: deleted from it", v.report.LastSeq+1, info.State.LastSeq))
+	}
+	rep := v.finish()
+	if idx != nil {
+		if err := checkVerdicts(ctx, js, stream, idx, opts, v.mayExpire, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
 }
 
 // auditVerifier checks records fed to it in stream order.

@@ -998,6 +998,20 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 	m = decision()
 	m.ProposalID = "never-decided"
 	wantRefusal(send(m), "404")
+
+	// The verdicts operators decided name their own records; held-3, held
+	// by hand with a made-up audit_seq, does not.
+	rep, err := bus.Verify(ctx, js, bus.VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wrong []string
+	for _, p := range rep.Problems {
+		wrong = append(wrong, p.ProposalID)
+	}
+	if fmt.Sprint(wrong) != "[held-3]" || rep.Verdicts.Matched != 2 {
+		t.Fatalf("verify: %+v\nproblems %+v", *rep.Verdicts, rep.Problems)
+	}
 }
 
 func FuzzDecodeOperatorMessage(f *testing.F) {

@@ -53,7 +53,8 @@ func TestAuditTrailOfServe(t *testing.T) {
 	}
 
 	code, out, stderr := auditCLI(t, g.natsURL, "verify", "--audit-key-file", keyFile)
-	if code != 0 || !strings.Contains(out, "no problem found") || !strings.Contains(out, "MACs checked") {
+	if code != 0 || !strings.Contains(out, "no problem found") || !strings.Contains(out, "MACs checked") ||
+		!strings.Contains(out, "2 stored verdicts checked against the stream: 2 name their verdict.decided record") {
 		t.Fatalf("verify: exit %d\n%s%s", code, out, stderr)
 	}
 
@@ -97,8 +98,35 @@ func TestAuditTrailOfServe(t *testing.T) {
 		t.Fatal("the restart created a new audit key")
 	}
 	code, out, stderr = auditCLI(t, g.natsURL, "verify", "--audit-key-file", keyFile)
-	if code != 0 || !strings.Contains(out, "no problem found") {
+	if code != 0 || !strings.Contains(out, "no problem found") ||
+		!strings.Contains(out, "3 stored verdicts checked against the stream: 3 name their verdict.decided record") {
 		t.Fatalf("verify after restart: exit %d\n%s%s", code, out, stderr)
+	}
+
+	// The stream deleted and created again, as an admin of the server
+	// can: the chain is empty and whole, the stored verdicts are not.
+	nc, err := nats.Connect(g.natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr = auditCLI(t, g.natsURL, "verify", "--audit-key-file", keyFile)
+	if code != 3 || !strings.Contains(out, fmt.Sprintf("PROBLEM seq %d tenant acme proposal %s removed:", rejected.AuditSeq, rejected.ProposalID)) ||
+		!strings.Contains(out, "3 problem(s) found") {
+		t.Fatalf("verify of a replaced stream: exit %d, want 3\n%s%s", code, out, stderr)
+	}
+	if code, out, stderr := auditCLI(t, g.natsURL, "verify", "--skip-verdicts"); code != 0 {
+		t.Fatalf("verify --skip-verdicts of a replaced stream: exit %d (the chain alone cannot tell)\n%s%s", code, out, stderr)
 	}
 }
 

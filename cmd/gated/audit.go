@@ -258,22 +258,31 @@ Exit status: 0 done (whether or not records matched), 2 bad usage, 1 failure
 
 func auditVerifyCmd() *cobra.Command {
 	var (
-		o        auditReadOptions
-		keyFiles []string
-		anchors  string
+		o            auditReadOptions
+		keyFiles     []string
+		anchors      string
+		skipVerdicts bool
 	)
 	c := &cobra.Command{
 		Use:   "verify",
-		Short: "Check every tenant's hash chain and the records' MACs",
+		Short: "Check every tenant's hash chain, the records' MACs and the stored verdicts",
 		Long: `verify reads the whole audit stream and reports every record that was
 modified (its body does not match its hash), removed (a gap in a tenant's
 chain or in the stream), reordered (a chain number that goes backwards, a link
 to a later record) or forged (not a valid gated record, or, given
 --audit-key-file, a missing, unknown or wrong MAC).
 
+Then it reads the verdict store (bucket GATED_VERDICTS) and checks that each
+stored verdict's audit_seq holds that verdict's verdict.decided record. A
+verdict whose record is gone is reported removed (the stream was cut short or
+replaced), one whose sequence holds another record or a different verdict
+modified, one whose record is at another sequence reordered; each names the
+tenant, the proposal id and the audit_seq. --skip-verdicts leaves this out.
+
 It ends with each tenant's head: its last record's number and hash. Records
-cut from the end of a chain leave no gap, so keep the heads outside NATS and
-give them back with --anchors (the output of verify --json will do).
+cut from the end of a chain leave no gap, and the stored verdicts name only
+verdict records, so keep the heads outside NATS and give them back with
+--anchors (the output of verify --json will do).
 
 Exit status: 0 no problem, 3 problems found, 2 bad usage, 1 failure (no NATS,
 no audit stream, unreadable key).`,
@@ -283,7 +292,7 @@ no audit stream, unreadable key).`,
 				return err
 			}
 			var opts bus.VerifyOptions
-			opts.Tenant = o.tenant
+			opts.Tenant, opts.SkipVerdicts = o.tenant, skipVerdicts
 			for _, f := range keyFiles {
 				key, err := readAuditKey(f)
 				if err != nil {
@@ -315,7 +324,7 @@ no audit stream, unreadable key).`,
 				printReport(cmd.OutOrStdout(), rep)
 			}
 			if !rep.Clean() {
-				return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d problem(s) in the audit stream", len(rep.Problems))}
+				return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d problem(s) in the audit stream", problemCount(rep))}
 			}
 			return nil
 		},
@@ -326,7 +335,18 @@ no audit stream, unreadable key).`,
 	_ = c.MarkFlagFilename("audit-key-file")
 	f.StringVar(&anchors, "anchors", "", "heads kept from an earlier verify --json (file, or - for standard input); each must still be in its chain")
 	_ = c.MarkFlagFilename("anchors")
+	f.BoolVar(&skipVerdicts, "skip-verdicts", false, "do not check the stored verdicts against the stream (that check reads the whole verdict bucket)")
 	return c
+}
+
+// problemCount is how many problems verify found, those of stored
+// verdicts it did not list included.
+func problemCount(rep *bus.AuditReport) int {
+	n := len(rep.Problems)
+	if rep.Verdicts != nil {
+		n += int(rep.Verdicts.Unlisted)
+	}
+	return n
 }
 
 func printReport(w io.Writer, rep *bus.AuditReport) {
@@ -336,12 +356,26 @@ func printReport(w io.Writer, rep *bus.AuditReport) {
 	}
 	fmt.Fprintf(w, "%d messages (seq %d-%d), %d records, %d tenants; %s\n",
 		rep.Messages, rep.FirstSeq, rep.LastSeq, rep.Records, len(rep.Heads), macs)
+	if c := rep.Verdicts; c != nil {
+		fmt.Fprintf(w, "%d stored verdicts checked against the stream: %d name their verdict.decided record, %d expired, %d problem(s)\n",
+			c.Verdicts, c.Matched, c.Expired, c.Problems)
+	} else {
+		// Skipped, or there is no bucket: a note then says so.
+		fmt.Fprintln(w, "stored verdicts not checked")
+	}
 	for _, p := range rep.Problems {
 		tenant := p.Tenant
 		if tenant == "" {
 			tenant = "-"
 		}
-		fmt.Fprintf(w, "PROBLEM seq %d tenant %s %s: %s\n", p.Seq, tenant, p.Kind, p.Detail)
+		proposal := ""
+		if p.ProposalID != "" {
+			proposal = " proposal " + p.ProposalID
+		}
+		fmt.Fprintf(w, "PROBLEM seq %d tenant %s%s %s: %s\n", p.Seq, tenant, proposal, p.Kind, p.Detail)
+	}
+	if c := rep.Verdicts; c != nil && c.Unlisted > 0 {
+		fmt.Fprintf(w, "%d more problem(s) of stored verdicts, not listed\n", c.Unlisted)
 	}
 	for _, n := range rep.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -355,7 +389,7 @@ func printReport(w io.Writer, rep *bus.AuditReport) {
 	if rep.Clean() {
 		fmt.Fprintln(w, "no problem found")
 	} else {
-		fmt.Fprintf(w, "%d problem(s) found\n", len(rep.Problems))
+		fmt.Fprintf(w, "%d problem(s) found\n", problemCount(rep))
 	}
 }
 
@@ -364,15 +398,16 @@ func printReport(w io.Writer, rep *bus.AuditReport) {
 func printReportJSON(w io.Writer, rep *bus.AuditReport) {
 	enc := json.NewEncoder(w)
 	_ = enc.Encode(struct {
-		Type        string   `json:"type"`
-		Messages    uint64   `json:"messages"`
-		Records     uint64   `json:"records"`
-		FirstSeq    uint64   `json:"first_seq"`
-		LastSeq     uint64   `json:"last_seq"`
-		MACsChecked bool     `json:"macs_checked"`
-		KeyIDs      []string `json:"key_ids,omitempty"`
-		Problems    int      `json:"problems"`
-	}{"summary", rep.Messages, rep.Records, rep.FirstSeq, rep.LastSeq, rep.MACsChecked, rep.KeyIDs, len(rep.Problems)})
+		Type        string            `json:"type"`
+		Messages    uint64            `json:"messages"`
+		Records     uint64            `json:"records"`
+		FirstSeq    uint64            `json:"first_seq"`
+		LastSeq     uint64            `json:"last_seq"`
+		MACsChecked bool              `json:"macs_checked"`
+		KeyIDs      []string          `json:"key_ids,omitempty"`
+		Problems    int               `json:"problems"`
+		Verdicts    *bus.VerdictCheck `json:"verdicts,omitempty"`
+	}{"summary", rep.Messages, rep.Records, rep.FirstSeq, rep.LastSeq, rep.MACsChecked, rep.KeyIDs, problemCount(rep), rep.Verdicts})
 	for _, p := range rep.Problems {
 		_ = enc.Encode(struct {
 			Type string `json:"type"`

@@ -129,6 +129,79 @@ func TestAuditVerifyCommand(t *testing.T) {
 	}
 }
 
+// TestAuditVerifyChecksStoredVerdicts stores two verdicts: one that names
+// its own verdict.decided record, and one whose audit_seq holds another
+// proposal's record. verify reports the second by proposal id and
+// sequence, and sums the check up; --skip-verdicts leaves it out.
+func TestAuditVerifyChecksStoredVerdicts(t *testing.T) {
+	fx := newAuditFixture(t)
+	res, err := bus.Setup(t.Context(), fx.js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := bus.NewAuditor(t.Context(), fx.js, bus.AuditorConfig{Key: []byte("0123456789abcdef0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &engine.Verdict{V: 1, ProposalID: "p7", Tenant: "acme", Action: "db_backup", Kind: engine.KindAction,
+		Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "denied", DecidedAt: time.Now().UTC()}
+	doc, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seq, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p7", Data: doc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	store := bus.NewVerdictStore(res.Verdicts)
+	v.AuditSeq = seq
+	if _, err := store.Create(t.Context(), v); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ := runGated(t, "audit", "verify", "--nats-url", fx.url, "--audit-key-file", fx.keyFile)
+	if code != 0 {
+		t.Fatalf("a verdict that names its record: exit %d\n%s", code, out)
+	}
+	wantOutput(t, out, `(?m)^1 stored verdicts checked against the stream: 1 name their verdict.decided record, 0 expired, 0 problem\(s\)$`)
+
+	// p8's verdict names p2's record (seq 4).
+	other := *v
+	other.ProposalID, other.AuditSeq = "p8", 4
+	if _, err := store.Create(t.Context(), &other); err != nil {
+		t.Fatal(err)
+	}
+	code, out, _ = runGated(t, "audit", "verify", "--nats-url", fx.url, "--audit-key-file", fx.keyFile)
+	if code != exitAuditProblems {
+		t.Fatalf("a verdict that names another's record: exit %d, want %d\n%s", code, exitAuditProblems, out)
+	}
+	wantOutput(t, out, `(?m)^PROBLEM seq 4 tenant acme proposal p8 modified: stored verdict acme.p8 names audit_seq 4, which holds the verdict.decided record of acme.p2$`,
+		`(?m)^2 stored verdicts checked against the stream: 1 name their verdict.decided record, 0 expired, 1 problem\(s\)$`, `1 problem\(s\) found`)
+	code, out, _ = runGated(t, "audit", "verify", "--nats-url", fx.url, "--json")
+	var summary struct {
+		Problems int              `json:"problems"`
+		Verdicts bus.VerdictCheck `json:"verdicts"`
+	}
+	if err := json.Unmarshal([]byte(lines(out)[0]), &summary); err != nil || code != exitAuditProblems ||
+		summary.Problems != 1 || summary.Verdicts != (bus.VerdictCheck{Verdicts: 2, Matched: 1, Problems: 1}) {
+		t.Fatalf("verify --json: exit %d, summary %+v (%v)\n%s", code, summary, err, out)
+	}
+	if !strings.Contains(out, `"proposal_id":"p8"`) {
+		t.Errorf("verify --json: the problem does not name p8:\n%s", out)
+	}
+
+	code, out, _ = runGated(t, "audit", "verify", "--nats-url", fx.url, "--skip-verdicts")
+	if code != 0 || !strings.Contains(out, "stored verdicts not checked\n") {
+		t.Fatalf("--skip-verdicts: exit %d\n%s", code, out)
+	}
+	// One tenant: beta has no verdict.
+	if code, out, _ := runGated(t, "audit", "verify", "--nats-url", fx.url, "--tenant", "beta"); code != 0 || !strings.Contains(out, "0 stored verdicts checked") {
+		t.Fatalf("verify --tenant beta: exit %d\n%s", code, out)
+	}
+}
+
 func TestAuditTailCommand(t *testing.T) {
 	fx := newAuditFixture(t)
 	code, out, err := runGated(t, "audit", "tail", "--nats-url", fx.url, "--last", "3")

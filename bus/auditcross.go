@@ -1,0 +1,444 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine"
+)
+
+// DefaultMaxVerdictProblems is how many problems of stored verdicts Verify
+// lists when VerifyOptions.MaxVerdictProblems is 0; the rest are counted.
+const DefaultMaxVerdictProblems = 100
+
+// expirySlack is how much later than its max age a record may still be
+// in the stream, or how far the clocks of gated's hosts and of the host
+// that verifies may disagree, before a missing record is judged removed
+// rather than expired.
+const expirySlack = 5 * time.Minute
+
+// VerdictCheck is what Verify found comparing the verdict store
+// (GATED_VERDICTS) with the audit stream: every stored verdict's
+// audit_seq must hold that verdict's verdict.decided record.
+type VerdictCheck struct {
+	// Verdicts is how many stored verdicts were read.
+	Verdicts uint64 `json:"verdicts"`
+	// Matched is how many of them name their own verdict.decided record.
+	Matched uint64 `json:"matched"`
+	// Expired is how many name a record that the stream's limits expired:
+	// not checked, and not a problem.
+	Expired uint64 `json:"expired"`
+	// Problems is how many are wrong. The first ones are in
+	// AuditReport.Problems (kind removed, modified or reordered, with the
+	// proposal id); Unlisted is how many more there are.
+	Problems uint64 `json:"problems"`
+	Unlisted uint64 `json:"unlisted"`
+}
+
+// verdictPrint is a digest of a verdict without its audit_seq: the stored
+// verdict and the verdict its verdict.decided record holds have the same.
+type verdictPrint [16]byte
+
+// printVerdict is v's verdictPrint: the SHA-256 of its JSON with
+// audit_seq 0, which the engine recorded before the stream gave the
+// sequence. It encodes every member, so a stored verdict that differs
+// from its record in anything, a review's text included, differs here.
+func printVerdict(v *engine.Verdict) verdictPrint {
+	c := *v
+	c.AuditSeq = 0
+	doc, err := json.Marshal(&c)
+	if err != nil {
+		// A decoded verdict always encodes; were it not to, it matches no
+		// record.
+		return verdictPrint{}
+	}
+	sum := sha256.Sum256(doc)
+	var p verdictPrint
+	copy(p[:], sum[:])
+	return p
+}
+
+// decodeBucketVerdict decodes the value stored under key, a verdict key
+// <tenant>.<id>, and checks that the verdict is the key's and names an
+// audit record.
+func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
+	var v engine.Verdict
+	if err := json.Unmarshal(value, &v); err != nil {
+		return nil, fmt.Errorf("the stored value is not a verdict: %w", err)
+	}
+	switch {
+	case v.Tenant+"."+v.ProposalID != key:
+		return &v, fmt.Errorf("the verdict stored under it is %s.%s's", v.Tenant, v.ProposalID)
+	case v.AuditSeq == 0:
+		return &v, errors.New("the stored verdict names no audit_seq")
+	}
+	return &v, nil
+}
+
+// decodeVerdictRecord returns the verdict a verdict.decided record holds.
+// The record's data is the verdict (with audit_seq 0) beside the members
+// every event of a proposal carries, which a verdict does not have.
+func decodeVerdictRecord(r *AuditRecord) (*engine.Verdict, error) {
+	if r.Event.Event != engine.EventVerdict {
+		return nil, fmt.Errorf("the record is a %s, not a %s", r.Event.Event, engine.EventVerdict)
+	}
+	var v engine.Verdict
+	if err := json.Unmarshal(r.Event.Data, &v); err != nil {
+		return nil, fmt.Errorf("the record's data is not a verdict: %w", err)
+	}
+	if v.Tenant != r.Event.Tenant || v.ProposalID != r.Event.ProposalID {
+		return nil, fmt.Errorf("the record of %s.%s holds the verdict of %s.%s", r.Event.Tenant, r.Event.ProposalID, v.Tenant, v.ProposalID)
+	}
+	return &v, nil
+}
+
+// verdictIndex holds the verdict.decided records read, by ascending
+// sequence: 24 bytes a record, so a stream of a million verdicts costs
+// 24 MB.
+type verdictIndex struct {
+	entries []verdictEntry
+	// through is the last sequence read: every record of the read's
+	// filter up to it is in entries, when it is a verdict of a proposal.
+	through uint64
+}
+
+type verdictEntry struct {
+	seq   uint64
+	print verdictPrint
+}
+
+// add indexes e when it is the verdict.decided record of a proposal.
+// Entries come in stream order.
+func (x *verdictIndex) add(e AuditEntry) {
+	x.through = e.Seq
+	r := e.Record
+	if r == nil || r.Event.Event != engine.EventVerdict || r.Event.ProposalID == "" || r.Event.Tenant == engine.UnknownTenant {
+		return
+	}
+	var p verdictPrint // a record that holds no verdict matches none
+	if v, err := decodeVerdictRecord(r); err == nil {
+		p = printVerdict(v)
+	}
+	x.entries = append(x.entries, verdictEntry{seq: e.Seq, print: p})
+}
+
+// find returns the print of the verdict record at seq.
+func (x *verdictIndex) find(seq uint64) (verdictPrint, bool) {
+	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].seq >= seq })
+	if i < len(x.entries) && x.entries[i].seq == seq {
+		return x.entries[i].print, true
+	}
+	return verdictPrint{}, false
+}
+
+// verdictChecker cross-checks stored verdicts against the stream.
+type verdictChecker struct {
+	stream    jetstream.Stream
+	idx       *verdictIndex
+	rep       *AuditReport
+	check     *VerdictCheck
+	max       int
+	maxAge    time.Duration
+	mayExpire bool
+	now       time.Time
+	// first and last bound the stream's sequences, read after the stream
+	// and again after the bucket.
+	first, last uint64
+	// later are the verdicts whose audit_seq is past the read: decided
+	// while Verify ran, or naming a sequence the stream never had.
+	later []storedVerdict
+	// listed counts the problems listed; byPrint has them by the print of
+	// their verdict, as indexes in rep.Problems: a verdict whose record is
+	// found elsewhere in the stream turns the problem into a reordering.
+	listed  int
+	byPrint map[verdictPrint][]int
+}
+
+// storedVerdict is what the checker keeps of a stored verdict.
+type storedVerdict struct {
+	tenant, id string
+	seq        uint64
+	decidedAt  time.Time
+	print      verdictPrint
+	// v is the verdict, to say how it differs from its record; nil for
+	// verdicts kept for later past the first few.
+	v *engine.Verdict
+}
+
+// checkVerdicts reads every stored verdict (of opts.Tenant when set) and
+// checks that its audit_seq holds its verdict.decided record, which idx
+// indexed while Verify read the stream. It adds to rep what it finds.
+func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, idx *verdictIndex, opts VerifyOptions, mayExpire bool, rep *AuditReport) error {
+	kv, err := js.KeyValue(ctx, VerdictBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		rep.Notes = append(rep.Notes, "there is no verdict bucket "+VerdictBucket+": stored verdicts were not checked against the stream")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("opening bucket %s: %w", VerdictBucket, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", AuditStream, err)
+	}
+	c := &verdictChecker{
+		stream: stream, idx: idx, rep: rep, check: &VerdictCheck{}, max: opts.MaxVerdictProblems,
+		maxAge: info.Config.MaxAge, mayExpire: mayExpire, now: time.Now(),
+		first: info.State.FirstSeq, last: info.State.LastSeq,
+		byPrint: make(map[verdictPrint][]int),
+	}
+	if c.max <= 0 {
+		c.max = DefaultMaxVerdictProblems
+	}
+	rep.Verdicts = c.check
+	// Verdict keys are <tenant>.<id>; the bucket's other keys have three
+	// tokens or more.
+	filter := "*.*"
+	if opts.Tenant != "" {
+		filter = opts.Tenant + ".*"
+	}
+	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("reading bucket %s: %w", VerdictBucket, err)
+	}
+	defer func() { _ = w.Stop() }()
+walk:
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return fmt.Errorf("reading bucket %s: the watch ended early", VerdictBucket)
+			}
+			if e == nil {
+				break walk // every verdict stored when the watch began
+			}
+			if err := c.verdict(ctx, e.Key(), e.Value()); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return fmt.Errorf("reading bucket %s: %w", VerdictBucket, ctx.Err())
+		}
+	}
+	return c.finish(ctx)
+}
+
+// verdict checks one stored verdict against the records read.
+func (c *verdictChecker) verdict(ctx context.Context, key string, value []byte) error {
+	c.check.Verdicts++
+	v, err := decodeBucketVerdict(key, value)
+	if err != nil {
+		tenant, id, _ := strings.Cut(key, ".")
+		var seq uint64
+		if v != nil {
+			seq = v.AuditSeq
+		}
+		c.problem(storedVerdict{tenant: tenant, id: id, seq: seq}, ProblemModified, fmt.Sprintf("stored verdict %s: %v", key, err), false)
+		return nil
+	}
+	sv := storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, print: printVerdict(v), v: v}
+	if sv.seq > c.idx.through {
+		// Normally the few verdicts decided while Verify ran; all of them
+		// when the stream was replaced, so only the first keep their
+		// verdict.
+		if len(c.later) >= c.max {
+			sv.v = nil
+		}
+		c.later = append(c.later, sv)
+		return nil
+	}
+	if p, ok := c.idx.find(sv.seq); ok && p == sv.print {
+		c.check.Matched++
+		return nil
+	}
+	return c.mismatch(ctx, sv)
+}
+
+// mismatch reports a stored verdict whose audit_seq does not hold its
+// record, once it is sure the record is not simply expired.
+func (c *verdictChecker) mismatch(ctx context.Context, sv storedVerdict) error {
+	if sv.seq < c.first && c.expired(sv) {
+		c.check.Expired++
+		return nil
+	}
+	if c.listed >= c.max {
+		c.check.Problems++
+		c.check.Unlisted++
+		return nil
+	}
+	kind, detail, err := c.explain(ctx, sv)
+	if err != nil {
+		return err
+	}
+	c.problem(sv, kind, detail, true)
+	return nil
+}
+
+// expired reports whether sv's record may have expired under the stream's
+// limits: the stream has them, and, when its limit is an age, sv is old
+// enough.
+func (c *verdictChecker) expired(sv storedVerdict) bool {
+	if !c.mayExpire {
+		return false
+	}
+	if c.maxAge > 0 && !sv.decidedAt.IsZero() {
+		return sv.decidedAt.Add(c.maxAge).Before(c.now.Add(expirySlack))
+	}
+	return true
+}
+
+// explain reads the stream at sv's audit_seq and says what is there
+// instead of sv's record.
+func (c *verdictChecker) explain(ctx context.Context, sv storedVerdict) (ProblemKind, string, error) {
+	head := fmt.Sprintf("stored verdict %s.%s names audit_seq %d", sv.tenant, sv.id, sv.seq)
+	if sv.seq > c.last {
+		return ProblemRemoved, fmt.Sprintf("%s, past the stream's last sequence %d: the stream was cut short or replaced", head, c.last), nil
+	}
+	m, err := c.stream.GetMsg(ctx, sv.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		if sv.seq < c.first {
+			return ProblemRemoved, fmt.Sprintf("%s, before the stream's first sequence %d, yet the stream's limits cannot have expired it: removed", head, c.first), nil
+		}
+		return ProblemRemoved, head + ", which is not in the stream: removed", nil
+	}
+	if err != nil {
+		return "", "", fmt.Errorf("reading audit seq %d: %w", sv.seq, err)
+	}
+	r, err := DecodeAuditRecord(m.Subject, m.Header, m.Data)
+	if err != nil {
+		return ProblemModified, fmt.Sprintf("%s, which holds no valid record (%v)", head, err), nil
+	}
+	if r.Event.Event != engine.EventVerdict || r.Event.Tenant != sv.tenant || r.Event.ProposalID != sv.id {
+		return ProblemModified, fmt.Sprintf("%s, which holds the %s record of %s.%s", head, r.Event.Event, r.Event.Tenant, orNone(r.Event.ProposalID)), nil
+	}
+	rv, err := decodeVerdictRecord(r)
+	if err != nil {
+		return ProblemModified, fmt.Sprintf("%s, whose record is not readable: %v", head, err), nil
+	}
+	differ := "its members"
+	if sv.v != nil {
+		if d := diffMembers(rv, sv.v); len(d) > 0 {
+			differ = strings.Join(d, ", ")
+		}
+	}
+	return ProblemModified, fmt.Sprintf("%s, whose record differs from it in %s: the verdict or the record was altered", head, differ), nil
+}
+
+// problem lists a problem of a stored verdict; find is set when its
+// record may be elsewhere in the stream.
+func (c *verdictChecker) problem(sv storedVerdict, kind ProblemKind, detail string, find bool) {
+	c.check.Problems++
+	if c.listed >= c.max {
+		c.check.Unlisted++
+		return
+	}
+	c.listed++
+	c.rep.Problems = append(c.rep.Problems, AuditProblem{Seq: sv.seq, Tenant: sv.tenant, ProposalID: sv.id, Kind: kind, Detail: detail})
+	if find {
+		c.byPrint[sv.print] = append(c.byPrint[sv.print], len(c.rep.Problems)-1)
+	}
+}
+
+// finish checks the verdicts decided after the read, and looks for the
+// records of the listed problems elsewhere in the stream.
+func (c *verdictChecker) finish(ctx context.Context) error {
+	if len(c.later) > 0 {
+		// The stream's end now: a verdict's record is stored before the
+		// verdict, so every record of a verdict read is at or before it.
+		info, err := c.stream.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("reading stream %s: %w", AuditStream, err)
+		}
+		c.first, c.last = info.State.FirstSeq, info.State.LastSeq
+	}
+	for _, sv := range c.later {
+		if sv.seq <= c.last {
+			ok, err := c.matchAt(ctx, sv)
+			if err != nil {
+				return err
+			}
+			if ok {
+				c.check.Matched++
+				continue
+			}
+		}
+		if err := c.mismatch(ctx, sv); err != nil {
+			return err
+		}
+	}
+	if len(c.byPrint) == 0 {
+		return nil
+	}
+	for _, e := range c.idx.entries {
+		for _, i := range c.byPrint[e.print] {
+			p := &c.rep.Problems[i]
+			if p.Seq == e.seq {
+				continue
+			}
+			p.Kind = ProblemReordered
+			p.Detail += fmt.Sprintf("; its verdict.decided record is at seq %d: the record was moved or published again, or the stored audit_seq was changed", e.seq)
+		}
+	}
+	return nil
+}
+
+// matchAt reports whether the stream holds sv's record at sv's audit_seq.
+func (c *verdictChecker) matchAt(ctx context.Context, sv storedVerdict) (bool, error) {
+	m, err := c.stream.GetMsg(ctx, sv.seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading audit seq %d: %w", sv.seq, err)
+	}
+	r, err := DecodeAuditRecord(m.Subject, m.Header, m.Data)
+	if err != nil {
+		return false, nil
+	}
+	v, err := decodeVerdictRecord(r)
+	return err == nil && printVerdict(v) == sv.print, nil
+}
+
+// diffMembers names the top-level members in which a and b differ,
+// audit_seq aside, in sorted order.
+func diffMembers(a, b *engine.Verdict) []string {
+	ma, mb := members(a), members(b)
+	var out []string
+	for k, va := range ma {
+		if k == "audit_seq" {
+			continue
+		}
+		if vb, ok := mb[k]; !ok || !bytes.Equal(va, vb) {
+			out = append(out, k)
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok && k != "audit_seq" {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func members(v *engine.Verdict) map[string]json.RawMessage {
+	doc, _ := json.Marshal(v)
+	var m map[string]json.RawMessage
+	_ = json.Unmarshal(doc, &m)
+	return m
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,419 @@
+package bus_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
+)
+
+// crossStream is a gated worker (real engine, default policy, no plugins)
+// that has decided proposals p1..p6 of tenant acme: read actions approved,
+// writes that ask to skip review rejected, other writes blocked.
+type crossStream struct {
+	g *gate
+	// verdicts are the published verdicts of p1..p6, in order.
+	verdicts []*engine.Verdict
+	// raw are the audit stream's messages when p6 was decided, by
+	// sequence (raw[0] is seq 1).
+	raw []*jetstream.RawStreamMsg
+}
+
+func newCrossStream(t *testing.T) *crossStream {
+	t.Helper()
+	s := &crossStream{g: startGate(t, nil, bus.Config{})}
+	s.verdicts = s.decide(t, "p", 6)
+	last := s.verdicts[len(s.verdicts)-1].AuditSeq
+	for seq := uint64(1); seq <= last; seq++ {
+		m, err := s.g.res.Audit.GetMsg(t.Context(), seq)
+		if err != nil {
+			t.Fatalf("reading audit seq %d: %v", seq, err)
+		}
+		s.raw = append(s.raw, m)
+	}
+	return s
+}
+
+// decide has gated decide n proposals prefix1..prefixN.
+func (s *crossStream) decide(t *testing.T, prefix string, n int) []*engine.Verdict {
+	t.Helper()
+	var out []*engine.Verdict
+	for i := 1; i <= n; i++ {
+		id := fmt.Sprint(prefix, i)
+		var data []byte
+		switch i % 3 {
+		case 1:
+			data = proposal(id, "read", "host_list_services", "")
+		case 2:
+			data = proposal(id, "write", "host_restart_service", `,"flags":{"skip_review":true}`)
+		default:
+			data = proposal(id, "write", "host_restart_service", "")
+		}
+		v := s.g.propose(t, data)
+		if v.AuditSeq == 0 {
+			t.Fatalf("verdict of %s names no audit record", id)
+		}
+		out = append(out, v)
+	}
+	return out
+}
+
+// seq is the audit_seq of p<i>'s verdict.
+func (s *crossStream) seq(i int) uint64 { return s.verdicts[i-1].AuditSeq }
+
+// recreate deletes the audit stream and creates it again as gated's
+// Setup does, as someone with the server's admin rights can: the stream
+// denies deletes and purges, but it can be replaced whole.
+func (s *crossStream) recreate(t *testing.T) {
+	t.Helper()
+	if err := s.g.js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Setup(t.Context(), s.g.js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.g.res.Audit = res.Audit
+}
+
+// republish publishes the record at seq again, exactly as it was stored
+// (body and audit headers), and returns its new sequence.
+func (s *crossStream) republish(t *testing.T, seq uint64) uint64 {
+	t.Helper()
+	orig := s.raw[seq-1]
+	m := nats.NewMsg(orig.Subject)
+	for _, h := range []string{bus.AuditHashHeader, bus.AuditMACHeader, bus.AuditKeyHeader} {
+		if v := orig.Header.Get(h); v != "" {
+			m.Header.Set(h, v)
+		}
+	}
+	m.Data = orig.Data
+	ack, err := s.g.js.PublishMsg(t.Context(), m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ack.Sequence
+}
+
+// store overwrites the stored verdict under key, as someone with write
+// access to the bucket can.
+func (s *crossStream) store(t *testing.T, key string, value []byte) {
+	t.Helper()
+	if _, err := s.g.res.Verdicts.Put(t.Context(), key, value); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// storeVerdict stores p<i>'s verdict under key after change.
+func (s *crossStream) storeVerdict(t *testing.T, key string, i int, change func(v *engine.Verdict)) {
+	t.Helper()
+	v := *s.verdicts[i-1]
+	change(&v)
+	data, err := json.Marshal(&v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.store(t, key, data)
+}
+
+// storeProblem is a problem Verify must report: at seq, of kind, naming
+// the proposal id when id is set.
+type storeProblem struct {
+	seq  uint64
+	kind bus.ProblemKind
+	id   string
+}
+
+func (p storeProblem) String() string { return fmt.Sprintf("{%d %s %s}", p.seq, p.kind, p.id) }
+
+// gotProblems lists rep's problems as storeProblems. A problem that names
+// a proposal must say so in its detail too, which is what a reader sees.
+func gotProblems(t *testing.T, rep *bus.AuditReport) []storeProblem {
+	t.Helper()
+	out := []storeProblem{}
+	for _, p := range rep.Problems {
+		if p.ProposalID != "" && !strings.Contains(p.Detail, p.Tenant+"."+p.ProposalID) {
+			t.Errorf("problem %+v: the detail does not name %s.%s", p, p.Tenant, p.ProposalID)
+		}
+		out = append(out, storeProblem{seq: p.Seq, kind: p.Kind, id: p.ProposalID})
+	}
+	return out
+}
+
+func sortProblems(ps []storeProblem) {
+	slices.SortFunc(ps, func(a, b storeProblem) int {
+		if a.seq != b.seq {
+			return int(a.seq) - int(b.seq)
+		}
+		if a.kind != b.kind {
+			return strings.Compare(string(a.kind), string(b.kind))
+		}
+		return strings.Compare(a.id, b.id)
+	})
+}
+
+// TestVerifyCrossChecksTheVerdictStore changes the audit stream or the
+// verdict bucket the way someone with admin rights on the server could,
+// without anchors, and checks that Verify reports every stored verdict
+// whose audit_seq no longer holds that verdict's verdict.decided record.
+func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
+	tests := []struct {
+		note string
+		// tamper changes the stream or the bucket and returns the
+		// problems Verify must report, in any order.
+		tamper func(t *testing.T, s *crossStream) []storeProblem
+	}{
+		{
+			note: "a cut tail",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.recreate(t)
+				for seq := uint64(1); seq <= s.seq(4); seq++ {
+					s.republish(t, seq)
+				}
+				return []storeProblem{{s.seq(5), bus.ProblemRemoved, "p5"}, {s.seq(6), bus.ProblemRemoved, "p6"}}
+			},
+		},
+		{
+			note: "a cut tail that gated then wrote past",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.recreate(t)
+				for seq := uint64(1); seq <= s.seq(4); seq++ {
+					s.republish(t, seq)
+				}
+				// The next proposals' records take the cut records' sequences.
+				later := s.decide(t, "q", 2)
+				if later[1].AuditSeq != s.seq(6) {
+					t.Fatalf("q2's record is at seq %d, want p6's %d", later[1].AuditSeq, s.seq(6))
+				}
+				return []storeProblem{{s.seq(5), bus.ProblemModified, "p5"}, {s.seq(6), bus.ProblemModified, "p6"}}
+			},
+		},
+		{
+			note: "a stream deleted and created again empty",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.recreate(t)
+				var want []storeProblem
+				for i := 1; i <= 6; i++ {
+					want = append(want, storeProblem{s.seq(i), bus.ProblemRemoved, fmt.Sprint("p", i)})
+				}
+				return want
+			},
+		},
+		{
+			note: "a stream deleted and created again, then filled by gated",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.recreate(t)
+				s.decide(t, "q", 3)
+				return []storeProblem{
+					{s.seq(1), bus.ProblemModified, "p1"}, {s.seq(2), bus.ProblemModified, "p2"}, {s.seq(3), bus.ProblemModified, "p3"},
+					{s.seq(4), bus.ProblemRemoved, "p4"}, {s.seq(5), bus.ProblemRemoved, "p5"}, {s.seq(6), bus.ProblemRemoved, "p6"},
+				}
+			},
+		},
+		{
+			note: "a verdict's record cut and published again later",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.recreate(t)
+				// p5's policy.decided is cut, its verdict.decided moves up.
+				for seq := uint64(1); seq <= s.seq(5)-2; seq++ {
+					s.republish(t, seq)
+				}
+				moved := s.republish(t, s.seq(5))
+				return []storeProblem{
+					{moved, bus.ProblemRemoved, ""}, // the chain: n jumps
+					{s.seq(5), bus.ProblemReordered, "p5"},
+					{s.seq(6), bus.ProblemRemoved, "p6"},
+				}
+			},
+		},
+		{
+			note: "an outcome flipped in the store",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.Outcome, v.Approved = engine.OutcomeApproved, true })
+				return []storeProblem{{s.seq(2), bus.ProblemModified, "p2"}}
+			},
+		},
+		{
+			note: "a proposal digest changed in the store",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.ProposalSHA256 = hexSHA256([]byte("other")) })
+				return []storeProblem{{s.seq(2), bus.ProblemModified, "p2"}}
+			},
+		},
+		{
+			note: "an audit_seq that names another proposal's verdict",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq = s.seq(4) })
+				return []storeProblem{{s.seq(4), bus.ProblemReordered, "p2"}}
+			},
+		},
+		{
+			note: "an audit_seq that names the proposal's received record",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq -= 2 })
+				return []storeProblem{{s.seq(2) - 2, bus.ProblemReordered, "p2"}}
+			},
+		},
+		{
+			note: "an audit_seq past the stream's end",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p3", 3, func(v *engine.Verdict) { v.AuditSeq = 9999 })
+				// Its record is still at its place: the verdict names the
+				// wrong one.
+				return []storeProblem{{9999, bus.ProblemReordered, "p3"}}
+			},
+		},
+		{
+			note: "a verdict stored under another proposal's key",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p9", 1, func(*engine.Verdict) {})
+				return []storeProblem{{s.seq(1), bus.ProblemModified, "p9"}}
+			},
+		},
+		{
+			note: "a verdict without an audit_seq",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.storeVerdict(t, "acme.p4", 4, func(v *engine.Verdict) { v.AuditSeq = 0 })
+				return []storeProblem{{0, bus.ProblemModified, "p4"}}
+			},
+		},
+		{
+			note: "a stored value that is not a verdict",
+			tamper: func(t *testing.T, s *crossStream) []storeProblem {
+				s.store(t, "acme.p9", []byte(`{"outcome":"approved"`))
+				return []storeProblem{{0, bus.ProblemModified, "p9"}}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			s := newCrossStream(t)
+			if rep := verify(t, s.g.js, bus.VerifyOptions{}); !rep.Clean() {
+				t.Fatalf("problems before tampering: %+v", rep.Problems)
+			}
+			want := tc.tamper(t, s)
+			rep := verify(t, s.g.js, bus.VerifyOptions{})
+			got := gotProblems(t, rep)
+			sortProblems(got)
+			sortProblems(want)
+			if fmt.Sprint(got) != fmt.Sprint(want) {
+				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+			}
+			// One tenant's verify checks that tenant's verdicts.
+			one := verify(t, s.g.js, bus.VerifyOptions{Tenant: "acme"})
+			for _, w := range want {
+				if w.id != "" && !slices.Contains(gotProblems(t, one), w) {
+					t.Errorf("verify --tenant acme does not report %v:\n%+v", w, one.Problems)
+				}
+			}
+		})
+	}
+}
+
+// TestVerifyLabelsAReplayedRecordReordered appends a copy of an earlier
+// verdict.decided record to the stream: the copy is reported reordered,
+// nothing is reported removed, and the stored verdict, whose record is
+// still at its audit_seq, is not reported.
+func TestVerifyLabelsAReplayedRecordReordered(t *testing.T) {
+	s := newCrossStream(t)
+	replay := s.republish(t, s.seq(2))
+	rep := verify(t, s.g.js, bus.VerifyOptions{})
+	got := gotProblems(t, rep)
+	if want := []storeProblem{{replay, bus.ProblemReordered, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+}
+
+// TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes purges the head of
+// an audit stream whose records expire after an hour: the stored verdicts
+// decided just now cannot have lost their records to the limit, so they
+// are reported removed; a verdict decided two hours ago is counted as
+// expired. The chain alone takes the purge for expiry.
+func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
+	s := newCrossStream(t)
+	if err := s.g.js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+		t.Fatal(err)
+	}
+	stream, err := s.g.js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := range uint64(len(s.raw)) {
+		s.republish(t, seq+1)
+	}
+	if err := stream.Purge(t.Context(), jetstream.WithPurgeSequence(s.seq(3)+1)); err != nil {
+		t.Fatal(err)
+	}
+	s.storeVerdict(t, "acme.p1", 1, func(v *engine.Verdict) { v.DecidedAt = v.DecidedAt.Add(-2 * time.Hour) })
+
+	rep := verify(t, s.g.js, bus.VerifyOptions{})
+	want := []storeProblem{{s.seq(2), bus.ProblemRemoved, "p2"}, {s.seq(3), bus.ProblemRemoved, "p3"}}
+	if got := gotProblems(t, rep); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+	if want := (bus.VerdictCheck{Verdicts: 6, Matched: 3, Expired: 1, Problems: 2}); *rep.Verdicts != want {
+		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
+	}
+	if skipped := verify(t, s.g.js, bus.VerifyOptions{SkipVerdicts: true}); !skipped.Clean() || skipped.Verdicts != nil {
+		t.Fatalf("the chain alone: problems %+v, verdicts %+v", skipped.Problems, skipped.Verdicts)
+	}
+}
+
+// TestVerifyListsTheFirstVerdictProblems replaces the stream: every
+// stored verdict is wrong, the first MaxVerdictProblems are listed and
+// the rest counted, and the report is not clean.
+func TestVerifyListsTheFirstVerdictProblems(t *testing.T) {
+	s := newCrossStream(t)
+	s.recreate(t)
+	rep := verify(t, s.g.js, bus.VerifyOptions{MaxVerdictProblems: 2})
+	if len(rep.Problems) != 2 || rep.Clean() {
+		t.Fatalf("listed %d problems (clean %v), want 2:\n%+v", len(rep.Problems), rep.Clean(), rep.Problems)
+	}
+	if want := (bus.VerdictCheck{Verdicts: 6, Problems: 6, Unlisted: 4}); *rep.Verdicts != want {
+		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
+	}
+}
+
+// TestVerifyDetectsATailDeletedFromTheStream deletes the last records of
+// a stream that allows deletes, with no verdict stored: the stream still
+// counts its last sequence, so verify reports the sequences missing at
+// its end. One tenant's verify cannot tell them from other tenants'.
+func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
+		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	for i := range 5 {
+		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, seq := range []uint64{4, 5} {
+		if err := stream.DeleteMsg(t.Context(), seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	if got, want := gotProblems(t, rep), []storeProblem{{4, bus.ProblemRemoved, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+	}
+	if !strings.Contains(rep.Problems[0].Detail, "4-5") {
+		t.Errorf("the detail does not name sequences 4-5: %s", rep.Problems[0].Detail)
+	}
+}
