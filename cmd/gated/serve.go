@@ -177,6 +177,11 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 			return usageError("--operators: %v", err)
 		}
 	}
+	release, err := claimServeResources(o)
+	if err != nil {
+		return err
+	}
+	defer release()
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err
