@@ -179,11 +179,6 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 			return usageError("--operators: %v", err)
 		}
 	}
-	release, err := claimServeResources(o)
-	if err != nil {
-		return err
-	}
-	defer release()
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err
@@ -194,6 +189,13 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	// Usage errors come first; then what can be checked at once, before
+	// anything is loaded or logged.
+	release, err := claimServeResources(o)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// Reloads are logged at once; they are audited once the audit stream
 	// is open (reloads only happen after that, in the watcher).
 	var auditReload atomic.Pointer[func(policies.Reload)]
