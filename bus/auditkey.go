@@ -45,6 +45,8 @@ type AuditKeyError struct {
 	KeyID string
 }
 
+// Error says which key the stream's newest record names and what is wrong
+// with the key checked.
 func (e *AuditKeyError) Error() string {
 	switch e.Problem {
 	case AuditKeyMissing:

@@ -27,6 +27,7 @@ type DataDirInUseError struct {
 	PID int
 }
 
+// Error names the directory, the holder's pid and the lock file.
 func (e *DataDirInUseError) Error() string {
 	holder := "another process (its pid is not written yet)"
 	if e.PID > 0 {

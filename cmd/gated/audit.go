@@ -596,8 +596,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 	var mismatch *bus.AuditKeyError
 	switch {
 	case errors.As(err, &mismatch) && o.auditKeyRotate:
-		log.Warn("--audit-key-rotate: the audit key changes; verify needs the old key and the new one from here on",
-			zap.String("chain_key_id", mismatch.RecordKeyID), zap.Uint64("chain_seq", mismatch.Seq), zap.String("new_key_id", mismatch.KeyID))
+		// Logged below, once the new key is known.
 	case errors.As(err, &mismatch):
 		return nil, auditKeyRefusal(mismatch, o, keyFile, embedded)
 	case err != nil:
@@ -617,7 +616,19 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 	default:
 		log.Warn("no --audit-key-file: audit records are chained but not MACed, so a forged record that follows the format cannot be detected")
 	}
+	if mismatch != nil {
+		log.Warn("--audit-key-rotate: the audit key changes; verify needs the old key and the new one from here on",
+			zap.String("chain_key_id", mismatch.RecordKeyID), zap.Uint64("chain_seq", mismatch.Seq), zap.String("new_key_id", keyID(key)))
+	}
 	return key, nil
+}
+
+// keyID is the id of key, or "none".
+func keyID(key []byte) string {
+	if len(key) == 0 {
+		return "none"
+	}
+	return bus.AuditKeyID(key)
 }
 
 // auditKeyRefusal explains why serve does not start with the key it has,
