@@ -56,6 +56,7 @@ fuzz:
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditHeads$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditKey$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseLockHolder$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeOperatorMessage$$' -fuzztime $(FUZZTIME)

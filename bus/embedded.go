@@ -4,10 +4,12 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 )
 
 // EmbeddedConfig configures the nats-server that gated starts when it is
@@ -24,34 +26,71 @@ type EmbeddedConfig struct {
 	MaxPayload int32
 }
 
-// StartEmbedded starts an in-process nats-server with JetStream and waits
-// until it accepts clients.
-func StartEmbedded(cfg EmbeddedConfig, log *zap.Logger) (*server.Server, error) {
-	if cfg.StoreDir == "" {
-		return nil, fmt.Errorf("%w: the embedded server needs a data directory", ErrInvalidConfig)
+// embeddedStartTimeout bounds the embedded server's start: opening the
+// store (JetStream recovers every stream) and the client listener.
+const embeddedStartTimeout = 15 * time.Second
+
+// listenAddr is the host and port the embedded server listens on, with
+// the defaults applied; port 0 asks for a free port.
+func (cfg EmbeddedConfig) listenAddr() (host string, port int, err error) {
+	listen := cfg.Listen
+	if listen == "" {
+		listen = "127.0.0.1:4222"
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = "127.0.0.1:4222"
-	}
-	if cfg.MaxPayload == 0 {
-		cfg.MaxPayload = 2 << 20
-	}
-	host, portStr, err := net.SplitHostPort(cfg.Listen)
+	host, portStr, err := net.SplitHostPort(listen)
 	if err != nil {
-		return nil, fmt.Errorf("%w: listen address %q: %v", ErrInvalidConfig, cfg.Listen, err)
+		return "", 0, fmt.Errorf("%w: listen address %q: %v", ErrInvalidConfig, listen, err)
 	}
-	port, err := strconv.Atoi(portStr)
+	port, err = strconv.Atoi(portStr)
 	if err != nil || port < 0 || port > 65535 {
-		return nil, fmt.Errorf("%w: listen port %q must be a number from 0 to 65535", ErrInvalidConfig, portStr)
-	}
-	if port == 0 {
-		port = server.RANDOM_PORT
+		return "", 0, fmt.Errorf("%w: listen port %q must be a number from 0 to 65535", ErrInvalidConfig, portStr)
 	}
 	if host == "" {
 		// nats-server reads an empty host as every interface; gated's
 		// embedded server is unauthenticated, so it stays on loopback
 		// unless asked otherwise by name (0.0.0.0).
 		host = "127.0.0.1"
+	}
+	return host, port, nil
+}
+
+// CheckEmbeddedListen checks, before anything starts, that the embedded
+// server could listen where cfg says: the address is valid and, unless
+// its port is 0, nobody listens there. The error names the address and
+// the system's reason (e.g. address already in use).
+func CheckEmbeddedListen(cfg EmbeddedConfig) error {
+	host, port, err := cfg.listenAddr()
+	if err != nil || port == 0 {
+		return err
+	}
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("the embedded nats-server cannot listen on %s: %w", addr, err)
+	}
+	return ln.Close()
+}
+
+// StartEmbedded starts an in-process nats-server with JetStream and waits
+// until it accepts clients. When the server cannot start (its store or
+// its port is unusable), the error is the server's own reason, at once.
+//
+// StartEmbedded does not lock the store: a caller that may share it with
+// another process takes LockDataDir first.
+func StartEmbedded(cfg EmbeddedConfig, log *zap.Logger) (*server.Server, error) {
+	if cfg.StoreDir == "" {
+		return nil, fmt.Errorf("%w: the embedded server needs a data directory", ErrInvalidConfig)
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = 2 << 20
+	}
+	host, port, err := cfg.listenAddr()
+	if err != nil {
+		return nil, err
+	}
+	listen := net.JoinHostPort(host, strconv.Itoa(port))
+	if port == 0 {
+		port = server.RANDOM_PORT
 	}
 	opts := &server.Options{
 		ServerName: "gated-embedded",
@@ -66,21 +105,79 @@ func StartEmbedded(cfg EmbeddedConfig, log *zap.Logger) (*server.Server, error) 
 	if err != nil {
 		return nil, fmt.Errorf("configuring embedded nats-server: %w", err)
 	}
-	s.SetLoggerV2(natsLogger{log.Named("nats").Sugar()}, false, false, false)
-	go s.Start()
-	if !s.ReadyForConnections(15 * time.Second) {
+	// The stack of the logging call says nothing about the server's
+	// errors, so its lines carry none.
+	watch := &startWatch{}
+	s.SetLoggerV2(natsLogger{s: log.Named("nats").WithOptions(zap.AddStacktrace(zapcore.FatalLevel)).Sugar(), start: watch}, false, false, false)
+	started := make(chan struct{})
+	go func() {
+		defer close(started)
+		// Start returns once the store is open and the listener is up, or
+		// at once after the Fatalf that says why it cannot be.
+		s.Start()
+	}()
+	timer := time.NewTimer(embeddedStartTimeout)
+	defer timer.Stop()
+	failed := func(reason string) (*server.Server, error) {
 		s.Shutdown()
-		return nil, fmt.Errorf("embedded nats-server did not accept clients on %s within 15s (is the port in use?)", cfg.Listen)
+		return nil, fmt.Errorf("starting the embedded nats-server (store %s, clients on %s): %s", cfg.StoreDir, listen, reason)
+	}
+	select {
+	case <-started:
+	case <-timer.C:
+		return failed(fmt.Sprintf("not started after %s", embeddedStartTimeout))
+	}
+	if reason := watch.end(); reason != "" {
+		return failed(reason)
+	}
+	if !s.ReadyForConnections(embeddedStartTimeout) {
+		return failed(fmt.Sprintf("not accepting clients after %s", embeddedStartTimeout))
 	}
 	return s, nil
 }
 
-// natsLogger sends nats-server's log lines to zap.
-type natsLogger struct{ s *zap.SugaredLogger }
+// natsLogger sends nats-server's log lines to zap. The server's first
+// fatal error during its start goes to start instead, for StartEmbedded to
+// return; later ones are logged.
+type natsLogger struct {
+	s     *zap.SugaredLogger
+	start *startWatch
+}
+
+// startWatch keeps the server's first fatal error until the start is over.
+type startWatch struct {
+	mu     sync.Mutex
+	over   bool
+	reason string
+}
+
+// fail keeps reason and reports true while the start is not over and no
+// reason was kept yet.
+func (w *startWatch) fail(reason string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.over || w.reason != "" {
+		return false
+	}
+	w.reason = reason
+	return true
+}
+
+// end ends the start and returns the reason it failed, or "".
+func (w *startWatch) end() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.over = true
+	return w.reason
+}
 
 func (l natsLogger) Noticef(format string, v ...any) { l.s.Debugf(format, v...) }
 func (l natsLogger) Warnf(format string, v ...any)   { l.s.Warnf(format, v...) }
-func (l natsLogger) Fatalf(format string, v ...any)  { l.s.Errorf(format, v...) }
-func (l natsLogger) Errorf(format string, v ...any)  { l.s.Errorf(format, v...) }
-func (l natsLogger) Debugf(format string, v ...any)  { l.s.Debugf(format, v...) }
-func (l natsLogger) Tracef(format string, v ...any)  { l.s.Debugf(format, v...) }
+func (l natsLogger) Fatalf(format string, v ...any) {
+	if !l.start.fail(fmt.Sprintf(format, v...)) {
+		l.s.Errorf(format, v...)
+	}
+}
+func (l natsLogger) Errorf(format string, v ...any) { l.s.Errorf(format, v...) }
+func (l natsLogger) Debugf(format string, v ...any) { l.s.Debugf(format, v...) }
+func (l natsLogger) Tracef(format string, v ...any) { l.s.Debugf(format, v...) }

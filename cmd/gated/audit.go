@@ -594,39 +594,102 @@ func parsePublishMode(s string) (bus.PublishMode, error) {
 	return 0, usageError("--audit-publish %q: want auto, batches, pipelined or one-at-a-time", s)
 }
 
-// newServeAuditor starts serve's Auditor. Its key comes from
-// --audit-key-file; failing that, with the embedded server, from
-// <data-dir>/audit.key, created on first start; failing that, there is
-// none and forged records cannot be detected, which it logs.
-func newServeAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, embedded bool, log *zap.Logger) (*bus.Auditor, error) {
-	mode, err := parsePublishMode(o.auditPublish)
-	if err != nil {
-		return nil, err
-	}
-	var key []byte
+// serveAuditKey decides, before serve writes anything, the key its audit
+// records are MACed with: --audit-key-file; failing that, with the
+// embedded server, <data-dir>/audit.key, created on first start; failing
+// that, none, and forged records cannot be detected, which it logs.
+//
+// The key must extend the audit stream's chain (see bus.CheckAuditKey):
+// a gated without the key of a stream of MACed records, or with another
+// key, does not start, and a missing <data-dir>/audit.key is not replaced
+// while the stream holds MACed records, unless --audit-key-rotate says the
+// change is meant.
+func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, embedded bool, log *zap.Logger) ([]byte, error) {
+	var (
+		key     []byte
+		keyFile = o.auditKeyFile
+		err     error
+	)
 	switch {
-	case o.auditKeyFile != "":
-		if key, err = readAuditKey(o.auditKeyFile); err != nil {
+	case keyFile != "":
+		if key, err = readAuditKey(keyFile); err != nil {
 			return nil, usageError("--audit-key-file: %v", err)
 		}
-		if st, err := os.Stat(o.auditKeyFile); err == nil && st.Mode().Perm()&0o077 != 0 {
+		if st, err := os.Stat(keyFile); err == nil && st.Mode().Perm()&0o077 != 0 {
 			log.Warn("the audit key file is readable by others: whoever reads it can forge audit records; chmod 600 it",
-				zap.String("file", o.auditKeyFile), zap.Stringer("mode", st.Mode().Perm()))
+				zap.String("file", keyFile), zap.Stringer("mode", st.Mode().Perm()))
 		}
 	case embedded:
-		var (
-			path    string
-			created bool
-		)
-		if key, path, created, err = ensureAuditKey(o.dataDir); err != nil {
+		keyFile = filepath.Join(o.dataDir, auditKeyFile)
+		if key, err = readAuditKey(keyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+	}
+	checkCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	err = bus.CheckAuditKey(checkCtx, js, key)
+	cancel()
+	var mismatch *bus.AuditKeyError
+	switch {
+	case errors.As(err, &mismatch) && o.auditKeyRotate:
+		// Logged below, once the new key is known.
+	case errors.As(err, &mismatch):
+		return nil, auditKeyRefusal(mismatch, o, keyFile, embedded)
+	case err != nil:
+		return nil, fmt.Errorf("checking the audit key against the audit stream: %w", err)
+	}
+	switch {
+	case key != nil:
+	case embedded:
+		var created bool
+		if key, _, created, err = ensureAuditKey(o.dataDir); err != nil {
 			return nil, err
 		}
 		if created {
 			log.Info("created the audit key; give it to gated audit verify --audit-key-file, and keep a copy outside the data directory",
-				zap.String("file", path))
+				zap.String("file", keyFile))
 		}
 	default:
 		log.Warn("no --audit-key-file: audit records are chained but not MACed, so a forged record that follows the format cannot be detected")
+	}
+	if mismatch != nil {
+		log.Warn("--audit-key-rotate: the audit key changes; verify needs the old key and the new one from here on",
+			zap.String("chain_key_id", mismatch.RecordKeyID), zap.Uint64("chain_seq", mismatch.Seq), zap.String("new_key_id", keyID(key)))
+	}
+	return key, nil
+}
+
+// keyID is the id of key, or "none".
+func keyID(key []byte) string {
+	if len(key) == 0 {
+		return "none"
+	}
+	return bus.AuditKeyID(key)
+}
+
+// auditKeyRefusal explains why serve does not start with the key it has,
+// and how to give it the right one.
+func auditKeyRefusal(e *bus.AuditKeyError, o serveOptions, keyFile string, embedded bool) error {
+	const share = "give every gated on this stream the same key: --audit-key-file FILE, GATED_AUDIT_KEY_FILE=FILE or audit_key_file in the --config file"
+	const rotate = "; to start a new key on purpose, add --audit-key-rotate"
+	switch {
+	case e.Problem == bus.AuditKeyMissing && embedded && o.auditKeyFile == "":
+		return fmt.Errorf("%s is missing, yet the audit stream holds records MACed with key %s (the newest at seq %d): restore the key file from your copy, or give it with --audit-key-file%s",
+			keyFile, e.RecordKeyID, e.Seq, rotate)
+	case e.Problem == bus.AuditKeyMissing:
+		return fmt.Errorf("%v: %s (the first gated keeps it in <data-dir>/%s)%s", e, share, auditKeyFile, rotate)
+	case e.Problem == bus.AuditKeyOther:
+		return fmt.Errorf("%s holds key %s, but the audit stream's newest record (seq %d) is MACed with key %s: %s%s",
+			keyFile, e.KeyID, e.Seq, e.RecordKeyID, share, rotate)
+	}
+	return fmt.Errorf("%v: run gated audit verify --audit-key-file %s; to start anyway, add --audit-key-rotate", e, keyFile)
+}
+
+// newServeAuditor starts serve's Auditor with the key serveAuditKey
+// chose.
+func newServeAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger) (*bus.Auditor, error) {
+	mode, err := parsePublishMode(o.auditPublish)
+	if err != nil {
+		return nil, err
 	}
 	a, err := bus.NewAuditor(ctx, js, bus.AuditorConfig{Key: key, Log: log.Named("audit"), Publish: mode})
 	if err != nil {

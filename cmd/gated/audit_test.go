@@ -358,21 +358,30 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := serveOptions{dataDir: t.TempDir(), auditPublish: "auto"}
-	a, err := newServeAuditor(t.Context(), js, o, true, zap.NewNop())
+	key, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newServeAuditor(t.Context(), js, o, key, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer closeAuditor(a, zap.NewNop())
-	key, err := readAuditKey(filepath.Join(o.dataDir, auditKeyFile))
-	if err != nil || a.KeyID() != bus.AuditKeyID(key) {
+	stored, err := readAuditKey(filepath.Join(o.dataDir, auditKeyFile))
+	if err != nil || a.KeyID() != bus.AuditKeyID(stored) {
 		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
 	}
-	external, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "one-at-a-time"}, false, zap.NewNop())
+	// Nothing is recorded yet, so a gated without a key may still join.
+	none, err := serveAuditKey(t.Context(), js, serveOptions{}, false, zap.NewNop())
+	if err != nil || none != nil {
+		t.Fatalf("external server without a key on an empty stream: key %x, err %v", none, err)
+	}
+	external, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "one-at-a-time"}, nil, zap.NewNop())
 	if err != nil || external.KeyID() != "" || external.Batching() {
 		t.Fatalf("external server without a key: key id %q, batching %v, err %v", external.KeyID(), external.Batching(), err)
 	}
 	defer closeAuditor(external, zap.NewNop())
-	piped, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "pipelined"}, false, zap.NewNop())
+	piped, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "pipelined"}, nil, zap.NewNop())
 	if err != nil || !piped.Pipelined() {
 		t.Fatalf("--audit-publish pipelined: pipelined %v, err %v", err == nil && piped.Pipelined(), err)
 	}
@@ -380,8 +389,89 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if !a.Pipelined() {
 		t.Error("auto on the embedded server's R1 file stream does not pipeline")
 	}
-	if _, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "sometimes"}, false, zap.NewNop()); exitCode(err) != exitUsage {
+	if _, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "sometimes"}, nil, zap.NewNop()); exitCode(err) != exitUsage {
 		t.Fatalf("--audit-publish sometimes: %v", err)
+	}
+}
+
+// TestServeAuditKeyFollowsTheChain runs serve's key choice against a
+// stream that holds records MACed with the key of a first gated: each
+// other gated must bring that key, or say --audit-key-rotate, and a
+// missing data-dir key is not replaced behind the operator's back.
+func TestServeAuditKeyFollowsTheChain(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	firstDir := t.TempDir()
+	first := serveOptions{dataDir: firstDir, auditPublish: "auto"}
+	key, err := serveAuditKey(t.Context(), js, first, true, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newServeAuditor(t.Context(), js, first, key, zap.NewNop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
+		t.Fatal(err)
+	}
+	closeAuditor(a, zap.NewNop())
+	keyFile := filepath.Join(firstDir, auditKeyFile)
+	otherFile := filepath.Join(t.TempDir(), "other.key")
+	if err := os.WriteFile(otherFile, []byte(hex.EncodeToString([]byte("another key of thirty-two bytes!"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	emptyDir := func() string { return filepath.Join(t.TempDir(), "data") }
+
+	tests := []struct {
+		note     string
+		o        serveOptions
+		embedded bool
+		say      []string // the refusal says each; none: accepted
+		keyID    string   // the key accepted
+	}{
+		{note: "external without a key", o: serveOptions{},
+			say: []string{"no audit key", "--audit-key-file", "GATED_AUDIT_KEY_FILE", "audit_key_file", "--audit-key-rotate"}},
+		{note: "external with another key", o: serveOptions{auditKeyFile: otherFile},
+			say: []string{otherFile, "--audit-key-file", "--audit-key-rotate"}},
+		{note: "external with the key", o: serveOptions{auditKeyFile: keyFile}, keyID: bus.AuditKeyID(key)},
+		{note: "external with another key, rotating", o: serveOptions{auditKeyFile: otherFile, auditKeyRotate: true},
+			keyID: bus.AuditKeyID([]byte("another key of thirty-two bytes!"))},
+		{note: "embedded whose key file is gone", o: serveOptions{dataDir: emptyDir()}, embedded: true,
+			say: []string{auditKeyFile, "is missing", "--audit-key-rotate"}},
+		{note: "embedded with the key", o: serveOptions{dataDir: firstDir}, embedded: true, keyID: bus.AuditKeyID(key)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			got, err := serveAuditKey(t.Context(), js, tc.o, tc.embedded, zap.NewNop())
+			if len(tc.say) == 0 {
+				if err != nil || bus.AuditKeyID(got) != tc.keyID {
+					t.Fatalf("key %s, err %v; want key %s", bus.AuditKeyID(got), err, tc.keyID)
+				}
+				return
+			}
+			if err == nil || exitCode(err) != exitFailure {
+				t.Fatalf("accepted key %q (err %v); want a refusal", bus.AuditKeyID(got), err)
+			}
+			for _, w := range tc.say {
+				if !strings.Contains(err.Error(), w) {
+					t.Fatalf("the refusal does not say %q: %v", w, err)
+				}
+			}
+			if tc.embedded {
+				if _, err := os.Stat(filepath.Join(tc.o.dataDir, auditKeyFile)); !errors.Is(err, os.ErrNotExist) {
+					t.Fatalf("a refused start wrote a key file: %v", err)
+				}
+			}
+		})
+	}
+	// With --audit-key-rotate, the embedded server makes itself a new key.
+	o := serveOptions{dataDir: emptyDir(), auditKeyRotate: true}
+	got, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
+	if err != nil || len(got) != bus.MinAuditKeyLen || bus.AuditKeyID(got) == bus.AuditKeyID(key) {
+		t.Fatalf("rotating with no key file: key %s, err %v; want a new key", bus.AuditKeyID(got), err)
 	}
 }
 

@@ -40,39 +40,40 @@ const MinReviewTimeout = 30 * time.Second
 const DefaultLLMMaxConcurrency = 64
 
 type serveOptions struct {
-	dataDir       string
-	personasDir   string
-	personasWatch bool
-	natsListen    string
-	natsURL       string
-	natsConn      natsConnOptions
-	httpAddr      string
-	pprof         bool
-	logFormat     string
-	logLevel      string
-	reviewTimeout time.Duration
-	shutdownGrace time.Duration
-	reviewService bool
-	reviewWait    time.Duration
-	maxInFlight   int
-	ackWait       time.Duration
-	maxDeliver    int
-	maxAckPending int
-	replicas      int
-	verdictTTL    time.Duration
-	auditMaxAge   time.Duration
-	auditKeyFile  string
-	auditPublish  string
-	policy        policySourceOptions
-	policyWatch   bool
-	policyPoll    time.Duration
-	toolTimeout   time.Duration
-	dedupeWindow  time.Duration
-	dedupeMax     int
-	pluginsDir    string
-	defaultPlugin string
-	llmMaxConc    int
-	operators     string
+	dataDir        string
+	personasDir    string
+	personasWatch  bool
+	natsListen     string
+	natsURL        string
+	natsConn       natsConnOptions
+	httpAddr       string
+	pprof          bool
+	logFormat      string
+	logLevel       string
+	reviewTimeout  time.Duration
+	shutdownGrace  time.Duration
+	reviewService  bool
+	reviewWait     time.Duration
+	maxInFlight    int
+	ackWait        time.Duration
+	maxDeliver     int
+	maxAckPending  int
+	replicas       int
+	verdictTTL     time.Duration
+	auditMaxAge    time.Duration
+	auditKeyFile   string
+	auditKeyRotate bool
+	auditPublish   string
+	policy         policySourceOptions
+	policyWatch    bool
+	policyPoll     time.Duration
+	toolTimeout    time.Duration
+	dedupeWindow   time.Duration
+	dedupeMax      int
+	pluginsDir     string
+	defaultPlugin  string
+	llmMaxConc     int
+	operators      string
 }
 
 func serveCmd() *cobra.Command {
@@ -113,6 +114,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
 	f.StringVar(&o.auditKeyFile, "audit-key-file", "", "key that MACs audit records: 32+ random bytes, raw or hex (default with the embedded server: <data-dir>/audit.key, created on first start)")
 	_ = c.MarkFlagFilename("audit-key-file")
+	f.BoolVar(&o.auditKeyRotate, "audit-key-rotate", false, "start even though the audit key is not the one that MACed the audit stream's newest record (a new key on purpose, or a lost one)")
 	f.StringVar(&o.auditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches), pipelined or one-at-a-time")
 	o.policy.register(f)
 	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
@@ -187,6 +189,13 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	// Usage errors come first; then what can be checked at once, before
+	// anything is loaded or logged.
+	release, err := claimServeResources(o)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// Reloads are logged at once; they are audited once the audit stream
 	// is open (reloads only happen after that, in the watcher).
 	var auditReload atomic.Pointer[func(policies.Reload)]
@@ -263,6 +272,11 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
+	// The key is settled before anything is written, streams included.
+	auditKey, err := serveAuditKey(ctx, js, o, embedded != nil, log)
+	if err != nil {
+		return err
+	}
 	busCfg := bus.Config{
 		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
 		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
@@ -273,7 +287,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
-	auditor, err := newServeAuditor(ctx, js, o, embedded != nil, log)
+	auditor, err := newServeAuditor(ctx, js, o, auditKey, log)
 	if err != nil {
 		return err
 	}

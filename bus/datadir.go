@@ -1,0 +1,130 @@
+package bus
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+)
+
+// DataDirLockFile is the file in a data directory that LockDataDir locks.
+// While the lock is held it holds the holder's pid.
+const DataDirLockFile = "gated.lock"
+
+// ErrDataDirInUse is wrapped by the error of LockDataDir when another
+// process holds the directory: two embedded servers on one store rebuild
+// each other's files and lose records.
+var ErrDataDirInUse = errors.New("the data directory is in use")
+
+// DataDirInUseError says which process holds a data directory.
+type DataDirInUseError struct {
+	// Dir is the data directory.
+	Dir string
+	// PID is the holder's process id; 0 when it has not written it yet.
+	PID int
+}
+
+// Error names the directory, the holder's pid and the lock file.
+func (e *DataDirInUseError) Error() string {
+	holder := "another process (its pid is not written yet)"
+	if e.PID > 0 {
+		holder = "another process, pid " + strconv.Itoa(e.PID)
+	}
+	return fmt.Sprintf("the data directory %s is in use by %s (it holds %s)", e.Dir, holder, filepath.Join(e.Dir, DataDirLockFile))
+}
+
+// Unwrap makes the error match ErrDataDirInUse.
+func (e *DataDirInUseError) Unwrap() error { return ErrDataDirInUse }
+
+// DataDirLock is the exclusive lock of a data directory, held until
+// Release or the end of the process: the kernel drops it with the process,
+// however it ends, so a crash leaves no stale lock.
+type DataDirLock struct {
+	f *os.File
+}
+
+// LockDataDir makes dir if it is missing, checks that it is a directory
+// this process can write, and takes its exclusive lock without waiting.
+// Every error names dir. When another process holds the lock, the error
+// is a *DataDirInUseError naming its pid.
+func LockDataDir(dir string) (*DataDirLock, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("%w: no data directory", ErrInvalidConfig)
+	}
+	switch st, err := os.Stat(dir); {
+	case err == nil && !st.IsDir():
+		return nil, fmt.Errorf("the data directory %s is not a directory", dir)
+	case err != nil && !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("the data directory %s cannot be used: %w", dir, err)
+	case err != nil:
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("creating the data directory %s: %w", dir, err)
+		}
+	}
+	path := filepath.Join(dir, DataDirLockFile)
+	// O_CLOEXEC (os.OpenFile's default) keeps the plugin processes gated
+	// starts from inheriting the lock.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("the data directory %s is not writable: %w", dir, err)
+	}
+	held, err := lockFile(f)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking the data directory %s: %w", dir, err)
+	}
+	if held {
+		pid := lockHolder(f)
+		f.Close()
+		return nil, &DataDirInUseError{Dir: dir, PID: pid}
+	}
+	// The pid is for the error above; writing it is also the check that
+	// the directory takes writes.
+	if err := writeHolder(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("the data directory %s is not writable: writing %s: %w", dir, path, err)
+	}
+	return &DataDirLock{f: f}, nil
+}
+
+// Release drops the lock. It is safe to call more than once.
+func (l *DataDirLock) Release() {
+	if l == nil || l.f == nil {
+		return
+	}
+	_ = l.f.Truncate(0)
+	_ = l.f.Close() // closing the last descriptor drops the lock
+	l.f = nil
+}
+
+func writeHolder(f *os.File) error {
+	if err := f.Truncate(0); err != nil {
+		return err
+	}
+	if _, err := f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
+// lockHolder reads the pid in a lock file; 0 when there is none.
+func lockHolder(f *os.File) int {
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, 64))
+	if err != nil {
+		return 0
+	}
+	return parseLockHolder(data)
+}
+
+// parseLockHolder reads a lock file's content: a decimal pid and a line
+// end. Anything else, a pid of 0 or below included, is 0: unknown.
+func parseLockHolder(data []byte) int {
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(data)))
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	return pid
+}
