@@ -120,6 +120,36 @@ test_reviewer_tools_drop_skills_and_write_tools if {
 	count(d.deny) == 0
 }
 
+# The baseline denylist holds whatever the tool catalog says: a catalog
+# that lists a skill or a shell as read does not hand it to a reviewer.
+catalog_listing_everything_read := {name: {"class": "read"} | some name in [
+	"get_sop_text", "deploy_skill", "ns.market_skill", "run_shell",
+	"execute_skill", "host_restart_service", "kill_process",
+]}
+
+test_baseline_denylist_overrides_a_catalog_that_says_read if {
+	persona := object.union(reviewer, {"tools": [
+		"get_sop_text", "deploy_skill", "ns.market_skill", "run_shell",
+		"execute_skill", "host_restart_service", "kill_process",
+	]})
+	d := gated.decision with input as {"proposal": write_proposal, "persona": persona}
+		with data.gated.tools as catalog_listing_everything_read
+	d.reviewer_tools == ["get_sop_text"]
+	d.denied_tools == {
+		"deploy_skill", "execute_skill", "host_restart_service", "kill_process",
+		"ns.market_skill", "run_shell",
+	}
+	count(d.deny) == 0
+}
+
+test_skill_wildcard_overrides_a_catalog_that_says_read if {
+	persona := object.union(reviewer, {"tools": ["get_sop_text", "deploy_skill"]})
+	d := gated.decision with input as {"proposal": write_proposal, "persona": persona}
+		with data.gated.tools as catalog_listing_everything_read
+	d.reviewer_tools == ["get_sop_text"]
+	d.denied_tools == {"deploy_skill"}
+}
+
 test_persona_disallowed_tools_are_wildcards if {
 	persona := object.union(reviewer, {"disallowed_tools": ["get_verdict_*"]})
 	d := gated.decision with input as {"proposal": write_proposal, "persona": persona}

@@ -127,6 +127,57 @@ func TestEvaluateToolBagAndSOP(t *testing.T) {
 	}
 }
 
+// A tool catalog that lists a skill, a shell or a restart as read does not
+// hand it to a reviewer: the baseline denylist is a hard rule, not a
+// default of the catalog. Both evaluators decide it.
+func TestBaselineDenylistOverridesTheCatalog(t *testing.T) {
+	denied := []string{"deploy_skill", "ns.market_skill", "execute_skill", "run_shell", "host_restart_service", "kill_process"}
+	persona := &engine.Persona{
+		Name: "reviewer", PermissionMode: "read-only",
+		Tools: append([]string{"get_sop_text"}, denied...),
+	}
+	for _, tc := range []struct {
+		note string
+		opts []CompileOption
+	}{
+		{note: EvaluatorPlanned},
+		{note: EvaluatorTopdown, opts: []CompileOption{Topdown()}},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			b, err := Default()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tools := map[string]any{}
+			for _, name := range persona.Tools {
+				tools[name] = map[string]any{"class": "read"}
+			}
+			b.Data["gated"].(map[string]any)["tools"] = tools
+			e, err := Compile(t.Context(), b, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := e.Plan().Evaluator; got != tc.note {
+				t.Fatalf("evaluator = %s, want %s", got, tc.note)
+			}
+			d, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: writeProposal(), Persona: persona})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(d.Denies) != 0 || !d.Review.Required {
+				t.Fatalf("denies = %v, review required = %v; want no deny and a review", d.Denies, d.Review.Required)
+			}
+			if got := strings.Join(d.ReviewerTools, ","); got != "get_sop_text" {
+				t.Errorf("reviewer tools = %s, want get_sop_text only", got)
+			}
+			want := slices.Sorted(slices.Values(denied))
+			if got := slices.Sorted(slices.Values(d.DeniedTools)); !slices.Equal(got, want) {
+				t.Errorf("denied tools = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
 func TestCompileErrorNamesFileAndLine(t *testing.T) {
 	b, err := Default()
 	if err != nil {

@@ -1,0 +1,209 @@
+#!/usr/bin/env bash
+# mutants.sh takes each hard rule out of gated in turn and checks that the
+# tests notice: a rule whose removal leaves every test green is a rule no
+# test protects.
+#
+# It copies the repository's files (tracked and untracked, not ignored, as
+# they are in the working tree) to a temporary directory, runs the packages
+# the mutants need once unchanged (they must pass), then for each mutant:
+# replaces one exact piece of text in one file of the copy, checks that the
+# mutated copy still compiles, runs the packages that must catch it, and
+# puts the file back. The working tree is never touched.
+#
+# Each mutant is KILLED (some test failed) or SURVIVED (every test passed).
+# A mutation whose text is not found exactly once is an error: the source
+# moved on and the mutant below must be updated, not skipped. The script
+# exits non-zero if any mutant survived, did not apply or did not compile.
+#
+# Usage: bash test/mutants.sh [NAME...]   (no name: every mutant)
+#        make mutants
+set -euo pipefail
+export LC_ALL=C
+
+GO=${GO:-go}
+root=$(git rev-parse --show-toplevel)
+
+# --- the mutants ---------------------------------------------------------------
+#
+# mutant NAME FILE PACKAGES OLD NEW: in FILE, replace the one occurrence of
+# OLD with NEW, then run `go test PACKAGES`. OLD is plain text, matched
+# exactly (white space included); keep it short and specific so it is easy
+# to update when the code around it changes.
+names=() files=() pkgs=() olds=() news=()
+mutant() { names+=("$1") files+=("$2") pkgs+=("$3") olds+=("$4") news+=("$5"); }
+
+# Rego rules are removed by renaming their head from `deny` to a rule
+# nothing reads, so the body still compiles and only the refusal goes.
+removed="removed_by_mutant contains"
+
+# policies/hard_rules.rego
+mutant no_skip_review policies/hard_rules.rego ./policies \
+	'deny contains {"rule": "no_skip_review",' \
+	"$removed"' {"rule": "no_skip_review",'
+mutant unsupported_force_approve policies/hard_rules.rego ./policies \
+	$'deny contains {"rule": "unsupported_force_approve", "message": msg} if {\n\tinput.proposal.flags.force_approve == true\n' \
+	"$removed"$' {"rule": "unsupported_force_approve", "message": msg} if {\n\tinput.proposal.flags.force_approve == true\n'
+mutant force_approve_no_sop policies/hard_rules.rego ./policies \
+	$'deny contains {"rule": "unsupported_force_approve", "message": msg} if {\n\tinput.proposal.flags.force_approve_no_sop == true\n' \
+	"$removed"$' {"rule": "unsupported_force_approve", "message": msg} if {\n\tinput.proposal.flags.force_approve_no_sop == true\n'
+mutant skill_wildcard policies/hard_rules.rego ./policies \
+	'baseline_denied_patterns := ["*_skill"]' \
+	'baseline_denied_patterns := []'
+mutant baseline_denied_names policies/hard_rules.rego ./policies \
+	'baseline_denied_names := {"run_shell", "execute_skill", "host_restart_service", "kill_process"}' \
+	'baseline_denied_names := set()'
+# The reviewer's tool bag keeps only tools the catalog lists as read.
+mutant reviewer_read_tools_only policies/hard_rules.rego ./policies \
+	$'denied_tools contains tool if {\n\tsome tool in input.persona.tools\n\tnot data.gated.tools[tool].class == "read"\n}' \
+	$'removed_by_mutant contains tool if {\n\tsome tool in input.persona.tools\n\tnot data.gated.tools[tool].class == "read"\n}'
+# Only a persona with permission_mode read-only may review.
+mutant reviewer_read_only_persona policies/hard_rules.rego ./policies \
+	'deny contains {"rule": "reviewer_tool_denied",' \
+	"$removed"' {"rule": "reviewer_tool_denied",'
+mutant class_mismatch policies/hard_rules.rego ./policies \
+	'deny contains {"rule": "class_mismatch",' \
+	"$removed"' {"rule": "class_mismatch",'
+mutant self_review policies/hard_rules.rego ./policies \
+	'deny contains {"rule": "self_review",' \
+	"$removed"' {"rule": "self_review",'
+
+# policies/operations.rego
+mutant denied_action policies/operations.rego ./policies \
+	'deny contains {"rule": "denied_action",' \
+	"$removed"' {"rule": "denied_action",'
+mutant parallel_operation policies/operations.rego ./policies \
+	'deny contains {"rule": "parallel_operation",' \
+	"$removed"' {"rule": "parallel_operation",'
+mutant target_cooldown policies/operations.rego ./policies \
+	'deny contains {"rule": "target_cooldown",' \
+	"$removed"' {"rule": "target_cooldown",'
+mutant change_freeze policies/operations.rego ./policies \
+	'deny contains {"rule": "change_freeze",' \
+	"$removed"' {"rule": "change_freeze",'
+
+# Decision-line authority. Judge (engine/engine.go) reads the decision
+# from the reviewer's text with ParseDecision; the first mutant makes it
+# trust the plugin's structured decision instead. The second makes
+# ParseDecision (engine/decision.go) approve whatever it is given: it
+# replaces the function's first line, so it applies whatever the body is.
+mutant decision_line_trusts_plugin engine/engine.go './engine ./plugins' \
+	'decision, parsed := ParseDecision(res.Text)' \
+	'decision, parsed := res.Decision, "the plugin said so"'
+mutant decision_line_accepts_anything engine/decision.go './engine ./plugins' \
+	$'func ParseDecision(text string) (Decision, string) {\n' \
+	$'func ParseDecision(text string) (Decision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'
+
+# Required gates (engine/engine.go, Judge): every gate the persona lists
+# must be reported as passed. The mutant checks no gate.
+mutant required_gates engine/engine.go './engine ./plugins' \
+	'for _, g := range persona.RequiredGates {' \
+	'for _, g := range []string(nil) {'
+
+# The host's go-plugin client (plugins/host.go): mutual TLS to the plugin.
+mutant automtls plugins/host.go ./plugins \
+	'AutoMTLS:         true,' \
+	'AutoMTLS:         false,'
+
+# --- running them --------------------------------------------------------------
+
+selected=("$@")
+wanted() {
+	((${#selected[@]} == 0)) && return 0
+	local s
+	for s in "${selected[@]}"; do [[ $s == "$1" ]] && return 0; done
+	return 1
+}
+for s in "${selected[@]}"; do
+	found=0
+	for n in "${names[@]}"; do [[ $n == "$s" ]] && found=1; done
+	((found)) || { echo "mutants: no mutant named $s (have: ${names[*]})" >&2; exit 2; }
+done
+
+work=$(mktemp -d -t gated-mutants.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+src=$work/src
+mkdir -p "$src"
+(cd "$root" && git ls-files -z --cached --others --exclude-standard |
+	tar --null --ignore-failed-read -T - -cf - 2>/dev/null) | tar -C "$src" -xf -
+
+# replace FILE OLD NEW: the one occurrence of OLD in FILE becomes NEW.
+replace() {
+	local f=$src/$1 content rest n
+	if [[ $2 == "$3" ]]; then
+		echo "the mutation of $1 changes nothing: fix this mutant in test/mutants.sh" >&2
+		return 1
+	fi
+	content=$(cat "$f" && printf x) && content=${content%x}
+	rest=${content//"$2"/}
+	n=$(((${#content} - ${#rest}) / ${#2}))
+	if ((n != 1)); then
+		echo "text found $n times in $1, want once: update this mutant in test/mutants.sh" >&2
+		return 1
+	fi
+	printf '%s' "${content/"$2"/"$3"}" >"$f"
+}
+
+# compiles FILE PACKAGES: the mutated copy still builds (Go) or parses and
+# compiles (Rego), so a failure of the tests is the tests' doing.
+compiles() {
+	case $1 in
+	*.rego) (cd "$src" && $GO tool opa check "$(dirname "$1")") ;;
+	*.go) (cd "$src" && $GO test -count=1 -run '^$' $2 >/dev/null) ;;
+	esac
+}
+
+all_pkgs=()
+for i in "${!names[@]}"; do
+	wanted "${names[$i]}" && all_pkgs+=(${pkgs[$i]})
+done
+mapfile -t all_pkgs < <(printf '%s\n' "${all_pkgs[@]}" | sort -u)
+
+start=$SECONDS
+echo "mutants: unchanged copy first: go test ${all_pkgs[*]}"
+if ! (cd "$src" && $GO test -count=1 "${all_pkgs[@]}" >"$work/baseline.log" 2>&1); then
+	cat "$work/baseline.log"
+	echo "mutants: the tests fail without any mutation; fix them first" >&2
+	exit 2
+fi
+
+failed=0
+results=()
+for i in "${!names[@]}"; do
+	name=${names[$i]} file=${files[$i]}
+	wanted "$name" || continue
+	cp "$src/$file" "$work/saved"
+	t0=$SECONDS
+	if ! replace "$file" "${olds[$i]}" "${news[$i]}"; then
+		result="NOT APPLIED"
+		failed=1
+	elif ! compiles "$file" "${pkgs[$i]}" >"$work/$name.log" 2>&1; then
+		cat "$work/$name.log" >&2
+		result="DOES NOT COMPILE"
+		failed=1
+	elif (cd "$src" && $GO test -count=1 -failfast ${pkgs[$i]} >"$work/$name.log" 2>&1); then
+		result="SURVIVED"
+		failed=1
+	else
+		result="KILLED"
+	fi
+	cp "$work/saved" "$src/$file"
+	line=$(printf '%-32s %-16s %-20s %4ds' "$name" "$result" "${pkgs[$i]}" $((SECONDS - t0)))
+	echo "$line"
+	if [[ $result == KILLED ]]; then
+		# Which tests caught it, and the first thing they said.
+		{
+			grep -E '^\s*--- FAIL' "$work/$name.log" | head -3
+			grep -E '^\s+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' "$work/$name.log" | head -2 | cut -c1-200
+		} | sed 's/^\s*/    /'
+	fi
+	results+=("$line")
+done
+
+echo
+echo "mutants: ${#results[@]} run in $((SECONDS - start))s"
+printf '%s\n' "${results[@]}"
+if ((failed)); then
+	echo "mutants: FAILED: a hard rule can be removed without a test failing, or a mutant is stale" >&2
+	exit 1
+fi
+echo "mutants: every mutant killed"
