@@ -424,17 +424,18 @@ func (p *process) supervise() {
 			return
 		case <-tick.C:
 		}
+		// One look at the launch: a route may relaunch the plugin at any
+		// moment, and what is ended below must be the launch that exited,
+		// never the one that replaced it.
 		p.mu.Lock()
-		c, pid := p.client, p.pid
+		c, pid, pgid, end, startedAt := p.client, p.pid, p.pgid, p.end, p.startedAt
 		p.mu.Unlock()
 		if c == nil || !c.Exited() {
 			continue
 		}
 		if pid != seenPID {
 			seenPID = pid
-			p.mu.Lock()
-			uptime := time.Since(p.startedAt)
-			p.mu.Unlock()
+			uptime := time.Since(startedAt)
 			// A plugin that dies soon after it started counts as a failed
 			// launch, so a crash loop backs off instead of spinning.
 			if uptime < crashLoopUptime {
@@ -443,9 +444,6 @@ func (p *process) supervise() {
 				p.lastFailure = time.Now()
 				p.startMu.Unlock()
 			}
-			p.mu.Lock()
-			pgid, end := p.pgid, p.end
-			p.mu.Unlock()
 			// Whatever the plugin started and left behind goes with it.
 			killProcessGroup(pgid)
 			end(fmt.Errorf("plugin %q (pid %d) exited", p.spec.Name, pid))
