@@ -2,9 +2,12 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 // MaxDecisionTextBytes bounds the reviewer text the host reads and keeps.
@@ -22,13 +25,22 @@ const MaxDecisionTextBytes = 64 << 10
 //     Any other mark on the line ("**Decision:** approve", a backtick or a
 //     footnote mark, a look-alike letter, a full stop) is a rejection.
 //   - After an approving first line, every line that looks like a decision
-//     line — read leniently: any case, markup, zero-width characters and
-//     common look-alike letters ignored, up to three words before
-//     "decision", then a colon, a dash or an equals sign — must itself be
-//     exactly "Decision: approve". Code fences do not hide such a line.
+//     line — read leniently: any case, markup, accents, zero-width
+//     characters and common look-alike letters ignored; up to four words
+//     before a colon, a dash or an equals sign, one of them "decision"
+//     ("Decision 2: reject", "Decision (final): reject"); or a line whose
+//     first word is "decision" ("Decision reject", a "# Decision" heading)
+//     — must itself be exactly "Decision: approve". Code fences do not hide
+//     such a line.
 //   - After an approving first line, a line that takes the approval back
 //     ("retract", "rescind", "withdrawn", "scratch that", "not yet", "on
 //     second thought", ...; see retractions) makes it a rejection.
+//   - After an approving first line, a line that says no or not sure
+//     ("Verdict: reject", "NOT APPROVED", "I can't approve this", "unsure";
+//     see refusals) makes it a rejection. Names joined by "_" (actions,
+//     gates, tools such as revoke_api_token) are not words here, and a gate
+//     line that reports an exact pass (GatePasses) is evidence, not a
+//     refusal: its detail may quote an SOP's title.
 //
 // Everything else — "Decision: reject", "approve with caveats", an empty
 // text, garbage — is a rejection, and the returned explanation says which.
@@ -74,6 +86,9 @@ func readDecision(text string) (d Decision, why string, overruled bool) {
 		}
 		if phrase := retraction(later); phrase != "" {
 			return DecisionReject, fmt.Sprintf("line %d %q takes the approval back (%q); a retraction is a rejection", i+1, clip(later), phrase), true
+		}
+		if phrase := refusal(later); phrase != "" {
+			return DecisionReject, fmt.Sprintf("line %d %q says no or not sure (%q) after the approving decision line; that is a rejection", i+1, clip(later), phrase), true
 		}
 	}
 	return DecisionApprove, "reviewer approved", false
@@ -146,14 +161,19 @@ func equalFoldASCII(s, t string) bool {
 
 // looksLikeDecisionLine reports whether a reader would take line for a
 // decision line: after foldText, at most four words before the first
-// separator, the last of them "decision".
+// separator, one of them "decision" ("Decision 2:", "Decision (final):",
+// "Final decision:"), or a first word "decision" with no separator after
+// it ("Decision reject", a "# Decision" heading).
 func looksLikeDecisionLine(line string) bool {
-	label, _, ok := strings.Cut(strings.TrimLeft(foldText(line), " :"), ":")
-	if !ok {
-		return false
+	folded := strings.TrimLeft(foldText(line), " :")
+	if label, _, ok := strings.Cut(folded, ":"); ok {
+		words := strings.Fields(label)
+		if len(words) >= 1 && len(words) <= 4 && slices.Contains(words, "decision") {
+			return true
+		}
 	}
-	words := strings.Fields(label)
-	return len(words) >= 1 && len(words) <= 4 && words[len(words)-1] == "decision"
+	words := strings.Fields(folded)
+	return len(words) > 0 && words[0] == "decision"
 }
 
 // retractions are the phrases that take an approval back, as words after
@@ -167,11 +187,45 @@ var retractions = [][]string{
 	{"disregard", "the", "above"}, {"disregard", "that"}, {"ignore", "the", "above"},
 }
 
+// refusals are the phrases that say no, or not sure, in the form of
+// retractions. A word that holds a "_" is a name (an action, a gate, a
+// tool) and matches none of them.
+var refusals = [][]string{
+	{"reject*"}, {"declin*"}, {"disapprov*"}, {"unapprov*"}, {"revok*"}, {"veto*"},
+	{"deny"}, {"denied"}, {"refuse"}, {"refused"},
+	{"not", "approv*"}, {"cannot", "approv*"}, {"cant", "approv*"}, {"can", "t", "approv*"},
+	{"don", "t", "approv*"}, {"dont", "approv*"}, {"won", "t", "approv*"}, {"wont", "approv*"}, {"never", "approv*"},
+	{"unsure"}, {"not", "sure"}, {"uncertain*"}, {"not", "certain"}, {"not", "confident"},
+}
+
 // retraction returns the words of line that take an approval back, or "".
 func retraction(line string) string {
-	words := strings.FieldsFunc(foldText(line), func(r rune) bool { return r == ' ' || r == ':' })
+	return findPhrase(fieldWords(foldText(line)), retractions)
+}
+
+// refusal returns the words of line that say no or not sure, or "". A
+// gate line that reports an exact pass is not read: its detail is
+// evidence, and may quote an SOP's title.
+func refusal(line string) string {
+	if _, value, ok := gateLine(line); ok {
+		if _, pass := GatePasses(value); pass {
+			return ""
+		}
+	}
+	words := slices.DeleteFunc(fieldWords(fold(line, true)), func(w string) bool { return strings.Contains(w, "_") })
+	return findPhrase(words, refusals)
+}
+
+// fieldWords splits folded text into its words.
+func fieldWords(folded string) []string {
+	return strings.FieldsFunc(folded, func(r rune) bool { return r == ' ' || r == ':' })
+}
+
+// findPhrase returns the first of phrases found in words, joined by
+// blanks, or "". A phrase word ending in "*" matches any word it begins.
+func findPhrase(words []string, phrases [][]string) string {
 	for i := range words {
-		for _, phrase := range retractions {
+		for _, phrase := range phrases {
 			if i+len(phrase) > len(words) {
 				continue
 			}
@@ -196,13 +250,18 @@ func retraction(line string) string {
 }
 
 // foldText is the lenient reading the host uses to find decision,
-// retraction and gate lines it must not miss: marks and invisible
-// formatting characters (zero-width spaces and joiners) are dropped,
-// full-width forms and common look-alike letters become ASCII, letters are
-// lower-cased, colons, dashes, equals signs and arrows become ':', and
-// every other character becomes a space.
-func foldText(s string) string {
-	rs := []rune(s)
+// retraction and gate lines it must not miss: letters are decomposed
+// (NFD) and marks and invisible formatting characters (zero-width spaces
+// and joiners) are dropped, so accents go; full-width forms and common
+// look-alike letters become ASCII, letters are lower-cased, colons,
+// dashes, equals signs and arrows become ':', and every other character
+// becomes a space.
+func foldText(s string) string { return fold(s, false) }
+
+// fold is foldText; with keepUnderscore, a "_" stays, so that names
+// joined by it stay one word.
+func fold(s string, keepUnderscore bool) string {
+	rs := []rune(norm.NFD.String(s))
 	var b strings.Builder
 	b.Grow(len(s))
 	for i, r := range rs {
@@ -216,6 +275,10 @@ func foldText(s string) string {
 			b.WriteByte(':')
 		case r == '-' && i > 0 && i+1 < len(rs) && isBlank(rs[i-1]) && isBlank(rs[i+1]):
 			b.WriteByte(':') // "Decision - reject"
+		case r == '-' && i+1 < len(rs) && rs[i+1] == '>':
+			b.WriteByte(':') // "sop_covers -> fail"
+		case r == '_' && keepUnderscore:
+			b.WriteByte('_')
 		default:
 			b.WriteByte(' ')
 		}
@@ -345,6 +408,10 @@ func afterPass(s string) (string, bool) {
 // optional blockquote mark, bullet or number, names a structured gate and
 // then a colon, an em dash or an en dash ("- sop_covers: fail — none"),
 // or a table row whose first cell names one ("| sop_covers | fail |").
+// Any other line that names a gate and says it failed, however it is
+// written ("sop_covers = fail", "Gate sop_covers: fail", "sop_covers did
+// not pass"), reads as that gate failed, and one that says gates failed
+// without naming one ("all three gates failed") as every gate failed.
 // Text over MaxDecisionTextBytes is an error. Names are compared leniently
 // (case, markup, zero-width characters, look-alike letters, and "-", "_"
 // or blanks between words ignored). The text passes a gate only if every
@@ -379,16 +446,7 @@ func CheckGateLines(text string, gates []Gate) error {
 	}
 	read := map[string]*reading{}
 	var order []string
-	for i, line := range splitLines(text) {
-		name, value, ok := gateLine(line)
-		if !ok {
-			continue
-		}
-		key := foldName(name)
-		if _, ok := reported[key]; !ok {
-			continue
-		}
-		_, pass := GatePasses(value)
+	note := func(key string, pass bool, i int, line string) {
 		r := read[key]
 		switch {
 		case r == nil:
@@ -396,6 +454,22 @@ func CheckGateLines(text string, gates []Gate) error {
 			order = append(order, key)
 		case r.passed && !pass:
 			*r = reading{passed: false, line: i + 1, text: strings.Trim(line, " \t")}
+		}
+	}
+	for i, line := range splitLines(text) {
+		if name, value, ok := gateLine(line); ok {
+			if key := foldName(name); hasKey(reported, key) {
+				_, pass := GatePasses(value)
+				note(key, pass, i, line)
+				continue
+			}
+		}
+		// Any other line that names a gate and says it failed ("sop_covers
+		// = fail", "Gate sop_covers: fail", "sop_covers did not pass")
+		// reads as a failed gate; one that says gates failed, naming none,
+		// as every gate failed.
+		for _, key := range failedGates(line, gates) {
+			note(key, false, i, line)
 		}
 	}
 	for _, key := range order {
@@ -409,6 +483,62 @@ func CheckGateLines(text string, gates []Gate) error {
 		return fmt.Errorf("line %d %q does not report gate %q as an exact pass, but the structured gates report it passed", r.line, clip(r.text), names[key])
 	}
 	return nil
+}
+
+func hasKey(m map[string]bool, key string) bool {
+	_, ok := m[key]
+	return ok
+}
+
+// failures are the phrases that say a gate failed, in the form of
+// retractions.
+var failures = [][]string{
+	{"fail"}, {"failed"}, {"fails"}, {"failing"}, {"failure"}, {"unmet"}, {"not", "met"},
+	{"not", "pass*"}, {"did", "not", "pass*"}, {"didn", "t", "pass*"}, {"didnt", "pass*"},
+}
+
+// failedGates returns the keys (foldName) of the gates that line, not a
+// gate line of theirs, says failed: the gates it names, when the words
+// around their names say failed, or every gate, when it names none but
+// says gates failed.
+func failedGates(line string, gates []Gate) []string {
+	words := fieldWords(foldText(line))
+	if len(words) == 0 {
+		return nil
+	}
+	rest := slices.Clone(words) // the words that are not a gate's name
+	var named []string
+	for _, g := range gates {
+		key := foldName(g.Name)
+		if key == "" || slices.Contains(named, key) {
+			continue
+		}
+		name := strings.Split(key, "_")
+		for i := 0; i+len(name) <= len(words); i++ {
+			if slices.Equal(words[i:i+len(name)], name) {
+				named = append(named, key)
+				for j := i; j < i+len(name); j++ {
+					rest[j] = ""
+				}
+			}
+		}
+	}
+	if findPhrase(rest, failures) == "" {
+		return nil
+	}
+	if len(named) > 0 {
+		return named
+	}
+	if !slices.Contains(words, "gate") && !slices.Contains(words, "gates") {
+		return nil
+	}
+	var all []string
+	for _, g := range gates {
+		if key := foldName(g.Name); key != "" && !slices.Contains(all, key) {
+			all = append(all, key)
+		}
+	}
+	return all
 }
 
 // gateLine splits a line that may report a gate into the gate's name and

@@ -2,15 +2,19 @@ package engine
 
 import "github.com/gobwas/glob"
 
-// ActionWordSeparator separates the words of an action name, as in
-// host_restart_service.
-const ActionWordSeparator = '_'
+// ActionWordSeparators separate the words of an action name: "_" as in
+// host_restart_service, and "-" as in deploy_blue-green. A reader takes
+// rotate_db-then-drop-all_credentials for five words between rotate and
+// credentials, so a * that matched a "-" would stretch as far as one that
+// matched a "_".
+const ActionWordSeparators = "_-"
 
 // MatchAction reports whether an action pattern matches action the way
 // the policy's action_pattern_matches does, for every setting that lets an
 // action through or eases its review (SOP coverage, skip_review_actions,
 // persona_routes, reviewer_overrides): a * matches within one word of the
-// action, ? one character of a word, ** any number of words, and [...]
+// action (words are separated by "_" or "-", see ActionWordSeparators),
+// ? one character of a word, ** any number of words, and [...]
 // and {a,b} as in glob.match. A pattern that does not compile matches
 // nothing.
 //
@@ -19,7 +23,7 @@ const ActionWordSeparator = '_'
 // rotate_db_credentials_then_drop_all_credentials. Both sides are tested
 // on the same cases (policies/testdata/action_patterns.json).
 func MatchAction(pattern, action string) bool {
-	g, err := glob.Compile(pattern, ActionWordSeparator)
+	g, err := glob.Compile(pattern, []rune(ActionWordSeparators)...)
 	if err != nil {
 		return false
 	}

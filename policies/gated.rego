@@ -80,9 +80,10 @@ mutating if input.proposal.class == "destructive"
 # action_pattern_matches is how every setting that lets an action through,
 # or eases its review, matches the action: SOP coverage (sops[].actions),
 # skip_review_actions, persona_routes and reviewer_overrides. The action's
-# words are separated by "_"; a * matches within one word (so
+# words are separated by "_" or "-"; a * matches within one word (so
 # rotate_*_credentials covers rotate_db_credentials but not
-# rotate_db_credentials_then_drop_all_credentials), ? one character of a
+# rotate_db_credentials_then_drop_all_credentials, nor
+# rotate_db-then-drop-all_credentials), ? one character of a
 # word, and ** any number of words. The Go side (engine.MatchAction) reads
 # patterns the same way; policies/testdata/action_patterns.json holds the
 # cases both are tested on.
@@ -90,7 +91,7 @@ mutating if input.proposal.class == "destructive"
 # Denylists (denied_actions, change_freezes[].actions, the tool denylists)
 # keep glob.match with null delimiters: there a * that matches more is the
 # safe direction.
-action_pattern_matches(pattern, action) if glob.match(pattern, ["_"], action)
+action_pattern_matches(pattern, action) if glob.match(pattern, ["_", "-"], action)
 
 # config_warnings lists what `gated policy check` reports about the data
 # without refusing the bundle: here, patterns that let an action through

@@ -5,13 +5,15 @@ package gated
 
 # denied_action: config.denied_actions maps a tenant (or "*" for every
 # tenant) to action patterns that tenant may never run, matched with
-# glob.match and null delimiters:
+# glob.match and null delimiters, in any case: a denylist that matches more
+# is the safe direction, and web_SKILL is no other action than web_skill
+# to a reader:
 #
 #   denied_actions: {"*": ["db_drop_*"], "acme": ["*_skill"]}
 deny contains {"rule": "denied_action", "message": msg} if {
 	some scope in [input.proposal.tenant, "*"]
 	some pattern in data.gated.config.denied_actions[scope]
-	glob.match(pattern, null, input.proposal.action)
+	glob.match(lower(pattern), null, lower(input.proposal.action))
 	msg := sprintf("%s is denied for %s by configuration (denied_actions[%q] has %q)", [input.proposal.action, tenant_scope(scope), scope, pattern])
 }
 
@@ -92,7 +94,7 @@ seconds(ns) := sprintf("%ds", [round(ns / 1000000000)])
 #       start: "2026-12-20T00:00:00Z"     # RFC 3339, inclusive
 #       end: "2027-01-04T00:00:00Z"       # RFC 3339, exclusive
 #       tenants: ["acme"]                 # optional: default every tenant
-#       actions: ["host_*"]               # optional patterns: default every action
+#       actions: ["host_*"]               # optional patterns, any case: default every action
 #       allow_incidents: true             # optional: proposals with an incident_id pass
 #       reason: "year-end change freeze"  # optional
 deny contains {"rule": "change_freeze", "message": msg} if {
@@ -114,7 +116,7 @@ freeze_covers_action(window) if not window.actions
 
 freeze_covers_action(window) if {
 	some pattern in window.actions
-	glob.match(pattern, null, input.proposal.action)
+	glob.match(lower(pattern), null, lower(input.proposal.action))
 }
 
 incident_exempt(window) if {

@@ -33,6 +33,14 @@ test_denied_action_catches_namespaced_skills if {
 	"denied_action" in rules(d)
 }
 
+test_denied_action_ignores_case if {
+	every action in ["web_SKILL", "Web_Skill", "DB_DROP_TABLE"] {
+		p := object.union(write_proposal, {"action": action})
+		d := gated.decision with input as at(p, []) with data.gated.config.denied_actions as {"acme": ["*_skill", "db_drop_*"]}
+		"denied_action" in rules(d)
+	}
+}
+
 test_denied_action_for_every_tenant if {
 	p := object.union(write_proposal, {"tenant": "globex", "action": "db_drop_table"})
 	d := gated.decision with input as at(p, []) with data.gated.config.denied_actions as {"*": ["db_drop_*"]}
@@ -237,4 +245,10 @@ test_config_errors_bad_quorum if {
 test_config_errors_denied_actions_shape if {
 	errs := gated.config_errors with data.gated.config.denied_actions as {"acme": "*_skill"}
 	count(errs) == 1
+}
+
+test_change_freeze_actions_ignore_case if {
+	p := object.union(write_proposal, {"action": "HOST_Restart_Service"})
+	d := gated.decision with input as at(p, []) with data.gated.config.change_freezes as [object.union(freeze, {"actions": ["host_*"]})]
+	"change_freeze" in rules(d)
 }

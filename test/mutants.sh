@@ -82,13 +82,13 @@ mutant change_freeze policies/operations.rego ./policies \
 	"$removed"' {"rule": "change_freeze",'
 
 # Decision-line authority. Judge (engine/engine.go) reads the decision
-# from the reviewer's text with ParseDecision; the first mutant makes it
+# from the reviewer's text with readDecision (ParseDecision's reading); the first mutant makes it
 # trust the plugin's structured decision instead. The second makes
 # ParseDecision (engine/decision.go) approve whatever it is given: it
 # replaces the function's first line, so it applies whatever the body is.
 mutant decision_line_trusts_plugin engine/engine.go './engine ./plugins' \
-	'decision, parsed := ParseDecision(res.Text)' \
-	'decision, parsed := res.Decision, "the plugin said so"'
+	'decision, parsed, overruled := readDecision(res.Text)' \
+	'decision, parsed, overruled := res.Decision, "the plugin said so", false'
 mutant decision_line_accepts_anything engine/decision.go './engine ./plugins' \
 	$'func ParseDecision(text string) (Decision, string) {\n' \
 	$'func ParseDecision(text string) (Decision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'

@@ -26,7 +26,7 @@ func writeFile(t *testing.T, dir, name, body string) string {
 // TestSOPCoverageDoesNotStretch: SOP-003 covers rotate_*_credentials, one
 // word between rotate and credentials. An action that only starts and ends
 // like it is not covered, so the bundled reviewer rejects it, however
-// much it would do.
+// much it would do; words joined by dashes are words too.
 func TestSOPCoverageDoesNotStretch(t *testing.T) {
 	g := startGated(t)
 	client := fleetClient(t, g.natsURL)
@@ -38,6 +38,8 @@ func TestSOPCoverageDoesNotStretch(t *testing.T) {
 	}{
 		{note: "one word", action: "rotate_db_credentials", approved: true},
 		{note: "a sentence", action: "rotate_db_credentials_then_drop_all_credentials"},
+		{note: "a sentence in dashes", action: "rotate_db-then-drop-all_credentials"},
+		{note: "a dashed sentence", action: "rotate_db-credentials-then-drop-all_credentials"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			p := &engine.Proposal{V: 1, ID: "stretch-" + strings.ReplaceAll(tc.note, " ", "-"), Tenant: "acme",

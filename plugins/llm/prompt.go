@@ -74,7 +74,7 @@ func format(gates []string) string {
 		fmt.Fprintf(&b, "- %s: pass | fail — <evidence>\n", g)
 	}
 	b.WriteString("Notes: <one or two sentences for the human on call>\n\n")
-	b.WriteString("The first line must be exactly \"Decision: approve\" or \"Decision: reject\", with no markdown or other marks in it. Do not repeat, qualify or take back the decision later in the answer: any later decision line that differs, or a retraction, is read as a rejection. Write each gate's result as exactly pass or fail, then \" — \" and the evidence; anything else, such as \"pass?\" or \"pass-ish\", is not a pass.")
+	b.WriteString("The first line must be exactly \"Decision: approve\" or \"Decision: reject\", with no markdown or other marks in it. Do not repeat, qualify or take back the decision later in the answer: any later decision line that differs, a retraction, or a line that says no or not sure (\"reject\", \"not approved\", \"unsure\") is read as a rejection. Write each gate's result as exactly pass or fail, then \" — \" and the evidence; anything else, such as \"pass?\" or \"pass-ish\", is not a pass.")
 	if len(gates) > 0 {
 		b.WriteString(" Report every gate listed; an approval without all of them passed is read as a rejection.")
 	}

@@ -137,8 +137,9 @@ type Policy struct {
 type Response struct {
 	// Text must start with the decision line: "Decision: approve" or
 	// "Decision: reject" (see engine.ParseDecision). No later line may
-	// change or take back an approval, and a gate line in Text must agree
-	// with Gates (see engine.CheckGateLines).
+	// change or take back an approval, or say no or not sure, and a line
+	// in Text about a gate must agree with Gates (see
+	// engine.CheckGateLines).
 	Text string
 	// Decision must agree with Text.
 	Decision     engine.Decision
