@@ -1,6 +1,5 @@
-// Package fleet is gated's client for agent fleets: it proposes an action
-// and waits for gated's verdict, and nothing else runs until an approval
-// comes back.
+// Package fleet is gated's client for agent fleets: it proposes an action,
+// waits for gated's verdict, and lets a tool run only on an approval.
 //
 // A Client wraps a NATS connection. Client.Propose and Client.ProposeRaw
 // publish a proposal and wait for its verdict; Client.RequestReview asks the
