@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -178,13 +179,13 @@ type storedVerdict struct {
 // checks that its audit_seq holds its verdict.decided record, which idx
 // indexed while Verify read the stream. It adds to rep what it finds.
 func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, idx *verdictIndex, opts VerifyOptions, mayExpire bool, rep *AuditReport) error {
-	kv, err := js.KeyValue(ctx, VerdictBucket)
+	kv, err := js.KeyValue(ctx, wire.VerdictBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
-		rep.Notes = append(rep.Notes, "there is no verdict bucket "+VerdictBucket+": stored verdicts were not checked against the stream")
+		rep.Notes = append(rep.Notes, "there is no verdict bucket "+wire.VerdictBucket+": stored verdicts were not checked against the stream")
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("opening bucket %s: %w", VerdictBucket, err)
+		return fmt.Errorf("opening bucket %s: %w", wire.VerdictBucket, err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
@@ -208,7 +209,7 @@ func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream
 	}
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("reading bucket %s: %w", VerdictBucket, err)
+		return fmt.Errorf("reading bucket %s: %w", wire.VerdictBucket, err)
 	}
 	defer func() { _ = w.Stop() }()
 walk:
@@ -216,7 +217,7 @@ walk:
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return fmt.Errorf("reading bucket %s: the watch ended early", VerdictBucket)
+				return fmt.Errorf("reading bucket %s: the watch ended early", wire.VerdictBucket)
 			}
 			if e == nil {
 				break walk // every verdict stored when the watch began
@@ -225,7 +226,7 @@ walk:
 				return err
 			}
 		case <-ctx.Done():
-			return fmt.Errorf("reading bucket %s: %w", VerdictBucket, ctx.Err())
+			return fmt.Errorf("reading bucket %s: %w", wire.VerdictBucket, ctx.Err())
 		}
 	}
 	return c.finish(ctx)

@@ -12,12 +12,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/personas"
 )
 
 func TestSetupCreatesTheContract(t *testing.T) {
@@ -127,14 +127,11 @@ type gate struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	res    *bus.Resources
-	client *bus.Client
+	client *fleet.Client
 }
 
-type noPlugins struct{}
-
-func (noPlugins) Route(*engine.Persona) (engine.Reviewer, error) {
-	return nil, fmt.Errorf("%w: no plugins run in this test", engine.ErrNoReviewer)
-}
+// noPlugins routes no persona: proposals that need review are blocked.
+type noPlugins = bustest.NoPlugins
 
 // flaky fails the first failures deliveries, then lets the engine decide.
 type flaky struct {
@@ -159,47 +156,17 @@ func (f *flaky) GiveUp(ctx context.Context, d engine.Delivery, cause error) *eng
 // through router.
 func defaultEngine(tb testing.TB, store engine.VerdictStore, router engine.Router) *engine.Engine {
 	tb.Helper()
-	pol, err := intakePolicy()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	reg, err := personas.Builtin()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: router, Store: store})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return eng
+	return bustest.Engine(tb, store, router)
 }
 
 func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *gate {
 	t.Helper()
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
-	res, err := bus.Setup(t.Context(), js, cfg)
+	g := bustest.StartGated(t, wrap, cfg)
+	client, err := fleet.NewClient(g.NC)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := defaultEngine(t, bus.NewVerdictStore(res.Verdicts), noPlugins{})
-	var d bus.Decider = eng
-	if wrap != nil {
-		d = wrap(eng)
-	}
-	w, err := bus.NewWorker(nc, js, res, d, newAuditor(t, js, bus.AuditorConfig{}).Trail, cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Stop(5 * time.Second) })
-	client, err := bus.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gate{nc: nc, js: js, res: res, client: client}
+	return &gate{nc: g.NC, js: g.JS, res: g.Resources, client: client}
 }
 
 func proposal(id, class, action string, extra string) []byte {
@@ -321,7 +288,7 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	}
 	// The same bytes under another message id reach gated, which replays
 	// the stored verdict instead of deciding again.
-	sub, err := g.nc.SubscribeSync(bus.VerdictSubject("acme", "dup1"))
+	sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", "dup1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +318,7 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
 	g.propose(t, proposal("reuse1", "read", "host_list_services", ""))
-	sub, err := g.nc.SubscribeSync(bus.VerdictSubject("acme", "reuse1"))
+	sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", "reuse1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,7 +359,7 @@ func TestGarbageGetsInvalidVerdict(t *testing.T) {
 	for i, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			id := fmt.Sprintf("garbage%d", i)
-			sub, err := g.nc.SubscribeSync(bus.VerdictSubject("acme", id))
+			sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", id))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -449,47 +416,6 @@ func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 	}
 }
 
-func TestAddressOf(t *testing.T) {
-	tests := []struct {
-		note string
-		data string
-		ok   bool
-	}{
-		{note: "valid", data: `{"tenant":"acme","id":"p-1","action":"x"}`, ok: true},
-		{note: "not JSON", data: `nope`},
-		{note: "uppercase tenant", data: `{"tenant":"ACME","id":"p1","action":"x"}`},
-		{note: "dotted id", data: `{"tenant":"acme","id":"p.1","action":"x"}`},
-		{note: "missing action", data: `{"tenant":"acme","id":"p1"}`},
-		{note: "wrong type", data: `{"tenant":1,"id":"p1","action":"x"}`},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			_, err := bus.AddressOf([]byte(tc.data))
-			if (err == nil) != tc.ok {
-				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
-			}
-			if err != nil && !errors.Is(err, bus.ErrBadProposal) {
-				t.Fatalf("err = %v, want ErrBadProposal", err)
-			}
-		})
-	}
-}
-
-func FuzzAddressOf(f *testing.F) {
-	f.Add([]byte(`{"tenant":"acme","id":"p-1","action":"x"}`))
-	f.Add([]byte(`{"tenant":"acme","id":"p.1"}`))
-	f.Add([]byte(`[]`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		a, err := bus.AddressOf(data)
-		if err != nil {
-			return
-		}
-		if !engine.ValidTenant(a.Tenant) || !engine.ValidID(a.ID) || !engine.ValidAction(a.Action) {
-			t.Fatalf("accepted an address with bad tokens: %+v", a)
-		}
-	})
-}
-
 func waitFor(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -498,16 +424,5 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func TestClientRefusesAnotherProposalsVerdict(t *testing.T) {
-	g := startGate(t, nil, bus.Config{})
-	g.propose(t, proposal("reuse2", "read", "host_list_services", ""))
-	// Within the duplicate window the stream drops the second proposal;
-	// the client must not hand back the first one's approval.
-	_, err := g.client.ProposeRaw(t.Context(), proposal("reuse2", "destructive", "db_drop_table", ""))
-	if !errors.Is(err, bus.ErrIDReused) {
-		t.Fatalf("err = %v, want ErrIDReused", err)
 	}
 }

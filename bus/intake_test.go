@@ -19,22 +19,15 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
-	"github.com/gated/gated/policies"
 )
 
 // The intake tests check the reliability semantics of DESIGN.md: a
 // proposal is acknowledged only after its verdict is stored, audited and
 // published; no proposal is reviewed twice; none is left unanswered.
-
-var intakePolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
-	b, err := policies.Default()
-	if err != nil {
-		return nil, err
-	}
-	return policies.Compile(context.Background(), b)
-})
 
 // countingReviewer approves every review once hold lets it go, and counts
 // the reviews it was asked for. It routes every persona to itself.
@@ -89,7 +82,7 @@ type intake struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	res      *bus.Resources
-	client   *bus.Client
+	client   *fleet.Client
 	reviewer *countingReviewer
 }
 
@@ -101,7 +94,7 @@ func newIntake(t *testing.T, cfg bus.Config) *intake {
 	if in.res, err = bus.Setup(t.Context(), in.js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	if in.client, err = bus.NewClient(in.nc); err != nil {
+	if in.client, err = fleet.NewClient(in.nc); err != nil {
 		t.Fatal(err)
 	}
 	return in
@@ -122,10 +115,7 @@ func trails(t *testing.T, js jetstream.JetStream) bus.Trails {
 // whose reviews go to the intake's counting reviewer.
 func (in *intake) engine(t *testing.T, store engine.VerdictStore) *engine.Engine {
 	t.Helper()
-	pol, err := intakePolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := bustest.Policy(t)
 	reg, err := personas.Builtin()
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +183,7 @@ func (in *intake) startWorker(t *testing.T, o workerOptions) {
 func (in *intake) verdicts(t *testing.T, id string) <-chan *engine.Verdict {
 	t.Helper()
 	ch := make(chan *engine.Verdict, 16)
-	sub, err := in.nc.Subscribe(bus.VerdictSubject("acme", id), func(m *nats.Msg) {
+	sub, err := in.nc.Subscribe(wire.VerdictSubject("acme", id), func(m *nats.Msg) {
 		var v engine.Verdict
 		if err := json.Unmarshal(m.Data, &v); err != nil {
 			t.Errorf("verdict on %s is not JSON: %v", m.Subject, err)
@@ -215,7 +205,7 @@ func (in *intake) verdicts(t *testing.T, id string) <-chan *engine.Verdict {
 // Nats-Msg-Id msgID unless it is empty.
 func (in *intake) publish(t *testing.T, data []byte, msgID string) *jetstream.PubAck {
 	t.Helper()
-	a, err := bus.AddressOf(data)
+	a, err := fleet.AddressOf(data)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -128,7 +129,7 @@ func (e *OperatorRefusal) Is(target error) bool {
 	case 409:
 		return target == ErrOperatorConflict
 	case 503:
-		return target == ErrServiceUnavailable
+		return target == fleet.ErrServiceUnavailable
 	}
 	return false
 }
@@ -932,21 +933,25 @@ func (e *OperatorEndpoint) refuse(ctx context.Context, trail engine.AuditTrail, 
 // from SignOperatorDecision) to gated.operator.<tenant>.<proposal_id> and
 // returns the verdict that replaces the held one. Errors: an
 // *OperatorRefusal (400 also when body does not decode; matching
-// ErrOperatorRefused and the sentinel of its code), ErrServiceUnavailable
-// when no gated serves the endpoint (started without --operators), or a
-// NATS error such as a context deadline.
-func (c *Client) SendOperatorDecision(ctx context.Context, body []byte, hdr nats.Header) (*engine.Verdict, error) {
+// ErrOperatorRefused and the sentinel of its code),
+// fleet.ErrServiceUnavailable when no gated serves the endpoint (started
+// without --operators), or a NATS error such as a context deadline. When
+// ctx has no deadline it waits fleet.DefaultWait for the reply.
+func SendOperatorDecision(ctx context.Context, nc *nats.Conn, body []byte, hdr nats.Header) (*engine.Verdict, error) {
 	m, err := DecodeOperatorMessage(body)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := c.withWait(ctx)
-	defer cancel()
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, fleet.DefaultWait)
+		defer cancel()
+	}
 	subject := OperatorSubject(m.Tenant, m.ProposalID)
 	req := &nats.Msg{Subject: subject, Data: body, Header: hdr}
-	reply, err := c.nc.RequestMsgWithContext(ctx, req)
+	reply, err := nc.RequestMsgWithContext(ctx, req)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w: nothing answers %s: is gated running with --operators?", ErrServiceUnavailable, subject)
+		return nil, fmt.Errorf("%w: nothing answers %s: is gated running with --operators?", fleet.ErrServiceUnavailable, subject)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sending the operator decision on %s: %w", subject, err)

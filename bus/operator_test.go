@@ -20,6 +20,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -441,7 +443,7 @@ func TestOperatorRefusalMatchesItsSentinel(t *testing.T) {
 		is   error
 	}{
 		{400, bus.ErrOperatorMessageInvalid}, {401, bus.ErrOperatorUnauthenticated}, {403, bus.ErrOperatorForbidden},
-		{404, engine.ErrNotFound}, {409, bus.ErrOperatorConflict}, {503, bus.ErrServiceUnavailable},
+		{404, engine.ErrNotFound}, {409, bus.ErrOperatorConflict}, {503, fleet.ErrServiceUnavailable},
 	}
 	for _, tc := range tests {
 		err := error(&bus.OperatorRefusal{Code: tc.code, Reason: "x"})
@@ -859,7 +861,7 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		return nc.Publish(bus.VerdictSubject(v.Tenant, v.ProposalID), data)
+		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
 	ep, err := bus.NewOperatorEndpoint(operators(t, alice, root), eng, newAuditor(t, js, bus.AuditorConfig{}).Trail, followUp, publish, zaptest.NewLogger(t))
 	if err != nil {
@@ -900,7 +902,7 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 	}
 
 	hold("held-1")
-	verdicts, err := nc.SubscribeSync(bus.VerdictSubject("acme", "held-1"))
+	verdicts, err := nc.SubscribeSync(wire.VerdictSubject("acme", "held-1"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/bench"
 )
@@ -30,7 +31,7 @@ import (
 // nats-server with JetStream on a temp dir, Setup, the default policy
 // bundle, the engine, the chained Auditor (with a key, publish mode auto)
 // and the Worker. A fleet of 256 agents on its own connection publishes
-// a 50/50 mix of policy-denied proposals and reads, as bus.Client does
+// a 50/50 mix of policy-denied proposals and reads, as fleet.Client does
 // (subject gated.proposals.<tenant>.<action>, Nats-Msg-Id <tenant>.<id>,
 // publish acknowledged by the stream), and waits for each verdict on one
 // wildcard subscription. One op is one proposal. Reported: proposals/s
@@ -109,7 +110,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 		proposals[i] = &sent{msg: m, path: path, done: make(chan *engine.Verdict, 1)}
 		byID[p.ID] = proposals[i]
 	}
-	sub, err := fleet.Subscribe(bus.VerdictSubjectPrefix+tenant+".*", func(m *nats.Msg) {
+	sub, err := fleet.Subscribe(wire.VerdictSubjectPrefix+tenant+".*", func(m *nats.Msg) {
 		p := byID[m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]]
 		if p == nil {
 			return

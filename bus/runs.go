@@ -1,16 +1,13 @@
 package bus
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -62,209 +59,8 @@ func (p *FollowUps) Send(ctx context.Context, v *engine.Verdict) error {
 	msg := nats.NewMsg(subject)
 	msg.Data = body
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
-	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(RunsStream)); err != nil {
+	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(wire.RunsStream)); err != nil {
 		return fmt.Errorf("publishing the %s of round %d of run %s.%s: %w", v.Run.Next, v.Run.Round, v.Tenant, v.Run.RunID, err)
 	}
 	return p.store.markSent(ctx, v)
-}
-
-// ErrMalformedFollowUp is wrapped by the errors of DecodeContinuation and
-// DecodeEscalation, and by FollowUpFeed.Next for a message on the run
-// stream that is not a well-formed follow-up.
-var ErrMalformedFollowUp = errors.New("malformed run follow-up")
-
-// ContinuationSubject is where the continuations of one run are published.
-func ContinuationSubject(tenant, runID string) string {
-	return engine.ContinuationSubjectPrefix + tenant + "." + runID
-}
-
-// EscalationSubject is where the escalations of a tenant's runs are
-// published.
-func EscalationSubject(tenant string) string {
-	return engine.EscalationSubjectPrefix + tenant
-}
-
-// DecodeContinuation decodes a continuation strictly: one JSON object
-// with no field unknown to schema version engine.SchemaVersion, valid
-// tenant and run id tokens, a round of at least 2 (the round after a
-// reviewed one) within max_rounds, and a link to the verdict of the
-// review it follows. Field names are matched as encoding/json does (case
-// folded). Errors wrap ErrMalformedFollowUp.
-func DecodeContinuation(data []byte) (*engine.Continuation, error) {
-	var c engine.Continuation
-	if err := decodeStrict(data, &c); err != nil {
-		return nil, err
-	}
-	if err := checkFollowUp(c.V, c.Tenant, c.RunID, c.Review); err != nil {
-		return nil, err
-	}
-	switch {
-	case c.Round < 2:
-		return nil, malformed("round %d: a continuation asks for the round after a reviewed one, at least 2", c.Round)
-	case c.Round > c.MaxRounds:
-		return nil, malformed("round %d is past max_rounds %d", c.Round, c.MaxRounds)
-	case c.Review.Round != c.Round-1:
-		return nil, malformed("review of round %d does not precede round %d", c.Review.Round, c.Round)
-	}
-	return &c, nil
-}
-
-// DecodeEscalation decodes an escalation strictly, as DecodeContinuation
-// does a continuation: rounds must be at least 1 and the review must be
-// of the last round. Errors wrap ErrMalformedFollowUp.
-func DecodeEscalation(data []byte) (*engine.Escalation, error) {
-	var e engine.Escalation
-	if err := decodeStrict(data, &e); err != nil {
-		return nil, err
-	}
-	if err := checkFollowUp(e.V, e.Tenant, e.RunID, e.Review); err != nil {
-		return nil, err
-	}
-	switch {
-	case e.Rounds < 1:
-		return nil, malformed("rounds %d: an escalation follows at least one reviewed round", e.Rounds)
-	case e.MaxRounds < 1:
-		return nil, malformed("max_rounds %d must be at least 1", e.MaxRounds)
-	case e.Review.Round != e.Rounds:
-		return nil, malformed("review of round %d is not the last round %d", e.Review.Round, e.Rounds)
-	}
-	return &e, nil
-}
-
-func malformed(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrMalformedFollowUp, fmt.Sprintf(format, args...))
-}
-
-// decodeStrict decodes exactly one JSON object into v, refusing fields v
-// does not have.
-func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return malformed("%v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return malformed("data after the JSON object")
-	}
-	return nil
-}
-
-func checkFollowUp(v int, tenant, runID string, review engine.ReviewLink) error {
-	switch {
-	case v != engine.SchemaVersion:
-		return malformed("schema version %d, want %d", v, engine.SchemaVersion)
-	case !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant:
-		return malformed("tenant %q must match [a-z0-9_-]{1,64}", tenant)
-	case !engine.ValidID(runID):
-		return malformed("run_id %q must match [A-Za-z0-9_-]{1,128}", runID)
-	case !engine.ValidID(review.ProposalID):
-		return malformed("review.proposal_id %q must match [A-Za-z0-9_-]{1,128}", review.ProposalID)
-	case review.Verdict != VerdictSubject(tenant, review.ProposalID):
-		return malformed("review.verdict %q is not the verdict subject of %s.%s", review.Verdict, tenant, review.ProposalID)
-	}
-	return nil
-}
-
-// FollowUpMessage is a follow-up type: engine.Continuation or
-// engine.Escalation.
-type FollowUpMessage interface {
-	engine.Continuation | engine.Escalation
-}
-
-// FollowUpFeed reads follow-ups from the run stream in the order they were
-// stored, from the first one the stream still holds, and then waits for
-// new ones. It is an ordered consumer: it needs no durable state, and
-// picks up where it was after a reconnect. It is not safe for concurrent
-// use; call Stop when done.
-type FollowUpFeed[T FollowUpMessage] struct {
-	msgs   jetstream.MessagesContext
-	decode func(subject string, data []byte) (*T, error)
-}
-
-// Next returns the next follow-up, waiting until one is stored or ctx
-// ends (then it returns ctx's error). A message that is not a well-formed
-// follow-up for the feed's subject returns an error wrapping
-// ErrMalformedFollowUp; the feed moves past it, so Next may be called
-// again. Other errors come from JetStream.
-func (f *FollowUpFeed[T]) Next(ctx context.Context) (*T, error) {
-	m, err := f.msgs.Next(jetstream.NextContext(ctx))
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, fmt.Errorf("reading %s: %w", RunsStream, err)
-	}
-	return f.decode(m.Subject(), m.Data())
-}
-
-// Stop ends the feed; Next then fails.
-func (f *FollowUpFeed[T]) Stop() { f.msgs.Stop() }
-
-// Continuations follows the continuations of one run: each asks the run's
-// worker for the next round. Errors: ErrBadProposal when tenant or run id
-// is not a valid token, or a JetStream error (no run stream, or the user
-// may not create a consumer on it).
-//
-// The feed is an ordered consumer filtered to the run's subject; the
-// rights a tenant's NATS user needs for it are in Client's list.
-func (c *Client) Continuations(ctx context.Context, tenant, runID string) (*FollowUpFeed[engine.Continuation], error) {
-	if !engine.ValidTenant(tenant) {
-		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
-	}
-	if !engine.ValidID(runID) {
-		return nil, fmt.Errorf("%w: run id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, runID)
-	}
-	subject := ContinuationSubject(tenant, runID)
-	return follow(ctx, c.js, subject, func(subj string, data []byte) (*engine.Continuation, error) {
-		if subj != subject {
-			return nil, malformed("message on %s in a feed of %s", subj, subject)
-		}
-		cont, err := DecodeContinuation(data)
-		if err != nil {
-			return nil, fmt.Errorf("continuation on %s: %w", subj, err)
-		}
-		if cont.Tenant != tenant || cont.RunID != runID {
-			return nil, malformed("continuation on %s names run %s.%s", subj, cont.Tenant, cont.RunID)
-		}
-		return cont, nil
-	})
-}
-
-// Escalations follows the escalations of a tenant's runs: each hands a run
-// that used its last round to a human. Errors: ErrBadProposal when tenant
-// is not a valid token, or a JetStream error.
-// The rights a tenant's NATS user needs are in Client's list.
-func (c *Client) Escalations(ctx context.Context, tenant string) (*FollowUpFeed[engine.Escalation], error) {
-	if !engine.ValidTenant(tenant) {
-		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
-	}
-	subject := EscalationSubject(tenant)
-	return follow(ctx, c.js, subject, func(subj string, data []byte) (*engine.Escalation, error) {
-		if subj != subject {
-			return nil, malformed("message on %s in a feed of %s", subj, subject)
-		}
-		esc, err := DecodeEscalation(data)
-		if err != nil {
-			return nil, fmt.Errorf("escalation on %s: %w", subj, err)
-		}
-		if esc.Tenant != tenant {
-			return nil, malformed("escalation on %s names tenant %s", subj, esc.Tenant)
-		}
-		return esc, nil
-	})
-}
-
-func follow[T FollowUpMessage](ctx context.Context, js jetstream.JetStream, subject string, decode func(string, []byte) (*T, error)) (*FollowUpFeed[T], error) {
-	cons, err := js.OrderedConsumer(ctx, RunsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{subject},
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("following %s: %w", subject, err)
-	}
-	msgs, err := cons.Messages()
-	if err != nil {
-		return nil, fmt.Errorf("following %s: %w", subject, err)
-	}
-	return &FollowUpFeed[T]{msgs: msgs, decode: decode}, nil
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
@@ -49,9 +51,9 @@ func runVerdict(id, runID string, round int, next string) *engine.Verdict {
 	}
 	switch next {
 	case engine.NextContinuation:
-		v.Run.FollowUpSubject = bus.ContinuationSubject("acme", runID)
+		v.Run.FollowUpSubject = wire.ContinuationSubject("acme", runID)
 	case engine.NextEscalation:
-		v.Run.FollowUpSubject = bus.EscalationSubject("acme")
+		v.Run.FollowUpSubject = wire.EscalationSubject("acme")
 	case "":
 		v.Outcome, v.Approved, v.Reason = engine.OutcomeApproved, true, "every criterion passes"
 		v.Run.MissingWork, v.Run.Findings, v.Run.NextRoundGuidance = nil, nil, ""
@@ -128,7 +130,7 @@ func TestSetupCreatesTheRunStream(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := info.Config
-			if c.Name != bus.RunsStream || !slices.Equal(c.Subjects, []string{"gated.continuations.>", "gated.escalations.>"}) {
+			if c.Name != wire.RunsStream || !slices.Equal(c.Subjects, []string{"gated.continuations.>", "gated.escalations.>"}) {
 				t.Fatalf("stream %s on %v", c.Name, c.Subjects)
 			}
 			if c.Retention != jetstream.LimitsPolicy || c.Storage != jetstream.FileStorage || c.Replicas != 1 {
@@ -363,7 +365,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 	store, res, _, js := runStore(t)
 	ctx := t.Context()
 	fu := bus.NewFollowUps(js, store)
-	contSubject := bus.ContinuationSubject("acme", "run1")
+	contSubject := wire.ContinuationSubject("acme", "run1")
 
 	v := runVerdict("p1", "run1", 1, engine.NextContinuation)
 	mustCreate(t, store, v)
@@ -460,7 +462,7 @@ func TestFollowUpReplayAfterACrash(t *testing.T) {
 	if err := fu.Send(ctx, esc); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(streamed(t, res, bus.EscalationSubject("acme"))); n != 1 {
+	if n := len(streamed(t, res, wire.EscalationSubject("acme"))); n != 1 {
 		t.Fatalf("%d escalations, want 1", n)
 	}
 	if rec := record(t, store, "run9"); rec.Closed != engine.RunEscalated || !slices.Equal(rounds(rec), []string{"3:p3:escalation:sent"}) {
@@ -472,7 +474,7 @@ func TestFollowUpFeeds(t *testing.T) {
 	store, _, nc, js := runStore(t)
 	ctx := t.Context()
 	fu := bus.NewFollowUps(js, store)
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +504,7 @@ func TestFollowUpFeeds(t *testing.T) {
 	send(runVerdict("p1", "run1", 1, engine.NextContinuation))
 	send(runVerdict("q1", "run2", 1, engine.NextContinuation)) // another run: not in run1's feed
 	// Something that is not a continuation lands on run1's subject.
-	if _, err := js.Publish(ctx, bus.ContinuationSubject("acme", "run1"), []byte(`{"v":1,"tenant":"acme","run_id":"run1","round":2,"surprise":true}`)); err != nil {
+	if _, err := js.Publish(ctx, wire.ContinuationSubject("acme", "run1"), []byte(`{"v":1,"tenant":"acme","run_id":"run1","round":2,"surprise":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	send(runVerdict("p2", "run1", 2, engine.NextContinuation))
@@ -519,7 +521,7 @@ func TestFollowUpFeeds(t *testing.T) {
 			return err
 		})
 		switch {
-		case errors.Is(err, bus.ErrMalformedFollowUp):
+		case errors.Is(err, fleet.ErrMalformedFollowUp):
 			malformed++
 		case err != nil:
 			t.Fatalf("continuation %d: %v", len(got)+1, err)
@@ -555,66 +557,12 @@ func TestFollowUpFeeds(t *testing.T) {
 	}
 
 	for _, bad := range []struct{ tenant, run string }{{"ACME", "run1"}, {"acme", "run.1"}, {"acme", ""}} {
-		if _, err := client.Continuations(ctx, bad.tenant, bad.run); !errors.Is(err, bus.ErrBadProposal) {
+		if _, err := client.Continuations(ctx, bad.tenant, bad.run); !errors.Is(err, fleet.ErrBadProposal) {
 			t.Errorf("Continuations(%q, %q): err = %v, want ErrBadProposal", bad.tenant, bad.run, err)
 		}
 	}
-	if _, err := client.Escalations(ctx, "a.b"); !errors.Is(err, bus.ErrBadProposal) {
+	if _, err := client.Escalations(ctx, "a.b"); !errors.Is(err, fleet.ErrBadProposal) {
 		t.Errorf("Escalations(a.b): err = %v, want ErrBadProposal", err)
-	}
-}
-
-func TestDecodeFollowUps(t *testing.T) {
-	_, _, cont, _ := engine.FollowUp(runVerdict("p1", "run1", 1, engine.NextContinuation))
-	_, _, esc, _ := engine.FollowUp(runVerdict("p3", "run1", 3, engine.NextEscalation))
-	edit := func(body []byte, change func(m map[string]any)) []byte {
-		var m map[string]any
-		if err := json.Unmarshal(body, &m); err != nil {
-			t.Fatal(err)
-		}
-		change(m)
-		out, err := json.Marshal(m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
-	}
-	tests := []struct {
-		note         string
-		data         []byte
-		continuation bool
-		ok           bool
-	}{
-		{note: "continuation", data: cont, continuation: true, ok: true},
-		{note: "escalation", data: esc, ok: true},
-		{note: "unknown field", data: edit(cont, func(m map[string]any) { m["approved"] = true }), continuation: true},
-		{note: "unknown nested field", data: edit(esc, func(m map[string]any) { m["review"].(map[string]any)["extra"] = 1 })},
-		{note: "schema version 2", data: edit(cont, func(m map[string]any) { m["v"] = 2 }), continuation: true},
-		{note: "dotted run id", data: edit(cont, func(m map[string]any) { m["run_id"] = "run.1" }), continuation: true},
-		{note: "round 1", data: edit(cont, func(m map[string]any) { m["round"] = 1 }), continuation: true},
-		{note: "past max rounds", data: edit(cont, func(m map[string]any) { m["max_rounds"] = 1 }), continuation: true},
-		{note: "review of another round", data: edit(esc, func(m map[string]any) { m["rounds"] = 2 })},
-		{note: "verdict link of another proposal", data: edit(esc, func(m map[string]any) { m["review"].(map[string]any)["verdict"] = "gated.verdicts.acme.p9" })},
-		{note: "trailing data", data: append(slices.Clone(cont), `{}`...), continuation: true},
-		{note: "null", data: []byte(`null`), continuation: true},
-		{note: "array", data: []byte(`[]`)},
-		{note: "an escalation is not a continuation", data: esc, continuation: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			var err error
-			if tc.continuation {
-				_, err = bus.DecodeContinuation(tc.data)
-			} else {
-				_, err = bus.DecodeEscalation(tc.data)
-			}
-			if (err == nil) != tc.ok {
-				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
-			}
-			if err != nil && !errors.Is(err, bus.ErrMalformedFollowUp) {
-				t.Fatalf("err = %v, want ErrMalformedFollowUp", err)
-			}
-		})
 	}
 }
 
@@ -627,7 +575,7 @@ type runDecider struct {
 }
 
 func (r *runDecider) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
-	a, err := bus.AddressOf(d.Data)
+	a, err := fleet.AddressOf(d.Data)
 	if err != nil {
 		return nil, err
 	}
@@ -643,7 +591,7 @@ func (r *runDecider) Decide(ctx context.Context, d engine.Delivery) (*engine.Ver
 }
 
 func (r *runDecider) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
-	a, _ := bus.AddressOf(d.Data)
+	a, _ := fleet.AddressOf(d.Data)
 	if stored, err := r.store.Get(ctx, a.Tenant, a.ID); err == nil {
 		return stored
 	}
@@ -674,7 +622,7 @@ func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 		if err := json.Unmarshal(data, &v); err != nil {
 			t.Errorf("publishing a verdict that is not JSON: %v", err)
 		}
-		if n := len(streamed(t, in.res, bus.ContinuationSubject("acme", "run-"+v.ProposalID))); n != 1 {
+		if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-"+v.ProposalID))); n != 1 {
 			t.Errorf("verdict published with %d continuations stored, want 1", n)
 		}
 		if rec, err := store.RunRecord(context.Background(), "acme", "run-"+v.ProposalID); err != nil || !slices.Equal(rounds(rec), []string{"1:" + v.ProposalID + ":continuation:sent"}) {
@@ -703,7 +651,7 @@ func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 	if got := seen.seen(); !slices.Equal(got, []int{1, 2}) {
 		t.Fatalf("deliveries %v, want [1 2]", got)
 	}
-	if n := len(streamed(t, in.res, bus.ContinuationSubject("acme", "run-w1"))); n != 1 || rd.decided.Load() != 1 {
+	if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-w1"))); n != 1 || rd.decided.Load() != 1 {
 		t.Fatalf("%d continuations from %d decisions, want 1 from 1", n, rd.decided.Load())
 	}
 }
@@ -758,7 +706,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 			if n := sends.Load(); n != 2 {
 				t.Fatalf("%d follow-up sends, want the failed one and its retry", n)
 			}
-			if n := len(streamed(t, in.res, bus.ContinuationSubject("acme", "run-f1"))); n != 1 {
+			if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-f1"))); n != 1 {
 				t.Fatalf("%d continuations, want 1", n)
 			}
 			if got := rounds(record(t, bus.NewVerdictStore(in.res.Verdicts), "run-f1")); !slices.Equal(got, []string{"1:f1:continuation:sent"}) {
@@ -793,7 +741,7 @@ func TestAbandonedRunVerdictSendsItsFollowUp(t *testing.T) {
 	if got := seen.seen(); len(got) != 0 {
 		t.Fatalf("decided again (deliveries %v)", got)
 	}
-	if n := len(streamed(t, in.res, bus.ContinuationSubject("acme", "run-gone1"))); n != 1 {
+	if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-gone1"))); n != 1 {
 		t.Fatalf("%d continuations, want 1", n)
 	}
 }
@@ -889,7 +837,7 @@ func TestEngineRunVerdictsSendTheirFollowUps(t *testing.T) {
 		t.Fatalf("escalation %+v", esc)
 	}
 	in.drained(t)
-	if n := len(streamed(t, in.res, bus.ContinuationSubject("acme", "run-e"))); n != 1 {
+	if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-e"))); n != 1 {
 		t.Fatalf("%d continuations, want 1", n)
 	}
 	rec := record(t, bus.NewVerdictStore(in.res.Verdicts), "run-e")
@@ -956,7 +904,7 @@ func TestTenantFollowsOnlyItsOwnRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(anc.Close)
-	client, err := bus.NewClient(anc)
+	client, err := fleet.NewClient(anc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins"
 )
@@ -132,7 +134,7 @@ func startSameIDGate(t *testing.T) (*gate, *answerLog) {
 		}
 		t.Cleanup(func() { w.Stop(5 * time.Second) })
 	}
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +185,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 						// No shared Nats-Msg-Id: the stream would drop the
 						// second message, and the fleet client would refuse
 						// the first one's verdict itself. Both reach gated.
-						a, err := bus.AddressOf(data)
+						a, err := fleet.AddressOf(data)
 						if err != nil {
 							errs <- err
 							return
@@ -226,7 +228,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 
 			var approvedDestructive, othersVerdict, notInvalid, notAudited, storedOther, ownerNotStored int
 			for _, p := range pairs {
-				a, err := bus.AddressOf(p.destructive)
+				a, err := fleet.AddressOf(p.destructive)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -356,7 +358,7 @@ func TestSameIDDifferentContentOnTheReviewService(t *testing.T) {
 				<-start
 				ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 				defer cancel()
-				m, err := nc.RequestWithContext(ctx, bus.ReviewSubject, data)
+				m, err := nc.RequestWithContext(ctx, wire.ReviewSubject, data)
 				replies <- reply{data: data, msg: m, err: err}
 			})
 		}

@@ -16,22 +16,17 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
-// The review service's names and subjects.
+// The review service's names. Its subjects, wire.ReviewSubject and
+// wire.ReviewSubjectPrefix + tenant, are in package wire: fleets share them.
 const (
 	// ServiceName is the nats micro service name: $SRV.PING.gated,
 	// $SRV.INFO.gated and $SRV.STATS.gated discover it.
 	ServiceName = "gated"
-	// ReviewSubject takes a proposal of any tenant: the tenant comes from
-	// the payload. It is for single-tenant or trusted deployments; give
-	// tenants gated.review.<tenant> instead.
-	ReviewSubject = "gated.review"
-	// ReviewSubjectPrefix + tenant is the per-tenant endpoint: it refuses
-	// a proposal of another tenant, so NATS permissions on the subject
-	// confine a tenant to its own proposals.
-	ReviewSubjectPrefix = "gated.review."
 	// ReviewQueueGroup is the queue group of both endpoints: every gated
 	// process serves them, and each request goes to one.
 	ReviewQueueGroup = "gated"
@@ -53,7 +48,7 @@ type ServiceConfig struct {
 	Version string
 	// Wait bounds how long a request waits for its verdict; past it the
 	// reply is a 504 error while the proposal stays queued and is decided
-	// as usual. Default DefaultWait (90 s).
+	// as usual. Default fleet.DefaultWait (90 s).
 	Wait time.Duration
 	// MaxConcurrent bounds requests waiting for verdicts at once; a request
 	// beyond it is refused at once with a 503 error. Default 1024.
@@ -71,7 +66,7 @@ type ServiceConfig struct {
 
 func (c ServiceConfig) withDefaults() (ServiceConfig, error) {
 	if c.Wait == 0 {
-		c.Wait = DefaultWait
+		c.Wait = fleet.DefaultWait
 	}
 	if c.MaxConcurrent == 0 {
 		c.MaxConcurrent = 1024
@@ -131,7 +126,7 @@ type ReviewStats struct {
 //	504  no verdict within ServiceConfig.Wait; the proposal is queued and
 //	     will be decided: read it later with Client.Verdict
 type Service struct {
-	client *Client
+	client *fleet.Client
 	nc     *nats.Conn
 	cfg    ServiceConfig
 	log    *zap.Logger
@@ -181,7 +176,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 	if log == nil {
 		log = zap.NewNop()
 	}
-	client, err := NewClient(nc, WithDefaultWait(cfg.Wait))
+	client, err := fleet.NewClient(nc, fleet.WithDefaultWait(cfg.Wait))
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +202,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 			"gated_version":    raw,
 			"wire_schema":      strconv.Itoa(engine.SchemaVersion),
 			"proposals":        engine.ProposalSubjectPrefix + "<tenant>.<action>",
-			"verdicts":         VerdictSubjectPrefix + "<tenant>.<id>",
+			"verdicts":         wire.VerdictSubjectPrefix + "<tenant>.<id>",
 			"review_wait":      cfg.Wait.String(),
 			"max_concurrent":   strconv.Itoa(cfg.MaxConcurrent),
 			"max_request_size": strconv.Itoa(cfg.MaxBytes),
@@ -227,8 +222,8 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		name, subject, tenant string
 		perTenant             bool
 	}{
-		{ReviewEndpoint, ReviewSubject, "the proposal's own (single-tenant or trusted deployments)", false},
-		{TenantReviewEndpoint, ReviewSubjectPrefix + "*", "the subject's last token; the proposal must name the same", true},
+		{ReviewEndpoint, wire.ReviewSubject, "the proposal's own (single-tenant or trusted deployments)", false},
+		{TenantReviewEndpoint, wire.ReviewSubjectPrefix + "*", "the subject's last token; the proposal must name the same", true},
 	}
 	for _, ep := range endpoints {
 		err := svc.AddEndpoint(ep.name, s.handler(ep.name, ep.perTenant),
@@ -353,13 +348,13 @@ func (s *Service) handler(name string, perTenant bool) micro.HandlerFunc {
 			refuse("413", "proposal is %d bytes, larger than the %d byte limit", len(data), s.cfg.MaxBytes)
 			return
 		}
-		a, err := AddressOf(data)
+		a, err := fleet.AddressOf(data)
 		if err != nil {
 			refuse("400", "%v", err)
 			return
 		}
 		if perTenant {
-			tenant := strings.TrimPrefix(req.Subject(), ReviewSubjectPrefix)
+			tenant := strings.TrimPrefix(req.Subject(), wire.ReviewSubjectPrefix)
 			if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant {
 				refuse("400", "subject %s: tenant token %q must match [a-z0-9_-]{1,64}", req.Subject(), tenant)
 				return
@@ -401,7 +396,7 @@ func (s *Service) handler(name string, perTenant bool) micro.HandlerFunc {
 // review publishes the proposal, waits for its verdict and replies. The
 // reply is published directly rather than through micro.Request, which is
 // not meant to be used once its handler has returned.
-func (s *Service) review(counters *endpointCounters, a Address, data []byte, reply string) {
+func (s *Service) review(counters *endpointCounters, a fleet.Address, data []byte, reply string) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Wait)
 	defer cancel()
 	v, err := s.client.ProposeRaw(ctx, data)
@@ -410,24 +405,24 @@ func (s *Service) review(counters *endpointCounters, a Address, data []byte, rep
 	case err == nil:
 		body, merr := json.Marshal(v)
 		if merr != nil {
-			s.errorReply(msg, counters, "500", fmt.Sprintf("encoding the verdict of %s: %v", a.key(), merr))
+			s.errorReply(msg, counters, "500", fmt.Sprintf("encoding the verdict of %s: %v", a.Key(), merr))
 			break
 		}
 		counters.verdict(v.Outcome)
 		msg.Data = body
 	case s.ctx.Err() != nil:
 		s.errorReply(msg, counters, "503", fmt.Sprintf("gated is stopping; proposal %s is queued and will be decided: "+
-			"read its verdict on %s or with `gated verdict get %s %s`", a.key(), VerdictSubject(a.Tenant, a.ID), a.Tenant, a.ID))
-	case errors.Is(err, ErrIDReused):
+			"read its verdict on %s or with `gated verdict get %s %s`", a.Key(), wire.VerdictSubject(a.Tenant, a.ID), a.Tenant, a.ID))
+	case errors.Is(err, fleet.ErrIDReused):
 		s.errorReply(msg, counters, "409", fmt.Sprintf("id %s is already used by a different proposal of tenant %s; it was not decided: choose a new id", a.ID, a.Tenant))
-	case errors.Is(err, ErrNoVerdict):
+	case errors.Is(err, fleet.ErrNoVerdict):
 		s.errorReply(msg, counters, "504", fmt.Sprintf("no verdict for %s within %s; the proposal is queued and will be decided: "+
-			"read its verdict on %s or with `gated verdict get %s %s`", a.key(), s.cfg.Wait, VerdictSubject(a.Tenant, a.ID), a.Tenant, a.ID))
+			"read its verdict on %s or with `gated verdict get %s %s`", a.Key(), s.cfg.Wait, wire.VerdictSubject(a.Tenant, a.ID), a.Tenant, a.ID))
 	default:
-		s.errorReply(msg, counters, "500", fmt.Sprintf("proposal %s: %v", a.key(), err))
+		s.errorReply(msg, counters, "500", fmt.Sprintf("proposal %s: %v", a.Key(), err))
 	}
 	if err := s.nc.PublishMsg(msg); err != nil {
-		s.log.Warn("replying to a review request", zap.String("key", a.key()), zap.Error(err))
+		s.log.Warn("replying to a review request", zap.String("key", a.Key()), zap.Error(err))
 	}
 }
 

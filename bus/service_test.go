@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -179,13 +180,13 @@ func TestServiceRefusals(t *testing.T) {
 		say     string
 		is      error
 	}{
-		{note: "not JSON", subject: "gated.review", data: []byte("restart everything"), code: "400", say: "cannot be addressed", is: bus.ErrBadProposal},
-		{note: "empty", subject: "gated.review", data: nil, code: "400", say: "cannot be addressed", is: bus.ErrBadProposal},
-		{note: "no tenant", subject: "gated.review", data: []byte(`{"id":"x","action":"y"}`), code: "400", say: "tenant", is: bus.ErrBadProposal},
-		{note: "dotted id", subject: "gated.review.acme", data: []byte(`{"tenant":"acme","id":"a.b","action":"y"}`), code: "400", say: "id", is: bus.ErrBadProposal},
-		{note: "bad action", subject: "gated.review.acme", data: []byte(`{"tenant":"acme","id":"ab","action":"y z"}`), code: "400", say: "action", is: bus.ErrBadProposal},
-		{note: "oversize", subject: "gated.review", data: big, code: "413", say: "byte limit", is: bus.ErrBadProposal},
-		{note: "another tenant", subject: "gated.review.initech", data: proposal("mis-1", "read", "host_list_services", ""), code: "403", say: `tenant "acme"`, is: bus.ErrTenantMismatch},
+		{note: "not JSON", subject: "gated.review", data: []byte("restart everything"), code: "400", say: "cannot be addressed", is: fleet.ErrBadProposal},
+		{note: "empty", subject: "gated.review", data: nil, code: "400", say: "cannot be addressed", is: fleet.ErrBadProposal},
+		{note: "no tenant", subject: "gated.review", data: []byte(`{"id":"x","action":"y"}`), code: "400", say: "tenant", is: fleet.ErrBadProposal},
+		{note: "dotted id", subject: "gated.review.acme", data: []byte(`{"tenant":"acme","id":"a.b","action":"y"}`), code: "400", say: "id", is: fleet.ErrBadProposal},
+		{note: "bad action", subject: "gated.review.acme", data: []byte(`{"tenant":"acme","id":"ab","action":"y z"}`), code: "400", say: "action", is: fleet.ErrBadProposal},
+		{note: "oversize", subject: "gated.review", data: big, code: "413", say: "byte limit", is: fleet.ErrBadProposal},
+		{note: "another tenant", subject: "gated.review.initech", data: proposal("mis-1", "read", "host_list_services", ""), code: "403", say: `tenant "acme"`, is: fleet.ErrTenantMismatch},
 		{note: "bad subject tenant", subject: "gated.review.ACME", data: proposal("mis-2", "read", "host_list_services", ""), code: "400", say: "tenant token"},
 	}
 	for _, tc := range tests {
@@ -198,7 +199,7 @@ func TestServiceRefusals(t *testing.T) {
 			if tc.is != nil {
 				n := 0
 				_, _ = fmt.Sscan(code, &n)
-				if err := error(&bus.ServiceError{Code: n, Description: desc}); !errors.Is(err, tc.is) {
+				if err := error(&fleet.ServiceError{Code: n, Description: desc}); !errors.Is(err, tc.is) {
 					t.Fatalf("%v does not match %v", err, tc.is)
 				}
 			}
@@ -214,45 +215,16 @@ func TestServiceRefusals(t *testing.T) {
 	}
 }
 
-// gatekeeper holds proposals in Decide until released, and reports each
-// one that arrives.
-type gatekeeper struct {
-	next    bus.Decider
-	arrived chan string
-	release chan struct{}
-	once    sync.Once
-}
-
-// open lets every held proposal, and every later one, through.
-func (k *gatekeeper) open() { k.once.Do(func() { close(k.release) }) }
-
-func newGatekeeper() *gatekeeper {
-	return &gatekeeper{arrived: make(chan string, 64), release: make(chan struct{})}
-}
-
-func (k *gatekeeper) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
-	k.arrived <- d.MsgID
-	select {
-	case <-k.release:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	return k.next.Decide(ctx, d)
-}
-
-func (k *gatekeeper) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
-	return k.next.GiveUp(ctx, d, cause)
-}
-
-func (k *gatekeeper) wrap(d bus.Decider) bus.Decider { k.next = d; return k }
-
 // startHeldGate is startGate with every proposal held by k until it opens
 // (at the latest when the test ends, before the worker stops).
-func startHeldGate(t *testing.T, k *gatekeeper) *gate {
+func startHeldGate(t *testing.T, k *bustest.Gatekeeper) *gate {
 	t.Helper()
-	g := startGate(t, k.wrap, bus.Config{})
-	t.Cleanup(k.open)
-	return g
+	g := bustest.StartHeldGated(t, k)
+	client, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &gate{nc: g.NC, js: g.JS, res: g.Resources, client: client}
 }
 
 // TestServiceServesConcurrently holds every proposal in the worker until
@@ -260,7 +232,7 @@ func startHeldGate(t *testing.T, k *gatekeeper) *gate {
 // one at a time would never publish the second, and every request would
 // end in a 504.
 func TestServiceServesConcurrently(t *testing.T) {
-	k := newGatekeeper()
+	k := bustest.NewGatekeeper()
 	g := startHeldGate(t, k)
 	startService(t, g, bus.ServiceConfig{Wait: 30 * time.Second})
 	const n = 3
@@ -277,12 +249,12 @@ func TestServiceServesConcurrently(t *testing.T) {
 	}
 	for range n {
 		select {
-		case <-k.arrived:
+		case <-k.Arrived:
 		case r := <-results:
 			t.Fatalf("a request ended before all %d were in flight: %+v, %v", n, r.v, r.err)
 		}
 	}
-	k.open()
+	k.Open()
 	for range n {
 		r := <-results
 		if r.err != nil || !r.v.Approved {
@@ -292,7 +264,7 @@ func TestServiceServesConcurrently(t *testing.T) {
 }
 
 func TestServiceOverloadedAndTimedOut(t *testing.T) {
-	k := newGatekeeper()
+	k := bustest.NewGatekeeper()
 	g := startHeldGate(t, k)
 	startService(t, g, bus.ServiceConfig{MaxConcurrent: 1, Wait: 500 * time.Millisecond})
 	first := make(chan error, 1)
@@ -300,21 +272,21 @@ func TestServiceOverloadedAndTimedOut(t *testing.T) {
 		_, err := g.client.RequestReview(t.Context(), proposal("over-1", "read", "host_list_services", ""))
 		first <- err
 	}()
-	<-k.arrived // the first request holds the only slot
+	<-k.Arrived // the first request holds the only slot
 	_, err := g.client.RequestReview(t.Context(), proposal("over-2", "read", "host_list_services", ""))
-	var se *bus.ServiceError
-	if !errors.As(err, &se) || se.Code != 503 || !errors.Is(err, bus.ErrServiceUnavailable) || !strings.Contains(se.Description, "overloaded") {
+	var se *fleet.ServiceError
+	if !errors.As(err, &se) || se.Code != 503 || !errors.Is(err, fleet.ErrServiceUnavailable) || !strings.Contains(se.Description, "overloaded") {
 		t.Fatalf("second request: err = %v, want 503 overloaded", err)
 	}
 	// The first request's verdict is held past the service's wait.
 	err = <-first
-	if !errors.As(err, &se) || se.Code != 504 || !errors.Is(err, bus.ErrNoVerdict) || !strings.Contains(se.Description, "gated verdict get acme over-1") {
+	if !errors.As(err, &se) || se.Code != 504 || !errors.Is(err, fleet.ErrNoVerdict) || !strings.Contains(se.Description, "gated verdict get acme over-1") {
 		t.Fatalf("held request: err = %v, want 504 naming the look-up", err)
 	}
 }
 
 func TestServiceStop(t *testing.T) {
-	k := newGatekeeper()
+	k := bustest.NewGatekeeper()
 	g := startHeldGate(t, k)
 	svc := startService(t, g, bus.ServiceConfig{})
 	held := make(chan error, 1)
@@ -322,15 +294,15 @@ func TestServiceStop(t *testing.T) {
 		_, err := g.client.RequestReview(t.Context(), proposal("stop-1", "read", "host_list_services", ""))
 		held <- err
 	}()
-	<-k.arrived
+	<-k.Arrived
 	svc.Stop(0)
 	svc.Stop(0) // idempotent
 	err := <-held
-	var se *bus.ServiceError
+	var se *fleet.ServiceError
 	if !errors.As(err, &se) || se.Code != 503 || !strings.Contains(se.Description, "stopping") {
 		t.Fatalf("request in flight at Stop: err = %v, want 503 stopping", err)
 	}
-	if _, err := g.client.RequestReview(t.Context(), proposal("stop-2", "read", "host_list_services", "")); !errors.Is(err, bus.ErrServiceUnavailable) {
+	if _, err := g.client.RequestReview(t.Context(), proposal("stop-2", "read", "host_list_services", "")); !errors.Is(err, fleet.ErrServiceUnavailable) {
 		t.Fatalf("after Stop: err = %v, want ErrServiceUnavailable", err)
 	}
 	var nilService *bus.Service

@@ -1,6 +1,7 @@
 // Package bus connects gated to NATS: the embedded server, the streams,
 // the verdict bucket, the proposal consumer, verdict publishing, the audit
-// trail and the fleet client.
+// trail, the review service and operator decisions. Fleets use package
+// fleet instead, which does not compile any of it.
 package bus
 
 import (
@@ -12,22 +13,18 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
-// Subjects and names of the v1 wire contract.
+// Subjects and names of the v1 wire contract that only gated uses; those
+// fleets share with gated are in package wire.
 const (
-	ProposalSubjects     = "gated.proposals.*.*"
-	VerdictSubjectPrefix = "gated.verdicts."
-	AuditSubjectPrefix   = "gated.audit."
-	ProposalsStream      = "GATED_PROPOSALS"
-	AuditStream          = "GATED_AUDIT"
-	// RunsStream keeps the follow-ups of run reviews: continuations on
-	// gated.continuations.<tenant>.<run_id> and escalations on
-	// gated.escalations.<tenant>.
-	RunsStream    = "GATED_RUNS"
-	VerdictBucket = "GATED_VERDICTS"
-	ConsumerName  = "gated"
+	ProposalSubjects   = "gated.proposals.*.*"
+	AuditSubjectPrefix = "gated.audit."
+	ProposalsStream    = "GATED_PROPOSALS"
+	AuditStream        = "GATED_AUDIT"
+	ConsumerName       = "gated"
 )
 
 // ErrInvalidConfig is wrapped by configuration errors.
@@ -124,7 +121,7 @@ type Resources struct {
 	Audit     jetstream.Stream
 	Verdicts  jetstream.KeyValue
 	Consumer  jetstream.Consumer
-	// Runs is the stream of run follow-ups, RunsStream.
+	// Runs is the stream of run follow-ups, wire.RunsStream.
 	Runs jetstream.Stream
 }
 
@@ -182,7 +179,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	}
 	r.Verdicts, err = retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket:      VerdictBucket,
+			Bucket:      wire.VerdictBucket,
 			Description: "Verdicts by <tenant>.<proposal id>, for idempotent replay and look-up.",
 			History:     1,
 			TTL:         cfg.VerdictTTL,
@@ -191,11 +188,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating bucket %s: %w", VerdictBucket, err)
+		return nil, fmt.Errorf("creating bucket %s: %w", wire.VerdictBucket, err)
 	}
 	r.Runs, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        RunsStream,
+			Name:        wire.RunsStream,
 			Description: "Follow-ups of run reviews: continuations for workers, escalations for humans.",
 			Subjects:    []string{engine.ContinuationSubjectPrefix + ">", engine.EscalationSubjectPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
@@ -207,7 +204,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", RunsStream, err)
+		return nil, fmt.Errorf("creating stream %s: %w", wire.RunsStream, err)
 	}
 	r.Consumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{
@@ -285,11 +282,6 @@ const (
 	jsClusterNotAvailable jetstream.ErrorCode = 10008
 	jsNoSuitablePeers     jetstream.ErrorCode = 10005
 )
-
-// VerdictSubject is where the verdict for tenant and id is published.
-func VerdictSubject(tenant, id string) string {
-	return VerdictSubjectPrefix + tenant + "." + id
-}
 
 // AuditSubject is the subject of one audit event.
 func AuditSubject(tenant, event string) string {

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -336,7 +337,7 @@ func (w *Worker) publishVerdict(v *engine.Verdict) error {
 	if err != nil {
 		return err
 	}
-	return w.publish(VerdictSubject(v.Tenant, v.ProposalID), data)
+	return w.publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 }
 
 // keepAlive tells JetStream that the proposals being worked on still

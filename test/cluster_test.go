@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/wire"
 )
 
 // TestClusterThreeGated scales gated out the way the design says: three
@@ -52,7 +53,7 @@ func assertReplicated(t *testing.T, cluster *natsCluster, replicas int) {
 	js := connectJS(t, cluster.url())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + bus.VerdictBucket} {
+	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + wire.VerdictBucket} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)
@@ -91,7 +92,7 @@ func connectJS(t *testing.T, natsURL string) jetstream.JetStream {
 func waitReplicasCurrent(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + bus.VerdictBucket} {
+	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + wire.VerdictBucket} {
 		for {
 			ok, state := replicasCurrent(t, js, name)
 			if ok {

@@ -17,20 +17,20 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
-// fleetClient connects a bus.Client to a running gated.
-func fleetClient(t *testing.T, url string, opts ...nats.Option) *bus.Client {
+// fleetClient connects a fleet.Client to a running gated.
+func fleetClient(t *testing.T, url string, opts ...nats.Option) *fleet.Client {
 	t.Helper()
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(nc.Close)
-	c, err := bus.NewClient(nc)
+	c, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +71,10 @@ func TestFleetClientAgainstGated(t *testing.T) {
 		want    error
 	}{
 		{note: "approved by the sop reviewer", p: exampleProposal(t, "approved.json"), outcome: engine.OutcomeApproved},
-		{note: "rejected at policy", p: exampleProposal(t, "rejected-skip-review.json"), outcome: engine.OutcomeRejected, want: bus.ErrReviewRejected},
-		{note: "rejected by the reviewer", p: exampleProposal(t, "rejected-no-sop.json"), outcome: engine.OutcomeRejected, want: bus.ErrReviewRejected},
-		{note: "blocked: no such persona", p: blocked, outcome: engine.OutcomeBlocked, want: bus.ErrReviewBlocked},
-		{note: "invalid class", p: invalid, outcome: engine.OutcomeInvalid, want: bus.ErrProposalInvalid},
+		{note: "rejected at policy", p: exampleProposal(t, "rejected-skip-review.json"), outcome: engine.OutcomeRejected, want: fleet.ErrReviewRejected},
+		{note: "rejected by the reviewer", p: exampleProposal(t, "rejected-no-sop.json"), outcome: engine.OutcomeRejected, want: fleet.ErrReviewRejected},
+		{note: "blocked: no such persona", p: blocked, outcome: engine.OutcomeBlocked, want: fleet.ErrReviewBlocked},
+		{note: "invalid class", p: invalid, outcome: engine.OutcomeInvalid, want: fleet.ErrProposalInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -89,31 +89,31 @@ func TestFleetClientAgainstGated(t *testing.T) {
 	}
 
 	// The Gate: the tool runs once on approval, never otherwise.
-	gate, err := bus.NewGate(client, bus.Identity{Tenant: "acme", Agent: "fleet-test-agent", Operator: &engine.Operator{ID: "alice"}})
+	gate, err := fleet.NewToolGate(client, fleet.Identity{Tenant: "acme", Agent: "fleet-test-agent", Operator: &engine.Operator{ID: "alice"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var runs atomic.Int32
-	restart := bus.Guard(gate, bus.ToolSpec[int]{
+	restart := fleet.Guard(gate, fleet.ToolSpec[int]{
 		Action: "host_restart_service", Class: engine.ClassWrite,
-		Describe: func(device int) bus.Change {
-			return bus.Change{Target: map[string]any{"device_id": device, "service": "nginx"}, Reason: "wedged", BlastRadius: engine.BlastSingleDevice}
+		Describe: func(device int) fleet.Change {
+			return fleet.Change{Target: map[string]any{"device_id": device, "service": "nginx"}, Reason: "wedged", BlastRadius: engine.BlastSingleDevice}
 		},
 	}, func(context.Context, int) (string, error) { runs.Add(1); return "restarted", nil })
-	drop := bus.Guard(gate, bus.ToolSpec[string]{
+	drop := fleet.Guard(gate, fleet.ToolSpec[string]{
 		Action: "db_drop_table", Class: engine.ClassDestructive,
-		Describe: func(table string) bus.Change {
-			return bus.Change{Target: map[string]any{"table": table}, Reason: "unused", BlastRadius: engine.BlastCluster}
+		Describe: func(table string) fleet.Change {
+			return fleet.Change{Target: map[string]any{"table": table}, Reason: "unused", BlastRadius: engine.BlastCluster}
 		},
 	}, func(context.Context, string) (string, error) { runs.Add(1); return "dropped", nil })
 	if out, err := restart(ctx, 702); err != nil || out != "restarted" || runs.Load() != 1 {
 		t.Fatalf("approved restart: %q, %v, %d runs", out, err, runs.Load())
 	}
 	// The same device again, moments later: target_cooldown refuses it.
-	if _, err := restart(ctx, 702); !errors.Is(err, bus.ErrReviewRejected) || runs.Load() != 1 {
+	if _, err := restart(ctx, 702); !errors.Is(err, fleet.ErrReviewRejected) || runs.Load() != 1 {
 		t.Fatalf("second restart: err %v, %d runs; want ErrReviewRejected and no run", err, runs.Load())
 	}
-	var ve *bus.VerdictError
+	var ve *fleet.VerdictError
 	if _, err := drop(ctx, "orders_2019"); !errors.As(err, &ve) || ve.Verdict.Reviews[0].Persona != "dba" || runs.Load() != 1 {
 		t.Fatalf("drop: err %v, %d runs; want a rejection by the dba persona and no run", err, runs.Load())
 	}
@@ -312,7 +312,7 @@ func TestFleetExample(t *testing.T) {
 }
 
 // TestFleetClientWithTenantPermissionsOnly runs gated on an external
-// server where tenant acme has exactly the rights bus.Client documents,
+// server where tenant acme has exactly the rights fleet.Client documents,
 // with an inbox prefix of its own and no JetStream API rights, and checks
 // that every client call works without a permissions violation.
 func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
@@ -359,7 +359,7 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 	}
 	select {
 	case err := <-violations:
-		t.Fatalf("the client needed a right bus.Client does not document: %v", err)
+		t.Fatalf("the client needed a right fleet.Client does not document: %v", err)
 	default:
 	}
 }

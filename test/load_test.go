@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -176,7 +177,7 @@ func newLoad(t *testing.T, natsURL, prefix string) *fleetLoad {
 	l := &fleetLoad{t: t, prefix: prefix, nc: nc, js: js, props: map[string]*sentProposal{},
 		wire: map[string][]wireVerdict{}, done: make(chan struct{}), stop: make(chan struct{})}
 	t.Cleanup(func() { close(l.stop) })
-	l.sub, err = nc.Subscribe(bus.VerdictSubjectPrefix+loadTenant+".>", l.onVerdict)
+	l.sub, err = nc.Subscribe(wire.VerdictSubjectPrefix+loadTenant+".>", l.onVerdict)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +333,7 @@ func (l *fleetLoad) verdictBucket(t *testing.T) jetstream.KeyValue {
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-		kv, err := l.js.KeyValue(ctx, bus.VerdictBucket)
+		kv, err := l.js.KeyValue(ctx, wire.VerdictBucket)
 		cancel()
 		if err == nil {
 			return kv

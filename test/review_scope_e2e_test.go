@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -181,7 +181,7 @@ func TestRunThatDidNotCompleteIsNotApproved(t *testing.T) {
 			if v.Approved != tc.approved {
 				t.Fatalf("%s run: %s at %s: %s; want approved %v", tc.status, v.Outcome, v.Stage, v.Reason, tc.approved)
 			}
-			if !tc.approved && !errors.Is(err, bus.ErrReviewRejected) {
+			if !tc.approved && !errors.Is(err, fleet.ErrReviewRejected) {
 				t.Fatalf("%s run: %v (%s: %s), want a rejection", tc.status, err, v.Outcome, v.Reason)
 			}
 			if tc.approved && tc.status != engine.RunCompleted && !strings.Contains(v.Reason, "accepted terminal status "+tc.status) {

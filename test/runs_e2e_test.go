@@ -14,7 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -30,7 +31,7 @@ func runsIn(t *testing.T, natsURL, subject string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := js.Stream(t.Context(), bus.RunsStream)
+	s, err := js.Stream(t.Context(), wire.RunsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestOrchestratorExample(t *testing.T) {
 	if strings.Contains(text, "round 4") {
 		t.Errorf("the loop took more than three rounds:\n%s", text)
 	}
-	subject := bus.ContinuationSubject("acme", "e2e-loop")
+	subject := wire.ContinuationSubject("acme", "e2e-loop")
 	if n := runsIn(t, g.natsURL, subject); n != 2 {
 		t.Fatalf("%d continuations stored, want 2", n)
 	}
@@ -86,7 +87,7 @@ func TestOrchestratorExample(t *testing.T) {
 	// sends nothing.
 	p := failingRun("e2e-loop", 1)
 	p.ID = "e2e-loop-r1"
-	if v, err := client.Propose(ctx, p); !errors.Is(err, bus.ErrIDReused) {
+	if v, err := client.Propose(ctx, p); !errors.Is(err, fleet.ErrIDReused) {
 		t.Fatalf("a reused id: %v (%+v)", err, v)
 	}
 	if n := runsIn(t, g.natsURL, subject); n != 2 {
@@ -125,17 +126,17 @@ func TestRunEscalatesAfterItsLastRound(t *testing.T) {
 	defer escalations.Stop()
 
 	v, err := client.Propose(ctx, failingRun("esc-1", 1))
-	if !errors.Is(err, bus.ErrReviewRejected) || v.Run.Next != engine.NextContinuation {
+	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run.Next != engine.NextContinuation {
 		t.Fatalf("round 1: %v, run %+v", err, v.Run)
 	}
 	// The same proposal again is a replay: the stored verdict, no second
 	// continuation.
 	again, err := client.Propose(ctx, failingRun("esc-1", 1))
-	if !errors.Is(err, bus.ErrReviewRejected) || again.AuditSeq != v.AuditSeq {
+	if !errors.Is(err, fleet.ErrReviewRejected) || again.AuditSeq != v.AuditSeq {
 		t.Fatalf("replay of round 1: %v, audit seq %d, want %d", err, again.AuditSeq, v.AuditSeq)
 	}
 	v, err = client.Propose(ctx, failingRun("esc-1", 2))
-	if !errors.Is(err, bus.ErrReviewRejected) || v.Run.Next != engine.NextEscalation {
+	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run.Next != engine.NextEscalation {
 		t.Fatalf("round 2: %v, run %+v", err, v.Run)
 	}
 	esc, err := escalations.Next(ctx)
@@ -146,13 +147,13 @@ func TestRunEscalatesAfterItsLastRound(t *testing.T) {
 		t.Errorf("escalation %+v", esc)
 	}
 	v, err = client.Propose(ctx, failingRun("esc-1", 3))
-	if !errors.Is(err, bus.ErrReviewRejected) || v.Run == nil || v.Run.Next != "" || !strings.Contains(v.Reason, "run_closed") {
+	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run == nil || v.Run.Next != "" || !strings.Contains(v.Reason, "run_closed") {
 		t.Fatalf("round 3: %v, %s", err, v.Reason)
 	}
-	if n := runsIn(t, g.natsURL, bus.EscalationSubject("acme")); n != 1 {
+	if n := runsIn(t, g.natsURL, wire.EscalationSubject("acme")); n != 1 {
 		t.Errorf("%d escalations stored, want 1", n)
 	}
-	if n := runsIn(t, g.natsURL, bus.ContinuationSubject("acme", "esc-1")); n != 1 {
+	if n := runsIn(t, g.natsURL, wire.ContinuationSubject("acme", "esc-1")); n != 1 {
 		t.Errorf("%d continuations stored, want 1", n)
 	}
 }
@@ -185,7 +186,7 @@ func TestRunManualCriterionWaitsForAnOperator(t *testing.T) {
 		{ID: "signoff", Description: "the release manager agrees", Required: true, Kind: engine.CriterionManual},
 	}
 	v, err := client.Propose(ctx, p)
-	if !errors.Is(err, bus.ErrReviewBlocked) || v.Run == nil || len(v.Run.AwaitingOperator) != 1 {
+	if !errors.Is(err, fleet.ErrReviewBlocked) || v.Run == nil || len(v.Run.AwaitingOperator) != 1 {
 		t.Fatalf("proposal: %v, %+v", err, v)
 	}
 	code, stdout, stderr = gatedCLI(t, "operator", "decide", "acme", p.ID, "--criterion", "signoff=pass",

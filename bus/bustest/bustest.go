@@ -1,5 +1,6 @@
 // Package bustest starts real NATS servers with JetStream for tests: in
-// process, on a free loopback port, with their files in a test temp dir.
+// process, on a free loopback port, with their files in a test temp dir;
+// and gated's intake over them, with the real engine and default policy.
 package bustest
 
 import (

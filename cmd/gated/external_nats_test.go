@@ -14,6 +14,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -138,7 +140,7 @@ log_format: json
 
 	ctx2, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + bus.VerdictBucket} {
+	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + wire.VerdictBucket} {
 		s, err := js.Stream(ctx2, name)
 		if err != nil {
 			t.Fatal(err)
@@ -155,14 +157,14 @@ log_format: json
 			if info.Config.MaxAge != 720*time.Hour {
 				t.Errorf("%s max age %s, want 720h from audit_max_age", name, info.Config.MaxAge)
 			}
-		case "KV_" + bus.VerdictBucket:
+		case "KV_" + wire.VerdictBucket:
 			if info.Config.MaxAge != 36*time.Hour {
 				t.Errorf("%s TTL %s, want 36h from verdict_ttl", name, info.Config.MaxAge)
 			}
 		}
 	}
 
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 )
 
 // natsConnOptions are the flags that say how to reach and authenticate to
@@ -293,12 +293,12 @@ func natsErrorLog(log *zap.Logger) nats.Option {
 // client connects once, without reconnecting (a command makes a few
 // requests and exits), and wraps the connection in a fleet client. The
 // caller closes the connection.
-func (o *natsConnOptions) client(servers, name string) (*nats.Conn, *bus.Client, error) {
+func (o *natsConnOptions) client(servers, name string) (*nats.Conn, *fleet.Client, error) {
 	nc, err := o.connect(servers, name, nats.Timeout(5*time.Second), nats.MaxReconnects(0))
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		nc.Close()
 		return nil, nil, err

@@ -251,7 +251,7 @@ operator decisions, gated's store or audit trail failed).`,
 			if err != nil {
 				return usageError("%v", err)
 			}
-			v, err := client.SendOperatorDecision(ctx, body, hdr)
+			v, err := bus.SendOperatorDecision(ctx, nc, body, hdr)
 			var refused *bus.OperatorRefusal
 			switch {
 			case errors.As(err, &refused) && errors.Is(err, bus.ErrOperatorRefused):

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
@@ -336,7 +337,7 @@ func TestServeRefusesBadOperators(t *testing.T) {
 func TestVerdictPublisher(t *testing.T) {
 	s := bustest.Server(t)
 	nc, _ := bustest.Connect(t, s)
-	sub, err := nc.SubscribeSync(bus.VerdictSubject("acme", "p-1"))
+	sub, err := nc.SubscribeSync(wire.VerdictSubject("acme", "p-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,13 +396,13 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	kv, err := js.KeyValue(t.Context(), bus.VerdictBucket)
+	kv, err := js.KeyValue(t.Context(), wire.VerdictBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	store := bus.NewVerdictStore(kv)
 	(&operatorFixture{store: store}).hold(t, "held-serve", "ux-check")
-	sub, err := nc.SubscribeSync(bus.VerdictSubject("acme", "held-serve"))
+	sub, err := nc.SubscribeSync(wire.VerdictSubject("acme", "held-serve"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,12 +430,12 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	if err := json.Unmarshal(m.Data, &published); err != nil || published.AuditSeq != v.AuditSeq {
 		t.Fatalf("published %s (%v)", m.Data, err)
 	}
-	runs, err := js.Stream(t.Context(), bus.RunsStream)
+	runs, err := js.Stream(t.Context(), wire.RunsStream)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := runs.GetLastMsgForSubject(t.Context(), v.Run.FollowUpSubject); err != nil {
-		t.Fatalf("no continuation on %s in %s: %v", v.Run.FollowUpSubject, bus.RunsStream, err)
+		t.Fatalf("no continuation on %s in %s: %v", v.Run.FollowUpSubject, wire.RunsStream, err)
 	}
 
 	stop()

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 )
 
 func proposeCmd() *cobra.Command {
@@ -51,7 +51,7 @@ unavailable).`,
 			if !json.Valid(data) {
 				return usageError("%s is not valid JSON", file)
 			}
-			if _, err := bus.AddressOf(data); err != nil {
+			if _, err := fleet.AddressOf(data); err != nil {
 				return usageError("%s: %v", file, err)
 			}
 			nc, err := conn.connect(url, "gated-propose", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
@@ -66,7 +66,7 @@ unavailable).`,
 				return err
 			}
 			defer nc.Close()
-			client, err := bus.NewClient(nc)
+			client, err := fleet.NewClient(nc)
 			if err != nil {
 				return err
 			}
@@ -82,7 +82,7 @@ unavailable).`,
 			}
 			out, _ := json.MarshalIndent(v, "", "  ")
 			fmt.Fprintln(cmd.OutOrStdout(), string(out))
-			if err := bus.CheckVerdict(v); err != nil {
+			if err := fleet.CheckVerdict(v); err != nil {
 				return &exitError{code: exitNotApproved, err: fmt.Errorf("not approved: %s", v.Outcome), silent: true}
 			}
 			return nil
@@ -100,11 +100,11 @@ unavailable).`,
 // proposeError gives a failed proposal its exit status.
 func proposeError(err error) error {
 	switch {
-	case errors.Is(err, bus.ErrBadProposal), errors.Is(err, bus.ErrTenantMismatch):
+	case errors.Is(err, fleet.ErrBadProposal), errors.Is(err, fleet.ErrTenantMismatch):
 		return usageError("%v", err)
-	case errors.Is(err, bus.ErrIDReused):
+	case errors.Is(err, fleet.ErrIDReused):
 		return &exitError{code: exitNotApproved, err: fmt.Errorf("%v; it was not decided: choose a new id", err)}
-	case errors.Is(err, bus.ErrNoVerdict):
+	case errors.Is(err, fleet.ErrNoVerdict):
 		return fmt.Errorf("%w; the proposal may still be decided: check with gated verdict get TENANT ID", err)
 	}
 	return err

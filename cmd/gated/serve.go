@@ -21,6 +21,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -108,7 +110,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.BoolVar(&o.reviewService, "review-service", true, "serve the request/reply endpoints gated.review and gated.review.<tenant> (nats micro service \"gated\")")
 	f.StringVar(&o.operators, "operators", "", "YAML file of the operators (nkey public keys) whose signed decisions on held run reviews gated accepts on gated.operator.<tenant>.<id> (docs/OPERATORS.md); empty: none")
 	_ = c.MarkFlagFilename("operators", "yaml", "yml")
-	f.DurationVar(&o.reviewWait, "review-wait", bus.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
+	f.DurationVar(&o.reviewWait, "review-wait", fleet.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
@@ -411,7 +413,7 @@ func verdictPublisher(nc *nats.Conn) bus.VerdictHook {
 		if err != nil {
 			return err
 		}
-		return nc.Publish(bus.VerdictSubject(v.Tenant, v.ProposalID), data)
+		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
 }
 

@@ -1,7 +1,7 @@
 // Command fleet is a simulated fleet of AI agents that puts gated in front
-// of its tools. Each agent is a goroutine with its own bus.Gate; its tools
-// are plain Go functions wrapped with bus.Guard, so reads run at once and
-// every change runs only when gated approves it. The agents work through
+// of its tools. Each agent is a goroutine with its own fleet.ToolGate; its
+// tools are plain Go functions wrapped with fleet.Guard, so reads run at
+// once and every change runs only when gated approves it. The agents work through
 // a realistic mix: reads, routine restarts and scale-outs, credential
 // rotations, database changes that the policy routes to the dba persona,
 // destructive operations, marketplace skills, and agents that try to skip
@@ -33,7 +33,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -107,11 +107,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return fmt.Errorf("connecting to %s: %w (is gated serve running?)", o.natsURL, err)
 	}
 	defer nc.Close()
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		return err
 	}
-	f := &fleet{client: client, opts: o, runID: runID(), printer: newPrinter(out, o.jsonLines)}
+	f := &simulation{client: client, opts: o, runID: runID(), printer: newPrinter(out, o.jsonLines)}
 	plan := makePlan(o)
 	var wg sync.WaitGroup
 	for i := range o.agents {
@@ -194,8 +194,10 @@ func makePlan(o options) [][]call {
 	return plan
 }
 
-type fleet struct {
-	client  bus.Proposer
+// simulation is one run of the fleet: the agents' shared client, the
+// options, and where the calls are printed.
+type simulation struct {
+	client  fleet.Proposer
 	opts    options
 	runID   string
 	printer *printer
@@ -223,11 +225,11 @@ type (
 	skillArgs struct{ Skill, Input string }
 )
 
-// agent is one simulated agent: its Gate and its guarded tools.
+// agent is one simulated agent: its ToolGate and its guarded tools.
 type agent struct {
 	name    string
 	tenant  string
-	f       *fleet
+	f       *simulation
 	last    atomic.Pointer[engine.Verdict] // the verdict of the agent's current call
 	runs    int
 	list    func(context.Context, hostArgs) (string, error)
@@ -240,36 +242,36 @@ type agent struct {
 	skill   func(context.Context, skillArgs) (string, error)
 }
 
-func (f *fleet) newAgent(i int) (*agent, error) {
+func (f *simulation) newAgent(i int) (*agent, error) {
 	a := &agent{name: fmt.Sprintf("agent-%02d", i+1), tenant: f.opts.tenants[i%len(f.opts.tenants)], f: f}
-	gate, err := bus.NewGate(f.client, bus.Identity{
+	gate, err := fleet.NewToolGate(f.client, fleet.Identity{
 		Tenant: a.tenant, Agent: a.name, Session: f.runID + "-" + a.name, Operator: &engine.Operator{ID: "alice", Roles: []string{"sre"}},
-	}, bus.WithReviewTimeout(f.opts.wait), bus.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { a.last.Store(v) }))
+	}, fleet.WithReviewTimeout(f.opts.wait), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { a.last.Store(v) }))
 	if err != nil {
 		return nil, err
 	}
 	prod := []string{"production"}
-	a.list = bus.Guard(gate, bus.ToolSpec[hostArgs]{Action: "host_list_services", Class: engine.ClassRead},
+	a.list = fleet.Guard(gate, fleet.ToolSpec[hostArgs]{Action: "host_list_services", Class: engine.ClassRead},
 		simulate(a, func(x hostArgs) string { return "listed services on " + x.Host }))
-	a.restart = bus.Guard(gate, bus.ToolSpec[svcArgs]{
+	a.restart = fleet.Guard(gate, fleet.ToolSpec[svcArgs]{
 		Action: "host_restart_service", Class: engine.ClassWrite,
-		Describe: func(x svcArgs) bus.Change {
+		Describe: func(x svcArgs) fleet.Change {
 			if x.Everywhere {
-				return bus.Change{
+				return fleet.Change{
 					Target: map[string]any{"hosts": "all", "service": x.Service, "rollout": x.Host, "tags": prod},
 					Reason: "roll " + x.Service + " on every host for the openssl fix", BlastRadius: engine.BlastTenantWide,
 				}
 			}
-			return bus.Change{
+			return fleet.Change{
 				Target: map[string]any{"host": x.Host, "service": x.Service, "tags": prod},
 				Reason: x.Service + " on " + x.Host + " fails its health checks", BlastRadius: engine.BlastSingleDevice, Flags: x.Flags,
 			}
 		},
 	}, simulate(a, func(x svcArgs) string { return "restarted " + x.Service + " on " + x.Host }))
-	a.scale = bus.Guard(gate, bus.ToolSpec[scaleArgs]{
+	a.scale = fleet.Guard(gate, fleet.ToolSpec[scaleArgs]{
 		Action: "k8s_scale_deployment", Class: engine.ClassWrite,
-		Describe: func(x scaleArgs) bus.Change {
-			return bus.Change{
+		Describe: func(x scaleArgs) fleet.Change {
+			return fleet.Change{
 				Target: map[string]any{"deployment": x.Deployment, "replicas": x.From, "tags": prod},
 				Reason: fmt.Sprintf("p95 latency is over budget; scale %s from %d to %d replicas", x.Deployment, x.From, x.To),
 				// A deployment's pods span the cluster's nodes.
@@ -277,38 +279,38 @@ func (f *fleet) newAgent(i int) (*agent, error) {
 			}
 		},
 	}, simulate(a, func(x scaleArgs) string { return fmt.Sprintf("scaled %s to %d", x.Deployment, x.To) }))
-	a.rotate = bus.Guard(gate, bus.ToolSpec[credArgs]{
+	a.rotate = fleet.Guard(gate, fleet.ToolSpec[credArgs]{
 		Action: "rotate_db_credentials", Class: engine.ClassWrite,
-		Describe: func(x credArgs) bus.Change {
-			return bus.Change{Target: map[string]any{"database": x.Database, "tags": prod},
+		Describe: func(x credArgs) fleet.Change {
+			return fleet.Change{Target: map[string]any{"database": x.Database, "tags": prod},
 				Reason: "the credential of " + x.Database + " is 90 days old", BlastRadius: engine.BlastCluster}
 		},
 	}, simulate(a, func(x credArgs) string { return "rotated the credential of " + x.Database }))
-	a.index = bus.Guard(gate, bus.ToolSpec[indexArgs]{
+	a.index = fleet.Guard(gate, fleet.ToolSpec[indexArgs]{
 		Action: "db_create_index", Class: engine.ClassWrite,
-		Describe: func(x indexArgs) bus.Change {
-			return bus.Change{Target: map[string]any{"database": x.Database, "table": x.Table, "tags": prod},
+		Describe: func(x indexArgs) fleet.Change {
+			return fleet.Change{Target: map[string]any{"database": x.Database, "table": x.Table, "tags": prod},
 				Reason: "queries on " + x.Table + "." + x.Column + " scan the whole table", BlastRadius: engine.BlastCluster}
 		},
 	}, simulate(a, func(x indexArgs) string { return "indexed " + x.Table + "." + x.Column }))
-	a.drop = bus.Guard(gate, bus.ToolSpec[tableArgs]{
+	a.drop = fleet.Guard(gate, fleet.ToolSpec[tableArgs]{
 		Action: "db_drop_table", Class: engine.ClassDestructive,
-		Describe: func(x tableArgs) bus.Change {
-			return bus.Change{Target: map[string]any{"database": x.Database, "table": x.Table, "tags": prod},
+		Describe: func(x tableArgs) fleet.Change {
+			return fleet.Change{Target: map[string]any{"database": x.Database, "table": x.Table, "tags": prod},
 				Reason: x.Table + " has had no reads in a year", BlastRadius: engine.BlastCluster}
 		},
 	}, simulate(a, func(x tableArgs) string { return "dropped " + x.Table }))
-	a.kill = bus.Guard(gate, bus.ToolSpec[procArgs]{
+	a.kill = fleet.Guard(gate, fleet.ToolSpec[procArgs]{
 		Action: "kill_process", Class: engine.ClassDestructive,
-		Describe: func(x procArgs) bus.Change {
-			return bus.Change{Target: map[string]any{"host": x.Host, "pid": x.PID, "tags": prod},
+		Describe: func(x procArgs) fleet.Change {
+			return fleet.Change{Target: map[string]any{"host": x.Host, "pid": x.PID, "tags": prod},
 				Reason: fmt.Sprintf("pid %d on %s holds 90%% CPU", x.PID, x.Host), BlastRadius: engine.BlastSingleDevice}
 		},
 	}, simulate(a, func(x procArgs) string { return fmt.Sprintf("killed %d on %s", x.PID, x.Host) }))
-	a.skill = bus.Guard(gate, bus.ToolSpec[skillArgs]{
+	a.skill = fleet.Guard(gate, fleet.ToolSpec[skillArgs]{
 		Action: "market_web_skill", Class: engine.ClassWrite,
-		Describe: func(x skillArgs) bus.Change {
-			return bus.Change{Target: map[string]any{"skill": x.Skill, "input": x.Input},
+		Describe: func(x skillArgs) fleet.Change {
+			return fleet.Change{Target: map[string]any{"skill": x.Skill, "input": x.Input},
 				Reason: "a marketplace skill can fill in the change ticket", BlastRadius: engine.BlastSingleDevice}
 		},
 	}, simulate(a, func(x skillArgs) string { return "ran skill " + x.Skill }))

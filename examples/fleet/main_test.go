@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -63,7 +63,7 @@ func (a *approver) Propose(_ context.Context, p *engine.Proposal) (*engine.Verdi
 // each tool runs once.
 func TestEveryScenarioIsWhatGatedDecodes(t *testing.T) {
 	prop := &approver{}
-	f := &fleet{client: prop, opts: options{tenants: []string{"acme"}, wait: time.Second}, runID: "beef", printer: newPrinter(&bytes.Buffer{}, false)}
+	f := &simulation{client: prop, opts: options{tenants: []string{"acme"}, wait: time.Second}, runID: "beef", printer: newPrinter(&bytes.Buffer{}, false)}
 	a, err := f.newAgent(0)
 	if err != nil {
 		t.Fatal(err)
@@ -116,4 +116,4 @@ func TestFlags(t *testing.T) {
 	}
 }
 
-var _ bus.Proposer = (*approver)(nil)
+var _ fleet.Proposer = (*approver)(nil)

@@ -33,7 +33,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -99,7 +99,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return fmt.Errorf("connecting to %s: %w", o.natsURL, err)
 	}
 	defer nc.Close()
-	client, err := bus.NewClient(nc, bus.WithDefaultWait(o.wait))
+	client, err := fleet.NewClient(nc, fleet.WithDefaultWait(o.wait))
 	if err != nil {
 		return err
 	}
@@ -113,10 +113,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	return nil
 }
 
-// Gated is the part of bus.Client the orchestrator uses.
+// Gated is the part of fleet.Client the orchestrator uses.
 type Gated interface {
 	Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error)
-	Continuations(ctx context.Context, tenant, runID string) (*bus.FollowUpFeed[engine.Continuation], error)
+	Continuations(ctx context.Context, tenant, runID string) (*fleet.FollowUpFeed[engine.Continuation], error)
 }
 
 // result is how a run ended.
@@ -175,11 +175,11 @@ func orchestrate(ctx context.Context, g Gated, o options, out io.Writer) (result
 
 // nextContinuation reads the feed up to the continuation that asks for
 // round; the feed starts at the run's first continuation.
-func nextContinuation(ctx context.Context, feed *bus.FollowUpFeed[engine.Continuation], round int) (*engine.Continuation, error) {
+func nextContinuation(ctx context.Context, feed *fleet.FollowUpFeed[engine.Continuation], round int) (*engine.Continuation, error) {
 	for {
 		c, err := feed.Next(ctx)
 		switch {
-		case errors.Is(err, bus.ErrMalformedFollowUp):
+		case errors.Is(err, fleet.ErrMalformedFollowUp):
 			continue
 		case err != nil:
 			return nil, err

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -169,7 +169,7 @@ func NewGatedFleet(nc *nats.Conn, gen Proposals, counts map[Path]int, timeout ti
 			f.actions[p] = pr.Action
 		}
 	}
-	if f.replies, err = newReplies(nc, bus.VerdictSubjectPrefix+gen.Tenant+"."); err != nil {
+	if f.replies, err = newReplies(nc, wire.VerdictSubjectPrefix+gen.Tenant+"."); err != nil {
 		return nil, err
 	}
 	return f, nil

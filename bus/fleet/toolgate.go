@@ -1,10 +1,9 @@
-package bus
+package fleet
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -13,11 +12,7 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// ErrInvalidToolSpec is wrapped by the error of a guarded tool whose
-// ToolSpec is unusable. Such a tool never runs.
-var ErrInvalidToolSpec = errors.New("invalid tool spec")
-
-// Proposer is what a Gate needs from the bus. *Client implements it;
+// Proposer is what a ToolGate needs to reach gated. *Client implements it;
 // tests and runtimes with their own transport may bring another. Propose
 // must return a nil error only for an approval (see Client.Propose).
 type Proposer interface {
@@ -26,7 +21,7 @@ type Proposer interface {
 
 var _ Proposer = (*Client)(nil)
 
-// Identity is who proposes through a Gate: the fleet's tenant, the agent
+// Identity is who proposes through a ToolGate: the fleet's tenant, the agent
 // and its session, and the human it acts for.
 type Identity struct {
 	// Tenant is the tenant token, [a-z0-9_-]{1,64}. Required.
@@ -58,8 +53,8 @@ func (id Identity) validate() error {
 	return nil
 }
 
-// GateOption configures a Gate.
-type GateOption func(*gateOptions) error
+// ToolGateOption configures a ToolGate.
+type ToolGateOption func(*gateOptions) error
 
 type gateOptions struct {
 	timeout time.Duration
@@ -71,7 +66,7 @@ type gateOptions struct {
 // when its context has no deadline. Default DefaultWait (90 s), longer
 // than gated's default review deadline (60 s) so that a slow review ends
 // in a timeout verdict rather than in ErrNoVerdict.
-func WithReviewTimeout(d time.Duration) GateOption {
+func WithReviewTimeout(d time.Duration) ToolGateOption {
 	return func(o *gateOptions) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: review timeout %s must be positive", ErrInvalidConfig, d)
@@ -85,7 +80,7 @@ func WithReviewTimeout(d time.Duration) GateOption {
 // Change names none. Every id must be new: a reused id gets the earlier
 // proposal's verdict or ErrIDReused. Default: a millisecond timestamp and
 // 64 random bits.
-func WithProposalIDs(next func() string) GateOption {
+func WithProposalIDs(next func() string) ToolGateOption {
 	return func(o *gateOptions) error {
 		if next == nil {
 			return fmt.Errorf("%w: nil proposal id generator", ErrInvalidConfig)
@@ -95,35 +90,38 @@ func WithProposalIDs(next func() string) GateOption {
 	}
 }
 
-// WithVerdictObserver calls observe with every proposal the Gate sends
+// WithVerdictObserver calls observe with every proposal the ToolGate sends
 // and its verdict, approvals included, before the tool runs (or not). Use
 // it to log or count verdicts; it must not block for long.
-func WithVerdictObserver(observe func(*engine.Proposal, *engine.Verdict)) GateOption {
+func WithVerdictObserver(observe func(*engine.Proposal, *engine.Verdict)) ToolGateOption {
 	return func(o *gateOptions) error {
 		o.observe = observe
 		return nil
 	}
 }
 
-// Gate puts gated in front of the tools of a Go agent runtime. Tools of
+// ToolGate puts gated in front of the tools of a Go agent runtime. Tools of
 // class read run at once; write and destructive tools run only after
 // gated approves a proposal describing the call. It is safe for
 // concurrent use.
 //
 // The class of a tool is the runtime's claim, made in code when the tool
 // is registered: gated never sees a read, so never let a model choose it.
-type Gate struct {
+//
+// A ToolGate guards a fleet's own tools; it is not engine.Gate, which is
+// one check a reviewer reports on a proposal.
+type ToolGate struct {
 	proposer Proposer
 	id       Identity
 	opts     gateOptions
 }
 
-// NewGate builds a Gate that proposes through p (usually a *Client) as
-// id. An unusable identity or option is an error wrapping
+// NewToolGate builds a ToolGate that proposes through p (usually a
+// *Client) as id. An unusable identity or option is an error wrapping
 // ErrInvalidConfig.
-func NewGate(p Proposer, id Identity, opts ...GateOption) (*Gate, error) {
+func NewToolGate(p Proposer, id Identity, opts ...ToolGateOption) (*ToolGate, error) {
 	if p == nil {
-		return nil, fmt.Errorf("%w: a Gate needs a Proposer such as *bus.Client", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: a ToolGate needs a Proposer such as *fleet.Client", ErrInvalidConfig)
 	}
 	if err := id.validate(); err != nil {
 		return nil, err
@@ -139,7 +137,7 @@ func NewGate(p Proposer, id Identity, opts ...GateOption) (*Gate, error) {
 		op.Roles = append([]string(nil), op.Roles...)
 		id.Operator = &op
 	}
-	return &Gate{proposer: p, id: id, opts: o}, nil
+	return &ToolGate{proposer: p, id: id, opts: o}, nil
 }
 
 // Change describes one call of a mutating tool: what gated reviews.
@@ -168,7 +166,7 @@ type Change struct {
 	Reviewer string
 }
 
-// ToolSpec declares a tool to a Gate: its action token, its class, and
+// ToolSpec declares a tool to a ToolGate: its action token, its class, and
 // how a call's arguments become the Change gated reviews.
 type ToolSpec[A any] struct {
 	// Action is the tool's name on the wire, [A-Za-z0-9_-]{1,128}, e.g.
@@ -204,7 +202,7 @@ func (s ToolSpec[A]) Validate() error {
 // gated allows it:
 //
 //   - read: fn runs at once; nothing is proposed.
-//   - write, destructive: a proposal built from the Gate's identity and
+//   - write, destructive: a proposal built from the ToolGate's identity and
 //     spec.Describe(args) is sent, and fn runs once, only if the verdict
 //     is an approval.
 //
@@ -213,15 +211,15 @@ func (s ToolSpec[A]) Validate() error {
 // approval (errors.Is matches ErrReviewRejected, ErrReviewBlocked,
 // ErrReviewError, ErrReviewTimeout, ErrProposalInvalid, ErrNotApproved;
 // errors.As gives the verdict and its reason), ErrNoVerdict when the
-// review outlives the context (or the Gate's review timeout when the
+// review outlives the context (or the ToolGate's review timeout when the
 // context has no deadline), ErrInvalidToolSpec, or a transport error.
 // The context passed to fn is the caller's.
-func Guard[A, R any](g *Gate, spec ToolSpec[A], fn func(context.Context, A) (R, error)) func(context.Context, A) (R, error) {
+func Guard[A, R any](g *ToolGate, spec ToolSpec[A], fn func(context.Context, A) (R, error)) func(context.Context, A) (R, error) {
 	invalid := spec.Validate()
 	switch {
 	case invalid != nil:
 	case g == nil:
-		invalid = fmt.Errorf("%w: tool %s guarded by a nil Gate", ErrInvalidToolSpec, spec.Action)
+		invalid = fmt.Errorf("%w: tool %s guarded by a nil ToolGate", ErrInvalidToolSpec, spec.Action)
 	case fn == nil:
 		invalid = fmt.Errorf("%w: tool %s has no function", ErrInvalidToolSpec, spec.Action)
 	}
@@ -245,7 +243,7 @@ func Guard[A, R any](g *Gate, spec ToolSpec[A], fn func(context.Context, A) (R, 
 // through Guard. It returns a nil error only when the call may run: at
 // once for class read (with a nil verdict: nothing is proposed), else
 // when gated approved (with the verdict). Errors are those of Guard.
-func (g *Gate) Authorize(ctx context.Context, action string, class engine.Class, change Change) (*engine.Verdict, error) {
+func (g *ToolGate) Authorize(ctx context.Context, action string, class engine.Class, change Change) (*engine.Verdict, error) {
 	switch class {
 	case engine.ClassRead:
 		return nil, nil
@@ -283,7 +281,7 @@ func (g *Gate) Authorize(ctx context.Context, action string, class engine.Class,
 }
 
 // proposal builds the proposal of one call.
-func (g *Gate) proposal(action string, class engine.Class, c Change) *engine.Proposal {
+func (g *ToolGate) proposal(action string, class engine.Class, c Change) *engine.Proposal {
 	id := c.ID
 	if id == "" {
 		id = g.opts.newID()

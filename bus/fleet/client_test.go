@@ -1,4 +1,4 @@
-package bus_test
+package fleet_test
 
 import (
 	"context"
@@ -15,6 +15,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
 
@@ -26,7 +28,7 @@ type scripted struct{ next bus.Decider }
 func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
 	_, action, err := engine.ParseProposalSubject(d.Subject)
 	if want, ok := strings.CutPrefix(action, "outcome_"); ok && err == nil {
-		a, err := bus.AddressOf(d.Data)
+		a, err := fleet.AddressOf(d.Data)
 		if err != nil {
 			return nil, err
 		}
@@ -57,7 +59,7 @@ func typed(id, action string, class engine.Class) *engine.Proposal {
 
 func TestProposeTypedErrors(t *testing.T) {
 	g := startGate(t, withScript, bus.Config{})
-	sentinels := []error{bus.ErrReviewRejected, bus.ErrReviewBlocked, bus.ErrReviewError, bus.ErrReviewTimeout, bus.ErrProposalInvalid}
+	sentinels := []error{fleet.ErrReviewRejected, fleet.ErrReviewBlocked, fleet.ErrReviewError, fleet.ErrReviewTimeout, fleet.ErrProposalInvalid}
 	skip := typed("t-skip", "host_restart_service", engine.ClassWrite)
 	skip.Flags.SkipReview = true
 	tests := []struct {
@@ -67,11 +69,11 @@ func TestProposeTypedErrors(t *testing.T) {
 		want    error // nil for an approval
 	}{
 		{note: "read approved at policy", p: typed("t-read", "host_list_services", engine.ClassRead), outcome: engine.OutcomeApproved},
-		{note: "skip_review rejected", p: skip, outcome: engine.OutcomeRejected, want: bus.ErrReviewRejected},
-		{note: "no reviewer blocks", p: typed("t-write", "host_restart_service", engine.ClassWrite), outcome: engine.OutcomeBlocked, want: bus.ErrReviewBlocked},
-		{note: "unknown class invalid", p: typed("t-maybe", "host_restart_service", "maybe"), outcome: engine.OutcomeInvalid, want: bus.ErrProposalInvalid},
-		{note: "reviewer error", p: typed("t-err", "outcome_error", engine.ClassWrite), outcome: engine.OutcomeError, want: bus.ErrReviewError},
-		{note: "review timeout", p: typed("t-timeout", "outcome_timeout", engine.ClassWrite), outcome: engine.OutcomeTimeout, want: bus.ErrReviewTimeout},
+		{note: "skip_review rejected", p: skip, outcome: engine.OutcomeRejected, want: fleet.ErrReviewRejected},
+		{note: "no reviewer blocks", p: typed("t-write", "host_restart_service", engine.ClassWrite), outcome: engine.OutcomeBlocked, want: fleet.ErrReviewBlocked},
+		{note: "unknown class invalid", p: typed("t-maybe", "host_restart_service", "maybe"), outcome: engine.OutcomeInvalid, want: fleet.ErrProposalInvalid},
+		{note: "reviewer error", p: typed("t-err", "outcome_error", engine.ClassWrite), outcome: engine.OutcomeError, want: fleet.ErrReviewError},
+		{note: "review timeout", p: typed("t-timeout", "outcome_timeout", engine.ClassWrite), outcome: engine.OutcomeTimeout, want: fleet.ErrReviewTimeout},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -87,7 +89,7 @@ func TestProposeTypedErrors(t *testing.T) {
 				}
 				return
 			}
-			if !errors.Is(err, tc.want) || !errors.Is(err, bus.ErrNotApproved) {
+			if !errors.Is(err, tc.want) || !errors.Is(err, fleet.ErrNotApproved) {
 				t.Fatalf("err = %v, want %v and ErrNotApproved", err, tc.want)
 			}
 			for _, other := range sentinels {
@@ -95,7 +97,7 @@ func TestProposeTypedErrors(t *testing.T) {
 					t.Errorf("err %v also matches %v", err, other)
 				}
 			}
-			var ve *bus.VerdictError
+			var ve *fleet.VerdictError
 			if !errors.As(err, &ve) || ve.Verdict != v || ve.Verdict.Reason == "" || !strings.Contains(err.Error(), ve.Verdict.Reason) {
 				t.Fatalf("err %v does not carry the verdict and its reason", err)
 			}
@@ -121,7 +123,7 @@ func TestProposeIsIdempotent(t *testing.T) {
 		t.Fatalf("the same proposal was decided twice: audit_seq %d then %d", first.AuditSeq, again.AuditSeq)
 	}
 	other := typed("idem-1", "host_restart_service", engine.ClassWrite)
-	if _, err := g.client.Propose(t.Context(), other); !errors.Is(err, bus.ErrIDReused) {
+	if _, err := g.client.Propose(t.Context(), other); !errors.Is(err, fleet.ErrIDReused) {
 		t.Fatalf("another proposal under the same id: err = %v, want ErrIDReused", err)
 	}
 }
@@ -134,7 +136,7 @@ func TestProposeRefusesUnaddressable(t *testing.T) {
 		{ID: "p.1", Tenant: "acme", Action: "x", Class: engine.ClassRead},
 		{ID: "p1", Tenant: "acme", Action: "", Class: engine.ClassRead},
 	} {
-		if _, err := g.client.Propose(t.Context(), p); !errors.Is(err, bus.ErrBadProposal) {
+		if _, err := g.client.Propose(t.Context(), p); !errors.Is(err, fleet.ErrBadProposal) {
 			t.Errorf("Propose(%+v): err = %v, want ErrBadProposal", p, err)
 		}
 	}
@@ -191,28 +193,28 @@ func TestProposeNoVerdictBeforeDeadline(t *testing.T) {
 		t.Fatal(err)
 	}
 	// No worker runs: the proposal is queued and nobody answers.
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	v, err := client.Propose(ctx, typed("late-1", "host_list_services", engine.ClassRead))
-	if !errors.Is(err, bus.ErrNoVerdict) || v != nil {
+	if !errors.Is(err, fleet.ErrNoVerdict) || v != nil {
 		t.Fatalf("verdict %v, err = %v; want ErrNoVerdict", v, err)
 	}
-	if errors.Is(err, bus.ErrReviewTimeout) || errors.Is(err, bus.ErrNotApproved) {
+	if errors.Is(err, fleet.ErrReviewTimeout) || errors.Is(err, fleet.ErrNotApproved) {
 		t.Fatalf("err %v: the caller's deadline is not a verdict", err)
 	}
 	// The client's default wait applies when the context has none.
-	short, err := bus.NewClient(nc, bus.WithDefaultWait(200*time.Millisecond))
+	short, err := fleet.NewClient(nc, fleet.WithDefaultWait(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.ProposeRaw(t.Context(), proposal("late-2", "read", "host_list_services", "")); !errors.Is(err, bus.ErrNoVerdict) {
+	if _, err := short.ProposeRaw(t.Context(), proposal("late-2", "read", "host_list_services", "")); !errors.Is(err, fleet.ErrNoVerdict) {
 		t.Fatalf("default wait: err = %v, want ErrNoVerdict", err)
 	}
-	if _, err := bus.NewClient(nc, bus.WithDefaultWait(0)); !errors.Is(err, bus.ErrInvalidConfig) {
+	if _, err := fleet.NewClient(nc, fleet.WithDefaultWait(0)); !errors.Is(err, fleet.ErrInvalidConfig) {
 		t.Fatalf("zero wait: err = %v, want ErrInvalidConfig", err)
 	}
 }
@@ -230,7 +232,7 @@ func TestVerdictLookup(t *testing.T) {
 	if _, err := g.client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("missing verdict: err = %v, want engine.ErrNotFound", err)
 	}
-	if _, err := g.client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, bus.ErrBadProposal) {
+	if _, err := g.client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, fleet.ErrBadProposal) {
 		t.Fatalf("dotted id: err = %v, want ErrBadProposal", err)
 	}
 	// A deleted key reads as not found, not as an empty verdict.
@@ -246,7 +248,7 @@ func TestVerdictLookup(t *testing.T) {
 // make a publish acknowledgement or someone else's verdict land on this
 // proposal's verdict subject; the wait goes on to the real verdict.
 func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
-	k := newGatekeeper()
+	k := bustest.NewGatekeeper()
 	g := startHeldGate(t, k)
 	type result struct {
 		v   *engine.Verdict
@@ -257,8 +259,8 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 		v, err := g.client.ProposeRaw(t.Context(), proposal("foreign-1", "read", "host_list_services", ""))
 		done <- result{v, err}
 	}()
-	<-k.arrived // published, subscribed, and held before any verdict
-	subject := bus.VerdictSubject("acme", "foreign-1")
+	<-k.Arrived // published, subscribed, and held before any verdict
+	subject := wire.VerdictSubject("acme", "foreign-1")
 	for _, junk := range []string{
 		`{"stream":"GATED_PROPOSALS","seq":7}`,
 		`not json`,
@@ -272,7 +274,7 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 	if err := g.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	k.open()
+	k.Open()
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("ProposeRaw: %v", r.err)
@@ -296,7 +298,7 @@ func TestForgedApprovalIsNotAnApproval(t *testing.T) {
 	}
 	attacker, _ := bustest.Connect(t, s)
 	forge := func(m *nats.Msg) {
-		a, err := bus.AddressOf(m.Data)
+		a, err := fleet.AddressOf(m.Data)
 		if err != nil {
 			return
 		}
@@ -304,11 +306,11 @@ func TestForgedApprovalIsNotAnApproval(t *testing.T) {
 		v, _ := json.Marshal(engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: engine.KindAction,
 			Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StageReview, Reason: "forged",
 			DecidedAt: time.Now(), ProposalSHA256: hex.EncodeToString(sum[:])})
-		if m.Reply != "" && strings.HasPrefix(m.Subject, bus.ReviewSubjectPrefix) {
+		if m.Reply != "" && strings.HasPrefix(m.Subject, wire.ReviewSubjectPrefix) {
 			_ = m.Respond(v)
 			return
 		}
-		_ = attacker.Publish(bus.VerdictSubject(a.Tenant, a.ID), v)
+		_ = attacker.Publish(wire.VerdictSubject(a.Tenant, a.ID), v)
 	}
 	for _, subject := range []string{"gated.proposals.>", "gated.review.>"} {
 		if _, err := attacker.Subscribe(subject, forge); err != nil {
@@ -318,7 +320,7 @@ func TestForgedApprovalIsNotAnApproval(t *testing.T) {
 	if err := attacker.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,12 +334,64 @@ func TestForgedApprovalIsNotAnApproval(t *testing.T) {
 	if v, err := client.RequestReview(ctx, raw); err == nil || (v != nil && v.Approved) {
 		t.Fatalf("RequestReview answered by a forger: %+v, %v", v, err)
 	}
-	gate, err := bus.NewGate(client, identity, bus.WithProposalIDs(func() string { return "forged-3" }))
+	gate, err := fleet.NewToolGate(client, identity, fleet.WithProposalIDs(func() string { return "forged-3" }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tool countingTool
-	if _, err := bus.Guard(gate, restartSpec, tool.run)(ctx, restartArgs{Host: "web-1"}); err == nil || tool.runs.Load() != 0 {
+	if _, err := fleet.Guard(gate, restartSpec, tool.run)(ctx, restartArgs{Host: "web-1"}); err == nil || tool.runs.Load() != 0 {
 		t.Fatalf("guarded tool: err %v, runs %d; want an error and no run", err, tool.runs.Load())
+	}
+}
+
+func TestAddressOf(t *testing.T) {
+	tests := []struct {
+		note string
+		data string
+		ok   bool
+	}{
+		{note: "valid", data: `{"tenant":"acme","id":"p-1","action":"x"}`, ok: true},
+		{note: "not JSON", data: `nope`},
+		{note: "uppercase tenant", data: `{"tenant":"ACME","id":"p1","action":"x"}`},
+		{note: "dotted id", data: `{"tenant":"acme","id":"p.1","action":"x"}`},
+		{note: "missing action", data: `{"tenant":"acme","id":"p1"}`},
+		{note: "wrong type", data: `{"tenant":1,"id":"p1","action":"x"}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := fleet.AddressOf([]byte(tc.data))
+			if (err == nil) != tc.ok {
+				t.Fatalf("err = %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && !errors.Is(err, fleet.ErrBadProposal) {
+				t.Fatalf("err = %v, want ErrBadProposal", err)
+			}
+		})
+	}
+}
+
+func FuzzAddressOf(f *testing.F) {
+	f.Add([]byte(`{"tenant":"acme","id":"p-1","action":"x"}`))
+	f.Add([]byte(`{"tenant":"acme","id":"p.1"}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		a, err := fleet.AddressOf(data)
+		if err != nil {
+			return
+		}
+		if !engine.ValidTenant(a.Tenant) || !engine.ValidID(a.ID) || !engine.ValidAction(a.Action) {
+			t.Fatalf("accepted an address with bad tokens: %+v", a)
+		}
+	})
+}
+
+func TestClientRefusesAnotherProposalsVerdict(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	g.propose(t, proposal("reuse2", "read", "host_list_services", ""))
+	// Within the duplicate window the stream drops the second proposal;
+	// the client must not hand back the first one's approval.
+	_, err := g.client.ProposeRaw(t.Context(), proposal("reuse2", "destructive", "db_drop_table", ""))
+	if !errors.Is(err, fleet.ErrIDReused) {
+		t.Fatalf("err = %v, want ErrIDReused", err)
 	}
 }

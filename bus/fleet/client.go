@@ -1,4 +1,4 @@
-package bus
+package fleet
 
 import (
 	"context"
@@ -15,94 +15,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
 )
-
-// Errors of the fleet client. Test for them with errors.Is; a verdict that
-// is not an approval comes as a *VerdictError, a refusal of the review
-// service as a *ServiceError, and both match the sentinels below.
-var (
-	// ErrBadProposal means a proposal cannot even be addressed: it is not a
-	// JSON object with valid tenant, id and action tokens. gated itself
-	// never sees it.
-	ErrBadProposal = errors.New("proposal cannot be addressed")
-
-	// ErrNoVerdict means no verdict arrived before the context ended. The
-	// proposal may still be decided later: look it up with Client.Verdict
-	// or `gated verdict get`, and never act on it before.
-	ErrNoVerdict = errors.New("no verdict before the deadline")
-
-	// ErrIDReused means the id was already used by a different proposal of
-	// the same tenant. The stream drops the new one as a duplicate, so it
-	// was never decided: choose a new id.
-	ErrIDReused = errors.New("proposal id already used by a different proposal")
-
-	// ErrNotApproved is matched by every verdict that is not an approval,
-	// whatever its outcome.
-	ErrNotApproved = errors.New("proposal not approved")
-
-	// ErrReviewRejected matches a verdict with outcome rejected: the policy
-	// or a reviewer said no. The verdict's reason says why.
-	ErrReviewRejected = errors.New("proposal rejected")
-
-	// ErrReviewBlocked matches a verdict with outcome blocked: no reviewer
-	// could be routed (a missing plugin or persona, an open circuit, only
-	// the proposer itself to review).
-	ErrReviewBlocked = errors.New("proposal blocked: no reviewer could be routed")
-
-	// ErrReviewError matches a verdict with outcome error: a reviewer, a
-	// tool or gated's infrastructure failed. It is not retried
-	// automatically; propose again with a new id.
-	ErrReviewError = errors.New("review failed")
-
-	// ErrReviewTimeout matches a verdict with outcome timeout: the review
-	// passed its deadline inside gated. It differs from ErrNoVerdict, which
-	// means the caller stopped waiting.
-	ErrReviewTimeout = errors.New("review passed its deadline")
-
-	// ErrProposalInvalid matches a verdict with outcome invalid: gated's
-	// strict decoding refused the proposal; the reason names the field.
-	ErrProposalInvalid = errors.New("proposal invalid")
-
-	// ErrServiceUnavailable means the gated.review service did not take
-	// the request: no gated serves it, or it is overloaded or stopping.
-	// Retry with backoff, or publish on gated.proposals instead.
-	ErrServiceUnavailable = errors.New("review service unavailable")
-
-	// ErrTenantMismatch means a proposal sent to gated.review.<tenant>
-	// names another tenant.
-	ErrTenantMismatch = errors.New("proposal tenant does not match the endpoint's tenant")
-)
-
-// VerdictError is the error for a verdict that is not an approval. It
-// matches ErrNotApproved and the sentinel of its outcome (ErrReviewRejected,
-// ErrReviewBlocked, ErrReviewError, ErrReviewTimeout, ErrProposalInvalid).
-type VerdictError struct {
-	// Verdict is gated's answer, never nil.
-	Verdict *engine.Verdict
-}
-
-func (e *VerdictError) Error() string {
-	v := e.Verdict
-	return fmt.Sprintf("proposal %s.%s %s at stage %s: %s", v.Tenant, v.ProposalID, v.Outcome, v.Stage, v.Reason)
-}
-
-// Is maps the verdict's outcome to its sentinel error.
-func (e *VerdictError) Is(target error) bool {
-	if target == ErrNotApproved {
-		return true
-	}
-	sentinel, ok := outcomeErrors[e.Verdict.Outcome]
-	return ok && target == sentinel
-}
-
-var outcomeErrors = map[engine.Outcome]error{
-	engine.OutcomeRejected: ErrReviewRejected,
-	engine.OutcomeBlocked:  ErrReviewBlocked,
-	engine.OutcomeError:    ErrReviewError,
-	engine.OutcomeTimeout:  ErrReviewTimeout,
-	engine.OutcomeInvalid:  ErrProposalInvalid,
-}
 
 // CheckVerdict returns nil when v approves its proposal (outcome approved
 // and approved true), else a *VerdictError. A nil verdict is not an
@@ -115,38 +30,6 @@ func CheckVerdict(v *engine.Verdict) error {
 		return nil
 	}
 	return &VerdictError{Verdict: v}
-}
-
-// ServiceError is a refusal from the gated.review service: a micro error
-// reply with a status code and a description. It matches ErrBadProposal
-// (400, 413), ErrTenantMismatch (403), ErrIDReused (409),
-// ErrServiceUnavailable (503) and ErrNoVerdict (504).
-type ServiceError struct {
-	// Code is the Nats-Service-Error-Code header, e.g. 504.
-	Code int
-	// Description is the Nats-Service-Error header.
-	Description string
-}
-
-func (e *ServiceError) Error() string {
-	return fmt.Sprintf("gated.review refused the request (%d): %s", e.Code, e.Description)
-}
-
-// Is maps the status code to the client's sentinel errors.
-func (e *ServiceError) Is(target error) bool {
-	switch e.Code {
-	case 400, 413:
-		return target == ErrBadProposal
-	case 403:
-		return target == ErrTenantMismatch
-	case 409:
-		return target == ErrIDReused
-	case 503:
-		return target == ErrServiceUnavailable
-	case 504:
-		return target == ErrNoVerdict
-	}
-	return false
 }
 
 // DefaultWait is how long the client waits for a verdict when the context
@@ -277,8 +160,9 @@ func (a Address) check() error {
 	return nil
 }
 
-// key is the proposal's Nats-Msg-Id and verdict bucket key.
-func (a Address) key() string { return a.Tenant + "." + a.ID }
+// Key is the proposal's Nats-Msg-Id and its verdict's key in the verdict
+// bucket: <tenant>.<id>.
+func (a Address) Key() string { return a.Tenant + "." + a.ID }
 
 // Propose publishes p and waits for its verdict until ctx ends (or the
 // client's default wait when ctx has no deadline). It fails closed: the
@@ -294,17 +178,17 @@ func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdi
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil proposal", ErrBadProposal)
 	}
-	wire := *p
-	if wire.V == 0 {
-		wire.V = engine.SchemaVersion
+	sent := *p
+	if sent.V == 0 {
+		sent.V = engine.SchemaVersion
 	}
-	a := Address{Tenant: wire.Tenant, ID: wire.ID, Action: wire.Action}
+	a := Address{Tenant: sent.Tenant, ID: sent.ID, Action: sent.Action}
 	if err := a.check(); err != nil {
 		return nil, err
 	}
-	data, err := json.Marshal(&wire)
+	data, err := json.Marshal(&sent)
 	if err != nil {
-		return nil, fmt.Errorf("%w: encoding proposal %s: %v", ErrBadProposal, a.key(), err)
+		return nil, fmt.Errorf("%w: encoding proposal %s: %v", ErrBadProposal, a.Key(), err)
 	}
 	v, err := c.propose(ctx, a, data)
 	if err != nil {
@@ -342,7 +226,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 	ctx, cancel := c.withWait(ctx)
 	defer cancel()
 	ch := make(chan *nats.Msg, 16)
-	sub, err := c.nc.ChanSubscribe(VerdictSubject(a.Tenant, a.ID), ch)
+	sub, err := c.nc.ChanSubscribe(wire.VerdictSubject(a.Tenant, a.ID), ch)
 	if err != nil {
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
@@ -355,14 +239,14 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 
 	msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
 	msg.Data = data
-	msg.Header.Set(jetstream.MsgIDHeader, a.key())
+	msg.Header.Set(jetstream.MsgIDHeader, a.Key())
 	digest := proposalDigest(data)
 	ack, err := c.js.PublishMsg(ctx, msg)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: proposal %s not acknowledged: %v", ErrNoVerdict, a.key(), err)
+			return nil, fmt.Errorf("%w: proposal %s not acknowledged: %v", ErrNoVerdict, a.Key(), err)
 		}
-		return nil, fmt.Errorf("publishing proposal %s: %w", a.key(), err)
+		return nil, fmt.Errorf("publishing proposal %s: %w", a.Key(), err)
 	}
 	if ack.Duplicate {
 		if v, err := c.storedVerdict(ctx, a); err == nil {
@@ -394,7 +278,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 				return answer(a, digest, v)
 			}
 		case <-ctx.Done():
-			return nil, fmt.Errorf("%w: proposal %s: %v", ErrNoVerdict, a.key(), ctx.Err())
+			return nil, fmt.Errorf("%w: proposal %s: %v", ErrNoVerdict, a.Key(), ctx.Err())
 		}
 	}
 }
@@ -409,13 +293,13 @@ func proposalDigest(data []byte) string {
 // be a verdict, is not this proposal's answer.
 func answer(a Address, digest string, v *engine.Verdict) (*engine.Verdict, error) {
 	if v.Tenant != a.Tenant || v.ProposalID != a.ID {
-		return nil, fmt.Errorf("verdict names %s.%s, want %s", v.Tenant, v.ProposalID, a.key())
+		return nil, fmt.Errorf("verdict names %s.%s, want %s", v.Tenant, v.ProposalID, a.Key())
 	}
 	if v.ProposalSHA256 != digest {
 		if v.ProposalSHA256 == "" {
-			return nil, fmt.Errorf("verdict of %s names no proposal digest: gated always sets one, so it is not gated's", a.key())
+			return nil, fmt.Errorf("verdict of %s names no proposal digest: gated always sets one, so it is not gated's", a.Key())
 		}
-		return nil, fmt.Errorf("%w: %s", ErrIDReused, a.key())
+		return nil, fmt.Errorf("%w: %s", ErrIDReused, a.Key())
 	}
 	return v, nil
 }
@@ -441,7 +325,7 @@ func (c *Client) confirm(ctx context.Context, a Address, digest string, v *engin
 	}
 	stored, err := c.storedVerdict(ctx, a)
 	if err != nil {
-		return nil, fmt.Errorf("confirming the approval of %s with its stored verdict: %w", a.key(), err)
+		return nil, fmt.Errorf("confirming the approval of %s with its stored verdict: %w", a.Key(), err)
 	}
 	return answer(a, digest, stored)
 }
@@ -449,7 +333,7 @@ func (c *Client) confirm(ctx context.Context, a Address, digest string, v *engin
 // VerdictLookupSubject is the JetStream direct-get subject that reads the
 // stored verdict of tenant and id: the only look-up right a tenant needs.
 func VerdictLookupSubject(apiPrefix, tenant, id string) string {
-	return apiPrefix + ".DIRECT.GET.KV_" + VerdictBucket + ".$KV." + VerdictBucket + "." + tenant + "." + id
+	return apiPrefix + ".DIRECT.GET.KV_" + wire.VerdictBucket + ".$KV." + wire.VerdictBucket + "." + tenant + "." + id
 }
 
 // Verdict looks up a stored verdict with one JetStream direct get of its
@@ -468,7 +352,7 @@ func (c *Client) Verdict(ctx context.Context, tenant, id string) (*engine.Verdic
 	subject := VerdictLookupSubject(c.opts.apiPrefix, tenant, id)
 	m, err := c.nc.RequestWithContext(ctx, subject, nil)
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("reading verdict %s.%s: nothing answers %s: is gated's bucket %s set up, and may this user read it?", tenant, id, subject, VerdictBucket)
+		return nil, fmt.Errorf("reading verdict %s.%s: nothing answers %s: is gated's bucket %s set up, and may this user read it?", tenant, id, subject, wire.VerdictBucket)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading verdict %s.%s: %w", tenant, id, err)
@@ -492,7 +376,7 @@ func decodeStoredVerdict(tenant, id string, m *nats.Msg) (*engine.Verdict, error
 	case "DEL", "PURGE":
 		return nil, engine.ErrNotFound
 	}
-	if subj := m.Header.Get(jetstream.SubjectHeader); subj != "" && subj != "$KV."+VerdictBucket+"."+tenant+"."+id {
+	if subj := m.Header.Get(jetstream.SubjectHeader); subj != "" && subj != "$KV."+wire.VerdictBucket+"."+tenant+"."+id {
 		return nil, fmt.Errorf("reading verdict %s.%s: JetStream returned the entry of %s", tenant, id, subj)
 	}
 	var v engine.Verdict
@@ -519,14 +403,14 @@ func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdic
 	}
 	ctx, cancel := c.withWait(ctx)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, ReviewSubjectPrefix+a.Tenant, data)
+	m, err := c.nc.RequestWithContext(ctx, wire.ReviewSubjectPrefix+a.Tenant, data)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
-		return nil, fmt.Errorf("%w: nothing serves %s%s (is gated serve running with --review-service?)", ErrServiceUnavailable, ReviewSubjectPrefix, a.Tenant)
+		return nil, fmt.Errorf("%w: nothing serves %s%s (is gated serve running with --review-service?)", ErrServiceUnavailable, wire.ReviewSubjectPrefix, a.Tenant)
 	case err != nil && ctx.Err() != nil:
-		return nil, fmt.Errorf("%w: proposal %s: %v", ErrNoVerdict, a.key(), err)
+		return nil, fmt.Errorf("%w: proposal %s: %v", ErrNoVerdict, a.Key(), err)
 	case err != nil:
-		return nil, fmt.Errorf("requesting review of %s: %w", a.key(), err)
+		return nil, fmt.Errorf("requesting review of %s: %w", a.Key(), err)
 	}
 	v, err := decodeReviewReply(m.Header, m.Data)
 	if err != nil {

@@ -1,11 +1,11 @@
-package bus_test
+package fleet_test
 
 import (
 	"bytes"
 	"encoding/json"
 	"testing"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -58,7 +58,7 @@ func checkFixedPoint[T any](t *testing.T, v *T, decode func([]byte) (*T, error))
 func FuzzDecodeContinuation(f *testing.F) {
 	followUpSeeds(f, engine.NextContinuation)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		c, err := bus.DecodeContinuation(data)
+		c, err := fleet.DecodeContinuation(data)
 		if err != nil {
 			return
 		}
@@ -66,7 +66,7 @@ func FuzzDecodeContinuation(f *testing.F) {
 			!engine.ValidID(c.Review.ProposalID) || c.Round < 2 || c.Round > c.MaxRounds || c.Review.Round != c.Round-1 {
 			t.Fatalf("accepted %+v", c)
 		}
-		checkFixedPoint(t, c, bus.DecodeContinuation)
+		checkFixedPoint(t, c, fleet.DecodeContinuation)
 	})
 }
 
@@ -74,7 +74,7 @@ func FuzzDecodeContinuation(f *testing.F) {
 func FuzzDecodeEscalation(f *testing.F) {
 	followUpSeeds(f, engine.NextEscalation)
 	f.Fuzz(func(t *testing.T, data []byte) {
-		e, err := bus.DecodeEscalation(data)
+		e, err := fleet.DecodeEscalation(data)
 		if err != nil {
 			return
 		}
@@ -82,6 +82,6 @@ func FuzzDecodeEscalation(f *testing.F) {
 			!engine.ValidID(e.Review.ProposalID) || e.Rounds < 1 || e.MaxRounds < 1 || e.Review.Round != e.Rounds {
 			t.Fatalf("accepted %+v", e)
 		}
-		checkFixedPoint(t, e, bus.DecodeEscalation)
+		checkFixedPoint(t, e, fleet.DecodeEscalation)
 	})
 }

@@ -1,4 +1,4 @@
-package bus_test
+package fleet_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
 
@@ -43,7 +44,7 @@ func (f *fakeProposer) Propose(ctx context.Context, p *engine.Proposal) (*engine
 	if f.tamper != nil {
 		f.tamper(v)
 	}
-	return v, bus.CheckVerdict(v)
+	return v, fleet.CheckVerdict(v)
 }
 
 func (f *fakeProposer) proposals() []*engine.Proposal {
@@ -57,11 +58,11 @@ type restartArgs struct {
 	Service string
 }
 
-var restartSpec = bus.ToolSpec[restartArgs]{
+var restartSpec = fleet.ToolSpec[restartArgs]{
 	Action: "host_restart_service",
 	Class:  engine.ClassWrite,
-	Describe: func(a restartArgs) bus.Change {
-		return bus.Change{
+	Describe: func(a restartArgs) fleet.Change {
+		return fleet.Change{
 			Target:      map[string]any{"host": a.Host, "service": a.Service},
 			Reason:      a.Service + " on " + a.Host + " stopped answering",
 			BlastRadius: engine.BlastSingleDevice,
@@ -78,10 +79,10 @@ func (c *countingTool) run(_ context.Context, a restartArgs) (string, error) {
 	return "restarted " + a.Service, nil
 }
 
-var identity = bus.Identity{Tenant: "acme", Agent: "ops-agent", Session: "s-1",
+var identity = fleet.Identity{Tenant: "acme", Agent: "ops-agent", Session: "s-1",
 	Operator: &engine.Operator{ID: "alice", Roles: []string{"sre"}}}
 
-func TestGateRunsToolOnlyOnApproval(t *testing.T) {
+func TestToolGateRunsToolOnlyOnApproval(t *testing.T) {
 	tests := []struct {
 		note    string
 		fake    *fakeProposer
@@ -89,36 +90,36 @@ func TestGateRunsToolOnlyOnApproval(t *testing.T) {
 		wantErr error
 	}{
 		{note: "approved", fake: &fakeProposer{outcome: engine.OutcomeApproved}, runs: 1},
-		{note: "rejected", fake: &fakeProposer{outcome: engine.OutcomeRejected}, wantErr: bus.ErrReviewRejected},
-		{note: "blocked", fake: &fakeProposer{outcome: engine.OutcomeBlocked}, wantErr: bus.ErrReviewBlocked},
-		{note: "error", fake: &fakeProposer{outcome: engine.OutcomeError}, wantErr: bus.ErrReviewError},
-		{note: "timeout verdict", fake: &fakeProposer{outcome: engine.OutcomeTimeout}, wantErr: bus.ErrReviewTimeout},
-		{note: "invalid", fake: &fakeProposer{outcome: engine.OutcomeInvalid}, wantErr: bus.ErrProposalInvalid},
-		{note: "no verdict", fake: &fakeProposer{err: fmt.Errorf("%w: test", bus.ErrNoVerdict)}, wantErr: bus.ErrNoVerdict},
+		{note: "rejected", fake: &fakeProposer{outcome: engine.OutcomeRejected}, wantErr: fleet.ErrReviewRejected},
+		{note: "blocked", fake: &fakeProposer{outcome: engine.OutcomeBlocked}, wantErr: fleet.ErrReviewBlocked},
+		{note: "error", fake: &fakeProposer{outcome: engine.OutcomeError}, wantErr: fleet.ErrReviewError},
+		{note: "timeout verdict", fake: &fakeProposer{outcome: engine.OutcomeTimeout}, wantErr: fleet.ErrReviewTimeout},
+		{note: "invalid", fake: &fakeProposer{outcome: engine.OutcomeInvalid}, wantErr: fleet.ErrProposalInvalid},
+		{note: "no verdict", fake: &fakeProposer{err: fmt.Errorf("%w: test", fleet.ErrNoVerdict)}, wantErr: fleet.ErrNoVerdict},
 		{note: "transport failure", fake: &fakeProposer{err: errors.New("connection closed")}},
-		{note: "id reused", fake: &fakeProposer{err: bus.ErrIDReused}, wantErr: bus.ErrIDReused},
+		{note: "id reused", fake: &fakeProposer{err: fleet.ErrIDReused}, wantErr: fleet.ErrIDReused},
 		{
 			note: "approval that says approved false",
-			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Approved = false }}, wantErr: bus.ErrNotApproved,
+			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Approved = false }}, wantErr: fleet.ErrNotApproved,
 		},
 		{
 			note: "approval of another proposal",
-			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.ProposalID = "someone-else" }}, wantErr: bus.ErrNotApproved,
+			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.ProposalID = "someone-else" }}, wantErr: fleet.ErrNotApproved,
 		},
 		{
 			note: "approval of another action",
-			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Action = "host_list_services" }}, wantErr: bus.ErrNotApproved,
+			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Action = "host_list_services" }}, wantErr: fleet.ErrNotApproved,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			var seen []*engine.Verdict
-			g, err := bus.NewGate(tc.fake, identity, bus.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = append(seen, v) }))
+			g, err := fleet.NewToolGate(tc.fake, identity, fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = append(seen, v) }))
 			if err != nil {
 				t.Fatal(err)
 			}
 			var tool countingTool
-			restart := bus.Guard(g, restartSpec, tool.run)
+			restart := fleet.Guard(g, restartSpec, tool.run)
 			out, err := restart(t.Context(), restartArgs{Host: "web-7", Service: "nginx"})
 			if got := tool.runs.Load(); got != tc.runs {
 				t.Fatalf("tool ran %d times, want %d (err %v)", got, tc.runs, err)
@@ -138,7 +139,7 @@ func TestGateRunsToolOnlyOnApproval(t *testing.T) {
 			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tc.wantErr)
 			}
-			var ve *bus.VerdictError
+			var ve *fleet.VerdictError
 			if errors.As(err, &ve) && (len(seen) != 1 || seen[0] != ve.Verdict) {
 				t.Errorf("observer saw %v; the verdict was %v", seen, ve.Verdict)
 			}
@@ -146,16 +147,16 @@ func TestGateRunsToolOnlyOnApproval(t *testing.T) {
 	}
 }
 
-func TestGateBuildsTheProposal(t *testing.T) {
+func TestToolGateBuildsTheProposal(t *testing.T) {
 	fake := &fakeProposer{outcome: engine.OutcomeApproved}
 	id := identity
 	id.Reviewer = "reviewer"
-	g, err := bus.NewGate(fake, id, bus.WithProposalIDs(func() string { return "fixed-1" }))
+	g, err := fleet.NewToolGate(fake, id, fleet.WithProposalIDs(func() string { return "fixed-1" }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tool countingTool
-	if _, err := bus.Guard(g, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-7", Service: "nginx"}); err != nil {
+	if _, err := fleet.Guard(g, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-7", Service: "nginx"}); err != nil {
 		t.Fatal(err)
 	}
 	p := fake.proposals()[0]
@@ -176,18 +177,18 @@ func TestGateBuildsTheProposal(t *testing.T) {
 	}
 	// The proposal is one gated decodes strictly.
 	if _, err := engine.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", engine.Limits{}); err != nil {
-		t.Fatalf("gated would refuse the Gate's proposal: %v", err)
+		t.Fatalf("gated would refuse the ToolGate's proposal: %v", err)
 	}
 }
 
-func TestGateReadNeverProposes(t *testing.T) {
+func TestToolGateReadNeverProposes(t *testing.T) {
 	fake := &fakeProposer{outcome: engine.OutcomeRejected}
-	g, err := bus.NewGate(fake, identity)
+	g, err := fleet.NewToolGate(fake, identity)
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs := 0
-	list := bus.Guard(g, bus.ToolSpec[string]{Action: "host_list_services", Class: engine.ClassRead},
+	list := fleet.Guard(g, fleet.ToolSpec[string]{Action: "host_list_services", Class: engine.ClassRead},
 		func(_ context.Context, host string) ([]string, error) { runs++; return []string{"nginx"}, nil })
 	for range 3 {
 		out, err := list(t.Context(), "web-7")
@@ -198,34 +199,34 @@ func TestGateReadNeverProposes(t *testing.T) {
 	if runs != 3 || len(fake.proposals()) != 0 {
 		t.Fatalf("read ran %d times with %d proposals; want 3 runs, no proposal", runs, len(fake.proposals()))
 	}
-	if v, err := g.Authorize(t.Context(), "host_list_services", engine.ClassRead, bus.Change{}); v != nil || err != nil {
+	if v, err := g.Authorize(t.Context(), "host_list_services", engine.ClassRead, fleet.Change{}); v != nil || err != nil {
 		t.Fatalf("Authorize(read) = %v, %v; want nil, nil", v, err)
 	}
 }
 
-func TestGateRefusesUnusableSpecs(t *testing.T) {
+func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 	fake := &fakeProposer{outcome: engine.OutcomeApproved}
-	g, err := bus.NewGate(fake, identity)
+	g, err := fleet.NewToolGate(fake, identity)
 	if err != nil {
 		t.Fatal(err)
 	}
 	describe := restartSpec.Describe
 	tests := []struct {
 		note string
-		g    *bus.Gate
-		spec bus.ToolSpec[restartArgs]
+		g    *fleet.ToolGate
+		spec fleet.ToolSpec[restartArgs]
 	}{
-		{note: "bad action", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host.restart", Class: engine.ClassWrite, Describe: describe}},
-		{note: "unknown class", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host_restart_service", Class: "maybe", Describe: describe}},
-		{note: "no class", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host_restart_service", Describe: describe}},
-		{note: "write without Describe", g: g, spec: bus.ToolSpec[restartArgs]{Action: "host_restart_service", Class: engine.ClassWrite}},
+		{note: "bad action", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host.restart", Class: engine.ClassWrite, Describe: describe}},
+		{note: "unknown class", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Class: "maybe", Describe: describe}},
+		{note: "no class", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Describe: describe}},
+		{note: "write without Describe", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Class: engine.ClassWrite}},
 		{note: "nil gate", g: nil, spec: restartSpec},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			var tool countingTool
-			_, err := bus.Guard(tc.g, tc.spec, tool.run)(t.Context(), restartArgs{})
-			if !errors.Is(err, bus.ErrInvalidToolSpec) || tool.runs.Load() != 0 {
+			_, err := fleet.Guard(tc.g, tc.spec, tool.run)(t.Context(), restartArgs{})
+			if !errors.Is(err, fleet.ErrInvalidToolSpec) || tool.runs.Load() != 0 {
 				t.Fatalf("err = %v, runs %d; want ErrInvalidToolSpec and no run", err, tool.runs.Load())
 			}
 		})
@@ -233,39 +234,39 @@ func TestGateRefusesUnusableSpecs(t *testing.T) {
 	if len(fake.proposals()) != 0 {
 		t.Errorf("unusable specs sent %d proposals", len(fake.proposals()))
 	}
-	for _, id := range []bus.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Operator{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
-		if _, err := bus.NewGate(fake, id); !errors.Is(err, bus.ErrInvalidConfig) {
-			t.Errorf("NewGate(%+v): err = %v, want ErrInvalidConfig", id, err)
+	for _, id := range []fleet.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Operator{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
+		if _, err := fleet.NewToolGate(fake, id); !errors.Is(err, fleet.ErrInvalidConfig) {
+			t.Errorf("NewToolGate(%+v): err = %v, want ErrInvalidConfig", id, err)
 		}
 	}
 }
 
-func TestGateDoesNotRunAfterCallerGaveUp(t *testing.T) {
+func TestToolGateDoesNotRunAfterCallerGaveUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	fake := &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(*engine.Verdict) { cancel() }}
-	g, err := bus.NewGate(fake, identity)
+	g, err := fleet.NewToolGate(fake, identity)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tool countingTool
-	if _, err := bus.Guard(g, restartSpec, tool.run)(ctx, restartArgs{}); !errors.Is(err, context.Canceled) || tool.runs.Load() != 0 {
+	if _, err := fleet.Guard(g, restartSpec, tool.run)(ctx, restartArgs{}); !errors.Is(err, context.Canceled) || tool.runs.Load() != 0 {
 		t.Fatalf("err = %v, runs %d; want context.Canceled and no run", err, tool.runs.Load())
 	}
 }
 
-// TestGateThroughGated drives the Gate through the real client and
+// TestToolGateThroughGated drives the ToolGate through the real client and
 // worker: a read runs without a proposal, the engine's verdicts decide
 // the rest, and a call that gets no verdict in time never runs.
-func TestGateThroughGated(t *testing.T) {
+func TestToolGateThroughGated(t *testing.T) {
 	g := startGate(t, withScript, bus.Config{})
 	var ids atomic.Int32
-	gate, err := bus.NewGate(g.client, identity, bus.WithProposalIDs(func() string { return fmt.Sprintf("gate-%d", ids.Add(1)) }))
+	gate, err := fleet.NewToolGate(g.client, identity, fleet.WithProposalIDs(func() string { return fmt.Sprintf("gate-%d", ids.Add(1)) }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var tool countingTool
 	listed := 0
-	list := bus.Guard(gate, bus.ToolSpec[restartArgs]{Action: "host_list_services", Class: engine.ClassRead},
+	list := fleet.Guard(gate, fleet.ToolSpec[restartArgs]{Action: "host_list_services", Class: engine.ClassRead},
 		func(context.Context, restartArgs) (string, error) { listed++; return "nginx", nil })
 	if _, err := list(t.Context(), restartArgs{}); err != nil || listed != 1 {
 		t.Fatalf("read: %v, ran %d", err, listed)
@@ -274,18 +275,18 @@ func TestGateThroughGated(t *testing.T) {
 		t.Fatalf("a read used %d proposal ids", n)
 	}
 	// No reviewer plugin runs here, so the restart is blocked.
-	restart := bus.Guard(gate, restartSpec, tool.run)
-	if _, err := restart(t.Context(), restartArgs{Host: "web-7", Service: "nginx"}); !errors.Is(err, bus.ErrReviewBlocked) {
+	restart := fleet.Guard(gate, restartSpec, tool.run)
+	if _, err := restart(t.Context(), restartArgs{Host: "web-7", Service: "nginx"}); !errors.Is(err, fleet.ErrReviewBlocked) {
 		t.Fatalf("restart: err = %v, want ErrReviewBlocked", err)
 	}
 	timeoutSpec := restartSpec
 	timeoutSpec.Action = "outcome_timeout"
-	if _, err := bus.Guard(gate, timeoutSpec, tool.run)(t.Context(), restartArgs{Host: "web-8"}); !errors.Is(err, bus.ErrReviewTimeout) {
+	if _, err := fleet.Guard(gate, timeoutSpec, tool.run)(t.Context(), restartArgs{Host: "web-8"}); !errors.Is(err, fleet.ErrReviewTimeout) {
 		t.Fatalf("timeout: err = %v, want ErrReviewTimeout", err)
 	}
 	approvedSpec := restartSpec
 	approvedSpec.Action = "outcome_approved" // the scripted decider sets approved false: not an approval
-	if _, err := bus.Guard(gate, approvedSpec, tool.run)(t.Context(), restartArgs{Host: "web-9"}); !errors.Is(err, bus.ErrNotApproved) {
+	if _, err := fleet.Guard(gate, approvedSpec, tool.run)(t.Context(), restartArgs{Host: "web-9"}); !errors.Is(err, fleet.ErrNotApproved) {
 		t.Fatalf("outcome approved with approved false: err = %v, want ErrNotApproved", err)
 	}
 	if n := tool.runs.Load(); n != 0 {
@@ -293,21 +294,21 @@ func TestGateThroughGated(t *testing.T) {
 	}
 
 	// Nothing answers on a server without a worker: the call gives up at
-	// the Gate's review timeout and the tool never runs.
+	// the ToolGate's review timeout and the tool never runs.
 	srv := bustest.Server(t)
 	nc, js := bustest.Connect(t, srv)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	client, err := bus.NewClient(nc)
+	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	slow, err := bus.NewGate(client, identity, bus.WithReviewTimeout(200*time.Millisecond))
+	slow, err := fleet.NewToolGate(client, identity, fleet.WithReviewTimeout(200*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.Guard(slow, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-10"}); !errors.Is(err, bus.ErrNoVerdict) {
+	if _, err := fleet.Guard(slow, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-10"}); !errors.Is(err, fleet.ErrNoVerdict) {
 		t.Fatalf("unanswered: err = %v, want ErrNoVerdict", err)
 	}
 	if n := tool.runs.Load(); n != 0 {

@@ -1,0 +1,160 @@
+package bustest
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/policies"
+)
+
+// defaultPolicy is the default bundle, compiled once per test binary.
+var defaultPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
+	b, err := policies.Default()
+	if err != nil {
+		return nil, err
+	}
+	return policies.Compile(context.Background(), b)
+})
+
+// Policy returns the default policy bundle, compiled once per test binary.
+func Policy(tb testing.TB) *policies.Evaluator {
+	tb.Helper()
+	pol, err := defaultPolicy()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return pol
+}
+
+// Engine returns the engine serve builds: the default bundle and the
+// built-in personas, over store, reviewing through router.
+func Engine(tb testing.TB, store engine.VerdictStore, router engine.Router) *engine.Engine {
+	tb.Helper()
+	reg, err := personas.Builtin()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Policy: Policy(tb), Personas: reg, Router: router, Store: store})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return eng
+}
+
+// NoPlugins routes no persona: every proposal that needs a review is
+// blocked.
+type NoPlugins struct{}
+
+// Route refuses every persona with engine.ErrNoReviewer.
+func (NoPlugins) Route(*engine.Persona) (engine.Reviewer, error) {
+	return nil, fmt.Errorf("%w: no plugins run in this test", engine.ErrNoReviewer)
+}
+
+// Gated is gated's intake running on an in-process server: its streams and
+// bucket, an auditor, and a worker deciding with Engine. No reviewer
+// plugin runs, so proposals that need a review are blocked; the
+// end-to-end suite in test/ covers reviews.
+type Gated struct {
+	// NC and JS are a connection to the server, for the test's own use.
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// Resources are the streams and bucket bus.Setup created.
+	Resources *bus.Resources
+}
+
+// StartGated starts a server and gated's intake on it, set up with cfg.
+// wrap, when not nil, wraps the engine's Decider, so that a test can hold
+// or script deliveries. Everything stops when the test ends.
+func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Gated {
+	t.Helper()
+	s := Server(t)
+	nc, js := Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d bus.Decider = Engine(t, bus.NewVerdictStore(res.Verdicts), NoPlugins{})
+	if wrap != nil {
+		d = wrap(d)
+	}
+	aud, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := aud.Close(ctx); err != nil {
+			t.Errorf("closing the auditor: %v", err)
+		}
+	})
+	w, err := bus.NewWorker(nc, js, res, d, aud.Trail, cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(5 * time.Second) })
+	return &Gated{NC: nc, JS: js, Resources: res}
+}
+
+// Gatekeeper is a Decider that holds every delivery until Open, and
+// reports each one as it arrives; StartGated(t, k.Wrap, cfg) installs it.
+// It lets a test act while a proposal is published but not yet decided.
+type Gatekeeper struct {
+	// Arrived receives the Nats-Msg-Id of every delivery as it is held. It
+	// is buffered (64): a test that holds more must read it.
+	Arrived chan string
+
+	next    bus.Decider
+	release chan struct{}
+	once    sync.Once
+}
+
+// NewGatekeeper returns a closed Gatekeeper: every delivery waits for Open.
+func NewGatekeeper() *Gatekeeper {
+	return &Gatekeeper{Arrived: make(chan string, 64), release: make(chan struct{})}
+}
+
+// Open lets every held delivery, and every later one, through.
+func (k *Gatekeeper) Open() { k.once.Do(func() { close(k.release) }) }
+
+// Wrap makes k hold deliveries for d.
+func (k *Gatekeeper) Wrap(d bus.Decider) bus.Decider { k.next = d; return k }
+
+// Decide reports the delivery, waits until k is open or ctx ends, then
+// hands the delivery on.
+func (k *Gatekeeper) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+	k.Arrived <- d.MsgID
+	select {
+	case <-k.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return k.next.Decide(ctx, d)
+}
+
+// GiveUp hands the delivery on at once.
+func (k *Gatekeeper) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+	return k.next.GiveUp(ctx, d, cause)
+}
+
+// StartHeldGated is StartGated with every proposal held by k until it
+// opens, at the latest when the test ends, before the worker stops.
+func StartHeldGated(t *testing.T, k *Gatekeeper) *Gated {
+	t.Helper()
+	g := StartGated(t, k.Wrap, bus.Config{})
+	t.Cleanup(k.Open)
+	return g
+}
