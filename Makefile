@@ -48,6 +48,7 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataYAML$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzPlannedAgreesWithTopdown$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzMatchActionAgreesWithPolicy$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policies -run '^$$' -fuzz '^FuzzActionPatternValidityAgreesWithGo$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)

@@ -12,7 +12,8 @@ const ActionWordSeparator = '_'
 // persona_routes, reviewer_overrides): a * matches within one word of the
 // action, ? one character of a word, ** any number of words, and [...]
 // and {a,b} as in glob.match. A pattern that does not compile matches
-// nothing.
+// nothing; the default bundle's config_errors refuses policy data with
+// such a pattern, or an empty one, before anything matches with it.
 //
 // The policy and the SOP reviewer must agree on what an SOP covers: a *
 // that also matched "_" would let rotate_*_credentials cover
