@@ -16,7 +16,8 @@ const ActionWordSeparators = "_-"
 // action (words are separated by "_" or "-", see ActionWordSeparators),
 // ? one character of a word, ** any number of words, and [...]
 // and {a,b} as in glob.match. A pattern that does not compile matches
-// nothing.
+// nothing; the default bundle's config_errors refuses policy data with
+// such a pattern, or an empty one, before anything matches with it.
 //
 // The policy and the SOP reviewer must agree on what an SOP covers: a *
 // that also matched "_" would let rotate_*_credentials cover

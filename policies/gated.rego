@@ -120,6 +120,84 @@ wide_action_pattern(pattern) if {
 	contains(pattern, "**")
 }
 
+# config_errors refuses a bundle with an action pattern that would fail
+# when a proposal meets it: one that does not compile is an evaluation
+# error, so an error verdict, for every proposal it is matched against,
+# and one that is empty or not a string matches nothing. The message names
+# the pattern and where it is. Denylist patterns are checked too: a bad one
+# would fail every proposal of the tenant.
+config_errors contains sprintf("%s: %s is not a valid action pattern: %s", [place, json.marshal(pattern), action_pattern_problem(pattern)]) if {
+	some [place, pattern] in configured_action_patterns
+	not valid_action_pattern(pattern)
+}
+
+# configured_action_patterns are the action patterns of the policy data,
+# each as [where it is, pattern].
+configured_action_patterns contains [sprintf("data.gated.sops[%v].actions[%v] (%v)", [i, j, object.get(sop, "id", "")]), pattern] if {
+	some i, sop in data.gated.sops
+	some j, pattern in sop.actions
+}
+
+configured_action_patterns contains [sprintf("data.gated.config.skip_review_actions[%v]", [j]), pattern] if {
+	is_array(data.gated.config.skip_review_actions)
+	some j, pattern in data.gated.config.skip_review_actions
+}
+
+configured_action_patterns contains [sprintf("data.gated.config.persona_routes[%v].actions[%v]", [i, j]), pattern] if {
+	is_array(data.gated.config.persona_routes)
+	some i, route in data.gated.config.persona_routes
+	is_array(route.actions)
+	some j, pattern in route.actions
+}
+
+configured_action_patterns contains [sprintf("data.gated.config.reviewer_overrides[%v].actions[%v]", [i, j]), pattern] if {
+	is_array(data.gated.config.reviewer_overrides)
+	some i, override in data.gated.config.reviewer_overrides
+	is_array(override.actions)
+	some j, pattern in override.actions
+}
+
+configured_action_patterns contains [sprintf("data.gated.config.denied_actions.%v[%v]", [scope, j]), pattern] if {
+	some scope, patterns in data.gated.config.denied_actions
+	is_array(patterns)
+	some j, pattern in patterns
+}
+
+configured_action_patterns contains [sprintf("data.gated.config.change_freezes[%v].actions[%v]", [i, j]), pattern] if {
+	some i, window in data.gated.config.change_freezes
+	is_array(window.actions)
+	some j, pattern in window.actions
+}
+
+config_errors contains sprintf("data.gated.config.skip_review_actions: %s: want a list of action patterns", [json.marshal(patterns)]) if {
+	patterns := data.gated.config.skip_review_actions
+	not is_array(patterns)
+}
+
+# A freeze's actions that are not a list (null included, as YAML reads an
+# empty "actions:") would cover no action at all.
+config_errors contains sprintf("data.gated.config.change_freezes[%v].actions: %s: want a list of action patterns", [i, json.marshal(actions)]) if {
+	some i, window in data.gated.config.change_freezes
+	actions := window.actions
+	not is_array(actions)
+}
+
+# valid_action_pattern: a non-empty string that compiles. config_errors is
+# evaluated with builtin errors non-fatal, so glob.match on a pattern that
+# does not compile is undefined rather than false. The delimiters do not
+# change what compiles.
+valid_action_pattern(pattern) if {
+	is_string(pattern)
+	pattern != ""
+	is_boolean(glob.match(pattern, ["_", "-"], ""))
+}
+
+action_pattern_problem(pattern) := "want a string" if {
+	not is_string(pattern)
+} else := "an empty pattern matches no action" if {
+	pattern == ""
+} else := "it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)"
+
 # --- routing -----------------------------------------------------------------
 
 # persona_routes send actions to specialised personas: a list of

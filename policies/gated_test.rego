@@ -229,11 +229,12 @@ test_persona_routes_config_errors if {
 		{"actions": [], "persona": "dba"},
 		{"actions": [7], "persona": "dba"},
 	]
-	count(errs) == 4
+	count(errs) == 5
 	every i in [1, 2, 3, 4] {
 		some msg in errs
 		startswith(msg, sprintf("data.gated.config.persona_routes[%d]: ", [i]))
 	}
+	"data.gated.config.persona_routes[4].actions[0]: 7 is not a valid action pattern: want a string" in errs
 }
 
 test_persona_routes_must_be_a_list if {
@@ -246,6 +247,54 @@ test_default_routes_have_no_config_errors if {
 }
 
 # --- action patterns ---------------------------------------------------------
+
+# Each of these patterns would be an error verdict at decision time (or
+# match nothing): config_errors names it and where it is, so the bundle is
+# refused when it loads.
+test_bad_action_patterns_config_errors if {
+	sops := [
+		{"id": "SOP-1", "actions": ["host_restart_service", "rotate_[db_credentials"]},
+		{"id": "SOP-2", "actions": [""]},
+	]
+	config := {
+		"skip_review_actions": ["k8s_get_pods", "k8s_{get,list"],
+		"persona_routes": [{"actions": ["db_[z-a]*"], "persona": "dba"}],
+		"reviewer_overrides": [{"actions": ["host_restart_\\"], "personas": ["oncall"]}],
+		"denied_actions": {"acme": ["db_[]", "*_skill"]},
+		"change_freezes": [{"name": "year-end", "start": "2026-12-20T00:00:00Z", "end": "2027-01-04T00:00:00Z", "actions": ["host_["]}],
+	}
+	errs := gated.config_errors with data.gated.sops as sops with data.gated.config as config
+	errs == {
+		`data.gated.sops[0].actions[1] (SOP-1): "rotate_[db_credentials" is not a valid action pattern: it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)`,
+		`data.gated.sops[1].actions[0] (SOP-2): "" is not a valid action pattern: an empty pattern matches no action`,
+		`data.gated.config.skip_review_actions[1]: "k8s_{get,list" is not a valid action pattern: it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)`,
+		`data.gated.config.persona_routes[0].actions[0]: "db_[z-a]*" is not a valid action pattern: it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)`,
+		`data.gated.config.reviewer_overrides[0].actions[0]: "host_restart_\\" is not a valid action pattern: it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)`,
+		`data.gated.config.denied_actions.acme[0]: "db_[]" is not a valid action pattern: it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)`,
+		`data.gated.config.change_freezes[0].actions[0]: "host_[" is not a valid action pattern: it does not compile (an unclosed [ or {, an empty or reversed range, a trailing backslash)`,
+	}
+}
+
+test_action_pattern_lists_must_be_lists if {
+	skip := gated.config_errors with data.gated.config.skip_review_actions as "k8s_get_pods"
+	skip == {`data.gated.config.skip_review_actions: "k8s_get_pods": want a list of action patterns`}
+	freeze := gated.config_errors with data.gated.config.change_freezes as [{"name": "f", "start": "2026-12-20T00:00:00Z", "end": "2027-01-04T00:00:00Z", "actions": "host_*"}]
+	freeze == {`data.gated.config.change_freezes[0].actions: "host_*": want a list of action patterns`}
+	empty := gated.config_errors with data.gated.config.change_freezes as [{"name": "f", "start": "2026-12-20T00:00:00Z", "end": "2027-01-04T00:00:00Z", "actions": null}]
+	empty == {`data.gated.config.change_freezes[0].actions: null: want a list of action patterns`}
+	every_action := gated.config_errors with data.gated.config.change_freezes as [{"name": "f", "start": "2026-12-20T00:00:00Z", "end": "2027-01-04T00:00:00Z"}]
+	count(every_action) == 0
+	numbers := gated.config_errors with data.gated.config.skip_review_actions as [7]
+	numbers == {"data.gated.config.skip_review_actions[0]: 7 is not a valid action pattern: want a string"}
+}
+
+test_valid_action_patterns_have_no_config_errors if {
+	config := {
+		"skip_review_actions": ["k8s_get_*", "k8s_{get,list}_pods", "k8s_[a-z]?_x", "**"],
+		"denied_actions": {"*": ["db_drop_*", "[!a]*"]},
+	}
+	count(gated.config_errors) == 0 with data.gated.config as config
+}
 
 test_sop_star_covers_one_word if {
 	p := object.union(write_proposal, {"action": "rotate_db_credentials_then_drop_all_credentials", "class": "destructive", "blast_radius": "cluster"})

@@ -397,3 +397,57 @@ func TestCatalogComesFromTheData(t *testing.T) {
 		t.Fatalf("Compile with a malformed SOP catalog: err = %v", err)
 	}
 }
+
+// TestCompileRefusesBadActionPatterns: an action pattern in the policy data
+// that does not compile, is empty or is not a string would give an error
+// verdict (or match nothing) when a proposal meets it. The bundle is
+// refused when it loads instead, by data.gated.config_errors, with an
+// error that names the pattern and where it is.
+func TestCompileRefusesBadActionPatterns(t *testing.T) {
+	for _, tc := range []struct {
+		note string
+		set  func(g, config map[string]any)
+		want string
+	}{
+		{note: "sop unclosed range", want: `data.gated.sops[3].actions[0] (SOP-BAD): "rotate_[db_credentials" is not a valid action pattern`,
+			set: func(g, _ map[string]any) {
+				g["sops"] = append(g["sops"].([]any), map[string]any{"id": "SOP-BAD", "actions": []any{"rotate_[db_credentials"}, "rollback": "r"})
+			}},
+		{note: "sop empty pattern", want: `data.gated.sops[3].actions[1] (SOP-EMPTY): "" is not a valid action pattern`,
+			set: func(g, _ map[string]any) {
+				g["sops"] = append(g["sops"].([]any), map[string]any{"id": "SOP-EMPTY", "actions": []any{"db_vacuum", ""}, "rollback": "r"})
+			}},
+		{note: "skip unclosed brace", want: `data.gated.config.skip_review_actions[1]: "k8s_{get,list" is not a valid action pattern`,
+			set: func(_, config map[string]any) { config["skip_review_actions"] = []any{"k8s_get_pods", "k8s_{get,list"} }},
+		{note: "skip not a list", want: `data.gated.config.skip_review_actions: "k8s_get_pods": want a list of action patterns`,
+			set: func(_, config map[string]any) { config["skip_review_actions"] = "k8s_get_pods" }},
+		{note: "route reversed range", want: `data.gated.config.persona_routes[0].actions[0]: "db_[z-a]*" is not a valid action pattern`,
+			set: func(_, config map[string]any) {
+				config["persona_routes"] = []any{map[string]any{"actions": []any{"db_[z-a]*"}, "persona": "dba"}}
+			}},
+		{note: "override trailing backslash", want: `data.gated.config.reviewer_overrides[0].actions[0]: "host_restart_\\" is not a valid action pattern`,
+			set: func(_, config map[string]any) {
+				config["reviewer_overrides"] = []any{map[string]any{"actions": []any{`host_restart_\`}, "personas": []any{"oncall"}}}
+			}},
+		{note: "denied action empty range", want: `data.gated.config.denied_actions.acme[0]: "db_[]" is not a valid action pattern`,
+			set: func(_, config map[string]any) { config["denied_actions"] = map[string]any{"acme": []any{"db_[]"}} }},
+		{note: "freeze unclosed range", want: `data.gated.config.change_freezes[0].actions[0]: "host_[" is not a valid action pattern`,
+			set: func(_, config map[string]any) {
+				config["change_freezes"] = []any{map[string]any{"name": "year-end", "start": "2026-12-20T00:00:00Z",
+					"end": "2027-01-04T00:00:00Z", "actions": []any{"host_["}}}
+			}},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			b, err := Default()
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := b.Data["gated"].(map[string]any)
+			tc.set(g, g["config"].(map[string]any))
+			_, err = Compile(t.Context(), b)
+			if !errors.Is(err, ErrInvalidBundle) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Compile: err = %v\nwant ErrInvalidBundle naming %s", err, tc.want)
+			}
+		})
+	}
+}

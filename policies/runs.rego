@@ -25,13 +25,16 @@ package gated
 #   run_review:
 #     policy: always            # none | on_success | on_failure | always
 #     personas: [run-reviewer]  # who may review runs, in preference order
+#     reviewer_overrides: []    # personas a run's proposal may name to
+#                               # review it instead of those (default none)
 #     quorum: 1
 #     max_rounds: 5
 #     limits: {max_items: 20, max_item_bytes: 2048, max_guidance_bytes: 8192}
 #     accept_terminal:          # task id -> statuses other than completed
 #       nightly-probe: [failed] # that the run of that task may end with
 #     tenants:                  # per-tenant policy, personas, quorum,
-#       acme: {policy: on_success}  # max_rounds, accept_terminal
+#       acme: {policy: on_success}  # max_rounds, accept_terminal,
+#                               # reviewer_overrides
 default run_review_config := {}
 
 run_review_config := data.gated.config.run_review if is_object(data.gated.config.run_review)
@@ -50,6 +53,8 @@ run_setting(key, fallback) := object.get(run_tenant_config, key, object.get(run_
 run_review_policy := run_setting("policy", "always")
 
 run_personas := run_setting("personas", ["run-reviewer"])
+
+run_reviewer_overrides := run_setting("reviewer_overrides", [])
 
 run_quorum := run_setting("quorum", 1)
 
@@ -155,19 +160,37 @@ run_identity(name) := sprintf("the run's worker %q", [name]) if {
 run_unroutable := sprintf("no reviewer other than %s can be routed; a worker never reviews its own run", [concat(" and ", names)]) if {
 	names := [run_identity(name) | some name in run_workers; name in run_candidates]
 	count(names) > 0
-} else := "no run reviewer is configured: run_review.personas and the proposal's reviewer are both empty"
+} else := "no run reviewer is configured: run_review.personas is empty"
 
 # run_candidates are the personas that may review the run, in preference
-# order: the proposal's reviewer, then the configured run personas. The
-# default persona is not one unless it is configured: it reviews actions,
-# and its gates are not a run's. run_reviewers are the candidates that
-# are not one of the run's workers.
-run_candidates := array.concat(run_proposal_reviewer, run_personas)
+# order: the configured run personas, after the proposal's reviewer when
+# run_review.reviewer_overrides lets it replace them. The default persona
+# is not one unless it is configured: it reviews actions, and its gates
+# are not a run's. run_reviewers are the candidates that are not one of
+# the run's workers.
+run_candidates := array.concat([proposal_reviewer], run_personas) if {
+	run_override_allowed
+} else := run_personas
 
-run_proposal_reviewer := [input.proposal.reviewer] if {
-	is_string(input.proposal.reviewer)
-	input.proposal.reviewer != ""
+# run_override_allowed: the proposal's reviewer may replace the configured
+# run reviewer, because run_review.reviewer_overrides (the tenant's, else
+# run_review's) names it. config.reviewer_overrides are for actions and do
+# not apply to runs.
+run_override_allowed if proposal_reviewer in run_reviewer_overrides
+
+# run_added_reviewers: a proposal's reviewer that does not replace the
+# configured run reviewer reviews beside it (review.also), and both must
+# approve: the orchestrator of a run may add scrutiny, never choose a more
+# lenient reviewer instead of the one the policy names.
+run_added_reviewers := [proposal_reviewer] if {
+	not run_override_allowed
+	count(run_reviewers) > 0
+	proposal_reviewer != run_reviewers[0]
 } else := []
+
+# run_scope are the personas that may review the run: its candidates and
+# the reviewer the proposal adds.
+run_scope := array.concat(run_candidates, run_added_reviewers)
 
 run_reviewers := [name |
 	some i, name in run_candidates
@@ -205,26 +228,34 @@ run_route := {
 	run_persona_blocked
 } else := run_reviewer_route
 
-run_reviewer_route := {
-	"required": true,
-	"persona": run_reviewers[0],
-	"quorum": run_quorum,
-	"why": run_why,
-	"personas": array.slice(run_reviewers, 1, count(run_reviewers)),
-}
+run_reviewer_route := object.union(
+	{
+		"required": true,
+		"persona": run_reviewers[0],
+		"quorum": max([run_quorum, 1 + count(run_added_reviewers)]),
+		"why": run_why,
+		"personas": array.slice(run_reviewers, 1, count(run_reviewers)),
+	},
+	run_review_also,
+)
 
-# persona_out_of_scope, for runs: only the run's candidates review it. Other
-# loaded personas do not fill a run's quorum. When no candidate is left the
+run_review_also := {"also": run_added_reviewers} if {
+	count(run_added_reviewers) > 0
+} else := {}
+
+# persona_out_of_scope, for runs: only the run's candidates, and the
+# reviewer its proposal adds, review it. Other loaded personas do not fill a
+# run's quorum. When no candidate is left the
 # review is blocked instead, so the rule stays quiet then.
 run_deny contains {"rule": "persona_out_of_scope", "message": msg} if {
 	input.proposal.kind == "run"
 	run_reviewed
 	name := input.persona.name
 	is_string(name)
-	not name in run_candidates
+	not name in run_scope
 	not run_persona_blocked
 	count(run_reviewers) > 0
-	msg := sprintf("persona %q does not review runs: config.run_review.personas names %s", [name, concat(", ", run_candidates)])
+	msg := sprintf("persona %q does not review runs: config.run_review.personas names %s", [name, concat(", ", run_personas)])
 }
 
 # persona_out_of_scope, for actions: a run persona does not review actions,
@@ -240,10 +271,11 @@ deny contains {"rule": "persona_out_of_scope", "message": msg} if {
 }
 
 # run_persona_in_scope: a persona that persona_routes sends actions to may
-# still review runs when the run review configuration names it.
+# still review runs when the run review configuration names it, or the
+# run's proposal adds it.
 run_persona_in_scope(name) if {
 	input.proposal.kind == "run"
-	name in run_candidates
+	name in run_scope
 }
 
 # --- deterministic criteria --------------------------------------------------
@@ -458,9 +490,9 @@ run_continuable if {
 
 run_review_policies := ["none", "on_success", "on_failure", "always"]
 
-run_review_keys := {"policy", "personas", "quorum", "max_rounds", "limits", "tenants", "accept_terminal"}
+run_review_keys := {"policy", "personas", "quorum", "max_rounds", "limits", "tenants", "accept_terminal", "reviewer_overrides"}
 
-run_tenant_keys := {"policy", "personas", "quorum", "max_rounds", "accept_terminal"}
+run_tenant_keys := {"policy", "personas", "quorum", "max_rounds", "accept_terminal", "reviewer_overrides"}
 
 # run_terminal_statuses are the statuses accept_terminal may accept.
 run_terminal_statuses := ["failed", "canceled"]
@@ -516,6 +548,12 @@ config_errors contains sprintf("%s.policy: %s is not one of %s", [path, json.mar
 config_errors contains sprintf("%s.personas: %s: want a list of persona names", [path, json.marshal(value)]) if {
 	some [path, scope] in run_review_scopes
 	value := scope.personas
+	not run_persona_list(value)
+}
+
+config_errors contains sprintf("%s.reviewer_overrides: %s: want a list of persona names", [path, json.marshal(value)]) if {
+	some [path, scope] in run_review_scopes
+	value := scope.reviewer_overrides
 	not run_persona_list(value)
 }
 

@@ -187,8 +187,9 @@ test_run_routes_to_the_run_reviewer if {
 test_run_routing_order if {
 	config := {"personas": ["senior", "junior"], "quorum": 2}
 	d := run_decide(object.union(run_proposal, {"reviewer": "picked"})) with data.gated.config.run_review as config
-	d.review.persona == "picked"
-	d.review.personas == ["senior", "junior"]
+	d.review.persona == "senior"
+	d.review.also == ["picked"]
+	d.review.personas == ["junior"]
 	d.review.quorum == 2
 
 	# Without the proposal's choice; the default persona reviews actions,
@@ -200,11 +201,115 @@ test_run_routing_order if {
 }
 
 test_run_routing_skips_the_worker if {
-	p := with_run(object.union(run_proposal, {"reviewer": "w-3"}), {"worker": "w-3"})
+	p := with_run(run_proposal, {"worker": "w-3"})
 	d := run_decide(p) with data.gated.config.run_review as {"personas": ["w-3", "run-reviewer"]}
 	d.review.persona == "run-reviewer"
 	d.review.personas == []
 	not d.review.blocked
+}
+
+test_run_worker_named_as_reviewer_is_added_and_blocked_in_its_name if {
+	# The worker asks to review its own run: the configured reviewer still
+	# routes, and the worker, added, cannot review.
+	p := with_run(object.union(run_proposal, {"reviewer": "w-3"}), {"worker": "w-3"})
+	d := run_decide(p) with data.gated.config.run_review as {"personas": ["w-3", "run-reviewer"]}
+	d.review.persona == "run-reviewer"
+	d.review.also == ["w-3"]
+	not d.review.blocked
+
+	worker := object.union(run_reviewer, {"name": "w-3"})
+	as_worker := gated.decision with input as {"proposal": p, "persona": worker, "run_record": null}
+		with data.gated.config.run_review as {"personas": ["w-3", "run-reviewer"]}
+	as_worker.review.blocked == `persona "w-3" is the run's worker "w-3"; a worker never reviews its own run`
+}
+
+# --- the proposal's reviewer -------------------------------------------------
+
+lenient := object.union(run_reviewer, {"name": "lenient"})
+
+test_run_proposal_reviewer_adds_scrutiny if {
+	# The run names a reviewer of its own: the configured run reviewer still
+	# reviews, and the named one must approve as well.
+	p := object.union(run_proposal, {"reviewer": "lenient"})
+	d := run_decide(p)
+	d.review == {
+		"required": true, "persona": "run-reviewer", "quorum": 2, "also": ["lenient"],
+		"why": "run review policy always reviews completed runs", "personas": [],
+	}
+	count(d.deny) == 0
+
+	# Per tenant: the tenant's run personas review, the named one beside.
+	tenants := {"tenants": {"acme": {"personas": ["strict"]}}}
+	acme := run_decide(p) with data.gated.config.run_review as tenants
+	acme.review.persona == "strict"
+	acme.review.also == ["lenient"]
+
+	# A quorum the configuration asks for already counts the named reviewer.
+	three := run_decide(p) with data.gated.config.run_review as {"personas": ["a", "b", "c"], "quorum": 3}
+	three.review.persona == "a"
+	three.review.also == ["lenient"]
+	three.review.quorum == 3
+
+	# Naming the configured reviewer adds no one.
+	same := run_decide(object.union(run_proposal, {"reviewer": "run-reviewer"}))
+	not same.review.also
+	same.review.quorum == 1
+}
+
+test_run_added_reviewer_may_review_in_its_name if {
+	p := object.union(run_proposal, {"reviewer": "lenient"})
+	d := gated.decision with input as {"proposal": p, "persona": lenient, "run_record": null}
+	count(d.deny) == 0
+	not d.review.blocked
+
+	# Not named, it is out of scope.
+	other := gated.decision with input as {"proposal": run_proposal, "persona": lenient, "run_record": null}
+	"persona_out_of_scope" in rules(other)
+}
+
+test_run_reviewer_override_allowed_by_configuration if {
+	p := object.union(run_proposal, {"reviewer": "lenient"})
+	d := run_decide(p) with data.gated.config.run_review as {"reviewer_overrides": ["lenient"]}
+	d.review.persona == "lenient"
+	d.review.personas == ["run-reviewer"]
+	d.review.quorum == 1
+	not d.review.also
+
+	# Per tenant: a tenant's list replaces run_review's.
+	config := {"reviewer_overrides": ["lenient"], "tenants": {"acme": {"reviewer_overrides": []}}}
+	acme := run_decide(p) with data.gated.config.run_review as config
+	acme.review.persona == "run-reviewer"
+	acme.review.also == ["lenient"]
+	globex := run_decide(object.union(p, {"tenant": "globex"})) with data.gated.config.run_review as config
+	globex.review.persona == "lenient"
+
+	# Another persona than the ones listed is still only added.
+	other := run_decide(object.union(run_proposal, {"reviewer": "other"})) with data.gated.config.run_review as {"reviewer_overrides": ["lenient"]}
+	other.review.persona == "run-reviewer"
+	other.review.also == ["other"]
+
+	# The action overrides do not apply to runs.
+	action := run_decide(p) with data.gated.config.reviewer_overrides as [{"actions": ["**"], "personas": ["lenient"]}]
+	action.review.persona == "run-reviewer"
+	action.review.also == ["lenient"]
+}
+
+test_run_reviewer_alone_is_not_a_run_reviewer if {
+	p := object.union(run_proposal, {"reviewer": "lenient"})
+	d := run_decide(p) with data.gated.config.run_review as {"personas": []}
+	d.review.persona == ""
+	d.review.blocked == "no run reviewer is configured: run_review.personas is empty"
+}
+
+test_run_reviewer_overrides_config_errors if {
+	errs := gated.config_errors with data.gated.config.run_review as {
+		"reviewer_overrides": "lenient",
+		"tenants": {"acme": {"reviewer_overrides": ["lenient", ""]}, "globex": {"reviewer_overrides": [7]}},
+	}
+	`data.gated.config.run_review.reviewer_overrides: "lenient": want a list of persona names` in errs
+	`data.gated.config.run_review.tenants.acme.reviewer_overrides: ["lenient",""]: want a list of persona names` in errs
+	`data.gated.config.run_review.tenants.globex.reviewer_overrides: [7]: want a list of persona names` in errs
+	count(gated.config_errors) == 0 with data.gated.config.run_review as {"reviewer_overrides": ["lenient"], "tenants": {"acme": {"reviewer_overrides": []}}}
 }
 
 test_run_routing_skips_the_proposing_agent if {
@@ -247,7 +352,7 @@ test_run_blocked_without_any_run_reviewer if {
 	d := run_decide(run_proposal) with data.gated.config.run_review as {"personas": []}
 		with data.gated.config.default_persona as ""
 	d.review.persona == ""
-	d.review.blocked == "no run reviewer is configured: run_review.personas and the proposal's reviewer are both empty"
+	d.review.blocked == "no run reviewer is configured: run_review.personas is empty"
 }
 
 test_run_blocked_when_the_persona_is_the_worker if {
@@ -632,7 +737,7 @@ test_run_review_setting_errors if {
 		`data.gated.config.run_review.personas: "run-reviewer": want a list of persona names`,
 		"data.gated.config.run_review.quorum: 0 is not an integer from 1 to 16",
 		"data.gated.config.run_review.max_rounds: 1.5 is not an integer from 1 to 100",
-		"data.gated.config.run_review.polcy: unknown key; run_review has accept_terminal, limits, max_rounds, personas, policy, quorum, tenants",
+		"data.gated.config.run_review.polcy: unknown key; run_review has accept_terminal, limits, max_rounds, personas, policy, quorum, reviewer_overrides, tenants",
 	}
 }
 
@@ -649,7 +754,7 @@ test_run_review_tenant_errors if {
 	errs == {
 		`data.gated.config.run_review.tenants.acme.policy: "never" is not one of none, on_success, on_failure, always`,
 		"data.gated.config.run_review.tenants.acme.max_rounds: 101 is not an integer from 1 to 100",
-		"data.gated.config.run_review.tenants.acme.limits: unknown key; a tenant may override accept_terminal, max_rounds, personas, policy, quorum",
+		"data.gated.config.run_review.tenants.acme.limits: unknown key; a tenant may override accept_terminal, max_rounds, personas, policy, quorum, reviewer_overrides",
 		`data.gated.config.run_review.tenants.globex: "on_success": want an object with some of policy, personas, quorum, max_rounds`,
 	}
 	list := gated.config_errors with data.gated.config.run_review as {"tenants": ["acme"]}

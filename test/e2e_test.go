@@ -98,6 +98,7 @@ func startGated(t *testing.T, extra ...string) *gated {
 		}
 		select {
 		case err := <-g.exited:
+			g.exited <- err // for the cleanup, which waits for the exit
 			t.Fatalf("gated exited before it was ready: %v\n%s", err, logs.String())
 		default:
 		}

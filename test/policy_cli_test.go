@@ -207,6 +207,26 @@ func TestPolicyCheckWarnsAboutWidePatterns(t *testing.T) {
 		`(?m)^ok: revision`)
 }
 
+// TestPolicyCheckRefusesBadActionPatterns: an action pattern that does
+// not compile fails check, naming the pattern and where it is, even where
+// no sample proposal would meet it.
+func TestPolicyCheckRefusesBadActionPatterns(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(data, []byte(`gated:
+  config:
+    reviewer_overrides:
+      - actions: ["host_restart_[service"]
+        personas: [oncall]
+    skip_review_actions: [""]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runPolicyCLI(t, "check", "--policy-data", data)
+	wantRun(t, code, out, errOut, 1,
+		`data\.gated\.config\.reviewer_overrides\[0\]\.actions\[0\]: "host_restart_\[service" is not a valid action pattern: it does not compile`,
+		`data\.gated\.config\.skip_review_actions\[0\]: "" is not a valid action pattern: an empty pattern matches no action`)
+}
+
 func TestPolicyEvaluatorFlag(t *testing.T) {
 	code, out, errOut := runPolicyCLI(t, "check", "--policy-evaluator", "topdown")
 	wantRun(t, code, out, errOut, 0, `(?m)^evaluator: topdown \(turned off\)$`)

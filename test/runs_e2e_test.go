@@ -205,3 +205,104 @@ func TestRunManualCriterionWaitsForAnOperator(t *testing.T) {
 		t.Fatalf("second decide: exit %d, want 3\n%s%s", code, stdout, stderr)
 	}
 }
+
+// strictRunsPersona is a tenant's configured run reviewer: it requires a
+// gate the bundled reviewer never reports, so no run it reviews is
+// approved.
+const strictRunsPersona = `---
+name: strict-runs
+description: The run reviewer a tenant configures.
+permission_mode: read-only
+plugin: sop
+tools:
+  - get_proposal
+required_gates:
+  - criteria_met
+  - prior_findings_closed
+  - release_signoff
+---
+Accept a run only with a release sign-off.
+`
+
+// lenientRunsPersona is a run reviewer an orchestrator might prefer for
+// its own runs: it requires one gate only.
+const lenientRunsPersona = `---
+name: lenient-runs
+description: A lenient run reviewer an orchestrator might pick.
+permission_mode: read-only
+plugin: sop
+tools:
+  - get_proposal
+required_gates:
+  - criteria_met
+---
+Accept a run when its criteria pass.
+`
+
+// TestRunReviewerNamedByTheProposalAddsScrutiny: a run that names its own
+// reviewer is still reviewed by the run reviewer the tenant configures;
+// the named one reviews beside it and must approve too. Only
+// run_review.reviewer_overrides lets the named reviewer replace it.
+func TestRunReviewerNamedByTheProposalAddsScrutiny(t *testing.T) {
+	personas := t.TempDir()
+	writeFile(t, personas, "strict-runs.md", strictRunsPersona)
+	writeFile(t, personas, "lenient-runs.md", lenientRunsPersona)
+	run := func(id, reviewer string) *engine.Proposal {
+		p := endedRun(id, "T-1", engine.RunCompleted)
+		p.Reviewer = reviewer
+		return p
+	}
+	names := func(v *engine.Verdict) string {
+		var out []string
+		for _, r := range v.Reviews {
+			out = append(out, r.Persona)
+		}
+		return strings.Join(out, ",")
+	}
+
+	t.Run("configured reviewer stays", func(t *testing.T) {
+		data := writeFile(t, t.TempDir(), "runs.yaml", `gated:
+  config:
+    run_review:
+      tenants:
+        acme: {personas: [strict-runs]}
+`)
+		g := startGated(t, "--personas", personas, "--policy-data", data)
+		client := fleetClient(t, g.natsURL)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		for _, tc := range []struct{ note, id, reviewer, want string }{
+			{note: "not named", id: "pick-run-1", want: "strict-runs"},
+			{note: "lenient named", id: "pick-run-2", reviewer: "lenient-runs", want: "strict-runs,lenient-runs"},
+		} {
+			t.Run(tc.note, func(t *testing.T) {
+				v, err := client.Propose(ctx, run(tc.id, tc.reviewer))
+				if v == nil {
+					t.Fatalf("no verdict: %v", err)
+				}
+				if v.Approved || v.Stage != engine.StageReview || names(v) != tc.want {
+					t.Fatalf("%v: %s at %s: %s, reviewed by %q; want no approval, reviewed by %s", err, v.Outcome, v.Stage, v.Reason, names(v), tc.want)
+				}
+			})
+		}
+	})
+	t.Run("override allowed", func(t *testing.T) {
+		data := writeFile(t, t.TempDir(), "runs.yaml", `gated:
+  config:
+    run_review:
+      tenants:
+        acme: {personas: [strict-runs], reviewer_overrides: [lenient-runs]}
+`)
+		g := startGated(t, "--personas", personas, "--policy-data", data)
+		client := fleetClient(t, g.natsURL)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		v, err := client.Propose(ctx, run("pick-run-3", "lenient-runs"))
+		if v == nil {
+			t.Fatalf("no verdict: %v", err)
+		}
+		if err != nil || !v.Approved || names(v) != "lenient-runs" {
+			t.Fatalf("%v: %s at %s: %s, reviewed by %q; want approved by lenient-runs alone", err, v.Outcome, v.Stage, v.Reason, names(v))
+		}
+	})
+}
