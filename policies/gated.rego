@@ -209,11 +209,13 @@ default persona_routes := [{"actions": ["db_**"], "persona": "dba"}]
 persona_routes := data.gated.config.persona_routes
 
 # routed_personas lists, in route order, the personas whose routes match
-# the action.
+# the action. Routes match in any case: a route sends an action to the
+# reviewer made for it, and DB_drop_table must not slip past the dba
+# route by its spelling.
 routed_personas := [route.persona |
 	some route in persona_routes
 	some pattern in route.actions
-	action_pattern_matches(pattern, input.proposal.action)
+	action_pattern_matches(lower(pattern), lower(input.proposal.action))
 ]
 
 # proposal_reviewer is the persona the proposal asks for, if any.

@@ -163,6 +163,12 @@ test_routed_persona_reviews_its_actions if {
 	d.review.persona == "dba"
 }
 
+test_route_matches_an_action_in_any_case if {
+	p := object.union(db_proposal, {"action": "DB_Drop_Table"})
+	d := gated.decision with input as {"proposal": p, "persona": dba}
+	d.review.persona == "dba"
+}
+
 test_route_outranks_the_proposals_reviewer if {
 	p := object.union(db_proposal, {"reviewer": "reviewer"})
 	d := gated.decision with input as {"proposal": p, "persona": reviewer}
