@@ -219,6 +219,15 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	for _, w := range warnings {
 		log.Warn("persona", zap.String("warning", w))
 	}
+	specs, defaultPlugin, err := pluginSpecs(ctx, o)
+	if err != nil {
+		return err
+	}
+	configured := make([]string, 0, len(specs))
+	for _, s := range specs {
+		configured = append(configured, s.Name)
+	}
+	warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
 	if o.personasWatch && o.personasDir != "" {
 		// Reloads swap the registry whole; reviews in flight keep the
 		// persona they looked up.
@@ -227,16 +236,16 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		defer func() { stopWatch(); <-watched }()
 		go func() {
 			defer close(watched)
-			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) { logPersonaReload(log, r) }})
+			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) {
+				logPersonaReload(log, r)
+				if r.OK && r.Changed {
+					warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
+				}
+			}})
 			if err != nil {
 				log.Error("persona hot reload is off", zap.Error(err))
 			}
 		}()
-	}
-
-	specs, defaultPlugin, err := pluginSpecs(ctx, o)
-	if err != nil {
-		return err
 	}
 	host, err := plugins.NewHost(log.Named("plugins"), defaultPlugin, specs...)
 	if err != nil {
