@@ -185,7 +185,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	defer func() { _ = log.Sync() }()
 
-	src, err := o.policy.sources()
+	src, policyNote, err := o.policy.sources()
 	if err != nil {
 		return err
 	}
@@ -199,6 +199,9 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	// Reloads are logged at once; they are audited once the audit stream
 	// is open (reloads only happen after that, in the watcher).
 	var auditReload atomic.Pointer[func(policies.Reload)]
+	if policyNote != "" {
+		log.Warn(policyNote)
+	}
 	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
 		logReload(log, r)
 		if f := auditReload.Load(); f != nil {
