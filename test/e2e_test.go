@@ -192,35 +192,34 @@ func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
 	return out
 }
 
+// TestExampleProposals proposes every file of examples/proposals in file
+// order to one fresh gated, as the README's demo does, and checks each
+// verdict, its exact policy denies (so one example's approval cannot
+// leak into a later one's verdict unnoticed), its audit trail, and that
+// the README's demo table lists the files in that order with the outcome
+// and stage a fresh run prints.
 func TestExampleProposals(t *testing.T) {
 	g := startGated(t)
 	gatedPID := g.cmd.Process.Pid
-	tests := []struct {
-		file    string
+	reviewed := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone, engine.EventVerdict}
+	policyOnly := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}
+	tests := map[string]struct {
 		exit    int
 		outcome engine.Outcome
 		stage   engine.Stage
-		rule    string // a policy deny that must be present
+		denies  []string // every policy deny, in order
 		events  []string
 	}{
-		{file: "approved.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone, engine.EventVerdict}},
-		{file: "initech-restart.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone, engine.EventVerdict}},
-		{file: "read-pass-through.json", exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
-		{file: "rejected-no-sop.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StageReview,
+		"approved.json":                      {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview, events: reviewed},
+		"initech-restart.json":               {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview, events: reviewed},
+		"invalid.json":                       {exit: 3, outcome: engine.OutcomeInvalid, stage: engine.StageValidation, events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
+		"read-pass-through.json":             {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy, events: policyOnly},
+		"rejected-force-approve-no-sop.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
+		"rejected-force-approve.json":        {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
+		"rejected-no-sop.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StageReview,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
-		{file: "rejected-skip-review.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "no_skip_review",
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
-		{file: "rejected-force-approve.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "unsupported_force_approve",
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
-		{file: "rejected-force-approve-no-sop.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "unsupported_force_approve",
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
-		{file: "rejected-reviewer-tools.json", exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, rule: "reviewer_tool_denied",
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}},
-		{file: "invalid.json", exit: 3, outcome: engine.OutcomeInvalid, stage: engine.StageValidation,
-			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
+		"rejected-reviewer-tools.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"reviewer_tool_denied"}, events: policyOnly},
+		"rejected-skip-review.json":    {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"no_skip_review"}, events: policyOnly},
 	}
 	examples, err := filepath.Glob("../examples/proposals/*.json")
 	if err != nil {
@@ -229,9 +228,25 @@ func TestExampleProposals(t *testing.T) {
 	if len(examples) != len(tests) {
 		t.Fatalf("examples/proposals has %d files and this test covers %d: cover every example", len(examples), len(tests))
 	}
-	for _, tc := range tests {
-		t.Run(tc.file, func(t *testing.T) {
-			code, out, stderr := propose(t, g.natsURL, "-f", filepath.Join("../examples/proposals", tc.file))
+	table := readmeDemoTable(t)
+	var files []string
+	for _, path := range examples { // Glob sorts: the order of ls, as a newcomer runs them
+		files = append(files, filepath.Base(path))
+	}
+	var listed []string
+	for _, row := range table {
+		listed = append(listed, row.file)
+	}
+	if strings.Join(listed, " ") != strings.Join(files, " ") {
+		t.Errorf("the README's demo table lists %v; want every example in file order: %v", listed, files)
+	}
+	for i, file := range files {
+		tc, ok := tests[file]
+		if !ok {
+			t.Fatalf("examples/proposals/%s is not covered by this test", file)
+		}
+		t.Run(file, func(t *testing.T) {
+			code, out, stderr := propose(t, g.natsURL, "-f", filepath.Join("../examples/proposals", file))
 			if code != tc.exit {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.exit, out, stderr)
 			}
@@ -242,17 +257,20 @@ func TestExampleProposals(t *testing.T) {
 			if v.Outcome != tc.outcome || v.Stage != tc.stage {
 				t.Fatalf("verdict %s at %s (%s), want %s at %s", v.Outcome, v.Stage, v.Reason, tc.outcome, tc.stage)
 			}
+			if i < len(table) && table[i].file == file && (table[i].outcome != string(v.Outcome) || table[i].stage != string(v.Stage)) {
+				t.Errorf("the README's demo table says %s at %s; a fresh run prints %s at %s", table[i].outcome, table[i].stage, v.Outcome, v.Stage)
+			}
 			if v.Reason == "" {
 				t.Error("verdict has no reason")
 			}
-			if tc.rule != "" {
-				found := false
+			var denies []string
+			if v.Policy != nil {
 				for _, d := range v.Policy.Denies {
-					found = found || d.Rule == tc.rule
+					denies = append(denies, d.Rule)
 				}
-				if !found {
-					t.Errorf("policy denies %+v lack rule %s", v.Policy.Denies, tc.rule)
-				}
+			}
+			if strings.Join(denies, ",") != strings.Join(tc.denies, ",") {
+				t.Errorf("policy denies %v, want exactly %v (%s)", denies, tc.denies, v.Reason)
 			}
 			if tc.stage != engine.StageValidation && (v.Policy == nil || !strings.HasPrefix(v.Policy.Revision, "sha256:")) {
 				t.Errorf("verdict carries no policy revision: %+v", v.Policy)
@@ -274,6 +292,41 @@ func TestExampleProposals(t *testing.T) {
 			}
 		})
 	}
+}
+
+// demoRow is one row of the README's demo table.
+type demoRow struct{ file, outcome, stage string }
+
+// readmeDemoTable reads the table of the README's demo: the rows under
+// the header "| file | outcome | stage | why |".
+func readmeDemoTable(t *testing.T) []demoRow {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []demoRow
+	in := false
+	for _, line := range strings.Split(string(readme), "\n") {
+		cells := strings.Split(strings.Trim(strings.TrimSpace(line), "|"), "|")
+		for i := range cells {
+			cells[i] = strings.Trim(strings.TrimSpace(cells[i]), "`")
+		}
+		switch {
+		case !in && len(cells) == 4 && cells[0] == "file" && cells[1] == "outcome" && cells[2] == "stage":
+			in = true
+		case in && strings.HasPrefix(strings.TrimSpace(line), "|---"):
+		case in && strings.HasPrefix(strings.TrimSpace(line), "|") && len(cells) == 4:
+			rows = append(rows, demoRow{file: cells[0], outcome: cells[1], stage: cells[2]})
+		case in:
+			if len(rows) == 0 {
+				t.Fatal("the README's demo table has no rows")
+			}
+			return rows
+		}
+	}
+	t.Fatal("the README has no demo table (| file | outcome | stage | why |)")
+	return nil
 }
 
 // assertReviewedOutOfProcess checks that the review.finished event names

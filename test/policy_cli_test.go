@@ -458,3 +458,84 @@ func TestPolicyUsage(t *testing.T) {
 		})
 	}
 }
+
+// copyDir copies the regular files of dir (not its subdirectories) into a
+// new directory and returns it.
+func copyDir(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !e.Type().IsRegular() {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(out, e.Name()), raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestPolicyCommandsOnTheDefaultBundle gives the repository's own policies/
+// directory to the policy commands, as someone reading the source would:
+// it holds the default bundle that gated embeds, so gated uses it once, in
+// place of the embedded copy, and says so. A copy that differs from the
+// embedded bundle is loaded on top of it as usual, and the error that
+// every rule is defined twice says how to use it alone.
+func TestPolicyCommandsOnTheDefaultBundle(t *testing.T) {
+	code, out, errOut := runPolicyCLI(t, "test")
+	wantRun(t, code, out, errOut, 0)
+	embedded := regexp.MustCompile(`PASS: (\d+)/(\d+) tests`).FindStringSubmatch(out)
+	if embedded == nil {
+		t.Fatalf("no summary:\n%s", out)
+	}
+	note := `(?m)^note: \S*policies holds the default bundle gated embeds \(same files, same content\): using it in place of the embedded copy, as --policies-replace does$`
+	tests := []struct {
+		note     string
+		args     []string
+		exit     int
+		patterns []string
+	}{
+		{note: "test", args: []string{"test", "../policies"}, exit: 0,
+			patterns: []string{note, `(?m)^PASS: ` + embedded[1] + `/` + embedded[2] + ` tests`, `(?m)^  \.\./policies/gated\.rego +\d+\.\d%`}},
+		{note: "check", args: []string{"check", "../policies"}, exit: 0, patterns: []string{note}},
+		{note: "eval", args: []string{"eval", "--policies", "../policies", "-f", filepath.Join(exampleProposals, "approved.json")}, exit: 0,
+			patterns: []string{note, `(?m)^needs review by reviewer \(quorum 1\)$`}},
+		{note: "with --policies-replace, no note", args: []string{"check", "--policies-replace", "../policies"}, exit: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			code, out, errOut := runPolicyCLI(t, tc.args...)
+			wantRun(t, code, out, errOut, tc.exit, tc.patterns...)
+			if len(tc.patterns) == 0 && strings.Contains(out+errOut, "note:") {
+				t.Errorf("a note where none is due:\n%s%s", out, errOut)
+			}
+			if strings.Contains(out+errOut, "multiple default rules") {
+				t.Errorf("the default bundle was loaded twice:\n%s%s", out, errOut)
+			}
+		})
+	}
+
+	t.Run("an edited copy", func(t *testing.T) {
+		dir := copyDir(t, "../policies")
+		raw, err := os.ReadFile(filepath.Join(dir, "operations.rego"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "operations.rego"), append(raw, "\n# edited\n"...), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runPolicyCLI(t, "check", dir)
+		wantRun(t, code, out, errOut, 1, `multiple default rules`,
+			`(?m)^note: \S+ has modules named like the default bundle's \(gated\.rego, .*operations\.rego.*\) but is not the bundle gated embeds: loaded on top of it, a copy of the bundle defines its rules twice; pass --policies-replace to use \S+ instead$`)
+		code, out, errOut = runPolicyCLI(t, "test", "--policies-replace", dir)
+		wantRun(t, code, out, errOut, 0, `(?m)^PASS: `+embedded[1]+`/`+embedded[2]+` tests`)
+	})
+}

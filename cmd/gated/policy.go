@@ -37,18 +37,22 @@ plus a directory of your own (--policies DIR), or your directory alone
 	return c
 }
 
-// loadPolicyBundle reads the bundle that o names. args is the optional
+// loadPolicyBundle reads the bundle that o names, and prints a note about
+// the policy directory, if there is one, on errw. args is the optional
 // positional DIR of `test` and `check`, the same as --policies DIR.
-func loadPolicyBundle(o *policySourceOptions, args []string) (*policies.Bundle, []string, error) {
+func loadPolicyBundle(o *policySourceOptions, args []string, errw io.Writer) (*policies.Bundle, []string, error) {
 	if len(args) > 0 {
 		if o.dir != "" {
 			return nil, nil, usageError("give the policy directory either as an argument or as --policies, not both (%s and %s)", args[0], o.dir)
 		}
 		o.dir = args[0]
 	}
-	src, err := o.sources()
+	src, note, err := o.sources()
 	if err != nil {
 		return nil, nil, err
+	}
+	if note != "" {
+		fmt.Fprintln(errw, "note:", note)
 	}
 	return policies.LoadFiles(src)
 }
@@ -100,7 +104,7 @@ Exit status: 0 every test passed (or none was found), 1 a test failed or
 errored or the bundle does not load, 2 bad usage.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runPolicyTest(cmd.Context(), cmd.OutOrStdout(), o, args)
+			return runPolicyTest(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, args)
 		},
 	}
 	f := c.Flags()
@@ -112,14 +116,14 @@ errored or the bundle does not load, 2 bad usage.`,
 	return c
 }
 
-func runPolicyTest(ctx context.Context, w io.Writer, o *policyTestOptions, args []string) error {
+func runPolicyTest(ctx context.Context, w, errw io.Writer, o *policyTestOptions, args []string) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
 	}
 	if _, err := regexp.Compile(o.run); err != nil {
 		return usageError("--run %q: %v", o.run, err)
 	}
-	b, _, err := loadPolicyBundle(&o.bundle, args)
+	b, _, err := loadPolicyBundle(&o.bundle, args, errw)
 	if err != nil {
 		return err
 	}
@@ -425,7 +429,7 @@ Exit status: 0 the bundle is sound, 1 it is not, 2 bad usage.`,
 }
 
 func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string) error {
-	ev, err := checkBundle(ctx, w, o, args)
+	ev, err := checkBundle(ctx, w, errw, o, args)
 	var ex *exitError
 	switch {
 	case err == nil:
@@ -449,8 +453,8 @@ func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptio
 
 // checkBundle loads the bundle, lists its files on w and compiles it in
 // strict mode.
-func checkBundle(ctx context.Context, w io.Writer, o *policySourceOptions, args []string) (*policies.Evaluator, error) {
-	b, files, err := loadPolicyBundle(o, args)
+func checkBundle(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string) (*policies.Evaluator, error) {
+	b, files, err := loadPolicyBundle(o, args, errw)
 	if err != nil {
 		return nil, err
 	}
@@ -553,7 +557,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 			return usageError("--persona %q: no such persona (known: %s)", o.persona, strings.Join(reg.Names(), ", "))
 		}
 	}
-	b, _, err := loadPolicyBundle(&o.bundle, nil)
+	b, _, err := loadPolicyBundle(&o.bundle, nil, errw)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/spf13/pflag"
 
 	"github.com/gated/gated/policies"
@@ -22,7 +25,30 @@ func (o *policySourceOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.evaluator, "policy-evaluator", "auto", "auto: interpret OPA's plan of the decision when the policy allows it, else topdown; topdown: always OPA's general evaluator")
 }
 
-func (o *policySourceOptions) sources() (policies.Sources, error) {
+// sources returns the policy sources the flags name, and a note for the
+// user when --policies names the default bundle's own files. A directory
+// that holds the embedded default bundle, such as the repository's
+// policies/, is loaded in place of the embedded copy (as with
+// --policies-replace) rather than on top of it, which would define each of
+// its rules twice. The decision holds for the process's life, so a serve
+// that watches the directory keeps it through later edits.
+func (o *policySourceOptions) sources() (policies.Sources, string, error) {
+	src, err := o.flagSources()
+	if err != nil || src.Dir == "" || src.Replace {
+		return src, "", err
+	}
+	switch same, overlap := policies.DefaultBundleAt(src.Dir); {
+	case same:
+		src.Replace = true
+		return src, fmt.Sprintf("%s holds the default bundle gated embeds (same files, same content): using it in place of the embedded copy, as --policies-replace does", src.Dir), nil
+	case len(overlap) > 0:
+		return src, fmt.Sprintf("%s has modules named like the default bundle's (%s) but is not the bundle gated embeds: loaded on top of it, a copy of the bundle defines its rules twice; pass --policies-replace to use %s instead", src.Dir, strings.Join(overlap, ", "), src.Dir), nil
+	}
+	return src, "", nil
+}
+
+// flagSources is what the flags say, checked.
+func (o *policySourceOptions) flagSources() (policies.Sources, error) {
 	if o.replace && o.dir == "" {
 		return policies.Sources{}, usageError("--policies-replace needs --policies DIR: there must be a policy to use instead of the default")
 	}

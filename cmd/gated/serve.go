@@ -187,7 +187,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	}
 	defer func() { _ = log.Sync() }()
 
-	src, err := o.policy.sources()
+	src, policyNote, err := o.policy.sources()
 	if err != nil {
 		return err
 	}
@@ -201,6 +201,9 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	// Reloads are logged at once; they are audited once the audit stream
 	// is open (reloads only happen after that, in the watcher).
 	var auditReload atomic.Pointer[func(policies.Reload)]
+	if policyNote != "" {
+		log.Warn(policyNote)
+	}
 	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
 		logReload(log, r)
 		if f := auditReload.Load(); f != nil {
@@ -221,6 +224,15 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	for _, w := range warnings {
 		log.Warn("persona", zap.String("warning", w))
 	}
+	specs, defaultPlugin, err := pluginSpecs(ctx, o)
+	if err != nil {
+		return err
+	}
+	configured := make([]string, 0, len(specs))
+	for _, s := range specs {
+		configured = append(configured, s.Name)
+	}
+	warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
 	if o.personasWatch && o.personasDir != "" {
 		// Reloads swap the registry whole; reviews in flight keep the
 		// persona they looked up.
@@ -229,16 +241,16 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		defer func() { stopWatch(); <-watched }()
 		go func() {
 			defer close(watched)
-			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) { logPersonaReload(log, r) }})
+			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) {
+				logPersonaReload(log, r)
+				if r.OK && r.Changed {
+					warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
+				}
+			}})
 			if err != nil {
 				log.Error("persona hot reload is off", zap.Error(err))
 			}
 		}()
-	}
-
-	specs, defaultPlugin, err := pluginSpecs(ctx, o)
-	if err != nil {
-		return err
 	}
 	host, err := plugins.NewHost(log.Named("plugins"), defaultPlugin, specs...)
 	if err != nil {

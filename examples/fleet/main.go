@@ -41,10 +41,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout)
 	stop()
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "fleet:", err)
-		}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		// -h or --help: the flag package printed the usage, as asked.
+	case err != nil:
+		fmt.Fprintln(os.Stderr, "fleet:", err)
 		os.Exit(1)
 	}
 }

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +76,55 @@ func TestIncidentReviewerThroughTheHost(t *testing.T) {
 			}
 			if _, ok, why := engine.Judge(res, persona); ok != tc.approved {
 				t.Fatalf("approved = %v (%s), want %v\n%s", ok, why, tc.approved, res.Text)
+			}
+		})
+	}
+}
+
+// TestRunByHand runs the plugin as a person would, without gated: -h and
+// --help say what it is and how gated runs it, and exit 0; anything else
+// is refused with go-plugin's explanation and exit 1.
+func TestRunByHand(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		note string
+		args []string
+		exit int
+		say  []string
+	}{
+		{note: "-h", args: []string{"-h"}, exit: 0, say: []string{"incident-reviewer 0.1.0", "gated plugins lock"}},
+		{note: "--help", args: []string{"--help"}, exit: 0, say: []string{"incident-reviewer 0.1.0", "--plugins-dir"}},
+		{note: "no arguments", exit: 1, say: []string{"not meant to be executed directly"}},
+		{note: "help after another argument", args: []string{"serve", "--help"}, exit: 1, say: []string{"not meant to be executed directly"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			cmd := exec.Command(exe, tc.args...)
+			cmd.Env = append(os.Environ(), "GATED_EXAMPLE_PLUGIN=1")
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			out := stdout.String()
+			if tc.exit != 0 {
+				out += stderr.String()
+			}
+			if code != tc.exit {
+				t.Errorf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.exit, stdout.String(), stderr.String())
+			}
+			for _, say := range tc.say {
+				if !strings.Contains(out, say) {
+					t.Errorf("output lacks %q\nstdout: %s\nstderr: %s", say, stdout.String(), stderr.String())
+				}
 			}
 		})
 	}

@@ -45,6 +45,11 @@ const shutdownGrace = 5 * time.Second
 // contexts of reviews in flight are cancelled and the plugin exits once
 // they return, or after a short grace.
 //
+// A plugin run by hand with the single argument -h or --help (and not by
+// gated, which sets the handshake cookie) prints what it is and how gated
+// runs it, and Serve returns so that the process exits 0. Run by hand
+// otherwise, it exits 1 with go-plugin's explanation.
+//
 // Serve runs the plugin's Go code on one processor (GOMAXPROCS 1) unless
 // the plugin's environment sets GOMAXPROCS, and collects garbage at GC
 // percent 50 (see defaultGCPercent) unless it sets GOGC. A reviewer mostly waits, and
@@ -56,6 +61,10 @@ const shutdownGrace = 5 * time.Second
 // go-plugin answers the host's gRPC health checks; a plugin that cannot
 // serve should exit rather than answer reviews with errors.
 func Serve(r Reviewer) {
+	if helpAsked(os.Args[1:], os.LookupEnv) {
+		printHelp(os.Stdout, r)
+		return
+	}
 	if n, ok := procs(os.LookupEnv); ok {
 		runtime.GOMAXPROCS(n)
 	}
@@ -318,4 +327,39 @@ func lineToWire(l *int) *uint32 {
 	}
 	n := uint32(*l)
 	return &n
+}
+
+// helpAsked reports whether a person ran the plugin to ask what it is:
+// one argument, -h, -help or --help, and no handshake cookie from gated.
+// A plugin gated starts is never taken for one, whatever its arguments.
+func helpAsked(args []string, lookupEnv func(string) (string, bool)) bool {
+	if v, ok := lookupEnv(wire.Handshake.MagicCookieKey); ok && v == wire.Handshake.MagicCookieValue {
+		return false
+	}
+	if len(args) != 1 {
+		return false
+	}
+	switch args[0] {
+	case "-h", "-help", "--help":
+		return true
+	}
+	return false
+}
+
+// printHelp tells a person what the plugin is and how gated runs it.
+func printHelp(w io.Writer, r Reviewer) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	what := "this program"
+	if d, err := r.Describe(ctx); err == nil && d.Name != "" {
+		what = strings.TrimSpace(d.Name + " " + d.Version)
+	}
+	fmt.Fprintf(w, `%s is a reviewer plugin for gated. gated starts it and talks to it
+over gRPC; it is not meant to be run by hand. To use it, put the executable
+in a plugin directory DIR, then:
+
+  gated plugins test DIR/NAME     # the conformance checks
+  gated plugins lock DIR          # pin its SHA-256 in DIR/gated-plugins.lock
+  gated serve --plugins-dir DIR   # personas name it as plugin NAME, its file name
+`, what)
 }

@@ -149,3 +149,36 @@ func TestRuntimeDefaults(t *testing.T) {
 		}
 	}
 }
+
+func TestHelpAsked(t *testing.T) {
+	byHand := func(string) (string, bool) { return "", false }
+	byGated := func(k string) (string, bool) {
+		if k == "GATED_PLUGIN" {
+			return "reviewer", true
+		}
+		return "", false
+	}
+	otherCookie := func(k string) (string, bool) { return "something-else", k == "GATED_PLUGIN" }
+	tests := []struct {
+		note string
+		args []string
+		env  func(string) (string, bool)
+		want bool
+	}{
+		{note: "-h by hand", args: []string{"-h"}, env: byHand, want: true},
+		{note: "--help by hand", args: []string{"--help"}, env: byHand, want: true},
+		{note: "-help by hand", args: []string{"-help"}, env: byHand, want: true},
+		{note: "--help with a wrong cookie", args: []string{"--help"}, env: otherCookie, want: true},
+		{note: "--help from gated serves", args: []string{"--help"}, env: byGated},
+		{note: "no arguments", env: byHand},
+		{note: "help among other arguments", args: []string{"--help", "x"}, env: byHand},
+		{note: "another argument", args: []string{"--version"}, env: byHand},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			if got := helpAsked(tc.args, tc.env); got != tc.want {
+				t.Errorf("helpAsked(%q) = %v, want %v", tc.args, got, tc.want)
+			}
+		})
+	}
+}
