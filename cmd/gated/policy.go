@@ -85,9 +85,14 @@ func policyTestCmd() *cobra.Command {
 	o := &policyTestOptions{}
 	c := &cobra.Command{
 		Use:   "test [DIR]",
-		Short: "Run the bundle's Rego tests and report coverage",
+		Short: "Run the bundle's Rego tests, report coverage and check the evaluators agree",
 		Long: `test runs the Rego tests (rules named test_* in *_test.rego files) and
-reports the line coverage of every non-test file.
+reports the line coverage of every non-test file. The tests run on OPA's
+topdown evaluator; gated decides with its planned evaluator when the bundle
+allows it, so test also records every input (and every with data...
+override) under which the tests evaluate the bundle's rules, decides
+data.gated.decision for each with both evaluators, and reports any input
+they decide differently. gated refuses to serve or reload such a bundle.
 
 With no DIR it tests the embedded default bundle. With DIR it runs DIR's
 tests against the default bundle plus DIR (or DIR alone with
@@ -96,8 +101,9 @@ reloads that policy. The default bundle's own tests assume the default
 data, which DIR may rightly change; --include-default runs them as well,
 as stock "opa test" on both directories would.
 
-Exit status: 0 every test passed (or none was found), 1 a test failed or
-errored or the bundle does not load, 2 bad usage.`,
+Exit status: 0 every test passed (or none was found) and the evaluators
+agree, 1 a test failed or errored, the evaluators disagree, or the bundle
+does not load or compile, 2 bad usage.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runPolicyTest(cmd.Context(), cmd.OutOrStdout(), o, args)
@@ -139,11 +145,19 @@ func runPolicyTest(ctx context.Context, w io.Writer, o *policyTestOptions, args 
 			}
 		}
 	}
+	// The tests ran on topdown; the parity check decides their inputs with
+	// the planned evaluator too, as gated does before it serves the bundle.
+	parity, parityErr := checkParity(ctx, b, &o.bundle, o.run)
 	sum := summarize(report)
 	if o.format == "json" {
-		err = writeJSON(w, testDocument(report, sum))
+		doc := testDocument(report, sum)
+		doc.Parity = parityDocument(parity, parityErr)
+		err = writeJSON(w, doc)
 	} else {
 		err = writeTestText(w, report, sum, o.verbose, o.run)
+		if err == nil {
+			err = writeParityText(w, parity, parityErr)
+		}
 	}
 	if err != nil {
 		return err
@@ -151,7 +165,63 @@ func runPolicyTest(ctx context.Context, w io.Writer, o *policyTestOptions, args 
 	if bad := sum.Failed + sum.Errored; bad > 0 {
 		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d tests did not pass (%d failed, %d errored)", bad, sum.Total, sum.Failed, sum.Errored)}
 	}
+	if parityErr != nil {
+		return &exitError{code: exitFailure, err: fmt.Errorf("parity check: %w", parityErr)}
+	}
+	if n := len(parity.Disagreements); n > 0 {
+		return &exitError{code: exitFailure, err: fmt.Errorf("%w on %d of %d test inputs", policies.ErrEvaluatorsDisagree, n, parity.Compared)}
+	}
 	return nil
+}
+
+// checkParity compiles b as serve would and compares the planned
+// evaluator with topdown on the inputs of b's tests that match filter.
+func checkParity(ctx context.Context, b *policies.Bundle, o *policySourceOptions, filter string) (*policies.ParityReport, error) {
+	ev, err := policies.Compile(ctx, b, o.compileOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	return policies.CheckParity(ctx, ev, b, filter)
+}
+
+// parityJSON is the parity check in `policy test --format json`.
+type parityJSON struct {
+	Evaluator     policies.PlanStatus     `json:"evaluator"`
+	Compared      int                     `json:"compared"`
+	Skipped       int                     `json:"skipped"`
+	Disagreements []policies.Disagreement `json:"disagreements"`
+	Error         string                  `json:"error,omitempty"`
+}
+
+func parityDocument(r *policies.ParityReport, err error) parityJSON {
+	if err != nil {
+		return parityJSON{Disagreements: []policies.Disagreement{}, Error: err.Error()}
+	}
+	return parityJSON{Evaluator: r.Evaluator, Compared: r.Compared, Skipped: r.Skipped, Disagreements: r.Disagreements}
+}
+
+// writeParityText prints the parity check: one line when the evaluators
+// agree, every disagreement when they do not.
+func writeParityText(w io.Writer, r *policies.ParityReport, err error) error {
+	var line string
+	switch {
+	case err != nil:
+		line = "parity: not checked: " + err.Error()
+	case r.Evaluator.Evaluator != policies.EvaluatorPlanned:
+		line = fmt.Sprintf("parity: topdown decides this bundle (%s): nothing to compare", r.Evaluator.Reason)
+	case len(r.Disagreements) == 0:
+		line = fmt.Sprintf("parity: PASS: the planned evaluator decides the %d inputs of these tests as topdown does", r.Compared)
+	default:
+		line = fmt.Sprintf("parity: FAIL: the planned evaluator and topdown disagree on %d of %d inputs of these tests", len(r.Disagreements), r.Compared)
+		for _, d := range r.Disagreements {
+			line += "\n" + d.String()
+		}
+	}
+	if err == nil && r.Skipped > 0 {
+		line += fmt.Sprintf("\n  (%d evaluations under a mocked function or rule not compared)", r.Skipped)
+	}
+	_, werr := fmt.Fprintln(w, line)
+	return werr
 }
 
 // testSummary counts a test run's results.
@@ -380,6 +450,7 @@ type testDoc struct {
 	Tests    []testJSON     `json:"tests"`
 	Summary  testSummary    `json:"summary"`
 	Coverage []fileCoverage `json:"coverage"`
+	Parity   parityJSON     `json:"parity"`
 }
 
 func testDocument(r *policies.TestReport, s testSummary) testDoc {
