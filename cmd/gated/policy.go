@@ -147,7 +147,11 @@ func runPolicyTest(ctx context.Context, w io.Writer, o *policyTestOptions, args 
 	}
 	// The tests ran on topdown; the parity check decides their inputs with
 	// the planned evaluator too, as gated does before it serves the bundle.
-	parity, parityErr := checkParity(ctx, b, &o.bundle, o.run)
+	var parity *policies.ParityReport
+	var parityErr error
+	if len(report.Results) > 0 {
+		parity, parityErr = checkParity(ctx, b, &o.bundle, o.run)
+	}
 	sum := summarize(report)
 	if o.format == "json" {
 		doc := testDocument(report, sum)
@@ -168,8 +172,8 @@ func runPolicyTest(ctx context.Context, w io.Writer, o *policyTestOptions, args 
 	if parityErr != nil {
 		return &exitError{code: exitFailure, err: fmt.Errorf("parity check: %w", parityErr)}
 	}
-	if n := len(parity.Disagreements); n > 0 {
-		return &exitError{code: exitFailure, err: fmt.Errorf("%w on %d of %d test inputs", policies.ErrEvaluatorsDisagree, n, parity.Compared)}
+	if parity != nil && len(parity.Disagreements) > 0 {
+		return &exitError{code: exitFailure, err: fmt.Errorf("%w on %d of %d test inputs", policies.ErrEvaluatorsDisagree, len(parity.Disagreements), parity.Compared)}
 	}
 	return nil
 }
@@ -194,8 +198,11 @@ type parityJSON struct {
 }
 
 func parityDocument(r *policies.ParityReport, err error) parityJSON {
-	if err != nil {
+	switch {
+	case err != nil:
 		return parityJSON{Disagreements: []policies.Disagreement{}, Error: err.Error()}
+	case r == nil: // no tests
+		return parityJSON{Disagreements: []policies.Disagreement{}}
 	}
 	return parityJSON{Evaluator: r.Evaluator, Compared: r.Compared, Skipped: r.Skipped, Disagreements: r.Disagreements}
 }
@@ -205,6 +212,8 @@ func parityDocument(r *policies.ParityReport, err error) parityJSON {
 func writeParityText(w io.Writer, r *policies.ParityReport, err error) error {
 	var line string
 	switch {
+	case err == nil && r == nil:
+		return nil // no tests, no inputs
 	case err != nil:
 		line = "parity: not checked: " + err.Error()
 	case r.Evaluator.Evaluator != policies.EvaluatorPlanned:
