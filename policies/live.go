@@ -22,7 +22,8 @@ import (
 
 // Live is the policy gated serves: the last good build of a set of
 // sources. A build is good when it loads, compiles, passes its own checks
-// and passes its own Rego tests. Reload swaps a good build in atomically;
+// and passes its own Rego tests, and when the planned evaluator (if it
+// decides) decides every input of those tests as topdown does. Reload swaps a good build in atomically;
 // a bad one never replaces the running policy.
 //
 // Live implements engine.Policy; an evaluation in flight keeps the
@@ -48,6 +49,9 @@ type State struct {
 	Files []string `json:"files"`
 	// Tests is the number of Rego tests it passed.
 	Tests int `json:"tests"`
+	// ParityInputs is the number of distinct inputs of those tests that
+	// the planned evaluator and topdown decided alike (0 on topdown).
+	ParityInputs int `json:"parity_inputs"`
 	// Evaluator says which evaluator decides its proposals, and why not
 	// the planned one.
 	Evaluator PlanStatus `json:"evaluator"`
@@ -89,7 +93,7 @@ func NewLive(ctx context.Context, src Sources, notify func(Reload)) (*Live, erro
 		return nil, err
 	}
 	l.cur.Store(b.eval)
-	l.state.Store(&State{Revision: b.eval.Revision(), LoadedAt: time.Now(), Files: b.files, Tests: b.tests, Evaluator: b.eval.Plan()})
+	l.state.Store(&State{Revision: b.eval.Revision(), LoadedAt: time.Now(), Files: b.files, Tests: b.tests, ParityInputs: b.parity, Evaluator: b.eval.Plan()})
 	return l, nil
 }
 
@@ -108,9 +112,10 @@ func (l *Live) Current() *Evaluator { return l.cur.Load() }
 func (l *Live) State() State { return *l.state.Load() }
 
 type built struct {
-	eval  *Evaluator
-	files []string
-	tests int
+	eval   *Evaluator
+	files  []string
+	tests  int
+	parity int // test inputs both evaluators decided alike
 }
 
 // build loads, compiles and tests src.
@@ -134,7 +139,16 @@ func build(ctx context.Context, src Sources) (*built, error) {
 	if failed := failures(report); len(failed) > 0 {
 		return nil, fmt.Errorf("%w: %d of %d Rego tests fail:\n  %s", ErrInvalidBundle, len(failed), len(report.Results), strings.Join(failed, "\n  "))
 	}
-	return &built{eval: eval, files: files, tests: len(report.Results)}, nil
+	// The tests ran on topdown; the planned evaluator, when it decides,
+	// must decide every input they make alike.
+	parity, err := CheckParity(ctx, eval, b.UserTests(), "")
+	if err != nil {
+		return nil, err
+	}
+	if err := parity.Err(); err != nil {
+		return nil, err
+	}
+	return &built{eval: eval, files: files, tests: len(report.Results), parity: parity.Compared}, nil
 }
 
 func failures(r *TestReport) []string {
@@ -172,7 +186,7 @@ func (l *Live) Reload(ctx context.Context) Reload {
 		if r.Revision != prev.Revision {
 			r.Changed = true
 			l.cur.Store(b.eval)
-			next.Revision, next.LoadedAt, next.Files, next.Tests = r.Revision, time.Now(), b.files, b.tests
+			next.Revision, next.LoadedAt, next.Files, next.Tests, next.ParityInputs = r.Revision, time.Now(), b.files, b.tests, b.parity
 			next.Evaluator = b.eval.Plan()
 		}
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/topdown"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/policies/internal/plan"
 )
 
 //go:embed *.rego data.json
@@ -131,7 +132,7 @@ type Evaluator struct {
 	catalog  *Catalog
 	// plan, when set, evaluates the decision in place of pq (plan.go);
 	// data is the data document it reads.
-	plan *planned
+	plan *plan.Plan
 	data *ast.Term
 	// planned says which evaluator decides, and why not the planned one.
 	planned PlanStatus
@@ -376,7 +377,7 @@ func (e *Evaluator) evalPlan(ctx context.Context, in engine.PolicyInput) (ast.Va
 		now = time.Now()
 		in.Now = now
 	}
-	t, err := e.plan.eval(ctx, ast.NewTerm(InputValue(in)), e.data, now)
+	t, err := e.plan.Eval(ctx, ast.NewTerm(InputValue(in)), e.data, now)
 	if err != nil {
 		return nil, fmt.Errorf("evaluating %s: %w", Query, err)
 	}

@@ -85,7 +85,8 @@ func TestPolicyTestDefaultBundle(t *testing.T) {
 	wantRun(t, code, out, errOut, 0,
 		`(?m)^PASS: (\d+)/(\d+) tests, coverage \d+\.\d%$`,
 		`(?m)^  default/gated\.rego +\d+\.\d%`,
-		`(?m)^  default/hard_rules\.rego +\d+\.\d%`)
+		`(?m)^  default/hard_rules\.rego +\d+\.\d%`,
+		`(?m)^parity: PASS: the planned evaluator decides the \d+ inputs of these tests as topdown does$`)
 	m := regexp.MustCompile(`PASS: (\d+)/(\d+) tests`).FindStringSubmatch(out)
 	if m == nil || m[1] != m[2] || m[1] == "0" {
 		t.Errorf("summary %v: want every one of a non-zero number of tests to pass", m)
@@ -121,9 +122,17 @@ func TestPolicyTestJSON(t *testing.T) {
 			File     string
 			Coverage float64
 		}
+		Parity struct {
+			Evaluator     struct{ Evaluator string }
+			Compared      int
+			Disagreements []any
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &doc); err != nil {
 		t.Fatalf("stdout is not JSON: %v\n%s", err, out)
+	}
+	if p := doc.Parity; p.Evaluator.Evaluator != "planned" || p.Compared < 100 || p.Disagreements == nil || len(p.Disagreements) != 0 {
+		t.Errorf("parity %+v: want the planned evaluator compared on the tests' inputs, no disagreement", p)
 	}
 	if len(doc.Tests) == 0 || doc.Summary.Total != len(doc.Tests) || doc.Summary.Passed != doc.Summary.Total || doc.Summary.Failed != 0 {
 		t.Fatalf("summary %+v for %d tests", doc.Summary, len(doc.Tests))

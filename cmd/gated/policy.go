@@ -89,9 +89,14 @@ func policyTestCmd() *cobra.Command {
 	o := &policyTestOptions{}
 	c := &cobra.Command{
 		Use:   "test [DIR]",
-		Short: "Run the bundle's Rego tests and report coverage",
+		Short: "Run the bundle's Rego tests, report coverage and check the evaluators agree",
 		Long: `test runs the Rego tests (rules named test_* in *_test.rego files) and
-reports the line coverage of every non-test file.
+reports the line coverage of every non-test file. The tests run on OPA's
+topdown evaluator; gated decides with its planned evaluator when the bundle
+allows it, so test also records every input (and every with data...
+override) under which the tests evaluate the bundle's rules, decides
+data.gated.decision for each with both evaluators, and reports any input
+they decide differently. gated refuses to serve or reload such a bundle.
 
 With no DIR it tests the embedded default bundle. With DIR it runs DIR's
 tests against the default bundle plus DIR (or DIR alone with
@@ -100,8 +105,9 @@ reloads that policy. The default bundle's own tests assume the default
 data, which DIR may rightly change; --include-default runs them as well,
 as stock "opa test" on both directories would.
 
-Exit status: 0 every test passed (or none was found), 1 a test failed or
-errored or the bundle does not load, 2 bad usage.`,
+Exit status: 0 every test passed (or none was found) and the evaluators
+agree, 1 a test failed or errored, the evaluators disagree, or the bundle
+does not load or compile, 2 bad usage.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runPolicyTest(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, args)
@@ -143,11 +149,23 @@ func runPolicyTest(ctx context.Context, w, errw io.Writer, o *policyTestOptions,
 			}
 		}
 	}
+	// The tests ran on topdown; the parity check decides their inputs with
+	// the planned evaluator too, as gated does before it serves the bundle.
+	var parity *policies.ParityReport
+	var parityErr error
+	if len(report.Results) > 0 {
+		parity, parityErr = checkParity(ctx, b, &o.bundle, o.run)
+	}
 	sum := summarize(report)
 	if o.format == "json" {
-		err = writeJSON(w, testDocument(report, sum))
+		doc := testDocument(report, sum)
+		doc.Parity = parityDocument(parity, parityErr)
+		err = writeJSON(w, doc)
 	} else {
 		err = writeTestText(w, report, sum, o.verbose, o.run)
+		if err == nil {
+			err = writeParityText(w, parity, parityErr)
+		}
 	}
 	if err != nil {
 		return err
@@ -155,7 +173,68 @@ func runPolicyTest(ctx context.Context, w, errw io.Writer, o *policyTestOptions,
 	if bad := sum.Failed + sum.Errored; bad > 0 {
 		return &exitError{code: exitFailure, err: fmt.Errorf("%d of %d tests did not pass (%d failed, %d errored)", bad, sum.Total, sum.Failed, sum.Errored)}
 	}
+	if parityErr != nil {
+		return &exitError{code: exitFailure, err: fmt.Errorf("parity check: %w", parityErr)}
+	}
+	if parity != nil && len(parity.Disagreements) > 0 {
+		return &exitError{code: exitFailure, err: fmt.Errorf("%w on %d of %d test inputs", policies.ErrEvaluatorsDisagree, len(parity.Disagreements), parity.Compared)}
+	}
 	return nil
+}
+
+// checkParity compiles b as serve would and compares the planned
+// evaluator with topdown on the inputs of b's tests that match filter.
+func checkParity(ctx context.Context, b *policies.Bundle, o *policySourceOptions, filter string) (*policies.ParityReport, error) {
+	ev, err := policies.Compile(ctx, b, o.compileOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	return policies.CheckParity(ctx, ev, b, filter)
+}
+
+// parityJSON is the parity check in `policy test --format json`.
+type parityJSON struct {
+	Evaluator     policies.PlanStatus     `json:"evaluator"`
+	Compared      int                     `json:"compared"`
+	Skipped       int                     `json:"skipped"`
+	Disagreements []policies.Disagreement `json:"disagreements"`
+	Error         string                  `json:"error,omitempty"`
+}
+
+func parityDocument(r *policies.ParityReport, err error) parityJSON {
+	switch {
+	case err != nil:
+		return parityJSON{Disagreements: []policies.Disagreement{}, Error: err.Error()}
+	case r == nil: // no tests
+		return parityJSON{Disagreements: []policies.Disagreement{}}
+	}
+	return parityJSON{Evaluator: r.Evaluator, Compared: r.Compared, Skipped: r.Skipped, Disagreements: r.Disagreements}
+}
+
+// writeParityText prints the parity check: one line when the evaluators
+// agree, every disagreement when they do not.
+func writeParityText(w io.Writer, r *policies.ParityReport, err error) error {
+	var line string
+	switch {
+	case err == nil && r == nil:
+		return nil // no tests, no inputs
+	case err != nil:
+		line = "parity: not checked: " + err.Error()
+	case r.Evaluator.Evaluator != policies.EvaluatorPlanned:
+		line = fmt.Sprintf("parity: topdown decides this bundle (%s): nothing to compare", r.Evaluator.Reason)
+	case len(r.Disagreements) == 0:
+		line = fmt.Sprintf("parity: PASS: the planned evaluator decides the %d inputs of these tests as topdown does", r.Compared)
+	default:
+		line = fmt.Sprintf("parity: FAIL: the planned evaluator and topdown disagree on %d of %d inputs of these tests", len(r.Disagreements), r.Compared)
+		for _, d := range r.Disagreements {
+			line += "\n" + d.String()
+		}
+	}
+	if err == nil && r.Skipped > 0 {
+		line += fmt.Sprintf("\n  (%d evaluations under a mocked function or rule not compared)", r.Skipped)
+	}
+	_, werr := fmt.Fprintln(w, line)
+	return werr
 }
 
 // testSummary counts a test run's results.
@@ -384,6 +463,7 @@ type testDoc struct {
 	Tests    []testJSON     `json:"tests"`
 	Summary  testSummary    `json:"summary"`
 	Coverage []fileCoverage `json:"coverage"`
+	Parity   parityJSON     `json:"parity"`
 }
 
 func testDocument(r *policies.TestReport, s testSummary) testDoc {

@@ -214,7 +214,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 		return fmt.Errorf("loading the policy: %w", err)
 	}
 	state := live.State()
-	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Strings("files", state.Files),
+	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
 		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
 	m := newMetrics(live)
 	reg, warnings, err := personas.Load(o.personasDir)

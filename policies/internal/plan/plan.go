@@ -1,0 +1,979 @@
+// Package plan interprets OPA's plan of a query: it decides gated's
+// data.gated.decision from the IR that OPA's planner (the one behind OPA's
+// Wasm target) lays out, over ast values with OPA's own built-in functions.
+// That is its one job; choosing between it and topdown, and checking that
+// both decide alike, is the policies package's.
+//
+// OPA still parses, type-checks and compiles the bundle and plans the
+// query; what is replaced is topdown, the general evaluator that unifies
+// terms and keeps bindings for every expression. The plan has already
+// settled the control flow: each rule is a function, each body a block of
+// lookups, comparisons, loops and calls.
+//
+// The statements it knows are those the planner emits for the language
+// minus `with` (WithStmt) and dynamic calls into virtual documents
+// (CallDynamicStmt): a plan that uses either, a void or unknown built-in,
+// or a built-in outside planAllowed is refused with ErrUnsupported.
+package plan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/open-policy-agent/opa/v1/ast"
+	"github.com/open-policy-agent/opa/v1/ir"
+	"github.com/open-policy-agent/opa/v1/rego"
+	"github.com/open-policy-agent/opa/v1/topdown"
+	"github.com/open-policy-agent/opa/v1/topdown/builtins"
+)
+
+// planAllowed lists the built-ins the planned evaluator calls: pure
+// functions of their operands (plus time.now_ns, which reads the
+// evaluation time). Built-ins that reach the network, the environment or
+// evaluation state (http.send, opa.runtime, trace, print, rand.*) keep a
+// bundle on topdown, where they have the context they expect.
+var planAllowed = func() map[string]bool {
+	names := []string{
+		// comparison and arithmetic
+		"equal", "neq", "lt", "lte", "gt", "gte", "plus", "minus", "mul", "div", "rem",
+		"abs", "round", "ceil", "floor", "numbers.range", "numbers.range_step",
+		// membership, aggregates, sets
+		"internal.member_2", "internal.member_3", "count", "sum", "product", "max", "min", "sort",
+		"and", "or", "intersection", "union",
+		// arrays and objects
+		"array.concat", "array.slice", "array.reverse",
+		"object.get", "object.union", "object.union_n", "object.remove", "object.filter", "object.keys", "object.subset",
+		// types
+		"is_number", "is_string", "is_boolean", "is_array", "is_set", "is_object", "is_null", "type_name",
+		// strings
+		"concat", "contains", "startswith", "endswith", "lower", "upper", "split", "substring", "trim",
+		"trim_left", "trim_right", "trim_prefix", "trim_suffix", "trim_space", "replace", "indexof",
+		"format_int", "sprintf", "strings.replace_n", "strings.count", "strings.any_prefix_match",
+		"strings.any_suffix_match", "to_number",
+		// patterns
+		"glob.match", "regex.match", "regex.is_valid", "regex.find_n", "regex.split",
+		// encoding
+		"json.marshal", "json.unmarshal", "json.is_valid",
+		// time
+		"time.now_ns", "time.parse_ns", "time.parse_rfc3339_ns", "time.parse_duration_ns",
+		"time.date", "time.clock", "time.weekday", "time.add_date", "time.diff",
+	}
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}()
+
+// Plan is an interpretable plan: the IR with names resolved, constants
+// built and locals counted.
+type Plan struct {
+	funcs []*pfunc
+	main  *pfunc // the query plan; params are input and data
+	memos int    // functions of input and data alone, memoised per evaluation
+}
+
+type pfunc struct {
+	name    string
+	params  []int
+	ret     int
+	blocks  []*pblock
+	nlocals int
+	memo    int // index into the memo table, or -1
+}
+
+type pblock struct{ stmts []pstmt }
+
+// operand is a local or a constant.
+type operand struct {
+	local int
+	konst *ast.Term
+}
+
+type pstmt interface{}
+
+type (
+	sReturn   struct{ src int }
+	sCallFunc struct {
+		fn     *pfunc
+		args   []operand
+		result int
+	}
+	sCallBuiltin struct {
+		f      topdown.BuiltinFunc
+		args   []operand
+		result int
+		loc    *ast.Location
+		// time and cache: the built-in reads the evaluation time or the
+		// per-evaluation built-in cache, which are then made for it.
+		time, cache bool
+	}
+	sBlock struct{ blocks []*pblock }
+	sBreak struct{ index int }
+	sDot   struct {
+		src, key operand
+		target   int
+	}
+	sLen struct {
+		src    operand
+		target int
+	}
+	sScan struct {
+		src, key, value int
+		body            *pblock
+	}
+	sNot       struct{ body *pblock }
+	sAssignInt struct {
+		value  *ast.Term
+		target int
+	}
+	sAssign struct {
+		src    operand
+		target int
+	}
+	sAssignOnce struct {
+		src    operand
+		target int
+		loc    *ast.Location
+	}
+	sReset     struct{ target int }
+	sMakeNull  struct{ target int }
+	sMakeConst struct {
+		value  *ast.Term
+		target int
+	}
+	sMakeArray   struct{ capacity, target int }
+	sMakeObject  struct{ target int }
+	sMakeSet     struct{ target int }
+	sEqual       struct{ a, b operand }
+	sNotEqual    struct{ a, b operand }
+	sIsArray     struct{ src operand }
+	sIsObject    struct{ src operand }
+	sIsSet       struct{ src operand }
+	sIsDefined   struct{ src int }
+	sIsUndefined struct{ src int }
+	sAppend      struct {
+		value operand
+		array int
+	}
+	sInsert struct {
+		key, value operand
+		object     int
+	}
+	sInsertOnce struct {
+		key, value operand
+		object     int
+		loc        *ast.Location
+	}
+	sSetAdd struct {
+		value operand
+		set   int
+	}
+	sResultAdd struct{ src int }
+	sNop       struct{}
+)
+
+// planner turns an ir.Policy into a Plan.
+type planner struct {
+	pol     *ir.Policy
+	byName  map[string]*pfunc
+	strs    []*ast.Term
+	files   []string
+	nlocals int
+	memos   int
+}
+
+func newPlan(pol *ir.Policy) (*Plan, error) {
+	if pol == nil || pol.Plans == nil || len(pol.Plans.Plans) != 1 {
+		return nil, fmt.Errorf("%w: want exactly one plan", ErrUnsupported)
+	}
+	p := &planner{pol: pol, byName: map[string]*pfunc{}}
+	if pol.Static != nil {
+		for _, s := range pol.Static.Strings {
+			p.strs = append(p.strs, ast.StringTerm(s.Value))
+		}
+		for _, f := range pol.Static.Files {
+			p.files = append(p.files, f.Value)
+		}
+	}
+	out := &Plan{}
+	var funcs []*ir.Func
+	if pol.Funcs != nil {
+		funcs = pol.Funcs.Funcs
+	}
+	// Declare every function first: a call may name one defined later.
+	for _, f := range funcs {
+		pf := &pfunc{name: f.Name, ret: int(f.Return), memo: -1}
+		for _, l := range f.Params {
+			pf.params = append(pf.params, int(l))
+		}
+		if len(pf.params) == 2 {
+			pf.memo = p.memos
+			p.memos++
+		}
+		p.byName[f.Name] = pf
+		out.funcs = append(out.funcs, pf)
+	}
+	for i, f := range funcs {
+		pf := out.funcs[i]
+		if err := p.body(pf, f.Blocks); err != nil {
+			return nil, fmt.Errorf("function %s: %w", f.Name, err)
+		}
+	}
+	plan := pol.Plans.Plans[0]
+	main := &pfunc{name: plan.Name, params: []int{int(ir.Input), int(ir.Data)}, ret: int(ir.Data), memo: -1}
+	if err := p.body(main, plan.Blocks); err != nil {
+		return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
+	}
+	out.main = main
+	out.memos = p.memos
+	return out, nil
+}
+
+// body converts the blocks of f and counts its locals.
+func (p *planner) body(f *pfunc, blocks []*ir.Block) error {
+	p.nlocals = max(f.ret, slicesMax(f.params)) + 1
+	for _, b := range blocks {
+		pb, err := p.block(b)
+		if err != nil {
+			return err
+		}
+		f.blocks = append(f.blocks, pb)
+	}
+	f.nlocals = p.nlocals
+	return nil
+}
+
+func slicesMax(xs []int) int {
+	m := 0
+	for _, x := range xs {
+		m = max(m, x)
+	}
+	return m
+}
+
+func (p *planner) local(l ir.Local) int {
+	p.nlocals = max(p.nlocals, int(l)+1)
+	return int(l)
+}
+
+func (p *planner) operand(o ir.Operand) (operand, error) {
+	switch v := o.Value.(type) {
+	case ir.Local:
+		return operand{local: p.local(v)}, nil
+	case ir.Bool:
+		return operand{konst: ast.InternedTerm(bool(v))}, nil
+	case ir.StringIndex:
+		if int(v) < 0 || int(v) >= len(p.strs) {
+			return operand{}, fmt.Errorf("%w: string index %d out of range", ErrUnsupported, v)
+		}
+		return operand{konst: p.strs[v]}, nil
+	}
+	return operand{}, fmt.Errorf("%w: operand %v", ErrUnsupported, o.Value)
+}
+
+func (p *planner) location(l *ir.Location) *ast.Location {
+	loc := &ast.Location{Row: l.Row, Col: l.Col}
+	if l.File >= 0 && l.File < len(p.files) {
+		loc.File = p.files[l.File]
+	}
+	return loc
+}
+
+func (p *planner) block(b *ir.Block) (*pblock, error) {
+	out := &pblock{stmts: make([]pstmt, 0, len(b.Stmts))}
+	for _, s := range b.Stmts {
+		ps, err := p.stmt(s)
+		if err != nil {
+			return nil, err
+		}
+		out.stmts = append(out.stmts, ps)
+	}
+	return out, nil
+}
+
+func (p *planner) operands(os []ir.Operand) ([]operand, error) {
+	out := make([]operand, len(os))
+	for i, o := range os {
+		var err error
+		if out[i], err = p.operand(o); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (p *planner) stmt(s ir.Stmt) (pstmt, error) {
+	var err error
+	op := func(o ir.Operand) operand {
+		var x operand
+		if err == nil {
+			x, err = p.operand(o)
+		}
+		return x
+	}
+	var out pstmt
+	switch s := s.(type) {
+	case *ir.ReturnLocalStmt:
+		out = &sReturn{src: p.local(s.Source)}
+	case *ir.CallStmt:
+		args, aerr := p.operands(s.Args)
+		if aerr != nil {
+			return nil, aerr
+		}
+		if fn, ok := p.byName[s.Func]; ok {
+			if len(args) != len(fn.params) {
+				return nil, fmt.Errorf("%w: %s called with %d arguments, takes %d", ErrUnsupported, s.Func, len(args), len(fn.params))
+			}
+			out = &sCallFunc{fn: fn, args: args, result: p.local(s.Result)}
+			break
+		}
+		decl, ok := ast.BuiltinMap[s.Func]
+		if !ok || !planAllowed[s.Func] {
+			return nil, fmt.Errorf("%w: built-in %s", ErrUnsupported, s.Func)
+		}
+		f := topdown.GetBuiltin(s.Func)
+		if f == nil || decl.Decl.Result() == nil || decl.Decl.Arity() != len(args) {
+			return nil, fmt.Errorf("%w: built-in %s", ErrUnsupported, s.Func)
+		}
+		out = &sCallBuiltin{f: f, args: args, result: p.local(s.Result), loc: p.location(&s.Location),
+			time: s.Func == "time.now_ns", cache: strings.HasPrefix(s.Func, "numbers.range")}
+	case *ir.BlockStmt:
+		bs := &sBlock{}
+		for _, b := range s.Blocks {
+			pb, berr := p.block(b)
+			if berr != nil {
+				return nil, berr
+			}
+			bs.blocks = append(bs.blocks, pb)
+		}
+		out = bs
+	case *ir.BreakStmt:
+		out = &sBreak{index: int(s.Index)}
+	case *ir.DotStmt:
+		out = &sDot{src: op(s.Source), key: op(s.Key), target: p.local(s.Target)}
+	case *ir.LenStmt:
+		out = &sLen{src: op(s.Source), target: p.local(s.Target)}
+	case *ir.ScanStmt:
+		body, berr := p.block(s.Block)
+		if berr != nil {
+			return nil, berr
+		}
+		out = &sScan{src: p.local(s.Source), key: p.local(s.Key), value: p.local(s.Value), body: body}
+	case *ir.NotStmt:
+		body, berr := p.block(s.Block)
+		if berr != nil {
+			return nil, berr
+		}
+		out = &sNot{body: body}
+	case *ir.AssignIntStmt:
+		out = &sAssignInt{value: ast.InternedTerm(int(s.Value)), target: p.local(s.Target)}
+	case *ir.AssignVarStmt:
+		out = &sAssign{src: op(s.Source), target: p.local(s.Target)}
+	case *ir.AssignVarOnceStmt:
+		out = &sAssignOnce{src: op(s.Source), target: p.local(s.Target), loc: p.location(&s.Location)}
+	case *ir.ResetLocalStmt:
+		out = &sReset{target: p.local(s.Target)}
+	case *ir.MakeNullStmt:
+		out = &sMakeNull{target: p.local(s.Target)}
+	case *ir.MakeNumberIntStmt:
+		out = &sMakeConst{value: ast.InternedTerm(int(s.Value)), target: p.local(s.Target)}
+	case *ir.MakeNumberRefStmt:
+		if s.Index < 0 || s.Index >= len(p.strs) {
+			return nil, fmt.Errorf("%w: number constant %d out of range", ErrUnsupported, s.Index)
+		}
+		out = &sMakeConst{value: ast.NewTerm(ast.Number(p.strs[s.Index].Value.(ast.String))), target: p.local(s.Target)}
+	case *ir.MakeArrayStmt:
+		out = &sMakeArray{capacity: int(s.Capacity), target: p.local(s.Target)}
+	case *ir.MakeObjectStmt:
+		out = &sMakeObject{target: p.local(s.Target)}
+	case *ir.MakeSetStmt:
+		out = &sMakeSet{target: p.local(s.Target)}
+	case *ir.EqualStmt:
+		out = &sEqual{a: op(s.A), b: op(s.B)}
+	case *ir.NotEqualStmt:
+		out = &sNotEqual{a: op(s.A), b: op(s.B)}
+	case *ir.IsArrayStmt:
+		out = &sIsArray{src: op(s.Source)}
+	case *ir.IsObjectStmt:
+		out = &sIsObject{src: op(s.Source)}
+	case *ir.IsSetStmt:
+		out = &sIsSet{src: op(s.Source)}
+	case *ir.IsDefinedStmt:
+		out = &sIsDefined{src: p.local(s.Source)}
+	case *ir.IsUndefinedStmt:
+		out = &sIsUndefined{src: p.local(s.Source)}
+	case *ir.ArrayAppendStmt:
+		out = &sAppend{value: op(s.Value), array: p.local(s.Array)}
+	case *ir.ObjectInsertStmt:
+		out = &sInsert{key: op(s.Key), value: op(s.Value), object: p.local(s.Object)}
+	case *ir.ObjectInsertOnceStmt:
+		out = &sInsertOnce{key: op(s.Key), value: op(s.Value), object: p.local(s.Object), loc: p.location(&s.Location)}
+	case *ir.SetAddStmt:
+		out = &sSetAdd{value: op(s.Value), set: p.local(s.Set)}
+	case *ir.ResultSetAddStmt:
+		out = &sResultAdd{src: p.local(s.Value)}
+	case *ir.NopStmt:
+		out = &sNop{}
+	default:
+		return nil, fmt.Errorf("%w: statement %T", ErrUnsupported, s)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// retUp is the block result that unwinds to the function: a return.
+const retUp = 1 << 30
+
+// machine is the state of one evaluation.
+type machine struct {
+	ctx     context.Context
+	plan    *Plan
+	stack   []*ast.Term
+	memo    []*ast.Term
+	memoSet []bool
+	ret     *ast.Term
+	results []*ast.Term
+	bctx    topdown.BuiltinContext
+	now     time.Time
+	steps   int
+	// args is a stack of call operands; out and outFn receive a built-in's
+	// result; scans holds a reusable state for each depth of nested scans.
+	args  []*ast.Term
+	out   *ast.Term
+	outFn func(*ast.Term) error
+	scans []*scanState
+	depth int
+}
+
+// scanState is one scan in progress, with its callbacks bound once.
+type scanState struct {
+	m     *machine
+	fr    []*ast.Term
+	s     *sScan
+	up    int
+	err   error
+	objFn func(k, v *ast.Term) bool
+	setFn func(x *ast.Term) bool
+}
+
+func (st *scanState) visit(k, v *ast.Term) bool {
+	m := st.m
+	if m.steps++; m.steps&1023 == 0 {
+		if st.err = m.ctx.Err(); st.err != nil {
+			return true
+		}
+	}
+	st.fr[st.s.key], st.fr[st.s.value] = k, v
+	st.up, _, st.err = m.block(st.fr, st.s.body)
+	return st.err != nil || st.up > 0
+}
+
+var machines = sync.Pool{New: func() any {
+	m := &machine{}
+	m.outFn = func(t *ast.Term) error { m.out = t; return nil }
+	return m
+}}
+
+// eval runs the plan on input and data and returns the query's single
+// result, nil when the query is undefined.
+func (pl *Plan) Eval(ctx context.Context, input, data *ast.Term, now time.Time) (res *ast.Term, err error) {
+	m := machines.Get().(*machine)
+	defer func() {
+		if r := recover(); r != nil {
+			res, err = nil, fmt.Errorf("planned evaluator: %v", r)
+		}
+		m.release()
+	}()
+	m.ctx, m.plan = ctx, pl
+	if cap(m.memo) < pl.memos {
+		m.memo, m.memoSet = make([]*ast.Term, pl.memos), make([]bool, pl.memos)
+	}
+	m.memo, m.memoSet = m.memo[:pl.memos], m.memoSet[:pl.memos]
+	m.now = now
+	m.bctx = topdown.BuiltinContext{Context: ctx}
+	m.args = append(m.args[:0], input, data)
+	if _, err := m.call(pl.main, m.args); err != nil {
+		return nil, err
+	}
+	switch len(m.results) {
+	case 0:
+		return nil, nil
+	case 1:
+		obj, ok := m.results[0].Value.(ast.Object)
+		if !ok || obj.Len() != 1 {
+			return nil, fmt.Errorf("planned evaluator: unexpected result %v", m.results[0])
+		}
+		var v *ast.Term
+		obj.Foreach(func(_, val *ast.Term) { v = val })
+		return v, nil
+	}
+	return nil, fmt.Errorf("planned evaluator: %d results for one query", len(m.results))
+}
+
+func (m *machine) release() {
+	clear(m.stack[:cap(m.stack)])
+	m.stack = m.stack[:0]
+	clear(m.memo)
+	clear(m.memoSet)
+	m.results = m.results[:0]
+	m.ret, m.ctx, m.plan, m.steps, m.out = nil, nil, nil, 0, nil
+	clear(m.args[:cap(m.args)])
+	m.args = m.args[:0]
+	for _, st := range m.scans {
+		st.fr, st.s, st.err = nil, nil, nil
+	}
+	m.bctx = topdown.BuiltinContext{}
+	machines.Put(m)
+}
+
+func (m *machine) call(f *pfunc, args []*ast.Term) (*ast.Term, error) {
+	if f.memo >= 0 && m.memoSet[f.memo] {
+		return m.memo[f.memo], nil
+	}
+	base := len(m.stack)
+	if need := base + f.nlocals; need > cap(m.stack) {
+		grown := make([]*ast.Term, base, max(need, 2*cap(m.stack)))
+		copy(grown, m.stack)
+		m.stack = grown
+	}
+	m.stack = m.stack[:base+f.nlocals]
+	fr := m.stack[base : base+f.nlocals : base+f.nlocals]
+	clear(fr)
+	for i, p := range f.params {
+		fr[p] = args[i]
+	}
+	var out *ast.Term
+	for _, b := range f.blocks {
+		up, _, err := m.block(fr, b)
+		if err != nil {
+			return nil, err
+		}
+		if up == retUp {
+			out = m.ret
+			m.ret = nil
+			break
+		}
+		if up > 0 {
+			return nil, fmt.Errorf("planned evaluator: %s breaks out of its function", f.name)
+		}
+	}
+	clear(fr)
+	m.stack = m.stack[:base]
+	if f.memo >= 0 {
+		m.memo[f.memo], m.memoSet[f.memo] = out, true
+	}
+	return out, nil
+}
+
+func (m *machine) val(fr []*ast.Term, o operand) *ast.Term {
+	if o.konst != nil {
+		return o.konst
+	}
+	return fr[o.local]
+}
+
+// block runs b. up is how many enclosing blocks to leave as well (0: the
+// parent goes on; retUp: a function return); done reports that b ran to
+// its end rather than being left at an undefined statement or a break.
+func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error) {
+	for _, s := range b.stmts {
+		switch s := s.(type) {
+		case *sDot:
+			src, key := m.val(fr, s.src), m.val(fr, s.key)
+			if src == nil || key == nil {
+				return 0, false, nil
+			}
+			v := dot(src.Value, key)
+			if v == nil {
+				return 0, false, nil
+			}
+			fr[s.target] = v
+		case *sAssign:
+			v := m.val(fr, s.src)
+			if v == nil {
+				return 0, false, nil
+			}
+			fr[s.target] = v
+		case *sCallBuiltin:
+			v, err := m.builtin(fr, s)
+			if err != nil {
+				return 0, false, err
+			}
+			if v == nil {
+				return 0, false, nil
+			}
+			fr[s.result] = v
+		case *sCallFunc:
+			var v *ast.Term
+			var err error
+			if f := s.fn; f.memo >= 0 && m.memoSet[f.memo] {
+				v = m.memo[f.memo]
+			} else {
+				base, ok := m.pushArgs(fr, s.args)
+				if !ok {
+					return 0, false, nil
+				}
+				v, err = m.call(f, m.args[base:])
+				m.popArgs(base)
+			}
+			if err != nil {
+				return 0, false, err
+			}
+			if v == nil {
+				return 0, false, nil
+			}
+			fr[s.result] = v
+		case *sBlock:
+			for _, sub := range s.blocks {
+				up, _, err := m.block(fr, sub)
+				if err != nil || up == retUp {
+					return up, false, err
+				}
+				if up > 0 {
+					return up - 1, false, nil
+				}
+			}
+		case *sBreak:
+			return s.index, false, nil
+		case *sNotEqual:
+			a, b := m.val(fr, s.a), m.val(fr, s.b)
+			if a == nil || b == nil || ast.ValueEqual(a.Value, b.Value) {
+				return 0, false, nil
+			}
+		case *sEqual:
+			a, b := m.val(fr, s.a), m.val(fr, s.b)
+			if a == nil || b == nil || !ast.ValueEqual(a.Value, b.Value) {
+				return 0, false, nil
+			}
+		case *sIsDefined:
+			if fr[s.src] == nil {
+				return 0, false, nil
+			}
+		case *sIsUndefined:
+			if fr[s.src] != nil {
+				return 0, false, nil
+			}
+		case *sReset:
+			fr[s.target] = nil
+		case *sAssignOnce:
+			v := m.val(fr, s.src)
+			if v == nil {
+				return 0, false, nil
+			}
+			if old := fr[s.target]; old != nil && !ast.ValueEqual(old.Value, v.Value) {
+				return 0, false, &topdown.Error{Code: topdown.ConflictErr, Location: s.loc, Message: "complete rules must not produce multiple outputs"}
+			}
+			fr[s.target] = v
+		case *sScan:
+			up, err := m.scan(fr, s)
+			if err != nil || up == retUp {
+				return up, false, err
+			}
+			if up > 0 {
+				return up - 1, false, nil
+			}
+		case *sNot:
+			up, done, err := m.block(fr, s.body)
+			if err != nil || up == retUp {
+				return up, false, err
+			}
+			if up > 0 {
+				return up - 1, false, nil
+			}
+			if done {
+				return 0, false, nil
+			}
+		case *sReturn:
+			m.ret = fr[s.src]
+			return retUp, false, nil
+		case *sMakeNull:
+			fr[s.target] = ast.InternedNullTerm
+		case *sMakeConst:
+			fr[s.target] = s.value
+		case *sAssignInt:
+			fr[s.target] = s.value
+		case *sMakeArray:
+			fr[s.target] = ast.NewTerm(ast.NewArrayWithCapacity(s.capacity))
+		case *sMakeObject:
+			fr[s.target] = ast.NewTerm(ast.NewObject())
+		case *sMakeSet:
+			fr[s.target] = ast.NewTerm(ast.NewSet())
+		case *sAppend:
+			v, arr := m.val(fr, s.value), fr[s.array]
+			if v == nil || arr == nil {
+				return 0, false, nil
+			}
+			a, ok := arr.Value.(*ast.Array)
+			if !ok {
+				return 0, false, fmt.Errorf("planned evaluator: append to %s", ast.ValueName(arr.Value))
+			}
+			// In place, as the plan expects: the array is the one its
+			// MakeArrayStmt made for this evaluation.
+			*a = *a.Append(v)
+		case *sInsert:
+			k, v, obj := m.val(fr, s.key), m.val(fr, s.value), fr[s.object]
+			if k == nil || v == nil || obj == nil {
+				return 0, false, nil
+			}
+			o, ok := obj.Value.(ast.Object)
+			if !ok {
+				return 0, false, fmt.Errorf("planned evaluator: insert into %s", ast.ValueName(obj.Value))
+			}
+			o.Insert(k, v)
+		case *sInsertOnce:
+			k, v, obj := m.val(fr, s.key), m.val(fr, s.value), fr[s.object]
+			if k == nil || v == nil || obj == nil {
+				return 0, false, nil
+			}
+			o, ok := obj.Value.(ast.Object)
+			if !ok {
+				return 0, false, fmt.Errorf("planned evaluator: insert into %s", ast.ValueName(obj.Value))
+			}
+			if old := o.Get(k); old != nil {
+				if !ast.ValueEqual(old.Value, v.Value) {
+					return 0, false, &topdown.Error{Code: topdown.ConflictErr, Location: s.loc, Message: "object keys must be unique"}
+				}
+				continue
+			}
+			o.Insert(k, v)
+		case *sSetAdd:
+			v, set := m.val(fr, s.value), fr[s.set]
+			if v == nil || set == nil {
+				return 0, false, nil
+			}
+			st, ok := set.Value.(ast.Set)
+			if !ok {
+				return 0, false, fmt.Errorf("planned evaluator: add to %s", ast.ValueName(set.Value))
+			}
+			st.Add(v)
+		case *sIsArray:
+			if v := m.val(fr, s.src); v == nil || !isArray(v.Value) {
+				return 0, false, nil
+			}
+		case *sIsObject:
+			if v := m.val(fr, s.src); v == nil || !isObject(v.Value) {
+				return 0, false, nil
+			}
+		case *sIsSet:
+			if v := m.val(fr, s.src); v == nil || !isSet(v.Value) {
+				return 0, false, nil
+			}
+		case *sLen:
+			v := m.val(fr, s.src)
+			if v == nil {
+				return 0, false, nil
+			}
+			n, ok := length(v.Value)
+			if !ok {
+				return 0, false, nil
+			}
+			fr[s.target] = ast.InternedTerm(n)
+		case *sResultAdd:
+			if v := fr[s.src]; v != nil {
+				m.results = append(m.results, v)
+			}
+		case *sNop:
+		default:
+			return 0, false, fmt.Errorf("planned evaluator: statement %T", s)
+		}
+	}
+	return 0, true, nil
+}
+
+// scan runs s's body for each element of its source; a scalar or an empty
+// collection runs it never.
+func (m *machine) scan(fr []*ast.Term, s *sScan) (int, error) {
+	src := fr[s.src]
+	if src == nil {
+		return 0, nil
+	}
+	if c, ok := src.Value.(*ast.Array); ok {
+		for i := range c.Len() {
+			if m.steps++; m.steps&1023 == 0 {
+				if err := m.ctx.Err(); err != nil {
+					return 0, err
+				}
+			}
+			fr[s.key], fr[s.value] = ast.InternedTerm(i), c.Elem(i)
+			up, _, err := m.block(fr, s.body)
+			if err != nil || up > 0 {
+				return up, err
+			}
+		}
+		return 0, nil
+	}
+	if m.depth == len(m.scans) {
+		st := &scanState{m: m}
+		st.objFn = st.visit
+		st.setFn = func(x *ast.Term) bool { return st.visit(x, x) }
+		m.scans = append(m.scans, st)
+	}
+	st := m.scans[m.depth]
+	m.depth++
+	st.fr, st.s, st.up, st.err = fr, s, 0, nil
+	switch c := src.Value.(type) {
+	case ast.Object:
+		c.Until(st.objFn)
+	case ast.Set:
+		c.Until(st.setFn)
+	}
+	m.depth--
+	up, err := st.up, st.err
+	st.fr, st.s, st.err = nil, nil, nil
+	return up, err
+}
+
+func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
+	base, ok := m.pushArgs(fr, s.args)
+	if !ok {
+		return nil, nil
+	}
+	if s.time && m.bctx.Time == nil {
+		m.bctx.Time = ast.NewTerm(ast.Number(strconv.FormatInt(m.now.UnixNano(), 10)))
+	}
+	if s.cache && m.bctx.Cache == nil {
+		m.bctx.Cache = builtins.Cache{}
+	}
+	m.bctx.Location = s.loc
+	m.out = nil
+	err := s.f(m.bctx, m.args[base:len(m.args):len(m.args)], m.outFn)
+	out := m.out
+	m.out = nil
+	m.popArgs(base)
+	if err != nil {
+		var halt topdown.Halt
+		if errors.As(err, &halt) {
+			err = halt.Err
+		}
+		return nil, err
+	}
+	return out, nil
+}
+
+// pushArgs pushes the values of a call's operands and returns where they
+// start; ok is false, and nothing is pushed, when one is undefined.
+func (m *machine) pushArgs(fr []*ast.Term, args []operand) (base int, ok bool) {
+	base = len(m.args)
+	for _, a := range args {
+		x := m.val(fr, a)
+		if x == nil {
+			m.popArgs(base)
+			return base, false
+		}
+		m.args = append(m.args, x)
+	}
+	return base, true
+}
+
+// popArgs drops the call operands above base.
+func (m *machine) popArgs(base int) {
+	clear(m.args[base:])
+	m.args = m.args[:base]
+}
+
+// dot looks key up in v: an object's value, an array's element, a set's
+// member; nil when there is none.
+func dot(v ast.Value, key *ast.Term) *ast.Term {
+	switch c := v.(type) {
+	case ast.Object:
+		return c.Get(key)
+	case *ast.Array:
+		n, ok := key.Value.(ast.Number)
+		if !ok {
+			return nil
+		}
+		i, ok := n.Int()
+		if !ok || i < 0 || i >= c.Len() {
+			return nil
+		}
+		return c.Elem(i)
+	case ast.Set:
+		if c.Contains(key) {
+			return key
+		}
+	}
+	return nil
+}
+
+func length(v ast.Value) (int, bool) {
+	switch c := v.(type) {
+	case *ast.Array:
+		return c.Len(), true
+	case ast.Object:
+		return c.Len(), true
+	case ast.Set:
+		return c.Len(), true
+	case ast.String:
+		return utf8.RuneCountInString(string(c)), true
+	}
+	return 0, false
+}
+
+func isArray(v ast.Value) bool  { _, ok := v.(*ast.Array); return ok }
+func isObject(v ast.Value) bool { _, ok := v.(ast.Object); return ok }
+func isSet(v ast.Value) bool    { _, ok := v.(ast.Set); return ok }
+
+// planTarget is the rego target under which Compile asks OPA for the
+// query's plan: OPA compiles and plans the query and hands the IR to
+// planCapture, which converts it for the machine above.
+const planTarget = "gated-plan"
+
+type planCapture struct{}
+
+type planKey struct{}
+
+func (planCapture) IsTarget(t string) bool { return t == planTarget }
+
+func (planCapture) PrepareForEval(ctx context.Context, pol *ir.Policy, _ ...rego.PrepareOption) (rego.TargetPluginEval, error) {
+	into, _ := ctx.Value(planKey{}).(**Plan)
+	if into == nil {
+		return nil, errors.New("the gated-plan target is used through plan.Compile only")
+	}
+	pl, err := newPlan(pol)
+	if err != nil {
+		return nil, err
+	}
+	*into = pl
+	return planUnused{}, nil
+}
+
+// planUnused stands in for rego's own use of the target: Plan.Eval drives
+// the plan directly, without rego's per-evaluation set-up.
+type planUnused struct{}
+
+func (planUnused) Eval(context.Context, *rego.EvalContext, ast.Value) (ast.Value, error) {
+	return nil, errors.New("the gated-plan target is evaluated through Plan.Eval only")
+}
+
+var registerPlanTarget = sync.OnceFunc(func() { rego.RegisterPlugin(planTarget, planCapture{}) })
+
+// Compile has OPA compile modules (Rego v1, tests left out by the caller)
+// for its IR planner and plan query, then converts the plan. It fails with
+// an error wrapping ErrUnsupported when the plan uses what the machine
+// does not run, and with OPA's own error when the modules do not compile.
+func Compile(ctx context.Context, query string, modules map[string]*ast.Module) (*Plan, error) {
+	registerPlanTarget()
+	opts := []func(*rego.Rego){rego.Query(query), rego.Target(planTarget), rego.SetRegoVersion(ast.RegoV1)}
+	for _, name := range slices.Sorted(maps.Keys(modules)) {
+		opts = append(opts, rego.ParsedModule(modules[name]))
+	}
+	var pl *Plan
+	if _, err := rego.New(opts...).PrepareForEval(context.WithValue(ctx, planKey{}, &pl)); err != nil {
+		return nil, err
+	}
+	if pl == nil {
+		return nil, fmt.Errorf("%w: OPA produced no plan", ErrUnsupported)
+	}
+	return pl, nil
+}
