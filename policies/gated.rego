@@ -215,6 +215,7 @@ persona_routes := data.gated.config.persona_routes
 routed_personas := [route.persona |
 	some route in persona_routes
 	some pattern in route.actions
+	is_string(pattern)
 	action_pattern_matches(lower(pattern), lower(input.proposal.action))
 ]
 
