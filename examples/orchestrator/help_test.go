@@ -1,30 +1,15 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/gated/gated/internal/exampletest"
 )
 
-// With GATED_EXAMPLE_MAIN set the test binary runs main instead of the
-// tests, so a test can run the command with arguments and read its exit
-// code as a user's shell would.
-func TestMain(m *testing.M) {
-	if os.Getenv("GATED_EXAMPLE_MAIN") != "" {
-		main()
-		return
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { exampletest.Main(m, main) }
 
 func TestHelpExitsZero(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	tests := []struct {
 		note string
 		args []string
@@ -37,20 +22,9 @@ func TestHelpExitsZero(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			cmd := exec.Command(exe, tc.args...)
-			cmd.Env = append(os.Environ(), "GATED_EXAMPLE_MAIN=1")
-			var out bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &out, &out
-			err := cmd.Run()
-			code := 0
-			var ee *exec.ExitError
-			if errors.As(err, &ee) {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			if code != tc.exit || !strings.Contains(out.String(), tc.say) {
-				t.Errorf("orchestrator %v: exit %d, want %d saying %q\n%s", tc.args, code, tc.exit, tc.say, out.String())
+			code, out := exampletest.Run(t, tc.args...)
+			if code != tc.exit || !strings.Contains(out, tc.say) {
+				t.Errorf("orchestrator %v: exit %d, want %d saying %q\n%s", tc.args, code, tc.exit, tc.say, out)
 			}
 		})
 	}
