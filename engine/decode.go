@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gated/gated/engine/wire"
 	"io"
 	"strconv"
 	"strings"
@@ -43,16 +44,12 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// ProposalSubjectPrefix is the subject prefix fleets publish proposals
-// under: gated.proposals.<tenant>.<action>.
-const ProposalSubjectPrefix = "gated.proposals."
-
 // ParseProposalSubject splits gated.proposals.<tenant>.<action> into its
 // tokens and checks each. The error is a *FieldError on field "subject".
 func ParseProposalSubject(subject string) (tenant, action string, err error) {
-	rest, ok := strings.CutPrefix(subject, ProposalSubjectPrefix)
+	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
 	if !ok {
-		return "", "", fieldErr("subject", "%q does not start with %q", subject, ProposalSubjectPrefix)
+		return "", "", fieldErr("subject", "%q does not start with %q", subject, wire.ProposalSubjectPrefix)
 	}
 	tenant, action, ok = strings.Cut(rest, ".")
 	if !ok || strings.Contains(action, ".") {
@@ -416,7 +413,7 @@ func (k *keyScanner) render(last string) string {
 // "<tenant>.<id>". It returns empty strings when nothing trustworthy can be
 // recovered.
 func RecoverAddress(subject string, data []byte, msgID string) (tenant, id string) {
-	rest, ok := strings.CutPrefix(subject, ProposalSubjectPrefix)
+	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
 	if !ok {
 		return "", ""
 	}

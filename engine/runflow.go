@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gated/gated/engine/wire"
 	"math"
 	"slices"
 	"strings"
@@ -344,11 +345,11 @@ func (r *decision) setNext(v *Verdict) {
 	rv := v.Run
 	if rv.Round < rv.MaxRounds {
 		rv.Next = NextContinuation
-		rv.FollowUpSubject = ContinuationSubjectPrefix + v.Tenant + "." + rv.RunID
+		rv.FollowUpSubject = wire.ContinuationSubject(v.Tenant, rv.RunID)
 		return
 	}
 	rv.Next = NextEscalation
-	rv.FollowUpSubject = EscalationSubjectPrefix + v.Tenant
+	rv.FollowUpSubject = wire.EscalationSubject(v.Tenant)
 }
 
 // findingsOf numbers what a rejection asks of the worker: the failed
