@@ -209,7 +209,7 @@ func (in *intake) publish(t *testing.T, data []byte, msgID string) *jetstream.Pu
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(wire.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+	msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 	msg.Data = data
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)

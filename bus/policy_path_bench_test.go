@@ -104,7 +104,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m := nats.NewMsg(wire.ProposalSubjectPrefix + p.Tenant + "." + p.Action)
+		m := nats.NewMsg(wire.ProposalSubject(p.Tenant, p.Action))
 		m.Data = data
 		m.Header.Set(jetstream.MsgIDHeader, p.Tenant+"."+p.ID)
 		proposals[i] = &sent{msg: m, path: path, done: make(chan *engine.Verdict, 1)}

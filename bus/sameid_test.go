@@ -190,7 +190,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 							errs <- err
 							return
 						}
-						msg := nats.NewMsg(wire.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+						msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 						msg.Data = data
 						if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
 							errs <- err

@@ -417,7 +417,7 @@ func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
 			MissingWork: missing, NextRoundGuidance: run.NextRoundGuidance, Findings: findings,
 			Criteria: failed, CreatedAt: v.DecidedAt.UTC(),
 		})
-		return wire.ContinuationSubjectPrefix + v.Tenant + "." + run.RunID,
+		return wire.ContinuationSubject(v.Tenant, run.RunID),
 			fmt.Sprintf("%s.%s.r%d.continuation", v.Tenant, run.RunID, run.Round), body, true
 	case NextEscalation:
 		body = mustJSON(Escalation{
@@ -426,7 +426,7 @@ func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
 			Reason: fmt.Sprintf("run %s was rejected in round %d of %d: %s", run.RunID, run.Round, run.MaxRounds, v.Reason),
 			Review: link, MissingWork: missing, Findings: findings, CreatedAt: v.DecidedAt.UTC(),
 		})
-		return wire.EscalationSubjectPrefix + v.Tenant, fmt.Sprintf("%s.%s.escalation", v.Tenant, run.RunID), body, true
+		return wire.EscalationSubject(v.Tenant), fmt.Sprintf("%s.%s.escalation", v.Tenant, run.RunID), body, true
 	}
 	return "", "", nil, false
 }

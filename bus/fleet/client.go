@@ -237,7 +237,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
 
-	msg := nats.NewMsg(wire.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+	msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, a.Key())
 	digest := proposalDigest(data)

@@ -34,15 +34,16 @@ func toolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugi
 			if err != nil {
 				return nil, err
 			}
-			msg, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: wire.ToolSubjectPrefix + name, Data: body})
+			subject := wire.ToolSubject(name)
+			msg, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
 			switch {
 			case errors.Is(err, nats.ErrNoResponders):
-				return nil, fmt.Errorf("no service answers %s%s", wire.ToolSubjectPrefix, name)
+				return nil, fmt.Errorf("no service answers %s", subject)
 			case err != nil:
-				return nil, fmt.Errorf("requesting %s%s: %w", wire.ToolSubjectPrefix, name, err)
+				return nil, fmt.Errorf("requesting %s: %w", subject, err)
 			}
 			if why := msg.Header.Get(wire.ToolErrorHeader); why != "" {
-				return nil, fmt.Errorf("%s%s answered an error: %s", wire.ToolSubjectPrefix, name, why)
+				return nil, fmt.Errorf("%s answered an error: %s", subject, why)
 			}
 			return msg.Data, nil
 		},

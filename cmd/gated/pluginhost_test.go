@@ -30,13 +30,13 @@ func TestToolsAreForwardedOverNATS(t *testing.T) {
 	defer nc.Close()
 
 	var got plugins.ToolRequest
-	if _, err := nc.Subscribe(wire.ToolSubjectPrefix+"host_list_services", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(wire.ToolSubject("host_list_services"), func(m *nats.Msg) {
 		_ = json.Unmarshal(m.Data, &got)
 		_ = m.Respond([]byte(`{"services":["nginx"]}`))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Subscribe(wire.ToolSubjectPrefix+"broken", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(wire.ToolSubject("broken"), func(m *nats.Msg) {
 		reply := nats.NewMsg(m.Reply)
 		reply.Header.Set(wire.ToolErrorHeader, "inventory is down")
 		_ = m.RespondMsg(reply)

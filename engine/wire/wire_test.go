@@ -72,3 +72,27 @@ func TestSubjectsAreSpelledOnce(t *testing.T) {
 		t.Fatalf("checked %d Go files under %s, want the whole module", checked, root)
 	}
 }
+
+// TestSubjectsOfTheContract pins every builder to the subject the v1
+// contract spells, so that a change here is a change of the contract and
+// shows as one.
+func TestSubjectsOfTheContract(t *testing.T) {
+	for _, tc := range []struct{ name, got, want string }{
+		{"proposal", ProposalSubject("acme", "host_restart_service"), "gated.proposals.acme.host_restart_service"},
+		{"proposal stream", ProposalSubjects, "gated.proposals.*.*"},
+		{"verdict", VerdictSubject("acme", "p1"), "gated.verdicts.acme.p1"},
+		{"review", ReviewSubject, "gated.review"},
+		{"review of a tenant", ReviewSubjectPrefix + "acme", "gated.review.acme"},
+		{"audit", AuditSubjectPrefix + "acme.verdict", "gated.audit.acme.verdict"},
+		{"operator", OperatorSubjectPrefix + "acme.p1", "gated.operator.acme.p1"},
+		{"continuation", ContinuationSubject("acme", "r1"), "gated.continuations.acme.r1"},
+		{"escalation", EscalationSubject("acme"), "gated.escalations.acme"},
+		{"tool", ToolSubject("sop_lookup"), "gated.tools.sop_lookup"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.got != tc.want {
+				t.Errorf("got %q, want %q", tc.got, tc.want)
+			}
+		})
+	}
+}
