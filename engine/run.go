@@ -2,8 +2,9 @@ package engine
 
 import (
 	"fmt"
-	"github.com/gated/gated/engine/wire"
 	"time"
+
+	"github.com/gated/gated/engine/wire"
 )
 
 // Run statuses: how a worker's run ended.

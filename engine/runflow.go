@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gated/gated/engine/wire"
 	"math"
 	"slices"
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/gated/gated/engine/wire"
 )
 
 // runState is what a decision on a run proposal carries from the policy
