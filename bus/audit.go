@@ -17,20 +17,13 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
-// Headers of an audit record. The hash covers the body exactly as stored;
-// the MAC, when gated has a key, covers the hash, so a record can only be
-// written by someone who holds the key.
-const (
-	// AuditHashHeader is the hex SHA-256 of the record's body.
-	AuditHashHeader = "Gated-Audit-Hash"
-	// AuditMACHeader is the hex HMAC-SHA256, under the audit key, of the
-	// 32 bytes the hash header spells.
-	AuditMACHeader = "Gated-Audit-Mac"
-	// AuditKeyHeader names the key of the MAC: see AuditKeyID.
-	AuditKeyHeader = "Gated-Audit-Key"
-)
+// An audit record carries three headers of package wire: AuditHashHeader,
+// AuditMACHeader and AuditKeyHeader. The hash covers the body exactly as
+// stored; the MAC, when gated has a key, covers the hash, so a record can
+// only be written by someone who holds the key.
 
 // MinAuditKeyLen is the shortest audit key gated accepts, in bytes.
 const MinAuditKeyLen = 32
@@ -122,15 +115,15 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	}
 	r := &AuditRecord{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
 	if hdr != nil {
-		r.Hash, r.MAC, r.KeyID = hdr.Get(AuditHashHeader), hdr.Get(AuditMACHeader), hdr.Get(AuditKeyHeader)
+		r.Hash, r.MAC, r.KeyID = hdr.Get(wire.AuditHashHeader), hdr.Get(wire.AuditMACHeader), hdr.Get(wire.AuditKeyHeader)
 	}
 	switch {
 	case r.Hash == "":
-		return bad("no %s header", AuditHashHeader)
+		return bad("no %s header", wire.AuditHashHeader)
 	case !isHexDigest(r.Hash):
-		return bad("%s %q is not a hex SHA-256", AuditHashHeader, r.Hash)
+		return bad("%s %q is not a hex SHA-256", wire.AuditHashHeader, r.Hash)
 	case (r.MAC == "") != (r.KeyID == ""):
-		return bad("%s and %s go together", AuditMACHeader, AuditKeyHeader)
+		return bad("%s and %s go together", wire.AuditMACHeader, wire.AuditKeyHeader)
 	}
 	return r, nil
 }
@@ -188,12 +181,12 @@ func newAuditSigner(key []byte) auditSigner {
 }
 
 func (s auditSigner) sign(hdr nats.Header, digest [sha256.Size]byte) {
-	hdr.Set(AuditHashHeader, hex.EncodeToString(digest[:]))
+	hdr.Set(wire.AuditHashHeader, hex.EncodeToString(digest[:]))
 	if s.key != nil {
 		m := s.macs.Get().(hash.Hash)
-		hdr.Set(AuditMACHeader, macDigest(m, digest))
+		hdr.Set(wire.AuditMACHeader, macDigest(m, digest))
 		s.macs.Put(m)
-		hdr.Set(AuditKeyHeader, s.keyID)
+		hdr.Set(wire.AuditKeyHeader, s.keyID)
 	}
 }
 
@@ -321,7 +314,7 @@ func NewAuditMsg(ev engine.AuditEvent, c AuditChain, key []byte) (*nats.Msg, err
 
 // AuditTenantSubject is the subject filter of one tenant's records.
 func AuditTenantSubject(tenant string) string {
-	return AuditSubjectPrefix + tenant + ".>"
+	return wire.AuditSubjectPrefix + tenant + ".>"
 }
 
 // validAuditTenant accepts the tenant tokens of the wire contract and

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/nats-io/nats.go"
 )
 
@@ -24,10 +25,10 @@ func TestSignerReusesMACs(t *testing.T) {
 		digest := sha256.Sum256([]byte(strconv.Itoa(i % 3)))
 		hdr := nats.Header{}
 		s.sign(hdr, digest)
-		if got, want := hdr.Get(AuditMACHeader), auditMAC(key, digest); got != want {
+		if got, want := hdr.Get(wire.AuditMACHeader), auditMAC(key, digest); got != want {
 			t.Fatalf("record %d: MAC %s, want %s", i, got, want)
 		}
-		if got, want := hdr.Get(AuditHashHeader), hex.EncodeToString(digest[:]); got != want {
+		if got, want := hdr.Get(wire.AuditHashHeader), hex.EncodeToString(digest[:]); got != want {
 			t.Fatalf("record %d: hash %s, want %s", i, got, want)
 		}
 	}

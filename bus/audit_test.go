@@ -15,6 +15,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // newAuditor starts an Auditor on js that is drained when the test ends.
@@ -87,7 +88,7 @@ func TestDecodeAuditRecord(t *testing.T) {
 		}
 		return h
 	}
-	hash := bus.AuditHashHeader
+	hash := wire.AuditHashHeader
 	zeros := strings.Repeat("0", 64)
 	body := `{"v":1,"event":"verdict.decided","tenant":"acme","at":"2025-01-02T03:04:05Z","chain":{"n":1,"prev":""}}`
 	subject := "gated.audit.acme.verdict.decided"
@@ -115,7 +116,7 @@ func TestDecodeAuditRecord(t *testing.T) {
 		{note: "prev not hex", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"prev":""`, `"prev":"xyz"`, 1), want: "prev"},
 		{note: "no hash header", subject: subject, hdr: hdr(), body: body, want: "no " + hash},
 		{note: "hash not hex", subject: subject, hdr: hdr(hash, "abc"), body: body, want: "hex"},
-		{note: "MAC without key id", subject: subject, hdr: hdr(hash, zeros, bus.AuditMACHeader, zeros), body: body, want: "go together"},
+		{note: "MAC without key id", subject: subject, hdr: hdr(hash, zeros, wire.AuditMACHeader, zeros), body: body, want: "go together"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -161,13 +162,13 @@ func FuzzDecodeAuditRecord(f *testing.F) {
 	second, _ := bus.NewAuditMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant},
 		bus.AuditChain{N: 2, Prev: hexSHA256(first.Data)}, nil)
 	for _, m := range []*nats.Msg{first, second} {
-		f.Add(m.Subject, m.Header.Get(bus.AuditHashHeader), m.Header.Get(bus.AuditMACHeader), m.Header.Get(bus.AuditKeyHeader), m.Data)
+		f.Add(m.Subject, m.Header.Get(wire.AuditHashHeader), m.Header.Get(wire.AuditMACHeader), m.Header.Get(wire.AuditKeyHeader), m.Data)
 	}
 	f.Add("gated.audit.acme.x", "", "", "", []byte(`{"v":1}`))
 	f.Add("gated.audit.acme.x", "zz", "", "", []byte(`not json`))
 	f.Fuzz(func(t *testing.T, subject, hash, mac, keyID string, body []byte) {
 		hdr := nats.Header{}
-		for k, v := range map[string]string{bus.AuditHashHeader: hash, bus.AuditMACHeader: mac, bus.AuditKeyHeader: keyID} {
+		for k, v := range map[string]string{wire.AuditHashHeader: hash, wire.AuditMACHeader: mac, wire.AuditKeyHeader: keyID} {
 			if v != "" {
 				hdr.Set(k, v)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // crossStream is a gated worker (real engine, default policy, no plugins)
@@ -91,7 +92,7 @@ func (s *crossStream) republish(t *testing.T, seq uint64) uint64 {
 	t.Helper()
 	orig := s.raw[seq-1]
 	m := nats.NewMsg(orig.Subject)
-	for _, h := range []string{bus.AuditHashHeader, bus.AuditMACHeader, bus.AuditKeyHeader} {
+	for _, h := range []string{wire.AuditHashHeader, wire.AuditMACHeader, wire.AuditKeyHeader} {
 		if v := orig.Header.Get(h); v != "" {
 			m.Header.Set(h, v)
 		}
@@ -344,7 +345,7 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 		t.Fatal(err)
 	}
 	stream, err := s.g.js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
+		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -393,7 +394,7 @@ func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 	})
 	if err != nil {
 		t.Fatal(err)

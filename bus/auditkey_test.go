@@ -10,6 +10,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // TestCheckAuditKey checks which keys may extend an audit stream: any key
@@ -52,7 +53,7 @@ func TestCheckAuditKey(t *testing.T) {
 		}},
 		{note: "a forged MAC naming the key", setup: true, key: testKey, want: bus.AuditKeyBadMAC, msgs: func(t *testing.T, js jetstream.JetStream) {
 			m := auditMsg(t, verdictEvent("acme", "p1"), bus.AuditChain{N: 1}, testKey)
-			m.Header.Set(bus.AuditMACHeader, hexSHA256([]byte("forged")))
+			m.Header.Set(wire.AuditMACHeader, hexSHA256([]byte("forged")))
 			publish(t, js, m)
 		}},
 		{note: "records of the Auditor, no key", setup: true, want: bus.AuditKeyMissing, msgs: func(t *testing.T, js jetstream.JetStream) {

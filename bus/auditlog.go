@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // AuditQuery selects messages of the audit stream for ReadAudit.
@@ -76,7 +77,7 @@ func ReadAudit(ctx context.Context, js jetstream.JetStream, q AuditQuery, fn fun
 }
 
 func readAudit(ctx context.Context, stream jetstream.Stream, q AuditQuery, fn func(AuditEntry) error) error {
-	filter := AuditSubjectPrefix + ">"
+	filter := wire.AuditSubjectPrefix + ">"
 	if q.Tenant != "" {
 		filter = AuditTenantSubject(q.Tenant)
 	}
@@ -437,7 +438,7 @@ func (v *auditVerifier) add(e AuditEntry) {
 	rep.Records++
 	r := e.Record
 	if r.Hash != digest {
-		v.problem(e.Seq, tenant, ProblemModified, "the body does not match its "+AuditHashHeader+" header")
+		v.problem(e.Seq, tenant, ProblemModified, "the body does not match its "+wire.AuditHashHeader+" header")
 	}
 	v.checkMAC(e.Seq, tenant, r)
 	v.link(e.Seq, tenant, c, r, digest)
@@ -562,7 +563,7 @@ func (v *auditVerifier) finish() *AuditReport {
 // subjectTenant is the tenant token of an audit subject, or "" when the
 // subject has none.
 func subjectTenant(subject string) string {
-	rest, ok := strings.CutPrefix(subject, AuditSubjectPrefix)
+	rest, ok := strings.CutPrefix(subject, wire.AuditSubjectPrefix)
 	if !ok {
 		return ""
 	}

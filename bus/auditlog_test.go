@@ -19,6 +19,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // tamperStream is a stream whose tenant acme has records n=1..3 and beta
@@ -98,7 +99,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 					t.Fatal(err)
 				}
 				m := nats.NewMsg(orig.Subject)
-				for _, h := range []string{bus.AuditHashHeader, bus.AuditMACHeader, bus.AuditKeyHeader} {
+				for _, h := range []string{wire.AuditHashHeader, wire.AuditMACHeader, wire.AuditKeyHeader} {
 					m.Header.Set(h, orig.Header.Get(h))
 				}
 				m.Data = bytes.Replace(orig.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
@@ -150,7 +151,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			note: "a made-up MAC",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
-				m.Header.Set(bus.AuditMACHeader, hexSHA256([]byte("made up")))
+				m.Header.Set(wire.AuditMACHeader, hexSHA256([]byte("made up")))
 				return []wantProblem{{s.publish(t, m), bus.ProblemForged}}
 			},
 			macOnly: true,
@@ -246,7 +247,7 @@ func TestVerifyDetectsDeletedRecords(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
+		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // BenchmarkAuditTrail measures the chained audit trail as the worker uses
@@ -53,7 +54,7 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish bu
 	s := bustest.Server(b)
 	_, js := bustest.Connect(b, s)
 	_, err := js.CreateStream(b.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 		Storage: storage, AllowAtomicPublish: true, DenyDelete: true, DenyPurge: true,
 	})
 	if err != nil {

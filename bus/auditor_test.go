@@ -14,6 +14,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // writeTrails runs trails concurrent trails on a, each recording events
@@ -169,7 +170,7 @@ func TestAuditorPublishesOneAtATime(t *testing.T) {
 			note: "stream without atomic publish",
 			stream: func(t *testing.T, js jetstream.JetStream) {
 				_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-					Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+					Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 					Storage: jetstream.FileStorage, DenyDelete: true, DenyPurge: true,
 				})
 				if err != nil {
@@ -234,7 +235,7 @@ func TestAuditorPublishAutoFollowsTheStream(t *testing.T) {
 			s := bustest.Server(t)
 			_, js := bustest.Connect(t, s)
 			_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-				Name: bus.AuditStream, Subjects: []string{bus.AuditSubjectPrefix + ">"},
+				Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 				Storage: tc.storage, AllowAtomicPublish: true,
 			})
 			if err != nil {
@@ -264,7 +265,7 @@ func TestAuditorUnkeyed(t *testing.T) {
 		if e.Err != nil {
 			return e.Err
 		}
-		if e.Record.MAC != "" || e.Header.Get(bus.AuditKeyHeader) != "" {
+		if e.Record.MAC != "" || e.Header.Get(wire.AuditKeyHeader) != "" {
 			macs++
 		}
 		return nil

@@ -16,8 +16,8 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 func TestSetupCreatesTheContract(t *testing.T) {
@@ -193,7 +193,7 @@ func (g *gate) propose(t *testing.T, data []byte) *engine.Verdict {
 func (g *gate) auditEvents(t *testing.T, tenant, id string) []string {
 	t.Helper()
 	ctx := t.Context()
-	cons, err := g.res.Audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"gated.audit." + tenant + ".>"}})
+	cons, err := g.res.Audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
 )
 
@@ -209,7 +209,7 @@ func (in *intake) publish(t *testing.T, data []byte, msgID string) *jetstream.Pu
 	if err != nil {
 		t.Fatal(err)
 	}
-	msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+	msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 	msg.Data = data
 	if msgID != "" {
 		msg.Header.Set(jetstream.MsgIDHeader, msgID)

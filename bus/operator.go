@@ -22,6 +22,7 @@ import (
 
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // Operator decisions: an operator judges the manual criteria a run
@@ -29,18 +30,9 @@ import (
 // gated.operator.<tenant>.<proposal_id>. gated checks the signature
 // against its operator list before the engine sees the decision.
 const (
-	// OperatorSubjectPrefix + tenant + "." + proposal id is where an
-	// operator decision is sent (request/reply).
-	OperatorSubjectPrefix = "gated.operator."
 	// OperatorEndpointName is the endpoint's name in $SRV.INFO and
 	// $SRV.STATS.
 	OperatorEndpointName = "operator"
-	// OperatorKeyHeader carries the operator's nkey public user key
-	// ("U…").
-	OperatorKeyHeader = "Gated-Operator-Key"
-	// OperatorSigHeader carries the ed25519 signature of the exact body
-	// bytes, base64 raw URL encoded.
-	OperatorSigHeader = "Gated-Operator-Sig"
 	// OperatorMessageVersion is the version an operator message's v must
 	// have.
 	OperatorMessageVersion = 1
@@ -141,7 +133,7 @@ func refusal(code int, field, format string, args ...any) *OperatorRefusal {
 // OperatorSubject is the subject an operator decision on a tenant's
 // proposal is sent to.
 func OperatorSubject(tenant, proposalID string) string {
-	return OperatorSubjectPrefix + tenant + "." + proposalID
+	return wire.OperatorSubjectPrefix + tenant + "." + proposalID
 }
 
 // OperatorMessage is the signed body of an operator decision. Every field
@@ -417,8 +409,8 @@ func clipToken(s string) string {
 // surrounding creds-file decoration is accepted). It sets V when zero and
 // SignedAt to now when zero. The body is checked as gated will check it,
 // so a malformed decision fails here (with an *OperatorRefusal, code
-// 400) rather than on the wire. hdr carries OperatorKeyHeader and
-// OperatorSigHeader; send body and hdr unchanged, as one message.
+// 400) rather than on the wire. hdr carries wire.OperatorKeyHeader and
+// wire.OperatorSigHeader; send body and hdr unchanged, as one message.
 func SignOperatorDecision(seed []byte, msg OperatorMessage) (body []byte, hdr nats.Header, err error) {
 	kp, err := nkeys.ParseDecoratedUserNKey(seed)
 	if err != nil {
@@ -452,8 +444,8 @@ func SignOperatorDecision(seed []byte, msg OperatorMessage) (body []byte, hdr na
 		return nil, nil, fmt.Errorf("signing the operator message: %w", err)
 	}
 	hdr = nats.Header{}
-	hdr.Set(OperatorKeyHeader, pub)
-	hdr.Set(OperatorSigHeader, base64.RawURLEncoding.EncodeToString(sig))
+	hdr.Set(wire.OperatorKeyHeader, pub)
+	hdr.Set(wire.OperatorSigHeader, base64.RawURLEncoding.EncodeToString(sig))
 	return body, hdr, nil
 }
 
@@ -668,15 +660,15 @@ func (l *OperatorList) Verify(subject string, hdr nats.Header, body []byte, now 
 	if !ok {
 		return nil, Operator{}, refusal(400, "subject", "%q is not gated.operator.<tenant>.<proposal_id> with valid tokens", clipToken(subject))
 	}
-	keys, sigs := hdr.Values(OperatorKeyHeader), hdr.Values(OperatorSigHeader)
+	keys, sigs := hdr.Values(wire.OperatorKeyHeader), hdr.Values(wire.OperatorSigHeader)
 	switch {
 	case len(keys) == 0 || keys[0] == "":
-		return nil, Operator{}, refusal(401, "", "no %s header: operator decisions must be signed (gated operator decide signs them)", OperatorKeyHeader)
+		return nil, Operator{}, refusal(401, "", "no %s header: operator decisions must be signed (gated operator decide signs them)", wire.OperatorKeyHeader)
 	case len(keys) > 1:
-		return nil, Operator{}, refusal(401, "", "%s is given %d times; give it once", OperatorKeyHeader, len(keys))
+		return nil, Operator{}, refusal(401, "", "%s is given %d times; give it once", wire.OperatorKeyHeader, len(keys))
 	case !nkeys.IsValidPublicUserKey(keys[0]):
 		// Not quoted: a seed sent by mistake must not reach the logs.
-		return nil, Operator{}, refusal(401, "", "%s is not an nkey public user key (U…)", OperatorKeyHeader)
+		return nil, Operator{}, refusal(401, "", "%s is not an nkey public user key (U…)", wire.OperatorKeyHeader)
 	}
 	key := keys[0]
 	i, known := l.byKey[key]
@@ -686,13 +678,13 @@ func (l *OperatorList) Verify(subject string, hdr nats.Header, body []byte, now 
 	op := l.ops[i]
 	switch {
 	case len(sigs) == 0 || sigs[0] == "":
-		return nil, op, refusal(401, "", "no %s header: sign the exact body with the operator's seed", OperatorSigHeader)
+		return nil, op, refusal(401, "", "no %s header: sign the exact body with the operator's seed", wire.OperatorSigHeader)
 	case len(sigs) > 1:
-		return nil, op, refusal(401, "", "%s is given %d times; give it once", OperatorSigHeader, len(sigs))
+		return nil, op, refusal(401, "", "%s is given %d times; give it once", wire.OperatorSigHeader, len(sigs))
 	}
 	sig, err := base64.RawURLEncoding.DecodeString(sigs[0])
 	if err != nil {
-		return nil, op, refusal(401, "", "%s is not base64 (raw URL alphabet, no padding)", OperatorSigHeader)
+		return nil, op, refusal(401, "", "%s is not base64 (raw URL alphabet, no padding)", wire.OperatorSigHeader)
 	}
 	pub, err := nkeys.FromPublicKey(key)
 	if err != nil {
@@ -724,7 +716,7 @@ func (l *OperatorList) Verify(subject string, hdr nats.Header, body []byte, now 
 
 // operatorSubjectTokens reads gated.operator.<tenant>.<proposal_id>.
 func operatorSubjectTokens(subject string) (tenant, id string, ok bool) {
-	rest, found := strings.CutPrefix(subject, OperatorSubjectPrefix)
+	rest, found := strings.CutPrefix(subject, wire.OperatorSubjectPrefix)
 	if !found {
 		return "", "", false
 	}
@@ -908,7 +900,7 @@ func (e *OperatorEndpoint) refuse(ctx context.Context, trail engine.AuditTrail, 
 		tenant, id = engine.UnknownTenant, ""
 	}
 	data := OperatorRefusedData{Code: r.Code, Field: r.Field, Reason: r.Reason, Subject: clipToken(subject), Operator: op.ID}
-	if k := hdr.Get(OperatorKeyHeader); nkeys.IsValidPublicUserKey(k) {
+	if k := hdr.Get(wire.OperatorKeyHeader); nkeys.IsValidPublicUserKey(k) {
 		data.Key = k
 	}
 	raw, _ := json.Marshal(data)

@@ -21,8 +21,8 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // operatorKey is an operator's nkey: the seed it signs with and the
@@ -81,8 +81,8 @@ func signRaw(t testing.TB, k operatorKey, body []byte) nats.Header {
 		t.Fatal(err)
 	}
 	hdr := nats.Header{}
-	hdr.Set(bus.OperatorKeyHeader, k.pub)
-	hdr.Set(bus.OperatorSigHeader, base64.RawURLEncoding.EncodeToString(sig))
+	hdr.Set(wire.OperatorKeyHeader, k.pub)
+	hdr.Set(wire.OperatorSigHeader, base64.RawURLEncoding.EncodeToString(sig))
 	return hdr
 }
 
@@ -209,19 +209,19 @@ func TestVerifyOperatorMessage(t *testing.T) {
 		}, code: 401, want: "no Gated-Operator-Key header"},
 		{note: "no signature", msg: func() ([]byte, nats.Header) {
 			body, hdr := sign(t, alice, good())
-			hdr.Del(bus.OperatorSigHeader)
+			hdr.Del(wire.OperatorSigHeader)
 			return body, hdr
 		}, code: 401, want: "no Gated-Operator-Sig header"},
 		{note: "bad signature", msg: func() ([]byte, nats.Header) {
 			body, hdr := sign(t, alice, good())
-			sig, _ := base64.RawURLEncoding.DecodeString(hdr.Get(bus.OperatorSigHeader))
+			sig, _ := base64.RawURLEncoding.DecodeString(hdr.Get(wire.OperatorSigHeader))
 			sig[0] ^= 1
-			hdr.Set(bus.OperatorSigHeader, base64.RawURLEncoding.EncodeToString(sig))
+			hdr.Set(wire.OperatorSigHeader, base64.RawURLEncoding.EncodeToString(sig))
 			return body, hdr
 		}, code: 401, want: "does not verify"},
 		{note: "signature not base64", msg: func() ([]byte, nats.Header) {
 			body, hdr := sign(t, alice, good())
-			hdr.Set(bus.OperatorSigHeader, "not base64!")
+			hdr.Set(wire.OperatorSigHeader, "not base64!")
 			return body, hdr
 		}, code: 401, want: "not base64"},
 		{note: "body changed after signing", msg: func() ([]byte, nats.Header) {
@@ -230,18 +230,18 @@ func TestVerifyOperatorMessage(t *testing.T) {
 		}, code: 401, want: "does not verify"},
 		{note: "another operator's key in the header", msg: func() ([]byte, nats.Header) {
 			body, hdr := sign(t, alice, good())
-			hdr.Set(bus.OperatorKeyHeader, root.pub)
+			hdr.Set(wire.OperatorKeyHeader, root.pub)
 			return body, hdr
 		}, code: 401, want: "does not verify"},
 		{note: "unknown key", msg: func() ([]byte, nats.Header) { return sign(t, stranger, good()) }, code: 401, want: "not in gated's operator list"},
 		{note: "header holds no public key", msg: func() ([]byte, nats.Header) {
 			body, hdr := sign(t, alice, good())
-			hdr.Set(bus.OperatorKeyHeader, string(alice.seed))
+			hdr.Set(wire.OperatorKeyHeader, string(alice.seed))
 			return body, hdr
 		}, code: 401, want: "not an nkey public user key"},
 		{note: "key header twice", msg: func() ([]byte, nats.Header) {
 			body, hdr := sign(t, alice, good())
-			hdr.Add(bus.OperatorKeyHeader, root.pub)
+			hdr.Add(wire.OperatorKeyHeader, root.pub)
 			return body, hdr
 		}, code: 401, want: "given 2 times"},
 		{note: "id of another operator", msg: func() ([]byte, nats.Header) {
@@ -295,7 +295,7 @@ func TestVerifyOperatorMessage(t *testing.T) {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
 				}
-				if m.Operator != op.ID || hdr.Get(bus.OperatorKeyHeader) != op.Key {
+				if m.Operator != op.ID || hdr.Get(wire.OperatorKeyHeader) != op.Key {
 					t.Fatalf("verified %s with key of %s", m.Operator, op.ID)
 				}
 				d := m.Decision(op.Key)
@@ -314,7 +314,7 @@ func TestVerifyOperatorMessage(t *testing.T) {
 			if !errors.Is(err, bus.ErrOperatorRefused) {
 				t.Errorf("%v does not match ErrOperatorRefused", err)
 			}
-			if sig := hdr.Get(bus.OperatorSigHeader); strings.Contains(err.Error(), string(alice.seed)) || (sig != "" && strings.Contains(err.Error(), sig)) {
+			if sig := hdr.Get(wire.OperatorSigHeader); strings.Contains(err.Error(), string(alice.seed)) || (sig != "" && strings.Contains(err.Error(), sig)) {
 				t.Errorf("refusal %q quotes a secret", err)
 			}
 		})
@@ -392,8 +392,8 @@ func TestDecodeOperatorMessage(t *testing.T) {
 func TestSignOperatorDecision(t *testing.T) {
 	alice := newOperatorKey(t)
 	body, hdr := sign(t, alice, decision())
-	if hdr.Get(bus.OperatorKeyHeader) != alice.pub {
-		t.Fatalf("key header %q, want %s", hdr.Get(bus.OperatorKeyHeader), alice.pub)
+	if hdr.Get(wire.OperatorKeyHeader) != alice.pub {
+		t.Fatalf("key header %q, want %s", hdr.Get(wire.OperatorKeyHeader), alice.pub)
 	}
 	m, err := bus.DecodeOperatorMessage(body)
 	if err != nil {
@@ -695,8 +695,8 @@ func TestOperatorEndpoint(t *testing.T) {
 			if fmt.Sprint(data.Code) != tc.code || data.Reason == "" || !strings.Contains(desc, data.Reason) || data.Subject != subj {
 				t.Fatalf("audit data %+v", data)
 			}
-			if strings.Contains(string(evs[0].Data), string(alice.seed)) || (hdr != nil && hdr.Get(bus.OperatorSigHeader) != "" &&
-				strings.Contains(string(evs[0].Data), hdr.Get(bus.OperatorSigHeader))) {
+			if strings.Contains(string(evs[0].Data), string(alice.seed)) || (hdr != nil && hdr.Get(wire.OperatorSigHeader) != "" &&
+				strings.Contains(string(evs[0].Data), hdr.Get(wire.OperatorSigHeader))) {
 				t.Errorf("audit data holds a secret: %s", evs[0].Data)
 			}
 		})

@@ -21,8 +21,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/bench"
 )
 
@@ -104,7 +104,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		m := nats.NewMsg(engine.ProposalSubjectPrefix + p.Tenant + "." + p.Action)
+		m := nats.NewMsg(wire.ProposalSubject(p.Tenant, p.Action))
 		m.Data = data
 		m.Header.Set(jetstream.MsgIDHeader, p.Tenant+"."+p.ID)
 		proposals[i] = &sent{msg: m, path: path, done: make(chan *engine.Verdict, 1)}

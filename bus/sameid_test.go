@@ -19,8 +19,8 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
 )
 
@@ -190,7 +190,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 							errs <- err
 							return
 						}
-						msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+						msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 						msg.Data = data
 						if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
 							errs <- err

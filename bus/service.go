@@ -17,8 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // The review service's names. Its subjects, wire.ReviewSubject and
@@ -194,14 +194,14 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		Name:    ServiceName,
 		Version: version,
 		Description: "gated policy gate: request = a v1 proposal (JSON), reply = its verdict (JSON), " +
-			"decided through the durable path of gated.proposals.<tenant>.<action>. " +
-			"gated.review.<tenant> refuses proposals of other tenants; gated.review takes any tenant " +
-			"and is for single-tenant or trusted deployments. gated.operator.<tenant>.<proposal_id>, when served, " +
+			"decided through the durable path of " + wire.ProposalSubjectPrefix + "<tenant>.<action>. " +
+			wire.ReviewSubjectPrefix + "<tenant> refuses proposals of other tenants; " + wire.ReviewSubject + " takes any tenant " +
+			"and is for single-tenant or trusted deployments. " + wire.OperatorSubjectPrefix + "<tenant>.<proposal_id>, when served, " +
 			"takes signed operator decisions on run verdicts held for manual criteria.",
 		Metadata: map[string]string{
 			"gated_version":    raw,
 			"wire_schema":      strconv.Itoa(engine.SchemaVersion),
-			"proposals":        engine.ProposalSubjectPrefix + "<tenant>.<action>",
+			"proposals":        wire.ProposalSubjectPrefix + "<tenant>.<action>",
 			"verdicts":         wire.VerdictSubjectPrefix + "<tenant>.<id>",
 			"review_wait":      cfg.Wait.String(),
 			"max_concurrent":   strconv.Itoa(cfg.MaxConcurrent),
@@ -241,10 +241,10 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 	}
 	if cfg.Operators != nil {
 		err := svc.AddEndpoint(OperatorEndpointName, s.operatorHandler(cfg.Operators),
-			micro.WithEndpointSubject(OperatorSubjectPrefix+"*.*"),
+			micro.WithEndpointSubject(wire.OperatorSubjectPrefix+"*.*"),
 			micro.WithEndpointMetadata(map[string]string{
 				"request": "signed operator decision JSON (docs/OPERATORS.md), headers " +
-					OperatorKeyHeader + " and " + OperatorSigHeader,
+					wire.OperatorKeyHeader + " and " + wire.OperatorSigHeader,
 				"response": "v1 verdict JSON, or a micro error (400, 401, 403, 404, 409, 503)",
 				"tenant":   "the subject's <tenant> token; the message must name the same",
 			}))
@@ -368,7 +368,7 @@ func (s *Service) handler(name string, perTenant bool) micro.HandlerFunc {
 		case s.sem <- struct{}{}:
 		default:
 			refuse("503", "overloaded: %d reviews are waiting for verdicts; retry with backoff, or publish on %s%s.%s",
-				s.cfg.MaxConcurrent, engine.ProposalSubjectPrefix, a.Tenant, a.Action)
+				s.cfg.MaxConcurrent, wire.ProposalSubjectPrefix, a.Tenant, a.Action)
 			return
 		}
 		s.mu.Lock()
@@ -534,7 +534,7 @@ func serviceVersion(version string) (semver, raw string) {
 // server's API subjects are refused: gated can publish there, the
 // requester may not, and a reply must not become a way around that.
 func safeReplySubject(reply string) bool {
-	if strings.HasPrefix(reply, "gated.") || strings.HasPrefix(reply, "$") {
+	if strings.HasPrefix(reply, wire.Root) || strings.HasPrefix(reply, "$") {
 		return false
 	}
 	return !strings.ContainsAny(reply, "*> \t\r\n")

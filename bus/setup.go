@@ -13,18 +13,15 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus/wire"
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // Subjects and names of the v1 wire contract that only gated uses; those
 // fleets share with gated are in package wire.
 const (
-	ProposalSubjects   = "gated.proposals.*.*"
-	AuditSubjectPrefix = "gated.audit."
-	ProposalsStream    = "GATED_PROPOSALS"
-	AuditStream        = "GATED_AUDIT"
-	ConsumerName       = "gated"
+	ProposalsStream = "GATED_PROPOSALS"
+	AuditStream     = "GATED_AUDIT"
+	ConsumerName    = "gated"
 )
 
 // ErrInvalidConfig is wrapped by configuration errors.
@@ -143,7 +140,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        ProposalsStream,
 			Description: "Proposals from agent fleets, removed once gated has answered them.",
-			Subjects:    []string{ProposalSubjects},
+			Subjects:    []string{wire.ProposalSubjects},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
@@ -158,7 +155,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        AuditStream,
 			Description: "Every step gated took on the way to every verdict.",
-			Subjects:    []string{AuditSubjectPrefix + ">"},
+			Subjects:    []string{wire.AuditSubjectPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
@@ -194,7 +191,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        wire.RunsStream,
 			Description: "Follow-ups of run reviews: continuations for workers, escalations for humans.",
-			Subjects:    []string{engine.ContinuationSubjectPrefix + ">", engine.EscalationSubjectPrefix + ">"},
+			Subjects:    []string{wire.ContinuationSubjectPrefix + ">", wire.EscalationSubjectPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
@@ -216,7 +213,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 			// delivery past it, which JetStream must therefore make.
 			MaxDeliver:    -1,
 			MaxAckPending: cfg.MaxAckPending,
-			FilterSubject: ProposalSubjects,
+			FilterSubject: wire.ProposalSubjects,
 		})
 	})
 	if err != nil {
@@ -285,5 +282,5 @@ const (
 
 // AuditSubject is the subject of one audit event.
 func AuditSubject(tenant, event string) string {
-	return AuditSubjectPrefix + tenant + "." + event
+	return wire.AuditSubjectPrefix + tenant + "." + event
 }

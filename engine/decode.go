@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gated/gated/engine/wire"
 )
 
 // Limits bound what a proposal may carry. The zero value means the
@@ -43,16 +46,12 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// ProposalSubjectPrefix is the subject prefix fleets publish proposals
-// under: gated.proposals.<tenant>.<action>.
-const ProposalSubjectPrefix = "gated.proposals."
-
 // ParseProposalSubject splits gated.proposals.<tenant>.<action> into its
 // tokens and checks each. The error is a *FieldError on field "subject".
 func ParseProposalSubject(subject string) (tenant, action string, err error) {
-	rest, ok := strings.CutPrefix(subject, ProposalSubjectPrefix)
+	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
 	if !ok {
-		return "", "", fieldErr("subject", "%q does not start with %q", subject, ProposalSubjectPrefix)
+		return "", "", fieldErr("subject", "%q does not start with %q", subject, wire.ProposalSubjectPrefix)
 	}
 	tenant, action, ok = strings.Cut(rest, ".")
 	if !ok || strings.Contains(action, ".") {
@@ -189,37 +188,45 @@ type schema struct {
 	items  *schema // for arrays of objects
 }
 
-var (
-	freeForm       *schema
-	proposalSchema = &schema{fields: map[string]*schema{
-		"v": freeForm, "id": freeForm, "tenant": freeForm, "kind": freeForm, "action": freeForm,
-		"class": freeForm, "target": freeForm, "reason": freeForm, "blast_radius": freeForm,
-		"operator":        {fields: map[string]*schema{"id": freeForm, "roles": freeForm}},
-		"requested_by":    {fields: map[string]*schema{"agent": freeForm, "session": freeForm}},
-		"incident_id":     freeForm,
-		"context_summary": freeForm,
-		"flags": {fields: map[string]*schema{
-			"skip_review": freeForm, "force_approve": freeForm, "force_approve_no_sop": freeForm, "user_confirmed": freeForm,
-		}},
-		"reviewer": freeForm,
-		"criteria": {items: &schema{fields: map[string]*schema{
-			"id": freeForm, "description": freeForm, "required": freeForm, "kind": freeForm, "params": freeForm,
-			"evidence": freeForm,
-		}}},
-		"run": {fields: map[string]*schema{
-			"run_id": freeForm, "task_id": freeForm, "status": freeForm, "summary": freeForm, "diff": freeForm,
-			"test_output": freeForm, "round": freeForm, "worker": freeForm,
-			"prior_reviews": {items: &schema{fields: map[string]*schema{
-				"proposal_id": freeForm, "round": freeForm, "summary": freeForm,
-				"findings": {items: &schema{fields: map[string]*schema{
-					"id": freeForm, "body": freeForm, "path": freeForm, "line": freeForm, "criterion": freeForm,
-					"status": freeForm, "resolution": freeForm,
-				}}},
-			}}},
-		}},
-		"created_at": freeForm,
-	}}
-)
+// freeForm accepts any value.
+var freeForm *schema
+
+// proposalSchema is read from Proposal's json tags: a field added to the
+// struct is known to the strict-key check at once.
+var proposalSchema = schemaOf(reflect.TypeFor[Proposal]())
+
+// schemaOf derives the keys a JSON object of struct type t may hold from
+// its json tags, nested structs and lists of structs included. Maps,
+// times and scalars are free-form.
+func schemaOf(t reflect.Type) *schema {
+	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
+		if t.Kind() == reflect.Slice {
+			if items := schemaOf(t.Elem()); items != nil {
+				return &schema{items: items}
+			}
+			return freeForm
+		}
+		t = t.Elem()
+	}
+	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
+		return freeForm
+	}
+	sc := &schema{fields: map[string]*schema{}}
+	for f := range t.Fields() {
+		if !f.IsExported() {
+			continue
+		}
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		switch name {
+		case "-":
+			continue
+		case "":
+			name = f.Name
+		}
+		sc.fields[name] = schemaOf(f.Type)
+	}
+	return sc
+}
 
 var errStopWalk = errors.New("stop")
 
@@ -416,7 +423,7 @@ func (k *keyScanner) render(last string) string {
 // "<tenant>.<id>". It returns empty strings when nothing trustworthy can be
 // recovered.
 func RecoverAddress(subject string, data []byte, msgID string) (tenant, id string) {
-	rest, ok := strings.CutPrefix(subject, ProposalSubjectPrefix)
+	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
 	if !ok {
 		return "", ""
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 const proposalsDir = "testdata/proposals"
@@ -509,7 +510,7 @@ func FuzzRecoverAddress(f *testing.F) {
 		if id != "" && tenant == "" {
 			t.Fatalf("recovered id %q without a tenant", id)
 		}
-		if tenant != "" && !strings.HasPrefix(subject, "gated.proposals."+tenant) {
+		if tenant != "" && !strings.HasPrefix(subject, wire.ProposalSubjectPrefix+tenant) {
 			t.Fatalf("recovered tenant %q from subject %q", tenant, subject)
 		}
 	})
@@ -555,7 +556,7 @@ func FuzzParseProposalSubject(f *testing.F) {
 		if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant || !engine.ValidAction(action) {
 			t.Fatalf("accepted %q as tenant %q action %q", subject, tenant, action)
 		}
-		if subject != "gated.proposals."+tenant+"."+action {
+		if subject != wire.ProposalSubject(tenant, action) {
 			t.Fatalf("%q split into %q and %q", subject, tenant, action)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // FuzzDecideWithPolicy feeds arbitrary proposal bytes through validation,
@@ -39,13 +40,13 @@ func FuzzDecideWithPolicy(f *testing.F) {
 			h.cfg.Personas = personaSet{"reviewer": reviewerPersona(), "run-reviewer": runPersona()}
 			h.reviewer.answer = approveEverything
 		})
-		subject := engine.ProposalSubjectPrefix + "acme.host_restart_service"
+		subject := wire.ProposalSubjectPrefix + "acme.host_restart_service"
 		var head struct {
 			Tenant string `json:"tenant"`
 			Action string `json:"action"`
 		}
 		if json.Unmarshal(data, &head) == nil && engine.ValidTenant(head.Tenant) && engine.ValidAction(head.Action) {
-			subject = engine.ProposalSubjectPrefix + head.Tenant + "." + head.Action
+			subject = wire.ProposalSubjectPrefix + head.Tenant + "." + head.Action
 		}
 		v, err := h.decideOn(t.Context(), h.stream.trail(), subject, data, "")
 		if err != nil {

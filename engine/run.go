@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"time"
+
+	"github.com/gated/gated/engine/wire"
 )
 
 // Run statuses: how a worker's run ended.
@@ -42,12 +44,6 @@ const (
 	NextContinuation = "continuation"
 	// NextEscalation hands a run that used its last round to a human.
 	NextEscalation = "escalation"
-)
-
-// Subjects of run follow-ups.
-const (
-	ContinuationSubjectPrefix = "gated.continuations."
-	EscalationSubjectPrefix   = "gated.escalations."
 )
 
 // DefaultMaxRounds is how many review rounds a run gets when the policy
@@ -398,7 +394,7 @@ func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
 	run := v.Run
 	link := ReviewLink{
 		ProposalID: v.ProposalID, Round: run.Round, Outcome: string(v.Outcome), Reason: v.Reason,
-		Verdict: "gated.verdicts." + v.Tenant + "." + v.ProposalID, AuditSeq: v.AuditSeq,
+		Verdict: wire.VerdictSubject(v.Tenant, v.ProposalID), AuditSeq: v.AuditSeq,
 	}
 	findings := run.Findings
 	if findings == nil {
@@ -422,7 +418,7 @@ func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
 			MissingWork: missing, NextRoundGuidance: run.NextRoundGuidance, Findings: findings,
 			Criteria: failed, CreatedAt: v.DecidedAt.UTC(),
 		})
-		return ContinuationSubjectPrefix + v.Tenant + "." + run.RunID,
+		return wire.ContinuationSubject(v.Tenant, run.RunID),
 			fmt.Sprintf("%s.%s.r%d.continuation", v.Tenant, run.RunID, run.Round), body, true
 	case NextEscalation:
 		body = mustJSON(Escalation{
@@ -431,7 +427,7 @@ func FollowUp(v *Verdict) (subject, msgID string, body []byte, ok bool) {
 			Reason: fmt.Sprintf("run %s was rejected in round %d of %d: %s", run.RunID, run.Round, run.MaxRounds, v.Reason),
 			Review: link, MissingWork: missing, Findings: findings, CreatedAt: v.DecidedAt.UTC(),
 		})
-		return EscalationSubjectPrefix + v.Tenant, fmt.Sprintf("%s.%s.escalation", v.Tenant, run.RunID), body, true
+		return wire.EscalationSubject(v.Tenant), fmt.Sprintf("%s.%s.escalation", v.Tenant, run.RunID), body, true
 	}
 	return "", "", nil, false
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"unicode/utf8"
+
+	"github.com/gated/gated/engine/wire"
 )
 
 // runState is what a decision on a run proposal carries from the policy
@@ -344,11 +346,11 @@ func (r *decision) setNext(v *Verdict) {
 	rv := v.Run
 	if rv.Round < rv.MaxRounds {
 		rv.Next = NextContinuation
-		rv.FollowUpSubject = ContinuationSubjectPrefix + v.Tenant + "." + rv.RunID
+		rv.FollowUpSubject = wire.ContinuationSubject(v.Tenant, rv.RunID)
 		return
 	}
 	rv.Next = NextEscalation
-	rv.FollowUpSubject = EscalationSubjectPrefix + v.Tenant
+	rv.FollowUpSubject = wire.EscalationSubject(v.Tenant)
 }
 
 // findingsOf numbers what a rejection asks of the worker: the failed

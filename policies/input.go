@@ -44,10 +44,11 @@ var keyTerms = func() map[string]*ast.Term {
 	for _, k := range []string{
 		"proposal", "persona", "history", "now", "now_ns",
 		"v", "id", "tenant", "kind", "action", "class", "target", "reason", "blast_radius",
-		"operator", "requested_by", "incident_id", "flags", "reviewer", "criteria", "run", "created_at",
+		"operator", "requested_by", "incident_id", "context_summary", "flags", "reviewer", "criteria", "run", "created_at",
 		"roles", "agent", "session", "skip_review", "force_approve", "force_approve_no_sop", "user_confirmed",
 		"description", "required", "params", "run_id", "task_id", "status", "round", "worker",
-		"name", "model", "max_turns", "permission_mode", "tools", "disallowed_tools", "required_gates", "plugin",
+		"name", "when_to_use", "model", "max_turns", "permission_mode", "background", "tools", "disallowed_tools",
+		"critical_reminder", "required_gates", "plugin",
 		"proposal_id", "outcome", "stage", "decided_at", "decided_at_ns",
 		"run_record", "evidence", "summary", "diff", "test_output", "prior_reviews", "findings",
 		"body", "path", "line", "criterion", "resolution", "rounds", "next", "sent", "closed",
@@ -188,6 +189,7 @@ func proposalValue(p *engine.Proposal) ast.Value {
 		item("operator", op),
 		item("requested_by", by),
 		sitem("incident_id", p.IncidentID),
+		sitem("context_summary", p.ContextSummary),
 		[2]*ast.Term{keyTerm("flags"), flagsTerm(p.Flags)},
 		sitem("reviewer", p.Reviewer),
 		item("criteria", arrayOf(criteria)),
@@ -308,12 +310,16 @@ func personaKey(p *engine.Persona) string {
 	}
 	field(p.Name)
 	field(p.Description)
+	field(p.WhenToUse)
 	field(p.Model)
 	b.WriteString(strconv.Itoa(p.MaxTurns))
 	b.WriteByte(';')
 	field(p.PermissionMode)
+	b.WriteString(strconv.FormatBool(p.Background))
+	b.WriteByte(';')
 	list(p.Tools)
 	list(p.DisallowedTools)
+	field(p.CriticalReminder)
 	list(p.RequiredGates)
 	field(p.Plugin)
 	return b.String()
@@ -326,11 +332,14 @@ func personaValue(p *engine.Persona) ast.Value {
 	return ast.NewObject(
 		item("name", str(p.Name)),
 		item("description", str(p.Description)),
+		item("when_to_use", str(p.WhenToUse)),
 		item("model", str(p.Model)),
 		item("max_turns", integer(p.MaxTurns)),
 		item("permission_mode", str(p.PermissionMode)),
+		item("background", ast.Boolean(p.Background)),
 		item("tools", strs(p.Tools)),
 		item("disallowed_tools", strs(p.DisallowedTools)),
+		item("critical_reminder", str(p.CriticalReminder)),
 		item("required_gates", strs(p.RequiredGates)),
 		item("plugin", str(p.Plugin)),
 	)

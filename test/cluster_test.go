@@ -9,7 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/wire"
+	"github.com/gated/gated/engine/wire"
 )
 
 // TestClusterThreeGated scales gated out the way the design says: three

@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 var gatedBin string
@@ -167,7 +168,7 @@ func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"gated.audit." + tenant + ".>"}})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}

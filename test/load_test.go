@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // This file is the load generator and the accounting of the scale and
@@ -250,7 +250,7 @@ func (l *fleetLoad) publish(p *sentProposal) {
 	p.first = time.Now()
 	l.mu.Unlock()
 	for attempt := 1; ; attempt++ {
-		msg := nats.NewMsg(engine.ProposalSubjectPrefix + loadTenant + "." + actionOf(p.kind))
+		msg := nats.NewMsg(wire.ProposalSubjectPrefix + loadTenant + "." + actionOf(p.kind))
 		msg.Data = body
 		msg.Header.Set(jetstream.MsgIDHeader, loadTenant+"."+p.id)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -470,7 +470,7 @@ func (l *fleetLoad) readAuditStream(t *testing.T) (map[string][]auditRec, int) {
 		t.Fatalf("opening GATED_AUDIT: %v", err)
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{bus.AuditSubjectPrefix + loadTenant + ".>"},
+		FilterSubjects: []string{wire.AuditSubjectPrefix + loadTenant + ".>"},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // tenantsConf is the nats-server configuration docs/NATS.md shows. The
@@ -168,7 +169,7 @@ func isoReadProposal(tenant, id string) []byte {
 // watchVerdict subscribes to the verdict subject of tenant and id.
 func (c *tenantConn) watchVerdict(t *testing.T, tenant, id string) *nats.Subscription {
 	t.Helper()
-	sub, err := c.nc.SubscribeSync("gated.verdicts." + tenant + "." + id)
+	sub, err := c.nc.SubscribeSync(wire.VerdictSubject(tenant, id))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func (c *tenantConn) watchVerdict(t *testing.T, tenant, id string) *nats.Subscri
 // with the Nats-Msg-Id msgID, as a fleet does, and returns the stream's
 // acknowledgement error.
 func (c *tenantConn) publishProposal(ctx context.Context, subjectTenant, msgID string, data []byte) error {
-	msg := nats.NewMsg("gated.proposals." + subjectTenant + ".host_list_services")
+	msg := nats.NewMsg(wire.ProposalSubject(subjectTenant, "host_list_services"))
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, msgID)
 	_, err := c.js.PublishMsg(ctx, msg)
@@ -254,7 +255,7 @@ func isoAuditedIDs(t *testing.T, js jetstream.JetStream, tenant string) map[stri
 	if info.State.Msgs == 0 {
 		return ids
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{"gated.audit." + tenant + ".>"}})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // CheckVerdict returns nil when v approves its proposal (outcome approved
@@ -237,7 +237,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
 
-	msg := nats.NewMsg(engine.ProposalSubjectPrefix + a.Tenant + "." + a.Action)
+	msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, a.Key())
 	digest := proposalDigest(data)

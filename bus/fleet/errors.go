@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // Errors of the fleet client. Test for them with errors.Is; a verdict that
@@ -120,7 +121,7 @@ type ServiceError struct {
 }
 
 func (e *ServiceError) Error() string {
-	return fmt.Sprintf("gated.review refused the request (%d): %s", e.Code, e.Description)
+	return fmt.Sprintf("%s refused the request (%d): %s", wire.ReviewSubject, e.Code, e.Description)
 }
 
 // Is maps the status code to the client's sentinel errors.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // DecodeContinuation decodes a continuation strictly: one JSON object

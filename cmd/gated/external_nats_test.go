@@ -15,8 +15,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // startAuthCluster starts three routed nats-servers with JetStream in the

@@ -12,17 +12,10 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
 )
-
-// ToolSubjectPrefix is where tools that gated does not answer itself are
-// requested: gated.tools.<name>.
-const ToolSubjectPrefix = "gated.tools."
-
-// ToolErrorHeader, on a reply to a tool request, says the tool failed and
-// why; the body is then ignored.
-const ToolErrorHeader = "Gated-Tool-Error"
 
 // toolConfig answers reviewers' tool calls: the SOP catalog and tool
 // descriptions of the policy in force, and NATS requests for the rest.
@@ -41,15 +34,16 @@ func toolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugi
 			if err != nil {
 				return nil, err
 			}
-			msg, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: ToolSubjectPrefix + name, Data: body})
+			subject := wire.ToolSubject(name)
+			msg, err := nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: subject, Data: body})
 			switch {
 			case errors.Is(err, nats.ErrNoResponders):
-				return nil, fmt.Errorf("no service answers %s%s", ToolSubjectPrefix, name)
+				return nil, fmt.Errorf("no service answers %s", subject)
 			case err != nil:
-				return nil, fmt.Errorf("requesting %s%s: %w", ToolSubjectPrefix, name, err)
+				return nil, fmt.Errorf("requesting %s: %w", subject, err)
 			}
-			if why := msg.Header.Get(ToolErrorHeader); why != "" {
-				return nil, fmt.Errorf("%s%s answered an error: %s", ToolSubjectPrefix, name, why)
+			if why := msg.Header.Get(wire.ToolErrorHeader); why != "" {
+				return nil, fmt.Errorf("%s answered an error: %s", subject, why)
 			}
 			return msg.Data, nil
 		},

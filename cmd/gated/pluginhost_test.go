@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
 )
 
@@ -29,15 +30,15 @@ func TestToolsAreForwardedOverNATS(t *testing.T) {
 	defer nc.Close()
 
 	var got plugins.ToolRequest
-	if _, err := nc.Subscribe(ToolSubjectPrefix+"host_list_services", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(wire.ToolSubject("host_list_services"), func(m *nats.Msg) {
 		_ = json.Unmarshal(m.Data, &got)
 		_ = m.Respond([]byte(`{"services":["nginx"]}`))
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nc.Subscribe(ToolSubjectPrefix+"broken", func(m *nats.Msg) {
+	if _, err := nc.Subscribe(wire.ToolSubject("broken"), func(m *nats.Msg) {
 		reply := nats.NewMsg(m.Reply)
-		reply.Header.Set(ToolErrorHeader, "inventory is down")
+		reply.Header.Set(wire.ToolErrorHeader, "inventory is down")
 		_ = m.RespondMsg(reply)
 	}); err != nil {
 		t.Fatal(err)

@@ -22,8 +22,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"

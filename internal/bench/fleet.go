@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus/wire"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // replies hands each message on a wildcard subscription to the one
@@ -209,7 +209,7 @@ func (f *GatedFleet) SendNew(ctx context.Context, p Path, i int) (Answer, error)
 }
 
 func (f *GatedFleet) send(ctx context.Context, p Path, id, action string, body []byte) (Answer, error) {
-	msg := nats.NewMsg(engine.ProposalSubjectPrefix + f.tenant + "." + action)
+	msg := nats.NewMsg(wire.ProposalSubjectPrefix + f.tenant + "." + action)
 	msg.Data = body
 	msg.Header.Set(jetstream.MsgIDHeader, f.tenant+"."+id)
 	r, err := publishAndWait(ctx, f.js, f.replies, id, msg, f.timeout)

@@ -1,0 +1,104 @@
+// Package wire is gated's NATS contract in one place: every subject and
+// header gated, fleets, reviewer tools and operators share, and the
+// names of the streams and bucket a fleet reads. It imports nothing, so
+// the engine, the server (package bus), the fleet client (package fleet),
+// the plugin host and the command can all use it without cycles or heavy
+// dependencies. No other package spells a gated subject.
+package wire
+
+// Root begins every subject of the contract.
+const Root = "gated."
+
+// Subjects of the v1 wire contract.
+const (
+	// ProposalSubjectPrefix + tenant + "." + action is where a fleet
+	// publishes a proposal.
+	ProposalSubjectPrefix = Root + "proposals."
+	// ProposalSubjects matches every proposal subject: the proposal
+	// stream's subjects.
+	ProposalSubjects = ProposalSubjectPrefix + "*.*"
+	// VerdictSubjectPrefix + tenant + "." + id is where gated publishes a
+	// proposal's verdict; fleets subscribe to it before they propose.
+	VerdictSubjectPrefix = Root + "verdicts."
+	// ReviewSubject is the review service's endpoint for a proposal of any
+	// tenant: the tenant comes from the payload. It is for single-tenant or
+	// trusted deployments; give tenants ReviewSubjectPrefix + tenant.
+	ReviewSubject = Root + "review"
+	// ReviewSubjectPrefix + tenant is the review service's per-tenant
+	// endpoint: it refuses a proposal of another tenant, so NATS
+	// permissions on the subject confine a tenant to its own proposals.
+	ReviewSubjectPrefix = ReviewSubject + "."
+	// AuditSubjectPrefix + tenant + "." + event is where gated appends
+	// audit events.
+	AuditSubjectPrefix = Root + "audit."
+	// OperatorSubjectPrefix + tenant + "." + proposal id is where an
+	// operator decision is sent (request/reply).
+	OperatorSubjectPrefix = Root + "operator."
+	// ContinuationSubjectPrefix + tenant + "." + run id is where a
+	// rejected run review's continuation request is published.
+	ContinuationSubjectPrefix = Root + "continuations."
+	// EscalationSubjectPrefix + tenant is where a run that ran out of
+	// review rounds is published.
+	EscalationSubjectPrefix = Root + "escalations."
+	// ToolSubjectPrefix + tool name is where tools that gated does not
+	// answer itself are requested (request/reply).
+	ToolSubjectPrefix = Root + "tools."
+)
+
+// Headers of the v1 wire contract.
+const (
+	// ToolErrorHeader, on a reply to a tool request, says the tool failed
+	// and why; the body is then ignored.
+	ToolErrorHeader = "Gated-Tool-Error"
+	// AuditHashHeader, on an audit record, is the hex SHA-256 of the
+	// record's body.
+	AuditHashHeader = "Gated-Audit-Hash"
+	// AuditMACHeader, on an audit record, is the hex HMAC-SHA256, under
+	// the audit key, of the 32 bytes the hash header spells.
+	AuditMACHeader = "Gated-Audit-Mac"
+	// AuditKeyHeader, on an audit record, names the key of the MAC.
+	AuditKeyHeader = "Gated-Audit-Key"
+	// OperatorKeyHeader, on an operator decision, carries the operator's
+	// nkey public user key ("U…").
+	OperatorKeyHeader = "Gated-Operator-Key"
+	// OperatorSigHeader, on an operator decision, carries the ed25519
+	// signature of the exact body bytes, base64 raw URL encoded.
+	OperatorSigHeader = "Gated-Operator-Sig"
+)
+
+// Names of the JetStream stream and bucket fleets read.
+const (
+	// VerdictBucket is the key-value bucket of verdicts, keyed
+	// <tenant>.<id>, for idempotent replay and look-up.
+	VerdictBucket = "GATED_VERDICTS"
+	// RunsStream keeps the follow-ups of run reviews: continuations on
+	// gated.continuations.<tenant>.<run_id> and escalations on
+	// gated.escalations.<tenant>.
+	RunsStream = "GATED_RUNS"
+)
+
+// ProposalSubject is where a proposal of tenant for action is published.
+func ProposalSubject(tenant, action string) string {
+	return ProposalSubjectPrefix + tenant + "." + action
+}
+
+// VerdictSubject is where the verdict for tenant and id is published.
+func VerdictSubject(tenant, id string) string {
+	return VerdictSubjectPrefix + tenant + "." + id
+}
+
+// ContinuationSubject is where the continuations of one run are published.
+func ContinuationSubject(tenant, runID string) string {
+	return ContinuationSubjectPrefix + tenant + "." + runID
+}
+
+// EscalationSubject is where the escalations of a tenant's runs are
+// published.
+func EscalationSubject(tenant string) string {
+	return EscalationSubjectPrefix + tenant
+}
+
+// ToolSubject is where the named tool is requested.
+func ToolSubject(name string) string {
+	return ToolSubjectPrefix + name
+}
