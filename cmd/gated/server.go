@@ -43,7 +43,7 @@ func newServer(o serveOptions, operators *bus.OperatorList, log *zap.Logger) *ga
 // shutdown grace and stops. It returns only once every goroutine it
 // started has returned; an error means the gate could not start.
 func (s *gateServer) Run(ctx context.Context) (err error) {
-	o, log, operators := s.o, s.log, s.operators
+	o, log := s.o, s.log
 	watchCtx, cancelWatchers := context.WithCancel(ctx)
 	stopWatchers := func() {
 		cancelWatchers()
@@ -66,38 +66,15 @@ func (s *gateServer) Run(ctx context.Context) (err error) {
 	// Reloads are logged at once; they are audited once the audit stream
 	// is open (reloads only happen after that, in the watcher).
 	var auditReload atomic.Pointer[func(policies.Reload)]
-	if policyNote != "" {
-		log.Warn(policyNote)
-	}
-	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
-		logReload(log, r)
-		if f := auditReload.Load(); f != nil {
-			(*f)(r)
-		}
-	})
-	if err != nil {
-		return fmt.Errorf("loading the policy: %w", err)
-	}
-	state := live.State()
-	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
-		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
-	m := newMetrics(live)
-	reg, warnings, err := personas.Load(o.personasDir)
-	if err != nil {
-		return fmt.Errorf("loading personas: %w", err)
-	}
-	for _, w := range warnings {
-		log.Warn("persona", zap.String("warning", w))
-	}
-	specs, defaultPlugin, err := pluginSpecs(ctx, o)
+	live, err := s.loadPolicy(ctx, src, policyNote, &auditReload)
 	if err != nil {
 		return err
 	}
-	configured := make([]string, 0, len(specs))
-	for _, s := range specs {
-		configured = append(configured, s.Name)
+	m := newMetrics(live)
+	reg, specs, defaultPlugin, configured, err := s.loadPersonas(ctx)
+	if err != nil {
+		return err
 	}
-	warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
 	if o.personasWatch && o.personasDir != "" {
 		// Reloads swap the registry whole; reviews in flight keep the
 		// persona they looked up.
@@ -229,21 +206,7 @@ func (s *gateServer) Run(ctx context.Context) (err error) {
 	}
 	var review *bus.Service // nil when --review-service=false; Stop is nil-safe
 	if o.reviewService {
-		svcCfg := bus.ServiceConfig{Version: version, Wait: o.reviewWait}
-		if operators != nil {
-			svcCfg.Operators, err = bus.NewOperatorEndpoint(operators, eng, auditor.Trail,
-				bus.NewFollowUps(js, store).Send, verdictPublisher(nc), log.Named("operator"))
-			if err != nil {
-				worker.Stop(0)
-				return err
-			}
-			ids := make([]string, 0, len(operators.Operators()))
-			for _, op := range operators.Operators() {
-				ids = append(ids, op.ID)
-			}
-			log.Info("operator decisions accepted", zap.String("file", o.operators), zap.Strings("operators", ids))
-		}
-		if review, err = bus.StartService(nc, svcCfg, log.Named("review")); err != nil {
+		if review, err = s.startReviewService(nc, js, store, eng, auditor.Trail); err != nil {
 			worker.Stop(0)
 			return err
 		}
@@ -268,16 +231,86 @@ func (s *gateServer) Run(ctx context.Context) (err error) {
 	ready.Store(false)
 	// No reload lands while proposals drain.
 	stopWatchers()
-	log.Info("shutting down: draining proposals in flight", zap.Duration("grace", o.shutdownGrace))
-	// Requests to gated.review stop first; their proposals finish on the
-	// worker, and both share one grace period.
-	deadline := time.Now().Add(o.shutdownGrace)
-	review.Stop(o.shutdownGrace)
+	s.drain(review, worker, host, nc)
+	log.Info("gated stopped")
+	return nil
+}
+
+// loadPolicy loads the policy from src, logging each reload and auditing
+// it once auditReload is set.
+func (s *gateServer) loadPolicy(ctx context.Context, src policies.Sources, note string, auditReload *atomic.Pointer[func(policies.Reload)]) (*policies.Live, error) {
+	log := s.log
+	if note != "" {
+		log.Warn(note)
+	}
+	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
+		logReload(log, r)
+		if f := auditReload.Load(); f != nil {
+			(*f)(r)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("loading the policy: %w", err)
+	}
+	state := live.State()
+	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
+		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
+	return live, nil
+}
+
+// loadPersonas loads the personas and the plugin configuration, and warns
+// about personas that name no configured plugin. configured are the
+// plugins' names.
+func (s *gateServer) loadPersonas(ctx context.Context) (reg *personas.Registry, specs []plugins.Spec, defaultPlugin string, configured []string, err error) {
+	reg, warnings, err := personas.Load(s.o.personasDir)
+	if err != nil {
+		return nil, nil, "", nil, fmt.Errorf("loading personas: %w", err)
+	}
+	for _, w := range warnings {
+		s.log.Warn("persona", zap.String("warning", w))
+	}
+	specs, defaultPlugin, err = pluginSpecs(ctx, s.o)
+	if err != nil {
+		return nil, nil, "", nil, err
+	}
+	configured = make([]string, 0, len(specs))
+	for _, spec := range specs {
+		configured = append(configured, spec.Name)
+	}
+	warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
+	return reg, specs, defaultPlugin, configured, nil
+}
+
+// startReviewService starts the request/reply endpoints, with the
+// operator decisions endpoint when operators are configured.
+func (s *gateServer) startReviewService(nc *nats.Conn, js jetstream.JetStream, store *bus.VerdictStore, eng *engine.Engine, trail func() engine.AuditTrail) (*bus.Service, error) {
+	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
+	if s.operators != nil {
+		var err error
+		svcCfg.Operators, err = bus.NewOperatorEndpoint(s.operators, eng, trail,
+			bus.NewFollowUps(js, store).Send, verdictPublisher(nc), s.log.Named("operator"))
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]string, 0, len(s.operators.Operators()))
+		for _, op := range s.operators.Operators() {
+			ids = append(ids, op.ID)
+		}
+		s.log.Info("operator decisions accepted", zap.String("file", s.o.operators), zap.Strings("operators", ids))
+	}
+	return bus.StartService(nc, svcCfg, s.log.Named("review"))
+}
+
+// drain stops taking proposals and lets those in flight finish within the
+// shutdown grace. Requests to gated.review stop first; their proposals
+// finish on the worker, and both share one grace period.
+func (s *gateServer) drain(review *bus.Service, worker *bus.Worker, host *plugins.Host, nc *nats.Conn) {
+	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.o.shutdownGrace))
+	deadline := time.Now().Add(s.o.shutdownGrace)
+	review.Stop(s.o.shutdownGrace)
 	worker.Stop(max(0, time.Until(deadline)))
 	host.Close()
 	if err := nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		log.Warn("flushing NATS connection", zap.Error(err))
+		s.log.Warn("flushing NATS connection", zap.Error(err))
 	}
-	log.Info("gated stopped")
-	return nil
 }
