@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -374,45 +373,25 @@ func (r *decision) judge(ctx context.Context) *Verdict {
 		return v
 	}
 	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
+	settled, done := PolicyOutcome(p, pd, routed)
 	if p.Kind == KindRun {
 		if pd.Run == nil {
-			v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: the decision has no run section for a proposal of kind run")
+			v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 			r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": "decision.run is missing"})
 			return v
 		}
 		r.run = newRunState(p, pd.Run, record)
 	}
-	denies := slices.Clone(pd.Denies)
-	slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
-	if denies == nil {
-		denies = []Deny{}
-	}
-	policyRef := &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
+	policyRef := &PolicyRef{Denies: settled.Denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
 	r.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
 	})
-
-	if len(denies) > 0 {
-		v := r.verdict(OutcomeRejected, StagePolicy, denyReason(denies))
-		v.Policy = policyRef
-		return v
-	}
-	if !pd.Review.Required {
-		why := pd.Review.Why
-		if why == "" {
-			why = "policy requires no review"
+	if done {
+		if settled.Outcome == OutcomeApproved && pd.Skipped {
+			r.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
 		}
-		if pd.Skipped {
-			r.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": why})
-		}
-		v := r.verdict(OutcomeApproved, StagePolicy, why)
-		v.Policy = policyRef
-		return v
-	}
-
-	if pd.Review.Blocked != "" {
-		v := r.verdict(OutcomeBlocked, StageReview, pd.Review.Blocked)
+		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 		v.Policy = policyRef
 		return v
 	}

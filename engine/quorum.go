@@ -88,11 +88,13 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 		c, denies, why := r.candidate(ctx, name, pd, in)
 		switch {
 		case len(denies) > 0:
-			v := r.verdict(OutcomeRejected, StagePolicy, fmt.Sprintf("the proposal asks persona %q to review as well, and the policy refuses it: %s", name, denyReason(denies)))
+			s := addedRefused(name, denies)
+			v := r.verdict(s.Outcome, s.Stage, s.Reason)
 			v.Policy = &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
 			return nil, v
 		case why != "":
-			return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("the proposal asks persona %q to review as well, and it cannot: %s", name, why))
+			s := addedCannot(name, why)
+			return nil, r.verdict(s.Outcome, s.Stage, s.Reason)
 		}
 		added = append(added, c)
 	}
@@ -148,27 +150,8 @@ func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision
 		return c, nil, "not loaded"
 	}
 	d, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, name, false)
-	switch {
-	case err != nil:
-		return c, nil, "policy evaluation failed: " + err.Error()
-	case routed.Persona == nil:
-		return c, nil, "not loaded"
-	case d.Revision != pd.Revision:
-		// One verdict names one policy revision; a reload in between
-		// must not mix the tool bags of two policies.
-		return c, nil, "the policy changed while reviewers were chosen"
-	case len(d.Denies) > 0:
-		denies = slices.Clone(d.Denies)
-		slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
-		rules := make([]string, 0, len(denies))
-		for _, deny := range denies {
-			rules = append(rules, deny.Rule)
-		}
-		return c, denies, "policy denies " + strings.Join(slices.Compact(rules), ", ")
-	case !d.Review.Required:
-		return c, nil, "policy requires no review in its name"
-	case d.Review.Blocked != "":
-		return c, nil, d.Review.Blocked
+	if denies, why = candidateRefusal(routed.Persona != nil, pd, d, err); why != "" {
+		return c, denies, why
 	}
 	reviewer, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {

@@ -331,9 +331,11 @@ func TestPolicyEvalPersonas(t *testing.T) {
 	wantRun(t, code, out, errOut, 3, `(?m)^  deny reviewer_tool_denied: persona "operator"`, `(?m)^persona: +operator$`)
 
 	// Without the persona files, the routed reviewer would review beside
-	// an operator persona that is not there, so the gate would block.
+	// an operator persona that is not there, so the gate blocks it, and
+	// the dry run says so.
 	code, out, errOut = runPolicyCLI(t, "eval", "-f", file)
-	wantRun(t, code, out, errOut, 0, `(?m)^needs review by reviewer \(quorum 2\)`, `(?m)^also reviewing: +operator`, `no persona named "operator" is loaded`)
+	wantRun(t, code, out, errOut, 3, `(?m)^blocked at review: the proposal asks persona "operator" to review as well, and it cannot: not loaded$`,
+		`(?m)^also reviewing: +operator`, `no persona named "operator" is loaded`)
 
 	// --persona sets the persona the policy sees, whatever the routing.
 	approved := filepath.Join(exampleProposals, "approved.json")

@@ -565,9 +565,12 @@ func policyEvalCmd() *cobra.Command {
 policy on it locally, with no NATS and no reviewer: the persona is --persona,
 else the proposal's reviewer, else "reviewer", and when the policy routes the
 review to another persona eval evaluates again with that one, as the gate
-does. --history is a JSON array of verdicts (as gated stores them) that the
-policy sees as the recent verdicts on the proposal's target.
-Exit status: 0 the policy approves or routes to review, 3 the policy rejects,
+does. It prints what the gate decides before any review, with the gate's
+own outcome function: approved or rejected at policy, blocked at review,
+or needs review. --history is a JSON array of verdicts (as gated stores
+them) that the policy sees as the recent verdicts on the proposal's target.
+Exit status: 0 the gate approves at policy or routes to review, 3 it
+rejects, blocks or fails the proposal before review,
 2 bad usage, 1 any other error (an invalid proposal or history, a bundle that
 does not load).`,
 		Args: cobra.NoArgs,
@@ -599,6 +602,10 @@ type evalRun struct {
 	decision  engine.PolicyDecision
 	fired     []policies.Fired
 	revision  string
+	// settled is what the gate decides before any review, as the engine
+	// decides it; done is false when the proposal goes on to review.
+	settled engine.Settled
+	done    bool
 }
 
 func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *policyEvalOptions) error {
@@ -657,8 +664,8 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	if len(run.decision.Denies) > 0 {
-		return &exitError{code: exitNotApproved, err: errors.New("rejected at policy"), silent: true}
+	if run.done && run.settled.Outcome != engine.OutcomeApproved {
+		return &exitError{code: exitNotApproved, err: fmt.Errorf("%s at %s", run.settled.Outcome, run.settled.Stage), silent: true}
 	}
 	return nil
 }
@@ -741,8 +748,10 @@ func strictJSON(raw []byte, v any) error {
 // asked for, else the default persona, and once more with the persona the
 // policy routes the review to, unless the persona was given explicitly.
 // Each reviewer the policy adds (review.also, the proposal's reviewer) is
-// evaluated in its own name too, as the gate does before any review: a
-// deny there is the decision's.
+// evaluated in its own name too, as the gate does before any review. What
+// the gate then decides comes from the engine's own functions
+// (engine.PolicyOutcome, engine.AddedOutcome), so the dry run cannot
+// disagree with the gate.
 func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registry, in engine.PolicyInput, explicit string) (*evalRun, error) {
 	name := explicit
 	if name == "" {
@@ -765,38 +774,52 @@ func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registr
 		personaName: routed.Name, persona: routed.Persona, routedFrom: routed.From,
 		decision: d, fired: fired, revision: ev.Revision(),
 	}
-	if len(d.Denies) > 0 || !d.Review.Required || explicit != "" {
+	run.settled, run.done = engine.PolicyOutcome(in.Proposal, d, routed)
+	if run.done || explicit != "" {
 		return run, nil
 	}
+	// The gate checks the added reviewers in order and stops at the first
+	// that cannot review.
+	seen := map[string]bool{routed.Name: true}
 	for _, also := range d.Review.Also {
-		if also == routed.Name {
+		if also == "" || seen[also] {
 			continue
 		}
-		ad, aRouted, err := engine.EvaluateRouted(ctx, explain, reg, in, also, false)
-		if err != nil {
-			return nil, fmt.Errorf("evaluating the policy with persona %q (added by the proposal): %w", also, err)
+		seen[also] = true
+		var (
+			ad      engine.PolicyDecision
+			aRouted = engine.Routed{Name: also}
+			aErr    error
+			loaded  bool
+			settled engine.Settled
+			decided bool
+		)
+		if _, loaded = reg.Persona(also); loaded {
+			ad, aRouted, aErr = engine.EvaluateRouted(ctx, explain, reg, in, also, false)
+			loaded = aRouted.Persona != nil
 		}
-		if aRouted.Persona == nil {
+		if settled, decided = engine.AddedOutcome(also, loaded, d, ad, aErr); !decided {
+			continue
+		}
+		run.settled, run.done = settled, true
+		switch {
+		case !loaded:
 			run.missing = append(run.missing, also)
-			continue
-		}
-		if len(ad.Denies) > 0 {
+		case len(ad.Denies) > 0:
 			run.addedFrom = routed.Name
 			run.personaName, run.persona, run.decision, run.fired = also, aRouted.Persona, ad, fired
-			return run, nil
 		}
+		return run, nil
 	}
 	return run, nil
 }
 
-// outcome is what the policy alone implies, for the JSON document:
-// rejected, approved or review.
+// outcome is what the gate decides before any review, for the JSON
+// document: rejected, approved, blocked or error, or review when a
+// reviewer decides.
 func (r *evalRun) outcome() string {
-	switch {
-	case len(r.decision.Denies) > 0:
-		return "rejected"
-	case !r.decision.Review.Required:
-		return "approved"
+	if r.done {
+		return string(r.settled.Outcome)
 	}
 	return "review"
 }
@@ -811,11 +834,12 @@ func (r *evalRun) reviewer() string {
 
 // outcomeText is the outcome in words.
 func (r *evalRun) outcomeText() string {
-	switch r.outcome() {
-	case "rejected":
-		return "rejected at policy"
-	case "approved":
-		return "approved at policy"
+	switch {
+	case !r.done:
+	case r.settled.Outcome == engine.OutcomeRejected || r.settled.Outcome == engine.OutcomeApproved:
+		return fmt.Sprintf("%s at %s", r.settled.Outcome, r.settled.Stage)
+	default:
+		return fmt.Sprintf("%s at %s: %s", r.settled.Outcome, r.settled.Stage, r.settled.Reason)
 	}
 	return fmt.Sprintf("needs review by %s (quorum %d)", r.reviewer(), r.decision.Review.Quorum)
 }
@@ -833,14 +857,14 @@ func (r *evalRun) notes() []string {
 	for _, name := range r.missing {
 		notes = append(notes, fmt.Sprintf("the proposal asks persona %s to review as well, and no persona named %q is loaded (--personas DIR?): the gate would block this proposal", name, name))
 	}
+	if r.persona == nil && r.addedFrom == "" && r.outcome() == string(engine.OutcomeBlocked) {
+		notes = append(notes, fmt.Sprintf("no persona named %q is loaded (--personas DIR?): the gate would block this proposal", r.personaName))
+	}
 	if r.outcome() != "review" {
 		return notes
 	}
 	if r.reviewer() != r.personaName {
 		notes = append(notes, fmt.Sprintf("the policy routes the review to %s but saw persona %s, given by --persona", r.reviewer(), r.personaName))
-	}
-	if r.persona == nil {
-		notes = append(notes, fmt.Sprintf("no persona named %q is loaded (--personas DIR?): the gate would block this proposal", r.personaName))
 	}
 	if q := r.decision.Review.Quorum; q > 1 {
 		notes = append(notes, fmt.Sprintf("a quorum of %d: %d distinct personas must approve (this one, then those in review.also, then those in review.personas, then the other loaded personas by name); fewer eligible ones block the proposal", q, q))
@@ -924,6 +948,8 @@ type evalDecisionJSON struct {
 // evalDoc is the output of `policy eval --format json`.
 type evalDoc struct {
 	Outcome    string           `json:"outcome"`
+	Stage      string           `json:"stage,omitempty"`
+	Reason     string           `json:"reason,omitempty"`
 	Persona    string           `json:"persona"`
 	Loaded     bool             `json:"persona_loaded"`
 	RoutedFrom string           `json:"routed_from,omitempty"`
@@ -941,6 +967,9 @@ func evalDocument(r *evalRun) evalDoc {
 		Decision: evalDecisionJSON{Deny: d.Denies, Review: d.Review, ReviewerTools: d.ReviewerTools,
 			DeniedTools: d.DeniedTools, SOP: d.SOP, Skipped: d.Skipped},
 		Fired: r.fired, Notes: r.notes(), Revision: r.revision, EvalUS: d.Eval.Microseconds(),
+	}
+	if r.done {
+		doc.Stage, doc.Reason = string(r.settled.Stage), r.settled.Reason
 	}
 	if doc.Decision.Deny == nil {
 		doc.Decision.Deny = []engine.Deny{}

@@ -12,10 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-plugin"
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
@@ -24,7 +21,6 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
-	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"
 	"github.com/gated/gated/policies"
@@ -131,290 +127,72 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	return c
 }
 
+// serve checks the options and runs the gate until ctx ends.
 func serve(ctx context.Context, o serveOptions) (err error) {
-	if o.reviewTimeout < MinReviewTimeout {
-		return usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
-	}
-	switch {
-	case o.pprof && o.httpAddr == "":
-		return usageError("--pprof serves the profiles on the --http listener: give --http too")
-	case o.reviewWait <= 0:
-		return usageError("--review-wait %s must be positive", o.reviewWait)
-	case o.shutdownGrace < 0:
-		return usageError("--shutdown-grace must not be negative")
-	case o.replicas < 1 || o.replicas > 5:
-		return usageError("--replicas %d must be between 1 and 5", o.replicas)
-	case o.replicas > 1 && o.natsURL == "":
-		return usageError("--replicas %d needs a NATS cluster (--nats-url): the embedded server is a single node and keeps one copy", o.replicas)
-	case len(o.natsConn.authFlags()) > 0 && o.natsURL == "":
-		return usageError("%s apply to an external server: give --nats-url too (the embedded server has no authentication or TLS)", strings.Join(o.natsConn.authFlags(), ", "))
-	case o.maxInFlight < 1:
-		return usageError("--max-in-flight %d must be at least 1", o.maxInFlight)
-	case o.ackWait < bus.MinAckWait:
-		return usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.ackWait, bus.MinAckWait)
-	case o.maxDeliver < 1:
-		return usageError("--max-deliver %d must be at least 1", o.maxDeliver)
-	case o.llmMaxConc < 1 || o.llmMaxConc > 65536:
-		return usageError("--llm-max-concurrency %d must be from 1 to 65536", o.llmMaxConc)
-	case o.maxAckPending < 0:
-		return usageError("--max-ack-pending %d must not be negative (0: 4 × --max-in-flight)", o.maxAckPending)
-	case o.verdictTTL < time.Minute:
-		return usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.verdictTTL)
-	case o.auditMaxAge < 0:
-		return usageError("--audit-max-age must not be negative (0 keeps events)")
-	case o.toolTimeout <= 0:
-		return usageError("--tool-timeout %s must be positive", o.toolTimeout)
-	case o.dedupeWindow < 0:
-		return usageError("--dedupe-window must not be negative (0 turns dedupe off)")
-	case o.dedupeMax < 1:
-		return usageError("--dedupe-max %d must be at least 1", o.dedupeMax)
-	}
-	if err := o.natsConn.validate(); err != nil {
+	operators, err := o.check()
+	if err != nil {
 		return err
-	}
-	var operators *bus.OperatorList
-	if o.operators != "" {
-		if !o.reviewService {
-			return usageError("--operators needs --review-service: operator decisions are an endpoint of the review service")
-		}
-		if operators, err = bus.LoadOperators(o.operators); err != nil {
-			return usageError("--operators: %v", err)
-		}
 	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	return newServer(o, operators, log).Run(ctx)
+}
 
-	src, policyNote, err := o.policy.sources()
-	if err != nil {
-		return err
+// check refuses options that do not go together, before anything starts,
+// and loads the operators file.
+func (o *serveOptions) check() (operators *bus.OperatorList, err error) {
+	if o.reviewTimeout < MinReviewTimeout {
+		return nil, usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
 	}
-	// Usage errors come first; then what can be checked at once, before
-	// anything is loaded or logged.
-	release, err := claimServeResources(o)
-	if err != nil {
-		return err
+	switch {
+	case o.pprof && o.httpAddr == "":
+		return nil, usageError("--pprof serves the profiles on the --http listener: give --http too")
+	case o.reviewWait <= 0:
+		return nil, usageError("--review-wait %s must be positive", o.reviewWait)
+	case o.shutdownGrace < 0:
+		return nil, usageError("--shutdown-grace must not be negative")
+	case o.replicas < 1 || o.replicas > 5:
+		return nil, usageError("--replicas %d must be between 1 and 5", o.replicas)
+	case o.replicas > 1 && o.natsURL == "":
+		return nil, usageError("--replicas %d needs a NATS cluster (--nats-url): the embedded server is a single node and keeps one copy", o.replicas)
+	case len(o.natsConn.authFlags()) > 0 && o.natsURL == "":
+		return nil, usageError("%s apply to an external server: give --nats-url too (the embedded server has no authentication or TLS)", strings.Join(o.natsConn.authFlags(), ", "))
+	case o.maxInFlight < 1:
+		return nil, usageError("--max-in-flight %d must be at least 1", o.maxInFlight)
+	case o.ackWait < bus.MinAckWait:
+		return nil, usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.ackWait, bus.MinAckWait)
+	case o.maxDeliver < 1:
+		return nil, usageError("--max-deliver %d must be at least 1", o.maxDeliver)
+	case o.llmMaxConc < 1 || o.llmMaxConc > 65536:
+		return nil, usageError("--llm-max-concurrency %d must be from 1 to 65536", o.llmMaxConc)
+	case o.maxAckPending < 0:
+		return nil, usageError("--max-ack-pending %d must not be negative (0: 4 × --max-in-flight)", o.maxAckPending)
+	case o.verdictTTL < time.Minute:
+		return nil, usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.verdictTTL)
+	case o.auditMaxAge < 0:
+		return nil, usageError("--audit-max-age must not be negative (0 keeps events)")
+	case o.toolTimeout <= 0:
+		return nil, usageError("--tool-timeout %s must be positive", o.toolTimeout)
+	case o.dedupeWindow < 0:
+		return nil, usageError("--dedupe-window must not be negative (0 turns dedupe off)")
+	case o.dedupeMax < 1:
+		return nil, usageError("--dedupe-max %d must be at least 1", o.dedupeMax)
 	}
-	defer release()
-	// Reloads are logged at once; they are audited once the audit stream
-	// is open (reloads only happen after that, in the watcher).
-	var auditReload atomic.Pointer[func(policies.Reload)]
-	if policyNote != "" {
-		log.Warn(policyNote)
+	if err := o.natsConn.validate(); err != nil {
+		return nil, err
 	}
-	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
-		logReload(log, r)
-		if f := auditReload.Load(); f != nil {
-			(*f)(r)
+	if o.operators != "" {
+		if !o.reviewService {
+			return nil, usageError("--operators needs --review-service: operator decisions are an endpoint of the review service")
 		}
-	})
-	if err != nil {
-		return fmt.Errorf("loading the policy: %w", err)
-	}
-	state := live.State()
-	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
-		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
-	m := newMetrics(live)
-	reg, warnings, err := personas.Load(o.personasDir)
-	if err != nil {
-		return fmt.Errorf("loading personas: %w", err)
-	}
-	for _, w := range warnings {
-		log.Warn("persona", zap.String("warning", w))
-	}
-	specs, defaultPlugin, err := pluginSpecs(ctx, o)
-	if err != nil {
-		return err
-	}
-	configured := make([]string, 0, len(specs))
-	for _, s := range specs {
-		configured = append(configured, s.Name)
-	}
-	warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
-	if o.personasWatch && o.personasDir != "" {
-		// Reloads swap the registry whole; reviews in flight keep the
-		// persona they looked up.
-		watchCtx, stopWatch := context.WithCancel(ctx)
-		watched := make(chan struct{})
-		defer func() { stopWatch(); <-watched }()
-		go func() {
-			defer close(watched)
-			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) {
-				logPersonaReload(log, r)
-				if r.OK && r.Changed {
-					warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
-				}
-			}})
-			if err != nil {
-				log.Error("persona hot reload is off", zap.Error(err))
-			}
-		}()
-	}
-	host, err := plugins.NewHost(log.Named("plugins"), defaultPlugin, specs...)
-	if err != nil {
-		return err
-	}
-	defer host.Close()
-	// Every way out stops the plugins, including a panic unwinding serve.
-	defer plugin.CleanupClients()
-
-	url := o.natsURL
-	var embedded *server.Server
-	if url == "" {
-		embedded, err = bus.StartEmbedded(bus.EmbeddedConfig{Listen: o.natsListen, StoreDir: o.dataDir}, log)
-		if err != nil {
-			return err
-		}
-		defer func() {
-			embedded.Shutdown()
-			embedded.WaitForShutdown()
-		}()
-		url = embedded.ClientURL()
-	}
-	nc, err := o.natsConn.connect(url, "gated", natsErrorLog(log))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc,
-		jetstream.WithPublishAsyncMaxPending(16384),
-		// A lost acknowledgement fails the audit trail instead of holding
-		// the proposal forever: it is redelivered and decided again.
-		jetstream.WithPublishAsyncTimeout(10*time.Second))
-	if err != nil {
-		return fmt.Errorf("opening JetStream: %w", err)
-	}
-	// The key is settled before anything is written, streams included.
-	auditKey, err := serveAuditKey(ctx, js, o, embedded != nil, log)
-	if err != nil {
-		return err
-	}
-	busCfg := bus.Config{
-		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
-		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
-	}
-	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	res, err := bus.Setup(setupCtx, js, busCfg)
-	cancel()
-	if err != nil {
-		return err
-	}
-	auditor, err := newServeAuditor(ctx, js, o, auditKey, log)
-	if err != nil {
-		return err
-	}
-	// Deferred here, it runs after the worker and the plugin events stop.
-	defer closeAuditor(auditor, log)
-	audit := func(r policies.Reload) {
-		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if _, err := auditor.Trail().Seal(actx, reloadEvent(r, live.Revision())); err != nil {
-			log.Error("auditing a policy reload", zap.Error(err))
+		if operators, err = bus.LoadOperators(o.operators); err != nil {
+			return nil, usageError("--operators: %v", err)
 		}
 	}
-	auditReload.Store(&audit)
-
-	// Plugins start once their events can be audited: a refused checksum,
-	// an exit and a relaunch are gated's own events under tenant "_".
-	stopEvents := auditHostEvents(host, auditor.Trail, log)
-	defer stopEvents()
-	host.SetTools(toolConfig(nc, live, o.toolTimeout))
-	if err := host.Start(ctx); err != nil {
-		return err
-	}
-	if o.policyWatch && (src.Dir != "" || len(src.DataFiles) > 0) {
-		go func() {
-			poll := o.policyPoll
-			if poll == 0 {
-				poll = -1
-			}
-			if err := live.Watch(ctx, policies.WatchOptions{Poll: poll}); err != nil {
-				log.Error("policy hot reload is off", zap.Error(err))
-			}
-		}()
-	}
-	dedupeWindow := o.dedupeWindow
-	if dedupeWindow == 0 {
-		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
-	}
-	store := bus.NewVerdictStore(res.Verdicts, bus.WithCorruptRecordHook(corruptRecordHook(auditor.Trail, m.corrupt, log)))
-	// Evaluations run on a pool, so that the goroutines waiting on reviews
-	// do not each keep an evaluation-sized stack.
-	pool := policies.NewPool(live, 0)
-	defer pool.Close()
-	eng, err := engine.New(engine.Config{
-		Policy:        meteredPolicy{Policy: pool, eval: m.eval},
-		Personas:      reg,
-		Router:        host,
-		Store:         store,
-		ReviewTimeout: o.reviewTimeout,
-		DedupeWindow:  dedupeWindow,
-		DedupeMax:     o.dedupeMax,
-	})
-	if err != nil {
-		return err
-	}
-	worker, err := bus.NewWorker(nc, js, res, countingDecider{Decider: eng, verdicts: m.verdicts},
-		auditor.Trail, busCfg, log.Named("worker"))
-	if err != nil {
-		return err
-	}
-	if err := worker.Start(); err != nil {
-		return err
-	}
-	var review *bus.Service // nil when --review-service=false; Stop is nil-safe
-	if o.reviewService {
-		svcCfg := bus.ServiceConfig{Version: version, Wait: o.reviewWait}
-		if operators != nil {
-			svcCfg.Operators, err = bus.NewOperatorEndpoint(operators, eng, auditor.Trail,
-				bus.NewFollowUps(js, store).Send, verdictPublisher(nc), log.Named("operator"))
-			if err != nil {
-				worker.Stop(0)
-				return err
-			}
-			ids := make([]string, 0, len(operators.Operators()))
-			for _, op := range operators.Operators() {
-				ids = append(ids, op.ID)
-			}
-			log.Info("operator decisions accepted", zap.String("file", o.operators), zap.Strings("operators", ids))
-		}
-		if review, err = bus.StartService(nc, svcCfg, log.Named("review")); err != nil {
-			worker.Stop(0)
-			return err
-		}
-		defer review.Stop(0) // every early return; a no-op after the shutdown below
-	}
-	var ready atomic.Bool
-	ready.Store(true)
-	if o.httpAddr != "" {
-		stopHTTP, err := serveHTTP(o.httpAddr, o.pprof, nc, &ready, live, host, defaultPlugin, m, log)
-		if err != nil {
-			worker.Stop(0)
-			return err
-		}
-		defer stopHTTP()
-	}
-	log.Info("gated is ready",
-		zap.String("nats", redactURL(url)), zap.Bool("embedded", embedded != nil),
-		zap.String("policy_revision", live.Revision()), zap.Any("plugins", host.Plugins()),
-		zap.Strings("personas", reg.Names()))
-
-	<-ctx.Done()
-	ready.Store(false)
-	log.Info("shutting down: draining proposals in flight", zap.Duration("grace", o.shutdownGrace))
-	// Requests to gated.review stop first; their proposals finish on the
-	// worker, and both share one grace period.
-	deadline := time.Now().Add(o.shutdownGrace)
-	review.Stop(o.shutdownGrace)
-	worker.Stop(max(0, time.Until(deadline)))
-	host.Close()
-	if err := nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
-		log.Warn("flushing NATS connection", zap.Error(err))
-	}
-	log.Info("gated stopped")
-	return nil
+	return operators, nil
 }
 
 // verdictPublisher publishes verdicts on gated.verdicts.<tenant>.<id>,

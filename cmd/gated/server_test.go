@@ -1,0 +1,115 @@
+package main
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestServeJoinsItsGoroutines runs serve in this process with every
+// watcher on (policy and persona directories), stops it, and checks that
+// no goroutine serve started outlives it: none of its watchers is left the
+// moment serve returns, and the process's goroutine count comes back to
+// what it was before serve started.
+func TestServeJoinsItsGoroutines(t *testing.T) {
+	clearGatedEnv(t)
+	httpAddr := freeTCPAddr(t)
+	policyDir := t.TempDir()
+	for _, name := range []string{"data.yaml", "skills.rego", "skills_test.rego", "weekend_freeze.rego", "weekend_freeze_test.rego"} {
+		data, err := os.ReadFile(filepath.Join("../../examples/policies", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, policyDir, name, string(data))
+	}
+	before := runtime.NumGoroutine()
+
+	ctx, stop := context.WithCancel(t.Context())
+	defer stop()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"serve", "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0",
+			"--http", httpAddr, "--policies", policyDir, "--personas", "../../examples/personas",
+			"--policy-poll", "50ms", "--log-level", "error", "--log-format", "json"})
+	}()
+	waitReady(t, "http://"+httpAddr+"/readyz", done)
+
+	// A policy change just before the stop keeps the policy watcher busy
+	// reloading (compiling and testing the bundle) while serve shuts down.
+	writeFile(t, policyDir, "extra.rego", "package gated\n\nextra_rule := true\n")
+	time.Sleep(1500 * time.Millisecond)
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve did not stop within 60s")
+	}
+	// Serve has returned: whatever it started and joined is gone now, not
+	// soon.
+	stacks := allStacks()
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "cmd/gated.(*gateServer)"} {
+		if strings.Contains(stacks, frame) {
+			t.Errorf("a goroutine in %s outlives serve:\n%s", frame, stacks)
+		}
+	}
+	// Libraries (the NATS client, the HTTP client of this test) may take a
+	// moment to wind down their own goroutines: measure, bounded.
+	var now int
+	for range 100 {
+		if now = runtime.NumGoroutine(); now <= before {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("%d goroutines before serve, %d after it returned:\n%s", before, now, allStacks())
+}
+
+func allStacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
+}
+
+func freeTCPAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// waitReady polls url until it answers 200, failing when serve returns
+// first or after a minute.
+func waitReady(t *testing.T, url string, done chan error) {
+	t.Helper()
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := client.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("serve returned before it was ready: %v", err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("serve not ready after a minute")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
