@@ -22,6 +22,7 @@ import (
 
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/digest"
 )
 
 // Operator decisions: an operator judges the manual criteria a run
@@ -208,7 +209,7 @@ func DecodeOperatorMessage(data []byte) (*OperatorMessage, error) {
 				err = refusal(400, key, "%q must match [A-Za-z0-9_-]{1,128}", clipToken(m.ProposalID))
 			}
 		case "proposal_sha256":
-			if m.ProposalSHA256, err = decodeString(key, raw); err == nil && !validSHA256(m.ProposalSHA256) {
+			if m.ProposalSHA256, err = decodeString(key, raw); err == nil && !digest.ValidSHA256(m.ProposalSHA256) {
 				err = refusal(400, key, "%q must be 64 lower-case hex digits: the proposal_sha256 of the held verdict", clipToken(m.ProposalSHA256))
 			}
 		case "operator":
@@ -361,18 +362,6 @@ func decodeFindings(field string, raw json.RawMessage) ([]engine.OperatorFinding
 		ids[f.ID] = i
 	}
 	return out, nil
-}
-
-func validSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // ValidOperatorID reports whether s is an operator id: [A-Za-z0-9._@-]{1,64},

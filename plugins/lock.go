@@ -2,7 +2,6 @@ package plugins
 
 import (
 	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +11,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/gated/gated/internal/digest"
 )
 
 // LockFileName is the lock file of a plugin directory. It pins every
@@ -221,7 +222,7 @@ func decodeLock(path string, data []byte) (Lock, error) {
 		if e.Path != name {
 			return Lock{}, fmt.Errorf("%s: plugin %q: path %q must be the plugin's own file name %q", path, name, e.Path, name)
 		}
-		if !isSHA256(e.SHA256) {
+		if !digest.ValidSHA256(e.SHA256) {
 			return Lock{}, fmt.Errorf("%s: plugin %q: sha256 %q must be 64 lower-case hex digits", path, name, e.SHA256)
 		}
 	}
@@ -235,16 +236,6 @@ func position(data []byte, offset int64) (line, col int) {
 	line = 1 + bytes.Count(before, []byte("\n"))
 	col = 1 + len(before) - (bytes.LastIndexByte(before, '\n') + 1)
 	return line, col
-}
-
-// isSHA256 reports whether s is a hex SHA-256 digest as FileSHA256 writes
-// it.
-func isSHA256(s string) bool {
-	if len(s) != 64 || strings.ToLower(s) != s {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
 }
 
 // PinStatus is how an executable compares with its pin.

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"
 )
@@ -375,7 +376,7 @@ func parsePlugin(path, base, at string, n *yaml.Node) (plugins.Spec, error) {
 		case "sha256":
 			if s.SHA256, err = scalar(); err == nil {
 				s.SHA256 = strings.ToLower(s.SHA256)
-				if !isHexSHA256(s.SHA256) {
+				if !digest.ValidSHA256(s.SHA256) {
 					err = bad(v.Line, k.Value, "%q is not 64 hex digits (sha256sum FILE prints it)", v.Value)
 				}
 			}
@@ -488,16 +489,4 @@ func envList(n *yaml.Node) ([]string, error) {
 		}
 	}
 	return env, nil
-}
-
-func isHexSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, r := range s {
-		if !strings.ContainsRune("0123456789abcdef", r) {
-			return false
-		}
-	}
-	return true
 }

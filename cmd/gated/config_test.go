@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/digest"
 	"github.com/spf13/cobra"
 )
 
@@ -322,7 +323,7 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 		for _, s := range cfg.plugins {
-			if s.Name == "" || s.Path == "" || !isHexSHA256(s.SHA256) {
+			if s.Name == "" || s.Path == "" || !digest.ValidSHA256(s.SHA256) {
 				t.Fatalf("plugin %+v passed without name, path or digest", s)
 			}
 		}
