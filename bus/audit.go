@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // Headers of an audit record. The hash covers the body exactly as stored;
@@ -87,14 +88,11 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	bad := func(format string, args ...any) (*AuditRecord, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidAuditRecord, fmt.Sprintf(format, args...))
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var b auditBody
-	if err := dec.Decode(&b); err != nil {
-		return bad("body: %v", err)
-	}
-	if dec.More() {
+	if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
 		return bad("body: data after the JSON object")
+	} else if err != nil {
+		return bad("body: %v", err)
 	}
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return bad("body is not a JSON object")

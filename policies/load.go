@@ -16,8 +16,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/gated/gated/internal/strictjson"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"go.yaml.in/yaml/v3"
 )
@@ -529,7 +529,7 @@ func (r *jsonReader) object(depth int) (any, error) {
 		}
 		key, _ := tok.(string)
 		if first, dup := at[key]; dup {
-			line, _ := position(r.raw, first)
+			line, _ := strictjson.Position(r.raw, first)
 			return nil, errorAt(r.raw, off, "duplicate key %q (first at line %d)", key, line)
 		}
 		at[key] = off
@@ -579,17 +579,8 @@ func (r *jsonReader) next() int64 {
 
 // errorAt is an error at byte offset off of raw.
 func errorAt(raw []byte, off int64, format string, args ...any) *fileError {
-	line, col := position(raw, off)
+	line, col := strictjson.Position(raw, off)
 	return &fileError{line: line, col: col, msg: fmt.Sprintf(format, args...)}
-}
-
-// position is the 1-based line and column (in characters) of byte offset
-// off of raw.
-func position(raw []byte, off int64) (line, col int) {
-	off = max(0, min(off, int64(len(raw))))
-	before := raw[:off]
-	start := bytes.LastIndexByte(before, '\n') + 1
-	return bytes.Count(before, []byte("\n")) + 1, utf8.RuneCount(before[start:]) + 1
 }
 
 // parseDataYAML parses a single-document YAML data document into the values
