@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -115,7 +116,7 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 		return bad("chain n is 0; records are numbered from 1")
 	case b.Chain.N > 1 && b.Chain.Prev == "":
 		return bad("record %d of a chain links to no record", b.Chain.N)
-	case b.Chain.Prev != "" && !isHexDigest(b.Chain.Prev):
+	case b.Chain.Prev != "" && !digest.ValidSHA256(b.Chain.Prev):
 		return bad("chain prev %q is not a hex SHA-256", b.Chain.Prev)
 	}
 	r := &AuditRecord{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
@@ -125,7 +126,7 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	switch {
 	case r.Hash == "":
 		return bad("no %s header", AuditHashHeader)
-	case !isHexDigest(r.Hash):
+	case !digest.ValidSHA256(r.Hash):
 		return bad("%s %q is not a hex SHA-256", AuditHashHeader, r.Hash)
 	case (r.MAC == "") != (r.KeyID == ""):
 		return bad("%s and %s go together", AuditMACHeader, AuditKeyHeader)
@@ -355,19 +356,6 @@ func validEventName(name string) bool {
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 				return false
 			}
-		}
-	}
-	return true
-}
-
-func isHexDigest(s string) bool {
-	if len(s) != 2*sha256.Size {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
 		}
 	}
 	return true
