@@ -18,6 +18,8 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // An audit record carries three headers of package wire: AuditHashHeader,
@@ -80,14 +82,11 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	bad := func(format string, args ...any) (*AuditRecord, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidAuditRecord, fmt.Sprintf(format, args...))
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	var b auditBody
-	if err := dec.Decode(&b); err != nil {
-		return bad("body: %v", err)
-	}
-	if dec.More() {
+	if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
 		return bad("body: data after the JSON object")
+	} else if err != nil {
+		return bad("body: %v", err)
 	}
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return bad("body is not a JSON object")
@@ -110,7 +109,7 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 		return bad("chain n is 0; records are numbered from 1")
 	case b.Chain.N > 1 && b.Chain.Prev == "":
 		return bad("record %d of a chain links to no record", b.Chain.N)
-	case b.Chain.Prev != "" && !isHexDigest(b.Chain.Prev):
+	case b.Chain.Prev != "" && !digest.ValidSHA256(b.Chain.Prev):
 		return bad("chain prev %q is not a hex SHA-256", b.Chain.Prev)
 	}
 	r := &AuditRecord{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
@@ -120,7 +119,7 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	switch {
 	case r.Hash == "":
 		return bad("no %s header", wire.AuditHashHeader)
-	case !isHexDigest(r.Hash):
+	case !digest.ValidSHA256(r.Hash):
 		return bad("%s %q is not a hex SHA-256", wire.AuditHashHeader, r.Hash)
 	case (r.MAC == "") != (r.KeyID == ""):
 		return bad("%s and %s go together", wire.AuditMACHeader, wire.AuditKeyHeader)
@@ -350,19 +349,6 @@ func validEventName(name string) bool {
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
 				return false
 			}
-		}
-	}
-	return true
-}
-
-func isHexDigest(s string) bool {
-	if len(s) != 2*sha256.Size {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
 		}
 	}
 	return true

@@ -103,6 +103,8 @@ func TestDecodeAuditRecord(t *testing.T) {
 		{note: "not JSON", subject: subject, hdr: hdr(hash, zeros), body: "hello", want: "body"},
 		{note: "array", subject: subject, hdr: hdr(hash, zeros), body: "[1]", want: "body"},
 		{note: "trailing data", subject: subject, hdr: hdr(hash, zeros), body: body + "{}", want: "after the JSON object"},
+		{note: "trailing close brace", subject: subject, hdr: hdr(hash, zeros), body: body + "}", want: "after the JSON object"},
+		{note: "trailing close bracket", subject: subject, hdr: hdr(hash, zeros), body: body + "]", want: "after the JSON object"},
 		{note: "unknown member", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":1,"x":2`, 1), want: "unknown field"},
 		{note: "schema version", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":2`, 1), want: "schema version"},
 		{note: "bad tenant", subject: "gated.audit.ACME.verdict.decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `"acme"`, `"ACME"`, 1), want: "tenant"},

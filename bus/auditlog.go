@@ -19,6 +19,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/digest"
 )
 
 // AuditQuery selects messages of the audit stream for ReadAudit.
@@ -611,7 +612,7 @@ func ParseAuditHeads(data []byte) ([]AuditHead, error) {
 
 func checkHeads(heads []AuditHead) ([]AuditHead, error) {
 	for i, h := range heads {
-		if !validAuditTenant(h.Tenant) || h.N == 0 || !isHexDigest(h.Hash) {
+		if !validAuditTenant(h.Tenant) || h.N == 0 || !digest.ValidSHA256(h.Hash) {
 			return nil, fmt.Errorf("reading anchors: item %d: want a tenant, n ≥ 1 and a hex SHA-256 hash", i+1)
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/yamlpos"
 )
 
 // Operator decisions: an operator judges the manual criteria a run
@@ -200,7 +202,7 @@ func DecodeOperatorMessage(data []byte) (*OperatorMessage, error) {
 				err = refusal(400, key, "%q must match [A-Za-z0-9_-]{1,128}", clipToken(m.ProposalID))
 			}
 		case "proposal_sha256":
-			if m.ProposalSHA256, err = decodeString(key, raw); err == nil && !validSHA256(m.ProposalSHA256) {
+			if m.ProposalSHA256, err = decodeString(key, raw); err == nil && !digest.ValidSHA256(m.ProposalSHA256) {
 				err = refusal(400, key, "%q must be 64 lower-case hex digits: the proposal_sha256 of the held verdict", clipToken(m.ProposalSHA256))
 			}
 		case "operator":
@@ -355,18 +357,6 @@ func decodeFindings(field string, raw json.RawMessage) ([]engine.OperatorFinding
 	return out, nil
 }
 
-func validSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
 // ValidOperatorID reports whether s is an operator id: [A-Za-z0-9._@-]{1,64},
 // so an e-mail address will do.
 func ValidOperatorID(s string) bool {
@@ -512,21 +502,18 @@ func ParseOperators(name string, data []byte) (*OperatorList, error) {
 	fail := func(line int, format string, args ...any) error {
 		return fmt.Errorf("%w: %s:%d: %s", ErrInvalidOperators, name, line, fmt.Sprintf(format, args...))
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w: %s: empty; list the operators under operators:", ErrInvalidOperators, name)
+	root, err := yamlpos.Parse(data)
+	if errors.Is(err, yamlpos.ErrEmpty) {
+		return nil, fmt.Errorf("%w: %s: empty; list the operators under operators:", ErrInvalidOperators, name)
+	}
+	if e, ok := errors.AsType[*yamlpos.Error](err); ok {
+		if errors.Is(e, yamlpos.ErrMoreThanOneDocument) {
+			return nil, fail(e.Line, "an operators file holds one YAML document")
 		}
+		return nil, fail(e.Line, "%s", e.Msg)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalidOperators, name, err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, fail(extra.Line, "an operators file holds one YAML document")
-	}
-	root := yamlDeref(&doc)
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = yamlDeref(root.Content[0])
 	}
 	if root.Kind != yaml.MappingNode {
 		return nil, fail(root.Line, "want a mapping with the key operators")
@@ -540,9 +527,9 @@ func ParseOperators(name string, data []byte) (*OperatorList, error) {
 		if list != nil {
 			return nil, fail(k.Line, "operators: given twice")
 		}
-		list = yamlDeref(root.Content[i+1])
+		list = yamlpos.Deref(root.Content[i+1])
 	}
-	if list == nil || yamlNull(list) || (list.Kind == yaml.SequenceNode && len(list.Content) == 0) {
+	if list == nil || yamlpos.IsNull(list) || (list.Kind == yaml.SequenceNode && len(list.Content) == 0) {
 		return nil, fail(root.Line, "operators: lists nobody; without operators, leave --operators unset")
 	}
 	if list.Kind != yaml.SequenceNode {
@@ -551,7 +538,7 @@ func ParseOperators(name string, data []byte) (*OperatorList, error) {
 	l := &OperatorList{byKey: map[string]int{}}
 	ids := map[string]int{}
 	for i, item := range list.Content {
-		item = yamlDeref(item)
+		item = yamlpos.Deref(item)
 		at := fmt.Sprintf("operators[%d]", i)
 		if item.Kind != yaml.MappingNode {
 			return nil, fail(item.Line, "%s: want a mapping {id, key, tenants}", at)
@@ -561,19 +548,19 @@ func ParseOperators(name string, data []byte) (*OperatorList, error) {
 			seen = map[string]bool{}
 		)
 		for j := 0; j+1 < len(item.Content); j += 2 {
-			k, v := item.Content[j], yamlDeref(item.Content[j+1])
+			k, v := item.Content[j], yamlpos.Deref(item.Content[j+1])
 			if seen[k.Value] {
 				return nil, fail(k.Line, "%s: %s: given twice", at, clipToken(k.Value))
 			}
 			seen[k.Value] = true
 			switch k.Value {
 			case "id":
-				if v.Kind != yaml.ScalarNode || yamlNull(v) || !ValidOperatorID(v.Value) {
+				if v.Kind != yaml.ScalarNode || yamlpos.IsNull(v) || !ValidOperatorID(v.Value) {
 					return nil, fail(v.Line, "%s: id: want a name matching [A-Za-z0-9._@-]{1,64}", at)
 				}
 				op.ID = v.Value
 			case "key":
-				if v.Kind != yaml.ScalarNode || yamlNull(v) {
+				if v.Kind != yaml.ScalarNode || yamlpos.IsNull(v) {
 					return nil, fail(v.Line, "%s: key: want an nkey public user key (U…)", at)
 				}
 				if _, _, err := nkeys.DecodeSeed([]byte(v.Value)); err == nil {
@@ -614,7 +601,7 @@ func ParseOperators(name string, data []byte) (*OperatorList, error) {
 }
 
 func yamlTenants(v *yaml.Node) ([]string, error) {
-	if yamlNull(v) {
+	if yamlpos.IsNull(v) {
 		return nil, nil
 	}
 	if v.Kind != yaml.SequenceNode {
@@ -623,8 +610,8 @@ func yamlTenants(v *yaml.Node) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, t := range v.Content {
-		t = yamlDeref(t)
-		if t.Kind != yaml.ScalarNode || yamlNull(t) || !engine.ValidTenant(t.Value) || t.Value == engine.UnknownTenant {
+		t = yamlpos.Deref(t)
+		if t.Kind != yaml.ScalarNode || yamlpos.IsNull(t) || !engine.ValidTenant(t.Value) || t.Value == engine.UnknownTenant {
 			return nil, fmt.Errorf("line %d: want a tenant token matching [a-z0-9_-]{1,64}", t.Line)
 		}
 		if seen[t.Value] {
@@ -634,17 +621,6 @@ func yamlTenants(v *yaml.Node) ([]string, error) {
 		out = append(out, t.Value)
 	}
 	return out, nil
-}
-
-func yamlDeref(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-func yamlNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
 }
 
 // Verify authenticates an operator message that arrived on subject with

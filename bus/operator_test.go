@@ -131,6 +131,7 @@ operators:
 		{note: "empty file", file: "", want: "empty"},
 		{note: "nobody listed", file: "operators: []\n", want: "lists nobody"},
 		{note: "not YAML", file: "operators: [\n", want: "ops.yaml"},
+		{note: "yaml parser error on line 3", file: "operators:\n  - id: alice\n    tenants: [acme, b\n    key: x\n", want: "ops.yaml:3: did not find expected ',' or ']'"},
 		{note: "not a mapping", file: "- id: alice\n", want: "ops.yaml:1: want a mapping"},
 		{note: "unknown top key", file: "operator:\n  - id: alice\n", want: "ops.yaml:1: operator: unknown key"},
 		{note: "operators not a list", file: "operators: {id: alice}\n", want: "want a list"},

@@ -2,12 +2,12 @@ package bus
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/digest"
 )
 
 // Kinds of the records gated keeps in the verdict bucket, as RecordError
@@ -81,7 +81,7 @@ func checkVerdict(v *engine.Verdict, tenant, id string) string {
 		return fmt.Sprintf("outcome %q is not one of gated's", v.Outcome)
 	case v.Approved != (v.Outcome == engine.OutcomeApproved):
 		return fmt.Sprintf("approved is %v with outcome %s", v.Approved, v.Outcome)
-	case v.ProposalSHA256 != "" && !sha256Hex(v.ProposalSHA256):
+	case v.ProposalSHA256 != "" && !digest.ValidSHA256(v.ProposalSHA256):
 		return fmt.Sprintf("proposal_sha256 %q is not a SHA-256 digest", v.ProposalSHA256)
 	case v.Run != nil && v.Run.RunID != "" && !engine.ValidID(v.Run.RunID):
 		return fmt.Sprintf("run id %q is not a valid token", v.Run.RunID)
@@ -96,11 +96,6 @@ func knownOutcome(o engine.Outcome) bool {
 		return true
 	}
 	return false
-}
-
-func sha256Hex(s string) bool {
-	b, err := hex.DecodeString(s)
-	return err == nil && len(b) == 32
 }
 
 // decodeVerdict decodes the verdict stored under tenant.id at revision

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // Limits bound what a proposal may carry. The zero value means the
@@ -89,10 +90,9 @@ func DecodeProposal(data []byte, subjectTenant, subjectAction string, limits Lim
 		return nil, fieldErr("", "proposal must be a JSON object, not null")
 	}
 	var p Proposal
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	dec.UseNumber()
-	if err := dec.Decode(&p); err != nil {
+	if err := strictjson.Decode(data, &p, strictjson.UseNumber()); errors.Is(err, strictjson.ErrTrailingData) {
+		return nil, fieldErr("", "unexpected data after the proposal object")
+	} else if err != nil {
 		if strings.HasPrefix(err.Error(), "json: unknown field ") {
 			// encoding/json names the field but not where it is; the key
 			// walk names the full path.
@@ -101,9 +101,6 @@ func DecodeProposal(data []byte, subjectTenant, subjectAction string, limits Lim
 			}
 		}
 		return nil, jsonFieldError(err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return nil, fieldErr("", "unexpected data after the proposal object")
 	}
 	if problem := checkKeys(data); problem != nil {
 		return nil, problem

@@ -21,6 +21,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/yamlpos"
 )
 
 // MaxTurnsLimit is the largest max_turns a persona may ask for.
@@ -143,7 +144,7 @@ func check(file string, src []byte) checked {
 
 	var doc yaml.Node
 	if err := yaml.Unmarshal(head, &doc); err != nil {
-		c.problems = append(c.problems, yamlProblems(file, offset, err)...)
+		c.problems = append(c.problems, yamlProblems(file, head, offset, err)...)
 		return c
 	}
 	var top *yaml.Node
@@ -176,7 +177,7 @@ func check(file string, src []byte) checked {
 			// A value of the wrong type or a repeated key. The fields it
 			// left unset would only add misleading errors: report what
 			// the YAML decoder found and stop there.
-			c.problems = append(c.problems, yamlProblems(file, offset, err)...)
+			c.problems = append(c.problems, yamlProblems(file, head, offset, err)...)
 			return c
 		}
 	}
@@ -303,33 +304,25 @@ func checkPattern(pattern string) error {
 	return nil
 }
 
-// yamlLine finds the "line N: " the YAML decoder puts in its messages.
-var yamlLine = regexp.MustCompile(`^(?:yaml: )?line (\d+): `)
-
 // yamlAtLine finds a reference to another line inside a YAML message, as
 // in "mapping key "name" already defined at line 1".
 var yamlAtLine = regexp.MustCompile(`at line \d+`)
 
-// yamlProblems turns a YAML decoding error into problems on file lines.
-func yamlProblems(file string, offset int, err error) []Problem {
-	msgs := []string{err.Error()}
-	var typ *yaml.TypeError
-	if errors.As(err, &typ) {
-		msgs = typ.Errors
-	}
-	out := make([]Problem, 0, len(msgs))
-	for _, msg := range msgs {
+// yamlProblems turns an error decoding the frontmatter head into problems
+// on file lines.
+func yamlProblems(file string, head []byte, offset int, err error) []Problem {
+	errs := yamlpos.Errors(head, err)
+	out := make([]Problem, 0, len(errs))
+	for _, e := range errs {
 		p := Problem{File: file, Severity: SeverityError}
-		if m := yamlLine.FindStringSubmatch(msg); m != nil {
-			n, _ := strconv.Atoi(m[1])
-			p.Line = n + offset
-			msg = msg[len(m[0]):]
+		if e.Line > 0 {
+			p.Line = e.Line + offset
 		}
-		msg = yamlAtLine.ReplaceAllStringFunc(msg, func(m string) string {
+		msg := yamlAtLine.ReplaceAllStringFunc(e.Msg, func(m string) string {
 			n, _ := strconv.Atoi(strings.TrimPrefix(m, "at line "))
 			return "at line " + strconv.Itoa(n+offset)
 		})
-		p.Message = "frontmatter: " + strings.TrimPrefix(msg, "yaml: ")
+		p.Message = "frontmatter: " + msg
 		out = append(out, p)
 	}
 	return out

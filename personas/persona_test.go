@@ -733,6 +733,8 @@ func TestCheckYAMLErrorLines(t *testing.T) {
 		{note: "frontmatter is a list", src: "---\n- name: x\n---\nBody.\n", line: 2, frag: "mapping"},
 		{note: "no opening line", src: "name: x\n---\nBody.\n", line: 1, frag: "must start with"},
 		{note: "unclosed", src: "---\nname: x\n", line: 1, frag: "not closed"},
+		// The YAML parser (not its scanner) counts lines from 0.
+		{note: "unclosed flow list", src: "---\nname: x\ntools: [a, b\nmodel: m\n---\nBody.\n", line: 3, frag: "did not find expected ',' or ']'"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

@@ -9,7 +9,6 @@ package plugins
 
 import (
 	"context"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,6 +32,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins/internal/wire"
 	"github.com/gated/gated/plugins/pluginv1"
@@ -172,7 +172,7 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 		if s.Path == "" {
 			return nil, fmt.Errorf("plugin %q has no path", s.Name)
 		}
-		if _, err := hex.DecodeString(s.SHA256); err != nil || len(s.SHA256) != 64 {
+		if !digest.ValidSHA256(strings.ToLower(s.SHA256)) {
 			return nil, fmt.Errorf("plugin %q: sha256 %q must be 64 hex digits", s.Name, s.SHA256)
 		}
 		s.SHA256 = strings.ToLower(s.SHA256)

@@ -1,8 +1,6 @@
 package plugins
 
 import (
-	"bytes"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // LockFileName is the lock file of a plugin directory. It pins every
@@ -188,25 +189,15 @@ func ReadLock(dir string) (Lock, error) {
 }
 
 func decodeLock(path string, data []byte) (Lock, error) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
 	var l Lock
-	if err := dec.Decode(&l); err != nil {
-		var syn *json.SyntaxError
-		var typ *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &syn):
-			// Offset counts the offending byte; point at it.
-			line, col := position(data, syn.Offset-1)
-			return Lock{}, fmt.Errorf("%s:%d:%d: %v", path, line, col, err)
-		case errors.As(err, &typ):
-			line, col := position(data, typ.Offset)
+	if err := strictjson.Decode(data, &l); err != nil {
+		if errors.Is(err, strictjson.ErrTrailingData) {
+			return Lock{}, fmt.Errorf("%s: unexpected data after the lock document", path)
+		}
+		if line, col, ok := strictjson.ErrorPosition(data, err); ok {
 			return Lock{}, fmt.Errorf("%s:%d:%d: %v", path, line, col, err)
 		}
 		return Lock{}, fmt.Errorf("%s: %w", path, err)
-	}
-	if dec.More() {
-		return Lock{}, fmt.Errorf("%s: unexpected data after the lock document", path)
 	}
 	if l.Version != LockVersion {
 		return Lock{}, fmt.Errorf("%s: version %d is not supported (want %d); re-create it with `gated plugins lock`", path, l.Version, LockVersion)
@@ -221,30 +212,11 @@ func decodeLock(path string, data []byte) (Lock, error) {
 		if e.Path != name {
 			return Lock{}, fmt.Errorf("%s: plugin %q: path %q must be the plugin's own file name %q", path, name, e.Path, name)
 		}
-		if !isSHA256(e.SHA256) {
+		if !digest.ValidSHA256(e.SHA256) {
 			return Lock{}, fmt.Errorf("%s: plugin %q: sha256 %q must be 64 lower-case hex digits", path, name, e.SHA256)
 		}
 	}
 	return l, nil
-}
-
-// position turns a byte offset into a 1-based line and column.
-func position(data []byte, offset int64) (line, col int) {
-	offset = min(max(offset, 0), int64(len(data)))
-	before := data[:offset]
-	line = 1 + bytes.Count(before, []byte("\n"))
-	col = 1 + len(before) - (bytes.LastIndexByte(before, '\n') + 1)
-	return line, col
-}
-
-// isSHA256 reports whether s is a hex SHA-256 digest as FileSHA256 writes
-// it.
-func isSHA256(s string) bool {
-	if len(s) != 64 || strings.ToLower(s) != s {
-		return false
-	}
-	_, err := hex.DecodeString(s)
-	return err == nil
 }
 
 // PinStatus is how an executable compares with its pin.

@@ -193,6 +193,10 @@ func TestReadLockErrors(t *testing.T) {
 		{note: "bad name", lock: `{"version": 1, "plugins": {"A": {"path": "A", "sha256": "` + good + `"}}}`, want: []string{`"A"`}, is: ErrBadName},
 		{note: "path escapes", lock: `{"version": 1, "plugins": {"a": {"path": "../a", "sha256": "` + good + `"}}}`, want: []string{`path "../a"`}},
 		{note: "trailing data", lock: `{"version": 1, "plugins": {}} {}`, want: []string{"unexpected data"}},
+		{note: "trailing close brace", lock: `{"version": 1, "plugins": {}}}`, want: []string{"unexpected data"}},
+		{note: "trailing close bracket", lock: `{"version": 1, "plugins": {}}]`, want: []string{"unexpected data"}},
+		// Columns count characters, as editors do: "café" is four.
+		{note: "column after a multi-byte character", lock: "{\"café\": ,}", want: []string{LockFileName + ":1:10:"}},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			dir := t.TempDir()

@@ -12,12 +12,12 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
+	"github.com/gated/gated/internal/strictjson"
+	"github.com/gated/gated/internal/yamlpos"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"go.yaml.in/yaml/v3"
 )
@@ -529,7 +529,7 @@ func (r *jsonReader) object(depth int) (any, error) {
 		}
 		key, _ := tok.(string)
 		if first, dup := at[key]; dup {
-			line, _ := position(r.raw, first)
+			line, _ := strictjson.Position(r.raw, first)
 			return nil, errorAt(r.raw, off, "duplicate key %q (first at line %d)", key, line)
 		}
 		at[key] = off
@@ -579,17 +579,8 @@ func (r *jsonReader) next() int64 {
 
 // errorAt is an error at byte offset off of raw.
 func errorAt(raw []byte, off int64, format string, args ...any) *fileError {
-	line, col := position(raw, off)
+	line, col := strictjson.Position(raw, off)
 	return &fileError{line: line, col: col, msg: fmt.Sprintf(format, args...)}
-}
-
-// position is the 1-based line and column (in characters) of byte offset
-// off of raw.
-func position(raw []byte, off int64) (line, col int) {
-	off = max(0, min(off, int64(len(raw))))
-	before := raw[:off]
-	start := bytes.LastIndexByte(before, '\n') + 1
-	return bytes.Count(before, []byte("\n")) + 1, utf8.RuneCount(before[start:]) + 1
 }
 
 // parseDataYAML parses a single-document YAML data document into the values
@@ -600,61 +591,18 @@ func parseDataYAML(raw []byte) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, errEmpty
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if err == io.EOF {
-			return nil, errEmpty // comments only
-		}
-		return nil, yamlError(err)
+	root, err := yamlpos.Parse(raw)
+	if errors.Is(err, yamlpos.ErrEmpty) {
+		return nil, errEmpty // comments only
 	}
-	var extra yaml.Node
-	switch err := dec.Decode(&extra); {
-	case err == nil:
-		return nil, &fileError{line: extra.Line, msg: "holds more than one YAML document"}
-	case err != io.EOF:
-		return nil, yamlError(err)
+	if e, ok := errors.AsType[*yamlpos.Error](err); ok {
+		return nil, &fileError{line: e.Line, msg: e.Msg}
 	}
-	root := &doc
-	if doc.Kind == yaml.DocumentNode && len(doc.Content) == 1 {
-		root = doc.Content[0]
+	if err != nil {
+		return nil, &fileError{msg: err.Error()}
 	}
 	c := &yamlConverter{active: map[*yaml.Node]bool{}}
 	return c.value(root, 0, false)
-}
-
-var yamlLine = regexp.MustCompile(`(?s)^yaml: (?:line (\d+): )?(.*)$`)
-
-// yamlParserProblems are the problems yaml.v3's parser (as opposed to its
-// scanner) reports. For these it gives the 0-based line of the construct it
-// was parsing, and leaves the line out when that is 0; scanner errors get
-// 1-based lines.
-var yamlParserProblems = map[string]bool{
-	"did not find expected <stream-start>":   true,
-	"did not find expected <document start>": true,
-	"found undefined tag handle":             true,
-	"did not find expected node content":     true,
-	"did not find expected '-' indicator":    true,
-	"did not find expected key":              true,
-	"did not find expected ',' or ']'":       true,
-	"did not find expected ',' or '}'":       true,
-	"found duplicate %YAML directive":        true,
-	"found incompatible YAML document":       true,
-	"found duplicate %TAG directive":         true,
-}
-
-// yamlError turns yaml.v3's "yaml: line N: msg" into an error at line N,
-// made 1-based where yaml.v3 gave a 0-based line.
-func yamlError(err error) error {
-	m := yamlLine.FindStringSubmatch(err.Error())
-	if m == nil {
-		return &fileError{msg: err.Error()}
-	}
-	line, _ := strconv.Atoi(m[1]) // 0 when absent
-	if yamlParserProblems[m[2]] {
-		line++
-	}
-	return &fileError{line: line, msg: m[2]}
 }
 
 // yamlConverter turns yaml.Nodes into data values.

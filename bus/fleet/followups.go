@@ -1,17 +1,15 @@
 package fleet
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // DecodeContinuation decodes a continuation strictly: one JSON object
@@ -68,13 +66,10 @@ func malformed(format string, args ...any) error {
 // decodeStrict decodes exactly one JSON object into v, refusing fields v
 // does not have.
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return malformed("%v", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if err := strictjson.Decode(data, v); errors.Is(err, strictjson.ErrTrailingData) {
 		return malformed("data after the JSON object")
+	} else if err != nil {
+		return malformed("%v", err)
 	}
 	return nil
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,6 +15,8 @@ import (
 	"github.com/spf13/pflag"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/yamlpos"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"
 )
@@ -116,23 +116,20 @@ func loadConfigFile(cmd *cobra.Command) (*fileConfig, error) {
 // is applyConfig's part.
 func parseConfig(path string, data []byte) (*fileConfig, []configValue, error) {
 	cfg := &fileConfig{path: path}
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc yaml.Node
-	if err := dec.Decode(&doc); err != nil {
-		if errors.Is(err, io.EOF) {
-			return cfg, nil, nil // an empty file sets nothing
+	root, err := yamlpos.Parse(data)
+	if errors.Is(err, yamlpos.ErrEmpty) {
+		return cfg, nil, nil // an empty file sets nothing
+	}
+	if e, ok := errors.AsType[*yamlpos.Error](err); ok {
+		if errors.Is(e, yamlpos.ErrMoreThanOneDocument) {
+			return nil, nil, fmt.Errorf("%s:%d: a config file holds one YAML document", path, e.Line)
 		}
+		return nil, nil, fmt.Errorf("%s:%d: %s", path, e.Line, e.Msg)
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, nil, fmt.Errorf("%s:%d: a config file holds one YAML document", path, extra.Line)
-	}
-	root := deref(&doc)
-	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
-		root = deref(root.Content[0])
-	}
-	if isNull(root) {
+	if yamlpos.IsNull(root) {
 		return cfg, nil, nil
 	}
 	if root.Kind != yaml.MappingNode {
@@ -147,7 +144,7 @@ func parseConfig(path string, data []byte) (*fileConfig, []configValue, error) {
 	var values []configValue
 	seen := map[string]int{} // flag name → line
 	for i := 0; i+1 < len(root.Content); i += 2 {
-		k, v := root.Content[i], deref(root.Content[i+1])
+		k, v := root.Content[i], yamlpos.Deref(root.Content[i+1])
 		key := k.Value
 		if k.Kind != yaml.ScalarNode || key == "" {
 			return nil, nil, fmt.Errorf("%s:%d: a key must be a plain name", path, k.Line)
@@ -170,18 +167,18 @@ func parseConfig(path string, data []byte) (*fileConfig, []configValue, error) {
 		}
 		cv := configValue{key: key, flag: name, line: k.Line}
 		switch {
-		case v.Kind == yaml.ScalarNode && !isNull(v):
+		case v.Kind == yaml.ScalarNode && !yamlpos.IsNull(v):
 			cv.values = []string{v.Value}
 		case v.Kind == yaml.SequenceNode:
 			cv.list = true
 			for _, item := range v.Content {
-				item = deref(item)
-				if item.Kind != yaml.ScalarNode || isNull(item) {
+				item = yamlpos.Deref(item)
+				if item.Kind != yaml.ScalarNode || yamlpos.IsNull(item) {
 					return nil, nil, fmt.Errorf("%s:%d: %s: list items must be plain values", path, item.Line, key)
 				}
 				cv.values = append(cv.values, item.Value)
 			}
-		case isNull(v):
+		case yamlpos.IsNull(v):
 			return nil, nil, fmt.Errorf("%s:%d: %s: no value; remove the key to keep the default", path, k.Line, key)
 		default:
 			return nil, nil, fmt.Errorf("%s:%d: %s: want a value or a list of values, not a mapping", path, v.Line, key)
@@ -292,21 +289,10 @@ func isPathFlag(f *pflag.Flag) bool {
 	return file || dir
 }
 
-func deref(n *yaml.Node) *yaml.Node {
-	for n != nil && n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	return n
-}
-
-func isNull(n *yaml.Node) bool {
-	return n == nil || n.Kind == 0 || (n.Kind == yaml.ScalarNode && n.Tag == "!!null")
-}
-
 // parsePlugins reads the plugins section: a list of plugins, each pinned
 // by its SHA-256.
 func parsePlugins(path, base string, n *yaml.Node) ([]plugins.Spec, error) {
-	if isNull(n) {
+	if yamlpos.IsNull(n) {
 		return nil, nil
 	}
 	if n.Kind != yaml.SequenceNode {
@@ -315,7 +301,7 @@ func parsePlugins(path, base string, n *yaml.Node) ([]plugins.Spec, error) {
 	var specs []plugins.Spec
 	lines := map[string]int{}
 	for i, item := range n.Content {
-		item = deref(item)
+		item = yamlpos.Deref(item)
 		at := fmt.Sprintf("plugins[%d]", i)
 		s, err := parsePlugin(path, base, at, item)
 		if err != nil {
@@ -343,14 +329,14 @@ func parsePlugin(path, base, at string, n *yaml.Node) (plugins.Spec, error) {
 	}
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
-		k, v := n.Content[i], deref(n.Content[i+1])
+		k, v := n.Content[i], yamlpos.Deref(n.Content[i+1])
 		key := strings.ReplaceAll(k.Value, "-", "_")
 		if seen[key] {
 			return s, bad(k.Line, k.Value, "already set")
 		}
 		seen[key] = true
 		scalar := func() (string, error) {
-			if v.Kind != yaml.ScalarNode || isNull(v) {
+			if v.Kind != yaml.ScalarNode || yamlpos.IsNull(v) {
 				return "", bad(v.Line, k.Value, "want a single value")
 			}
 			return v.Value, nil
@@ -375,8 +361,8 @@ func parsePlugin(path, base, at string, n *yaml.Node) (plugins.Spec, error) {
 		case "sha256":
 			if s.SHA256, err = scalar(); err == nil {
 				s.SHA256 = strings.ToLower(s.SHA256)
-				if !isHexSHA256(s.SHA256) {
-					err = bad(v.Line, k.Value, "%q is not 64 hex digits (sha256sum FILE prints it)", v.Value)
+				if !digest.ValidSHA256(s.SHA256) {
+					err = bad(v.Line, k.Value, "%q is not 64 lower-case hex digits (sha256sum FILE prints it)", v.Value)
 				}
 			}
 		case "args":
@@ -443,8 +429,8 @@ func stringList(n *yaml.Node) ([]string, error) {
 	}
 	out := make([]string, 0, len(n.Content))
 	for i, item := range n.Content {
-		item = deref(item)
-		if item.Kind != yaml.ScalarNode || isNull(item) {
+		item = yamlpos.Deref(item)
+		if item.Kind != yaml.ScalarNode || yamlpos.IsNull(item) {
 			return nil, fmt.Errorf("item %d (line %d) is not a plain value", i, item.Line)
 		}
 		out = append(out, item.Value)
@@ -459,7 +445,7 @@ func envList(n *yaml.Node) ([]string, error) {
 	switch n.Kind {
 	case yaml.MappingNode:
 		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], deref(n.Content[i+1])
+			k, v := n.Content[i], yamlpos.Deref(n.Content[i+1])
 			if k.Value == "" || strings.Contains(k.Value, "=") {
 				return nil, fmt.Errorf("%q (line %d): not a variable name", k.Value, k.Line)
 			}
@@ -467,7 +453,7 @@ func envList(n *yaml.Node) ([]string, error) {
 				return nil, fmt.Errorf("%s (line %d): want a plain value", k.Value, v.Line)
 			}
 			val := v.Value
-			if isNull(v) {
+			if yamlpos.IsNull(v) {
 				val = ""
 			}
 			env = append(env, k.Value+"="+val)
@@ -488,16 +474,4 @@ func envList(n *yaml.Node) ([]string, error) {
 		}
 	}
 	return env, nil
-}
-
-func isHexSHA256(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, r := range s {
-		if !strings.ContainsRune("0123456789abcdef", r) {
-			return false
-		}
-	}
-	return true
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/digest"
 	"github.com/spf13/cobra"
 )
 
@@ -193,9 +194,10 @@ func TestConfigErrors(t *testing.T) {
 		{note: "config in config", file: "config: other.yaml\n", want: "1: config: a config file cannot name another one"},
 		{note: "not a mapping", file: "- a\n- b\n", want: "1: the config must be a mapping"},
 		{note: "two documents", file: "nats_url: a\n---\nnats_url: b\n", want: "2: a config file holds one YAML document"},
-		{note: "yaml syntax", file: "nats_url: [a\n", want: " yaml: line"},
+		{note: "yaml syntax", file: "nats_url: [a\n", want: "2: did not find expected ',' or ']'"},
+		{note: "yaml parser error on line 2", file: "policy_watch: true\nnats_url: [a, b\nmax_in_flight: 3\n", want: "2: did not find expected ',' or ']'"},
 		{note: "plugins not a list", file: "plugins: {name: x}\n", want: "1: plugins: want a list"},
-		{note: "plugin bad sha", file: "plugins:\n  - name: x\n    path: x\n    sha256: abc\n", want: `4: plugins[0].sha256: "abc" is not 64 hex digits`},
+		{note: "plugin bad sha", file: "plugins:\n  - name: x\n    path: x\n    sha256: abc\n", want: `4: plugins[0].sha256: "abc" is not 64 lower-case hex digits`},
 		{note: "plugin sha not hex", file: "plugins:\n  - name: x\n    path: x\n    sha256: " + strings.Repeat("zz", 32) + "\n", want: "4: plugins[0].sha256:"},
 		{note: "plugin without sha", file: "plugins:\n  - name: x\n    path: x\n", want: "2: plugins[0]: sha256 is required"},
 		{note: "plugin without path", file: "plugins:\n  - name: x\n    sha256: " + sha + "\n", want: "2: plugins[0]: path is required"},
@@ -322,7 +324,7 @@ func FuzzParseConfig(f *testing.F) {
 			}
 		}
 		for _, s := range cfg.plugins {
-			if s.Name == "" || s.Path == "" || !isHexSHA256(s.SHA256) {
+			if s.Name == "" || s.Path == "" || !digest.ValidSHA256(s.SHA256) {
 				t.Fatalf("plugin %+v passed without name, path or digest", s)
 			}
 		}

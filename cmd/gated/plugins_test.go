@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sop"
@@ -87,11 +86,6 @@ func writeExe(t *testing.T, path, content string) {
 	}
 }
 
-func digest(content string) string {
-	h := sha256.Sum256([]byte(content))
-	return hex.EncodeToString(h[:])
-}
-
 // pluginSetup is a config file pinning one plugin (acme) and naming a
 // plugin directory (pd) holding two (alpha, beta), not yet locked.
 type pluginSetup struct {
@@ -110,7 +104,7 @@ func newPluginSetup(t *testing.T) pluginSetup {
 plugins:
   - name: acme
     path: bin/acme
-    sha256: `+digest("acme v1")+"\n")
+    sha256: `+digest.SHA256([]byte("acme v1"))+"\n")
 	return s
 }
 
@@ -124,7 +118,7 @@ func TestPluginsLockListVerify(t *testing.T) {
 	}
 	wantOutput(t, out,
 		`(?m)^sop\s+bundled\s+ok\s+[0-9a-f]{12}\s`,
-		`(?m)^acme\s+config\s+ok\s+`+digest("acme v1")[:12]+`\s+`+regexp.QuoteMeta(filepath.Join(s.dir, "bin", "acme"))+`$`,
+		`(?m)^acme\s+config\s+ok\s+`+digest.SHA256([]byte("acme v1"))[:12]+`\s+`+regexp.QuoteMeta(filepath.Join(s.dir, "bin", "acme"))+`$`,
 		`(?m)^alpha\s+dir\s+unpinned\s+-\s`,
 		"run `gated plugins lock "+regexp.QuoteMeta(s.pd)+"`")
 
@@ -138,7 +132,7 @@ func TestPluginsLockListVerify(t *testing.T) {
 		t.Fatalf("lock: exit %d: %v", code, err)
 	}
 	wantOutput(t, out,
-		`(?m)^pinned\s+alpha\s+`+digest("alpha v1")+`\s+new$`,
+		`(?m)^pinned\s+alpha\s+`+digest.SHA256([]byte("alpha v1"))+`\s+new$`,
 		`(?m)^pinned\s+beta\s+`,
 		`wrote .*gated-plugins.lock: plugins pinned: 2`)
 
@@ -165,10 +159,10 @@ func TestPluginsLockListVerify(t *testing.T) {
 		t.Errorf("error %q does not count the mismatches", err)
 	}
 	wantOutput(t, out,
-		`(?m)^modified\s+acme\s+config\s.*pinned `+digest("acme v1")+`, file has `+digest("acme v2")+`$`,
-		`(?m)^modified\s+alpha\s+dir\s.*pinned `+digest("alpha v1")+`, file has `+digest("alpha v2")+`$`,
+		`(?m)^modified\s+acme\s+config\s.*pinned `+digest.SHA256([]byte("acme v1"))+`, file has `+digest.SHA256([]byte("acme v2"))+`$`,
+		`(?m)^modified\s+alpha\s+dir\s.*pinned `+digest.SHA256([]byte("alpha v1"))+`, file has `+digest.SHA256([]byte("alpha v2"))+`$`,
 		`(?m)^missing\s+beta\s+dir\s`,
-		`(?m)^unpinned\s+gamma\s+dir\s.*file has `+digest("gamma v1"))
+		`(?m)^unpinned\s+gamma\s+dir\s.*file has `+digest.SHA256([]byte("gamma v1")))
 
 	code, out, err = runGated(t, "plugins", "list", cfg, "--format", "json")
 	if code != 0 {
@@ -195,7 +189,7 @@ func TestPluginsLockListVerify(t *testing.T) {
 		t.Fatalf("re-lock: exit %d: %v", code, err)
 	}
 	wantOutput(t, out,
-		`(?m)^pinned\s+alpha\s+`+digest("alpha v2")+`\s+changed, was `+digest("alpha v1")[:12]+`$`,
+		`(?m)^pinned\s+alpha\s+`+digest.SHA256([]byte("alpha v2"))+`\s+changed, was `+digest.SHA256([]byte("alpha v1"))[:12]+`$`,
 		`(?m)^pinned\s+gamma\s+\S+\s+new$`,
 		`(?m)^dropped\s+beta\s`)
 }
@@ -304,7 +298,7 @@ func TestPluginSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if specs[2].SHA256 != digest("alpha v1") {
+	if specs[2].SHA256 != digest.SHA256([]byte("alpha v1")) {
 		t.Errorf("alpha pinned to %s, want the lock's digest", specs[2].SHA256)
 	}
 

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
@@ -729,17 +730,12 @@ func readHistory(name string) ([]engine.Verdict, error) {
 // strictJSON decodes one JSON value into v, refusing unknown fields and
 // trailing data.
 func strictJSON(raw []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		var typ *json.UnmarshalTypeError
-		if errors.As(err, &typ) && typ.Field != "" {
-			return fmt.Errorf("field %s must not be %s", typ.Field, typ.Value)
-		}
-		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
+	err := strictjson.Decode(raw, v)
+	if typ, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && typ.Field != "" {
+		return fmt.Errorf("field %s must not be %s", typ.Field, typ.Value)
 	}
-	if dec.More() {
-		return errors.New("unexpected data after the JSON value")
+	if err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
 	}
 	return nil
 }

@@ -1,15 +1,14 @@
 package llm
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"slices"
 	"strings"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/plugins/sdk"
 )
 
@@ -327,14 +326,11 @@ func decodeRunAnswer(body string, judge []string) (*runAnswer, error) {
 	if !strings.HasPrefix(body, "{") {
 		return nil, fmt.Errorf("the ```json block does not hold a JSON object")
 	}
-	dec := json.NewDecoder(strings.NewReader(body))
-	dec.DisallowUnknownFields()
 	var w runAnswerJSON
-	if err := dec.Decode(&w); err != nil {
-		return nil, fmt.Errorf("the ```json block is not the object asked for: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	if err := strictjson.Decode([]byte(body), &w); errors.Is(err, strictjson.ErrTrailingData) {
 		return nil, fmt.Errorf("the ```json block holds more than one JSON value")
+	} else if err != nil {
+		return nil, fmt.Errorf("the ```json block is not the object asked for: %w", err)
 	}
 
 	ra := &runAnswer{guidance: strings.TrimSpace(w.NextRoundGuidance)}
