@@ -190,10 +190,13 @@ for i in "${!names[@]}"; do
 	line=$(printf '%-32s %-16s %-20s %4ds' "$name" "$result" "${pkgs[$i]}" $((SECONDS - t0)))
 	echo "$line"
 	if [[ $result == KILLED ]]; then
-		# Which tests caught it, and the first thing they said.
+		# Which tests caught it, and the first thing they said (or the
+		# panic, such as go test's timeout, that ended the package). A log
+		# with none of these is no error: the mutant was still killed.
 		{
-			grep -E '^\s*--- FAIL' "$work/$name.log" | head -3
-			grep -E '^\s+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' "$work/$name.log" | head -2 | cut -c1-200
+			grep -E '^\s*--- FAIL' "$work/$name.log" | head -3 || true
+			grep -E '^\s+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' "$work/$name.log" | head -2 | cut -c1-200 || true
+			grep -E '^panic: ' "$work/$name.log" | head -1 | cut -c1-200 || true
 		} | sed 's/^\s*/    /'
 	fi
 	results+=("$line")
