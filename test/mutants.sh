@@ -104,6 +104,126 @@ mutant automtls plugins/host.go ./plugins \
 	'AutoMTLS:         true,' \
 	'AutoMTLS:         false,'
 
+# Same id, same content (engine/engine.go, answers): a verdict stored under
+# an id goes only to a delivery of the same bytes, and one stored without
+# a digest answers nothing. An operator's decision (engine/runflow.go)
+# likewise matches no held verdict without a digest.
+mutant same_id_any_content engine/engine.go ./engine \
+	'return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest' \
+	'return true'
+mutant same_id_empty_digest engine/engine.go ./engine \
+	'return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest' \
+	'return stored.ProposalSHA256 == "" || stored.ProposalSHA256 == r.digest'
+mutant operator_empty_digest engine/runflow.go ./engine \
+	'if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {' \
+	'if d.ProposalSHA256 != held.ProposalSHA256 {'
+
+# Records read back from the verdict bucket (bus/records.go) must be for
+# their key: one mutant per kind skips that check.
+mutant record_verdict_key bus/records.go ./bus \
+	'case v.Tenant != tenant || v.ProposalID != id:' \
+	'case false:'
+mutant record_claim_key bus/records.go ./bus \
+	'case c.Tenant != tenant || c.ProposalID != id:' \
+	'case false:'
+mutant record_run_key bus/records.go ./bus \
+	'if rec.Tenant != tenant || rec.RunID != runID {' \
+	'if false {'
+mutant record_history_key bus/records.go ./bus \
+	'case v.Tenant != tenant || v.TargetKey != target:' \
+	'case false:'
+
+# Strict decision reading (engine/decision.go): after an approving first
+# line, a later decision line that is not an approval, or a retraction,
+# rejects. Judge (engine/engine.go) checks that the text's gate lines
+# agree with the structured gates, and a gate passes only on an exact
+# pass token (GatePasses); the last mutant makes any text that begins
+# with one a pass ("pass-ish", "passed?").
+mutant later_decision_line engine/decision.go ./engine \
+	'if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {' \
+	'if false {'
+mutant retraction engine/decision.go ./engine \
+	'if phrase := retraction(later); phrase != "" {' \
+	'if phrase := ""; phrase != "" {'
+mutant gate_lines_checked engine/engine.go ./engine \
+	'if err := CheckGateLines(res.Text, res.Gates); err != nil {' \
+	'if err := error(nil); err != nil {'
+mutant gate_pass_exact engine/decision.go './engine ./plugins/llm' \
+	'if detail, ok := afterPass(after); ok {' \
+	'if detail, _ := afterPass(after); true {'
+
+# Runs that did not complete: the policy denies an unreviewed one
+# (policies/runs.rego), and gated turns an approval of one whose status
+# the policy does not accept into a rejection, both of a reviewer's
+# approval (judgeRun) and of any approved verdict (finishRun).
+mutant run_not_completed policies/runs.rego ./policies \
+	'run_deny contains {"rule": "run_not_completed",' \
+	'removed_by_mutant contains {"rule": "run_not_completed",'
+mutant run_not_completed_review engine/runflow.go ./engine \
+	'if outcome == OutcomeApproved && !StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {' \
+	'if false {'
+mutant run_not_completed_verdict engine/runflow.go ./engine \
+	'if v.Outcome == OutcomeApproved && st.run.Status != RunCompleted {' \
+	'if false {'
+
+# An action pattern's * stays within one word of the action, in the policy
+# (action_pattern_matches) and in Go (engine.MatchAction, which the SOP
+# reviewer uses): the mutants let it cross "_".
+mutant action_pattern_rego policies/gated.rego ./policies \
+	'glob.match(pattern, ["_"], action)' \
+	'glob.match(pattern, null, action)'
+mutant action_pattern_go engine/pattern.go ./plugins/sop \
+	'glob.Compile(pattern, ActionWordSeparator)' \
+	'glob.Compile(pattern)'
+
+# A proposal's reviewer adds scrutiny: it reviews beside the routed
+# persona (review.also), and replaces it only where reviewer_overrides
+# allow. The first mutant lets it replace the routed persona in the
+# policy; the second drops the added reviewers in the engine's quorum.
+mutant proposal_reviewer_replaces policies/gated.rego ./policies \
+	$'persona_name := proposal_reviewer if {\n\treviewer_override_allowed\n' \
+	$'persona_name := proposal_reviewer if {\n\tproposal_reviewer\n'
+mutant review_also_ignored engine/quorum.go ./engine \
+	'for _, name := range pd.Review.Also {' \
+	'for _, name := range []string(nil) {'
+
+# Plugin pinning (plugins/image.go): the digest of the sealed copy must be
+# the pinned one. Health checks (plugins/host.go): a plugin that misses
+# HealthMisses checks in a row is killed and relaunched; the mutant never
+# counts a miss.
+mutant plugin_pin_compared plugins/image.go ./plugins \
+	'if img.sha256 != spec.SHA256 {' \
+	'if false {'
+mutant health_misses_counted plugins/host.go ./plugins \
+	$'\t\tmisses++\n' \
+	$'\t\tmisses += 0\n'
+
+# Start-up (bus/auditkey.go, bus/datadir.go, cmd/gated): the audit key
+# must extend the stream's chain, serve checks it, and one serve holds a
+# data directory.
+mutant audit_key_checked bus/auditkey.go ./bus \
+	$'func CheckAuditKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n' \
+	$'func CheckAuditKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n\tif true {\n\t\treturn nil\n\t}\n'
+mutant serve_checks_audit_key cmd/gated/audit.go ./cmd/gated \
+	'err = bus.CheckAuditKey(checkCtx, js, key)' \
+	'_, err = checkCtx, error(nil)'
+mutant data_dir_locked bus/datadir.go ./bus \
+	'held, err := lockFile(f)' \
+	'held, err := false, error(nil)'
+mutant serve_locks_data_dir cmd/gated/startup.go ./cmd/gated \
+	'if lock, err = bus.LockDataDir(o.dataDir); err != nil {' \
+	'if err != nil {'
+
+# audit verify (bus/auditcross.go, bus/auditlog.go): a stored verdict
+# whose record is not where its audit_seq says is reported, and so are
+# sequences deleted from the end of the stream.
+mutant verify_missing_record bus/auditcross.go ./bus \
+	$'\treturn c.mismatch(ctx, sv)\n' \
+	$'\treturn nil\n'
+mutant verify_deleted_tail bus/auditlog.go ./bus \
+	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
+	'if false {'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")
@@ -190,10 +310,13 @@ for i in "${!names[@]}"; do
 	line=$(printf '%-32s %-16s %-20s %4ds' "$name" "$result" "${pkgs[$i]}" $((SECONDS - t0)))
 	echo "$line"
 	if [[ $result == KILLED ]]; then
-		# Which tests caught it, and the first thing they said.
+		# Which tests caught it, and the first thing they said (or the
+		# panic, such as go test's timeout, that ended the package). A log
+		# with none of these is no error: the mutant was still killed.
 		{
-			grep -E '^\s*--- FAIL' "$work/$name.log" | head -3
-			grep -E '^\s+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' "$work/$name.log" | head -2 | cut -c1-200
+			grep -E '^\s*--- FAIL' "$work/$name.log" | head -3 || true
+			grep -E '^\s+[A-Za-z0-9_./-]+_test\.go:[0-9]+: ' "$work/$name.log" | head -2 | cut -c1-200 || true
+			grep -E '^panic: ' "$work/$name.log" | head -1 | cut -c1-200 || true
 		} | sed 's/^\s*/    /'
 	fi
 	results+=("$line")
