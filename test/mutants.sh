@@ -170,11 +170,18 @@ mutant run_not_completed_verdict engine/runflow.go ./engine \
 # (action_pattern_matches) and in Go (engine.MatchAction, which the SOP
 # reviewer uses): the mutants let it cross "_".
 mutant action_pattern_rego policies/gated.rego ./policies \
-	'glob.match(pattern, ["_"], action)' \
+	'glob.match(pattern, ["_", "-"], action)' \
 	'glob.match(pattern, null, action)'
 mutant action_pattern_go engine/pattern.go ./plugins/sop \
-	'glob.Compile(pattern, ActionWordSeparator)' \
+	'glob.Compile(pattern, []rune(ActionWordSeparators)...)' \
 	'glob.Compile(pattern)'
+# A dash separates the words of an action as an underscore does.
+mutant action_dash_rego policies/gated.rego ./policies \
+	'glob.match(pattern, ["_", "-"], action)' \
+	'glob.match(pattern, ["_"], action)'
+mutant action_dash_go engine/pattern.go ./policies \
+	'const ActionWordSeparators = "_-"' \
+	'const ActionWordSeparators = "_"'
 
 # A proposal's reviewer adds scrutiny: it reviews beside the routed
 # persona (review.also), and replaces it only where reviewer_overrides
