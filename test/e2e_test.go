@@ -146,20 +146,19 @@ type auditRecord struct {
 	ev  engine.AuditEvent
 }
 
-// audit returns every audit event of one proposal, in stream order.
-func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
+// auditStream opens the audit stream on a connection of its own, closed
+// when the test ends, and returns it with its state at this moment.
+func auditStream(ctx context.Context, t *testing.T, natsURL string) (jetstream.Stream, *jetstream.StreamInfo) {
 	t.Helper()
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
 	stream, err := js.Stream(ctx, "GATED_AUDIT")
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +167,15 @@ func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return stream, info
+}
+
+// audit returns every audit event of one proposal, in stream order.
+func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	stream, info := auditStream(ctx, t, natsURL)
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,9 +12,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // refusalGuard bounds how long a serve that should refuse to start may
@@ -60,25 +57,9 @@ func refusedServe(t *testing.T, args ...string) (int, string) {
 // auditStreamMsgs returns how many messages the audit stream holds.
 func auditStreamMsgs(t *testing.T, natsURL string) uint64 {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	s, err := js.Stream(ctx, "GATED_AUDIT")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, info := auditStream(ctx, t, natsURL)
 	return info.State.Msgs
 }
 
