@@ -265,11 +265,11 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 			// not taken as a failure: another client can have a JetStream
 			// acknowledgement or a reply sent there, and must not be able
 			// to make this proposal's wait fail.
-			var v engine.Verdict
-			if err := json.Unmarshal(m.Data, &v); err != nil || v.Tenant != a.Tenant || v.ProposalID != a.ID {
+			v, ok := verdictMessage(a, m.Data)
+			if !ok {
 				continue
 			}
-			return c.confirm(ctx, a, digest, &v)
+			return c.confirm(ctx, a, digest, v)
 		case <-poll.C:
 			// The verdict message is core NATS: it is lost when it is
 			// published while this connection reconnects, or crowded out
@@ -319,15 +319,33 @@ func (c *Client) storedVerdict(ctx context.Context, a Address) (*engine.Verdict,
 // stored verdict, which only gated can write, confirms it: that costs one
 // direct get per approval, and a look-up that fails is not an approval.
 func (c *Client) confirm(ctx context.Context, a Address, digest string, v *engine.Verdict) (*engine.Verdict, error) {
+	return confirmApproval(a, digest, v, func() (*engine.Verdict, error) { return c.storedVerdict(ctx, a) })
+}
+
+// confirmApproval is confirm with the stored verdict's look-up passed in:
+// the whole of the client's judgement of a verdict message, which the
+// shared test vectors hold every client to.
+func confirmApproval(a Address, digest string, v *engine.Verdict, stored func() (*engine.Verdict, error)) (*engine.Verdict, error) {
 	v, err := answer(a, digest, v)
 	if err != nil || !v.Approved {
 		return v, err // not an approval, whatever its outcome says (CheckVerdict)
 	}
-	stored, err := c.storedVerdict(ctx, a)
+	s, err := stored()
 	if err != nil {
 		return nil, fmt.Errorf("confirming the approval of %s with its stored verdict: %w", a.Key(), err)
 	}
-	return answer(a, digest, stored)
+	return answer(a, digest, s)
+}
+
+// verdictMessage reads a message on a's verdict subject. Anything that is
+// not a verdict naming a's tenant and id is not an answer (ok false) and
+// is skipped, not taken as a failure.
+func verdictMessage(a Address, data []byte) (v *engine.Verdict, ok bool) {
+	v = new(engine.Verdict)
+	if err := json.Unmarshal(data, v); err != nil || v.Tenant != a.Tenant || v.ProposalID != a.ID {
+		return nil, false
+	}
+	return v, true
 }
 
 // VerdictLookupSubject is the JetStream direct-get subject that reads the
