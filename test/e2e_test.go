@@ -21,7 +21,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
@@ -149,15 +148,12 @@ type auditRecord struct {
 // when the test ends, and returns it with its state at this moment.
 func auditStream(ctx context.Context, t *testing.T, natsURL string) (jetstream.Stream, *jetstream.StreamInfo) {
 	t.Helper()
-	nc, err := nats.Connect(natsURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return openAudit(ctx, t, connectJS(t, natsURL))
+}
+
+// openAudit returns the audit stream of js with its state at this moment.
+func openAudit(ctx context.Context, t *testing.T, js jetstream.JetStream) (jetstream.Stream, *jetstream.StreamInfo) {
+	t.Helper()
 	stream, err := js.Stream(ctx, "GATED_AUDIT")
 	if err != nil {
 		t.Fatal(err)
@@ -169,12 +165,14 @@ func auditStream(ctx context.Context, t *testing.T, natsURL string) (jetstream.S
 	return stream, info
 }
 
-// audit returns every audit event of one proposal, in stream order.
-func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
+// tenantAudit returns every audit event filed under tenant in the audit
+// stream of js, in stream order.
+func tenantAudit(ctx context.Context, t *testing.T, js jetstream.JetStream, tenant string) []auditRecord {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	stream, info := auditStream(ctx, t, natsURL)
+	stream, info := openAudit(ctx, t, js)
+	if info.State.Msgs == 0 {
+		return nil
+	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
 		t.Fatal(err)
@@ -193,8 +191,20 @@ func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
 		if err := json.Unmarshal(m.Data(), &ev); err != nil {
 			t.Fatalf("audit event at seq %d is not JSON: %v", md.Sequence.Stream, err)
 		}
-		if ev.ProposalID == id {
-			out = append(out, auditRecord{seq: md.Sequence.Stream, ev: ev})
+		out = append(out, auditRecord{seq: md.Sequence.Stream, ev: ev})
+	}
+	return out
+}
+
+// audit returns every audit event of one proposal, in stream order.
+func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var out []auditRecord
+	for _, rec := range tenantAudit(ctx, t, connectJS(t, natsURL), tenant) {
+		if rec.ev.ProposalID == id {
+			out = append(out, rec)
 		}
 	}
 	return out

@@ -241,32 +241,9 @@ func isoAuditedIDs(t *testing.T, js jetstream.JetStream, tenant string) map[stri
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	stream, err := js.Stream(ctx, "GATED_AUDIT")
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ids := map[string]bool{}
-	if info.State.Msgs == 0 {
-		return ids
-	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	batch, err := cons.FetchNoWait(int(info.State.Msgs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range batch.Messages() {
-		var ev engine.AuditEvent
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			t.Fatalf("audit event %s is not JSON: %v", m.Subject(), err)
-		}
-		ids[ev.ProposalID] = true
+	for _, rec := range tenantAudit(ctx, t, js, tenant) {
+		ids[rec.ev.ProposalID] = true
 	}
 	return ids
 }
