@@ -313,11 +313,7 @@ func TestUnreadableAnswerGetsOneRepairTurn(t *testing.T) {
 	for _, kind := range providers {
 		for _, tc := range tests {
 			t.Run(kind+"/"+tc.note, func(t *testing.T) {
-				var script []step
-				for _, a := range tc.answers {
-					script = append(script, textTurn(kind, a, usage{10, 5}))
-				}
-				p := newProvider(t, kind, script...)
+				p := newProvider(t, kind, textTurns(kind, tc.answers)...)
 				req := newRequest(kind, "nginx is wedged", newFakeTools())
 				req.Persona.MaxTurns = tc.maxTurns
 				res, err := reviewerFor(kind, p).Review(t.Context(), req)
