@@ -210,11 +210,7 @@ func TestToolHostRefusesReviewsNotInProgress(t *testing.T) {
 }
 
 func TestSOPReviewerReadsTheSOPThroughTheHost(t *testing.T) {
-	h := startHost(t, helperSpec(t, "sop"))
-	r, err := h.Route(reviewer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := startReviewer(t, "sop")
 	var log auditLog
 	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"})
 	req.Tools = []string{"get_sop_text", "get_proposal"}
@@ -232,11 +228,7 @@ func TestSOPReviewerReadsTheSOPThroughTheHost(t *testing.T) {
 }
 
 func TestGarbageTextIsARejection(t *testing.T) {
-	h := startHost(t, helperSpec(t, "garbage"))
-	r, err := h.Route(reviewer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := startReviewer(t, "garbage")
 	res, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
 	if err != nil {
 		t.Fatal(err)
