@@ -35,7 +35,7 @@ func newCrossStream(t *testing.T) *crossStream {
 	s.verdicts = s.decide(t, "p", 6)
 	last := s.verdicts[len(s.verdicts)-1].AuditSeq
 	for seq := uint64(1); seq <= last; seq++ {
-		m, err := s.g.res.Audit.GetMsg(t.Context(), seq)
+		m, err := s.g.Resources.Audit.GetMsg(t.Context(), seq)
 		if err != nil {
 			t.Fatalf("reading audit seq %d: %v", seq, err)
 		}
@@ -53,13 +53,13 @@ func (s *crossStream) decide(t *testing.T, prefix string, n int) []*engine.Verdi
 		var data []byte
 		switch i % 3 {
 		case 1:
-			data = proposal(id, "read", "host_list_services", "")
+			data = bustest.Proposal(id, "read", "host_list_services", "")
 		case 2:
-			data = proposal(id, "write", "host_restart_service", `,"flags":{"skip_review":true}`)
+			data = bustest.Proposal(id, "write", "host_restart_service", `,"flags":{"skip_review":true}`)
 		default:
-			data = proposal(id, "write", "host_restart_service", "")
+			data = bustest.Proposal(id, "write", "host_restart_service", "")
 		}
-		v := s.g.propose(t, data)
+		v := s.g.Propose(t, data)
 		if v.AuditSeq == 0 {
 			t.Fatalf("verdict of %s names no audit record", id)
 		}
@@ -76,14 +76,14 @@ func (s *crossStream) seq(i int) uint64 { return s.verdicts[i-1].AuditSeq }
 // denies deletes and purges, but it can be replaced whole.
 func (s *crossStream) recreate(t *testing.T) {
 	t.Helper()
-	if err := s.g.js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+	if err := s.g.JS.DeleteStream(t.Context(), bus.AuditStream); err != nil {
 		t.Fatal(err)
 	}
-	res, err := bus.Setup(t.Context(), s.g.js, bus.Config{})
+	res, err := bus.Setup(t.Context(), s.g.JS, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.g.res.Audit = res.Audit
+	s.g.Resources.Audit = res.Audit
 }
 
 // republish publishes the record at seq again, exactly as it was stored
@@ -98,7 +98,7 @@ func (s *crossStream) republish(t *testing.T, seq uint64) uint64 {
 		}
 	}
 	m.Data = orig.Data
-	ack, err := s.g.js.PublishMsg(t.Context(), m)
+	ack, err := s.g.JS.PublishMsg(t.Context(), m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func (s *crossStream) republish(t *testing.T, seq uint64) uint64 {
 // access to the bucket can.
 func (s *crossStream) store(t *testing.T, key string, value []byte) {
 	t.Helper()
-	if _, err := s.g.res.Verdicts.Put(t.Context(), key, value); err != nil {
+	if _, err := s.g.Resources.Verdicts.Put(t.Context(), key, value); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -298,11 +298,11 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			s := newCrossStream(t)
-			if rep := verify(t, s.g.js, bus.VerifyOptions{}); !rep.Clean() {
+			if rep := verify(t, s.g.JS, bus.VerifyOptions{}); !rep.Clean() {
 				t.Fatalf("problems before tampering: %+v", rep.Problems)
 			}
 			want := tc.tamper(t, s)
-			rep := verify(t, s.g.js, bus.VerifyOptions{})
+			rep := verify(t, s.g.JS, bus.VerifyOptions{})
 			got := gotProblems(t, rep)
 			sortProblems(got)
 			sortProblems(want)
@@ -310,7 +310,7 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 			}
 			// One tenant's verify checks that tenant's verdicts.
-			one := verify(t, s.g.js, bus.VerifyOptions{Tenant: "acme"})
+			one := verify(t, s.g.JS, bus.VerifyOptions{Tenant: "acme"})
 			for _, w := range want {
 				if w.id != "" && !slices.Contains(gotProblems(t, one), w) {
 					t.Errorf("verify --tenant acme does not report %v:\n%+v", w, one.Problems)
@@ -327,7 +327,7 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 func TestVerifyLabelsAReplayedRecordReordered(t *testing.T) {
 	s := newCrossStream(t)
 	replay := s.republish(t, s.seq(2))
-	rep := verify(t, s.g.js, bus.VerifyOptions{})
+	rep := verify(t, s.g.JS, bus.VerifyOptions{})
 	got := gotProblems(t, rep)
 	if want := []storeProblem{{replay, bus.ProblemReordered, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
@@ -341,10 +341,10 @@ func TestVerifyLabelsAReplayedRecordReordered(t *testing.T) {
 // expired. The chain alone takes the purge for expiry.
 func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 	s := newCrossStream(t)
-	if err := s.g.js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+	if err := s.g.JS.DeleteStream(t.Context(), bus.AuditStream); err != nil {
 		t.Fatal(err)
 	}
-	stream, err := s.g.js.CreateStream(t.Context(), jetstream.StreamConfig{
+	stream, err := s.g.JS.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
 	})
 	if err != nil {
@@ -358,7 +358,7 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 	}
 	s.storeVerdict(t, "acme.p1", 1, func(v *engine.Verdict) { v.DecidedAt = v.DecidedAt.Add(-2 * time.Hour) })
 
-	rep := verify(t, s.g.js, bus.VerifyOptions{})
+	rep := verify(t, s.g.JS, bus.VerifyOptions{})
 	want := []storeProblem{{s.seq(2), bus.ProblemRemoved, "p2"}, {s.seq(3), bus.ProblemRemoved, "p3"}}
 	if got := gotProblems(t, rep); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
@@ -366,7 +366,7 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 	if want := (bus.VerdictCheck{Verdicts: 6, Matched: 3, Expired: 1, Problems: 2}); *rep.Verdicts != want {
 		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
 	}
-	if skipped := verify(t, s.g.js, bus.VerifyOptions{SkipVerdicts: true}); !skipped.Clean() || skipped.Verdicts != nil {
+	if skipped := verify(t, s.g.JS, bus.VerifyOptions{SkipVerdicts: true}); !skipped.Clean() || skipped.Verdicts != nil {
 		t.Fatalf("the chain alone: problems %+v, verdicts %+v", skipped.Problems, skipped.Verdicts)
 	}
 }
@@ -377,7 +377,7 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 func TestVerifyListsTheFirstVerdictProblems(t *testing.T) {
 	s := newCrossStream(t)
 	s.recreate(t)
-	rep := verify(t, s.g.js, bus.VerifyOptions{MaxVerdictProblems: 2})
+	rep := verify(t, s.g.JS, bus.VerifyOptions{MaxVerdictProblems: 2})
 	if len(rep.Problems) != 2 || rep.Clean() {
 		t.Fatalf("listed %d problems (clean %v), want 2:\n%+v", len(rep.Problems), rep.Clean(), rep.Problems)
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -120,15 +119,11 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	}
 }
 
-// gate is a running worker with the real engine and the default policy.
-// No reviewer plugin runs here, so proposals that need review are
-// blocked; the end-to-end suite in test/ covers reviews.
-type gate struct {
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	res    *bus.Resources
-	client *fleet.Client
-}
+// gate is a running worker with the real engine and the default policy,
+// and a fleet client of it (bustest.StartFleet). No reviewer plugin runs
+// here, so proposals that need review are blocked; the end-to-end suite in
+// test/ covers reviews.
+type gate struct{ *bustest.Fleet }
 
 // noPlugins routes no persona: proposals that need review are blocked.
 type noPlugins = bustest.NoPlugins
@@ -161,61 +156,7 @@ func defaultEngine(tb testing.TB, store engine.VerdictStore, router engine.Route
 
 func startGate(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *gate {
 	t.Helper()
-	g := bustest.StartGated(t, wrap, cfg)
-	client, err := fleet.NewClient(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gate{nc: g.NC, js: g.JS, res: g.Resources, client: client}
-}
-
-func proposal(id, class, action string, extra string) []byte {
-	radius := ""
-	if class != "read" {
-		radius = `,"blast_radius":"single_device"`
-	}
-	return fmt.Appendf(nil, `{"v":1,"id":%q,"tenant":"acme","action":%q,"class":%q,"target":{"service":"nginx"}%s%s}`,
-		id, action, class, radius, extra)
-}
-
-func (g *gate) propose(t *testing.T, data []byte) *engine.Verdict {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	v, err := g.client.ProposeRaw(ctx, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
-// auditEvents returns the event names recorded for one proposal.
-func (g *gate) auditEvents(t *testing.T, tenant, id string) []string {
-	t.Helper()
-	ctx := t.Context()
-	cons, err := g.res.Audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := g.res.Audit.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var events []string
-	batch, err := cons.FetchNoWait(int(info.State.Msgs))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for m := range batch.Messages() {
-		var ev engine.AuditEvent
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			t.Fatalf("audit event is not JSON: %v", err)
-		}
-		if ev.ProposalID == id {
-			events = append(events, ev.Event)
-		}
-	}
-	return events
+	return &gate{bustest.StartFleet(t, wrap, cfg)}
 }
 
 func TestWorkerDecidesAndAudits(t *testing.T) {
@@ -228,74 +169,74 @@ func TestWorkerDecidesAndAudits(t *testing.T) {
 		events  []string
 	}{
 		{
-			note: "read passes at policy", data: proposal("r1", "read", "host_list_services", ""),
+			note: "read passes at policy", data: bustest.Proposal("r1", "read", "host_list_services", ""),
 			outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
 		},
 		{
-			note: "skip_review is denied", data: proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
+			note: "skip_review is denied", data: bustest.Proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
 			outcome: engine.OutcomeRejected, stage: engine.StagePolicy,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
 		},
 		{
-			note: "no reviewer blocks", data: proposal("w2", "write", "host_restart_service", ""),
+			note: "no reviewer blocks", data: bustest.Proposal("w2", "write", "host_restart_service", ""),
 			outcome: engine.OutcomeBlocked, stage: engine.StageReview,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
 		},
 		{
-			note: "invalid class", data: proposal("bad1", "maybe", "host_restart_service", ""),
+			note: "invalid class", data: bustest.Proposal("bad1", "maybe", "host_restart_service", ""),
 			outcome: engine.OutcomeInvalid, stage: engine.StageValidation,
 			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			v := g.propose(t, tc.data)
+			v := g.Propose(t, tc.data)
 			if v.Outcome != tc.outcome || v.Stage != tc.stage {
 				t.Fatalf("verdict %s at %s (%s), want %s at %s", v.Outcome, v.Stage, v.Reason, tc.outcome, tc.stage)
 			}
 			if v.Approved != (tc.outcome == engine.OutcomeApproved) {
 				t.Fatalf("approved = %v for outcome %s", v.Approved, v.Outcome)
 			}
-			stored, err := g.client.Verdict(t.Context(), "acme", v.ProposalID)
+			stored, err := g.Client.Verdict(t.Context(), "acme", v.ProposalID)
 			if err != nil {
 				t.Fatalf("verdict not stored: %v", err)
 			}
 			if stored.AuditSeq == 0 || stored.AuditSeq != v.AuditSeq {
 				t.Fatalf("stored audit_seq %d, published %d", stored.AuditSeq, v.AuditSeq)
 			}
-			if got := g.auditEvents(t, "acme", v.ProposalID); strings.Join(got, ",") != strings.Join(tc.events, ",") {
+			if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", v.ProposalID); strings.Join(got, ",") != strings.Join(tc.events, ",") {
 				t.Fatalf("audit events %v, want %v", got, tc.events)
 			}
 		})
 	}
 	// Every proposal was acknowledged: the work queue is empty.
 	waitFor(t, func() bool {
-		info, err := g.res.Proposals.Info(t.Context())
+		info, err := g.Resources.Proposals.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	}, "proposals stream to drain")
 }
 
 func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
-	data := proposal("dup1", "read", "host_list_services", "")
-	first := g.propose(t, data)
+	data := bustest.Proposal("dup1", "read", "host_list_services", "")
+	first := g.Propose(t, data)
 	// The same proposal again: the stream drops it as a duplicate and the
 	// client reads the stored verdict.
-	again := g.propose(t, data)
+	again := g.Propose(t, data)
 	if again.DecidedAt != first.DecidedAt || again.AuditSeq != first.AuditSeq {
 		t.Fatalf("duplicate got a new verdict: %+v vs %+v", again, first)
 	}
 	// The same bytes under another message id reach gated, which replays
 	// the stored verdict instead of deciding again.
-	sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", "dup1"))
+	sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", "dup1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	msg := nats.NewMsg("gated.proposals.acme.host_list_services")
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, "acme.dup1-retry")
-	if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+	if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
 		t.Fatal(err)
 	}
 	m, err := sub.NextMsg(10 * time.Second)
@@ -310,22 +251,22 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 		t.Fatalf("replayed audit_seq %d, want the original %d", replayed.AuditSeq, first.AuditSeq)
 	}
 	waitFor(t, func() bool {
-		events := g.auditEvents(t, "acme", "dup1")
+		events := bustest.AuditEvents(t, g.Resources.Audit, "acme", "dup1")
 		return len(events) == 4 && events[3] == engine.EventReplayed
 	}, "a verdict.replayed audit event")
 }
 
 func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
-	g.propose(t, proposal("reuse1", "read", "host_list_services", ""))
-	sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", "reuse1"))
+	g.Propose(t, bustest.Proposal("reuse1", "read", "host_list_services", ""))
+	sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", "reuse1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	msg := nats.NewMsg("gated.proposals.acme.host_restart_service")
-	msg.Data = proposal("reuse1", "write", "host_restart_service", "")
+	msg.Data = bustest.Proposal("reuse1", "write", "host_restart_service", "")
 	msg.Header.Set(jetstream.MsgIDHeader, "acme.reuse1-b")
-	if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+	if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
 		t.Fatal(err)
 	}
 	m, err := sub.NextMsg(10 * time.Second)
@@ -339,7 +280,7 @@ func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
 	if v.Outcome != engine.OutcomeInvalid || !strings.Contains(v.Reason, "already used") {
 		t.Fatalf("verdict %s: %s; want invalid, id already used", v.Outcome, v.Reason)
 	}
-	stored, err := g.client.Verdict(t.Context(), "acme", "reuse1")
+	stored, err := g.Client.Verdict(t.Context(), "acme", "reuse1")
 	if err != nil || stored.Outcome != engine.OutcomeApproved || stored.Action != "host_list_services" {
 		t.Fatalf("stored verdict changed: %+v, %v", stored, err)
 	}
@@ -359,14 +300,14 @@ func TestGarbageGetsInvalidVerdict(t *testing.T) {
 	for i, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			id := fmt.Sprintf("garbage%d", i)
-			sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", id))
+			sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", id))
 			if err != nil {
 				t.Fatal(err)
 			}
 			msg := nats.NewMsg("gated.proposals.acme.host_restart_service")
 			msg.Data = tc.data
 			msg.Header.Set(jetstream.MsgIDHeader, "acme."+id)
-			if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+			if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
 				t.Fatal(err)
 			}
 			m, err := sub.NextMsg(10 * time.Second)
@@ -387,7 +328,7 @@ func TestGarbageGetsInvalidVerdict(t *testing.T) {
 func TestFailedDecisionIsRedelivered(t *testing.T) {
 	f := &flaky{failures: 1}
 	g := startGate(t, func(d bus.Decider) bus.Decider { f.next = d; return f }, bus.Config{})
-	v := g.propose(t, proposal("retry1", "read", "host_list_services", ""))
+	v := g.Propose(t, bustest.Proposal("retry1", "read", "host_list_services", ""))
 	if v.Outcome != engine.OutcomeApproved {
 		t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
 	}
@@ -399,7 +340,7 @@ func TestFailedDecisionIsRedelivered(t *testing.T) {
 func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 	f := &flaky{failures: 100}
 	g := startGate(t, func(d bus.Decider) bus.Decider { f.next = d; return f }, bus.Config{MaxDeliver: 2})
-	v := g.propose(t, proposal("doomed1", "read", "host_list_services", ""))
+	v := g.Propose(t, bustest.Proposal("doomed1", "read", "host_list_services", ""))
 	if v.Outcome != engine.OutcomeError || v.Approved {
 		t.Fatalf("outcome %s: %s; want error", v.Outcome, v.Reason)
 	}
@@ -407,11 +348,11 @@ func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 		t.Errorf("reason %q does not say how many deliveries failed", v.Reason)
 	}
 	// The error verdict is stored and audited like any other.
-	stored, err := g.client.Verdict(t.Context(), "acme", "doomed1")
+	stored, err := g.Client.Verdict(t.Context(), "acme", "doomed1")
 	if err != nil || stored.Outcome != engine.OutcomeError || stored.AuditSeq != v.AuditSeq || v.AuditSeq == 0 {
 		t.Fatalf("stored %+v (%v), published audit_seq %d", stored, err, v.AuditSeq)
 	}
-	if got := g.auditEvents(t, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {
+	if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {
 		t.Fatalf("audit events %v do not end with the verdict", got)
 	}
 }

@@ -257,7 +257,7 @@ func (in *intake) fetch(t *testing.T) jetstream.Msg {
 
 func (in *intake) events(t *testing.T, id string) []string {
 	t.Helper()
-	return (&gate{res: in.res}).auditEvents(t, "acme", id)
+	return bustest.AuditEvents(t, in.res.Audit, "acme", id)
 }
 
 func receive[T any](t *testing.T, ch <-chan T, what string) T {
@@ -513,7 +513,7 @@ func TestSameMsgIDTwiceIsReviewedOnce(t *testing.T) {
 	release := make(chan struct{})
 	in.reviewer.hold = holdUntil(release)
 	in.startWorker(t, workerOptions{})
-	data := proposal("twice1", "write", "host_restart_service", "")
+	data := bustest.Proposal("twice1", "write", "host_restart_service", "")
 
 	type result struct {
 		v   *engine.Verdict
@@ -563,7 +563,7 @@ func TestSameProposalInTwoMessagesIsReviewedOnce(t *testing.T) {
 	verdicts := in.verdicts(t, "twin1")
 
 	// Published without Nats-Msg-Id: the stream keeps both messages.
-	data := proposal("twin1", "write", "host_restart_service", "")
+	data := bustest.Proposal("twin1", "write", "host_restart_service", "")
 	in.publish(t, data, "")
 	in.publish(t, data, "")
 	receive(t, in.reviewer.started, "one review to start")
@@ -600,7 +600,7 @@ func TestRedeliveryAfterTheVerdictIsStoredReplaysIt(t *testing.T) {
 		return &crashAfterDecide{Decider: d, crash: func() { crashNC.Close(); close(crashed) }}
 	}})
 	verdicts := in.verdicts(t, "crash1")
-	in.publish(t, proposal("crash1", "write", "host_restart_service", ""), "acme.crash1")
+	in.publish(t, bustest.Proposal("crash1", "write", "host_restart_service", ""), "acme.crash1")
 
 	// The first gated stored the verdict and sealed its audit trail, then
 	// died before publishing and acknowledging.
@@ -659,7 +659,7 @@ func TestLongReviewIsNotRedelivered(t *testing.T) {
 	in.startWorker(t, workerOptions{wrap: wrap})
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	v, err := in.client.ProposeRaw(ctx, proposal("long1", "write", "host_restart_service", ""))
+	v, err := in.client.ProposeRaw(ctx, bustest.Proposal("long1", "write", "host_restart_service", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -688,8 +688,8 @@ func TestProposalWaitingForASlotIsNotRedelivered(t *testing.T) {
 	seen := &deliveries{}
 	in.startWorker(t, workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
 	first, second := in.verdicts(t, "slot1"), in.verdicts(t, "slot2")
-	in.publish(t, proposal("slot1", "write", "host_restart_service", ""), "acme.slot1")
-	in.publish(t, proposal("slot2", "write", "host_restart_service", ""), "acme.slot2")
+	in.publish(t, bustest.Proposal("slot1", "write", "host_restart_service", ""), "acme.slot1")
+	in.publish(t, bustest.Proposal("slot2", "write", "host_restart_service", ""), "acme.slot2")
 	if v := receive(t, first, "the first verdict"); v.Outcome != engine.OutcomeApproved {
 		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 	}
@@ -734,7 +734,7 @@ func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
 	t.Cleanup(func() { w.Stop(5 * time.Second) })
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	v, err := in.client.ProposeRaw(ctx, proposal("wait1", "write", "host_restart_service", ""))
+	v, err := in.client.ProposeRaw(ctx, bustest.Proposal("wait1", "write", "host_restart_service", ""))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -758,9 +758,9 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 		data        []byte
 		outcome     engine.Outcome
 	}{
-		{note: "never decided", data: proposal("gone1", "write", "host_restart_service", ""), outcome: engine.OutcomeError},
-		{note: "decided, never acknowledged", decide: true, data: proposal("gone1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
-		{note: "never decided, first answer lost", failPublish: true, data: proposal("gone1", "write", "host_restart_service", ""),
+		{note: "never decided", data: bustest.Proposal("gone1", "write", "host_restart_service", ""), outcome: engine.OutcomeError},
+		{note: "decided, never acknowledged", decide: true, data: bustest.Proposal("gone1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
+		{note: "never decided, first answer lost", failPublish: true, data: bustest.Proposal("gone1", "write", "host_restart_service", ""),
 			outcome: engine.OutcomeError},
 	}
 	for _, tc := range tests {
@@ -858,7 +858,7 @@ func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
 	seen := &deliveries{}
 	in.startWorker(t, workerOptions{nc: workerNC, publish: publish, wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
 	verdicts := in.verdicts(t, "pub1")
-	in.publish(t, proposal("pub1", "write", "host_restart_service", ""), "acme.pub1")
+	in.publish(t, bustest.Proposal("pub1", "write", "host_restart_service", ""), "acme.pub1")
 
 	// The failed publish left the proposal unacknowledged: it is
 	// redelivered, and the redelivery publishes the same verdict.

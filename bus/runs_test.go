@@ -27,40 +27,6 @@ import (
 // of a run's rounds, the replacement of a held verdict, and the follow-ups
 // (continuations, escalations) that a rejected run gets exactly once.
 
-var runEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-
-// runVerdict is the verdict on round of run runID that proposal id got:
-// a rejection that sends next, or an approval when next is empty.
-func runVerdict(id, runID string, round int, next string) *engine.Verdict {
-	v := &engine.Verdict{
-		V: engine.SchemaVersion, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: engine.KindRun,
-		Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "go test ./... fails",
-		DecidedAt: runEpoch.Add(time.Duration(round) * time.Minute), AuditSeq: uint64(100 + round),
-		ProposalSHA256: fmt.Sprintf("%064d", round),
-		Run: &engine.RunVerdict{
-			RunID: runID, TaskID: "task-7", Worker: "coder-1", Round: round, MaxRounds: 3,
-			Criteria: []engine.CriterionEval{
-				{ID: "tests", Pass: false, Reason: `"go test ./..." exited 1, expected 0`, Kind: engine.CriterionCommandResult, Required: true, JudgedBy: engine.JudgedByPolicy},
-				{ID: "lint", Pass: true, Kind: engine.CriterionCommandResult, JudgedBy: engine.JudgedByPolicy},
-			},
-			MissingWork:       []string{"make go test ./... pass"},
-			NextRoundGuidance: "fix the failing test first",
-			Findings:          []engine.Finding{{ID: fmt.Sprintf("r%d-f1", round), Body: "make go test ./... pass", Criterion: "tests"}},
-			Next:              next,
-		},
-	}
-	switch next {
-	case engine.NextContinuation:
-		v.Run.FollowUpSubject = wire.ContinuationSubject("acme", runID)
-	case engine.NextEscalation:
-		v.Run.FollowUpSubject = wire.EscalationSubject("acme")
-	case "":
-		v.Outcome, v.Approved, v.Reason = engine.OutcomeApproved, true, "every criterion passes"
-		v.Run.MissingWork, v.Run.Findings, v.Run.NextRoundGuidance = nil, nil, ""
-	}
-	return v
-}
-
 // runStore is a verdict store on a fresh server, with its resources.
 func runStore(t *testing.T) (*bus.VerdictStore, *bus.Resources, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
@@ -148,9 +114,9 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 	if rec := record(t, store, "run1"); rec != nil {
 		t.Fatalf("record of a run never decided: %+v, want none", rec)
 	}
-	blocked := runVerdict("b1", "run1", 1, "")
+	blocked := bustest.RunVerdict("b1", "run1", 1, "")
 	blocked.Outcome, blocked.Approved = engine.OutcomeBlocked, false
-	quiet := runVerdict("n1", "run1", 1, "")
+	quiet := bustest.RunVerdict("n1", "run1", 1, "")
 	quiet.Outcome, quiet.Approved = engine.OutcomeRejected, false
 	steps := []struct {
 		note   string
@@ -161,10 +127,10 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 		{note: "a blocked round is not recorded", v: blocked},
 		{note: "an action verdict is not recorded", v: &engine.Verdict{V: 1, ProposalID: "a1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true}},
 		{note: "a rejection that sends nothing is not recorded", v: quiet},
-		{note: "a continuation is recorded", v: runVerdict("p1", "run1", 1, engine.NextContinuation), rounds: []string{"1:p1:continuation"}},
-		{note: "another proposal of a decided round is left out", v: runVerdict("p1b", "run1", 1, engine.NextContinuation), rounds: []string{"1:p1:continuation"}},
-		{note: "the next round", v: runVerdict("p2", "run1", 2, engine.NextContinuation), rounds: []string{"1:p1:continuation", "2:p2:continuation"}},
-		{note: "an approval closes the run", v: runVerdict("p3", "run1", 3, ""), rounds: []string{"1:p1:continuation", "2:p2:continuation", "3:p3:"}, closed: engine.RunAccepted},
+		{note: "a continuation is recorded", v: bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation), rounds: []string{"1:p1:continuation"}},
+		{note: "another proposal of a decided round is left out", v: bustest.RunVerdict("p1b", "run1", 1, engine.NextContinuation), rounds: []string{"1:p1:continuation"}},
+		{note: "the next round", v: bustest.RunVerdict("p2", "run1", 2, engine.NextContinuation), rounds: []string{"1:p1:continuation", "2:p2:continuation"}},
+		{note: "an approval closes the run", v: bustest.RunVerdict("p3", "run1", 3, ""), rounds: []string{"1:p1:continuation", "2:p2:continuation", "3:p3:"}, closed: engine.RunAccepted},
 	}
 	for _, st := range steps {
 		t.Run(st.note, func(t *testing.T) {
@@ -179,7 +145,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 		})
 	}
 
-	mustCreate(t, store, runVerdict("e1", "run2", 3, engine.NextEscalation))
+	mustCreate(t, store, bustest.RunVerdict("e1", "run2", 3, engine.NextEscalation))
 	if rec := record(t, store, "run2"); rec.Closed != engine.RunEscalated || !slices.Equal(rounds(rec), []string{"3:e1:escalation"}) {
 		t.Fatalf("escalated run: %+v", rec)
 	}
@@ -187,7 +153,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 	// Run records share the bucket with verdicts, target histories and
 	// claims, and collide with none, whatever the ids are called.
 	for _, id := range []string{"runs", "run1", "claims", "targets"} {
-		mustCreate(t, store, runVerdict(id, id, 1, engine.NextContinuation))
+		mustCreate(t, store, bustest.RunVerdict(id, id, 1, engine.NextContinuation))
 		if _, err := store.Claim(t.Context(), "acme", id, engine.Claim{Holder: "seq:1", Until: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
@@ -212,7 +178,7 @@ func TestRunRecordUnderConcurrentVerdicts(t *testing.T) {
 		var wg sync.WaitGroup
 		for round := 1; round <= 2; round++ {
 			wg.Go(func() {
-				if _, err := store.Create(t.Context(), runVerdict(fmt.Sprintf("%s-r%d", runID, round), runID, round, engine.NextContinuation)); err != nil {
+				if _, err := store.Create(t.Context(), bustest.RunVerdict(fmt.Sprintf("%s-r%d", runID, round), runID, round, engine.NextContinuation)); err != nil {
 					t.Errorf("round %d: %v", round, err)
 				}
 			})
@@ -227,7 +193,7 @@ func TestRunRecordUnderConcurrentVerdicts(t *testing.T) {
 		sameID := fmt.Sprintf("same%d", i)
 		for _, id := range []string{"x", "y"} {
 			wg.Go(func() {
-				if _, err := store.Create(t.Context(), runVerdict(sameID+id, sameID, 1, engine.NextContinuation)); err != nil {
+				if _, err := store.Create(t.Context(), bustest.RunVerdict(sameID+id, sameID, 1, engine.NextContinuation)); err != nil {
 					t.Errorf("proposal %s: %v", id, err)
 				}
 			})
@@ -242,7 +208,7 @@ func TestRunRecordUnderConcurrentVerdicts(t *testing.T) {
 
 // held is a verdict blocked for an operator: not recorded in its run.
 func held(id, runID string) *engine.Verdict {
-	v := runVerdict(id, runID, 1, "")
+	v := bustest.RunVerdict(id, runID, 1, "")
 	v.Outcome, v.Approved, v.Reason = engine.OutcomeBlocked, false, "awaiting an operator on manual criterion ux"
 	v.Run.AwaitingOperator = []string{"ux"}
 	return v
@@ -250,7 +216,7 @@ func held(id, runID string) *engine.Verdict {
 
 // decided is the operator's replacement of prev.
 func decided(prev *engine.Verdict, next string, seq uint64) *engine.Verdict {
-	v := runVerdict(prev.ProposalID, prev.Run.RunID, prev.Run.Round, next)
+	v := bustest.RunVerdict(prev.ProposalID, prev.Run.RunID, prev.Run.Round, next)
 	v.Stage, v.AuditSeq = engine.StageOperator, seq
 	return v
 }
@@ -290,7 +256,7 @@ func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 		t.Fatalf("the losing replacement touched the record: %v", rounds(rec))
 	}
 
-	if _, err := store.Replace(ctx, prev, runVerdict("other", "run1", 1, "")); err == nil || errors.Is(err, engine.ErrExists) {
+	if _, err := store.Replace(ctx, prev, bustest.RunVerdict("other", "run1", 1, "")); err == nil || errors.Is(err, engine.ErrExists) {
 		t.Fatalf("Replace under another proposal's key: err = %v, want a refusal", err)
 	}
 
@@ -367,7 +333,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 	fu := bus.NewFollowUps(js, store)
 	contSubject := wire.ContinuationSubject("acme", "run1")
 
-	v := runVerdict("p1", "run1", 1, engine.NextContinuation)
+	v := bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation)
 	mustCreate(t, store, v)
 	for i := range 3 {
 		if err := fu.Send(ctx, v); err != nil {
@@ -388,7 +354,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 
 	// Another proposal of round 1 (a retry the fleet sent under a new id)
 	// was rejected too: the round has its follow-up already.
-	other := runVerdict("p1b", "run1", 1, engine.NextContinuation)
+	other := bustest.RunVerdict("p1b", "run1", 1, engine.NextContinuation)
 	other.AuditSeq = 999
 	mustCreate(t, store, other)
 	if err := fu.Send(ctx, other); err != nil {
@@ -399,7 +365,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 	}
 
 	// A verdict that sends nothing publishes nothing.
-	approved := runVerdict("p2", "run1", 2, "")
+	approved := bustest.RunVerdict("p2", "run1", 2, "")
 	mustCreate(t, store, approved)
 	if err := fu.Send(ctx, approved); err != nil {
 		t.Fatal(err)
@@ -423,7 +389,7 @@ func TestFollowUpReplayAfterACrash(t *testing.T) {
 
 	// A gated published the continuation and died before marking the
 	// round sent.
-	v := runVerdict("p1", "run1", 1, engine.NextContinuation)
+	v := bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation)
 	mustCreate(t, store, v)
 	subject, msgID, body, _ := engine.FollowUp(v)
 	msg := nats.NewMsg(subject)
@@ -448,7 +414,7 @@ func TestFollowUpReplayAfterACrash(t *testing.T) {
 
 	// A gated stored the verdict and died before recording its round: the
 	// replay records the round and sends the escalation.
-	esc := runVerdict("p3", "run9", 3, engine.NextEscalation)
+	esc := bustest.RunVerdict("p3", "run9", 3, engine.NextEscalation)
 	data, err := json.Marshal(esc)
 	if err != nil {
 		t.Fatal(err)
@@ -501,14 +467,14 @@ func TestFollowUpFeeds(t *testing.T) {
 		defer cancel()
 		return read(ctx)
 	}
-	send(runVerdict("p1", "run1", 1, engine.NextContinuation))
-	send(runVerdict("q1", "run2", 1, engine.NextContinuation)) // another run: not in run1's feed
+	send(bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation))
+	send(bustest.RunVerdict("q1", "run2", 1, engine.NextContinuation)) // another run: not in run1's feed
 	// Something that is not a continuation lands on run1's subject.
 	if _, err := js.Publish(ctx, wire.ContinuationSubject("acme", "run1"), []byte(`{"v":1,"tenant":"acme","run_id":"run1","round":2,"surprise":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	send(runVerdict("p2", "run1", 2, engine.NextContinuation))
-	send(runVerdict("p3", "run1", 3, engine.NextEscalation))
+	send(bustest.RunVerdict("p2", "run1", 2, engine.NextContinuation))
+	send(bustest.RunVerdict("p3", "run1", 3, engine.NextEscalation))
 
 	var got []*engine.Continuation
 	var malformed int
@@ -604,7 +570,7 @@ func runIntake(t *testing.T, cfg bus.Config) (*intake, *runDecider) {
 	t.Helper()
 	in := newIntake(t, cfg)
 	rd := &runDecider{store: bus.NewVerdictStore(in.res.Verdicts), make: func(id string) *engine.Verdict {
-		return runVerdict(id, "run-"+id, 1, engine.NextContinuation)
+		return bustest.RunVerdict(id, "run-"+id, 1, engine.NextContinuation)
 	}}
 	return in, rd
 }
@@ -639,7 +605,7 @@ func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 	seen := &deliveries{Decider: rd}
 	in.startWorker(t, workerOptions{nc: workerNC, publish: publish, wrap: func(bus.Decider) bus.Decider { return seen }})
 	verdicts := in.verdicts(t, "w1")
-	in.publish(t, proposal("w1", "read", "host_list_services", ""), "acme.w1")
+	in.publish(t, bustest.Proposal("w1", "read", "host_list_services", ""), "acme.w1")
 
 	// The failed publish left the proposal unacknowledged; the redelivery
 	// replays the verdict and sends no second continuation.
@@ -697,7 +663,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 			}
 			in.startWorker(t, workerOptions{nc: workerNC, publish: publish, followUp: followUp, wrap: func(bus.Decider) bus.Decider { return rd }})
 			verdicts := in.verdicts(t, "f1")
-			in.publish(t, proposal("f1", "read", "host_list_services", ""), "acme.f1")
+			in.publish(t, bustest.Proposal("f1", "read", "host_list_services", ""), "acme.f1")
 
 			if v := receive(t, verdicts, "the verdict"); v.Run == nil || v.Run.Next != engine.NextContinuation {
 				t.Fatalf("verdict %+v", v)
@@ -719,7 +685,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 func TestAbandonedRunVerdictSendsItsFollowUp(t *testing.T) {
 	in, rd := runIntake(t, bus.Config{AckWait: time.Second, MaxDeliver: 2})
 	verdicts := in.verdicts(t, "gone1")
-	in.publish(t, proposal("gone1", "read", "host_list_services", ""), "acme.gone1")
+	in.publish(t, bustest.Proposal("gone1", "read", "host_list_services", ""), "acme.gone1")
 	// A gated decided the first delivery (stored the verdict) and died
 	// before sending anything; the next delivery was lost as well.
 	for attempt := 1; attempt <= 2; attempt++ {
@@ -877,15 +843,15 @@ func TestTenantFollowsOnlyItsOwnRuns(t *testing.T) {
 	store := bus.NewVerdictStore(res.Verdicts)
 	fu := bus.NewFollowUps(gjs, store)
 	for _, v := range []*engine.Verdict{
-		runVerdict("p1", "run1", 1, engine.NextContinuation),
-		runVerdict("p3", "run1", 3, engine.NextEscalation),
+		bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation),
+		bustest.RunVerdict("p3", "run1", 3, engine.NextEscalation),
 	} {
 		mustCreate(t, store, v)
 		if err := fu.Send(t.Context(), v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	globex := runVerdict("g1", "run1", 3, engine.NextEscalation)
+	globex := bustest.RunVerdict("g1", "run1", 3, engine.NextEscalation)
 	globex.Tenant = "globex"
 	mustCreate(t, store, globex)
 	if err := fu.Send(t.Context(), globex); err != nil {

@@ -138,7 +138,7 @@ func startSameIDGate(t *testing.T) (*gate, *answerLog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &gate{nc: nc, js: js, res: res, client: client}, log
+	return &gate{&bustest.Fleet{Gated: &bustest.Gated{NC: nc, JS: js, Resources: res}, Client: client}}, log
 }
 
 // sameIDPair is two proposals with different content under one id: the
@@ -156,13 +156,13 @@ var sameIDCases = []struct {
 	pair func(id string) sameIDPair
 }{
 	{note: "reviewed destructive beside a policy-approved read", pair: func(id string) sameIDPair {
-		return sameIDPair{proposal(id, "destructive", "db_drop_table", ""), proposal(id, "read", "host_list_services", "")}
+		return sameIDPair{bustest.Proposal(id, "destructive", "db_drop_table", ""), bustest.Proposal(id, "read", "host_list_services", "")}
 	}},
 	{note: "policy only: denied destructive beside a policy-approved read", pair: func(id string) sameIDPair {
-		return sameIDPair{proposal(id, "destructive", "db_drop_table", `,"flags":{"skip_review":true}`), proposal(id, "read", "host_list_services", "")}
+		return sameIDPair{bustest.Proposal(id, "destructive", "db_drop_table", `,"flags":{"skip_review":true}`), bustest.Proposal(id, "read", "host_list_services", "")}
 	}},
 	{note: "both reviewed: destructive beside a write", pair: func(id string) sameIDPair {
-		return sameIDPair{proposal(id, "destructive", "db_drop_table", ""), proposal(id, "write", "host_restart_service", `,"reason":"restart"`)}
+		return sameIDPair{bustest.Proposal(id, "destructive", "db_drop_table", ""), bustest.Proposal(id, "write", "host_restart_service", `,"reason":"restart"`)}
 	}},
 }
 
@@ -192,7 +192,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 						}
 						msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 						msg.Data = data
-						if _, err := g.js.PublishMsg(t.Context(), msg); err != nil {
+						if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
 							errs <- err
 						}
 					})
@@ -232,7 +232,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				stored, err := g.client.Verdict(t.Context(), a.Tenant, a.ID)
+				stored, err := g.Client.Verdict(t.Context(), a.Tenant, a.ID)
 				if err != nil {
 					t.Fatalf("verdict %s not stored: %v", a.ID, err)
 				}
@@ -303,7 +303,7 @@ func (g *gate) auditedVerdict(t *testing.T, v *engine.Verdict) bool {
 	if v.AuditSeq == 0 {
 		return false
 	}
-	msg, err := g.res.Audit.GetMsg(t.Context(), v.AuditSeq)
+	msg, err := g.Resources.Audit.GetMsg(t.Context(), v.AuditSeq)
 	if err != nil {
 		t.Fatalf("reading audit record %d: %v", v.AuditSeq, err)
 	}
@@ -323,7 +323,7 @@ func (g *gate) auditedVerdict(t *testing.T, v *engine.Verdict) bool {
 func (g *gate) checkDrained(t *testing.T) {
 	t.Helper()
 	waitFor(t, func() bool {
-		info, err := g.res.Proposals.Info(t.Context())
+		info, err := g.Resources.Proposals.Info(t.Context())
 		return err == nil && info.State.Msgs == 0
 	}, "the proposal stream to drain")
 }
@@ -349,7 +349,7 @@ func TestSameIDDifferentContentOnTheReviewService(t *testing.T) {
 		pairs[i] = pair(fmt.Sprintf("svc-same-%d", i))
 		for _, data := range [][]byte{pairs[i].destructive, pairs[i].other} {
 			wg.Go(func() {
-				nc, err := nats.Connect(g.nc.ConnectedUrl())
+				nc, err := nats.Connect(g.NC.ConnectedUrl())
 				if err != nil {
 					replies <- reply{data: data, err: err}
 					return

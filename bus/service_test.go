@@ -24,7 +24,7 @@ func startService(t *testing.T, g *gate, cfg bus.ServiceConfig) *bus.Service {
 	if cfg.Version == "" {
 		cfg.Version = "v1.4.0"
 	}
-	svc, err := bus.StartService(g.nc, cfg, zaptest.NewLogger(t))
+	svc, err := bus.StartService(g.NC, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func startService(t *testing.T, g *gate, cfg bus.ServiceConfig) *bus.Service {
 // would, and returns the reply.
 func request(t *testing.T, g *gate, subject string, data []byte) *nats.Msg {
 	t.Helper()
-	nc, err := nats.Connect(g.nc.ConnectedUrl())
+	nc, err := nats.Connect(g.NC.ConnectedUrl())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,10 +71,10 @@ func TestServiceRepliesWithTheVerdict(t *testing.T) {
 		data    []byte
 		outcome engine.Outcome
 	}{
-		{note: "gated.review, read", subject: "gated.review", data: proposal("svc-1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
-		{note: "gated.review.acme, read", subject: "gated.review.acme", data: proposal("svc-2", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
-		{note: "gated.review.acme, skip_review", subject: "gated.review.acme", data: proposal("svc-3", "write", "host_restart_service", `,"flags":{"skip_review":true}`), outcome: engine.OutcomeRejected},
-		{note: "invalid but addressable", subject: "gated.review.acme", data: proposal("svc-4", "maybe", "host_restart_service", ""), outcome: engine.OutcomeInvalid},
+		{note: "gated.review, read", subject: "gated.review", data: bustest.Proposal("svc-1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
+		{note: "gated.review.acme, read", subject: "gated.review.acme", data: bustest.Proposal("svc-2", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
+		{note: "gated.review.acme, skip_review", subject: "gated.review.acme", data: bustest.Proposal("svc-3", "write", "host_restart_service", `,"flags":{"skip_review":true}`), outcome: engine.OutcomeRejected},
+		{note: "invalid but addressable", subject: "gated.review.acme", data: bustest.Proposal("svc-4", "maybe", "host_restart_service", ""), outcome: engine.OutcomeInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -83,22 +83,22 @@ func TestServiceRepliesWithTheVerdict(t *testing.T) {
 				t.Fatalf("outcome %s (%s), want %s", v.Outcome, v.Reason, tc.outcome)
 			}
 			// The same durable path: stored and audited like any proposal.
-			stored, err := g.client.Verdict(t.Context(), v.Tenant, v.ProposalID)
+			stored, err := g.Client.Verdict(t.Context(), v.Tenant, v.ProposalID)
 			if err != nil || stored.AuditSeq != v.AuditSeq {
 				t.Fatalf("stored verdict %+v (%v), replied audit_seq %d", stored, err, v.AuditSeq)
 			}
-			if events := g.auditEvents(t, v.Tenant, v.ProposalID); len(events) == 0 || events[len(events)-1] != engine.EventVerdict {
+			if events := bustest.AuditEvents(t, g.Resources.Audit, v.Tenant, v.ProposalID); len(events) == 0 || events[len(events)-1] != engine.EventVerdict {
 				t.Fatalf("audit events %v", events)
 			}
 		})
 	}
 	// The client's RequestReview goes to gated.review.<tenant>.
-	v, err := g.client.RequestReview(t.Context(), proposal("svc-5", "read", "host_list_services", ""))
+	v, err := g.Client.RequestReview(t.Context(), bustest.Proposal("svc-5", "read", "host_list_services", ""))
 	if err != nil || !v.Approved {
 		t.Fatalf("RequestReview: %+v, %v", v, err)
 	}
 	// A request replayed returns the stored verdict.
-	again := replyVerdict(t, request(t, g, "gated.review", proposal("svc-1", "read", "host_list_services", "")))
+	again := replyVerdict(t, request(t, g, "gated.review", bustest.Proposal("svc-1", "read", "host_list_services", "")))
 	if again.AuditSeq == 0 {
 		t.Fatal("replay has no audit_seq")
 	}
@@ -107,10 +107,10 @@ func TestServiceRepliesWithTheVerdict(t *testing.T) {
 func TestServiceDiscovery(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
 	startService(t, g, bus.ServiceConfig{Version: "dev"})
-	replyVerdict(t, request(t, g, "gated.review", proposal("disc-1", "read", "host_list_services", "")))
-	replyVerdict(t, request(t, g, "gated.review.acme", proposal("disc-2", "read", "host_list_services", "")))
-	replyVerdict(t, request(t, g, "gated.review.acme", proposal("disc-3", "write", "host_restart_service", `,"flags":{"skip_review":true}`)))
-	request(t, g, "gated.review.initech", proposal("disc-4", "read", "host_list_services", "")) // refused: another tenant
+	replyVerdict(t, request(t, g, "gated.review", bustest.Proposal("disc-1", "read", "host_list_services", "")))
+	replyVerdict(t, request(t, g, "gated.review.acme", bustest.Proposal("disc-2", "read", "host_list_services", "")))
+	replyVerdict(t, request(t, g, "gated.review.acme", bustest.Proposal("disc-3", "write", "host_restart_service", `,"flags":{"skip_review":true}`)))
+	request(t, g, "gated.review.initech", bustest.Proposal("disc-4", "read", "host_list_services", "")) // refused: another tenant
 
 	var info micro.Info
 	if err := json.Unmarshal(request(t, g, "$SRV.INFO.gated", nil).Data, &info); err != nil {
@@ -171,7 +171,7 @@ func TestServiceDiscovery(t *testing.T) {
 func TestServiceRefusals(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
 	startService(t, g, bus.ServiceConfig{MaxBytes: 4096})
-	big := proposal("big-1", "read", "host_list_services", `,"reason":"`+strings.Repeat("x", 5000)+`"`)
+	big := bustest.Proposal("big-1", "read", "host_list_services", `,"reason":"`+strings.Repeat("x", 5000)+`"`)
 	tests := []struct {
 		note    string
 		subject string
@@ -186,8 +186,8 @@ func TestServiceRefusals(t *testing.T) {
 		{note: "dotted id", subject: "gated.review.acme", data: []byte(`{"tenant":"acme","id":"a.b","action":"y"}`), code: "400", say: "id", is: fleet.ErrBadProposal},
 		{note: "bad action", subject: "gated.review.acme", data: []byte(`{"tenant":"acme","id":"ab","action":"y z"}`), code: "400", say: "action", is: fleet.ErrBadProposal},
 		{note: "oversize", subject: "gated.review", data: big, code: "413", say: "byte limit", is: fleet.ErrBadProposal},
-		{note: "another tenant", subject: "gated.review.initech", data: proposal("mis-1", "read", "host_list_services", ""), code: "403", say: `tenant "acme"`, is: fleet.ErrTenantMismatch},
-		{note: "bad subject tenant", subject: "gated.review.ACME", data: proposal("mis-2", "read", "host_list_services", ""), code: "400", say: "tenant token"},
+		{note: "another tenant", subject: "gated.review.initech", data: bustest.Proposal("mis-1", "read", "host_list_services", ""), code: "403", say: `tenant "acme"`, is: fleet.ErrTenantMismatch},
+		{note: "bad subject tenant", subject: "gated.review.ACME", data: bustest.Proposal("mis-2", "read", "host_list_services", ""), code: "400", say: "tenant token"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -206,7 +206,7 @@ func TestServiceRefusals(t *testing.T) {
 		})
 	}
 	// Nothing refused was published.
-	info, err := g.res.Proposals.Info(t.Context())
+	info, err := g.Resources.Proposals.Info(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,12 +219,7 @@ func TestServiceRefusals(t *testing.T) {
 // (at the latest when the test ends, before the worker stops).
 func startHeldGate(t *testing.T, k *bustest.Gatekeeper) *gate {
 	t.Helper()
-	g := bustest.StartHeldGated(t, k)
-	client, err := fleet.NewClient(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &gate{nc: g.NC, js: g.JS, res: g.Resources, client: client}
+	return &gate{bustest.StartHeldFleet(t, k)}
 }
 
 // TestServiceServesConcurrently holds every proposal in the worker until
@@ -243,7 +238,7 @@ func TestServiceServesConcurrently(t *testing.T) {
 	results := make(chan result, n)
 	for i := range n {
 		go func() {
-			v, err := g.client.RequestReview(t.Context(), proposal(fmt.Sprintf("conc-%d", i), "read", "host_list_services", ""))
+			v, err := g.Client.RequestReview(t.Context(), bustest.Proposal(fmt.Sprintf("conc-%d", i), "read", "host_list_services", ""))
 			results <- result{v, err}
 		}()
 	}
@@ -269,11 +264,11 @@ func TestServiceOverloadedAndTimedOut(t *testing.T) {
 	startService(t, g, bus.ServiceConfig{MaxConcurrent: 1, Wait: 500 * time.Millisecond})
 	first := make(chan error, 1)
 	go func() {
-		_, err := g.client.RequestReview(t.Context(), proposal("over-1", "read", "host_list_services", ""))
+		_, err := g.Client.RequestReview(t.Context(), bustest.Proposal("over-1", "read", "host_list_services", ""))
 		first <- err
 	}()
 	<-k.Arrived // the first request holds the only slot
-	_, err := g.client.RequestReview(t.Context(), proposal("over-2", "read", "host_list_services", ""))
+	_, err := g.Client.RequestReview(t.Context(), bustest.Proposal("over-2", "read", "host_list_services", ""))
 	var se *fleet.ServiceError
 	if !errors.As(err, &se) || se.Code != 503 || !errors.Is(err, fleet.ErrServiceUnavailable) || !strings.Contains(se.Description, "overloaded") {
 		t.Fatalf("second request: err = %v, want 503 overloaded", err)
@@ -291,7 +286,7 @@ func TestServiceStop(t *testing.T) {
 	svc := startService(t, g, bus.ServiceConfig{})
 	held := make(chan error, 1)
 	go func() {
-		_, err := g.client.RequestReview(t.Context(), proposal("stop-1", "read", "host_list_services", ""))
+		_, err := g.Client.RequestReview(t.Context(), bustest.Proposal("stop-1", "read", "host_list_services", ""))
 		held <- err
 	}()
 	<-k.Arrived
@@ -302,7 +297,7 @@ func TestServiceStop(t *testing.T) {
 	if !errors.As(err, &se) || se.Code != 503 || !strings.Contains(se.Description, "stopping") {
 		t.Fatalf("request in flight at Stop: err = %v, want 503 stopping", err)
 	}
-	if _, err := g.client.RequestReview(t.Context(), proposal("stop-2", "read", "host_list_services", "")); !errors.Is(err, fleet.ErrServiceUnavailable) {
+	if _, err := g.Client.RequestReview(t.Context(), bustest.Proposal("stop-2", "read", "host_list_services", "")); !errors.Is(err, fleet.ErrServiceUnavailable) {
 		t.Fatalf("after Stop: err = %v, want ErrServiceUnavailable", err)
 	}
 	var nilService *bus.Service
@@ -312,7 +307,7 @@ func TestServiceStop(t *testing.T) {
 func TestServiceConfigErrors(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
 	for _, cfg := range []bus.ServiceConfig{{Wait: -time.Second}, {MaxConcurrent: -1}, {MaxBytes: -1}} {
-		if _, err := bus.StartService(g.nc, cfg, nil); !errors.Is(err, bus.ErrInvalidConfig) {
+		if _, err := bus.StartService(g.NC, cfg, nil); !errors.Is(err, bus.ErrInvalidConfig) {
 			t.Errorf("StartService(%+v): err = %v, want ErrInvalidConfig", cfg, err)
 		}
 	}
@@ -325,7 +320,7 @@ func TestServiceConfigErrors(t *testing.T) {
 func TestServiceRefusesGatedReplySubjects(t *testing.T) {
 	g := startGate(t, nil, bus.Config{})
 	startService(t, g, bus.ServiceConfig{})
-	watch, err := nats.Connect(g.nc.ConnectedUrl())
+	watch, err := nats.Connect(g.NC.ConnectedUrl())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -339,13 +334,13 @@ func TestServiceRefusesGatedReplySubjects(t *testing.T) {
 	if err := watch.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	sender, err := nats.Connect(g.nc.ConnectedUrl())
+	sender, err := nats.Connect(g.NC.ConnectedUrl())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sender.Close()
 	for i, reply := range []string{"gated.verdicts.globex.x", "gated.audit.globex.forged", "gated.proposals.globex.host_list_services", "$KV.GATED_VERDICTS.globex.x"} {
-		msg := &nats.Msg{Subject: "gated.review.acme", Reply: reply, Data: proposal(fmt.Sprintf("reply-%d", i), "read", "host_list_services", "")}
+		msg := &nats.Msg{Subject: "gated.review.acme", Reply: reply, Data: bustest.Proposal(fmt.Sprintf("reply-%d", i), "read", "host_list_services", "")}
 		if err := sender.PublishMsg(msg); err != nil {
 			t.Fatal(err)
 		}
@@ -355,7 +350,7 @@ func TestServiceRefusesGatedReplySubjects(t *testing.T) {
 	}
 	// A request with a proper inbox, sent after the others on the same
 	// endpoint, is answered; by then the refused ones were handled.
-	v := replyVerdict(t, request(t, g, "gated.review.acme", proposal("reply-ok", "read", "host_list_services", "")))
+	v := replyVerdict(t, request(t, g, "gated.review.acme", bustest.Proposal("reply-ok", "read", "host_list_services", "")))
 	if v.ProposalID != "reply-ok" {
 		t.Fatalf("answered %s, want reply-ok", v.ProposalID)
 	}

@@ -211,6 +211,18 @@ func startHost(t *testing.T, specs ...Spec) *Host {
 	return h
 }
 
+// startReviewer starts a host of the helper plugin in mode, as startHost
+// does, and routes the test persona to it.
+func startReviewer(t *testing.T, mode string) (*Host, engine.Reviewer) {
+	t.Helper()
+	h := startHost(t, helperSpec(t, mode))
+	r, err := h.Route(reviewer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h, r
+}
+
 var reviewer = &engine.Persona{
 	Name: "reviewer", PermissionMode: "read-only", Prompt: "Review carefully.",
 	RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"},
@@ -229,11 +241,7 @@ func reviewRequest(t testing.TB, action string, sop *engine.SOP) engine.ReviewRe
 }
 
 func TestSOPReviewerOutOfProcess(t *testing.T) {
-	h := startHost(t, helperSpec(t, "sop"))
-	r, err := h.Route(reviewer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := startReviewer(t, "sop")
 	covered := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "restart the old unit"}
 	tests := []struct {
 		note     string
@@ -342,12 +350,8 @@ func TestTamperedBinaryIsRefused(t *testing.T) {
 }
 
 func TestCrashDuringReviewIsAnError(t *testing.T) {
-	h := startHost(t, helperSpec(t, "crash"))
-	r, err := h.Route(reviewer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
+	h, r := startReviewer(t, "crash")
+	_, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
 	if err == nil {
 		t.Fatal("a plugin that dies mid-review must fail the review")
 	}
@@ -368,18 +372,14 @@ func TestCrashDuringReviewIsAnError(t *testing.T) {
 }
 
 func TestDeadlineCancelsReview(t *testing.T) {
-	h := startHost(t, helperSpec(t, "slow"))
-	r, err := h.Route(reviewer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := startReviewer(t, "slow")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	mark := filepath.Join(t.TempDir(), "cancelled")
 	req := reviewRequest(t, "host_restart_service", nil)
 	req.Proposal.Reason = mark
 	req.ProposalJSON, _ = json.Marshal(req.Proposal)
-	_, err = r.Review(ctx, req)
+	_, err := r.Review(ctx, req)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("err = %v, want context.DeadlineExceeded", err)
 	}
@@ -401,12 +401,8 @@ func TestDeadlineCancelsReview(t *testing.T) {
 }
 
 func TestPanicInReviewerIsAnError(t *testing.T) {
-	h := startHost(t, helperSpec(t, "panic"))
-	r, err := h.Route(reviewer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
+	h, r := startReviewer(t, "panic")
+	_, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil))
 	if err == nil || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("err = %v, want the plugin's panic reported as an error", err)
 	}

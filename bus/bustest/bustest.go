@@ -1,6 +1,7 @@
 // Package bustest starts real NATS servers with JetStream for tests: in
 // process, on a free loopback port, with their files in a test temp dir;
-// and gated's intake over them, with the real engine and default policy.
+// and gated's intake over them, with the real engine and default policy,
+// and a fleet client of it, with the proposals and verdicts the tests send.
 package bustest
 
 import (

@@ -58,7 +58,7 @@ func typed(id, action string, class engine.Class) *engine.Proposal {
 }
 
 func TestProposeTypedErrors(t *testing.T) {
-	g := startGate(t, withScript, bus.Config{})
+	g := bustest.StartFleet(t, withScript, bus.Config{})
 	sentinels := []error{fleet.ErrReviewRejected, fleet.ErrReviewBlocked, fleet.ErrReviewError, fleet.ErrReviewTimeout, fleet.ErrProposalInvalid}
 	skip := typed("t-skip", "host_restart_service", engine.ClassWrite)
 	skip.Flags.SkipReview = true
@@ -79,7 +79,7 @@ func TestProposeTypedErrors(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			v, err := g.client.Propose(ctx, tc.p)
+			v, err := g.Client.Propose(ctx, tc.p)
 			if v == nil || v.Outcome != tc.outcome {
 				t.Fatalf("verdict %+v (err %v), want outcome %s", v, err, tc.outcome)
 			}
@@ -109,13 +109,13 @@ func TestProposeTypedErrors(t *testing.T) {
 }
 
 func TestProposeIsIdempotent(t *testing.T) {
-	g := startGate(t, nil, bus.Config{})
+	g := bustest.StartFleet(t, nil, bus.Config{})
 	p := typed("idem-1", "host_list_services", engine.ClassRead)
-	first, err := g.client.Propose(t.Context(), p)
+	first, err := g.Client.Propose(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	again, err := g.client.Propose(t.Context(), p)
+	again, err := g.Client.Propose(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,20 +123,20 @@ func TestProposeIsIdempotent(t *testing.T) {
 		t.Fatalf("the same proposal was decided twice: audit_seq %d then %d", first.AuditSeq, again.AuditSeq)
 	}
 	other := typed("idem-1", "host_restart_service", engine.ClassWrite)
-	if _, err := g.client.Propose(t.Context(), other); !errors.Is(err, fleet.ErrIDReused) {
+	if _, err := g.Client.Propose(t.Context(), other); !errors.Is(err, fleet.ErrIDReused) {
 		t.Fatalf("another proposal under the same id: err = %v, want ErrIDReused", err)
 	}
 }
 
 func TestProposeRefusesUnaddressable(t *testing.T) {
-	g := startGate(t, nil, bus.Config{})
+	g := bustest.StartFleet(t, nil, bus.Config{})
 	for _, p := range []*engine.Proposal{
 		nil,
 		{ID: "p1", Tenant: "ACME", Action: "x", Class: engine.ClassRead},
 		{ID: "p.1", Tenant: "acme", Action: "x", Class: engine.ClassRead},
 		{ID: "p1", Tenant: "acme", Action: "", Class: engine.ClassRead},
 	} {
-		if _, err := g.client.Propose(t.Context(), p); !errors.Is(err, fleet.ErrBadProposal) {
+		if _, err := g.Client.Propose(t.Context(), p); !errors.Is(err, fleet.ErrBadProposal) {
 			t.Errorf("Propose(%+v): err = %v, want ErrBadProposal", p, err)
 		}
 	}
@@ -211,7 +211,7 @@ func TestProposeNoVerdictBeforeDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := short.ProposeRaw(t.Context(), proposal("late-2", "read", "host_list_services", "")); !errors.Is(err, fleet.ErrNoVerdict) {
+	if _, err := short.ProposeRaw(t.Context(), bustest.Proposal("late-2", "read", "host_list_services", "")); !errors.Is(err, fleet.ErrNoVerdict) {
 		t.Fatalf("default wait: err = %v, want ErrNoVerdict", err)
 	}
 	if _, err := fleet.NewClient(nc, fleet.WithDefaultWait(0)); !errors.Is(err, fleet.ErrInvalidConfig) {
@@ -220,26 +220,26 @@ func TestProposeNoVerdictBeforeDeadline(t *testing.T) {
 }
 
 func TestVerdictLookup(t *testing.T) {
-	g := startGate(t, nil, bus.Config{})
-	v := g.propose(t, proposal("look-1", "read", "host_list_services", ""))
-	got, err := g.client.Verdict(t.Context(), "acme", "look-1")
+	g := bustest.StartFleet(t, nil, bus.Config{})
+	v := g.Propose(t, bustest.Proposal("look-1", "read", "host_list_services", ""))
+	got, err := g.Client.Verdict(t.Context(), "acme", "look-1")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got.AuditSeq != v.AuditSeq || got.Outcome != v.Outcome {
 		t.Fatalf("stored %+v, published %+v", got, v)
 	}
-	if _, err := g.client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := g.Client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("missing verdict: err = %v, want engine.ErrNotFound", err)
 	}
-	if _, err := g.client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, fleet.ErrBadProposal) {
+	if _, err := g.Client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, fleet.ErrBadProposal) {
 		t.Fatalf("dotted id: err = %v, want ErrBadProposal", err)
 	}
 	// A deleted key reads as not found, not as an empty verdict.
-	if err := g.res.Verdicts.Delete(t.Context(), "acme.look-1"); err != nil {
+	if err := g.Resources.Verdicts.Delete(t.Context(), "acme.look-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.client.Verdict(t.Context(), "acme", "look-1"); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := g.Client.Verdict(t.Context(), "acme", "look-1"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("deleted verdict: err = %v, want engine.ErrNotFound", err)
 	}
 }
@@ -249,14 +249,14 @@ func TestVerdictLookup(t *testing.T) {
 // proposal's verdict subject; the wait goes on to the real verdict.
 func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 	k := bustest.NewGatekeeper()
-	g := startHeldGate(t, k)
+	g := bustest.StartHeldFleet(t, k)
 	type result struct {
 		v   *engine.Verdict
 		err error
 	}
 	done := make(chan result, 1)
 	go func() {
-		v, err := g.client.ProposeRaw(t.Context(), proposal("foreign-1", "read", "host_list_services", ""))
+		v, err := g.Client.ProposeRaw(t.Context(), bustest.Proposal("foreign-1", "read", "host_list_services", ""))
 		done <- result{v, err}
 	}()
 	<-k.Arrived // published, subscribed, and held before any verdict
@@ -267,11 +267,11 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 		`{"v":1,"proposal_id":"other","tenant":"acme","outcome":"approved","approved":true}`,
 		`{"v":1,"proposal_id":"foreign-1","tenant":"globex","outcome":"approved","approved":true}`,
 	} {
-		if err := g.nc.Publish(subject, []byte(junk)); err != nil {
+		if err := g.NC.Publish(subject, []byte(junk)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := g.nc.Flush(); err != nil {
+	if err := g.NC.Flush(); err != nil {
 		t.Fatal(err)
 	}
 	k.Open()
@@ -386,11 +386,11 @@ func FuzzAddressOf(f *testing.F) {
 }
 
 func TestClientRefusesAnotherProposalsVerdict(t *testing.T) {
-	g := startGate(t, nil, bus.Config{})
-	g.propose(t, proposal("reuse2", "read", "host_list_services", ""))
+	g := bustest.StartFleet(t, nil, bus.Config{})
+	g.Propose(t, bustest.Proposal("reuse2", "read", "host_list_services", ""))
 	// Within the duplicate window the stream drops the second proposal;
 	// the client must not hand back the first one's approval.
-	_, err := g.client.ProposeRaw(t.Context(), proposal("reuse2", "destructive", "db_drop_table", ""))
+	_, err := g.Client.ProposeRaw(t.Context(), bustest.Proposal("reuse2", "destructive", "db_drop_table", ""))
 	if !errors.Is(err, fleet.ErrIDReused) {
 		t.Fatalf("err = %v, want ErrIDReused", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 )
@@ -15,7 +16,7 @@ func followUpSeeds(f *testing.F, next string) {
 	if next == engine.NextEscalation {
 		round = 3
 	}
-	v := runVerdict("p1", "run1", round, next)
+	v := bustest.RunVerdict("p1", "run1", round, next)
 	_, _, body, ok := engine.FollowUp(v)
 	if !ok {
 		f.Fatalf("no %s to seed with", next)

@@ -258,9 +258,9 @@ func TestToolGateDoesNotRunAfterCallerGaveUp(t *testing.T) {
 // worker: a read runs without a proposal, the engine's verdicts decide
 // the rest, and a call that gets no verdict in time never runs.
 func TestToolGateThroughGated(t *testing.T) {
-	g := startGate(t, withScript, bus.Config{})
+	g := bustest.StartFleet(t, withScript, bus.Config{})
 	var ids atomic.Int32
-	gate, err := fleet.NewToolGate(g.client, identity, fleet.WithProposalIDs(func() string { return fmt.Sprintf("gate-%d", ids.Add(1)) }))
+	gate, err := fleet.NewToolGate(g.Client, identity, fleet.WithProposalIDs(func() string { return fmt.Sprintf("gate-%d", ids.Add(1)) }))
 	if err != nil {
 		t.Fatal(err)
 	}

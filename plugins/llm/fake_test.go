@@ -240,6 +240,16 @@ func textTurn(kind, text string, u usage) step {
 	}}
 }
 
+// textTurns is a script of one text turn an answer, each with the same
+// small usage.
+func textTurns(kind string, answers []string) []step {
+	var script []step
+	for _, a := range answers {
+		script = append(script, textTurn(kind, a, usage{10, 5}))
+	}
+	return script
+}
+
 // toolTurn is a model answer that calls tools, with a line of text first.
 func toolTurn(kind string, u usage, calls ...toolCall) step {
 	if kind == "anthropic" {

@@ -339,11 +339,7 @@ func TestRunAnswerRepairTurn(t *testing.T) {
 	for _, kind := range providers {
 		for _, tc := range tests {
 			t.Run(kind+"/"+tc.note, func(t *testing.T) {
-				var script []step
-				for _, a := range tc.answers {
-					script = append(script, textTurn(kind, a, usage{10, 5}))
-				}
-				p := newProvider(t, kind, script...)
+				p := newProvider(t, kind, textTurns(kind, tc.answers)...)
 				res, err := reviewerFor(kind, p).Review(t.Context(), runRequest(kind, runDiff))
 				if tc.wantErr != "" {
 					if !errors.Is(err, llm.ErrUnreadableAnswer) || !strings.Contains(err.Error(), tc.wantErr) || res != nil {

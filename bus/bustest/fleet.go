@@ -1,0 +1,138 @@
+package bustest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
+)
+
+// Fleet is gated's intake (StartGated) and a fleet client of it: what an
+// agent fleet sees of gated.
+type Fleet struct {
+	*Gated
+	// Client is a fleet client on the Gated's connection.
+	Client *fleet.Client
+}
+
+// StartFleet starts gated's intake as StartGated does, its decisions
+// wrapped by wrap when not nil, and a fleet client of it.
+func StartFleet(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Fleet {
+	t.Helper()
+	return fleetOf(t, StartGated(t, wrap, cfg))
+}
+
+// StartHeldFleet is StartFleet with every proposal held by k until it
+// opens (StartHeldGated).
+func StartHeldFleet(t *testing.T, k *Gatekeeper) *Fleet {
+	t.Helper()
+	return fleetOf(t, StartHeldGated(t, k))
+}
+
+func fleetOf(t *testing.T, g *Gated) *Fleet {
+	t.Helper()
+	client, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Fleet{Gated: g, Client: client}
+}
+
+// Propose sends the raw proposal data through the fleet client and returns
+// its verdict; the test fails if none comes within 20 s.
+func (f *Fleet) Propose(t *testing.T, data []byte) *engine.Verdict {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	v, err := f.Client.ProposeRaw(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// Proposal is a raw proposal of tenant acme on target service nginx, with
+// a single-device blast radius unless class is read; extra is spliced in
+// as more top-level fields (`,"flags":{...}`).
+func Proposal(id, class, action string, extra string) []byte {
+	radius := ""
+	if class != "read" {
+		radius = `,"blast_radius":"single_device"`
+	}
+	return fmt.Appendf(nil, `{"v":1,"id":%q,"tenant":"acme","action":%q,"class":%q,"target":{"service":"nginx"}%s%s}`,
+		id, action, class, radius, extra)
+}
+
+// AuditEvents returns the names of the events recorded in the audit stream
+// for proposal id of tenant, in stream order.
+func AuditEvents(t *testing.T, audit jetstream.Stream, tenant, id string) []string {
+	t.Helper()
+	ctx := t.Context()
+	cons, err := audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := audit.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events []string
+	batch, err := cons.FetchNoWait(int(info.State.Msgs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		var ev engine.AuditEvent
+		if err := json.Unmarshal(m.Data(), &ev); err != nil {
+			t.Fatalf("audit event is not JSON: %v", err)
+		}
+		if ev.ProposalID == id {
+			events = append(events, ev.Event)
+		}
+	}
+	return events
+}
+
+// runEpoch is when round 0 of RunVerdict's runs was decided.
+var runEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+// RunVerdict is the verdict of tenant acme on round of run runID that
+// proposal id got: a rejection that sends next (engine.NextContinuation or
+// engine.NextEscalation), or an approval when next is empty.
+func RunVerdict(id, runID string, round int, next string) *engine.Verdict {
+	v := &engine.Verdict{
+		V: engine.SchemaVersion, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: engine.KindRun,
+		Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "go test ./... fails",
+		DecidedAt: runEpoch.Add(time.Duration(round) * time.Minute), AuditSeq: uint64(100 + round),
+		ProposalSHA256: fmt.Sprintf("%064d", round),
+		Run: &engine.RunVerdict{
+			RunID: runID, TaskID: "task-7", Worker: "coder-1", Round: round, MaxRounds: 3,
+			Criteria: []engine.CriterionEval{
+				{ID: "tests", Pass: false, Reason: `"go test ./..." exited 1, expected 0`, Kind: engine.CriterionCommandResult, Required: true, JudgedBy: engine.JudgedByPolicy},
+				{ID: "lint", Pass: true, Kind: engine.CriterionCommandResult, JudgedBy: engine.JudgedByPolicy},
+			},
+			MissingWork:       []string{"make go test ./... pass"},
+			NextRoundGuidance: "fix the failing test first",
+			Findings:          []engine.Finding{{ID: fmt.Sprintf("r%d-f1", round), Body: "make go test ./... pass", Criterion: "tests"}},
+			Next:              next,
+		},
+	}
+	switch next {
+	case engine.NextContinuation:
+		v.Run.FollowUpSubject = wire.ContinuationSubject("acme", runID)
+	case engine.NextEscalation:
+		v.Run.FollowUpSubject = wire.EscalationSubject("acme")
+	case "":
+		v.Outcome, v.Approved, v.Reason = engine.OutcomeApproved, true, "every criterion passes"
+		v.Run.MissingWork, v.Run.Findings, v.Run.NextRoundGuidance = nil, nil, ""
+	}
+	return v
+}
