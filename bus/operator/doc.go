@@ -1,5 +1,7 @@
-// Package operator lets people decide what gated holds for them: the
-// manual criteria of a run verdict. An operator signs a decision (Sign)
+// Package operator carries operator decisions: the signed judgements by
+// which people decide the manual criteria a run verdict is held for.
+//
+// An operator signs a decision (Sign)
 // with an nkey user seed and sends it (Send) to
 // gated.operator.<tenant>.<proposal_id>; gated accepts it only from a key
 // of its operators file (List, read by LoadList), for a tenant that file
@@ -14,5 +16,6 @@
 // and the sentinel of its own code, so callers branch with errors.Is.
 //
 // The package needs NATS (nats.go and micro) and nkeys but not the NATS
-// server, OPA or the plugin host, so an operator's tool stays light.
+// server, OPA or the plugin host, so an operator's tool stays light
+// (TestOperatorDoesNotCompileTheServer).
 package operator

@@ -44,6 +44,8 @@ var (
 // awaiting or not matching, 503 store or audit failure. The client gets
 // it back from Send.
 type Refusal struct {
+	// Code is the micro error code: 400, 401, 403, 404, 409 or 503 (500
+	// when a reply's code header does not read as a number).
 	Code int
 	// Field is the JSON path of the field at fault in a 400 refusal
 	// ("criteria[1].pass", "subject"), or empty.

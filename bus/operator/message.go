@@ -33,7 +33,9 @@ const (
 // is required except the reasons; the JSON must hold no other field.
 type Message struct {
 	// V is the message's version, 1; Sign sets it when it is zero.
-	V          int    `json:"v"`
+	V int `json:"v"`
+	// Tenant and ProposalID name the held verdict; they must be the
+	// subject's.
 	Tenant     string `json:"tenant"`
 	ProposalID string `json:"proposal_id"`
 	// ProposalSHA256 is the digest of the proposal the operator judged,
@@ -44,7 +46,9 @@ type Message struct {
 	Operator string `json:"operator"`
 	// Criteria judge exactly the manual criteria the verdict awaits.
 	Criteria []engine.OperatorFinding `json:"criteria"`
-	Reason   string                   `json:"reason"`
+	// Reason says why, optionally; its first line is appended to the
+	// verdict's reason.
+	Reason string `json:"reason"`
 	// SignedAt is when the message was signed; gated refuses it more than
 	// five minutes from its own clock.
 	SignedAt time.Time `json:"signed_at"`
