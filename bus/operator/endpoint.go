@@ -95,9 +95,9 @@ func NewEndpoint(list *List, r Resolver, trails func() engine.AuditTrail, follow
 	}, nil
 }
 
-// RefusedData is the data of an engine.EventOperatorRefused audit
+// refusedData is the data of an engine.EventOperatorRefused audit
 // event.
-type RefusedData struct {
+type refusedData struct {
 	// Code is the error code replied, Field the field at fault (400), and
 	// Reason the description replied.
 	Code   int    `json:"code"`
@@ -197,7 +197,7 @@ func (e *Endpoint) refuse(ctx context.Context, trail engine.AuditTrail, subject 
 	if !ok {
 		tenant, id = engine.UnknownTenant, ""
 	}
-	data := RefusedData{Code: r.Code, Field: r.Field, Reason: r.Reason, Subject: clipToken(subject), Operator: op.ID}
+	data := refusedData{Code: r.Code, Field: r.Field, Reason: r.Reason, Subject: clipToken(subject), Operator: op.ID}
 	if k := hdr.Get(wire.OperatorKeyHeader); nkeys.IsValidPublicUserKey(k) {
 		data.Key = k
 	}

@@ -117,7 +117,15 @@ func TestEndpoint(t *testing.T) {
 			if len(evs) != 1 || evs[0].Event != engine.EventOperatorRefused || evs[0].Tenant != tc.tenant {
 				t.Fatalf("audited %+v, want one %s of tenant %s", evs, engine.EventOperatorRefused, tc.tenant)
 			}
-			var data operator.RefusedData
+			// The data of operator.refused, as docs/AUDIT.md lists it.
+			var data struct {
+				Code     int    `json:"code"`
+				Field    string `json:"field"`
+				Reason   string `json:"reason"`
+				Subject  string `json:"subject"`
+				Key      string `json:"key"`
+				Operator string `json:"operator"`
+			}
 			if err := json.Unmarshal(evs[0].Data, &data); err != nil {
 				t.Fatal(err)
 			}
