@@ -30,8 +30,8 @@ var (
 	// recorded.
 	ErrAuditorClosed = errors.New("the auditor is closed")
 	// ErrTrailSealed means the trail was sealed already; start a new trail
-	// with Auditor.Trail.
-	ErrTrailSealed = errors.New("the audit trail is sealed")
+	// with Auditor.Trail. It is engine.ErrTrailSealed.
+	ErrTrailSealed = engine.ErrTrailSealed
 	// ErrNoAuditStream means the GATED_AUDIT stream does not exist: run
 	// `gated serve` (or Setup) against the server first.
 	ErrNoAuditStream = errors.New("the audit stream " + AuditStream + " does not exist (has gated serve run against this NATS server?)")

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -60,8 +61,8 @@ type ServiceConfig struct {
 	// gated.operator.<tenant>.<proposal_id> (subscribed as
 	// gated.operator.*.*): signed operator decisions on held run
 	// verdicts. Default nil: not served. Its requests share MaxConcurrent
-	// with reviews; MaxBytes does not apply (MaxOperatorMessageBytes does).
-	Operators *OperatorEndpoint
+	// with reviews; MaxBytes does not apply (operator.MaxMessageBytes does).
+	Operators *operator.Endpoint
 }
 
 func (c ServiceConfig) withDefaults() (ServiceConfig, error) {
@@ -109,7 +110,7 @@ type ReviewStats struct {
 // a request is decided, stored, audited and replayed like any proposal,
 // by whichever gated process takes it from the stream. With
 // ServiceConfig.Operators it also serves signed operator decisions on
-// gated.operator.<tenant>.<proposal_id> (see OperatorEndpoint for its
+// gated.operator.<tenant>.<proposal_id> (see operator.Endpoint for its
 // replies).
 //
 // Requests are served concurrently, up to ServiceConfig.MaxConcurrent.
@@ -186,7 +187,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
 		counters: map[string]*endpointCounters{},
 	}
-	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint, OperatorEndpointName} {
+	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint, operator.EndpointName} {
 		s.counters[name] = &endpointCounters{verdicts: map[engine.Outcome]int64{}, refused: map[string]int64{}}
 	}
 	version, raw := serviceVersion(cfg.Version)
@@ -240,7 +241,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		}
 	}
 	if cfg.Operators != nil {
-		err := svc.AddEndpoint(OperatorEndpointName, s.operatorHandler(cfg.Operators),
+		err := svc.AddEndpoint(operator.EndpointName, s.operatorHandler(cfg.Operators),
 			micro.WithEndpointSubject(wire.OperatorSubjectPrefix+"*.*"),
 			micro.WithEndpointMetadata(map[string]string{
 				"request": "signed operator decision JSON (docs/OPERATORS.md), headers " +
@@ -251,7 +252,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		if err != nil {
 			_ = svc.Stop()
 			cancel()
-			return nil, fmt.Errorf("adding endpoint %s: %w", OperatorEndpointName, err)
+			return nil, fmt.Errorf("adding endpoint %s: %w", operator.EndpointName, err)
 		}
 	}
 	// Once StartService returns, the server routes requests here.
@@ -428,8 +429,8 @@ func (s *Service) review(counters *endpointCounters, a fleet.Address, data []byt
 
 // operatorHandler checks an operator request's envelope at once and
 // hands the decision to a goroutine of its own, like handler.
-func (s *Service) operatorHandler(ep *OperatorEndpoint) micro.HandlerFunc {
-	counters := s.counters[OperatorEndpointName]
+func (s *Service) operatorHandler(ep *operator.Endpoint) micro.HandlerFunc {
+	counters := s.counters[operator.EndpointName]
 	return func(req micro.Request) {
 		if req.Reply() == "" {
 			counters.refuse("no_reply")
@@ -472,18 +473,18 @@ func (s *Service) operatorHandler(ep *OperatorEndpoint) micro.HandlerFunc {
 				s.wg.Done()
 			}()
 			msg := &nats.Msg{Subject: reply}
-			v, r := ep.decide(s.ctx, s.client.Verdict, subject, hdr, data)
+			v, r := ep.Decide(s.ctx, s.client.Verdict, subject, hdr, data)
 			if r == nil {
 				body, err := json.Marshal(v)
 				if err != nil {
-					r = refusal(503, "", "the decision is stored, but its verdict could not be encoded: %v", err)
+					r = &operator.Refusal{Code: 503, Reason: fmt.Sprintf("the decision is stored, but its verdict could not be encoded: %v", err)}
 				} else {
 					counters.verdict(v.Outcome)
 					msg.Data = body
 				}
 			}
 			if r != nil {
-				s.errorReply(msg, counters, strconv.Itoa(r.Code), headerSafe(r.description()))
+				s.errorReply(msg, counters, strconv.Itoa(r.Code), headerSafe(r.Description()))
 			}
 			if err := s.nc.PublishMsg(msg); err != nil {
 				s.log.Warn("replying to an operator request", zap.String("subject", subject), zap.Error(err))

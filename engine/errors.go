@@ -56,6 +56,10 @@ var (
 	// already.
 	ErrNotAwaiting = errors.New("verdict is not awaiting an operator decision")
 
+	// ErrTrailSealed is returned by an AuditTrail's Record and Seal once
+	// the trail is sealed: record further events on a new trail.
+	ErrTrailSealed = errors.New("the audit trail is sealed")
+
 	// ErrDecisionMismatch is returned by Resolve when the operator's
 	// decision does not fit the held verdict: another proposal digest, or
 	// not exactly the manual criteria the verdict waits on.

@@ -329,7 +329,8 @@ const UnknownTenant = "_"
 
 // AuditTrail records the steps of one proposal. Record may store
 // asynchronously; Seal records the last event and returns only once every
-// event recorded on the trail is durably stored.
+// event recorded on the trail is durably stored. A sealed trail takes no
+// more events: Record and Seal fail with ErrTrailSealed.
 type AuditTrail interface {
 	// Record appends an event. An error means the event may be lost; a
 	// trail that lost an event must also fail Seal, so the proposal is

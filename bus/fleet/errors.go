@@ -126,17 +126,15 @@ func (e *ServiceError) Error() string {
 
 // Is maps the status code to the client's sentinel errors.
 func (e *ServiceError) Is(target error) bool {
-	switch e.Code {
-	case 400, 413:
-		return target == ErrBadProposal
-	case 403:
-		return target == ErrTenantMismatch
-	case 409:
-		return target == ErrIDReused
-	case 503:
-		return target == ErrServiceUnavailable
-	case 504:
-		return target == ErrNoVerdict
-	}
-	return false
+	return serviceCodes.Match(e.Code, target)
+}
+
+// serviceCodes are the sentinels of the review service's status codes.
+var serviceCodes = wire.ErrorCodes{
+	400: {ErrBadProposal},
+	413: {ErrBadProposal},
+	403: {ErrTenantMismatch},
+	409: {ErrIDReused},
+	503: {ErrServiceUnavailable},
+	504: {ErrNoVerdict},
 }

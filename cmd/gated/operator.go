@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 )
 
@@ -57,7 +57,7 @@ Exit status: 0 written, 2 bad usage or FILE exists, 1 failure.`,
 			if out == "" {
 				return usageError("--out is required: the file to write the seed into")
 			}
-			if id != "" && !bus.ValidOperatorID(id) {
+			if id != "" && !operator.ValidID(id) {
 				return usageError("--id %q must match [A-Za-z0-9._@-]{1,64}", id)
 			}
 			for _, t := range tenants {
@@ -146,21 +146,21 @@ func parseCriterionFlag(s string) (engine.OperatorFinding, error) {
 	default:
 		return engine.OperatorFinding{}, usageError("--criterion %q: %q must be pass or fail", s, verdict)
 	}
-	if len(f.Reason) > bus.MaxOperatorReasonBytes {
-		return engine.OperatorFinding{}, usageError("--criterion %s: the reason is %d bytes, more than %d", id, len(f.Reason), bus.MaxOperatorReasonBytes)
+	if len(f.Reason) > operator.MaxReasonBytes {
+		return engine.OperatorFinding{}, usageError("--criterion %s: the reason is %d bytes, more than %d", id, len(f.Reason), operator.MaxReasonBytes)
 	}
 	return f, nil
 }
 
 func operatorDecideCmd() *cobra.Command {
 	var (
-		criteria []string
-		operator string
-		seedFile string
-		reason   string
-		url      string
-		timeout  time.Duration
-		conn     natsConnOptions
+		criteria   []string
+		operatorID string
+		seedFile   string
+		reason     string
+		url        string
+		timeout    time.Duration
+		conn       natsConnOptions
 	)
 	c := &cobra.Command{
 		Use:   "decide TENANT PROPOSAL_ID --criterion ID=pass|fail[:reason] ... --operator ID --seed-file FILE",
@@ -196,16 +196,16 @@ operator decisions, gated's store or audit trail failed).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			tenant, id := args[0], args[1]
 			switch {
-			case operator == "":
+			case operatorID == "":
 				return usageError("--operator is required: your id in gated's operators file")
-			case !bus.ValidOperatorID(operator):
-				return usageError("--operator %q must match [A-Za-z0-9._@-]{1,64}", operator)
+			case !operator.ValidID(operatorID):
+				return usageError("--operator %q must match [A-Za-z0-9._@-]{1,64}", operatorID)
 			case seedFile == "":
 				return usageError("--seed-file is required: the file gated operator keygen wrote")
 			case timeout <= 0:
 				return usageError("--timeout %s must be positive", timeout)
-			case len(reason) > bus.MaxOperatorReasonBytes:
-				return usageError("--reason is %d bytes, more than %d", len(reason), bus.MaxOperatorReasonBytes)
+			case len(reason) > operator.MaxReasonBytes:
+				return usageError("--reason is %d bytes, more than %d", len(reason), operator.MaxReasonBytes)
 			}
 			var findings []engine.OperatorFinding
 			for _, s := range criteria {
@@ -244,17 +244,17 @@ operator decisions, gated's store or audit trail failed).`,
 			if err := matchAwaited(held.Run.AwaitingOperator, findings); err != nil {
 				return err
 			}
-			body, hdr, err := bus.SignOperatorDecision(seed, bus.OperatorMessage{
-				Tenant: tenant, ProposalID: id, ProposalSHA256: held.ProposalSHA256, Operator: operator,
+			body, hdr, err := operator.Sign(seed, operator.Message{
+				Tenant: tenant, ProposalID: id, ProposalSHA256: held.ProposalSHA256, Operator: operatorID,
 				Criteria: findings, Reason: reason,
 			})
 			if err != nil {
 				return usageError("%v", err)
 			}
-			v, err := bus.SendOperatorDecision(ctx, nc, body, hdr)
-			var refused *bus.OperatorRefusal
+			v, err := operator.Send(ctx, nc, body, hdr)
+			var refused *operator.Refusal
 			switch {
-			case errors.As(err, &refused) && errors.Is(err, bus.ErrOperatorRefused):
+			case errors.As(err, &refused) && errors.Is(err, operator.ErrRefused):
 				return &exitError{code: exitRefused, err: err}
 			case err != nil:
 				return err
@@ -266,7 +266,7 @@ operator decisions, gated's store or audit trail failed).`,
 	}
 	f := c.Flags()
 	f.StringArrayVar(&criteria, "criterion", nil, "ID=pass or ID=fail, optionally :reason; one per awaited manual criterion (repeatable)")
-	f.StringVar(&operator, "operator", "", "your operator id, as gated's operators file lists it")
+	f.StringVar(&operatorID, "operator", "", "your operator id, as gated's operators file lists it")
 	f.StringVar(&seedFile, "seed-file", "", "file holding your nkey seed (gated operator keygen --out)")
 	_ = c.MarkFlagFilename("seed-file")
 	f.StringVar(&reason, "reason", "", "why, for the verdict's reason and the audit trail")

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
@@ -53,11 +54,11 @@ func TestOperatorKeygen(t *testing.T) {
 		t.Fatal("keygen printed the seed")
 	}
 	// The printed entry is a working operators file.
-	list, err := bus.ParseOperators("snippet", []byte(snippet))
+	list, err := operator.ParseList("snippet", []byte(snippet))
 	if err != nil {
 		t.Fatalf("the printed entry does not parse: %v\n%s", err, snippet)
 	}
-	ops := list.Operators()
+	ops := list.Signers()
 	if len(ops) != 1 || ops[0].ID != "alice" || ops[0].Key != pub || strings.Join(ops[0].Tenants, ",") != "acme,globex" {
 		t.Fatalf("printed entry = %+v", ops)
 	}
@@ -141,11 +142,11 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := bus.ParseOperators("operators.yaml", []byte("operators:\n  - {id: alice, key: "+pub+", tenants: [acme]}\n"))
+	list, err := operator.ParseList("operators.yaml", []byte("operators:\n  - {id: alice, key: "+pub+", tenants: [acme]}\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := bus.NewOperatorEndpoint(list, eng, auditor.Trail, bus.NewFollowUps(js, store).Send, verdictPublisher(nc), zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(list, eng, auditor.Trail, bus.NewFollowUps(js, store).Send, verdictPublisher(nc), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -383,7 +384,7 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		m, err := nc.Request("$SRV.INFO."+bus.ServiceName, nil, 2*time.Second)
-		if err == nil && strings.Contains(string(m.Data), `"name":"`+bus.OperatorEndpointName+`"`) {
+		if err == nil && strings.Contains(string(m.Data), `"name":"`+operator.EndpointName+`"`) {
 			break
 		}
 		select {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
@@ -143,7 +144,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 
 // check refuses options that do not go together, before anything starts,
 // and loads the operators file.
-func (o *serveOptions) check() (operators *bus.OperatorList, err error) {
+func (o *serveOptions) check() (operators *operator.List, err error) {
 	if o.reviewTimeout < MinReviewTimeout {
 		return nil, usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
 	}
@@ -188,7 +189,7 @@ func (o *serveOptions) check() (operators *bus.OperatorList, err error) {
 		if !o.reviewService {
 			return nil, usageError("--operators needs --review-service: operator decisions are an endpoint of the review service")
 		}
-		if operators, err = bus.LoadOperators(o.operators); err != nil {
+		if operators, err = operator.LoadList(o.operators); err != nil {
 			return nil, usageError("--operators: %v", err)
 		}
 	}
@@ -197,7 +198,7 @@ func (o *serveOptions) check() (operators *bus.OperatorList, err error) {
 
 // verdictPublisher publishes verdicts on gated.verdicts.<tenant>.<id>,
 // as the worker does.
-func verdictPublisher(nc *nats.Conn) bus.VerdictHook {
+func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
 	return func(_ context.Context, v *engine.Verdict) error {
 		data, err := json.Marshal(v)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -26,7 +27,7 @@ import (
 // starts. Run joins all of them before it returns, so none outlives it.
 type gateServer struct {
 	o         serveOptions
-	operators *bus.OperatorList // nil: no operator decisions
+	operators *operator.List // nil: no operator decisions
 	log       *zap.Logger
 	// watchers are the policy and persona watchers; the other parts
 	// (worker, review service, HTTP listener, plugin events) are stopped
@@ -35,7 +36,7 @@ type gateServer struct {
 }
 
 // newServer returns the server the checked options o describe.
-func newServer(o serveOptions, operators *bus.OperatorList, log *zap.Logger) *gateServer {
+func newServer(o serveOptions, operators *operator.List, log *zap.Logger) *gateServer {
 	return &gateServer{o: o, operators: operators, log: log}
 }
 
@@ -287,13 +288,13 @@ func (s *gateServer) startReviewService(nc *nats.Conn, js jetstream.JetStream, s
 	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
 	if s.operators != nil {
 		var err error
-		svcCfg.Operators, err = bus.NewOperatorEndpoint(s.operators, eng, trail,
+		svcCfg.Operators, err = operator.NewEndpoint(s.operators, eng, trail,
 			bus.NewFollowUps(js, store).Send, verdictPublisher(nc), s.log.Named("operator"))
 		if err != nil {
 			return nil, err
 		}
-		ids := make([]string, 0, len(s.operators.Operators()))
-		for _, op := range s.operators.Operators() {
+		ids := make([]string, 0, len(s.operators.Signers()))
+		for _, op := range s.operators.Signers() {
 			ids = append(ids, op.ID)
 		}
 		s.log.Info("operator decisions accepted", zap.String("file", s.o.operators), zap.Strings("operators", ids))

@@ -98,6 +98,12 @@ func EscalationSubject(tenant string) string {
 	return EscalationSubjectPrefix + tenant
 }
 
+// OperatorSubject is where an operator decision on a tenant's proposal
+// is sent.
+func OperatorSubject(tenant, proposalID string) string {
+	return OperatorSubjectPrefix + tenant + "." + proposalID
+}
+
 // ToolSubject is where the named tool is requested.
 func ToolSubject(name string) string {
 	return ToolSubjectPrefix + name

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -84,7 +85,7 @@ func TestSubjectsOfTheContract(t *testing.T) {
 		{"review", ReviewSubject, "gated.review"},
 		{"review of a tenant", ReviewSubjectPrefix + "acme", "gated.review.acme"},
 		{"audit", AuditSubjectPrefix + "acme.verdict", "gated.audit.acme.verdict"},
-		{"operator", OperatorSubjectPrefix + "acme.p1", "gated.operator.acme.p1"},
+		{"operator", OperatorSubject("acme", "p1"), "gated.operator.acme.p1"},
 		{"continuation", ContinuationSubject("acme", "r1"), "gated.continuations.acme.r1"},
 		{"escalation", EscalationSubject("acme"), "gated.escalations.acme"},
 		{"tool", ToolSubject("sop_lookup"), "gated.tools.sop_lookup"},
@@ -92,6 +93,30 @@ func TestSubjectsOfTheContract(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got != tc.want {
 				t.Errorf("got %q, want %q", tc.got, tc.want)
+			}
+		})
+	}
+}
+
+func TestErrorCodesMatch(t *testing.T) {
+	errA, errB, errC := errors.New("a"), errors.New("b"), errors.New("c")
+	codes := ErrorCodes{400: {errA}, 413: {errA}, 503: {errB, errC}}
+	for _, tc := range []struct {
+		note   string
+		code   int
+		target error
+		want   bool
+	}{
+		{note: "listed", code: 400, target: errA, want: true},
+		{note: "two codes, one sentinel", code: 413, target: errA, want: true},
+		{note: "second of a row", code: 503, target: errC, want: true},
+		{note: "another code's sentinel", code: 400, target: errB},
+		{note: "unlisted code", code: 404, target: errA},
+		{note: "nil target", code: 400},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			if got := codes.Match(tc.code, tc.target); got != tc.want {
+				t.Fatalf("Match(%d, %v) = %v, want %v", tc.code, tc.target, got, tc.want)
 			}
 		})
 	}

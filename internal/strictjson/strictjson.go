@@ -1,20 +1,48 @@
 // Package strictjson reads JSON the way every gated input is read: one
-// value, no member the target type lacks, nothing after the value. It also
-// turns an error's byte offset into the line and column a person finds in
-// an editor.
+// value, no member the target type lacks, nothing after the value. Decode
+// reads into a Go value; Object walks one object member by member, in
+// order, refusing a member given twice, for decoders that name the member
+// at fault in their own words. It also turns an error's byte offset into
+// the line and column a person finds in an editor.
 package strictjson
 
 import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"unicode/utf8"
 )
 
-// ErrTrailingData is returned by Decode when the input holds more than
-// the one JSON value: another value, or a stray closing bracket or brace.
+// ErrTrailingData is returned by Decode and Object when the input holds
+// more than the one JSON value: another value, or a stray closing bracket
+// or brace.
 var ErrTrailingData = errors.New("unexpected data after the JSON value")
+
+// ErrNotObject is returned by Object when the input's value is valid JSON
+// but not an object.
+var ErrNotObject = errors.New("not a JSON object")
+
+// ErrDuplicateMember is wrapped by the *MemberError of Object for a member
+// that appears a second time in the object.
+var ErrDuplicateMember = errors.New("member appears twice")
+
+// MemberError is an error of Object in one member of the object: Err is
+// ErrDuplicateMember, or encoding/json's error reading the member's value.
+type MemberError struct {
+	// Key is the member's name, as the input spells it once unquoted.
+	Key string
+	Err error
+}
+
+// Error names the member and the problem.
+func (e *MemberError) Error() string {
+	return fmt.Sprintf("member %q: %v", e.Key, e.Err)
+}
+
+// Unwrap returns the member's problem.
+func (e *MemberError) Unwrap() error { return e.Err }
 
 // Option changes how Decode reads numbers.
 type Option func(*json.Decoder)
@@ -41,6 +69,54 @@ func Decode(data []byte, v any, opts ...Option) error {
 		return err
 	}
 	// Token, unlike More, sees a stray ] or } after the value.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return ErrTrailingData
+	}
+	return nil
+}
+
+// Object reads data, which must hold exactly one JSON object and white
+// space around it, and calls fn with each member's name and value, in the
+// order of the input, so a caller can check each member by hand (its
+// type, its range, that it is known) and name the member at fault. It
+// refuses a value that is not an object (ErrNotObject), a member given
+// twice (a *MemberError wrapping ErrDuplicateMember, before fn sees the
+// second), a member whose value is not JSON (a *MemberError wrapping
+// encoding/json's error), and anything after the object
+// (ErrTrailingData). Other syntax errors are encoding/json's own,
+// unwrapped, as in Decode. An error of fn stops the walk and is returned
+// as it is.
+func Object(data []byte, fn func(key string, value json.RawMessage) error) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	tok, err := dec.Token()
+	if err != nil {
+		return err
+	}
+	if d, ok := tok.(json.Delim); !ok || d != '{' {
+		return ErrNotObject
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string) // Token returns an object's keys as strings
+		if seen[key] {
+			return &MemberError{Key: key, Err: ErrDuplicateMember}
+		}
+		seen[key] = true
+		var value json.RawMessage
+		if err := dec.Decode(&value); err != nil {
+			return &MemberError{Key: key, Err: err}
+		}
+		if err := fn(key, value); err != nil {
+			return err
+		}
+	}
+	if _, err := dec.Token(); err != nil {
+		return err
+	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return ErrTrailingData
 	}

@@ -150,3 +150,100 @@ func FuzzPosition(f *testing.F) {
 		}
 	})
 }
+
+func TestObject(t *testing.T) {
+	for _, tc := range []struct {
+		note   string
+		in     string
+		keys   string // the members fn saw, in order
+		is     error
+		member string // the key of a *MemberError
+	}{
+		{note: "members in order", in: `{"b":1,"a":[2],"c":{"a":1,"a":2}}`, keys: "b a c"},
+		{note: "empty object", in: " {}\n"},
+		{note: "not an object", in: `[1]`, is: ErrNotObject},
+		{note: "a string", in: `"x"`, is: ErrNotObject},
+		{note: "empty", in: "", is: io.EOF},
+		{note: "member twice", in: `{"a":1,"b":2,"a":3}`, keys: "a b", is: ErrDuplicateMember, member: "a"},
+		{note: "member twice, spelled with an escape", in: `{"a":1,"\u0061":3}`, keys: "a", is: ErrDuplicateMember, member: "a"},
+		{note: "bad value", in: `{"a":1,"b":tru}`, keys: "a", member: "b"},
+		{note: "truncated", in: `{"a":1,`, keys: "a", is: io.EOF},
+		{note: "trailing object", in: `{"a":1} {}`, keys: "a", is: ErrTrailingData},
+		{note: "stray brace", in: `{}}`, is: ErrTrailingData},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			var keys []string
+			err := Object([]byte(tc.in), func(key string, value json.RawMessage) error {
+				if !json.Valid(value) {
+					t.Errorf("member %q: value %q is not JSON", key, value)
+				}
+				keys = append(keys, key)
+				return nil
+			})
+			if got := strings.Join(keys, " "); got != tc.keys {
+				t.Errorf("fn saw %q, want %q", got, tc.keys)
+			}
+			if tc.is == nil && tc.member == "" {
+				if err != nil {
+					t.Fatalf("Object: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("Object succeeded, want an error")
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) && !(tc.is == io.EOF && errors.Is(err, io.ErrUnexpectedEOF)) {
+				t.Fatalf("Object error %v, want %v", err, tc.is)
+			}
+			var me *MemberError
+			if errors.As(err, &me) != (tc.member != "") || (me != nil && me.Key != tc.member) {
+				t.Fatalf("Object error %v, want a member error of %q", err, tc.member)
+			}
+		})
+	}
+	t.Run("an error of fn is returned as it is", func(t *testing.T) {
+		stop := errors.New("stop")
+		var n int
+		err := Object([]byte(`{"a":1,"b":2}`), func(string, json.RawMessage) error { n++; return stop })
+		if err != stop || n != 1 {
+			t.Fatalf("Object = %v after %d calls, want stop after 1", err, n)
+		}
+	})
+}
+
+// FuzzObject checks Object against encoding/json: it accepts exactly the
+// inputs that are one valid JSON object whose members are all distinct,
+// and hands fn every member once with the value encoding/json reads.
+func FuzzObject(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1,"b":[{}]}`, `{"a":1,"a":2}`, `{"a":1}}`, `[1]`, `{"a":`, `{"\u0061":1,"a":2}`, ` {"x":"y"} `} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := map[string]json.RawMessage{}
+		err := Object(data, func(key string, value json.RawMessage) error {
+			if _, dup := got[key]; dup {
+				t.Fatalf("fn saw %q twice", key)
+			}
+			got[key] = value
+			return nil
+		})
+		var want map[string]json.RawMessage
+		isObject := json.Valid(data) && json.Unmarshal(data, &want) == nil
+		switch {
+		case err == nil && !isObject:
+			t.Fatalf("Object(%q) accepted what is not one JSON object", data)
+		case err == nil && len(want) != len(got):
+			t.Fatalf("Object(%q) saw %d members, encoding/json %d", data, len(got), len(want))
+		case err != nil && isObject && !errors.Is(err, ErrDuplicateMember):
+			t.Fatalf("Object(%q) refused a JSON object: %v", data, err)
+		}
+		if err != nil {
+			return
+		}
+		for k, v := range want {
+			if !bytes.Equal(got[k], v) {
+				t.Fatalf("member %q: fn saw %s, encoding/json reads %s", k, got[k], v)
+			}
+		}
+	})
+}
