@@ -473,108 +473,33 @@ func parseDataJSON(raw []byte) (any, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return nil, errEmpty
 	}
-	if !json.Valid(raw) {
-		// Unmarshal's syntax errors carry an offset from the start of the
-		// input, which the Decoder's Token method does not promise.
-		err := json.Unmarshal(raw, new(json.RawMessage))
-		if se, ok := errors.AsType[*json.SyntaxError](err); ok {
-			return nil, errorAt(raw, se.Offset-1, "%s", se.Error())
-		}
-		return nil, &fileError{msg: "invalid JSON"}
+	v, err := strictjson.ReadValue(raw, strictjson.ValueOptions{MaxDepth: maxDataDepth, Number: regoNumber})
+	if err == nil {
+		return v, nil
 	}
-	r := &jsonReader{raw: raw, dec: json.NewDecoder(bytes.NewReader(raw))}
-	r.dec.UseNumber()
-	return r.value(0)
-}
-
-// jsonReader builds a value from the tokens of valid JSON, checking keys.
-type jsonReader struct {
-	raw []byte
-	dec *json.Decoder
-}
-
-// value reads the next value, inside depth objects and arrays.
-func (r *jsonReader) value(depth int) (any, error) {
-	off := r.next()
-	tok, err := r.dec.Token()
-	if err != nil {
+	if se, ok := errors.AsType[*json.SyntaxError](err); ok {
+		return nil, errorAt(raw, se.Offset-1, "%s", se.Error())
+	}
+	ve, ok := errors.AsType[*strictjson.ValueError](err)
+	switch {
+	case !ok:
 		return nil, &fileError{msg: err.Error()}
+	case errors.Is(err, strictjson.ErrDuplicateKey):
+		line, _ := strictjson.Position(raw, ve.First)
+		return nil, errorAt(raw, ve.Offset, "duplicate key %q (first at line %d)", ve.Key, line)
+	case errors.Is(err, strictjson.ErrTooDeep):
+		return nil, errorAt(raw, ve.Offset, "nested deeper than %d levels", maxDataDepth)
 	}
-	if _, ok := tok.(json.Delim); ok && depth >= maxDataDepth {
-		return nil, errorAt(r.raw, off, "nested deeper than %d levels", maxDataDepth)
-	}
-	switch tok {
-	case json.Delim('{'):
-		return r.object(depth)
-	case json.Delim('['):
-		return r.array(depth)
-	}
-	if n, ok := tok.(json.Number); ok {
-		// Rego refuses exponents beyond about ±10^30000, which JSON allows.
-		if _, err := ast.NumberChecked(string(n)); err != nil {
-			return nil, errorAt(r.raw, off, "number too large or too small for Rego")
-		}
-	}
-	return tok, nil // string, json.Number, bool or nil
+	return nil, errorAt(raw, ve.Offset, "%s", ve.Err)
 }
 
-func (r *jsonReader) object(depth int) (any, error) {
-	obj := map[string]any{}
-	at := map[string]int64{}
-	for r.dec.More() {
-		off := r.next()
-		tok, err := r.dec.Token()
-		if err != nil {
-			return nil, &fileError{msg: err.Error()}
-		}
-		key, _ := tok.(string)
-		if first, dup := at[key]; dup {
-			line, _ := strictjson.Position(r.raw, first)
-			return nil, errorAt(r.raw, off, "duplicate key %q (first at line %d)", key, line)
-		}
-		at[key] = off
-		if obj[key], err = r.value(depth + 1); err != nil {
-			return nil, err
-		}
-	}
-	return obj, r.end()
-}
-
-func (r *jsonReader) array(depth int) (any, error) {
-	arr := []any{}
-	for r.dec.More() {
-		v, err := r.value(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		arr = append(arr, v)
-	}
-	return arr, r.end()
-}
-
-// end reads the closing delimiter of an object or array.
-func (r *jsonReader) end() error {
-	if _, err := r.dec.Token(); err != nil {
-		return &fileError{msg: err.Error()}
+// regoNumber refuses a number Rego cannot hold: Rego refuses exponents
+// beyond about ±10^30000, which JSON allows.
+func regoNumber(n json.Number) error {
+	if _, err := ast.NumberChecked(string(n)); err != nil {
+		return errors.New("number too large or too small for Rego")
 	}
 	return nil
-}
-
-// next is the offset of the next token, past white space and the comma or
-// colon before it, which the Decoder consumes only with that token.
-func (r *jsonReader) next() int64 {
-	off := r.dec.InputOffset()
-	separated := false
-	for ; off < int64(len(r.raw)); off++ {
-		switch c := r.raw[off]; {
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
-		case (c == ',' || c == ':') && !separated:
-			separated = true
-		default:
-			return off
-		}
-	}
-	return off
 }
 
 // errorAt is an error at byte offset off of raw.

@@ -1,7 +1,7 @@
 // Package strictjson reads JSON the way every gated input is read: one
-// value, no member the target type lacks, nothing after the value. It also
-// turns an error's byte offset into the line and column a person finds in
-// an editor.
+// value, no member the target type lacks, no key twice, nothing after the
+// value. It also turns an error's byte offset into the line and column a
+// person finds in an editor.
 package strictjson
 
 import (
