@@ -37,21 +37,21 @@ var (
 	ErrNotConfigured = errors.New("plugin is not configured")
 )
 
-// DefaultStartTimeout bounds a plugin's launch and handshake.
-const DefaultStartTimeout = 10 * time.Second
+// defaultStartTimeout bounds a plugin's launch and handshake.
+const defaultStartTimeout = 10 * time.Second
 
-// DefaultHealthInterval is how often the host checks a running plugin's
+// defaultHealthInterval is how often the host checks a running plugin's
 // health unless its spec says otherwise.
-const DefaultHealthInterval = 5 * time.Second
+const defaultHealthInterval = 5 * time.Second
 
-// DefaultHealthMisses is how many health checks in a row a plugin may
+// defaultHealthMisses is how many health checks in a row a plugin may
 // miss before it is killed and relaunched, unless its spec says
 // otherwise.
-const DefaultHealthMisses = 3
+const defaultHealthMisses = 3
 
-// DefaultMaxConcurrency applies when neither the spec nor the plugin sets
+// defaultMaxConcurrency applies when neither the spec nor the plugin sets
 // a limit.
-const DefaultMaxConcurrency = wire.DefaultMaxConcurrency
+const defaultMaxConcurrency = wire.DefaultMaxConcurrency
 
 // Spec says how to launch one plugin.
 type Spec struct {
@@ -68,17 +68,17 @@ type Spec struct {
 	SHA256 string
 	// MaxConcurrency bounds reviews in flight; further reviews queue until
 	// a slot frees or their deadline passes. 0 means the smaller of the
-	// plugin's own limit and DefaultMaxConcurrency.
+	// plugin's own limit and 16.
 	MaxConcurrency int
-	// StartTimeout bounds launch and handshake. Default DefaultStartTimeout.
+	// StartTimeout bounds launch and handshake. Default 10s.
 	StartTimeout time.Duration
 	// HealthInterval is how often the host checks that the running plugin
 	// answers gRPC's health service; a check that gets no answer within
-	// the interval is a miss. Default DefaultHealthInterval.
+	// the interval is a miss. Default 5s.
 	HealthInterval time.Duration
 	// HealthMisses is how many checks in a row the plugin may miss before
 	// the host kills its process group, fails its reviews in flight and
-	// relaunches it. Default DefaultHealthMisses.
+	// relaunches it. Default 3.
 	HealthMisses int
 
 	// self marks a bundled reviewer: the host runs its own executable
@@ -168,16 +168,16 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 			return nil, fmt.Errorf("plugin %q: health interval %s and misses %d must not be negative", s.Name, s.HealthInterval, s.HealthMisses)
 		}
 		if s.HealthInterval == 0 {
-			s.HealthInterval = DefaultHealthInterval
+			s.HealthInterval = defaultHealthInterval
 		}
 		if s.HealthMisses == 0 {
-			s.HealthMisses = DefaultHealthMisses
+			s.HealthMisses = defaultHealthMisses
 		}
 		if _, dup := h.procs[s.Name]; dup {
 			return nil, fmt.Errorf("plugin %q is configured twice", s.Name)
 		}
 		if s.StartTimeout <= 0 {
-			s.StartTimeout = DefaultStartTimeout
+			s.StartTimeout = defaultStartTimeout
 		}
 		h.procs[s.Name] = &process{host: h, spec: s, log: log.With(zap.String("plugin", s.Name))}
 	}

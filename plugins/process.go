@@ -237,7 +237,7 @@ func (p *process) start(ctx context.Context) error {
 	}
 	limit := p.spec.MaxConcurrency
 	if limit <= 0 {
-		limit = DefaultMaxConcurrency
+		limit = defaultMaxConcurrency
 		if n := int(desc.GetMaxConcurrency()); n > 0 && n < limit {
 			limit = n
 		}
