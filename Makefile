@@ -73,6 +73,7 @@ fuzz:
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzPosition$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzObject$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzReadValue$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/yamlpos -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/operator -run '^$$' -fuzz '^FuzzParseList$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)

@@ -16,25 +16,25 @@ import (
 	"github.com/gated/gated/internal/fswatch"
 )
 
-// DefaultDebounce is how long the directory must be quiet before Watch
+// defaultDebounce is how long the directory must be quiet before Watch
 // reloads, unless WatchOptions.Debounce says otherwise.
-const DefaultDebounce = 250 * time.Millisecond
+const defaultDebounce = 250 * time.Millisecond
 
-// DefaultPoll is the interval of Watch's fingerprint check, unless
+// defaultPoll is the interval of Watch's fingerprint check, unless
 // WatchOptions.Poll says otherwise.
-const DefaultPoll = 10 * time.Second
+const defaultPoll = 10 * time.Second
 
 // WatchOptions tune Watch. The zero value is ready to use.
 type WatchOptions struct {
 	// Debounce is how long the directory must be quiet before a reload:
 	// editors and git write a file in several steps. Default
-	// DefaultDebounce (250ms).
+	// 250ms.
 	Debounce time.Duration
 	// Poll is the interval of a fingerprint check (names, sizes and
 	// modification times of the persona files) that catches what file
 	// events miss: a directory swapped by a symbolic link, as Kubernetes
 	// does with mounted volumes, or a network file system. Default
-	// DefaultPoll (10s); negative turns it off.
+	// 10s; negative turns it off.
 	Poll time.Duration
 	// OnReload, when not nil, hears every reload Watch makes, from the
 	// Watch goroutine. It must not block for long: reloads wait for it.
@@ -56,10 +56,10 @@ func (r *Registry) Watch(ctx context.Context, opts WatchOptions) error {
 		return ErrNoRoot
 	}
 	if opts.Debounce <= 0 {
-		opts.Debounce = DefaultDebounce
+		opts.Debounce = defaultDebounce
 	}
 	if opts.Poll == 0 {
-		opts.Poll = DefaultPoll
+		opts.Poll = defaultPoll
 	}
 	w, err := fsnotify.NewWatcher()
 	if err != nil {

@@ -42,8 +42,8 @@ func BenchmarkReviewRoundTrip(b *testing.B) {
 		parallel int
 	}{
 		{name: "bare", parallel: 1},
-		{name: "one-tool-call", tools: []string{ToolGetSOPText}, parallel: 1},
-		{name: "one-tool-call-x16", tools: []string{ToolGetSOPText}, parallel: 16},
+		{name: "one-tool-call", tools: []string{toolGetSOPText}, parallel: 1},
+		{name: "one-tool-call-x16", tools: []string{toolGetSOPText}, parallel: 16},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			base := reviewRequest(b, "host_restart_service", sop)

@@ -76,7 +76,7 @@ func Conformance(ctx context.Context, log *zap.Logger, spec Spec, opts Conforman
 	}
 	// Decoys are offered in every review and refused when called; with no
 	// tool bag of its own, a review offers get_sop_text only as a decoy.
-	h.decoys = []string{ToolGetSOPText, decoyTool}
+	h.decoys = []string{toolGetSOPText, decoyTool}
 	defer h.Close()
 	if !run("handshake", func() (bool, string) {
 		if err := h.Start(ctx); err != nil {
@@ -105,7 +105,7 @@ func Conformance(ctx context.Context, log *zap.Logger, spec Spec, opts Conforman
 	}
 	covered := &engine.SOP{ID: "SOP-001", Title: "Restart a service", Actions: []string{"host_restart_service"},
 		Rollback: "Start the previous unit file revision and confirm the health check.", Steps: []string{"Drain", "Restart", "Watch the health check"}}
-	tools := []string{ToolGetSOPText, ToolGetVerdictHistory, ToolGetProposal}
+	tools := []string{toolGetSOPText, toolGetVerdictHistory, toolGetProposal}
 	var n int
 	review := func(timeout time.Duration, p *engine.Proposal, sop *engine.SOP, tools []string, audit func(context.Context, string, any)) (engine.ReviewResult, error) {
 		n++
@@ -303,7 +303,7 @@ func runReviewCheck(ctx context.Context, h *Host, plugin string, timeout time.Du
 	before := pidNow()
 	res, err := route.Review(rctx, engine.ReviewRequest{
 		ReviewID: "conformance-run-review", Proposal: p, ProposalJSON: raw, Persona: persona,
-		Tools: []string{ToolGetProposal}, PolicyRevision: "conformance", Why: "runs are reviewed", Deadline: deadline, Run: run,
+		Tools: []string{toolGetProposal}, PolicyRevision: "conformance", Why: "runs are reviewed", Deadline: deadline, Run: run,
 	})
 	if err != nil {
 		time.Sleep(100 * time.Millisecond) // let an exit show

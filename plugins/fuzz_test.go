@@ -28,7 +28,7 @@ func FuzzCallTool(f *testing.F) {
 		th := &toolHost{plugin: "p", reviews: &rs, cfg: &ToolConfig{
 			SOP: func(id string) (*engine.SOP, bool) { return &engine.SOP{ID: id}, id != "" },
 		}}
-		bag := []string{ToolGetProposal, ToolGetSOPText, ToolGetVerdictHistory}
+		bag := []string{toolGetProposal, toolGetSOPText, toolGetVerdictHistory}
 		lr, err := rs.add("p", engine.ReviewRequest{
 			ReviewID: "rv", ProposalJSON: []byte(`{"id":"p1"}`), Tools: bag,
 			SOP: &engine.SOP{ID: "SOP-001"}, Deadline: time.Now().Add(time.Minute),
@@ -38,7 +38,7 @@ func FuzzCallTool(f *testing.F) {
 		}
 		defer rs.remove(lr)
 		out, err := th.CallTool(context.Background(), &pluginv1.CallToolRequest{ReviewId: "rv", Name: name, ArgsJson: args})
-		inBag := name == ToolGetProposal || name == ToolGetSOPText || name == ToolGetVerdictHistory
+		inBag := name == toolGetProposal || name == toolGetSOPText || name == toolGetVerdictHistory
 		if !inBag {
 			if err == nil || (status.Code(err) != codes.PermissionDenied && status.Code(err) != codes.InvalidArgument) {
 				t.Fatalf("tool %q outside the bag: err = %v", name, err)

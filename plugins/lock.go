@@ -20,8 +20,8 @@ import (
 // into the directory is not enough to have gated run it.
 const LockFileName = "gated-plugins.lock"
 
-// LockVersion is the lock file format this package reads and writes.
-const LockVersion = 1
+// lockVersion is the lock file format this package reads and writes.
+const lockVersion = 1
 
 // Errors of plugin directories and their lock files. Each says how to fix
 // the problem.
@@ -97,7 +97,7 @@ func ScanDir(dir string) ([]DirPlugin, error) {
 
 // Lock is the content of a plugin directory's lock file.
 type Lock struct {
-	// Version is the format, LockVersion.
+	// Version is the format, lockVersion.
 	Version int `json:"version"`
 	// Plugins maps a plugin name to its pin.
 	Plugins map[string]LockEntry `json:"plugins"`
@@ -120,7 +120,7 @@ func WriteLock(dir string) (Lock, error) {
 	if err != nil {
 		return Lock{}, err
 	}
-	lock := Lock{Version: LockVersion, Plugins: make(map[string]LockEntry, len(found))}
+	lock := Lock{Version: lockVersion, Plugins: make(map[string]LockEntry, len(found))}
 	for _, p := range found {
 		sum, err := FileSHA256(p.Path)
 		if err != nil {
@@ -199,8 +199,8 @@ func decodeLock(path string, data []byte) (Lock, error) {
 		}
 		return Lock{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if l.Version != LockVersion {
-		return Lock{}, fmt.Errorf("%s: version %d is not supported (want %d); re-create it with `gated plugins lock`", path, l.Version, LockVersion)
+	if l.Version != lockVersion {
+		return Lock{}, fmt.Errorf("%s: version %d is not supported (want %d); re-create it with `gated plugins lock`", path, l.Version, lockVersion)
 	}
 	if l.Plugins == nil {
 		l.Plugins = map[string]LockEntry{}

@@ -22,16 +22,16 @@ import (
 
 // Built-in read tools the host answers itself.
 const (
-	ToolGetSOPText        = sdk.ToolGetSOPText
-	ToolGetVerdictHistory = sdk.ToolGetVerdictHistory
-	ToolGetProposal       = sdk.ToolGetProposal
+	toolGetSOPText        = sdk.ToolGetSOPText
+	toolGetVerdictHistory = sdk.ToolGetVerdictHistory
+	toolGetProposal       = sdk.ToolGetProposal
 )
 
 const (
 	DefaultToolCallTimeout = 10 * time.Second
-	// MaxToolArgsBytes and MaxToolResultBytes bound one tool call.
-	MaxToolArgsBytes   = 64 << 10
-	MaxToolResultBytes = 1 << 20
+	// maxToolArgsBytes and maxToolResultBytes bound one tool call.
+	maxToolArgsBytes   = 64 << 10
+	maxToolResultBytes = 1 << 20
 )
 
 // ToolConfig says how the host answers the tool calls of reviewers.
@@ -180,8 +180,8 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 		return nil, deny(codes.InvalidArgument, fmt.Sprintf("tool name %q is not a valid tool name", clipString(name, 128)))
 	case !lr.allowed[name]:
 		return nil, deny(codes.PermissionDenied, fmt.Sprintf("tool %q is not in this review's tool bag", name))
-	case len(args) > MaxToolArgsBytes:
-		return nil, deny(codes.InvalidArgument, fmt.Sprintf("arguments are %d bytes, over the %d byte limit", len(args), MaxToolArgsBytes))
+	case len(args) > maxToolArgsBytes:
+		return nil, deny(codes.InvalidArgument, fmt.Sprintf("arguments are %d bytes, over the %d byte limit", len(args), maxToolArgsBytes))
 	}
 	if len(args) == 0 {
 		args = []byte("{}")
@@ -195,8 +195,8 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 	cctx, cancel := context.WithDeadline(ctx, callDeadline(started, th.cfg.CallTimeout, lr.req.Deadline))
 	defer cancel()
 	out, err := th.run(cctx, lr, name, args, obj)
-	if err == nil && len(out) > MaxToolResultBytes {
-		err = fmt.Errorf("tool %q answered %d bytes, over the %d byte limit", name, len(out), MaxToolResultBytes)
+	if err == nil && len(out) > maxToolResultBytes {
+		err = fmt.Errorf("tool %q answered %d bytes, over the %d byte limit", name, len(out), maxToolResultBytes)
 	}
 	if err == nil && !json.Valid(out) {
 		err = fmt.Errorf("tool %q answered something that is not JSON", name)
@@ -250,19 +250,19 @@ func (lr *liveReview) audit(ctx context.Context, event string, data map[string]a
 func (th *toolHost) run(ctx context.Context, lr *liveReview, name string, args []byte, obj map[string]json.RawMessage) ([]byte, error) {
 	req := lr.req
 	switch name {
-	case ToolGetProposal:
+	case toolGetProposal:
 		return req.ProposalJSON, nil
-	case ToolGetVerdictHistory:
+	case toolGetVerdictHistory:
 		history := req.History
 		if history == nil {
 			history = []engine.Verdict{}
 		}
 		return json.Marshal(history)
-	case ToolGetSOPText:
+	case toolGetSOPText:
 		return th.sopText(req, obj)
 	}
 	if th.cfg.Forward == nil {
-		return nil, fmt.Errorf("tool %q has no provider: gated answers only %s, %s and %s itself", name, ToolGetSOPText, ToolGetVerdictHistory, ToolGetProposal)
+		return nil, fmt.Errorf("tool %q has no provider: gated answers only %s, %s and %s itself", name, toolGetSOPText, toolGetVerdictHistory, toolGetProposal)
 	}
 	var tenant, id, action string
 	if p := req.Proposal; p != nil {
@@ -386,13 +386,13 @@ func toolSpecs(cfg *ToolConfig, names []string) []*pluginv1.Tool {
 		seen[n] = true
 		t := &pluginv1.Tool{Name: n, InputSchemaJson: `{"type":"object"}`}
 		switch n {
-		case ToolGetSOPText:
+		case toolGetSOPText:
 			t.Description = "The full text of a standard operating procedure. Without an id, the SOP that covers the proposal's action."
 			t.InputSchemaJson = `{"type":"object","properties":{"id":{"type":"string","description":"SOP id, e.g. SOP-001"}},"additionalProperties":false}`
-		case ToolGetVerdictHistory:
+		case toolGetVerdictHistory:
 			t.Description = "Recent approved verdicts on the same tenant and target, oldest first."
 			t.InputSchemaJson = `{"type":"object","properties":{},"additionalProperties":false}`
-		case ToolGetProposal:
+		case toolGetProposal:
 			t.Description = "The proposal under review, exactly as the agent published it."
 			t.InputSchemaJson = `{"type":"object","properties":{},"additionalProperties":false}`
 		}

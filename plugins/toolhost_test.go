@@ -192,7 +192,7 @@ func TestToolHostRefusesReviewsNotInProgress(t *testing.T) {
 		{note: "tool outside the bag", th: th, id: "rv1", tool: "get_sop_text", code: codes.PermissionDenied},
 		{note: "name with a dot", th: th, id: "rv1", tool: "get.proposal", code: codes.InvalidArgument},
 		{note: "arguments not an object", th: th, id: "rv1", tool: "get_proposal", args: `[1]`, code: codes.InvalidArgument},
-		{note: "arguments too large", th: th, id: "rv1", tool: "get_proposal", args: `{"x":"` + strings.Repeat("a", MaxToolArgsBytes) + `"}`, code: codes.InvalidArgument},
+		{note: "arguments too large", th: th, id: "rv1", tool: "get_proposal", args: `{"x":"` + strings.Repeat("a", maxToolArgsBytes) + `"}`, code: codes.InvalidArgument},
 		{note: "review finished", th: th, id: "rv1", tool: "get_proposal", code: codes.PermissionDenied, afterDone: true},
 	}
 	for _, tc := range cases {

@@ -99,8 +99,8 @@ mutant required_gates engine/engine.go './engine ./plugins' \
 	'for _, g := range persona.RequiredGates {' \
 	'for _, g := range []string(nil) {'
 
-# The host's go-plugin client (plugins/host.go): mutual TLS to the plugin.
-mutant automtls plugins/host.go ./plugins \
+# The host's go-plugin client (plugins/process.go): mutual TLS to the plugin.
+mutant automtls plugins/process.go ./plugins \
 	'AutoMTLS:         true,' \
 	'AutoMTLS:         false,'
 
@@ -195,13 +195,13 @@ mutant review_also_ignored engine/quorum.go ./engine \
 	'for _, name := range []string(nil) {'
 
 # Plugin pinning (plugins/image.go): the digest of the sealed copy must be
-# the pinned one. Health checks (plugins/host.go): a plugin that misses
+# the pinned one. Health checks (plugins/process.go): a plugin that misses
 # HealthMisses checks in a row is killed and relaunched; the mutant never
 # counts a miss.
 mutant plugin_pin_compared plugins/image.go ./plugins \
 	'if img.sha256 != spec.SHA256 {' \
 	'if false {'
-mutant health_misses_counted plugins/host.go ./plugins \
+mutant health_misses_counted plugins/process.go ./plugins \
 	$'\t\tmisses++\n' \
 	$'\t\tmisses += 0\n'
 

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
@@ -87,7 +88,12 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
 	}
-	f := c.Flags()
+	o.register(c.Flags())
+	return c
+}
+
+// register defines serve's flags on f, each setting its field of o.
+func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.dataDir, "data-dir", "gated-data", "directory of the embedded server's JetStream files")
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
 	f.BoolVar(&o.personasWatch, "personas-watch", true, "reload the personas when files under --personas change")
@@ -106,26 +112,25 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
 	f.BoolVar(&o.reviewService, "review-service", true, "serve the request/reply endpoints gated.review and gated.review.<tenant> (nats micro service \"gated\")")
 	f.StringVar(&o.operators, "operators", "", "YAML file of the operators (nkey public keys) whose signed decisions on held run reviews gated accepts on gated.operator.<tenant>.<id> (docs/OPERATORS.md); empty: none")
-	_ = c.MarkFlagFilename("operators", "yaml", "yml")
+	_ = cobra.MarkFlagFilename(f, "operators", "yaml", "yml")
 	f.DurationVar(&o.reviewWait, "review-wait", fleet.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
 	f.StringVar(&o.auditKeyFile, "audit-key-file", "", "key that MACs audit records: 32+ random bytes, raw or hex (default with the embedded server: <data-dir>/audit.key, created on first start)")
-	_ = c.MarkFlagFilename("audit-key-file")
+	_ = cobra.MarkFlagFilename(f, "audit-key-file")
 	f.BoolVar(&o.auditKeyRotate, "audit-key-rotate", false, "start even though the audit key is not the one that MACed the audit stream's newest record (a new key on purpose, or a lost one)")
 	f.StringVar(&o.auditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches), pipelined or one-at-a-time")
 	o.policy.register(f)
 	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
 	f.DurationVar(&o.policyPoll, "policy-poll", 10*time.Second, "also compare the policy files every interval, for changes file events miss (0 disables)")
 	f.StringVar(&o.pluginsDir, "plugins-dir", "", "directory of reviewer plugin executables pinned by gated-plugins.lock (see gated plugins --help)")
-	_ = c.MarkFlagDirname("plugins-dir")
+	_ = cobra.MarkFlagDirname(f, "plugins-dir")
 	f.StringVar(&o.defaultPlugin, "default-plugin", sop.Name, "plugin that reviews for personas naming none")
 	f.IntVar(&o.llmMaxConc, "llm-max-concurrency", DefaultLLMMaxConcurrency, "reviews the bundled llm reviewer runs at once; more wait for a slot (mind the provider's rate limits)")
 	f.DurationVar(&o.toolTimeout, "tool-timeout", plugins.DefaultToolCallTimeout, "time limit of one reviewer tool call (never past the review's deadline)")
 	f.DurationVar(&o.dedupeWindow, "dedupe-window", engine.DefaultDedupeWindow, "how long a rejection answers identical proposals at stage dedupe (0 turns dedupe off)")
 	f.IntVar(&o.dedupeMax, "dedupe-max", engine.DefaultDedupeMax, "rejections remembered for dedupe at most (oldest forgotten first)")
-	return c
 }
 
 // serve checks the options and runs the gate until ctx ends.

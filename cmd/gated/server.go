@@ -29,10 +29,39 @@ type gateServer struct {
 	o         serveOptions
 	operators *operator.List // nil: no operator decisions
 	log       *zap.Logger
-	// watchers are the policy and persona watchers; the other parts
-	// (worker, review service, HTTP listener, plugin events) are stopped
-	// and joined by their own stop functions.
-	watchers sync.WaitGroup
+
+	// stops undo the steps that ran, newest first: Run unwinds them on
+	// every way out, an early error and a panic included.
+	stops []func()
+	// watchCtx ends the policy and persona watchers, which watchers
+	// joins; the other parts (worker, review service, HTTP listener,
+	// plugin events) are stopped and joined by their own stop functions.
+	watchCtx    context.Context
+	stopWatch   context.CancelFunc
+	watchers    sync.WaitGroup
+	auditReload atomic.Pointer[func(policies.Reload)] // set once reloads can be audited
+	ready       atomic.Bool                           // what /readyz reports
+
+	src           policies.Sources
+	live          *policies.Live
+	m             *metrics
+	reg           *personas.Registry
+	specs         []plugins.Spec
+	defaultPlugin string
+	configured    []string // the plugins' names
+	host          *plugins.Host
+	embedded      *server.Server // nil with --nats-url
+	url           string
+	nc            *nats.Conn
+	js            jetstream.JetStream
+	busCfg        bus.Config
+	res           *bus.Resources
+	auditor       *bus.Auditor
+	store         *bus.VerdictStore
+	eng           *engine.Engine
+	worker        *bus.Worker
+	stopWorker    func(grace time.Duration) // stops the worker once; later calls do nothing
+	review        *bus.Service              // nil when --review-service=false; Stop is nil-safe
 }
 
 // newServer returns the server the checked options o describe.
@@ -43,80 +72,197 @@ func newServer(o serveOptions, operators *operator.List, log *zap.Logger) *gateS
 // Run serves until ctx ends, then drains proposals in flight for the
 // shutdown grace and stops. It returns only once every goroutine it
 // started has returned; an error means the gate could not start.
-func (s *gateServer) Run(ctx context.Context) (err error) {
-	o, log := s.o, s.log
-	watchCtx, cancelWatchers := context.WithCancel(ctx)
-	stopWatchers := func() {
-		cancelWatchers()
-		s.watchers.Wait()
-	}
-	// Every way out joins the watchers, the early ones included.
-	defer stopWatchers()
+func (s *gateServer) Run(ctx context.Context) error {
+	return s.run(ctx, s.startSteps())
+}
 
-	src, policyNote, err := o.policy.sources()
+// startSteps are the steps that start the gate, in order. Each registers
+// with onStop what undoes it.
+func (s *gateServer) startSteps() []func(context.Context) error {
+	return []func(context.Context) error{
+		s.claimResources,
+		s.loadPolicy,
+		s.loadPersonas,
+		s.watchPersonas,
+		s.newPluginHost,
+		s.startNATS,
+		s.setupStreams,
+		s.openAudit,
+		s.startPlugins,
+		s.watchPolicy,
+		s.startWorker,
+		s.startReviewService,
+		s.startHTTP,
+	}
+}
+
+// run runs steps in order, serves until ctx ends, drains and stops. A
+// step's error stops the start there; every way out unwinds what the steps
+// that ran started.
+func (s *gateServer) run(ctx context.Context, steps []func(context.Context) error) error {
+	s.watchCtx, s.stopWatch = context.WithCancel(ctx)
+	defer s.unwind()
+	// Registered first, so it runs last: every way out joins the
+	// watchers, the early ones included.
+	s.onStop(s.stopWatchers)
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	s.log.Info("gated is ready",
+		zap.String("nats", redactURL(s.url)), zap.Bool("embedded", s.embedded != nil),
+		zap.String("policy_revision", s.live.Revision()), zap.Any("plugins", s.host.Plugins()),
+		zap.Strings("personas", s.reg.Names()))
+
+	<-ctx.Done()
+	s.ready.Store(false)
+	// No reload lands while proposals drain.
+	s.stopWatchers()
+	s.drain()
+	s.log.Info("gated stopped")
+	return nil
+}
+
+// onStop registers f to run when Run returns, before the stops
+// registered earlier.
+func (s *gateServer) onStop(f func()) { s.stops = append(s.stops, f) }
+
+// unwind runs the registered stops, newest first.
+func (s *gateServer) unwind() {
+	for i := len(s.stops) - 1; i >= 0; i-- {
+		s.stops[i]()
+	}
+	s.stops = nil
+}
+
+// stopWatchers ends the policy and persona watchers and joins them; a
+// second call does nothing more.
+func (s *gateServer) stopWatchers() {
+	s.stopWatch()
+	s.watchers.Wait()
+}
+
+// claimResources refuses usage errors first; then it claims what can be
+// checked at once, before anything is loaded or logged.
+func (s *gateServer) claimResources(context.Context) error {
+	src, note, err := s.o.policy.sources()
 	if err != nil {
 		return err
 	}
-	// Usage errors come first; then what can be checked at once, before
-	// anything is loaded or logged.
-	release, err := claimServeResources(o)
+	release, err := claimServeResources(s.o)
 	if err != nil {
 		return err
 	}
-	defer release()
-	// Reloads are logged at once; they are audited once the audit stream
-	// is open (reloads only happen after that, in the watcher).
-	var auditReload atomic.Pointer[func(policies.Reload)]
-	live, err := s.loadPolicy(ctx, src, policyNote, &auditReload)
+	s.onStop(release)
+	s.src = src
+	if note != "" {
+		s.log.Warn(note)
+	}
+	return nil
+}
+
+// loadPolicy loads the policy, logging each reload at once and auditing
+// it once the audit stream is open (reloads only happen after that, in
+// the watcher).
+func (s *gateServer) loadPolicy(ctx context.Context) error {
+	live, err := policies.NewLive(ctx, s.src, func(r policies.Reload) {
+		logReload(s.log, r)
+		if f := s.auditReload.Load(); f != nil {
+			(*f)(r)
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("loading the policy: %w", err)
+	}
+	state := live.State()
+	s.log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
+		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
+	s.live = live
+	s.m = newMetrics(live)
+	return nil
+}
+
+// loadPersonas loads the personas and the plugin configuration, and warns
+// about personas that name no configured plugin.
+func (s *gateServer) loadPersonas(ctx context.Context) error {
+	reg, warnings, err := personas.Load(s.o.personasDir)
+	if err != nil {
+		return fmt.Errorf("loading personas: %w", err)
+	}
+	for _, w := range warnings {
+		s.log.Warn("persona", zap.String("warning", w))
+	}
+	specs, defaultPlugin, err := pluginSpecs(ctx, s.o)
 	if err != nil {
 		return err
 	}
-	m := newMetrics(live)
-	reg, specs, defaultPlugin, configured, err := s.loadPersonas(ctx)
-	if err != nil {
-		return err
+	configured := make([]string, 0, len(specs))
+	for _, spec := range specs {
+		configured = append(configured, spec.Name)
 	}
-	if o.personasWatch && o.personasDir != "" {
-		// Reloads swap the registry whole; reviews in flight keep the
-		// persona they looked up.
-		s.watchers.Go(func() {
-			err := reg.Watch(watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) {
-				logPersonaReload(log, r)
-				if r.OK && r.Changed {
-					warnPersonasWithoutPlugin(log, reg.Snapshot(), configured)
-				}
-			}})
-			if err != nil {
-				log.Error("persona hot reload is off", zap.Error(err))
+	warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
+	s.reg, s.specs, s.defaultPlugin, s.configured = reg, specs, defaultPlugin, configured
+	return nil
+}
+
+// watchPersonas reloads the personas when their files change, with
+// --personas-watch. Reloads swap the registry whole; reviews in flight
+// keep the persona they looked up.
+func (s *gateServer) watchPersonas(context.Context) error {
+	if !s.o.personasWatch || s.o.personasDir == "" {
+		return nil
+	}
+	s.watchers.Go(func() {
+		err := s.reg.Watch(s.watchCtx, personas.WatchOptions{OnReload: func(r personas.Reload) {
+			logPersonaReload(s.log, r)
+			if r.OK && r.Changed {
+				warnPersonasWithoutPlugin(s.log, s.reg.Snapshot(), s.configured)
 			}
-		})
-	}
-	host, err := plugins.NewHost(log.Named("plugins"), defaultPlugin, specs...)
+		}})
+		if err != nil {
+			s.log.Error("persona hot reload is off", zap.Error(err))
+		}
+	})
+	return nil
+}
+
+// newPluginHost makes the plugin host; the plugins start later, once
+// their events can be audited.
+func (s *gateServer) newPluginHost(context.Context) error {
+	host, err := plugins.NewHost(s.log.Named("plugins"), s.defaultPlugin, s.specs...)
 	if err != nil {
 		return err
 	}
-	defer host.Close()
+	s.host = host
+	s.onStop(host.Close)
 	// Every way out stops the plugins, including a panic unwinding serve.
-	defer plugin.CleanupClients()
+	s.onStop(plugin.CleanupClients)
+	return nil
+}
 
-	url := o.natsURL
-	var embedded *server.Server
-	if url == "" {
-		embedded, err = bus.StartEmbedded(bus.EmbeddedConfig{Listen: o.natsListen, StoreDir: o.dataDir}, log)
+// startNATS starts the embedded server unless --nats-url names one, and
+// connects to it.
+func (s *gateServer) startNATS(context.Context) error {
+	s.url = s.o.natsURL
+	if s.url == "" {
+		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.o.natsListen, StoreDir: s.o.dataDir}, s.log)
 		if err != nil {
 			return err
 		}
-		defer func() {
+		s.embedded = embedded
+		s.onStop(func() {
 			embedded.Shutdown()
 			embedded.WaitForShutdown()
-		}()
-		url = embedded.ClientURL()
+		})
+		s.url = embedded.ClientURL()
 	}
-	nc, err := o.natsConn.connect(url, "gated", natsErrorLog(log))
+	nc, err := s.o.natsConn.connect(s.url, "gated", natsErrorLog(s.log))
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
+	s.nc = nc
+	s.onStop(nc.Close)
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(16384),
 		// A lost acknowledgement fails the audit trail instead of holding
@@ -125,71 +271,97 @@ func (s *gateServer) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("opening JetStream: %w", err)
 	}
+	s.js = js
+	return nil
+}
+
+// setupStreams settles the audit key, then creates or updates the
+// streams and the verdict bucket.
+func (s *gateServer) setupStreams(ctx context.Context) error {
 	// The key is settled before anything is written, streams included.
-	auditKey, err := serveAuditKey(ctx, js, o, embedded != nil, log)
+	auditKey, err := serveAuditKey(ctx, s.js, s.o, s.embedded != nil, s.log)
 	if err != nil {
 		return err
 	}
-	busCfg := bus.Config{
+	o := s.o
+	s.busCfg = bus.Config{
 		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
 		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	res, err := bus.Setup(setupCtx, js, busCfg)
+	s.res, err = bus.Setup(setupCtx, s.js, s.busCfg)
 	cancel()
 	if err != nil {
 		return err
 	}
-	auditor, err := newServeAuditor(ctx, js, o, auditKey, log)
-	if err != nil {
-		return err
-	}
-	// Deferred here, it runs after the worker and the plugin events stop.
-	defer closeAuditor(auditor, log)
+	s.auditor, err = newServeAuditor(ctx, s.js, s.o, auditKey, s.log)
+	return err
+}
+
+// openAudit arranges for the auditor to close after everything that
+// writes to it, and starts auditing policy reloads.
+func (s *gateServer) openAudit(context.Context) error {
+	auditor := s.auditor
+	// Registered here, it runs after the worker and the plugin events stop.
+	s.onStop(func() { closeAuditor(auditor, s.log) })
 	// The watchers audit reloads: they stop before the auditor closes.
-	defer stopWatchers()
+	s.onStop(s.stopWatchers)
 	audit := func(r policies.Reload) {
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := auditor.Trail().Seal(actx, reloadEvent(r, live.Revision())); err != nil {
-			log.Error("auditing a policy reload", zap.Error(err))
+		if _, err := auditor.Trail().Seal(actx, reloadEvent(r, s.live.Revision())); err != nil {
+			s.log.Error("auditing a policy reload", zap.Error(err))
 		}
 	}
-	auditReload.Store(&audit)
+	s.auditReload.Store(&audit)
+	return nil
+}
 
-	// Plugins start once their events can be audited: a refused checksum,
-	// an exit and a relaunch are gated's own events under tenant "_".
-	stopEvents := auditHostEvents(host, auditor.Trail, log)
-	defer stopEvents()
-	host.SetTools(toolConfig(nc, live, o.toolTimeout))
-	if err := host.Start(ctx); err != nil {
-		return err
+// startPlugins starts the plugins once their events can be audited: a
+// refused checksum, an exit and a relaunch are gated's own events under
+// tenant "_".
+func (s *gateServer) startPlugins(ctx context.Context) error {
+	s.onStop(auditHostEvents(s.host, s.auditor.Trail, s.log))
+	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
+	return s.host.Start(ctx)
+}
+
+// watchPolicy reloads the policy when its files change, with
+// --policy-watch and a policy of files.
+func (s *gateServer) watchPolicy(context.Context) error {
+	if !s.o.policyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
+		return nil
 	}
-	if o.policyWatch && (src.Dir != "" || len(src.DataFiles) > 0) {
-		s.watchers.Go(func() {
-			poll := o.policyPoll
-			if poll == 0 {
-				poll = -1
-			}
-			if err := live.Watch(watchCtx, policies.WatchOptions{Poll: poll}); err != nil {
-				log.Error("policy hot reload is off", zap.Error(err))
-			}
-		})
-	}
+	s.watchers.Go(func() {
+		poll := s.o.policyPoll
+		if poll == 0 {
+			poll = -1
+		}
+		if err := s.live.Watch(s.watchCtx, policies.WatchOptions{Poll: poll}); err != nil {
+			s.log.Error("policy hot reload is off", zap.Error(err))
+		}
+	})
+	return nil
+}
+
+// startWorker builds the engine over the verdict store and starts the
+// worker that feeds it proposals.
+func (s *gateServer) startWorker(context.Context) error {
+	o := s.o
 	dedupeWindow := o.dedupeWindow
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
-	store := bus.NewVerdictStore(res.Verdicts, bus.WithCorruptRecordHook(corruptRecordHook(auditor.Trail, m.corrupt, log)))
+	s.store = bus.NewVerdictStore(s.res.Verdicts, bus.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.
-	pool := policies.NewPool(live, 0)
-	defer pool.Close()
+	pool := policies.NewPool(s.live, 0)
+	s.onStop(pool.Close)
 	eng, err := engine.New(engine.Config{
-		Policy:        meteredPolicy{Policy: pool, eval: m.eval},
-		Personas:      reg,
-		Router:        host,
-		Store:         store,
+		Policy:        meteredPolicy{Policy: pool, eval: s.m.eval},
+		Personas:      s.reg,
+		Router:        s.host,
+		Store:         s.store,
 		ReviewTimeout: o.reviewTimeout,
 		DedupeWindow:  dedupeWindow,
 		DedupeMax:     o.dedupeMax,
@@ -197,101 +369,37 @@ func (s *gateServer) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	worker, err := bus.NewWorker(nc, js, res, countingDecider{Decider: eng, verdicts: m.verdicts},
-		auditor.Trail, busCfg, log.Named("worker"))
+	s.eng = eng
+	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts},
+		s.auditor.Trail, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err
 	}
 	if err := worker.Start(); err != nil {
 		return err
 	}
-	var review *bus.Service // nil when --review-service=false; Stop is nil-safe
-	if o.reviewService {
-		if review, err = s.startReviewService(nc, js, store, eng, auditor.Trail); err != nil {
-			worker.Stop(0)
-			return err
-		}
-		defer review.Stop(0) // every early return; a no-op after the shutdown below
-	}
-	var ready atomic.Bool
-	ready.Store(true)
-	if o.httpAddr != "" {
-		stopHTTP, err := serveHTTP(o.httpAddr, o.pprof, nc, &ready, live, host, defaultPlugin, m, log)
-		if err != nil {
-			worker.Stop(0)
-			return err
-		}
-		defer stopHTTP()
-	}
-	log.Info("gated is ready",
-		zap.String("nats", redactURL(url)), zap.Bool("embedded", embedded != nil),
-		zap.String("policy_revision", live.Revision()), zap.Any("plugins", host.Plugins()),
-		zap.Strings("personas", reg.Names()))
-
-	<-ctx.Done()
-	ready.Store(false)
-	// No reload lands while proposals drain.
-	stopWatchers()
-	s.drain(review, worker, host, nc)
-	log.Info("gated stopped")
+	var once sync.Once
+	s.worker = worker
+	s.stopWorker = func(grace time.Duration) { once.Do(func() { worker.Stop(grace) }) }
+	// A later step's failure stops it at once; the drain stops it first,
+	// with the grace.
+	s.onStop(func() { s.stopWorker(0) })
 	return nil
-}
-
-// loadPolicy loads the policy from src, logging each reload and auditing
-// it once auditReload is set.
-func (s *gateServer) loadPolicy(ctx context.Context, src policies.Sources, note string, auditReload *atomic.Pointer[func(policies.Reload)]) (*policies.Live, error) {
-	log := s.log
-	if note != "" {
-		log.Warn(note)
-	}
-	live, err := policies.NewLive(ctx, src, func(r policies.Reload) {
-		logReload(log, r)
-		if f := auditReload.Load(); f != nil {
-			(*f)(r)
-		}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("loading the policy: %w", err)
-	}
-	state := live.State()
-	log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
-		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
-	return live, nil
-}
-
-// loadPersonas loads the personas and the plugin configuration, and warns
-// about personas that name no configured plugin. configured are the
-// plugins' names.
-func (s *gateServer) loadPersonas(ctx context.Context) (reg *personas.Registry, specs []plugins.Spec, defaultPlugin string, configured []string, err error) {
-	reg, warnings, err := personas.Load(s.o.personasDir)
-	if err != nil {
-		return nil, nil, "", nil, fmt.Errorf("loading personas: %w", err)
-	}
-	for _, w := range warnings {
-		s.log.Warn("persona", zap.String("warning", w))
-	}
-	specs, defaultPlugin, err = pluginSpecs(ctx, s.o)
-	if err != nil {
-		return nil, nil, "", nil, err
-	}
-	configured = make([]string, 0, len(specs))
-	for _, spec := range specs {
-		configured = append(configured, spec.Name)
-	}
-	warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
-	return reg, specs, defaultPlugin, configured, nil
 }
 
 // startReviewService starts the request/reply endpoints, with the
 // operator decisions endpoint when operators are configured.
-func (s *gateServer) startReviewService(nc *nats.Conn, js jetstream.JetStream, store *bus.VerdictStore, eng *engine.Engine, trail func() engine.AuditTrail) (*bus.Service, error) {
+func (s *gateServer) startReviewService(context.Context) error {
+	if !s.o.reviewService {
+		return nil
+	}
 	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
 	if s.operators != nil {
 		var err error
-		svcCfg.Operators, err = operator.NewEndpoint(s.operators, eng, trail,
-			bus.NewFollowUps(js, store).Send, verdictPublisher(nc), s.log.Named("operator"))
+		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.auditor.Trail,
+			bus.NewFollowUps(s.js, s.store).Send, verdictPublisher(s.nc), s.log.Named("operator"))
 		if err != nil {
-			return nil, err
+			return err
 		}
 		ids := make([]string, 0, len(s.operators.Signers()))
 		for _, op := range s.operators.Signers() {
@@ -299,19 +407,40 @@ func (s *gateServer) startReviewService(nc *nats.Conn, js jetstream.JetStream, s
 		}
 		s.log.Info("operator decisions accepted", zap.String("file", s.o.operators), zap.Strings("operators", ids))
 	}
-	return bus.StartService(nc, svcCfg, s.log.Named("review"))
+	review, err := bus.StartService(s.nc, svcCfg, s.log.Named("review"))
+	if err != nil {
+		return err
+	}
+	s.review = review
+	s.onStop(func() { review.Stop(0) }) // a no-op after the drain
+	return nil
+}
+
+// startHTTP serves /healthz, /readyz and /metrics on --http, when given,
+// and marks the gate ready.
+func (s *gateServer) startHTTP(context.Context) error {
+	s.ready.Store(true)
+	if s.o.httpAddr == "" {
+		return nil
+	}
+	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.m, s.log)
+	if err != nil {
+		return err
+	}
+	s.onStop(stopHTTP)
+	return nil
 }
 
 // drain stops taking proposals and lets those in flight finish within the
 // shutdown grace. Requests to gated.review stop first; their proposals
 // finish on the worker, and both share one grace period.
-func (s *gateServer) drain(review *bus.Service, worker *bus.Worker, host *plugins.Host, nc *nats.Conn) {
+func (s *gateServer) drain() {
 	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.o.shutdownGrace))
 	deadline := time.Now().Add(s.o.shutdownGrace)
-	review.Stop(s.o.shutdownGrace)
-	worker.Stop(max(0, time.Until(deadline)))
-	host.Close()
-	if err := nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	s.review.Stop(s.o.shutdownGrace)
+	s.stopWorker(max(0, time.Until(deadline)))
+	s.host.Close()
+	if err := s.nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.log.Warn("flushing NATS connection", zap.Error(err))
 	}
 }

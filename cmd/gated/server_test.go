@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -10,6 +11,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/spf13/pflag"
+	"go.uber.org/zap"
 )
 
 // TestServeJoinsItsGoroutines runs serve in this process with every
@@ -56,7 +60,7 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 	// Serve has returned: whatever it started and joined is gone now, not
 	// soon.
 	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "cmd/gated.(*gateServer)"} {
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)"} {
 		if strings.Contains(stacks, frame) {
 			t.Errorf("a goroutine in %s outlives serve:\n%s", frame, stacks)
 		}
@@ -71,6 +75,62 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("%d goroutines before serve, %d after it returned:\n%s", before, now, allStacks())
+}
+
+// TestServeJoinsItsGoroutinesWhenStartFails starts every part of serve
+// (persona and policy watchers, plugins, NATS, worker, review service,
+// HTTP listener) and then fails the start with one more step: serve
+// returns that error, and nothing it started outlives it.
+func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
+	clearGatedEnv(t)
+	policyDir := t.TempDir()
+	writeFile(t, policyDir, "extra.rego", "package gated\n\nextra_rule := true\n")
+	var o serveOptions
+	f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
+	o.register(f)
+	if err := f.Parse([]string{"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0",
+		"--http", freeTCPAddr(t), "--policies", policyDir, "--personas", "../../examples/personas",
+		"--policy-poll", "50ms"}); err != nil {
+		t.Fatal(err)
+	}
+	operators, err := o.check()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+
+	s := newServer(o, operators, zap.NewNop())
+	var started []string
+	late := errors.New("a step after the last one failed")
+	steps := append(s.startSteps(), func(context.Context) error {
+		stacks := allStacks()
+		for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)"} {
+			if strings.Contains(stacks, frame) {
+				started = append(started, frame)
+			}
+		}
+		return late
+	})
+	if err := s.run(t.Context(), steps); !errors.Is(err, late) {
+		t.Fatalf("run: got %v, want the failing step's error", err)
+	}
+	if len(started) != 3 {
+		t.Fatalf("before the failing step only %v were running: the test did not start every part", started)
+	}
+	stacks := allStacks()
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)"} {
+		if strings.Contains(stacks, frame) {
+			t.Errorf("a goroutine in %s outlives a serve that failed to start:\n%s", frame, stacks)
+		}
+	}
+	var now int
+	for range 100 {
+		if now = runtime.NumGoroutine(); now <= before {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Errorf("%d goroutines before serve, %d after it failed:\n%s", before, now, allStacks())
 }
 
 func allStacks() string {

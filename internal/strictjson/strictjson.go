@@ -1,9 +1,9 @@
 // Package strictjson reads JSON the way every gated input is read: one
-// value, no member the target type lacks, nothing after the value. Decode
-// reads into a Go value; Object walks one object member by member, in
-// order, refusing a member given twice, for decoders that name the member
-// at fault in their own words. It also turns an error's byte offset into
-// the line and column a person finds in an editor.
+// value, no member the target type lacks, no key twice, nothing after the
+// value. Decode reads into a Go value; Object walks one object member by
+// member, in order, for decoders that name the member at fault in their
+// own words; ReadValue reads any value. It also turns an error's byte
+// offset into the line and column a person finds in an editor.
 package strictjson
 
 import (
