@@ -2,7 +2,6 @@
 // client does: the exact bytes of a proposal, its address, and what the
 // client makes of every kind of verdict message.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { test } from "node:test";
 
 import {
@@ -24,10 +23,8 @@ import {
   proposalDigest,
   verdictMessage,
 } from "../dist/index.js";
+import { vectors } from "./vectorfiles.mjs";
 
-export function vectors(name) {
-  return JSON.parse(readFileSync(new URL(`../../../test/vectors/${name}`, import.meta.url), "utf8"));
-}
 
 test("proposal vectors", async (t) => {
   const doc = vectors("proposals.json");
