@@ -143,20 +143,28 @@ export class Client {
                 },
             });
             // The subscription must be in place on the server before the
-            // proposal can be decided, or a fast verdict is missed.
-            try {
-                await w.race(this.nc.flush());
-            }
-            catch (err) {
-                throw this.failed(w, a, "subscribing to verdicts", err);
-            }
+            // proposal can be decided, or a fast verdict is missed. The server
+            // handles a connection's SUB, PING and PUB in the order they were
+            // sent, so the flush is sent before the proposal and both are
+            // awaited together: waiting for the PONG before publishing would
+            // cost a round trip and add nothing to that order. A flush that
+            // fails fails the call, as in the Go client.
+            const flushed = this.nc.flush().then(() => undefined, (err) => err ?? new Error("flush failed"));
             const digest = proposalDigest(bytes);
             let ack;
             try {
                 ack = await w.race(this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining() }));
             }
             catch (err) {
+                const flushErr = await Promise.race([flushed, Promise.resolve(undefined)]);
+                if (flushErr !== undefined) {
+                    throw this.failed(w, a, "subscribing to verdicts", flushErr);
+                }
                 throw this.failed(w, a, `publishing proposal ${addressKey(a)}`, err);
+            }
+            const flushErr = await w.race(flushed).catch((err) => err);
+            if (flushErr !== undefined) {
+                throw this.failed(w, a, "subscribing to verdicts", flushErr);
             }
             if (ack.duplicate) {
                 const v = await this.storedOrNull(a, w);
