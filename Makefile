@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test vet fmt proto fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-ts vet fmt proto fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -13,10 +13,23 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test:
+test: test-go test-ts
+
+# test-go vets, checks the formatting of and tests the Go module.
+test-go:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) test -race -count=1 -timeout 30m ./...
+
+# test-ts installs the TypeScript client's pinned dependencies (npm ci,
+# which also rebuilds its dist/), fails when the committed dist/ differs
+# from that build, and runs its tests and the TypeScript fleet example's
+# against a real gated serve built here.
+test-ts: build
+	cd sdk/typescript && npm ci --no-audit --no-fund
+	@git diff --quiet -- sdk/typescript/dist || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git diff --stat -- sdk/typescript/dist; exit 1; }
+	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
+	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
 
 # mutants takes each hard rule out of a copy of the source in turn (the
 # policy's refusals, the reviewer tool bag, the decision line, required

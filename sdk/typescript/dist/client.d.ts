@@ -1,0 +1,79 @@
+import { type NatsConnection } from "@nats-io/nats-core";
+import type { Proposal, Verdict } from "./types.js";
+/** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
+export declare const defaultWaitMs = 90000;
+/** Options of a Client. */
+export interface ClientOptions {
+    /** How long a call waits for its verdict when it names no timeoutMs. Default 90 000 (90 s). */
+    defaultWaitMs?: number;
+    /** The JetStream API prefix of verdict look-ups, for accounts that import JetStream. Default "$JS.API". */
+    apiPrefix?: string;
+    /** How often a wait also reads the stored verdict, in case the verdict message was lost. Default 2000. */
+    pollIntervalMs?: number;
+}
+/** Options of one call. */
+export interface CallOptions {
+    /** Stops the wait: the call then throws NoVerdictError. */
+    signal?: AbortSignal;
+    /** How long to wait for the verdict; default the client's defaultWaitMs. */
+    timeoutMs?: number;
+}
+/**
+ * The fleet side of gated: it publishes proposals and waits for their
+ * verdicts. Safe for concurrent calls. It makes no request when built, so
+ * a tenant without JetStream API rights can use it (docs/FLEET.md lists
+ * the subjects a tenant's NATS user needs).
+ */
+export declare class Client {
+    private readonly nc;
+    private readonly js;
+    private readonly waitMs;
+    private readonly apiPrefix;
+    private readonly pollMs;
+    /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
+    constructor(nc: NatsConnection, opts?: ClientOptions);
+    private wait;
+    /**
+     * Publishes p and waits for its verdict. It fails closed: it resolves
+     * only for an approval. Any other verdict throws a VerdictError (a
+     * ReviewRejectedError, ReviewBlockedError, ReviewFailedError,
+     * ReviewTimeoutError, ProposalInvalidError) carrying it. p is sent as the
+     * Go client sends it (encodeProposal), so proposing it again is
+     * idempotent. Throws BadProposalError, NoVerdictError, IdReusedError,
+     * UnconfirmedApprovalError, NotGatedError, TransportError.
+     */
+    propose(p: Proposal, opts?: CallOptions): Promise<Verdict>;
+    /**
+     * Publishes a raw proposal (its JSON bytes or text) and waits for its
+     * verdict. Unlike propose it resolves with every verdict, whatever its
+     * outcome: call checkVerdict before acting on it. Throws
+     * BadProposalError, NoVerdictError, IdReusedError and the errors of an
+     * untrustworthy verdict (UnconfirmedApprovalError, NotGatedError).
+     */
+    proposeRaw(data: Uint8Array | string, opts?: CallOptions): Promise<Verdict>;
+    private send;
+    /** The error of a failed step: NoVerdictError once the wait is over, else a TransportError. */
+    private failed;
+    /** Reads the stored verdict of a, briefly (5 s at most): a look-up that goes unanswered must not keep a wait from the subject. */
+    private stored;
+    private storedOrNull;
+    /**
+     * Looks up a stored verdict with one JetStream direct get of its key, so
+     * it needs no right beyond reading that key. Throws NotFoundError when
+     * none is stored, BadProposalError when tenant or id is not a valid
+     * token, NoVerdictError when the wait ends first, TransportError.
+     */
+    verdict(tenant: string, id: string, opts?: CallOptions): Promise<Verdict>;
+    private lookup;
+    /**
+     * Sends a raw proposal to gated's review service on
+     * gated.review.<tenant> and resolves with the verdict of the reply,
+     * whatever its outcome (like proposeRaw); an approval is confirmed with
+     * the stored verdict first. Throws BadProposalError, a ServiceError
+     * (instanceof also matches BadProposalError, TenantMismatchError,
+     * IdReusedError, ServiceUnavailableError or NoVerdictError by its code),
+     * ServiceUnavailableError when no gated serves the endpoint,
+     * NoVerdictError when the wait ends first, MalformedVerdictError.
+     */
+    requestReview(data: Uint8Array | string, opts?: CallOptions): Promise<Verdict>;
+}

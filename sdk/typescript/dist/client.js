@@ -1,0 +1,337 @@
+// The fleet client: publish a proposal, wait for its verdict, and believe
+// an approval only when gated's stored verdict confirms it. It mirrors the
+// Go client (bus/fleet/client.go) check for check.
+import { errors as natsErrors } from "@nats-io/nats-core";
+import { jetstream } from "@nats-io/jetstream";
+import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, } from "./errors.js";
+import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
+/** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
+export const defaultWaitMs = 90_000;
+/** A deadline and an abort signal, as one. */
+class Wait {
+    deadline;
+    signal;
+    controller = new AbortController();
+    timer;
+    unlink;
+    constructor(timeoutMs, outer) {
+        this.deadline = Date.now() + timeoutMs;
+        this.signal = this.controller.signal;
+        this.timer = setTimeout(() => this.controller.abort(new Error(`deadline of ${timeoutMs} ms passed`)), timeoutMs);
+        const onAbort = () => this.controller.abort(outer?.reason ?? new Error("aborted"));
+        if (outer?.aborted) {
+            onAbort();
+        }
+        outer?.addEventListener("abort", onAbort, { once: true });
+        this.unlink = () => outer?.removeEventListener("abort", onAbort);
+    }
+    /** Milliseconds left, at least 1 (NATS refuses a zero timeout). */
+    remaining(cap = Infinity) {
+        return Math.max(1, Math.min(cap, this.deadline - Date.now()));
+    }
+    /** Why the wait ended, for an error message. */
+    reason() {
+        const r = this.signal.reason;
+        return r instanceof Error ? r.message : String(r);
+    }
+    /** Rejects with the abort, or resolves with p, whichever comes first. */
+    race(p) {
+        if (this.signal.aborted) {
+            p.catch(() => { });
+            return Promise.reject(this.signal.reason);
+        }
+        return new Promise((resolve, reject) => {
+            const onAbort = () => reject(this.signal.reason);
+            this.signal.addEventListener("abort", onAbort, { once: true });
+            p.then((v) => {
+                this.signal.removeEventListener("abort", onAbort);
+                resolve(v);
+            }, (e) => {
+                this.signal.removeEventListener("abort", onAbort);
+                reject(e);
+            });
+        });
+    }
+    close() {
+        clearTimeout(this.timer);
+        this.unlink();
+    }
+}
+function headerOf(h) {
+    return (name) => {
+        const v = h?.get(name);
+        return v === undefined || v === "" ? undefined : v;
+    };
+}
+/**
+ * The fleet side of gated: it publishes proposals and waits for their
+ * verdicts. Safe for concurrent calls. It makes no request when built, so
+ * a tenant without JetStream API rights can use it (docs/FLEET.md lists
+ * the subjects a tenant's NATS user needs).
+ */
+export class Client {
+    nc;
+    js;
+    waitMs;
+    apiPrefix;
+    pollMs;
+    /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
+    constructor(nc, opts = {}) {
+        const wait = opts.defaultWaitMs ?? defaultWaitMs;
+        if (!(wait > 0) || !Number.isFinite(wait)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: default wait ${wait} ms must be positive`);
+        }
+        const poll = opts.pollIntervalMs ?? 2000;
+        if (!(poll > 0) || !Number.isFinite(poll)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: poll interval ${poll} ms must be positive`);
+        }
+        const prefix = (opts.apiPrefix ?? wire.defaultAPIPrefix).replace(/\.$/, "");
+        if (prefix === "" || /[ *>]/.test(prefix)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: JetStream API prefix ${JSON.stringify(prefix)}`);
+        }
+        this.nc = nc;
+        this.js = jetstream(nc, { apiPrefix: prefix });
+        this.waitMs = wait;
+        this.apiPrefix = prefix;
+        this.pollMs = poll;
+    }
+    wait(opts) {
+        const t = opts?.timeoutMs ?? this.waitMs;
+        if (!(t > 0) || !Number.isFinite(t)) {
+            throw new InvalidConfigError(`invalid call option: timeoutMs ${t} must be positive`);
+        }
+        return new Wait(t, opts?.signal);
+    }
+    /**
+     * Publishes p and waits for its verdict. It fails closed: it resolves
+     * only for an approval. Any other verdict throws a VerdictError (a
+     * ReviewRejectedError, ReviewBlockedError, ReviewFailedError,
+     * ReviewTimeoutError, ProposalInvalidError) carrying it. p is sent as the
+     * Go client sends it (encodeProposal), so proposing it again is
+     * idempotent. Throws BadProposalError, NoVerdictError, IdReusedError,
+     * UnconfirmedApprovalError, NotGatedError, TransportError.
+     */
+    async propose(p, opts) {
+        const { address, bytes } = encodeProposal(p);
+        const v = await this.send(address, bytes, opts);
+        checkVerdict(v);
+        return v;
+    }
+    /**
+     * Publishes a raw proposal (its JSON bytes or text) and waits for its
+     * verdict. Unlike propose it resolves with every verdict, whatever its
+     * outcome: call checkVerdict before acting on it. Throws
+     * BadProposalError, NoVerdictError, IdReusedError and the errors of an
+     * untrustworthy verdict (UnconfirmedApprovalError, NotGatedError).
+     */
+    async proposeRaw(data, opts) {
+        const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+        return this.send(addressOf(bytes), bytes, opts);
+    }
+    async send(a, bytes, opts) {
+        const w = this.wait(opts);
+        const queue = [];
+        let wake;
+        let sub;
+        try {
+            sub = this.nc.subscribe(verdictSubject(a.tenant, a.id), {
+                callback: (err, m) => {
+                    if (!err) {
+                        queue.push(m);
+                        wake?.();
+                    }
+                },
+            });
+            // The subscription must be in place on the server before the
+            // proposal can be decided, or a fast verdict is missed. The server
+            // handles a connection's SUB, PING and PUB in the order they were
+            // sent, so the flush is sent before the proposal and both are
+            // awaited together: waiting for the PONG before publishing would
+            // cost a round trip and add nothing to that order. A flush that
+            // fails fails the call, as in the Go client.
+            const flushed = this.nc.flush().then(() => undefined, (err) => err ?? new Error("flush failed"));
+            const digest = proposalDigest(bytes);
+            let ack;
+            try {
+                ack = await w.race(this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining() }));
+            }
+            catch (err) {
+                const flushErr = await Promise.race([flushed, Promise.resolve(undefined)]);
+                if (flushErr !== undefined) {
+                    throw this.failed(w, a, "subscribing to verdicts", flushErr);
+                }
+                throw this.failed(w, a, `publishing proposal ${addressKey(a)}`, err);
+            }
+            const flushErr = await w.race(flushed).catch((err) => err);
+            if (flushErr !== undefined) {
+                throw this.failed(w, a, "subscribing to verdicts", flushErr);
+            }
+            if (ack.duplicate) {
+                const v = await this.storedOrNull(a, w);
+                if (v) {
+                    return answer(a, digest, v);
+                }
+            }
+            // A duplicate's verdict may have been published before this client
+            // subscribed, and a verdict message can be lost; poll the bucket now
+            // and then as well.
+            let nextPoll = Date.now() + this.pollMs;
+            const closed = this.nc.closed().then(() => undefined);
+            for (;;) {
+                let m;
+                while ((m = queue.shift()) !== undefined) {
+                    // Anything else on the verdict subject is skipped, not taken as a
+                    // failure: another client must not be able to fail this wait.
+                    const v = verdictMessage(a, m.data);
+                    if (v) {
+                        return await confirmApproval(a, digest, v, () => this.stored(a, w));
+                    }
+                }
+                if (Date.now() >= nextPoll) {
+                    // The verdict message is core NATS: lost while the connection
+                    // reconnects. The stored verdict is not.
+                    const v = await this.storedOrNull(a, w);
+                    if (v) {
+                        return answer(a, digest, v);
+                    }
+                    nextPoll = Date.now() + this.pollMs;
+                    continue;
+                }
+                if (this.nc.isClosed()) {
+                    throw new NoVerdictError(`no verdict before the deadline: proposal ${addressKey(a)}: the connection is closed`);
+                }
+                const woken = new Promise((resolve) => {
+                    wake = resolve;
+                });
+                let timer;
+                const polled = new Promise((resolve) => {
+                    timer = setTimeout(resolve, Math.max(0, nextPoll - Date.now()));
+                });
+                try {
+                    await w.race(Promise.race([woken, polled, closed]));
+                }
+                catch {
+                    throw new NoVerdictError(`no verdict before the deadline: proposal ${addressKey(a)}: ${w.reason()}`);
+                }
+                finally {
+                    clearTimeout(timer);
+                    wake = undefined;
+                }
+            }
+        }
+        finally {
+            w.close();
+            try {
+                sub?.unsubscribe();
+            }
+            catch {
+                // the connection is closed: nothing to unsubscribe
+            }
+        }
+    }
+    /** The error of a failed step: NoVerdictError once the wait is over, else a TransportError. */
+    failed(w, a, doing, err) {
+        if (err instanceof GatedError) {
+            return err;
+        }
+        if (w.signal.aborted) {
+            return new NoVerdictError(`no verdict before the deadline: proposal ${addressKey(a)} not acknowledged: ${w.reason()}`, {
+                cause: err,
+            });
+        }
+        return new TransportError(`${doing}: ${err?.message ?? String(err)}`, { cause: err });
+    }
+    /** Reads the stored verdict of a, briefly (5 s at most): a look-up that goes unanswered must not keep a wait from the subject. */
+    stored(a, w) {
+        return this.lookup(a.tenant, a.id, w, 5000);
+    }
+    async storedOrNull(a, w) {
+        try {
+            return await this.stored(a, w);
+        }
+        catch {
+            return null;
+        }
+    }
+    /**
+     * Looks up a stored verdict with one JetStream direct get of its key, so
+     * it needs no right beyond reading that key. Throws NotFoundError when
+     * none is stored, BadProposalError when tenant or id is not a valid
+     * token, NoVerdictError when the wait ends first, TransportError.
+     */
+    async verdict(tenant, id, opts) {
+        if (!validTenant(tenant)) {
+            throw new BadProposalError(`proposal cannot be addressed: tenant ${JSON.stringify(tenant)} must match [a-z0-9_-]{1,64}`);
+        }
+        if (!validID(id)) {
+            throw new BadProposalError(`proposal cannot be addressed: id ${JSON.stringify(id)} must match [A-Za-z0-9_-]{1,128}`);
+        }
+        const w = this.wait(opts);
+        try {
+            return await this.lookup(tenant, id, w, Infinity);
+        }
+        finally {
+            w.close();
+        }
+    }
+    async lookup(tenant, id, w, capMs) {
+        const subject = verdictLookupSubject(this.apiPrefix, tenant, id);
+        let m;
+        try {
+            m = await w.race(this.nc.request(subject, new Uint8Array(0), { timeout: w.remaining(capMs) }));
+        }
+        catch (err) {
+            if (err instanceof natsErrors.NoRespondersError || err?.cause instanceof natsErrors.NoRespondersError) {
+                throw new TransportError(`reading verdict ${tenant}.${id}: nothing answers ${subject}: is gated's bucket ${wire.verdictBucket} set up, and may this user read it?`, { cause: err });
+            }
+            if (w.signal.aborted) {
+                throw new NoVerdictError(`no verdict before the deadline: reading verdict ${tenant}.${id}: ${w.reason()}`, { cause: err });
+            }
+            throw new TransportError(`reading verdict ${tenant}.${id}: ${err?.message ?? String(err)}`, { cause: err });
+        }
+        const h = m.headers;
+        return decodeStoredVerdict(tenant, id, {
+            data: m.data,
+            status: h && h.code ? String(h.code) : "",
+            description: h?.description ?? "",
+            header: headerOf(h),
+        });
+    }
+    /**
+     * Sends a raw proposal to gated's review service on
+     * gated.review.<tenant> and resolves with the verdict of the reply,
+     * whatever its outcome (like proposeRaw); an approval is confirmed with
+     * the stored verdict first. Throws BadProposalError, a ServiceError
+     * (instanceof also matches BadProposalError, TenantMismatchError,
+     * IdReusedError, ServiceUnavailableError or NoVerdictError by its code),
+     * ServiceUnavailableError when no gated serves the endpoint,
+     * NoVerdictError when the wait ends first, MalformedVerdictError.
+     */
+    async requestReview(data, opts) {
+        const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
+        const a = addressOf(bytes);
+        const w = this.wait(opts);
+        try {
+            const subject = wire.reviewSubjectPrefix + a.tenant;
+            let m;
+            try {
+                m = await w.race(this.nc.request(subject, bytes, { timeout: w.remaining() }));
+            }
+            catch (err) {
+                if (err instanceof natsErrors.NoRespondersError || err?.cause instanceof natsErrors.NoRespondersError) {
+                    throw new ServiceUnavailableError(`review service unavailable: nothing serves ${subject} (is gated serve running with --review-service?)`, { cause: err });
+                }
+                if (w.signal.aborted || err instanceof natsErrors.TimeoutError) {
+                    const why = w.signal.aborted ? w.reason() : err.message;
+                    throw new NoVerdictError(`no verdict before the deadline: proposal ${addressKey(a)}: ${why}`, { cause: err });
+                }
+                throw new TransportError(`requesting review of ${addressKey(a)}: ${err?.message ?? String(err)}`, { cause: err });
+            }
+            const v = decodeReviewReply(headerOf(m.headers), m.data);
+            return await confirmApproval(a, proposalDigest(bytes), v, () => this.stored(a, w));
+        }
+        finally {
+            w.close();
+        }
+    }
+}

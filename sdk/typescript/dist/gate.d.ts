@@ -1,0 +1,107 @@
+import { GatedError } from "./errors.js";
+import { type CallOptions } from "./client.js";
+import type { BlastRadius, Flags, Operator, Proposal, ProposalClass, Verdict } from "./types.js";
+/** What a ToolGate needs to reach gated; Client implements it. propose must resolve only for an approval. */
+export interface Proposer {
+    propose(p: Proposal, opts?: CallOptions): Promise<Verdict>;
+}
+/** Who proposes through a ToolGate. */
+export interface Identity {
+    /** The tenant token, [a-z0-9_-]{1,64}. Required. */
+    tenant: string;
+    /** The proposing agent (requested_by.agent); gated keeps it from reviewing its own proposals. Required. */
+    agent: string;
+    /** The agent's session (requested_by.session). */
+    session?: string;
+    /** The human on whose behalf the agent acts. */
+    operator?: Operator;
+    /** A persona to ask for unless a Change names its own; the policy's routes outrank it. */
+    reviewer?: string;
+}
+/** One call of a mutating tool: what gated reviews. */
+export interface Change {
+    /** The proposal id, an idempotency key; default a new id per call. */
+    id?: string;
+    /** What the call acts on, e.g. {host: "web-7", service: "nginx", tags: ["production"]}. */
+    target?: Record<string, unknown>;
+    /** Why the agent wants to act (at most 8 KiB). */
+    reason?: string;
+    /** single_device, cluster or tenant_wide. Required by gated for write and destructive tools. */
+    blast_radius?: BlastRadius;
+    incident_id?: string;
+    /** What the agent knows that a reviewer should too (at most 64 KiB). */
+    context_summary?: string;
+    /** The proposal's flags; the default policy refuses skip_review and force_approve outright. */
+    flags?: Flags;
+    /** A persona for this call, over Identity.reviewer. */
+    reviewer?: string;
+}
+/** Declares a tool: its action token, its class, and how a call's arguments become the Change to review. */
+export interface ToolSpec<A> {
+    /** The tool's name on the wire, [A-Za-z0-9_-]{1,128}. */
+    action: string;
+    /** read, write or destructive. A read tool runs without a proposal: never let a model choose it. */
+    class: ProposalClass;
+    /** Turns a call's arguments into the Change to review. Required for write and destructive tools. */
+    describe?: (args: A) => Change;
+}
+/** Options of a ToolGate. */
+export interface ToolGateOptions {
+    /** How long a guarded call waits for its verdict when it names no timeoutMs. Default 90 000. */
+    reviewTimeoutMs?: number;
+    /** Makes the id of a call whose Change names none; every id must be new. */
+    newId?: () => string;
+    /** Called with every proposal sent and its verdict, approvals included, before the tool runs (or not). */
+    observe?: (p: Proposal, v: Verdict) => void;
+}
+/** A guarded tool: resolves with the tool's result, or throws without running it. */
+export type GuardedTool<A, R> = (args: A, opts?: CallOptions) => Promise<R>;
+/** The approval came, but the caller aborted before the tool could run. The tool did not run. */
+export declare class AbortedError extends GatedError {
+    readonly code: string;
+}
+/** Throws InvalidToolSpecError unless spec is usable. */
+export declare function validateToolSpec<A>(spec: ToolSpec<A>): void;
+/** A fresh proposal id: a millisecond timestamp in base 36 (ids sort by time) and 64 random bits. */
+export declare function newProposalId(): string;
+/**
+ * Puts gated in front of an agent runtime's tools: read tools run at once;
+ * write and destructive tools run only after gated approves a proposal
+ * describing the call.
+ */
+export declare class ToolGate {
+    private readonly proposer;
+    private readonly id;
+    private readonly timeoutMs;
+    private readonly newId;
+    private readonly observe;
+    /** Throws InvalidConfigError for an unusable identity or option. */
+    constructor(proposer: Proposer, identity: Identity, opts?: ToolGateOptions);
+    /**
+     * Wraps fn, a tool of the given spec, so that it runs only when gated
+     * allows it: a read tool at once, a write or destructive tool once and
+     * only on approval of a proposal built from the identity and
+     * spec.describe(args). Otherwise the guarded tool throws without running
+     * fn: a VerdictError for a verdict that is not an approval,
+     * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
+     * or a transport error. fn gets the caller's abort signal.
+     */
+    guard<A, R>(spec: ToolSpec<A>, fn: (args: A, ctx: {
+        signal?: AbortSignal;
+    }) => R | Promise<R>): GuardedTool<A, R>;
+    /**
+     * Asks gated whether a call of action, of class, may make change, for
+     * runtimes that dispatch tools dynamically. Resolves when the call may
+     * run: at once with null for class read, else with the approval.
+     * Throws as a guarded tool does.
+     */
+    authorize(action: string, cls: ProposalClass, change: Change, opts?: CallOptions): Promise<Verdict | null>;
+    private proposal;
+}
+/**
+ * Wraps fn so that it runs only when gated allows it (ToolGate.guard): a
+ * read tool at once, a write or destructive tool only on approval.
+ */
+export declare function gate<A, R>(toolGate: ToolGate, spec: ToolSpec<A>, fn: (args: A, ctx: {
+    signal?: AbortSignal;
+}) => R | Promise<R>): GuardedTool<A, R>;

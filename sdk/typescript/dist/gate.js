@@ -1,0 +1,176 @@
+// The tool gate: put gated in front of an agent runtime's tools. It mirrors
+// the Go ToolGate (bus/fleet/toolgate.go).
+import { randomBytes } from "node:crypto";
+import { GatedError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
+import { defaultWaitMs } from "./client.js";
+import { schemaVersion, validAction, validTenant } from "./wire.js";
+/** The approval came, but the caller aborted before the tool could run. The tool did not run. */
+export class AbortedError extends GatedError {
+    code = "aborted";
+}
+/** Throws InvalidToolSpecError unless spec is usable. */
+export function validateToolSpec(spec) {
+    if (!validAction(spec?.action)) {
+        throw new InvalidToolSpecError(`invalid tool spec: action ${JSON.stringify(spec?.action)} must match [A-Za-z0-9_-]{1,128}`);
+    }
+    switch (spec.class) {
+        case "read":
+            return;
+        case "write":
+        case "destructive":
+            if (typeof spec.describe !== "function") {
+                throw new InvalidToolSpecError(`invalid tool spec: ${spec.class} tool ${spec.action} needs describe to say what a call changes`);
+            }
+            return;
+        default:
+            throw new InvalidToolSpecError(`invalid tool spec: tool ${spec.action} has class ${JSON.stringify(spec.class)}; want read, write or destructive`);
+    }
+}
+/** A fresh proposal id: a millisecond timestamp in base 36 (ids sort by time) and 64 random bits. */
+export function newProposalId() {
+    return Date.now().toString(36) + "-" + randomBytes(8).toString("hex");
+}
+/**
+ * Puts gated in front of an agent runtime's tools: read tools run at once;
+ * write and destructive tools run only after gated approves a proposal
+ * describing the call.
+ */
+export class ToolGate {
+    proposer;
+    id;
+    timeoutMs;
+    newId;
+    observe;
+    /** Throws InvalidConfigError for an unusable identity or option. */
+    constructor(proposer, identity, opts = {}) {
+        if (!proposer || typeof proposer.propose !== "function") {
+            throw new InvalidConfigError("invalid fleet client configuration: a ToolGate needs a Proposer such as a Client");
+        }
+        const id = identity ?? {};
+        if (!validTenant(id.tenant)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: identity tenant ${JSON.stringify(id.tenant)} must match [a-z0-9_-]{1,64}`);
+        }
+        if (typeof id.agent !== "string" || id.agent.trim() === "") {
+            throw new InvalidConfigError("invalid fleet client configuration: identity needs an agent name");
+        }
+        if (id.operator && (typeof id.operator.id !== "string" || id.operator.id.trim() === "")) {
+            throw new InvalidConfigError("invalid fleet client configuration: identity operator needs an id");
+        }
+        if (id.reviewer !== undefined && id.reviewer !== "" && !validTenant(id.reviewer)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: identity reviewer ${JSON.stringify(id.reviewer)} must be a persona name matching [a-z0-9_-]{1,64}`);
+        }
+        const t = opts.reviewTimeoutMs ?? defaultWaitMs;
+        if (!(t > 0) || !Number.isFinite(t)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: review timeout ${t} ms must be positive`);
+        }
+        this.proposer = proposer;
+        this.id = {
+            ...id,
+            operator: id.operator ? { ...id.operator, roles: id.operator.roles ? [...id.operator.roles] : undefined } : undefined,
+        };
+        this.timeoutMs = t;
+        this.newId = opts.newId ?? newProposalId;
+        this.observe = opts.observe;
+    }
+    /**
+     * Wraps fn, a tool of the given spec, so that it runs only when gated
+     * allows it: a read tool at once, a write or destructive tool once and
+     * only on approval of a proposal built from the identity and
+     * spec.describe(args). Otherwise the guarded tool throws without running
+     * fn: a VerdictError for a verdict that is not an approval,
+     * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
+     * or a transport error. fn gets the caller's abort signal.
+     */
+    guard(spec, fn) {
+        let invalid;
+        try {
+            validateToolSpec(spec);
+            if (typeof fn !== "function") {
+                throw new InvalidToolSpecError(`invalid tool spec: tool ${spec.action} has no function`);
+            }
+        }
+        catch (err) {
+            invalid = err;
+        }
+        return async (args, opts) => {
+            if (invalid) {
+                throw invalid;
+            }
+            if (spec.class !== "read") {
+                await this.authorize(spec.action, spec.class, spec.describe(args), opts);
+            }
+            return await fn(args, { signal: opts?.signal });
+        };
+    }
+    /**
+     * Asks gated whether a call of action, of class, may make change, for
+     * runtimes that dispatch tools dynamically. Resolves when the call may
+     * run: at once with null for class read, else with the approval.
+     * Throws as a guarded tool does.
+     */
+    async authorize(action, cls, change, opts) {
+        switch (cls) {
+            case "read":
+                return null;
+            case "write":
+            case "destructive":
+                break;
+            default:
+                throw new InvalidToolSpecError(`invalid tool spec: tool ${action} has class ${JSON.stringify(cls)}; want read, write or destructive`);
+        }
+        const p = this.proposal(action, cls, change ?? {});
+        let v;
+        try {
+            v = await this.proposer.propose(p, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+        }
+        catch (err) {
+            if (err instanceof VerdictError) {
+                this.observe?.(p, err.verdict);
+            }
+            throw err;
+        }
+        this.observe?.(p, v);
+        // Trust nothing but an approval of exactly this proposal, whatever the Proposer says.
+        checkVerdict(v);
+        if (v.tenant !== p.tenant || v.proposal_id !== p.id || v.action !== p.action) {
+            throw new NotApprovedError(`proposal not approved: the approval names ${v.tenant}.${v.proposal_id} (${v.action}), not proposal ${p.tenant}.${p.id} (${p.action})`);
+        }
+        if (opts?.signal?.aborted) {
+            throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
+        }
+        return v;
+    }
+    proposal(action, cls, c) {
+        const p = {
+            v: schemaVersion,
+            id: c.id || this.newId(),
+            tenant: this.id.tenant,
+            kind: "action",
+            action,
+            class: cls,
+            target: c.target,
+            reason: c.reason,
+            blast_radius: c.blast_radius,
+            requested_by: { agent: this.id.agent, session: this.id.session },
+            incident_id: c.incident_id,
+            context_summary: c.context_summary,
+            flags: { ...c.flags },
+            reviewer: c.reviewer || this.id.reviewer,
+        };
+        if (this.id.operator) {
+            p.operator = { ...this.id.operator };
+        }
+        return p;
+    }
+}
+/**
+ * Wraps fn so that it runs only when gated allows it (ToolGate.guard): a
+ * read tool at once, a write or destructive tool only on approval.
+ */
+export function gate(toolGate, spec, fn) {
+    if (!(toolGate instanceof ToolGate)) {
+        const err = new InvalidToolSpecError(`invalid tool spec: tool ${String(spec?.action)} guarded without a ToolGate`);
+        return () => Promise.reject(err);
+    }
+    return toolGate.guard(spec, fn);
+}

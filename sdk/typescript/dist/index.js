@@ -1,0 +1,10 @@
+// @gated/client: gated's fleet client for TypeScript and JavaScript.
+//
+// A fleet publishes a proposal before it acts and runs the action only on
+// an approval that gated's stored verdict confirms. Client does that with
+// every check of the Go client (bus/fleet); ToolGate and gate() wrap an
+// agent's tools so that write and destructive calls run only on approval.
+export { Client, defaultWaitMs } from "./client.js";
+export { AbortedError, gate, newProposalId, ToolGate, validateToolSpec, } from "./gate.js";
+export { BadProposalError, checkVerdict, GatedError, IdReusedError, InvalidConfigError, InvalidToolSpecError, MalformedVerdictError, NoVerdictError, NotApprovedError, NotFoundError, NotGatedError, NotThisProposalError, ProposalInvalidError, ReviewBlockedError, ReviewFailedError, ReviewRejectedError, ReviewTimeoutError, ServiceError, ServiceUnavailableError, TenantMismatchError, TransportError, UnconfirmedApprovalError, VerdictError, } from "./errors.js";
+export { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, decodeVerdict, encodeProposal, proposalDigest, proposalSubject, schemaVersion, validAction, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";

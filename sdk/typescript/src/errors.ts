@@ -1,0 +1,216 @@
+// Errors of the fleet client. They mirror the Go client's sentinels
+// (bus/fleet/errors.go): test for them with instanceof. A verdict that is
+// not an approval comes as a VerdictError (a subclass per outcome), and a
+// refusal of the review service as a ServiceError, which instanceof also
+// matches against the class of its status code, as Go's errors.Is does.
+
+import type { Verdict } from "./types.js";
+
+/** The root of every error this package throws. `code` names its kind. */
+export class GatedError extends Error {
+  /** The kind of error, as the shared test vectors name it (e.g. "no_verdict"). */
+  readonly code: string = "gated";
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** Makes instanceof of a class also match a ServiceError whose status code maps to it. */
+function matchesServiceCode<T extends abstract new (...args: never[]) => GatedError>(cls: T, code: string): void {
+  Object.defineProperty(cls, Symbol.hasInstance, {
+    value(this: T, x: unknown): boolean {
+      if (Function.prototype[Symbol.hasInstance].call(this, x)) {
+        return true;
+      }
+      return this === cls && x instanceof ServiceError && x.code === code;
+    },
+  });
+}
+
+/**
+ * A proposal cannot even be addressed: it is not a JSON object with valid
+ * tenant, id and action tokens, or it cannot be encoded. gated never sees it.
+ */
+export class BadProposalError extends GatedError {
+  override readonly code: string = "bad_proposal";
+}
+
+/**
+ * No verdict arrived before the deadline or the abort. The proposal may
+ * still be decided later: look it up with Client.verdict, and never act on
+ * it before.
+ */
+export class NoVerdictError extends GatedError {
+  override readonly code: string = "no_verdict";
+}
+
+/**
+ * The id was already used by a different proposal of the same tenant, or
+ * the verdict answers other bytes under this id. Choose a new id.
+ */
+export class IdReusedError extends GatedError {
+  override readonly code: string = "id_reused";
+}
+
+/** The gated.review service did not take the request. Retry with backoff, or propose instead. */
+export class ServiceUnavailableError extends GatedError {
+  override readonly code: string = "service_unavailable";
+}
+
+/** A proposal sent to gated.review.<tenant> names another tenant. */
+export class TenantMismatchError extends GatedError {
+  override readonly code: string = "tenant_mismatch";
+}
+
+/** An option of the client or the gate is unusable. */
+export class InvalidConfigError extends GatedError {
+  override readonly code: string = "invalid_config";
+}
+
+/** A guarded tool's spec is unusable; such a tool never runs. */
+export class InvalidToolSpecError extends GatedError {
+  override readonly code: string = "invalid_tool_spec";
+}
+
+/** No verdict is stored under the tenant and id (never decided, or past the bucket's TTL). */
+export class NotFoundError extends GatedError {
+  override readonly code: string = "not_found";
+}
+
+/**
+ * An approval message that the stored verdict, which only gated can write,
+ * does not confirm: it may be forged. Never an approval.
+ */
+export class UnconfirmedApprovalError extends GatedError {
+  override readonly code: string = "unconfirmed";
+}
+
+/** A verdict without proposal_sha256: gated always sets one, so it is not gated's. */
+export class NotGatedError extends GatedError {
+  override readonly code: string = "not_gated";
+}
+
+/** A verdict that names another tenant or proposal id than the one sent. */
+export class NotThisProposalError extends GatedError {
+  override readonly code: string = "not_this_proposal";
+}
+
+/** A reply of the review service, or a stored verdict, that is not a verdict. */
+export class MalformedVerdictError extends GatedError {
+  override readonly code: string = "malformed";
+}
+
+/** NATS failed: the connection closed, a permission was refused, JetStream answered an error. */
+export class TransportError extends GatedError {
+  override readonly code: string = "transport";
+}
+
+/**
+ * Matches every answer that is not an approval: every VerdictError, and a
+ * gate's approval that names another proposal.
+ */
+export class NotApprovedError extends GatedError {
+  override readonly code: string = "not_approved";
+}
+
+/**
+ * A verdict that is not an approval. The subclass names its outcome
+ * (ReviewRejectedError, ReviewBlockedError, ReviewFailedError,
+ * ReviewTimeoutError, ProposalInvalidError); an outcome this client does
+ * not know comes as a plain VerdictError.
+ */
+export class VerdictError extends NotApprovedError {
+  /** gated's answer. */
+  readonly verdict: Verdict;
+  constructor(verdict: Verdict) {
+    super(
+      `proposal ${verdict.tenant}.${verdict.proposal_id} ${verdict.outcome} at stage ${verdict.stage ?? ""}: ${verdict.reason ?? ""}`,
+    );
+    this.verdict = verdict;
+  }
+  /** The verdict's outcome, e.g. "rejected". */
+  get outcome(): string {
+    return this.verdict.outcome;
+  }
+}
+
+/** Outcome rejected: the policy or a reviewer said no. The verdict's reason says why. */
+export class ReviewRejectedError extends VerdictError {}
+
+/** Outcome blocked: no reviewer could be routed (missing plugin or persona, open circuit, only the proposer to review). */
+export class ReviewBlockedError extends VerdictError {}
+
+/** Outcome error: a reviewer, a tool or gated failed. Not retried: propose again with a new id. */
+export class ReviewFailedError extends VerdictError {}
+
+/** Outcome timeout: the review passed its deadline inside gated (unlike NoVerdictError, where the caller stopped waiting). */
+export class ReviewTimeoutError extends VerdictError {}
+
+/** Outcome invalid: gated's strict decoding refused the proposal; the reason names the field. */
+export class ProposalInvalidError extends VerdictError {}
+
+const outcomeErrors: Record<string, new (v: Verdict) => VerdictError> = {
+  rejected: ReviewRejectedError,
+  blocked: ReviewBlockedError,
+  error: ReviewFailedError,
+  timeout: ReviewTimeoutError,
+  invalid: ProposalInvalidError,
+};
+
+/** Returns the VerdictError of a verdict that is not an approval. */
+export function verdictError(v: Verdict): VerdictError {
+  const cls = Object.hasOwn(outcomeErrors, v.outcome) ? outcomeErrors[v.outcome]! : VerdictError;
+  return new cls(v);
+}
+
+/**
+ * Returns nothing when v approves its proposal (outcome approved and
+ * approved true); throws a VerdictError otherwise, and a NotApprovedError
+ * for no verdict at all.
+ */
+export function checkVerdict(v: Verdict | null | undefined): void {
+  if (v == null) {
+    throw new NotApprovedError("proposal not approved: no verdict");
+  }
+  if (v.outcome === "approved" && v.approved === true) {
+    return;
+  }
+  throw verdictError(v);
+}
+
+const serviceKinds: Record<number, string> = {
+  400: "bad_proposal",
+  413: "bad_proposal",
+  403: "tenant_mismatch",
+  409: "id_reused",
+  503: "service_unavailable",
+  504: "no_verdict",
+};
+
+/**
+ * A refusal of the gated.review service: a micro error reply with a status
+ * code and a description. instanceof matches it against BadProposalError
+ * (400, 413), TenantMismatchError (403), IdReusedError (409),
+ * ServiceUnavailableError (503) and NoVerdictError (504); `code` is that
+ * kind, or "service_error" for any other status.
+ */
+export class ServiceError extends GatedError {
+  override readonly code: string;
+  /** The Nats-Service-Error-Code header, e.g. 504 (500 when it was not a status code). */
+  readonly status: number;
+  /** The Nats-Service-Error header. */
+  readonly description: string;
+  constructor(status: number, description: string) {
+    super(`gated.review refused the request (${status}): ${description}`);
+    this.status = status;
+    this.description = description;
+    this.code = serviceKinds[status] ?? "service_error";
+  }
+}
+
+matchesServiceCode(BadProposalError, "bad_proposal");
+matchesServiceCode(TenantMismatchError, "tenant_mismatch");
+matchesServiceCode(IdReusedError, "id_reused");
+matchesServiceCode(ServiceUnavailableError, "service_unavailable");
+matchesServiceCode(NoVerdictError, "no_verdict");

@@ -1,0 +1,262 @@
+// The tool gate: put gated in front of an agent runtime's tools. It mirrors
+// the Go ToolGate (bus/fleet/toolgate.go).
+
+import { randomBytes } from "node:crypto";
+
+import {
+  GatedError,
+  InvalidConfigError,
+  InvalidToolSpecError,
+  NotApprovedError,
+  VerdictError,
+  checkVerdict,
+} from "./errors.js";
+import { defaultWaitMs, type CallOptions } from "./client.js";
+import type { BlastRadius, Flags, Operator, Proposal, ProposalClass, Verdict } from "./types.js";
+import { schemaVersion, validAction, validTenant } from "./wire.js";
+
+/** What a ToolGate needs to reach gated; Client implements it. propose must resolve only for an approval. */
+export interface Proposer {
+  propose(p: Proposal, opts?: CallOptions): Promise<Verdict>;
+}
+
+/** Who proposes through a ToolGate. */
+export interface Identity {
+  /** The tenant token, [a-z0-9_-]{1,64}. Required. */
+  tenant: string;
+  /** The proposing agent (requested_by.agent); gated keeps it from reviewing its own proposals. Required. */
+  agent: string;
+  /** The agent's session (requested_by.session). */
+  session?: string;
+  /** The human on whose behalf the agent acts. */
+  operator?: Operator;
+  /** A persona to ask for unless a Change names its own; the policy's routes outrank it. */
+  reviewer?: string;
+}
+
+/** One call of a mutating tool: what gated reviews. */
+export interface Change {
+  /** The proposal id, an idempotency key; default a new id per call. */
+  id?: string;
+  /** What the call acts on, e.g. {host: "web-7", service: "nginx", tags: ["production"]}. */
+  target?: Record<string, unknown>;
+  /** Why the agent wants to act (at most 8 KiB). */
+  reason?: string;
+  /** single_device, cluster or tenant_wide. Required by gated for write and destructive tools. */
+  blast_radius?: BlastRadius;
+  incident_id?: string;
+  /** What the agent knows that a reviewer should too (at most 64 KiB). */
+  context_summary?: string;
+  /** The proposal's flags; the default policy refuses skip_review and force_approve outright. */
+  flags?: Flags;
+  /** A persona for this call, over Identity.reviewer. */
+  reviewer?: string;
+}
+
+/** Declares a tool: its action token, its class, and how a call's arguments become the Change to review. */
+export interface ToolSpec<A> {
+  /** The tool's name on the wire, [A-Za-z0-9_-]{1,128}. */
+  action: string;
+  /** read, write or destructive. A read tool runs without a proposal: never let a model choose it. */
+  class: ProposalClass;
+  /** Turns a call's arguments into the Change to review. Required for write and destructive tools. */
+  describe?: (args: A) => Change;
+}
+
+/** Options of a ToolGate. */
+export interface ToolGateOptions {
+  /** How long a guarded call waits for its verdict when it names no timeoutMs. Default 90 000. */
+  reviewTimeoutMs?: number;
+  /** Makes the id of a call whose Change names none; every id must be new. */
+  newId?: () => string;
+  /** Called with every proposal sent and its verdict, approvals included, before the tool runs (or not). */
+  observe?: (p: Proposal, v: Verdict) => void;
+}
+
+/** A guarded tool: resolves with the tool's result, or throws without running it. */
+export type GuardedTool<A, R> = (args: A, opts?: CallOptions) => Promise<R>;
+
+/** The approval came, but the caller aborted before the tool could run. The tool did not run. */
+export class AbortedError extends GatedError {
+  override readonly code: string = "aborted";
+}
+
+/** Throws InvalidToolSpecError unless spec is usable. */
+export function validateToolSpec<A>(spec: ToolSpec<A>): void {
+  if (!validAction(spec?.action)) {
+    throw new InvalidToolSpecError(`invalid tool spec: action ${JSON.stringify(spec?.action)} must match [A-Za-z0-9_-]{1,128}`);
+  }
+  switch (spec.class) {
+    case "read":
+      return;
+    case "write":
+    case "destructive":
+      if (typeof spec.describe !== "function") {
+        throw new InvalidToolSpecError(`invalid tool spec: ${spec.class} tool ${spec.action} needs describe to say what a call changes`);
+      }
+      return;
+    default:
+      throw new InvalidToolSpecError(`invalid tool spec: tool ${spec.action} has class ${JSON.stringify(spec.class)}; want read, write or destructive`);
+  }
+}
+
+/** A fresh proposal id: a millisecond timestamp in base 36 (ids sort by time) and 64 random bits. */
+export function newProposalId(): string {
+  return Date.now().toString(36) + "-" + randomBytes(8).toString("hex");
+}
+
+/**
+ * Puts gated in front of an agent runtime's tools: read tools run at once;
+ * write and destructive tools run only after gated approves a proposal
+ * describing the call.
+ */
+export class ToolGate {
+  private readonly proposer: Proposer;
+  private readonly id: Identity;
+  private readonly timeoutMs: number;
+  private readonly newId: () => string;
+  private readonly observe: ((p: Proposal, v: Verdict) => void) | undefined;
+
+  /** Throws InvalidConfigError for an unusable identity or option. */
+  constructor(proposer: Proposer, identity: Identity, opts: ToolGateOptions = {}) {
+    if (!proposer || typeof proposer.propose !== "function") {
+      throw new InvalidConfigError("invalid fleet client configuration: a ToolGate needs a Proposer such as a Client");
+    }
+    const id = identity ?? ({} as Identity);
+    if (!validTenant(id.tenant)) {
+      throw new InvalidConfigError(`invalid fleet client configuration: identity tenant ${JSON.stringify(id.tenant)} must match [a-z0-9_-]{1,64}`);
+    }
+    if (typeof id.agent !== "string" || id.agent.trim() === "") {
+      throw new InvalidConfigError("invalid fleet client configuration: identity needs an agent name");
+    }
+    if (id.operator && (typeof id.operator.id !== "string" || id.operator.id.trim() === "")) {
+      throw new InvalidConfigError("invalid fleet client configuration: identity operator needs an id");
+    }
+    if (id.reviewer !== undefined && id.reviewer !== "" && !validTenant(id.reviewer)) {
+      throw new InvalidConfigError(
+        `invalid fleet client configuration: identity reviewer ${JSON.stringify(id.reviewer)} must be a persona name matching [a-z0-9_-]{1,64}`,
+      );
+    }
+    const t = opts.reviewTimeoutMs ?? defaultWaitMs;
+    if (!(t > 0) || !Number.isFinite(t)) {
+      throw new InvalidConfigError(`invalid fleet client configuration: review timeout ${t} ms must be positive`);
+    }
+    this.proposer = proposer;
+    this.id = {
+      ...id,
+      operator: id.operator ? { ...id.operator, roles: id.operator.roles ? [...id.operator.roles] : undefined } : undefined,
+    };
+    this.timeoutMs = t;
+    this.newId = opts.newId ?? newProposalId;
+    this.observe = opts.observe;
+  }
+
+  /**
+   * Wraps fn, a tool of the given spec, so that it runs only when gated
+   * allows it: a read tool at once, a write or destructive tool once and
+   * only on approval of a proposal built from the identity and
+   * spec.describe(args). Otherwise the guarded tool throws without running
+   * fn: a VerdictError for a verdict that is not an approval,
+   * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
+   * or a transport error. fn gets the caller's abort signal.
+   */
+  guard<A, R>(spec: ToolSpec<A>, fn: (args: A, ctx: { signal?: AbortSignal }) => R | Promise<R>): GuardedTool<A, R> {
+    let invalid: Error | undefined;
+    try {
+      validateToolSpec(spec);
+      if (typeof fn !== "function") {
+        throw new InvalidToolSpecError(`invalid tool spec: tool ${spec.action} has no function`);
+      }
+    } catch (err) {
+      invalid = err as Error;
+    }
+    return async (args: A, opts?: CallOptions): Promise<R> => {
+      if (invalid) {
+        throw invalid;
+      }
+      if (spec.class !== "read") {
+        await this.authorize(spec.action, spec.class, spec.describe!(args), opts);
+      }
+      return await fn(args, { signal: opts?.signal });
+    };
+  }
+
+  /**
+   * Asks gated whether a call of action, of class, may make change, for
+   * runtimes that dispatch tools dynamically. Resolves when the call may
+   * run: at once with null for class read, else with the approval.
+   * Throws as a guarded tool does.
+   */
+  async authorize(action: string, cls: ProposalClass, change: Change, opts?: CallOptions): Promise<Verdict | null> {
+    switch (cls) {
+      case "read":
+        return null;
+      case "write":
+      case "destructive":
+        break;
+      default:
+        throw new InvalidToolSpecError(`invalid tool spec: tool ${action} has class ${JSON.stringify(cls)}; want read, write or destructive`);
+    }
+    const p = this.proposal(action, cls, change ?? {});
+    let v: Verdict;
+    try {
+      v = await this.proposer.propose(p, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+    } catch (err) {
+      if (err instanceof VerdictError) {
+        this.observe?.(p, err.verdict);
+      }
+      throw err;
+    }
+    this.observe?.(p, v);
+    // Trust nothing but an approval of exactly this proposal, whatever the Proposer says.
+    checkVerdict(v);
+    if (v.tenant !== p.tenant || v.proposal_id !== p.id || v.action !== p.action) {
+      throw new NotApprovedError(
+        `proposal not approved: the approval names ${v.tenant}.${v.proposal_id} (${v.action}), not proposal ${p.tenant}.${p.id} (${p.action})`,
+      );
+    }
+    if (opts?.signal?.aborted) {
+      throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
+    }
+    return v;
+  }
+
+  private proposal(action: string, cls: ProposalClass, c: Change): Proposal {
+    const p: Proposal = {
+      v: schemaVersion,
+      id: c.id || this.newId(),
+      tenant: this.id.tenant,
+      kind: "action",
+      action,
+      class: cls,
+      target: c.target,
+      reason: c.reason,
+      blast_radius: c.blast_radius,
+      requested_by: { agent: this.id.agent, session: this.id.session },
+      incident_id: c.incident_id,
+      context_summary: c.context_summary,
+      flags: { ...c.flags },
+      reviewer: c.reviewer || this.id.reviewer,
+    };
+    if (this.id.operator) {
+      p.operator = { ...this.id.operator };
+    }
+    return p;
+  }
+}
+
+/**
+ * Wraps fn so that it runs only when gated allows it (ToolGate.guard): a
+ * read tool at once, a write or destructive tool only on approval.
+ */
+export function gate<A, R>(
+  toolGate: ToolGate,
+  spec: ToolSpec<A>,
+  fn: (args: A, ctx: { signal?: AbortSignal }) => R | Promise<R>,
+): GuardedTool<A, R> {
+  if (!(toolGate instanceof ToolGate)) {
+    const err = new InvalidToolSpecError(`invalid tool spec: tool ${String(spec?.action)} guarded without a ToolGate`);
+    return () => Promise.reject(err);
+  }
+  return toolGate.guard(spec, fn);
+}

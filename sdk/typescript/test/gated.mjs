@@ -1,0 +1,109 @@
+// Starts a real `gated serve` (embedded NATS) for the end-to-end tests.
+// The binary is $GATED_BIN, or built once per test process from the
+// repository with `go build`.
+import { execFileSync, spawn } from "node:child_process";
+import { mkdtempSync, rmSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+import { connect } from "@nats-io/transport-node";
+
+/** The repository's root directory. */
+export const repoRoot = fileURLToPath(new URL("../../../", import.meta.url));
+
+let built;
+
+/** The gated binary: $GATED_BIN, or one built from the repository. */
+export function gatedBinary() {
+  if (process.env.GATED_BIN) {
+    return process.env.GATED_BIN;
+  }
+  if (!built) {
+    const dir = mkdtempSync(join(tmpdir(), "gated-ts-bin-"));
+    built = join(dir, "gated");
+    execFileSync("go", ["build", "-o", built, "./cmd/gated"], { cwd: repoRoot, stdio: "inherit" });
+    process.on("exit", () => rmSync(dir, { recursive: true, force: true }));
+  }
+  return built;
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.unref();
+    srv.on("error", reject);
+    srv.listen(0, "127.0.0.1", () => {
+      const { port } = srv.address();
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Starts `gated serve` on free ports with a fresh data directory and the
+ * example personas, and waits until /readyz answers 200. Returns
+ * {natsURL, stop(), kill(), logs()}.
+ */
+export async function startGated(...extra) {
+  const bin = gatedBinary();
+  const dataDir = mkdtempSync(join(tmpdir(), "gated-ts-data-"));
+  const natsPort = await freePort();
+  const httpPort = await freePort();
+  const args = [
+    "serve",
+    "--data-dir", dataDir,
+    "--nats-listen", `127.0.0.1:${natsPort}`,
+    "--http", `127.0.0.1:${httpPort}`,
+    "--personas", join(repoRoot, "examples/personas"),
+    "--log-format", "json",
+    ...extra,
+  ];
+  const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let logs = "";
+  proc.stdout.on("data", (d) => (logs += d));
+  proc.stderr.on("data", (d) => (logs += d));
+  const exited = new Promise((resolve) => proc.on("exit", resolve));
+  const g = {
+    natsURL: `nats://127.0.0.1:${natsPort}`,
+    logs: () => logs,
+    /** Kills gated at once, as a crash would, and waits for its exit. */
+    async kill() {
+      proc.kill("SIGKILL");
+      await exited;
+    },
+    async stop() {
+      if (proc.exitCode === null && proc.signalCode === null) {
+        proc.kill("SIGKILL");
+        await exited;
+      }
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+  const deadline = Date.now() + 60_000;
+  for (;;) {
+    if (proc.exitCode !== null) {
+      await g.stop();
+      throw new Error(`gated exited before it was ready:\n${logs}`);
+    }
+    try {
+      const r = await fetch(`http://127.0.0.1:${httpPort}/readyz`);
+      if (r.status === 200) {
+        return g;
+      }
+    } catch {
+      // not listening yet
+    }
+    if (Date.now() > deadline) {
+      await g.stop();
+      throw new Error(`gated not ready after 60s:\n${logs}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Connects to a gated's NATS server. */
+export function natsConnect(url, opts = {}) {
+  return connect({ servers: url, ...opts });
+}
