@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -885,7 +886,7 @@ func (e *OperatorEndpoint) refuse(ctx context.Context, trail engine.AuditTrail, 
 		At: e.now().UTC(), Data: raw,
 	}
 	_, err := trail.Seal(ctx, ev)
-	if errors.Is(err, ErrTrailSealed) {
+	if errors.Is(err, audit.ErrTrailSealed) {
 		_, err = e.trails().Seal(ctx, ev)
 	}
 	if err != nil {

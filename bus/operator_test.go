@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -484,7 +485,7 @@ func (t *recTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 	t.rec.mu.Lock()
 	defer t.rec.mu.Unlock()
 	if t.sealed {
-		return bus.ErrTrailSealed
+		return audit.ErrTrailSealed
 	}
 	t.rec.events = append(t.rec.events, ev)
 	return nil
@@ -864,7 +865,7 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 		}
 		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
-	ep, err := bus.NewOperatorEndpoint(operators(t, alice, root), eng, newAuditor(t, js, bus.AuditorConfig{}).Trail, followUp, publish, zaptest.NewLogger(t))
+	ep, err := bus.NewOperatorEndpoint(operators(t, alice, root), eng, bustest.AuditWriter(t, js, audit.Config{}).Trail, followUp, publish, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -940,7 +941,7 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 		t.Fatalf("published %s (%v)", pub.Data, err)
 	}
 	var events []string
-	err = bus.ReadAudit(ctx, js, bus.AuditQuery{Tenant: "acme"}, func(e bus.AuditEntry) error {
+	err = audit.Read(ctx, js, audit.Query{Tenant: "acme"}, func(e audit.Entry) error {
 		if e.Record != nil && e.Record.Event.ProposalID == "held-1" {
 			events = append(events, e.Record.Event.Event)
 		}
@@ -1004,7 +1005,7 @@ func TestOperatorDecisionEndToEnd(t *testing.T) {
 
 	// The verdicts operators decided name their own records; held-3, held
 	// by hand with a made-up audit_seq, does not.
-	rep, err := bus.Verify(ctx, js, bus.VerifyOptions{})
+	rep, err := audit.Verify(ctx, js, audit.VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -98,6 +98,18 @@ func EscalationSubject(tenant string) string {
 	return EscalationSubjectPrefix + tenant
 }
 
+// AuditSubject is the subject of one audit event of tenant.
+func AuditSubject(tenant, event string) string {
+	return AuditSubjectPrefix + tenant + "." + event
+}
+
+// VerdictKey is the key of the verdict of tenant's proposal id in
+// VerdictBucket. VerdictKey("*", "*") matches every verdict key: the
+// bucket's other keys have three tokens or more.
+func VerdictKey(tenant, id string) string {
+	return tenant + "." + id
+}
+
 // ToolSubject is where the named tool is requested.
 func ToolSubject(name string) string {
 	return ToolSubjectPrefix + name
