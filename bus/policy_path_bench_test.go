@@ -30,7 +30,7 @@ import (
 // BenchmarkPolicyPath measures proposals decided at stage policy, end to
 // end and in process, with the pieces `gated serve` wires: an embedded
 // nats-server with JetStream on a temp dir, Setup, the default policy
-// bundle, the engine, the chained Auditor (with a key, publish mode auto)
+// bundle, the engine, the chained audit writer (with a key, publish mode auto)
 // and the Worker. A fleet of 256 agents on its own connection publishes
 // a 50/50 mix of policy-denied proposals and reads, as fleet.Client does
 // (subject gated.proposals.<tenant>.<action>, Nats-Msg-Id <tenant>.<id>,

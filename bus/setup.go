@@ -1,7 +1,7 @@
 // Package bus connects gated to NATS: the embedded server, the streams,
-// the verdict bucket, the proposal consumer, verdict publishing, the audit
-// trail, the review service and operator decisions. Fleets use package
-// fleet instead, which does not compile any of it.
+// the verdict bucket, the proposal consumer, verdict publishing, the review
+// service and operator decisions. The audit trail is package audit. Fleets
+// use package fleet instead, which does not compile any of it.
 package bus
 
 import (

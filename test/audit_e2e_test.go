@@ -131,7 +131,7 @@ func TestAuditTrailOfServe(t *testing.T) {
 	}
 }
 
-// TestAuditChainOnACluster runs two Auditors, connected to different
+// TestAuditChainOnACluster runs two audit writers, connected to different
 // nodes of a three-node cluster, on one tenant of an R3 audit stream: the
 // replicated stream gets atomic batches, the expected-sequence checks hold
 // across the cluster, and the chain verifies. Both publishing ways run, and

@@ -17,7 +17,7 @@ var (
 	// with Writer.Trail.
 	ErrTrailSealed = errors.New("the audit trail is sealed")
 	// ErrNoStream means the GATED_AUDIT stream does not exist: run
-	// `gated serve` (or Setup) against the server first.
+	// `gated serve` (or bus.Setup) against the server first.
 	ErrNoStream = errors.New("the audit stream " + Stream + " does not exist (has gated serve run against this NATS server?)")
 )
 

@@ -60,7 +60,7 @@ type Writer struct {
 
 // NewWriter opens the audit stream, decides between atomic batches and
 // one-at-a-time publishing, and starts the writers. The stream must exist
-// (Setup creates it): else the error wraps ErrNoStream. Close the
+// (bus.Setup creates it): else the error wraps ErrNoStream. Close the
 // Writer to drain it.
 func NewWriter(ctx context.Context, js jetstream.JetStream, cfg Config) (*Writer, error) {
 	nc := js.Conn()

@@ -23,7 +23,7 @@ import (
 
 // auditFixture is a NATS server whose audit stream holds, for tenant
 // acme, verdicts of alice (approved db_backup) and bob (rejected
-// db_drop_table), and for beta one verdict, written by a keyed Auditor.
+// db_drop_table), and for beta one verdict, written by a keyed audit writer.
 type auditFixture struct {
 	url     string
 	js      jetstream.JetStream
@@ -349,7 +349,7 @@ func TestEnsureAuditKey(t *testing.T) {
 	}
 }
 
-// TestServeAuditsWithTheDataDirKey runs serve's Auditor set-up against a
+// TestServeAuditsWithTheDataDirKey runs serve's audit writer set-up against a
 // server: the embedded case creates the key, an external server without a
 // key file gets unkeyed records, and a bad --audit-publish is refused.
 func TestServeAuditsWithTheDataDirKey(t *testing.T) {
