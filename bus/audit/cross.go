@@ -77,7 +77,7 @@ func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
 		return nil, fmt.Errorf("the stored value is not a verdict: %w", err)
 	}
 	switch {
-	case v.Tenant+"."+v.ProposalID != key:
+	case wire.VerdictKey(v.Tenant, v.ProposalID) != key:
 		return &v, fmt.Errorf("the verdict stored under it is %s.%s's", v.Tenant, v.ProposalID)
 	case v.AuditSeq == 0:
 		return &v, errors.New("the stored verdict names no audit_seq")
@@ -201,11 +201,10 @@ func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream
 		c.max = defaultMaxVerdictProblems
 	}
 	rep.Verdicts = c.check
-	// Verdict keys are <tenant>.<id>; the bucket's other keys have three
-	// tokens or more.
-	filter := "*.*"
+	// The bucket's other keys have three tokens or more.
+	filter := wire.VerdictKey("*", "*")
 	if opts.Tenant != "" {
-		filter = opts.Tenant + ".*"
+		filter = wire.VerdictKey(opts.Tenant, "*")
 	}
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
