@@ -74,10 +74,11 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzActionPatternValidityAgreesWithGo$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeAuditRecord$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditHeads$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditKey$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseHeads$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzAppendEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseLockHolder$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
@@ -136,13 +137,13 @@ bench-plugins:
 # record per round trip against unchained events, on a file and a memory
 # stream: events/s, p50/p99 of Seal, records per publish.
 bench-audit:
-	$(GO) test ./bus -run '^$$' -bench '^BenchmarkAuditTrail$$' -benchtime 2000x -count 3
+	$(GO) test ./bus/audit -run '^$$' -bench '^BenchmarkAuditTrail$$' -benchtime 2000x -count 3
 
 # bench-verify measures audit verify's check of the stored verdicts at
 # 10 000 and 100 000 verdicts: the index it keeps against one get per
 # verdict, and the chain check alone (docs/AUDIT.md). It takes minutes.
 bench-verify:
-	$(GO) test ./bus -run '^$$' -bench '^BenchmarkVerifyVerdicts$$' -benchtime 2x -timeout 30m
+	$(GO) test ./bus/audit -run '^$$' -bench '^BenchmarkVerifyVerdicts$$' -benchtime 2x -timeout 30m
 
 # opa-test runs the bundles' tests with stock OPA, built from the module
 # proxy at the version in go.mod.

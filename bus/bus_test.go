@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -93,7 +94,7 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := newAuditor(t, js, bus.AuditorConfig{}).Trail()
+	tr := bustest.AuditWriter(t, js, audit.Config{}).Trail()
 	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
 		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: ev, Tenant: "acme", ProposalID: "p1"}); err != nil {
 			t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -103,7 +104,7 @@ func newIntake(t *testing.T, cfg bus.Config) *intake {
 // trails returns the audit trails of one gated process on js.
 func trails(t *testing.T, js jetstream.JetStream) bus.Trails {
 	t.Helper()
-	a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Log: zaptest.NewLogger(t)})
+	a, err := audit.NewWriter(t.Context(), js, audit.Config{Log: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -29,7 +30,7 @@ import (
 // BenchmarkPolicyPath measures proposals decided at stage policy, end to
 // end and in process, with the pieces `gated serve` wires: an embedded
 // nats-server with JetStream on a temp dir, Setup, the default policy
-// bundle, the engine, the chained Auditor (with a key, publish mode auto)
+// bundle, the engine, the chained audit writer (with a key, publish mode auto)
 // and the Worker. A fleet of 256 agents on its own connection publishes
 // a 50/50 mix of policy-denied proposals and reads, as fleet.Client does
 // (subject gated.proposals.<tenant>.<action>, Nats-Msg-Id <tenant>.<id>,
@@ -63,7 +64,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	eng := defaultEngine(b, bus.NewVerdictStore(res.Verdicts), noPlugins{})
-	auditor, err := bus.NewAuditor(ctx, js, bus.AuditorConfig{Key: testKey, Log: log, Publish: benchPublishMode()})
+	auditor, err := audit.NewWriter(ctx, js, audit.Config{Key: []byte("0123456789abcdef0123456789abcdef"), Log: log, Publish: benchPublishMode()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,14 +196,14 @@ func BenchmarkPolicyPath(b *testing.B) {
 	b.ReportMetric(float64(st.Records)/float64(max(b.N, 1)), "records/proposal")
 }
 
-func benchPublishMode() bus.PublishMode {
+func benchPublishMode() audit.PublishMode {
 	switch os.Getenv("BENCH_PUBLISH") {
 	case "batches":
-		return bus.PublishBatches
+		return audit.PublishBatches
 	case "one-at-a-time":
-		return bus.PublishOneAtATime
+		return audit.PublishOneAtATime
 	}
-	return bus.PublishAuto
+	return audit.PublishAuto
 }
 
 // cpuTime is the CPU time, user and system, the process has used.

@@ -1,7 +1,7 @@
 // Package bus connects gated to NATS: the embedded server, the streams,
-// the verdict bucket, the proposal consumer, verdict publishing, the audit
-// trail, the review service and operator decisions. Fleets use package
-// fleet instead, which does not compile any of it.
+// the verdict bucket, the proposal consumer, verdict publishing, the review
+// service and operator decisions. The audit trail is package audit. Fleets
+// use package fleet instead, which does not compile any of it.
 package bus
 
 import (
@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -20,7 +21,6 @@ import (
 // fleets share with gated are in package wire.
 const (
 	ProposalsStream = "GATED_PROPOSALS"
-	AuditStream     = "GATED_AUDIT"
 	ConsumerName    = "gated"
 )
 
@@ -153,7 +153,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	}
 	r.Audit, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name:        AuditStream,
+			Name:        audit.Stream,
 			Description: "Every step gated took on the way to every verdict.",
 			Subjects:    []string{wire.AuditSubjectPrefix + ">"},
 			Retention:   jetstream.LimitsPolicy,
@@ -172,7 +172,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("creating stream %s: %w", AuditStream, err)
+		return nil, fmt.Errorf("creating stream %s: %w", audit.Stream, err)
 	}
 	r.Verdicts, err = retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -279,8 +279,3 @@ const (
 	jsClusterNotAvailable jetstream.ErrorCode = 10008
 	jsNoSuitablePeers     jetstream.ErrorCode = 10005
 )
-
-// AuditSubject is the subject of one audit event.
-func AuditSubject(tenant, event string) string {
-	return wire.AuditSubjectPrefix + tenant + "." + event
-}

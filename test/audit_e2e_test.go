@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
 
@@ -114,7 +115,7 @@ func TestAuditTrailOfServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := js.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+	if err := js.DeleteStream(t.Context(), audit.Stream); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
@@ -130,7 +131,7 @@ func TestAuditTrailOfServe(t *testing.T) {
 	}
 }
 
-// TestAuditChainOnACluster runs two Auditors, connected to different
+// TestAuditChainOnACluster runs two audit writers, connected to different
 // nodes of a three-node cluster, on one tenant of an R3 audit stream: the
 // replicated stream gets atomic batches, the expected-sequence checks hold
 // across the cluster, and the chain verifies. Both publishing ways run, and
@@ -139,11 +140,11 @@ func TestAuditChainOnACluster(t *testing.T) {
 	cluster := startNATS(t, 3)
 	for _, mode := range []struct {
 		note    string
-		publish bus.PublishMode
+		publish audit.PublishMode
 		batches bool
-	}{{"auto", bus.PublishAuto, true}, {"one at a time", bus.PublishOneAtATime, false}} {
+	}{{"auto", audit.PublishAuto, true}, {"one at a time", audit.PublishOneAtATime, false}} {
 		t.Run(mode.note, func(t *testing.T) {
-			var auditors []*bus.Auditor
+			var auditors []*audit.Writer
 			var js0 jetstream.JetStream
 			for i := range 2 {
 				nc, err := nats.Connect(fmt.Sprintf("nats://127.0.0.1:%d", cluster.nodes[i].clientPort))
@@ -164,7 +165,7 @@ func TestAuditChainOnACluster(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Publish: mode.publish, Instance: fmt.Sprint("gated-", i)})
+				a, err := audit.NewWriter(t.Context(), js, audit.Config{Publish: mode.publish, Instance: fmt.Sprint("gated-", i)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -179,7 +180,7 @@ func TestAuditChainOnACluster(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			before, err := bus.Verify(t.Context(), js0, bus.VerifyOptions{Tenant: "shared"})
+			before, err := audit.Verify(t.Context(), js0, audit.VerifyOptions{Tenant: "shared"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,7 +216,7 @@ func TestAuditChainOnACluster(t *testing.T) {
 			for err := range errs {
 				t.Fatal(err)
 			}
-			rep, err := bus.Verify(t.Context(), js0, bus.VerifyOptions{Tenant: "shared"})
+			rep, err := audit.Verify(t.Context(), js0, audit.VerifyOptions{Tenant: "shared"})
 			if err != nil {
 				t.Fatal(err)
 			}

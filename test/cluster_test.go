@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -53,7 +54,7 @@ func assertReplicated(t *testing.T, cluster *natsCluster, replicas int) {
 	js := connectJS(t, cluster.url())
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + wire.VerdictBucket} {
+	for _, name := range []string{bus.ProposalsStream, audit.Stream, "KV_" + wire.VerdictBucket} {
 		s, err := js.Stream(ctx, name)
 		if err != nil {
 			t.Fatalf("stream %s: %v", name, err)
@@ -92,7 +93,7 @@ func connectJS(t *testing.T, natsURL string) jetstream.JetStream {
 func waitReplicasCurrent(t *testing.T, js jetstream.JetStream) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
-	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + wire.VerdictBucket} {
+	for _, name := range []string{bus.ProposalsStream, audit.Stream, "KV_" + wire.VerdictBucket} {
 		for {
 			ok, state := replicasCurrent(t, js, name)
 			if ok {

@@ -196,8 +196,8 @@ func tenantAudit(ctx context.Context, t *testing.T, js jetstream.JetStream, tena
 	return out
 }
 
-// audit returns every audit event of one proposal, in stream order.
-func audit(t *testing.T, natsURL, tenant, id string) []auditRecord {
+// auditRecords returns every audit event of one proposal, in stream order.
+func auditRecords(t *testing.T, natsURL, tenant, id string) []auditRecord {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -294,7 +294,7 @@ func TestExampleProposals(t *testing.T) {
 				t.Errorf("verdict carries no policy revision: %+v", v.Policy)
 			}
 
-			recs := audit(t, g.natsURL, v.Tenant, v.ProposalID)
+			recs := auditRecords(t, g.natsURL, v.Tenant, v.ProposalID)
 			var names []string
 			for _, r := range recs {
 				names = append(names, r.ev.Event)

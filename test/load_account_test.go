@@ -11,7 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -54,7 +54,7 @@ func (l *fleetLoad) readAuditStream(t *testing.T) (map[string][]auditRec, int) {
 	var stream jetstream.Stream
 	var err error
 	for {
-		stream, err = l.js.Stream(ctx, bus.AuditStream)
+		stream, err = l.js.Stream(ctx, audit.Stream)
 		if err == nil || ctx.Err() != nil {
 			break
 		}

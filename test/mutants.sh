@@ -205,14 +205,14 @@ mutant health_misses_counted plugins/process.go ./plugins \
 	$'\t\tmisses++\n' \
 	$'\t\tmisses += 0\n'
 
-# Start-up (bus/auditkey.go, bus/datadir.go, cmd/gated): the audit key
+# Start-up (bus/audit/key.go, bus/datadir.go, cmd/gated): the audit key
 # must extend the stream's chain, serve checks it, and one serve holds a
 # data directory.
-mutant audit_key_checked bus/auditkey.go ./bus \
-	$'func CheckAuditKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n' \
-	$'func CheckAuditKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n\tif true {\n\t\treturn nil\n\t}\n'
-mutant serve_checks_audit_key cmd/gated/audit.go ./cmd/gated \
-	'err = bus.CheckAuditKey(checkCtx, js, key)' \
+mutant audit_key_checked bus/audit/key.go ./bus/audit \
+	$'func CheckKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n' \
+	$'func CheckKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n\tif true {\n\t\treturn nil\n\t}\n'
+mutant serve_checks_audit_key cmd/gated/audit_key.go ./cmd/gated \
+	'err = audit.CheckKey(checkCtx, js, key)' \
 	'_, err = checkCtx, error(nil)'
 mutant data_dir_locked bus/datadir.go ./bus \
 	'held, err := lockFile(f)' \
@@ -221,13 +221,13 @@ mutant serve_locks_data_dir cmd/gated/startup.go ./cmd/gated \
 	'if lock, err = bus.LockDataDir(o.dataDir); err != nil {' \
 	'if err != nil {'
 
-# audit verify (bus/auditcross.go, bus/auditlog.go): a stored verdict
+# audit verify (bus/audit/cross.go, bus/audit/verify.go): a stored verdict
 # whose record is not where its audit_seq says is reported, and so are
 # sequences deleted from the end of the stream.
-mutant verify_missing_record bus/auditcross.go ./bus \
+mutant verify_missing_record bus/audit/cross.go ./bus/audit \
 	$'\treturn c.mismatch(ctx, sv)\n' \
 	$'\treturn nil\n'
-mutant verify_deleted_tail bus/auditlog.go ./bus \
+mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
 

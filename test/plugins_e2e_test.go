@@ -92,7 +92,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 		t.Fatalf("incident change: exit %d, %s: %s, reviews %+v", code, v.Outcome, v.Reason, v.Reviews)
 	}
 	var tools []string
-	for _, rec := range audit(t, g.natsURL, "acme", "inc-1") {
+	for _, rec := range auditRecords(t, g.natsURL, "acme", "inc-1") {
 		if rec.ev.Event == engine.EventToolCalled {
 			var d struct{ Tool, Plugin string }
 			_ = json.Unmarshal(rec.ev.Data, &d)

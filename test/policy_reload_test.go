@@ -206,7 +206,7 @@ func TestPolicyHotReload(t *testing.T) {
 
 	// Every reload attempt is audited under gated's own tenant token.
 	var events []string
-	for _, rec := range audit(t, g.natsURL, engine.UnknownTenant, "") {
+	for _, rec := range auditRecords(t, g.natsURL, engine.UnknownTenant, "") {
 		if strings.HasPrefix(rec.ev.Event, "policy.") {
 			events = append(events, rec.ev.Event)
 		}

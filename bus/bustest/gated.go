@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
@@ -87,17 +88,7 @@ func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 	if wrap != nil {
 		d = wrap(d)
 	}
-	aud, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Log: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := aud.Close(ctx); err != nil {
-			t.Errorf("closing the auditor: %v", err)
-		}
-	})
+	aud := AuditWriter(t, js, audit.Config{})
 	w, err := bus.NewWorker(nc, js, res, d, aud.Trail, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +98,27 @@ func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 	}
 	t.Cleanup(func() { w.Stop(5 * time.Second) })
 	return &Gated{NC: nc, JS: js, Resources: res}
+}
+
+// AuditWriter starts an audit writer on js, logging to the test, and
+// drains it when the test ends.
+func AuditWriter(tb testing.TB, js jetstream.JetStream, cfg audit.Config) *audit.Writer {
+	tb.Helper()
+	if cfg.Log == nil {
+		cfg.Log = zaptest.NewLogger(tb)
+	}
+	a, err := audit.NewWriter(tb.Context(), js, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Close(ctx); err != nil {
+			tb.Errorf("closing the audit writer: %v", err)
+		}
+	})
+	return a
 }
 
 // Gatekeeper is a Decider that holds every delivery until Open, and

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
@@ -52,7 +53,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 		}
 		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
-	ep, err := operator.NewEndpoint(operators(t, alice, root), eng, newAuditor(t, js, bus.AuditorConfig{}).Trail, followUp, publish, zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(operators(t, alice, root), eng, bustest.AuditWriter(t, js, audit.Config{}).Trail, followUp, publish, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 		t.Fatalf("published %s (%v)", pub.Data, err)
 	}
 	var events []string
-	err = bus.ReadAudit(ctx, js, bus.AuditQuery{Tenant: "acme"}, func(e bus.AuditEntry) error {
+	err = audit.Read(ctx, js, audit.Query{Tenant: "acme"}, func(e audit.Entry) error {
 		if e.Record != nil && e.Record.Event.ProposalID == "held-1" {
 			events = append(events, e.Record.Event.Event)
 		}
@@ -192,7 +193,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 
 	// The verdicts operators decided name their own records; held-3, held
 	// by hand with a made-up audit_seq, does not.
-	rep, err := bus.Verify(ctx, js, bus.VerifyOptions{})
+	rep, err := audit.Verify(ctx, js, audit.VerifyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -241,25 +238,4 @@ func replyVerdict(t *testing.T, m *nats.Msg) *engine.Verdict {
 		t.Fatalf("reply is not a verdict: %v\n%s", err, m.Data)
 	}
 	return &v
-}
-
-// newAuditor starts gated's auditor on js and closes it when the test
-// ends.
-func newAuditor(t testing.TB, js jetstream.JetStream, cfg bus.AuditorConfig) *bus.Auditor {
-	t.Helper()
-	if cfg.Log == nil {
-		cfg.Log = zaptest.NewLogger(t)
-	}
-	a, err := bus.NewAuditor(t.Context(), js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("closing the auditor: %v", err)
-		}
-	})
-	return a
 }

@@ -16,13 +16,14 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
 // auditFixture is a NATS server whose audit stream holds, for tenant
 // acme, verdicts of alice (approved db_backup) and bob (rejected
-// db_drop_table), and for beta one verdict, written by a keyed Auditor.
+// db_drop_table), and for beta one verdict, written by a keyed audit writer.
 type auditFixture struct {
 	url     string
 	js      jetstream.JetStream
@@ -41,7 +42,7 @@ func newAuditFixture(t *testing.T) *auditFixture {
 	if err := os.WriteFile(keyFile, []byte(hex.EncodeToString(key)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{Key: key, Instance: "test"})
+	a, err := audit.NewWriter(t.Context(), js, audit.Config{Key: key, Instance: "test"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,8 +109,8 @@ func TestAuditVerifyCommand(t *testing.T) {
 	}
 
 	// A record written straight to the stream without the key.
-	forged, err := bus.NewAuditMsg(engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p9", Data: []byte(`{"outcome":"approved"}`)},
-		bus.AuditChain{N: 7, Prev: "0000000000000000000000000000000000000000000000000000000000000000"}, nil)
+	forged, err := audit.NewMsg(engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p9", Data: []byte(`{"outcome":"approved"}`)},
+		audit.Chain{N: 7, Prev: "0000000000000000000000000000000000000000000000000000000000000000"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestAuditVerifyChecksStoredVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := bus.NewAuditor(t.Context(), fx.js, bus.AuditorConfig{Key: []byte("0123456789abcdef0123456789abcdef")})
+	a, err := audit.NewWriter(t.Context(), fx.js, audit.Config{Key: []byte("0123456789abcdef0123456789abcdef")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,11 +182,11 @@ func TestAuditVerifyChecksStoredVerdicts(t *testing.T) {
 		`(?m)^2 stored verdicts checked against the stream: 1 name their verdict.decided record, 0 expired, 1 problem\(s\)$`, `1 problem\(s\) found`)
 	code, out, _ = runGated(t, "audit", "verify", "--nats-url", fx.url, "--json")
 	var summary struct {
-		Problems int              `json:"problems"`
-		Verdicts bus.VerdictCheck `json:"verdicts"`
+		Problems int                `json:"problems"`
+		Verdicts audit.VerdictCheck `json:"verdicts"`
 	}
 	if err := json.Unmarshal([]byte(lines(out)[0]), &summary); err != nil || code != exitAuditProblems ||
-		summary.Problems != 1 || summary.Verdicts != (bus.VerdictCheck{Verdicts: 2, Matched: 1, Problems: 1}) {
+		summary.Problems != 1 || summary.Verdicts != (audit.VerdictCheck{Verdicts: 2, Matched: 1, Problems: 1}) {
 		t.Fatalf("verify --json: exit %d, summary %+v (%v)\n%s", code, summary, err, out)
 	}
 	if !strings.Contains(out, `"proposal_id":"p8"`) {
@@ -219,7 +220,7 @@ func TestAuditTailCommand(t *testing.T) {
 			Seq    uint64 `json:"seq"`
 			Record struct {
 				Tenant string          `json:"tenant"`
-				Chain  bus.AuditChain  `json:"chain"`
+				Chain  audit.Chain     `json:"chain"`
 				Data   json.RawMessage `json:"data"`
 			} `json:"record"`
 		}
@@ -329,7 +330,7 @@ func TestParseSince(t *testing.T) {
 func TestEnsureAuditKey(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
 	key, path, created, err := ensureAuditKey(dir)
-	if err != nil || !created || len(key) != bus.MinAuditKeyLen {
+	if err != nil || !created || len(key) != audit.MinKeyLen {
 		t.Fatalf("first start: key of %d bytes, created %v, err %v", len(key), created, err)
 	}
 	st, err := os.Stat(path)
@@ -348,7 +349,7 @@ func TestEnsureAuditKey(t *testing.T) {
 	}
 }
 
-// TestServeAuditsWithTheDataDirKey runs serve's Auditor set-up against a
+// TestServeAuditsWithTheDataDirKey runs serve's audit writer set-up against a
 // server: the embedded case creates the key, an external server without a
 // key file gets unkeyed records, and a bad --audit-publish is refused.
 func TestServeAuditsWithTheDataDirKey(t *testing.T) {
@@ -368,7 +369,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	}
 	defer closeAuditor(a, zap.NewNop())
 	stored, err := readAuditKey(filepath.Join(o.dataDir, auditKeyFile))
-	if err != nil || a.KeyID() != bus.AuditKeyID(stored) {
+	if err != nil || a.KeyID() != audit.KeyID(stored) {
 		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
 	}
 	// Nothing is recorded yet, so a gated without a key may still join.
@@ -436,24 +437,24 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 			say: []string{"no audit key", "--audit-key-file", "GATED_AUDIT_KEY_FILE", "audit_key_file", "--audit-key-rotate"}},
 		{note: "external with another key", o: serveOptions{auditKeyFile: otherFile},
 			say: []string{otherFile, "--audit-key-file", "--audit-key-rotate"}},
-		{note: "external with the key", o: serveOptions{auditKeyFile: keyFile}, keyID: bus.AuditKeyID(key)},
+		{note: "external with the key", o: serveOptions{auditKeyFile: keyFile}, keyID: audit.KeyID(key)},
 		{note: "external with another key, rotating", o: serveOptions{auditKeyFile: otherFile, auditKeyRotate: true},
-			keyID: bus.AuditKeyID([]byte("another key of thirty-two bytes!"))},
+			keyID: audit.KeyID([]byte("another key of thirty-two bytes!"))},
 		{note: "embedded whose key file is gone", o: serveOptions{dataDir: emptyDir()}, embedded: true,
 			say: []string{auditKeyFile, "is missing", "--audit-key-rotate"}},
-		{note: "embedded with the key", o: serveOptions{dataDir: firstDir}, embedded: true, keyID: bus.AuditKeyID(key)},
+		{note: "embedded with the key", o: serveOptions{dataDir: firstDir}, embedded: true, keyID: audit.KeyID(key)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			got, err := serveAuditKey(t.Context(), js, tc.o, tc.embedded, zap.NewNop())
 			if len(tc.say) == 0 {
-				if err != nil || bus.AuditKeyID(got) != tc.keyID {
-					t.Fatalf("key %s, err %v; want key %s", bus.AuditKeyID(got), err, tc.keyID)
+				if err != nil || audit.KeyID(got) != tc.keyID {
+					t.Fatalf("key %s, err %v; want key %s", audit.KeyID(got), err, tc.keyID)
 				}
 				return
 			}
 			if err == nil || exitCode(err) != exitFailure {
-				t.Fatalf("accepted key %q (err %v); want a refusal", bus.AuditKeyID(got), err)
+				t.Fatalf("accepted key %q (err %v); want a refusal", audit.KeyID(got), err)
 			}
 			for _, w := range tc.say {
 				if !strings.Contains(err.Error(), w) {
@@ -470,8 +471,8 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 	// With --audit-key-rotate, the embedded server makes itself a new key.
 	o := serveOptions{dataDir: emptyDir(), auditKeyRotate: true}
 	got, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
-	if err != nil || len(got) != bus.MinAuditKeyLen || bus.AuditKeyID(got) == bus.AuditKeyID(key) {
-		t.Fatalf("rotating with no key file: key %s, err %v; want a new key", bus.AuditKeyID(got), err)
+	if err != nil || len(got) != audit.MinKeyLen || audit.KeyID(got) == audit.KeyID(key) {
+		t.Fatalf("rotating with no key file: key %s, err %v; want a new key", audit.KeyID(got), err)
 	}
 }
 

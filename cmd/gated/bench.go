@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/bench"
 )
@@ -228,7 +228,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 		}
 	}
 
-	auditBefore := streamBytes(ctx, js, bus.AuditStream)
+	auditBefore := streamBytes(ctx, js, audit.Stream)
 	gatedSampler := startSampler(gatedPID, true)
 	benchSampler := startSampler(os.Getpid(), false)
 	gen := bench.Proposals{Tenant: o.tenant, Nonce: nonce, Pad: o.pad}
@@ -257,7 +257,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	if probe != nil {
 		answered += rep.Probe.Answered
 	}
-	if after := streamBytes(ctx, js, bus.AuditStream); auditBefore >= 0 && after > auditBefore && answered > 0 {
+	if after := streamBytes(ctx, js, audit.Stream); auditBefore >= 0 && after > auditBefore && answered > 0 {
 		rep.AuditBytes = int((after - auditBefore) / int64(answered))
 	} else {
 		rep.Notes = append(rep.Notes, "the audit stream could not be read; the floor's log records are 2048 bytes")

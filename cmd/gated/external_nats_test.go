@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -140,7 +141,7 @@ log_format: json
 
 	ctx2, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	for _, name := range []string{bus.ProposalsStream, bus.AuditStream, "KV_" + wire.VerdictBucket} {
+	for _, name := range []string{bus.ProposalsStream, audit.Stream, "KV_" + wire.VerdictBucket} {
 		s, err := js.Stream(ctx2, name)
 		if err != nil {
 			t.Fatal(err)
@@ -153,7 +154,7 @@ log_format: json
 			t.Errorf("%s cluster info %+v: want a leader and two replicas", name, info.Cluster)
 		}
 		switch name {
-		case bus.AuditStream:
+		case audit.Stream:
 			if info.Config.MaxAge != 720*time.Hour {
 				t.Errorf("%s max age %s, want 720h from audit_max_age", name, info.Config.MaxAge)
 			}

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
@@ -126,7 +127,7 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	auditor, err := bus.NewAuditor(ctx, js, bus.AuditorConfig{Log: zaptest.NewLogger(t)})
+	auditor, err := audit.NewWriter(ctx, js, audit.Config{Log: zaptest.NewLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
@@ -56,7 +57,7 @@ type gateServer struct {
 	js            jetstream.JetStream
 	busCfg        bus.Config
 	res           *bus.Resources
-	auditor       *bus.Auditor
+	auditor       *audit.Writer
 	store         *bus.VerdictStore
 	eng           *engine.Engine
 	worker        *bus.Worker

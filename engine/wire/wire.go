@@ -104,6 +104,18 @@ func OperatorSubject(tenant, proposalID string) string {
 	return OperatorSubjectPrefix + tenant + "." + proposalID
 }
 
+// AuditSubject is the subject of one audit event of tenant.
+func AuditSubject(tenant, event string) string {
+	return AuditSubjectPrefix + tenant + "." + event
+}
+
+// VerdictKey is the key of the verdict of tenant's proposal id in
+// VerdictBucket. VerdictKey("*", "*") matches every verdict key: the
+// bucket's other keys have three tokens or more.
+func VerdictKey(tenant, id string) string {
+	return tenant + "." + id
+}
+
 // ToolSubject is where the named tool is requested.
 func ToolSubject(name string) string {
 	return ToolSubjectPrefix + name

@@ -1,23 +1,24 @@
-package bus_test
+package audit_test
 
 import (
 	"testing"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 )
 
-// TestAuditorPipelinedKeepsOneChain checks the pipelined writer where it
+// TestWriterPipelinedKeepsOneChain checks the pipelined writer where it
 // can go wrong: its runs broken by other writers on shared tenants, a
 // pipelined instance and one publishing one at a time, or two pipelined
 // instances; every chain must verify, with every record in it.
-func TestAuditorPipelinedKeepsOneChain(t *testing.T) {
+func TestWriterPipelinedKeepsOneChain(t *testing.T) {
 	tests := []struct {
 		note  string
-		other bus.PublishMode
+		other audit.PublishMode
 	}{
-		{note: "beside a one-at-a-time instance", other: bus.PublishOneAtATime},
-		{note: "beside another pipelined instance", other: bus.PublishPipelined},
+		{note: "beside a one-at-a-time instance", other: audit.PublishOneAtATime},
+		{note: "beside another pipelined instance", other: audit.PublishPipelined},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -27,8 +28,8 @@ func TestAuditorPipelinedKeepsOneChain(t *testing.T) {
 			if _, err := bus.Setup(t.Context(), js1, bus.Config{}); err != nil {
 				t.Fatal(err)
 			}
-			a1 := newAuditor(t, js1, bus.AuditorConfig{Key: testKey, Instance: "one", Publish: bus.PublishPipelined})
-			a2 := newAuditor(t, js2, bus.AuditorConfig{Key: testKey, Instance: "two", Publish: tc.other})
+			a1 := bustest.AuditWriter(t, js1, audit.Config{Key: testKey, Instance: "one", Publish: audit.PublishPipelined})
+			a2 := bustest.AuditWriter(t, js2, audit.Config{Key: testKey, Instance: "two", Publish: tc.other})
 			if !a1.Pipelined() || a1.Batching() {
 				t.Fatalf("pipelined %v, batching %v; want pipelined only", a1.Pipelined(), a1.Batching())
 			}
@@ -45,16 +46,16 @@ func TestAuditorPipelinedKeepsOneChain(t *testing.T) {
 	}
 }
 
-// TestAuditorPipelinedContinuesAChain checks that a pipelined writer
+// TestWriterPipelinedContinuesAChain checks that a pipelined writer
 // started on a stream that has records, by an earlier instance, links its
 // first record of each tenant to the tenant's last record.
-func TestAuditorPipelinedContinuesAChain(t *testing.T) {
+func TestWriterPipelinedContinuesAChain(t *testing.T) {
 	_, js := setupAudit(t)
-	first := newAuditor(t, js, bus.AuditorConfig{Key: testKey, Publish: bus.PublishOneAtATime})
+	first := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Publish: audit.PublishOneAtATime})
 	writeTrails(t, first, "a", 6, 2, "acme", "beta")
-	second := newAuditor(t, js, bus.AuditorConfig{Key: testKey, Publish: bus.PublishPipelined})
+	second := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Publish: audit.PublishPipelined})
 	writeTrails(t, second, "b", 6, 2, "acme", "beta")
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 	if !rep.Clean() {
 		t.Fatalf("problems: %+v", rep.Problems)
 	}

@@ -1,4 +1,4 @@
-package bus_test
+package audit_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -20,7 +21,7 @@ import (
 // writeTrails runs trails concurrent trails on a, each recording events
 // events and sealing a verdict, round-robin over tenants. It returns the
 // sequence each Seal returned, by proposal id.
-func writeTrails(t *testing.T, a *bus.Auditor, prefix string, trails, events int, tenants ...string) map[string]uint64 {
+func writeTrails(t *testing.T, a *audit.Writer, prefix string, trails, events int, tenants ...string) map[string]uint64 {
 	t.Helper()
 	var (
 		mu   sync.Mutex
@@ -60,16 +61,16 @@ func writeTrails(t *testing.T, a *bus.Auditor, prefix string, trails, events int
 }
 
 // verify runs Verify and fails the test on an error.
-func verify(t *testing.T, js jetstream.JetStream, opts bus.VerifyOptions) *bus.AuditReport {
+func verify(t *testing.T, js jetstream.JetStream, opts audit.VerifyOptions) *audit.Report {
 	t.Helper()
-	rep, err := bus.Verify(t.Context(), js, opts)
+	rep, err := audit.Verify(t.Context(), js, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return rep
 }
 
-func heads(rep *bus.AuditReport) map[string]uint64 {
+func heads(rep *audit.Report) map[string]uint64 {
 	out := map[string]uint64{}
 	for _, h := range rep.Heads {
 		out[h.Tenant] = h.N
@@ -88,9 +89,9 @@ func setupAudit(t *testing.T) (*bus.Resources, jetstream.JetStream) {
 	return res, js
 }
 
-func TestAuditorChainsConcurrentTrails(t *testing.T) {
+func TestWriterChainsConcurrentTrails(t *testing.T) {
 	res, js := setupAudit(t)
-	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey, Instance: "gated-a", Publish: bus.PublishBatches})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "gated-a", Publish: audit.PublishBatches})
 	if !a.Batching() {
 		t.Fatal("the audit stream allows atomic batches, yet the auditor publishes one at a time")
 	}
@@ -108,7 +109,7 @@ func TestAuditorChainsConcurrentTrails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rec, err := bus.DecodeAuditRecord(msg.Subject, msg.Header, msg.Data)
+		rec, err := audit.DecodeRecord(msg.Subject, msg.Header, msg.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +117,7 @@ func TestAuditorChainsConcurrentTrails(t *testing.T) {
 			t.Fatalf("Seal of %s returned seq %d, which holds %s of %s by %q", id, seq, rec.Event.Event, rec.Event.ProposalID, rec.Event.Instance)
 		}
 	}
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 	if !rep.Clean() || !rep.MACsChecked {
 		t.Fatalf("problems in an untouched stream: %+v", rep.Problems)
 	}
@@ -134,15 +135,15 @@ func TestAuditorChainsConcurrentTrails(t *testing.T) {
 	}
 }
 
-func TestAuditorsOfTwoInstancesKeepOneChain(t *testing.T) {
+func TestWritersOfTwoInstancesKeepOneChain(t *testing.T) {
 	s := bustest.Server(t)
 	_, js1 := bustest.Connect(t, s)
 	_, js2 := bustest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js1, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	a1 := newAuditor(t, js1, bus.AuditorConfig{Key: testKey, Instance: "one", Publish: bus.PublishBatches})
-	a2 := newAuditor(t, js2, bus.AuditorConfig{Key: testKey, Instance: "two", Writers: 2, Publish: bus.PublishBatches})
+	a1 := bustest.AuditWriter(t, js1, audit.Config{Key: testKey, Instance: "one", Publish: audit.PublishBatches})
+	a2 := bustest.AuditWriter(t, js2, audit.Config{Key: testKey, Instance: "two", Writers: 2, Publish: audit.PublishBatches})
 	// Rounds of a few trails each make many small batches, so the two
 	// instances keep extending the shared chain under each other.
 	if !shareChain(t, js1, a1, a2, 15, 4, 3) {
@@ -150,7 +151,7 @@ func TestAuditorsOfTwoInstancesKeepOneChain(t *testing.T) {
 	}
 	// Both instances wrote to the shared tenant's one chain.
 	instances := map[string]bool{}
-	err := bus.ReadAudit(t.Context(), js1, bus.AuditQuery{Tenant: "shared"}, func(e bus.AuditEntry) error {
+	err := audit.Read(t.Context(), js1, audit.Query{Tenant: "shared"}, func(e audit.Entry) error {
 		instances[e.Record.Event.Instance] = true
 		return nil
 	})
@@ -160,17 +161,17 @@ func TestAuditorsOfTwoInstancesKeepOneChain(t *testing.T) {
 	t.Logf("instance one: %+v; instance two: %+v", a1.Stats(), a2.Stats())
 }
 
-func TestAuditorPublishesOneAtATime(t *testing.T) {
+func TestWriterPublishesOneAtATime(t *testing.T) {
 	tests := []struct {
 		note   string
 		stream func(t *testing.T, js jetstream.JetStream)
-		cfg    bus.AuditorConfig
+		cfg    audit.Config
 	}{
 		{
 			note: "stream without atomic publish",
 			stream: func(t *testing.T, js jetstream.JetStream) {
 				_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-					Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
+					Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 					Storage: jetstream.FileStorage, DenyDelete: true, DenyPurge: true,
 				})
 				if err != nil {
@@ -185,7 +186,7 @@ func TestAuditorPublishesOneAtATime(t *testing.T) {
 					t.Fatal(err)
 				}
 			},
-			cfg: bus.AuditorConfig{Publish: bus.PublishOneAtATime},
+			cfg: audit.Config{Publish: audit.PublishOneAtATime},
 		},
 	}
 	for _, tc := range tests {
@@ -194,18 +195,18 @@ func TestAuditorPublishesOneAtATime(t *testing.T) {
 			_, js := bustest.Connect(t, s)
 			tc.stream(t, js)
 			tc.cfg.Key = testKey
-			a := newAuditor(t, js, tc.cfg)
+			a := bustest.AuditWriter(t, js, tc.cfg)
 			if a.Batching() {
 				t.Fatal("the auditor batches")
 			}
 			// A second instance makes the one-at-a-time path meet conflicts too.
 			_, js2 := bustest.Connect(t, s)
-			b := newAuditor(t, js2, tc.cfg)
+			b := bustest.AuditWriter(t, js2, tc.cfg)
 			var wg sync.WaitGroup
 			wg.Go(func() { writeTrails(t, a, "a", 30, 2, "acme", "beta") })
 			wg.Go(func() { writeTrails(t, b, "b", 30, 2, "acme") })
 			wg.Wait()
-			rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 			if !rep.Clean() {
 				t.Fatalf("problems: %+v", rep.Problems)
 			}
@@ -219,7 +220,7 @@ func TestAuditorPublishesOneAtATime(t *testing.T) {
 	}
 }
 
-func TestAuditorPublishAutoFollowsTheStream(t *testing.T) {
+func TestWriterPublishAutoFollowsTheStream(t *testing.T) {
 	tests := []struct {
 		note    string
 		storage jetstream.StorageType
@@ -235,33 +236,33 @@ func TestAuditorPublishAutoFollowsTheStream(t *testing.T) {
 			s := bustest.Server(t)
 			_, js := bustest.Connect(t, s)
 			_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-				Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
+				Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 				Storage: tc.storage, AllowAtomicPublish: true,
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := newAuditor(t, js, bus.AuditorConfig{})
+			a := bustest.AuditWriter(t, js, audit.Config{})
 			if a.Batching() != tc.batches || a.Pipelined() == tc.batches {
 				t.Fatalf("batching %v, pipelined %v; want batching %v, else pipelined", a.Batching(), a.Pipelined(), tc.batches)
 			}
 			writeTrails(t, a, "p", 20, 3, "acme", "beta")
-			if rep := verify(t, js, bus.VerifyOptions{}); !rep.Clean() || rep.Records != 80 {
+			if rep := verify(t, js, audit.VerifyOptions{}); !rep.Clean() || rep.Records != 80 {
 				t.Fatalf("%d records, problems %+v", rep.Records, rep.Problems)
 			}
 		})
 	}
 }
 
-func TestAuditorUnkeyed(t *testing.T) {
+func TestWriterUnkeyed(t *testing.T) {
 	_, js := setupAudit(t)
-	a := newAuditor(t, js, bus.AuditorConfig{})
+	a := bustest.AuditWriter(t, js, audit.Config{})
 	if a.KeyID() != "" {
 		t.Fatalf("key id %q without a key", a.KeyID())
 	}
 	writeTrails(t, a, "p", 4, 1, "acme")
 	var macs int
-	err := bus.ReadAudit(t.Context(), js, bus.AuditQuery{}, func(e bus.AuditEntry) error {
+	err := audit.Read(t.Context(), js, audit.Query{}, func(e audit.Entry) error {
 		if e.Err != nil {
 			return e.Err
 		}
@@ -273,51 +274,51 @@ func TestAuditorUnkeyed(t *testing.T) {
 	if err != nil || macs != 0 {
 		t.Fatalf("%d unkeyed records carry a MAC (err %v)", macs, err)
 	}
-	if rep := verify(t, js, bus.VerifyOptions{}); !rep.Clean() || rep.MACsChecked || rep.Records != 8 {
+	if rep := verify(t, js, audit.VerifyOptions{}); !rep.Clean() || rep.MACsChecked || rep.Records != 8 {
 		t.Fatalf("unkeyed records without a key: %+v", rep)
 	}
 	// Given a key, records without a MAC are forgeries.
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 	if len(rep.Problems) != 8 {
 		t.Fatalf("%d problems, want every one of the 8 records without a MAC: %+v", len(rep.Problems), rep.Problems)
 	}
 	for _, p := range rep.Problems {
-		if p.Kind != bus.ProblemForged {
+		if p.Kind != audit.ProblemForged {
 			t.Fatalf("problem %+v, want forged", p)
 		}
 	}
 }
 
-func TestAuditorKeyRotation(t *testing.T) {
+func TestWriterKeyRotation(t *testing.T) {
 	_, js := setupAudit(t)
 	other := []byte("fedcba9876543210fedcba9876543210")
-	old := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	old := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
 	writeTrails(t, old, "old", 2, 1, "acme")
 	if err := old.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	writeTrails(t, newAuditor(t, js, bus.AuditorConfig{Key: other}), "new", 2, 1, "acme")
-	if rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey, other}}); !rep.Clean() || heads(rep)["acme"] != 8 {
+	writeTrails(t, bustest.AuditWriter(t, js, audit.Config{Key: other}), "new", 2, 1, "acme")
+	if rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey, other}}); !rep.Clean() || heads(rep)["acme"] != 8 {
 		t.Fatalf("both keys given: %+v", rep)
 	}
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{other}})
-	if len(rep.Problems) != 4 || rep.Problems[0].Kind != bus.ProblemForged || rep.Problems[0].Seq != 1 {
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{other}})
+	if len(rep.Problems) != 4 || rep.Problems[0].Kind != audit.ProblemForged || rep.Problems[0].Seq != 1 {
 		t.Fatalf("only the new key given: %+v, want the 4 old records forged", rep.Problems)
 	}
 }
 
 func TestAuditTrailLifecycle(t *testing.T) {
 	_, js := setupAudit(t)
-	a := newAuditor(t, js, bus.AuditorConfig{})
+	a := bustest.AuditWriter(t, js, audit.Config{})
 	tr := a.Trail()
 	ev := verdictEvent("acme", "p1")
 	if _, err := tr.Seal(t.Context(), ev); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Record(t.Context(), ev); !errors.Is(err, bus.ErrTrailSealed) {
+	if err := tr.Record(t.Context(), ev); !errors.Is(err, audit.ErrTrailSealed) {
 		t.Errorf("Record after Seal: %v, want ErrTrailSealed", err)
 	}
-	if _, err := tr.Seal(t.Context(), ev); !errors.Is(err, bus.ErrTrailSealed) {
+	if _, err := tr.Seal(t.Context(), ev); !errors.Is(err, audit.ErrTrailSealed) {
 		t.Errorf("second Seal: %v, want ErrTrailSealed", err)
 	}
 	bad := a.Trail()
@@ -330,39 +331,39 @@ func TestAuditTrailLifecycle(t *testing.T) {
 	if err := a.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Trail().Seal(t.Context(), ev); !errors.Is(err, bus.ErrAuditorClosed) {
-		t.Errorf("Seal after Close: %v, want ErrAuditorClosed", err)
+	if _, err := a.Trail().Seal(t.Context(), ev); !errors.Is(err, audit.ErrClosed) {
+		t.Errorf("Seal after Close: %v, want ErrClosed", err)
 	}
 }
 
-func TestNewAuditorNeedsTheStream(t *testing.T) {
+func TestNewWriterNeedsTheStream(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
-	if _, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{}); !errors.Is(err, bus.ErrNoAuditStream) {
-		t.Fatalf("err = %v, want ErrNoAuditStream", err)
+	if _, err := audit.NewWriter(t.Context(), js, audit.Config{}); !errors.Is(err, audit.ErrNoStream) {
+		t.Fatalf("err = %v, want ErrNoStream", err)
 	}
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := bus.NewAuditor(context.Background(), js, bus.AuditorConfig{Key: []byte("short")}); !errors.Is(err, bus.ErrInvalidConfig) {
+	if _, err := audit.NewWriter(context.Background(), js, audit.Config{Key: []byte("short")}); !errors.Is(err, audit.ErrInvalidConfig) {
 		t.Fatalf("a short key: err = %v, want ErrInvalidConfig", err)
 	}
 }
 
-// TestAuditorCloseHonoursItsDeadline stops the server under a writer, so
+// TestWriterCloseHonoursItsDeadline stops the server under a writer, so
 // that its publish hangs, fills its queue and blocks a Record on it: a
 // Close with a short deadline must still return, with the deadline's
 // error, and release the blocked Record.
-func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
+func TestWriterCloseHonoursItsDeadline(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := bus.NewAuditor(t.Context(), js, bus.AuditorConfig{
+	a, err := audit.NewWriter(t.Context(), js, audit.Config{
 		// One writer that takes one event at a time (MaxBatch 1: it does
 		// not gather more), with a queue of one.
-		Writers: 1, QueueLen: 1, MaxBatch: 1, Publish: bus.PublishOneAtATime, PublishTimeout: time.Hour,
+		Writers: 1, QueueLen: 1, MaxBatch: 1, Publish: audit.PublishOneAtATime, PublishTimeout: time.Hour,
 		Log: zaptest.NewLogger(t),
 	})
 	if err != nil {
@@ -391,7 +392,7 @@ func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
 	if err := tr.Record(t.Context(), verdictEvent("acme", "p1")); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); bus.AuditQueued(a) != 0; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); audit.Queued(a) != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the writer did not take the first event")
 		}
@@ -403,7 +404,7 @@ func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
 	}
 	blocked := make(chan error, 1)
 	go func() { blocked <- tr.Record(t.Context(), verdictEvent("acme", "p3")) }()
-	for deadline := time.Now().Add(30 * time.Second); !bus.AuditEnqueueing(a); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); !audit.Enqueueing(a); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the third Record did not reach the full queue")
 		}
@@ -424,8 +425,8 @@ func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
 	if _, err := tr.Seal(t.Context(), verdictEvent("acme", "p4")); err == nil {
 		t.Error("a trail whose events were lost sealed")
 	}
-	if err := a.Trail().Record(t.Context(), verdictEvent("acme", "p5")); !errors.Is(err, bus.ErrAuditorClosed) {
-		t.Errorf("Record after Close: %v, want ErrAuditorClosed", err)
+	if err := a.Trail().Record(t.Context(), verdictEvent("acme", "p5")); !errors.Is(err, audit.ErrClosed) {
+		t.Errorf("Record after Close: %v, want ErrClosed", err)
 	}
 }
 
@@ -433,11 +434,11 @@ func TestAuditorCloseHonoursItsDeadline(t *testing.T) {
 // (a2, tenants shared and beta) write rounds of trails at once, then
 // checks that every chain verifies with every record in it. It returns
 // false when the writing failed and the test is already failed.
-func shareChain(t *testing.T, js jetstream.JetStream, a1, a2 *bus.Auditor, rounds, trails, events int) bool {
+func shareChain(t *testing.T, js jetstream.JetStream, a1, a2 *audit.Writer, rounds, trails, events int) bool {
 	t.Helper()
 	var wg sync.WaitGroup
 	for _, inst := range []struct {
-		a       *bus.Auditor
+		a       *audit.Writer
 		name    string
 		tenants []string
 	}{{a1, "one", []string{"acme", "shared"}}, {a2, "two", []string{"shared", "beta"}}} {
@@ -451,7 +452,7 @@ func shareChain(t *testing.T, js jetstream.JetStream, a1, a2 *bus.Auditor, round
 	if t.Failed() {
 		return false
 	}
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 	if !rep.Clean() {
 		t.Fatalf("two instances broke the chain: %+v", rep.Problems)
 	}

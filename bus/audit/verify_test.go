@@ -1,4 +1,4 @@
-package bus_test
+package audit_test
 
 import (
 	"bytes"
@@ -16,14 +16,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
 // tamperStream is a stream whose tenant acme has records n=1..3 and beta
-// one, written by a keyed Auditor, for a test to tamper with.
+// one, written by a keyed Writer, for a test to tamper with.
 type tamperStream struct {
 	js    jetstream.JetStream
 	audit jetstream.Stream
@@ -34,7 +34,7 @@ type tamperStream struct {
 func newTamperStream(t *testing.T) *tamperStream {
 	t.Helper()
 	res, js := setupAudit(t)
-	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
 	for i := range 3 {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i+1))); err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func newTamperStream(t *testing.T) *tamperStream {
 	if _, err := a.Trail().Seal(t.Context(), verdictEvent("beta", "b1")); err != nil {
 		t.Fatal(err)
 	}
-	head, err := res.Audit.GetLastMsgForSubject(t.Context(), bus.AuditTenantSubject("acme"))
+	head, err := res.Audit.GetLastMsgForSubject(t.Context(), wire.AuditSubjectPrefix+"acme.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,15 +64,15 @@ func (s *tamperStream) publish(t *testing.T, msg *nats.Msg) uint64 {
 // next builds acme's record n linked to prev.
 func (s *tamperStream) next(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
 	t.Helper()
-	return auditMsg(t, verdictEvent("acme", fmt.Sprint("forged", n)), bus.AuditChain{N: n, Prev: prev}, key)
+	return auditMsg(t, verdictEvent("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
 }
 
 type wantProblem struct {
 	seq  uint64
-	kind bus.ProblemKind
+	kind audit.ProblemKind
 }
 
-func problemsOf(rep *bus.AuditReport) []wantProblem {
+func problemsOf(rep *audit.Report) []wantProblem {
 	out := []wantProblem{}
 	for _, p := range rep.Problems {
 		out = append(out, wantProblem{p.Seq, p.Kind})
@@ -104,7 +104,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 				}
 				m.Data = bytes.Replace(orig.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
 				seq := s.publish(t, m)
-				return []wantProblem{{seq, bus.ProblemModified}, {seq, bus.ProblemReordered}}
+				return []wantProblem{{seq, audit.ProblemModified}, {seq, audit.ProblemReordered}}
 			},
 		},
 		{
@@ -112,14 +112,14 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				m.Data = bytes.Replace(m.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
-				return []wantProblem{{s.publish(t, m), bus.ProblemModified}}
+				return []wantProblem{{s.publish(t, m), audit.ProblemModified}}
 			},
 		},
 		{
 			note: "a link that matches no record",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256([]byte("another record")), testKey)
-				return []wantProblem{{s.publish(t, m), bus.ProblemModified}}
+				return []wantProblem{{s.publish(t, m), audit.ProblemModified}}
 			},
 		},
 		{
@@ -127,7 +127,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				four := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				five := s.next(t, 5, hexSHA256(four.Data), testKey)
-				return []wantProblem{{s.publish(t, five), bus.ProblemRemoved}}
+				return []wantProblem{{s.publish(t, five), audit.ProblemRemoved}}
 			},
 		},
 		{
@@ -137,13 +137,13 @@ func TestVerifyDetectsTampering(t *testing.T) {
 				five := s.next(t, 5, hexSHA256(four.Data), testKey)
 				first := s.publish(t, five)
 				second := s.publish(t, four)
-				return []wantProblem{{first, bus.ProblemReordered}, {second, bus.ProblemReordered}}
+				return []wantProblem{{first, audit.ProblemReordered}, {second, audit.ProblemReordered}}
 			},
 		},
 		{
 			note: "a record MACed with another key",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
-				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), otherKey)), bus.ProblemForged}}
+				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), otherKey)), audit.ProblemForged}}
 			},
 			macOnly: true,
 		},
@@ -152,14 +152,14 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				m.Header.Set(wire.AuditMACHeader, hexSHA256([]byte("made up")))
-				return []wantProblem{{s.publish(t, m), bus.ProblemForged}}
+				return []wantProblem{{s.publish(t, m), audit.ProblemForged}}
 			},
 			macOnly: true,
 		},
 		{
 			note: "a record without a MAC",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
-				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), nil)), bus.ProblemForged}}
+				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), nil)), audit.ProblemForged}}
 			},
 			macOnly: true,
 		},
@@ -168,18 +168,18 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := nats.NewMsg("gated.audit.acme.verdict.decided")
 				m.Data = []byte(`{"outcome":"approved"}`)
-				return []wantProblem{{s.publish(t, m), bus.ProblemForged}}
+				return []wantProblem{{s.publish(t, m), audit.ProblemForged}}
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			s := newTamperStream(t)
-			if rep := verify(t, s.js, bus.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
+			if rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
 				t.Fatalf("problems before tampering: %+v", rep.Problems)
 			}
 			want := tc.tamper(t, s)
-			rep := verify(t, s.js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
 				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 			}
@@ -188,7 +188,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 					t.Errorf("problem %+v: want tenant acme and a detail", p)
 				}
 			}
-			unkeyed := verify(t, s.js, bus.VerifyOptions{})
+			unkeyed := verify(t, s.js, audit.VerifyOptions{})
 			if tc.macOnly != unkeyed.Clean() {
 				t.Errorf("without a key: problems %+v", unkeyed.Problems)
 			}
@@ -196,10 +196,10 @@ func TestVerifyDetectsTampering(t *testing.T) {
 	}
 }
 
-// TestAuditorChainsPastForeignMessages checks that gated, finding its
+// TestWriterChainsPastForeignMessages checks that gated, finding its
 // chain extended by someone else, links its next record to whatever is
 // last, so the tampering is reported once and the chain goes on.
-func TestAuditorChainsPastForeignMessages(t *testing.T) {
+func TestWriterChainsPastForeignMessages(t *testing.T) {
 	tests := []struct {
 		note   string
 		tamper func(t *testing.T, s *tamperStream) wantProblem
@@ -210,7 +210,7 @@ func TestAuditorChainsPastForeignMessages(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) wantProblem {
 				m := nats.NewMsg("gated.audit.acme.verdict.decided")
 				m.Data = []byte("garbage")
-				return wantProblem{s.publish(t, m), bus.ProblemForged}
+				return wantProblem{s.publish(t, m), audit.ProblemForged}
 			},
 			head: 2, // the chain restarts at 1 after the foreign message
 		},
@@ -218,7 +218,7 @@ func TestAuditorChainsPastForeignMessages(t *testing.T) {
 			note: "a record skipped",
 			tamper: func(t *testing.T, s *tamperStream) wantProblem {
 				four := s.next(t, 4, hexSHA256(s.head.Data), testKey)
-				return wantProblem{s.publish(t, s.next(t, 5, hexSHA256(four.Data), testKey)), bus.ProblemRemoved}
+				return wantProblem{s.publish(t, s.next(t, 5, hexSHA256(four.Data), testKey)), audit.ProblemRemoved}
 			},
 			head: 7,
 		},
@@ -227,9 +227,9 @@ func TestAuditorChainsPastForeignMessages(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			s := newTamperStream(t)
 			want := tc.tamper(t, s)
-			a := newAuditor(t, s.js, bus.AuditorConfig{Key: testKey})
+			a := bustest.AuditWriter(t, s.js, audit.Config{Key: testKey})
 			writeTrails(t, a, "after", 2, 0, "acme")
-			rep := verify(t, s.js, bus.VerifyOptions{Keys: [][]byte{testKey}})
+			rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{want}) {
 				t.Fatalf("problems %v, want only %v\n%+v", got, want, rep.Problems)
 			}
@@ -247,12 +247,12 @@ func TestVerifyDetectsDeletedRecords(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
+		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
 	for i, tenant := range []string{"acme", "acme", "acme", "acme", "acme", "beta"} {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent(tenant, fmt.Sprint("p", i))); err != nil {
 			t.Fatal(err)
@@ -263,37 +263,37 @@ func TestVerifyDetectsDeletedRecords(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
-	want := []wantProblem{{4, bus.ProblemRemoved}, {4, bus.ProblemRemoved}, {6, bus.ProblemRemoved}}
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+	want := []wantProblem{{4, audit.ProblemRemoved}, {4, audit.ProblemRemoved}, {6, audit.ProblemRemoved}}
 	if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 	}
 	// One tenant's chain alone shows the gap inside it only.
-	rep = verify(t, js, bus.VerifyOptions{Tenant: "acme", Keys: [][]byte{testKey}})
-	if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{4, bus.ProblemRemoved}}) {
+	rep = verify(t, js, audit.VerifyOptions{Tenant: "acme", Keys: [][]byte{testKey}})
+	if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{4, audit.ProblemRemoved}}) {
 		t.Fatalf("acme alone: problems %v\n%+v", got, rep.Problems)
 	}
 }
 
 func TestVerifyAnchors(t *testing.T) {
 	_, js := setupAudit(t)
-	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
 	writeTrails(t, a, "p", 2, 1, "acme", "beta")
-	before := verify(t, js, bus.VerifyOptions{})
+	before := verify(t, js, audit.VerifyOptions{})
 	writeTrails(t, a, "q", 2, 1, "acme", "beta")
-	if rep := verify(t, js, bus.VerifyOptions{Anchors: before.Heads}); !rep.Clean() {
+	if rep := verify(t, js, audit.VerifyOptions{Anchors: before.Heads}); !rep.Clean() {
 		t.Fatalf("anchors of an intact chain: %+v", rep.Problems)
 	}
-	altered := append([]bus.AuditHead(nil), before.Heads...)
+	altered := append([]audit.Head(nil), before.Heads...)
 	altered[0].Hash = hexSHA256([]byte("other"))
-	rep := verify(t, js, bus.VerifyOptions{Anchors: altered})
-	if len(rep.Problems) != 1 || rep.Problems[0].Kind != bus.ProblemModified || rep.Problems[0].Tenant != altered[0].Tenant {
+	rep := verify(t, js, audit.VerifyOptions{Anchors: altered})
+	if len(rep.Problems) != 1 || rep.Problems[0].Kind != audit.ProblemModified || rep.Problems[0].Tenant != altered[0].Tenant {
 		t.Fatalf("an anchor whose record changed: %+v", rep.Problems)
 	}
 	// An anchor past the chain's end: the chain was cut short.
-	cut := []bus.AuditHead{{Tenant: "acme", N: 99, Hash: hexSHA256([]byte("x"))}}
-	rep = verify(t, js, bus.VerifyOptions{Anchors: cut})
-	if len(rep.Problems) != 1 || rep.Problems[0].Kind != bus.ProblemRemoved {
+	cut := []audit.Head{{Tenant: "acme", N: 99, Hash: hexSHA256([]byte("x"))}}
+	rep = verify(t, js, audit.VerifyOptions{Anchors: cut})
+	if len(rep.Problems) != 1 || rep.Problems[0].Kind != audit.ProblemRemoved {
 		t.Fatalf("an anchor past the end: %+v", rep.Problems)
 	}
 	// Anchors round-trip through the JSON lines verify --json prints.
@@ -302,17 +302,17 @@ func TestVerifyAnchors(t *testing.T) {
 		fmt.Fprintf(&lines, `{"type":"head","tenant":%q,"n":%d,"hash":%q,"seq":%d}`+"\n", h.Tenant, h.N, h.Hash, h.Seq)
 	}
 	fmt.Fprintln(&lines, `{"type":"summary","messages":4}`)
-	parsed, err := bus.ParseAuditHeads(lines.Bytes())
+	parsed, err := audit.ParseHeads(lines.Bytes())
 	if err != nil || fmt.Sprint(parsed) != fmt.Sprint(before.Heads) {
-		t.Fatalf("ParseAuditHeads = %v, %v; want %v", parsed, err, before.Heads)
+		t.Fatalf("ParseHeads = %v, %v; want %v", parsed, err, before.Heads)
 	}
-	if _, err := bus.ParseAuditHeads([]byte(`{"tenant":"acme","n":0,"hash":"x"}`)); err == nil {
+	if _, err := audit.ParseHeads([]byte(`{"tenant":"acme","n":0,"hash":"x"}`)); err == nil {
 		t.Error("an anchor without n or hash was accepted")
 	}
 	// A stray bracket must not end the anchors silently.
 	for _, bad := range []string{"}\n" + lines.String(), lines.String() + "]\n" + lines.String(), lines.String() + "garbage"} {
-		if heads, err := bus.ParseAuditHeads([]byte(bad)); err == nil {
-			t.Errorf("ParseAuditHeads(%q) = %v, want an error", bad, heads)
+		if heads, err := audit.ParseHeads([]byte(bad)); err == nil {
+			t.Errorf("ParseHeads(%q) = %v, want an error", bad, heads)
 		}
 	}
 }
@@ -320,23 +320,23 @@ func TestVerifyAnchors(t *testing.T) {
 func TestVerifyWithoutStream(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
-	if _, err := bus.Verify(t.Context(), js, bus.VerifyOptions{}); !errors.Is(err, bus.ErrNoAuditStream) {
-		t.Fatalf("err = %v, want ErrNoAuditStream", err)
+	if _, err := audit.Verify(t.Context(), js, audit.VerifyOptions{}); !errors.Is(err, audit.ErrNoStream) {
+		t.Fatalf("err = %v, want ErrNoStream", err)
 	}
-	if err := bus.ReadAudit(t.Context(), js, bus.AuditQuery{}, func(bus.AuditEntry) error { return nil }); !errors.Is(err, bus.ErrNoAuditStream) {
-		t.Fatalf("err = %v, want ErrNoAuditStream", err)
+	if err := audit.Read(t.Context(), js, audit.Query{}, func(audit.Entry) error { return nil }); !errors.Is(err, audit.ErrNoStream) {
+		t.Fatalf("err = %v, want ErrNoStream", err)
 	}
 }
 
 func TestReadAudit(t *testing.T) {
 	_, js := setupAudit(t)
-	a := newAuditor(t, js, bus.AuditorConfig{})
+	a := bustest.AuditWriter(t, js, audit.Config{})
 	writeTrails(t, a, "p", 4, 1, "acme", "beta") // seq 1-8
 
-	read := func(q bus.AuditQuery) []string {
+	read := func(q audit.Query) []string {
 		t.Helper()
 		var out []string
-		err := bus.ReadAudit(t.Context(), js, q, func(e bus.AuditEntry) error {
+		err := audit.Read(t.Context(), js, q, func(e audit.Entry) error {
 			if e.Err != nil {
 				return e.Err
 			}
@@ -348,22 +348,22 @@ func TestReadAudit(t *testing.T) {
 		}
 		return out
 	}
-	if got := read(bus.AuditQuery{}); len(got) != 8 {
+	if got := read(audit.Query{}); len(got) != 8 {
 		t.Errorf("everything: %v", got)
 	}
-	if got := strings.Join(read(bus.AuditQuery{Tenant: "beta"}), " "); got != "1:beta 2:beta 3:beta 4:beta" {
+	if got := strings.Join(read(audit.Query{Tenant: "beta"}), " "); got != "1:beta 2:beta 3:beta 4:beta" {
 		t.Errorf("tenant beta: %s", got)
 	}
-	if got := read(bus.AuditQuery{Tenant: "nobody"}); len(got) != 0 {
+	if got := read(audit.Query{Tenant: "nobody"}); len(got) != 0 {
 		t.Errorf("a tenant without records: %v", got)
 	}
-	if got := read(bus.AuditQuery{Since: time.Now().Add(time.Hour)}); len(got) != 0 {
+	if got := read(audit.Query{Since: time.Now().Add(time.Hour)}); len(got) != 0 {
 		t.Errorf("since the future: %v", got)
 	}
-	if got := read(bus.AuditQuery{Since: time.Now().Add(-time.Hour)}); len(got) != 8 {
+	if got := read(audit.Query{Since: time.Now().Add(-time.Hour)}); len(got) != 8 {
 		t.Errorf("since an hour ago: %v", got)
 	}
-	if got := read(bus.AuditQuery{StartSeq: 7}); len(got) != 2 {
+	if got := read(audit.Query{StartSeq: 7}); len(got) != 2 {
 		t.Errorf("from seq 7: %v", got)
 	}
 
@@ -377,7 +377,7 @@ func TestReadAudit(t *testing.T) {
 		ferr error
 	)
 	wg.Go(func() {
-		ferr = bus.ReadAudit(ctx, js, bus.AuditQuery{Tenant: "gamma", Follow: true}, func(e bus.AuditEntry) error {
+		ferr = audit.Read(ctx, js, audit.Query{Tenant: "gamma", Follow: true}, func(e audit.Entry) error {
 			mu.Lock()
 			defer mu.Unlock()
 			seen = append(seen, e.Record.Chain.N)
@@ -399,26 +399,26 @@ func TestReadAudit(t *testing.T) {
 }
 
 func TestAuditFilter(t *testing.T) {
-	rec := func(event, data string) *bus.AuditRecord {
-		return &bus.AuditRecord{Event: engine.AuditEvent{Event: event, Data: []byte(data)}}
+	rec := func(event, data string) *audit.Record {
+		return &audit.Record{Event: engine.AuditEvent{Event: event, Data: []byte(data)}}
 	}
 	verdict := rec(engine.EventVerdict, `{"action":"db_drop_table","operator":"alice","outcome":"rejected"}`)
 	received := rec(engine.EventReceived, `{"action":"db_drop_table","operator":"alice"}`)
 	tests := []struct {
 		note   string
-		filter bus.AuditFilter
-		rec    *bus.AuditRecord
+		filter audit.Filter
+		rec    *audit.Record
 		want   bool
 	}{
 		{note: "empty filter", rec: received, want: true},
-		{note: "outcome of a verdict", filter: bus.AuditFilter{Outcome: "rejected"}, rec: verdict, want: true},
-		{note: "another outcome", filter: bus.AuditFilter{Outcome: "approved"}, rec: verdict},
-		{note: "outcome keeps verdicts only", filter: bus.AuditFilter{Outcome: "rejected"}, rec: rec(engine.EventReplayed, `{"outcome":"rejected"}`)},
-		{note: "action", filter: bus.AuditFilter{Action: "db_drop_table"}, rec: received, want: true},
-		{note: "another action", filter: bus.AuditFilter{Action: "db_backup"}, rec: received},
-		{note: "operator and action", filter: bus.AuditFilter{Action: "db_drop_table", Operator: "alice"}, rec: verdict, want: true},
-		{note: "another operator", filter: bus.AuditFilter{Operator: "bob"}, rec: verdict},
-		{note: "no data", filter: bus.AuditFilter{Operator: "bob"}, rec: rec(engine.EventPolicyReloaded, "")},
+		{note: "outcome of a verdict", filter: audit.Filter{Outcome: "rejected"}, rec: verdict, want: true},
+		{note: "another outcome", filter: audit.Filter{Outcome: "approved"}, rec: verdict},
+		{note: "outcome keeps verdicts only", filter: audit.Filter{Outcome: "rejected"}, rec: rec(engine.EventReplayed, `{"outcome":"rejected"}`)},
+		{note: "action", filter: audit.Filter{Action: "db_drop_table"}, rec: received, want: true},
+		{note: "another action", filter: audit.Filter{Action: "db_backup"}, rec: received},
+		{note: "operator and action", filter: audit.Filter{Action: "db_drop_table", Operator: "alice"}, rec: verdict, want: true},
+		{note: "another operator", filter: audit.Filter{Operator: "bob"}, rec: verdict},
+		{note: "no data", filter: audit.Filter{Operator: "bob"}, rec: rec(engine.EventPolicyReloaded, "")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -429,10 +429,10 @@ func TestAuditFilter(t *testing.T) {
 	}
 }
 
-// FuzzParseAuditHeads feeds ParseAuditHeads arbitrary anchors files (the
+// FuzzParseHeads feeds ParseHeads arbitrary anchors files (the
 // user's --anchors): it must never panic; every head it accepts is valid
 // and reads back the same from its JSON line and from a JSON array.
-func FuzzParseAuditHeads(f *testing.F) {
+func FuzzParseHeads(f *testing.F) {
 	h := `{"type":"head","tenant":"acme","n":3,"hash":"` + hexSHA256([]byte("x")) + `","seq":7}`
 	f.Add([]byte(h + "\n" + `{"type":"summary","messages":4}` + "\n"))
 	f.Add([]byte(`{"type":"summary","messages":4}` + "\n" + h + "\n" + `{"type":"note","note":"n"}`))
@@ -444,7 +444,7 @@ func FuzzParseAuditHeads(f *testing.F) {
 	f.Add([]byte("  \n"))
 	f.Add([]byte(`{"tYpe":"0"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		heads, err := bus.ParseAuditHeads(data)
+		heads, err := audit.ParseHeads(data)
 		if err != nil {
 			return
 		}
@@ -455,23 +455,23 @@ func FuzzParseAuditHeads(f *testing.F) {
 			}
 			line, err := json.Marshal(struct {
 				Type string `json:"type"`
-				bus.AuditHead
+				audit.Head
 			}{"head", h})
 			if err != nil {
 				t.Fatal(err)
 			}
 			lines.Write(append(line, '\n'))
 		}
-		same := func(a, b []bus.AuditHead) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
-		again, err := bus.ParseAuditHeads(lines.Bytes())
+		same := func(a, b []audit.Head) bool { return len(a) == len(b) && (len(a) == 0 || reflect.DeepEqual(a, b)) }
+		again, err := audit.ParseHeads(lines.Bytes())
 		if err != nil || !same(again, heads) {
 			t.Fatalf("heads %+v read back from JSON lines as %+v, %v", heads, again, err)
 		}
-		array, err := json.Marshal(append([]bus.AuditHead{}, heads...))
+		array, err := json.Marshal(append([]audit.Head{}, heads...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		again, err = bus.ParseAuditHeads(array)
+		again, err = audit.ParseHeads(array)
 		if err != nil || !same(again, heads) {
 			t.Fatalf("heads %+v read back from a JSON array as %+v, %v", heads, again, err)
 		}

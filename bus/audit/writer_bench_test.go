@@ -1,4 +1,4 @@
-package bus_test
+package audit_test
 
 import (
 	"context"
@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -36,8 +36,8 @@ func BenchmarkAuditTrail(b *testing.B) {
 	for _, storage := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
 		for _, mode := range []struct {
 			name    string
-			publish bus.PublishMode
-		}{{"group-commit", bus.PublishBatches}, {"pipelined", bus.PublishPipelined}, {"one-at-a-time", bus.PublishOneAtATime}, {"unchained", -1}} {
+			publish audit.PublishMode
+		}{{"group-commit", audit.PublishBatches}, {"pipelined", audit.PublishPipelined}, {"one-at-a-time", audit.PublishOneAtATime}, {"unchained", -1}} {
 			b.Run(strings.ToLower(storage.String())+"/"+mode.name, func(b *testing.B) {
 				benchmarkAuditTrail(b, storage, mode.publish)
 			})
@@ -45,7 +45,7 @@ func BenchmarkAuditTrail(b *testing.B) {
 	}
 }
 
-func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish bus.PublishMode) {
+func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish audit.PublishMode) {
 	const (
 		concurrency = 64
 		tenants     = 16
@@ -54,7 +54,7 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish bu
 	s := bustest.Server(b)
 	_, js := bustest.Connect(b, s)
 	_, err := js.CreateStream(b.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
+		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 		Storage: storage, AllowAtomicPublish: true, DenyDelete: true, DenyPurge: true,
 	})
 	if err != nil {
@@ -62,10 +62,10 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish bu
 	}
 	var (
 		trails = func() engine.AuditTrail { return &unchainedTrail{js: js} }
-		a      *bus.Auditor
+		a      *audit.Writer
 	)
 	if publish >= 0 {
-		a = newAuditor(b, js, bus.AuditorConfig{Key: testKey, Publish: publish, Log: zap.NewNop()})
+		a = bustest.AuditWriter(b, js, audit.Config{Key: testKey, Publish: publish, Log: zap.NewNop()})
 		trails = a.Trail
 	}
 	seal := make([]time.Duration, b.N)
@@ -130,7 +130,7 @@ func (t *unchainedTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 	if err != nil {
 		return err
 	}
-	m := nats.NewMsg(bus.AuditSubject(ev.Tenant, ev.Event))
+	m := nats.NewMsg(wire.AuditSubject(ev.Tenant, ev.Event))
 	m.Data = data
 	f, err := t.js.PublishMsgAsync(m)
 	if err != nil {

@@ -1,4 +1,4 @@
-package bus
+package audit
 
 import (
 	"bytes"
@@ -27,16 +27,16 @@ import (
 // stored; the MAC, when gated has a key, covers the hash, so a record can
 // only be written by someone who holds the key.
 
-// MinAuditKeyLen is the shortest audit key gated accepts, in bytes.
-const MinAuditKeyLen = 32
+// Stream is the name of the JetStream stream that holds the audit records,
+// on the subjects gated.audit.<tenant>.<event>.
+const Stream = "GATED_AUDIT"
 
-// ErrInvalidAuditRecord is wrapped by every error of DecodeAuditRecord: the
-// message is not a record gated wrote.
-var ErrInvalidAuditRecord = errors.New("not a valid gated audit record")
+// MinKeyLen is the shortest audit key gated accepts, in bytes.
+const MinKeyLen = 32
 
-// AuditChain links a record to the record of the same tenant before it.
+// Chain links a record to the record of the same tenant before it.
 // It is the "chain" member of every record's body.
-type AuditChain struct {
+type Chain struct {
 	// N numbers the tenant's records from 1, over every gated instance.
 	N uint64 `json:"n"`
 	// Prev is the hex SHA-256 of the body of the tenant's record N-1, and
@@ -45,8 +45,8 @@ type AuditChain struct {
 	Prev string `json:"prev"`
 }
 
-// AuditRecord is one record of the audit stream, decoded.
-type AuditRecord struct {
+// Record is one record of the audit stream, decoded.
+type Record struct {
 	// Seq is the stream sequence, Stored the stream's timestamp; both are
 	// zero for a record that was not read from the stream.
 	Seq    uint64
@@ -54,7 +54,7 @@ type AuditRecord struct {
 	// Subject is gated.audit.<tenant>.<event>.
 	Subject string
 	Event   engine.AuditEvent
-	Chain   AuditChain
+	Chain   Chain
 	// Body is the record exactly as stored: Event's members and "chain".
 	Body []byte
 	// Hash is the Gated-Audit-Hash header as written, which Verify checks
@@ -69,18 +69,18 @@ type AuditRecord struct {
 // auditBody is the wire form of a record's body.
 type auditBody struct {
 	engine.AuditEvent
-	Chain *AuditChain `json:"chain"`
+	Chain *Chain `json:"chain"`
 }
 
-// DecodeAuditRecord decodes a message of the audit stream. It checks the
+// DecodeRecord decodes a message of the audit stream. It checks the
 // form of a record — a JSON object of the event schema and a chain link,
 // the subject that names the body's tenant and event, a hash header — but
 // not whether the hash matches, nor the MAC, nor the chain: those are
 // Verify's, which needs the other records and the keys. Every error wraps
-// ErrInvalidAuditRecord.
-func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditRecord, error) {
-	bad := func(format string, args ...any) (*AuditRecord, error) {
-		return nil, fmt.Errorf("%w: %s", ErrInvalidAuditRecord, fmt.Sprintf(format, args...))
+// ErrInvalidRecord.
+func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error) {
+	bad := func(format string, args ...any) (*Record, error) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
 	var b auditBody
 	if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
@@ -99,7 +99,7 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 		return bad("tenant %q is not a tenant token", ev.Tenant)
 	case !validEventName(ev.Event):
 		return bad("event %q is not an event name", ev.Event)
-	case subject != AuditSubject(ev.Tenant, ev.Event):
+	case subject != wire.AuditSubject(ev.Tenant, ev.Event):
 		return bad("subject %s does not name the body's tenant %q and event %q", subject, ev.Tenant, ev.Event)
 	case len(ev.Data) > 0 && !isJSONObject(ev.Data):
 		return bad("data is not a JSON object")
@@ -112,7 +112,7 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	case b.Chain.Prev != "" && !digest.ValidSHA256(b.Chain.Prev):
 		return bad("chain prev %q is not a hex SHA-256", b.Chain.Prev)
 	}
-	r := &AuditRecord{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
+	r := &Record{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
 	if hdr != nil {
 		r.Hash, r.MAC, r.KeyID = hdr.Get(wire.AuditHashHeader), hdr.Get(wire.AuditMACHeader), hdr.Get(wire.AuditKeyHeader)
 	}
@@ -127,24 +127,24 @@ func DecodeAuditRecord(subject string, hdr nats.Header, body []byte) (*AuditReco
 	return r, nil
 }
 
-// AuditKeyID names a key in the Gated-Audit-Key header without revealing
+// KeyID names a key in the Gated-Audit-Key header without revealing
 // it: the hex of the first 8 bytes of its SHA-256.
-func AuditKeyID(key []byte) string {
+func KeyID(key []byte) string {
 	sum := sha256.Sum256(key)
 	return hex.EncodeToString(sum[:8])
 }
 
-// ParseAuditKey reads an audit key file's content: at least
-// MinAuditKeyLen bytes, written raw or in hex (surrounding white space is
+// ParseKey reads an audit key file's content: at least
+// MinKeyLen bytes, written raw or in hex (surrounding white space is
 // ignored for hex).
-func ParseAuditKey(data []byte) ([]byte, error) {
-	if t := bytes.TrimSpace(data); len(t)%2 == 0 && len(t) >= 2*MinAuditKeyLen {
+func ParseKey(data []byte) ([]byte, error) {
+	if t := bytes.TrimSpace(data); len(t)%2 == 0 && len(t) >= 2*MinKeyLen {
 		if key, err := hex.DecodeString(string(t)); err == nil {
 			return key, nil
 		}
 	}
-	if len(data) < MinAuditKeyLen {
-		return nil, fmt.Errorf("an audit key needs at least %d random bytes (or %d hex digits), this one has %d bytes", MinAuditKeyLen, 2*MinAuditKeyLen, len(data))
+	if len(data) < MinKeyLen {
+		return nil, fmt.Errorf("an audit key needs at least %d random bytes (or %d hex digits), this one has %d bytes", MinKeyLen, 2*MinKeyLen, len(data))
 	}
 	return data, nil
 }
@@ -175,7 +175,7 @@ func newAuditSigner(key []byte) auditSigner {
 	if len(key) == 0 {
 		return auditSigner{}
 	}
-	return auditSigner{key: key, keyID: AuditKeyID(key),
+	return auditSigner{key: key, keyID: KeyID(key),
 		macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
 }
 
@@ -220,7 +220,7 @@ func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
 	}
-	return encodedEvent{tenant: ev.Tenant, subject: AuditSubject(ev.Tenant, ev.Event), json: data}, nil
+	return encodedEvent{tenant: ev.Tenant, subject: wire.AuditSubject(ev.Tenant, ev.Event), json: data}, nil
 }
 
 // appendEvent appends ev as encoding/json writes an engine.AuditEvent,
@@ -278,7 +278,7 @@ func appendJSONString(dst []byte, s string) []byte {
 }
 
 // body returns the record's body for chain link c.
-func (e encodedEvent) body(c AuditChain) []byte {
+func (e encodedEvent) body(c Chain) []byte {
 	out := make([]byte, 0, len(e.json)+96)
 	out = append(out, e.json[:len(e.json)-1]...)
 	out = append(out, `,"chain":{"n":`...)
@@ -290,7 +290,7 @@ func (e encodedEvent) body(c AuditChain) []byte {
 
 // msg builds the record's message for chain link c and returns it with
 // the digest of its body.
-func (e encodedEvent) msg(c AuditChain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
+func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
 	m := nats.NewMsg(e.subject)
 	m.Data = e.body(c)
 	digest := sha256.Sum256(m.Data)
@@ -298,11 +298,11 @@ func (e encodedEvent) msg(c AuditChain, s auditSigner) (*nats.Msg, [sha256.Size]
 	return m, digest
 }
 
-// NewAuditMsg builds the stream message of a record: ev with chain link c,
-// hashed, and MACed under key when key is not empty. gated's Auditor
+// NewMsg builds the stream message of a record: ev with chain link c,
+// hashed, and MACed under key when key is not empty. gated's Writer
 // writes records this way; it is exported for tools and tests that write
 // or check records themselves.
-func NewAuditMsg(ev engine.AuditEvent, c AuditChain, key []byte) (*nats.Msg, error) {
+func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	e, err := encodeEvent(ev)
 	if err != nil {
 		return nil, err
@@ -311,8 +311,8 @@ func NewAuditMsg(ev engine.AuditEvent, c AuditChain, key []byte) (*nats.Msg, err
 	return m, nil
 }
 
-// AuditTenantSubject is the subject filter of one tenant's records.
-func AuditTenantSubject(tenant string) string {
+// tenantSubject is the subject filter of one tenant's records.
+func tenantSubject(tenant string) string {
 	return wire.AuditSubjectPrefix + tenant + ".>"
 }
 

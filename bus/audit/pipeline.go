@@ -1,4 +1,4 @@
-package bus
+package audit
 
 import (
 	"crypto/rand"
@@ -41,7 +41,7 @@ const defaultAuditWindow = 1024
 // record in flight (the rest of the run fails), forgets every head and
 // starts a new run with the failed records, in their order.
 type auditPipe struct {
-	w *auditWriter
+	w *shard
 
 	// Owned by the writer goroutine.
 	run     uint64 // the current run; heads learned in it have run == this
@@ -69,7 +69,7 @@ type pipeEntry struct {
 	barrier chan []*auditItem
 }
 
-func newAuditPipe(w *auditWriter) *auditPipe {
+func newAuditPipe(w *shard) *auditPipe {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return &auditPipe{
@@ -79,7 +79,7 @@ func newAuditPipe(w *auditWriter) *auditPipe {
 }
 
 // runPipelined is the writer loop of PublishPipelined.
-func (w *auditWriter) runPipelined() {
+func (w *shard) runPipelined() {
 	p := newAuditPipe(w)
 	var acker sync.WaitGroup
 	acker.Go(p.ack)
@@ -157,7 +157,7 @@ func (p *auditPipe) publish(it *auditItem) {
 		return
 	}
 	p.lastID = id
-	w.setHead(tenant, auditHead{n: c.N, digest: digest, exists: true, run: p.run})
+	w.setHead(tenant, chainHead{n: c.N, digest: digest, exists: true, run: p.run})
 	p.pending <- pipeEntry{it: it, fut: fut, sent: time.Now()}
 }
 

@@ -1,4 +1,4 @@
-package bus_test
+package audit_test
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -21,7 +22,7 @@ import (
 // that has decided proposals p1..p6 of tenant acme: read actions approved,
 // writes that ask to skip review rejected, other writes blocked.
 type crossStream struct {
-	g *gate
+	g *bustest.Fleet
 	// verdicts are the published verdicts of p1..p6, in order.
 	verdicts []*engine.Verdict
 	// raw are the audit stream's messages when p6 was decided, by
@@ -31,7 +32,7 @@ type crossStream struct {
 
 func newCrossStream(t *testing.T) *crossStream {
 	t.Helper()
-	s := &crossStream{g: startGate(t, nil, bus.Config{})}
+	s := &crossStream{g: bustest.StartFleet(t, nil, bus.Config{})}
 	s.verdicts = s.decide(t, "p", 6)
 	last := s.verdicts[len(s.verdicts)-1].AuditSeq
 	for seq := uint64(1); seq <= last; seq++ {
@@ -76,7 +77,7 @@ func (s *crossStream) seq(i int) uint64 { return s.verdicts[i-1].AuditSeq }
 // denies deletes and purges, but it can be replaced whole.
 func (s *crossStream) recreate(t *testing.T) {
 	t.Helper()
-	if err := s.g.JS.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+	if err := s.g.JS.DeleteStream(t.Context(), audit.Stream); err != nil {
 		t.Fatal(err)
 	}
 	res, err := bus.Setup(t.Context(), s.g.JS, bus.Config{})
@@ -130,7 +131,7 @@ func (s *crossStream) storeVerdict(t *testing.T, key string, i int, change func(
 // the proposal id when id is set.
 type storeProblem struct {
 	seq  uint64
-	kind bus.ProblemKind
+	kind audit.ProblemKind
 	id   string
 }
 
@@ -138,7 +139,7 @@ func (p storeProblem) String() string { return fmt.Sprintf("{%d %s %s}", p.seq, 
 
 // gotProblems lists rep's problems as storeProblems. A problem that names
 // a proposal must say so in its detail too, which is what a reader sees.
-func gotProblems(t *testing.T, rep *bus.AuditReport) []storeProblem {
+func gotProblems(t *testing.T, rep *audit.Report) []storeProblem {
 	t.Helper()
 	out := []storeProblem{}
 	for _, p := range rep.Problems {
@@ -180,7 +181,7 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				for seq := uint64(1); seq <= s.seq(4); seq++ {
 					s.republish(t, seq)
 				}
-				return []storeProblem{{s.seq(5), bus.ProblemRemoved, "p5"}, {s.seq(6), bus.ProblemRemoved, "p6"}}
+				return []storeProblem{{s.seq(5), audit.ProblemRemoved, "p5"}, {s.seq(6), audit.ProblemRemoved, "p6"}}
 			},
 		},
 		{
@@ -195,7 +196,7 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				if later[1].AuditSeq != s.seq(6) {
 					t.Fatalf("q2's record is at seq %d, want p6's %d", later[1].AuditSeq, s.seq(6))
 				}
-				return []storeProblem{{s.seq(5), bus.ProblemModified, "p5"}, {s.seq(6), bus.ProblemModified, "p6"}}
+				return []storeProblem{{s.seq(5), audit.ProblemModified, "p5"}, {s.seq(6), audit.ProblemModified, "p6"}}
 			},
 		},
 		{
@@ -204,7 +205,7 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				s.recreate(t)
 				var want []storeProblem
 				for i := 1; i <= 6; i++ {
-					want = append(want, storeProblem{s.seq(i), bus.ProblemRemoved, fmt.Sprint("p", i)})
+					want = append(want, storeProblem{s.seq(i), audit.ProblemRemoved, fmt.Sprint("p", i)})
 				}
 				return want
 			},
@@ -215,8 +216,8 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				s.recreate(t)
 				s.decide(t, "q", 3)
 				return []storeProblem{
-					{s.seq(1), bus.ProblemModified, "p1"}, {s.seq(2), bus.ProblemModified, "p2"}, {s.seq(3), bus.ProblemModified, "p3"},
-					{s.seq(4), bus.ProblemRemoved, "p4"}, {s.seq(5), bus.ProblemRemoved, "p5"}, {s.seq(6), bus.ProblemRemoved, "p6"},
+					{s.seq(1), audit.ProblemModified, "p1"}, {s.seq(2), audit.ProblemModified, "p2"}, {s.seq(3), audit.ProblemModified, "p3"},
+					{s.seq(4), audit.ProblemRemoved, "p4"}, {s.seq(5), audit.ProblemRemoved, "p5"}, {s.seq(6), audit.ProblemRemoved, "p6"},
 				}
 			},
 		},
@@ -230,9 +231,9 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				}
 				moved := s.republish(t, s.seq(5))
 				return []storeProblem{
-					{moved, bus.ProblemRemoved, ""}, // the chain: n jumps
-					{s.seq(5), bus.ProblemReordered, "p5"},
-					{s.seq(6), bus.ProblemRemoved, "p6"},
+					{moved, audit.ProblemRemoved, ""}, // the chain: n jumps
+					{s.seq(5), audit.ProblemReordered, "p5"},
+					{s.seq(6), audit.ProblemRemoved, "p6"},
 				}
 			},
 		},
@@ -240,28 +241,28 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 			note: "an outcome flipped in the store",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.Outcome, v.Approved = engine.OutcomeApproved, true })
-				return []storeProblem{{s.seq(2), bus.ProblemModified, "p2"}}
+				return []storeProblem{{s.seq(2), audit.ProblemModified, "p2"}}
 			},
 		},
 		{
 			note: "a proposal digest changed in the store",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.ProposalSHA256 = hexSHA256([]byte("other")) })
-				return []storeProblem{{s.seq(2), bus.ProblemModified, "p2"}}
+				return []storeProblem{{s.seq(2), audit.ProblemModified, "p2"}}
 			},
 		},
 		{
 			note: "an audit_seq that names another proposal's verdict",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq = s.seq(4) })
-				return []storeProblem{{s.seq(4), bus.ProblemReordered, "p2"}}
+				return []storeProblem{{s.seq(4), audit.ProblemReordered, "p2"}}
 			},
 		},
 		{
 			note: "an audit_seq that names the proposal's received record",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq -= 2 })
-				return []storeProblem{{s.seq(2) - 2, bus.ProblemReordered, "p2"}}
+				return []storeProblem{{s.seq(2) - 2, audit.ProblemReordered, "p2"}}
 			},
 		},
 		{
@@ -270,39 +271,39 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				s.storeVerdict(t, "acme.p3", 3, func(v *engine.Verdict) { v.AuditSeq = 9999 })
 				// Its record is still at its place: the verdict names the
 				// wrong one.
-				return []storeProblem{{9999, bus.ProblemReordered, "p3"}}
+				return []storeProblem{{9999, audit.ProblemReordered, "p3"}}
 			},
 		},
 		{
 			note: "a verdict stored under another proposal's key",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.storeVerdict(t, "acme.p9", 1, func(*engine.Verdict) {})
-				return []storeProblem{{s.seq(1), bus.ProblemModified, "p9"}}
+				return []storeProblem{{s.seq(1), audit.ProblemModified, "p9"}}
 			},
 		},
 		{
 			note: "a verdict without an audit_seq",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.storeVerdict(t, "acme.p4", 4, func(v *engine.Verdict) { v.AuditSeq = 0 })
-				return []storeProblem{{0, bus.ProblemModified, "p4"}}
+				return []storeProblem{{0, audit.ProblemModified, "p4"}}
 			},
 		},
 		{
 			note: "a stored value that is not a verdict",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.store(t, "acme.p9", []byte(`{"outcome":"approved"`))
-				return []storeProblem{{0, bus.ProblemModified, "p9"}}
+				return []storeProblem{{0, audit.ProblemModified, "p9"}}
 			},
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			s := newCrossStream(t)
-			if rep := verify(t, s.g.JS, bus.VerifyOptions{}); !rep.Clean() {
+			if rep := verify(t, s.g.JS, audit.VerifyOptions{}); !rep.Clean() {
 				t.Fatalf("problems before tampering: %+v", rep.Problems)
 			}
 			want := tc.tamper(t, s)
-			rep := verify(t, s.g.JS, bus.VerifyOptions{})
+			rep := verify(t, s.g.JS, audit.VerifyOptions{})
 			got := gotProblems(t, rep)
 			sortProblems(got)
 			sortProblems(want)
@@ -310,7 +311,7 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 			}
 			// One tenant's verify checks that tenant's verdicts.
-			one := verify(t, s.g.JS, bus.VerifyOptions{Tenant: "acme"})
+			one := verify(t, s.g.JS, audit.VerifyOptions{Tenant: "acme"})
 			for _, w := range want {
 				if w.id != "" && !slices.Contains(gotProblems(t, one), w) {
 					t.Errorf("verify --tenant acme does not report %v:\n%+v", w, one.Problems)
@@ -327,9 +328,9 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 func TestVerifyLabelsAReplayedRecordReordered(t *testing.T) {
 	s := newCrossStream(t)
 	replay := s.republish(t, s.seq(2))
-	rep := verify(t, s.g.JS, bus.VerifyOptions{})
+	rep := verify(t, s.g.JS, audit.VerifyOptions{})
 	got := gotProblems(t, rep)
-	if want := []storeProblem{{replay, bus.ProblemReordered, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
+	if want := []storeProblem{{replay, audit.ProblemReordered, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 	}
 }
@@ -341,11 +342,11 @@ func TestVerifyLabelsAReplayedRecordReordered(t *testing.T) {
 // expired. The chain alone takes the purge for expiry.
 func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 	s := newCrossStream(t)
-	if err := s.g.JS.DeleteStream(t.Context(), bus.AuditStream); err != nil {
+	if err := s.g.JS.DeleteStream(t.Context(), audit.Stream); err != nil {
 		t.Fatal(err)
 	}
 	stream, err := s.g.JS.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
+		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, MaxAge: time.Hour,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -358,15 +359,15 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 	}
 	s.storeVerdict(t, "acme.p1", 1, func(v *engine.Verdict) { v.DecidedAt = v.DecidedAt.Add(-2 * time.Hour) })
 
-	rep := verify(t, s.g.JS, bus.VerifyOptions{})
-	want := []storeProblem{{s.seq(2), bus.ProblemRemoved, "p2"}, {s.seq(3), bus.ProblemRemoved, "p3"}}
+	rep := verify(t, s.g.JS, audit.VerifyOptions{})
+	want := []storeProblem{{s.seq(2), audit.ProblemRemoved, "p2"}, {s.seq(3), audit.ProblemRemoved, "p3"}}
 	if got := gotProblems(t, rep); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 	}
-	if want := (bus.VerdictCheck{Verdicts: 6, Matched: 3, Expired: 1, Problems: 2}); *rep.Verdicts != want {
+	if want := (audit.VerdictCheck{Verdicts: 6, Matched: 3, Expired: 1, Problems: 2}); *rep.Verdicts != want {
 		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
 	}
-	if skipped := verify(t, s.g.JS, bus.VerifyOptions{SkipVerdicts: true}); !skipped.Clean() || skipped.Verdicts != nil {
+	if skipped := verify(t, s.g.JS, audit.VerifyOptions{SkipVerdicts: true}); !skipped.Clean() || skipped.Verdicts != nil {
 		t.Fatalf("the chain alone: problems %+v, verdicts %+v", skipped.Problems, skipped.Verdicts)
 	}
 }
@@ -377,11 +378,11 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 func TestVerifyListsTheFirstVerdictProblems(t *testing.T) {
 	s := newCrossStream(t)
 	s.recreate(t)
-	rep := verify(t, s.g.JS, bus.VerifyOptions{MaxVerdictProblems: 2})
+	rep := verify(t, s.g.JS, audit.VerifyOptions{MaxVerdictProblems: 2})
 	if len(rep.Problems) != 2 || rep.Clean() {
 		t.Fatalf("listed %d problems (clean %v), want 2:\n%+v", len(rep.Problems), rep.Clean(), rep.Problems)
 	}
-	if want := (bus.VerdictCheck{Verdicts: 6, Problems: 6, Unlisted: 4}); *rep.Verdicts != want {
+	if want := (audit.VerdictCheck{Verdicts: 6, Problems: 6, Unlisted: 4}); *rep.Verdicts != want {
 		t.Fatalf("verdict check %+v, want %+v", *rep.Verdicts, want)
 	}
 }
@@ -394,12 +395,12 @@ func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
-		Name: bus.AuditStream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
+		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newAuditor(t, js, bus.AuditorConfig{Key: testKey})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
 	for i := range 5 {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i))); err != nil {
 			t.Fatal(err)
@@ -410,8 +411,8 @@ func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	rep := verify(t, js, bus.VerifyOptions{Keys: [][]byte{testKey}})
-	if got, want := gotProblems(t, rep), []storeProblem{{4, bus.ProblemRemoved, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
+	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+	if got, want := gotProblems(t, rep), []storeProblem{{4, audit.ProblemRemoved, ""}}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 	}
 	if !strings.Contains(rep.Problems[0].Detail, "4-5") {

@@ -1,4 +1,4 @@
-package bus
+package audit
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ import (
 // The signer reuses its HMACs: every record's MAC must still be the MAC
 // of that record alone, whatever was signed before it.
 func TestSignerReusesMACs(t *testing.T) {
-	key := bytes.Repeat([]byte{7}, MinAuditKeyLen)
+	key := bytes.Repeat([]byte{7}, MinKeyLen)
 	s := newAuditSigner(key)
 	for i := range 50 {
 		digest := sha256.Sum256([]byte(strconv.Itoa(i % 3)))

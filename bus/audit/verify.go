@@ -1,188 +1,19 @@
-package bus
+package audit
 
 import (
-	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sort"
 	"strings"
-	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
-	"github.com/gated/gated/internal/digest"
 )
-
-// AuditQuery selects messages of the audit stream for ReadAudit.
-type AuditQuery struct {
-	// Tenant keeps one tenant's messages; empty keeps all.
-	Tenant string
-	// Since keeps messages stored at or after it; zero keeps all.
-	Since time.Time
-	// StartSeq keeps messages at or after this stream sequence; 0 keeps
-	// all. Since wins when both are set.
-	StartSeq uint64
-	// Follow keeps reading new messages until ctx ends, instead of
-	// stopping at the last message stored when ReadAudit began.
-	Follow bool
-}
-
-// AuditEntry is one message of the audit stream.
-type AuditEntry struct {
-	Seq     uint64
-	Stored  time.Time
-	Subject string
-	Header  nats.Header
-	Data    []byte
-	// Record is the decoded record, nil when the message is not one.
-	Record *AuditRecord
-	// Err says why the message is not a valid record (it wraps
-	// ErrInvalidAuditRecord); nil when Record is set.
-	Err error
-}
-
-// Tenant is the tenant the entry belongs to: the record's, or for a
-// message that is not a valid record, its subject's tenant token.
-func (e AuditEntry) Tenant() string {
-	if e.Record != nil {
-		return e.Record.Event.Tenant
-	}
-	return subjectTenant(e.Subject)
-}
-
-// errStopReading ends ReadAudit early without an error.
-var errStopReading = errors.New("stop reading")
-
-// ReadAudit calls fn with every message of the audit stream that q
-// selects, in stream order. It stops at the last message stored when it
-// began unless q.Follow is set, when fn returns an error (which it
-// returns), or when ctx ends. Errors: ErrNoAuditStream, NATS errors.
-func ReadAudit(ctx context.Context, js jetstream.JetStream, q AuditQuery, fn func(AuditEntry) error) error {
-	stream, err := js.Stream(ctx, AuditStream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return ErrNoAuditStream
-	}
-	if err != nil {
-		return fmt.Errorf("opening stream %s: %w", AuditStream, err)
-	}
-	return readAudit(ctx, stream, q, fn)
-}
-
-func readAudit(ctx context.Context, stream jetstream.Stream, q AuditQuery, fn func(AuditEntry) error) error {
-	filter := wire.AuditSubjectPrefix + ">"
-	if q.Tenant != "" {
-		filter = AuditTenantSubject(q.Tenant)
-	}
-	// The stop point: the last message of the filter now. Without it the
-	// consumer would wait forever for a message that does not come.
-	var stop uint64
-	if !q.Follow {
-		last, err := stream.GetLastMsgForSubject(ctx, filter)
-		switch {
-		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil
-		case err != nil:
-			return fmt.Errorf("reading the last audit record: %w", err)
-		case !q.Since.IsZero() && last.Time.Before(q.Since), last.Sequence < q.StartSeq:
-			return nil
-		}
-		stop = last.Sequence
-	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
-	switch {
-	case !q.Since.IsZero():
-		since := q.Since
-		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &since
-	case q.StartSeq > 0:
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, q.StartSeq
-	}
-	cons, err := stream.OrderedConsumer(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", AuditStream, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", AuditStream, err)
-	}
-	defer it.Stop()
-	for {
-		m, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				if q.Follow {
-					return nil
-				}
-				return ctx.Err()
-			}
-			return fmt.Errorf("reading stream %s: %w", AuditStream, err)
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			return fmt.Errorf("reading stream %s: %w", AuditStream, err)
-		}
-		e := AuditEntry{Seq: md.Sequence.Stream, Stored: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-		e.Record, e.Err = DecodeAuditRecord(e.Subject, e.Header, e.Data)
-		if e.Record != nil {
-			e.Record.Seq, e.Record.Stored = e.Seq, e.Stored
-		}
-		if err := fn(e); err != nil {
-			if errors.Is(err, errStopReading) {
-				return nil
-			}
-			return err
-		}
-		if !q.Follow && (e.Seq >= stop || md.NumPending == 0) {
-			return nil
-		}
-	}
-}
-
-// AuditFilter selects records by what their data says. Empty fields
-// select everything.
-type AuditFilter struct {
-	// Outcome keeps verdict.decided records of this outcome.
-	Outcome string
-	// Action keeps records whose data names this action.
-	Action string
-	// Operator keeps records whose data names this operator id.
-	Operator string
-}
-
-// Match reports whether r passes the filter.
-func (f AuditFilter) Match(r *AuditRecord) bool {
-	if r == nil {
-		return false
-	}
-	if f == (AuditFilter{}) {
-		return true
-	}
-	var d struct {
-		Action   string `json:"action"`
-		Operator string `json:"operator"`
-		Outcome  string `json:"outcome"`
-	}
-	if len(r.Event.Data) > 0 {
-		_ = json.Unmarshal(r.Event.Data, &d)
-	}
-	switch {
-	case f.Outcome != "" && (r.Event.Event != engine.EventVerdict || d.Outcome != f.Outcome):
-		return false
-	case f.Action != "" && d.Action != f.Action:
-		return false
-	case f.Operator != "" && d.Operator != f.Operator:
-		return false
-	}
-	return true
-}
 
 // ProblemKind classifies what Verify found wrong with a record.
 type ProblemKind string
@@ -206,8 +37,8 @@ const (
 	ProblemForged ProblemKind = "forged"
 )
 
-// AuditProblem is one thing Verify found wrong.
-type AuditProblem struct {
+// Problem is one thing Verify found wrong.
+type Problem struct {
 	// Seq is the stream sequence of the record concerned; for a stored
 	// verdict, its audit_seq. 0 when there is none.
 	Seq    uint64 `json:"seq"`
@@ -219,18 +50,8 @@ type AuditProblem struct {
 	Detail     string      `json:"detail"`
 }
 
-// AuditHead is the last record of a tenant's chain. Kept outside NATS,
-// heads are anchors: a later Verify given them detects the chain cut
-// short or rewritten after them, which the chain alone cannot show.
-type AuditHead struct {
-	Tenant string `json:"tenant"`
-	N      uint64 `json:"n"`
-	Hash   string `json:"hash"`
-	Seq    uint64 `json:"seq,omitempty"`
-}
-
-// AuditReport is the outcome of Verify.
-type AuditReport struct {
+// Report is the outcome of Verify.
+type Report struct {
 	// Messages is how many messages were read, Records how many of them
 	// are valid records; FirstSeq and LastSeq bound them.
 	Messages uint64 `json:"messages"`
@@ -243,19 +64,19 @@ type AuditReport struct {
 	KeyIDs []string `json:"key_ids,omitempty"`
 	// Problems, in stream order; then those of anchors; then those of
 	// stored verdicts (at most VerifyOptions.MaxVerdictProblems of them).
-	Problems []AuditProblem `json:"problems"`
+	Problems []Problem `json:"problems"`
 	// Verdicts sums up the cross-check of the verdict store; nil when it
 	// was skipped or there is no verdict bucket.
 	Verdicts *VerdictCheck `json:"verdicts,omitempty"`
 	// Heads are the last record of every tenant's chain, by tenant.
-	Heads []AuditHead `json:"heads"`
+	Heads []Head `json:"heads"`
 	// Notes say what was accepted but is worth knowing, e.g. a chain
 	// that starts after records expired.
 	Notes []string `json:"notes,omitempty"`
 }
 
 // Clean reports whether Verify found no problem, listed or not.
-func (r *AuditReport) Clean() bool {
+func (r *Report) Clean() bool {
 	return len(r.Problems) == 0 && (r.Verdicts == nil || r.Verdicts.Problems == 0)
 }
 
@@ -268,9 +89,9 @@ type VerifyOptions struct {
 	// after a key rotation). With none, MACs are not checked and a forged
 	// record that follows the format goes unnoticed.
 	Keys [][]byte
-	// Anchors are heads recorded earlier (AuditReport.Heads): each must
+	// Anchors are heads recorded earlier (Report.Heads): each must
 	// still be in its chain, with the same hash.
-	Anchors []AuditHead
+	Anchors []Head
 	// SkipVerdicts leaves out the cross-check of the verdict store: by
 	// default every stored verdict (of Tenant, when set) must name, as its
 	// audit_seq, its own verdict.decided record. The check reads the
@@ -279,7 +100,7 @@ type VerifyOptions struct {
 	SkipVerdicts bool
 	// MaxVerdictProblems bounds how many problems of stored verdicts are
 	// listed in the report; the rest are counted. Default
-	// DefaultMaxVerdictProblems.
+	// defaultMaxVerdictProblems.
 	MaxVerdictProblems int
 }
 
@@ -289,23 +110,23 @@ type VerifyOptions struct {
 // opts.SkipVerdicts, it reads the verdict store and checks that every
 // stored verdict's audit_seq holds that verdict's verdict.decided record.
 // It returns the report; an error means the stream or the bucket could not
-// be read (ErrNoAuditStream, NATS errors), not that problems were found.
+// be read (ErrNoStream, NATS errors), not that problems were found.
 //
 // The chain alone cannot show records cut from the end of a tenant's
 // chain, nor a stream replaced whole; the stored verdicts show it for
 // verdict records they name. Keep the report's heads elsewhere and pass
 // them back as Anchors to see the rest.
-func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*AuditReport, error) {
-	stream, err := js.Stream(ctx, AuditStream)
+func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*Report, error) {
+	stream, err := js.Stream(ctx, Stream)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return nil, ErrNoAuditStream
+		return nil, ErrNoStream
 	}
 	if err != nil {
-		return nil, fmt.Errorf("opening stream %s: %w", AuditStream, err)
+		return nil, fmt.Errorf("opening stream %s: %w", Stream, err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("reading stream %s: %w", AuditStream, err)
+		return nil, fmt.Errorf("reading stream %s: %w", Stream, err)
 	}
 	v := newAuditVerifier(opts)
 	cfg := info.Config
@@ -321,7 +142,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*A
 	if !opts.SkipVerdicts {
 		idx = &verdictIndex{}
 	}
-	err = readAudit(ctx, stream, AuditQuery{Tenant: opts.Tenant}, func(e AuditEntry) error {
+	err = readStream(ctx, stream, Query{Tenant: opts.Tenant}, func(e Entry) error {
 		v.add(e)
 		if idx != nil {
 			idx.add(e)
@@ -349,7 +170,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*A
 // auditVerifier checks records fed to it in stream order.
 type auditVerifier struct {
 	keys   map[string][]byte
-	report AuditReport
+	report Report
 	chains map[string]*chainState
 	// mayExpire is true when the stream's limits remove old records, and
 	// expired when some have gone: a chain may then start past 1.
@@ -357,7 +178,7 @@ type auditVerifier struct {
 	// nextSeq is the stream sequence expected next; 0 when not checked
 	// (one tenant's records are not contiguous).
 	nextSeq uint64
-	anchors map[string][]AuditHead
+	anchors map[string][]Head
 }
 
 // chainState is what the verifier knows of one tenant's chain.
@@ -380,11 +201,11 @@ type chainState struct {
 }
 
 func newAuditVerifier(opts VerifyOptions) *auditVerifier {
-	v := &auditVerifier{chains: make(map[string]*chainState), report: AuditReport{Problems: []AuditProblem{}, Heads: []AuditHead{}}}
+	v := &auditVerifier{chains: make(map[string]*chainState), report: Report{Problems: []Problem{}, Heads: []Head{}}}
 	if len(opts.Keys) > 0 {
 		v.keys = make(map[string][]byte, len(opts.Keys))
 		for _, k := range opts.Keys {
-			id := AuditKeyID(k)
+			id := KeyID(k)
 			v.keys[id] = k
 			v.report.KeyIDs = append(v.report.KeyIDs, id)
 		}
@@ -392,7 +213,7 @@ func newAuditVerifier(opts VerifyOptions) *auditVerifier {
 	}
 	for _, a := range opts.Anchors {
 		if v.anchors == nil {
-			v.anchors = make(map[string][]AuditHead)
+			v.anchors = make(map[string][]Head)
 		}
 		v.anchors[a.Tenant] = append(v.anchors[a.Tenant], a)
 	}
@@ -400,7 +221,7 @@ func newAuditVerifier(opts VerifyOptions) *auditVerifier {
 }
 
 func (v *auditVerifier) problem(seq uint64, tenant string, kind ProblemKind, detail string) int {
-	v.report.Problems = append(v.report.Problems, AuditProblem{Seq: seq, Tenant: tenant, Kind: kind, Detail: detail})
+	v.report.Problems = append(v.report.Problems, Problem{Seq: seq, Tenant: tenant, Kind: kind, Detail: detail})
 	return len(v.report.Problems) - 1
 }
 
@@ -414,7 +235,7 @@ func (v *auditVerifier) chain(tenant string) *chainState {
 }
 
 // add checks one message; messages come in stream order.
-func (v *auditVerifier) add(e AuditEntry) {
+func (v *auditVerifier) add(e Entry) {
 	rep := &v.report
 	rep.Messages++
 	if rep.FirstSeq == 0 {
@@ -447,7 +268,7 @@ func (v *auditVerifier) add(e AuditEntry) {
 	v.checkAnchor(e.Seq, tenant, r.Chain.N, digest)
 }
 
-func (v *auditVerifier) checkMAC(seq uint64, tenant string, r *AuditRecord) {
+func (v *auditVerifier) checkMAC(seq uint64, tenant string, r *Record) {
 	if v.keys == nil {
 		return
 	}
@@ -471,7 +292,7 @@ func (v *auditVerifier) checkMAC(seq uint64, tenant string, r *AuditRecord) {
 }
 
 // link checks r's place in its tenant's chain and moves the head.
-func (v *auditVerifier) link(seq uint64, tenant string, c *chainState, r *AuditRecord, digest string) {
+func (v *auditVerifier) link(seq uint64, tenant string, c *chainState, r *Record, digest string) {
 	n, prev := r.Chain.N, r.Chain.Prev
 	// A link to this record resolves problems reported before it: they
 	// pointed forward in the stream.
@@ -533,7 +354,7 @@ func (v *auditVerifier) checkAnchor(seq uint64, tenant string, n uint64, digest 
 	}
 }
 
-func (v *auditVerifier) finish() *AuditReport {
+func (v *auditVerifier) finish() *Report {
 	rep := &v.report
 	tenants := make([]string, 0, len(v.chains))
 	for t, c := range v.chains {
@@ -544,7 +365,7 @@ func (v *auditVerifier) finish() *AuditReport {
 	sort.Strings(tenants)
 	for _, t := range tenants {
 		c := v.chains[t]
-		rep.Heads = append(rep.Heads, AuditHead{Tenant: t, N: c.n, Hash: c.hash, Seq: c.seq})
+		rep.Heads = append(rep.Heads, Head{Tenant: t, N: c.n, Hash: c.hash, Seq: c.seq})
 	}
 	anchored := make([]string, 0, len(v.anchors))
 	for t := range v.anchors {
@@ -559,62 +380,4 @@ func (v *auditVerifier) finish() *AuditReport {
 		}
 	}
 	return rep
-}
-
-// subjectTenant is the tenant token of an audit subject, or "" when the
-// subject has none.
-func subjectTenant(subject string) string {
-	rest, ok := strings.CutPrefix(subject, wire.AuditSubjectPrefix)
-	if !ok {
-		return ""
-	}
-	tenant, _, _ := strings.Cut(rest, ".")
-	return tenant
-}
-
-// ParseAuditHeads reads anchors: JSON lines (or one JSON array) of
-// AuditHead, as `gated audit verify --json` prints them.
-func ParseAuditHeads(data []byte) ([]AuditHead, error) {
-	data = bytes.TrimSpace(data)
-	if len(data) == 0 {
-		return nil, nil
-	}
-	if data[0] == '[' {
-		var heads []AuditHead
-		if err := json.Unmarshal(data, &heads); err != nil {
-			return nil, fmt.Errorf("reading anchors: %w", err)
-		}
-		return checkHeads(heads)
-	}
-	var heads []AuditHead
-	dec := json.NewDecoder(bytes.NewReader(data))
-	// Decode until EOF, not while dec.More(): More reports false at a
-	// stray ']' or '}', which would end the anchors there silently, and an
-	// anchors file that reads as fewer anchors than it holds defeats them.
-	for line := 1; ; line++ {
-		var h struct {
-			AuditHead
-			Type string `json:"type"`
-		}
-		err := dec.Decode(&h)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading anchors: item %d: %w", line, err)
-		}
-		if h.Type == "" || h.Type == "head" {
-			heads = append(heads, h.AuditHead)
-		}
-	}
-	return checkHeads(heads)
-}
-
-func checkHeads(heads []AuditHead) ([]AuditHead, error) {
-	for i, h := range heads {
-		if !validAuditTenant(h.Tenant) || h.N == 0 || !digest.ValidSHA256(h.Hash) {
-			return nil, fmt.Errorf("reading anchors: item %d: want a tenant, n ≥ 1 and a hex SHA-256 hash", i+1)
-		}
-	}
-	return heads, nil
 }

@@ -1,4 +1,4 @@
-package bus_test
+package audit_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
@@ -46,8 +47,8 @@ func BenchmarkVerifyVerdicts(b *testing.B) {
 				b.ReportAllocs()
 				start := time.Now()
 				for b.Loop() {
-					opts := bus.VerifyOptions{SkipVerdicts: mode != "index"}
-					rep, err := bus.Verify(b.Context(), js, opts)
+					opts := audit.VerifyOptions{SkipVerdicts: mode != "index"}
+					rep, err := audit.Verify(b.Context(), js, opts)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -73,11 +74,11 @@ func BenchmarkVerifyVerdicts(b *testing.B) {
 	}
 }
 
-// fillVerdicts has gated's Auditor and VerdictStore write n proposals'
+// fillVerdicts has gated's Writer and VerdictStore write n proposals'
 // records and verdicts, as the engine writes them.
 func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n int) {
 	b.Helper()
-	a, err := bus.NewAuditor(b.Context(), js, bus.AuditorConfig{Log: zap.NewNop()})
+	a, err := audit.NewWriter(b.Context(), js, audit.Config{Log: zap.NewNop()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n in
 	}
 }
 
-func fillOne(ctx context.Context, a *bus.Auditor, store *bus.VerdictStore, id string) error {
+func fillOne(ctx context.Context, a *audit.Writer, store *bus.VerdictStore, id string) error {
 	tenant := "acme"
 	tr := a.Trail()
 	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
@@ -159,7 +160,7 @@ func getEach(b *testing.B, res *bus.Resources) int {
 		if err != nil {
 			b.Fatal(err)
 		}
-		r, err := bus.DecodeAuditRecord(m.Subject, m.Header, m.Data)
+		r, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
 		if err == nil && r.Event.Event == engine.EventVerdict && r.Event.Tenant == v.Tenant && r.Event.ProposalID == v.ProposalID {
 			matched++
 		}

@@ -1,7 +1,6 @@
-package bus_test
+package audit_test
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -10,33 +9,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	"go.uber.org/zap/zaptest"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
-
-// newAuditor starts an Auditor on js that is drained when the test ends.
-func newAuditor(t testing.TB, js jetstream.JetStream, cfg bus.AuditorConfig) *bus.Auditor {
-	t.Helper()
-	if cfg.Log == nil {
-		cfg.Log = zaptest.NewLogger(t)
-	}
-	a, err := bus.NewAuditor(t.Context(), js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			t.Errorf("closing the auditor: %v", err)
-		}
-	})
-	return a
-}
 
 // testKey is an audit key for tests: 32 bytes.
 var testKey = []byte("0123456789abcdef0123456789abcdef")
@@ -47,9 +24,9 @@ func hexSHA256(b []byte) string {
 }
 
 // auditMsg builds a record's message or fails the test.
-func auditMsg(t testing.TB, ev engine.AuditEvent, c bus.AuditChain, key []byte) *nats.Msg {
+func auditMsg(t testing.TB, ev engine.AuditEvent, c audit.Chain, key []byte) *nats.Msg {
 	t.Helper()
-	m, err := bus.NewAuditMsg(ev, c, key)
+	m, err := audit.NewMsg(ev, c, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,19 +42,19 @@ func verdictEvent(tenant, id string) engine.AuditEvent {
 }
 
 func TestDecodeAuditRecord(t *testing.T) {
-	good := auditMsg(t, verdictEvent("acme", "p1"), bus.AuditChain{N: 1}, testKey)
-	rec, err := bus.DecodeAuditRecord(good.Subject, good.Header, good.Data)
+	good := auditMsg(t, verdictEvent("acme", "p1"), audit.Chain{N: 1}, testKey)
+	rec, err := audit.DecodeRecord(good.Subject, good.Header, good.Data)
 	if err != nil {
-		t.Fatalf("a record NewAuditMsg built: %v", err)
+		t.Fatalf("a record NewMsg built: %v", err)
 	}
-	if rec.Event.ProposalID != "p1" || rec.Chain.N != 1 || rec.Hash != hexSHA256(good.Data) || rec.KeyID != bus.AuditKeyID(testKey) || rec.MAC == "" {
+	if rec.Event.ProposalID != "p1" || rec.Chain.N != 1 || rec.Hash != hexSHA256(good.Data) || rec.KeyID != audit.KeyID(testKey) || rec.MAC == "" {
 		t.Errorf("decoded %+v", rec)
 	}
 	if !strings.HasSuffix(string(good.Data), `,"chain":{"n":1,"prev":""}}`) {
 		t.Errorf("body %s does not end with its chain member", good.Data)
 	}
-	second := auditMsg(t, verdictEvent("acme", "p2"), bus.AuditChain{N: 2, Prev: hexSHA256(good.Data)}, nil)
-	if rec, err := bus.DecodeAuditRecord(second.Subject, second.Header, second.Data); err != nil || rec.MAC != "" || rec.Chain.Prev != hexSHA256(good.Data) {
+	second := auditMsg(t, verdictEvent("acme", "p2"), audit.Chain{N: 2, Prev: hexSHA256(good.Data)}, nil)
+	if rec, err := audit.DecodeRecord(second.Subject, second.Header, second.Data); err != nil || rec.MAC != "" || rec.Chain.Prev != hexSHA256(good.Data) {
 		t.Errorf("an unkeyed record n=2: %+v, %v", rec, err)
 	}
 
@@ -122,12 +99,12 @@ func TestDecodeAuditRecord(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			_, err := bus.DecodeAuditRecord(tc.subject, tc.hdr, []byte(tc.body))
+			_, err := audit.DecodeRecord(tc.subject, tc.hdr, []byte(tc.body))
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("err = %v, want a record", err)
-			case tc.want != "" && (!errors.Is(err, bus.ErrInvalidAuditRecord) || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("err = %v, want ErrInvalidAuditRecord naming %q", err, tc.want)
+			case tc.want != "" && (!errors.Is(err, audit.ErrInvalidRecord) || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want ErrInvalidRecord naming %q", err, tc.want)
 			}
 		})
 	}
@@ -149,20 +126,20 @@ func TestParseAuditKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			got, err := bus.ParseAuditKey([]byte(tc.in))
+			got, err := audit.ParseKey([]byte(tc.in))
 			if (err != nil) != tc.err || (!tc.err && string(got) != string(tc.want)) {
-				t.Fatalf("ParseAuditKey = %q, %v", got, err)
+				t.Fatalf("ParseKey = %q, %v", got, err)
 			}
 		})
 	}
 }
 
-// FuzzDecodeAuditRecord feeds the decoder arbitrary messages: it must
+// FuzzDecodeRecord feeds the decoder arbitrary messages: it must
 // never panic, and what it accepts must be a record that encodes again.
-func FuzzDecodeAuditRecord(f *testing.F) {
-	first, _ := bus.NewAuditMsg(verdictEvent("acme", "p1"), bus.AuditChain{N: 1}, testKey)
-	second, _ := bus.NewAuditMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant},
-		bus.AuditChain{N: 2, Prev: hexSHA256(first.Data)}, nil)
+func FuzzDecodeRecord(f *testing.F) {
+	first, _ := audit.NewMsg(verdictEvent("acme", "p1"), audit.Chain{N: 1}, testKey)
+	second, _ := audit.NewMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant},
+		audit.Chain{N: 2, Prev: hexSHA256(first.Data)}, nil)
 	for _, m := range []*nats.Msg{first, second} {
 		f.Add(m.Subject, m.Header.Get(wire.AuditHashHeader), m.Header.Get(wire.AuditMACHeader), m.Header.Get(wire.AuditKeyHeader), m.Data)
 	}
@@ -175,30 +152,30 @@ func FuzzDecodeAuditRecord(f *testing.F) {
 				hdr.Set(k, v)
 			}
 		}
-		rec, err := bus.DecodeAuditRecord(subject, hdr, body)
+		rec, err := audit.DecodeRecord(subject, hdr, body)
 		if err != nil {
-			if !errors.Is(err, bus.ErrInvalidAuditRecord) {
-				t.Fatalf("error %v does not wrap ErrInvalidAuditRecord", err)
+			if !errors.Is(err, audit.ErrInvalidRecord) {
+				t.Fatalf("error %v does not wrap ErrInvalidRecord", err)
 			}
 			return
 		}
-		if rec.Subject != bus.AuditSubject(rec.Event.Tenant, rec.Event.Event) || rec.Chain.N == 0 || rec.Hash == "" {
+		if rec.Subject != wire.AuditSubject(rec.Event.Tenant, rec.Event.Event) || rec.Chain.N == 0 || rec.Hash == "" {
 			t.Fatalf("accepted an inconsistent record: %+v", rec)
 		}
-		again, err := bus.NewAuditMsg(rec.Event, rec.Chain, nil)
+		again, err := audit.NewMsg(rec.Event, rec.Chain, nil)
 		if err != nil {
 			t.Fatalf("an accepted record does not encode again: %v", err)
 		}
-		if _, err := bus.DecodeAuditRecord(again.Subject, again.Header, again.Data); err != nil {
+		if _, err := audit.DecodeRecord(again.Subject, again.Header, again.Data); err != nil {
 			t.Fatalf("a re-encoded record does not decode: %v\n%s", err, again.Data)
 		}
 	})
 }
 
-// FuzzParseAuditKey feeds ParseAuditKey arbitrary key files: what it
-// accepts is at least MinAuditKeyLen bytes, and a key written in hex reads
+// FuzzParseKey feeds ParseKey arbitrary key files: what it
+// accepts is at least MinKeyLen bytes, and a key written in hex reads
 // back as itself.
-func FuzzParseAuditKey(f *testing.F) {
+func FuzzParseKey(f *testing.F) {
 	f.Add(testKey)
 	f.Add([]byte(hex.EncodeToString(testKey) + "\n"))
 	f.Add([]byte("  " + strings.ToUpper(hex.EncodeToString(testKey)) + "\r\n"))
@@ -207,14 +184,14 @@ func FuzzParseAuditKey(f *testing.F) {
 	f.Add([]byte("short"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, data []byte) {
-		key, err := bus.ParseAuditKey(data)
+		key, err := audit.ParseKey(data)
 		if err != nil {
 			return
 		}
-		if len(key) < bus.MinAuditKeyLen {
+		if len(key) < audit.MinKeyLen {
 			t.Fatalf("accepted a key of %d bytes from %q", len(key), data)
 		}
-		again, err := bus.ParseAuditKey([]byte(hex.EncodeToString(key) + "\n"))
+		again, err := audit.ParseKey([]byte(hex.EncodeToString(key) + "\n"))
 		if err != nil || string(again) != string(key) {
 			t.Fatalf("key %x written in hex reads back as %x, %v", key, again, err)
 		}

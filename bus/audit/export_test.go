@@ -1,8 +1,8 @@
-package bus
+package audit
 
-// AuditQueued is how many events wait in a's writer queues, so that a
+// Queued is how many events wait in a's writer queues, so that a
 // test can tell when a writer has taken an event.
-func AuditQueued(a *Auditor) int {
+func Queued(a *Writer) int {
 	n := 0
 	for _, w := range a.writers {
 		n += len(w.in)
@@ -10,9 +10,9 @@ func AuditQueued(a *Auditor) int {
 	return n
 }
 
-// AuditEnqueueing reports whether a Record or Seal is inside a's queueing
+// Enqueueing reports whether a Record or Seal is inside a's queueing
 // section (holding its read lock), as one blocked on a full queue is.
-func AuditEnqueueing(a *Auditor) bool {
+func Enqueueing(a *Writer) bool {
 	if a.mu.TryLock() {
 		a.mu.Unlock()
 		return false

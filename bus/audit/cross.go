@@ -1,4 +1,4 @@
-package bus
+package audit
 
 import (
 	"bytes"
@@ -17,9 +17,9 @@ import (
 	"github.com/gated/gated/engine/wire"
 )
 
-// DefaultMaxVerdictProblems is how many problems of stored verdicts Verify
+// defaultMaxVerdictProblems is how many problems of stored verdicts Verify
 // lists when VerifyOptions.MaxVerdictProblems is 0; the rest are counted.
-const DefaultMaxVerdictProblems = 100
+const defaultMaxVerdictProblems = 100
 
 // expirySlack is how much later than its max age a record may still be
 // in the stream, or how far the clocks of gated's hosts and of the host
@@ -39,7 +39,7 @@ type VerdictCheck struct {
 	// not checked, and not a problem.
 	Expired uint64 `json:"expired"`
 	// Problems is how many are wrong. The first ones are in
-	// AuditReport.Problems (kind removed, modified or reordered, with the
+	// Report.Problems (kind removed, modified or reordered, with the
 	// proposal id); Unlisted is how many more there are.
 	Problems uint64 `json:"problems"`
 	Unlisted uint64 `json:"unlisted"`
@@ -77,7 +77,7 @@ func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
 		return nil, fmt.Errorf("the stored value is not a verdict: %w", err)
 	}
 	switch {
-	case v.Tenant+"."+v.ProposalID != key:
+	case wire.VerdictKey(v.Tenant, v.ProposalID) != key:
 		return &v, fmt.Errorf("the verdict stored under it is %s.%s's", v.Tenant, v.ProposalID)
 	case v.AuditSeq == 0:
 		return &v, errors.New("the stored verdict names no audit_seq")
@@ -88,7 +88,7 @@ func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
 // decodeVerdictRecord returns the verdict a verdict.decided record holds.
 // The record's data is the verdict (with audit_seq 0) beside the members
 // every event of a proposal carries, which a verdict does not have.
-func decodeVerdictRecord(r *AuditRecord) (*engine.Verdict, error) {
+func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
 	if r.Event.Event != engine.EventVerdict {
 		return nil, fmt.Errorf("the record is a %s, not a %s", r.Event.Event, engine.EventVerdict)
 	}
@@ -119,7 +119,7 @@ type verdictEntry struct {
 
 // add indexes e when it is the verdict.decided record of a proposal.
 // Entries come in stream order.
-func (x *verdictIndex) add(e AuditEntry) {
+func (x *verdictIndex) add(e Entry) {
 	x.through = e.Seq
 	r := e.Record
 	if r == nil || r.Event.Event != engine.EventVerdict || r.Event.ProposalID == "" || r.Event.Tenant == engine.UnknownTenant {
@@ -145,7 +145,7 @@ func (x *verdictIndex) find(seq uint64) (verdictPrint, bool) {
 type verdictChecker struct {
 	stream    jetstream.Stream
 	idx       *verdictIndex
-	rep       *AuditReport
+	rep       *Report
 	check     *VerdictCheck
 	max       int
 	maxAge    time.Duration
@@ -178,7 +178,7 @@ type storedVerdict struct {
 // checkVerdicts reads every stored verdict (of opts.Tenant when set) and
 // checks that its audit_seq holds its verdict.decided record, which idx
 // indexed while Verify read the stream. It adds to rep what it finds.
-func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, idx *verdictIndex, opts VerifyOptions, mayExpire bool, rep *AuditReport) error {
+func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, idx *verdictIndex, opts VerifyOptions, mayExpire bool, rep *Report) error {
 	kv, err := js.KeyValue(ctx, wire.VerdictBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		rep.Notes = append(rep.Notes, "there is no verdict bucket "+wire.VerdictBucket+": stored verdicts were not checked against the stream")
@@ -189,7 +189,7 @@ func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", AuditStream, err)
+		return fmt.Errorf("reading stream %s: %w", Stream, err)
 	}
 	c := &verdictChecker{
 		stream: stream, idx: idx, rep: rep, check: &VerdictCheck{}, max: opts.MaxVerdictProblems,
@@ -198,14 +198,13 @@ func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream
 		byPrint: make(map[verdictPrint][]int),
 	}
 	if c.max <= 0 {
-		c.max = DefaultMaxVerdictProblems
+		c.max = defaultMaxVerdictProblems
 	}
 	rep.Verdicts = c.check
-	// Verdict keys are <tenant>.<id>; the bucket's other keys have three
-	// tokens or more.
-	filter := "*.*"
+	// The bucket's other keys have three tokens or more.
+	filter := wire.VerdictKey("*", "*")
 	if opts.Tenant != "" {
-		filter = opts.Tenant + ".*"
+		filter = wire.VerdictKey(opts.Tenant, "*")
 	}
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
@@ -313,7 +312,7 @@ func (c *verdictChecker) explain(ctx context.Context, sv storedVerdict) (Problem
 	if err != nil {
 		return "", "", fmt.Errorf("reading audit seq %d: %w", sv.seq, err)
 	}
-	r, err := DecodeAuditRecord(m.Subject, m.Header, m.Data)
+	r, err := DecodeRecord(m.Subject, m.Header, m.Data)
 	if err != nil {
 		return ProblemModified, fmt.Sprintf("%s, which holds no valid record (%v)", head, err), nil
 	}
@@ -342,7 +341,7 @@ func (c *verdictChecker) problem(sv storedVerdict, kind ProblemKind, detail stri
 		return
 	}
 	c.listed++
-	c.rep.Problems = append(c.rep.Problems, AuditProblem{Seq: sv.seq, Tenant: sv.tenant, ProposalID: sv.id, Kind: kind, Detail: detail})
+	c.rep.Problems = append(c.rep.Problems, Problem{Seq: sv.seq, Tenant: sv.tenant, ProposalID: sv.id, Kind: kind, Detail: detail})
 	if find {
 		c.byPrint[sv.print] = append(c.byPrint[sv.print], len(c.rep.Problems)-1)
 	}
@@ -356,7 +355,7 @@ func (c *verdictChecker) finish(ctx context.Context) error {
 		// verdict, so every record of a verdict read is at or before it.
 		info, err := c.stream.Info(ctx)
 		if err != nil {
-			return fmt.Errorf("reading stream %s: %w", AuditStream, err)
+			return fmt.Errorf("reading stream %s: %w", Stream, err)
 		}
 		c.first, c.last = info.State.FirstSeq, info.State.LastSeq
 	}
@@ -400,7 +399,7 @@ func (c *verdictChecker) matchAt(ctx context.Context, sv storedVerdict) (bool, e
 	if err != nil {
 		return false, fmt.Errorf("reading audit seq %d: %w", sv.seq, err)
 	}
-	r, err := DecodeAuditRecord(m.Subject, m.Header, m.Data)
+	r, err := DecodeRecord(m.Subject, m.Header, m.Data)
 	if err != nil {
 		return false, nil
 	}
