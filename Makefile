@@ -59,7 +59,7 @@ fuzz:
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzActionPatternValidityAgreesWithGo$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/store -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzDecodeAuditRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseAuditHeads$$' -fuzztime $(FUZZTIME)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
 
@@ -81,7 +82,7 @@ func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n in
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	const workers = 32
 	var (
 		wg   sync.WaitGroup
@@ -109,7 +110,7 @@ func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n in
 	}
 }
 
-func fillOne(ctx context.Context, a *bus.Auditor, store *bus.VerdictStore, id string) error {
+func fillOne(ctx context.Context, a *bus.Auditor, store *store.Verdicts, id string) error {
 	tenant := "acme"
 	tr := a.Trail()
 	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {

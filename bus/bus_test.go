@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -68,7 +69,7 @@ func TestVerdictStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	if _, err := store.Get(t.Context(), "acme", "p1"); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("Get missing: err = %v, want ErrNotFound", err)
 	}

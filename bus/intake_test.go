@@ -20,6 +20,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
@@ -155,7 +156,7 @@ func (in *intake) startWorker(t *testing.T, o workerOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var store engine.VerdictStore = bus.NewVerdictStore(res.Verdicts)
+	var store engine.VerdictStore = store.New(res.Verdicts)
 	if o.store != nil {
 		store = o.store(store)
 	}
@@ -387,7 +388,7 @@ func TestVerdictStoreClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	ctx := t.Context()
 	live := func(holder string) engine.Claim {
 		return engine.Claim{Holder: holder, Until: time.Now().Add(time.Hour).UTC()}
@@ -723,7 +724,7 @@ func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seen := &deliveries{Decider: in.engine(t, bus.NewVerdictStore(res.Verdicts))}
+	seen := &deliveries{Decider: in.engine(t, store.New(res.Verdicts))}
 	w, err := bus.NewWorker(nc, js, res, seen, trails(t, js), in.cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -781,7 +782,7 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 					t.Fatalf("delivery %d, want %d", md.NumDelivered, attempt)
 				}
 				if tc.decide && attempt == 1 {
-					eng := in.engine(t, bus.NewVerdictStore(in.res.Verdicts))
+					eng := in.engine(t, store.New(in.res.Verdicts))
 					d := engine.Delivery{Subject: m.Subject(), Data: m.Data(), MsgID: "acme.gone1", Attempt: attempt,
 						StreamSeq: md.Sequence.Stream, Trail: trails(t, in.js)()}
 					if _, err := eng.Decide(t.Context(), d); err != nil {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/bench"
@@ -62,7 +63,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng := defaultEngine(b, bus.NewVerdictStore(res.Verdicts), noPlugins{})
+	eng := defaultEngine(b, store.New(res.Verdicts), noPlugins{})
 	auditor, err := bus.NewAuditor(ctx, js, bus.AuditorConfig{Key: testKey, Log: log, Publish: benchPublishMode()})
 	if err != nil {
 		b.Fatal(err)

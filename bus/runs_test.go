@@ -18,6 +18,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
@@ -62,7 +63,7 @@ func runVerdict(id, runID string, round int, next string) *engine.Verdict {
 }
 
 // runStore is a verdict store on a fresh server, with its resources.
-func runStore(t *testing.T) (*bus.VerdictStore, *bus.Resources, *nats.Conn, jetstream.JetStream) {
+func runStore(t *testing.T) (*store.Verdicts, *bus.Resources, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
 	s := bustest.Server(t)
 	nc, js := bustest.Connect(t, s)
@@ -70,17 +71,17 @@ func runStore(t *testing.T) (*bus.VerdictStore, *bus.Resources, *nats.Conn, jets
 	if err != nil {
 		t.Fatal(err)
 	}
-	return bus.NewVerdictStore(res.Verdicts), res, nc, js
+	return store.New(res.Verdicts), res, nc, js
 }
 
-func mustCreate(t *testing.T, store *bus.VerdictStore, v *engine.Verdict) {
+func mustCreate(t *testing.T, store *store.Verdicts, v *engine.Verdict) {
 	t.Helper()
 	if _, err := store.Create(t.Context(), v); err != nil {
 		t.Fatalf("storing verdict %s: %v", v.ProposalID, err)
 	}
 }
 
-func record(t *testing.T, store *bus.VerdictStore, runID string) *engine.RunRecord {
+func record(t *testing.T, store *store.Verdicts, runID string) *engine.RunRecord {
 	t.Helper()
 	rec, err := store.RunRecord(t.Context(), "acme", runID)
 	if err != nil {
@@ -603,7 +604,7 @@ func (r *runDecider) GiveUp(ctx context.Context, d engine.Delivery, cause error)
 func runIntake(t *testing.T, cfg bus.Config) (*intake, *runDecider) {
 	t.Helper()
 	in := newIntake(t, cfg)
-	rd := &runDecider{store: bus.NewVerdictStore(in.res.Verdicts), make: func(id string) *engine.Verdict {
+	rd := &runDecider{store: store.New(in.res.Verdicts), make: func(id string) *engine.Verdict {
 		return runVerdict(id, "run-"+id, 1, engine.NextContinuation)
 	}}
 	return in, rd
@@ -612,7 +613,7 @@ func runIntake(t *testing.T, cfg bus.Config) (*intake, *runDecider) {
 func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 	in, rd := runIntake(t, bus.Config{})
 	workerNC, _ := bustest.Connect(t, in.srv)
-	store := bus.NewVerdictStore(in.res.Verdicts)
+	store := store.New(in.res.Verdicts)
 	var publishes atomic.Int32
 	publish := func(subject string, data []byte) error {
 		// When the verdict goes out, its continuation is in the run
@@ -709,7 +710,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 			if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-f1"))); n != 1 {
 				t.Fatalf("%d continuations, want 1", n)
 			}
-			if got := rounds(record(t, bus.NewVerdictStore(in.res.Verdicts), "run-f1")); !slices.Equal(got, []string{"1:f1:continuation:sent"}) {
+			if got := rounds(record(t, store.New(in.res.Verdicts), "run-f1")); !slices.Equal(got, []string{"1:f1:continuation:sent"}) {
 				t.Fatalf("rounds %v", got)
 			}
 		})
@@ -782,7 +783,7 @@ func TestEngineRunVerdictsSendTheirFollowUps(t *testing.T) {
 	}
 	in.startWorker(t, workerOptions{wrap: func(bus.Decider) bus.Decider {
 		eng, err := engine.New(engine.Config{Policy: failingCriterion{}, Personas: reg, Router: noPlugins{},
-			Store: bus.NewVerdictStore(in.res.Verdicts)})
+			Store: store.New(in.res.Verdicts)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -840,7 +841,7 @@ func TestEngineRunVerdictsSendTheirFollowUps(t *testing.T) {
 	if n := len(streamed(t, in.res, wire.ContinuationSubject("acme", "run-e"))); n != 1 {
 		t.Fatalf("%d continuations, want 1", n)
 	}
-	rec := record(t, bus.NewVerdictStore(in.res.Verdicts), "run-e")
+	rec := record(t, store.New(in.res.Verdicts), "run-e")
 	if got := rounds(rec); !slices.Equal(got, []string{"1:e1:continuation:sent", "2:e2:escalation:sent"}) || rec.Closed != engine.RunEscalated {
 		t.Fatalf("record %v closed %q", got, rec.Closed)
 	}
@@ -874,7 +875,7 @@ func TestTenantFollowsOnlyItsOwnRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	fu := bus.NewFollowUps(gjs, store)
 	for _, v := range []*engine.Verdict{
 		runVerdict("p1", "run1", 1, engine.NextContinuation),

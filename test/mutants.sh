@@ -118,18 +118,18 @@ mutant operator_empty_digest engine/runflow.go ./engine \
 	'if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {' \
 	'if d.ProposalSHA256 != held.ProposalSHA256 {'
 
-# Records read back from the verdict bucket (bus/records.go) must be for
+# Records read back from the verdict bucket (bus/store/records.go) must be for
 # their key: one mutant per kind skips that check.
-mutant record_verdict_key bus/records.go ./bus \
+mutant record_verdict_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.ProposalID != id:' \
 	'case false:'
-mutant record_claim_key bus/records.go ./bus \
+mutant record_claim_key bus/store/records.go ./bus/store \
 	'case c.Tenant != tenant || c.ProposalID != id:' \
 	'case false:'
-mutant record_run_key bus/records.go ./bus \
+mutant record_run_key bus/store/records.go ./bus/store \
 	'if rec.Tenant != tenant || rec.RunID != runID {' \
 	'if false {'
-mutant record_history_key bus/records.go ./bus \
+mutant record_history_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.TargetKey != target:' \
 	'case false:'
 

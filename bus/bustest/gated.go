@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
@@ -83,7 +84,7 @@ func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d bus.Decider = Engine(t, bus.NewVerdictStore(res.Verdicts), NoPlugins{})
+	var d bus.Decider = Engine(t, store.New(res.Verdicts), NoPlugins{})
 	if wrap != nil {
 		d = wrap(d)
 	}

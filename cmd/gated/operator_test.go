@@ -15,6 +15,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
@@ -95,7 +96,7 @@ func TestOperatorKeygen(t *testing.T) {
 // and store, with operator alice (tenant acme) and her seed file.
 type operatorFixture struct {
 	url      string
-	store    *bus.VerdictStore
+	store    *store.Verdicts
 	seedFile string
 }
 
@@ -108,7 +109,7 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	b, err := policies.Default()
 	if err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestOperatorDecide(t *testing.T) {
 	held := &engine.Verdict{V: 1, ProposalID: "held-1", Tenant: "acme", Kind: engine.KindRun, Outcome: engine.OutcomeBlocked,
 		Stage: engine.StageReview, ProposalSHA256: strings.Repeat("0f", 32), AuditSeq: 3, DecidedAt: time.Now().UTC(),
 		Run: &engine.RunVerdict{RunID: "r", Round: 1, AwaitingOperator: []string{"ux-check"}}}
-	if _, err := bus.NewVerdictStore(bareRes.Verdicts).Create(t.Context(), held); err != nil {
+	if _, err := store.New(bareRes.Verdicts).Create(t.Context(), held); err != nil {
 		t.Fatal(err)
 	}
 
@@ -400,7 +401,7 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(kv)
+	store := store.New(kv)
 	(&operatorFixture{store: store}).hold(t, "held-serve", "ux-check")
 	sub, err := nc.SubscribeSync(wire.VerdictSubject("acme", "held-serve"))
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -179,7 +180,7 @@ func (s *gateServer) Run(ctx context.Context) (err error) {
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
-	store := bus.NewVerdictStore(res.Verdicts, bus.WithCorruptRecordHook(corruptRecordHook(auditor.Trail, m.corrupt, log)))
+	store := store.New(res.Verdicts, store.WithCorruptRecordHook(corruptRecordHook(auditor.Trail, m.corrupt, log)))
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.
 	pool := policies.NewPool(live, 0)
@@ -283,7 +284,7 @@ func (s *gateServer) loadPersonas(ctx context.Context) (reg *personas.Registry, 
 
 // startReviewService starts the request/reply endpoints, with the
 // operator decisions endpoint when operators are configured.
-func (s *gateServer) startReviewService(nc *nats.Conn, js jetstream.JetStream, store *bus.VerdictStore, eng *engine.Engine, trail func() engine.AuditTrail) (*bus.Service, error) {
+func (s *gateServer) startReviewService(nc *nats.Conn, js jetstream.JetStream, store *store.Verdicts, eng *engine.Engine, trail func() engine.AuditTrail) (*bus.Service, error) {
 	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
 	if s.operators != nil {
 		var err error
