@@ -5,36 +5,94 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 )
 
+// eventHead is what every audit event of a proposal carries besides its
+// own data: the proposal's address, the human the agent acts for, the
+// delivery count, and the policy in force (its revision, and how long it
+// took once it has decided). A decision keeps its head up to date as it
+// learns these; its auditLog reads the head for every event.
+type eventHead struct {
+	tenant, id, action string
+	// operator is the id of the human the agent acts for, once the
+	// proposal is decoded.
+	operator string
+	// delivery is the JetStream delivery count of the proposal message.
+	delivery int
+	revision string
+	evalUS   int64
+}
+
+// auditLog assembles the audit events of one proposal from its head and
+// records them on the delivery's trail. Reviews of a quorum record
+// concurrently, and a trail is written by one goroutine at a time, so the
+// log serialises them.
+type auditLog struct {
+	trail AuditTrail
+	clock Clock
+	head  *eventHead
+	mu    sync.Mutex
+	// received is true once the delivery's arrival is recorded.
+	received bool
+}
+
+// event builds the event name with data, under the head as it stands.
+func (l *auditLog) event(name string, data any) AuditEvent {
+	h := l.head
+	tenant := h.tenant
+	if tenant == "" {
+		tenant = UnknownTenant
+	}
+	common := proposalEventData{Action: h.action, Operator: h.operator, Delivery: h.delivery, PolicyEvalUS: h.evalUS}
+	if name == EventVerdict {
+		common.Action = "" // the verdict names its action itself
+	}
+	return AuditEvent{
+		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
+		At: l.clock.Now().UTC(), PolicyRevision: h.revision,
+		Data: mergeJSON(mustJSON(common), mustJSON(data)),
+	}
+}
+
 // seal writes the trail's final event and waits for the whole trail.
-func (r *decision) seal(ctx context.Context, ev AuditEvent) (uint64, error) {
-	r.auditMu.Lock()
-	seq, err := r.d.Trail.Seal(ctx, ev)
-	r.auditMu.Unlock()
+func (l *auditLog) seal(ctx context.Context, name string, data any) (uint64, error) {
+	ev := l.event(name, data)
+	l.mu.Lock()
+	seq, err := l.trail.Seal(ctx, ev)
+	l.mu.Unlock()
 	if err != nil {
 		return 0, fmt.Errorf("sealing audit trail: %w", err)
 	}
 	return seq, nil
 }
 
-func (r *decision) event(name string, data any) AuditEvent {
-	tenant := r.tenant
-	if tenant == "" {
-		tenant = UnknownTenant
+// record appends an event to the trail.
+func (l *auditLog) record(ctx context.Context, name string, data any) error {
+	ev := l.event(name, data)
+	l.mu.Lock()
+	err := l.trail.Record(ctx, ev)
+	l.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("recording audit event %s: %w", name, err)
 	}
-	common := proposalEventData{Action: r.action, Delivery: r.d.Attempt, PolicyEvalUS: r.evalUS}
-	if r.p != nil && r.p.Operator != nil {
-		common.Operator = r.p.Operator.ID
+	return nil
+}
+
+// recordBestEffort records an event whose failure will surface at Seal:
+// an audit trail that lost an event refuses to seal, so the proposal is
+// redelivered rather than acknowledged with a gap in its history.
+func (l *auditLog) recordBestEffort(ctx context.Context, name string, data any) {
+	_ = l.record(ctx, name, data)
+}
+
+// recordReceived records the arrival of a delivery's bytes.
+func (l *auditLog) recordReceived(ctx context.Context, subject string, size int, digest string) error {
+	if err := l.record(ctx, EventReceived, receivedData{Subject: subject, Bytes: size, SHA256: digest}); err != nil {
+		return err
 	}
-	if name == EventVerdict {
-		common.Action = "" // the verdict names its action itself
-	}
-	return AuditEvent{
-		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: r.id,
-		At: r.e.cfg.Clock.Now().UTC(), PolicyRevision: r.revision,
-		Data: mergeJSON(mustJSON(common), mustJSON(data)),
-	}
+	l.received = true
+	return nil
 }
 
 // proposalEventData is what every event of a proposal carries in its data.
@@ -76,15 +134,6 @@ func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 	return append(out, '}')
 }
 
-// recordReceived records the arrival of the delivery's bytes.
-func (r *decision) recordReceived(ctx context.Context) error {
-	if err := r.record(ctx, EventReceived, receivedData{Subject: r.d.Subject, Bytes: len(r.d.Data), SHA256: r.digest}); err != nil {
-		return err
-	}
-	r.received = true
-	return nil
-}
-
 // receivedData and policyDecidedData are the data of the two records every
 // decided proposal has. Their members are in the order of their names, as
 // the maps they replace were written.
@@ -102,24 +151,6 @@ type policyDecidedData struct {
 	ReviewerTools []string   `json:"reviewer_tools"`
 	Run           *RunPolicy `json:"run"`
 	SOP           string     `json:"sop"`
-}
-
-func (r *decision) record(ctx context.Context, name string, data any) error {
-	ev := r.event(name, data)
-	r.auditMu.Lock()
-	err := r.d.Trail.Record(ctx, ev)
-	r.auditMu.Unlock()
-	if err != nil {
-		return fmt.Errorf("recording audit event %s: %w", name, err)
-	}
-	return nil
-}
-
-// recordBestEffort records an event whose failure will surface at Seal:
-// an audit trail that lost an event refuses to seal, so the proposal is
-// redelivered rather than acknowledged with a gap in its history.
-func (r *decision) recordBestEffort(ctx context.Context, name string, data any) {
-	_ = r.record(ctx, name, data)
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -10,44 +10,57 @@ import (
 	"time"
 )
 
-// claimReview takes the proposal's review claim before reviewers run. It
-// returns false when this delivery must not review: r.failure is set (the
-// store failed, or the claim's holder stored no verdict in time) or
-// r.awaited holds the verdict the holder stored meanwhile.
-func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
-	if r.holder == "" {
-		r.holder = streamHolder(r.d.StreamSeq)
-	}
-	longest := time.Duration(0)
-	for _, c := range chosen {
-		timeout := c.persona.Timeout
-		if timeout <= 0 {
-			timeout = r.e.cfg.ReviewTimeout
-		}
-		longest = max(longest, timeout)
-	}
+// reviewClaim is the claim protocol of one delivery: before reviewers run
+// it takes the proposal's review claim in the store, so that the proposal
+// is reviewed once however many messages carry it, and it releases the
+// claim when the delivery ends with no verdict stored. The decision asks
+// it one question, take: review, or hand over the verdict another
+// message's review stored.
+type reviewClaim struct {
+	store      VerdictStore
+	tenant, id string
+	// holder names this delivery in review claims; held is true once it
+	// holds (or may hold) the proposal's claim.
+	holder string
+	held   bool
+	// rev is the store's revision of the claim this delivery took; 0 when
+	// it took none, or took over one left by a crash (GiveUp).
+	rev uint64
+}
+
+// newClaim returns the claim protocol of this delivery, holding nothing
+// yet.
+func (r *decision) newClaim() *reviewClaim {
+	return &reviewClaim{store: r.e.cfg.Store, tenant: r.tenant, id: r.id, holder: streamHolder(r.d.StreamSeq)}
+}
+
+// take takes the proposal's review claim for reviews that may run for
+// longest. It returns nil and no error when this delivery reviews. It
+// returns a verdict when this delivery must not review because the
+// verdict is there: stored since the delivery looked it up, or stored by
+// the review of the message that holds the claim, which take waits for
+// (recording review.awaited on log). An error means the store failed, or
+// (wrapping ErrClaimed) the claim's holder stored no verdict in time.
+func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery int, log *auditLog) (*Verdict, error) {
 	// Wall-clock time, like the review deadlines it covers: claims are
 	// compared across gated processes.
-	mine := Claim{Holder: r.holder, Until: time.Now().Add(longest + ClaimGrace).UTC(), Delivery: r.d.Attempt}
-	held, err := r.e.cfg.Store.Claim(ctx, r.tenant, r.id, mine)
+	mine := Claim{Holder: c.holder, Until: time.Now().Add(longest + ClaimGrace).UTC(), Delivery: delivery}
+	held, err := c.store.Claim(ctx, c.tenant, c.id, mine)
 	switch {
 	case err == nil:
-		r.claimed, r.claimRev = true, held.Revision
+		c.held, c.rev = true, held.Revision
 		// The verdict may have been stored, and its claim released, since
 		// this delivery looked it up.
-		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
+		stored, err := c.store.Get(ctx, c.tenant, c.id)
 		switch {
 		case err == nil:
-			r.awaited = stored
-			return false
+			return stored, nil
 		case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptRecord):
-			r.failure = fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
-			return false
+			return nil, fmt.Errorf("looking up verdict %s.%s: %w", c.tenant, c.id, err)
 		}
-		return true
+		return nil, nil
 	case !errors.Is(err, ErrClaimed):
-		r.failure = fmt.Errorf("claiming the review of %s.%s: %w", r.tenant, r.id, err)
-		return false
+		return nil, fmt.Errorf("claiming the review of %s.%s: %w", c.tenant, c.id, err)
 	}
 
 	// Another message carrying this proposal is under review: its verdict
@@ -56,37 +69,36 @@ func (r *decision) claimReview(ctx context.Context, chosen []candidate) bool {
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	started := time.Now()
-	v, err := r.e.cfg.Store.Await(wctx, r.tenant, r.id)
+	v, err := c.store.Await(wctx, c.tenant, c.id)
 	data := map[string]any{"holder": held.Holder, "until": held.Until, "waited_ms": ms(time.Since(started))}
 	switch {
 	case err == nil:
 		data["outcome"] = v.Outcome
-		r.recordBestEffort(ctx, EventReviewAwaited, data)
-		r.awaited = v
+		log.recordBestEffort(ctx, EventReviewAwaited, data)
+		return v, nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		data["error"] = "no verdict before the claim went stale"
-		r.recordBestEffort(ctx, EventReviewAwaited, data)
-		r.failure = fmt.Errorf("%w: %s.%s is reviewed by message %s, which stored no verdict within %s; retrying",
-			ErrClaimed, r.tenant, r.id, held.Holder, wait)
+		log.recordBestEffort(ctx, EventReviewAwaited, data)
+		return nil, fmt.Errorf("%w: %s.%s is reviewed by message %s, which stored no verdict within %s; retrying",
+			ErrClaimed, c.tenant, c.id, held.Holder, wait)
 	default:
-		r.failure = fmt.Errorf("awaiting the verdict on %s.%s from message %s: %w", r.tenant, r.id, held.Holder, err)
+		return nil, fmt.Errorf("awaiting the verdict on %s.%s from message %s: %w", c.tenant, c.id, held.Holder, err)
 	}
-	return false
 }
 
-// releaseClaim drops the review claim this delivery holds, if any, when
-// it leaves the proposal undecided. It is best effort: a claim left
-// behind goes stale at its Until.
-func (r *decision) releaseClaim(ctx context.Context) {
-	if !r.claimed {
+// release drops the review claim this delivery holds, if any, when it
+// leaves the proposal undecided. It is best effort: a claim left behind
+// goes stale at its Until. A nil claim holds nothing.
+func (c *reviewClaim) release(ctx context.Context) {
+	if c == nil || !c.held {
 		return
 	}
-	r.claimed = false
+	c.held = false
 	// The caller's context may be over (shutdown); the release is still
 	// worth a short try.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = r.e.cfg.Store.Release(rctx, r.tenant, r.id, Claim{Holder: r.holder, Revision: r.claimRev})
+	_ = c.store.Release(rctx, c.tenant, c.id, Claim{Holder: c.holder, Revision: c.rev})
 }
 
 // streamHolder names the holder of a review claim: the proposal message's

@@ -5,49 +5,28 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 )
 
-// decision is the state of one pass through the pipeline.
+// decision is the state of one pass through the pipeline. Its eventHead
+// is what every audit event of the proposal carries; log records them.
 type decision struct {
-	e         *Engine
-	d         Delivery
-	start     time.Time
-	digest    string
-	p         *Proposal
-	tenant    string
-	id        string
-	action    string
-	revision  string
-	evalUS    int64
-	targetKey string
-	// failure is an infrastructure error met while judging: nothing is
-	// decided and the delivery is retried.
-	failure error
-	// holder names this delivery in review claims; claimed is true once
-	// it holds (or may hold) the proposal's claim, which is then released
-	// when the decision ends.
-	holder  string
-	claimed bool
-	// claimRev is the store's revision of the claim this delivery took; 0
-	// when it took none, or took over one left by a crash (GiveUp).
-	claimRev uint64
-	// awaited is the verdict another message's review stored while this
-	// delivery was judging or waited on the claim; it is handed over (see
-	// handOver), not decided again.
-	awaited *Verdict
-	// received is true once the delivery's arrival is recorded on its
-	// trail.
-	received bool
+	e      *Engine
+	d      Delivery
+	start  time.Time
+	digest string
+	p      *Proposal
+	eventHead
+	log auditLog
+	// keys are derived from the proposal once it decodes.
+	keys proposalKeys
+	// claim is this delivery's review claim, released when the decision
+	// ends with no verdict stored.
+	claim *reviewClaim
 	// run is set for a run proposal once the policy has decided it.
 	run *runState
-	// target and dkey keep the proposal's target key and its dedupe key
-	// (under dkey.revision) once computed.
-	target struct {
-		key string
-		set bool
-	}
+	// dkey keeps the proposal's dedupe key under dkey.revision once
+	// computed.
 	dkey struct {
 		key      dedupeKey
 		revision string
@@ -56,12 +35,36 @@ type decision struct {
 	// history carries the recent verdicts on the proposal's target from
 	// readHistoryAhead; nil when it read none.
 	history chan historyRead
-	// auditMu serialises the trail: reviews of a quorum record
-	// concurrently, and a trail is written by one goroutine at a time.
-	auditMu sync.Mutex
 }
 
-func (r *decision) decide(ctx context.Context) (*Verdict, error) {
+// proposalKeys are the keys the engine derives from a decoded proposal,
+// each in one place.
+type proposalKeys struct {
+	// target is the digest of the canonical target (Proposal.TargetKey),
+	// part of the dedupe key; "" for a run review.
+	target string
+	// history is the target whose recent approvals the policy reads and
+	// an approval joins: target for a mutating action, "" otherwise. A
+	// run review judges work already done, not an operation on a target:
+	// it neither reads nor joins a target's history.
+	history string
+}
+
+// keysOf derives the keys of p.
+func keysOf(p *Proposal) proposalKeys {
+	if p.Kind == KindRun {
+		return proposalKeys{}
+	}
+	k := proposalKeys{target: p.TargetKey()}
+	if p.Mutating() {
+		k.history = k.target
+	}
+	return k
+}
+
+// decode decodes the delivery's proposal and sets the decision's address
+// from it or, when it does not decode, from what can be recovered of it.
+func (r *decision) decode() error {
 	subjTenant, subjAction, subjErr := ParseProposalSubject(r.d.Subject)
 	var decodeErr error
 	if subjErr != nil {
@@ -69,13 +72,21 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 	} else {
 		r.p, decodeErr = DecodeProposal(r.d.Data, subjTenant, subjAction, r.e.cfg.Limits)
 	}
-	if r.p != nil {
-		r.tenant, r.id, r.action = r.p.Tenant, r.p.ID, r.p.Action
-	} else {
+	if r.p == nil {
 		r.tenant, r.id = RecoverAddress(r.d.Subject, r.d.Data, r.d.MsgID)
 		r.action = subjAction
+		return decodeErr
 	}
+	r.tenant, r.id, r.action = r.p.Tenant, r.p.ID, r.p.Action
+	if r.p.Operator != nil {
+		r.operator = r.p.Operator.ID
+	}
+	r.keys = keysOf(r.p)
+	return decodeErr
+}
 
+func (r *decision) decide(ctx context.Context) (*Verdict, error) {
+	decodeErr := r.decode()
 	if decodeErr == nil {
 		r.readHistoryAhead(ctx)
 	}
@@ -91,12 +102,12 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 		}
 	}
 
-	if err := r.recordReceived(ctx); err != nil {
+	if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
 		return nil, err
 	}
 	if decodeErr != nil {
 		reason := "invalid proposal: " + decodeErr.Error()
-		if err := r.record(ctx, EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
+		if err := r.log.record(ctx, EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
 			return nil, err
 		}
 		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
@@ -104,7 +115,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 	if v, hit, err := r.dedupe(ctx); hit || err != nil {
 		return v, err
 	}
-	v := r.judge(ctx)
+	v, awaited, err := r.judge(ctx)
 	// The claim is released only when this delivery ends with no verdict
 	// stored, so that another delivery may review. Once a verdict is
 	// stored it is kept: a copy of the proposal finds the stored verdict
@@ -115,15 +126,15 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 	stored := false
 	defer func() {
 		if !stored {
-			r.releaseClaim(ctx)
+			r.claim.release(ctx)
 		}
 	}()
-	if r.failure != nil {
-		return nil, r.failure
+	if err != nil {
+		return nil, err
 	}
-	if r.awaited != nil {
+	if awaited {
 		stored = true
-		return r.handOver(ctx, r.awaited, false)
+		return r.handOver(ctx, v, false)
 	}
 	r.finishRun(v)
 	if err := ctx.Err(); err != nil {
@@ -139,73 +150,69 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 	return decided, err
 }
 
-// judge runs policy and review. It never returns an approval that the
-// policy or the host's reading of a review did not grant explicitly.
-func (r *decision) judge(ctx context.Context) *Verdict {
+// judge runs policy and review, and returns the verdict. It never returns
+// an approval that the policy or the host's reading of a review did not
+// grant explicitly. awaited says that v is not this delivery's decision
+// but the verdict another message carrying the proposal had reviewed and
+// stored (see reviewClaim): it is handed over, not decided again. An error
+// is an infrastructure failure: nothing is decided and the delivery is
+// retried.
+func (r *decision) judge(ctx context.Context) (v *Verdict, awaited bool, err error) {
 	p := r.p
 	// The policy says who reviews (a proposal's reviewer only where the
 	// policy lets it replace the routed persona): evaluate in the default
 	// persona's name first, and EvaluateRouted follows the policy's route.
 	personaName := r.e.cfg.DefaultPersona
-	if p.Mutating() && p.Kind != KindRun {
-		// A run review judges work already done, not an operation on a
-		// target: it neither reads nor joins a target's history.
-		r.targetKey = r.proposalTarget()
-	}
 	var history []Verdict
-	if r.targetKey != "" {
-		var err error
+	if r.keys.history != "" {
 		if history, err = r.recentHistory(ctx); err != nil {
-			r.failure = fmt.Errorf("reading recent verdicts on the target: %w", err)
-			return nil
+			return nil, false, fmt.Errorf("reading recent verdicts on the target: %w", err)
 		}
 	}
 	var record *RunRecord
 	if p.Kind == KindRun {
-		var err error
 		if record, err = r.e.cfg.Store.RunRecord(ctx, p.Tenant, p.Run.RunID); err != nil {
-			r.failure = fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
-			return nil
+			return nil, false, fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
 		}
 	}
 	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
 	if err != nil {
 		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
-		r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
-		return v
+		r.log.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
+		return v, false, nil
 	}
 	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
 	settled, done := PolicyOutcome(p, pd, routed)
 	if p.Kind == KindRun {
 		if pd.Run == nil {
 			v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
-			r.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": "decision.run is missing"})
-			return v
+			r.log.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": "decision.run is missing"})
+			return v, false, nil
 		}
 		r.run = newRunState(p, pd.Run, record)
 	}
 	policyRef := &PolicyRef{Denies: settled.Denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
-	r.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
+	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
 	})
 	if done {
 		if settled.Outcome == OutcomeApproved && pd.Skipped {
-			r.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
+			r.log.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
 		}
 		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 		v.Policy = policyRef
-		return v
+		return v, false, nil
 	}
-	v := r.review(ctx, pd, routed, in)
-	if v == nil {
-		return nil // r.failure or r.awaited says why
+	v, awaited, err = r.review(ctx, pd, routed, in)
+	if err != nil || awaited {
+		return v, awaited, err
 	}
 	if v.Policy == nil { // set when the policy refused a reviewer the proposal added
 		v.Policy = policyRef
 	}
-	return v
+	return v, false, nil
 }
 
 // historyRead is a target's recent verdicts as the store returned them.
@@ -215,43 +222,41 @@ type historyRead struct {
 }
 
 // readHistoryAhead starts reading the recent verdicts on the proposal's
-// target, which the policy will need, beside the look-up of a stored
+// history key, which the policy will need, beside the look-up of a stored
 // verdict: the two round trips to the store overlap instead of adding up.
-// Only a mutating proposal with a target that is not a run has a history
-// (see judge).
 func (r *decision) readHistoryAhead(ctx context.Context) {
-	if !r.p.Mutating() || r.p.Kind == KindRun {
-		return
-	}
-	key := r.proposalTarget()
+	key := r.keys.history
 	if key == "" {
 		return
 	}
 	ch := make(chan historyRead, 1)
 	r.history = ch
-	store, tenant := r.e.cfg.Store, r.p.Tenant
+	store, tenant := r.e.cfg.Store, r.tenant
 	go func() {
 		v, err := store.Recent(ctx, tenant, key)
 		ch <- historyRead{v, err}
 	}()
 }
 
-// recentHistory returns the recent verdicts on r.targetKey, read ahead
-// when readHistoryAhead started it: judge sets r.targetKey under the
-// conditions readHistoryAhead reads under, to the same key.
+// recentHistory returns the recent verdicts on the proposal's history
+// key, read ahead when readHistoryAhead started it.
 func (r *decision) recentHistory(ctx context.Context) ([]Verdict, error) {
 	if r.history != nil {
 		h := <-r.history
 		r.history = nil
 		return h.verdicts, h.err
 	}
-	return r.e.cfg.Store.Recent(ctx, r.tenant, r.targetKey)
+	return r.e.cfg.Store.Recent(ctx, r.tenant, r.keys.history)
 }
 
 // idReused is the verdict of a proposal whose id names another one.
+// It is never stored, and names no target: the key is the other
+// proposal's.
 func (r *decision) idReused() *Verdict {
-	return r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
+	v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
 		"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
+	v.TargetKey = ""
+	return v
 }
 
 // answers reports whether stored answers exactly the delivery's bytes.
@@ -281,8 +286,8 @@ func (r *decision) handOver(ctx context.Context, stored *Verdict, sealed bool) (
 			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
 				ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
 		}
-		if !r.received {
-			if err := r.recordReceived(ctx); err != nil {
+		if !r.log.received {
+			if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
 				return nil, err
 			}
 		}
@@ -295,9 +300,9 @@ func (r *decision) handOver(ctx context.Context, stored *Verdict, sealed bool) (
 	if sealed {
 		return stored, nil
 	}
-	_, err := r.seal(ctx, r.event(EventReplayed, map[string]any{
+	_, err := r.log.seal(ctx, EventReplayed, map[string]any{
 		"audit_seq": stored.AuditSeq, "outcome": stored.Outcome,
-	}))
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -339,7 +344,7 @@ func (r *decision) sealVerdict(ctx context.Context, v *Verdict) error {
 	if err != nil {
 		return fmt.Errorf("encoding verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
-	seq, err := r.seal(ctx, r.event(EventVerdict, json.RawMessage(doc)))
+	seq, err := r.log.seal(ctx, EventVerdict, json.RawMessage(doc))
 	if err != nil {
 		return err
 	}
@@ -363,6 +368,6 @@ func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
 		V: SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
 		Outcome: o, Approved: o == OutcomeApproved, Stage: s, Reason: reason,
 		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
-		TargetKey: r.targetKey, Agent: agent,
+		TargetKey: r.keys.history, Agent: agent,
 	}
 }

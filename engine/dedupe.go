@@ -185,7 +185,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 		return nil, false, nil
 	}
 	now := r.e.cfg.Clock.Now()
-	rej, ok := c.lookup(r.dedupeKey(r.e.cfg.Policy.Revision()), now)
+	rej, ok := c.lookup(r.dedupeKey(r.revision), now)
 	if !ok || rej.id == r.id {
 		return nil, false, nil
 	}
@@ -200,14 +200,11 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 	case earlier.Outcome != OutcomeRejected:
 		return nil, false, nil
 	}
-	if r.p.Mutating() {
-		r.targetKey = r.proposalTarget()
-	}
 	age := max(now.Sub(rej.at), 0)
 	v = r.verdict(OutcomeRejected, StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
 		rej.id, int64(age/time.Second), earlier.Reason))
 	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.id
-	if err := r.record(ctx, EventDeduplicated, map[string]any{
+	if err := r.log.record(ctx, EventDeduplicated, map[string]any{
 		"duplicate_of": rej.id, "audit_seq": earlier.AuditSeq, "stage": earlier.Stage, "rejected_at": earlier.DecidedAt,
 	}); err != nil {
 		return nil, true, err
@@ -237,16 +234,7 @@ func (r *decision) rememberRejection(v *Verdict) {
 // policy revision: the look-up and the remembering of a rejection share it.
 func (r *decision) dedupeKey(revision string) dedupeKey {
 	if !r.dkey.set || r.dkey.revision != revision {
-		r.dkey.key, r.dkey.revision, r.dkey.set = dedupeKeyOf(r.p, r.proposalTarget(), revision), revision, true
+		r.dkey.key, r.dkey.revision, r.dkey.set = dedupeKeyOf(r.p, r.keys.target, revision), revision, true
 	}
 	return r.dkey.key
-}
-
-// proposalTarget is the proposal's TargetKey, computed once: it hashes
-// the canonical JSON of the target.
-func (r *decision) proposalTarget() string {
-	if !r.target.set {
-		r.target.key, r.target.set = r.p.TargetKey(), true
-	}
-	return r.target.key
 }

@@ -148,10 +148,12 @@ func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
 
 func (e *Engine) newDecision(d Delivery) *decision {
 	digest := sha256.Sum256(d.Data)
-	return &decision{
-		e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:]),
-		revision: e.cfg.Policy.Revision(),
-	}
+	r := &decision{e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:])}
+	// The policy revision is read once: events recorded before the policy
+	// decides, and the dedupe look-up, name the same one.
+	r.revision, r.delivery = e.cfg.Policy.Revision(), d.Attempt
+	r.log = auditLog{trail: d.Trail, clock: e.cfg.Clock, head: &r.eventHead}
+	return r
 }
 
 // GiveUp answers a delivery that could not be decided within its delivery
@@ -167,9 +169,9 @@ func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	_, r.action, _ = ParseProposalSubject(d.Subject)
 	if r.id != "" && d.StreamSeq != 0 {
 		// A holder that crashed mid-review left its claim behind.
-		r.holder = streamHolder(d.StreamSeq)
-		r.claimed = true
-		defer r.releaseClaim(ctx)
+		r.claim = r.newClaim()
+		r.claim.held = true
+		defer r.claim.release(ctx)
 	}
 	if r.id != "" {
 		if stored, err := e.cfg.Store.Get(ctx, r.tenant, r.id); err == nil {

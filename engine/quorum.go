@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // candidate is a persona chosen to review, with the reviewer that serves
@@ -14,6 +15,20 @@ type candidate struct {
 	persona  *Persona
 	reviewer Reviewer
 	pd       PolicyDecision
+	// timeout is how long the persona's review may take: its own timeout,
+	// or the engine's default. The review's deadline and the claim that
+	// covers it are both read from it.
+	timeout time.Duration
+}
+
+// newCandidate is the candidate persona p, reviewed by reviewer under the
+// policy decision pd.
+func (e *Engine) newCandidate(p *Persona, reviewer Reviewer, pd PolicyDecision) candidate {
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.ReviewTimeout
+	}
+	return candidate{persona: p, reviewer: reviewer, pd: pd, timeout: timeout}
 }
 
 // reviewResult is one reviewer's part of a verdict.
@@ -36,29 +51,36 @@ type reviewResult struct {
 
 // review has the proposal reviewed by as many distinct personas as the
 // policy's quorum asks for, runs their reviews concurrently, and combines
-// the answers. A quorum of one is the same path with one reviewer. It
-// returns nil when this delivery must not review (see claimReview).
-func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) *Verdict {
+// the answers. A quorum of one is the same path with one reviewer. Before
+// the reviewers run it takes the proposal's review claim (reviewClaim):
+// awaited says that v is the verdict another message's review stored,
+// which this delivery hands over instead of reviewing.
+func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) (v *Verdict, awaited bool, err error) {
 	chosen, blocked := r.pickReviewers(ctx, pd, routed, in)
 	if blocked != nil {
-		return blocked
+		return blocked, false, nil
 	}
-	if !r.claimReview(ctx, chosen) {
-		return nil // another message holds the review, or the claim failed
+	longest := time.Duration(0)
+	for _, c := range chosen {
+		longest = max(longest, c.timeout)
+	}
+	r.claim = r.newClaim()
+	if v, err := r.claim.take(ctx, longest, r.d.Attempt, &r.log); v != nil || err != nil {
+		return v, v != nil, err
 	}
 	results := make([]reviewResult, len(chosen))
 	if len(chosen) == 1 {
 		// One reviewer needs no goroutine of its own: the delivery's is
 		// waiting anyway, and thousands of reviews in flight each hold one.
 		results[0] = r.reviewOne(ctx, chosen[0], 1, in.History)
-		return r.combine(results)
+		return r.combine(results), false, nil
 	}
 	var wg sync.WaitGroup
 	for i, c := range chosen {
 		wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
 	}
 	wg.Wait()
-	return r.combine(results)
+	return r.combine(results), false, nil
 }
 
 // pickReviewers chooses the reviewers. The routed persona comes first and
@@ -102,7 +124,7 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 	if err != nil {
 		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", routed.Persona.Name, err))
 	}
-	chosen := append([]candidate{{persona: routed.Persona, reviewer: first, pd: pd}}, added...)
+	chosen := append([]candidate{r.e.newCandidate(routed.Persona, first, pd)}, added...)
 	quorum := max(pd.Review.Quorum, len(chosen))
 	if quorum == len(chosen) {
 		return chosen, nil
@@ -157,7 +179,7 @@ func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision
 	if err != nil {
 		return c, nil, "no reviewer: " + err.Error()
 	}
-	return candidate{persona: routed.Persona, reviewer: reviewer, pd: d}, nil, ""
+	return r.e.newCandidate(routed.Persona, reviewer, d), nil, ""
 }
 
 func quorumShortReason(quorum int, chosen []candidate, skipped []string) string {

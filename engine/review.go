@@ -16,10 +16,7 @@ import (
 func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []Verdict) reviewResult {
 	persona := c.persona
 	out := reviewResult{name: persona.Name}
-	timeout := persona.Timeout
-	if timeout <= 0 {
-		timeout = r.e.cfg.ReviewTimeout
-	}
+	timeout := c.timeout
 	reviewID := newReviewID()
 	// The deadline is wall-clock time: the injected Clock only stamps
 	// verdicts and events.
@@ -34,7 +31,7 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 	if n > 1 {
 		startedData["quorum"] = n
 	}
-	r.recordBestEffort(ctx, EventReviewStarted, startedData)
+	r.log.recordBestEffort(ctx, EventReviewStarted, startedData)
 	started := time.Now()
 	res, err := c.reviewer.Review(rctx, ReviewRequest{
 		ReviewID:       reviewID,
@@ -49,7 +46,7 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 		Why:            c.pd.Review.Why,
 		Deadline:       deadline,
 		Run:            r.runContext(),
-		Audit:          r.recordBestEffort,
+		Audit:          r.log.recordBestEffort,
 	})
 	latency := time.Since(started)
 	if err != nil {
@@ -60,7 +57,7 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 		case errors.Is(err, ErrNoReviewer):
 			out.outcome = OutcomeBlocked
 		}
-		r.recordBestEffort(ctx, EventReviewDone, map[string]any{
+		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
 			"review_id": reviewID, "outcome": out.outcome, "error": err.Error(), "latency_ms": ms(latency),
 		})
 		out.why = fmt.Sprintf("review by persona %q failed: %v", persona.Name, err)
@@ -98,7 +95,7 @@ func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []
 	if r.run != nil {
 		done["outcome"], done["criteria"], done["missing_work"] = out.outcome, rev.Criteria, len(rev.MissingWork)
 	}
-	r.recordBestEffort(ctx, EventReviewDone, done)
+	r.log.recordBestEffort(ctx, EventReviewDone, done)
 	out.review, out.judged, out.why = rev, true, why
 	return out
 }

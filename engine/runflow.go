@@ -474,10 +474,12 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		}
 	}
 	r := &decision{e: e, d: Delivery{Trail: trail}, start: e.cfg.Clock.Now(), digest: held.ProposalSHA256,
-		tenant: held.Tenant, id: held.ProposalID, action: held.Action, targetKey: held.TargetKey}
+		eventHead: eventHead{tenant: held.Tenant, id: held.ProposalID, action: held.Action},
+		keys:      proposalKeys{history: held.TargetKey}}
 	if held.Policy != nil {
 		r.revision, r.evalUS = held.Policy.Revision, held.Policy.EvalUS
 	}
+	r.log = auditLog{trail: trail, clock: e.cfg.Clock, head: &r.eventHead}
 	now := e.cfg.Clock.Now()
 	next.Stage, next.DecidedAt = StageOperator, now.UTC()
 	next.LatencyMS = held.LatencyMS
@@ -494,7 +496,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		next.Reason += ": " + clipText(firstNonBlankLine(reason), 240)
 	}
 
-	if err := r.record(ctx, EventOperatorDecided, map[string]any{
+	if err := r.log.record(ctx, EventOperatorDecided, map[string]any{
 		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": clipText(d.Reason, DefaultRunMaxItemBytes),
 		"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
 	}); err != nil {
