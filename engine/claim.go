@@ -17,7 +17,8 @@ import (
 // it one question, take: review, or hand over the verdict another
 // message's review stored.
 type reviewClaim struct {
-	store      VerdictStore
+	claims     ReviewClaims
+	verdicts   VerdictReader
 	tenant, id string
 	// holder names this delivery in review claims; held is true once it
 	// holds (or may hold) the proposal's claim.
@@ -31,7 +32,7 @@ type reviewClaim struct {
 // newClaim returns the claim protocol of this delivery, holding nothing
 // yet.
 func (r *decision) newClaim() *reviewClaim {
-	return &reviewClaim{store: r.e.cfg.Store, tenant: r.tenant, id: r.id, holder: streamHolder(r.d.StreamSeq)}
+	return &reviewClaim{claims: r.e.cfg.Store, verdicts: r.e.cfg.Store, tenant: r.tenant, id: r.id, holder: streamHolder(r.d.StreamSeq)}
 }
 
 // take takes the proposal's review claim for reviews that may run for
@@ -45,13 +46,13 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 	// Wall-clock time, like the review deadlines it covers: claims are
 	// compared across gated processes.
 	mine := Claim{Holder: c.holder, Until: time.Now().Add(longest + ClaimGrace).UTC(), Delivery: delivery}
-	held, err := c.store.Claim(ctx, c.tenant, c.id, mine)
+	held, err := c.claims.Claim(ctx, c.tenant, c.id, mine)
 	switch {
 	case err == nil:
 		c.held, c.rev = true, held.Revision
 		// The verdict may have been stored, and its claim released, since
 		// this delivery looked it up.
-		stored, err := c.store.Get(ctx, c.tenant, c.id)
+		stored, err := c.verdicts.Get(ctx, c.tenant, c.id)
 		switch {
 		case err == nil:
 			return stored, nil
@@ -69,7 +70,7 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	started := time.Now()
-	v, err := c.store.Await(wctx, c.tenant, c.id)
+	v, err := c.claims.Await(wctx, c.tenant, c.id)
 	data := map[string]any{"holder": held.Holder, "until": held.Until, "waited_ms": ms(time.Since(started))}
 	switch {
 	case err == nil:
@@ -98,7 +99,7 @@ func (c *reviewClaim) release(ctx context.Context) {
 	// worth a short try.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	_ = c.store.Release(rctx, c.tenant, c.id, Claim{Holder: c.holder, Revision: c.rev})
+	_ = c.claims.Release(rctx, c.tenant, c.id, Claim{Holder: c.holder, Revision: c.rev})
 }
 
 // streamHolder names the holder of a review claim: the proposal message's

@@ -231,9 +231,10 @@ func (r *decision) readHistoryAhead(ctx context.Context) {
 	}
 	ch := make(chan historyRead, 1)
 	r.history = ch
-	store, tenant := r.e.cfg.Store, r.tenant
+	var history TargetHistory = r.e.cfg.Store
+	tenant := r.tenant
 	go func() {
-		v, err := store.Recent(ctx, tenant, key)
+		v, err := history.Recent(ctx, tenant, key)
 		ch <- historyRead{v, err}
 	}()
 }

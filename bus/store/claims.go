@@ -14,7 +14,7 @@ import (
 
 func claimKey(tenant, id string) string { return tenant + ".claims." + id }
 
-// Claim implements engine.VerdictStore. Claims are taken and replaced with
+// Claim implements engine.ReviewClaims. Claims are taken and replaced with
 // the bucket's compare-and-set, so of two gated processes claiming at once
 // one wins and the other is told who holds the claim. Staleness is judged
 // by this process's clock. Most proposals were never claimed, so the claim
@@ -59,7 +59,7 @@ func (s *Verdicts) Claim(ctx context.Context, tenant, id string, c engine.Claim)
 	return engine.Claim{}, fmt.Errorf("review claim %s kept changing under concurrent claims", key)
 }
 
-// Release implements engine.VerdictStore. It purges the claim only at the
+// Release implements engine.ReviewClaims. It purges the claim only at the
 // revision it was taken at, so a claim taken over meanwhile is left alone;
 // a claim of unknown revision is read first, and purged at the revision
 // read if c's holder holds it.
@@ -87,7 +87,7 @@ func (s *Verdicts) Release(ctx context.Context, tenant, id string, c engine.Clai
 	return nil
 }
 
-// Await implements engine.VerdictStore with a watch on the verdict's key,
+// Await implements engine.ReviewClaims with a watch on the verdict's key,
 // which first delivers a verdict already stored.
 func (s *Verdicts) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
 	key := tenant + "." + id

@@ -21,7 +21,7 @@ const (
 
 func targetKey(tenant, key string) string { return tenant + ".targets." + key }
 
-// Recent implements engine.VerdictStore.
+// Recent implements engine.TargetHistory.
 func (s *Verdicts) Recent(ctx context.Context, tenant, key string) ([]engine.Verdict, error) {
 	e, err := s.kv.Get(ctx, targetKey(tenant, key))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

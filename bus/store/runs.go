@@ -13,7 +13,7 @@ import (
 
 func runKey(tenant, runID string) string { return tenant + ".runs." + runID }
 
-// RunRecord implements engine.VerdictStore. A record that cannot be
+// RunRecord implements engine.RunRecords. A record that cannot be
 // decoded is an error, not an empty record: the policy refuses rounds out
 // of order and closed runs from it, so it is never guessed.
 func (s *Verdicts) RunRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, error) {

@@ -56,7 +56,7 @@ func WithCorruptRecordHook(hook CorruptRecordHook) Option {
 	return func(s *Verdicts) { s.corrupt = hook }
 }
 
-// Get implements engine.VerdictStore. An entry that is not a verdict for
+// Get implements engine.VerdictReader. An entry that is not a verdict for
 // tenant and id is a *RecordError.
 func (s *Verdicts) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
 	v, _, err := s.get(ctx, tenant, id)
@@ -77,7 +77,7 @@ func (s *Verdicts) get(ctx context.Context, tenant, id string) (*engine.Verdict,
 	return v, e.Revision(), err
 }
 
-// Create implements engine.VerdictStore: the first verdict for a key wins.
+// Create implements engine.VerdictWriter: the first verdict for a key wins.
 // An entry under the key that is not a verdict for it is no verdict: it
 // is replaced, at its revision, so that a proposal under a key somebody
 // else wrote into still gets its verdict.
@@ -134,7 +134,7 @@ func casConflict(err error) bool {
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// Replace implements engine.VerdictStore. The swap is a compare-and-set
+// Replace implements engine.VerdictReplacer. The swap is a compare-and-set
 // on the verdict's key at the revision that held prev, so of two
 // replacements of one verdict (two operators deciding at once) one wins
 // and the other gets the winner's verdict and engine.ErrExists. It
