@@ -52,9 +52,9 @@ func (r *countingReviewer) Review(ctx context.Context, req engine.ReviewRequest)
 			return engine.ReviewResult{}, err
 		}
 	}
-	gates := make([]engine.Gate, 0, len(req.Persona.RequiredGates))
+	gates := make([]engine.GateResult, 0, len(req.Persona.RequiredGates))
 	for _, g := range req.Persona.RequiredGates {
-		gates = append(gates, engine.Gate{Name: g, Passed: true})
+		gates = append(gates, engine.GateResult{Name: g, Passed: true})
 	}
 	return engine.ReviewResult{
 		Plugin: "counting", Text: "Decision: approve\nEvery required gate passes.",

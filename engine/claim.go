@@ -31,7 +31,7 @@ type reviewClaim struct {
 
 // newClaim returns the claim protocol of this delivery, holding nothing
 // yet.
-func (r *decision) newClaim() *reviewClaim {
+func (r *pass) newClaim() *reviewClaim {
 	return &reviewClaim{claims: r.e.cfg.Store, verdicts: r.e.cfg.Store, tenant: r.tenant, id: r.id, holder: streamHolder(r.d.StreamSeq)}
 }
 

@@ -8,9 +8,10 @@ import (
 	"time"
 )
 
-// decision is the state of one pass through the pipeline. Its eventHead
+// pass is the state of one delivery's pass through the pipeline (or of an
+// operator's decision on a held verdict, see Resolve). Its eventHead
 // is what every audit event of the proposal carries; log records them.
-type decision struct {
+type pass struct {
 	e      *Engine
 	d      Delivery
 	start  time.Time
@@ -64,7 +65,7 @@ func keysOf(p *Proposal) proposalKeys {
 
 // decode decodes the delivery's proposal and sets the decision's address
 // from it or, when it does not decode, from what can be recovered of it.
-func (r *decision) decode() error {
+func (r *pass) decode() error {
 	subjTenant, subjAction, subjErr := ParseProposalSubject(r.d.Subject)
 	var decodeErr error
 	if subjErr != nil {
@@ -85,7 +86,7 @@ func (r *decision) decode() error {
 	return decodeErr
 }
 
-func (r *decision) decide(ctx context.Context) (*Verdict, error) {
+func (r *pass) decide(ctx context.Context) (*Verdict, error) {
 	decodeErr := r.decode()
 	if decodeErr == nil {
 		r.readHistoryAhead(ctx)
@@ -157,7 +158,7 @@ func (r *decision) decide(ctx context.Context) (*Verdict, error) {
 // stored (see reviewClaim): it is handed over, not decided again. An error
 // is an infrastructure failure: nothing is decided and the delivery is
 // retried.
-func (r *decision) judge(ctx context.Context) (v *Verdict, awaited bool, err error) {
+func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) {
 	p := r.p
 	// The policy says who reviews (a proposal's reviewer only where the
 	// policy lets it replace the routed persona): evaluate in the default
@@ -224,7 +225,7 @@ type historyRead struct {
 // readHistoryAhead starts reading the recent verdicts on the proposal's
 // history key, which the policy will need, beside the look-up of a stored
 // verdict: the two round trips to the store overlap instead of adding up.
-func (r *decision) readHistoryAhead(ctx context.Context) {
+func (r *pass) readHistoryAhead(ctx context.Context) {
 	key := r.keys.history
 	if key == "" {
 		return
@@ -241,7 +242,7 @@ func (r *decision) readHistoryAhead(ctx context.Context) {
 
 // recentHistory returns the recent verdicts on the proposal's history
 // key, read ahead when readHistoryAhead started it.
-func (r *decision) recentHistory(ctx context.Context) ([]Verdict, error) {
+func (r *pass) recentHistory(ctx context.Context) ([]Verdict, error) {
 	if r.history != nil {
 		h := <-r.history
 		r.history = nil
@@ -253,7 +254,7 @@ func (r *decision) recentHistory(ctx context.Context) ([]Verdict, error) {
 // idReused is the verdict of a proposal whose id names another one.
 // It is never stored, and names no target: the key is the other
 // proposal's.
-func (r *decision) idReused() *Verdict {
+func (r *pass) idReused() *Verdict {
 	v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
 		"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
 	v.TargetKey = ""
@@ -263,7 +264,7 @@ func (r *decision) idReused() *Verdict {
 // answers reports whether stored answers exactly the delivery's bytes.
 // A verdict without a digest answers nothing: gated sets one on every
 // verdict it stores, so one without is not a verdict of this proposal.
-func (r *decision) answers(stored *Verdict) bool {
+func (r *pass) answers(stored *Verdict) bool {
 	return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest
 }
 
@@ -281,7 +282,7 @@ func (r *decision) answers(stored *Verdict) bool {
 // proposal's is an error wrapping ErrIDTaken, since the trail cannot take
 // the invalid verdict: the delivery is retried, and its next delivery
 // finds the stored verdict on look-up and is answered invalid here.
-func (r *decision) handOver(ctx context.Context, stored *Verdict, sealed bool) (*Verdict, error) {
+func (r *pass) handOver(ctx context.Context, stored *Verdict, sealed bool) (*Verdict, error) {
 	if !r.answers(stored) {
 		if sealed {
 			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
@@ -311,7 +312,7 @@ func (r *decision) handOver(ctx context.Context, stored *Verdict, sealed bool) (
 }
 
 // finish seals the audit trail with the verdict and stores it.
-func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
+func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 	if v.Policy == nil {
 		// No policy decided (the proposal was invalid, or evaluation
 		// failed): the verdict still names the policy in force.
@@ -339,7 +340,7 @@ func (r *decision) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 // v.AuditSeq to the record's sequence. The verdict is encoded once: as it
 // stands, with audit_seq 0, for the record, and with the record's
 // sequence spliced in for the store and the wire (Verdict.JSON).
-func (r *decision) sealVerdict(ctx context.Context, v *Verdict) error {
+func (r *pass) sealVerdict(ctx context.Context, v *Verdict) error {
 	v.AuditSeq = 0
 	doc, err := json.Marshal(v)
 	if err != nil {
@@ -356,7 +357,7 @@ func (r *decision) sealVerdict(ctx context.Context, v *Verdict) error {
 	return nil
 }
 
-func (r *decision) verdict(o Outcome, s Stage, reason string) *Verdict {
+func (r *pass) verdict(o Outcome, s Stage, reason string) *Verdict {
 	now := r.e.cfg.Clock.Now()
 	kind, agent := KindAction, ""
 	if r.p != nil {

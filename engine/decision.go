@@ -46,7 +46,7 @@ const MaxDecisionTextBytes = 64 << 10
 // text, garbage — is a rejection, and the returned explanation says which.
 // What the text's gate lines say is checked against the structured gates
 // by CheckGateLines.
-func ParseDecision(text string) (Decision, string) {
+func ParseDecision(text string) (ReviewDecision, string) {
 	d, why, _ := readDecision(text)
 	return d, why
 }
@@ -54,7 +54,7 @@ func ParseDecision(text string) (Decision, string) {
 // readDecision is ParseDecision that also reports whether the first line
 // approved and a later line turned the text into a rejection, so that the
 // verdict can name that line rather than the reviewer's notes.
-func readDecision(text string) (d Decision, why string, overruled bool) {
+func readDecision(text string) (d ReviewDecision, why string, overruled bool) {
 	if len(text) > MaxDecisionTextBytes {
 		return DecisionReject, fmt.Sprintf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxDecisionTextBytes), false
 	}
@@ -419,7 +419,7 @@ func afterPass(s string) (string, bool) {
 // passes it only if every report of it passed. A gate on which the two
 // disagree, either way, is an error naming the gate and the line. Gates
 // the text does not mention are left to the structured report.
-func CheckGateLines(text string, gates []Gate) error {
+func CheckGateLines(text string, gates []GateResult) error {
 	reported := make(map[string]bool, len(gates))
 	names := make(map[string]string, len(gates))
 	for _, g := range gates {
@@ -501,7 +501,7 @@ var failures = [][]string{
 // gate line of theirs, says failed: the gates it names, when the words
 // around their names say failed, or every gate, when it names none but
 // says gates failed.
-func failedGates(line string, gates []Gate) []string {
+func failedGates(line string, gates []GateResult) []string {
 	words := fieldWords(foldText(line))
 	if len(words) == 0 {
 		return nil

@@ -176,7 +176,7 @@ func (c *rejections) pop() {
 // with that rejection, read back from the store so that memory holds keys
 // and ids only. hit is false when the proposal must be judged; an error
 // means the earlier verdict could not be read and the delivery is retried.
-func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
+func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 	c := r.e.rejections
 	if c == nil || r.p.Kind == KindRun {
 		// A run's rounds are kept apart by its run record: the policy
@@ -218,7 +218,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 // remembered, so the window runs from the original rejection; failures
 // (error, timeout, blocked) are not either, because they say nothing
 // about the proposal and a retry may well succeed.
-func (r *decision) rememberRejection(v *Verdict) {
+func (r *pass) rememberRejection(v *Verdict) {
 	c := r.e.rejections
 	if c == nil || r.p == nil || r.p.Kind == KindRun || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
 		return
@@ -232,7 +232,7 @@ func (r *decision) rememberRejection(v *Verdict) {
 
 // dedupeKey is dedupeKeyOf for the decision's proposal, computed once per
 // policy revision: the look-up and the remembering of a rejection share it.
-func (r *decision) dedupeKey(revision string) dedupeKey {
+func (r *pass) dedupeKey(revision string) dedupeKey {
 	if !r.dkey.set || r.dkey.revision != revision {
 		r.dkey.key, r.dkey.revision, r.dkey.set = dedupeKeyOf(r.p, r.keys.target, revision), revision, true
 	}

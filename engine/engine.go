@@ -146,9 +146,9 @@ func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
 	return e.newDecision(d).decide(ctx)
 }
 
-func (e *Engine) newDecision(d Delivery) *decision {
+func (e *Engine) newDecision(d Delivery) *pass {
 	digest := sha256.Sum256(d.Data)
-	r := &decision{e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:])}
+	r := &pass{e: e, d: d, start: e.cfg.Clock.Now(), digest: hex.EncodeToString(digest[:])}
 	// The policy revision is read once: events recorded before the policy
 	// decides, and the dedupe look-up, name the same one.
 	r.revision, r.delivery = e.cfg.Policy.Revision(), d.Attempt

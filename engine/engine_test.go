@@ -160,7 +160,7 @@ func approval() engine.ReviewResult {
 		Text: "Decision: approve\nGates:\n- sop_covers: pass — SOP-001\n- no_parallel_operation: pass — no recent verdicts\n" +
 			"- rollback_known: pass — restart the previous unit\nNotes: safe to restart.",
 		Decision: engine.DecisionApprove,
-		Gates: []engine.Gate{
+		Gates: []engine.GateResult{
 			{Name: "sop_covers", Passed: true, Detail: "SOP-001"},
 			{Name: "no_parallel_operation", Passed: true},
 			{Name: "rollback_known", Passed: true},
@@ -750,7 +750,7 @@ func TestDecide(t *testing.T) {
 		wantEvents       []string
 		wantReason       []string // substrings of the verdict's reason
 		wantDenies       []string
-		wantDecision     engine.Decision // of the single review, when set
+		wantDecision     engine.ReviewDecision // of the single review, when set
 		wantMissingGates []string
 	}{
 		{
@@ -856,7 +856,7 @@ func TestDecide(t *testing.T) {
 		{
 			note: "approval missing a required gate",
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
-				r.Gates = []engine.Gate{{Name: "sop_covers", Passed: true}, {Name: "rollback_known", Passed: true}}
+				r.Gates = []engine.GateResult{{Name: "sop_covers", Passed: true}, {Name: "rollback_known", Passed: true}}
 			}),
 			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
 			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
@@ -883,7 +883,7 @@ func TestDecide(t *testing.T) {
 		{
 			note: "approval reporting a gate both failed and passed",
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
-				r.Gates = append([]engine.Gate{{Name: "no_parallel_operation", Passed: false, Detail: "web-7 restarted 2 min ago"}}, r.Gates...)
+				r.Gates = append([]engine.GateResult{{Name: "no_parallel_operation", Passed: false, Detail: "web-7 restarted 2 min ago"}}, r.Gates...)
 			}),
 			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
 			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,

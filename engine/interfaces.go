@@ -168,8 +168,8 @@ type ReviewResult struct {
 	// decision line.
 	Text string
 	// Decision is the reviewer's structured claim. It must agree with Text.
-	Decision          Decision
-	Gates             []Gate
+	Decision          ReviewDecision
+	Gates             []GateResult
 	SOPID             string
 	RollbackPath      string
 	Notes             string

@@ -55,7 +55,7 @@ type reviewResult struct {
 // the reviewers run it takes the proposal's review claim (reviewClaim):
 // awaited says that v is the verdict another message's review stored,
 // which this delivery hands over instead of reviewing.
-func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) (v *Verdict, awaited bool, err error) {
+func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) (v *Verdict, awaited bool, err error) {
 	chosen, blocked := r.pickReviewers(ctx, pd, routed, in)
 	if blocked != nil {
 		return blocked, false, nil
@@ -92,7 +92,7 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed,
 // in its own name (no denies, review still required, the same policy
 // revision) and have a reviewer; the reasons the others were passed over
 // go into the blocked verdict when the quorum cannot be filled.
-func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *Verdict) {
+func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *Verdict) {
 	if routed.Persona == nil {
 		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
 	}
@@ -154,7 +154,7 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 // candidateNames lists the personas that may complete a quorum, in the
 // order they are tried: the policy's preferences, then every loaded
 // persona by name when the registry can list them. Names may repeat.
-func (r *decision) candidateNames(preferred []string) []string {
+func (r *pass) candidateNames(preferred []string) []string {
 	names := slices.Clone(preferred)
 	if lister, ok := r.e.cfg.Personas.(PersonaLister); ok {
 		loaded := slices.Clone(lister.Names())
@@ -167,7 +167,7 @@ func (r *decision) candidateNames(preferred []string) []string {
 // candidate evaluates the policy in the name of persona name and routes
 // it. A non-empty why says in a few words why it cannot review; denies
 // are the policy's denies in its name, sorted by rule, when that is why.
-func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []Deny, why string) {
+func (r *pass) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []Deny, why string) {
 	if _, ok := r.e.cfg.Personas.Persona(name); !ok {
 		return c, nil, "not loaded"
 	}
@@ -205,7 +205,7 @@ func quorumShortReason(quorum int, chosen []candidate, skipped []string) string 
 // listed in candidate order. A lone review keeps the single-reviewer
 // contract: its own sentence is the reason, a reviewer refusing work
 // blocks, and only an answer is listed.
-func (r *decision) combine(results []reviewResult) *Verdict {
+func (r *pass) combine(results []reviewResult) *Verdict {
 	if len(results) == 1 {
 		res := results[0]
 		v := r.verdict(res.outcome, StageReview, res.why)

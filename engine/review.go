@@ -13,7 +13,7 @@ import (
 // reviewOne runs one reviewer's review under its own id and deadline and
 // reads the answer with the host's authority. Every review of a quorum
 // runs through it, concurrently with the others.
-func (r *decision) reviewOne(ctx context.Context, c candidate, n int, history []Verdict) reviewResult {
+func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verdict) reviewResult {
 	persona := c.persona
 	out := reviewResult{name: persona.Name}
 	timeout := c.timeout

@@ -107,7 +107,7 @@ func runApproval() engine.ReviewResult {
 		Plugin: "sop", PluginVersion: "1.0.0",
 		Text:     "Decision: approve\nGates:\n- criteria_met: pass\n- prior_findings_closed: pass\nNotes: done.",
 		Decision: engine.DecisionApprove,
-		Gates:    []engine.Gate{{Name: "criteria_met", Passed: true}, {Name: "prior_findings_closed", Passed: true}},
+		Gates:    []engine.GateResult{{Name: "criteria_met", Passed: true}, {Name: "prior_findings_closed", Passed: true}},
 		Criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 0.9, Reason: "one line changed"}},
 	}
 }
@@ -118,7 +118,7 @@ func runRejection(missing ...string) engine.ReviewResult {
 		Plugin: "sop", PluginVersion: "1.0.0",
 		Text:        "Decision: reject\nGates:\n- criteria_met: fail\nNotes: the fix hides the race.",
 		Decision:    engine.DecisionReject,
-		Gates:       []engine.Gate{{Name: "criteria_met", Passed: false}},
+		Gates:       []engine.GateResult{{Name: "criteria_met", Passed: false}},
 		Criteria:    []engine.CriterionEval{{ID: "design", Pass: false, Confidence: 0.8, Reason: "sleeps instead of syncing"}},
 		MissingWork: missing,
 		Comments: []engine.Comment{

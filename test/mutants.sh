@@ -90,8 +90,8 @@ mutant decision_line_trusts_plugin engine/review.go './engine ./plugins' \
 	'decision, parsed, overruled := readDecision(res.Text)' \
 	'decision, parsed, overruled := res.Decision, "the plugin said so", false'
 mutant decision_line_accepts_anything engine/decision.go './engine ./plugins' \
-	$'func ParseDecision(text string) (Decision, string) {\n' \
-	$'func ParseDecision(text string) (Decision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'
+	$'func ParseDecision(text string) (ReviewDecision, string) {\n' \
+	$'func ParseDecision(text string) (ReviewDecision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'
 
 # Required gates (engine/review.go, Judge): every gate the persona lists
 # must be reported as passed. The mutant checks no gate.
