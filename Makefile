@@ -45,7 +45,7 @@ proto:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzCheckGateLines$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzRecoverAddress$$' -fuzztime $(FUZZTIME)

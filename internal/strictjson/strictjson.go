@@ -1,7 +1,9 @@
 // Package strictjson reads JSON the way every gated input is read: one
-// value, no member the target type lacks, nothing after the value. It also
-// turns an error's byte offset into the line and column a person finds in
-// an editor.
+// value, no member the target type lacks, nothing after the value.
+// CheckKeys goes further for documents that other parsers read too (a
+// proposal): no key twice in one object, and every key a field of the
+// schema byte for byte. The package also turns an error's byte offset into
+// the line and column a person finds in an editor.
 package strictjson
 
 import (
