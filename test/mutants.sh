@@ -137,7 +137,7 @@ mutant record_history_key bus/store/records.go ./bus/store \
 # line, a later decision line that is not an approval, or a retraction,
 # rejects. Judge (engine/review.go) checks that the text's gate lines
 # agree with the structured gates, and a gate passes only on an exact
-# pass token (GatePasses); the last mutant makes any text that begins
+# pass token (GatePasses, engine/gates.go); the last mutant makes any text that begins
 # with one a pass ("pass-ish", "passed?").
 mutant later_decision_line engine/decision.go ./engine \
 	'if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {' \
@@ -148,7 +148,7 @@ mutant retraction engine/decision.go ./engine \
 mutant gate_lines_checked engine/review.go ./engine \
 	'if err := CheckGateLines(res.Text, res.Gates); err != nil {' \
 	'if err := error(nil); err != nil {'
-mutant gate_pass_exact engine/decision.go './engine ./plugins/llm' \
+mutant gate_pass_exact engine/gates.go './engine ./plugins/llm' \
 	'if detail, ok := afterPass(after); ok {' \
 	'if detail, _ := afterPass(after); true {'
 
