@@ -10,6 +10,15 @@ import (
 	"time"
 )
 
+// claimGrace is how long a review claim outlives the deadline of the
+// reviews it covers: time for the holder to seal the audit trail and store
+// the verdict, and slack for clocks that disagree between gated processes.
+const claimGrace = 30 * time.Second
+
+// maxClaimWait bounds how long a delivery waits for the verdict of a
+// review another message holds the claim on, whatever that claim says.
+const maxClaimWait = 10 * time.Minute
+
 // reviewClaim is the claim protocol of one delivery: before reviewers run
 // it takes the proposal's review claim in the store, so that the proposal
 // is reviewed once however many messages carry it, and it releases the
@@ -45,7 +54,7 @@ func (r *pass) newClaim() *reviewClaim {
 func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery int, log *auditLog) (*Verdict, error) {
 	// Wall-clock time, like the review deadlines it covers: claims are
 	// compared across gated processes.
-	mine := Claim{Holder: c.holder, Until: time.Now().Add(longest + ClaimGrace).UTC(), Delivery: delivery}
+	mine := Claim{Holder: c.holder, Until: time.Now().Add(longest + claimGrace).UTC(), Delivery: delivery}
 	held, err := c.claims.Claim(ctx, c.tenant, c.id, mine)
 	switch {
 	case err == nil:
@@ -66,7 +75,7 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 
 	// Another message carrying this proposal is under review: its verdict
 	// is this delivery's verdict too.
-	wait := min(max(time.Until(held.Until), time.Second), MaxClaimWait)
+	wait := min(max(time.Until(held.Until), time.Second), maxClaimWait)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	started := time.Now()

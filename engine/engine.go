@@ -17,15 +17,6 @@ const DefaultReviewTimeout = 60 * time.Second
 // the policy names one.
 const DefaultPersona = "reviewer"
 
-// ClaimGrace is how long a review claim outlives the deadline of the
-// reviews it covers: time for the holder to seal the audit trail and store
-// the verdict, and slack for clocks that disagree between gated processes.
-const ClaimGrace = 30 * time.Second
-
-// MaxClaimWait bounds how long a delivery waits for the verdict of a
-// review another message holds the claim on, whatever that claim says.
-const MaxClaimWait = 10 * time.Minute
-
 // Config is what an Engine is built from. Policy, Personas, Router and
 // Store are required.
 type Config struct {

@@ -279,9 +279,9 @@ type Claim struct {
 	// sequence holds a claim under a name of its own.
 	Holder string `json:"holder"`
 	// Until is when the claim goes stale: the wall-clock deadline of the
-	// holder's reviews plus ClaimGrace. A delivery that finds a stale claim
-	// takes it over; one that finds a live claim waits for the holder's
-	// verdict instead of reviewing.
+	// holder's reviews plus a grace of 30 seconds. A delivery that finds a
+	// stale claim takes it over; one that finds a live claim waits for the
+	// holder's verdict instead of reviewing.
 	Until time.Time `json:"until"`
 	// Delivery is the holder's JetStream delivery count. A redelivery of
 	// the holding message (a higher count) takes the claim over; a copy of
