@@ -126,7 +126,7 @@ type Delivery struct {
 // delivery only when it answers exactly the delivery's bytes (see
 // handOver); any other content under that id is answered invalid.
 //
-// A proposal that goes to review is claimed first (VerdictStore.Claim), so
+// A proposal that goes to review is claimed first (see ReviewClaims), so
 // that it is reviewed once however many messages carry it; a delivery that
 // finds the claim held by another message waits for that review's verdict
 // and replays it.
