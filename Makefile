@@ -58,7 +58,7 @@ proto:
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzCheckGateLines$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzRecoverAddress$$' -fuzztime $(FUZZTIME)
@@ -72,7 +72,7 @@ fuzz:
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzActionPatternValidityAgreesWithGo$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/store -run '^$$' -fuzz '^FuzzStoredRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseHeads$$' -fuzztime $(FUZZTIME)

@@ -61,32 +61,6 @@ func TestSetupCreatesTheContract(t *testing.T) {
 	}
 }
 
-func TestVerdictStore(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
-	res, err := bus.Setup(t.Context(), js, bus.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := bus.NewVerdictStore(res.Verdicts)
-	if _, err := store.Get(t.Context(), "acme", "p1"); !errors.Is(err, engine.ErrNotFound) {
-		t.Fatalf("Get missing: err = %v, want ErrNotFound", err)
-	}
-	first := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "first"}
-	if _, err := store.Create(t.Context(), first); err != nil {
-		t.Fatal(err)
-	}
-	second := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, Reason: "second"}
-	got, err := store.Create(t.Context(), second)
-	if !errors.Is(err, engine.ErrExists) || got == nil || got.Reason != "first" {
-		t.Fatalf("second Create: got %+v, err %v; want the first verdict and ErrExists", got, err)
-	}
-	got, err = store.Get(t.Context(), "acme", "p1")
-	if err != nil || got.Approved || got.Reason != "first" {
-		t.Fatalf("Get: %+v, %v; the first verdict must stand", got, err)
-	}
-}
-
 func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)

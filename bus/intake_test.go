@@ -4,9 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
@@ -52,9 +51,9 @@ func (r *countingReviewer) Review(ctx context.Context, req engine.ReviewRequest)
 			return engine.ReviewResult{}, err
 		}
 	}
-	gates := make([]engine.Gate, 0, len(req.Persona.RequiredGates))
+	gates := make([]engine.GateResult, 0, len(req.Persona.RequiredGates))
 	for _, g := range req.Persona.RequiredGates {
-		gates = append(gates, engine.Gate{Name: g, Passed: true})
+		gates = append(gates, engine.GateResult{Name: g, Passed: true})
 	}
 	return engine.ReviewResult{
 		Plugin: "counting", Text: "Decision: approve\nEvery required gate passes.",
@@ -156,7 +155,7 @@ func (in *intake) startWorker(t *testing.T, o workerOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var store engine.VerdictStore = bus.NewVerdictStore(res.Verdicts)
+	var store engine.VerdictStore = store.New(res.Verdicts)
 	if o.store != nil {
 		store = o.store(store)
 	}
@@ -381,134 +380,6 @@ func TestSetupConsumerSettings(t *testing.T) {
 	}
 }
 
-func TestVerdictStoreClaims(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
-	res, err := bus.Setup(t.Context(), js, bus.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	store := bus.NewVerdictStore(res.Verdicts)
-	ctx := t.Context()
-	live := func(holder string) engine.Claim {
-		return engine.Claim{Holder: holder, Until: time.Now().Add(time.Hour).UTC()}
-	}
-	claim := func(id string, c engine.Claim) (engine.Claim, error) { return store.Claim(ctx, "acme", id, c) }
-
-	first, err := claim("p1", live("seq:1"))
-	if err != nil {
-		t.Fatalf("first claim: %v", err)
-	}
-	held, err := claim("p1", live("seq:2"))
-	if !errors.Is(err, engine.ErrClaimed) || held.Holder != "seq:1" || held.Revision != first.Revision {
-		t.Fatalf("claim of another message: %+v, %v; want ErrClaimed naming seq:1 at revision %d", held, err, first.Revision)
-	}
-	over, err := claim("p1", live("seq:1"))
-	if err != nil {
-		t.Fatalf("a redelivery of the holding message must take its claim over: %v", err)
-	}
-	if over.Revision <= first.Revision {
-		t.Fatalf("claim taken over at revision %d, want one past %d", over.Revision, first.Revision)
-	}
-	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: "seq:2"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
-		t.Fatalf("after a release by a non-holder: err = %v, want the claim still held", err)
-	}
-	// The first delivery's claim was taken over: releasing it leaves the
-	// redelivery's claim in place.
-	if err := store.Release(ctx, "acme", "p1", first); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
-		t.Fatalf("after releasing a claim that was taken over: err = %v, want the new claim still held", err)
-	}
-	if err := store.Release(ctx, "acme", "p1", over); err != nil {
-		t.Fatal(err)
-	}
-	again, err := claim("p1", live("seq:3"))
-	if err != nil {
-		t.Fatalf("claim after release: %v", err)
-	}
-	// A release that names the holder only reads the claim first.
-	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: again.Holder}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := claim("p1", live("seq:4")); err != nil {
-		t.Fatalf("claim after a release by holder name: %v", err)
-	}
-	if _, err := claim("p2", engine.Claim{Holder: "seq:1", Until: time.Now().Add(-time.Second)}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := claim("p2", live("seq:2")); err != nil {
-		t.Fatalf("a stale claim must be taken over: %v", err)
-	}
-
-	// Claims share the bucket with verdicts and target histories and
-	// collide with neither, whatever the ids are called.
-	for _, id := range []string{"claims", "targets", "p1"} {
-		v := &engine.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, TargetKey: "p1", DecidedAt: time.Now()}
-		if _, err := store.Create(ctx, v); err != nil {
-			t.Fatalf("verdict %s: %v", id, err)
-		}
-		if _, err := claim(id, live("seq:9")); err != nil && !errors.Is(err, engine.ErrClaimed) {
-			t.Fatalf("claim %s: %v", id, err)
-		}
-		if got, err := store.Get(ctx, "acme", id); err != nil || got.ProposalID != id {
-			t.Fatalf("verdict %s after its claim: %+v, %v", id, got, err)
-		}
-	}
-	if recent, err := store.Recent(ctx, "acme", "p1"); err != nil || len(recent) != 3 {
-		t.Fatalf("target history: %d entries, %v; want the 3 approvals", len(recent), err)
-	}
-
-	// Of many deliveries claiming at once, one wins.
-	var won atomic.Int32
-	var wg sync.WaitGroup
-	for i := range 8 {
-		wg.Go(func() {
-			_, err := claim("p3", live(fmt.Sprintf("seq:%d", 100+i)))
-			switch {
-			case err == nil:
-				won.Add(1)
-			case !errors.Is(err, engine.ErrClaimed):
-				t.Errorf("claim %d: %v", i, err)
-			}
-		})
-	}
-	wg.Wait()
-	if won.Load() != 1 {
-		t.Fatalf("%d concurrent claims won, want 1", won.Load())
-	}
-
-	// Await returns a verdict stored later, and one stored already.
-	got := make(chan *engine.Verdict, 1)
-	go func() {
-		v, err := store.Await(ctx, "acme", "p4")
-		if err != nil {
-			t.Errorf("Await: %v", err)
-		}
-		got <- v
-	}()
-	// Whether the watch starts before or after the verdict is stored, Await
-	// must see it.
-	if _, err := store.Create(ctx, &engine.Verdict{V: 1, ProposalID: "p4", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "r"}); err != nil {
-		t.Fatal(err)
-	}
-	if v := receive(t, got, "Await to return the verdict"); v == nil || v.ProposalID != "p4" {
-		t.Fatalf("Await returned %+v", v)
-	}
-	if v, err := store.Await(ctx, "acme", "p4"); err != nil || v.Reason != "r" {
-		t.Fatalf("Await on a stored verdict: %+v, %v", v, err)
-	}
-	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-	defer cancel()
-	if _, err := store.Await(short, "acme", "never"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Await past its context: err = %v, want DeadlineExceeded", err)
-	}
-}
-
 func TestSameMsgIDTwiceIsReviewedOnce(t *testing.T) {
 	in := newIntake(t, bus.Config{})
 	release := make(chan struct{})
@@ -628,250 +499,4 @@ func TestRedeliveryAfterTheVerdictIsStoredReplaysIt(t *testing.T) {
 		events := in.events(t, "crash1")
 		return count(events, engine.EventVerdict) == 1 && len(events) > 0 && events[len(events)-1] == engine.EventReplayed
 	}, "the redelivery audited as verdict.replayed")
-}
-
-// holdFor keeps a review going for d.
-func holdFor(d time.Duration) func(context.Context) error {
-	return func(ctx context.Context) error {
-		select {
-		case <-time.After(d):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-func TestLongReviewIsNotRedelivered(t *testing.T) {
-	in := newIntake(t, bus.Config{AckWait: 3 * time.Second})
-	// 2.5 times the ack wait: only in-progress acks keep the proposal.
-	in.reviewer.hold = func(ctx context.Context) error {
-		select {
-		case <-time.After(7500 * time.Millisecond):
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	seen := &deliveries{}
-	wrap := func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }
-	// A second gated would take a redelivery.
-	in.startWorker(t, workerOptions{wrap: wrap})
-	in.startWorker(t, workerOptions{wrap: wrap})
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	v, err := in.client.ProposeRaw(ctx, bustest.Proposal("long1", "write", "host_restart_service", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Outcome != engine.OutcomeApproved {
-		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
-	}
-	in.drained(t)
-	ci, err := in.res.Consumer.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := seen.seen(); !slices.Equal(got, []int{1}) || ci.Delivered.Consumer != 1 {
-		t.Fatalf("deliveries %v (consumer delivered %d), want one", got, ci.Delivered.Consumer)
-	}
-	if n := in.reviewer.calls.Load(); n != 1 {
-		t.Fatalf("%d reviews, want 1", n)
-	}
-}
-
-func TestProposalWaitingForASlotIsNotRedelivered(t *testing.T) {
-	// One proposal at a time: the second waits for the first's review,
-	// well past the ack wait; in-progress acks must keep it meanwhile, or
-	// it is redelivered and its stale copy decided as well.
-	in := newIntake(t, bus.Config{AckWait: 3 * time.Second, MaxInFlight: 1})
-	in.reviewer.hold = holdFor(7500 * time.Millisecond)
-	seen := &deliveries{}
-	in.startWorker(t, workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
-	first, second := in.verdicts(t, "slot1"), in.verdicts(t, "slot2")
-	in.publish(t, bustest.Proposal("slot1", "write", "host_restart_service", ""), "acme.slot1")
-	in.publish(t, bustest.Proposal("slot2", "write", "host_restart_service", ""), "acme.slot2")
-	if v := receive(t, first, "the first verdict"); v.Outcome != engine.OutcomeApproved {
-		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
-	}
-	// The second is on the same target: whatever the policy makes of it,
-	// it must have waited for the slot and been decided once.
-	if v := receive(t, second, "the second verdict"); v.Outcome == engine.OutcomeError {
-		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
-	}
-	in.drained(t)
-	ci, err := in.res.Consumer.Info(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := seen.seen(); !slices.Equal(got, []int{1, 1}) || ci.Delivered.Consumer != 2 {
-		t.Fatalf("deliveries %v (consumer delivered %d), want one of each proposal", got, ci.Delivered.Consumer)
-	}
-}
-
-func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
-	// This gated was told a 30 s ack wait, but another gated, started
-	// later, set the shared consumer's to 3 s: in-progress acks must
-	// follow the consumer's, or a long review is redelivered.
-	in := newIntake(t, bus.Config{AckWait: 30 * time.Second})
-	in.reviewer.hold = holdFor(7500 * time.Millisecond)
-	nc, _ := bustest.Connect(t, in.srv)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := bus.Setup(t.Context(), js, bus.Config{AckWait: 3 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := &deliveries{Decider: in.engine(t, bus.NewVerdictStore(res.Verdicts))}
-	w, err := bus.NewWorker(nc, js, res, seen, trails(t, js), in.cfg, zaptest.NewLogger(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Stop(5 * time.Second) })
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	v, err := in.client.ProposeRaw(ctx, bustest.Proposal("wait1", "write", "host_restart_service", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Outcome != engine.OutcomeApproved {
-		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
-	}
-	in.drained(t)
-	if got := seen.seen(); !slices.Equal(got, []int{1}) {
-		t.Fatalf("deliveries %v, want [1]", got)
-	}
-}
-
-func TestAbandonedProposalIsAnswered(t *testing.T) {
-	tests := []struct {
-		note string
-		// decide has the first delivery decided (verdict stored and
-		// audited) before the gated that holds it dies.
-		decide bool
-		// failPublish has the worker's first publish of the answer fail.
-		failPublish bool
-		data        []byte
-		outcome     engine.Outcome
-	}{
-		{note: "never decided", data: bustest.Proposal("gone1", "write", "host_restart_service", ""), outcome: engine.OutcomeError},
-		{note: "decided, never acknowledged", decide: true, data: bustest.Proposal("gone1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
-		{note: "never decided, first answer lost", failPublish: true, data: bustest.Proposal("gone1", "write", "host_restart_service", ""),
-			outcome: engine.OutcomeError},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			in := newIntake(t, bus.Config{AckWait: time.Second, MaxDeliver: 2})
-			verdicts := in.verdicts(t, "gone1")
-			in.publish(t, tc.data, "acme.gone1")
-
-			// The test is a gated that dies on every delivery: it takes
-			// each and never answers.
-			for attempt := 1; attempt <= 2; attempt++ {
-				m := in.fetch(t)
-				md, err := m.Metadata()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if int(md.NumDelivered) != attempt {
-					t.Fatalf("delivery %d, want %d", md.NumDelivered, attempt)
-				}
-				if tc.decide && attempt == 1 {
-					eng := in.engine(t, bus.NewVerdictStore(in.res.Verdicts))
-					d := engine.Delivery{Subject: m.Subject(), Data: m.Data(), MsgID: "acme.gone1", Attempt: attempt,
-						StreamSeq: md.Sequence.Stream, Trail: trails(t, in.js)()}
-					if _, err := eng.Decide(t.Context(), d); err != nil {
-						t.Fatal(err)
-					}
-				}
-			}
-
-			// A gated that comes up gets a delivery past its budget of 2
-			// and answers it without deciding it again.
-			seen := &deliveries{}
-			o := workerOptions{wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }}
-			var publishes atomic.Int32
-			if tc.failPublish {
-				o.nc, _ = bustest.Connect(t, in.srv)
-				o.publish = func(subject string, data []byte) error {
-					if publishes.Add(1) == 1 {
-						return errors.New("injected publish failure")
-					}
-					return o.nc.Publish(subject, data)
-				}
-			}
-			in.startWorker(t, o)
-			v := receive(t, verdicts, "the abandoned proposal's verdict")
-			if v.Outcome != tc.outcome || (v.Outcome == engine.OutcomeError && v.Approved) {
-				t.Fatalf("verdict %s: %s; want %s", v.Outcome, v.Reason, tc.outcome)
-			}
-			if v.Outcome == engine.OutcomeError && !strings.Contains(v.Reason, "2 deliveries") {
-				t.Errorf("reason %q does not say how many deliveries there were", v.Reason)
-			}
-			sameVerdict(t, in.stored(t, "gone1"), v)
-			in.drained(t)
-			if got := seen.seen(); len(got) != 0 {
-				t.Fatalf("the abandoned proposal was delivered again (%v)", got)
-			}
-			if n := in.reviewer.calls.Load(); n != 0 {
-				t.Fatalf("%d reviews of an abandoned proposal, want none", n)
-			}
-			if tc.failPublish && publishes.Load() < 2 {
-				t.Fatalf("%d publishes, want the failed one and its retry", publishes.Load())
-			}
-		})
-	}
-}
-
-func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
-	in := newIntake(t, bus.Config{})
-	workerNC, _ := bustest.Connect(t, in.srv)
-	var publishes atomic.Int32
-	var firstSeq atomic.Uint64
-	publish := func(subject string, data []byte) error {
-		if publishes.Add(1) > 1 {
-			return workerNC.Publish(subject, data)
-		}
-		// Before the verdict goes out it is stored, its audit trail is
-		// stored, and the proposal is not acknowledged yet.
-		ctx := context.Background()
-		var v engine.Verdict
-		if err := json.Unmarshal(data, &v); err != nil {
-			t.Errorf("publishing a verdict that is not JSON: %v", err)
-		}
-		firstSeq.Store(v.AuditSeq)
-		if stored, err := in.client.Verdict(ctx, "acme", v.ProposalID); err != nil || stored.AuditSeq != v.AuditSeq {
-			t.Errorf("publishing before the verdict is stored: %+v, %v", stored, err)
-		}
-		if _, err := in.res.Audit.GetMsg(ctx, v.AuditSeq); err != nil {
-			t.Errorf("publishing before the audit trail is stored: event %d: %v", v.AuditSeq, err)
-		}
-		if info, err := in.res.Proposals.Info(ctx); err != nil || info.State.Msgs != 1 {
-			t.Errorf("the proposal left the stream before its verdict was published (%v)", err)
-		}
-		return errors.New("injected publish failure")
-	}
-	seen := &deliveries{}
-	in.startWorker(t, workerOptions{nc: workerNC, publish: publish, wrap: func(d bus.Decider) bus.Decider { seen.Decider = d; return seen }})
-	verdicts := in.verdicts(t, "pub1")
-	in.publish(t, bustest.Proposal("pub1", "write", "host_restart_service", ""), "acme.pub1")
-
-	// The failed publish left the proposal unacknowledged: it is
-	// redelivered, and the redelivery publishes the same verdict.
-	v := receive(t, verdicts, "the verdict")
-	if v.AuditSeq != firstSeq.Load() || v.Outcome != engine.OutcomeApproved {
-		t.Fatalf("verdict %s with audit_seq %d, want the first attempt's approval (audit_seq %d)", v.Outcome, v.AuditSeq, firstSeq.Load())
-	}
-	in.drained(t)
-	if got := seen.seen(); !slices.Equal(got, []int{1, 2}) {
-		t.Fatalf("deliveries %v, want [1 2]", got)
-	}
-	if n := in.reviewer.calls.Load(); n != 1 {
-		t.Fatalf("%d reviews, want 1", n)
-	}
 }

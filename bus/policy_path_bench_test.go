@@ -22,6 +22,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/bench"
@@ -63,7 +64,7 @@ func BenchmarkPolicyPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng := defaultEngine(b, bus.NewVerdictStore(res.Verdicts), noPlugins{})
+	eng := defaultEngine(b, store.New(res.Verdicts), noPlugins{})
 	auditor, err := audit.NewWriter(ctx, js, audit.Config{Key: []byte("0123456789abcdef0123456789abcdef"), Log: log, Publish: benchPublishMode()})
 	if err != nil {
 		b.Fatal(err)

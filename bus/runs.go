@@ -7,6 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -17,14 +18,14 @@ import (
 // publishes, and so does the operator endpoint for a verdict it replaces.
 // It is safe for concurrent use.
 type FollowUps struct {
-	js    jetstream.JetStream
-	store *VerdictStore
+	js       jetstream.JetStream
+	verdicts *store.Verdicts
 }
 
 // NewFollowUps builds a publisher that publishes on js and keeps track of
-// what it sent in the run records of store.
-func NewFollowUps(js jetstream.JetStream, store *VerdictStore) *FollowUps {
-	return &FollowUps{js: js, store: store}
+// what it sent in the run records of verdicts.
+func NewFollowUps(js jetstream.JetStream, verdicts *store.Verdicts) *FollowUps {
+	return &FollowUps{js: js, verdicts: verdicts}
 }
 
 // Send publishes the follow-up of v, a stored verdict, and waits until the
@@ -39,7 +40,7 @@ func NewFollowUps(js jetstream.JetStream, store *VerdictStore) *FollowUps {
 // follow-up, a round another proposal of the run decided, and a follow-up
 // sent already send nothing and return nil. A round missing from the
 // record (its gated died between storing v and recording the round) is
-// recorded first, as VerdictStore.Create would have.
+// recorded first, as store.Verdicts.Create would have.
 //
 // A crash between publishing and marking the round sent has the follow-up
 // published again on the replay: the stream drops it as a duplicate by
@@ -49,7 +50,7 @@ func (p *FollowUps) Send(ctx context.Context, v *engine.Verdict) error {
 	if !ok {
 		return nil
 	}
-	round, err := p.store.pendingRound(ctx, v)
+	round, err := p.verdicts.PendingRound(ctx, v)
 	if err != nil {
 		return err
 	}
@@ -62,5 +63,5 @@ func (p *FollowUps) Send(ctx context.Context, v *engine.Verdict) error {
 	if _, err := p.js.PublishMsg(ctx, msg, jetstream.WithExpectStream(wire.RunsStream)); err != nil {
 		return fmt.Errorf("publishing the %s of round %d of run %s.%s: %w", v.Run.Next, v.Run.Round, v.Tenant, v.Run.RunID, err)
 	}
-	return p.store.markSent(ctx, v)
+	return p.verdicts.MarkSent(ctx, v)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
@@ -124,7 +125,7 @@ func startSameIDGate(t *testing.T) (*gate, *answerLog) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eng := defaultEngine(t, bus.NewVerdictStore(wres.Verdicts), host)
+		eng := defaultEngine(t, store.New(wres.Verdicts), host)
 		w, err := bus.NewWorker(wnc, wjs, wres, watched{next: eng, log: log}, trails(t, wjs), cfg, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -103,7 +104,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), work: make(chan jetstream.Msg),
 		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish,
-		followUp: NewFollowUps(js, NewVerdictStore(res.Verdicts)).Send,
+		followUp: NewFollowUps(js, store.New(res.Verdicts)).Send,
 	}, nil
 }
 

@@ -15,7 +15,7 @@ import (
 var decisionCases = []struct {
 	note string
 	text string
-	want engine.Decision
+	want engine.ReviewDecision
 	why  string // part of the explanation of a rejection; "" to skip
 }{
 	{note: "plain approve", text: "Decision: approve", want: engine.DecisionApprove},
@@ -249,7 +249,7 @@ func FuzzCheckGateLines(f *testing.F) {
 		if !nameRE.MatchString(name) {
 			return
 		}
-		res := engine.ReviewResult{Plugin: "p", Text: text, Decision: engine.DecisionApprove, Gates: []engine.Gate{{Name: name, Passed: passed}}}
+		res := engine.ReviewResult{Plugin: "p", Text: text, Decision: engine.DecisionApprove, Gates: []engine.GateResult{{Name: name, Passed: passed}}}
 		_, approved, why := engine.Judge(res, &engine.Persona{Name: "r"})
 		if !approved {
 			return
@@ -274,10 +274,10 @@ func FuzzCheckGateLines(f *testing.F) {
 var threeGates = []string{"sop_covers", "no_parallel_operation", "rollback_known"}
 
 // passedGates reports every one of names as passed.
-func passedGates(names ...string) []engine.Gate {
-	gates := make([]engine.Gate, len(names))
+func passedGates(names ...string) []engine.GateResult {
+	gates := make([]engine.GateResult, len(names))
 	for i, n := range names {
-		gates[i] = engine.Gate{Name: n, Passed: true}
+		gates[i] = engine.GateResult{Name: n, Passed: true}
 	}
 	return gates
 }
@@ -288,7 +288,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 	tests := []struct {
 		note  string
 		text  string
-		gates []engine.Gate // nil: the three gates, passed
+		gates []engine.GateResult // nil: the three gates, passed
 		want  bool
 		why   string // part of the reason of a rejection
 	}{
@@ -296,7 +296,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 		{note: "no gate lines in the text", text: "Decision: approve\nNotes: fine.", want: true},
 		{note: "bold names and values, other dashes", text: head + "* **sop_covers**: **PASSED** - SOP-001\n- `no_parallel_operation`: `pass` – none\n- __rollback_known__: Pass: known", want: true},
 		{note: "pass in parentheses", text: head + "- sop_covers: pass (SOP-001)\n- no_parallel_operation: pass\n- rollback_known: passed", want: true},
-		{note: "a failed gate the structured report also fails", text: head + passing + "- backup_verified: fail — none", gates: append(passedGates(threeGates...), engine.Gate{Name: "backup_verified"}), want: true},
+		{note: "a failed gate the structured report also fails", text: head + passing + "- backup_verified: fail — none", gates: append(passedGates(threeGates...), engine.GateResult{Name: "backup_verified"}), want: true},
 		{note: "a gate line the structured report does not name", text: head + passing + "- risk: low", want: true},
 		{note: "the same gate passed twice", text: head + passing + "- sop_covers: pass — again", want: true},
 
@@ -328,7 +328,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 		{note: "a failed gate named with a lookalike letter", text: head + passing + "- \u0455op_covers: fail", why: "sop_covers"},
 		{note: "a failed gate with a zero-width space in its name", text: head + passing + "- sop_\u200bcovers: fail", why: "sop_covers"},
 		{note: "a failed gate named in capitals", text: head + passing + "- SOP_COVERS: fail", why: "sop_covers"},
-		{note: "a passed text gate the structured report fails", text: head + passing + "- backup_verified: pass", gates: append(passedGates(threeGates...), engine.Gate{Name: "backup_verified"}), why: "backup_verified"},
+		{note: "a passed text gate the structured report fails", text: head + passing + "- backup_verified: pass", gates: append(passedGates(threeGates...), engine.GateResult{Name: "backup_verified"}), why: "backup_verified"},
 	}
 	persona := &engine.Persona{Name: "reviewer", RequiredGates: threeGates}
 	for _, tc := range tests {

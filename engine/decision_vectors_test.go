@@ -19,9 +19,9 @@ var updateVectors = flag.Bool("update", false, "rewrite test/vectors/decisions.j
 type decisionVectors struct {
 	About string `json:"about"`
 	Cases []struct {
-		Name     string          `json:"name"`
-		Text     string          `json:"text"`
-		Decision engine.Decision `json:"decision"`
+		Name     string                `json:"name"`
+		Text     string                `json:"text"`
+		Decision engine.ReviewDecision `json:"decision"`
 	} `json:"cases"`
 }
 
@@ -41,9 +41,9 @@ func TestDecisionVectors(t *testing.T) {
 			}
 			d, _ := engine.ParseDecision(c.text)
 			doc.Cases = append(doc.Cases, struct {
-				Name     string          `json:"name"`
-				Text     string          `json:"text"`
-				Decision engine.Decision `json:"decision"`
+				Name     string                `json:"name"`
+				Text     string                `json:"text"`
+				Decision engine.ReviewDecision `json:"decision"`
 			}{c.note, c.text, d})
 		}
 		data, err := json.MarshalIndent(&doc, "", "  ")

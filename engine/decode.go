@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"reflect"
-	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -156,262 +155,26 @@ func jsonTypeName(kind string) string {
 	return kind
 }
 
-// checkKeys walks the whole document and reports the first key that
-// repeats within one object, or that is not, byte for byte, a field of the
-// schema. encoding/json matches field names case-insensitively and keeps
-// the last of duplicate keys, while other parsers are case-sensitive and
-// may keep the first: without this pass, {"class":"destructive",
-// "CLASS":"read"} would read as a read to gated and as destructive to a
-// case-sensitive executor. data has already been parsed successfully, so
-// nesting is bounded by encoding/json's own depth limit; the walk reads
-// the bytes once and allocates only to report a problem or to decode a
-// key written with escapes.
+// checkKeys reports the first key of the proposal that repeats within one
+// object, or that is not, byte for byte, a field of the schema (see
+// strictjson.CheckKeys for why encoding/json's own check is not enough).
 func checkKeys(data []byte) *FieldError {
-	k := keyScanner{data: data}
-	k.space()
-	if err := k.value(proposalSchema); err != nil {
-		if k.problem != nil {
-			return k.problem
-		}
-		return fieldErr("", "proposal is not valid JSON: %v", err)
+	err := strictjson.CheckKeys(data, proposalSchema)
+	var ke *strictjson.KeyError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ke) && ke.Duplicate:
+		return fieldErr(ke.Path, "appears more than once; every key must be unique")
+	case errors.As(err, &ke):
+		return fieldErr(ke.Path, "is not a field of the v1 proposal schema (field names are case-sensitive)")
 	}
-	return nil
+	return fieldErr("", "proposal is not valid JSON: %v", err)
 }
-
-// schema describes the keys an object may hold. A nil *schema accepts any
-// value (free-form objects such as target).
-type schema struct {
-	fields map[string]*schema
-	items  *schema // for arrays of objects
-}
-
-// freeForm accepts any value.
-var freeForm *schema
 
 // proposalSchema is read from Proposal's json tags: a field added to the
 // struct is known to the strict-key check at once.
-var proposalSchema = schemaOf(reflect.TypeFor[Proposal]())
-
-// schemaOf derives the keys a JSON object of struct type t may hold from
-// its json tags, nested structs and lists of structs included. Maps,
-// times and scalars are free-form.
-func schemaOf(t reflect.Type) *schema {
-	for t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice {
-		if t.Kind() == reflect.Slice {
-			if items := schemaOf(t.Elem()); items != nil {
-				return &schema{items: items}
-			}
-			return freeForm
-		}
-		t = t.Elem()
-	}
-	if t.Kind() != reflect.Struct || t == reflect.TypeFor[time.Time]() {
-		return freeForm
-	}
-	sc := &schema{fields: map[string]*schema{}}
-	for f := range t.Fields() {
-		if !f.IsExported() {
-			continue
-		}
-		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
-		switch name {
-		case "-":
-			continue
-		case "":
-			name = f.Name
-		}
-		sc.fields[name] = schemaOf(f.Type)
-	}
-	return sc
-}
-
-var errStopWalk = errors.New("stop")
-
-// keyScanner walks JSON that encoding/json has accepted. It still checks
-// every index it reads, so bytes that are not JSON end the walk with an
-// error rather than a panic.
-type keyScanner struct {
-	data    []byte
-	i       int
-	path    []pathSeg // keys and [i] segments leading to the current value
-	problem *FieldError
-}
-
-type pathSeg struct {
-	key   string
-	index int // an array index, or -1 for a key
-}
-
-var errNotJSON = errors.New("unexpected end or byte")
-
-func (k *keyScanner) space() {
-	for k.i < len(k.data) {
-		switch k.data[k.i] {
-		case ' ', '\t', '\n', '\r':
-			k.i++
-		default:
-			return
-		}
-	}
-}
-
-// str reads a string at k.i and returns its bytes without the quotes;
-// escaped reports a backslash inside.
-func (k *keyScanner) str() (raw []byte, escaped bool, err error) {
-	if k.i >= len(k.data) || k.data[k.i] != '"' {
-		return nil, false, errNotJSON
-	}
-	start := k.i + 1
-	for j := start; j < len(k.data); j++ {
-		switch k.data[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			k.i = j + 1
-			return k.data[start:j], escaped, nil
-		}
-	}
-	return nil, false, errNotJSON
-}
-
-func (k *keyScanner) value(sc *schema) error {
-	if k.i >= len(k.data) {
-		return errNotJSON
-	}
-	switch k.data[k.i] {
-	case '{':
-		return k.object(sc)
-	case '[':
-		var item *schema
-		if sc != nil {
-			item = sc.items
-		}
-		k.i++
-		k.space()
-		if k.i < len(k.data) && k.data[k.i] == ']' {
-			k.i++
-			return nil
-		}
-		for n := 0; ; n++ {
-			k.space()
-			k.path = append(k.path, pathSeg{index: n})
-			err := k.value(item)
-			k.path = k.path[:len(k.path)-1]
-			if err != nil {
-				return err
-			}
-			if done, err := k.next(']'); done || err != nil {
-				return err
-			}
-		}
-	case '"':
-		_, _, err := k.str()
-		return err
-	}
-	// A number, true, false or null: up to the next delimiter.
-	start := k.i
-	for k.i < len(k.data) {
-		switch k.data[k.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			if k.i == start {
-				return errNotJSON
-			}
-			return nil
-		}
-		k.i++
-	}
-	return nil
-}
-
-func (k *keyScanner) object(sc *schema) error {
-	k.i++
-	k.space()
-	if k.i < len(k.data) && k.data[k.i] == '}' {
-		k.i++
-		return nil
-	}
-	var seenBuf [16][]byte
-	seen := seenBuf[:0]
-	for {
-		k.space()
-		name, escaped, err := k.str()
-		if err != nil {
-			return err
-		}
-		if escaped {
-			var decoded string
-			quoted := k.data[k.i-len(name)-2 : k.i] // the key with its quotes
-			if err := json.Unmarshal(quoted, &decoded); err != nil {
-				return err
-			}
-			name = []byte(decoded)
-		}
-		for _, prev := range seen {
-			if bytes.Equal(prev, name) {
-				k.problem = fieldErr(k.render(string(name)), "appears more than once; every key must be unique")
-				return errStopWalk
-			}
-		}
-		seen = append(seen, name)
-		var child *schema
-		if sc != nil && sc.fields != nil {
-			var known bool
-			if child, known = sc.fields[string(name)]; !known {
-				k.problem = fieldErr(k.render(string(name)), "is not a field of the v1 proposal schema (field names are case-sensitive)")
-				return errStopWalk
-			}
-		}
-		k.space()
-		if k.i >= len(k.data) || k.data[k.i] != ':' {
-			return errNotJSON
-		}
-		k.i++
-		k.space()
-		k.path = append(k.path, pathSeg{key: string(name), index: -1})
-		err = k.value(child)
-		k.path = k.path[:len(k.path)-1]
-		if err != nil {
-			return err
-		}
-		if done, err := k.next('}'); done || err != nil {
-			return err
-		}
-	}
-}
-
-// next reads what follows a member of an array or object: a comma (more
-// to come) or the closing bracket (done).
-func (k *keyScanner) next(closing byte) (done bool, err error) {
-	k.space()
-	if k.i >= len(k.data) {
-		return false, errNotJSON
-	}
-	k.i++
-	switch k.data[k.i-1] {
-	case ',':
-		return false, nil
-	case closing:
-		return true, nil
-	}
-	return false, errNotJSON
-}
-
-func (k *keyScanner) render(last string) string {
-	var b strings.Builder
-	for _, seg := range append(k.path, pathSeg{key: last, index: -1}) {
-		switch {
-		case seg.index >= 0:
-			b.WriteString("[" + strconv.Itoa(seg.index) + "]")
-		default:
-			if b.Len() > 0 {
-				b.WriteByte('.')
-			}
-			b.WriteString(seg.key)
-		}
-	}
-	return b.String()
-}
+var proposalSchema = strictjson.SchemaOf(reflect.TypeFor[Proposal]())
 
 // RecoverAddress extracts the tenant and id of a proposal that failed to
 // decode, so its invalid verdict can still reach the proposer. The subject

@@ -176,7 +176,7 @@ func (c *rejections) pop() {
 // with that rejection, read back from the store so that memory holds keys
 // and ids only. hit is false when the proposal must be judged; an error
 // means the earlier verdict could not be read and the delivery is retried.
-func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
+func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 	c := r.e.rejections
 	if c == nil || r.p.Kind == KindRun {
 		// A run's rounds are kept apart by its run record: the policy
@@ -185,7 +185,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 		return nil, false, nil
 	}
 	now := r.e.cfg.Clock.Now()
-	rej, ok := c.lookup(r.dedupeKey(r.e.cfg.Policy.Revision()), now)
+	rej, ok := c.lookup(r.dedupeKey(r.revision), now)
 	if !ok || rej.id == r.id {
 		return nil, false, nil
 	}
@@ -200,14 +200,11 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 	case earlier.Outcome != OutcomeRejected:
 		return nil, false, nil
 	}
-	if r.p.Mutating() {
-		r.targetKey = r.proposalTarget()
-	}
 	age := max(now.Sub(rej.at), 0)
 	v = r.verdict(OutcomeRejected, StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
 		rej.id, int64(age/time.Second), earlier.Reason))
 	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.id
-	if err := r.record(ctx, EventDeduplicated, map[string]any{
+	if err := r.log.record(ctx, EventDeduplicated, map[string]any{
 		"duplicate_of": rej.id, "audit_seq": earlier.AuditSeq, "stage": earlier.Stage, "rejected_at": earlier.DecidedAt,
 	}); err != nil {
 		return nil, true, err
@@ -221,7 +218,7 @@ func (r *decision) dedupe(ctx context.Context) (v *Verdict, hit bool, err error)
 // remembered, so the window runs from the original rejection; failures
 // (error, timeout, blocked) are not either, because they say nothing
 // about the proposal and a retry may well succeed.
-func (r *decision) rememberRejection(v *Verdict) {
+func (r *pass) rememberRejection(v *Verdict) {
 	c := r.e.rejections
 	if c == nil || r.p == nil || r.p.Kind == KindRun || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
 		return
@@ -235,18 +232,9 @@ func (r *decision) rememberRejection(v *Verdict) {
 
 // dedupeKey is dedupeKeyOf for the decision's proposal, computed once per
 // policy revision: the look-up and the remembering of a rejection share it.
-func (r *decision) dedupeKey(revision string) dedupeKey {
+func (r *pass) dedupeKey(revision string) dedupeKey {
 	if !r.dkey.set || r.dkey.revision != revision {
-		r.dkey.key, r.dkey.revision, r.dkey.set = dedupeKeyOf(r.p, r.proposalTarget(), revision), revision, true
+		r.dkey.key, r.dkey.revision, r.dkey.set = dedupeKeyOf(r.p, r.keys.target, revision), revision, true
 	}
 	return r.dkey.key
-}
-
-// proposalTarget is the proposal's TargetKey, computed once: it hashes
-// the canonical JSON of the target.
-func (r *decision) proposalTarget() string {
-	if !r.target.set {
-		r.target.key, r.target.set = r.p.TargetKey(), true
-	}
-	return r.target.key
 }

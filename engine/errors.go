@@ -27,7 +27,7 @@ var (
 	// Create replaces the corrupt entry with the new verdict.
 	ErrCorruptRecord = errors.New("stored record does not match its key")
 
-	// ErrClaimed is returned by VerdictStore.Claim when another message
+	// ErrClaimed is returned by ReviewClaims.Claim when another message
 	// holds a live review claim on the proposal, and by Decide when the
 	// review that message holds stored no verdict within the claim's
 	// lifetime; the delivery is then retried, and a retry finds the

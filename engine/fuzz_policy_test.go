@@ -92,7 +92,7 @@ func FuzzDecideWithPolicy(f *testing.F) {
 func approveEverything(_ context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
 	res := engine.ReviewResult{Plugin: "sop", Text: "Decision: approve\nNotes: fine.", Decision: engine.DecisionApprove}
 	for _, g := range req.Persona.RequiredGates {
-		res.Gates = append(res.Gates, engine.Gate{Name: g, Passed: true})
+		res.Gates = append(res.Gates, engine.GateResult{Name: g, Passed: true})
 	}
 	if req.Run != nil {
 		for _, id := range req.Run.AIReview {

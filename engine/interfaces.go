@@ -168,8 +168,8 @@ type ReviewResult struct {
 	// decision line.
 	Text string
 	// Decision is the reviewer's structured claim. It must agree with Text.
-	Decision          Decision
-	Gates             []Gate
+	Decision          ReviewDecision
+	Gates             []GateResult
 	SOPID             string
 	RollbackPath      string
 	Notes             string
@@ -183,26 +183,74 @@ type ReviewResult struct {
 	Tokens            Tokens
 }
 
-// VerdictStore keeps verdicts for idempotent replay. Implementations are
-// safe for concurrent use.
+// VerdictStore is everything an Engine keeps in its store: verdicts for
+// idempotent replay, target histories, run records and review claims. It
+// is cut into the small interfaces below, one per question a part of the
+// engine asks, as io.ReadWriter is cut into io.Reader and io.Writer.
+// Implementations are safe for concurrent use; package bus/store has the
+// JetStream one.
 type VerdictStore interface {
+	VerdictReader
+	VerdictWriter
+	VerdictReplacer
+	TargetHistory
+	RunRecords
+	ReviewClaims
+}
+
+// VerdictReader looks verdicts up.
+type VerdictReader interface {
 	// Get returns the verdict stored for tenant and id, or ErrNotFound.
 	// An entry that is not a verdict for tenant and id is an error
 	// wrapping ErrCorruptRecord.
 	Get(ctx context.Context, tenant, id string) (*Verdict, error)
+}
+
+// VerdictWriter stores the first verdict of a proposal.
+type VerdictWriter interface {
 	// Create stores v under its tenant and proposal id unless a verdict is
 	// already there, in which case it returns the stored one and ErrExists.
 	// An entry under the key that is not a verdict for it
 	// (ErrCorruptRecord) is replaced.
 	// An approved verdict with a TargetKey also joins that target's recent
-	// history.
+	// history, and a run verdict that continues, escalates or approves
+	// adds its round to the run's record (see RunRecords).
 	Create(ctx context.Context, v *Verdict) (*Verdict, error)
+}
+
+// VerdictReplacer replaces a held verdict with an operator's decision.
+type VerdictReplacer interface {
+	// Replace swaps the stored verdict prev for next, under the same
+	// tenant and proposal id, only while prev is what is stored (compared
+	// by audit sequence). It returns the verdict stored and ErrExists when
+	// something else replaced prev first. It keeps the run record as
+	// Create does.
+	Replace(ctx context.Context, prev, next *Verdict) (*Verdict, error)
+}
+
+// TargetHistory reads what the policy sees as a proposal's history.
+type TargetHistory interface {
 	// Recent returns the recent approved verdicts on one tenant's target,
 	// newest last; an empty history is not an error.
 	Recent(ctx context.Context, tenant, targetKey string) ([]Verdict, error)
+}
 
-	// Claim takes the review claim on tenant and id for c.Holder, so that
-	// two messages carrying one proposal do not both have it reviewed. It
+// RunRecords reads gated's record of the rounds of a run.
+type RunRecords interface {
+	// RunRecord returns gated's record of a run, or nil and no error when
+	// there is none. Create keeps it: a run verdict that continues,
+	// escalates or approves adds its round, unless another proposal of the
+	// same run already decided that round.
+	RunRecord(ctx context.Context, tenant, runID string) (*RunRecord, error)
+}
+
+// ReviewClaims is the store's side of the review claim protocol, which
+// has a proposal reviewed once however many messages carry it (a
+// JetStream redelivery, or a fleet that published it twice). The engine
+// drives it in one place: a delivery takes the claim before its reviewers
+// run, or waits for the verdict of the message that holds it.
+type ReviewClaims interface {
+	// Claim takes the review claim on tenant and id for c.Holder. It
 	// succeeds when no claim is held, when c supersedes it (a redelivery
 	// of the same message takes over from its earlier delivery, see
 	// Claim.Supersedes), or when the claim held is stale: past its Until by the
@@ -220,18 +268,6 @@ type VerdictStore interface {
 	// it, a verdict stored before the call included. It returns ctx's error
 	// when ctx ends first.
 	Await(ctx context.Context, tenant, id string) (*Verdict, error)
-
-	// RunRecord returns gated's record of a run, or nil and no error when
-	// there is none. Create keeps it: a run verdict that continues,
-	// escalates or approves adds its round, unless another proposal of the
-	// same run already decided that round.
-	RunRecord(ctx context.Context, tenant, runID string) (*RunRecord, error)
-	// Replace swaps the stored verdict prev for next, under the same
-	// tenant and proposal id, only while prev is what is stored (compared
-	// by audit sequence). It returns the verdict stored and ErrExists when
-	// something else replaced prev first. It keeps the run record as
-	// Create does.
-	Replace(ctx context.Context, prev, next *Verdict) (*Verdict, error)
 }
 
 // Claim is the right to review one proposal, held by one proposal
@@ -243,9 +279,9 @@ type Claim struct {
 	// sequence holds a claim under a name of its own.
 	Holder string `json:"holder"`
 	// Until is when the claim goes stale: the wall-clock deadline of the
-	// holder's reviews plus ClaimGrace. A delivery that finds a stale claim
-	// takes it over; one that finds a live claim waits for the holder's
-	// verdict instead of reviewing.
+	// holder's reviews plus a grace of 30 seconds. A delivery that finds a
+	// stale claim takes it over; one that finds a live claim waits for the
+	// holder's verdict instead of reviewing.
 	Until time.Time `json:"until"`
 	// Delivery is the holder's JetStream delivery count. A redelivery of
 	// the holding message (a higher count) takes the claim over; a copy of

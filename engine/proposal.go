@@ -66,7 +66,7 @@ type Proposal struct {
 	Target         map[string]any `json:"target,omitempty"`
 	Reason         string         `json:"reason,omitempty"`
 	BlastRadius    BlastRadius    `json:"blast_radius,omitempty"`
-	Operator       *Operator      `json:"operator,omitempty"`
+	Operator       *Principal     `json:"operator,omitempty"`
 	RequestedBy    *RequestedBy   `json:"requested_by,omitempty"`
 	IncidentID     string         `json:"incident_id,omitempty"`
 	ContextSummary string         `json:"context_summary,omitempty"`
@@ -77,8 +77,10 @@ type Proposal struct {
 	CreatedAt      *time.Time     `json:"created_at,omitempty"`
 }
 
-// Operator is the human on whose behalf an agent acts.
-type Operator struct {
+// Principal is the human on whose behalf an agent acts: the proposal's
+// operator field. It is not an operator who signs decisions on held
+// verdicts (package bus).
+type Principal struct {
 	ID    string   `json:"id"`
 	Roles []string `json:"roles,omitempty"`
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 )
 
 // candidate is a persona chosen to review, with the reviewer that serves
@@ -14,6 +15,20 @@ type candidate struct {
 	persona  *Persona
 	reviewer Reviewer
 	pd       PolicyDecision
+	// timeout is how long the persona's review may take: its own timeout,
+	// or the engine's default. The review's deadline and the claim that
+	// covers it are both read from it.
+	timeout time.Duration
+}
+
+// newCandidate is the candidate persona p, reviewed by reviewer under the
+// policy decision pd.
+func (e *Engine) newCandidate(p *Persona, reviewer Reviewer, pd PolicyDecision) candidate {
+	timeout := p.Timeout
+	if timeout <= 0 {
+		timeout = e.cfg.ReviewTimeout
+	}
+	return candidate{persona: p, reviewer: reviewer, pd: pd, timeout: timeout}
 }
 
 // reviewResult is one reviewer's part of a verdict.
@@ -36,29 +51,36 @@ type reviewResult struct {
 
 // review has the proposal reviewed by as many distinct personas as the
 // policy's quorum asks for, runs their reviews concurrently, and combines
-// the answers. A quorum of one is the same path with one reviewer. It
-// returns nil when this delivery must not review (see claimReview).
-func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) *Verdict {
+// the answers. A quorum of one is the same path with one reviewer. Before
+// the reviewers run it takes the proposal's review claim (reviewClaim):
+// awaited says that v is the verdict another message's review stored,
+// which this delivery hands over instead of reviewing.
+func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) (v *Verdict, awaited bool, err error) {
 	chosen, blocked := r.pickReviewers(ctx, pd, routed, in)
 	if blocked != nil {
-		return blocked
+		return blocked, false, nil
 	}
-	if !r.claimReview(ctx, chosen) {
-		return nil // another message holds the review, or the claim failed
+	longest := time.Duration(0)
+	for _, c := range chosen {
+		longest = max(longest, c.timeout)
+	}
+	r.claim = r.newClaim()
+	if v, err := r.claim.take(ctx, longest, r.d.Attempt, &r.log); v != nil || err != nil {
+		return v, v != nil, err
 	}
 	results := make([]reviewResult, len(chosen))
 	if len(chosen) == 1 {
 		// One reviewer needs no goroutine of its own: the delivery's is
 		// waiting anyway, and thousands of reviews in flight each hold one.
 		results[0] = r.reviewOne(ctx, chosen[0], 1, in.History)
-		return r.combine(results)
+		return r.combine(results), false, nil
 	}
 	var wg sync.WaitGroup
 	for i, c := range chosen {
 		wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
 	}
 	wg.Wait()
-	return r.combine(results)
+	return r.combine(results), false, nil
 }
 
 // pickReviewers chooses the reviewers. The routed persona comes first and
@@ -70,7 +92,7 @@ func (r *decision) review(ctx context.Context, pd PolicyDecision, routed Routed,
 // in its own name (no denies, review still required, the same policy
 // revision) and have a reviewer; the reasons the others were passed over
 // go into the blocked verdict when the quorum cannot be filled.
-func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *Verdict) {
+func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *Verdict) {
 	if routed.Persona == nil {
 		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
 	}
@@ -102,7 +124,7 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 	if err != nil {
 		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", routed.Persona.Name, err))
 	}
-	chosen := append([]candidate{{persona: routed.Persona, reviewer: first, pd: pd}}, added...)
+	chosen := append([]candidate{r.e.newCandidate(routed.Persona, first, pd)}, added...)
 	quorum := max(pd.Review.Quorum, len(chosen))
 	if quorum == len(chosen) {
 		return chosen, nil
@@ -132,7 +154,7 @@ func (r *decision) pickReviewers(ctx context.Context, pd PolicyDecision, routed 
 // candidateNames lists the personas that may complete a quorum, in the
 // order they are tried: the policy's preferences, then every loaded
 // persona by name when the registry can list them. Names may repeat.
-func (r *decision) candidateNames(preferred []string) []string {
+func (r *pass) candidateNames(preferred []string) []string {
 	names := slices.Clone(preferred)
 	if lister, ok := r.e.cfg.Personas.(PersonaLister); ok {
 		loaded := slices.Clone(lister.Names())
@@ -145,7 +167,7 @@ func (r *decision) candidateNames(preferred []string) []string {
 // candidate evaluates the policy in the name of persona name and routes
 // it. A non-empty why says in a few words why it cannot review; denies
 // are the policy's denies in its name, sorted by rule, when that is why.
-func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []Deny, why string) {
+func (r *pass) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []Deny, why string) {
 	if _, ok := r.e.cfg.Personas.Persona(name); !ok {
 		return c, nil, "not loaded"
 	}
@@ -157,7 +179,7 @@ func (r *decision) candidate(ctx context.Context, name string, pd PolicyDecision
 	if err != nil {
 		return c, nil, "no reviewer: " + err.Error()
 	}
-	return candidate{persona: routed.Persona, reviewer: reviewer, pd: d}, nil, ""
+	return r.e.newCandidate(routed.Persona, reviewer, d), nil, ""
 }
 
 func quorumShortReason(quorum int, chosen []candidate, skipped []string) string {
@@ -183,7 +205,7 @@ func quorumShortReason(quorum int, chosen []candidate, skipped []string) string 
 // listed in candidate order. A lone review keeps the single-reviewer
 // contract: its own sentence is the reason, a reviewer refusing work
 // blocks, and only an answer is listed.
-func (r *decision) combine(results []reviewResult) *Verdict {
+func (r *pass) combine(results []reviewResult) *Verdict {
 	if len(results) == 1 {
 		res := results[0]
 		v := r.verdict(res.outcome, StageReview, res.why)

@@ -106,27 +106,27 @@ func TestDecideQuorum(t *testing.T) {
 		wantCalls   int
 		wantReason  []string
 		// wantDecisions are the reviews' decisions, when set.
-		wantDecisions []engine.Decision
+		wantDecisions []engine.ReviewDecision
 	}{
 		{
 			note: "two approving personas", quorum: 2,
 			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason:    []string{"2 of 2 reviewers approved (reviewer, dba)"},
-			wantDecisions: []engine.Decision{engine.DecisionApprove, engine.DecisionApprove},
+			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionApprove},
 		},
 		{
 			note: "one reviewer rejects", quorum: 2,
 			answers:     map[string]answerFunc{"dba": rejection("the replica is behind.")},
 			wantOutcome: engine.OutcomeRejected, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason:    []string{"1 of 2 reviewers rejected (dba)", "the replica is behind"},
-			wantDecisions: []engine.Decision{engine.DecisionApprove, engine.DecisionReject},
+			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionReject},
 		},
 		{
 			note: "one reviewer errors", quorum: 2,
 			answers:     map[string]answerFunc{"dba": answer(engine.ReviewResult{}, errors.New("plugin sop exited: signal: killed"))},
 			wantOutcome: engine.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason:    []string{"1 of 2 reviewers failed", "dba: plugin sop exited: signal: killed"},
-			wantDecisions: []engine.Decision{engine.DecisionApprove, engine.DecisionReject},
+			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionReject},
 		},
 		{
 			note: "a reviewer refusing work after it was chosen is an error", quorum: 2,
@@ -244,7 +244,7 @@ func TestDecideQuorum(t *testing.T) {
 				t.Errorf("reviews by %v, want %v", reviewed, tc.wantReviews)
 			}
 			if tc.wantDecisions != nil {
-				var got []engine.Decision
+				var got []engine.ReviewDecision
 				for _, r := range v.Reviews {
 					got = append(got, r.Decision)
 				}

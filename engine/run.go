@@ -225,20 +225,6 @@ func (r *RunRecord) Round(n int) *RunRound {
 	return nil
 }
 
-// Last returns the latest round, or nil.
-func (r *RunRecord) Last() *RunRound {
-	if r == nil || len(r.Rounds) == 0 {
-		return nil
-	}
-	last := &r.Rounds[0]
-	for i := range r.Rounds {
-		if r.Rounds[i].Round > last.Round {
-			last = &r.Rounds[i]
-		}
-	}
-	return last
-}
-
 // RunVerdict is the run review's part of a verdict.
 type RunVerdict struct {
 	RunID     string `json:"run_id"`

@@ -268,7 +268,7 @@ func clipText(s string, n int) string {
 // it into its final form: an approval waiting on required manual criteria
 // is held at blocked, and a rejection about the work sends the run back
 // for another round, or escalates it after the last one.
-func (r *decision) finishRun(v *Verdict) {
+func (r *pass) finishRun(v *Verdict) {
 	p, st := r.p, r.run
 	if p == nil || p.Kind != KindRun || v == nil {
 		return
@@ -342,7 +342,7 @@ func (r *decision) finishRun(v *Verdict) {
 }
 
 // setNext decides the follow-up of a rejection about the work.
-func (r *decision) setNext(v *Verdict) {
+func (r *pass) setNext(v *Verdict) {
 	rv := v.Run
 	if rv.Round < rv.MaxRounds {
 		rv.Next = NextContinuation
@@ -473,11 +473,13 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 			rv.MissingWork = append(rv.MissingWork, fmt.Sprintf("criterion %s (manual) failed: operator %s: %s", c.ID, d.Operator, reason))
 		}
 	}
-	r := &decision{e: e, d: Delivery{Trail: trail}, start: e.cfg.Clock.Now(), digest: held.ProposalSHA256,
-		tenant: held.Tenant, id: held.ProposalID, action: held.Action, targetKey: held.TargetKey}
+	r := &pass{e: e, d: Delivery{Trail: trail}, start: e.cfg.Clock.Now(), digest: held.ProposalSHA256,
+		eventHead: eventHead{tenant: held.Tenant, id: held.ProposalID, action: held.Action},
+		keys:      proposalKeys{history: held.TargetKey}}
 	if held.Policy != nil {
 		r.revision, r.evalUS = held.Policy.Revision, held.Policy.EvalUS
 	}
+	r.log = auditLog{trail: trail, clock: e.cfg.Clock, head: &r.eventHead}
 	now := e.cfg.Clock.Now()
 	next.Stage, next.DecidedAt = StageOperator, now.UTC()
 	next.LatencyMS = held.LatencyMS
@@ -494,7 +496,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		next.Reason += ": " + clipText(firstNonBlankLine(reason), 240)
 	}
 
-	if err := r.record(ctx, EventOperatorDecided, map[string]any{
+	if err := r.log.record(ctx, EventOperatorDecided, map[string]any{
 		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": clipText(d.Reason, DefaultRunMaxItemBytes),
 		"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
 	}); err != nil {
@@ -516,7 +518,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 
 // runContext is what the reviewers of this decision are told about the
 // run, nil for an action. Each reviewer gets its own copy.
-func (r *decision) runContext() *RunContext {
+func (r *pass) runContext() *RunContext {
 	if r.run == nil {
 		return nil
 	}

@@ -114,14 +114,14 @@ type Deny struct {
 	Message string `json:"message"`
 }
 
-// Decision is what a reviewer concluded, as the host reads it.
-type Decision string
+// ReviewDecision is what a reviewer concluded, as the host reads it.
+type ReviewDecision string
 
 const (
 	// DecisionApprove is an explicit, well-formed approval.
-	DecisionApprove Decision = "approve"
+	DecisionApprove ReviewDecision = "approve"
 	// DecisionReject is everything else.
-	DecisionReject Decision = "reject"
+	DecisionReject ReviewDecision = "reject"
 )
 
 // Review is one reviewer's contribution to a verdict.
@@ -131,8 +131,8 @@ type Review struct {
 	Persona           string          `json:"persona"`
 	Model             string          `json:"model,omitempty"`
 	DecisionText      string          `json:"decision_text"`
-	Decision          Decision        `json:"decision"`
-	Gates             []Gate          `json:"gates,omitempty"`
+	Decision          ReviewDecision  `json:"decision"`
+	Gates             []GateResult    `json:"gates,omitempty"`
 	MissingGates      []string        `json:"missing_gates,omitempty"`
 	SOPID             string          `json:"sop_id,omitempty"`
 	RollbackPath      string          `json:"rollback_path,omitempty"`
@@ -149,8 +149,9 @@ type Review struct {
 	LatencyMS  float64  `json:"latency_ms"`
 }
 
-// Gate is one check a reviewer reports on.
-type Gate struct {
+// GateResult is one check a reviewer reports on: a gate the persona may
+// require, and whether it passed.
+type GateResult struct {
 	Name   string `json:"name"`
 	Passed bool   `json:"passed"`
 	Detail string `json:"detail,omitempty"`

@@ -125,7 +125,7 @@ func Conformance(ctx context.Context, log *zap.Logger, spec Spec, opts Conforman
 			Target:      map[string]any{"host": "web-1", "service": "nginx", "tags": []any{"production"}},
 			RequestedBy: &engine.RequestedBy{Agent: "conformance-agent"}, IncidentID: "INC-1"}
 	}
-	wellFormed := func(res engine.ReviewResult) (engine.Decision, string) {
+	wellFormed := func(res engine.ReviewResult) (engine.ReviewDecision, string) {
 		d, why := engine.ParseDecision(res.Text)
 		if !strings.HasPrefix(why, "reviewer ") { // approved / rejected
 			return "", "the answer is not well formed: " + why
@@ -271,7 +271,7 @@ func Conformance(ctx context.Context, log *zap.Logger, spec Spec, opts Conforman
 // run without missing work or guidance as an error verdict, which fails
 // closed but tells the worker nothing.
 func runReviewCheck(ctx context.Context, h *Host, plugin string, timeout time.Duration,
-	wellFormed func(engine.ReviewResult) (engine.Decision, string), pidNow func() int) (bool, string) {
+	wellFormed func(engine.ReviewResult) (engine.ReviewDecision, string), pidNow func() int) (bool, string) {
 	persona := &engine.Persona{Name: "conformance-run", Plugin: plugin, PermissionMode: "read-only", MaxTurns: 5,
 		Prompt: conformanceRunPrompt, RequiredGates: []string{"criteria_met", "prior_findings_closed"}}
 	route, err := h.Route(persona)
@@ -332,7 +332,7 @@ func runReviewCheck(ctx context.Context, h *Host, plugin string, timeout time.Du
 	return true, "rejected with next_round_guidance only"
 }
 
-func gateList(gates []engine.Gate) string {
+func gateList(gates []engine.GateResult) string {
 	var parts []string
 	for _, g := range gates {
 		state := "fail"

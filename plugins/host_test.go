@@ -125,7 +125,7 @@ type garbageReviewer struct{ sop.Reviewer }
 
 func (garbageReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
 	return &sdk.Response{Text: "LGTM, ship it!!! \x00\xff", Decision: engine.DecisionApprove,
-		Gates: []engine.Gate{{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true}}}, nil
+		Gates: []engine.GateResult{{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true}}}, nil
 }
 
 // runHost is a gated stand-in for the orphan test: it starts a real Host

@@ -89,9 +89,9 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		res.Decision = engine.DecisionReject
 	}
 	if gates := out.GetGates(); len(gates) > 0 {
-		res.Gates = make([]engine.Gate, 0, len(gates))
+		res.Gates = make([]engine.GateResult, 0, len(gates))
 		for _, g := range gates {
-			res.Gates = append(res.Gates, engine.Gate{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
+			res.Gates = append(res.Gates, engine.GateResult{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
 		}
 	}
 	for _, c := range out.GetCriteria() {

@@ -58,7 +58,7 @@ func (yesReviewer) Describe(context.Context) (sdk.Description, error) {
 func (yesReviewer) Review(_ context.Context, req *sdk.Request) (*sdk.Response, error) {
 	res := &sdk.Response{Text: "Decision: approve\nNotes: fine by me", Decision: engine.DecisionApprove}
 	for _, g := range req.Persona.RequiredGates {
-		res.Gates = append(res.Gates, engine.Gate{Name: g, Passed: true})
+		res.Gates = append(res.Gates, engine.GateResult{Name: g, Passed: true})
 	}
 	return res, nil
 }

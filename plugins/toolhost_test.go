@@ -299,9 +299,9 @@ func TestOversizedAnswersAreCut(t *testing.T) {
 		Comments:          []engine.Comment{{Path: "a.go", Body: strings.Repeat("c", 20<<10)}},
 	}
 	for i := range 100 {
-		res.Gates = append(res.Gates, engine.Gate{Name: "filler" + strconv.Itoa(i), Passed: true})
+		res.Gates = append(res.Gates, engine.GateResult{Name: "filler" + strconv.Itoa(i), Passed: true})
 	}
-	res.Gates = append(res.Gates, engine.Gate{Name: "sop_covers", Passed: true})
+	res.Gates = append(res.Gates, engine.GateResult{Name: "sop_covers", Passed: true})
 	bound(&res)
 	const cut = "gated cut the reviewer's oversized notes, next_round_guidance, gates, comments.body, missing_work, warnings"
 	if len(res.Notes) > maxFieldBytes+200 || !strings.Contains(res.Notes, cut) {

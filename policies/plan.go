@@ -86,7 +86,7 @@ func agreementInputs() []engine.PolicyInput {
 	return append(ins,
 		engine.PolicyInput{Proposal: vary("skip", func(p *engine.Proposal) {
 			p.Flags.SkipReview = true
-			p.Operator = &engine.Operator{ID: "root", Roles: []string{"admin"}}
+			p.Operator = &engine.Principal{ID: "root", Roles: []string{"admin"}}
 		}), Persona: persona, Now: now},
 		engine.PolicyInput{Proposal: vary("force", func(p *engine.Proposal) { p.Flags.ForceApprove = true; p.Flags.ForceApproveNoSOP = true }), Persona: persona, Now: now},
 		engine.PolicyInput{Proposal: vary("wide", func(p *engine.Proposal) { p.BlastRadius = engine.BlastTenantWide; p.Class = engine.ClassDestructive }), Persona: broad, Now: now},

@@ -66,7 +66,7 @@ func writeProposal() *engine.Proposal {
 		V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
 		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
 		Target:   map[string]any{"service": "nginx", "tags": []any{"production"}},
-		Operator: &engine.Operator{ID: "root", Roles: []string{"admin"}},
+		Operator: &engine.Principal{ID: "root", Roles: []string{"admin"}},
 	}
 }
 

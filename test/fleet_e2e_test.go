@@ -89,7 +89,7 @@ func TestFleetClientAgainstGated(t *testing.T) {
 	}
 
 	// The Gate: the tool runs once on approval, never otherwise.
-	gate, err := fleet.NewToolGate(client, fleet.Identity{Tenant: "acme", Agent: "fleet-test-agent", Operator: &engine.Operator{ID: "alice"}})
+	gate, err := fleet.NewToolGate(client, fleet.Identity{Tenant: "acme", Agent: "fleet-test-agent", Operator: &engine.Principal{ID: "alice"}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,21 +81,21 @@ mutant change_freeze policies/operations.rego ./policies \
 	'deny contains {"rule": "change_freeze",' \
 	"$removed"' {"rule": "change_freeze",'
 
-# Decision-line authority. Judge (engine/engine.go) reads the decision
+# Decision-line authority. Judge (engine/review.go) reads the decision
 # from the reviewer's text with readDecision (ParseDecision's reading); the first mutant makes it
 # trust the plugin's structured decision instead. The second makes
 # ParseDecision (engine/decision.go) approve whatever it is given: it
 # replaces the function's first line, so it applies whatever the body is.
-mutant decision_line_trusts_plugin engine/engine.go './engine ./plugins' \
+mutant decision_line_trusts_plugin engine/review.go './engine ./plugins' \
 	'decision, parsed, overruled := readDecision(res.Text)' \
 	'decision, parsed, overruled := res.Decision, "the plugin said so", false'
 mutant decision_line_accepts_anything engine/decision.go './engine ./plugins' \
-	$'func ParseDecision(text string) (Decision, string) {\n' \
-	$'func ParseDecision(text string) (Decision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'
+	$'func ParseDecision(text string) (ReviewDecision, string) {\n' \
+	$'func ParseDecision(text string) (ReviewDecision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'
 
-# Required gates (engine/engine.go, Judge): every gate the persona lists
+# Required gates (engine/review.go, Judge): every gate the persona lists
 # must be reported as passed. The mutant checks no gate.
-mutant required_gates engine/engine.go './engine ./plugins' \
+mutant required_gates engine/review.go './engine ./plugins' \
 	'for _, g := range persona.RequiredGates {' \
 	'for _, g := range []string(nil) {'
 
@@ -104,40 +104,40 @@ mutant automtls plugins/process.go ./plugins \
 	'AutoMTLS:         true,' \
 	'AutoMTLS:         false,'
 
-# Same id, same content (engine/engine.go, answers): a verdict stored under
+# Same id, same content (engine/decide.go, answers): a verdict stored under
 # an id goes only to a delivery of the same bytes, and one stored without
 # a digest answers nothing. An operator's decision (engine/runflow.go)
 # likewise matches no held verdict without a digest.
-mutant same_id_any_content engine/engine.go ./engine \
+mutant same_id_any_content engine/decide.go ./engine \
 	'return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest' \
 	'return true'
-mutant same_id_empty_digest engine/engine.go ./engine \
+mutant same_id_empty_digest engine/decide.go ./engine \
 	'return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest' \
 	'return stored.ProposalSHA256 == "" || stored.ProposalSHA256 == r.digest'
 mutant operator_empty_digest engine/runflow.go ./engine \
 	'if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {' \
 	'if d.ProposalSHA256 != held.ProposalSHA256 {'
 
-# Records read back from the verdict bucket (bus/records.go) must be for
+# Records read back from the verdict bucket (bus/store/records.go) must be for
 # their key: one mutant per kind skips that check.
-mutant record_verdict_key bus/records.go ./bus \
+mutant record_verdict_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.ProposalID != id:' \
 	'case false:'
-mutant record_claim_key bus/records.go ./bus \
+mutant record_claim_key bus/store/records.go ./bus/store \
 	'case c.Tenant != tenant || c.ProposalID != id:' \
 	'case false:'
-mutant record_run_key bus/records.go ./bus \
+mutant record_run_key bus/store/records.go ./bus/store \
 	'if rec.Tenant != tenant || rec.RunID != runID {' \
 	'if false {'
-mutant record_history_key bus/records.go ./bus \
+mutant record_history_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.TargetKey != target:' \
 	'case false:'
 
 # Strict decision reading (engine/decision.go): after an approving first
 # line, a later decision line that is not an approval, or a retraction,
-# rejects. Judge (engine/engine.go) checks that the text's gate lines
+# rejects. Judge (engine/review.go) checks that the text's gate lines
 # agree with the structured gates, and a gate passes only on an exact
-# pass token (GatePasses); the last mutant makes any text that begins
+# pass token (GatePasses, engine/gates.go); the last mutant makes any text that begins
 # with one a pass ("pass-ish", "passed?").
 mutant later_decision_line engine/decision.go ./engine \
 	'if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {' \
@@ -145,10 +145,10 @@ mutant later_decision_line engine/decision.go ./engine \
 mutant retraction engine/decision.go ./engine \
 	'if phrase := retraction(later); phrase != "" {' \
 	'if phrase := ""; phrase != "" {'
-mutant gate_lines_checked engine/engine.go ./engine \
+mutant gate_lines_checked engine/review.go ./engine \
 	'if err := CheckGateLines(res.Text, res.Gates); err != nil {' \
 	'if err := error(nil); err != nil {'
-mutant gate_pass_exact engine/decision.go './engine ./plugins/llm' \
+mutant gate_pass_exact engine/gates.go './engine ./plugins/llm' \
 	'if detail, ok := afterPass(after); ok {' \
 	'if detail, _ := afterPass(after); true {'
 

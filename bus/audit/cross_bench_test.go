@@ -14,6 +14,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
 
@@ -82,7 +83,7 @@ func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n in
 	if err != nil {
 		b.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	const workers = 32
 	var (
 		wg   sync.WaitGroup
@@ -110,7 +111,7 @@ func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n in
 	}
 }
 
-func fillOne(ctx context.Context, a *audit.Writer, store *bus.VerdictStore, id string) error {
+func fillOne(ctx context.Context, a *audit.Writer, vs *store.Verdicts, id string) error {
 	tenant := "acme"
 	tr := a.Trail()
 	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
@@ -133,7 +134,7 @@ func fillOne(ctx context.Context, a *audit.Writer, store *bus.VerdictStore, id s
 		return err
 	}
 	v.AuditSeq = seq
-	_, err = store.Create(ctx, v)
+	_, err = vs.Create(ctx, v)
 	return err
 }
 

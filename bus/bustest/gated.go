@@ -13,6 +13,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
@@ -84,7 +85,7 @@ func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d bus.Decider = Engine(t, bus.NewVerdictStore(res.Verdicts), NoPlugins{})
+	var d bus.Decider = Engine(t, store.New(res.Verdicts), NoPlugins{})
 	if wrap != nil {
 		d = wrap(d)
 	}

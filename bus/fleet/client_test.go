@@ -152,7 +152,7 @@ func TestProposalWireForm(t *testing.T) {
 			V: 1, ID: "full-1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
 			Class: engine.ClassWrite, Target: map[string]any{"device_id": json.Number("7"), "tags": []any{"production"}},
 			Reason: "wedged", BlastRadius: engine.BlastSingleDevice,
-			Operator:    &engine.Operator{ID: "alice", Roles: []string{"sre"}},
+			Operator:    &engine.Principal{ID: "alice", Roles: []string{"sre"}},
 			RequestedBy: &engine.RequestedBy{Agent: "ops-agent", Session: "s-1"},
 			IncidentID:  "INC-1", ContextSummary: "health checks fail",
 			Flags:    engine.Flags{SkipReview: true, ForceApprove: true, ForceApproveNoSOP: true, UserConfirmed: true},

@@ -33,7 +33,7 @@ type Identity struct {
 	// Session is the agent's session (requested_by.session). Optional.
 	Session string
 	// Operator is the human on whose behalf the agent acts. Optional.
-	Operator *engine.Operator
+	Operator *engine.Principal
 	// Reviewer asks for a persona (proposal field reviewer) unless a
 	// Change names its own. Optional; the policy's routes outrank it.
 	Reviewer string
@@ -108,7 +108,7 @@ func WithVerdictObserver(observe func(*engine.Proposal, *engine.Verdict)) ToolGa
 // The class of a tool is the runtime's claim, made in code when the tool
 // is registered: gated never sees a read, so never let a model choose it.
 //
-// A ToolGate guards a fleet's own tools; it is not engine.Gate, which is
+// A ToolGate guards a fleet's own tools; it is not engine.GateResult, which is
 // one check a reviewer reports on a proposal.
 type ToolGate struct {
 	proposer Proposer

@@ -80,7 +80,7 @@ func (c *countingTool) run(_ context.Context, a restartArgs) (string, error) {
 }
 
 var identity = fleet.Identity{Tenant: "acme", Agent: "ops-agent", Session: "s-1",
-	Operator: &engine.Operator{ID: "alice", Roles: []string{"sre"}}}
+	Operator: &engine.Principal{ID: "alice", Roles: []string{"sre"}}}
 
 func TestToolGateRunsToolOnlyOnApproval(t *testing.T) {
 	tests := []struct {
@@ -234,7 +234,7 @@ func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 	if len(fake.proposals()) != 0 {
 		t.Errorf("unusable specs sent %d proposals", len(fake.proposals()))
 	}
-	for _, id := range []fleet.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Operator{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
+	for _, id := range []fleet.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Principal{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
 		if _, err := fleet.NewToolGate(fake, id); !errors.Is(err, fleet.ErrInvalidConfig) {
 			t.Errorf("NewToolGate(%+v): err = %v, want ErrInvalidConfig", id, err)
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -33,7 +34,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	eng := bustest.Engine(t, store, bustest.NoPlugins{})
 	alice, root := newOperatorKey(t), newOperatorKey(t)
 	var (

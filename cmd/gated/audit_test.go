@@ -18,6 +18,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
 
@@ -157,7 +158,7 @@ func TestAuditVerifyChecksStoredVerdicts(t *testing.T) {
 	if err := a.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	v.AuditSeq = seq
 	if _, err := store.Create(t.Context(), v); err != nil {
 		t.Fatal(err)

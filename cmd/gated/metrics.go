@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -125,8 +126,8 @@ func (d countingDecider) GiveUp(ctx context.Context, dl engine.Delivery, cause e
 // corruptRecordHook counts and audits every record the verdict store
 // refuses, under the tenant of its key, before the store returns the
 // refusal. An audit that fails is logged: the record is refused anyway.
-func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.CounterVec, log *zap.Logger) bus.CorruptRecordHook {
-	return func(_ context.Context, e *bus.RecordError) {
+func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.CounterVec, log *zap.Logger) store.CorruptRecordHook {
+	return func(_ context.Context, e *store.RecordError) {
 		counter.WithLabelValues(e.Kind).Inc()
 		log.Error("refused a stored record that is not gated's", zap.String("kind", e.Kind), zap.String("key", e.Key),
 			zap.Uint64("revision", e.Revision), zap.String("problem", e.Problem))

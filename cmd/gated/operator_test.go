@@ -17,6 +17,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
@@ -97,7 +98,7 @@ func TestOperatorKeygen(t *testing.T) {
 // and store, with operator alice (tenant acme) and her seed file.
 type operatorFixture struct {
 	url      string
-	store    *bus.VerdictStore
+	store    *store.Verdicts
 	seedFile string
 }
 
@@ -110,7 +111,7 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(res.Verdicts)
+	store := store.New(res.Verdicts)
 	b, err := policies.Default()
 	if err != nil {
 		t.Fatal(err)
@@ -209,7 +210,7 @@ func TestOperatorDecide(t *testing.T) {
 	held := &engine.Verdict{V: 1, ProposalID: "held-1", Tenant: "acme", Kind: engine.KindRun, Outcome: engine.OutcomeBlocked,
 		Stage: engine.StageReview, ProposalSHA256: strings.Repeat("0f", 32), AuditSeq: 3, DecidedAt: time.Now().UTC(),
 		Run: &engine.RunVerdict{RunID: "r", Round: 1, AwaitingOperator: []string{"ux-check"}}}
-	if _, err := bus.NewVerdictStore(bareRes.Verdicts).Create(t.Context(), held); err != nil {
+	if _, err := store.New(bareRes.Verdicts).Create(t.Context(), held); err != nil {
 		t.Fatal(err)
 	}
 
@@ -402,7 +403,7 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	store := bus.NewVerdictStore(kv)
+	store := store.New(kv)
 	(&operatorFixture{store: store}).hold(t, "held-serve", "ux-check")
 	sub, err := nc.SubscribeSync(wire.VerdictSubject("acme", "held-serve"))
 	if err != nil {

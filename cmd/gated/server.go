@@ -17,6 +17,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -58,7 +59,7 @@ type gateServer struct {
 	busCfg        bus.Config
 	res           *bus.Resources
 	auditor       *audit.Writer
-	store         *bus.VerdictStore
+	store         *store.Verdicts
 	eng           *engine.Engine
 	worker        *bus.Worker
 	stopWorker    func(grace time.Duration) // stops the worker once; later calls do nothing
@@ -353,7 +354,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
-	s.store = bus.NewVerdictStore(s.res.Verdicts, bus.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
+	s.store = store.New(s.res.Verdicts, store.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.
 	pool := policies.NewPool(s.live, 0)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
 
@@ -21,7 +22,7 @@ func TestVerdictGet(t *testing.T) {
 	}
 	stored := &engine.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
 		Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 42}
-	if _, err := bus.NewVerdictStore(res.Verdicts).Create(t.Context(), stored); err != nil {
+	if _, err := store.New(res.Verdicts).Create(t.Context(), stored); err != nil {
 		t.Fatal(err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

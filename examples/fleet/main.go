@@ -246,7 +246,7 @@ type agent struct {
 func (f *simulation) newAgent(i int) (*agent, error) {
 	a := &agent{name: fmt.Sprintf("agent-%02d", i+1), tenant: f.opts.tenants[i%len(f.opts.tenants)], f: f}
 	gate, err := fleet.NewToolGate(f.client, fleet.Identity{
-		Tenant: a.tenant, Agent: a.name, Session: f.runID + "-" + a.name, Operator: &engine.Operator{ID: "alice", Roles: []string{"sre"}},
+		Tenant: a.tenant, Agent: a.name, Session: f.runID + "-" + a.name, Operator: &engine.Principal{ID: "alice", Roles: []string{"sre"}},
 	}, fleet.WithReviewTimeout(f.opts.wait), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { a.last.Store(v) }))
 	if err != nil {
 		return nil, err

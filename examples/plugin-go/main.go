@@ -24,7 +24,7 @@ func (incidentReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Resp
 	if err == nil {
 		err = json.Unmarshal(raw, &sop)
 	}
-	gates := []engine.Gate{
+	gates := []engine.GateResult{
 		{Name: "incident_linked", Passed: req.Proposal.IncidentID != "", Detail: req.Proposal.IncidentID},
 		{Name: "rollback_known", Passed: err == nil && sop.Rollback != "", Detail: sop.Rollback},
 	}

@@ -85,7 +85,7 @@ func (g Proposals) New(p Path, i int) *engine.Proposal {
 		Target:      map[string]any{"device_id": i, "service": "nginx", "bench": g.Nonce + "-" + string(p)},
 		Reason:      "nginx stopped answering health checks after a config reload" + strings.Repeat(".", max(g.Pad, 0)),
 		BlastRadius: engine.BlastSingleDevice,
-		Operator:    &engine.Operator{ID: "bench", Roles: []string{"sre"}},
+		Operator:    &engine.Principal{ID: "bench", Roles: []string{"sre"}},
 		RequestedBy: &engine.RequestedBy{Agent: "bench-agent", Session: g.Nonce},
 		IncidentID:  "INC-BENCH",
 	}

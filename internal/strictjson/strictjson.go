@@ -2,8 +2,10 @@
 // value, no member the target type lacks, no key twice, nothing after the
 // value. Decode reads into a Go value; Object walks one object member by
 // member, in order, for decoders that name the member at fault in their
-// own words; ReadValue reads any value. It also turns an error's byte
-// offset into the line and column a person finds in an editor.
+// own words; ReadValue reads any value; CheckKeys holds a document that
+// other parsers read too (a proposal) to a schema, every key a field of
+// it byte for byte. The package also turns an error's byte offset into
+// the line and column a person finds in an editor.
 package strictjson
 
 import (

@@ -14,8 +14,8 @@ import (
 
 // answer is a model's final text read in the decision format.
 type answer struct {
-	decision engine.Decision
-	gates    []engine.Gate
+	decision engine.ReviewDecision
+	gates    []engine.GateResult
 	notes    string
 	// run is the ```json block of an answer to a run review; nil for an
 	// action review.
@@ -76,8 +76,8 @@ func readDecision(text string) (answer, []string, error) {
 }
 
 // readGatesAndNotes reads the gate lines up to Notes, and the notes.
-func readGatesAndNotes(lines []string) ([]engine.Gate, string) {
-	var gates []engine.Gate
+func readGatesAndNotes(lines []string) ([]engine.GateResult, string) {
+	var gates []engine.GateResult
 	for i := range lines {
 		line := strings.TrimSpace(lines[i])
 		if rest, ok := cutLabel(line, "notes"); ok {
@@ -123,7 +123,7 @@ func cutLabel(line, label string) (string, bool) {
 // (engine.GatePasses): "pass-ish", "passed?" or "pass/fail unknown" are
 // not passes. A value that is neither an exact pass nor a fail is read as
 // a gate not passed, with the value as its detail.
-func parseGateLine(line string) (engine.Gate, bool) {
+func parseGateLine(line string) (engine.GateResult, bool) {
 	var ok bool
 	for _, bullet := range []string{"- ", "* ", "• "} {
 		var rest string
@@ -133,17 +133,17 @@ func parseGateLine(line string) (engine.Gate, bool) {
 		}
 	}
 	if !ok {
-		return engine.Gate{}, false
+		return engine.GateResult{}, false
 	}
 	name, rest, ok := strings.Cut(line, ":")
 	if !ok {
-		return engine.Gate{}, false
+		return engine.GateResult{}, false
 	}
 	name = strings.Trim(strings.TrimSpace(name), "*` ")
 	if name == "" || strings.ContainsAny(name, " \t") {
-		return engine.Gate{}, false
+		return engine.GateResult{}, false
 	}
-	g := engine.Gate{Name: name}
+	g := engine.GateResult{Name: name}
 	if detail, ok := engine.GatePasses(rest); ok {
 		g.Passed, g.Detail = true, detail
 		return g, true
@@ -275,7 +275,7 @@ func parseRunAnswer(text string, rules runRules) (answer, error) {
 // unpassedGate returns the first required gate that gates do not report
 // as passed, by the host's rule: a gate passes only if every report of it
 // passed.
-func unpassedGate(gates []engine.Gate, required []string) string {
+func unpassedGate(gates []engine.GateResult, required []string) string {
 	passed := make(map[string]bool, len(gates))
 	for _, g := range gates {
 		prev, seen := passed[g.Name]

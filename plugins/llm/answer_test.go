@@ -15,8 +15,8 @@ func TestParseAnswer(t *testing.T) {
 	tests := []struct {
 		note     string
 		text     string
-		decision engine.Decision
-		gates    []engine.Gate
+		decision engine.ReviewDecision
+		gates    []engine.GateResult
 		notes    string
 		bad      string // part of the error; "" means it parses
 	}{
@@ -24,27 +24,27 @@ func TestParseAnswer(t *testing.T) {
 			note:     "the documented format",
 			text:     "Decision: approve\nGates:\n- sop_covers: pass — SOP-001 covers it\n- rollback_known: fail — none written\nNotes: Check it.\nSecond line.",
 			decision: engine.DecisionApprove,
-			gates:    []engine.Gate{{Name: "sop_covers", Passed: true, Detail: "SOP-001 covers it"}, {Name: "rollback_known", Detail: "none written"}},
+			gates:    []engine.GateResult{{Name: "sop_covers", Passed: true, Detail: "SOP-001 covers it"}, {Name: "rollback_known", Detail: "none written"}},
 			notes:    "Check it.\nSecond line.",
 		},
 		{
 			note:     "markdown, passed/failed, other dashes, CRLF",
 			text:     "\r\n**Decision:** Reject\r\n**Gates:**\r\n* **sop_covers**: **passed** - SOP-2\r\n- `rollback_known`: FAILED – no rollback\r\n**Notes:** no",
 			decision: engine.DecisionReject,
-			gates:    []engine.Gate{{Name: "sop_covers", Passed: true, Detail: "SOP-2"}, {Name: "rollback_known", Detail: "no rollback"}},
+			gates:    []engine.GateResult{{Name: "sop_covers", Passed: true, Detail: "SOP-2"}, {Name: "rollback_known", Detail: "no rollback"}},
 			notes:    "no",
 		},
 		{
 			note:     "a verdict that is neither pass nor fail is a gate not passed",
 			text:     "Decision: approve\n- sop_covers: probably — it looks covered\n- no_parallel_operation: pass\n- a bullet of prose: pass the salt",
 			decision: engine.DecisionApprove,
-			gates:    []engine.Gate{{Name: "sop_covers", Detail: "probably — it looks covered"}, {Name: "no_parallel_operation", Passed: true}},
+			gates:    []engine.GateResult{{Name: "sop_covers", Detail: "probably — it looks covered"}, {Name: "no_parallel_operation", Passed: true}},
 		},
 		{
 			note:     "only an exact pass token passes",
 			text:     "Decision: approve\n- a: pass-ish\n- b: passed?\n- c: pass/fail unknown\n- d: pass_unverified\n- e: pass if nothing else runs\n- f: pass.\n- g: **pass** (SOP-1)\n- h: Passed: yes",
 			decision: engine.DecisionApprove,
-			gates: []engine.Gate{
+			gates: []engine.GateResult{
 				{Name: "a", Detail: "pass-ish"}, {Name: "b", Detail: "passed?"}, {Name: "c", Detail: "pass/fail unknown"},
 				{Name: "d", Detail: "pass_unverified"}, {Name: "e", Detail: "pass if nothing else runs"}, {Name: "f", Detail: "pass."},
 				{Name: "g", Passed: true, Detail: "SOP-1"}, {Name: "h", Passed: true, Detail: "yes"},
@@ -205,7 +205,7 @@ func TestParseRunAnswer(t *testing.T) {
 		note     string
 		text     string
 		rules    *runRules
-		decision engine.Decision
+		decision engine.ReviewDecision
 		notes    string
 		want     runAnswer
 		bad      string // part of the error; "" means it parses

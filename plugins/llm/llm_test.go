@@ -181,7 +181,7 @@ func TestApprovalAfterToolCalls(t *testing.T) {
 			if res.Decision != engine.DecisionApprove || res.Text != approval {
 				t.Errorf("decision %q, text %q", res.Decision, res.Text)
 			}
-			want := []engine.Gate{
+			want := []engine.GateResult{
 				{Name: "sop_covers", Passed: true, Detail: "SOP-001 covers host_restart_service"},
 				{Name: "no_parallel_operation", Passed: true, Detail: "no approved change on web-1 in the history"},
 				{Name: "rollback_known", Passed: true, Detail: "start the previous unit again"},

@@ -317,7 +317,7 @@ func TestRunAnswerRepairTurn(t *testing.T) {
 		wantErr string
 		// wantWhy is what the repair turn says was wrong.
 		wantWhy  string
-		decision engine.Decision
+		decision engine.ReviewDecision
 	}{
 		{note: "malformed JSON, then repaired", answers: []string{malformed, runApproval}, wantWhy: "the ```json block is not the object asked for: invalid character ']'", decision: engine.DecisionApprove},
 		{note: "no block, then repaired", answers: []string{"Decision: reject\nNotes: not done", runRejection}, wantWhy: "no ```json block", decision: engine.DecisionReject},

@@ -142,8 +142,8 @@ type Response struct {
 	// engine.CheckGateLines).
 	Text string
 	// Decision must agree with Text.
-	Decision     engine.Decision
-	Gates        []engine.Gate
+	Decision     engine.ReviewDecision
+	Gates        []engine.GateResult
 	SOPID        string
 	RollbackPath string
 	Notes        string

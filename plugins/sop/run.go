@@ -74,7 +74,7 @@ func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 	criteria, criteriaWork := criteriaGate(run, req.Proposal.Criteria, required)
 	findings, findingsWork := findingsGate(run)
 	status, statusWork := statusGate(run, req.Proposal.Run)
-	res.Gates = []engine.Gate{criteria, findings, status}
+	res.Gates = []engine.GateResult{criteria, findings, status}
 	res.MissingWork = append(append(criteriaWork, findingsWork...), statusWork...)
 
 	who := "the run"
@@ -113,8 +113,8 @@ func proposalCriteria(p *engine.Proposal) (kinds map[string]string, required map
 // criteriaGate passes when every required deterministic criterion was
 // judged by the policy and passed. A required criterion the policy did not
 // judge fails the gate: a missing judgement is missing evidence.
-func criteriaGate(run *engine.RunContext, all []engine.Criterion, required map[string]bool) (engine.Gate, []string) {
-	g := engine.Gate{Name: GateCriteriaMet}
+func criteriaGate(run *engine.RunContext, all []engine.Criterion, required map[string]bool) (engine.GateResult, []string) {
+	g := engine.GateResult{Name: GateCriteriaMet}
 	var work, failed []string
 	judged := map[string]bool{}
 	passed := 0
@@ -159,8 +159,8 @@ func criteriaGate(run *engine.RunContext, all []engine.Criterion, required map[s
 
 // findingsGate passes when every finding of the earlier rounds is
 // resolved.
-func findingsGate(run *engine.RunContext) (engine.Gate, []string) {
-	g := engine.Gate{Name: GatePriorFindingsClosed}
+func findingsGate(run *engine.RunContext) (engine.GateResult, []string) {
+	g := engine.GateResult{Name: GatePriorFindingsClosed}
 	var work, open []string
 	for _, f := range run.PriorFindings {
 		if !f.Open() {
@@ -191,8 +191,8 @@ func findingsGate(run *engine.RunContext) (engine.Gate, []string) {
 // statusGate passes when the run completed, or ended with the status the
 // policy accepts for its task. A run that failed or was canceled is not
 // done because its criteria pass: the worker says it did not finish.
-func statusGate(run *engine.RunContext, p *engine.Run) (engine.Gate, []string) {
-	g := engine.Gate{Name: GateRunCompleted}
+func statusGate(run *engine.RunContext, p *engine.Run) (engine.GateResult, []string) {
+	g := engine.GateResult{Name: GateRunCompleted}
 	var status, task string
 	if p != nil {
 		status, task = p.Status, p.TaskID

@@ -285,7 +285,7 @@ func TestReviewRunThatDidNotComplete(t *testing.T) {
 			if approved := res.Decision == engine.DecisionApprove; approved != tc.approved {
 				t.Fatalf("decision %s, want approved %v:\n%s", res.Decision, tc.approved, res.Text)
 			}
-			gate := res.Gates[slices.IndexFunc(res.Gates, func(g engine.Gate) bool { return g.Name == GateRunCompleted })]
+			gate := res.Gates[slices.IndexFunc(res.Gates, func(g engine.GateResult) bool { return g.Name == GateRunCompleted })]
 			if gate.Passed != tc.approved {
 				t.Errorf("gate %+v", gate)
 			}

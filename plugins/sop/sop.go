@@ -70,7 +70,7 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 	if sop != nil && !sop.Covers(p.Action) {
 		stretched, sop = sop, nil
 	}
-	gates := []engine.Gate{
+	gates := []engine.GateResult{
 		{Name: "sop_covers", Passed: sop != nil},
 		parallelGate(req),
 		{Name: "rollback_known", Passed: sop != nil && strings.TrimSpace(sop.Rollback) != ""},
@@ -151,8 +151,8 @@ const ParallelWindow = 10 * time.Minute
 
 // parallelGate checks the recent verdicts the host sent for the same
 // tenant and target: an approval inside ParallelWindow fails the gate.
-func parallelGate(req *sdk.Request) engine.Gate {
-	g := engine.Gate{Name: "no_parallel_operation"}
+func parallelGate(req *sdk.Request) engine.GateResult {
+	g := engine.GateResult{Name: "no_parallel_operation"}
 	var history []engine.Verdict
 	if len(req.Policy.History) > 0 {
 		if err := json.Unmarshal(req.Policy.History, &history); err != nil {

@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -24,7 +24,7 @@ func FuzzStoredRecords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		reported := 0
-		s := NewVerdictStore(nil, WithCorruptRecordHook(func(context.Context, *RecordError) { reported++ }))
+		s := New(nil, WithCorruptRecordHook(func(context.Context, *RecordError) { reported++ }))
 		ctx := context.Background()
 		check := func(kind string, err error, ok bool) {
 			t.Helper()

@@ -1,4 +1,4 @@
-package bus
+package store
 
 import (
 	"context"
@@ -10,57 +10,8 @@ import (
 	"github.com/gated/gated/internal/digest"
 )
 
-// Kinds of the records gated keeps in the verdict bucket, as RecordError
-// names them.
-const (
-	RecordVerdict = "verdict"
-	RecordClaim   = "claim"
-	RecordRun     = "run"
-	RecordHistory = "history"
-)
-
-// RecordError says that a record read back from the verdict bucket is not
-// what gated stores under its key: it does not decode, or it names another
-// tenant, proposal, run or target. Only gated writes the bucket, so such a
-// record was put there by something else (with a NATS deployment that let
-// a client write into gated's account, for example as the reply subject of
-// a JetStream publish). It wraps engine.ErrCorruptRecord.
-type RecordError struct {
-	// Kind is RecordVerdict, RecordClaim, RecordRun or RecordHistory.
-	Kind string `json:"kind"`
-	// Tenant is the key's tenant token.
-	Tenant string `json:"tenant"`
-	// Key is the bucket key, Revision the entry's revision.
-	Key      string `json:"key"`
-	Revision uint64 `json:"revision"`
-	// Problem says what does not match.
-	Problem string `json:"problem"`
-}
-
-func (e *RecordError) Error() string {
-	return fmt.Sprintf("%s record %s (revision %d) is not gated's: %s", e.Kind, e.Key, e.Revision, e.Problem)
-}
-
-// Unwrap lets errors.Is match engine.ErrCorruptRecord.
-func (e *RecordError) Unwrap() error { return engine.ErrCorruptRecord }
-
-// CorruptRecordHook is told of every record a VerdictStore read back and
-// refused. It runs on the goroutine that read the record, so it should
-// return soon; ctx is the reader's.
-type CorruptRecordHook func(ctx context.Context, e *RecordError)
-
-// StoreOption configures a VerdictStore.
-type StoreOption func(*VerdictStore)
-
-// WithCorruptRecordHook has the store call hook for every record it
-// refuses (see RecordError). Default: none; the refusal is still an error
-// for the caller.
-func WithCorruptRecordHook(hook CorruptRecordHook) StoreOption {
-	return func(s *VerdictStore) { s.corrupt = hook }
-}
-
 // refuse builds the RecordError of a refused record and reports it.
-func (s *VerdictStore) refuse(ctx context.Context, kind, key string, rev uint64, format string, args ...any) *RecordError {
+func (s *Verdicts) refuse(ctx context.Context, kind, key string, rev uint64, format string, args ...any) *RecordError {
 	tenant, _, _ := strings.Cut(key, ".")
 	e := &RecordError{Kind: kind, Tenant: tenant, Key: key, Revision: rev, Problem: fmt.Sprintf(format, args...)}
 	if s.corrupt != nil {
@@ -100,7 +51,7 @@ func knownOutcome(o engine.Outcome) bool {
 
 // decodeVerdict decodes the verdict stored under tenant.id at revision
 // rev, refusing one that is not a verdict for that key.
-func (s *VerdictStore) decodeVerdict(ctx context.Context, tenant, id string, rev uint64, data []byte) (*engine.Verdict, error) {
+func (s *Verdicts) decodeVerdict(ctx context.Context, tenant, id string, rev uint64, data []byte) (*engine.Verdict, error) {
 	key := tenant + "." + id
 	var v engine.Verdict
 	if err := json.Unmarshal(data, &v); err != nil {
@@ -121,7 +72,7 @@ type storedClaim struct {
 }
 
 // decodeClaim decodes the claim stored under tenant.claims.id.
-func (s *VerdictStore) decodeClaim(ctx context.Context, tenant, id string, rev uint64, data []byte) (engine.Claim, error) {
+func (s *Verdicts) decodeClaim(ctx context.Context, tenant, id string, rev uint64, data []byte) (engine.Claim, error) {
 	key := claimKey(tenant, id)
 	var c storedClaim
 	if err := json.Unmarshal(data, &c); err != nil {
@@ -138,7 +89,7 @@ func (s *VerdictStore) decodeClaim(ctx context.Context, tenant, id string, rev u
 }
 
 // decodeRunRecord decodes the run record stored under tenant.runs.runID.
-func (s *VerdictStore) decodeRunRecord(ctx context.Context, tenant, runID string, rev uint64, data []byte) (*engine.RunRecord, error) {
+func (s *Verdicts) decodeRunRecord(ctx context.Context, tenant, runID string, rev uint64, data []byte) (*engine.RunRecord, error) {
 	key := runKey(tenant, runID)
 	var rec engine.RunRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
@@ -162,7 +113,7 @@ func (s *VerdictStore) decodeRunRecord(ctx context.Context, tenant, runID string
 
 // decodeHistory decodes the target history stored under
 // tenant.targets.target: approvals of tenant's proposals on target only.
-func (s *VerdictStore) decodeHistory(ctx context.Context, tenant, target string, rev uint64, data []byte) ([]engine.Verdict, error) {
+func (s *Verdicts) decodeHistory(ctx context.Context, tenant, target string, rev uint64, data []byte) ([]engine.Verdict, error) {
 	key := targetKey(tenant, target)
 	var list []engine.Verdict
 	if err := json.Unmarshal(data, &list); err != nil {

@@ -1,4 +1,4 @@
-package bus_test
+package store_test
 
 import (
 	"context"
@@ -11,16 +11,17 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
 
 // refusals collects what a store reports through its corrupt-record hook.
 type refusals struct {
 	mu   sync.Mutex
-	errs []*bus.RecordError
+	errs []*store.RecordError
 }
 
-func (r *refusals) hook(_ context.Context, e *bus.RecordError) {
+func (r *refusals) hook(_ context.Context, e *store.RecordError) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.errs = append(r.errs, e)
@@ -38,7 +39,7 @@ func (r *refusals) keys() []string {
 
 // storeWithRefusals sets gated's objects up on a fresh server and returns
 // the raw bucket and a store over it that reports its refusals.
-func storeWithRefusals(t *testing.T) (jetstream.KeyValue, *bus.VerdictStore, *refusals) {
+func storeWithRefusals(t *testing.T) (jetstream.KeyValue, *store.Verdicts, *refusals) {
 	t.Helper()
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
@@ -47,7 +48,7 @@ func storeWithRefusals(t *testing.T) (jetstream.KeyValue, *bus.VerdictStore, *re
 		t.Fatal(err)
 	}
 	r := &refusals{}
-	return res.Verdicts, bus.NewVerdictStore(res.Verdicts, bus.WithCorruptRecordHook(r.hook)), r
+	return res.Verdicts, store.New(res.Verdicts, store.WithCorruptRecordHook(r.hook)), r
 }
 
 // pubAck is what JetStream stores when a client names a key of the
@@ -57,9 +58,9 @@ const pubAck = `{"stream":"GATED_PROPOSALS","seq":7}`
 // wantRefused checks that err is the refusal of key, reported once.
 func wantRefused(t *testing.T, err error, r *refusals, key string) {
 	t.Helper()
-	var re *bus.RecordError
+	var re *store.RecordError
 	if !errors.Is(err, engine.ErrCorruptRecord) || !errors.As(err, &re) || re.Key != key {
-		t.Fatalf("error %v, want a *bus.RecordError for %s wrapping engine.ErrCorruptRecord", err, key)
+		t.Fatalf("error %v, want a *store.RecordError for %s wrapping engine.ErrCorruptRecord", err, key)
 	}
 	if got := r.keys(); len(got) != 1 || got[0] != key {
 		t.Fatalf("hook told of %v, want [%s]", got, key)

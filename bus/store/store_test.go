@@ -1,0 +1,37 @@
+package store_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/store"
+	"github.com/gated/gated/engine"
+)
+
+func TestVerdicts(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := store.New(res.Verdicts)
+	if _, err := store.Get(t.Context(), "acme", "p1"); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("Get missing: err = %v, want ErrNotFound", err)
+	}
+	first := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "first"}
+	if _, err := store.Create(t.Context(), first); err != nil {
+		t.Fatal(err)
+	}
+	second := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, Reason: "second"}
+	got, err := store.Create(t.Context(), second)
+	if !errors.Is(err, engine.ErrExists) || got == nil || got.Reason != "first" {
+		t.Fatalf("second Create: got %+v, err %v; want the first verdict and ErrExists", got, err)
+	}
+	got, err = store.Get(t.Context(), "acme", "p1")
+	if err != nil || got.Approved || got.Reason != "first" {
+		t.Fatalf("Get: %+v, %v; the first verdict must stand", got, err)
+	}
+}

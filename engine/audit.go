@@ -1,0 +1,168 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+)
+
+// eventHead is what every audit event of a proposal carries besides its
+// own data: the proposal's address, the human the agent acts for, the
+// delivery count, and the policy in force (its revision, and how long it
+// took once it has decided). A decision keeps its head up to date as it
+// learns these; its auditLog reads the head for every event.
+type eventHead struct {
+	tenant, id, action string
+	// operator is the id of the human the agent acts for, once the
+	// proposal is decoded.
+	operator string
+	// delivery is the JetStream delivery count of the proposal message.
+	delivery int
+	revision string
+	evalUS   int64
+}
+
+// auditLog assembles the audit events of one proposal from its head and
+// records them on the delivery's trail. Reviews of a quorum record
+// concurrently, and a trail is written by one goroutine at a time, so the
+// log serialises them.
+type auditLog struct {
+	trail AuditTrail
+	clock Clock
+	head  *eventHead
+	mu    sync.Mutex
+	// received is true once the delivery's arrival is recorded.
+	received bool
+}
+
+// event builds the event name with data, under the head as it stands.
+func (l *auditLog) event(name string, data any) AuditEvent {
+	h := l.head
+	tenant := h.tenant
+	if tenant == "" {
+		tenant = UnknownTenant
+	}
+	common := proposalEventData{Action: h.action, Operator: h.operator, Delivery: h.delivery, PolicyEvalUS: h.evalUS}
+	if name == EventVerdict {
+		common.Action = "" // the verdict names its action itself
+	}
+	return AuditEvent{
+		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
+		At: l.clock.Now().UTC(), PolicyRevision: h.revision,
+		Data: mergeJSON(mustJSON(common), mustJSON(data)),
+	}
+}
+
+// seal writes the trail's final event and waits for the whole trail.
+func (l *auditLog) seal(ctx context.Context, name string, data any) (uint64, error) {
+	ev := l.event(name, data)
+	l.mu.Lock()
+	seq, err := l.trail.Seal(ctx, ev)
+	l.mu.Unlock()
+	if err != nil {
+		return 0, fmt.Errorf("sealing audit trail: %w", err)
+	}
+	return seq, nil
+}
+
+// record appends an event to the trail.
+func (l *auditLog) record(ctx context.Context, name string, data any) error {
+	ev := l.event(name, data)
+	l.mu.Lock()
+	err := l.trail.Record(ctx, ev)
+	l.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("recording audit event %s: %w", name, err)
+	}
+	return nil
+}
+
+// recordBestEffort records an event whose failure will surface at Seal:
+// an audit trail that lost an event refuses to seal, so the proposal is
+// redelivered rather than acknowledged with a gap in its history.
+func (l *auditLog) recordBestEffort(ctx context.Context, name string, data any) {
+	_ = l.record(ctx, name, data)
+}
+
+// recordReceived records the arrival of a delivery's bytes.
+func (l *auditLog) recordReceived(ctx context.Context, subject string, size int, digest string) error {
+	if err := l.record(ctx, EventReceived, receivedData{Subject: subject, Bytes: size, SHA256: digest}); err != nil {
+		return err
+	}
+	l.received = true
+	return nil
+}
+
+// proposalEventData is what every event of a proposal carries in its data.
+type proposalEventData struct {
+	Action string `json:"action,omitempty"`
+	// Operator is the id of the human the agent acts for, once the
+	// proposal is decoded.
+	Operator string `json:"operator,omitempty"`
+	// Delivery is the JetStream delivery count of the proposal message.
+	Delivery int `json:"delivery,omitempty"`
+	// PolicyEvalUS is how long the policy evaluation took, on every event
+	// recorded after it.
+	PolicyEvalUS int64 `json:"policy_eval_us,omitempty"`
+}
+
+// mergeJSON joins two JSON objects into one by splicing their members: the
+// keys of base come first. It does not look for keys present in both, so
+// callers keep them apart. When extra is not an object it is kept whole
+// under "detail".
+func mergeJSON(base, extra json.RawMessage) json.RawMessage {
+	extra = bytes.TrimSpace(extra)
+	if len(extra) == 0 || string(extra) == "null" {
+		return base
+	}
+	if extra[0] != '{' {
+		extra = mustJSON(map[string]json.RawMessage{"detail": extra})
+	}
+	if len(base) <= 2 { // "{}"
+		return extra
+	}
+	inner := bytes.TrimSpace(extra[1 : len(extra)-1])
+	if len(inner) == 0 {
+		return base
+	}
+	out := make([]byte, 0, len(base)+len(extra))
+	out = append(out, base[:len(base)-1]...)
+	out = append(out, ',')
+	out = append(out, inner...)
+	return append(out, '}')
+}
+
+// receivedData and policyDecidedData are the data of the two records every
+// decided proposal has. Their members are in the order of their names, as
+// the maps they replace were written.
+type receivedData struct {
+	Bytes   int    `json:"bytes"`
+	SHA256  string `json:"sha256"`
+	Subject string `json:"subject"`
+}
+
+type policyDecidedData struct {
+	DeniedTools   []string   `json:"denied_tools"`
+	Denies        []Deny     `json:"denies"`
+	EvalUS        int64      `json:"eval_us"`
+	Review        Route      `json:"review"`
+	ReviewerTools []string   `json:"reviewer_tools"`
+	Run           *RunPolicy `json:"run"`
+	SOP           string     `json:"sop"`
+}
+
+func mustJSON(v any) json.RawMessage {
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case json.RawMessage:
+		return v // encoded by the engine already
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"marshal_error": err.Error()})
+	}
+	return b
+}

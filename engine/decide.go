@@ -1,0 +1,375 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// pass is the state of one delivery's pass through the pipeline (or of an
+// operator's decision on a held verdict, see Resolve). Its eventHead
+// is what every audit event of the proposal carries; log records them.
+type pass struct {
+	e      *Engine
+	d      Delivery
+	start  time.Time
+	digest string
+	p      *Proposal
+	eventHead
+	log auditLog
+	// keys are derived from the proposal once it decodes.
+	keys proposalKeys
+	// claim is this delivery's review claim, released when the decision
+	// ends with no verdict stored.
+	claim *reviewClaim
+	// run is set for a run proposal once the policy has decided it.
+	run *runState
+	// dkey keeps the proposal's dedupe key under dkey.revision once
+	// computed.
+	dkey struct {
+		key      dedupeKey
+		revision string
+		set      bool
+	}
+	// history carries the recent verdicts on the proposal's target from
+	// readHistoryAhead; nil when it read none.
+	history chan historyRead
+}
+
+// proposalKeys are the keys the engine derives from a decoded proposal,
+// each in one place.
+type proposalKeys struct {
+	// target is the digest of the canonical target (Proposal.TargetKey),
+	// part of the dedupe key; "" for a run review.
+	target string
+	// history is the target whose recent approvals the policy reads and
+	// an approval joins: target for a mutating action, "" otherwise. A
+	// run review judges work already done, not an operation on a target:
+	// it neither reads nor joins a target's history.
+	history string
+}
+
+// keysOf derives the keys of p.
+func keysOf(p *Proposal) proposalKeys {
+	if p.Kind == KindRun {
+		return proposalKeys{}
+	}
+	k := proposalKeys{target: p.TargetKey()}
+	if p.Mutating() {
+		k.history = k.target
+	}
+	return k
+}
+
+// decode decodes the delivery's proposal and sets the decision's address
+// from it or, when it does not decode, from what can be recovered of it.
+func (r *pass) decode() error {
+	subjTenant, subjAction, subjErr := ParseProposalSubject(r.d.Subject)
+	var decodeErr error
+	if subjErr != nil {
+		decodeErr = subjErr
+	} else {
+		r.p, decodeErr = DecodeProposal(r.d.Data, subjTenant, subjAction, r.e.cfg.Limits)
+	}
+	if r.p == nil {
+		r.tenant, r.id = RecoverAddress(r.d.Subject, r.d.Data, r.d.MsgID)
+		r.action = subjAction
+		return decodeErr
+	}
+	r.tenant, r.id, r.action = r.p.Tenant, r.p.ID, r.p.Action
+	if r.p.Operator != nil {
+		r.operator = r.p.Operator.ID
+	}
+	r.keys = keysOf(r.p)
+	return decodeErr
+}
+
+func (r *pass) decide(ctx context.Context) (*Verdict, error) {
+	decodeErr := r.decode()
+	if decodeErr == nil {
+		r.readHistoryAhead(ctx)
+	}
+	if r.id != "" {
+		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
+		switch {
+		case err == nil:
+			return r.handOver(ctx, stored, false)
+		case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptRecord):
+			// A corrupt entry (reported by the store) is no verdict: the
+			// proposal is decided afresh, and Create replaces the entry.
+			return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
+		}
+	}
+
+	if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
+		return nil, err
+	}
+	if decodeErr != nil {
+		reason := "invalid proposal: " + decodeErr.Error()
+		if err := r.log.record(ctx, EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
+			return nil, err
+		}
+		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
+	}
+	if v, hit, err := r.dedupe(ctx); hit || err != nil {
+		return v, err
+	}
+	v, awaited, err := r.judge(ctx)
+	// The claim is released only when this delivery ends with no verdict
+	// stored, so that another delivery may review. Once a verdict is
+	// stored it is kept: a copy of the proposal finds the stored verdict
+	// before it looks at claims, or, when it looked just before the
+	// verdict was stored, finds the claim live and waits for that verdict,
+	// which is already there. Keeping it saves the release's write; it
+	// goes with the bucket's TTL, as the release's purge marker would.
+	stored := false
+	defer func() {
+		if !stored {
+			r.claim.release(ctx)
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if awaited {
+		stored = true
+		return r.handOver(ctx, v, false)
+	}
+	r.finishRun(v)
+	if err := ctx.Err(); err != nil {
+		// The caller gave up (shutdown), so nothing the pipeline saw after
+		// that is a decision: leave the proposal for redelivery.
+		return nil, fmt.Errorf("deciding %s.%s: %w", r.tenant, r.id, err)
+	}
+	decided, err := r.finish(ctx, v)
+	stored = err == nil
+	if err == nil && decided == v {
+		r.rememberRejection(v)
+	}
+	return decided, err
+}
+
+// judge runs policy and review, and returns the verdict. It never returns
+// an approval that the policy or the host's reading of a review did not
+// grant explicitly. awaited says that v is not this delivery's decision
+// but the verdict another message carrying the proposal had reviewed and
+// stored (see reviewClaim): it is handed over, not decided again. An error
+// is an infrastructure failure: nothing is decided and the delivery is
+// retried.
+func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) {
+	p := r.p
+	// The policy says who reviews (a proposal's reviewer only where the
+	// policy lets it replace the routed persona): evaluate in the default
+	// persona's name first, and EvaluateRouted follows the policy's route.
+	personaName := r.e.cfg.DefaultPersona
+	var history []Verdict
+	if r.keys.history != "" {
+		if history, err = r.recentHistory(ctx); err != nil {
+			return nil, false, fmt.Errorf("reading recent verdicts on the target: %w", err)
+		}
+	}
+	var record *RunRecord
+	if p.Kind == KindRun {
+		if record, err = r.e.cfg.Store.RunRecord(ctx, p.Tenant, p.Run.RunID); err != nil {
+			return nil, false, fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
+		}
+	}
+	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
+	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
+	if err != nil {
+		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
+		r.log.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
+		return v, false, nil
+	}
+	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
+	settled, done := PolicyOutcome(p, pd, routed)
+	if p.Kind == KindRun {
+		if pd.Run == nil {
+			v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
+			r.log.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": "decision.run is missing"})
+			return v, false, nil
+		}
+		r.run = newRunState(p, pd.Run, record)
+	}
+	policyRef := &PolicyRef{Denies: settled.Denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
+	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
+		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
+		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
+	})
+	if done {
+		if settled.Outcome == OutcomeApproved && pd.Skipped {
+			r.log.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
+		}
+		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
+		v.Policy = policyRef
+		return v, false, nil
+	}
+	v, awaited, err = r.review(ctx, pd, routed, in)
+	if err != nil || awaited {
+		return v, awaited, err
+	}
+	if v.Policy == nil { // set when the policy refused a reviewer the proposal added
+		v.Policy = policyRef
+	}
+	return v, false, nil
+}
+
+// historyRead is a target's recent verdicts as the store returned them.
+type historyRead struct {
+	verdicts []Verdict
+	err      error
+}
+
+// readHistoryAhead starts reading the recent verdicts on the proposal's
+// history key, which the policy will need, beside the look-up of a stored
+// verdict: the two round trips to the store overlap instead of adding up.
+func (r *pass) readHistoryAhead(ctx context.Context) {
+	key := r.keys.history
+	if key == "" {
+		return
+	}
+	ch := make(chan historyRead, 1)
+	r.history = ch
+	var history TargetHistory = r.e.cfg.Store
+	tenant := r.tenant
+	go func() {
+		v, err := history.Recent(ctx, tenant, key)
+		ch <- historyRead{v, err}
+	}()
+}
+
+// recentHistory returns the recent verdicts on the proposal's history
+// key, read ahead when readHistoryAhead started it.
+func (r *pass) recentHistory(ctx context.Context) ([]Verdict, error) {
+	if r.history != nil {
+		h := <-r.history
+		r.history = nil
+		return h.verdicts, h.err
+	}
+	return r.e.cfg.Store.Recent(ctx, r.tenant, r.keys.history)
+}
+
+// idReused is the verdict of a proposal whose id names another one.
+// It is never stored, and names no target: the key is the other
+// proposal's.
+func (r *pass) idReused() *Verdict {
+	v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
+		"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
+	v.TargetKey = ""
+	return v
+}
+
+// answers reports whether stored answers exactly the delivery's bytes.
+// A verdict without a digest answers nothing: gated sets one on every
+// verdict it stores, so one without is not a verdict of this proposal.
+func (r *pass) answers(stored *Verdict) bool {
+	return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest
+}
+
+// handOver gives the delivery a verdict that another decision stored
+// under the proposal's tenant and id: found on look-up, awaited on a
+// review claim, or met when storing this delivery's own verdict. Every
+// such verdict goes through here. It is the delivery's only when it
+// answers the delivery's bytes (answers); otherwise the id belongs to a
+// different proposal, and the delivery is answered invalid, audited on its
+// trail and not stored, since the key is that proposal's.
+//
+// sealed says the delivery's trail is sealed already with a verdict of
+// its own that lost the race to the store. A verdict of the same proposal
+// is then returned as it is (another gated decided it first); a different
+// proposal's is an error wrapping ErrIDTaken, since the trail cannot take
+// the invalid verdict: the delivery is retried, and its next delivery
+// finds the stored verdict on look-up and is answered invalid here.
+func (r *pass) handOver(ctx context.Context, stored *Verdict, sealed bool) (*Verdict, error) {
+	if !r.answers(stored) {
+		if sealed {
+			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
+				ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
+		}
+		if !r.log.received {
+			if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
+				return nil, err
+			}
+		}
+		v := r.idReused()
+		if err := r.sealVerdict(ctx, v); err != nil {
+			return nil, err
+		}
+		return v, nil // not stored: the key belongs to the other proposal
+	}
+	if sealed {
+		return stored, nil
+	}
+	_, err := r.log.seal(ctx, EventReplayed, map[string]any{
+		"audit_seq": stored.AuditSeq, "outcome": stored.Outcome,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return stored, nil
+}
+
+// finish seals the audit trail with the verdict and stores it.
+func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
+	if v.Policy == nil {
+		// No policy decided (the proposal was invalid, or evaluation
+		// failed): the verdict still names the policy in force.
+		v.Policy = &PolicyRef{Denies: []Deny{}, Revision: r.revision, EvalUS: r.evalUS}
+	}
+	if err := r.sealVerdict(ctx, v); err != nil {
+		return nil, err
+	}
+	if v.ProposalID == "" {
+		return v, nil
+	}
+	stored, err := r.e.cfg.Store.Create(ctx, v)
+	switch {
+	case errors.Is(err, ErrExists) && stored != nil:
+		// Another decision stored a verdict first: it stands, and it is
+		// this delivery's only if it answers the same bytes.
+		return r.handOver(ctx, stored, true)
+	case err != nil:
+		return nil, fmt.Errorf("storing verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
+	}
+	return v, nil
+}
+
+// sealVerdict seals the trail with v's verdict.decided record and sets
+// v.AuditSeq to the record's sequence. The verdict is encoded once: as it
+// stands, with audit_seq 0, for the record, and with the record's
+// sequence spliced in for the store and the wire (Verdict.JSON).
+func (r *pass) sealVerdict(ctx context.Context, v *Verdict) error {
+	v.AuditSeq = 0
+	doc, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encoding verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
+	}
+	seq, err := r.log.seal(ctx, EventVerdict, json.RawMessage(doc))
+	if err != nil {
+		return err
+	}
+	v.AuditSeq = seq
+	if sealed, ok := setTopLevelUint(doc, "audit_seq", seq); ok {
+		v.keepEncoding(sealed)
+	}
+	return nil
+}
+
+func (r *pass) verdict(o Outcome, s Stage, reason string) *Verdict {
+	now := r.e.cfg.Clock.Now()
+	kind, agent := KindAction, ""
+	if r.p != nil {
+		kind = r.p.Kind
+		if r.p.RequestedBy != nil {
+			agent = r.p.RequestedBy.Agent
+		}
+	}
+	return &Verdict{
+		V: SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
+		Outcome: o, Approved: o == OutcomeApproved, Stage: s, Reason: reason,
+		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
+		TargetKey: r.keys.history, Agent: agent,
+	}
+}

@@ -1,0 +1,172 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// reviewOne runs one reviewer's review under its own id and deadline and
+// reads the answer with the host's authority. Every review of a quorum
+// runs through it, concurrently with the others.
+func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verdict) reviewResult {
+	persona := c.persona
+	out := reviewResult{name: persona.Name}
+	timeout := c.timeout
+	reviewID := newReviewID()
+	// The deadline is wall-clock time: the injected Clock only stamps
+	// verdicts and events.
+	rctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	deadline, _ := rctx.Deadline()
+
+	startedData := map[string]any{
+		"review_id": reviewID, "persona": persona.Name, "plugin": persona.Plugin,
+		"tools": c.pd.ReviewerTools, "deadline": deadline,
+	}
+	if n > 1 {
+		startedData["quorum"] = n
+	}
+	r.log.recordBestEffort(ctx, EventReviewStarted, startedData)
+	started := time.Now()
+	res, err := c.reviewer.Review(rctx, ReviewRequest{
+		ReviewID:       reviewID,
+		Proposal:       r.p,
+		ProposalJSON:   r.d.Data,
+		Persona:        persona,
+		Tools:          c.pd.ReviewerTools,
+		DeniedTools:    c.pd.DeniedTools,
+		SOP:            c.pd.SOP,
+		History:        history,
+		PolicyRevision: c.pd.Revision,
+		Why:            c.pd.Review.Why,
+		Deadline:       deadline,
+		Run:            r.runContext(),
+		Audit:          r.log.recordBestEffort,
+	})
+	latency := time.Since(started)
+	if err != nil {
+		out.outcome = OutcomeError
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded):
+			out.outcome = OutcomeTimeout
+		case errors.Is(err, ErrNoReviewer):
+			out.outcome = OutcomeBlocked
+		}
+		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
+			"review_id": reviewID, "outcome": out.outcome, "error": err.Error(), "latency_ms": ms(latency),
+		})
+		out.why = fmt.Sprintf("review by persona %q failed: %v", persona.Name, err)
+		out.failure = err.Error()
+		if out.outcome == OutcomeTimeout {
+			out.why = fmt.Sprintf("review by persona %q passed its %s deadline", persona.Name, timeout)
+			out.failure = fmt.Sprintf("passed its %s deadline", timeout)
+		}
+		// A failed review is listed as a rejection that says what failed:
+		// it never counts towards an approval.
+		out.review = Review{
+			Plugin: persona.Plugin, Persona: persona.Name, Decision: DecisionReject,
+			Notes: "review failed: " + out.failure, LatencyMS: ms(latency),
+		}
+		return out
+	}
+
+	rev, approved, why := Judge(res, persona)
+	rev.LatencyMS = ms(latency)
+	out.outcome = OutcomeRejected
+	if approved {
+		out.outcome = OutcomeApproved
+	}
+	if r.run != nil {
+		out.outcome, why = r.run.judgeRun(&rev, approved, why)
+		if out.outcome == OutcomeError {
+			out.failure = why
+		}
+	}
+	done := map[string]any{
+		"review_id": reviewID, "plugin": res.Plugin, "plugin_version": res.PluginVersion,
+		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
+		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
+	}
+	if r.run != nil {
+		done["outcome"], done["criteria"], done["missing_work"] = out.outcome, rev.Criteria, len(rev.MissingWork)
+	}
+	r.log.recordBestEffort(ctx, EventReviewDone, done)
+	out.review, out.judged, out.why = rev, true, why
+	return out
+}
+
+// Judge applies the host's decision authority to a reviewer's answer. It
+// approves only when the text approves (ParseDecision), the structured
+// decision agrees, the text's gate lines agree with the structured gates
+// (CheckGateLines), and every gate the persona requires is reported as
+// passed. The returned reason is one sentence for the verdict.
+func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
+	text := res.Text
+	if len(text) > MaxDecisionTextBytes {
+		text = strings.ToValidUTF8(text[:MaxDecisionTextBytes], "")
+	}
+	decision, parsed, overruled := readDecision(res.Text)
+	rev := Review{
+		Plugin: res.Plugin, PluginVersion: res.PluginVersion, Persona: persona.Name,
+		Model: res.Model, DecisionText: text, Decision: decision, Gates: res.Gates,
+		SOPID: res.SOPID, RollbackPath: res.RollbackPath, Notes: res.Notes,
+		Criteria: res.Criteria, Comments: res.Comments, MissingWork: res.MissingWork,
+		NextRoundGuidance: res.NextRoundGuidance, Warnings: res.Warnings, Confidence: res.Confidence,
+		Turns: res.Turns, Tokens: res.Tokens,
+	}
+	who := fmt.Sprintf("reviewer %s (persona %s)", res.Plugin, persona.Name)
+	if decision != DecisionApprove {
+		// A text whose first line approves and a later line overrules is
+		// named by that line: the reviewer's notes may say "approved".
+		if note := firstSentence(res.Notes); note != "" && !overruled {
+			return rev, false, fmt.Sprintf("%s rejected: %s", who, note)
+		}
+		return rev, false, fmt.Sprintf("%s did not approve: %s", who, parsed)
+	}
+	if res.Decision != DecisionApprove {
+		rev.Decision = DecisionReject
+		return rev, false, fmt.Sprintf("%s wrote an approval but reported decision %q; a disagreement is a rejection", who, res.Decision)
+	}
+	// A gate passes only if every report of it passed: a reviewer that
+	// says both pass and fail has not said pass.
+	passed := make(map[string]bool, len(res.Gates))
+	for _, g := range res.Gates {
+		prev, seen := passed[g.Name]
+		passed[g.Name] = g.Passed && (!seen || prev)
+	}
+	for _, g := range persona.RequiredGates {
+		if !passed[g] {
+			rev.MissingGates = append(rev.MissingGates, g)
+		}
+	}
+	if len(rev.MissingGates) > 0 {
+		rev.Decision = DecisionReject
+		return rev, false, fmt.Sprintf("%s approved without passing required gates: %s", who, strings.Join(rev.MissingGates, ", "))
+	}
+	if err := CheckGateLines(res.Text, res.Gates); err != nil {
+		rev.Decision = DecisionReject
+		return rev, false, fmt.Sprintf("%s approved, but its text and its gates disagree: %v; a disagreement is a rejection", who, err)
+	}
+	return rev, true, fmt.Sprintf("%s approved with all %d required gates passed", who, len(persona.RequiredGates))
+}
+
+func firstSentence(s string) string {
+	s = firstNonBlankLine(s)
+	if len(s) > 240 {
+		s = s[:240] + "…"
+	}
+	return s
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func newReviewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "rv_" + hex.EncodeToString(b[:])
+}
