@@ -1,0 +1,319 @@
+"""The asyncio fleet client: publish proposals, wait for verdicts, believe
+only what gated stored.
+
+It mirrors the Go client (bus/fleet): it subscribes to the verdict subject
+and flushes before it publishes, publishes on JetStream with Nats-Msg-Id
+<tenant>.<id>, skips anything on the verdict subject that is not a verdict
+for this proposal, refuses a verdict for other bytes, and believes an
+approval only once the stored verdict confirms it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+
+from gated.errors import (
+    BadProposal,
+    ConnectionLost,
+    GatedError,
+    InvalidConfig,
+    NoVerdict,
+    PublishError,
+    ServiceUnavailable,
+    StoreError,
+)
+from gated.proposal import Proposal
+from gated.verdict import (
+    Verdict,
+    answer,
+    confirm_approval,
+    decode_review_reply,
+    decode_stored_verdict,
+    verdict_message,
+)
+from gated.wire import (
+    DEFAULT_API_PREFIX,
+    MSG_ID_HEADER,
+    Address,
+    address_of,
+    digest,
+    encode_proposal,
+    proposal_subject,
+    review_subject,
+    valid_id,
+    valid_tenant,
+    verdict_lookup_subject,
+    verdict_subject,
+)
+
+DEFAULT_WAIT = 90.0
+"""Seconds a call waits for its verdict when it is given no timeout."""
+
+POLL_INTERVAL = 2.0
+"""Seconds between look-ups of the stored verdict while waiting: the
+verdict message is core NATS and can be lost; the stored verdict is not."""
+
+LOOKUP_WAIT = 5.0
+"""Seconds one look-up of the stored verdict may take: one that goes
+unanswered must not keep a wait from the verdict subject."""
+
+
+class Client:
+    """The fleet side of gated on one NATS connection. Safe for concurrent
+    use by the tasks of one event loop.
+
+    Build one with :meth:`connect`, or wrap a connection you made with
+    ``Client(nc)``. Every call takes ``timeout`` in seconds (default: the
+    client's ``default_wait``); the deadline is kept exactly, and a call
+    that runs out of it raises :class:`NoVerdict`.
+    """
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        default_wait: float = DEFAULT_WAIT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> None:
+        if not default_wait > 0:
+            raise InvalidConfig(f"default wait {default_wait} must be positive")
+        if not poll_interval > 0:
+            raise InvalidConfig(f"poll interval {poll_interval} must be positive")
+        api_prefix = api_prefix.removesuffix(".")
+        if not api_prefix or any(c in api_prefix for c in " *>"):
+            raise InvalidConfig(f"JetStream API prefix {api_prefix!r}")
+        self.nc = nc
+        self.default_wait = default_wait
+        self.api_prefix = api_prefix
+        self.poll_interval = poll_interval
+        self._owned = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | list[str] = "nats://127.0.0.1:4222",
+        *,
+        default_wait: float = DEFAULT_WAIT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        poll_interval: float = POLL_INTERVAL,
+        **nats_options: Any,
+    ) -> Client:
+        """Connect to NATS (``nats_options`` go to ``nats.connect``) and
+        return a client that closes the connection on :meth:`close`."""
+        c = cls.__new__(cls)
+        # Validate the options before connecting.
+        cls.__init__(c, NATS(), default_wait=default_wait, api_prefix=api_prefix, poll_interval=poll_interval)
+        c.nc = await nats.connect(servers, **nats_options)
+        c._owned = True
+        c.loop = asyncio.get_running_loop()
+        return c
+
+    async def close(self) -> None:
+        """Close the connection if :meth:`connect` made it."""
+        if self._owned and not self.nc.is_closed:
+            await self.nc.close()
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _wait(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self.default_wait
+        if not timeout > 0:
+            raise InvalidConfig(f"timeout {timeout} must be positive")
+        return timeout
+
+    async def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
+        """Publish a proposal and wait for its verdict. It fails closed: it
+        returns only an approval; any other verdict raises the
+        :class:`~gated.errors.NotApproved` subclass of its outcome, which
+        carries it.
+
+        The proposal is encoded byte-exactly as the Go client encodes it
+        (v set to 1 when absent), so proposing it again from any language is
+        idempotent. Raises BadProposal, NoVerdict, IDReused, NotApproved,
+        NotGated, Unconfirmed, PublishError."""
+        if isinstance(proposal, Proposal):
+            a, data = proposal.encode()
+        elif isinstance(proposal, Mapping):
+            a, data = encode_proposal(dict(proposal))
+        else:
+            raise BadProposal(f"a proposal is a gated.Proposal or a mapping, not a {type(proposal).__name__}")
+        v = await self._propose(a, data, self._wait(timeout))
+        return v.check()
+
+    async def propose_raw(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+        """Publish a raw proposal and wait for its verdict. Unlike
+        :meth:`propose` it returns every verdict, whatever its outcome: call
+        ``verdict.check()`` before acting on it."""
+        a = address_of(data)
+        return await self._propose(a, bytes(data), self._wait(timeout))
+
+    async def _propose(self, a: Address, data: bytes, wait: float) -> Verdict:
+        self.loop = self.loop or asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(wait):
+                return await self._propose_within(a, data)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
+
+    async def _propose_within(self, a: Address, data: bytes) -> Verdict:
+        nc = self.nc
+        try:
+            sub = await nc.subscribe(verdict_subject(a.tenant, a.id))
+        except nats.errors.ConnectionClosedError:
+            raise ConnectionLost(f"proposal {a.key}: the NATS connection is closed") from None
+        try:
+            # The subscription must be in place on the server before the
+            # proposal can be decided, or a fast verdict is missed.
+            await nc.flush(timeout=3600)
+            sha = digest(data)
+            try:
+                reply = await nc.request(
+                    proposal_subject(a.tenant, a.action), data, timeout=3600, headers={MSG_ID_HEADER: a.key}
+                )
+            except nats.errors.NoRespondersError:
+                raise PublishError(
+                    f"publishing proposal {a.key}: no JetStream stream captures "
+                    f"{proposal_subject(a.tenant, a.action)}: is gated serve running?"
+                ) from None
+            except nats.errors.ConnectionClosedError:
+                raise ConnectionLost(f"proposal {a.key}: the NATS connection closed before it was acknowledged") from None
+            duplicate = _pub_ack(a, reply.data)
+            if duplicate:
+                try:
+                    return answer(a, sha, await self._stored(a))
+                except StoreError:
+                    pass
+            loop = asyncio.get_running_loop()
+            next_poll = loop.time() + self.poll_interval
+            while True:
+                left = next_poll - loop.time()
+                if left > 0:
+                    try:
+                        msg = await sub.next_msg(timeout=left)
+                    except nats.errors.TimeoutError:
+                        continue
+                    except nats.errors.ConnectionClosedError:
+                        raise ConnectionLost(
+                            f"proposal {a.key}: the NATS connection closed while waiting for its verdict"
+                        ) from None
+                    # Anything else on the verdict subject is skipped, not
+                    # taken as a failure: another client can have a reply
+                    # sent there, and must not be able to fail this wait.
+                    v = verdict_message(a, msg.data)
+                    if v is None:
+                        continue
+                    return await confirm_approval(a, sha, v, lambda: self._stored(a))
+                next_poll = loop.time() + self.poll_interval
+                if nc.is_closed:
+                    raise ConnectionLost(f"proposal {a.key}: the NATS connection closed while waiting for its verdict")
+                try:
+                    stored = await self._stored(a)
+                except StoreError:
+                    continue
+                return answer(a, sha, stored)
+        finally:
+            if not nc.is_closed:
+                try:
+                    await sub.unsubscribe()
+                except nats.errors.Error:
+                    pass
+
+    async def _stored(self, a: Address) -> Verdict:
+        try:
+            async with asyncio.timeout(LOOKUP_WAIT):
+                return await self._lookup(a.tenant, a.id)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise StoreError(f"reading verdict {a.key}: no answer within {LOOKUP_WAIT:g}s") from None
+
+    async def _lookup(self, tenant: str, id: str) -> Verdict:
+        subject = verdict_lookup_subject(self.api_prefix, tenant, id)
+        try:
+            m = await self.nc.request(subject, b"", timeout=3600)
+        except nats.errors.NoRespondersError:
+            raise StoreError(
+                f"reading verdict {tenant}.{id}: nothing answers {subject}: is gated's bucket set up, "
+                "and may this user read it?"
+            ) from None
+        except nats.errors.ConnectionClosedError:
+            raise StoreError(f"reading verdict {tenant}.{id}: the NATS connection is closed") from None
+        except nats.errors.Error as e:
+            raise StoreError(f"reading verdict {tenant}.{id}: {e!r}") from None
+        return decode_stored_verdict(tenant, id, m.headers, m.data)
+
+    async def verdict(self, tenant: str, id: str, *, timeout: float | None = None) -> Verdict:
+        """Look up a stored verdict with one JetStream direct get of its key.
+        Raises NotFound when none is stored, BadProposal for a bad token,
+        StoreError when it cannot be read, NoVerdict past the timeout."""
+        if not valid_tenant(tenant):
+            raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
+        if not valid_id(id):
+            raise BadProposal(f"id {id!r} must match [A-Za-z0-9_-]{{1,128}}")
+        wait = self._wait(timeout)
+        try:
+            async with asyncio.timeout(wait):
+                return await self._lookup(tenant, id)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(f"reading verdict {tenant}.{id}: no answer within {wait:g}s") from None
+
+    async def request_review(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+        """Send a raw proposal to gated's review service on
+        gated.review.<tenant> and return the verdict of the reply, whatever
+        its outcome (like :meth:`propose_raw`); an approval is confirmed
+        against the stored verdict first. Raises BadProposal, a
+        ServiceError (also BadProposal, TenantMismatch, IDReused,
+        ServiceUnavailable or NoVerdict by its code), ServiceUnavailable
+        when nothing serves the endpoint, Malformed, NoVerdict."""
+        a = address_of(data)
+        wait = self._wait(timeout)
+        try:
+            async with asyncio.timeout(wait):
+                try:
+                    m = await self.nc.request(review_subject(a.tenant), bytes(data), timeout=3600)
+                except nats.errors.NoRespondersError:
+                    raise ServiceUnavailable(
+                        f"nothing serves {review_subject(a.tenant)} (is gated serve running with --review-service?)"
+                    ) from None
+                except nats.errors.ConnectionClosedError:
+                    raise ConnectionLost(f"proposal {a.key}: the NATS connection is closed") from None
+                v = decode_review_reply(m.headers, m.data)
+                return await confirm_approval(a, digest(data), v, lambda: self._stored(a))
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
+
+
+def _pub_ack(a: Address, data: bytes) -> bool:
+    """Read a JetStream publish acknowledgement; True for a duplicate."""
+    try:
+        ack = json.loads(data)
+    except ValueError:
+        raise PublishError(f"publishing proposal {a.key}: the acknowledgement is not JSON") from None
+    if not isinstance(ack, dict):
+        raise PublishError(f"publishing proposal {a.key}: the acknowledgement is not an object")
+    err = ack.get("error")
+    if err is not None:
+        raise PublishError(f"publishing proposal {a.key}: JetStream refused it: {err}")
+    if not isinstance(ack.get("stream"), str):
+        raise PublishError(f"publishing proposal {a.key}: not a JetStream acknowledgement")
+    return ack.get("duplicate") is True
