@@ -119,7 +119,7 @@ def start_gated(gated_bin: str, *extra: str) -> Gated:
 
 
 @pytest.fixture(scope="module")
-def gated(gated_bin: str) -> Iterator[Gated]:
+def server(gated_bin: str) -> Iterator[Gated]:
     """One gated for the tests of a module."""
     g = start_gated(gated_bin)
     yield g
