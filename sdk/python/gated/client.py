@@ -120,7 +120,10 @@ class Client:
     async def close(self) -> None:
         """Close the connection if :meth:`connect` made it."""
         if self._owned and not self.nc.is_closed:
-            await self.nc.close()
+            try:
+                await self.nc.close()
+            except (nats.errors.Error, OSError):
+                pass  # the connection is gone already: nothing left to close
 
     async def __aenter__(self) -> Client:
         return self

@@ -1,0 +1,95 @@
+"""Faults against a real gated: a reviewer that stops answering mid-review
+(error verdict), and the server going away
+while a client waits (a clear error by the deadline, never an approval)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import pytest
+
+import gated
+from conftest import Gated, example_proposal, start_gated
+
+
+def approvable(id: str, device: int) -> dict[str, object]:
+    return example_proposal("approved.json", id=id, target={"device_id": device, "service": "nginx", "tags": ["production"]})
+
+
+async def plugin_pid(g: Gated) -> int:
+    """The pid of gated's one reviewer plugin, once it runs."""
+    for _ in range(200):
+        pids = g.plugin_pids()
+        if len(pids) == 1:
+            return pids[0]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"plugin processes under gated: {g.plugin_pids()}, want one\n{g.logs()}")
+
+
+async def test_reviewer_failure_is_an_error(gated_bin: str) -> None:
+    """A reviewer that stops answering mid-review: gated's health checks
+    kill it and the review fails closed with an error verdict. (A frozen
+    reviewer never reaches the review deadline: the health checks end it
+    first, so the default setup cannot produce a timeout verdict.)"""
+    g = start_gated(gated_bin)
+    try:
+        c = await gated.Client.connect(g.nats_url)
+        assert (await c.propose(approvable("py-fault-ok-1", 9201), timeout=30)).is_approval
+        frozen = await plugin_pid(g)
+        os.kill(frozen, signal.SIGSTOP)
+        with pytest.raises(gated.ReviewError) as e:
+            await c.propose(approvable("py-fault-error-1", 9202), timeout=60)
+        v = e.value.verdict
+        assert v.stage == "review" and not v.approved and v.outcome == "error"
+        # The relaunched reviewer approves again.
+        for _ in range(400):
+            if g.plugin_pids() and frozen not in g.plugin_pids():
+                break
+            await asyncio.sleep(0.05)
+        assert (await c.propose(approvable("py-fault-ok-2", 9203), timeout=60)).is_approval
+        await c.close()
+    except BaseException:
+        print(g.logs()[-20000:])
+        raise
+    finally:
+        g.kill_hard()
+
+
+async def test_server_goes_away_mid_wait(gated_bin: str) -> None:
+    g = start_gated(gated_bin)
+    try:
+        async def quiet(e: Exception) -> None:
+            pass  # the refused reconnections are expected here
+
+        reconnecting = await gated.Client.connect(
+            g.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.2, error_cb=quiet
+        )
+        closing = await gated.Client.connect(g.nats_url, allow_reconnect=False, error_cb=quiet)
+        assert (await closing.propose(approvable("py-away-ok-1", 9301), timeout=30)).is_approval
+        os.kill(await plugin_pid(g), signal.SIGSTOP)
+        deadline = 6.0
+        t0 = time.monotonic()
+        waits = [
+            asyncio.create_task(reconnecting.propose(approvable("py-away-1", 9302), timeout=deadline)),
+            asyncio.create_task(closing.propose(approvable("py-away-2", 9303), timeout=deadline)),
+        ]
+        await asyncio.sleep(1)
+        assert not any(w.done() for w in waits)
+        g.kill_hard()
+        # Both end (a bound for the test, not a timing assertion: a client
+        # that hangs past its deadline fails here).
+        done, pending = await asyncio.wait(waits, timeout=deadline + 20)
+        assert not pending, "a client waited past its deadline"
+        r1, r2 = (w.exception() for w in waits)
+        elapsed = time.monotonic() - t0
+        print(f"server gone: reconnecting client {r1!r}, closing client {r2!r}, {elapsed:.1f}s")
+        # The reconnecting client keeps waiting, then reports no verdict.
+        assert type(r1) is gated.NoVerdict
+        # The client whose connection closes says so at once.
+        assert type(r2) is gated.ConnectionLost
+        await reconnecting.close()
+    finally:
+        g.kill_hard()
