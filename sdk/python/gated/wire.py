@@ -105,7 +105,10 @@ def _no_constants(name: str) -> Any:
 
 
 def loads(data: bytes | str) -> Any:
-    """Strict JSON decoding: NaN and Infinity are refused, as Go does."""
+    """Strict JSON decoding: UTF-8 only (no guessing of UTF-16 or 32), and
+    NaN and Infinity are refused, as Go does. Raises ValueError."""
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        data = bytes(data).decode("utf-8")
     return json.loads(data, parse_constant=_no_constants)
 
 
