@@ -18,6 +18,8 @@ from typing import Any
 import nats
 import nats.errors
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 from gated.errors import (
     BadProposal,
@@ -60,6 +62,9 @@ POLL_INTERVAL = 2.0
 """Seconds between look-ups of the stored verdict while waiting: the
 verdict message is core NATS and can be lost; the stored verdict is not."""
 
+CLOSED_CHECK = 0.25
+"""Seconds between checks, while waiting, that the connection is open."""
+
 LOOKUP_WAIT = 5.0
 """Seconds one look-up of the stored verdict may take: one that goes
 unanswered must not keep a wait from the verdict subject."""
@@ -96,6 +101,9 @@ class Client:
         self.poll_interval = poll_interval
         self._owned = False
         self.loop: asyncio.AbstractEventLoop | None = None
+        self._subs: dict[str, Subscription] = {}
+        self._sub_locks: dict[str, asyncio.Lock] = {}
+        self._waiters: dict[str, set[asyncio.Queue[bytes]]] = {}
 
     @classmethod
     async def connect(
@@ -174,16 +182,42 @@ class Client:
                 raise
             raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
 
+    async def _verdicts(self, tenant: str) -> None:
+        """Make sure the tenant's verdict subscription is in place on the
+        server: one subscription to gated.verdicts.<tenant>.* per tenant,
+        made and flushed once, shared by every proposal of the tenant."""
+        if tenant in self._subs:
+            return
+        lock = self._sub_locks.setdefault(tenant, asyncio.Lock())
+        async with lock:
+            if tenant in self._subs:
+                return
+            prefix = verdict_subject(tenant, "")
+
+            async def dispatch(msg: Msg) -> None:
+                waiters = self._waiters.get(tenant + "." + msg.subject[len(prefix) :])
+                if waiters:
+                    for q in waiters:
+                        q.put_nowait(msg.data)
+
+            try:
+                sub = await self.nc.subscribe(prefix + "*", cb=dispatch, pending_msgs_limit=-1, pending_bytes_limit=-1)
+            except nats.errors.ConnectionClosedError:
+                raise ConnectionLost(f"subscribing to the verdicts of {tenant}: the NATS connection is closed") from None
+            # The subscription must be in place on the server before a
+            # proposal can be decided, or a fast verdict is missed.
+            await self.nc.flush(timeout=3600)
+            self._subs[tenant] = sub
+
     async def _propose_within(self, a: Address, data: bytes) -> Verdict:
         nc = self.nc
+        inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        waiters = self._waiters.setdefault(a.key, set())
+        waiters.add(inbox)
         try:
-            sub = await nc.subscribe(verdict_subject(a.tenant, a.id))
-        except nats.errors.ConnectionClosedError:
-            raise ConnectionLost(f"proposal {a.key}: the NATS connection is closed") from None
-        try:
-            # The subscription must be in place on the server before the
-            # proposal can be decided, or a fast verdict is missed.
-            await nc.flush(timeout=3600)
+            # Subscribed before publishing: the waiter is registered, and
+            # the tenant's subscription is flushed to the server.
+            await self._verdicts(a.tenant)
             sha = digest(data)
             try:
                 reply = await nc.request(
@@ -196,8 +230,9 @@ class Client:
                 ) from None
             except nats.errors.ConnectionClosedError:
                 raise ConnectionLost(f"proposal {a.key}: the NATS connection closed before it was acknowledged") from None
-            duplicate = _pub_ack(a, reply.data)
-            if duplicate:
+            if _pub_ack(a, reply.data):
+                # A duplicate: its verdict may have been published before
+                # this client subscribed; the stored verdict is not lost.
                 try:
                     return answer(a, sha, await self._stored(a))
                 except StoreError:
@@ -205,23 +240,28 @@ class Client:
             loop = asyncio.get_running_loop()
             next_poll = loop.time() + self.poll_interval
             while True:
-                left = next_poll - loop.time()
-                if left > 0:
+                now = loop.time()
+                if now < next_poll:
                     try:
-                        msg = await sub.next_msg(timeout=left)
-                    except nats.errors.TimeoutError:
+                        # Wake now and then to notice a closed connection.
+                        async with asyncio.timeout(min(next_poll - now, CLOSED_CHECK)):
+                            msg = await inbox.get()
+                    except TimeoutError:
+                        if nc.is_closed:
+                            raise ConnectionLost(
+                                f"proposal {a.key}: the NATS connection closed while waiting for its verdict"
+                            ) from None
                         continue
-                    except nats.errors.ConnectionClosedError:
-                        raise ConnectionLost(
-                            f"proposal {a.key}: the NATS connection closed while waiting for its verdict"
-                        ) from None
                     # Anything else on the verdict subject is skipped, not
                     # taken as a failure: another client can have a reply
                     # sent there, and must not be able to fail this wait.
-                    v = verdict_message(a, msg.data)
+                    v = verdict_message(a, msg)
                     if v is None:
                         continue
                     return await confirm_approval(a, sha, v, lambda: self._stored(a))
+                # The verdict message is core NATS: it is lost when it is
+                # published while this connection reconnects. The stored
+                # verdict is not.
                 next_poll = loop.time() + self.poll_interval
                 if nc.is_closed:
                     raise ConnectionLost(f"proposal {a.key}: the NATS connection closed while waiting for its verdict")
@@ -231,11 +271,9 @@ class Client:
                     continue
                 return answer(a, sha, stored)
         finally:
-            if not nc.is_closed:
-                try:
-                    await sub.unsubscribe()
-                except nats.errors.Error:
-                    pass
+            waiters.discard(inbox)
+            if not waiters:
+                self._waiters.pop(a.key, None)
 
     async def _stored(self, a: Address) -> Verdict:
         try:

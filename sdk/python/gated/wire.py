@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from json.encoder import encode_basestring as _encode_basestring
 from typing import Any, Final
 
 from gated.errors import BadProposal
@@ -219,12 +220,17 @@ def _valid_unicode(s: str) -> str:
     return s
 
 
+# Printable ASCII but for ", \\, <, > and &: written as it is.
+_PLAIN = re.compile(r"[ !#-%'-;=?-\[\]-~]*")
+
+
 def encode_string(s: str) -> str:
     """A JSON string as Go's encoding/json writes it."""
-    s = _valid_unicode(s)
-    # Python escapes ", \, \b, \f, \n, \r, \t and other controls as \u00xx,
+    if _PLAIN.fullmatch(s):
+        return '"' + s + '"'
+    # Python escapes ", \\, \\b, \\f, \\n, \\r, \\t and other controls as \\u00xx,
     # as Go does; Go also escapes <, >, & and the line separators.
-    return json.dumps(s, ensure_ascii=False).translate(_HTML)
+    return _encode_basestring(_valid_unicode(s)).translate(_HTML)
 
 
 def encode_float(f: float) -> str:
@@ -389,7 +395,7 @@ def _encode_struct(schema: _Schema, doc: Any, path: str) -> str:
         v = doc.get(name)
         if omitempty and _empty(typ, v):
             continue
-        parts.append(encode_string(name) + ":" + _encode_field(typ, v, f"{path}.{name}" if path else name))
+        parts.append(f'"{name}":' + _encode_field(typ, v, f"{path}.{name}" if path else name))
     return "{" + ",".join(parts) + "}"
 
 

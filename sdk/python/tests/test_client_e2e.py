@@ -187,3 +187,19 @@ def test_sync_client(server: Gated) -> None:
 
 def gated_sync(g: Gated) -> gated.SyncClient:
     return gated.SyncClient.connect(g.nats_url)
+
+
+async def test_concurrent_proposals(client: gated.Client) -> None:
+    """Proposals in flight at once on one client, the same one twice among
+    them, each get their own verdict."""
+    approvals = [approvable(f"py-conc-a{i}", 9500 + i) for i in range(12)]
+    rejections = [example_proposal("rejected-skip-review.json", id=f"py-conc-r{i}", target={"device_id": 9600 + i}) for i in range(12)]
+    twice = approvable("py-conc-twice", 9700)
+    results = await asyncio.gather(
+        *(client.propose(p, timeout=30) for p in [*approvals, *rejections, twice, twice]), return_exceptions=True
+    )
+    for p, r in zip([*approvals, *rejections, twice, twice], results, strict=True):
+        if p["id"].startswith("py-conc-r"):
+            assert isinstance(r, gated.ReviewRejected) and r.verdict.proposal_id == p["id"], r
+        else:
+            assert isinstance(r, gated.Verdict) and r.is_approval and r.proposal_id == p["id"], r
