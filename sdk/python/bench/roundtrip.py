@@ -3,9 +3,8 @@ the same contract as internal/bench/roundtrip (Go): N proposals one after
 another, half read proposals approved at policy (each approval confirmed
 against the stored verdict), half refused at policy (skip_review).
 
-Environment: GATED_NATS_URL, TENANT, N, WARMUP, and LOOP (asyncio, the
-default, or uvloop). Prints one JSON line:
-{"lang":"python","n":...,"p50_ms":...,"p99_ms":...,"per_sec":...,"loop":...}.
+Environment: GATED_NATS_URL, TENANT, N, WARMUP. Prints one JSON line:
+{"lang":"python","n":...,"p50_ms":...,"p99_ms":...,"per_sec":...}.
 """
 
 from __future__ import annotations
@@ -55,14 +54,8 @@ async def main() -> None:
     out: dict[str, Any] = {"lang": "python", "n": n, "p50_ms": 0.0, "p99_ms": 0.0, "per_sec": 0.0}
     if n:
         out.update(p50_ms=round(lat[n // 2], 3), p99_ms=round(lat[min(n - 1, n * 99 // 100)], 3), per_sec=round(n / total, 1))
-    out["loop"] = type(asyncio.get_running_loop()).__module__.split(".")[0]
     print(json.dumps(out, separators=(",", ":")))
 
 
 if __name__ == "__main__":
-    if os.environ.get("LOOP", "asyncio") == "uvloop":
-        import uvloop
-
-        uvloop.run(main())
-    else:
-        asyncio.run(main())
+    asyncio.run(main())
