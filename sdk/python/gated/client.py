@@ -182,6 +182,29 @@ class Client:
                 raise
             raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
 
+    async def _request(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> Msg:
+        """One request and its reply, on an inbox of its own that the read
+        loop answers directly (no task between the reply and this one).
+        Raises nats.errors.NoRespondersError; the caller bounds the wait."""
+        nc = self.nc
+        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, future=reply, max_msgs=1)
+        try:
+            await sub.unsubscribe(limit=1)
+            await nc.publish(subject, data, reply=inbox, headers=headers)
+            msg = await reply
+        finally:
+            if not reply.done():
+                reply.cancel()
+                try:
+                    await sub.unsubscribe()
+                except nats.errors.Error:
+                    pass
+        if not msg.data and msg.headers and msg.headers.get("Status") == "503":
+            raise nats.errors.NoRespondersError
+        return msg
+
     async def _verdicts(self, tenant: str) -> None:
         """Make sure the tenant's verdict subscription is in place on the
         server: one subscription to gated.verdicts.<tenant>.* per tenant,
@@ -220,9 +243,7 @@ class Client:
             await self._verdicts(a.tenant)
             sha = digest(data)
             try:
-                reply = await nc.request(
-                    proposal_subject(a.tenant, a.action), data, timeout=3600, headers={MSG_ID_HEADER: a.key}
-                )
+                reply = await self._request(proposal_subject(a.tenant, a.action), data, {MSG_ID_HEADER: a.key})
             except nats.errors.NoRespondersError:
                 raise PublishError(
                     f"publishing proposal {a.key}: no JetStream stream captures "
@@ -287,7 +308,7 @@ class Client:
     async def _lookup(self, tenant: str, id: str) -> Verdict:
         subject = verdict_lookup_subject(self.api_prefix, tenant, id)
         try:
-            m = await self.nc.request(subject, b"", timeout=3600)
+            m = await self._request(subject, b"")
         except nats.errors.NoRespondersError:
             raise StoreError(
                 f"reading verdict {tenant}.{id}: nothing answers {subject}: is gated's bucket set up, "
@@ -329,7 +350,7 @@ class Client:
         try:
             async with asyncio.timeout(wait):
                 try:
-                    m = await self.nc.request(review_subject(a.tenant), bytes(data), timeout=3600)
+                    m = await self._request(review_subject(a.tenant), bytes(data))
                 except nats.errors.NoRespondersError:
                     raise ServiceUnavailable(
                         f"nothing serves {review_subject(a.tenant)} (is gated serve running with --review-service?)"

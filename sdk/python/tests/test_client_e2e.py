@@ -150,8 +150,14 @@ async def test_forged_approval_refused(server: Gated, client: gated.Client) -> N
         assert forged.is_set()
         if isinstance(e.value, gated.ReviewRejected):
             assert e.value.verdict.stage in ("policy", "review")
-        # Whatever the client saw first, the stored verdict is gated's.
-        stored = await client.verdict("acme", "py-forged-1")
+        # Whatever the client saw first, the stored verdict is gated's (it
+        # may be stored only after the client refused the forgery).
+        for _ in range(300):
+            try:
+                stored = await client.verdict("acme", "py-forged-1")
+                break
+            except gated.NotFound:
+                await asyncio.sleep(0.1)
         assert stored.outcome == "rejected"
     finally:
         await attacker.close()

@@ -5,6 +5,7 @@ while a client waits (a clear error by the deadline, never an approval)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import time
@@ -93,5 +94,21 @@ async def test_server_goes_away_mid_wait(gated_bin: str) -> None:
         # The client whose connection closes says so at once.
         assert type(r2) is gated.ConnectionLost
         await reconnecting.close()
+    finally:
+        g.kill_hard()
+
+
+async def test_review_service_off_is_unavailable(gated_bin: str) -> None:
+    """No review service: the request is refused at once as unavailable
+    (NATS no-responders), not left to run into the deadline."""
+    g = start_gated(gated_bin, "--review-service=false")
+    try:
+        c = await gated.Client.connect(g.nats_url)
+        data = json.dumps(approvable("py-nosvc-1", 9801)).encode()
+        with pytest.raises(gated.ServiceUnavailable):
+            await c.request_review(data, timeout=30)
+        # The durable path still answers.
+        assert (await c.propose_raw(data, timeout=30)).is_approval
+        await c.close()
     finally:
         g.kill_hard()
