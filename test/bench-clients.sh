@@ -7,14 +7,14 @@
 # last lines give each language's p50 against Go's in the same round, and
 # the median of those ratios over the rounds.
 #
-# Environment: N (default 2000), ROUNDS (default 2), GO, PYTHON (the
+# Environment: N (default 2000), ROUNDS (default 4), GO, PYTHON (the
 # interpreter with the gated package, default sdk/python/.venv/bin/python),
 # GATED_BIN (default bin/gated).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GO=${GO:-go}
 N=${N:-2000}
-ROUNDS=${ROUNDS:-3}
+ROUNDS=${ROUNDS:-4}
 PYTHON=${PYTHON:-sdk/python/.venv/bin/python}
 GATED_BIN=${GATED_BIN:-bin/gated}
 
@@ -49,7 +49,11 @@ if [ -f "$ts" ]; then
 fi
 echo "gated on $GATED_NATS_URL; N=$N per run, $ROUNDS rounds"
 for round in $(seq "$ROUNDS"); do
-  for lang in $langs; do
+  # Every other round runs the languages in reverse order, so that none
+  # always runs first on a fresh gated.
+  order=$langs
+  if [ $((round % 2)) -eq 0 ]; then order=$(echo "$langs" | tr ' ' '\n' | tac | tr '\n' ' '); fi
+  for lang in $order; do
     case $lang in
       go) "$work/roundtrip" ;;
       python) "$PYTHON" sdk/python/bench/roundtrip.py ;;
@@ -61,7 +65,7 @@ python3 - "$work/results.jsonl" "$langs" <<'PY'
 import json, statistics, sys
 rows = [json.loads(line) for line in open(sys.argv[1])]
 langs = sys.argv[2].split()
-rounds = [rows[i : i + len(langs)] for i in range(0, len(rows), len(langs))]
+rounds = [rows[i : i + len(langs)] for i in range(0, len(rows), len(langs))]  # any order within a round
 for lang in langs:
     mine = [r for rnd in rounds for r in rnd if r["lang"] == lang]
     ratios = [next(r for r in rnd if r["lang"] == lang)["p50_ms"] / next(r for r in rnd if r["lang"] == "go")["p50_ms"] for rnd in rounds]
