@@ -100,7 +100,13 @@ class Client:
         self.api_prefix = api_prefix
         self.poll_interval = poll_interval
         self._owned = False
-        self.loop: asyncio.AbstractEventLoop | None = None
+        # The loop the connection runs on, for blocking callers in other
+        # threads (gated.gate's synchronous tools).
+        self.loop: asyncio.AbstractEventLoop | None
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
         self._subs: dict[str, Subscription] = {}
         self._sub_locks: dict[str, asyncio.Lock] = {}
         self._waiters: dict[str, set[asyncio.Queue[bytes]]] = {}

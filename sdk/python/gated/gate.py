@@ -230,8 +230,11 @@ class ToolGate:
                 "a synchronous guarded tool was called on a running event loop: it would block it; "
                 "make the tool async, or build the ToolGate on a gated.SyncClient"
             )
-        if isinstance(loop, asyncio.AbstractEventLoop) and loop.is_running():
-            return asyncio.run_coroutine_threadsafe(c, loop).result()
+        if isinstance(loop, asyncio.AbstractEventLoop):
+            if loop.is_running():
+                return asyncio.run_coroutine_threadsafe(c, loop).result()
+            c.close()
+            raise GatedError("the client's event loop is not running: a synchronous tool cannot wait on it")
         return asyncio.run(c)
 
     @contextlib.asynccontextmanager
