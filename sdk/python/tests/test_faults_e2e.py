@@ -1,14 +1,18 @@
 """Faults against a real gated: a reviewer that stops answering mid-review
-(error verdict), and the server going away
+(error verdict), a reviewer whose model answers past the review deadline
+(timeout verdict), the review service switched off, and the server going away
 while a client waits (a clear error by the deadline, never an approval)."""
 
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import os
 import signal
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,7 +38,7 @@ async def test_reviewer_failure_is_an_error(gated_bin: str) -> None:
     """A reviewer that stops answering mid-review: gated's health checks
     kill it and the review fails closed with an error verdict. (A frozen
     reviewer never reaches the review deadline: the health checks end it
-    first, so the default setup cannot produce a timeout verdict.)"""
+    first; see the slow model below for a timeout verdict.)"""
     g = start_gated(gated_bin)
     try:
         c = await gated.Client.connect(g.nats_url)
@@ -112,3 +116,60 @@ async def test_review_service_off_is_unavailable(gated_bin: str) -> None:
         await c.close()
     finally:
         g.kill_hard()
+
+
+class _SlowModel(http.server.BaseHTTPRequestHandler):
+    """An OpenAI-compatible model server that never answers in time."""
+
+    def do_POST(self) -> None:  # noqa: N802 - the handler's name
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        time.sleep(45)
+        try:
+            self.send_response(503)
+            self.end_headers()
+        except OSError:
+            pass
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+SLOW_PERSONA = """---
+name: slow
+description: Reviews with a model that does not answer in time.
+when_to_use: Tests only.
+model: openai-compatible/slow-model
+plugin: llm
+max_turns: 1
+permission_mode: read-only
+timeout: 30s
+tools:
+  - get_proposal
+---
+Review the proposal.
+"""
+
+
+async def test_review_past_its_deadline_is_a_timeout(gated_bin: str, tmp_path: Path) -> None:
+    """A reviewer whose model does not answer before the review's deadline:
+    a timeout verdict, never an approval."""
+    model = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowModel)
+    model.daemon_threads = True
+    threading.Thread(target=model.serve_forever, daemon=True).start()
+    (tmp_path / "slow.md").write_text(SLOW_PERSONA)
+    os.environ["GATED_OPENAI_COMPATIBLE_BASE_URL"] = f"http://127.0.0.1:{model.server_address[1]}/v1"
+    try:
+        g = start_gated(gated_bin, "--personas", str(tmp_path), "--review-timeout", "30s")
+    finally:
+        del os.environ["GATED_OPENAI_COMPATIBLE_BASE_URL"]
+    try:
+        c = await gated.Client.connect(g.nats_url)
+        with pytest.raises(gated.NotApproved) as e:
+            await c.propose(example_proposal("approved.json", id="py-slow-1", reviewer="slow", target={"device_id": 9901}), timeout=90)
+        v = e.value.verdict
+        assert type(e.value) is gated.ReviewTimeout, f"{v.outcome} at {v.stage}: {v.reason}"
+        assert v.stage == "review" and not v.approved
+        await c.close()
+    finally:
+        g.kill_hard()
+        model.shutdown()
