@@ -11,6 +11,7 @@ approval only once the stored verdict confirms it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -61,6 +62,9 @@ DEFAULT_WAIT = 90.0
 POLL_INTERVAL = 2.0
 """Seconds between look-ups of the stored verdict while waiting: the
 verdict message is core NATS and can be lost; the stored verdict is not."""
+
+INBOX_SIZE = 256
+"""Messages on a proposal's verdict subject kept while it waits."""
 
 CLOSED_CHECK = 0.25
 """Seconds between checks, while waiting, that the connection is open."""
@@ -227,10 +231,14 @@ class Client:
                 waiters = self._waiters.get(tenant + "." + msg.subject[len(prefix) :])
                 if waiters:
                     for q in waiters:
-                        q.put_nowait(msg.data)
+                        # A flood on the subject cannot grow memory without
+                        # bound: what does not fit is dropped, and the wait
+                        # reads the stored verdict at its next poll.
+                        with contextlib.suppress(asyncio.QueueFull):
+                            q.put_nowait(msg.data)
 
             try:
-                sub = await self.nc.subscribe(prefix + "*", cb=dispatch, pending_msgs_limit=-1, pending_bytes_limit=-1)
+                sub = await self.nc.subscribe(prefix + "*", cb=dispatch)
             except nats.errors.ConnectionClosedError:
                 raise ConnectionLost(f"subscribing to the verdicts of {tenant}: the NATS connection is closed") from None
             # The subscription must be in place on the server before a
@@ -240,7 +248,7 @@ class Client:
 
     async def _propose_within(self, a: Address, data: bytes) -> Verdict:
         nc = self.nc
-        inbox: asyncio.Queue[bytes] = asyncio.Queue()
+        inbox: asyncio.Queue[bytes] = asyncio.Queue(maxsize=INBOX_SIZE)
         waiters = self._waiters.setdefault(a.key, set())
         waiters.add(inbox)
         try:
