@@ -68,8 +68,9 @@ class Gated:
                 stat = (d / "stat").read_text()
             except OSError:
                 continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            if ppid == self.proc.pid:
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            # A plugin that exited but is not reaped yet is not a plugin.
+            if int(ppid) == self.proc.pid and state not in ("Z", "X"):
                 pids.append(int(d.name))
         return pids
 

@@ -24,6 +24,16 @@ def approvable(id: str, device: int) -> dict[str, object]:
     return example_proposal("approved.json", id=id, target={"device_id": device, "service": "nginx", "tags": ["production"]})
 
 
+def _state(pid: int) -> str:
+    """The scheduler state of a process (R, S, T, Z, ...)."""
+    for _ in range(100):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        if state == "T":
+            return state
+        time.sleep(0.01)  # a signal takes effect asynchronously
+    return state
+
+
 async def plugin_pid(g: Gated) -> int:
     """The pid of gated's one reviewer plugin, once it runs."""
     for _ in range(200):
@@ -45,6 +55,7 @@ async def test_reviewer_failure_is_an_error(gated_bin: str) -> None:
         assert (await c.propose(approvable("py-fault-ok-1", 9201), timeout=30)).is_approval
         frozen = await plugin_pid(g)
         os.kill(frozen, signal.SIGSTOP)
+        assert _state(frozen) == "T", f"plugin {frozen} is {_state(frozen)!r} after SIGSTOP"
         try:
             got = await c.propose(approvable("py-fault-error-1", 9202), timeout=60)
             pytest.fail(f"a frozen reviewer approved: {got!r}; frozen pid {frozen}, plugins now {g.plugin_pids()}")
