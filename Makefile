@@ -1,7 +1,11 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test test-go test-ts vet fmt proto fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
+# The Python SDK's tests run in a virtual environment of their own.
+PYTHON ?= python3
+PY_VENV := sdk/python/.venv
+
+.PHONY: all build run test test-go test-python test-ts bench-clients vet fmt proto fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -13,7 +17,7 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test: test-go test-ts
+test: test-go test-python test-ts
 
 # test-go vets, checks the formatting of and tests the Go module.
 test-go:
@@ -30,6 +34,19 @@ test-ts: build
 	@git diff --quiet -- sdk/typescript/dist || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git diff --stat -- sdk/typescript/dist; exit 1; }
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
+
+# test-python runs the Python SDK's tests (sdk/python/tests): the shared
+# vectors, hypothesis fuzzing, and the client, the tool gate and the
+# example against a real gated serve built here. The virtual environment
+# is made on first use and remade when pyproject.toml changes.
+$(PY_VENV)/.installed: sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q -e 'sdk/python[test]'
+	touch $@
+
+test-python: build $(PY_VENV)/.installed
+	cd sdk/python && .venv/bin/mypy
+	cd sdk/python && GATED_BIN=$(CURDIR)/bin/gated .venv/bin/pytest -q -p no:cacheprovider
 
 # mutants takes each hard rule out of a copy of the source in turn (the
 # policy's refusals, the reviewer tool bag, the decision line, required
@@ -117,6 +134,13 @@ bench: build
 	./bin/gated bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
 	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
+	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
+
+# bench-clients measures the fleet clients' policy-path round trip (c=1,
+# publish -> verdict) in Go, Python and TypeScript side by side against one
+# gated, and prints each language's p50 against Go's (test/bench-clients.sh).
+bench-clients: build $(PY_VENV)/.installed
+	GO="$(GO)" bash test/bench-clients.sh
 
 # bench-opa compares gated's policy decisions with OPA's REST API on the
 # same bundle and inputs (test/opa-bench.sh).

@@ -1,0 +1,81 @@
+"""gated: the fleet client and tool gate of gated, the policy gate for AI
+agent fleets.
+
+``gated.Client`` (asyncio) and ``gated.SyncClient`` publish proposals and
+wait for verdicts with every check the Go client makes; ``gated.ToolGate``
+runs a tool only on approval. Errors are in ``gated.errors``.
+"""
+
+from gated.client import DEFAULT_WAIT, Client
+from gated.errors import (
+    BadProposal,
+    ConnectionLost,
+    GatedError,
+    IDReused,
+    InvalidConfig,
+    InvalidToolSpec,
+    Malformed,
+    NoVerdict,
+    NotApproved,
+    NotFound,
+    NotGated,
+    NotThisProposal,
+    ProposalInvalid,
+    PublishError,
+    ReviewBlocked,
+    ReviewError,
+    ReviewRejected,
+    ReviewTimeout,
+    ServiceError,
+    ServiceUnavailable,
+    StoreError,
+    TenantMismatch,
+    Unconfirmed,
+)
+from gated.gate import Change, Identity, ToolGate, ToolSpec, new_proposal_id
+from gated.proposal import Flags, Operator, Proposal, RequestedBy
+from gated.sync import SyncClient
+from gated.verdict import Verdict
+from gated.wire import Address, address_of, encode_proposal
+
+__all__ = [
+    "DEFAULT_WAIT",
+    "Address",
+    "BadProposal",
+    "Change",
+    "Client",
+    "ConnectionLost",
+    "Flags",
+    "GatedError",
+    "IDReused",
+    "Identity",
+    "InvalidConfig",
+    "InvalidToolSpec",
+    "Malformed",
+    "NoVerdict",
+    "NotApproved",
+    "NotFound",
+    "NotGated",
+    "NotThisProposal",
+    "Operator",
+    "Proposal",
+    "ProposalInvalid",
+    "PublishError",
+    "RequestedBy",
+    "ReviewBlocked",
+    "ReviewError",
+    "ReviewRejected",
+    "ReviewTimeout",
+    "ServiceError",
+    "ServiceUnavailable",
+    "StoreError",
+    "SyncClient",
+    "TenantMismatch",
+    "ToolGate",
+    "ToolSpec",
+    "Unconfirmed",
+    "Verdict",
+    "address_of",
+    "encode_proposal",
+    "new_proposal_id",
+]

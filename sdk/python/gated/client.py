@@ -1,0 +1,395 @@
+"""The asyncio fleet client: publish proposals, wait for verdicts, believe
+only what gated stored.
+
+It mirrors the Go client (bus/fleet): it subscribes to the verdict subject
+and flushes before it publishes, publishes on JetStream with Nats-Msg-Id
+<tenant>.<id>, skips anything on the verdict subject that is not a verdict
+for this proposal, refuses a verdict for other bytes, and believes an
+approval only once the stored verdict confirms it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from gated.errors import (
+    BadProposal,
+    ConnectionLost,
+    GatedError,
+    InvalidConfig,
+    NoVerdict,
+    PublishError,
+    ServiceUnavailable,
+    StoreError,
+)
+from gated.proposal import Proposal
+from gated.verdict import (
+    Verdict,
+    answer,
+    confirm_approval,
+    decode_review_reply,
+    decode_stored_verdict,
+    verdict_message,
+)
+from gated.wire import (
+    DEFAULT_API_PREFIX,
+    MSG_ID_HEADER,
+    Address,
+    address_of,
+    digest,
+    encode_proposal,
+    proposal_subject,
+    review_subject,
+    valid_id,
+    valid_tenant,
+    verdict_lookup_subject,
+    verdict_subject,
+)
+
+DEFAULT_WAIT = 90.0
+"""Seconds a call waits for its verdict when it is given no timeout."""
+
+POLL_INTERVAL = 2.0
+"""Seconds between look-ups of the stored verdict while waiting: the
+verdict message is core NATS and can be lost; the stored verdict is not."""
+
+INBOX_SIZE = 256
+"""Messages on a proposal's verdict subject kept while it waits."""
+
+CLOSED_CHECK = 0.25
+"""Seconds between checks, while waiting, that the connection is open."""
+
+LOOKUP_WAIT = 5.0
+"""Seconds one look-up of the stored verdict may take: one that goes
+unanswered must not keep a wait from the verdict subject."""
+
+
+class Client:
+    """The fleet side of gated on one NATS connection. Safe for concurrent
+    use by the tasks of one event loop.
+
+    Build one with :meth:`connect`, or wrap a connection you made with
+    ``Client(nc)``. Every call takes ``timeout`` in seconds (default: the
+    client's ``default_wait``); the deadline is kept exactly, and a call
+    that runs out of it raises :class:`NoVerdict`.
+    """
+
+    def __init__(
+        self,
+        nc: NATS,
+        *,
+        default_wait: float = DEFAULT_WAIT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        poll_interval: float = POLL_INTERVAL,
+    ) -> None:
+        if not default_wait > 0:
+            raise InvalidConfig(f"default wait {default_wait} must be positive")
+        if not poll_interval > 0:
+            raise InvalidConfig(f"poll interval {poll_interval} must be positive")
+        api_prefix = api_prefix.removesuffix(".")
+        if not api_prefix or any(c in api_prefix for c in " *>"):
+            raise InvalidConfig(f"JetStream API prefix {api_prefix!r}")
+        self.nc = nc
+        self.default_wait = default_wait
+        self.api_prefix = api_prefix
+        self.poll_interval = poll_interval
+        self._owned = False
+        # The loop the connection runs on, for blocking callers in other
+        # threads (gated.gate's synchronous tools).
+        self.loop: asyncio.AbstractEventLoop | None
+        try:
+            self.loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.loop = None
+        self._subs: dict[str, Subscription] = {}
+        self._sub_locks: dict[str, asyncio.Lock] = {}
+        self._waiters: dict[str, set[asyncio.Queue[bytes]]] = {}
+
+    @classmethod
+    async def connect(
+        cls,
+        servers: str | list[str] = "nats://127.0.0.1:4222",
+        *,
+        default_wait: float = DEFAULT_WAIT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        poll_interval: float = POLL_INTERVAL,
+        **nats_options: Any,
+    ) -> Client:
+        """Connect to NATS (``nats_options`` go to ``nats.connect``) and
+        return a client that closes the connection on :meth:`close`."""
+        c = cls.__new__(cls)
+        # Validate the options before connecting.
+        cls.__init__(c, NATS(), default_wait=default_wait, api_prefix=api_prefix, poll_interval=poll_interval)
+        c.nc = await nats.connect(servers, **nats_options)
+        c._owned = True
+        c.loop = asyncio.get_running_loop()
+        return c
+
+    async def close(self) -> None:
+        """Close the connection if :meth:`connect` made it."""
+        if self._owned and not self.nc.is_closed:
+            try:
+                await self.nc.close()
+            except (nats.errors.Error, OSError):
+                pass  # the connection is gone already: nothing left to close
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _wait(self, timeout: float | None) -> float:
+        if timeout is None:
+            return self.default_wait
+        if not timeout > 0:
+            raise InvalidConfig(f"timeout {timeout} must be positive")
+        return timeout
+
+    async def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
+        """Publish a proposal and wait for its verdict. It fails closed: it
+        returns only an approval; any other verdict raises the
+        :class:`~gated.errors.NotApproved` subclass of its outcome, which
+        carries it.
+
+        The proposal is encoded byte-exactly as the Go client encodes it
+        (v set to 1 when absent), so proposing it again from any language is
+        idempotent. Raises BadProposal, NoVerdict, IDReused, NotApproved,
+        NotGated, Unconfirmed, PublishError."""
+        if isinstance(proposal, Proposal):
+            a, data = proposal.encode()
+        elif isinstance(proposal, Mapping):
+            a, data = encode_proposal(dict(proposal))
+        else:
+            raise BadProposal(f"a proposal is a gated.Proposal or a mapping, not a {type(proposal).__name__}")
+        v = await self._propose(a, data, self._wait(timeout))
+        return v.check()
+
+    async def propose_raw(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+        """Publish a raw proposal and wait for its verdict. Unlike
+        :meth:`propose` it returns every verdict, whatever its outcome: call
+        ``verdict.check()`` before acting on it."""
+        a = address_of(data)
+        return await self._propose(a, bytes(data), self._wait(timeout))
+
+    async def _propose(self, a: Address, data: bytes, wait: float) -> Verdict:
+        self.loop = self.loop or asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(wait):
+                return await self._propose_within(a, data)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
+
+    async def _request(self, subject: str, data: bytes, headers: dict[str, str] | None = None) -> Msg:
+        """One request and its reply, on an inbox of its own that the read
+        loop answers directly (no task between the reply and this one).
+        Raises nats.errors.NoRespondersError; the caller bounds the wait."""
+        nc = self.nc
+        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox, future=reply, max_msgs=1)
+        try:
+            await sub.unsubscribe(limit=1)
+            await nc.publish(subject, data, reply=inbox, headers=headers)
+            msg = await reply
+        finally:
+            if not reply.done():
+                reply.cancel()
+                try:
+                    await sub.unsubscribe()
+                except nats.errors.Error:
+                    pass
+        if not msg.data and msg.headers and msg.headers.get("Status") == "503":
+            raise nats.errors.NoRespondersError
+        return msg
+
+    async def _verdicts(self, tenant: str) -> None:
+        """Make sure the tenant's verdict subscription is in place on the
+        server: one subscription to gated.verdicts.<tenant>.* per tenant,
+        made and flushed once, shared by every proposal of the tenant."""
+        if tenant in self._subs:
+            return
+        lock = self._sub_locks.setdefault(tenant, asyncio.Lock())
+        async with lock:
+            if tenant in self._subs:
+                return
+            prefix = verdict_subject(tenant, "")
+
+            async def dispatch(msg: Msg) -> None:
+                waiters = self._waiters.get(tenant + "." + msg.subject[len(prefix) :])
+                if waiters:
+                    for q in waiters:
+                        # A flood on the subject cannot grow memory without
+                        # bound: what does not fit is dropped, and the wait
+                        # reads the stored verdict at its next poll.
+                        with contextlib.suppress(asyncio.QueueFull):
+                            q.put_nowait(msg.data)
+
+            try:
+                sub = await self.nc.subscribe(prefix + "*", cb=dispatch)
+            except nats.errors.ConnectionClosedError:
+                raise ConnectionLost(f"subscribing to the verdicts of {tenant}: the NATS connection is closed") from None
+            # The subscription must be in place on the server before a
+            # proposal can be decided, or a fast verdict is missed.
+            await self.nc.flush(timeout=3600)
+            self._subs[tenant] = sub
+
+    async def _propose_within(self, a: Address, data: bytes) -> Verdict:
+        nc = self.nc
+        inbox: asyncio.Queue[bytes] = asyncio.Queue(maxsize=INBOX_SIZE)
+        waiters = self._waiters.setdefault(a.key, set())
+        waiters.add(inbox)
+        try:
+            # Subscribed before publishing: the waiter is registered, and
+            # the tenant's subscription is flushed to the server.
+            await self._verdicts(a.tenant)
+            sha = digest(data)
+            try:
+                reply = await self._request(proposal_subject(a.tenant, a.action), data, {MSG_ID_HEADER: a.key})
+            except nats.errors.NoRespondersError:
+                raise PublishError(
+                    f"publishing proposal {a.key}: no JetStream stream captures "
+                    f"{proposal_subject(a.tenant, a.action)}: is gated serve running?"
+                ) from None
+            except nats.errors.ConnectionClosedError:
+                raise ConnectionLost(f"proposal {a.key}: the NATS connection closed before it was acknowledged") from None
+            if _pub_ack(a, reply.data):
+                # A duplicate: its verdict may have been published before
+                # this client subscribed; the stored verdict is not lost.
+                try:
+                    return answer(a, sha, await self._stored(a))
+                except StoreError:
+                    pass
+            loop = asyncio.get_running_loop()
+            next_poll = loop.time() + self.poll_interval
+            while True:
+                now = loop.time()
+                if now < next_poll:
+                    try:
+                        # Wake now and then to notice a closed connection.
+                        async with asyncio.timeout(min(next_poll - now, CLOSED_CHECK)):
+                            msg = await inbox.get()
+                    except TimeoutError:
+                        if nc.is_closed:
+                            raise ConnectionLost(
+                                f"proposal {a.key}: the NATS connection closed while waiting for its verdict"
+                            ) from None
+                        continue
+                    # Anything else on the verdict subject is skipped, not
+                    # taken as a failure: another client can have a reply
+                    # sent there, and must not be able to fail this wait.
+                    v = verdict_message(a, msg)
+                    if v is None:
+                        continue
+                    return await confirm_approval(a, sha, v, lambda: self._stored(a))
+                # The verdict message is core NATS: it is lost when it is
+                # published while this connection reconnects. The stored
+                # verdict is not.
+                next_poll = loop.time() + self.poll_interval
+                if nc.is_closed:
+                    raise ConnectionLost(f"proposal {a.key}: the NATS connection closed while waiting for its verdict")
+                try:
+                    stored = await self._stored(a)
+                except StoreError:
+                    continue
+                return answer(a, sha, stored)
+        finally:
+            waiters.discard(inbox)
+            if not waiters:
+                self._waiters.pop(a.key, None)
+
+    async def _stored(self, a: Address) -> Verdict:
+        try:
+            async with asyncio.timeout(LOOKUP_WAIT):
+                return await self._lookup(a.tenant, a.id)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise StoreError(f"reading verdict {a.key}: no answer within {LOOKUP_WAIT:g}s") from None
+
+    async def _lookup(self, tenant: str, id: str) -> Verdict:
+        subject = verdict_lookup_subject(self.api_prefix, tenant, id)
+        try:
+            m = await self._request(subject, b"")
+        except nats.errors.NoRespondersError:
+            raise StoreError(
+                f"reading verdict {tenant}.{id}: nothing answers {subject}: is gated's bucket set up, "
+                "and may this user read it?"
+            ) from None
+        except nats.errors.ConnectionClosedError:
+            raise StoreError(f"reading verdict {tenant}.{id}: the NATS connection is closed") from None
+        except nats.errors.Error as e:
+            raise StoreError(f"reading verdict {tenant}.{id}: {e!r}") from None
+        return decode_stored_verdict(tenant, id, m.headers, m.data)
+
+    async def verdict(self, tenant: str, id: str, *, timeout: float | None = None) -> Verdict:
+        """Look up a stored verdict with one JetStream direct get of its key.
+        Raises NotFound when none is stored, BadProposal for a bad token,
+        StoreError when it cannot be read, NoVerdict past the timeout."""
+        if not valid_tenant(tenant):
+            raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
+        if not valid_id(id):
+            raise BadProposal(f"id {id!r} must match [A-Za-z0-9_-]{{1,128}}")
+        wait = self._wait(timeout)
+        try:
+            async with asyncio.timeout(wait):
+                return await self._lookup(tenant, id)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(f"reading verdict {tenant}.{id}: no answer within {wait:g}s") from None
+
+    async def request_review(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+        """Send a raw proposal to gated's review service on
+        gated.review.<tenant> and return the verdict of the reply, whatever
+        its outcome (like :meth:`propose_raw`); an approval is confirmed
+        against the stored verdict first. Raises BadProposal, a
+        ServiceError (also BadProposal, TenantMismatch, IDReused,
+        ServiceUnavailable or NoVerdict by its code), ServiceUnavailable
+        when nothing serves the endpoint, Malformed, NoVerdict."""
+        a = address_of(data)
+        wait = self._wait(timeout)
+        try:
+            async with asyncio.timeout(wait):
+                try:
+                    m = await self._request(review_subject(a.tenant), bytes(data))
+                except nats.errors.NoRespondersError:
+                    raise ServiceUnavailable(
+                        f"nothing serves {review_subject(a.tenant)} (is gated serve running with --review-service?)"
+                    ) from None
+                except nats.errors.ConnectionClosedError:
+                    raise ConnectionLost(f"proposal {a.key}: the NATS connection is closed") from None
+                v = decode_review_reply(m.headers, m.data)
+                return await confirm_approval(a, digest(data), v, lambda: self._stored(a))
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
+
+
+def _pub_ack(a: Address, data: bytes) -> bool:
+    """Read a JetStream publish acknowledgement; True for a duplicate."""
+    try:
+        ack = json.loads(data)
+    except ValueError:
+        raise PublishError(f"publishing proposal {a.key}: the acknowledgement is not JSON") from None
+    if not isinstance(ack, dict):
+        raise PublishError(f"publishing proposal {a.key}: the acknowledgement is not an object")
+    err = ack.get("error")
+    if err is not None:
+        raise PublishError(f"publishing proposal {a.key}: JetStream refused it: {err}")
+    if not isinstance(ack.get("stream"), str):
+        raise PublishError(f"publishing proposal {a.key}: not a JetStream acknowledgement")
+    return ack.get("duplicate") is True

@@ -1,0 +1,287 @@
+"""Put gated in front of an agent's tools.
+
+Tools of class read run at once; write and destructive tools run only after
+gated approves a proposal describing the call. It mirrors the Go ToolGate
+(bus/fleet/toolgate.go)::
+
+    gate = ToolGate(client, Identity(tenant="acme", agent="ops-agent"))
+
+    @gate.guard(ToolSpec("host_restart_service", "write",
+                         lambda host, service: Change(target={"host": host, "service": service},
+                                                      reason="wedged", blast_radius="single_device")))
+    async def restart(host: str, service: str) -> str: ...
+
+The class of a tool is the runtime's claim, made in code when the tool is
+registered: gated never sees a read, so never let a model choose it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import inspect
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar, cast
+
+from gated.errors import GatedError, InvalidConfig, InvalidToolSpec, NotApproved
+from gated.proposal import Flags, Operator, Proposal
+from gated.verdict import Verdict
+from gated.wire import valid_action, valid_tenant
+
+CLASSES = ("read", "write", "destructive")
+DEFAULT_REVIEW_TIMEOUT = 90.0
+"""Seconds a guarded call waits for its verdict: longer than gated's
+default review deadline (60 s), so a slow review ends in a timeout verdict
+rather than in NoVerdict."""
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class Proposer(Protocol):
+    """What a ToolGate needs to reach gated; :class:`gated.Client` is one.
+    ``propose`` must return only an approval and raise otherwise."""
+
+    async def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
+        """Publish and wait; return only an approval."""
+        ...
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who proposes through a ToolGate."""
+
+    tenant: str
+    """The tenant token, [a-z0-9_-]{1,64}."""
+    agent: str
+    """The proposing agent (requested_by.agent), used against self-review."""
+    session: str = ""
+    operator: Operator | None = None
+    """The human on whose behalf the agent acts."""
+    reviewer: str = ""
+    """A persona to ask for unless a Change names its own."""
+
+    def validate(self) -> None:
+        """Raise InvalidConfig unless the identity is usable."""
+        if not valid_tenant(self.tenant):
+            raise InvalidConfig(f"identity tenant {self.tenant!r} must match [a-z0-9_-]{{1,64}}")
+        if not isinstance(self.agent, str) or not self.agent.strip():
+            raise InvalidConfig("identity needs an agent name")
+        if self.operator is not None and not self.operator.id.strip():
+            raise InvalidConfig("identity operator needs an id")
+        if self.reviewer and not valid_tenant(self.reviewer):
+            raise InvalidConfig(f"identity reviewer {self.reviewer!r} must be a persona name matching [a-z0-9_-]{{1,64}}")
+
+
+@dataclass
+class Change:
+    """One call of a mutating tool: what gated reviews."""
+
+    target: dict[str, Any] | None = None
+    reason: str = ""
+    blast_radius: str = ""
+    """single_device, cluster or tenant_wide. Required for write tools."""
+    id: str = ""
+    """The proposal id, an idempotency key. Default: a new id per call."""
+    incident_id: str = ""
+    context_summary: str = ""
+    flags: Flags = field(default_factory=Flags)
+    reviewer: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool's action token, its class, and how a call's arguments become
+    the Change gated reviews (``describe`` gets the tool's arguments)."""
+
+    action: str
+    class_: str
+    describe: Callable[..., Change] | None = None
+
+    def validate(self) -> None:
+        """Raise InvalidToolSpec unless the spec is usable."""
+        if not valid_action(self.action):
+            raise InvalidToolSpec(f"action {self.action!r} must match [A-Za-z0-9_-]{{1,128}}")
+        if self.class_ not in CLASSES:
+            raise InvalidToolSpec(f"tool {self.action} has class {self.class_!r}; want read, write or destructive")
+        if self.class_ != "read" and self.describe is None:
+            raise InvalidToolSpec(f"{self.class_} tool {self.action} needs describe to say what a call changes")
+
+
+def new_proposal_id() -> str:
+    """A fresh id: a millisecond timestamp in base 36 (ids sort by time)
+    and 64 random bits."""
+    ms = time.time_ns() // 1_000_000
+    digits = ""
+    while ms:
+        ms, r = divmod(ms, 36)
+        digits = "0123456789abcdefghijklmnopqrstuvwxyz"[r] + digits
+    return (digits or "0") + "-" + secrets.token_hex(8)
+
+
+class ToolGate:
+    """gated in front of an agent's tools. Safe for concurrent use."""
+
+    def __init__(
+        self,
+        proposer: Any,
+        identity: Identity,
+        *,
+        review_timeout: float = DEFAULT_REVIEW_TIMEOUT,
+        new_id: Callable[[], str] = new_proposal_id,
+        observe: Callable[[dict[str, Any], Verdict], None] | None = None,
+    ) -> None:
+        """``proposer`` is a :class:`gated.Client`, a
+        :class:`gated.SyncClient`, or any :class:`Proposer`."""
+        from gated.sync import SyncClient
+
+        if proposer is None:
+            raise InvalidConfig("a ToolGate needs a proposer such as gated.Client")
+        identity.validate()
+        if not review_timeout > 0:
+            raise InvalidConfig(f"review timeout {review_timeout} must be positive")
+        self._sync: SyncClient | None = proposer if isinstance(proposer, SyncClient) else None
+        self._proposer: Proposer = proposer.client if self._sync else proposer
+        self.identity = identity
+        self.review_timeout = review_timeout
+        self._new_id = new_id
+        self._observe = observe
+
+    def proposal(self, action: str, class_: str, change: Change) -> dict[str, Any]:
+        """The proposal of one call."""
+        op = self.identity.operator
+        return Proposal(
+            id=change.id or self._new_id(),
+            tenant=self.identity.tenant,
+            kind="action",
+            action=action,
+            class_=class_,
+            target=change.target,
+            reason=change.reason,
+            blast_radius=change.blast_radius,
+            operator=Operator(op.id, list(op.roles)) if op else None,
+            requested_by=None,
+            incident_id=change.incident_id,
+            context_summary=change.context_summary,
+            flags=change.flags,
+            reviewer=change.reviewer or self.identity.reviewer,
+        ).to_dict() | {"requested_by": {"agent": self.identity.agent, "session": self.identity.session}}
+
+    async def authorize(
+        self, action: str, class_: str, change: Change | None = None, *, timeout: float | None = None
+    ) -> Verdict | None:
+        """Ask gated whether a call of action, of class_, may make change.
+        Returns None at once for class read (nothing is proposed), the
+        approval for write and destructive; raises otherwise: the
+        NotApproved subclass of the verdict's outcome, NoVerdict,
+        InvalidToolSpec, or a transport error."""
+        if class_ == "read":
+            return None
+        if class_ not in CLASSES:
+            raise InvalidToolSpec(f"tool {action} has class {class_!r}; want read, write or destructive")
+        if change is None:
+            raise InvalidToolSpec(f"{class_} tool {action} needs a Change to say what a call changes")
+        p = self.proposal(action, class_, change)
+        try:
+            v = await self._proposer.propose(p, timeout=timeout or self.review_timeout)
+        except NotApproved as e:
+            self._notify(p, e.verdict)
+            raise
+        self._notify(p, v)
+        # Trust nothing but an approval of exactly this proposal, whatever
+        # the proposer says.
+        if not isinstance(v, Verdict):
+            raise GatedError(f"the proposer returned a {type(v).__name__}, not a verdict")
+        v.check()
+        if v.tenant != p["tenant"] or v.proposal_id != p["id"] or v.action != p["action"]:
+            raise NotApproved(
+                v,
+                f"the approval names {v.tenant}.{v.proposal_id} ({v.action}), "
+                f"not proposal {p['tenant']}.{p['id']} ({p['action']})",
+            )
+        return v
+
+    def _notify(self, p: dict[str, Any], v: Verdict) -> None:
+        if self._observe is not None:
+            self._observe(p, v)
+
+    def authorize_sync(
+        self, action: str, class_: str, change: Change | None = None, *, timeout: float | None = None
+    ) -> Verdict | None:
+        """authorize, blocking: for synchronous tools."""
+        if class_ == "read":
+            return None
+        return self._block(self.authorize(action, class_, change, timeout=timeout))
+
+    def _block(self, c: Coroutine[Any, Any, Verdict | None]) -> Verdict | None:
+        if self._sync is not None:
+            return self._sync.run(c)
+        loop = getattr(self._proposer, "loop", None)
+        try:
+            running: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is not None:
+            c.close()
+            raise GatedError(
+                "a synchronous guarded tool was called on a running event loop: it would block it; "
+                "make the tool async, or build the ToolGate on a gated.SyncClient"
+            )
+        if isinstance(loop, asyncio.AbstractEventLoop):
+            if loop.is_running():
+                return asyncio.run_coroutine_threadsafe(c, loop).result()
+            c.close()
+            raise GatedError("the client's event loop is not running: a synchronous tool cannot wait on it")
+        return asyncio.run(c)
+
+    @contextlib.asynccontextmanager
+    async def authorized(
+        self, action: str, class_: str, change: Change | None = None, *, timeout: float | None = None
+    ) -> AsyncIterator[Verdict | None]:
+        """``async with gate.authorized(...) as verdict:`` runs its body only
+        when the call may run (see authorize); otherwise the typed error is
+        raised before the body."""
+        yield await self.authorize(action, class_, change, timeout=timeout)
+
+    @contextlib.contextmanager
+    def authorized_sync(
+        self, action: str, class_: str, change: Change | None = None, *, timeout: float | None = None
+    ) -> Iterator[Verdict | None]:
+        """The blocking form of :meth:`authorized`."""
+        yield self.authorize_sync(action, class_, change, timeout=timeout)
+
+    def guard(self, spec: ToolSpec) -> Callable[[F], F]:
+        """A decorator that runs the tool only when gated allows it: a read
+        tool at once, a write or destructive tool once, after an approval
+        of the proposal built from ``spec.describe(*args, **kwargs)``.
+        Works on async and sync functions; the wrapped function keeps its
+        kind. An unusable spec raises InvalidToolSpec at once."""
+        spec.validate()
+
+        def wrap(fn: F) -> F:
+            if inspect.iscoroutinefunction(fn):
+
+                @functools.wraps(fn)
+                async def async_tool(*args: Any, **kwargs: Any) -> Any:
+                    if spec.class_ != "read":
+                        assert spec.describe is not None
+                        await self.authorize(spec.action, spec.class_, spec.describe(*args, **kwargs))
+                    return await fn(*args, **kwargs)
+
+                return cast(F, async_tool)
+
+            @functools.wraps(fn)
+            def sync_tool(*args: Any, **kwargs: Any) -> Any:
+                if spec.class_ != "read":
+                    assert spec.describe is not None
+                    self.authorize_sync(spec.action, spec.class_, spec.describe(*args, **kwargs))
+                return fn(*args, **kwargs)
+
+            return cast(F, sync_tool)
+
+        return wrap
+
+

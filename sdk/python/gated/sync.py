@@ -1,0 +1,99 @@
+"""A small synchronous wrapper of :class:`gated.client.Client` for scripts.
+
+It runs the asyncio client on an event loop of its own in a background
+thread, so it also works where another loop is running (a notebook, a
+synchronous tool called from async code).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+from gated.client import DEFAULT_WAIT, Client
+from gated.proposal import Proposal
+from gated.verdict import Verdict
+from gated.wire import DEFAULT_API_PREFIX
+
+T = TypeVar("T")
+
+
+class SyncClient:
+    """The fleet client with blocking calls. Build one with
+    :meth:`connect`; close it (or use it in a ``with`` block) when done."""
+
+    def __init__(self, client: Client, loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+        self.client = client
+        self._loop = loop
+        self._thread = thread
+
+    @classmethod
+    def connect(
+        cls,
+        servers: str | list[str] = "nats://127.0.0.1:4222",
+        *,
+        default_wait: float = DEFAULT_WAIT,
+        api_prefix: str = DEFAULT_API_PREFIX,
+        **nats_options: Any,
+    ) -> SyncClient:
+        """Connect to NATS on a loop of its own; see Client.connect."""
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="gated-sync-client", daemon=True)
+        thread.start()
+        try:
+            client = asyncio.run_coroutine_threadsafe(
+                Client.connect(servers, default_wait=default_wait, api_prefix=api_prefix, **nats_options), loop
+            ).result()
+        except BaseException:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+            raise
+        return cls(client, loop, thread)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the client's loop and wait for its result."""
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise RuntimeError("a SyncClient call was made on its own event loop thread: it would block forever")
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
+        """Client.propose, blocking."""
+        return self.run(self.client.propose(proposal, timeout=timeout))
+
+    def propose_raw(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+        """Client.propose_raw, blocking."""
+        return self.run(self.client.propose_raw(data, timeout=timeout))
+
+    def verdict(self, tenant: str, id: str, *, timeout: float | None = None) -> Verdict:
+        """Client.verdict, blocking."""
+        return self.run(self.client.verdict(tenant, id, timeout=timeout))
+
+    def request_review(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+        """Client.request_review, blocking."""
+        return self.run(self.client.request_review(data, timeout=timeout))
+
+    def close(self) -> None:
+        """Close the connection and stop the loop."""
+        if self._loop.is_closed():
+            return
+        try:
+            self.run(self.client.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+    def __enter__(self) -> SyncClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(servers: str | list[str] = "nats://127.0.0.1:4222", **options: Any) -> SyncClient:
+    """Shorthand for SyncClient.connect."""
+    return SyncClient.connect(servers, **options)
