@@ -1,7 +1,7 @@
 # gated: build, test and code generation.
 GO ?= go
 
-.PHONY: all build run test vet fmt proto fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python-plugin bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -13,7 +13,10 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test:
+test: test-go test-python-plugin
+
+# test-go vets, checks formatting and runs every Go test.
+test-go:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) test -race -count=1 -timeout 30m ./...
@@ -40,6 +43,31 @@ proto:
 	       --go_out=. --go_opt=module=github.com/gated/gated \
 	       --go-grpc_out=. --go-grpc_opt=module=github.com/gated/gated \
 	       plugins/proto/gated/plugin/v1/reviewer.proto
+
+# The Python SDK's virtual environment, made from nothing but python3:
+# the package (editable) with its test and code generation tools.
+PYTHON ?= python3
+PY_VENV := sdk/python/.venv
+PY := $(PY_VENV)/bin/python
+
+$(PY_VENV)/.installed: sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e './sdk/python[dev]'
+	touch $@
+
+# proto-python regenerates the Python SDK's protocol code
+# (sdk/python/gated/plugin/v1 and .../goplugin) from plugins/proto, with
+# the grpcio-tools pinned in the package's dev dependencies.
+proto-python: $(PY_VENV)/.installed
+	$(PY) -m grpc_tools.protoc -I plugins/proto \
+	       --python_out=sdk/python --pyi_out=sdk/python --grpc_python_out=sdk/python \
+	       plugins/proto/gated/plugin/v1/reviewer.proto plugins/proto/gated/plugin/goplugin/goplugin.proto
+
+# test-python-plugin runs the Python reviewer-plugin SDK's tests, which
+# start real plugin processes under a real gated (built once per run).
+test-python-plugin: $(PY_VENV)/.installed
+	cd sdk/python && .venv/bin/python -m pytest -q tests/plugin
 
 # fuzz runs every fuzz target for FUZZTIME each.
 FUZZTIME ?= 20s

@@ -1,0 +1,1 @@
+"""gated: clients and reviewer plugins for gated, the policy gate for AI agent fleets."""
