@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -182,6 +183,8 @@ def serve(reviewer: Reviewer) -> NoReturn:
     stdio_r, stdio_w = os.pipe()
     os.dup2(stdio_w, 1)
     os.close(stdio_w)
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     plugin = _Plugin(reviewer, client_pem, handshake_fd, stdio_r, multiplex)
     code = 1
     try:
@@ -234,9 +237,10 @@ class _Plugin:
     async def run(self) -> int:
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        server = grpc.aio.server(
-            options=_CHANNEL_OPTIONS, migration_thread_pool=None, maximum_concurrent_rpcs=None
-        )
+        # No SO_REUSEPORT: with it a second plugin (or any process of the
+        # user) could bind the same port and take some of gated's
+        # connections, which then fail their TLS check.
+        server = grpc.aio.server(options=[*_CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
         pb_grpc.add_ReviewerServicer_to_server(_ReviewerService(self), server)
         health = HealthServicer()
         await health.set("plugin", health_pb2.HealthCheckResponse.SERVING)
@@ -297,6 +301,12 @@ def _bind(server: grpc.aio.Server, creds: grpc.ServerCredentials) -> int:
         lo = hi = 0
     if 0 < lo <= hi <= 65535:
         for port in range(lo, hi + 1):
+            # A quiet look first: gRPC logs every port it fails to bind.
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
             try:
                 if server.add_secure_port(f"127.0.0.1:{port}", creds):
                     return port
