@@ -50,8 +50,17 @@ def write_plugin(path: Path, mode: str) -> Path:
     return path
 
 
-def gated_cli(gated_bin: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(gated_bin), *args], capture_output=True, text=True, timeout=timeout)
+def gated_cli(gated_bin: Path, *args: str, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(gated_bin), *args], capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def venv_env() -> dict[str, str]:
+    """This environment with the virtual environment's bin first on PATH,
+    as after `source .venv/bin/activate`: a plugin whose shebang is
+    `/usr/bin/env python3` then runs with gated installed."""
+    env = dict(os.environ)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    return env
 
 
 @dataclass
@@ -81,14 +90,14 @@ class Gated:
         return [json.loads(line)["record"] for line in r.stdout.splitlines() if line.strip()]
 
 
-def start_gated(gated_bin: Path, workdir: Path, *args: str) -> Gated:
+def start_gated(gated_bin: Path, workdir: Path, *args: str, env: dict[str, str] | None = None) -> Gated:
     """Start `gated serve` on an embedded NATS server on a free port and
     wait until it says it is ready."""
     log = workdir / "gated.log"
     proc = subprocess.Popen(
         [str(gated_bin), "serve", "--data-dir", str(workdir / "data"), "--nats-listen", "127.0.0.1:0",
          "--log-format", "json", "--review-timeout", "30s", *args],
-        stdout=subprocess.DEVNULL, stderr=open(log, "w"), text=True,
+        stdout=subprocess.DEVNULL, stderr=open(log, "w"), text=True, env=env,
     )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
