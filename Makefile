@@ -69,6 +69,13 @@ proto-python: $(PY_VENV)/.installed
 test-python-plugin: $(PY_VENV)/.installed
 	cd sdk/python && .venv/bin/python -m pytest -q tests/plugin
 
+# bench-plugin-python measures a review through a Python reviewer plugin
+# (sdk/python/tests/plugin/bench_plugin.py) beside the Go sop reviewer, in
+# one run: the cases of bench-plugins, the Python ones under python/.
+bench-plugin-python: $(PY_VENV)/.installed
+	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" GATED_BENCH_PYTHON_PLUGIN="$(CURDIR)/sdk/python/tests/plugin/bench_plugin.py" \
+	  $(GO) test ./plugins -run '^$$' -bench '^BenchmarkReviewRoundTrip$$' -benchtime 3000x -count 3
+
 # fuzz runs every fuzz target for FUZZTIME each.
 FUZZTIME ?= 20s
 fuzz:
@@ -129,6 +136,7 @@ bench: build
 	./bin/gated bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
 	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
+	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 
 # bench-opa compares gated's policy decisions with OPA's REST API on the
 # same bundle and inputs (test/opa-bench.sh).
