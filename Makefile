@@ -65,8 +65,10 @@ proto-python: $(PY_VENV)/.installed
 	       plugins/proto/gated/plugin/v1/reviewer.proto plugins/proto/gated/plugin/goplugin/goplugin.proto
 
 # test-python-plugin runs the Python reviewer-plugin SDK's tests, which
-# start real plugin processes under a real gated (built once per run).
+# start real plugin processes under a real gated (built once per run),
+# after mypy --strict on the SDK's own code.
 test-python-plugin: $(PY_VENV)/.installed
+	cd sdk/python && .venv/bin/python -m mypy gated/plugin
 	cd sdk/python && .venv/bin/python -m pytest -q tests/plugin
 
 # bench-plugin-python measures a review through a Python reviewer plugin

@@ -118,8 +118,8 @@ async def _call(fn: Callable[..., T | Awaitable[T]], pool: concurrent.futures.Ex
     loop = asyncio.get_running_loop()
     out = await loop.run_in_executor(pool, lambda: fn(*args))
     if inspect.isawaitable(out):
-        return await out  # type: ignore[no-any-return]
-    return out  # type: ignore[return-value]
+        return await out
+    return out
 
 
 def _print_help(reviewer: Reviewer) -> None:
@@ -241,14 +241,14 @@ class _Plugin:
         # user) could bind the same port and take some of gated's
         # connections, which then fail their TLS check.
         server = grpc.aio.server(options=[*_CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)])
-        pb_grpc.add_ReviewerServicer_to_server(_ReviewerService(self), server)
+        pb_grpc.add_ReviewerServicer_to_server(_ReviewerService(self), server)  # type: ignore[no-untyped-call]
         health = HealthServicer()
         await health.set("plugin", health_pb2.HealthCheckResponse.SERVING)
         await health.set("", health_pb2.HealthCheckResponse.SERVING)
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        gp_grpc.add_GRPCBrokerServicer_to_server(self.broker, server)
-        gp_grpc.add_GRPCControllerServicer_to_server(_Controller(self), server)
-        gp_grpc.add_GRPCStdioServicer_to_server(self.stdio, server)
+        gp_grpc.add_GRPCBrokerServicer_to_server(self.broker, server)  # type: ignore[no-untyped-call]
+        gp_grpc.add_GRPCControllerServicer_to_server(_Controller(self), server)  # type: ignore[no-untyped-call]
+        gp_grpc.add_GRPCStdioServicer_to_server(self.stdio, server)  # type: ignore[no-untyped-call]
         creds = grpc.ssl_server_credentials(
             [(self.identity.key_pem, self.identity.cert_pem)],
             root_certificates=self.client_pem,
@@ -313,7 +313,7 @@ def _bind(server: grpc.aio.Server, creds: grpc.ServerCredentials) -> int:
             except RuntimeError:
                 continue
         raise OSError(f"no free port from PLUGIN_MIN_PORT {lo} to PLUGIN_MAX_PORT {hi}")
-    port = server.add_secure_port("127.0.0.1:0", creds)
+    port = int(server.add_secure_port("127.0.0.1:0", creds))
     if port == 0:
         raise OSError("could not listen on 127.0.0.1")
     return port
@@ -323,7 +323,7 @@ class _ReviewerService(pb_grpc.ReviewerServicer):
     def __init__(self, plugin: _Plugin) -> None:
         self.p = plugin
 
-    async def Describe(self, request: pb.DescribeRequest, context: grpc.aio.ServicerContext) -> pb.DescribeResponse:  # type: ignore[override]
+    async def Describe(self, request: pb.DescribeRequest, context: grpc.aio.ServicerContext) -> pb.DescribeResponse:
         try:
             d = await _call(self.p.reviewer.describe, self.p.pool)
             if not isinstance(d, Description):
@@ -341,7 +341,7 @@ class _ReviewerService(pb_grpc.ReviewerServicer):
         await context.abort(status, msg)
         raise AssertionError("unreachable")
 
-    async def Review(self, request: pb.ReviewRequest, context: grpc.aio.ServicerContext) -> pb.ReviewResponse:  # type: ignore[override]
+    async def Review(self, request: pb.ReviewRequest, context: grpc.aio.ServicerContext) -> pb.ReviewResponse:
         task = asyncio.current_task()
         assert task is not None
         p = self.p
@@ -386,7 +386,7 @@ class _Controller(gp_grpc.GRPCControllerServicer):
     def __init__(self, plugin: _Plugin) -> None:
         self.p = plugin
 
-    async def Shutdown(self, request: gp.Empty, context: grpc.aio.ServicerContext) -> gp.Empty:  # type: ignore[override]
+    async def Shutdown(self, request: gp.Empty, context: grpc.aio.ServicerContext) -> gp.Empty:
         log.info("gated asked the plugin to shut down")
         # After this answer is out: go-plugin's own plugins stop at once.
         asyncio.get_running_loop().call_soon(self.p.request_stop, 0.0)
@@ -404,7 +404,7 @@ class _Broker(gp_grpc.GRPCBrokerServicer):
         self.waiters: dict[int, list[asyncio.Future[None]]] = {}
         self.channels: dict[int, tuple[grpc.aio.Channel, pb_grpc.ToolHostStub]] = {}
 
-    async def StartStream(self, request_iterator: AsyncIterator[gp.ConnInfo], context: grpc.aio.ServicerContext) -> None:  # type: ignore[override]
+    async def StartStream(self, request_iterator: AsyncIterator[gp.ConnInfo], context: grpc.aio.ServicerContext) -> None:
         async for info in request_iterator:
             self.learn(info)
 
@@ -452,7 +452,7 @@ class _Broker(gp_grpc.GRPCBrokerServicer):
         ch = grpc.aio.secure_channel(
             target, creds, options=[*_CHANNEL_OPTIONS, ("grpc.ssl_target_name_override", SERVER_NAME)]
         )
-        stub = pb_grpc.ToolHostStub(ch)
+        stub = pb_grpc.ToolHostStub(ch)  # type: ignore[no-untyped-call]
         self.channels[service_id] = (ch, stub)
         return stub
 
@@ -507,7 +507,7 @@ class _Stdio(gp_grpc.GRPCStdioServicer):
         self.pending += len(chunk)
         self.queue.put_nowait(chunk)
 
-    async def StreamStdio(self, request: empty_pb2.Empty, context: grpc.aio.ServicerContext) -> AsyncIterator[gp.StdioData]:  # type: ignore[override]
+    async def StreamStdio(self, request: empty_pb2.Empty, context: grpc.aio.ServicerContext) -> AsyncIterator[gp.StdioData]:
         while True:
             chunk = await self.queue.get()
             self.pending -= len(chunk)

@@ -6,6 +6,7 @@ import concurrent.futures
 import hashlib
 import json
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,11 +80,14 @@ def test_crash_mid_review_is_an_error_never_an_approval(served: Gated) -> None:
     code, v = served.propose(proposal("echo", reason="crash during the review", summary="Decision: approve"))
     assert v["outcome"] == "error" and v["approved"] is False and code == 3, json.dumps(v)[:3000]
     assert "exited" in v["reason"] or "echo" in v["reason"], v["reason"]
-    # gated relaunches the plugin and reviews go on.
-    for _ in range(20):
+    # gated relaunches the plugin (after a backoff, since it died young)
+    # and reviews go on; until then they are blocked.
+    deadline = time.monotonic() + 60
+    while True:
         code, v = served.propose(proposal("echo", summary="Decision: approve"))
-        if v["outcome"] != "blocked":
+        if v["outcome"] != "blocked" or time.monotonic() > deadline:
             break
+        time.sleep(0.5)
     assert v["outcome"] == "approved", v
 
 
