@@ -199,9 +199,10 @@ class Request:
 
     An async reviewer calls tools with ``await req.call_tool(...)``; a
     synchronous one (run in a worker thread) with ``req.call_tool_sync``.
-    ``cancelled`` is set when gated gives up on the review or the plugin
-    is asked to stop: a synchronous reviewer should look at it between
-    slow steps.
+    ``cancelled`` is set once the review is over for gated: its deadline
+    passed, gated gave up on it, the plugin is asked to stop, or it was
+    answered. A synchronous reviewer should look at it between slow
+    steps.
     """
 
     review_id: str
@@ -255,6 +256,13 @@ class Request:
             if self._call is None:
                 raise NoTools(f"{name}: this review has no tools")
             return asyncio.run(self.call_tool(name, args))
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is self._loop:
+            # Waiting here would stop the loop that has to make the call.
+            raise PluginError(f"{name}: call_tool_sync from the event loop; an async reviewer awaits call_tool")
         fut = asyncio.run_coroutine_threadsafe(self.call_tool(name, args), self._loop)
         return fut.result()
 

@@ -84,3 +84,29 @@ def test_response_to_wire(text: str, gates: list[tuple[str, bool, str]], turns: 
     want = {Decision.APPROVE: pb.DECISION_APPROVE, Decision.REJECT: pb.DECISION_REJECT}.get(decision, pb.DECISION_UNSPECIFIED)  # type: ignore[call-overload]
     assert out.decision == want
     assert 0 <= out.turns < 1 << 32
+
+
+def test_call_tool_sync_on_the_event_loop_is_refused() -> None:
+    """An async reviewer that calls the synchronous form would block the
+    loop that makes the call: it gets an error instead of a hang."""
+    import asyncio
+    from datetime import UTC, datetime
+
+    from gated.plugin import Persona, PluginError, Policy, Request
+
+    async def call(name: str, args: bytes) -> bytes:
+        return b"{}"
+
+    async def main() -> None:
+        req = Request(review_id="rv", proposal={}, proposal_json=b"{}", persona=Persona(), policy=Policy(),
+                      deadline=datetime.now(UTC), _call=call, _loop=asyncio.get_running_loop())
+        assert await req.call_tool("t") == {}
+        try:
+            req.call_tool_sync("t")
+        except PluginError as e:
+            assert "event loop" in str(e)
+        else:
+            raise AssertionError("call_tool_sync on the loop did not raise")
+        assert await asyncio.to_thread(req.call_tool_sync, "t") == {}
+
+    asyncio.run(main())
