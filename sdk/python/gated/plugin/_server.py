@@ -440,6 +440,12 @@ class _Broker(gp_grpc.GRPCBrokerServicer):
                 await asyncio.wait_for(fut, timeout=max(min(timeout, BROKER_WAIT), 0))
             except TimeoutError:
                 raise ToolFailed(f"gated never said where its tool service {service_id} listens") from None
+            finally:
+                waiting = self.waiters.get(service_id, [])
+                if fut in waiting:
+                    waiting.remove(fut)
+                if not waiting:
+                    self.waiters.pop(service_id, None)
         if service_id in self.channels:
             return self.channels[service_id][1]
         network, address = self.known[service_id]
