@@ -38,8 +38,17 @@ class EchoReviewer:
             note = "get_proposal sha256 " + hashlib.sha256(
                 __import__("json").dumps(got, sort_keys=True).encode()
             ).hexdigest()
-        if "crash" in str(req.proposal.get("reason", "")):
+        reason = str(req.proposal.get("reason", ""))
+        if "crash" in reason:
             os._exit(7)
+        if reason.startswith("call:"):
+            # Ask for a tool by name, in the bag or not, and report what
+            # became of the call.
+            try:
+                await req.call_tool(reason.removeprefix("call:"))
+                note = "called"
+            except ToolError as e:
+                note = f"{type(e).__name__}: {e}"
         return Response(text=str(req.proposal.get("context_summary", "")), decision=Decision.APPROVE, notes=note)
 
 

@@ -40,6 +40,17 @@ def test_review_with_a_brokered_tool_call(served: Gated) -> None:
     assert any(e["data"].get("tool") == "get_proposal" and e["data"].get("plugin") == "echo" for e in calls), calls
 
 
+@pytest.mark.parametrize("tool", ["run_shell", "get_sop_text"])
+def test_a_tool_outside_the_bag_is_refused(served: Gated, tool: str) -> None:
+    """The echo persona's bag holds get_proposal only: gated refuses any
+    other tool, and the reviewer sees ToolDenied, never a result."""
+    _, v = served.propose(proposal("echo", reason=f"call:{tool}", summary="Decision: reject\nNotes: no evidence"))
+    r = review_by(v, "echo")
+    assert r["notes"].startswith("ToolDenied: "), r["notes"]
+    denied = [e for e in served.audit("acme") if e.get("proposal_id") == v["proposal_id"] and e.get("event") == "tool.denied"]
+    assert [e["data"].get("tool") for e in denied] == [tool], denied
+
+
 def test_sync_reviewer_with_required_gates(served: Gated) -> None:
     code, v = served.propose(proposal("syncsop"))
     r = review_by(v, "syncsop")
