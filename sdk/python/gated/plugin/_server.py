@@ -158,6 +158,9 @@ def serve(reviewer: Reviewer) -> NoReturn:
     plugin prints goes to gated's stdio stream instead. Logs go to
     ``gated.plugin.log``.
     """
+    # The parent is the host: taken before anything else, so that a host
+    # that dies during the handshake is noticed too.
+    parent = os.getppid()
     if help_asked(sys.argv[1:], os.environ):
         _print_help(reviewer)
         sys.exit(0)
@@ -185,7 +188,7 @@ def serve(reviewer: Reviewer) -> NoReturn:
     os.close(stdio_w)
     if hasattr(sys.stdout, "reconfigure"):
         sys.stdout.reconfigure(line_buffering=True)
-    plugin = _Plugin(reviewer, client_pem, handshake_fd, stdio_r, multiplex)
+    plugin = _Plugin(reviewer, client_pem, handshake_fd, stdio_r, multiplex, parent)
     code = 1
     try:
         code = asyncio.run(plugin.run())
@@ -204,8 +207,9 @@ def serve(reviewer: Reviewer) -> NoReturn:
 
 class _Plugin:
     def __init__(
-        self, reviewer: Reviewer, client_pem: bytes, handshake_fd: int, stdio_r: int, multiplex: bool
+        self, reviewer: Reviewer, client_pem: bytes, handshake_fd: int, stdio_r: int, multiplex: bool, parent: int
     ) -> None:
+        self.parent = parent
         self.reviewer = reviewer
         self.client_pem = client_pem
         self.handshake_fd = handshake_fd
@@ -270,7 +274,7 @@ class _Plugin:
         # go-plugin's plugins ignore interrupts: a Ctrl-C on gated's
         # terminal is for gated, which stops its plugins itself.
         loop.add_signal_handler(signal.SIGINT, lambda: None)
-        watcher = asyncio.create_task(self._watch_parent(os.getppid()))
+        watcher = asyncio.create_task(self._watch_parent(self.parent))
         await self._stop.wait()
         pending = [t for t in self.inflight if not t.done()]
         if pending:
