@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts bench-clients vet fmt proto fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts bench-clients bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -35,13 +35,15 @@ test-ts: build
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
 
-# test-python runs the Python SDK's tests (sdk/python/tests): the shared
-# vectors, hypothesis fuzzing, and the client, the tool gate and the
-# example against a real gated serve built here. The virtual environment
+# test-python runs the Python SDK's tests (sdk/python/tests) after mypy
+# --strict on the package: the shared vectors, hypothesis fuzzing, the
+# client, the tool gate and the examples against a real gated serve built
+# here, and reviewer plugins in Python under that gated's real host. The virtual environment
 # is made on first use and remade when pyproject.toml changes.
 $(PY_VENV)/.installed: sdk/python/pyproject.toml
 	$(PYTHON) -m venv $(PY_VENV)
-	$(PY_VENV)/bin/pip install -q -e 'sdk/python[test]'
+	$(PY_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PY_VENV)/bin/python -m pip install -q -e 'sdk/python[test]'
 	touch $@
 
 test-python: build $(PY_VENV)/.installed
@@ -70,6 +72,21 @@ proto:
 	       --go_out=. --go_opt=module=github.com/gated/gated \
 	       --go-grpc_out=. --go-grpc_opt=module=github.com/gated/gated \
 	       plugins/proto/gated/plugin/v1/reviewer.proto
+
+# proto-python regenerates the Python SDK's protocol code
+# (sdk/python/gated/plugin/v1 and .../goplugin) from plugins/proto, with
+# the grpcio-tools pinned in the package's test dependencies.
+proto-python: $(PY_VENV)/.installed
+	$(PY_VENV)/bin/python -m grpc_tools.protoc -I plugins/proto \
+	       --python_out=sdk/python --pyi_out=sdk/python --grpc_python_out=sdk/python \
+	       plugins/proto/gated/plugin/v1/reviewer.proto plugins/proto/gated/plugin/goplugin/goplugin.proto
+
+# bench-plugin-python measures a review through a Python reviewer plugin
+# (sdk/python/tests/plugin/bench_plugin.py) beside the Go sop reviewer, in
+# one run: the cases of bench-plugins, the Python ones under python/.
+bench-plugin-python: $(PY_VENV)/.installed
+	PATH="$(CURDIR)/$(PY_VENV)/bin:$$PATH" GATED_BENCH_PYTHON_PLUGIN="$(CURDIR)/sdk/python/tests/plugin/bench_plugin.py" \
+	  $(GO) test ./plugins -run '^$$' -bench '^BenchmarkReviewRoundTrip$$' -benchtime 3000x -count 3
 
 # fuzz runs every fuzz target for FUZZTIME each.
 FUZZTIME ?= 20s
@@ -134,6 +151,7 @@ bench: build
 	./bin/gated bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
 	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
+	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
 
 # bench-clients measures the fleet clients' policy-path round trip (c=1,

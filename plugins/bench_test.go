@@ -2,6 +2,7 @@ package plugins
 
 import (
 	"context"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -20,8 +21,22 @@ import (
 // round trip without a tool bag, so the broker's share shows as the
 // difference. It reports p50/p99 per review and, for the parallel runs,
 // reviews per second.
+//
+// With GATED_BENCH_PYTHON_PLUGIN set to a reviewer plugin written with the
+// Python SDK (make bench-plugin-python), the same cases run through it
+// too, under python/, in the same run.
 func BenchmarkReviewRoundTrip(b *testing.B) {
-	spec := helperSpec(b, "sop")
+	benchReviewRoundTrip(b, helperSpec(b, "sop"), "")
+	if path := os.Getenv("GATED_BENCH_PYTHON_PLUGIN"); path != "" {
+		sum, err := FileSHA256(path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchReviewRoundTrip(b, Spec{Name: "python", Path: path, SHA256: sum}, "python/")
+	}
+}
+
+func benchReviewRoundTrip(b *testing.B, spec Spec, prefix string) {
 	spec.MaxConcurrency = 64
 	h, err := NewHost(zap.NewNop(), spec.Name, spec)
 	if err != nil {
@@ -45,7 +60,7 @@ func BenchmarkReviewRoundTrip(b *testing.B) {
 		{name: "one-tool-call", tools: []string{toolGetSOPText}, parallel: 1},
 		{name: "one-tool-call-x16", tools: []string{toolGetSOPText}, parallel: 16},
 	} {
-		b.Run(bc.name, func(b *testing.B) {
+		b.Run(prefix+bc.name, func(b *testing.B) {
 			base := reviewRequest(b, "host_restart_service", sop)
 			base.Tools = bc.tools
 			var seq atomic.Int64

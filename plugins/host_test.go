@@ -58,6 +58,8 @@ func TestMain(m *testing.M) {
 		sdk.Serve(procsReviewer{})
 	case "stoppable":
 		sdk.Serve(stoppableReviewer{})
+	case "client-cert":
+		sdk.Serve(clientCertReviewer{})
 	case "hang-start":
 		time.Sleep(time.Hour)
 	case "noise-start":

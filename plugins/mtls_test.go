@@ -8,8 +8,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +23,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/gated/gated/plugins/pluginv1"
+	"github.com/gated/gated/plugins/sdk"
 )
 
 // The host talks to a plugin over mutual TLS: the connection it holds is
@@ -147,4 +151,36 @@ func selfSignedCert(t *testing.T) tls.Certificate {
 		t.Fatal(err)
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// clientCertReviewer reports, as its version, the curve of the key of
+// the client certificate the host handed it (PLUGIN_CLIENT_CERT).
+type clientCertReviewer struct{ yesReviewer }
+
+func (clientCertReviewer) Describe(context.Context) (sdk.Description, error) {
+	block, _ := pem.Decode([]byte(os.Getenv("PLUGIN_CLIENT_CERT")))
+	if block == nil {
+		return sdk.Description{Name: "client-cert", Version: "no certificate"}, nil
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return sdk.Description{Name: "client-cert", Version: err.Error()}, nil
+	}
+	key, ok := cert.PublicKey.(*ecdsa.PublicKey)
+	if !ok {
+		return sdk.Description{Name: "client-cert", Version: fmt.Sprintf("%T", cert.PublicKey)}, nil
+	}
+	return sdk.Description{Name: "client-cert", Version: key.Curve.Params().Name}, nil
+}
+
+// The host's client certificate has a P-256 key: TLS stacks other than
+// Go's (BoringSSL in gRPC for Python, Node and C++; rustls) do not accept
+// P-521 signatures, which go-plugin's own automatic mTLS uses, so a
+// plugin written with them could not complete the handshake.
+func TestHostClientCertificateIsP256(t *testing.T) {
+	h := startHost(t, helperSpec(t, "client-cert"))
+	got := h.Plugins()
+	if len(got) != 1 || got[0].Version != "P-256" {
+		t.Fatalf("the plugin saw a client certificate with key %+v, want P-256", got)
+	}
 }

@@ -178,7 +178,12 @@ func (p *process) start(ctx context.Context) error {
 	cmd := exec.Command(img.path, p.spec.Args...)
 	cmd.Args[0] = p.spec.Path
 	cmd.ExtraFiles = img.files
-	cmd.Env = append(minimalEnv(), p.spec.Env...)
+	tlsConfig, certPEM, err := clientTLS()
+	if err != nil {
+		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, err)
+	}
+	// The certificate comes last, so a spec's env cannot replace it.
+	cmd.Env = append(append(minimalEnv(), p.spec.Env...), clientCertEnv+"="+certPEM)
 	setParentDeathSignal(cmd)
 	setProcessGroup(cmd)
 	client := plugin.NewClient(&plugin.ClientConfig{
@@ -189,8 +194,10 @@ func (p *process) start(ctx context.Context) error {
 		// a window in which the file can be swapped. The image was
 		// verified instead.
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
-		SkipHostEnv:      true,
+		// Mutual TLS as go-plugin's AutoMTLS, with a key every TLS stack
+		// takes (see clientTLS).
+		TLSConfig:   tlsConfig,
+		SkipHostEnv: true,
 		// Managed clients are stopped by plugin.CleanupClients, which gated
 		// calls on every way out.
 		Managed:         true,

@@ -99,10 +99,12 @@ mutant required_gates engine/review.go './engine ./plugins' \
 	'for _, g := range persona.RequiredGates {' \
 	'for _, g := range []string(nil) {'
 
-# The host's go-plugin client (plugins/process.go): mutual TLS to the plugin.
+# The host's go-plugin client (plugins/process.go): mutual TLS to the
+# plugin. The mutant neither hands the plugin the host's certificate nor
+# dials with TLS, so both ends fall back to plaintext and reviews still work.
 mutant automtls plugins/process.go ./plugins \
-	'AutoMTLS:         true,' \
-	'AutoMTLS:         false,'
+	'cmd.Env = append(append(minimalEnv(), p.spec.Env...), clientCertEnv+"="+certPEM)' \
+	'cmd.Env, tlsConfig, _ = append(minimalEnv(), p.spec.Env...), nil, certPEM'
 
 # Same id, same content (engine/decide.go, answers): a verdict stored under
 # an id goes only to a delivery of the same bytes, and one stored without

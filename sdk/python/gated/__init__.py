@@ -1,9 +1,10 @@
-"""gated: the fleet client and tool gate of gated, the policy gate for AI
-agent fleets.
+"""gated: the fleet client, tool gate and reviewer-plugin SDK of gated, the
+policy gate for AI agent fleets.
 
 ``gated.Client`` (asyncio) and ``gated.SyncClient`` publish proposals and
 wait for verdicts with every check the Go client makes; ``gated.ToolGate``
-runs a tool only on approval. Errors are in ``gated.errors``.
+runs a tool only on approval. Errors are in ``gated.errors``. Reviewer
+plugins are written with ``gated.plugin``.
 """
 
 from gated.client import DEFAULT_WAIT, Client
