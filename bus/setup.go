@@ -24,9 +24,6 @@ const (
 	ConsumerName    = "gated"
 )
 
-// ErrInvalidConfig is wrapped by configuration errors.
-var ErrInvalidConfig = errors.New("invalid bus configuration")
-
 // MinAckWait is the shortest AckWait accepted: a worker sends in-progress
 // acks every third of it, and each must reach JetStream in time.
 const MinAckWait = time.Second
