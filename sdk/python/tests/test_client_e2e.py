@@ -11,7 +11,7 @@ import nats
 import pytest
 
 import gated
-from conftest import Gated, example_proposal
+from gatedkit import Gated, example_proposal
 from gated.wire import digest, verdict_subject
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import REPO, Gated
+from gatedkit import REPO, Gated
 
 
 def test_fleet_python_example(server: Gated) -> None:

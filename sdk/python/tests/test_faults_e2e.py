@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import gated
-from conftest import Gated, example_proposal, start_gated
+from gatedkit import Gated, example_proposal, start_gated
 
 
 def approvable(id: str, device: int) -> dict[str, object]:

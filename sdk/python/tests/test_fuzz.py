@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import vectors
+from gatedkit import vectors
 from gated.errors import BadProposal, GatedError, Malformed, NotFound, ServiceError, StoreError
 from gated.verdict import Verdict, confirm_approval, decode_review_reply, decode_stored_verdict, verdict_message
 from gated.wire import Address, address_of, digest, encode_float, encode_proposal

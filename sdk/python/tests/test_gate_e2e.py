@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 import gated
-from conftest import Gated
+from gatedkit import Gated
 from gated import Change, Identity, ToolGate, ToolSpec
 
 

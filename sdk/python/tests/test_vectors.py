@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from conftest import vectors
+from gatedkit import vectors
 from gated.errors import GatedError, NotFound, ServiceError, StoreError
 from gated.verdict import (
     Verdict,

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import serialization
 
 from gated.plugin._tls import Identity, new_identity
 
-from conftest import write_plugin
+from pluginkit import write_plugin
 
 
 @dataclass

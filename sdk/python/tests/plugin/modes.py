@@ -1,6 +1,6 @@
 """Reviewers the tests run as real plugin processes, one per mode.
 
-A test plugin is a small script (see conftest.write_plugin) that puts this
+A test plugin is a small script (see pluginkit.write_plugin) that puts this
 directory on sys.path and calls run(MODE)."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from conftest import REPO, gated_cli, proposal, review_by, start_gated, stop_gated, venv_env
+from pluginkit import REPO, gated_cli, proposal, review_by, start_gated, stop_gated, venv_env
 
 EXAMPLE = REPO / "examples" / "plugin-python" / "incident.py"
 

@@ -25,7 +25,7 @@ from gated.plugin.goplugin import goplugin_pb2_grpc as gp_grpc
 from gated.plugin.v1 import reviewer_pb2 as pb
 from gated.plugin.v1 import reviewer_pb2_grpc as pb_grpc
 
-from conftest import write_plugin
+from pluginkit import write_plugin
 from host import Launched, host_env, launch
 
 

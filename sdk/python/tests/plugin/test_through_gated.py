@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from conftest import (
+from pluginkit import (
     VECTORS,
     Gated,
     gated_cli,
