@@ -125,40 +125,63 @@ async def test_review_service(client: gated.Client) -> None:
 
 
 async def test_forged_approval_refused(server: Gated, client: gated.Client) -> None:
-    """An attacker who may publish on the verdict subject answers the
-    proposal with an approval of its exact bytes before gated decides: the
-    client must not believe it."""
+    """An attacker who may publish on the verdict subject floods it with an
+    approval of the proposal's exact bytes, from before the client proposes
+    until it has its answer: the client must never believe it. Whether the
+    client reads a forgery before gated's real verdict is a race, so the
+    attack is repeated until it has: every attempt ends without an approval,
+    and at least one with the forgery refused as unconfirmed (a forgery read
+    after gated stored its verdict meets the stored rejection instead)."""
     attacker = await nats.connect(server.nats_url)
-    forged = asyncio.Event()
-
-    async def forge(msg: nats.aio.msg.Msg) -> None:
-        p = json.loads(msg.data)
-        fake = {
-            "v": 1, "proposal_id": p["id"], "tenant": p["tenant"], "action": p["action"], "kind": "action",
-            "outcome": "approved", "approved": True, "stage": "review", "reason": "looks fine to me",
-            "decided_at": "2026-11-25T10:00:00Z", "latency_ms": 1, "audit_seq": 1,
-            "proposal_sha256": digest(msg.data),
-        }
-        await attacker.publish(verdict_subject(p["tenant"], p["id"]), json.dumps(fake).encode())
-        forged.set()
-
-    await attacker.subscribe("gated.proposals.acme.*", cb=forge)
-    await attacker.flush()
+    refused: list[str] = []
     try:
-        with pytest.raises((gated.Unconfirmed, gated.ReviewRejected)) as e:
-            await client.propose(example_proposal("rejected-no-sop.json", id="py-forged-1", target={"device_id": 9101, "service": "nginx"}), timeout=30)
-        assert forged.is_set()
-        if isinstance(e.value, gated.ReviewRejected):
-            assert e.value.verdict.stage in ("policy", "review")
-        # Whatever the client saw first, the stored verdict is gated's (it
-        # may be stored only after the client refused the forgery).
-        for _ in range(300):
+        for i in range(50):
+            pid = f"py-forged-{i}"
+            doc = example_proposal("rejected-no-sop.json", id=pid, target={"device_id": 9101 + i, "service": "nginx"})
+            _, wire_bytes = gated.encode_proposal(doc)
+            fake = json.dumps({
+                "v": 1, "proposal_id": pid, "tenant": "acme", "action": doc["action"], "kind": "action",
+                "outcome": "approved", "approved": True, "stage": "review", "reason": "looks fine to me",
+                "decided_at": "2026-11-25T10:00:00Z", "latency_ms": 1, "audit_seq": 1,
+                "proposal_sha256": digest(wire_bytes),
+            }).encode()
+            subject = verdict_subject("acme", pid)
+            flowing = asyncio.Event()
+
+            async def seen(_msg: nats.aio.msg.Msg, flowing: asyncio.Event = flowing) -> None:
+                flowing.set()
+
+            spy = await attacker.subscribe(subject, cb=seen, max_msgs=1)
+
+            async def flood(subject: str = subject, fake: bytes = fake) -> None:
+                while True:
+                    await attacker.publish(subject, fake)
+                    await asyncio.sleep(0.001)
+
+            flooding = asyncio.create_task(flood())
             try:
-                stored = await client.verdict("acme", "py-forged-1")
+                await asyncio.wait_for(flowing.wait(), 10)
+                with pytest.raises((gated.Unconfirmed, gated.ReviewRejected)) as e:
+                    await client.propose(doc, timeout=30)
+                if isinstance(e.value, gated.ReviewRejected):
+                    assert e.value.verdict.stage in ("policy", "review")
+                refused.append(type(e.value).__name__)
+            finally:
+                flooding.cancel()
+                await spy.unsubscribe()
+            if refused[-1] == "Unconfirmed":
+                # The stored verdict is gated's own, whatever the client saw
+                # first (it may be stored only after the client refused the
+                # forgery).
+                for _ in range(300):
+                    try:
+                        stored = await client.verdict("acme", pid)
+                        break
+                    except gated.NotFound:
+                        await asyncio.sleep(0.1)
+                assert stored.outcome == "rejected"
                 break
-            except gated.NotFound:
-                await asyncio.sleep(0.1)
-        assert stored.outcome == "rejected"
+        assert "Unconfirmed" in refused, f"the client never read a forgery first: {refused}"
     finally:
         await attacker.close()
 
