@@ -14,7 +14,8 @@ import (
 func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
 	h := newHarness(t)
 	first := proposalJSON(t, map[string]any{"id": "p1"})
-	if v, _ := h.mustDecide(t, "gated.proposals.acme.host_restart_service", first, "acme.p1"); v.Outcome != engine.OutcomeApproved {
+	v, firstTrail := h.mustDecide(t, "gated.proposals.acme.host_restart_service", first, "acme.p1")
+	if v.Outcome != engine.OutcomeApproved {
 		t.Fatalf("first proposal: outcome %s, want approved", v.Outcome)
 	}
 	second := proposalJSON(t, map[string]any{"id": "p2"})
@@ -23,15 +24,17 @@ func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		data    []byte
+		tr      *memTrail
 		history int
 	}{
-		{name: "second proposal, one approval in history", data: second, history: 1},
+		{name: "first proposal, no history", data: first, tr: firstTrail},
+		{name: "second proposal, one approval in history", data: second, tr: tr, history: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var in *engine.ReplayInput
-			tr.mu.Lock()
-			events := append([]engine.AuditEvent(nil), tr.events...)
-			tr.mu.Unlock()
+			tc.tr.mu.Lock()
+			events := append([]engine.AuditEvent(nil), tc.tr.events...)
+			tc.tr.mu.Unlock()
 			for _, ev := range events {
 				if ev.Event != engine.EventPolicyDecided {
 					continue
@@ -43,7 +46,7 @@ func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
 					t.Fatalf("policy.decided data: %v", err)
 				}
 				in = d.Input
-				t.Logf("policy.decided data: %d bytes, of which input %d", len(ev.Data), len(mustMarshal(t, d.Input)))
+				t.Logf("policy.decided data: %d bytes, of which input %d (proposal %d)", len(ev.Data), len(mustMarshal(t, d.Input)), len(tc.data))
 			}
 			if in == nil {
 				t.Fatal("policy.decided has no input")
@@ -61,7 +64,7 @@ func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
 			if !in.Now.Equal(h.now) {
 				t.Errorf("input now = %v, want the clock's %v", in.Now, h.now)
 			}
-			if len(in.History) != tc.history || in.History[0].ProposalID != "p1" {
+			if len(in.History) != tc.history || (tc.history > 0 && in.History[0].ProposalID != "p1") {
 				t.Errorf("input history = %+v, want the approval of p1", in.History)
 			}
 		})

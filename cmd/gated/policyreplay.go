@@ -159,11 +159,17 @@ func (o *policyReplayOptions) connect() (jetstream.JetStream, func(), error) {
 	url := o.url
 	var shutdown func()
 	if o.dataDir != "" {
+		// The lock keeps a serve off the files while the replay reads them.
+		lock, err := bus.LockDataDir(o.dataDir)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: stop the gated that holds it, or replay through --nats-url", err)
+		}
 		s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: o.dataDir}, zap.NewNop())
 		if err != nil {
+			lock.Release()
 			return nil, nil, fmt.Errorf("opening the data dir %s: %w", o.dataDir, err)
 		}
-		url, shutdown = s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown() }
+		url, shutdown = s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown(); lock.Release() }
 	}
 	nc, err := o.conn.connect(url, "gated-policy-replay", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
 	if err != nil {
@@ -298,6 +304,16 @@ type recordedPolicy struct {
 	Input  *engine.ReplayInput `json:"input"`
 }
 
+// decodeRecordedPolicy reads a policy.decided record's data; data that
+// does not decode is kept as the reason the input cannot be rebuilt.
+func decodeRecordedPolicy(data []byte) *recordedPolicy {
+	var p recordedPolicy
+	if err := json.Unmarshal(data, &p); err != nil {
+		return &recordedPolicy{Error: "the policy.decided record does not decode: " + err.Error()}
+	}
+	return &p
+}
+
 // settledAtPolicy says whether the recorded decision settled the proposal
 // before any review.
 func (p *recordedPolicy) settledAtPolicy() bool {
@@ -329,23 +345,12 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		key := r.Event.Tenant + "." + r.Event.ProposalID
 		switch r.Event.Event {
 		case engine.EventPolicyDecided:
-			var p recordedPolicy
-			if err := json.Unmarshal(r.Event.Data, &p); err != nil {
-				p = recordedPolicy{Error: "the policy.decided record does not decode: " + err.Error()}
-			}
-			pending[key] = &p
+			pending[key] = decodeRecordedPolicy(r.Event.Data)
 		case engine.EventVerdict:
 			p := pending[key]
 			delete(pending, key)
-			var old engine.Verdict
-			if err := json.Unmarshal(r.Event.Data, &old); err != nil {
-				rep.Verdicts++
-				rep.missing(r, "the verdict record does not decode: "+err.Error())
-				return nil
-			}
-			rep.Verdicts++
 			t := time.Now()
-			rep.replay(ctx, ev, reg, r, p, &old, cfg.show)
+			rep.verdict(ctx, ev, reg, r, p, cfg.show)
 			decideTime += time.Since(t)
 		}
 		return nil
@@ -374,6 +379,19 @@ func (rep *replayReport) missing(r *audit.Record, why string) {
 	if len(rep.UnrebuildableNamed) < maxNamed {
 		rep.UnrebuildableNamed = append(rep.UnrebuildableNamed, replayMissing{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Seq: r.Seq, Why: why})
 	}
+}
+
+// verdict counts the verdict record r and decides its proposal again
+// from its policy.decided record p (nil when the range holds none).
+func (rep *replayReport) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
+	r *audit.Record, p *recordedPolicy, show int) {
+	rep.Verdicts++
+	var old engine.Verdict
+	if err := json.Unmarshal(r.Event.Data, &old); err != nil {
+		rep.missing(r, "the verdict record does not decode: "+err.Error())
+		return
+	}
+	rep.replay(ctx, ev, reg, r, p, &old, show)
 }
 
 // replay decides the proposal of verdict record r again, from its

@@ -336,4 +336,13 @@ func TestPolicyReplayDataDir(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "flipped: 6") {
 		t.Fatalf("exit %d (err %v), want 0 with 6 flips\n%s", code, err, out)
 	}
+	lock, err := bus.LockDataDir(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Release()
+	code, out, err = runGated(t, "policy", "replay", "--policies", mustCandidateDir(t), "--data-dir", dataDir)
+	if code != exitFailure || err == nil || !strings.Contains(err.Error(), "stop the gated that holds it") {
+		t.Fatalf("exit %d (err %v), want the held data dir refused\n%s", code, err, out)
+	}
 }
