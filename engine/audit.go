@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // eventHead is what every audit event of a proposal carries besides its
@@ -151,6 +152,28 @@ type policyDecidedData struct {
 	ReviewerTools []string   `json:"reviewer_tools"`
 	Run           *RunPolicy `json:"run"`
 	SOP           string     `json:"sop"`
+	// Input is what a replay needs to rebuild the policy input.
+	Input *ReplayInput `json:"input,omitempty"`
+}
+
+// ReplayInput is what the policy.decided record keeps of the policy's
+// input, so that a replay can decide the proposal again with the same
+// input under another policy: the proposal as received, the persona the
+// evaluation started from, the clock, and the recent verdicts on the
+// target and the run's record when the policy read them. The tenant and
+// action are the record's own.
+type ReplayInput struct {
+	// Proposal is the proposal's JSON as received.
+	Proposal json.RawMessage `json:"proposal"`
+	// Persona is the persona the evaluation started from; the policy may
+	// have routed elsewhere from it.
+	Persona string `json:"persona"`
+	// Now is the clock the policy saw.
+	Now time.Time `json:"now"`
+	// History is the recent verdicts on the target the policy saw.
+	History []Verdict `json:"history,omitempty"`
+	// RunRecord is the run's record the policy saw, for a run proposal.
+	RunRecord *RunRecord `json:"run_record,omitempty"`
 }
 
 func mustJSON(v any) json.RawMessage {

@@ -197,6 +197,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
+		Input: &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record},
 	})
 	if done {
 		if settled.Outcome == OutcomeApproved && pd.Skipped {

@@ -381,3 +381,35 @@ func (v *auditVerifier) finish() *Report {
 	}
 	return rep
 }
+
+// Checker checks the records of a range of the audit stream as a reader
+// reads them, with Verify's checks of each record and of every tenant's
+// chain, for a reader that needs the range whole (a replay). The range may
+// start past the stream's first record: a tenant's chain may then start
+// past n=1, which is noted, not reported. Records missing inside the
+// range, altered or forged are reported.
+type Checker struct {
+	v *auditVerifier
+	// seqs is true when the range holds every tenant's records, so that
+	// stream sequences must be contiguous.
+	seqs bool
+}
+
+// NewChecker returns a Checker with opts' keys, for the records of
+// opts.Tenant or, when it is empty, of every tenant.
+func NewChecker(opts VerifyOptions) *Checker {
+	v := newAuditVerifier(opts)
+	v.mayExpire, v.expired = true, true
+	return &Checker{v: v, seqs: opts.Tenant == ""}
+}
+
+// Add checks the next entry of the range, in stream order.
+func (c *Checker) Add(e Entry) {
+	if c.seqs && c.v.nextSeq == 0 {
+		c.v.nextSeq = e.Seq
+	}
+	c.v.add(e)
+}
+
+// Report is what the checker found in the entries added so far.
+func (c *Checker) Report() *Report { return c.v.finish() }

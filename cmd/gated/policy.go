@@ -14,16 +14,17 @@ import (
 )
 
 // policyCmd is `gated policy`: tools for policy authors that work on a
-// bundle without a running gate or NATS.
+// bundle without a running gate; only replay reads NATS.
 func policyCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "policy",
 		Short: "Test, check and try out a policy bundle",
 		Long: `policy works on a policy bundle without NATS: the embedded default bundle,
 plus a directory of your own (--policies DIR), or your directory alone
-(--policies DIR --policies-replace), plus data files (--policy-data FILE).`,
+(--policies DIR --policies-replace), plus data files (--policy-data FILE).
+replay alone reads NATS: the audit stream whose history it decides again.`,
 	}
-	c.AddCommand(policyTestCmd(), policyEvalCmd(), policyCheckCmd())
+	c.AddCommand(policyTestCmd(), policyEvalCmd(), policyCheckCmd(), policyReplayCmd())
 	return c
 }
 

@@ -35,7 +35,8 @@ func startProgress(w io.Writer, mode, label string, total int, done *atomic.Int6
 	return func() { close(quit); wg.Wait() }
 }
 
-// progressLine is one frame: label, bar, count, rate and elapsed time.
+// progressLine is one frame: label, bar, count, rate, elapsed time and,
+// while unfinished, the time left at that rate.
 func progressLine(label string, total, done int, elapsed time.Duration) string {
 	const width = 30
 	done = min(max(done, 0), total)
@@ -44,8 +45,12 @@ func progressLine(label string, total, done int, elapsed time.Duration) string {
 	if s := elapsed.Seconds(); s > 0 {
 		rate = float64(done) / s
 	}
-	return fmt.Sprintf("%-8s [%s%s] %3d%% %d/%d  %.0f/s  %s", label, strings.Repeat("=", filled),
-		strings.Repeat(" ", width-filled), 100*done/total, done, total, rate, elapsed.Truncate(100*time.Millisecond))
+	eta := ""
+	if rate > 0 && done < total {
+		eta = "  eta " + time.Duration(float64(total-done)/rate*float64(time.Second)).Truncate(time.Second).String()
+	}
+	return fmt.Sprintf("%-8s [%s%s] %3d%% %d/%d  %.0f/s  %s%s", label, strings.Repeat("=", filled),
+		strings.Repeat(" ", width-filled), 100*done/total, done, total, rate, elapsed.Truncate(100*time.Millisecond), eta)
 }
 
 func isTerminal(w io.Writer) bool {

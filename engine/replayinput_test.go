@@ -1,0 +1,81 @@
+package engine_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/gated/gated/engine"
+)
+
+// TestPolicyDecidedKeepsReplayInput: the policy.decided record keeps the
+// proposal, the starting persona, the clock and the target's history the
+// policy saw, so that a replay rebuilds the same input.
+func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
+	h := newHarness(t)
+	first := proposalJSON(t, map[string]any{"id": "p1"})
+	v, firstTrail := h.mustDecide(t, "gated.proposals.acme.host_restart_service", first, "acme.p1")
+	if v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("first proposal: outcome %s, want approved", v.Outcome)
+	}
+	second := proposalJSON(t, map[string]any{"id": "p2"})
+	_, tr := h.mustDecide(t, "gated.proposals.acme.host_restart_service", second, "acme.p2")
+
+	for _, tc := range []struct {
+		name    string
+		data    []byte
+		tr      *memTrail
+		history int
+	}{
+		{name: "first proposal, no history", data: first, tr: firstTrail},
+		{name: "second proposal, one approval in history", data: second, tr: tr, history: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var in *engine.ReplayInput
+			tc.tr.mu.Lock()
+			events := append([]engine.AuditEvent(nil), tc.tr.events...)
+			tc.tr.mu.Unlock()
+			for _, ev := range events {
+				if ev.Event != engine.EventPolicyDecided {
+					continue
+				}
+				var d struct {
+					Input *engine.ReplayInput `json:"input"`
+				}
+				if err := json.Unmarshal(ev.Data, &d); err != nil {
+					t.Fatalf("policy.decided data: %v", err)
+				}
+				in = d.Input
+				t.Logf("policy.decided data: %d bytes, of which input %d (proposal %d)", len(ev.Data), len(mustMarshal(t, d.Input)), len(tc.data))
+			}
+			if in == nil {
+				t.Fatal("policy.decided has no input")
+			}
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, tc.data); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(in.Proposal, compact.Bytes()) {
+				t.Errorf("input proposal = %s, want %s", in.Proposal, compact.Bytes())
+			}
+			if in.Persona != "reviewer" {
+				t.Errorf("input persona = %q, want reviewer", in.Persona)
+			}
+			if !in.Now.Equal(h.now) {
+				t.Errorf("input now = %v, want the clock's %v", in.Now, h.now)
+			}
+			if len(in.History) != tc.history || (tc.history > 0 && in.History[0].ProposalID != "p1") {
+				t.Errorf("input history = %+v, want the approval of p1", in.History)
+			}
+		})
+	}
+}
+
+func mustMarshal(t *testing.T, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
