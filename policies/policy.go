@@ -165,8 +165,10 @@ type compileConfig struct {
 	topdown bool
 }
 
-// Strict compiles in OPA's strict mode: unused local variables and
-// imports, shadowed keywords and deprecated built-ins are errors.
+// Strict compiles in OPA's strict mode, as `opa check --strict` does:
+// unused local variables, function arguments and imports, shadowed
+// keywords and deprecated built-ins are errors, in the bundle's test files
+// as well as in the modules it evaluates.
 func Strict() CompileOption { return func(c *compileConfig) { c.strict = true } }
 
 // Topdown keeps every decision on OPA's general evaluator, the one `opa
@@ -190,6 +192,11 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 	var cfg compileConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.strict {
+		if err := checkStrict(b); err != nil {
+			return nil, err
+		}
 	}
 	mods, err := b.parse(false)
 	if err != nil {
@@ -238,6 +245,25 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 		e.planned = e.usePlan(ctx, b)
 	}
 	return e, nil
+}
+
+// checkStrict compiles every module of b, tests included, in OPA's strict
+// mode: the test files are not evaluated by the gate, but `opa check
+// --strict` refuses them all the same.
+func checkStrict(b *Bundle) error {
+	mods, err := b.parse(true)
+	if err != nil {
+		return err
+	}
+	compiler := ast.NewCompiler().
+		WithStrict(true).
+		WithDefaultRegoVersion(ast.RegoV1).
+		WithEnablePrintStatements(true).
+		WithUseTypeCheckAnnotations(true)
+	if compiler.Compile(mods); compiler.Failed() {
+		return fmt.Errorf("%w: %w", ErrInvalidBundle, compiler.Errors)
+	}
+	return nil
 }
 
 // checkConfig evaluates data.gated.config_errors, the bundle's own checks
