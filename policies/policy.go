@@ -471,18 +471,61 @@ type Fired struct {
 // When the planned evaluator decides this bundle, Explain also asks it and
 // fails with ErrEvaluatorsDisagree unless both decide alike.
 func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, []Fired, error) {
+	x, err := e.explain(ctx, in, false)
+	return x.Decision, x.Fired, err
+}
+
+// Explanation is a decision with how both evaluators reached it.
+type Explanation struct {
+	// Decision is topdown's decision.
+	Decision engine.PolicyDecision
+	// Fired are the rules whose bodies succeeded in topdown's evaluation.
+	Fired []Fired
+	// Evaluator is the evaluator that decides this bundle's proposals
+	// (EvaluatorPlanned or EvaluatorTopdown).
+	Evaluator string
+	// Planned are the rules the planned evaluator evaluated to a value, in
+	// the order it first did, when it decides this bundle; nil otherwise.
+	Planned []string
+	// Trace is topdown's full trace of the evaluation, every step with its
+	// file and line, as `opa eval --explain full` prints it.
+	Trace string
+}
+
+// ExplainFull evaluates in on both evaluators, as Explain does, and also
+// returns topdown's full trace and the rules the planned evaluator
+// evaluated. It fails with ErrEvaluatorsDisagree unless both decide alike;
+// the explanation holds what each found all the same.
+func (e *Evaluator) ExplainFull(ctx context.Context, in engine.PolicyInput) (*Explanation, error) {
+	return e.explain(ctx, in, true)
+}
+
+func (e *Evaluator) explain(ctx context.Context, in engine.PolicyInput, full bool) (*Explanation, error) {
 	tracer := topdown.NewBufferTracer()
 	if in.Now.IsZero() {
 		in.Now = time.Now() // one time for both evaluators
 	}
+	x := &Explanation{Evaluator: e.planned.Evaluator}
 	start := time.Now()
 	v, err := e.evalTopdown(ctx, in, rego.EvalQueryTracer(tracer))
-	var d engine.PolicyDecision
 	if err == nil {
-		d, err = e.decision(v, in, start)
+		x.Decision, err = e.decision(v, in, start)
 	}
 	if err == nil && e.plan != nil {
-		pv, perr := e.evalPlan(ctx, in)
+		var pv ast.Value
+		var perr error
+		if full {
+			var t *ast.Term
+			t, x.Planned, perr = e.plan.EvalFired(ctx, ast.NewTerm(InputValue(in)), e.data, in.Now)
+			if perr == nil && t == nil {
+				perr = fmt.Errorf("%s is undefined for this input", Query)
+			}
+			if t != nil {
+				pv = t.Value
+			}
+		} else {
+			pv, perr = e.evalPlan(ctx, in)
+		}
 		switch {
 		case perr != nil:
 			err = fmt.Errorf("%w: topdown decides, the planned evaluator fails: %w", ErrEvaluatorsDisagree, perr)
@@ -491,7 +534,6 @@ func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.
 		}
 	}
 	seen := map[string]bool{}
-	var fired []Fired
 	for _, ev := range *tracer {
 		rule, ok := ev.Node.(*ast.Rule)
 		if !ok || ev.Op != topdown.ExitOp || rule.Location == nil {
@@ -503,10 +545,15 @@ func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.
 		}
 		if key := f.Location; !seen[key] {
 			seen[key] = true
-			fired = append(fired, f)
+			x.Fired = append(x.Fired, f)
 		}
 	}
-	return d, fired, err
+	if full {
+		var buf strings.Builder
+		topdown.PrettyTraceWithLocation(&buf, *tracer)
+		x.Trace = buf.String()
+	}
+	return x, err
 }
 
 // UserTests returns b without the embedded default bundle's tests. Those
