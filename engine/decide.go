@@ -193,7 +193,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 		}
 		r.run = newRunState(p, pd.Run, record)
 	}
-	policyRef := &PolicyRef{Denies: settled.Denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
+	policyRef := newPolicyRef(settled.Denies, pd)
 	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,

@@ -57,6 +57,9 @@ type Route struct {
 	// Persona is always one of them.
 	Quorum int    `json:"quorum"`
 	Why    string `json:"why"`
+	// Rule names the routing rule that decided, e.g. route_class; the
+	// verdict's policy section carries it as route.
+	Rule string `json:"rule,omitempty"`
 	// Personas are further reviewers the policy prefers, best first, for a
 	// quorum above one. The engine tries them before the other loaded
 	// personas; each must still pass the policy in its own name.

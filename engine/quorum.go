@@ -112,7 +112,7 @@ func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Rout
 		case len(denies) > 0:
 			s := addedRefused(name, denies)
 			v := r.verdict(s.Outcome, s.Stage, s.Reason)
-			v.Policy = &PolicyRef{Denies: denies, Revision: pd.Revision, EvalUS: pd.Eval.Microseconds()}
+			v.Policy = newPolicyRef(denies, pd)
 			return nil, v
 		case why != "":
 			s := addedCannot(name, why)

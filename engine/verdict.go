@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/json"
 	"time"
+	"unicode/utf8"
 )
 
 // Outcome is the final answer gated gives a proposal.
@@ -103,9 +104,58 @@ func (v *Verdict) keepEncoding(doc []byte) {
 
 // PolicyRef is the policy's part of a verdict.
 type PolicyRef struct {
-	Denies   []Deny `json:"denies"`
+	Denies []Deny `json:"denies"`
+	// Rules names the rules that decided: the distinct rules of Denies in
+	// their order, at most MaxPolicyRules of them; RulesMore counts those
+	// left out.
+	Rules     []string `json:"rules,omitempty"`
+	RulesMore int      `json:"rules_more,omitempty"`
+	// Route is the routing rule that decided the review (the policy's
+	// decision.review.rule), empty when the policy names none.
+	Route    string `json:"route,omitempty"`
 	Revision string `json:"revision"`
 	EvalUS   int64  `json:"eval_us"`
+}
+
+// Bounds of the rule names in a verdict's policy section.
+const (
+	// MaxPolicyRules is how many distinct deny rules PolicyRef.Rules names.
+	MaxPolicyRules = 8
+	// MaxPolicyRuleLen is the longest rule name PolicyRef keeps, in bytes;
+	// a longer one is cut at a character boundary.
+	MaxPolicyRuleLen = 128
+)
+
+// newPolicyRef is the policy section of a verdict that denies decided, or
+// that the routing of d decided when there are none.
+func newPolicyRef(denies []Deny, d PolicyDecision) *PolicyRef {
+	ref := &PolicyRef{Denies: denies, Route: ruleName(d.Review.Rule), Revision: d.Revision, EvalUS: d.Eval.Microseconds()}
+	seen := make(map[string]bool, len(denies))
+	for _, deny := range denies {
+		if seen[deny.Rule] {
+			continue
+		}
+		seen[deny.Rule] = true
+		if len(ref.Rules) == MaxPolicyRules {
+			ref.RulesMore++
+			continue
+		}
+		ref.Rules = append(ref.Rules, ruleName(deny.Rule))
+	}
+	return ref
+}
+
+// ruleName cuts a rule name to MaxPolicyRuleLen bytes without splitting
+// a character.
+func ruleName(s string) string {
+	if len(s) <= MaxPolicyRuleLen {
+		return s
+	}
+	cut := MaxPolicyRuleLen
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut]
 }
 
 // Deny is one policy rule that refused the proposal.

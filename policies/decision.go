@@ -68,6 +68,11 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 		return d, err
 	}
 	d.Review.Why = string(why)
+	rule, err := optional[ast.String](review, "rule", "decision.review.rule")
+	if err != nil {
+		return d, err
+	}
+	d.Review.Rule = string(rule)
 	blocked, err := optional[ast.String](review, "blocked", "decision.review.blocked")
 	if err != nil {
 		return d, err

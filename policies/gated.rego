@@ -344,6 +344,8 @@ read_pass_through if {
 # review routes an action by its class. A run is routed by the run review
 # settings alone (run_route, runs.rego); the first condition is indexed, so
 # actions skip that branch without evaluating it.
+# Each branch names itself in "rule", which the verdict's policy section
+# carries as the routing rule that decided.
 review := run_route if {
 	input.proposal.kind == "run"
 } else := {
@@ -351,6 +353,7 @@ review := run_route if {
 	"persona": "",
 	"quorum": 0,
 	"why": "read actions change nothing and need no review",
+	"rule": "route_read",
 } if {
 	read_pass_through
 } else := {
@@ -358,10 +361,11 @@ review := run_route if {
 	"persona": "",
 	"quorum": 0,
 	"why": sprintf("review of %s is waived by configuration (skip_review_actions)", [input.proposal.action]),
+	"rule": "route_skip",
 } if {
 	review_skipped
 } else := object.union(
-	{"required": true, "persona": persona_name, "quorum": quorum, "why": review_why},
+	{"required": true, "persona": persona_name, "quorum": quorum, "why": review_why, "rule": "route_class"},
 	review_also,
 )
 

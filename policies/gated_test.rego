@@ -11,7 +11,7 @@ test_read_needs_no_review if {
 
 test_write_needs_review_by_default_persona if {
 	d := gated.decision with input as {"proposal": write_proposal, "persona": reviewer}
-	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review"}
+	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review", "rule": "route_class"}
 }
 
 test_destructive_needs_review if {
@@ -39,7 +39,7 @@ test_proposal_reviewer_fills_a_tenant_wide_quorum_beside_the_default if {
 test_proposal_naming_the_routed_persona_adds_nobody if {
 	p := object.union(write_proposal, {"reviewer": "reviewer"})
 	d := gated.decision with input as {"proposal": p, "persona": reviewer}
-	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review"}
+	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review", "rule": "route_class"}
 }
 
 overrides := [{"actions": ["host_restart_service"], "personas": ["incident"]}]
@@ -47,7 +47,7 @@ overrides := [{"actions": ["host_restart_service"], "personas": ["incident"]}]
 test_reviewer_override_replaces_the_persona_for_its_actions if {
 	p := object.union(write_proposal, {"reviewer": "incident"})
 	d := gated.decision with input as {"proposal": p, "persona": reviewer} with data.gated.config.reviewer_overrides as overrides
-	d.review == {"required": true, "persona": "incident", "quorum": 1, "why": "write actions need review"}
+	d.review == {"required": true, "persona": "incident", "quorum": 1, "why": "write actions need review", "rule": "route_class"}
 }
 
 test_reviewer_override_is_narrow if {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -206,12 +207,14 @@ func TestPlannedDecisions(t *testing.T) {
 		mutate func(*engine.Proposal)
 		rules  []string
 		review bool
+		route  string
 	}{
-		{note: "frozen host action", mutate: func(*engine.Proposal) {}, rules: []string{"change_freeze"}, review: true},
-		{note: "an incident passes the freeze", mutate: func(p *engine.Proposal) { p.IncidentID = "INC-9" }, review: true},
-		{note: "skill denied for acme", mutate: func(p *engine.Proposal) { p.Action = "web_skill" }, rules: []string{"denied_action"}, review: true},
-		{note: "skip_review waived action", mutate: func(p *engine.Proposal) { p.Action = "cache_flush" }},
-		{note: "admin skip_review", mutate: func(p *engine.Proposal) { p.Flags.SkipReview = true; p.IncidentID = "INC-9" }, rules: []string{"no_skip_review"}, review: true},
+		{note: "frozen host action", mutate: func(*engine.Proposal) {}, rules: []string{"change_freeze"}, review: true, route: "route_class"},
+		{note: "an incident passes the freeze", mutate: func(p *engine.Proposal) { p.IncidentID = "INC-9" }, review: true, route: "route_class"},
+		{note: "skill denied for acme", mutate: func(p *engine.Proposal) { p.Action = "web_skill" }, rules: []string{"denied_action"}, review: true, route: "route_class"},
+		{note: "skip_review waived action", mutate: func(p *engine.Proposal) { p.Action = "cache_flush" }, route: "route_skip"},
+		{note: "catalogued read", mutate: func(p *engine.Proposal) { p.Action, p.Class = "host_list_services", engine.ClassRead }, route: "route_read"},
+		{note: "admin skip_review", mutate: func(p *engine.Proposal) { p.Flags.SkipReview = true; p.IncidentID = "INC-9" }, rules: []string{"no_skip_review"}, review: true, route: "route_class"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
@@ -226,6 +229,9 @@ func TestPlannedDecisions(t *testing.T) {
 			}
 			if d.Review.Required != tc.review {
 				t.Errorf("review required %v, want %v", d.Review.Required, tc.review)
+			}
+			if d.Review.Rule != tc.route {
+				t.Errorf("routing rule %q, want %q", d.Review.Rule, tc.route)
 			}
 		})
 	}
@@ -352,5 +358,56 @@ func TestFlagsTerm(t *testing.T) {
 		if got := flagsTerm(f); ast.Compare(want.Value, got.Value) != 0 {
 			t.Errorf("flags %+v: input %v, want %v", f, got, want)
 		}
+	}
+}
+
+// TestExplainFullTracesBothEvaluators: the full explanation holds
+// topdown's trace and the rules the planned evaluator evaluated, which
+// include the deny and routing rules that decided; a bundle on topdown
+// alone has no planned rules.
+func TestExplainFullTracesBothEvaluators(t *testing.T) {
+	p := writeProposal()
+	p.Flags.SkipReview = true
+	in := engine.PolicyInput{Proposal: p, Persona: reviewerPersona, Now: planNow}
+	for _, tc := range []struct {
+		name      string
+		opts      []CompileOption
+		evaluator string
+		planned   []string
+	}{
+		{name: "planned", evaluator: EvaluatorPlanned, planned: []string{"data.gated.deny", "data.gated.review", "data.gated.decision"}},
+		{name: "topdown", opts: []CompileOption{Topdown()}, evaluator: EvaluatorTopdown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := mustDefault(t)
+			e, err := Compile(t.Context(), b, tc.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			x, err := e.ExplainFull(t.Context(), in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := denyRules(x.Decision); len(got) != 1 || got[0] != "no_skip_review" || x.Decision.Review.Rule != "route_class" {
+				t.Fatalf("denies %v, route %q", got, x.Decision.Review.Rule)
+			}
+			if x.Evaluator != tc.evaluator {
+				t.Errorf("evaluator %q, want %q", x.Evaluator, tc.evaluator)
+			}
+			for _, rule := range tc.planned {
+				if !slices.Contains(x.Planned, rule) {
+					t.Errorf("planned rules %v lack %s", x.Planned, rule)
+				}
+			}
+			t.Logf("planned evaluator: %v", x.Planned)
+			if tc.planned == nil && x.Planned != nil {
+				t.Errorf("topdown alone, yet planned rules %v", x.Planned)
+			}
+			for _, want := range []string{"Enter data.gated.decision", "hard_rules.rego:", "Exit data.gated.deny"} {
+				if !strings.Contains(x.Trace, want) {
+					t.Errorf("trace lacks %q:\n%.2000s", want, x.Trace)
+				}
+			}
+		})
 	}
 }

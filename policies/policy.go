@@ -165,8 +165,10 @@ type compileConfig struct {
 	topdown bool
 }
 
-// Strict compiles in OPA's strict mode: unused local variables and
-// imports, shadowed keywords and deprecated built-ins are errors.
+// Strict compiles in OPA's strict mode, as `opa check --strict` does:
+// unused local variables, function arguments and imports, shadowed
+// keywords and deprecated built-ins are errors, in the bundle's test files
+// as well as in the modules it evaluates.
 func Strict() CompileOption { return func(c *compileConfig) { c.strict = true } }
 
 // Topdown keeps every decision on OPA's general evaluator, the one `opa
@@ -190,6 +192,11 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 	var cfg compileConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.strict {
+		if err := checkStrict(b); err != nil {
+			return nil, err
+		}
 	}
 	mods, err := b.parse(false)
 	if err != nil {
@@ -238,6 +245,25 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 		e.planned = e.usePlan(ctx, b)
 	}
 	return e, nil
+}
+
+// checkStrict compiles every module of b, tests included, in OPA's strict
+// mode: the test files are not evaluated by the gate, but `opa check
+// --strict` refuses them all the same.
+func checkStrict(b *Bundle) error {
+	mods, err := b.parse(true)
+	if err != nil {
+		return err
+	}
+	compiler := ast.NewCompiler().
+		WithStrict(true).
+		WithDefaultRegoVersion(ast.RegoV1).
+		WithEnablePrintStatements(true).
+		WithUseTypeCheckAnnotations(true)
+	if compiler.Compile(mods); compiler.Failed() {
+		return fmt.Errorf("%w: %w", ErrInvalidBundle, compiler.Errors)
+	}
+	return nil
 }
 
 // checkConfig evaluates data.gated.config_errors, the bundle's own checks
@@ -445,18 +471,61 @@ type Fired struct {
 // When the planned evaluator decides this bundle, Explain also asks it and
 // fails with ErrEvaluatorsDisagree unless both decide alike.
 func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, []Fired, error) {
+	x, err := e.explain(ctx, in, false)
+	return x.Decision, x.Fired, err
+}
+
+// Explanation is a decision with how both evaluators reached it.
+type Explanation struct {
+	// Decision is topdown's decision.
+	Decision engine.PolicyDecision
+	// Fired are the rules whose bodies succeeded in topdown's evaluation.
+	Fired []Fired
+	// Evaluator is the evaluator that decides this bundle's proposals
+	// (EvaluatorPlanned or EvaluatorTopdown).
+	Evaluator string
+	// Planned are the rules the planned evaluator evaluated to a value, in
+	// the order it first did, when it decides this bundle; nil otherwise.
+	Planned []string
+	// Trace is topdown's full trace of the evaluation, every step with its
+	// file and line, as `opa eval --explain full` prints it.
+	Trace string
+}
+
+// ExplainFull evaluates in on both evaluators, as Explain does, and also
+// returns topdown's full trace and the rules the planned evaluator
+// evaluated. It fails with ErrEvaluatorsDisagree unless both decide alike;
+// the explanation holds what each found all the same.
+func (e *Evaluator) ExplainFull(ctx context.Context, in engine.PolicyInput) (*Explanation, error) {
+	return e.explain(ctx, in, true)
+}
+
+func (e *Evaluator) explain(ctx context.Context, in engine.PolicyInput, full bool) (*Explanation, error) {
 	tracer := topdown.NewBufferTracer()
 	if in.Now.IsZero() {
 		in.Now = time.Now() // one time for both evaluators
 	}
+	x := &Explanation{Evaluator: e.planned.Evaluator}
 	start := time.Now()
 	v, err := e.evalTopdown(ctx, in, rego.EvalQueryTracer(tracer))
-	var d engine.PolicyDecision
 	if err == nil {
-		d, err = e.decision(v, in, start)
+		x.Decision, err = e.decision(v, in, start)
 	}
 	if err == nil && e.plan != nil {
-		pv, perr := e.evalPlan(ctx, in)
+		var pv ast.Value
+		var perr error
+		if full {
+			var t *ast.Term
+			t, x.Planned, perr = e.plan.EvalFired(ctx, ast.NewTerm(InputValue(in)), e.data, in.Now)
+			if perr == nil && t == nil {
+				perr = fmt.Errorf("%s is undefined for this input", Query)
+			}
+			if t != nil {
+				pv = t.Value
+			}
+		} else {
+			pv, perr = e.evalPlan(ctx, in)
+		}
 		switch {
 		case perr != nil:
 			err = fmt.Errorf("%w: topdown decides, the planned evaluator fails: %w", ErrEvaluatorsDisagree, perr)
@@ -465,7 +534,6 @@ func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.
 		}
 	}
 	seen := map[string]bool{}
-	var fired []Fired
 	for _, ev := range *tracer {
 		rule, ok := ev.Node.(*ast.Rule)
 		if !ok || ev.Op != topdown.ExitOp || rule.Location == nil {
@@ -477,10 +545,15 @@ func (e *Evaluator) Explain(ctx context.Context, in engine.PolicyInput) (engine.
 		}
 		if key := f.Location; !seen[key] {
 			seen[key] = true
-			fired = append(fired, f)
+			x.Fired = append(x.Fired, f)
 		}
 	}
-	return d, fired, err
+	if full {
+		var buf strings.Builder
+		topdown.PrettyTraceWithLocation(&buf, *tracer)
+		x.Trace = buf.String()
+	}
+	return x, err
 }
 
 // UserTests returns b without the embedded default bundle's tests. Those

@@ -214,6 +214,7 @@ run_route := {
 	"persona": "",
 	"quorum": 0,
 	"why": run_why,
+	"rule": "route_run_unreviewed",
 } if {
 	not run_reviewed
 } else := {
@@ -222,9 +223,10 @@ run_route := {
 	"quorum": 1,
 	"why": run_why,
 	"blocked": run_unroutable,
+	"rule": "route_run_unroutable",
 } if {
 	count(run_reviewers) == 0
-} else := object.union(run_reviewer_route, {"blocked": run_persona_blocked}) if {
+} else := object.union(run_reviewer_route, {"blocked": run_persona_blocked, "rule": "route_run_blocked"}) if {
 	run_persona_blocked
 } else := run_reviewer_route
 
@@ -235,6 +237,7 @@ run_reviewer_route := object.union(
 		"quorum": max([run_quorum, 1 + count(run_added_reviewers)]),
 		"why": run_why,
 		"personas": array.slice(run_reviewers, 1, count(run_reviewers)),
+		"rule": "route_run",
 	},
 	run_review_also,
 )

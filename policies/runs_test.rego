@@ -122,7 +122,7 @@ test_run_review_policy_on_success if {
 test_run_not_reviewed_is_approved_by_the_policy_with_a_reason if {
 	p := with_run(with_criteria(run_proposal, [tests_failed, signoff]), {"status": "completed"})
 	d := run_decide(p) with data.gated.config.run_review as {"policy": "on_failure"}
-	d.review == {"required": false, "persona": "", "quorum": 0, "why": "run review policy on_failure does not review completed runs"}
+	d.review == {"required": false, "persona": "", "quorum": 0, "why": "run review policy on_failure does not review completed runs", "rule": "route_run_unreviewed"}
 	d.run.reviewed == false
 	d.run.why == d.review.why
 
@@ -180,7 +180,7 @@ test_run_routes_to_the_run_reviewer if {
 	d := run_decide(run_proposal)
 	d.review == {
 		"required": true, "persona": "run-reviewer", "quorum": 1,
-		"why": "run review policy always reviews completed runs", "personas": [],
+		"why": "run review policy always reviews completed runs", "personas": [], "rule": "route_run",
 	}
 }
 
@@ -234,7 +234,7 @@ test_run_proposal_reviewer_adds_scrutiny if {
 	d := run_decide(p)
 	d.review == {
 		"required": true, "persona": "run-reviewer", "quorum": 2, "also": ["lenient"],
-		"why": "run review policy always reviews completed runs", "personas": [],
+		"why": "run review policy always reviews completed runs", "personas": [], "rule": "route_run",
 	}
 	count(d.deny) == 0
 
@@ -338,6 +338,7 @@ test_run_blocked_when_only_the_worker_could_review if {
 	d.review == {
 		"required": true, "persona": "", "quorum": 1, "why": "run review policy always reviews completed runs",
 		"blocked": `no reviewer other than the run's worker "w" can be routed; a worker never reviews its own run`,
+		"rule": "route_run_unroutable",
 	}
 	count(d.deny) == 0
 }
@@ -709,7 +710,7 @@ test_run_rules_ignore_actions if {
 	d := gated.decision with input as {"proposal": p, "persona": reviewer, "run_record": record([], "accepted")}
 	count(d.deny) == 0
 	d.run == null
-	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review"}
+	d.review == {"required": true, "persona": "reviewer", "quorum": 1, "why": "write actions need review", "rule": "route_class"}
 }
 
 # --- config_errors -----------------------------------------------------------

@@ -70,12 +70,15 @@ func writeJSON(w io.Writer, v any) error {
 
 func policyCheckCmd() *cobra.Command {
 	o := &policySourceOptions{}
+	strict := true
 	c := &cobra.Command{
 		Use:   "check [DIR]",
 		Short: "Load and compile the bundle in OPA strict mode",
 		Long: `check loads the default bundle plus DIR (or DIR alone with --policies-replace)
-and the --policy-data files, compiles it in OPA strict mode (unused variables
-and imports are errors), runs the bundle's data checks
+and the --policy-data files, compiles it in OPA strict mode, as stock
+"opa check --strict" does (unused variables, function arguments and imports
+are errors, in test files too; --strict=false compiles as the gate does),
+runs the bundle's data checks
 (data.gated.config_errors) and checks the shape of the decision on sample
 proposals. It prints the bundle's warnings (data.gated.config_warnings) on
 stderr, such as an SOP action pattern with **, which spans any number of
@@ -84,22 +87,27 @@ Rego tests: "gated policy test" does.
 Exit status: 0 the bundle is sound, 1 it is not, 2 bad usage.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runPolicyCheck(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, args)
+			return runPolicyCheck(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, args, strict)
 		},
 	}
 	o.register(c.Flags())
+	c.Flags().BoolVar(&strict, "strict", true, "compile in OPA's strict mode, test files included, as opa check --strict does")
 	return c
 }
 
-func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string) error {
-	ev, err := checkBundle(ctx, w, errw, o, args)
+func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string, strict bool) error {
+	ev, err := checkBundle(ctx, w, errw, o, args, strict)
 	var ex *exitError
 	switch {
 	case err == nil:
 		for _, warning := range ev.ConfigWarnings() {
 			fmt.Fprintln(errw, "warning:", warning)
 		}
-		fmt.Fprintf(w, "ok: revision %s (strict mode)\n", ev.Revision())
+		mode := "strict mode"
+		if !strict {
+			mode = "not strict"
+		}
+		fmt.Fprintf(w, "ok: revision %s (%s)\n", ev.Revision(), mode)
 		if st := ev.Plan(); st.Reason != "" {
 			fmt.Fprintf(w, "evaluator: %s (%s)\n", st.Evaluator, st.Reason)
 		} else {
@@ -114,9 +122,9 @@ func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptio
 	return &exitError{code: exitFailure, err: err, silent: true}
 }
 
-// checkBundle loads the bundle, lists its files on w and compiles it in
-// strict mode.
-func checkBundle(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string) (*policies.Evaluator, error) {
+// checkBundle loads the bundle, lists its files on w and compiles it, in
+// strict mode when strict is set.
+func checkBundle(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string, strict bool) (*policies.Evaluator, error) {
 	b, files, err := loadPolicyBundle(o, args, errw)
 	if err != nil {
 		return nil, err
@@ -124,5 +132,9 @@ func checkBundle(ctx context.Context, w, errw io.Writer, o *policySourceOptions,
 	for _, f := range files {
 		fmt.Fprintf(w, "checked %s\n", f)
 	}
-	return policies.Compile(ctx, b, append(o.compileOptions(), policies.Strict())...)
+	opts := o.compileOptions()
+	if strict {
+		opts = append(opts, policies.Strict())
+	}
+	return policies.Compile(ctx, b, opts...)
 }

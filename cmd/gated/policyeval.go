@@ -27,6 +27,7 @@ type policyEvalOptions struct {
 	history     string
 	now         string
 	format      string
+	explain     bool
 }
 
 func policyEvalCmd() *cobra.Command {
@@ -42,6 +43,8 @@ does. It prints what the gate decides before any review, with the gate's
 own outcome function: approved or rejected at policy, blocked at review,
 or needs review. --history is a JSON array of verdicts (as gated stores
 them) that the policy sees as the recent verdicts on the proposal's target.
+--explain adds topdown's full trace of the evaluation (as "opa eval
+--explain full" prints it) and the rules the planned evaluator evaluated.
 Exit status: 0 the gate approves at policy or routes to review, 3 it
 rejects, blocks or fails the proposal before review,
 2 bad usage, 1 any other error (an invalid proposal or history, a bundle that
@@ -59,6 +62,7 @@ does not load).`,
 	f.StringVar(&o.history, "history", "", "JSON file holding an array of recent verdicts on the proposal's target")
 	f.StringVar(&o.now, "now", "", "evaluate at this RFC 3339 time (default: now)")
 	f.StringVar(&o.format, "format", "text", "text or json")
+	f.BoolVar(&o.explain, "explain", false, "also print topdown's full trace and the rules the planned evaluator evaluated")
 	return c
 }
 
@@ -74,6 +78,9 @@ type evalRun struct {
 	missing   []string
 	decision  engine.PolicyDecision
 	fired     []policies.Fired
+	// explained is the full explanation of the decision shown, with
+	// --explain.
+	explained *policies.Explanation
 	revision  string
 	// settled is what the gate decides before any review, as the engine
 	// decides it; done is false when the proposal goes on to review.
@@ -125,7 +132,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	run, err := evaluate(ctx, ev, reg, engine.PolicyInput{Proposal: p, History: history, Now: now}, o.persona)
+	run, err := evaluate(ctx, ev, reg, engine.PolicyInput{Proposal: p, History: history, Now: now}, o.persona, o.explain)
 	if err != nil {
 		return err
 	}
@@ -220,16 +227,22 @@ func strictJSON(raw []byte, v any) error {
 // the gate then decides comes from the engine's own functions
 // (engine.PolicyOutcome, engine.AddedOutcome), so the dry run cannot
 // disagree with the gate.
-func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registry, in engine.PolicyInput, explicit string) (*evalRun, error) {
+func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registry, in engine.PolicyInput, explicit string, full bool) (*evalRun, error) {
 	name := explicit
 	if name == "" {
 		name = engine.DefaultPersona
 	}
 	var fired []policies.Fired
+	var explained *policies.Explanation
 	explain := func(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
-		d, f, err := ev.Explain(ctx, in)
-		fired = f
-		return d, err
+		if !full {
+			d, f, err := ev.Explain(ctx, in)
+			fired = f
+			return d, err
+		}
+		x, err := ev.ExplainFull(ctx, in)
+		fired, explained = x.Fired, x
+		return x.Decision, err
 	}
 	d, routed, err := engine.EvaluateRouted(ctx, explain, reg, in, name, explicit == "")
 	if err != nil {
@@ -240,7 +253,7 @@ func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registr
 	}
 	run := &evalRun{
 		personaName: routed.Name, persona: routed.Persona, routedFrom: routed.From,
-		decision: d, fired: fired, revision: ev.Revision(),
+		decision: d, fired: fired, explained: explained, revision: ev.Revision(),
 	}
 	run.settled, run.done = engine.PolicyOutcome(in.Proposal, d, routed)
 	if run.done || explicit != "" {
@@ -275,7 +288,7 @@ func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registr
 			run.missing = append(run.missing, also)
 		case len(ad.Denies) > 0:
 			run.addedFrom = routed.Name
-			run.personaName, run.persona, run.decision, run.fired = also, aRouted.Persona, ad, fired
+			run.personaName, run.persona, run.decision, run.fired, run.explained = also, aRouted.Persona, ad, fired, explained
 		}
 		return run, nil
 	}
@@ -371,6 +384,9 @@ func writeEvalText(w io.Writer, r *evalRun) error {
 		why = "(no reason given)"
 	}
 	fmt.Fprintf(tw, "review:\t%s\n", why)
+	if d.Review.Rule != "" {
+		fmt.Fprintf(tw, "routing rule:\t%s\n", d.Review.Rule)
+	}
 	fmt.Fprintf(tw, "reviewer tools:\t%s\n", listOrNone(d.ReviewerTools))
 	fmt.Fprintf(tw, "denied tools:\t%s\n", listOrNone(d.DeniedTools))
 	sop := "none"
@@ -398,6 +414,14 @@ func writeEvalText(w io.Writer, r *evalRun) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if x := r.explained; x != nil {
+		if x.Evaluator == policies.EvaluatorPlanned {
+			fmt.Fprintf(w, "rules the planned evaluator evaluated (it decides this bundle), in order:\n  %s\n", listOrNone(x.Planned))
+		} else {
+			fmt.Fprintln(w, "planned evaluator: not used, topdown decides this bundle")
+		}
+		fmt.Fprintf(w, "topdown trace:\n%s", x.Trace)
+	}
 	_, err := fmt.Fprintf(w, "policy revision %s, evaluated in %d µs\n", r.revision, d.Eval.Microseconds())
 	return err
 }
@@ -423,9 +447,21 @@ type evalDoc struct {
 	RoutedFrom string           `json:"routed_from,omitempty"`
 	Decision   evalDecisionJSON `json:"decision"`
 	Fired      []policies.Fired `json:"fired"`
+	Explain    *evalExplainJSON `json:"explain,omitempty"`
 	Notes      []string         `json:"notes,omitempty"`
 	Revision   string           `json:"revision"`
 	EvalUS     int64            `json:"eval_us"`
+}
+
+// evalExplainJSON is what --explain adds to `policy eval --format json`.
+type evalExplainJSON struct {
+	// Evaluator is the evaluator that decides the bundle.
+	Evaluator string `json:"evaluator"`
+	// Planned are the rules the planned evaluator evaluated, in order;
+	// empty when topdown decides.
+	Planned []string `json:"planned"`
+	// Trace is topdown's full trace, one step a line.
+	Trace []string `json:"trace"`
 }
 
 func evalDocument(r *evalRun) evalDoc {
@@ -450,6 +486,13 @@ func evalDocument(r *evalRun) evalDoc {
 	}
 	if doc.Fired == nil {
 		doc.Fired = []policies.Fired{}
+	}
+	if x := r.explained; x != nil {
+		doc.Explain = &evalExplainJSON{Evaluator: x.Evaluator, Planned: x.Planned,
+			Trace: strings.Split(strings.TrimSuffix(x.Trace, "\n"), "\n")}
+		if doc.Explain.Planned == nil {
+			doc.Explain.Planned = []string{}
+		}
 	}
 	return doc
 }

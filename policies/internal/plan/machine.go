@@ -36,6 +36,8 @@ type machine struct {
 	outFn func(*ast.Term) error
 	scans []*scanState
 	depth int
+	// fired, when set, is told each rule whose function returns a value.
+	fired func(rule string)
 }
 
 // scanState is one scan in progress, with its callbacks bound once.
@@ -70,6 +72,25 @@ var machines = sync.Pool{New: func() any {
 // eval runs the plan on input and data and returns the query's single
 // result, nil when the query is undefined.
 func (pl *Plan) Eval(ctx context.Context, input, data *ast.Term, now time.Time) (res *ast.Term, err error) {
+	return pl.eval(ctx, input, data, now, nil)
+}
+
+// EvalFired evaluates like Eval and also returns the rules whose
+// functions returned a value, in the order they first did, each once. It
+// is for explaining a decision, not for deciding: it records every call.
+func (pl *Plan) EvalFired(ctx context.Context, input, data *ast.Term, now time.Time) (*ast.Term, []string, error) {
+	var fired []string
+	seen := map[string]bool{}
+	res, err := pl.eval(ctx, input, data, now, func(rule string) {
+		if !seen[rule] {
+			seen[rule] = true
+			fired = append(fired, rule)
+		}
+	})
+	return res, fired, err
+}
+
+func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, fired func(string)) (res *ast.Term, err error) {
 	m := machines.Get().(*machine)
 	defer func() {
 		if r := recover(); r != nil {
@@ -77,7 +98,7 @@ func (pl *Plan) Eval(ctx context.Context, input, data *ast.Term, now time.Time) 
 		}
 		m.release()
 	}()
-	m.ctx, m.plan = ctx, pl
+	m.ctx, m.plan, m.fired = ctx, pl, fired
 	if cap(m.memo) < pl.memos {
 		m.memo, m.memoSet = make([]*ast.Term, pl.memos), make([]bool, pl.memos)
 	}
@@ -109,7 +130,7 @@ func (m *machine) release() {
 	clear(m.memo)
 	clear(m.memoSet)
 	m.results = m.results[:0]
-	m.ret, m.ctx, m.plan, m.steps, m.out = nil, nil, nil, 0, nil
+	m.ret, m.ctx, m.plan, m.steps, m.out, m.fired = nil, nil, nil, 0, nil, nil
 	clear(m.args[:cap(m.args)])
 	m.args = m.args[:0]
 	for _, st := range m.scans {
@@ -152,6 +173,9 @@ func (m *machine) call(f *pfunc, args []*ast.Term) (*ast.Term, error) {
 	}
 	clear(fr)
 	m.stack = m.stack[:base]
+	if m.fired != nil && out != nil && f.rule != "" {
+		m.fired(f.rule)
+	}
 	if f.memo >= 0 {
 		m.memo[f.memo], m.memoSet[f.memo] = out, true
 	}

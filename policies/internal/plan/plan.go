@@ -78,7 +78,10 @@ type Plan struct {
 }
 
 type pfunc struct {
-	name    string
+	name string
+	// rule is the reference of the rule the function evaluates, such as
+	// data.gated.deny, when it evaluates one; empty for helpers.
+	rule    string
 	params  []int
 	ret     int
 	blocks  []*pblock
@@ -208,6 +211,9 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 	// Declare every function first: a call may name one defined later.
 	for _, f := range funcs {
 		pf := &pfunc{name: f.Name, ret: int(f.Return), memo: -1}
+		if len(f.Path) > 1 {
+			pf.rule = "data." + strings.Join(f.Path[1:], ".")
+		}
 		for _, l := range f.Params {
 			pf.params = append(pf.params, int(l))
 		}
