@@ -23,7 +23,7 @@ func policyCmd() *cobra.Command {
 plus a directory of your own (--policies DIR), or your directory alone
 (--policies DIR --policies-replace), plus data files (--policy-data FILE).`,
 	}
-	c.AddCommand(policyTestCmd(), policyEvalCmd(), policyCheckCmd())
+	c.AddCommand(policyTestCmd(), policyEvalCmd(), policyCheckCmd(), policyShadowCmd())
 	return c
 }
 
