@@ -145,6 +145,7 @@ BENCH_N ?= 100000
 bench: build
 	mkdir -p bench-results
 	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
+	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --serve-arg=--shadow-policies=examples/policies --json bench-results/policy-shadow.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 25 )) --mix denied=1,read=1 -c 2 --json bench-results/policy-c2.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 10 )) --mix denied=1,read=1 -c 8 --json bench-results/policy-c8.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 64 --json bench-results/plugin.json

@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -212,5 +213,49 @@ func TestCompareShadow(t *testing.T) {
 				t.Errorf("Differs() = %v with kinds %v", c.Differs(), c.Kinds)
 			}
 		})
+	}
+}
+
+// BenchmarkDecideShadow measures what a shadow policy adds to deciding a
+// policy-decided proposal (a read, approved at policy), against the same
+// engine without one, on the default bundle and a real candidate.
+func BenchmarkDecideShadow(b *testing.B) {
+	b.Run("live", func(b *testing.B) { benchDecide(b, nil) })
+	b.Run("live+shadow", func(b *testing.B) {
+		b.Helper()
+		bundle, err := policies.Default()
+		if err != nil {
+			b.Fatal(err)
+		}
+		bundle.Modules["x.rego"] = denyNginx
+		shadow, err := policies.Compile(b.Context(), bundle)
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchDecide(b, shadow)
+	})
+}
+
+func benchDecide(b *testing.B, shadow engine.Policy) {
+	eng, err := engine.New(engine.Config{
+		Policy: defaultPolicy(b), Shadow: shadow, Personas: personaSet{"reviewer": reviewerPersona()},
+		Router: &fakeRouter{reviewer: &fakeReviewer{answer: answer(approval(), nil)}}, Store: newMemStore(),
+		DedupeWindow: -1,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stream := newAuditStream()
+	const subject = "gated.proposals.acme.host_list_services"
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		data := proposalJSON(b, map[string]any{"id": fmt.Sprint("p", i), "class": "read", "blast_radius": nil, "action": "host_list_services",
+			"target": map[string]any{"device_id": i, "service": "mysql"}})
+		v, err := eng.Decide(b.Context(), engine.Delivery{Subject: subject, Data: data, Attempt: 1, Trail: stream.trail()})
+		if err != nil || v.Outcome != engine.OutcomeApproved {
+			b.Fatalf("verdict %v, err %v", v, err)
+		}
 	}
 }

@@ -71,13 +71,16 @@ func (s *gateServer) watchShadow(context.Context) error {
 }
 
 // shadowPolicy is the engine's Shadow: nil without --shadow-policies. It
-// evaluates on the deciding goroutine, not on the live policy's pool, so
-// that the engine's guard against a candidate's panic covers it.
+// evaluates on a pool of its own, for the reason the live policy does
+// (see policies.Pool): on the deciding goroutine, each evaluation would
+// grow a fresh stack, which costs more than the evaluation itself.
 func (s *gateServer) shadowPolicy() engine.Policy {
 	if s.shadow == nil {
 		return nil
 	}
-	return s.shadow
+	pool := policies.NewPool(s.shadow, 0)
+	s.onStop(pool.Close)
+	return pool
 }
 
 func logShadowReload(log *zap.Logger, r policies.Reload) {
