@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -195,5 +196,42 @@ func waitMetric(t *testing.T, httpAddr, line string) string {
 			t.Fatalf("/metrics never showed %q:\n%s", line, body)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestShadowCommandErrors: flags that cannot work are usage errors, and a
+// range with a message that is not a gated record is reported, exit 3.
+func TestShadowCommandErrors(t *testing.T) {
+	clearGatedEnv(t)
+	noStream := bustest.Server(t)
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(t.Context(), "gated.audit.acme.policy.shadow_differs", []byte(`{"forged":true}`)); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		note string
+		args []string
+		code int
+		msg  string
+	}{
+		{note: "replace without a directory", args: []string{"serve", "--shadow-policies-replace"}, code: exitUsage, msg: "--shadow-policies-replace needs --shadow-policies"},
+		{note: "bad format", args: []string{"policy", "shadow", "report", "--nats-url", s.ClientURL(), "--format", "yaml"}, code: exitUsage, msg: `--format "yaml"`},
+		{note: "negative first", args: []string{"policy", "shadow", "report", "--nats-url", s.ClientURL(), "--first", "-1"}, code: exitUsage, msg: "--first -1"},
+		{note: "bad since", args: []string{"policy", "shadow", "report", "--nats-url", s.ClientURL(), "--since", "yesterday"}, code: exitUsage, msg: `--since "yesterday"`},
+		{note: "bad tenant", args: []string{"policy", "shadow", "report", "--nats-url", s.ClientURL(), "--tenant", "Acme"}, code: exitUsage, msg: `--tenant "Acme"`},
+		{note: "no audit stream", args: []string{"policy", "shadow", "report", "--nats-url", noStream.ClientURL()}, code: exitFailure, msg: "GATED_AUDIT does not exist"},
+		{note: "a message that is not a record", args: []string{"policy", "shadow", "report", "--nats-url", s.ClientURL()}, code: exitAuditProblems, msg: "1 invalid records"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			code, out, err := runGated(t, tc.args...)
+			if code != tc.code || err == nil || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("exit %d, err %v; want exit %d naming %q\n%s", code, err, tc.code, tc.msg, out)
+			}
+		})
 	}
 }
