@@ -114,6 +114,7 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzAppendEvent$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeShadowDiffers$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseLockHolder$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
@@ -145,6 +146,7 @@ BENCH_N ?= 100000
 bench: build
 	mkdir -p bench-results
 	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
+	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --serve-arg=--shadow-policies=examples/policies --json bench-results/policy-shadow.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 25 )) --mix denied=1,read=1 -c 2 --json bench-results/policy-c2.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 10 )) --mix denied=1,read=1 -c 8 --json bench-results/policy-c8.json
 	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 64 --json bench-results/plugin.json

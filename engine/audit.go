@@ -151,9 +151,19 @@ type policyDecidedData struct {
 	Review        Route      `json:"review"`
 	ReviewerTools []string   `json:"reviewer_tools"`
 	Run           *RunPolicy `json:"run"`
-	SOP           string     `json:"sop"`
+	// ShadowRevision is the revision of the shadow policy that decided
+	// the proposal beside the live one, when there is one.
+	ShadowRevision string `json:"shadow_revision,omitempty"`
+	SOP            string `json:"sop"`
 	// Input is what a replay needs to rebuild the policy input.
 	Input *ReplayInput `json:"input,omitempty"`
+}
+
+// policyFailedData is the data of a policy.decided event whose
+// evaluation failed.
+type policyFailedData struct {
+	Error          string `json:"error"`
+	ShadowRevision string `json:"shadow_revision,omitempty"`
 }
 
 // ReplayInput is what the policy.decided record keeps of the policy's

@@ -178,9 +178,11 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	}
 	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
+	shadowRev, shadow := r.shadow(ctx, in, routed, pd, err)
 	if err != nil {
 		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
-		r.log.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": err.Error()})
+		r.log.recordBestEffort(ctx, EventPolicyDecided, policyFailedData{Error: err.Error(), ShadowRevision: shadowRev})
+		r.recordShadow(ctx, shadow)
 		return v, false, nil
 	}
 	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
@@ -188,7 +190,8 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	if p.Kind == KindRun {
 		if pd.Run == nil {
 			v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
-			r.log.recordBestEffort(ctx, EventPolicyDecided, map[string]any{"error": "decision.run is missing"})
+			r.log.recordBestEffort(ctx, EventPolicyDecided, policyFailedData{Error: "decision.run is missing", ShadowRevision: shadowRev})
+			r.recordShadow(ctx, shadow)
 			return v, false, nil
 		}
 		r.run = newRunState(p, pd.Run, record)
@@ -197,8 +200,10 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
-		Input: &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record},
+		Input:          &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record},
+		ShadowRevision: shadowRev,
 	})
+	r.recordShadow(ctx, shadow)
 	if done {
 		if settled.Outcome == OutcomeApproved && pd.Skipped {
 			r.log.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})

@@ -42,6 +42,16 @@ type Config struct {
 	// DedupeMax bounds how many rejections are remembered; the oldest go
 	// first. Default 10000; negative is an error.
 	DedupeMax int
+	// Shadow, when set, is a candidate policy evaluated after the live
+	// Policy on every proposal the live policy decides, with the same
+	// input. It never changes a verdict: a difference (its evaluation
+	// failing included) is recorded as a policy.shadow_differs event and
+	// reported to OnShadow. A Shadow whose Revision is empty has no good
+	// build and is not evaluated.
+	Shadow Policy
+	// OnShadow, when set, hears every comparison of the shadow with the
+	// live decision, differing or not, for metrics. It must not block.
+	OnShadow func(p *Proposal, c ShadowComparison)
 }
 
 // Engine runs the pipeline. It is safe for concurrent use.

@@ -97,15 +97,48 @@ func NewLive(ctx context.Context, src Sources, notify func(Reload)) (*Live, erro
 	return l, nil
 }
 
-// Evaluate implements engine.Policy with the current evaluator.
-func (l *Live) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
-	return l.cur.Load().Evaluate(ctx, in)
+// ErrNoGoodBuild is the error of evaluating a candidate policy (see
+// NewCandidate) that has not built yet: fix its sources and it is loaded
+// on the next reload.
+var ErrNoGoodBuild = errors.New("the candidate policy has no good build yet")
+
+// NewCandidate builds a candidate policy from src, one that is evaluated
+// beside the served policy (a shadow) and must never stop gated: unlike
+// NewLive, a bad first build is not fatal. It returns the Live and the
+// build's error, if any; until a reload succeeds the Live has no
+// evaluator, its Revision is empty and Evaluate fails with ErrNoGoodBuild.
+func NewCandidate(ctx context.Context, src Sources, notify func(Reload)) (*Live, error) {
+	l, err := NewLive(ctx, src, notify)
+	if err == nil {
+		return l, nil
+	}
+	l = &Live{src: src, notify: notify}
+	now := time.Now()
+	l.state.Store(&State{Stale: true, LastReload: &Reload{At: now, Error: err.Error()}, Reloads: 1, Failures: 1})
+	return l, err
 }
 
-// Revision is the revision being served.
-func (l *Live) Revision() string { return l.cur.Load().Revision() }
+// Evaluate implements engine.Policy with the current evaluator.
+func (l *Live) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
+	e := l.cur.Load()
+	if e == nil {
+		return engine.PolicyDecision{}, ErrNoGoodBuild
+	}
+	return e.Evaluate(ctx, in)
+}
 
-// Current is the evaluator being served.
+// Revision is the revision being served; empty for a candidate that has
+// not built yet.
+func (l *Live) Revision() string {
+	e := l.cur.Load()
+	if e == nil {
+		return ""
+	}
+	return e.Revision()
+}
+
+// Current is the evaluator being served; nil for a candidate that has
+// not built yet.
 func (l *Live) Current() *Evaluator { return l.cur.Load() }
 
 // State reports the served policy and the latest reload.

@@ -298,3 +298,38 @@ func TestLiveEvaluatesDuringReloads(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestNewCandidateSurvivesABadFirstBuild: a candidate whose sources do not
+// compile is not fatal; it has no revision and fails every evaluation
+// until a reload of good sources swaps a build in.
+func TestNewCandidateSurvivesABadFirstBuild(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "boom.rego"), "package gated\n\ndeny contains x if {\n")
+	var reloads []Reload
+	l, err := NewCandidate(t.Context(), Sources{Dir: dir}, func(r Reload) { reloads = append(reloads, r) })
+	if err == nil || !errors.Is(err, ErrInvalidBundle) {
+		t.Fatalf("NewCandidate error %v, want one wrapping ErrInvalidBundle", err)
+	}
+	if l == nil {
+		t.Fatal("NewCandidate returned no Live for a bad first build")
+	}
+	if rev := l.Revision(); rev != "" {
+		t.Errorf("revision %q before any good build, want empty", rev)
+	}
+	if _, err := l.Evaluate(t.Context(), engine.PolicyInput{Proposal: writeProposal(), Persona: reviewerPersona}); !errors.Is(err, ErrNoGoodBuild) {
+		t.Errorf("Evaluate error %v, want ErrNoGoodBuild", err)
+	}
+	if s := l.State(); !s.Stale || s.Failures != 1 || s.LastReload == nil || s.LastReload.Error == "" {
+		t.Errorf("state %+v, want stale with one failure and its error", s)
+	}
+	writeFile(t, filepath.Join(dir, "boom.rego"), boomRule("boom"))
+	if r := l.Reload(t.Context()); !r.OK || !r.Changed {
+		t.Fatalf("reload of good sources: %+v", r)
+	}
+	if got := deniedRules(t, l, "boom"); !slices.Contains(got, "no_boom") {
+		t.Errorf("denies after the good reload %v, want no_boom", got)
+	}
+	if len(reloads) != 1 || !reloads[0].OK {
+		t.Errorf("notify heard %+v, want the one good reload", reloads)
+	}
+}

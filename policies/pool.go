@@ -2,6 +2,7 @@ package policies
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"sync"
 
@@ -59,12 +60,25 @@ func (p *Pool) work() {
 	for {
 		select {
 		case j := <-p.jobs:
-			j.decision, j.err = p.Policy.Evaluate(j.ctx, j.in)
+			j.decision, j.err = p.evaluate(j.ctx, j.in)
 			j.ready <- struct{}{}
 		case <-p.done:
 			return
 		}
 	}
+}
+
+// evaluate runs one evaluation on a pool goroutine. A panic there would
+// end the process, since no caller's recover reaches it: it is an error,
+// which the engine turns into an error verdict (or, for a shadow policy,
+// a difference of kind error).
+func (p *Pool) evaluate(ctx context.Context, in engine.PolicyInput) (d engine.PolicyDecision, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			d, err = engine.PolicyDecision{}, fmt.Errorf("policy evaluation panicked: %v", v)
+		}
+	}()
+	return p.Policy.Evaluate(ctx, in)
 }
 
 // Evaluate implements engine.Policy: it hands the evaluation to a free

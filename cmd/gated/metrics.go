@@ -22,6 +22,8 @@ type metrics struct {
 	verdicts *prometheus.CounterVec
 	// corrupt counts the records the verdict store refused, by kind.
 	corrupt *prometheus.CounterVec
+	// shadow is nil without a shadow policy.
+	shadow *shadowMetrics
 }
 
 func newMetrics(live *policies.Live) *metrics {

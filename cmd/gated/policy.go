@@ -24,7 +24,7 @@ plus a directory of your own (--policies DIR), or your directory alone
 (--policies DIR --policies-replace), plus data files (--policy-data FILE).
 replay alone reads NATS: the audit stream whose history it decides again.`,
 	}
-	c.AddCommand(policyTestCmd(), policyEvalCmd(), policyCheckCmd(), policyReplayCmd())
+	c.AddCommand(policyTestCmd(), policyEvalCmd(), policyCheckCmd(), policyReplayCmd(), policyShadowCmd())
 	return c
 }
 

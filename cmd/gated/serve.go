@@ -65,6 +65,7 @@ type serveOptions struct {
 	auditKeyRotate bool
 	auditPublish   string
 	policy         policySourceOptions
+	shadow         shadowOptions
 	policyWatch    bool
 	policyPoll     time.Duration
 	toolTimeout    time.Duration
@@ -122,6 +123,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.BoolVar(&o.auditKeyRotate, "audit-key-rotate", false, "start even though the audit key is not the one that MACed the audit stream's newest record (a new key on purpose, or a lost one)")
 	f.StringVar(&o.auditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches), pipelined or one-at-a-time")
 	o.policy.register(f)
+	o.shadow.register(f)
 	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
 	f.DurationVar(&o.policyPoll, "policy-poll", 10*time.Second, "also compare the policy files every interval, for changes file events miss (0 disables)")
 	f.StringVar(&o.pluginsDir, "plugins-dir", "", "directory of reviewer plugin executables pinned by gated-plugins.lock (see gated plugins --help)")
@@ -150,6 +152,9 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 // check refuses options that do not go together, before anything starts,
 // and loads the operators file.
 func (o *serveOptions) check() (operators *operator.List, err error) {
+	if err := o.shadow.check(); err != nil {
+		return nil, err
+	}
 	if o.reviewTimeout < MinReviewTimeout {
 		return nil, usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)
 	}

@@ -46,6 +46,7 @@ type gateServer struct {
 
 	src           policies.Sources
 	live          *policies.Live
+	shadow        *policies.Live // nil without --shadow-policies
 	m             *metrics
 	reg           *personas.Registry
 	specs         []plugins.Spec
@@ -84,6 +85,7 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 	return []func(context.Context) error{
 		s.claimResources,
 		s.loadPolicy,
+		s.loadShadow,
 		s.loadPersonas,
 		s.watchPersonas,
 		s.newPluginHost,
@@ -92,6 +94,7 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.openAudit,
 		s.startPlugins,
 		s.watchPolicy,
+		s.watchShadow,
 		s.startWorker,
 		s.startReviewService,
 		s.startHTTP,
@@ -367,6 +370,8 @@ func (s *gateServer) startWorker(context.Context) error {
 		ReviewTimeout: o.reviewTimeout,
 		DedupeWindow:  dedupeWindow,
 		DedupeMax:     o.dedupeMax,
+		Shadow:        s.shadowPolicy(),
+		OnShadow:      s.m.onShadow(),
 	})
 	if err != nil {
 		return err

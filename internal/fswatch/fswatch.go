@@ -34,6 +34,8 @@ func Loop(ctx context.Context, w *fsnotify.Watcher, cfg Config, fingerprint stri
 		defer t.Stop()
 		pollC = t.C
 	}
+	// polled is the last fingerprint a poll saw change.
+	polled := fingerprint
 	debounce := time.NewTimer(time.Hour)
 	debounce.Stop()
 	defer debounce.Stop()
@@ -56,13 +58,19 @@ func Loop(ctx context.Context, w *fsnotify.Watcher, cfg Config, fingerprint stri
 			// than guess what was missed.
 			debounce.Reset(cfg.Debounce)
 		case <-pollC:
-			if _, fp := cfg.Scan(); fp != fingerprint {
+			// A change restarts the debounce once, when a poll first
+			// sees it: restarting on every poll that sees the same
+			// change would hold the reload off for as long as polls come
+			// more often than the debounce.
+			if _, fp := cfg.Scan(); fp != fingerprint && fp != polled {
 				debounce.Reset(cfg.Debounce)
+				polled = fp
 			}
 		case <-debounce.C:
 			// Directories may have come or gone with the change.
 			var dirs []string
 			dirs, fingerprint = cfg.Scan()
+			polled = fingerprint
 			for _, dir := range dirs {
 				_ = w.Add(dir)
 			}

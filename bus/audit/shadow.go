@@ -1,0 +1,153 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gated/gated/engine"
+)
+
+// ShadowDifference is one policy.shadow_differs record: a proposal the
+// shadow policy decided otherwise than the live one.
+type ShadowDifference struct {
+	Seq        uint64    `json:"seq"`
+	At         time.Time `json:"at"`
+	Tenant     string    `json:"tenant"`
+	ProposalID string    `json:"proposal_id"`
+	Action     string    `json:"action"`
+	engine.ShadowComparison
+}
+
+// shadowKinds are the kinds of difference a record may name.
+var shadowKinds = []string{engine.ShadowDiffError, engine.ShadowDiffOutcome, engine.ShadowDiffDenies, engine.ShadowDiffRoute}
+
+// DecodeShadowDiffers reads the data of a policy.shadow_differs event. It
+// refuses data that is not such a record: unknown members, no outcome on
+// either side, no kind, or a kind it does not know. Errors wrap
+// ErrInvalidRecord.
+func DecodeShadowDiffers(data []byte) (ShadowDifference, error) {
+	var d struct {
+		Action       string `json:"action"`
+		Operator     string `json:"operator"`
+		Delivery     int    `json:"delivery"`
+		PolicyEvalUS int64  `json:"policy_eval_us"`
+		engine.ShadowComparison
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&d); err != nil {
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: %v", ErrInvalidRecord, engine.EventPolicyShadowDiffers, err)
+	}
+	if dec.More() {
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: more than one JSON value", ErrInvalidRecord, engine.EventPolicyShadowDiffers)
+	}
+	c := d.ShadowComparison
+	switch {
+	case c.Live.Outcome == "" || c.Shadow.Outcome == "":
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: live and shadow must each have an outcome", ErrInvalidRecord, engine.EventPolicyShadowDiffers)
+	case len(c.Kinds) == 0:
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: kinds is empty, so the decisions do not differ", ErrInvalidRecord, engine.EventPolicyShadowDiffers)
+	}
+	for _, k := range c.Kinds {
+		if !slices.Contains(shadowKinds, k) {
+			return ShadowDifference{}, fmt.Errorf("%w: %s data: unknown kind %q", ErrInvalidRecord, engine.EventPolicyShadowDiffers, k)
+		}
+	}
+	return ShadowDifference{Action: d.Action, ShadowComparison: c}, nil
+}
+
+// ShadowSummary is how a shadow policy agreed with the live one over a
+// range of the audit stream; Add builds it record by record.
+type ShadowSummary struct {
+	// Decisions counts the proposals decided with a shadow beside the
+	// live policy (policy.decided records naming a shadow revision).
+	Decisions int `json:"decisions"`
+	// Differences counts the policy.shadow_differs records.
+	Differences int `json:"differences"`
+	// Agreement is the share of Decisions without a difference, 1 when
+	// there were none.
+	Agreement float64 `json:"agreement"`
+	// ShadowRevisions counts Decisions by shadow revision.
+	ShadowRevisions map[string]int `json:"shadow_revisions"`
+	// ByKind, ByRule, ByTenant, ByAction count Differences; ByOutcome by
+	// "live -> shadow" outcome.
+	ByKind    map[string]int `json:"by_kind"`
+	ByRule    map[string]int `json:"by_rule"`
+	ByTenant  map[string]int `json:"by_tenant"`
+	ByAction  map[string]int `json:"by_action"`
+	ByOutcome map[string]int `json:"by_outcome"`
+	// First are the first differences, oldest first, up to the limit
+	// NewShadowSummary was given.
+	First []ShadowDifference `json:"first"`
+	// Invalid counts messages on audit subjects that are not valid
+	// records, or shadow records whose data is not one: the range is not
+	// whole, and `gated audit verify` says more.
+	Invalid int `json:"invalid"`
+	// FirstInvalid says what is wrong with the first of them.
+	FirstInvalid string `json:"first_invalid,omitempty"`
+
+	limit int
+}
+
+// NewShadowSummary returns an empty summary that keeps the first n
+// differences.
+func NewShadowSummary(n int) *ShadowSummary {
+	return &ShadowSummary{
+		ShadowRevisions: map[string]int{}, ByKind: map[string]int{}, ByRule: map[string]int{},
+		ByTenant: map[string]int{}, ByAction: map[string]int{}, ByOutcome: map[string]int{},
+		First: []ShadowDifference{}, Agreement: 1, limit: n,
+	}
+}
+
+// Add counts one message of the audit stream.
+func (s *ShadowSummary) Add(e Entry) {
+	if e.Record == nil {
+		s.invalid(fmt.Sprintf("seq %d: %v", e.Seq, e.Err))
+		return
+	}
+	ev := e.Record.Event
+	switch ev.Event {
+	case engine.EventPolicyDecided:
+		var d struct {
+			ShadowRevision string `json:"shadow_revision"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil || d.ShadowRevision == "" {
+			return
+		}
+		s.Decisions++
+		s.ShadowRevisions[d.ShadowRevision]++
+	case engine.EventPolicyShadowDiffers:
+		d, err := DecodeShadowDiffers(ev.Data)
+		if err != nil {
+			s.invalid(fmt.Sprintf("seq %d: %v", e.Seq, err))
+			return
+		}
+		d.Seq, d.At, d.Tenant, d.ProposalID = e.Seq, ev.At, ev.Tenant, ev.ProposalID
+		s.Differences++
+		for _, k := range d.Kinds {
+			s.ByKind[k]++
+		}
+		for _, r := range d.Rules {
+			s.ByRule[r]++
+		}
+		s.ByTenant[d.Tenant]++
+		s.ByAction[d.Action]++
+		s.ByOutcome[d.Live.Outcome+" -> "+d.Shadow.Outcome]++
+		if len(s.First) < s.limit {
+			s.First = append(s.First, d)
+		}
+	}
+	if s.Decisions > 0 {
+		s.Agreement = max(0, 1-float64(s.Differences)/float64(s.Decisions))
+	}
+}
+
+func (s *ShadowSummary) invalid(why string) {
+	if s.Invalid == 0 {
+		s.FirstInvalid = why
+	}
+	s.Invalid++
+}

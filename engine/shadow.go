@@ -1,0 +1,176 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+)
+
+// EventPolicyShadowDiffers records that the shadow policy (a candidate
+// evaluated beside the live one, see Config.Shadow) decided a proposal
+// otherwise than the live policy. Its data is a ShadowComparison.
+const EventPolicyShadowDiffers = "policy.shadow_differs"
+
+// Kinds of difference between the live and the shadow decision.
+const (
+	// ShadowDiffError: one side could not decide (the shadow's evaluation
+	// failed, or the live one did and the shadow did not).
+	ShadowDiffError = "error"
+	// ShadowDiffOutcome: the two settle on different outcomes (rejected,
+	// approved, blocked, or on to review).
+	ShadowDiffOutcome = "outcome"
+	// ShadowDiffDenies: the same outcome, but not the same deny rules.
+	ShadowDiffDenies = "denies"
+	// ShadowDiffRoute: both send the proposal to review, but not to the
+	// same persona or quorum.
+	ShadowDiffRoute = "route"
+)
+
+// ShadowOutcomeReview is the outcome of a policy decision that settles
+// nothing on its own: the proposal goes on to review.
+const ShadowOutcomeReview = "review"
+
+// ShadowDecision is one side of a shadow comparison: what a policy
+// decision settles before any review.
+type ShadowDecision struct {
+	// Revision is the policy revision that decided.
+	Revision string `json:"revision,omitempty"`
+	// Outcome is the outcome the decision settles, or "review" when the
+	// proposal goes on to review.
+	Outcome string `json:"outcome"`
+	// Denies are the decision's denies, sorted by rule, never nil.
+	Denies []Deny `json:"denies"`
+	// Route is the decision's routing; nil when the evaluation failed.
+	Route *Route `json:"route,omitempty"`
+	// Error says why the evaluation failed.
+	Error string `json:"error,omitempty"`
+}
+
+// ShadowComparison is the live and the shadow decision on one proposal
+// and how they differ. It is the data of a policy.shadow_differs event.
+type ShadowComparison struct {
+	Live   ShadowDecision `json:"live"`
+	Shadow ShadowDecision `json:"shadow"`
+	// Kinds are the kinds of difference, in the order error, outcome,
+	// denies, route; empty when the two agree.
+	Kinds []string `json:"kinds"`
+	// Rules are the deny rules that only one of the two decisions has,
+	// sorted.
+	Rules []string `json:"rules,omitempty"`
+}
+
+// Differs says whether the two decisions differ.
+func (c ShadowComparison) Differs() bool { return len(c.Kinds) > 0 }
+
+// shadowSide is what a policy decision, or its failure, settles.
+func shadowSide(p *Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) ShadowDecision {
+	if err != nil {
+		return ShadowDecision{Revision: pd.Revision, Outcome: string(OutcomeError), Denies: []Deny{}, Error: err.Error()}
+	}
+	// A decision that routes elsewhere is settled in the name of the
+	// persona it routes to, as the gate would.
+	if pd.Review.Required && pd.Review.Persona != "" && pd.Review.Persona != routed.Name {
+		routed = Routed{Name: pd.Review.Persona}
+		routed.Persona, _ = personas.Persona(routed.Name)
+	}
+	route := pd.Review
+	s, done := PolicyOutcome(p, pd, routed)
+	d := ShadowDecision{Revision: pd.Revision, Outcome: ShadowOutcomeReview, Denies: s.Denies, Route: &route}
+	if done {
+		d.Outcome = string(s.Outcome)
+	}
+	return d
+}
+
+// CompareShadow compares the live decision with the shadow's. The gate
+// compares with it, and so can a replay, so the two cannot disagree on
+// what a difference is.
+func CompareShadow(live, shadow ShadowDecision) ShadowComparison {
+	c := ShadowComparison{Live: live, Shadow: shadow, Kinds: []string{}}
+	if (live.Error != "") != (shadow.Error != "") || shadow.Error != "" {
+		c.Kinds = append(c.Kinds, ShadowDiffError)
+	}
+	if live.Outcome != shadow.Outcome {
+		c.Kinds = append(c.Kinds, ShadowDiffOutcome)
+	}
+	c.Rules = ruleDifference(live.Denies, shadow.Denies)
+	if len(c.Rules) > 0 && live.Outcome == shadow.Outcome {
+		c.Kinds = append(c.Kinds, ShadowDiffDenies)
+	}
+	if live.Outcome == ShadowOutcomeReview && shadow.Outcome == ShadowOutcomeReview && !sameRoute(live.Route, shadow.Route) {
+		c.Kinds = append(c.Kinds, ShadowDiffRoute)
+	}
+	return c
+}
+
+// ruleDifference is the sorted set of rules denied on one side only.
+func ruleDifference(a, b []Deny) []string {
+	in := func(ds []Deny, rule string) bool {
+		return slices.ContainsFunc(ds, func(d Deny) bool { return d.Rule == rule })
+	}
+	var out []string
+	for _, d := range a {
+		if !in(b, d.Rule) && !slices.Contains(out, d.Rule) {
+			out = append(out, d.Rule)
+		}
+	}
+	for _, d := range b {
+		if !in(a, d.Rule) && !slices.Contains(out, d.Rule) {
+			out = append(out, d.Rule)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func sameRoute(a, b *Route) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.Persona == b.Persona && a.Quorum == b.Quorum && slices.Equal(a.Also, b.Also)
+}
+
+// evaluateShadow evaluates the shadow policy; a panic in it is an error,
+// so that a broken candidate cannot take the live path down.
+func evaluateShadow(ctx context.Context, shadow Policy, in PolicyInput) (pd PolicyDecision, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("shadow policy panicked: %v", v)
+		}
+	}()
+	pd, err = shadow.Evaluate(ctx, in)
+	if err != nil && pd.Revision == "" {
+		pd.Revision = shadow.Revision()
+	}
+	return pd, err
+}
+
+// shadow evaluates the shadow policy, when there is one with a good
+// build, on the input the live policy decided last (in, in the name of
+// the routed persona), after the live decision pd (or its failure
+// liveErr). It returns the shadow's revision, empty when nothing was
+// compared, and the comparison. Nothing it finds changes the verdict.
+func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd PolicyDecision, liveErr error) (string, ShadowComparison) {
+	shadow := r.e.cfg.Shadow
+	if shadow == nil || shadow.Revision() == "" {
+		return "", ShadowComparison{}
+	}
+	in.Persona = routed.Persona
+	sd, err := evaluateShadow(ctx, shadow, in)
+	live := shadowSide(r.p, r.e.cfg.Personas, routed, pd, liveErr)
+	if live.Revision == "" {
+		live.Revision = r.revision
+	}
+	c := CompareShadow(live, shadowSide(r.p, r.e.cfg.Personas, routed, sd, err))
+	if r.e.cfg.OnShadow != nil {
+		r.e.cfg.OnShadow(r.p, c)
+	}
+	return c.Shadow.Revision, c
+}
+
+// recordShadow records a comparison that differs on the proposal's trail.
+func (r *pass) recordShadow(ctx context.Context, c ShadowComparison) {
+	if c.Differs() {
+		r.log.recordBestEffort(ctx, EventPolicyShadowDiffers, c)
+	}
+}
