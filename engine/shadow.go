@@ -93,7 +93,7 @@ func CompareShadow(live, shadow ShadowDecision) ShadowComparison {
 	if live.Outcome != shadow.Outcome {
 		c.Kinds = append(c.Kinds, ShadowDiffOutcome)
 	}
-	c.Rules = ruleDifference(live.Denies, shadow.Denies)
+	c.Rules = RulesDeniedOnOneSide(live.Denies, shadow.Denies)
 	if len(c.Rules) > 0 && live.Outcome == shadow.Outcome {
 		c.Kinds = append(c.Kinds, ShadowDiffDenies)
 	}
@@ -103,8 +103,10 @@ func CompareShadow(live, shadow ShadowDecision) ShadowComparison {
 	return c
 }
 
-// ruleDifference is the sorted set of rules denied on one side only.
-func ruleDifference(a, b []Deny) []string {
+// RulesDeniedOnOneSide is the sorted set of rules that deny in a or in
+// b but not in both: what made two decisions on the same input differ,
+// for shadow mode and for replay alike.
+func RulesDeniedOnOneSide(a, b []Deny) []string {
 	in := func(ds []Deny, rule string) bool {
 		return slices.ContainsFunc(ds, func(d Deny) bool { return d.Rule == rule })
 	}

@@ -464,30 +464,10 @@ func sortedDenies(d []engine.Deny) []engine.Deny {
 // only, or "(routing)" when the denies are the same and the routing or
 // the review changed the outcome.
 func flipRules(old, cur []engine.Deny) []string {
-	set := func(ds []engine.Deny) map[string]bool {
-		m := map[string]bool{}
-		for _, d := range ds {
-			m[d.Rule] = true
-		}
-		return m
+	if rules := engine.RulesDeniedOnOneSide(old, cur); len(rules) > 0 {
+		return rules
 	}
-	a, b := set(old), set(cur)
-	var rules []string
-	for r := range a {
-		if !b[r] {
-			rules = append(rules, r)
-		}
-	}
-	for r := range b {
-		if !a[r] {
-			rules = append(rules, r)
-		}
-	}
-	if len(rules) == 0 {
-		return []string{"(routing)"}
-	}
-	sort.Strings(rules)
-	return rules
+	return []string{"(routing)"}
 }
 
 // writeReplayText prints the report for a person.
