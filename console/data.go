@@ -309,10 +309,26 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 	check := audit.NewChecker(audit.VerifyOptions{Tenant: tenant, Keys: s.cfg.AuditKeys})
 	err = audit.Read(r.Context(), s.cfg.JS, audit.Query{Tenant: tenant}, func(e audit.Entry) error {
 		check.Add(e)
-		if e.Record == nil || e.Record.Event.ProposalID != id || len(out.Audit) >= maxProposalRecords {
+		if len(out.Audit) >= maxProposalRecords {
 			return nil
 		}
-		ev := e.Record.Event
+		var ev engine.AuditEvent
+		if e.Record != nil {
+			ev = e.Record.Event
+		} else if json.Unmarshal(e.Data, &ev) != nil {
+			// Not a record, nor a record's JSON: it names no proposal. The
+			// tenant's chain problems count it.
+			return nil
+		}
+		if ev.ProposalID != id {
+			return nil
+		}
+		if e.Record == nil {
+			// A message that claims to be one of the proposal's records but
+			// is not a valid one: shown, with what the check found.
+			out.Audit = append(out.Audit, AuditRecord{Seq: e.Seq, Event: ev.Event, At: ev.At, Stored: e.Stored, Data: ev.Data})
+			return nil
+		}
 		out.Audit = append(out.Audit, AuditRecord{Seq: e.Seq, Event: ev.Event, At: ev.At, Stored: e.Stored, Data: ev.Data})
 		if ev.Event == engine.EventPolicyDecided && out.Proposal == nil {
 			var d struct {
