@@ -1,6 +1,7 @@
 package console
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -141,10 +142,11 @@ func (s *Server) Close() {
 func (s *Server) routes() {
 	static, _ := fs.Sub(assets, "assets")
 	files := http.FileServerFS(static)
+	index, _ := fs.ReadFile(static, "index.html")
 	s.mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		r2 := r.Clone(r.Context())
-		r2.URL.Path = "/index.html"
-		files.ServeHTTP(w, r2)
+		// Served as it is: the file server would redirect /index.html to /.
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		http.ServeContent(w, r, "index.html", time.Time{}, bytes.NewReader(index))
 	})
 	s.mux.Handle("GET /assets/", http.StripPrefix("/assets", files))
 	s.mux.HandleFunc("GET /api/challenge", s.handleChallenge)
