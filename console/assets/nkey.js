@@ -165,7 +165,7 @@ export async function importSeed(text) {
 /**
  * Signs bytes with the operator's key.
  * @param {OperatorKey} k
- * @param {Uint8Array} data
+ * @param {BufferSource} data
  * @returns {Promise<string>} the signature, base64url without padding
  */
 export async function sign(k, data) {
