@@ -83,6 +83,34 @@ func TestSignIn(t *testing.T) {
 		})
 	}
 
+	t.Run("refusals without a session are not audited", func(t *testing.T) {
+		if recs := g.refusals(t, engine.UnknownTenant); len(recs) != 0 {
+			t.Fatalf("console.refused records without a session: %v", recs)
+		}
+	})
+	t.Run("an expired challenge", func(t *testing.T) {
+		c := g.client(t)
+		ch := c.challenge()
+		g.ahead.Store(int64(3 * time.Minute))
+		defer g.ahead.Store(0)
+		body, _ := json.Marshal(map[string]string{"key": g.alice.pub, "challenge": ch, "sig": sig(g.alice, ch)})
+		if code, data := c.do(http.MethodPost, "/api/signin", body); code != http.StatusUnauthorized {
+			t.Fatalf("sign-in with a challenge 3m old: %d %s, want 401", code, data)
+		}
+	})
+	t.Run("an expired session", func(t *testing.T) {
+		c := g.client(t)
+		c.signIn(g.alice)
+		c.getJSON("/api/verdicts", http.StatusOK, nil)
+		g.ahead.Store(int64(console.DefaultSessionTTL + time.Minute))
+		defer g.ahead.Store(0)
+		c.getJSON("/api/verdicts", http.StatusUnauthorized, nil)
+		var me console.Me
+		c.getJSON("/api/me", http.StatusOK, &me)
+		if me.SignedIn {
+			t.Fatal("signed in past the session's expiry")
+		}
+	})
 	t.Run("the session cookie", func(t *testing.T) {
 		c := g.client(t)
 		ch := c.challenge()
@@ -247,6 +275,10 @@ func TestDecisionThroughTheConsole(t *testing.T) {
 			t.Fatalf("cross-origin decision: %d %s, want 403", code, data)
 		}
 		stillHeld("acme", "held-1")
+		recs := g.refusals(t, engine.UnknownTenant)
+		if len(recs) != 1 || recs[0]["operator"] != "alice" || !strings.Contains(recs[0]["reason"].(string), "evil.example") {
+			t.Fatalf("console.refused records under _: %v", recs)
+		}
 	})
 	t.Run("approved", func(t *testing.T) {
 		sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", "held-1"))

@@ -221,7 +221,8 @@ func (s *Server) handleFeed(w http.ResponseWriter, r *http.Request, ses session)
 			}
 			flusher.Flush()
 		case <-tick.C:
-			if !s.cfg.Now().Before(ses.expires) {
+			// Signed out or expired: the stream ends.
+			if _, ok := s.session(r); !ok {
 				_, _ = fmt.Fprint(w, "event: expired\ndata: {}\n\n")
 				flusher.Flush()
 				return

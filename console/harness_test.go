@@ -13,6 +13,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -88,6 +89,8 @@ type gate struct {
 	bob      operatorKey
 	root     operatorKey
 	mallory  operatorKey // not listed
+	// ahead moves the console's clock forward.
+	ahead atomic.Int64
 }
 
 func startGate(t *testing.T) *gate {
@@ -143,6 +146,7 @@ func startGate(t *testing.T) *gate {
 			return map[string]any{"plugins": []map[string]any{{"name": "sop", "version": "1", "running": true, "pid": 42}}, "policy": map[string]any{"revision": "test-rev"}}
 		},
 		Log: zaptest.NewLogger(t),
+		Now: func() time.Time { return time.Now().Add(time.Duration(g.ahead.Load())) },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -20,8 +20,6 @@ const (
 	// maxDecisionBytes bounds a decision request: the signed body, as a
 	// JSON string, and the key and signature beside it.
 	maxDecisionBytes = 2*operator.MaxMessageBytes + 4<<10
-	// challengeBytes is the size of a sign-in challenge's random part.
-	challengeBytes = 32
 )
 
 // SignInPrefix is put before a challenge in the bytes an operator signs

@@ -27,7 +27,7 @@ func testPub(t testing.TB) string {
 
 func TestDecodeSignIn(t *testing.T) {
 	pub := testPub(t)
-	ch := base64.RawURLEncoding.EncodeToString(make([]byte, 32))
+	ch := base64.RawURLEncoding.EncodeToString(make([]byte, 56))
 	sig := base64.RawURLEncoding.EncodeToString(make([]byte, 64))
 	cases := []struct {
 		note, body, field string // field: what the error names; "" for none
@@ -96,7 +96,7 @@ func TestDecodeDecision(t *testing.T) {
 // 64-byte signature.
 func FuzzDecodeSignIn(f *testing.F) {
 	pub := testPub(f)
-	ch := base64.RawURLEncoding.EncodeToString(make([]byte, 32))
+	ch := base64.RawURLEncoding.EncodeToString(make([]byte, 56))
 	f.Add([]byte(`{"key":"` + pub + `","challenge":"` + ch + `","sig":"` + base64.RawURLEncoding.EncodeToString(make([]byte, 64)) + `"}`))
 	f.Add([]byte(`{"key":"","challenge":"","sig":""}`))
 	f.Add([]byte(`{"key":1}`))

@@ -184,14 +184,7 @@ type sessionHandler func(w http.ResponseWriter, r *http.Request, ses session)
 // 401 otherwise.
 func (s *Server) signedIn(h sessionHandler) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		c, err := r.Cookie(cookieName)
-		var (
-			ses session
-			ok  bool
-		)
-		if err == nil {
-			ses, ok = s.sessions.get(c.Value)
-		}
+		ses, ok := s.session(r)
 		if !ok {
 			writeError(w, http.StatusUnauthorized, "sign in first: no session, or it expired")
 			return
@@ -200,17 +193,35 @@ func (s *Server) signedIn(h sessionHandler) http.HandlerFunc {
 	}
 }
 
+// session is the live session of r's cookie.
+func (s *Server) session(r *http.Request) (session, bool) {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return session{}, false
+	}
+	return s.sessions.get(c.Value)
+}
+
 // sameOrigin refuses a state-changing request that a page of another
 // origin could have sent: the Origin header must be the console's own
 // (browsers send it with every POST), or, without one, Sec-Fetch-Site
 // must say same-origin.
 func (s *Server) sameOrigin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if why := crossOrigin(r); why != "" {
+		why := crossOrigin(r)
+		if why == "" {
+			h(w, r)
+			return
+		}
+		// Audited when it rides on an operator's session (a page of
+		// another origin acting in a signed-in browser); without one it
+		// can do nothing, and is only answered, so that anyone who reaches
+		// the listener cannot fill the audit stream.
+		if _, ok := s.session(r); ok {
 			s.refuse(w, r, "", "", why)
 			return
 		}
-		h(w, r)
+		writeError(w, http.StatusForbidden, "refused: "+why)
 	}
 }
 
@@ -252,10 +263,8 @@ type refusedData struct {
 // refusal could not be audited.
 func (s *Server) refuse(w http.ResponseWriter, r *http.Request, tenant, operatorID, why string) {
 	key := ""
-	if c, err := r.Cookie(cookieName); err == nil {
-		if ses, ok := s.sessions.get(c.Value); ok {
-			operatorID, key = ses.op.ID, ses.op.Key
-		}
+	if ses, ok := s.session(r); ok {
+		operatorID, key = ses.op.ID, ses.op.Key
 	}
 	if !engine.ValidTenant(tenant) {
 		tenant = engine.UnknownTenant
@@ -288,12 +297,7 @@ func (s *Server) scoped(w http.ResponseWriter, r *http.Request, ses session, ten
 }
 
 func (s *Server) handleChallenge(w http.ResponseWriter, _ *http.Request) {
-	c := s.sessions.challenge()
-	if c == "" {
-		writeError(w, http.StatusServiceUnavailable, "too many sign-ins under way; retry in a minute")
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]string{"challenge": c, "prefix": SignInPrefix})
+	writeJSON(w, http.StatusOK, map[string]string{"challenge": s.sessions.challenge(), "prefix": SignInPrefix})
 }
 
 func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
@@ -307,10 +311,8 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	// The challenge is used up whatever follows: a failed answer cannot
-	// be tried again with another signature.
-	if !s.sessions.takeChallenge(in.Challenge) {
-		writeError(w, http.StatusUnauthorized, "the challenge is unknown, used or expired: sign in again")
+	if !s.sessions.checkChallenge(in.Challenge) {
+		writeError(w, http.StatusUnauthorized, "the challenge is not one the console handed out, expired, or used: sign in again")
 		return
 	}
 	op, ok := s.signer(in.Key)
@@ -326,9 +328,9 @@ func (s *Server) handleSignIn(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, "the signature does not verify with operator "+op.ID+"'s key: sign with that key's seed")
 		return
 	}
-	tok, exp := s.sessions.start(op)
+	tok, exp := s.sessions.start(in.Challenge, op)
 	if tok == "" {
-		writeError(w, http.StatusServiceUnavailable, "too many sessions; retry later")
+		writeError(w, http.StatusUnauthorized, "the challenge was used meanwhile, or too many sessions are live: sign in again")
 		return
 	}
 	http.SetCookie(w, &http.Cookie{
@@ -380,11 +382,9 @@ func me(ses session) Me {
 // with signed_in false, so that a page that loads signed out sees no
 // error.
 func (s *Server) handleMe(w http.ResponseWriter, r *http.Request) {
-	if c, err := r.Cookie(cookieName); err == nil {
-		if ses, ok := s.sessions.get(c.Value); ok {
-			writeJSON(w, http.StatusOK, me(ses))
-			return
-		}
+	if ses, ok := s.session(r); ok {
+		writeJSON(w, http.StatusOK, me(ses))
+		return
 	}
 	writeJSON(w, http.StatusOK, Me{})
 }
