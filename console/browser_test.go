@@ -145,8 +145,9 @@ func (b *browser) signIn(t *testing.T, k operatorKey) {
 }
 
 func TestConsoleInBrowser(t *testing.T) {
-	g := startGate(t)
+	g := startGateWithShadow(t, "../examples/policies")
 	g.propose(t, "acme", "seen-1", "read", "host_list_services")
+	g.propose(t, "acme", "skill-1", "read", "web_skill")
 	g.propose(t, "acme", "denied-1", "denied", "host_restart_service")
 	g.propose(t, "globex", "other-1", "read", "host_list_services")
 	b := startBrowser(t, g.http.URL)
@@ -187,7 +188,8 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.open(t, "#/runs")
 		b.do(t, "the runs", chromedp.WaitVisible(chromedp.CSS("h2")))
 		b.open(t, "#/system")
-		b.do(t, "the system page", chromedp.WaitVisible(chromedp.CSS("#plugins")), chromedp.WaitVisible(chromedp.CSS("#policy-revision")))
+		b.do(t, "the system page", chromedp.WaitVisible(chromedp.CSS("#plugins")), chromedp.WaitVisible(chromedp.CSS("#policy-revision")),
+			chromedp.WaitVisible(chromedp.CSS(`#shadow-differences a[href="#/p/acme/skill-1"]`)))
 		b.screenshot(t, "system")
 		if errs := b.errors(); len(errs) > 0 {
 			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))

@@ -393,3 +393,31 @@ func TestFeedFilters(t *testing.T) {
 		t.Fatalf("approved verdicts %+v", got.Verdicts)
 	}
 }
+
+// TestShadowAgreement: the system page's shadow summary counts the
+// proposals decided with a shadow policy beside the live one and names
+// those it decided otherwise, for the operator's tenants alone.
+func TestShadowAgreement(t *testing.T) {
+	g := startGateWithShadow(t, "../examples/policies")
+	// The example policy refuses skills to acme (skills_forbidden); the
+	// live default lets a read skill through.
+	g.propose(t, "acme", "skill-1", "read", "web_skill")
+	g.propose(t, "acme", "list-1", "read", "host_list_services")
+	g.propose(t, "globex", "skill-g", "read", "web_skill")
+	g.propose(t, "globex", "skill-g2", "read", "host_list_services")
+	alice := g.client(t)
+	alice.signIn(g.alice)
+	var got console.Shadow
+	alice.getJSON("/api/shadow?hours=1", http.StatusOK, &got)
+	sum := got.Summary
+	if sum.Decisions != 2 || sum.Differences != 1 || len(sum.First) != 1 || sum.First[0].ProposalID != "skill-1" || sum.ByRule["skills_forbidden"] != 1 {
+		t.Fatalf("alice's shadow summary %+v", sum)
+	}
+	root := g.client(t)
+	root.signIn(g.root)
+	root.getJSON("/api/shadow", http.StatusOK, &got)
+	if got.Summary.Decisions != 4 || got.Summary.Differences != 1 {
+		t.Fatalf("root's shadow summary %+v", got.Summary)
+	}
+	alice.getJSON("/api/shadow?hours=0", http.StatusBadRequest, nil)
+}

@@ -31,6 +31,8 @@ import (
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/policies"
 )
 
 // operatorKey is an operator's nkey: the seed it signs with and the
@@ -95,6 +97,13 @@ type gate struct {
 
 func startGate(t *testing.T) *gate {
 	t.Helper()
+	return startGateWithShadow(t, "")
+}
+
+// startGateWithShadow starts the gate with the policy of shadowDir beside
+// the live one, when it is not "" (serve --shadow-policies).
+func startGateWithShadow(t *testing.T, shadowDir string) *gate {
+	t.Helper()
 	s := bustest.Server(t)
 	nc, js := bustest.Connect(t, s)
 	ctx := t.Context()
@@ -112,6 +121,23 @@ func startGate(t *testing.T) *gate {
 		t.Fatal(err)
 	}
 	eng := bustest.Engine(t, g.store, bustest.NoPlugins{})
+	if shadowDir != "" {
+		b, err := policies.Load(policies.Sources{Dir: shadowDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		shadow, err := policies.Compile(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := personas.Builtin()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eng, err = engine.New(engine.Config{Policy: bustest.Policy(t), Shadow: shadow, Personas: reg, Router: bustest.NoPlugins{}, Store: g.store}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	aud := bustest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
 	w, err := bus.NewWorker(nc, js, res, eng, aud.Trail, bus.Config{}, zaptest.NewLogger(t))
 	if err != nil {

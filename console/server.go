@@ -159,6 +159,7 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/queue", s.signedIn(s.handleQueue))
 	s.mux.HandleFunc("GET /api/runs", s.signedIn(s.handleRuns))
 	s.mux.HandleFunc("GET /api/system", s.signedIn(s.handleSystem))
+	s.mux.HandleFunc("GET /api/shadow", s.signedIn(s.handleShadow))
 	s.mux.HandleFunc("POST /api/decisions", s.sameOrigin(s.signedIn(s.handleDecision)))
 }
 

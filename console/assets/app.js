@@ -555,8 +555,30 @@ async function systemPage() {
     h("h3", { text: "Policy" }),
     h("p", { id: "policy-revision", text: sys.policy ? `revision ${sys.policy.revision}${sys.policy.stale ? " (stale: the latest reload failed)" : ""}` : "unknown" }),
   ];
-  if (sys.shadow) {
-    parts.push(h("h3", { text: "Shadow policy" }), h("pre", { id: "shadow", text: JSON.stringify(sys.shadow, null, 2) }));
+  parts.push(h("h3", { text: "Shadow policy" }));
+  if (sys.shadow) parts.push(h("p", { text: `revision ${sys.shadow.revision}${sys.shadow.stale ? " (stale)" : ""}` }));
+  try {
+    const { hours, summary } = await api("/api/shadow?hours=24");
+    if (!summary.decisions) {
+      parts.push(h("p", { id: "shadow", text: `No proposal was decided with a shadow policy in the last ${hours} hours.` }));
+    } else {
+      parts.push(
+        h("p", { id: "shadow", text: `Last ${hours} hours: ${summary.decisions} decisions, ${summary.differences} differences, agreement ${(summary.agreement * 100).toFixed(2)}%.` }),
+        table(
+          ["proposal", "kinds", "rules", "live", "shadow"],
+          /** @type {{tenant: string, proposal_id: string, kinds: string[], rules?: string[], live: {outcome: string}, shadow: {outcome: string}}[]} */ (summary.first).map((d) => [
+            proposalLink(d.tenant, d.proposal_id),
+            d.kinds.join(", "),
+            (d.rules || []).join(", "),
+            d.live.outcome,
+            d.shadow.outcome,
+          ]),
+          { id: "shadow-differences" },
+        ),
+      );
+    }
+  } catch (err) {
+    parts.push(errorLine(err));
   }
   show(...parts);
 }
