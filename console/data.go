@@ -182,11 +182,6 @@ func (s *Server) handleFeed(w http.ResponseWriter, r *http.Request, ses session)
 	if !ok {
 		return
 	}
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		writeError(w, http.StatusInternalServerError, "the connection cannot stream")
-		return
-	}
 	s.feeds.Add(1)
 	defer s.feeds.Done()
 	ctx, cancel := context.WithCancel(r.Context())
@@ -202,8 +197,19 @@ func (s *Server) handleFeed(w http.ResponseWriter, r *http.Request, ses session)
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
-	_, _ = fmt.Fprint(w, ": watching\n\n")
-	flusher.Flush()
+	// Every write has a deadline: a client that stops reading ends its
+	// stream instead of holding the feed (and Close) forever.
+	rc := http.NewResponseController(w)
+	send := func(format string, args ...any) bool {
+		_ = rc.SetWriteDeadline(time.Now().Add(feedWriteTimeout))
+		if _, err := fmt.Fprintf(w, format, args...); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	if !send(": watching\n\n") {
+		return
+	}
 	tick := time.NewTicker(heartbeat)
 	defer tick.Stop()
 	for {
@@ -216,21 +222,18 @@ func (s *Server) handleFeed(w http.ResponseWriter, r *http.Request, ses session)
 			if v == nil || !f.match(v) {
 				continue
 			}
-			if _, err := fmt.Fprintf(w, "event: verdict\ndata: %s\n\n", compact(raw)); err != nil {
+			if !send("event: verdict\ndata: %s\n\n", compact(raw)) {
 				return
 			}
-			flusher.Flush()
 		case <-tick.C:
 			// Signed out or expired: the stream ends.
 			if _, ok := s.session(r); !ok {
-				_, _ = fmt.Fprint(w, "event: expired\ndata: {}\n\n")
-				flusher.Flush()
+				send("event: expired\ndata: {}\n\n")
 				return
 			}
-			if _, err := fmt.Fprint(w, ": heartbeat\n\n"); err != nil {
+			if !send(": heartbeat\n\n") {
 				return
 			}
-			flusher.Flush()
 		case <-ctx.Done():
 			return
 		}

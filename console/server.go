@@ -35,6 +35,8 @@ const (
 	// heartbeat is how often the live feed sends a comment, so that
 	// proxies keep the stream open and an expired session is noticed.
 	heartbeat = 15 * time.Second
+	// feedWriteTimeout bounds one write to a live feed's client.
+	feedWriteTimeout = 10 * time.Second
 )
 
 // contentSecurityPolicy allows the console's own scripts, styles and
