@@ -421,3 +421,45 @@ func TestShadowAgreement(t *testing.T) {
 	}
 	alice.getJSON("/api/shadow?hours=0", http.StatusBadRequest, nil)
 }
+
+// TestHeldActionInTheQueue: a held action, as the contract names it
+// (outcome blocked, the verdict's awaiting_operator naming why, an
+// operator.awaited record with the deadline, the reason and the rule),
+// is in the queue beside a held run review, oldest first, with its
+// deadline; its page says why it is held.
+func TestHeldActionInTheQueue(t *testing.T) {
+	g := startGate(t)
+	g.hold(t, "acme", "held-run") // a minute old
+	decided := time.Now().UTC().Add(-2 * time.Minute)
+	deadline := decided.Add(time.Hour).Truncate(time.Second)
+	v := map[string]any{
+		"v": 1, "proposal_id": "held-act", "tenant": "acme", "action": "db_drop_table", "kind": "action",
+		"outcome": "blocked", "approved": false, "stage": "policy", "reason": "held for an operator: tenant-wide destructive change",
+		"decided_at": decided, "latency_ms": 1, "audit_seq": 9, "proposal_sha256": strings.Repeat("cd", 32),
+		"awaiting_operator": "tenant-wide destructive change",
+	}
+	raw, _ := json.Marshal(v)
+	if _, err := g.res.Verdicts.Create(t.Context(), "acme.held-act", raw); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(map[string]any{"deadline": deadline.Format(time.RFC3339), "reason": "tenant-wide destructive change", "rule": "human_for_tenant_wide"})
+	if _, err := g.trails().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: "held-act", At: decided, Data: data}); err != nil {
+		t.Fatal(err)
+	}
+	alice := g.client(t)
+	alice.signIn(g.alice)
+	var q console.Queue
+	alice.getJSON("/api/queue", http.StatusOK, &q)
+	if len(q.Items) != 2 || q.Items[0].Verdict.ProposalID != "held-act" || q.Items[1].Verdict.ProposalID != "held-run" {
+		t.Fatalf("queue %+v: want held-act, then the newer held-run", q.Items)
+	}
+	h := q.Items[0].Held
+	if h.Kind != "action" || h.Rule != "human_for_tenant_wide" || h.Deadline == nil || !h.Deadline.Equal(deadline) {
+		t.Fatalf("held action %+v, want kind action, rule human_for_tenant_wide, deadline %s", h, deadline)
+	}
+	var p console.Proposal
+	alice.getJSON("/api/proposals/acme/held-act", http.StatusOK, &p)
+	if p.Held == nil || p.Held.Kind != "action" || p.Held.Deadline == nil || p.Held.Reason != "tenant-wide destructive change" {
+		t.Fatalf("page held %+v", p.Held)
+	}
+}

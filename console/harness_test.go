@@ -93,6 +93,8 @@ type gate struct {
 	mallory  operatorKey // not listed
 	// ahead moves the console's clock forward.
 	ahead atomic.Int64
+	// trails starts a trail of the audit writer gated uses.
+	trails func() engine.AuditTrail
 }
 
 func startGate(t *testing.T) *gate {
@@ -139,6 +141,7 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 		}
 	}
 	aud := bustest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
+	g.trails = aud.Trail
 	w, err := bus.NewWorker(nc, js, res, eng, aud.Trail, bus.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
