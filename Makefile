@@ -44,6 +44,7 @@ test-ts: build
 CHROMIUM ?= chromium
 test-browser: console-js
 	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "test-browser needs Chromium ($(CHROMIUM) is not on PATH): apt-get install chromium, or set CHROMIUM to the browser"; exit 1; }
+	$(GO) vet -tags browser ./console
 	GATED_CHROMIUM="$$(command -v $(CHROMIUM))" $(GO) test -tags browser -race -count=1 -run '^TestConsoleInBrowser$$' ./console
 
 # console-js checks console/assets/*.js (plain ES modules with JSDoc types)

@@ -181,6 +181,27 @@ func TestConsoleInBrowser(t *testing.T) {
 			}
 		}
 		b.screenshot(t, "proposal")
+		// A reviewed verdict: the page shows each review's decision text
+		// and gates.
+		reviewed := &engine.Verdict{
+			V: 1, ProposalID: "reviewed-1", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
+			Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "the reviewer rejected it",
+			DecidedAt: time.Now().UTC(), AuditSeq: 1, ProposalSHA256: strings.Repeat("ef", 32),
+			Reviews: []engine.Review{{Plugin: "sop", Persona: "reviewer", Decision: "reject",
+				DecisionText: "Decision: reject\nNo SOP covers a restart during the incident.",
+				Gates:        []engine.GateResult{{Name: "sop_covers_case", Passed: false, Detail: "no SOP for nginx restarts"}, {Name: "rollback_known", Passed: true}}}},
+		}
+		if _, err := g.store.Create(t.Context(), reviewed); err != nil {
+			t.Fatal(err)
+		}
+		b.open(t, "#/p/acme/reviewed-1")
+		b.do(t, "a reviewed proposal's page", chromedp.WaitVisible(chromedp.CSS("section.review")))
+		text = eval[string](t, b, `document.querySelector("#main").textContent`)
+		for _, want := range []string{"No SOP covers a restart during the incident.", "sop_covers_case", "no SOP for nginx restarts", "rollback_known", "reviewer by sop: reject"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the reviewed proposal's page does not show %q", want)
+			}
+		}
 		g.hold(t, "acme", "shown-held")
 		b.open(t, "#/queue")
 		b.do(t, "the queue", chromedp.WaitVisible(chromedp.CSS(`section[data-key="acme.shown-held"] .decide-button`)))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
@@ -461,5 +462,41 @@ func TestHeldActionInTheQueue(t *testing.T) {
 	alice.getJSON("/api/proposals/acme/held-act", http.StatusOK, &p)
 	if p.Held == nil || p.Held.Kind != "action" || p.Held.Deadline == nil || p.Held.Reason != "tenant-wide destructive change" {
 		t.Fatalf("page held %+v", p.Held)
+	}
+}
+
+// TestRuns: the runs page lists each run's decided rounds and the
+// follow-up each sent, for the operator's tenants alone.
+func TestRuns(t *testing.T) {
+	g := startGate(t)
+	for _, v := range []*engine.Verdict{
+		bustest.RunVerdict("r1-p1", "run-1", 1, engine.NextContinuation),
+		bustest.RunVerdict("r1-p2", "run-1", 2, ""),
+	} {
+		if _, err := g.store.Create(t.Context(), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := bustest.RunVerdict("g-p1", "run-g", 1, engine.NextContinuation)
+	other.Tenant = "globex"
+	if _, err := g.store.Create(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	alice := g.client(t)
+	alice.signIn(g.alice)
+	var got console.Runs
+	alice.getJSON("/api/runs", http.StatusOK, &got)
+	if len(got.Runs) != 1 {
+		t.Fatalf("alice sees %d runs, want acme's one: %+v", len(got.Runs), got.Runs)
+	}
+	r := got.Runs[0]
+	if r.Tenant != "acme" || r.RunID != "run-1" || r.Closed != engine.RunAccepted || len(r.Rounds) != 2 || r.Rounds[0].Next != engine.NextContinuation {
+		t.Fatalf("run %+v", r)
+	}
+	root := g.client(t)
+	root.signIn(g.root)
+	root.getJSON("/api/runs", http.StatusOK, &got)
+	if len(got.Runs) != 2 {
+		t.Fatalf("root sees %d runs, want 2", len(got.Runs))
 	}
 }
