@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts bench-clients bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-browser console-js console-screenshots bench-clients bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -17,7 +17,7 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test: test-go test-python test-ts
+test: test-go test-python test-ts test-browser
 
 # test-go vets, checks the formatting of and tests the Go module.
 test-go:
@@ -34,6 +34,32 @@ test-ts: build
 	@git diff --quiet -- sdk/typescript/dist || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git diff --stat -- sdk/typescript/dist; exit 1; }
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
+
+# test-browser type-checks the web console's scripts (console-js) and runs
+# the console's tests in Debian's headless Chromium (console/browser_test.go,
+# build tag browser): the pages load without console errors, a new verdict
+# shows live, an operator approves a held verdict, forged and wrongly scoped
+# decisions are refused, tenants are kept apart. Without Chromium it fails;
+# .ci/run installs it.
+CHROMIUM ?= chromium
+test-browser: console-js
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "test-browser needs Chromium ($(CHROMIUM) is not on PATH): apt-get install chromium, or set CHROMIUM to the browser"; exit 1; }
+	$(GO) vet -tags browser ./console
+	GATED_CHROMIUM="$$(command -v $(CHROMIUM))" $(GO) test -tags browser -race -count=1 -run '^TestConsoleInBrowser$$' ./console
+
+# console-js checks console/assets/*.js (plain ES modules with JSDoc types)
+# with tsc --noEmit, the compiler the TypeScript client pins.
+console-js:
+	@test -x sdk/typescript/node_modules/.bin/tsc || { cd sdk/typescript && npm ci --no-audit --no-fund; }
+	sdk/typescript/node_modules/.bin/tsc -p console/tsconfig.json
+
+# console-screenshots remakes the screenshots of docs/CONSOLE.md
+# (docs/console/*.png) from the browser test.
+console-screenshots:
+	@command -v $(CHROMIUM) >/dev/null 2>&1 || { echo "console-screenshots needs Chromium: apt-get install chromium"; exit 1; }
+	mkdir -p docs/console
+	GATED_CHROMIUM="$$(command -v $(CHROMIUM))" GATED_CONSOLE_SCREENSHOTS="$(CURDIR)/docs/console" \
+	  $(GO) test -tags browser -count=1 -run '^TestConsoleInBrowser$$' ./console
 
 # test-python runs the Python SDK's tests (sdk/python/tests) after mypy
 # --strict on the package: the shared vectors, hypothesis fuzzing, the
@@ -135,6 +161,8 @@ fuzz:
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseSince$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseMix$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeSignIn$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeDecision$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
 # the policy paths at high and low concurrency, the plugin path (each

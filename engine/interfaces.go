@@ -355,6 +355,14 @@ const (
 	// message gated did not accept, and why.
 	EventOperatorDecided = "operator.decided"
 	EventOperatorRefused = "operator.refused"
+	// EventOperatorAwaited records that a proposal's verdict is held for
+	// an operator: its data names the deadline (RFC 3339), the reason and
+	// the rule that routed it.
+	EventOperatorAwaited = "operator.awaited"
+	// EventConsoleRefused records a request to the web console that was
+	// refused because it asked for a tenant the operator may not see or
+	// decide for, or did not come from the console's own origin.
+	EventConsoleRefused = "console.refused"
 	// EventRecordCorrupt records a record read back from gated's store
 	// that is not what gated stored under its key; it was refused, not
 	// replayed or used. It is filed under the key's tenant.

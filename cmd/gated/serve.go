@@ -101,7 +101,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "client listener of the embedded server (port 0 picks a free one)")
 	f.StringVar(&o.natsURL, "nats-url", "", "external NATS server or cluster URLs, comma-separated; empty starts the embedded server")
 	o.natsConn.register(f)
-	f.StringVar(&o.httpAddr, "http", "", "serve /healthz, /readyz and /metrics on this address, e.g. 127.0.0.1:8080")
+	f.StringVar(&o.httpAddr, "http", "", "serve /healthz, /readyz, /metrics and, with --operators, the web console (docs/CONSOLE.md) on this address, e.g. 127.0.0.1:8080")
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (CPU, heap, goroutines; keep that address private)")
 	f.StringVar(&o.logFormat, "log-format", "auto", "auto (console on a terminal, else JSON), json or console")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -218,8 +218,13 @@ func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
 	}
 }
 
-func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, log *zap.Logger) (stop func(), err error) {
+// serveHTTP serves /healthz, /readyz and /metrics on addr, the profiles
+// when asked, and root (the console), when not nil, under /.
+func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, root http.Handler, log *zap.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
+	if root != nil {
+		mux.Handle("/", root)
+	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 		policy := live.State()

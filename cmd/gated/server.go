@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
+	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -60,6 +62,7 @@ type gateServer struct {
 	busCfg        bus.Config
 	res           *bus.Resources
 	auditor       *audit.Writer
+	auditKey      []byte // MACs the audit records; the console checks them with it
 	store         *store.Verdicts
 	eng           *engine.Engine
 	worker        *bus.Worker
@@ -288,6 +291,7 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.auditKey = auditKey
 	o := s.o
 	s.busCfg = bus.Config{
 		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
@@ -430,12 +434,57 @@ func (s *gateServer) startHTTP(context.Context) error {
 	if s.o.httpAddr == "" {
 		return nil
 	}
-	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.m, s.log)
+	con, err := s.console()
 	if err != nil {
 		return err
 	}
-	s.onStop(stopHTTP)
+	var root http.Handler
+	if con != nil {
+		root = con
+	}
+	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.m, root, s.log)
+	if err != nil {
+		if con != nil {
+			con.Close()
+		}
+		return err
+	}
+	s.onStop(func() {
+		// The console's live feeds end first: the listener's shutdown
+		// would otherwise wait on them.
+		if con != nil {
+			con.Close()
+		}
+		stopHTTP()
+	})
 	return nil
+}
+
+// console builds the web console served under / on --http: only with
+// --operators, since only listed operators sign in to it.
+func (s *gateServer) console() (*console.Server, error) {
+	if s.operators == nil {
+		s.log.Info("web console off: it needs --operators, the operators who may sign in")
+		return nil, nil
+	}
+	var keys [][]byte
+	if len(s.auditKey) > 0 {
+		keys = [][]byte{s.auditKey}
+	}
+	return console.New(console.Config{
+		NC: s.nc, JS: s.js, Verdicts: s.res.Verdicts, Operators: s.operators, Trails: s.auditor.Trail,
+		AuditKeys: keys, System: s.systemStatus, Log: s.log.Named("console"),
+	})
+}
+
+// systemStatus is the console's system page: the plugins and their
+// health, the policy served and the shadow beside it.
+func (s *gateServer) systemStatus(context.Context) any {
+	doc := map[string]any{"plugins": s.host.Plugins(), "policy": s.live.State()}
+	if s.shadow != nil {
+		doc["shadow"] = s.shadow.State()
+	}
+	return doc
 }
 
 // drain stops taking proposals and lets those in flight finish within the

@@ -1,0 +1,334 @@
+//go:build browser
+
+package console_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
+)
+
+// The browser tests drive Debian's headless Chromium through the console:
+// `make test-browser` runs them (`make test` does too). GATED_CHROMIUM
+// names the browser (default: chromium on PATH); a missing browser fails
+// the test, it is never skipped. With GATED_CONSOLE_SCREENSHOTS set to a
+// directory, the test saves the screenshots of docs/CONSOLE.md there
+// (`make console-screenshots`).
+
+// browser is a headless Chromium tab on the console, with the console
+// messages it logged.
+type browser struct {
+	ctx  context.Context
+	base string
+	mu   sync.Mutex
+	logs []chromedp.ConsoleMessage
+}
+
+func startBrowser(t *testing.T, base string) *browser {
+	t.Helper()
+	path := os.Getenv("GATED_CHROMIUM")
+	if path == "" {
+		var err error
+		if path, err = exec.LookPath("chromium"); err != nil {
+			t.Fatal("the browser tests need Chromium: install it (apt-get install chromium; .ci/run does) or set GATED_CHROMIUM to its path")
+		}
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.WindowSize(1280, 900),
+		chromedp.Flag("disable-gpu", true), chromedp.Flag("disable-dev-shm-usage", true))
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancelAlloc)
+	ctx, cancel := chromedp.NewContext(alloc)
+	t.Cleanup(cancel)
+	b := &browser{ctx: ctx, base: base}
+	// The first action starts the browser; the console is read from then on.
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		t.Fatalf("starting Chromium (%s): %v", path, err)
+	}
+	messages := chromedp.Console(ctx)
+	go func() {
+		for m, err := range messages {
+			if err != nil {
+				return
+			}
+			b.mu.Lock()
+			b.logs = append(b.logs, m)
+			b.mu.Unlock()
+		}
+	}()
+	return b
+}
+
+// errors returns the console's errors and warnings and the uncaught
+// exceptions logged since the last call.
+func (b *browser) errors() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, m := range b.logs {
+		if m.Type == chromedp.ConsoleError || m.Type == chromedp.ConsoleWarning || m.IsException() {
+			out = append(out, m.String()+" "+m.URL)
+		}
+	}
+	b.logs = nil
+	return out
+}
+
+// do runs steps, failing the test after a generous wait.
+func (b *browser) do(t *testing.T, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		t.Fatalf("%s: %v (console: %v)", what, err, b.errors())
+	}
+}
+
+// eval evaluates a JavaScript expression, awaiting a promise, as JSON.
+func eval[T any](t *testing.T, b *browser, expr string) T {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](expr, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("evaluating %s: %v", expr, err)
+	}
+	return v
+}
+
+// open shows the console page at fragment.
+func (b *browser) open(t *testing.T, fragment string) {
+	t.Helper()
+	b.do(t, "opening "+fragment, chromedp.Navigate(b.base+"/"+fragment))
+}
+
+// screenshot saves the page as name.png when screenshots are asked for.
+func (b *browser) screenshot(t *testing.T, name string) {
+	t.Helper()
+	dir := os.Getenv("GATED_CONSOLE_SCREENSHOTS")
+	if dir == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name+".png"), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// signIn pastes k's seed into the sign-in form.
+func (b *browser) signIn(t *testing.T, k operatorKey) {
+	t.Helper()
+	b.open(t, "")
+	b.do(t, "signing in as "+k.id,
+		chromedp.WaitVisible(chromedp.CSS("#seed")),
+		chromedp.SetValue(chromedp.CSS("#seed"), string(k.seed)),
+		chromedp.Click(chromedp.CSS("#signin-button")),
+		chromedp.WaitVisible(chromedp.CSS("#operator")),
+	)
+}
+
+func TestConsoleInBrowser(t *testing.T) {
+	g := startGateWithShadow(t, "../examples/policies")
+	g.propose(t, "acme", "seen-1", "read", "host_list_services")
+	g.propose(t, "acme", "skill-1", "read", "web_skill")
+	g.propose(t, "acme", "denied-1", "denied", "host_restart_service")
+	g.propose(t, "globex", "other-1", "read", "host_list_services")
+	b := startBrowser(t, g.http.URL)
+
+	t.Run("the pages load without console errors", func(t *testing.T) {
+		b.open(t, "")
+		// The console is read: an error logged on purpose is seen.
+		eval[any](t, b, `console.error("console probe"), null`)
+		seen := false
+		for range 100 {
+			if errs := b.errors(); len(errs) > 0 {
+				seen = strings.Contains(errs[0], "console probe")
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !seen {
+			t.Fatal("an error logged on the console was not seen: the check of console errors would not work")
+		}
+		b.do(t, "the sign-in page", chromedp.WaitVisible(chromedp.CSS("#seed")))
+		b.screenshot(t, "signin")
+		b.signIn(t, g.alice)
+		b.do(t, "the feed", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="acme.denied-1"]`)), chromedp.WaitVisible(chromedp.CSS("#live.on")))
+		b.screenshot(t, "feed")
+		b.open(t, "#/p/acme/denied-1")
+		b.do(t, "a proposal's page", chromedp.WaitVisible(chromedp.CSS("#audit")), chromedp.WaitVisible(chromedp.CSS("#denies")))
+		text := eval[string](t, b, `document.querySelector("#main").textContent`)
+		for _, want := range []string{"no_skip_review", "proposal.received", "verdict.decided", "verified", `"id": "denied-1"`} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the proposal's page does not show %q", want)
+			}
+		}
+		b.screenshot(t, "proposal")
+		// A reviewed verdict: the page shows each review's decision text
+		// and gates.
+		reviewed := &engine.Verdict{
+			V: 1, ProposalID: "reviewed-1", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
+			Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "the reviewer rejected it",
+			DecidedAt: time.Now().UTC(), AuditSeq: 1, ProposalSHA256: strings.Repeat("ef", 32),
+			Reviews: []engine.Review{{Plugin: "sop", Persona: "reviewer", Decision: "reject",
+				DecisionText: "Decision: reject\nNo SOP covers a restart during the incident.",
+				Gates:        []engine.GateResult{{Name: "sop_covers_case", Passed: false, Detail: "no SOP for nginx restarts"}, {Name: "rollback_known", Passed: true}}}},
+		}
+		if _, err := g.store.Create(t.Context(), reviewed); err != nil {
+			t.Fatal(err)
+		}
+		b.open(t, "#/p/acme/reviewed-1")
+		b.do(t, "a reviewed proposal's page", chromedp.WaitVisible(chromedp.CSS("section.review")))
+		text = eval[string](t, b, `document.querySelector("#main").textContent`)
+		for _, want := range []string{"No SOP covers a restart during the incident.", "sop_covers_case", "no SOP for nginx restarts", "rollback_known", "reviewer by sop: reject"} {
+			if !strings.Contains(text, want) {
+				t.Errorf("the reviewed proposal's page does not show %q", want)
+			}
+		}
+		g.hold(t, "acme", "shown-held")
+		b.open(t, "#/queue")
+		b.do(t, "the queue", chromedp.WaitVisible(chromedp.CSS(`section[data-key="acme.shown-held"] .decide-button`)))
+		b.screenshot(t, "queue")
+		b.open(t, "#/runs")
+		b.do(t, "the runs", chromedp.WaitVisible(chromedp.CSS("h2")))
+		b.open(t, "#/system")
+		b.do(t, "the system page", chromedp.WaitVisible(chromedp.CSS("#plugins")), chromedp.WaitVisible(chromedp.CSS("#policy-revision")),
+			chromedp.WaitVisible(chromedp.CSS(`#shadow-differences a[href="#/p/acme/skill-1"]`)))
+		b.screenshot(t, "system")
+		if errs := b.errors(); len(errs) > 0 {
+			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("a new verdict appears in the feed", func(t *testing.T) {
+		b.open(t, "#/feed")
+		b.do(t, "the live feed", chromedp.WaitVisible(chromedp.CSS("#live.on")))
+		v := g.propose(t, "acme", "live-1", "read", "host_list_services")
+		decided := time.Now()
+		// A generous wait: the assertion is that the verdict arrives
+		// without a reload; how soon is logged, not asserted.
+		b.do(t, "the new verdict's row", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="acme.live-1"]`)))
+		t.Logf("the verdict (%s) showed %s after the fleet had it", v.Outcome, time.Since(decided).Round(time.Millisecond))
+		if errs := b.errors(); len(errs) > 0 {
+			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("an operator approves a held run verdict", func(t *testing.T) {
+		g.hold(t, "acme", "held-1")
+		sub, err := g.nc.SubscribeSync(wire.VerdictSubject("acme", "held-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		item := `section[data-key="acme.held-1"]`
+		b.open(t, "#/queue")
+		b.do(t, "deciding",
+			chromedp.WaitVisible(chromedp.CSS(item+" .decide-button")),
+			chromedp.SetValue(chromedp.CSS(item+` input[name="reason-ux-check"]`), "checked on a phone"),
+			chromedp.SetValue(chromedp.CSS(item+` input[name="reason"]`), "release review"),
+			chromedp.Click(chromedp.CSS(item+" .decide-button")),
+			chromedp.WaitVisible(chromedp.CSS(item+" .decided")),
+		)
+		b.screenshot(t, "decided")
+		stored, err := g.store.Get(t.Context(), "acme", "held-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stored.Outcome != engine.OutcomeApproved || stored.Stage != engine.StageOperator {
+			t.Fatalf("stored %s at %s: %s", stored.Outcome, stored.Stage, stored.Reason)
+		}
+		judged := false
+		for _, c := range stored.Run.Criteria {
+			judged = judged || (c.ID == "ux-check" && c.Pass && c.JudgedBy == engine.JudgedByOperator+"alice")
+		}
+		if !judged {
+			t.Fatalf("criteria %+v: want ux-check passed by operator:alice", stored.Run.Criteria)
+		}
+		m, err := sub.NextMsg(10 * time.Second)
+		if err != nil {
+			t.Fatalf("the fleet got no verdict: %v", err)
+		}
+		var published engine.Verdict
+		if err := json.Unmarshal(m.Data, &published); err != nil || !published.Approved || published.AuditSeq != stored.AuditSeq {
+			t.Fatalf("the fleet got %s", m.Data)
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	// decideJS signs a decision in the page with seed, claiming key, and
+	// returns the status of POST /api/decisions.
+	decideJS := func(seed []byte, key, tenant, id string) string {
+		return fmt.Sprintf(`(async () => {
+			const nkey = await import("/assets/nkey.js");
+			const k = await nkey.importSeed(%q);
+			const body = JSON.stringify({v: 1, tenant: %q, proposal_id: %q, proposal_sha256: %q, operator: "alice",
+				criteria: [{id: "ux-check", pass: true}], reason: "", signed_at: new Date().toISOString()});
+			const sig = await nkey.sign(k, new TextEncoder().encode(body));
+			const res = await fetch("/api/decisions", {method: "POST", headers: {"Content-Type": "application/json"},
+				body: JSON.stringify({body, key: %q, sig})});
+			return res.status;
+		})()`, seed, tenant, id, strings.Repeat("ab", 32), key)
+	}
+	t.Run("a forged decision is refused", func(t *testing.T) {
+		g.hold(t, "acme", "held-2")
+		// From another page: opening the page shown would not render it
+		// again.
+		b.open(t, "#/runs")
+		b.open(t, "#/queue")
+		b.do(t, "the queue", chromedp.WaitVisible(chromedp.CSS(`section[data-key="acme.held-2"]`)))
+		if got := eval[int](t, b, decideJS(g.mallory.seed, g.alice.pub, "acme", "held-2")); got != 401 {
+			t.Fatalf("a decision signed by another seed under alice's key: %d, want 401", got)
+		}
+		if v, err := g.store.Get(t.Context(), "acme", "held-2"); err != nil || v.Outcome != engine.OutcomeBlocked {
+			t.Fatalf("held-2 is %+v, %v", v, err)
+		}
+	})
+	t.Run("a wrongly scoped decision is refused", func(t *testing.T) {
+		g.hold(t, "globex", "held-g")
+		if got := eval[int](t, b, decideJS(g.alice.seed, g.alice.pub, "globex", "held-g")); got != 403 {
+			t.Fatalf("alice's decision for globex: %d, want 403", got)
+		}
+		if v, err := g.store.Get(t.Context(), "globex", "held-g"); err != nil || v.Outcome != engine.OutcomeBlocked {
+			t.Fatalf("held-g is %+v, %v", v, err)
+		}
+		if recs := g.refusals(t, "globex"); len(recs) == 0 || recs[len(recs)-1]["path"] != "/api/decisions" {
+			t.Fatalf("console.refused records of globex: %v", recs)
+		}
+	})
+	t.Run("one tenant's operator cannot see another's proposals", func(t *testing.T) {
+		status := eval[int](t, b, `fetch("/api/proposals/globex/other-1").then(r => r.status)`)
+		if status != 403 {
+			t.Fatalf("GET another tenant's proposal: %d, want 403", status)
+		}
+		b.open(t, "#/p/globex/other-1")
+		b.do(t, "another tenant's page", chromedp.WaitVisible(chromedp.CSS("#main .error")))
+		text := eval[string](t, b, `document.querySelector("#main").textContent`)
+		if !strings.Contains(text, "refused") || strings.Contains(text, "host_list_services") {
+			t.Fatalf("another tenant's page shows %q", text)
+		}
+		b.open(t, "#/feed")
+		b.do(t, "the feed", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="acme.seen-1"]`)))
+		if n := eval[int](t, b, `document.querySelectorAll('tr[data-key^="globex."]').length`); n != 0 {
+			t.Fatalf("alice's feed shows %d globex verdicts", n)
+		}
+	})
+}
