@@ -60,9 +60,9 @@ func TestKappa(t *testing.T) {
 		{
 			// Both sides say approve every time: pe = 1, and kappa is
 			// 0/0. It is reported undefined, never as a number.
-			note:      "expected agreement of one",
-			cells:     []cell{{"approve", "approve", 7}},
-			agreed:    7, flipRate: "0",
+			note:   "expected agreement of one",
+			cells:  []cell{{"approve", "approve", 7}},
+			agreed: 7, flipRate: "0",
 			undefined: "expected agreement is 1",
 		},
 		{
