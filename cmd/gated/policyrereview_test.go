@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins/llm"
 )
 
@@ -279,5 +281,66 @@ func TestRereviewLLMReviewer(t *testing.T) {
 	}
 	if rep.ReviewStale != 6 || !strings.Contains(rep.ReviewStaleNamed[0].Why, "persona reviewer changed") {
 		t.Errorf("stale %d %v, want every recorded review stale", rep.ReviewStale, rep.ReviewStaleNamed)
+	}
+}
+
+// TestReviewStaleness names why a recorded review would not be given
+// again, before any plugin is asked.
+func TestReviewStaleness(t *testing.T) {
+	reg, err := personas.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	builtin, _ := reg.Persona("reviewer")
+	started := func(persona, revision, model string) *recordedReview {
+		return &recordedReview{Started: reviewStartedRecord{ReviewID: "rv_1", Persona: persona, PersonaRevision: revision, Model: model},
+			Finished: &reviewFinishedRecord{ReviewID: "rv_1", PluginVersion: "dev", Decision: "approve"}}
+	}
+	unfinished := started("reviewer", builtin.Revision, "")
+	unfinished.Finished = nil
+	tests := []struct {
+		note string
+		p    recordedPolicy
+		want string
+	}{
+		{note: "no review record", p: recordedPolicy{}, want: "no review record of the proposal in the range"},
+		{note: "a record that does not decode", p: recordedPolicy{reviewErr: "seq 4: decoding a review.finished record: bad"}, want: "seq 4: decoding a review.finished"},
+		{note: "never finished", p: recordedPolicy{reviews: []*recordedReview{unfinished}}, want: "has no review.finished record"},
+		{note: "persona gone", p: recordedPolicy{reviews: []*recordedReview{started("auditor", "ab", "")}}, want: "persona auditor is not in the candidate set"},
+		{note: "older gated", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", "", "")}}, want: "recorded without the persona's revision"},
+		{note: "persona edited", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", "0123", "")}}, want: "persona reviewer changed: revision 0123 recorded, " + builtin.Revision},
+		{note: "model changed", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", builtin.Revision, "openai/gpt-4o")}}, want: `model changed: "openai/gpt-4o" recorded, "" in the candidate set`},
+		{note: "plugins unknown", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", builtin.Revision, "")}}, want: "no plugins here"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			c := &candidateReviewers{personas: reg, specErr: errors.New("no plugins here")}
+			if got := c.staleness(t.Context(), &tc.p); !strings.Contains(got, tc.want) {
+				t.Errorf("staleness %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRecordedReviewCategory: what ended a review is its category; a
+// failed review is never an approval.
+func TestRecordedReviewCategory(t *testing.T) {
+	tests := []struct {
+		note string
+		f    reviewFinishedRecord
+		want string
+	}{
+		{note: "approved", f: reviewFinishedRecord{Decision: "approve"}, want: "approve"},
+		{note: "rejected", f: reviewFinishedRecord{Decision: "reject"}, want: "reject"},
+		{note: "timed out", f: reviewFinishedRecord{Outcome: "timeout", Error: "deadline", Decision: "approve"}, want: "timeout"},
+		{note: "failed without an outcome", f: reviewFinishedRecord{Error: "crash"}, want: "error"},
+		{note: "no decision", f: reviewFinishedRecord{}, want: "none"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			if got := tc.f.category(); got != tc.want {
+				t.Errorf("category %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
