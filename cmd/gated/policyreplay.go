@@ -131,7 +131,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	defer closeConn()
-	reviewers := newCandidateReviewers(ctx, o, reg, ev, js.Conn())
+	reviewers := newCandidateReviewers(o, reg, ev, js.Conn())
 	defer reviewers.close()
 	var rr *rereviewer
 	if o.rereview.persona != "" {

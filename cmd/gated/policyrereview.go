@@ -167,12 +167,14 @@ func (p *recordedPolicy) addReviewRecord(r *audit.Record) {
 // with the same flags and configuration. The plugins are launched only
 // when a replay first needs them: to learn their versions, or to review.
 type candidateReviewers struct {
-	personas      engine.Personas
-	catalog       *policies.Catalog
-	nc            *nats.Conn
-	specs         []plugins.Spec
-	defaultPlugin string
+	personas engine.Personas
+	catalog  *policies.Catalog
+	nc       *nats.Conn
+	// setup is what serve would be given to find the plugins.
+	setup serveOptions
+	// specErr, when set, is returned instead of launching anything.
 	specErr       error
+	defaultPlugin string
 
 	once     sync.Once
 	host     *plugins.Host
@@ -180,26 +182,33 @@ type candidateReviewers struct {
 	startErr error
 }
 
-// newCandidateReviewers prepares the candidate set-up. A plugin set-up
-// that cannot be read (a lock file that does not verify) is kept as the
-// reason every recorded review is stale, and refuses --rereview.
-func newCandidateReviewers(ctx context.Context, o *policyReplayOptions, reg engine.Personas, ev *policies.Evaluator, nc *nats.Conn) *candidateReviewers {
-	c := &candidateReviewers{personas: reg, catalog: ev.Catalog(), nc: nc}
-	c.specs, c.defaultPlugin, c.specErr = pluginSpecs(ctx, serveOptions{
-		personasDir: o.personasDir, pluginsDir: o.rereview.pluginsDir,
-		defaultPlugin: o.rereview.defaultPlugin, llmMaxConc: o.rereview.concurrency,
-	})
-	return c
+// newCandidateReviewers prepares the candidate set-up; nothing is read or
+// launched until a recorded review needs checking or --rereview runs.
+func newCandidateReviewers(o *policyReplayOptions, reg engine.Personas, ev *policies.Evaluator, nc *nats.Conn) *candidateReviewers {
+	return &candidateReviewers{personas: reg, catalog: ev.Catalog(), nc: nc, defaultPlugin: o.rereview.defaultPlugin,
+		setup: serveOptions{
+			personasDir: o.personasDir, pluginsDir: o.rereview.pluginsDir,
+			defaultPlugin: o.rereview.defaultPlugin, llmMaxConc: o.rereview.concurrency,
+		}}
 }
 
-// start launches the plugins once.
+// start finds the plugins as serve would and launches them, once. A
+// plugin set-up that cannot be read (a lock file that does not verify) or
+// started is the reason every recorded review is stale, and refuses
+// --rereview.
 func (c *candidateReviewers) start(ctx context.Context) error {
 	c.once.Do(func() {
 		if c.specErr != nil {
 			c.startErr = c.specErr
 			return
 		}
-		host, err := plugins.NewHost(zap.NewNop(), c.defaultPlugin, c.specs...)
+		specs, defaultPlugin, err := pluginSpecs(ctx, c.setup)
+		if err != nil {
+			c.startErr = err
+			return
+		}
+		c.defaultPlugin = defaultPlugin
+		host, err := plugins.NewHost(zap.NewNop(), defaultPlugin, specs...)
 		if err != nil {
 			c.startErr = fmt.Errorf("configuring the candidate's plugins: %w", err)
 			return
@@ -461,7 +470,7 @@ func (rr *rereviewer) submit(ctx context.Context, r *audit.Record, p *recordedPo
 	}
 	req := engine.ReviewRequest{
 		Proposal: prop, ProposalJSON: p.Input.Proposal, Persona: rr.persona,
-		Tools: rv.Started.Tools, DeniedTools: p.DeniedTools, History: p.Input.History,
+		Tools: candidateTools(rv.Started.Tools, rr.persona), DeniedTools: p.DeniedTools, History: p.Input.History,
 		PolicyRevision: rv.PolicyRevision, Why: p.Review.Why,
 	}
 	if p.SOP != "" {
@@ -475,6 +484,20 @@ func (rr *rereviewer) submit(ctx context.Context, r *audit.Record, p *recordedPo
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// candidateTools is the recorded tool bag narrowed to the tools the
+// candidate persona lists: the policy only ever removes tools from a
+// persona's list, so a re-run review never gets a tool its persona does
+// not name.
+func candidateTools(recorded []string, persona *engine.Persona) []string {
+	out := make([]string, 0, len(recorded))
+	for _, t := range recorded {
+		if slices.Contains(persona.Tools, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // run reviews one recorded request again and tallies the answer.

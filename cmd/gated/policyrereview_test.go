@@ -344,3 +344,26 @@ func TestRecordedReviewCategory(t *testing.T) {
 		})
 	}
 }
+
+// TestCandidateTools: a re-run review gets the recorded bag, never a tool
+// the candidate persona does not list.
+func TestCandidateTools(t *testing.T) {
+	tests := []struct {
+		note          string
+		recorded, has []string
+		want          []string
+	}{
+		{note: "same persona", recorded: []string{"get_sop_text", "get_proposal"}, has: []string{"get_proposal", "get_sop_text", "get_verdict_history"},
+			want: []string{"get_sop_text", "get_proposal"}},
+		{note: "candidate drops a tool", recorded: []string{"get_sop_text", "get_proposal"}, has: []string{"get_proposal"}, want: []string{"get_proposal"}},
+		{note: "candidate lists none", recorded: []string{"get_sop_text"}, want: []string{}},
+		{note: "policy denied one the candidate lists", recorded: []string{"get_proposal"}, has: []string{"get_proposal", "run_shell"}, want: []string{"get_proposal"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			if got := candidateTools(tc.recorded, &engine.Persona{Tools: tc.has}); !slices.Equal(got, tc.want) {
+				t.Errorf("tools %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
