@@ -374,7 +374,9 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	}
 	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys})
 	pending := map[string]*recordedPolicy{}
-	var decideTime time.Duration
+	// decideTime is the time spent deciding, waitTime the time spent
+	// waiting for a --rereview worker: neither is reading.
+	var decideTime, waitTime time.Duration
 	start := time.Now()
 	err := audit.Read(ctx, js, q, func(e audit.Entry) error {
 		checker.Add(e)
@@ -400,18 +402,21 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 			rep.verdict(ctx, ev, reg, r, p, cfg.show)
 			decideTime += time.Since(t)
 			if cfg.rereview != nil {
-				return cfg.rereview.submit(ctx, r, p)
+				t := time.Now()
+				err := cfg.rereview.submit(ctx, r, p)
+				waitTime += time.Since(t)
+				return err
 			}
 		}
 		return nil
 	})
+	total := time.Since(start) - waitTime
 	if cfg.rereview != nil {
 		rep.Rereview = cfg.rereview.finish()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the audit stream: %w", err)
 	}
-	total := time.Since(start)
 	chk := checker.Report()
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
 	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0

@@ -200,8 +200,8 @@ func TestRereviewSOPReviewer(t *testing.T) {
 
 // fakeOpenAI is a model server speaking OpenAI's chat completions wire
 // protocol. It decides from the proposal in the prompt: it approves
-// restarts, answers a client error for proposal p-u1, and rejects the
-// rest.
+// restarts, answers a client error for proposal p-u1, never answers for
+// p-h2 (until the client gives up), and rejects the rest.
 func fakeOpenAI(t *testing.T) (url string, calls func() int) {
 	t.Helper()
 	var mu sync.Mutex
@@ -215,6 +215,13 @@ func fakeOpenAI(t *testing.T) (url string, calls func() int) {
 		w.Header().Set("Content-Type", "application/json")
 		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		if strings.Contains(body, `p-h2`) {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(time.Minute):
+			}
 			return
 		}
 		if strings.Contains(body, `p-u1`) {
@@ -251,8 +258,8 @@ Review the proposed change. Answer with a decision line first.
 
 // TestRereviewLLMReviewer re-reviews the recorded history with the
 // bundled llm reviewer against a local model server: the disagreements
-// are exact, and a provider error is a category of its own, never an
-// approval.
+// are exact, and a provider error and a timeout are categories of their
+// own, never an approval.
 func TestRereviewLLMReviewer(t *testing.T) {
 	url := recordReviewedHistory(t)
 	model, calls := fakeOpenAI(t)
@@ -261,18 +268,20 @@ func TestRereviewLLMReviewer(t *testing.T) {
 	personasDir := t.TempDir()
 	writeFile(t, personasDir, "reviewer.md", llmReviewer)
 	rep := replayJSON(t, "--nats-url", url, "--policies", t.TempDir(), "--personas", personasDir,
-		"--rereview", "reviewer", "--rereview-concurrency", "2")
+		"--rereview", "reviewer", "--rereview-concurrency", "2", "--rereview-timeout", "5s")
 	rr := rep.Rereview
 	if rr == nil {
 		t.Fatal("no rereview section")
 	}
-	// approve->approve 2, approve->reject 2, reject->error 1,
-	// reject->reject 1: kappa = (6*3 - (4*2 + 2*3)) / (36 - 14) = 4/22.
-	if rr.Reviewed != 6 || rr.Disagreed != 3 || rr.KappaExact != "2/11" || rr.Candidate["error"] != 1 || rr.Candidate["approve"] != 2 ||
-		rr.Plugin != "llm" || rr.Model != "openai/gpt-test" {
-		t.Errorf("rereview %+v; want 6 reviewed, 3 disagreements, one error, kappa 2/11 on llm", rr)
+	// approve->approve 1, approve->timeout 1, approve->reject 2,
+	// reject->error 1, reject->reject 1. Rows approve 4, reject 2;
+	// columns approve 1, reject 3, error 1, timeout 1:
+	// kappa = (6*2 - (4*1 + 2*3)) / (36 - 10) = 2/26 = 1/13.
+	if rr.Reviewed != 6 || rr.Disagreed != 4 || rr.KappaExact != "1/13" || rr.Candidate["error"] != 1 || rr.Candidate["timeout"] != 1 ||
+		rr.Candidate["approve"] != 1 || rr.Plugin != "llm" || rr.Model != "openai/gpt-test" {
+		t.Errorf("rereview %+v; want 6 reviewed, 4 disagreements, one error, one timeout, kappa 1/13 on llm", rr)
 	}
-	want := []string{"p-k1:approve->reject", "p-u1:reject->error", "p-k2:approve->reject"}
+	want := []string{"p-k1:approve->reject", "p-u1:reject->error", "p-h2:approve->timeout", "p-k2:approve->reject"}
 	if got := disagreementIDs(rr); !slices.Equal(got, want) {
 		t.Errorf("disagreements %v, want %v", got, want)
 	}
