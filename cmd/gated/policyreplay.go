@@ -488,7 +488,7 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	case done:
 		newSide = replayDecision{Outcome: settled.Outcome, Stage: settled.Stage, Reason: settled.Reason, Denies: settled.Denies}
 	case !p.settledAtPolicy():
-		rep.keepReview(ctx, r, p, rep.reviewers)
+		rep.keepReview(ctx, r, p, routed.Name, pd.Review.Quorum, rep.reviewers)
 		newSide = oldSide
 		newSide.Denies = settled.Denies
 	default:

@@ -260,14 +260,25 @@ func (c *candidateReviewers) pluginOf(p *engine.Persona) string {
 }
 
 // staleness says why the recorded reviews of a proposal would not be
-// given again by the candidate set-up, or "" when every recorded reviewer
-// is unchanged: the same persona revision, model and plugin version.
-func (c *candidateReviewers) staleness(ctx context.Context, p *recordedPolicy) string {
+// given again by the candidate set-up, or "" when the candidate routes
+// the review to a persona that reviewed it, with the same quorum, and
+// every recorded reviewer is unchanged: the same persona revision, model
+// and plugin version.
+func (c *candidateReviewers) staleness(ctx context.Context, p *recordedPolicy, routedTo string, quorum int) string {
 	switch {
 	case p.reviewErr != "":
 		return p.reviewErr
 	case len(p.reviews) == 0:
 		return "no review record of the proposal in the range (recorded by an older gated, or the range starts after the review)"
+	case max(quorum, 1) != max(p.Review.Quorum, 1):
+		return fmt.Sprintf("the candidate asks a quorum of %d, the recorded decision %d", max(quorum, 1), max(p.Review.Quorum, 1))
+	}
+	if !slices.ContainsFunc(p.reviews, func(rv *recordedReview) bool { return rv.Started.Persona == routedTo }) {
+		names := make([]string, 0, len(p.reviews))
+		for _, rv := range p.reviews {
+			names = append(names, rv.Started.Persona)
+		}
+		return fmt.Sprintf("the candidate routes the review to persona %s; the recorded review is by %s", routedTo, strings.Join(slices.Compact(names), ", "))
 	}
 	for _, rv := range p.reviews {
 		s := rv.Started
@@ -303,10 +314,10 @@ func (c *candidateReviewers) staleness(ctx context.Context, p *recordedPolicy) s
 // keepReview counts a proposal that both policies send to review: its
 // recorded review result is reused when every reviewer is unchanged, and
 // counted stale, with the reason, when one changed.
-func (rep *replayReport) keepReview(ctx context.Context, r *audit.Record, p *recordedPolicy, reviewers *candidateReviewers) {
+func (rep *replayReport) keepReview(ctx context.Context, r *audit.Record, p *recordedPolicy, routedTo string, quorum int, reviewers *candidateReviewers) {
 	why := "the candidate's reviewers are unknown"
 	if reviewers != nil {
-		why = reviewers.staleness(ctx, p)
+		why = reviewers.staleness(ctx, p, routedTo, quorum)
 	}
 	if why == "" {
 		rep.ReviewReused++

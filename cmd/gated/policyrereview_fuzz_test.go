@@ -46,7 +46,7 @@ func FuzzReviewRecords(f *testing.F) {
 			}
 		}
 		c := &candidateReviewers{personas: reg, specErr: errors.New("no plugins in this test")}
-		if why := c.staleness(t.Context(), p); why == "" {
+		if why := c.staleness(t.Context(), p, "reviewer", 1); why == "" {
 			t.Fatalf("reviews %+v reused without knowing the candidate's plugins", p.reviews)
 		}
 	})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -307,15 +308,23 @@ func TestReviewStaleness(t *testing.T) {
 	}
 	unfinished := started("reviewer", builtin.Revision, "")
 	unfinished.Finished = nil
+	reviewed := func(quorum int) recordedPolicy {
+		return recordedPolicy{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: quorum},
+			reviews: []*recordedReview{started("reviewer", builtin.Revision, "")}}
+	}
 	tests := []struct {
-		note string
-		p    recordedPolicy
-		want string
+		note     string
+		p        recordedPolicy
+		routedTo string // default reviewer
+		quorum   int    // the candidate's, default 1
+		want     string
 	}{
+		{note: "candidate routes elsewhere", p: reviewed(1), routedTo: "dba", want: "the candidate routes the review to persona dba; the recorded review is by reviewer"},
+		{note: "candidate raises the quorum", p: reviewed(1), quorum: 2, want: "the candidate asks a quorum of 2, the recorded decision 1"},
 		{note: "no review record", p: recordedPolicy{}, want: "no review record of the proposal in the range"},
 		{note: "a record that does not decode", p: recordedPolicy{reviewErr: "seq 4: decoding a review.finished record: bad"}, want: "seq 4: decoding a review.finished"},
 		{note: "never finished", p: recordedPolicy{reviews: []*recordedReview{unfinished}}, want: "has no review.finished record"},
-		{note: "persona gone", p: recordedPolicy{reviews: []*recordedReview{started("auditor", "ab", "")}}, want: "persona auditor is not in the candidate set"},
+		{note: "persona gone", p: recordedPolicy{reviews: []*recordedReview{started("auditor", "ab", "")}}, routedTo: "auditor", want: "persona auditor is not in the candidate set"},
 		{note: "older gated", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", "", "")}}, want: "recorded without the persona's revision"},
 		{note: "persona edited", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", "0123", "")}}, want: "persona reviewer changed: revision 0123 recorded, " + builtin.Revision},
 		{note: "model changed", p: recordedPolicy{reviews: []*recordedReview{started("reviewer", builtin.Revision, "openai/gpt-4o")}}, want: `model changed: "openai/gpt-4o" recorded, "" in the candidate set`},
@@ -324,7 +333,8 @@ func TestReviewStaleness(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			c := &candidateReviewers{personas: reg, specErr: errors.New("no plugins here")}
-			if got := c.staleness(t.Context(), &tc.p); !strings.Contains(got, tc.want) {
+			routedTo, quorum := cmp.Or(tc.routedTo, "reviewer"), cmp.Or(tc.quorum, 1)
+			if got := c.staleness(t.Context(), &tc.p, routedTo, quorum); !strings.Contains(got, tc.want) {
 				t.Errorf("staleness %q, want %q", got, tc.want)
 			}
 		})
