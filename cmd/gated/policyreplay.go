@@ -58,9 +58,10 @@ plugins serve would load); otherwise it is counted "review stale" and named.
 --rereview PERSONA runs that persona's candidate reviewer (a real plugin
 process) again on its recorded review requests and reports its agreement
 with the recorded decisions: the flip rate, Cohen's kappa and the
-disagreements. A proposal whose input cannot be rebuilt is counted and named. The range is checked as "audit verify" checks
-the stream; a range with a record altered, forged or missing is reported and
-the replay fails, never counted as complete.
+disagreements. A proposal whose input cannot be rebuilt is counted and
+named. The range is checked as "audit verify" checks the stream; a range
+with a record altered, forged or missing is reported and the replay fails,
+never counted as complete.
 Exit status: 0 replayed, 4 --fail-on-flip and an outcome flipped, 1 the range
 is not intact or an error, 2 bad usage.`,
 		Args: cobra.NoArgs,
