@@ -103,6 +103,10 @@ type Persona struct {
 	Timeout          time.Duration `json:"-"`
 	// Prompt is the persona body: the reviewer's system prompt.
 	Prompt string `json:"-"`
+	// Revision identifies the persona as loaded: the personas package
+	// sets it to a digest of the persona file. review.started records it,
+	// so a replay can tell whether the same persona would review again.
+	Revision string `json:"-"`
 }
 
 // Personas looks reviewer personas up by name.

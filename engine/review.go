@@ -31,6 +31,14 @@ func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verd
 	if n > 1 {
 		startedData["quorum"] = n
 	}
+	// Who reviews, as far as the host knows before the review: enough for
+	// a replay to tell whether the same reviewer would review again.
+	if persona.Revision != "" {
+		startedData["persona_revision"] = persona.Revision
+	}
+	if persona.Model != "" {
+		startedData["model"] = persona.Model
+	}
 	r.log.recordBestEffort(ctx, EventReviewStarted, startedData)
 	started := time.Now()
 	res, err := c.reviewer.Review(rctx, ReviewRequest{
@@ -91,6 +99,9 @@ func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verd
 		"review_id": reviewID, "plugin": res.Plugin, "plugin_version": res.PluginVersion,
 		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
 		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
+	}
+	if res.Model != "" {
+		done["model"] = res.Model
 	}
 	if r.run != nil {
 		done["outcome"], done["criteria"], done["missing_work"] = out.outcome, rev.Criteria, len(rev.MissingWork)

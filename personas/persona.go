@@ -7,6 +7,8 @@ package personas
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"reflect"
@@ -111,6 +113,15 @@ func Check(file string, src []byte) (*engine.Persona, []Problem) {
 	return c.persona, c.problems
 }
 
+// Revision is a persona's revision: the first 128 bits of the SHA-256 of
+// its file as loaded, in hex. Any edit to the file, frontmatter or body,
+// changes it; review.started records it, so a replay can tell whether the
+// same persona would review again.
+func Revision(src []byte) string {
+	sum := sha256.Sum256(src)
+	return hex.EncodeToString(sum[:16])
+}
+
 // checked is the outcome of check.
 type checked struct {
 	persona  *engine.Persona // nil when a problem is an error
@@ -130,6 +141,7 @@ func check(file string, src []byte) checked {
 		c.add(file, line, SeverityError, format, args...)
 		return c
 	}
+	revision := Revision(src)
 	src = bytes.TrimPrefix(src, []byte("\ufeff"))
 	rest, ok := cutLine(src, "---")
 	if !ok {
@@ -198,7 +210,8 @@ func check(file string, src []byte) checked {
 		MaxTurns: fm.MaxTurns, PermissionMode: fm.PermissionMode, Background: fm.Background,
 		Tools: fm.Tools, DisallowedTools: fm.DisallowedTools, CriticalReminder: strings.TrimSpace(fm.CriticalReminder),
 		RequiredGates: fm.RequiredGates, Plugin: fm.Plugin,
-		Prompt: strings.TrimSpace(strings.ReplaceAll(string(body), "\r\n", "\n")),
+		Prompt:   strings.TrimSpace(strings.ReplaceAll(string(body), "\r\n", "\n")),
+		Revision: revision,
 	}
 	// An absent permission_mode stays empty: the policy lets only personas
 	// that say read-only review, so forgetting the key cannot grant write.

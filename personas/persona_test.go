@@ -81,7 +81,9 @@ func TestParse(t *testing.T) {
 			note: "full persona maps every field",
 			src:  fullPersona,
 			check: func(t *testing.T, p *engine.Persona) {
-				if want := fullWant(); !reflect.DeepEqual(p, want) {
+				want := fullWant()
+				want.Revision = Revision([]byte(fullPersona))
+				if !reflect.DeepEqual(p, want) {
 					t.Errorf("got  %#v\nwant %#v", p, want)
 				}
 			},
@@ -90,7 +92,8 @@ func TestParse(t *testing.T) {
 			note: "minimal persona gets defaults",
 			src:  persona("Review the change.\n", "name: minimal"),
 			check: func(t *testing.T, p *engine.Persona) {
-				want := &engine.Persona{Name: "minimal", MaxTurns: 5, Prompt: "Review the change."}
+				want := &engine.Persona{Name: "minimal", MaxTurns: 5, Prompt: "Review the change.",
+					Revision: Revision([]byte(persona("Review the change.\n", "name: minimal")))}
 				if !reflect.DeepEqual(p, want) {
 					t.Errorf("got  %#v\nwant %#v", p, want)
 				}
@@ -326,7 +329,9 @@ func TestParse(t *testing.T) {
 			note: "UTF-8 BOM before --- is accepted",
 			src:  "\ufeff" + fullPersona,
 			check: func(t *testing.T, p *engine.Persona) {
-				if want := fullWant(); !reflect.DeepEqual(p, want) {
+				want := fullWant()
+				want.Revision = Revision([]byte("\ufeff" + fullPersona))
+				if !reflect.DeepEqual(p, want) {
 					t.Errorf("got  %#v\nwant %#v", p, want)
 				}
 			},
@@ -447,6 +452,7 @@ func TestParseCRLF(t *testing.T) {
 		t.Errorf("prompt %q, want %q (modulo line endings)", p.Prompt, want.Prompt)
 	}
 	p.Prompt = want.Prompt
+	want.Revision = Revision([]byte(crlf))
 	if !reflect.DeepEqual(p, want) {
 		t.Errorf("got  %#v\nwant %#v", p, want)
 	}

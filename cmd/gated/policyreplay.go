@@ -37,6 +37,7 @@ type policyReplayOptions struct {
 	failOnFlip  bool
 	show        int
 	progress    string
+	rereview    rereviewOptions
 }
 
 func policyReplayCmd() *cobra.Command {
@@ -50,11 +51,17 @@ recorded proposal again under the candidate bundle, with the input the live
 decision had: the proposal, the persona, the target's history and the clock,
 as its policy.decided record keeps them. It prints old -> new outcome counts,
 flips by rule, tenant and action, and the first --show flips with both
-decisions. Reviewers are not asked again: a proposal that both policies send
-to review keeps its recorded review result. A proposal whose input cannot be
-rebuilt is counted and named. The range is checked as "audit verify" checks
-the stream; a range with a record altered, forged or missing is reported and
-the replay fails, never counted as complete.
+decisions. A proposal that both policies send to review keeps its recorded
+review result when its reviewers are unchanged in the candidate set-up (the
+same persona revision, model and plugin version, with --personas and the
+plugins serve would load); otherwise it is counted "review stale" and named.
+--rereview PERSONA runs that persona's candidate reviewer (a real plugin
+process) again on its recorded review requests and reports its agreement
+with the recorded decisions: the flip rate, Cohen's kappa and the
+disagreements. A proposal whose input cannot be rebuilt is counted and
+named. The range is checked as "audit verify" checks the stream; a range
+with a record altered, forged or missing is reported and the replay fails,
+never counted as complete.
 Exit status: 0 replayed, 4 --fail-on-flip and an outcome flipped, 1 the range
 is not intact or an error, 2 bad usage.`,
 		Args: cobra.NoArgs,
@@ -75,6 +82,7 @@ is not intact or an error, 2 bad usage.`,
 	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions")
 	f.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (on a terminal), on or off")
 	o.conn.register(f)
+	o.rereview.register(f)
 	return c
 }
 
@@ -96,6 +104,9 @@ func (o *policyReplayOptions) check() error {
 		return usageError("--show %d: want 0 or more", o.show)
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
 		return usageError("--progress %q: want auto, on or off", o.progress)
+	}
+	if err := o.rereview.check(); err != nil {
+		return err
 	}
 	return checkFormat(o.format)
 }
@@ -121,6 +132,16 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	defer closeConn()
+	reviewers := newCandidateReviewers(o, reg, ev, js.Conn())
+	defer reviewers.close()
+	var rr *rereviewer
+	if o.rereview.persona != "" {
+		if rr, err = newRereviewer(ctx, o.rereview.persona, &o.rereview, o.show, reviewers); err != nil {
+			return err
+		}
+		// On an early return the workers stop before the plugins do.
+		defer rr.finish()
+	}
 	q := audit.Query{Tenant: o.tenant, StartSeq: o.fromSeq}
 	if o.since > 0 {
 		q.Since = time.Now().Add(-o.since)
@@ -131,7 +152,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	stop := startProgress(errw, o.progress, "replay", total, &read)
-	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read})
+	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, reviewers: reviewers, rereview: rr})
 	stop()
 	if err != nil {
 		return err
@@ -221,6 +242,12 @@ type replayConfig struct {
 	read *atomic.Int64
 	// keys are the audit keys whose MACs the range check accepts.
 	keys [][]byte
+	// reviewers is the candidate reviewer set-up recorded reviews are
+	// checked against; nil counts every recorded review stale.
+	reviewers *candidateReviewers
+	// rereview, when set, runs a candidate reviewer again on the recorded
+	// review requests of its persona.
+	rereview *rereviewer
 }
 
 // maxNamed bounds how many unrebuildable proposals the report names.
@@ -247,8 +274,15 @@ type replayReport struct {
 	FlipsByTenant map[string]int `json:"flips_by_tenant"`
 	FlipsByAction map[string]int `json:"flips_by_action"`
 	// ReviewReused counts proposals both policies send to review, whose
-	// recorded review result is kept: reviewers are not asked again.
+	// recorded review result is kept: their reviewers are unchanged.
 	ReviewReused int `json:"review_reused"`
+	// ReviewStale counts such proposals whose recorded reviewer changed
+	// in the candidate set-up (or cannot be told): their recorded result
+	// is kept in the counts above, and the first maxNamed are named.
+	ReviewStale      int             `json:"review_stale"`
+	ReviewStaleNamed []replayMissing `json:"review_stale_named"`
+	// Rereview is what --rereview found; absent without it.
+	Rereview *rereviewReport `json:"rereview,omitempty"`
 	// NotPolicy counts verdicts the policy did not decide, by stage
 	// (invalid proposals, duplicates): the candidate cannot change them.
 	NotPolicy map[string]int `json:"not_policy"`
@@ -263,6 +297,8 @@ type replayReport struct {
 	DecideSeconds float64 `json:"decide_seconds"`
 	ReadRate      float64 `json:"read_records_per_second"`
 	DecideRate    float64 `json:"decided_per_second"`
+
+	reviewers *candidateReviewers
 }
 
 // replayMissing names a verdict whose input could not be rebuilt.
@@ -297,11 +333,18 @@ const outcomeReview engine.Outcome = "review"
 
 // recordedPolicy is what replay reads of a policy.decided record.
 type recordedPolicy struct {
-	Action string              `json:"action"`
-	Denies []engine.Deny       `json:"denies"`
-	Review engine.Route        `json:"review"`
-	Error  string              `json:"error"`
-	Input  *engine.ReplayInput `json:"input"`
+	Action      string              `json:"action"`
+	Denies      []engine.Deny       `json:"denies"`
+	Review      engine.Route        `json:"review"`
+	Error       string              `json:"error"`
+	Input       *engine.ReplayInput `json:"input"`
+	SOP         string              `json:"sop"`
+	DeniedTools []string            `json:"denied_tools"`
+
+	// reviews are the proposal's reviews, from their records; reviewErr
+	// says why they cannot be read, when a record does not decode.
+	reviews   []*recordedReview
+	reviewErr string
 }
 
 // decodeRecordedPolicy reads a policy.decided record's data; data that
@@ -327,11 +370,14 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	rep := &replayReport{
 		Revision: ev.Revision(), Outcomes: map[string]int{}, FlipsByRule: map[string]int{},
 		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
-		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
+		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{}, ReviewStaleNamed: []replayMissing{},
+		reviewers: cfg.reviewers,
 	}
 	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys})
 	pending := map[string]*recordedPolicy{}
-	var decideTime time.Duration
+	// decideTime is the time spent deciding, waitTime the time spent
+	// waiting for a --rereview worker: neither is reading.
+	var decideTime, waitTime time.Duration
 	start := time.Now()
 	err := audit.Read(ctx, js, q, func(e audit.Entry) error {
 		checker.Add(e)
@@ -346,19 +392,32 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		switch r.Event.Event {
 		case engine.EventPolicyDecided:
 			pending[key] = decodeRecordedPolicy(r.Event.Data)
+		case engine.EventReviewStarted, engine.EventReviewDone:
+			if p := pending[key]; p != nil {
+				p.addReviewRecord(r)
+			}
 		case engine.EventVerdict:
 			p := pending[key]
 			delete(pending, key)
 			t := time.Now()
 			rep.verdict(ctx, ev, reg, r, p, cfg.show)
 			decideTime += time.Since(t)
+			if cfg.rereview != nil {
+				t := time.Now()
+				err := cfg.rereview.submit(ctx, r, p)
+				waitTime += time.Since(t)
+				return err
+			}
 		}
 		return nil
 	})
+	total := time.Since(start) - waitTime
+	if cfg.rereview != nil {
+		rep.Rereview = cfg.rereview.finish()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading the audit stream: %w", err)
 	}
-	total := time.Since(start)
 	chk := checker.Report()
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
 	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0
@@ -430,7 +489,7 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	case done:
 		newSide = replayDecision{Outcome: settled.Outcome, Stage: settled.Stage, Reason: settled.Reason, Denies: settled.Denies}
 	case !p.settledAtPolicy():
-		rep.ReviewReused++
+		rep.keepReview(ctx, r, p, routed.Name, pd.Review.Quorum, rep.reviewers)
 		newSide = oldSide
 		newSide.Denies = settled.Denies
 	default:
@@ -483,7 +542,8 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 	}
 	fmt.Fprintf(&b, "verdicts: %d, replayed: %d, flipped: %d, not decided by the policy: %d, input not rebuildable: %d\n",
 		rep.Verdicts, rep.Replayed, rep.Flips, sumCounts(rep.NotPolicy), rep.Unrebuildable)
-	fmt.Fprintf(&b, "reviewers were not asked again: %d proposal(s) both policies send to review keep their recorded review result\n", rep.ReviewReused)
+	fmt.Fprintf(&b, "reviews reused: %d proposal(s) both policies send to review keep their recorded result, the reviewers unchanged; review stale: %d (reviewer changed, result kept)\n",
+		rep.ReviewReused, rep.ReviewStale)
 	writeCounts(&b, "outcomes (old -> new)", rep.Outcomes)
 	writeCounts(&b, "flips by rule", rep.FlipsByRule)
 	writeCounts(&b, "flips by tenant", rep.FlipsByTenant)
@@ -501,6 +561,15 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 		for _, m := range rep.UnrebuildableNamed {
 			fmt.Fprintf(&b, "  %s.%s (seq %d): %s\n", m.Tenant, m.ID, m.Seq, m.Why)
 		}
+	}
+	if rep.ReviewStale > 0 {
+		fmt.Fprintf(&b, "review stale (%d, first %d named):\n", rep.ReviewStale, len(rep.ReviewStaleNamed))
+		for _, m := range rep.ReviewStaleNamed {
+			fmt.Fprintf(&b, "  %s.%s (seq %d): %s\n", m.Tenant, m.ID, m.Seq, m.Why)
+		}
+	}
+	if rep.Rereview != nil {
+		writeRereviewText(&b, rep.Rereview)
 	}
 	fmt.Fprintf(&b, "read %d records in %.2fs (%.0f/s), decided %d in %.2fs (%.0f/s)\n", rep.Records, rep.ReadSeconds, rep.ReadRate,
 		rep.Replayed, rep.DecideSeconds, rep.DecideRate)
