@@ -10,7 +10,16 @@ import (
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/plugins"
+)
+
+// The plugin host's events that say a reviewer plugin is down. They are
+// package plugins' EventPluginExited, EventPluginUnhealthy and
+// EventPluginRefused (TestPluginEventNames holds them to it), spelled here
+// so that the notifier does not import the plugin host.
+const (
+	eventPluginExited    = "plugin.exited"
+	eventPluginUnhealthy = "plugin.unhealthy"
+	eventPluginRefused   = "plugin.refused"
 )
 
 // SchemaVersion is the "v" of a Notification.
@@ -128,12 +137,12 @@ func Classify(r *audit.Record) (Notification, bool) {
 		if why := firstLine(d.Reason); why != "" {
 			n.Summary += ": " + why
 		}
-	case plugins.EventPluginExited, plugins.EventPluginUnhealthy, plugins.EventPluginRefused:
+	case eventPluginExited, eventPluginUnhealthy, eventPluginRefused:
 		n.Kind = KindPluginDown
 		what := map[string]string{
-			plugins.EventPluginExited:    "exited",
-			plugins.EventPluginUnhealthy: "missed its health checks and is relaunched",
-			plugins.EventPluginRefused:   "was refused at launch",
+			eventPluginExited:    "exited",
+			eventPluginUnhealthy: "missed its health checks and is relaunched",
+			eventPluginRefused:   "was refused at launch",
 		}[ev.Event]
 		n.Summary = fmt.Sprintf("reviewer plugin %s %s", orUnknown(d.Plugin), what)
 		if d.Error != "" {
