@@ -69,6 +69,7 @@ type recordData struct {
 	Plugin  string `json:"plugin"`
 	Misses  int    `json:"misses"`
 	Error   string `json:"error"`
+	Why     string `json:"why"`
 	Problem string `json:"problem"`
 	Seq     uint64 `json:"seq"`
 }
@@ -145,8 +146,8 @@ func Classify(r *audit.Record) (Notification, bool) {
 			eventPluginRefused:   "was refused at launch",
 		}[ev.Event]
 		n.Summary = fmt.Sprintf("reviewer plugin %s %s", orUnknown(d.Plugin), what)
-		if d.Error != "" {
-			n.Summary += ": " + firstLine(d.Error)
+		if why := firstLine(d.Why + "\n" + d.Error); why != "" {
+			n.Summary += ": " + why
 		}
 	case engine.EventAuditVerificationFailed:
 		n.Kind = KindAuditVerificationFailed
