@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -94,7 +95,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	notifyFile := writeFile(t, dir, "notify.yaml", `sinks:
   - name: good
     url: `+good.srv.URL+`/gated
-    events: [awaiting_operator, decided, timeout]
+    events: [awaiting_operator, decided, timeout, plugin_down]
     secret_file: good.secret
   - name: hang
     url: `+hang.URL+`
@@ -180,6 +181,18 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// The reviewer plugin dies: the plugin host records its exit, and the
+	// notifier tells the sink.
+	pid := pluginPID(t, httpAddr, "sop")
+	proc, err := os.FindProcess(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := proc.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitMetric(t, httpAddr, `gated_notify_deliveries_total{kind="plugin_down",result="delivered",sink="good"} 1`)
+
 	metrics := waitMetric(t, httpAddr, `gated_notify_deliveries_total{kind="decided",result="failed",sink="failing"} 2`)
 	waitMetric(t, httpAddr, `gated_notify_deliveries_total{kind="awaiting_operator",result="delivered",sink="good"} 1`)
 	metrics = waitMetric(t, httpAddr, `gated_notify_deliveries_total{kind="decided",result="delivered",sink="good"} 2`)
@@ -195,6 +208,9 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	byID := map[string]notify.Notification{}
 	for _, n := range got {
 		byID[n.ProposalID] = n
+	}
+	if n, ok := byID[""]; !ok || n.Kind != notify.KindPluginDown || n.Tenant != engine.UnknownTenant || n.Summary != "reviewer plugin sop exited" {
+		t.Errorf("plugin notification %+v, want plugin_down for sop under tenant _", n)
 	}
 	for id, kind := range map[string]notify.Kind{"p-first": notify.KindDecided, "p-second": notify.KindDecided, "p-held": notify.KindAwaitingOperator} {
 		if n, ok := byID[id]; !ok || n.Kind != kind || n.Tenant != "acme" {
@@ -229,7 +245,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]int{"notify.delivered good": 3, "notify.failed failing": 2}
+	want := map[string]int{"notify.delivered good": 4, "notify.failed failing": 2}
 	for k, n := range want {
 		if counts[k] != n {
 			t.Errorf("%d %q records, want %d (all: %v)", counts[k], k, n, counts)
@@ -238,6 +254,27 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	if len(counts) != len(want) {
 		t.Errorf("audit records of the notifier: %v, want %v", counts, want)
 	}
+}
+
+// pluginPID is the pid /readyz gives the named plugin.
+func pluginPID(t *testing.T, httpAddr, name string) int {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body readiness
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range body.Plugins {
+		if p.Name == name && p.PID > 0 {
+			return p.PID
+		}
+	}
+	t.Fatalf("/readyz names no running plugin %s: %+v", name, body.Plugins)
+	return 0
 }
 
 // waitUntil polls cond for up to 30 s (a bound, not a speed check).

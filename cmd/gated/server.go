@@ -95,8 +95,8 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.startNATS,
 		s.setupStreams,
 		s.openAudit,
-		s.startPlugins,
 		s.startNotifier,
+		s.startPlugins,
 		s.watchPolicy,
 		s.watchShadow,
 		s.startWorker,
@@ -337,7 +337,8 @@ func (s *gateServer) startPlugins(ctx context.Context) error {
 }
 
 // startNotifier starts the webhook notifications of --notify, before the
-// worker, so that they follow every proposal's records. It reads the
+// plugins and the worker, so that they follow their records from the
+// first. It reads the
 // audit stream on its own consumer: no decision waits for it. It stops
 // before the auditor closes, since it audits every delivery.
 func (s *gateServer) startNotifier(ctx context.Context) error {
