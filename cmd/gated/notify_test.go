@@ -66,8 +66,9 @@ func (h *hookServer) notifications() ([]notify.Notification, []string) {
 // TestServeNotifiesWithoutDelayingVerdicts runs serve with --notify: a
 // sink that verifies signatures, one that hangs and one that answers 500.
 // Verdicts arrive while the hanging sink holds its request; the good sink
-// gets the decided notifications and an awaiting_operator one appended
-// through the audit trail by another gated instance, each signed; the
+// gets the decided notifications, an awaiting_operator one appended
+// through the audit trail by another gated instance, and plugin_down when
+// the reviewer plugin is killed, each signed; the
 // failing sink is tried within its bounds; everything is audited and
 // counted in /metrics.
 func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
