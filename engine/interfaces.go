@@ -371,6 +371,17 @@ const (
 	// that is not what gated stored under its key; it was refused, not
 	// replayed or used. It is filed under the key's tenant.
 	EventRecordCorrupt = "record.corrupt"
+	// EventNotifyDelivered and EventNotifyFailed record a notification
+	// delivered to a webhook sink, and one that was not (its attempts ran
+	// out, it grew too old, or the sink's queue was full). The notifier
+	// sends no notification for them.
+	EventNotifyDelivered = "notify.delivered"
+	EventNotifyFailed    = "notify.failed"
+	// EventAuditVerificationFailed records a message of the audit stream
+	// that did not verify as gated read it while serving: not a record,
+	// a body that does not match its hash, a MAC that does not verify, or
+	// a broken chain link. It is filed under the tenant of the message.
+	EventAuditVerificationFailed = "audit.verification_failed"
 )
 
 // UnknownTenant is the audit tenant token of events whose tenant could not

@@ -8,10 +8,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -265,9 +269,23 @@ func gatedAs(t *testing.T, url, user, password string, stdin []byte, args ...str
 // acme's proposals and nothing of globex's.
 func TestTenantIsolation(t *testing.T) {
 	url, pw := startTenantsServer(t)
+	// gated also notifies a webhook of every verdict: its notifier reads
+	// and acknowledges the audit stream under the same permissions.
+	var hookHits atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hookHits.Add(1) }))
+	defer hook.Close()
+	notifyDir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(notifyDir, "hook.secret"), []byte("tenant-isolation-hook-secret-0123"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	notifyFile := filepath.Join(notifyDir, "notify.yaml")
+	if err := os.WriteFile(notifyFile, []byte("sinks:\n  - name: hook\n    url: "+hook.URL+
+		"\n    events: [decided]\n    secret_file: hook.secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	// gated logs in as its service user; the password comes from
 	// GATED_NATS_PASSWORD, set by startTenantsServer.
-	g := startGated(t, "--nats-url", url, "--nats-user", "gated")
+	g := startGated(t, "--nats-url", url, "--nats-user", "gated", "--notify", notifyFile)
 	// Last: gated itself never ran into the documented permissions. It
 	// logs every operation the server refuses it.
 	defer func() {
@@ -303,6 +321,15 @@ func TestTenantIsolation(t *testing.T) {
 			if v.Tenant != "acme" || v.ProposalID != tc.id || v.Outcome != engine.OutcomeApproved {
 				t.Fatalf("verdict %s.%s %s (%s), want acme.%s approved", v.Tenant, v.ProposalID, v.Outcome, v.Reason, tc.id)
 			}
+		}
+		// Both verdicts reach the webhook; the notifier acknowledges each
+		// record after it (any refusal shows in gated's logs, checked last).
+		deadline := time.Now().Add(30 * time.Second)
+		for hookHits.Load() < 2 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the webhook got %d of the 2 verdicts' notifications", hookHits.Load())
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
 		// The stored verdict, read the only way acme may: a direct get of
 		// its own key, with the CLI and with a bare request.

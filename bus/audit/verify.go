@@ -413,3 +413,41 @@ func (c *Checker) Add(e Entry) {
 
 // Report is what the checker found in the entries added so far.
 func (c *Checker) Report() *Report { return c.v.finish() }
+
+// CheckEntry checks what can be checked of one message of the audit
+// stream on its own, without the records around it: that it is a gated
+// record, that its body matches its hash, and, when key is not empty,
+// that it carries a MAC under key that verifies. It returns the first
+// problem found, or nil. Verify checks all this and the chains besides;
+// CheckEntry is for a reader that sees messages one at a time, such as
+// gated's notifier.
+func CheckEntry(e Entry, key []byte) *Problem {
+	tenant := e.Tenant()
+	problem := func(kind ProblemKind, detail string) *Problem {
+		return &Problem{Seq: e.Seq, Tenant: tenant, Kind: kind, Detail: detail}
+	}
+	if e.Record == nil {
+		detail := "not a gated record"
+		if e.Err != nil {
+			detail = e.Err.Error()
+		}
+		return problem(ProblemForged, detail)
+	}
+	r := e.Record
+	sum := sha256.Sum256(e.Data)
+	if r.Hash != hex.EncodeToString(sum[:]) {
+		return problem(ProblemModified, "the body does not match its "+wire.AuditHashHeader+" header")
+	}
+	if len(key) == 0 {
+		return nil
+	}
+	switch {
+	case r.MAC == "":
+		return problem(ProblemForged, "no MAC, yet records are MACed")
+	case r.KeyID != KeyID(key):
+		return problem(ProblemForged, fmt.Sprintf("MACed with key %s, not gated's key %s", r.KeyID, KeyID(key)))
+	case !r.macValid(key):
+		return problem(ProblemForged, fmt.Sprintf("the MAC does not match under key %s", r.KeyID))
+	}
+	return nil
+}

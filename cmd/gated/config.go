@@ -30,6 +30,7 @@ const configHelp = `Configuration file (--config FILE, or GATED_CONFIG=FILE), YA
   plugins_dir: plugins                  # executables pinned by gated-plugins.lock
   default_plugin: sop                   # serves personas that name no plugin
   operators: operators.yaml             # signed operator decisions (docs/OPERATORS.md)
+  notify: notify.yaml                   # webhook notifications (docs/NOTIFICATIONS.md)
   plugins:                              # plugins pinned right here
     - name: acme
       path: bin/acme-reviewer           # relative to this file's directory
@@ -45,7 +46,7 @@ A flag on the command line wins over GATED_<FLAG> in the environment, which
 wins over the file, which wins over the flag's default. Keys may be the
 flags of any gated command; each command takes the ones it has. An unknown
 key, a value of the wrong type or a bad value is an error naming the file
-and line. File names (plugins_dir, plugins[].path, operators, the nats_*
+and line. File names (plugins_dir, plugins[].path, operators, notify, the nats_*
 files) are relative to the file's directory; other values are taken as
 they would be on the command line.`
 

@@ -10,6 +10,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
@@ -22,6 +24,8 @@ type metrics struct {
 	verdicts *prometheus.CounterVec
 	// corrupt counts the records the verdict store refused, by kind.
 	corrupt *prometheus.CounterVec
+	// notify counts the webhook notifications of --notify.
+	notify notifyMetrics
 	// shadow is nil without a shadow policy.
 	shadow *shadowMetrics
 }
@@ -43,12 +47,60 @@ func newMetrics(live *policies.Live) *metrics {
 			Help: "Records read back from the verdict bucket that were not gated's for their key, by kind; each was refused and audited.",
 		}, []string{"kind"}),
 	}
+	m.notify = newNotifyMetrics()
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.eval, m.verdicts, m.corrupt, policyCollector{live},
+		m.notify.notifications, m.notify.results, m.notify.retries, m.notify.verification,
 	)
 	return m
+}
+
+// notifyMetrics are the gated_notify_* counters.
+type notifyMetrics struct {
+	notifications *prometheus.CounterVec
+	results       *prometheus.CounterVec
+	retries       *prometheus.CounterVec
+	verification  *prometheus.CounterVec
+}
+
+func newNotifyMetrics() notifyMetrics {
+	return notifyMetrics{
+		notifications: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_notify_notifications_total",
+			Help: "Audit records that made a notification, by kind (whether or not a sink takes it).",
+		}, []string{"kind"}),
+		results: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_notify_deliveries_total",
+			Help: "Notifications settled at a sink, by sink, kind and result (delivered or failed); each is audited.",
+		}, []string{"sink", "kind", "result"}),
+		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_notify_retries_total",
+			Help: "Failed attempts to deliver a notification that were followed by another, by sink.",
+		}, []string{"sink"}),
+		verification: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_notify_verification_failures_total",
+			Help: "Audit stream messages that did not verify as the notifier read them, by kind of problem.",
+		}, []string{"kind"}),
+	}
+}
+
+// notifyObserver feeds the gated_notify_* counters.
+func (m *metrics) notifyObserver() notify.Observer {
+	n := m.notify
+	return notify.Observer{
+		Notification: func(k notify.Kind) { n.notifications.WithLabelValues(string(k)).Inc() },
+		Result: func(r notify.Result) {
+			result := "failed"
+			if r.Delivered {
+				result = "delivered"
+			}
+			n.results.WithLabelValues(r.Sink, string(r.Kind), result).Inc()
+		},
+		Retry:              func(sink string) { n.retries.WithLabelValues(sink).Inc() },
+		VerificationFailed: func(p audit.Problem) { n.verification.WithLabelValues(string(p.Kind)).Inc() },
+	}
 }
 
 // policyCollector reports the served policy at scrape time.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -75,6 +77,7 @@ type serveOptions struct {
 	defaultPlugin  string
 	llmMaxConc     int
 	operators      string
+	notify         string
 }
 
 func serveCmd() *cobra.Command {
@@ -114,6 +117,8 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.BoolVar(&o.reviewService, "review-service", true, "serve the request/reply endpoints gated.review and gated.review.<tenant> (nats micro service \"gated\")")
 	f.StringVar(&o.operators, "operators", "", "YAML file of the operators (nkey public keys) whose signed decisions on held run reviews gated accepts on gated.operator.<tenant>.<id> (docs/OPERATORS.md); empty: none")
 	_ = cobra.MarkFlagFilename(f, "operators", "yaml", "yml")
+	f.StringVar(&o.notify, "notify", "", "YAML file of webhook sinks notified when a proposal awaits an operator, a run escalates, a verdict times out, a plugin goes down or the audit trail fails to verify (docs/NOTIFICATIONS.md); empty: none")
+	_ = cobra.MarkFlagFilename(f, "notify", "yaml", "yml")
 	f.DurationVar(&o.reviewWait, "review-wait", fleet.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
@@ -141,12 +146,20 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	var sinks *notify.Config
+	if o.notify != "" {
+		if sinks, err = notify.LoadConfig(o.notify, os.Getenv); err != nil {
+			return usageError("--notify: %v", err)
+		}
+	}
 	log, err := newLogger(o.logFormat, o.logLevel)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	return newServer(o, operators, log).Run(ctx)
+	s := newServer(o, operators, log)
+	s.sinks = sinks
+	return s.Run(ctx)
 }
 
 // check refuses options that do not go together, before anything starts,

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/console"
@@ -32,6 +33,7 @@ import (
 type gateServer struct {
 	o         serveOptions
 	operators *operator.List // nil: no operator decisions
+	sinks     *notify.Config // nil: no notifications
 	log       *zap.Logger
 
 	// stops undo the steps that ran, newest first: Run unwinds them on
@@ -62,7 +64,7 @@ type gateServer struct {
 	busCfg        bus.Config
 	res           *bus.Resources
 	auditor       *audit.Writer
-	auditKey      []byte // MACs the audit records; the console checks them with it
+	auditKey      []byte // MACs the audit records; the console and the notifier check them with it; nil: none
 	store         *store.Verdicts
 	eng           *engine.Engine
 	worker        *bus.Worker
@@ -95,6 +97,7 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.startNATS,
 		s.setupStreams,
 		s.openAudit,
+		s.startNotifier,
 		s.startPlugins,
 		s.watchPolicy,
 		s.watchShadow,
@@ -333,6 +336,34 @@ func (s *gateServer) startPlugins(ctx context.Context) error {
 	s.onStop(auditHostEvents(s.host, s.auditor.Trail, s.log))
 	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
 	return s.host.Start(ctx)
+}
+
+// startNotifier starts the webhook notifications of --notify, before the
+// plugins and the worker, so that they follow their records from the
+// first. It reads the
+// audit stream on its own consumer: no decision waits for it. It stops
+// before the auditor closes, since it audits every delivery.
+func (s *gateServer) startNotifier(ctx context.Context) error {
+	if s.sinks == nil {
+		return nil
+	}
+	n, err := notify.New(s.js, s.sinks, notify.Options{
+		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.o.replicas,
+		Log: s.log.Named("notify"), Observe: s.m.notifyObserver(),
+	})
+	if err != nil {
+		return err
+	}
+	if err := n.Start(ctx); err != nil {
+		return err
+	}
+	s.onStop(n.Stop)
+	names := make([]string, 0, len(s.sinks.Sinks))
+	for _, sk := range s.sinks.Sinks {
+		names = append(names, sk.Name+" "+sk.Endpoint())
+	}
+	s.log.Info("webhook notifications", zap.String("file", s.o.notify), zap.Strings("sinks", names))
+	return nil
 }
 
 // watchPolicy reloads the policy when its files change, with

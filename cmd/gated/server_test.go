@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -32,6 +33,15 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 		}
 		writeFile(t, policyDir, name, string(data))
 	}
+	// With a notifier: serve joins its consumer and its sink workers too.
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	defer hang.Close()
+	defer close(release)
+	notifyDir := t.TempDir()
+	writeFile(t, notifyDir, "hook.secret", "goroutine-test-secret-0123456789")
+	notifyFile := writeFile(t, notifyDir, "notify.yaml", "sinks:\n  - name: hang\n    url: "+hang.URL+
+		"\n    events: [decided, plugin_down]\n    secret_file: hook.secret\n    timeout: 1m\n")
 	before := runtime.NumGoroutine()
 
 	ctx, stop := context.WithCancel(t.Context())
@@ -40,7 +50,7 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{"serve", "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0",
 			"--http", httpAddr, "--policies", policyDir, "--personas", "../../examples/personas",
-			"--policy-poll", "50ms", "--log-level", "error", "--log-format", "json"})
+			"--policy-poll", "50ms", "--log-level", "error", "--log-format", "json", "--notify", notifyFile})
 	}()
 	waitReady(t, "http://"+httpAddr+"/readyz", done)
 
@@ -60,7 +70,7 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 	// Serve has returned: whatever it started and joined is gone now, not
 	// soon.
 	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)"} {
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)", "notify.(*Notifier)"} {
 		if strings.Contains(stacks, frame) {
 			t.Errorf("a goroutine in %s outlives serve:\n%s", frame, stacks)
 		}

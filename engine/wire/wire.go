@@ -64,6 +64,19 @@ const (
 	// OperatorSigHeader, on an operator decision, carries the ed25519
 	// signature of the exact body bytes, base64 raw URL encoded.
 	OperatorSigHeader = "Gated-Operator-Sig"
+	// NotifyIDHeader, on a webhook notification, identifies it: the same
+	// id on a second request is the same notification delivered again.
+	NotifyIDHeader = "Gated-Notify-Id"
+	// NotifyKindHeader, on a webhook notification, names its kind, e.g.
+	// awaiting_operator.
+	NotifyKindHeader = "Gated-Notify-Kind"
+	// NotifyTimestampHeader, on a webhook notification, is the Unix time
+	// in seconds at which this attempt was signed.
+	NotifyTimestampHeader = "Gated-Notify-Timestamp"
+	// NotifySignatureHeader, on a webhook notification, is "v1=" and the
+	// hex HMAC-SHA256, under the sink's secret, of the timestamp header's
+	// value, a dot, and the exact body bytes.
+	NotifySignatureHeader = "Gated-Notify-Signature"
 )
 
 // Names of the JetStream stream and bucket fleets read.

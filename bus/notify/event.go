@@ -1,0 +1,232 @@
+package notify
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/engine"
+)
+
+// The plugin host's events that say a reviewer plugin is down. They are
+// package plugins' EventPluginExited, EventPluginUnhealthy and
+// EventPluginRefused (TestPluginEventNames holds them to it), spelled here
+// so that the notifier does not import the plugin host.
+const (
+	eventPluginExited    = "plugin.exited"
+	eventPluginUnhealthy = "plugin.unhealthy"
+	eventPluginRefused   = "plugin.refused"
+)
+
+// SchemaVersion is the "v" of a Notification.
+const SchemaVersion = 1
+
+// Notification is the body of a json sink's request, and what a slack
+// sink's message is made from. One audit record makes at most one.
+type Notification struct {
+	V int `json:"v"`
+	// ID identifies the notification: "audit-" and the stream sequence of
+	// the record it comes from. A receiver that sees an ID twice got the
+	// same notification again (a retry whose answer was lost, or a
+	// redelivery after a restart) and can drop it.
+	ID     string `json:"id"`
+	Kind   Kind   `json:"kind"`
+	Tenant string `json:"tenant"`
+	// ProposalID and Action name the proposal, when the record is one's.
+	ProposalID string `json:"proposal_id,omitempty"`
+	Action     string `json:"action,omitempty"`
+	// At is when gated recorded the event.
+	At time.Time `json:"at"`
+	// Summary is one line for a person.
+	Summary string `json:"summary"`
+	// Event and AuditSeq name the audit record: gated audit query finds
+	// it, and gated audit verify checks it.
+	Event    string `json:"event"`
+	AuditSeq uint64 `json:"audit_seq"`
+	// Data is the record's data, whole: for a verdict, the verdict.
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// recordData is what Classify reads of a record's data.
+type recordData struct {
+	Action   string          `json:"action"`
+	Outcome  string          `json:"outcome"`
+	Reason   string          `json:"reason"`
+	Stage    string          `json:"stage"`
+	Awaiting json.RawMessage `json:"awaiting_operator"`
+	Deadline string          `json:"deadline"`
+	Rule     string          `json:"rule"`
+	Run      *struct {
+		RunID    string   `json:"run_id"`
+		Round    int      `json:"round"`
+		Next     string   `json:"next"`
+		Awaiting []string `json:"awaiting_operator"`
+	} `json:"run"`
+	Plugin  string `json:"plugin"`
+	Misses  int    `json:"misses"`
+	Error   string `json:"error"`
+	Why     string `json:"why"`
+	Problem string `json:"problem"`
+	Seq     uint64 `json:"seq"`
+}
+
+// held tells whether a verdict's data says it waits for an operator.
+func (d *recordData) held() bool {
+	if d.Run != nil && len(d.Run.Awaiting) > 0 {
+		return true
+	}
+	a := bytes.TrimSpace(d.Awaiting)
+	switch string(a) {
+	case "", "null", `""`, "[]", "{}", "false":
+		return false
+	}
+	return true
+}
+
+// Classify maps an audit record to the notification it makes, if any:
+//
+//   - operator.awaited: awaiting_operator;
+//   - verdict.decided: timeout for outcome timeout, escalation for a run
+//     verdict whose next step is an escalation, nothing for a verdict held
+//     for an operator (its operator.awaited record, or the run's manual
+//     criteria, tell), and decided for the others;
+//   - plugin.exited, plugin.unhealthy and plugin.refused: plugin_down;
+//   - audit.verification_failed: audit_verification_failed.
+//
+// Other records, notify.delivered and notify.failed included, make none.
+func Classify(r *audit.Record) (Notification, bool) {
+	ev := r.Event
+	var d recordData
+	if len(ev.Data) > 0 {
+		// Members of unexpected types are left at their zero values:
+		// a record gated wrote always decodes.
+		_ = json.Unmarshal(ev.Data, &d)
+	}
+	n := Notification{
+		V: SchemaVersion, ID: "audit-" + strconv.FormatUint(r.Seq, 10), Tenant: ev.Tenant,
+		ProposalID: ev.ProposalID, Action: d.Action, At: ev.At.UTC(), Event: ev.Event, AuditSeq: r.Seq, Data: ev.Data,
+	}
+	subject := proposalName(ev.Tenant, ev.ProposalID, d.Action)
+	switch ev.Event {
+	case engine.EventOperatorAwaited:
+		n.Kind = KindAwaitingOperator
+		n.Summary = subject + " waits for an operator"
+		if d.Deadline != "" {
+			n.Summary += " until " + d.Deadline
+		}
+		if why := firstLine(d.Reason); why != "" {
+			n.Summary += ": " + why
+		}
+	case engine.EventVerdict:
+		switch {
+		case d.Outcome == string(engine.OutcomeTimeout):
+			n.Kind = KindTimeout
+			n.Summary = subject + " timed out"
+		case d.Run != nil && d.Run.Next == engine.NextEscalation:
+			n.Kind = KindEscalation
+			n.Summary = fmt.Sprintf("run %s of %s is escalated to a human after round %d", d.Run.RunID, ev.Tenant, d.Run.Round)
+		case d.held():
+			return Notification{}, false
+		default:
+			n.Kind = KindDecided
+			n.Summary = subject + " is " + d.Outcome
+		}
+		if why := firstLine(d.Reason); why != "" {
+			n.Summary += ": " + why
+		}
+	case eventPluginExited, eventPluginUnhealthy, eventPluginRefused:
+		n.Kind = KindPluginDown
+		what := map[string]string{
+			eventPluginExited:    "exited",
+			eventPluginUnhealthy: "missed its health checks and is relaunched",
+			eventPluginRefused:   "was refused at launch",
+		}[ev.Event]
+		n.Summary = fmt.Sprintf("reviewer plugin %s %s", orUnknown(d.Plugin), what)
+		if why := firstLine(d.Why + "\n" + d.Error); why != "" {
+			n.Summary += ": " + why
+		}
+	case engine.EventAuditVerificationFailed:
+		n.Kind = KindAuditVerificationFailed
+		n.Summary = fmt.Sprintf("audit stream message %d did not verify: %s", d.Seq, firstLine(d.Problem))
+	default:
+		return Notification{}, false
+	}
+	return n, true
+}
+
+func proposalName(tenant, id, action string) string {
+	s := "proposal " + tenant + "." + id
+	if action != "" {
+		s += " (" + action + ")"
+	}
+	return s
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "(unnamed)"
+	}
+	return s
+}
+
+// firstLine is the first non-blank line of s, at most 240 bytes.
+func firstLine(s string) string {
+	for line := range strings.SplitSeq(s, "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			if len(line) > 240 {
+				line = line[:240] + "…"
+			}
+			return line
+		}
+	}
+	return ""
+}
+
+// Body encodes n in format f.
+func (n *Notification) Body(f Format) ([]byte, error) {
+	if f == FormatSlack {
+		return json.Marshal(n.slack())
+	}
+	return json.Marshal(n)
+}
+
+// slackMessage is a Slack-compatible incoming webhook message.
+type slackMessage struct {
+	Text   string       `json:"text"`
+	Blocks []slackBlock `json:"blocks"`
+}
+
+type slackBlock struct {
+	Type     string      `json:"type"`
+	Text     *slackText  `json:"text,omitempty"`
+	Elements []slackText `json:"elements,omitempty"`
+}
+
+type slackText struct {
+	Type string `json:"type"`
+	Text string `json:"text"`
+}
+
+func (n *Notification) slack() slackMessage {
+	context := fmt.Sprintf("tenant `%s`", slackEscape(n.Tenant))
+	if n.ProposalID != "" {
+		context += fmt.Sprintf(" · proposal `%s`", slackEscape(n.ProposalID))
+	}
+	context += fmt.Sprintf(" · %s · audit seq %d · %s", slackEscape(n.Event), n.AuditSeq, n.At.Format(time.RFC3339))
+	return slackMessage{
+		Text: "gated: " + string(n.Kind) + ": " + n.Summary,
+		Blocks: []slackBlock{
+			{Type: "section", Text: &slackText{Type: "mrkdwn", Text: "*" + string(n.Kind) + "* " + slackEscape(n.Summary)}},
+			{Type: "context", Elements: []slackText{{Type: "mrkdwn", Text: context}}},
+		},
+	}
+}
+
+// slackEscape escapes the three characters Slack's mrkdwn reserves.
+func slackEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
+}
