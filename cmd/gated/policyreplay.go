@@ -37,6 +37,7 @@ type policyReplayOptions struct {
 	failOnFlip  bool
 	show        int
 	progress    string
+	integrity   replayIntegrityOptions
 }
 
 func policyReplayCmd() *cobra.Command {
@@ -59,6 +60,7 @@ Exit status: 0 replayed, 4 --fail-on-flip and an outcome flipped, 1 the range
 is not intact or an error, 2 bad usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.integrity.stdin = cmd.InOrStdin()
 			return runPolicyReplay(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
@@ -74,6 +76,7 @@ is not intact or an error, 2 bad usage.`,
 	f.BoolVar(&o.failOnFlip, "fail-on-flip", false, "exit 4 when any outcome flips, for CI")
 	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions")
 	f.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (on a terminal), on or off")
+	o.integrity.register(f)
 	o.conn.register(f)
 	return c
 }
@@ -108,6 +111,10 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 	if err != nil {
 		return err
 	}
+	keys, anchors, err := o.integrity.load(o.dataDir, o.tenant)
+	if err != nil {
+		return err
+	}
 	b, _, err := loadPolicyBundle(&o.bundle, nil, errw)
 	if err != nil {
 		return err
@@ -131,7 +138,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	stop := startProgress(errw, o.progress, "replay", total, &read)
-	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read})
+	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, keys: keys, anchors: anchors})
 	stop()
 	if err != nil {
 		return err
@@ -221,6 +228,8 @@ type replayConfig struct {
 	read *atomic.Int64
 	// keys are the audit keys whose MACs the range check accepts.
 	keys [][]byte
+	// anchors are heads kept from an earlier audit verify.
+	anchors []audit.Head
 }
 
 // maxNamed bounds how many unrebuildable proposals the report names.
@@ -236,6 +245,8 @@ type replayReport struct {
 	// Intact is false when the range check found a problem (Problems).
 	Intact   bool            `json:"intact"`
 	Problems []audit.Problem `json:"problems"`
+	// Integrity says what the range check covered: MACs, the range's end.
+	Integrity replayIntegrity `json:"integrity"`
 	// Verdicts is how many verdicts the range holds; Replayed how many
 	// of them were decided again.
 	Verdicts int `json:"verdicts"`
@@ -329,11 +340,15 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
 		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
 	}
-	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys})
+	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
+	end, err := rangeEnd(ctx, js, q)
+	if err != nil {
+		return nil, err
+	}
 	pending := map[string]*recordedPolicy{}
 	var decideTime time.Duration
 	start := time.Now()
-	err := audit.Read(ctx, js, q, func(e audit.Entry) error {
+	err = audit.Read(ctx, js, q, func(e audit.Entry) error {
 		checker.Add(e)
 		if cfg.read != nil {
 			cfg.read.Add(1)
@@ -359,7 +374,8 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		return nil, fmt.Errorf("reading the audit stream: %w", err)
 	}
 	total := time.Since(start)
-	chk := checker.Report()
+	chk, anchored := checker.Finish(end)
+	rep.Integrity = newReplayIntegrity(chk, anchored, q.Tenant == "")
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
 	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0
 	rep.DecideSeconds = decideTime.Seconds()
@@ -475,6 +491,7 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "candidate policy revision %s\n", rep.Revision)
 	fmt.Fprintf(&b, "audit range: seq %d-%d, %d records\n", rep.FirstSeq, rep.LastSeq, rep.Records)
+	writeIntegrityText(&b, rep.Integrity)
 	if !rep.Intact {
 		fmt.Fprintf(&b, "RANGE NOT INTACT: %d problem(s); the replay below is incomplete\n", len(rep.Problems))
 		for _, p := range rep.Problems {
