@@ -74,7 +74,7 @@ is not intact or an error, 2 bad usage.`,
 	f.StringVar(&o.tenant, "tenant", "", "replay this tenant's proposals only")
 	f.StringVar(&o.format, "format", "text", "text or json")
 	f.BoolVar(&o.failOnFlip, "fail-on-flip", false, "exit 4 when any outcome flips, for CI")
-	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions")
+	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions, and the first N whose reviewers change; -1 lists all")
 	f.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (on a terminal), on or off")
 	o.integrity.register(f)
 	o.conn.register(f)
@@ -95,8 +95,8 @@ func (o *policyReplayOptions) check() error {
 		return usageError("give --since or --from-seq, not both")
 	case o.tenant != "" && !engine.ValidTenant(o.tenant):
 		return usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
-	case o.show < 0:
-		return usageError("--show %d: want 0 or more", o.show)
+	case o.show < -1:
+		return usageError("--show %d: want 0 or more, or -1 for all", o.show)
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
 		return usageError("--progress %q: want auto, on or off", o.progress)
 	}
@@ -260,6 +260,16 @@ type replayReport struct {
 	// ReviewReused counts proposals both policies send to review, whose
 	// recorded review result is kept: reviewers are not asked again.
 	ReviewReused int `json:"review_reused"`
+	// ReviewChanged counts proposals both policies send to review, but
+	// not to the same reviewers (persona, quorum, also): not a flip of
+	// outcome, yet the recorded review does not stand for the candidate.
+	// ReviewChanges names them, as many as the flips listed.
+	ReviewChanged int                  `json:"review_changed"`
+	ReviewChanges []replayReviewChange `json:"review_changes"`
+	// Differences counts the proposals by kind of difference between the
+	// recorded and the candidate's policy decision, as shadow mode counts
+	// them (engine.CompareShadow): error, outcome (a flip), denies, route.
+	Differences map[string]int `json:"differences"`
 	// NotPolicy counts verdicts the policy did not decide, by stage
 	// (invalid proposals, duplicates): the candidate cannot change them.
 	NotPolicy map[string]int `json:"not_policy"`
@@ -300,6 +310,10 @@ type replayFlip struct {
 	Seq    uint64         `json:"seq"`
 	Old    replayDecision `json:"old"`
 	New    replayDecision `json:"new"`
+	// Kinds and Rules are how the two policy decisions differ, as
+	// engine.CompareShadow says (and shadow mode records).
+	Kinds []string `json:"kinds"`
+	Rules []string `json:"rules"`
 }
 
 // outcomeReview is the new outcome of a proposal the candidate sends to a
@@ -311,6 +325,7 @@ type recordedPolicy struct {
 	Action string              `json:"action"`
 	Denies []engine.Deny       `json:"denies"`
 	Review engine.Route        `json:"review"`
+	Run    *engine.RunPolicy   `json:"run"`
 	Error  string              `json:"error"`
 	Input  *engine.ReplayInput `json:"input"`
 }
@@ -331,15 +346,21 @@ func (p *recordedPolicy) settledAtPolicy() bool {
 	return len(p.Denies) > 0 || !p.Review.Required || p.Review.Blocked != ""
 }
 
+// newReplayReport is an empty report of a replay under revision.
+func newReplayReport(revision string) *replayReport {
+	return &replayReport{
+		Revision: revision, Outcomes: map[string]int{}, FlipsByRule: map[string]int{},
+		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
+		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
+		ReviewChanges: []replayReviewChange{}, Differences: map[string]int{},
+	}
+}
+
 // replayHistory reads the audit range q selects and decides every
 // recorded proposal again under ev.
 func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, ev *policies.Evaluator,
 	reg engine.Personas, cfg replayConfig) (*replayReport, error) {
-	rep := &replayReport{
-		Revision: ev.Revision(), Outcomes: map[string]int{}, FlipsByRule: map[string]int{},
-		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
-		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
-	}
+	rep := newReplayReport(ev.Revision())
 	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
 	end, err := rangeEnd(ctx, js, q)
 	if err != nil {
@@ -440,11 +461,17 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	oldSide := replayDecision{Outcome: old.Outcome, Stage: old.Stage, Reason: old.Reason, Denies: sortedDenies(p.Denies)}
 	var newSide replayDecision
 	pd, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, p.Input.Persona, true)
+	cmp := compareRecorded(prop, reg, p, pd, routed, err)
 	switch settled, done := engine.PolicyOutcome(prop, pd, routed); {
 	case err != nil:
 		newSide = replayDecision{Outcome: engine.OutcomeError, Stage: engine.StagePolicy, Reason: "policy evaluation failed: " + err.Error(), Denies: []engine.Deny{}}
 	case done:
 		newSide = replayDecision{Outcome: settled.Outcome, Stage: settled.Stage, Reason: settled.Reason, Denies: settled.Denies}
+	case !p.settledAtPolicy() && cmp.ReviewChanged():
+		// Not reused: the recorded review is not the candidate's reviewers'.
+		newSide = oldSide
+		newSide.Denies = settled.Denies
+		rep.reviewChanged(r, prop.Action, cmp, show)
 	case !p.settledAtPolicy():
 		rep.ReviewReused++
 		newSide = oldSide
@@ -453,7 +480,10 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 		newSide = replayDecision{Outcome: outcomeReview, Stage: engine.StageReview, Reason: "the candidate sends it to a review the recorded decision never asked", Denies: settled.Denies}
 	}
 	rep.Outcomes[string(oldSide.Outcome)+" -> "+string(newSide.Outcome)]++
-	if oldSide.Outcome == newSide.Outcome {
+	for _, k := range cmp.Kinds {
+		rep.Differences[k]++
+	}
+	if !cmp.Flipped() {
 		return
 	}
 	rep.Flips++
@@ -462,8 +492,9 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	}
 	rep.FlipsByTenant[r.Event.Tenant]++
 	rep.FlipsByAction[prop.Action]++
-	if len(rep.Shown) < show {
-		rep.Shown = append(rep.Shown, replayFlip{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: prop.Action, Seq: r.Seq, Old: oldSide, New: newSide})
+	if listed(len(rep.Shown), show) {
+		rep.Shown = append(rep.Shown, replayFlip{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: prop.Action, Seq: r.Seq,
+			Old: oldSide, New: newSide, Kinds: cmp.Kinds, Rules: nonNil(cmp.Rules)})
 	}
 }
 
@@ -501,7 +532,9 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 	fmt.Fprintf(&b, "verdicts: %d, replayed: %d, flipped: %d, not decided by the policy: %d, input not rebuildable: %d\n",
 		rep.Verdicts, rep.Replayed, rep.Flips, sumCounts(rep.NotPolicy), rep.Unrebuildable)
 	fmt.Fprintf(&b, "reviewers were not asked again: %d proposal(s) both policies send to review keep their recorded review result\n", rep.ReviewReused)
+	writeReviewChangesText(&b, rep)
 	writeCounts(&b, "outcomes (old -> new)", rep.Outcomes)
+	writeCounts(&b, "differences by kind (as shadow mode counts them)", rep.Differences)
 	writeCounts(&b, "flips by rule", rep.FlipsByRule)
 	writeCounts(&b, "flips by tenant", rep.FlipsByTenant)
 	writeCounts(&b, "flips by action", rep.FlipsByAction)
