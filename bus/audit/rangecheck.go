@@ -1,6 +1,16 @@
 package audit
 
-import "fmt"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine/wire"
+)
 
 // RangeEnd is what a reader of a range knows of where the stream ends,
 // for Checker.Finish: the chain alone cannot show records deleted from
@@ -76,4 +86,93 @@ func (c *Checker) Finish(end RangeEnd) (*Report, AnchorCheck) {
 	}
 	ac.Matched = v.anchored
 	return v.finish(), ac
+}
+
+// VerdictAnchor is the stored verdict CheckLatestVerdict checked the end
+// of the stream against.
+type VerdictAnchor struct {
+	Tenant   string `json:"tenant"`
+	ID       string `json:"id"`
+	AuditSeq uint64 `json:"audit_seq"`
+}
+
+// CheckLatestVerdict checks the end of the audit stream against the
+// verdict store, the anchor a deployment keeps where a reader of the
+// stream can read it: the verdict stored last (of tenant, when set) names
+// its verdict.decided record by audit_seq, and records cut from the end of
+// the stream take that record with them. It returns the verdict checked,
+// nil when there is none to check (no bucket, no verdict, a deleted one
+// last, or a record the stream's limits may have expired), and the
+// problem found, nil when the record is there and holds the verdict. The
+// record is read where it is now, so a verdict stored after a read began
+// is no problem. Errors are NATS's.
+func CheckLatestVerdict(ctx context.Context, js jetstream.JetStream, tenant string) (*VerdictAnchor, *Problem, error) {
+	kv, err := js.Stream(ctx, "KV_"+wire.VerdictBucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening bucket %s: %w", wire.VerdictBucket, err)
+	}
+	if tenant == "" {
+		tenant = "*"
+	}
+	prefix := "$KV." + wire.VerdictBucket + "."
+	m, err := kv.GetLastMsgForSubject(ctx, prefix+wire.VerdictKey(tenant, "*"))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the latest stored verdict: %w", err)
+	}
+	if m.Header.Get("KV-Operation") != "" {
+		return nil, nil, nil // deleted or purged: names no record
+	}
+	key := strings.TrimPrefix(m.Subject, prefix)
+	v, err := decodeBucketVerdict(key, m.Data)
+	if err != nil {
+		t, id, _ := strings.Cut(key, ".")
+		return &VerdictAnchor{Tenant: t, ID: id}, &Problem{Tenant: t, ProposalID: id, Kind: ProblemModified,
+			Detail: fmt.Sprintf("the latest stored verdict %s: %v", key, err)}, nil
+	}
+	anchor := &VerdictAnchor{Tenant: v.Tenant, ID: v.ProposalID, AuditSeq: v.AuditSeq}
+	stream, err := js.Stream(ctx, Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, nil, ErrNoStream
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("opening stream %s: %w", Stream, err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading stream %s: %w", Stream, err)
+	}
+	cfg := info.Config
+	c := &verdictChecker{
+		stream: stream, maxAge: cfg.MaxAge, now: time.Now(), first: info.State.FirstSeq, last: info.State.LastSeq,
+		mayExpire: cfg.MaxAge > 0 || cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxMsgsPerSubject > 0,
+	}
+	sv := storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, print: printVerdict(v), v: v}
+	if sv.seq < c.first && c.expired(sv) {
+		return nil, nil, nil
+	}
+	if sv.seq <= c.last {
+		rm, err := stream.GetMsg(ctx, sv.seq)
+		switch {
+		case err == nil:
+			if r, err := DecodeRecord(rm.Subject, rm.Header, rm.Data); err == nil {
+				if rv, err := decodeVerdictRecord(r); err == nil && r.Event.Tenant == sv.tenant && r.Event.ProposalID == sv.id && printVerdict(rv) == sv.print {
+					return anchor, nil, nil
+				}
+			}
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil, nil, fmt.Errorf("reading audit seq %d: %w", sv.seq, err)
+		}
+	}
+	kind, detail, err := c.explain(ctx, sv)
+	if err != nil {
+		return nil, nil, err
+	}
+	return anchor, &Problem{Seq: sv.seq, Tenant: sv.tenant, ProposalID: sv.id, Kind: kind,
+		Detail: "the latest " + detail + " (records cut from the end of the stream, or the stream replaced)"}, nil
 }

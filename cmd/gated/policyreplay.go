@@ -49,13 +49,18 @@ func policyReplayCmd() *cobra.Command {
 the embedded server's --data-dir while no gated runs on it) and decides every
 recorded proposal again under the candidate bundle, with the input the live
 decision had: the proposal, the persona, the target's history and the clock,
-as its policy.decided record keeps them. It prints old -> new outcome counts,
-flips by rule, tenant and action, and the first --show flips with both
-decisions. Reviewers are not asked again: a proposal that both policies send
-to review keeps its recorded review result. A proposal whose input cannot be
+as its policy.decided record keeps them. It compares the two decisions as
+shadow mode does (a flip is a difference of outcome) and prints old -> new
+outcome counts, differences by kind, flips by rule, tenant and action, and the
+first --show flips with both decisions. Reviewers are not asked again: a
+proposal that both policies send to the same reviewers keeps its recorded
+review result; one they send to other reviewers (persona, quorum, also) is
+counted and named as a review change. A proposal whose input cannot be
 rebuilt is counted and named. The range is checked as "audit verify" checks
-the stream; a range with a record altered, forged or missing is reported and
-the replay fails, never counted as complete.
+the stream, with the records' MACs given --audit-key-file (with --data-dir,
+its audit.key), and its end against the stream's last sequence (every
+tenant) and --anchors; a range with a record altered, forged or missing is
+reported and the replay fails, never counted as complete.
 Exit status: 0 replayed, 4 --fail-on-flip and an outcome flipped, 1 the range
 is not intact or an error, 2 bad usage.`,
 		Args: cobra.NoArgs,
@@ -396,7 +401,9 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	}
 	total := time.Since(start)
 	chk, anchored := checker.Finish(end)
-	rep.Integrity = newReplayIntegrity(chk, anchored, q.Tenant == "")
+	if rep.Integrity, err = checkIntegrity(ctx, js, q, chk, anchored); err != nil {
+		return nil, err
+	}
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
 	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0
 	rep.DecideSeconds = decideTime.Seconds()
@@ -531,7 +538,7 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 	}
 	fmt.Fprintf(&b, "verdicts: %d, replayed: %d, flipped: %d, not decided by the policy: %d, input not rebuildable: %d\n",
 		rep.Verdicts, rep.Replayed, rep.Flips, sumCounts(rep.NotPolicy), rep.Unrebuildable)
-	fmt.Fprintf(&b, "reviewers were not asked again: %d proposal(s) both policies send to review keep their recorded review result\n", rep.ReviewReused)
+	fmt.Fprintf(&b, "reviewers were not asked again: %d proposal(s) both policies send to the same reviewers keep their recorded review result\n", rep.ReviewReused)
 	writeReviewChangesText(&b, rep)
 	writeCounts(&b, "outcomes (old -> new)", rep.Outcomes)
 	writeCounts(&b, "differences by kind (as shadow mode counts them)", rep.Differences)

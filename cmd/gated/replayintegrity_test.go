@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -87,6 +90,40 @@ func TestReplayDataDirUsesItsKey(t *testing.T) {
 	}
 }
 
+// storeHeadVerdicts stores in the verdict bucket the verdict of each
+// head's record, with its audit_seq, as gated stores a verdict once its
+// record is in the stream, oldest first.
+func storeHeadVerdicts(t *testing.T, js jetstream.JetStream, stream jetstream.Stream, heads []audit.Head) {
+	t.Helper()
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: wire.VerdictBucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads = slices.SortedFunc(slices.Values(heads), func(a, b audit.Head) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, h := range heads {
+		m, err := stream.GetMsg(t.Context(), h.Seq)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var v engine.Verdict
+		if err := json.Unmarshal(r.Event.Data, &v); err != nil {
+			t.Fatal(err)
+		}
+		v.AuditSeq = h.Seq
+		data, err := json.Marshal(&v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Put(t.Context(), wire.VerdictKey(v.Tenant, v.ProposalID), data); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // tailStream is an audit stream that lets records be deleted, with a
 // scripted history of n proposals, and the heads of its chains then.
 func tailStream(t *testing.T, n int) (jetstream.JetStream, jetstream.Stream, []byte) {
@@ -134,11 +171,12 @@ func TestReplayDetectsACutEnd(t *testing.T) {
 	for _, h := range hs {
 		cutFrom = min(cutFrom, h.Seq)
 	}
+	storeHeadVerdicts(t, js, stream, hs)
 	url, cand := natsURL(t, js), mustCandidateDir(t)
-	// Before the cut, the anchors hold.
+	// Before the cut, the anchors and the latest verdict hold.
 	code, out, err := runGated(t, "policy", "replay", "--policies", cand, "--nats-url", url, "--anchors", anchors)
-	if code != 0 || !strings.Contains(out, "checked against 2 anchor(s)") {
-		t.Fatalf("intact: exit %d (err %v), want 0 with the anchors checked\n%s", code, err, out)
+	if code != 0 || !strings.Contains(out, "checked against 2 anchor(s)") || !strings.Contains(out, "checked against the latest stored verdict") {
+		t.Fatalf("intact: exit %d (err %v), want 0 with the anchors and the latest verdict checked\n%s", code, err, out)
 	}
 	for seq := cutFrom; seq <= last; seq++ {
 		if err := stream.DeleteMsg(t.Context(), seq); err != nil {
@@ -156,8 +194,8 @@ func TestReplayDetectsACutEnd(t *testing.T) {
 		{note: "an anchors file that does not exist", args: []string{"--anchors", filepath.Join(t.TempDir(), "none")}, code: exitUsage},
 		{note: "every tenant, no anchors", args: nil, code: exitFailure,
 			want: []string{"RANGE NOT INTACT", "missing at the end of the stream", "end of the range checked against the stream's last sequence"}},
-		{note: "one tenant, no anchors", args: []string{"--tenant", "acme"}, code: 0,
-			want: []string{"end of the range not checked"}},
+		{note: "one tenant, no anchors", args: []string{"--tenant", "acme"}, code: exitFailure,
+			want: []string{"RANGE NOT INTACT", "the latest stored verdict acme.", "which is not in the stream: removed"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -172,6 +210,15 @@ func TestReplayDetectsACutEnd(t *testing.T) {
 				}
 			}
 		})
+	}
+	// Without the verdict store, one tenant's cut end goes unseen, and the
+	// report says so.
+	if err := js.DeleteKeyValue(t.Context(), wire.VerdictBucket); err != nil {
+		t.Fatal(err)
+	}
+	code, out, err = runGated(t, "policy", "replay", "--policies", cand, "--nats-url", url, "--tenant", "acme")
+	if code != 0 || !strings.Contains(out, "end of the range not checked") {
+		t.Fatalf("one tenant, no anchors, no verdict store: exit %d (err %v), want 0 saying the end was not checked\n%s", code, err, out)
 	}
 }
 
