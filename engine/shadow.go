@@ -62,8 +62,22 @@ type ShadowComparison struct {
 // Differs says whether the two decisions differ.
 func (c ShadowComparison) Differs() bool { return len(c.Kinds) > 0 }
 
-// shadowSide is what a policy decision, or its failure, settles.
-func shadowSide(p *Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) ShadowDecision {
+// Flipped says whether the two decisions settle on different outcomes
+// (a difference of kind outcome): what shadow mode and replay alike call
+// a flip.
+func (c ShadowComparison) Flipped() bool { return slices.Contains(c.Kinds, ShadowDiffOutcome) }
+
+// ReviewChanged says whether both decisions send the proposal to review
+// but not to the same reviewers (a difference of kind route): a recorded
+// review result does not stand for the candidate's reviewers.
+func (c ShadowComparison) ReviewChanged() bool { return slices.Contains(c.Kinds, ShadowDiffRoute) }
+
+// PolicySide is what a policy decision pd on p (or its failure err)
+// settles before any review, in the name of the persona routed: one side
+// of CompareShadow. The gate builds the live side and the shadow's with
+// it, and a replay the recorded side and the candidate's, so the two
+// cannot disagree on what a decision settles.
+func PolicySide(p *Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) ShadowDecision {
 	if err != nil {
 		return ShadowDecision{Revision: pd.Revision, Outcome: string(OutcomeError), Denies: []Deny{}, Error: err.Error()}
 	}
@@ -159,11 +173,11 @@ func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd Pol
 	}
 	in.Persona = routed.Persona
 	sd, err := evaluateShadow(ctx, shadow, in)
-	live := shadowSide(r.p, r.e.cfg.Personas, routed, pd, liveErr)
+	live := PolicySide(r.p, r.e.cfg.Personas, routed, pd, liveErr)
 	if live.Revision == "" {
 		live.Revision = r.revision
 	}
-	c := CompareShadow(live, shadowSide(r.p, r.e.cfg.Personas, routed, sd, err))
+	c := CompareShadow(live, PolicySide(r.p, r.e.cfg.Personas, routed, sd, err))
 	if r.e.cfg.OnShadow != nil {
 		r.e.cfg.OnShadow(r.p, c)
 	}

@@ -179,6 +179,8 @@ type auditVerifier struct {
 	// (one tenant's records are not contiguous).
 	nextSeq uint64
 	anchors map[string][]Head
+	// anchored counts the anchors whose record was read.
+	anchored int
 }
 
 // chainState is what the verifier knows of one tenant's chain.
@@ -198,6 +200,8 @@ type chainState struct {
 	// reported for them; a record stored later with that hash turns them
 	// into reorderings.
 	pending map[string][]int
+	// first is the n of the tenant's first valid record read.
+	first uint64
 }
 
 func newAuditVerifier(opts VerifyOptions) *auditVerifier {
@@ -304,7 +308,12 @@ func (v *auditVerifier) link(seq uint64, tenant string, c *chainState, r *Record
 		}
 		delete(c.pending, digest)
 	}
-	advance := func() { c.started, c.n, c.hash, c.seq = true, n, digest, seq }
+	advance := func() {
+		if !c.started {
+			c.first = n
+		}
+		c.started, c.n, c.hash, c.seq = true, n, digest, seq
+	}
 	overInvalid := prev != "" && prev == c.last && !c.lastValid
 	switch {
 	case overInvalid:
@@ -350,6 +359,7 @@ func (v *auditVerifier) checkAnchor(seq uint64, tenant string, n uint64, digest 
 		if a.Hash != digest {
 			v.problem(seq, tenant, ProblemModified, fmt.Sprintf("record n=%d does not match its anchor (hash %s)", n, a.Hash))
 		}
+		v.anchored++
 		v.anchors[tenant][i].N = 0 // found
 	}
 }

@@ -38,6 +38,7 @@ type policyReplayOptions struct {
 	show        int
 	progress    string
 	rereview    rereviewOptions
+	integrity   replayIntegrityOptions
 }
 
 func policyReplayCmd() *cobra.Command {
@@ -49,23 +50,29 @@ func policyReplayCmd() *cobra.Command {
 the embedded server's --data-dir while no gated runs on it) and decides every
 recorded proposal again under the candidate bundle, with the input the live
 decision had: the proposal, the persona, the target's history and the clock,
-as its policy.decided record keeps them. It prints old -> new outcome counts,
-flips by rule, tenant and action, and the first --show flips with both
-decisions. A proposal that both policies send to review keeps its recorded
-review result when its reviewers are unchanged in the candidate set-up (the
-same persona revision, model and plugin version, with --personas and the
-plugins serve would load); otherwise it is counted "review stale" and named.
+as its policy.decided record keeps them. It compares the two decisions as
+shadow mode does (a flip is a difference of outcome) and prints old -> new
+outcome counts, differences by kind, flips by rule, tenant and action, and the
+first --show flips with both decisions. A proposal that both policies send to
+the same reviewers keeps its recorded review result when those reviewers are
+unchanged in the candidate set-up (the same persona revision, model and
+plugin version, with --personas and the plugins serve would load); otherwise
+it is counted "review stale" and named. One they send to other reviewers
+(persona, quorum, also) is counted and named as a review change.
 --rereview PERSONA runs that persona's candidate reviewer (a real plugin
 process) again on its recorded review requests and reports its agreement
 with the recorded decisions: the flip rate, Cohen's kappa and the
 disagreements. A proposal whose input cannot be rebuilt is counted and
-named. The range is checked as "audit verify" checks the stream; a range
-with a record altered, forged or missing is reported and the replay fails,
-never counted as complete.
+named. The range is checked as "audit verify" checks the stream, with the
+records' MACs given --audit-key-file (with --data-dir, its audit.key), and
+its end against the stream's last sequence (every tenant) and --anchors; a
+range with a record altered, forged or missing is reported and the replay
+fails, never counted as complete.
 Exit status: 0 replayed, 4 --fail-on-flip and an outcome flipped, 1 the range
 is not intact or an error, 2 bad usage.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.integrity.stdin = cmd.InOrStdin()
 			return runPolicyReplay(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o)
 		},
 	}
@@ -79,8 +86,9 @@ is not intact or an error, 2 bad usage.`,
 	f.StringVar(&o.tenant, "tenant", "", "replay this tenant's proposals only")
 	f.StringVar(&o.format, "format", "text", "text or json")
 	f.BoolVar(&o.failOnFlip, "fail-on-flip", false, "exit 4 when any outcome flips, for CI")
-	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions")
+	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions, and the first N whose reviewers change; -1 lists all")
 	f.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (on a terminal), on or off")
+	o.integrity.register(f)
 	o.conn.register(f)
 	o.rereview.register(f)
 	return c
@@ -100,8 +108,8 @@ func (o *policyReplayOptions) check() error {
 		return usageError("give --since or --from-seq, not both")
 	case o.tenant != "" && !engine.ValidTenant(o.tenant):
 		return usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
-	case o.show < 0:
-		return usageError("--show %d: want 0 or more", o.show)
+	case o.show < -1:
+		return usageError("--show %d: want 0 or more, or -1 for all", o.show)
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
 		return usageError("--progress %q: want auto, on or off", o.progress)
 	}
@@ -116,6 +124,10 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	reg, err := loadPersonas(o.personasDir, errw)
+	if err != nil {
+		return err
+	}
+	keys, anchors, err := o.integrity.load(o.dataDir, o.tenant)
 	if err != nil {
 		return err
 	}
@@ -152,7 +164,8 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	stop := startProgress(errw, o.progress, "replay", total, &read)
-	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, reviewers: reviewers, rereview: rr})
+	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, keys: keys, anchors: anchors,
+		reviewers: reviewers, rereview: rr})
 	stop()
 	if err != nil {
 		return err
@@ -248,6 +261,8 @@ type replayConfig struct {
 	// rereview, when set, runs a candidate reviewer again on the recorded
 	// review requests of its persona.
 	rereview *rereviewer
+	// anchors are heads kept from an earlier audit verify.
+	anchors []audit.Head
 }
 
 // maxNamed bounds how many unrebuildable proposals the report names.
@@ -263,6 +278,8 @@ type replayReport struct {
 	// Intact is false when the range check found a problem (Problems).
 	Intact   bool            `json:"intact"`
 	Problems []audit.Problem `json:"problems"`
+	// Integrity says what the range check covered: MACs, the range's end.
+	Integrity replayIntegrity `json:"integrity"`
 	// Verdicts is how many verdicts the range holds; Replayed how many
 	// of them were decided again.
 	Verdicts int `json:"verdicts"`
@@ -283,6 +300,16 @@ type replayReport struct {
 	ReviewStaleNamed []replayMissing `json:"review_stale_named"`
 	// Rereview is what --rereview found; absent without it.
 	Rereview *rereviewReport `json:"rereview,omitempty"`
+	// ReviewChanged counts proposals both policies send to review, but
+	// not to the same reviewers (persona, quorum, also): not a flip of
+	// outcome, yet the recorded review does not stand for the candidate.
+	// ReviewChanges names them, as many as the flips listed.
+	ReviewChanged int                  `json:"review_changed"`
+	ReviewChanges []replayReviewChange `json:"review_changes"`
+	// Differences counts the proposals by kind of difference between the
+	// recorded and the candidate's policy decision, as shadow mode counts
+	// them (engine.CompareShadow): error, outcome (a flip), denies, route.
+	Differences map[string]int `json:"differences"`
 	// NotPolicy counts verdicts the policy did not decide, by stage
 	// (invalid proposals, duplicates): the candidate cannot change them.
 	NotPolicy map[string]int `json:"not_policy"`
@@ -325,6 +352,10 @@ type replayFlip struct {
 	Seq    uint64         `json:"seq"`
 	Old    replayDecision `json:"old"`
 	New    replayDecision `json:"new"`
+	// Kinds and Rules are how the two policy decisions differ, as
+	// engine.CompareShadow says (and shadow mode records).
+	Kinds []string `json:"kinds"`
+	Rules []string `json:"rules"`
 }
 
 // outcomeReview is the new outcome of a proposal the candidate sends to a
@@ -336,6 +367,7 @@ type recordedPolicy struct {
 	Action      string              `json:"action"`
 	Denies      []engine.Deny       `json:"denies"`
 	Review      engine.Route        `json:"review"`
+	Run         *engine.RunPolicy   `json:"run"`
 	Error       string              `json:"error"`
 	Input       *engine.ReplayInput `json:"input"`
 	SOP         string              `json:"sop"`
@@ -363,23 +395,33 @@ func (p *recordedPolicy) settledAtPolicy() bool {
 	return len(p.Denies) > 0 || !p.Review.Required || p.Review.Blocked != ""
 }
 
+// newReplayReport is an empty report of a replay under revision.
+func newReplayReport(revision string) *replayReport {
+	return &replayReport{
+		Revision: revision, Outcomes: map[string]int{}, FlipsByRule: map[string]int{},
+		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
+		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
+		ReviewChanges: []replayReviewChange{}, Differences: map[string]int{}, ReviewStaleNamed: []replayMissing{},
+	}
+}
+
 // replayHistory reads the audit range q selects and decides every
 // recorded proposal again under ev.
 func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, ev *policies.Evaluator,
 	reg engine.Personas, cfg replayConfig) (*replayReport, error) {
-	rep := &replayReport{
-		Revision: ev.Revision(), Outcomes: map[string]int{}, FlipsByRule: map[string]int{},
-		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
-		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{}, ReviewStaleNamed: []replayMissing{},
-		reviewers: cfg.reviewers,
+	rep := newReplayReport(ev.Revision())
+	rep.reviewers = cfg.reviewers
+	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
+	end, err := rangeEnd(ctx, js, q)
+	if err != nil {
+		return nil, err
 	}
-	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys})
 	pending := map[string]*recordedPolicy{}
 	// decideTime is the time spent deciding, waitTime the time spent
 	// waiting for a --rereview worker: neither is reading.
 	var decideTime, waitTime time.Duration
 	start := time.Now()
-	err := audit.Read(ctx, js, q, func(e audit.Entry) error {
+	err = audit.Read(ctx, js, q, func(e audit.Entry) error {
 		checker.Add(e)
 		if cfg.read != nil {
 			cfg.read.Add(1)
@@ -418,7 +460,10 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	if err != nil {
 		return nil, fmt.Errorf("reading the audit stream: %w", err)
 	}
-	chk := checker.Report()
+	chk, anchored := checker.Finish(end)
+	if rep.Integrity, err = checkIntegrity(ctx, js, q, chk, anchored); err != nil {
+		return nil, err
+	}
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
 	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0
 	rep.DecideSeconds = decideTime.Seconds()
@@ -483,11 +528,17 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	oldSide := replayDecision{Outcome: old.Outcome, Stage: old.Stage, Reason: old.Reason, Denies: sortedDenies(p.Denies)}
 	var newSide replayDecision
 	pd, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, p.Input.Persona, true)
+	cmp := compareRecorded(prop, reg, p, pd, routed, err)
 	switch settled, done := engine.PolicyOutcome(prop, pd, routed); {
 	case err != nil:
 		newSide = replayDecision{Outcome: engine.OutcomeError, Stage: engine.StagePolicy, Reason: "policy evaluation failed: " + err.Error(), Denies: []engine.Deny{}}
 	case done:
 		newSide = replayDecision{Outcome: settled.Outcome, Stage: settled.Stage, Reason: settled.Reason, Denies: settled.Denies}
+	case !p.settledAtPolicy() && cmp.ReviewChanged():
+		// Not reused: the recorded review is not the candidate's reviewers'.
+		newSide = oldSide
+		newSide.Denies = settled.Denies
+		rep.reviewChanged(r, prop.Action, cmp, show)
 	case !p.settledAtPolicy():
 		rep.keepReview(ctx, r, p, routed.Name, pd.Review.Quorum, rep.reviewers)
 		newSide = oldSide
@@ -496,7 +547,10 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 		newSide = replayDecision{Outcome: outcomeReview, Stage: engine.StageReview, Reason: "the candidate sends it to a review the recorded decision never asked", Denies: settled.Denies}
 	}
 	rep.Outcomes[string(oldSide.Outcome)+" -> "+string(newSide.Outcome)]++
-	if oldSide.Outcome == newSide.Outcome {
+	for _, k := range cmp.Kinds {
+		rep.Differences[k]++
+	}
+	if !cmp.Flipped() {
 		return
 	}
 	rep.Flips++
@@ -505,8 +559,9 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	}
 	rep.FlipsByTenant[r.Event.Tenant]++
 	rep.FlipsByAction[prop.Action]++
-	if len(rep.Shown) < show {
-		rep.Shown = append(rep.Shown, replayFlip{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: prop.Action, Seq: r.Seq, Old: oldSide, New: newSide})
+	if listed(len(rep.Shown), show) {
+		rep.Shown = append(rep.Shown, replayFlip{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: prop.Action, Seq: r.Seq,
+			Old: oldSide, New: newSide, Kinds: cmp.Kinds, Rules: nonNil(cmp.Rules)})
 	}
 }
 
@@ -534,6 +589,7 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "candidate policy revision %s\n", rep.Revision)
 	fmt.Fprintf(&b, "audit range: seq %d-%d, %d records\n", rep.FirstSeq, rep.LastSeq, rep.Records)
+	writeIntegrityText(&b, rep.Integrity)
 	if !rep.Intact {
 		fmt.Fprintf(&b, "RANGE NOT INTACT: %d problem(s); the replay below is incomplete\n", len(rep.Problems))
 		for _, p := range rep.Problems {
@@ -544,7 +600,9 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 		rep.Verdicts, rep.Replayed, rep.Flips, sumCounts(rep.NotPolicy), rep.Unrebuildable)
 	fmt.Fprintf(&b, "reviews reused: %d proposal(s) both policies send to review keep their recorded result, the reviewers unchanged; review stale: %d (reviewer changed, result kept)\n",
 		rep.ReviewReused, rep.ReviewStale)
+	writeReviewChangesText(&b, rep)
 	writeCounts(&b, "outcomes (old -> new)", rep.Outcomes)
+	writeCounts(&b, "differences by kind (as shadow mode counts them)", rep.Differences)
 	writeCounts(&b, "flips by rule", rep.FlipsByRule)
 	writeCounts(&b, "flips by tenant", rep.FlipsByTenant)
 	writeCounts(&b, "flips by action", rep.FlipsByAction)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/gated/gated/bus/audit"
@@ -12,7 +13,7 @@ import (
 // FuzzReplayRecords feeds replay a policy.decided and a verdict.decided
 // record of arbitrary data: the verdict is counted exactly once, as
 // replayed, not decided by the policy, or not rebuildable with a reason;
-// a flip names both outcomes; nothing panics.
+// a flip names a difference of outcome; nothing panics.
 func FuzzReplayRecords(f *testing.F) {
 	_, _, seed := scriptedProposal(6)
 	f.Add([]byte(`{"action":"cache_purge","denies":[],"review":{"required":true},"input":{"proposal":`+string(seed)+`,"persona":"reviewer","now":"2026-11-01T09:00:00Z"}}`),
@@ -26,10 +27,7 @@ func FuzzReplayRecords(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, policyData, verdictData []byte, withPolicy bool) {
-		rep := &replayReport{
-			Outcomes: map[string]int{}, FlipsByRule: map[string]int{}, FlipsByTenant: map[string]int{},
-			FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
-		}
+		rep := newReplayReport("")
 		r := &audit.Record{Seq: 2, Event: engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p6", Data: verdictData}}
 		var p *recordedPolicy
 		if withPolicy {
@@ -46,9 +44,12 @@ func FuzzReplayRecords(f *testing.F) {
 			t.Fatalf("%d flips of %d replayed", rep.Flips, rep.Replayed)
 		}
 		for _, fl := range rep.Shown {
-			if fl.Old.Outcome == fl.New.Outcome || fl.New.Reason == "" {
-				t.Fatalf("flip %+v does not name two outcomes and a reason", fl)
+			if !slices.Contains(fl.Kinds, engine.ShadowDiffOutcome) || fl.New.Reason == "" {
+				t.Fatalf("flip %+v does not name a difference of outcome and a reason", fl)
 			}
+		}
+		if rep.ReviewChanged+rep.ReviewReused > rep.Replayed {
+			t.Fatalf("%d review changes and %d reused of %d replayed", rep.ReviewChanged, rep.ReviewReused, rep.Replayed)
 		}
 	})
 }

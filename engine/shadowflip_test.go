@@ -1,0 +1,47 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/gated/gated/engine"
+)
+
+// TestComparisonFlipsAndReviewChanges: a flip is a difference of outcome
+// and nothing else; a review change is a difference of route, which only
+// two decisions that both go to review can have.
+func TestComparisonFlipsAndReviewChanges(t *testing.T) {
+	deny := []engine.Deny{{Rule: "nginx_frozen", Message: "frozen"}}
+	review := func(persona string, also ...string) engine.ShadowDecision {
+		return engine.ShadowDecision{Outcome: engine.ShadowOutcomeReview, Denies: []engine.Deny{},
+			Route: &engine.Route{Required: true, Persona: persona, Quorum: 1, Also: also}}
+	}
+	settled := func(o engine.Outcome, d []engine.Deny) engine.ShadowDecision {
+		if d == nil {
+			d = []engine.Deny{}
+		}
+		return engine.ShadowDecision{Outcome: string(o), Denies: d, Route: &engine.Route{}}
+	}
+	cases := []struct {
+		note                  string
+		a, b                  engine.ShadowDecision
+		flipped, reviewChange bool
+	}{
+		{note: "alike", a: settled(engine.OutcomeApproved, nil), b: settled(engine.OutcomeApproved, nil)},
+		{note: "approved then rejected", a: settled(engine.OutcomeApproved, nil), b: settled(engine.OutcomeRejected, deny), flipped: true},
+		{note: "review then rejected", a: review("reviewer"), b: settled(engine.OutcomeRejected, deny), flipped: true},
+		{note: "rejected by other rules", a: settled(engine.OutcomeRejected, deny),
+			b: settled(engine.OutcomeRejected, []engine.Deny{{Rule: "target_cooldown"}})},
+		{note: "another persona", a: review("reviewer"), b: review("dba"), reviewChange: true},
+		{note: "another also", a: review("reviewer", "dba"), b: review("reviewer"), reviewChange: true},
+		{note: "the same review", a: review("reviewer", "dba"), b: review("reviewer", "dba")},
+		{note: "an error", a: review("reviewer"), b: engine.ShadowDecision{Outcome: string(engine.OutcomeError), Denies: []engine.Deny{}, Error: "boom"}, flipped: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			c := engine.CompareShadow(tc.a, tc.b)
+			if c.Flipped() != tc.flipped || c.ReviewChanged() != tc.reviewChange {
+				t.Fatalf("kinds %v: flipped %v, review changed %v; want %v, %v", c.Kinds, c.Flipped(), c.ReviewChanged(), tc.flipped, tc.reviewChange)
+			}
+		})
+	}
+}
