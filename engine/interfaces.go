@@ -355,6 +355,10 @@ const (
 	// message gated did not accept, and why.
 	EventOperatorDecided = "operator.decided"
 	EventOperatorRefused = "operator.refused"
+	// EventOperatorAwaited records that a proposal's verdict is held for
+	// an operator's decision: its data names the deadline, the reason and
+	// the rule that routed it.
+	EventOperatorAwaited = "operator.awaited"
 	// EventRecordCorrupt records a record read back from gated's store
 	// that is not what gated stored under its key; it was refused, not
 	// replayed or used. It is filed under the key's tenant.
