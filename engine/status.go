@@ -171,8 +171,7 @@ func DecodeStatus(data []byte) (*Status, error) {
 		seen[key] = true
 		switch key {
 		case "v":
-			var n json.Number
-			if err := json.Unmarshal(value, &n); err != nil || n.String() != "1" {
+			if string(bytes.TrimSpace(value)) != "1" {
 				return statusErr(key, "must be 1, not %s", clipText(string(value), 40))
 			}
 			st.V = 1
@@ -248,10 +247,12 @@ func DecodeStatus(data []byte) (*Status, error) {
 		}
 	}
 	// Each stage's own members: required on it, refused on the others.
-	own := map[string]StatusStage{"reviewer": StatusReviewStarted, "reason": StatusAwaitingOperator, "verdict": StatusDecided}
-	for f, stage := range own {
-		if seen[f] && st.Stage != stage {
-			return nil, statusErr(f, "belongs to stage %s, not %s", stage, st.Stage)
+	for _, own := range []struct {
+		field string
+		stage StatusStage
+	}{{"reviewer", StatusReviewStarted}, {"reason", StatusAwaitingOperator}, {"verdict", StatusDecided}} {
+		if seen[own.field] && st.Stage != own.stage {
+			return nil, statusErr(own.field, "belongs to stage %s, not %s", own.stage, st.Stage)
 		}
 	}
 	if seen["deadline"] && st.Stage != StatusReviewStarted && st.Stage != StatusAwaitingOperator {

@@ -77,8 +77,11 @@ func statusUpdate(tenant, id string, data []byte) StatusUpdate {
 	if err != nil {
 		return StatusUpdate{Err: err}
 	}
-	if st.Tenant != tenant || st.ID != id {
-		return StatusUpdate{Err: &engine.StatusError{Field: "id", Problem: fmt.Sprintf("names %s.%s on the status subject of %s.%s", st.Tenant, st.ID, tenant, id)}}
+	switch {
+	case st.Tenant != tenant:
+		return StatusUpdate{Err: &engine.StatusError{Field: "tenant", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.Tenant, tenant, id)}}
+	case st.ID != id:
+		return StatusUpdate{Err: &engine.StatusError{Field: "id", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.ID, tenant, id)}}
 	}
 	return StatusUpdate{Status: st}
 }
