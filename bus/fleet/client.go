@@ -82,6 +82,7 @@ func WithAPIPrefix(prefix string) ClientOption {
 //
 //	publish   gated.proposals.TENANT.*            Propose, ProposeRaw
 //	subscribe gated.verdicts.TENANT.*             Propose, ProposeRaw (the verdict)
+//	subscribe gated.status.TENANT.*               Watch, and WithStatus
 //	subscribe INBOX.>                             every call (the JetStream publish
 //	                                              acknowledgement, the look-up and
 //	                                              the review service's reply)
