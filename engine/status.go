@@ -106,17 +106,36 @@ func statusErr(field, format string, args ...any) *StatusError {
 	return &StatusError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
 
-// StatusOf derives the status event of an audit event of a proposal: ok
-// is false when the event marks no stage or names no proposal. seq is the
-// audit stream sequence of the event, set as the verdict's audit_seq on
-// decided. An error means the event's data is not what gated records for
-// it.
-func StatusOf(ev AuditEvent, seq uint64) (st *Status, ok bool, err error) {
+// StatusJSON derives the status event of an audit event of a proposal
+// and encodes it: ok is false when the event marks no stage or names no
+// proposal (no id, or a tenant or id that is not a subject token: the
+// status subject is built from them). seq is the audit stream sequence of
+// the event, set as the verdict's audit_seq on decided. An error means the
+// event's data is not what gated records for it.
+//
+// It runs for every audit event gated records, so it encodes by hand: the
+// members common to every stage are tokens and a time, and the verdict of
+// a decided status is the bytes of the audit record's verdict, not a new
+// encoding of it.
+func StatusJSON(ev AuditEvent, seq uint64) (data []byte, ok bool, err error) {
 	stage, ok := statusStages[ev.Event]
-	if !ok || ev.ProposalID == "" || ev.Tenant == UnknownTenant {
+	if !ok || ev.Tenant == UnknownTenant || !ValidTenant(ev.Tenant) || !ValidID(ev.ProposalID) {
 		return nil, false, nil
 	}
-	st = &Status{V: SchemaVersion, Tenant: ev.Tenant, ID: ev.ProposalID, Stage: stage, At: ev.At.UTC()}
+	size := 128 + len(ev.Tenant) + len(ev.ProposalID)
+	if stage == StatusDecided {
+		size += len(ev.Data) + 24
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"v":1,"tenant":"`...)
+	b = append(b, ev.Tenant...)
+	b = append(b, `","id":"`...)
+	b = append(b, ev.ProposalID...)
+	b = append(b, `","stage":"`...)
+	b = append(b, stage...)
+	b = append(b, `","at":"`...)
+	b = ev.At.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
 	switch stage {
 	case StatusReviewStarted:
 		var d struct {
@@ -126,10 +145,12 @@ func StatusOf(ev AuditEvent, seq uint64) (st *Status, ok bool, err error) {
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
 			return nil, false, fmt.Errorf("reading the data of %s: %w", ev.Event, err)
 		}
-		st.Reviewer = d.Persona
+		if d.Persona == "" {
+			return nil, false, fmt.Errorf("reading the data of %s: it names no persona", ev.Event)
+		}
+		b = appendMember(b, "reviewer", d.Persona)
 		if !d.Deadline.IsZero() {
-			dl := d.Deadline.UTC()
-			st.Deadline = &dl
+			b = appendTime(b, "deadline", d.Deadline)
 		}
 	case StatusAwaitingOperator:
 		var d struct {
@@ -139,19 +160,61 @@ func StatusOf(ev AuditEvent, seq uint64) (st *Status, ok bool, err error) {
 		if err := json.Unmarshal(ev.Data, &d); err != nil {
 			return nil, false, fmt.Errorf("reading the data of %s: %w", ev.Event, err)
 		}
-		dl := d.Deadline.UTC()
-		st.Deadline, st.Reason = &dl, d.Reason
+		if d.Deadline.IsZero() {
+			return nil, false, fmt.Errorf("reading the data of %s: it names no deadline", ev.Event)
+		}
+		b = appendTime(b, "deadline", d.Deadline)
+		if d.Reason != "" {
+			b = appendMember(b, "reason", d.Reason)
+		}
 	case StatusDecided:
-		// The record's data is the verdict with the members every event
-		// of a proposal carries; the verdict's own fields are read out.
-		v := new(Verdict)
-		if err := json.Unmarshal(ev.Data, v); err != nil {
+		v, err := recordedVerdict(ev.Data, seq)
+		if err != nil {
 			return nil, false, fmt.Errorf("reading the verdict of %s: %w", ev.Event, err)
 		}
-		v.AuditSeq = seq
-		st.Verdict = v
+		b = append(b, `,"verdict":`...)
+		b = append(b, v...)
 	}
-	return st, true, nil
+	return append(b, '}'), true, nil
+}
+
+// recordedVerdict is the verdict in the data of a verdict.decided record,
+// with audit_seq set to seq. The data is the members every event of a
+// proposal carries (proposalEventData, scalars) joined with the verdict's
+// own encoding, whose first member is "v" (auditLog.event, mergeJSON): so
+// the verdict starts at the first "v": key. No string holds those bytes,
+// since a quote inside a JSON string is escaped.
+func recordedVerdict(data json.RawMessage, seq uint64) ([]byte, error) {
+	i := bytes.Index(data, []byte(`"v":`))
+	if i < 1 || (data[i-1] != '{' && data[i-1] != ',') {
+		return nil, errors.New("no verdict in the record's data")
+	}
+	v := make([]byte, 0, len(data)-i+1)
+	v = append(v, '{')
+	v = append(v, data[i:]...)
+	v, ok := setTopLevelUint(v, "audit_seq", seq)
+	if !ok {
+		return nil, errors.New("the verdict has no audit_seq")
+	}
+	return v, nil
+}
+
+// appendMember appends ,"name":value with value a JSON string.
+func appendMember(b []byte, name, value string) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':')
+	q, _ := json.Marshal(value) // a string always encodes
+	return append(b, q...)
+}
+
+// appendTime appends ,"name":"<RFC 3339 time>".
+func appendTime(b []byte, name string, t time.Time) []byte {
+	b = append(b, ',', '"')
+	b = append(b, name...)
+	b = append(b, '"', ':', '"')
+	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
 }
 
 // DecodeStatus reads a status event strictly: one JSON object, every

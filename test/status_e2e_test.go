@@ -52,6 +52,12 @@ func TestStatusOfAReviewedProposal(t *testing.T) {
 	if d := got[3].Verdict; d == nil || d.Outcome != v.Outcome || d.AuditSeq != v.AuditSeq || d.ProposalSHA256 != v.ProposalSHA256 {
 		t.Errorf("decided carries %+v, the fleet got %+v", d, v)
 	}
+	m := metricsText(t, g)
+	for _, want := range []string{"gated_status_events_total 4", "gated_status_failures_total 0"} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 // TestProposeWatch runs `gated propose --watch`, in text and in JSON.

@@ -16,7 +16,6 @@ package status
 
 import (
 	"context"
-	"encoding/json"
 	"sync/atomic"
 
 	"github.com/nats-io/nats.go"
@@ -64,21 +63,25 @@ func (p *Publisher) publish(ev engine.AuditEvent, seq uint64) {
 	if _, ok := engine.StatusStageOf(ev.Event); !ok {
 		return
 	}
-	st, ok, err := engine.StatusOf(ev, seq)
-	if err == nil && ok {
-		var data []byte
-		if data, err = json.Marshal(st); err == nil {
-			err = p.nc.Publish(wire.StatusSubject(st.Tenant, st.ID), data)
-		}
+	data, ok, err := engine.StatusJSON(ev, seq)
+	if err != nil {
+		// The event's data is not what gated records for it: a defect,
+		// not a passing network problem.
+		p.failed.Add(1)
+		p.log.Warn("status event not derived from its audit event", zap.String("event", ev.Event),
+			zap.String("tenant", ev.Tenant), zap.String("proposal_id", ev.ProposalID), zap.Error(err))
+		return
 	}
-	switch {
-	case err != nil:
+	if !ok {
+		return
+	}
+	if err := p.nc.Publish(wire.StatusSubject(ev.Tenant, ev.ProposalID), data); err != nil {
 		p.failed.Add(1)
 		p.log.Debug("status event not published", zap.String("event", ev.Event),
 			zap.String("tenant", ev.Tenant), zap.String("proposal_id", ev.ProposalID), zap.Error(err))
-	case ok:
-		p.published.Add(1)
+		return
 	}
+	p.published.Add(1)
 }
 
 // trail is an audit trail that publishes the status of its events.

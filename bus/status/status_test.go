@@ -34,8 +34,10 @@ func event(name string, data any) engine.AuditEvent {
 	return engine.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: time.Now(), Data: b}
 }
 
-func verdictData() map[string]any {
-	return map[string]any{"v": 1, "proposal_id": "p1", "tenant": "acme", "outcome": "rejected", "approved": false, "reason": "no"}
+// verdictData is a verdict as gated records it: encoded from
+// engine.Verdict with audit_seq 0.
+func verdictData() *engine.Verdict {
+	return &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "no"}
 }
 
 // TestTrailPublishesStages records a proposal's events on a wrapped trail

@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
@@ -49,6 +50,21 @@ func newMetrics(live *policies.Live) *metrics {
 		m.eval, m.verdicts, m.corrupt, policyCollector{live},
 	)
 	return m
+}
+
+// countStatuses exposes how many status events p sent, and how many it
+// could not (best effort: a failure is dropped, never retried).
+func (m *metrics) countStatuses(p *status.Publisher) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gated_status_events_total",
+			Help: "Status events published on gated.status.<tenant>.<id>.",
+		}, func() float64 { return float64(p.Published()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gated_status_failures_total",
+			Help: "Status events that could not be published (dropped; the decision is not affected).",
+		}, func() float64 { return float64(p.Failed()) }),
+	)
 }
 
 // policyCollector reports the served policy at scrape time.

@@ -382,7 +382,9 @@ func (s *gateServer) startWorker(context.Context) error {
 	}
 	s.eng = eng
 	// Every trail a decision records on publishes the proposal's status.
-	s.trails = status.NewPublisher(s.nc, s.log.Named("status")).Trails(s.auditor.Trail)
+	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
+	s.m.countStatuses(statuses)
+	s.trails = statuses.Trails(s.auditor.Trail)
 	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts},
 		s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
