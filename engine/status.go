@@ -39,7 +39,7 @@ const (
 // statusStages maps the audit events that mark a step of a proposal's
 // progress to the stage they publish: the status of a proposal follows the
 // events gated appends for it, so a new stage is one entry here (and, when
-// it carries more than the common members, a case in StatusOf).
+// it carries more than the common members, a case in StatusJSON).
 var statusStages = map[string]StatusStage{
 	EventReceived:        StatusReceived,
 	EventPolicyDecided:   StatusPolicyDecided,
