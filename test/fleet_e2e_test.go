@@ -326,7 +326,7 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 					"$JS.API.DIRECT.GET.KV_GATED_VERDICTS.$KV.GATED_VERDICTS.acme.*",
 					"gated.review.acme",
 				}},
-				Subscribe: &server.SubjectPermission{Allow: []string{"gated.verdicts.acme.*", "_INBOX_acme.>"}},
+				Subscribe: &server.SubjectPermission{Allow: []string{"gated.verdicts.acme.*", "gated.status.acme.*", "_INBOX_acme.>"}},
 			}},
 		},
 	})
@@ -356,6 +356,16 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 	}
 	if v, err := client.RequestReview(ctx, data); err != nil || !v.Approved {
 		t.Fatalf("RequestReview: %+v, %v", v, err)
+	}
+	watched := exampleProposal(t, "read-pass-through.json")
+	watched.ID = "watched-read-1"
+	var stages []engine.StatusStage
+	if _, err := client.ProposeWith(ctx, watched, fleet.WithStatus(func(u fleet.StatusUpdate) {
+		if u.Status != nil {
+			stages = append(stages, u.Status.Stage)
+		}
+	})); err != nil || len(stages) == 0 || stages[len(stages)-1] != engine.StatusDecided {
+		t.Fatalf("ProposeWith(WithStatus): %v, stages %v", err, stages)
 	}
 	select {
 	case err := <-violations:

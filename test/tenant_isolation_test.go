@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -347,12 +348,33 @@ func TestTenantIsolation(t *testing.T) {
 		}
 	})
 
+	t.Run("acme watches the status of its own proposals", func(t *testing.T) {
+		code, out, stderr := gatedAs(t, url, "acme", pw["acme"], isoReadProposal("acme", "own-watched-1"),
+			"propose", "-f", "-", "--wait", "30s", "--watch", "--json")
+		if code != 0 {
+			t.Fatalf("gated propose --watch as acme: exit %d\nstdout: %s\nstderr: %s", code, out, stderr)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		var stages []engine.StatusStage
+		for _, line := range lines[:len(lines)-1] {
+			st, err := engine.DecodeStatus([]byte(line))
+			if err != nil || st.Tenant != "acme" || st.ID != "own-watched-1" {
+				t.Fatalf("status line %q: %v", line, err)
+			}
+			stages = append(stages, st.Stage)
+		}
+		if want := []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}; !slices.Equal(stages, want) {
+			t.Fatalf("acme saw stages %v, want %v\nstderr: %s", stages, want, stderr)
+		}
+	})
+
 	// globexID is a proposal of globex's, decided while acme listens.
 	const globexID = "globex-secret-1"
-	t.Run("acme cannot receive globex's verdicts", func(t *testing.T) {
+	t.Run("acme cannot receive globex's verdicts or status", func(t *testing.T) {
 		var subs []*nats.Subscription
 		for _, subject := range []string{
 			"gated.verdicts.globex.>", "gated.verdicts.globex." + globexID, "gated.verdicts.>", "gated.verdicts.*.*",
+			"gated.status.globex.>", "gated.status.globex." + globexID, "gated.status.>", "gated.status.*.*",
 			"_INBOX_globex.>", "_INBOX.>", ">",
 		} {
 			subs = append(subs, acme.deniedSub(t, subject))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
@@ -90,7 +91,7 @@ func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 		d = wrap(d)
 	}
 	aud := AuditWriter(t, js, audit.Config{})
-	w, err := bus.NewWorker(nc, js, res, d, aud.Trail, cfg, zaptest.NewLogger(t))
+	w, err := bus.NewWorker(nc, js, res, d, status.NewPublisher(nc, nil).Trails(aud.Trail), cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

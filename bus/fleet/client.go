@@ -82,6 +82,7 @@ func WithAPIPrefix(prefix string) ClientOption {
 //
 //	publish   gated.proposals.TENANT.*            Propose, ProposeRaw
 //	subscribe gated.verdicts.TENANT.*             Propose, ProposeRaw (the verdict)
+//	subscribe gated.status.TENANT.*               Watch, and WithStatus
 //	subscribe INBOX.>                             every call (the JetStream publish
 //	                                              acknowledgement, the look-up and
 //	                                              the review service's reply)
@@ -130,6 +131,23 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
 	return &Client{nc: nc, js: js, opts: o}, nil
 }
 
+// ProposeOption configures one Propose or ProposeRaw call.
+type ProposeOption func(*proposeOptions)
+
+type proposeOptions struct {
+	status func(StatusUpdate)
+}
+
+// WithStatus calls fn with each status event of the proposal (see Watch)
+// while the call waits for its verdict, from the call's own goroutine: the
+// status subject is subscribed before the proposal is published, and the
+// events that arrived before the verdict are all handed to fn before the
+// call returns. fn must not block for long. The verdict the call returns
+// is still the only answer; a status is progress.
+func WithStatus(fn func(StatusUpdate)) ProposeOption {
+	return func(o *proposeOptions) { o.status = fn }
+}
+
 // Address is what a proposal must carry to be published: its tenant, id
 // and action tokens.
 type Address struct {
@@ -175,6 +193,12 @@ func (a Address) Key() string { return a.Tenant + "." + a.ID }
 // action is not a valid token), ErrNoVerdict, ErrIDReused, a *VerdictError,
 // or a NATS error.
 func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error) {
+	return c.ProposeWith(ctx, p)
+}
+
+// ProposeWith is Propose with options, such as WithStatus to follow the
+// proposal's progress while it waits.
+func (c *Client) ProposeWith(ctx context.Context, p *engine.Proposal, opts ...ProposeOption) (*engine.Verdict, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil proposal", ErrBadProposal)
 	}
@@ -190,7 +214,7 @@ func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdi
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding proposal %s: %v", ErrBadProposal, a.Key(), err)
 	}
-	v, err := c.propose(ctx, a, data)
+	v, err := c.propose(ctx, a, data, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -207,12 +231,12 @@ func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdi
 // stream reports the proposal as a duplicate of one already sent, it reads
 // the stored verdict instead of waiting for a new one. Errors:
 // ErrBadProposal, ErrNoVerdict, ErrIDReused, or a NATS error.
-func (c *Client) ProposeRaw(ctx context.Context, data []byte) (*engine.Verdict, error) {
+func (c *Client) ProposeRaw(ctx context.Context, data []byte, opts ...ProposeOption) (*engine.Verdict, error) {
 	a, err := AddressOf(data)
 	if err != nil {
 		return nil, err
 	}
-	return c.propose(ctx, a, data)
+	return c.propose(ctx, a, data, opts)
 }
 
 func (c *Client) withWait(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -222,7 +246,11 @@ func (c *Client) withWait(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, c.opts.wait)
 }
 
-func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.Verdict, error) {
+func (c *Client) propose(ctx context.Context, a Address, data []byte, opts []ProposeOption) (*engine.Verdict, error) {
+	var po proposeOptions
+	for _, o := range opts {
+		o(&po)
+	}
 	ctx, cancel := c.withWait(ctx)
 	defer cancel()
 	ch := make(chan *nats.Msg, 16)
@@ -231,6 +259,30 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
 	defer func() { _ = sub.Unsubscribe() }()
+	// With a status callback, the status subject is subscribed on the same
+	// connection before the proposal goes out: the server delivers gated's
+	// decided status before its verdict, so the statuses waiting when the
+	// verdict comes are all handed over before Propose returns.
+	var statuses chan *nats.Msg
+	if po.status != nil {
+		statuses = make(chan *nats.Msg, watchBuffer)
+		ssub, err := c.nc.ChanSubscribe(wire.StatusSubject(a.Tenant, a.ID), statuses)
+		if err != nil {
+			return nil, fmt.Errorf("subscribing to the status of %s: %w", a.Key(), err)
+		}
+		defer func() { _ = ssub.Unsubscribe() }()
+	}
+	status := func(m *nats.Msg) { po.status(statusUpdate(a.Tenant, a.ID, m.Data)) }
+	drain := func() {
+		for {
+			select {
+			case m := <-statuses:
+				status(m)
+			default:
+				return
+			}
+		}
+	}
 	// The subscription must be in place on the server before the proposal
 	// can be decided, or a fast verdict is missed.
 	if err := c.nc.FlushWithContext(ctx); err != nil {
@@ -250,6 +302,7 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 	}
 	if ack.Duplicate {
 		if v, err := c.storedVerdict(ctx, a); err == nil {
+			drain()
 			return answer(a, digest, v)
 		}
 	}
@@ -269,12 +322,16 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte) (*engine.V
 			if !ok {
 				continue
 			}
+			drain()
 			return c.confirm(ctx, a, digest, v)
+		case m := <-statuses:
+			status(m)
 		case <-poll.C:
 			// The verdict message is core NATS: it is lost when it is
 			// published while this connection reconnects, or crowded out
 			// of the subscription's buffer. The stored verdict is not.
 			if v, err := c.storedVerdict(ctx, a); err == nil {
+				drain()
 				return answer(a, digest, v)
 			}
 		case <-ctx.Done():

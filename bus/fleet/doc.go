@@ -3,7 +3,9 @@
 //
 // A Client wraps a NATS connection. Client.Propose and Client.ProposeRaw
 // publish a proposal and wait for its verdict; Client.RequestReview asks the
-// review service instead; Client.Verdict looks a stored verdict up; and
+// review service instead; Client.Verdict looks a stored verdict up;
+// Client.Watch (and the WithStatus option of ProposeWith and ProposeRaw)
+// follows a proposal's progress on its status subject; and
 // Client.Continuations and Client.Escalations follow the rounds of run
 // reviews. A ToolGate puts a fleet's tools behind gated: Guard wraps a Go
 // function so that a write or destructive call runs only after gated

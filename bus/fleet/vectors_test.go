@@ -270,3 +270,56 @@ func TestVerdictVectors(t *testing.T) {
 		})
 	}
 }
+
+type statusVectors struct {
+	About string `json:"about"`
+	Cases []struct {
+		Name    string `json:"name"`
+		Message string `json:"message"`
+		Status  *struct {
+			Stage    engine.StatusStage `json:"stage"`
+			Reviewer string             `json:"reviewer"`
+			Reason   string             `json:"reason"`
+			Outcome  engine.Outcome     `json:"outcome"`
+			Deadline bool               `json:"deadline"`
+		} `json:"status"`
+		Field *string `json:"field"`
+	} `json:"cases"`
+}
+
+// TestStatusVectors holds the watch's reading of a message on a status
+// subject to test/vectors/statuses.json.
+func TestStatusVectors(t *testing.T) {
+	var vs statusVectors
+	readVectors(t, "statuses.json", &vs)
+	if len(vs.Cases) == 0 {
+		t.Fatal("no cases")
+	}
+	for _, tc := range vs.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			u := statusUpdate("acme", "p-1", []byte(tc.Message))
+			if tc.Status == nil {
+				var se *engine.StatusError
+				if !errors.As(u.Err, &se) || u.Status != nil {
+					t.Fatalf("got %+v, want a *engine.StatusError", u)
+				}
+				if tc.Field == nil || se.Field != *tc.Field {
+					t.Fatalf("error %q names field %q, want %v", se, se.Field, *tc.Field)
+				}
+				return
+			}
+			if u.Err != nil {
+				t.Fatalf("unexpected error: %v", u.Err)
+			}
+			st := u.Status
+			var outcome engine.Outcome
+			if st.Verdict != nil {
+				outcome = st.Verdict.Outcome
+			}
+			if st.Stage != tc.Status.Stage || st.Reviewer != tc.Status.Reviewer || st.Reason != tc.Status.Reason ||
+				outcome != tc.Status.Outcome || (st.Deadline != nil) != tc.Status.Deadline || st.Tenant != "acme" || st.ID != "p-1" {
+				t.Fatalf("got %+v (outcome %q), want %+v", st, outcome, *tc.Status)
+			}
+		})
+	}
+}

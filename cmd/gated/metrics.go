@@ -12,6 +12,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/notify"
+	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
@@ -101,6 +102,21 @@ func (m *metrics) notifyObserver() notify.Observer {
 		Retry:              func(sink string) { n.retries.WithLabelValues(sink).Inc() },
 		VerificationFailed: func(p audit.Problem) { n.verification.WithLabelValues(string(p.Kind)).Inc() },
 	}
+}
+
+// countStatuses exposes how many status events p sent, and how many it
+// could not (best effort: a failure is dropped, never retried).
+func (m *metrics) countStatuses(p *status.Publisher) {
+	m.reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gated_status_events_total",
+			Help: "Status events published on gated.status.<tenant>.<id>.",
+		}, func() float64 { return float64(p.Published()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "gated_status_failures_total",
+			Help: "Status events that could not be published (dropped; the decision is not affected).",
+		}, func() float64 { return float64(p.Failed()) }),
+	)
 }
 
 // policyCollector reports the served policy at scrape time.

@@ -204,6 +204,13 @@ func checkTenantTemplate(t *testing.T, nc *nats.Conn) {
 	if _, err := nc.SubscribeSync("gated.verdicts.globex.>"); err != nil {
 		t.Fatal(err)
 	}
+	ownStatus, err := nc.SubscribeSync("gated.status.acme.p1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nc.SubscribeSync("gated.status.globex.>"); err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Publish("gated.proposals.acme.host_list_services", []byte("{}")); err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +220,11 @@ func checkTenantTemplate(t *testing.T, nc *nats.Conn) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	// Exactly the two operations on globex's subjects are refused, in
-	// order; acme's own publish and subscription are not.
+	// Exactly the three operations on globex's subjects are refused, in
+	// order; acme's own publish and subscriptions are not.
 	for _, want := range []string{
 		`Subscription to "gated.verdicts.globex.>"`,
+		`Subscription to "gated.status.globex.>"`,
 		`Publish to "gated.proposals.globex.host_list_services"`,
 	} {
 		select {
@@ -228,8 +236,8 @@ func checkTenantTemplate(t *testing.T, nc *nats.Conn) {
 			t.Fatalf("no permissions violation for %s", want)
 		}
 	}
-	if !own.IsValid() {
-		t.Error("the tenant's own verdict subscription was dropped")
+	if !own.IsValid() || !ownStatus.IsValid() {
+		t.Error("the tenant's own verdict or status subscription was dropped")
 	}
 	// The reply inbox comes from the template too: a request round trip
 	// through a responder on the same connection needs _INBOX_acme.>.
@@ -502,7 +510,7 @@ func newTestOperator(t *testing.T) *testOperator {
 		"gated.proposals.{{tag(tenant)}}.>",
 		"gated.review.{{tag(tenant)}}",
 		"$JS.API.DIRECT.GET.KV_GATED_VERDICTS.$KV.GATED_VERDICTS.{{tag(tenant)}}.>")
-	scope.Template.Sub.Allow.Add("gated.verdicts.{{tag(tenant)}}.>", "_INBOX_{{tag(tenant)}}.>")
+	scope.Template.Sub.Allow.Add("gated.verdicts.{{tag(tenant)}}.>", "gated.status.{{tag(tenant)}}.>", "_INBOX_{{tag(tenant)}}.>")
 	ac.SigningKeys.AddScopedSigner(scope)
 	if o.accountJWT, err = ac.Encode(o.operator); err != nil {
 		t.Fatal(err)

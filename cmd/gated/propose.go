@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
 )
 
 func proposeCmd() *cobra.Command {
@@ -21,6 +22,8 @@ func proposeCmd() *cobra.Command {
 		url        string
 		wait       time.Duration
 		viaService bool
+		watch      bool
+		asJSON     bool
 		conn       natsConnOptions
 	)
 	c := &cobra.Command{
@@ -32,6 +35,12 @@ gated.verdicts.<tenant>.<id>, as a fleet does; with --via-service it asks the
 request/reply endpoint gated.review.<tenant> instead. Both take the same
 durable path through gated.
 
+With --watch it also follows gated.status.<tenant>.<id> and prints each
+stage of the proposal as it comes (received, policy_decided, review_started,
+awaiting_operator, decided), one line each, before the verdict; with --json
+each stage is one line of JSON, the status event gated published, and
+the verdict follows as one line of JSON too.
+
 Exit status: 0 approved, 3 not approved (rejected, blocked, error, timeout,
 invalid) or the id is taken by another proposal, 2 bad usage or unreadable
 input file, 1 failure (no NATS, no verdict in time, review service
@@ -40,6 +49,12 @@ unavailable).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
 				return usageError("-f is required: a proposal JSON file, or - for standard input")
+			}
+			if watch && viaService {
+				return usageError("--watch follows a published proposal; it does not combine with --via-service")
+			}
+			if asJSON && !watch {
+				return usageError("--json prints the stages of --watch; the verdict is JSON already")
 			}
 			if wait <= 0 {
 				return usageError("--wait %s must be positive", wait)
@@ -72,15 +87,27 @@ unavailable).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
-			propose := client.ProposeRaw
-			if viaService {
-				propose = client.RequestReview
+			var v *engine.Verdict
+			switch {
+			case viaService:
+				v, err = client.RequestReview(ctx, data)
+			case watch:
+				stdout := cmd.OutOrStdout()
+				v, err = client.ProposeRaw(ctx, data, fleet.WithStatus(func(u fleet.StatusUpdate) {
+					printStatus(stdout, cmd.ErrOrStderr(), u, asJSON)
+				}))
+			default:
+				v, err = client.ProposeRaw(ctx, data)
 			}
-			v, err := propose(ctx, data)
 			if err != nil {
 				return proposeError(err)
 			}
-			out, _ := json.MarshalIndent(v, "", "  ")
+			var out []byte
+			if asJSON {
+				out, _ = json.Marshal(v)
+			} else {
+				out, _ = json.MarshalIndent(v, "", "  ")
+			}
 			fmt.Fprintln(cmd.OutOrStdout(), string(out))
 			if err := fleet.CheckVerdict(v); err != nil {
 				return &exitError{code: exitNotApproved, err: fmt.Errorf("not approved: %s", v.Outcome), silent: true}
@@ -93,8 +120,42 @@ unavailable).`,
 	f.StringVar(&url, "nats-url", nats.DefaultURL, "NATS server URL")
 	f.DurationVar(&wait, "wait", 90*time.Second, "how long to wait for the verdict")
 	f.BoolVar(&viaService, "via-service", false, "ask the review service on gated.review.<tenant> (request/reply) instead of publishing and waiting")
+	f.BoolVar(&watch, "watch", false, "print each stage of the proposal (gated.status.<tenant>.<id>) as it comes, before the verdict")
+	f.BoolVar(&asJSON, "json", false, "with --watch: print each stage, and the verdict, as one line of JSON")
 	conn.register(f)
 	return c
+}
+
+// printStatus prints one stage of a watched proposal: a line of text, or
+// the status event as one line of JSON. A malformed status event is
+// reported on stderr and does not stop the wait for the verdict.
+func printStatus(stdout, stderr io.Writer, u fleet.StatusUpdate, asJSON bool) {
+	if u.Err != nil {
+		fmt.Fprintf(stderr, "gated propose: %v\n", u.Err)
+		return
+	}
+	st := u.Status
+	if asJSON {
+		b, _ := json.Marshal(st)
+		fmt.Fprintln(stdout, string(b))
+		return
+	}
+	line := fmt.Sprintf("%-17s %s", st.Stage, st.At.Format(time.RFC3339Nano))
+	switch {
+	case st.Stage == engine.StatusReviewStarted:
+		line += " reviewer " + st.Reviewer
+		if st.Deadline != nil {
+			line += " deadline " + st.Deadline.Format(time.RFC3339)
+		}
+	case st.Stage == engine.StatusAwaitingOperator:
+		line += " deadline " + st.Deadline.Format(time.RFC3339)
+		if st.Reason != "" {
+			line += ": " + st.Reason
+		}
+	case st.Verdict != nil:
+		line += fmt.Sprintf(" %s: %s", st.Verdict.Outcome, st.Verdict.Reason)
+	}
+	fmt.Fprintln(stdout, line)
 }
 
 // proposeError gives a failed proposal its exit status.

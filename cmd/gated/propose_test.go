@@ -46,6 +46,9 @@ func TestProposeUsageErrors(t *testing.T) {
 		{"propose", "-f", file, "--wait", "0s"},
 		{"propose", "-f", file, "--via-service=maybe"},
 		{"propose", "--via-service"},
+		{"propose", "-f", file, "--watch", "--via-service"},
+		{"propose", "-f", file, "--json"},
+		{"propose", "-f", file, "--watch=maybe"},
 	} {
 		if code, _, err := runGated(t, args...); code != exitUsage {
 			t.Errorf("%q: exit %d (%v), want %d", args, code, err, exitUsage)

@@ -19,6 +19,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
@@ -60,16 +61,19 @@ type gateServer struct {
 	embedded      *server.Server // nil with --nats-url
 	url           string
 	nc            *nats.Conn
-	js            jetstream.JetStream
-	busCfg        bus.Config
-	res           *bus.Resources
-	auditor       *audit.Writer
-	auditKey      []byte // MACs the audit records; the console and the notifier check them with it; nil: none
-	store         *store.Verdicts
-	eng           *engine.Engine
-	worker        *bus.Worker
-	stopWorker    func(grace time.Duration) // stops the worker once; later calls do nothing
-	review        *bus.Service              // nil when --review-service=false; Stop is nil-safe
+	// trails starts the audit trail of a decision: the audit writer's,
+	// publishing the proposal's status as it goes.
+	trails     func() engine.AuditTrail
+	js         jetstream.JetStream
+	busCfg     bus.Config
+	res        *bus.Resources
+	auditor    *audit.Writer
+	auditKey   []byte // MACs the audit records; the console and the notifier check them with it; nil: none
+	store      *store.Verdicts
+	eng        *engine.Engine
+	worker     *bus.Worker
+	stopWorker func(grace time.Duration) // stops the worker once; later calls do nothing
+	review     *bus.Service              // nil when --review-service=false; Stop is nil-safe
 }
 
 // newServer returns the server the checked options o describe.
@@ -412,8 +416,12 @@ func (s *gateServer) startWorker(context.Context) error {
 		return err
 	}
 	s.eng = eng
+	// Every trail a decision records on publishes the proposal's status.
+	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
+	s.m.countStatuses(statuses)
+	s.trails = statuses.Trails(s.auditor.Trail)
 	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts},
-		s.auditor.Trail, s.busCfg, s.log.Named("worker"))
+		s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err
 	}
@@ -438,7 +446,7 @@ func (s *gateServer) startReviewService(context.Context) error {
 	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
 	if s.operators != nil {
 		var err error
-		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.auditor.Trail,
+		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
 			bus.NewFollowUps(s.js, s.store).Send, verdictPublisher(s.nc), s.log.Named("operator"))
 		if err != nil {
 			return err

@@ -40,6 +40,10 @@ const (
 	// EscalationSubjectPrefix + tenant is where a run that ran out of
 	// review rounds is published.
 	EscalationSubjectPrefix = Root + "escalations."
+	// StatusSubjectPrefix + tenant + "." + id is where gated publishes
+	// each step of a proposal's progress (core NATS, best effort); a
+	// tenant may subscribe to its own, gated.status.<tenant>.>.
+	StatusSubjectPrefix = Root + "status."
 	// ToolSubjectPrefix + tool name is where tools that gated does not
 	// answer itself are requested (request/reply).
 	ToolSubjectPrefix = Root + "tools."
@@ -98,6 +102,12 @@ func ProposalSubject(tenant, action string) string {
 // VerdictSubject is where the verdict for tenant and id is published.
 func VerdictSubject(tenant, id string) string {
 	return VerdictSubjectPrefix + tenant + "." + id
+}
+
+// StatusSubject is where the status events of tenant's proposal id are
+// published.
+func StatusSubject(tenant, id string) string {
+	return StatusSubjectPrefix + tenant + "." + id
 }
 
 // ContinuationSubject is where the continuations of one run are published.

@@ -91,6 +91,7 @@ func TestSubjectsOfTheContract(t *testing.T) {
 		{"continuation", ContinuationSubject("acme", "r1"), "gated.continuations.acme.r1"},
 		{"escalation", EscalationSubject("acme"), "gated.escalations.acme"},
 		{"tool", ToolSubject("sop_lookup"), "gated.tools.sop_lookup"},
+		{"status", StatusSubject("acme", "p1"), "gated.status.acme.p1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.got != tc.want {

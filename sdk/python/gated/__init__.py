@@ -7,7 +7,7 @@ runs a tool only on approval. Errors are in ``gated.errors``. Reviewer
 plugins are written with ``gated.plugin``.
 """
 
-from gated.client import DEFAULT_WAIT, Client
+from gated.client import DEFAULT_WAIT, Client, StatusWatch
 from gated.errors import (
     BadProposal,
     ConnectionLost,
@@ -29,6 +29,7 @@ from gated.errors import (
     ReviewTimeout,
     ServiceError,
     ServiceUnavailable,
+    StatusError,
     StoreError,
     TenantMismatch,
     Unconfirmed,
@@ -36,6 +37,7 @@ from gated.errors import (
 from gated.gate import Change, Identity, ToolGate, ToolSpec, new_proposal_id
 from gated.proposal import Flags, Operator, Proposal, RequestedBy
 from gated.sync import SyncClient
+from gated.status import Status, decode_status
 from gated.verdict import Verdict
 from gated.wire import Address, address_of, encode_proposal
 
@@ -69,6 +71,9 @@ __all__ = [
     "ReviewTimeout",
     "ServiceError",
     "ServiceUnavailable",
+    "Status",
+    "StatusError",
+    "StatusWatch",
     "StoreError",
     "SyncClient",
     "TenantMismatch",
@@ -77,6 +82,7 @@ __all__ = [
     "Unconfirmed",
     "Verdict",
     "address_of",
+    "decode_status",
     "encode_proposal",
     "new_proposal_id",
 ]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import nats
@@ -30,9 +30,11 @@ from gated.errors import (
     NoVerdict,
     PublishError,
     ServiceUnavailable,
+    StatusError,
     StoreError,
 )
 from gated.proposal import Proposal
+from gated.status import Status, status_update
 from gated.verdict import (
     Verdict,
     answer,
@@ -50,11 +52,16 @@ from gated.wire import (
     encode_proposal,
     proposal_subject,
     review_subject,
+    status_subject,
     valid_id,
     valid_tenant,
     verdict_lookup_subject,
     verdict_subject,
 )
+
+StatusCallback = Callable[[Status | StatusError], None]
+"""What ``on_status`` is called with: a status, or the StatusError of a
+malformed one."""
 
 DEFAULT_WAIT = 90.0
 """Seconds a call waits for its verdict when it is given no timeout."""
@@ -156,7 +163,13 @@ class Client:
             raise InvalidConfig(f"timeout {timeout} must be positive")
         return timeout
 
-    async def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
+    async def propose(
+        self,
+        proposal: Proposal | Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        on_status: StatusCallback | None = None,
+    ) -> Verdict:
         """Publish a proposal and wait for its verdict. It fails closed: it
         returns only an approval; any other verdict raises the
         :class:`~gated.errors.NotApproved` subclass of its outcome, which
@@ -165,28 +178,62 @@ class Client:
         The proposal is encoded byte-exactly as the Go client encodes it
         (v set to 1 when absent), so proposing it again from any language is
         idempotent. Raises BadProposal, NoVerdict, IDReused, NotApproved,
-        NotGated, Unconfirmed, PublishError."""
+        NotGated, Unconfirmed, PublishError.
+
+        ``on_status`` is called with each status event of the proposal while
+        the call waits (see :meth:`watch`), or with a StatusError for a
+        malformed one: the status subject is subscribed before the proposal
+        is published, and every status that arrived before the verdict is
+        handed over before the call returns."""
         if isinstance(proposal, Proposal):
             a, data = proposal.encode()
         elif isinstance(proposal, Mapping):
             a, data = encode_proposal(dict(proposal))
         else:
             raise BadProposal(f"a proposal is a gated.Proposal or a mapping, not a {type(proposal).__name__}")
-        v = await self._propose(a, data, self._wait(timeout))
+        v = await self._propose(a, data, self._wait(timeout), on_status)
         return v.check()
 
-    async def propose_raw(self, data: bytes, *, timeout: float | None = None) -> Verdict:
+    async def propose_raw(
+        self, data: bytes, *, timeout: float | None = None, on_status: StatusCallback | None = None
+    ) -> Verdict:
         """Publish a raw proposal and wait for its verdict. Unlike
         :meth:`propose` it returns every verdict, whatever its outcome: call
-        ``verdict.check()`` before acting on it."""
+        ``verdict.check()`` before acting on it. ``on_status`` is as in
+        :meth:`propose`."""
         a = address_of(data)
-        return await self._propose(a, bytes(data), self._wait(timeout))
+        return await self._propose(a, bytes(data), self._wait(timeout), on_status)
 
-    async def _propose(self, a: Address, data: bytes, wait: float) -> Verdict:
+    def watch(self, tenant: str, id: str) -> StatusWatch:
+        """Follow the progress of tenant's proposal id: gated publishes each
+        stage on gated.status.<tenant>.<id> (received, policy_decided,
+        review_started, awaiting_operator, decided). The watch is an async
+        iterator and an async context manager::
+
+            async with client.watch("acme", "p-1") as statuses:
+                # subscribed: publish the proposal now
+                async for st in statuses:
+                    ...
+
+        Enter it (or ``await watch.start()``) before the proposal is
+        published so no stage is missed. A malformed event raises
+        StatusError from the iteration; the watch stays open. Statuses show
+        progress; only a verdict says what may run. The tenant's NATS user
+        needs to subscribe to gated.status.<tenant>.>. Raises BadProposal
+        for a bad token."""
+        if not valid_tenant(tenant):
+            raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
+        if not valid_id(id):
+            raise BadProposal(f"id {id!r} must match [A-Za-z0-9_-]{{1,128}}")
+        return StatusWatch(self.nc, tenant, id)
+
+    async def _propose(self, a: Address, data: bytes, wait: float, on_status: StatusCallback | None = None) -> Verdict:
         self.loop = self.loop or asyncio.get_running_loop()
         try:
             async with asyncio.timeout(wait):
-                return await self._propose_within(a, data)
+                if on_status is None:
+                    return await self._propose_within(a, data)
+                return await self._propose_watched(a, data, on_status)
         except TimeoutError as e:
             if isinstance(e, GatedError):
                 raise
@@ -245,6 +292,36 @@ class Client:
             # proposal can be decided, or a fast verdict is missed.
             await self.nc.flush(timeout=3600)
             self._subs[tenant] = sub
+
+    async def _propose_watched(self, a: Address, data: bytes, on_status: StatusCallback) -> Verdict:
+        """_propose_within with the proposal's status subject subscribed
+        first, each status handed to on_status as it comes."""
+
+        async def deliver(msg: Msg) -> None:
+            # No await in here: the subscription's task takes a message off
+            # its queue and hands it over in one step, which the drain
+            # below relies on.
+            try:
+                st: Status | StatusError = status_update(a.tenant, a.id, msg.data)
+            except StatusError as e:
+                st = e
+            on_status(st)
+
+        try:
+            sub = await self.nc.subscribe(status_subject(a.tenant, a.id), cb=deliver)
+        except nats.errors.ConnectionClosedError:
+            raise ConnectionLost(f"subscribing to the status of {a.key}: the NATS connection is closed") from None
+        try:
+            await self.nc.flush(timeout=3600)
+            v = await self._propose_within(a, data)
+            # gated publishes the decided status before the verdict, on one
+            # connection: it is queued here already; let it be handed over.
+            while sub.pending_msgs > 0:
+                await asyncio.sleep(0)
+            return v
+        finally:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def _propose_within(self, a: Address, data: bytes) -> Verdict:
         nc = self.nc
@@ -393,3 +470,59 @@ def _pub_ack(a: Address, data: bytes) -> bool:
     if not isinstance(ack.get("stream"), str):
         raise PublishError(f"publishing proposal {a.key}: not a JetStream acknowledgement")
     return ack.get("duplicate") is True
+
+
+class StatusWatch:
+    """The status events of one proposal (:meth:`Client.watch`): an async
+    iterator of :class:`~gated.status.Status`, and an async context manager
+    that subscribes on entry and unsubscribes on exit."""
+
+    def __init__(self, nc: NATS, tenant: str, id: str) -> None:
+        self.nc = nc
+        self.tenant = tenant
+        self.id = id
+        self._sub: Subscription | None = None
+        self._closed = False
+
+    async def start(self) -> StatusWatch:
+        """Subscribe, and make sure the server has the subscription. Safe to
+        call again."""
+        if self._sub is None and not self._closed:
+            try:
+                self._sub = await self.nc.subscribe(status_subject(self.tenant, self.id))
+                await self.nc.flush(timeout=3600)
+            except nats.errors.ConnectionClosedError:
+                raise ConnectionLost(
+                    f"subscribing to the status of {self.tenant}.{self.id}: the NATS connection is closed"
+                ) from None
+        return self
+
+    async def close(self) -> None:
+        """Unsubscribe; the iteration then ends."""
+        self._closed = True
+        if self._sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._sub.unsubscribe()
+
+    async def __aenter__(self) -> StatusWatch:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __aiter__(self) -> StatusWatch:
+        return self
+
+    async def __anext__(self) -> Status:
+        """The next status. Raises StatusError for a malformed message (the
+        watch stays open), StopAsyncIteration once closed."""
+        await self.start()
+        if self._closed or self._sub is None:
+            raise StopAsyncIteration
+        try:
+            msg = await self._sub.next_msg(timeout=None)
+        except (nats.errors.ConnectionClosedError, asyncio.CancelledError) as e:
+            if isinstance(e, asyncio.CancelledError) and not self._closed:
+                raise
+            raise StopAsyncIteration from None
+        return status_update(self.tenant, self.id, msg.data)

@@ -77,6 +77,20 @@ class Malformed(GatedError):
     kind = "malformed"
 
 
+class StatusError(GatedError, ValueError):
+    """A message on a proposal's status subject that is not a well-formed
+    status event. ``field`` names the member at fault ("" for the message as
+    a whole, "verdict.outcome" for a member of the verdict). A watch that
+    raises it stays open."""
+
+    kind = "bad_status"
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        self.problem = problem
+        super().__init__(f"status event: field {field}: {problem}" if field else f"status event: {problem}")
+
+
 class StoreError(GatedError):
     """The stored verdict could not be read or decoded."""
 

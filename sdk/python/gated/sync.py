@@ -12,8 +12,9 @@ import threading
 from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
-from gated.client import DEFAULT_WAIT, Client
+from gated.client import DEFAULT_WAIT, Client, StatusCallback, StatusWatch
 from gated.proposal import Proposal
+from gated.status import Status
 from gated.verdict import Verdict
 from gated.wire import DEFAULT_API_PREFIX
 
@@ -60,13 +61,34 @@ class SyncClient:
             raise RuntimeError("a SyncClient call was made on its own event loop thread: it would block forever")
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
-        """Client.propose, blocking."""
-        return self.run(self.client.propose(proposal, timeout=timeout))
+    def propose(
+        self,
+        proposal: Proposal | Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        on_status: StatusCallback | None = None,
+    ) -> Verdict:
+        """Client.propose, blocking. ``on_status`` is called on the client's
+        loop thread."""
+        return self.run(self.client.propose(proposal, timeout=timeout, on_status=on_status))
 
-    def propose_raw(self, data: bytes, *, timeout: float | None = None) -> Verdict:
-        """Client.propose_raw, blocking."""
-        return self.run(self.client.propose_raw(data, timeout=timeout))
+    def propose_raw(
+        self, data: bytes, *, timeout: float | None = None, on_status: StatusCallback | None = None
+    ) -> Verdict:
+        """Client.propose_raw, blocking. ``on_status`` is called on the
+        client's loop thread."""
+        return self.run(self.client.propose_raw(data, timeout=timeout, on_status=on_status))
+
+    def watch(self, tenant: str, id: str) -> SyncStatusWatch:
+        """Client.watch, blocking: a context manager that subscribes on entry,
+        and an iterator of the statuses::
+
+            with client.watch("acme", "p-1") as statuses:
+                # subscribed: publish the proposal now
+                for st in statuses:
+                    ...
+        """
+        return SyncStatusWatch(self, self.client.watch(tenant, id))
 
     def verdict(self, tenant: str, id: str, *, timeout: float | None = None) -> Verdict:
         """Client.verdict, blocking."""
@@ -97,3 +119,36 @@ class SyncClient:
 def connect(servers: str | list[str] = "nats://127.0.0.1:4222", **options: Any) -> SyncClient:
     """Shorthand for SyncClient.connect."""
     return SyncClient.connect(servers, **options)
+
+
+class SyncStatusWatch:
+    """A :class:`~gated.client.StatusWatch` with blocking calls."""
+
+    def __init__(self, client: SyncClient, watch: StatusWatch) -> None:
+        self._client = client
+        self._watch = watch
+
+    def start(self) -> SyncStatusWatch:
+        """Subscribe; see StatusWatch.start."""
+        self._client.run(self._watch.start())
+        return self
+
+    def close(self) -> None:
+        """Unsubscribe; the iteration then ends."""
+        self._client.run(self._watch.close())
+
+    def __enter__(self) -> SyncStatusWatch:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __iter__(self) -> SyncStatusWatch:
+        return self
+
+    def __next__(self) -> Status:
+        """The next status; raises StatusError for a malformed message."""
+        try:
+            return self._client.run(self._watch.__anext__())
+        except StopAsyncIteration:
+            raise StopIteration from None

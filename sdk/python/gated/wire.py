@@ -18,6 +18,7 @@ from gated.errors import BadProposal
 SCHEMA_VERSION: Final = 1
 PROPOSAL_SUBJECT_PREFIX: Final = "gated.proposals."
 VERDICT_SUBJECT_PREFIX: Final = "gated.verdicts."
+STATUS_SUBJECT_PREFIX: Final = "gated.status."
 REVIEW_SUBJECT: Final = "gated.review"
 VERDICT_BUCKET: Final = "GATED_VERDICTS"
 DEFAULT_API_PREFIX: Final = "$JS.API"
@@ -53,6 +54,11 @@ def proposal_subject(tenant: str, action: str) -> str:
 def verdict_subject(tenant: str, id: str) -> str:
     """Where the verdict for tenant and id is published."""
     return VERDICT_SUBJECT_PREFIX + tenant + "." + id
+
+
+def status_subject(tenant: str, id: str) -> str:
+    """Where gated publishes each stage of tenant's proposal id."""
+    return STATUS_SUBJECT_PREFIX + tenant + "." + id
 
 
 def review_subject(tenant: str) -> str:

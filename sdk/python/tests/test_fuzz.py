@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gatedkit import vectors
-from gated.errors import BadProposal, GatedError, Malformed, NotFound, ServiceError, StoreError
+from gated.errors import BadProposal, GatedError, Malformed, NotFound, ServiceError, StatusError, StoreError
+from gated.status import status_update
 from gated.verdict import Verdict, confirm_approval, decode_review_reply, decode_stored_verdict, verdict_message
 from gated.wire import Address, address_of, digest, encode_float, encode_proposal
 
@@ -157,3 +158,43 @@ def test_floats_as_go_prints_them(f: float) -> None:
     else:
         assert re.fullmatch(r"-?\d+(\.\d+)?", s)
     assert not math.isnan(float(s))
+
+
+STATUS_SEEDS = [c["message"].encode() for c in vectors("statuses.json")["cases"]]
+
+
+def _object(s: bytes) -> bool:
+    try:
+        return isinstance(json.loads(s), dict)
+    except ValueError:
+        return False
+
+
+STATUS_OBJECTS = [s for s in STATUS_SEEDS if _object(s)]
+
+
+@st.composite
+def mutated_status(draw: st.DrawFn) -> bytes:
+    """A status vector with a byte flipped, cut, or a member replaced."""
+    seed = draw(st.sampled_from(STATUS_SEEDS))
+    how = draw(st.integers(0, 2))
+    if how == 0 and seed:
+        i = draw(st.integers(0, len(seed) - 1))
+        return seed[:i] + bytes([draw(st.integers(0, 255))]) + seed[i + 1 :]
+    if how == 1:
+        return seed[: draw(st.integers(0, len(seed)))]
+    doc = json.loads(draw(st.sampled_from(STATUS_OBJECTS)))
+    doc[draw(st.sampled_from(sorted(doc)))] = draw(json_values)
+    return json.dumps(doc).encode()
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.binary(max_size=300) | mutated_status())
+def test_status_update_reads_or_refuses(data: bytes) -> None:
+    try:
+        s = status_update("acme", "p-1", data)
+    except StatusError as e:
+        assert isinstance(e, GatedError)
+        return
+    assert (s.tenant, s.id) == ("acme", "p-1")
+    assert (s.stage == "decided") == (s.verdict is not None)

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from gatedkit import vectors
-from gated.errors import GatedError, NotFound, ServiceError, StoreError
+from gated.errors import GatedError, NotFound, ServiceError, StatusError, StoreError
+from gated.status import decode_status, status_update
 from gated.verdict import (
     Verdict,
     answer,
@@ -135,3 +136,38 @@ def test_stored_not_found_is_typed() -> None:
         decode_stored_verdict("acme", "p-1", {"KV-Operation": "DEL"}, b"")
     with pytest.raises(StoreError):
         decode_stored_verdict("acme", "p-1", {"Nats-Subject": "$KV.GATED_VERDICTS.acme.p-2"}, b"{}")
+
+
+STATUSES = vectors("statuses.json")
+
+
+@pytest.mark.parametrize("case", STATUSES["cases"], ids=lambda c: c["name"])
+def test_status_vectors(case: dict[str, Any]) -> None:
+    data = case["message"].encode("utf-8")
+    if case["status"] is None:
+        with pytest.raises(StatusError) as e:
+            status_update("acme", "p-1", data)
+        assert e.value.kind == "bad_status"
+        assert e.value.field == case["field"]
+        return
+    st = status_update("acme", "p-1", data)
+    got = {
+        "stage": st.stage,
+        "reviewer": st.reviewer,
+        "reason": st.reason,
+        "outcome": st.verdict.outcome if st.verdict else "",
+        "deadline": st.deadline != "",
+    }
+    assert got == case["status"]
+    assert (st.tenant, st.id) == ("acme", "p-1")
+
+
+def test_status_vectors_hold_both() -> None:
+    refused = sum(1 for c in STATUSES["cases"] if c["status"] is None)
+    assert 0 < refused < len(STATUSES["cases"])
+
+
+def test_status_not_utf8() -> None:
+    with pytest.raises(StatusError) as e:
+        decode_status(b'{"\xff":1}')
+    assert e.value.field == ""

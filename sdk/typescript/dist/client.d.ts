@@ -1,4 +1,5 @@
-import { type NatsConnection } from "@nats-io/nats-core";
+import { type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { type Status, StatusError } from "./status.js";
 import type { Proposal, Verdict } from "./types.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export declare const defaultWaitMs = 90000;
@@ -17,6 +18,45 @@ export interface CallOptions {
     signal?: AbortSignal;
     /** How long to wait for the verdict; default the client's defaultWaitMs. */
     timeoutMs?: number;
+    /**
+     * propose and proposeRaw only: called with each status event of the
+     * proposal while the call waits (see Client.watch), or with a StatusError
+     * for a malformed one. The status subject is subscribed before the
+     * proposal is published, and NATS delivers gated's decided status before
+     * its verdict, so every stage comes before the call resolves.
+     */
+    onStatus?: (status: Status | StatusError) => void;
+}
+/** Options of Client.watch. */
+export interface WatchOptions {
+    /** Ends the watch: its iterator then finishes. */
+    signal?: AbortSignal;
+}
+/**
+ * The status events of one proposal, as an async iterator: for await (const
+ * st of watch). A malformed event makes next() throw a StatusError; the
+ * watch stays open, and the next call to next() reads on. It ends when
+ * closed, when its signal aborts, or when the connection closes.
+ */
+export declare class StatusWatch implements AsyncIterableIterator<Status> {
+    private readonly sub;
+    private readonly tenant;
+    private readonly id;
+    private readonly queue;
+    private wake;
+    private done;
+    /** @internal Built by Client.watch. */
+    constructor(sub: Subscription, tenant: string, id: string, signal: AbortSignal | undefined);
+    /** @internal The subscription's callback. */
+    push(data: Uint8Array): void;
+    private finish;
+    [Symbol.asyncIterator](): StatusWatch;
+    /** The next status; throws StatusError for a malformed message. */
+    next(): Promise<IteratorResult<Status, undefined>>;
+    /** Ends the watch (a for await loop that breaks calls it). */
+    return(): Promise<IteratorResult<Status, undefined>>;
+    /** Unsubscribes; statuses queued already are still read. */
+    close(): Promise<void>;
 }
 /**
  * The fleet side of gated: it publishes proposals and waits for their
@@ -52,6 +92,17 @@ export declare class Client {
      */
     proposeRaw(data: Uint8Array | string, opts?: CallOptions): Promise<Verdict>;
     private send;
+    /**
+     * Follows the progress of tenant's proposal id: gated publishes each stage
+     * on gated.status.<tenant>.<id> (received, policy_decided, review_started,
+     * awaiting_operator, decided). The subscription is in place on the server
+     * when the promise resolves, so a proposal published after it loses no
+     * stage. Statuses are best effort and show progress; only a verdict says
+     * what may run. The tenant's NATS user needs to subscribe to
+     * gated.status.<tenant>.>. Throws BadProposalError for a bad token,
+     * TransportError when the subscription cannot be made.
+     */
+    watch(tenant: string, id: string, opts?: WatchOptions): Promise<StatusWatch>;
     /** The error of a failed step: NoVerdictError once the wait is over, else a TransportError. */
     private failed;
     /** Reads the stored verdict of a, briefly (5 s at most): a look-up that goes unanswered must not keep a wait from the subject. */

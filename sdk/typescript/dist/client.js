@@ -4,9 +4,75 @@
 import { errors as natsErrors } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, } from "./errors.js";
+import { StatusError, statusSubject, statusUpdate } from "./status.js";
 import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export const defaultWaitMs = 90_000;
+/**
+ * The status events of one proposal, as an async iterator: for await (const
+ * st of watch). A malformed event makes next() throw a StatusError; the
+ * watch stays open, and the next call to next() reads on. It ends when
+ * closed, when its signal aborts, or when the connection closes.
+ */
+export class StatusWatch {
+    sub;
+    tenant;
+    id;
+    queue = [];
+    wake;
+    done = false;
+    /** @internal Built by Client.watch. */
+    constructor(sub, tenant, id, signal) {
+        this.sub = sub;
+        this.tenant = tenant;
+        this.id = id;
+        signal?.addEventListener("abort", () => void this.close(), { once: true });
+        void sub.closed.then(() => this.finish());
+    }
+    /** @internal The subscription's callback. */
+    push(data) {
+        this.queue.push(data);
+        this.wake?.();
+    }
+    finish() {
+        this.done = true;
+        this.wake?.();
+    }
+    [Symbol.asyncIterator]() {
+        return this;
+    }
+    /** The next status; throws StatusError for a malformed message. */
+    async next() {
+        for (;;) {
+            const data = this.queue.shift();
+            if (data !== undefined) {
+                return { value: statusUpdate(this.tenant, this.id, data), done: false };
+            }
+            if (this.done) {
+                return { value: undefined, done: true };
+            }
+            await new Promise((resolve) => {
+                this.wake = resolve;
+            });
+            this.wake = undefined;
+        }
+    }
+    /** Ends the watch (a for await loop that breaks calls it). */
+    async return() {
+        await this.close();
+        return { value: undefined, done: true };
+    }
+    /** Unsubscribes; statuses queued already are still read. */
+    async close() {
+        try {
+            this.sub.unsubscribe();
+        }
+        catch {
+            // the connection is closed: nothing to unsubscribe
+        }
+        this.finish();
+    }
+}
 /** A deadline and an abort signal, as one. */
 class Wait {
     deadline;
@@ -133,7 +199,29 @@ export class Client {
         const queue = [];
         let wake;
         let sub;
+        let statusSub;
         try {
+            const onStatus = opts?.onStatus;
+            if (onStatus) {
+                // Subscribed before the verdict subject: NATS calls a connection's
+                // callbacks in the order its messages arrive, and gated publishes
+                // the decided status before the verdict.
+                statusSub = this.nc.subscribe(statusSubject(a.tenant, a.id), {
+                    callback: (err, m) => {
+                        if (err) {
+                            return;
+                        }
+                        let st;
+                        try {
+                            st = statusUpdate(a.tenant, a.id, m.data);
+                        }
+                        catch (e) {
+                            st = e instanceof StatusError ? e : new StatusError("", String(e));
+                        }
+                        onStatus(st);
+                    },
+                });
+            }
             sub = this.nc.subscribe(verdictSubject(a.tenant, a.id), {
                 callback: (err, m) => {
                     if (!err) {
@@ -223,11 +311,56 @@ export class Client {
             w.close();
             try {
                 sub?.unsubscribe();
+                statusSub?.unsubscribe();
             }
             catch {
                 // the connection is closed: nothing to unsubscribe
             }
         }
+    }
+    /**
+     * Follows the progress of tenant's proposal id: gated publishes each stage
+     * on gated.status.<tenant>.<id> (received, policy_decided, review_started,
+     * awaiting_operator, decided). The subscription is in place on the server
+     * when the promise resolves, so a proposal published after it loses no
+     * stage. Statuses are best effort and show progress; only a verdict says
+     * what may run. The tenant's NATS user needs to subscribe to
+     * gated.status.<tenant>.>. Throws BadProposalError for a bad token,
+     * TransportError when the subscription cannot be made.
+     */
+    async watch(tenant, id, opts = {}) {
+        if (!validTenant(tenant)) {
+            throw new BadProposalError(`bad proposal: tenant ${JSON.stringify(tenant)} must match [a-z0-9_-]{1,64}`);
+        }
+        if (!validID(id)) {
+            throw new BadProposalError(`bad proposal: id ${JSON.stringify(id)} must match [A-Za-z0-9_-]{1,128}`);
+        }
+        let watch;
+        const early = [];
+        let sub;
+        try {
+            sub = this.nc.subscribe(statusSubject(tenant, id), {
+                callback: (err, m) => {
+                    if (!err) {
+                        if (watch) {
+                            watch.push(m.data);
+                        }
+                        else {
+                            early.push(m.data);
+                        }
+                    }
+                },
+            });
+            await this.nc.flush();
+        }
+        catch (err) {
+            throw new TransportError(`subscribing to the status of ${tenant}.${id}: ${String(err)}`, { cause: err });
+        }
+        watch = new StatusWatch(sub, tenant, id, opts.signal);
+        for (const data of early) {
+            watch.push(data);
+        }
+        return watch;
     }
     /** The error of a failed step: NoVerdictError once the wait is over, else a TransportError. */
     failed(w, a, doing, err) {

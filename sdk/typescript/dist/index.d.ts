@@ -1,5 +1,6 @@
-export { Client, defaultWaitMs, type CallOptions, type ClientOptions } from "./client.js";
+export { Client, defaultWaitMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
+export { decodeStatus, type Status, StatusError, type StatusStage, statusStages, statusSubject, statusUpdate, } from "./status.js";
 export { AbortedError, gate, newProposalId, ToolGate, validateToolSpec, type Change, type GuardedTool, type Identity, type Proposer, type ToolGateOptions, type ToolSpec, } from "./gate.js";
 export { BadProposalError, checkVerdict, GatedError, IdReusedError, InvalidConfigError, InvalidToolSpecError, MalformedVerdictError, NoVerdictError, NotApprovedError, NotFoundError, NotGatedError, NotThisProposalError, ProposalInvalidError, ReviewBlockedError, ReviewFailedError, ReviewRejectedError, ReviewTimeoutError, ServiceError, ServiceUnavailableError, TenantMismatchError, TransportError, UnconfirmedApprovalError, VerdictError, } from "./errors.js";
-export { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, decodeVerdict, encodeProposal, proposalDigest, proposalSubject, schemaVersion, validAction, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, type WireReply, } from "./wire.js";
+export { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, decodeVerdict, decodeVerdictValue, encodeProposal, proposalDigest, proposalSubject, schemaVersion, validAction, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, type WireReply, } from "./wire.js";
 export type * from "./types.js";

@@ -36,9 +36,11 @@ export declare class JSONSyntaxError extends Error {
 /**
  * Parses one JSON value the way Go's encoding/json scanner accepts it:
  * RFC 8259, surrounding white space allowed, numbers kept as JSONNumber,
- * lone surrogate escapes read as U+FFFD. Throws JSONSyntaxError.
+ * lone surrogate escapes read as U+FFFD. Throws JSONSyntaxError. When
+ * duplicates is given, the names of the top object's members that appear
+ * more than once are pushed on it (the last value is kept).
  */
-export declare function parseJSON(text: string): JSONValue;
+export declare function parseJSON(text: string, duplicates?: string[]): JSONValue;
 /** Decodes bytes as Go reads them: invalid UTF-8 becomes U+FFFD. */
 export declare function utf8Text(data: Uint8Array): string;
 /** The Go type of a struct member: how decodeStruct checks it. */

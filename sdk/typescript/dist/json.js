@@ -194,9 +194,11 @@ const maxDepth = 10000; // Go's encoding/json nesting limit
 /**
  * Parses one JSON value the way Go's encoding/json scanner accepts it:
  * RFC 8259, surrounding white space allowed, numbers kept as JSONNumber,
- * lone surrogate escapes read as U+FFFD. Throws JSONSyntaxError.
+ * lone surrogate escapes read as U+FFFD. Throws JSONSyntaxError. When
+ * duplicates is given, the names of the top object's members that appear
+ * more than once are pushed on it (the last value is kept).
  */
-export function parseJSON(text) {
+export function parseJSON(text, duplicates) {
     let i = 0;
     const fail = (what) => {
         throw new JSONSyntaxError(`${what} at offset ${i}`);
@@ -325,6 +327,9 @@ export function parseJSON(text) {
                         fail("expected ':'");
                     }
                     i++;
+                    if (duplicates && depth === 0 && Object.hasOwn(o, k)) {
+                        duplicates.push(k);
+                    }
                     o[k] = value(depth + 1);
                     ws();
                     if (text[i] === ",") {

@@ -1,3 +1,4 @@
+import { type JSONValue } from "./json.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 /** The proposal and verdict schema version this package speaks. */
 export declare const schemaVersion = 1;
@@ -5,6 +6,7 @@ export declare const schemaVersion = 1;
 export declare const wire: {
     readonly proposalSubjectPrefix: "gated.proposals.";
     readonly verdictSubjectPrefix: "gated.verdicts.";
+    readonly statusSubjectPrefix: "gated.status.";
     readonly reviewSubject: "gated.review";
     readonly reviewSubjectPrefix: "gated.review.";
     readonly verdictBucket: "GATED_VERDICTS";
@@ -52,6 +54,8 @@ export declare function encodeProposal(p: Proposal): {
  * read as empty. Throws JSONSyntaxError or JSONTypeError.
  */
 export declare function decodeVerdict(data: Uint8Array | string): Verdict;
+/** decodeVerdict of a value parsed already (the verdict inside a status event). */
+export declare function decodeVerdictValue(value: JSONValue): Verdict;
 /**
  * Reads a message on a's verdict subject. Anything that is not a verdict
  * naming a's tenant and id is not an answer (null) and is skipped, not

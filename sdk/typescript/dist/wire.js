@@ -4,13 +4,14 @@
 // to what the Go client (bus/fleet) does.
 import { createHash } from "node:crypto";
 import { BadProposalError, IdReusedError, MalformedVerdictError, NotFoundError, NotGatedError, NotThisProposalError, ServiceError, UnconfirmedApprovalError, } from "./errors.js";
-import { decodeAs, describe, goMap, goNumber, goString, parseJSON, utf8Text, validRFC3339 } from "./json.js";
+import { decodeAs, describe, goMap, goNumber, goString, parseJSON, utf8Text, validRFC3339, } from "./json.js";
 /** The proposal and verdict schema version this package speaks. */
 export const schemaVersion = 1;
 /** Subjects and names of the v1 wire contract (engine/wire in Go). */
 export const wire = {
     proposalSubjectPrefix: "gated.proposals.",
     verdictSubjectPrefix: "gated.verdicts.",
+    statusSubjectPrefix: "gated.status.",
     reviewSubject: "gated.review",
     reviewSubjectPrefix: "gated.review.",
     verdictBucket: "GATED_VERDICTS",
@@ -419,7 +420,11 @@ const verdictType = {
  */
 export function decodeVerdict(data) {
     const text = typeof data === "string" ? data : utf8Text(data);
-    const v = (decodeAs(parseJSON(text), verdictType, "") ?? {});
+    return decodeVerdictValue(parseJSON(text));
+}
+/** decodeVerdict of a value parsed already (the verdict inside a status event). */
+export function decodeVerdictValue(value) {
+    const v = (decodeAs(value, verdictType, "") ?? {});
     return { ...v, proposal_id: v.proposal_id ?? "", tenant: v.tenant ?? "", outcome: v.outcome ?? "" };
 }
 /**

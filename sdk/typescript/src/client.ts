@@ -14,6 +14,7 @@ import {
   TransportError,
   checkVerdict,
 } from "./errors.js";
+import { type Status, StatusError, statusSubject, statusUpdate } from "./status.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 import {
   addressKey,
@@ -52,6 +53,91 @@ export interface CallOptions {
   signal?: AbortSignal;
   /** How long to wait for the verdict; default the client's defaultWaitMs. */
   timeoutMs?: number;
+  /**
+   * propose and proposeRaw only: called with each status event of the
+   * proposal while the call waits (see Client.watch), or with a StatusError
+   * for a malformed one. The status subject is subscribed before the
+   * proposal is published, and NATS delivers gated's decided status before
+   * its verdict, so every stage comes before the call resolves.
+   */
+  onStatus?: (status: Status | StatusError) => void;
+}
+
+/** Options of Client.watch. */
+export interface WatchOptions {
+  /** Ends the watch: its iterator then finishes. */
+  signal?: AbortSignal;
+}
+
+/**
+ * The status events of one proposal, as an async iterator: for await (const
+ * st of watch). A malformed event makes next() throw a StatusError; the
+ * watch stays open, and the next call to next() reads on. It ends when
+ * closed, when its signal aborts, or when the connection closes.
+ */
+export class StatusWatch implements AsyncIterableIterator<Status> {
+  private readonly queue: Uint8Array[] = [];
+  private wake: (() => void) | undefined;
+  private done = false;
+
+  /** @internal Built by Client.watch. */
+  constructor(
+    private readonly sub: Subscription,
+    private readonly tenant: string,
+    private readonly id: string,
+    signal: AbortSignal | undefined,
+  ) {
+    signal?.addEventListener("abort", () => void this.close(), { once: true });
+    void sub.closed.then(() => this.finish());
+  }
+
+  /** @internal The subscription's callback. */
+  push(data: Uint8Array): void {
+    this.queue.push(data);
+    this.wake?.();
+  }
+
+  private finish(): void {
+    this.done = true;
+    this.wake?.();
+  }
+
+  [Symbol.asyncIterator](): StatusWatch {
+    return this;
+  }
+
+  /** The next status; throws StatusError for a malformed message. */
+  async next(): Promise<IteratorResult<Status, undefined>> {
+    for (;;) {
+      const data = this.queue.shift();
+      if (data !== undefined) {
+        return { value: statusUpdate(this.tenant, this.id, data), done: false };
+      }
+      if (this.done) {
+        return { value: undefined, done: true };
+      }
+      await new Promise<void>((resolve) => {
+        this.wake = resolve;
+      });
+      this.wake = undefined;
+    }
+  }
+
+  /** Ends the watch (a for await loop that breaks calls it). */
+  async return(): Promise<IteratorResult<Status, undefined>> {
+    await this.close();
+    return { value: undefined, done: true };
+  }
+
+  /** Unsubscribes; statuses queued already are still read. */
+  async close(): Promise<void> {
+    try {
+      this.sub.unsubscribe();
+    } catch {
+      // the connection is closed: nothing to unsubscribe
+    }
+    this.finish();
+  }
 }
 
 /** A deadline and an abort signal, as one. */
@@ -195,7 +281,28 @@ export class Client {
     const queue: Msg[] = [];
     let wake: (() => void) | undefined;
     let sub: Subscription | undefined;
+    let statusSub: Subscription | undefined;
     try {
+      const onStatus = opts?.onStatus;
+      if (onStatus) {
+        // Subscribed before the verdict subject: NATS calls a connection's
+        // callbacks in the order its messages arrive, and gated publishes
+        // the decided status before the verdict.
+        statusSub = this.nc.subscribe(statusSubject(a.tenant, a.id), {
+          callback: (err, m) => {
+            if (err) {
+              return;
+            }
+            let st: Status | StatusError;
+            try {
+              st = statusUpdate(a.tenant, a.id, m.data);
+            } catch (e) {
+              st = e instanceof StatusError ? e : new StatusError("", String(e));
+            }
+            onStatus(st);
+          },
+        });
+      }
       sub = this.nc.subscribe(verdictSubject(a.tenant, a.id), {
         callback: (err, m) => {
           if (!err) {
@@ -286,10 +393,54 @@ export class Client {
       w.close();
       try {
         sub?.unsubscribe();
+        statusSub?.unsubscribe();
       } catch {
         // the connection is closed: nothing to unsubscribe
       }
     }
+  }
+
+  /**
+   * Follows the progress of tenant's proposal id: gated publishes each stage
+   * on gated.status.<tenant>.<id> (received, policy_decided, review_started,
+   * awaiting_operator, decided). The subscription is in place on the server
+   * when the promise resolves, so a proposal published after it loses no
+   * stage. Statuses are best effort and show progress; only a verdict says
+   * what may run. The tenant's NATS user needs to subscribe to
+   * gated.status.<tenant>.>. Throws BadProposalError for a bad token,
+   * TransportError when the subscription cannot be made.
+   */
+  async watch(tenant: string, id: string, opts: WatchOptions = {}): Promise<StatusWatch> {
+    if (!validTenant(tenant)) {
+      throw new BadProposalError(`bad proposal: tenant ${JSON.stringify(tenant)} must match [a-z0-9_-]{1,64}`);
+    }
+    if (!validID(id)) {
+      throw new BadProposalError(`bad proposal: id ${JSON.stringify(id)} must match [A-Za-z0-9_-]{1,128}`);
+    }
+    let watch: StatusWatch | undefined;
+    const early: Uint8Array[] = [];
+    let sub: Subscription;
+    try {
+      sub = this.nc.subscribe(statusSubject(tenant, id), {
+        callback: (err, m) => {
+          if (!err) {
+            if (watch) {
+              watch.push(m.data);
+            } else {
+              early.push(m.data);
+            }
+          }
+        },
+      });
+      await this.nc.flush();
+    } catch (err) {
+      throw new TransportError(`subscribing to the status of ${tenant}.${id}: ${String(err)}`, { cause: err });
+    }
+    watch = new StatusWatch(sub, tenant, id, opts.signal);
+    for (const data of early) {
+      watch.push(data);
+    }
+    return watch;
   }
 
   /** The error of a failed step: NoVerdictError once the wait is over, else a TransportError. */

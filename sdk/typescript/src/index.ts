@@ -5,7 +5,16 @@
 // every check of the Go client (bus/fleet); ToolGate and gate() wrap an
 // agent's tools so that write and destructive calls run only on approval.
 
-export { Client, defaultWaitMs, type CallOptions, type ClientOptions } from "./client.js";
+export { Client, defaultWaitMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
+export {
+  decodeStatus,
+  type Status,
+  StatusError,
+  type StatusStage,
+  statusStages,
+  statusSubject,
+  statusUpdate,
+} from "./status.js";
 export {
   AbortedError,
   gate,
@@ -52,6 +61,7 @@ export {
   decodeReviewReply,
   decodeStoredVerdict,
   decodeVerdict,
+  decodeVerdictValue,
   encodeProposal,
   proposalDigest,
   proposalSubject,

@@ -15,7 +15,18 @@ import {
   ServiceError,
   UnconfirmedApprovalError,
 } from "./errors.js";
-import { decodeAs, describe, goMap, goNumber, goString, type GoType, parseJSON, utf8Text, validRFC3339 } from "./json.js";
+import {
+  decodeAs,
+  describe,
+  goMap,
+  goNumber,
+  goString,
+  type GoType,
+  type JSONValue,
+  parseJSON,
+  utf8Text,
+  validRFC3339,
+} from "./json.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 
 /** The proposal and verdict schema version this package speaks. */
@@ -25,6 +36,7 @@ export const schemaVersion = 1;
 export const wire = {
   proposalSubjectPrefix: "gated.proposals.",
   verdictSubjectPrefix: "gated.verdicts.",
+  statusSubjectPrefix: "gated.status.",
   reviewSubject: "gated.review",
   reviewSubjectPrefix: "gated.review.",
   verdictBucket: "GATED_VERDICTS",
@@ -455,7 +467,12 @@ const verdictType: GoType = {
  */
 export function decodeVerdict(data: Uint8Array | string): Verdict {
   const text = typeof data === "string" ? data : utf8Text(data);
-  const v = (decodeAs(parseJSON(text), verdictType, "") ?? {}) as Partial<Verdict>;
+  return decodeVerdictValue(parseJSON(text));
+}
+
+/** decodeVerdict of a value parsed already (the verdict inside a status event). */
+export function decodeVerdictValue(value: JSONValue): Verdict {
+  const v = (decodeAs(value, verdictType, "") ?? {}) as Partial<Verdict>;
   return { ...v, proposal_id: v.proposal_id ?? "", tenant: v.tenant ?? "", outcome: v.outcome ?? "" };
 }
 

@@ -17,6 +17,8 @@ import {
   decodeVerdict,
   encodeProposal,
   proposalDigest,
+  StatusError,
+  statusUpdate,
   verdictMessage,
 } from "../dist/index.js";
 import { compareUTF8, goValue, JSONSyntaxError, JSONTypeError, parseJSON } from "../dist/json.js";
@@ -214,3 +216,21 @@ function sorted(v) {
   }
   return true;
 }
+
+test(`statusUpdate reads or refuses with a StatusError (seed ${seed})`, () => {
+  const r = rng(seed + 5);
+  const corpus = vectors("statuses.json").cases.map((c) => c.message);
+  for (let i = 0; i < rounds; i++) {
+    const text = mutate(r, corpus[Math.floor(r() * corpus.length)]);
+    let st;
+    try {
+      st = statusUpdate("acme", "p-1", text);
+    } catch (err) {
+      assert.ok(err instanceof StatusError, `untyped error for ${JSON.stringify(text)}: ${err?.stack ?? err}`);
+      continue;
+    }
+    assert.equal(st.tenant, "acme");
+    assert.equal(st.id, "p-1");
+    assert.equal(st.stage === "decided", st.verdict !== undefined, JSON.stringify(text));
+  }
+});

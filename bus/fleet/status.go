@@ -1,0 +1,87 @@
+package fleet
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
+)
+
+// StatusUpdate is one message of a watch: a status event, or Err for a
+// message on the status subject that is not a well-formed status event
+// (an *engine.StatusError naming the member at fault). A bad message
+// does not end the watch.
+type StatusUpdate struct {
+	Status *engine.Status
+	Err    error
+}
+
+// watchBuffer is how many status messages a watch holds before NATS
+// drops them as a slow consumer; a proposal has a handful of stages.
+const watchBuffer = 64
+
+// Watch follows the progress of tenant's proposal id: gated publishes
+// each stage on gated.status.<tenant>.<id> (received, policy_decided,
+// review_started, awaiting_operator, decided). The subscription is in
+// place on the server when Watch returns, so a proposal published after
+// it loses no stage; the channel is closed when ctx ends. Status events
+// are best effort and unauthenticated: they show progress, and only the
+// verdict (Propose, Verdict) says what a fleet may do. A tenant's user
+// needs to subscribe to gated.status.<tenant>.> for it (NATS reports a
+// subscription it refuses to the connection's error handler; the watch
+// then stays silent). Errors:
+// ErrBadProposal (tenant or id is not a valid token), or a NATS error.
+func (c *Client) Watch(ctx context.Context, tenant, id string) (<-chan StatusUpdate, error) {
+	if !engine.ValidTenant(tenant) {
+		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
+	}
+	if !engine.ValidID(id) {
+		return nil, fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, id)
+	}
+	msgs := make(chan *nats.Msg, watchBuffer)
+	sub, err := c.nc.ChanSubscribe(wire.StatusSubject(tenant, id), msgs)
+	if err != nil {
+		return nil, fmt.Errorf("subscribing to the status of %s.%s: %w", tenant, id, err)
+	}
+	if err := c.nc.FlushWithContext(ctx); err != nil {
+		_ = sub.Unsubscribe()
+		return nil, fmt.Errorf("subscribing to the status of %s.%s: %w", tenant, id, err)
+	}
+	out := make(chan StatusUpdate)
+	go func() {
+		defer close(out)
+		defer func() { _ = sub.Unsubscribe() }()
+		for {
+			select {
+			case m := <-msgs:
+				u := statusUpdate(tenant, id, m.Data)
+				select {
+				case out <- u:
+				case <-ctx.Done():
+					return
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+// statusUpdate reads one message of tenant's proposal id's status subject.
+func statusUpdate(tenant, id string, data []byte) StatusUpdate {
+	st, err := engine.DecodeStatus(data)
+	if err != nil {
+		return StatusUpdate{Err: err}
+	}
+	switch {
+	case st.Tenant != tenant:
+		return StatusUpdate{Err: &engine.StatusError{Field: "tenant", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.Tenant, tenant, id)}}
+	case st.ID != id:
+		return StatusUpdate{Err: &engine.StatusError{Field: "id", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.ID, tenant, id)}}
+	}
+	return StatusUpdate{Status: st}
+}
