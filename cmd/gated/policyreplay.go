@@ -136,6 +136,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	stop := startProgress(errw, o.progress, "replay", total, &read)
+	defer replayGC()()
 	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, workers: o.workers})
 	stop()
 	if err != nil {
