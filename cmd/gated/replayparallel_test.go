@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -269,6 +270,35 @@ func TestReplayWorkersGiveOneReport(t *testing.T) {
 				if !bytes.Equal(got, want) {
 					t.Fatalf("the report on %d workers differs from the one on one worker:\n%s\nwant\n%s", workers, got, want)
 				}
+			}
+		})
+	}
+}
+
+// TestPolicyReplayWorkersFlag: --workers takes 1 or more and the summary
+// names how many decided.
+func TestPolicyReplayWorkersFlag(t *testing.T) {
+	js := replayServer(t)
+	writeTrailHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 40)
+	dir := mustCandidateDir(t)
+	tests := []struct {
+		note    string
+		workers string
+		code    int
+		want    string
+	}{
+		{note: "one worker", workers: "1", code: 0, want: "on 1 worker(s)"},
+		{note: "three workers", workers: "3", code: 0, want: "on 3 worker(s)"},
+		{note: "none", workers: "0", code: exitUsage, want: ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			code, out, err := runGated(t, "policy", "replay", "--policies", dir, "--nats-url", natsURL(t, js), "--workers", tc.workers)
+			if code != tc.code || !strings.Contains(out, tc.want) {
+				t.Fatalf("exit %d (err %v), want %d with %q\n%s", code, err, tc.code, tc.want, out)
+			}
+			if tc.code == 0 && !strings.Contains(out, "flipped: 12") {
+				t.Fatalf("want 12 flips whatever the workers\n%s", out)
 			}
 		})
 	}
