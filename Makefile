@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-browser console-js console-screenshots bench-clients bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-browser console-js console-screenshots bench-clients bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -138,6 +138,7 @@ fuzz:
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzReplayRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzReviewRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeCanonical$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseHeads$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
@@ -184,7 +185,7 @@ bench: build
 	./bin/gated bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm-burst.json
 	./bin/gated bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
 	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
-	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit | tee bench-results/go-bench.txt'
+	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit bench-replay | tee bench-results/go-bench.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
 
@@ -214,6 +215,12 @@ bench-plugins:
 # stream: events/s, p50/p99 of Seal, records per publish.
 bench-audit:
 	$(GO) test ./bus/audit -run '^$$' -bench '^BenchmarkAuditTrail$$' -benchtime 2000x -count 3
+
+# bench-replay measures gated policy replay on a recorded history of
+# 20,000 proposals (their whole trails) in process: on one worker and on
+# GOMAXPROCS, proposals/s end to end, records/s read, CPU per proposal.
+bench-replay:
+	$(GO) test ./cmd/gated -run '^$$' -bench '^BenchmarkReplay$$' -benchtime 3x -count 3
 
 # bench-verify measures audit verify's check of the stored verdicts at
 # 10 000 and 100 000 verdicts: the index it keeps against one get per

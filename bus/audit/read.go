@@ -27,6 +27,10 @@ type Query struct {
 	// Follow keeps reading new messages until ctx ends, instead of
 	// stopping at the last message stored when Read began.
 	Follow bool
+	// Undecoded leaves Entry.Record and Entry.Err unset: the caller
+	// decodes each entry with Entry.Decode, e.g. on other goroutines so
+	// that the read does not wait for the decode.
+	Undecoded bool
 }
 
 // Entry is one message of the audit stream.
@@ -50,6 +54,15 @@ func (e Entry) Tenant() string {
 		return e.Record.Event.Tenant
 	}
 	return subjectTenant(e.Subject)
+}
+
+// Decode fills e.Record and e.Err from the message, as Read does unless
+// its query says Undecoded.
+func (e *Entry) Decode() {
+	e.Record, e.Err = DecodeRecord(e.Subject, e.Header, e.Data)
+	if e.Record != nil {
+		e.Record.Seq, e.Record.Stored = e.Seq, e.Stored
+	}
 }
 
 // errStopReading ends Read early without an error.
@@ -123,9 +136,8 @@ func readStream(ctx context.Context, stream jetstream.Stream, q Query, fn func(E
 			return fmt.Errorf("reading stream %s: %w", Stream, err)
 		}
 		e := Entry{Seq: md.Sequence.Stream, Stored: md.Timestamp, Subject: m.Subject(), Header: m.Headers(), Data: m.Data()}
-		e.Record, e.Err = DecodeRecord(e.Subject, e.Header, e.Data)
-		if e.Record != nil {
-			e.Record.Seq, e.Record.Stored = e.Seq, e.Stored
+		if !q.Undecoded {
+			e.Decode()
 		}
 		if err := fn(e); err != nil {
 			if errors.Is(err, errStopReading) {

@@ -82,11 +82,14 @@ func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error)
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
-	var b auditBody
-	if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
-		return bad("body: data after the JSON object")
-	} else if err != nil {
-		return bad("body: %v", err)
+	b, ok := decodeCanonical(body)
+	if !ok {
+		b = auditBody{}
+		if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
+			return bad("body: data after the JSON object")
+		} else if err != nil {
+			return bad("body: %v", err)
+		}
 	}
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return bad("body is not a JSON object")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -39,6 +40,7 @@ type policyReplayOptions struct {
 	progress    string
 	rereview    rereviewOptions
 	integrity   replayIntegrityOptions
+	workers     int
 }
 
 func policyReplayCmd() *cobra.Command {
@@ -89,6 +91,7 @@ is not intact or an error, 2 bad usage.`,
 	f.IntVar(&o.show, "show", 10, "list the first N flipped proposals with both decisions, and the first N whose reviewers change; -1 lists all")
 	f.StringVar(&o.progress, "progress", "auto", "progress line on stderr: auto (on a terminal), on or off")
 	o.integrity.register(f)
+	f.IntVar(&o.workers, "workers", runtime.GOMAXPROCS(0), "goroutines that decode and decide (1 decides on one)")
 	o.conn.register(f)
 	o.rereview.register(f)
 	return c
@@ -108,6 +111,8 @@ func (o *policyReplayOptions) check() error {
 		return usageError("give --since or --from-seq, not both")
 	case o.tenant != "" && !engine.ValidTenant(o.tenant):
 		return usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
+	case o.workers < 1:
+		return usageError("--workers %d: want 1 or more", o.workers)
 	case o.show < -1:
 		return usageError("--show %d: want 0 or more, or -1 for all", o.show)
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
@@ -164,8 +169,9 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	stop := startProgress(errw, o.progress, "replay", total, &read)
-	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, keys: keys, anchors: anchors,
-		reviewers: reviewers, rereview: rr})
+	defer replayGC()()
+	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, workers: o.workers,
+		keys: keys, anchors: anchors, reviewers: reviewers, rereview: rr})
 	stop()
 	if err != nil {
 		return err
@@ -263,6 +269,9 @@ type replayConfig struct {
 	rereview *rereviewer
 	// anchors are heads kept from an earlier audit verify.
 	anchors []audit.Head
+	// workers is how many goroutines decode and decide; GOMAXPROCS when
+	// 0 or less.
+	workers int
 }
 
 // maxNamed bounds how many unrebuildable proposals the report names.
@@ -318,8 +327,16 @@ type replayReport struct {
 	Unrebuildable      int             `json:"unrebuildable"`
 	UnrebuildableNamed []replayMissing `json:"unrebuildable_named"`
 	Shown              []replayFlip    `json:"first_flips"`
-	// ReadSeconds is the time spent reading and decoding records,
-	// DecideSeconds the time spent deciding; the rates follow from them.
+	// Workers is how many goroutines decoded and decided. Seconds is the
+	// wall time of the whole replay and Rate the proposals it decided per
+	// second of it, reading included. The read and the decisions overlap:
+	// ReadSeconds is the wall time the reader spent reading, not waiting
+	// for the workers, and DecideSeconds the wall time the workers had
+	// records to decode and decide, not waiting for the reader; each rate
+	// is what that side sustains.
+	Workers       int     `json:"workers"`
+	Seconds       float64 `json:"seconds"`
+	Rate          float64 `json:"replayed_per_second"`
 	ReadSeconds   float64 `json:"read_seconds"`
 	DecideSeconds float64 `json:"decide_seconds"`
 	ReadRate      float64 `json:"read_records_per_second"`
@@ -403,78 +420,6 @@ func newReplayReport(revision string) *replayReport {
 		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
 		ReviewChanges: []replayReviewChange{}, Differences: map[string]int{}, ReviewStaleNamed: []replayMissing{},
 	}
-}
-
-// replayHistory reads the audit range q selects and decides every
-// recorded proposal again under ev.
-func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, ev *policies.Evaluator,
-	reg engine.Personas, cfg replayConfig) (*replayReport, error) {
-	rep := newReplayReport(ev.Revision())
-	rep.reviewers = cfg.reviewers
-	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
-	end, err := rangeEnd(ctx, js, q)
-	if err != nil {
-		return nil, err
-	}
-	pending := map[string]*recordedPolicy{}
-	// decideTime is the time spent deciding, waitTime the time spent
-	// waiting for a --rereview worker: neither is reading.
-	var decideTime, waitTime time.Duration
-	start := time.Now()
-	err = audit.Read(ctx, js, q, func(e audit.Entry) error {
-		checker.Add(e)
-		if cfg.read != nil {
-			cfg.read.Add(1)
-		}
-		r := e.Record
-		if r == nil || r.Event.Tenant == engine.UnknownTenant {
-			return nil
-		}
-		key := r.Event.Tenant + "." + r.Event.ProposalID
-		switch r.Event.Event {
-		case engine.EventPolicyDecided:
-			pending[key] = decodeRecordedPolicy(r.Event.Data)
-		case engine.EventReviewStarted, engine.EventReviewDone:
-			if p := pending[key]; p != nil {
-				p.addReviewRecord(r)
-			}
-		case engine.EventVerdict:
-			p := pending[key]
-			delete(pending, key)
-			t := time.Now()
-			rep.verdict(ctx, ev, reg, r, p, cfg.show)
-			decideTime += time.Since(t)
-			if cfg.rereview != nil {
-				t := time.Now()
-				err := cfg.rereview.submit(ctx, r, p)
-				waitTime += time.Since(t)
-				return err
-			}
-		}
-		return nil
-	})
-	total := time.Since(start) - waitTime
-	if cfg.rereview != nil {
-		rep.Rereview = cfg.rereview.finish()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("reading the audit stream: %w", err)
-	}
-	chk, anchored := checker.Finish(end)
-	if rep.Integrity, err = checkIntegrity(ctx, js, q, chk, anchored); err != nil {
-		return nil, err
-	}
-	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
-	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0
-	rep.DecideSeconds = decideTime.Seconds()
-	rep.ReadSeconds = (total - decideTime).Seconds()
-	if rep.ReadSeconds > 0 {
-		rep.ReadRate = float64(chk.Messages) / rep.ReadSeconds
-	}
-	if rep.DecideSeconds > 0 {
-		rep.DecideRate = float64(rep.Replayed) / rep.DecideSeconds
-	}
-	return rep, nil
 }
 
 // missing counts a verdict whose input cannot be rebuilt, and names it.
@@ -629,8 +574,8 @@ func writeReplayText(w io.Writer, rep *replayReport) error {
 	if rep.Rereview != nil {
 		writeRereviewText(&b, rep.Rereview)
 	}
-	fmt.Fprintf(&b, "read %d records in %.2fs (%.0f/s), decided %d in %.2fs (%.0f/s)\n", rep.Records, rep.ReadSeconds, rep.ReadRate,
-		rep.Replayed, rep.DecideSeconds, rep.DecideRate)
+	fmt.Fprintf(&b, "replayed %d in %.2fs (%.0f/s) on %d worker(s): read %d records in %.2fs (%.0f/s), decided in %.2fs (%.0f/s)\n",
+		rep.Replayed, rep.Seconds, rep.Rate, rep.Workers, rep.Records, rep.ReadSeconds, rep.ReadRate, rep.DecideSeconds, rep.DecideRate)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/policies"
+)
+
+// A replay is a pipeline. One goroutine reads the audit range and cuts it
+// into batches of replayBatchSize messages; a pool of workers decodes each
+// batch (the records and the policy.decided data); the calling goroutine
+// takes the decoded batches in stream order, checks the range as audit
+// verify does, and pairs every verdict with its proposal's policy.decided
+// record; the pool then decides the pairs again under the candidate, each
+// worker into a report of its own. The reports are summed at the end, and
+// the lists they keep (the first flips, the inputs not rebuildable) are
+// cut to the first ones in stream order, so the report is the same
+// whatever the number of workers and however they are scheduled.
+
+// replayBatchSize is how many messages a decode task holds, and how many
+// verdicts a decide task holds: enough that the hand-over costs little
+// beside the work, few enough that every worker gets some.
+const replayBatchSize = 256
+
+// replayGCPercent is the garbage collector's target while a replay runs.
+// A replay allocates much and keeps little (the policy.decided records
+// whose verdicts are still ahead, the batches in flight), so collecting
+// at four times the live heap instead of twice costs a few megabytes and
+// saves about a tenth of its CPU time (BenchmarkReplay).
+const replayGCPercent = 400
+
+// replayGC sets the garbage collector's target for a replay and returns
+// the function that restores it. The command calls it, once per process.
+func replayGC() (restore func()) {
+	old := debug.SetGCPercent(replayGCPercent)
+	return func() { debug.SetGCPercent(old) }
+}
+
+// replayBatch is a run of messages read in stream order.
+type replayBatch struct {
+	entries []audit.Entry
+	// policies holds, for each policy.decided record of entries, its
+	// data decoded; nil for the other messages.
+	policies []*recordedPolicy
+	// done is closed once the batch is decoded.
+	done chan struct{}
+}
+
+// decode decodes the batch's messages and the policy.decided data.
+func (b *replayBatch) decode() {
+	defer close(b.done)
+	b.policies = make([]*recordedPolicy, len(b.entries))
+	for i := range b.entries {
+		e := &b.entries[i]
+		e.Decode()
+		if r := e.Record; r != nil && r.Event.Tenant != engine.UnknownTenant && r.Event.Event == engine.EventPolicyDecided {
+			b.policies[i] = decodeRecordedPolicy(r.Event.Data)
+		}
+	}
+}
+
+// replayPair is a verdict record and its proposal's policy.decided record
+// (nil when the range holds none).
+type replayPair struct {
+	r *audit.Record
+	p *recordedPolicy
+}
+
+// replayTask is work for one worker of the pool, given the worker's own
+// report.
+type replayTask func(rep *replayReport)
+
+// replayHistory reads the audit range q selects and decides every
+// recorded proposal again under ev, on cfg.workers goroutines
+// (GOMAXPROCS when 0 or less).
+func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, ev *policies.Evaluator,
+	reg engine.Personas, cfg replayConfig) (*replayReport, error) {
+	workers := cfg.workers
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	end, err := rangeEnd(ctx, js, q)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+
+	tasks := make(chan replayTask, 2*workers)
+	locals := make([]*replayReport, workers)
+	var pool sync.WaitGroup
+	for i := range locals {
+		locals[i] = newReplayReport(ev.Revision())
+		locals[i].reviewers = cfg.reviewers
+		pool.Go(func() {
+			for t := range tasks {
+				t(locals[i])
+			}
+		})
+	}
+	batches := make(chan *replayBatch, 4*workers)
+	var (
+		reader    sync.WaitGroup
+		readErr   error
+		readBusy  time.Duration
+		queueWait time.Duration
+	)
+	q.Undecoded = true
+	reader.Go(func() {
+		defer close(batches)
+		b := &replayBatch{done: make(chan struct{})}
+		// hand gives batch b to the pool to decode and to the sequence
+		// below, in that order: the sequence never waits for a batch no
+		// worker was given.
+		hand := func() error {
+			t, cur := time.Now(), b
+			defer func() { queueWait += time.Since(t) }()
+			select {
+			case tasks <- func(*replayReport) { cur.decode() }:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			select {
+			case batches <- cur:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return nil
+		}
+		err := audit.Read(ctx, js, q, func(e audit.Entry) error {
+			if cfg.read != nil {
+				cfg.read.Add(1)
+			}
+			b.entries = append(b.entries, e)
+			if len(b.entries) < replayBatchSize {
+				return nil
+			}
+			err := hand()
+			b = &replayBatch{entries: make([]audit.Entry, 0, replayBatchSize), done: make(chan struct{})}
+			return err
+		})
+		if err == nil && len(b.entries) > 0 {
+			err = hand()
+		}
+		readErr = err
+		readBusy = time.Since(start) - queueWait
+	})
+
+	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
+	pending := map[string]*recordedPolicy{}
+	pairs := make([]replayPair, 0, replayBatchSize)
+	decide := func() bool {
+		todo := pairs
+		pairs = make([]replayPair, 0, replayBatchSize)
+		select {
+		case tasks <- func(rep *replayReport) {
+			for _, p := range todo {
+				rep.verdict(ctx, ev, reg, p.r, p.p, cfg.show)
+			}
+		}:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}
+	// starved is the time the sequence waited for the reader; rerr is
+	// why a --rereview job could not be queued.
+	var (
+		starved time.Duration
+		rerr    error
+	)
+sequence:
+	for {
+		t := time.Now()
+		b, ok := <-batches
+		starved += time.Since(t)
+		if !ok {
+			break
+		}
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break sequence
+		}
+		for i, e := range b.entries {
+			checker.Add(e)
+			r := e.Record
+			if r == nil || r.Event.Tenant == engine.UnknownTenant {
+				continue
+			}
+			key := r.Event.Tenant + "." + r.Event.ProposalID
+			switch r.Event.Event {
+			case engine.EventPolicyDecided:
+				pending[key] = b.policies[i]
+			case engine.EventReviewStarted, engine.EventReviewDone:
+				if p := pending[key]; p != nil {
+					p.addReviewRecord(r)
+				}
+			case engine.EventVerdict:
+				p := pending[key]
+				pairs = append(pairs, replayPair{r: r, p: p})
+				delete(pending, key)
+				if len(pairs) == replayBatchSize && !decide() {
+					break sequence
+				}
+				// The pair's policy record takes no more reviews once its
+				// verdict is read, so the pool may read it from here on.
+				if cfg.rereview != nil {
+					if rerr = cfg.rereview.submit(ctx, r, p); rerr != nil {
+						break sequence
+					}
+				}
+			}
+		}
+	}
+	if len(pairs) > 0 && ctx.Err() == nil {
+		decide()
+	}
+	cancelled := ctx.Err()
+	cancel() // stops the reader if the sequence stopped first
+	reader.Wait()
+	// Neither the reader nor the sequence gives the pool work any more.
+	close(tasks)
+	pool.Wait()
+	var rereview *rereviewReport
+	if cfg.rereview != nil {
+		rereview = cfg.rereview.finish()
+	}
+	switch {
+	case rerr != nil:
+		return nil, fmt.Errorf("re-reviewing: %w", rerr)
+	case readErr != nil && cancelled == nil:
+		return nil, fmt.Errorf("reading the audit stream: %w", readErr)
+	case cancelled != nil:
+		return nil, fmt.Errorf("reading the audit stream: %w", cancelled)
+	}
+
+	total := time.Since(start)
+	rep := newReplayReport(ev.Revision())
+	for _, l := range locals {
+		rep.merge(l)
+	}
+	rep.Rereview = rereview
+	slices.SortFunc(rep.Shown, func(a, b replayFlip) int { return cmp.Compare(a.Seq, b.Seq) })
+	rep.Shown = firstN(rep.Shown, cfg.show)
+	slices.SortFunc(rep.ReviewChanges, func(a, b replayReviewChange) int { return cmp.Compare(a.Seq, b.Seq) })
+	rep.ReviewChanges = firstN(rep.ReviewChanges, cfg.show)
+	bySeq := func(a, b replayMissing) int { return cmp.Compare(a.Seq, b.Seq) }
+	slices.SortFunc(rep.UnrebuildableNamed, bySeq)
+	rep.UnrebuildableNamed = firstN(rep.UnrebuildableNamed, maxNamed)
+	slices.SortFunc(rep.ReviewStaleNamed, bySeq)
+	rep.ReviewStaleNamed = firstN(rep.ReviewStaleNamed, maxNamed)
+
+	chk, anchored := checker.Finish(end)
+	if rep.Integrity, err = checkIntegrity(ctx, js, q, chk, anchored); err != nil {
+		return nil, err
+	}
+	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
+	rep.Problems, rep.Intact = chk.Problems, len(chk.Problems) == 0
+	rep.Workers = workers
+	rep.Seconds = total.Seconds()
+	rep.ReadSeconds = readBusy.Seconds()
+	rep.DecideSeconds = (total - starved).Seconds()
+	if rep.ReadSeconds > 0 {
+		rep.ReadRate = float64(chk.Messages) / rep.ReadSeconds
+	}
+	if rep.DecideSeconds > 0 {
+		rep.DecideRate = float64(rep.Replayed) / rep.DecideSeconds
+	}
+	if rep.Seconds > 0 {
+		rep.Rate = float64(rep.Replayed) / rep.Seconds
+	}
+	return rep, nil
+}
+
+// merge adds the counts and lists of o, a worker's report, to rep. The
+// lists are left in the order they come; replayHistory sorts and cuts
+// them once every worker's report is in.
+func (rep *replayReport) merge(o *replayReport) {
+	rep.Verdicts += o.Verdicts
+	rep.Replayed += o.Replayed
+	rep.Flips += o.Flips
+	rep.ReviewReused += o.ReviewReused
+	rep.ReviewStale += o.ReviewStale
+	rep.ReviewChanged += o.ReviewChanged
+	rep.Unrebuildable += o.Unrebuildable
+	for _, m := range []struct{ to, from map[string]int }{
+		{rep.Outcomes, o.Outcomes}, {rep.FlipsByRule, o.FlipsByRule}, {rep.FlipsByTenant, o.FlipsByTenant},
+		{rep.FlipsByAction, o.FlipsByAction}, {rep.NotPolicy, o.NotPolicy}, {rep.Differences, o.Differences},
+	} {
+		for k, n := range maps.All(m.from) {
+			m.to[k] += n
+		}
+	}
+	rep.Shown = append(rep.Shown, o.Shown...)
+	rep.UnrebuildableNamed = append(rep.UnrebuildableNamed, o.UnrebuildableNamed...)
+	rep.ReviewStaleNamed = append(rep.ReviewStaleNamed, o.ReviewStaleNamed...)
+	rep.ReviewChanges = append(rep.ReviewChanges, o.ReviewChanges...)
+}
+
+// firstN is the first n items of s, or all of them when n is negative
+// (--show -1).
+func firstN[T any](s []T, n int) []T {
+	if n < 0 {
+		return s
+	}
+	return s[:min(len(s), n)]
+}
