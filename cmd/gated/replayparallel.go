@@ -95,6 +95,10 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	if err != nil {
 		return nil, err
 	}
+	// The pipeline's context ends when the sequence stops; the workers
+	// decide what they were given, and the range's end is checked, after
+	// that, under the caller's.
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
@@ -168,7 +172,7 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		select {
 		case tasks <- func(rep *replayReport) {
 			for _, p := range todo {
-				rep.verdict(ctx, ev, reg, p.r, p.p, cfg.show)
+				rep.verdict(parent, ev, reg, p.r, p.p, cfg.show)
 			}
 		}:
 			return true
@@ -267,7 +271,7 @@ sequence:
 	rep.ReviewStaleNamed = firstN(rep.ReviewStaleNamed, maxNamed)
 
 	chk, anchored := checker.Finish(end)
-	if rep.Integrity, err = checkIntegrity(ctx, js, q, chk, anchored); err != nil {
+	if rep.Integrity, err = checkIntegrity(parent, js, q, chk, anchored); err != nil {
 		return nil, err
 	}
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records

@@ -89,7 +89,7 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 		ev(engine.EventReceived, map[string]any{"bytes": len(data), "sha256": hex.EncodeToString(sum[:]), "subject": wire.ProposalSubject(tenant, action)}),
 		ev(engine.EventPolicyDecided, map[string]any{
 			"action": action, "denied_tools": pd.DeniedTools, "denies": settled.Denies, "eval_us": 41, "review": pd.Review,
-			"reviewer_tools": pd.ReviewerTools, "run": nil, "sop": pd.SOP,
+			"reviewer_tools": pd.ReviewerTools, "run": nil, "sop": scriptedSOPID(pd.SOP),
 			"input": engine.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
 		}),
 	}
@@ -302,4 +302,13 @@ func TestPolicyReplayWorkersFlag(t *testing.T) {
 			}
 		})
 	}
+}
+
+// scriptedSOPID is the SOP id a policy.decided record names, as gated
+// writes it: the id of the catalog entry, or "" for none.
+func scriptedSOPID(s *engine.SOP) string {
+	if s == nil {
+		return ""
+	}
+	return s.ID
 }
