@@ -95,6 +95,9 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	if err != nil {
 		return nil, err
 	}
+	// The pipeline runs on a context of its own, cancelled once it is
+	// done; the range check after it runs on the caller's.
+	outer := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
@@ -267,7 +270,7 @@ sequence:
 	rep.ReviewStaleNamed = firstN(rep.ReviewStaleNamed, maxNamed)
 
 	chk, anchored := checker.Finish(end)
-	if rep.Integrity, err = checkIntegrity(ctx, js, q, chk, anchored); err != nil {
+	if rep.Integrity, err = checkIntegrity(outer, js, q, chk, anchored); err != nil {
 		return nil, err
 	}
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records
