@@ -235,7 +235,12 @@ sequence:
 		decide()
 	}
 	cancelled := ctx.Err()
-	cancel() // stops the reader if the sequence stopped first
+	if cancelled != nil || rerr != nil {
+		// The sequence stopped first: stop the reader. A complete read
+		// leaves the context alone, as the pool still decides on it (and
+		// starts the candidate's plugins with it).
+		cancel()
+	}
 	reader.Wait()
 	// Neither the reader nor the sequence gives the pool work any more.
 	close(tasks)
