@@ -66,7 +66,7 @@ func (b *replayBatch) decode() {
 		e := &b.entries[i]
 		e.Decode()
 		if r := e.Record; r != nil && r.Event.Tenant != engine.UnknownTenant && r.Event.Event == engine.EventPolicyDecided {
-			b.policies[i] = decodeRecordedPolicy(r.Event.Data)
+			b.policies[i] = decodeRecordedPolicyValid(r.Event.Data)
 		}
 	}
 }
