@@ -137,6 +137,8 @@ fuzz:
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeStoredVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzReplayRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzReviewRecords$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzDecodeRecordedPolicy$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzDecodeRecordedVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeCanonical$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseHeads$$' -fuzztime $(FUZZTIME)

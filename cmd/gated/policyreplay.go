@@ -431,12 +431,13 @@ func (rep *replayReport) missing(r *audit.Record, why string) {
 }
 
 // verdict counts the verdict record r and decides its proposal again
-// from its policy.decided record p (nil when the range holds none).
+// from its policy.decided record p (nil when the range holds none). r is
+// a record audit.DecodeRecord returned: its data is valid JSON.
 func (rep *replayReport) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
 	r *audit.Record, p *recordedPolicy, show int) {
 	rep.Verdicts++
-	var old engine.Verdict
-	if err := json.Unmarshal(r.Event.Data, &old); err != nil {
+	old, err := decodeRecordedVerdict(r.Event.Data)
+	if err != nil {
 		rep.missing(r, "the verdict record does not decode: "+err.Error())
 		return
 	}
@@ -446,7 +447,7 @@ func (rep *replayReport) verdict(ctx context.Context, ev *policies.Evaluator, re
 // replay decides the proposal of verdict record r again, from its
 // policy.decided record p (nil when the range holds none).
 func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *audit.Record, p *recordedPolicy, old *engine.Verdict, show int) {
+	r *audit.Record, p *recordedPolicy, old *recordedVerdict, show int) {
 	if p == nil {
 		if old.Stage == engine.StageValidation || old.Stage == engine.StageDedupe {
 			rep.NotPolicy[string(old.Stage)]++

@@ -66,7 +66,7 @@ func (b *replayBatch) decode() {
 		e := &b.entries[i]
 		e.Decode()
 		if r := e.Record; r != nil && r.Event.Tenant != engine.UnknownTenant && r.Event.Event == engine.EventPolicyDecided {
-			b.policies[i] = decodeRecordedPolicy(r.Event.Data)
+			b.policies[i] = decodeRecordedPolicyValid(r.Event.Data)
 		}
 	}
 }
@@ -95,10 +95,9 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	if err != nil {
 		return nil, err
 	}
-	// The pipeline's context ends when the sequence stops; the workers
-	// decide what they were given, and the range's end is checked, after
-	// that, under the caller's.
-	parent := ctx
+	// The pipeline runs on a context of its own, cancelled once it is
+	// done; the range check after it runs on the caller's.
+	outer := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start := time.Now()
@@ -172,7 +171,7 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		select {
 		case tasks <- func(rep *replayReport) {
 			for _, p := range todo {
-				rep.verdict(parent, ev, reg, p.r, p.p, cfg.show)
+				rep.verdict(ctx, ev, reg, p.r, p.p, cfg.show)
 			}
 		}:
 			return true
@@ -236,7 +235,12 @@ sequence:
 		decide()
 	}
 	cancelled := ctx.Err()
-	cancel() // stops the reader if the sequence stopped first
+	if cancelled != nil || rerr != nil {
+		// The sequence stopped first: stop the reader. A complete read
+		// leaves the context alone, as the pool still decides on it (and
+		// starts the candidate's plugins with it).
+		cancel()
+	}
 	reader.Wait()
 	// Neither the reader nor the sequence gives the pool work any more.
 	close(tasks)
@@ -271,7 +275,7 @@ sequence:
 	rep.ReviewStaleNamed = firstN(rep.ReviewStaleNamed, maxNamed)
 
 	chk, anchored := checker.Finish(end)
-	if rep.Integrity, err = checkIntegrity(parent, js, q, chk, anchored); err != nil {
+	if rep.Integrity, err = checkIntegrity(outer, js, q, chk, anchored); err != nil {
 		return nil, err
 	}
 	rep.FirstSeq, rep.LastSeq, rep.Records = chk.FirstSeq, chk.LastSeq, chk.Records

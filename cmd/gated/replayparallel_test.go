@@ -80,6 +80,11 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 		outcome, stage, reason = engine.OutcomeApproved, engine.StageReview, "the reviewer approved"
 	}
 	sum := sha256.Sum256(data)
+	// policy.decided names the SOP by its id, as the engine records it.
+	sop := ""
+	if pd.SOP != nil {
+		sop = pd.SOP.ID
+	}
 	tr := w.Trail()
 	ev := func(name string, d any) engine.AuditEvent {
 		raw, _ := json.Marshal(d)
@@ -89,7 +94,7 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 		ev(engine.EventReceived, map[string]any{"bytes": len(data), "sha256": hex.EncodeToString(sum[:]), "subject": wire.ProposalSubject(tenant, action)}),
 		ev(engine.EventPolicyDecided, map[string]any{
 			"action": action, "denied_tools": pd.DeniedTools, "denies": settled.Denies, "eval_us": 41, "review": pd.Review,
-			"reviewer_tools": pd.ReviewerTools, "run": nil, "sop": scriptedSOPID(pd.SOP),
+			"reviewer_tools": pd.ReviewerTools, "run": nil, "sop": sop,
 			"input": engine.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
 		}),
 	}
@@ -302,13 +307,4 @@ func TestPolicyReplayWorkersFlag(t *testing.T) {
 			}
 		})
 	}
-}
-
-// scriptedSOPID is the SOP id a policy.decided record names, as gated
-// writes it: the id of the catalog entry, or "" for none.
-func scriptedSOPID(s *engine.SOP) string {
-	if s == nil {
-		return ""
-	}
-	return s.ID
 }

@@ -1,0 +1,333 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/gated/gated/engine"
+)
+
+// A replay reads every policy.decided record of its range, and the
+// proposal inside it is most of the record's bytes. encoding/json reads a
+// record three times over (it checks the whole document, then decodes it,
+// then copies the proposal as raw JSON) although the record decoder has
+// checked the data already. decodeRecordedPolicyValid reads such data in
+// one pass: it cuts the object into its members, leaves the proposal
+// where it is, and hands only the small members to encoding/json.
+
+// decodeRecordedPolicyValid reads a policy.decided record's data as
+// decodeRecordedPolicy does, when data is valid JSON (the data of a record
+// audit.DecodeRecord returns always is). Data in a form it does not take
+// (not an object, a key with an escape or outside ASCII, a key given
+// twice, a key encoding/json would match to a field by case folding, a
+// member that does not decode) goes to decodeRecordedPolicy, so the result
+// is the same either way; FuzzDecodeRecordedPolicy holds the two equal.
+func decodeRecordedPolicyValid(data []byte) *recordedPolicy {
+	if p, ok := decodeRecordedPolicyFast(data); ok {
+		return p
+	}
+	return decodeRecordedPolicy(data)
+}
+
+// recordedPolicyKeys are the members of policy.decided's data that replay
+// reads, and replayInputKeys those of its input.
+var (
+	recordedPolicyKeys = []string{"action", "denies", "review", "run", "error", "input", "sop", "denied_tools"}
+	replayInputKeys    = []string{"proposal", "persona", "now", "history", "run_record"}
+)
+
+// decodeRecordedPolicyFast is decodeRecordedPolicyValid's one pass; ok
+// is false for data it leaves to encoding/json.
+func decodeRecordedPolicyFast(data []byte) (*recordedPolicy, bool) {
+	var p recordedPolicy
+	var seen uint
+	ok := jsonMembers(data, func(key []byte, val []byte) bool {
+		i, fresh := knownKey(recordedPolicyKeys, key, &seen)
+		switch {
+		case !fresh:
+			return false
+		case i < 0:
+			return true
+		}
+		switch string(key) {
+		case "action":
+			return decodeString(val, &p.Action)
+		case "error":
+			return decodeString(val, &p.Error)
+		case "sop":
+			return decodeString(val, &p.SOP)
+		case "denies":
+			return decodeList(val, &p.Denies)
+		case "review":
+			return json.Unmarshal(val, &p.Review) == nil
+		case "run":
+			return string(val) == "null" || json.Unmarshal(val, &p.Run) == nil
+		case "denied_tools":
+			return decodeList(val, &p.DeniedTools)
+		default: // input
+			return decodeReplayInput(val, &p.Input)
+		}
+	})
+	return &p, ok
+}
+
+// decodeReplayInput reads policy.decided's input member val into *to,
+// leaving the recorded proposal in place: a sub-slice of val, capped so
+// that appending to it cannot write into the record.
+func decodeReplayInput(val []byte, to **engine.ReplayInput) bool {
+	if len(val) == 0 || val[0] != '{' {
+		return json.Unmarshal(val, to) == nil // null, or an error
+	}
+	in := &engine.ReplayInput{}
+	var seen uint
+	ok := jsonMembers(val, func(key []byte, v []byte) bool {
+		i, fresh := knownKey(replayInputKeys, key, &seen)
+		switch {
+		case !fresh:
+			return false
+		case i < 0:
+			return true
+		}
+		switch string(key) {
+		case "proposal":
+			in.Proposal = json.RawMessage(v[:len(v):len(v)])
+			return true
+		case "persona":
+			return decodeString(v, &in.Persona)
+		case "now":
+			// encoding/json hands time.Time the literal as it is, null too.
+			return in.Now.UnmarshalJSON(v) == nil
+		case "history":
+			return json.Unmarshal(v, &in.History) == nil
+		default: // run_record
+			return json.Unmarshal(v, &in.RunRecord) == nil
+		}
+	})
+	*to = in
+	return ok
+}
+
+// knownKey finds key among keys, byte for byte, and marks it seen. i is
+// -1 for a key that is not one of them; fresh is false for a key seen
+// before, or one encoding/json would match to one of them by folding case.
+func knownKey(keys []string, key []byte, seen *uint) (i int, fresh bool) {
+	for i, k := range keys {
+		switch {
+		case k == string(key):
+			if *seen&(1<<i) != 0 {
+				return i, false
+			}
+			*seen |= 1 << i
+			return i, true
+		case bytes.EqualFold([]byte(k), key):
+			return i, false
+		}
+	}
+	return -1, true
+}
+
+// decodeList reads the JSON value val into the nil slice *to as
+// encoding/json does, sparing it the commonest forms: null leaves the
+// slice nil, [] makes it empty.
+func decodeList[T any](val []byte, to *[]T) bool {
+	switch string(val) {
+	case "null":
+		return true
+	case "[]":
+		*to = []T{}
+		return true
+	}
+	return json.Unmarshal(val, to) == nil
+}
+
+// decodeString reads the JSON value val into *to as encoding/json does:
+// a string of printable ASCII without escapes directly, anything else
+// (escapes, other bytes, null, another type) through encoding/json.
+func decodeString(val []byte, to *string) bool {
+	if n := len(val); n >= 2 && val[0] == '"' && val[n-1] == '"' {
+		plain := true
+		for _, c := range val[1 : n-1] {
+			if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*to = string(val[1 : n-1])
+			return true
+		}
+	}
+	return json.Unmarshal(val, to) == nil
+}
+
+// jsonMembers calls fn with the key and the raw value of each member of
+// the JSON object data, in order, while fn returns true. data must be
+// valid JSON. ok is false when data is not an object, when a key holds an
+// escape or a byte outside printable ASCII, or when fn returns false.
+func jsonMembers(data []byte, fn func(key []byte, val []byte) bool) (ok bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return skipSpace(data, i+1) == len(data)
+	}
+	for i < len(data) {
+		if data[i] != '"' {
+			return false
+		}
+		start := i + 1
+		for i = start; i < len(data) && data[i] != '"'; i++ {
+			if c := data[i]; c < 0x20 || c > 0x7e || c == '\\' {
+				return false
+			}
+		}
+		if i >= len(data) {
+			return false
+		}
+		key := data[start:i]
+		i = skipSpace(data, i+1)
+		if i >= len(data) || data[i] != ':' {
+			return false
+		}
+		i = skipSpace(data, i+1)
+		end := skipValue(data, i)
+		if end <= i || !fn(key, data[i:end]) {
+			return false
+		}
+		i = skipSpace(data, end)
+		if i >= len(data) {
+			return false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case '}':
+			return skipSpace(data, i+1) == len(data)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// skipValue returns where the valid JSON value at data[i:] ends.
+func skipValue(data []byte, i int) int {
+	if i >= len(data) {
+		return i
+	}
+	switch data[i] {
+	case '"':
+		return skipString(data, i)
+	case '{', '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '"':
+				i = skipString(data, i)
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					return i + 1
+				}
+			}
+			i++
+		}
+		return i
+	}
+	for i < len(data) {
+		switch data[i] {
+		case ',', '}', ']', ' ', '\t', '\r', '\n':
+			return i
+		}
+		i++
+	}
+	return i
+}
+
+// skipString returns where the string starting at data[i] ends, past its
+// closing quote.
+func skipString(data []byte, i int) int {
+	for i++; i < len(data); i++ {
+		switch data[i] {
+		case '\\':
+			i++
+		case '"':
+			return i + 1
+		}
+	}
+	return i
+}
+
+func skipSpace(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\r', '\n':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// recordedVerdict is what replay reads of a verdict.decided record: the
+// recorded decision it compares with the candidate's. The other members
+// of the verdict are neither read nor checked.
+type recordedVerdict struct {
+	Outcome engine.Outcome `json:"outcome"`
+	Stage   engine.Stage   `json:"stage"`
+	Reason  string         `json:"reason"`
+}
+
+// recordedVerdictKeys are the members of verdict.decided's data that
+// replay reads.
+var recordedVerdictKeys = []string{"outcome", "stage", "reason"}
+
+// decodeRecordedVerdict reads a verdict.decided record's data, which must
+// be valid JSON (as the data of a record audit.DecodeRecord returns is),
+// as encoding/json reads it into a recordedVerdict: in one pass when the
+// three members are in plain form, through encoding/json otherwise.
+// FuzzDecodeRecordedVerdict holds the two readings equal.
+func decodeRecordedVerdict(data []byte) (recordedVerdict, error) {
+	if v, ok := decodeRecordedVerdictFast(data); ok {
+		return v, nil
+	}
+	var v recordedVerdict
+	err := json.Unmarshal(data, &v)
+	return v, err
+}
+
+// decodeRecordedVerdictFast is decodeRecordedVerdict's one pass; ok is
+// false for data it leaves to encoding/json.
+func decodeRecordedVerdictFast(data []byte) (recordedVerdict, bool) {
+	var v recordedVerdict
+	var seen uint
+	ok := jsonMembers(data, func(key []byte, val []byte) bool {
+		i, fresh := knownKey(recordedVerdictKeys, key, &seen)
+		switch {
+		case !fresh:
+			return false
+		case i < 0:
+			return true
+		}
+		var s string
+		if !decodeString(val, &s) {
+			return false
+		}
+		switch string(key) {
+		case "outcome":
+			v.Outcome = engine.Outcome(s)
+		case "stage":
+			v.Stage = engine.Stage(s)
+		default:
+			v.Reason = s
+		}
+		return true
+	})
+	return v, ok
+}

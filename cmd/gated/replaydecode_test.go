@@ -1,0 +1,160 @@
+package main
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+
+	"github.com/gated/gated/engine"
+)
+
+// recordedPolicyCases are policy.decided data in the form gated writes
+// and in the forms the one-pass reading leaves to encoding/json.
+var recordedPolicyCases = []struct {
+	note string
+	data string
+	// fast says whether the one-pass reading takes the data itself.
+	fast bool
+}{
+	{note: "as gated writes it", fast: true, data: `{"action":"cache_purge","denied_tools":["run_shell"],"denies":[{"rule":"change_freeze","message":"frozen"}],"eval_us":41,"review":{"required":true,"persona":"reviewer","quorum":1,"why":"write"},"reviewer_tools":[],"run":null,"sop":"SOP-7","input":{"proposal":{"v":1,"id":"p1","tenant":"acme","target":{"tags":["a\"b"]}},"persona":"reviewer","now":"2026-11-01T09:00:00Z","history":[{"outcome":"approved"}]}}`},
+	{note: "white space and no input", fast: true, data: " {\n\"action\" : \"x\" , \"input\" : null }\t"},
+	{note: "an empty object", fast: true, data: `{}`},
+	{note: "a failed evaluation", fast: true, data: `{"error":"boom","shadow_revision":"r2"}`},
+	{note: "a run record", fast: true, data: `{"input":{"proposal":null,"now":null,"run_record":{"run_id":"r1"}}}`},
+	{note: "a string with an escape", fast: true, data: `{"action":"a\u0062","sop":"\u00e9"}`},
+	{note: "a key given twice", data: `{"action":"a","action":"b"}`},
+	{note: "a key in other case", data: `{"Action":"a"}`},
+	{note: "an input key in other case", data: `{"input":{"PROPOSAL":{}}}`},
+	{note: "a key with an escape", data: `{"\u0061ction":"a"}`},
+	{note: "a member of the wrong type", data: `{"action":7,"sop":"s"}`},
+	{note: "input of the wrong type", data: `{"input":[1]}`},
+	{note: "a clock that does not parse", data: `{"input":{"now":"yesterday"}}`},
+	{note: "not an object", data: `[1,2]`},
+	{note: "null", data: `null`},
+}
+
+// TestDecodeRecordedPolicyValid: the one-pass reading of policy.decided
+// gives what encoding/json gives, on the data it reads itself and on the
+// data it leaves to encoding/json.
+func TestDecodeRecordedPolicyValid(t *testing.T) {
+	for _, tc := range recordedPolicyCases {
+		t.Run(tc.note, func(t *testing.T) {
+			data := []byte(tc.data)
+			if !json.Valid(data) {
+				t.Fatalf("the case is not valid JSON: %s", data)
+			}
+			if _, ok := decodeRecordedPolicyFast(data); ok != tc.fast {
+				t.Fatalf("read in one pass: %v, want %v", ok, tc.fast)
+			}
+			got, want := decodeRecordedPolicyValid(data), decodeRecordedPolicy(data)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("one pass:\n%+v\nencoding/json:\n%+v", got, want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeRecordedPolicy holds the one-pass reading of policy.decided
+// data equal to encoding/json's on any valid JSON.
+func FuzzDecodeRecordedPolicy(f *testing.F) {
+	for _, tc := range recordedPolicyCases {
+		f.Add([]byte(tc.data))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return // the record decoder passes only valid data on
+		}
+		fast, ok := decodeRecordedPolicyFast(data)
+		want := decodeRecordedPolicy(data)
+		if ok && !reflect.DeepEqual(fast, want) {
+			t.Fatalf("one pass:\n%+v\nencoding/json:\n%+v", fast, want)
+		}
+		if got := decodeRecordedPolicyValid(data); !reflect.DeepEqual(got, want) {
+			t.Fatalf("decodeRecordedPolicyValid:\n%+v\nencoding/json:\n%+v", got, want)
+		}
+	})
+}
+
+// recordedVerdictCases are verdict.decided data in the form gated writes
+// and in the forms the one-pass reading leaves to encoding/json.
+var recordedVerdictCases = []struct {
+	note string
+	data string
+	fast bool
+}{
+	{note: "as gated writes it", fast: true, data: `{"v":1,"proposal_id":"p1","tenant":"acme","action":"cache_purge","kind":"action","outcome":"rejected","approved":false,"stage":"policy","reason":"policy denied: change_freeze: \"frozen\"","policy":{"denies":[{"rule":"change_freeze","message":"frozen"}]},"reviews":[{"plugin":"sop"}],"decided_at":"2026-11-01T09:00:00Z"}`},
+	{note: "null members", fast: true, data: `{"outcome":null,"stage":"review"}`},
+	{note: "white space", fast: true, data: " { \"outcome\" : \"approved\" }\n"},
+	{note: "a member of the wrong type", data: `{"outcome":7}`},
+	{note: "a key given twice", data: `{"outcome":"approved","outcome":"rejected"}`},
+	{note: "a key in other case", data: `{"OUTCOME":"approved"}`},
+	{note: "not an object", data: `"approved"`},
+}
+
+// TestDecodeRecordedVerdict: the one-pass reading of verdict.decided
+// gives what encoding/json gives, error or not.
+func TestDecodeRecordedVerdict(t *testing.T) {
+	for _, tc := range recordedVerdictCases {
+		t.Run(tc.note, func(t *testing.T) {
+			data := []byte(tc.data)
+			if _, ok := decodeRecordedVerdictFast(data); ok != tc.fast {
+				t.Fatalf("read in one pass: %v, want %v", ok, tc.fast)
+			}
+			checkRecordedVerdict(t, data)
+		})
+	}
+}
+
+// checkRecordedVerdict fails t when decodeRecordedVerdict reads data
+// otherwise than encoding/json does.
+func checkRecordedVerdict(t *testing.T, data []byte) {
+	t.Helper()
+	var want recordedVerdict
+	wantErr := json.Unmarshal(data, &want)
+	got, err := decodeRecordedVerdict(data)
+	if (err != nil) != (wantErr != nil) || (err == nil && got != want) {
+		t.Fatalf("read %+v (err %v), encoding/json %+v (err %v)", got, err, want, wantErr)
+	}
+}
+
+// FuzzDecodeRecordedVerdict holds the one-pass reading of verdict.decided
+// data equal to encoding/json's on any valid JSON.
+func FuzzDecodeRecordedVerdict(f *testing.F) {
+	for _, tc := range recordedVerdictCases {
+		f.Add([]byte(tc.data))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return // the record decoder passes only valid data on
+		}
+		checkRecordedVerdict(t, data)
+	})
+}
+
+// BenchmarkDecodeRecorded reads a policy.decided and a verdict.decided
+// record's data as a replay reads them, in one pass and with
+// encoding/json.
+func BenchmarkDecodeRecorded(b *testing.B) {
+	_, _, prop := scriptedProposal(6)
+	policy := []byte(`{"action":"cache_purge","denied_tools":["run_shell","kill_process"],"denies":[],"eval_us":41,"review":{"required":true,"persona":"reviewer","quorum":1,"why":"write"},"reviewer_tools":["get_sop_text"],"run":null,"sop":"SOP-7","input":{"proposal":` + string(prop) + `,"persona":"reviewer","now":"2026-11-01T09:00:00Z"}}`)
+	verdict := []byte(recordedVerdictCases[0].data)
+	b.Run("one pass", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = decodeRecordedPolicyValid(policy)
+			if _, err := decodeRecordedVerdict(verdict); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encoding/json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = decodeRecordedPolicy(policy)
+			var v engine.Verdict
+			if err := json.Unmarshal(verdict, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
