@@ -86,7 +86,14 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 		return nil, fmt.Errorf("%w: %s passed its deadline %s: it times out, and no decision can approve it",
 			ErrNotAwaiting, key, held.AwaitingOperator.Deadline.Format(time.RFC3339))
 	}
-	return e.settleHeld(ctx, held, trail, func(next *Verdict) []auditStep {
+	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
+		// Checked again under the claim, at the time the verdict carries:
+		// a decision that began before the deadline and reached the
+		// claim after it is too late.
+		if deadline := held.AwaitingOperator.Deadline; !now.Before(deadline) {
+			return nil, fmt.Errorf("%w: %s passed its deadline %s: it times out, and no decision can approve it",
+				ErrNotAwaiting, key, deadline.Format(time.RFC3339))
+		}
 		reason := strings.TrimSpace(d.Reason)
 		next.Operator = &OperatorRef{ID: d.Operator, Key: d.Key, Decision: d.Decision, Reason: clipText(reason, DefaultRunMaxItemBytes)}
 		if d.Decision == OperatorApprove {
@@ -102,7 +109,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 		return []auditStep{{EventOperatorDecided, map[string]any{
 			"operator": d.Operator, "key": d.Key, "decision": d.Decision, "reason": next.Operator.Reason,
 			"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
-		}}}
+		}}}, nil
 	})
 }
 
@@ -129,11 +136,14 @@ func (e *Engine) Expire(ctx context.Context, tenant, id string, trail AuditTrail
 	if now := e.cfg.Clock.Now(); now.Before(deadline) {
 		return nil, fmt.Errorf("%w: %s.%s waits until %s", ErrNotDue, tenant, id, deadline.Format(time.RFC3339Nano))
 	}
-	return e.settleHeld(ctx, held, trail, func(next *Verdict) []auditStep {
+	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
+		if now.Before(deadline) {
+			return nil, fmt.Errorf("%w: %s.%s waits until %s", ErrNotDue, tenant, id, deadline.Format(time.RFC3339Nano))
+		}
 		next.Outcome, next.Approved = OutcomeTimeout, false
 		next.Reason = fmt.Sprintf("no operator decided the held action before its deadline %s (%s)",
 			deadline.Format(time.RFC3339), held.AwaitingOperator.Reason)
-		return nil
+		return nil, nil
 	})
 }
 
@@ -144,10 +154,10 @@ type auditStep struct {
 }
 
 // settleHeld replaces the held action's verdict with the one decide makes
-// of a copy: it takes the proposal's claim, so that of a decision and the
+// of a copy at the time now, or refuses with decide's error: it takes the proposal's claim, so that of a decision and the
 // deadline only one settles it, records decide's events and the new
 // verdict.decided on trail, and stores the verdict in held's place.
-func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail, decide func(next *Verdict) []auditStep) (*Verdict, error) {
+func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail, decide func(next *Verdict, now time.Time) ([]auditStep, error)) (*Verdict, error) {
 	tenant, id := held.Tenant, held.ProposalID
 	c := &reviewClaim{claims: e.cfg.Store, verdicts: e.cfg.Store, tenant: tenant, id: id, holder: streamHolder(0)}
 	mine := Claim{Holder: c.holder, Until: time.Now().Add(holdClaimTTL).UTC()}
@@ -174,8 +184,12 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 		return nil, fmt.Errorf("copying the held verdict: %w", err)
 	}
 	next.AwaitingOperator = nil
-	steps := decide(&next)
-	r := &pass{e: e, d: Delivery{Trail: trail}, start: e.cfg.Clock.Now(), digest: held.ProposalSHA256,
+	start := e.cfg.Clock.Now()
+	steps, err := decide(&next, start)
+	if err != nil {
+		return nil, err
+	}
+	r := &pass{e: e, d: Delivery{Trail: trail}, start: start, digest: held.ProposalSHA256,
 		eventHead: eventHead{tenant: tenant, id: id, action: held.Action},
 		keys:      proposalKeys{history: held.TargetKey}}
 	if held.Policy != nil {

@@ -316,8 +316,8 @@ type OperatorDecision struct {
 	ProposalSHA256 string `json:"proposal_sha256"`
 	// Operator is the operator's id from gated's operator list, and Key
 	// the public key that signed.
-	Operator string            `json:"operator"`
-	Key      string            `json:"key,omitempty"`
+	Operator string `json:"operator"`
+	Key      string `json:"key,omitempty"`
 	// Criteria judge a held run's manual criteria; Decision, approve or
 	// reject, decides a held action. A decision has one or the other.
 	Criteria []OperatorFinding `json:"criteria,omitempty"`

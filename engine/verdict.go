@@ -82,7 +82,7 @@ type Verdict struct {
 	AwaitingOperator *OperatorHold `json:"awaiting_operator,omitempty"`
 	// Operator is the operator's decision on a held action: who decided,
 	// with which key, and why.
-	Operator *OperatorRef `json:"operator,omitempty"`
+	Operator *OperatorRef `json:"operator_decision,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at
