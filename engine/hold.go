@@ -82,14 +82,10 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 		return nil, fmt.Errorf("%w: %s is an action held for an operator: the decision must be approve or reject, not %q",
 			ErrDecisionMismatch, key, clipText(d.Decision, 32))
 	}
-	if now := e.cfg.Clock.Now(); !now.Before(held.AwaitingOperator.Deadline) {
-		return nil, fmt.Errorf("%w: %s passed its deadline %s: it times out, and no decision can approve it",
-			ErrNotAwaiting, key, held.AwaitingOperator.Deadline.Format(time.RFC3339))
-	}
 	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
-		// Checked again under the claim, at the time the verdict carries:
-		// a decision that began before the deadline and reached the
-		// claim after it is too late.
+		// Checked under the claim, at the time the verdict carries: a
+		// decision that began before the deadline and reached the claim
+		// after it is too late.
 		if deadline := held.AwaitingOperator.Deadline; !now.Before(deadline) {
 			return nil, fmt.Errorf("%w: %s passed its deadline %s: it times out, and no decision can approve it",
 				ErrNotAwaiting, key, deadline.Format(time.RFC3339))
@@ -133,9 +129,6 @@ func (e *Engine) Expire(ctx context.Context, tenant, id string, trail AuditTrail
 		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", ErrNotAwaiting, tenant, id, held.Outcome, held.Stage)
 	}
 	deadline := held.AwaitingOperator.Deadline
-	if now := e.cfg.Clock.Now(); now.Before(deadline) {
-		return nil, fmt.Errorf("%w: %s.%s waits until %s", ErrNotDue, tenant, id, deadline.Format(time.RFC3339Nano))
-	}
 	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
 		if now.Before(deadline) {
 			return nil, fmt.Errorf("%w: %s.%s waits until %s", ErrNotDue, tenant, id, deadline.Format(time.RFC3339Nano))

@@ -17,6 +17,7 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 )
 
 // holdPolicy is a policy file a tenant adds: cache flushes are held for an
@@ -199,14 +200,28 @@ func TestHeldActionEndToEnd(t *testing.T) {
 		}
 		defer nc.Close()
 		if _, err := operator.Send(ctx, nc, body, hdr); !errors.Is(err, operator.ErrUnauthenticated) {
-			t.Fatalf("forged decision: %v, want ErrUnauthenticated", err)
+			t.Fatalf("decision signed by an unlisted key: %v, want ErrUnauthenticated", err)
+		}
+		// The same signature under alice's listed key does not verify.
+		raw, err := os.ReadFile(seeds["alice"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		akp, err := nkeys.ParseDecoratedUserNKey(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alicePub, _ := akp.PublicKey()
+		hdr.Set(wire.OperatorKeyHeader, alicePub)
+		if _, err := operator.Send(ctx, nc, body, hdr); !errors.Is(err, operator.ErrUnauthenticated) {
+			t.Fatalf("forged signature under alice's key: %v, want ErrUnauthenticated", err)
 		}
 		v, err := client.Verdict(ctx, "acme", held.ProposalID)
 		if err != nil || v.Outcome != engine.OutcomeBlocked || v.AwaitingOperator == nil {
 			t.Fatalf("after refusals the verdict is %+v, %v", v, err)
 		}
-		if n := strings.Count(strings.Join(auditEvents(t, g.natsURL, "acme", held.ProposalID), ","), "operator.refused"); n != 2 {
-			t.Errorf("%d refusals audited, want 2", n)
+		if n := strings.Count(strings.Join(auditEvents(t, g.natsURL, "acme", held.ProposalID), ","), "operator.refused"); n != 3 {
+			t.Errorf("%d refusals audited, want 3", n)
 		}
 	})
 	t.Run("timed out, then no decision is taken", func(t *testing.T) {
