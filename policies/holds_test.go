@@ -1,8 +1,11 @@
 package policies
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/open-policy-agent/opa/v1/ast"
 
 	"github.com/gated/gated/engine"
 )
@@ -120,4 +123,35 @@ func TestMalformedHoldsAreErrors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzParseHolds: whatever decision.hold a policy returns is read as
+// holds that each name a rule and a deadline within bounds, or refused
+// with an error; never a panic.
+func FuzzParseHolds(f *testing.F) {
+	f.Add(`[{"rule": "hold_listed_action", "why": "x", "deadline": "15m"}]`)
+	f.Add(`[{"rule": "r"}, {"rule": "s", "deadline": ""}]`)
+	f.Add(`[{"rule": "", "why": 1}]`)
+	f.Add(`[{"rule": "r", "deadline": "720h0m1s"}]`)
+	f.Add(`null`)
+	f.Add(`{"rule": "r"}`)
+	f.Fuzz(func(t *testing.T, doc string) {
+		var v any
+		if err := json.Unmarshal([]byte(doc), &v); err != nil {
+			return
+		}
+		val, err := ast.InterfaceToValue(v)
+		if err != nil {
+			return
+		}
+		holds, err := parseHolds(ast.NewTerm(val))
+		if err != nil {
+			return
+		}
+		for _, h := range holds {
+			if h.Rule == "" || h.Deadline < 0 || h.Deadline > maxHoldDeadline {
+				t.Fatalf("accepted hold %+v from %s", h, doc)
+			}
+		}
+	})
 }
