@@ -256,3 +256,50 @@ func TestHeldActionEndToEnd(t *testing.T) {
 		}
 	})
 }
+
+// TestHeldActionUnderTenantPermissions: under the documented account
+// permissions a tenant's held action reaches the tenant, times out at its
+// deadline, and gated's hold timer acknowledges its hold without a
+// permissions violation.
+func TestHeldActionUnderTenantPermissions(t *testing.T) {
+	url, pw := startTenantsServer(t)
+	data := filepath.Join(t.TempDir(), "holds.yaml")
+	if err := os.WriteFile(data, []byte("gated:\n  config:\n    operator_holds:\n      actions: {acme: [\"dns_*\"]}\n      deadline: 2s\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := startGated(t, "--nats-url", url, "--nats-user", "gated", "--policy-data", data)
+	admin := isoConnect(t, url, "gated", pw["gated"], "")
+	acme := isoConnect(t, url, "acme", pw["acme"], "_INBOX_acme")
+	client, err := fleet.NewClient(acme.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	held := proposeHeld(t, ctx, client, dnsProposal("tenant-hold", "dns_delete_record"))
+	v, err := client.AwaitDecision(ctx, held)
+	if err != nil || v.Outcome != engine.OutcomeTimeout {
+		t.Fatalf("acme got %+v, %v, want the timeout", v, err)
+	}
+	holds, err := admin.js.Stream(ctx, "GATED_HOLDS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info, err := holds.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.State.Msgs == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("GATED_HOLDS still holds %d messages: the hold timer's ack did not land", info.State.Msgs)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if logs := g.logs.String(); strings.Contains(logs, "Permissions Violation") {
+		t.Errorf("the documented permissions refused gated something it needs:\n%s", logs)
+	}
+}
