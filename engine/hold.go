@@ -29,8 +29,9 @@ func sortedHolds(holds []Hold) []Hold {
 	return out
 }
 
-// holdReason is the reason of a held action's verdict.
-func holdReason(holds []Hold) string {
+// holdWhy says why the holds hold an action: their reasons in rule order,
+// each once.
+func holdWhy(holds []Hold) string {
 	var whys []string
 	for _, h := range sortedHolds(holds) {
 		why := strings.TrimSpace(h.Why)
@@ -39,7 +40,12 @@ func holdReason(holds []Hold) string {
 		}
 		whys = append(whys, why)
 	}
-	return "held for an operator decision: " + strings.Join(slices.Compact(whys), "; ")
+	return strings.Join(slices.Compact(whys), "; ")
+}
+
+// holdReason is the reason of a held action's verdict.
+func holdReason(holds []Hold) string {
+	return "held for an operator decision: " + holdWhy(holds)
 }
 
 // operatorHold is the hold of an action the policy held at start: its
@@ -54,7 +60,7 @@ func (e *Engine) operatorHold(holds []Hold, start time.Time) *OperatorHold {
 	}
 	return &OperatorHold{
 		Deadline: start.Add(wait).UTC(),
-		Reason:   strings.TrimPrefix(holdReason(sorted), "held for an operator decision: "),
+		Reason:   holdWhy(sorted),
 		Rule:     ruleName(sorted[0].Rule),
 	}
 }

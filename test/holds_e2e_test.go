@@ -216,12 +216,39 @@ func TestHeldActionEndToEnd(t *testing.T) {
 		if _, err := operator.Send(ctx, nc, body, hdr); !errors.Is(err, operator.ErrUnauthenticated) {
 			t.Fatalf("forged signature under alice's key: %v, want ErrUnauthenticated", err)
 		}
+		// Unsigned: no key, no signature.
+		unsigned := nats.Header{}
+		if _, err := operator.Send(ctx, nc, body, unsigned); !errors.Is(err, operator.ErrUnauthenticated) {
+			t.Fatalf("unsigned decision: %v, want ErrUnauthenticated", err)
+		}
+		// Expired: alice's own signature, made ten minutes ago.
+		old, oldHdr, err := operator.Sign(raw, operator.Message{Tenant: "acme", ProposalID: held.ProposalID,
+			ProposalSHA256: held.ProposalSHA256, Operator: "alice", Decision: engine.OperatorApprove,
+			SignedAt: time.Now().Add(-10 * time.Minute)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := operator.Send(ctx, nc, old, oldHdr); !errors.Is(err, operator.ErrUnauthenticated) {
+			t.Fatalf("expired decision: %v, want ErrUnauthenticated", err)
+		}
 		v, err := client.Verdict(ctx, "acme", held.ProposalID)
 		if err != nil || v.Outcome != engine.OutcomeBlocked || v.AwaitingOperator == nil {
 			t.Fatalf("after refusals the verdict is %+v, %v", v, err)
 		}
-		if n := strings.Count(strings.Join(auditEvents(t, g.natsURL, "acme", held.ProposalID), ","), "operator.refused"); n != 3 {
-			t.Errorf("%d refusals audited, want 3", n)
+		if n := strings.Count(strings.Join(auditEvents(t, g.natsURL, "acme", held.ProposalID), ","), "operator.refused"); n != 5 {
+			t.Errorf("%d refusals audited, want 5", n)
+		}
+		// Alice's valid rejection, sent twice: the replay is refused.
+		rej, rejHdr, err := operator.Sign(raw, operator.Message{Tenant: "acme", ProposalID: held.ProposalID,
+			ProposalSHA256: held.ProposalSHA256, Operator: "alice", Decision: engine.OperatorReject})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v, err := operator.Send(ctx, nc, rej, rejHdr); err != nil || v.Outcome != engine.OutcomeRejected {
+			t.Fatalf("alice's rejection: %+v, %v", v, err)
+		}
+		if _, err := operator.Send(ctx, nc, rej, rejHdr); !errors.Is(err, operator.ErrConflict) {
+			t.Fatalf("replayed decision: %v, want ErrConflict", err)
 		}
 	})
 	t.Run("timed out, then no decision is taken", func(t *testing.T) {
