@@ -150,6 +150,8 @@ fuzz:
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/operator -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseHolds$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus -run '^$$' -fuzz '^FuzzHoldTokens$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/digest -run '^$$' -fuzz '^FuzzValidSHA256$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzPosition$$' -fuzztime $(FUZZTIME)

@@ -117,6 +117,11 @@ type Resources struct {
 	Consumer  jetstream.Consumer
 	// Runs is the stream of run follow-ups, wire.RunsStream.
 	Runs jetstream.Stream
+	// Holds is the stream of the deadlines of actions held for an
+	// operator, HoldsStream, and HoldsConsumer the consumer every gated
+	// shares to time them out (HoldTimer).
+	Holds         jetstream.Stream
+	HoldsConsumer jetstream.Consumer
 }
 
 // RunsDuplicateWindow is the run stream's Nats-Msg-Id window: a follow-up
@@ -215,6 +220,9 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating consumer %s on %s: %w", ConsumerName, ProposalsStream, err)
+	}
+	if err := setupHolds(ctx, js, cfg, &r); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

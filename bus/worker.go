@@ -319,13 +319,17 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 }
 
 // answer sends what a stored verdict owes: the follow-up of a run
-// verdict, stored in the run stream first, then the verdict itself. The
+// verdict, stored in the run stream first, the deadline of an action held
+// for an operator, stored in the holds stream, then the verdict itself. The
 // follow-up goes first so that a fleet that sees the verdict finds the
 // continuation or escalation already there, and so that a failure to
 // store it leaves the proposal unacknowledged, to be replayed.
 func (w *Worker) answer(v *engine.Verdict) error {
 	if err := w.followUp(w.ctx, v); err != nil {
 		return fmt.Errorf("sending the run's follow-up: %w", err)
+	}
+	if err := scheduleHold(w.ctx, w.js, v); err != nil {
+		return err
 	}
 	if err := w.publishVerdict(v); err != nil {
 		return fmt.Errorf("publishing the verdict: %w", err)

@@ -145,9 +145,11 @@ type receivedData struct {
 }
 
 type policyDecidedData struct {
-	DeniedTools   []string   `json:"denied_tools"`
-	Denies        []Deny     `json:"denies"`
-	EvalUS        int64      `json:"eval_us"`
+	DeniedTools []string `json:"denied_tools"`
+	Denies      []Deny   `json:"denies"`
+	EvalUS      int64    `json:"eval_us"`
+	// Holds are the policy's reasons to hold an action for an operator.
+	Holds         []Hold     `json:"holds,omitempty"`
 	Review        Route      `json:"review"`
 	ReviewerTools []string   `json:"reviewer_tools"`
 	Run           *RunPolicy `json:"run"`

@@ -199,7 +199,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	policyRef := newPolicyRef(settled.Denies, pd)
 	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
-		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run,
+		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run, Holds: pd.Holds,
 		Input:          &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record},
 		ShadowRevision: shadowRev,
 	})
@@ -210,6 +210,9 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 		}
 		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 		v.Policy = policyRef
+		if settled.Outcome == OutcomeBlocked && len(pd.Holds) > 0 && p.Kind != KindRun {
+			r.hold(ctx, v, pd.Holds)
+		}
 		return v, false, nil
 	}
 	v, awaited, err = r.review(ctx, pd, routed, in)

@@ -13,6 +13,10 @@ import (
 // says otherwise.
 const DefaultReviewTimeout = 60 * time.Second
 
+// DefaultOperatorDeadline is how long a held action waits for an
+// operator unless configured otherwise.
+const DefaultOperatorDeadline = time.Hour
+
 // DefaultPersona is the persona that reviews when neither the proposal nor
 // the policy names one.
 const DefaultPersona = "reviewer"
@@ -49,6 +53,11 @@ type Config struct {
 	// reported to OnShadow. A Shadow whose Revision is empty has no good
 	// build and is not evaluated.
 	Shadow Policy
+	// OperatorDeadline is how long an action the policy holds for an
+	// operator waits for a decision before it times out; a hold of the
+	// policy may set a shorter one. Default DefaultOperatorDeadline;
+	// negative is an error.
+	OperatorDeadline time.Duration
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
 	OnShadow func(p *Proposal, c ShadowComparison)
@@ -74,6 +83,8 @@ func New(cfg Config) (*Engine, error) {
 		return nil, fmt.Errorf("%w: Store is required", ErrInvalidOption)
 	case cfg.ReviewTimeout < 0:
 		return nil, fmt.Errorf("%w: ReviewTimeout %s is negative", ErrInvalidOption, cfg.ReviewTimeout)
+	case cfg.OperatorDeadline < 0:
+		return nil, fmt.Errorf("%w: OperatorDeadline %s is negative", ErrInvalidOption, cfg.OperatorDeadline)
 	case cfg.DedupeMax < 0:
 		return nil, fmt.Errorf("%w: DedupeMax %d is negative; use 0 for the default of %d or a negative DedupeWindow to turn deduplication off",
 			ErrInvalidOption, cfg.DedupeMax, DefaultDedupeMax)
@@ -86,6 +97,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	if cfg.ReviewTimeout == 0 {
 		cfg.ReviewTimeout = DefaultReviewTimeout
+	}
+	if cfg.OperatorDeadline == 0 {
+		cfg.OperatorDeadline = DefaultOperatorDeadline
 	}
 	if cfg.DedupeWindow == 0 {
 		cfg.DedupeWindow = DefaultDedupeWindow

@@ -56,6 +56,10 @@ var (
 	// already.
 	ErrNotAwaiting = errors.New("verdict is not awaiting an operator decision")
 
+	// ErrNotDue is returned by Expire when the held verdict's deadline has
+	// not passed yet: try again at the deadline.
+	ErrNotDue = errors.New("the operator's deadline has not passed")
+
 	// ErrTrailSealed is returned by an AuditTrail's Record and Seal once
 	// the trail is sealed: record further events on a new trail.
 	ErrTrailSealed = errors.New("the audit trail is sealed")

@@ -43,6 +43,10 @@ type PolicyDecision struct {
 	// Run is the decision's run section; the policy must give one for a
 	// proposal of kind run.
 	Run *RunPolicy
+	// Holds are the policy's reasons to hold an action for an operator
+	// (decision.hold): when there is one and nothing denies, the action
+	// goes to a person instead of a reviewer. Never set for a run.
+	Holds []Hold
 	// Revision identifies the policy modules and data that decided.
 	Revision string
 	// Eval is how long the evaluation took.
@@ -74,6 +78,17 @@ type Route struct {
 	// for a run, only its own worker could have reviewed it. The engine
 	// blocks the proposal with this reason.
 	Blocked string `json:"blocked,omitempty"`
+}
+
+// Hold is one rule's reason to hold an action for an operator decision.
+type Hold struct {
+	// Rule names the rule that holds, e.g. hold_tenant_wide_destructive.
+	Rule string `json:"rule"`
+	// Why is one human sentence on why a person must decide.
+	Why string `json:"why"`
+	// Deadline, when above zero, is how long the operator may take; the
+	// engine keeps the shortest of the holds' and its own default.
+	Deadline time.Duration `json:"deadline,omitempty"`
 }
 
 // SOP is one entry of the standard operating procedure catalog.

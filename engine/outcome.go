@@ -19,7 +19,8 @@ type Settled struct {
 
 // PolicyOutcome says what the gate decides for proposal p from the policy
 // decision pd, made in the name of the routed persona, before any review:
-// rejected at policy for a deny, approved at policy when no review is
+// rejected at policy for a deny, blocked at policy when the policy holds
+// an action for an operator (the verdict then awaits one), approved at policy when no review is
 // required, blocked at review when the policy blocks the review or the
 // persona it routes to is not loaded, error at policy when a run's
 // decision has no run section. ok is false when the proposal goes on to
@@ -40,6 +41,9 @@ func PolicyOutcome(p *Proposal, pd PolicyDecision, routed Routed) (s Settled, ok
 		return settle(OutcomeError, StagePolicy, "policy evaluation failed: the decision has no run section for a proposal of kind run")
 	case len(s.Denies) > 0:
 		return settle(OutcomeRejected, StagePolicy, denyReason(s.Denies))
+	case len(pd.Holds) > 0 && p.Kind != KindRun:
+		// The hard rules ran and denied nothing: a person decides.
+		return settle(OutcomeBlocked, StagePolicy, holdReason(pd.Holds))
 	case !pd.Review.Required:
 		why := pd.Review.Why
 		if why == "" {

@@ -306,7 +306,7 @@ type ReviewLink struct {
 }
 
 // OperatorDecision is an operator's judgement of the manual criteria a
-// blocked run verdict waits on. The bus checks the operator's signature
+// blocked run verdict waits on, or of an action held for an operator. The bus checks the operator's signature
 // before the engine sees it.
 type OperatorDecision struct {
 	Tenant     string `json:"tenant"`
@@ -316,9 +316,12 @@ type OperatorDecision struct {
 	ProposalSHA256 string `json:"proposal_sha256"`
 	// Operator is the operator's id from gated's operator list, and Key
 	// the public key that signed.
-	Operator string            `json:"operator"`
-	Key      string            `json:"key,omitempty"`
-	Criteria []OperatorFinding `json:"criteria"`
+	Operator string `json:"operator"`
+	Key      string `json:"key,omitempty"`
+	// Criteria judge a held run's manual criteria; Decision, approve or
+	// reject, decides a held action. A decision has one or the other.
+	Criteria []OperatorFinding `json:"criteria,omitempty"`
+	Decision string            `json:"decision,omitempty"`
 	Reason   string            `json:"reason,omitempty"`
 }
 

@@ -411,8 +411,9 @@ func compactStrings(list []string) []string {
 	return out
 }
 
-// Resolve applies an operator's decision to a run verdict held at blocked
-// for its manual criteria, and returns the verdict that replaces it: an
+// Resolve applies an operator's decision to an action held for an
+// operator (approve or reject, see resolveAction), or to a run verdict
+// held at blocked for its manual criteria, and returns the verdict that replaces it: an
 // approval when every manual criterion passed, else a rejection whose
 // missing work is what failed, with its continuation or escalation. The
 // decision is audited (operator.decided, then the new verdict.decided) on
@@ -431,6 +432,13 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	if err != nil {
 		return nil, fmt.Errorf("looking up verdict %s.%s: %w", d.Tenant, d.ProposalID, err)
 	}
+	if held.Outcome == OutcomeBlocked && held.AwaitingOperator != nil {
+		if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {
+			return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
+				ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+		}
+		return e.resolveAction(ctx, held, d, trail)
+	}
 	if held.Outcome != OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
 		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", ErrNotAwaiting, d.Tenant, d.ProposalID, held.Outcome, held.Stage)
 	}
@@ -439,6 +447,10 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		// every verdict with one, so it matches no decision.
 		return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
 			ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+	}
+	if d.Decision != "" {
+		return nil, fmt.Errorf("%w: %s.%s is a run held on manual criteria: judge each criterion, not %q",
+			ErrDecisionMismatch, d.Tenant, d.ProposalID, clipText(d.Decision, 32))
 	}
 	awaiting := slices.Clone(held.Run.AwaitingOperator)
 	slices.Sort(awaiting)

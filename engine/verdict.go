@@ -39,7 +39,8 @@ const (
 	// StageReview is the reviewer plugin.
 	StageReview Stage = "review"
 	// StageOperator is an operator's decision on the manual criteria of a
-	// run review that was held for it.
+	// run review, or on an action, that was held for it; and the timeout
+	// of a held action whose deadline passed.
 	StageOperator Stage = "operator"
 )
 
@@ -75,6 +76,13 @@ type Verdict struct {
 	DuplicateOf string `json:"duplicate_of,omitempty"`
 	// Run is the run review's part of the verdict of a kind run proposal.
 	Run *RunVerdict `json:"run,omitempty"`
+	// AwaitingOperator is set on an action's verdict that the policy
+	// holds for an operator: the outcome is blocked, and the verdict is
+	// not final until an operator decides or the deadline passes.
+	AwaitingOperator *OperatorHold `json:"awaiting_operator,omitempty"`
+	// Operator is the operator's decision on a held action: who decided,
+	// with which key, and why.
+	Operator *OperatorRef `json:"operator_decision,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at
@@ -100,6 +108,38 @@ func (v *Verdict) JSON() ([]byte, error) {
 // keepEncoding records doc, v's JSON at its current AuditSeq, for JSON.
 func (v *Verdict) keepEncoding(doc []byte) {
 	v.encoded, v.encodedFor, v.encodedSeq = doc, v, v.AuditSeq
+}
+
+// OperatorHold says why an action's verdict waits for an operator and
+// until when.
+type OperatorHold struct {
+	// Deadline is when the hold ends in a timeout, never an approval.
+	Deadline time.Time `json:"deadline"`
+	// Reason is why a person must decide; Rule the policy rule that held
+	// the action (the first by name when several did).
+	Reason string `json:"reason"`
+	Rule   string `json:"rule"`
+}
+
+// Final reports whether v is a final verdict: every verdict but an
+// action's held for an operator and a run's held on manual criteria.
+func (v *Verdict) Final() bool {
+	if v.Outcome != OutcomeBlocked {
+		return true
+	}
+	return v.AwaitingOperator == nil && (v.Run == nil || len(v.Run.AwaitingOperator) == 0)
+}
+
+// OperatorRef is an operator's decision on a held action, as its verdict
+// records it.
+type OperatorRef struct {
+	// ID is the operator's id in gated's operator list, and Key the public
+	// nkey that signed the decision.
+	ID  string `json:"id"`
+	Key string `json:"key"`
+	// Decision is approve or reject.
+	Decision string `json:"decision"`
+	Reason   string `json:"reason,omitempty"`
 }
 
 // PolicyRef is the policy's part of a verdict.

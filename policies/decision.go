@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
@@ -136,10 +137,85 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 	if d.Run, err = parseRun(obj.Get(keyTerm("run")), kind); err != nil {
 		return d, err
 	}
+	if d.Holds, err = parseHolds(obj.Get(keyTerm("hold"))); err != nil {
+		return d, err
+	}
+	if len(d.Holds) > 0 && kind == engine.KindRun {
+		return d, fmt.Errorf("decision.hold has %d entries for a proposal of kind run: a run is held for an operator by its manual criteria (decision.run.manual), not by decision.hold", len(d.Holds))
+	}
 	if d.Run != nil && d.Run.Reviewed != d.Review.Required {
 		return d, fmt.Errorf("decision.run.reviewed is %v but decision.review.required is %v: a run is reviewed exactly when its review is required", d.Run.Reviewed, d.Review.Required)
 	}
 	return d, nil
+}
+
+// maxHoldDeadline bounds a hold's deadline: a hold is for a person to
+// answer, not a queue to forget.
+const maxHoldDeadline = 30 * 24 * time.Hour
+
+// parseHolds reads decision.hold: absent, null, or an array or set of
+// {"rule": string, "why": string, "deadline": duration string}; rule is
+// required, deadline optional ("" is none).
+func parseHolds(t *ast.Term) ([]engine.Hold, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if _, isNull := t.Value.(ast.Null); isNull {
+		return nil, nil
+	}
+	var out []engine.Hold
+	var herr error
+	err := each(t.Value, "decision.hold", func(i int, x *ast.Term) {
+		if herr != nil {
+			return
+		}
+		h, err := parseHold(x)
+		if err != nil {
+			herr = fmt.Errorf("decision.hold[%d]: %w", i, err)
+			return
+		}
+		out = append(out, h)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, herr
+}
+
+func parseHold(x *ast.Term) (engine.Hold, error) {
+	var h engine.Hold
+	m, ok := x.Value.(ast.Object)
+	if !ok {
+		return h, fmt.Errorf("%s, want {\"rule\": string, \"why\": string, \"deadline\": duration}", ast.ValueName(x.Value))
+	}
+	for _, k := range m.Keys() {
+		switch k.Value {
+		case ast.String("rule"), ast.String("why"), ast.String("deadline"):
+		default:
+			return h, fmt.Errorf("unknown key %v: a hold has rule, why and deadline", k)
+		}
+	}
+	rule, ok := valueOf[ast.String](m, "rule")
+	if !ok || rule == "" {
+		return h, fmt.Errorf("rule must be a non-empty string, got %v", x)
+	}
+	why, err := optional[ast.String](m, "why", "why")
+	if err != nil {
+		return h, err
+	}
+	deadline, err := optional[ast.String](m, "deadline", "deadline")
+	if err != nil {
+		return h, err
+	}
+	h.Rule, h.Why = string(rule), string(why)
+	if deadline != "" {
+		d, err := time.ParseDuration(string(deadline))
+		if err != nil || d <= 0 || d > maxHoldDeadline {
+			return h, fmt.Errorf("deadline %q must be a duration such as \"30m\", above zero and at most %s", string(deadline), maxHoldDeadline)
+		}
+		h.Deadline = d
+	}
+	return h, nil
 }
 
 // maxRunRounds bounds decision.run.max_rounds, as config_errors bounds

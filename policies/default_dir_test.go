@@ -12,7 +12,7 @@ func TestDefaultBundleAt(t *testing.T) {
 		t.Helper()
 		dir := t.TempDir()
 		for _, name := range []string{"data.json", "gated.rego", "gated_test.rego", "hard_rules.rego", "hard_rules_test.rego",
-			"operations.rego", "operations_test.rego", "runs.rego", "runs_test.rego"} {
+			"holds.rego", "holds_test.rego", "operations.rego", "operations_test.rego", "runs.rego", "runs_test.rego"} {
 			raw, err := defaultFS.ReadFile(name)
 			if err != nil {
 				t.Fatal(err)
@@ -33,7 +33,7 @@ func TestDefaultBundleAt(t *testing.T) {
 		}
 	}
 	all := []string{"gated.rego", "gated_test.rego", "hard_rules.rego", "hard_rules_test.rego",
-		"operations.rego", "operations_test.rego", "runs.rego", "runs_test.rego"}
+		"holds.rego", "holds_test.rego", "operations.rego", "operations_test.rego", "runs.rego", "runs_test.rego"}
 	tests := []struct {
 		note    string
 		dir     func(t *testing.T) string

@@ -21,6 +21,8 @@ package gated
 # denies (run_deny) and the run section (run_decision, runs.rego); an
 # action's run section is null. The two bodies are spelled out because the
 # first condition is indexed: an action never evaluates anything of runs.
+# A run is never held for an operator (decision.hold, holds.rego): its
+# manual criteria are (run_review.manual).
 decision := {
 	"deny": run_denies,
 	"review": review,
@@ -29,6 +31,7 @@ decision := {
 	"sop": covering_sop,
 	"skipped": review_skipped,
 	"run": run_decision,
+	"hold": [],
 } if {
 	input.proposal.kind == "run"
 } else := {
@@ -39,6 +42,7 @@ decision := {
 	"sop": covering_sop,
 	"skipped": review_skipped,
 	"run": null,
+	"hold": hold,
 }
 
 # tool_bag is computed only for a proposal that goes to review: nobody

@@ -120,6 +120,26 @@ mutant operator_empty_digest engine/runflow.go ./engine \
 	'if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {' \
 	'if d.ProposalSHA256 != held.ProposalSHA256 {'
 
+# Held actions (engine/hold.go, engine/outcome.go, bus/operator/list.go): a
+# held action is approved only by a decision signed with a listed key, of an
+# operator of its tenant, before its deadline; it times out only at the
+# deadline; and an action a hard rule denies is rejected, never held.
+mutant held_action_deadline engine/hold.go ./engine \
+	'if deadline := held.AwaitingOperator.Deadline; !now.Before(deadline) {' \
+	'if deadline := held.AwaitingOperator.Deadline; false && !now.Before(deadline) {'
+mutant held_action_expires_early engine/hold.go ./engine \
+	'if now.Before(deadline) {' \
+	'if false {'
+mutant held_action_denied_first engine/outcome.go './engine ./policies' \
+	'case len(s.Denies) > 0:' \
+	'case len(s.Denies) > 0 && len(pd.Holds) == 0:'
+mutant held_action_signature bus/operator/list.go ./bus/operator \
+	'if err := pub.Verify(body, sig); err != nil {' \
+	'if err := pub.Verify(body, sig); err != nil && false {'
+mutant held_action_tenant_scope bus/operator/list.go ./bus/operator \
+	'case !op.Allows(m.Tenant):' \
+	'case false:'
+
 # Records read back from the verdict bucket (bus/store/records.go) must be for
 # their key: one mutant per kind skips that check.
 mutant record_verdict_key bus/store/records.go ./bus/store \

@@ -40,6 +40,11 @@ var (
 	// the proposer itself to review).
 	ErrReviewBlocked = errors.New("proposal blocked: no reviewer could be routed")
 
+	// ErrAwaitingOperator matches a verdict held for an operator: outcome
+	// blocked with awaiting_operator (an action) or run.awaiting_operator
+	// (a run). It is not final: wait for the operator's decision or the
+	// deadline with Client.AwaitDecision. It matches ErrReviewBlocked too.
+	ErrAwaitingOperator = errors.New("proposal held for an operator decision")
 	// ErrReviewError matches a verdict with outcome error: a reviewer, a
 	// tool or gated's infrastructure failed. It is not retried
 	// automatically; propose again with a new id.
@@ -81,7 +86,8 @@ var (
 
 // VerdictError is the error for a verdict that is not an approval. It
 // matches ErrNotApproved and the sentinel of its outcome (ErrReviewRejected,
-// ErrReviewBlocked, ErrReviewError, ErrReviewTimeout, ErrProposalInvalid).
+// ErrReviewBlocked, ErrReviewError, ErrReviewTimeout, ErrProposalInvalid),
+// and ErrAwaitingOperator when the verdict is held for an operator.
 type VerdictError struct {
 	// Verdict is gated's answer, never nil.
 	Verdict *engine.Verdict
@@ -96,6 +102,9 @@ func (e *VerdictError) Error() string {
 func (e *VerdictError) Is(target error) bool {
 	if target == ErrNotApproved {
 		return true
+	}
+	if target == ErrAwaitingOperator {
+		return !e.Verdict.Final()
 	}
 	sentinel, ok := outcomeErrors[e.Verdict.Outcome]
 	return ok && target == sentinel

@@ -1,5 +1,7 @@
 // Package operator carries operator decisions: the signed judgements by
-// which people decide the manual criteria a run verdict is held for.
+// which people decide an action the policy held for an operator (approve
+// or reject, before its deadline) and the manual criteria a run verdict is
+// held for.
 //
 // An operator signs a decision (Sign)
 // with an nkey user seed and sends it (Send) to

@@ -45,8 +45,9 @@ type VerdictHook func(ctx context.Context, v *engine.Verdict) error
 //	     signed_at too far from gated's clock
 //	403  the operator may not decide for the tenant
 //	404  no verdict is stored for the proposal
-//	409  the verdict is not held for an operator, was decided already,
-//	     or the decision does not fit it (digest, criteria)
+//	409  the verdict is not held for an operator, was decided already
+//	     or is being settled, a held action is past its deadline, or the
+//	     decision does not fit it (digest, criteria, decision)
 //	503  the store or the audit trail failed, or gated is stopping:
 //	     nothing was decided unless the description says so; retry
 type Endpoint struct {
@@ -184,6 +185,8 @@ func (e *Endpoint) resolveRefusal(m *Message, err error) *Refusal {
 		return refusal(409, "", "proposal %s: %v", key, err)
 	case errors.Is(err, engine.ErrDecisionMismatch):
 		return refusal(409, "", "proposal %s: %v", key, err)
+	case errors.Is(err, engine.ErrClaimed):
+		return refusal(409, "", "proposal %s is being settled by another decision or by its deadline: look at its verdict again", key)
 	case errors.Is(err, engine.ErrExists):
 		return refusal(409, "", "proposal %s was decided meanwhile by another decision: %v", key, err)
 	}

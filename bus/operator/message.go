@@ -30,7 +30,8 @@ const (
 )
 
 // Message is the signed body of an operator decision. Every field
-// is required except the reasons; the JSON must hold no other field.
+// is required except the reasons, and exactly one of criteria (a held
+// run) and decision (a held action); the JSON must hold no other field.
 type Message struct {
 	// V is the message's version, 1; Sign sets it when it is zero.
 	V int `json:"v"`
@@ -44,8 +45,11 @@ type Message struct {
 	// Operator is the operator's id in gated's operator list; the key that
 	// signs must be that operator's.
 	Operator string `json:"operator"`
-	// Criteria judge exactly the manual criteria the verdict awaits.
-	Criteria []engine.OperatorFinding `json:"criteria"`
+	// Criteria judge exactly the manual criteria a held run's verdict
+	// awaits; Decision, approve or reject, decides an action held for an
+	// operator. A message has one of the two, never both.
+	Criteria []engine.OperatorFinding `json:"criteria,omitempty"`
+	Decision string                   `json:"decision,omitempty"`
 	// Reason says why, optionally; its first line is appended to the
 	// verdict's reason.
 	Reason string `json:"reason"`
@@ -58,14 +62,14 @@ type Message struct {
 func (m *Message) decision(key string) engine.OperatorDecision {
 	return engine.OperatorDecision{
 		Tenant: m.Tenant, ProposalID: m.ProposalID, ProposalSHA256: m.ProposalSHA256,
-		Operator: m.Operator, Key: key, Criteria: m.Criteria, Reason: m.Reason,
+		Operator: m.Operator, Key: key, Criteria: m.Criteria, Decision: m.Decision, Reason: m.Reason,
 	}
 }
 
 // Required fields of an operator message and of one of its criteria;
 // reason is optional in both.
 var (
-	messageRequired = []string{"v", "tenant", "proposal_id", "proposal_sha256", "operator", "criteria", "signed_at"}
+	messageRequired = []string{"v", "tenant", "proposal_id", "proposal_sha256", "operator", "signed_at"}
 	findingRequired = []string{"id", "pass"}
 )
 
@@ -106,6 +110,10 @@ func DecodeMessage(data []byte) (*Message, error) {
 			}
 		case "criteria":
 			m.Criteria, err = decodeFindings(key, raw)
+		case "decision":
+			if m.Decision, err = decodeString(key, raw); err == nil && m.Decision != engine.OperatorApprove && m.Decision != engine.OperatorReject {
+				err = refusal(400, key, "%q must be %s or %s", clipToken(m.Decision), engine.OperatorApprove, engine.OperatorReject)
+			}
 		case "reason":
 			if m.Reason, err = decodeString(key, raw); err == nil && len(m.Reason) > MaxReasonBytes {
 				err = refusal(400, key, "is %d bytes, more than %d", len(m.Reason), MaxReasonBytes)
@@ -118,7 +126,7 @@ func DecodeMessage(data []byte) (*Message, error) {
 				}
 			}
 		default:
-			err = refusal(400, fieldName(key), "unknown field; an operator message has v, tenant, proposal_id, proposal_sha256, operator, criteria, reason and signed_at")
+			err = refusal(400, fieldName(key), "unknown field; an operator message has v, tenant, proposal_id, proposal_sha256, operator, criteria or decision, reason and signed_at")
 		}
 		return err
 	})
@@ -129,6 +137,12 @@ func DecodeMessage(data []byte) (*Message, error) {
 		if !seen[key] {
 			return nil, refusal(400, key, "is required")
 		}
+	}
+	switch {
+	case seen["criteria"] && seen["decision"]:
+		return nil, refusal(400, "decision", "a message has criteria (a held run) or decision (a held action), not both")
+	case !seen["criteria"] && !seen["decision"]:
+		return nil, refusal(400, "criteria", "is required: judge a held run's manual criteria, or give decision approve or reject for a held action")
 	}
 	return &m, nil
 }

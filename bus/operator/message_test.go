@@ -32,6 +32,9 @@ func TestDecodeMessage(t *testing.T) {
 	if m.Criteria[0].Pass || m.Reason != "" || !m.SignedAt.Equal(time.Date(2025, 6, 1, 10, 0, 0, 0, time.UTC)) {
 		t.Fatalf("decoded %+v", m)
 	}
+	if m, err := operator.DecodeMessage([]byte(head + `"decision":"reject",` + tail)); err != nil || m.Decision != "reject" || len(m.Criteria) != 0 {
+		t.Fatalf("action decision: %+v, %v", m, err)
+	}
 	tests := []struct {
 		note  string
 		body  string
@@ -54,6 +57,9 @@ func TestDecodeMessage(t *testing.T) {
 		{note: "dotted proposal id", body: strings.Replace(head, `"p-1"`, `"p.1"`, 1) + crit + tail, field: "proposal_id"},
 		{note: "short digest", body: strings.Replace(head, `"abab`, `"`, 1) + crit + tail, field: "proposal_sha256", want: "64 lower-case hex"},
 		{note: "operator with a space", body: strings.Replace(head, `"alice"`, `"al ice"`, 1) + crit + tail, field: "operator"},
+		{note: "decision unknown", body: head + `"decision":"approve with caveats",` + tail, field: "decision", want: "must be approve or reject"},
+		{note: "decision not a string", body: head + `"decision":true,` + tail, field: "decision", want: "must be a string"},
+		{note: "decision and criteria", body: head + crit + `"decision":"approve",` + tail, field: "decision", want: "not both"},
 		{note: "criteria empty", body: head + `"criteria":[],` + tail, field: "criteria", want: "is empty"},
 		{note: "criteria not a list", body: head + `"criteria":{"id":"ux"},` + tail, field: "criteria"},
 		{note: "criterion unknown field", body: head + `"criteria":[{"id":"ux","pass":true,"weight":2}],` + tail, field: "criteria[0].weight", want: "unknown field"},
@@ -117,7 +123,8 @@ func TestSign(t *testing.T) {
 		{note: "public key instead of seed", seed: []byte(alice.pub), msg: decision(), want: "want an nkey user seed"},
 		{note: "garbage", seed: []byte("SUnotaseed"), msg: decision(), want: "want an nkey user seed"},
 		{note: "malformed decision", seed: alice.seed, msg: bad, want: "field tenant"},
-		{note: "no criteria", seed: alice.seed, msg: func() operator.Message { m := decision(); m.Criteria = nil; return m }(), want: "field criteria: is empty"},
+		{note: "no criteria", seed: alice.seed, msg: func() operator.Message { m := decision(); m.Criteria = nil; return m }(), want: "field criteria: is required"},
+		{note: "both criteria and decision", seed: alice.seed, msg: func() operator.Message { m := decision(); m.Decision = "approve"; return m }(), want: "field decision: a message has criteria"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -157,6 +164,8 @@ func FuzzDecodeMessage(f *testing.F) {
 	f.Add(body)
 	f.Add([]byte(`{"v":1,"tenant":"acme","proposal_id":"p","proposal_sha256":"","operator":"a","criteria":[{"id":"x","pass":true,"pass":1}],"signed_at":""}`))
 	f.Add([]byte(`{"criteria":[{"id":"x","pass":true}],"criteria":[]}`))
+	f.Add([]byte(`{"v":1,"tenant":"acme","proposal_id":"p","proposal_sha256":"` + strings.Repeat("a", 64) + `","operator":"a","decision":"approve","signed_at":"2026-01-02T15:04:05Z"}`))
+	f.Add([]byte(`{"v":1,"tenant":"acme","proposal_id":"p","proposal_sha256":"` + strings.Repeat("a", 64) + `","operator":"a","decision":"reject","criteria":[{"id":"x","pass":true}],"signed_at":"2026-01-02T15:04:05Z"}`))
 	f.Add([]byte(`{"v":1} {}`))
 	f.Add([]byte(`[{"v":1}]`))
 	f.Add([]byte(`{"\u0000":null}`))
@@ -175,7 +184,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		// Whatever decodes is a complete, valid message, and encodes to a
 		// message that decodes to the same.
 		if m.V != 1 || !engine.ValidTenant(m.Tenant) || !engine.ValidID(m.ProposalID) || len(m.ProposalSHA256) != 64 ||
-			!operator.ValidID(m.Operator) || len(m.Criteria) == 0 {
+			!operator.ValidID(m.Operator) || (len(m.Criteria) == 0) == (m.Decision == "") {
 			t.Fatalf("decoded an invalid message: %+v", m)
 		}
 		again, err := json.Marshal(m)

@@ -38,9 +38,6 @@ func Sign(seed []byte, msg Message) (body []byte, hdr nats.Header, err error) {
 		msg.SignedAt = time.Now()
 	}
 	msg.SignedAt = msg.SignedAt.UTC()
-	if msg.Criteria == nil {
-		msg.Criteria = []engine.OperatorFinding{}
-	}
 	body, err = json.Marshal(msg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding the operator message: %w", err)

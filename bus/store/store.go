@@ -184,6 +184,13 @@ func (s *Verdicts) Replace(ctx context.Context, prev, next *engine.Verdict) (*en
 		}
 		// Written in between: the next look tells by whom.
 	}
+	if next.Approved && next.TargetKey != "" {
+		// An operator's approval of a held action is an approval on its
+		// target like any other: parallel_operation sees it.
+		if err := s.remember(ctx, next); err != nil {
+			return nil, fmt.Errorf("recording approval on target %s: %w", next.TargetKey, err)
+		}
+	}
 	if err := s.recordRound(ctx, next); err != nil {
 		return nil, err
 	}

@@ -26,9 +26,10 @@ const exitRefused = 3
 func operatorCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "operator",
-		Short: "Decide the manual criteria of held run reviews, with a signed message",
-		Long: `A run review whose required manual criteria are not yet judged is held at
-outcome blocked until an operator decides them. An operator is an nkey user key
+		Short: "Decide held actions and the manual criteria of held run reviews, with a signed message",
+		Long: `An action the policy holds for an operator, and a run review whose required
+manual criteria are not yet judged, are held at outcome blocked until an
+operator decides them (an action only until its deadline). An operator is an nkey user key
 listed in the file gated serve --operators reads; decisions are signed with the
 key's seed and sent to gated.operator.<tenant>.<proposal_id>.
 See docs/OPERATORS.md.`,
@@ -160,11 +161,13 @@ func operatorDecideCmd() *cobra.Command {
 		reason     string
 		url        string
 		timeout    time.Duration
+		approve    bool
+		reject     bool
 		conn       natsConnOptions
 	)
 	c := &cobra.Command{
-		Use:   "decide TENANT PROPOSAL_ID --criterion ID=pass|fail[:reason] ... --operator ID --seed-file FILE",
-		Short: "Judge the manual criteria a run verdict is held for, and print the verdict that replaces it",
+		Use:   "decide TENANT PROPOSAL_ID (--approve | --reject | --criterion ID=pass|fail[:reason] ...) --operator ID --seed-file FILE",
+		Short: "Decide an action or judge the manual criteria of a run held for an operator, and print the verdict that replaces it",
 		Long: `decide reads the verdict gated holds for proposal PROPOSAL_ID of TENANT, checks
 that it awaits an operator and that the --criterion flags judge exactly the
 manual criteria it awaits, signs the decision with the operator's seed and
@@ -175,6 +178,11 @@ work (and a continuation or escalation). The new verdict is printed as JSON.
 
 Give one --criterion per awaited criterion: ID=pass or ID=fail, optionally
 followed by :reason (a failure's reason is what the worker is told to fix).
+
+An action the policy held for an operator (its verdict has awaiting_operator)
+is decided with --approve or --reject instead, before its deadline: approved
+or rejected, with your id, key and --reason in the verdict. After the deadline
+the action times out and no decision is accepted.
 
 Exit status: 0 accepted (whatever the new outcome), 3 refused (no verdict, not
 awaiting an operator, or gated refused the decision: the message says why), 2
@@ -206,6 +214,12 @@ operator decisions, gated's store or audit trail failed).`,
 				return usageError("--timeout %s must be positive", timeout)
 			case len(reason) > operator.MaxReasonBytes:
 				return usageError("--reason is %d bytes, more than %d", len(reason), operator.MaxReasonBytes)
+			case approve && reject:
+				return usageError("--approve and --reject exclude each other")
+			case (approve || reject) && len(criteria) > 0:
+				return usageError("--approve and --reject decide a held action; --criterion judges a held run: give one or the other")
+			case !approve && !reject && len(criteria) == 0:
+				return usageError("give --approve or --reject for a held action, or --criterion ID=pass|fail for each criterion a held run awaits")
 			}
 			var findings []engine.OperatorFinding
 			for _, s := range criteria {
@@ -237,17 +251,30 @@ operator decisions, gated's store or audit trail failed).`,
 			if err != nil {
 				return err
 			}
-			if held.Outcome != engine.OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
+			msg := operator.Message{Tenant: tenant, ProposalID: id, ProposalSHA256: held.ProposalSHA256, Operator: operatorID, Reason: reason}
+			switch {
+			case held.Outcome == engine.OutcomeBlocked && held.AwaitingOperator != nil:
+				if !approve && !reject {
+					return usageError("proposal %s of tenant %s is an action held for an operator: decide it with --approve or --reject", id, tenant)
+				}
+				msg.Decision = engine.OperatorReject
+				if approve {
+					msg.Decision = engine.OperatorApprove
+				}
+			case held.Outcome == engine.OutcomeBlocked && held.Run != nil && len(held.Run.AwaitingOperator) > 0:
+				if approve || reject {
+					return usageError("proposal %s of tenant %s is a run held on manual criteria %s: judge each with --criterion ID=pass|fail",
+						id, tenant, strings.Join(held.Run.AwaitingOperator, ", "))
+				}
+				if err := matchAwaited(held.Run.AwaitingOperator, findings); err != nil {
+					return err
+				}
+				msg.Criteria = findings
+			default:
 				return &exitError{code: exitRefused, err: fmt.Errorf("proposal %s of tenant %s is %s at stage %s, not awaiting an operator decision: %s",
 					id, tenant, held.Outcome, held.Stage, held.Reason)}
 			}
-			if err := matchAwaited(held.Run.AwaitingOperator, findings); err != nil {
-				return err
-			}
-			body, hdr, err := operator.Sign(seed, operator.Message{
-				Tenant: tenant, ProposalID: id, ProposalSHA256: held.ProposalSHA256, Operator: operatorID,
-				Criteria: findings, Reason: reason,
-			})
+			body, hdr, err := operator.Sign(seed, msg)
 			if err != nil {
 				return usageError("%v", err)
 			}
@@ -266,6 +293,8 @@ operator decisions, gated's store or audit trail failed).`,
 	}
 	f := c.Flags()
 	f.StringArrayVar(&criteria, "criterion", nil, "ID=pass or ID=fail, optionally :reason; one per awaited manual criterion (repeatable)")
+	f.BoolVar(&approve, "approve", false, "approve an action held for an operator")
+	f.BoolVar(&reject, "reject", false, "reject an action held for an operator")
 	f.StringVar(&operatorID, "operator", "", "your operator id, as gated's operators file lists it")
 	f.StringVar(&seedFile, "seed-file", "", "file holding your nkey seed (gated operator keygen --out)")
 	_ = c.MarkFlagFilename("seed-file")

@@ -42,42 +42,44 @@ const MinReviewTimeout = 30 * time.Second
 const DefaultLLMMaxConcurrency = 64
 
 type serveOptions struct {
-	dataDir        string
-	personasDir    string
-	personasWatch  bool
-	natsListen     string
-	natsURL        string
-	natsConn       natsConnOptions
-	httpAddr       string
-	pprof          bool
-	logFormat      string
-	logLevel       string
-	reviewTimeout  time.Duration
-	shutdownGrace  time.Duration
-	reviewService  bool
-	reviewWait     time.Duration
-	maxInFlight    int
-	ackWait        time.Duration
-	maxDeliver     int
-	maxAckPending  int
-	replicas       int
-	verdictTTL     time.Duration
-	auditMaxAge    time.Duration
-	auditKeyFile   string
-	auditKeyRotate bool
-	auditPublish   string
-	policy         policySourceOptions
-	shadow         shadowOptions
-	policyWatch    bool
-	policyPoll     time.Duration
-	toolTimeout    time.Duration
-	dedupeWindow   time.Duration
-	dedupeMax      int
-	pluginsDir     string
-	defaultPlugin  string
-	llmMaxConc     int
-	operators      string
-	notify         string
+	dataDir       string
+	personasDir   string
+	personasWatch bool
+	natsListen    string
+	natsURL       string
+	natsConn      natsConnOptions
+	httpAddr      string
+	pprof         bool
+	logFormat     string
+	logLevel      string
+	reviewTimeout time.Duration
+	// operatorDeadline is how long an action held for an operator waits.
+	operatorDeadline time.Duration
+	shutdownGrace    time.Duration
+	reviewService    bool
+	reviewWait       time.Duration
+	maxInFlight      int
+	ackWait          time.Duration
+	maxDeliver       int
+	maxAckPending    int
+	replicas         int
+	verdictTTL       time.Duration
+	auditMaxAge      time.Duration
+	auditKeyFile     string
+	auditKeyRotate   bool
+	auditPublish     string
+	policy           policySourceOptions
+	shadow           shadowOptions
+	policyWatch      bool
+	policyPoll       time.Duration
+	toolTimeout      time.Duration
+	dedupeWindow     time.Duration
+	dedupeMax        int
+	pluginsDir       string
+	defaultPlugin    string
+	llmMaxConc       int
+	operators        string
+	notify           string
 }
 
 func serveCmd() *cobra.Command {
@@ -115,7 +117,8 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "deliveries of one proposal before gated answers it with an error verdict")
 	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
 	f.BoolVar(&o.reviewService, "review-service", true, "serve the request/reply endpoints gated.review and gated.review.<tenant> (nats micro service \"gated\")")
-	f.StringVar(&o.operators, "operators", "", "YAML file of the operators (nkey public keys) whose signed decisions on held run reviews gated accepts on gated.operator.<tenant>.<id> (docs/OPERATORS.md); empty: none")
+	f.StringVar(&o.operators, "operators", "", "YAML file of the operators (nkey public keys) whose signed decisions on held actions and run reviews gated accepts on gated.operator.<tenant>.<id> (docs/OPERATORS.md); empty: none")
+	f.DurationVar(&o.operatorDeadline, "operator-deadline", engine.DefaultOperatorDeadline, "how long an action the policy holds for an operator waits for a decision before it times out (a policy hold may set less)")
 	_ = cobra.MarkFlagFilename(f, "operators", "yaml", "yml")
 	f.StringVar(&o.notify, "notify", "", "YAML file of webhook sinks notified when a proposal awaits an operator, a run escalates, a verdict times out, a plugin goes down or the audit trail fails to verify (docs/NOTIFICATIONS.md); empty: none")
 	_ = cobra.MarkFlagFilename(f, "notify", "yaml", "yml")
@@ -167,6 +170,9 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 func (o *serveOptions) check() (operators *operator.List, err error) {
 	if err := o.shadow.check(); err != nil {
 		return nil, err
+	}
+	if o.operatorDeadline <= 0 {
+		return nil, usageError("--operator-deadline %s must be positive: a held action times out at its deadline", o.operatorDeadline)
 	}
 	if o.reviewTimeout < MinReviewTimeout {
 		return nil, usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)

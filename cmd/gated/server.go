@@ -402,15 +402,16 @@ func (s *gateServer) startWorker(context.Context) error {
 	pool := policies.NewPool(s.live, 0)
 	s.onStop(pool.Close)
 	eng, err := engine.New(engine.Config{
-		Policy:        meteredPolicy{Policy: pool, eval: s.m.eval},
-		Personas:      s.reg,
-		Router:        s.host,
-		Store:         s.store,
-		ReviewTimeout: o.reviewTimeout,
-		DedupeWindow:  dedupeWindow,
-		DedupeMax:     o.dedupeMax,
-		Shadow:        s.shadowPolicy(),
-		OnShadow:      s.m.onShadow(),
+		Policy:           meteredPolicy{Policy: pool, eval: s.m.eval},
+		Personas:         s.reg,
+		Router:           s.host,
+		Store:            s.store,
+		ReviewTimeout:    o.reviewTimeout,
+		OperatorDeadline: o.operatorDeadline,
+		DedupeWindow:     dedupeWindow,
+		DedupeMax:        o.dedupeMax,
+		Shadow:           s.shadowPolicy(),
+		OnShadow:         s.m.onShadow(),
 	})
 	if err != nil {
 		return err
@@ -434,6 +435,16 @@ func (s *gateServer) startWorker(context.Context) error {
 	// A later step's failure stops it at once; the drain stops it first,
 	// with the grace.
 	s.onStop(func() { s.stopWorker(0) })
+	// Held actions time out on the shared hold consumer, whichever gated
+	// takes each hold.
+	timer, err := bus.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
+	if err != nil {
+		return err
+	}
+	if err := timer.Start(); err != nil {
+		return err
+	}
+	s.onStop(timer.Stop)
 	return nil
 }
 
