@@ -115,25 +115,8 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	keyFile := writeFile(t, dir, "audit.key", string(auditKey))
 
 	s := bustest.Server(t)
-	httpAddr := freeTCPAddr(t)
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--http", httpAddr, "--notify", notifyFile,
-			"--audit-key-file", keyFile, "--log-level", "error", "--log-format", "json"})
-	}()
-	defer func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("serve did not stop within 60s")
-		}
-	}()
-	waitReady(t, "http://"+httpAddr+"/readyz", done)
+	httpAddr, stop := startServe(t, s.ClientURL(), "--notify", notifyFile, "--audit-key-file", keyFile)
+	defer stop()
 
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {

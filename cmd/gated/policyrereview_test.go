@@ -2,7 +2,6 @@ package main
 
 import (
 	"cmp"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -55,14 +54,7 @@ func recordReviewedHistory(t *testing.T) string {
 	t.Helper()
 	clearGatedEnv(t)
 	s := bustest.Server(t)
-	httpAddr := freeTCPAddr(t)
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--http", httpAddr,
-			"--log-level", "error", "--log-format", "json"})
-	}()
-	waitReady(t, "http://"+httpAddr+"/readyz", done)
+	_, stop := startServe(t, s.ClientURL())
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -78,14 +70,6 @@ func recordReviewedHistory(t *testing.T) string {
 		}
 	}
 	stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("serve: %v", err)
-		}
-	case <-time.After(60 * time.Second):
-		t.Fatal("serve did not stop within 60s")
-	}
 	return s.ClientURL()
 }
 

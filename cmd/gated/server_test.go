@@ -158,6 +158,33 @@ func freeTCPAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// startServe runs serve on the NATS server at natsURL with --http on a
+// free local address, the JSON error log and args, and waits until it is
+// ready. It returns the --http address and a stop function that cancels
+// serve and waits for it to return, failing the test on an error or
+// after a minute.
+func startServe(t *testing.T, natsURL string, args ...string) (string, func()) {
+	t.Helper()
+	httpAddr := freeTCPAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	argv := append([]string{"serve", "--nats-url", natsURL, "--http", httpAddr, "--log-level", "error", "--log-format", "json"}, args...)
+	go func() { done <- run(ctx, argv) }()
+	waitReady(t, "http://"+httpAddr+"/readyz", done)
+	return httpAddr, func() {
+		t.Helper()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		case <-time.After(time.Minute):
+			t.Error("serve did not stop within a minute")
+		}
+	}
+}
+
 // waitReady polls url until it answers 200, failing when serve returns
 // first or after a minute.
 func waitReady(t *testing.T, url string, done chan error) {

@@ -43,26 +43,8 @@ func startShadowServe(t *testing.T, liveDir, shadowDir string) (string, string, 
 	t.Helper()
 	clearGatedEnv(t)
 	s := bustest.Server(t)
-	httpAddr := freeTCPAddr(t)
-	ctx, stop := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--http", httpAddr,
-			"--policies", liveDir, "--shadow-policies", shadowDir, "--policy-poll", "50ms",
-			"--log-level", "error", "--log-format", "json"})
-	}()
-	waitReady(t, "http://"+httpAddr+"/readyz", done)
-	return s.ClientURL(), httpAddr, func() {
-		stop()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("serve: %v", err)
-			}
-		case <-time.After(60 * time.Second):
-			t.Error("serve did not stop within 60s")
-		}
-	}
+	httpAddr, stop := startServe(t, s.ClientURL(), "--policies", liveDir, "--shadow-policies", shadowDir, "--policy-poll", "50ms")
+	return s.ClientURL(), httpAddr, stop
 }
 
 func propose(t *testing.T, client *fleet.Client, data []byte) *engine.Verdict {
