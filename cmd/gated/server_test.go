@@ -113,11 +113,20 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 	var started []string
 	late := errors.New("a step after the last one failed")
 	steps := append(s.startSteps(), func(context.Context) error {
-		stacks := allStacks()
-		for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)"} {
-			if strings.Contains(stacks, frame) {
-				started = append(started, frame)
+		// A goroutine just started may not have run into its function
+		// yet: look again for a while before calling a part not started.
+		for range 200 {
+			started = started[:0]
+			stacks := allStacks()
+			for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)"} {
+				if strings.Contains(stacks, frame) {
+					started = append(started, frame)
+				}
 			}
+			if len(started) == 3 {
+				break
+			}
+			time.Sleep(25 * time.Millisecond)
 		}
 		return late
 	})
