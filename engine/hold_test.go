@@ -156,6 +156,28 @@ func TestHeldActionSettles(t *testing.T) {
 			t.Errorf("after refusals the store holds %s", stored.Outcome)
 		}
 	})
+	t.Run("a held verdict without a digest is refused", func(t *testing.T) {
+		// gated stores every held verdict with its proposal's digest: one
+		// without it names no proposal, and a decision without a digest
+		// must not approve it.
+		h := holdHarness(t)
+		held := decideHeld(t, h)
+		held.ProposalSHA256 = ""
+		raw, err := json.Marshal(held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.store.mu.Lock()
+		h.store.m["acme.p1"] = raw
+		h.store.mu.Unlock()
+		tr := h.stream.trail()
+		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), tr); !errors.Is(err, engine.ErrDecisionMismatch) {
+			t.Errorf("Resolve: %v, want ErrDecisionMismatch", err)
+		}
+		if len(tr.names()) != 0 {
+			t.Errorf("a refused decision recorded %v", tr.names())
+		}
+	})
 	t.Run("a denied action is rejected, never held", func(t *testing.T) {
 		h := holdHarness(t)
 		v, _ := h.mustDecide(t, holdSubject, heldProposal(t, map[string]any{"flags": map[string]any{"skip_review": true}}), "")

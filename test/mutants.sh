@@ -117,8 +117,11 @@ mutant same_id_empty_digest engine/decide.go ./engine \
 	'return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest' \
 	'return stored.ProposalSHA256 == "" || stored.ProposalSHA256 == r.digest'
 mutant operator_empty_digest engine/runflow.go ./engine \
-	'if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {' \
-	'if d.ProposalSHA256 != held.ProposalSHA256 {'
+	$'if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {\n\t\t// A held verdict without a digest' \
+	$'if d.ProposalSHA256 != held.ProposalSHA256 {\n\t\t// A held verdict without a digest'
+mutant held_action_empty_digest engine/runflow.go ./engine \
+	$'\t\tif held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {\n\t\t\treturn nil' \
+	$'\t\tif d.ProposalSHA256 != held.ProposalSHA256 {\n\t\t\treturn nil'
 
 # Held actions (engine/hold.go, engine/outcome.go, bus/operator/list.go): a
 # held action is approved only by a decision signed with a listed key, of an
@@ -139,6 +142,23 @@ mutant held_action_signature bus/operator/list.go ./bus/operator \
 mutant held_action_tenant_scope bus/operator/list.go ./bus/operator \
 	'case !op.Allows(m.Tenant):' \
 	'case false:'
+
+# The web console (console/): an operator sees and decides for the tenants
+# the operators file allows, signs in with a signature over a fresh
+# challenge, forwards only decisions signed with the signed-in key, and
+# takes state-changing requests from its own origin only.
+mutant console_tenant_scope console/server.go ./console \
+	'if !ses.op.Allows(tenant) {' \
+	'if false {'
+mutant console_signin_signature console/server.go ./console \
+	'err = pub.Verify([]byte(SignInPrefix+in.Challenge), in.Sig)' \
+	'err = nil'
+mutant console_own_key console/decide.go ./console \
+	'if d.Key != ses.op.Key {' \
+	'if false {'
+mutant console_same_origin console/server.go ./console \
+	'why := crossOrigin(r)' \
+	'why := ""'
 
 # Records read back from the verdict bucket (bus/store/records.go) must be for
 # their key: one mutant per kind skips that check.
