@@ -437,7 +437,7 @@ func TestHeldActionInTheQueue(t *testing.T) {
 		"v": 1, "proposal_id": "held-act", "tenant": "acme", "action": "db_drop_table", "kind": "action",
 		"outcome": "blocked", "approved": false, "stage": "policy", "reason": "held for an operator: tenant-wide destructive change",
 		"decided_at": decided, "latency_ms": 1, "audit_seq": 9, "proposal_sha256": strings.Repeat("cd", 32),
-		"awaiting_operator": "tenant-wide destructive change",
+		"awaiting_operator": map[string]any{"deadline": deadline, "reason": "tenant-wide destructive change", "rule": "human_for_tenant_wide"},
 	}
 	raw, _ := json.Marshal(v)
 	if _, err := g.res.Verdicts.Create(t.Context(), "acme.held-act", raw); err != nil {

@@ -304,9 +304,7 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 		return
 	default:
 		out.Verdict = v
-		if raw, err := s.cfg.Verdicts.Get(r.Context(), tenant+"."+id); err == nil {
-			out.Held = held(v, raw.Value())
-		}
+		out.Held = held(v)
 	}
 	// The chain is checked from the tenant's first record, so that each of
 	// the proposal's records is checked against the record it links to.
@@ -381,21 +379,23 @@ type Held struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 }
 
-// held tells whether v, stored as raw, waits for an operator. A run
-// verdict names the awaited criteria in run.awaiting_operator; a held
-// action names why in its awaiting_operator field.
-func held(v *engine.Verdict, raw []byte) *Held {
+// held tells whether v waits for an operator. A run verdict names the
+// awaited criteria in run.awaiting_operator; a held action its deadline,
+// reason and rule in awaiting_operator.
+func held(v *engine.Verdict) *Held {
 	if v.Outcome != engine.OutcomeBlocked {
 		return nil
 	}
 	if v.Run != nil && len(v.Run.AwaitingOperator) > 0 {
 		return &Held{Kind: "run", Criteria: v.Run.AwaitingOperator}
 	}
-	var a struct {
-		AwaitingOperator string `json:"awaiting_operator"`
-	}
-	if json.Unmarshal(raw, &a) == nil && a.AwaitingOperator != "" {
-		return &Held{Kind: "action", Reason: a.AwaitingOperator}
+	if a := v.AwaitingOperator; a != nil {
+		h := &Held{Kind: "action", Reason: a.Reason, Rule: a.Rule}
+		if !a.Deadline.IsZero() {
+			d := a.Deadline
+			h.Deadline = &d
+		}
+		return h
 	}
 	return nil
 }
@@ -436,7 +436,7 @@ type Queue struct {
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request, ses session) {
 	out := Queue{Items: []QueueItem{}}
 	truncated, err := s.scanVerdicts(r.Context(), keyFilters(ses, ""), func(v *engine.Verdict, raw json.RawMessage) {
-		if h := held(v, raw); h != nil {
+		if h := held(v); h != nil {
 			out.Items = append(out.Items, QueueItem{Verdict: v, Held: h})
 		}
 	})
