@@ -152,7 +152,7 @@ mutant console_tenant_scope console/server.go ./console \
 	'if false {'
 mutant console_signin_signature console/server.go ./console \
 	'err = pub.Verify([]byte(SignInPrefix+in.Challenge), in.Sig)' \
-	'err = nil'
+	'_, err = pub, nil'
 mutant console_own_key console/decide.go ./console \
 	'if d.Key != ses.op.Key {' \
 	'if false {'
