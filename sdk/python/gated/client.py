@@ -326,9 +326,12 @@ class Client:
                     if v is not None:
                         return v
                 try:
+                    # Wake now and then to notice a closed connection.
                     async with asyncio.timeout(max(0.0, min(next_poll - loop.time(), CLOSED_CHECK))):
                         data = await inbox.get()
                 except TimeoutError:
+                    if nc.is_closed:
+                        raise ConnectionLost(f"waiting for the decision on {a.key}: the NATS connection closed") from None
                     continue
                 m = verdict_message(a, data)
                 if m is None or not m.is_final:
