@@ -229,7 +229,9 @@ func (doc *verdictVectors) judge(via string, message, stored *string) verdictExp
 	if err != nil {
 		return verdictExpect{Result: "error", Error: errorKind(err)}
 	}
-	if err := CheckVerdict(v); err != nil {
+	if err := CheckVerdict(v); errors.Is(err, ErrAwaitingOperator) {
+		return verdictExpect{Result: "held", Outcome: string(v.Outcome)}
+	} else if err != nil {
 		return verdictExpect{Result: "not_approved", Outcome: string(v.Outcome)}
 	}
 	return verdictExpect{Result: "approved"}
@@ -250,7 +252,7 @@ func TestVerdictVectors(t *testing.T) {
 		})
 		results[c.Expect.Result]++
 	}
-	for _, r := range []string{"skip", "pending", "approved", "not_approved", "error"} {
+	for _, r := range []string{"skip", "pending", "approved", "not_approved", "held", "error"} {
 		if results[r] == 0 {
 			t.Errorf("no vector expects %s", r)
 		}

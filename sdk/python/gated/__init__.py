@@ -2,13 +2,15 @@
 policy gate for AI agent fleets.
 
 ``gated.Client`` (asyncio) and ``gated.SyncClient`` publish proposals and
-wait for verdicts with every check the Go client makes; ``gated.ToolGate``
+wait for verdicts with every check the Go client makes, and wait for an
+operator's decision on a held one (``await_decision``); ``gated.ToolGate``
 runs a tool only on approval. Errors are in ``gated.errors``. Reviewer
 plugins are written with ``gated.plugin``.
 """
 
 from gated.client import DEFAULT_WAIT, Client, StatusWatch
 from gated.errors import (
+    AwaitingOperator,
     BadProposal,
     ConnectionLost,
     GatedError,
@@ -38,12 +40,13 @@ from gated.gate import Change, Identity, ToolGate, ToolSpec, new_proposal_id
 from gated.proposal import Flags, Operator, Proposal, RequestedBy
 from gated.sync import SyncClient
 from gated.status import Status, decode_status
-from gated.verdict import Verdict
+from gated.verdict import OperatorDecision, OperatorHold, Verdict
 from gated.wire import Address, address_of, encode_proposal
 
 __all__ = [
     "DEFAULT_WAIT",
     "Address",
+    "AwaitingOperator",
     "BadProposal",
     "Change",
     "Client",
@@ -61,6 +64,8 @@ __all__ = [
     "NotGated",
     "NotThisProposal",
     "Operator",
+    "OperatorDecision",
+    "OperatorHold",
     "Proposal",
     "ProposalInvalid",
     "PublishError",

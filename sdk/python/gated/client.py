@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
 from typing import Any
 
 import nats
@@ -75,6 +76,11 @@ INBOX_SIZE = 256
 
 CLOSED_CHECK = 0.25
 """Seconds between checks, while waiting, that the connection is open."""
+
+HOLD_GRACE = 60.0
+"""Seconds :meth:`Client.await_decision` waits past a hold's deadline when
+it is given no timeout: gated times the hold out at the deadline, and
+publishes the timeout a moment later."""
 
 LOOKUP_WAIT = 5.0
 """Seconds one look-up of the stored verdict may take: one that goes
@@ -226,6 +232,126 @@ class Client:
         if not valid_id(id):
             raise BadProposal(f"id {id!r} must match [A-Za-z0-9_-]{{1,128}}")
         return StatusWatch(self.nc, tenant, id)
+
+    async def await_decision(self, held: Verdict, *, timeout: float | None = None) -> Verdict:
+        """Wait for the verdict that replaces ``held``, a verdict held for an
+        operator (``held.is_final`` is False; :meth:`propose` raises it as
+        :class:`~gated.errors.AwaitingOperator`, whose ``verdict`` it is),
+        and return it when it approves. It fails closed as :meth:`propose`
+        does: an operator's rejection raises ReviewRejected, the hold's
+        deadline passing raises ReviewTimeout (never an approval), each
+        carrying the final verdict. A ``held`` that is final already is
+        checked and returned (or raised) as it is.
+
+        Only the stored verdict, which only gated can write, is believed:
+        the client listens on the verdict subject and on the proposal's
+        status subject, but a message there is a hint to read the stored
+        verdict again, an approval counts only once the stored verdict
+        confirms it, and a verdict for other bytes under the id raises
+        IDReused. The stored verdict is also read every ``poll_interval``.
+        The tenant's NATS user needs nothing beyond what :meth:`propose`
+        needs (and the status subject, if it is to hint).
+
+        ``timeout`` in seconds; by default until the hold's deadline and a
+        minute more, else the client's ``default_wait``. Raises NoVerdict
+        when it passes first (the proposal may still be decided: never act
+        on it before), ConnectionLost, BadProposal when ``held`` is not a
+        verdict with valid tokens."""
+        if not isinstance(held, Verdict):
+            raise BadProposal(f"await_decision needs the held Verdict, not a {type(held).__name__}")
+        if held.is_final:
+            return held.check()
+        if not valid_tenant(held.tenant) or not valid_id(held.proposal_id):
+            raise BadProposal(f"held verdict names {held.tenant!r}.{held.proposal_id!r}: not valid tokens")
+        if timeout is None and held.awaiting_operator is not None:
+            wait = _until(held.awaiting_operator.deadline) + HOLD_GRACE
+            if not wait > 0:
+                wait = HOLD_GRACE
+        else:
+            wait = self._wait(timeout)
+        a = Address(held.tenant, held.proposal_id, held.action)
+        self.loop = self.loop or asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(wait):
+                v = await self._await_within(a, held.proposal_sha256)
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise NoVerdict(
+                f"no decision on proposal {a.key}, held for an operator, within {wait:g}s: "
+                "it may still be decided; never act on it before"
+            ) from None
+        return v.check()
+
+    async def _await_within(self, a: Address, sha: str) -> Verdict:
+        """The final verdict of a held proposal, confirmed by the stored
+        one; the caller bounds the wait."""
+        nc = self.nc
+        inbox: asyncio.Queue[bytes] = asyncio.Queue(maxsize=INBOX_SIZE)
+        hint = asyncio.Event()
+
+        async def on_status(msg: Msg) -> None:
+            hint.set()
+
+        waiters = self._waiters.setdefault(a.key, set())
+        waiters.add(inbox)
+        status_sub: Subscription | None = None
+        try:
+            await self._verdicts(a.tenant)
+            try:
+                status_sub = await nc.subscribe(status_subject(a.tenant, a.id), cb=on_status)
+                await nc.flush(timeout=3600)
+            except nats.errors.ConnectionClosedError:
+                raise ConnectionLost(f"waiting for the decision on {a.key}: the NATS connection is closed") from None
+
+            async def look() -> Verdict | None:
+                # A look-up that fails is no answer: look again later.
+                try:
+                    stored = await self._stored(a)
+                except StoreError:
+                    return None
+                v = answer(a, sha, stored)  # other bytes under the id: IDReused
+                return v if v.is_final else None
+
+            # The decision may have come before the subscriptions: look first.
+            loop = asyncio.get_running_loop()
+            next_poll = loop.time()
+            while True:
+                if hint.is_set() or loop.time() >= next_poll:
+                    hint.clear()
+                    next_poll = loop.time() + self.poll_interval
+                    if nc.is_closed:
+                        raise ConnectionLost(f"waiting for the decision on {a.key}: the NATS connection closed")
+                    v = await look()
+                    if v is not None:
+                        return v
+                try:
+                    # Wake now and then to notice a closed connection.
+                    async with asyncio.timeout(max(0.0, min(next_poll - loop.time(), CLOSED_CHECK))):
+                        data = await inbox.get()
+                except TimeoutError:
+                    if nc.is_closed:
+                        raise ConnectionLost(f"waiting for the decision on {a.key}: the NATS connection closed") from None
+                    continue
+                m = verdict_message(a, data)
+                if m is None or not m.is_final:
+                    continue
+                # A refusal is taken as it comes; an approval only once the
+                # stored verdict confirms it. A message that does not hold
+                # up (forged, for other bytes, not confirmed) ends nothing.
+                try:
+                    v = await confirm_approval(a, sha, m, lambda: self._stored(a))
+                except GatedError:
+                    continue
+                if v.is_final:
+                    return v
+        finally:
+            waiters.discard(inbox)
+            if not waiters:
+                self._waiters.pop(a.key, None)
+            if status_sub is not None:
+                with contextlib.suppress(nats.errors.Error):
+                    await status_sub.unsubscribe()
 
     async def _propose(self, a: Address, data: bytes, wait: float, on_status: StatusCallback | None = None) -> Verdict:
         self.loop = self.loop or asyncio.get_running_loop()
@@ -454,6 +580,18 @@ class Client:
             if isinstance(e, GatedError):
                 raise
             raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
+
+
+def _until(rfc3339: str) -> float:
+    """Seconds from now until an RFC 3339 time (negative once past; 0 for
+    one that cannot be read)."""
+    try:
+        t = datetime.fromisoformat(rfc3339.replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return (t - datetime.now(timezone.utc)).total_seconds()
 
 
 def _pub_ack(a: Address, data: bytes) -> bool:

@@ -144,6 +144,14 @@ class ReviewBlocked(NotApproved):
     outcome = "blocked"
 
 
+class AwaitingOperator(ReviewBlocked):
+    """Outcome blocked, held for an operator (``awaiting_operator`` on an
+    action, ``run.awaiting_operator`` on a run). Not final and never an
+    approval: gated replaces the verdict with the operator's decision or,
+    for an action, a timeout at the deadline. Wait for it with
+    ``Client.await_decision(e.verdict)``."""
+
+
 class ReviewError(NotApproved):
     """Outcome error: a reviewer, a tool or gated's infrastructure failed.
     Propose again with a new id."""
@@ -173,6 +181,8 @@ _OUTCOME_ERRORS: dict[str, type[NotApproved]] = {
 
 def not_approved(verdict: Verdict) -> NotApproved:
     """The typed error of a verdict that is not an approval."""
+    if not verdict.is_final:
+        return AwaitingOperator(verdict)
     return _OUTCOME_ERRORS.get(verdict.outcome, NotApproved)(verdict)
 
 

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
-from gated.errors import GatedError, InvalidConfig, InvalidToolSpec, NotApproved
+from gated.errors import AwaitingOperator, GatedError, InvalidConfig, InvalidToolSpec, NotApproved
 from gated.proposal import Flags, Operator, Proposal
 from gated.verdict import Verdict
 from gated.wire import valid_action, valid_tenant
@@ -47,6 +47,16 @@ class Proposer(Protocol):
 
     async def propose(self, proposal: Proposal | Mapping[str, Any], *, timeout: float | None = None) -> Verdict:
         """Publish and wait; return only an approval."""
+        ...
+
+
+class DecisionWaiter(Protocol):
+    """What a ToolGate that waits for operators needs besides propose;
+    :class:`gated.Client` is one."""
+
+    async def await_decision(self, held: Verdict, *, timeout: float | None = None) -> Verdict:
+        """Wait for the verdict that replaces a held one; return only an
+        approval."""
         ...
 
 
@@ -133,9 +143,19 @@ class ToolGate:
         review_timeout: float = DEFAULT_REVIEW_TIMEOUT,
         new_id: Callable[[], str] = new_proposal_id,
         observe: Callable[[dict[str, Any], Verdict], None] | None = None,
+        await_operator: bool = False,
+        operator_timeout: float | None = None,
     ) -> None:
         """``proposer`` is a :class:`gated.Client`, a
-        :class:`gated.SyncClient`, or any :class:`Proposer`."""
+        :class:`gated.SyncClient`, or any :class:`Proposer`.
+
+        A call whose proposal the policy holds for an operator raises
+        :class:`~gated.errors.AwaitingOperator` (not approved) unless
+        ``await_operator`` is True: then the call waits, with the
+        proposer's ``await_decision``, for the operator's decision or the
+        hold's deadline, and runs only on an approval. ``operator_timeout``
+        bounds that wait in seconds (default: the hold's deadline and a
+        minute more)."""
         from gated.sync import SyncClient
 
         if proposer is None:
@@ -149,6 +169,14 @@ class ToolGate:
         self.review_timeout = review_timeout
         self._new_id = new_id
         self._observe = observe
+        self._waiter: DecisionWaiter | None = None
+        if await_operator:
+            if not callable(getattr(self._proposer, "await_decision", None)):
+                raise InvalidConfig("await_operator needs a proposer with await_decision, such as gated.Client")
+            self._waiter = cast(DecisionWaiter, self._proposer)
+        if operator_timeout is not None and not operator_timeout > 0:
+            raise InvalidConfig(f"operator timeout {operator_timeout} must be positive")
+        self.operator_timeout = operator_timeout
 
     def proposal(self, action: str, class_: str, change: Change) -> dict[str, Any]:
         """The proposal of one call."""
@@ -176,7 +204,8 @@ class ToolGate:
         """Ask gated whether a call of action, of class_, may make change.
         Returns None at once for class read (nothing is proposed), the
         approval for write and destructive; raises otherwise: the
-        NotApproved subclass of the verdict's outcome, NoVerdict,
+        NotApproved subclass of the verdict's outcome (AwaitingOperator
+        for a held verdict, unless the gate waits for operators), NoVerdict,
         InvalidToolSpec, or a transport error."""
         if class_ == "read":
             return None
@@ -186,7 +215,14 @@ class ToolGate:
             raise InvalidToolSpec(f"{class_} tool {action} needs a Change to say what a call changes")
         p = self.proposal(action, class_, change)
         try:
-            v = await self._proposer.propose(p, timeout=timeout or self.review_timeout)
+            try:
+                v = await self._proposer.propose(p, timeout=timeout or self.review_timeout)
+            except AwaitingOperator as e:
+                if self._waiter is None:
+                    raise
+                # Held: a person decides. Only the final verdict counts.
+                self._notify(p, e.verdict)
+                v = await self._waiter.await_decision(e.verdict, timeout=self.operator_timeout)
         except NotApproved as e:
             self._notify(p, e.verdict)
             raise

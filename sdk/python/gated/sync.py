@@ -90,6 +90,11 @@ class SyncClient:
         """
         return SyncStatusWatch(self, self.client.watch(tenant, id))
 
+    def await_decision(self, held: Verdict, *, timeout: float | None = None) -> Verdict:
+        """Client.await_decision, blocking: the approval that replaces a
+        held verdict, or the typed error of a rejection or timeout."""
+        return self.run(self.client.await_decision(held, timeout=timeout))
+
     def verdict(self, tenant: str, id: str, *, timeout: float | None = None) -> Verdict:
         """Client.verdict, blocking."""
         return self.run(self.client.verdict(tenant, id, timeout=timeout))

@@ -5,6 +5,7 @@ module to what the Go client does."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,31 @@ from gated.errors import (
 from gated.wire import SERVICE_ERROR_CODE_HEADER, SERVICE_ERROR_HEADER, SUBJECT_HEADER, Address, loads, verdict_key_subject
 
 OUTCOMES = ("approved", "rejected", "blocked", "error", "timeout", "invalid")
+
+
+@dataclass(frozen=True)
+class OperatorHold:
+    """Why an action's verdict waits for an operator, and until when."""
+
+    deadline: str
+    """RFC 3339: when the hold ends in a timeout, never an approval."""
+    reason: str = ""
+    """Why a person must decide."""
+    rule: str = ""
+    """The policy rule that held the action."""
+
+
+@dataclass(frozen=True)
+class OperatorDecision:
+    """An operator's decision on a held action, as its verdict records it."""
+
+    id: str
+    """The operator's id in gated's operator list."""
+    key: str = ""
+    """The public nkey that signed the decision."""
+    decision: str = ""
+    """approve or reject."""
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -50,12 +76,29 @@ class Verdict:
     agent: str = ""
     duplicate_of: str = ""
     run: dict[str, Any] | None = None
+    awaiting_operator: OperatorHold | None = None
+    """Set on an action's verdict held for an operator: the verdict is not
+    final (:attr:`is_final`)."""
+    operator_decision: OperatorDecision | None = None
+    """Set on the verdict of a held action an operator decided."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def is_approval(self) -> bool:
         """True only for outcome approved with approved true."""
         return self.outcome == "approved" and self.approved is True
+
+    @property
+    def is_final(self) -> bool:
+        """False only for a verdict held for an operator: outcome blocked
+        with ``awaiting_operator`` (an action) or ``run.awaiting_operator``
+        (a run). gated replaces such a verdict with the operator's decision
+        or, for an action, a timeout at its deadline: wait for it with
+        :meth:`gated.Client.await_decision`. A held verdict is never an
+        approval."""
+        if self.outcome != "blocked":
+            return True
+        return self.awaiting_operator is None and not (self.run or {}).get("awaiting_operator")
 
     def check(self) -> Verdict:
         """Return the verdict when it approves its proposal, else raise the
@@ -108,6 +151,22 @@ def decode_verdict(data: bytes) -> Verdict:
         if v is not None and not isinstance(v, dict):
             raise ValueError(f"{name} is not an object")
         out[name] = v
+    run = out.get("run")
+    if run is not None:
+        awaited = run.get("awaiting_operator")
+        if awaited is not None and (not isinstance(awaited, list) or not all(isinstance(c, str) for c in awaited)):
+            raise ValueError("run.awaiting_operator is not a list of strings")
+    hold = _members(doc, "awaiting_operator", ("deadline", "reason", "rule"))
+    if hold is not None:
+        dl = hold.get("deadline")
+        if dl is not None and not (_TIME.fullmatch(dl) and _valid_time(dl)):
+            raise ValueError(f"awaiting_operator.deadline {hold.get('deadline')!r} is not an RFC 3339 time")
+        out["awaiting_operator"] = OperatorHold(
+            deadline=hold.get("deadline", "0001-01-01T00:00:00Z"), reason=hold.get("reason", ""), rule=hold.get("rule", "")
+        )
+    decided = _members(doc, "operator_decision", ("id", "key", "decision", "reason"))
+    if decided is not None:
+        out["operator_decision"] = OperatorDecision(**{"id": "", **decided})
     reviews = doc.get("reviews")
     if reviews is not None:
         if not isinstance(reviews, list) or not all(isinstance(r, dict) for r in reviews):
@@ -117,6 +176,36 @@ def decode_verdict(data: bytes) -> Verdict:
     out.setdefault("tenant", "")
     out.setdefault("outcome", "")
     return Verdict(raw=doc, **out)
+
+
+def _members(doc: dict[str, Any], name: str, fields: tuple[str, ...]) -> dict[str, str] | None:
+    """The string members of the object doc[name], as Go reads a pointer
+    to a struct of strings: None when absent or null, ValueError when it is
+    not an object or a member is not a string."""
+    obj = doc.get(name)
+    if obj is None:
+        return None
+    if not isinstance(obj, dict):
+        raise ValueError(f"{name} is a {type(obj).__name__}, not an object")
+    out: dict[str, str] = {}
+    for f in fields:
+        v = obj.get(f)
+        if v is None:
+            continue
+        if not isinstance(v, str):
+            raise ValueError(f"{name}.{f} is a {type(v).__name__}, not a string")
+        out[f] = v
+    return out
+
+
+def _valid_time(s: str) -> bool:
+    """Whether an RFC 3339 text names a real date and time, as Go's
+    time.Time requires (no month 13, no February 30)."""
+    try:
+        datetime.fromisoformat(s.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
 
 
 def verdict_message(a: Address, data: bytes) -> Verdict | None:

@@ -132,3 +132,60 @@ def example_proposal(name: str, **changes: Any) -> dict[str, Any]:
     doc: dict[str, Any] = json.loads((REPO / "examples" / "proposals" / name).read_text())
     doc.update(changes)
     return doc
+
+
+HOLD_POLICY = """package gated
+
+hold contains {"rule": "hold_cache_flush", "why": "a cache flush empties every edge", "deadline": "3s"} if {
+\tstartswith(input.proposal.action, "dns_flush_")
+}
+"""
+"""A policy file a tenant adds: cache flushes are held for an operator for
+three seconds only."""
+
+
+@dataclass
+class HoldGated:
+    """A `gated serve` that holds acme's dns_* actions for an operator (the
+    default bundle's hold_listed_action, for an hour) and dns_flush_* ones
+    for three seconds, with one operator, alice, for acme."""
+
+    gated: Gated
+    bin: str
+    seed: str
+
+    def decide(self, id: str, *flags: str, operator: str = "alice") -> subprocess.CompletedProcess[str]:
+        """Sign and send an operator decision with `gated operator decide`."""
+        return subprocess.run(
+            [self.bin, "operator", "decide", "acme", id, "--operator", operator, "--seed-file", self.seed,
+             "--nats-url", self.gated.nats_url, *flags],
+            capture_output=True, text=True, timeout=60, check=False,
+        )
+
+
+def start_hold_gated(gated_bin: str, dir: Path) -> HoldGated:
+    """Start gated holding actions for operators; alice's seed is made with
+    `gated operator keygen` in dir."""
+    seed = dir / "alice.seed"
+    out = subprocess.run(
+        [gated_bin, "operator", "keygen", "--out", str(seed), "--id", "alice", "--tenant", "acme"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    operators = dir / "operators.yaml"
+    operators.write_text(out[out.index("operators:"):])
+    data = dir / "holds.yaml"
+    data.write_text('gated:\n  config:\n    operator_holds:\n      actions: {acme: ["dns_*"]}\n')
+    policies = dir / "policies"
+    policies.mkdir()
+    (policies / "holds_mine.rego").write_text(HOLD_POLICY)
+    g = start_gated(gated_bin, "--operators", str(operators), "--policy-data", str(data), "--policies", str(policies))
+    return HoldGated(g, gated_bin, str(seed))
+
+
+def dns_proposal(id: str, action: str = "dns_delete_record") -> dict[str, Any]:
+    """A write to a DNS zone, which acme's policy holds for an operator."""
+    return {
+        "id": id, "tenant": "acme", "kind": "action", "action": action, "class": "write",
+        "blast_radius": "single_device", "target": {"zone": "example.org", "record": id},
+        "reason": "retire a record", "requested_by": {"agent": "dns-bot", "session": "s-1"},
+    }

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from gatedkit import vectors
 from gated.errors import BadProposal, GatedError, Malformed, NotFound, ServiceError, StatusError, StoreError
 from gated.status import status_update
-from gated.verdict import Verdict, confirm_approval, decode_review_reply, decode_stored_verdict, verdict_message
+from gated.verdict import _TIME, Verdict, confirm_approval, decode_review_reply, decode_stored_verdict, verdict_message
 from gated.wire import Address, address_of, digest, encode_float, encode_proposal
 
 VERDICTS = vectors("verdicts.json")
@@ -65,6 +65,12 @@ def test_address_of_only_refuses(data: bytes) -> None:
 def test_verdict_message_skips_or_reads(data: bytes) -> None:
     v = verdict_message(ADDRESS, data)
     assert v is None or (v.tenant == ADDRESS.tenant and v.proposal_id == ADDRESS.id)
+    if v is not None and not v.is_final:
+        # Held: never an approval, and the hold is readable.
+        assert v.outcome == "blocked" and not v.is_approval
+        assert v.awaiting_operator is not None or v.run is not None
+    if v is not None and v.awaiting_operator is not None:
+        assert _TIME.fullmatch(v.awaiting_operator.deadline)
 
 
 @settings(max_examples=400, deadline=None)

@@ -85,6 +85,8 @@ async def judge(via: str, message: str | None, stored: str | None) -> dict[str, 
             return {"result": "unknown via " + via}
     except GatedError as e:
         return {"result": "error", "error": e.kind}
+    if not v.is_final:
+        return {"result": "held", "outcome": v.outcome}
     if not v.is_approval:
         return {"result": "not_approved", "outcome": v.outcome}
     return {"result": "approved"}
@@ -93,7 +95,7 @@ async def judge(via: str, message: str | None, stored: str | None) -> dict[str, 
 def test_verdict_vectors_digest() -> None:
     assert digest(VERDICTS["proposal"].encode("utf-8")) == VERDICTS["proposal_sha256"]
     results = {c["expect"]["result"] for c in VERDICTS["cases"]}
-    assert results >= {"skip", "pending", "approved", "not_approved", "error"}
+    assert results >= {"skip", "pending", "approved", "not_approved", "held", "error"}
 
 
 @pytest.mark.parametrize("case", VERDICTS["cases"], ids=lambda c: c["name"])
@@ -127,6 +129,29 @@ def test_not_approved_carries_the_verdict() -> None:
             v.check()
         assert type(e.value) is cls
         assert e.value.verdict is v
+
+
+def test_held_verdict_is_awaiting_operator() -> None:
+    """A verdict held for an operator raises AwaitingOperator, which is a
+    ReviewBlocked; a blocked verdict that awaits nobody is final."""
+    import gated
+    from gated.verdict import OperatorHold
+
+    for name, v in [
+        ("action", Verdict(proposal_id="p-1", tenant="acme", outcome="blocked", approved=False,
+                           awaiting_operator=OperatorHold(deadline="2026-11-25T11:00:00Z"))),
+        ("run", Verdict(proposal_id="p-1", tenant="acme", outcome="blocked", approved=False,
+                        run={"awaiting_operator": ["ui"]})),
+    ]:
+        assert not v.is_final, name
+        with pytest.raises(gated.AwaitingOperator) as e:
+            v.check()
+        assert isinstance(e.value, gated.ReviewBlocked) and e.value.verdict is v
+    final = Verdict(proposal_id="p-1", tenant="acme", outcome="blocked", approved=False, run={"awaiting_operator": []})
+    assert final.is_final
+    with pytest.raises(gated.ReviewBlocked) as e2:
+        final.check()
+    assert type(e2.value) is gated.ReviewBlocked
 
 
 def test_stored_not_found_is_typed() -> None:

@@ -3,6 +3,12 @@ import { type Status, StatusError } from "./status.js";
 import type { Proposal, Verdict } from "./types.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export declare const defaultWaitMs = 90000;
+/**
+ * How long Client.awaitDecision waits past a hold's deadline when it names no
+ * timeoutMs: gated times the hold out at the deadline and publishes the
+ * timeout a moment later. 60 s, as the Go client.
+ */
+export declare const holdGraceMs = 60000;
 /** Options of a Client. */
 export interface ClientOptions {
     /** How long a call waits for its verdict when it names no timeoutMs. Default 90 000 (90 s). */
@@ -92,6 +98,30 @@ export declare class Client {
      */
     proposeRaw(data: Uint8Array | string, opts?: CallOptions): Promise<Verdict>;
     private send;
+    /**
+     * Waits for the verdict that replaces held, a verdict held for an
+     * operator (isFinal(held) is false; propose throws it as an
+     * AwaitingOperatorError, whose verdict it is), and resolves with it when it
+     * approves. It fails closed as propose does: the operator's rejection
+     * throws ReviewRejectedError, the hold's deadline passing throws
+     * ReviewTimeoutError (never an approval), each carrying the final
+     * verdict. A held verdict that is final already is checked as it is.
+     *
+     * Only the stored verdict, which only gated can write, is believed: a
+     * message on the verdict subject or the proposal's status subject is a
+     * hint to read it again, an approval counts only once the stored verdict
+     * confirms it, and a verdict for other bytes under the id throws
+     * IdReusedError. The stored verdict is also read every pollIntervalMs.
+     * The tenant's NATS user needs nothing beyond what propose needs (and the
+     * status subject, for the hints).
+     *
+     * opts.timeoutMs defaults to the hold's deadline and a minute more, else
+     * the client's defaultWaitMs. Throws NoVerdictError when the wait ends
+     * first (the action may still be decided: never act on it before),
+     * BadProposalError when held is not a verdict with valid tokens,
+     * TransportError.
+     */
+    awaitDecision(held: Verdict, opts?: CallOptions): Promise<Verdict>;
     /**
      * Follows the progress of tenant's proposal id: gated publishes each stage
      * on gated.status.<tenant>.<id> (received, policy_decided, review_started,

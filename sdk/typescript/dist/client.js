@@ -3,11 +3,17 @@
 // Go client (bus/fleet/client.go) check for check.
 import { errors as natsErrors } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
-import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, } from "./errors.js";
+import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, isFinal, } from "./errors.js";
 import { StatusError, statusSubject, statusUpdate } from "./status.js";
 import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export const defaultWaitMs = 90_000;
+/**
+ * How long Client.awaitDecision waits past a hold's deadline when it names no
+ * timeoutMs: gated times the hold out at the deadline and publishes the
+ * timeout a moment later. 60 s, as the Go client.
+ */
+export const holdGraceMs = 60_000;
 /**
  * The status events of one proposal, as an async iterator: for await (const
  * st of watch). A malformed event makes next() throw a StatusError; the
@@ -315,6 +321,151 @@ export class Client {
             }
             catch {
                 // the connection is closed: nothing to unsubscribe
+            }
+        }
+    }
+    /**
+     * Waits for the verdict that replaces held, a verdict held for an
+     * operator (isFinal(held) is false; propose throws it as an
+     * AwaitingOperatorError, whose verdict it is), and resolves with it when it
+     * approves. It fails closed as propose does: the operator's rejection
+     * throws ReviewRejectedError, the hold's deadline passing throws
+     * ReviewTimeoutError (never an approval), each carrying the final
+     * verdict. A held verdict that is final already is checked as it is.
+     *
+     * Only the stored verdict, which only gated can write, is believed: a
+     * message on the verdict subject or the proposal's status subject is a
+     * hint to read it again, an approval counts only once the stored verdict
+     * confirms it, and a verdict for other bytes under the id throws
+     * IdReusedError. The stored verdict is also read every pollIntervalMs.
+     * The tenant's NATS user needs nothing beyond what propose needs (and the
+     * status subject, for the hints).
+     *
+     * opts.timeoutMs defaults to the hold's deadline and a minute more, else
+     * the client's defaultWaitMs. Throws NoVerdictError when the wait ends
+     * first (the action may still be decided: never act on it before),
+     * BadProposalError when held is not a verdict with valid tokens,
+     * TransportError.
+     */
+    async awaitDecision(held, opts) {
+        if (typeof held !== "object" || held === null || typeof held.outcome !== "string") {
+            throw new BadProposalError("proposal cannot be addressed: awaitDecision needs the held verdict");
+        }
+        if (isFinal(held)) {
+            checkVerdict(held);
+            return held;
+        }
+        if (!validTenant(held.tenant) || !validID(held.proposal_id)) {
+            throw new BadProposalError(`proposal cannot be addressed: the held verdict names ${JSON.stringify(held.tenant)}.${JSON.stringify(held.proposal_id)}`);
+        }
+        let timeoutMs = opts?.timeoutMs;
+        if (timeoutMs === undefined && held.awaiting_operator?.deadline) {
+            const until = Date.parse(held.awaiting_operator.deadline) - Date.now();
+            timeoutMs = Number.isFinite(until) && until > 0 ? until + holdGraceMs : holdGraceMs;
+        }
+        const w = this.wait({ ...opts, timeoutMs });
+        const a = { tenant: held.tenant, id: held.proposal_id, action: held.action ?? "" };
+        const digest = held.proposal_sha256 ?? "";
+        const queue = [];
+        let hint = false;
+        let wake;
+        const subs = [];
+        try {
+            try {
+                subs.push(this.nc.subscribe(verdictSubject(a.tenant, a.id), {
+                    callback: (err, m) => {
+                        if (!err) {
+                            queue.push(m.data);
+                            wake?.();
+                        }
+                    },
+                }), this.nc.subscribe(statusSubject(a.tenant, a.id), {
+                    callback: (err) => {
+                        if (!err) {
+                            hint = true;
+                            wake?.();
+                        }
+                    },
+                }));
+                await w.race(this.nc.flush());
+            }
+            catch (err) {
+                throw this.failed(w, a, "subscribing to verdicts", err);
+            }
+            // A look-up that fails is no answer: look again later. A stored
+            // verdict for other bytes is an answer: IdReusedError.
+            const look = async () => {
+                const s = await this.storedOrNull(a, w);
+                return s && isFinal(answer(a, digest, s)) ? s : null;
+            };
+            // The decision may have come before the subscriptions: look first.
+            let nextPoll = 0;
+            const closed = this.nc.closed().then(() => undefined);
+            for (;;) {
+                if (hint || Date.now() >= nextPoll) {
+                    hint = false;
+                    nextPoll = Date.now() + this.pollMs;
+                    const v = await look();
+                    if (v) {
+                        checkVerdict(v);
+                        return v;
+                    }
+                }
+                let data;
+                while ((data = queue.shift()) !== undefined) {
+                    const m = verdictMessage(a, data);
+                    if (!m || !isFinal(m)) {
+                        continue;
+                    }
+                    // A refusal is taken as it comes, an approval only once the
+                    // stored verdict confirms it; a message that does not hold up
+                    // (forged, for other bytes, unconfirmed) ends nothing.
+                    let v;
+                    try {
+                        v = await confirmApproval(a, digest, m, () => this.stored(a, w));
+                    }
+                    catch {
+                        continue;
+                    }
+                    if (isFinal(v)) {
+                        checkVerdict(v);
+                        return v;
+                    }
+                }
+                if (this.nc.isClosed()) {
+                    throw new NoVerdictError(`no verdict before the deadline: held proposal ${addressKey(a)}: the connection is closed`);
+                }
+                if (hint) {
+                    continue;
+                }
+                const woken = new Promise((resolve) => {
+                    wake = resolve;
+                });
+                let timer;
+                const polled = new Promise((resolve) => {
+                    timer = setTimeout(resolve, Math.max(0, nextPoll - Date.now()));
+                });
+                try {
+                    await w.race(Promise.race([woken, polled, closed]));
+                }
+                catch {
+                    throw new NoVerdictError(`no verdict before the deadline: proposal ${addressKey(a)} is held for an operator: ${w.reason()}; it may still be decided, never act on it before`);
+                }
+                finally {
+                    clearTimeout(timer);
+                    wake = undefined;
+                }
+            }
+        }
+        finally {
+            w.close();
+            for (const sub of subs) {
+                try {
+                    sub.unsubscribe();
+                }
+                catch {
+                    // the connection is closed: nothing to unsubscribe
+                }
             }
         }
     }

@@ -98,6 +98,14 @@ export declare class ReviewRejectedError extends VerdictError {
 /** Outcome blocked: no reviewer could be routed (missing plugin or persona, open circuit, only the proposer to review). */
 export declare class ReviewBlockedError extends VerdictError {
 }
+/**
+ * Outcome blocked, held for an operator (awaiting_operator on an action,
+ * run.awaiting_operator on a run). Not final and never an approval: gated
+ * replaces the verdict with the operator's decision or, for an action, a
+ * timeout at the deadline. Wait for it with Client.awaitDecision(err.verdict).
+ */
+export declare class AwaitingOperatorError extends ReviewBlockedError {
+}
 /** Outcome error: a reviewer, a tool or gated failed. Not retried: propose again with a new id. */
 export declare class ReviewFailedError extends VerdictError {
 }
@@ -107,6 +115,13 @@ export declare class ReviewTimeoutError extends VerdictError {
 /** Outcome invalid: gated's strict decoding refused the proposal; the reason names the field. */
 export declare class ProposalInvalidError extends VerdictError {
 }
+/**
+ * Reports whether v is final: every verdict but one held for an operator
+ * (outcome blocked with awaiting_operator, or with run.awaiting_operator
+ * naming criteria). A held verdict is replaced by the operator's decision or
+ * a timeout; it is never an approval.
+ */
+export declare function isFinal(v: Verdict): boolean;
 /** Returns the VerdictError of a verdict that is not an approval. */
 export declare function verdictError(v: Verdict): VerdictError;
 /**

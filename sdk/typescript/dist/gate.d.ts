@@ -4,6 +4,8 @@ import type { BlastRadius, Flags, Operator, Proposal, ProposalClass, Verdict } f
 /** What a ToolGate needs to reach gated; Client implements it. propose must resolve only for an approval. */
 export interface Proposer {
     propose(p: Proposal, opts?: CallOptions): Promise<Verdict>;
+    /** Waits for the verdict that replaces a held one, resolving only for an approval; needed with awaitOperator. */
+    awaitDecision?(held: Verdict, opts?: CallOptions): Promise<Verdict>;
 }
 /** Who proposes through a ToolGate. */
 export interface Identity {
@@ -53,6 +55,15 @@ export interface ToolGateOptions {
     newId?: () => string;
     /** Called with every proposal sent and its verdict, approvals included, before the tool runs (or not). */
     observe?: (p: Proposal, v: Verdict) => void;
+    /**
+     * A call whose proposal the policy holds for an operator throws
+     * AwaitingOperatorError (not approved) unless this is true: then it waits,
+     * with the proposer's awaitDecision, for the operator's decision or the
+     * hold's deadline, and runs only on an approval. Default false.
+     */
+    awaitOperator?: boolean;
+    /** How long a call waits for an operator when awaitOperator is set. Default: the hold's deadline and a minute more. */
+    operatorTimeoutMs?: number;
 }
 /** A guarded tool: resolves with the tool's result, or throws without running it. */
 export type GuardedTool<A, R> = (args: A, opts?: CallOptions) => Promise<R>;
@@ -75,6 +86,8 @@ export declare class ToolGate {
     private readonly timeoutMs;
     private readonly newId;
     private readonly observe;
+    private readonly awaitOperator;
+    private readonly operatorTimeoutMs;
     /** Throws InvalidConfigError for an unusable identity or option. */
     constructor(proposer: Proposer, identity: Identity, opts?: ToolGateOptions);
     /**
@@ -82,7 +95,9 @@ export declare class ToolGate {
      * allows it: a read tool at once, a write or destructive tool once and
      * only on approval of a proposal built from the identity and
      * spec.describe(args). Otherwise the guarded tool throws without running
-     * fn: a VerdictError for a verdict that is not an approval,
+     * fn: a VerdictError for a verdict that is not an approval (an
+     * AwaitingOperatorError for one held for an operator, unless the gate
+     * was built with awaitOperator),
      * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
      * or a transport error. fn gets the caller's abort signal.
      */

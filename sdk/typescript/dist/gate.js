@@ -1,7 +1,7 @@
 // The tool gate: put gated in front of an agent runtime's tools. It mirrors
 // the Go ToolGate (bus/fleet/toolgate.go).
 import { randomBytes } from "node:crypto";
-import { GatedError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
+import { AwaitingOperatorError, GatedError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
 import { defaultWaitMs } from "./client.js";
 import { schemaVersion, validAction, validTenant } from "./wire.js";
 /** The approval came, but the caller aborted before the tool could run. The tool did not run. */
@@ -41,6 +41,8 @@ export class ToolGate {
     timeoutMs;
     newId;
     observe;
+    awaitOperator;
+    operatorTimeoutMs;
     /** Throws InvalidConfigError for an unusable identity or option. */
     constructor(proposer, identity, opts = {}) {
         if (!proposer || typeof proposer.propose !== "function") {
@@ -63,7 +65,16 @@ export class ToolGate {
         if (!(t > 0) || !Number.isFinite(t)) {
             throw new InvalidConfigError(`invalid fleet client configuration: review timeout ${t} ms must be positive`);
         }
+        if (opts.awaitOperator && typeof proposer.awaitDecision !== "function") {
+            throw new InvalidConfigError("invalid fleet client configuration: awaitOperator needs a Proposer with awaitDecision, such as a Client");
+        }
+        const ot = opts.operatorTimeoutMs;
+        if (ot !== undefined && (!(ot > 0) || !Number.isFinite(ot))) {
+            throw new InvalidConfigError(`invalid fleet client configuration: operator timeout ${ot} ms must be positive`);
+        }
         this.proposer = proposer;
+        this.awaitOperator = opts.awaitOperator === true;
+        this.operatorTimeoutMs = ot;
         this.id = {
             ...id,
             operator: id.operator ? { ...id.operator, roles: id.operator.roles ? [...id.operator.roles] : undefined } : undefined,
@@ -77,7 +88,9 @@ export class ToolGate {
      * allows it: a read tool at once, a write or destructive tool once and
      * only on approval of a proposal built from the identity and
      * spec.describe(args). Otherwise the guarded tool throws without running
-     * fn: a VerdictError for a verdict that is not an approval,
+     * fn: a VerdictError for a verdict that is not an approval (an
+     * AwaitingOperatorError for one held for an operator, unless the gate
+     * was built with awaitOperator),
      * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
      * or a transport error. fn gets the caller's abort signal.
      */
@@ -121,7 +134,17 @@ export class ToolGate {
         const p = this.proposal(action, cls, change ?? {});
         let v;
         try {
-            v = await this.proposer.propose(p, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+            try {
+                v = await this.proposer.propose(p, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+            }
+            catch (err) {
+                if (!(err instanceof AwaitingOperatorError) || !this.awaitOperator) {
+                    throw err;
+                }
+                // Held: a person decides. Only the final verdict counts.
+                this.observe?.(p, err.verdict);
+                v = await this.proposer.awaitDecision(err.verdict, { signal: opts?.signal, timeoutMs: this.operatorTimeoutMs });
+            }
         }
         catch (err) {
             if (err instanceof VerdictError) {

@@ -113,6 +113,25 @@ export interface Review {
     notes?: string;
     [member: string]: unknown;
 }
+/** Why an action's verdict waits for an operator, and until when. */
+export interface OperatorHold {
+    /** RFC 3339: when the hold ends in a timeout, never an approval. */
+    deadline?: string;
+    /** Why a person must decide. */
+    reason?: string;
+    /** The policy rule that held the action. */
+    rule?: string;
+}
+/** An operator's decision on a held action, as its verdict records it. */
+export interface OperatorDecision {
+    /** The operator's id in gated's operator list. */
+    id?: string;
+    /** The public nkey that signed the decision. */
+    key?: string;
+    /** approve or reject. */
+    decision?: string;
+    reason?: string;
+}
 /** gated's answer to a proposal. */
 export interface Verdict {
     v?: number;
@@ -139,4 +158,8 @@ export interface Verdict {
     agent?: string;
     duplicate_of?: string;
     run?: Record<string, unknown>;
+    /** Set on an action's verdict held for an operator: the verdict is not final (isFinal). */
+    awaiting_operator?: OperatorHold;
+    /** Set on the verdict of a held action an operator decided. */
+    operator_decision?: OperatorDecision;
 }

@@ -141,6 +141,14 @@ export class ReviewRejectedError extends VerdictError {}
 /** Outcome blocked: no reviewer could be routed (missing plugin or persona, open circuit, only the proposer to review). */
 export class ReviewBlockedError extends VerdictError {}
 
+/**
+ * Outcome blocked, held for an operator (awaiting_operator on an action,
+ * run.awaiting_operator on a run). Not final and never an approval: gated
+ * replaces the verdict with the operator's decision or, for an action, a
+ * timeout at the deadline. Wait for it with Client.awaitDecision(err.verdict).
+ */
+export class AwaitingOperatorError extends ReviewBlockedError {}
+
 /** Outcome error: a reviewer, a tool or gated failed. Not retried: propose again with a new id. */
 export class ReviewFailedError extends VerdictError {}
 
@@ -158,8 +166,25 @@ const outcomeErrors: Record<string, new (v: Verdict) => VerdictError> = {
   invalid: ProposalInvalidError,
 };
 
+/**
+ * Reports whether v is final: every verdict but one held for an operator
+ * (outcome blocked with awaiting_operator, or with run.awaiting_operator
+ * naming criteria). A held verdict is replaced by the operator's decision or
+ * a timeout; it is never an approval.
+ */
+export function isFinal(v: Verdict): boolean {
+  if (v.outcome !== "blocked") {
+    return true;
+  }
+  const awaited = v.run?.["awaiting_operator"];
+  return v.awaiting_operator == null && !(Array.isArray(awaited) && awaited.length > 0);
+}
+
 /** Returns the VerdictError of a verdict that is not an approval. */
 export function verdictError(v: Verdict): VerdictError {
+  if (!isFinal(v)) {
+    return new AwaitingOperatorError(v);
+  }
   const cls = Object.hasOwn(outcomeErrors, v.outcome) ? outcomeErrors[v.outcome]! : VerdictError;
   return new cls(v);
 }

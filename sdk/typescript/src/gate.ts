@@ -4,6 +4,7 @@
 import { randomBytes } from "node:crypto";
 
 import {
+  AwaitingOperatorError,
   GatedError,
   InvalidConfigError,
   InvalidToolSpecError,
@@ -18,6 +19,8 @@ import { schemaVersion, validAction, validTenant } from "./wire.js";
 /** What a ToolGate needs to reach gated; Client implements it. propose must resolve only for an approval. */
 export interface Proposer {
   propose(p: Proposal, opts?: CallOptions): Promise<Verdict>;
+  /** Waits for the verdict that replaces a held one, resolving only for an approval; needed with awaitOperator. */
+  awaitDecision?(held: Verdict, opts?: CallOptions): Promise<Verdict>;
 }
 
 /** Who proposes through a ToolGate. */
@@ -71,6 +74,15 @@ export interface ToolGateOptions {
   newId?: () => string;
   /** Called with every proposal sent and its verdict, approvals included, before the tool runs (or not). */
   observe?: (p: Proposal, v: Verdict) => void;
+  /**
+   * A call whose proposal the policy holds for an operator throws
+   * AwaitingOperatorError (not approved) unless this is true: then it waits,
+   * with the proposer's awaitDecision, for the operator's decision or the
+   * hold's deadline, and runs only on an approval. Default false.
+   */
+  awaitOperator?: boolean;
+  /** How long a call waits for an operator when awaitOperator is set. Default: the hold's deadline and a minute more. */
+  operatorTimeoutMs?: number;
 }
 
 /** A guarded tool: resolves with the tool's result, or throws without running it. */
@@ -116,6 +128,8 @@ export class ToolGate {
   private readonly timeoutMs: number;
   private readonly newId: () => string;
   private readonly observe: ((p: Proposal, v: Verdict) => void) | undefined;
+  private readonly awaitOperator: boolean;
+  private readonly operatorTimeoutMs: number | undefined;
 
   /** Throws InvalidConfigError for an unusable identity or option. */
   constructor(proposer: Proposer, identity: Identity, opts: ToolGateOptions = {}) {
@@ -141,7 +155,16 @@ export class ToolGate {
     if (!(t > 0) || !Number.isFinite(t)) {
       throw new InvalidConfigError(`invalid fleet client configuration: review timeout ${t} ms must be positive`);
     }
+    if (opts.awaitOperator && typeof proposer.awaitDecision !== "function") {
+      throw new InvalidConfigError("invalid fleet client configuration: awaitOperator needs a Proposer with awaitDecision, such as a Client");
+    }
+    const ot = opts.operatorTimeoutMs;
+    if (ot !== undefined && (!(ot > 0) || !Number.isFinite(ot))) {
+      throw new InvalidConfigError(`invalid fleet client configuration: operator timeout ${ot} ms must be positive`);
+    }
     this.proposer = proposer;
+    this.awaitOperator = opts.awaitOperator === true;
+    this.operatorTimeoutMs = ot;
     this.id = {
       ...id,
       operator: id.operator ? { ...id.operator, roles: id.operator.roles ? [...id.operator.roles] : undefined } : undefined,
@@ -156,7 +179,9 @@ export class ToolGate {
    * allows it: a read tool at once, a write or destructive tool once and
    * only on approval of a proposal built from the identity and
    * spec.describe(args). Otherwise the guarded tool throws without running
-   * fn: a VerdictError for a verdict that is not an approval,
+   * fn: a VerdictError for a verdict that is not an approval (an
+   * AwaitingOperatorError for one held for an operator, unless the gate
+   * was built with awaitOperator),
    * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
    * or a transport error. fn gets the caller's abort signal.
    */
@@ -200,7 +225,16 @@ export class ToolGate {
     const p = this.proposal(action, cls, change ?? {});
     let v: Verdict;
     try {
-      v = await this.proposer.propose(p, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+      try {
+        v = await this.proposer.propose(p, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+      } catch (err) {
+        if (!(err instanceof AwaitingOperatorError) || !this.awaitOperator) {
+          throw err;
+        }
+        // Held: a person decides. Only the final verdict counts.
+        this.observe?.(p, err.verdict);
+        v = await this.proposer.awaitDecision!(err.verdict, { signal: opts?.signal, timeoutMs: this.operatorTimeoutMs });
+      }
     } catch (err) {
       if (err instanceof VerdictError) {
         this.observe?.(p, err.verdict);

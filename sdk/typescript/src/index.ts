@@ -2,10 +2,11 @@
 //
 // A fleet publishes a proposal before it acts and runs the action only on
 // an approval that gated's stored verdict confirms. Client does that with
-// every check of the Go client (bus/fleet); ToolGate and gate() wrap an
+// every check of the Go client (bus/fleet), and awaitDecision waits for an
+// operator's decision on a held verdict; ToolGate and gate() wrap an
 // agent's tools so that write and destructive calls run only on approval.
 
-export { Client, defaultWaitMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
+export { Client, defaultWaitMs, holdGraceMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
 export {
   decodeStatus,
   type Status,
@@ -29,12 +30,14 @@ export {
   type ToolSpec,
 } from "./gate.js";
 export {
+  AwaitingOperatorError,
   BadProposalError,
   checkVerdict,
   GatedError,
   IdReusedError,
   InvalidConfigError,
   InvalidToolSpecError,
+  isFinal,
   MalformedVerdictError,
   NoVerdictError,
   NotApprovedError,

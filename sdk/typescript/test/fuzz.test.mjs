@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
+  AwaitingOperatorError,
   BadProposalError,
   GatedError,
   addressOf,
@@ -16,12 +17,13 @@ import {
   decodeStoredVerdict,
   decodeVerdict,
   encodeProposal,
+  isFinal,
   proposalDigest,
   StatusError,
   statusUpdate,
   verdictMessage,
 } from "../dist/index.js";
-import { compareUTF8, goValue, JSONSyntaxError, JSONTypeError, parseJSON } from "../dist/json.js";
+import { compareUTF8, goValue, JSONSyntaxError, JSONTypeError, parseJSON, validRFC3339 } from "../dist/json.js";
 import { vectors } from "./vectorfiles.mjs";
 
 const seed = Number(process.env.FUZZ_SEED ?? Date.now() % 1_000_000);
@@ -114,6 +116,14 @@ test(`verdict decoders never throw untyped errors nor approve a mutation (seed $
     if (v !== null) {
       assert.equal(v.tenant, "acme");
       assert.equal(v.proposal_id, "p-1");
+      if (!isFinal(v)) {
+        // Held: never an approval, always the typed error to wait on.
+        assert.equal(v.outcome, "blocked");
+        assert.throws(() => checkVerdict(v), AwaitingOperatorError);
+      }
+      if (v.awaiting_operator?.deadline !== undefined) {
+        assert.ok(validRFC3339(v.awaiting_operator.deadline), v.awaiting_operator.deadline);
+      }
       // Confirmed against a mutated store, an approval stands only when
       // the stored verdict is itself a well-formed approval of these bytes.
       const stored = mutate(r, approval);

@@ -1,8 +1,8 @@
 // Starts a real `gated serve` (embedded NATS) for the end-to-end tests.
 // The binary is $GATED_BIN, or built once per test process from the
 // repository with `go build`.
-import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { execFile, execFileSync, spawn } from "node:child_process";
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -106,4 +106,64 @@ export async function startGated(...extra) {
 /** Connects to a gated's NATS server. */
 export function natsConnect(url, opts = {}) {
   return connect({ servers: url, ...opts });
+}
+
+/** A policy file a tenant adds: cache flushes are held for an operator for three seconds only. */
+const holdPolicy = `package gated
+
+hold contains {"rule": "hold_cache_flush", "why": "a cache flush empties every edge", "deadline": "3s"} if {
+\tstartswith(input.proposal.action, "dns_flush_")
+}
+`;
+
+/**
+ * Starts gated holding acme's dns_* actions for an operator (the default
+ * bundle's hold_listed_action, for an hour) and dns_flush_* ones for three
+ * seconds, with one operator, alice, for acme, whose seed `gated operator
+ * keygen` makes. Returns what startGated returns, and decide(id, ...flags),
+ * which signs and sends alice's decision with `gated operator decide` and
+ * resolves with {code, output}.
+ */
+export async function startHoldGated() {
+  const bin = gatedBinary();
+  const dir = mkdtempSync(join(tmpdir(), "gated-ts-holds-"));
+  const seed = join(dir, "alice.seed");
+  const out = execFileSync(bin, ["operator", "keygen", "--out", seed, "--id", "alice", "--tenant", "acme"], { encoding: "utf8" });
+  const operators = join(dir, "operators.yaml");
+  writeFileSync(operators, out.slice(out.indexOf("operators:")));
+  const data = join(dir, "holds.yaml");
+  writeFileSync(data, 'gated:\n  config:\n    operator_holds:\n      actions: {acme: ["dns_*"]}\n');
+  mkdirSync(join(dir, "policies"));
+  writeFileSync(join(dir, "policies", "holds_mine.rego"), holdPolicy);
+  const g = await startGated("--operators", operators, "--policy-data", data, "--policies", join(dir, "policies"));
+  const stop = g.stop;
+  g.stop = async () => {
+    await stop();
+    rmSync(dir, { recursive: true, force: true });
+  };
+  g.decide = (id, ...flags) =>
+    new Promise((resolve) => {
+      execFile(
+        bin,
+        ["operator", "decide", "acme", id, "--operator", "alice", "--seed-file", seed, "--nats-url", g.natsURL, ...flags],
+        { timeout: 60_000 },
+        (err, stdout, stderr) => resolve({ code: err ? (err.code ?? 1) : 0, output: stdout + stderr }),
+      );
+    });
+  return g;
+}
+
+/** A write to a DNS zone, which acme's policy holds for an operator. */
+export function dnsProposal(id, action = "dns_delete_record") {
+  return {
+    id,
+    tenant: "acme",
+    kind: "action",
+    action,
+    class: "write",
+    blast_radius: "single_device",
+    target: { zone: "example.org", record: id },
+    reason: "retire a record",
+    requested_by: { agent: "dns-bot", session: "s-1" },
+  };
 }

@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { test } from "node:test";
 
 import {
+  AwaitingOperatorError,
   BadProposalError,
   GatedError,
   IdReusedError,
@@ -18,6 +19,7 @@ import {
   checkVerdict,
   confirmApproval,
   decodeReviewReply,
+  isFinal,
   decodeStoredVerdict,
   encodeProposal,
   proposalDigest,
@@ -108,8 +110,9 @@ async function judge(doc, via, message, stored) {
   }
   try {
     checkVerdict(v);
-  } catch {
-    return { result: "not_approved", outcome: v.outcome };
+  } catch (err) {
+    assert.equal(err instanceof AwaitingOperatorError, !isFinal(v));
+    return { result: isFinal(v) ? "not_approved" : "held", outcome: v.outcome };
   }
   return { result: "approved" };
 }
@@ -124,7 +127,7 @@ test("verdict vectors", async (t) => {
       assert.deepEqual(await judge(doc, c.via, c.message, c.stored), c.expect);
     });
   }
-  for (const r of ["skip", "pending", "approved", "not_approved", "error"]) {
+  for (const r of ["skip", "pending", "approved", "not_approved", "held", "error"]) {
     assert.ok(results[r] > 0, `no vector expects ${r}`);
   }
   for (const c of doc.service_errors) {
