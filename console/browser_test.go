@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -268,6 +269,64 @@ func TestConsoleInBrowser(t *testing.T) {
 		var published engine.Verdict
 		if err := json.Unmarshal(m.Data, &published); err != nil || !published.Approved || published.AuditSeq != stored.AuditSeq {
 			t.Fatalf("the fleet got %s", m.Data)
+		}
+		if errs := b.errors(); len(errs) > 0 {
+			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("an operator approves a held action and the fleet gets it", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		updates, err := g.fleet.Watch(ctx, "acme", "zone-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held, err := g.fleet.ProposeRaw(ctx, fmt.Appendf(nil, `{"v":1,"id":"zone-1","tenant":"acme","action":"dns_delete_zone","class":"write",`+
+			`"blast_radius":"single_device","target":{"zone":"example.org"},"requested_by":{"agent":"agent-1","session":"s-1"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if held.Outcome != engine.OutcomeBlocked || held.AwaitingOperator == nil || held.Final() {
+			t.Fatalf("verdict %s (%s), want one held for an operator", held.Outcome, held.Reason)
+		}
+		item := `section[data-key="acme.zone-1"]`
+		// The page is on the queue already: leave it so that it loads the
+		// queue again.
+		b.open(t, "#/")
+		b.open(t, "#/queue")
+		b.do(t, "approving the held action",
+			chromedp.WaitVisible(chromedp.CSS(item+" .decide-button")),
+			chromedp.SetValue(chromedp.CSS(item+` select[name="decision"]`), "approve"),
+			chromedp.SetValue(chromedp.CSS(item+` input[name="reason"]`), "change CHG-7 agreed"),
+			chromedp.Click(chromedp.CSS(item+" .decide-button")),
+			chromedp.WaitVisible(chromedp.CSS(item+" .decided")),
+		)
+		final, err := g.fleet.AwaitDecision(ctx, held)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final.Outcome != engine.OutcomeApproved || !final.Approved || final.Operator == nil ||
+			final.Operator.ID != "alice" || final.Operator.Key != g.alice.pub || final.Operator.Reason != "change CHG-7 agreed" {
+			t.Fatalf("the fleet got %s (%s), operator %+v", final.Outcome, final.Reason, final.Operator)
+		}
+		// The status stream showed every stage: received, decided by the
+		// policy, held for an operator, then decided, the last time by
+		// the operator's approval.
+		var stages []engine.StatusStage
+		for u := range updates {
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			stages = append(stages, u.Status.Stage)
+			if u.Status.Stage == engine.StatusDecided && u.Status.Verdict != nil && u.Status.Verdict.Outcome == engine.OutcomeApproved {
+				break
+			}
+		}
+		for _, want := range []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusAwaitingOperator, engine.StatusDecided} {
+			if !slices.Contains(stages, want) {
+				t.Fatalf("status stages %v lack %s", stages, want)
+			}
 		}
 		if errs := b.errors(); len(errs) > 0 {
 			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))

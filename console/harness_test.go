@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -27,6 +29,7 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
@@ -122,27 +125,29 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eng := bustest.Engine(t, g.store, bustest.NoPlugins{})
+	// The live policy is the default bundle holding every dns_* action
+	// for an operator (config.operator_holds).
+	holds := filepath.Join(t.TempDir(), "holds.yaml")
+	if err := os.WriteFile(holds, []byte("gated:\n  config:\n    operator_holds:\n      actions: {\"*\": [\"dns_*\"]}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	live := compilePolicy(t, policies.Sources{DataFiles: []string{holds}})
+	reg, err := personas.Builtin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := engine.Config{Policy: live, Personas: reg, Router: bustest.NoPlugins{}, Store: g.store}
 	if shadowDir != "" {
-		b, err := policies.Load(policies.Sources{Dir: shadowDir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		shadow, err := policies.Compile(ctx, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg, err := personas.Builtin()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if eng, err = engine.New(engine.Config{Policy: bustest.Policy(t), Shadow: shadow, Personas: reg, Router: bustest.NoPlugins{}, Store: g.store}); err != nil {
-			t.Fatal(err)
-		}
+		cfg.Shadow = compilePolicy(t, policies.Sources{Dir: shadowDir})
+	}
+	eng, err := engine.New(cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	aud := bustest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
-	g.trails = aud.Trail
-	w, err := bus.NewWorker(nc, js, res, eng, aud.Trail, bus.Config{}, zaptest.NewLogger(t))
+	// Every trail publishes the proposal's status, as serve's do.
+	g.trails = status.NewPublisher(nc, zaptest.NewLogger(t)).Trails(aud.Trail)
+	w, err := bus.NewWorker(nc, js, res, eng, g.trails, bus.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +162,7 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 		}
 		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
-	ep, err := operator.NewEndpoint(ops, eng, aud.Trail, bus.NewFollowUps(js, g.store).Send, publish, zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(ops, eng, g.trails, bus.NewFollowUps(js, g.store).Send, publish, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +175,7 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 		t.Fatal(err)
 	}
 	g.console, err = console.New(console.Config{
-		NC: nc, JS: js, Verdicts: res.Verdicts, Operators: ops, Trails: aud.Trail, AuditKeys: [][]byte{g.auditKey},
+		NC: nc, JS: js, Verdicts: res.Verdicts, Operators: ops, Trails: g.trails, AuditKeys: [][]byte{g.auditKey},
 		System: func(context.Context) any {
 			return map[string]any{"plugins": []map[string]any{{"name": "sop", "version": "1", "running": true, "pid": 42}}, "policy": map[string]any{"revision": "test-rev"}}
 		},
@@ -186,6 +191,20 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 	t.Cleanup(g.http.Close)
 	t.Cleanup(g.console.Close)
 	return g
+}
+
+// compilePolicy loads and compiles the bundle of src.
+func compilePolicy(t *testing.T, src policies.Sources) *policies.Evaluator {
+	t.Helper()
+	b, err := policies.Load(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := policies.Compile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ev
 }
 
 // proposal is a raw proposal of tenant on target service nginx. A

@@ -450,6 +450,10 @@ function queueItem(item) {
     h("p", { text: `${v.action}, held since ${when(v.decided_at)}${item.held.deadline ? `, deadline ${when(item.held.deadline)}` : ""}` }),
     h("p", { class: "reason", text: v.reason }),
   );
+  if (item.held.kind === "action") {
+    section.append(h("p", { text: heldText(item.held) }), actionForm(v, result), result);
+    return section;
+  }
   if (item.held.kind !== "run") {
     section.append(h("p", { text: heldText(item.held) }), result);
     return section;
@@ -489,27 +493,69 @@ function queueItem(item) {
 }
 
 /**
- * Signs an operator decision on a held run verdict over the exact body
+ * The form that approves or rejects a held action.
+ * @param {Verdict} v
+ * @param {HTMLElement} result
+ * @returns {HTMLElement}
+ */
+function actionForm(v, result) {
+  const choice = /** @type {HTMLSelectElement} */ (h("select", { name: "decision" }, h("option", { value: "approve", text: "approve" }), h("option", { value: "reject", text: "reject" })));
+  const reason = /** @type {HTMLInputElement} */ (h("input", { name: "reason", placeholder: "reason, for the verdict and the audit trail" }));
+  const form = h(
+    "form",
+    {
+      class: "decide",
+      onsubmit: async (/** @type {Event} */ ev) => {
+        ev.preventDefault();
+        result.replaceChildren();
+        const send = async (/** @type {OperatorKey} */ k) => {
+          try {
+            const decided = await decide(k, v, { decision: choice.value }, reason.value.trim());
+            result.replaceChildren(h("p", { class: "decided" }, "Decided: ", badge(decided.outcome), ` ${decided.reason}`));
+            form.remove();
+          } catch (err) {
+            result.replaceChildren(errorLine(err));
+          }
+        };
+        if (operatorKey) await send(operatorKey);
+        else result.replaceChildren(unlockForm((k) => send(k)));
+      },
+    },
+    choice,
+    reason,
+    h("button", { type: "submit", class: "decide-button", text: "Sign and send" }),
+  );
+  return form;
+}
+
+/**
+ * Signs an operator decision on a held verdict over the exact body
  * `gated operator decide` signs (operator.Message's JSON: v, tenant,
- * proposal_id, proposal_sha256, operator, criteria, reason, signed_at)
- * and sends it; gated verifies it as it verifies the CLI's.
+ * proposal_id, proposal_sha256, operator, then criteria for a held run or
+ * decision for a held action, reason, signed_at) and sends it; gated
+ * verifies it as it verifies the CLI's.
  * @param {OperatorKey} k
  * @param {Verdict} v
- * @param {{id: string, pass: boolean, reason: string}[]} criteria
+ * @param {{id: string, pass: boolean, reason: string}[] | {decision: string}} judged
  * @param {string} reason
  * @returns {Promise<Verdict>}
  */
-async function decide(k, v, criteria, reason) {
+async function decide(k, v, judged, reason) {
+  /** @type {Record<string, unknown>} */
   const message = {
     v: 1,
     tenant: v.tenant,
     proposal_id: v.proposal_id,
     proposal_sha256: v.proposal_sha256 || "",
     operator: me.operator,
-    criteria: criteria.map((c) => (c.reason ? { id: c.id, pass: c.pass, reason: c.reason } : { id: c.id, pass: c.pass })),
-    reason,
-    signed_at: new Date().toISOString(),
   };
+  if (Array.isArray(judged)) {
+    message.criteria = judged.map((c) => (c.reason ? { id: c.id, pass: c.pass, reason: c.reason } : { id: c.id, pass: c.pass }));
+  } else {
+    message.decision = judged.decision;
+  }
+  message.reason = reason;
+  message.signed_at = new Date().toISOString();
   const body = JSON.stringify(message);
   const sig = await sign(k, new TextEncoder().encode(body));
   return post("/api/decisions", { body, key: k.publicKey, sig });
