@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -276,6 +277,7 @@ func TestConsoleInBrowser(t *testing.T) {
 	})
 
 	t.Run("an operator approves a held action and the fleet gets it", func(t *testing.T) {
+		g.notifyHooks(t)
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		defer cancel()
 		updates, err := g.fleet.Watch(ctx, "acme", "zone-1")
@@ -327,6 +329,18 @@ func TestConsoleInBrowser(t *testing.T) {
 			if !slices.Contains(stages, want) {
 				t.Fatalf("status stages %v lack %s", stages, want)
 			}
+		}
+		// The webhook got the hold and the decision, signed.
+		var kinds []notify.Kind
+		var forged int
+		for range 200 {
+			if kinds, forged = g.hooks.kinds("acme", "zone-1"); slices.Contains(kinds, notify.KindDecided) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if !slices.Contains(kinds, notify.KindAwaitingOperator) || !slices.Contains(kinds, notify.KindDecided) || forged != 0 {
+			t.Fatalf("webhook kinds %v (%d not verifying), want awaiting_operator and decided", kinds, forged)
 		}
 		if errs := b.errors(); len(errs) > 0 {
 			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))

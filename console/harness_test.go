@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
@@ -98,7 +100,47 @@ type gate struct {
 	ahead atomic.Int64
 	// trails starts a trail of the audit writer gated uses.
 	trails func() engine.AuditTrail
+	// hooks receives the webhook notifications of a notifier reading the
+	// audit stream, each checked against its HMAC signature.
+	hooks *webhook
 }
+
+// webhook is a sink's HTTP endpoint: it keeps the notifications whose
+// signature verifies, and counts those that do not.
+type webhook struct {
+	mu     sync.Mutex
+	got    []notify.Notification
+	forged int
+}
+
+func (h *webhook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	err := notify.Verify(webhookSecret, r.Header.Get(wire.NotifyTimestampHeader), r.Header.Get(wire.NotifySignatureHeader), body, time.Now(), time.Minute)
+	var n notify.Notification
+	if err != nil || json.Unmarshal(body, &n) != nil {
+		h.forged++
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	h.got = append(h.got, n)
+}
+
+// kinds lists the kinds of the notifications received for a proposal.
+func (h *webhook) kinds(tenant, id string) (kinds []notify.Kind, forged int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.got {
+		if n.Tenant == tenant && n.ProposalID == id {
+			kinds = append(kinds, n.Kind)
+		}
+	}
+	return kinds, h.forged
+}
+
+// webhookSecret signs the test's webhook notifications.
+var webhookSecret = []byte("console-test-webhook-secret-0123456789")
 
 func startGate(t *testing.T) *gate {
 	t.Helper()
@@ -191,6 +233,29 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 	t.Cleanup(g.http.Close)
 	t.Cleanup(g.console.Close)
 	return g
+}
+
+// notifyHooks starts a notifier reading the audit stream, with one sink
+// taking awaiting_operator and decided notifications to g.hooks. Only the
+// tests that read the webhook start it: its notify.* records join the
+// tenants' trails.
+func (g *gate) notifyHooks(t *testing.T) {
+	t.Helper()
+	g.hooks = &webhook{}
+	hookSrv := httptest.NewServer(g.hooks)
+	t.Cleanup(hookSrv.Close)
+	n, err := notify.New(g.js, &notify.Config{Sinks: []notify.Sink{{
+		Name: "ops", URL: hookSrv.URL, Kinds: []notify.Kind{notify.KindAwaitingOperator, notify.KindDecided},
+		Format: notify.FormatJSON, Secret: webhookSecret, Timeout: 2 * time.Second, MaxAttempts: 3,
+		Backoff: 10 * time.Millisecond, MaxAge: time.Minute, Queue: 64,
+	}}}, notify.Options{Trails: g.trails, Key: g.auditKey, Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(n.Stop)
 }
 
 // compilePolicy loads and compiles the bundle of src.
