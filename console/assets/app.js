@@ -464,30 +464,9 @@ function queueItem(item) {
     reason: /** @type {HTMLInputElement} */ (h("input", { name: `reason-${id}`, placeholder: "why (a failure's reason is what the worker fixes)" })),
   }));
   const reason = /** @type {HTMLInputElement} */ (h("input", { name: "reason", placeholder: "reason, for the verdict and the audit trail" }));
-  const form = h(
-    "form",
-    {
-      class: "decide",
-      onsubmit: async (/** @type {Event} */ ev) => {
-        ev.preventDefault();
-        result.replaceChildren();
-        const send = async (/** @type {OperatorKey} */ k) => {
-          try {
-            const decided = await decide(k, v, criteria.map((c) => ({ id: c.id, pass: c.pass.value === "pass", reason: c.reason.value.trim() })), reason.value.trim());
-            result.replaceChildren(h("p", { class: "decided" }, "Decided: ", badge(decided.outcome), ` ${decided.reason}`));
-            form.remove();
-          } catch (err) {
-            result.replaceChildren(errorLine(err));
-          }
-        };
-        if (operatorKey) await send(operatorKey);
-        else result.replaceChildren(unlockForm((k) => send(k)));
-      },
-    },
-    ...criteria.map((c) => h("div", { class: "criterion" }, h("label", { text: c.id }), c.pass, c.reason)),
-    reason,
-    h("button", { type: "submit", class: "decide-button", text: "Sign and send" }),
-  );
+  const form = decideForm(v, result, reason,
+    () => criteria.map((c) => ({ id: c.id, pass: c.pass.value === "pass", reason: c.reason.value.trim() })),
+    ...criteria.map((c) => h("div", { class: "criterion" }, h("label", { text: c.id }), c.pass, c.reason)));
   section.append(form, result);
   return section;
 }
@@ -501,6 +480,20 @@ function queueItem(item) {
 function actionForm(v, result) {
   const choice = /** @type {HTMLSelectElement} */ (h("select", { name: "decision" }, h("option", { value: "approve", text: "approve" }), h("option", { value: "reject", text: "reject" })));
   const reason = /** @type {HTMLInputElement} */ (h("input", { name: "reason", placeholder: "reason, for the verdict and the audit trail" }));
+  return decideForm(v, result, reason, () => ({ decision: choice.value }), choice);
+}
+
+/**
+ * A form that signs and sends a decision on held verdict v: judged reads
+ * what the operator chose from the fields, the answer goes to result.
+ * @param {Verdict} v
+ * @param {HTMLElement} result
+ * @param {HTMLInputElement} reason
+ * @param {() => ({id: string, pass: boolean, reason: string}[] | {decision: string})} judged
+ * @param {...HTMLElement} fields
+ * @returns {HTMLElement}
+ */
+function decideForm(v, result, reason, judged, ...fields) {
   const form = h(
     "form",
     {
@@ -510,7 +503,7 @@ function actionForm(v, result) {
         result.replaceChildren();
         const send = async (/** @type {OperatorKey} */ k) => {
           try {
-            const decided = await decide(k, v, { decision: choice.value }, reason.value.trim());
+            const decided = await decide(k, v, judged(), reason.value.trim());
             result.replaceChildren(h("p", { class: "decided" }, "Decided: ", badge(decided.outcome), ` ${decided.reason}`));
             form.remove();
           } catch (err) {
@@ -521,7 +514,7 @@ function actionForm(v, result) {
         else result.replaceChildren(unlockForm((k) => send(k)));
       },
     },
-    choice,
+    ...fields,
     reason,
     h("button", { type: "submit", class: "decide-button", text: "Sign and send" }),
   );
