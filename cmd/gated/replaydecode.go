@@ -40,15 +40,7 @@ var (
 // is false for data it leaves to encoding/json.
 func decodeRecordedPolicyFast(data []byte) (*recordedPolicy, bool) {
 	var p recordedPolicy
-	var seen uint
-	ok := jsonMembers(data, func(key []byte, val []byte) bool {
-		i, fresh := knownKey(recordedPolicyKeys, key, &seen)
-		switch {
-		case !fresh:
-			return false
-		case i < 0:
-			return true
-		}
+	ok := knownMembers(data, recordedPolicyKeys, func(key []byte, val []byte) bool {
 		switch string(key) {
 		case "action":
 			return decodeString(val, &p.Action)
@@ -79,15 +71,7 @@ func decodeReplayInput(val []byte, to **engine.ReplayInput) bool {
 		return json.Unmarshal(val, to) == nil // null, or an error
 	}
 	in := &engine.ReplayInput{}
-	var seen uint
-	ok := jsonMembers(val, func(key []byte, v []byte) bool {
-		i, fresh := knownKey(replayInputKeys, key, &seen)
-		switch {
-		case !fresh:
-			return false
-		case i < 0:
-			return true
-		}
+	ok := knownMembers(val, replayInputKeys, func(key []byte, v []byte) bool {
 		switch string(key) {
 		case "proposal":
 			in.Proposal = json.RawMessage(v[:len(v):len(v)])
@@ -105,6 +89,24 @@ func decodeReplayInput(val []byte, to **engine.ReplayInput) bool {
 	})
 	*to = in
 	return ok
+}
+
+// knownMembers calls fn on the members of the JSON object data whose key
+// is one of keys, skipping the others; a key given twice, or one that
+// matches only with its case folded, ends the pass with false, for
+// encoding/json to read the data as it would.
+func knownMembers(data []byte, keys []string, fn func(key []byte, val []byte) bool) bool {
+	var seen uint
+	return jsonMembers(data, func(key []byte, val []byte) bool {
+		i, fresh := knownKey(keys, key, &seen)
+		switch {
+		case !fresh:
+			return false
+		case i < 0:
+			return true
+		}
+		return fn(key, val)
+	})
 }
 
 // knownKey finds key among keys, byte for byte, and marks it seen. i is
@@ -306,15 +308,7 @@ func decodeRecordedVerdict(data []byte) (recordedVerdict, error) {
 // false for data it leaves to encoding/json.
 func decodeRecordedVerdictFast(data []byte) (recordedVerdict, bool) {
 	var v recordedVerdict
-	var seen uint
-	ok := jsonMembers(data, func(key []byte, val []byte) bool {
-		i, fresh := knownKey(recordedVerdictKeys, key, &seen)
-		switch {
-		case !fresh:
-			return false
-		case i < 0:
-			return true
-		}
+	ok := knownMembers(data, recordedVerdictKeys, func(key []byte, val []byte) bool {
 		var s string
 		if !decodeString(val, &s) {
 			return false
