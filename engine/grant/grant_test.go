@@ -125,7 +125,7 @@ func TestRingRotation(t *testing.T) {
 		t.Fatal(err)
 	}
 	oldKey := ring.active()
-	if err := ring.Rotate(t0.Add(2*time.Minute), 5*time.Minute); err != nil {
+	if err := ring.Rotate(t0.Add(2*time.Minute), 0, 5*time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	// The ring round-trips through its key file.
@@ -232,7 +232,7 @@ func TestMergeKeepsRetirement(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := ring.Public(now)
-	if err := ring.Rotate(now.Add(time.Second), time.Minute); err != nil {
+	if err := ring.Rotate(now.Add(time.Second), 0, time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	after := ring.Public(now.Add(time.Second))
@@ -318,7 +318,7 @@ func FuzzParseKeySet(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	_ = ring.Rotate(time.Unix(1_800_000_010, 0), time.Minute)
+	_ = ring.Rotate(time.Unix(1_800_000_010, 0), 0, time.Minute)
 	f.Add(mustMarshal(ring.Public(time.Unix(1_800_000_010, 0))))
 	f.Add([]byte(`{"keys":[]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {

@@ -306,11 +306,16 @@ func (r *Ring) active() privateKey {
 	return privateKey{}
 }
 
-// Rotate retires the active key at now and makes a new key, whose
-// grants may live up to maxTTL, the active one. Keys retired long enough
+// Rotate makes a new key, created at now, whose grants may live up to
+// maxTTL, the active one, and retires the key that was active at now +
+// grace: a gated that has not yet read the rotated key file may sign with
+// the old key until then, and its grants verify. Keys retired long enough
 // that no grant of theirs can be alive are dropped.
-func (r *Ring) Rotate(now time.Time, maxTTL time.Duration) error {
-	at := now.Unix()
+func (r *Ring) Rotate(now time.Time, grace, maxTTL time.Duration) error {
+	if grace < 0 {
+		return fmt.Errorf("rotating the grant key: grace %s is negative", grace)
+	}
+	at := now.Add(grace).Unix()
 	for i := range r.keys {
 		if r.keys[i].RetiredAt == nil {
 			r.keys[i].RetiredAt = &at
