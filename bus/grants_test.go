@@ -27,7 +27,7 @@ import (
 // client of it.
 func grantedFleet(t *testing.T) (*bustest.Gated, *fleet.Client) {
 	t.Helper()
-	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute)
+	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, nil)
 	c, err := fleet.NewClient(g.NC)
 	if err != nil {
 		t.Fatal(err)

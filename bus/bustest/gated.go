@@ -93,10 +93,10 @@ type Gated struct {
 // StartGrantingGated is StartGated with grants, as serve runs it: the
 // engine signs a grant on every approval with a new key ring (grants live
 // ttl), the worker records each before it publishes, and the grant
-// endpoints are served.
-func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration) *Gated {
+// endpoints are served. pol replaces the default policy when not nil.
+func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
-	return startGated(t, nil, cfg, ttl)
+	return startGated(t, nil, cfg, ttl, pol)
 }
 
 // StartGated starts a server and gated's intake on it, set up with cfg.
@@ -104,11 +104,11 @@ func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration) *Gated 
 // or script deliveries. Everything stops when the test ends.
 func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Gated {
 	t.Helper()
-	return startGated(t, wrap, cfg, 0)
+	return startGated(t, wrap, cfg, 0, nil)
 }
 
 // startGated starts gated's intake; with grants when ttl is above zero.
-func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config, ttl time.Duration) *Gated {
+func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
 	s := Server(t)
 	nc, js := Connect(t, s)
@@ -119,7 +119,10 @@ func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 	aud := AuditWriter(t, js, audit.Config{})
 	trails := status.NewPublisher(nc, nil).Trails(aud.Trail)
 	g := &Gated{NC: nc, JS: js, Resources: res, Audit: aud}
-	ecfg := engine.Config{Policy: Policy(t), Router: NoPlugins{}, Store: store.New(res.Verdicts)}
+	if pol == nil {
+		pol = Policy(t)
+	}
+	ecfg := engine.Config{Policy: pol, Router: NoPlugins{}, Store: store.New(res.Verdicts)}
 	if ttl > 0 {
 		ring, err := grant.NewRing(time.Now().Add(-time.Minute), ttl)
 		if err != nil {
