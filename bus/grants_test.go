@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -165,42 +166,65 @@ func waitEvents(t *testing.T, g *bustest.Gated, id, name string) []string {
 	return events
 }
 
-// TestGrantUseRace: of many uses of one grant at once, exactly one is ok.
+// TestGrantUseRace: of many uses of one grant at once, through the
+// endpoint and straight at two gated's Grants on the same bucket, exactly
+// one is ok.
 func TestGrantUseRace(t *testing.T) {
 	g, c := grantedFleet(t)
-	v, _ := approve(t, c, "p-race")
-	const n = 8
-	var (
-		wg  sync.WaitGroup
-		mu  sync.Mutex
-		oks int
-	)
-	start := make(chan struct{})
-	for i := range n {
-		wg.Go(func() {
-			<-start
-			body, _ := json.Marshal(bus.GrantUse{Grant: v.Grant, By: "racer-" + string(rune('a'+i))})
-			msg, err := g.NC.Request(wire.GrantUseSubject("acme"), body, 10*time.Second)
-			if err != nil {
-				t.Error(err)
-				return
+	second, err := bus.NewGrants(t.Context(), g.NC, g.JS, g.Resources.Verdicts, bus.GrantsConfig{
+		Ring: g.Grants.Ring(), Trails: g.Audit.Trail, Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(second.Stop)
+	for _, via := range []string{"endpoint", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			v, _ := approve(t, c, "p-race-"+via)
+			const n = 16
+			var (
+				wg  sync.WaitGroup
+				oks atomic.Int32
+			)
+			start := make(chan struct{})
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					by := fmt.Sprintf("racer-%d", i)
+					var r bus.GrantUseReply
+					if via == "direct" {
+						gr := g.Grants
+						if i%2 == 1 {
+							gr = second
+						}
+						r = gr.Use(t.Context(), "acme", v.Grant, by)
+					} else {
+						body, _ := json.Marshal(bus.GrantUse{Grant: v.Grant, By: by})
+						msg, err := g.NC.Request(wire.GrantUseSubject("acme"), body, 10*time.Second)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if err := json.Unmarshal(msg.Data, &r); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					if r.OK {
+						oks.Add(1)
+					} else if !strings.Contains(r.Error, "already used") {
+						t.Errorf("a losing use was refused for %q, want already used", r.Error)
+					}
+				})
 			}
-			var r bus.GrantUseReply
-			if err := json.Unmarshal(msg.Data, &r); err != nil {
-				t.Error(err)
-				return
-			}
-			if r.OK {
-				mu.Lock()
-				oks++
-				mu.Unlock()
+			close(start)
+			wg.Wait()
+			if got := oks.Load(); got != 1 {
+				t.Fatalf("%d of %d concurrent uses succeeded, want exactly 1", got, n)
 			}
 		})
-	}
-	close(start)
-	wg.Wait()
-	if oks != 1 {
-		t.Fatalf("%d of %d concurrent uses succeeded, want exactly 1", oks, n)
 	}
 }
 
