@@ -181,6 +181,12 @@ func (s *gateServer) followGrantKeys(path string, last []byte) {
 		if bytes.Equal(data, last) {
 			continue
 		}
+		if maxTTL := time.Duration(ring.Active().MaxTTL) * time.Second; s.o.grantTTL > maxTTL {
+			s.log.Error("the rotated grant key allows grants up to max_ttl_s, shorter than --grant-ttl; signing with the keys read before: rotate again with --max-ttl",
+				zap.Duration("max_ttl", maxTTL), zap.Duration("grant_ttl", s.o.grantTTL))
+			last = data
+			continue
+		}
 		ctx, cancel := context.WithTimeout(s.watchCtx, 10*time.Second)
 		err = s.grants.SetRing(ctx, ring)
 		cancel()

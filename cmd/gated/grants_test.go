@@ -190,3 +190,29 @@ func b64url(s string) ([]byte, error) {
 }
 
 var base64RawURL = base64.RawURLEncoding
+
+// TestServeGrantKeyRefusals: serve does not start with a grant key file
+// it cannot use, and says why.
+func TestServeGrantKeyRefusals(t *testing.T) {
+	clearGatedEnv(t)
+	short, _ := newKeyFile(t) // max_ttl_s 300
+	bad := filepath.Join(t.TempDir(), "grant.keys")
+	writeFile(t, filepath.Dir(bad), "grant.keys", `{"keys":[{"kid":"x","seed":"short","created_at":1,"max_ttl_s":300}]}`)
+	cases := []struct {
+		note string
+		args []string
+		want string
+	}{
+		{"lifetime beyond the key's max_ttl_s", []string{"--grant-key-file", short, "--grant-ttl", "10m"}, "gated grants rotate --max-ttl 10m"},
+		{"a malformed key file", []string{"--grant-key-file", bad}, "seed must be 32 bytes"},
+		{"a key file that is not there", []string{"--grant-key-file", filepath.Join(t.TempDir(), "none")}, "no such file"},
+		{"lifetime below 5s", []string{"--grant-ttl", "1s"}, "--grant-ttl 1s must be whole seconds from 5s to 24h0m0s"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			args := append([]string{"serve", "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0", "--log-level", "error", "--log-format", "json"}, tc.args...)
+			err := run(t.Context(), args)
+			wantUsageError(t, err, tc.want)
+		})
+	}
+}
