@@ -23,18 +23,24 @@ var ErrGrantRefused = grant.ErrRefused
 
 // Grants verifies and uses the grants of approved verdicts: what an
 // executor runs before the approved action (docs/GRANTS.md). The key set
-// comes from gated.grants.keys and is cached; a grant signed by a key the
-// cache lacks (a rotation) fetches it again once. It is safe for
+// comes from gated.grants.keys and is cached for GrantKeysMaxAge; a grant
+// signed by a key the cache lacks (a rotation) fetches it again at once. It is safe for
 // concurrent use.
 type Grants struct {
 	nc  *nats.Conn
 	now func() time.Time
 
-	mu    sync.Mutex
-	keys  grant.KeySet
-	have  bool
-	fixed bool
+	mu      sync.Mutex
+	keys    grant.KeySet
+	fetched time.Time
+	have    bool
+	fixed   bool
 }
+
+// GrantKeysMaxAge is how long Grants keeps a fetched key set before it
+// fetches it again, so that a retirement reaches it within this time
+// even when no unknown kid makes it look.
+const GrantKeysMaxAge = 5 * time.Minute
 
 // GrantsOption configures Grants.
 type GrantsOption func(*Grants) error
@@ -82,7 +88,7 @@ func NewGrants(nc *nats.Conn, opts ...GrantsOption) (*Grants, error) {
 func (g *Grants) keySet(ctx context.Context, refresh bool) (grant.KeySet, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.have && (g.fixed || !refresh) {
+	if g.have && (g.fixed || !refresh && g.now().Sub(g.fetched) < GrantKeysMaxAge) {
 		return g.keys, nil
 	}
 	msg, err := g.nc.RequestWithContext(ctx, wire.GrantKeysSubject, nil)
@@ -93,7 +99,7 @@ func (g *Grants) keySet(ctx context.Context, refresh bool) (grant.KeySet, error)
 	if err != nil {
 		return grant.KeySet{}, fmt.Errorf("fetching the grant keys from %s: %w", wire.GrantKeysSubject, err)
 	}
-	g.keys, g.have = ks, true
+	g.keys, g.have, g.fetched = ks, true, g.now()
 	return ks, nil
 }
 

@@ -252,3 +252,55 @@ func TestGrantVectorsThroughFleet(t *testing.T) {
 }
 
 var b64enc = base64.RawURLEncoding
+
+// TestGrantsFetchRotatedKey: a Grants that cached the key set before a
+// rotation fetches it again for a grant of the new key, and still
+// verifies a grant of the retired one.
+func TestGrantsFetchRotatedKey(t *testing.T) {
+	g, c := grantingGated(t)
+	grants, err := fleet.NewGrants(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approveRestart := func(id, host string) (*engine.Verdict, grant.Expect) {
+		t.Helper()
+		p := &engine.Proposal{V: 1, ID: id, Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service", Class: engine.ClassWrite,
+			BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"host": host}, RequestedBy: &engine.RequestedBy{Agent: "a"}}
+		v, err := c.Propose(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, grant.Expect{Tenant: "acme", ProposalID: id, ProposalSHA256: grant.ProposalSHA256(data),
+			Action: "host_restart_service", Target: []byte(`{"host":"` + host + `"}`)}
+	}
+	old, oldWant := approveRestart("rot-1", "web-1")
+	if _, err := grants.Verify(t.Context(), old.Grant, oldWant); err != nil {
+		t.Fatal(err)
+	}
+	// Rotate a copy of gated's ring and have gated sign with it.
+	data, err := json.Marshal(g.Grants.Ring())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := grant.ParseRing(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Rotate(time.Now(), 0, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Grants.SetRing(t.Context(), ring); err != nil {
+		t.Fatal(err)
+	}
+	fresh, freshWant := approveRestart("rot-2", "web-2")
+	if _, err := grants.Verify(t.Context(), fresh.Grant, freshWant); err != nil {
+		t.Fatalf("a grant of the new key, with the old key set cached: %v", err)
+	}
+	if _, err := grants.Check(t.Context(), old.Grant, oldWant, "late"); err != nil {
+		t.Fatalf("a grant of the retired key, issued before the rotation: %v", err)
+	}
+}

@@ -171,9 +171,31 @@ func TestRingRotation(t *testing.T) {
 		}
 	})
 	t.Run("retired key dropped once its grants are dead", func(t *testing.T) {
-		later := ring.Public(t0.Add(7 * time.Minute))
+		// Retired the second after the rotation (t0+2m), kept max_ttl_s.
+		dead := t0.Add(2*time.Minute + time.Second + 5*time.Minute)
+		if before := ring.Public(dead.Add(-time.Second)); len(before.Keys) != 2 {
+			t.Fatalf("a second before its last grant can expire the retired key is gone: %+v", before)
+		}
+		later := ring.Public(dead)
 		if len(later.Keys) != 1 || later.Keys[0].KID == oldKey.KID {
-			t.Fatalf("7 minutes on the key set is %+v, want the active key only", later)
+			t.Fatalf("at retired_at + max_ttl_s the key set is %+v, want the active key only", later)
+		}
+	})
+	t.Run("a grant of the same second as the rotation", func(t *testing.T) {
+		r, err := NewRing(t0, 5*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := t0.Add(time.Minute + 300*time.Millisecond)
+		tok, _, err := r.Issue(c, at, 5*time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Rotate(at.Add(100*time.Millisecond), 0, 5*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Verify(tok, r.Public(at), at, want); err != nil {
+			t.Fatalf("a rotation invalidated a grant issued the same second before it: %v", err)
 		}
 	})
 }

@@ -307,15 +307,18 @@ func (r *Ring) active() privateKey {
 }
 
 // Rotate makes a new key, created at now, whose grants may live up to
-// maxTTL, the active one, and retires the key that was active at now +
-// grace: a gated that has not yet read the rotated key file may sign with
+// maxTTL, the active one, and retires the key that was active the second
+// after now + grace: a gated that has not yet read the rotated key file may sign with
 // the old key until then, and its grants verify. Keys retired long enough
 // that no grant of theirs can be alive are dropped.
 func (r *Ring) Rotate(now time.Time, grace, maxTTL time.Duration) error {
 	if grace < 0 {
 		return fmt.Errorf("rotating the grant key: grace %s is negative", grace)
 	}
-	at := now.Add(grace).Unix()
+	// The first whole second after now + grace: a grant the old key
+	// signed in the same second as the rotation has iat < retired_at, so
+	// the rotation does not invalidate it.
+	at := now.Add(grace).Unix() + 1
 	for i := range r.keys {
 		if r.keys[i].RetiredAt == nil {
 			r.keys[i].RetiredAt = &at
