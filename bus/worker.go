@@ -72,6 +72,16 @@ type Worker struct {
 	// followUp stores the follow-up of a run verdict (FollowUps.Send);
 	// tests replace it to watch or fail it.
 	followUp func(ctx context.Context, v *engine.Verdict) error
+	// recordGrant writes the record of an approved verdict's grant
+	// (Grants.Record); nil when the engine issues no grants.
+	recordGrant func(ctx context.Context, v *engine.Verdict) error
+}
+
+// RecordGrants has the worker write the record of every grant a verdict
+// carries with record (Grants.Record) before it publishes the verdict and
+// acknowledges the proposal. Call it before Start.
+func (w *Worker) RecordGrants(record func(ctx context.Context, v *engine.Verdict) error) {
+	w.recordGrant = record
 }
 
 // Trails starts the audit trail of one delivery.
@@ -320,7 +330,8 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 
 // answer sends what a stored verdict owes: the follow-up of a run
 // verdict, stored in the run stream first, the deadline of an action held
-// for an operator, stored in the holds stream, then the verdict itself. The
+// for an operator, stored in the holds stream, the record of an approved
+// verdict's grant, then the verdict itself. The
 // follow-up goes first so that a fleet that sees the verdict finds the
 // continuation or escalation already there, and so that a failure to
 // store it leaves the proposal unacknowledged, to be replayed.
@@ -330,6 +341,11 @@ func (w *Worker) answer(v *engine.Verdict) error {
 	}
 	if err := scheduleHold(w.ctx, w.js, v); err != nil {
 		return err
+	}
+	if w.recordGrant != nil {
+		if err := w.recordGrant(w.ctx, v); err != nil {
+			return fmt.Errorf("recording the verdict's grant: %w", err)
+		}
 	}
 	if err := w.publishVerdict(v); err != nil {
 		return fmt.Errorf("publishing the verdict: %w", err)

@@ -327,6 +327,9 @@ func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 		// failed): the verdict still names the policy in force.
 		v.Policy = &PolicyRef{Denies: []Deny{}, Revision: r.revision, EvalUS: r.evalUS}
 	}
+	if err := r.grant(ctx, v); err != nil {
+		return nil, err
+	}
 	if err := r.sealVerdict(ctx, v); err != nil {
 		return nil, err
 	}
@@ -343,6 +346,26 @@ func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 		return nil, fmt.Errorf("storing verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
 	return v, nil
+}
+
+// grant signs the grant of v when it approves an action. A target a
+// grant cannot bind (one canonical JSON cannot write) turns the approval
+// into an error verdict: nothing is approved that an executor could not
+// check.
+func (r *pass) grant(ctx context.Context, v *Verdict) error {
+	if v.Outcome != OutcomeApproved || r.e.cfg.Grants == nil || v.Kind == KindRun {
+		return nil
+	}
+	var target string
+	if r.p != nil {
+		var err error
+		if target, err = grantTarget(r.p); err != nil {
+			v.Outcome, v.Approved = OutcomeError, false
+			v.Reason = "the approval cannot carry a grant: " + err.Error()
+			return nil
+		}
+	}
+	return r.e.grantFor(ctx, &r.log, v, target, r.e.cfg.Clock.Now())
 }
 
 // sealVerdict seals the trail with v's verdict.decided record and sets

@@ -58,6 +58,9 @@ type Config struct {
 	// policy may set a shorter one. Default DefaultOperatorDeadline;
 	// negative is an error.
 	OperatorDeadline time.Duration
+	// Grants, when set, signs the grant every approved action verdict
+	// carries; serve always sets it. Without it approvals carry none.
+	Grants Granter
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
 	OnShadow func(p *Proposal, c ShadowComparison)

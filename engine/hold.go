@@ -69,6 +69,11 @@ func (e *Engine) operatorHold(holds []Hold, start time.Time) *OperatorHold {
 // operator, and records operator.awaited.
 func (r *pass) hold(ctx context.Context, v *Verdict, holds []Hold) {
 	h := r.e.operatorHold(holds, r.start)
+	if r.p != nil {
+		// An operator's approval carries a grant bound to the target; a
+		// target no grant can bind is refused when the operator approves.
+		h.TargetSHA256, _ = grantTarget(r.p)
+	}
 	v.AwaitingOperator = h
 	r.log.recordBestEffort(ctx, EventOperatorAwaited, map[string]any{
 		"deadline": h.Deadline.Format(time.RFC3339Nano), "reason": h.Reason, "rule": h.Rule,
@@ -200,6 +205,9 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 		if err := r.log.record(ctx, s.event, s.data); err != nil {
 			return nil, err
 		}
+	}
+	if err := e.grantFor(ctx, &r.log, &next, held.AwaitingOperator.TargetSHA256, start); err != nil {
+		return nil, err
 	}
 	if err := r.sealVerdict(ctx, &next); err != nil {
 		return nil, err

@@ -83,6 +83,9 @@ type Verdict struct {
 	// Operator is the operator's decision on a held action: who decided,
 	// with which key, and why.
 	Operator *OperatorRef `json:"operator_decision,omitempty"`
+	// Grant is the signed grant of an approved action (docs/GRANTS.md):
+	// set on every approved verdict of kind action, on no other.
+	Grant string `json:"grant,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at
@@ -119,6 +122,10 @@ type OperatorHold struct {
 	// the action (the first by name when several did).
 	Reason string `json:"reason"`
 	Rule   string `json:"rule"`
+	// TargetSHA256 is the digest the grant of an operator's approval
+	// binds the target with (grant.TargetSHA256): the held verdict keeps
+	// it, since the proposal is not at hand when the operator decides.
+	TargetSHA256 string `json:"target_sha256,omitempty"`
 }
 
 // Final reports whether v is a final verdict: every verdict but an

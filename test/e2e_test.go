@@ -219,8 +219,11 @@ func auditRecords(t *testing.T, natsURL, tenant, id string) []auditRecord {
 func TestExampleProposals(t *testing.T) {
 	g := startGated(t)
 	gatedPID := g.cmd.Process.Pid
-	reviewed := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone, engine.EventVerdict}
+	// An approval's grant is issued just before its verdict.
+	reviewed := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone,
+		engine.EventGrantIssued, engine.EventVerdict}
 	policyOnly := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}
+	policyApproved := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventGrantIssued, engine.EventVerdict}
 	tests := map[string]struct {
 		exit    int
 		outcome engine.Outcome
@@ -231,7 +234,7 @@ func TestExampleProposals(t *testing.T) {
 		"approved.json":                      {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview, events: reviewed},
 		"initech-restart.json":               {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview, events: reviewed},
 		"invalid.json":                       {exit: 3, outcome: engine.OutcomeInvalid, stage: engine.StageValidation, events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
-		"read-pass-through.json":             {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy, events: policyOnly},
+		"read-pass-through.json":             {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy, events: policyApproved},
 		"rejected-force-approve-no-sop.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
 		"rejected-force-approve.json":        {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
 		"rejected-no-sop.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StageReview,

@@ -162,8 +162,25 @@ func TestHeldActionEndToEnd(t *testing.T) {
 			got.Operator.ID != "alice" || !strings.HasPrefix(got.Operator.Key, "U") || got.Operator.Reason != "change CHG-7 agreed" {
 			t.Fatalf("fleet got %+v (%v), want an approval by alice with her key and reason", got, err)
 		}
+		// The operator's approval carries a grant naming alice, recorded
+		// before the verdict went out: it is used once.
+		gnc, err := nats.Connect(g.natsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer gnc.Close()
+		grants, err := fleet.NewGrants(gnc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := grants.Use(ctx, "acme", got.Grant, "e2e"); err != nil {
+			t.Fatalf("the operator approval's grant: %v", err)
+		}
+		if err := grants.Use(ctx, "acme", got.Grant, "e2e"); !errors.Is(err, fleet.ErrGrantRefused) {
+			t.Fatalf("second use of the operator approval's grant: %v", err)
+		}
 		events := strings.Join(auditEvents(t, g.natsURL, "acme", held.ProposalID), ",")
-		if !strings.Contains(events, "operator.awaited") || !strings.Contains(events, "operator.decided,verdict.decided") {
+		if !strings.Contains(events, "operator.awaited") || !strings.Contains(events, "operator.decided,grant.issued,verdict.decided") {
 			t.Errorf("audit events %s", events)
 		}
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
@@ -43,11 +44,21 @@ func Policy(tb testing.TB) *policies.Evaluator {
 // built-in personas, over store, reviewing through router.
 func Engine(tb testing.TB, store engine.VerdictStore, router engine.Router) *engine.Engine {
 	tb.Helper()
-	reg, err := personas.Builtin()
-	if err != nil {
-		tb.Fatal(err)
+	return EngineWith(tb, engine.Config{Policy: Policy(tb), Router: router, Store: store})
+}
+
+// EngineWith returns an engine of cfg, with the built-in personas when
+// cfg names none.
+func EngineWith(tb testing.TB, cfg engine.Config) *engine.Engine {
+	tb.Helper()
+	if cfg.Personas == nil {
+		reg, err := personas.Builtin()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		cfg.Personas = reg
 	}
-	eng, err := engine.New(engine.Config{Policy: Policy(tb), Personas: reg, Router: router, Store: store})
+	eng, err := engine.New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -73,6 +84,19 @@ type Gated struct {
 	JS jetstream.JetStream
 	// Resources are the streams and bucket bus.Setup created.
 	Resources *bus.Resources
+	// Grants is gated's grant side, set by StartGrantingGated only.
+	Grants *bus.Grants
+	// Audit is the audit writer gated records with.
+	Audit *audit.Writer
+}
+
+// StartGrantingGated is StartGated with grants, as serve runs it: the
+// engine signs a grant on every approval with a new key ring (grants live
+// ttl), the worker records each before it publishes, and the grant
+// endpoints are served. pol replaces the default policy when not nil.
+func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
+	t.Helper()
+	return startGated(t, nil, cfg, ttl, pol)
 }
 
 // StartGated starts a server and gated's intake on it, set up with cfg.
@@ -80,26 +104,56 @@ type Gated struct {
 // or script deliveries. Everything stops when the test ends.
 func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Gated {
 	t.Helper()
+	return startGated(t, wrap, cfg, 0, nil)
+}
+
+// startGated starts gated's intake; with grants when ttl is above zero.
+func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
+	t.Helper()
 	s := Server(t)
 	nc, js := Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var d bus.Decider = Engine(t, store.New(res.Verdicts), NoPlugins{})
+	aud := AuditWriter(t, js, audit.Config{})
+	trails := status.NewPublisher(nc, nil).Trails(aud.Trail)
+	g := &Gated{NC: nc, JS: js, Resources: res, Audit: aud}
+	if pol == nil {
+		pol = Policy(t)
+	}
+	ecfg := engine.Config{Policy: pol, Router: NoPlugins{}, Store: store.New(res.Verdicts)}
+	if ttl > 0 {
+		ring, err := grant.NewRing(time.Now().Add(-time.Minute), ttl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.Grants, err = bus.NewGrants(t.Context(), nc, js, res.Verdicts, bus.GrantsConfig{Ring: ring, Trails: trails, Log: zaptest.NewLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.Grants.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(g.Grants.Stop)
+		ecfg.Grants = engine.GrantIssuer{Ring: g.Grants.Ring, TTL: ttl}
+	}
+	var d bus.Decider = EngineWith(t, ecfg)
 	if wrap != nil {
 		d = wrap(d)
 	}
-	aud := AuditWriter(t, js, audit.Config{})
-	w, err := bus.NewWorker(nc, js, res, d, status.NewPublisher(nc, nil).Trails(aud.Trail), cfg, zaptest.NewLogger(t))
+	w, err := bus.NewWorker(nc, js, res, d, trails, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if g.Grants != nil {
+		w.RecordGrants(g.Grants.Record)
 	}
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Stop(5 * time.Second) })
-	return &Gated{NC: nc, JS: js, Resources: res}
+	return g
 }
 
 // AuditWriter starts an audit writer on js, logging to the test, and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
 )
 
 // Proposer is what a ToolGate needs to reach gated. *Client implements it;
@@ -60,6 +61,36 @@ type gateOptions struct {
 	timeout time.Duration
 	newID   func() string
 	observe func(*engine.Proposal, *engine.Verdict)
+	// grants verifies and uses the grant of every approval; nil only with
+	// noGrants.
+	grants   *Grants
+	noGrants bool
+}
+
+// WithGrants has the ToolGate verify and use the grant of every approval
+// with g before the tool runs. Default, for a *Client proposer: Grants on
+// the client's connection. A ToolGate over another Proposer needs it (or
+// WithoutGrantCheck).
+func WithGrants(g *Grants) ToolGateOption {
+	return func(o *gateOptions) error {
+		if g == nil {
+			return fmt.Errorf("%w: nil Grants", ErrInvalidConfig)
+		}
+		o.grants = g
+		return nil
+	}
+}
+
+// WithoutGrantCheck turns the grant check off: an approval lets the tool
+// run without its grant being verified and used, so nothing stops the
+// same approval from running a tool twice, or a forged verdict from
+// running it. It exists for a Proposer that is not gated (tests) and for
+// gated versions that issue no grants; never use it in production.
+func WithoutGrantCheck() ToolGateOption {
+	return func(o *gateOptions) error {
+		o.noGrants = true
+		return nil
+	}
 }
 
 // WithReviewTimeout bounds how long a guarded call waits for its verdict
@@ -131,6 +162,21 @@ func NewToolGate(p Proposer, id Identity, opts ...ToolGateOption) (*ToolGate, er
 		if err := opt(&o); err != nil {
 			return nil, err
 		}
+	}
+	switch {
+	case o.noGrants:
+		o.grants = nil
+	case o.grants != nil:
+	default:
+		c, ok := p.(*Client)
+		if !ok {
+			return nil, fmt.Errorf("%w: a ToolGate over a Proposer other than *fleet.Client needs WithGrants to check the grant of each approval (or WithoutGrantCheck)", ErrInvalidConfig)
+		}
+		g, err := NewGrants(c.nc)
+		if err != nil {
+			return nil, err
+		}
+		o.grants = g
 	}
 	if id.Operator != nil {
 		op := *id.Operator
@@ -204,7 +250,9 @@ func (s ToolSpec[A]) Validate() error {
 //   - read: fn runs at once; nothing is proposed.
 //   - write, destructive: a proposal built from the ToolGate's identity and
 //     spec.Describe(args) is sent, and fn runs once, only if the verdict
-//     is an approval.
+//     is an approval whose grant verifies against the proposal and is
+//     used with gated (see WithGrants; a refused grant is an error
+//     matching ErrGrantRefused).
 //
 // Otherwise the wrapped function returns R's zero value and an error
 // without running fn: a *VerdictError for a verdict that is not an
@@ -277,7 +325,33 @@ func (g *ToolGate) Authorize(ctx context.Context, action string, class engine.Cl
 	if err := ctx.Err(); err != nil {
 		return v, fmt.Errorf("approved, but the call was cancelled before %s ran: %w", action, err)
 	}
+	if err := g.checkGrant(ctx, p, v); err != nil {
+		return v, err
+	}
 	return v, nil
+}
+
+// checkGrant verifies the grant of v, the approval of p, against p and
+// uses it: after this the call may run, once.
+func (g *ToolGate) checkGrant(ctx context.Context, p *engine.Proposal, v *engine.Verdict) error {
+	if g.opts.grants == nil {
+		return nil
+	}
+	if v.Grant == "" {
+		return fmt.Errorf("approved, but %w", &grant.Error{Member: "grant", Reason: "is missing from the approval: gated issues none, or the verdict is not gated's"})
+	}
+	want, err := expectOf(p)
+	if err != nil {
+		return err
+	}
+	by := g.id.Agent
+	if g.id.Session != "" {
+		by += "/" + g.id.Session
+	}
+	if _, err := g.opts.grants.Check(ctx, v.Grant, want, by); err != nil {
+		return fmt.Errorf("approved, but %s does not run: %w", p.Action, err)
+	}
+	return nil
 }
 
 // proposal builds the proposal of one call.

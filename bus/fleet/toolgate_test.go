@@ -114,7 +114,7 @@ func TestToolGateRunsToolOnlyOnApproval(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			var seen []*engine.Verdict
-			g, err := fleet.NewToolGate(tc.fake, identity, fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = append(seen, v) }))
+			g, err := fleet.NewToolGate(tc.fake, identity, fleet.WithoutGrantCheck(), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = append(seen, v) }))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +151,7 @@ func TestToolGateBuildsTheProposal(t *testing.T) {
 	fake := &fakeProposer{outcome: engine.OutcomeApproved}
 	id := identity
 	id.Reviewer = "reviewer"
-	g, err := fleet.NewToolGate(fake, id, fleet.WithProposalIDs(func() string { return "fixed-1" }))
+	g, err := fleet.NewToolGate(fake, id, fleet.WithoutGrantCheck(), fleet.WithProposalIDs(func() string { return "fixed-1" }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestToolGateBuildsTheProposal(t *testing.T) {
 
 func TestToolGateReadNeverProposes(t *testing.T) {
 	fake := &fakeProposer{outcome: engine.OutcomeRejected}
-	g, err := fleet.NewToolGate(fake, identity)
+	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func TestToolGateReadNeverProposes(t *testing.T) {
 
 func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 	fake := &fakeProposer{outcome: engine.OutcomeApproved}
-	g, err := fleet.NewToolGate(fake, identity)
+	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 		t.Errorf("unusable specs sent %d proposals", len(fake.proposals()))
 	}
 	for _, id := range []fleet.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Principal{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
-		if _, err := fleet.NewToolGate(fake, id); !errors.Is(err, fleet.ErrInvalidConfig) {
+		if _, err := fleet.NewToolGate(fake, id, fleet.WithoutGrantCheck()); !errors.Is(err, fleet.ErrInvalidConfig) {
 			t.Errorf("NewToolGate(%+v): err = %v, want ErrInvalidConfig", id, err)
 		}
 	}
@@ -244,7 +244,7 @@ func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 func TestToolGateDoesNotRunAfterCallerGaveUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	fake := &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(*engine.Verdict) { cancel() }}
-	g, err := fleet.NewToolGate(fake, identity)
+	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,7 +38,7 @@ func TestServeMountsTheConsole(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--operators", ops, "--http", addr,
+		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--data-dir", t.TempDir(), "--operators", ops, "--http", addr,
 			"--log-level", "error", "--log-format", "json"})
 	}()
 	base := "http://" + addr

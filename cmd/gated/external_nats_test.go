@@ -100,7 +100,7 @@ log_format: json
 	ctx, stop := context.WithCancel(t.Context())
 	defer stop()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, []string{"serve", "--config", cfg}) }()
+	go func() { done <- run(ctx, []string{"serve", "--config", cfg, "--data-dir", t.TempDir()}) }()
 
 	nc, err := nats.Connect(strings.Join(urls, ","), nats.UserInfo("gated", password))
 	if err != nil {

@@ -389,7 +389,7 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	defer stop()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--operators", ops, "--log-level", "error", "--log-format", "json"})
+		done <- run(ctx, []string{"serve", "--nats-url", s.ClientURL(), "--data-dir", t.TempDir(), "--operators", ops, "--log-level", "error", "--log-format", "json"})
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {

@@ -37,6 +37,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(policyCmd(), pluginsCmd())
 	root.AddCommand(personasCmd())
 	root.AddCommand(verdictCmd())
+	root.AddCommand(grantsCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(operatorCmd())
 	root.AddCommand(benchCmd())

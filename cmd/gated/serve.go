@@ -66,6 +66,8 @@ type serveOptions struct {
 	verdictTTL       time.Duration
 	auditMaxAge      time.Duration
 	auditKeyFile     string
+	grantKeyFile     string
+	grantTTL         time.Duration
 	auditKeyRotate   bool
 	auditPublish     string
 	policy           policySourceOptions
@@ -128,6 +130,9 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
 	f.StringVar(&o.auditKeyFile, "audit-key-file", "", "key that MACs audit records: 32+ random bytes, raw or hex (default with the embedded server: <data-dir>/audit.key, created on first start)")
 	_ = cobra.MarkFlagFilename(f, "audit-key-file")
+	f.StringVar(&o.grantKeyFile, "grant-key-file", "", "Ed25519 key file that signs grants (docs/GRANTS.md; default <data-dir>/grant.keys, created on first start)")
+	_ = cobra.MarkFlagFilename(f, "grant-key-file")
+	f.DurationVar(&o.grantTTL, "grant-ttl", DefaultGrantTTL, "how long the grant of an approved action stays valid (5s to 24h)")
 	f.BoolVar(&o.auditKeyRotate, "audit-key-rotate", false, "start even though the audit key is not the one that MACed the audit stream's newest record (a new key on purpose, or a lost one)")
 	f.StringVar(&o.auditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches), pipelined or one-at-a-time")
 	o.policy.register(f)
@@ -173,6 +178,9 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 	}
 	if o.operatorDeadline <= 0 {
 		return nil, usageError("--operator-deadline %s must be positive: a held action times out at its deadline", o.operatorDeadline)
+	}
+	if err := checkGrantTTL(o.grantTTL); err != nil {
+		return nil, err
 	}
 	if o.reviewTimeout < MinReviewTimeout {
 		return nil, usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.reviewTimeout, MinReviewTimeout)

@@ -74,6 +74,7 @@ type gateServer struct {
 	worker     *bus.Worker
 	stopWorker func(grace time.Duration) // stops the worker once; later calls do nothing
 	review     *bus.Service              // nil when --review-service=false; Stop is nil-safe
+	grants     *bus.Grants
 }
 
 // newServer returns the server the checked options o describe.
@@ -105,6 +106,7 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.startPlugins,
 		s.watchPolicy,
 		s.watchShadow,
+		s.startGrants,
 		s.startWorker,
 		s.startReviewService,
 		s.startHTTP,
@@ -412,6 +414,7 @@ func (s *gateServer) startWorker(context.Context) error {
 		DedupeMax:        o.dedupeMax,
 		Shadow:           s.shadowPolicy(),
 		OnShadow:         s.m.onShadow(),
+		Grants:           engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL},
 	})
 	if err != nil {
 		return err
@@ -426,6 +429,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	if err != nil {
 		return err
 	}
+	worker.RecordGrants(s.grants.Record)
 	if err := worker.Start(); err != nil {
 		return err
 	}
@@ -457,8 +461,17 @@ func (s *gateServer) startReviewService(context.Context) error {
 	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
 	if s.operators != nil {
 		var err error
+		followUps := bus.NewFollowUps(s.js, s.store).Send
+		// An operator's approval carries a grant: its record is written
+		// before the verdict is published, as the worker does.
+		beforePublish := func(ctx context.Context, v *engine.Verdict) error {
+			if err := s.grants.Record(ctx, v); err != nil {
+				return err
+			}
+			return followUps(ctx, v)
+		}
 		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
-			bus.NewFollowUps(s.js, s.store).Send, verdictPublisher(s.nc), s.log.Named("operator"))
+			beforePublish, verdictPublisher(s.nc), s.log.Named("operator"))
 		if err != nil {
 			return err
 		}

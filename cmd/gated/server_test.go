@@ -177,7 +177,7 @@ func startServe(t *testing.T, natsURL string, args ...string) (string, func()) {
 	httpAddr := freeTCPAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	argv := append([]string{"serve", "--nats-url", natsURL, "--http", httpAddr, "--log-level", "error", "--log-format", "json"}, args...)
+	argv := append([]string{"serve", "--nats-url", natsURL, "--data-dir", t.TempDir(), "--http", httpAddr, "--log-level", "error", "--log-format", "json"}, args...)
 	go func() { done <- run(ctx, argv) }()
 	waitReady(t, "http://"+httpAddr+"/readyz", done)
 	return httpAddr, func() {

@@ -47,7 +47,18 @@ const (
 	// ToolSubjectPrefix + tool name is where tools that gated does not
 	// answer itself are requested (request/reply).
 	ToolSubjectPrefix = Root + "tools."
+	// GrantKeysSubject answers any request with gated's grant key set
+	// (docs/GRANTS.md); every tenant account may import it.
+	GrantKeysSubject = Root + "grants.keys"
+	// GrantSubjectPrefix + tenant + ".use" is where an executor uses a
+	// grant of tenant, once (request/reply).
+	GrantSubjectPrefix = Root + "grants."
+	// GrantUseSubjects matches every tenant's grant-use subject.
+	GrantUseSubjects = GrantSubjectPrefix + "*.use"
 )
+
+// GrantUseSubject is where an executor uses a grant of tenant.
+func GrantUseSubject(tenant string) string { return GrantSubjectPrefix + tenant + ".use" }
 
 // Headers of the v1 wire contract.
 const (
@@ -92,6 +103,9 @@ const (
 	// gated.continuations.<tenant>.<run_id> and escalations on
 	// gated.escalations.<tenant>.
 	RunsStream = "GATED_RUNS"
+	// GrantsBucket holds one record per grant gated issued, keyed
+	// <tenant>.<proposal id>: issued, used or expired.
+	GrantsBucket = "GATED_GRANTS"
 )
 
 // ProposalSubject is where a proposal of tenant for action is published.

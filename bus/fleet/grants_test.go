@@ -1,0 +1,306 @@
+package fleet_test
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
+	"github.com/gated/gated/policies"
+)
+
+// skipReviewPolicy is the default bundle configured to approve
+// host_restart_service without review (config skip_review_actions), so
+// that a write is approved with no reviewer plugin running.
+var skipReviewPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
+	b, err := policies.Default()
+	if err != nil {
+		return nil, err
+	}
+	b.Data["gated"].(map[string]any)["config"].(map[string]any)["skip_review_actions"] = []any{"host_restart_service"}
+	return policies.Compile(context.Background(), b)
+})
+
+func grantingGated(t *testing.T) (*bustest.Gated, *fleet.Client) {
+	t.Helper()
+	pol, err := skipReviewPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
+	c, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+// tamperingProposer proposes through the real client, then hands the
+// ToolGate the verdict as tamper rewrites it: what a compromised or buggy
+// transport could do.
+type tamperingProposer struct {
+	c      *fleet.Client
+	tamper func(v *engine.Verdict)
+}
+
+func (p tamperingProposer) Propose(ctx context.Context, prop *engine.Proposal) (*engine.Verdict, error) {
+	v, err := p.c.Propose(ctx, prop)
+	if err == nil && p.tamper != nil {
+		p.tamper(v)
+	}
+	return v, err
+}
+
+// TestToolGateUsesGrant: through real gated, an approved write runs once
+// after its grant is verified and used; the grant is then spent.
+func TestToolGateUsesGrant(t *testing.T) {
+	g, c := grantingGated(t)
+	var ids atomic.Int32
+	gate, err := fleet.NewToolGate(c, identity, fleet.WithProposalIDs(func() string { return "use-" + string(rune('a'+ids.Add(1))) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tool countingTool
+	var seen *engine.Verdict
+	observed, err := fleet.NewToolGate(c, identity, fleet.WithProposalIDs(func() string { return "use-seen" }),
+		fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = v }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.Guard(gate, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-1", Service: "nginx"}); err != nil {
+		t.Fatalf("approved restart: %v", err)
+	}
+	if _, err := fleet.Guard(observed, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-2", Service: "nginx"}); err != nil {
+		t.Fatalf("approved restart: %v", err)
+	}
+	if n := tool.runs.Load(); n != 2 {
+		t.Fatalf("the tool ran %d times, want 2", n)
+	}
+	grants, err := fleet.NewGrants(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := grants.Use(t.Context(), "acme", seen.Grant, "again"); !errors.Is(err, fleet.ErrGrantRefused) || !strings.Contains(err.Error(), "already used") {
+		t.Fatalf("a spent grant used again: %v", err)
+	}
+}
+
+// TestToolGateRefusesBadGrants: an approval whose grant is forged,
+// altered, another proposal's, another tenant's, missing or spent never
+// runs the tool; the error matches ErrGrantRefused and names what is
+// wrong.
+func TestToolGateRefusesBadGrants(t *testing.T) {
+	g, c := grantingGated(t)
+	// A real approval of another proposal, whose grant the cases reuse.
+	other, err := c.Propose(t.Context(), &engine.Proposal{ID: "other", Tenant: "acme", Action: "host_restart_service",
+		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"host": "web-9", "service": "nginx"},
+		RequestedBy: &engine.RequestedBy{Agent: "other-agent"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A grant of another tenant, signed with gated's own key.
+	foreign, _, err := g.Grants.Ring().Issue(grant.Claims{Tenant: "globex", ProposalID: "x", ProposalSHA256: strings.Repeat("0", 64),
+		Action: "host_restart_service", TargetSHA256: strings.Repeat("0", 64)}, time.Now(), 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spent string
+	cases := []struct {
+		note   string
+		tamper func(v *engine.Verdict)
+		member string
+	}{
+		{"forged signature", func(v *engine.Verdict) {
+			p := strings.Split(v.Grant, ".")
+			v.Grant = p[0] + "." + p[1] + "." + strings.Repeat("A", len(p[2]))
+		}, "signature"},
+		{"altered payload", func(v *engine.Verdict) {
+			p := strings.Split(v.Grant, ".")
+			v.Grant = p[0] + "." + strings.Split(other.Grant, ".")[1] + "." + p[2]
+		}, "signature"},
+		{"another proposal's grant", func(v *engine.Verdict) { v.Grant = other.Grant }, "proposal_id"},
+		{"another tenant's grant", func(v *engine.Verdict) { v.Grant = foreign }, "tenant"},
+		{"no grant", func(v *engine.Verdict) { v.Grant = "" }, "grant"},
+		{"alg none", func(v *engine.Verdict) {
+			p := strings.Split(v.Grant, ".")
+			hdr := strings.ReplaceAll(string(mustB64(t, p[0])), `"EdDSA"`, `"none"`)
+			v.Grant = b64(hdr) + "." + p[1] + "."
+		}, "alg"},
+		{"spent grant of this proposal", func(v *engine.Verdict) {
+			if spent == "" {
+				spent = v.Grant
+			}
+			v.Grant = spent
+		}, "use"},
+	}
+	for i, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			gate, err := fleet.NewToolGate(tamperingProposer{c: c, tamper: tc.tamper}, identity,
+				fleet.WithGrants(mustGrants(t, c, g)), fleet.WithProposalIDs(func() string { return "bad-" + string(rune('a'+i)) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var tool countingTool
+			run := fleet.Guard(gate, restartSpec, tool.run)
+			host := "case-" + string(rune('a'+i)) // a target of its own: no cooldown
+			if tc.note == "spent grant of this proposal" {
+				// Spend it first through an honest gate on the same id.
+				honest, _ := fleet.NewToolGate(c, identity, fleet.WithProposalIDs(func() string { return "bad-" + string(rune('a'+i)) }))
+				var first countingTool
+				if _, err := fleet.Guard(honest, restartSpec, first.run)(t.Context(), restartArgs{Host: host, Service: "nginx"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err = run(t.Context(), restartArgs{Host: host, Service: "nginx"})
+			if !errors.Is(err, fleet.ErrGrantRefused) || !strings.Contains(err.Error(), tc.member) {
+				t.Fatalf("err = %v, want a grant refusal naming %s", err, tc.member)
+			}
+			if n := tool.runs.Load(); n != 0 {
+				t.Fatalf("the tool ran %d times on a bad grant", n)
+			}
+		})
+	}
+}
+
+func mustGrants(t *testing.T, _ *fleet.Client, g *bustest.Gated) *fleet.Grants {
+	t.Helper()
+	gr, err := fleet.NewGrants(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return gr
+}
+
+func mustB64(t *testing.T, s string) []byte {
+	t.Helper()
+	b, err := b64enc.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func b64(s string) string { return b64enc.EncodeToString([]byte(s)) }
+
+// TestGrantVectorsThroughFleet: the fleet's Grants, given a vector key set
+// and clock, accepts exactly the valid vectors and refuses each invalid
+// one naming its member.
+func TestGrantVectorsThroughFleet(t *testing.T) {
+	data, err := os.ReadFile("../../test/vectors/grants.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Now     int64                      `json:"now"`
+		Keysets map[string]json.RawMessage `json:"keysets"`
+		Grants  []struct {
+			Name   string `json:"name"`
+			Keyset string `json:"keyset"`
+			Now    int64  `json:"now"`
+			Token  string `json:"token"`
+			Expect struct {
+				Tenant         string `json:"tenant"`
+				ProposalID     string `json:"proposal_id"`
+				ProposalSHA256 string `json:"proposal_sha256"`
+				Action         string `json:"action"`
+				TargetJSON     string `json:"target_json"`
+			} `json:"expect"`
+			Valid       bool   `json:"valid"`
+			ErrorMember string `json:"error_member"`
+		} `json:"grants"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	s := bustest.Server(t)
+	nc, _ := bustest.Connect(t, s)
+	for _, v := range f.Grants {
+		t.Run(v.Name, func(t *testing.T) {
+			ks, err := grant.ParseKeySet(f.Keysets[v.Keyset])
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := f.Now
+			if v.Now != 0 {
+				now = v.Now
+			}
+			gr, err := fleet.NewGrants(nc, fleet.WithGrantKeys(ks), fleet.WithGrantClock(func() time.Time { return time.Unix(now, 0) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = gr.Verify(t.Context(), v.Token, grant.Expect{Tenant: v.Expect.Tenant, ProposalID: v.Expect.ProposalID,
+				ProposalSHA256: v.Expect.ProposalSHA256, Action: v.Expect.Action, Target: []byte(v.Expect.TargetJSON)})
+			switch {
+			case v.Valid && err != nil:
+				t.Fatalf("refused a valid grant: %v", err)
+			case !v.Valid && (!errors.Is(err, fleet.ErrGrantRefused) || !strings.Contains(err.Error(), v.ErrorMember)):
+				t.Fatalf("err = %v, want a refusal naming %s", err, v.ErrorMember)
+			}
+		})
+	}
+}
+
+var b64enc = base64.RawURLEncoding
+
+// TestGrantsFetchRotatedKey: a Grants that cached the key set before a
+// rotation fetches it again for a grant of the new key, and still
+// verifies a grant of the retired one.
+func TestGrantsFetchRotatedKey(t *testing.T) {
+	g, c := grantingGated(t)
+	grants, err := fleet.NewGrants(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	approveRestart := func(id, host string) (*engine.Verdict, grant.Expect) {
+		t.Helper()
+		p := &engine.Proposal{V: 1, ID: id, Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service", Class: engine.ClassWrite,
+			BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"host": host}, RequestedBy: &engine.RequestedBy{Agent: "a"}}
+		v, err := c.Propose(t.Context(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v, grant.Expect{Tenant: "acme", ProposalID: id, ProposalSHA256: grant.ProposalSHA256(data),
+			Action: "host_restart_service", Target: []byte(`{"host":"` + host + `"}`)}
+	}
+	old, oldWant := approveRestart("rot-1", "web-1")
+	if _, err := grants.Verify(t.Context(), old.Grant, oldWant); err != nil {
+		t.Fatal(err)
+	}
+	// Rotate a copy of gated's ring and have gated sign with it.
+	data, err := json.Marshal(g.Grants.Ring())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := grant.ParseRing(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ring.Rotate(time.Now(), 0, 5*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Grants.SetRing(t.Context(), ring); err != nil {
+		t.Fatal(err)
+	}
+	fresh, freshWant := approveRestart("rot-2", "web-2")
+	if _, err := grants.Verify(t.Context(), fresh.Grant, freshWant); err != nil {
+		t.Fatalf("a grant of the new key, with the old key set cached: %v", err)
+	}
+	if _, err := grants.Check(t.Context(), old.Grant, oldWant, "late"); err != nil {
+		t.Fatalf("a grant of the retired key, issued before the rotation: %v", err)
+	}
+}

@@ -1,0 +1,524 @@
+package bus
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
+	"github.com/gated/gated/engine/wire"
+)
+
+// Grant states of a GrantRecord.
+const (
+	GrantIssued  = "issued"
+	GrantUsed    = "used"
+	GrantExpired = "expired"
+)
+
+// GrantKeysBucket holds the grant key set every gated on the cluster
+// publishes into (under grantKeysKey): the public keys of each gated's
+// key file, merged, so that a grant any of them signs verifies under the
+// set any of them answers gated.grants.keys with.
+const (
+	GrantKeysBucket = "GATED_GRANT_KEYS"
+	grantKeysKey    = "keys"
+)
+
+// DefaultGrantSweep is how often a gated looks for grants that expired
+// unused, and republishes its keys.
+const DefaultGrantSweep = 10 * time.Second
+
+// maxGrantUse bounds a use request.
+const maxGrantUse = grant.MaxTokenLen + 1024
+
+// GrantRecord is a grant's record in wire.GrantsBucket.
+type GrantRecord struct {
+	GID        string `json:"gid"`
+	Tenant     string `json:"tenant"`
+	ProposalID string `json:"proposal_id"`
+	Exp        int64  `json:"exp"`
+	// State is issued, used or expired.
+	State  string     `json:"state"`
+	UsedAt *time.Time `json:"used_at,omitempty"`
+	UsedBy string     `json:"used_by,omitempty"`
+	// Outcome is the last outcome an executor reported.
+	Outcome json.RawMessage `json:"outcome,omitempty"`
+}
+
+// GrantUse is the body of a request on gated.grants.<tenant>.use.
+type GrantUse struct {
+	Grant string `json:"grant"`
+	// By says who uses it, free text for the audit trail.
+	By string `json:"by"`
+}
+
+// GrantUseReply is gated's answer to a GrantUse: OK with the grant's id,
+// or the reason it was refused.
+type GrantUseReply struct {
+	OK    bool   `json:"ok"`
+	GID   string `json:"gid,omitempty"`
+	Error string `json:"error,omitempty"`
+}
+
+// GrantsConfig configures Grants.
+type GrantsConfig struct {
+	// Ring is gated's signing key ring (required).
+	Ring *grant.Ring
+	// Trails starts the audit trail of grant events (required).
+	Trails Trails
+	// Replicas of the two buckets; TTL of the grant records (default 7
+	// days, the verdicts').
+	Replicas int
+	TTL      time.Duration
+	// Sweep is how often expired grants are looked for. Default
+	// DefaultGrantSweep.
+	Sweep time.Duration
+	// Now defaults to time.Now.
+	Now func() time.Time
+	Log *zap.Logger
+}
+
+// Grants is gated's side of signed grants: the key set it publishes, the
+// grant records, the single-use endpoint, and the expiry of grants left
+// unused. Every gated of a cluster runs one; the buckets are shared.
+type Grants struct {
+	nc       *nats.Conn
+	records  jetstream.KeyValue
+	keys     jetstream.KeyValue
+	verdicts jetstream.KeyValue
+	cfg      GrantsConfig
+	ring     atomic.Pointer[grant.Ring]
+	log      *zap.Logger
+
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	subs   []*nats.Subscription
+}
+
+// NewGrants creates the grant buckets and returns Grants over them; the
+// verdict bucket is where a grant without its record is looked for.
+// Start publishes the keys and serves the endpoints.
+func NewGrants(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, verdicts jetstream.KeyValue, cfg GrantsConfig) (*Grants, error) {
+	switch {
+	case cfg.Ring == nil || cfg.Trails == nil || verdicts == nil:
+		return nil, fmt.Errorf("%w: grants need a key ring, audit trails and the verdict bucket", ErrInvalidConfig)
+	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = 7 * 24 * time.Hour
+	}
+	if cfg.Sweep <= 0 {
+		cfg.Sweep = DefaultGrantSweep
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	g := &Grants{nc: nc, verdicts: verdicts, cfg: cfg, log: cfg.Log}
+	var err error
+	g.records, err = retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: wire.GrantsBucket, Description: "Grants gated issued, by <tenant>.<proposal id>: issued, used or expired.",
+			History: 1, TTL: cfg.TTL, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating bucket %s: %w", wire.GrantsBucket, err)
+	}
+	g.keys, err = retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: GrantKeysBucket, Description: "The grant key set every gated publishes into.",
+			History: 1, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating bucket %s: %w", GrantKeysBucket, err)
+	}
+	g.ring.Store(cfg.Ring)
+	return g, nil
+}
+
+// Ring returns the key ring that signs now.
+func (g *Grants) Ring() *grant.Ring { return g.ring.Load() }
+
+// SetRing publishes the public keys of r into the shared key set, then
+// makes r the ring that signs: no grant of r's is issued before every
+// verifier can find its key.
+func (g *Grants) SetRing(ctx context.Context, r *grant.Ring) error {
+	if err := g.publishKeys(ctx, r); err != nil {
+		return err
+	}
+	g.ring.Store(r)
+	return nil
+}
+
+// publishKeys merges r's public keys into the shared key set by
+// compare-and-set, dropping keys no live grant can need.
+func (g *Grants) publishKeys(ctx context.Context, r *grant.Ring) error {
+	for range 10 {
+		now := g.cfg.Now()
+		cur, rev, err := g.loadKeys(ctx)
+		if err != nil {
+			return err
+		}
+		merged := grant.Merge(now, cur, r.Public(now))
+		data, err := json.Marshal(merged)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = g.keys.Create(ctx, grantKeysKey, data)
+		} else {
+			_, err = g.keys.Update(ctx, grantKeysKey, data, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return fmt.Errorf("publishing the grant keys: %w", err)
+		}
+	}
+	return fmt.Errorf("publishing the grant keys: too many concurrent updates")
+}
+
+// loadKeys reads the shared key set and its revision (0: none yet).
+func (g *Grants) loadKeys(ctx context.Context) (grant.KeySet, uint64, error) {
+	e, err := g.keys.Get(ctx, grantKeysKey)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return grant.KeySet{Keys: []grant.Key{}}, 0, nil
+	}
+	if err != nil {
+		return grant.KeySet{}, 0, fmt.Errorf("reading the grant keys: %w", err)
+	}
+	ks, err := grant.ParseKeySet(e.Value())
+	if err != nil {
+		return grant.KeySet{}, 0, fmt.Errorf("reading the grant keys from %s: %w", GrantKeysBucket, err)
+	}
+	return ks, e.Revision(), nil
+}
+
+// KeySet is the key set gated publishes: every gated's keys, less those
+// no live grant can need.
+func (g *Grants) KeySet(ctx context.Context) (grant.KeySet, error) {
+	ks, _, err := g.loadKeys(ctx)
+	if err != nil {
+		return grant.KeySet{}, err
+	}
+	return grant.Merge(g.cfg.Now(), ks, g.Ring().Public(g.cfg.Now())), nil
+}
+
+// Start publishes the keys, serves gated.grants.keys and
+// gated.grants.<tenant>.use, and starts the expiry sweep.
+func (g *Grants) Start(ctx context.Context) error {
+	if err := g.publishKeys(ctx, g.Ring()); err != nil {
+		return err
+	}
+	keys, err := g.nc.QueueSubscribe(wire.GrantKeysSubject, "gated", g.serveKeys)
+	if err != nil {
+		return fmt.Errorf("serving %s: %w", wire.GrantKeysSubject, err)
+	}
+	use, err := g.nc.QueueSubscribe(wire.GrantUseSubjects, "gated", g.serveUse)
+	if err != nil {
+		_ = keys.Unsubscribe()
+		return fmt.Errorf("serving %s: %w", wire.GrantUseSubjects, err)
+	}
+	g.subs = []*nats.Subscription{keys, use}
+	sctx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	g.wg.Go(func() { g.sweepLoop(sctx) })
+	return nil
+}
+
+// Stop ends the endpoints and the sweep.
+func (g *Grants) Stop() {
+	for _, s := range g.subs {
+		_ = s.Drain()
+	}
+	if g.cancel != nil {
+		g.cancel()
+	}
+	g.wg.Wait()
+}
+
+func (g *Grants) serveKeys(msg *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ks, err := g.KeySet(ctx)
+	if err != nil {
+		g.log.Warn("answering a grant key request", zap.Error(err))
+		return // no answer: the requester times out rather than read a wrong set
+	}
+	data, _ := json.Marshal(ks)
+	_ = msg.Respond(data)
+}
+
+func (g *Grants) serveUse(msg *nats.Msg) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tenant := strings.TrimSuffix(strings.TrimPrefix(msg.Subject, wire.GrantSubjectPrefix), ".use")
+	reply := g.use(ctx, tenant, msg.Data)
+	data, _ := json.Marshal(reply)
+	if err := msg.Respond(data); err != nil {
+		g.log.Debug("answering a grant use", zap.Error(err))
+	}
+}
+
+// use decodes and applies one use request of tenant's.
+func (g *Grants) use(ctx context.Context, tenant string, body []byte) GrantUseReply {
+	if !engine.ValidTenant(tenant) {
+		return g.refuse(ctx, engine.UnknownTenant, "", "", "the subject's tenant token is not a tenant")
+	}
+	var req GrantUse
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	switch {
+	case len(body) > maxGrantUse:
+		return g.refuse(ctx, tenant, "", "", fmt.Sprintf("request is larger than %d bytes", maxGrantUse))
+	case dec.Decode(&req) != nil || dec.More():
+		return g.refuse(ctx, tenant, "", "", `request is not {"grant": "<token>", "by": "<who>"}`)
+	case req.Grant == "":
+		return g.refuse(ctx, tenant, "", "", "request names no grant")
+	case len(req.By) > 256:
+		return g.refuse(ctx, tenant, "", "", "by is longer than 256 bytes")
+	}
+	return g.Use(ctx, tenant, req.Grant, req.By)
+}
+
+// Use uses the grant token for tenant, once: it verifies the token under
+// the published key set, checks the grant is tenant's, and moves its
+// record from issued to used by compare-and-set, so that of two uses
+// exactly one succeeds. Every use and refusal is audited (grant.used,
+// grant.refused).
+func (g *Grants) Use(ctx context.Context, tenant, token, by string) GrantUseReply {
+	ks, err := g.KeySet(ctx)
+	if err != nil {
+		return g.refuse(ctx, tenant, "", "", "the grant keys cannot be read: "+err.Error())
+	}
+	now := g.cfg.Now()
+	c, err := grant.VerifyToken(token, ks, now)
+	if err != nil {
+		return g.refuse(ctx, tenant, "", "", err.Error())
+	}
+	if c.Tenant != tenant {
+		return g.refuse(ctx, tenant, c.GID, c.ProposalID, fmt.Sprintf("grant refused: tenant %q is not the subject's tenant", c.Tenant))
+	}
+	key := c.Tenant + "." + c.ProposalID
+	for range 5 {
+		rec, rev, err := g.record(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			// The verdict may have been handed out before its record was
+			// written (the review service answers from the store): the
+			// stored verdict decides whether the grant is gated's.
+			if rec, err = g.recordFromVerdict(ctx, c, token); err != nil {
+				return g.refuse(ctx, tenant, c.GID, c.ProposalID, "unknown grant")
+			}
+			continue
+		}
+		if err != nil {
+			return g.refuse(ctx, tenant, c.GID, c.ProposalID, "the grant record cannot be read: "+err.Error())
+		}
+		switch {
+		case rec.GID != c.GID:
+			return g.refuse(ctx, tenant, c.GID, c.ProposalID, "unknown grant")
+		case rec.State == GrantUsed:
+			at := ""
+			if rec.UsedAt != nil {
+				at = rec.UsedAt.UTC().Format(time.RFC3339)
+			}
+			return g.refuse(ctx, tenant, c.GID, c.ProposalID, fmt.Sprintf("already used at %s by %s", at, rec.UsedBy))
+		case rec.State == GrantExpired:
+			return g.refuse(ctx, tenant, c.GID, c.ProposalID, "expired")
+		}
+		at := now.UTC()
+		rec.State, rec.UsedAt, rec.UsedBy = GrantUsed, &at, by
+		data, err := json.Marshal(rec)
+		if err != nil {
+			return g.refuse(ctx, tenant, c.GID, c.ProposalID, err.Error())
+		}
+		if _, err := g.records.Update(ctx, key, data, rev); err != nil {
+			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				continue // another use or the sweep changed it: read again
+			}
+			return g.refuse(ctx, tenant, c.GID, c.ProposalID, "the grant record cannot be updated: "+err.Error())
+		}
+		if err := g.audit(ctx, tenant, c.ProposalID, engine.EventGrantUsed, map[string]any{
+			"gid": c.GID, "tenant": c.Tenant, "proposal_id": c.ProposalID, "action": c.Action, "by": by,
+		}); err != nil {
+			g.log.Error("auditing a grant use", zap.String("key", key), zap.Error(err))
+		}
+		return GrantUseReply{OK: true, GID: c.GID}
+	}
+	return g.refuse(ctx, tenant, c.GID, c.ProposalID, "the grant record kept changing; try again")
+}
+
+// recordFromVerdict writes the record of c, issued, when the stored
+// verdict of its proposal carries exactly token.
+func (g *Grants) recordFromVerdict(ctx context.Context, c grant.Claims, token string) (GrantRecord, error) {
+	e, err := g.verdicts.Get(ctx, c.Tenant+"."+c.ProposalID)
+	if err != nil {
+		return GrantRecord{}, err
+	}
+	var v struct {
+		Grant string `json:"grant"`
+	}
+	if err := json.Unmarshal(e.Value(), &v); err != nil || v.Grant != token {
+		return GrantRecord{}, errors.New("the stored verdict does not carry this grant")
+	}
+	rec := GrantRecord{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, State: GrantIssued}
+	data, _ := json.Marshal(rec)
+	if _, err := g.records.Create(ctx, c.Tenant+"."+c.ProposalID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return GrantRecord{}, err
+	}
+	return rec, nil
+}
+
+func (g *Grants) record(ctx context.Context, key string) (GrantRecord, uint64, error) {
+	e, err := g.records.Get(ctx, key)
+	if err != nil {
+		return GrantRecord{}, 0, err
+	}
+	var rec GrantRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return GrantRecord{}, 0, fmt.Errorf("grant record %s is malformed: %w", key, err)
+	}
+	return rec, e.Revision(), nil
+}
+
+// refuse audits a refused use and returns the refusal.
+func (g *Grants) refuse(ctx context.Context, tenant, gid, id, reason string) GrantUseReply {
+	data := map[string]any{"reason": reason}
+	if gid != "" {
+		data["gid"] = gid
+	}
+	if err := g.audit(ctx, tenant, id, engine.EventGrantRefused, data); err != nil {
+		g.log.Error("auditing a refused grant use", zap.String("tenant", tenant), zap.Error(err))
+	}
+	return GrantUseReply{Error: reason}
+}
+
+func (g *Grants) audit(ctx context.Context, tenant, id, event string, data any) error {
+	body, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	_, err = g.cfg.Trails().Seal(ctx, engine.AuditEvent{
+		V: engine.SchemaVersion, Event: event, Tenant: tenant, ProposalID: id, At: g.cfg.Now().UTC(), Data: body,
+	})
+	return err
+}
+
+// Record writes the record of the grant v carries, if any, as issued. It
+// runs before the verdict is published and the proposal acknowledged, so
+// a crash before it leaves the proposal to be redelivered and answered
+// with the stored verdict, whose grant it records then: the record is
+// always the stored verdict's grant. Recording the same grant again is a
+// no-op.
+func (g *Grants) Record(ctx context.Context, v *engine.Verdict) error {
+	if v.Grant == "" {
+		return nil
+	}
+	ks, err := g.KeySet(ctx)
+	if err != nil {
+		return err
+	}
+	c, err := grant.Decode(v.Grant, ks)
+	if err != nil {
+		return fmt.Errorf("reading the grant of %s.%s: %w", v.Tenant, v.ProposalID, err)
+	}
+	key := v.Tenant + "." + v.ProposalID
+	rec := GrantRecord{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, State: GrantIssued}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = g.records.Create(ctx, key, data)
+	if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
+		if err != nil {
+			return fmt.Errorf("recording the grant of %s: %w", key, err)
+		}
+		return nil
+	}
+	old, rev, err := g.record(ctx, key)
+	if err != nil {
+		return fmt.Errorf("recording the grant of %s: %w", key, err)
+	}
+	if old.GID == c.GID {
+		return nil
+	}
+	// A verdict stored under a reused id after the old one's TTL: its
+	// grant replaces the old record.
+	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
+		return fmt.Errorf("recording the grant of %s: %w", key, err)
+	}
+	return nil
+}
+
+func (g *Grants) sweepLoop(ctx context.Context) {
+	t := time.NewTicker(g.cfg.Sweep)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := g.publishKeys(ctx, g.Ring()); err != nil && ctx.Err() == nil {
+			g.log.Warn("republishing the grant keys", zap.Error(err))
+		}
+		if _, err := g.Sweep(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("sweeping expired grants", zap.Error(err))
+		}
+	}
+}
+
+// Sweep marks every grant still issued past its exp as expired, by
+// compare-and-set (of several gated sweeping, one marks each), audits
+// grant.expired for each, and returns how many it marked.
+func (g *Grants) Sweep(ctx context.Context) (int, error) {
+	lister, err := g.records.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("listing grants: %w", err)
+	}
+	defer func() { _ = lister.Stop() }()
+	n := 0
+	for key := range lister.Keys() {
+		rec, rev, err := g.record(ctx, key)
+		if err != nil || rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {
+			continue
+		}
+		rec.State = GrantExpired
+		data, err := json.Marshal(rec)
+		if err != nil {
+			continue
+		}
+		if _, err := g.records.Update(ctx, key, data, rev); err != nil {
+			continue // used or expired meanwhile
+		}
+		n++
+		if err := g.audit(ctx, rec.Tenant, rec.ProposalID, engine.EventGrantExpired, map[string]any{
+			"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
+		}); err != nil {
+			return n, fmt.Errorf("auditing an expired grant: %w", err)
+		}
+	}
+	return n, ctx.Err()
+}

@@ -1,0 +1,418 @@
+package bus_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.uber.org/zap/zaptest"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/store"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
+	"github.com/gated/gated/engine/wire"
+)
+
+// grantedFleet starts gated with grants (5-minute grants) and a fleet
+// client of it.
+func grantedFleet(t *testing.T) (*bustest.Gated, *fleet.Client) {
+	t.Helper()
+	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, nil)
+	c, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, c
+}
+
+// approve proposes the read action id and returns its approved verdict.
+func approve(t *testing.T, c *fleet.Client, id string) (*engine.Verdict, []byte) {
+	t.Helper()
+	data := bustest.Proposal(id, "read", "host_list_services", "")
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	v, err := c.ProposeRaw(ctx, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+		t.Fatalf("verdict %s with grant %q: %s", v.Outcome, v.Grant, v.Reason)
+	}
+	return v, data
+}
+
+func useGrant(t *testing.T, g *bustest.Gated, tenant string, body any) bus.GrantUseReply {
+	t.Helper()
+	data, ok := body.([]byte)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg, err := g.NC.Request(wire.GrantUseSubject(tenant), data, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reply bus.GrantUseReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		t.Fatalf("use reply %s: %v", msg.Data, err)
+	}
+	return reply
+}
+
+func publishedKeys(t *testing.T, g *bustest.Gated) grant.KeySet {
+	t.Helper()
+	msg, err := g.NC.Request(wire.GrantKeysSubject, nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks, err := grant.ParseKeySet(msg.Data)
+	if err != nil {
+		t.Fatalf("the published key set %s: %v", msg.Data, err)
+	}
+	return ks
+}
+
+func grantRecord(t *testing.T, g *bustest.Gated, key string) bus.GrantRecord {
+	t.Helper()
+	kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := kv.Get(t.Context(), key)
+	if err != nil {
+		t.Fatalf("grant record %s: %v", key, err)
+	}
+	var rec bus.GrantRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		t.Fatal(err)
+	}
+	return rec
+}
+
+func countEvents(events []string, name string) int {
+	n := 0
+	for _, e := range events {
+		if e == name {
+			n++
+		}
+	}
+	return n
+}
+
+// TestGrantUsedOnce: an approved verdict's grant verifies under the
+// published keys against what the proposal asked, is recorded issued
+// before the verdict is out, is used once, and a second use is refused
+// naming the first, both audited.
+func TestGrantUsedOnce(t *testing.T) {
+	g, c := grantedFleet(t)
+	v, data := approve(t, c, "p-once")
+	if _, err := grant.Verify(v.Grant, publishedKeys(t, g), time.Now(), grant.Expect{
+		Tenant: "acme", ProposalID: "p-once", ProposalSHA256: grant.ProposalSHA256(data), Action: "host_list_services",
+		Target: []byte(`{"service":"nginx"}`),
+	}); err != nil {
+		t.Fatalf("the grant does not verify under the published keys: %v", err)
+	}
+	if rec := grantRecord(t, g, "acme.p-once"); rec.State != bus.GrantIssued {
+		t.Fatalf("record %+v, want issued", rec)
+	}
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "agent-1"}); !r.OK || r.GID == "" {
+		t.Fatalf("first use refused: %+v", r)
+	}
+	r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "agent-2"})
+	if r.OK || !strings.Contains(r.Error, "already used at") || !strings.Contains(r.Error, "by agent-1") {
+		t.Fatalf("second use: %+v, want a refusal naming the first use", r)
+	}
+	if rec := grantRecord(t, g, "acme.p-once"); rec.State != bus.GrantUsed || rec.UsedBy != "agent-1" || rec.UsedAt == nil {
+		t.Errorf("record %+v, want used by agent-1", rec)
+	}
+	// The replay of the proposal answers the stored verdict's grant.
+	again, _ := approve(t, c, "p-once")
+	if again.Grant != v.Grant {
+		t.Error("a replayed verdict carries another grant")
+	}
+	events := waitEvents(t, g, "p-once", engine.EventGrantRefused)
+	for _, want := range []string{engine.EventGrantIssued, engine.EventGrantUsed, engine.EventGrantRefused} {
+		if countEvents(events, want) != 1 {
+			t.Errorf("audit %v: want one %s", events, want)
+		}
+	}
+}
+
+// waitEvents returns the audit events of proposal id once name is among
+// them (audit writes are asynchronous to the reply).
+func waitEvents(t *testing.T, g *bustest.Gated, id, name string) []string {
+	t.Helper()
+	var events []string
+	for range 100 {
+		events = bustest.AuditEvents(t, g.Resources.Audit, "acme", id)
+		if countEvents(events, name) > 0 {
+			return events
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return events
+}
+
+// TestGrantUseRace: of many uses of one grant at once, through the
+// endpoint and straight at two gated's Grants on the same bucket, exactly
+// one is ok.
+func TestGrantUseRace(t *testing.T) {
+	g, c := grantedFleet(t)
+	second, err := bus.NewGrants(t.Context(), g.NC, g.JS, g.Resources.Verdicts, bus.GrantsConfig{
+		Ring: g.Grants.Ring(), Trails: g.Audit.Trail, Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := second.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(second.Stop)
+	for _, via := range []string{"endpoint", "direct"} {
+		t.Run(via, func(t *testing.T) {
+			v, _ := approve(t, c, "p-race-"+via)
+			const n = 16
+			var (
+				wg  sync.WaitGroup
+				oks atomic.Int32
+			)
+			start := make(chan struct{})
+			for i := range n {
+				wg.Go(func() {
+					<-start
+					by := fmt.Sprintf("racer-%d", i)
+					var r bus.GrantUseReply
+					if via == "direct" {
+						gr := g.Grants
+						if i%2 == 1 {
+							gr = second
+						}
+						r = gr.Use(t.Context(), "acme", v.Grant, by)
+					} else {
+						body, _ := json.Marshal(bus.GrantUse{Grant: v.Grant, By: by})
+						msg, err := g.NC.Request(wire.GrantUseSubject("acme"), body, 10*time.Second)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if err := json.Unmarshal(msg.Data, &r); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+					if r.OK {
+						oks.Add(1)
+					} else if !strings.Contains(r.Error, "already used") {
+						t.Errorf("a losing use was refused for %q, want already used", r.Error)
+					}
+				})
+			}
+			close(start)
+			wg.Wait()
+			if got := oks.Load(); got != 1 {
+				t.Fatalf("%d of %d concurrent uses succeeded, want exactly 1", got, n)
+			}
+		})
+	}
+}
+
+// TestGrantUseRefusals: bad uses are refused with a reason, audited, and
+// leave the grant usable.
+func TestGrantUseRefusals(t *testing.T) {
+	g, c := grantedFleet(t)
+	v, data := approve(t, c, "p-bad")
+	parts := strings.Split(v.Grant, ".")
+	forged := parts[0] + "." + parts[1] + "." + strings.Repeat("A", len(parts[2]))
+	unknown, _, err := g.Grants.Ring().Issue(grant.Claims{Tenant: "acme", ProposalID: "never-decided",
+		ProposalSHA256: grant.ProposalSHA256(data), Action: "host_list_services", TargetSHA256: strings.Repeat("0", 64)}, time.Now(), 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		note, tenant string
+		body         any
+		want         string
+	}{
+		{"another tenant's subject", "globex", bus.GrantUse{Grant: v.Grant, By: "x"}, "tenant"},
+		{"forged signature", "acme", bus.GrantUse{Grant: forged, By: "x"}, "signature"},
+		{"not a token", "acme", bus.GrantUse{Grant: "grant", By: "x"}, "format"},
+		{"a grant gated never recorded", "acme", bus.GrantUse{Grant: unknown, By: "x"}, "unknown grant"},
+		{"not JSON", "acme", []byte("use it"), "request is not"},
+		{"unknown member", "acme", []byte(`{"grant":"x","by":"y","force":true}`), "request is not"},
+		{"no grant", "acme", bus.GrantUse{By: "x"}, "names no grant"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			r := useGrant(t, g, tc.tenant, tc.body)
+			if r.OK || !strings.Contains(r.Error, tc.want) {
+				t.Fatalf("reply %+v, want a refusal containing %q", r, tc.want)
+			}
+		})
+	}
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "agent"}); !r.OK {
+		t.Fatalf("the grant was spoiled by refused uses: %+v", r)
+	}
+	// The refusal that names the grant is audited under the tenant that
+	// asked, with the grant's proposal.
+	var events []string
+	for range 100 {
+		if events = bustest.AuditEvents(t, g.Resources.Audit, "globex", "p-bad"); len(events) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if countEvents(events, engine.EventGrantRefused) != 1 {
+		t.Errorf("audit of globex: %v, want one grant.refused", events)
+	}
+}
+
+// TestGrantExpiresUnused: a grant still issued past its exp is marked
+// expired by the sweep, audited, and its use refused as expired; a used
+// grant is left alone.
+func TestGrantExpiresUnused(t *testing.T) {
+	g, c := grantedFleet(t)
+	unused, _ := approve(t, c, "p-unused")
+	used, _ := approve(t, c, "p-used")
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: used.Grant, By: "agent"}); !r.OK {
+		t.Fatal(r.Error)
+	}
+	// A second gated on the same buckets whose clock is past the grants'
+	// expiry sweeps them.
+	later := func() time.Time { return time.Now().Add(6 * time.Minute) }
+	sweeper, err := bus.NewGrants(t.Context(), g.NC, g.JS, g.Resources.Verdicts, bus.GrantsConfig{
+		Ring: g.Grants.Ring(), Trails: g.Audit.Trail, Now: later, Log: zaptest.NewLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := sweeper.Sweep(t.Context())
+	if err != nil || n != 1 {
+		t.Fatalf("swept %d, %v; want the one unused grant", n, err)
+	}
+	if rec := grantRecord(t, g, "acme.p-unused"); rec.State != bus.GrantExpired {
+		t.Errorf("unused grant %+v, want expired", rec)
+	}
+	if rec := grantRecord(t, g, "acme.p-used"); rec.State != bus.GrantUsed {
+		t.Errorf("used grant %+v, want used", rec)
+	}
+	if n, err := sweeper.Sweep(t.Context()); err != nil || n != 0 {
+		t.Errorf("second sweep marked %d, %v", n, err)
+	}
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: unused.Grant, By: "late"}); r.OK || r.Error != "expired" {
+		t.Errorf("use of an expired grant: %+v", r)
+	}
+	if events := waitEvents(t, g, "p-unused", engine.EventGrantExpired); countEvents(events, engine.EventGrantExpired) != 1 {
+		t.Errorf("audit %v: want one grant.expired", events)
+	}
+}
+
+// TestGrantRecordLost: a grant whose record was never written (the
+// verdict went out before it) is still used once, on the stored verdict's
+// word; a token the stored verdict does not carry is not.
+func TestGrantRecordLost(t *testing.T) {
+	g, c := grantedFleet(t)
+	v, _ := approve(t, c, "p-lost")
+	kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Purge(t.Context(), "acme.p-lost"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kv.Get(t.Context(), "acme.p-lost"); err != jetstream.ErrKeyNotFound {
+		t.Fatalf("record still there: %v", err)
+	}
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "a"}); !r.OK {
+		t.Fatalf("use: %+v", r)
+	}
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "b"}); r.OK {
+		t.Fatal("second use of a grant whose record was lost succeeded")
+	}
+}
+
+// TestGrantCrashBeforePublish: when the grant's record or the verdict's
+// publication fails after the verdict was stored, the proposal is
+// redelivered and answered with the stored verdict: one grant, issued
+// once, recorded, and the one the fleet receives.
+func TestGrantCrashBeforePublish(t *testing.T) {
+	for _, failing := range []string{"record", "publish"} {
+		t.Run(failing, func(t *testing.T) {
+			s := bustest.Server(t)
+			nc, js := bustest.Connect(t, s)
+			res, err := bus.Setup(t.Context(), js, bus.Config{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			aud := bustest.AuditWriter(t, js, audit.Config{})
+			ring, err := grant.NewRing(time.Now().Add(-time.Minute), 5*time.Minute)
+			if err != nil {
+				t.Fatal(err)
+			}
+			grants, err := bus.NewGrants(t.Context(), nc, js, res.Verdicts, bus.GrantsConfig{Ring: ring, Trails: aud.Trail})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := grants.Start(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(grants.Stop)
+			eng := bustest.EngineWith(t, engine.Config{Policy: bustest.Policy(t), Router: bustest.NoPlugins{},
+				Store: store.New(res.Verdicts), Grants: engine.GrantIssuer{Ring: grants.Ring, TTL: 5 * time.Minute}})
+			w, err := bus.NewWorker(nc, js, res, eng, aud.Trail, bus.Config{}, zaptest.NewLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var failed atomic.Bool
+			w.RecordGrants(func(ctx context.Context, v *engine.Verdict) error {
+				if failing == "record" && failed.CompareAndSwap(false, true) {
+					return errors.New("crashed before the record")
+				}
+				return grants.Record(ctx, v)
+			})
+			bus.SetPublish(w, func(subject string, data []byte) error {
+				if failing == "publish" && failed.CompareAndSwap(false, true) {
+					return errors.New("crashed before publishing")
+				}
+				return nc.Publish(subject, data)
+			})
+			if err := w.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.Stop(5 * time.Second) })
+			c, err := fleet.NewClient(nc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, _ := approve(t, c, "p-crash")
+			if !failed.Load() {
+				t.Fatal("nothing failed")
+			}
+			g := &bustest.Gated{NC: nc, JS: js, Resources: res}
+			stored, err := store.New(res.Verdicts).Get(t.Context(), "acme", "p-crash")
+			if err != nil {
+				t.Fatal(err)
+			}
+			claims, err := grant.Decode(stored.Grant, ring.Public(time.Now()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v.Grant != stored.Grant || grantRecord(t, g, "acme.p-crash").GID != claims.GID {
+				t.Fatalf("the fleet's grant, the stored verdict's and the record's differ")
+			}
+			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); countEvents(events, engine.EventGrantIssued) != 1 {
+				t.Errorf("audit %v: want one grant.issued", events)
+			}
+		})
+	}
+}
