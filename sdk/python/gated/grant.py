@@ -560,6 +560,11 @@ def _split(token: object) -> _Token:
     return _Token((h64 + "." + p64).encode("ascii"), header, p64, sig)
 
 
+def _name(k: str) -> str:
+    """A member name from a token, fit for an error message."""
+    return k if k and k.isprintable() and len(k) <= 64 else json.dumps(k[:64])
+
+
 def _check_header(h: dict[str, Any]) -> str:
     alg = h.get("alg")
     if alg != ALG:
@@ -569,7 +574,7 @@ def _check_header(h: dict[str, Any]) -> str:
         raise GrantRefused("typ", f"is {typ!r}, not {TYP!r}")
     for k in h:
         if k not in HEADER_MEMBERS:
-            raise GrantRefused(k, f"is not allowed in the header (only alg, typ and kid; nothing is followed)")
+            raise GrantRefused(_name(k), "is not allowed in the header (only alg, typ and kid; nothing is followed)")
     kid = h.get("kid")
     if not isinstance(kid, str) or not kid:
         raise GrantRefused("kid", "is missing from the header" if kid is None else f"is {_kind(kid)}, not a key id")
@@ -607,7 +612,7 @@ def _decode_payload(p64: str, kid: str) -> Claims:
         raise GrantRefused("format", f"the payload is {_kind(p)}, not an object")
     for k in p:
         if k not in PAYLOAD_MEMBERS:
-            raise GrantRefused(k, "is not a member of a grant's payload")
+            raise GrantRefused(_name(k), "is not a member of a grant's payload")
     for k in PAYLOAD_MEMBERS:
         if k not in p:
             raise GrantRefused(k, "is missing from the payload")

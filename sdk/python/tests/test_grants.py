@@ -294,12 +294,10 @@ IDENTITY = Identity(tenant="acme", agent="ops-agent", session="s-1")
 RESTART_PROPOSAL = ToolGate(object(), IDENTITY).proposal("host_restart_service", "write", RESTART.describe(7))  # type: ignore[misc]
 
 
-def approval(grant: str = "", **changes: Any) -> gated.Verdict:
+def approval(grant: str = "") -> gated.Verdict:
     _, data = encode_proposal(RESTART_PROPOSAL)
-    v = dict(proposal_id="p-grant-1", tenant="acme", outcome="approved", approved=True,
-             action="host_restart_service", proposal_sha256=hashlib.sha256(data).hexdigest(), grant=grant)
-    v.update(changes)
-    return gated.Verdict(**v)
+    return gated.Verdict(proposal_id="p-grant-1", tenant="acme", outcome="approved", approved=True,
+                         action="host_restart_service", proposal_sha256=hashlib.sha256(data).hexdigest(), grant=grant)
 
 
 def gate_for(proposer: Any, **kw: Any) -> ToolGate:
