@@ -454,8 +454,12 @@ class Expected:
     tenant: str
     action: str
     target_sha256: str
+    """"" when the target could not be digested (see target_problem)."""
     proposal_id: str | None = None
     proposal_sha256: str | None = None
+    target_problem: str = ""
+    """Why the target is not I-JSON, when it is not: every grant is then
+    refused for its target_sha256."""
 
     @classmethod
     def of(
@@ -468,13 +472,14 @@ class Expected:
         proposal_sha256: str | None = None,
     ) -> Expected:
         """What is about to run: ``target`` as a JSON value or JSON text
-        (None for no target). Raises GrantRefused (member ``target``) for a
-        target that is not I-JSON."""
+        (None for no target). A target that is not I-JSON (a member twice,
+        a lone surrogate, a number beyond a double) cannot match any grant:
+        :func:`verify` refuses every grant for it, naming
+        ``target_sha256``."""
         try:
-            digest = target_sha256(target)
+            return cls(tenant, action, target_sha256(target), proposal_id, proposal_sha256)
         except ValueError as e:
-            raise GrantRefused("target", f"cannot be digested: {e}") from None
-        return cls(tenant, action, digest, proposal_id, proposal_sha256)
+            return cls(tenant, action, "", proposal_id, proposal_sha256, target_problem=str(e) or "not I-JSON")
 
     @classmethod
     def of_proposal(cls, data: bytes) -> Expected:
@@ -707,6 +712,8 @@ def _check_expected(c: Claims, e: Expected) -> None:
         raise GrantRefused("proposal_sha256", "does not match the proposal's bytes")
     if c.action != e.action:
         raise GrantRefused("action", f"{c.action!r} is not the action about to run ({e.action!r})")
+    if e.target_problem or not e.target_sha256:
+        raise GrantRefused("target_sha256", f"cannot be checked: the target is not I-JSON: {e.target_problem}")
     if c.target_sha256 != e.target_sha256:
         raise GrantRefused("target_sha256", "does not match the target")
 

@@ -216,6 +216,8 @@ def cases() -> list[dict[str, Any]]:
     invalid("exp - iat beyond the key's max_ttl_s", sign(ACTIVE, header(ACTIVE.kid), p), "max_ttl")
     p = claims("issued before its key was created", iat=NOW - 100, exp=NOW + 100)
     invalid("issued before its key was created", sign(FRESH, header(FRESH.kid), p), "iat")
+    p = claims("exp not after iat", iat=NOW + 10, exp=NOW + 10)
+    invalid("exp not after iat", sign(ACTIVE, header(ACTIVE.kid), p), "exp")
     p = claims("issued in the future", iat=NOW + 120, exp=NOW + 300)
     invalid("issued beyond the 60 s clock skew", sign(ACTIVE, header(ACTIVE.kid), p), "iat")
 
@@ -232,6 +234,12 @@ def cases() -> list[dict[str, Any]]:
             exp=expect(target_json='{"device_id":8,"service":"nginx","tags":["production"]}'))
     invalid("the same target with one more tag", tok, "target_sha256",
             exp=expect(target_json='{"device_id":7,"service":"nginx","tags":["production","eu"]}'))
+    invalid("a target with a member twice", tok, "target_sha256",
+            exp=expect(target_json='{"device_id":7,"device_id":8,"service":"nginx","tags":["production"]}'))
+    invalid("a target with a lone surrogate", tok, "target_sha256",
+            exp=expect(target_json='{"device_id":7,"service":"\\ud800","tags":["production"]}'))
+    invalid("a target with a number beyond a double", tok, "target_sha256",
+            exp=expect(target_json='{"device_id":1e400,"service":"nginx","tags":["production"]}'))
 
     # The payload's members and types.
     def bad_payload(name: str, member: str, **changes: Any) -> None:
@@ -254,6 +262,9 @@ def cases() -> list[dict[str, Any]]:
     p = claims("an unknown payload member")
     p["admin"] = True
     invalid("an unknown payload member", sign(ACTIVE, header(ACTIVE.kid), p), "admin")
+    p = claims("a payload member twice")
+    twice = compact(p)[:-1] + ',"tenant":"globex"}'
+    invalid("a payload member twice", sign(ACTIVE, header(ACTIVE.kid), twice), "format")
     p = claims("a missing payload member")
     del p["target_sha256"]
     invalid("target_sha256 missing", sign(ACTIVE, header(ACTIVE.kid), p), "target_sha256")

@@ -4,6 +4,7 @@ order (verify, use, started, run, succeeded or failed)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
@@ -125,6 +126,7 @@ def test_es6_numbers(bits: int, text: str) -> None:
 
 
 def test_jcs_refuses_what_is_not_i_json() -> None:
+    case = next(c for c in GRANTS["grants"] if c["valid"])
     for name, v in [
         ("NaN", math.nan),
         ("infinity", [math.inf]),
@@ -133,14 +135,26 @@ def test_jcs_refuses_what_is_not_i_json() -> None:
         ("a number beyond a double", [10**400]),
         ("a key that is not a string", {1: 2}),
         ("a set", {1, 2}),
+        ("a member twice", '{"a":1,"a":2}'),
+        ("JSON text with an escaped lone surrogate", '{"a":"\\udc00"}'),
+        ("JSON text with 1e400", "[1e400]"),
     ]:
+        if not isinstance(v, str):
+            with pytest.raises(ValueError):
+                canonical_json(v)
         with pytest.raises(ValueError):
-            canonical_json(v)
-        with pytest.raises(GrantRefused) as e:
-            Expected.of(tenant="acme", action="x", target=v)
-        assert e.value.member == "target", name
-    with pytest.raises(GrantRefused, match="twice"):
-        Expected.of(tenant="acme", action="x", target='{"a":1,"a":2}')
+            target_sha256(v)
+        # No grant matches such a target, whatever the grant holds.
+        e = expected(case["expect"])
+        bad = Expected(e.tenant, e.action, "", e.proposal_id, e.proposal_sha256)
+        assert Expected.of(tenant="acme", action="x", target=v).target_problem, name
+        with pytest.raises(GrantRefused) as err:
+            verify(case["token"], KEYSETS[case["keyset"]], case.get("now", GRANTS["now"]),
+                   Expected.of(tenant=e.tenant, action=e.action, proposal_id=e.proposal_id,
+                               proposal_sha256=e.proposal_sha256, target=v))
+        assert err.value.member == "target_sha256", name
+        with pytest.raises(GrantRefused):
+            verify(case["token"], KEYSETS[case["keyset"]], case.get("now", GRANTS["now"]), bad)
     # No target is digested as {}.
     assert target_sha256(None) == target_sha256({}) == target_sha256("{}") == target_sha256("null")
     assert target_sha256({}) == hashlib.sha256(b"{}").hexdigest()
@@ -200,27 +214,43 @@ def test_keyset_refuses_what_is_wrong() -> None:
     assert ks.to_dict() == GRANTS["keysets"]["main"]
 
 
-def valid_case(name_part: str) -> dict[str, Any]:
-    return next(c for c in GRANTS["grants"] if c["valid"] and name_part in c["name"])
+VALID = [c for c in GRANTS["grants"] if c["valid"]]
 
 
 def test_rotation_keeps_a_grant_until_it_expires() -> None:
     """A retired key's grant issued before the retirement verifies at every
-    second until its exp, and at none after; the same key's signature made
-    after the retirement never verifies."""
-    case = valid_case("retired key")
-    keys, e = KEYSETS["main"], expected(case["expect"])
-    exp = case["claims"]["exp"]
-    for now in range(GRANTS["now"], exp):
-        assert verify(case["token"], keys, now, e).exp == exp
-    for now in (exp, exp + 1, exp + 3600):
-        with pytest.raises(GrantRefused, match="exp"):
-            verify(case["token"], keys, now, e)
+    second until its exp, and at none after."""
+    retired = [c for c in VALID if (k := KEYSETS[c["keyset"]].get(header_kid(c["token"]))) and k.retired_at is not None]
+    assert retired, "the vectors hold a retired key's valid grant"
+    for case in retired:
+        keys, e = KEYSETS[case["keyset"]], expected(case["expect"])
+        exp = case["claims"]["exp"]
+        for now in range(case.get("now", GRANTS["now"]), exp):
+            assert verify(case["token"], keys, now, e).exp == exp
+        for now in (exp, exp + 1, exp + 3600):
+            with pytest.raises(GrantRefused, match="exp"):
+                verify(case["token"], keys, now, e)
+
+
+def test_a_retired_key_signs_nothing_after_its_retirement() -> None:
+    """Whoever holds a retired key's seed cannot make a grant that verifies
+    after the retirement, at any now."""
+    for name, ks in KEYSETS.items():
+        for key in ks.keys:
+            if key.retired_at is None or key.kid not in GRANTS["seeds"]:
+                continue
+            for iat in (key.retired_at, key.retired_at + 1):
+                token = sign_grant(key.kid, iat=iat, exp=iat + 60)
+                for now in (iat, iat + 30):
+                    with pytest.raises(GrantRefused) as e:
+                        verify(token, ks, now, EXPECT)
+                    assert e.value.member == "retired", f"{name} {key.kid} at {now}: {e.value}"
 
 
 def test_header_kid_reads_only_a_sound_header() -> None:
-    case = valid_case("reviewer")
-    assert header_kid(case["token"]) == verify(case["token"], KEYSETS["main"], GRANTS["now"], expected(case["expect"])).kid
+    for case in VALID:
+        claims = verify(case["token"], KEYSETS[case["keyset"]], case.get("now", GRANTS["now"]), expected(case["expect"]))
+        assert header_kid(case["token"]) == claims.kid
     for c in GRANTS["grants"]:
         if not c["valid"] and c["error_member"] in ("alg", "typ", "jwk", "crit"):
             with pytest.raises(GrantRefused):
@@ -266,6 +296,8 @@ class Approver:
     gated. It stands in for the client's network, not for the verifier."""
 
     def __init__(self, verdict: gated.Verdict, *, use_error: str = "") -> None:
+        """Answer every proposal with verdict; refuse every use with
+        use_error when it is set."""
         self.verdict = verdict
         self.use_error = use_error
         self.calls: list[tuple[str, ...]] = []
@@ -294,10 +326,47 @@ IDENTITY = Identity(tenant="acme", agent="ops-agent", session="s-1")
 RESTART_PROPOSAL = ToolGate(object(), IDENTITY).proposal("host_restart_service", "write", RESTART.describe(7))  # type: ignore[misc]
 
 
+_, RESTART_BYTES = encode_proposal(RESTART_PROPOSAL)
+EXPECT = Expected.of_proposal(RESTART_BYTES)
+NOW = GRANTS["now"]
+
+
+def _active_kid(keyset: str = "main") -> str:
+    """A key of the vectors that is active at their now and whose test seed
+    they publish."""
+    return next(k.kid for k in KEYSETS[keyset].keys
+                if k.retired_at is None and k.created_at <= NOW - 400 and k.kid in GRANTS["seeds"])
+
+
+def _stranger_kid() -> str:
+    """A test key no key set of the vectors holds."""
+    held = {k.kid for ks in KEYSETS.values() for k in ks.keys}
+    return next(kid for kid in GRANTS["seeds"] if kid not in held)
+
+
+def sign_grant(kid: str | None = None, **changes: Any) -> str:
+    """A grant for RESTART_PROPOSAL, signed with a test seed of the vectors."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    kid = kid or _active_kid()
+    claims: dict[str, Any] = {
+        "v": 1, "gid": b64url(hashlib.sha256(json.dumps(changes, sort_keys=True).encode()).digest()[:16]),
+        "iss": "gated", "tenant": EXPECT.tenant, "proposal_id": EXPECT.proposal_id,
+        "proposal_sha256": EXPECT.proposal_sha256, "action": EXPECT.action, "target_sha256": EXPECT.target_sha256,
+        "policy_revision": "rev-1",
+        "reviewers": [{"plugin": "sop", "plugin_version": "1.0.0", "persona": "reviewer", "model": ""}],
+        "iat": NOW - 10, "exp": NOW + 200,
+    }
+    claims.update(changes)
+    h = b64url(json.dumps({"alg": "EdDSA", "typ": "gated-grant+jwt", "kid": kid}).encode())
+    p = b64url(json.dumps(claims).encode())
+    seed = _b64d(GRANTS["seeds"][kid])
+    return f"{h}.{p}." + b64url(Ed25519PrivateKey.from_private_bytes(seed).sign(f"{h}.{p}".encode()))
+
+
 def approval(grant: str = "") -> gated.Verdict:
-    _, data = encode_proposal(RESTART_PROPOSAL)
-    return gated.Verdict(proposal_id="p-grant-1", tenant="acme", outcome="approved", approved=True,
-                         action="host_restart_service", proposal_sha256=hashlib.sha256(data).hexdigest(), grant=grant)
+    return gated.Verdict(proposal_id=EXPECT.proposal_id or "", tenant="acme", outcome="approved", approved=True,
+                         action="host_restart_service", proposal_sha256=EXPECT.proposal_sha256 or "", grant=grant)
 
 
 def gate_for(proposer: Any, **kw: Any) -> ToolGate:
@@ -326,20 +395,12 @@ async def test_an_approval_without_a_grant_does_not_run() -> None:
     assert runs == [7] and p.calls == []
 
 
-def token_for(name_part: str) -> str:
-    return str(valid_case(name_part)["token"])
-
-
 async def test_the_gate_verifies_uses_and_reports() -> None:
-    """The vectors' proposal, proposed through the gate, carries its grant:
-    the tool runs once, after verify, use and started, and succeeded or
+    """The tool runs once, after verify, use and started; succeeded or
     failed follows."""
     runs: list[int] = []
-    _, data = encode_proposal(RESTART_PROPOSAL)
-    # The generator's proposal is this one: same bytes, same digest.
-    assert hashlib.sha256(data).hexdigest() == valid_case("reviewer")["expect"]["proposal_sha256"]
-
-    p = Approver(approval(token_for("a reviewer's approval")))
+    assert verify(sign_grant(), KEYSETS["main"], NOW, EXPECT).tenant == "acme"
+    p = Approver(approval(sign_grant()))
     gate = gate_for(p)
 
     @gate.guard(RESTART)
@@ -353,7 +414,7 @@ async def test_the_gate_verifies_uses_and_reports() -> None:
     assert p.calls == [("verify",), ("use", "acme", "ops-agent s-1"), ("report", "started", ""),
                        ("report", "succeeded", "")]
 
-    p = Approver(approval(token_for("a reviewer's approval")))
+    p = Approver(approval(sign_grant()))
     gate = gate_for(p)
 
     @gate.guard(RESTART)
@@ -361,28 +422,34 @@ async def test_the_gate_verifies_uses_and_reports() -> None:
         raise RuntimeError("systemctl: unit nginx.service not found")
 
     with pytest.raises(RuntimeError):
-        await __import__("asyncio").to_thread(broken, 7)
+        await asyncio.to_thread(broken, 7)
     assert p.calls[-1] == ("report", "failed", "RuntimeError: systemctl: unit nginx.service not found")
 
-    p = Approver(approval(token_for("a reviewer's approval")))
+    p = Approver(approval(sign_grant()))
     async with gate_for(p).authorized("host_restart_service", "write", RESTART.describe(7)) as v:  # type: ignore[misc]
         assert v is not None and v.grant
     assert [c[1] for c in p.calls if c[0] == "report"] == ["started", "succeeded"]
 
 
 async def test_the_gate_refuses_a_grant_that_does_not_fit() -> None:
-    """A grant for another proposal, target or action, an altered or
-    expired one, or one gated will not let be used: the tool does not run,
-    and nothing is reported as started."""
-    bad = {c["name"]: c["token"] for c in GRANTS["grants"] if not c["valid"]}
+    """A grant for another proposal, target or action, an altered, expired
+    or forged one, or one gated will not let be used: the tool does not
+    run, and nothing is reported as started."""
+    good = sign_grant()
+    h, body, sig = good.split(".")
+    altered = json.loads(_b64d(body))
+    altered["exp"] += 60
     runs: list[int] = []
     for name, token, use_error, member in [
-        ("another action's grant", token_for("policy-only"), "", "action"),
-        ("a grant of another target", token_for("JCS reorders"), "", "target_sha256"),
-        ("altered", bad["altered: the payload changed after signing"], "", "signature"),
-        ("expired", bad["expired"], "", "exp"),
-        ("forged", bad["forged: signed by a key gated never published"], "", "kid"),
-        ("used already", token_for("a reviewer's approval"), "already used at 2026-11-18T09:40:00Z by bot", "use"),
+        ("another action's grant", sign_grant(action="db_drop_table"), "", "action"),
+        ("another target's grant", sign_grant(target_sha256=target_sha256({"device_id": 8})), "", "target_sha256"),
+        ("another proposal's grant", sign_grant(proposal_id="p-other"), "", "proposal_id"),
+        ("same id, other bytes", sign_grant(proposal_sha256="0" * 64), "", "proposal_sha256"),
+        ("another tenant's grant", sign_grant(tenant="globex"), "", "tenant"),
+        ("altered", f"{h}.{b64url(json.dumps(altered).encode())}.{sig}", "", "signature"),
+        ("expired", sign_grant(iat=NOW - 400, exp=NOW - 100), "", "exp"),
+        ("forged", sign_grant(_stranger_kid()), "", "kid"),
+        ("used already", good, "already used at 2026-11-18T09:40:00Z by bot", "use"),
     ]:
         p = Approver(approval(token), use_error=use_error)
         gate = gate_for(p)
