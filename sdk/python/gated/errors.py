@@ -270,7 +270,10 @@ class GrantRefused(GatedError, ValueError):
     def __init__(self, member: str, problem: str) -> None:
         self.member = member
         self.problem = problem
-        super().__init__(f"grant refused: {member} {problem}")
+        if member == "format":
+            super().__init__(f"grant refused: bad format: {problem}")
+        else:
+            super().__init__(f"grant refused: {member} {problem}")
 
 
 class GrantUseRefused(GrantRefused):

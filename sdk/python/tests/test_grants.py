@@ -341,7 +341,7 @@ def _active_kid(keyset: str = "main") -> str:
 def _stranger_kid() -> str:
     """A test key no key set of the vectors holds."""
     held = {k.kid for ks in KEYSETS.values() for k in ks.keys}
-    return next(kid for kid in GRANTS["seeds"] if kid not in held)
+    return next(str(kid) for kid in GRANTS["seeds"] if kid not in held)
 
 
 def sign_grant(kid: str | None = None, **changes: Any) -> str:
