@@ -322,12 +322,13 @@ class ToolGate:
         if verdict is None or not verdict.grant:
             return
         status, text = "succeeded", ""
-        if error is not None:
-            status = "failed"
-            text = error if isinstance(error, str) else (f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
-        await self._grants().report_outcome(
-            verdict.tenant, verdict.proposal_id, gid_of(verdict.grant), status, text
-        )
+        if isinstance(error, str):
+            status, text = "failed", error
+        elif error is not None:
+            status, text = "failed", type(error).__name__
+            if str(error):
+                text += f": {error}"
+        await self._grants().report_outcome(verdict.tenant, verdict.proposal_id, gid_of(verdict.grant), status, text)
 
     async def _finish(self, verdict: Verdict | None, error: BaseException | None) -> None:
         """report, for a call that ran: a report that fails is logged, not

@@ -164,3 +164,30 @@ def test_es6_numbers_read_back(f: float) -> None:
     a = abs(f)
     assert ("e" in s) == (a != 0 and (a < 1e-6 or a >= 1e21))
     assert not math.isnan(float(s))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.sampled_from(VALID), st.integers(-(2**33), 2**33))
+def test_a_valid_grant_holds_exactly_from_iat_minus_skew_until_exp(case: dict[str, Any], delta: int) -> None:
+    """Time alone decides: a valid vector verifies at now exactly when
+    iat - 60 <= now < exp."""
+    c = case["claims"]
+    now = case.get("now", GRANTS["now"]) + delta
+    try:
+        verify(case["token"], KEYSETS[case["keyset"]], now, expected(case["expect"]))
+    except GrantRefused as e:
+        assert not (c["iat"] - 60 <= now < c["exp"]), str(e)
+        assert e.member in ("iat", "exp")
+        return
+    assert c["iat"] - 60 <= now < c["exp"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.binary(max_size=200), json_values.map(lambda v: json.dumps(v).encode())))
+def test_expected_of_proposal_only_refuses(data: bytes) -> None:
+    try:
+        e = Expected.of_proposal(data)
+    except GrantRefused as err:
+        assert err.member == "proposal"
+        return
+    assert isinstance(e.tenant, str) and isinstance(e.proposal_sha256, str)
