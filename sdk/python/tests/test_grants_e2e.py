@@ -127,7 +127,7 @@ async def test_a_failed_tool_reports_its_error(client: gated.Client) -> None:
     assert failed and "unit nginx.service not found" in failed[0]["error"]
 
 
-async def test_the_tool_side_helper(client: gated.Client, server: Gated, gated_bin: str, tmp_path: Path) -> None:
+async def test_the_tool_side_check(client: gated.Client, server: Gated, gated_bin: str, tmp_path: Path) -> None:
     """A service handed a grant checks it with the key set `gated grants
     keys` printed: a tampered grant is refused locally and by gated; the
     grant as issued is accepted once."""
