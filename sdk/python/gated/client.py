@@ -739,7 +739,7 @@ class Client:
     ) -> None:
         """Report what happened to a used grant's action: ``started``
         before it runs, ``succeeded`` or ``failed`` (with the error's text,
-        cut to 1 KiB) after. Published on JetStream on
+        cut to 1,024 characters) after. Published on JetStream on
         gated.outcomes.<tenant>.<proposal_id> with Nats-Msg-Id
         <tenant>.<proposal_id>.<status>, so a report sent twice counts once.
         gated audits it and the policy sees it. Raises PublishError when

@@ -463,3 +463,20 @@ async def test_the_gate_refuses_a_grant_that_does_not_fit() -> None:
         assert e.value.member == member, f"{name}: {e.value}"
         assert not any(c[0] == "report" for c in p.calls), name
     assert runs == []
+
+
+def test_a_verdict_carries_its_grant() -> None:
+    """The verdict's grant is read as a string; any other type makes the
+    message no verdict at all (a stored one a StoreError)."""
+    from gated.errors import StoreError
+    from gated.verdict import decode_stored_verdict, decode_verdict
+
+    doc = {"v": 1, "proposal_id": "p-1", "tenant": "acme", "outcome": "approved", "approved": True,
+           "proposal_sha256": "0" * 64}
+    assert decode_verdict(json.dumps(doc).encode()).grant == ""
+    assert decode_verdict(json.dumps(doc | {"grant": "a.b.c"}).encode()).grant == "a.b.c"
+    for bad in (5, ["a.b.c"], {"token": "a.b.c"}, True):
+        with pytest.raises(ValueError):
+            decode_verdict(json.dumps(doc | {"grant": bad}).encode())
+        with pytest.raises(StoreError):
+            decode_stored_verdict("acme", "p-1", {}, json.dumps(doc | {"grant": bad}).encode())
