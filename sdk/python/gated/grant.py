@@ -771,12 +771,18 @@ MAX_OUTCOME_ERROR: Final = 1024
 cut (and marked so)."""
 
 
+MAX_BY: Final = 256
+"""Bytes (UTF-8) of the ``by`` text a use request carries; the rest is cut."""
+
+
 def use_request(grant: str, by: str) -> bytes:
-    """The body of a request on gated.grants.<tenant>.use."""
+    """The body of a request on gated.grants.<tenant>.use; ``by`` is cut
+    to :data:`MAX_BY` bytes."""
     if not isinstance(grant, str) or not grant:
         raise GrantRefused("format", "no grant to use")
     if not isinstance(by, str):
         raise GrantRefused("by", f"is {_kind(by)}, not text naming who uses the grant")
+    by = by.encode("utf-8", "replace")[:MAX_BY].decode("utf-8", "ignore")
     return json.dumps({"grant": grant, "by": by}, separators=(",", ":")).encode("ascii")
 
 
@@ -799,7 +805,7 @@ def read_use_reply(data: bytes) -> str:
             raise Malformed("gated's answer to a grant use says ok but names no gid")
         return gid
     if ok is False:
-        why = doc.get("error")
+        why = doc.get("error", "")
         if not isinstance(why, str):
             raise Malformed(f"gated's refusal of a grant use has an error that is {_kind(why)}, not text")
         raise GrantUseRefused(why or "no reason given")

@@ -263,9 +263,23 @@ def test_use_replies() -> None:
         read_use_reply(b'{"ok":false,"error":"already used at 2026-11-25T10:00:00Z by ops-agent"}')
     assert "already used" in str(e.value) and e.value.member == "use"
     assert isinstance(e.value, GrantRefused)
+    with pytest.raises(GrantUseRefused, match="no reason given"):
+        read_use_reply(b'{"ok":false}')
     for bad in (b"", b"[]", b'{"ok":"true"}', b'{"ok":true}', b'{"ok":false,"error":3}', b"\xff"):
         with pytest.raises(Malformed):
             read_use_reply(bad)
+
+
+def test_use_requests() -> None:
+    from gated.grant import use_request
+
+    assert json.loads(use_request("a.b.c", "ops-agent")) == {"grant": "a.b.c", "by": "ops-agent"}
+    long = json.loads(use_request("a.b.c", "\u00e9" * 200))["by"]
+    assert long == "\u00e9" * 128 and len(long.encode()) == 256
+    assert json.loads(use_request("a.b.c", "x" * 300 + "\ud800"))["by"] == "x" * 256
+    for grant, by in (("", "x"), (None, "x"), ("a.b.c", None)):
+        with pytest.raises(GrantRefused):
+            use_request(grant, by)  # type: ignore[arg-type]
 
 
 def test_outcome_reports() -> None:
