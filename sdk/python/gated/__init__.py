@@ -4,8 +4,10 @@ policy gate for AI agent fleets.
 ``gated.Client`` (asyncio) and ``gated.SyncClient`` publish proposals and
 wait for verdicts with every check the Go client makes, and wait for an
 operator's decision on a held one (``await_decision``); ``gated.ToolGate``
-runs a tool only on approval. Errors are in ``gated.errors``. Reviewer
-plugins are written with ``gated.plugin``.
+runs a tool only on approval, through the approval's signed grant, used
+once; ``Client.accept_grant`` is the same check for a service that is
+handed a grant (``gated.grant`` verifies grants). Errors are in
+``gated.errors``. Reviewer plugins are written with ``gated.plugin``.
 """
 
 from gated.client import DEFAULT_WAIT, Client, StatusWatch
@@ -14,9 +16,12 @@ from gated.errors import (
     BadProposal,
     ConnectionLost,
     GatedError,
+    GrantRefused,
+    GrantUseRefused,
     IDReused,
     InvalidConfig,
     InvalidToolSpec,
+    KeySetError,
     Malformed,
     NoVerdict,
     NotApproved,
@@ -36,6 +41,7 @@ from gated.errors import (
     TenantMismatch,
     Unconfirmed,
 )
+from gated.grant import Claims, Expected, Key, KeySet
 from gated.gate import Change, Identity, ToolGate, ToolSpec, new_proposal_id
 from gated.proposal import Flags, Operator, Proposal, RequestedBy
 from gated.sync import SyncClient
@@ -49,14 +55,21 @@ __all__ = [
     "AwaitingOperator",
     "BadProposal",
     "Change",
+    "Claims",
     "Client",
     "ConnectionLost",
     "Flags",
+    "Expected",
     "GatedError",
+    "GrantRefused",
+    "GrantUseRefused",
     "IDReused",
     "Identity",
     "InvalidConfig",
     "InvalidToolSpec",
+    "Key",
+    "KeySet",
+    "KeySetError",
     "Malformed",
     "NoVerdict",
     "NotApproved",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -28,12 +29,16 @@ from gated.errors import (
     ConnectionLost,
     GatedError,
     InvalidConfig,
+    KeySetError,
+    Malformed,
     NoVerdict,
     PublishError,
     ServiceUnavailable,
     StatusError,
     StoreError,
+    service_error,
 )
+from gated.grant import Claims, Expected, KeySet, header_kid, outcome_report, read_use_reply, use_request, verify
 from gated.proposal import Proposal
 from gated.status import Status, status_update
 from gated.verdict import (
@@ -46,11 +51,17 @@ from gated.verdict import (
 )
 from gated.wire import (
     DEFAULT_API_PREFIX,
+    GRANT_KEYS_SUBJECT,
     MSG_ID_HEADER,
+    OUTCOME_STATUSES,
+    SERVICE_ERROR_CODE_HEADER,
+    SERVICE_ERROR_HEADER,
     Address,
     address_of,
     digest,
     encode_proposal,
+    grant_use_subject,
+    outcome_subject,
     proposal_subject,
     review_subject,
     status_subject,
@@ -86,6 +97,15 @@ LOOKUP_WAIT = 5.0
 """Seconds one look-up of the stored verdict may take: one that goes
 unanswered must not keep a wait from the verdict subject."""
 
+GRANT_WAIT = 10.0
+"""Seconds a grant call (the key set, a use, an outcome report) waits for
+gated's answer when it is given no timeout."""
+
+KEYS_MAX_AGE = 300.0
+"""Seconds a fetched grant key set is used before it is fetched again. A
+grant signed by a key the cached set lacks makes the client fetch the set
+at once, so a key rotation never waits for this."""
+
 
 class Client:
     """The fleet side of gated on one NATS connection. Safe for concurrent
@@ -104,7 +124,11 @@ class Client:
         default_wait: float = DEFAULT_WAIT,
         api_prefix: str = DEFAULT_API_PREFIX,
         poll_interval: float = POLL_INTERVAL,
+        grant_keys: KeySet | None = None,
     ) -> None:
+        """``grant_keys`` is the key set grants are verified with (for
+        example ``KeySet.from_file`` of what `gated grants keys` printed);
+        by default the client fetches gated's from gated.grants.keys."""
         if not default_wait > 0:
             raise InvalidConfig(f"default wait {default_wait} must be positive")
         if not poll_interval > 0:
@@ -127,6 +151,12 @@ class Client:
         self._subs: dict[str, Subscription] = {}
         self._sub_locks: dict[str, asyncio.Lock] = {}
         self._waiters: dict[str, set[asyncio.Queue[bytes]]] = {}
+        if grant_keys is not None and not isinstance(grant_keys, KeySet):
+            raise InvalidConfig(f"grant_keys is a {type(grant_keys).__name__}, not a gated.KeySet")
+        self._fixed_keys = grant_keys
+        self._keys: KeySet | None = None
+        self._keys_at = 0.0
+        self._keys_lock: asyncio.Lock | None = None
 
     @classmethod
     async def connect(
@@ -136,13 +166,17 @@ class Client:
         default_wait: float = DEFAULT_WAIT,
         api_prefix: str = DEFAULT_API_PREFIX,
         poll_interval: float = POLL_INTERVAL,
+        grant_keys: KeySet | None = None,
         **nats_options: Any,
     ) -> Client:
         """Connect to NATS (``nats_options`` go to ``nats.connect``) and
         return a client that closes the connection on :meth:`close`."""
         c = cls.__new__(cls)
         # Validate the options before connecting.
-        cls.__init__(c, NATS(), default_wait=default_wait, api_prefix=api_prefix, poll_interval=poll_interval)
+        cls.__init__(
+            c, NATS(), default_wait=default_wait, api_prefix=api_prefix, poll_interval=poll_interval,
+            grant_keys=grant_keys,
+        )
         c.nc = await nats.connect(servers, **nats_options)
         c._owned = True
         c.loop = asyncio.get_running_loop()
@@ -582,6 +616,158 @@ class Client:
             raise NoVerdict(f"no verdict for proposal {a.key} within {wait:g}s") from None
 
 
+    # -- grants -------------------------------------------------------------
+
+    def _grant_wait(self, timeout: float | None) -> float:
+        if timeout is None:
+            return GRANT_WAIT
+        if not timeout > 0:
+            raise InvalidConfig(f"timeout {timeout} must be positive")
+        return timeout
+
+    async def _ask(self, subject: str, data: bytes, wait: float, headers: dict[str, str] | None = None) -> Msg:
+        """One request to gated, bounded by wait. Raises ServiceUnavailable
+        when nothing answers or nothing answers in time, ConnectionLost,
+        and the ServiceError of a micro error reply."""
+        try:
+            async with asyncio.timeout(wait):
+                m = await self._request(subject, data, headers)
+        except nats.errors.NoRespondersError:
+            raise ServiceUnavailable(f"nothing answers {subject}: is gated serve running, with grants?") from None
+        except nats.errors.ConnectionClosedError:
+            raise ConnectionLost(f"asking {subject}: the NATS connection is closed") from None
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise ServiceUnavailable(f"no answer on {subject} within {wait:g}s") from None
+        code = (m.headers or {}).get(SERVICE_ERROR_CODE_HEADER, "")
+        if code:
+            n = int(code) if code.isdigit() and len(code) <= 3 else 500
+            raise service_error(n, (m.headers or {}).get(SERVICE_ERROR_HEADER, "") or "no description")
+        return m
+
+    async def grant_keys(self, *, refresh: bool = False, timeout: float | None = None) -> KeySet:
+        """The key set grants are verified with: the one the client was
+        given (``grant_keys=``), else gated's, fetched from
+        gated.grants.keys and kept for :data:`KEYS_MAX_AGE` seconds;
+        ``refresh`` fetches it again (concurrent fetches are one). Raises
+        ServiceUnavailable, KeySetError, ServiceError."""
+        if self._fixed_keys is not None:
+            return self._fixed_keys
+        loop = asyncio.get_running_loop()
+        asked = loop.time()
+        if not refresh and self._keys is not None and asked - self._keys_at < KEYS_MAX_AGE:
+            return self._keys
+        if self._keys_lock is None:
+            self._keys_lock = asyncio.Lock()
+        async with self._keys_lock:
+            if self._keys is not None and self._keys_at >= asked:
+                return self._keys  # fetched while this call waited for the lock
+            m = await self._ask(GRANT_KEYS_SUBJECT, b"", self._grant_wait(timeout))
+            try:
+                keys = KeySet.from_json(m.data)
+            except KeySetError as e:
+                raise KeySetError(e.member, f"{e.problem} (from {GRANT_KEYS_SUBJECT})") from None
+            self._keys, self._keys_at = keys, loop.time()
+            return keys
+
+    async def verify_grant(self, grant: str, expect: Expected, *, now: float | None = None) -> Claims:
+        """Verify a grant for what is about to run (see
+        :func:`gated.grant.verify`) with :meth:`grant_keys`; a grant signed
+        by a key the cached set lacks makes the client fetch the set once
+        more. Returns the claims; raises GrantRefused naming the member at
+        fault, or the error of fetching the keys. It does not use the
+        grant."""
+        kid = header_kid(grant)
+        keys = await self.grant_keys()
+        if keys.get(kid) is None and self._fixed_keys is None:
+            keys = await self.grant_keys(refresh=True)
+        return verify(grant, keys, time.time() if now is None else now, expect)
+
+    async def use_grant(self, tenant: str, grant: str, *, by: str, timeout: float | None = None) -> str:
+        """Use a grant, once: gated verifies it against its own keys and
+        moves its record from issued to used by compare-and-set, so a
+        second use fails. Returns the grant's gid. Raises GrantUseRefused
+        with gated's reason (``already used at ... by ...``, ``expired``,
+        ``unknown grant``, a signature error), ServiceUnavailable when no
+        answer comes (the grant may then be used or not: never run the
+        tool), Malformed, BadProposal for a bad tenant token. ``by`` is
+        free text naming who uses it; gated audits it."""
+        if not valid_tenant(tenant):
+            raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
+        m = await self._ask(grant_use_subject(tenant), use_request(grant, by), self._grant_wait(timeout))
+        return read_use_reply(m.data)
+
+    async def accept_grant(
+        self,
+        grant: str,
+        *,
+        tenant: str,
+        action: str,
+        target: Any,
+        by: str,
+        proposal_id: str | None = None,
+        proposal_sha256: str | None = None,
+        timeout: float | None = None,
+    ) -> Claims:
+        """The tool-side check, for a service that is handed a grant and
+        is about to act on ``target`` (a JSON value, or JSON text; None for
+        no target) for ``tenant``'s ``action``: verify the grant (signature,
+        expiry, key rules, and that it names this tenant, action and target,
+        and the proposal id and digest when given), then use it once. Act
+        only when it returns the claims; report what happened with
+        :meth:`report_outcome`. Raises GrantRefused (GrantUseRefused when
+        gated refuses the use) and the errors of :meth:`use_grant`."""
+        expect = Expected.of(
+            tenant=tenant, action=action, target=target, proposal_id=proposal_id, proposal_sha256=proposal_sha256
+        )
+        claims = await self.verify_grant(grant, expect)
+        gid = await self.use_grant(claims.tenant, grant, by=by, timeout=timeout)
+        if gid != claims.gid:
+            raise Malformed(f"gated used grant {gid}, not the grant handed over ({claims.gid})")
+        return claims
+
+    async def report_outcome(
+        self,
+        tenant: str,
+        proposal_id: str,
+        gid: str,
+        status: str,
+        error: str = "",
+        *,
+        timeout: float | None = None,
+    ) -> None:
+        """Report what happened to a used grant's action: ``started``
+        before it runs, ``succeeded`` or ``failed`` (with the error's text,
+        cut to 1,024 characters) after. Published on JetStream on
+        gated.outcomes.<tenant>.<proposal_id> with Nats-Msg-Id
+        <tenant>.<proposal_id>.<status>, so a report sent twice counts once.
+        gated audits it and the policy sees it. Raises PublishError when
+        JetStream does not take it, BadProposal for bad tokens or status."""
+        if not valid_tenant(tenant):
+            raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
+        if not valid_id(proposal_id):
+            raise BadProposal(f"id {proposal_id!r} must match [A-Za-z0-9_-]{{1,128}}")
+        if status not in OUTCOME_STATUSES:
+            raise BadProposal(f"outcome status {status!r}: want one of {', '.join(OUTCOME_STATUSES)}")
+        at = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        data = outcome_report(tenant, proposal_id, gid, status, error, at)
+        subject = outcome_subject(tenant, proposal_id)
+        key = f"{tenant}.{proposal_id}.{status}"
+        wait = self._grant_wait(timeout)
+        try:
+            async with asyncio.timeout(wait):
+                m = await self._request(subject, data, {MSG_ID_HEADER: key})
+        except nats.errors.NoRespondersError:
+            raise PublishError(f"reporting outcome {key}: no JetStream stream captures {subject}: is gated running?") from None
+        except nats.errors.ConnectionClosedError:
+            raise PublishError(f"reporting outcome {key}: the NATS connection is closed") from None
+        except TimeoutError as e:
+            if isinstance(e, GatedError):
+                raise
+            raise PublishError(f"reporting outcome {key}: no acknowledgement within {wait:g}s") from None
+        _js_ack(f"outcome {key}", m.data)
+
 def _until(rfc3339: str) -> float:
     """Seconds from now until an RFC 3339 time (negative once past; 0 for
     one that cannot be read)."""
@@ -596,17 +782,23 @@ def _until(rfc3339: str) -> float:
 
 def _pub_ack(a: Address, data: bytes) -> bool:
     """Read a JetStream publish acknowledgement; True for a duplicate."""
+    return _js_ack(f"proposal {a.key}", data)
+
+
+def _js_ack(what: str, data: bytes) -> bool:
+    """Read the JetStream acknowledgement of publishing what; True for a
+    duplicate. Raises PublishError."""
     try:
         ack = json.loads(data)
     except ValueError:
-        raise PublishError(f"publishing proposal {a.key}: the acknowledgement is not JSON") from None
+        raise PublishError(f"publishing {what}: the acknowledgement is not JSON") from None
     if not isinstance(ack, dict):
-        raise PublishError(f"publishing proposal {a.key}: the acknowledgement is not an object")
+        raise PublishError(f"publishing {what}: the acknowledgement is not an object")
     err = ack.get("error")
     if err is not None:
-        raise PublishError(f"publishing proposal {a.key}: JetStream refused it: {err}")
+        raise PublishError(f"publishing {what}: JetStream refused it: {err}")
     if not isinstance(ack.get("stream"), str):
-        raise PublishError(f"publishing proposal {a.key}: not a JetStream acknowledgement")
+        raise PublishError(f"publishing {what}: not a JetStream acknowledgement")
     return ack.get("duplicate") is True
 
 

@@ -250,7 +250,51 @@ def service_error(code: int, description: str) -> ServiceError:
 
 
 class PublishError(GatedError):
-    """JetStream did not take the proposal: no stream captures its subject
-    (is gated running?) or the stream refused it. It was not decided."""
+    """JetStream did not take the proposal (it was not decided) or the
+    outcome report: no stream captures its subject (is gated running?) or
+    the stream refused it."""
 
     kind = "publish_error"
+
+
+class GrantRefused(GatedError, ValueError):
+    """A grant that may not be acted on: forged, altered, expired, signed
+    by a key that does not allow it, or for another tenant, proposal,
+    action or target than the one about to run. ``member`` names the
+    header or payload member, or the check, that fails (``alg``, ``kid``,
+    ``signature``, ``exp``, ``max_ttl``, ``retired``, ``target_sha256``,
+    ``format``, ...); the message names it too. The tool must not run."""
+
+    kind = "grant_refused"
+
+    def __init__(self, member: str, problem: str) -> None:
+        self.member = member
+        self.problem = problem
+        if member == "format":
+            super().__init__(f"grant refused: bad format: {problem}")
+        else:
+            super().__init__(f"grant refused: {member} {problem}")
+
+
+class GrantUseRefused(GrantRefused):
+    """gated refused to let a grant be used (``ok: false`` on
+    gated.grants.<tenant>.use): already used, expired, unknown, forged.
+    ``reason`` is gated's own text. The tool must not run."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        GatedError.__init__(self, f"grant refused by gated: {reason}")
+        self.member = "use"
+        self.problem = reason
+
+
+class KeySetError(GatedError, ValueError):
+    """A grant key set (gated.grants.keys, or a file `gated grants keys`
+    printed) that is not well formed: ``member`` names what is wrong."""
+
+    kind = "bad_keyset"
+
+    def __init__(self, member: str, problem: str) -> None:
+        self.member = member
+        self.problem = problem
+        super().__init__(f"grant key set: {member} {problem}")

@@ -13,6 +13,12 @@ gated approves a proposal describing the call. It mirrors the Go ToolGate
 
 The class of a tool is the runtime's claim, made in code when the tool is
 registered: gated never sees a read, so never let a model choose it.
+
+An approval is acted on only through its grant: the gate verifies the
+verdict's grant against the proposal it just sent (tenant, id, the exact
+bytes' digest, action, target), has gated use it (once: a second use
+fails), reports ``started``, runs the tool, and reports ``succeeded`` or
+``failed``.
 """
 
 from __future__ import annotations
@@ -21,16 +27,20 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import logging
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
-from gated.errors import AwaitingOperator, GatedError, InvalidConfig, InvalidToolSpec, NotApproved
+from gated.errors import AwaitingOperator, GatedError, GrantRefused, InvalidConfig, InvalidToolSpec, NotApproved
+from gated.grant import Claims, Expected, gid_of
 from gated.proposal import Flags, Operator, Proposal
 from gated.verdict import Verdict
-from gated.wire import valid_action, valid_tenant
+from gated.wire import encode_proposal, valid_action, valid_tenant
+
+log = logging.getLogger("gated")
 
 CLASSES = ("read", "write", "destructive")
 DEFAULT_REVIEW_TIMEOUT = 90.0
@@ -39,6 +49,7 @@ default review deadline (60 s), so a slow review ends in a timeout verdict
 rather than in NoVerdict."""
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 class Proposer(Protocol):
@@ -57,6 +68,25 @@ class DecisionWaiter(Protocol):
     async def await_decision(self, held: Verdict, *, timeout: float | None = None) -> Verdict:
         """Wait for the verdict that replaces a held one; return only an
         approval."""
+        ...
+
+
+class GrantUser(Protocol):
+    """What a ToolGate needs to act on a grant; :class:`gated.Client` is
+    one."""
+
+    async def verify_grant(self, grant: str, expect: Expected, *, now: float | None = None) -> Claims:
+        """Verify a grant for what is about to run."""
+        ...
+
+    async def use_grant(self, tenant: str, grant: str, *, by: str, timeout: float | None = None) -> str:
+        """Use a grant once; return its gid."""
+        ...
+
+    async def report_outcome(
+        self, tenant: str, proposal_id: str, gid: str, status: str, error: str = "", *, timeout: float | None = None
+    ) -> None:
+        """Report started, succeeded or failed."""
         ...
 
 
@@ -145,6 +175,8 @@ class ToolGate:
         observe: Callable[[dict[str, Any], Verdict], None] | None = None,
         await_operator: bool = False,
         operator_timeout: float | None = None,
+        require_grant: bool = True,
+        by: str = "",
     ) -> None:
         """``proposer`` is a :class:`gated.Client`, a
         :class:`gated.SyncClient`, or any :class:`Proposer`.
@@ -155,7 +187,15 @@ class ToolGate:
         proposer's ``await_decision``, for the operator's decision or the
         hold's deadline, and runs only on an approval. ``operator_timeout``
         bounds that wait in seconds (default: the hold's deadline and a
-        minute more)."""
+        minute more).
+
+        An approval lets a tool run only once its grant is verified and
+        used, and ``started`` is reported (``by`` names the executor to
+        gated; default the identity's agent and session). An approval
+        without a grant is refused unless ``require_grant`` is False, for a
+        gated that does not sign approvals yet: then such an approval is
+        believed as the verdict says (a grant that is there is still
+        verified and used)."""
         from gated.sync import SyncClient
 
         if proposer is None:
@@ -177,6 +217,8 @@ class ToolGate:
         if operator_timeout is not None and not operator_timeout > 0:
             raise InvalidConfig(f"operator timeout {operator_timeout} must be positive")
         self.operator_timeout = operator_timeout
+        self.require_grant = require_grant
+        self.by = by or (identity.agent + (" " + identity.session if identity.session else ""))
 
     def proposal(self, action: str, class_: str, change: Change) -> dict[str, Any]:
         """The proposal of one call."""
@@ -203,10 +245,14 @@ class ToolGate:
     ) -> Verdict | None:
         """Ask gated whether a call of action, of class_, may make change.
         Returns None at once for class read (nothing is proposed), the
-        approval for write and destructive; raises otherwise: the
-        NotApproved subclass of the verdict's outcome (AwaitingOperator
-        for a held verdict, unless the gate waits for operators), NoVerdict,
-        InvalidToolSpec, or a transport error."""
+        approval for write and destructive once its grant is verified and
+        used and ``started`` is reported: run the call then, and report its
+        end with :meth:`report`. Raises otherwise: the NotApproved subclass
+        of the verdict's outcome (AwaitingOperator for a held verdict,
+        unless the gate waits for operators), GrantRefused (a grant that is
+        missing, does not verify for this proposal, or that gated refuses
+        to let be used), NoVerdict, InvalidToolSpec, PublishError (started
+        could not be reported), or a transport error."""
         if class_ == "read":
             return None
         if class_ not in CLASSES:
@@ -238,7 +284,71 @@ class ToolGate:
                 f"the approval names {v.tenant}.{v.proposal_id} ({v.action}), "
                 f"not proposal {p['tenant']}.{p['id']} ({p['action']})",
             )
+        await self._take_grant(p, v)
         return v
+
+    def _grants(self) -> GrantUser:
+        for name in ("verify_grant", "use_grant", "report_outcome"):
+            if not callable(getattr(self._proposer, name, None)):
+                raise GrantRefused(
+                    "grant", f"cannot be checked: the proposer has no {name} (build the ToolGate on gated.Client)"
+                )
+        return cast(GrantUser, self._proposer)
+
+    async def _take_grant(self, p: dict[str, Any], v: Verdict) -> None:
+        """Verify v's grant against proposal p's exact bytes, use it, and
+        report started; raise unless all three are done."""
+        if not v.grant:
+            if self.require_grant:
+                raise GrantRefused(
+                    "grant",
+                    f"is missing from the approval of {v.tenant}.{v.proposal_id}: gated signs every approval, "
+                    "so the tool does not run (a gated without grants needs ToolGate(..., require_grant=False))",
+                )
+            return
+        grants = self._grants()
+        _, data = encode_proposal(p)  # the bytes the proposer published
+        claims = await grants.verify_grant(v.grant, Expected.of_proposal(data))
+        gid = await grants.use_grant(claims.tenant, v.grant, by=self.by)
+        if gid != claims.gid:
+            raise GrantRefused("gid", f"gated used grant {gid}, not the approval's ({claims.gid})")
+        await grants.report_outcome(claims.tenant, claims.proposal_id, claims.gid, "started")
+
+    async def report(self, verdict: Verdict | None, error: BaseException | str | None = None) -> None:
+        """Report the end of a call :meth:`authorize` allowed: ``succeeded``
+        when error is None, else ``failed`` with its text. Nothing for a
+        read call (verdict None) or an approval without a grant. Raises
+        PublishError."""
+        if verdict is None or not verdict.grant:
+            return
+        status, text = "succeeded", ""
+        if isinstance(error, str):
+            status, text = "failed", error
+        elif error is not None:
+            status, text = "failed", type(error).__name__
+            if str(error):
+                text += f": {error}"
+        await self._grants().report_outcome(verdict.tenant, verdict.proposal_id, gid_of(verdict.grant), status, text)
+
+    async def _finish(self, verdict: Verdict | None, error: BaseException | None) -> None:
+        """report, for a call that ran: a report that fails is logged, not
+        raised, so that it hides neither the tool's result nor its error
+        (gated records the grant as used either way)."""
+        try:
+            await self.report(verdict, error)
+        except GatedError as e:
+            log.warning("reporting the outcome of %s.%s: %s", verdict and verdict.tenant, verdict and verdict.proposal_id, e)
+
+    def report_sync(self, verdict: Verdict | None, error: BaseException | str | None = None) -> None:
+        """:meth:`report`, blocking."""
+        if verdict is None or not verdict.grant:
+            return
+        self._block(self.report(verdict, error))
+
+    def _finish_sync(self, verdict: Verdict | None, error: BaseException | None) -> None:
+        if verdict is None or not verdict.grant:
+            return
+        self._block(self._finish(verdict, error))
 
     def _notify(self, p: dict[str, Any], v: Verdict) -> None:
         if self._observe is not None:
@@ -252,7 +362,7 @@ class ToolGate:
             return None
         return self._block(self.authorize(action, class_, change, timeout=timeout))
 
-    def _block(self, c: Coroutine[Any, Any, Verdict | None]) -> Verdict | None:
+    def _block(self, c: Coroutine[Any, Any, T]) -> T:
         if self._sync is not None:
             return self._sync.run(c)
         loop = getattr(self._proposer, "loop", None)
@@ -279,22 +389,37 @@ class ToolGate:
     ) -> AsyncIterator[Verdict | None]:
         """``async with gate.authorized(...) as verdict:`` runs its body only
         when the call may run (see authorize); otherwise the typed error is
-        raised before the body."""
-        yield await self.authorize(action, class_, change, timeout=timeout)
+        raised before the body. The body's end is reported: ``succeeded``,
+        or ``failed`` with the exception it raises."""
+        v = await self.authorize(action, class_, change, timeout=timeout)
+        try:
+            yield v
+        except BaseException as e:
+            await self._finish(v, e)
+            raise
+        await self._finish(v, None)
 
     @contextlib.contextmanager
     def authorized_sync(
         self, action: str, class_: str, change: Change | None = None, *, timeout: float | None = None
     ) -> Iterator[Verdict | None]:
         """The blocking form of :meth:`authorized`."""
-        yield self.authorize_sync(action, class_, change, timeout=timeout)
+        v = self.authorize_sync(action, class_, change, timeout=timeout)
+        try:
+            yield v
+        except BaseException as e:
+            self._finish_sync(v, e)
+            raise
+        self._finish_sync(v, None)
 
     def guard(self, spec: ToolSpec) -> Callable[[F], F]:
         """A decorator that runs the tool only when gated allows it: a read
         tool at once, a write or destructive tool once, after an approval
         of the proposal built from ``spec.describe(*args, **kwargs)``.
         Works on async and sync functions; the wrapped function keeps its
-        kind. An unusable spec raises InvalidToolSpec at once."""
+        kind. An unusable spec raises InvalidToolSpec at once. A call that
+        ran is reported: ``succeeded``, or ``failed`` with the text of what
+        it raised (which is raised on)."""
         spec.validate()
 
         def wrap(fn: F) -> F:
@@ -302,19 +427,33 @@ class ToolGate:
 
                 @functools.wraps(fn)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
-                    if spec.class_ != "read":
-                        assert spec.describe is not None
-                        await self.authorize(spec.action, spec.class_, spec.describe(*args, **kwargs))
-                    return await fn(*args, **kwargs)
+                    if spec.class_ == "read":
+                        return await fn(*args, **kwargs)
+                    assert spec.describe is not None
+                    v = await self.authorize(spec.action, spec.class_, spec.describe(*args, **kwargs))
+                    try:
+                        result = await fn(*args, **kwargs)
+                    except BaseException as e:
+                        await self._finish(v, e)
+                        raise
+                    await self._finish(v, None)
+                    return result
 
                 return cast(F, async_tool)
 
             @functools.wraps(fn)
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
-                if spec.class_ != "read":
-                    assert spec.describe is not None
-                    self.authorize_sync(spec.action, spec.class_, spec.describe(*args, **kwargs))
-                return fn(*args, **kwargs)
+                if spec.class_ == "read":
+                    return fn(*args, **kwargs)
+                assert spec.describe is not None
+                v = self.authorize_sync(spec.action, spec.class_, spec.describe(*args, **kwargs))
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as e:
+                    self._finish_sync(v, e)
+                    raise
+                self._finish_sync(v, None)
+                return result
 
             return cast(F, sync_tool)
 

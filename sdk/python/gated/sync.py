@@ -13,6 +13,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any, TypeVar
 
 from gated.client import DEFAULT_WAIT, Client, StatusCallback, StatusWatch
+from gated.grant import Claims, Expected, KeySet
 from gated.proposal import Proposal
 from gated.status import Status
 from gated.verdict import Verdict
@@ -37,6 +38,7 @@ class SyncClient:
         *,
         default_wait: float = DEFAULT_WAIT,
         api_prefix: str = DEFAULT_API_PREFIX,
+        grant_keys: KeySet | None = None,
         **nats_options: Any,
     ) -> SyncClient:
         """Connect to NATS on a loop of its own; see Client.connect."""
@@ -45,7 +47,10 @@ class SyncClient:
         thread.start()
         try:
             client = asyncio.run_coroutine_threadsafe(
-                Client.connect(servers, default_wait=default_wait, api_prefix=api_prefix, **nats_options), loop
+                Client.connect(
+                    servers, default_wait=default_wait, api_prefix=api_prefix, grant_keys=grant_keys, **nats_options
+                ),
+                loop,
             ).result()
         except BaseException:
             loop.call_soon_threadsafe(loop.stop)
@@ -102,6 +107,45 @@ class SyncClient:
     def request_review(self, data: bytes, *, timeout: float | None = None) -> Verdict:
         """Client.request_review, blocking."""
         return self.run(self.client.request_review(data, timeout=timeout))
+
+    def grant_keys(self, *, refresh: bool = False, timeout: float | None = None) -> KeySet:
+        """Client.grant_keys, blocking."""
+        return self.run(self.client.grant_keys(refresh=refresh, timeout=timeout))
+
+    def verify_grant(self, grant: str, expect: Expected, *, now: float | None = None) -> Claims:
+        """Client.verify_grant, blocking."""
+        return self.run(self.client.verify_grant(grant, expect, now=now))
+
+    def use_grant(self, tenant: str, grant: str, *, by: str, timeout: float | None = None) -> str:
+        """Client.use_grant, blocking."""
+        return self.run(self.client.use_grant(tenant, grant, by=by, timeout=timeout))
+
+    def accept_grant(
+        self,
+        grant: str,
+        *,
+        tenant: str,
+        action: str,
+        target: Any,
+        by: str,
+        proposal_id: str | None = None,
+        proposal_sha256: str | None = None,
+        timeout: float | None = None,
+    ) -> Claims:
+        """Client.accept_grant, blocking: the tool-side check of a grant a
+        service is handed."""
+        return self.run(
+            self.client.accept_grant(
+                grant, tenant=tenant, action=action, target=target, by=by,
+                proposal_id=proposal_id, proposal_sha256=proposal_sha256, timeout=timeout,
+            )
+        )
+
+    def report_outcome(
+        self, tenant: str, proposal_id: str, gid: str, status: str, error: str = "", *, timeout: float | None = None
+    ) -> None:
+        """Client.report_outcome, blocking."""
+        self.run(self.client.report_outcome(tenant, proposal_id, gid, status, error, timeout=timeout))
 
     def close(self) -> None:
         """Close the connection and stop the loop."""

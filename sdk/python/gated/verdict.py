@@ -81,6 +81,10 @@ class Verdict:
     final (:attr:`is_final`)."""
     operator_decision: OperatorDecision | None = None
     """Set on the verdict of a held action an operator decided."""
+    grant: str = ""
+    """On an approval: gated's signed grant (a compact JWS, docs/GRANTS.md)
+    that lets the approved action run once. Verify it and use it before
+    acting (:class:`gated.ToolGate` does); "" on any other verdict."""
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
@@ -110,7 +114,7 @@ class Verdict:
 
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|[+-]\d{2}:\d{2})")
 _STR_FIELDS = ("proposal_id", "tenant", "action", "kind", "outcome", "stage", "reason", "proposal_sha256",
-               "target_key", "agent", "duplicate_of", "decided_at")
+               "target_key", "agent", "duplicate_of", "decided_at", "grant")
 
 
 def decode_verdict(data: bytes) -> Verdict:

@@ -20,6 +20,10 @@ PROPOSAL_SUBJECT_PREFIX: Final = "gated.proposals."
 VERDICT_SUBJECT_PREFIX: Final = "gated.verdicts."
 STATUS_SUBJECT_PREFIX: Final = "gated.status."
 REVIEW_SUBJECT: Final = "gated.review"
+GRANT_KEYS_SUBJECT: Final = "gated.grants.keys"
+GRANT_SUBJECT_PREFIX: Final = "gated.grants."
+OUTCOME_SUBJECT_PREFIX: Final = "gated.outcomes."
+OUTCOME_STATUSES: Final = ("started", "succeeded", "failed")
 VERDICT_BUCKET: Final = "GATED_VERDICTS"
 DEFAULT_API_PREFIX: Final = "$JS.API"
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
@@ -64,6 +68,17 @@ def status_subject(tenant: str, id: str) -> str:
 def review_subject(tenant: str) -> str:
     """The review service's endpoint of one tenant."""
     return REVIEW_SUBJECT + "." + tenant
+
+
+def grant_use_subject(tenant: str) -> str:
+    """Where an executor asks gated to use one of tenant's grants."""
+    return GRANT_SUBJECT_PREFIX + tenant + ".use"
+
+
+def outcome_subject(tenant: str, id: str) -> str:
+    """Where an executor reports what happened to tenant's approved
+    proposal id (stream GATED_OUTCOMES captures it)."""
+    return OUTCOME_SUBJECT_PREFIX + tenant + "." + id
 
 
 def verdict_lookup_subject(api_prefix: str, tenant: str, id: str) -> str:
