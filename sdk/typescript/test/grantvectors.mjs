@@ -6,25 +6,15 @@
 //
 //   node test/grantvectors.mjs          rewrites the file
 //   node test/grantvectors.mjs --check  fails when the file differs
-import { createHash, createHmac, createPrivateKey, createPublicKey, sign } from "node:crypto";
+import { createHash, createHmac } from "node:crypto";
 import { readFileSync, writeFileSync } from "node:fs";
+
+import { b64, sha256, signToken, testKey } from "./grantkeys.mjs";
 
 const out = new URL("../../../test/vectors/grants.json", import.meta.url);
 
 const now = 1800000000; // 2027-01-15T08:00:00Z
 const ttl = 300;
-
-const b64 = (b) => Buffer.from(b).toString("base64url");
-const sha256 = (s) => createHash("sha256").update(s).digest("hex");
-
-/** A test-only key: its seed is derived from a label, so the file is the same on every run. */
-function testKey(label) {
-  const seed = createHash("sha256").update(`gated grant test vectors: ${label}`).digest();
-  const priv = createPrivateKey({ key: Buffer.concat([Buffer.from("302e020100300506032b657004220420", "hex"), seed]), format: "der", type: "pkcs8" });
-  const x = createPublicKey(priv).export({ format: "jwk" }).x;
-  const kid = b64(createHash("sha256").update(Buffer.from(x, "base64url")).digest().subarray(0, 16));
-  return { label, seed: b64(seed), priv, x, kid };
-}
 
 const A = testKey("A"); // gated's key, retired in the rotated set
 const B = testKey("B"); // gated's key after the rotation
@@ -118,12 +108,7 @@ function claims(changes = {}) {
 
 const header = (kid, changes = {}) => ({ alg: "EdDSA", typ: "gated-grant+jwt", kid, ...changes });
 
-/** A compact JWS of header and payload (objects, or JSON text to keep its bytes), signed with key. */
-function token(h, p, key = A) {
-  const enc = (v) => b64(typeof v === "string" ? v : JSON.stringify(v));
-  const input = enc(h) + "." + enc(p);
-  return input + "." + b64(sign(null, Buffer.from(input), key.priv));
-}
+const token = (h, p, key = A) => signToken(h, p, key);
 
 const expect = (changes = {}) => ({
   tenant: "acme",
@@ -257,6 +242,9 @@ invalid("another target", "target_sha256", token(header(A.kid), claims()), {
 
 // Refused: the keys' rules.
 invalid("retired key's forgery: signed after its retirement", "retired", token(header(A.kid), claims({ iat: now - 10 })), { keyset: "rotated" });
+invalid("retired key's forgery: signed after its retirement, expiring within its last grants' lifetime", "retired", token(header(A.kid), claims({ iat: now - 10, exp: now + 50 })), {
+  keyset: "rotated",
+});
 invalid("exp beyond the key's max_ttl", "max_ttl", token(header(A.kid), claims({ iat: now - 10, exp: now - 10 + ttl + 1 })));
 {
   const created = keysets.current.keys[0].created_at;
