@@ -74,3 +74,78 @@ test("every key set of the vectors decodes, and each kid is its key's", () => {
     }
   }
 });
+
+test("what RFC 8785 cannot hold is a CanonicalJSONError", async (t) => {
+  const texts = [
+    { note: "a number beyond a double", text: '{"n": 1e999}' },
+    { note: "a member named twice", text: '{"a": 1, "a": 2}' },
+    { note: "a member named twice, nested", text: '{"x": {"a": 1, "a": 1}}' },
+    { note: "not JSON", text: "{device_id: 7}" },
+    { note: "two values", text: "{} {}" },
+  ];
+  for (const c of texts) {
+    await t.test(c.note, () => assert.throws(() => canonicalJSONText(c.text), CanonicalJSONError));
+  }
+  const cyclic = {};
+  cyclic.self = cyclic;
+  const values = [
+    { note: "NaN", v: { n: NaN } },
+    { note: "a bigint", v: { n: 7n } },
+    { note: "a Date", v: { at: new Date(0) } },
+    { note: "undefined in an array", v: [1, undefined] },
+    { note: "a cycle", v: cyclic },
+  ];
+  for (const c of values) {
+    await t.test(c.note, () => assert.throws(() => canonicalJSON(c.v), CanonicalJSONError));
+  }
+  // A lone surrogate reads as U+FFFD, as gated reads it; an undefined member is left out.
+  assert.equal(canonicalJSON({ s: "a\ud800b", u: undefined }), '{"s":"a\ufffdb"}');
+  assert.equal(targetDigest(undefined), sha256("{}"));
+  assert.equal(targetDigest(null), sha256("{}"));
+});
+
+test("a key set that is not gated's is refused", async (t) => {
+  const good = doc.keysets[Object.keys(doc.keysets)[0]].keys[0];
+  const cases = [
+    { note: "not JSON", set: "keys" },
+    { note: "no keys", set: "{}" },
+    { note: "another key type", set: { keys: [{ ...good, kty: "EC" }] } },
+    { note: "a kid that is not its key's", set: { keys: [{ ...good, kid: "AAAAAAAAAAAAAAAAAAAAAA" }] } },
+    { note: "a short x", set: { keys: [{ ...good, x: good.x.slice(0, 42) }] } },
+    { note: "an unknown member", set: { keys: [{ ...good, d: good.x }] } },
+    { note: "a kid twice", set: { keys: [good, good] } },
+    { note: "max_ttl_s zero", set: { keys: [{ ...good, max_ttl_s: 0 }] } },
+    { note: "created_at a string", set: { keys: [{ ...good, created_at: "0" }] } },
+    { note: "retired before created", set: { keys: [{ ...good, retired_at: good.created_at - 1 }] } },
+  ];
+  for (const c of cases) {
+    await t.test(c.note, () => {
+      assert.throws(() => decodeGrantKeySet(c.set), GrantKeySetError);
+      // verifyGrant checks a key set it did not decode before it trusts it.
+      const tok = doc.grants.find((g) => g.valid).token;
+      assert.throws(() => verifyGrant(tok, typeof c.set === "string" ? c.set : c.set, doc.now, {}), (e) => e instanceof GatedError);
+    });
+  }
+});
+
+test("a refusal names its member in GrantError.member", () => {
+  const c = doc.grants.find((g) => g.valid && g.keyset === "current" && !g.now);
+  const keys = decodeGrantKeySet(doc.keysets.current);
+  const member = (now, expect) => {
+    try {
+      verifyGrant(c.token, keys, now, expect);
+    } catch (err) {
+      assert.ok(err instanceof GrantError);
+      return err.member;
+    }
+    return "accepted";
+  };
+  assert.equal(member(doc.now, c.expect), "accepted");
+  assert.equal(member(c.claims.exp, c.expect), "exp");
+  assert.equal(member(c.claims.iat - 61, c.expect), "iat");
+  assert.equal(member(doc.now, { ...c.expect, tenant: "globex" }), "tenant");
+  assert.equal(member(doc.now, { ...c.expect, target_json: "{}" }), "target_sha256");
+  assert.equal(member(doc.now, { ...c.expect, target_json: undefined }), "target_sha256", "no target given is a refusal, not {}");
+  assert.equal(member(doc.now, { ...c.expect, proposal_sha256: undefined }), "proposal_sha256");
+  assert.equal(member(doc.now, { ...c.expect, action: "" }), "action");
+});
