@@ -6,7 +6,19 @@
 // operator's decision on a held verdict; ToolGate and gate() wrap an
 // agent's tools so that write and destructive calls run only on approval.
 
-export { Client, defaultWaitMs, holdGraceMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
+export {
+  acceptGrant,
+  Client,
+  defaultWaitMs,
+  holdGraceMs,
+  StatusWatch,
+  type CallOptions,
+  type ClientOptions,
+  type GrantAuthority,
+  type GrantCallOptions,
+  type GrantUse,
+  type WatchOptions,
+} from "./client.js";
 export {
   decodeStatus,
   type Status,
