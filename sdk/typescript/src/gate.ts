@@ -220,8 +220,12 @@ export class ToolGate {
    * Wraps fn, a tool of the given spec, so that it runs only when gated
    * allows it: a read tool at once, a write or destructive tool once and
    * only on approval of a proposal built from the identity and
-   * spec.describe(args). Otherwise the guarded tool throws without running
-   * fn: a VerdictError for a verdict that is not an approval (an
+   * spec.describe(args), after the approval's grant verifies against that
+   * proposal and gated takes its single use; it then reports the outcome
+   * (started before fn runs, succeeded or failed after). Otherwise the
+   * guarded tool throws without running fn: a GrantError or GrantUseError
+   * for a grant that is missing, does not hold or is used already, a
+   * VerdictError for a verdict that is not an approval (an
    * AwaitingOperatorError for one held for an operator, unless the gate
    * was built with awaitOperator),
    * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
@@ -304,8 +308,9 @@ export class ToolGate {
   /**
    * Asks gated whether a call of action, of class, may make change, for
    * runtimes that dispatch tools dynamically. Resolves when the call may
-   * run: at once with null for class read, else with the approval.
-   * Throws as a guarded tool does.
+   * run: at once with null for class read, else with the approval, whose
+   * grant is verified and used by then (report the outcome with
+   * reportOutcome). Throws as a guarded tool does.
    */
   async authorize(action: string, cls: ProposalClass, change: Change, opts?: CallOptions): Promise<Verdict | null> {
     return (await this.authorizeCall(action, cls, change, opts)).verdict;
