@@ -25,6 +25,11 @@ export interface ClientOptions {
      * when a grant names a kid it does not hold.
      */
     grantKeySet?: GrantKeySet | string | Uint8Array;
+    /**
+     * The subject of gated's key set service, for an account that imports it
+     * under another name. Default "gated.grants.keys".
+     */
+    grantKeysSubject?: string;
 }
 /** Options of Client.verifyGrant and acceptGrant. */
 export interface GrantCallOptions extends CallOptions {
@@ -97,6 +102,7 @@ export declare class Client {
     private readonly apiPrefix;
     private readonly pollMs;
     private readonly fixedKeys;
+    private readonly keysSubject;
     private keys;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc: NatsConnection, opts?: ClientOptions);

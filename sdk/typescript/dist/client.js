@@ -4,8 +4,7 @@
 import { errors as natsErrors } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, isFinal, } from "./errors.js";
-import { decodeGrant, decodeGrantKeySet, encodeOutcome, GrantError, grantKeyIDOf, GrantUseError, grantUseSubject, grantWire, outcomeSubject, verifyGrant, } from "./grant.js";
-import { JSONNumber, parseJSON, utf8Text } from "./json.js";
+import { decodeGrant, decodeGrantKeySet, decodeGrantUseReply, encodeOutcome, GrantError, grantKeyIDOf, grantUseSubject, grantWire, outcomeSubject, verifyGrant, } from "./grant.js";
 import { StatusError, statusSubject, statusUpdate } from "./status.js";
 import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
@@ -150,6 +149,7 @@ export class Client {
     apiPrefix;
     pollMs;
     fixedKeys;
+    keysSubject;
     keys;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc, opts = {}) {
@@ -170,6 +170,11 @@ export class Client {
         this.waitMs = wait;
         this.apiPrefix = prefix;
         this.pollMs = poll;
+        const keysSubject = opts.grantKeysSubject ?? grantWire.keysSubject;
+        if (typeof keysSubject !== "string" || !/^[^\s*>.]+(\.[^\s*>.]+)*$/.test(keysSubject)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: grant keys subject ${JSON.stringify(keysSubject)}`);
+        }
+        this.keysSubject = keysSubject;
         if (opts.grantKeySet !== undefined) {
             try {
                 this.fixedKeys = decodeGrantKeySet(opts.grantKeySet);
@@ -644,11 +649,11 @@ export class Client {
         const fetched = (async () => {
             let m;
             try {
-                m = await w.race(this.nc.request(grantWire.keysSubject, new Uint8Array(0), { timeout: w.remaining(10_000) }));
+                m = await w.race(this.nc.request(this.keysSubject, new Uint8Array(0), { timeout: w.remaining(10_000) }));
             }
             catch (err) {
                 if (err instanceof natsErrors.NoRespondersError || err?.cause instanceof natsErrors.NoRespondersError) {
-                    throw new TransportError(`fetching grant keys: nothing answers ${grantWire.keysSubject}: is gated serving, and may this user request it?`, { cause: err });
+                    throw new TransportError(`fetching grant keys: nothing answers ${this.keysSubject}: is gated serving, and may this user request it?`, { cause: err });
                 }
                 throw new TransportError(`fetching grant keys: ${err?.message ?? String(err)}`, { cause: err });
             }
@@ -728,23 +733,7 @@ export class Client {
         finally {
             w.close();
         }
-        let reply;
-        try {
-            reply = parseJSON(utf8Text(m.data), undefined, true);
-        }
-        catch (err) {
-            throw new GrantError("use", `gated's reply to the use of grant ${claims.gid} is not JSON: ${err.message}`, { cause: err });
-        }
-        if (typeof reply !== "object" || reply === null || Array.isArray(reply) || reply instanceof JSONNumber) {
-            throw new GrantError("use", `gated's reply to the use of grant ${claims.gid} is not an object`);
-        }
-        if (reply["ok"] === false) {
-            const why = reply["error"];
-            throw new GrantUseError(typeof why === "string" && why !== "" ? why : "no reason given");
-        }
-        if (reply["ok"] !== true || reply["gid"] !== claims.gid) {
-            throw new GrantError("use", `gated's reply to the use of grant ${claims.gid} is not an acceptance of it`);
-        }
+        decodeGrantUseReply(m.data, claims.gid);
         return { gid: claims.gid, claims };
     }
     /**

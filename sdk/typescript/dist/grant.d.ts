@@ -203,6 +203,13 @@ export declare function decodeGrantKeySet(data: Uint8Array | string | GrantKeySe
 export declare function verifyGrant(token: unknown, keys: GrantKeySet, now: number, expect: GrantExpectation): GrantClaims;
 /** The kid a grant's header names, or undefined when the token cannot be read that far. */
 export declare function grantKeyIDOf(token: unknown): string | undefined;
+/**
+ * Reads gated's answer to the use of the grant gid: {"ok":true,"gid":gid}
+ * is the only acceptance. {"ok":false,"error":why} throws GrantUseError
+ * with gated's reason; anything else (not JSON, another gid, ok missing)
+ * throws GrantError with member "use": never an acceptance.
+ */
+export declare function decodeGrantUseReply(data: Uint8Array | string, gid: string): void;
 /** What became of an action run on a grant. */
 export type OutcomeStatus = "started" | "succeeded" | "failed";
 /** An executor's report of a granted action, as published on gated.outcomes.<tenant>.<proposal_id>. */

@@ -651,6 +651,35 @@ export function grantKeyIDOf(token) {
         return undefined;
     }
 }
+/**
+ * Reads gated's answer to the use of the grant gid: {"ok":true,"gid":gid}
+ * is the only acceptance. {"ok":false,"error":why} throws GrantUseError
+ * with gated's reason; anything else (not JSON, another gid, ok missing)
+ * throws GrantError with member "use": never an acceptance.
+ */
+export function decodeGrantUseReply(data, gid) {
+    let reply;
+    try {
+        const text = typeof data === "string" ? data : new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(data);
+        reply = parseJSON(text, undefined, true);
+    }
+    catch (err) {
+        throw new GrantError("use", `use: gated's reply to the use of grant ${gid} is not JSON: ${err.message}`, { cause: err });
+    }
+    if (typeof reply !== "object" || reply === null || Array.isArray(reply) || reply instanceof JSONNumber) {
+        throw new GrantError("use", `use: gated's reply to the use of grant ${gid} is ${jsonKind(reply)}, not an object`);
+    }
+    if (reply["ok"] === false) {
+        const why = reply["error"];
+        throw new GrantUseError(typeof why === "string" && why.trim() !== "" ? why : "no reason given");
+    }
+    if (reply["ok"] !== true) {
+        throw new GrantError("use", `use: gated's reply to the use of grant ${gid} has ok ${jsonKind(reply["ok"])}, not true`);
+    }
+    if (reply["gid"] !== gid) {
+        throw new GrantError("use", `use: gated's reply accepts ${typeof reply["gid"] === "string" ? `grant ${reply["gid"]}` : "no grant"}, not grant ${gid}`);
+    }
+}
 /** s cut to at most max UTF-8 bytes, never inside a character. */
 export function boundUTF8(s, max) {
     const b = Buffer.from(wellFormed(s), "utf8");

@@ -18,21 +18,19 @@ import {
 import {
   decodeGrant,
   decodeGrantKeySet,
+  decodeGrantUseReply,
   encodeOutcome,
   GrantError,
   type GrantClaims,
   type GrantExpectation,
   grantKeyIDOf,
   type GrantKeySet,
-  GrantKeySetError,
-  GrantUseError,
   grantUseSubject,
   grantWire,
   type OutcomeReport,
   outcomeSubject,
   verifyGrant,
 } from "./grant.js";
-import { JSONNumber, parseJSON, utf8Text } from "./json.js";
 import { type Status, StatusError, statusSubject, statusUpdate } from "./status.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 import {
@@ -78,6 +76,11 @@ export interface ClientOptions {
    * when a grant names a kid it does not hold.
    */
   grantKeySet?: GrantKeySet | string | Uint8Array;
+  /**
+   * The subject of gated's key set service, for an account that imports it
+   * under another name. Default "gated.grants.keys".
+   */
+  grantKeysSubject?: string;
 }
 
 /** Options of Client.verifyGrant and acceptGrant. */
@@ -266,6 +269,7 @@ export class Client {
   private readonly apiPrefix: string;
   private readonly pollMs: number;
   private readonly fixedKeys: GrantKeySet | undefined;
+  private readonly keysSubject: string;
   private keys: Promise<GrantKeySet> | undefined;
 
   /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
@@ -287,6 +291,11 @@ export class Client {
     this.waitMs = wait;
     this.apiPrefix = prefix;
     this.pollMs = poll;
+    const keysSubject = opts.grantKeysSubject ?? grantWire.keysSubject;
+    if (typeof keysSubject !== "string" || !/^[^\s*>.]+(\.[^\s*>.]+)*$/.test(keysSubject)) {
+      throw new InvalidConfigError(`invalid fleet client configuration: grant keys subject ${JSON.stringify(keysSubject)}`);
+    }
+    this.keysSubject = keysSubject;
     if (opts.grantKeySet !== undefined) {
       try {
         this.fixedKeys = decodeGrantKeySet(opts.grantKeySet);
@@ -772,11 +781,11 @@ export class Client {
     const fetched = (async (): Promise<GrantKeySet> => {
       let m: Msg;
       try {
-        m = await w.race(this.nc.request(grantWire.keysSubject, new Uint8Array(0), { timeout: w.remaining(10_000) }));
+        m = await w.race(this.nc.request(this.keysSubject, new Uint8Array(0), { timeout: w.remaining(10_000) }));
       } catch (err) {
         if (err instanceof natsErrors.NoRespondersError || (err as Error)?.cause instanceof natsErrors.NoRespondersError) {
           throw new TransportError(
-            `fetching grant keys: nothing answers ${grantWire.keysSubject}: is gated serving, and may this user request it?`,
+            `fetching grant keys: nothing answers ${this.keysSubject}: is gated serving, and may this user request it?`,
             { cause: err },
           );
         }
@@ -860,22 +869,7 @@ export class Client {
     } finally {
       w.close();
     }
-    let reply: ReturnType<typeof parseJSON>;
-    try {
-      reply = parseJSON(utf8Text(m.data), undefined, true);
-    } catch (err) {
-      throw new GrantError("use", `gated's reply to the use of grant ${claims.gid} is not JSON: ${(err as Error).message}`, { cause: err });
-    }
-    if (typeof reply !== "object" || reply === null || Array.isArray(reply) || reply instanceof JSONNumber) {
-      throw new GrantError("use", `gated's reply to the use of grant ${claims.gid} is not an object`);
-    }
-    if (reply["ok"] === false) {
-      const why = reply["error"];
-      throw new GrantUseError(typeof why === "string" && why !== "" ? why : "no reason given");
-    }
-    if (reply["ok"] !== true || reply["gid"] !== claims.gid) {
-      throw new GrantError("use", `gated's reply to the use of grant ${claims.gid} is not an acceptance of it`);
-    }
+    decodeGrantUseReply(m.data, claims.gid);
     return { gid: claims.gid, claims };
   }
 

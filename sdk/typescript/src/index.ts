@@ -35,6 +35,7 @@ export {
   canonicalJSONText,
   decodeGrant,
   decodeGrantKeySet,
+  decodeGrantUseReply,
   encodeOutcome,
   GrantError,
   grantKeyID,

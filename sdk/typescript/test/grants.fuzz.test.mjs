@@ -12,6 +12,7 @@ import {
   canonicalJSONText,
   decodeGrant,
   decodeGrantKeySet,
+  decodeGrantUseReply,
   verifyGrant,
 } from "../dist/index.js";
 import { vectors } from "./vectorfiles.mjs";
@@ -122,6 +123,27 @@ test(`canonical JSON of mutated text is a fixed point, or a CanonicalJSONError (
     if (canon !== undefined) {
       assert.equal(canonicalJSONText(canon), canon, `not canonical: ${JSON.stringify(text)} -> ${JSON.stringify(canon)}`);
       assert.doesNotThrow(() => JSON.parse(canon));
+    }
+  }
+});
+
+test(`a mutated use reply is an acceptance only when it says ok true for the grant (seed ${seed})`, () => {
+  const r = rng(seed + 3);
+  const gid = "C2VbrarSPjau75BJujMcpw";
+  const corpus = [`{"ok":true,"gid":"${gid}"}`, '{"ok":false,"error":"already used at 2026-11-25T10:00:00Z by a"}', '{"ok":false,"error":"expired"}'];
+  for (let i = 0; i < rounds; i++) {
+    const text = mutate(r, corpus[Math.floor(r() * corpus.length)]);
+    let accepted = true;
+    try {
+      decodeGrantUseReply(text, gid);
+    } catch (err) {
+      assert.ok(err instanceof GrantError, `untyped error: ${err?.stack ?? err}`);
+      accepted = false;
+    }
+    if (accepted) {
+      const v = JSON.parse(text);
+      assert.equal(v.ok, true, text);
+      assert.equal(v.gid, gid, text);
     }
   }
 });

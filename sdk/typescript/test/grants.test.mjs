@@ -11,11 +11,13 @@ import {
   GatedError,
   GrantError,
   GrantKeySetError,
+  GrantUseError,
   NotApprovedError,
   canonicalJSON,
   canonicalJSONText,
   decodeGrant,
   decodeGrantKeySet,
+  decodeGrantUseReply,
   encodeOutcome,
   grantKeyID,
   targetDigest,
@@ -148,4 +150,33 @@ test("a refusal names its member in GrantError.member", () => {
   assert.equal(member(doc.now, { ...c.expect, target_json: undefined }), "target_sha256", "no target given is a refusal, not {}");
   assert.equal(member(doc.now, { ...c.expect, proposal_sha256: undefined }), "proposal_sha256");
   assert.equal(member(doc.now, { ...c.expect, action: "" }), "action");
+});
+
+test("only {ok: true} naming the grant accepts its use", async (t) => {
+  const gid = "C2VbrarSPjau75BJujMcpw";
+  const cases = [
+    { note: "accepted", reply: `{"ok":true,"gid":"${gid}"}` },
+    { note: "used already", reply: '{"ok":false,"error":"already used at 2026-11-25T10:00:00Z by agent-1"}', cls: GrantUseError, match: /already used at 2026-11-25T10:00:00Z by agent-1/ },
+    { note: "refused without a reason", reply: '{"ok":false}', cls: GrantUseError, match: /no reason given/ },
+    { note: "another grant accepted", reply: '{"ok":true,"gid":"AAAAAAAAAAAAAAAAAAAAAA"}', cls: GrantError, match: /use/ },
+    { note: "no gid", reply: '{"ok":true}', cls: GrantError, match: /use/ },
+    { note: "ok a string", reply: `{"ok":"true","gid":"${gid}"}`, cls: GrantError, match: /use/ },
+    { note: "ok named twice", reply: `{"ok":false,"ok":true,"gid":"${gid}"}`, cls: GrantError, match: /twice/ },
+    { note: "empty", reply: "", cls: GrantError, match: /not JSON/ },
+    { note: "a list", reply: "[true]", cls: GrantError, match: /not an object/ },
+    { note: "not UTF-8", reply: new Uint8Array([0x7b, 0xff, 0x7d]), cls: GrantError, match: /not JSON/ },
+  ];
+  for (const c of cases) {
+    await t.test(c.note, () => {
+      if (!c.cls) {
+        assert.doesNotThrow(() => decodeGrantUseReply(c.reply, gid));
+        return;
+      }
+      assert.throws(() => decodeGrantUseReply(c.reply, gid), (err) => {
+        assert.ok(err instanceof c.cls, `${err?.stack ?? err}`);
+        assert.match(err.message, c.match);
+        return true;
+      });
+    });
+  }
 });
