@@ -58,7 +58,9 @@ test("jcs vectors", async (t) => {
   for (const c of doc.jcs) {
     await t.test(c.name, () => {
       assert.equal(canonicalJSONText(c.json), c.canonical);
-      assert.equal(canonicalJSON(c.target), c.canonical, "the parsed target");
+      if (Object.hasOwn(c, "target")) {
+        assert.equal(canonicalJSON(c.target), c.canonical, "the parsed target");
+      }
       assert.equal(sha256(c.canonical), c.sha256);
       if (typeof c.target === "object" && c.target !== null && !Array.isArray(c.target)) {
         assert.equal(targetDigest(c.target), c.sha256);
