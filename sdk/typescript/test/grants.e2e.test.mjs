@@ -129,8 +129,8 @@ test("an approved proposal's tool runs once, with its grant used, and its outcom
   );
 });
 
-test("the tool-side helper accepts a grant once, and refuses a tampered one, another target's and a replay", async () => {
-  const id = `ts-grant-helper-${run}`;
+test("acceptGrant, in a service handed a grant, accepts it once, and refuses a tampered one, another target's and a replay", async () => {
+  const id = `ts-grant-accept-${run}`;
   const p = example("approved.json", { id, target: { device_id: 902, service: "nginx", tags: ["production"] } });
   const { bytes } = encodeProposal(p);
   const v = await client.propose(p, { timeoutMs: 60_000 });
