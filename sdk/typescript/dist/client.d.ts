@@ -1,4 +1,5 @@
 import { type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { type GrantClaims, type GrantExpectation, type GrantKeySet, type OutcomeReport } from "./grant.js";
 import { type Status, StatusError } from "./status.js";
 import type { Proposal, Verdict } from "./types.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
@@ -17,6 +18,30 @@ export interface ClientOptions {
     apiPrefix?: string;
     /** How often a wait also reads the stored verdict, in case the verdict message was lost. Default 2000. */
     pollIntervalMs?: number;
+    /**
+     * gated's grant key set (the JSON `gated grants keys` prints, or the
+     * object): grants are verified with it alone and it is never fetched.
+     * Default: fetched from gated.grants.keys on first use, and again once
+     * when a grant names a kid it does not hold.
+     */
+    grantKeySet?: GrantKeySet | string | Uint8Array;
+    /**
+     * The subject of gated's key set service, for an account that imports it
+     * under another name. Default "gated.grants.keys".
+     */
+    grantKeysSubject?: string;
+}
+/** Options of Client.verifyGrant and acceptGrant. */
+export interface GrantCallOptions extends CallOptions {
+    /** The verifier's clock, Unix seconds; default now. */
+    now?: number;
+}
+/** gated's answer to a grant's use: it is the caller's, once. */
+export interface GrantUse {
+    /** The grant's gid. */
+    gid: string;
+    /** The grant's claims as decoded (verify them with verifyGrant first). */
+    claims: GrantClaims;
 }
 /** Options of one call. */
 export interface CallOptions {
@@ -76,6 +101,9 @@ export declare class Client {
     private readonly waitMs;
     private readonly apiPrefix;
     private readonly pollMs;
+    private readonly fixedKeys;
+    private readonly keysSubject;
+    private keys;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc: NatsConnection, opts?: ClientOptions);
     private wait;
@@ -157,4 +185,62 @@ export declare class Client {
      * NoVerdictError when the wait ends first, MalformedVerdictError.
      */
     requestReview(data: Uint8Array | string, opts?: CallOptions): Promise<Verdict>;
+    /**
+     * Requests gated's grant key set on gated.grants.keys and caches it for
+     * verifyGrant. A client built with grantKeySet returns that set and
+     * requests nothing. Throws GrantKeySetError for a reply that is not a key
+     * set, TransportError when nothing answers or the request fails.
+     */
+    fetchGrantKeys(opts?: CallOptions): Promise<GrantKeySet>;
+    /** The cached key set, fetched on first use. */
+    private grantKeys;
+    /**
+     * Verifies a grant with gated's key set (see verifyGrant in this
+     * package) against what is about to run, and returns its claims. The key
+     * set is fetched on first use and again, once, when the grant names a kid
+     * the cached set does not hold (a key rotation). It does not take the
+     * grant's use: useGrant does. Throws GrantError naming the member that
+     * fails, GrantKeySetError, TransportError.
+     */
+    verifyGrant(token: string, expect: GrantExpectation, opts?: GrantCallOptions): Promise<GrantClaims>;
+    /**
+     * Takes a grant's single use: a request on gated.grants.<tenant>.use
+     * (the grant's tenant) with the token and by, free text naming who uses
+     * it. gated checks the grant itself and moves its record from issued to
+     * used by compare-and-set, so exactly one use of a grant succeeds. Verify
+     * the grant first (verifyGrant) against what is about to run; run it only
+     * after this resolves. Throws GrantUseError carrying gated's reason
+     * (already used, expired, unknown grant, ...), GrantError for a token
+     * that cannot be read or a reply that is not an answer, TransportError
+     * when nothing answers or the request fails (the grant may then have been
+     * used: do not run, propose again).
+     */
+    useGrant(token: string, by: string, opts?: CallOptions): Promise<GrantUse>;
+    /**
+     * Reports what became of an action run on a grant: a JetStream publish on
+     * gated.outcomes.<tenant>.<proposal_id> (stream GATED_OUTCOMES) with
+     * Nats-Msg-Id <tenant>.<proposal_id>.<status>, so a report sent twice is
+     * stored once. started goes before the action runs; succeeded or failed
+     * (with the error's text, cut to 4096 bytes) after. gated refuses a report
+     * of a grant that was not used. Throws BadProposalError for bad tokens,
+     * TransportError when JetStream does not acknowledge it.
+     */
+    reportOutcome(r: OutcomeReport, opts?: CallOptions): Promise<void>;
 }
+/** What acceptGrant needs: a Client. */
+export interface GrantAuthority {
+    verifyGrant(token: string, expect: GrantExpectation, opts?: GrantCallOptions): Promise<GrantClaims>;
+    useGrant(token: string, by: string, opts?: CallOptions): Promise<GrantUse>;
+}
+/**
+ * For a service that is handed a grant by the agent that asked for it and
+ * acts on a target itself: verifies the grant against what the service is
+ * about to do (expect: the tenant, proposal id and digest, action and
+ * target), then takes its single use from gated, and resolves with the
+ * claims. Act only after it resolves. Throws GrantError (forged, altered,
+ * expired, another tenant's, another target's...), GrantUseError (used
+ * already, expired, unknown to gated), GrantKeySetError, TransportError.
+ */
+export declare function acceptGrant(authority: GrantAuthority, token: string, expect: GrantExpectation, opts: GrantCallOptions & {
+    by: string;
+}): Promise<GrantClaims>;

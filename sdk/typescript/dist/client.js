@@ -4,6 +4,7 @@
 import { errors as natsErrors } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, isFinal, } from "./errors.js";
+import { decodeGrant, decodeGrantKeySet, decodeGrantUseReply, encodeOutcome, GrantError, grantKeyIDOf, grantUseSubject, grantWire, outcomeSubject, verifyGrant, } from "./grant.js";
 import { StatusError, statusSubject, statusUpdate } from "./status.js";
 import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
@@ -147,6 +148,9 @@ export class Client {
     waitMs;
     apiPrefix;
     pollMs;
+    fixedKeys;
+    keysSubject;
+    keys;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc, opts = {}) {
         const wait = opts.defaultWaitMs ?? defaultWaitMs;
@@ -166,6 +170,19 @@ export class Client {
         this.waitMs = wait;
         this.apiPrefix = prefix;
         this.pollMs = poll;
+        const keysSubject = opts.grantKeysSubject ?? grantWire.keysSubject;
+        if (typeof keysSubject !== "string" || !/^[^\s*>.]+(\.[^\s*>.]+)*$/.test(keysSubject)) {
+            throw new InvalidConfigError(`invalid fleet client configuration: grant keys subject ${JSON.stringify(keysSubject)}`);
+        }
+        this.keysSubject = keysSubject;
+        if (opts.grantKeySet !== undefined) {
+            try {
+                this.fixedKeys = decodeGrantKeySet(opts.grantKeySet);
+            }
+            catch (err) {
+                throw new InvalidConfigError(`invalid fleet client configuration: ${err.message}`, { cause: err });
+            }
+        }
     }
     wait(opts) {
         const t = opts?.timeoutMs ?? this.waitMs;
@@ -618,4 +635,155 @@ export class Client {
             w.close();
         }
     }
+    /**
+     * Requests gated's grant key set on gated.grants.keys and caches it for
+     * verifyGrant. A client built with grantKeySet returns that set and
+     * requests nothing. Throws GrantKeySetError for a reply that is not a key
+     * set, TransportError when nothing answers or the request fails.
+     */
+    async fetchGrantKeys(opts) {
+        if (this.fixedKeys) {
+            return this.fixedKeys;
+        }
+        const w = this.wait(opts);
+        const fetched = (async () => {
+            let m;
+            try {
+                m = await w.race(this.nc.request(this.keysSubject, new Uint8Array(0), { timeout: w.remaining(10_000) }));
+            }
+            catch (err) {
+                if (err instanceof natsErrors.NoRespondersError || err?.cause instanceof natsErrors.NoRespondersError) {
+                    throw new TransportError(`fetching grant keys: nothing answers ${this.keysSubject}: is gated serving, and may this user request it?`, { cause: err });
+                }
+                throw new TransportError(`fetching grant keys: ${err?.message ?? String(err)}`, { cause: err });
+            }
+            finally {
+                w.close();
+            }
+            return decodeGrantKeySet(m.data);
+        })();
+        this.keys = fetched;
+        // A failed fetch is not cached: the next call asks again.
+        fetched.catch(() => {
+            if (this.keys === fetched) {
+                this.keys = undefined;
+            }
+        });
+        return fetched;
+    }
+    /** The cached key set, fetched on first use. */
+    grantKeys(opts) {
+        if (this.fixedKeys) {
+            return Promise.resolve(this.fixedKeys);
+        }
+        return this.keys ?? this.fetchGrantKeys(opts);
+    }
+    /**
+     * Verifies a grant with gated's key set (see verifyGrant in this
+     * package) against what is about to run, and returns its claims. The key
+     * set is fetched on first use and again, once, when the grant names a kid
+     * the cached set does not hold (a key rotation). It does not take the
+     * grant's use: useGrant does. Throws GrantError naming the member that
+     * fails, GrantKeySetError, TransportError.
+     */
+    async verifyGrant(token, expect, opts) {
+        const kid = grantKeyIDOf(token);
+        let keys = await this.grantKeys(opts);
+        if (!this.fixedKeys && kid !== undefined && !keys.keys.some((k) => k.kid === kid)) {
+            keys = await this.fetchGrantKeys(opts);
+        }
+        return verifyGrant(token, keys, opts?.now ?? Date.now() / 1000, expect);
+    }
+    /**
+     * Takes a grant's single use: a request on gated.grants.<tenant>.use
+     * (the grant's tenant) with the token and by, free text naming who uses
+     * it. gated checks the grant itself and moves its record from issued to
+     * used by compare-and-set, so exactly one use of a grant succeeds. Verify
+     * the grant first (verifyGrant) against what is about to run; run it only
+     * after this resolves. Throws GrantUseError carrying gated's reason
+     * (already used, expired, unknown grant, ...), GrantError for a token
+     * that cannot be read or a reply that is not an answer, TransportError
+     * when nothing answers or the request fails (the grant may then have been
+     * used: do not run, propose again).
+     */
+    async useGrant(token, by, opts) {
+        const { claims } = decodeGrant(token);
+        if (!validTenant(claims.tenant)) {
+            throw new GrantError("tenant", `tenant ${JSON.stringify(claims.tenant)} is not a tenant token`);
+        }
+        if (typeof by !== "string") {
+            throw new InvalidConfigError("invalid call option: useGrant needs by, who uses the grant");
+        }
+        const subject = grantUseSubject(claims.tenant);
+        const w = this.wait(opts);
+        let m;
+        try {
+            m = await w.race(this.nc.request(subject, new TextEncoder().encode(JSON.stringify({ grant: token, by })), { timeout: w.remaining() }));
+        }
+        catch (err) {
+            const why = err instanceof natsErrors.NoRespondersError || err?.cause instanceof natsErrors.NoRespondersError
+                ? `nothing answers ${subject}: is gated serving grants, and may this user request it?`
+                : w.signal.aborted
+                    ? w.reason()
+                    : (err?.message ?? String(err));
+            throw new TransportError(`using grant ${claims.gid} of ${claims.tenant}.${claims.proposal_id}: ${why}; do not act on it`, {
+                cause: err,
+            });
+        }
+        finally {
+            w.close();
+        }
+        decodeGrantUseReply(m.data, claims.gid);
+        return { gid: claims.gid, claims };
+    }
+    /**
+     * Reports what became of an action run on a grant: a JetStream publish on
+     * gated.outcomes.<tenant>.<proposal_id> (stream GATED_OUTCOMES) with
+     * Nats-Msg-Id <tenant>.<proposal_id>.<status>, so a report sent twice is
+     * stored once. started goes before the action runs; succeeded or failed
+     * (with the error's text, cut to 4096 bytes) after. gated refuses a report
+     * of a grant that was not used. Throws BadProposalError for bad tokens,
+     * TransportError when JetStream does not acknowledge it.
+     */
+    async reportOutcome(r, opts) {
+        if (!validTenant(r?.tenant) || !validID(r?.proposal_id)) {
+            throw new BadProposalError(`reporting an outcome: tenant ${JSON.stringify(r?.tenant)} and proposal id ${JSON.stringify(r?.proposal_id)} must be tokens`);
+        }
+        if (r.status !== "started" && r.status !== "succeeded" && r.status !== "failed") {
+            throw new BadProposalError(`reporting an outcome: status ${JSON.stringify(r.status)}; want started, succeeded or failed`);
+        }
+        if (typeof r.gid !== "string" || r.gid === "") {
+            throw new BadProposalError("reporting an outcome: it names no grant (gid)");
+        }
+        const w = this.wait(opts);
+        try {
+            await w.race(this.js.publish(outcomeSubject(r.tenant, r.proposal_id), encodeOutcome(r), {
+                msgID: `${r.tenant}.${r.proposal_id}.${r.status}`,
+                timeout: w.remaining(),
+            }));
+        }
+        catch (err) {
+            throw new TransportError(`reporting outcome ${r.status} of ${r.tenant}.${r.proposal_id}: ${w.signal.aborted ? w.reason() : (err?.message ?? String(err))}`, { cause: err });
+        }
+        finally {
+            w.close();
+        }
+    }
+}
+/**
+ * For a service that is handed a grant by the agent that asked for it and
+ * acts on a target itself: verifies the grant against what the service is
+ * about to do (expect: the tenant, proposal id and digest, action and
+ * target), then takes its single use from gated, and resolves with the
+ * claims. Act only after it resolves. Throws GrantError (forged, altered,
+ * expired, another tenant's, another target's...), GrantUseError (used
+ * already, expired, unknown to gated), GrantKeySetError, TransportError.
+ */
+export async function acceptGrant(authority, token, expect, opts) {
+    if (typeof opts?.by !== "string" || opts.by.trim() === "") {
+        throw new InvalidConfigError("invalid call option: acceptGrant needs by, the service that uses the grant");
+    }
+    const claims = await authority.verifyGrant(token, expect, opts);
+    await authority.useGrant(token, opts.by, opts);
+    return claims;
 }

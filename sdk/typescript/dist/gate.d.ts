@@ -1,11 +1,23 @@
 import { GatedError } from "./errors.js";
-import { type CallOptions } from "./client.js";
+import { type CallOptions, type GrantCallOptions, type GrantUse } from "./client.js";
+import { type GrantClaims, type GrantExpectation, type OutcomeReport, type OutcomeStatus } from "./grant.js";
 import type { BlastRadius, Flags, Operator, Proposal, ProposalClass, Verdict } from "./types.js";
-/** What a ToolGate needs to reach gated; Client implements it. propose must resolve only for an approval. */
+/**
+ * What a ToolGate needs to reach gated; Client implements it. propose must
+ * resolve only for an approval. verifyGrant and useGrant are needed unless
+ * the gate accepts approvals without grants (allowUngrantedApprovals);
+ * reportOutcome is used when present.
+ */
 export interface Proposer {
     propose(p: Proposal, opts?: CallOptions): Promise<Verdict>;
     /** Waits for the verdict that replaces a held one, resolving only for an approval; needed with awaitOperator. */
     awaitDecision?(held: Verdict, opts?: CallOptions): Promise<Verdict>;
+    /** Verifies an approval's grant against what is about to run (Client.verifyGrant). */
+    verifyGrant?(token: string, expect: GrantExpectation, opts?: GrantCallOptions): Promise<GrantClaims>;
+    /** Takes a grant's single use from gated (Client.useGrant). */
+    useGrant?(token: string, by: string, opts?: CallOptions): Promise<GrantUse>;
+    /** Reports what became of a granted action (Client.reportOutcome). */
+    reportOutcome?(r: OutcomeReport, opts?: CallOptions): Promise<void>;
 }
 /** Who proposes through a ToolGate. */
 export interface Identity {
@@ -64,6 +76,21 @@ export interface ToolGateOptions {
     awaitOperator?: boolean;
     /** How long a call waits for an operator when awaitOperator is set. Default: the hold's deadline and a minute more. */
     operatorTimeoutMs?: number;
+    /**
+     * Accepts an approval that carries no grant, as a gated older than grants
+     * sends. Default false: gated signs every approval, so one without a
+     * grant is refused (GrantError, member grant) and the tool does not run.
+     * An approval that carries a grant is verified and used either way.
+     */
+    allowUngrantedApprovals?: boolean;
+    /** Who takes a grant's use, as gated records it. Default the identity's agent, and "/" and its session when it has one. */
+    by?: string;
+    /**
+     * Called when the succeeded or failed outcome of a call that ran cannot be
+     * reported; the call still resolves with the tool's result or throws its
+     * error. Default: ignored.
+     */
+    onReportError?: (err: Error, report: OutcomeReport) => void;
 }
 /** A guarded tool: resolves with the tool's result, or throws without running it. */
 export type GuardedTool<A, R> = (args: A, opts?: CallOptions) => Promise<R>;
@@ -88,14 +115,21 @@ export declare class ToolGate {
     private readonly observe;
     private readonly awaitOperator;
     private readonly operatorTimeoutMs;
+    private readonly allowUngranted;
+    private readonly by;
+    private readonly onReportError;
     /** Throws InvalidConfigError for an unusable identity or option. */
     constructor(proposer: Proposer, identity: Identity, opts?: ToolGateOptions);
     /**
      * Wraps fn, a tool of the given spec, so that it runs only when gated
      * allows it: a read tool at once, a write or destructive tool once and
      * only on approval of a proposal built from the identity and
-     * spec.describe(args). Otherwise the guarded tool throws without running
-     * fn: a VerdictError for a verdict that is not an approval (an
+     * spec.describe(args), after the approval's grant verifies against that
+     * proposal and gated takes its single use; it then reports the outcome
+     * (started before fn runs, succeeded or failed after). Otherwise the
+     * guarded tool throws without running fn: a GrantError or GrantUseError
+     * for a grant that is missing, does not hold or is used already, a
+     * VerdictError for a verdict that is not an approval (an
      * AwaitingOperatorError for one held for an operator, unless the gate
      * was built with awaitOperator),
      * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
@@ -105,12 +139,25 @@ export declare class ToolGate {
         signal?: AbortSignal;
     }) => R | Promise<R>): GuardedTool<A, R>;
     /**
+     * Reports what became of a call that authorize let run, on its
+     * verdict's grant: started before the tool runs, then succeeded or failed
+     * (with the error's text). A guarded tool does this itself. Throws
+     * GrantError when the verdict has no grant, TransportError when the
+     * report is not acknowledged.
+     */
+    reportOutcome(v: Verdict, status: OutcomeStatus, error?: string, opts?: CallOptions): Promise<void>;
+    private report;
+    /** Reports the end of a call that ran: a failure to report must not hide the tool's result or error. */
+    private reportAfter;
+    /**
      * Asks gated whether a call of action, of class, may make change, for
      * runtimes that dispatch tools dynamically. Resolves when the call may
-     * run: at once with null for class read, else with the approval.
-     * Throws as a guarded tool does.
+     * run: at once with null for class read, else with the approval, whose
+     * grant is verified and used by then (report the outcome with
+     * reportOutcome). Throws as a guarded tool does.
      */
     authorize(action: string, cls: ProposalClass, change: Change, opts?: CallOptions): Promise<Verdict | null>;
+    private authorizeCall;
     private proposal;
 }
 /**

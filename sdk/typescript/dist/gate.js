@@ -3,7 +3,9 @@
 import { randomBytes } from "node:crypto";
 import { AwaitingOperatorError, GatedError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
 import { defaultWaitMs } from "./client.js";
-import { schemaVersion, validAction, validTenant } from "./wire.js";
+import { decodeGrant, GrantError } from "./grant.js";
+import { parseJSON } from "./json.js";
+import { encodeProposal, schemaVersion, validAction, validTenant } from "./wire.js";
 /** The approval came, but the caller aborted before the tool could run. The tool did not run. */
 export class AbortedError extends GatedError {
     code = "aborted";
@@ -43,6 +45,9 @@ export class ToolGate {
     observe;
     awaitOperator;
     operatorTimeoutMs;
+    allowUngranted;
+    by;
+    onReportError;
     /** Throws InvalidConfigError for an unusable identity or option. */
     constructor(proposer, identity, opts = {}) {
         if (!proposer || typeof proposer.propose !== "function") {
@@ -72,6 +77,15 @@ export class ToolGate {
         if (ot !== undefined && (!(ot > 0) || !Number.isFinite(ot))) {
             throw new InvalidConfigError(`invalid fleet client configuration: operator timeout ${ot} ms must be positive`);
         }
+        this.allowUngranted = opts.allowUngrantedApprovals === true;
+        if (!this.allowUngranted && (typeof proposer.verifyGrant !== "function" || typeof proposer.useGrant !== "function")) {
+            throw new InvalidConfigError("invalid fleet client configuration: a ToolGate needs a Proposer that verifies and uses grants (verifyGrant, useGrant), such as a Client, unless allowUngrantedApprovals is set");
+        }
+        if (opts.by !== undefined && (typeof opts.by !== "string" || opts.by.trim() === "")) {
+            throw new InvalidConfigError("invalid fleet client configuration: by must name who uses grants");
+        }
+        this.by = opts.by ?? (id.session ? `${id.agent}/${id.session}` : id.agent);
+        this.onReportError = opts.onReportError;
         this.proposer = proposer;
         this.awaitOperator = opts.awaitOperator === true;
         this.operatorTimeoutMs = ot;
@@ -87,8 +101,12 @@ export class ToolGate {
      * Wraps fn, a tool of the given spec, so that it runs only when gated
      * allows it: a read tool at once, a write or destructive tool once and
      * only on approval of a proposal built from the identity and
-     * spec.describe(args). Otherwise the guarded tool throws without running
-     * fn: a VerdictError for a verdict that is not an approval (an
+     * spec.describe(args), after the approval's grant verifies against that
+     * proposal and gated takes its single use; it then reports the outcome
+     * (started before fn runs, succeeded or failed after). Otherwise the
+     * guarded tool throws without running fn: a GrantError or GrantUseError
+     * for a grant that is missing, does not hold or is used already, a
+     * VerdictError for a verdict that is not an approval (an
      * AwaitingOperatorError for one held for an operator, unless the gate
      * was built with awaitOperator),
      * NoVerdictError when the review outlives the wait, InvalidToolSpecError,
@@ -109,22 +127,76 @@ export class ToolGate {
             if (invalid) {
                 throw invalid;
             }
-            if (spec.class !== "read") {
-                await this.authorize(spec.action, spec.class, spec.describe(args), opts);
+            if (spec.class === "read") {
+                return await fn(args, { signal: opts?.signal });
             }
-            return await fn(args, { signal: opts?.signal });
+            const { claims } = await this.authorizeCall(spec.action, spec.class, spec.describe(args), opts);
+            if (!claims) {
+                return await fn(args, { signal: opts?.signal });
+            }
+            // The grant is used: say so before the tool runs. A report that
+            // cannot be made stops the call here, before anything happened.
+            await this.report(claims, "started", undefined, opts);
+            let result;
+            try {
+                result = await fn(args, { signal: opts?.signal });
+            }
+            catch (err) {
+                await this.reportAfter(claims, "failed", errorText(err), opts);
+                throw err;
+            }
+            await this.reportAfter(claims, "succeeded", undefined, opts);
+            return result;
         };
+    }
+    /**
+     * Reports what became of a call that authorize let run, on its
+     * verdict's grant: started before the tool runs, then succeeded or failed
+     * (with the error's text). A guarded tool does this itself. Throws
+     * GrantError when the verdict has no grant, TransportError when the
+     * report is not acknowledged.
+     */
+    async reportOutcome(v, status, error, opts) {
+        if (typeof v?.grant !== "string" || v.grant === "") {
+            throw new GrantError("grant", "grant: the verdict carries no grant to report an outcome on");
+        }
+        await this.report(decodeGrant(v.grant).claims, status, error, opts);
+    }
+    async report(c, status, error, opts) {
+        if (typeof this.proposer.reportOutcome !== "function") {
+            return;
+        }
+        await this.proposer.reportOutcome({ gid: c.gid, tenant: c.tenant, proposal_id: c.proposal_id, status, error }, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+    }
+    /** Reports the end of a call that ran: a failure to report must not hide the tool's result or error. */
+    async reportAfter(c, status, error, opts) {
+        try {
+            // Not the caller's signal: the tool ran, and its outcome is owed even to a caller that gave up.
+            await this.report(c, status, error, { timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+        }
+        catch (err) {
+            try {
+                this.onReportError?.(err, { gid: c.gid, tenant: c.tenant, proposal_id: c.proposal_id, status, error });
+            }
+            catch {
+                // the observer's own failure changes nothing
+            }
+        }
     }
     /**
      * Asks gated whether a call of action, of class, may make change, for
      * runtimes that dispatch tools dynamically. Resolves when the call may
-     * run: at once with null for class read, else with the approval.
-     * Throws as a guarded tool does.
+     * run: at once with null for class read, else with the approval, whose
+     * grant is verified and used by then (report the outcome with
+     * reportOutcome). Throws as a guarded tool does.
      */
     async authorize(action, cls, change, opts) {
+        return (await this.authorizeCall(action, cls, change, opts)).verdict;
+    }
+    async authorizeCall(action, cls, change, opts) {
         switch (cls) {
             case "read":
-                return null;
+                return { verdict: null, claims: null };
             case "write":
             case "destructive":
                 break;
@@ -158,10 +230,35 @@ export class ToolGate {
         if (v.tenant !== p.tenant || v.proposal_id !== p.id || v.action !== p.action) {
             throw new NotApprovedError(`proposal not approved: the approval names ${v.tenant}.${v.proposal_id} (${v.action}), not proposal ${p.tenant}.${p.id} (${p.action})`);
         }
+        if (v.grant === undefined || v.grant === "") {
+            if (!this.allowUngranted) {
+                throw new GrantError("grant", `grant: the approval of ${p.tenant}.${p.id} carries no grant, and gated signs every approval; ${action} does not run`);
+            }
+            if (opts?.signal?.aborted) {
+                throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
+            }
+            return { verdict: v, claims: null };
+        }
+        if (typeof this.proposer.verifyGrant !== "function" || typeof this.proposer.useGrant !== "function") {
+            throw new GrantError("grant", `grant: the approval of ${p.tenant}.${p.id} carries a grant this gate's Proposer cannot verify; ${action} does not run`);
+        }
+        // The grant must name exactly what is about to run: these bytes, this
+        // tenant, id, action and target (as sent, so as gated digested it).
+        const { text, bytes } = encodeProposal(p);
+        const sent = parseJSON(text);
+        const expect = {
+            tenant: p.tenant,
+            proposal_id: p.id,
+            action: p.action,
+            proposal: bytes,
+            target: sent["target"] ?? {},
+        };
+        const claims = await this.proposer.verifyGrant(v.grant, expect, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
         if (opts?.signal?.aborted) {
             throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
         }
-        return v;
+        await this.proposer.useGrant(v.grant, this.by, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+        return { verdict: v, claims };
     }
     proposal(action, cls, c) {
         const p = {
@@ -196,4 +293,16 @@ export function gate(toolGate, spec, fn) {
         return () => Promise.reject(err);
     }
     return toolGate.guard(spec, fn);
+}
+/** The text of a tool's error, for a failed outcome. */
+function errorText(err) {
+    if (err instanceof Error) {
+        return err.message || err.name;
+    }
+    try {
+        return String(err);
+    }
+    catch {
+        return "unprintable error";
+    }
 }

@@ -38,9 +38,11 @@ export declare class JSONSyntaxError extends Error {
  * RFC 8259, surrounding white space allowed, numbers kept as JSONNumber,
  * lone surrogate escapes read as U+FFFD. Throws JSONSyntaxError. When
  * duplicates is given, the names of the top object's members that appear
- * more than once are pushed on it (the last value is kept).
+ * more than once are pushed on it (the last value is kept). When
+ * unique is true, a member name that appears twice in any object is a
+ * JSONSyntaxError (I-JSON, RFC 7493).
  */
-export declare function parseJSON(text: string, duplicates?: string[]): JSONValue;
+export declare function parseJSON(text: string, duplicates?: string[], unique?: boolean): JSONValue;
 /** Decodes bytes as Go reads them: invalid UTF-8 becomes U+FFFD. */
 export declare function utf8Text(data: Uint8Array): string;
 /** The Go type of a struct member: how decodeStruct checks it. */

@@ -162,4 +162,9 @@ export interface Verdict {
     awaiting_operator?: OperatorHold;
     /** Set on the verdict of a held action an operator decided. */
     operator_decision?: OperatorDecision;
+    /**
+     * Set on every approval: gated's signed, single-use grant (a compact JWS,
+     * docs/GRANTS.md). An executor verifies it and takes its use before it acts.
+     */
+    grant?: string;
 }

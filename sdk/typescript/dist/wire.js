@@ -413,6 +413,7 @@ const verdictType = {
         },
         awaiting_operator: { ptr: { struct: { deadline: "time", reason: "string", rule: "string" } } },
         operator_decision: { ptr: { struct: { id: "string", key: "string", decision: "string", reason: "string" } } },
+        grant: "string",
     },
 };
 /**

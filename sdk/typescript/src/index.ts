@@ -6,7 +6,19 @@
 // operator's decision on a held verdict; ToolGate and gate() wrap an
 // agent's tools so that write and destructive calls run only on approval.
 
-export { Client, defaultWaitMs, holdGraceMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
+export {
+  acceptGrant,
+  Client,
+  defaultWaitMs,
+  holdGraceMs,
+  StatusWatch,
+  type CallOptions,
+  type ClientOptions,
+  type GrantAuthority,
+  type GrantCallOptions,
+  type GrantUse,
+  type WatchOptions,
+} from "./client.js";
 export {
   decodeStatus,
   type Status,
@@ -16,6 +28,35 @@ export {
   statusSubject,
   statusUpdate,
 } from "./status.js";
+export {
+  boundUTF8,
+  CanonicalJSONError,
+  canonicalJSON,
+  canonicalJSONText,
+  decodeGrant,
+  decodeGrantKeySet,
+  decodeGrantUseReply,
+  encodeOutcome,
+  GrantError,
+  grantKeyID,
+  grantKeyIDOf,
+  GrantKeySetError,
+  GrantUseError,
+  grantUseSubject,
+  grantWire,
+  outcomeSubject,
+  targetDigest,
+  verifyGrant,
+  type DecodedGrant,
+  type GrantClaims,
+  type GrantExpectation,
+  type GrantHeader,
+  type GrantKey,
+  type GrantKeySet,
+  type GrantReviewer,
+  type OutcomeReport,
+  type OutcomeStatus,
+} from "./grant.js";
 export {
   AbortedError,
   gate,

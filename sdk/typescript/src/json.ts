@@ -200,9 +200,11 @@ const maxDepth = 10000; // Go's encoding/json nesting limit
  * RFC 8259, surrounding white space allowed, numbers kept as JSONNumber,
  * lone surrogate escapes read as U+FFFD. Throws JSONSyntaxError. When
  * duplicates is given, the names of the top object's members that appear
- * more than once are pushed on it (the last value is kept).
+ * more than once are pushed on it (the last value is kept). When
+ * unique is true, a member name that appears twice in any object is a
+ * JSONSyntaxError (I-JSON, RFC 7493).
  */
-export function parseJSON(text: string, duplicates?: string[]): JSONValue {
+export function parseJSON(text: string, duplicates?: string[], unique = false): JSONValue {
   let i = 0;
   const fail = (what: string): never => {
     throw new JSONSyntaxError(`${what} at offset ${i}`);
@@ -330,6 +332,9 @@ export function parseJSON(text: string, duplicates?: string[]): JSONValue {
             fail("expected ':'");
           }
           i++;
+          if (unique && Object.hasOwn(o, k)) {
+            fail(`member ${JSON.stringify(k)} appears twice`);
+          }
           if (duplicates && depth === 0 && Object.hasOwn(o, k)) {
             duplicates.push(k);
           }

@@ -459,6 +459,7 @@ const verdictType: GoType = {
     },
     awaiting_operator: { ptr: { struct: { deadline: "time", reason: "string", rule: "string" } } },
     operator_decision: { ptr: { struct: { id: "string", key: "string", decision: "string", reason: "string" } } },
+    grant: "string",
   },
 };
 

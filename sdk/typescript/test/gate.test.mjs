@@ -37,6 +37,9 @@ function proposer({ outcome = "approved", tamper, err } = {}) {
   };
 }
 
+// These verdicts carry no grant: the gate's checks of the verdict are
+// tested here, its checks of a grant in grant-gate.test.mjs.
+const ungranted = { allowUngrantedApprovals: true };
 const identity = { tenant: "acme", agent: "agent-1", session: "s-1", operator: { id: "alice", roles: ["sre"] }, reviewer: "reviewer" };
 const restartSpec = {
   action: "host_restart_service",
@@ -64,7 +67,7 @@ test("a tool runs only on an approval of exactly its proposal", async (t) => {
       const pr = proposer(c);
       let runs = 0;
       const seen = [];
-      const tg = new ToolGate(pr, identity, { observe: (p, v) => seen.push(v.outcome) });
+      const tg = new ToolGate(pr, identity, { ...ungranted, observe: (p, v) => seen.push(v.outcome) });
       const restart = gate(tg, restartSpec, () => ++runs);
       if (c.cls) {
         await assert.rejects(restart("web-1"), c.cls);
@@ -80,14 +83,14 @@ test("a tool runs only on an approval of exactly its proposal", async (t) => {
 
 test("a read tool runs without a proposal", async () => {
   const pr = proposer({ outcome: "rejected" });
-  const list = gate(new ToolGate(pr, identity), { action: "host_list_services", class: "read" }, (host) => `listed ${host}`);
+  const list = gate(new ToolGate(pr, identity, ungranted), { action: "host_list_services", class: "read" }, (host) => `listed ${host}`);
   assert.equal(await list("web-1"), "listed web-1");
   assert.equal(pr.sent.length, 0);
 });
 
 test("the proposal carries the identity and the change, and encodes", async () => {
   const pr = proposer();
-  const tg = new ToolGate(pr, identity, { newId: () => "fixed-id", reviewTimeoutMs: 1234 });
+  const tg = new ToolGate(pr, identity, { ...ungranted, newId: () => "fixed-id", reviewTimeoutMs: 1234 });
   await gate(tg, restartSpec, () => "ok")("web-9");
   const { p, opts } = pr.sent[0];
   assert.equal(opts.timeoutMs, 1234);
@@ -103,7 +106,7 @@ test("the proposal carries the identity and the change, and encodes", async () =
 
 test("unusable specs and identities never run a tool", async (t) => {
   const pr = proposer();
-  const tg = new ToolGate(pr, identity);
+  const tg = new ToolGate(pr, identity, ungranted);
   const specs = [
     { note: "action with a dot", spec: { action: "a.b", class: "write", describe: () => ({}) } },
     { note: "unknown class", spec: { action: "a", class: "maybe", describe: () => ({}) } },
@@ -118,9 +121,9 @@ test("unusable specs and identities never run a tool", async (t) => {
   }
   await assert.rejects(gate(undefined, restartSpec, () => 1)("x"), InvalidToolSpecError);
   for (const bad of [{ ...identity, tenant: "Acme" }, { ...identity, agent: " " }, { ...identity, operator: { id: "" } }, { ...identity, reviewer: "a.b" }]) {
-    assert.throws(() => new ToolGate(pr, bad), InvalidConfigError);
+    assert.throws(() => new ToolGate(pr, bad, ungranted), InvalidConfigError);
   }
-  assert.throws(() => new ToolGate(pr, identity, { reviewTimeoutMs: 0 }), InvalidConfigError);
+  assert.throws(() => new ToolGate(pr, identity, { ...ungranted, reviewTimeoutMs: 0 }), InvalidConfigError);
   assert.equal(pr.sent.length, 0);
 });
 
@@ -128,7 +131,7 @@ test("an approval that comes after the caller aborted does not run the tool", as
   const ac = new AbortController();
   const pr = proposer({ tamper: () => ac.abort() });
   let runs = 0;
-  await assert.rejects(gate(new ToolGate(pr, identity), restartSpec, () => ++runs)("web-1", { signal: ac.signal }), AbortedError);
+  await assert.rejects(gate(new ToolGate(pr, identity, ungranted), restartSpec, () => ++runs)("web-1", { signal: ac.signal }), AbortedError);
   assert.equal(runs, 0);
 });
 

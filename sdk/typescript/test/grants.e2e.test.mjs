@@ -1,0 +1,184 @@
+// Grants against a real `gated serve`: its signing key, its key set on
+// gated.grants.keys, its single-use records, its outcomes stream and its
+// audit stream.
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { after, before, test } from "node:test";
+
+import { jetstream } from "@nats-io/jetstream";
+
+import {
+  Client,
+  GrantError,
+  GrantUseError,
+  ToolGate,
+  acceptGrant,
+  decodeGrant,
+  decodeGrantKeySet,
+  encodeProposal,
+  gate,
+  grantWire,
+  proposalDigest,
+} from "../dist/index.js";
+import { natsConnect, repoRoot, startGated } from "./gated.mjs";
+
+function example(name, changes = {}) {
+  const p = JSON.parse(readFileSync(`${repoRoot}/examples/proposals/${name}`, "utf8"));
+  return { ...p, ...changes };
+}
+
+let g;
+let nc;
+let client;
+const run = Date.now().toString(36);
+
+before(async () => {
+  g = await startGated();
+  nc = await natsConnect(g.natsURL);
+  client = new Client(nc);
+});
+
+after(async () => {
+  await nc?.close();
+  await g?.stop();
+});
+
+/** Reads gated's audit records of tenant's grant events until want(records) holds, or 20 s pass. */
+async function grantAudit(id, want) {
+  const c = await jetstream(nc).consumers.get("GATED_AUDIT", { filter_subjects: ["gated.audit.acme.grant.>"] });
+  const records = [];
+  const deadline = Date.now() + 20_000;
+  while (Date.now() < deadline) {
+    const batch = await c.fetch({ max_messages: 256, expires: 1000 });
+    for await (const m of batch) {
+      const r = m.json();
+      if (r.proposal_id === id) {
+        records.push(r);
+      }
+    }
+    if (want(records)) {
+      return records;
+    }
+  }
+  assert.fail(`gated's audit has not the grant events wanted for ${id}: ${JSON.stringify(records.map((r) => [r.event, r.data?.status]))}`);
+}
+
+test("gated publishes a key set that verifies its grants", async () => {
+  const keys = await client.fetchGrantKeys();
+  assert.ok(keys.keys.length >= 1);
+  assert.ok(keys.keys.some((k) => k.retired_at === undefined), "no active key");
+  const raw = await nc.request(grantWire.keysSubject, new Uint8Array(0), { timeout: 5000 });
+  assert.deepEqual(decodeGrantKeySet(raw.data), keys);
+});
+
+test("an approved proposal's tool runs once, with its grant used, and its outcomes reach gated", async () => {
+  const id = `ts-grant-run-${run}`;
+  const verdicts = [];
+  const tg = new ToolGate(client, { tenant: "acme", agent: "ts-grant-agent", session: "s-1", operator: { id: "alice", roles: ["sre"] } }, {
+    newId: () => id,
+    reviewTimeoutMs: 60_000,
+    observe: (p, v) => verdicts.push({ p, v }),
+  });
+  // The outcomes as published, read off the subject before they are sent.
+  const published = [];
+  const sub = nc.subscribe(`gated.outcomes.acme.${id}`, { callback: (err, m) => !err && published.push({ id: m.headers?.get("Nats-Msg-Id"), body: m.json() }) });
+  await nc.flush();
+  let runs = 0;
+  const restart = gate(
+    tg,
+    { action: "host_restart_service", class: "write", describe: (target) => ({ target, reason: "nginx stopped answering health checks", blast_radius: "single_device" }) },
+    async (target) => {
+      runs++;
+      return `restarted ${target.service}`;
+    },
+  );
+  const target = { device_id: 901, service: "nginx", tags: ["production"] };
+  assert.equal(await restart(target), "restarted nginx");
+  assert.equal(runs, 1);
+  sub.unsubscribe();
+
+  const { p, v } = verdicts.at(-1);
+  assert.equal(v.outcome, "approved");
+  assert.equal(typeof v.grant, "string", "an approval carries a grant");
+  const { claims } = decodeGrant(v.grant);
+  assert.equal(claims.tenant, "acme");
+  assert.equal(claims.proposal_id, id);
+  assert.equal(claims.proposal_sha256, proposalDigest(encodeProposal(p).bytes));
+  assert.equal(claims.proposal_sha256, v.proposal_sha256);
+
+  // The grant is used: a second use is refused with gated's reason.
+  await assert.rejects(client.useGrant(v.grant, "ts-second-use"), (err) => {
+    assert.ok(err instanceof GrantUseError, `${err?.stack ?? err}`);
+    assert.match(err.reason, /already used/);
+    return true;
+  });
+
+  assert.deepEqual(
+    published.map((o) => [o.id, o.body.status, o.body.gid]),
+    [
+      [`acme.${id}.started`, "started", claims.gid],
+      [`acme.${id}.succeeded`, "succeeded", claims.gid],
+    ],
+  );
+  const records = await grantAudit(id, (rs) => rs.filter((r) => r.event === "grant.outcome").length >= 2 && rs.some((r) => r.event === "grant.refused"));
+  const events = records.map((r) => r.event);
+  assert.ok(events.includes("grant.issued") && events.includes("grant.used"), events.join(", "));
+  assert.deepEqual(
+    records.filter((r) => r.event === "grant.outcome").map((r) => r.data.status).sort(),
+    ["started", "succeeded"],
+  );
+});
+
+test("acceptGrant, in a service handed a grant, accepts it once, and refuses a tampered one, another target's and a replay", async () => {
+  const id = `ts-grant-accept-${run}`;
+  const p = example("approved.json", { id, target: { device_id: 902, service: "nginx", tags: ["production"] } });
+  const { bytes } = encodeProposal(p);
+  const v = await client.propose(p, { timeoutMs: 60_000 });
+  assert.equal(typeof v.grant, "string", "an approval carries a grant");
+  const expect = { tenant: "acme", proposal_id: id, proposal: bytes, action: p.action, target: p.target };
+
+  // Tampered: the payload names another target; the signature no longer holds.
+  const [h, payload, sig] = v.grant.split(".");
+  const claims = JSON.parse(Buffer.from(payload, "base64url").toString("utf8"));
+  const tampered = [h, Buffer.from(JSON.stringify({ ...claims, target_sha256: "0".repeat(64) })).toString("base64url"), sig].join(".");
+  await assert.rejects(acceptGrant(client, tampered, { ...expect, target_sha256: "0".repeat(64), target: undefined }, { by: "restarter" }), (err) => {
+    assert.ok(err instanceof GrantError && err.member === "signature", `${err?.stack ?? err}`);
+    return true;
+  });
+  // gated refuses it too, when it is sent for use without a check.
+  await assert.rejects(client.useGrant(tampered, "restarter"), GrantUseError);
+
+  // Genuine, but for another target than the one the service is about to touch.
+  await assert.rejects(acceptGrant(client, v.grant, { ...expect, target: { device_id: 903, service: "nginx" } }, { by: "restarter" }), (err) => {
+    assert.ok(err instanceof GrantError && err.member === "target_sha256", `${err?.stack ?? err}`);
+    return true;
+  });
+
+  // Genuine and for this target: accepted once, then a replay is refused.
+  const ok = await acceptGrant(client, v.grant, expect, { by: "restarter" });
+  assert.equal(ok.proposal_id, id);
+  await assert.rejects(acceptGrant(client, v.grant, expect, { by: "restarter-again" }), (err) => {
+    assert.ok(err instanceof GrantUseError, `${err?.stack ?? err}`);
+    assert.match(err.reason, /already used/);
+    return true;
+  });
+  // The replay is refused and audited (the tampered grant's refusal names no trusted proposal).
+  const records = await grantAudit(id, (rs) => rs.some((r) => r.event === "grant.refused") && rs.some((r) => r.event === "grant.used"));
+  assert.equal(records.filter((r) => r.event === "grant.used").length, 1);
+});
+
+test("a failed tool is reported failed with its error", async () => {
+  const id = `ts-grant-failed-${run}`;
+  const tg = new ToolGate(client, { tenant: "acme", agent: "ts-grant-agent", operator: { id: "alice", roles: ["sre"] } }, { newId: () => id, reviewTimeoutMs: 60_000 });
+  const restart = gate(
+    tg,
+    { action: "host_restart_service", class: "write", describe: (target) => ({ target, reason: "nginx stopped answering health checks", blast_radius: "single_device" }) },
+    async () => {
+      throw new Error("systemctl: unit nginx.service not found");
+    },
+  );
+  await assert.rejects(restart({ device_id: 904, service: "nginx", tags: ["production"] }), /unit nginx.service not found/);
+  const records = await grantAudit(id, (rs) => rs.some((r) => r.event === "grant.outcome" && r.data.status === "failed"));
+  const failed = records.find((r) => r.event === "grant.outcome" && r.data.status === "failed");
+  assert.match(failed.data.error, /unit nginx.service not found/);
+});
