@@ -1,0 +1,415 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/gated/gated/bus/bustest"
+)
+
+// runAsGatedEnv makes the test binary run as gated (see TestMain).
+const runAsGatedEnv = "GATED_TEST_RUN_AS_GATED"
+
+// mcpPolicyData is the policy data of the MCP tests, given to serve and
+// to gated mcp alike: the policy's tool catalog backs list_services' read
+// claim, tenant locked may never drop anything, and tenant held's
+// restarts wait for an operator for two seconds, then time out.
+const mcpPolicyData = `gated:
+  tools:
+    list_services: {class: read}
+  config:
+    denied_actions:
+      locked: ["drop_*"]
+    operator_holds:
+      actions:
+        held: ["host_restart_*"]
+      deadline: 2s
+`
+
+// mcpCatalog maps restart_service onto host_restart_service, which the
+// default bundle's SOP-001 covers (so the SOP reviewer approves it), with
+// the host and service as its target.
+const mcpCatalog = `tools:
+  restart_service:
+    action: host_restart_service
+    target:
+      host: /host
+      service: /service
+`
+
+// mcpHarness is a real gated serve (with the bundled SOP reviewer as a
+// plugin process) on a test NATS server, and the example MCP server built
+// from examples/mcp-ops.
+type mcpHarness struct {
+	natsURL string
+	ops     string // the mcp-ops binary
+	data    string // the policy data file
+	catalog string
+}
+
+func startMCPHarness(t *testing.T) *mcpHarness {
+	t.Helper()
+	clearGatedEnv(t)
+	dir := t.TempDir()
+	h := &mcpHarness{
+		ops:     buildMCPOps(t, dir),
+		data:    writeFile(t, dir, "mcp-data.yaml", mcpPolicyData),
+		catalog: writeFile(t, dir, "mcp-catalog.yaml", mcpCatalog),
+	}
+	s := bustest.Server(t)
+	h.natsURL = s.ClientURL()
+	_, stop := startServe(t, h.natsURL, "--data-dir", t.TempDir(), "--policy-data", h.data)
+	t.Cleanup(stop)
+	return h
+}
+
+// buildMCPOps builds the example MCP server into dir.
+func buildMCPOps(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "mcp-ops")
+	cmd := exec.Command("go", "build", "-o", bin, "../../examples/mcp-ops")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building examples/mcp-ops: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// gatedArgs are the arguments of gated mcp for tenant, with extra flags
+// before the upstream (a command after --, or --upstream in extra).
+func (h *mcpHarness) gatedArgs(tenant string, extra ...string) []string {
+	args := []string{"mcp", "--nats-url", h.natsURL, "--tenant", tenant, "--agent", "ops-agent",
+		"--policy-data", h.data, "--catalog", h.catalog, "--log-level", "error"}
+	return append(args, extra...)
+}
+
+// gatedCommand is the test binary started as gated with args.
+func gatedCommand(t *testing.T, args ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Env = append(os.Environ(), runAsGatedEnv+"=1")
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// progressLog collects the progress notifications a client receives.
+type progressLog struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (p *progressLog) add(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.msgs = append(p.msgs, req.Params.Message)
+}
+
+func (p *progressLog) all() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.msgs)
+}
+
+// connectMCP connects the Go SDK's client over t.
+func connectMCP(t *testing.T, tr mcp.Transport) (*mcp.ClientSession, *progressLog) {
+	t.Helper()
+	progress := &progressLog{}
+	client := mcp.NewClient(&mcp.Implementation{Name: "gated-test-agent", Version: "1"},
+		&mcp.ClientOptions{ProgressNotificationHandler: progress.add})
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	cs, err := client.Connect(ctx, tr, nil)
+	if err != nil {
+		t.Fatalf("connecting to gated mcp: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, progress
+}
+
+// opsCall is one line of mcp-ops' --log file.
+type opsCall struct {
+	Tool      string          `json:"tool"`
+	Arguments json.RawMessage `json:"arguments"`
+}
+
+// readOpsLog returns the calls the example server executed.
+func readOpsLog(t *testing.T, path string) []opsCall {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls []opsCall
+	for line := range strings.Lines(string(data)) {
+		var c opsCall
+		if err := json.Unmarshal([]byte(line), &c); err != nil {
+			t.Fatalf("call log line %q: %v", line, err)
+		}
+		calls = append(calls, c)
+	}
+	return calls
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, token string) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	p := &mcp.CallToolParams{Name: name, Arguments: args}
+	if token != "" {
+		p.SetProgressToken(token)
+	}
+	res, err := cs.CallTool(ctx, p)
+	if err != nil {
+		t.Fatalf("calling %s: %v", name, err)
+	}
+	return res
+}
+
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func toolNames(t *testing.T, cs *mcp.ClientSession) []string {
+	t.Helper()
+	res, err := cs.ListTools(t.Context(), nil)
+	if err != nil {
+		t.Fatalf("tools/list: %v", err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// verdictOf reads the verdict the gate put in a result's _meta.
+func verdictOf(t *testing.T, res *mcp.CallToolResult) map[string]any {
+	t.Helper()
+	v, ok := res.Meta["gated/verdict"].(map[string]any)
+	if !ok {
+		t.Fatalf("result has no gated/verdict in _meta: %+v", res.Meta)
+	}
+	return v
+}
+
+// TestMCPGate puts gated mcp between the Go SDK's MCP client and the
+// example MCP server, over stdio and over streamable HTTP, with a real
+// gated serve deciding: approved calls reach the server, rejected,
+// denied and timed-out ones never do, and the server's own log proves
+// it.
+func TestMCPGate(t *testing.T) {
+	h := startMCPHarness(t)
+
+	transports := []struct {
+		note    string
+		connect func(t *testing.T, tenant, log string, extra ...string) (*mcp.ClientSession, *progressLog)
+	}{
+		{"stdio to stdio", func(t *testing.T, tenant, log string, extra ...string) (*mcp.ClientSession, *progressLog) {
+			args := append(h.gatedArgs(tenant, extra...), "--", h.ops, "--log", log)
+			return connectMCP(t, &mcp.CommandTransport{Command: gatedCommand(t, args...)})
+		}},
+		{"streamable HTTP to streamable HTTP", func(t *testing.T, tenant, log string, extra ...string) (*mcp.ClientSession, *progressLog) {
+			opsAddr := freeTCPAddr(t)
+			ops := exec.Command(h.ops, "--http", opsAddr, "--log", log)
+			ops.Stderr = os.Stderr
+			if err := ops.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = ops.Process.Kill(); _ = ops.Wait() })
+			waitHTTP(t, "http://"+opsAddr+"/mcp")
+			listen := freeTCPAddr(t)
+			args := append(h.gatedArgs(tenant, extra...), "--listen", listen, "--upstream", "http://"+opsAddr+"/mcp")
+			gated := gatedCommand(t, args...)
+			if err := gated.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = gated.Process.Kill(); _ = gated.Wait() })
+			waitHTTP(t, "http://"+listen+"/mcp")
+			return connectMCP(t, &mcp.StreamableClientTransport{Endpoint: "http://" + listen + "/mcp"})
+		}},
+	}
+	for i, tr := range transports {
+		t.Run(tr.note, func(t *testing.T) {
+			// Each transport restarts its own services: parallel_operation
+			// would deny a second restart of one target.
+			host := []string{"web-1", "web-2"}[i]
+			t.Run("acme: read passes, approved restart reaches the server, rejected drop does not", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				cs, progress := tr.connect(t, "acme", log)
+				if got, want := toolNames(t, cs), []string{"drop_table", "list_services", "restart_service"}; !slices.Equal(got, want) {
+					t.Fatalf("tools/list: got %v, want %v", got, want)
+				}
+
+				res := callTool(t, cs, "list_services", map[string]any{"host": "web-1"}, "")
+				if res.IsError {
+					t.Fatalf("list_services: %s", resultText(res))
+				}
+				if !strings.Contains(resultText(res), "nginx") {
+					t.Errorf("list_services answered %q, want the services of web-1", resultText(res))
+				}
+
+				res = callTool(t, cs, "restart_service", map[string]any{"host": host, "service": "nginx", "_reason": "nginx leaks memory"}, "restart-1")
+				if res.IsError {
+					t.Fatalf("restart_service was not approved: %s", resultText(res))
+				}
+				if v := verdictOf(t, res); v["outcome"] != "approved" || v["tenant"] != "acme" {
+					t.Errorf("restart_service's verdict: %v", v)
+				}
+				msgs := progress.all()
+				if !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "review started by") }) {
+					t.Errorf("progress notifications %q do not say the review started", msgs)
+				}
+
+				res = callTool(t, cs, "drop_table", map[string]any{"database": "orders", "table": "customers-" + host, "_reason": "cleanup"}, "")
+				if !res.IsError {
+					t.Fatalf("drop_table was not refused: %s", resultText(res))
+				}
+				v := verdictOf(t, res)
+				if v["outcome"] != "rejected" || v["stage"] != "review" {
+					t.Errorf("drop_table's verdict: %v, want rejected at review", v)
+				}
+				if text := resultText(res); !strings.Contains(text, "acme."+v["proposal_id"].(string)) || !strings.Contains(text, v["reason"].(string)) {
+					t.Errorf("refusal text %q does not carry the verdict's reason and id", text)
+				}
+
+				calls := readOpsLog(t, log)
+				var tools []string
+				for _, c := range calls {
+					tools = append(tools, c.Tool)
+				}
+				if want := []string{"list_services", "restart_service"}; !slices.Equal(tools, want) {
+					t.Fatalf("the server executed %v, want %v", tools, want)
+				}
+				var restarted map[string]any
+				if err := json.Unmarshal(calls[1].Arguments, &restarted); err != nil {
+					t.Fatal(err)
+				}
+				if want := map[string]any{"host": host, "service": "nginx"}; !mapsEqual(restarted, want) {
+					t.Errorf("the server received %v, want %v (the reason argument stripped)", restarted, want)
+				}
+			})
+
+			t.Run("locked: a denied tool is missing from tools/list", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				cs, _ := tr.connect(t, "locked", log)
+				if got, want := toolNames(t, cs), []string{"list_services", "restart_service"}; !slices.Equal(got, want) {
+					t.Fatalf("tools/list: got %v, want %v", got, want)
+				}
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				if _, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "drop_table", Arguments: map[string]any{"database": "a", "table": host}}); err == nil {
+					t.Error("a call of the hidden drop_table succeeded")
+				}
+				if calls := readOpsLog(t, log); len(calls) != 0 {
+					t.Errorf("the server executed %v", calls)
+				}
+			})
+
+			t.Run("locked, marked: the denied tool is listed, and its call refused at policy", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				cs, _ := tr.connect(t, "locked", log, "--list-denied", "mark")
+				res, err := cs.ListTools(t.Context(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				i := slices.IndexFunc(res.Tools, func(tool *mcp.Tool) bool { return tool.Name == "drop_table" })
+				if i < 0 || !strings.Contains(res.Tools[i].Description, "denied by gated's policy") {
+					t.Fatalf("drop_table is not listed as denied: %+v", res.Tools)
+				}
+				call := callTool(t, cs, "drop_table", map[string]any{"database": "a", "table": host}, "")
+				if v := verdictOf(t, call); !call.IsError || v["outcome"] != "rejected" || v["stage"] != "policy" {
+					t.Errorf("drop_table: error %v, verdict %v; want rejected at policy", call.IsError, v)
+				}
+				if calls := readOpsLog(t, log); len(calls) != 0 {
+					t.Errorf("the server executed %v", calls)
+				}
+			})
+
+			t.Run("acme: a read claim the policy's catalog does not back goes to gated", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				claim := writeFile(t, t.TempDir(), "claim.yaml", "tools:\n  drop_table: {class: read}\n")
+				cs, _ := tr.connect(t, "acme", log, "--catalog", claim)
+				res := callTool(t, cs, "drop_table", map[string]any{"database": "claims", "table": host}, "")
+				if !res.IsError {
+					t.Fatalf("drop_table claimed read was forwarded: %s", resultText(res))
+				}
+				if v := verdictOf(t, res); v["outcome"] != "rejected" {
+					t.Errorf("verdict %v, want rejected", v)
+				}
+				if calls := readOpsLog(t, log); len(calls) != 0 {
+					t.Errorf("the server executed %v", calls)
+				}
+			})
+
+			t.Run("held: a restart whose operator hold times out never reaches the server", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				cs, progress := tr.connect(t, "held", log)
+				res := callTool(t, cs, "restart_service", map[string]any{"host": host, "service": "app"}, "held-1")
+				if !res.IsError {
+					t.Fatalf("a held restart that nobody decided was forwarded: %s", resultText(res))
+				}
+				if v := verdictOf(t, res); v["outcome"] != "timeout" {
+					t.Errorf("verdict %v, want timeout", v)
+				}
+				msgs := progress.all()
+				if !slices.ContainsFunc(msgs, func(m string) bool { return strings.Contains(m, "awaiting an operator") }) {
+					t.Errorf("progress notifications %q do not say the call awaits an operator", msgs)
+				}
+				if calls := readOpsLog(t, log); len(calls) != 0 {
+					t.Errorf("the server executed %v", calls)
+				}
+			})
+		})
+	}
+}
+
+func mapsEqual(a, b map[string]any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return bytes.Equal(x, y)
+}
+
+// waitHTTP waits until something answers HTTP at url.
+func waitHTTP(t *testing.T, url string) {
+	t.Helper()
+	client := &http.Client{Timeout: time.Second}
+	for range 300 {
+		resp, err := client.Get(url)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("nothing answers at %s", url)
+}
+
+var _ = bufio.NewReader
