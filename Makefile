@@ -11,6 +11,7 @@ all: build
 
 build:
 	$(GO) build -o bin/gated ./cmd/gated
+	$(GO) build -o bin/mcp-ops ./examples/mcp-ops
 
 # run starts gated with an embedded NATS server and the default bundle.
 run:
@@ -171,6 +172,9 @@ fuzz:
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeSignIn$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeDecision$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeCatalog$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzMappingRead$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
 # the policy paths at high and low concurrency, the plugin path (each

@@ -185,7 +185,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		cancel()
 	}()
 	if o.listen == "" {
-		err := gate.Server().Run(ctx, &mcp.StdioTransport{})
+		err := gate.Server().Run(ctx, &mcpgate.StdioTransport{})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -202,7 +202,7 @@ func serveMCPHTTP(ctx context.Context, addr string, server *mcp.Server, log *zap
 		return fmt.Errorf("listening on %s: %w", addr, err)
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil))
+	mux.Handle("/mcp", mcpgate.HTTPHandler(server))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("serving MCP over streamable HTTP", zap.String("url", "http://"+ln.Addr().String()+"/mcp"))
 	done := make(chan error, 1)

@@ -17,8 +17,11 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/engine/wire"
 )
 
 // runAsGatedEnv makes the test binary run as gated (see TestMain).
@@ -55,6 +58,7 @@ const mcpCatalog = `tools:
 // plugin process) on a test NATS server, and the example MCP server built
 // from examples/mcp-ops.
 type mcpHarness struct {
+	nats    *server.Server
 	natsURL string
 	ops     string // the mcp-ops binary
 	data    string // the policy data file
@@ -70,8 +74,8 @@ func startMCPHarness(t *testing.T) *mcpHarness {
 		data:    writeFile(t, dir, "mcp-data.yaml", mcpPolicyData),
 		catalog: writeFile(t, dir, "mcp-catalog.yaml", mcpCatalog),
 	}
-	s := bustest.Server(t)
-	h.natsURL = s.ClientURL()
+	h.nats = bustest.Server(t)
+	h.natsURL = h.nats.ClientURL()
 	_, stop := startServe(t, h.natsURL, "--data-dir", t.TempDir(), "--policy-data", h.data)
 	t.Cleanup(stop)
 	return h
@@ -390,6 +394,162 @@ func TestMCPGate(t *testing.T) {
 	}
 }
 
+// malformedLines are messages an agent may send that are not JSON-RPC
+// 2.0, each with the error code it must get. None may reach the server.
+var malformedLines = []struct {
+	note, line string
+	code       float64
+}{
+	{"not JSON", `{this is not json`, -32700},
+	{"a batch", `[{"jsonrpc":"2.0","id":20,"method":"tools/list"}]`, -32600},
+	{"JSON-RPC 1.0", `{"jsonrpc":"1.0","id":21,"method":"tools/call","params":{"name":"drop_table","arguments":{"database":"a","table":"b"}}}`, -32600},
+	{"no version", `{"id":22,"method":"tools/call","params":{"name":"drop_table","arguments":{"database":"a","table":"b"}}}`, -32600},
+	{"a key twice", `{"jsonrpc":"2.0","id":23,"method":"tools/list","method":"tools/call","params":{"name":"drop_table","arguments":{"database":"a","table":"b"}}}`, -32600},
+	{"an object as id", `{"jsonrpc":"2.0","id":{"x":1},"method":"tools/call","params":{"name":"drop_table","arguments":{"database":"a","table":"b"}}}`, -32600},
+}
+
+// TestMCPGateMalformedJSONRPC sends gated mcp messages that are not
+// JSON-RPC 2.0, over stdio and over streamable HTTP: each gets a JSON-RPC
+// error, the session goes on, no proposal is published and the server
+// executes nothing.
+func TestMCPGateMalformedJSONRPC(t *testing.T) {
+	h := startMCPHarness(t)
+	nc, _ := bustest.Connect(t, h.nats)
+	proposals := make(chan *nats.Msg, 64)
+	sub, err := nc.ChanSubscribe(wire.ProposalSubjectPrefix+"raw.*", proposals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	initialize := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`
+
+	t.Run("stdio", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "calls.jsonl")
+		cmd := gatedCommand(t, append(h.gatedArgs("raw"), "--", h.ops, "--log", log)...)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = stdin.Close(); _ = cmd.Wait() })
+		lines := bufio.NewScanner(stdout)
+		lines.Buffer(nil, 1<<20)
+		next := func() map[string]any {
+			t.Helper()
+			if !lines.Scan() {
+				t.Fatalf("gated mcp closed its output: %v", lines.Err())
+			}
+			var m map[string]any
+			if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+				t.Fatalf("gated mcp wrote %q: %v", lines.Text(), err)
+			}
+			return m
+		}
+		send := func(line string) {
+			t.Helper()
+			if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		send(initialize)
+		if m := next(); m["id"] != float64(1) || m["result"] == nil {
+			t.Fatalf("initialize: %v", m)
+		}
+		send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+		for _, tc := range malformedLines {
+			t.Run(tc.note, func(t *testing.T) {
+				send(tc.line)
+				m := next()
+				e, _ := m["error"].(map[string]any)
+				if e == nil || e["code"] != tc.code || m["jsonrpc"] != "2.0" {
+					t.Errorf("got %v, want a JSON-RPC error with code %v", m, tc.code)
+				}
+			})
+		}
+		send(`{"jsonrpc":"2.0","id":99,"method":"tools/list"}`)
+		if m := next(); m["id"] != float64(99) || m["result"] == nil {
+			t.Fatalf("tools/list after the malformed lines: %v", m)
+		}
+		if calls := readOpsLog(t, log); len(calls) != 0 {
+			t.Errorf("the server executed %v", calls)
+		}
+	})
+
+	t.Run("streamable HTTP", func(t *testing.T) {
+		log := filepath.Join(t.TempDir(), "calls.jsonl")
+		listen := freeTCPAddr(t)
+		gated := gatedCommand(t, append(h.gatedArgs("raw"), "--listen", listen, "--", h.ops, "--log", log)...)
+		if err := gated.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = gated.Process.Kill(); _ = gated.Wait() })
+		url := "http://" + listen + "/mcp"
+		waitHTTP(t, url)
+		post := func(body, session string) (*http.Response, []byte) {
+			t.Helper()
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url, strings.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			if session != "" {
+				req.Header.Set("Mcp-Session-Id", session)
+				req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp, data
+		}
+		resp, _ := post(initialize, "")
+		session := resp.Header.Get("Mcp-Session-Id")
+		if resp.StatusCode != http.StatusOK || session == "" {
+			t.Fatalf("initialize: %s, session %q", resp.Status, session)
+		}
+		post(`{"jsonrpc":"2.0","method":"notifications/initialized"}`, session)
+		for _, tc := range malformedLines {
+			t.Run(tc.note, func(t *testing.T) {
+				resp, data := post(tc.line, session)
+				var m map[string]any
+				if err := json.Unmarshal(data, &m); err != nil {
+					t.Fatalf("%s answered %q: %v", resp.Status, data, err)
+				}
+				e, _ := m["error"].(map[string]any)
+				if resp.StatusCode != http.StatusBadRequest || e == nil || e["code"] != tc.code {
+					t.Errorf("got %s %v, want 400 with a JSON-RPC error with code %v", resp.Status, m, tc.code)
+				}
+			})
+		}
+		resp, data := post(`{"jsonrpc":"2.0","id":99,"method":"tools/list"}`, session)
+		if resp.StatusCode != http.StatusOK || !bytes.Contains(data, []byte(`"id":99`)) {
+			t.Fatalf("tools/list after the malformed bodies: %s %s", resp.Status, data)
+		}
+		if calls := readOpsLog(t, log); len(calls) != 0 {
+			t.Errorf("the server executed %v", calls)
+		}
+	})
+
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(proposals); n != 0 {
+		t.Errorf("%d proposals were published for the malformed messages", n)
+	}
+}
+
 func mapsEqual(a, b map[string]any) bool {
 	x, _ := json.Marshal(a)
 	y, _ := json.Marshal(b)
@@ -411,5 +571,3 @@ func waitHTTP(t *testing.T, url string) {
 	}
 	t.Fatalf("nothing answers at %s", url)
 }
-
-var _ = bufio.NewReader
