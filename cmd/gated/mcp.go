@@ -242,14 +242,23 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	return precheckOver(ev, reg), nil
 }
 
-// precheckOver is the precheck of evaluator ev with the personas of reg.
+// precheckOver is the precheck of evaluator ev with the personas of reg:
+// the policy evaluated with the default persona and, when it routes the
+// review elsewhere, with that one, and the gate's own outcome function
+// on the decision, as the engine decides before any review. It leaves
+// out the reviewers a decision adds (review.also): they matter only to a
+// proposal that goes on to review, which the precheck reports as not
+// settled. It uses the evaluator's plain path, not policy eval's
+// explaining one, which costs milliseconds.
 func precheckOver(ev *policies.Evaluator, reg *personas.Registry) mcpgate.Precheck {
 	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
-		run, err := evaluate(ctx, ev, reg, engine.PolicyInput{Proposal: p, Now: time.Now()}, "", false)
+		in := engine.PolicyInput{Proposal: p, Now: time.Now()}
+		d, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, engine.DefaultPersona, true)
 		if err != nil {
-			return engine.Settled{}, false, err
+			return engine.Settled{}, false, fmt.Errorf("evaluating the policy on %s: %w", p.Action, err)
 		}
-		return run.settled, run.done, nil
+		s, settled := engine.PolicyOutcome(p, d, routed)
+		return s, settled, nil
 	}
 }
 

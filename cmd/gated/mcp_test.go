@@ -65,7 +65,7 @@ type mcpHarness struct {
 	catalog string
 }
 
-func startMCPHarness(t *testing.T) *mcpHarness {
+func startMCPHarness(t testing.TB) *mcpHarness {
 	t.Helper()
 	clearGatedEnv(t)
 	dir := t.TempDir()
@@ -82,7 +82,7 @@ func startMCPHarness(t *testing.T) *mcpHarness {
 }
 
 // buildMCPOps builds the example MCP server into dir.
-func buildMCPOps(t *testing.T, dir string) string {
+func buildMCPOps(t testing.TB, dir string) string {
 	t.Helper()
 	bin := filepath.Join(dir, "mcp-ops")
 	cmd := exec.Command("go", "build", "-o", bin, "../../examples/mcp-ops")
@@ -101,7 +101,7 @@ func (h *mcpHarness) gatedArgs(tenant string, extra ...string) []string {
 }
 
 // gatedCommand is the test binary started as gated with args.
-func gatedCommand(t *testing.T, args ...string) *exec.Cmd {
+func gatedCommand(t testing.TB, args ...string) *exec.Cmd {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -132,7 +132,7 @@ func (p *progressLog) all() []string {
 }
 
 // connectMCP connects the Go SDK's client over t.
-func connectMCP(t *testing.T, tr mcp.Transport) (*mcp.ClientSession, *progressLog) {
+func connectMCP(t testing.TB, tr mcp.Transport) (*mcp.ClientSession, *progressLog) {
 	t.Helper()
 	progress := &progressLog{}
 	client := mcp.NewClient(&mcp.Implementation{Name: "gated-test-agent", Version: "1"},
@@ -174,7 +174,7 @@ func readOpsLog(t *testing.T, path string) []opsCall {
 	return calls
 }
 
-func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, token string) *mcp.CallToolResult {
+func callTool(t testing.TB, cs *mcp.ClientSession, name string, args map[string]any, token string) *mcp.CallToolResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -557,7 +557,7 @@ func mapsEqual(a, b map[string]any) bool {
 }
 
 // waitHTTP waits until something answers HTTP at url.
-func waitHTTP(t *testing.T, url string) {
+func waitHTTP(t testing.TB, url string) {
 	t.Helper()
 	client := &http.Client{Timeout: time.Second}
 	for range 300 {
