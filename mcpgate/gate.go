@@ -348,15 +348,20 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 // to the caller when it sent a progress token. The error is nil only for
 // an approval of exactly p.
 func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *engine.Proposal) (*engine.Verdict, error) {
-	progress := progressReporter(ctx, req)
-	progress("proposed to gated as " + p.Tenant + "." + p.ID)
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.Wait)
 	defer cancel()
-	v, err := g.cfg.Fleet.ProposeWith(wctx, p, fleet.WithStatus(func(u fleet.StatusUpdate) {
-		if u.Status != nil {
-			progress(statusLine(u.Status))
-		}
-	}))
+	var opts []fleet.ProposeOption
+	// The status subject is followed only for a caller that asked for
+	// progress: it costs a subscription per call.
+	if progress := progressReporter(ctx, req); progress != nil {
+		progress("proposed to gated as " + p.Tenant + "." + p.ID)
+		opts = append(opts, fleet.WithStatus(func(u fleet.StatusUpdate) {
+			if u.Status != nil {
+				progress(statusLine(u.Status))
+			}
+		}))
+	}
+	v, err := g.cfg.Fleet.ProposeWith(wctx, p, opts...)
 	if errors.Is(err, fleet.ErrAwaitingOperator) {
 		// Held for an operator: not final. Wait for the signed decision
 		// or the deadline, bounded by the hold itself.
@@ -438,15 +443,15 @@ func verdictMeta(v *engine.Verdict) map[string]any {
 }
 
 // progressReporter returns a function that sends a progress
-// notification with msg to the caller, when the call carries a progress
-// token; else one that does nothing.
+// notification with msg to the caller, or nil when the call carries no
+// progress token.
 func progressReporter(ctx context.Context, req *mcp.CallToolRequest) func(msg string) {
 	if req == nil || req.Session == nil || req.Params == nil {
-		return func(string) {}
+		return nil
 	}
 	token := req.Params.GetProgressToken()
 	if token == nil {
-		return func(string) {}
+		return nil
 	}
 	var n atomic.Int64
 	return func(msg string) {
