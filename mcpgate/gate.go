@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,17 @@ type Gate struct {
 	cfg    Config
 	tools  []*gatedTool
 	server *mcp.Server
+
+	// targets serialises the decisions on one target (see decideAlone).
+	mu      sync.Mutex
+	targets map[string]*targetTurn
+}
+
+// targetTurn is the turn of the calls waiting to be decided on one
+// target: a channel of one slot, and how many calls hold or want it.
+type targetTurn struct {
+	slot    chan struct{}
+	waiting int
 }
 
 // gatedTool is one upstream tool as the gate offers it.
@@ -148,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	g := &Gate{cfg: cfg}
+	g := &Gate{cfg: cfg, targets: map[string]*targetTurn{}}
 	seen := map[string]bool{}
 	actions := map[string]string{}
 	for t, err := range cfg.Upstream.Tools(ctx, nil) {
@@ -333,7 +345,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 				return g.forward(ctx, m, call, nil)
 			}
 		}
-		v, err := g.decide(ctx, req, p)
+		v, err := g.decideAlone(ctx, req, p)
 		key := p.Tenant + "." + p.ID
 		if err != nil {
 			g.cfg.Log.Info("call not approved", zap.String("tool", m.Tool), zap.String("proposal", key), zap.Error(err))
@@ -342,6 +354,45 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 		g.cfg.Log.Info("call approved", zap.String("tool", m.Tool), zap.String("proposal", key))
 		return g.forward(ctx, m, call, v)
 	}
+}
+
+// decideAlone decides p once no other call of this gate on the same
+// tenant and target is being decided. gated's rules on a target's recent
+// changes (parallel_operation, target_cooldown) read the verdicts stored
+// before a proposal is decided; two proposals on one target decided at
+// the same time would each miss the other's approval, and an agent that
+// sends two calls at once would get both approved. Taking the target's
+// turn until the verdict is in makes the second proposal see the first.
+// Calls from other gated mcp processes or other fleets are not ordered by
+// this.
+func (g *Gate) decideAlone(ctx context.Context, req *mcp.CallToolRequest, p *engine.Proposal) (*engine.Verdict, error) {
+	target, err := json.Marshal(p.Target) // map keys sorted: one key per target
+	if err != nil {
+		return nil, fmt.Errorf("encoding the target of %s: %w", p.Action, err)
+	}
+	key := p.Tenant + "\x00" + string(target)
+	g.mu.Lock()
+	turn := g.targets[key]
+	if turn == nil {
+		turn = &targetTurn{slot: make(chan struct{}, 1)}
+		g.targets[key] = turn
+	}
+	turn.waiting++
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		if turn.waiting--; turn.waiting == 0 {
+			delete(g.targets, key)
+		}
+		g.mu.Unlock()
+	}()
+	select {
+	case turn.slot <- struct{}{}:
+		defer func() { <-turn.slot }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for another call on the same target to be decided: %v", fleet.ErrNoVerdict, ctx.Err())
+	}
+	return g.decide(ctx, req, p)
 }
 
 // decide proposes p and waits for its final verdict, reporting progress

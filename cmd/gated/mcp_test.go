@@ -320,6 +320,32 @@ func TestMCPGate(t *testing.T) {
 				}
 			})
 
+			t.Run("acme: two restarts of one target at once, one reaches the server", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				cs, _ := tr.connect(t, "acme", log)
+				args := map[string]any{"host": host + "-twice", "service": "nginx", "_reason": "nginx leaks memory"}
+				results := make(chan *mcp.CallToolResult, 2)
+				for range 2 {
+					go func() {
+						res, err := cs.CallTool(t.Context(), &mcp.CallToolParams{Name: "restart_service", Arguments: args})
+						if err != nil {
+							t.Errorf("restart_service: %v", err)
+						}
+						results <- res
+					}()
+				}
+				approved := 0
+				for range 2 {
+					if res := <-results; res != nil && !res.IsError {
+						approved++
+					}
+				}
+				calls := readOpsLog(t, log)
+				if approved != 1 || len(calls) != 1 {
+					t.Fatalf("%d of two concurrent restarts of one target approved, %d executed: want one", approved, len(calls))
+				}
+			})
+
 			t.Run("locked: a denied tool is missing from tools/list", func(t *testing.T) {
 				log := filepath.Join(t.TempDir(), "calls.jsonl")
 				cs, _ := tr.connect(t, "locked", log)
