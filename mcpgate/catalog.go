@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/yamlpos"
 )
 
 // DefaultReasonArgument is the argument a call's reason is read from when
@@ -75,15 +76,18 @@ func DecodeCatalog(data []byte) (*Catalog, error) {
 	if len(data) > MaxCatalogSize {
 		return nil, fmt.Errorf("%w: %d bytes, more than %d", ErrInvalidCatalog, len(data), MaxCatalogSize)
 	}
+	// yamlpos words syntax errors, and a second document, at a line.
+	if _, err := yamlpos.Parse(data); err != nil {
+		if errors.Is(err, yamlpos.ErrEmpty) {
+			return &Catalog{}, nil
+		}
+		return nil, fmt.Errorf("%w: %v", ErrInvalidCatalog, err)
+	}
 	c := &Catalog{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidCatalog, err)
-	}
-	var extra yaml.Node
-	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("%w: more than one YAML document", ErrInvalidCatalog)
 	}
 	if err := c.check(); err != nil {
 		return nil, err

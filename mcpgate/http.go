@@ -15,9 +15,14 @@ import (
 // that is not a well-formed JSON-RPC 2.0 message gets 400 Bad Request
 // with a JSON-RPC error as its body (the SDK's handler answers such a
 // body in plain text), and never reaches the server.
+//
+// The SDK's handler refuses a request that arrives on a loopback address
+// with a Host that is not a loopback name (DNS rebinding), and a
+// cross-origin request from a browser (a page the agent's user visits)
+// is refused before anything is read.
 func HTTPHandler(server *mcp.Server) http.Handler {
 	next := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return server }, nil)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {
 			next.ServeHTTP(w, r)
 			return
@@ -45,5 +50,5 @@ func HTTPHandler(server *mcp.Server) http.Handler {
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
-	})
+	}))
 }

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -147,7 +149,10 @@ func (m *Mapping) Read(raw json.RawMessage) (Call, error) {
 		c.Target = args
 	} else {
 		c.Target = make(map[string]any, len(m.Target)+len(m.TargetFixed))
-		for member, ptr := range m.Target {
+		// In member order, so that a call missing several arguments is
+		// always refused naming the same one.
+		for _, member := range slices.Sorted(maps.Keys(m.Target)) {
+			ptr := m.Target[member]
 			v, err := resolvePointer(args, ptr)
 			if err != nil {
 				return Call{}, fmt.Errorf("%w: target member %s of %s (%s): %v", ErrBadArguments, member, m.Tool, ptr, err)

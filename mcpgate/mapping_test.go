@@ -37,7 +37,7 @@ func TestMappingRead(t *testing.T) {
 			target: `{"first":"a","host":"web-1","odd":1,"tags":["production"]}`, forward: `{"a/b~c":1,"host":"web-1","hosts":["a","b"],"other":true}`},
 		{note: "fixed members are not forwarded", m: fixedOnly, args: `{"host":"web-1"}`,
 			target: `{"host":"web-1","tags":"prod"}`, forward: `{"host":"web-1"}`},
-		{note: "a pointer that names nothing", m: mapped, args: `{"hosts":["a"]}`, err: "target member host of restart (/host): no such argument"},
+		{note: "a pointer that names nothing", m: mapped, args: `{"hosts":["a"],"a/b~c":1}`, err: "target member host of restart (/host): no such argument"},
 		{note: "an index out of range", m: mapped, args: `{"host":"h","hosts":[],"a/b~c":1}`, err: "target member first"},
 		{note: "not an object", m: whole, args: `[1,2]`, err: "not a JSON object"},
 		{note: "not JSON", m: whole, args: `{"host":`, err: "cannot become a proposal"},

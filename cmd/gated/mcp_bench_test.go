@@ -106,4 +106,3 @@ func pct(ds []time.Duration, q int) time.Duration {
 	slices.Sort(s)
 	return s[(len(s)-1)*q/100]
 }
-

@@ -559,6 +559,26 @@ func TestMCPGateMalformedJSONRPC(t *testing.T) {
 				}
 			})
 		}
+		t.Run("a browser's cross-origin request", func(t *testing.T) {
+			req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, url,
+				strings.NewReader(`{"jsonrpc":"2.0","id":30,"method":"tools/call","params":{"name":"drop_table","arguments":{"database":"a","table":"b"}}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Sec-Fetch-Site", "cross-site")
+			req.Header.Set("Origin", "https://example.com")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusForbidden {
+				t.Errorf("a cross-origin tools/call got %s, want 403", resp.Status)
+			}
+		})
 		resp, data := post(`{"jsonrpc":"2.0","id":99,"method":"tools/list"}`, session)
 		if resp.StatusCode != http.StatusOK || !bytes.Contains(data, []byte(`"id":99`)) {
 			t.Fatalf("tools/list after the malformed bodies: %s %s", resp.Status, data)
