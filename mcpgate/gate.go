@@ -78,6 +78,10 @@ type Config struct {
 	// Precheck is the local policy evaluation. Without one every read
 	// call is proposed too, and tools/list hides nothing.
 	Precheck Precheck
+	// ProposeReads proposes read calls too, even those the precheck
+	// approves, so that every call is decided and audited by gated, at
+	// the cost of a round trip per read.
+	ProposeReads bool
 	// ListDenied is ListHide (default) or ListMark.
 	ListDenied ListDenied
 	// Wait bounds how long a call waits for its verdict, a held one's
@@ -335,7 +339,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			return refusal(fmt.Sprintf("gated refused the call of %s: %v. The call was not made.", m.Tool, err), nil), nil
 		}
 		p := g.proposal(m, call, newProposalID(), req)
-		if m.Class == engine.ClassRead && g.cfg.Precheck != nil {
+		if m.Class == engine.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
 			// A read the policy approves at its own stage needs no
 			// round trip: gated would approve it without a reviewer.
 			// Anything else (a deny, a class the policy's catalog does

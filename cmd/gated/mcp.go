@@ -36,6 +36,7 @@ type mcpOptions struct {
 	listen      string
 	catalog     string
 	listDenied  string
+	proposeRead bool
 	wait        time.Duration
 	bundle      policySourceOptions
 	personasDir string
@@ -82,6 +83,7 @@ Logs go to standard error: standard output is the MCP stream.`,
 	f.StringVar(&o.listen, "listen", "", "serve the agent over streamable HTTP at http://ADDR/mcp instead of stdio")
 	f.StringVar(&o.catalog, "catalog", "", "YAML or JSON file of per-tool overrides: action, class, blast_radius, target, target_fixed, reason_argument, reviewer")
 	f.StringVar(&o.listDenied, "list-denied", "hide", "what tools/list does with a tool the policy denies outright: hide or mark")
+	f.BoolVar(&o.proposeRead, "propose-reads", false, "propose read calls too, so that gated decides and audits every call (a round trip per read)")
 	f.DurationVar(&o.wait, "wait", fleet.DefaultWait, "how long a call waits for its verdict (an operator hold waits until its deadline)")
 	o.bundle.register(f)
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas, as serve's")
@@ -158,17 +160,18 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 	}
 	defer func() { _ = upstream.Close() }()
 	gate, err := mcpgate.New(ctx, mcpgate.Config{
-		Fleet:      client,
-		Upstream:   upstream,
-		Tenant:     o.tenant,
-		Agent:      o.agent,
-		Session:    o.session,
-		Catalog:    catalog,
-		Precheck:   precheck,
-		ListDenied: mcpgate.ListDenied(o.listDenied),
-		Wait:       o.wait,
-		Version:    version,
-		Log:        log,
+		Fleet:        client,
+		Upstream:     upstream,
+		Tenant:       o.tenant,
+		Agent:        o.agent,
+		Session:      o.session,
+		Catalog:      catalog,
+		Precheck:     precheck,
+		ProposeReads: o.proposeRead,
+		ListDenied:   mcpgate.ListDenied(o.listDenied),
+		Wait:         o.wait,
+		Version:      version,
+		Log:          log,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {

@@ -278,6 +278,9 @@ func TestMCPGate(t *testing.T) {
 				if !strings.Contains(resultText(res), "nginx") {
 					t.Errorf("list_services answered %q, want the services of web-1", resultText(res))
 				}
+				if _, proposed := res.Meta["gated/verdict"]; proposed {
+					t.Errorf("the read was proposed: %v", res.Meta)
+				}
 
 				res = callTool(t, cs, "restart_service", map[string]any{"host": host, "service": "nginx", "_reason": "nginx leaks memory"}, "restart-1")
 				if res.IsError {
@@ -379,6 +382,21 @@ func TestMCPGate(t *testing.T) {
 				}
 				if calls := readOpsLog(t, log); len(calls) != 0 {
 					t.Errorf("the server executed %v", calls)
+				}
+			})
+
+			t.Run("acme, --propose-reads: a read is decided and audited by gated", func(t *testing.T) {
+				log := filepath.Join(t.TempDir(), "calls.jsonl")
+				cs, _ := tr.connect(t, "acme", log, "--propose-reads")
+				res := callTool(t, cs, "list_services", map[string]any{"host": host}, "")
+				if res.IsError {
+					t.Fatalf("list_services: %s", resultText(res))
+				}
+				if v := verdictOf(t, res); v["outcome"] != "approved" || v["stage"] != "policy" {
+					t.Errorf("verdict %v, want approved at policy", v)
+				}
+				if calls := readOpsLog(t, log); len(calls) != 1 {
+					t.Errorf("the server executed %v, want the one read", calls)
 				}
 			})
 
@@ -616,4 +634,28 @@ func waitHTTP(t testing.TB, url string) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("nothing answers at %s", url)
+}
+
+// TestMCPGateWithoutVerdict stops gated serve and calls a tool: the
+// proposal is stored, nobody decides it, and after --wait the agent gets
+// a tool error saying no verdict came; the server never sees the call.
+func TestMCPGateWithoutVerdict(t *testing.T) {
+	clearGatedEnv(t)
+	dir := t.TempDir()
+	ops := buildMCPOps(t, dir)
+	s := bustest.Server(t)
+	_, stop := startServe(t, s.ClientURL(), "--data-dir", t.TempDir())
+	stop() // the streams stay; no gated consumes them
+
+	log := filepath.Join(t.TempDir(), "calls.jsonl")
+	args := []string{"mcp", "--nats-url", s.ClientURL(), "--tenant", "acme", "--agent", "ops-agent",
+		"--wait", "2s", "--log-level", "error", "--", ops, "--log", log}
+	cs, _ := connectMCP(t, &mcp.CommandTransport{Command: gatedCommand(t, args...)})
+	res := callTool(t, cs, "restart_service", map[string]any{"host": "web-9", "service": "nginx"}, "")
+	if !res.IsError || !strings.Contains(resultText(res), "gave no verdict on restart_service in time") {
+		t.Fatalf("got error %v: %s; want no verdict", res.IsError, resultText(res))
+	}
+	if calls := readOpsLog(t, log); len(calls) != 0 {
+		t.Errorf("the server executed %v", calls)
+	}
 }
