@@ -5,12 +5,13 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-browser console-js console-screenshots bench-clients bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
 
 all: build
 
 build:
 	$(GO) build -o bin/gated ./cmd/gated
+	$(GO) build -o bin/mcp-ops ./examples/mcp-ops
 
 # run starts gated with an embedded NATS server and the default bundle.
 run:
@@ -174,6 +175,9 @@ fuzz:
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeSignIn$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeDecision$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeCatalog$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzMappingRead$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
 # the policy paths at high and low concurrency, the plugin path (each
@@ -195,6 +199,14 @@ bench: build
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit bench-replay | tee bench-results/go-bench.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
+	bash -o pipefail -c '$(MAKE) --no-print-directory bench-mcp | tee bench-results/mcp.txt'
+
+# bench-mcp measures gated mcp (docs/MCP.md): a read call through the
+# proxy against the same call made directly to examples/mcp-ops, and a
+# policy-decided call through it against the Go fleet client's, in turn
+# in one run; p50s and p99s in microseconds.
+bench-mcp:
+	$(GO) test ./cmd/gated -run '^$$' -bench '^BenchmarkMCPProxy$$' -benchtime 1000x -count 1
 
 # bench-clients measures the fleet clients' policy-path round trip (c=1,
 # publish -> verdict) in Go, Python and TypeScript side by side against one

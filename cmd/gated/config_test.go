@@ -14,7 +14,7 @@ import (
 
 // clearGatedEnv hides the caller's GATED_* variables from a test, which
 // would otherwise set flags.
-func clearGatedEnv(t *testing.T) {
+func clearGatedEnv(t testing.TB) {
 	t.Helper()
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "GATED_") {
@@ -37,7 +37,7 @@ func wantUsageError(t *testing.T, err error, want string) {
 }
 
 // writeFile writes content to dir/name and returns the path.
-func writeFile(t *testing.T, dir, name, content string) string {
+func writeFile(t testing.TB, dir, name, content string) string {
 	t.Helper()
 	p := filepath.Join(dir, name)
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gated/gated/internal/digest"
@@ -20,7 +22,20 @@ import (
 // The test binary doubles as gated when a host launches it as the bundled
 // reviewer (`plugin run sop`): plugins.Bundled pins the running
 // executable, which under `go test` is this binary.
+//
+// With runAsGatedEnv set it runs as gated with its arguments, so a test
+// can start a gated process (gated mcp serving stdio) without a prebuilt
+// binary.
 func TestMain(m *testing.M) {
+	if os.Getenv(runAsGatedEnv) == "1" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := run(ctx, os.Args[1:])
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "gated:", err)
+		}
+		os.Exit(exitCode(err))
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "run" {
 		if err := run(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)

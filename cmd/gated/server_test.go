@@ -157,7 +157,7 @@ func allStacks() string {
 	return string(buf[:runtime.Stack(buf, true)])
 }
 
-func freeTCPAddr(t *testing.T) string {
+func freeTCPAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -172,7 +172,7 @@ func freeTCPAddr(t *testing.T) string {
 // ready. It returns the --http address and a stop function that cancels
 // serve and waits for it to return, failing the test on an error or
 // after a minute.
-func startServe(t *testing.T, natsURL string, args ...string) (string, func()) {
+func startServe(t testing.TB, natsURL string, args ...string) (string, func()) {
 	t.Helper()
 	httpAddr := freeTCPAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -196,7 +196,7 @@ func startServe(t *testing.T, natsURL string, args ...string) (string, func()) {
 
 // waitReady polls url until it answers 200, failing when serve returns
 // first or after a minute.
-func waitReady(t *testing.T, url string, done chan error) {
+func waitReady(t testing.TB, url string, done chan error) {
 	t.Helper()
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	deadline := time.Now().Add(time.Minute)

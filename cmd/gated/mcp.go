@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/nats-io/nats.go"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/mcpgate"
+	"github.com/gated/gated/personas"
+	"github.com/gated/gated/policies"
+)
+
+type mcpOptions struct {
+	tenant      string
+	agent       string
+	session     string
+	url         string
+	conn        natsConnOptions
+	upstream    string
+	listen      string
+	catalog     string
+	listDenied  string
+	proposeRead bool
+	wait        time.Duration
+	bundle      policySourceOptions
+	personasDir string
+	printTools  bool
+	logLevel    string
+	logFormat   string
+}
+
+func mcpCmd() *cobra.Command {
+	o := &mcpOptions{}
+	c := &cobra.Command{
+		Use:   "mcp [flags] [-- server command...]",
+		Short: "Put the gate in front of an MCP server: each tools/call is a proposal",
+		Long: `mcp is an MCP proxy. It starts the MCP server given after -- (stdio), or
+connects to one with --upstream URL (streamable HTTP), and offers its tools to
+an agent over stdio, or over streamable HTTP at http://ADDR/mcp with --listen.
+
+Each tools/call becomes a proposal of --tenant, published through the fleet
+client with every trust check it makes, and reaches the server only when
+gated approves it. A rejection, block, timeout, error or invalid verdict, or
+no verdict in --wait, comes back to the agent as a tool result with isError
+whose text is the verdict's reason and id. A read call that the policy
+approves on its own, evaluated here over the same bundle as serve (give the
+same --policies and --policy-data), passes without a round trip to gated.
+tools/list leaves out the tools the policy denies outright (--list-denied
+mark lists them with the reason instead).
+
+The mapping of a tool onto a proposal (action, class, target, reason) and
+the --catalog file are described in docs/MCP.md. --print-tools prints the
+mapping of every tool and exits.
+
+Logs go to standard error: standard output is the MCP stream.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runMCP(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, args, cmd.ArgsLenAtDash())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&o.tenant, "tenant", "", "tenant token the proposals are made for (required)")
+	f.StringVar(&o.agent, "agent", "", "agent name of the proposals, requested_by.agent (required)")
+	f.StringVar(&o.session, "session", "", "requested_by.session of the proposals (default: the MCP session id)")
+	f.StringVar(&o.url, "nats-url", nats.DefaultURL, "NATS server URL")
+	o.conn.register(f)
+	f.StringVar(&o.upstream, "upstream", "", "URL of a streamable-HTTP MCP server to front, instead of a command after --")
+	f.StringVar(&o.listen, "listen", "", "serve the agent over streamable HTTP at http://ADDR/mcp instead of stdio")
+	f.StringVar(&o.catalog, "catalog", "", "YAML or JSON file of per-tool overrides: action, class, blast_radius, target, target_fixed, reason_argument, reviewer")
+	f.StringVar(&o.listDenied, "list-denied", "hide", "what tools/list does with a tool the policy denies outright: hide or mark")
+	f.BoolVar(&o.proposeRead, "propose-reads", false, "propose read calls too, so that gated decides and audits every call (a round trip per read)")
+	f.DurationVar(&o.wait, "wait", fleet.DefaultWait, "how long a call waits for its verdict (an operator hold waits until its deadline)")
+	o.bundle.register(f)
+	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas, as serve's")
+	f.BoolVar(&o.printTools, "print-tools", false, "print how each tool maps onto a proposal, and whether tools/list shows it, then exit")
+	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
+	f.StringVar(&o.logFormat, "log-format", "json", "json or console (on standard error)")
+	return c
+}
+
+func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args []string, dash int) error {
+	command := args
+	switch {
+	case dash < 0 && len(args) > 0:
+		return usageError("put the MCP server's command after --, e.g. gated mcp --tenant acme --agent a -- %s", args[0])
+	case dash > 0:
+		return usageError("unexpected arguments before --: %q", args[:dash])
+	}
+	switch {
+	case o.upstream == "" && len(command) == 0:
+		return usageError("give the MCP server to front: a command after --, or --upstream URL")
+	case o.upstream != "" && len(command) > 0:
+		return usageError("--upstream %s and a command after -- are alternatives: give one", o.upstream)
+	case !engine.ValidTenant(o.tenant):
+		return usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
+	case strings.TrimSpace(o.agent) == "":
+		return usageError("--agent is required: the agent name of the proposals")
+	case o.wait <= 0:
+		return usageError("--wait %s must be positive", o.wait)
+	case o.listDenied != string(mcpgate.ListHide) && o.listDenied != string(mcpgate.ListMark):
+		return usageError("--list-denied %q: want hide or mark", o.listDenied)
+	}
+	log, err := newLogger(o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	var catalog *mcpgate.Catalog
+	if o.catalog != "" {
+		data, err := os.ReadFile(o.catalog)
+		if err != nil {
+			return usageError("--catalog: %v", err)
+		}
+		if catalog, err = mcpgate.DecodeCatalog(data); err != nil {
+			return usageError("--catalog %s: %v", o.catalog, err)
+		}
+	}
+	precheck, err := localPrecheck(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	nc, err := o.conn.connect(o.url, "gated-mcp", natsErrorLog(log))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	client, err := fleet.NewClient(nc)
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var transport mcp.Transport
+	if o.upstream != "" {
+		transport = &mcp.StreamableClientTransport{Endpoint: o.upstream}
+	} else {
+		server := exec.CommandContext(ctx, command[0], command[1:]...)
+		server.Stderr = stderr
+		transport = &mcp.CommandTransport{Command: server}
+	}
+	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: version}, nil).Connect(ctx, transport, nil)
+	if err != nil {
+		return fmt.Errorf("connecting to the upstream MCP server: %w", err)
+	}
+	defer func() { _ = upstream.Close() }()
+	gate, err := mcpgate.New(ctx, mcpgate.Config{
+		Fleet:        client,
+		Upstream:     upstream,
+		Tenant:       o.tenant,
+		Agent:        o.agent,
+		Session:      o.session,
+		Catalog:      catalog,
+		Precheck:     precheck,
+		ProposeReads: o.proposeRead,
+		ListDenied:   mcpgate.ListDenied(o.listDenied),
+		Wait:         o.wait,
+		Version:      version,
+		Log:          log,
+	})
+	if err != nil {
+		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {
+			return usageError("%v", err)
+		}
+		return err
+	}
+	if o.printTools {
+		return printMCPTools(stdout, gate.Tools())
+	}
+	// When the upstream server goes away, so does the gate.
+	go func() {
+		_ = upstream.Wait()
+		cancel()
+	}()
+	if o.listen == "" {
+		err := gate.Server().Run(ctx, &mcpgate.StdioTransport{})
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	return serveMCPHTTP(ctx, o.listen, gate.Server(), log)
+}
+
+// serveMCPHTTP serves the gate over streamable HTTP at /mcp until ctx
+// ends.
+func serveMCPHTTP(ctx context.Context, addr string, server *mcp.Server, log *zap.Logger) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcpgate.HTTPHandler(server))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("serving MCP over streamable HTTP", zap.String("url", "http://"+ln.Addr().String()+"/mcp"))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// localPrecheck compiles the policy bundle the flags name, as serve and
+// policy eval load it, and returns the gate's precheck over it: what the
+// gate decides before any review, with the engine's own functions.
+func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgate.Precheck, error) {
+	b, _, err := loadPolicyBundle(&o.bundle, nil, stderr)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
+	if err != nil {
+		return nil, err
+	}
+	reg, err := loadPersonas(o.personasDir, stderr)
+	if err != nil {
+		return nil, err
+	}
+	return precheckOver(ev, reg), nil
+}
+
+// precheckOver is the precheck of evaluator ev with the personas of reg:
+// the policy evaluated with the default persona and, when it routes the
+// review elsewhere, with that one, and the gate's own outcome function
+// on the decision, as the engine decides before any review. It leaves
+// out the reviewers a decision adds (review.also): they matter only to a
+// proposal that goes on to review, which the precheck reports as not
+// settled. It uses the evaluator's plain path, not policy eval's
+// explaining one, which costs milliseconds.
+func precheckOver(ev *policies.Evaluator, reg *personas.Registry) mcpgate.Precheck {
+	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
+		in := engine.PolicyInput{Proposal: p, Now: time.Now()}
+		d, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, engine.DefaultPersona, true)
+		if err != nil {
+			return engine.Settled{}, false, fmt.Errorf("evaluating the policy on %s: %w", p.Action, err)
+		}
+		s, settled := engine.PolicyOutcome(p, d, routed)
+		return s, settled, nil
+	}
+}
+
+// printMCPTools prints the mapping of each tool.
+func printMCPTools(w io.Writer, tools []mcpgate.Listed) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOOL\tACTION\tCLASS\tTARGET\tREASON\tLISTED")
+	for _, t := range tools {
+		m := t.Mapping
+		target := "arguments"
+		if m.Target != nil {
+			var parts []string
+			for k, v := range m.Target {
+				parts = append(parts, k+"="+v)
+			}
+			slices.Sort(parts)
+			target = strings.Join(parts, ",")
+		}
+		if len(m.TargetFixed) > 0 {
+			target += " +fixed"
+		}
+		listed := "yes"
+		switch {
+		case t.Hidden:
+			listed = "no: " + t.Denied
+		case t.Denied != "":
+			listed = "marked: " + t.Denied
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\t%s\t%s\t%s\n", m.Tool, m.Action, m.Class, m.ClassFrom, target, m.ReasonArgument, listed)
+	}
+	return tw.Flush()
+}

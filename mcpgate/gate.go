@@ -1,0 +1,551 @@
+package mcpgate
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
+)
+
+// Fleet is what a Gate needs of gated's fleet client; *fleet.Client has
+// it, with every trust check the client makes (the verdict must be for
+// exactly the proposal sent, and an approval counts only once the stored
+// verdict confirms it).
+type Fleet interface {
+	ProposeWith(ctx context.Context, p *engine.Proposal, opts ...fleet.ProposeOption) (*engine.Verdict, error)
+	AwaitDecision(ctx context.Context, held *engine.Verdict) (*engine.Verdict, error)
+}
+
+var _ Fleet = (*fleet.Client)(nil)
+
+// Precheck is gated's policy evaluated in this process, over the bundle
+// gated serves, before any review: settled is false when the proposal
+// would go on to review, else s is what the gate would decide at the
+// policy stage. A Gate asks it two things only: whether a tool's bare
+// call is denied outright (to leave the tool out of tools/list), and
+// whether a read call may pass without a round trip to gated. A
+// precheck can take that pass away, never grant a write: every call it
+// does not approve at the policy stage is proposed to gated.
+type Precheck func(ctx context.Context, p *engine.Proposal) (s engine.Settled, settled bool, err error)
+
+// ListDenied says what tools/list does with a tool the policy denies
+// outright.
+type ListDenied string
+
+const (
+	// ListHide leaves the tool out (the default): the agent's model
+	// never sees it, and a call of it is an unknown tool.
+	ListHide ListDenied = "hide"
+	// ListMark lists the tool with its description prefixed by the
+	// policy's reason; its calls are proposed and refused by gated.
+	ListMark ListDenied = "mark"
+)
+
+// VerdictMetaKey is the key of the _meta member of every tools/call
+// result the gate returns for a proposed call: the verdict's tenant,
+// proposal id, outcome, stage and reason.
+const VerdictMetaKey = "gated/verdict"
+
+// Config configures a Gate.
+type Config struct {
+	// Fleet proposes and waits for verdicts, usually a *fleet.Client.
+	// Required.
+	Fleet Fleet
+	// Upstream is the session with the MCP server the gate fronts.
+	// Required.
+	Upstream *mcp.ClientSession
+	// Tenant is the tenant token, [a-z0-9_-]{1,64}. Required.
+	Tenant string
+	// Agent is requested_by.agent of every proposal. Required.
+	Agent string
+	// Session is requested_by.session; default the MCP session's id.
+	Session string
+	// Catalog holds the operator's per-tool overrides. Optional.
+	Catalog *Catalog
+	// Precheck is the local policy evaluation. Without one every read
+	// call is proposed too, and tools/list hides nothing.
+	Precheck Precheck
+	// ProposeReads proposes read calls too, even those the precheck
+	// approves, so that every call is decided and audited by gated, at
+	// the cost of a round trip per read.
+	ProposeReads bool
+	// ListDenied is ListHide (default) or ListMark.
+	ListDenied ListDenied
+	// Wait bounds how long a call waits for its verdict, a held one's
+	// operator decision excepted (that waits until the hold's deadline
+	// and a minute more). Default fleet.DefaultWait (90 s).
+	Wait time.Duration
+	// Version is the version the gate reports to its agent.
+	Version string
+	// Log receives one line per decided call. Default: no logging.
+	Log *zap.Logger
+}
+
+// Gate is an MCP server that fronts an upstream MCP server's tools with
+// gated. Build it with New, serve its Server over any MCP transport.
+type Gate struct {
+	cfg    Config
+	tools  []*gatedTool
+	server *mcp.Server
+
+	// targets serialises the decisions on one target (see decideAlone).
+	mu      sync.Mutex
+	targets map[string]*targetTurn
+}
+
+// targetTurn is the turn of the calls waiting to be decided on one
+// target: a channel of one slot, and how many calls hold or want it.
+type targetTurn struct {
+	slot    chan struct{}
+	waiting int
+}
+
+// gatedTool is one upstream tool as the gate offers it.
+type gatedTool struct {
+	spec    *mcp.Tool
+	mapping Mapping
+	// denied is the policy's refusal of the tool's bare call, nil when
+	// the policy does not deny it outright.
+	denied *engine.Settled
+}
+
+// Listed is one upstream tool as New mapped it: its mapping, and the
+// policy's refusal when it denies the tool outright.
+type Listed struct {
+	Mapping Mapping
+	// Denied is the policy's reason when it denies the tool's bare call,
+	// "" otherwise.
+	Denied string
+	// Hidden is true when tools/list leaves the tool out.
+	Hidden bool
+}
+
+// New lists the upstream server's tools, maps each onto a proposal,
+// asks the precheck which the policy denies outright, and builds the
+// gate's MCP server. It refuses to start when two tools map onto one
+// action (ErrActionCollision), when the catalog names a tool the
+// upstream does not offer or the reason argument is one of a tool's own
+// (ErrInvalidCatalog), when the configuration is unusable
+// (ErrInvalidConfig), or when the upstream or the precheck fails.
+func New(ctx context.Context, cfg Config) (*Gate, error) {
+	switch {
+	case cfg.Fleet == nil:
+		return nil, fmt.Errorf("%w: no fleet client", ErrInvalidConfig)
+	case cfg.Upstream == nil:
+		return nil, fmt.Errorf("%w: no upstream MCP session", ErrInvalidConfig)
+	case !engine.ValidTenant(cfg.Tenant):
+		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, cfg.Tenant)
+	case strings.TrimSpace(cfg.Agent) == "":
+		return nil, fmt.Errorf("%w: an agent name is required (requested_by.agent)", ErrInvalidConfig)
+	}
+	switch cfg.ListDenied {
+	case "":
+		cfg.ListDenied = ListHide
+	case ListHide, ListMark:
+	default:
+		return nil, fmt.Errorf("%w: list-denied %q: want hide or mark", ErrInvalidConfig, cfg.ListDenied)
+	}
+	if cfg.Wait <= 0 {
+		cfg.Wait = fleet.DefaultWait
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	g := &Gate{cfg: cfg, targets: map[string]*targetTurn{}}
+	seen := map[string]bool{}
+	actions := map[string]string{}
+	for t, err := range cfg.Upstream.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("listing the upstream server's tools: %w", err)
+		}
+		if t.Name == "" {
+			return nil, fmt.Errorf("the upstream server lists a tool without a name")
+		}
+		if seen[t.Name] {
+			return nil, fmt.Errorf("the upstream server lists tool %q twice", t.Name)
+		}
+		seen[t.Name] = true
+		m := MappingOf(t, cfg.Catalog)
+		if other, ok := actions[m.Action]; ok {
+			return nil, fmt.Errorf("%w: tools %q and %q are both action %s: give one its own action in the catalog", ErrActionCollision, other, t.Name, m.Action)
+		}
+		actions[m.Action] = t.Name
+		spec, err := advertised(t, m)
+		if err != nil {
+			return nil, err
+		}
+		gt := &gatedTool{spec: spec, mapping: m}
+		if cfg.Precheck != nil {
+			s, settled, err := cfg.Precheck(ctx, g.bareProposal(m))
+			if err != nil {
+				return nil, fmt.Errorf("evaluating the policy on tool %s: %w", t.Name, err)
+			}
+			if settled && s.Outcome == engine.OutcomeRejected {
+				gt.denied = &s
+			}
+		}
+		g.tools = append(g.tools, gt)
+	}
+	if cfg.Catalog != nil {
+		for name := range cfg.Catalog.Tools {
+			if !seen[name] {
+				return nil, fmt.Errorf("%w: tools[%q]: the upstream server offers no such tool", ErrInvalidCatalog, name)
+			}
+		}
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "gated-mcp", Version: cfg.Version}, &mcp.ServerOptions{
+		Instructions: "Every tool call goes through gated, a policy gate: calls that change something are reviewed first. " +
+			"Say why you make a call in its reason argument. A refused call comes back as an error whose text is gated's reason.",
+	})
+	for _, gt := range g.tools {
+		if gt.denied != nil && cfg.ListDenied == ListHide {
+			continue
+		}
+		spec := gt.spec
+		if gt.denied != nil {
+			marked := *spec
+			marked.Description = "[denied by gated's policy: " + gt.denied.Reason + "] " + spec.Description
+			spec = &marked
+		}
+		if err := addTool(server, spec, g.handler(gt)); err != nil {
+			return nil, err
+		}
+	}
+	g.server = server
+	return g, nil
+}
+
+// Server is the gate's MCP server, to serve over stdio or streamable
+// HTTP.
+func (g *Gate) Server() *mcp.Server { return g.server }
+
+// Tools describes each upstream tool as the gate maps and lists it, in
+// the upstream server's order.
+func (g *Gate) Tools() []Listed {
+	out := make([]Listed, len(g.tools))
+	for i, gt := range g.tools {
+		out[i] = Listed{Mapping: gt.mapping}
+		if gt.denied != nil {
+			out[i].Denied = gt.denied.Reason
+			out[i].Hidden = g.cfg.ListDenied == ListHide
+		}
+	}
+	return out
+}
+
+// addTool registers a tool, turning the SDK's panics on a malformed
+// schema into an error.
+func addTool(s *mcp.Server, t *mcp.Tool, h mcp.ToolHandler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("offering upstream tool %q: %v", t.Name, r)
+		}
+	}()
+	s.AddTool(t, h)
+	return nil
+}
+
+// advertised is the tool as the gate lists it: the upstream tool with
+// the reason argument added to its input schema, so the agent's model
+// knows it may say why.
+func advertised(t *mcp.Tool, m Mapping) (*mcp.Tool, error) {
+	raw, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("reading the input schema of upstream tool %q: %w", t.Name, err)
+	}
+	var schema map[string]any
+	if err := json.Unmarshal(raw, &schema); err != nil || schema == nil || schema["type"] != "object" {
+		return nil, fmt.Errorf("upstream tool %q: its input schema is not a JSON Schema of type object", t.Name)
+	}
+	props, _ := schema["properties"].(map[string]any)
+	if props == nil {
+		props = map[string]any{}
+	}
+	if _, taken := props[m.ReasonArgument]; taken {
+		return nil, fmt.Errorf("%w: upstream tool %q has an argument %q of its own, which the gate would take as the reason and strip: set reason_argument to another name", ErrInvalidCatalog, t.Name, m.ReasonArgument)
+	}
+	props[m.ReasonArgument] = map[string]any{
+		"type":        "string",
+		"description": "Why you want this call, for gated's reviewer. Not passed to the tool.",
+	}
+	schema["properties"] = props
+	out := *t
+	out.InputSchema = schema
+	return &out, nil
+}
+
+// bareProposal is the proposal of a call of m with no arguments, which
+// tools/list asks the policy about.
+func (g *Gate) bareProposal(m Mapping) *engine.Proposal {
+	target := map[string]any{}
+	for k, v := range m.TargetFixed {
+		target[k] = v
+	}
+	return g.proposal(m, Call{Target: target}, "tools-list", nil)
+}
+
+// proposal builds the proposal of one call.
+func (g *Gate) proposal(m Mapping, c Call, id string, req *mcp.CallToolRequest) *engine.Proposal {
+	session := g.cfg.Session
+	client := "an MCP client"
+	if req != nil && req.Session != nil {
+		if session == "" {
+			session = req.Session.ID()
+		}
+		if ip := req.Session.InitializeParams(); ip != nil && ip.ClientInfo != nil {
+			client = strings.TrimSpace("MCP client " + ip.ClientInfo.Name + " " + ip.ClientInfo.Version)
+		}
+	}
+	reason := c.Reason
+	if strings.TrimSpace(reason) == "" {
+		reason = fmt.Sprintf("%s called tool %s through gated mcp without a %s argument", client, m.Tool, m.ReasonArgument)
+	}
+	return &engine.Proposal{
+		V:              engine.SchemaVersion,
+		ID:             id,
+		Tenant:         g.cfg.Tenant,
+		Kind:           engine.KindAction,
+		Action:         m.Action,
+		Class:          m.Class,
+		Target:         c.Target,
+		Reason:         reason,
+		BlastRadius:    m.BlastRadius,
+		RequestedBy:    &engine.RequestedBy{Agent: g.cfg.Agent, Session: session},
+		ContextSummary: fmt.Sprintf("MCP tools/call %s from %s, through gated mcp (class %s from %s).", m.Tool, client, m.Class, m.ClassFrom),
+		Reviewer:       m.Reviewer,
+	}
+}
+
+// handler is the tools/call handler of one tool.
+func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		m := gt.mapping
+		call, err := m.Read(req.Params.Arguments)
+		if err != nil {
+			g.cfg.Log.Info("refused a malformed call", zap.String("tool", m.Tool), zap.Error(err))
+			return refusal(fmt.Sprintf("gated refused the call of %s: %v. The call was not made.", m.Tool, err), nil), nil
+		}
+		p := g.proposal(m, call, newProposalID(), req)
+		if m.Class == engine.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
+			// A read the policy approves at its own stage needs no
+			// round trip: gated would approve it without a reviewer.
+			// Anything else (a deny, a class the policy's catalog does
+			// not believe, a hold, an error) goes to gated, which
+			// decides and audits it.
+			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == engine.OutcomeApproved {
+				return g.forward(ctx, m, call, nil)
+			}
+		}
+		v, err := g.decideAlone(ctx, req, p)
+		key := p.Tenant + "." + p.ID
+		if err != nil {
+			g.cfg.Log.Info("call not approved", zap.String("tool", m.Tool), zap.String("proposal", key), zap.Error(err))
+			return notApproved(m.Tool, key, v, err), nil
+		}
+		g.cfg.Log.Info("call approved", zap.String("tool", m.Tool), zap.String("proposal", key))
+		return g.forward(ctx, m, call, v)
+	}
+}
+
+// decideAlone decides p once no other call of this gate on the same
+// tenant and target is being decided. gated's rules on a target's recent
+// changes (parallel_operation, target_cooldown) read the verdicts stored
+// before a proposal is decided; two proposals on one target decided at
+// the same time would each miss the other's approval, and an agent that
+// sends two calls at once would get both approved. Taking the target's
+// turn until the verdict is in makes the second proposal see the first.
+// Calls from other gated mcp processes or other fleets are not ordered by
+// this.
+func (g *Gate) decideAlone(ctx context.Context, req *mcp.CallToolRequest, p *engine.Proposal) (*engine.Verdict, error) {
+	target, err := json.Marshal(p.Target) // map keys sorted: one key per target
+	if err != nil {
+		return nil, fmt.Errorf("encoding the target of %s: %w", p.Action, err)
+	}
+	key := p.Tenant + "\x00" + string(target)
+	g.mu.Lock()
+	turn := g.targets[key]
+	if turn == nil {
+		turn = &targetTurn{slot: make(chan struct{}, 1)}
+		g.targets[key] = turn
+	}
+	turn.waiting++
+	g.mu.Unlock()
+	defer func() {
+		g.mu.Lock()
+		if turn.waiting--; turn.waiting == 0 {
+			delete(g.targets, key)
+		}
+		g.mu.Unlock()
+	}()
+	select {
+	case turn.slot <- struct{}{}:
+		defer func() { <-turn.slot }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for another call on the same target to be decided: %v", fleet.ErrNoVerdict, ctx.Err())
+	}
+	return g.decide(ctx, req, p)
+}
+
+// decide proposes p and waits for its final verdict, reporting progress
+// to the caller when it sent a progress token. The error is nil only for
+// an approval of exactly p.
+func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *engine.Proposal) (*engine.Verdict, error) {
+	wctx, cancel := context.WithTimeout(ctx, g.cfg.Wait)
+	defer cancel()
+	var opts []fleet.ProposeOption
+	// The status subject is followed only for a caller that asked for
+	// progress: it costs a subscription per call.
+	if progress := progressReporter(ctx, req); progress != nil {
+		progress("proposed to gated as " + p.Tenant + "." + p.ID)
+		opts = append(opts, fleet.WithStatus(func(u fleet.StatusUpdate) {
+			if u.Status != nil {
+				progress(statusLine(u.Status))
+			}
+		}))
+	}
+	v, err := g.cfg.Fleet.ProposeWith(wctx, p, opts...)
+	if errors.Is(err, fleet.ErrAwaitingOperator) {
+		// Held for an operator: not final. Wait for the signed decision
+		// or the deadline, bounded by the hold itself.
+		v, err = g.cfg.Fleet.AwaitDecision(ctx, v)
+		if err == nil {
+			err = fleet.CheckVerdict(v)
+		}
+	}
+	if err != nil {
+		return v, err
+	}
+	// Trust nothing but an approval of exactly this proposal.
+	if v.Tenant != p.Tenant || v.ProposalID != p.ID || v.Action != p.Action {
+		return nil, fmt.Errorf("%w: the approval names %s.%s (%s), not proposal %s.%s (%s)",
+			fleet.ErrNotApproved, v.Tenant, v.ProposalID, v.Action, p.Tenant, p.ID, p.Action)
+	}
+	return v, nil
+}
+
+// forward sends an allowed call upstream. v is gated's approval, nil
+// for a read that passed without a round trip. Approved verdicts will
+// carry a single-use grant: this is where the gate would present it to
+// the server (or spend it) before the call goes out.
+func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict) (*mcp.CallToolResult, error) {
+	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
+	if err != nil {
+		what := "a read call gated's policy allows"
+		if v != nil {
+			what = "gated's approval (verdict " + v.Tenant + "." + v.ProposalID + ")"
+		}
+		return refusal(fmt.Sprintf("the upstream server failed on %s after %s: %v", m.Tool, what, err), v), nil
+	}
+	if v != nil {
+		out := *res
+		meta := mcp.Meta{}
+		for k, x := range res.Meta {
+			meta[k] = x
+		}
+		meta[VerdictMetaKey] = verdictMeta(v)
+		out.Meta = meta
+		res = &out
+	}
+	return res, nil
+}
+
+// notApproved is the tool result of a call gated did not approve.
+func notApproved(tool, key string, v *engine.Verdict, err error) *mcp.CallToolResult {
+	var text string
+	switch {
+	case v != nil && v.Outcome != engine.OutcomeApproved:
+		text = fmt.Sprintf("gated did not approve %s: %s at stage %s: %s (verdict %s.%s). The call was not made.",
+			tool, v.Outcome, v.Stage, v.Reason, v.Tenant, v.ProposalID)
+	case errors.Is(err, fleet.ErrNoVerdict):
+		text = fmt.Sprintf("gated gave no verdict on %s in time (proposal %s): the call was not made.", tool, key)
+	default:
+		text = fmt.Sprintf("gated could not decide %s (proposal %s): %v. The call was not made.", tool, key, err)
+	}
+	return refusal(text, v)
+}
+
+// refusal is an isError tool result with text, and the verdict in its
+// _meta when there is one.
+func refusal(text string, v *engine.Verdict) *mcp.CallToolResult {
+	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	if v != nil {
+		res.Meta = mcp.Meta{VerdictMetaKey: verdictMeta(v)}
+	}
+	return res
+}
+
+func verdictMeta(v *engine.Verdict) map[string]any {
+	return map[string]any{
+		"tenant":      v.Tenant,
+		"proposal_id": v.ProposalID,
+		"outcome":     string(v.Outcome),
+		"stage":       string(v.Stage),
+		"reason":      v.Reason,
+	}
+}
+
+// progressReporter returns a function that sends a progress
+// notification with msg to the caller, or nil when the call carries no
+// progress token.
+func progressReporter(ctx context.Context, req *mcp.CallToolRequest) func(msg string) {
+	if req == nil || req.Session == nil || req.Params == nil {
+		return nil
+	}
+	token := req.Params.GetProgressToken()
+	if token == nil {
+		return nil
+	}
+	var n atomic.Int64
+	return func(msg string) {
+		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+			ProgressToken: token,
+			Message:       "gated: " + msg,
+			Progress:      float64(n.Add(1)),
+		})
+	}
+}
+
+// statusLine words one status event for a progress notification.
+func statusLine(st *engine.Status) string {
+	switch {
+	case st.Stage == engine.StatusReviewStarted:
+		s := "review started by " + st.Reviewer
+		if st.Deadline != nil {
+			s += ", deadline " + st.Deadline.UTC().Format(time.RFC3339)
+		}
+		return s
+	case st.Stage == engine.StatusAwaitingOperator:
+		s := "awaiting an operator's decision"
+		if st.Deadline != nil {
+			s += " until " + st.Deadline.UTC().Format(time.RFC3339)
+		}
+		if st.Reason != "" {
+			s += ": " + st.Reason
+		}
+		return s
+	case st.Verdict != nil:
+		return fmt.Sprintf("decided: %s", st.Verdict.Outcome)
+	}
+	return string(st.Stage)
+}
+
+// newProposalID returns a fresh proposal id: mcp-, a millisecond
+// timestamp in base 36 (ids sort by time) and 64 random bits.
+func newProposalID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return "mcp-" + strconv.FormatInt(time.Now().UnixMilli(), 36) + "-" + hex.EncodeToString(b[:])
+}
