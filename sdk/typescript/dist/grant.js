@@ -600,8 +600,10 @@ export function verifyGrant(token, keys, now, expect) {
     if (typeof expect !== "object" || expect === null) {
         throw new GrantError("tenant", "the executor names nothing to check the grant against");
     }
-    // The contract's order: the header and its key, the payload's form, the
-    // key's rules, the signature, then what the payload names.
+    // The header and its key, the payload's form, the signature, and only
+    // then what the signed payload says: the key's rules on its times, then
+    // what it names. Nothing the payload claims is judged before the
+    // signature holds, so an altered payload is refused as forged.
     const [h, p, s] = split(token);
     const header = decodeHeader(h);
     const key = checkedKeySet(keys).keys.find((k) => k.kid === header.kid);
@@ -610,7 +612,6 @@ export function verifyGrant(token, keys, now, expect) {
     }
     const c = decodePayload(p);
     const signature = decodeSignature(s);
-    checkLifetime(key, c, now);
     let ok;
     try {
         ok = verifySignature(null, Buffer.from(h + "." + p, "ascii"), publicKey(key), signature);
@@ -621,6 +622,7 @@ export function verifyGrant(token, keys, now, expect) {
     if (!ok) {
         throw new GrantError("signature", `signature does not verify with key ${key.kid}: the grant is forged or altered`);
     }
+    checkLifetime(key, c, now);
     for (const k of ["tenant", "proposal_id"]) {
         const want = expectString(expect, k);
         if (c[k] !== want) {
