@@ -239,3 +239,24 @@ func FuzzDecodeReviewRecord(f *testing.F) {
 		checkReviewRecord(t, event, data)
 	})
 }
+
+// BenchmarkDecodeReviewRecord reads a review.started and a
+// review.finished record's data as a replay reads them, in one pass and
+// with encoding/json.
+func BenchmarkDecodeReviewRecord(b *testing.B) {
+	started := &audit.Record{Event: engine.AuditEvent{Event: engine.EventReviewStarted, Data: []byte(reviewRecordCases[0].data)}}
+	finished := &audit.Record{Event: engine.AuditEvent{Event: engine.EventReviewDone, Data: []byte(reviewRecordCases[1].data)}}
+	for _, read := range []struct {
+		note string
+		fn   func(*audit.Record) reviewRecord
+	}{{"one pass", decodeReviewRecordValid}, {"encoding/json", decodeReviewRecord}} {
+		b.Run(read.note, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if s, f := read.fn(started), read.fn(finished); s.err != nil || f.err != nil {
+					b.Fatal(s.err, f.err)
+				}
+			}
+		})
+	}
+}
