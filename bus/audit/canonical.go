@@ -71,7 +71,7 @@ func decodeCanonical(body []byte) (b auditBody, ok bool) {
 		data := s.buf
 		// Valid allows white space around the value; the strict decoder
 		// leaves it out of the raw data, so the canonical reading refuses it.
-		if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' || !json.Valid(data) {
+		if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' || !validJSON(data) {
 			return b, false
 		}
 		ev.Data = json.RawMessage(data[:len(data):len(data)])

@@ -116,10 +116,15 @@ func decodeReviewStarted(data []byte) (reviewStartedRecord, error) {
 	if err := json.Unmarshal(data, &s); err != nil {
 		return s, fmt.Errorf("decoding a review.started record: %w", err)
 	}
+	return s, s.check()
+}
+
+// check refuses a review.started record without what replay needs of it.
+func (s *reviewStartedRecord) check() error {
 	if s.ReviewID == "" || s.Persona == "" {
-		return s, errors.New("decoding a review.started record: review_id and persona are required")
+		return errors.New("decoding a review.started record: review_id and persona are required")
 	}
-	return s, nil
+	return nil
 }
 
 // decodeReviewFinished reads a review.finished record's data.
@@ -128,33 +133,62 @@ func decodeReviewFinished(data []byte) (reviewFinishedRecord, error) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		return f, fmt.Errorf("decoding a review.finished record: %w", err)
 	}
+	return f, f.check()
+}
+
+// check refuses a review.finished record without what replay needs of it.
+func (f *reviewFinishedRecord) check() error {
 	if f.ReviewID == "" {
-		return f, errors.New("decoding a review.finished record: review_id is required")
+		return errors.New("decoding a review.finished record: review_id is required")
 	}
-	return f, nil
+	return nil
+}
+
+// reviewRecord is a review.started or review.finished record's data as
+// replay reads it: started or finished (the one of its event), or err.
+type reviewRecord struct {
+	started  *reviewStartedRecord
+	finished *reviewFinishedRecord
+	err      error
+}
+
+// decodeReviewRecord reads the data of r, a review.started or
+// review.finished record, with encoding/json.
+func decodeReviewRecord(r *audit.Record) reviewRecord {
+	var rr reviewRecord
+	switch r.Event.Event {
+	case engine.EventReviewStarted:
+		s, err := decodeReviewStarted(r.Event.Data)
+		rr.started, rr.err = &s, err
+	case engine.EventReviewDone:
+		f, err := decodeReviewFinished(r.Event.Data)
+		rr.finished, rr.err = &f, err
+	}
+	return rr
 }
 
 // addReviewRecord keeps a review.started or review.finished record of the
 // proposal p decided. A record that does not decode is kept as the reason
 // the proposal's reviews cannot be checked.
 func (p *recordedPolicy) addReviewRecord(r *audit.Record) {
-	switch r.Event.Event {
-	case engine.EventReviewStarted:
-		s, err := decodeReviewStarted(r.Event.Data)
-		if err != nil {
-			p.reviewErr = fmt.Sprintf("seq %d: %v", r.Seq, err)
-			return
-		}
-		p.reviews = append(p.reviews, &recordedReview{Seq: r.Seq, PolicyRevision: r.Event.PolicyRevision, Started: s})
-	case engine.EventReviewDone:
-		f, err := decodeReviewFinished(r.Event.Data)
-		if err != nil {
-			p.reviewErr = fmt.Sprintf("seq %d: %v", r.Seq, err)
-			return
-		}
+	p.addReview(r, decodeReviewRecord(r))
+}
+
+// addReview keeps rr, the data of r, a review.started or review.finished
+// record of the proposal p decided, as addReviewRecord does.
+func (p *recordedPolicy) addReview(r *audit.Record, rr reviewRecord) {
+	if rr.err != nil {
+		p.reviewErr = fmt.Sprintf("seq %d: %v", r.Seq, rr.err)
+		return
+	}
+	switch {
+	case rr.started != nil:
+		p.reviews = append(p.reviews, &recordedReview{Seq: r.Seq, PolicyRevision: r.Event.PolicyRevision, Started: *rr.started})
+	case rr.finished != nil:
+		f := rr.finished
 		for _, rv := range slices.Backward(p.reviews) {
 			if rv.Started.ReviewID == f.ReviewID {
-				rv.Finished = &f
+				rv.Finished = f
 				return
 			}
 		}

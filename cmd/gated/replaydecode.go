@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
 
@@ -324,4 +325,69 @@ func decodeRecordedVerdictFast(data []byte) (recordedVerdict, bool) {
 		return true
 	})
 	return v, ok
+}
+
+// reviewStartedKeys and reviewFinishedKeys are the members of the review
+// records' data that replay reads.
+var (
+	reviewStartedKeys  = []string{"review_id", "persona", "plugin", "tools", "persona_revision", "model"}
+	reviewFinishedKeys = []string{"review_id", "plugin", "plugin_version", "decision", "outcome", "error", "why", "model"}
+)
+
+// decodeReviewRecordValid reads the data of r, a review.started or
+// review.finished record whose data is valid JSON (as that of a record
+// audit.DecodeRecord returns is), as decodeReviewRecord does: in one pass
+// when the members are in plain form, through encoding/json otherwise.
+// FuzzDecodeReviewRecord holds the two readings equal.
+func decodeReviewRecordValid(r *audit.Record) reviewRecord {
+	switch r.Event.Event {
+	case engine.EventReviewStarted:
+		if s, ok := decodeReviewStartedFast(r.Event.Data); ok {
+			return reviewRecord{started: &s, err: s.check()}
+		}
+	case engine.EventReviewDone:
+		if f, ok := decodeReviewFinishedFast(r.Event.Data); ok {
+			return reviewRecord{finished: &f, err: f.check()}
+		}
+	}
+	return decodeReviewRecord(r)
+}
+
+// decodeReviewStartedFast is the one pass over a review.started record's
+// data; ok is false for data it leaves to encoding/json.
+func decodeReviewStartedFast(data []byte) (reviewStartedRecord, bool) {
+	var s reviewStartedRecord
+	ok := knownMembers(data, reviewStartedKeys, func(key []byte, val []byte) bool {
+		switch string(key) {
+		case "review_id":
+			return decodeString(val, &s.ReviewID)
+		case "persona":
+			return decodeString(val, &s.Persona)
+		case "plugin":
+			return decodeString(val, &s.Plugin)
+		case "tools":
+			return decodeList(val, &s.Tools)
+		case "persona_revision":
+			return decodeString(val, &s.PersonaRevision)
+		default: // model
+			return decodeString(val, &s.Model)
+		}
+	})
+	return s, ok
+}
+
+// decodeReviewFinishedFast is the one pass over a review.finished
+// record's data; ok is false for data it leaves to encoding/json.
+func decodeReviewFinishedFast(data []byte) (reviewFinishedRecord, bool) {
+	var f reviewFinishedRecord
+	to := [...]*string{&f.ReviewID, &f.Plugin, &f.PluginVersion, &f.Decision, &f.Outcome, &f.Error, &f.Why, &f.Model}
+	ok := knownMembers(data, reviewFinishedKeys, func(key []byte, val []byte) bool {
+		for i, k := range reviewFinishedKeys {
+			if k == string(key) {
+				return decodeString(val, to[i])
+			}
+		}
+		return false
+	})
+	return f, ok
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
 
@@ -157,4 +159,104 @@ func BenchmarkDecodeRecorded(b *testing.B) {
 			}
 		}
 	})
+}
+
+// reviewRecordCases are review.started and review.finished data in the
+// form gated writes and in the forms the one-pass reading leaves to
+// encoding/json.
+var reviewRecordCases = []struct {
+	note  string
+	event string
+	data  string
+	fast  bool
+}{
+	{note: "started as gated writes it", event: engine.EventReviewStarted, fast: true, data: `{"action":"cache_purge","review_id":"rp1","persona":"reviewer","plugin":"sop","tools":["get_sop_text","get_proposal"],"deadline":"2026-11-01T09:01:00Z","persona_revision":"ab12","model":"anthropic/claude"}`},
+	{note: "finished as gated writes it", event: engine.EventReviewDone, fast: true, data: `{"action":"cache_purge","review_id":"rp1","plugin":"sop","plugin_version":"1.0.0","decision":"approve","latency_ms":3,"why":"SOP-7 covers it"}`},
+	{note: "finished with an error", event: engine.EventReviewDone, fast: true, data: `{"review_id":"rp1","outcome":"timeout","error":"deadline passed","model":"m"}`},
+	{note: "started with null and empty tools", event: engine.EventReviewStarted, fast: true, data: ` { "review_id" : "r" , "persona" : "p" , "tools" : null , "model" : null } `},
+	{note: "started with no tools", event: engine.EventReviewStarted, fast: true, data: `{"review_id":"r","persona":"p","tools":[]}`},
+	{note: "started without a persona", event: engine.EventReviewStarted, fast: true, data: `{"review_id":"r"}`},
+	{note: "finished without a review id", event: engine.EventReviewDone, fast: true, data: `{"decision":"approve"}`},
+	{note: "a string with an escape", event: engine.EventReviewDone, fast: true, data: `{"review_id":"r\u0031","why":"\u00e9 \"q\""}`},
+	{note: "a key given twice", event: engine.EventReviewDone, data: `{"review_id":"r","decision":"reject","decision":"approve"}`},
+	{note: "a key in other case", event: engine.EventReviewDone, data: `{"review_id":"r","Decision":"approve"}`},
+	{note: "a key with an escape", event: engine.EventReviewStarted, data: `{"review_id":"r","\u0070ersona":"p"}`},
+	{note: "a member of the wrong type", event: engine.EventReviewStarted, data: `{"review_id":7,"persona":"p"}`},
+	{note: "tools of the wrong type", event: engine.EventReviewStarted, data: `{"review_id":"r","persona":"p","tools":"get_sop_text"}`},
+	{note: "not an object", event: engine.EventReviewDone, data: `["review_id"]`},
+	{note: "null", event: engine.EventReviewStarted, data: `null`},
+}
+
+// TestDecodeReviewRecordValid: the one-pass reading of the review records
+// gives what encoding/json gives, error or not, on the data it reads
+// itself and on the data it leaves to encoding/json.
+func TestDecodeReviewRecordValid(t *testing.T) {
+	for _, tc := range reviewRecordCases {
+		t.Run(tc.note, func(t *testing.T) {
+			data := []byte(tc.data)
+			if !json.Valid(data) {
+				t.Fatalf("the case is not valid JSON: %s", data)
+			}
+			var ok bool
+			if tc.event == engine.EventReviewStarted {
+				_, ok = decodeReviewStartedFast(data)
+			} else {
+				_, ok = decodeReviewFinishedFast(data)
+			}
+			if ok != tc.fast {
+				t.Fatalf("read in one pass: %v, want %v", ok, tc.fast)
+			}
+			checkReviewRecord(t, tc.event, data)
+		})
+	}
+}
+
+// checkReviewRecord fails t when decodeReviewRecordValid reads data, of a
+// record of event, otherwise than decodeReviewRecord does.
+func checkReviewRecord(t *testing.T, event string, data []byte) {
+	t.Helper()
+	r := &audit.Record{Seq: 9, Event: engine.AuditEvent{Event: event, Tenant: "acme", ProposalID: "p1", Data: data}}
+	got, want := decodeReviewRecordValid(r), decodeReviewRecord(r)
+	if fmt.Sprint(got.err) != fmt.Sprint(want.err) || !reflect.DeepEqual(got.started, want.started) || !reflect.DeepEqual(got.finished, want.finished) {
+		t.Fatalf("one pass: %+v %+v (err %v)\nencoding/json: %+v %+v (err %v)", got.started, got.finished, got.err, want.started, want.finished, want.err)
+	}
+}
+
+// FuzzDecodeReviewRecord holds the one-pass reading of the review
+// records' data equal to encoding/json's on any valid JSON.
+func FuzzDecodeReviewRecord(f *testing.F) {
+	for _, tc := range reviewRecordCases {
+		f.Add(tc.event == engine.EventReviewStarted, []byte(tc.data))
+	}
+	f.Fuzz(func(t *testing.T, started bool, data []byte) {
+		if !json.Valid(data) {
+			return // the record decoder passes only valid data on
+		}
+		event := engine.EventReviewDone
+		if started {
+			event = engine.EventReviewStarted
+		}
+		checkReviewRecord(t, event, data)
+	})
+}
+
+// BenchmarkDecodeReviewRecord reads a review.started and a
+// review.finished record's data as a replay reads them, in one pass and
+// with encoding/json.
+func BenchmarkDecodeReviewRecord(b *testing.B) {
+	started := &audit.Record{Event: engine.AuditEvent{Event: engine.EventReviewStarted, Data: []byte(reviewRecordCases[0].data)}}
+	finished := &audit.Record{Event: engine.AuditEvent{Event: engine.EventReviewDone, Data: []byte(reviewRecordCases[1].data)}}
+	for _, read := range []struct {
+		note string
+		fn   func(*audit.Record) reviewRecord
+	}{{"one pass", decodeReviewRecordValid}, {"encoding/json", decodeReviewRecord}} {
+		b.Run(read.note, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if s, f := read.fn(started), read.fn(finished); s.err != nil || f.err != nil {
+					b.Fatal(s.err, f.err)
+				}
+			}
+		})
+	}
 }

@@ -52,21 +52,32 @@ func replayGC() (restore func()) {
 type replayBatch struct {
 	entries []audit.Entry
 	// policies holds, for each policy.decided record of entries, its
-	// data decoded; nil for the other messages.
+	// data decoded; nil for the other messages. reviews holds the data of
+	// the review.started and review.finished records, decoded.
 	policies []*recordedPolicy
+	reviews  []reviewRecord
 	// done is closed once the batch is decoded.
 	done chan struct{}
 }
 
-// decode decodes the batch's messages and the policy.decided data.
+// decode decodes the batch's messages and the data of the policy.decided
+// and review records.
 func (b *replayBatch) decode() {
 	defer close(b.done)
 	b.policies = make([]*recordedPolicy, len(b.entries))
+	b.reviews = make([]reviewRecord, len(b.entries))
 	for i := range b.entries {
 		e := &b.entries[i]
 		e.Decode()
-		if r := e.Record; r != nil && r.Event.Tenant != engine.UnknownTenant && r.Event.Event == engine.EventPolicyDecided {
+		r := e.Record
+		if r == nil || r.Event.Tenant == engine.UnknownTenant {
+			continue
+		}
+		switch r.Event.Event {
+		case engine.EventPolicyDecided:
 			b.policies[i] = decodeRecordedPolicyValid(r.Event.Data)
+		case engine.EventReviewStarted, engine.EventReviewDone:
+			b.reviews[i] = decodeReviewRecordValid(r)
 		}
 	}
 }
@@ -212,7 +223,7 @@ sequence:
 				pending[key] = b.policies[i]
 			case engine.EventReviewStarted, engine.EventReviewDone:
 				if p := pending[key]; p != nil {
-					p.addReviewRecord(r)
+					p.addReview(r, b.reviews[i])
 				}
 			case engine.EventVerdict:
 				p := pending[key]
