@@ -15,6 +15,7 @@ import (
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/policies"
 )
 
@@ -29,6 +30,9 @@ type metrics struct {
 	notify notifyMetrics
 	// shadow is nil without a shadow policy.
 	shadow *shadowMetrics
+	// obs are the review, plugin, audit append, claim wait and dedupe
+	// metrics (observe.go).
+	obs *observabilityMetrics
 }
 
 func newMetrics(live *policies.Live) *metrics {
@@ -49,6 +53,8 @@ func newMetrics(live *policies.Live) *metrics {
 		}, []string{"kind"}),
 	}
 	m.notify = newNotifyMetrics()
+	m.obs = newObservabilityMetrics()
+	m.reg.MustRegister(m.obs.collectors()...)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -162,10 +168,17 @@ type meteredPolicy struct {
 }
 
 func (p meteredPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
+	ctx, span := telemetry.Start(ctx, telemetry.SpanPolicy, telemetry.KindInternal)
 	d, err := p.Policy.Evaluate(ctx, in)
 	if err == nil {
 		p.eval.Observe(d.Eval.Seconds())
+		if span.Recording() {
+			span.String(telemetry.AttrRevision, d.Revision)
+			span.Bool("gated.policy.denied", len(d.Denies) > 0)
+			span.Bool("gated.policy.review_required", d.Review.Required)
+		}
 	}
+	span.End(err)
 	return d, err
 }
 
@@ -175,12 +188,18 @@ type countingDecider struct {
 	verdicts *prometheus.CounterVec
 	// corrupt counts the records the verdict store refused, by kind.
 	corrupt *prometheus.CounterVec
+	// dedupeHits counts the verdicts answered at stage dedupe; nil: not
+	// counted.
+	dedupeHits prometheus.Counter
 }
 
 func (d countingDecider) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
 	v, err := d.Decider.Decide(ctx, dl)
 	if v != nil {
 		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
+		if v.Stage == engine.StageDedupe && d.dedupeHits != nil {
+			d.dedupeHits.Inc()
+		}
 	}
 	return v, err
 }

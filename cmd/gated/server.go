@@ -93,6 +93,7 @@ func (s *gateServer) Run(ctx context.Context) error {
 func (s *gateServer) startSteps() []func(context.Context) error {
 	return []func(context.Context) error{
 		s.claimResources,
+		s.startTracing,
 		s.loadPolicy,
 		s.loadShadow,
 		s.loadPersonas,
@@ -310,7 +311,7 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.auditor, err = newServeAuditor(ctx, s.js, s.o, auditKey, s.log)
+	s.auditor, err = newObservedAuditor(ctx, s.js, s.o, auditKey, s.log, s.m.obs.observeAppend)
 	return err
 }
 
@@ -337,7 +338,9 @@ func (s *gateServer) openAudit(context.Context) error {
 // refused checksum, an exit and a relaunch are gated's own events under
 // tenant "_".
 func (s *gateServer) startPlugins(ctx context.Context) error {
-	s.onStop(auditHostEvents(s.host, s.auditor.Trail, s.log))
+	s.host.SetReviewObserver(s.m.obs.observeReview)
+	s.m.reg.MustRegister(pluginCollector{s.host})
+	s.onStop(auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
 	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
 	return s.host.Start(ctx)
 }
@@ -405,7 +408,8 @@ func (s *gateServer) startWorker(context.Context) error {
 		Policy:           meteredPolicy{Policy: pool, eval: s.m.eval},
 		Personas:         s.reg,
 		Router:           s.host,
-		Store:            s.store,
+		Store:            observedStore{VerdictStore: s.store, claimWait: s.m.obs.claimWait},
+		Trace:            traceStage,
 		ReviewTimeout:    o.reviewTimeout,
 		OperatorDeadline: o.operatorDeadline,
 		DedupeWindow:     dedupeWindow,
@@ -421,7 +425,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
-	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts},
+	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits},
 		s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err
