@@ -171,6 +171,8 @@ fuzz:
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeSignIn$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeDecision$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/telemetry -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/tracectx -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
 # the policy paths at high and low concurrency, the plugin path (each
