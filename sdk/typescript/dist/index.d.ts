@@ -1,4 +1,5 @@
 export { Client, defaultWaitMs, holdGraceMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
+export { type Propagator, type TraceContext, traceHeaders, traceparentHeader, tracestateHeader, validTraceparent, } from "./trace.js";
 export { decodeStatus, type Status, StatusError, type StatusStage, statusStages, statusSubject, statusUpdate, } from "./status.js";
 export { AbortedError, gate, newProposalId, ToolGate, validateToolSpec, type Change, type GuardedTool, type Identity, type Proposer, type ToolGateOptions, type ToolSpec, } from "./gate.js";
 export { AwaitingOperatorError, BadProposalError, checkVerdict, GatedError, IdReusedError, InvalidConfigError, InvalidToolSpecError, isFinal, MalformedVerdictError, NoVerdictError, NotApprovedError, NotFoundError, NotGatedError, NotThisProposalError, ProposalInvalidError, ReviewBlockedError, ReviewFailedError, ReviewRejectedError, ReviewTimeoutError, ServiceError, ServiceUnavailableError, TenantMismatchError, TransportError, UnconfirmedApprovalError, VerdictError, } from "./errors.js";

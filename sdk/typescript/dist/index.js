@@ -6,6 +6,7 @@
 // operator's decision on a held verdict; ToolGate and gate() wrap an
 // agent's tools so that write and destructive calls run only on approval.
 export { Client, defaultWaitMs, holdGraceMs, StatusWatch } from "./client.js";
+export { traceHeaders, traceparentHeader, tracestateHeader, validTraceparent, } from "./trace.js";
 export { decodeStatus, StatusError, statusStages, statusSubject, statusUpdate, } from "./status.js";
 export { AbortedError, gate, newProposalId, ToolGate, validateToolSpec, } from "./gate.js";
 export { AwaitingOperatorError, BadProposalError, checkVerdict, GatedError, IdReusedError, InvalidConfigError, InvalidToolSpecError, isFinal, MalformedVerdictError, NoVerdictError, NotApprovedError, NotFoundError, NotGatedError, NotThisProposalError, ProposalInvalidError, ReviewBlockedError, ReviewFailedError, ReviewRejectedError, ReviewTimeoutError, ServiceError, ServiceUnavailableError, TenantMismatchError, TransportError, UnconfirmedApprovalError, VerdictError, } from "./errors.js";

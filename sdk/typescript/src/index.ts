@@ -8,6 +8,14 @@
 
 export { Client, defaultWaitMs, holdGraceMs, StatusWatch, type CallOptions, type ClientOptions, type WatchOptions } from "./client.js";
 export {
+  type Propagator,
+  type TraceContext,
+  traceHeaders,
+  traceparentHeader,
+  tracestateHeader,
+  validTraceparent,
+} from "./trace.js";
+export {
   decodeStatus,
   type Status,
   StatusError,
