@@ -87,6 +87,15 @@ func Setup(ctx context.Context, service string, lookup func(string) (string, boo
 	}, nil
 }
 
+// Install makes tp gated's tracer provider, as Setup does with the one it
+// builds, for tests and for programs that build their own; restore puts
+// back what was installed before (tracing off, if nothing was).
+func Install(tp trace.TracerProvider) (restore func()) {
+	t := tp.Tracer(InstrumentationName)
+	prev := tracer.Swap(&t)
+	return func() { tracer.CompareAndSwap(&t, prev) }
+}
+
 // Span is one stage's span. Its zero value, what Start returns while
 // tracing is off, does nothing.
 type Span struct{ s trace.Span }
