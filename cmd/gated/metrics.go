@@ -15,7 +15,6 @@ import (
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/policies"
 )
 
@@ -168,17 +167,10 @@ type meteredPolicy struct {
 }
 
 func (p meteredPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
-	ctx, span := telemetry.Start(ctx, telemetry.SpanPolicy, telemetry.KindInternal)
 	d, err := p.Policy.Evaluate(ctx, in)
 	if err == nil {
 		p.eval.Observe(d.Eval.Seconds())
-		if span.Recording() {
-			span.String(telemetry.AttrRevision, d.Revision)
-			span.Bool("gated.policy.denied", len(d.Denies) > 0)
-			span.Bool("gated.policy.review_required", d.Review.Required)
-		}
 	}
-	span.End(err)
 	return d, err
 }
 

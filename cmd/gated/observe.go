@@ -37,82 +37,6 @@ func (s *gateServer) startTracing(ctx context.Context) error {
 	return nil
 }
 
-// traceStage traces the stages the engine runs itself (engine.Config.Trace).
-func traceStage(ctx context.Context, stage string) func(error) {
-	if !telemetry.Enabled() {
-		return func(error) {}
-	}
-	_, span := telemetry.Start(ctx, "gated."+stage, telemetry.KindInternal)
-	return span.End
-}
-
-// observedStore traces the verdict store's calls a decision makes, and
-// times the waits for a review claim held by another message.
-type observedStore struct {
-	engine.VerdictStore
-	claimWait prometheus.Histogram
-}
-
-// Get implements engine.VerdictReader: the look-up of a stored verdict.
-func (s observedStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
-	ctx, span := telemetry.Start(ctx, telemetry.SpanStoreLookup, telemetry.KindClient)
-	v, err := s.VerdictStore.Get(ctx, tenant, id)
-	span.Bool(telemetry.AttrFound, err == nil)
-	if errors.Is(err, engine.ErrNotFound) {
-		span.End(nil)
-	} else {
-		span.End(err)
-	}
-	return v, err
-}
-
-// Recent implements engine.TargetHistory.
-func (s observedStore) Recent(ctx context.Context, tenant, targetKey string) ([]engine.Verdict, error) {
-	ctx, span := telemetry.Start(ctx, telemetry.SpanStoreHistory, telemetry.KindClient)
-	vs, err := s.VerdictStore.Recent(ctx, tenant, targetKey)
-	span.End(err)
-	return vs, err
-}
-
-// Create implements engine.VerdictWriter.
-func (s observedStore) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdict, error) {
-	ctx, span := telemetry.Start(ctx, telemetry.SpanStore, telemetry.KindClient)
-	stored, err := s.VerdictStore.Create(ctx, v)
-	if errors.Is(err, engine.ErrExists) {
-		span.Bool(telemetry.AttrReplayed, true)
-		span.End(nil)
-	} else {
-		span.End(err)
-	}
-	return stored, err
-}
-
-// Claim implements engine.ReviewClaims.
-func (s observedStore) Claim(ctx context.Context, tenant, id string, c engine.Claim) (engine.Claim, error) {
-	ctx, span := telemetry.Start(ctx, telemetry.SpanClaim, telemetry.KindClient)
-	held, err := s.VerdictStore.Claim(ctx, tenant, id, c)
-	if errors.Is(err, engine.ErrClaimed) {
-		span.String("gated.claim", "held_by_another")
-		span.End(nil)
-	} else {
-		span.End(err)
-	}
-	return held, err
-}
-
-// Await implements engine.ReviewClaims: the wait for the verdict of the
-// message that holds the claim.
-func (s observedStore) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
-	ctx, span := telemetry.Start(ctx, telemetry.SpanClaimWait, telemetry.KindInternal)
-	start := time.Now()
-	v, err := s.VerdictStore.Await(ctx, tenant, id)
-	if s.claimWait != nil {
-		s.claimWait.Observe(time.Since(start).Seconds())
-	}
-	span.End(err)
-	return v, err
-}
-
 // observabilityMetrics are the metrics of reviews, plugins, audit
 // appends, claim waits and dedupe hits that the dashboard in
 // docs/grafana/gated.json shows.
@@ -180,6 +104,11 @@ func (o *observabilityMetrics) observeReview(r plugins.ReviewObservation) {
 		result = "error"
 	}
 	o.reviews.WithLabelValues(r.Plugin, r.Persona, result).Observe(r.Took.Seconds())
+}
+
+// observeClaimWait feeds gated_claim_wait_seconds.
+func (o *observabilityMetrics) observeClaimWait(took time.Duration) {
+	o.claimWait.Observe(took.Seconds())
 }
 
 // observeAppend feeds gated_audit_append_seconds.

@@ -18,6 +18,7 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 )
 
 // TestServeMetricsOfReviewsPluginsAuditAndDedupe runs serve with the
@@ -85,7 +86,7 @@ func TestObservedStoreTimesClaimWaits(t *testing.T) {
 		t.Fatal(err)
 	}
 	obs := newObservabilityMetrics()
-	st := observedStore{VerdictStore: store.New(res.Verdicts), claimWait: obs.claimWait}
+	st := telemetry.Store(store.New(res.Verdicts), obs.observeClaimWait)
 	v := &engine.Verdict{V: engine.SchemaVersion, ProposalID: "p-wait", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
 		Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 1,
 		ProposalSHA256: "0000000000000000000000000000000000000000000000000000000000000000"}

@@ -23,6 +23,7 @@ import (
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
@@ -405,11 +406,11 @@ func (s *gateServer) startWorker(context.Context) error {
 	pool := policies.NewPool(s.live, 0)
 	s.onStop(pool.Close)
 	eng, err := engine.New(engine.Config{
-		Policy:           meteredPolicy{Policy: pool, eval: s.m.eval},
+		Policy:           meteredPolicy{Policy: telemetry.Policy(pool), eval: s.m.eval},
 		Personas:         s.reg,
 		Router:           s.host,
-		Store:            observedStore{VerdictStore: s.store, claimWait: s.m.obs.claimWait},
-		Trace:            traceStage,
+		Store:            telemetry.Store(s.store, s.m.obs.observeClaimWait),
+		Trace:            telemetry.Stage,
 		ReviewTimeout:    o.reviewTimeout,
 		OperatorDeadline: o.operatorDeadline,
 		DedupeWindow:     dedupeWindow,
