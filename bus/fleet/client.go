@@ -484,7 +484,10 @@ func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdic
 	}
 	ctx, cancel := c.withWait(ctx)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, wire.ReviewSubjectPrefix+a.Tenant, data)
+	req := nats.NewMsg(wire.ReviewSubjectPrefix + a.Tenant)
+	req.Data = data
+	tracectx.Inject(ctx, req.Header) // the service passes it on with the proposal
+	m, err := c.nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: nothing serves %s%s (is gated serve running with --review-service?)", ErrServiceUnavailable, wire.ReviewSubjectPrefix, a.Tenant)

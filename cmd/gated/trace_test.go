@@ -233,6 +233,37 @@ func TestServeTracesAReviewedProposal(t *testing.T) {
 			}
 		}
 	}
+
+	// Through the review service (gated.review.<tenant>): the requester's
+	// span is still the parent of gated's proposal span.
+	rctx, reqSpan := fleetTP.Tracer("fleet").Start(t.Context(), "fleet.request")
+	rctx, cancel = context.WithTimeout(rctx, 30*time.Second)
+	_, err = client.RequestReview(rctx, readProposal("p-requested", "nginx"))
+	cancel()
+	reqSpan.End()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rsc := reqSpan.SpanContext()
+	rtid := rsc.TraceID()
+	for deadline := time.Now().Add(time.Minute); ; {
+		var found *tracepb.Span
+		for _, s := range rcv.trace(rtid[:]) {
+			if s.span.GetName() == telemetry.SpanProposal {
+				found = s.span
+			}
+		}
+		if found != nil {
+			if got := hex.EncodeToString(found.GetParentSpanId()); got != rsc.SpanID().String() {
+				t.Errorf("through the review service, the proposal span's parent is %s, want the requester's %s", got, rsc.SpanID())
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("after a minute no proposal span in the requester's trace: the review service dropped its trace context")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func keys[V any](m map[string]V) []string {
