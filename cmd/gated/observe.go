@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/engine"
@@ -26,6 +27,10 @@ func (s *gateServer) startTracing(ctx context.Context) error {
 	}
 	if telemetry.Enabled() {
 		s.log.Info("traces exported over OTLP (OTEL_* variables)")
+		// Export failures go to gated's log, not to stderr.
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+			s.log.Warn("exporting traces", zap.Error(err))
+		}))
 	}
 	s.onStop(func() {
 		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
