@@ -36,8 +36,11 @@ var tracer atomic.Pointer[trace.Tracer]
 func Enabled() bool { return tracer.Load() != nil }
 
 // Setup installs gated's tracer provider when the OTEL_* variables, read
-// through lookup, ask for traces; service is the default service.name
-// (OTEL_SERVICE_NAME overrides it). It returns a shutdown function that
+// through lookup, ask for traces (see ParseConfig); service is the default
+// service.name (OTEL_SERVICE_NAME overrides it). The OTLP exporter and the
+// SDK read the rest of their variables (endpoint, headers, TLS, sampler,
+// batching, resource) from the process's environment themselves, so
+// lookup is os.LookupEnv but in tests of ParseConfig's decisions. It returns a shutdown function that
 // flushes the spans still buffered and turns tracing off again; with
 // tracing off, shutdown does nothing. An error is a variable gated cannot
 // follow, or an exporter that cannot be built.
