@@ -30,6 +30,20 @@ def available() -> bool:
     return _propagator is not None
 
 
+def parent_context(traceparent: str | None, tracestate: str | None = None) -> Any:
+    """An OpenTelemetry context whose span is the remote one traceparent
+    names (a reviewer plugin's parent: ``Request.traceparent``), for
+    ``tracer.start_as_current_span(..., context=...)``. None when
+    opentelemetry-api is not installed or traceparent is None; a malformed
+    traceparent gives a context without a span, as the W3C asks."""
+    if _propagator is None or not traceparent:
+        return None
+    carrier = {TRACEPARENT_HEADER: traceparent}
+    if tracestate:
+        carrier[TRACESTATE_HEADER] = tracestate
+    return _propagator.extract(carrier)
+
+
 def trace_headers() -> dict[str, str]:
     """The W3C trace context headers of the current span, or an empty
     mapping when there is none (or opentelemetry-api is not installed)."""
