@@ -180,6 +180,8 @@ fuzz:
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeCatalog$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzMappingRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/telemetry -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/tracectx -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
 # the policy paths at high and low concurrency, the plugin path (each

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -17,7 +18,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
@@ -26,6 +29,8 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/bench"
+	"github.com/gated/gated/internal/telemetry"
+	"github.com/gated/gated/personas"
 )
 
 // BenchmarkPolicyPath measures proposals decided at stage policy, end to
@@ -40,7 +45,81 @@ import (
 // and the p50, p99 and max of publish-to-verdict latency.
 //
 //	go test ./bus -run '^$' -bench '^BenchmarkPolicyPath$' -benchtime 20000x -count 3
-func BenchmarkPolicyPath(b *testing.B) {
+func BenchmarkPolicyPath(b *testing.B) { benchPolicyPath(b, false) }
+
+// BenchmarkPolicyPathTraced is BenchmarkPolicyPath with tracing on, as
+// the OTEL_* variables turn it on in serve: every span exported over OTLP
+// gRPC to a receiver in this process, which counts them (spans/proposal).
+//
+//	go test ./bus -run '^$' -bench '^BenchmarkPolicyPathTraced$' -benchtime 20000x -count 3
+func BenchmarkPolicyPathTraced(b *testing.B) { benchPolicyPath(b, true) }
+
+// otlpSink is an OTLP trace receiver that counts the spans it gets.
+type otlpSink struct {
+	collectortrace.UnimplementedTraceServiceServer
+	spans atomic.Int64
+}
+
+func (s *otlpSink) Export(_ context.Context, req *collectortrace.ExportTraceServiceRequest) (*collectortrace.ExportTraceServiceResponse, error) {
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			s.spans.Add(int64(len(ss.GetSpans())))
+		}
+	}
+	return &collectortrace.ExportTraceServiceResponse{}, nil
+}
+
+// startTracing starts an OTLP receiver on loopback and turns tracing on
+// towards it; the cleanup flushes and turns it off.
+func startTracing(b *testing.B) *otlpSink {
+	b.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	sink := &otlpSink{}
+	srv := grpc.NewServer()
+	collectortrace.RegisterTraceServiceServer(srv, sink)
+	go func() { _ = srv.Serve(ln) }()
+	b.Cleanup(srv.Stop)
+	env := map[string]string{
+		"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + ln.Addr().String(),
+		"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc", "OTEL_EXPORTER_OTLP_INSECURE": "true",
+	}
+	for k, v := range env {
+		b.Setenv(k, v) // the exporter reads the endpoint itself
+	}
+	shutdown, err := telemetry.Setup(b.Context(), "gated", os.LookupEnv)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		_ = shutdown(ctx)
+	})
+	return sink
+}
+
+// servedEngine is the engine as serve wires it: the store, the policy and
+// the engine's own stages traced (at no cost while tracing is off).
+func servedEngine(b *testing.B, st engine.VerdictStore) *engine.Engine {
+	b.Helper()
+	reg, err := personas.Builtin()
+	if err != nil {
+		b.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{
+		Policy: telemetry.Policy(bustest.Policy(b)), Personas: reg, Router: noPlugins{},
+		Store: telemetry.Store(st, nil), Trace: telemetry.Stage,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return eng
+}
+
+func benchPolicyPath(b *testing.B, traced bool) {
 	const (
 		concurrency = 256
 		tenant      = "bench"
@@ -64,7 +143,11 @@ func BenchmarkPolicyPath(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	eng := defaultEngine(b, store.New(res.Verdicts), noPlugins{})
+	var sink *otlpSink
+	if traced {
+		sink = startTracing(b)
+	}
+	eng := servedEngine(b, store.New(res.Verdicts))
 	auditor, err := audit.NewWriter(ctx, js, audit.Config{Key: []byte("0123456789abcdef0123456789abcdef"), Log: log, Publish: benchPublishMode()})
 	if err != nil {
 		b.Fatal(err)
@@ -195,6 +278,11 @@ func BenchmarkPolicyPath(b *testing.B) {
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-us/proposal")
 	st := auditor.Stats()
 	b.ReportMetric(float64(st.Records)/float64(max(b.N, 1)), "records/proposal")
+	if sink != nil {
+		// Spans still buffered are flushed by the cleanup: count what was
+		// exported while the proposals ran, a lower bound.
+		b.ReportMetric(float64(sink.spans.Load())/float64(max(b.N, 1)), "spans/proposal")
+	}
 }
 
 func benchPublishMode() audit.PublishMode {

@@ -20,6 +20,7 @@ import (
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/tracectx"
 )
 
 // The review service's names. Its subjects, wire.ReviewSubject and
@@ -383,22 +384,26 @@ func (s *Service) handler(name string, perTenant bool) micro.HandlerFunc {
 		s.mu.Unlock()
 		s.inFlight.Add(1)
 		reply := req.Reply()
+		// The requester's trace context, if any, goes on with the
+		// proposal: gated's spans are children of the requester's.
+		parent := tracectx.Extract(s.ctx, nats.Header(req.Headers()))
 		go func() {
 			defer func() {
 				s.inFlight.Add(-1)
 				<-s.sem
 				s.wg.Done()
 			}()
-			s.review(counters, a, data, reply)
+			s.review(parent, counters, a, data, reply)
 		}()
 	}
 }
 
 // review publishes the proposal, waits for its verdict and replies. The
 // reply is published directly rather than through micro.Request, which is
-// not meant to be used once its handler has returned.
-func (s *Service) review(counters *endpointCounters, a fleet.Address, data []byte, reply string) {
-	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.Wait)
+// not meant to be used once its handler has returned. parent is the
+// service's context with the requester's trace context, if it sent one.
+func (s *Service) review(parent context.Context, counters *endpointCounters, a fleet.Address, data []byte, reply string) {
+	ctx, cancel := context.WithTimeout(parent, s.cfg.Wait)
 	defer cancel()
 	v, err := s.client.ProposeRaw(ctx, data)
 	msg := &nats.Msg{Subject: reply}

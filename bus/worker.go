@@ -14,6 +14,8 @@ import (
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/telemetry"
+	"github.com/gated/gated/internal/tracectx"
 )
 
 // Decider is the part of the engine the worker needs.
@@ -219,6 +221,17 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		return
 	}
 
+	// With tracing on, the proposal's span is a child of the fleet's
+	// (the message's traceparent) and the parent of every stage's span.
+	ctx, span := w.ctx, telemetry.Span{}
+	if telemetry.Enabled() {
+		ctx, span = telemetry.Start(tracectx.Extract(ctx, msg.Headers()), telemetry.SpanProposal, telemetry.KindConsumer)
+		span.Int(telemetry.AttrDelivery, int64(attempt))
+	}
+	var v *engine.Verdict
+	var err error
+	defer func() { endProposalSpan(span, v, err) }()
+
 	d := engine.Delivery{
 		Subject:   msg.Subject(),
 		Data:      msg.Data(),
@@ -227,13 +240,16 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		StreamSeq: seq,
 		Trail:     w.trails(),
 	}
-	v, err := w.decider.Decide(w.ctx, d)
+	v, err = w.decider.Decide(ctx, d)
 	if err != nil {
 		w.retry(msg, d, attempt, err)
 		return
 	}
 	if v.ProposalID != "" {
-		if err := w.answer(v); err != nil {
+		_, pub := telemetry.Start(ctx, telemetry.SpanPublish, telemetry.KindProducer)
+		err := w.answer(v)
+		pub.End(err)
+		if err != nil {
 			// The verdict is stored: a redelivery replays it, within the
 			// budget or past it (giveUp), and sends its follow-up if this
 			// attempt did not.
@@ -250,6 +266,22 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	w.log.Debug("verdict", zap.String("tenant", v.Tenant), zap.String("id", v.ProposalID),
 		zap.String("outcome", string(v.Outcome)), zap.String("stage", string(v.Stage)))
+}
+
+// endProposalSpan ends the proposal's span with the verdict's address and
+// outcome, or the error that sends the proposal back to the stream.
+func endProposalSpan(span telemetry.Span, v *engine.Verdict, err error) {
+	if !span.Recording() {
+		return
+	}
+	if v != nil {
+		span.String(telemetry.AttrTenant, v.Tenant)
+		span.String(telemetry.AttrProposalID, v.ProposalID)
+		span.String(telemetry.AttrAction, v.Action)
+		span.String(telemetry.AttrOutcome, string(v.Outcome))
+		span.String(telemetry.AttrStage, string(v.Stage))
+	}
+	span.End(err)
 }
 
 // retry returns a proposal whose decision could not be stored. On the last

@@ -87,7 +87,9 @@ func (r *pass) decode() error {
 }
 
 func (r *pass) decide(ctx context.Context) (*Verdict, error) {
+	end := r.e.trace(ctx, TraceDecode)
 	decodeErr := r.decode()
+	end(decodeErr)
 	if decodeErr == nil {
 		r.readHistoryAhead(ctx)
 	}

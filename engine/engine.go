@@ -64,6 +64,30 @@ type Config struct {
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
 	OnShadow func(p *Proposal, c ShadowComparison)
+	// Trace, when set, is told as each stage the engine runs itself
+	// begins (TraceDecode), with the decision's context, and returns
+	// what to call when the stage ends, with its error. The stages that
+	// call out (store, policy, review, audit) are traced by the
+	// implementations of those interfaces. Default nil: nothing is traced
+	// and nothing is spent on it.
+	Trace func(ctx context.Context, stage string) (end func(error))
+}
+
+// Stages the engine reports to Config.Trace.
+const (
+	// TraceDecode is the strict decoding and validation of a proposal.
+	TraceDecode = "decode"
+)
+
+// noTrace ends a stage nobody traces.
+func noTrace(error) {}
+
+// trace begins the stage named stage for Config.Trace.
+func (e *Engine) trace(ctx context.Context, stage string) func(error) {
+	if e.cfg.Trace == nil {
+		return noTrace
+	}
+	return e.cfg.Trace(ctx, stage)
 }
 
 // Engine runs the pipeline. It is safe for concurrent use.

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins/internal/wire"
 )
@@ -127,6 +128,8 @@ type Host struct {
 	tools   ToolConfig
 	reviews reviews
 	events  func(engine.AuditEvent)
+	// observe hears every review; nil: nobody listens.
+	observe func(ReviewObservation)
 	// done is closed by Close: supervisors stop relaunching.
 	done chan struct{}
 	// decoys are tools offered to reviewers but never allowed: the
@@ -194,6 +197,41 @@ func (h *Host) SetTools(cfg ToolConfig) { h.tools = cfg }
 // exited or relaunched). They carry the engine.UnknownTenant token. Call it
 // before Start; send must not block for long.
 func (h *Host) SetEvents(send func(engine.AuditEvent)) { h.events = send }
+
+// ReviewObservation is what the host's review observer hears of one
+// review: which plugin and persona, how long the review took (its wait
+// for a free slot on the plugin included), and its error, nil when the
+// plugin answered (whatever it decided).
+type ReviewObservation struct {
+	Plugin  string
+	Persona string
+	Took    time.Duration
+	Err     error
+}
+
+// SetReviewObserver has observe hear every review the host runs, for
+// metrics. It must not block. Call it before Start.
+func (h *Host) SetReviewObserver(observe func(ReviewObservation)) { h.observe = observe }
+
+// reviewed reports one review to the observer and ends its span.
+func (h *Host) reviewed(span telemetry.Span, plugin string, req engine.ReviewRequest, start time.Time, err error) {
+	persona := ""
+	if req.Persona != nil {
+		persona = req.Persona.Name
+	}
+	if h.observe != nil {
+		h.observe(ReviewObservation{Plugin: plugin, Persona: persona, Took: time.Since(start), Err: err})
+	}
+	if span.Recording() {
+		span.String(telemetry.AttrPlugin, plugin)
+		span.String(telemetry.AttrPersona, persona)
+		if req.Proposal != nil {
+			span.String(telemetry.AttrTenant, req.Proposal.Tenant)
+			span.String(telemetry.AttrProposalID, req.Proposal.ID)
+		}
+	}
+	span.End(err)
+}
 
 // Plugin events, under the engine.UnknownTenant token.
 const (

@@ -390,13 +390,30 @@ func checkHealth(ctx context.Context, conn *grpc.ClientConn) error {
 }
 
 // minimalEnv is what a plugin inherits from the host: enough to run, and
-// no credentials.
+// no credentials. The OpenTelemetry variables go too (see otelEnv), so
+// that a plugin exports its spans where gated exports its own.
 func minimalEnv() []string {
 	var env []string
 	for _, k := range []string{"PATH", "HOME", "TMPDIR", "LANG", "TZ"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
+	}
+	return append(env, otelEnv(os.Environ())...)
+}
+
+// otelEnv picks the OTEL_* variables of environ that a plugin inherits:
+// all but the exporter headers, which may carry a collector's
+// credentials (a plugin that needs them gets them in its spec's Env), and
+// OTEL_SERVICE_NAME, so that a plugin's spans are not taken for gated's.
+func otelEnv(environ []string) []string {
+	var env []string
+	for _, kv := range environ {
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(k, "OTEL_") || strings.Contains(k, "HEADERS") || k == "OTEL_SERVICE_NAME" {
+			continue
+		}
+		env = append(env, kv)
 	}
 	return env
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins/pluginv1"
 )
@@ -23,8 +24,17 @@ type route struct {
 	basePrompt string
 }
 
-// Review implements engine.Reviewer.
-func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
+// Review implements engine.Reviewer. With tracing on, the review RPC has
+// a span of its own, whose context goes to the plugin in the call's gRPC
+// metadata; the host's review observer hears every review's latency.
+func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (res engine.ReviewResult, err error) {
+	ctx, span := telemetry.Start(ctx, telemetry.SpanReview, telemetry.KindClient)
+	start := time.Now()
+	defer func() { r.proc.host.reviewed(span, r.proc.spec.Name, req, start, err) }()
+	return r.review(ctx, req)
+}
+
+func (r *route) review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
 	p := r.proc
 	p.mu.Lock()
 	rpc, sem, desc, pid, client, life := p.rpc, p.sem, p.desc, p.pid, p.client, p.life

@@ -55,6 +55,10 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Publish chooses how queued records go out. Default PublishAuto.
 	Publish PublishMode
+	// OnSeal, when set, hears how long each trail's Seal took (from its
+	// final event queued until every event of the trail is stored) and
+	// its error, for metrics. It must not block. Default nil.
+	OnSeal func(took time.Duration, err error)
 }
 
 // PublishMode chooses between atomic batches and one record per round

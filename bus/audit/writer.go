@@ -7,12 +7,14 @@ import (
 	"hash/fnv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 )
 
 // Writer writes gated's audit records to the GATED_AUDIT stream: one per
@@ -267,7 +269,10 @@ func (t *auditTrail) Record(ctx context.Context, ev engine.AuditEvent) error {
 // Seal implements engine.AuditTrail: it queues the final event and waits
 // until every event of the trail is stored, then returns the final
 // event's stream sequence. An event that could not be stored fails Seal.
-func (t *auditTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
+func (t *auditTrail) Seal(ctx context.Context, ev engine.AuditEvent) (seq uint64, err error) {
+	ctx, span := telemetry.Start(ctx, telemetry.SpanAudit, telemetry.KindProducer)
+	start := time.Now()
+	defer func() { t.a.sealed(span, ev.Event, start, seq, err) }()
 	t.mu.Lock()
 	switch {
 	case t.sealed:
@@ -297,6 +302,18 @@ func (t *auditTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, er
 		return 0, t.err
 	}
 	return t.finalSeq, nil
+}
+
+// sealed reports one Seal to Config.OnSeal and ends its span.
+func (a *Writer) sealed(span telemetry.Span, event string, start time.Time, seq uint64, err error) {
+	if a.cfg.OnSeal != nil {
+		a.cfg.OnSeal(time.Since(start), err)
+	}
+	if span.Recording() {
+		span.String("gated.audit_event", event)
+		span.Int(telemetry.AttrAuditSeq, int64(seq))
+	}
+	span.End(err)
 }
 
 // failed returns the trail's error, if an event of it was lost.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/tracectx"
 )
 
 // CheckVerdict returns nil when v approves its proposal (outcome approved
@@ -189,7 +190,9 @@ func (a Address) Key() string { return a.Tenant + "." + a.ID }
 //
 // p is sent as its JSON encoding, with v set to the schema version when
 // it is zero; the same proposal always encodes to the same bytes, so
-// proposing it again is idempotent. Errors: ErrBadProposal (tenant, id or
+// proposing it again is idempotent. When ctx carries an OpenTelemetry
+// span, its W3C trace context goes with the proposal (headers traceparent
+// and tracestate), and gated's spans for it are its children. Errors: ErrBadProposal (tenant, id or
 // action is not a valid token), ErrNoVerdict, ErrIDReused, a *VerdictError,
 // or a NATS error.
 func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error) {
@@ -292,6 +295,9 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte, opts []Pro
 	msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, a.Key())
+	// The span of ctx, if any, is the parent of gated's spans for this
+	// proposal (W3C traceparent and tracestate headers).
+	tracectx.Inject(ctx, msg.Header)
 	digest := proposalDigest(data)
 	ack, err := c.js.PublishMsg(ctx, msg)
 	if err != nil {
@@ -478,7 +484,10 @@ func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdic
 	}
 	ctx, cancel := c.withWait(ctx)
 	defer cancel()
-	m, err := c.nc.RequestWithContext(ctx, wire.ReviewSubjectPrefix+a.Tenant, data)
+	req := nats.NewMsg(wire.ReviewSubjectPrefix + a.Tenant)
+	req.Data = data
+	tracectx.Inject(ctx, req.Header) // the service passes it on with the proposal
+	m, err := c.nc.RequestMsgWithContext(ctx, req)
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, fmt.Errorf("%w: nothing serves %s%s (is gated serve running with --review-service?)", ErrServiceUnavailable, wire.ReviewSubjectPrefix, a.Tenant)

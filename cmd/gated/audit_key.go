@@ -178,11 +178,17 @@ func auditKeyRefusal(e *audit.KeyError, o serveOptions, keyFile string, embedded
 // newServeAuditor starts serve's audit writer with the key serveAuditKey
 // chose.
 func newServeAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger) (*audit.Writer, error) {
+	return newObservedAuditor(ctx, js, o, key, log, nil)
+}
+
+// newObservedAuditor is newServeAuditor whose writer tells onSeal how
+// long each trail's append took (audit.Config.OnSeal); onSeal may be nil.
+func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger, onSeal func(time.Duration, error)) (*audit.Writer, error) {
 	mode, err := parsePublishMode(o.auditPublish)
 	if err != nil {
 		return nil, err
 	}
-	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode})
+	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, OnSeal: onSeal})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,9 @@ type metrics struct {
 	notify notifyMetrics
 	// shadow is nil without a shadow policy.
 	shadow *shadowMetrics
+	// obs are the review, plugin, audit append, claim wait and dedupe
+	// metrics (observe.go).
+	obs *observabilityMetrics
 }
 
 func newMetrics(live *policies.Live) *metrics {
@@ -49,6 +52,8 @@ func newMetrics(live *policies.Live) *metrics {
 		}, []string{"kind"}),
 	}
 	m.notify = newNotifyMetrics()
+	m.obs = newObservabilityMetrics()
+	m.reg.MustRegister(m.obs.collectors()...)
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -175,12 +180,18 @@ type countingDecider struct {
 	verdicts *prometheus.CounterVec
 	// corrupt counts the records the verdict store refused, by kind.
 	corrupt *prometheus.CounterVec
+	// dedupeHits counts the verdicts answered at stage dedupe; nil: not
+	// counted.
+	dedupeHits prometheus.Counter
 }
 
 func (d countingDecider) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
 	v, err := d.Decider.Decide(ctx, dl)
 	if v != nil {
 		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
+		if v.Stage == engine.StageDedupe && d.dedupeHits != nil {
+			d.dedupeHits.Inc()
+		}
 	}
 	return v, err
 }

@@ -55,6 +55,12 @@ func toolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugi
 // Events are queued so the host never waits for the stream; the returned
 // function drains the queue.
 func auditHostEvents(host *plugins.Host, trails func() engine.AuditTrail, log *zap.Logger) (stop func()) {
+	return auditCountedHostEvents(host, trails, nil, log)
+}
+
+// auditCountedHostEvents is auditHostEvents that also hands every event to
+// count (nil: none), for metrics; count must not block.
+func auditCountedHostEvents(host *plugins.Host, trails func() engine.AuditTrail, count func(engine.AuditEvent), log *zap.Logger) (stop func()) {
 	queue := make(chan engine.AuditEvent, 1024)
 	done := make(chan struct{})
 	go func() {
@@ -70,6 +76,9 @@ func auditHostEvents(host *plugins.Host, trails func() engine.AuditTrail, log *z
 	var mu sync.Mutex
 	closed := false
 	host.SetEvents(func(ev engine.AuditEvent) {
+		if count != nil {
+			count(ev)
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		if closed {

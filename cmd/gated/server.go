@@ -23,6 +23,7 @@ import (
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
@@ -94,6 +95,7 @@ func (s *gateServer) Run(ctx context.Context) error {
 func (s *gateServer) startSteps() []func(context.Context) error {
 	return []func(context.Context) error{
 		s.claimResources,
+		s.startTracing,
 		s.loadPolicy,
 		s.loadShadow,
 		s.loadPersonas,
@@ -312,7 +314,7 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.auditor, err = newServeAuditor(ctx, s.js, s.o, auditKey, s.log)
+	s.auditor, err = newObservedAuditor(ctx, s.js, s.o, auditKey, s.log, s.m.obs.observeAppend)
 	return err
 }
 
@@ -339,7 +341,9 @@ func (s *gateServer) openAudit(context.Context) error {
 // refused checksum, an exit and a relaunch are gated's own events under
 // tenant "_".
 func (s *gateServer) startPlugins(ctx context.Context) error {
-	s.onStop(auditHostEvents(s.host, s.auditor.Trail, s.log))
+	s.host.SetReviewObserver(s.m.obs.observeReview)
+	s.m.reg.MustRegister(pluginCollector{s.host})
+	s.onStop(auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
 	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
 	return s.host.Start(ctx)
 }
@@ -404,10 +408,11 @@ func (s *gateServer) startWorker(context.Context) error {
 	pool := policies.NewPool(s.live, 0)
 	s.onStop(pool.Close)
 	eng, err := engine.New(engine.Config{
-		Policy:           meteredPolicy{Policy: pool, eval: s.m.eval},
+		Policy:           meteredPolicy{Policy: telemetry.Policy(pool), eval: s.m.eval},
 		Personas:         s.reg,
 		Router:           s.host,
-		Store:            s.store,
+		Store:            telemetry.Store(s.store, s.m.obs.observeClaimWait),
+		Trace:            telemetry.Stage,
 		ReviewTimeout:    o.reviewTimeout,
 		OperatorDeadline: o.operatorDeadline,
 		DedupeWindow:     dedupeWindow,
@@ -424,7 +429,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
-	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts},
+	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits},
 		s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err

@@ -21,6 +21,7 @@ import (
 	"github.com/tmc/langchaingo/llms"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/plugins/sdk"
 )
 
@@ -238,8 +239,22 @@ func (s *session) accept(text string, a answer) {
 }
 
 // call makes one model call within the turn's deadline and returns the
-// model's text and tool calls. Usage is added to the response.
-func (s *session) call(ctx context.Context) (string, []llms.ToolCall, error) {
+// model's text and tool calls. Usage is added to the response. With
+// tracing on, the call has a span of its own: the model's name and the
+// turn, never the prompt or the answer.
+func (s *session) call(ctx context.Context) (text string, calls []llms.ToolCall, err error) {
+	ctx, span := telemetry.Start(ctx, telemetry.SpanLLMCall, telemetry.KindClient)
+	defer func() {
+		if span.Recording() {
+			span.String(telemetry.AttrModel, s.req.Persona.Model)
+			span.Int(telemetry.AttrTurn, int64(s.res.Turns))
+		}
+		span.End(err)
+	}()
+	return s.callModel(ctx)
+}
+
+func (s *session) callModel(ctx context.Context) (string, []llms.ToolCall, error) {
 	tctx, cancel := context.WithTimeout(ctx, s.cfg.TurnTimeout)
 	defer cancel()
 	s.res.Turns++

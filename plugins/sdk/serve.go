@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/plugins/internal/wire"
 	"github.com/gated/gated/plugins/pluginv1"
 )
@@ -71,9 +72,18 @@ func Serve(r Reviewer) {
 	if p, ok := gcPercent(os.LookupEnv); ok {
 		debug.SetGCPercent(p)
 	}
+	// Traces go where gated's go: the host passes its OTEL_* variables
+	// on (see docs/OBSERVABILITY.md). Without them nothing is traced.
+	flush, err := telemetry.Setup(context.Background(), "gated-plugin", os.LookupEnv)
+	if err != nil {
+		Logger.Warn("traces are off", "error", err)
+		flush = func(context.Context) error { return nil }
+	}
 	go watchParent(os.Getppid(), time.Second)
 	srv := newServer(r)
+	srv.flush = flush
 	go srv.onTerminate()
+	defer srv.flushTraces()
 	plugin.Serve(&plugin.ServeConfig{
 		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: wire.PluginSets(srv),
@@ -144,6 +154,21 @@ type server struct {
 	base     context.Context
 	stop     context.CancelFunc
 	inFlight sync.WaitGroup
+	// flush exports the spans still buffered; nil: no traces.
+	flush func(context.Context) error
+}
+
+// flushTraces exports the spans still buffered, for at most a second,
+// before the plugin exits.
+func (s *server) flushTraces() {
+	if s.flush == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := s.flush(ctx); err != nil {
+		Logger.Warn("flushing traces", "error", err)
+	}
 }
 
 func newServer(r Reviewer) *server {
@@ -168,6 +193,7 @@ func (s *server) onTerminate() {
 	case <-done:
 	case <-time.After(shutdownGrace):
 	}
+	s.flushTraces()
 	os.Exit(0)
 }
 
@@ -184,6 +210,10 @@ func (s *server) Describe(ctx context.Context, _ *pluginv1.DescribeRequest) (out
 }
 
 func (s *server) Review(ctx context.Context, in *pluginv1.ReviewRequest) (out *pluginv1.ReviewResponse, err error) {
+	// The plugin's own work, a child of gated's review span when the
+	// host sent its trace context; the reviewer's spans are its children.
+	ctx, span := telemetry.Start(ctx, telemetry.SpanPluginReview, telemetry.KindServer)
+	defer func() { endReviewSpan(span, in, err) }()
 	defer recoverInto(&err)
 	s.inFlight.Add(1)
 	defer s.inFlight.Done()
@@ -207,6 +237,16 @@ func (s *server) Review(ctx context.Context, in *pluginv1.ReviewRequest) (out *p
 		return nil, fmt.Errorf("reviewer returned no response")
 	}
 	return responseToWire(res), nil
+}
+
+// endReviewSpan ends the plugin's review span with the review's persona
+// and model names.
+func endReviewSpan(span telemetry.Span, in *pluginv1.ReviewRequest, err error) {
+	if span.Recording() {
+		span.String(telemetry.AttrPersona, in.GetPersona().GetName())
+		span.String(telemetry.AttrModel, in.GetPersona().GetModel())
+	}
+	span.End(err)
 }
 
 // recoverInto turns a panic in the reviewer into an error for this one

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/plugins/pluginv1"
 )
 
@@ -68,6 +69,9 @@ func ServerOptions(workers uint32) []grpc.ServerOption {
 		grpc.InitialWindowSize(Window),
 		grpc.InitialConnWindowSize(Window),
 		grpc.NumStreamWorkers(workers),
+		// The caller's trace context, when it sent one, becomes the
+		// handler's remote parent span.
+		grpc.ChainUnaryInterceptor(telemetry.UnaryServerInterceptor()),
 	}
 }
 
@@ -77,6 +81,9 @@ func DialOptions() []grpc.DialOption {
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageBytes), grpc.MaxCallSendMsgSize(MaxMessageBytes)),
 		grpc.WithInitialWindowSize(Window),
 		grpc.WithInitialConnWindowSize(Window),
+		// The trace context of the call goes in its metadata, so that a
+		// plugin's spans are children of gated's review span.
+		grpc.WithChainUnaryInterceptor(telemetry.UnaryClientInterceptor()),
 	}
 }
 

@@ -41,6 +41,7 @@ from gated.errors import (
 from gated.grant import Claims, Expected, KeySet, header_kid, outcome_report, read_use_reply, use_request, verify
 from gated.proposal import Proposal
 from gated.status import Status, status_update
+from gated.tracing import trace_headers
 from gated.verdict import (
     Verdict,
     answer,
@@ -494,7 +495,10 @@ class Client:
             await self._verdicts(a.tenant)
             sha = digest(data)
             try:
-                reply = await self._request(proposal_subject(a.tenant, a.action), data, {MSG_ID_HEADER: a.key})
+                # The current OpenTelemetry span, if any, parents gated's
+                # spans for the proposal (traceparent, tracestate).
+                headers = {**trace_headers(), MSG_ID_HEADER: a.key}
+                reply = await self._request(proposal_subject(a.tenant, a.action), data, headers)
             except nats.errors.NoRespondersError:
                 raise PublishError(
                     f"publishing proposal {a.key}: no JetStream stream captures "

@@ -1,6 +1,7 @@
 import { type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { type GrantClaims, type GrantExpectation, type GrantKeySet, type OutcomeReport } from "./grant.js";
 import { type Status, StatusError } from "./status.js";
+import { type Propagator, type TraceContext } from "./trace.js";
 import type { Proposal, Verdict } from "./types.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export declare const defaultWaitMs = 90000;
@@ -18,6 +19,14 @@ export interface ClientOptions {
     apiPrefix?: string;
     /** How often a wait also reads the stored verdict, in case the verdict message was lost. Default 2000. */
     pollIntervalMs?: number;
+    /**
+     * Fills a carrier with the active trace context at each publish, so that
+     * gated's spans for a proposal are children of the caller's span, e.g.
+     * `(c) => propagation.inject(context.active(), c)` with
+     * @opentelemetry/api. Default none: no trace headers unless a call names
+     * its own (CallOptions.trace).
+     */
+    propagator?: Propagator;
     /**
      * gated's grant key set (the JSON `gated grants keys` prints, or the
      * object): grants are verified with it alone and it is never fetched.
@@ -57,6 +66,13 @@ export interface CallOptions {
      * its verdict, so every stage comes before the call resolves.
      */
     onStatus?: (status: Status | StatusError) => void;
+    /**
+     * propose and proposeRaw only: the W3C trace context the proposal
+     * carries (headers traceparent and tracestate), the parent of gated's
+     * spans for it; it takes precedence over ClientOptions.propagator. A
+     * malformed traceparent throws InvalidConfigError.
+     */
+    trace?: TraceContext;
 }
 /** Options of Client.watch. */
 export interface WatchOptions {
@@ -104,6 +120,7 @@ export declare class Client {
     private readonly fixedKeys;
     private readonly keysSubject;
     private keys;
+    private readonly propagator;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc: NatsConnection, opts?: ClientOptions);
     private wait;
@@ -125,6 +142,8 @@ export declare class Client {
      * untrustworthy verdict (UnconfirmedApprovalError, NotGatedError).
      */
     proposeRaw(data: Uint8Array | string, opts?: CallOptions): Promise<Verdict>;
+    /** The trace headers of one publish, or undefined when there are none. */
+    private traceHeaders;
     private send;
     /**
      * Waits for the verdict that replaces held, a verdict held for an

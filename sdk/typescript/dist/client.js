@@ -1,11 +1,12 @@
 // The fleet client: publish a proposal, wait for its verdict, and believe
 // an approval only when gated's stored verdict confirms it. It mirrors the
 // Go client (bus/fleet/client.go) check for check.
-import { errors as natsErrors } from "@nats-io/nats-core";
+import { errors as natsErrors, headers as natsHeaders } from "@nats-io/nats-core";
 import { jetstream } from "@nats-io/jetstream";
 import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, isFinal, } from "./errors.js";
 import { decodeGrant, decodeGrantKeySet, decodeGrantUseReply, encodeOutcome, GrantError, grantKeyIDOf, grantUseSubject, grantWire, outcomeSubject, verifyGrant, } from "./grant.js";
 import { StatusError, statusSubject, statusUpdate } from "./status.js";
+import { traceHeaders } from "./trace.js";
 import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export const defaultWaitMs = 90_000;
@@ -151,6 +152,7 @@ export class Client {
     fixedKeys;
     keysSubject;
     keys;
+    propagator;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc, opts = {}) {
         const wait = opts.defaultWaitMs ?? defaultWaitMs;
@@ -183,6 +185,10 @@ export class Client {
                 throw new InvalidConfigError(`invalid fleet client configuration: ${err.message}`, { cause: err });
             }
         }
+        if (opts.propagator !== undefined && typeof opts.propagator !== "function") {
+            throw new InvalidConfigError("invalid fleet client configuration: propagator must be a function");
+        }
+        this.propagator = opts.propagator;
     }
     wait(opts) {
         const t = opts?.timeoutMs ?? this.waitMs;
@@ -217,7 +223,22 @@ export class Client {
         const bytes = typeof data === "string" ? new TextEncoder().encode(data) : data;
         return this.send(addressOf(bytes), bytes, opts);
     }
+    /** The trace headers of one publish, or undefined when there are none. */
+    traceHeaders(explicit) {
+        const t = traceHeaders(explicit, this.propagator);
+        const keys = Object.keys(t);
+        if (keys.length === 0) {
+            return undefined;
+        }
+        const h = natsHeaders();
+        for (const k of keys) {
+            h.set(k, t[k]);
+        }
+        return h;
+    }
     async send(a, bytes, opts) {
+        // A malformed trace context is refused before anything is subscribed.
+        traceHeaders(opts?.trace, undefined);
         const w = this.wait(opts);
         const queue = [];
         let wake;
@@ -262,9 +283,10 @@ export class Client {
             // fails fails the call, as in the Go client.
             const flushed = this.nc.flush().then(() => undefined, (err) => err ?? new Error("flush failed"));
             const digest = proposalDigest(bytes);
+            const hdrs = this.traceHeaders(opts?.trace);
             let ack;
             try {
-                ack = await w.race(this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining() }));
+                ack = await w.race(this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining(), headers: hdrs }));
             }
             catch (err) {
                 const flushErr = await Promise.race([flushed, Promise.resolve(undefined)]);

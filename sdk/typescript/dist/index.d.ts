@@ -1,4 +1,5 @@
 export { acceptGrant, Client, defaultWaitMs, holdGraceMs, StatusWatch, type CallOptions, type ClientOptions, type GrantAuthority, type GrantCallOptions, type GrantUse, type WatchOptions, } from "./client.js";
+export { type Propagator, type TraceContext, traceHeaders, traceparentHeader, tracestateHeader, validTraceparent, } from "./trace.js";
 export { decodeStatus, type Status, StatusError, type StatusStage, statusStages, statusSubject, statusUpdate, } from "./status.js";
 export { boundUTF8, CanonicalJSONError, canonicalJSON, canonicalJSONText, decodeGrant, decodeGrantKeySet, decodeGrantUseReply, encodeOutcome, GrantError, grantKeyID, grantKeyIDOf, GrantKeySetError, GrantUseError, grantUseSubject, grantWire, outcomeSubject, targetDigest, verifyGrant, type DecodedGrant, type GrantClaims, type GrantExpectation, type GrantHeader, type GrantKey, type GrantKeySet, type GrantReviewer, type OutcomeReport, type OutcomeStatus, } from "./grant.js";
 export { AbortedError, gate, newProposalId, ToolGate, validateToolSpec, type Change, type GuardedTool, type Identity, type Proposer, type ToolGateOptions, type ToolSpec, } from "./gate.js";

@@ -6,6 +6,7 @@
 // operator's decision on a held verdict; ToolGate and gate() wrap an
 // agent's tools so that write and destructive calls run only on approval.
 export { acceptGrant, Client, defaultWaitMs, holdGraceMs, StatusWatch, } from "./client.js";
+export { traceHeaders, traceparentHeader, tracestateHeader, validTraceparent, } from "./trace.js";
 export { decodeStatus, StatusError, statusStages, statusSubject, statusUpdate, } from "./status.js";
 export { boundUTF8, CanonicalJSONError, canonicalJSON, canonicalJSONText, decodeGrant, decodeGrantKeySet, decodeGrantUseReply, encodeOutcome, GrantError, grantKeyID, grantKeyIDOf, GrantKeySetError, GrantUseError, grantUseSubject, grantWire, outcomeSubject, targetDigest, verifyGrant, } from "./grant.js";
 export { AbortedError, gate, newProposalId, ToolGate, validateToolSpec, } from "./gate.js";

@@ -2,7 +2,7 @@
 // an approval only when gated's stored verdict confirms it. It mirrors the
 // Go client (bus/fleet/client.go) check for check.
 
-import { errors as natsErrors, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
+import { errors as natsErrors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { jetstream, type JetStreamClient, type PubAck } from "@nats-io/jetstream";
 
 import {
@@ -32,6 +32,7 @@ import {
   verifyGrant,
 } from "./grant.js";
 import { type Status, StatusError, statusSubject, statusUpdate } from "./status.js";
+import { type Propagator, type TraceContext, traceHeaders } from "./trace.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 import {
   addressKey,
@@ -69,6 +70,14 @@ export interface ClientOptions {
   apiPrefix?: string;
   /** How often a wait also reads the stored verdict, in case the verdict message was lost. Default 2000. */
   pollIntervalMs?: number;
+  /**
+   * Fills a carrier with the active trace context at each publish, so that
+   * gated's spans for a proposal are children of the caller's span, e.g.
+   * `(c) => propagation.inject(context.active(), c)` with
+   * @opentelemetry/api. Default none: no trace headers unless a call names
+   * its own (CallOptions.trace).
+   */
+  propagator?: Propagator;
   /**
    * gated's grant key set (the JSON `gated grants keys` prints, or the
    * object): grants are verified with it alone and it is never fetched.
@@ -111,6 +120,13 @@ export interface CallOptions {
    * its verdict, so every stage comes before the call resolves.
    */
   onStatus?: (status: Status | StatusError) => void;
+  /**
+   * propose and proposeRaw only: the W3C trace context the proposal
+   * carries (headers traceparent and tracestate), the parent of gated's
+   * spans for it; it takes precedence over ClientOptions.propagator. A
+   * malformed traceparent throws InvalidConfigError.
+   */
+  trace?: TraceContext;
 }
 
 /** Options of Client.watch. */
@@ -271,6 +287,7 @@ export class Client {
   private readonly fixedKeys: GrantKeySet | undefined;
   private readonly keysSubject: string;
   private keys: Promise<GrantKeySet> | undefined;
+  private readonly propagator: Propagator | undefined;
 
   /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
   constructor(nc: NatsConnection, opts: ClientOptions = {}) {
@@ -303,6 +320,10 @@ export class Client {
         throw new InvalidConfigError(`invalid fleet client configuration: ${(err as Error).message}`, { cause: err });
       }
     }
+    if (opts.propagator !== undefined && typeof opts.propagator !== "function") {
+      throw new InvalidConfigError("invalid fleet client configuration: propagator must be a function");
+    }
+    this.propagator = opts.propagator;
   }
 
   private wait(opts: CallOptions | undefined): Wait {
@@ -341,7 +362,23 @@ export class Client {
     return this.send(addressOf(bytes), bytes, opts);
   }
 
+  /** The trace headers of one publish, or undefined when there are none. */
+  private traceHeaders(explicit: TraceContext | undefined): MsgHdrs | undefined {
+    const t = traceHeaders(explicit, this.propagator);
+    const keys = Object.keys(t);
+    if (keys.length === 0) {
+      return undefined;
+    }
+    const h = natsHeaders();
+    for (const k of keys) {
+      h.set(k, t[k]!);
+    }
+    return h;
+  }
+
   private async send(a: Address, bytes: Uint8Array, opts: CallOptions | undefined): Promise<Verdict> {
+    // A malformed trace context is refused before anything is subscribed.
+    traceHeaders(opts?.trace, undefined);
     const w = this.wait(opts);
     const queue: Msg[] = [];
     let wake: (() => void) | undefined;
@@ -388,10 +425,11 @@ export class Client {
         (err: unknown) => err ?? new Error("flush failed"),
       );
       const digest = proposalDigest(bytes);
+      const hdrs = this.traceHeaders(opts?.trace);
       let ack: PubAck;
       try {
         ack = await w.race(
-          this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining() }),
+          this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining(), headers: hdrs }),
         );
       } catch (err) {
         const flushErr = await Promise.race([flushed, Promise.resolve(undefined)]);

@@ -20,6 +20,14 @@ export {
   type WatchOptions,
 } from "./client.js";
 export {
+  type Propagator,
+  type TraceContext,
+  traceHeaders,
+  traceparentHeader,
+  tracestateHeader,
+  validTraceparent,
+} from "./trace.js";
+export {
   decodeStatus,
   type Status,
   StatusError,

@@ -9,6 +9,7 @@ import {
   AwaitingOperatorError,
   BadProposalError,
   GatedError,
+  InvalidConfigError,
   addressOf,
   answer,
   checkVerdict,
@@ -21,6 +22,8 @@ import {
   proposalDigest,
   StatusError,
   statusUpdate,
+  traceHeaders,
+  validTraceparent,
   verdictMessage,
 } from "../dist/index.js";
 import { compareUTF8, goValue, JSONSyntaxError, JSONTypeError, parseJSON, validRFC3339 } from "../dist/json.js";
@@ -242,5 +245,36 @@ test(`statusUpdate reads or refuses with a StatusError (seed ${seed})`, () => {
     assert.equal(st.tenant, "acme");
     assert.equal(st.id, "p-1");
     assert.equal(st.stage === "decided", st.verdict !== undefined, JSON.stringify(text));
+  }
+});
+
+test(`traceHeaders passes on only a well-formed traceparent, or refuses a call's with InvalidConfigError (seed ${seed})`, () => {
+  const r = rng(seed);
+  const good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+  const shape = /^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$/;
+  for (let i = 0; i < rounds; i++) {
+    const tp = mutate(r, good);
+    const state = mutate(r, "vendor=1,other=2");
+    // From a hook: a well-formed one or nothing, never a throw.
+    const hooked = traceHeaders(undefined, (c) => {
+      c.traceparent = tp;
+      c.tracestate = state;
+    });
+    if (hooked.traceparent !== undefined) {
+      assert.ok(shape.test(hooked.traceparent) && validTraceparent(hooked.traceparent), `hook passed on ${JSON.stringify(tp)}`);
+    } else {
+      assert.deepEqual(hooked, {}, `tracestate without traceparent from ${JSON.stringify(tp)}`);
+    }
+    if (hooked.tracestate !== undefined) {
+      assert.ok(!/[\r\n]/.test(hooked.tracestate), "a tracestate with a line break was passed on");
+    }
+    // From a call: the same answer, or InvalidConfigError.
+    try {
+      const own = traceHeaders({ traceparent: tp, tracestate: state }, undefined);
+      assert.equal(own.traceparent, hooked.traceparent);
+    } catch (e) {
+      assert.ok(e instanceof InvalidConfigError, `untyped error for ${JSON.stringify(tp)}: ${e}`);
+      assert.equal(validTraceparent(tp), false);
+    }
   }
 });

@@ -361,6 +361,8 @@ class _ReviewerService(pb_grpc.ReviewerServicer):
             else:
                 p.inflight[task] = req
                 req._loop = asyncio.get_running_loop()
+                md = dict(context.invocation_metadata() or ())
+                req.traceparent, req.tracestate = _text(md.get("traceparent")), _text(md.get("tracestate"))
                 if request.tool_host_broker_id:
                     req._call = p.broker.caller(request.tool_host_broker_id, req)
                 remaining = req.deadline.timestamp() - time.time()
@@ -384,6 +386,13 @@ class _ReviewerService(pb_grpc.ReviewerServicer):
             p.inflight.pop(task, None)
         await context.abort(status, msg)
         raise AssertionError("unreachable")
+
+
+def _text(v: str | bytes | None) -> str | None:
+    """A metadata value as text; None when absent or empty."""
+    if isinstance(v, bytes):
+        v = v.decode("ascii", "replace")
+    return v or None
 
 
 class _Controller(gp_grpc.GRPCControllerServicer):

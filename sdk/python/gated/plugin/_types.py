@@ -217,6 +217,12 @@ class Request:
     #: The run context of a kind run proposal (JSON of gated's
     #: engine.RunContext); None for an action review.
     run: dict[str, Any] | None = None
+    #: The W3C trace context of gated's review span, when gated traces
+    #: (the Review call's gRPC metadata): the parent of the reviewer's own
+    #: spans. ``gated.tracing.parent_context(req.traceparent, req.tracestate)``
+    #: makes an OpenTelemetry context of it. None when gated sent none.
+    traceparent: str | None = None
+    tracestate: str | None = None
     cancelled: threading.Event = field(default_factory=threading.Event)
     _call: ToolCall | None = None
     _loop: asyncio.AbstractEventLoop | None = None

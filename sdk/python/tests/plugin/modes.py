@@ -113,8 +113,20 @@ class NoisyReviewer(SyncSOPReviewer):
         return super().review(req)
 
 
+class TracedReviewer:
+    """Approves, and notes the trace context gated sent with the review."""
+
+    def describe(self) -> Description:
+        return Description(name="traced", version="0")
+
+    async def review(self, req: Request) -> Response:
+        return Response(text="Decision: approve", decision=Decision.APPROVE,
+                        notes=f"traceparent={req.traceparent} tracestate={req.tracestate}")
+
+
 MODES = {
     "echo": EchoReviewer,
+    "traced": TracedReviewer,
     "sync-sop": SyncSOPReviewer,
     "slow": SlowReviewer,
     "raising": RaisingReviewer,

@@ -258,3 +258,30 @@ def test_the_deadline_ends_a_slow_sync_review(tmp_path: Path) -> None:
         assert res.status == health_pb2.HealthCheckResponse.SERVING
     finally:
         p.close()
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_the_review_carries_gated_s_trace_context(tmp_path: Path) -> None:
+    p = launch(tmp_path, "traced")
+    try:
+        stub = pb_grpc.ReviewerStub(p.channel())
+        got = stub.Review(review_request(), metadata=(("traceparent", TRACEPARENT), ("tracestate", "v=1")), timeout=10)
+        assert got.notes == f"traceparent={TRACEPARENT} tracestate=v=1"
+        bare = stub.Review(review_request(), timeout=10)
+        assert bare.notes == "traceparent=None tracestate=None"
+    finally:
+        p.close()
+
+
+def test_parent_context_names_the_remote_span() -> None:
+    from opentelemetry import trace
+
+    from gated.tracing import parent_context
+
+    sc = trace.get_current_span(parent_context(TRACEPARENT, "v=1")).get_span_context()
+    assert sc.is_valid and sc.is_remote
+    assert f"{sc.trace_id:032x}" == "4bf92f3577b34da6a3ce929d0e0e4736" and f"{sc.span_id:016x}" == "00f067aa0ba902b7"
+    assert parent_context(None) is None
+    assert not trace.get_current_span(parent_context("garbage")).get_span_context().is_valid
