@@ -83,6 +83,10 @@ type Verdict struct {
 	// Operator is the operator's decision on a held action: who decided,
 	// with which key, and why.
 	Operator *OperatorRef `json:"operator_decision,omitempty"`
+	// Budget is set on a verdict refused by a budget before anything
+	// expensive ran: the outcome is blocked, and it names the limit and
+	// when it resets.
+	Budget *BudgetRefusal `json:"budget,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at
