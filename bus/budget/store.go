@@ -380,6 +380,11 @@ func (s *Store) commit(key, scope string, ks *keyState, batch []*change) {
 		}
 	}
 	for attempt := 0; ; attempt++ {
+		// fresh says the record was read in this attempt: a batch that
+		// changes nothing (a refusal, a release of no lease) is only
+		// answered from a record known to be current, since only a write
+		// would tell a cached one is stale.
+		fresh := ks.cached == nil
 		if ks.cached == nil {
 			e, err := s.kv.Get(ctx, key)
 			switch {
@@ -405,8 +410,12 @@ func (s *Store) commit(key, scope string, ks *keyState, batch []*change) {
 			changed = changed || ok
 		}
 		if !changed {
-			finish(nil)
-			return
+			if fresh {
+				finish(nil)
+				return
+			}
+			ks.cached = nil
+			continue
 		}
 		data, err := json.Marshal(next)
 		if err != nil {
