@@ -15,8 +15,8 @@ import (
 // negative.
 func FuzzDecodeCounters(f *testing.F) {
 	seed, _ := json.Marshal(&counters{V: 1, Scope: "acme/bot",
-		Windows:  map[string]window{"proposals": {Start: 60000, Interval: 60, N: 3}},
-		Reviews:  map[string]int64{"p1": 90000}, Refusals: []refusal{{At: 1000, Budget: true}}})
+		Windows: map[string]window{"proposals": {Start: 60000, Interval: 60, N: 3}},
+		Reviews: map[string]int64{"p1": 90000}, Refusals: []refusal{{At: 1000, Budget: true}}})
 	for _, s := range []string{string(seed), `{"v":1,"scope":"acme/bot"}`, `{"v":2,"scope":"acme/bot"}`, `{"v":1,"scope":"x"}`, `[]`, `{"v":1,"scope":"acme/bot","windows":{"reads":{"start":0,"interval_s":0,"n":1}}}`} {
 		f.Add([]byte(s))
 	}

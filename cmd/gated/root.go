@@ -40,6 +40,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(auditCmd())
 	root.AddCommand(operatorCmd())
 	root.AddCommand(benchCmd())
+	root.AddCommand(budgetsCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}
