@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
+)
+
+// TestServeRefusesBadBudgets: a budgets file with a bad limit stops serve
+// at start-up with the file and line, before anything starts.
+func TestServeRefusesBadBudgets(t *testing.T) {
+	for _, tc := range []struct{ note, file, want string }{
+		{"zero interval", "defaults:\n  agent:\n    proposals: 10/0s\n", ":3: defaults.agent.proposals: \"10/0s\": the interval must be positive"},
+		{"negative interval", "tenants:\n  acme:\n    agents:\n      bot: {reads: 5/-1m}\n", ":4: tenants.acme.agents.bot.reads: \"5/-1m\": the interval must be positive"},
+		{"not a limit", "tenants:\n  acme:\n    tenant:\n      reviews_in_flight: lots\n", ":4: tenants.acme.tenant.reviews_in_flight"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "budgets.yaml", tc.file)
+			code, out, err := runGated(t, "serve", "--budgets", path, "--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0")
+			if code != exitUsage || err == nil || !strings.Contains(err.Error(), path+tc.want) {
+				t.Fatalf("serve: exit %d, %v, want exit %d naming %q\n%s", code, err, exitUsage, path+tc.want, out)
+			}
+		})
+	}
+}
+
+// TestServeBudgetsAcrossTwoProcesses: two serve processes on one server
+// share the counters: the agent's reads limit admits exactly its count,
+// whichever process decides, refuses the next with a budget verdict,
+// counts it in /metrics, and gated budgets show prints the counters.
+// With the counter bucket gone, /readyz says no review starts.
+func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
+	s := bustest.Server(t)
+	url := s.ClientURL()
+	file := writeFile(t, t.TempDir(), "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 3/1h}\n")
+	http1, stop1 := startServe(t, url, "--budgets", file)
+	defer stop1()
+	http2, stop2 := startServe(t, url, "--budgets", file)
+	defer stop2()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, err := fleet.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if v := propose(t, client, readProposal(fmt.Sprintf("r%d", i), "nginx")); v.Outcome != engine.OutcomeApproved {
+			t.Fatalf("read %d: %s (%s), want approved", i, v.Outcome, v.Reason)
+		}
+	}
+	v := propose(t, client, readProposal("r3", "nginx"))
+	if v.Outcome != engine.OutcomeBlocked || v.Approved || v.Budget == nil || v.Budget.Limit != engine.LimitReads {
+		t.Fatalf("the fourth read: %s (%s), want blocked by the reads budget", v.Outcome, v.Reason)
+	}
+	// Exactly one process refused it; the two together count one refusal.
+	refusals := 0
+	for _, addr := range []string{http1, http2} {
+		if strings.Contains(scrape(t, addr), `gated_budget_refused_total{limit="reads",tenant="acme"} 1`) {
+			refusals++
+		}
+	}
+	if refusals != 1 {
+		t.Fatalf("%d processes count the refusal in /metrics, want 1", refusals)
+	}
+
+	code, out, err := runGated(t, "budgets", "show", "acme", "--nats-url", url, "--budgets", file)
+	if code != 0 {
+		t.Fatalf("budgets show: exit %d, %v\n%s", code, err, out)
+	}
+	for _, want := range []string{"agent a", "3 of 3/1h", "1 (1 by budget)"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("budgets show lacks %q:\n%s", want, out)
+		}
+	}
+
+	_, js := bustest.Connect(t, s)
+	if err := js.DeleteKeyValue(t.Context(), budget.Bucket); err != nil && err != jetstream.ErrBucketNotFound {
+		t.Fatal(err)
+	}
+	resp, err := http.Get("http://" + http1 + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var body readiness
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusServiceUnavailable || body.Ready || !strings.Contains(body.Reason, "budget counters cannot be reached") {
+		t.Fatalf("/readyz with no counter bucket: %d %+v", resp.StatusCode, body)
+	}
+}
+
+func scrape(t *testing.T, addr string) string {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
