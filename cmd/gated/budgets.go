@@ -65,7 +65,57 @@ func budgetsCmd() *cobra.Command {
 		Use:   "budgets",
 		Short: "Show the budget counters of tenants and their agents",
 	}
-	c.AddCommand(budgetsShowCmd())
+	c.AddCommand(budgetsShowCmd(), budgetsResetCmd())
+	return c
+}
+
+func budgetsResetCmd() *cobra.Command {
+	var (
+		url     string
+		timeout time.Duration
+		conn    natsConnOptions
+	)
+	c := &cobra.Command{
+		Use:   "reset TENANT",
+		Short: "Remove a tenant's budget counters: every count and lease starts from zero",
+		Long: `reset removes the records of TENANT and of each of its agents from the
+GATED_BUDGETS bucket: the windows, the leases of reviews in flight and
+pending holds, and the refusals. Use it for a record gated refuses as not
+its own, or to lift a tenant's refusals at once.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 || !engine.ValidTenant(args[0]) {
+				return usageError("want one TENANT matching [a-z0-9_-]{1,64}")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := conn.connect(url, "gated-budgets")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("opening JetStream: %w", err)
+			}
+			kv, err := js.KeyValue(ctx, budget.Bucket)
+			if err != nil {
+				return fmt.Errorf("opening bucket %s: %w", budget.Bucket, err)
+			}
+			n, err := budget.New(kv, nil, nil).Reset(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %d budget records of tenant %s\n", n, args[0])
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&url, "nats-url", nats.DefaultURL, "NATS server URL")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait")
+	conn.register(f)
 	return c
 }
 

@@ -87,6 +87,15 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 		}
 	}
 
+	code, out, err = runGated(t, "budgets", "reset", "acme", "--nats-url", url)
+	if code != 0 || !strings.Contains(out, "removed 2 budget records of tenant acme") {
+		t.Fatalf("budgets reset: exit %d, %v\n%s", code, err, out)
+	}
+	// The limit admits again at once.
+	if v := propose(t, client, readProposal("r4", "nginx")); v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("a read after the reset: %s (%s), want approved", v.Outcome, v.Reason)
+	}
+
 	_, js := bustest.Connect(t, s)
 	if err := js.DeleteKeyValue(t.Context(), budget.Bucket); err != nil && err != jetstream.ErrBucketNotFound {
 		t.Fatal(err)
