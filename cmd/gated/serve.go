@@ -55,32 +55,33 @@ type serveOptions struct {
 	logLevel      string
 	reviewTimeout time.Duration
 	// operatorDeadline is how long an action held for an operator waits.
-	operatorDeadline time.Duration
-	shutdownGrace    time.Duration
-	reviewService    bool
-	reviewWait       time.Duration
-	maxInFlight      int
-	ackWait          time.Duration
-	maxDeliver       int
-	maxAckPending    int
-	replicas         int
-	verdictTTL       time.Duration
-	auditMaxAge      time.Duration
-	auditKeyFile     string
-	auditKeyRotate   bool
-	auditPublish     string
-	policy           policySourceOptions
-	shadow           shadowOptions
-	policyWatch      bool
-	policyPoll       time.Duration
-	toolTimeout      time.Duration
-	dedupeWindow     time.Duration
-	dedupeMax        int
-	pluginsDir       string
-	defaultPlugin    string
-	llmMaxConc       int
-	operators        string
-	notify           string
+	operatorDeadline  time.Duration
+	shutdownGrace     time.Duration
+	reviewService     bool
+	reviewWait        time.Duration
+	maxInFlight       int
+	tenantMaxInFlight int
+	ackWait           time.Duration
+	maxDeliver        int
+	maxAckPending     int
+	replicas          int
+	verdictTTL        time.Duration
+	auditMaxAge       time.Duration
+	auditKeyFile      string
+	auditKeyRotate    bool
+	auditPublish      string
+	policy            policySourceOptions
+	shadow            shadowOptions
+	policyWatch       bool
+	policyPoll        time.Duration
+	toolTimeout       time.Duration
+	dedupeWindow      time.Duration
+	dedupeMax         int
+	pluginsDir        string
+	defaultPlugin     string
+	llmMaxConc        int
+	operators         string
+	notify            string
 	// budgets is the budgets file; "" keeps the built-in limits.
 	budgets      string
 	budgetsWatch time.Duration
@@ -117,6 +118,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for proposals in flight before returning them to the stream")
 	f.IntVar(&o.maxInFlight, "max-in-flight", 1024, "proposals decided at once by this process")
+	f.IntVar(&o.tenantMaxInFlight, "tenant-max-in-flight", 0, "proposals of one tenant decided at once by this process; more wait in the tenant's own queue, so a flooding tenant leaves handlers to the others (0: --max-in-flight / 4)")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long a proposal may go without an acknowledgement before JetStream redelivers it; gated sends in-progress acks every third of it; at least 1s")
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "deliveries of one proposal before gated answers it with an error verdict")
 	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
@@ -206,6 +208,8 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 		return nil, usageError("%s apply to an external server: give --nats-url too (the embedded server has no authentication or TLS)", strings.Join(o.natsConn.authFlags(), ", "))
 	case o.maxInFlight < 1:
 		return nil, usageError("--max-in-flight %d must be at least 1", o.maxInFlight)
+	case o.tenantMaxInFlight < 0 || o.tenantMaxInFlight > o.maxInFlight:
+		return nil, usageError("--tenant-max-in-flight %d must be from 0 to --max-in-flight %d (0: a quarter of it)", o.tenantMaxInFlight, o.maxInFlight)
 	case o.ackWait < bus.MinAckWait:
 		return nil, usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.ackWait, bus.MinAckWait)
 	case o.maxDeliver < 1:

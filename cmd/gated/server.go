@@ -304,7 +304,7 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	s.auditKey = auditKey
 	o := s.o
 	s.busCfg = bus.Config{
-		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
+		Replicas: o.replicas, MaxInFlight: o.maxInFlight, TenantMaxInFlight: o.tenantMaxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
 		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
