@@ -15,6 +15,7 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/plugins/llm"
 )
 
 // TestServeRefusesBadBudgets: a budgets file with a bad limit stops serve
@@ -126,4 +127,46 @@ func scrape(t *testing.T, addr string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestServeTokenBudgetFromTheModelsUsage: the bundled llm reviewer
+// reports the tokens the model server counted (15 a review), and the
+// agent's token budget of 30 an hour refuses the third review before the
+// model is asked again.
+func TestServeTokenBudgetFromTheModelsUsage(t *testing.T) {
+	model, calls := fakeOpenAI(t)
+	t.Setenv(llm.EnvOpenAIBaseURL, model)
+	t.Setenv(llm.EnvOpenAIAPIKey, "test-key")
+	personasDir := t.TempDir()
+	writeFile(t, personasDir, "reviewer.md", llmReviewer)
+	s := bustest.Server(t)
+	file := writeFile(t, t.TempDir(), "budgets.yaml", "tenants:\n  acme:\n    agent: {tokens: 30/1h}\n")
+	_, stop := startServe(t, s.ClientURL(), "--budgets", file, "--personas", personasDir, "--default-plugin", "llm")
+	defer stop()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, err := fleet.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(i int) []byte {
+		return fmt.Appendf(nil, `{"v":1,"id":"w%d","tenant":"acme","action":"host_restart_service","class":"write","blast_radius":"single_device",`+
+			`"target":{"device_id":%d},"reason":"restart %d","operator":{"id":"alice","roles":["sre"]},"requested_by":{"agent":"a","session":"s"}}`, i, i, i)
+	}
+	for i := range 2 {
+		v := propose(t, client, write(i))
+		if v.Stage != engine.StageReview || len(v.Reviews) != 1 || v.Reviews[0].Tokens.Prompt+v.Reviews[0].Tokens.Completion != 15 {
+			t.Fatalf("w%d: %s at %s (%s), want a review reporting 15 tokens", i, v.Outcome, v.Stage, v.Reason)
+		}
+	}
+	v := propose(t, client, write(2))
+	if v.Budget == nil || v.Budget.Limit != engine.LimitTokens || v.Budget.Used != 30 || v.Approved {
+		t.Fatalf("w2: %s at %s (%s), want refused by the token budget at 30 used", v.Outcome, v.Stage, v.Reason)
+	}
+	if n := calls(); n != 2 {
+		t.Fatalf("the model was called %d times, want 2: a refused review asks nothing", n)
+	}
 }
