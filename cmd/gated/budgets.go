@@ -42,7 +42,11 @@ func (s *gateServer) watchBudgets() {
 			}
 			data, err := os.ReadFile(path)
 			if err != nil {
-				s.log.Error("budgets reload refused: the limits in force stay", zap.Error(err))
+				if last != nil { // said once, not every poll
+					s.m.budgetReloads.WithLabelValues("refused").Inc()
+					s.log.Error("budgets reload refused: the limits in force stay", zap.Error(err))
+				}
+				last = nil
 				continue
 			}
 			if bytes.Equal(data, last) {
@@ -51,10 +55,12 @@ func (s *gateServer) watchBudgets() {
 			last = data
 			cfg, err := budget.ParseConfig(path, data)
 			if err != nil {
+				s.m.budgetReloads.WithLabelValues("refused").Inc()
 				s.log.Error("budgets reload refused: the limits in force stay", zap.Error(err))
 				continue
 			}
 			s.budgets.SetConfig(cfg)
+			s.m.budgetReloads.WithLabelValues("applied").Inc()
 			s.log.Info("budgets reloaded", zap.String("file", path), zap.Strings("tenants", cfg.Tenants()))
 		}
 	})

@@ -170,3 +170,39 @@ func TestServeTokenBudgetFromTheModelsUsage(t *testing.T) {
 		t.Fatalf("the model was called %d times, want 2: a refused review asks nothing", n)
 	}
 }
+
+// TestServeReloadsBudgets: a changed budgets file replaces the limits of
+// a running serve; a bad one is refused and the limits in force stay.
+func TestServeReloadsBudgets(t *testing.T) {
+	s := bustest.Server(t)
+	dir := t.TempDir()
+	file := writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 100/1h}\n")
+	httpAddr, stop := startServe(t, s.ClientURL(), "--budgets", file, "--budgets-poll", "50ms")
+	defer stop()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, err := fleet.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := propose(t, client, readProposal("r0", "nginx")); v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("r0: %s (%s)", v.Outcome, v.Reason)
+	}
+	// A bad file: refused, the limit of 100 stays.
+	writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 1/0s}\n")
+	waitMetric(t, httpAddr, `gated_budget_reloads_total{result="refused"} 1`)
+	if v := propose(t, client, readProposal("r1", "nginx")); v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("r1 after a bad file: %s (%s), want the limits in force kept", v.Outcome, v.Reason)
+	}
+	// A good one with a limit of 2 reads: two were admitted, the next is
+	// refused.
+	writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 2/1h}\n")
+	waitMetric(t, httpAddr, `gated_budget_reloads_total{result="applied"} 1`)
+	v := propose(t, client, readProposal("r2", "nginx"))
+	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != engine.LimitReads {
+		t.Fatalf("r2 after the new limit: %s (%s), want refused by reads at 2", v.Outcome, v.Reason)
+	}
+}

@@ -35,6 +35,7 @@ type metrics struct {
 	budgetAdmitted *prometheus.CounterVec
 	budgetRefused  *prometheus.CounterVec
 	budgetTokens   *prometheus.CounterVec
+	budgetReloads  *prometheus.CounterVec
 }
 
 func newMetrics(live *policies.Live) *metrics {
@@ -65,13 +66,17 @@ func newMetrics(live *policies.Live) *metrics {
 			Name: "gated_budget_tokens_total",
 			Help: "Reviewer tokens (prompt and completion) counted against the budgets, by tenant.",
 		}, []string{"tenant"}),
+		budgetReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_budget_reloads_total",
+			Help: "Changes of the --budgets file, by result: applied, or refused (the limits in force stay).",
+		}, []string{"result"}),
 	}
 	m.notify = newNotifyMetrics()
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.eval, m.verdicts, m.corrupt, policyCollector{live},
-		m.budgetAdmitted, m.budgetRefused, m.budgetTokens,
+		m.budgetAdmitted, m.budgetRefused, m.budgetTokens, m.budgetReloads,
 		m.notify.notifications, m.notify.results, m.notify.retries, m.notify.verification,
 	)
 	return m
