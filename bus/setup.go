@@ -59,6 +59,12 @@ type Config struct {
 	// MaxInFlight bounds proposals decided at once by one gated. Default
 	// 1024.
 	MaxInFlight int
+	// TenantMaxInFlight bounds the proposals of one tenant decided at once
+	// by one gated; a tenant's further proposals wait in its own queue,
+	// so that a tenant flooding gated holds no more than this many of the
+	// MaxInFlight handlers and the other tenants' proposals find some
+	// free. Default MaxInFlight / 4, at least 1; at most MaxInFlight.
+	TenantMaxInFlight int
 	// MaxAckPending bounds proposals handed out and not yet acknowledged,
 	// over every gated process sharing the consumer. Default 4 ×
 	// MaxInFlight.
@@ -87,6 +93,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxAckPending == 0 {
 		c.MaxAckPending = 4 * c.MaxInFlight
 	}
+	if c.TenantMaxInFlight == 0 {
+		c.TenantMaxInFlight = max(1, c.MaxInFlight/4)
+	}
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return c, fmt.Errorf("%w: replicas %d must be between 1 and 5", ErrInvalidConfig, c.Replicas)
@@ -97,6 +106,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: max deliver %d must be at least 1", ErrInvalidConfig, c.MaxDeliver)
 	case c.MaxInFlight < 1:
 		return c, fmt.Errorf("%w: max in flight %d must be at least 1", ErrInvalidConfig, c.MaxInFlight)
+	case c.TenantMaxInFlight < 1 || c.TenantMaxInFlight > c.MaxInFlight:
+		return c, fmt.Errorf("%w: tenant max in flight %d must be from 1 to max in flight %d", ErrInvalidConfig, c.TenantMaxInFlight, c.MaxInFlight)
 	case c.MaxAckPending < 1:
 		return c, fmt.Errorf("%w: max ack pending %d must be at least 1", ErrInvalidConfig, c.MaxAckPending)
 	case c.AuditMaxAge < 0:

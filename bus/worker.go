@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,12 @@ type Worker struct {
 	work     chan jetstream.Msg
 	handlers int
 
+	// tenants are the proposals of each tenant being decided and waiting
+	// for one of the tenant's TenantMaxInFlight turns: a tenant over its
+	// share waits in its own queue, not in front of the other tenants'.
+	tmu     sync.Mutex
+	tenants map[string]*tenantTurns
+
 	// alive holds the messages being worked on, kept alive by one
 	// goroutine (keepAlive) with in-progress acks.
 	alive *inProgress
@@ -115,7 +122,7 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), work: make(chan jetstream.Msg),
-		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish,
+		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish, tenants: map[string]*tenantTurns{},
 		followUp: NewFollowUps(js, store.New(res.Verdicts)).Send,
 	}, nil
 }
@@ -148,6 +155,15 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 	default:
 	}
 	w.alive.add(msg)
+	if !w.takeTurn(msg) {
+		return // queued behind its tenant's proposals in flight
+	}
+	w.handOut(msg)
+}
+
+// handOut gives msg to an idle handler, or to a new one while fewer than
+// MaxInFlight run, or waits for one to be idle.
+func (w *Worker) handOut(msg jetstream.Msg) {
 	select {
 	case w.work <- msg:
 		return
@@ -162,16 +178,94 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 	case w.work <- msg:
 	case <-w.stopping:
 		w.alive.remove(msg)
+		w.nextTurn(msg) // its tenant's queue is returned below
 		_ = msg.Nak()
 	}
+}
+
+// tenantTurns are one tenant's proposals being decided, and those waiting
+// for a turn, oldest first.
+type tenantTurns struct {
+	running int
+	waiting []jetstream.Msg
+}
+
+// proposalTenant is the tenant token of a proposal subject,
+// gated.proposals.<tenant>.<action>; a malformed subject has its own
+// queue, "".
+func proposalTenant(subject string) string {
+	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
+	if !ok {
+		return ""
+	}
+	tenant, _, _ := strings.Cut(rest, ".")
+	return tenant
+}
+
+// takeTurn reports whether msg may be decided now; if its tenant has
+// TenantMaxInFlight proposals in flight, msg waits in the tenant's queue
+// (kept alive meanwhile) and is decided by the handler that finishes one
+// of them.
+func (w *Worker) takeTurn(msg jetstream.Msg) bool {
+	tenant := proposalTenant(msg.Subject())
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	t := w.tenants[tenant]
+	if t == nil {
+		t = &tenantTurns{}
+		w.tenants[tenant] = t
+	}
+	if t.running >= w.cfg.TenantMaxInFlight {
+		t.waiting = append(t.waiting, msg)
+		return false
+	}
+	t.running++
+	return true
+}
+
+// nextTurn ends done's turn and returns the next proposal of its tenant
+// waiting for one, which the caller decides in the same turn; nil when
+// none waits, or when the worker is stopping (the waiting ones are then
+// returned to the stream).
+func (w *Worker) nextTurn(done jetstream.Msg) jetstream.Msg {
+	tenant := proposalTenant(done.Subject())
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	t := w.tenants[tenant]
+	if t == nil {
+		return nil
+	}
+	select {
+	case <-w.stopping:
+		for _, m := range t.waiting {
+			w.alive.remove(m)
+			_ = m.Nak()
+		}
+		t.waiting = nil
+	default:
+	}
+	if len(t.waiting) > 0 {
+		next := t.waiting[0]
+		t.waiting[0] = nil
+		t.waiting = t.waiting[1:]
+		return next
+	}
+	t.running--
+	if t.running <= 0 {
+		delete(w.tenants, tenant)
+	}
+	return nil
 }
 
 // handleAll decides first, then every message dispatch hands it, until
 // Stop closes the hand-over.
 func (w *Worker) handleAll(first jetstream.Msg) {
 	for msg := first; msg != nil; msg = <-w.work {
-		w.handle(msg)
-		w.alive.remove(msg)
+		for msg != nil {
+			w.handle(msg)
+			w.alive.remove(msg)
+			msg = w.nextTurn(msg)
+		}
 	}
 }
 
@@ -208,6 +302,16 @@ func (w *Worker) Stop(grace time.Duration) {
 		<-done
 	}
 	w.cancel()
+	// Every handler returned its tenant's waiting proposals; none is left
+	// behind unanswered whatever happened.
+	w.tmu.Lock()
+	for _, t := range w.tenants {
+		for _, m := range t.waiting {
+			_ = m.Nak()
+		}
+	}
+	clear(w.tenants)
+	w.tmu.Unlock()
 }
 
 // handle decides one delivery; dispatch keeps it alive meanwhile.

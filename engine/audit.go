@@ -186,6 +186,9 @@ type ReplayInput struct {
 	History []Verdict `json:"history,omitempty"`
 	// RunRecord is the run's record the policy saw, for a run proposal.
 	RunRecord *RunRecord `json:"run_record,omitempty"`
+	// Budget is the budget counters the policy saw, when budgets are
+	// kept.
+	Budget *BudgetState `json:"budget,omitempty"`
 }
 
 func mustJSON(v any) json.RawMessage {

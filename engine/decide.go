@@ -36,6 +36,8 @@ type pass struct {
 	// history carries the recent verdicts on the proposal's target from
 	// readHistoryAhead; nil when it read none.
 	history chan historyRead
+	// budgetHeld are the leases this pass holds on its budgets.
+	budgetHeld []BudgetUse
 }
 
 // proposalKeys are the keys the engine derives from a decoded proposal,
@@ -149,6 +151,12 @@ func (r *pass) decide(ctx context.Context) (*Verdict, error) {
 	stored = err == nil
 	if err == nil && decided == v {
 		r.rememberRejection(v)
+		r.countRefusal(ctx, v)
+	}
+	if err != nil {
+		// Nothing was decided: the hold lease taken for it is given back,
+		// and a redelivery asks again.
+		r.releaseHold(ctx)
 	}
 	return decided, err
 }
@@ -178,7 +186,15 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 			return nil, false, fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
 		}
 	}
-	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
+	var budget *BudgetState
+	if b := r.e.cfg.Budgets; b != nil {
+		st, err := b.State(ctx, p.Tenant, budgetAgent(p), r.start)
+		if err != nil {
+			return nil, false, fmt.Errorf("reading the budget counters of %s: %w", p.Tenant, err)
+		}
+		budget = &st
+	}
+	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Budget: budget, Now: r.start}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
 	shadowRev, shadow := r.shadow(ctx, in, routed, pd, err)
 	if err != nil {
@@ -202,17 +218,34 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run, Holds: pd.Holds,
-		Input:          &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record},
+		Input:          &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record, Budget: budget},
 		ShadowRevision: shadowRev,
 	})
 	r.recordShadow(ctx, shadow)
 	if done {
+		held := settled.Outcome == OutcomeBlocked && len(pd.Holds) > 0 && p.Kind != KindRun
+		// The budget is the last word before anything is approved without
+		// review or handed to an operator.
+		var refused *Verdict
+		switch {
+		case settled.Outcome == OutcomeApproved:
+			refused, err = r.admit(ctx, BudgetRead, time.Time{})
+		case held:
+			refused, err = r.admit(ctx, BudgetHold, r.e.operatorHold(pd.Holds, r.start).Deadline)
+		}
+		if err != nil {
+			return nil, false, err
+		}
+		if refused != nil {
+			refused.Policy = policyRef
+			return refused, false, nil
+		}
 		if settled.Outcome == OutcomeApproved && pd.Skipped {
 			r.log.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
 		}
 		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 		v.Policy = policyRef
-		if settled.Outcome == OutcomeBlocked && len(pd.Holds) > 0 && p.Kind != KindRun {
+		if held {
 			r.hold(ctx, v, pd.Holds)
 		}
 		return v, false, nil

@@ -61,6 +61,11 @@ type Config struct {
 	// Grants, when set, signs the grant every approved action verdict
 	// carries; serve always sets it. Without it approvals carry none.
 	Grants Granter
+	// Budgets, when set, counts every proposal against its tenant's and
+	// agent's limits, shows the counters to the policy (input.budget), and
+	// refuses a proposal over a limit before any review starts. Nil: no
+	// limits.
+	Budgets Budgets
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
 	OnShadow func(p *Proposal, c ShadowComparison)

@@ -219,5 +219,10 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 	case err != nil:
 		return nil, fmt.Errorf("storing the settled verdict of %s.%s: %w", tenant, id, err)
 	}
+	if b := e.cfg.Budgets; b != nil {
+		// Settled: the hold no longer counts against the agent's pending
+		// holds. A failed release ends at the lease's expiry, the deadline.
+		_ = b.Release(context.WithoutCancel(ctx), tenant, held.Agent, id, BudgetHold)
+	}
 	return &next, nil
 }

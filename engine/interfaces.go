@@ -27,7 +27,10 @@ type PolicyInput struct {
 	// RunRecord is gated's record of the earlier rounds of a run
 	// proposal's run, nil when there is none.
 	RunRecord *RunRecord
-	Now       time.Time
+	// Budget is the proposal's tenant's and agent's budget counters; nil
+	// when no budgets are kept (the policy then sees zeros).
+	Budget *BudgetState
+	Now    time.Time
 }
 
 // PolicyDecision is the policy's answer, data.gated.decision.

@@ -68,6 +68,15 @@ func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in 
 	if v, err := r.claim.take(ctx, longest, r.d.Attempt, &r.log); v != nil || err != nil {
 		return v, v != nil, err
 	}
+	// Admitted by its budgets only now, by the one delivery that reviews:
+	// a copy that awaits the verdict costs nothing. The lease outlives the
+	// longest review by the claim's grace, so that a crash cannot keep it.
+	refused, err := r.admit(ctx, BudgetReview, r.start.Add(longest+claimGrace))
+	if err != nil || refused != nil {
+		return refused, false, err
+	}
+	defer r.releaseReview(ctx)
+	defer func() { r.spend(ctx, v) }()
 	results := make([]reviewResult, len(chosen))
 	if len(chosen) == 1 {
 		// One reviewer needs no goroutine of its own: the delivery's is

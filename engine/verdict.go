@@ -86,6 +86,10 @@ type Verdict struct {
 	// Grant is the signed grant of an approved action (docs/GRANTS.md):
 	// set on every approved verdict of kind action, on no other.
 	Grant string `json:"grant,omitempty"`
+	// Budget is set on a verdict refused by a budget before anything
+	// expensive ran: the outcome is blocked, and it names the limit and
+	// when it resets.
+	Budget *BudgetRefusal `json:"budget,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at

@@ -12,10 +12,11 @@ import (
 )
 
 // InputValue builds the policy input {proposal, persona, history,
-// run_record, now, now_ns} directly as an ast.Value: no JSON round trip on
+// run_record, budget, now, now_ns} directly as an ast.Value: no JSON round trip on
 // the hot path. Every proposal field is present (empty values where the
 // proposal left them out) so rules need no existence checks; run_record is
-// null unless the engine found a record of the proposal's run.
+// null unless the engine found a record of the proposal's run. budget
+// holds the tenant's and agent's counters, zeros when none are kept.
 func InputValue(in engine.PolicyInput) ast.Value {
 	now := in.Now
 	if now.IsZero() {
@@ -30,6 +31,7 @@ func InputValue(in engine.PolicyInput) ast.Value {
 		[2]*ast.Term{keyTerms["persona"], personaTerm(in.Persona)},
 		item("history", ast.NewArray(history...)),
 		[2]*ast.Term{keyTerms["run_record"], runRecordTerm(in.RunRecord)},
+		item("budget", budgetValue(in.Budget)),
 		item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
 		item("now_ns", integer(now.UnixNano())),
 	)
@@ -54,6 +56,7 @@ var keyTerms = func() map[string]*ast.Term {
 		"reviewer_tools", "denied_tools", "skipped", "sop", "title", "rollback", "actions", "steps",
 		"reviewed", "review_policy", "max_rounds", "missing_work", "manual", "continuable", "limits",
 		"max_items", "max_item_bytes", "max_guidance_bytes", "pass", "judged_by",
+		"budget", "proposals", "reads", "tokens", "reviews_in_flight", "holds_pending", "refusals_10m", "budget_refusals_10m",
 	} {
 		m[k] = ast.StringTerm(k)
 	}
@@ -352,5 +355,30 @@ func verdictValue(v *engine.Verdict) ast.Value {
 		item("decided_at", str(v.DecidedAt.UTC().Format(time.RFC3339Nano))),
 		item("decided_at_ns", integer(v.DecidedAt.UnixNano())),
 		item("agent", str(v.Agent)),
+	)
+}
+
+// budgetValue is input.budget: the tenant's and agent's counters, zeros
+// when the engine keeps none.
+func budgetValue(b *engine.BudgetState) ast.Value {
+	var st engine.BudgetState
+	if b != nil {
+		st = *b
+	}
+	return ast.NewObject(
+		item("tenant", budgetCounters(st.Tenant)),
+		item("agent", budgetCounters(st.Agent)),
+	)
+}
+
+func budgetCounters(c engine.BudgetCounters) ast.Value {
+	return ast.NewObject(
+		item("proposals", integer(c.Proposals)),
+		item("reads", integer(c.Reads)),
+		item("tokens", integer(c.Tokens)),
+		item("reviews_in_flight", integer(c.ReviewsInFlight)),
+		item("holds_pending", integer(c.HoldsPending)),
+		item("refusals_10m", integer(c.Refusals)),
+		item("budget_refusals_10m", integer(c.BudgetRefusals)),
 	)
 }

@@ -7,8 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -276,6 +278,12 @@ func launchGated(t *testing.T, name, natsURL string, replicas int, extra ...stri
 	g := &gatedProc{name: name, httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t)), logs: &syncBuffer{}}
 	g.args = append([]string{"serve", "--nats-url", natsURL, "--replicas", strconv.Itoa(replicas),
 		"--data-dir", t.TempDir(), "--http", g.httpAddr, "--log-format", "json"}, extra...)
+	if !slices.ContainsFunc(extra, func(a string) bool { return strings.HasPrefix(a, "--budgets") }) {
+		// The loads of these suites are far above the built-in budgets of
+		// one agent: they test gated's faults, not its budgets, so every
+		// limit is lifted (and still counted).
+		g.args = append(g.args, "--budgets", unlimitedBudgets(t))
+	}
 	t.Cleanup(func() {
 		g.kill(t)
 		if t.Failed() {
@@ -417,4 +425,16 @@ func (g *gatedProc) verdictsCounted(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return sum
+}
+
+// unlimitedBudgets writes a budgets file that lifts every limit of every
+// tenant and agent, and returns its path.
+func unlimitedBudgets(t *testing.T) string {
+	t.Helper()
+	scope := "{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}"
+	path := filepath.Join(t.TempDir(), "budgets.yaml")
+	if err := os.WriteFile(path, []byte("defaults: {tenant: "+scope+", agent: "+scope+"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

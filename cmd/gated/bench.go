@@ -44,6 +44,10 @@ type benchOptions struct {
 	warmup      int
 	pad         int
 	progress    string
+	// fair runs the fairness measurement instead (runFairBench).
+	fair      bool
+	fairFlood int
+	fairLimit int
 }
 
 func benchCmd() *cobra.Command {
@@ -71,6 +75,9 @@ go through bare JetStream on the same server (publish, durable consume,
 log append, reply) and each path's gated/floor ratio is reported.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.fair {
+				return runFairBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -95,6 +102,9 @@ log append, reply) and each path's gated/floor ratio is reported.`,
 	f.IntVar(&o.warmup, "warmup", -1, "policy-decided proposals sent first and not measured (-1: a tenth of -n, at most 2000)")
 	f.IntVar(&o.pad, "pad", 0, "bytes added to every proposal's reason, for larger messages")
 	f.StringVar(&o.progress, "progress", "auto", "progress bar on stderr: auto (on a terminal), on or off")
+	f.BoolVar(&o.fair, "fair", false, "measure fairness instead: --tenant's -n llm-path reviews alone, then beside tenant bench-flood keeping --fair-flood reviews in flight against a reviews_in_flight budget of --fair-limit, in one run (embedded gated only)")
+	f.IntVar(&o.fairFlood, "fair-flood", 256, "with --fair: the flooding tenant's proposals in flight")
+	f.IntVar(&o.fairLimit, "fair-limit", 8, "with --fair: the flooding tenant's reviews_in_flight budget")
 	return c
 }
 
@@ -189,7 +199,18 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 			return fmt.Errorf("finding the gated binary to start: %w", err)
 		}
 		fmt.Fprintln(stderr, "starting gated serve with an embedded NATS server…")
-		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: embeddedServeArgs(conc, o.serveArgs), Env: o.serveEnv})
+		// The bench measures gated's paths, not its budgets: the tenant's
+		// limits are lifted (still counted), so that the built-in ones do
+		// not refuse the load. A --serve-arg=--budgets comes later and wins.
+		budgets := dir + string(os.PathSeparator) + "budgets.yaml"
+		file := fmt.Sprintf("tenants:\n  %s: {tenant: %s, agent: %s}\n", o.tenant, unlimitedScope, unlimitedScope)
+		if err := os.WriteFile(budgets, []byte(file), 0o644); err != nil {
+			return err
+		}
+		// One tenant sends the whole load: it may have every handler.
+		own := []string{"--budgets=" + budgets, fmt.Sprintf("--tenant-max-in-flight=%d", max(1024, 2*conc.Total()))}
+		args := embeddedServeArgs(conc, append(own, o.serveArgs...))
+		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: args, Env: o.serveEnv})
 		if err != nil {
 			return err
 		}

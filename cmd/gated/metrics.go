@@ -11,6 +11,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
@@ -32,6 +33,12 @@ type metrics struct {
 	// obs are the review, plugin, audit append, claim wait and dedupe
 	// metrics (observe.go).
 	obs *observabilityMetrics
+	// budgetAdmitted, budgetRefused and budgetTokens are the budgets'
+	// counts per tenant.
+	budgetAdmitted *prometheus.CounterVec
+	budgetRefused  *prometheus.CounterVec
+	budgetTokens   *prometheus.CounterVec
+	budgetReloads  *prometheus.CounterVec
 }
 
 func newMetrics(live *policies.Live) *metrics {
@@ -50,6 +57,22 @@ func newMetrics(live *policies.Live) *metrics {
 			Name: "gated_corrupt_records_total",
 			Help: "Records read back from the verdict bucket that were not gated's for their key, by kind; each was refused and audited.",
 		}, []string{"kind"}),
+		budgetAdmitted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_budget_admitted_total",
+			Help: "Proposals admitted by their budgets, by tenant and use (read, review, hold).",
+		}, []string{"tenant", "use"}),
+		budgetRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_budget_refused_total",
+			Help: "Proposals refused by a budget before any review, by tenant and the limit that refused.",
+		}, []string{"tenant", "limit"}),
+		budgetTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_budget_tokens_total",
+			Help: "Reviewer tokens (prompt and completion) counted against the budgets, by tenant.",
+		}, []string{"tenant"}),
+		budgetReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gated_budget_reloads_total",
+			Help: "Changes of the --budgets file, by result: applied, or refused (the limits in force stay).",
+		}, []string{"result"}),
 	}
 	m.notify = newNotifyMetrics()
 	m.obs = newObservabilityMetrics()
@@ -58,6 +81,7 @@ func newMetrics(live *policies.Live) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.eval, m.verdicts, m.corrupt, policyCollector{live},
+		m.budgetAdmitted, m.budgetRefused, m.budgetTokens, m.budgetReloads,
 		m.notify.notifications, m.notify.results, m.notify.retries, m.notify.verification,
 	)
 	return m
@@ -228,5 +252,17 @@ func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.Count
 		if _, err := trail().Seal(ctx, ev); err != nil {
 			log.Error("auditing a refused stored record", zap.String("key", e.Key), zap.Error(err))
 		}
+	}
+}
+
+// onBudget counts the budgets' admissions, refusals and tokens.
+func (m *metrics) onBudget(e budget.Event) {
+	switch {
+	case e.Tokens > 0:
+		m.budgetTokens.WithLabelValues(e.Tenant).Add(float64(e.Tokens))
+	case e.Refused != "":
+		m.budgetRefused.WithLabelValues(e.Tenant, e.Refused).Inc()
+	default:
+		m.budgetAdmitted.WithLabelValues(e.Tenant, string(e.Use)).Inc()
 	}
 }

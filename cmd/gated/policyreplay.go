@@ -470,7 +470,7 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 		return
 	}
 	rep.Replayed++
-	in := engine.PolicyInput{Proposal: prop, History: p.Input.History, RunRecord: p.Input.RunRecord, Now: p.Input.Now}
+	in := engine.PolicyInput{Proposal: prop, History: p.Input.History, RunRecord: p.Input.RunRecord, Budget: p.Input.Budget, Now: p.Input.Now}
 	oldSide := replayDecision{Outcome: old.Outcome, Stage: old.Stage, Reason: old.Reason, Denies: sortedDenies(p.Denies)}
 	var newSide replayDecision
 	pd, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, p.Input.Persona, true)

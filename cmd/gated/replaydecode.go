@@ -34,7 +34,7 @@ func decodeRecordedPolicyValid(data []byte) *recordedPolicy {
 // reads, and replayInputKeys those of its input.
 var (
 	recordedPolicyKeys = []string{"action", "denies", "review", "run", "error", "input", "sop", "denied_tools"}
-	replayInputKeys    = []string{"proposal", "persona", "now", "history", "run_record"}
+	replayInputKeys    = []string{"proposal", "persona", "now", "history", "run_record", "budget"}
 )
 
 // decodeRecordedPolicyFast is decodeRecordedPolicyValid's one pass; ok
@@ -84,6 +84,8 @@ func decodeReplayInput(val []byte, to **engine.ReplayInput) bool {
 			return in.Now.UnmarshalJSON(v) == nil
 		case "history":
 			return json.Unmarshal(v, &in.History) == nil
+		case "budget":
+			return json.Unmarshal(v, &in.Budget) == nil
 		default: // run_record
 			return json.Unmarshal(v, &in.RunRecord) == nil
 		}

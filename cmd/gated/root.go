@@ -42,6 +42,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(operatorCmd())
 	root.AddCommand(benchCmd())
 	root.AddCommand(mcpCmd())
+	root.AddCommand(budgetsCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}

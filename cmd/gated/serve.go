@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
@@ -54,34 +55,38 @@ type serveOptions struct {
 	logLevel      string
 	reviewTimeout time.Duration
 	// operatorDeadline is how long an action held for an operator waits.
-	operatorDeadline time.Duration
-	shutdownGrace    time.Duration
-	reviewService    bool
-	reviewWait       time.Duration
-	maxInFlight      int
-	ackWait          time.Duration
-	maxDeliver       int
-	maxAckPending    int
-	replicas         int
-	verdictTTL       time.Duration
-	auditMaxAge      time.Duration
-	auditKeyFile     string
-	grantKeyFile     string
-	grantTTL         time.Duration
-	auditKeyRotate   bool
-	auditPublish     string
-	policy           policySourceOptions
-	shadow           shadowOptions
-	policyWatch      bool
-	policyPoll       time.Duration
-	toolTimeout      time.Duration
-	dedupeWindow     time.Duration
-	dedupeMax        int
-	pluginsDir       string
-	defaultPlugin    string
-	llmMaxConc       int
-	operators        string
-	notify           string
+	operatorDeadline  time.Duration
+	shutdownGrace     time.Duration
+	reviewService     bool
+	reviewWait        time.Duration
+	maxInFlight       int
+	tenantMaxInFlight int
+	ackWait           time.Duration
+	maxDeliver        int
+	maxAckPending     int
+	replicas          int
+	verdictTTL        time.Duration
+	auditMaxAge       time.Duration
+	auditKeyFile      string
+	grantKeyFile      string
+	grantTTL          time.Duration
+	auditKeyRotate    bool
+	auditPublish      string
+	policy            policySourceOptions
+	shadow            shadowOptions
+	policyWatch       bool
+	policyPoll        time.Duration
+	toolTimeout       time.Duration
+	dedupeWindow      time.Duration
+	dedupeMax         int
+	pluginsDir        string
+	defaultPlugin     string
+	llmMaxConc        int
+	operators         string
+	notify            string
+	// budgets is the budgets file; "" keeps the built-in limits.
+	budgets      string
+	budgetsWatch time.Duration
 }
 
 func serveCmd() *cobra.Command {
@@ -115,6 +120,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for proposals in flight before returning them to the stream")
 	f.IntVar(&o.maxInFlight, "max-in-flight", 1024, "proposals decided at once by this process")
+	f.IntVar(&o.tenantMaxInFlight, "tenant-max-in-flight", 0, "proposals of one tenant decided at once by this process; more wait in the tenant's own queue, so a flooding tenant leaves handlers to the others (0: --max-in-flight / 4)")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long a proposal may go without an acknowledgement before JetStream redelivers it; gated sends in-progress acks every third of it; at least 1s")
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "deliveries of one proposal before gated answers it with an error verdict")
 	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
@@ -124,6 +130,9 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	_ = cobra.MarkFlagFilename(f, "operators", "yaml", "yml")
 	f.StringVar(&o.notify, "notify", "", "YAML file of webhook sinks notified when a proposal awaits an operator, a run escalates, a verdict times out, a plugin goes down or the audit trail fails to verify (docs/NOTIFICATIONS.md); empty: none")
 	_ = cobra.MarkFlagFilename(f, "notify", "yaml", "yml")
+	f.StringVar(&o.budgets, "budgets", "", "YAML file of the limits per tenant and per agent: proposals, reads and tokens per interval, reviews in flight, actions pending an operator (docs/BUDGETS.md); empty: the built-in limits")
+	_ = cobra.MarkFlagFilename(f, "budgets", "yaml", "yml")
+	f.DurationVar(&o.budgetsWatch, "budgets-poll", 5*time.Second, "read --budgets again every interval and apply it when it changed and is valid (0 disables)")
 	f.DurationVar(&o.reviewWait, "review-wait", fleet.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
@@ -154,6 +163,12 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	if err != nil {
 		return err
 	}
+	limits := &budget.Config{}
+	if o.budgets != "" {
+		if limits, err = budget.LoadConfig(o.budgets); err != nil {
+			return usageError("--budgets: %v", err)
+		}
+	}
 	var sinks *notify.Config
 	if o.notify != "" {
 		if sinks, err = notify.LoadConfig(o.notify, os.Getenv); err != nil {
@@ -167,6 +182,7 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 	defer func() { _ = log.Sync() }()
 	s := newServer(o, operators, log)
 	s.sinks = sinks
+	s.limits = limits
 	return s.Run(ctx)
 }
 
@@ -200,6 +216,8 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 		return nil, usageError("%s apply to an external server: give --nats-url too (the embedded server has no authentication or TLS)", strings.Join(o.natsConn.authFlags(), ", "))
 	case o.maxInFlight < 1:
 		return nil, usageError("--max-in-flight %d must be at least 1", o.maxInFlight)
+	case o.tenantMaxInFlight < 0 || o.tenantMaxInFlight > o.maxInFlight:
+		return nil, usageError("--tenant-max-in-flight %d must be from 0 to --max-in-flight %d (0: a quarter of it)", o.tenantMaxInFlight, o.maxInFlight)
 	case o.ackWait < bus.MinAckWait:
 		return nil, usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.ackWait, bus.MinAckWait)
 	case o.maxDeliver < 1:
@@ -216,6 +234,8 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 		return nil, usageError("--tool-timeout %s must be positive", o.toolTimeout)
 	case o.dedupeWindow < 0:
 		return nil, usageError("--dedupe-window must not be negative (0 turns dedupe off)")
+	case o.budgetsWatch < 0:
+		return nil, usageError("--budgets-poll must not be negative (0 disables)")
 	case o.dedupeMax < 1:
 		return nil, usageError("--dedupe-max %d must be at least 1", o.dedupeMax)
 	}
@@ -247,13 +267,13 @@ func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
 
 // serveHTTP serves /healthz, /readyz and /metrics on addr, the profiles
 // when asked, and root (the console), when not nil, under /.
-func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, m *metrics, root http.Handler, log *zap.Logger) (stop func(), err error) {
+func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, budgets *budget.Store, m *metrics, root http.Handler, log *zap.Logger) (stop func(), err error) {
 	mux := http.NewServeMux()
 	if root != nil {
 		mux.Handle("/", root)
 	}
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		policy := live.State()
 		body := readiness{Ready: true, NATS: nc.Status().String(), Policy: policy, Plugins: host.Plugins()}
 		defaultUp := false
@@ -268,6 +288,9 @@ func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, li
 		case !defaultUp:
 			// Reviews would be blocked until the supervisor relaunches it.
 			body.Ready, body.Reason = false, "the default reviewer plugin "+defaultPlugin+" is not running"
+		case budgets != nil && budgetsUnreachable(r.Context(), budgets) != "":
+			// No review starts while the counters cannot be reached.
+			body.Ready, body.Reason = false, budgetsUnreachable(r.Context(), budgets)
 		case policy.Stale:
 			// The last good policy is still served; the policy on disk is
 			// not, and an operator should know.
@@ -305,6 +328,17 @@ func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, li
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// budgetsUnreachable says why the budget counters cannot be reached, or
+// "" when they can.
+func budgetsUnreachable(ctx context.Context, b *budget.Store) string {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if err := b.Check(ctx); err != nil {
+		return "the budget counters cannot be reached, so no review starts: " + err.Error()
+	}
+	return ""
 }
 
 // readiness is the /readyz document.

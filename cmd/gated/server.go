@@ -17,6 +17,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/status"
@@ -36,6 +37,7 @@ type gateServer struct {
 	o         serveOptions
 	operators *operator.List // nil: no operator decisions
 	sinks     *notify.Config // nil: no notifications
+	limits    *budget.Config // the budgets in force at start
 	log       *zap.Logger
 
 	// stops undo the steps that ran, newest first: Run unwinds them on
@@ -71,6 +73,7 @@ type gateServer struct {
 	auditor    *audit.Writer
 	auditKey   []byte // MACs the audit records; the console and the notifier check them with it; nil: none
 	store      *store.Verdicts
+	budgets    *budget.Store
 	eng        *engine.Engine
 	worker     *bus.Worker
 	stopWorker func(grace time.Duration) // stops the worker once; later calls do nothing
@@ -305,7 +308,7 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	s.auditKey = auditKey
 	o := s.o
 	s.busCfg = bus.Config{
-		Replicas: o.replicas, MaxInFlight: o.maxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
+		Replicas: o.replicas, MaxInFlight: o.maxInFlight, TenantMaxInFlight: o.tenantMaxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
 		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -403,6 +406,14 @@ func (s *gateServer) startWorker(context.Context) error {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
 	s.store = store.New(s.res.Verdicts, store.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
+	setupCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	kv, err := budget.Setup(setupCtx, s.js, o.replicas)
+	cancel()
+	if err != nil {
+		return err
+	}
+	s.budgets = budget.New(kv, s.limits, s.m.onBudget)
+	s.watchBudgets()
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.
 	pool := policies.NewPool(s.live, 0)
@@ -418,6 +429,7 @@ func (s *gateServer) startWorker(context.Context) error {
 		DedupeWindow:     dedupeWindow,
 		DedupeMax:        o.dedupeMax,
 		Shadow:           s.shadowPolicy(),
+		Budgets:          s.budgets,
 		OnShadow:         s.m.onShadow(),
 		Grants:           engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL},
 	})
@@ -510,7 +522,7 @@ func (s *gateServer) startHTTP(context.Context) error {
 	if con != nil {
 		root = con
 	}
-	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.m, root, s.log)
+	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, s.m, root, s.log)
 	if err != nil {
 		if con != nil {
 			con.Close()

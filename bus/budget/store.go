@@ -1,0 +1,460 @@
+package budget
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"regexp"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine"
+)
+
+// Bucket is the JetStream key-value bucket of the budget counters. Its
+// keys are <tenant>.tenant and <tenant>.agent.<agent key> (see AgentKey).
+const Bucket = "GATED_BUDGETS"
+
+// bucketTTL is how long a counter record is kept after its last change:
+// longer than the longest window, so a window's count outlives it.
+const bucketTTL = MaxInterval + time.Hour
+
+// commitTimeout bounds one update of a scope's counters, compare-and-set
+// retries included.
+const commitTimeout = 5 * time.Second
+
+// Setup creates or updates the counter bucket. It is safe to run from
+// many gated processes at once.
+func Setup(ctx context.Context, js jetstream.JetStream, replicas int) (jetstream.KeyValue, error) {
+	if replicas == 0 {
+		replicas = 1
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      Bucket,
+		Description: "Budget counters by tenant and agent: windows, leases of reviews and holds, refusals.",
+		History:     1,
+		TTL:         bucketTTL,
+		Storage:     jetstream.FileStorage,
+		Replicas:    replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating bucket %s: %w", Bucket, err)
+	}
+	return kv, nil
+}
+
+var plainAgent = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// AgentKey is the key token of an agent: the agent itself when it is a
+// plain token, else "=" and its hex (which no plain token can be); "="
+// alone for a proposal that names no agent.
+func AgentKey(agent string) string {
+	if plainAgent.MatchString(agent) {
+		return agent
+	}
+	return "=" + hex.EncodeToString([]byte(agent))
+}
+
+func tenantKey(tenant string) string       { return tenant + ".tenant" }
+func agentKey(tenant, agent string) string { return tenant + ".agent." + AgentKey(agent) }
+func tenantScope(tenant string) string     { return tenant }
+func agentScope(tenant, agent string) string {
+	return tenant + "/" + AgentKey(agent)
+}
+
+// Event is what the store reports for metrics.
+type Event struct {
+	Tenant string
+	// Use is set for an admission; Refused names the limit that refused
+	// it ("" when admitted).
+	Use     engine.BudgetUse
+	Refused string
+	// Tokens is set for tokens spent.
+	Tokens int64
+}
+
+// Store keeps the budget counters in the bucket and enforces the limits
+// of its Config. It implements engine.Budgets. Every change of a scope's
+// record is a compare-and-set; this process's concurrent changes to one
+// record are committed together in one write (group commit), so a busy
+// tenant costs a round trip per batch rather than a retry per proposal.
+type Store struct {
+	kv      jetstream.KeyValue
+	cfg     atomic.Pointer[Config]
+	observe func(Event)
+	mu      sync.Mutex
+	keys    map[string]*keyState
+}
+
+var _ engine.Budgets = (*Store)(nil)
+
+// New returns a store over kv enforcing cfg (nil: the built-in defaults).
+// observe, when not nil, hears every admission, refusal and spend; it
+// must not block.
+func New(kv jetstream.KeyValue, cfg *Config, observe func(Event)) *Store {
+	s := &Store{kv: kv, observe: observe, keys: map[string]*keyState{}}
+	s.SetConfig(cfg)
+	return s
+}
+
+// SetConfig swaps the limits in force; counts are kept.
+func (s *Store) SetConfig(cfg *Config) {
+	if cfg == nil {
+		cfg = &Config{}
+	}
+	s.cfg.Store(cfg)
+}
+
+// Config returns the limits in force.
+func (s *Store) Config() *Config { return s.cfg.Load() }
+
+// Check tells whether the counters can be reached, for readiness.
+func (s *Store) Check(ctx context.Context) error {
+	if _, err := s.kv.Status(ctx); err != nil {
+		return fmt.Errorf("reaching the budget counters (bucket %s): %w", Bucket, err)
+	}
+	return nil
+}
+
+// State implements engine.Budgets: the tenant's and agent's records are
+// read side by side.
+func (s *Store) State(ctx context.Context, tenant, agent string, now time.Time) (engine.BudgetState, error) {
+	cfg := s.Config()
+	var st engine.BudgetState
+	var terr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var c *counters
+		if c, terr = s.read(ctx, tenantKey(tenant), tenantScope(tenant)); terr == nil {
+			st.Tenant = c.state(cfg.Tenant(tenant), now)
+		}
+	}()
+	c, err := s.read(ctx, agentKey(tenant, agent), agentScope(tenant, agent))
+	if err == nil {
+		st.Agent = c.state(cfg.Agent(tenant, agent), now)
+	}
+	<-done
+	if err = errors.Join(terr, err); err != nil {
+		return engine.BudgetState{}, err
+	}
+	return st, nil
+}
+
+// Read returns the counters of one scope as stored, for `gated budgets
+// show`: agent "" with tenantWide true reads the tenant's own.
+func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool, now time.Time) (engine.BudgetCounters, error) {
+	cfg := s.Config()
+	if tenantWide {
+		c, err := s.read(ctx, tenantKey(tenant), tenantScope(tenant))
+		if err != nil {
+			return engine.BudgetCounters{}, err
+		}
+		return c.state(cfg.Tenant(tenant), now), nil
+	}
+	c, err := s.read(ctx, agentKey(tenant, agent), agentScope(tenant, agent))
+	if err != nil {
+		return engine.BudgetCounters{}, err
+	}
+	return c.state(cfg.Agent(tenant, agent), now), nil
+}
+
+// Admit implements engine.Budgets: the agent's limits first, then the
+// tenant's; a refusal by the tenant's takes back the agent's count.
+func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
+	cfg := s.Config()
+	al, tl := cfg.Agent(req.Tenant, req.Agent), cfg.Tenant(req.Tenant)
+	ak, as := agentKey(req.Tenant, req.Agent), agentScope(req.Tenant, req.Agent)
+	res, err := s.apply(ctx, ak, as, func(c *counters) (any, bool) {
+		r := c.admit(al, req)
+		return r, r == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if r, _ := res.(*engine.BudgetRefusal); r != nil {
+		r.Scope, r.Agent = engine.ScopeAgent, req.Agent
+		s.emit(Event{Tenant: req.Tenant, Use: req.Use, Refused: r.Limit})
+		return r, nil
+	}
+	res, err = s.apply(ctx, tenantKey(req.Tenant), tenantScope(req.Tenant), func(c *counters) (any, bool) {
+		r := c.admit(tl, req)
+		return r, r == nil
+	})
+	var refusal *engine.BudgetRefusal
+	if err == nil {
+		refusal, _ = res.(*engine.BudgetRefusal)
+	}
+	if err != nil || refusal != nil {
+		// Not admitted: the agent's count is taken back.
+		_, uerr := s.apply(ctx, ak, as, func(c *counters) (any, bool) {
+			c.unadmit(al, req)
+			return nil, true
+		})
+		if err != nil {
+			return nil, errors.Join(err, uerr)
+		}
+		refusal.Scope = engine.ScopeTenant
+		s.emit(Event{Tenant: req.Tenant, Use: req.Use, Refused: refusal.Limit})
+		return refusal, nil
+	}
+	s.emit(Event{Tenant: req.Tenant, Use: req.Use})
+	return nil, nil
+}
+
+// Release implements engine.Budgets.
+func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engine.BudgetUse) error {
+	rel := func(c *counters) (any, bool) { return nil, c.release(id, use) }
+	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), rel)
+	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), rel)
+	return errors.Join(aerr, terr)
+}
+
+// Spend implements engine.Budgets.
+func (s *Store) Spend(ctx context.Context, tenant, agent string, tokens int64, now time.Time) error {
+	if tokens <= 0 {
+		return nil
+	}
+	cfg := s.Config()
+	al, tl := cfg.Agent(tenant, agent), cfg.Tenant(tenant)
+	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), func(c *counters) (any, bool) {
+		c.add(engine.LimitTokens, al.Tokens, now, tokens)
+		return nil, true
+	})
+	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), func(c *counters) (any, bool) {
+		c.add(engine.LimitTokens, tl.Tokens, now, tokens)
+		return nil, true
+	})
+	s.emit(Event{Tenant: tenant, Tokens: tokens})
+	return errors.Join(aerr, terr)
+}
+
+// Refused implements engine.Budgets.
+func (s *Store) Refused(ctx context.Context, tenant, agent string, kind engine.RefusalKind, now time.Time) error {
+	f := func(c *counters) (any, bool) {
+		c.refused(kind, now)
+		return nil, true
+	}
+	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), f)
+	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), f)
+	return errors.Join(aerr, terr)
+}
+
+// Reset removes the records of tenant (its own and every agent's): every
+// count and lease starts again from zero.
+func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, tenant+".>")
+	if err != nil {
+		return 0, fmt.Errorf("listing the budget counters of %s: %w", tenant, err)
+	}
+	n := 0
+	for key := range lister.Keys() {
+		if err := s.kv.Purge(ctx, key); err != nil {
+			return n, fmt.Errorf("removing budget counters %s: %w", key, err)
+		}
+		n++
+	}
+	s.mu.Lock()
+	clear(s.keys)
+	s.mu.Unlock()
+	return n, nil
+}
+
+// Keys lists the keys of tenant's records.
+func (s *Store) Keys(ctx context.Context, tenant string) ([]string, error) {
+	lister, err := s.kv.ListKeysFiltered(ctx, tenant+".>")
+	if err != nil {
+		return nil, fmt.Errorf("listing the budget counters of %s: %w", tenant, err)
+	}
+	var keys []string
+	for key := range lister.Keys() {
+		keys = append(keys, key)
+	}
+	return keys, nil
+}
+
+func (s *Store) emit(e Event) {
+	if s.observe != nil {
+		s.observe(e)
+	}
+}
+
+// read returns the record of key, an empty one when there is none.
+func (s *Store) read(ctx context.Context, key, scope string) (*counters, error) {
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return newCounters(scope), nil
+	case err != nil:
+		return nil, fmt.Errorf("reading budget counters %s: %w", key, err)
+	}
+	return decodeCounters(e.Value(), scope)
+}
+
+// keyState is this process's pending changes of one record and the
+// record as it last saw it.
+type keyState struct {
+	mu      sync.Mutex
+	pending []*change
+	running bool
+	// cached is the record at rev as this process last read or wrote it;
+	// nil when unknown.
+	cached *counters
+	rev    uint64
+}
+
+// change is one change of a record: fn changes c and returns its result
+// and whether it changed anything.
+type change struct {
+	fn   func(c *counters) (any, bool)
+	res  any
+	err  error
+	done chan struct{}
+}
+
+func (s *Store) state(key string) *keyState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks, ok := s.keys[key]
+	if !ok {
+		ks = &keyState{}
+		s.keys[key] = ks
+	}
+	return ks
+}
+
+// apply runs fn on the record of key under a compare-and-set. Changes
+// that arrive while another is being written are applied together, in
+// order, in the next write.
+func (s *Store) apply(ctx context.Context, key, scope string, fn func(c *counters) (any, bool)) (any, error) {
+	ch := &change{fn: fn, done: make(chan struct{})}
+	ks := s.state(key)
+	ks.mu.Lock()
+	ks.pending = append(ks.pending, ch)
+	lead := !ks.running
+	ks.running = true
+	ks.mu.Unlock()
+	if lead {
+		// The leader writes batches until no change waits; the writes are
+		// bounded by their own timeout, not by this caller's context, since
+		// other callers' changes ride on them.
+		for {
+			ks.mu.Lock()
+			batch := ks.pending
+			ks.pending = nil
+			if len(batch) == 0 {
+				ks.running = false
+				ks.mu.Unlock()
+				break
+			}
+			ks.mu.Unlock()
+			s.commit(key, scope, ks, batch)
+		}
+	}
+	select {
+	case <-ch.done:
+		return ch.res, ch.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// commit applies batch to the record of key and writes it with a
+// compare-and-set, reading it again and retrying while other processes
+// write it first.
+func (s *Store) commit(key, scope string, ks *keyState, batch []*change) {
+	ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+	defer cancel()
+	finish := func(err error) {
+		for _, ch := range batch {
+			if err != nil {
+				ch.res, ch.err = nil, err
+			}
+			close(ch.done)
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		// fresh says the record was read in this attempt: a batch that
+		// changes nothing (a refusal, a release of no lease) is only
+		// answered from a record known to be current, since only a write
+		// would tell a cached one is stale.
+		fresh := ks.cached == nil
+		if ks.cached == nil {
+			e, err := s.kv.Get(ctx, key)
+			switch {
+			case errors.Is(err, jetstream.ErrKeyNotFound):
+				ks.cached, ks.rev = newCounters(scope), 0
+			case err != nil:
+				finish(fmt.Errorf("reading budget counters %s: %w", key, err))
+				return
+			default:
+				c, err := decodeCounters(e.Value(), scope)
+				if err != nil {
+					finish(err)
+					return
+				}
+				ks.cached, ks.rev = c, e.Revision()
+			}
+		}
+		next := ks.cached.clone()
+		changed := false
+		for _, ch := range batch {
+			var ok bool
+			ch.res, ok = ch.fn(next)
+			changed = changed || ok
+		}
+		if !changed {
+			if fresh {
+				finish(nil)
+				return
+			}
+			ks.cached = nil
+			continue
+		}
+		data, err := json.Marshal(next)
+		if err != nil {
+			finish(fmt.Errorf("encoding budget counters %s: %w", key, err))
+			return
+		}
+		var rev uint64
+		if ks.rev == 0 {
+			rev, err = s.kv.Create(ctx, key, data)
+		} else {
+			rev, err = s.kv.Update(ctx, key, data, ks.rev)
+		}
+		if err == nil {
+			ks.cached, ks.rev = next, rev
+			finish(nil)
+			return
+		}
+		ks.cached = nil
+		if !casConflict(err) {
+			finish(fmt.Errorf("writing budget counters %s: %w", key, err))
+			return
+		}
+		// Another gated wrote first: read again after a short, jittered
+		// pause, so that two writers do not collide in step.
+		pause := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 5)))
+		select {
+		case <-time.After(pause):
+		case <-ctx.Done():
+			finish(fmt.Errorf("%w: %s: %v", ErrBusy, key, ctx.Err()))
+			return
+		}
+	}
+}
+
+func casConflict(err error) bool {
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}

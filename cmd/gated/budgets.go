@@ -1,0 +1,265 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/engine"
+)
+
+// watchBudgets reads --budgets again every --budgets-poll, and swaps in a
+// changed file that is valid; a bad one is logged with its file and line,
+// and the limits in force stay.
+func (s *gateServer) watchBudgets() {
+	path, every := s.o.budgets, s.o.budgetsWatch
+	if path == "" || every <= 0 {
+		return
+	}
+	last, _ := os.ReadFile(path)
+	s.watchers.Go(func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.watchCtx.Done():
+				return
+			case <-t.C:
+			}
+			data, err := os.ReadFile(path)
+			if err != nil {
+				if last != nil { // said once, not every poll
+					s.m.budgetReloads.WithLabelValues("refused").Inc()
+					s.log.Error("budgets reload refused: the limits in force stay", zap.Error(err))
+				}
+				last = nil
+				continue
+			}
+			if bytes.Equal(data, last) {
+				continue
+			}
+			last = data
+			cfg, err := budget.ParseConfig(path, data)
+			if err != nil {
+				s.m.budgetReloads.WithLabelValues("refused").Inc()
+				s.log.Error("budgets reload refused: the limits in force stay", zap.Error(err))
+				continue
+			}
+			s.budgets.SetConfig(cfg)
+			s.m.budgetReloads.WithLabelValues("applied").Inc()
+			s.log.Info("budgets reloaded", zap.String("file", path), zap.Strings("tenants", cfg.Tenants()))
+		}
+	})
+}
+
+func budgetsCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "budgets",
+		Short: "Show the budget counters of tenants and their agents",
+	}
+	c.AddCommand(budgetsShowCmd(), budgetsResetCmd())
+	return c
+}
+
+func budgetsResetCmd() *cobra.Command {
+	var (
+		url     string
+		timeout time.Duration
+		conn    natsConnOptions
+	)
+	c := &cobra.Command{
+		Use:   "reset TENANT",
+		Short: "Remove a tenant's budget counters: every count and lease starts from zero",
+		Long: `reset removes the records of TENANT and of each of its agents from the
+GATED_BUDGETS bucket: the windows, the leases of reviews in flight and
+pending holds, and the refusals. Use it for a record gated refuses as not
+its own, or to lift a tenant's refusals at once.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 1 || !engine.ValidTenant(args[0]) {
+				return usageError("want one TENANT matching [a-z0-9_-]{1,64}")
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			nc, err := conn.connect(url, "gated-budgets")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			js, err := jetstream.New(nc)
+			if err != nil {
+				return fmt.Errorf("opening JetStream: %w", err)
+			}
+			kv, err := js.KeyValue(ctx, budget.Bucket)
+			if err != nil {
+				return fmt.Errorf("opening bucket %s: %w", budget.Bucket, err)
+			}
+			n, err := budget.New(kv, nil, nil).Reset(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "removed %d budget records of tenant %s\n", n, args[0])
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&url, "nats-url", nats.DefaultURL, "NATS server URL")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait")
+	conn.register(f)
+	return c
+}
+
+func budgetsShowCmd() *cobra.Command {
+	var (
+		url     string
+		file    string
+		timeout time.Duration
+		conn    natsConnOptions
+	)
+	c := &cobra.Command{
+		Use:   "show [TENANT]",
+		Short: "Print the budget counters and limits of a tenant, or of every tenant",
+		Long: `show prints, for the tenant and each of its agents, the counters gated keeps in
+the GATED_BUDGETS bucket beside the limits of --budgets (the built-in limits
+without it): proposals, reads and tokens in the current window, reviews in
+flight, actions pending an operator, and refusals in the last ten minutes.
+Without TENANT it prints every tenant that has counters.`,
+		Args: func(_ *cobra.Command, args []string) error {
+			switch {
+			case len(args) > 1:
+				return usageError("want at most one TENANT, got %d arguments", len(args))
+			case len(args) == 1 && !engine.ValidTenant(args[0]):
+				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return usageError("--timeout %s must be positive", timeout)
+			}
+			limits := &budget.Config{}
+			if file != "" {
+				var err error
+				if limits, err = budget.LoadConfig(file); err != nil {
+					return usageError("--budgets: %v", err)
+				}
+			}
+			nc, err := conn.connect(url, "gated-budgets")
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			return showBudgets(ctx, nc, limits, args, time.Now(), cmd.OutOrStdout())
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&url, "nats-url", nats.DefaultURL, "NATS server URL")
+	f.StringVar(&file, "budgets", "", "the budgets file gated serves with, for the limits beside the counters")
+	_ = cobra.MarkFlagFilename(f, "budgets", "yaml", "yml")
+	f.DurationVar(&timeout, "timeout", 10*time.Second, "how long to wait for the counters")
+	conn.register(f)
+	return c
+}
+
+// showBudgets prints the counters of the tenants (every tenant with
+// counters when none is named) as a table.
+func showBudgets(ctx context.Context, nc *nats.Conn, limits *budget.Config, tenants []string, now time.Time, out io.Writer) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("opening JetStream: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, budget.Bucket)
+	if err != nil {
+		return fmt.Errorf("opening bucket %s: %w", budget.Bucket, err)
+	}
+	s := budget.New(kv, limits, nil)
+	if len(tenants) == 0 {
+		keys, err := s.Keys(ctx, "*")
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			t, _, _ := strings.Cut(k, ".")
+			tenants = append(tenants, t)
+		}
+		slices.Sort(tenants)
+		tenants = slices.Compact(tenants)
+	}
+	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(w, "TENANT\tSCOPE\tPROPOSALS\tREADS\tTOKENS\tREVIEWS IN FLIGHT\tHOLDS PENDING\tREFUSALS 10M")
+	for _, tenant := range tenants {
+		keys, err := s.Keys(ctx, tenant)
+		if err != nil {
+			return err
+		}
+		c, err := s.Read(ctx, tenant, "", true, now)
+		if err != nil {
+			return err
+		}
+		row(w, tenant, "tenant", c, limits.Tenant(tenant))
+		var agents []string
+		for _, k := range keys {
+			if a, ok := strings.CutPrefix(k, tenant+".agent."); ok {
+				agents = append(agents, a)
+			}
+		}
+		slices.Sort(agents)
+		for _, key := range agents {
+			agent := agentOfKey(key)
+			c, err := s.Read(ctx, tenant, agent, false, now)
+			if err != nil {
+				return err
+			}
+			name := "agent " + agent
+			if agent == "" {
+				name = "agent (none)"
+			}
+			row(w, tenant, name, c, limits.Agent(tenant, agent))
+		}
+	}
+	return w.Flush()
+}
+
+// agentOfKey is the agent an agent key token names (budget.AgentKey).
+func agentOfKey(key string) string {
+	if enc, ok := strings.CutPrefix(key, "="); ok {
+		if b, err := hex.DecodeString(enc); err == nil {
+			return string(b)
+		}
+	}
+	return key
+}
+
+func row(w io.Writer, tenant, scope string, c engine.BudgetCounters, l budget.Limits) {
+	of := func(n int64, r budget.Rate) string {
+		return strconv.FormatInt(n, 10) + " of " + r.String()
+	}
+	count := func(n, max int64) string {
+		if max == 0 {
+			return strconv.FormatInt(n, 10) + " of unlimited"
+		}
+		return strconv.FormatInt(n, 10) + " of " + strconv.FormatInt(max, 10)
+	}
+	fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d (%d by budget)\n", tenant, scope,
+		of(c.Proposals, l.Proposals), of(c.Reads, l.Reads), of(c.Tokens, l.Tokens),
+		count(c.ReviewsInFlight, l.ReviewsInFlight), count(c.HoldsPending, l.HoldsPending),
+		c.Refusals, c.BudgetRefusals)
+}

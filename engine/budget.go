@@ -1,0 +1,269 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// BudgetUse is what an admitted proposal costs its tenant's and agent's
+// budgets.
+type BudgetUse string
+
+// The uses a proposal is admitted for.
+const (
+	// BudgetRead is a proposal the policy approves without a review (a
+	// read, or an action configuration lets skip review): it counts
+	// against the reads limit, higher than the proposals limit.
+	BudgetRead BudgetUse = "read"
+	// BudgetReview is a proposal that goes to review: it counts against
+	// the proposals limit, takes a review-in-flight lease until its
+	// reviews end, and is refused when the tokens of the interval are
+	// spent.
+	BudgetReview BudgetUse = "review"
+	// BudgetHold is an action the policy holds for an operator: it counts
+	// against the proposals limit and takes a pending-hold lease until an
+	// operator decides or its deadline passes.
+	BudgetHold BudgetUse = "hold"
+)
+
+// The limits a budget refusal names.
+const (
+	LimitProposals       = "proposals"
+	LimitReads           = "reads"
+	LimitTokens          = "tokens"
+	LimitReviewsInFlight = "reviews_in_flight"
+	LimitHoldsPending    = "holds_pending"
+)
+
+// Budget scopes: a limit holds for a tenant as a whole and for each of its
+// agents.
+const (
+	ScopeTenant = "tenant"
+	ScopeAgent  = "agent"
+)
+
+// RefusalWindow is how far back the counts of refusals in the policy input
+// (BudgetCounters.Refusals) look.
+const RefusalWindow = 10 * time.Minute
+
+// BudgetState is the policy input's budget member: the counters of the
+// proposal's tenant and agent as they stood before the policy ran.
+type BudgetState struct {
+	Tenant BudgetCounters `json:"tenant"`
+	Agent  BudgetCounters `json:"agent"`
+}
+
+// BudgetCounters are one scope's counters. The windowed ones (proposals,
+// reads, tokens) count the current window of their limit's interval.
+type BudgetCounters struct {
+	Proposals       int64 `json:"proposals"`
+	Reads           int64 `json:"reads"`
+	Tokens          int64 `json:"tokens"`
+	ReviewsInFlight int64 `json:"reviews_in_flight"`
+	HoldsPending    int64 `json:"holds_pending"`
+	// Refusals counts the verdicts of the last RefusalWindow that said no:
+	// rejections (by the policy or a reviewer) and budget refusals.
+	Refusals int64 `json:"refusals_10m"`
+	// BudgetRefusals counts the budget refusals among them.
+	BudgetRefusals int64 `json:"budget_refusals_10m"`
+}
+
+// BudgetRefusal says which limit refused a proposal and when it resets.
+// A verdict that carries one is blocked, never approved.
+type BudgetRefusal struct {
+	// Limit is one of the Limit constants; Scope is ScopeTenant or
+	// ScopeAgent, and Agent the agent when the scope is an agent's.
+	Limit string `json:"limit"`
+	Scope string `json:"scope"`
+	Agent string `json:"agent,omitempty"`
+	// Max is the limit, Used what was counted against it when the
+	// proposal came.
+	Max  int64 `json:"max"`
+	Used int64 `json:"used"`
+	// Interval is the window of a windowed limit, as a Go duration;
+	// empty for reviews in flight and pending holds.
+	Interval string `json:"interval,omitempty"`
+	// ResetsAt is when the limit admits again: the end of the window, or
+	// the earliest lease's end.
+	ResetsAt time.Time `json:"resets_at"`
+}
+
+// Reason is the verdict's sentence for the refusal.
+func (b *BudgetRefusal) Reason(tenant string) string {
+	who := fmt.Sprintf("tenant %q", tenant)
+	if b.Scope == ScopeAgent {
+		who = fmt.Sprintf("agent %q of tenant %q", b.Agent, tenant)
+	}
+	per := ""
+	if b.Interval != "" {
+		per = " per " + b.Interval
+	}
+	return fmt.Sprintf("over budget: %s is at its limit of %d %s%s (%d used); it resets at %s",
+		who, b.Max, limitNoun(b.Limit), per, b.Used, b.ResetsAt.UTC().Format(time.RFC3339))
+}
+
+func limitNoun(limit string) string {
+	switch limit {
+	case LimitProposals:
+		return "proposals"
+	case LimitReads:
+		return "read proposals"
+	case LimitTokens:
+		return "reviewer tokens"
+	case LimitReviewsInFlight:
+		return "reviews in flight"
+	case LimitHoldsPending:
+		return "actions pending an operator"
+	}
+	return limit
+}
+
+// BudgetRequest asks to admit one proposal for a use.
+type BudgetRequest struct {
+	Tenant string
+	// Agent is the proposing agent (requested_by.agent, or a run's
+	// worker); "" for a proposal that names none.
+	Agent string
+	// ID is the proposal id: the name of its lease, so that a redelivery
+	// of the same proposal takes the lease it held, not a second one.
+	ID  string
+	Use BudgetUse
+	// Now is the engine's clock; Until ends the lease of a review or a
+	// hold.
+	Now   time.Time
+	Until time.Time
+}
+
+// RefusalKind says what said no to a proposal, for the refusal counts.
+type RefusalKind string
+
+// The kinds of refusal counted.
+const (
+	RefusedRejected RefusalKind = "rejected"
+	RefusedBudget   RefusalKind = "budget"
+)
+
+// Budgets keeps the counters of every tenant and agent and enforces
+// their limits. It must be shared by every gated process deciding for the
+// same tenants, so that the limits hold over all of them; package
+// bus/budget keeps them in a JetStream key-value bucket. Implementations
+// are safe for concurrent use. Every error is an infrastructure failure:
+// the engine then starts no review and the delivery is retried.
+type Budgets interface {
+	// State returns the counters of tenant and agent at now.
+	State(ctx context.Context, tenant, agent string, now time.Time) (BudgetState, error)
+	// Admit counts the proposal against its limits and returns nil, or
+	// returns the limit that refuses it; a refused proposal is not
+	// counted against any limit but its refusals.
+	Admit(ctx context.Context, req BudgetRequest) (*BudgetRefusal, error)
+	// Release ends the lease of an admitted review or hold. Releasing a
+	// lease that is not held is not an error.
+	Release(ctx context.Context, tenant, agent, id string, use BudgetUse) error
+	// Spend adds the tokens a review reported to the tenant's and agent's
+	// token counters.
+	Spend(ctx context.Context, tenant, agent string, tokens int64, now time.Time) error
+	// Refused counts one refusal of a proposal of tenant and agent.
+	Refused(ctx context.Context, tenant, agent string, kind RefusalKind, now time.Time) error
+}
+
+// EventBudgetRefused records that a proposal was refused by a budget
+// before anything expensive ran; its data is the BudgetRefusal.
+const EventBudgetRefused = "budget.refused"
+
+// budgetAgent is the agent whose budget a proposal counts against.
+func budgetAgent(p *Proposal) string {
+	if p == nil {
+		return ""
+	}
+	if p.RequestedBy != nil && p.RequestedBy.Agent != "" {
+		return p.RequestedBy.Agent
+	}
+	if p.Run != nil {
+		return p.Run.Worker
+	}
+	return ""
+}
+
+// admit asks the budgets to admit the proposal for use, with a lease
+// until until. It returns the verdict that refuses it, or nil when it is
+// admitted (or no budgets are configured). An error means the counters
+// could not be reached: nothing expensive may start.
+func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*Verdict, error) {
+	b := r.e.cfg.Budgets
+	if b == nil {
+		return nil, nil
+	}
+	req := BudgetRequest{Tenant: r.tenant, Agent: budgetAgent(r.p), ID: r.id, Use: use, Now: r.start, Until: until}
+	refusal, err := b.Admit(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("counting %s.%s against its budgets: %w", r.tenant, r.id, err)
+	}
+	if refusal == nil {
+		r.budgetHeld = append(r.budgetHeld, use)
+		return nil, nil
+	}
+	r.log.recordBestEffort(ctx, EventBudgetRefused, refusal)
+	v := r.verdict(OutcomeBlocked, StagePolicy, refusal.Reason(r.tenant))
+	v.Budget = refusal
+	return v, nil
+}
+
+// releaseHold ends the hold lease the pass took, if it took one, when its
+// held verdict was not stored.
+func (r *pass) releaseHold(ctx context.Context) {
+	r.releaseUse(ctx, BudgetHold)
+}
+
+// releaseReview ends the review lease the pass took, if it took one.
+func (r *pass) releaseReview(ctx context.Context) {
+	r.releaseUse(ctx, BudgetReview)
+}
+
+func (r *pass) releaseUse(ctx context.Context, want BudgetUse) {
+	b := r.e.cfg.Budgets
+	if b == nil {
+		return
+	}
+	for i, use := range r.budgetHeld {
+		if use == want {
+			// A failed release is not fatal: the lease ends at its expiry.
+			_ = b.Release(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), r.id, use)
+			r.budgetHeld = append(r.budgetHeld[:i], r.budgetHeld[i+1:]...)
+			return
+		}
+	}
+}
+
+// spend adds the tokens the reviews of v reported.
+func (r *pass) spend(ctx context.Context, v *Verdict) {
+	b := r.e.cfg.Budgets
+	if b == nil || v == nil {
+		return
+	}
+	var tokens int64
+	for _, rev := range v.Reviews {
+		tokens += int64(rev.Tokens.Prompt) + int64(rev.Tokens.Completion)
+	}
+	if tokens > 0 {
+		// Best effort: the verdict stands whether or not the count lands.
+		_ = b.Spend(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), tokens, r.start)
+	}
+}
+
+// countRefusal counts a verdict that says no against the proposal's
+// refusals, which the policy sees in input.budget.
+func (r *pass) countRefusal(ctx context.Context, v *Verdict) {
+	b := r.e.cfg.Budgets
+	if b == nil || v == nil || r.p == nil {
+		return
+	}
+	kind := RefusedRejected
+	switch {
+	case v.Budget != nil:
+		kind = RefusedBudget
+	case v.Outcome != OutcomeRejected:
+		return
+	}
+	_ = b.Refused(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), kind, r.start)
+}
