@@ -1,8 +1,8 @@
 package policies
 
 import (
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -257,12 +257,23 @@ func runRecordTerm(r *engine.RunRecord) *ast.Term {
 	))
 }
 
-// personaTerms caches persona values by content: a gate has a handful of
-// personas and every proposal carries one, so each is built once. The
-// values are shared by concurrent evaluations, which only read input.
+// personaTerms caches persona values: a gate has a handful of personas
+// and every proposal carries one, so each is built once. The registry
+// hands out the same *engine.Persona for a persona until it reloads, so
+// the cache is keyed by that pointer and checks on every hit that the
+// persona still reads as it did when its value was built (a caller that
+// changes a persona in place gets a new value). The values are shared by
+// concurrent evaluations, which only read input.
 var personaTerms struct {
 	sync.RWMutex
-	m map[string]*ast.Term
+	m map[*engine.Persona]personaEntry
+}
+
+// personaEntry is a persona's value and a copy of the persona it was
+// built from.
+type personaEntry struct {
+	seen engine.Persona
+	term *ast.Term
 }
 
 // maxPersonaTerms bounds the cache; past it the cache starts over.
@@ -272,54 +283,33 @@ func personaTerm(p *engine.Persona) *ast.Term {
 	if p == nil {
 		return ast.InternedNullTerm
 	}
-	key := personaKey(p)
 	personaTerms.RLock()
-	t, ok := personaTerms.m[key]
+	e, ok := personaTerms.m[p]
 	personaTerms.RUnlock()
-	if ok {
-		return t
+	if ok && samePersona(&e.seen, p) {
+		return e.term
 	}
-	t = ast.NewTerm(personaValue(p))
+	e = personaEntry{seen: *p, term: ast.NewTerm(personaValue(p))}
+	e.seen.Tools = slices.Clone(p.Tools)
+	e.seen.DisallowedTools = slices.Clone(p.DisallowedTools)
+	e.seen.RequiredGates = slices.Clone(p.RequiredGates)
 	personaTerms.Lock()
 	if personaTerms.m == nil || len(personaTerms.m) >= maxPersonaTerms {
-		personaTerms.m = make(map[string]*ast.Term)
+		personaTerms.m = make(map[*engine.Persona]personaEntry)
 	}
-	personaTerms.m[key] = t
+	personaTerms.m[p] = e
 	personaTerms.Unlock()
-	return t
+	return e.term
 }
 
-// personaKey spells out every field personaValue reads, each prefixed by
-// its length, so two personas share a key only when their values agree.
-func personaKey(p *engine.Persona) string {
-	var b strings.Builder
-	field := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	list := func(xs []string) {
-		b.WriteString(strconv.Itoa(len(xs)))
-		b.WriteByte('[')
-		for _, x := range xs {
-			field(x)
-		}
-	}
-	field(p.Name)
-	field(p.Description)
-	field(p.WhenToUse)
-	field(p.Model)
-	b.WriteString(strconv.Itoa(p.MaxTurns))
-	b.WriteByte(';')
-	field(p.PermissionMode)
-	b.WriteString(strconv.FormatBool(p.Background))
-	b.WriteByte(';')
-	list(p.Tools)
-	list(p.DisallowedTools)
-	field(p.CriticalReminder)
-	list(p.RequiredGates)
-	field(p.Plugin)
-	return b.String()
+// samePersona reports whether a and b agree on every field personaValue
+// reads.
+func samePersona(a, b *engine.Persona) bool {
+	return a.Name == b.Name && a.Description == b.Description && a.WhenToUse == b.WhenToUse &&
+		a.Model == b.Model && a.MaxTurns == b.MaxTurns && a.PermissionMode == b.PermissionMode &&
+		a.Background == b.Background && slices.Equal(a.Tools, b.Tools) &&
+		slices.Equal(a.DisallowedTools, b.DisallowedTools) && a.CriticalReminder == b.CriticalReminder &&
+		slices.Equal(a.RequiredGates, b.RequiredGates) && a.Plugin == b.Plugin
 }
 
 func personaValue(p *engine.Persona) ast.Value {
