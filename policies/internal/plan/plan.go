@@ -245,6 +245,7 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 		return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
 	}
 	out.main = main
+	foldLiterals(append(slices.Clone(out.funcs), main))
 	out.memos = p.memos
 	out.consts = markConstants(out.funcs)
 	return out, nil
