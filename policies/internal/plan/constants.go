@@ -17,7 +17,10 @@ import (
 // except to pass it on as the input of a callee that is itself of data
 // alone, and neither it nor a callee reads the evaluation time. Input
 // reaches a function only through that parameter, so a function that
-// passes this check cannot see the input, whatever it computes.
+// passes this check cannot see the input, whatever it computes. Its value
+// is shared by later evaluations, so this is done only for a plan that
+// changes no collection but one it has just made (literals.go): none
+// changes a value another function returned.
 
 // constValues are the values of the functions of data alone over one data
 // document. Concurrent evaluations share it: each slot is written once

@@ -30,14 +30,20 @@ const (
 	kindSet
 )
 
-// foldLiterals folds the constant collection literals of every function
-// of the plan, when the plan changes only collections it has just made.
-func foldLiterals(funcs []*pfunc) {
+// changesOnlyFreshAll reports whether every function of a plan changes
+// only collections it has just made (changesOnlyFresh).
+func changesOnlyFreshAll(funcs []*pfunc) bool {
 	for _, f := range funcs {
 		if !changesOnlyFresh(f) {
-			return
+			return false
 		}
 	}
+	return true
+}
+
+// foldLiterals folds the constant collection literals of every function
+// of a plan that changes only collections it has just made.
+func foldLiterals(funcs []*pfunc) {
 	for _, f := range funcs {
 		grown := localsGrown(f)
 		for _, b := range f.blocks {

@@ -245,9 +245,14 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 		return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
 	}
 	out.main = main
-	foldLiterals(append(slices.Clone(out.funcs), main))
+	// Values kept beyond one statement (a folded literal, a rule's value
+	// kept across evaluations) are shared, so both are done only for a
+	// plan that changes no collection but one it has just made.
+	if all := append(slices.Clone(out.funcs), main); changesOnlyFreshAll(all) {
+		foldLiterals(all)
+		out.consts = markConstants(out.funcs)
+	}
 	out.memos = p.memos
-	out.consts = markConstants(out.funcs)
 	return out, nil
 }
 
