@@ -1,8 +1,8 @@
 package policies
 
 import (
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,19 +22,51 @@ func InputValue(in engine.PolicyInput) ast.Value {
 	if now.IsZero() {
 		now = time.Now()
 	}
-	history := make([]*ast.Term, 0, len(in.History))
+	ts := &terms{free: make([]ast.Term, 32+8*len(in.History))}
+	history := make([]*ast.Term, len(in.History))
 	for i := range in.History {
-		history = append(history, ast.NewTerm(verdictValue(&in.History[i])))
+		history[i] = ts.of(ts.verdictValue(&in.History[i]))
 	}
 	return ast.NewObject(
-		item("proposal", proposalValue(in.Proposal)),
+		ts.item("proposal", ts.proposalValue(in.Proposal)),
 		[2]*ast.Term{keyTerms["persona"], personaTerm(in.Persona)},
-		item("history", ast.NewArray(history...)),
+		ts.item("history", ast.NewArray(history...)),
 		[2]*ast.Term{keyTerms["run_record"], runRecordTerm(in.RunRecord)},
-		item("budget", budgetValue(in.Budget)),
-		item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
-		item("now_ns", integer(now.UnixNano())),
+		ts.item("budget", budgetValue(in.Budget)),
+		ts.item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
+		ts.item("now_ns", integer(now.UnixNano())),
 	)
+}
+
+// terms hands out an input's terms from a few allocations: an input has
+// some dozens, each of which would otherwise be an allocation of its own.
+// The terms live as long as the input: nothing kept across evaluations
+// holds one.
+type terms struct{ free []ast.Term }
+
+// of returns a new term of v.
+func (ts *terms) of(v ast.Value) *ast.Term {
+	if len(ts.free) == 0 {
+		ts.free = make([]ast.Term, 16)
+	}
+	t := &ts.free[0]
+	ts.free = ts.free[1:]
+	t.Value = v
+	return t
+}
+
+// item is the item k: v; a null value is OPA's interned null.
+func (ts *terms) item(k string, v ast.Value) [2]*ast.Term {
+	if _, null := v.(ast.Null); null {
+		return [2]*ast.Term{keyTerm(k), ast.InternedNullTerm}
+	}
+	return [2]*ast.Term{keyTerm(k), ts.of(v)}
+}
+
+// sitem is the item k: s; OPA's interned values serve the empty string
+// and common strings without boxing them anew.
+func (ts *terms) sitem(k, s string) [2]*ast.Term {
+	return [2]*ast.Term{keyTerm(k), ts.of(ast.InternedValue(s))}
 }
 
 // keyTerms are the input's object keys, built once.
@@ -79,11 +111,8 @@ func item(k string, v ast.Value) [2]*ast.Term {
 	return [2]*ast.Term{keyTerm(k), ast.NewTerm(v)}
 }
 
-// sitem and bitem are items of a string and of a boolean: OPA's interned
-// terms serve the empty string, booleans and common strings without an
-// allocation.
-func sitem(k, s string) [2]*ast.Term { return [2]*ast.Term{keyTerm(k), ast.InternedTerm(s)} }
-
+// bitem is an item of a boolean: OPA's interned terms serve booleans
+// without an allocation.
 func bitem(k string, b bool) [2]*ast.Term { return [2]*ast.Term{keyTerm(k), ast.InternedTerm(b)} }
 
 // flagTerms are the sixteen flags objects, built once: every proposal has
@@ -148,24 +177,24 @@ func generic(v any) ast.Value {
 	return val
 }
 
-func proposalValue(p *engine.Proposal) ast.Value {
+func (ts *terms) proposalValue(p *engine.Proposal) ast.Value {
 	if p == nil {
 		return ast.Null{}
 	}
 	op := ast.Value(ast.Null{})
 	if p.Operator != nil {
-		op = ast.NewObject(sitem("id", p.Operator.ID), item("roles", strs(p.Operator.Roles)))
+		op = ast.NewObject(ts.sitem("id", p.Operator.ID), ts.item("roles", strs(p.Operator.Roles)))
 	}
 	by := ast.Value(ast.Null{})
 	if p.RequestedBy != nil {
-		by = ast.NewObject(sitem("agent", p.RequestedBy.Agent), sitem("session", p.RequestedBy.Session))
+		by = ast.NewObject(ts.sitem("agent", p.RequestedBy.Agent), ts.sitem("session", p.RequestedBy.Session))
 	}
 	criteria := make([]*ast.Term, len(p.Criteria))
 	for i, c := range p.Criteria {
-		criteria[i] = ast.NewTerm(ast.NewObject(
-			sitem("id", c.ID), sitem("description", c.Description),
-			bitem("required", c.Required), sitem("kind", c.Kind),
-			item("params", generic(c.Params)), item("evidence", generic(c.Evidence)),
+		criteria[i] = ts.of(ast.NewObject(
+			ts.sitem("id", c.ID), ts.sitem("description", c.Description),
+			bitem("required", c.Required), ts.sitem("kind", c.Kind),
+			ts.item("params", generic(c.Params)), ts.item("evidence", generic(c.Evidence)),
 		))
 	}
 	run := ast.Value(ast.Null{})
@@ -177,24 +206,24 @@ func proposalValue(p *engine.Proposal) ast.Value {
 		created = str(p.CreatedAt.UTC().Format(time.RFC3339Nano))
 	}
 	return ast.NewObject(
-		item("v", integer(p.V)),
-		sitem("id", p.ID),
-		sitem("tenant", p.Tenant),
-		sitem("kind", string(p.Kind)),
-		sitem("action", p.Action),
-		sitem("class", string(p.Class)),
-		item("target", generic(p.Target)),
-		sitem("reason", p.Reason),
-		sitem("blast_radius", string(p.BlastRadius)),
-		item("operator", op),
-		item("requested_by", by),
-		sitem("incident_id", p.IncidentID),
-		sitem("context_summary", p.ContextSummary),
+		ts.item("v", integer(p.V)),
+		ts.sitem("id", p.ID),
+		ts.sitem("tenant", p.Tenant),
+		ts.sitem("kind", string(p.Kind)),
+		ts.sitem("action", p.Action),
+		ts.sitem("class", string(p.Class)),
+		ts.item("target", generic(p.Target)),
+		ts.sitem("reason", p.Reason),
+		ts.sitem("blast_radius", string(p.BlastRadius)),
+		ts.item("operator", op),
+		ts.item("requested_by", by),
+		ts.sitem("incident_id", p.IncidentID),
+		ts.sitem("context_summary", p.ContextSummary),
 		[2]*ast.Term{keyTerm("flags"), flagsTerm(p.Flags)},
-		sitem("reviewer", p.Reviewer),
-		item("criteria", arrayOf(criteria)),
-		item("run", run),
-		item("created_at", created),
+		ts.sitem("reviewer", p.Reviewer),
+		ts.item("criteria", arrayOf(criteria)),
+		ts.item("run", run),
+		ts.item("created_at", created),
 	)
 }
 
@@ -260,12 +289,23 @@ func runRecordTerm(r *engine.RunRecord) *ast.Term {
 	))
 }
 
-// personaTerms caches persona values by content: a gate has a handful of
-// personas and every proposal carries one, so each is built once. The
-// values are shared by concurrent evaluations, which only read input.
+// personaTerms caches persona values: a gate has a handful of personas
+// and every proposal carries one, so each is built once. The registry
+// hands out the same *engine.Persona for a persona until it reloads, so
+// the cache is keyed by that pointer and checks on every hit that the
+// persona still reads as it did when its value was built (a caller that
+// changes a persona in place gets a new value). The values are shared by
+// concurrent evaluations, which only read input.
 var personaTerms struct {
 	sync.RWMutex
-	m map[string]*ast.Term
+	m map[*engine.Persona]personaEntry
+}
+
+// personaEntry is a persona's value and a copy of the persona it was
+// built from.
+type personaEntry struct {
+	seen engine.Persona
+	term *ast.Term
 }
 
 // maxPersonaTerms bounds the cache; past it the cache starts over.
@@ -275,54 +315,33 @@ func personaTerm(p *engine.Persona) *ast.Term {
 	if p == nil {
 		return ast.InternedNullTerm
 	}
-	key := personaKey(p)
 	personaTerms.RLock()
-	t, ok := personaTerms.m[key]
+	e, ok := personaTerms.m[p]
 	personaTerms.RUnlock()
-	if ok {
-		return t
+	if ok && samePersona(&e.seen, p) {
+		return e.term
 	}
-	t = ast.NewTerm(personaValue(p))
+	e = personaEntry{seen: *p, term: ast.NewTerm(personaValue(p))}
+	e.seen.Tools = slices.Clone(p.Tools)
+	e.seen.DisallowedTools = slices.Clone(p.DisallowedTools)
+	e.seen.RequiredGates = slices.Clone(p.RequiredGates)
 	personaTerms.Lock()
 	if personaTerms.m == nil || len(personaTerms.m) >= maxPersonaTerms {
-		personaTerms.m = make(map[string]*ast.Term)
+		personaTerms.m = make(map[*engine.Persona]personaEntry)
 	}
-	personaTerms.m[key] = t
+	personaTerms.m[p] = e
 	personaTerms.Unlock()
-	return t
+	return e.term
 }
 
-// personaKey spells out every field personaValue reads, each prefixed by
-// its length, so two personas share a key only when their values agree.
-func personaKey(p *engine.Persona) string {
-	var b strings.Builder
-	field := func(s string) {
-		b.WriteString(strconv.Itoa(len(s)))
-		b.WriteByte(':')
-		b.WriteString(s)
-	}
-	list := func(xs []string) {
-		b.WriteString(strconv.Itoa(len(xs)))
-		b.WriteByte('[')
-		for _, x := range xs {
-			field(x)
-		}
-	}
-	field(p.Name)
-	field(p.Description)
-	field(p.WhenToUse)
-	field(p.Model)
-	b.WriteString(strconv.Itoa(p.MaxTurns))
-	b.WriteByte(';')
-	field(p.PermissionMode)
-	b.WriteString(strconv.FormatBool(p.Background))
-	b.WriteByte(';')
-	list(p.Tools)
-	list(p.DisallowedTools)
-	field(p.CriticalReminder)
-	list(p.RequiredGates)
-	field(p.Plugin)
-	return b.String()
+// samePersona reports whether a and b agree on every field personaValue
+// reads.
+func samePersona(a, b *engine.Persona) bool {
+	return a.Name == b.Name && a.Description == b.Description && a.WhenToUse == b.WhenToUse &&
+		a.Model == b.Model && a.MaxTurns == b.MaxTurns && a.PermissionMode == b.PermissionMode &&
+		a.Background == b.Background && slices.Equal(a.Tools, b.Tools) &&
+		slices.Equal(a.DisallowedTools, b.DisallowedTools) && a.CriticalReminder == b.CriticalReminder &&
+		slices.Equal(a.RequiredGates, b.RequiredGates) && a.Plugin == b.Plugin
 }
 
 func personaValue(p *engine.Persona) ast.Value {
@@ -345,16 +364,16 @@ func personaValue(p *engine.Persona) ast.Value {
 	)
 }
 
-func verdictValue(v *engine.Verdict) ast.Value {
+func (ts *terms) verdictValue(v *engine.Verdict) ast.Value {
 	return ast.NewObject(
-		item("proposal_id", str(v.ProposalID)),
-		item("tenant", str(v.Tenant)),
-		item("action", str(v.Action)),
-		item("outcome", str(string(v.Outcome))),
-		item("stage", str(string(v.Stage))),
-		item("decided_at", str(v.DecidedAt.UTC().Format(time.RFC3339Nano))),
-		item("decided_at_ns", integer(v.DecidedAt.UnixNano())),
-		item("agent", str(v.Agent)),
+		ts.sitem("proposal_id", v.ProposalID),
+		ts.sitem("tenant", v.Tenant),
+		ts.sitem("action", v.Action),
+		ts.sitem("outcome", string(v.Outcome)),
+		ts.sitem("stage", string(v.Stage)),
+		ts.item("decided_at", str(v.DecidedAt.UTC().Format(time.RFC3339Nano))),
+		ts.item("decided_at_ns", integer(v.DecidedAt.UnixNano())),
+		ts.sitem("agent", v.Agent),
 	)
 }
 

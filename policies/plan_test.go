@@ -305,48 +305,42 @@ func TestExplainComparesEvaluators(t *testing.T) {
 	}
 }
 
-// TestPersonaKeyCoversEveryField: two personas that build different input
-// values never share a cache key.
-func TestPersonaKeyCoversEveryField(t *testing.T) {
-	base := engine.Persona{Name: "n", Description: "d", Model: "m", MaxTurns: 3, PermissionMode: "read-only",
-		Tools: []string{"a"}, DisallowedTools: []string{"b"}, RequiredGates: []string{"c"}, Plugin: "p"}
-	typ := reflect.TypeOf(base)
+// TestPersonaTermCoversEveryField: a persona changed in place, in any
+// field the policy input carries (a list's element included), never gets
+// the value cached for what it was.
+func TestPersonaTermCoversEveryField(t *testing.T) {
+	fresh := func() *engine.Persona {
+		return &engine.Persona{Name: "n", Description: "d", Model: "m", MaxTurns: 3, PermissionMode: "read-only",
+			Tools: []string{"a"}, DisallowedTools: []string{"b"}, RequiredGates: []string{"c"}, Plugin: "p"}
+	}
+	typ := reflect.TypeFor[engine.Persona]()
 	for i := range typ.NumField() {
-		changed := base
-		changed.Tools = append([]string(nil), base.Tools...)
-		changed.DisallowedTools = append([]string(nil), base.DisallowedTools...)
-		changed.RequiredGates = append([]string(nil), base.RequiredGates...)
-		f := reflect.ValueOf(&changed).Elem().Field(i)
-		switch f.Kind() {
-		case reflect.String:
-			f.SetString(f.String() + "x")
-		case reflect.Int:
-			f.SetInt(f.Int() + 1)
-		case reflect.Slice:
-			if f.Type().Elem().Kind() != reflect.String {
-				continue
+		t.Run(typ.Field(i).Name, func(t *testing.T) {
+			p := fresh()
+			personaTerm(p)
+			f := reflect.ValueOf(p).Elem().Field(i)
+			switch f.Kind() {
+			case reflect.String:
+				f.SetString(f.String() + "x")
+			case reflect.Int, reflect.Int64:
+				f.SetInt(f.Int() + 1)
+			case reflect.Bool:
+				f.SetBool(!f.Bool())
+			case reflect.Slice:
+				// In place: the same backing array with another element.
+				f.Index(0).SetString("x")
+			default:
+				t.Fatalf("a persona field of kind %s: teach this test to change it", f.Kind())
 			}
-			f.Set(reflect.Append(f, reflect.ValueOf("x")))
-		default:
-			continue
-		}
-		if ast.Compare(personaValue(&base), personaValue(&changed)) == 0 {
-			continue // a field the policy input does not carry
-		}
-		if personaKey(&base) == personaKey(&changed) {
-			t.Errorf("field %s changes the persona value but not its cache key", typ.Field(i).Name)
-		}
+			want := personaValue(p)
+			if got := personaTerm(p); ast.Compare(got.Value, want) != 0 {
+				t.Fatalf("changed in place: input %v, want %v", got, want)
+			}
+		})
 	}
-	// Lengths are part of the key: moving a character between fields is
-	// another persona.
-	a := engine.Persona{Name: "ab", Model: "c"}
-	b := engine.Persona{Name: "a", Model: "bc"}
-	if personaKey(&a) == personaKey(&b) {
-		t.Error("personas differing only in where a field ends share a key")
-	}
-	if personaTerm(&base) != personaTerm(&engine.Persona{Name: "n", Description: "d", Model: "m", MaxTurns: 3, PermissionMode: "read-only",
-		Tools: []string{"a"}, DisallowedTools: []string{"b"}, RequiredGates: []string{"c"}, Plugin: "p"}) {
-		t.Error("equal personas are not served from the cache")
+	p := fresh()
+	if personaTerm(p) != personaTerm(p) {
+		t.Error("an unchanged persona is not served from the cache")
 	}
 }
 

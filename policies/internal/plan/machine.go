@@ -38,6 +38,10 @@ type machine struct {
 	depth int
 	// fired, when set, is told each rule whose function returns a value.
 	fired func(rule string)
+	// consts are the values of the functions of data alone over this
+	// evaluation's data (constants.go); nil while fired is set, so that
+	// every rule that fires is told.
+	consts *constValues
 }
 
 // scanState is one scan in progress, with its callbacks bound once.
@@ -99,6 +103,9 @@ func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, 
 		m.release()
 	}()
 	m.ctx, m.plan, m.fired = ctx, pl, fired
+	if fired == nil {
+		m.consts = pl.constantsFor(data)
+	}
 	if cap(m.memo) < pl.memos {
 		m.memo, m.memoSet = make([]*ast.Term, pl.memos), make([]bool, pl.memos)
 	}
@@ -130,7 +137,7 @@ func (m *machine) release() {
 	clear(m.memo)
 	clear(m.memoSet)
 	m.results = m.results[:0]
-	m.ret, m.ctx, m.plan, m.steps, m.out, m.fired = nil, nil, nil, 0, nil, nil
+	m.ret, m.ctx, m.plan, m.steps, m.out, m.fired, m.consts = nil, nil, nil, 0, nil, nil, nil
 	clear(m.args[:cap(m.args)])
 	m.args = m.args[:0]
 	for _, st := range m.scans {
@@ -143,6 +150,15 @@ func (m *machine) release() {
 func (m *machine) call(f *pfunc, args []*ast.Term) (*ast.Term, error) {
 	if f.memo >= 0 && m.memoSet[f.memo] {
 		return m.memo[f.memo], nil
+	}
+	if f.shared >= 0 && m.consts != nil {
+		if v := m.consts.vals[f.shared].Load(); v != nil {
+			if v == undefined {
+				v = nil
+			}
+			m.memo[f.memo], m.memoSet[f.memo] = v, true
+			return v, nil
+		}
 	}
 	base := len(m.stack)
 	if need := base + f.nlocals; need > cap(m.stack) {
@@ -178,6 +194,13 @@ func (m *machine) call(f *pfunc, args []*ast.Term) (*ast.Term, error) {
 	}
 	if f.memo >= 0 {
 		m.memo[f.memo], m.memoSet[f.memo] = out, true
+	}
+	if f.shared >= 0 && m.consts != nil {
+		v := out
+		if v == nil {
+			v = undefined
+		}
+		m.consts.vals[f.shared].Store(v)
 	}
 	return out, nil
 }

@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/ir"
@@ -75,6 +76,11 @@ type Plan struct {
 	funcs []*pfunc
 	main  *pfunc // the query plan; params are input and data
 	memos int    // functions of input and data alone, memoised per evaluation
+	// consts counts the functions of data alone (constants.go), whose
+	// values are kept from one evaluation to the next; values holds them
+	// for the data document they were computed on.
+	consts int
+	values atomic.Pointer[constValues]
 }
 
 type pfunc struct {
@@ -87,6 +93,9 @@ type pfunc struct {
 	blocks  []*pblock
 	nlocals int
 	memo    int // index into the memo table, or -1
+	// shared is the function's index among the functions of data alone,
+	// or -1 (constants.go).
+	shared int
 }
 
 type pblock struct{ stmts []pstmt }
@@ -210,7 +219,7 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 	}
 	// Declare every function first: a call may name one defined later.
 	for _, f := range funcs {
-		pf := &pfunc{name: f.Name, ret: int(f.Return), memo: -1}
+		pf := &pfunc{name: f.Name, ret: int(f.Return), memo: -1, shared: -1}
 		if len(f.Path) > 1 {
 			pf.rule = "data." + strings.Join(f.Path[1:], ".")
 		}
@@ -231,11 +240,18 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 		}
 	}
 	plan := pol.Plans.Plans[0]
-	main := &pfunc{name: plan.Name, params: []int{int(ir.Input), int(ir.Data)}, ret: int(ir.Data), memo: -1}
+	main := &pfunc{name: plan.Name, params: []int{int(ir.Input), int(ir.Data)}, ret: int(ir.Data), memo: -1, shared: -1}
 	if err := p.body(main, plan.Blocks); err != nil {
 		return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
 	}
 	out.main = main
+	// Values kept beyond one statement (a folded literal, a rule's value
+	// kept across evaluations) are shared, so both are done only for a
+	// plan that changes no collection but one it has just made.
+	if all := append(slices.Clone(out.funcs), main); changesOnlyFreshAll(all) {
+		foldLiterals(all)
+		out.consts = markConstants(out.funcs)
+	}
 	out.memos = p.memos
 	return out, nil
 }
