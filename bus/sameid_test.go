@@ -350,7 +350,9 @@ func TestSameIDDifferentContentOnTheReviewService(t *testing.T) {
 		pairs[i] = pair(fmt.Sprintf("svc-same-%d", i))
 		for _, data := range [][]byte{pairs[i].destructive, pairs[i].other} {
 			wg.Go(func() {
-				nc, err := nats.Connect(g.NC.ConnectedUrl())
+				// Many connections open at once: on a loaded machine the
+				// default two seconds for the server's INFO can pass.
+				nc, err := nats.Connect(g.NC.ConnectedUrl(), nats.Timeout(30*time.Second))
 				if err != nil {
 					replies <- reply{data: data, err: err}
 					return
