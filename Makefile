@@ -210,9 +210,10 @@ bench: build
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-mcp | tee bench-results/mcp.txt'
 
 # bench-mcp measures gated mcp (docs/MCP.md): a read call through the
-# proxy against the same call made directly to examples/mcp-ops, and a
-# policy-decided call through it against the Go fleet client's, in turn
-# in one run; p50s and p99s in microseconds.
+# proxy against the same call made directly to examples/mcp-ops and
+# through a bare proxy of the MCP Go SDK alone, and a policy-decided call
+# through it against the Go fleet client's, in turn in one run; p50s and
+# p99s in microseconds.
 bench-mcp:
 	$(GO) test ./cmd/gated -run '^$$' -bench '^BenchmarkMCPProxy$$' -benchtime 1000x -count 1
 
