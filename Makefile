@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -18,7 +18,7 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test: test-go test-python test-ts test-browser
+test: test-go test-python test-ts test-mcp-ts test-browser
 
 # test-go vets, checks the formatting of and tests the Go module.
 test-go:
@@ -35,6 +35,14 @@ test-ts: build
 	@git diff --quiet -- sdk/typescript/dist || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git diff --stat -- sdk/typescript/dist; exit 1; }
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
+
+# test-mcp-ts runs gated mcp under the TypeScript MCP SDK's client
+# (test/mcp-ts, its pinned @modelcontextprotocol/sdk): over stdio and
+# streamable HTTP, in front of examples/mcp-ops, with a real gated serve
+# built here. The tests are TypeScript (strict), compiled by npm test.
+test-mcp-ts: build
+	cd test/mcp-ts && npm ci --no-audit --no-fund
+	cd test/mcp-ts && GATED_BIN="$(CURDIR)/bin/gated" MCP_OPS_BIN="$(CURDIR)/bin/mcp-ops" npm test
 
 # test-browser type-checks the web console's scripts (console-js) and runs
 # the console's tests in Debian's headless Chromium (console/browser_test.go,
@@ -208,9 +216,10 @@ bench: build
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-mcp | tee bench-results/mcp.txt'
 
 # bench-mcp measures gated mcp (docs/MCP.md): a read call through the
-# proxy against the same call made directly to examples/mcp-ops, and a
-# policy-decided call through it against the Go fleet client's, in turn
-# in one run; p50s and p99s in microseconds.
+# proxy against the same call made directly to examples/mcp-ops and
+# through a bare proxy of the MCP Go SDK alone, and a policy-decided call
+# through it against the Go fleet client's, in turn in one run; p50s and
+# p99s in microseconds.
 bench-mcp:
 	$(GO) test ./cmd/gated -run '^$$' -bench '^BenchmarkMCPProxy$$' -benchtime 1000x -count 1
 

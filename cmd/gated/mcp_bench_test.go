@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"slices"
 	"testing"
@@ -19,6 +21,10 @@ import (
 //   - a read-class call of list_services made directly to the example
 //     server and through gated mcp (stdio to stdio, the policy's read
 //     pass checked in process), reported as p50s and their difference;
+//   - the same read through a bare proxy made of the MCP Go SDK alone
+//     (its server in front, its client behind, the handler passing the
+//     call on): the floor of any proxy built on the SDK, which gated mcp
+//     is;
 //   - a policy-decided call, drop_table for tenant locked (rejected at
 //     policy by denied_actions), through gated mcp, against the same
 //     proposal published with the Go fleet client: gated's own policy
@@ -29,6 +35,7 @@ import (
 func BenchmarkMCPProxy(b *testing.B) {
 	h := startMCPHarness(b)
 	direct, _ := connectMCP(b, &mcp.CommandTransport{Command: exec.Command(h.ops)})
+	bare, _ := connectMCP(b, &mcp.CommandTransport{Command: bareProxyCommand(b, h.ops)})
 	proxied, _ := connectMCP(b, &mcp.CommandTransport{Command: gatedCommand(b, append(h.gatedArgs("acme"), "--", h.ops)...)})
 	locked, _ := connectMCP(b, &mcp.CommandTransport{Command: gatedCommand(b, append(h.gatedArgs("locked", "--list-denied", "mark"), "--", h.ops)...)})
 	nc, client, err := (&natsConnOptions{}).client(h.natsURL, "mcp-bench")
@@ -63,14 +70,16 @@ func BenchmarkMCPProxy(b *testing.B) {
 	}
 	for i := range 50 { // warm up connections, caches and the policy
 		call(direct, read, false)
+		call(bare, read, false)
 		call(proxied, read, false)
 		call(locked, dropCall(-1-i), true)
 		propose(-1 - i)
 	}
-	var readDirect, readProxy, policyDirect, policyProxy []time.Duration
+	var readDirect, readBare, readProxy, policyDirect, policyProxy []time.Duration
 	b.ResetTimer()
 	for i := range b.N {
 		readDirect = append(readDirect, call(direct, read, false))
+		readBare = append(readBare, call(bare, read, false))
 		readProxy = append(readProxy, call(proxied, read, false))
 		policyDirect = append(policyDirect, propose(i))
 		policyProxy = append(policyProxy, call(locked, dropCall(i), true))
@@ -81,12 +90,61 @@ func BenchmarkMCPProxy(b *testing.B) {
 	b.ReportMetric(us(rd), "read-direct-p50-µs")
 	b.ReportMetric(us(rp), "read-proxy-p50-µs")
 	b.ReportMetric(us(rp-rd), "read-added-p50-µs")
+	b.ReportMetric(us(p50(readBare)-rd), "read-bare-sdk-proxy-added-p50-µs")
 	b.ReportMetric(us(pd), "policy-fleet-p50-µs")
 	b.ReportMetric(us(pp), "policy-proxy-p50-µs")
 	b.ReportMetric(us(pp-pd), "policy-added-p50-µs")
 	b.ReportMetric(us(pct(readProxy, 99)), "read-proxy-p99-µs")
 	b.ReportMetric(us(pct(policyDirect, 99)), "policy-fleet-p99-µs")
 	b.ReportMetric(us(pct(policyProxy, 99)), "policy-proxy-p99-µs")
+}
+
+// runAsBareProxyEnv makes the test binary run as the bare SDK proxy
+// (see TestMain and runBareMCPProxy).
+const runAsBareProxyEnv = "GATED_TEST_RUN_AS_BARE_MCP_PROXY"
+
+// bareProxyCommand is the test binary started as the bare SDK proxy in
+// front of the MCP server command server.
+func bareProxyCommand(t testing.TB, server ...string) *exec.Cmd {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, server...)
+	cmd.Env = append(os.Environ(), runAsBareProxyEnv+"=1")
+	cmd.Stderr = os.Stderr
+	return cmd
+}
+
+// runBareMCPProxy serves, over stdio, the tools of the MCP server that
+// the command args starts, passing every call on unchecked: what a proxy
+// built on the SDK costs before it decides anything. It returns the exit
+// status.
+func runBareMCPProxy(args []string) int {
+	ctx := context.Background()
+	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "bare-proxy", Version: "1"}, nil).
+		Connect(ctx, &mcp.CommandTransport{Command: exec.Command(args[0], args[1:]...)}, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bare proxy:", err)
+		return 1
+	}
+	defer func() { _ = upstream.Close() }()
+	server := mcp.NewServer(&mcp.Implementation{Name: "bare-proxy", Version: "1"}, nil)
+	for tool, err := range upstream.Tools(ctx, nil) {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bare proxy:", err)
+			return 1
+		}
+		server.AddTool(tool, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return upstream.CallTool(ctx, &mcp.CallToolParams{Name: req.Params.Name, Arguments: req.Params.Arguments})
+		})
+	}
+	if err := server.Run(ctx, &mcp.StdioTransport{}); err != nil {
+		fmt.Fprintln(os.Stderr, "bare proxy:", err)
+		return 1
+	}
+	return 0
 }
 
 func dropCall(i int) *mcp.CallToolParams {

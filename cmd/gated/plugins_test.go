@@ -36,6 +36,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(exitCode(err))
 	}
+	if os.Getenv(runAsBareProxyEnv) == "1" {
+		os.Exit(runBareMCPProxy(os.Args[1:]))
+	}
 	if len(os.Args) > 2 && os.Args[1] == "plugin" && os.Args[2] == "run" {
 		if err := run(context.Background(), os.Args[1:]); err != nil {
 			fmt.Fprintln(os.Stderr, err)
