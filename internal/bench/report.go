@@ -155,6 +155,10 @@ func (r *Report) Print(w io.Writer) {
 	if r.GatedProc != nil {
 		fmt.Fprintf(w, "\ngated and its plugin processes: peak RSS %.0f MB%s, CPU %.1f s (%.2f cores)\n",
 			r.GatedProc.PeakRSSMB, pssNote(r.GatedProc), r.GatedProc.CPUSeconds, r.GatedProc.Cores)
+		if a := r.GatedProc.RSS; a != nil {
+			fmt.Fprintf(w, "gated's own RSS along the run: %.0f MB at the start, %.0f MB at the middle, %.0f MB at the end (with its plugins %.0f → %.0f MB)\n",
+				a.StartMB, a.MiddleMB, a.EndMB, a.TreeStartMB, a.TreeEndMB)
+		}
 	}
 	if r.BenchProc != nil {
 		fmt.Fprintf(w, "bench process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.BenchProc.PeakRSSMB, r.BenchProc.CPUSeconds, r.BenchProc.Cores)
