@@ -29,8 +29,22 @@ type Report struct {
 	LLMCalls   int64 `json:"llm_calls,omitempty"`
 	// LLMArrivalMS is how long the scripted model's calls took to arrive,
 	// first to last: how fast gated started its reviews.
-	LLMArrivalMS float64  `json:"llm_arrival_ms,omitempty"`
-	Notes        []string `json:"notes,omitempty"`
+	LLMArrivalMS float64 `json:"llm_arrival_ms,omitempty"`
+	// Prefill is what was written into the store before the measurement
+	// (gated bench --prefill), and the store's size then.
+	Prefill *PrefillReport `json:"prefill,omitempty"`
+	Notes   []string       `json:"notes,omitempty"`
+}
+
+// PrefillReport is a prefill's result and the store it left.
+type PrefillReport struct {
+	PrefillResult
+	// AuditRecords and AuditBytes are the audit stream's size after the
+	// prefill, BucketMessages and BucketBytes the verdict bucket's.
+	AuditRecords   uint64 `json:"store_audit_records"`
+	AuditBytes     uint64 `json:"store_audit_bytes"`
+	BucketMessages uint64 `json:"store_bucket_messages"`
+	BucketBytes    uint64 `json:"store_bucket_bytes"`
 }
 
 // Machine describes where the run happened.
@@ -145,6 +159,10 @@ func (r *Report) Print(w io.Writer) {
 			fmt.Fprintln(tw, line)
 		}
 		_ = tw.Flush()
+	}
+	if p := r.Prefill; p != nil {
+		fmt.Fprintf(w, "\nprefilled: %s\nstore before measuring: %s audit records (%.0f MB), %s bucket messages (%.0f MB)\n", p.PrefillResult,
+			Thousands(int(p.AuditRecords)), float64(p.AuditBytes)/(1<<20), Thousands(int(p.BucketMessages)), float64(p.BucketBytes)/(1<<20))
 	}
 	table("gated (publish → verdict)", r.Gated, len(r.Floor) > 0)
 	if r.Probe != nil {
