@@ -120,7 +120,7 @@ func printCurve(w io.Writer, points []curvePoint) {
 	fmt.Fprintln(tw, "prefill\tbucket msgs\taudit records\tstore MB\tper s\t× first\tp50 ms\tp99 ms\tCPU µs/proposal\tRSS start / middle / end MB\t")
 	var base float64
 	for i, p := range points {
-		all := overall(p.Report.Gated)
+		all := bench.Overall(p.Report.Gated)
 		if i == 0 {
 			base = all.PerSecond
 		}
@@ -146,17 +146,4 @@ func printCurve(w io.Writer, points []curvePoint) {
 			all.PerSecond, ratio, all.P50MS, all.P99MS, cpu, rss)
 	}
 	_ = tw.Flush()
-}
-
-// overall is the "all" row of a run, or its only row.
-func overall(rows []bench.Summary) bench.Summary {
-	for _, s := range rows {
-		if s.Path == "all" {
-			return s
-		}
-	}
-	if len(rows) > 0 {
-		return rows[0]
-	}
-	return bench.Summary{}
 }

@@ -115,6 +115,19 @@ func Summaries(recs map[Path]*Recorder) []Summary {
 	return out
 }
 
+// Overall is the "all" row of a run's summaries, or its only row.
+func Overall(rows []Summary) Summary {
+	for _, s := range rows {
+		if s.Path == "all" {
+			return s
+		}
+	}
+	if len(rows) > 0 {
+		return rows[0]
+	}
+	return Summary{}
+}
+
 // Ratios is gated's throughput over the floor's, for each row both have.
 func Ratios(gated, floor []Summary) map[string]float64 {
 	out := map[string]float64{}
