@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -198,7 +199,7 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 		defer llm.Close()
 	}
 
-	servers, gatedPID := o.natsURL, o.pid
+	servers, gatedPID, auditKeyPath := o.natsURL, o.pid, ""
 	if o.natsURL == "" {
 		dir, err := os.MkdirTemp("", "gated-bench-")
 		if err != nil {
@@ -223,7 +224,7 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 				err = serr
 			}
 		}()
-		servers, gatedPID = g.URL, g.PID
+		servers, gatedPID, auditKeyPath = g.URL, g.PID, filepath.Join(dir, "data", auditKeyFile)
 	} else {
 		rep.Mode = "external"
 	}
@@ -257,7 +258,7 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 		}
 	}
 	if o.prefill > 0 {
-		if rep.Prefill, err = prefillStore(ctx, js, o, warmGen, warmStart, nonce+"f", stderr); err != nil {
+		if rep.Prefill, err = prefillStore(ctx, js, o, warmGen, warmStart, nonce+"f", auditKeyPath, stderr); err != nil {
 			return nil, err
 		}
 	}

@@ -20,8 +20,16 @@ import (
 
 // prefillStore copies the trails gated wrote for the warm-up's first
 // denied and read proposals o.prefill times over, under the nonce given,
-// and reports the store's size afterwards.
-func prefillStore(ctx context.Context, js jetstream.JetStream, o benchOptions, warm bench.Proposals, since time.Time, nonce string, stderr io.Writer) (*bench.PrefillReport, error) {
+// and reports the store's size afterwards. The records are MACed with the
+// key in keyPath, gated's own, as gated's are.
+func prefillStore(ctx context.Context, js jetstream.JetStream, o benchOptions, warm bench.Proposals, since time.Time, nonce, keyPath string, stderr io.Writer) (*bench.PrefillReport, error) {
+	var key []byte
+	if keyPath != "" {
+		var err error
+		if key, err = readAuditKey(keyPath); err != nil {
+			return nil, fmt.Errorf("reading the embedded gated's audit key: %w", err)
+		}
+	}
 	var trails []*bench.Trail
 	for _, p := range []bench.Path{bench.PathDenied, bench.PathRead} {
 		t, err := bench.CaptureTrail(ctx, js, warm, p, 0, since)
@@ -33,7 +41,7 @@ func prefillStore(ctx context.Context, js jetstream.JetStream, o benchOptions, w
 	var done atomic.Int64
 	stop := startProgress(stderr, o.progress, "prefill", o.prefill, &done)
 	res, err := bench.Prefill(ctx, js, bench.PrefillOptions{
-		Proposals: o.prefill, Gen: bench.Proposals{Tenant: o.tenant, Nonce: nonce}, Trails: trails, Done: &done,
+		Proposals: o.prefill, Gen: bench.Proposals{Tenant: o.tenant, Nonce: nonce}, Trails: trails, Done: &done, AuditKey: key,
 	})
 	stop()
 	if err != nil {

@@ -122,6 +122,9 @@ type PrefillOptions struct {
 	InFlight int
 	// Done counts the proposals written, for a progress bar.
 	Done *atomic.Int64
+	// AuditKey MACs the records, as gated's audit key does its own; nil
+	// writes them without a MAC, as a gated without a key does.
+	AuditKey []byte
 }
 
 // PrefillResult is what Prefill wrote.
@@ -148,7 +151,7 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 		inFlight = 512
 	}
 	start := time.Now()
-	w, err := audit.NewWriter(ctx, js, audit.Config{Instance: "gated-bench-prefill", QueueLen: inFlight * 8})
+	w, err := audit.NewWriter(ctx, js, audit.Config{Instance: "gated-bench-prefill", QueueLen: inFlight * 8, Key: o.AuditKey})
 	if err != nil {
 		return PrefillResult{}, fmt.Errorf("opening the audit writer: %w", err)
 	}
@@ -197,7 +200,7 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 							return
 						}
 					}
-					if _, err := kvjs.PublishMsgAsync(msg); err != nil {
+					if _, err := kvjs.PublishMsgAsync(msg, jetstream.WithStallWait(time.Minute)); err != nil {
 						fail(fmt.Errorf("writing bucket key %s: %w", msg.Subject, err))
 						cancel()
 						return
