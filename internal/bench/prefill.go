@@ -155,11 +155,6 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 	if err != nil {
 		return PrefillResult{}, fmt.Errorf("opening the audit writer: %w", err)
 	}
-	kvjs, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(inFlight))
-	if err != nil {
-		_ = w.Close(context.WithoutCancel(ctx))
-		return PrefillResult{}, err
-	}
 	var (
 		res     PrefillResult
 		records atomic.Int64
@@ -171,6 +166,17 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 	fail := func(err error) { errOnce.Do(func() { first = err }) }
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// A bucket write the server refuses is reported here, after the
+	// publish returned: it fails the prefill.
+	refused := func(_ jetstream.JetStream, m *nats.Msg, err error) {
+		fail(fmt.Errorf("writing bucket key %s: %w", m.Subject, err))
+		cancel()
+	}
+	kvjs, err := jetstream.New(js.Conn(), jetstream.WithPublishAsyncMaxPending(inFlight), jetstream.WithPublishAsyncErrHandler(refused))
+	if err != nil {
+		_ = w.Close(context.WithoutCancel(ctx))
+		return PrefillResult{}, err
+	}
 	var wg sync.WaitGroup
 	for range inFlight {
 		wg.Go(func() {

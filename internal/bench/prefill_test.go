@@ -197,3 +197,24 @@ func FuzzParseSizes(f *testing.F) {
 		}
 	})
 }
+
+// TestPrefillFailsWhenTheBucketRefuses checks that a bucket write the
+// server does not store fails the prefill instead of being counted.
+func TestPrefillFailsWhenTheBucketRefuses(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	ctx := t.Context()
+	if _, err := bus.Setup(ctx, js, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteKeyValue(ctx, wire.VerdictBucket); err != nil {
+		t.Fatal(err)
+	}
+	tr := &Trail{Path: PathRead, ID: "x-read-0", Events: []engine.AuditEvent{
+		{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "x-read-0", At: time.Now()},
+	}, Bucket: []BucketMsg{{Key: "acme.x-read-0", Data: []byte(`{"v":1,"proposal_id":"x-read-0","tenant":"acme"}`)}}}
+	res, err := Prefill(ctx, js, PrefillOptions{Proposals: 20, Gen: Proposals{Tenant: "acme", Nonce: "n"}, Trails: []*Trail{tr}, InFlight: 4})
+	if err == nil || !strings.Contains(err.Error(), "writing bucket key") {
+		t.Fatalf("prefill into a missing bucket: %+v, %v; want an error writing a bucket key", res, err)
+	}
+}
