@@ -159,11 +159,20 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 		res     PrefillResult
 		records atomic.Int64
 		msgs    atomic.Int64
+		written atomic.Int64
 		next    atomic.Int64
-		errOnce sync.Once
+		mu      sync.Mutex
 		first   error
 	)
-	fail := func(err error) { errOnce.Do(func() { first = err }) }
+	// fail keeps the first error; the async publisher's handler calls it
+	// from its own goroutine.
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if first == nil {
+			first = err
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// A bucket write the server refuses is reported here, after the
@@ -213,6 +222,7 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 					}
 					msgs.Add(1)
 				}
+				written.Add(1)
 				if o.Done != nil {
 					o.Done.Add(1)
 				}
@@ -227,10 +237,12 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 	if err := w.Close(context.WithoutCancel(ctx)); err != nil {
 		fail(fmt.Errorf("closing the audit writer: %w", err))
 	}
-	if first == nil && ctx.Err() != nil {
-		first = ctx.Err()
+	if ctx.Err() != nil {
+		fail(ctx.Err())
 	}
-	res.Proposals = int(min(next.Load(), int64(o.Proposals)))
+	mu.Lock()
+	defer mu.Unlock()
+	res.Proposals = int(written.Load())
 	res.Records, res.BucketMsgs = int(records.Load()), int(msgs.Load())
 	res.Seconds = time.Since(start).Seconds()
 	return res, first
