@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
 
 all: build
 
@@ -185,6 +185,7 @@ fuzz:
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseSince$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseMix$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseSizes$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeSignIn$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./console -run '^$$' -fuzz '^FuzzDecodeDecision$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeCatalog$$' -fuzztime $(FUZZTIME)
@@ -214,6 +215,7 @@ bench: build
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-mcp | tee bench-results/mcp.txt'
+	$(MAKE) --no-print-directory bench-history bench-scaleout
 
 # bench-mcp measures gated mcp (docs/MCP.md): a read call through the
 # proxy against the same call made directly to examples/mcp-ops and
@@ -222,6 +224,22 @@ bench: build
 # p99s in microseconds.
 bench-mcp:
 	$(GO) test ./cmd/gated -run '^$$' -bench '^BenchmarkMCPProxy$$' -benchtime 1000x -count 1
+
+
+# bench-history measures the policy path on an empty store and on stores
+# prefilled with the histories of 100,000 and 1,000,000 proposals (gated
+# bench --prefill-curve), with gated's resident set along each run.
+HISTORY_CURVE ?= 0,100000,1000000
+bench-history: build
+	mkdir -p bench-results
+	./bin/gated bench -n 60000 --mix denied=1,read=1 -c 256 --floor=false --prefill-curve $(HISTORY_CURVE) --json bench-results/history.json
+
+# bench-scaleout measures one, two and three gated processes sharing the
+# consumer on a three-node cluster on this machine (test/scaleout_bench_test.go).
+bench-scaleout:
+	mkdir -p bench-results
+	bash -o pipefail -c 'GATED_BENCH_SCALEOUT=1 GATED_BENCH_SCALEOUT_JSON="$(CURDIR)/bench-results/scaleout.json" \
+	  $(GO) test ./test -run "^TestBenchScaleOut$$" -count=1 -v -timeout 60m | tee bench-results/scaleout.txt'
 
 # bench-clients measures the fleet clients' policy-path round trip (c=1,
 # publish -> verdict) in Go, Python and TypeScript side by side against one

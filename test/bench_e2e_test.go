@@ -137,3 +137,68 @@ func TestBenchBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPrefillCurve runs `gated bench --prefill-curve` as a user
+// does: one embedded gated per size, the store prefilled with copies of
+// the warm-up's trails before the measurement. It checks that each size's
+// store holds what was asked for, that the copies verify as gated's own
+// (the run answers every proposal after them), and that gated's resident
+// set is reported along each run.
+func TestBenchPrefillCurve(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gated twice")
+	}
+	out := filepath.Join(t.TempDir(), "curve.json")
+	cmd := exec.Command(gatedBin, "bench", "-n", "200", "--mix", "denied=1,read=1", "-c", "8", "--floor=false",
+		"--warmup", "20", "--prefill-curve", "0,500", "--json", out, "--progress", "on")
+	code, stdout, stderr := run(t, cmd)
+	if code != 0 {
+		t.Fatalf("gated bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{"prefill curve", "=== prefill 500 ===", "prefilled: 500 proposals' histories", "gated's own RSS along the run"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "prefill  [") {
+		t.Errorf("no prefill progress bar on stderr:\n%s", stderr)
+	}
+	var points []struct {
+		Prefill int           `json:"prefill"`
+		Report  *bench.Report `json:"report"`
+	}
+	data, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(data, &points); err != nil {
+		t.Fatal(err)
+	}
+	if len(points) != 2 || points[0].Prefill != 0 || points[1].Prefill != 500 {
+		t.Fatalf("curve has %d points: %+v", len(points), points)
+	}
+	for _, p := range points {
+		all := bench.Overall(p.Report.Gated)
+		if all.Answered != 200 || all.Errors != 0 || all.Unexpected != 0 {
+			t.Errorf("prefill %d: %+v", p.Prefill, all)
+		}
+		if g := p.Report.GatedProc; g == nil || g.RSS == nil || g.RSS.StartMB <= 0 || g.RSS.EndMB <= 0 || len(g.RSS.Along) < 2 {
+			t.Errorf("prefill %d: gated's RSS along the run is missing: %+v", p.Prefill, g)
+		}
+		if _, err := os.Stat(strings.TrimSuffix(out, ".json") + "-prefill-" + strconv.Itoa(p.Prefill) + ".json"); err != nil {
+			t.Errorf("prefill %d: no report of its own: %v", p.Prefill, err)
+		}
+	}
+	if points[0].Report.Prefill != nil {
+		t.Errorf("size 0 was prefilled: %+v", points[0].Report.Prefill)
+	}
+	pf := points[1].Report.Prefill
+	if pf == nil || pf.Proposals != 500 || pf.Records < 500 || pf.Records%500 != 0 {
+		t.Fatalf("prefill 500 wrote %+v; want 500 proposals' trails, the same records in each", pf)
+	}
+	// Stored: the warm-up's 20 proposals and the 500 copies, each with
+	// its trail and its verdict.
+	if perTrail := pf.Records / 500; pf.AuditRecords < uint64(520*perTrail) || pf.BucketMessages < 520 {
+		t.Errorf("prefill 500 left %d audit records and %d bucket messages; want at least %d and 520", pf.AuditRecords, pf.BucketMessages, 520*perTrail)
+	}
+}

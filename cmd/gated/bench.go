@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -48,6 +49,8 @@ type benchOptions struct {
 	fair      bool
 	fairFlood int
 	fairLimit int
+	prefill   int
+	curve     string
 }
 
 func benchCmd() *cobra.Command {
@@ -105,6 +108,8 @@ log append, reply) and each path's gated/floor ratio is reported.`,
 	f.BoolVar(&o.fair, "fair", false, "measure fairness instead: --tenant's -n llm-path reviews alone, then beside tenant bench-flood keeping --fair-flood reviews in flight against a reviews_in_flight budget of --fair-limit, in one run (embedded gated only)")
 	f.IntVar(&o.fairFlood, "fair-flood", 256, "with --fair: the flooding tenant's proposals in flight")
 	f.IntVar(&o.fairLimit, "fair-limit", 8, "with --fair: the flooding tenant's reviews_in_flight budget")
+	f.IntVar(&o.prefill, "prefill", 0, "before measuring, fill the embedded gated's store with the histories of this many policy-decided proposals, copied from the warm-up's")
+	f.StringVar(&o.curve, "prefill-curve", "", "run the bench once per prefill size, each on a new embedded gated, and report the rates side by side, e.g. 0,100000,1000000")
 	return c
 }
 
@@ -134,6 +139,14 @@ func (o *benchOptions) validate() (bench.Mix, bench.Concurrency, error) {
 		return nil, nil, usageError("%s apply to an external server: give --nats-url too", strings.Join(o.natsConn.authFlags(), ", "))
 	case o.progress != "auto" && o.progress != "on" && o.progress != "off":
 		return nil, nil, usageError("--progress %q: want auto, on or off", o.progress)
+	case o.prefill < 0 || o.prefill > bench.MaxPrefill:
+		return nil, nil, usageError("--prefill %d must be from 0 to %d", o.prefill, bench.MaxPrefill)
+	case o.natsURL != "" && (o.prefill > 0 || o.curve != ""):
+		return nil, nil, usageError("--prefill and --prefill-curve write into the store of the embedded gated; they cannot be used with --nats-url")
+	case o.prefill > 0 && o.curve != "":
+		return nil, nil, usageError("give --prefill or --prefill-curve, not both")
+	case o.curve != "" && o.jsonOut != "" && !strings.HasSuffix(o.jsonOut, ".json"):
+		return nil, nil, usageError("--json %q: with --prefill-curve it must end in .json (each size's report gets its own file)", o.jsonOut)
 	}
 	for _, kv := range o.serveEnv {
 		if err := bench.CheckEnv(kv); err != nil {
@@ -151,13 +164,26 @@ func (o *benchOptions) validate() (bench.Mix, bench.Concurrency, error) {
 	return mix, conc, nil
 }
 
-func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (err error) {
-	mix, conc, err := o.validate()
-	if err != nil {
+func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
+	if _, _, err := o.validate(); err != nil {
 		return err
 	}
+	if o.curve != "" {
+		return runBenchCurve(ctx, o, stdout, stderr)
+	}
+	_, err := benchOnce(ctx, o, stdout, stderr)
+	return err
+}
+
+// benchOnce runs one bench and prints its report; the report is returned
+// also when the run found errors.
+func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (rep *bench.Report, err error) {
+	mix, conc, err := o.validate()
+	if err != nil {
+		return nil, err
+	}
 	plan := bench.Plan{Counts: mix.Split(o.n), Concurrency: conc, Ramp: o.ramp}
-	rep := &bench.Report{
+	rep = &bench.Report{
 		Mode: "embedded",
 		Machine: bench.Machine{CPUs: runtime.NumCPU(), GOOS: runtime.GOOS, GOARCH: runtime.GOARCH,
 			GoVersion: runtime.Version(), Gated: version},
@@ -178,16 +204,16 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 			addr = "127.0.0.1:0"
 		}
 		if llm, err = bench.ServeLLM(addr, o.llmLatency); err != nil {
-			return err
+			return nil, err
 		}
 		defer llm.Close()
 	}
 
-	servers, gatedPID := o.natsURL, o.pid
+	servers, gatedPID, auditKeyPath := o.natsURL, o.pid, ""
 	if o.natsURL == "" {
 		dir, err := os.MkdirTemp("", "gated-bench-")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if !o.keep {
 			defer os.RemoveAll(dir)
@@ -196,7 +222,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 		}
 		exe, err := os.Executable()
 		if err != nil {
-			return fmt.Errorf("finding the gated binary to start: %w", err)
+			return rep, fmt.Errorf("finding the gated binary to start: %w", err)
 		}
 		fmt.Fprintln(stderr, "starting gated serve with an embedded NATS server…")
 		// The bench measures gated's paths, not its budgets: the tenant's
@@ -205,33 +231,33 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 		budgets := dir + string(os.PathSeparator) + "budgets.yaml"
 		file := fmt.Sprintf("tenants:\n  %s: {tenant: %s, agent: %s}\n", o.tenant, unlimitedScope, unlimitedScope)
 		if err := os.WriteFile(budgets, []byte(file), 0o644); err != nil {
-			return err
+			return nil, err
 		}
 		// One tenant sends the whole load: it may have every handler.
 		own := []string{"--budgets=" + budgets, fmt.Sprintf("--tenant-max-in-flight=%d", max(1024, 2*conc.Total()))}
 		args := embeddedServeArgs(conc, append(own, o.serveArgs...))
 		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: args, Env: o.serveEnv})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer func() {
 			if serr := g.Stop(time.Minute); serr != nil && err == nil {
 				err = serr
 			}
 		}()
-		servers, gatedPID = g.URL, g.PID
+		servers, gatedPID, auditKeyPath = g.URL, g.PID, filepath.Join(dir, "data", auditKeyFile)
 	} else {
 		rep.Mode = "external"
 	}
 
 	nc, err := o.natsConn.connect(servers, "gated-bench", nats.MaxReconnects(-1))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return err
+		return nil, err
 	}
 
 	// Warm up on the policy paths, so the run starts with the server's
@@ -240,12 +266,21 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	if warm < 0 {
 		warm = min(o.n/10, 2000)
 	}
+	if o.prefill > 0 {
+		warm = max(warm, 2) // the prefill copies a denied and a read proposal of the warm-up
+	}
 	rep.Config.Warmup = warm
+	warmGen, warmStart := bench.Proposals{Tenant: o.tenant, Nonce: nonce + "w"}, time.Now()
 	if warm > 0 {
 		wplan := bench.Plan{Counts: bench.Mix{bench.PathDenied: 1, bench.PathRead: 1}.Split(warm),
 			Concurrency: bench.Concurrency{bench.PathDenied: max(conc.Total()/2, 1), bench.PathRead: max(conc.Total()/2, 1)}}
-		if _, err := driveGated(ctx, nc, bench.Proposals{Tenant: o.tenant, Nonce: nonce + "w"}, wplan, o, "warm-up", stderr); err != nil {
-			return err
+		if _, err := driveGated(ctx, nc, warmGen, wplan, o, "warm-up", stderr); err != nil {
+			return nil, err
+		}
+	}
+	if o.prefill > 0 {
+		if rep.Prefill, err = prefillStore(ctx, js, o, warmGen, warmStart, nonce+"f", auditKeyPath, stderr); err != nil {
+			return nil, err
 		}
 	}
 
@@ -255,7 +290,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	gen := bench.Proposals{Tenant: o.tenant, Nonce: nonce, Pad: o.pad}
 	fleet, recs, probe, err := measureGated(ctx, nc, gen, plan, o, stderr)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer fleet.Close()
 	rep.GatedProc = stopSampler(gatedSampler, rep)
@@ -295,7 +330,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 		}
 		floor, err := measureFloor(ctx, nc, servers, o, sizes, plan, nonce, stderr)
 		if err != nil {
-			return fmt.Errorf("measuring the floor: %w", err)
+			return rep, fmt.Errorf("measuring the floor: %w", err)
 		}
 		rep.Floor = bench.Summaries(floor)
 		rep.Ratio = bench.Ratios(rep.Gated, rep.Floor)
@@ -305,18 +340,18 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (er
 	if o.jsonOut != "" {
 		data, err := json.MarshalIndent(rep, "", "  ")
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if err := os.WriteFile(o.jsonOut, append(data, '\n'), 0o644); err != nil {
-			return fmt.Errorf("writing --json: %w", err)
+			return rep, fmt.Errorf("writing --json: %w", err)
 		}
 	}
 	for _, s := range append(rep.Gated, rep.Floor...) {
 		if s.Path != "all" && (s.Errors > 0 || s.Unexpected > 0) {
-			return fmt.Errorf("%s: %d proposals got an unexpected verdict and %d none", s.Path, s.Unexpected, s.Errors)
+			return rep, fmt.Errorf("%s: %d proposals got an unexpected verdict and %d none", s.Path, s.Unexpected, s.Errors)
 		}
 	}
-	return nil
+	return rep, nil
 }
 
 // embeddedServeArgs sizes the embedded gated for the load: room for every

@@ -66,6 +66,7 @@ type serveOptions struct {
 	maxAckPending     int
 	replicas          int
 	verdictTTL        time.Duration
+	duplicateWindow   time.Duration
 	auditMaxAge       time.Duration
 	auditKeyFile      string
 	grantKeyFile      string
@@ -137,6 +138,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
 	f.DurationVar(&o.auditMaxAge, "audit-max-age", 0, "how long audit events are kept (0 keeps them)")
+	f.DurationVar(&o.duplicateWindow, "duplicate-window", 2*time.Minute, "how long the proposal stream remembers a Nats-Msg-Id and drops a proposal published again under it; the NATS server keeps every id of the window in memory (docs/NATS.md)")
 	f.StringVar(&o.auditKeyFile, "audit-key-file", "", "key that MACs audit records: 32+ random bytes, raw or hex (default with the embedded server: <data-dir>/audit.key, created on first start)")
 	_ = cobra.MarkFlagFilename(f, "audit-key-file")
 	f.StringVar(&o.grantKeyFile, "grant-key-file", "", "Ed25519 key file that signs grants (docs/GRANTS.md; default <data-dir>/grant.keys, created on first start)")
@@ -230,6 +232,8 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 		return nil, usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.verdictTTL)
 	case o.auditMaxAge < 0:
 		return nil, usageError("--audit-max-age must not be negative (0 keeps events)")
+	case o.duplicateWindow < time.Second || o.duplicateWindow > o.verdictTTL:
+		return nil, usageError("--duplicate-window %s must be from 1s to --verdict-ttl (%s): after it, the stored verdict answers a proposal published again", o.duplicateWindow, o.verdictTTL)
 	case o.toolTimeout <= 0:
 		return nil, usageError("--tool-timeout %s must be positive", o.toolTimeout)
 	case o.dedupeWindow < 0:

@@ -310,6 +310,7 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	s.busCfg = bus.Config{
 		Replicas: o.replicas, MaxInFlight: o.maxInFlight, TenantMaxInFlight: o.tenantMaxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
 		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
+		DuplicateWindow: o.duplicateWindow,
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	s.res, err = bus.Setup(setupCtx, s.js, s.busCfg)

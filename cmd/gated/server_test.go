@@ -13,8 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
 )
 
 // TestServeJoinsItsGoroutines runs serve in this process with every
@@ -217,5 +222,47 @@ func waitReady(t testing.TB, url string, done chan error) {
 			t.Fatal("serve not ready after a minute")
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestServeDuplicateWindow checks that --duplicate-window sets how long
+// the proposal stream remembers a Nats-Msg-Id: the embedded server keeps
+// every id of the window in memory, so at a high rate it is the knob that
+// bounds that memory. Within it a republished proposal is still dropped.
+func TestServeDuplicateWindow(t *testing.T) {
+	for _, tc := range []struct {
+		note string
+		args []string
+		want time.Duration
+	}{
+		{note: "default", want: 2 * time.Minute},
+		{note: "flag", args: []string{"--duplicate-window", "30s"}, want: 30 * time.Second},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			srv := bustest.Server(t)
+			_, stop := startServe(t, srv.ClientURL(), tc.args...)
+			defer stop()
+			_, js := bustest.Connect(t, srv)
+			s, err := js.Stream(t.Context(), bus.ProposalsStream)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.CachedInfo().Config.Duplicates; got != tc.want {
+				t.Fatalf("%s remembers message ids for %s, want %s", bus.ProposalsStream, got, tc.want)
+			}
+			msg := &nats.Msg{Subject: "gated.proposals.acme.host_list_services", Header: nats.Header{"Nats-Msg-Id": []string{"acme.dup-1"}},
+				Data: []byte(`{"v":1,"id":"dup-1","tenant":"acme","action":"host_list_services","class":"read"}`)}
+			var acks []*jetstream.PubAck
+			for range 2 {
+				ack, err := js.PublishMsg(t.Context(), msg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				acks = append(acks, ack)
+			}
+			if acks[0].Duplicate || !acks[1].Duplicate {
+				t.Fatalf("publishing twice at once: duplicate %v then %v, want false then true", acks[0].Duplicate, acks[1].Duplicate)
+			}
+		})
 	}
 }

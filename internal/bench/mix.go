@@ -139,3 +139,30 @@ func parsePairs(s, what string, set func(Path, int)) error {
 	}
 	return nil
 }
+
+// MaxPrefill bounds one prefill: ten million proposals' histories.
+const MaxPrefill = 10_000_000
+
+// ParseSizes reads a prefill curve, "0,100000,1000000": up to 16 sizes,
+// each a whole number from 0 to MaxPrefill, none given twice, in the
+// order given.
+func ParseSizes(s string) ([]int, error) {
+	var out []int
+	for part := range strings.SplitSeq(s, ",") {
+		part = strings.TrimSpace(part)
+		n, err := strconv.Atoi(part)
+		if err != nil || n < 0 || n > MaxPrefill || part != strconv.Itoa(n) {
+			return nil, fmt.Errorf("prefill size %q is not a whole number from 0 to %d", part, MaxPrefill)
+		}
+		for _, m := range out {
+			if m == n {
+				return nil, fmt.Errorf("prefill size %d is given twice", n)
+			}
+		}
+		out = append(out, n)
+		if len(out) > 16 {
+			return nil, fmt.Errorf("prefill curve %q has more than 16 sizes", s)
+		}
+	}
+	return out, nil
+}

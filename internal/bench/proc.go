@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,23 +34,61 @@ type ProcUsage struct {
 	PeakPSSMB float64 `json:"peak_pss_mb,omitempty"`
 	// CPUSeconds is user plus system time spent over the measurement.
 	CPUSeconds float64 `json:"cpu_s"`
+	// RSS is the resident set along the measurement: at its start, at
+	// its middle (by wall time) and at its end, so a plateau is shown
+	// rather than assumed. Along lists more points, evenly spaced in time.
+	RSS *RSSAlong `json:"rss,omitempty"`
 	// Cores is CPUSeconds over the wall time: 1.0 is one core busy.
 	Cores float64 `json:"cores"`
 }
+
+// RSSAlong is a process's resident set over a measurement, in MB. The
+// Tree figures sum the process and the processes below it (gated's
+// plugins); the others are the process alone.
+type RSSAlong struct {
+	StartMB     float64 `json:"start_mb"`
+	MiddleMB    float64 `json:"middle_mb"`
+	EndMB       float64 `json:"end_mb"`
+	TreeStartMB float64 `json:"tree_start_mb"`
+	TreeEndMB   float64 `json:"tree_end_mb"`
+	// Along is the process's own resident set at points evenly spaced
+	// over the measurement, at most maxRSSPoints of them.
+	Along []RSSPoint `json:"along"`
+}
+
+// RSSPoint is one reading of a resident set.
+type RSSPoint struct {
+	// Seconds is the time since the measurement began.
+	Seconds float64 `json:"s"`
+	MB      float64 `json:"mb"`
+	TreeMB  float64 `json:"tree_mb"`
+}
+
+// maxRSSPoints bounds RSSAlong.Along; a longer run keeps every other
+// point and samples half as often from then on.
+const maxRSSPoints = 64
 
 // procSample reads the CPU time, resident set and proportional set of a
 // process from /proc, with tree those of every process below it too
 // (gated's plugins). pssBytes is read only withPSS, and is 0 when any of
 // them has no smaps_rollup.
 func procSample(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, pssBytes int64, err error) {
+	cpu, rssBytes, _, pssBytes, err = procSampleOwn(pid, tree, withPSS)
+	return cpu, rssBytes, pssBytes, err
+}
+
+// procSampleOwn is procSample that also returns the resident set of pid
+// alone, ownRSS.
+func procSampleOwn(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, ownRSS, pssBytes int64, err error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
 	cpu, rssBytes, err = parseProcStat(stat)
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, 0, 0, err
 	}
+	ownRSS = rssBytes
 	var pssKnown bool
 	if withPSS {
 		pssBytes, pssKnown = readPSS(pid)
@@ -73,7 +113,7 @@ func procSample(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, pssBy
 	if !pssKnown {
 		pssBytes = 0
 	}
-	return cpu, rssBytes, pssBytes, nil
+	return cpu, rssBytes, ownRSS, pssBytes, nil
 }
 
 // readPSS reads a process's proportional set size.
@@ -202,20 +242,27 @@ type Sampler struct {
 	mu      sync.Mutex
 	peakRSS int64
 	peakPSS int64
-	err     error
-	stop    chan struct{}
-	done    chan struct{}
+	// along is the resident set every stride samples; rss0 and tree0
+	// the readings at the start.
+	along       []RSSPoint
+	stride      int
+	rss0, tree0 int64
+	err         error
+	stop        chan struct{}
+	done        chan struct{}
 }
 
 // StartSampler begins sampling pid, and with tree every process below it,
 // every interval. It fails when the process cannot be read (not Linux, or
 // not this user's process).
 func StartSampler(pid int, tree bool, every time.Duration) (*Sampler, error) {
-	cpu, rss, pss, err := procSample(pid, tree, true)
+	cpu, rss, own, pss, err := procSampleOwn(pid, tree, true)
 	if err != nil {
 		return nil, err
 	}
-	s := &Sampler{pid: pid, tree: tree, start: time.Now(), cpu0: cpu, peakRSS: rss, peakPSS: pss, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Sampler{pid: pid, tree: tree, start: time.Now(), cpu0: cpu, peakRSS: rss, peakPSS: pss,
+		rss0: own, tree0: rss, stride: 10, stop: make(chan struct{}), done: make(chan struct{})}
+	s.along = append(s.along, RSSPoint{MB: mb(own), TreeMB: mb(rss)})
 	go s.run(every)
 	return s, nil
 }
@@ -229,23 +276,65 @@ func (s *Sampler) run(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			_, rss, pss, err := procSample(s.pid, s.tree, tick%pssEvery == 0)
+			_, rss, own, pss, err := procSampleOwn(s.pid, s.tree, tick%pssEvery == 0)
 			s.mu.Lock()
 			if err != nil && s.err == nil {
 				s.err = err
 			}
 			s.peakRSS = max(s.peakRSS, rss)
 			s.peakPSS = max(s.peakPSS, pss)
+			if err == nil && tick%s.stride == 0 {
+				s.addPoint(time.Since(s.start), own, rss)
+			}
 			s.mu.Unlock()
 		}
 	}
 }
 
+// addPoint appends a reading to along, halving the points and doubling
+// the stride when they reach maxRSSPoints, so a run of any length keeps
+// evenly spaced points in bounded memory.
+func (s *Sampler) addPoint(at time.Duration, own, tree int64) {
+	s.along = append(s.along, RSSPoint{Seconds: math.Round(at.Seconds()*10) / 10, MB: mb(own), TreeMB: mb(tree)})
+	if len(s.along) < maxRSSPoints {
+		return
+	}
+	kept := s.along[:0]
+	for i, p := range s.along {
+		if i%2 == 0 {
+			kept = append(kept, p)
+		}
+	}
+	s.along = kept
+	s.stride *= 2
+}
+
+// middle is the point of along nearest half of wall.
+func middle(along []RSSPoint, wall time.Duration) RSSPoint {
+	half := wall.Seconds() / 2
+	best := along[0]
+	for _, p := range along[1:] {
+		if math.Abs(p.Seconds-half) < math.Abs(best.Seconds-half) {
+			best = p
+		}
+	}
+	return best
+}
+
+// strideNow is how many samples go by between two readings now.
+func (s *Sampler) strideNow() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.stride
+}
+
+func mb(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
+
 // Stop ends sampling and returns what the process used since the start.
 func (s *Sampler) Stop() (ProcUsage, error) {
 	close(s.stop)
 	<-s.done
-	cpu, rss, pss, err := procSample(s.pid, s.tree, true)
+	cpu, rss, own, pss, err := procSampleOwn(s.pid, s.tree, true)
 	wall := time.Since(s.start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -259,6 +348,9 @@ func (s *Sampler) Stop() (ProcUsage, error) {
 	s.peakPSS = max(s.peakPSS, pss)
 	u := ProcUsage{PID: s.pid, PeakRSSMB: float64(s.peakRSS) / (1 << 20), PeakPSSMB: float64(s.peakPSS) / (1 << 20),
 		CPUSeconds: (cpu - s.cpu0).Seconds()}
+	s.addPoint(wall, own, rss)
+	u.RSS = &RSSAlong{StartMB: mb(s.rss0), MiddleMB: middle(s.along, wall).MB, EndMB: mb(own),
+		TreeStartMB: mb(s.tree0), TreeEndMB: mb(rss), Along: slices.Clone(s.along)}
 	if wall > 0 {
 		u.Cores = u.CPUSeconds / wall.Seconds()
 	}

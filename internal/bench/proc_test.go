@@ -3,6 +3,7 @@ package bench
 import (
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -126,4 +127,70 @@ func parseSelf(t *testing.T) (time.Duration, int64, error) {
 		t.Fatal(err)
 	}
 	return parseProcStat(stat)
+}
+
+// TestSamplerRSSAlong checks that the resident set is followed along the
+// measurement: memory taken after the start shows at the end and not at
+// the start, and the points stay few and in order however long it runs.
+func TestSamplerRSSAlong(t *testing.T) {
+	s, err := StartSampler(selfPID(), false, time.Millisecond)
+	if err != nil {
+		t.Skipf("no /proc here: %v", err)
+	}
+	const size = 96 << 20
+	held := make([]byte, size)
+	for i := range held {
+		held[i] = byte(i)
+	}
+	// Long enough for the points to be halved at least once.
+	for s.strideNow() < 20 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	u, err := s.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := u.RSS
+	if r == nil {
+		t.Fatal("no RSS along the run")
+	}
+	if grew := r.EndMB - r.StartMB; grew < 80 {
+		t.Errorf("RSS %.1f MB at the start, %.1f MB at the end: want the %d MB taken meanwhile to show", r.StartMB, r.EndMB, size>>20)
+	}
+	if r.MiddleMB < r.StartMB || r.MiddleMB > max(r.EndMB, u.PeakRSSMB) {
+		t.Errorf("middle %.1f MB is outside start %.1f and peak %.1f", r.MiddleMB, r.StartMB, u.PeakRSSMB)
+	}
+	if len(r.Along) < 3 || len(r.Along) > maxRSSPoints {
+		t.Errorf("%d points along the run, want 3 to %d", len(r.Along), maxRSSPoints)
+	}
+	for i := 1; i < len(r.Along); i++ {
+		if r.Along[i].Seconds < r.Along[i-1].Seconds {
+			t.Errorf("point %d at %.1f s comes before point %d at %.1f s", i, r.Along[i].Seconds, i-1, r.Along[i-1].Seconds)
+		}
+	}
+	runtime.KeepAlive(held)
+}
+
+func TestRSSPointsStayBounded(t *testing.T) {
+	s := &Sampler{stride: 1}
+	for i := range 10000 {
+		if i%s.stride == 0 {
+			s.addPoint(time.Duration(i)*time.Second, 1<<20, 2<<20)
+		}
+	}
+	if len(s.along) >= maxRSSPoints || len(s.along) < maxRSSPoints/4 {
+		t.Fatalf("%d points after 10,000 samples, want %d to %d", len(s.along), maxRSSPoints/4, maxRSSPoints-1)
+	}
+	step := s.along[1].Seconds - s.along[0].Seconds
+	for i := 2; i < len(s.along); i++ {
+		if d := s.along[i].Seconds - s.along[i-1].Seconds; d != step {
+			t.Fatalf("points %d and %d are %.0f s apart, want every %.0f s", i-1, i, d, step)
+		}
+	}
+	if last := s.along[len(s.along)-1].Seconds; last < 9000 {
+		t.Errorf("last point at %.0f s of 10,000: the points must span the run", last)
+	}
+	if m := middle(s.along, 10000*time.Second); m.Seconds < 4000 || m.Seconds > 6000 {
+		t.Errorf("middle at %.0f s, want near 5,000", m.Seconds)
+	}
 }

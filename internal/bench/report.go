@@ -29,8 +29,22 @@ type Report struct {
 	LLMCalls   int64 `json:"llm_calls,omitempty"`
 	// LLMArrivalMS is how long the scripted model's calls took to arrive,
 	// first to last: how fast gated started its reviews.
-	LLMArrivalMS float64  `json:"llm_arrival_ms,omitempty"`
-	Notes        []string `json:"notes,omitempty"`
+	LLMArrivalMS float64 `json:"llm_arrival_ms,omitempty"`
+	// Prefill is what was written into the store before the measurement
+	// (gated bench --prefill), and the store's size then.
+	Prefill *PrefillReport `json:"prefill,omitempty"`
+	Notes   []string       `json:"notes,omitempty"`
+}
+
+// PrefillReport is a prefill's result and the store it left.
+type PrefillReport struct {
+	PrefillResult
+	// AuditRecords and AuditBytes are the audit stream's size after the
+	// prefill, BucketMessages and BucketBytes the verdict bucket's.
+	AuditRecords   uint64 `json:"store_audit_records"`
+	AuditBytes     uint64 `json:"store_audit_bytes"`
+	BucketMessages uint64 `json:"store_bucket_messages"`
+	BucketBytes    uint64 `json:"store_bucket_bytes"`
 }
 
 // Machine describes where the run happened.
@@ -101,6 +115,19 @@ func Summaries(recs map[Path]*Recorder) []Summary {
 	return out
 }
 
+// Overall is the "all" row of a run's summaries, or its only row.
+func Overall(rows []Summary) Summary {
+	for _, s := range rows {
+		if s.Path == "all" {
+			return s
+		}
+	}
+	if len(rows) > 0 {
+		return rows[0]
+	}
+	return Summary{}
+}
+
 // Ratios is gated's throughput over the floor's, for each row both have.
 func Ratios(gated, floor []Summary) map[string]float64 {
 	out := map[string]float64{}
@@ -146,6 +173,10 @@ func (r *Report) Print(w io.Writer) {
 		}
 		_ = tw.Flush()
 	}
+	if p := r.Prefill; p != nil {
+		fmt.Fprintf(w, "\nprefilled: %s\nstore before measuring: %s audit records (%.0f MB), %s bucket messages (%.0f MB)\n", p.PrefillResult,
+			Thousands(int(p.AuditRecords)), float64(p.AuditBytes)/(1<<20), Thousands(int(p.BucketMessages)), float64(p.BucketBytes)/(1<<20))
+	}
 	table("gated (publish → verdict)", r.Gated, len(r.Floor) > 0)
 	if r.Probe != nil {
 		table(fmt.Sprintf("probe: policy-decided proposals at %.0f/s alongside the load", r.Config.ProbeRate), []Summary{*r.Probe}, false)
@@ -155,6 +186,10 @@ func (r *Report) Print(w io.Writer) {
 	if r.GatedProc != nil {
 		fmt.Fprintf(w, "\ngated and its plugin processes: peak RSS %.0f MB%s, CPU %.1f s (%.2f cores)\n",
 			r.GatedProc.PeakRSSMB, pssNote(r.GatedProc), r.GatedProc.CPUSeconds, r.GatedProc.Cores)
+		if a := r.GatedProc.RSS; a != nil {
+			fmt.Fprintf(w, "gated's own RSS along the run: %.0f MB at the start, %.0f MB at the middle, %.0f MB at the end (with its plugins %.0f → %.0f MB)\n",
+				a.StartMB, a.MiddleMB, a.EndMB, a.TreeStartMB, a.TreeEndMB)
+		}
 	}
 	if r.BenchProc != nil {
 		fmt.Fprintf(w, "bench process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.BenchProc.PeakRSSMB, r.BenchProc.CPUSeconds, r.BenchProc.Cores)
