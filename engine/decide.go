@@ -38,6 +38,11 @@ type pass struct {
 	history chan historyRead
 	// budgetHeld are the leases this pass holds on its budgets.
 	budgetHeld []BudgetUse
+	// hist is the target's history the policy decided on, and policyIn
+	// the whole input, routed persona included: an approval joins hist
+	// (joinTarget), and is decided again from policyIn when it changed.
+	hist     History
+	policyIn PolicyInput
 }
 
 // proposalKeys are the keys the engine derives from a decoded proposal,
@@ -147,6 +152,11 @@ func (r *pass) decide(ctx context.Context) (*Verdict, error) {
 		// that is a decision: leave the proposal for redelivery.
 		return nil, fmt.Errorf("deciding %s.%s: %w", r.tenant, r.id, err)
 	}
+	// An approval joins its target's history before anything of it is
+	// stored or signed, so that a proposal it overtook is decided again.
+	if v, err = r.joinTarget(ctx, v); err != nil {
+		return nil, err
+	}
 	decided, err := r.finish(ctx, v)
 	stored = err == nil
 	if err == nil && decided == v {
@@ -176,9 +186,10 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	personaName := r.e.cfg.DefaultPersona
 	var history []Verdict
 	if r.keys.history != "" {
-		if history, err = r.recentHistory(ctx); err != nil {
+		if r.hist, err = r.recentHistory(ctx); err != nil {
 			return nil, false, fmt.Errorf("reading recent verdicts on the target: %w", err)
 		}
+		history = r.hist.Verdicts
 	}
 	var record *RunRecord
 	if p.Kind == KindRun {
@@ -196,6 +207,8 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	}
 	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Budget: budget, Now: r.start}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
+	r.policyIn = in
+	r.policyIn.Persona = routed.Persona
 	shadowRev, shadow := r.shadow(ctx, in, routed, pd, err)
 	if err != nil {
 		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
@@ -262,8 +275,8 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 
 // historyRead is a target's recent verdicts as the store returned them.
 type historyRead struct {
-	verdicts []Verdict
-	err      error
+	history History
+	err     error
 }
 
 // readHistoryAhead starts reading the recent verdicts on the proposal's
@@ -279,18 +292,18 @@ func (r *pass) readHistoryAhead(ctx context.Context) {
 	var history TargetHistory = r.e.cfg.Store
 	tenant := r.tenant
 	go func() {
-		v, err := history.Recent(ctx, tenant, key)
-		ch <- historyRead{v, err}
+		h, err := history.Recent(ctx, tenant, key)
+		ch <- historyRead{h, err}
 	}()
 }
 
 // recentHistory returns the recent verdicts on the proposal's history
 // key, read ahead when readHistoryAhead started it.
-func (r *pass) recentHistory(ctx context.Context) ([]Verdict, error) {
+func (r *pass) recentHistory(ctx context.Context) (History, error) {
 	if r.history != nil {
 		h := <-r.history
 		r.history = nil
-		return h.verdicts, h.err
+		return h.history, h.err
 	}
 	return r.e.cfg.Store.Recent(ctx, r.tenant, r.keys.history)
 }

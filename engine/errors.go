@@ -42,6 +42,11 @@ var (
 	// is answered invalid (the id is already used), on a trail of its own.
 	ErrIDTaken = errors.New("proposal id taken by a different proposal")
 
+	// ErrTargetChanged is returned by TargetHistory.Join when the target's
+	// history changed since it was read: another approval joined it. The
+	// engine then evaluates the policy again on the history as it stands.
+	ErrTargetChanged = errors.New("target history changed since it was read")
+
 	// ErrNoReviewer is returned by a Router that cannot place a review: the
 	// plugin is not configured, not running, or refuses work. The engine
 	// turns it into a blocked verdict.

@@ -433,7 +433,7 @@ func (s *overlapStore) Get(ctx context.Context, tenant, id string) (*engine.Verd
 	return s.memStore.Get(ctx, tenant, id)
 }
 
-func (s *overlapStore) Recent(ctx context.Context, tenant, key string) ([]engine.Verdict, error) {
+func (s *overlapStore) Recent(ctx context.Context, tenant, key string) (engine.History, error) {
 	s.recentOnce.Do(func() { close(s.recent) })
 	return s.memStore.Recent(ctx, tenant, key)
 }

@@ -74,6 +74,9 @@ func (r *pass) hold(ctx context.Context, v *Verdict, holds []Hold) {
 		// target no grant can bind is refused when the operator approves.
 		h.TargetSHA256, _ = grantTarget(r.p)
 	}
+	// An operator's approval joins the target's history only if no other
+	// approval joined it since the policy read it (see joinHeld).
+	h.TargetRevision = r.hist.Revision
 	v.AwaitingOperator = h
 	r.log.recordBestEffort(ctx, EventOperatorAwaited, map[string]any{
 		"deadline": h.Deadline.Format(time.RFC3339Nano), "reason": h.Reason, "rule": h.Rule,
@@ -193,6 +196,14 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 	if err != nil {
 		return nil, err
 	}
+	// An approval joins its target's history before it is signed or
+	// stored, and only while no other approval joined it meanwhile.
+	var denied *Deny
+	if next.Approved && held.TargetKey != "" {
+		if denied, err = e.joinHeld(ctx, held, &next, start); err != nil {
+			return nil, err
+		}
+	}
 	r := &pass{e: e, d: Delivery{Trail: trail}, start: start, digest: held.ProposalSHA256,
 		eventHead: eventHead{tenant: tenant, id: id, action: held.Action},
 		keys:      proposalKeys{history: held.TargetKey}}
@@ -201,6 +212,16 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 	}
 	r.log = auditLog{trail: trail, clock: e.cfg.Clock, head: &r.eventHead}
 	next.Stage, next.DecidedAt = StageOperator, r.start.UTC()
+	if denied != nil {
+		ref := PolicyRef{}
+		if held.Policy != nil {
+			ref = *held.Policy
+		}
+		ref.Denies, ref.Rules, ref.RulesMore = []Deny{*denied}, []string{denied.Rule}, 0
+		next.Outcome, next.Approved, next.Stage, next.Policy = OutcomeRejected, false, StagePolicy, &ref
+		next.Reason = denyReason(ref.Denies)
+		steps = append(steps, auditStep{EventPolicyRechecked, map[string]any{"denies": ref.Denies}})
+	}
 	for _, s := range steps {
 		if err := r.log.record(ctx, s.event, s.data); err != nil {
 			return nil, err

@@ -237,9 +237,10 @@ type VerdictWriter interface {
 	// already there, in which case it returns the stored one and ErrExists.
 	// An entry under the key that is not a verdict for it
 	// (ErrCorruptRecord) is replaced.
-	// An approved verdict with a TargetKey also joins that target's recent
-	// history, and a run verdict that continues, escalates or approves
-	// adds its round to the run's record (see RunRecords).
+	// A run verdict that continues, escalates or approves adds its round
+	// to the run's record (see RunRecords). An approved verdict with a
+	// TargetKey has joined its target's history before it is created
+	// (TargetHistory.Join): Create does not add it there.
 	Create(ctx context.Context, v *Verdict) (*Verdict, error)
 }
 
@@ -249,15 +250,43 @@ type VerdictReplacer interface {
 	// tenant and proposal id, only while prev is what is stored (compared
 	// by audit sequence). It returns the verdict stored and ErrExists when
 	// something else replaced prev first. It keeps the run record as
-	// Create does.
+	// Create does, and like Create it does not add an approval to its
+	// target's history: the engine joins it there first.
 	Replace(ctx context.Context, prev, next *Verdict) (*Verdict, error)
 }
 
-// TargetHistory reads what the policy sees as a proposal's history.
+// TargetHistory reads what the policy sees as a proposal's history, and
+// adds approvals to it.
+//
+// An approval joins its target's history by compare-and-set against the
+// history the policy decided on, before its verdict is stored: of two
+// proposals on one target decided at once, the second to join finds the
+// history changed, and the policy decides again on the history as it now
+// stands. A crash after the join and before the verdict is stored leaves
+// the approval in the history, so the target stays closed for the
+// policy's window: the safe side.
 type TargetHistory interface {
 	// Recent returns the recent approved verdicts on one tenant's target,
-	// newest last; an empty history is not an error.
-	Recent(ctx context.Context, tenant, targetKey string) ([]Verdict, error)
+	// newest last, and the revision they were read at; an empty history is
+	// not an error.
+	Recent(ctx context.Context, tenant, targetKey string) (History, error)
+	// Join adds v, an approved verdict with a TargetKey, to its target's
+	// history, only while the history is still h (compared by revision),
+	// as Recent or an earlier Join returned it. When the history changed
+	// since h, it writes nothing and returns the history as it stands and
+	// an error wrapping ErrTargetChanged. An entry of v's own proposal
+	// already in the history (left by a decision that crashed before its
+	// verdict was stored) is replaced, not repeated.
+	Join(ctx context.Context, v *Verdict, h History) (History, error)
+}
+
+// History is a target's recent approvals as the store read them.
+type History struct {
+	// Verdicts are the approvals, newest last.
+	Verdicts []Verdict
+	// Revision is the store's revision of the history; 0 when the target
+	// has none.
+	Revision uint64
 }
 
 // RunRecords reads gated's record of the rounds of a run.

@@ -38,10 +38,16 @@ type memStore struct {
 	awaiting chan string
 	// runs are the run records by "<tenant>.<run id>", as JSON.
 	runs map[string][]byte
+	// targets are the target histories by "<tenant>.<target key>", each
+	// at its revision; rev is the last revision handed out.
+	targets map[string]engine.History
+	rev     uint64
+	// joins counts the approvals that joined a target's history.
+	joins int
 }
 
 func newMemStore() *memStore {
-	return &memStore{m: map[string][]byte{}, claims: map[string]engine.Claim{}, waiting: make(chan struct{}), runs: map[string][]byte{}}
+	return &memStore{m: map[string][]byte{}, claims: map[string]engine.Claim{}, waiting: make(chan struct{}), runs: map[string][]byte{}, targets: map[string]engine.History{}}
 }
 
 func (s *memStore) RunRecord(_ context.Context, tenant, runID string) (*engine.RunRecord, error) {
@@ -191,20 +197,34 @@ func (s *memStore) claim(tenant, id string) (engine.Claim, bool) {
 	return c, ok
 }
 
-func (s *memStore) Recent(_ context.Context, tenant, targetKey string) ([]engine.Verdict, error) {
+func (s *memStore) Recent(_ context.Context, tenant, targetKey string) (engine.History, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []engine.Verdict
-	for _, raw := range s.m {
-		v, err := decodeVerdict(raw)
-		if err != nil {
-			return nil, err
-		}
-		if v.Tenant == tenant && v.TargetKey == targetKey && v.Approved {
-			out = append(out, *v)
+	h := s.targets[tenant+"."+targetKey]
+	return engine.History{Verdicts: slices.Clone(h.Verdicts), Revision: h.Revision}, nil
+}
+
+// Join keeps the target's history as the bus store does: by
+// compare-and-set on its revision, an entry of the same proposal replaced.
+func (s *memStore) Join(_ context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	key := v.Tenant + "." + v.TargetKey
+	now := s.targets[key]
+	if now.Revision != h.Revision {
+		return engine.History{Verdicts: slices.Clone(now.Verdicts), Revision: now.Revision},
+			fmt.Errorf("key %s: %w", key, engine.ErrTargetChanged)
+	}
+	var kept []engine.Verdict
+	for _, o := range now.Verdicts {
+		if o.ProposalID != v.ProposalID {
+			kept = append(kept, o)
 		}
 	}
-	return out, nil
+	s.rev++
+	s.joins++
+	s.targets[key] = engine.History{Verdicts: append(kept, *v), Revision: s.rev}
+	return engine.History{Verdicts: slices.Clone(s.targets[key].Verdicts), Revision: s.rev}, nil
 }
 
 func (s *memStore) stored(t *testing.T, tenant, id string) *engine.Verdict {

@@ -130,6 +130,10 @@ type OperatorHold struct {
 	// binds the target with (grant.TargetSHA256): the held verdict keeps
 	// it, since the proposal is not at hand when the operator decides.
 	TargetSHA256 string `json:"target_sha256,omitempty"`
+	// TargetRevision is the store's revision of the target's history the
+	// policy held the action on (0 for none): an operator's approval is
+	// refused when another approval joined the target since.
+	TargetRevision uint64 `json:"target_revision,omitempty"`
 }
 
 // Final reports whether v is a final verdict: every verdict but an

@@ -143,6 +143,24 @@ mutant held_action_tenant_scope bus/operator/list.go ./bus/operator \
 	'case !op.Allows(m.Tenant):' \
 	'case false:'
 
+# One operation at a time on a target (engine/decide.go, engine/target.go,
+# bus/store/history.go): an approval joins its target's history by
+# compare-and-set before it is stored, and one that finds the history
+# changed is decided again by the policy; an operator's approval of a held
+# action is refused when another approval joined the target meanwhile.
+mutant target_join engine/decide.go ./engine \
+	'if v, err = r.joinTarget(ctx, v); err != nil {' \
+	'if false {'
+mutant target_recheck engine/target.go ./engine \
+	'if out := r.recheck(ctx, v, h); out != nil {' \
+	'if out := (*Verdict)(nil); out != nil {'
+mutant target_held_recheck engine/target.go ./engine \
+	'if d := joinedWhileHeld(held, h, now); d != nil {' \
+	'if d := (*Deny)(nil); d != nil {'
+mutant target_join_cas bus/store/history.go ./bus/store \
+	'rev, err = s.kv.Update(ctx, key, data, h.Revision)' \
+	'rev, err = s.kv.Put(ctx, key, data)'
+
 # The web console (console/): an operator sees and decides for the tenants
 # the operators file allows, signs in with a signature over a fresh
 # challenge, forwards only decisions signed with the signed-in key, and

@@ -86,6 +86,13 @@ func TestClaims(t *testing.T) {
 		if _, err := store.Create(ctx, v); err != nil {
 			t.Fatalf("verdict %s: %v", id, err)
 		}
+		h, err := store.Recent(ctx, "acme", "p1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.Join(ctx, v, h); err != nil {
+			t.Fatalf("joining %s to target p1: %v", id, err)
+		}
 		if _, err := claim(id, live("seq:9")); err != nil && !errors.Is(err, engine.ErrClaimed) {
 			t.Fatalf("claim %s: %v", id, err)
 		}
@@ -93,8 +100,8 @@ func TestClaims(t *testing.T) {
 			t.Fatalf("verdict %s after its claim: %+v, %v", id, got, err)
 		}
 	}
-	if recent, err := store.Recent(ctx, "acme", "p1"); err != nil || len(recent) != 3 {
-		t.Fatalf("target history: %d entries, %v; want the 3 approvals", len(recent), err)
+	if recent, err := store.Recent(ctx, "acme", "p1"); err != nil || len(recent.Verdicts) != 3 {
+		t.Fatalf("target history: %d entries, %v; want the 3 approvals", len(recent.Verdicts), err)
 	}
 
 	// Of many deliveries claiming at once, one wins.

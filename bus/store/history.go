@@ -22,70 +22,67 @@ const (
 func targetKey(tenant, key string) string { return tenant + ".targets." + key }
 
 // Recent implements engine.TargetHistory.
-func (s *Verdicts) Recent(ctx context.Context, tenant, key string) ([]engine.Verdict, error) {
+func (s *Verdicts) Recent(ctx context.Context, tenant, key string) (engine.History, error) {
 	e, err := s.kv.Get(ctx, targetKey(tenant, key))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, nil
+		return engine.History{}, nil
 	}
 	if err != nil {
-		return nil, err
+		return engine.History{}, err
 	}
-	return s.decodeHistory(ctx, tenant, key, e.Revision(), e.Value())
+	list, err := s.decodeHistory(ctx, tenant, key, e.Revision(), e.Value())
+	if err != nil {
+		return engine.History{}, err
+	}
+	return engine.History{Verdicts: list, Revision: e.Revision()}, nil
 }
 
-// remember appends an approval to its target's history with optimistic
-// concurrency: gated processes that approve on the same target at once
-// retry instead of overwriting each other. Each attempt reads the history
-// as it stands; a history changed between the read and the write fails
-// the update and the next attempt reads it afresh.
-func (s *Verdicts) remember(ctx context.Context, v *engine.Verdict) error {
+// Join implements engine.TargetHistory: the history is written with the
+// bucket's compare-and-set at h's revision (created when h has none), so
+// of two approvals that read one history only the first joins. The entry
+// keeps what the policy reads of an approval; entries older than the
+// history's window, and beyond its newest historyMax, drop out.
+func (s *Verdicts) Join(ctx context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+	if !v.Approved || v.TargetKey == "" {
+		return h, fmt.Errorf("joining a target's history: the verdict of %s.%s is no approval on a target", v.Tenant, v.ProposalID)
+	}
 	key := targetKey(v.Tenant, v.TargetKey)
 	entry := engine.Verdict{
 		V: v.V, ProposalID: v.ProposalID, Tenant: v.Tenant, Action: v.Action, Kind: v.Kind,
 		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey, Agent: v.Agent,
 	}
-	for attempt := 0; attempt < 8; attempt++ {
-		var (
-			list []engine.Verdict
-			rev  uint64
-		)
-		e, err := s.kv.Get(ctx, key)
-		switch {
-		case errors.Is(err, jetstream.ErrKeyNotFound):
-		case err != nil:
-			return err
-		default:
-			rev = e.Revision()
-			if list, err = s.decodeHistory(ctx, v.Tenant, v.TargetKey, rev, e.Value()); err != nil {
-				list = nil // a corrupt history is replaced, not trusted
-			}
-		}
-		cutoff := v.DecidedAt.Add(-historyWindow)
-		kept := list[:0]
-		for _, h := range list {
-			if h.DecidedAt.After(cutoff) {
-				kept = append(kept, h)
-			}
-		}
-		kept = append(kept, entry)
-		if len(kept) > historyMax {
-			kept = kept[len(kept)-historyMax:]
-		}
-		data, err := json.Marshal(kept)
-		if err != nil {
-			return err
-		}
-		if rev == 0 {
-			_, err = s.kv.Create(ctx, key, data)
-		} else {
-			_, err = s.kv.Update(ctx, key, data, rev)
-		}
-		if err == nil {
-			return nil
-		}
-		if !casConflict(err) {
-			return err
+	cutoff := v.DecidedAt.Add(-historyWindow)
+	kept := make([]engine.Verdict, 0, len(h.Verdicts)+1)
+	for _, o := range h.Verdicts {
+		// An entry of the proposal itself was left by a decision that
+		// crashed before its verdict was stored: this one replaces it.
+		if o.DecidedAt.After(cutoff) && o.ProposalID != v.ProposalID {
+			kept = append(kept, o)
 		}
 	}
-	return fmt.Errorf("target history kept changing under concurrent updates")
+	kept = append(kept, entry)
+	if len(kept) > historyMax {
+		kept = kept[len(kept)-historyMax:]
+	}
+	data, err := json.Marshal(kept)
+	if err != nil {
+		return h, err
+	}
+	var rev uint64
+	if h.Revision == 0 {
+		rev, err = s.kv.Create(ctx, key, data)
+	} else {
+		rev, err = s.kv.Update(ctx, key, data, h.Revision)
+	}
+	switch {
+	case err == nil:
+		return engine.History{Verdicts: kept, Revision: rev}, nil
+	case !casConflict(err):
+		return h, fmt.Errorf("writing target history %s: %w", key, err)
+	}
+	fresh, err := s.Recent(ctx, v.Tenant, v.TargetKey)
+	if err != nil {
+		return h, fmt.Errorf("reading target history %s: %w", key, err)
+	}
+	return fresh, fmt.Errorf("%w: target history %s is at revision %d, not %d", engine.ErrTargetChanged, key, fresh.Revision, h.Revision)
 }

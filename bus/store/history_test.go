@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,11 +27,23 @@ func (c *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 	return c.KeyValue.Get(ctx, key)
 }
 
-// An approval joins its target's history as the history stands when it
-// is written: the store keeps no read of it between Recent and Create, so
-// each approval reads the history once, and an approval by another gated
-// in between is kept, not overwritten.
-func TestTargetHistoryKeepsEveryApproval(t *testing.T) {
+func approvalOn(id, target string) *engine.Verdict {
+	return &engine.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: engine.OutcomeApproved,
+		Approved: true, TargetKey: target, DecidedAt: time.Now()}
+}
+
+func idsOf(h engine.History) []string {
+	var ids []string
+	for _, v := range h.Verdicts {
+		ids = append(ids, v.ProposalID)
+	}
+	return ids
+}
+
+// An approval joins its target's history only at the revision it was read
+// at: of two gated processes that read one history, the second to join is
+// refused with the history as it now stands, and joins that one.
+func TestTargetHistoryJoinsByCompareAndSet(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
@@ -39,85 +53,117 @@ func TestTargetHistoryKeepsEveryApproval(t *testing.T) {
 	ctx := t.Context()
 	kv := &countingKV{KeyValue: res.Verdicts}
 	mine, other := store.New(kv), store.New(res.Verdicts)
-	n := 0
-	approve := func(store *store.Verdicts) {
-		t.Helper()
-		n++
-		v := &engine.Verdict{V: 1, ProposalID: "p" + string(rune('a'+n)), Tenant: "acme", Outcome: engine.OutcomeApproved,
-			Approved: true, TargetKey: "web-1", DecidedAt: time.Now()}
-		if _, err := store.Create(ctx, v); err != nil {
-			t.Fatalf("approval %d: %v", n, err)
-		}
-	}
-	read := func() int {
-		t.Helper()
-		got, err := mine.Recent(ctx, "acme", "web-1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return len(got)
-	}
-	// Reads of the history by the approval itself, beyond the verdict
-	// look-ups Create makes on a conflict (none here).
-	approveCounting := func() int64 {
-		t.Helper()
-		before := kv.gets.Load()
-		approve(mine)
-		return kv.gets.Load() - before
-	}
 
-	if got := read(); got != 0 {
-		t.Fatalf("history before any approval: %d entries", got)
+	tests := []struct {
+		note   string
+		target string
+		// before are the approvals that joined before both read.
+		before []string
+	}{
+		{note: "no history yet", target: "web-1"},
+		{note: "a history of one", target: "web-2", before: []string{"p0"}},
 	}
-	if gets := approveCounting(); gets != 1 {
-		t.Errorf("the first approval read the history %d times, want 1", gets)
-	}
-	if got := read(); got != 1 {
-		t.Fatalf("history: %d entries, want 1", got)
-	}
-	if gets := approveCounting(); gets != 1 {
-		t.Errorf("the second approval read the history %d times, want 1", gets)
-	}
-	// Another gated approves on the target after this one's read.
-	if got := read(); got != 2 {
-		t.Fatalf("history: %d entries, want 2", got)
-	}
-	approve(other)
-	if gets := approveCounting(); gets != 1 {
-		t.Errorf("an approval after another gated's read the history %d times, want 1", gets)
-	}
-	if gets := approveCounting(); gets != 1 {
-		t.Errorf("an approval read the history %d times, want 1", gets)
-	}
-	// A read that found no history, then one created by another gated.
-	if _, err := mine.Recent(ctx, "acme", "web-2"); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.Create(ctx, &engine.Verdict{V: 1, ProposalID: "q1", Tenant: "acme", Outcome: engine.OutcomeApproved,
-		Approved: true, TargetKey: "web-2", DecidedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := mine.Create(ctx, &engine.Verdict{V: 1, ProposalID: "q2", Tenant: "acme", Outcome: engine.OutcomeApproved,
-		Approved: true, TargetKey: "web-2", DecidedAt: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-
-	for key, want := range map[string][]string{"web-1": {"pb", "pc", "pd", "pe", "pf"}, "web-2": {"q1", "q2"}} {
-		got, err := other.Recent(ctx, "acme", key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ids []string
-		for _, v := range got {
-			ids = append(ids, v.ProposalID)
-		}
-		if len(ids) != len(want) {
-			t.Fatalf("history of %s = %v, want %v", key, ids, want)
-		}
-		for i := range want {
-			if ids[i] != want[i] {
-				t.Fatalf("history of %s = %v, want %v", key, ids, want)
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			for _, id := range tc.before {
+				h, err := other.Recent(ctx, "acme", tc.target)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := other.Join(ctx, approvalOn(id, tc.target), h); err != nil {
+					t.Fatal(err)
+				}
 			}
+			seen, err := mine.Recent(ctx, "acme", tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			theirs, err := other.Recent(ctx, "acme", tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := other.Join(ctx, approvalOn("theirs", tc.target), theirs); err != nil {
+				t.Fatalf("the first join: %v", err)
+			}
+			gets := kv.gets.Load()
+			fresh, err := mine.Join(ctx, approvalOn("mine", tc.target), seen)
+			if !errors.Is(err, engine.ErrTargetChanged) {
+				t.Fatalf("the second join at the revision both read: %v, want ErrTargetChanged", err)
+			}
+			want := append(slices.Clone(tc.before), "theirs")
+			if got := idsOf(fresh); !slices.Equal(got, want) {
+				t.Errorf("the refused join returned the history %v, want %v", got, want)
+			}
+			if kv.gets.Load()-gets != 1 {
+				t.Errorf("the refused join read the history %d times, want 1", kv.gets.Load()-gets)
+			}
+			gets = kv.gets.Load()
+			joined, err := mine.Join(ctx, approvalOn("mine", tc.target), fresh)
+			if err != nil {
+				t.Fatalf("joining the fresh history: %v", err)
+			}
+			if kv.gets.Load() != gets {
+				t.Errorf("a join that succeeds read the history %d times, want 0", kv.gets.Load()-gets)
+			}
+			stored, err := other.Recent(ctx, "acme", tc.target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, "mine")
+			if got := idsOf(stored); !slices.Equal(got, want) || stored.Revision != joined.Revision {
+				t.Errorf("history %v at revision %d, want %v at %d", got, stored.Revision, want, joined.Revision)
+			}
+		})
+	}
+}
+
+// An entry of the proposal itself, left by a decision that crashed before
+// its verdict was stored, is replaced when the proposal joins again; an
+// approval stored with Create does not join (the engine joins first); and
+// only an approval on a target may join.
+func TestTargetHistoryJoin(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	st := store.New(res.Verdicts)
+	join := func(v *engine.Verdict) error {
+		h, err := st.Recent(ctx, "acme", "web-1")
+		if err != nil {
+			t.Fatal(err)
 		}
+		_, err = st.Join(ctx, v, h)
+		return err
+	}
+	for _, id := range []string{"a", "b", "a"} {
+		if err := join(approvalOn(id, "web-1")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.Create(ctx, approvalOn("c", "web-1")); err != nil {
+		t.Fatal(err)
+	}
+	h, err := st.Recent(ctx, "acme", "web-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := idsOf(h); !slices.Equal(got, []string{"b", "a"}) {
+		t.Errorf("history %v, want [b a]", got)
+	}
+	for _, tc := range []struct {
+		note string
+		v    *engine.Verdict
+	}{
+		{note: "a rejection", v: &engine.Verdict{V: 1, ProposalID: "r", Tenant: "acme", Outcome: engine.OutcomeRejected, TargetKey: "web-1"}},
+		{note: "no target", v: approvalOn("n", "")},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			if err := join(tc.v); err == nil {
+				t.Errorf("%s joined a target's history", tc.note)
+			}
+		})
 	}
 }

@@ -206,7 +206,7 @@ func TestStoredTargetHistoryMustMatchItsKey(t *testing.T) {
 				t.Fatal(err)
 			}
 			list, err := store.Recent(ctx, "acme", "web-1")
-			if list != nil {
+			if list.Verdicts != nil || list.Revision != 0 {
 				t.Fatalf("Recent returned %+v", list)
 			}
 			wantRefused(t, err, r, "acme.targets.web-1")

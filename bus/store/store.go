@@ -78,6 +78,8 @@ func (s *Verdicts) get(ctx context.Context, tenant, id string) (*engine.Verdict,
 }
 
 // Create implements engine.VerdictWriter: the first verdict for a key wins.
+// An approval's place in its target's history is not Create's: the
+// engine joins it there first (Join).
 // An entry under the key that is not a verdict for it is no verdict: it
 // is replaced, at its revision, so that a proposal under a key somebody
 // else wrote into still gets its verdict.
@@ -112,11 +114,6 @@ func (s *Verdicts) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdi
 	}
 	if err != nil {
 		return nil, err
-	}
-	if v.Approved && v.TargetKey != "" {
-		if err := s.remember(ctx, v); err != nil {
-			return nil, fmt.Errorf("recording approval on target %s: %w", v.TargetKey, err)
-		}
 	}
 	if err := s.recordRound(ctx, v); err != nil {
 		return nil, err
@@ -183,13 +180,6 @@ func (s *Verdicts) Replace(ctx context.Context, prev, next *engine.Verdict) (*en
 			return nil, fmt.Errorf("replacing verdict %s: %w", key, err)
 		}
 		// Written in between: the next look tells by whom.
-	}
-	if next.Approved && next.TargetKey != "" {
-		// An operator's approval of a held action is an approval on its
-		// target like any other: parallel_operation sees it.
-		if err := s.remember(ctx, next); err != nil {
-			return nil, fmt.Errorf("recording approval on target %s: %w", next.TargetKey, err)
-		}
 	}
 	if err := s.recordRound(ctx, next); err != nil {
 		return nil, err

@@ -49,11 +49,25 @@ func (s tracedStore) Get(ctx context.Context, tenant, id string) (*engine.Verdic
 }
 
 // Recent implements engine.TargetHistory.
-func (s tracedStore) Recent(ctx context.Context, tenant, targetKey string) ([]engine.Verdict, error) {
+func (s tracedStore) Recent(ctx context.Context, tenant, targetKey string) (engine.History, error) {
 	ctx, span := Start(ctx, SpanStoreHistory, KindClient)
-	vs, err := s.VerdictStore.Recent(ctx, tenant, targetKey)
+	h, err := s.VerdictStore.Recent(ctx, tenant, targetKey)
 	span.End(err)
-	return vs, err
+	return h, err
+}
+
+// Join implements engine.TargetHistory: an approval joining its target's
+// history, traced as a history span.
+func (s tracedStore) Join(ctx context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+	ctx, span := Start(ctx, SpanStoreHistory, KindClient)
+	now, err := s.VerdictStore.Join(ctx, v, h)
+	spanErr := err
+	if errors.Is(err, engine.ErrTargetChanged) {
+		span.Bool("gated.target.changed", true)
+		spanErr = nil // another approval joined first: the policy decides again
+	}
+	span.End(spanErr)
+	return now, err
 }
 
 // Create implements engine.VerdictWriter.
