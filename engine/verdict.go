@@ -86,6 +86,11 @@ type Verdict struct {
 	// Grant is the signed grant of an approved action (docs/GRANTS.md):
 	// set on every approved verdict of kind action, on no other.
 	Grant string `json:"grant,omitempty"`
+	// Execution is the last outcome the executor of an approval reported.
+	// It is set only on the entries of a target's history (what the
+	// policy sees as input.history[i].execution), never on a verdict
+	// that is published or stored under its proposal.
+	Execution *Execution `json:"execution,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at
