@@ -219,6 +219,11 @@ func (g *Grants) Check(ctx context.Context, token string, want grant.Expect, by 
 	return c, nil
 }
 
+// GrantExpect is what the grant of proposal p must name when p was sent
+// with Client.Propose or Client.ProposeWith: its tenant, id, action and
+// target, and the digest of the bytes the client published.
+func GrantExpect(p *engine.Proposal) (grant.Expect, error) { return expectOf(p) }
+
 // expectOf is what the grant of proposal p must name: p as the client
 // sends it (see Client.ProposeWith).
 func expectOf(p *engine.Proposal) (grant.Expect, error) {
