@@ -128,6 +128,7 @@ FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeStatus$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeExecutionReport$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzParseDecision$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzCheckGateLines$$' -fuzztime $(FUZZTIME)

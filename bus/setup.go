@@ -133,7 +133,15 @@ type Resources struct {
 	// shares to time them out (HoldTimer).
 	Holds         jetstream.Stream
 	HoldsConsumer jetstream.Consumer
+	// Outcomes is the stream of outcome reports, wire.OutcomesStream, and
+	// OutcomesConsumer the consumer every gated shares to take them in
+	// (Outcomes).
+	Outcomes         jetstream.Stream
+	OutcomesConsumer jetstream.Consumer
 }
+
+// OutcomesConsumerName is the durable consumer of the outcome stream.
+const OutcomesConsumerName = "gated-outcomes"
 
 // RunsDuplicateWindow is the run stream's Nats-Msg-Id window: a follow-up
 // published again within it (a replay after a crash between publishing it
@@ -234,6 +242,34 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	}
 	if err := setupHolds(ctx, js, cfg, &r); err != nil {
 		return nil, err
+	}
+	r.Outcomes, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        wire.OutcomesStream,
+			Description: "Outcome reports of executors, removed once gated has audited and stored them.",
+			Subjects:    []string{wire.OutcomeSubjects},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			Duplicates:  cfg.DuplicateWindow,
+			Discard:     jetstream.DiscardOld,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating stream %s: %w", wire.OutcomesStream, err)
+	}
+	r.OutcomesConsumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, wire.OutcomesStream, jetstream.ConsumerConfig{
+			Durable:       OutcomesConsumerName,
+			Description:   "gated's intake of outcome reports; every gated process shares this consumer.",
+			AckPolicy:     jetstream.AckExplicitPolicy,
+			AckWait:       cfg.AckWait,
+			MaxDeliver:    -1,
+			FilterSubject: wire.OutcomeSubjects,
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating consumer %s on %s: %w", OutcomesConsumerName, wire.OutcomesStream, err)
 	}
 	return &r, nil
 }

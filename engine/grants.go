@@ -22,6 +22,14 @@ const (
 	EventGrantRefused = "grant.refused"
 	// EventGrantExpired records a grant that expired unused.
 	EventGrantExpired = "grant.expired"
+	// EventGrantOutcome records what an executor reported about a used
+	// grant: gid, tenant, proposal_id, action, target_key, status, error,
+	// reviewers.
+	EventGrantOutcome = "grant.outcome"
+	// EventGrantOutcomeRefused records an outcome report gated did not
+	// accept (malformed, or naming a grant that is unknown, unused, of
+	// another tenant or another gid), and why.
+	EventGrantOutcomeRefused = "grant.outcome_refused"
 )
 
 // Granter signs the grant an approved action verdict carries. The grant

@@ -90,6 +90,11 @@ type Verdict struct {
 	// expensive ran: the outcome is blocked, and it names the limit and
 	// when it resets.
 	Budget *BudgetRefusal `json:"budget,omitempty"`
+	// Execution is the last outcome the executor of an approval reported.
+	// It is set only on the entries of a target's history (what the
+	// policy sees as input.history[i].execution), never on a verdict
+	// that is published or stored under its proposal.
+	Execution *Execution `json:"execution,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at

@@ -18,6 +18,7 @@ import (
 
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
 )
 
 // Fleet is what a Gate needs of gated's fleet client; *fleet.Client has
@@ -92,6 +93,15 @@ type Config struct {
 	Version string
 	// Log receives one line per decided call. Default: no logging.
 	Log *zap.Logger
+	// Grants verifies the grant of every approval against the call,
+	// uses it with gated, and reports the call's outcome (started,
+	// succeeded, failed: a result with isError is failed). An approval
+	// whose grant is missing, does not verify or is spent is not
+	// forwarded. Required unless NoGrantCheck.
+	Grants *fleet.Grants
+	// NoGrantCheck forwards approvals without their grant checked: for
+	// a gated that issues no grants. Never in production.
+	NoGrantCheck bool
 }
 
 // Gate is an MCP server that fronts an upstream MCP server's tools with
@@ -146,6 +156,8 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 		return nil, fmt.Errorf("%w: no fleet client", ErrInvalidConfig)
 	case cfg.Upstream == nil:
 		return nil, fmt.Errorf("%w: no upstream MCP session", ErrInvalidConfig)
+	case cfg.Grants == nil && !cfg.NoGrantCheck:
+		return nil, fmt.Errorf("%w: no grants to check approvals with (fleet.NewGrants), and NoGrantCheck is not set", ErrInvalidConfig)
 	case !engine.ValidTenant(cfg.Tenant):
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, cfg.Tenant)
 	case strings.TrimSpace(cfg.Agent) == "":
@@ -356,7 +368,76 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			return notApproved(m.Tool, key, v, err), nil
 		}
 		g.cfg.Log.Info("call approved", zap.String("tool", m.Tool), zap.String("proposal", key))
-		return g.forward(ctx, m, call, v)
+		gid, refused := g.takeGrant(ctx, m, p, v)
+		if refused != nil {
+			return refused, nil
+		}
+		res, ferr := g.forward(ctx, m, call, v)
+		g.finish(ctx, p, gid, res)
+		return res, ferr
+	}
+}
+
+// takeGrant verifies v's grant against p, the proposal of the call, and
+// uses it, then reports the call started. It returns the grant's gid
+// when the call may be forwarded, else the refusal to return instead:
+// the call is not made.
+func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *engine.Proposal, v *engine.Verdict) (string, *mcp.CallToolResult) {
+	if g.cfg.NoGrantCheck {
+		return "", nil
+	}
+	refuse := func(err error) *mcp.CallToolResult {
+		g.cfg.Log.Info("approved call's grant refused", zap.String("tool", m.Tool), zap.String("proposal", p.Tenant+"."+p.ID), zap.Error(err))
+		return refusal(fmt.Sprintf("gated approved %s (verdict %s.%s), but its grant was refused: %v. The call was not made.",
+			m.Tool, v.Tenant, v.ProposalID, err), v)
+	}
+	if v.Grant == "" {
+		err := &grant.Error{Member: "grant", Reason: "is missing from the approval"}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
+		_ = g.cfg.Grants.Report(rctx, p.Tenant, p.ID, "", engine.ExecutionRefused, err.Error())
+		cancel()
+		return "", refuse(err)
+	}
+	want, err := fleet.GrantExpect(p)
+	if err != nil {
+		return "", refuse(err)
+	}
+	c, err := g.cfg.Grants.Check(ctx, v.Grant, want, "gated mcp/"+g.cfg.Agent)
+	if err != nil {
+		return "", refuse(err)
+	}
+	if err := g.cfg.Grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, engine.ExecutionStarted, ""); err != nil {
+		return "", refuse(err)
+	}
+	return c.GID, nil
+}
+
+// reportWait bounds an outcome report sent after the call, which
+// outlives the caller's cancellation by that much.
+const reportWait = 5 * time.Second
+
+// finish reports the end of a forwarded approval: succeeded, or failed
+// when the upstream failed or answered isError.
+func (g *Gate) finish(ctx context.Context, p *engine.Proposal, gid string, res *mcp.CallToolResult) {
+	if gid == "" {
+		return
+	}
+	status, text := engine.ExecutionSucceeded, ""
+	if res == nil || res.IsError {
+		status, text = engine.ExecutionFailed, "the tool result is an error"
+		if res != nil {
+			for _, c := range res.Content {
+				if tc, ok := c.(*mcp.TextContent); ok && tc.Text != "" {
+					text = tc.Text
+					break
+				}
+			}
+		}
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
+	defer cancel()
+	if err := g.cfg.Grants.Report(rctx, p.Tenant, p.ID, gid, status, text); err != nil {
+		g.cfg.Log.Warn("reporting a call's outcome", zap.String("proposal", p.Tenant+"."+p.ID), zap.Error(err))
 	}
 }
 
@@ -436,10 +517,9 @@ func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *engine.P
 	return v, nil
 }
 
-// forward sends an allowed call upstream. v is gated's approval, nil
-// for a read that passed without a round trip. Approved verdicts will
-// carry a single-use grant: this is where the gate would present it to
-// the server (or spend it) before the call goes out.
+// forward sends an allowed call upstream. v is gated's approval, whose
+// grant takeGrant has used, or nil for a read that passed without a round
+// trip.
 func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict) (*mcp.CallToolResult, error) {
 	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
 	if err != nil {

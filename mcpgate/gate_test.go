@@ -77,10 +77,11 @@ func TestNewRefuses(t *testing.T) {
 		{note: "no tenant", tools: []*mcp.Tool{objectTool("a")}, cfg: func(c *Config) { c.Tenant = "" }, want: ErrInvalidConfig},
 		{note: "no agent", tools: []*mcp.Tool{objectTool("a")}, cfg: func(c *Config) { c.Agent = " " }, want: ErrInvalidConfig},
 		{note: "no fleet", tools: []*mcp.Tool{objectTool("a")}, cfg: func(c *Config) { c.Fleet = nil }, want: ErrInvalidConfig},
+		{note: "no grants", tools: []*mcp.Tool{objectTool("a")}, cfg: func(c *Config) { c.NoGrantCheck = false }, want: ErrInvalidConfig, text: "no grants"},
 		{note: "bad list mode", tools: []*mcp.Tool{objectTool("a")}, cfg: func(c *Config) { c.ListDenied = "show" }, want: ErrInvalidConfig},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			cfg := Config{Fleet: client, Upstream: upstreamWith(t, tc.tools...), Tenant: "acme", Agent: "a", Catalog: tc.catalog}
+			cfg := Config{Fleet: client, Upstream: upstreamWith(t, tc.tools...), Tenant: "acme", Agent: "a", Catalog: tc.catalog, NoGrantCheck: true}
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
@@ -92,7 +93,7 @@ func TestNewRefuses(t *testing.T) {
 	}
 	t.Run("a fitting catalog starts", func(t *testing.T) {
 		g, err := New(t.Context(), Config{Fleet: client, Upstream: upstreamWith(t, objectTool("db.drop"), objectTool("db_drop")),
-			Tenant: "acme", Agent: "a", Catalog: catalog("tools:\n  db.drop: {action: db_drop_dotted}\n")})
+			Tenant: "acme", Agent: "a", Catalog: catalog("tools:\n  db.drop: {action: db_drop_dotted}\n"), NoGrantCheck: true})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -80,7 +80,7 @@ var keyTerms = func() map[string]*ast.Term {
 		"description", "required", "params", "run_id", "task_id", "status", "round", "worker",
 		"name", "when_to_use", "model", "max_turns", "permission_mode", "background", "tools", "disallowed_tools",
 		"critical_reminder", "required_gates", "plugin",
-		"proposal_id", "outcome", "stage", "decided_at", "decided_at_ns",
+		"proposal_id", "outcome", "stage", "decided_at", "decided_at_ns", "execution", "at", "at_ns", "error",
 		"run_record", "evidence", "summary", "diff", "test_output", "prior_reviews", "findings",
 		"body", "path", "line", "criterion", "resolution", "rounds", "next", "sent", "closed",
 		// The decision's keys, which parseDecision looks up.
@@ -374,6 +374,21 @@ func (ts *terms) verdictValue(v *engine.Verdict) ast.Value {
 		ts.item("decided_at", str(v.DecidedAt.UTC().Format(time.RFC3339Nano))),
 		ts.item("decided_at_ns", integer(v.DecidedAt.UnixNano())),
 		ts.sitem("agent", v.Agent),
+		ts.item("execution", executionValue(v.Execution)),
+	)
+}
+
+// executionValue is a history entry's execution: {status, at, at_ns,
+// error} as its executor reported it, or null when none was reported.
+func executionValue(e *engine.Execution) ast.Value {
+	if e == nil {
+		return ast.Null{}
+	}
+	return ast.NewObject(
+		item("status", str(e.Status)),
+		item("at", str(e.At.UTC().Format(time.RFC3339Nano))),
+		item("at_ns", integer(e.At.UnixNano())),
+		item("error", str(e.Error)),
 	)
 }
 

@@ -84,6 +84,44 @@ agent_name(agent) := sprintf("agent %s", [agent]) if agent != ""
 
 seconds(ns) := sprintf("%ds", [round(ns / 1000000000)])
 
+# --- recent_failure ----------------------------------------------------------
+
+# recent_failure (config.recent_failure_window, default 1h): executors
+# report what happened to the actions gated approved (docs/GRANTS.md,
+# outcomes), and gated keeps the last report on the approval's entry of
+# the target's history as h.execution = {status, at, at_ns, error}. A
+# mutating action is denied when the newest approval of the same action
+# on the same target whose run finished (succeeded or failed) failed
+# within the window: trying the same change again right after it broke
+# the target is for a human to decide. A later run that succeeded clears
+# it; an approval that never ran, or has only started, neither clears nor
+# counts. The window cannot reach further back than the history gated
+# keeps (an hour of approvals and of reported outcomes, 32 entries).
+
+default recent_failure_window := "1h"
+
+recent_failure_window := data.gated.config.recent_failure_window
+
+deny contains {"rule": "recent_failure", "message": msg} if {
+	mutating
+	finished := [h |
+		some h in input.history
+		h.outcome == "approved"
+		h.action == input.proposal.action
+		h.proposal_id != input.proposal.id
+		h.execution.status in {"succeeded", "failed"}
+	]
+	count(finished) > 0
+	last := finished[count(finished) - 1]
+	last.execution.status == "failed"
+	age := now_ns - last.execution.at_ns
+	age < time.parse_duration_ns(recent_failure_window)
+	msg := sprintf(
+		"the last approved %s on the same target (proposal %s) failed %s ago (%s); no new attempt within %s of a failure",
+		[last.action, last.proposal_id, seconds(age), object.get(last.execution, "error", ""), recent_failure_window],
+	)
+}
+
 # --- change_freeze -----------------------------------------------------------
 
 # change_freeze: config.change_freezes lists windows in which mutating
@@ -137,7 +175,7 @@ freeze_reason(window) := sprintf(": %s", [window.reason]) if {
 # a freeze window fails at start-up rather than on the first proposal.
 # Authors may add their own entries for their own data.
 config_errors contains sprintf("data.gated.config.%s: %s is not a duration such as \"10m\"", [key, json.marshal(value)]) if {
-	some key in ["parallel_operation_window", "target_cooldown"]
+	some key in ["parallel_operation_window", "target_cooldown", "recent_failure_window"]
 	value := data.gated.config[key]
 	not valid_duration(value)
 }

@@ -252,3 +252,81 @@ test_change_freeze_actions_ignore_case if {
 	d := gated.decision with input as at(p, []) with data.gated.config.change_freezes as [object.union(freeze, {"actions": ["host_*"]})]
 	"change_freeze" in rules(d)
 }
+
+# --- recent_failure ----------------------------------------------------------
+
+# ran is an approval of the same action, by another agent, decided
+# age_minutes ago, whose executor reported status after_minutes ago.
+ran(id, age_minutes, status, after_minutes) := object.union(approval(id, "other-agent", age_minutes), {"execution": {
+	"status": status,
+	"at_ns": now_ns - (after_minutes * minute_ns),
+	"error": "unit failed to start",
+}})
+
+test_recent_failure_denies_after_a_failed_run if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 40, "failed", 35)])
+	"recent_failure" in rules(d)
+}
+
+test_recent_failure_names_the_failed_proposal_and_its_error if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 40, "failed", 35)])
+	some deny in d.deny
+	deny.rule == "recent_failure"
+	contains(deny.message, "old")
+	contains(deny.message, "unit failed to start")
+}
+
+test_recent_failure_denies_destructive_too if {
+	p := object.union(write_proposal, {"class": "destructive"})
+	d := gated.decision with input as at(p, [ran("old", 40, "failed", 35)])
+	"recent_failure" in rules(d)
+}
+
+test_recent_failure_window_ends if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 70, "failed", 61)])
+	not "recent_failure" in rules(d)
+}
+
+test_recent_failure_window_is_configurable if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 70, "failed", 61)])
+		with data.gated.config.recent_failure_window as "2h"
+	"recent_failure" in rules(d)
+}
+
+test_recent_failure_cleared_by_a_later_success if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 50, "failed", 45), ran("newer", 40, "succeeded", 30)])
+	not "recent_failure" in rules(d)
+}
+
+test_recent_failure_not_cleared_by_a_run_without_a_final_outcome if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 50, "failed", 45), ran("newer", 40, "started", 39), approval("unused", "other-agent", 30)])
+	"recent_failure" in rules(d)
+}
+
+test_recent_failure_ignores_succeeded_runs if {
+	d := gated.decision with input as at(write_proposal, [ran("old", 40, "succeeded", 35)])
+	not "recent_failure" in rules(d)
+}
+
+test_recent_failure_ignores_other_actions if {
+	h := object.union(ran("old", 40, "failed", 35), {"action": "k8s_scale_deployment"})
+	d := gated.decision with input as at(write_proposal, [h])
+	not "recent_failure" in rules(d)
+}
+
+test_recent_failure_ignores_reads if {
+	p := object.union(write_proposal, {"class": "read"})
+	d := gated.decision with input as at(p, [ran("old", 40, "failed", 35)])
+	not "recent_failure" in rules(d)
+}
+
+test_recent_failure_ignores_the_proposal_itself if {
+	d := gated.decision with input as at(write_proposal, [ran("p1", 40, "failed", 35)])
+	not "recent_failure" in rules(d)
+}
+
+test_config_errors_bad_recent_failure_window if {
+	errs := gated.config_errors with data.gated.config.recent_failure_window as "an hour"
+	some e in errs
+	contains(e, "recent_failure_window")
+}

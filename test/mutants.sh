@@ -77,6 +77,9 @@ mutant parallel_operation policies/operations.rego ./policies \
 mutant target_cooldown policies/operations.rego ./policies \
 	'deny contains {"rule": "target_cooldown",' \
 	"$removed"' {"rule": "target_cooldown",'
+mutant recent_failure policies/operations.rego ./policies \
+	'deny contains {"rule": "recent_failure",' \
+	"$removed"' {"rule": "recent_failure",'
 mutant change_freeze policies/operations.rego ./policies \
 	'deny contains {"rule": "change_freeze",' \
 	"$removed"' {"rule": "change_freeze",'

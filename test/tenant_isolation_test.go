@@ -348,6 +348,46 @@ func TestTenantIsolation(t *testing.T) {
 		}
 	})
 
+	t.Run("acme uses its own grants and reports their outcomes", func(t *testing.T) {
+		v := acme.propose(t, "grant-own-1")
+		if _, err := acme.nc.Request("gated.grants.keys", nil, 10*time.Second); err != nil {
+			t.Fatalf("acme fetching the grant keys: %v", err)
+		}
+		use := isoUse(t, acme, "acme", v.Grant)
+		if !use.OK {
+			t.Fatalf("acme using its own grant: %+v", use)
+		}
+		if err := isoReport(t, acme, "acme", "grant-own-1", use.GID, "succeeded"); err != nil {
+			t.Fatalf("acme reporting its own outcome: %v", err)
+		}
+		isoWaitEvent(t, admin.js, "acme", "grant-own-1", "grant.outcome")
+	})
+
+	t.Run("acme cannot use or report for globex's grants", func(t *testing.T) {
+		gv := globex.propose(t, "grant-globex-1")
+		body, _ := json.Marshal(map[string]string{"grant": gv.Grant, "by": "acme"})
+		acme.deniedRequest(t, "gated.grants.globex.use", body)
+		if err := isoReport(t, acme, "globex", "grant-globex-1", "", "succeeded"); err == nil {
+			t.Fatal("the stream acknowledged acme's outcome report on globex's subject")
+		}
+		acme.wantDenied(t, "Publish", "gated.outcomes.globex.grant-globex-1")
+		// globex's grant through acme's own subject: gated refuses it.
+		if use := isoUse(t, acme, "acme", gv.Grant); use.OK || !strings.Contains(use.Error, "tenant") {
+			t.Fatalf("acme using globex's grant on its own subject: %+v", use)
+		}
+		grants, err := admin.js.KeyValue(t.Context(), "GATED_GRANTS")
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := grants.Get(t.Context(), "globex.grant-globex-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(e.Value()), `"state":"issued"`) {
+			t.Fatalf("globex's grant record after acme's attempts: %s", e.Value())
+		}
+	})
+
 	t.Run("acme watches the status of its own proposals", func(t *testing.T) {
 		code, out, stderr := gatedAs(t, url, "acme", pw["acme"], isoReadProposal("acme", "own-watched-1"),
 			"propose", "-f", "-", "--wait", "30s", "--watch", "--json")
@@ -537,4 +577,58 @@ func TestTenantIsolation(t *testing.T) {
 			}
 		}
 	})
+}
+
+// isoUse uses grant on tenant's use subject as c.
+func isoUse(t *testing.T, c *tenantConn, tenant, grant string) (reply struct {
+	OK    bool   `json:"ok"`
+	GID   string `json:"gid"`
+	Error string `json:"error"`
+}) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]string{"grant": grant, "by": c.user})
+	m, err := c.nc.Request("gated.grants."+tenant+".use", body, 10*time.Second)
+	if err != nil {
+		t.Fatalf("%s using a grant on %s's subject: %v", c.user, tenant, err)
+	}
+	if err := json.Unmarshal(m.Data, &reply); err != nil {
+		t.Fatalf("use reply %q: %v", m.Data, err)
+	}
+	return reply
+}
+
+// isoReport publishes an outcome report of tenant's proposal id as c,
+// through JetStream, and returns the publish's error.
+func isoReport(t *testing.T, c *tenantConn, tenant, id, gid, status string) error {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"v": 1, "gid": gid, "tenant": tenant, "proposal_id": id,
+		"status": status, "at": time.Now().UTC().Format(time.RFC3339)})
+	msg := nats.NewMsg("gated.outcomes." + tenant + "." + id)
+	msg.Data = body
+	msg.Header.Set(jetstream.MsgIDHeader, tenant+"."+id+"."+status)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+	defer cancel()
+	_, err := c.js.PublishMsg(ctx, msg)
+	return err
+}
+
+// isoWaitEvent waits for event on tenant's proposal id in the audit
+// stream, read as gated's user.
+func isoWaitEvent(t *testing.T, js jetstream.JetStream, tenant, id, event string) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		recs := tenantAudit(ctx, t, js, tenant)
+		cancel()
+		for _, rec := range recs {
+			if rec.ev.ProposalID == id && rec.ev.Event == event {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s audited for %s.%s", event, tenant, id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

@@ -75,6 +75,17 @@ func Proposal(id, class, action string, extra string) []byte {
 // for proposal id of tenant, in stream order.
 func AuditEvents(t *testing.T, audit jetstream.Stream, tenant, id string) []string {
 	t.Helper()
+	var events []string
+	for _, ev := range AuditRecords(t, audit, tenant, id) {
+		events = append(events, ev.Event)
+	}
+	return events
+}
+
+// AuditRecords returns the events recorded in the audit stream for
+// proposal id of tenant, in stream order.
+func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []engine.AuditEvent {
+	t.Helper()
 	ctx := t.Context()
 	cons, err := audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
@@ -84,7 +95,7 @@ func AuditEvents(t *testing.T, audit jetstream.Stream, tenant, id string) []stri
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []string
+	var events []engine.AuditEvent
 	batch, err := cons.FetchNoWait(int(info.State.Msgs))
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +106,7 @@ func AuditEvents(t *testing.T, audit jetstream.Stream, tenant, id string) []stri
 			t.Fatalf("audit event is not JSON: %v", err)
 		}
 		if ev.ProposalID == id {
-			events = append(events, ev.Event)
+			events = append(events, ev)
 		}
 	}
 	return events

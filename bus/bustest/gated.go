@@ -136,6 +136,14 @@ func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 			t.Fatal(err)
 		}
 		t.Cleanup(g.Grants.Stop)
+		out, err := bus.NewOutcomes(res, g.Grants)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := out.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(out.Stop)
 		ecfg.Grants = engine.GrantIssuer{Ring: g.Grants.Ring, TTL: ttl}
 	}
 	var d bus.Decider = EngineWith(t, ecfg)

@@ -6,10 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
@@ -28,6 +31,7 @@ var ErrGrantRefused = grant.ErrRefused
 // concurrent use.
 type Grants struct {
 	nc  *nats.Conn
+	js  jetstream.JetStream
 	now func() time.Time
 
 	mu      sync.Mutex
@@ -58,6 +62,24 @@ func WithGrantKeys(ks grant.KeySet) GrantsOption {
 	}
 }
 
+// WithGrantsAPIPrefix sets the JetStream API prefix outcome reports are
+// acknowledged through, for accounts that import JetStream from another
+// account or domain. Default "$JS.API".
+func WithGrantsAPIPrefix(prefix string) GrantsOption {
+	return func(g *Grants) error {
+		prefix = strings.TrimSuffix(prefix, ".")
+		if prefix == "" || strings.ContainsAny(prefix, " *>") {
+			return fmt.Errorf("%w: JetStream API prefix %q", ErrInvalidConfig, prefix)
+		}
+		js, err := jetstream.NewWithAPIPrefix(g.nc, prefix)
+		if err != nil {
+			return err
+		}
+		g.js = js
+		return nil
+	}
+}
+
 // WithGrantClock replaces the clock grants are checked at (tests).
 func WithGrantClock(now func() time.Time) GrantsOption {
 	return func(g *Grants) error {
@@ -79,6 +101,13 @@ func NewGrants(nc *nats.Conn, opts ...GrantsOption) (*Grants, error) {
 		if err := o(g); err != nil {
 			return nil, err
 		}
+	}
+	if g.js == nil {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return nil, err
+		}
+		g.js = js
 	}
 	return g, nil
 }
@@ -168,10 +197,20 @@ func (g *Grants) Use(ctx context.Context, tenant, token, by string) error {
 }
 
 // Check is what a service that is handed a grant runs before it acts:
-// Verify against want, then Use. Only a nil error lets the action run.
+// Verify against want, then Use. Only a nil error lets the action run. A
+// grant Verify refuses is reported to gated (status refused, on want's
+// tenant and proposal id), which audits it as grant.refused by
+// "executor"; one gated refuses to let be used gated audits itself. The
+// service then reports what happened with Report (started, succeeded,
+// failed).
 func (g *Grants) Check(ctx context.Context, token string, want grant.Expect, by string) (grant.Claims, error) {
 	c, err := g.Verify(ctx, token, want)
 	if err != nil {
+		if errors.Is(err, ErrGrantRefused) && engine.ValidTenant(want.Tenant) && engine.ValidID(want.ProposalID) {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
+			_ = g.Report(rctx, want.Tenant, want.ProposalID, "", engine.ExecutionRefused, err.Error())
+			cancel()
+		}
 		return grant.Claims{}, err
 	}
 	if err := g.Use(ctx, c.Tenant, token, by); err != nil {
@@ -179,6 +218,11 @@ func (g *Grants) Check(ctx context.Context, token string, want grant.Expect, by 
 	}
 	return c, nil
 }
+
+// GrantExpect is what the grant of proposal p must name when p was sent
+// with Client.Propose or Client.ProposeWith: its tenant, id, action and
+// target, and the digest of the bytes the client published.
+func GrantExpect(p *engine.Proposal) (grant.Expect, error) { return expectOf(p) }
 
 // expectOf is what the grant of proposal p must name: p as the client
 // sends it (see Client.ProposeWith).
@@ -198,4 +242,73 @@ func expectOf(p *engine.Proposal) (grant.Expect, error) {
 		}
 	}
 	return grant.Expect{Tenant: p.Tenant, ProposalID: p.ID, ProposalSHA256: grant.ProposalSHA256(data), Action: p.Action, Target: target}, nil
+}
+
+// MaxOutcomeError bounds the error text of an outcome report, in
+// characters; a longer one is cut and marked so.
+const MaxOutcomeError = 1024
+
+// Report publishes an outcome report of tenant's proposal id, whose grant
+// is gid, on gated.outcomes.<tenant>.<id> through JetStream (Nats-Msg-Id
+// <tenant>.<id>.<status>, so that a report sent twice counts once):
+// status is engine.ExecutionStarted before the action runs,
+// engine.ExecutionSucceeded or engine.ExecutionFailed (with errText)
+// after, or engine.ExecutionRefused (errText the reason; gid empty when
+// the token did not verify) when the executor refused the grant. It
+// returns when the stream has the report; gated audits it
+// (docs/GRANTS.md).
+func (g *Grants) Report(ctx context.Context, tenant, id, gid, status, errText string) error {
+	switch {
+	case !engine.ValidTenant(tenant):
+		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, tenant)
+	case !engine.ValidID(id):
+		return fmt.Errorf("%w: proposal id %q must match [A-Za-z0-9_-]{1,128}", ErrInvalidConfig, id)
+	}
+	switch status {
+	case engine.ExecutionStarted, engine.ExecutionSucceeded:
+		errText = ""
+	case engine.ExecutionFailed, engine.ExecutionRefused:
+		if strings.TrimSpace(errText) == "" {
+			errText = status
+		}
+	default:
+		return fmt.Errorf("%w: outcome status %q: want started, succeeded, failed or refused", ErrInvalidConfig, status)
+	}
+	body, err := json.Marshal(engine.ExecutionReport{
+		V: 1, GID: gid, Tenant: tenant, ProposalID: id, Status: status, Error: cutOutcomeError(errText), At: g.now().UTC(),
+	})
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(wire.OutcomeSubject(tenant, id))
+	msg.Data = body
+	msg.Header.Set(jetstream.MsgIDHeader, wire.OutcomeMsgID(tenant, id, status))
+	if _, err := g.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("reporting outcome %s of %s.%s: %w", status, tenant, id, err)
+	}
+	return nil
+}
+
+// cutOutcomeError cuts s to MaxOutcomeError characters of valid UTF-8.
+func cutOutcomeError(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if utf8.RuneCountInString(s) <= MaxOutcomeError {
+		return s
+	}
+	const mark = " … (truncated)"
+	r := []rune(s)
+	return string(r[:MaxOutcomeError-utf8.RuneCountInString(mark)]) + mark
+}
+
+// gidOf reads the gid of token, a grant that was verified before.
+func (g *Grants) gidOf(ctx context.Context, token string) (string, error) {
+	ks, err := g.keySet(ctx, false)
+	if err != nil {
+		return "", err
+	}
+	c, err := grant.Decode(token, ks)
+	if err != nil {
+		return "", err
+	}
+	return c.GID, nil
 }

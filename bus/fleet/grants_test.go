@@ -5,7 +5,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -169,8 +171,110 @@ func TestToolGateRefusesBadGrants(t *testing.T) {
 			if n := tool.runs.Load(); n != 0 {
 				t.Fatalf("the tool ran %d times on a bad grant", n)
 			}
+			// A refusal of the ToolGate's own reaches gated's audit trail;
+			// one of gated's (the spent grant) gated audits itself.
+			id := "bad-" + string(rune('a'+i))
+			by := "executor"
+			if tc.note == "spent grant of this proposal" {
+				by = ""
+			}
+			if data := waitAudit(t, g, id, engine.EventGrantRefused, by); !strings.Contains(fmt.Sprint(data["reason"]), tc.member) {
+				t.Fatalf("grant.refused %v does not name %s", data, tc.member)
+			}
 		})
 	}
+}
+
+// waitAudit waits for the audit record of event on acme's proposal id
+// whose data has by (any when by is empty) and returns its data.
+func waitAudit(t *testing.T, g *bustest.Gated, id, event, by string) map[string]any {
+	t.Helper()
+	for range 200 {
+		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
+			var data map[string]any
+			if ev.Event != event || json.Unmarshal(ev.Data, &data) != nil {
+				continue
+			}
+			if by == "" || data["by"] == by {
+				return data
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no %s (by %q) audited for %s: %v", event, by, id, bustest.AuditEvents(t, g.Resources.Audit, "acme", id))
+	return nil
+}
+
+// TestToolGateReportsOutcomes: a guarded tool that ran is reported to
+// gated, started before it runs, then succeeded, or failed with its
+// error; gated audits each against the grant.
+func TestToolGateReportsOutcomes(t *testing.T) {
+	g, c := grantingGated(t)
+	for _, tc := range []struct {
+		note, id, host string
+		fail           error
+		status         string
+	}{
+		{note: "succeeded", id: "ran-ok", host: "web-31", status: engine.ExecutionSucceeded},
+		{note: "failed", id: "ran-bad", host: "web-32", fail: errors.New("nginx did not come back"), status: engine.ExecutionFailed},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			gate, err := fleet.NewToolGate(c, identity, fleet.WithProposalIDs(func() string { return tc.id }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var startedFirst bool
+			run := fleet.Guard(gate, restartSpec, func(_ context.Context, a restartArgs) (string, error) {
+				startedFirst = slices.Contains(statuses(t, g, tc.id), engine.ExecutionStarted)
+				return "", tc.fail
+			})
+			if _, err := run(t.Context(), restartArgs{Host: tc.host, Service: "nginx"}); !errors.Is(err, tc.fail) {
+				t.Fatalf("err = %v, want the tool's %v", err, tc.fail)
+			}
+			data := waitAuditStatus(t, g, tc.id, tc.status)
+			if !startedFirst {
+				t.Errorf("started was not audited before the tool ran")
+			}
+			if tc.fail != nil && data["error"] != tc.fail.Error() {
+				t.Errorf("grant.outcome error %v, want %q", data["error"], tc.fail)
+			}
+		})
+	}
+}
+
+// statuses lists the statuses of the grant.outcome records of id, waiting
+// briefly for the first.
+func statuses(t *testing.T, g *bustest.Gated, id string) []string {
+	t.Helper()
+	var out []string
+	for range 100 {
+		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
+			var data map[string]any
+			if ev.Event == engine.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil {
+				out = append(out, fmt.Sprint(data["status"]))
+			}
+		}
+		if len(out) > 0 {
+			return out
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return out
+}
+
+func waitAuditStatus(t *testing.T, g *bustest.Gated, id, status string) map[string]any {
+	t.Helper()
+	for range 200 {
+		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
+			var data map[string]any
+			if ev.Event == engine.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil && data["status"] == status {
+				return data
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("no grant.outcome %s audited for %s: %v", status, id, bustest.AuditEvents(t, g.Resources.Audit, "acme", id))
+	return nil
 }
 
 func mustGrants(t *testing.T, _ *fleet.Client, g *bustest.Gated) *fleet.Grants {
@@ -302,5 +406,30 @@ func TestGrantsFetchRotatedKey(t *testing.T) {
 	}
 	if _, err := grants.Check(t.Context(), old.Grant, oldWant, "late"); err != nil {
 		t.Fatalf("a grant of the retired key, issued before the rotation: %v", err)
+	}
+}
+
+// TestCheckReportsRefusal: a service handed a grant it cannot match to
+// what it is about to do refuses it with Check, and gated audits the
+// refusal as the executor's, with its reason.
+func TestCheckReportsRefusal(t *testing.T) {
+	g, c := grantingGated(t)
+	gate, err := fleet.NewToolGate(tamperingProposer{c: c}, identity, fleet.WithoutGrantCheck(),
+		fleet.WithProposalIDs(func() string { return "handed" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := gate.Authorize(t.Context(), "host_restart_service", engine.ClassWrite,
+		fleet.Change{Target: map[string]any{"host": "web-41", "service": "nginx"}, BlastRadius: engine.BlastSingleDevice})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = mustGrants(t, c, g).Check(t.Context(), v.Grant, grant.Expect{Tenant: "acme", ProposalID: "handed",
+		Action: "host_restart_service", Target: []byte(`{"host":"web-42","service":"nginx"}`)}, "restarter")
+	if !errors.Is(err, fleet.ErrGrantRefused) {
+		t.Fatalf("Check of another target: %v", err)
+	}
+	if data := waitAudit(t, g, "handed", engine.EventGrantRefused, "executor"); data["reason"] != err.Error() {
+		t.Fatalf("grant.refused %v, want the reason %q", data, err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -176,6 +177,7 @@ func NewToolGate(p Proposer, id Identity, opts ...ToolGateOption) (*ToolGate, er
 		if err != nil {
 			return nil, err
 		}
+		g.js = c.js // the client's API prefix
 		o.grants = g
 	}
 	if id.Operator != nil {
@@ -252,7 +254,10 @@ func (s ToolSpec[A]) Validate() error {
 //     spec.Describe(args) is sent, and fn runs once, only if the verdict
 //     is an approval whose grant verifies against the proposal and is
 //     used with gated (see WithGrants; a refused grant is an error
-//     matching ErrGrantRefused).
+//     matching ErrGrantRefused, and a refusal of the ToolGate's own is
+//     reported to gated), and started is reported to gated. When fn
+//     returns, its end is reported: succeeded, or failed with its error's
+//     text (see Finish).
 //
 // Otherwise the wrapped function returns R's zero value and an error
 // without running fn: a *VerdictError for a verdict that is not an
@@ -279,18 +284,53 @@ func Guard[A, R any](g *ToolGate, spec ToolSpec[A], fn func(context.Context, A) 
 		if spec.Class == engine.ClassRead {
 			return fn(ctx, args)
 		}
-		if _, err := g.Authorize(ctx, spec.Action, spec.Class, spec.Describe(args)); err != nil {
+		v, err := g.Authorize(ctx, spec.Action, spec.Class, spec.Describe(args))
+		if err != nil {
 			return zero, err
 		}
-		return fn(ctx, args)
+		r, runErr := fn(ctx, args)
+		// The tool ran: its result stands whether or not the report
+		// reaches gated.
+		_ = g.Finish(ctx, v, runErr)
+		return r, runErr
 	}
+}
+
+// reportWait bounds an outcome report the ToolGate sends on its own (an
+// end, a refusal): it outlives the caller's context, briefly, so that a
+// cancelled call is still reported.
+const reportWait = 5 * time.Second
+
+// Finish reports the end of a call Authorize allowed: succeeded when
+// runErr is nil, else failed with runErr's text. Guard calls it after the
+// tool; a runtime that calls Authorize calls it after running the call.
+// It does nothing for a read (v nil) or without the grant check. The
+// report outlives ctx's cancellation by up to 5 s.
+func (g *ToolGate) Finish(ctx context.Context, v *engine.Verdict, runErr error) error {
+	if v == nil || g.opts.grants == nil || v.Grant == "" {
+		return nil
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
+	defer cancel()
+	gid, err := g.opts.grants.gidOf(rctx, v.Grant)
+	if err != nil {
+		return fmt.Errorf("reporting the outcome of %s.%s: %w", v.Tenant, v.ProposalID, err)
+	}
+	status, text := engine.ExecutionSucceeded, ""
+	if runErr != nil {
+		status, text = engine.ExecutionFailed, runErr.Error()
+	}
+	return g.opts.grants.Report(rctx, v.Tenant, v.ProposalID, gid, status, text)
 }
 
 // Authorize asks gated whether a call of action, of class, may make
 // change, for runtimes that dispatch tools dynamically rather than
 // through Guard. It returns a nil error only when the call may run: at
 // once for class read (with a nil verdict: nothing is proposed), else
-// when gated approved (with the verdict). Errors are those of Guard.
+// when gated approved (with the verdict), the grant was used and started
+// was reported. Run the call then, and report its end with Finish. Errors
+// are those of Guard, and a failure to report started (the call must not
+// run: gated would not know it did).
 func (g *ToolGate) Authorize(ctx context.Context, action string, class engine.Class, change Change) (*engine.Verdict, error) {
 	switch class {
 	case engine.ClassRead:
@@ -338,7 +378,9 @@ func (g *ToolGate) checkGrant(ctx context.Context, p *engine.Proposal, v *engine
 		return nil
 	}
 	if v.Grant == "" {
-		return fmt.Errorf("approved, but %w", &grant.Error{Member: "grant", Reason: "is missing from the approval: gated issues none, or the verdict is not gated's"})
+		err := &grant.Error{Member: "grant", Reason: "is missing from the approval: gated issues none, or the verdict is not gated's"}
+		g.reportRefusal(ctx, p, "", err)
+		return fmt.Errorf("approved, but %w", err)
 	}
 	want, err := expectOf(p)
 	if err != nil {
@@ -348,10 +390,30 @@ func (g *ToolGate) checkGrant(ctx context.Context, p *engine.Proposal, v *engine
 	if g.id.Session != "" {
 		by += "/" + g.id.Session
 	}
-	if _, err := g.opts.grants.Check(ctx, v.Grant, want, by); err != nil {
+	c, err := g.opts.grants.Verify(ctx, v.Grant, want)
+	if err != nil {
+		if errors.Is(err, ErrGrantRefused) {
+			// Refused here, not by gated: tell gated, which audits it.
+			g.reportRefusal(ctx, p, "", err)
+		}
 		return fmt.Errorf("approved, but %s does not run: %w", p.Action, err)
 	}
+	// A use gated refuses is audited by gated itself.
+	if err := g.opts.grants.Use(ctx, c.Tenant, v.Grant, by); err != nil {
+		return fmt.Errorf("approved, but %s does not run: %w", p.Action, err)
+	}
+	if err := g.opts.grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, engine.ExecutionStarted, ""); err != nil {
+		return fmt.Errorf("approved and the grant used, but %s does not run: %w", p.Action, err)
+	}
 	return nil
+}
+
+// reportRefusal tells gated the ToolGate refused p's grant, and why. The
+// refusal stands whether or not the report gets through.
+func (g *ToolGate) reportRefusal(ctx context.Context, p *engine.Proposal, gid string, why error) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
+	defer cancel()
+	_ = g.opts.grants.Report(rctx, p.Tenant, p.ID, gid, engine.ExecutionRefused, why.Error())
 }
 
 // proposal builds the proposal of one call.

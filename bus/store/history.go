@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,8 +13,9 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// History bounds: approvals older than historyWindow, or beyond the
-// newest historyMax, drop out of a target's history.
+// History bounds: approvals decided, and whose run was last reported,
+// more than historyWindow ago, or beyond the newest historyMax, drop out
+// of a target's history.
 const (
 	historyWindow = time.Hour
 	historyMax    = 32
@@ -55,8 +57,12 @@ func (s *Verdicts) Join(ctx context.Context, v *engine.Verdict, h engine.History
 	kept := make([]engine.Verdict, 0, len(h.Verdicts)+1)
 	for _, o := range h.Verdicts {
 		// An entry of the proposal itself was left by a decision that
-		// crashed before its verdict was stored: this one replaces it.
-		if o.DecidedAt.After(cutoff) && o.ProposalID != v.ProposalID {
+		// crashed before its verdict was stored: this one replaces it. An
+		// approval whose run was reported within the window stays, so that
+		// a failure is seen for as long after it as the history keeps
+		// anything.
+		recent := o.DecidedAt.After(cutoff) || o.Execution != nil && o.Execution.At.After(cutoff)
+		if recent && o.ProposalID != v.ProposalID {
 			kept = append(kept, o)
 		}
 	}
@@ -85,4 +91,49 @@ func (s *Verdicts) Join(ctx context.Context, v *engine.Verdict, h engine.History
 		return h, fmt.Errorf("reading target history %s: %w", key, err)
 	}
 	return fresh, fmt.Errorf("%w: target history %s is at revision %d, not %d", engine.ErrTargetChanged, key, fresh.Revision, h.Revision)
+}
+
+// RecordExecution sets the execution of proposal id's entry in the
+// history of tenant's target, by compare-and-set, so that the policy sees
+// it (input.history[i].execution). A final status (succeeded, failed) is
+// never replaced by a started that arrives after it. It reports false
+// when the history holds no entry of id: the approval is older than the
+// history keeps, or names no target.
+func (s *Verdicts) RecordExecution(ctx context.Context, tenant, target, id string, ex engine.Execution) (bool, error) {
+	if target == "" {
+		return false, nil
+	}
+	key := targetKey(tenant, target)
+	for range 8 {
+		e, err := s.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("reading the history of %s: %w", key, err)
+		}
+		list, err := s.decodeHistory(ctx, tenant, target, e.Revision(), e.Value())
+		if err != nil {
+			return false, err
+		}
+		i := slices.IndexFunc(list, func(v engine.Verdict) bool { return v.ProposalID == id })
+		if i < 0 {
+			return false, nil
+		}
+		if list[i].Execution.Final() && !(&ex).Final() {
+			return true, nil
+		}
+		list[i].Execution = &ex
+		data, err := json.Marshal(list)
+		if err != nil {
+			return false, err
+		}
+		if _, err = s.kv.Update(ctx, key, data, e.Revision()); err == nil {
+			return true, nil
+		}
+		if !casConflict(err) {
+			return false, fmt.Errorf("writing the history of %s: %w", key, err)
+		}
+	}
+	return false, fmt.Errorf("the history of %s kept changing under concurrent updates", key)
 }

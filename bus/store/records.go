@@ -128,7 +128,18 @@ func (s *Verdicts) decodeHistory(ctx context.Context, tenant, target string, rev
 			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d is an approval of tenant %q on target %q", i, v.Tenant, v.TargetKey)
 		case !v.Approved || v.Outcome != engine.OutcomeApproved || !engine.ValidID(v.ProposalID) || v.DecidedAt.IsZero():
 			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d (proposal %q, outcome %q) is not a dated approval", i, v.ProposalID, v.Outcome)
+		case v.Execution != nil && !knownExecution(v.Execution):
+			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d (proposal %q) has execution status %q; want started, succeeded or failed", i, v.ProposalID, v.Execution.Status)
 		}
 	}
 	return list, nil
+}
+
+// knownExecution reports whether e is a dated execution of a known status.
+func knownExecution(e *engine.Execution) bool {
+	switch e.Status {
+	case engine.ExecutionStarted, engine.ExecutionSucceeded, engine.ExecutionFailed:
+		return !e.At.IsZero()
+	}
+	return false
 }

@@ -156,6 +156,14 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 		return err
 	}
 	s.onStop(s.grants.Stop)
+	outcomes, err := bus.NewOutcomes(s.res, s.grants)
+	if err != nil {
+		return err
+	}
+	if err := outcomes.Start(); err != nil {
+		return err
+	}
+	s.onStop(outcomes.Stop)
 	s.log.Info("grants", zap.String("key_file", path), zap.String("kid", ring.Active().KID), zap.Duration("ttl", s.o.grantTTL))
 	s.watchers.Go(func() { s.followGrantKeys(path, data) })
 	return nil

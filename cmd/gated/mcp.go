@@ -155,6 +155,10 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 	if err != nil {
 		return err
 	}
+	grants, err := fleet.NewGrants(nc)
+	if err != nil {
+		return err
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -184,6 +188,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		Wait:         o.wait,
 		Version:      version,
 		Log:          log,
+		Grants:       grants,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {

@@ -55,7 +55,23 @@ const (
 	GrantSubjectPrefix = Root + "grants."
 	// GrantUseSubjects matches every tenant's grant-use subject.
 	GrantUseSubjects = GrantSubjectPrefix + "*.use"
+	// OutcomeSubjectPrefix + tenant + "." + proposal id is where an
+	// executor reports what happened to an approved action (started,
+	// succeeded, failed) or that it refused the grant; stream
+	// OutcomesStream captures it.
+	OutcomeSubjectPrefix = Root + "outcomes."
+	// OutcomeSubjects matches every outcome subject: the outcome stream's
+	// subjects.
+	OutcomeSubjects = OutcomeSubjectPrefix + "*.*"
 )
+
+// OutcomeSubject is where the executor of tenant's approved proposal id
+// reports its outcome.
+func OutcomeSubject(tenant, id string) string { return OutcomeSubjectPrefix + tenant + "." + id }
+
+// OutcomeMsgID is the Nats-Msg-Id of an outcome report, so that a report
+// sent again within the stream's duplicate window is dropped.
+func OutcomeMsgID(tenant, id, status string) string { return tenant + "." + id + "." + status }
 
 // GrantUseSubject is where an executor uses a grant of tenant.
 func GrantUseSubject(tenant string) string { return GrantSubjectPrefix + tenant + ".use" }
@@ -106,6 +122,9 @@ const (
 	// GrantsBucket holds one record per grant gated issued, keyed
 	// <tenant>.<proposal id>: issued, used or expired.
 	GrantsBucket = "GATED_GRANTS"
+	// OutcomesStream captures outcome reports (work-queue retention)
+	// until gated has audited and stored them.
+	OutcomesStream = "GATED_OUTCOMES"
 )
 
 // ProposalSubject is where a proposal of tenant for action is published.

@@ -28,6 +28,7 @@ from gated.errors import (
     BadProposal,
     ConnectionLost,
     GatedError,
+    GrantRefused,
     InvalidConfig,
     KeySetError,
     Malformed,
@@ -721,11 +722,20 @@ class Client:
         and the proposal id and digest when given), then use it once. Act
         only when it returns the claims; report what happened with
         :meth:`report_outcome`. Raises GrantRefused (GrantUseRefused when
-        gated refuses the use) and the errors of :meth:`use_grant`."""
+        gated refuses the use) and the errors of :meth:`use_grant`. A grant
+        refused here, with a proposal_id given, is reported to gated
+        (status refused), which audits it as the executor's refusal; a
+        report that fails does not change the refusal."""
         expect = Expected.of(
             tenant=tenant, action=action, target=target, proposal_id=proposal_id, proposal_sha256=proposal_sha256
         )
-        claims = await self.verify_grant(grant, expect)
+        try:
+            claims = await self.verify_grant(grant, expect)
+        except GrantRefused as e:
+            if proposal_id is not None and valid_tenant(tenant) and valid_id(proposal_id):
+                with contextlib.suppress(GatedError):
+                    await self.report_outcome(tenant, proposal_id, "", "refused", str(e), timeout=timeout)
+            raise
         gid = await self.use_grant(claims.tenant, grant, by=by, timeout=timeout)
         if gid != claims.gid:
             raise Malformed(f"gated used grant {gid}, not the grant handed over ({claims.gid})")
@@ -743,7 +753,9 @@ class Client:
     ) -> None:
         """Report what happened to a used grant's action: ``started``
         before it runs, ``succeeded`` or ``failed`` (with the error's text,
-        cut to 1,024 characters) after. Published on JetStream on
+        cut to 1,024 characters) after; or ``refused`` with the reason (gid
+        empty when the token did not verify) for a grant the executor
+        refused. Published on JetStream on
         gated.outcomes.<tenant>.<proposal_id> with Nats-Msg-Id
         <tenant>.<proposal_id>.<status>, so a report sent twice counts once.
         gated audits it and the policy sees it. Raises PublishError when

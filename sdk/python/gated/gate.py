@@ -34,7 +34,15 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, cast
 
-from gated.errors import AwaitingOperator, GatedError, GrantRefused, InvalidConfig, InvalidToolSpec, NotApproved
+from gated.errors import (
+    AwaitingOperator,
+    GatedError,
+    GrantRefused,
+    GrantUseRefused,
+    InvalidConfig,
+    InvalidToolSpec,
+    NotApproved,
+)
 from gated.grant import Claims, Expected, gid_of
 from gated.proposal import Flags, Operator, Proposal
 from gated.verdict import Verdict
@@ -300,19 +308,35 @@ class ToolGate:
         report started; raise unless all three are done."""
         if not v.grant:
             if self.require_grant:
-                raise GrantRefused(
+                missing = GrantRefused(
                     "grant",
                     f"is missing from the approval of {v.tenant}.{v.proposal_id}: gated signs every approval, "
                     "so the tool does not run (a gated without grants needs ToolGate(..., require_grant=False))",
                 )
+                await self._report_refusal(p, missing)
+                raise missing
             return
         grants = self._grants()
         _, data = encode_proposal(p)  # the bytes the proposer published
-        claims = await grants.verify_grant(v.grant, Expected.of_proposal(data))
+        try:
+            claims = await grants.verify_grant(v.grant, Expected.of_proposal(data))
+        except GrantRefused as e:
+            if not isinstance(e, GrantUseRefused):
+                await self._report_refusal(p, e)
+            raise
         gid = await grants.use_grant(claims.tenant, v.grant, by=self.by)
         if gid != claims.gid:
             raise GrantRefused("gid", f"gated used grant {gid}, not the approval's ({claims.gid})")
         await grants.report_outcome(claims.tenant, claims.proposal_id, claims.gid, "started")
+
+    async def _report_refusal(self, p: dict[str, Any], refusal: GrantRefused) -> None:
+        """Tell gated this gate refused p's grant (status refused), which
+        gated audits as grant.refused by the executor. A report that fails
+        is logged: the refusal stands, the tool does not run."""
+        try:
+            await self._grants().report_outcome(p["tenant"], p["id"], "", "refused", str(refusal))
+        except GatedError as e:
+            log.warning("reporting the refused grant of %s.%s: %s", p["tenant"], p["id"], e)
 
     async def report(self, verdict: Verdict | None, error: BaseException | str | None = None) -> None:
         """Report the end of a call :meth:`authorize` allowed: ``succeeded``

@@ -816,15 +816,16 @@ def outcome_report(tenant: str, proposal_id: str, gid: str, status: str, error: 
     """The body of an outcome report on gated.outcomes.<tenant>.<id>:
     ``{"v":1,"gid","tenant","proposal_id","status","error"?,"at"}``, the
     error cut to :data:`MAX_OUTCOME_ERROR` characters and sent only with
-    status failed. Raises ValueError for a status other than started,
-    succeeded or failed."""
+    status failed or refused (the executor refused the grant; gid is then
+    empty when the token did not verify). Raises ValueError for a status
+    other than started, succeeded, failed or refused."""
     from gated.wire import OUTCOME_STATUSES
 
     if status not in OUTCOME_STATUSES:
         raise ValueError(f"outcome status {status!r}: want one of {', '.join(OUTCOME_STATUSES)}")
     doc: dict[str, Any] = {"v": 1, "gid": gid, "tenant": tenant, "proposal_id": proposal_id, "status": status}
-    if status == "failed":
-        error = error or "failed"
+    if status in ("failed", "refused"):
+        error = error or status
         if len(error) > MAX_OUTCOME_ERROR:
             error = error[: MAX_OUTCOME_ERROR - 14] + " … (truncated)"
         doc["error"] = error

@@ -400,9 +400,12 @@ async def test_an_approval_without_a_grant_does_not_run() -> None:
         runs.append(device)
         return "restarted"
 
-    with pytest.raises(gated.GatedError, match="grant"):
+    with pytest.raises(gated.GatedError, match="grant") as e:
         await restart(7)
     assert runs == []
+    # The refusal is the gate's own: gated hears of it.
+    assert p.calls == [("report", "refused", str(e.value))]
+    p.calls.clear()
 
     optout = gate_for(p, require_grant=False)
     assert await optout.guard(RESTART)(restart.__wrapped__)(7) == "restarted"  # type: ignore[attr-defined]
@@ -475,7 +478,10 @@ async def test_the_gate_refuses_a_grant_that_does_not_fit() -> None:
         with pytest.raises(GrantRefused) as e:
             await restart(7)
         assert e.value.member == member, f"{name}: {e.value}"
-        assert not any(c[0] == "report" for c in p.calls), name
+        # Nothing started; a refusal of the gate's own is reported to
+        # gated, one of gated's (a use refused) gated audits itself.
+        reports = [c[1] for c in p.calls if c[0] == "report"]
+        assert reports == ([] if member == "use" else ["refused"]), name
     assert runs == []
 
 

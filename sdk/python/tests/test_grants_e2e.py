@@ -6,6 +6,7 @@ gated."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import subprocess
 import time
@@ -208,3 +209,42 @@ async def test_an_expired_grant_is_refused(short_lived: Gated) -> None:
         with pytest.raises(gated.GrantUseRefused, match="expired"):
             await c.use_grant("acme", v.grant, by="late agent")
 
+
+
+async def test_a_grant_refused_by_the_executor_is_audited(client: gated.Client) -> None:
+    """A grant the client refuses itself never reaches gated's use
+    endpoint, but gated hears of it: the ToolGate and the tool-side check
+    report the refusal, audited as grant.refused by the executor."""
+    tap = await AuditTap().start(client)
+
+    class Tampering:
+        """Proposes through the real client and hands the gate the
+        verdict with another target's grant."""
+
+        def __init__(self, other: str) -> None:
+            self.other = other
+
+        async def propose(self, p: Any, *, timeout: float | None = None) -> gated.Verdict:
+            v = await client.propose(p, timeout=timeout)
+            return dataclasses.replace(v, grant=self.other)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(client, name)
+
+    other = await client.propose(restart_proposal(9507, "py-grant-7-other"))
+    gate = ToolGate(Tampering(other.grant), Identity(tenant="acme", agent="py-grant-agent"))  # type: ignore[arg-type]
+    with pytest.raises(gated.GrantRefused):
+        await gate.authorize("host_restart_service", "write", restart_change(9508, "py-grant-7"))
+    refused = await tap.wait_for("grant.refused", "py-grant-7")
+    assert refused[0]["data"]["by"] == "executor"
+    assert "proposal_id" in refused[0]["data"]["reason"]
+
+    # The tool-side check, handed a grant for another target.
+    p = restart_proposal(9509, "py-grant-8")
+    v = await client.propose(p)
+    with pytest.raises(gated.GrantRefused) as e:
+        await client.accept_grant(v.grant, tenant="acme", action="host_restart_service",
+                                  target={"device_id": 1}, proposal_id="py-grant-8", by="restart-service")
+    assert e.value.member == "target_sha256"
+    refused = await tap.wait_for("grant.refused", "py-grant-8")
+    assert refused[0]["data"]["by"] == "executor" and "target_sha256" in refused[0]["data"]["reason"]

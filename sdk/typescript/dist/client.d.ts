@@ -250,6 +250,8 @@ export declare class Client {
 export interface GrantAuthority {
     verifyGrant(token: string, expect: GrantExpectation, opts?: GrantCallOptions): Promise<GrantClaims>;
     useGrant(token: string, by: string, opts?: CallOptions): Promise<GrantUse>;
+    /** When present, a grant refused here is reported to gated (status refused). */
+    reportOutcome?(r: OutcomeReport, opts?: CallOptions): Promise<void>;
 }
 /**
  * For a service that is handed a grant by the agent that asked for it and
@@ -259,6 +261,9 @@ export interface GrantAuthority {
  * claims. Act only after it resolves. Throws GrantError (forged, altered,
  * expired, another tenant's, another target's...), GrantUseError (used
  * already, expired, unknown to gated), GrantKeySetError, TransportError.
+ * A grant refused here, when expect names the proposal id, is reported to
+ * gated (status refused), which audits it as the executor's refusal; a
+ * report that fails does not change the refusal.
  */
 export declare function acceptGrant(authority: GrantAuthority, token: string, expect: GrantExpectation, opts: GrantCallOptions & {
     by: string;

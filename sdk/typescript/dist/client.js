@@ -771,10 +771,10 @@ export class Client {
         if (!validTenant(r?.tenant) || !validID(r?.proposal_id)) {
             throw new BadProposalError(`reporting an outcome: tenant ${JSON.stringify(r?.tenant)} and proposal id ${JSON.stringify(r?.proposal_id)} must be tokens`);
         }
-        if (r.status !== "started" && r.status !== "succeeded" && r.status !== "failed") {
-            throw new BadProposalError(`reporting an outcome: status ${JSON.stringify(r.status)}; want started, succeeded or failed`);
+        if (r.status !== "started" && r.status !== "succeeded" && r.status !== "failed" && r.status !== "refused") {
+            throw new BadProposalError(`reporting an outcome: status ${JSON.stringify(r.status)}; want started, succeeded, failed or refused`);
         }
-        if (typeof r.gid !== "string" || r.gid === "") {
+        if (typeof r.gid !== "string" || (r.gid === "" && r.status !== "refused")) {
             throw new BadProposalError("reporting an outcome: it names no grant (gid)");
         }
         const w = this.wait(opts);
@@ -800,12 +800,29 @@ export class Client {
  * claims. Act only after it resolves. Throws GrantError (forged, altered,
  * expired, another tenant's, another target's...), GrantUseError (used
  * already, expired, unknown to gated), GrantKeySetError, TransportError.
+ * A grant refused here, when expect names the proposal id, is reported to
+ * gated (status refused), which audits it as the executor's refusal; a
+ * report that fails does not change the refusal.
  */
 export async function acceptGrant(authority, token, expect, opts) {
     if (typeof opts?.by !== "string" || opts.by.trim() === "") {
         throw new InvalidConfigError("invalid call option: acceptGrant needs by, the service that uses the grant");
     }
-    const claims = await authority.verifyGrant(token, expect, opts);
+    let claims;
+    try {
+        claims = await authority.verifyGrant(token, expect, opts);
+    }
+    catch (err) {
+        if (err instanceof GrantError && typeof authority.reportOutcome === "function" && validTenant(expect?.tenant) && validID(expect?.proposal_id)) {
+            try {
+                await authority.reportOutcome({ gid: "", tenant: expect.tenant, proposal_id: expect.proposal_id, status: "refused", error: err.message }, { timeoutMs: opts?.timeoutMs });
+            }
+            catch {
+                // The refusal stands whether or not gated hears of it.
+            }
+        }
+        throw err;
+    }
     await authority.useGrant(token, opts.by, opts);
     return claims;
 }

@@ -147,6 +147,12 @@ export declare class ToolGate {
      */
     reportOutcome(v: Verdict, status: OutcomeStatus, error?: string, opts?: CallOptions): Promise<void>;
     private report;
+    /**
+     * Tells gated this gate refused p's grant (status refused), which gated
+     * audits as the executor's refusal. The refusal stands whether or not
+     * the report gets through.
+     */
+    private reportRefusal;
     /** Reports the end of a call that ran: a failure to report must not hide the tool's result or error. */
     private reportAfter;
     /**

@@ -3,7 +3,7 @@
 import { randomBytes } from "node:crypto";
 import { AwaitingOperatorError, GatedError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
 import { defaultWaitMs } from "./client.js";
-import { decodeGrant, GrantError } from "./grant.js";
+import { decodeGrant, GrantError, GrantUseError } from "./grant.js";
 import { parseJSON } from "./json.js";
 import { encodeProposal, schemaVersion, validAction, validTenant } from "./wire.js";
 /** The approval came, but the caller aborted before the tool could run. The tool did not run. */
@@ -168,6 +168,22 @@ export class ToolGate {
         }
         await this.proposer.reportOutcome({ gid: c.gid, tenant: c.tenant, proposal_id: c.proposal_id, status, error }, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
     }
+    /**
+     * Tells gated this gate refused p's grant (status refused), which gated
+     * audits as the executor's refusal. The refusal stands whether or not
+     * the report gets through.
+     */
+    async reportRefusal(p, refusal, opts) {
+        if (typeof this.proposer.reportOutcome !== "function") {
+            return;
+        }
+        try {
+            await this.proposer.reportOutcome({ gid: "", tenant: p.tenant, proposal_id: p.id, status: "refused", error: refusal.message }, { timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+        }
+        catch {
+            // Nothing runs either way.
+        }
+    }
     /** Reports the end of a call that ran: a failure to report must not hide the tool's result or error. */
     async reportAfter(c, status, error, opts) {
         try {
@@ -232,7 +248,9 @@ export class ToolGate {
         }
         if (v.grant === undefined || v.grant === "") {
             if (!this.allowUngranted) {
-                throw new GrantError("grant", `grant: the approval of ${p.tenant}.${p.id} carries no grant, and gated signs every approval; ${action} does not run`);
+                const missing = new GrantError("grant", `grant: the approval of ${p.tenant}.${p.id} carries no grant, and gated signs every approval; ${action} does not run`);
+                await this.reportRefusal(p, missing, opts);
+                throw missing;
             }
             if (opts?.signal?.aborted) {
                 throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
@@ -253,7 +271,16 @@ export class ToolGate {
             proposal: bytes,
             target: sent["target"] ?? {},
         };
-        const claims = await this.proposer.verifyGrant(v.grant, expect, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+        let claims;
+        try {
+            claims = await this.proposer.verifyGrant(v.grant, expect, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+        }
+        catch (err) {
+            if (err instanceof GrantError && !(err instanceof GrantUseError)) {
+                await this.reportRefusal(p, err, opts);
+            }
+            throw err;
+        }
         if (opts?.signal?.aborted) {
             throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
         }

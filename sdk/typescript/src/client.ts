@@ -926,10 +926,10 @@ export class Client {
         `reporting an outcome: tenant ${JSON.stringify(r?.tenant)} and proposal id ${JSON.stringify(r?.proposal_id)} must be tokens`,
       );
     }
-    if (r.status !== "started" && r.status !== "succeeded" && r.status !== "failed") {
-      throw new BadProposalError(`reporting an outcome: status ${JSON.stringify(r.status)}; want started, succeeded or failed`);
+    if (r.status !== "started" && r.status !== "succeeded" && r.status !== "failed" && r.status !== "refused") {
+      throw new BadProposalError(`reporting an outcome: status ${JSON.stringify(r.status)}; want started, succeeded, failed or refused`);
     }
-    if (typeof r.gid !== "string" || r.gid === "") {
+    if (typeof r.gid !== "string" || (r.gid === "" && r.status !== "refused")) {
       throw new BadProposalError("reporting an outcome: it names no grant (gid)");
     }
     const w = this.wait(opts);
@@ -956,6 +956,8 @@ export class Client {
 export interface GrantAuthority {
   verifyGrant(token: string, expect: GrantExpectation, opts?: GrantCallOptions): Promise<GrantClaims>;
   useGrant(token: string, by: string, opts?: CallOptions): Promise<GrantUse>;
+  /** When present, a grant refused here is reported to gated (status refused). */
+  reportOutcome?(r: OutcomeReport, opts?: CallOptions): Promise<void>;
 }
 
 /**
@@ -966,6 +968,9 @@ export interface GrantAuthority {
  * claims. Act only after it resolves. Throws GrantError (forged, altered,
  * expired, another tenant's, another target's...), GrantUseError (used
  * already, expired, unknown to gated), GrantKeySetError, TransportError.
+ * A grant refused here, when expect names the proposal id, is reported to
+ * gated (status refused), which audits it as the executor's refusal; a
+ * report that fails does not change the refusal.
  */
 export async function acceptGrant(
   authority: GrantAuthority,
@@ -976,7 +981,22 @@ export async function acceptGrant(
   if (typeof opts?.by !== "string" || opts.by.trim() === "") {
     throw new InvalidConfigError("invalid call option: acceptGrant needs by, the service that uses the grant");
   }
-  const claims = await authority.verifyGrant(token, expect, opts);
+  let claims: GrantClaims;
+  try {
+    claims = await authority.verifyGrant(token, expect, opts);
+  } catch (err) {
+    if (err instanceof GrantError && typeof authority.reportOutcome === "function" && validTenant(expect?.tenant) && validID(expect?.proposal_id)) {
+      try {
+        await authority.reportOutcome(
+          { gid: "", tenant: expect.tenant, proposal_id: expect.proposal_id as string, status: "refused", error: err.message },
+          { timeoutMs: opts?.timeoutMs },
+        );
+      } catch {
+        // The refusal stands whether or not gated hears of it.
+      }
+    }
+    throw err;
+  }
   await authority.useGrant(token, opts.by, opts);
   return claims;
 }

@@ -13,7 +13,7 @@ import {
   checkVerdict,
 } from "./errors.js";
 import { defaultWaitMs, type CallOptions, type GrantCallOptions, type GrantUse } from "./client.js";
-import { decodeGrant, GrantError, type GrantClaims, type GrantExpectation, type OutcomeReport, type OutcomeStatus } from "./grant.js";
+import { decodeGrant, GrantError, GrantUseError, type GrantClaims, type GrantExpectation, type OutcomeReport, type OutcomeStatus } from "./grant.js";
 import { parseJSON } from "./json.js";
 import type { BlastRadius, Flags, Operator, Proposal, ProposalClass, Verdict } from "./types.js";
 import { encodeProposal, schemaVersion, validAction, validTenant } from "./wire.js";
@@ -291,6 +291,25 @@ export class ToolGate {
     );
   }
 
+  /**
+   * Tells gated this gate refused p's grant (status refused), which gated
+   * audits as the executor's refusal. The refusal stands whether or not
+   * the report gets through.
+   */
+  private async reportRefusal(p: Proposal, refusal: GrantError, opts: CallOptions | undefined): Promise<void> {
+    if (typeof this.proposer.reportOutcome !== "function") {
+      return;
+    }
+    try {
+      await this.proposer.reportOutcome(
+        { gid: "", tenant: p.tenant, proposal_id: p.id, status: "refused", error: refusal.message },
+        { timeoutMs: opts?.timeoutMs ?? this.timeoutMs },
+      );
+    } catch {
+      // Nothing runs either way.
+    }
+  }
+
   /** Reports the end of a call that ran: a failure to report must not hide the tool's result or error. */
   private async reportAfter(c: GrantClaims, status: OutcomeStatus, error: string | undefined, opts: CallOptions | undefined): Promise<void> {
     try {
@@ -360,10 +379,12 @@ export class ToolGate {
     }
     if (v.grant === undefined || v.grant === "") {
       if (!this.allowUngranted) {
-        throw new GrantError(
+        const missing = new GrantError(
           "grant",
           `grant: the approval of ${p.tenant}.${p.id} carries no grant, and gated signs every approval; ${action} does not run`,
         );
+        await this.reportRefusal(p, missing, opts);
+        throw missing;
       }
       if (opts?.signal?.aborted) {
         throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
@@ -384,7 +405,15 @@ export class ToolGate {
       proposal: bytes,
       target: sent["target"] ?? {},
     };
-    const claims = await this.proposer.verifyGrant(v.grant, expect, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+    let claims: GrantClaims;
+    try {
+      claims = await this.proposer.verifyGrant(v.grant, expect, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
+    } catch (err) {
+      if (err instanceof GrantError && !(err instanceof GrantUseError)) {
+        await this.reportRefusal(p, err, opts);
+      }
+      throw err;
+    }
     if (opts?.signal?.aborted) {
       throw new AbortedError(`approved, but the call was aborted before ${action} ran`, { cause: opts.signal.reason });
     }

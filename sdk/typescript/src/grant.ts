@@ -818,17 +818,20 @@ export function decodeGrantUseReply(data: Uint8Array | string, gid: string): voi
 
 // ---- outcomes ----
 
-/** What became of an action run on a grant. */
-export type OutcomeStatus = "started" | "succeeded" | "failed";
+/**
+ * What became of an action run on a grant; refused: the executor refused
+ * the grant itself, and the action did not run.
+ */
+export type OutcomeStatus = "started" | "succeeded" | "failed" | "refused";
 
 /** An executor's report of a granted action, as published on gated.outcomes.<tenant>.<proposal_id>. */
 export interface OutcomeReport {
-  /** The grant's gid. */
+  /** The grant's gid; "" only for a refused grant whose token did not verify. */
   gid: string;
   tenant: string;
   proposal_id: string;
   status: OutcomeStatus;
-  /** Why it failed (failed only); cut to 4096 UTF-8 bytes. */
+  /** Why it failed (failed) or was refused (refused); cut to 4096 UTF-8 bytes. */
   error?: string;
   /** When, RFC 3339; default now. */
   at?: string | Date;

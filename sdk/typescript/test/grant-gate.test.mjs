@@ -104,7 +104,8 @@ test("an approval without a grant does not run the tool", async () => {
   assert.ok(err instanceof GrantError && err instanceof NotApprovedError, `${err}`);
   assert.equal(err.member, "grant");
   assert.equal(runs, 0);
-  assert.deepEqual(pr.steps, ["propose"]);
+  // The refusal is the gate's own: gated hears of it.
+  assert.deepEqual(pr.steps, ["propose", `report refused: ${err.message}`]);
 });
 
 test("an approval's grant is verified and used before the tool runs, and its outcome reported around it", async () => {
@@ -141,7 +142,8 @@ test("a grant that does not hold never runs the tool and is never used", async (
       assert.ok(err instanceof GrantError, `${err?.stack ?? err}`);
       assert.equal(err.member, c.member, err.message);
       assert.equal(runs, 0);
-      assert.deepEqual(pr.steps, ["propose", "verify"]);
+      // Never used, but reported to gated as the gate's own refusal.
+      assert.deepEqual(pr.steps, ["propose", "verify", `report refused: ${err.message}`]);
     });
   }
 });

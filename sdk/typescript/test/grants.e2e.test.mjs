@@ -182,3 +182,46 @@ test("a failed tool is reported failed with its error", async () => {
   const failed = records.find((r) => r.event === "grant.outcome" && r.data.status === "failed");
   assert.match(failed.data.error, /unit nginx.service not found/);
 });
+
+test("a grant refused by the executor itself is reported to gated and audited", async () => {
+  // The ToolGate handed another proposal's grant: refused here, before any use.
+  const otherID = `ts-grant-refused-other-${run}`;
+  const other = await client.propose(example("approved.json", { id: otherID, target: { device_id: 905, service: "nginx", tags: ["production"] } }), {
+    timeoutMs: 60_000,
+  });
+  const id = `ts-grant-refused-${run}`;
+  const tampering = {
+    propose: async (p, opts) => ({ ...(await client.propose(p, opts)), grant: other.grant }),
+    verifyGrant: (...a) => client.verifyGrant(...a),
+    useGrant: (...a) => client.useGrant(...a),
+    reportOutcome: (...a) => client.reportOutcome(...a),
+  };
+  const tg = new ToolGate(tampering, { tenant: "acme", agent: "ts-grant-agent", operator: { id: "alice", roles: ["sre"] } }, { newId: () => id, reviewTimeoutMs: 60_000 });
+  let ran = 0;
+  const restart = gate(
+    tg,
+    { action: "host_restart_service", class: "write", describe: (target) => ({ target, reason: "nginx stopped answering health checks", blast_radius: "single_device" }) },
+    async () => {
+      ran++;
+    },
+  );
+  await assert.rejects(restart({ device_id: 906, service: "nginx", tags: ["production"] }), GrantError);
+  assert.equal(ran, 0);
+  let records = await grantAudit(id, (rs) => rs.some((r) => r.event === "grant.refused"));
+  let refused = records.find((r) => r.event === "grant.refused");
+  assert.equal(refused.data.by, "executor");
+  assert.match(refused.data.reason, /proposal_id/);
+
+  // acceptGrant, handed a grant for another target.
+  const sid = `ts-grant-refused-svc-${run}`;
+  const p = example("approved.json", { id: sid, target: { device_id: 907, service: "nginx", tags: ["production"] } });
+  const v = await client.propose(p, { timeoutMs: 60_000 });
+  await assert.rejects(
+    acceptGrant(client, v.grant, { tenant: "acme", proposal_id: sid, proposal: encodeProposal(p).bytes, action: p.action, target: { device_id: 1 } }, { by: "restarter" }),
+    (err) => err instanceof GrantError && err.member === "target_sha256",
+  );
+  records = await grantAudit(sid, (rs) => rs.some((r) => r.event === "grant.refused"));
+  refused = records.find((r) => r.event === "grant.refused");
+  assert.equal(refused.data.by, "executor");
+  assert.match(refused.data.reason, /target_sha256/);
+});
