@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,33 +18,11 @@ import (
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
-	"github.com/gated/gated/policies"
 )
-
-// restartWithoutReview is the default bundle configured to approve
-// host_restart_service without review, so that a write is approved with
-// no reviewer plugin running.
-var restartWithoutReview = sync.OnceValues(func() (*policies.Evaluator, error) {
-	b, err := policies.Default()
-	if err != nil {
-		return nil, err
-	}
-	b.Data["gated"].(map[string]any)["config"].(map[string]any)["skip_review_actions"] = []any{"host_restart_service"}
-	return policies.Compile(context.Background(), b)
-})
 
 func outcomeGated(t *testing.T) (*bustest.Gated, *fleet.Client) {
 	t.Helper()
-	pol, err := restartWithoutReview()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
-	c, err := fleet.NewClient(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, c
+	return bustest.StartGrantingFleet(t)
 }
 
 // approveRestart proposes restarting nginx as id by agent, on a host of

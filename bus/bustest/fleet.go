@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/policies"
 )
 
 // Fleet is gated's intake (StartGated) and a fleet client of it: what an
@@ -146,4 +148,34 @@ func RunVerdict(id, runID string, round int, next string) *engine.Verdict {
 		v.Run.MissingWork, v.Run.Findings, v.Run.NextRoundGuidance = nil, nil, ""
 	}
 	return v
+}
+
+// skipReviewPolicy is the default bundle configured to approve
+// host_restart_service without review (config skip_review_actions), so
+// that a write is approved, with its grant, with no reviewer plugin
+// running.
+var skipReviewPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
+	b, err := policies.Default()
+	if err != nil {
+		return nil, err
+	}
+	b.Data["gated"].(map[string]any)["config"].(map[string]any)["skip_review_actions"] = []any{"host_restart_service"}
+	return policies.Compile(context.Background(), b)
+})
+
+// StartGrantingFleet starts an in-process gated that signs grants valid
+// for five minutes and approves host_restart_service without review, and
+// a fleet client on its connection.
+func StartGrantingFleet(t *testing.T) (*Gated, *fleet.Client) {
+	t.Helper()
+	pol, err := skipReviewPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
+	c, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, c
 }

@@ -9,43 +9,19 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
-	"github.com/gated/gated/policies"
 )
-
-// skipReviewPolicy is the default bundle configured to approve
-// host_restart_service without review (config skip_review_actions), so
-// that a write is approved with no reviewer plugin running.
-var skipReviewPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
-	b, err := policies.Default()
-	if err != nil {
-		return nil, err
-	}
-	b.Data["gated"].(map[string]any)["config"].(map[string]any)["skip_review_actions"] = []any{"host_restart_service"}
-	return policies.Compile(context.Background(), b)
-})
 
 func grantingGated(t *testing.T) (*bustest.Gated, *fleet.Client) {
 	t.Helper()
-	pol, err := skipReviewPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
-	c, err := fleet.NewClient(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return g, c
+	return bustest.StartGrantingFleet(t)
 }
 
 // tamperingProposer proposes through the real client, then hands the
