@@ -202,6 +202,8 @@ type simulation struct {
 	opts    options
 	runID   string
 	printer *printer
+	// gateOpts are further options of every agent's tool gate.
+	gateOpts []fleet.ToolGateOption
 }
 
 // Tool arguments.
@@ -247,7 +249,7 @@ func (f *simulation) newAgent(i int) (*agent, error) {
 	a := &agent{name: fmt.Sprintf("agent-%02d", i+1), tenant: f.opts.tenants[i%len(f.opts.tenants)], f: f}
 	gate, err := fleet.NewToolGate(f.client, fleet.Identity{
 		Tenant: a.tenant, Agent: a.name, Session: f.runID + "-" + a.name, Operator: &engine.Principal{ID: "alice", Roles: []string{"sre"}},
-	}, fleet.WithReviewTimeout(f.opts.wait), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { a.last.Store(v) }))
+	}, append([]fleet.ToolGateOption{fleet.WithReviewTimeout(f.opts.wait), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { a.last.Store(v) })}, f.gateOpts...)...)
 	if err != nil {
 		return nil, err
 	}
