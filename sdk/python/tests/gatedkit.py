@@ -90,6 +90,20 @@ class Gated:
                 pass
 
 
+UNLIMITED = "{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}"
+
+
+def unlimited_budgets(directory: str, extra: tuple[str, ...]) -> list[str]:
+    """The arguments of a budgets file that lifts every limit, unless the
+    test names its own: these tests send far more proposals from one agent
+    than the built-in budgets allow, and test other things than budgets."""
+    if any(a.startswith("--budgets") for a in extra):
+        return []
+    path = Path(directory) / "budgets.yaml"
+    path.write_text(f"defaults:\n  tenant: {UNLIMITED}\n  agent: {UNLIMITED}\n")
+    return ["--budgets", str(path)]
+
+
 def start_gated(gated_bin: str, *extra: str) -> Gated:
     """Start gated with its embedded NATS on free ports and wait for /readyz."""
     nats_addr, http_addr = free_addr(), free_addr()
@@ -98,7 +112,8 @@ def start_gated(gated_bin: str, *extra: str) -> Gated:
     log = open(log_path, "wb")  # noqa: SIM115 - closed with the process
     args = [
         gated_bin, "serve", "--data-dir", data_dir, "--nats-listen", nats_addr, "--http", http_addr,
-        "--personas", str(REPO / "examples" / "personas"), "--log-format", "json", *extra,
+        "--personas", str(REPO / "examples" / "personas"), "--log-format", "json",
+        *unlimited_budgets(data_dir, extra), *extra,
     ]
     proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     log.close()

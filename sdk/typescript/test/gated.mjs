@@ -41,6 +41,22 @@ function freePort() {
   });
 }
 
+const unlimited = "{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}";
+
+/**
+ * The arguments of a budgets file that lifts every limit, unless the test
+ * names its own: these tests send far more proposals from one agent than
+ * the built-in budgets allow, and test other things than budgets.
+ */
+function unlimitedBudgets(dir, extra) {
+  if (extra.some((a) => String(a).startsWith("--budgets"))) {
+    return [];
+  }
+  const path = join(dir, "budgets.yaml");
+  writeFileSync(path, `defaults:\n  tenant: ${unlimited}\n  agent: ${unlimited}\n`);
+  return ["--budgets", path];
+}
+
 /**
  * Starts `gated serve` on free ports with a fresh data directory and the
  * example personas, and waits until /readyz answers 200. Returns
@@ -58,6 +74,7 @@ export async function startGated(...extra) {
     "--http", `127.0.0.1:${httpPort}`,
     "--personas", join(repoRoot, "examples/personas"),
     "--log-format", "json",
+    ...unlimitedBudgets(dataDir, extra),
     ...extra,
   ];
   const proc = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });

@@ -90,13 +90,28 @@ class Gated:
         return [json.loads(line)["record"] for line in r.stdout.splitlines() if line.strip()]
 
 
+UNLIMITED = "{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}"
+
+
+def unlimited_budgets(directory: str, args: tuple[str, ...]) -> list[str]:
+    """The arguments of a budgets file that lifts every limit, unless the
+    test names its own: these tests review more proposals from one agent
+    than the built-in budgets allow, and test plugins, not budgets."""
+    if any(a.startswith("--budgets") for a in args):
+        return []
+    path = Path(directory) / "budgets.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"defaults:\n  tenant: {UNLIMITED}\n  agent: {UNLIMITED}\n")
+    return ["--budgets", str(path)]
+
+
 def start_gated(gated_bin: Path, workdir: Path, *args: str, env: dict[str, str] | None = None) -> Gated:
     """Start `gated serve` on an embedded NATS server on a free port and
     wait until it says it is ready."""
     log = workdir / "gated.log"
     proc = subprocess.Popen(
         [str(gated_bin), "serve", "--data-dir", str(workdir / "data"), "--nats-listen", "127.0.0.1:0",
-         "--log-format", "json", "--review-timeout", "30s", *args],
+         "--log-format", "json", "--review-timeout", "30s", *unlimited_budgets(str(workdir), args), *args],
         stdout=subprocess.DEVNULL, stderr=open(log, "w"), text=True, env=env,
     )
     deadline = time.monotonic() + 60
