@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -49,7 +50,7 @@ func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verd
 		Tools:          c.pd.ReviewerTools,
 		DeniedTools:    c.pd.DeniedTools,
 		SOP:            c.pd.SOP,
-		History:        history,
+		History:        othersOf(history, r.id),
 		PolicyRevision: c.pd.Revision,
 		Why:            c.pd.Review.Why,
 		Deadline:       deadline,
@@ -180,4 +181,16 @@ func newReviewID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return "rv_" + hex.EncodeToString(b[:])
+}
+
+// othersOf is history without the entries of proposal id. An entry of the
+// proposal under review is what a decision of it left before crashing
+// short of storing its verdict; the policy already passes over it
+// (parallel_operation compares proposal ids), and a reviewer shown it
+// would judge the proposal to collide with itself.
+func othersOf(history []Verdict, id string) []Verdict {
+	if !slices.ContainsFunc(history, func(v Verdict) bool { return v.ProposalID == id }) {
+		return history
+	}
+	return slices.DeleteFunc(slices.Clone(history), func(v Verdict) bool { return v.ProposalID == id })
 }

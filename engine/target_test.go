@@ -158,6 +158,16 @@ func TestTargetJoinedBeforeACrash(t *testing.T) {
 	if !again.Approved {
 		t.Fatalf("the redelivery: %s (%s), want approved", again.Outcome, again.Reason)
 	}
+	// The reviewer of the redelivery is not shown the entry its own
+	// crashed decision left: a reviewer that checks for parallel
+	// operations (the sop reviewer's gate) would reject the proposal for
+	// colliding with itself.
+	reqs := h.reviewer.requests()
+	for _, v := range reqs[len(reqs)-1].History {
+		if v.ProposalID == "p1" {
+			t.Errorf("the redelivery's reviewer was shown its own approval in the target's history: %+v", reqs[len(reqs)-1].History)
+		}
+	}
 	if got := h.store.history("acme", again.TargetKey); !slices.Equal(got, []string{"p1"}) {
 		t.Errorf("target history %v, want p1 once", got)
 	}
