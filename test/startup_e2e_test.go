@@ -127,9 +127,10 @@ func TestServeLocksItsDataDir(t *testing.T) {
 	if code, _, stderr := propose(t, first.natsURL, "-f", "../examples/proposals/read-pass-through.json"); code != 0 {
 		t.Fatalf("propose to the first after the second was refused: exit %d: %s", code, stderr)
 	}
-	// A read passes through with three records: received, policy, verdict.
-	if after := auditStreamMsgs(t, first.natsURL); after != before+3 {
-		t.Fatalf("the audit stream holds %d messages, want %d (%d before the second serve, 3 since)", after, before+3, before)
+	// A read passes through with four records: received, policy, the
+	// grant of its approval, verdict.
+	if after := auditStreamMsgs(t, first.natsURL); after != before+4 {
+		t.Fatalf("the audit stream holds %d messages, want %d (%d before the second serve, 4 since)", after, before+4, before)
 	}
 	verifyClean(t, first.natsURL, filepath.Join(dataDir, "audit.key"))
 

@@ -310,7 +310,7 @@ func (a *Writer) sealed(span telemetry.Span, event string, start time.Time, seq 
 		a.cfg.OnSeal(time.Since(start), err)
 	}
 	if span.Recording() {
-		span.String("gated.audit_event", event)
+		span.String(telemetry.AttrAuditEvent, event)
 		span.Int(telemetry.AttrAuditSeq, int64(seq))
 	}
 	span.End(err)

@@ -50,6 +50,7 @@ const (
 	AttrPersona    = "gated.persona"
 	AttrModel      = "gated.model"
 	AttrAuditSeq   = "gated.audit_seq"
+	AttrAuditEvent = "gated.audit_event"
 	AttrFound      = "gated.found"
 	AttrReplayed   = "gated.replayed"
 	AttrRevision   = "gated.policy_revision"
