@@ -1,0 +1,189 @@
+package audit
+
+import (
+	"cmp"
+	"encoding/json"
+	"math"
+	"slices"
+
+	"github.com/gated/gated/engine"
+)
+
+// ReviewerKey names a reviewer in a track record: the plugin and its
+// version, the persona it ran and the model it reports.
+type ReviewerKey struct {
+	Plugin        string `json:"plugin"`
+	PluginVersion string `json:"plugin_version"`
+	Persona       string `json:"persona"`
+	Model         string `json:"model"`
+}
+
+// ReviewerStats is one reviewer's track record over the audit records a
+// TrackRecord was given.
+type ReviewerStats struct {
+	ReviewerKey
+	// Reviews counts the reviewer's reviews; Approvals and Rejections
+	// those that approved and rejected (a review that failed is neither).
+	Reviews    int `json:"reviews"`
+	Approvals  int `json:"approvals"`
+	Rejections int `json:"rejections"`
+	// ApprovedSucceeded and ApprovedFailed count the approved verdicts the
+	// reviewer approved whose grant's last reported outcome is succeeded,
+	// or failed. ApprovedThenFailedRate is ApprovedFailed over their sum,
+	// nil when the sum is 0.
+	ApprovedSucceeded      int      `json:"approved_succeeded"`
+	ApprovedFailed         int      `json:"approved_failed"`
+	ApprovedThenFailedRate *float64 `json:"approved_then_failed_rate"`
+	// OperatorOverrides counts the operator decisions on a held action or
+	// run review that differ from the reviewer's decision.
+	OperatorOverrides int `json:"operator_overrides"`
+	// LatencyP50MS and LatencyP99MS are nearest-rank percentiles of the
+	// reviews' latency_ms; nil with no review.
+	LatencyP50MS *float64 `json:"latency_p50_ms"`
+	LatencyP99MS *float64 `json:"latency_p99_ms"`
+}
+
+// trackedProposal is what a TrackRecord keeps of one proposal.
+type trackedProposal struct {
+	// reviews are the reviews of the proposal's first reviewed verdict:
+	// a verdict that replaces a held one, or a dedupe answer, copies them.
+	reviews []engine.Review
+	// approvedByReview is set when an approved verdict stands on its
+	// reviews (not on an operator's decision).
+	approvedByReview bool
+	// final is the last succeeded or failed outcome reported.
+	final string
+	// operator is the last operator decision: approve or reject.
+	operator engine.ReviewDecision
+}
+
+// TrackRecord folds audit records into each reviewer's track record: the
+// verdicts' reviews, the grants' reported outcomes and the operators'
+// decisions. Records of other events are ignored. The zero value is
+// ready to use; it is not safe for concurrent use.
+type TrackRecord struct {
+	proposals map[string]*trackedProposal
+}
+
+func (t *TrackRecord) proposal(tenant, id string) *trackedProposal {
+	if t.proposals == nil {
+		t.proposals = map[string]*trackedProposal{}
+	}
+	key := tenant + "." + id
+	p := t.proposals[key]
+	if p == nil {
+		p = &trackedProposal{}
+		t.proposals[key] = p
+	}
+	return p
+}
+
+// Add folds r into the track record. A record whose data does not decode
+// is skipped: the audit's own verification reports it.
+func (t *TrackRecord) Add(r *Record) {
+	if r == nil {
+		return
+	}
+	ev := r.Event
+	switch ev.Event {
+	case engine.EventVerdict:
+		var v engine.Verdict
+		if json.Unmarshal(ev.Data, &v) != nil || v.ProposalID == "" {
+			return
+		}
+		p := t.proposal(ev.Tenant, v.ProposalID)
+		if p.reviews == nil && len(v.Reviews) > 0 && v.Stage != engine.StageDedupe && v.DuplicateOf == "" {
+			p.reviews = v.Reviews
+		}
+		if v.Outcome == engine.OutcomeApproved && v.Operator == nil && len(v.Reviews) > 0 {
+			p.approvedByReview = true
+		}
+	case engine.EventGrantOutcome:
+		var d struct {
+			ProposalID string `json:"proposal_id"`
+			Status     string `json:"status"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil || d.ProposalID == "" {
+			return
+		}
+		if d.Status == engine.ExecutionSucceeded || d.Status == engine.ExecutionFailed {
+			t.proposal(ev.Tenant, d.ProposalID).final = d.Status
+		}
+	case engine.EventOperatorDecided:
+		var d struct {
+			Decision string `json:"decision"`
+			Outcome  string `json:"outcome"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil || ev.ProposalID == "" {
+			return
+		}
+		decision := engine.DecisionReject
+		if d.Decision == string(engine.DecisionApprove) || (d.Decision == "" && d.Outcome == string(engine.OutcomeApproved)) {
+			decision = engine.DecisionApprove
+		}
+		t.proposal(ev.Tenant, ev.ProposalID).operator = decision
+	}
+}
+
+// Reviewers returns each reviewer's track record, ordered by plugin,
+// plugin version, persona and model.
+func (t *TrackRecord) Reviewers() []ReviewerStats {
+	stats := map[ReviewerKey]*ReviewerStats{}
+	latencies := map[ReviewerKey][]float64{}
+	for _, p := range t.proposals {
+		for _, rv := range p.reviews {
+			k := ReviewerKey{Plugin: rv.Plugin, PluginVersion: rv.PluginVersion, Persona: rv.Persona, Model: rv.Model}
+			s := stats[k]
+			if s == nil {
+				s = &ReviewerStats{ReviewerKey: k}
+				stats[k] = s
+			}
+			s.Reviews++
+			latencies[k] = append(latencies[k], rv.LatencyMS)
+			switch rv.Decision {
+			case engine.DecisionApprove:
+				s.Approvals++
+				if p.approvedByReview {
+					switch p.final {
+					case engine.ExecutionSucceeded:
+						s.ApprovedSucceeded++
+					case engine.ExecutionFailed:
+						s.ApprovedFailed++
+					}
+				}
+			case engine.DecisionReject:
+				s.Rejections++
+			}
+			if p.operator != "" && p.operator != rv.Decision {
+				s.OperatorOverrides++
+			}
+		}
+	}
+	out := make([]ReviewerStats, 0, len(stats))
+	for k, s := range stats {
+		if n := s.ApprovedSucceeded + s.ApprovedFailed; n > 0 {
+			rate := float64(s.ApprovedFailed) / float64(n)
+			s.ApprovedThenFailedRate = &rate
+		}
+		ls := latencies[k]
+		slices.Sort(ls)
+		s.LatencyP50MS, s.LatencyP99MS = nearestRank(ls, 0.50), nearestRank(ls, 0.99)
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b ReviewerStats) int {
+		return cmp.Or(cmp.Compare(a.Plugin, b.Plugin), cmp.Compare(a.PluginVersion, b.PluginVersion),
+			cmp.Compare(a.Persona, b.Persona), cmp.Compare(a.Model, b.Model))
+	})
+	return out
+}
+
+// nearestRank is the q-quantile of sorted by the nearest-rank method, nil
+// for none.
+func nearestRank(sorted []float64, q float64) *float64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	i := max(int(math.Ceil(q*float64(len(sorted))))-1, 0)
+	v := sorted[i]
+	return &v
+}
