@@ -47,7 +47,7 @@ type ReviewerStats struct {
 type trackedProposal struct {
 	// reviews are the reviews of the proposal's first reviewed verdict:
 	// a verdict that replaces a held one, or a dedupe answer, copies them.
-	reviews []engine.Review
+	reviews []trackedReview
 	// approvedByReview is set when an approved verdict stands on its
 	// reviews (not on an operator's decision).
 	approvedByReview bool
@@ -55,6 +55,13 @@ type trackedProposal struct {
 	final string
 	// operator is the last operator decision: approve or reject.
 	operator engine.ReviewDecision
+}
+
+// trackedReview is what a TrackRecord keeps of a review.
+type trackedReview struct {
+	key      ReviewerKey
+	decision engine.ReviewDecision
+	latency  float64
 }
 
 // TrackRecord folds audit records into each reviewer's track record: the
@@ -93,7 +100,13 @@ func (t *TrackRecord) Add(r *Record) {
 		}
 		p := t.proposal(ev.Tenant, v.ProposalID)
 		if p.reviews == nil && len(v.Reviews) > 0 && v.Stage != engine.StageDedupe && v.DuplicateOf == "" {
-			p.reviews = v.Reviews
+			p.reviews = make([]trackedReview, len(v.Reviews))
+			for i, rv := range v.Reviews {
+				p.reviews[i] = trackedReview{
+					key:      ReviewerKey{Plugin: rv.Plugin, PluginVersion: rv.PluginVersion, Persona: rv.Persona, Model: rv.Model},
+					decision: rv.Decision, latency: rv.LatencyMS,
+				}
+			}
 		}
 		if v.Outcome == engine.OutcomeApproved && v.Operator == nil && len(v.Reviews) > 0 {
 			p.approvedByReview = true
@@ -132,15 +145,15 @@ func (t *TrackRecord) Reviewers() []ReviewerStats {
 	latencies := map[ReviewerKey][]float64{}
 	for _, p := range t.proposals {
 		for _, rv := range p.reviews {
-			k := ReviewerKey{Plugin: rv.Plugin, PluginVersion: rv.PluginVersion, Persona: rv.Persona, Model: rv.Model}
+			k := rv.key
 			s := stats[k]
 			if s == nil {
 				s = &ReviewerStats{ReviewerKey: k}
 				stats[k] = s
 			}
 			s.Reviews++
-			latencies[k] = append(latencies[k], rv.LatencyMS)
-			switch rv.Decision {
+			latencies[k] = append(latencies[k], rv.latency)
+			switch rv.decision {
 			case engine.DecisionApprove:
 				s.Approvals++
 				if p.approvedByReview {
@@ -154,7 +167,7 @@ func (t *TrackRecord) Reviewers() []ReviewerStats {
 			case engine.DecisionReject:
 				s.Rejections++
 			}
-			if p.operator != "" && p.operator != rv.Decision {
+			if p.operator != "" && p.operator != rv.decision {
 				s.OperatorOverrides++
 			}
 		}

@@ -36,11 +36,12 @@ func hostSpec(action string) fleet.ToolSpec[hostArgs] {
 // TestReportReviewers runs serve with the bundled sop reviewer, has a Go
 // ToolGate restart services (approved; some tools fail, some succeed) and
 // deploy (rejected: no SOP covers it), and checks that `gated report
-// reviewers --format json` gives the exact figures.
+// reviewers --format json` gives the exact figures, and /metrics the
+// same ones.
 func TestReportReviewers(t *testing.T) {
 	clearGatedEnv(t)
 	s := bustest.Server(t)
-	_, stop := startServe(t, s.ClientURL())
+	httpAddr, stop := startServe(t, s.ClientURL())
 	defer stop()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
@@ -134,6 +135,20 @@ func TestReportReviewers(t *testing.T) {
 				t.Errorf("report:\n got %s\nwant %s", gotJSON, wantJSON)
 			}
 		})
+	}
+	labels := fmt.Sprintf(`model=%q,persona=%q,plugin=%q,plugin_version=%q`, key.Model, key.Persona, key.Plugin, key.PluginVersion)
+	for _, line := range []string{
+		`gated_reviewer_reviews_total{decision="approve",` + labels + `} 5`,
+		`gated_reviewer_reviews_total{decision="reject",` + labels + `} 2`,
+		`gated_reviewer_reviews_total{decision="none",` + labels + `} 0`,
+		`gated_reviewer_approved_outcomes{` + labels + `,status="succeeded"} 3`,
+		`gated_reviewer_approved_outcomes{` + labels + `,status="failed"} 2`,
+		`gated_reviewer_approved_then_failed_ratio{` + labels + `} 0.4`,
+		`gated_reviewer_operator_overrides_total{` + labels + `} 0`,
+		fmt.Sprintf(`gated_reviewer_latency_seconds{%s,quantile="0.5"} %v`, labels, latencies[3]/1e3),
+		fmt.Sprintf(`gated_reviewer_latency_seconds{%s,quantile="0.99"} %v`, labels, latencies[6]/1e3),
+	} {
+		waitMetric(t, httpAddr, line)
 	}
 	code, out, err := runGated(t, "report", "reviewers", "--nats-url", s.ClientURL())
 	if code != 0 {
