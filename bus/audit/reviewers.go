@@ -67,10 +67,26 @@ type trackedReview struct {
 // TrackRecord folds audit records into each reviewer's track record: the
 // verdicts' reviews, the grants' reported outcomes and the operators'
 // decisions. Records of other events are ignored. The zero value is
-// ready to use; it is not safe for concurrent use.
+// ready to use and keeps every proposal; it is not safe for concurrent
+// use.
 type TrackRecord struct {
-	proposals map[string]*trackedProposal
+	// Limit bounds the proposals kept one by one; 0 keeps all. Past it the
+	// oldest proposal is settled: its figures are summed as they stand
+	// (a later outcome or operator decision on it is not counted), and
+	// of settled reviews the latency percentiles see the last
+	// SettledLatencies (default 4096) per reviewer.
+	Limit int
+	// SettledLatencies is how many settled latencies a reviewer keeps.
+	SettledLatencies int
+
+	proposals  map[string]*trackedProposal
+	order      []string
+	settled    map[ReviewerKey]*ReviewerStats
+	settledLat map[ReviewerKey][]float64
 }
+
+// defaultSettledLatencies is SettledLatencies' default.
+const defaultSettledLatencies = 4096
 
 func (t *TrackRecord) proposal(tenant, id string) *trackedProposal {
 	if t.proposals == nil {
@@ -81,8 +97,71 @@ func (t *TrackRecord) proposal(tenant, id string) *trackedProposal {
 	if p == nil {
 		p = &trackedProposal{}
 		t.proposals[key] = p
+		if t.Limit > 0 {
+			t.order = append(t.order, key)
+			if len(t.proposals) > t.Limit {
+				t.settleOldest()
+			}
+		}
 	}
 	return p
+}
+
+// Tracked is how many proposals the track record keeps one by one: at
+// most Limit when it is set.
+func (t *TrackRecord) Tracked() int { return len(t.proposals) }
+
+// settleOldest sums the oldest proposal into the settled figures and
+// forgets it.
+func (t *TrackRecord) settleOldest() {
+	key := t.order[0]
+	t.order = t.order[1:]
+	if len(t.order) == 0 {
+		t.order = nil // let the array go
+	}
+	p := t.proposals[key]
+	delete(t.proposals, key)
+	if t.settled == nil {
+		t.settled, t.settledLat = map[ReviewerKey]*ReviewerStats{}, map[ReviewerKey][]float64{}
+	}
+	tally(p, t.settled, t.settledLat)
+	keep := cmp.Or(t.SettledLatencies, defaultSettledLatencies)
+	for k, ls := range t.settledLat {
+		if len(ls) >= 2*keep {
+			t.settledLat[k] = append(ls[:0], ls[len(ls)-keep:]...)
+		}
+	}
+}
+
+// tally adds the figures of p to stats and its latencies to latencies.
+func tally(p *trackedProposal, stats map[ReviewerKey]*ReviewerStats, latencies map[ReviewerKey][]float64) {
+	for _, rv := range p.reviews {
+		k := rv.key
+		s := stats[k]
+		if s == nil {
+			s = &ReviewerStats{ReviewerKey: k}
+			stats[k] = s
+		}
+		s.Reviews++
+		latencies[k] = append(latencies[k], rv.latency)
+		switch rv.decision {
+		case engine.DecisionApprove:
+			s.Approvals++
+			if p.approvedByReview {
+				switch p.final {
+				case engine.ExecutionSucceeded:
+					s.ApprovedSucceeded++
+				case engine.ExecutionFailed:
+					s.ApprovedFailed++
+				}
+			}
+		case engine.DecisionReject:
+			s.Rejections++
+		}
+		if p.operator != "" && p.operator != rv.decision {
+			s.OperatorOverrides++
+		}
+	}
 }
 
 // Add folds r into the track record. A record whose data does not decode
@@ -143,34 +222,15 @@ func (t *TrackRecord) Add(r *Record) {
 func (t *TrackRecord) Reviewers() []ReviewerStats {
 	stats := map[ReviewerKey]*ReviewerStats{}
 	latencies := map[ReviewerKey][]float64{}
+	for k, s := range t.settled {
+		c := *s
+		stats[k] = &c
+		keep := cmp.Or(t.SettledLatencies, defaultSettledLatencies)
+		ls := t.settledLat[k]
+		latencies[k] = slices.Clone(ls[max(len(ls)-keep, 0):])
+	}
 	for _, p := range t.proposals {
-		for _, rv := range p.reviews {
-			k := rv.key
-			s := stats[k]
-			if s == nil {
-				s = &ReviewerStats{ReviewerKey: k}
-				stats[k] = s
-			}
-			s.Reviews++
-			latencies[k] = append(latencies[k], rv.latency)
-			switch rv.decision {
-			case engine.DecisionApprove:
-				s.Approvals++
-				if p.approvedByReview {
-					switch p.final {
-					case engine.ExecutionSucceeded:
-						s.ApprovedSucceeded++
-					case engine.ExecutionFailed:
-						s.ApprovedFailed++
-					}
-				}
-			case engine.DecisionReject:
-				s.Rejections++
-			}
-			if p.operator != "" && p.operator != rv.decision {
-				s.OperatorOverrides++
-			}
-		}
+		tally(p, stats, latencies)
 	}
 	out := make([]ReviewerStats, 0, len(stats))
 	for k, s := range stats {

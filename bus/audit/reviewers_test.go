@@ -131,6 +131,32 @@ func TestTrackRecordPercentilesAndOrder(t *testing.T) {
 	}
 }
 
+// TestTrackRecordLimit: past its Limit a track record keeps at most Limit
+// proposals, and the figures of the settled ones stay counted.
+func TestTrackRecordLimit(t *testing.T) {
+	var all audit.TrackRecord
+	bounded := audit.TrackRecord{Limit: 10, SettledLatencies: 1000}
+	for i := range 1000 {
+		id := fmt.Sprint("p", i)
+		records := []*audit.Record{verdictRec(id, "approved", "review", "approve", float64(i%97), "")}
+		if i%3 == 0 {
+			records = append(records, outcomeRec(id, "failed"))
+		}
+		for _, r := range records {
+			all.Add(r)
+			bounded.Add(r)
+		}
+	}
+	if n := bounded.Tracked(); n != 10 {
+		t.Errorf("the bounded track record keeps %d proposals, want 10", n)
+	}
+	got, _ := json.Marshal(bounded.Reviewers())
+	want, _ := json.Marshal(all.Reviewers())
+	if string(got) != string(want) {
+		t.Errorf("bounded %s\nall     %s", got, want)
+	}
+}
+
 // FuzzTrackRecord: no record data makes the fold panic, and every row's
 // counts stay consistent.
 func FuzzTrackRecord(f *testing.F) {

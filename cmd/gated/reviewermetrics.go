@@ -16,6 +16,11 @@ import (
 // gated's to bound. Reviewers beyond it are summed under plugin "_other".
 const maxReviewerSeries = 64
 
+// reviewerMetricsLimit bounds the proposals serve's reviewer metrics
+// keep one by one (see audit.TrackRecord.Limit): a flood of proposals
+// must not grow serve without bound.
+const reviewerMetricsLimit = 100_000
+
 // otherReviewer is the label value of the reviewers beyond the bound.
 const otherReviewer = "_other"
 
@@ -93,7 +98,7 @@ func (c *reviewerCollector) Collect(ch chan<- prometheus.Metric) {
 // into the reviewer metrics. It reads on its own consumer: no decision
 // waits for it. A read that fails is logged and retried.
 func (s *gateServer) startReviewerMetrics(ctx context.Context) error {
-	c := &reviewerCollector{}
+	c := &reviewerCollector{tr: audit.TrackRecord{Limit: reviewerMetricsLimit}}
 	s.m.reg.MustRegister(c)
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
