@@ -156,3 +156,23 @@ func TestReportReviewers(t *testing.T) {
 	}
 	wantOutput(t, out, `(?m)^PLUGIN +VERSION +PERSONA +MODEL +REVIEWS`, `(?m)^sop +\S+ +reviewer +\S+ +7 +5 +2 +3 +2 +0\.400 +0 `)
 }
+
+// TestReportReviewersUsage: flags that cannot work are usage errors that
+// say which, before any connection is tried.
+func TestReportReviewersUsage(t *testing.T) {
+	cases := []struct {
+		note string
+		args []string
+		want string
+	}{
+		{note: "a format it does not print", args: []string{"--format", "yaml"}, want: `--format "yaml" must be text or json`},
+		{note: "a negative window", args: []string{"--since", "-1h"}, want: "--since -1h0m0s must not be negative"},
+		{note: "a tenant that is no token", args: []string{"--tenant", "Acme Corp"}, want: `--tenant "Acme Corp" must match`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			err := run(t.Context(), append([]string{"report", "reviewers", "--nats-url", "nats://127.0.0.1:1"}, tc.args...))
+			wantUsageError(t, err, tc.want)
+		})
+	}
+}
