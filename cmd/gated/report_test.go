@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"testing"
@@ -35,13 +36,21 @@ func hostSpec(action string) fleet.ToolSpec[hostArgs] {
 
 // TestReportReviewers runs serve with the bundled sop reviewer, has a Go
 // ToolGate restart services (approved; some tools fail, some succeed) and
-// deploy (rejected: no SOP covers it), and checks that `gated report
+// deploy (rejected: no SOP covers it), has an operator fail the manual
+// criterion of a run its reviewer approved (an override), and checks that `gated report
 // reviewers --format json` gives the exact figures, and /metrics the
 // same ones.
 func TestReportReviewers(t *testing.T) {
 	clearGatedEnv(t)
 	s := bustest.Server(t)
-	httpAddr, stop := startServe(t, s.ClientURL())
+	dir := t.TempDir()
+	seedFile := filepath.Join(dir, "alice.seed")
+	pub, err := writeOperatorSeed(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := writeFile(t, dir, "operators.yaml", "operators:\n  - id: alice\n    key: "+pub+"\n    tenants: [acme]\n")
+	httpAddr, stop := startServe(t, s.ClientURL(), "--operators", ops)
 	defer stop()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
@@ -98,6 +107,29 @@ func TestReportReviewers(t *testing.T) {
 		}
 	}
 
+	// A run the run reviewer approves waits for an operator on its manual
+	// criterion; the operator fails it.
+	run := &engine.Proposal{
+		V: 1, ID: "run-1-r1", Tenant: "acme", Kind: engine.KindRun, Action: "code_change",
+		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+		RequestedBy: &engine.RequestedBy{Agent: "orchestrator"},
+		Run:         &engine.Run{RunID: "run-1", Status: engine.RunCompleted, Round: 1, Worker: "coder-1", Summary: "done"},
+		Criteria: []engine.Criterion{
+			{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult,
+				Evidence: map[string]any{"command": "go test ./...", "exit_code": 0}},
+			{ID: "signoff", Description: "the release manager agrees", Required: true, Kind: engine.CriterionManual},
+		},
+	}
+	held, err := client.Propose(t.Context(), run)
+	if !errors.Is(err, fleet.ErrReviewBlocked) || len(held.Reviews) != 1 || held.Reviews[0].Decision != engine.DecisionApprove {
+		t.Fatalf("run: %v, %+v", err, held)
+	}
+	if code, out, err := runGated(t, "operator", "decide", "acme", run.ID, "--criterion", "signoff=fail:not this week",
+		"--operator", "alice", "--seed-file", seedFile, "--nats-url", s.ClientURL()); code != 0 {
+		t.Fatalf("operator decide: %d %v\n%s", code, err, out)
+	}
+	rr := held.Reviews[0]
+
 	slices.Sort(latencies)
 	if len(latencies) != 7 || key.Plugin != "sop" || key.Persona != "reviewer" {
 		t.Fatalf("the verdicts carried %d reviews by %+v, want 7 by sop as reviewer", len(latencies), key)
@@ -107,6 +139,9 @@ func TestReportReviewers(t *testing.T) {
 		ReviewerKey: key, Reviews: 7, Approvals: 5, Rejections: 2,
 		ApprovedSucceeded: 3, ApprovedFailed: 2, ApprovedThenFailedRate: &rate,
 		LatencyP50MS: &latencies[3], LatencyP99MS: &latencies[6],
+	}, {
+		ReviewerKey: audit.ReviewerKey{Plugin: rr.Plugin, PluginVersion: rr.PluginVersion, Persona: rr.Persona, Model: rr.Model},
+		Reviews:     1, Approvals: 1, OperatorOverrides: 1, LatencyP50MS: &rr.LatencyMS, LatencyP99MS: &rr.LatencyMS,
 	}}
 	cases := []struct {
 		note string
@@ -145,6 +180,7 @@ func TestReportReviewers(t *testing.T) {
 		`gated_reviewer_approved_outcomes{` + labels + `,status="failed"} 2`,
 		`gated_reviewer_approved_then_failed_ratio{` + labels + `} 0.4`,
 		`gated_reviewer_operator_overrides_total{` + labels + `} 0`,
+		fmt.Sprintf(`gated_reviewer_operator_overrides_total{model=%q,persona=%q,plugin=%q,plugin_version=%q} 1`, rr.Model, rr.Persona, rr.Plugin, rr.PluginVersion),
 		fmt.Sprintf(`gated_reviewer_latency_seconds{%s,quantile="0.5"} %v`, labels, latencies[3]/1e3),
 		fmt.Sprintf(`gated_reviewer_latency_seconds{%s,quantile="0.99"} %v`, labels, latencies[6]/1e3),
 	} {
