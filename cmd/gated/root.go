@@ -43,6 +43,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(benchCmd())
 	root.AddCommand(mcpCmd())
 	root.AddCommand(budgetsCmd())
+	root.AddCommand(reportCmd())
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}

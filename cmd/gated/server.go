@@ -108,6 +108,7 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.setupStreams,
 		s.openAudit,
 		s.startNotifier,
+		s.startReviewerMetrics,
 		s.startPlugins,
 		s.watchPolicy,
 		s.watchShadow,

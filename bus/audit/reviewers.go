@@ -1,0 +1,262 @@
+package audit
+
+import (
+	"cmp"
+	"encoding/json"
+	"math"
+	"slices"
+
+	"github.com/gated/gated/engine"
+)
+
+// ReviewerKey names a reviewer in a track record: the plugin and its
+// version, the persona it ran and the model it reports.
+type ReviewerKey struct {
+	Plugin        string `json:"plugin"`
+	PluginVersion string `json:"plugin_version"`
+	Persona       string `json:"persona"`
+	Model         string `json:"model"`
+}
+
+// ReviewerStats is one reviewer's track record over the audit records a
+// TrackRecord was given.
+type ReviewerStats struct {
+	ReviewerKey
+	// Reviews counts the reviewer's reviews; Approvals and Rejections
+	// those that approved and rejected (a review that failed is neither).
+	Reviews    int `json:"reviews"`
+	Approvals  int `json:"approvals"`
+	Rejections int `json:"rejections"`
+	// ApprovedSucceeded and ApprovedFailed count the approved verdicts the
+	// reviewer approved whose grant's last reported outcome is succeeded,
+	// or failed. ApprovedThenFailedRate is ApprovedFailed over their sum,
+	// nil when the sum is 0.
+	ApprovedSucceeded      int      `json:"approved_succeeded"`
+	ApprovedFailed         int      `json:"approved_failed"`
+	ApprovedThenFailedRate *float64 `json:"approved_then_failed_rate"`
+	// OperatorOverrides counts the operator decisions on a held action or
+	// run review that differ from the reviewer's decision.
+	OperatorOverrides int `json:"operator_overrides"`
+	// LatencyP50MS and LatencyP99MS are nearest-rank percentiles of the
+	// reviews' latency_ms; nil with no review.
+	LatencyP50MS *float64 `json:"latency_p50_ms"`
+	LatencyP99MS *float64 `json:"latency_p99_ms"`
+}
+
+// trackedProposal is what a TrackRecord keeps of one proposal.
+type trackedProposal struct {
+	// reviews are the reviews of the proposal's first reviewed verdict:
+	// a verdict that replaces a held one, or a dedupe answer, copies them.
+	reviews []trackedReview
+	// approvedByReview is set when an approved verdict stands on its
+	// reviews (not on an operator's decision).
+	approvedByReview bool
+	// final is the last succeeded or failed outcome reported.
+	final string
+	// operator is the last operator decision: approve or reject.
+	operator engine.ReviewDecision
+}
+
+// trackedReview is what a TrackRecord keeps of a review.
+type trackedReview struct {
+	key      ReviewerKey
+	decision engine.ReviewDecision
+	latency  float64
+}
+
+// TrackRecord folds audit records into each reviewer's track record: the
+// verdicts' reviews, the grants' reported outcomes and the operators'
+// decisions. Records of other events are ignored. The zero value is
+// ready to use and keeps every proposal; it is not safe for concurrent
+// use.
+type TrackRecord struct {
+	// Limit bounds the proposals kept one by one; 0 keeps all. Past it the
+	// oldest proposal is settled: its figures are summed as they stand
+	// (a later outcome or operator decision on it is not counted), and
+	// of settled reviews the latency percentiles see the last
+	// SettledLatencies (default 4096) per reviewer.
+	Limit int
+	// SettledLatencies is how many settled latencies a reviewer keeps.
+	SettledLatencies int
+
+	proposals  map[string]*trackedProposal
+	order      []string
+	settled    map[ReviewerKey]*ReviewerStats
+	settledLat map[ReviewerKey][]float64
+}
+
+// defaultSettledLatencies is SettledLatencies' default.
+const defaultSettledLatencies = 4096
+
+func (t *TrackRecord) proposal(tenant, id string) *trackedProposal {
+	if t.proposals == nil {
+		t.proposals = map[string]*trackedProposal{}
+	}
+	key := tenant + "." + id
+	p := t.proposals[key]
+	if p == nil {
+		p = &trackedProposal{}
+		t.proposals[key] = p
+		if t.Limit > 0 {
+			t.order = append(t.order, key)
+			if len(t.proposals) > t.Limit {
+				t.settleOldest()
+			}
+		}
+	}
+	return p
+}
+
+// Tracked is how many proposals the track record keeps one by one: at
+// most Limit when it is set.
+func (t *TrackRecord) Tracked() int { return len(t.proposals) }
+
+// settleOldest sums the oldest proposal into the settled figures and
+// forgets it.
+func (t *TrackRecord) settleOldest() {
+	key := t.order[0]
+	t.order = t.order[1:]
+	if len(t.order) == 0 {
+		t.order = nil // let the array go
+	}
+	p := t.proposals[key]
+	delete(t.proposals, key)
+	if t.settled == nil {
+		t.settled, t.settledLat = map[ReviewerKey]*ReviewerStats{}, map[ReviewerKey][]float64{}
+	}
+	tally(p, t.settled, t.settledLat)
+	keep := cmp.Or(t.SettledLatencies, defaultSettledLatencies)
+	for k, ls := range t.settledLat {
+		if len(ls) >= 2*keep {
+			t.settledLat[k] = append(ls[:0], ls[len(ls)-keep:]...)
+		}
+	}
+}
+
+// tally adds the figures of p to stats and its latencies to latencies.
+func tally(p *trackedProposal, stats map[ReviewerKey]*ReviewerStats, latencies map[ReviewerKey][]float64) {
+	for _, rv := range p.reviews {
+		k := rv.key
+		s := stats[k]
+		if s == nil {
+			s = &ReviewerStats{ReviewerKey: k}
+			stats[k] = s
+		}
+		s.Reviews++
+		latencies[k] = append(latencies[k], rv.latency)
+		switch rv.decision {
+		case engine.DecisionApprove:
+			s.Approvals++
+			if p.approvedByReview {
+				switch p.final {
+				case engine.ExecutionSucceeded:
+					s.ApprovedSucceeded++
+				case engine.ExecutionFailed:
+					s.ApprovedFailed++
+				}
+			}
+		case engine.DecisionReject:
+			s.Rejections++
+		}
+		if p.operator != "" && p.operator != rv.decision {
+			s.OperatorOverrides++
+		}
+	}
+}
+
+// Add folds r into the track record. A record whose data does not decode
+// is skipped: the audit's own verification reports it.
+func (t *TrackRecord) Add(r *Record) {
+	if r == nil {
+		return
+	}
+	ev := r.Event
+	switch ev.Event {
+	case engine.EventVerdict:
+		var v engine.Verdict
+		if json.Unmarshal(ev.Data, &v) != nil || v.ProposalID == "" {
+			return
+		}
+		p := t.proposal(ev.Tenant, v.ProposalID)
+		if p.reviews == nil && len(v.Reviews) > 0 && v.Stage != engine.StageDedupe && v.DuplicateOf == "" {
+			p.reviews = make([]trackedReview, len(v.Reviews))
+			for i, rv := range v.Reviews {
+				p.reviews[i] = trackedReview{
+					key:      ReviewerKey{Plugin: rv.Plugin, PluginVersion: rv.PluginVersion, Persona: rv.Persona, Model: rv.Model},
+					decision: rv.Decision, latency: rv.LatencyMS,
+				}
+			}
+		}
+		if v.Outcome == engine.OutcomeApproved && v.Operator == nil && len(v.Reviews) > 0 {
+			p.approvedByReview = true
+		}
+	case engine.EventGrantOutcome:
+		var d struct {
+			ProposalID string `json:"proposal_id"`
+			Status     string `json:"status"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil || d.ProposalID == "" {
+			return
+		}
+		if d.Status == engine.ExecutionSucceeded || d.Status == engine.ExecutionFailed {
+			t.proposal(ev.Tenant, d.ProposalID).final = d.Status
+		}
+	case engine.EventOperatorDecided:
+		var d struct {
+			Decision string `json:"decision"`
+			Outcome  string `json:"outcome"`
+		}
+		if json.Unmarshal(ev.Data, &d) != nil || ev.ProposalID == "" {
+			return
+		}
+		decision := engine.DecisionReject
+		if d.Decision == string(engine.DecisionApprove) || (d.Decision == "" && d.Outcome == string(engine.OutcomeApproved)) {
+			decision = engine.DecisionApprove
+		}
+		t.proposal(ev.Tenant, ev.ProposalID).operator = decision
+	}
+}
+
+// Reviewers returns each reviewer's track record, ordered by plugin,
+// plugin version, persona and model.
+func (t *TrackRecord) Reviewers() []ReviewerStats {
+	stats := map[ReviewerKey]*ReviewerStats{}
+	latencies := map[ReviewerKey][]float64{}
+	for k, s := range t.settled {
+		c := *s
+		stats[k] = &c
+		keep := cmp.Or(t.SettledLatencies, defaultSettledLatencies)
+		ls := t.settledLat[k]
+		latencies[k] = slices.Clone(ls[max(len(ls)-keep, 0):])
+	}
+	for _, p := range t.proposals {
+		tally(p, stats, latencies)
+	}
+	out := make([]ReviewerStats, 0, len(stats))
+	for k, s := range stats {
+		if n := s.ApprovedSucceeded + s.ApprovedFailed; n > 0 {
+			rate := float64(s.ApprovedFailed) / float64(n)
+			s.ApprovedThenFailedRate = &rate
+		}
+		ls := latencies[k]
+		slices.Sort(ls)
+		s.LatencyP50MS, s.LatencyP99MS = nearestRank(ls, 0.50), nearestRank(ls, 0.99)
+		out = append(out, *s)
+	}
+	slices.SortFunc(out, func(a, b ReviewerStats) int {
+		return cmp.Or(cmp.Compare(a.Plugin, b.Plugin), cmp.Compare(a.PluginVersion, b.PluginVersion),
+			cmp.Compare(a.Persona, b.Persona), cmp.Compare(a.Model, b.Model))
+	})
+	return out
+}
+
+// nearestRank is the q-quantile of sorted by the nearest-rank method, nil
+// for none.
+func nearestRank(sorted []float64, q float64) *float64 {
+	if len(sorted) == 0 {
+		return nil
+	}
+	i := max(int(math.Ceil(q*float64(len(sorted))))-1, 0)
+	v := sorted[i]
+	return &v
+}

@@ -1,0 +1,179 @@
+package audit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/engine"
+)
+
+// rec is an audit record of tenant acme for proposal id with data.
+func rec(event, id, data string) *audit.Record {
+	return &audit.Record{Event: engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: id, Data: json.RawMessage(data)}}
+}
+
+// verdictRec is the verdict.decided record of id: outcome, stage, and one
+// review by sop as reviewer, with decision and latency; extra adds fields.
+func verdictRec(id, outcome, stage, decision string, latency float64, extra string) *audit.Record {
+	return rec(engine.EventVerdict, id, fmt.Sprintf(`{"v":1,"proposal_id":%q,"tenant":"acme","outcome":%q,"stage":%q,`+
+		`"reviews":[{"plugin":"sop","plugin_version":"1","persona":"reviewer","decision":%q,"latency_ms":%g}]%s}`,
+		id, outcome, stage, decision, latency, extra))
+}
+
+func outcomeRec(id, status string) *audit.Record {
+	return rec(engine.EventGrantOutcome, id, fmt.Sprintf(`{"proposal_id":%q,"tenant":"acme","status":%q}`, id, status))
+}
+
+func ptr(f float64) *float64 { return &f }
+
+// TestTrackRecord: the fold counts each proposal's reviews once, an
+// approval's last final outcome, and operator decisions that differ.
+func TestTrackRecord(t *testing.T) {
+	sop := audit.ReviewerKey{Plugin: "sop", PluginVersion: "1", Persona: "reviewer"}
+	cases := []struct {
+		note    string
+		records []*audit.Record
+		want    audit.ReviewerStats
+	}{
+		{
+			note: "the last final outcome counts; started alone does not",
+			records: []*audit.Record{
+				verdictRec("a", "approved", "review", "approve", 10, ""),
+				outcomeRec("a", "started"), outcomeRec("a", "failed"), outcomeRec("a", "succeeded"),
+				verdictRec("b", "approved", "review", "approve", 20, ""),
+				outcomeRec("b", "started"), outcomeRec("b", "failed"),
+				verdictRec("c", "approved", "review", "approve", 30, ""),
+				outcomeRec("c", "started"),
+			},
+			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 3, Approvals: 3, ApprovedSucceeded: 1, ApprovedFailed: 1,
+				ApprovedThenFailedRate: ptr(0.5), LatencyP50MS: ptr(20), LatencyP99MS: ptr(30)},
+		},
+		{
+			note: "a dedupe answer is not a review",
+			records: []*audit.Record{
+				verdictRec("a", "rejected", "review", "reject", 5, ""),
+				verdictRec("b", "rejected", "dedupe", "reject", 5, `,"duplicate_of":"a"`),
+			},
+			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 1, Rejections: 1, LatencyP50MS: ptr(5), LatencyP99MS: ptr(5)},
+		},
+		{
+			note: "an operator who rejects what the reviewer approved overrides it",
+			records: []*audit.Record{
+				verdictRec("h", "blocked", "review", "approve", 7, `,"awaiting_operator":{}`),
+				rec(engine.EventOperatorDecided, "h", `{"operator":"bob","decision":"reject","outcome":"rejected"}`),
+				verdictRec("h", "rejected", "operator", "approve", 7, `,"operator_decision":{"id":"bob","decision":"reject"}`),
+			},
+			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 1, Approvals: 1, OperatorOverrides: 1,
+				LatencyP50MS: ptr(7), LatencyP99MS: ptr(7)},
+		},
+		{
+			note: "an operator's approval is not the reviewer's, and a run's operator outcome counts",
+			records: []*audit.Record{
+				verdictRec("h", "blocked", "review", "reject", 7, `,"awaiting_operator":{}`),
+				rec(engine.EventOperatorDecided, "h", `{"operator":"bob","decision":"approve","outcome":"approved"}`),
+				verdictRec("h", "approved", "operator", "reject", 7, `,"operator_decision":{"id":"bob","decision":"approve"}`),
+				outcomeRec("h", "failed"),
+				verdictRec("r", "rejected", "review", "approve", 9, ""),
+				rec(engine.EventOperatorDecided, "r", `{"operator":"bob","criteria":{"c1":true},"outcome":"approved"}`),
+			},
+			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 2, Approvals: 1, Rejections: 1, OperatorOverrides: 1,
+				LatencyP50MS: ptr(7), LatencyP99MS: ptr(9)},
+		},
+		{
+			note: "records that do not decode are skipped",
+			records: []*audit.Record{
+				nil,
+				rec(engine.EventVerdict, "x", `[1]`),
+				rec(engine.EventGrantOutcome, "x", `"failed"`),
+				rec(engine.EventOperatorDecided, "", `{"decision":"approve"}`),
+				verdictRec("a", "approved", "review", "approve", 1, ""),
+			},
+			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 1, Approvals: 1, LatencyP50MS: ptr(1), LatencyP99MS: ptr(1)},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			var tr audit.TrackRecord
+			for _, r := range tc.records {
+				tr.Add(r)
+			}
+			got, _ := json.Marshal(tr.Reviewers())
+			want, _ := json.Marshal([]audit.ReviewerStats{tc.want})
+			if string(got) != string(want) {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// TestTrackRecordPercentilesAndOrder: nearest-rank percentiles, and rows
+// in plugin, version, persona, model order.
+func TestTrackRecordPercentilesAndOrder(t *testing.T) {
+	var tr audit.TrackRecord
+	for i := 100; i >= 1; i-- {
+		tr.Add(verdictRec(fmt.Sprint("p", i), "rejected", "review", "reject", float64(i), ""))
+	}
+	tr.Add(rec(engine.EventVerdict, "q", `{"proposal_id":"q","outcome":"approved","stage":"review","reviews":[`+
+		`{"plugin":"llm","persona":"dba","model":"m2","decision":"approve","latency_ms":3},`+
+		`{"plugin":"llm","persona":"dba","model":"m1","decision":"approve","latency_ms":4}]}`))
+	got := tr.Reviewers()
+	var keys []string
+	for _, s := range got {
+		keys = append(keys, s.Plugin+"/"+s.Persona+"/"+s.Model)
+	}
+	if fmt.Sprint(keys) != "[llm/dba/m1 llm/dba/m2 sop/reviewer/]" {
+		t.Fatalf("order %v", keys)
+	}
+	if s := got[2]; s.Reviews != 100 || *s.LatencyP50MS != 50 || *s.LatencyP99MS != 99 {
+		t.Errorf("sop: %d reviews, p50 %v, p99 %v; want 100, 50, 99", s.Reviews, *s.LatencyP50MS, *s.LatencyP99MS)
+	}
+}
+
+// TestTrackRecordLimit: past its Limit a track record keeps at most Limit
+// proposals, and the figures of the settled ones stay counted.
+func TestTrackRecordLimit(t *testing.T) {
+	var all audit.TrackRecord
+	bounded := audit.TrackRecord{Limit: 10, SettledLatencies: 1000}
+	for i := range 1000 {
+		id := fmt.Sprint("p", i)
+		records := []*audit.Record{verdictRec(id, "approved", "review", "approve", float64(i%97), "")}
+		if i%3 == 0 {
+			records = append(records, outcomeRec(id, "failed"))
+		}
+		for _, r := range records {
+			all.Add(r)
+			bounded.Add(r)
+		}
+	}
+	if n := bounded.Tracked(); n != 10 {
+		t.Errorf("the bounded track record keeps %d proposals, want 10", n)
+	}
+	got, _ := json.Marshal(bounded.Reviewers())
+	want, _ := json.Marshal(all.Reviewers())
+	if string(got) != string(want) {
+		t.Errorf("bounded %s\nall     %s", got, want)
+	}
+}
+
+// FuzzTrackRecord: no record data makes the fold panic, and every row's
+// counts stay consistent.
+func FuzzTrackRecord(f *testing.F) {
+	f.Add(engine.EventVerdict, `{"proposal_id":"a","outcome":"approved","reviews":[{"plugin":"sop","decision":"approve","latency_ms":1}]}`)
+	f.Add(engine.EventGrantOutcome, `{"proposal_id":"a","status":"failed"}`)
+	f.Add(engine.EventOperatorDecided, `{"decision":"reject"}`)
+	f.Add(engine.EventVerdict, `{"proposal_id":"a","reviews":[{"latency_ms":-1e308}]}`)
+	f.Fuzz(func(t *testing.T, event, data string) {
+		var tr audit.TrackRecord
+		tr.Add(verdictRec("a", "approved", "review", "approve", 1, ""))
+		tr.Add(rec(event, "a", data))
+		tr.Add(outcomeRec("a", "failed"))
+		for _, s := range tr.Reviewers() {
+			if s.Approvals+s.Rejections > s.Reviews || s.ApprovedFailed+s.ApprovedSucceeded > s.Approvals ||
+				(s.Reviews > 0) != (s.LatencyP50MS != nil) {
+				t.Fatalf("inconsistent row %+v", s)
+			}
+		}
+	})
+}

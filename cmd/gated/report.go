@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gated/gated/bus/audit"
+)
+
+func reportCmd() *cobra.Command {
+	c := &cobra.Command{
+		Use:   "report",
+		Short: "Summarise the audit stream",
+		Long:  `report reads the GATED_AUDIT stream and summarises it. See docs/GRANTS.md.`,
+	}
+	c.AddCommand(reportReviewersCmd())
+	return c
+}
+
+func reportReviewersCmd() *cobra.Command {
+	var (
+		o      auditReadOptions
+		since  time.Duration
+		format string
+	)
+	c := &cobra.Command{
+		Use:   "reviewers",
+		Short: "Each reviewer's track record: approvals, rejections, approved-then-failed, overrides, latency",
+		Long: `reviewers reads the audit stream and prints, per reviewer (plugin, plugin
+version, persona, model): its reviews, approvals and rejections; of the approved
+verdicts it approved, how many grants were last reported succeeded and failed,
+and the approved-then-failed rate (null when none was reported); the operator
+decisions on held actions or run reviews that differ from its own; and its
+review latency p50 and p99 in milliseconds (nearest rank). Rows are ordered by
+plugin, version, persona and model. See docs/GRANTS.md#reviewer-track-record.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.check(); err != nil {
+				return err
+			}
+			if since < 0 {
+				return usageError("--since %s must not be negative", since)
+			}
+			if o.json {
+				format = "json"
+			}
+			if format != "text" && format != "json" {
+				return usageError("--format %q must be text or json", format)
+			}
+			nc, js, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer nc.Close()
+			q := audit.Query{Tenant: o.tenant}
+			if since > 0 {
+				q.Since = time.Now().Add(-since)
+			}
+			var tr audit.TrackRecord
+			if err := audit.Read(cmd.Context(), js, q, func(e audit.Entry) error {
+				tr.Add(e.Record)
+				return nil
+			}); err != nil {
+				return fmt.Errorf("reading the audit stream: %w", err)
+			}
+			return printReviewers(cmd.OutOrStdout(), tr.Reviewers(), format)
+		},
+	}
+	o.register(c.Flags())
+	_ = c.Flags().MarkHidden("json") // --format json says it; kept for the audit commands' habit
+	c.Flags().DurationVar(&since, "since", 0, "only records stored this long ago or later (0: all)")
+	c.Flags().StringVar(&format, "format", "text", "text or json")
+	return c
+}
+
+// printReviewers writes the track records as a table or a JSON array.
+func printReviewers(w io.Writer, rows []audit.ReviewerStats, format string) error {
+	if format == "json" {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rows)
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PLUGIN\tVERSION\tPERSONA\tMODEL\tREVIEWS\tAPPROVED\tREJECTED\tSUCCEEDED\tFAILED\tFAILED_RATE\tOVERRIDES\tP50_MS\tP99_MS")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n",
+			dash(r.Plugin), dash(r.PluginVersion), dash(r.Persona), dash(r.Model), r.Reviews, r.Approvals, r.Rejections,
+			r.ApprovedSucceeded, r.ApprovedFailed, number(r.ApprovedThenFailedRate, 3), r.OperatorOverrides,
+			number(r.LatencyP50MS, 1), number(r.LatencyP99MS, 1))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func number(f *float64, prec int) string {
+	if f == nil {
+		return "-"
+	}
+	return strconv.FormatFloat(*f, 'f', prec, 64)
+}
