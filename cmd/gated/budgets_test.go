@@ -49,15 +49,7 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 	defer stop1()
 	http2, stop2 := startServe(t, url, "--budgets", file)
 	defer stop2()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client, err := fleet.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := fleetClient(t, url)
 	for i := range 3 {
 		if v := propose(t, client, readProposal(fmt.Sprintf("r%d", i), "nginx")); v.Outcome != engine.OutcomeApproved {
 			t.Fatalf("read %d: %s (%s), want approved", i, v.Outcome, v.Reason)

@@ -47,6 +47,22 @@ func startShadowServe(t *testing.T, liveDir, shadowDir string) (string, string, 
 	return s.ClientURL(), httpAddr, stop
 }
 
+// fleetClient is a fleet client on a connection of its own to url,
+// closed when the test ends.
+func fleetClient(t *testing.T, url string) *fleet.Client {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	client, err := fleet.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
+}
+
 func propose(t *testing.T, client *fleet.Client, data []byte) *engine.Verdict {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -68,15 +84,7 @@ func TestServeShadowNeverChangesVerdicts(t *testing.T) {
 	writeFile(t, shadowDir, "frozen.rego", frozenRule("nginx"))
 	url, httpAddr, stop := startShadowServe(t, liveDir, shadowDir)
 	defer stop()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client, err := fleet.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := fleetClient(t, url)
 	cases := []struct {
 		id, service string
 		want        engine.Outcome
@@ -134,15 +142,7 @@ func TestServeStartsWithABrokenShadow(t *testing.T) {
 	writeFile(t, shadowDir, "broken.rego", "package gated\n\ndeny contains x if {\n")
 	url, httpAddr, stop := startShadowServe(t, t.TempDir(), shadowDir)
 	defer stop()
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client, err := fleet.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := fleetClient(t, url)
 	if v := propose(t, client, readProposal("p1", "nginx")); v.Outcome != engine.OutcomeApproved {
 		t.Errorf("verdict %s (%s), want approved", v.Outcome, v.Reason)
 	}

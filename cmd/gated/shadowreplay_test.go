@@ -8,10 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/fleet"
 )
 
 // liveSkipsCacheFlush is the live policy of TestShadowMatchesReplay: write
@@ -62,15 +59,7 @@ func TestShadowMatchesReplay(t *testing.T) {
 	writeFile(t, candDir, "frozen.rego", frozenRule("nginx"))
 	writeFile(t, candDir, "data.yaml", candidateData)
 	url, _, stop := startShadowServe(t, liveDir, candDir)
-	nc, err := nats.Connect(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client, err := fleet.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := fleetClient(t, url)
 	proposals := []struct {
 		id, action, class, service, agent, reviewer string
 	}{
