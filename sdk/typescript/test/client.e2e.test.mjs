@@ -1,7 +1,6 @@
 // The client against a real `gated serve`: its policy, its reviewer
 // process, its verdict store.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import {
@@ -21,12 +20,7 @@ import {
   gate,
   proposalDigest,
 } from "../dist/index.js";
-import { natsConnect, repoRoot, startGated } from "./gated.mjs";
-
-function example(name, changes = {}) {
-  const p = JSON.parse(readFileSync(`${repoRoot}/examples/proposals/${name}`, "utf8"));
-  return { ...p, ...changes };
-}
+import { example, natsConnect, startGated } from "./gated.mjs";
 
 let g;
 let nc;

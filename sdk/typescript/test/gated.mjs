@@ -2,7 +2,7 @@
 // The binary is $GATED_BIN, or built once per test process from the
 // repository with `go build`.
 import { execFile, execFileSync, spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -183,4 +183,10 @@ export function dnsProposal(id, action = "dns_delete_record") {
     reason: "retire a record",
     requested_by: { agent: "dns-bot", session: "s-1" },
   };
+}
+
+/** The example proposal examples/proposals/<name>, with changes merged over its top level. */
+export function example(name, changes = {}) {
+  const p = JSON.parse(readFileSync(`${repoRoot}/examples/proposals/${name}`, "utf8"));
+  return { ...p, ...changes };
 }

@@ -2,7 +2,6 @@
 // gated.grants.keys, its single-use records, its outcomes stream and its
 // audit stream.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import { jetstream } from "@nats-io/jetstream";
@@ -20,12 +19,7 @@ import {
   grantWire,
   proposalDigest,
 } from "../dist/index.js";
-import { natsConnect, repoRoot, startGated } from "./gated.mjs";
-
-function example(name, changes = {}) {
-  const p = JSON.parse(readFileSync(`${repoRoot}/examples/proposals/${name}`, "utf8"));
-  return { ...p, ...changes };
-}
+import { example, natsConnect, startGated } from "./gated.mjs";
 
 let g;
 let nc;

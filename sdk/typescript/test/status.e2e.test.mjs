@@ -1,16 +1,10 @@
 // A proposal's status through a real `gated serve`, its policy and its
 // reviewer process: every stage, in order, before the verdict.
 import assert from "node:assert/strict";
-import { readFileSync } from "node:fs";
 import { after, before, test } from "node:test";
 
 import { BadProposalError, Client, StatusError } from "../dist/index.js";
-import { natsConnect, repoRoot, startGated } from "./gated.mjs";
-
-function example(name, changes = {}) {
-  const p = JSON.parse(readFileSync(`${repoRoot}/examples/proposals/${name}`, "utf8"));
-  return { ...p, ...changes };
-}
+import { example, natsConnect, startGated } from "./gated.mjs";
 
 let g;
 let nc;
