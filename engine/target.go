@@ -19,8 +19,10 @@ const maxTargetJoins = 8
 // EventPolicyRechecked records that an approval found its target's history
 // changed since the policy read it (another approval joined it), and what
 // the policy decided on the history as it then stood: the verdict stands
-// when it denies nothing, and is rejected at stage policy when it denies.
-// Its data has the shape of policy.decided's, with the fresh input.
+// when it denies nothing and asks for nothing more than the approval had,
+// and is rejected at stage policy otherwise. Its data has the shape of
+// policy.decided's, with the fresh input, and "changed", what the policy
+// asks for that the approval did not have.
 const EventPolicyRechecked = "policy.rechecked"
 
 // RuleTargetChanged names the denial of an approval whose target another
@@ -34,9 +36,10 @@ const RuleTargetChanged = "target_changed"
 // joinTarget adds v, when it approves a mutating action, to its target's
 // history by compare-and-set against the history the policy decided on.
 // When another approval joined in between, the policy decides again with
-// the history as it now stands: the review's approval is kept only while
-// the policy still denies nothing, and otherwise the verdict returned is
-// the policy's rejection (or an error verdict when it cannot evaluate).
+// the history as it now stands: the approval is kept only while the
+// policy still denies nothing and asks for nothing more (recheck), and
+// otherwise the verdict returned is a rejection (or an error verdict when
+// the policy cannot evaluate).
 // An error means the store failed: nothing is decided and the delivery is
 // retried; the target may then hold this approval, which only closes it
 // for the policy's window.
