@@ -2,7 +2,9 @@ package bus_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/policies"
 )
 
 // The target race tests send two different proposals on one target at
@@ -231,4 +234,139 @@ func TestTargetRaceTwoGated(t *testing.T) {
 		}
 	}
 	checkOneApproved(t, verdicts)
+}
+
+// recentChangeHold is a policy author's bundle: the default one without
+// parallel_operation and target_cooldown, so approvals on one target may
+// overlap, that instead holds for an operator a change to a target another
+// proposal was approved on within the hour.
+func recentChangeHold(t *testing.T) engine.Policy {
+	t.Helper()
+	b, err := policies.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := b.Modules["operations.rego"]
+	from := strings.Index(ops, `deny contains {"rule": "parallel_operation"`)
+	to := strings.Index(ops, "same_agent(h) if {")
+	if from < 0 || to < from {
+		t.Fatal("operations.rego no longer has parallel_operation and target_cooldown before same_agent: update recentChangeHold")
+	}
+	b.Modules["operations.rego"] = ops[:from] + ops[to:]
+	b.Modules["author.rego"] = `package gated
+
+hold contains {"rule": "hold_recent_change", "why": "the target changed within the hour"} if {
+	some h in input.history
+	h.outcome == "approved"
+	h.proposal_id != input.proposal.id
+	now_ns - h.decided_at_ns < time.parse_duration_ns("1h")
+}
+`
+	pol, err := policies.Compile(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pol
+}
+
+// TestTargetRaceRecheckHolds decides two proposals on one target at once
+// in one engine, on real JetStream with the SOP reviewer plugin, under a
+// policy that lets approvals on one target overlap but holds for an
+// operator a change to a target changed within the hour. Both reviews
+// approve; the approval that joins the target second is decided again on
+// the history as it then stands, where the policy holds it, so it does not
+// stand: it is rejected at stage policy by target_changed, audited, with
+// no grant. Sent again, the proposal is held for an operator.
+func TestTargetRaceRecheckHolds(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := grant.NewRing(time.Now().Add(-time.Minute), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := store.New(res.Verdicts)
+	eng := bustest.EngineWith(t, engine.Config{
+		Policy: recentChangeHold(t), Router: newHeldReviews(sopPlugins(t), 2), Store: st,
+		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: time.Minute},
+	})
+	tr := trails(t, js)
+	decide := func(data []byte, seq uint64) (*engine.Verdict, error) {
+		a, err := fleet.AddressOf(data)
+		if err != nil {
+			return nil, err
+		}
+		return eng.Decide(t.Context(), engine.Delivery{
+			Subject: wire.ProposalSubject(a.Tenant, a.Action), Data: data, MsgID: a.Tenant + "." + a.ID,
+			Attempt: 1, StreamSeq: seq, Trail: tr(),
+		})
+	}
+	props := [][]byte{raceProposal("hold-a", "agent-a", "nginx"), raceProposal("hold-b", "agent-b", "nginx")}
+	verdicts := make([]*engine.Verdict, len(props))
+	errs := make([]error, len(props))
+	var wg sync.WaitGroup
+	for i, data := range props {
+		wg.Go(func() { verdicts[i], errs[i] = decide(data, uint64(i+1)) })
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("deciding proposal %d: %v", i, err)
+		}
+	}
+	var win, lose *engine.Verdict
+	for _, v := range verdicts {
+		if v.Approved {
+			win = v
+		} else {
+			lose = v
+		}
+	}
+	if win == nil || lose == nil {
+		for _, v := range verdicts {
+			t.Logf("%s: %s at %s: %s", v.ProposalID, v.Outcome, v.Stage, v.Reason)
+		}
+		t.Fatal("want exactly one approval")
+	}
+	if lose.Outcome != engine.OutcomeRejected || lose.Stage != engine.StagePolicy || lose.Grant != "" || lose.Policy == nil ||
+		!slices.Equal(lose.Policy.Rules, []string{engine.RuleTargetChanged}) ||
+		!strings.Contains(lose.Reason, win.ProposalID) || !strings.Contains(lose.Reason, "holds it for an operator") {
+		t.Errorf("the other proposal: %s at %s (%s), policy %+v, grant %t: want rejected at policy by %s naming %s and the hold, no grant",
+			lose.Outcome, lose.Stage, lose.Reason, lose.Policy, lose.Grant != "", engine.RuleTargetChanged, win.ProposalID)
+	}
+	var changed []string
+	for _, ev := range bustest.AuditRecords(t, res.Audit, "acme", lose.ProposalID) {
+		if ev.Event == engine.EventGrantIssued {
+			t.Errorf("the rejected proposal has a %s record", ev.Event)
+		}
+		if ev.Event == engine.EventPolicyRechecked {
+			var d struct {
+				Changed []string `json:"changed"`
+			}
+			if err := json.Unmarshal(ev.Data, &d); err != nil {
+				t.Fatal(err)
+			}
+			changed = d.Changed
+		}
+	}
+	if len(changed) == 0 {
+		t.Errorf("no %s record says what the policy now asks", engine.EventPolicyRechecked)
+	}
+	stored, err := st.Get(t.Context(), "acme", lose.ProposalID)
+	if err != nil || stored.Outcome != engine.OutcomeRejected || stored.AuditSeq != lose.AuditSeq {
+		t.Errorf("stored verdict of %s: %+v, %v", lose.ProposalID, stored, err)
+	}
+
+	// Sent again under a new id, it is decided on the history as it
+	// stands: held for an operator, not answered by the race's rejection.
+	again, err := decide(raceProposal("hold-c", lose.Agent, "nginx"), 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Outcome != engine.OutcomeBlocked || again.AwaitingOperator == nil || again.AwaitingOperator.Rule != "hold_recent_change" {
+		t.Errorf("sent again: %s at %s (%s), awaiting %+v; want held by hold_recent_change", again.Outcome, again.Stage, again.Reason, again.AwaitingOperator)
+	}
 }

@@ -38,11 +38,16 @@ type pass struct {
 	history chan historyRead
 	// budgetHeld are the leases this pass holds on its budgets.
 	budgetHeld []BudgetUse
-	// hist is the target's history the policy decided on, and policyIn
-	// the whole input, routed persona included: an approval joins hist
-	// (joinTarget), and is decided again from policyIn when it changed.
-	hist     History
-	policyIn PolicyInput
+	// hist is the target's history the policy decided on, policyIn the
+	// whole input, routed persona included, and decided the decision the
+	// policy made on it: an approval joins hist (joinTarget), and when
+	// hist changed it is decided again from policyIn and compared with
+	// decided (recheck). reviewers are the reviewers chosen for it, each
+	// with the decision made in its name.
+	hist      History
+	policyIn  PolicyInput
+	decided   PolicyDecision
+	reviewers []candidate
 }
 
 // proposalKeys are the keys the engine derives from a decoded proposal,
@@ -217,6 +222,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 		return v, false, nil
 	}
 	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
+	r.decided = pd
 	settled, done := PolicyOutcome(p, pd, routed)
 	if p.Kind == KindRun {
 		if pd.Run == nil {

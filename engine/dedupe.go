@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -217,10 +218,15 @@ func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 // rejected, under the revision that decided it. Dedupe verdicts are not
 // remembered, so the window runs from the original rejection; failures
 // (error, timeout, blocked) are not either, because they say nothing
-// about the proposal and a retry may well succeed.
+// about the proposal and a retry may well succeed. Nor is a rejection by
+// RuleTargetChanged: it asks for the proposal to be sent again, to be
+// decided on the target's history as it now stands.
 func (r *pass) rememberRejection(v *Verdict) {
 	c := r.e.rejections
 	if c == nil || r.p == nil || r.p.Kind == KindRun || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
+		return
+	}
+	if v.Policy != nil && slices.Contains(v.Policy.Rules, RuleTargetChanged) {
 		return
 	}
 	revision := r.revision

@@ -44,6 +44,9 @@ type memStore struct {
 	rev     uint64
 	// joins counts the approvals that joined a target's history.
 	joins int
+	// beforeJoin, when set, runs at the start of every Join, outside the
+	// lock: a test holds joins back with it.
+	beforeJoin func(v *engine.Verdict)
 }
 
 func newMemStore() *memStore {
@@ -207,6 +210,9 @@ func (s *memStore) Recent(_ context.Context, tenant, targetKey string) (engine.H
 // Join keeps the target's history as the bus store does: by
 // compare-and-set on its revision, an entry of the same proposal replaced.
 func (s *memStore) Join(_ context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+	if s.beforeJoin != nil {
+		s.beforeJoin(v)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := v.Tenant + "." + v.TargetKey

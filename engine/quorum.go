@@ -60,6 +60,7 @@ func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in 
 	if blocked != nil {
 		return blocked, false, nil
 	}
+	r.reviewers = chosen
 	longest := time.Duration(0)
 	for _, c := range chosen {
 		longest = max(longest, c.timeout)

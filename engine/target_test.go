@@ -2,8 +2,10 @@ package engine_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
+	"github.com/gated/gated/policies"
 )
 
 // barrier answers every review with an approval once n reviews have
@@ -264,6 +267,318 @@ func TestHeldApprovalRechecksTheTarget(t *testing.T) {
 			if got := tr.names(); !slices.Contains(got, engine.EventPolicyRechecked) || slices.Contains(got, engine.EventGrantIssued) {
 				t.Errorf("events %v: want %s and no %s", got, engine.EventPolicyRechecked, engine.EventGrantIssued)
 			}
+		})
+	}
+}
+
+// recentChange is a policy author's module: target_recently_changed holds
+// when another proposal was approved on the target within the hour.
+const recentChange = `package gated
+
+target_recently_changed if {
+	some h in input.history
+	h.outcome == "approved"
+	h.proposal_id != input.proposal.id
+	now_ns - h.decided_at_ns < time.parse_duration_ns("1h")
+}
+`
+
+// authorBundle compiles the default bundle as a policy author may change
+// it: without parallel_operation and target_cooldown (so approvals on one
+// target may overlap), with recentChange and extra added, each edit of
+// gated.rego applied (old text to new, each found exactly once), and
+// config merged into data.gated.config.
+func authorBundle(t *testing.T, extra string, edits [][2]string, config map[string]any) *policies.Evaluator {
+	t.Helper()
+	b, err := policies.Default()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := b.Modules["operations.rego"]
+	from := strings.Index(ops, `deny contains {"rule": "parallel_operation"`)
+	to := strings.Index(ops, "same_agent(h) if {")
+	if from < 0 || to < from {
+		t.Fatal("operations.rego no longer has parallel_operation and target_cooldown before same_agent: update authorBundle")
+	}
+	b.Modules["operations.rego"] = ops[:from] + ops[to:]
+	b.Modules["author.rego"] = recentChange + extra
+	for _, e := range edits {
+		if n := strings.Count(b.Modules["gated.rego"], e[0]); n != 1 {
+			t.Fatalf("gated.rego has %q %d times, want once: update the edit", e[0], n)
+		}
+		b.Modules["gated.rego"] = strings.Replace(b.Modules["gated.rego"], e[0], e[1], 1)
+	}
+	maps.Copy(b.Data["gated"].(map[string]any)["config"].(map[string]any), config)
+	ev, err := policies.Compile(t.Context(), b)
+	if err != nil {
+		t.Fatalf("compiling the author's bundle: %v", err)
+	}
+	return ev
+}
+
+// joinBarrier holds every proposal's first Join until n proposals have
+// come to join: all of them read the target's history before any joined
+// it.
+func joinBarrier(n int) func(*engine.Verdict) {
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	all := make(chan struct{})
+	return func(v *engine.Verdict) {
+		mu.Lock()
+		if !seen[v.ProposalID] {
+			if seen[v.ProposalID] = true; len(seen) == n {
+				close(all)
+			}
+		}
+		mu.Unlock()
+		<-all
+	}
+}
+
+// rechecked returns the data of the policy.rechecked record on tr, or
+// fails.
+func rechecked(t *testing.T, tr *memTrail) (d struct {
+	Denies  []engine.Deny `json:"denies"`
+	Holds   []engine.Hold `json:"holds"`
+	Changed []string      `json:"changed"`
+}) {
+	t.Helper()
+	for _, ev := range tr.all() {
+		if ev.Event == engine.EventPolicyRechecked {
+			decodeData(t, ev, &d)
+			return d
+		}
+	}
+	t.Fatalf("no %s record among %v", engine.EventPolicyRechecked, tr.names())
+	return d
+}
+
+// Two proposals on one target are decided at once under a policy that
+// lets approvals on one target overlap, but asks more of a proposal whose
+// target another approval changed within the hour: a hold for an
+// operator, a review where the policy alone approved, a larger quorum,
+// another persona, fewer reviewer tools. Both read an empty history and
+// are approved; the second to join finds the target changed, and the
+// policy on the history as it now stands asks for more than its approval
+// had. That approval must not stand: it is rejected at stage policy by
+// target_changed, naming the approval that joined and what the policy now
+// asks, with no grant, and audited. The same proposal sent again (a new
+// id) is decided afresh on the history as it stands, not answered by the
+// rejection, and gets what the policy asks.
+func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
+	personas := listedPersonas{"reviewer": reviewerPersona(), "senior": readOnlyPersona("senior")}
+	for _, tc := range []struct {
+		note     string
+		proposal map[string]any
+		extra    string
+		edits    [][2]string
+		config   map[string]any
+		// asks is a phrase the rejection must carry; none means the
+		// approval stands.
+		asks string
+		// again checks the same proposal sent again after the race.
+		again func(t *testing.T, h *harness, v *engine.Verdict)
+	}{
+		{
+			note:  "a hold for an operator",
+			extra: `hold contains {"rule": "hold_recent_change", "why": "the target changed within the hour"} if target_recently_changed` + "\n",
+			asks:  "holds it for an operator",
+			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
+				if v.Outcome != engine.OutcomeBlocked || v.AwaitingOperator == nil || v.AwaitingOperator.Rule != "hold_recent_change" {
+					t.Errorf("sent again: %s at %s (%s), awaiting %+v; want held for an operator by hold_recent_change", v.Outcome, v.Stage, v.Reason, v.AwaitingOperator)
+				}
+			},
+		},
+		{
+			note:   "a review where the policy alone approved",
+			edits:  [][2]string{{"} if {\n\treview_skipped\n}", "} if {\n\treview_skipped\n\tnot target_recently_changed\n}"}},
+			config: map[string]any{"skip_review_actions": []any{"host_restart_service"}},
+			asks:   "requires a review",
+			again: func(t *testing.T, h *harness, v *engine.Verdict) {
+				if !v.Approved || v.Stage != engine.StageReview || len(v.Reviews) != 1 || h.reviewer.calls() != 1 {
+					t.Errorf("sent again: %s at %s (%s), %d reviews, %d review calls; want approved by one review", v.Outcome, v.Stage, v.Reason, len(v.Reviews), h.reviewer.calls())
+				}
+			},
+		},
+		{
+			note:  "a larger quorum",
+			edits: [][2]string{{"} else := 1\n", "} else := 2 if {\n\ttarget_recently_changed\n} else := 1\n"}},
+			asks:  "quorum of 2",
+			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
+				if !v.Approved || len(v.Reviews) != 2 {
+					t.Errorf("sent again: %s (%s) with %d reviews; want approved by two", v.Outcome, v.Reason, len(v.Reviews))
+				}
+			},
+		},
+		{
+			note:  "another persona",
+			edits: [][2]string{{"persona_name := proposal_reviewer if {", "persona_name := \"senior\" if {\n\ttarget_recently_changed\n} else := proposal_reviewer if {"}},
+			asks:  `persona "senior"`,
+			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
+				if !v.Approved || len(v.Reviews) != 1 || v.Reviews[0].Persona != "senior" {
+					t.Errorf("sent again: %s (%s), reviews %+v; want approved by senior", v.Outcome, v.Reason, v.Reviews)
+				}
+			},
+		},
+		{
+			note:  "fewer reviewer tools",
+			extra: `denied_tools contains "get_verdict_history" if target_recently_changed` + "\n",
+			asks:  "get_verdict_history",
+			again: func(t *testing.T, h *harness, v *engine.Verdict) {
+				reqs := h.reviewer.requests()
+				if !v.Approved || len(reqs) != 1 {
+					t.Fatalf("sent again: %s (%s) after %d reviews; want approved by one", v.Outcome, v.Reason, len(reqs))
+				}
+				if slices.Contains(reqs[0].Tools, "get_verdict_history") || !slices.Contains(reqs[0].DeniedTools, "get_verdict_history") {
+					t.Errorf("sent again: tools %v, denied %v; want get_verdict_history denied", reqs[0].Tools, reqs[0].DeniedTools)
+				}
+			},
+		},
+		{
+			note:     "a quorum reviewer the policy now refuses",
+			proposal: map[string]any{"blast_radius": "tenant_wide"},
+			extra: `deny contains {"rule": "senior_after_change", "message": "senior reviews no changed target"} if {
+	target_recently_changed
+	input.persona.name == "senior"
+}
+`,
+			asks: `no longer lets persona "senior" review`,
+			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
+				if v.Approved || v.Outcome != engine.OutcomeBlocked || v.Stage != engine.StageReview {
+					t.Errorf("sent again: %s at %s (%s); want blocked at review, short of a quorum", v.Outcome, v.Stage, v.Reason)
+				}
+			},
+		},
+		{
+			note:     "fewer tools for a quorum reviewer",
+			proposal: map[string]any{"blast_radius": "tenant_wide"},
+			extra: `denied_tools contains "get_proposal" if {
+	target_recently_changed
+	input.persona.name == "senior"
+}
+`,
+			asks: `takes get_proposal from the tool bag of persona "senior"`,
+			again: func(t *testing.T, h *harness, v *engine.Verdict) {
+				if !v.Approved || len(v.Reviews) != 2 {
+					t.Fatalf("sent again: %s (%s) with %d reviews; want approved by two", v.Outcome, v.Reason, len(v.Reviews))
+				}
+				for _, req := range h.reviewer.requests() {
+					if req.Persona.Name == "senior" && slices.Contains(req.Tools, "get_proposal") {
+						t.Errorf("sent again: senior got get_proposal, which the policy now denies it")
+					}
+				}
+			},
+		},
+		{
+			note:     "less: a quorum where one reviewer now suffices",
+			proposal: map[string]any{"blast_radius": "tenant_wide"},
+			edits:    [][2]string{{"class_quorum := tenant_wide_quorum if {", "class_quorum := 1 if {\n\ttarget_recently_changed\n} else := tenant_wide_quorum if {"}},
+		},
+		{
+			note: "nothing more",
+		},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			var ring *grant.Ring
+			h := newHarness(t, withGrants(t, &ring), func(h *harness) {
+				h.cfg.Policy = authorBundle(t, tc.extra, tc.edits, tc.config)
+				h.cfg.Personas = personas
+				h.store.beforeJoin = joinBarrier(2)
+			})
+			data := make([][]byte, 2)
+			verdicts := make([]*engine.Verdict, 2)
+			trails := make([]*memTrail, 2)
+			var wg sync.WaitGroup
+			for i := range data {
+				p := map[string]any{"id": fmt.Sprintf("p%d", i+1),
+					"requested_by": map[string]any{"agent": fmt.Sprintf("agent-%d", i+1), "session": "s"}}
+				maps.Copy(p, tc.proposal)
+				data[i] = proposalJSON(t, p)
+				trails[i] = h.stream.trail()
+				wg.Go(func() {
+					v, err := h.decideOn(t.Context(), trails[i], testSubject, data[i], "")
+					if err != nil {
+						t.Errorf("Decide p%d: %v", i+1, err)
+					}
+					verdicts[i] = v
+				})
+			}
+			wg.Wait()
+			if t.Failed() {
+				t.FailNow()
+			}
+			for i := range data {
+				h.checkFresh(t, verdicts[i], trails[i], data[i])
+			}
+			if tc.asks == "" {
+				for _, v := range verdicts {
+					if !v.Approved || v.Grant == "" {
+						t.Errorf("%s: %s at %s (%s): want approved with a grant", v.ProposalID, v.Outcome, v.Stage, v.Reason)
+					}
+				}
+				if got := h.store.history("acme", verdicts[0].TargetKey); len(got) != 2 {
+					t.Errorf("target history %v, want both approvals", got)
+				}
+				// The second to join was decided again, and stood.
+				n := 0
+				for _, tr := range trails {
+					if slices.Contains(tr.names(), engine.EventPolicyRechecked) {
+						n++
+						if rc := rechecked(t, tr); len(rc.Changed) != 0 || len(rc.Denies) != 0 {
+							t.Errorf("%s record: denies %v, changed %q: want none", engine.EventPolicyRechecked, rc.Denies, rc.Changed)
+						}
+					}
+				}
+				if n != 1 {
+					t.Errorf("%d proposals were decided again, want 1", n)
+				}
+				return
+			}
+			win, lose := 0, 1
+			if !verdicts[0].Approved {
+				win, lose = 1, 0
+			}
+			w, l := verdicts[win], verdicts[lose]
+			if !w.Approved || l.Approved {
+				t.Fatalf("verdicts %s (%s) and %s (%s): want exactly one approval", verdicts[0].Outcome, verdicts[0].Reason, verdicts[1].Outcome, verdicts[1].Reason)
+			}
+			if l.Outcome != engine.OutcomeRejected || l.Stage != engine.StagePolicy || l.Grant != "" || l.AwaitingOperator != nil {
+				t.Errorf("the other verdict is %s at %s with grant %q: want rejected at policy with none", l.Outcome, l.Stage, l.Grant)
+			}
+			d := denial(t, l, engine.RuleTargetChanged)
+			if !strings.Contains(d.Message, w.ProposalID) || !strings.Contains(d.Message, tc.asks) || !strings.Contains(l.Reason, tc.asks) {
+				t.Errorf("the rejection does not name %s and %q: %q, reason %q", w.ProposalID, tc.asks, d.Message, l.Reason)
+			}
+			if !slices.Equal(l.Policy.Rules, []string{engine.RuleTargetChanged}) {
+				t.Errorf("policy rules %v, want [%s]", l.Policy.Rules, engine.RuleTargetChanged)
+			}
+			if rc := rechecked(t, trails[lose]); len(rc.Denies) != 0 || len(rc.Changed) == 0 || !strings.Contains(strings.Join(rc.Changed, "; "), tc.asks) {
+				t.Errorf("%s record: denies %v, changed %q: want no denies and what changed", engine.EventPolicyRechecked, rc.Denies, rc.Changed)
+			}
+			if slices.Contains(trails[lose].names(), engine.EventGrantIssued) {
+				t.Errorf("the rejected proposal's events %v have %s", trails[lose].names(), engine.EventGrantIssued)
+			}
+			if got := h.store.history("acme", w.TargetKey); !slices.Equal(got, []string{w.ProposalID}) {
+				t.Errorf("target history %v, want only %s", got, w.ProposalID)
+			}
+			if stored := h.store.stored(t, "acme", l.ProposalID); stored.Outcome != engine.OutcomeRejected {
+				t.Errorf("the store holds %s for %s", stored.Outcome, l.ProposalID)
+			}
+
+			// The same proposal again, under a new id: decided afresh.
+			h.reviewer.mu.Lock()
+			h.reviewer.reqs = nil
+			h.reviewer.mu.Unlock()
+			var p map[string]any
+			if err := json.Unmarshal(data[lose], &p); err != nil {
+				t.Fatal(err)
+			}
+			p["id"] = "p3"
+			again, _ := h.mustDecide(t, testSubject, proposalJSON(t, p), "")
+			if again.Stage == engine.StageDedupe {
+				t.Fatalf("sent again: answered at stage dedupe by the race's rejection (%s)", again.Reason)
+			}
+			tc.again(t, h, again)
 		})
 	}
 }

@@ -157,6 +157,16 @@ mutant target_join engine/decide.go ./engine \
 mutant target_recheck engine/target.go ./engine \
 	'if out := r.recheck(ctx, v, h); out != nil {' \
 	'if out := (*Verdict)(nil); out != nil {'
+# The re-check also refuses an approval when the policy, on the changed
+# history, asks for more than it had (a hold, a review, another persona, a
+# larger quorum, fewer reviewer tools), and that refusal is not remembered
+# for dedupe, so the proposal sent again is decided afresh.
+mutant target_recheck_asks engine/target.go ./engine \
+	'asks = r.asksMore(ctx, pd, in)' \
+	'asks = nil'
+mutant target_changed_not_deduped engine/dedupe.go ./engine \
+	'slices.Contains(v.Policy.Rules, RuleTargetChanged) {' \
+	'slices.Contains(v.Policy.Rules, RuleTargetChanged) && false {'
 mutant target_held_recheck engine/target.go ./engine \
 	'if d := joinedWhileHeld(held, h, now); d != nil {' \
 	'if d := (*Deny)(nil); d != nil {'
