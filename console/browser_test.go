@@ -6,10 +6,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gated/gated/bus/notify"
+	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -147,7 +150,8 @@ func (b *browser) signIn(t *testing.T, k operatorKey) {
 }
 
 func TestConsoleInBrowser(t *testing.T) {
-	g := startGateWithShadow(t, "../examples/policies")
+	g := startGateWith(t, gateOptions{shadow: "../examples/policies", reviewer: true,
+		budgets: "tenants:\n  acme:\n    agents:\n      agent-1: {reads: 100/24h}\n"})
 	g.propose(t, "acme", "seen-1", "read", "host_list_services")
 	g.propose(t, "acme", "skill-1", "read", "web_skill")
 	g.propose(t, "acme", "denied-1", "denied", "host_restart_service")
@@ -228,6 +232,80 @@ func TestConsoleInBrowser(t *testing.T) {
 		// without a reload; how soon is logged, not asserted.
 		b.do(t, "the new verdict's row", chromedp.WaitVisible(chromedp.CSS(`tr[data-key="acme.live-1"]`)))
 		t.Logf("the verdict (%s) showed %s after the fleet had it", v.Outcome, time.Since(decided).Round(time.Millisecond))
+		if errs := b.errors(); len(errs) > 0 {
+			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
+		}
+	})
+
+	t.Run("the reviewers and budgets pages show the tenant's figures", func(t *testing.T) {
+		for _, c := range []struct{ tenant, id, action, host string }{
+			{"acme", "rv-1", "host_restart_service", "web-1"},
+			{"acme", "rv-2", "app_deploy", "app-1"},
+			{"globex", "rv-g", "host_restart_service", "web-9"},
+		} {
+			if v := g.change(t, c.tenant, c.id, c.action, c.host); len(v.Reviews) != 1 {
+				t.Fatalf("%s.%s: %s (%s), want one review", c.tenant, c.id, v.Outcome, v.Reason)
+			}
+		}
+		// What the page must show: alice's figures, from the API.
+		alice := g.client(t)
+		alice.signIn(g.alice)
+		root := g.client(t)
+		root.signIn(g.root)
+		// acme's reviews are skill-1's (a skill goes to review), rv-1's and
+		// rv-2's; globex's, rv-g's, is root's alone.
+		var rv, every console.Reviewers
+		alice.getJSON("/api/reviewers?since=1h", http.StatusOK, &rv)
+		root.getJSON("/api/reviewers?since=1h", http.StatusOK, &every)
+		if len(rv.Reviewers) != 1 || rv.Reviewers[0].Reviews != 3 || rv.Reviewers[0].Approvals != 1 || rv.Reviewers[0].Rejections != 2 ||
+			len(every.Reviewers) != 1 || every.Reviewers[0].Reviews != 4 {
+			t.Fatalf("alice's reviewers: %+v, every tenant's: %+v; want acme's three reviews of four", rv.Reviewers, every.Reviewers)
+		}
+		r := rv.Reviewers[0]
+		b.open(t, "#/reviewers?since=1h")
+		b.do(t, "the reviewers page", chromedp.WaitVisible(chromedp.CSS(`#reviewers tbody tr`)))
+		b.screenshot(t, "reviewers")
+		rows := eval[[][]string](t, b, `[...document.querySelectorAll("#reviewers tbody tr")].map(tr => [...tr.children].map(td => td.textContent))`)
+		want := []string{r.Plugin, r.PluginVersion, r.Persona, "-", "3", "1", "2", "0", "0", "-", "0",
+			strconv.FormatFloat(*r.LatencyP50MS, 'f', 1, 64), strconv.FormatFloat(*r.LatencyP99MS, 'f', 1, 64)}
+		if r.Model != "" {
+			want[3] = r.Model
+		}
+		if len(rows) != 1 || !slices.Equal(rows[0], want) {
+			t.Fatalf("the reviewers page shows %q, want %q", rows, want)
+		}
+		// Another window, chosen in the page.
+		eval[any](t, b, `(() => { const s = document.querySelector("#r-since"); s.value = "7d"; s.dispatchEvent(new Event("change")); return null })()`)
+		b.do(t, "the reviewers of seven days", chromedp.WaitVisible(chromedp.CSS(`#reviewers tbody tr`)))
+		if hash := eval[string](t, b, `location.hash`); hash != "#/reviewers?since=7d" {
+			t.Fatalf("choosing seven days went to %q", hash)
+		}
+
+		var bg console.Budgets
+		alice.getJSON("/api/budgets", http.StatusOK, &bg)
+		if len(bg.Tenants) != 1 || len(bg.Tenants[0].Agents) != 1 || !bg.Tenants[0].Agents[0].Override {
+			t.Fatalf("alice's budgets: %+v", bg)
+		}
+		agent := bg.Tenants[0].Agents[0]
+		b.open(t, "#/budgets")
+		b.do(t, "the budgets page", chromedp.WaitVisible(chromedp.CSS(`section[data-tenant="acme"] tr[data-scope="agent:agent-1"]`)))
+		b.screenshot(t, "budgets")
+		cells := eval[map[string]string](t, b, `Object.fromEntries([...document.querySelectorAll('section[data-tenant="acme"] tr[data-scope="agent:agent-1"] td')].map(td => [td.dataset.col, td.textContent]))`)
+		for col, prefix := range map[string]string{
+			"scope":     "agent agent-1 (own limits)",
+			"reads":     fmt.Sprintf("%d of 100/24h resets ", agent.Counters.Reads),
+			"proposals": fmt.Sprintf("%d of 60/1m resets ", agent.Counters.Proposals),
+		} {
+			if !strings.HasPrefix(cells[col], prefix) {
+				t.Errorf("agent-1's %s shows %q, want %q…", col, cells[col], prefix)
+			}
+		}
+		if agent.Counters.Reads < 2 || agent.Counters.Proposals < 2 {
+			t.Errorf("agent-1's counters %+v: want at least the two reads and two reviews proposed", agent.Counters)
+		}
+		if n := eval[int](t, b, `document.querySelectorAll('section[data-tenant="globex"]').length`); n != 0 {
+			t.Fatalf("alice's budgets page shows globex")
+		}
 		if errs := b.errors(); len(errs) > 0 {
 			t.Fatalf("console errors:\n%s", strings.Join(errs, "\n"))
 		}

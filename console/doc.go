@@ -2,8 +2,11 @@
 // `gated serve --http` under /: a live feed of verdicts, each proposal's
 // page (the proposal, the policy's denies and rules, the reviews, the
 // audit records with their verification status), the queue of verdicts
-// held for an operator with their deadlines, run reviews by run, and the
-// plugins and policy gated serves.
+// held for an operator with their deadlines, run reviews by run, each
+// reviewer's track record (audit.ReadTrackRecord, as `gated report
+// reviewers` reads it), each tenant's budgets (budget.Store.Usage, as
+// `gated budgets show` reads them), and the plugins and policy gated
+// serves.
 //
 // Operators sign in with their nkey: the server hands out a single-use
 // challenge (GET /api/challenge), the browser signs it with the seed it

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/notify"
@@ -37,6 +38,7 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
+	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
 )
 
@@ -88,6 +90,7 @@ type gate struct {
 	js       jetstream.JetStream
 	res      *bus.Resources
 	store    *store.Verdicts
+	budgets  *budget.Store
 	fleet    *fleet.Client
 	console  *console.Server
 	http     *httptest.Server
@@ -144,13 +147,56 @@ var webhookSecret = []byte("console-test-webhook-secret-0123456789")
 
 func startGate(t *testing.T) *gate {
 	t.Helper()
-	return startGateWithShadow(t, "")
+	return startGateWith(t, gateOptions{})
 }
 
 // startGateWithShadow starts the gate with the policy of shadowDir beside
 // the live one, when it is not "" (serve --shadow-policies).
 func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 	t.Helper()
+	return startGateWith(t, gateOptions{shadow: shadowDir})
+}
+
+// gateOptions are what a gate runs beside the default: no shadow policy,
+// no reviewer plugin (a proposal that needs review is blocked), the
+// built-in budgets.
+type gateOptions struct {
+	// shadow is the directory of a shadow policy (serve --shadow-policies).
+	shadow string
+	// reviewer reviews through the bundled SOP reviewer in a plugin
+	// process (this test binary, relaunched: see TestMain).
+	reviewer bool
+	// budgets is a budgets file's content (serve --budgets).
+	budgets string
+}
+
+// sopPlugins runs the bundled SOP reviewer out of process.
+func sopPlugins(t *testing.T) *plugins.Host {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := plugins.FileSHA256(exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := plugins.NewHost(zaptest.NewLogger(t), "sop",
+		plugins.Spec{Name: "sop", Path: exe, SHA256: sum, Env: []string{pluginEnv + "=sop"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	if err := h.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// startGateWith starts the gate with opts.
+func startGateWith(t *testing.T, opts gateOptions) *gate {
+	t.Helper()
+	shadowDir := opts.shadow
 	s := bustest.Server(t)
 	nc, js := bustest.Connect(t, s)
 	ctx := t.Context()
@@ -178,7 +224,21 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := engine.Config{Policy: live, Personas: reg, Router: bustest.NoPlugins{}, Store: g.store}
+	var limits *budget.Config
+	if opts.budgets != "" {
+		if limits, err = budget.ParseConfig("budgets.yaml", []byte(opts.budgets)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kv, err := budget.Setup(ctx, js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.budgets = budget.New(kv, limits, nil)
+	cfg := engine.Config{Policy: live, Personas: reg, Router: bustest.NoPlugins{}, Store: g.store, Budgets: g.budgets}
+	if opts.reviewer {
+		cfg.Router = sopPlugins(t)
+	}
 	if shadowDir != "" {
 		cfg.Shadow = compilePolicy(t, policies.Sources{Dir: shadowDir})
 	}
@@ -221,8 +281,9 @@ func startGateWithShadow(t *testing.T, shadowDir string) *gate {
 		System: func(context.Context) any {
 			return map[string]any{"plugins": []map[string]any{{"name": "sop", "version": "1", "running": true, "pid": 42}}, "policy": map[string]any{"revision": "test-rev"}}
 		},
-		Log: zaptest.NewLogger(t),
-		Now: func() time.Time { return time.Now().Add(time.Duration(g.ahead.Load())) },
+		Budgets: g.budgets,
+		Log:     zaptest.NewLogger(t),
+		Now:     func() time.Time { return time.Now().Add(time.Duration(g.ahead.Load())) },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -67,6 +68,10 @@ type Config struct {
 	// plugins and their health, the policy revision, the shadow. It must
 	// encode as JSON.
 	System func(ctx context.Context) any
+	// Budgets, when set, are the budget counters and limits gated
+	// enforces (serve's store, with the budgets file in force): the
+	// budgets page reads them. Without them GET /api/budgets answers 404.
+	Budgets *budget.Store
 	// SessionTTL is how long a sign-in lasts; default DefaultSessionTTL.
 	SessionTTL time.Duration
 	// DecisionWait bounds a forwarded decision; default
@@ -162,6 +167,8 @@ func (s *Server) routes() {
 	s.mux.HandleFunc("GET /api/runs", s.signedIn(s.handleRuns))
 	s.mux.HandleFunc("GET /api/system", s.signedIn(s.handleSystem))
 	s.mux.HandleFunc("GET /api/shadow", s.signedIn(s.handleShadow))
+	s.mux.HandleFunc("GET /api/reviewers", s.signedIn(s.handleReviewers))
+	s.mux.HandleFunc("GET /api/budgets", s.signedIn(s.handleBudgets))
 	s.mux.HandleFunc("POST /api/decisions", s.sameOrigin(s.signedIn(s.handleDecision)))
 }
 

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,6 +20,9 @@ import (
 type Query struct {
 	// Tenant keeps one tenant's messages; empty keeps all.
 	Tenant string
+	// Event keeps the messages of one event (e.g.
+	// engine.EventBudgetRefused), read by its subject; empty keeps all.
+	Event string
 	// Since keeps messages stored at or after it; zero keeps all.
 	Since time.Time
 	// StartSeq keeps messages at or after this stream sequence; 0 keeps
@@ -87,6 +91,9 @@ func readStream(ctx context.Context, stream jetstream.Stream, q Query, fn func(E
 	filter := wire.AuditSubjectPrefix + ">"
 	if q.Tenant != "" {
 		filter = tenantSubject(q.Tenant)
+	}
+	if q.Event != "" {
+		filter = wire.AuditSubject(cmp.Or(q.Tenant, "*"), q.Event)
 	}
 	// The stop point: the last message of the filter now. Without it the
 	// consumer would wait forever for a message that does not come.

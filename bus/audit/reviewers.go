@@ -2,9 +2,13 @@ package audit
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"math"
 	"slices"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/engine"
 )
@@ -259,4 +263,30 @@ func nearestRank(sorted []float64, q float64) *float64 {
 	i := max(int(math.Ceil(q*float64(len(sorted))))-1, 0)
 	v := sorted[i]
 	return &v
+}
+
+// ReadTrackRecord reads the audit records of tenants (every tenant's
+// when tenants is empty) stored at or after since (the zero time: all of
+// them) and returns each reviewer's track record over them, as
+// TrackRecord.Reviewers orders it. `gated report reviewers` and the
+// console's reviewers page both answer with it. A tenant named twice is
+// read once. Errors: ErrNoStream, NATS errors.
+func ReadTrackRecord(ctx context.Context, js jetstream.JetStream, tenants []string, since time.Time) ([]ReviewerStats, error) {
+	tenants = slices.Clone(tenants)
+	slices.Sort(tenants)
+	tenants = slices.Compact(tenants)
+	if len(tenants) == 0 || slices.Contains(tenants, "") {
+		tenants = []string{""} // every tenant
+	}
+	var tr TrackRecord
+	for _, tenant := range tenants {
+		err := Read(ctx, js, Query{Tenant: tenant, Since: since}, func(e Entry) error {
+			tr.Add(e.Record)
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return tr.Reviewers(), nil
 }

@@ -366,6 +366,17 @@ func TestReadAudit(t *testing.T) {
 	if got := read(audit.Query{StartSeq: 7}); len(got) != 2 {
 		t.Errorf("from seq 7: %v", got)
 	}
+	// An event is read by its subject: each trail's verdict.decided, one
+	// of its two records.
+	if got := read(audit.Query{Event: engine.EventVerdict}); len(got) != 4 {
+		t.Errorf("the verdicts: %v", got)
+	}
+	if got := read(audit.Query{Tenant: "beta", Event: engine.EventVerdict}); len(got) != 2 || !strings.HasSuffix(got[0], ":beta") || !strings.HasSuffix(got[1], ":beta") {
+		t.Errorf("beta's verdicts: %v", got)
+	}
+	if got := read(audit.Query{Tenant: "beta", Event: engine.EventBudgetRefused}); len(got) != 0 {
+		t.Errorf("beta's budget refusals: %v", got)
+	}
 
 	// Follow delivers what is written after it started, until cancelled.
 	ctx, cancel := context.WithCancel(t.Context())

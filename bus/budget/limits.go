@@ -28,19 +28,19 @@ func (r Rate) String() string {
 type Limits struct {
 	// Proposals bounds proposals that go to review or are held for an
 	// operator, per interval.
-	Proposals Rate
+	Proposals Rate `json:"proposals"`
 	// Reads bounds proposals the policy approves without a review, per
 	// interval: higher than Proposals, since they cost no review.
-	Reads Rate
+	Reads Rate `json:"reads"`
 	// Tokens bounds the reviewer tokens (prompt and completion, as the
 	// reviewers report them) per interval; a proposal is refused review
 	// once they are spent.
-	Tokens Rate
+	Tokens Rate `json:"tokens"`
 	// ReviewsInFlight bounds proposals under review at once.
-	ReviewsInFlight int64
+	ReviewsInFlight int64 `json:"reviews_in_flight"`
 	// HoldsPending bounds actions held for an operator and not yet
 	// decided.
-	HoldsPending int64
+	HoldsPending int64 `json:"holds_pending"`
 }
 
 // DefaultTenant and DefaultAgent are the built-in limits, used for every
@@ -132,6 +132,25 @@ func (c *Config) Agent(tenant, agent string) Limits {
 	return l
 }
 
+// Overrides lists the agents of tenant the file gives limits of their
+// own (tenants.<tenant>.agents), sorted.
+func (c *Config) Overrides(tenant string) []string {
+	t := c.tenants[tenant]
+	out := make([]string, 0, len(t.agents))
+	for a := range t.agents {
+		out = append(out, a)
+	}
+	sortStrings(out)
+	return out
+}
+
+// overrides tells whether the file gives agent of tenant limits of its
+// own.
+func (c *Config) overrides(tenant, agent string) bool {
+	_, ok := c.tenants[tenant].agents[agent]
+	return ok
+}
+
 // Tenants lists the tenants the file names, sorted.
 func (c *Config) Tenants() []string {
 	out := make([]string, 0, len(c.tenants))
@@ -156,20 +175,30 @@ func parseRate(s string) (Rate, error) {
 	if err != nil {
 		return Rate{}, err
 	}
+	d, err := parseInterval(per)
+	if err != nil {
+		return Rate{}, fmt.Errorf("%q: %v", s, err)
+	}
+	return Rate{Max: max, Interval: d}, nil
+}
+
+// parseInterval reads a rate's interval: a duration from 1s to
+// MaxInterval in whole seconds.
+func parseInterval(per string) (time.Duration, error) {
 	d, err := time.ParseDuration(strings.TrimSpace(per))
 	switch {
 	case err != nil:
-		return Rate{}, fmt.Errorf("%q: the interval %q is not a duration such as 1m or 1h", s, per)
+		return 0, fmt.Errorf("the interval %q is not a duration such as 1m or 1h", per)
 	case d <= 0:
-		return Rate{}, fmt.Errorf("%q: the interval must be positive", s)
+		return 0, fmt.Errorf("the interval must be positive")
 	case d < time.Second:
-		return Rate{}, fmt.Errorf("%q: the interval must be at least 1s", s)
+		return 0, fmt.Errorf("the interval must be at least 1s")
 	case d > MaxInterval:
-		return Rate{}, fmt.Errorf("%q: the interval must be at most %s", s, shortDuration(MaxInterval))
+		return 0, fmt.Errorf("the interval must be at most %s", shortDuration(MaxInterval))
 	case d%time.Second != 0:
-		return Rate{}, fmt.Errorf("%q: the interval must be a whole number of seconds", s)
+		return 0, fmt.Errorf("the interval must be a whole number of seconds")
 	}
-	return Rate{Max: max, Interval: d}, nil
+	return d, nil
 }
 
 // parseCount reads a limit of at least 1.

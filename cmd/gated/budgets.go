@@ -3,13 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -135,11 +132,13 @@ func budgetsShowCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "show [TENANT]",
 		Short: "Print the budget counters and limits of a tenant, or of every tenant",
-		Long: `show prints, for the tenant and each of its agents, the counters gated keeps in
-the GATED_BUDGETS bucket beside the limits of --budgets (the built-in limits
-without it): proposals, reads and tokens in the current window, reviews in
-flight, actions pending an operator, and refusals in the last ten minutes.
-Without TENANT it prints every tenant that has counters.`,
+		Long: `show prints, for the tenant and each of its agents that has counters or limits
+of its own in --budgets, the counters gated keeps in the GATED_BUDGETS bucket
+beside the limits of --budgets (the built-in limits without it): proposals,
+reads and tokens in the current window, reviews in flight, actions pending an
+operator, and refusals in the last ten minutes. Without TENANT it prints every
+tenant that has counters or limits of its own. The web console's Budgets page
+shows the same, with when each count resets.`,
 		Args: func(_ *cobra.Command, args []string) error {
 			switch {
 			case len(args) > 1:
@@ -180,7 +179,7 @@ Without TENANT it prints every tenant that has counters.`,
 }
 
 // showBudgets prints the counters of the tenants (every tenant with
-// counters when none is named) as a table.
+// counters or limits of its own when none is named) as a table.
 func showBudgets(ctx context.Context, nc *nats.Conn, limits *budget.Config, tenants []string, now time.Time, out io.Writer) error {
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -192,63 +191,31 @@ func showBudgets(ctx context.Context, nc *nats.Conn, limits *budget.Config, tena
 	}
 	s := budget.New(kv, limits, nil)
 	if len(tenants) == 0 {
-		keys, err := s.Keys(ctx, "*")
-		if err != nil {
+		if tenants, err = s.Tenants(ctx); err != nil {
 			return err
 		}
-		for _, k := range keys {
-			t, _, _ := strings.Cut(k, ".")
-			tenants = append(tenants, t)
-		}
-		slices.Sort(tenants)
-		tenants = slices.Compact(tenants)
 	}
 	w := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "TENANT\tSCOPE\tPROPOSALS\tREADS\tTOKENS\tREVIEWS IN FLIGHT\tHOLDS PENDING\tREFUSALS 10M")
 	for _, tenant := range tenants {
-		keys, err := s.Keys(ctx, tenant)
+		u, err := s.Usage(ctx, tenant, now)
 		if err != nil {
 			return err
 		}
-		c, err := s.Read(ctx, tenant, "", true, now)
-		if err != nil {
-			return err
-		}
-		row(w, tenant, "tenant", c, limits.Tenant(tenant))
-		var agents []string
-		for _, k := range keys {
-			if a, ok := strings.CutPrefix(k, tenant+".agent."); ok {
-				agents = append(agents, a)
-			}
-		}
-		slices.Sort(agents)
-		for _, key := range agents {
-			agent := agentOfKey(key)
-			c, err := s.Read(ctx, tenant, agent, false, now)
-			if err != nil {
-				return err
-			}
-			name := "agent " + agent
-			if agent == "" {
+		row(w, tenant, "tenant", u.Whole)
+		for _, a := range u.Agents {
+			name := "agent " + a.Agent
+			if a.Agent == "" {
 				name = "agent (none)"
 			}
-			row(w, tenant, name, c, limits.Agent(tenant, agent))
+			row(w, tenant, name, a)
 		}
 	}
 	return w.Flush()
 }
 
-// agentOfKey is the agent an agent key token names (budget.AgentKey).
-func agentOfKey(key string) string {
-	if enc, ok := strings.CutPrefix(key, "="); ok {
-		if b, err := hex.DecodeString(enc); err == nil {
-			return string(b)
-		}
-	}
-	return key
-}
-
-func row(w io.Writer, tenant, scope string, c engine.BudgetCounters, l budget.Limits) {
+func row(w io.Writer, tenant, scope string, u budget.Usage) {
+	c, l := u.Counters, u.Limits
 	of := func(n int64, r budget.Rate) string {
 		return strconv.FormatInt(n, 10) + " of " + r.String()
 	}

@@ -44,59 +44,18 @@ func TestServeMountsTheConsole(t *testing.T) {
 	base := "http://" + addr
 	waitReady(t, base+"/readyz", done)
 
-	jar, err := cookiejar.New(nil)
+	res, err := http.Get(base + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
-	hc := &http.Client{Jar: jar, Timeout: 20 * time.Second}
-	get := func(path string) (*http.Response, []byte) {
-		t.Helper()
-		res, err := hc.Get(base + path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		body, err := io.ReadAll(res.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res, body
-	}
-	res, body := get("/")
-	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `src="/assets/app.js"`) || res.Header.Get("Content-Security-Policy") == "" {
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), `src="/assets/app.js"`) || res.Header.Get("Content-Security-Policy") == "" {
 		t.Fatalf("GET /: %d %q\n%s", res.StatusCode, res.Header, body)
 	}
+	hc, get := consoleSession(t, base, seedFile)
 	if res, _ := get("/readyz"); res.StatusCode != http.StatusOK {
 		t.Fatalf("/readyz %d beside the console", res.StatusCode)
-	}
-
-	var ch struct{ Challenge, Prefix string }
-	_, body = get("/api/challenge")
-	if err := json.Unmarshal(body, &ch); err != nil {
-		t.Fatal(err)
-	}
-	seed, err := os.ReadFile(seedFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kp, err := nkeys.ParseDecoratedUserNKey(seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sig, err := kp.Sign([]byte(ch.Prefix + ch.Challenge))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signIn, _ := json.Marshal(map[string]string{"key": pub, "challenge": ch.Challenge, "sig": base64.RawURLEncoding.EncodeToString(sig)})
-	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/api/signin", strings.NewReader(string(signIn)))
-	req.Header.Set("Origin", base)
-	res, err = hc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	res.Body.Close()
-	if res.StatusCode != http.StatusOK {
-		t.Fatalf("sign-in: %d", res.StatusCode)
 	}
 	var me console.Me
 	if _, body = get("/api/me"); json.Unmarshal(body, &me) != nil || !me.SignedIn || me.Operator != "alice" {
@@ -117,7 +76,7 @@ func TestServeMountsTheConsole(t *testing.T) {
 
 	// A live feed stays open while serve stops.
 	feedReq, _ := http.NewRequestWithContext(t.Context(), http.MethodGet, base+"/api/feed", nil)
-	feed, err := (&http.Client{Jar: jar}).Do(feedReq)
+	feed, err := (&http.Client{Jar: hc.Jar}).Do(feedReq)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,4 +98,61 @@ func TestServeMountsTheConsole(t *testing.T) {
 	if _, err := io.ReadAll(feed.Body); err != nil {
 		t.Fatalf("the feed did not end cleanly: %v", err)
 	}
+}
+
+// consoleSession signs in to the console of serve at base with the
+// operator seed of seedFile, as a browser does (a signed challenge), and
+// returns the client holding the session and a GET through it.
+func consoleSession(t *testing.T, base, seedFile string) (*http.Client, func(path string) (*http.Response, []byte)) {
+	t.Helper()
+	jar, err := cookiejar.New(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Jar: jar, Timeout: 20 * time.Second}
+	get := func(path string) (*http.Response, []byte) {
+		t.Helper()
+		res, err := hc.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		body, err := io.ReadAll(res.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res, body
+	}
+	var ch struct{ Challenge, Prefix string }
+	if _, body := get("/api/challenge"); json.Unmarshal(body, &ch) != nil {
+		t.Fatalf("/api/challenge %s", body)
+	}
+	seed, err := os.ReadFile(seedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := nkeys.ParseDecoratedUserNKey(seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := kp.PublicKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sig, err := kp.Sign([]byte(ch.Prefix + ch.Challenge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signIn, _ := json.Marshal(map[string]string{"key": pub, "challenge": ch.Challenge, "sig": base64.RawURLEncoding.EncodeToString(sig)})
+	req, _ := http.NewRequestWithContext(t.Context(), http.MethodPost, base+"/api/signin", strings.NewReader(string(signIn)))
+	req.Header.Set("Origin", base)
+	res, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("sign-in: %d", res.StatusCode)
+	}
+	return hc, get
 }

@@ -58,18 +58,19 @@ plugin, version, persona and model. See docs/GRANTS.md#reviewer-track-record.`,
 				return err
 			}
 			defer nc.Close()
-			q := audit.Query{Tenant: o.tenant}
+			var from time.Time
 			if since > 0 {
-				q.Since = time.Now().Add(-since)
+				from = time.Now().Add(-since)
 			}
-			var tr audit.TrackRecord
-			if err := audit.Read(cmd.Context(), js, q, func(e audit.Entry) error {
-				tr.Add(e.Record)
-				return nil
-			}); err != nil {
+			var tenants []string
+			if o.tenant != "" {
+				tenants = []string{o.tenant}
+			}
+			rows, err := audit.ReadTrackRecord(cmd.Context(), js, tenants, from)
+			if err != nil {
 				return fmt.Errorf("reading the audit stream: %w", err)
 			}
-			return printReviewers(cmd.OutOrStdout(), tr.Reviewers(), format)
+			return printReviewers(cmd.OutOrStdout(), rows, format)
 		},
 	}
 	o.register(c.Flags())

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -170,6 +171,34 @@ func TestReportReviewers(t *testing.T) {
 				t.Errorf("report:\n got %s\nwant %s", gotJSON, wantJSON)
 			}
 		})
+	}
+	// The console's reviewers page gives the same figures: alice (acme)
+	// over the last hour, and with the tenant named.
+	_, get := consoleSession(t, "http://"+httpAddr, seedFile)
+	for _, path := range []string{"/api/reviewers?since=1h", "/api/reviewers?tenant=acme", "/api/reviewers?since=7d&tenant=acme"} {
+		res, body := get(path)
+		var page struct {
+			Reviewers []audit.ReviewerStats `json:"reviewers"`
+		}
+		if res.StatusCode != http.StatusOK || json.Unmarshal(body, &page) != nil {
+			t.Fatalf("GET %s: %d %s", path, res.StatusCode, body)
+		}
+		_, report, err := runGated(t, "report", "reviewers", "--nats-url", s.ClientURL(), "--format", "json", "--tenant", "acme", "--since", "1h")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var printed []audit.ReviewerStats
+		if err := json.Unmarshal([]byte(report), &printed); err != nil {
+			t.Fatal(err)
+		}
+		gotJSON, _ := json.Marshal(page.Reviewers)
+		wantJSON, _ := json.Marshal(printed)
+		if string(gotJSON) != string(wantJSON) {
+			t.Errorf("the console's GET %s:\n got %s\nwant the report's %s", path, gotJSON, wantJSON)
+		}
+	}
+	if res, body := get("/api/reviewers?tenant=other"); res.StatusCode != http.StatusForbidden {
+		t.Errorf("alice asks for tenant other's reviewers: %d %s, want 403", res.StatusCode, body)
 	}
 	labels := fmt.Sprintf(`model=%q,persona=%q,plugin=%q,plugin_version=%q`, key.Model, key.Persona, key.Plugin, key.PluginVersion)
 	for _, line := range []string{

@@ -555,7 +555,7 @@ func (s *gateServer) console() (*console.Server, error) {
 	}
 	return console.New(console.Config{
 		NC: s.nc, JS: s.js, Verdicts: s.res.Verdicts, Operators: s.operators, Trails: s.auditor.Trail,
-		AuditKeys: keys, System: s.systemStatus, Log: s.log.Named("console"),
+		AuditKeys: keys, System: s.systemStatus, Budgets: s.budgets, Log: s.log.Named("console"),
 	})
 }
 

@@ -622,6 +622,198 @@ async function systemPage() {
   show(...parts);
 }
 
+// Reviewers and budgets ----------------------------------------------------
+
+/**
+ * @typedef {object} ReviewerStats
+ * @property {string} plugin
+ * @property {string} plugin_version
+ * @property {string} persona
+ * @property {string} model
+ * @property {number} reviews
+ * @property {number} approvals
+ * @property {number} rejections
+ * @property {number} approved_succeeded
+ * @property {number} approved_failed
+ * @property {number | null} approved_then_failed_rate
+ * @property {number} operator_overrides
+ * @property {number | null} latency_p50_ms
+ * @property {number | null} latency_p99_ms
+ */
+
+/** The windows the reviewers page offers. */
+const windows = ["1h", "24h", "7d"];
+
+/**
+ * A number with digits after the point, or "-" for none.
+ * @param {number | null | undefined} n
+ * @param {number} digits
+ */
+function fixed(n, digits) {
+  return n === null || n === undefined ? "-" : n.toFixed(digits);
+}
+
+/**
+ * @param {URLSearchParams} params
+ */
+async function reviewersPage(params) {
+  const since = params.get("since") || "24h";
+  const choice = /** @type {HTMLSelectElement} */ (
+    h(
+      "select",
+      { id: "r-since", name: "since", onchange: () => (location.hash = `#/reviewers?since=${encodeURIComponent(choice.value)}`) },
+      ...[...new Set([...windows, since])].map((w) => h("option", { value: w, text: `last ${w}`, selected: w === since })),
+    )
+  );
+  const title = h("h2", { text: "Reviewers" });
+  show(title, choice, h("p", { text: "loading…" }));
+  let page;
+  try {
+    page = await api(`/api/reviewers?since=${encodeURIComponent(since)}`);
+  } catch (err) {
+    show(title, choice, errorLine(err));
+    return;
+  }
+  const rows = /** @type {ReviewerStats[]} */ (page.reviewers);
+  const scope = page.tenants.length ? `tenants ${page.tenants.join(", ")}` : "every tenant";
+  const head = ["plugin", "version", "persona", "model", "reviews", "approved", "rejected", "succeeded", "failed", "failed rate", "overrides", "p50 ms", "p99 ms"];
+  show(
+    title,
+    choice,
+    h("p", {
+      text: `Each reviewer's track record since ${when(page.from)} on ${scope}, as gated report reviewers gives it: approved-then-failed counts the approved verdicts whose grant was last reported succeeded or failed; overrides, the operator decisions that differ from the reviewer's.`,
+    }),
+    rows.length
+      ? h(
+          "table",
+          { id: "reviewers" },
+          h("thead", {}, h("tr", {}, ...head.map((c) => h("th", { text: c })))),
+          h(
+            "tbody",
+            {},
+            ...rows.map((r) =>
+              h(
+                "tr",
+                { "data-key": [r.plugin, r.plugin_version, r.persona, r.model].join("/") },
+                ...[
+                  r.plugin || "-",
+                  r.plugin_version || "-",
+                  r.persona || "-",
+                  r.model || "-",
+                  String(r.reviews),
+                  String(r.approvals),
+                  String(r.rejections),
+                  String(r.approved_succeeded),
+                  String(r.approved_failed),
+                  fixed(r.approved_then_failed_rate, 3),
+                  String(r.operator_overrides),
+                  fixed(r.latency_p50_ms, 1),
+                  fixed(r.latency_p99_ms, 1),
+                ].map((c, i) => h("td", { "data-col": head[i], text: c })),
+              ),
+            ),
+          ),
+        )
+      : h("p", { id: "reviewers-none", text: "No review in this window." }),
+  );
+}
+
+/**
+ * @typedef {object} Rate
+ * @property {number} max
+ * @property {string} interval
+ */
+
+/**
+ * @typedef {object} Usage
+ * @property {string} scope
+ * @property {string} [agent]
+ * @property {boolean} [override]
+ * @property {{proposals: Rate, reads: Rate, tokens: Rate, reviews_in_flight: number, holds_pending: number}} limits
+ * @property {{proposals: number, reads: number, tokens: number, reviews_in_flight: number, holds_pending: number, refusals_10m: number, budget_refusals_10m: number}} counters
+ * @property {Record<string, string>} resets_at
+ */
+
+/**
+ * A windowed count beside its rate and when it resets.
+ * @param {number} n
+ * @param {Rate} r
+ * @param {string | undefined} resets
+ */
+function rateCell(n, r, resets) {
+  const limit = r.max ? `${r.max}/${r.interval}` : "unlimited";
+  return h("span", {}, `${n} of ${limit}`, resets ? h("small", { class: "resets", text: ` resets ${when(resets)}` }) : null);
+}
+
+/**
+ * A lease count beside its limit and when the earliest lease ends.
+ * @param {number} n
+ * @param {number} max
+ * @param {string | undefined} resets
+ */
+function leaseCell(n, max, resets) {
+  return h("span", {}, `${n} of ${max || "unlimited"}`, resets ? h("small", { class: "resets", text: ` first ends ${when(resets)}` }) : null);
+}
+
+/**
+ * One scope's row of a tenant's budget table.
+ * @param {string} name
+ * @param {Usage} u
+ */
+function usageRow(name, u) {
+  const c = u.counters;
+  const l = u.limits;
+  const cells = [
+    h("span", {}, name, u.override ? h("small", { class: "override", text: " (own limits)" }) : null),
+    rateCell(c.proposals, l.proposals, u.resets_at.proposals),
+    rateCell(c.reads, l.reads, u.resets_at.reads),
+    rateCell(c.tokens, l.tokens, u.resets_at.tokens),
+    leaseCell(c.reviews_in_flight, l.reviews_in_flight, u.resets_at.reviews_in_flight),
+    leaseCell(c.holds_pending, l.holds_pending, u.resets_at.holds_pending),
+    `${c.refusals_10m} (${c.budget_refusals_10m} by budget)`,
+  ];
+  const cols = ["scope", "proposals", "reads", "tokens", "reviews in flight", "holds pending", "refusals 10m"];
+  return h("tr", { "data-scope": u.scope === "tenant" ? "tenant" : `agent:${u.agent || ""}` }, ...cells.map((c, i) => h("td", { "data-col": cols[i] }, c)));
+}
+
+async function budgetsPage() {
+  const title = h("h2", { text: "Budgets" });
+  show(title, h("p", { text: "loading…" }));
+  let page;
+  try {
+    page = await api("/api/budgets");
+  } catch (err) {
+    show(title, errorLine(err));
+    return;
+  }
+  const tenants = /** @type {{tenant: string, whole: Usage, agents: Usage[], refused_10m: {scope: string, agent?: string, limit: string, count: number, last: string}[]}[]} */ (page.tenants);
+  const parts = [
+    title,
+    h("p", { text: `Limits of ${page.file ? `the budgets file ${page.file}` : "the built-in budgets"}; counters as gated keeps them, each windowed count beside when its window ends. Read-only.` }),
+  ];
+  if (!tenants.length) parts.push(h("p", { text: "No tenant has counters or limits of its own." }));
+  for (const t of tenants) {
+    parts.push(
+      h(
+        "section",
+        { class: "budget", "data-tenant": t.tenant },
+        h("h3", { text: t.tenant }),
+        h(
+          "table",
+          { class: "budget-table" },
+          h("thead", {}, h("tr", {}, ...["scope", "proposals", "reads", "tokens", "reviews in flight", "holds pending", "refusals 10m"].map((c) => h("th", { text: c })))),
+          h("tbody", {}, usageRow("tenant", t.whole), ...t.agents.map((a) => usageRow(`agent ${a.agent || "(none)"}`, a))),
+        ),
+        h("h4", { text: "Budget refusals in the last ten minutes" }),
+        t.refused_10m.length
+          ? table(["scope", "limit", "refused", "last"], t.refused_10m.map((r) => [r.scope === "agent" ? `agent ${r.agent || "(none)"}` : "tenant", r.limit, String(r.count), when(r.last)]), { class: "refused" })
+          : h("p", { text: "none" }),
+      ),
+    );
+  }
+  show(...parts);
+}
+
 // Routing ----------------------------------------------------------------
 
 async function route() {
@@ -663,6 +855,10 @@ async function route() {
       return runsPage();
     case "system":
       return systemPage();
+    case "reviewers":
+      return reviewersPage(new URLSearchParams(query || ""));
+    case "budgets":
+      return budgetsPage();
     default:
       return feedPage(new URLSearchParams(query || ""));
   }
