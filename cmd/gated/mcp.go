@@ -161,13 +161,17 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var transport mcp.Transport
+	var (
+		transport mcp.Transport
+		relay     *mcpgate.CommandTransport
+	)
 	if o.upstream != "" {
 		transport = &mcp.StreamableClientTransport{Endpoint: o.upstream}
 	} else {
 		server := exec.CommandContext(ctx, command[0], command[1:]...)
 		server.Stderr = stderr
-		transport = &mcp.CommandTransport{Command: server}
+		relay = &mcpgate.CommandTransport{Command: server}
+		transport = relay
 	}
 	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: version}, nil).Connect(ctx, transport, nil)
 	if err != nil {
@@ -188,6 +192,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		Version:      version,
 		Log:          log,
 		Grants:       grants,
+		Relay:        relay,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {
@@ -204,7 +209,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		cancel()
 	}()
 	if o.listen == "" {
-		err := gate.Server().Run(ctx, &mcpgate.StdioTransport{})
+		err := gate.RunStdio(ctx, &mcpgate.StdioTransport{})
 		if ctx.Err() != nil {
 			return nil
 		}
