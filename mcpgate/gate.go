@@ -102,6 +102,10 @@ type Config struct {
 	// NoGrantCheck forwards approvals without their grant checked: for
 	// a gated that issues no grants. Never in production.
 	NoGrantCheck bool
+	// Relay is the transport Upstream was connected over, when it is a
+	// CommandTransport: RunStdio then relays the read calls that need no
+	// round trip to gated over it itself, beside the SDK. Optional.
+	Relay *CommandTransport
 }
 
 // Gate is an MCP server that fronts an upstream MCP server's tools with
@@ -110,6 +114,10 @@ type Gate struct {
 	cfg    Config
 	tools  []*gatedTool
 	server *mcp.Server
+	// offered are the tools tools/list shows and the policy does not
+	// deny outright, by name: the tools RunStdio may relay a read of.
+	offered map[string]*gatedTool
+	impl    *mcp.Implementation
 
 	// targets serialises the decisions on one target (see decideAlone).
 	mu      sync.Mutex
@@ -176,7 +184,10 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
-	g := &Gate{cfg: cfg, targets: map[string]*targetTurn{}}
+	if cfg.Relay != nil && cfg.Relay.connection() == nil {
+		return nil, fmt.Errorf("%w: the relay transport is not connected: connect Upstream over it", ErrInvalidConfig)
+	}
+	g := &Gate{cfg: cfg, targets: map[string]*targetTurn{}, offered: map[string]*gatedTool{}}
 	seen := map[string]bool{}
 	actions := map[string]string{}
 	for t, err := range cfg.Upstream.Tools(ctx, nil) {
@@ -218,7 +229,8 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 			}
 		}
 	}
-	server := mcp.NewServer(&mcp.Implementation{Name: "gated-mcp", Version: cfg.Version}, &mcp.ServerOptions{
+	g.impl = &mcp.Implementation{Name: "gated-mcp", Version: cfg.Version}
+	server := mcp.NewServer(g.impl, &mcp.ServerOptions{
 		Instructions: "Every tool call goes through gated, a policy gate: calls that change something are reviewed first. " +
 			"Say why you make a call in its reason argument. A refused call comes back as an error whose text is gated's reason.",
 	})
@@ -234,6 +246,9 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 		}
 		if err := addTool(server, spec, g.handler(gt)); err != nil {
 			return nil, err
+		}
+		if gt.denied == nil {
+			g.offered[gt.spec.Name] = gt
 		}
 	}
 	g.server = server
@@ -309,15 +324,15 @@ func (g *Gate) bareProposal(m Mapping) *engine.Proposal {
 	return g.proposal(m, Call{Target: target}, "tools-list", nil)
 }
 
-// proposal builds the proposal of one call.
-func (g *Gate) proposal(m Mapping, c Call, id string, req *mcp.CallToolRequest) *engine.Proposal {
+// proposal builds the proposal of one call in session ss (nil for none).
+func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *engine.Proposal {
 	session := g.cfg.Session
 	client := "an MCP client"
-	if req != nil && req.Session != nil {
+	if ss != nil {
 		if session == "" {
-			session = req.Session.ID()
+			session = ss.ID()
 		}
-		if ip := req.Session.InitializeParams(); ip != nil && ip.ClientInfo != nil {
+		if ip := ss.InitializeParams(); ip != nil && ip.ClientInfo != nil {
 			client = strings.TrimSpace("MCP client " + ip.ClientInfo.Name + " " + ip.ClientInfo.Version)
 		}
 	}
@@ -350,7 +365,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			g.cfg.Log.Info("refused a malformed call", zap.String("tool", m.Tool), zap.Error(err))
 			return refusal(fmt.Sprintf("gated refused the call of %s: %v. The call was not made.", m.Tool, err), nil), nil
 		}
-		p := g.proposal(m, call, newProposalID(), req)
+		p := g.proposal(m, call, newProposalID(), req.Session)
 		if m.Class == engine.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
 			// A read the policy approves at its own stage needs no
 			// round trip: gated would approve it without a reviewer.
@@ -523,11 +538,7 @@ func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *engine.P
 func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict) (*mcp.CallToolResult, error) {
 	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
 	if err != nil {
-		what := "a read call gated's policy allows"
-		if v != nil {
-			what = "gated's approval (verdict " + v.Tenant + "." + v.ProposalID + ")"
-		}
-		return refusal(fmt.Sprintf("the upstream server failed on %s after %s: %v", m.Tool, what, err), v), nil
+		return upstreamFailure(m.Tool, v, err), nil
 	}
 	if v != nil {
 		out := *res
@@ -540,6 +551,16 @@ func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict
 		res = &out
 	}
 	return res, nil
+}
+
+// upstreamFailure is the tool result of a call the upstream failed on
+// after gated's approval v, or after the policy let a read pass (v nil).
+func upstreamFailure(tool string, v *engine.Verdict, err error) *mcp.CallToolResult {
+	what := "a read call gated's policy allows"
+	if v != nil {
+		what = "gated's approval (verdict " + v.Tenant + "." + v.ProposalID + ")"
+	}
+	return refusal(fmt.Sprintf("the upstream server failed on %s after %s: %v", tool, what, err), v)
 }
 
 // notApproved is the tool result of a call gated did not approve.

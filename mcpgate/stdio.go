@@ -35,6 +35,13 @@ type StdioTransport struct {
 	Out io.Writer
 	// MaxLineLength bounds one message; default DefaultMaxLineLength.
 	MaxLineLength int
+
+	// pass, when set, sees every well-formed request first, in the
+	// goroutine that read it, with the line's JSON object; it returns
+	// true for one it has answered itself (Gate.RunStdio).
+	pass func(c *lineConn, req *jsonrpc.Request, line map[string]any) bool
+	// answered, when set, sees every response written, before it is.
+	answered func(resp *jsonrpc.Response)
 }
 
 var _ mcp.Transport = (*StdioTransport)(nil)
@@ -51,19 +58,21 @@ func (t *StdioTransport) Connect(context.Context) (mcp.Connection, error) {
 	if max <= 0 {
 		max = DefaultMaxLineLength
 	}
-	c := &lineConn{out: out, msgs: make(chan jsonrpc.Message), done: make(chan struct{}), readErr: make(chan error, 1)}
+	c := &lineConn{out: out, msgs: make(chan jsonrpc.Message), done: make(chan struct{}), readErr: make(chan error, 1), pass: t.pass, answered: t.answered}
 	go c.read(bufio.NewReaderSize(in, 64<<10), max)
 	return c, nil
 }
 
 // lineConn is one session over a pair of streams.
 type lineConn struct {
-	wmu     sync.Mutex
-	out     io.Writer
-	msgs    chan jsonrpc.Message
-	readErr chan error
-	done    chan struct{}
-	once    sync.Once
+	wmu      sync.Mutex
+	out      io.Writer
+	msgs     chan jsonrpc.Message
+	readErr  chan error
+	done     chan struct{}
+	once     sync.Once
+	pass     func(c *lineConn, req *jsonrpc.Request, line map[string]any) bool
+	answered func(resp *jsonrpc.Response)
 }
 
 // read hands each well-formed message to Read and answers the others,
@@ -82,9 +91,12 @@ func (c *lineConn) read(r *bufio.Reader, max int) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		msg, lerr := DecodeLine(line)
+		msg, obj, lerr := decodeLine(line)
 		if lerr != nil {
 			c.writeError(lerr)
+			continue
+		}
+		if req, ok := msg.(*jsonrpc.Request); ok && c.pass != nil && c.pass(c, req, obj) {
 			continue
 		}
 		select {
@@ -134,6 +146,9 @@ func (c *lineConn) Read(ctx context.Context) (jsonrpc.Message, error) {
 }
 
 func (c *lineConn) Write(_ context.Context, msg jsonrpc.Message) error {
+	if resp, ok := msg.(*jsonrpc.Response); ok && c.answered != nil {
+		c.answered(resp)
+	}
 	data, err := jsonrpc.EncodeMessage(msg)
 	if err != nil {
 		return fmt.Errorf("encoding a JSON-RPC message: %w", err)
@@ -199,23 +214,29 @@ func (e *LineError) Response() []byte {
 // not a JSON-RPC 2.0 message (invalid request, with the request's id
 // when it has a usable one).
 func DecodeLine(line []byte) (jsonrpc.Message, *LineError) {
+	msg, _, lerr := decodeLine(line)
+	return msg, lerr
+}
+
+// decodeLine is DecodeLine, and the line's JSON object as read.
+func decodeLine(line []byte) (jsonrpc.Message, map[string]any, *LineError) {
 	v, err := strictjson.ReadValue(line, strictjson.ValueOptions{MaxDepth: 128})
 	if err != nil {
 		var ve *strictjson.ValueError
 		if errors.As(err, &ve) {
-			return nil, &LineError{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: " + err.Error()}
+			return nil, nil, &LineError{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: " + err.Error()}
 		}
-		return nil, &LineError{Code: jsonrpc.CodeParseError, Message: "parse error: " + err.Error()}
+		return nil, nil, &LineError{Code: jsonrpc.CodeParseError, Message: "parse error: " + err.Error()}
 	}
 	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, &LineError{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: a message must be one JSON object"}
+		return nil, nil, &LineError{Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: a message must be one JSON object"}
 	}
 	msg, err := jsonrpc.DecodeMessage(line)
 	if err != nil {
-		return nil, &LineError{ID: usableID(obj["id"]), Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: " + err.Error()}
+		return nil, nil, &LineError{ID: usableID(obj["id"]), Code: jsonrpc.CodeInvalidRequest, Message: "invalid request: " + err.Error()}
 	}
-	return msg, nil
+	return msg, obj, nil
 }
 
 // usableID is id when a response may carry it: a string or a number.

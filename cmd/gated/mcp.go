@@ -23,7 +23,6 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/mcpgate"
-	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
 
@@ -162,13 +161,17 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var transport mcp.Transport
+	var (
+		transport mcp.Transport
+		relay     *mcpgate.CommandTransport
+	)
 	if o.upstream != "" {
 		transport = &mcp.StreamableClientTransport{Endpoint: o.upstream}
 	} else {
 		server := exec.CommandContext(ctx, command[0], command[1:]...)
 		server.Stderr = stderr
-		transport = &mcp.CommandTransport{Command: server}
+		relay = &mcpgate.CommandTransport{Command: server}
+		transport = relay
 	}
 	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: version}, nil).Connect(ctx, transport, nil)
 	if err != nil {
@@ -189,6 +192,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		Version:      version,
 		Log:          log,
 		Grants:       grants,
+		Relay:        relay,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {
@@ -205,7 +209,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		cancel()
 	}()
 	if o.listen == "" {
-		err := gate.Server().Run(ctx, &mcpgate.StdioTransport{})
+		err := gate.RunStdio(ctx, &mcpgate.StdioTransport{})
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -259,27 +263,7 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
-	return precheckOver(ev, reg), nil
-}
-
-// precheckOver is the precheck of evaluator ev with the personas of reg:
-// the policy evaluated with the default persona and, when it routes the
-// review elsewhere, with that one, and the gate's own outcome function
-// on the decision, as the engine decides before any review. It leaves
-// out the reviewers a decision adds (review.also): they matter only to a
-// proposal that goes on to review, which the precheck reports as not
-// settled. It uses the evaluator's plain path, not policy eval's
-// explaining one, which costs milliseconds.
-func precheckOver(ev *policies.Evaluator, reg *personas.Registry) mcpgate.Precheck {
-	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
-		in := engine.PolicyInput{Proposal: p, Now: time.Now()}
-		d, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, engine.DefaultPersona, true)
-		if err != nil {
-			return engine.Settled{}, false, fmt.Errorf("evaluating the policy on %s: %w", p.Action, err)
-		}
-		s, settled := engine.PolicyOutcome(p, d, routed)
-		return s, settled, nil
-	}
+	return mcpgate.PolicyPrecheck(ev, reg), nil
 }
 
 // printMCPTools prints the mapping of each tool.
