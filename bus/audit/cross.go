@@ -111,7 +111,7 @@ func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
 // is written just after its record, so the two come in nearly the same
 // order; a stored verdict whose record has left the window is read from
 // the stream by its sequence.
-const (
+var (
 	recentVerdicts  = 1 << 16
 	waitingVerdicts = 1 << 11
 )

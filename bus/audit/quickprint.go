@@ -82,6 +82,9 @@ func quickPrintOf(tenant, id, doc []byte, drop map[string]bool) (p quickPrint, o
 		return p, true
 	}
 	for {
+		if i >= len(doc) || doc[i] != '"' {
+			return p, false
+		}
 		end := validString(doc, i)
 		if end < 0 {
 			return p, false
