@@ -97,8 +97,8 @@ type VerifyOptions struct {
 	// SkipVerdicts leaves out the cross-check of the verdict store: by
 	// default every stored verdict (of Tenant, when set) must name, as its
 	// audit_seq, its own verdict.decided record. The check reads the
-	// bucket once and costs memory for each verdict.decided record read
-	// (see VerdictCheck).
+	// bucket once, beside the stream, and keeps a bounded window of each
+	// (docs/AUDIT.md, what the verdict check costs).
 	SkipVerdicts bool
 	// MaxVerdictProblems bounds how many problems of stored verdicts are
 	// listed in the report; the rest are counted. Default
