@@ -153,6 +153,8 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeCanonical$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzViewRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzQuickPrint$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseHeads$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -102,66 +103,82 @@ func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
 	return &v, nil
 }
 
-// verdictIndex holds the verdict.decided records read, by ascending
-// sequence: 24 bytes a record, so a stream of a million verdicts costs
-// 24 MB.
-type verdictIndex struct {
-	entries []verdictEntry
-	// through is the last sequence read: every record of the read's
-	// filter up to it is in entries, when it is a verdict of a proposal.
-	through uint64
+// The verdict check holds a bounded window of each side, so that its
+// memory does not grow with the stream: the quick prints of the last
+// recentVerdicts verdict.decided records read, and at most
+// waitingVerdicts stored verdicts whose records the read has not reached.
+// The bucket and the stream are read side by side, and a stored verdict
+// is written just after its record, so the two come in nearly the same
+// order; a stored verdict whose record has left the window is read from
+// the stream by its sequence.
+var (
+	recentVerdicts  = 1 << 16
+	waitingVerdicts = 1 << 11
+)
+
+// verdictRecord is what the verdict check keeps of a verdict.decided
+// record read: its sequence and quick print (printable is false when it
+// has none; the check then reads the record again to compare it).
+type verdictRecord struct {
+	seq       uint64
+	print     quickPrint
+	printable bool
 }
 
-type verdictEntry struct {
-	seq   uint64
-	print verdictPrint
+// verdictRing holds the last verdict records read, by ascending sequence.
+type verdictRing struct {
+	buf   []verdictRecord
+	start int // index of the oldest
+	n     int
+	// evicted is the highest sequence that left the ring: records at or
+	// before it may have been read and forgotten.
+	evicted uint64
 }
 
-// add indexes e when it is the verdict.decided record of a proposal.
-// Entries come in stream order.
-func (x *verdictIndex) add(e Entry) {
-	x.through = e.Seq
-	r := e.Record
-	if r == nil || r.Event.Event != engine.EventVerdict || r.Event.ProposalID == "" || r.Event.Tenant == engine.UnknownTenant {
+func (r *verdictRing) push(e verdictRecord) {
+	if r.buf == nil {
+		r.buf = make([]verdictRecord, recentVerdicts)
+	}
+	if r.n == len(r.buf) {
+		r.evicted = r.buf[r.start].seq
+		r.buf[r.start] = e
+		r.start = (r.start + 1) % len(r.buf)
 		return
 	}
-	var p verdictPrint // a record that holds no verdict matches none
-	if v, err := decodeVerdictRecord(r); err == nil {
-		p = printVerdict(v)
-	}
-	x.entries = append(x.entries, verdictEntry{seq: e.Seq, print: p})
+	r.buf[(r.start+r.n)%len(r.buf)] = e
+	r.n++
 }
 
-// find returns the print of the verdict record at seq.
-func (x *verdictIndex) find(seq uint64) (verdictPrint, bool) {
-	i := sort.Search(len(x.entries), func(i int) bool { return x.entries[i].seq >= seq })
-	if i < len(x.entries) && x.entries[i].seq == seq {
-		return x.entries[i].print, true
+func (r *verdictRing) at(i int) verdictRecord { return r.buf[(r.start+i)%len(r.buf)] }
+
+// find returns the verdict record at seq, when the ring holds it.
+func (r *verdictRing) find(seq uint64) (verdictRecord, bool) {
+	i := sort.Search(r.n, func(i int) bool { return r.at(i).seq >= seq })
+	if i < r.n && r.at(i).seq == seq {
+		return r.at(i), true
 	}
-	return verdictPrint{}, false
+	return verdictRecord{}, false
 }
 
 // verdictChecker cross-checks stored verdicts against the stream.
 type verdictChecker struct {
 	stream    jetstream.Stream
-	idx       *verdictIndex
-	rep       *Report
 	check     *VerdictCheck
 	max       int
 	maxAge    time.Duration
 	mayExpire bool
 	now       time.Time
-	// first and last bound the stream's sequences, read after the stream
-	// and again after the bucket.
+	// first and last bound the stream's sequences, read before the
+	// stream and again after it.
 	first, last uint64
-	// later are the verdicts whose audit_seq is past the read: decided
-	// while Verify ran, or naming a sequence the stream never had.
-	later []storedVerdict
-	// listed counts the problems listed; byPrint has them by the print of
-	// their verdict, as indexes in rep.Problems: a verdict whose record is
-	// found elsewhere in the stream turns the problem into a reordering.
-	listed  int
-	byPrint map[verdictPrint][]int
+	// problems are the problems listed, in the order found; byPrint has
+	// those whose record may be elsewhere in the stream, by the print of
+	// their verdict, as indexes in problems.
+	problems []Problem
+	listed   int
+	byPrint  map[verdictPrint][]int
+	// later counts the stored verdicts whose audit_seq was past the read.
+	later int
 }
 
 // storedVerdict is what the checker keeps of a stored verdict.
@@ -169,30 +186,85 @@ type storedVerdict struct {
 	tenant, id string
 	seq        uint64
 	decidedAt  time.Time
-	print      verdictPrint
-	// v is the verdict, to say how it differs from its record; nil for
-	// verdicts kept for later past the first few.
+	// quick is the verdict's quick print, ok when it has one.
+	quick   quickPrint
+	quickOK bool
+	// v is the verdict, for its print and to say how it differs from its
+	// record.
 	v *engine.Verdict
 }
 
-// checkVerdicts reads every stored verdict (of opts.Tenant when set) and
-// checks that its audit_seq holds its verdict.decided record, which idx
-// indexed while Verify read the stream. It adds to rep what it finds.
-func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, idx *verdictIndex, opts VerifyOptions, mayExpire bool, rep *Report) error {
+// print is sv's verdictPrint.
+func (sv *storedVerdict) print() verdictPrint {
+	if sv.v == nil {
+		return verdictPrint{}
+	}
+	return printVerdict(sv.v)
+}
+
+// bucketItem is a value read from the bucket, decoded off the merge.
+type bucketItem struct {
+	key   string
+	value []byte
+	sv    storedVerdict
+	// err is why the value is not the key's verdict; sv then has what
+	// could be read of it.
+	err error
+}
+
+// decode decodes the item's value and takes its quick print.
+func (it *bucketItem) decode() {
+	v, err := decodeBucketVerdict(it.key, it.value)
+	if err != nil {
+		tenant, id, _ := strings.Cut(it.key, ".")
+		it.sv, it.err = storedVerdict{tenant: tenant, id: id}, err
+		if v != nil {
+			it.sv.seq = v.AuditSeq
+		}
+		it.value = nil
+		return
+	}
+	it.sv = storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, v: v}
+	it.sv.quick, it.sv.quickOK = quickPrintOf([]byte(v.Tenant), []byte(v.ProposalID), it.value, storedDropped)
+	it.value = nil
+}
+
+// verdictMerge checks the stored verdicts against the stream while the
+// stream is read: the bucket is read and decoded on goroutines of its
+// own (readBucket), and advance, called with every record read in stream
+// order, matches the stored verdicts whose records the read has reached.
+type verdictMerge struct {
+	c       *verdictChecker
+	bucket  <-chan []bucketItem
+	pending []bucketItem // the rest of the batch taken from bucket
+	done    bool         // bucket closed
+	errc    chan error   // the bucket reader's end
+	// stop ends the bucket reader and waits for it.
+	stop func()
+	// waiting are the stored verdicts whose audit_seq the read has not
+	// reached, by ascending audit_seq; recent the verdict records read.
+	waiting svHeap
+	recent  verdictRing
+	through uint64
+}
+
+// startVerdictMerge opens the bucket and starts reading it; nil, nil when
+// there is no bucket (rep gets a note).
+func startVerdictMerge(ctx context.Context, js jetstream.JetStream, stream jetstream.Stream, opts VerifyOptions, mayExpire bool, rep *Report) (*verdictMerge, error) {
 	kv, err := js.KeyValue(ctx, wire.VerdictBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		rep.Notes = append(rep.Notes, "there is no verdict bucket "+wire.VerdictBucket+": stored verdicts were not checked against the stream")
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("opening bucket %s: %w", wire.VerdictBucket, err)
+		return nil, fmt.Errorf("opening bucket %s: %w", wire.VerdictBucket, err)
 	}
 	info, err := stream.Info(ctx)
 	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", Stream, err)
+		return nil, fmt.Errorf("reading stream %s: %w", Stream, err)
 	}
 	c := &verdictChecker{
-		stream: stream, idx: idx, rep: rep, check: &VerdictCheck{}, max: opts.MaxVerdictProblems,
+		stream: stream, check: &VerdictCheck{}, max: opts.MaxVerdictProblems,
 		maxAge: info.Config.MaxAge, mayExpire: mayExpire, now: time.Now(),
 		first: info.State.FirstSeq, last: info.State.LastSeq,
 		byPrint: make(map[verdictPrint][]int),
@@ -200,7 +272,6 @@ func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream
 	if c.max <= 0 {
 		c.max = defaultMaxVerdictProblems
 	}
-	rep.Verdicts = c.check
 	// The bucket's other keys have three tokens or more.
 	filter := wire.VerdictKey("*", "*")
 	if opts.Tenant != "" {
@@ -208,58 +279,269 @@ func checkVerdicts(ctx context.Context, js jetstream.JetStream, stream jetstream
 	}
 	w, err := kv.Watch(ctx, filter, jetstream.IgnoreDeletes())
 	if err != nil {
-		return fmt.Errorf("reading bucket %s: %w", wire.VerdictBucket, err)
+		return nil, fmt.Errorf("reading bucket %s: %w", wire.VerdictBucket, err)
 	}
-	defer func() { _ = w.Stop() }()
-walk:
-	for {
+	rctx, cancel := context.WithCancel(ctx)
+	out := make(chan []bucketItem, 4)
+	exited := make(chan struct{})
+	m := &verdictMerge{c: c, bucket: out, errc: make(chan error, 1)}
+	m.stop = func() {
+		cancel()
+		<-exited
+	}
+	go func() {
+		defer close(exited)
+		defer func() { _ = w.Stop() }()
+		m.errc <- readBucket(rctx, w, out)
+	}()
+	return m, nil
+}
+
+// readBucket reads every value the watch has when it begins, decodes
+// them on every core, and sends them to out in the watch's order, in
+// batches; it closes out when done.
+func readBucket(ctx context.Context, w jetstream.KeyWatcher, out chan<- []bucketItem) error {
+	defer close(out)
+	const batch = 128
+	return inOrder(ctx, 0, func(emit func([]bucketItem) error) error {
+		items := make([]bucketItem, 0, batch)
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					return fmt.Errorf("reading bucket %s: the watch ended early", wire.VerdictBucket)
+				}
+				if e == nil { // every verdict stored when the watch began
+					if len(items) > 0 {
+						return emit(items)
+					}
+					return nil
+				}
+				items = append(items, bucketItem{key: e.Key(), value: e.Value()})
+				if len(items) == batch {
+					if err := emit(items); err != nil {
+						return err
+					}
+					items = make([]bucketItem, 0, batch)
+				}
+			case <-ctx.Done():
+				return fmt.Errorf("reading bucket %s: %w", wire.VerdictBucket, ctx.Err())
+			}
+		}
+	}, func(_ int, items []bucketItem) {
+		for i := range items {
+			items[i].decode()
+		}
+	}, func(items []bucketItem) error {
 		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return fmt.Errorf("reading bucket %s: the watch ended early", wire.VerdictBucket)
-			}
-			if e == nil {
-				break walk // every verdict stored when the watch began
-			}
-			if err := c.verdict(ctx, e.Key(), e.Value()); err != nil {
-				return err
-			}
+		case out <- items:
+			return nil
 		case <-ctx.Done():
 			return fmt.Errorf("reading bucket %s: %w", wire.VerdictBucket, ctx.Err())
 		}
-	}
-	return c.finish(ctx)
+	})
 }
 
-// verdict checks one stored verdict against the records read.
-func (c *verdictChecker) verdict(ctx context.Context, key string, value []byte) error {
+// next takes the next stored verdict from the bucket reader; ok is false
+// once it has sent them all. It waits for one when wait is set.
+func (m *verdictMerge) next(ctx context.Context, wait bool) (it bucketItem, ok bool, err error) {
+	for len(m.pending) == 0 {
+		if m.done {
+			return it, false, nil
+		}
+		var (
+			items []bucketItem
+			open  bool
+		)
+		if wait {
+			select {
+			case items, open = <-m.bucket:
+			case <-ctx.Done():
+				return it, false, ctx.Err()
+			}
+		} else {
+			select {
+			case items, open = <-m.bucket:
+			default:
+				return it, false, nil
+			}
+		}
+		if !open {
+			m.done = true
+			if err := <-m.errc; err != nil {
+				return it, false, err
+			}
+			return it, false, nil
+		}
+		m.pending = items
+	}
+	it, m.pending = m.pending[0], m.pending[1:]
+	return it, true, nil
+}
+
+// advance takes the record rc, read in stream order, and checks the
+// stored verdicts whose records the read has now reached.
+func (m *verdictMerge) advance(ctx context.Context, rc recordCheck) error {
+	m.through = rc.seq
+	if rc.invalid == "" && rc.verdict {
+		m.recent.push(verdictRecord{seq: rc.seq, print: rc.print, printable: rc.printable})
+	}
+	for len(m.waiting) > 0 && m.waiting[0].seq <= m.through {
+		if err := m.resolve(ctx, heap.Pop(&m.waiting).(storedVerdict)); err != nil {
+			return err
+		}
+	}
+	// Take stored verdicts while there is room for them; wait for one
+	// only when none is waiting: then the bucket is behind the stream.
+	for len(m.waiting) < waitingVerdicts {
+		it, ok, err := m.next(ctx, len(m.waiting) == 0)
+		if err != nil || !ok {
+			return err
+		}
+		if err := m.take(ctx, it); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// take checks a stored verdict now, when its record was read, or keeps
+// it until the read reaches its audit_seq.
+func (m *verdictMerge) take(ctx context.Context, it bucketItem) error {
+	c := m.c
 	c.check.Verdicts++
-	v, err := decodeBucketVerdict(key, value)
+	if it.err != nil {
+		c.problem(it.sv, ProblemModified, fmt.Sprintf("stored verdict %s: %v", it.key, it.err), false)
+		return nil
+	}
+	if it.sv.seq <= m.through {
+		return m.resolve(ctx, it.sv)
+	}
+	heap.Push(&m.waiting, it.sv)
+	return nil
+}
+
+// resolve checks sv, whose audit_seq the read has reached.
+func (m *verdictMerge) resolve(ctx context.Context, sv storedVerdict) error {
+	c := m.c
+	r, ok := m.recent.find(sv.seq)
+	switch {
+	case ok && r.printable && sv.quickOK && r.print == sv.quick:
+		c.check.Matched++
+		return nil
+	case !ok && sv.seq > m.recent.evicted:
+		// Every verdict record up to the read's end since then is in the
+		// ring: sv's audit_seq holds none.
+		return c.mismatch(ctx, sv)
+	}
+	// The bytes differ, or the record left the window: compare the
+	// verdicts themselves, reading the record again.
+	matched, err := c.matchAt(ctx, sv)
 	if err != nil {
-		tenant, id, _ := strings.Cut(key, ".")
-		var seq uint64
-		if v != nil {
-			seq = v.AuditSeq
-		}
-		c.problem(storedVerdict{tenant: tenant, id: id, seq: seq}, ProblemModified, fmt.Sprintf("stored verdict %s: %v", key, err), false)
-		return nil
+		return err
 	}
-	sv := storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, print: printVerdict(v), v: v}
-	if sv.seq > c.idx.through {
-		// Normally the few verdicts decided while Verify ran; all of them
-		// when the stream was replaced, so only the first keep their
-		// verdict.
-		if len(c.later) >= c.max {
-			sv.v = nil
-		}
-		c.later = append(c.later, sv)
-		return nil
-	}
-	if p, ok := c.idx.find(sv.seq); ok && p == sv.print {
+	if matched {
 		c.check.Matched++
 		return nil
 	}
 	return c.mismatch(ctx, sv)
+}
+
+// finish checks the stored verdicts left once the stream is read: those
+// whose audit_seq is past the read (decided while Verify ran, or naming
+// a sequence the stream never had), then looks for the records of the
+// problems listed elsewhere in the stream, and adds the check to rep.
+func (m *verdictMerge) finish(ctx context.Context, q Query, rep *Report) error {
+	defer m.stop()
+	c := m.c
+	var later []storedVerdict
+	for len(m.waiting) > 0 {
+		later = append(later, heap.Pop(&m.waiting).(storedVerdict))
+	}
+	if err := c.refresh(ctx); err != nil {
+		return err
+	}
+	for _, sv := range later {
+		if err := m.laterVerdict(ctx, sv); err != nil {
+			return err
+		}
+	}
+	for {
+		it, ok, err := m.next(ctx, true)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			break
+		}
+		c.check.Verdicts++
+		switch {
+		case it.err != nil:
+			c.problem(it.sv, ProblemModified, fmt.Sprintf("stored verdict %s: %v", it.key, it.err), false)
+		case it.sv.seq <= m.through:
+			if err := m.resolve(ctx, it.sv); err != nil {
+				return err
+			}
+		default:
+			if err := m.laterVerdict(ctx, it.sv); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.findElsewhere(ctx, q, m.through); err != nil {
+		return err
+	}
+	rep.Problems = append(rep.Problems, c.problems...)
+	rep.Verdicts = c.check
+	return nil
+}
+
+// laterVerdict checks a stored verdict whose audit_seq is past the read.
+func (m *verdictMerge) laterVerdict(ctx context.Context, sv storedVerdict) error {
+	c := m.c
+	c.later++
+	if sv.seq <= c.last {
+		ok, err := c.matchAt(ctx, sv)
+		if err != nil {
+			return err
+		}
+		if ok {
+			c.check.Matched++
+			return nil
+		}
+	}
+	return c.mismatch(ctx, sv)
+}
+
+// refresh reads the stream's bounds again: a verdict's record is stored
+// before the verdict, so every record of a verdict read is at or before
+// the stream's end now.
+func (c *verdictChecker) refresh(ctx context.Context) error {
+	info, err := c.stream.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", Stream, err)
+	}
+	c.first, c.last = info.State.FirstSeq, info.State.LastSeq
+	return nil
+}
+
+// svHeap orders stored verdicts by audit_seq (container/heap).
+type svHeap []storedVerdict
+
+func (h svHeap) Len() int           { return len(h) }
+func (h svHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h svHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+
+// Push adds x, a storedVerdict.
+func (h *svHeap) Push(x any) { *h = append(*h, x.(storedVerdict)) }
+
+// Pop removes the last element.
+func (h *svHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = storedVerdict{}
+	*h = old[:len(old)-1]
+	return x
 }
 
 // mismatch reports a stored verdict whose audit_seq does not hold its
@@ -341,53 +623,44 @@ func (c *verdictChecker) problem(sv storedVerdict, kind ProblemKind, detail stri
 		return
 	}
 	c.listed++
-	c.rep.Problems = append(c.rep.Problems, Problem{Seq: sv.seq, Tenant: sv.tenant, ProposalID: sv.id, Kind: kind, Detail: detail})
+	c.problems = append(c.problems, Problem{Seq: sv.seq, Tenant: sv.tenant, ProposalID: sv.id, Kind: kind, Detail: detail})
 	if find {
-		c.byPrint[sv.print] = append(c.byPrint[sv.print], len(c.rep.Problems)-1)
+		p := sv.print()
+		c.byPrint[p] = append(c.byPrint[p], len(c.problems)-1)
 	}
 }
 
-// finish checks the verdicts decided after the read, and looks for the
-// records of the listed problems elsewhere in the stream.
-func (c *verdictChecker) finish(ctx context.Context) error {
-	if len(c.later) > 0 {
-		// The stream's end now: a verdict's record is stored before the
-		// verdict, so every record of a verdict read is at or before it.
-		info, err := c.stream.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("reading stream %s: %w", Stream, err)
-		}
-		c.first, c.last = info.State.FirstSeq, info.State.LastSeq
-	}
-	for _, sv := range c.later {
-		if sv.seq <= c.last {
-			ok, err := c.matchAt(ctx, sv)
-			if err != nil {
-				return err
-			}
-			if ok {
-				c.check.Matched++
-				continue
-			}
-		}
-		if err := c.mismatch(ctx, sv); err != nil {
-			return err
-		}
-	}
-	if len(c.byPrint) == 0 {
+// findElsewhere looks for the records of the problems listed elsewhere in
+// the stream, up to through: a stored verdict whose audit_seq does not hold
+// its record, but whose record is in the stream, names the wrong sequence.
+// It reads the stream again, which it does only when there are such
+// problems, so that the check keeps no index of the records.
+func (c *verdictChecker) findElsewhere(ctx context.Context, q Query, through uint64) error {
+	if len(c.byPrint) == 0 || through == 0 {
 		return nil
 	}
-	for _, e := range c.idx.entries {
-		for _, i := range c.byPrint[e.print] {
-			p := &c.rep.Problems[i]
-			if p.Seq == e.seq {
+	return readStream(ctx, c.stream, q, func(e Entry) error {
+		if e.Seq > through {
+			return errStopReading
+		}
+		r := e.Record
+		if r == nil || r.Event.Event != engine.EventVerdict || r.Event.ProposalID == "" || r.Event.Tenant == engine.UnknownTenant {
+			return nil
+		}
+		var p verdictPrint // a record that holds no verdict matches none
+		if v, err := decodeVerdictRecord(r); err == nil {
+			p = printVerdict(v)
+		}
+		for _, i := range c.byPrint[p] {
+			pr := &c.problems[i]
+			if pr.Seq == e.Seq {
 				continue
 			}
-			p.Kind = ProblemReordered
-			p.Detail += fmt.Sprintf("; its verdict.decided record is at seq %d: the record was moved or published again, or the stored audit_seq was changed", e.seq)
+			pr.Kind = ProblemReordered
+			pr.Detail += fmt.Sprintf("; its verdict.decided record is at seq %d: the record was moved or published again, or the stored audit_seq was changed", e.Seq)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // matchAt reports whether the stream holds sv's record at sv's audit_seq.
@@ -404,7 +677,7 @@ func (c *verdictChecker) matchAt(ctx context.Context, sv storedVerdict) (bool, e
 		return false, nil
 	}
 	v, err := decodeVerdictRecord(r)
-	return err == nil && printVerdict(v) == sv.print, nil
+	return err == nil && printVerdict(v) == sv.print(), nil
 }
 
 // diffMembers names the top-level members in which a and b differ,

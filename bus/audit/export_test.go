@@ -19,3 +19,11 @@ func Enqueueing(a *Writer) bool {
 	}
 	return true
 }
+
+// SetVerdictWindow makes the verdict check's windows hold recent verdict
+// records and waiting stored verdicts, until the test ends.
+func SetVerdictWindow(t interface{ Cleanup(func()) }, recent, waiting int) {
+	r, w := recentVerdicts, waitingVerdicts
+	recentVerdicts, waitingVerdicts = recent, waiting
+	t.Cleanup(func() { recentVerdicts, waitingVerdicts = r, w })
+}

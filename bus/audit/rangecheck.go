@@ -152,7 +152,7 @@ func CheckLatestVerdict(ctx context.Context, js jetstream.JetStream, tenant stri
 		stream: stream, maxAge: cfg.MaxAge, now: time.Now(), first: info.State.FirstSeq, last: info.State.LastSeq,
 		mayExpire: cfg.MaxAge > 0 || cfg.MaxMsgs > 0 || cfg.MaxBytes > 0 || cfg.MaxMsgsPerSubject > 0,
 	}
-	sv := storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, print: printVerdict(v), v: v}
+	sv := storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, v: v}
 	if sv.seq < c.first && c.expired(sv) {
 		return nil, nil, nil
 	}
@@ -161,7 +161,7 @@ func CheckLatestVerdict(ctx context.Context, js jetstream.JetStream, tenant stri
 		switch {
 		case err == nil:
 			if r, err := DecodeRecord(rm.Subject, rm.Header, rm.Data); err == nil {
-				if rv, err := decodeVerdictRecord(r); err == nil && r.Event.Tenant == sv.tenant && r.Event.ProposalID == sv.id && printVerdict(rv) == sv.print {
+				if rv, err := decodeVerdictRecord(r); err == nil && r.Event.Tenant == sv.tenant && r.Event.ProposalID == sv.id && printVerdict(rv) == sv.print() {
 					return anchor, nil, nil
 				}
 			}

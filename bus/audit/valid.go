@@ -9,19 +9,26 @@ package audit
 // steps a state machine through a function call per byte.
 // FuzzValidJSON holds the two equal.
 func validJSON(data []byte) bool {
+	end := validValue(data, skipWhite(data, 0))
+	return end >= 0 && skipWhite(data, end) == len(data)
+}
+
+// validValue checks the one JSON value that starts at data[i], as
+// validJSON checks a document, and returns where it ends, or -1. What
+// follows the value is not looked at.
+func validValue(data []byte, i int) int {
 	// stack holds, for each open array or object, the byte that closes it.
 	var buf [64]byte
 	stack := buf[:0]
-	i := skipWhite(data, 0)
 	for {
 		// A value starts at i.
 		if i >= len(data) {
-			return false
+			return -1
 		}
 		switch c := data[i]; {
 		case c == '{' || c == '[':
 			if len(stack) == maxNesting {
-				return false
+				return -1
 			}
 			closer := byte(']')
 			if c == '{' {
@@ -36,40 +43,40 @@ func validJSON(data []byte) bool {
 			}
 			if c == '{' {
 				if i = validKey(data, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			continue
 		case c == '"':
 			if i = validString(data, i); i < 0 {
-				return false
+				return -1
 			}
 		case c == 't':
 			if i = validLiteral(data, i, "true"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'f':
 			if i = validLiteral(data, i, "false"); i < 0 {
-				return false
+				return -1
 			}
 		case c == 'n':
 			if i = validLiteral(data, i, "null"); i < 0 {
-				return false
+				return -1
 			}
 		default:
 			if i = validNumber(data, i); i < 0 {
-				return false
+				return -1
 			}
 		}
 		// A value ended before i: close what it ends, or go on to the
 		// next member or element.
 		for {
-			i = skipWhite(data, i)
 			if len(stack) == 0 {
-				return i == len(data)
+				return i
 			}
+			i = skipWhite(data, i)
 			if i >= len(data) {
-				return false
+				return -1
 			}
 			closer := stack[len(stack)-1]
 			if data[i] == closer {
@@ -78,12 +85,12 @@ func validJSON(data []byte) bool {
 				continue
 			}
 			if data[i] != ',' {
-				return false
+				return -1
 			}
 			i = skipWhite(data, i+1)
 			if closer == '}' {
 				if i = validKey(data, i); i < 0 {
-					return false
+					return -1
 				}
 			}
 			break

@@ -7,11 +7,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
+	"runtime"
 	"sort"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -95,8 +97,8 @@ type VerifyOptions struct {
 	// SkipVerdicts leaves out the cross-check of the verdict store: by
 	// default every stored verdict (of Tenant, when set) must name, as its
 	// audit_seq, its own verdict.decided record. The check reads the
-	// bucket once and costs memory for each verdict.decided record read
-	// (see VerdictCheck).
+	// bucket once, beside the stream, and keeps a bounded window of each
+	// (docs/AUDIT.md, what the verdict check costs).
 	SkipVerdicts bool
 	// MaxVerdictProblems bounds how many problems of stored verdicts are
 	// listed in the report; the rest are counted. Default
@@ -138,14 +140,20 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*R
 			v.problem(0, "", ProblemRemoved, fmt.Sprintf("stream sequences 1-%d are gone, yet the stream has no limit that expires records", info.State.FirstSeq-1))
 		}
 	}
-	var idx *verdictIndex
+	var m *verdictMerge
 	if !opts.SkipVerdicts {
-		idx = &verdictIndex{}
+		if m, err = startVerdictMerge(ctx, js, stream, opts, v.mayExpire, &v.report); err != nil {
+			return nil, err
+		}
 	}
-	err = readStream(ctx, stream, Query{Tenant: opts.Tenant}, func(e Entry) error {
-		v.add(e)
-		if idx != nil {
-			idx.add(e)
+	if m != nil {
+		defer m.stop()
+	}
+	q := Query{Tenant: opts.Tenant}
+	err = readChecked(ctx, stream, q, v.keys, func(rc recordCheck) error {
+		v.apply(rc)
+		if m != nil {
+			return m.advance(ctx, rc)
 		}
 		return nil
 	})
@@ -159,12 +167,59 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*R
 		v.problem(v.report.LastSeq+1, "", ProblemRemoved, fmt.Sprintf("stream sequences %d-%d are missing at the end of the stream: deleted from it", v.report.LastSeq+1, info.State.LastSeq))
 	}
 	rep := v.finish()
-	if idx != nil {
-		if err := checkVerdicts(ctx, js, stream, idx, opts, v.mayExpire, rep); err != nil {
+	if m != nil {
+		if err := m.finish(ctx, q, rep); err != nil {
 			return nil, err
 		}
 	}
 	return rep, nil
+}
+
+// verifyBatch is how many messages the read hands to a checking
+// goroutine at once.
+const verifyBatch = 256
+
+// readChecked reads the messages q selects, as readStream does, checks
+// each on its own on every core (recordChecker), and calls fn with the
+// checks in stream order.
+func readChecked(ctx context.Context, stream jetstream.Stream, q Query, keys map[string][]byte, fn func(recordCheck) error) error {
+	type item struct {
+		e  Entry
+		rc recordCheck
+	}
+	q.Undecoded = true
+	checkers := make([]*recordChecker, runtime.GOMAXPROCS(0))
+	for i := range checkers {
+		checkers[i] = newRecordChecker(keys)
+	}
+	return inOrder(ctx, len(checkers), func(emit func([]item) error) error {
+		batch := make([]item, 0, verifyBatch)
+		err := readStream(ctx, stream, q, func(e Entry) error {
+			batch = append(batch, item{e: e})
+			if len(batch) < verifyBatch {
+				return nil
+			}
+			full := batch
+			batch = make([]item, 0, verifyBatch)
+			return emit(full)
+		})
+		if err == nil && len(batch) > 0 {
+			err = emit(batch)
+		}
+		return err
+	}, func(w int, items []item) {
+		for i := range items {
+			items[i].rc = checkers[w].check(items[i].e)
+			items[i].e = Entry{} // the message is no longer needed
+		}
+	}, func(items []item) error {
+		for _, it := range items {
+			if err := fn(it.rc); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // auditVerifier checks records fed to it in stream order.
@@ -181,6 +236,8 @@ type auditVerifier struct {
 	anchors map[string][]Head
 	// anchored counts the anchors whose record was read.
 	anchored int
+	// single checks the messages given to add, one at a time.
+	single *recordChecker
 }
 
 // chainState is what the verifier knows of one tenant's chain.
@@ -238,66 +295,163 @@ func (v *auditVerifier) chain(tenant string) *chainState {
 	return c
 }
 
+// recordCheck is what the checks of one message on its own found: its
+// body's hash, its form, its hash header and MAC. It is computed on any
+// goroutine (recordChecker.check) and applied in stream order
+// (auditVerifier.apply), which checks the chains.
+type recordCheck struct {
+	seq    uint64
+	tenant string
+	// digest is the hex SHA-256 of the body.
+	digest string
+	// invalid says why the message is not a valid record; empty for a
+	// record.
+	invalid string
+	// hashBad is set when the body does not match its hash header, and
+	// macProblem says what is wrong with its MAC (empty when nothing is,
+	// or when no keys were given).
+	hashBad    bool
+	macProblem string
+	chain      Chain
+	// verdict is set for the verdict.decided record of a proposal: the
+	// quick print of the verdict it holds, which the verdict check
+	// compares with the stored verdicts (see quickPrint); ok is false
+	// when the record has none and the check must read it in full.
+	verdict   bool
+	print     quickPrint
+	printable bool
+}
+
+// recordChecker runs the checks of single messages. Each goroutine
+// needs its own: it keeps an HMAC per key for reuse.
+type recordChecker struct {
+	keys map[string][]byte
+	macs map[string]hash.Hash
+}
+
+func newRecordChecker(keys map[string][]byte) *recordChecker {
+	c := &recordChecker{keys: keys}
+	if keys != nil {
+		c.macs = make(map[string]hash.Hash, len(keys))
+		for id, k := range keys {
+			c.macs[id] = hmac.New(sha256.New, k)
+		}
+	}
+	return c
+}
+
+// check checks e on its own. An entry already decoded (e.Record or e.Err
+// set) is taken as it is; otherwise the body is read the fast way
+// (viewRecord) and, when that cannot tell, decoded in full.
+func (c *recordChecker) check(e Entry) recordCheck {
+	sum := sha256.Sum256(e.Data)
+	rc := recordCheck{seq: e.Seq, digest: hex.EncodeToString(sum[:])}
+	var rv recordView
+	switch {
+	case e.Record != nil:
+		r := e.Record
+		rv = recordView{event: []byte(r.Event.Event), tenant: []byte(r.Event.Tenant), proposalID: []byte(r.Event.ProposalID),
+			chain: r.Chain, data: r.Event.Data, hash: r.Hash, mac: r.MAC, keyID: r.KeyID}
+	case e.Err != nil:
+		rc.tenant, rc.invalid = subjectTenant(e.Subject), e.Err.Error()
+		return rc
+	default:
+		var ok bool
+		if rv, ok = viewRecord(e.Subject, e.Header, e.Data); !ok {
+			e.Decode()
+			if e.Record == nil {
+				rc.tenant, rc.invalid = subjectTenant(e.Subject), e.Err.Error()
+				return rc
+			}
+			return c.check(e)
+		}
+	}
+	rc.tenant, rc.chain = string(rv.tenant), rv.chain
+	rc.hashBad = rv.hash != rc.digest
+	rc.macProblem = c.checkMAC(rv)
+	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != engine.UnknownTenant {
+		rc.verdict = true
+		rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
+	}
+	return rc
+}
+
+// checkMAC says what is wrong with rv's MAC under the keys, or "".
+func (c *recordChecker) checkMAC(rv recordView) string {
+	if c.keys == nil {
+		return ""
+	}
+	if rv.mac == "" {
+		return "no MAC, yet records are MACed"
+	}
+	m, ok := c.macs[rv.keyID]
+	if !ok {
+		return fmt.Sprintf("MACed with unknown key %s", rv.keyID)
+	}
+	// The MAC covers the 32 bytes the hash header spells; it is compared
+	// as bytes, so a MAC spelt in upper case hex matches as before.
+	var digest, got [sha256.Size]byte
+	if _, err := hex.Decode(digest[:], []byte(rv.hash)); err != nil || len(rv.hash) != 2*sha256.Size ||
+		len(rv.mac) != 2*sha256.Size {
+		return fmt.Sprintf("the MAC does not match under key %s", rv.keyID)
+	}
+	if _, err := hex.Decode(got[:], []byte(rv.mac)); err != nil {
+		return fmt.Sprintf("the MAC does not match under key %s", rv.keyID)
+	}
+	m.Reset()
+	m.Write(digest[:])
+	var want [sha256.Size]byte
+	if !hmac.Equal(m.Sum(want[:0]), got[:]) {
+		return fmt.Sprintf("the MAC does not match under key %s", rv.keyID)
+	}
+	return ""
+}
+
 // add checks one message; messages come in stream order.
 func (v *auditVerifier) add(e Entry) {
+	if v.single == nil {
+		v.single = newRecordChecker(v.keys)
+	}
+	v.apply(v.single.check(e))
+}
+
+// apply takes the checks of the next message in stream order into the
+// report and moves its tenant's chain.
+func (v *auditVerifier) apply(rc recordCheck) {
 	rep := &v.report
 	rep.Messages++
 	if rep.FirstSeq == 0 {
-		rep.FirstSeq = e.Seq
+		rep.FirstSeq = rc.seq
 	}
-	rep.LastSeq = e.Seq
+	rep.LastSeq = rc.seq
 	if v.nextSeq != 0 {
-		if e.Seq > v.nextSeq {
-			v.problem(e.Seq, "", ProblemRemoved, fmt.Sprintf("stream sequences %d-%d are missing: deleted from the stream", v.nextSeq, e.Seq-1))
+		if rc.seq > v.nextSeq {
+			v.problem(rc.seq, "", ProblemRemoved, fmt.Sprintf("stream sequences %d-%d are missing: deleted from the stream", v.nextSeq, rc.seq-1))
 		}
-		v.nextSeq = e.Seq + 1
+		v.nextSeq = rc.seq + 1
 	}
-	sum := sha256.Sum256(e.Data)
-	digest := hex.EncodeToString(sum[:])
-	tenant := e.Tenant()
+	tenant := rc.tenant
 	c := v.chain(tenant)
-	if e.Record == nil {
-		v.problem(e.Seq, tenant, ProblemForged, e.Err.Error())
-		c.last, c.lastValid = digest, false
+	if rc.invalid != "" {
+		v.problem(rc.seq, tenant, ProblemForged, rc.invalid)
+		c.last, c.lastValid = rc.digest, false
 		return
 	}
 	rep.Records++
-	r := e.Record
-	if r.Hash != digest {
-		v.problem(e.Seq, tenant, ProblemModified, "the body does not match its "+wire.AuditHashHeader+" header")
+	if rc.hashBad {
+		v.problem(rc.seq, tenant, ProblemModified, "the body does not match its "+wire.AuditHashHeader+" header")
 	}
-	v.checkMAC(e.Seq, tenant, r)
-	v.link(e.Seq, tenant, c, r, digest)
-	c.last, c.lastValid = digest, true
-	v.checkAnchor(e.Seq, tenant, r.Chain.N, digest)
-}
-
-func (v *auditVerifier) checkMAC(seq uint64, tenant string, r *Record) {
-	if v.keys == nil {
-		return
+	if rc.macProblem != "" {
+		v.problem(rc.seq, tenant, ProblemForged, rc.macProblem)
 	}
-	if r.MAC == "" {
-		v.problem(seq, tenant, ProblemForged, "no MAC, yet records are MACed")
-		return
-	}
-	key, ok := v.keys[r.KeyID]
-	if !ok {
-		v.problem(seq, tenant, ProblemForged, fmt.Sprintf("MACed with unknown key %s", r.KeyID))
-		return
-	}
-	var digest [sha256.Size]byte
-	raw, err := hex.DecodeString(r.Hash)
-	if err == nil {
-		copy(digest[:], raw)
-	}
-	if err != nil || !hmac.Equal([]byte(auditMAC(key, digest)), []byte(strings.ToLower(r.MAC))) {
-		v.problem(seq, tenant, ProblemForged, fmt.Sprintf("the MAC does not match under key %s", r.KeyID))
-	}
+	v.link(rc.seq, tenant, c, rc.chain, rc.digest)
+	c.last, c.lastValid = rc.digest, true
+	v.checkAnchor(rc.seq, tenant, rc.chain.N, rc.digest)
 }
 
 // link checks r's place in its tenant's chain and moves the head.
-func (v *auditVerifier) link(seq uint64, tenant string, c *chainState, r *Record, digest string) {
-	n, prev := r.Chain.N, r.Chain.Prev
+func (v *auditVerifier) link(seq uint64, tenant string, c *chainState, link Chain, digest string) {
+	n, prev := link.N, link.Prev
 	// A link to this record resolves problems reported before it: they
 	// pointed forward in the stream.
 	if idx, ok := c.pending[digest]; ok {

@@ -1,0 +1,112 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
+)
+
+// FuzzViewRecord holds the fast reading of a message to DecodeRecord's:
+// what viewRecord accepts, DecodeRecord accepts and reads the same; what
+// it refuses goes to DecodeRecord, so the two never disagree.
+func FuzzViewRecord(f *testing.F) {
+	for _, body := range canonicalBodies(f) {
+		f.Add("gated.audit.acme.verdict.decided", "", body)
+	}
+	prev := "0a30f2aef608eb8b2a8fc3d1bc0967185ae88147a870b1b649fc63570968030f"
+	for _, body := range []string{
+		`{"chain":{"prev":"` + prev + `","n":7},"tenant":"acme","event":"verdict.decided","v":1,"data":{"chain":{"n":1,"prev":""}}}`,
+		`{"v":1,"event":"verdict.decided","tenant":"acme","chain":{"n":2,"prev":"` + prev + `"},"chain":{"n":9,"prev":"` + prev + `"}}`,
+		`{"v":1,"event":"verdict.decided","tenant":"acme","ch\u0061in":{"n":2,"prev":"` + prev + `"}}`,
+		`{"v":1,"event":"verdict.decided","tenant":"acme","Chain":{"n":2,"prev":"` + prev + `"}}`,
+		`{"v":1,"event":"verdict.decided","tenant":"acme","at":null,"chain":{"n":1,"prev":""}}`,
+		`{"v":1,"event":"verdict.decided","tenant":"acme","events":[{"event":"a.b"}],"chain":{"n":1,"prev":""}}`,
+		` {"v":1,"event":"verdict.decided","tenant":"acme","chain":{"n":1,"prev":""}} `,
+	} {
+		f.Add("gated.audit.acme.verdict.decided", prev, []byte(body))
+	}
+	f.Fuzz(func(t *testing.T, subject, hash string, body []byte) {
+		hdr := nats.Header{}
+		if hash == "" {
+			hash = prev // a header in form: the body need not match it here
+		}
+		hdr.Set(wire.AuditHashHeader, hash)
+		if env, ok := scanEnvelope(body); ok {
+			if !json.Valid(body) {
+				t.Fatalf("scanEnvelope read a body that is not JSON:\n%s", body)
+			}
+			if env.data != nil && !json.Valid(env.data) {
+				t.Fatalf("scanEnvelope's data is not JSON: %s", env.data)
+			}
+		}
+		rv, ok := viewRecord(subject, hdr, body)
+		if !ok {
+			return
+		}
+		r, err := DecodeRecord(subject, hdr, body)
+		if err != nil {
+			t.Fatalf("viewRecord accepted what DecodeRecord refuses (%v):\n%s", err, body)
+		}
+		ev := r.Event
+		if string(rv.event) != ev.Event || string(rv.tenant) != ev.Tenant || string(rv.proposalID) != ev.ProposalID ||
+			rv.chain != r.Chain || !bytes.Equal(rv.data, ev.Data) || rv.hash != r.Hash || rv.mac != r.MAC || rv.keyID != r.KeyID {
+			t.Fatalf("viewRecord read %+v, DecodeRecord %+v (chain %+v) of\n%s", rv, ev, r.Chain, body)
+		}
+	})
+}
+
+// FuzzQuickPrint holds the verdict check's quick comparison to the full
+// one: a record's data and a stored verdict with the same quick print,
+// when the stored verdict decodes, decode to the same verdict.
+func FuzzQuickPrint(f *testing.F) {
+	doc := []byte(`{"v":1,"proposal_id":"p1","tenant":"acme","outcome":"approved","approved":true,"decided_at":"2026-11-01T09:00:00Z","audit_seq":0}`)
+	f.Add(append([]byte(`{"operator":"alice","delivery":1,"policy_eval_us":3,`), doc[1:]...), bytes.Replace(doc, []byte(`"audit_seq":0`), []byte(`"audit_seq":42`), 1))
+	f.Add([]byte(`{"Operator":"x","v":1}`), []byte(`{"v":1}`))
+	f.Add([]byte(`{"audit_seq":"x","v":1}`), []byte(`{"v":1,"audit_seq":3}`))
+	f.Add([]byte(`{"v":1,"outcome":5}`), []byte(`{"v":1,"outcome":5}`))
+	f.Fuzz(func(t *testing.T, record, stored []byte) {
+		tenant, id := []byte("acme"), []byte("p1")
+		pr, okR := quickPrintOf(tenant, id, record, recordDropped)
+		ps, okS := quickPrintOf(tenant, id, stored, storedDropped)
+		if okR && !json.Valid(record) || okS && !json.Valid(stored) {
+			t.Fatal("a quick print of a document that is not JSON")
+		}
+		if !okR || !okS || pr != ps {
+			return
+		}
+		var sv engine.Verdict
+		if err := json.Unmarshal(stored, &sv); err != nil {
+			return // not a verdict: the check reports it before comparing
+		}
+		var rv engine.Verdict
+		if err := json.Unmarshal(record, &rv); err != nil {
+			t.Fatalf("same quick print, the stored verdict decodes, the record's does not (%v):\n%s\n%s", err, record, stored)
+		}
+		if printVerdict(&rv) != printVerdict(&sv) {
+			t.Fatalf("same quick print, different verdicts:\n%s\n%s", record, stored)
+		}
+	})
+}
+
+// TestQuickPrintLeavesOutTheProposalMembers: the members every event of a
+// proposal carries are no field of a verdict, so the quick print leaves
+// them out, and a record written as the engine writes it matches its
+// stored verdict without decoding.
+func TestQuickPrintLeavesOutTheProposalMembers(t *testing.T) {
+	for _, k := range []string{`"operator"`, `"delivery"`, `"policy_eval_us"`, `"audit_seq"`} {
+		if !recordDropped[k] {
+			t.Errorf("the record's %s is not left out", k)
+		}
+	}
+	if len(storedDropped) != 1 || !storedDropped[`"audit_seq"`] {
+		t.Errorf("stored verdicts leave out %v, want audit_seq alone", storedDropped)
+	}
+	if got := droppable("operator_decision", "Outcome"); got[`"operator_decision"`] || got[`"Outcome"`] {
+		t.Errorf("members that are fields of a verdict are left out: %v", got)
+	}
+}
