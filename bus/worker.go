@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -57,16 +58,23 @@ type Worker struct {
 	// started as needed, up to cfg.MaxInFlight, and live until Stop: a
 	// long-lived goroutine keeps the stack that deciding grew (decoding,
 	// encoding, and policy evaluation unless it runs on a policies.Pool),
-	// where one per message would grow it again every time. handlers is
-	// only touched by dispatch, which the consumer calls on one goroutine.
-	work     chan jetstream.Msg
-	handlers int
+	// where one per message would grow it again every time.
+	work chan jetstream.Msg
 
-	// tenants are the proposals of each tenant being decided and waiting
-	// for one of the tenant's TenantMaxInFlight turns: a tenant over its
-	// share waits in its own queue, not in front of the other tenants'.
-	tmu     sync.Mutex
+	// tmu guards the turns and the handlers' count.
+	tmu sync.Mutex
+	// tenants are the turns of each tenant: a tenant decides at most
+	// TenantMaxInFlight proposals at once, and its further ones wait in
+	// its own queue, not in front of the other tenants'. A proposal whose
+	// reviews wait on a reviewer gives its turn up meanwhile (engine.Turn).
 	tenants map[string]*tenantTurns
+	// ready are proposals handed a turn that a review gave up, waiting for
+	// a handler; readyNote wakes an idle handler for them.
+	ready     []jetstream.Msg
+	readyNote chan struct{}
+	// handlers counts the handler goroutines started; idle those waiting
+	// for work.
+	handlers, idle int
 
 	// alive holds the messages being worked on, kept alive by one
 	// goroutine (keepAlive) with in-progress acks.
@@ -123,7 +131,8 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
 		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), work: make(chan jetstream.Msg),
 		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish, tenants: map[string]*tenantTurns{},
-		followUp: NewFollowUps(js, store.New(res.Verdicts)).Send,
+		readyNote: make(chan struct{}, 1),
+		followUp:  NewFollowUps(js, store.New(res.Verdicts)).Send,
 	}, nil
 }
 
@@ -169,8 +178,7 @@ func (w *Worker) handOut(msg jetstream.Msg) {
 		return
 	default:
 	}
-	if w.handlers < w.cfg.MaxInFlight {
-		w.handlers++
+	if w.newHandler() {
 		w.wg.Go(func() { w.handleAll(msg) })
 		return
 	}
@@ -178,16 +186,100 @@ func (w *Worker) handOut(msg jetstream.Msg) {
 	case w.work <- msg:
 	case <-w.stopping:
 		w.alive.remove(msg)
-		w.nextTurn(msg) // its tenant's queue is returned below
+		w.endTurn(msg, &turn{w: w, tenant: proposalTenant(msg.Subject()), held: true}) // its tenant's queue is returned below
 		_ = msg.Nak()
 	}
 }
 
-// tenantTurns are one tenant's proposals being decided, and those waiting
-// for a turn, oldest first.
+// newHandler reports whether another handler goroutine may start, and
+// counts it.
+func (w *Worker) newHandler() bool {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if w.handlers >= w.cfg.MaxInFlight {
+		return false
+	}
+	w.handlers++
+	return true
+}
+
+// tenantTurns are one tenant's turns: how many of its proposals hold one,
+// the proposals that left theirs to a review and wait to take one back,
+// and the proposals that have not begun, each oldest first. A turn that
+// ends goes to a returning proposal before any that has not begun, so
+// that new arrivals cannot keep a reviewed proposal from its verdict.
 type tenantTurns struct {
-	running int
-	waiting []jetstream.Msg
+	running   int
+	returning []*turn
+	waiting   []jetstream.Msg
+}
+
+// turn is one delivery's hold on a turn of its tenant, the engine.Turn
+// the worker hands the engine. held is guarded by the worker's tmu.
+type turn struct {
+	w      *Worker
+	tenant string
+	held   bool
+	// given is closed when a turn is handed to it while it waits in its
+	// tenant's returning queue.
+	given chan struct{}
+}
+
+var _ engine.Turn = (*turn)(nil)
+
+// Release gives the turn to the tenant's next proposal while the
+// delivery waits on its reviews.
+func (t *turn) Release() {
+	w := t.w
+	w.tmu.Lock()
+	if !t.held {
+		w.tmu.Unlock()
+		return
+	}
+	t.held = false
+	next := w.passTurnLocked(t.tenant)
+	w.tmu.Unlock()
+	if next != nil {
+		w.startReady(next)
+	}
+}
+
+// Retake takes a turn back: at once if the tenant has one free and no
+// other proposal waits to take one back, else after those ahead of it.
+func (t *turn) Retake(ctx context.Context) error {
+	w := t.w
+	w.tmu.Lock()
+	if t.held {
+		w.tmu.Unlock()
+		return nil
+	}
+	tt := w.tenantLocked(t.tenant)
+	if tt.running < w.cfg.TenantMaxInFlight && len(tt.returning) == 0 {
+		tt.running++
+		t.held = true
+		w.tmu.Unlock()
+		return nil
+	}
+	t.given = make(chan struct{})
+	tt.returning = append(tt.returning, t)
+	w.tmu.Unlock()
+	select {
+	case <-t.given:
+		return nil
+	case <-ctx.Done():
+	}
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !t.held {
+		// Not handed one: it leaves the queue, holding nothing.
+		if tt := w.tenants[t.tenant]; tt != nil {
+			if i := slices.Index(tt.returning, t); i >= 0 {
+				tt.returning = slices.Delete(tt.returning, i, i+1)
+			}
+		}
+		w.dropIdleLocked(t.tenant)
+	}
+	return fmt.Errorf("waiting for a turn of tenant %q: %w", t.tenant, ctx.Err())
 }
 
 // proposalTenant is the tenant token of a proposal subject,
@@ -202,20 +294,33 @@ func proposalTenant(subject string) string {
 	return tenant
 }
 
-// takeTurn reports whether msg may be decided now; if its tenant has
-// TenantMaxInFlight proposals in flight, msg waits in the tenant's queue
-// (kept alive meanwhile) and is decided by the handler that finishes one
-// of them.
-func (w *Worker) takeTurn(msg jetstream.Msg) bool {
-	tenant := proposalTenant(msg.Subject())
-	w.tmu.Lock()
-	defer w.tmu.Unlock()
+// tenantLocked returns tenant's turns, made if it has none.
+func (w *Worker) tenantLocked(tenant string) *tenantTurns {
 	t := w.tenants[tenant]
 	if t == nil {
 		t = &tenantTurns{}
 		w.tenants[tenant] = t
 	}
-	if t.running >= w.cfg.TenantMaxInFlight {
+	return t
+}
+
+// dropIdleLocked forgets a tenant that holds no turn and has nothing
+// waiting for one.
+func (w *Worker) dropIdleLocked(tenant string) {
+	if t := w.tenants[tenant]; t != nil && t.running <= 0 && len(t.returning) == 0 && len(t.waiting) == 0 {
+		delete(w.tenants, tenant)
+	}
+}
+
+// takeTurn reports whether msg may be decided now; if its tenant has
+// TenantMaxInFlight proposals holding a turn, or proposals waiting to
+// take one back, msg waits in the tenant's queue (kept alive meanwhile)
+// and is decided when a turn is free.
+func (w *Worker) takeTurn(msg jetstream.Msg) bool {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	t := w.tenantLocked(proposalTenant(msg.Subject()))
+	if t.running >= w.cfg.TenantMaxInFlight || len(t.returning) > 0 || len(t.waiting) > 0 {
 		t.waiting = append(t.waiting, msg)
 		return false
 	}
@@ -223,16 +328,24 @@ func (w *Worker) takeTurn(msg jetstream.Msg) bool {
 	return true
 }
 
-// nextTurn ends done's turn and returns the next proposal of its tenant
-// waiting for one, which the caller decides in the same turn; nil when
-// none waits, or when the worker is stopping (the waiting ones are then
-// returned to the stream).
-func (w *Worker) nextTurn(done jetstream.Msg) jetstream.Msg {
-	tenant := proposalTenant(done.Subject())
-	w.tmu.Lock()
-	defer w.tmu.Unlock()
+// passTurnLocked ends one turn of tenant and hands it on: to the oldest
+// proposal waiting to take one back, which goes on in its own handler,
+// or else to the oldest that has not begun, which it returns for the
+// caller to have decided. When the worker is stopping no proposal begins:
+// those waiting are returned to the stream.
+func (w *Worker) passTurnLocked(tenant string) jetstream.Msg {
 	t := w.tenants[tenant]
 	if t == nil {
+		return nil
+	}
+	t.running--
+	if len(t.returning) > 0 {
+		next := t.returning[0]
+		t.returning[0] = nil
+		t.returning = t.returning[1:]
+		t.running++
+		next.held = true
+		close(next.given)
 		return nil
 	}
 	select {
@@ -248,23 +361,98 @@ func (w *Worker) nextTurn(done jetstream.Msg) jetstream.Msg {
 		next := t.waiting[0]
 		t.waiting[0] = nil
 		t.waiting = t.waiting[1:]
+		t.running++
 		return next
 	}
-	t.running--
-	if t.running <= 0 {
-		delete(w.tenants, tenant)
-	}
+	w.dropIdleLocked(tenant)
 	return nil
 }
 
-// handleAll decides first, then every message dispatch hands it, until
-// Stop closes the hand-over.
+// endTurn ends the turn of a decided proposal, if it holds one, and
+// returns the proposal of its tenant that takes it over, which the caller
+// decides; nil when none does.
+func (w *Worker) endTurn(done jetstream.Msg, t *turn) jetstream.Msg {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !t.held {
+		// Its wait for a turn back was cut short at shutdown.
+		return nil
+	}
+	t.held = false
+	return w.passTurnLocked(proposalTenant(done.Subject()))
+}
+
+// startReady has msg, just handed a turn by a proposal gone to review,
+// decided by a handler: an idle one, a new one while fewer than
+// MaxInFlight run, or the first to finish its proposal.
+func (w *Worker) startReady(msg jetstream.Msg) {
+	w.tmu.Lock()
+	if w.idle == 0 && w.handlers < w.cfg.MaxInFlight {
+		w.handlers++
+		w.tmu.Unlock()
+		// The caller is a handler, counted in wg: Stop cannot be past its
+		// Wait.
+		w.wg.Go(func() { w.handleAll(msg) })
+		return
+	}
+	w.ready = append(w.ready, msg)
+	w.tmu.Unlock()
+	w.noteReady()
+}
+
+func (w *Worker) noteReady() {
+	select {
+	case w.readyNote <- struct{}{}:
+	default:
+	}
+}
+
+// nextWork waits for the next proposal for an idle handler: one handed a
+// turn by a review first, else one dispatch hands over. It returns nil
+// when Stop closed the hand-over.
+func (w *Worker) nextWork() jetstream.Msg {
+	for {
+		w.tmu.Lock()
+		if len(w.ready) > 0 {
+			msg := w.ready[0]
+			w.ready[0] = nil
+			w.ready = w.ready[1:]
+			more := len(w.ready) > 0
+			w.tmu.Unlock()
+			if more {
+				w.noteReady() // for another idle handler
+			}
+			return msg
+		}
+		w.idle++
+		w.tmu.Unlock()
+		var msg jetstream.Msg
+		open := true
+		select {
+		case msg, open = <-w.work:
+		case <-w.readyNote:
+		}
+		w.tmu.Lock()
+		w.idle--
+		w.tmu.Unlock()
+		switch {
+		case msg != nil:
+			return msg
+		case !open:
+			return nil
+		}
+	}
+}
+
+// handleAll decides first, then every message it is handed, until Stop
+// closes the hand-over.
 func (w *Worker) handleAll(first jetstream.Msg) {
-	for msg := first; msg != nil; msg = <-w.work {
+	for msg := first; msg != nil; msg = w.nextWork() {
 		for msg != nil {
-			w.handle(msg)
+			t := &turn{w: w, tenant: proposalTenant(msg.Subject()), held: true}
+			w.handle(msg, t)
 			w.alive.remove(msg)
-			msg = w.nextTurn(msg)
+			msg = w.endTurn(msg, t)
 		}
 	}
 }
@@ -303,7 +491,8 @@ func (w *Worker) Stop(grace time.Duration) {
 	}
 	w.cancel()
 	// Every handler returned its tenant's waiting proposals; none is left
-	// behind unanswered whatever happened.
+	// behind unanswered whatever happened, nor one handed a turn that no
+	// handler took up.
 	w.tmu.Lock()
 	for _, t := range w.tenants {
 		for _, m := range t.waiting {
@@ -311,11 +500,16 @@ func (w *Worker) Stop(grace time.Duration) {
 		}
 	}
 	clear(w.tenants)
+	for _, m := range w.ready {
+		_ = m.Nak()
+	}
+	w.ready = nil
 	w.tmu.Unlock()
 }
 
-// handle decides one delivery; dispatch keeps it alive meanwhile.
-func (w *Worker) handle(msg jetstream.Msg) {
+// handle decides one delivery, in turn t; dispatch keeps it alive
+// meanwhile.
+func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 	attempt, seq := 1, uint64(0)
 	if md, err := msg.Metadata(); err == nil {
 		attempt, seq = int(md.NumDelivered), md.Sequence.Stream
@@ -343,6 +537,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		Attempt:   attempt,
 		StreamSeq: seq,
 		Trail:     w.trails(),
+		Turn:      t,
 	}
 	v, err = w.decider.Decide(ctx, d)
 	if err != nil {
