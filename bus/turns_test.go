@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
@@ -31,6 +32,8 @@ type slowReviews struct {
 
 	mu   sync.Mutex
 	gate map[string]chan struct{}
+	// all lets every review answer at once.
+	all bool
 }
 
 func newSlowReviews(next engine.Router) *slowReviews {
@@ -43,9 +46,26 @@ func (s *slowReviews) gateOf(id string) chan struct{} {
 	g := s.gate[id]
 	if g == nil {
 		g = make(chan struct{})
+		if s.all {
+			close(g)
+		}
 		s.gate[id] = g
 	}
 	return g
+}
+
+// openAll lets every review answer, those held and those to come.
+func (s *slowReviews) openAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.all = true
+	for _, g := range s.gate {
+		select {
+		case <-g:
+		default:
+			close(g)
+		}
+	}
 }
 
 // open lets the review of proposal id answer.
@@ -77,8 +97,10 @@ func (r slowReviewer) Review(ctx context.Context, req engine.ReviewRequest) (eng
 // turnGate is gated's intake with the real engine reviewing through
 // reviews, on a server of its own.
 type turnGate struct {
+	srv     *server.Server
 	nc      *nats.Conn
 	js      jetstream.JetStream
+	res     *bus.Resources
 	worker  *bus.Worker
 	reviews *slowReviews
 }
@@ -94,7 +116,21 @@ func startTurnGate(t *testing.T, cfg bus.Config, wrap func(bus.Decider) bus.Deci
 	if err != nil {
 		t.Fatal(err)
 	}
-	reviews := newSlowReviews(sopPlugins(t))
+	g := &turnGate{srv: s, nc: nc, js: js, res: res}
+	g.reviews = newSlowReviews(sopPlugins(t))
+	g.worker = g.startWorker(t, cfg, g.reviews, wrap)
+	return g
+}
+
+// startWorker starts another worker, as another gated would, on its own
+// connection, reviewing through reviews.
+func (g *turnGate) startWorker(t *testing.T, cfg bus.Config, reviews *slowReviews, wrap func(bus.Decider) bus.Decider) *bus.Worker {
+	t.Helper()
+	nc, js := bustest.Connect(t, g.srv)
+	res, err := bus.Setup(t.Context(), js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var d bus.Decider = defaultEngine(t, store.New(res.Verdicts), reviews)
 	if wrap != nil {
 		d = wrap(d)
@@ -106,21 +142,14 @@ func startTurnGate(t *testing.T, cfg bus.Config, wrap func(bus.Decider) bus.Deci
 	if err := w.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &turnGate{nc: nc, js: js, worker: w, reviews: reviews}
 	t.Cleanup(func() {
 		// Whatever the test left held answers, so that Stop returns.
-		reviews.mu.Lock()
-		for _, ch := range reviews.gate {
-			select {
-			case <-ch:
-			default:
-				close(ch)
-			}
+		reviews.openAll()
+		if !bus.Stopping(w) {
+			w.Stop(5 * time.Second)
 		}
-		reviews.mu.Unlock()
-		w.Stop(5 * time.Second)
 	})
-	return g
+	return w
 }
 
 // turnProposal is a proposal of tenant on its own service: a write goes
@@ -236,5 +265,160 @@ func TestTurnsAreNotHeldThroughReviews(t *testing.T) {
 	}
 	if v := next(t, quiet, "the quiet tenant's review"); v.ProposalID != "qw1" || v.Stage != engine.StageReview {
 		t.Fatalf("the quiet tenant's second verdict is %s %s at %s, want qw1 decided at review", v.ProposalID, v.Outcome, v.Stage)
+	}
+}
+
+// heldDeliveries holds the deliveries whose Nats-Msg-Id it was told
+// about until the test opens them, holding their turns meanwhile; it
+// hands the others on at once.
+type heldDeliveries struct {
+	next    bus.Decider
+	arrived chan string
+	held    map[string]chan struct{}
+}
+
+func holdDeliveries(ids ...string) *heldDeliveries {
+	h := &heldDeliveries{arrived: make(chan string, 16), held: map[string]chan struct{}{}}
+	for _, id := range ids {
+		h.held[id] = make(chan struct{})
+	}
+	return h
+}
+
+func (h *heldDeliveries) wrap(d bus.Decider) bus.Decider { h.next = d; return h }
+
+func (h *heldDeliveries) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+	if gate, ok := h.held[d.MsgID]; ok {
+		h.arrived <- d.MsgID
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return h.next.Decide(ctx, d)
+}
+
+func (h *heldDeliveries) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+	return h.next.GiveUp(ctx, d, cause)
+}
+
+// contend brings tenant acme of a worker with one turn to the contended
+// state: proposal a's review has answered and a waits to take a turn
+// back, b holds the turn (held by hold), and reads c and d wait for
+// their first turn.
+func contend(t *testing.T, g *turnGate, hold *heldDeliveries) {
+	t.Helper()
+	g.publish(t, "acme", "a", "write")
+	g.begun(t, 1, "a's review")
+	g.publish(t, "acme", "b", "read")
+	select {
+	case <-hold.arrived:
+	case <-time.After(30 * time.Second):
+		t.Fatal("b was not decided while a's review waited")
+	}
+	g.reviews.open("a")
+	waitFor(t, func() bool { _, returning, _ := bus.TurnsOf(g.worker, "acme"); return returning == 1 }, "a to wait for a turn back")
+	g.publish(t, "acme", "c", "read")
+	g.publish(t, "acme", "d", "read")
+	waitFor(t, func() bool { _, _, waiting := bus.TurnsOf(g.worker, "acme"); return waiting == 2 }, "c and d to wait for a turn")
+	if running, returning, waiting := bus.TurnsOf(g.worker, "acme"); running != 1 || returning != 1 || waiting != 2 {
+		t.Fatalf("acme: %d running, %d returning, %d waiting; want 1, 1, 2", running, returning, waiting)
+	}
+}
+
+// TestReturningProposalsTakeTurnsFirst: a proposal back from its review
+// takes the next free turn before its tenant's proposals that have not
+// begun, whatever their arrival, so that a tenant sending new proposals
+// cannot keep a reviewed one from its verdict.
+func TestReturningProposalsTakeTurnsFirst(t *testing.T) {
+	hold := holdDeliveries("acme.b")
+	g := startTurnGate(t, bus.Config{MaxInFlight: 16, TenantMaxInFlight: 1}, hold.wrap)
+	sub := g.verdicts(t, "acme")
+	contend(t, g, hold)
+	close(hold.held["acme.b"])
+	var order []string
+	for range 4 {
+		order = append(order, next(t, sub, "acme's proposals").ProposalID)
+	}
+	if fmt.Sprint(order) != "[b a c d]" {
+		t.Fatalf("verdicts in the order %v, want [b a c d]: a, back from review, before c and d that had not begun", order)
+	}
+	waitFor(t, func() bool { r, ret, w := bus.TurnsOf(g.worker, "acme"); return r+ret+w == 0 }, "acme's turns to end")
+}
+
+// TestStopWithProposalsWaitingForTurns: at shutdown a proposal waiting
+// to take a turn back after its review is decided if the grace period
+// allows, or returned to the stream, and those waiting for their first
+// turn are returned to the stream; another gated then decides each
+// returned one once, and nothing is decided twice.
+func TestStopWithProposalsWaitingForTurns(t *testing.T) {
+	for _, tc := range []struct {
+		note  string
+		grace time.Duration
+		// open lets b finish within the grace period.
+		open bool
+		// first are the verdicts the stopping worker publishes.
+		first string
+	}{
+		{note: "b ends within the grace period, a after it", grace: 30 * time.Second, open: true, first: "[b a]"},
+		{note: "the grace period ends with b held and a waiting", grace: time.Second, first: "[]"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			hold := holdDeliveries("acme.b")
+			g := startTurnGate(t, bus.Config{MaxInFlight: 16, TenantMaxInFlight: 1}, hold.wrap)
+			sub := g.verdicts(t, "acme")
+			contend(t, g, hold)
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				g.worker.Stop(tc.grace)
+			}()
+			waitFor(t, func() bool { return bus.Stopping(g.worker) }, "Stop to begin")
+			if tc.open {
+				close(hold.held["acme.b"])
+			}
+			<-stopped
+			if !tc.open {
+				close(hold.held["acme.b"])
+			}
+			var first []string
+			for {
+				msg, err := sub.NextMsg(time.Second)
+				if err != nil {
+					break
+				}
+				var v engine.Verdict
+				if err := json.Unmarshal(msg.Data, &v); err != nil {
+					t.Fatal(err)
+				}
+				first = append(first, v.ProposalID)
+			}
+			if fmt.Sprint(first) != tc.first {
+				t.Fatalf("the stopping worker answered %v, want %s", first, tc.first)
+			}
+
+			// Another gated decides what was returned, each once.
+			more := newSlowReviews(sopPlugins(t))
+			more.openAll()
+			g.startWorker(t, bus.Config{MaxInFlight: 16, TenantMaxInFlight: 1}, more, nil)
+			seen := map[string]int{}
+			for _, id := range first {
+				seen[id]++
+			}
+			for len(seen) < 4 {
+				v := next(t, sub, fmt.Sprintf("the proposals returned to the stream (have %v)", seen))
+				seen[v.ProposalID]++
+			}
+			for id, n := range seen {
+				if n != 1 {
+					t.Errorf("proposal %s got %d verdicts", id, n)
+				}
+			}
+			waitFor(t, func() bool {
+				info, err := g.res.Consumer.Info(t.Context())
+				return err == nil && info.NumAckPending == 0 && info.NumPending == 0
+			}, "every proposal to be acknowledged")
+		})
 	}
 }

@@ -54,27 +54,26 @@ type Worker struct {
 	wg       sync.WaitGroup
 	cc       jetstream.ConsumeContext
 
-	// work hands a message to an idle handler goroutine. Handlers are
-	// started as needed, up to cfg.MaxInFlight, and live until Stop: a
-	// long-lived goroutine keeps the stack that deciding grew (decoding,
-	// encoding, and policy evaluation unless it runs on a policies.Pool),
-	// where one per message would grow it again every time.
-	work chan jetstream.Msg
-
-	// tmu guards the turns and the handlers' count.
+	// tmu guards the turns, the runnable list and the handlers' counts.
 	tmu sync.Mutex
 	// tenants are the turns of each tenant: a tenant decides at most
 	// TenantMaxInFlight proposals at once, and its further ones wait in
 	// its own queue, not in front of the other tenants'. A proposal whose
 	// reviews wait on a reviewer gives its turn up meanwhile (engine.Turn).
 	tenants map[string]*tenantTurns
-	// ready are proposals handed a turn that a review gave up, waiting for
-	// a handler; readyNote wakes an idle handler for them.
-	ready     []jetstream.Msg
-	readyNote chan struct{}
-	// handlers counts the handler goroutines started; idle those waiting
-	// for work.
+	// runnable are the tenants with a turn free and a proposal waiting
+	// for it, in the order handlers take them.
+	runnable []string
+	// Handlers are started as needed, up to cfg.MaxInFlight, and live
+	// until Stop: a long-lived goroutine keeps the stack that deciding
+	// grew (decoding, encoding, and policy evaluation unless it runs on a
+	// policies.Pool), where one per message would grow it again every
+	// time. handlers counts them, idle those waiting for work; wake wakes
+	// an idle one, picked tells dispatch that one took work, and quit,
+	// closed by Stop, ends them.
 	handlers, idle int
+	wake, picked   chan struct{}
+	quit           chan struct{}
 
 	// alive holds the messages being worked on, kept alive by one
 	// goroutine (keepAlive) with in-progress acks.
@@ -129,10 +128,10 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
-		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), work: make(chan jetstream.Msg),
+		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish, tenants: map[string]*tenantTurns{},
-		readyNote: make(chan struct{}, 1),
-		followUp:  NewFollowUps(js, store.New(res.Verdicts)).Send,
+		wake: make(chan struct{}, 1), picked: make(chan struct{}, 1), quit: make(chan struct{}),
+		followUp: NewFollowUps(js, store.New(res.Verdicts)).Send,
 	}, nil
 }
 
@@ -151,11 +150,13 @@ func (w *Worker) Start() error {
 	return nil
 }
 
-// dispatch runs on the consumer's goroutine; it hands each message to an
-// idle handler goroutine, starts one while fewer than MaxInFlight run,
-// and blocks when MaxInFlight are busy. The message is kept alive
-// (in-progress acks) from the moment it arrives, so one waiting for a
-// free handler is not redelivered meanwhile and then decided twice.
+// dispatch runs on the consumer's goroutine. It queues each message
+// behind its tenant's, wakes or starts a handler for it, and blocks
+// while every one of MaxInFlight handlers is busy and proposals wait for
+// one, so that a gated with no handler free stops taking messages that
+// another gated could decide. The message is kept alive (in-progress
+// acks) from the moment it arrives, so one waiting for a turn or a
+// handler is not redelivered meanwhile and then decided twice.
 func (w *Worker) dispatch(msg jetstream.Msg) {
 	select {
 	case <-w.stopping:
@@ -164,58 +165,41 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 	default:
 	}
 	w.alive.add(msg)
-	if !w.takeTurn(msg) {
-		return // queued behind its tenant's proposals in flight
-	}
-	w.handOut(msg)
-}
-
-// handOut gives msg to an idle handler, or to a new one while fewer than
-// MaxInFlight run, or waits for one to be idle.
-func (w *Worker) handOut(msg jetstream.Msg) {
-	select {
-	case w.work <- msg:
-		return
-	default:
-	}
-	if w.newHandler() {
-		w.wg.Go(func() { w.handleAll(msg) })
-		return
-	}
-	select {
-	case w.work <- msg:
-	case <-w.stopping:
-		w.alive.remove(msg)
-		w.endTurn(msg, &turn{w: w, tenant: proposalTenant(msg.Subject()), held: true}) // its tenant's queue is returned below
-		_ = msg.Nak()
-	}
-}
-
-// newHandler reports whether another handler goroutine may start, and
-// counts it.
-func (w *Worker) newHandler() bool {
+	tenant := proposalTenant(msg.Subject())
 	w.tmu.Lock()
-	defer w.tmu.Unlock()
-	if w.handlers >= w.cfg.MaxInFlight {
-		return false
+	t := w.tenantLocked(tenant)
+	t.waiting = append(t.waiting, msg)
+	w.scheduleLocked(tenant, t)
+	for len(w.runnable) > 0 && w.idle == 0 && w.handlers >= w.cfg.MaxInFlight {
+		w.tmu.Unlock()
+		select {
+		case <-w.picked:
+		case <-w.stopping:
+			return // Stop returns what waits to the stream
+		}
+		w.tmu.Lock()
 	}
-	w.handlers++
-	return true
+	w.tmu.Unlock()
 }
 
 // tenantTurns are one tenant's turns: how many of its proposals hold one,
-// the proposals that left theirs to a review and wait to take one back,
-// and the proposals that have not begun, each oldest first. A turn that
-// ends goes to a returning proposal before any that has not begun, so
-// that new arrivals cannot keep a reviewed proposal from its verdict.
+// the proposals that gave theirs up to their reviews and wait to take one
+// back, and the proposals that have not begun, each oldest first. A turn
+// that ends goes to a returning proposal before any that has not begun,
+// so that new arrivals cannot keep a reviewed proposal from its verdict.
 type tenantTurns struct {
 	running   int
 	returning []*turn
 	waiting   []jetstream.Msg
+	// listed is true while the tenant is in the worker's runnable list.
+	listed bool
 }
 
 // turn is one delivery's hold on a turn of its tenant, the engine.Turn
-// the worker hands the engine. held is guarded by the worker's tmu.
+// the worker hands the engine. held is guarded by the worker's tmu. A
+// turn is only ever held by a proposal that has a handler, so a
+// proposal waiting for a turn back can always get one from a proposal
+// that is running.
 type turn struct {
 	w      *Worker
 	tenant string
@@ -227,25 +211,23 @@ type turn struct {
 
 var _ engine.Turn = (*turn)(nil)
 
-// Release gives the turn to the tenant's next proposal while the
-// delivery waits on its reviews.
+// Release gives the turn up while the delivery waits on its reviews: to
+// a proposal of the tenant waiting to take one back, or else to the next
+// that has not begun, on the next free handler.
 func (t *turn) Release() {
 	w := t.w
 	w.tmu.Lock()
+	defer w.tmu.Unlock()
 	if !t.held {
-		w.tmu.Unlock()
 		return
 	}
 	t.held = false
-	next := w.passTurnLocked(t.tenant)
-	w.tmu.Unlock()
-	if next != nil {
-		w.startReady(next)
-	}
+	w.passTurnLocked(t.tenant)
 }
 
 // Retake takes a turn back: at once if the tenant has one free and no
-// other proposal waits to take one back, else after those ahead of it.
+// other proposal waits to take one back, else after those ahead of it,
+// before any proposal that has not begun.
 func (t *turn) Retake(ctx context.Context) error {
 	w := t.w
 	w.tmu.Lock()
@@ -276,8 +258,8 @@ func (t *turn) Retake(ctx context.Context) error {
 			if i := slices.Index(tt.returning, t); i >= 0 {
 				tt.returning = slices.Delete(tt.returning, i, i+1)
 			}
+			w.scheduleLocked(t.tenant, tt)
 		}
-		w.dropIdleLocked(t.tenant)
 	}
 	return fmt.Errorf("waiting for a turn of tenant %q: %w", t.tenant, ctx.Err())
 }
@@ -304,39 +286,51 @@ func (w *Worker) tenantLocked(tenant string) *tenantTurns {
 	return t
 }
 
-// dropIdleLocked forgets a tenant that holds no turn and has nothing
-// waiting for one.
-func (w *Worker) dropIdleLocked(tenant string) {
-	if t := w.tenants[tenant]; t != nil && t.running <= 0 && len(t.returning) == 0 && len(t.waiting) == 0 {
+// scheduleLocked lists tenant as runnable when it has a turn free, no
+// proposal waiting to take one back, and a proposal waiting for its
+// first, and wakes or starts a handler for it; it forgets a tenant with
+// nothing held or waiting.
+func (w *Worker) scheduleLocked(tenant string, t *tenantTurns) {
+	switch {
+	case t.running < w.cfg.TenantMaxInFlight && len(t.returning) == 0 && len(t.waiting) > 0:
+		if !t.listed {
+			t.listed = true
+			w.runnable = append(w.runnable, tenant)
+			w.wakeLocked()
+		}
+	case t.running <= 0 && len(t.returning) == 0 && len(t.waiting) == 0 && !t.listed:
 		delete(w.tenants, tenant)
 	}
 }
 
-// takeTurn reports whether msg may be decided now; if its tenant has
-// TenantMaxInFlight proposals holding a turn, or proposals waiting to
-// take one back, msg waits in the tenant's queue (kept alive meanwhile)
-// and is decided when a turn is free.
-func (w *Worker) takeTurn(msg jetstream.Msg) bool {
-	w.tmu.Lock()
-	defer w.tmu.Unlock()
-	t := w.tenantLocked(proposalTenant(msg.Subject()))
-	if t.running >= w.cfg.TenantMaxInFlight || len(t.returning) > 0 || len(t.waiting) > 0 {
-		t.waiting = append(t.waiting, msg)
-		return false
+// wakeLocked wakes an idle handler, or starts one while fewer than
+// MaxInFlight run; with neither, the first handler to finish a proposal
+// takes the next runnable one.
+func (w *Worker) wakeLocked() {
+	if w.idle > 0 {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		return
 	}
-	t.running++
-	return true
+	if w.handlers < w.cfg.MaxInFlight {
+		// Called by dispatch, which Stop waits out before it waits for the
+		// handlers, or by a handler, counted in wg: the Add cannot race
+		// Stop's Wait.
+		w.handlers++
+		w.wg.Go(w.handleAll)
+	}
 }
 
 // passTurnLocked ends one turn of tenant and hands it on: to the oldest
 // proposal waiting to take one back, which goes on in its own handler,
-// or else to the oldest that has not begun, which it returns for the
-// caller to have decided. When the worker is stopping no proposal begins:
-// those waiting are returned to the stream.
-func (w *Worker) passTurnLocked(tenant string) jetstream.Msg {
+// or else to the next proposal that has not begun, on the next free
+// handler.
+func (w *Worker) passTurnLocked(tenant string) {
 	t := w.tenants[tenant]
 	if t == nil {
-		return nil
+		return
 	}
 	t.running--
 	if len(t.returning) > 0 {
@@ -346,115 +340,114 @@ func (w *Worker) passTurnLocked(tenant string) jetstream.Msg {
 		t.running++
 		next.held = true
 		close(next.given)
-		return nil
 	}
+	w.scheduleLocked(tenant, t)
+}
+
+// endTurn ends the turn of a decided proposal, if it holds one.
+func (w *Worker) endTurn(t *turn) {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !t.held {
+		return // its wait for a turn back was cut short at shutdown
+	}
+	t.held = false
+	w.passTurnLocked(t.tenant)
+}
+
+// nextWork waits for the next proposal a handler decides and takes its
+// turn: the oldest waiting of the first runnable tenant, which then goes
+// to the back of the list, so that tenants take turns at the handlers.
+// It returns nil when Stop ends the handlers.
+func (w *Worker) nextWork() (jetstream.Msg, *turn) {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	for {
+		for len(w.runnable) > 0 && !w.isStopping() {
+			name := w.runnable[0]
+			w.runnable[0] = ""
+			w.runnable = w.runnable[1:]
+			t := w.tenants[name]
+			if t == nil {
+				continue
+			}
+			t.listed = false
+			if t.running >= w.cfg.TenantMaxInFlight || len(t.returning) > 0 || len(t.waiting) == 0 {
+				w.scheduleLocked(name, t)
+				continue
+			}
+			msg := t.waiting[0]
+			t.waiting[0] = nil
+			t.waiting = t.waiting[1:]
+			t.running++
+			w.scheduleLocked(name, t)
+			select {
+			case w.picked <- struct{}{}:
+			default:
+			}
+			if len(w.runnable) > 0 && w.idle > 0 {
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+			return msg, &turn{w: w, tenant: name, held: true}
+		}
+		w.idle++
+		w.tmu.Unlock()
+		var done bool
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			done = true
+		}
+		w.tmu.Lock()
+		w.idle--
+		if done {
+			return nil, nil
+		}
+	}
+}
+
+// handleAll decides the proposals nextWork hands it, one at a time,
+// until Stop ends the handlers.
+func (w *Worker) handleAll() {
+	for {
+		msg, t := w.nextWork()
+		if msg == nil {
+			return
+		}
+		w.handle(msg, t)
+		w.alive.remove(msg)
+		w.endTurn(t)
+	}
+}
+
+func (w *Worker) isStopping() bool {
 	select {
 	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// returnWaiting returns to the stream every proposal waiting for its
+// first turn: none begins once Stop has.
+func (w *Worker) returnWaiting() {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	for name, t := range w.tenants {
 		for _, m := range t.waiting {
 			w.alive.remove(m)
 			_ = m.Nak()
 		}
 		t.waiting = nil
-	default:
+		t.listed = false
+		w.scheduleLocked(name, t)
 	}
-	if len(t.waiting) > 0 {
-		next := t.waiting[0]
-		t.waiting[0] = nil
-		t.waiting = t.waiting[1:]
-		t.running++
-		return next
-	}
-	w.dropIdleLocked(tenant)
-	return nil
-}
-
-// endTurn ends the turn of a decided proposal, if it holds one, and
-// returns the proposal of its tenant that takes it over, which the caller
-// decides; nil when none does.
-func (w *Worker) endTurn(done jetstream.Msg, t *turn) jetstream.Msg {
-	w.tmu.Lock()
-	defer w.tmu.Unlock()
-	if !t.held {
-		// Its wait for a turn back was cut short at shutdown.
-		return nil
-	}
-	t.held = false
-	return w.passTurnLocked(proposalTenant(done.Subject()))
-}
-
-// startReady has msg, just handed a turn by a proposal gone to review,
-// decided by a handler: an idle one, a new one while fewer than
-// MaxInFlight run, or the first to finish its proposal.
-func (w *Worker) startReady(msg jetstream.Msg) {
-	w.tmu.Lock()
-	if w.idle == 0 && w.handlers < w.cfg.MaxInFlight {
-		w.handlers++
-		w.tmu.Unlock()
-		// The caller is a handler, counted in wg: Stop cannot be past its
-		// Wait.
-		w.wg.Go(func() { w.handleAll(msg) })
-		return
-	}
-	w.ready = append(w.ready, msg)
-	w.tmu.Unlock()
-	w.noteReady()
-}
-
-func (w *Worker) noteReady() {
-	select {
-	case w.readyNote <- struct{}{}:
-	default:
-	}
-}
-
-// nextWork waits for the next proposal for an idle handler: one handed a
-// turn by a review first, else one dispatch hands over. It returns nil
-// when Stop closed the hand-over.
-func (w *Worker) nextWork() jetstream.Msg {
-	for {
-		w.tmu.Lock()
-		if len(w.ready) > 0 {
-			msg := w.ready[0]
-			w.ready[0] = nil
-			w.ready = w.ready[1:]
-			more := len(w.ready) > 0
-			w.tmu.Unlock()
-			if more {
-				w.noteReady() // for another idle handler
-			}
-			return msg
-		}
-		w.idle++
-		w.tmu.Unlock()
-		var msg jetstream.Msg
-		open := true
-		select {
-		case msg, open = <-w.work:
-		case <-w.readyNote:
-		}
-		w.tmu.Lock()
-		w.idle--
-		w.tmu.Unlock()
-		switch {
-		case msg != nil:
-			return msg
-		case !open:
-			return nil
-		}
-	}
-}
-
-// handleAll decides first, then every message it is handed, until Stop
-// closes the hand-over.
-func (w *Worker) handleAll(first jetstream.Msg) {
-	for msg := first; msg != nil; msg = w.nextWork() {
-		for msg != nil {
-			t := &turn{w: w, tenant: proposalTenant(msg.Subject()), held: true}
-			w.handle(msg, t)
-			w.alive.remove(msg)
-			msg = w.endTurn(msg, t)
-		}
-	}
+	clear(w.runnable)
+	w.runnable = nil
 }
 
 // Stop stops taking proposals, waits up to grace for those in flight,
@@ -474,8 +467,10 @@ func (w *Worker) Stop(grace time.Duration) {
 			<-w.cc.Closed()
 		}
 	}
-	// No dispatch runs any more: the handlers and keepAlive may end.
-	close(w.work)
+	// No dispatch runs any more: what waits for a turn goes back to the
+	// stream, and the handlers and keepAlive may end.
+	w.returnWaiting()
+	close(w.quit)
 	w.alive.close()
 	done := make(chan struct{})
 	go func() {
@@ -490,21 +485,9 @@ func (w *Worker) Stop(grace time.Duration) {
 		<-done
 	}
 	w.cancel()
-	// Every handler returned its tenant's waiting proposals; none is left
-	// behind unanswered whatever happened, nor one handed a turn that no
-	// handler took up.
-	w.tmu.Lock()
-	for _, t := range w.tenants {
-		for _, m := range t.waiting {
-			_ = m.Nak()
-		}
-	}
-	clear(w.tenants)
-	for _, m := range w.ready {
-		_ = m.Nak()
-	}
-	w.ready = nil
-	w.tmu.Unlock()
+	// Nothing waits for a turn any more (returnWaiting); none is left
+	// behind unanswered whatever happened.
+	w.returnWaiting()
 }
 
 // handle decides one delivery, in turn t; dispatch keeps it alive
