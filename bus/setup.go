@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,16 +60,39 @@ type Config struct {
 	// MaxInFlight bounds proposals decided at once by one gated. Default
 	// 1024.
 	MaxInFlight int
-	// TenantMaxInFlight bounds the proposals of one tenant decided at once
-	// by one gated; a tenant's further proposals wait in its own queue,
-	// so that a tenant flooding gated holds no more than this many of the
-	// MaxInFlight handlers and the other tenants' proposals find some
-	// free. Default MaxInFlight / 4, at least 1; at most MaxInFlight.
+	// TenantMaxInFlight bounds the proposals of one tenant one gated
+	// works on at once, its turns; a tenant's further proposals wait in
+	// its own queue, so that a tenant flooding gated takes no more of its
+	// CPU than this many proposals' worth and the other tenants'
+	// proposals find it free. A proposal whose reviews wait on a reviewer
+	// gives its turn up meanwhile (it uses no CPU then), and takes one
+	// back, before the tenant's proposals that have not begun, to finish;
+	// what bounds a tenant's reviews is its reviews_in_flight budget. So
+	// the turns are sized for the CPU: default DefaultTenantTurnsPerCPU
+	// per core (GOMAXPROCS), at most MaxInFlight.
 	TenantMaxInFlight int
 	// MaxAckPending bounds proposals handed out and not yet acknowledged,
 	// over every gated process sharing the consumer. Default 4 ×
 	// MaxInFlight.
 	MaxAckPending int
+}
+
+// DefaultTenantTurnsPerCPU is how many proposals of one tenant a gated
+// works on at once per core by default. Deciding a proposal is CPU
+// (decoding, the policy, encoding) between round trips to the server
+// (the verdict look-up, the budget counters, the audit records, the
+// stored verdict), each about as long as the CPU between them: a few
+// proposals per core keep a core busy for one tenant alone, and no more
+// are needed for it to have the whole machine when it is the only one
+// with work. A flooding tenant gets no more than that while another
+// tenant has work.
+const DefaultTenantTurnsPerCPU = 4
+
+// DefaultTenantMaxInFlight is Config.TenantMaxInFlight's default for
+// maxInFlight handlers: DefaultTenantTurnsPerCPU per core, from 1 to
+// maxInFlight.
+func DefaultTenantMaxInFlight(maxInFlight int) int {
+	return max(1, min(maxInFlight, DefaultTenantTurnsPerCPU*runtime.GOMAXPROCS(0)))
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -94,7 +118,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.MaxAckPending = 4 * c.MaxInFlight
 	}
 	if c.TenantMaxInFlight == 0 {
-		c.TenantMaxInFlight = max(1, c.MaxInFlight/4)
+		c.TenantMaxInFlight = DefaultTenantMaxInFlight(c.MaxInFlight)
 	}
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:

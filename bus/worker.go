@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -53,20 +54,26 @@ type Worker struct {
 	wg       sync.WaitGroup
 	cc       jetstream.ConsumeContext
 
-	// work hands a message to an idle handler goroutine. Handlers are
-	// started as needed, up to cfg.MaxInFlight, and live until Stop: a
-	// long-lived goroutine keeps the stack that deciding grew (decoding,
-	// encoding, and policy evaluation unless it runs on a policies.Pool),
-	// where one per message would grow it again every time. handlers is
-	// only touched by dispatch, which the consumer calls on one goroutine.
-	work     chan jetstream.Msg
-	handlers int
-
-	// tenants are the proposals of each tenant being decided and waiting
-	// for one of the tenant's TenantMaxInFlight turns: a tenant over its
-	// share waits in its own queue, not in front of the other tenants'.
-	tmu     sync.Mutex
+	// tmu guards the turns, the runnable list and the handlers' counts.
+	tmu sync.Mutex
+	// tenants are the turns of each tenant: a tenant decides at most
+	// TenantMaxInFlight proposals at once, and its further ones wait in
+	// its own queue, not in front of the other tenants'. A proposal whose
+	// reviews wait on a reviewer gives its turn up meanwhile (engine.Turn).
 	tenants map[string]*tenantTurns
+	// runnable are the tenants with a turn free and a proposal waiting
+	// for it, in the order handlers take them.
+	runnable []string
+	// Handlers are started as needed, up to cfg.MaxInFlight, and live
+	// until Stop: a long-lived goroutine keeps the stack that deciding
+	// grew (decoding, encoding, and policy evaluation unless it runs on a
+	// policies.Pool), where one per message would grow it again every
+	// time. handlers counts them, idle those waiting for work; wake wakes
+	// an idle one, picked tells dispatch that one took work, and quit,
+	// closed by Stop, ends them.
+	handlers, idle int
+	wake, picked   chan struct{}
+	quit           chan struct{}
 
 	// alive holds the messages being worked on, kept alive by one
 	// goroutine (keepAlive) with in-progress acks.
@@ -121,8 +128,9 @@ func NewWorker(nc *nats.Conn, js jetstream.JetStream, res *Resources, d Decider,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Worker{
 		nc: nc, js: js, res: res, decider: d, trails: trails, cfg: cfg, log: log,
-		ctx: ctx, cancel: cancel, stopping: make(chan struct{}), work: make(chan jetstream.Msg),
+		ctx: ctx, cancel: cancel, stopping: make(chan struct{}),
 		alive: newInProgress(), ackWait: ackWait, publish: nc.Publish, tenants: map[string]*tenantTurns{},
+		wake: make(chan struct{}, 1), picked: make(chan struct{}, 1), quit: make(chan struct{}),
 		followUp: NewFollowUps(js, store.New(res.Verdicts)).Send,
 	}, nil
 }
@@ -142,11 +150,13 @@ func (w *Worker) Start() error {
 	return nil
 }
 
-// dispatch runs on the consumer's goroutine; it hands each message to an
-// idle handler goroutine, starts one while fewer than MaxInFlight run,
-// and blocks when MaxInFlight are busy. The message is kept alive
-// (in-progress acks) from the moment it arrives, so one waiting for a
-// free handler is not redelivered meanwhile and then decided twice.
+// dispatch runs on the consumer's goroutine. It queues each message
+// behind its tenant's, wakes or starts a handler for it, and blocks
+// while every one of MaxInFlight handlers is busy and proposals wait for
+// one, so that a gated with no handler free stops taking messages that
+// another gated could decide. The message is kept alive (in-progress
+// acks) from the moment it arrives, so one waiting for a turn or a
+// handler is not redelivered meanwhile and then decided twice.
 func (w *Worker) dispatch(msg jetstream.Msg) {
 	select {
 	case <-w.stopping:
@@ -155,39 +165,103 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 	default:
 	}
 	w.alive.add(msg)
-	if !w.takeTurn(msg) {
-		return // queued behind its tenant's proposals in flight
+	tenant := proposalTenant(msg.Subject())
+	w.tmu.Lock()
+	t := w.tenantLocked(tenant)
+	t.waiting = append(t.waiting, msg)
+	w.scheduleLocked(tenant, t)
+	for len(w.runnable) > 0 && w.idle == 0 && w.handlers >= w.cfg.MaxInFlight {
+		w.tmu.Unlock()
+		select {
+		case <-w.picked:
+		case <-w.stopping:
+			return // Stop returns what waits to the stream
+		}
+		w.tmu.Lock()
 	}
-	w.handOut(msg)
+	w.tmu.Unlock()
 }
 
-// handOut gives msg to an idle handler, or to a new one while fewer than
-// MaxInFlight run, or waits for one to be idle.
-func (w *Worker) handOut(msg jetstream.Msg) {
-	select {
-	case w.work <- msg:
-		return
-	default:
-	}
-	if w.handlers < w.cfg.MaxInFlight {
-		w.handlers++
-		w.wg.Go(func() { w.handleAll(msg) })
-		return
-	}
-	select {
-	case w.work <- msg:
-	case <-w.stopping:
-		w.alive.remove(msg)
-		w.nextTurn(msg) // its tenant's queue is returned below
-		_ = msg.Nak()
-	}
-}
-
-// tenantTurns are one tenant's proposals being decided, and those waiting
-// for a turn, oldest first.
+// tenantTurns are one tenant's turns: how many of its proposals hold one,
+// the proposals that gave theirs up to their reviews and wait to take one
+// back, and the proposals that have not begun, each oldest first. A turn
+// that ends goes to a returning proposal before any that has not begun,
+// so that new arrivals cannot keep a reviewed proposal from its verdict.
 type tenantTurns struct {
-	running int
-	waiting []jetstream.Msg
+	running   int
+	returning []*turn
+	waiting   []jetstream.Msg
+	// listed is true while the tenant is in the worker's runnable list.
+	listed bool
+}
+
+// turn is one delivery's hold on a turn of its tenant, the engine.Turn
+// the worker hands the engine. held is guarded by the worker's tmu. A
+// turn is only ever held by a proposal that has a handler, so a
+// proposal waiting for a turn back can always get one from a proposal
+// that is running.
+type turn struct {
+	w      *Worker
+	tenant string
+	held   bool
+	// given is closed when a turn is handed to it while it waits in its
+	// tenant's returning queue.
+	given chan struct{}
+}
+
+var _ engine.Turn = (*turn)(nil)
+
+// Release gives the turn up while the delivery waits on its reviews: to
+// a proposal of the tenant waiting to take one back, or else to the next
+// that has not begun, on the next free handler.
+func (t *turn) Release() {
+	w := t.w
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !t.held {
+		return
+	}
+	t.held = false
+	w.passTurnLocked(t.tenant)
+}
+
+// Retake takes a turn back: at once if the tenant has one free and no
+// other proposal waits to take one back, else after those ahead of it,
+// before any proposal that has not begun.
+func (t *turn) Retake(ctx context.Context) error {
+	w := t.w
+	w.tmu.Lock()
+	if t.held {
+		w.tmu.Unlock()
+		return nil
+	}
+	tt := w.tenantLocked(t.tenant)
+	if tt.running < w.cfg.TenantMaxInFlight && len(tt.returning) == 0 {
+		tt.running++
+		t.held = true
+		w.tmu.Unlock()
+		return nil
+	}
+	t.given = make(chan struct{})
+	tt.returning = append(tt.returning, t)
+	w.tmu.Unlock()
+	select {
+	case <-t.given:
+		return nil
+	case <-ctx.Done():
+	}
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !t.held {
+		// Not handed one: it leaves the queue, holding nothing.
+		if tt := w.tenants[t.tenant]; tt != nil {
+			if i := slices.Index(tt.returning, t); i >= 0 {
+				tt.returning = slices.Delete(tt.returning, i, i+1)
+			}
+			w.scheduleLocked(t.tenant, tt)
+		}
+	}
+	return fmt.Errorf("waiting for a turn of tenant %q: %w", t.tenant, ctx.Err())
 }
 
 // proposalTenant is the tenant token of a proposal subject,
@@ -202,71 +276,178 @@ func proposalTenant(subject string) string {
 	return tenant
 }
 
-// takeTurn reports whether msg may be decided now; if its tenant has
-// TenantMaxInFlight proposals in flight, msg waits in the tenant's queue
-// (kept alive meanwhile) and is decided by the handler that finishes one
-// of them.
-func (w *Worker) takeTurn(msg jetstream.Msg) bool {
-	tenant := proposalTenant(msg.Subject())
-	w.tmu.Lock()
-	defer w.tmu.Unlock()
+// tenantLocked returns tenant's turns, made if it has none.
+func (w *Worker) tenantLocked(tenant string) *tenantTurns {
 	t := w.tenants[tenant]
 	if t == nil {
 		t = &tenantTurns{}
 		w.tenants[tenant] = t
 	}
-	if t.running >= w.cfg.TenantMaxInFlight {
-		t.waiting = append(t.waiting, msg)
-		return false
-	}
-	t.running++
-	return true
+	return t
 }
 
-// nextTurn ends done's turn and returns the next proposal of its tenant
-// waiting for one, which the caller decides in the same turn; nil when
-// none waits, or when the worker is stopping (the waiting ones are then
-// returned to the stream).
-func (w *Worker) nextTurn(done jetstream.Msg) jetstream.Msg {
-	tenant := proposalTenant(done.Subject())
-	w.tmu.Lock()
-	defer w.tmu.Unlock()
+// scheduleLocked lists tenant as runnable when it has a turn free, no
+// proposal waiting to take one back, and a proposal waiting for its
+// first, and wakes or starts a handler for it; it forgets a tenant with
+// nothing held or waiting.
+func (w *Worker) scheduleLocked(tenant string, t *tenantTurns) {
+	switch {
+	case t.running < w.cfg.TenantMaxInFlight && len(t.returning) == 0 && len(t.waiting) > 0:
+		if !t.listed {
+			t.listed = true
+			w.runnable = append(w.runnable, tenant)
+			w.wakeLocked()
+		}
+	case t.running <= 0 && len(t.returning) == 0 && len(t.waiting) == 0 && !t.listed:
+		delete(w.tenants, tenant)
+	}
+}
+
+// wakeLocked wakes an idle handler, or starts one while fewer than
+// MaxInFlight run; with neither, the first handler to finish a proposal
+// takes the next runnable one.
+func (w *Worker) wakeLocked() {
+	if w.idle > 0 {
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	if w.handlers < w.cfg.MaxInFlight {
+		// Called by dispatch, which Stop waits out before it waits for the
+		// handlers, or by a handler, counted in wg: the Add cannot race
+		// Stop's Wait.
+		w.handlers++
+		w.wg.Go(w.handleAll)
+	}
+}
+
+// passTurnLocked ends one turn of tenant and hands it on: to the oldest
+// proposal waiting to take one back, which goes on in its own handler,
+// or else to the next proposal that has not begun, on the next free
+// handler.
+func (w *Worker) passTurnLocked(tenant string) {
 	t := w.tenants[tenant]
 	if t == nil {
-		return nil
+		return
 	}
+	t.running--
+	if len(t.returning) > 0 {
+		next := t.returning[0]
+		t.returning[0] = nil
+		t.returning = t.returning[1:]
+		t.running++
+		next.held = true
+		close(next.given)
+	}
+	w.scheduleLocked(tenant, t)
+}
+
+// endTurn ends the turn of a decided proposal, if it holds one.
+func (w *Worker) endTurn(t *turn) {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	if !t.held {
+		return // its wait for a turn back was cut short at shutdown
+	}
+	t.held = false
+	w.passTurnLocked(t.tenant)
+}
+
+// nextWork waits for the next proposal a handler decides and takes its
+// turn: the oldest waiting of the first runnable tenant, which then goes
+// to the back of the list, so that tenants take turns at the handlers.
+// It returns nil when Stop ends the handlers.
+func (w *Worker) nextWork() (jetstream.Msg, *turn) {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	for {
+		for len(w.runnable) > 0 && !w.isStopping() {
+			name := w.runnable[0]
+			w.runnable[0] = ""
+			w.runnable = w.runnable[1:]
+			t := w.tenants[name]
+			if t == nil {
+				continue
+			}
+			t.listed = false
+			if t.running >= w.cfg.TenantMaxInFlight || len(t.returning) > 0 || len(t.waiting) == 0 {
+				w.scheduleLocked(name, t)
+				continue
+			}
+			msg := t.waiting[0]
+			t.waiting[0] = nil
+			t.waiting = t.waiting[1:]
+			t.running++
+			w.scheduleLocked(name, t)
+			select {
+			case w.picked <- struct{}{}:
+			default:
+			}
+			if len(w.runnable) > 0 && w.idle > 0 {
+				select {
+				case w.wake <- struct{}{}:
+				default:
+				}
+			}
+			return msg, &turn{w: w, tenant: name, held: true}
+		}
+		w.idle++
+		w.tmu.Unlock()
+		var done bool
+		select {
+		case <-w.wake:
+		case <-w.quit:
+			done = true
+		}
+		w.tmu.Lock()
+		w.idle--
+		if done {
+			return nil, nil
+		}
+	}
+}
+
+// handleAll decides the proposals nextWork hands it, one at a time,
+// until Stop ends the handlers.
+func (w *Worker) handleAll() {
+	for {
+		msg, t := w.nextWork()
+		if msg == nil {
+			return
+		}
+		w.handle(msg, t)
+		w.alive.remove(msg)
+		w.endTurn(t)
+	}
+}
+
+func (w *Worker) isStopping() bool {
 	select {
 	case <-w.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// returnWaiting returns to the stream every proposal waiting for its
+// first turn: none begins once Stop has.
+func (w *Worker) returnWaiting() {
+	w.tmu.Lock()
+	defer w.tmu.Unlock()
+	for name, t := range w.tenants {
 		for _, m := range t.waiting {
 			w.alive.remove(m)
 			_ = m.Nak()
 		}
 		t.waiting = nil
-	default:
+		t.listed = false
+		w.scheduleLocked(name, t)
 	}
-	if len(t.waiting) > 0 {
-		next := t.waiting[0]
-		t.waiting[0] = nil
-		t.waiting = t.waiting[1:]
-		return next
-	}
-	t.running--
-	if t.running <= 0 {
-		delete(w.tenants, tenant)
-	}
-	return nil
-}
-
-// handleAll decides first, then every message dispatch hands it, until
-// Stop closes the hand-over.
-func (w *Worker) handleAll(first jetstream.Msg) {
-	for msg := first; msg != nil; msg = <-w.work {
-		for msg != nil {
-			w.handle(msg)
-			w.alive.remove(msg)
-			msg = w.nextTurn(msg)
-		}
-	}
+	clear(w.runnable)
+	w.runnable = nil
 }
 
 // Stop stops taking proposals, waits up to grace for those in flight,
@@ -286,8 +467,10 @@ func (w *Worker) Stop(grace time.Duration) {
 			<-w.cc.Closed()
 		}
 	}
-	// No dispatch runs any more: the handlers and keepAlive may end.
-	close(w.work)
+	// No dispatch runs any more: what waits for a turn goes back to the
+	// stream, and the handlers and keepAlive may end.
+	w.returnWaiting()
+	close(w.quit)
 	w.alive.close()
 	done := make(chan struct{})
 	go func() {
@@ -302,20 +485,14 @@ func (w *Worker) Stop(grace time.Duration) {
 		<-done
 	}
 	w.cancel()
-	// Every handler returned its tenant's waiting proposals; none is left
+	// Nothing waits for a turn any more (returnWaiting); none is left
 	// behind unanswered whatever happened.
-	w.tmu.Lock()
-	for _, t := range w.tenants {
-		for _, m := range t.waiting {
-			_ = m.Nak()
-		}
-	}
-	clear(w.tenants)
-	w.tmu.Unlock()
+	w.returnWaiting()
 }
 
-// handle decides one delivery; dispatch keeps it alive meanwhile.
-func (w *Worker) handle(msg jetstream.Msg) {
+// handle decides one delivery, in turn t; dispatch keeps it alive
+// meanwhile.
+func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 	attempt, seq := 1, uint64(0)
 	if md, err := msg.Metadata(); err == nil {
 		attempt, seq = int(md.NumDelivered), md.Sequence.Stream
@@ -343,6 +520,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		Attempt:   attempt,
 		StreamSeq: seq,
 		Trail:     w.trails(),
+		Turn:      t,
 	}
 	v, err = w.decider.Decide(ctx, d)
 	if err != nil {

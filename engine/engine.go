@@ -164,6 +164,11 @@ type Delivery struct {
 	StreamSeq uint64
 	// Trail records this delivery's audit events.
 	Trail AuditTrail
+	// Turn, when set, is the delivery's turn among its tenant's proposals
+	// being decided: the engine gives it up while the reviews wait on
+	// their reviewers and takes it back before it goes on. Nil: the
+	// delivery holds nothing to give up.
+	Turn Turn
 }
 
 // Decide runs one delivery through the pipeline and returns its verdict.

@@ -157,6 +157,22 @@ type Reviewer interface {
 	Review(ctx context.Context, req ReviewRequest) (ReviewResult, error)
 }
 
+// Turn is a delivery's share of the process that decides it. The bus
+// worker lets each tenant decide only a few proposals at once, so that a
+// tenant flooding gated takes no more of its CPU than that; a proposal
+// whose reviews wait on a reviewer uses no CPU meanwhile, and gives its
+// turn to its tenant's next proposal until they answer.
+type Turn interface {
+	// Release gives the turn up while the decision waits on something
+	// other than this process. It does not block; releasing a turn not
+	// held does nothing.
+	Release()
+	// Retake takes a turn back before the decision goes on, ahead of the
+	// tenant's proposals that have not begun. It returns ctx's error when
+	// ctx ends first, and nil at once when the turn is held.
+	Retake(ctx context.Context) error
+}
+
 // ReviewRequest is what the host sends a reviewer.
 type ReviewRequest struct {
 	ReviewID     string

@@ -79,17 +79,29 @@ func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in 
 	defer r.releaseReview(ctx)
 	defer func() { r.spend(ctx, v) }()
 	results := make([]reviewResult, len(chosen))
+	// The reviews wait on reviewers, not on this process: the delivery's
+	// turn goes to its tenant's next proposal meanwhile. What bounds the
+	// tenant's reviews is the lease admitted above, held until the turn
+	// is back.
+	if r.d.Turn != nil {
+		r.d.Turn.Release()
+	}
 	if len(chosen) == 1 {
 		// One reviewer needs no goroutine of its own: the delivery's is
 		// waiting anyway, and thousands of reviews in flight each hold one.
 		results[0] = r.reviewOne(ctx, chosen[0], 1, in.History)
-		return r.combine(results), false, nil
+	} else {
+		var wg sync.WaitGroup
+		for i, c := range chosen {
+			wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
+		}
+		wg.Wait()
 	}
-	var wg sync.WaitGroup
-	for i, c := range chosen {
-		wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
+	if r.d.Turn != nil {
+		if err := r.d.Turn.Retake(ctx); err != nil {
+			return nil, false, fmt.Errorf("taking a turn back after the review of %s.%s: %w", r.tenant, r.id, err)
+		}
 	}
-	wg.Wait()
 	return r.combine(results), false, nil
 }
 

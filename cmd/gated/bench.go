@@ -233,8 +233,9 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 		if err := os.WriteFile(budgets, []byte(file), 0o644); err != nil {
 			return nil, err
 		}
-		// One tenant sends the whole load: it may have every handler.
-		own := []string{"--budgets=" + budgets, fmt.Sprintf("--tenant-max-in-flight=%d", max(1024, 2*conc.Total()))}
+		// The tenant's turns stay at serve's default: its reviews hold
+		// none while they wait on the model.
+		own := []string{"--budgets=" + budgets}
 		args := embeddedServeArgs(conc, append(own, o.serveArgs...))
 		g, err := bench.StartGated(ctx, bench.GatedOptions{Exe: exe, Dir: dir, LLMBaseURL: llm.BaseURL(), Args: args, Env: o.serveEnv})
 		if err != nil {
