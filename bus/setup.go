@@ -61,7 +61,10 @@ type Config struct {
 	// 1024.
 	MaxInFlight int
 	// TenantMaxInFlight bounds the proposals of one tenant one gated
-	// works on at once, its turns; a tenant's further proposals wait in
+	// works on at once while other tenants have proposals in it too, its
+	// turns (a tenant alone may use every handler but TenantMaxInFlight,
+	// so that one tenant is not throttled for the sake of none and the
+	// next tenant to come finds a handler); a tenant's further proposals wait in
 	// its own queue, so that a tenant flooding gated takes no more of its
 	// CPU than this many proposals' worth and the other tenants'
 	// proposals find it free. A proposal whose reviews wait on a reviewer

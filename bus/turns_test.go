@@ -226,6 +226,10 @@ func TestTurnsAreNotHeldThroughReviews(t *testing.T) {
 	const turns, reviews = 2, 5
 	g := startTurnGate(t, bus.Config{MaxInFlight: 32, TenantMaxInFlight: turns}, nil)
 	flood, quiet := g.verdicts(t, "flood"), g.verdicts(t, "quiet")
+	// The quiet tenant has a review under way first: with two tenants in
+	// gated, each has its TenantMaxInFlight turns.
+	g.publish(t, "quiet", "qw0", "write")
+	g.begun(t, 1, "the quiet tenant's first review")
 	for i := range reviews {
 		g.publish(t, "flood", fmt.Sprintf("w%d", i), "write")
 	}
@@ -248,6 +252,7 @@ func TestTurnsAreNotHeldThroughReviews(t *testing.T) {
 	for i := range reviews {
 		g.reviews.open(fmt.Sprintf("w%d", i))
 	}
+	g.reviews.open("qw0")
 	g.reviews.open("qw1")
 	got := map[string]*engine.Verdict{}
 	for range reviews {
@@ -263,8 +268,58 @@ func TestTurnsAreNotHeldThroughReviews(t *testing.T) {
 			t.Fatalf("w%d: verdict %+v, want one decided at review by one reviewer", i, v)
 		}
 	}
-	if v := next(t, quiet, "the quiet tenant's review"); v.ProposalID != "qw1" || v.Stage != engine.StageReview {
-		t.Fatalf("the quiet tenant's second verdict is %s %s at %s, want qw1 decided at review", v.ProposalID, v.Outcome, v.Stage)
+	reviewed := map[string]bool{}
+	for range 2 {
+		v := next(t, quiet, "the quiet tenant's reviews")
+		if v.Stage != engine.StageReview || reviewed[v.ProposalID] {
+			t.Fatalf("the quiet tenant's verdict is %s %s at %s, want qw0 and qw1 decided at review, once each", v.ProposalID, v.Outcome, v.Stage)
+		}
+		reviewed[v.ProposalID] = true
+	}
+}
+
+// TestALoneTenantIsNotThrottled: a tenant alone in gated decides more
+// than TenantMaxInFlight proposals at once (leaving TenantMaxInFlight
+// handlers for the next tenant); once another tenant has a proposal in
+// gated, even one under review, each has TenantMaxInFlight turns.
+func TestALoneTenantIsNotThrottled(t *testing.T) {
+	const handlers, turns = 6, 1
+	var ids []string
+	for i := range handlers {
+		ids = append(ids, fmt.Sprintf("acme.r%d", i))
+	}
+	hold := holdDeliveries(ids...)
+	g := startTurnGate(t, bus.Config{MaxInFlight: handlers, TenantMaxInFlight: turns}, hold.wrap)
+	arrived := func(n int, what string) {
+		t.Helper()
+		for range n {
+			select {
+			case <-hold.arrived:
+			case <-time.After(30 * time.Second):
+				t.Fatal(what)
+			}
+		}
+	}
+	for i := range handlers - turns {
+		g.publish(t, "acme", fmt.Sprintf("r%d", i), "read")
+	}
+	arrived(handlers-turns, fmt.Sprintf("a tenant alone was not given %d turns at once", handlers-turns))
+	g.publish(t, "acme", fmt.Sprintf("r%d", handlers-turns), "read")
+	waitFor(t, func() bool { _, _, waiting := bus.TurnsOf(g.worker, "acme"); return waiting == 1 }, "the tenant's next proposal to wait")
+	if running, _, _ := bus.TurnsOf(g.worker, "acme"); running != handlers-turns {
+		t.Fatalf("acme: %d running, want %d: %d of %d handlers left for another tenant", running, handlers-turns, turns, handlers)
+	}
+	select {
+	case id := <-hold.arrived:
+		t.Fatalf("%s was decided while the tenant alone held %d of %d handlers; want %d left for another tenant", id, handlers-turns, handlers, turns)
+	default:
+	}
+
+	// Another tenant comes: it is decided at once on the handler left.
+	quiet := g.verdicts(t, "quiet")
+	g.publish(t, "quiet", "q1", "read")
+	if v := next(t, quiet, "the other tenant's read beside a tenant that held its handlers"); v.ProposalID != "q1" || !v.Approved {
+		t.Fatalf("quiet's verdict is %s %s (%s), want q1 approved", v.ProposalID, v.Outcome, v.Reason)
 	}
 }
 
@@ -309,6 +364,10 @@ func (h *heldDeliveries) GiveUp(ctx context.Context, d engine.Delivery, cause er
 // their first turn.
 func contend(t *testing.T, g *turnGate, hold *heldDeliveries) {
 	t.Helper()
+	// Another tenant's review is under way throughout, so acme has its
+	// TenantMaxInFlight turns and not the handlers of a tenant alone.
+	g.publish(t, "other", "o", "write")
+	g.begun(t, 1, "the other tenant's review")
 	g.publish(t, "acme", "a", "write")
 	g.begun(t, 1, "a's review")
 	g.publish(t, "acme", "b", "read")
@@ -375,14 +434,20 @@ func TestStopWithProposalsWaitingForTurns(t *testing.T) {
 				g.worker.Stop(tc.grace)
 			}()
 			waitFor(t, func() bool { return bus.Stopping(g.worker) }, "Stop to begin")
+			var first []string
 			if tc.open {
 				close(hold.held["acme.b"])
+				// b and a are answered while the other tenant's review
+				// still holds acme to its turn; then that review ends too.
+				for range 2 {
+					first = append(first, next(t, sub, "b and a within the grace period").ProposalID)
+				}
+				g.reviews.open("o")
 			}
 			<-stopped
 			if !tc.open {
 				close(hold.held["acme.b"])
 			}
-			var first []string
 			for {
 				msg, err := sub.NextMsg(time.Second)
 				if err != nil {

@@ -56,10 +56,12 @@ type Worker struct {
 
 	// tmu guards the turns, the runnable list and the handlers' counts.
 	tmu sync.Mutex
-	// tenants are the turns of each tenant: a tenant decides at most
-	// TenantMaxInFlight proposals at once, and its further ones wait in
-	// its own queue, not in front of the other tenants'. A proposal whose
-	// reviews wait on a reviewer gives its turn up meanwhile (engine.Turn).
+	// tenants are the turns of each tenant with proposals in this gated:
+	// while there are several, each decides at most TenantMaxInFlight
+	// proposals at once, and its further ones wait in its own queue, not
+	// in front of the other tenants'; a tenant alone may use every
+	// handler (turnsLocked). A proposal whose reviews wait on a reviewer
+	// gives its turn up meanwhile (engine.Turn).
 	tenants map[string]*tenantTurns
 	// runnable are the tenants with a turn free and a proposal waiting
 	// for it, in the order handlers take them.
@@ -188,7 +190,11 @@ func (w *Worker) dispatch(msg jetstream.Msg) {
 // that ends goes to a returning proposal before any that has not begun,
 // so that new arrivals cannot keep a reviewed proposal from its verdict.
 type tenantTurns struct {
-	running   int
+	running int
+	// reviewing counts the proposals that gave their turn up to their
+	// reviews and have not yet asked for one back: they keep the tenant
+	// among those with proposals in gated.
+	reviewing int
 	returning []*turn
 	waiting   []jetstream.Msg
 	// listed is true while the tenant is in the worker's runnable list.
@@ -222,6 +228,9 @@ func (t *turn) Release() {
 		return
 	}
 	t.held = false
+	if tt := w.tenants[t.tenant]; tt != nil {
+		tt.reviewing++
+	}
 	w.passTurnLocked(t.tenant)
 }
 
@@ -236,7 +245,8 @@ func (t *turn) Retake(ctx context.Context) error {
 		return nil
 	}
 	tt := w.tenantLocked(t.tenant)
-	if tt.running < w.cfg.TenantMaxInFlight && len(tt.returning) == 0 {
+	tt.reviewing = max(0, tt.reviewing-1)
+	if tt.running < w.turnsLocked() && len(tt.returning) == 0 {
 		tt.running++
 		t.held = true
 		w.tmu.Unlock()
@@ -292,14 +302,48 @@ func (w *Worker) tenantLocked(tenant string) *tenantTurns {
 // nothing held or waiting.
 func (w *Worker) scheduleLocked(tenant string, t *tenantTurns) {
 	switch {
-	case t.running < w.cfg.TenantMaxInFlight && len(t.returning) == 0 && len(t.waiting) > 0:
+	case t.running < w.turnsLocked() && len(t.returning) == 0 && len(t.waiting) > 0:
 		if !t.listed {
 			t.listed = true
 			w.runnable = append(w.runnable, tenant)
 			w.wakeLocked()
 		}
-	case t.running <= 0 && len(t.returning) == 0 && len(t.waiting) == 0 && !t.listed:
+	case t.running <= 0 && t.reviewing <= 0 && len(t.returning) == 0 && len(t.waiting) == 0 && !t.listed:
 		delete(w.tenants, tenant)
+		if len(w.tenants) == 1 {
+			// The tenant left alone may now use every handler.
+			for name, other := range w.tenants {
+				w.handOnLocked(other)
+				w.scheduleLocked(name, other)
+			}
+		}
+	}
+}
+
+// turnsLocked is how many turns each tenant has: TenantMaxInFlight while
+// several tenants have proposals in this gated (deciding, under review or
+// waiting), so that none delays another's; nearly every handler for a
+// tenant alone, so that one tenant is not throttled for the sake of none.
+func (w *Worker) turnsLocked() int {
+	if len(w.tenants) > 1 {
+		return w.cfg.TenantMaxInFlight
+	}
+	// A tenant alone leaves TenantMaxInFlight handlers to the next
+	// tenant to come, so that it finds one free even when every proposal
+	// of the first is stuck.
+	return max(w.cfg.TenantMaxInFlight, w.cfg.MaxInFlight-w.cfg.TenantMaxInFlight)
+}
+
+// handOnLocked hands t's free turns to its proposals waiting to take one
+// back after their reviews, oldest first.
+func (w *Worker) handOnLocked(t *tenantTurns) {
+	for len(t.returning) > 0 && t.running < w.turnsLocked() {
+		next := t.returning[0]
+		t.returning[0] = nil
+		t.returning = t.returning[1:]
+		t.running++
+		next.held = true
+		close(next.given)
 	}
 }
 
@@ -333,14 +377,7 @@ func (w *Worker) passTurnLocked(tenant string) {
 		return
 	}
 	t.running--
-	if len(t.returning) > 0 {
-		next := t.returning[0]
-		t.returning[0] = nil
-		t.returning = t.returning[1:]
-		t.running++
-		next.held = true
-		close(next.given)
-	}
+	w.handOnLocked(t)
 	w.scheduleLocked(tenant, t)
 }
 
@@ -372,7 +409,7 @@ func (w *Worker) nextWork() (jetstream.Msg, *turn) {
 				continue
 			}
 			t.listed = false
-			if t.running >= w.cfg.TenantMaxInFlight || len(t.returning) > 0 || len(t.waiting) == 0 {
+			if t.running >= w.turnsLocked() || len(t.returning) > 0 || len(t.waiting) == 0 {
 				w.scheduleLocked(name, t)
 				continue
 			}

@@ -121,7 +121,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
 	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for proposals in flight before returning them to the stream")
 	f.IntVar(&o.maxInFlight, "max-in-flight", 1024, "proposals decided at once by this process")
-	f.IntVar(&o.tenantMaxInFlight, "tenant-max-in-flight", 0, "proposals of one tenant this process works on at once; more wait in the tenant's own queue, so a flooding tenant leaves the CPU to the others; a proposal waiting on its reviewer holds none (0: 4 per core, at most --max-in-flight)")
+	f.IntVar(&o.tenantMaxInFlight, "tenant-max-in-flight", 0, "proposals of one tenant this process works on at once while other tenants have proposals in it too (a tenant alone may use every handler but this many); more wait in the tenant's own queue, so a flooding tenant leaves the CPU to the others; a proposal waiting on its reviewer holds none (0: 4 per core, at most --max-in-flight)")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long a proposal may go without an acknowledgement before JetStream redelivers it; gated sends in-progress acks every third of it; at least 1s")
 	f.IntVar(&o.maxDeliver, "max-deliver", 5, "deliveries of one proposal before gated answers it with an error verdict")
 	f.IntVar(&o.maxAckPending, "max-ack-pending", 0, "proposals handed out and not yet acknowledged, over every gated sharing the consumer (0: 4 × --max-in-flight)")
