@@ -216,3 +216,36 @@ func TestConcurrentReviewsReuseConnections(t *testing.T) {
 		t.Fatalf("%d model calls, want %d", n, 2*concurrent)
 	}
 }
+
+// The default client keeps small buffers per connection; a request, a
+// header line and an answer each many times their size still go through
+// whole, with both providers.
+func TestLargeExchangesPassTheConnectionBuffers(t *testing.T) {
+	notes := strings.Repeat("The change is covered and the rollback is known. ", 1000) // about 49 KB, under the answer limit
+	answer := strings.Replace(approval, "Notes: Covered by SOP-001 with a known rollback.", "Notes: "+notes, 1)
+	reason := strings.Repeat("nginx is wedged on web-1; ", 300) // the request is about 8 KB
+	for _, kind := range providers {
+		t.Run(kind, func(t *testing.T) {
+			p := newProvider(t, kind, textTurn(kind, answer, usage{1, 1}))
+			inner := p.srv.Config.Handler
+			p.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("X-Long", strings.Repeat("x", 8<<10))
+				inner.ServeHTTP(w, r)
+			})
+			res, err := reviewerFor(kind, p).Review(t.Context(), newRequest(kind, reason, newFakeTools()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, approved, why := judge(res); !approved {
+				t.Fatalf("not approved: %s", why)
+			}
+			if strings.TrimSpace(res.Notes) != strings.TrimSpace(notes) {
+				t.Errorf("notes came back %d bytes, want %d", len(res.Notes), len(notes))
+			}
+			calls := p.recorded()
+			if len(calls) != 1 || !strings.Contains(calls[0].Raw, reason[:len(reason)-2]) {
+				t.Errorf("the model did not get the whole request")
+			}
+		})
+	}
+}
