@@ -80,6 +80,15 @@ func (l *auditLog) record(ctx context.Context, name string, data any) error {
 	return nil
 }
 
+// flush starts storing the events recorded so far, before a step that
+// may take long: the stream then shows the proposal's progress while it
+// waits. A failure surfaces at Seal, as recordBestEffort's does.
+func (l *auditLog) flush(ctx context.Context) {
+	l.mu.Lock()
+	_ = l.trail.Flush(ctx)
+	l.mu.Unlock()
+}
+
 // recordBestEffort records an event whose failure will surface at Seal:
 // an audit trail that lost an event refuses to seal, so the proposal is
 // redelivered rather than acknowledged with a gap in its history.

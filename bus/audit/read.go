@@ -51,7 +51,7 @@ type Entry struct {
 // message that is not a valid record, its subject's tenant token.
 func (e Entry) Tenant() string {
 	if e.Record != nil {
-		return e.Record.Event.Tenant
+		return e.Record.Tenant
 	}
 	return subjectTenant(e.Subject)
 }
@@ -162,11 +162,21 @@ type Filter struct {
 	Operator string
 }
 
-// Match reports whether r passes the filter.
+// Match reports whether an event of r passes the filter.
 func (f Filter) Match(r *Record) bool {
 	if r == nil {
 		return false
 	}
+	for _, ev := range r.Events() {
+		if f.MatchEvent(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchEvent reports whether ev passes the filter.
+func (f Filter) MatchEvent(ev engine.AuditEvent) bool {
 	if f == (Filter{}) {
 		return true
 	}
@@ -175,11 +185,11 @@ func (f Filter) Match(r *Record) bool {
 		Operator string `json:"operator"`
 		Outcome  string `json:"outcome"`
 	}
-	if len(r.Event.Data) > 0 {
-		_ = json.Unmarshal(r.Event.Data, &d)
+	if len(ev.Data) > 0 {
+		_ = json.Unmarshal(ev.Data, &d)
 	}
 	switch {
-	case f.Outcome != "" && (r.Event.Event != engine.EventVerdict || d.Outcome != f.Outcome):
+	case f.Outcome != "" && (ev.Event != engine.EventVerdict || d.Outcome != f.Outcome):
 		return false
 	case f.Action != "" && d.Action != f.Action:
 		return false

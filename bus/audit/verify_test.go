@@ -400,7 +400,7 @@ func TestReadAudit(t *testing.T) {
 
 func TestAuditFilter(t *testing.T) {
 	rec := func(event, data string) *audit.Record {
-		return &audit.Record{Event: engine.AuditEvent{Event: event, Data: []byte(data)}}
+		return audit.NewRecord(0, engine.AuditEvent{Event: event, Data: []byte(data)})
 	}
 	verdict := rec(engine.EventVerdict, `{"action":"db_drop_table","operator":"alice","outcome":"rejected"}`)
 	received := rec(engine.EventReceived, `{"action":"db_drop_table","operator":"alice"}`)
