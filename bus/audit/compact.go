@@ -26,9 +26,10 @@ const RecordVersion = 2
 // members every event of a proposal starts its data with (headKeys); an
 // event that lacks some of them lists them in "omit", one whose values
 // differ carries its own "head". A verdict.decided event leaves out what
-// the record says already: proposal_id, tenant and action (absent), and
-// policy and proposal_sha256 (null) when they are the record's policy
-// event's and proposal.received's; the grant.issued event before it folds
+// the record says already, writing null in its place: proposal_id,
+// tenant and action (the envelope's and the head's), policy and
+// proposal_sha256 (rebuilt from the record's policy event and
+// proposal.received); the grant.issued event before it folds
 // into its "grant" member, {gid, kid, exp}, and the grant's token is not
 // kept. Expanding a record (Record.Events) gives back every event, as a
 // version-1 record of its own would have held it.
@@ -168,6 +169,9 @@ type compactEvent struct {
 	// folded is true for a grant.issued event folded into the verdict
 	// after it.
 	folded bool
+	// verbatim is set on a verdict.decided event whose data holds null
+	// where a record writes null for "the record's": it is kept as it is.
+	verbatim bool
 }
 
 // normalizeData makes an event's data what a record holds: absent when
@@ -314,6 +318,9 @@ func encodeRecord(evs []engine.AuditEvent) (encodedEvent, error) {
 			post = append(post, `,"grant":`...)
 			post = appendMembers(post, ce.grant)
 		}
+		if ce.verbatim {
+			post = append(post, `,"verbatim":true`...)
+		}
 		if ce.ev.Data != nil {
 			post = append(post, `,"data":`...)
 			post = appendMembers(post, ce.rest)
@@ -387,9 +394,12 @@ func trimVerdict(ces []compactEvent, i int, head []member, env engine.AuditEvent
 	if ce.ev.Data == nil {
 		return
 	}
-	for _, key := range []string{`"policy"`, `"proposal_sha256"`} {
+	for _, key := range rebuiltKeys {
 		if j, ok := findMember(ce.rest, key); ok && string(ce.rest[j].val) == "null" {
-			return // null is the record's mark for "rebuilt"
+			// null is the record's mark for "rebuilt": keep the data as
+			// it is, and say so.
+			ce.verbatim = true
+			return
 		}
 	}
 	from := verdictSources(ces[:i], head, env)
@@ -398,11 +408,7 @@ func trimVerdict(ces []compactEvent, i int, head []member, env engine.AuditEvent
 		switch key := string(m.key); {
 		case key == `"grant"` && ce.grant != nil:
 			continue // the token: the stored verdict keeps it
-		case key == `"proposal_id"` || key == `"tenant"` || key == `"action"`:
-			if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {
-				continue
-			}
-		case key == `"policy"` || key == `"proposal_sha256"`:
+		case isRebuilt(key):
 			if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {
 				rest = append(rest, member{key: m.key, val: []byte("null")})
 				continue
@@ -410,14 +416,20 @@ func trimVerdict(ces []compactEvent, i int, head []member, env engine.AuditEvent
 		}
 		rest = append(rest, m)
 	}
-	// A member that was left out must not be one the verdict lacks: the
-	// expansion puts it back whenever it is absent.
-	for _, key := range []string{`"proposal_id"`, `"tenant"`, `"action"`} {
-		if _, ok := findMember(ce.rest, key); !ok {
-			return
+	ce.rest = rest
+}
+
+// rebuiltKeys are the members of a verdict that its record may hold as
+// null, meaning "the record's": a verdict never holds null in them.
+var rebuiltKeys = [...]string{`"proposal_id"`, `"tenant"`, `"action"`, `"policy"`, `"proposal_sha256"`}
+
+func isRebuilt(key string) bool {
+	for _, k := range rebuiltKeys {
+		if key == k {
+			return true
 		}
 	}
-	ce.rest = rest
+	return false
 }
 
 // verdictFrom is what a verdict.decided event's left-out members are
@@ -514,7 +526,9 @@ type eventV2 struct {
 	Omit  []string        `json:"omit,omitempty"`
 	Head  json.RawMessage `json:"head,omitempty"`
 	Grant json.RawMessage `json:"grant,omitempty"`
-	Data  json.RawMessage `json:"data,omitempty"`
+	// Verbatim keeps a verdict's data as written, nulls included.
+	Verbatim bool            `json:"verbatim,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
 }
 
 // expandV2 checks a decoded version-2 body and returns its events as
@@ -572,14 +586,14 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 				}
 				out = append(out, g)
 			}
-			if e.Data != nil {
+			if e.Data != nil && !e.Verbatim {
 				if rest, err = rebuildVerdict(rest, from); err != nil {
 					return nil, fmt.Errorf("event %d (%s): %w", i+1, e.Event, err)
 				}
 			}
 		}
-		if e.Grant != nil && e.Event != engine.EventVerdict {
-			return nil, fmt.Errorf("event %d (%s): only a %s folds a grant", i+1, e.Event, engine.EventVerdict)
+		if (e.Grant != nil || e.Verbatim) && e.Event != engine.EventVerdict {
+			return nil, fmt.Errorf("event %d (%s): only a %s folds a grant or is verbatim", i+1, e.Event, engine.EventVerdict)
 		}
 		if len(own) > 0 || e.Data != nil {
 			ev.Data = appendMembers(make([]byte, 0, len(e.Data)+64), own, rest)
@@ -678,10 +692,10 @@ func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.A
 // rebuildVerdict puts back the members trimVerdict left out of a
 // verdict's data.
 func rebuildVerdict(rest []member, from verdictFrom) ([]member, error) {
-	out := make([]member, 0, len(rest)+3)
+	out := make([]member, 0, len(rest))
 	for _, m := range rest {
 		key := string(m.key)
-		if (key == `"policy"` || key == `"proposal_sha256"`) && string(m.val) == "null" {
+		if isRebuilt(key) && string(m.val) == "null" {
 			want, ok := from.member(key)
 			if !ok {
 				return nil, fmt.Errorf("the verdict's %s is the record's, and the record has none", key)
@@ -689,16 +703,6 @@ func rebuildVerdict(rest []member, from verdictFrom) ([]member, error) {
 			m.val = want
 		}
 		out = append(out, m)
-	}
-	for _, key := range []string{`"proposal_id"`, `"tenant"`, `"action"`} {
-		if _, ok := findMember(rest, key); ok {
-			continue
-		}
-		want, ok := from.member(key)
-		if !ok {
-			return nil, fmt.Errorf("the verdict's %s is the record's, and the record has none", key)
-		}
-		out = append(out, member{key: []byte(key), val: want})
 	}
 	return out, nil
 }
