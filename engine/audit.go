@@ -200,6 +200,38 @@ type ReplayInput struct {
 	Budget *BudgetState `json:"budget,omitempty"`
 }
 
+// MarshalJSON writes the input as the policy.decided record keeps it: the
+// budget counters that are zero are left out, as a replay reads them back
+// as zero; a budget kept is written even when every counter is zero.
+func (in ReplayInput) MarshalJSON() ([]byte, error) {
+	type plain ReplayInput
+	out := struct {
+		plain
+		Budget *auditBudget `json:"budget,omitempty"`
+	}{plain: plain(in)}
+	if b := in.Budget; b != nil {
+		out.Budget = &auditBudget{Tenant: auditCounters(b.Tenant), Agent: auditCounters(b.Agent)}
+	}
+	return json.Marshal(out)
+}
+
+// auditBudget is a BudgetState as a record keeps it.
+type auditBudget struct {
+	Tenant auditCounters `json:"tenant"`
+	Agent  auditCounters `json:"agent"`
+}
+
+// auditCounters are BudgetCounters without their zero counters.
+type auditCounters struct {
+	Proposals       int64 `json:"proposals,omitempty"`
+	Reads           int64 `json:"reads,omitempty"`
+	Tokens          int64 `json:"tokens,omitempty"`
+	ReviewsInFlight int64 `json:"reviews_in_flight,omitempty"`
+	HoldsPending    int64 `json:"holds_pending,omitempty"`
+	Refusals        int64 `json:"refusals_10m,omitempty"`
+	BudgetRefusals  int64 `json:"budget_refusals_10m,omitempty"`
+}
+
 func mustJSON(v any) json.RawMessage {
 	switch v := v.(type) {
 	case nil:
