@@ -85,12 +85,14 @@ func (l *fleetLoad) readAuditStream(t *testing.T) (map[string][]auditRec, int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r auditRec
-		if err := json.Unmarshal(m.Data(), &r); err != nil {
+		rec, err := audit.DecodeRecord(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
 			bad++
-		} else if strings.HasPrefix(r.ProposalID, l.prefix) {
-			r.seq = md.Sequence.Stream
-			out[r.ProposalID] = append(out[r.ProposalID], r)
+		} else if strings.HasPrefix(rec.ProposalID, l.prefix) {
+			for _, ev := range rec.Events() {
+				r := auditRec{seq: md.Sequence.Stream, Event: ev.Event, Tenant: ev.Tenant, ProposalID: ev.ProposalID, At: ev.At, Instance: ev.Instance, Data: ev.Data}
+				out[r.ProposalID] = append(out[r.ProposalID], r)
+			}
 		}
 		if md.NumPending == 0 {
 			return out, bad
