@@ -82,15 +82,27 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.State.Msgs != 3 || seq != info.State.LastSeq {
-		t.Fatalf("stream holds %d events, last seq %d; Seal returned %d", info.State.Msgs, info.State.LastSeq, seq)
+	// The three events, recorded with nothing in between, are one record.
+	if info.State.Msgs != 1 || seq != info.State.LastSeq {
+		t.Fatalf("stream holds %d records, last seq %d; Seal returned %d", info.State.Msgs, info.State.LastSeq, seq)
 	}
 	msg, err := res.Audit.GetMsg(t.Context(), seq)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if msg.Subject != "gated.audit.acme.verdict.decided" {
-		t.Errorf("verdict event subject = %q", msg.Subject)
+		t.Errorf("verdict record subject = %q", msg.Subject)
+	}
+	rec, err := audit.DecodeRecord(msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, ev := range rec.Events() {
+		names = append(names, ev.Event)
+	}
+	if want := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}; fmt.Sprint(names) != fmt.Sprint(want) {
+		t.Errorf("record events %v, want %v", names, want)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/store"
@@ -308,9 +309,13 @@ func (g *gate) auditedVerdict(t *testing.T, v *engine.Verdict) bool {
 	if err != nil {
 		t.Fatalf("reading audit record %d: %v", v.AuditSeq, err)
 	}
-	var ev engine.AuditEvent
-	if err := json.Unmarshal(msg.Data, &ev); err != nil {
-		t.Fatalf("audit record %d is not JSON: %v", v.AuditSeq, err)
+	rec, err := audit.DecodeRecord(msg.Subject, msg.Header, msg.Data)
+	if err != nil {
+		t.Fatalf("audit record %d: %v", v.AuditSeq, err)
+	}
+	ev, ok := rec.Find(engine.EventVerdict)
+	if !ok {
+		return false
 	}
 	var audited engine.Verdict
 	if err := json.Unmarshal(ev.Data, &audited); err != nil {

@@ -314,36 +314,23 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 		if len(out.Audit) >= maxProposalRecords {
 			return nil
 		}
-		var ev engine.AuditEvent
-		if e.Record != nil {
-			ev = e.Record.Event
-		} else if json.Unmarshal(e.Data, &ev) != nil {
-			// Not a record, nor a record's JSON: it names no proposal. The
-			// tenant's chain problems count it.
-			return nil
-		}
-		if ev.ProposalID != id {
-			return nil
-		}
 		if e.Record == nil {
+			var ev engine.AuditEvent
+			if json.Unmarshal(e.Data, &ev) != nil || ev.ProposalID != id {
+				// Not a record, nor a record's JSON: it names no proposal. The
+				// tenant's chain problems count it.
+				return nil
+			}
 			// A message that claims to be one of the proposal's records but
 			// is not a valid one: shown, with what the check found.
 			out.Audit = append(out.Audit, AuditRecord{Seq: e.Seq, Event: ev.Event, At: ev.At, Stored: e.Stored, Data: ev.Data})
 			return nil
 		}
-		out.Audit = append(out.Audit, AuditRecord{Seq: e.Seq, Event: ev.Event, At: ev.At, Stored: e.Stored, Data: ev.Data})
-		if ev.Event == engine.EventPolicyDecided && out.Proposal == nil {
-			var d struct {
-				Input *struct {
-					Proposal json.RawMessage `json:"proposal"`
-				} `json:"input"`
-			}
-			if json.Unmarshal(ev.Data, &d) == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
-				out.Proposal = d.Input.Proposal
-			}
+		if e.Record.ProposalID != id {
+			return nil
 		}
-		if out.Held != nil && ev.Event == engine.EventOperatorAwaited {
-			out.Held.fromAwaited(ev.Data)
+		for _, ev := range e.Record.Events() {
+			out.addEvent(e.Seq, e.Stored, ev)
 		}
 		return nil
 	})
@@ -469,13 +456,22 @@ func (s *Server) deadlines(ctx context.Context, items []QueueItem) error {
 	if err != nil {
 		return fmt.Errorf("opening the audit stream: %w", err)
 	}
-	subject := wire.AuditSubjectPrefix + "*." + engine.EventOperatorAwaited
-	if _, err := stream.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("reading the audit stream: %w", err)
+	// An operator.awaited event is a record of its own (version 1), or
+	// shares the record of the held verdict (version 2).
+	var subjects []string
+	for _, event := range []string{engine.EventOperatorAwaited, engine.EventVerdict} {
+		subject := wire.AuditSubjectPrefix + "*." + event
+		if _, err := stream.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		} else if err != nil {
+			return fmt.Errorf("reading the audit stream: %w", err)
+		}
+		subjects = append(subjects, subject)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{subject}})
+	if len(subjects) == 0 {
+		return nil
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: subjects})
 	if err != nil {
 		return fmt.Errorf("reading the audit stream: %w", err)
 	}
@@ -494,8 +490,10 @@ func (s *Server) deadlines(ctx context.Context, items []QueueItem) error {
 			return fmt.Errorf("reading the audit stream: %w", err)
 		}
 		if rec, err := audit.DecodeRecord(m.Subject(), m.Headers(), m.Data()); err == nil {
-			if h := want[rec.Event.Tenant+"."+rec.Event.ProposalID]; h != nil {
-				h.fromAwaited(rec.Event.Data)
+			if h := want[rec.Tenant+"."+rec.ProposalID]; h != nil {
+				if ev, ok := rec.Find(engine.EventOperatorAwaited); ok {
+					h.fromAwaited(ev.Data)
+				}
 			}
 		}
 		if md.NumPending == 0 {
@@ -603,4 +601,22 @@ func (s *Server) handleShadow(w http.ResponseWriter, r *http.Request, ses sessio
 		}
 	}
 	writeJSON(w, http.StatusOK, Shadow{Hours: hours, Summary: sum})
+}
+
+// addEvent adds one event of the proposal's record at seq to its page.
+func (out *Proposal) addEvent(seq uint64, stored time.Time, ev engine.AuditEvent) {
+	out.Audit = append(out.Audit, AuditRecord{Seq: seq, Event: ev.Event, At: ev.At, Stored: stored, Data: ev.Data})
+	if ev.Event == engine.EventPolicyDecided && out.Proposal == nil {
+		var d struct {
+			Input *struct {
+				Proposal json.RawMessage `json:"proposal"`
+			} `json:"input"`
+		}
+		if json.Unmarshal(ev.Data, &d) == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
+			out.Proposal = d.Input.Proposal
+		}
+	}
+	if out.Held != nil && ev.Event == engine.EventOperatorAwaited {
+		out.Held.fromAwaited(ev.Data)
+	}
 }

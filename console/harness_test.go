@@ -528,9 +528,15 @@ func (g *gate) refusals(t *testing.T, tenant string) []map[string]any {
 	t.Helper()
 	var out []map[string]any
 	err := audit.Read(t.Context(), g.js, audit.Query{Tenant: tenant}, func(e audit.Entry) error {
-		if e.Record != nil && e.Record.Event.Event == engine.EventConsoleRefused {
+		if e.Record == nil {
+			return nil
+		}
+		for _, ev := range e.Record.Events() {
+			if ev.Event != engine.EventConsoleRefused {
+				continue
+			}
 			var d map[string]any
-			if err := json.Unmarshal(e.Record.Event.Data, &d); err != nil {
+			if err := json.Unmarshal(ev.Data, &d); err != nil {
 				t.Fatal(err)
 			}
 			out = append(out, d)

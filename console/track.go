@@ -163,30 +163,27 @@ func (s *Server) handleBudgets(w http.ResponseWriter, r *http.Request, ses sessi
 	writeJSON(w, http.StatusOK, out)
 }
 
-// refusedByLimit sums the budget.refused records of tenant stored in the
-// last engine.RefusalWindow, read by their subject alone.
+// refusedByLimit sums the budget.refused events of tenant recorded in the
+// last engine.RefusalWindow. A refusal is recorded with the verdict it
+// ends in, in one record named after its last event, so every record of
+// the window is read, not the subject of budget.refused alone.
 func (s *Server) refusedByLimit(r *http.Request, tenant string, now time.Time) ([]RefusedByLimit, error) {
 	out := []RefusedByLimit{}
-	q := audit.Query{Tenant: tenant, Event: engine.EventBudgetRefused, Since: now.Add(-engine.RefusalWindow)}
+	q := audit.Query{Tenant: tenant, Since: now.Add(-engine.RefusalWindow)}
 	err := audit.Read(r.Context(), s.cfg.JS, q, func(e audit.Entry) error {
-		if e.Record == nil || e.Record.Event.Event != engine.EventBudgetRefused {
+		if e.Record == nil {
 			return nil
 		}
-		var b engine.BudgetRefusal
-		if json.Unmarshal(e.Record.Event.Data, &b) != nil || b.Limit == "" {
-			return nil
-		}
-		at := e.Record.Event.At
-		for i := range out {
-			if o := &out[i]; o.Scope == b.Scope && o.Agent == b.Agent && o.Limit == b.Limit {
-				o.Count++
-				if at.After(o.Last) {
-					o.Last = at
-				}
-				return nil
+		for _, ev := range e.Record.Events() {
+			if ev.Event != engine.EventBudgetRefused {
+				continue
 			}
+			var b engine.BudgetRefusal
+			if json.Unmarshal(ev.Data, &b) != nil || b.Limit == "" {
+				continue
+			}
+			out = addRefusal(out, b, ev.At)
 		}
-		out = append(out, RefusedByLimit{Scope: b.Scope, Agent: b.Agent, Limit: b.Limit, Count: 1, Last: at})
 		return nil
 	})
 	if err != nil && !errors.Is(err, audit.ErrNoStream) {
@@ -196,4 +193,18 @@ func (s *Server) refusedByLimit(r *http.Request, tenant string, now time.Time) (
 		return strings.Compare(a.Scope+"\x00"+a.Agent+"\x00"+a.Limit, b.Scope+"\x00"+b.Agent+"\x00"+b.Limit)
 	})
 	return out, nil
+}
+
+// addRefusal counts one refusal b at at in out, by scope, agent and limit.
+func addRefusal(out []RefusedByLimit, b engine.BudgetRefusal, at time.Time) []RefusedByLimit {
+	for i := range out {
+		if o := &out[i]; o.Scope == b.Scope && o.Agent == b.Agent && o.Limit == b.Limit {
+			o.Count++
+			if at.After(o.Last) {
+				o.Last = at
+			}
+			return out
+		}
+	}
+	return append(out, RefusedByLimit{Scope: b.Scope, Agent: b.Agent, Limit: b.Limit, Count: 1, Last: at})
 }

@@ -80,6 +80,15 @@ func (l *auditLog) record(ctx context.Context, name string, data any) error {
 	return nil
 }
 
+// flush starts storing the events recorded so far, before a step that
+// may take long: the stream then shows the proposal's progress while it
+// waits. A failure surfaces at Seal, as recordBestEffort's does.
+func (l *auditLog) flush(ctx context.Context) {
+	l.mu.Lock()
+	_ = l.trail.Flush(ctx)
+	l.mu.Unlock()
+}
+
 // recordBestEffort records an event whose failure will surface at Seal:
 // an audit trail that lost an event refuses to seal, so the proposal is
 // redelivered rather than acknowledged with a gap in its history.
@@ -189,6 +198,38 @@ type ReplayInput struct {
 	// Budget is the budget counters the policy saw, when budgets are
 	// kept.
 	Budget *BudgetState `json:"budget,omitempty"`
+}
+
+// MarshalJSON writes the input as the policy.decided record keeps it: the
+// budget counters that are zero are left out, as a replay reads them back
+// as zero; a budget kept is written even when every counter is zero.
+func (in ReplayInput) MarshalJSON() ([]byte, error) {
+	type plain ReplayInput
+	out := struct {
+		plain
+		Budget *auditBudget `json:"budget,omitempty"`
+	}{plain: plain(in)}
+	if b := in.Budget; b != nil {
+		out.Budget = &auditBudget{Tenant: auditCounters(b.Tenant), Agent: auditCounters(b.Agent)}
+	}
+	return json.Marshal(out)
+}
+
+// auditBudget is a BudgetState as a record keeps it.
+type auditBudget struct {
+	Tenant auditCounters `json:"tenant"`
+	Agent  auditCounters `json:"agent"`
+}
+
+// auditCounters are BudgetCounters without their zero counters.
+type auditCounters struct {
+	Proposals       int64 `json:"proposals,omitempty"`
+	Reads           int64 `json:"reads,omitempty"`
+	Tokens          int64 `json:"tokens,omitempty"`
+	ReviewsInFlight int64 `json:"reviews_in_flight,omitempty"`
+	HoldsPending    int64 `json:"holds_pending,omitempty"`
+	Refusals        int64 `json:"refusals_10m,omitempty"`
+	BudgetRefusals  int64 `json:"budget_refusals_10m,omitempty"`
 }
 
 func mustJSON(v any) json.RawMessage {

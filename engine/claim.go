@@ -75,6 +75,7 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 
 	// Another message carrying this proposal is under review: its verdict
 	// is this delivery's verdict too.
+	log.flush(ctx)
 	wait := min(max(time.Until(held.Until), time.Second), maxClaimWait)
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()

@@ -453,14 +453,21 @@ const (
 const UnknownTenant = "_"
 
 // AuditTrail records the steps of one proposal. Record may store
-// asynchronously; Seal records the last event and returns only once every
-// event recorded on the trail is durably stored. A sealed trail takes no
-// more events: Record and Seal fail with ErrTrailSealed.
+// asynchronously, and may hold events back to store several in one
+// record; Flush starts storing what it holds; Seal records the last event
+// and returns only once every event recorded on the trail is durably
+// stored. A sealed trail takes no more events: Record, Flush and Seal
+// fail with ErrTrailSealed.
 type AuditTrail interface {
 	// Record appends an event. An error means the event may be lost; a
 	// trail that lost an event must also fail Seal, so the proposal is
 	// redelivered instead of acknowledged with a gap in its history.
 	Record(ctx context.Context, ev AuditEvent) error
+	// Flush starts storing the events recorded so far, without waiting
+	// for them to be stored. The engine calls it before a step that may
+	// take long (a review), so that the stream shows the proposal's
+	// progress meanwhile. An error is as Record's.
+	Flush(ctx context.Context) error
 	// Seal appends the final event, waits for every earlier one, and
 	// returns the stream sequence of the final event.
 	Seal(ctx context.Context, ev AuditEvent) (uint64, error)

@@ -288,6 +288,18 @@ type memTrail struct {
 	sealed    int
 	sealSeq   uint64
 	afterSeal []string
+	// flushes are the number of events recorded at each Flush.
+	flushes []int
+}
+
+func (tr *memTrail) Flush(context.Context) error {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	if tr.lost {
+		return errors.New("audit trail lost an event")
+	}
+	tr.flushes = append(tr.flushes, len(tr.events))
+	return nil
 }
 
 func (tr *memTrail) Record(_ context.Context, ev engine.AuditEvent) error {

@@ -3,7 +3,10 @@ package engine_test
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/gated/gated/engine"
 )
@@ -78,4 +81,38 @@ func mustMarshal(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestReplayInputKeepsTheBudget writes a replay input's budget without
+// its zero counters and reads the same budget back.
+func TestReplayInputKeepsTheBudget(t *testing.T) {
+	tests := []struct {
+		note   string
+		budget *engine.BudgetState
+		want   string
+	}{
+		{note: "no budget kept", want: `"now":"2025-01-02T03:04:05Z"}`},
+		{note: "every counter zero", budget: &engine.BudgetState{}, want: `"budget":{"tenant":{},"agent":{}}`},
+		{note: "some counters", budget: &engine.BudgetState{Tenant: engine.BudgetCounters{Proposals: 3, Refusals: 1}, Agent: engine.BudgetCounters{Tokens: 9}},
+			want: `"budget":{"tenant":{"proposals":3,"refusals_10m":1},"agent":{"tokens":9}}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			in := engine.ReplayInput{Proposal: []byte(`{"v":1}`), Persona: "reviewer", Now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Budget: tc.budget}
+			doc, err := json.Marshal(in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(doc), tc.want) {
+				t.Fatalf("%s does not hold %s", doc, tc.want)
+			}
+			var back engine.ReplayInput
+			if err := json.Unmarshal(doc, &back); err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(back.Budget, tc.budget) || back.Persona != in.Persona || !back.Now.Equal(in.Now) || string(back.Proposal) != string(in.Proposal) {
+				t.Fatalf("read back %+v, want %+v", back, in)
+			}
+		})
+	}
 }

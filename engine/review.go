@@ -41,6 +41,7 @@ func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verd
 		startedData["model"] = persona.Model
 	}
 	r.log.recordBestEffort(ctx, EventReviewStarted, startedData)
+	r.log.flush(ctx)
 	started := time.Now()
 	res, err := c.reviewer.Review(rctx, ReviewRequest{
 		ReviewID:       reviewID,

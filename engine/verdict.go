@@ -189,7 +189,16 @@ const (
 // newPolicyRef is the policy section of a verdict that denies decided, or
 // that the routing of d decided when there are none.
 func newPolicyRef(denies []Deny, d PolicyDecision) *PolicyRef {
-	ref := &PolicyRef{Denies: denies, Route: ruleName(d.Review.Rule), Revision: d.Revision, EvalUS: d.Eval.Microseconds()}
+	return NewPolicyRef(denies, d.Review.Rule, d.Revision, d.Eval.Microseconds())
+}
+
+// NewPolicyRef is the policy section of a verdict that denies decided, or
+// that the routing rule route decided when there are none, under the
+// policy at revision, whose evaluation took evalUS microseconds. The
+// audit trail rebuilds a verdict's policy section with it from the
+// policy.decided event of the verdict's record.
+func NewPolicyRef(denies []Deny, route, revision string, evalUS int64) *PolicyRef {
+	ref := &PolicyRef{Denies: denies, Route: ruleName(route), Revision: revision, EvalUS: evalUS}
 	seen := make(map[string]bool, len(denies))
 	for _, deny := range denies {
 		if seen[deny.Rule] {

@@ -202,6 +202,11 @@ func TestAuditChainOnACluster(t *testing.T) {
 								errs <- err
 								return
 							}
+							// A record each: the writers race for one chain.
+							if err := tr.Flush(t.Context()); err != nil {
+								errs <- err
+								return
+							}
 						}
 						ev.Event = engine.EventVerdict
 						if _, err := tr.Seal(t.Context(), ev); err != nil {

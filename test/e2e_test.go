@@ -23,6 +23,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -187,11 +188,13 @@ func tenantAudit(ctx context.Context, t *testing.T, js jetstream.JetStream, tena
 		if err != nil {
 			t.Fatal(err)
 		}
-		var ev engine.AuditEvent
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			t.Fatalf("audit event at seq %d is not JSON: %v", md.Sequence.Stream, err)
+		rec, err := audit.DecodeRecord(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			t.Fatalf("audit message at seq %d is not a record: %v", md.Sequence.Stream, err)
 		}
-		out = append(out, auditRecord{seq: md.Sequence.Stream, ev: ev})
+		for _, ev := range rec.Events() {
+			out = append(out, auditRecord{seq: md.Sequence.Stream, ev: ev})
+		}
 	}
 	return out
 }

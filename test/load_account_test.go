@@ -85,12 +85,14 @@ func (l *fleetLoad) readAuditStream(t *testing.T) (map[string][]auditRec, int) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r auditRec
-		if err := json.Unmarshal(m.Data(), &r); err != nil {
+		rec, err := audit.DecodeRecord(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
 			bad++
-		} else if strings.HasPrefix(r.ProposalID, l.prefix) {
-			r.seq = md.Sequence.Stream
-			out[r.ProposalID] = append(out[r.ProposalID], r)
+		} else if strings.HasPrefix(rec.ProposalID, l.prefix) {
+			for _, ev := range rec.Events() {
+				r := auditRec{seq: md.Sequence.Stream, Event: ev.Event, Tenant: ev.Tenant, ProposalID: ev.ProposalID, At: ev.At, Instance: ev.Instance, Data: ev.Data}
+				out[r.ProposalID] = append(out[r.ProposalID], r)
+			}
 		}
 		if md.NumPending == 0 {
 			return out, bad
@@ -266,20 +268,22 @@ func countVerdictRecords(recs []auditRec, stored *engine.Verdict) (counted, orph
 
 // approvedByReview reports whether the audit trail holds an approving
 // review.finished event recorded on the delivery whose verdict.decided
-// event the stored verdict names, before it.
+// event the stored verdict names, before it: in an earlier record, or
+// earlier in the verdict's own record (recs are in stream order, a
+// record's events in theirs).
 func approvedByReview(recs []auditRec, v *engine.Verdict) bool {
 	delivery := 0
-	found := false
-	for _, r := range recs {
+	at := -1
+	for i, r := range recs {
 		if r.seq == v.AuditSeq && r.Event == engine.EventVerdict {
-			delivery, found = r.data().Delivery, true
+			delivery, at = r.data().Delivery, i
 		}
 	}
-	if !found {
+	if at < 0 {
 		return false
 	}
-	for _, r := range recs {
-		if r.Event != engine.EventReviewDone || r.seq >= v.AuditSeq {
+	for _, r := range recs[:at] {
+		if r.Event != engine.EventReviewDone {
 			continue
 		}
 		d := r.data()

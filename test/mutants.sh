@@ -304,6 +304,23 @@ mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
 
+# Records of version 2 (bus/audit/compact.go, bus/audit/record.go): a record
+# holds at least one event, its subject names its last, its MAC covers its
+# body, and a verdict's member is written as the record's only when the
+# record rebuilds it byte for byte.
+mutant record_has_events bus/audit/compact.go ./bus/audit \
+	$'\tif len(b.Events) == 0 {\n' \
+	$'\tif false {\n'
+mutant record_subject_names_last_event bus/audit/record.go ./bus/audit \
+	'if subject != wire.AuditSubject(b.Tenant, last) {' \
+	'if false {'
+mutant record_mac_covers_body bus/audit/key.go ./bus/audit \
+	'return ok && hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))' \
+	'return ok || hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))'
+mutant verdict_trimmed_when_rebuilt bus/audit/compact.go ./bus/audit \
+	'if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {' \
+	'if _, ok := from.member(key); ok {'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")

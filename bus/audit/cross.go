@@ -5,6 +5,7 @@ import (
 	"container/heap"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,11 +53,12 @@ type verdictPrint [16]byte
 
 // printVerdict is v's verdictPrint: the SHA-256 of its JSON with
 // audit_seq 0, which the engine recorded before the stream gave the
-// sequence. It encodes every member, so a stored verdict that differs
+// sequence, and its grant's token reduced to the grant's id (a
+// version-2 record keeps the id, not the token, which is signed on its
+// own). It encodes every other member, so a stored verdict that differs
 // from its record in anything, a review's text included, differs here.
 func printVerdict(v *engine.Verdict) verdictPrint {
-	c := *v
-	c.AuditSeq = 0
+	c := comparable(v)
 	doc, err := json.Marshal(&c)
 	if err != nil {
 		// A decoded verdict always encodes; were it not to, it matches no
@@ -67,6 +69,43 @@ func printVerdict(v *engine.Verdict) verdictPrint {
 	var p verdictPrint
 	copy(p[:], sum[:])
 	return p
+}
+
+// gidMark starts a verdict's Grant that holds a grant's id rather than its
+// token.
+const gidMark = "gid:"
+
+// comparable is a copy of v as a stored verdict and its record compare:
+// audit_seq 0, and the grant as its id.
+func comparable(v *engine.Verdict) engine.Verdict {
+	c := *v
+	c.AuditSeq = 0
+	if c.Grant != "" && !strings.HasPrefix(c.Grant, gidMark) {
+		c.Grant = gidMark + grantGID(c.Grant)
+	}
+	return c
+}
+
+// grantGID reads the gid claim of a grant token without verifying it
+// (the token is signed; the check here is that the verdict and its record
+// name the same grant). A token that does not read gives itself, which
+// matches no id.
+func grantGID(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return token
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return token
+	}
+	var c struct {
+		GID string `json:"gid"`
+	}
+	if json.Unmarshal(payload, &c) != nil || c.GID == "" {
+		return token
+	}
+	return c.GID
 }
 
 // decodeBucketVerdict decodes the value stored under key, a verdict key
@@ -86,19 +125,33 @@ func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
 	return &v, nil
 }
 
-// decodeVerdictRecord returns the verdict a verdict.decided record holds.
-// The record's data is the verdict (with audit_seq 0) beside the members
-// every event of a proposal carries, which a verdict does not have.
+// decodeVerdictRecord returns the verdict a record's verdict.decided
+// event holds. The event's data is the verdict (with audit_seq 0) beside
+// the members every event of a proposal carries, which a verdict does not
+// have. When the verdict's grant token is not in the record (a version-2
+// record keeps the grant.issued event's id instead), its Grant holds
+// gidMark and that id.
 func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
-	if r.Event.Event != engine.EventVerdict {
-		return nil, fmt.Errorf("the record is a %s, not a %s", r.Event.Event, engine.EventVerdict)
+	ev, ok := r.Find(engine.EventVerdict)
+	if !ok {
+		return nil, fmt.Errorf("the record is a %s, not a %s", r.Last().Event, engine.EventVerdict)
 	}
 	var v engine.Verdict
-	if err := json.Unmarshal(r.Event.Data, &v); err != nil {
+	if err := json.Unmarshal(ev.Data, &v); err != nil {
 		return nil, fmt.Errorf("the record's data is not a verdict: %w", err)
 	}
-	if v.Tenant != r.Event.Tenant || v.ProposalID != r.Event.ProposalID {
-		return nil, fmt.Errorf("the record of %s.%s holds the verdict of %s.%s", r.Event.Tenant, r.Event.ProposalID, v.Tenant, v.ProposalID)
+	if v.Tenant != r.Tenant || v.ProposalID != r.ProposalID {
+		return nil, fmt.Errorf("the record of %s.%s holds the verdict of %s.%s", r.Tenant, r.ProposalID, v.Tenant, v.ProposalID)
+	}
+	if v.Grant == "" && r.V >= RecordVersion {
+		if g, ok := r.Find(engine.EventGrantIssued); ok {
+			var d struct {
+				GID string `json:"gid"`
+			}
+			if json.Unmarshal(g.Data, &d) == nil && d.GID != "" {
+				v.Grant = gidMark + d.GID
+			}
+		}
 	}
 	return &v, nil
 }
@@ -598,8 +651,8 @@ func (c *verdictChecker) explain(ctx context.Context, sv storedVerdict) (Problem
 	if err != nil {
 		return ProblemModified, fmt.Sprintf("%s, which holds no valid record (%v)", head, err), nil
 	}
-	if r.Event.Event != engine.EventVerdict || r.Event.Tenant != sv.tenant || r.Event.ProposalID != sv.id {
-		return ProblemModified, fmt.Sprintf("%s, which holds the %s record of %s.%s", head, r.Event.Event, r.Event.Tenant, orNone(r.Event.ProposalID)), nil
+	if _, ok := r.Find(engine.EventVerdict); !ok || r.Tenant != sv.tenant || r.ProposalID != sv.id {
+		return ProblemModified, fmt.Sprintf("%s, which holds the %s record of %s.%s", head, r.Last().Event, r.Tenant, orNone(r.ProposalID)), nil
 	}
 	rv, err := decodeVerdictRecord(r)
 	if err != nil {
@@ -644,7 +697,10 @@ func (c *verdictChecker) findElsewhere(ctx context.Context, q Query, through uin
 			return errStopReading
 		}
 		r := e.Record
-		if r == nil || r.Event.Event != engine.EventVerdict || r.Event.ProposalID == "" || r.Event.Tenant == engine.UnknownTenant {
+		if r == nil || r.ProposalID == "" || r.Tenant == engine.UnknownTenant {
+			return nil
+		}
+		if _, ok := r.Find(engine.EventVerdict); !ok {
 			return nil
 		}
 		var p verdictPrint // a record that holds no verdict matches none
@@ -683,7 +739,8 @@ func (c *verdictChecker) matchAt(ctx context.Context, sv storedVerdict) (bool, e
 // diffMembers names the top-level members in which a and b differ,
 // audit_seq aside, in sorted order.
 func diffMembers(a, b *engine.Verdict) []string {
-	ma, mb := members(a), members(b)
+	ca, cb := comparable(a), comparable(b)
+	ma, mb := members(&ca), members(&cb)
 	var out []string
 	for k, va := range ma {
 		if k == "audit_seq" {

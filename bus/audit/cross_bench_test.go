@@ -162,7 +162,10 @@ func getEach(b *testing.B, res *bus.Resources) int {
 			b.Fatal(err)
 		}
 		r, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
-		if err == nil && r.Event.Event == engine.EventVerdict && r.Event.Tenant == v.Tenant && r.Event.ProposalID == v.ProposalID {
+		if err != nil {
+			continue
+		}
+		if _, ok := r.Find(engine.EventVerdict); ok && r.Tenant == v.Tenant && r.ProposalID == v.ProposalID {
 			matched++
 		}
 	}

@@ -222,16 +222,18 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 			},
 		},
 		{
-			note: "a verdict's record cut and published again later",
+			note: "a verdict's record cut and the next published again in its place",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				s.recreate(t)
-				// p5's policy.decided is cut, its verdict.decided moves up.
-				for seq := uint64(1); seq <= s.seq(5)-2; seq++ {
+				// p4's record (it holds its whole decision) is cut, p5's
+				// moves up into its place.
+				for seq := uint64(1); seq < s.seq(4); seq++ {
 					s.republish(t, seq)
 				}
 				moved := s.republish(t, s.seq(5))
 				return []storeProblem{
 					{moved, audit.ProblemRemoved, ""}, // the chain: n jumps
+					{s.seq(4), audit.ProblemModified, "p4"},
 					{s.seq(5), audit.ProblemReordered, "p5"},
 					{s.seq(6), audit.ProblemRemoved, "p6"},
 				}
@@ -259,10 +261,12 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 			},
 		},
 		{
-			note: "an audit_seq that names the proposal's received record",
+			note: "an audit_seq that names the record before its own",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq -= 2 })
-				return []storeProblem{{s.seq(2) - 2, audit.ProblemReordered, "p2"}}
+				// A decision by the policy alone is one record: the one
+				// before it is the previous proposal's.
+				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq-- })
+				return []storeProblem{{s.seq(2) - 1, audit.ProblemReordered, "p2"}}
 			},
 		},
 		{

@@ -52,8 +52,8 @@ func FuzzViewRecord(f *testing.F) {
 		if err != nil {
 			t.Fatalf("viewRecord accepted what DecodeRecord refuses (%v):\n%s", err, body)
 		}
-		ev := r.Event
-		if string(rv.event) != ev.Event || string(rv.tenant) != ev.Tenant || string(rv.proposalID) != ev.ProposalID ||
+		ev := r.Last()
+		if string(rv.event) != ev.Event || string(rv.tenant) != r.Tenant || string(rv.proposalID) != r.ProposalID ||
 			rv.chain != r.Chain || !bytes.Equal(rv.data, ev.Data) || rv.hash != r.Hash || rv.mac != r.MAC || rv.keyID != r.KeyID {
 			t.Fatalf("viewRecord read %+v, DecodeRecord %+v (chain %+v) of\n%s", rv, ev, r.Chain, body)
 		}

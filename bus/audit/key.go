@@ -78,9 +78,28 @@ func newestAuditRecord(ctx context.Context, stream jetstream.Stream) (*Record, e
 
 // macValid reports whether the record's MAC verifies under key.
 func (r *Record) macValid(key []byte) bool {
+	digest, ok := r.macDigest()
+	return ok && hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))
+}
+
+// macDigest is what the record's MAC covers: the SHA-256 of its body, as
+// its hash header spells it on a version-1 record. ok is false when a
+// version-1 hash header does not spell one.
+func (r *Record) macDigest() (digest [sha256.Size]byte, ok bool) {
+	if r.V >= RecordVersion {
+		return sha256.Sum256(r.Body), true
+	}
 	raw, err := hex.DecodeString(r.Hash)
 	if err != nil || len(raw) != sha256.Size {
-		return false
+		return digest, false
 	}
-	return hmac.Equal([]byte(auditMAC(key, [sha256.Size]byte(raw))), []byte(strings.ToLower(r.MAC)))
+	return [sha256.Size]byte(raw), true
+}
+
+// macText is the MAC header as compared: hex is read in either case.
+func (r *Record) macText() string {
+	if r.V >= RecordVersion {
+		return r.MAC
+	}
+	return strings.ToLower(r.MAC)
 }

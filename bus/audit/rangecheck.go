@@ -161,7 +161,7 @@ func CheckLatestVerdict(ctx context.Context, js jetstream.JetStream, tenant stri
 		switch {
 		case err == nil:
 			if r, err := DecodeRecord(rm.Subject, rm.Header, rm.Data); err == nil {
-				if rv, err := decodeVerdictRecord(r); err == nil && r.Event.Tenant == sv.tenant && r.Event.ProposalID == sv.id && printVerdict(rv) == sv.print() {
+				if rv, err := decodeVerdictRecord(r); err == nil && r.Tenant == sv.tenant && r.ProposalID == sv.id && printVerdict(rv) == sv.print() {
 					return anchor, nil, nil
 				}
 			}

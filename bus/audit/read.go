@@ -20,8 +20,11 @@ import (
 type Query struct {
 	// Tenant keeps one tenant's messages; empty keeps all.
 	Tenant string
-	// Event keeps the messages of one event (e.g.
-	// engine.EventBudgetRefused), read by its subject; empty keeps all.
+	// Event keeps the records whose subject names event, that is whose
+	// last event it is; empty keeps all. A record of version 2 holds the
+	// events recorded together, so an event that is not a record's last
+	// (a budget refusal, a review's end beside its verdict) is found by
+	// reading every record and looking through its Events.
 	Event string
 	// Since keeps messages stored at or after it; zero keeps all.
 	Since time.Time
@@ -55,7 +58,7 @@ type Entry struct {
 // message that is not a valid record, its subject's tenant token.
 func (e Entry) Tenant() string {
 	if e.Record != nil {
-		return e.Record.Event.Tenant
+		return e.Record.Tenant
 	}
 	return subjectTenant(e.Subject)
 }
@@ -169,11 +172,21 @@ type Filter struct {
 	Operator string
 }
 
-// Match reports whether r passes the filter.
+// Match reports whether an event of r passes the filter.
 func (f Filter) Match(r *Record) bool {
 	if r == nil {
 		return false
 	}
+	for _, ev := range r.Events() {
+		if f.MatchEvent(ev) {
+			return true
+		}
+	}
+	return false
+}
+
+// MatchEvent reports whether ev passes the filter.
+func (f Filter) MatchEvent(ev engine.AuditEvent) bool {
 	if f == (Filter{}) {
 		return true
 	}
@@ -182,11 +195,11 @@ func (f Filter) Match(r *Record) bool {
 		Operator string `json:"operator"`
 		Outcome  string `json:"outcome"`
 	}
-	if len(r.Event.Data) > 0 {
-		_ = json.Unmarshal(r.Event.Data, &d)
+	if len(ev.Data) > 0 {
+		_ = json.Unmarshal(ev.Data, &d)
 	}
 	switch {
-	case f.Outcome != "" && (r.Event.Event != engine.EventVerdict || d.Outcome != f.Outcome):
+	case f.Outcome != "" && (ev.Event != engine.EventVerdict || d.Outcome != f.Outcome):
 		return false
 	case f.Action != "" && d.Action != f.Action:
 		return false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -45,42 +46,94 @@ type Chain struct {
 	Prev string `json:"prev"`
 }
 
-// Record is one record of the audit stream, decoded.
+// Record is one record of the audit stream, decoded. A record of
+// version 1 holds one event; a record of version 2 (RecordVersion) the
+// events of one proposal that gated recorded together. Events gives them
+// alike.
 type Record struct {
 	// Seq is the stream sequence, Stored the stream's timestamp; both are
 	// zero for a record that was not read from the stream.
 	Seq    uint64
 	Stored time.Time
-	// Subject is gated.audit.<tenant>.<event>.
+	// Subject is gated.audit.<tenant>.<event>, the event being the
+	// record's last.
 	Subject string
-	Event   engine.AuditEvent
-	Chain   Chain
-	// Body is the record exactly as stored: Event's members and "chain".
+	// V is the record's schema version: 1 or RecordVersion.
+	V int
+	// Tenant and ProposalID are the envelope every event of the record
+	// shares.
+	Tenant     string
+	ProposalID string
+	Chain      Chain
+	// Body is the record exactly as stored.
 	Body []byte
-	// Hash is the Gated-Audit-Hash header as written, which Verify checks
-	// against the body.
+	// Hash is the Gated-Audit-Hash header of a version-1 record as
+	// written, which Verify checks against the body; a version-2 record
+	// has none (its hash is the body's SHA-256, computed).
 	Hash string
 	// MAC and KeyID are the Gated-Audit-Mac and Gated-Audit-Key headers;
-	// empty for a record written without a key.
+	// empty for a record written without a key. A version-1 MAC is in hex,
+	// a version-2 one in unpadded base64url.
 	MAC   string
 	KeyID string
+
+	events []engine.AuditEvent
 }
 
-// auditBody is the wire form of a record's body.
+// Events returns the record's events in the order recorded, each as a
+// version-1 record of its own would hold it: a version-2 record's shared
+// members are put back into every event (see docs/AUDIT.md for what a
+// version-2 record keeps of a grant). Every reader of the stream reads
+// records through it. The slice is the record's: do not modify it.
+func (r *Record) Events() []engine.AuditEvent { return r.events }
+
+// Last returns the record's last event, the one its subject names.
+func (r *Record) Last() engine.AuditEvent { return r.events[len(r.events)-1] }
+
+// Find returns the record's last event named name.
+func (r *Record) Find(name string) (engine.AuditEvent, bool) {
+	for i := len(r.events) - 1; i >= 0; i-- {
+		if r.events[i].Event == name {
+			return r.events[i], true
+		}
+	}
+	return engine.AuditEvent{}, false
+}
+
+// NewRecord returns a record of the events evs, for tests and tools that
+// fold records without reading them from a stream; it has no chain, body
+// or headers.
+func NewRecord(seq uint64, evs ...engine.AuditEvent) *Record {
+	r := &Record{Seq: seq, V: RecordVersion, events: evs}
+	if len(evs) > 0 {
+		r.Tenant, r.ProposalID = evs[0].Tenant, evs[0].ProposalID
+		r.Subject = wire.AuditSubject(evs[0].Tenant, evs[len(evs)-1].Event)
+	}
+	return r
+}
+
+// auditBody is the wire form of a version-1 record's body.
 type auditBody struct {
 	engine.AuditEvent
 	Chain *Chain `json:"chain"`
 }
 
 // DecodeRecord decodes a message of the audit stream. It checks the
-// form of a record — a JSON object of the event schema and a chain link,
-// the subject that names the body's tenant and event, a hash header — but
-// not whether the hash matches, nor the MAC, nor the chain: those are
-// Verify's, which needs the other records and the keys. Every error wraps
+// form of a record — a JSON object of a known version, its chain link,
+// events of the event schema, the subject that names the tenant and the
+// last event, a hash header on a version-1 record — but not whether the
+// hash matches, nor the MAC, nor the chain: those are Verify's, which
+// needs the other records and the keys. Every error wraps
 // ErrInvalidRecord.
 func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
+	}
+	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
+		return bad("body is not a JSON object")
+	}
+	if bodyVersion(body) == RecordVersion {
+		return decodeV2(subject, hdr, body)
 	}
 	b, ok := decodeCanonical(body)
 	if !ok {
@@ -91,13 +144,10 @@ func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error)
 			return bad("body: %v", err)
 		}
 	}
-	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
-		return bad("body is not a JSON object")
-	}
 	ev := b.AuditEvent
 	switch {
 	case ev.V != engine.SchemaVersion:
-		return bad("schema version %d, want %d", ev.V, engine.SchemaVersion)
+		return bad("schema version %d, want %d or %d", ev.V, engine.SchemaVersion, RecordVersion)
 	case !validAuditTenant(ev.Tenant):
 		return bad("tenant %q is not a tenant token", ev.Tenant)
 	case !validEventName(ev.Event):
@@ -106,16 +156,11 @@ func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error)
 		return bad("subject %s does not name the body's tenant %q and event %q", subject, ev.Tenant, ev.Event)
 	case len(ev.Data) > 0 && !isJSONObject(ev.Data):
 		return bad("data is not a JSON object")
-	case b.Chain == nil:
-		return bad("no chain member")
-	case b.Chain.N == 0:
-		return bad("chain n is 0; records are numbered from 1")
-	case b.Chain.N > 1 && b.Chain.Prev == "":
-		return bad("record %d of a chain links to no record", b.Chain.N)
-	case b.Chain.Prev != "" && !digest.ValidSHA256(b.Chain.Prev):
-		return bad("chain prev %q is not a hex SHA-256", b.Chain.Prev)
 	}
-	r := &Record{Subject: subject, Event: ev, Chain: *b.Chain, Body: body}
+	if err := checkChain(b.Chain); err != nil {
+		return bad("%v", err)
+	}
+	r := &Record{Subject: subject, V: 1, Tenant: ev.Tenant, ProposalID: ev.ProposalID, Chain: *b.Chain, Body: body, events: []engine.AuditEvent{ev}}
 	if hdr != nil {
 		r.Hash, r.MAC, r.KeyID = hdr.Get(wire.AuditHashHeader), hdr.Get(wire.AuditMACHeader), hdr.Get(wire.AuditKeyHeader)
 	}
@@ -125,6 +170,76 @@ func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error)
 	case !digest.ValidSHA256(r.Hash):
 		return bad("%s %q is not a hex SHA-256", wire.AuditHashHeader, r.Hash)
 	case (r.MAC == "") != (r.KeyID == ""):
+		return bad("%s and %s go together", wire.AuditMACHeader, wire.AuditKeyHeader)
+	}
+	return r, nil
+}
+
+// bodyVersion reads the version of a body that starts as gated writes
+// one, {"v":N, and otherwise the "v" member of the object, leniently; 0
+// when there is none.
+func bodyVersion(body []byte) int {
+	if len(body) > 7 && string(body[:5]) == `{"v":` && body[6] == ',' && body[5] >= '0' && body[5] <= '9' {
+		return int(body[5] - '0')
+	}
+	var v struct {
+		V int `json:"v"`
+	}
+	_ = json.Unmarshal(body, &v)
+	return v.V
+}
+
+// checkChain checks a record's chain link on its own.
+func checkChain(c *Chain) error {
+	switch {
+	case c == nil:
+		return errors.New("no chain member")
+	case c.N == 0:
+		return errors.New("chain n is 0; records are numbered from 1")
+	case c.N > 1 && c.Prev == "":
+		return fmt.Errorf("record %d of a chain links to no record", c.N)
+	case c.Prev != "" && !digest.ValidSHA256(c.Prev):
+		return fmt.Errorf("chain prev %q is not a hex SHA-256", c.Prev)
+	}
+	return nil
+}
+
+// decodeV2 decodes a version-2 record.
+func decodeV2(subject string, hdr nats.Header, body []byte) (*Record, error) {
+	bad := func(format string, args ...any) (*Record, error) {
+		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
+	}
+	var b recordV2
+	if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
+		return bad("body: data after the JSON object")
+	} else if err != nil {
+		return bad("body: %v", err)
+	}
+	switch {
+	case b.V != RecordVersion:
+		return bad("schema version %d, want %d", b.V, RecordVersion)
+	case !validAuditTenant(b.Tenant):
+		return bad("tenant %q is not a tenant token", b.Tenant)
+	}
+	if err := checkChain(b.Chain); err != nil {
+		return bad("%v", err)
+	}
+	evs, err := expandV2(&b)
+	if err != nil {
+		return bad("%v", err)
+	}
+	last := b.Events[len(b.Events)-1].Event
+	if subject != wire.AuditSubject(b.Tenant, last) {
+		return bad("subject %s does not name the body's tenant %q and last event %q", subject, b.Tenant, last)
+	}
+	r := &Record{Subject: subject, V: RecordVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Chain: *b.Chain, Body: body, events: evs}
+	if hdr != nil {
+		r.MAC, r.KeyID = hdr.Get(wire.AuditMACHeader), hdr.Get(wire.AuditKeyHeader)
+		if h := hdr.Get(wire.AuditHashHeader); h != "" {
+			return bad("a version-%d record has no %s header", RecordVersion, wire.AuditHashHeader)
+		}
+	}
+	if (r.MAC == "") != (r.KeyID == "") {
 		return bad("%s and %s go together", wire.AuditMACHeader, wire.AuditKeyHeader)
 	}
 	return r, nil
@@ -152,17 +267,24 @@ func ParseKey(data []byte) ([]byte, error) {
 	return data, nil
 }
 
-// auditMAC is the MAC of a record whose hash header spells digest.
-func auditMAC(key []byte, digest [sha256.Size]byte) string {
-	return macDigest(hmac.New(sha256.New, key), digest)
+// auditMAC is the MAC of a record of version v whose body's SHA-256 is
+// digest (for version 1: whose hash header spells digest).
+func auditMAC(key []byte, digest [sha256.Size]byte, v int) string {
+	return macDigest(hmac.New(sha256.New, key), digest, v)
 }
 
-// macDigest MACs digest with m, an HMAC-SHA-256 that is reset first.
-func macDigest(m hash.Hash, digest [sha256.Size]byte) string {
+// macDigest MACs digest with m, an HMAC-SHA-256 that is reset first, and
+// spells the MAC as a record of version v carries it: in hex for
+// version 1, in unpadded base64url after.
+func macDigest(m hash.Hash, digest [sha256.Size]byte, v int) string {
 	m.Reset()
 	m.Write(digest[:])
 	var sum [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(sum[:0]))
+	mac := m.Sum(sum[:0])
+	if v == 1 {
+		return hex.EncodeToString(mac)
+	}
+	return base64.RawURLEncoding.EncodeToString(mac)
 }
 
 // auditSigner writes the hash and MAC headers of records.
@@ -182,25 +304,37 @@ func newAuditSigner(key []byte) auditSigner {
 		macs: &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}}
 }
 
-func (s auditSigner) sign(hdr nats.Header, digest [sha256.Size]byte) {
-	hdr.Set(wire.AuditHashHeader, hex.EncodeToString(digest[:]))
+// sign writes the headers of a record of version v whose body's SHA-256
+// is digest: the hash itself only on version 1, where it is part of the
+// format.
+func (s auditSigner) sign(hdr nats.Header, digest [sha256.Size]byte, v int) {
+	if v == 1 {
+		hdr.Set(wire.AuditHashHeader, hex.EncodeToString(digest[:]))
+	}
 	if s.key != nil {
 		m := s.macs.Get().(hash.Hash)
-		hdr.Set(wire.AuditMACHeader, macDigest(m, digest))
+		hdr.Set(wire.AuditMACHeader, macDigest(m, digest, v))
 		s.macs.Put(m)
 		hdr.Set(wire.AuditKeyHeader, s.keyID)
 	}
 }
 
-// encodedEvent is an event marshalled once; chaining it only splices the
-// chain member in, so a record can be re-chained cheaply after another
-// gated instance wrote to its tenant.
+// encodedEvent is a record marshalled once, but for its chain link:
+// chaining it only splices the chain member in, so a record can be
+// re-chained cheaply after another gated instance wrote to its tenant.
+// The body is pre, the chain member, then post.
 type encodedEvent struct {
+	v       int
 	tenant  string
 	subject string
-	json    []byte // the event without the chain member
+	pre     []byte
+	post    []byte
 }
 
+// size is the body's length without its chain member.
+func (e encodedEvent) size() int { return len(e.pre) + len(e.post) }
+
+// encodeEvent encodes ev alone as a version-1 record.
 func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 	if !validAuditTenant(ev.Tenant) {
 		return encodedEvent{}, fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
@@ -223,7 +357,7 @@ func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
 	}
-	return encodedEvent{tenant: ev.Tenant, subject: wire.AuditSubject(ev.Tenant, ev.Event), json: data}, nil
+	return encodedEvent{v: 1, tenant: ev.Tenant, subject: wire.AuditSubject(ev.Tenant, ev.Event), pre: data[:len(data)-1], post: []byte("}")}, nil
 }
 
 // appendEvent appends ev as encoding/json writes an engine.AuditEvent,
@@ -282,13 +416,14 @@ func appendJSONString(dst []byte, s string) []byte {
 
 // body returns the record's body for chain link c.
 func (e encodedEvent) body(c Chain) []byte {
-	out := make([]byte, 0, len(e.json)+96)
-	out = append(out, e.json[:len(e.json)-1]...)
+	out := make([]byte, 0, e.size()+96)
+	out = append(out, e.pre...)
 	out = append(out, `,"chain":{"n":`...)
 	out = strconv.AppendUint(out, c.N, 10)
 	out = append(out, `,"prev":"`...)
 	out = append(out, c.Prev...)
-	return append(out, `"}}`...)
+	out = append(out, `"}`...)
+	return append(out, e.post...)
 }
 
 // msg builds the record's message for chain link c and returns it with
@@ -297,16 +432,29 @@ func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte)
 	m := nats.NewMsg(e.subject)
 	m.Data = e.body(c)
 	digest := sha256.Sum256(m.Data)
-	s.sign(m.Header, digest)
+	s.sign(m.Header, digest, e.v)
 	return m, digest
 }
 
-// NewMsg builds the stream message of a record: ev with chain link c,
-// hashed, and MACed under key when key is not empty. gated's Writer
-// writes records this way; it is exported for tools and tests that write
-// or check records themselves.
+// NewMsg builds the stream message of a version-1 record: ev with chain
+// link c, hashed, and MACed under key when key is not empty. It is
+// exported for tools and tests that write or check records of the first
+// version; gated's Writer writes version-2 records (NewRecordMsg).
 func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	e, err := encodeEvent(ev)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := e.msg(c, newAuditSigner(key))
+	return m, nil
+}
+
+// NewRecordMsg builds the stream message of a version-2 record of evs,
+// events of one tenant and proposal in the order recorded, with chain
+// link c, MACed under key when key is not empty, as gated's Writer
+// writes it.
+func NewRecordMsg(evs []engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
+	e, err := encodeRecord(evs)
 	if err != nil {
 		return nil, err
 	}

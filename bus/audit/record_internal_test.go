@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"reflect"
@@ -24,8 +25,8 @@ func TestSignerReusesMACs(t *testing.T) {
 	for i := range 50 {
 		digest := sha256.Sum256([]byte(strconv.Itoa(i % 3)))
 		hdr := nats.Header{}
-		s.sign(hdr, digest)
-		if got, want := hdr.Get(wire.AuditMACHeader), auditMAC(key, digest); got != want {
+		s.sign(hdr, digest, 1)
+		if got, want := hdr.Get(wire.AuditMACHeader), auditMAC(key, digest, 1); got != want {
 			t.Fatalf("record %d: MAC %s, want %s", i, got, want)
 		}
 		if got, want := hdr.Get(wire.AuditHashHeader), hex.EncodeToString(digest[:]); got != want {
@@ -35,8 +36,19 @@ func TestSignerReusesMACs(t *testing.T) {
 	mac := hmac.New(sha256.New, key)
 	d := sha256.Sum256([]byte("x"))
 	mac.Write(d[:])
-	if got, want := auditMAC(key, d), hex.EncodeToString(mac.Sum(nil)); got != want {
+	sum := mac.Sum(nil)
+	if got, want := auditMAC(key, d, 1), hex.EncodeToString(sum); got != want {
 		t.Fatalf("auditMAC = %s, want HMAC-SHA-256 %s", got, want)
+	}
+	// A version-2 record spells the same MAC in unpadded base64url, and
+	// carries no hash header.
+	if got, want := auditMAC(key, d, RecordVersion), base64.RawURLEncoding.EncodeToString(sum); got != want {
+		t.Fatalf("auditMAC of version 2 = %s, want %s", got, want)
+	}
+	hdr := nats.Header{}
+	s.sign(hdr, d, RecordVersion)
+	if h := hdr.Get(wire.AuditHashHeader); h != "" {
+		t.Fatalf("a version-2 record has hash header %s", h)
 	}
 }
 

@@ -3,7 +3,9 @@ package audit_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +49,7 @@ func TestDecodeAuditRecord(t *testing.T) {
 	if err != nil {
 		t.Fatalf("a record NewMsg built: %v", err)
 	}
-	if rec.Event.ProposalID != "p1" || rec.Chain.N != 1 || rec.Hash != hexSHA256(good.Data) || rec.KeyID != audit.KeyID(testKey) || rec.MAC == "" {
+	if rec.ProposalID != "p1" || rec.Last().ProposalID != "p1" || rec.Chain.N != 1 || rec.Hash != hexSHA256(good.Data) || rec.KeyID != audit.KeyID(testKey) || rec.MAC == "" {
 		t.Errorf("decoded %+v", rec)
 	}
 	if !strings.HasSuffix(string(good.Data), `,"chain":{"n":1,"prev":""}}`) {
@@ -83,7 +85,8 @@ func TestDecodeAuditRecord(t *testing.T) {
 		{note: "trailing close brace", subject: subject, hdr: hdr(hash, zeros), body: body + "}", want: "after the JSON object"},
 		{note: "trailing close bracket", subject: subject, hdr: hdr(hash, zeros), body: body + "]", want: "after the JSON object"},
 		{note: "unknown member", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":1,"x":2`, 1), want: "unknown field"},
-		{note: "schema version", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":2`, 1), want: "schema version"},
+		{note: "schema version", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":3`, 1), want: "schema version"},
+		{note: "a version-1 body labelled version 2", subject: subject, body: strings.Replace(body, `"v":1`, `"v":2`, 1), want: "unknown field"},
 		{note: "bad tenant", subject: "gated.audit.ACME.verdict.decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `"acme"`, `"ACME"`, 1), want: "tenant"},
 		{note: "bad event", subject: "gated.audit.acme.verdict..decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `verdict.decided`, `verdict..decided`, 1), want: "event"},
 		{note: "subject names another tenant", subject: "gated.audit.beta.verdict.decided", hdr: hdr(hash, zeros), body: body, want: "subject"},
@@ -159,15 +162,30 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			return
 		}
-		if rec.Subject != wire.AuditSubject(rec.Event.Tenant, rec.Event.Event) || rec.Chain.N == 0 || rec.Hash == "" {
+		evs := rec.Events()
+		if len(evs) == 0 || rec.Subject != wire.AuditSubject(rec.Tenant, rec.Last().Event) || rec.Chain.N == 0 || (rec.V == 1) == (rec.Hash == "") {
 			t.Fatalf("accepted an inconsistent record: %+v", rec)
 		}
-		again, err := audit.NewMsg(rec.Event, rec.Chain, nil)
+		for _, ev := range evs {
+			if ev.Tenant != rec.Tenant || ev.ProposalID != rec.ProposalID || (len(ev.Data) > 0 && !json.Valid(ev.Data)) {
+				t.Fatalf("accepted a record whose event %s is not the envelope's, or its data not JSON: %+v", ev.Event, ev)
+			}
+		}
+		var again *nats.Msg
+		if rec.V == 1 {
+			again, err = audit.NewMsg(evs[0], rec.Chain, nil)
+		} else {
+			again, err = audit.NewRecordMsg(evs, rec.Chain, nil)
+		}
 		if err != nil {
 			t.Fatalf("an accepted record does not encode again: %v", err)
 		}
-		if _, err := audit.DecodeRecord(again.Subject, again.Header, again.Data); err != nil {
+		back, err := audit.DecodeRecord(again.Subject, again.Header, again.Data)
+		if err != nil {
 			t.Fatalf("a re-encoded record does not decode: %v\n%s", err, again.Data)
+		}
+		if rec.V == audit.RecordVersion {
+			assertSameEvents(t, withoutTokens(evs), back.Events())
 		}
 	})
 }
@@ -196,4 +214,54 @@ func FuzzParseKey(f *testing.F) {
 			t.Fatalf("key %x written in hex reads back as %x, %v", key, again, err)
 		}
 	})
+}
+
+// withoutTokens is evs as a version-2 record gives them back: a verdict
+// that follows its grant.issued event keeps the grant's id, not its token.
+func withoutTokens(evs []engine.AuditEvent) []engine.AuditEvent {
+	out := make([]engine.AuditEvent, len(evs))
+	copy(out, evs)
+	for i := 1; i < len(out); i++ {
+		if out[i].Event != engine.EventVerdict || out[i-1].Event != engine.EventGrantIssued {
+			continue
+		}
+		var d map[string]json.RawMessage
+		if json.Unmarshal(out[i].Data, &d) == nil {
+			delete(d, "grant")
+			out[i].Data, _ = json.Marshal(d)
+		}
+		// The folded grant.issued event takes its verdict's time.
+		out[i-1].At = out[i].At
+	}
+	return out
+}
+
+// assertSameEvents fails unless got holds want's events, each with the
+// same envelope and the same data as a JSON document.
+func assertSameEvents(t testing.TB, want, got []engine.AuditEvent) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d:\n%+v\n%+v", len(got), len(want), got, want)
+	}
+	for i := range want {
+		w, g := want[i], got[i]
+		if w.Event != g.Event || w.Tenant != g.Tenant || w.ProposalID != g.ProposalID || !w.At.Equal(g.At) ||
+			w.Instance != g.Instance || w.PolicyRevision != g.PolicyRevision {
+			t.Fatalf("event %d: %+v, want %+v", i, g, w)
+		}
+		var wd, gd any
+		if len(w.Data) > 0 {
+			if err := json.Unmarshal(w.Data, &wd); err != nil {
+				t.Fatalf("event %d: want data %s: %v", i, w.Data, err)
+			}
+		}
+		if len(g.Data) > 0 {
+			if err := json.Unmarshal(g.Data, &gd); err != nil {
+				t.Fatalf("event %d: data %s: %v", i, g.Data, err)
+			}
+		}
+		if !reflect.DeepEqual(wd, gd) {
+			t.Fatalf("event %d (%s): data\n%s\nwant\n%s", i, w.Event, g.Data, w.Data)
+		}
+	}
 }

@@ -174,7 +174,13 @@ func (t *TrackRecord) Add(r *Record) {
 	if r == nil {
 		return
 	}
-	ev := r.Event
+	for _, ev := range r.Events() {
+		t.addEvent(ev)
+	}
+}
+
+// addEvent folds one event into the track record.
+func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventVerdict:
 		var v engine.Verdict

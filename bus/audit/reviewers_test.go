@@ -11,7 +11,7 @@ import (
 
 // rec is an audit record of tenant acme for proposal id with data.
 func rec(event, id, data string) *audit.Record {
-	return &audit.Record{Event: engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: id, Data: json.RawMessage(data)}}
+	return audit.NewRecord(0, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: id, Data: json.RawMessage(data)})
 }
 
 // verdictRec is the verdict.decided record of id: outcome, stage, and one

@@ -108,7 +108,16 @@ func (s *ShadowSummary) Add(e Entry) {
 		s.invalid(fmt.Sprintf("seq %d: %v", e.Seq, e.Err))
 		return
 	}
-	ev := e.Record.Event
+	for _, ev := range e.Record.Events() {
+		s.addEvent(e.Seq, ev)
+	}
+	if s.Decisions > 0 {
+		s.Agreement = max(0, 1-float64(s.Differences)/float64(s.Decisions))
+	}
+}
+
+// addEvent counts one event of the record at seq.
+func (s *ShadowSummary) addEvent(seq uint64, ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventPolicyDecided:
 		var d struct {
@@ -122,10 +131,10 @@ func (s *ShadowSummary) Add(e Entry) {
 	case engine.EventPolicyShadowDiffers:
 		d, err := DecodeShadowDiffers(ev.Data)
 		if err != nil {
-			s.invalid(fmt.Sprintf("seq %d: %v", e.Seq, err))
+			s.invalid(fmt.Sprintf("seq %d: %v", seq, err))
 			return
 		}
-		d.Seq, d.At, d.Tenant, d.ProposalID = e.Seq, ev.At, ev.Tenant, ev.ProposalID
+		d.Seq, d.At, d.Tenant, d.ProposalID = seq, ev.At, ev.Tenant, ev.ProposalID
 		s.Differences++
 		for _, k := range d.Kinds {
 			s.ByKind[k]++
@@ -139,9 +148,6 @@ func (s *ShadowSummary) Add(e Entry) {
 		if len(s.First) < s.limit {
 			s.First = append(s.First, d)
 		}
-	}
-	if s.Decisions > 0 {
-		s.Agreement = max(0, 1-float64(s.Differences)/float64(s.Decisions))
 	}
 }
 

@@ -16,7 +16,7 @@ func shadowEntry(t *testing.T, seq uint64, event, tenant, id string, data any) a
 	if err != nil {
 		t.Fatal(err)
 	}
-	return audit.Entry{Seq: seq, Record: &audit.Record{Event: engine.AuditEvent{V: 1, Event: event, Tenant: tenant, ProposalID: id, Data: raw}}}
+	return audit.Entry{Seq: seq, Record: audit.NewRecord(seq, engine.AuditEvent{V: 1, Event: event, Tenant: tenant, ProposalID: id, Data: raw})}
 }
 
 func differs(action, live, shadow string, kinds []string, rules ...string) map[string]any {

@@ -36,6 +36,8 @@ type auditItem struct {
 	ev    encodedEvent
 	trail *auditTrail
 	final bool
+	// events is how many events the record holds.
+	events int
 
 	// Set while a batch is built.
 	msg    *nats.Msg
@@ -46,7 +48,7 @@ type auditItem struct {
 	attempts int
 }
 
-func (it *auditItem) size() int { return len(it.ev.json) + auditMsgOverhead }
+func (it *auditItem) size() int { return it.ev.size() + auditMsgOverhead }
 
 func (it *auditItem) settle(seq uint64, err error) { it.trail.finish(it, seq, err) }
 

@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -312,7 +313,9 @@ type recordCheck struct {
 	// or when no keys were given).
 	hashBad    bool
 	macProblem string
-	chain      Chain
+	// macKind is the kind of problem macProblem is: forged unless set.
+	macKind ProblemKind
+	chain   Chain
 	// verdict is set for the verdict.decided record of a proposal: the
 	// quick print of the verdict it holds, which the verdict check
 	// compares with the stored verdicts (see quickPrint); ok is false
@@ -348,10 +351,13 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	rc := recordCheck{seq: e.Seq, digest: hex.EncodeToString(sum[:])}
 	var rv recordView
 	switch {
+	case e.Record != nil && e.Record.V >= RecordVersion:
+		return c.checkDecoded(e.Record, rc)
 	case e.Record != nil:
 		r := e.Record
-		rv = recordView{event: []byte(r.Event.Event), tenant: []byte(r.Event.Tenant), proposalID: []byte(r.Event.ProposalID),
-			chain: r.Chain, data: r.Event.Data, hash: r.Hash, mac: r.MAC, keyID: r.KeyID}
+		last := r.Last()
+		rv = recordView{event: []byte(last.Event), tenant: []byte(r.Tenant), proposalID: []byte(r.ProposalID),
+			chain: r.Chain, data: last.Data, hash: r.Hash, mac: r.MAC, keyID: r.KeyID}
 	case e.Err != nil:
 		rc.tenant, rc.invalid = subjectTenant(e.Subject), e.Err.Error()
 		return rc
@@ -372,6 +378,29 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != engine.UnknownTenant {
 		rc.verdict = true
 		rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
+	}
+	return rc
+}
+
+// checkDecoded checks r, a record of version 2 decoded in full: its body
+// has no hash header to match (its hash is computed), its MAC covers the
+// body's hash, and a MAC that does not verify is a modified body; a
+// verdict it holds is compared by reading the record again (no quick
+// print).
+func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
+	rc.tenant, rc.chain = r.Tenant, r.Chain
+	if c.keys != nil {
+		switch key, ok := c.keys[r.KeyID]; {
+		case r.MAC == "":
+			rc.macProblem = "no MAC, yet records are MACed"
+		case !ok:
+			rc.macProblem = fmt.Sprintf("MACed with unknown key %s", r.KeyID)
+		case !r.macValid(key):
+			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
+		}
+	}
+	if _, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
+		rc.verdict = true
 	}
 	return rc
 }
@@ -442,7 +471,7 @@ func (v *auditVerifier) apply(rc recordCheck) {
 		v.problem(rc.seq, tenant, ProblemModified, "the body does not match its "+wire.AuditHashHeader+" header")
 	}
 	if rc.macProblem != "" {
-		v.problem(rc.seq, tenant, ProblemForged, rc.macProblem)
+		v.problem(rc.seq, tenant, cmp.Or(rc.macKind, ProblemForged), rc.macProblem)
 	}
 	v.link(rc.seq, tenant, c, rc.chain, rc.digest)
 	c.last, c.lastValid = rc.digest, true
@@ -599,7 +628,7 @@ func CheckEntry(e Entry, key []byte) *Problem {
 	}
 	r := e.Record
 	sum := sha256.Sum256(e.Data)
-	if r.Hash != hex.EncodeToString(sum[:]) {
+	if r.V == 1 && r.Hash != hex.EncodeToString(sum[:]) {
 		return problem(ProblemModified, "the body does not match its "+wire.AuditHashHeader+" header")
 	}
 	if len(key) == 0 {
@@ -611,7 +640,27 @@ func CheckEntry(e Entry, key []byte) *Problem {
 	case r.KeyID != KeyID(key):
 		return problem(ProblemForged, fmt.Sprintf("MACed with key %s, not gated's key %s", r.KeyID, KeyID(key)))
 	case !r.macValid(key):
-		return problem(ProblemForged, fmt.Sprintf("the MAC does not match under key %s", r.KeyID))
+		return problem(macProblem(r), fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r))
 	}
 	return nil
+}
+
+// macProblem is the kind of problem of a record whose MAC, under a key
+// given, does not verify. A version-1 record's MAC covers its hash
+// header, which the body is checked against first: a wrong MAC there is
+// a record not written with the key. A version-2 record's MAC covers the
+// body itself, so a body altered in the store shows here: modified, as
+// the version-1 hash showed it.
+func macProblem(r *Record) ProblemKind {
+	if r.V >= RecordVersion {
+		return ProblemModified
+	}
+	return ProblemForged
+}
+
+func macMeaning(r *Record) string {
+	if r.V >= RecordVersion {
+		return ": the body was altered, or written without the key"
+	}
+	return ""
 }

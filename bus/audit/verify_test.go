@@ -29,6 +29,9 @@ type tamperStream struct {
 	audit jetstream.Stream
 	// head is acme's record n=3.
 	head *jetstream.RawStreamMsg
+	// v2 makes next build records of version 2, as gated writes them,
+	// instead of version 1.
+	v2 bool
 }
 
 func newTamperStream(t *testing.T) *tamperStream {
@@ -64,7 +67,60 @@ func (s *tamperStream) publish(t *testing.T, msg *nats.Msg) uint64 {
 // next builds acme's record n linked to prev.
 func (s *tamperStream) next(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
 	t.Helper()
+	if s.v2 {
+		return s.decision(t, n, prev, key)
+	}
 	return auditMsg(t, verdictEvent("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
+}
+
+// decision builds acme's record n linked to prev as gated writes a
+// decision by the policy alone: one version-2 record of its arrival, the
+// policy's decision and the verdict.
+func (s *tamperStream) decision(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
+	t.Helper()
+	m, err := audit.NewRecordMsg(decisionEvents("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// decisionEvents are the events of a decision by the policy alone, as
+// the engine records them.
+func decisionEvents(tenant, id string) []engine.AuditEvent {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	ev := func(name, data string) engine.AuditEvent {
+		at = at.Add(time.Millisecond)
+		return engine.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: id, At: at, Instance: "test", PolicyRevision: "sha256:abc", Data: []byte(data)}
+	}
+	return []engine.AuditEvent{
+		ev(engine.EventReceived, `{"action":"host_restart_service","operator":"alice","delivery":1,"bytes":9,"sha256":"`+hexSHA256([]byte(id))+`","subject":"gated.proposals.acme.host_restart_service"}`),
+		ev(engine.EventPolicyDecided, `{"action":"host_restart_service","operator":"alice","delivery":1,"policy_eval_us":7,"denied_tools":[],"denies":[{"rule":"no_skip_review","message":"no"}],"eval_us":7,"review":{"required":true,"rule":""},"reviewer_tools":[],"run":null,"sop":""}`),
+		ev(engine.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"`+id+`","tenant":"`+tenant+`","action":"host_restart_service","kind":"action","outcome":"rejected","approved":false,"stage":"policy","reason":"no","policy":{"denies":[{"rule":"no_skip_review","message":"no"}],"rules":["no_skip_review"],"revision":"sha256:abc","eval_us":7},"decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+hexSHA256([]byte(id))+`"}`),
+	}
+}
+
+// editEvents rewrites the events of a version-2 record's body with edit,
+// keeping its headers, as someone who can write the stream's files could.
+func editEvents(t *testing.T, m *nats.Msg, edit func([]json.RawMessage) []json.RawMessage) *nats.Msg {
+	t.Helper()
+	// The events end the body: {...,"events":[...]}. Only they change.
+	at := bytes.Index(m.Data, []byte(`,"events":`))
+	if at < 0 || !bytes.HasSuffix(m.Data, []byte("]}")) {
+		t.Fatalf("not a version-2 body: %s", m.Data)
+	}
+	var evs []json.RawMessage
+	if err := json.Unmarshal(m.Data[at+len(`,"events":`):len(m.Data)-1], &evs); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := json.Marshal(edit(evs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := nats.NewMsg(m.Subject)
+	out.Header = m.Header
+	out.Data = append(append(append([]byte{}, m.Data[:at+len(`,"events":`)]...), raw...), '}')
+	return out
 }
 
 type wantProblem struct {
@@ -88,8 +144,9 @@ func TestVerifyDetectsTampering(t *testing.T) {
 		// report, exactly.
 		tamper func(t *testing.T, s *tamperStream) []wantProblem
 		// macOnly is set when only the MAC shows the tampering: without a
-		// key Verify must find nothing.
-		macOnly bool
+		// key Verify must find nothing; macOnlyV2 likewise for records of
+		// version 2.
+		macOnly, macOnlyV2 bool
 	}{
 		{
 			note: "a modified copy of a record",
@@ -108,11 +165,25 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			},
 		},
 		{
+			// A version-2 record has no hash header: its MAC shows the
+			// alteration, and without a key the chain does once a record
+			// follows (the next case).
 			note: "a body altered under its link and headers",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				m.Data = bytes.Replace(m.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
 				return []wantProblem{{s.publish(t, m), audit.ProblemModified}}
+			},
+			macOnlyV2: true,
+		},
+		{
+			note: "a body altered, and a record after it",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				five := s.next(t, 5, hexSHA256(m.Data), testKey)
+				m.Data = bytes.Replace(m.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
+				want := []wantProblem{{s.publish(t, m), audit.ProblemModified}}
+				return append(want, wantProblem{s.publish(t, five), audit.ProblemModified})
 			},
 		},
 		{
@@ -152,7 +223,13 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				m.Header.Set(wire.AuditMACHeader, hexSHA256([]byte("made up")))
-				return []wantProblem{{s.publish(t, m), audit.ProblemForged}}
+				// A version-2 MAC covers the body itself: a wrong one is
+				// reported as an altered body.
+				kind := audit.ProblemForged
+				if s.v2 {
+					kind = audit.ProblemModified
+				}
+				return []wantProblem{{s.publish(t, m), kind}}
 			},
 			macOnly: true,
 		},
@@ -172,28 +249,90 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			},
 		},
 	}
+	for _, v2 := range []bool{false, true} {
+		for _, tc := range tests {
+			t.Run(fmt.Sprintf("v2=%v/%s", v2, tc.note), func(t *testing.T) {
+				s := newTamperStream(t)
+				s.v2 = v2
+				if rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
+					t.Fatalf("problems before tampering: %+v", rep.Problems)
+				}
+				want := tc.tamper(t, s)
+				rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+				if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
+					t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+				}
+				for _, p := range rep.Problems {
+					if p.Tenant != "acme" || p.Detail == "" {
+						t.Errorf("problem %+v: want tenant acme and a detail", p)
+					}
+				}
+				macOnly := tc.macOnly || v2 && tc.macOnlyV2
+				unkeyed := verify(t, s.js, audit.VerifyOptions{})
+				if macOnly != unkeyed.Clean() {
+					t.Errorf("without a key: problems %+v", unkeyed.Problems)
+				}
+			})
+		}
+	}
+}
+
+// TestVerifyDetectsTamperingInsideARecord tampers with the events of a
+// version-2 record, keeping its link and headers: the MAC shows every
+// change, and what leaves the record unable to rebuild its verdict is not
+// a record at all, key or no key.
+func TestVerifyDetectsTamperingInsideARecord(t *testing.T) {
+	tests := []struct {
+		note string
+		edit func([]json.RawMessage) []json.RawMessage
+		// kind is what Verify reports with the key; invalid is set when
+		// the record no longer decodes, which shows without a key too.
+		kind    audit.ProblemKind
+		invalid bool
+	}{
+		{note: "an event removed", kind: audit.ProblemModified,
+			edit: func(evs []json.RawMessage) []json.RawMessage { return evs[1:] }, invalid: true},
+		{note: "the policy event removed", kind: audit.ProblemForged,
+			edit: func(evs []json.RawMessage) []json.RawMessage { return []json.RawMessage{evs[0], evs[2]} }, invalid: true},
+		{note: "an event added", kind: audit.ProblemModified,
+			edit: func(evs []json.RawMessage) []json.RawMessage { return append([]json.RawMessage{evs[1]}, evs...) }},
+		{note: "two events swapped", kind: audit.ProblemModified,
+			edit: func(evs []json.RawMessage) []json.RawMessage { return []json.RawMessage{evs[1], evs[0], evs[2]} }},
+		{note: "the verdict moved before the policy", kind: audit.ProblemForged,
+			edit: func(evs []json.RawMessage) []json.RawMessage { return []json.RawMessage{evs[0], evs[2], evs[1]} }, invalid: true},
+		{note: "every event removed", kind: audit.ProblemForged,
+			edit: func([]json.RawMessage) []json.RawMessage { return []json.RawMessage{} }, invalid: true},
+	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			s := newTamperStream(t)
-			if rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
-				t.Fatalf("problems before tampering: %+v", rep.Problems)
-			}
-			want := tc.tamper(t, s)
+			m := editEvents(t, s.decision(t, 4, hexSHA256(s.head.Data), testKey), tc.edit)
+			seq := s.publish(t, m)
 			rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
-			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
-				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+			want := tc.kind
+			if tc.invalid {
+				want = audit.ProblemForged
 			}
-			for _, p := range rep.Problems {
-				if p.Tenant != "acme" || p.Detail == "" {
-					t.Errorf("problem %+v: want tenant acme and a detail", p)
-				}
+			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{seq, want}}) {
+				t.Fatalf("problems %v, want %v at seq %d\n%+v\n%s", got, want, seq, rep.Problems, m.Data)
 			}
-			unkeyed := verify(t, s.js, audit.VerifyOptions{})
-			if tc.macOnly != unkeyed.Clean() {
+			if unkeyed := verify(t, s.js, audit.VerifyOptions{}); unkeyed.Clean() == tc.invalid {
 				t.Errorf("without a key: problems %+v", unkeyed.Problems)
 			}
 		})
 	}
+	t.Run("a version-2 record labelled version 1", func(t *testing.T) {
+		s := newTamperStream(t)
+		m := s.decision(t, 4, hexSHA256(s.head.Data), testKey)
+		m.Data = bytes.Replace(m.Data, []byte(`{"v":2,`), []byte(`{"v":1,`), 1)
+		seq := s.publish(t, m)
+		for _, keys := range [][][]byte{{testKey}, nil} {
+			rep := verify(t, s.js, audit.VerifyOptions{Keys: keys})
+			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{seq, audit.ProblemForged}}) {
+				t.Fatalf("keys %d: problems %v, want it forged\n%+v", len(keys), got, rep.Problems)
+			}
+		}
+	})
 }
 
 // TestWriterChainsPastForeignMessages checks that gated, finding its
@@ -411,7 +550,7 @@ func TestReadAudit(t *testing.T) {
 
 func TestAuditFilter(t *testing.T) {
 	rec := func(event, data string) *audit.Record {
-		return &audit.Record{Event: engine.AuditEvent{Event: event, Data: []byte(data)}}
+		return audit.NewRecord(0, engine.AuditEvent{Event: event, Data: []byte(data)})
 	}
 	verdict := rec(engine.EventVerdict, `{"action":"db_drop_table","operator":"alice","outcome":"rejected"}`)
 	received := rec(engine.EventReceived, `{"action":"db_drop_table","operator":"alice"}`)

@@ -1,7 +1,9 @@
 package audit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -184,19 +186,16 @@ func (a *Writer) Close(ctx context.Context) error {
 	}
 }
 
-// enqueue hands an event to the writer that owns its tenant.
-func (a *Writer) enqueue(ctx context.Context, t *auditTrail, ev engine.AuditEvent, final bool) error {
-	if ev.Instance == "" {
-		ev.Instance = a.cfg.Instance
-	}
-	enc, err := encodeEvent(ev)
+// enqueue hands a record of trail t to the writer that owns its tenant.
+func (a *Writer) enqueue(ctx context.Context, t *auditTrail, evs []engine.AuditEvent, final bool) error {
+	enc, err := encodeRecord(evs)
 	if err != nil {
 		return err
 	}
-	if size := len(enc.json) + auditMsgOverhead; int64(size) > a.nc.MaxPayload() {
-		return fmt.Errorf("audit event %s of about %d bytes exceeds the NATS max payload of %d bytes", ev.Event, size, a.nc.MaxPayload())
+	if size := enc.size() + auditMsgOverhead; int64(size) > a.nc.MaxPayload() {
+		return fmt.Errorf("audit record %s of about %d bytes exceeds the NATS max payload of %d bytes", evs[len(evs)-1].Event, size, a.nc.MaxPayload())
 	}
-	it := &auditItem{ev: enc, trail: t, final: final}
+	it := &auditItem{ev: enc, trail: t, final: final, events: len(evs)}
 	w := a.writers[shardOf(enc.tenant, len(a.writers))]
 	a.mu.RLock()
 	defer a.mu.RUnlock()
@@ -216,8 +215,31 @@ func (a *Writer) enqueue(ctx context.Context, t *auditTrail, ev engine.AuditEven
 	case <-a.closing:
 		return ErrClosed
 	case <-ctx.Done():
-		return fmt.Errorf("queueing audit event %s: %w", ev.Event, ctx.Err())
+		return fmt.Errorf("queueing audit record %s: %w", evs[len(evs)-1].Event, ctx.Err())
 	}
+}
+
+// isClosed reports whether Close has begun.
+func (a *Writer) isClosed() bool {
+	select {
+	case <-a.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkEvent refuses an event no record can hold, when it is recorded.
+func checkEvent(ev engine.AuditEvent) error {
+	switch t := bytes.TrimSpace(ev.Data); {
+	case !validAuditTenant(ev.Tenant):
+		return fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
+	case !validEventName(ev.Event):
+		return fmt.Errorf("audit event name %q is not an event name", ev.Event)
+	case len(t) > 0 && !json.Valid(t):
+		return fmt.Errorf("encoding audit event %s: data is not JSON", ev.Event)
+	}
+	return nil
 }
 
 func shardOf(tenant string, n int) int {
@@ -229,12 +251,22 @@ func shardOf(tenant string, n int) int {
 	return int(h.Sum32() % uint32(n))
 }
 
-// auditTrail is the trail of one delivery.
+// auditTrail is the trail of one delivery. It holds the events recorded
+// until the trail is flushed or sealed, and stores them as one record:
+// the events of a proposal recorded with nothing slow in between share
+// one record, its envelope and its chain link.
 type auditTrail struct {
 	a *Writer
 
+	// enq keeps the trail's records in order from taking the held events
+	// to queueing them; it is not held by the writers, so a Record waiting
+	// for room in a full queue cannot block them.
+	enq sync.Mutex
+
 	mu       sync.Mutex
-	pending  int // events queued and not yet stored or failed
+	held     []engine.AuditEvent // recorded, not yet queued
+	heldSize int
+	pending  int // records queued and not yet stored or failed
 	sealed   bool
 	err      error
 	finalSeq uint64
@@ -243,10 +275,32 @@ type auditTrail struct {
 
 var _ engine.AuditTrail = (*auditTrail)(nil)
 
-// Record implements engine.AuditTrail: it queues the event and returns.
-// It fails when the trail lost an earlier event, is sealed, or the
+// maxHeld bounds the bytes of event data a trail holds in one record,
+// well under the smallest max payload NATS servers are configured with.
+const maxHeld = 256 << 10
+
+// Record implements engine.AuditTrail: it holds the event for the
+// trail's next record and returns. It fails when the event cannot be
+// recorded, when the trail lost an earlier record, is sealed, or the
 // Writer is closed.
 func (t *auditTrail) Record(ctx context.Context, ev engine.AuditEvent) error {
+	if ev.Instance == "" {
+		ev.Instance = t.a.cfg.Instance
+	}
+	if err := checkEvent(ev); err != nil {
+		// The event is lost: the trail must not seal.
+		t.mu.Lock()
+		if t.err == nil && !t.sealed {
+			t.err = err
+		}
+		t.mu.Unlock()
+		return err
+	}
+	if t.a.isClosed() {
+		return ErrClosed
+	}
+	t.enq.Lock()
+	defer t.enq.Unlock()
 	t.mu.Lock()
 	switch {
 	case t.sealed:
@@ -257,38 +311,113 @@ func (t *auditTrail) Record(ctx context.Context, ev engine.AuditEvent) error {
 		t.mu.Unlock()
 		return err
 	}
-	t.pending++
+	// An event of another envelope, or one that would make the record
+	// too large, starts a record of its own.
+	var out []engine.AuditEvent
+	if len(t.held) > 0 && (!sameEnvelope(t.held[0], ev) || t.heldSize+len(ev.Data) > maxHeld) {
+		out = t.take()
+	}
+	t.held = append(t.held, ev)
+	t.heldSize += len(ev.Data)
 	t.mu.Unlock()
-	if err := t.a.enqueue(ctx, t, ev, false); err != nil {
+	return t.queue(ctx, out, false)
+}
+
+// Flush implements engine.AuditTrail: it queues the events held as one
+// record, without waiting for it to be stored.
+func (t *auditTrail) Flush(ctx context.Context) error {
+	t.enq.Lock()
+	defer t.enq.Unlock()
+	t.mu.Lock()
+	if t.sealed || t.err != nil {
+		err := t.err
+		t.mu.Unlock()
+		if err == nil {
+			err = ErrTrailSealed
+		}
+		return err
+	}
+	out := t.take()
+	t.mu.Unlock()
+	return t.queue(ctx, out, false)
+}
+
+// take returns the events held, for a record; t.mu is held.
+func (t *auditTrail) take() []engine.AuditEvent {
+	out := t.held
+	if len(out) > 0 {
+		t.pending++
+	}
+	t.held, t.heldSize = nil, 0
+	return out
+}
+
+// queue hands the events taken to the writer as one record; t.enq is
+// held. A record that cannot be queued fails the trail.
+func (t *auditTrail) queue(ctx context.Context, evs []engine.AuditEvent, final bool) error {
+	if len(evs) == 0 {
+		return nil
+	}
+	if err := t.a.enqueue(ctx, t, evs, final); err != nil {
 		t.finish(nil, 0, err)
 		return err
 	}
 	return nil
 }
 
-// Seal implements engine.AuditTrail: it queues the final event and waits
-// until every event of the trail is stored, then returns the final
-// event's stream sequence. An event that could not be stored fails Seal.
+// Seal implements engine.AuditTrail: it queues the final event, with the
+// events held, and waits until every record of the trail is stored, then
+// returns the stream sequence of the final event's record. A record that
+// could not be stored fails Seal.
 func (t *auditTrail) Seal(ctx context.Context, ev engine.AuditEvent) (seq uint64, err error) {
 	ctx, span := telemetry.Start(ctx, telemetry.SpanAudit, telemetry.KindProducer)
 	start := time.Now()
 	defer func() { t.a.sealed(span, ev.Event, start, seq, err) }()
+	if ev.Instance == "" {
+		ev.Instance = t.a.cfg.Instance
+	}
+	if err := checkEvent(ev); err != nil {
+		// Nothing of the trail is stored past this: its proposal is
+		// decided again.
+		t.mu.Lock()
+		t.sealed, t.held = true, nil
+		if t.err == nil {
+			t.err = err
+		}
+		t.mu.Unlock()
+		return 0, err
+	}
+	t.enq.Lock()
 	t.mu.Lock()
 	switch {
 	case t.sealed:
 		t.mu.Unlock()
+		t.enq.Unlock()
 		return 0, ErrTrailSealed
 	case t.err != nil:
 		t.sealed = true
 		err := t.err
 		t.mu.Unlock()
+		t.enq.Unlock()
 		return 0, err
 	}
 	t.sealed = true
-	t.pending++
+	var first []engine.AuditEvent
+	if len(t.held) > 0 && (!sameEnvelope(t.held[0], ev) || t.heldSize+len(ev.Data) > maxHeld) {
+		first = t.take()
+	}
+	t.held = append(t.held, ev)
+	last := t.take()
 	t.mu.Unlock()
-	if err := t.a.enqueue(ctx, t, ev, true); err != nil {
+	err = t.queue(ctx, first, false)
+	if err == nil {
+		err = t.queue(ctx, last, true)
+	} else {
+		// The final record is not queued: settle it.
 		t.finish(nil, 0, err)
+	}
+	t.enq.Unlock()
+	if err != nil {
 		return 0, err
 	}
 	select {

@@ -140,6 +140,8 @@ func (t *unchainedTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 	return nil
 }
 
+func (t *unchainedTrail) Flush(context.Context) error { return nil }
+
 func (t *unchainedTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
 	if err := t.Record(ctx, ev); err != nil {
 		return 0, err

@@ -39,6 +39,11 @@ func writeTrails(t *testing.T, a *audit.Writer, prefix string, trails, events in
 					errs <- err
 					return
 				}
+				// A record each, so that the writers chain many.
+				if err := tr.Flush(t.Context()); err != nil {
+					errs <- err
+					return
+				}
 			}
 			final := verdictEvent(tenant, id)
 			final.Instance = "" // the auditor names itself
@@ -113,8 +118,8 @@ func TestWriterChainsConcurrentTrails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.Event.Event != engine.EventVerdict || rec.Event.ProposalID != id || rec.Event.Instance != "gated-a" {
-			t.Fatalf("Seal of %s returned seq %d, which holds %s of %s by %q", id, seq, rec.Event.Event, rec.Event.ProposalID, rec.Event.Instance)
+		if last := rec.Last(); last.Event != engine.EventVerdict || last.ProposalID != id || last.Instance != "gated-a" {
+			t.Fatalf("Seal of %s returned seq %d, which holds %s of %s by %q", id, seq, last.Event, last.ProposalID, last.Instance)
 		}
 	}
 	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
@@ -152,7 +157,7 @@ func TestWritersOfTwoInstancesKeepOneChain(t *testing.T) {
 	// Both instances wrote to the shared tenant's one chain.
 	instances := map[string]bool{}
 	err := audit.Read(t.Context(), js1, audit.Query{Tenant: "shared"}, func(e audit.Entry) error {
-		instances[e.Record.Event.Instance] = true
+		instances[e.Record.Last().Instance] = true
 		return nil
 	})
 	if err != nil || !instances["one"] || !instances["two"] {
@@ -392,6 +397,9 @@ func TestWriterCloseHonoursItsDeadline(t *testing.T) {
 	if err := tr.Record(t.Context(), verdictEvent("acme", "p1")); err != nil {
 		t.Fatal(err)
 	}
+	if err := tr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	for deadline := time.Now().Add(30 * time.Second); audit.Queued(a) != 0; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the writer did not take the first event")
@@ -402,8 +410,17 @@ func TestWriterCloseHonoursItsDeadline(t *testing.T) {
 	if err := tr.Record(t.Context(), verdictEvent("acme", "p2")); err != nil {
 		t.Fatal(err)
 	}
+	if err := tr.Flush(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	blocked := make(chan error, 1)
-	go func() { blocked <- tr.Record(t.Context(), verdictEvent("acme", "p3")) }()
+	go func() {
+		if err := tr.Record(t.Context(), verdictEvent("acme", "p3")); err != nil {
+			blocked <- err
+			return
+		}
+		blocked <- tr.Flush(t.Context())
+	}()
 	for deadline := time.Now().Add(30 * time.Second); !audit.Enqueueing(a); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the third Record did not reach the full queue")
@@ -419,8 +436,8 @@ func TestWriterCloseHonoursItsDeadline(t *testing.T) {
 	if err := waitFor("Close", closed); !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("Close = %v, want its deadline's error", err)
 	}
-	if err := waitFor("the blocked Record", blocked); err == nil {
-		t.Error("a Record blocked on a full queue succeeded, though the auditor closed and nothing was stored")
+	if err := waitFor("the blocked Flush", blocked); err == nil {
+		t.Error("a Flush blocked on a full queue succeeded, though the auditor closed and nothing was stored")
 	}
 	if _, err := tr.Seal(t.Context(), verdictEvent("acme", "p4")); err == nil {
 		t.Error("a trail whose events were lost sealed")

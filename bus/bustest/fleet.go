@@ -2,7 +2,6 @@ package bustest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -11,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
+	gaudit "github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -103,12 +103,12 @@ func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []eng
 		t.Fatal(err)
 	}
 	for m := range batch.Messages() {
-		var ev engine.AuditEvent
-		if err := json.Unmarshal(m.Data(), &ev); err != nil {
-			t.Fatalf("audit event is not JSON: %v", err)
+		rec, err := gaudit.DecodeRecord(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			t.Fatalf("audit message %s is not a record: %v", m.Subject(), err)
 		}
-		if ev.ProposalID == id {
-			events = append(events, ev)
+		if rec.ProposalID == id {
+			events = append(events, rec.Events()...)
 		}
 	}
 	return events

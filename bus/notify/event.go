@@ -98,8 +98,21 @@ func (d *recordData) held() bool {
 //   - audit.verification_failed: audit_verification_failed.
 //
 // Other records, notify.delivered and notify.failed included, make none.
+// A record that holds several events makes the notification of the first
+// that makes one: gated records at most one such event in a record (the
+// verdict of a held action, which shares the record of its
+// operator.awaited, makes none).
 func Classify(r *audit.Record) (Notification, bool) {
-	ev := r.Event
+	for _, ev := range r.Events() {
+		if n, ok := classifyEvent(r.Seq, ev); ok {
+			return n, true
+		}
+	}
+	return Notification{}, false
+}
+
+// classifyEvent is Classify for one event of the record at seq.
+func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
 	var d recordData
 	if len(ev.Data) > 0 {
 		// Members of unexpected types are left at their zero values:
@@ -107,8 +120,8 @@ func Classify(r *audit.Record) (Notification, bool) {
 		_ = json.Unmarshal(ev.Data, &d)
 	}
 	n := Notification{
-		V: SchemaVersion, ID: "audit-" + strconv.FormatUint(r.Seq, 10), Tenant: ev.Tenant,
-		ProposalID: ev.ProposalID, Action: d.Action, At: ev.At.UTC(), Event: ev.Event, AuditSeq: r.Seq, Data: ev.Data,
+		V: SchemaVersion, ID: "audit-" + strconv.FormatUint(seq, 10), Tenant: ev.Tenant,
+		ProposalID: ev.ProposalID, Action: d.Action, At: ev.At.UTC(), Event: ev.Event, AuditSeq: seq, Data: ev.Data,
 	}
 	subject := proposalName(ev.Tenant, ev.ProposalID, d.Action)
 	switch ev.Event {

@@ -52,8 +52,8 @@ func TestClassify(t *testing.T) {
 			if tc.tenant == "_" {
 				id = ""
 			}
-			r := &audit.Record{Seq: 42, Event: engine.AuditEvent{V: 1, Event: tc.event, Tenant: tc.tenant, ProposalID: id,
-				At: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Data: json.RawMessage(tc.data)}}
+			r := audit.NewRecord(42, engine.AuditEvent{V: 1, Event: tc.event, Tenant: tc.tenant, ProposalID: id,
+				At: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Data: json.RawMessage(tc.data)})
 			n, ok := notify.Classify(r)
 			if ok != (tc.want != "") || n.Kind != tc.want {
 				t.Fatalf("Classify = %q, %v; want %q", n.Kind, ok, tc.want)
@@ -75,7 +75,7 @@ func TestClassify(t *testing.T) {
 // the plugin host's: a renamed event would silence plugin_down.
 func TestPluginEventNames(t *testing.T) {
 	for _, ev := range []string{plugins.EventPluginExited, plugins.EventPluginUnhealthy, plugins.EventPluginRefused} {
-		r := &audit.Record{Event: engine.AuditEvent{V: 1, Event: ev, Tenant: engine.UnknownTenant, Data: json.RawMessage(`{"plugin":"x"}`)}}
+		r := audit.NewRecord(0, engine.AuditEvent{V: 1, Event: ev, Tenant: engine.UnknownTenant, Data: json.RawMessage(`{"plugin":"x"}`)})
 		if n, ok := notify.Classify(r); !ok || n.Kind != notify.KindPluginDown {
 			t.Errorf("%s makes %q, %v; want plugin_down", ev, n.Kind, ok)
 		}

@@ -156,7 +156,10 @@ func (e *env) records(t *testing.T, event string) []*audit.Record {
 	t.Helper()
 	var out []*audit.Record
 	err := audit.Read(t.Context(), e.js, audit.Query{}, func(en audit.Entry) error {
-		if en.Record != nil && en.Record.Event.Event == event {
+		if en.Record == nil {
+			return nil
+		}
+		if _, ok := en.Record.Find(event); ok {
 			out = append(out, en.Record)
 		}
 		return nil
@@ -172,7 +175,7 @@ func results(t *testing.T, recs []*audit.Record) []notify.Result {
 	var out []notify.Result
 	for _, r := range recs {
 		var res notify.Result
-		if err := json.Unmarshal(r.Event.Data, &res); err != nil {
+		if err := json.Unmarshal(r.Last().Data, &res); err != nil {
 			t.Fatal(err)
 		}
 		out = append(out, res)
@@ -420,7 +423,7 @@ func TestNotifierVerifiesTheStream(t *testing.T) {
 	e.append(t, engine.AuditEvent{Event: engine.EventReceived, Tenant: "initech", ProposalID: "p3"})
 	var n uint64
 	for _, r := range e.records(t, engine.EventReceived) {
-		if r.Event.Tenant == "initech" {
+		if r.Tenant == "initech" {
 			n = r.Chain.N
 		}
 	}

@@ -131,8 +131,10 @@ func TestDecisionEndToEnd(t *testing.T) {
 	}
 	var events []string
 	err = audit.Read(ctx, js, audit.Query{Tenant: "acme"}, func(e audit.Entry) error {
-		if e.Record != nil && e.Record.Event.ProposalID == "held-1" {
-			events = append(events, e.Record.Event.Event)
+		if e.Record != nil && e.Record.ProposalID == "held-1" {
+			for _, ev := range e.Record.Events() {
+				events = append(events, ev.Event)
+			}
 		}
 		return nil
 	})

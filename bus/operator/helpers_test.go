@@ -124,6 +124,8 @@ func (t *recTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 	return nil
 }
 
+func (t *recTrail) Flush(context.Context) error { return nil }
+
 func (t *recTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
 	t.rec.mu.Lock()
 	fail := t.rec.fail

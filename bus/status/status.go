@@ -101,6 +101,9 @@ func (t *trail) Record(ctx context.Context, ev engine.AuditEvent) error {
 	return nil
 }
 
+// Flush implements engine.AuditTrail.
+func (t *trail) Flush(ctx context.Context) error { return t.inner.Flush(ctx) }
+
 // Seal implements engine.AuditTrail.
 func (t *trail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
 	seq, err := t.inner.Seal(ctx, ev)

@@ -162,14 +162,16 @@ Exit status: 0 done (whether or not records matched), 2 bad usage, 1 failure
 					invalid++
 					return nil
 				}
-				if !filter.Match(e.Record) {
-					return nil
-				}
-				if err := out.entry(e); err != nil {
-					return err
-				}
-				if matched++; limit > 0 && matched >= limit {
-					return errEnough
+				for i, ev := range e.Record.Events() {
+					if !filter.MatchEvent(ev) {
+						continue
+					}
+					if err := out.event(e, i, ev); err != nil {
+						return err
+					}
+					if matched++; limit > 0 && matched >= limit {
+						return errEnough
+					}
 				}
 				return nil
 			})
@@ -205,29 +207,53 @@ func newAuditPrinter(w io.Writer, asJSON bool) *auditPrinter {
 // auditDataKeys are the data members a text line shows, in this order.
 var auditDataKeys = []string{"outcome", "stage", "action", "operator", "persona", "plugin", "tool", "revision", "error", "reason"}
 
+// entry prints a message of the stream: each event of a record on a
+// line of its own, with the record's sequence.
 func (p *auditPrinter) entry(e audit.Entry) error {
-	if p.json {
-		line := struct {
-			Seq     uint64          `json:"seq"`
-			Stored  time.Time       `json:"stored"`
-			Subject string          `json:"subject"`
-			Record  json.RawMessage `json:"record,omitempty"`
-			Invalid string          `json:"invalid,omitempty"`
-			Data    string          `json:"data,omitempty"`
-		}{Seq: e.Seq, Stored: e.Stored.UTC(), Subject: e.Subject}
-		if e.Record != nil {
-			line.Record = e.Data
-		} else {
-			line.Invalid, line.Data = e.Err.Error(), string(e.Data)
-		}
-		return json.NewEncoder(p.w).Encode(line)
-	}
-	at := e.Stored.UTC().Format("2006-01-02T15:04:05.000Z")
 	if e.Record == nil {
+		if p.json {
+			line := auditLine{Seq: e.Seq, Stored: e.Stored.UTC(), Subject: e.Subject, Invalid: e.Err.Error(), Data: string(e.Data)}
+			return json.NewEncoder(p.w).Encode(line)
+		}
+		at := e.Stored.UTC().Format("2006-01-02T15:04:05.000Z")
 		_, err := fmt.Fprintf(p.w, "%s #%d %s %s (%v)\n", at, e.Seq, orDash(e.Tenant()), e.Subject, e.Err)
 		return err
 	}
-	ev := e.Record.Event
+	for i, ev := range e.Record.Events() {
+		if err := p.event(e, i, ev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// auditLine is a line of --json output: an event of the record at seq
+// (the index-th, from 0), or a message that is not a record.
+type auditLine struct {
+	Seq     uint64    `json:"seq"`
+	Index   int       `json:"index,omitempty"`
+	Stored  time.Time `json:"stored"`
+	Subject string    `json:"subject"`
+	// Record is the event as a record of its own holds it (version 1),
+	// with the chain link of the record that holds it.
+	Record  *auditLineEvent `json:"record,omitempty"`
+	Invalid string          `json:"invalid,omitempty"`
+	Data    string          `json:"data,omitempty"`
+}
+
+type auditLineEvent struct {
+	engine.AuditEvent
+	Chain audit.Chain `json:"chain"`
+}
+
+// event prints the index-th event of the record e holds.
+func (p *auditPrinter) event(e audit.Entry, index int, ev engine.AuditEvent) error {
+	if p.json {
+		line := auditLine{Seq: e.Seq, Index: index, Stored: e.Stored.UTC(), Subject: e.Subject,
+			Record: &auditLineEvent{AuditEvent: ev, Chain: e.Record.Chain}}
+		return json.NewEncoder(p.w).Encode(line)
+	}
+	at := e.Stored.UTC().Format("2006-01-02T15:04:05.000Z")
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s #%d %s %s %s n=%d", at, e.Seq, ev.Tenant, ev.Event, orDash(ev.ProposalID), e.Record.Chain.N)
 	var data map[string]json.RawMessage

@@ -64,6 +64,11 @@ func newAuditFixture(t *testing.T) *auditFixture {
 		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: v.tenant, ProposalID: id, Data: data}); err != nil {
 			t.Fatal(err)
 		}
+		// A record of its own, as before a review: the tests below count
+		// records and sequences.
+		if err := tr.Flush(t.Context()); err != nil {
+			t.Fatal(err)
+		}
 		verdict := fmt.Appendf(nil, `{"action":%q,"operator":%q,"outcome":%q}`, v.action, v.operator, v.outcome)
 		if _, err := tr.Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: v.tenant, ProposalID: id, Data: verdict}); err != nil {
 			t.Fatal(err)

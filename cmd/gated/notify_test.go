@@ -219,10 +219,12 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 			t.Errorf("seq %d is not a record: %v", e.Seq, e.Err)
 			return nil
 		}
-		if ev := e.Record.Event.Event; strings.HasPrefix(ev, "notify.") || ev == engine.EventAuditVerificationFailed {
-			var res notify.Result
-			_ = json.Unmarshal(e.Record.Event.Data, &res)
-			counts[ev+" "+res.Sink]++
+		for _, rec := range e.Record.Events() {
+			if ev := rec.Event; strings.HasPrefix(ev, "notify.") || ev == engine.EventAuditVerificationFailed {
+				var res notify.Result
+				_ = json.Unmarshal(rec.Data, &res)
+				counts[ev+" "+res.Sink]++
+			}
 		}
 		return nil
 	})

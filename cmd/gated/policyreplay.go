@@ -423,7 +423,7 @@ func newReplayReport(revision string) *replayReport {
 }
 
 // missing counts a verdict whose input cannot be rebuilt, and names it.
-func (rep *replayReport) missing(r *audit.Record, why string) {
+func (rep *replayReport) missing(r *replayEvent, why string) {
 	rep.Unrebuildable++
 	if len(rep.UnrebuildableNamed) < maxNamed {
 		rep.UnrebuildableNamed = append(rep.UnrebuildableNamed, replayMissing{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Seq: r.Seq, Why: why})
@@ -434,7 +434,7 @@ func (rep *replayReport) missing(r *audit.Record, why string) {
 // from its policy.decided record p (nil when the range holds none). r is
 // a record audit.DecodeRecord returned: its data is valid JSON.
 func (rep *replayReport) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *audit.Record, p *recordedPolicy, show int) {
+	r *replayEvent, p *recordedPolicy, show int) {
 	rep.Verdicts++
 	old, err := decodeRecordedVerdict(r.Event.Data)
 	if err != nil {
@@ -447,7 +447,7 @@ func (rep *replayReport) verdict(ctx context.Context, ev *policies.Evaluator, re
 // replay decides the proposal of verdict record r again, from its
 // policy.decided record p (nil when the range holds none).
 func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *audit.Record, p *recordedPolicy, old *recordedVerdict, show int) {
+	r *replayEvent, p *recordedPolicy, old *recordedVerdict, show int) {
 	if p == nil {
 		if old.Stage == engine.StageValidation || old.Stage == engine.StageDedupe {
 			rep.NotPolicy[string(old.Stage)]++

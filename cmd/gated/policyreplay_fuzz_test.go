@@ -4,7 +4,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
@@ -28,7 +27,7 @@ func FuzzReplayRecords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, policyData, verdictData []byte, withPolicy bool) {
 		rep := newReplayReport("")
-		r := &audit.Record{Seq: 2, Event: engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p6", Data: verdictData}}
+		r := &replayEvent{Seq: 2, Event: engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p6", Data: verdictData}}
 		var p *recordedPolicy
 		if withPolicy {
 			p = decodeRecordedPolicy(policyData)

@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/agreement"
 	"github.com/gated/gated/plugins"
@@ -154,7 +153,7 @@ type reviewRecord struct {
 
 // decodeReviewRecord reads the data of r, a review.started or
 // review.finished record, with encoding/json.
-func decodeReviewRecord(r *audit.Record) reviewRecord {
+func decodeReviewRecord(r *replayEvent) reviewRecord {
 	var rr reviewRecord
 	switch r.Event.Event {
 	case engine.EventReviewStarted:
@@ -170,13 +169,13 @@ func decodeReviewRecord(r *audit.Record) reviewRecord {
 // addReviewRecord keeps a review.started or review.finished record of the
 // proposal p decided. A record that does not decode is kept as the reason
 // the proposal's reviews cannot be checked.
-func (p *recordedPolicy) addReviewRecord(r *audit.Record) {
+func (p *recordedPolicy) addReviewRecord(r *replayEvent) {
 	p.addReview(r, decodeReviewRecord(r))
 }
 
 // addReview keeps rr, the data of r, a review.started or review.finished
 // record of the proposal p decided, as addReviewRecord does.
-func (p *recordedPolicy) addReview(r *audit.Record, rr reviewRecord) {
+func (p *recordedPolicy) addReview(r *replayEvent, rr reviewRecord) {
 	if rr.err != nil {
 		p.reviewErr = fmt.Sprintf("seq %d: %v", r.Seq, rr.err)
 		return
@@ -348,7 +347,7 @@ func (c *candidateReviewers) staleness(ctx context.Context, p *recordedPolicy, r
 // keepReview counts a proposal that both policies send to review: its
 // recorded review result is reused when every reviewer is unchanged, and
 // counted stale, with the reason, when one changed.
-func (rep *replayReport) keepReview(ctx context.Context, r *audit.Record, p *recordedPolicy, routedTo string, quorum int, reviewers *candidateReviewers) {
+func (rep *replayReport) keepReview(ctx context.Context, r *replayEvent, p *recordedPolicy, routedTo string, quorum int, reviewers *candidateReviewers) {
 	why := "the candidate's reviewers are unknown"
 	if reviewers != nil {
 		why = reviewers.staleness(ctx, p, routedTo, quorum)
@@ -473,7 +472,7 @@ func newRereviewer(ctx context.Context, name string, o *rereviewOptions, show in
 }
 
 // unrebuildable counts a recorded review whose request cannot be rebuilt.
-func (rr *rereviewer) unrebuildable(r *audit.Record, why string) {
+func (rr *rereviewer) unrebuildable(r *replayEvent, why string) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	rr.rep.Unrebuildable++
@@ -486,7 +485,7 @@ func (rr *rereviewer) unrebuildable(r *audit.Record, why string) {
 // verdict record is r, with the request rebuilt from the recorded
 // proposal, tool bag, SOP, history and routing. It waits for a free
 // worker, so a replay never holds more than the workers' share.
-func (rr *rereviewer) submit(ctx context.Context, r *audit.Record, p *recordedPolicy) error {
+func (rr *rereviewer) submit(ctx context.Context, r *replayEvent, p *recordedPolicy) error {
 	if p == nil {
 		return nil
 	}

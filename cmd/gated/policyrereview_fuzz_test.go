@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
@@ -28,9 +27,9 @@ func FuzzReviewRecords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, startedData, finishedData []byte) {
 		p := &recordedPolicy{}
-		p.addReviewRecord(&audit.Record{Seq: 3, Event: engine.AuditEvent{Event: engine.EventReviewStarted, Tenant: "acme", ProposalID: "p1", Data: startedData}})
+		p.addReviewRecord(&replayEvent{Seq: 3, Event: engine.AuditEvent{Event: engine.EventReviewStarted, Tenant: "acme", ProposalID: "p1", Data: startedData}})
 		startedErr := p.reviewErr
-		p.addReviewRecord(&audit.Record{Seq: 4, Event: engine.AuditEvent{Event: engine.EventReviewDone, Tenant: "acme", ProposalID: "p1", Data: finishedData}})
+		p.addReviewRecord(&replayEvent{Seq: 4, Event: engine.AuditEvent{Event: engine.EventReviewDone, Tenant: "acme", ProposalID: "p1", Data: finishedData}})
 		if startedErr != "" && !strings.Contains(startedErr, "review.started") {
 			t.Fatalf("reason %q does not name review.started", startedErr)
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
 
@@ -341,7 +340,7 @@ var (
 // audit.DecodeRecord returns is), as decodeReviewRecord does: in one pass
 // when the members are in plain form, through encoding/json otherwise.
 // FuzzDecodeReviewRecord holds the two readings equal.
-func decodeReviewRecordValid(r *audit.Record) reviewRecord {
+func decodeReviewRecordValid(r *replayEvent) reviewRecord {
 	switch r.Event.Event {
 	case engine.EventReviewStarted:
 		if s, ok := decodeReviewStartedFast(r.Event.Data); ok {

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"testing"
 
-	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
 
@@ -215,7 +214,7 @@ func TestDecodeReviewRecordValid(t *testing.T) {
 // record of event, otherwise than decodeReviewRecord does.
 func checkReviewRecord(t *testing.T, event string, data []byte) {
 	t.Helper()
-	r := &audit.Record{Seq: 9, Event: engine.AuditEvent{Event: event, Tenant: "acme", ProposalID: "p1", Data: data}}
+	r := &replayEvent{Seq: 9, Event: engine.AuditEvent{Event: event, Tenant: "acme", ProposalID: "p1", Data: data}}
 	got, want := decodeReviewRecordValid(r), decodeReviewRecord(r)
 	if fmt.Sprint(got.err) != fmt.Sprint(want.err) || !reflect.DeepEqual(got.started, want.started) || !reflect.DeepEqual(got.finished, want.finished) {
 		t.Fatalf("one pass: %+v %+v (err %v)\nencoding/json: %+v %+v (err %v)", got.started, got.finished, got.err, want.started, want.finished, want.err)
@@ -244,11 +243,11 @@ func FuzzDecodeReviewRecord(f *testing.F) {
 // review.finished record's data as a replay reads them, in one pass and
 // with encoding/json.
 func BenchmarkDecodeReviewRecord(b *testing.B) {
-	started := &audit.Record{Event: engine.AuditEvent{Event: engine.EventReviewStarted, Data: []byte(reviewRecordCases[0].data)}}
-	finished := &audit.Record{Event: engine.AuditEvent{Event: engine.EventReviewDone, Data: []byte(reviewRecordCases[1].data)}}
+	started := &replayEvent{Event: engine.AuditEvent{Event: engine.EventReviewStarted, Data: []byte(reviewRecordCases[0].data)}}
+	finished := &replayEvent{Event: engine.AuditEvent{Event: engine.EventReviewDone, Data: []byte(reviewRecordCases[1].data)}}
 	for _, read := range []struct {
 		note string
-		fn   func(*audit.Record) reviewRecord
+		fn   func(*replayEvent) reviewRecord
 	}{{"one pass", decodeReviewRecordValid}, {"encoding/json", decodeReviewRecord}} {
 		b.Run(read.note, func(b *testing.B) {
 			b.ReportAllocs()

@@ -109,8 +109,12 @@ func storeHeadVerdicts(t *testing.T, js jetstream.JetStream, stream jetstream.St
 		if err != nil {
 			t.Fatal(err)
 		}
+		ev, ok := r.Find(engine.EventVerdict)
+		if !ok {
+			t.Fatalf("seq %d holds no verdict", h.Seq)
+		}
 		var v engine.Verdict
-		if err := json.Unmarshal(r.Event.Data, &v); err != nil {
+		if err := json.Unmarshal(ev.Data, &v); err != nil {
 			t.Fatal(err)
 		}
 		v.AuditSeq = h.Seq

@@ -48,44 +48,63 @@ func replayGC() (restore func()) {
 	return func() { debug.SetGCPercent(old) }
 }
 
+// replayEvent is one event of a record a replay reads, with the record's
+// stream sequence.
+type replayEvent struct {
+	Seq   uint64
+	Event engine.AuditEvent
+}
+
+// replayItem is an event of a batch's record, with its data decoded when
+// it is a policy.decided event (policy) or a review event (review).
+type replayItem struct {
+	ev     *replayEvent
+	policy *recordedPolicy
+	review reviewRecord
+}
+
 // replayBatch is a run of messages read in stream order.
 type replayBatch struct {
 	entries []audit.Entry
-	// policies holds, for each policy.decided record of entries, its
-	// data decoded; nil for the other messages. reviews holds the data of
-	// the review.started and review.finished records, decoded.
-	policies []*recordedPolicy
-	reviews  []reviewRecord
+	// items holds, for each entry that is a record of a proposal's
+	// tenant, its events.
+	items [][]replayItem
 	// done is closed once the batch is decoded.
 	done chan struct{}
 }
 
 // decode decodes the batch's messages and the data of the policy.decided
-// and review records.
+// and review events.
 func (b *replayBatch) decode() {
 	defer close(b.done)
-	b.policies = make([]*recordedPolicy, len(b.entries))
-	b.reviews = make([]reviewRecord, len(b.entries))
+	b.items = make([][]replayItem, len(b.entries))
 	for i := range b.entries {
 		e := &b.entries[i]
 		e.Decode()
 		r := e.Record
-		if r == nil || r.Event.Tenant == engine.UnknownTenant {
+		if r == nil || r.Tenant == engine.UnknownTenant {
 			continue
 		}
-		switch r.Event.Event {
-		case engine.EventPolicyDecided:
-			b.policies[i] = decodeRecordedPolicyValid(r.Event.Data)
-		case engine.EventReviewStarted, engine.EventReviewDone:
-			b.reviews[i] = decodeReviewRecordValid(r)
+		evs := r.Events()
+		items := make([]replayItem, len(evs))
+		for j, ev := range evs {
+			it := replayItem{ev: &replayEvent{Seq: e.Seq, Event: ev}}
+			switch ev.Event {
+			case engine.EventPolicyDecided:
+				it.policy = decodeRecordedPolicyValid(ev.Data)
+			case engine.EventReviewStarted, engine.EventReviewDone:
+				it.review = decodeReviewRecordValid(it.ev)
+			}
+			items[j] = it
 		}
+		b.items[i] = items
 	}
 }
 
-// replayPair is a verdict record and its proposal's policy.decided record
+// replayPair is a verdict event and its proposal's policy.decided event
 // (nil when the range holds none).
 type replayPair struct {
-	r *audit.Record
+	r *replayEvent
 	p *recordedPolicy
 }
 
@@ -213,30 +232,29 @@ sequence:
 		}
 		for i, e := range b.entries {
 			checker.Add(e)
-			r := e.Record
-			if r == nil || r.Event.Tenant == engine.UnknownTenant {
-				continue
-			}
-			key := r.Event.Tenant + "." + r.Event.ProposalID
-			switch r.Event.Event {
-			case engine.EventPolicyDecided:
-				pending[key] = b.policies[i]
-			case engine.EventReviewStarted, engine.EventReviewDone:
-				if p := pending[key]; p != nil {
-					p.addReview(r, b.reviews[i])
-				}
-			case engine.EventVerdict:
-				p := pending[key]
-				pairs = append(pairs, replayPair{r: r, p: p})
-				delete(pending, key)
-				if len(pairs) == replayBatchSize && !decide() {
-					break sequence
-				}
-				// The pair's policy record takes no more reviews once its
-				// verdict is read, so the pool may read it from here on.
-				if cfg.rereview != nil {
-					if rerr = cfg.rereview.submit(ctx, r, p); rerr != nil {
+			for _, it := range b.items[i] {
+				r := it.ev
+				key := r.Event.Tenant + "." + r.Event.ProposalID
+				switch r.Event.Event {
+				case engine.EventPolicyDecided:
+					pending[key] = it.policy
+				case engine.EventReviewStarted, engine.EventReviewDone:
+					if p := pending[key]; p != nil {
+						p.addReview(r, it.review)
+					}
+				case engine.EventVerdict:
+					p := pending[key]
+					pairs = append(pairs, replayPair{r: r, p: p})
+					delete(pending, key)
+					if len(pairs) == replayBatchSize && !decide() {
 						break sequence
+					}
+					// The pair's policy record takes no more reviews once its
+					// verdict is read, so the pool may read it from here on.
+					if cfg.rereview != nil {
+						if rerr = cfg.rereview.submit(ctx, r, p); rerr != nil {
+							break sequence
+						}
 					}
 				}
 			}

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
 
@@ -34,7 +33,7 @@ func compareRecorded(prop *engine.Proposal, reg engine.Personas, p *recordedPoli
 
 // reviewChanged counts, and names while fewer than show are, a proposal
 // whose reviewers the candidate changes.
-func (rep *replayReport) reviewChanged(r *audit.Record, action string, c engine.ShadowComparison, show int) {
+func (rep *replayReport) reviewChanged(r *replayEvent, action string, c engine.ShadowComparison, show int) {
 	rep.ReviewChanged++
 	if listed(len(rep.ReviewChanges), show) {
 		rep.ReviewChanges = append(rep.ReviewChanges, replayReviewChange{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: action,

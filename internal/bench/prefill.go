@@ -72,8 +72,8 @@ func CaptureTrail(ctx context.Context, js jetstream.JetStream, gen Proposals, p 
 		if e.Err != nil {
 			return fmt.Errorf("audit record %d: %w", e.Seq, e.Err)
 		}
-		if e.Record.Event.ProposalID == pr.ID {
-			t.Events = append(t.Events, e.Record.Event)
+		if e.Record.ProposalID == pr.ID {
+			t.Events = append(t.Events, e.Record.Events()...)
 		}
 		return nil
 	})
@@ -273,6 +273,13 @@ func writeTrail(ctx context.Context, w *audit.Writer, t *Trail, r replacer) (uin
 		}
 		if err := trail.Record(ctx, ev); err != nil {
 			return 0, err
+		}
+		// gated stores what it recorded before a review starts, as a
+		// record of its own.
+		if ev.Event == engine.EventReviewStarted {
+			if err := trail.Flush(ctx); err != nil {
+				return 0, err
+			}
 		}
 	}
 	return 0, errors.New("no events to write")

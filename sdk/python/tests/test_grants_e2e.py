@@ -30,6 +30,14 @@ async def client(server: Gated) -> AsyncIterator[gated.Client]:
     await c.close()
 
 
+def record_events(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The events of an audit record: a record of version 2 holds several
+    under one envelope (docs/AUDIT.md); one of version 1 is its event."""
+    if r.get("v") != 2:
+        return [r]
+    return [{**e, "tenant": r.get("tenant"), "proposal_id": r.get("proposal_id")} for e in r.get("events", [])]
+
+
 class AuditTap:
     """The grant.* audit events of tenant acme, as gated publishes them."""
 
@@ -38,7 +46,7 @@ class AuditTap:
 
     async def start(self, c: gated.Client) -> AuditTap:
         async def on(msg: Any) -> None:
-            self.events.append(json.loads(msg.data))
+            self.events.extend(record_events(json.loads(msg.data)))
 
         await c.nc.subscribe("gated.audit.acme.grant.>", cb=on)
         await c.nc.flush()

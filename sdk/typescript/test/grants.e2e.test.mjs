@@ -37,9 +37,31 @@ after(async () => {
   await g?.stop();
 });
 
-/** Reads gated's audit records of tenant's grant events until want(records) holds, or 20 s pass. */
+/**
+ * The events of an audit record: a record of version 2 holds several under
+ * one envelope, and folds grant.issued into its verdict's grant member
+ * (docs/AUDIT.md); one of version 1 is its event.
+ */
+function recordEvents(r) {
+  if (r.v !== 2) {
+    return [r];
+  }
+  const out = [];
+  for (const e of r.events) {
+    const env = { tenant: r.tenant, proposal_id: r.proposal_id };
+    if (e.grant) {
+      out.push({ ...env, event: "grant.issued", at: e.at, data: e.grant });
+    }
+    out.push({ ...env, ...e });
+  }
+  return out;
+}
+
+/** Reads gated's audit events of tenant's grants (and of the verdicts that carry them) until want(events) holds, or 20 s pass. */
 async function grantAudit(id, want) {
-  const c = await jetstream(nc).consumers.get("GATED_AUDIT", { filter_subjects: ["gated.audit.acme.grant.>"] });
+  const c = await jetstream(nc).consumers.get("GATED_AUDIT", {
+    filter_subjects: ["gated.audit.acme.grant.>", "gated.audit.acme.verdict.decided"],
+  });
   const records = [];
   const deadline = Date.now() + 20_000;
   while (Date.now() < deadline) {
@@ -47,7 +69,7 @@ async function grantAudit(id, want) {
     for await (const m of batch) {
       const r = m.json();
       if (r.proposal_id === id) {
-        records.push(r);
+        records.push(...recordEvents(r).filter((e) => e.event.startsWith("grant.")));
       }
     }
     if (want(records)) {

@@ -1,0 +1,708 @@
+package audit
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
+)
+
+// RecordVersion is the schema version of the records gated writes: one
+// record holds the events of a proposal that were recorded together
+// (docs/AUDIT.md). Records of version 1, one event each, are still read.
+const RecordVersion = 2
+
+// A version-2 body is one JSON object:
+//
+//	{"v":2,"tenant":T,"chain":{"n":N,"prev":H},"proposal_id":P,"instance":I,
+//	 "policy_revision":R,"head":{...},"events":[{"event":E,"at":A,...,"data":{...}},...]}
+//
+// The envelope (v, tenant, chain first, so that reading a chain needs no
+// more) is what every event of the record shares. "head" holds once the
+// members every event of a proposal starts its data with (headKeys); an
+// event that lacks some of them lists them in "omit", one whose values
+// differ carries its own "head". A verdict.decided event leaves out what
+// the record says already, writing null in its place: proposal_id,
+// tenant and action (the envelope's and the head's), policy and
+// proposal_sha256 (rebuilt from the record's policy event and
+// proposal.received); the grant.issued event before it folds
+// into its "grant" member, {gid, kid, exp}, and the grant's token is not
+// kept. Expanding a record (Record.Events) gives back every event, as a
+// version-1 record of its own would have held it.
+
+// headKeys are the members that every event of a proposal starts its
+// data with (the engine's proposalEventData), quoted as they are written.
+var headKeys = [...]string{`"action"`, `"operator"`, `"delivery"`, `"policy_eval_us"`}
+
+func isHeadKey(k []byte) bool {
+	for _, h := range headKeys {
+		if string(k) == h {
+			return true
+		}
+	}
+	return false
+}
+
+// member is one member of a JSON object: its key as written, quotes
+// included, and its value as written.
+type member struct{ key, val []byte }
+
+// splitMembers returns the top-level members of obj, a valid JSON object
+// without white space outside its strings (compacted). ok is false for
+// anything else.
+func splitMembers(obj []byte) (ms []member, ok bool) {
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return nil, false
+	}
+	i := 1
+	if obj[i] == '}' {
+		return nil, i == len(obj)-1
+	}
+	for {
+		if i >= len(obj) || obj[i] != '"' {
+			return nil, false
+		}
+		end := validString(obj, i)
+		if end < 0 || end >= len(obj) || obj[end] != ':' {
+			return nil, false
+		}
+		key := obj[i:end]
+		start := end + 1
+		stop := skipCompactValue(obj, start)
+		if stop < 0 || stop >= len(obj) {
+			return nil, false
+		}
+		ms = append(ms, member{key: key, val: obj[start:stop]})
+		switch obj[stop] {
+		case ',':
+			i = stop + 1
+		case '}':
+			return ms, stop == len(obj)-1
+		default:
+			return nil, false
+		}
+	}
+}
+
+// skipCompactValue returns where the compact JSON value at data[i:] ends, or -1.
+func skipCompactValue(data []byte, i int) int {
+	if i >= len(data) {
+		return -1
+	}
+	switch c := data[i]; {
+	case c == '"':
+		return validString(data, i)
+	case c == '{' || c == '[':
+		depth := 0
+		for i < len(data) {
+			switch data[i] {
+			case '{', '[':
+				depth++
+				i++
+			case '}', ']':
+				depth--
+				i++
+				if depth == 0 {
+					return i
+				}
+			case '"':
+				if i = validString(data, i); i < 0 {
+					return -1
+				}
+			default:
+				i++
+			}
+		}
+		return -1
+	case c == 't':
+		return validLiteral(data, i, "true")
+	case c == 'f':
+		return validLiteral(data, i, "false")
+	case c == 'n':
+		return validLiteral(data, i, "null")
+	default:
+		return validNumber(data, i)
+	}
+}
+
+// appendMembers appends the members as one JSON object.
+func appendMembers(dst []byte, ms ...[]member) []byte {
+	dst = append(dst, '{')
+	first := true
+	for _, part := range ms {
+		for _, m := range part {
+			if !first {
+				dst = append(dst, ',')
+			}
+			first = false
+			dst = append(dst, m.key...)
+			dst = append(dst, ':')
+			dst = append(dst, m.val...)
+		}
+	}
+	return append(dst, '}')
+}
+
+func findMember(ms []member, key string) (int, bool) {
+	for i, m := range ms {
+		if string(m.key) == key {
+			return i, true
+		}
+	}
+	return -1, false
+}
+
+func quoted(s string) []byte { return appendJSONString(nil, s) }
+
+// compactEvent is one event of a record being encoded.
+type compactEvent struct {
+	ev   engine.AuditEvent
+	head []member // the leading members of ev.Data that are head members
+	rest []member // the rest of ev.Data
+	// grant, on a verdict.decided event, is the folded grant.issued
+	// event's {gid, kid, exp}.
+	grant []member
+	// folded is true for a grant.issued event folded into the verdict
+	// after it.
+	folded bool
+	// verbatim is set on a verdict.decided event whose data holds null
+	// where a record writes null for "the record's": it is kept as it is.
+	verbatim bool
+}
+
+// normalizeData makes an event's data what a record holds: absent when
+// empty or null, an object (anything else is kept whole under "detail"),
+// compacted.
+func normalizeData(ev engine.AuditEvent) (json.RawMessage, error) {
+	t := bytes.TrimSpace(ev.Data)
+	switch {
+	case len(t) == 0, string(t) == "null":
+		return nil, nil
+	case t[0] != '{':
+		wrapped, err := json.Marshal(map[string]json.RawMessage{"detail": t})
+		if err != nil {
+			return nil, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
+		}
+		t = wrapped
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(t))
+	if err := json.Compact(&buf, t); err != nil {
+		return nil, fmt.Errorf("encoding audit event %s: data is not JSON: %w", ev.Event, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// sameEnvelope reports whether a and b may share a record.
+func sameEnvelope(a, b engine.AuditEvent) bool {
+	return a.Tenant == b.Tenant && a.ProposalID == b.ProposalID && a.Instance == b.Instance && a.PolicyRevision == b.PolicyRevision
+}
+
+// encodeRecord encodes evs, events of one envelope in the order recorded,
+// as one version-2 record.
+func encodeRecord(evs []engine.AuditEvent) (encodedEvent, error) {
+	if len(evs) == 0 {
+		return encodedEvent{}, fmt.Errorf("encoding an audit record: no event")
+	}
+	env := evs[0]
+	if !validAuditTenant(env.Tenant) {
+		return encodedEvent{}, fmt.Errorf("audit event %s: tenant %q is not a tenant token", env.Event, env.Tenant)
+	}
+	ces := make([]compactEvent, len(evs))
+	for i, ev := range evs {
+		if !validEventName(ev.Event) {
+			return encodedEvent{}, fmt.Errorf("audit event name %q is not an event name", ev.Event)
+		}
+		if !sameEnvelope(env, ev) {
+			return encodedEvent{}, fmt.Errorf("audit event %s belongs to another record than %s", ev.Event, env.Event)
+		}
+		data, err := normalizeData(ev)
+		if err != nil {
+			return encodedEvent{}, err
+		}
+		ev.Data = data
+		ce := compactEvent{ev: ev}
+		if data != nil {
+			ms, ok := splitMembers(data)
+			if !ok {
+				return encodedEvent{}, fmt.Errorf("encoding audit event %s: data is not a JSON object", ev.Event)
+			}
+			n := 0
+			for n < len(ms) && isHeadKey(ms[n].key) {
+				n++
+			}
+			ce.head, ce.rest = ms[:n:n], ms[n:]
+		}
+		ces[i] = ce
+	}
+	// The record's head: every head member in the order first met, with
+	// its first value.
+	var head []member
+	for _, ce := range ces {
+		for _, m := range ce.head {
+			if _, ok := findMember(head, string(m.key)); !ok {
+				head = append(head, m)
+			}
+		}
+	}
+	for i := range ces {
+		foldGrant(ces, i, head, env)
+	}
+	for i := range ces {
+		if ces[i].ev.Event == engine.EventVerdict {
+			trimVerdict(ces, i, head, env)
+		}
+	}
+
+	dst := make([]byte, 0, 512)
+	dst = append(dst, `{"v":`...)
+	dst = strconv.AppendInt(dst, RecordVersion, 10)
+	dst = append(dst, `,"tenant":`...)
+	dst = appendJSONString(dst, env.Tenant)
+	pre := dst
+	post := make([]byte, 0, 256+sizeOf(evs))
+	if env.ProposalID != "" {
+		post = append(post, `,"proposal_id":`...)
+		post = appendJSONString(post, env.ProposalID)
+	}
+	if env.Instance != "" {
+		post = append(post, `,"instance":`...)
+		post = appendJSONString(post, env.Instance)
+	}
+	if env.PolicyRevision != "" {
+		post = append(post, `,"policy_revision":`...)
+		post = appendJSONString(post, env.PolicyRevision)
+	}
+	if len(head) > 0 {
+		post = append(post, `,"head":`...)
+		post = appendMembers(post, head)
+	}
+	post = append(post, `,"events":[`...)
+	first := true
+	for _, ce := range ces {
+		if ce.folded {
+			continue
+		}
+		if !first {
+			post = append(post, ',')
+		}
+		first = false
+		post = append(post, `{"event":`...)
+		post = appendJSONString(post, ce.ev.Event)
+		at, err := ce.ev.At.MarshalJSON()
+		if err != nil {
+			return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ce.ev.Event, err)
+		}
+		post = append(post, `,"at":`...)
+		post = append(post, at...)
+		if omit, ok := omitted(head, ce.head); ok {
+			if len(omit) > 0 {
+				post = append(post, `,"omit":[`...)
+				for j, k := range omit {
+					if j > 0 {
+						post = append(post, ',')
+					}
+					post = append(post, k...)
+				}
+				post = append(post, ']')
+			}
+		} else {
+			post = append(post, `,"head":`...)
+			post = appendMembers(post, ce.head)
+		}
+		if ce.grant != nil {
+			post = append(post, `,"grant":`...)
+			post = appendMembers(post, ce.grant)
+		}
+		if ce.verbatim {
+			post = append(post, `,"verbatim":true`...)
+		}
+		if ce.ev.Data != nil {
+			post = append(post, `,"data":`...)
+			post = appendMembers(post, ce.rest)
+		}
+		post = append(post, '}')
+	}
+	post = append(post, "]}"...)
+	last := evs[len(evs)-1].Event
+	return encodedEvent{v: RecordVersion, tenant: env.Tenant, subject: wire.AuditSubject(env.Tenant, last), pre: pre, post: post}, nil
+}
+
+func sizeOf(evs []engine.AuditEvent) int {
+	n := 0
+	for _, ev := range evs {
+		n += len(ev.Data) + 64
+	}
+	return n
+}
+
+// omitted returns the keys of head that own leaves out, when own is head
+// with those members left out (same values, same order); ok is false
+// when own is not.
+func omitted(head, own []member) (omit [][]byte, ok bool) {
+	j := 0
+	for _, h := range head {
+		if j < len(own) && bytes.Equal(own[j].key, h.key) {
+			if !bytes.Equal(own[j].val, h.val) {
+				return nil, false
+			}
+			j++
+			continue
+		}
+		omit = append(omit, h.key)
+	}
+	return omit, j == len(own)
+}
+
+// grantKeys are the members of a grant.issued event's data besides the
+// head, in the order written.
+var grantKeys = [...]string{`"exp"`, `"gid"`, `"kid"`, `"proposal_id"`, `"tenant"`}
+
+// foldGrant folds event i, when it is a grant.issued event that the
+// verdict.decided event after it can carry whole: its data is the
+// record's head and the grant's gid, kid and exp, with the envelope's
+// tenant and proposal.
+func foldGrant(ces []compactEvent, i int, head []member, env engine.AuditEvent) {
+	if i+1 >= len(ces) || ces[i].ev.Event != engine.EventGrantIssued || ces[i+1].ev.Event != engine.EventVerdict {
+		return
+	}
+	g := ces[i]
+	if omit, ok := omitted(head, g.head); !ok || len(omit) > 0 || len(g.rest) != len(grantKeys) {
+		return
+	}
+	for j, k := range grantKeys {
+		if string(g.rest[j].key) != k {
+			return
+		}
+	}
+	if !bytes.Equal(g.rest[3].val, quoted(env.ProposalID)) || !bytes.Equal(g.rest[4].val, quoted(env.Tenant)) {
+		return
+	}
+	ces[i].folded = true
+	ces[i+1].grant = []member{{key: []byte(`"gid"`), val: g.rest[1].val}, {key: []byte(`"kid"`), val: g.rest[2].val}, {key: []byte(`"exp"`), val: g.rest[0].val}}
+}
+
+// trimVerdict leaves out of verdict event i what rebuildVerdict gives
+// back from the rest of the record: each member is left out only when
+// the rebuilt one is the same, byte for byte.
+func trimVerdict(ces []compactEvent, i int, head []member, env engine.AuditEvent) {
+	ce := &ces[i]
+	if ce.ev.Data == nil {
+		return
+	}
+	for _, key := range rebuiltKeys {
+		if j, ok := findMember(ce.rest, key); ok && string(ce.rest[j].val) == "null" {
+			// null is the record's mark for "rebuilt": keep the data as
+			// it is, and say so.
+			ce.verbatim = true
+			return
+		}
+	}
+	from := verdictSources(ces[:i], head, env)
+	rest := make([]member, 0, len(ce.rest))
+	for _, m := range ce.rest {
+		switch key := string(m.key); {
+		case key == `"grant"` && ce.grant != nil:
+			continue // the token: the stored verdict keeps it
+		case isRebuilt(key):
+			if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {
+				rest = append(rest, member{key: m.key, val: []byte("null")})
+				continue
+			}
+		}
+		rest = append(rest, m)
+	}
+	ce.rest = rest
+}
+
+// rebuiltKeys are the members of a verdict that its record may hold as
+// null, meaning "the record's": a verdict never holds null in them.
+var rebuiltKeys = [...]string{`"proposal_id"`, `"tenant"`, `"action"`, `"policy"`, `"proposal_sha256"`}
+
+func isRebuilt(key string) bool {
+	for _, k := range rebuiltKeys {
+		if key == k {
+			return true
+		}
+	}
+	return false
+}
+
+// verdictFrom is what a verdict.decided event's left-out members are
+// rebuilt from: the record's envelope and head, its last
+// proposal.received before the verdict, and its last policy event.
+type verdictFrom struct {
+	env      engine.AuditEvent
+	action   []byte
+	received []member
+	policy   []member
+}
+
+func verdictSources(before []compactEvent, head []member, env engine.AuditEvent) verdictFrom {
+	f := verdictFrom{env: env}
+	if j, ok := findMember(head, `"action"`); ok {
+		f.action = head[j].val
+	}
+	for _, ce := range before {
+		switch ce.ev.Event {
+		case engine.EventReceived:
+			f.received = ce.rest
+		case engine.EventPolicyDecided, engine.EventPolicyRechecked:
+			f.policy = ce.rest
+		}
+	}
+	return f
+}
+
+// member returns the rebuilt value of a verdict member.
+func (f verdictFrom) member(key string) ([]byte, bool) {
+	switch key {
+	case `"proposal_id"`:
+		return quoted(f.env.ProposalID), f.env.ProposalID != ""
+	case `"tenant"`:
+		return quoted(f.env.Tenant), true
+	case `"action"`:
+		return f.action, f.action != nil
+	case `"proposal_sha256"`:
+		if j, ok := findMember(f.received, `"sha256"`); ok {
+			return f.received[j].val, true
+		}
+	case `"policy"`:
+		return f.policyRef()
+	}
+	return nil, false
+}
+
+// policyRef is the verdict's policy section as the engine writes it from
+// the record's policy event.
+func (f verdictFrom) policyRef() ([]byte, bool) {
+	if f.policy == nil {
+		return nil, false
+	}
+	var pd struct {
+		Denies []engine.Deny `json:"denies"`
+		EvalUS int64         `json:"eval_us"`
+		Review struct {
+			Rule string `json:"rule"`
+		} `json:"review"`
+	}
+	j, ok := findMember(f.policy, `"denies"`)
+	if !ok || json.Unmarshal(f.policy[j].val, &pd.Denies) != nil || pd.Denies == nil {
+		return nil, false
+	}
+	if j, ok := findMember(f.policy, `"eval_us"`); !ok || json.Unmarshal(f.policy[j].val, &pd.EvalUS) != nil {
+		return nil, false
+	}
+	if j, ok := findMember(f.policy, `"review"`); ok && json.Unmarshal(f.policy[j].val, &pd.Review) != nil {
+		return nil, false
+	}
+	doc, err := json.Marshal(engine.NewPolicyRef(pd.Denies, pd.Review.Rule, f.env.PolicyRevision, pd.EvalUS))
+	if err != nil {
+		return nil, false
+	}
+	return doc, true
+}
+
+// recordV2 is the wire form of a version-2 body, for the strict decoder.
+type recordV2 struct {
+	V              int             `json:"v"`
+	Tenant         string          `json:"tenant"`
+	Chain          *Chain          `json:"chain"`
+	ProposalID     string          `json:"proposal_id,omitempty"`
+	Instance       string          `json:"instance,omitempty"`
+	PolicyRevision string          `json:"policy_revision,omitempty"`
+	Head           json.RawMessage `json:"head,omitempty"`
+	Events         []eventV2       `json:"events"`
+}
+
+// eventV2 is one event of a version-2 body.
+type eventV2 struct {
+	Event string          `json:"event"`
+	At    time.Time       `json:"at"`
+	Omit  []string        `json:"omit,omitempty"`
+	Head  json.RawMessage `json:"head,omitempty"`
+	Grant json.RawMessage `json:"grant,omitempty"`
+	// Verbatim keeps a verdict's data as written, nulls included.
+	Verbatim bool            `json:"verbatim,omitempty"`
+	Data     json.RawMessage `json:"data,omitempty"`
+}
+
+// expandV2 checks a decoded version-2 body and returns its events as
+// version-1 records of their own would hold them. Its errors say what is
+// wrong; DecodeRecord wraps them.
+func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
+	if len(b.Events) == 0 {
+		return nil, fmt.Errorf("the record holds no event")
+	}
+	var head []member
+	if b.Head != nil {
+		var ok bool
+		if head, ok = splitCompact(b.Head); !ok {
+			return nil, fmt.Errorf("head is not a JSON object")
+		}
+		for _, m := range head {
+			if !isHeadKey(m.key) {
+				return nil, fmt.Errorf("head member %s is not a head member", m.key)
+			}
+		}
+	}
+	env := engine.AuditEvent{V: engine.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
+	out := make([]engine.AuditEvent, 0, len(b.Events)+1)
+	from := verdictFrom{env: env}
+	if j, ok := findMember(head, `"action"`); ok {
+		from.action = head[j].val
+	}
+	for i, e := range b.Events {
+		if !validEventName(e.Event) {
+			return nil, fmt.Errorf("event %d: %q is not an event name", i+1, e.Event)
+		}
+		own, err := eventHead(head, e)
+		if err != nil {
+			return nil, fmt.Errorf("event %d (%s): %w", i+1, e.Event, err)
+		}
+		var rest []member
+		if e.Data != nil {
+			var ok bool
+			if rest, ok = splitCompact(e.Data); !ok {
+				return nil, fmt.Errorf("event %d (%s): data is not a JSON object", i+1, e.Event)
+			}
+		}
+		ev := env
+		ev.Event, ev.At = e.Event, e.At
+		switch e.Event {
+		case engine.EventReceived:
+			from.received = rest
+		case engine.EventPolicyDecided, engine.EventPolicyRechecked:
+			from.policy = rest
+		case engine.EventVerdict:
+			if e.Grant != nil {
+				g, err := unfoldGrant(own, head, e, env)
+				if err != nil {
+					return nil, fmt.Errorf("event %d (%s): %w", i+1, e.Event, err)
+				}
+				out = append(out, g)
+			}
+			if e.Data != nil && !e.Verbatim {
+				if rest, err = rebuildVerdict(rest, from); err != nil {
+					return nil, fmt.Errorf("event %d (%s): %w", i+1, e.Event, err)
+				}
+			}
+		}
+		if (e.Grant != nil || e.Verbatim) && e.Event != engine.EventVerdict {
+			return nil, fmt.Errorf("event %d (%s): only a %s folds a grant or is verbatim", i+1, e.Event, engine.EventVerdict)
+		}
+		if len(own) > 0 || e.Data != nil {
+			ev.Data = appendMembers(make([]byte, 0, len(e.Data)+64), own, rest)
+		}
+		out = append(out, ev)
+	}
+	return out, nil
+}
+
+// splitCompact splits a JSON object that may hold white space, as a
+// forged record's may.
+func splitCompact(raw json.RawMessage) ([]member, bool) {
+	if ms, ok := splitMembers(raw); ok {
+		return ms, true
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, raw) != nil {
+		return nil, false
+	}
+	return splitMembers(buf.Bytes())
+}
+
+// eventHead is the head an event's data starts with: the record's,
+// less the members it omits, or its own.
+func eventHead(head []member, e eventV2) ([]member, error) {
+	if e.Head != nil {
+		if e.Omit != nil {
+			return nil, fmt.Errorf("both head and omit")
+		}
+		own, ok := splitCompact(e.Head)
+		if !ok {
+			return nil, fmt.Errorf("head is not a JSON object")
+		}
+		for _, m := range own {
+			if !isHeadKey(m.key) {
+				return nil, fmt.Errorf("head member %s is not a head member", m.key)
+			}
+		}
+		return own, nil
+	}
+	if len(e.Omit) == 0 {
+		return head, nil
+	}
+	own := make([]member, 0, len(head))
+	left := 0
+	for _, m := range head {
+		drop := false
+		for _, k := range e.Omit {
+			if string(m.key) == string(quoted(k)) {
+				drop = true
+			}
+		}
+		if drop {
+			left++
+			continue
+		}
+		own = append(own, m)
+	}
+	if left != len(e.Omit) {
+		return nil, fmt.Errorf("omit names members the record's head does not have")
+	}
+	return own, nil
+}
+
+// unfoldGrant is the grant.issued event a verdict event folded.
+func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.AuditEvent, error) {
+	var g struct {
+		GID string `json:"gid"`
+		KID string `json:"kid"`
+		Exp *int64 `json:"exp"`
+	}
+	if err := json.Unmarshal(e.Grant, &g); err != nil || g.GID == "" || g.KID == "" || g.Exp == nil {
+		return engine.AuditEvent{}, fmt.Errorf("grant is not {gid, kid, exp}")
+	}
+	data := appendMembers(make([]byte, 0, 256), head)
+	data = data[:len(data)-1]
+	if len(head) > 0 {
+		data = append(data, ',')
+	}
+	data = append(data, `"exp":`...)
+	data = strconv.AppendInt(data, *g.Exp, 10)
+	data = append(data, `,"gid":`...)
+	data = appendJSONString(data, g.GID)
+	data = append(data, `,"kid":`...)
+	data = appendJSONString(data, g.KID)
+	data = append(data, `,"proposal_id":`...)
+	data = appendJSONString(data, env.ProposalID)
+	data = append(data, `,"tenant":`...)
+	data = appendJSONString(data, env.Tenant)
+	data = append(data, '}')
+	ev := env
+	ev.Event, ev.At, ev.Data = engine.EventGrantIssued, e.At, data
+	return ev, nil
+}
+
+// rebuildVerdict puts back the members trimVerdict left out of a
+// verdict's data.
+func rebuildVerdict(rest []member, from verdictFrom) ([]member, error) {
+	out := make([]member, 0, len(rest))
+	for _, m := range rest {
+		key := string(m.key)
+		if isRebuilt(key) && string(m.val) == "null" {
+			want, ok := from.member(key)
+			if !ok {
+				return nil, fmt.Errorf("the verdict's %s is the record's, and the record has none", key)
+			}
+			m.val = want
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
