@@ -176,7 +176,9 @@ func TestReplayCountsTheKnownChange(t *testing.T) {
 	}
 	const n = 100_000
 	js := replayServer(t)
-	want := writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
+	// 100,000 decisions take minutes on a loaded machine: a publish is
+	// given more than its 10 s default before the writing fails.
+	want := writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{PublishTimeout: 2 * time.Minute}), n)
 	if want != 30_000 {
 		t.Fatalf("the script let %d cache_purge proposals through, want 30000 (the default bundle changed?)", want)
 	}
