@@ -1,11 +1,9 @@
 package bus_test
 
 import (
-	"os"
 	"testing"
 
-	"github.com/gated/gated/plugins/sdk"
-	"github.com/gated/gated/plugins/sop"
+	"github.com/gated/gated/bus/bustest"
 )
 
 // pluginEnv, when set, makes the test binary serve that reviewer instead
@@ -13,12 +11,4 @@ import (
 // review through a real plugin process over real gRPC.
 const pluginEnv = "GATED_BUS_TEST_PLUGIN"
 
-func TestMain(m *testing.M) {
-	switch os.Getenv(pluginEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "sop":
-		sdk.Serve(sop.Reviewer{Version: "test"})
-	}
-	os.Exit(2)
-}
+func TestMain(m *testing.M) { bustest.MainServingSOP(m, pluginEnv) }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -38,27 +37,7 @@ const sameIDRounds = 100
 
 // sopPlugins runs the bundled SOP reviewer out of process: this test
 // binary, relaunched as the plugin (see TestMain).
-func sopPlugins(t *testing.T) *plugins.Host {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := plugins.FileSHA256(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := plugins.NewHost(zaptest.NewLogger(t), "sop",
-		plugins.Spec{Name: "sop", Path: exe, SHA256: sum, Env: []string{pluginEnv + "=sop"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	if err := h.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
+func sopPlugins(t *testing.T) *plugins.Host { return bustest.SOPHost(t, pluginEnv) }
 
 func digestOf(data []byte) string {
 	sum := sha256.Sum256(data)

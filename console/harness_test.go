@@ -171,27 +171,7 @@ type gateOptions struct {
 }
 
 // sopPlugins runs the bundled SOP reviewer out of process.
-func sopPlugins(t *testing.T) *plugins.Host {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum, err := plugins.FileSHA256(exe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := plugins.NewHost(zaptest.NewLogger(t), "sop",
-		plugins.Spec{Name: "sop", Path: exe, SHA256: sum, Env: []string{pluginEnv + "=sop"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	if err := h.Start(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
+func sopPlugins(t *testing.T) *plugins.Host { return bustest.SOPHost(t, pluginEnv) }
 
 // startGateWith starts the gate with opts.
 func startGateWith(t *testing.T, opts gateOptions) *gate {

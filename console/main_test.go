@@ -1,11 +1,9 @@
 package console_test
 
 import (
-	"os"
 	"testing"
 
-	"github.com/gated/gated/plugins/sdk"
-	"github.com/gated/gated/plugins/sop"
+	"github.com/gated/gated/bus/bustest"
 )
 
 // pluginEnv, when set, makes the test binary serve the bundled SOP
@@ -13,12 +11,4 @@ import (
 // console's tests review through a real plugin process over real gRPC.
 const pluginEnv = "GATED_CONSOLE_TEST_PLUGIN"
 
-func TestMain(m *testing.M) {
-	switch os.Getenv(pluginEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "sop":
-		sdk.Serve(sop.Reviewer{Version: "test"})
-	}
-	os.Exit(2)
-}
+func TestMain(m *testing.M) { bustest.MainServingSOP(m, pluginEnv) }
