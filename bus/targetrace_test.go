@@ -117,9 +117,19 @@ func checkOneApproved(t *testing.T, verdicts []*engine.Verdict) {
 	}
 }
 
-// TestTargetRaceOneEngine decides two proposals on one target at once in
-// one engine, as one gated with several workers does.
-func TestTargetRaceOneEngine(t *testing.T) {
+// raceEngine is one engine deciding with policy over a store and audit
+// trail on a server of its own, the SOP reviewer holding its reviews
+// until two have begun, so that two proposals on one target read its
+// history before either joins it. decide decides data, delivered the
+// attempt-th time as stream message seq.
+type raceEngine struct {
+	res    *bus.Resources
+	st     *store.Verdicts
+	decide func(data []byte, seq uint64, attempt int) (*engine.Verdict, error)
+}
+
+func newRaceEngine(t *testing.T, policy engine.Policy) *raceEngine {
+	t.Helper()
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
@@ -132,26 +142,32 @@ func TestTargetRaceOneEngine(t *testing.T) {
 	}
 	st := store.New(res.Verdicts)
 	eng := bustest.EngineWith(t, engine.Config{
-		Policy: bustest.Policy(t), Router: newHeldReviews(sopPlugins(t), 2), Store: st,
+		Policy: policy, Router: newHeldReviews(sopPlugins(t), 2), Store: st,
 		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: time.Minute},
 	})
 	tr := trails(t, js)
+	return &raceEngine{res: res, st: st, decide: func(data []byte, seq uint64, attempt int) (*engine.Verdict, error) {
+		a, err := fleet.AddressOf(data)
+		if err != nil {
+			return nil, err
+		}
+		return eng.Decide(t.Context(), engine.Delivery{
+			Subject: wire.ProposalSubject(a.Tenant, a.Action), Data: data, MsgID: a.Tenant + "." + a.ID,
+			Attempt: attempt, StreamSeq: seq, Trail: tr(),
+		})
+	}}
+}
+
+// TestTargetRaceOneEngine decides two proposals on one target at once in
+// one engine, as one gated with several workers does.
+func TestTargetRaceOneEngine(t *testing.T) {
+	re := newRaceEngine(t, bustest.Policy(t))
 	props := [][]byte{raceProposal("race-a", "agent-a", "nginx"), raceProposal("race-b", "agent-b", "nginx")}
 	verdicts := make([]*engine.Verdict, len(props))
 	errs := make([]error, len(props))
 	var wg sync.WaitGroup
 	for i, data := range props {
-		wg.Go(func() {
-			a, err := fleet.AddressOf(data)
-			if err != nil {
-				errs[i] = err
-				return
-			}
-			verdicts[i], errs[i] = eng.Decide(t.Context(), engine.Delivery{
-				Subject: wire.ProposalSubject(a.Tenant, a.Action), Data: data, MsgID: a.Tenant + "." + a.ID,
-				Attempt: 1, StreamSeq: uint64(i + 1), Trail: tr(),
-			})
-		})
+		wg.Go(func() { verdicts[i], errs[i] = re.decide(data, uint64(i+1), 1) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -161,7 +177,7 @@ func TestTargetRaceOneEngine(t *testing.T) {
 	}
 	checkOneApproved(t, verdicts)
 	for _, v := range verdicts {
-		stored, err := st.Get(t.Context(), v.Tenant, v.ProposalID)
+		stored, err := re.st.Get(t.Context(), v.Tenant, v.ProposalID)
 		if err != nil {
 			t.Fatalf("verdict %s not stored: %v", v.ProposalID, err)
 		}
@@ -173,10 +189,7 @@ func TestTargetRaceOneEngine(t *testing.T) {
 	// included: its own entry in the target's history does not deny it.
 	for i, data := range props {
 		a, _ := fleet.AddressOf(data)
-		again, err := eng.Decide(t.Context(), engine.Delivery{
-			Subject: wire.ProposalSubject(a.Tenant, a.Action), Data: data, MsgID: a.Tenant + "." + a.ID,
-			Attempt: 2, StreamSeq: uint64(i + 1), Trail: tr(),
-		})
+		again, err := re.decide(data, uint64(i+1), 2)
 		if err != nil {
 			t.Fatalf("redelivering %s: %v", a.ID, err)
 		}
@@ -278,38 +291,14 @@ hold contains {"rule": "hold_recent_change", "why": "the target changed within t
 // stand: it is rejected at stage policy by target_changed, audited, with
 // no grant. Sent again, the proposal is held for an operator.
 func TestTargetRaceRecheckHolds(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
-	res, err := bus.Setup(t.Context(), js, bus.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ring, err := grant.NewRing(time.Now().Add(-time.Minute), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := store.New(res.Verdicts)
-	eng := bustest.EngineWith(t, engine.Config{
-		Policy: recentChangeHold(t), Router: newHeldReviews(sopPlugins(t), 2), Store: st,
-		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: time.Minute},
-	})
-	tr := trails(t, js)
-	decide := func(data []byte, seq uint64) (*engine.Verdict, error) {
-		a, err := fleet.AddressOf(data)
-		if err != nil {
-			return nil, err
-		}
-		return eng.Decide(t.Context(), engine.Delivery{
-			Subject: wire.ProposalSubject(a.Tenant, a.Action), Data: data, MsgID: a.Tenant + "." + a.ID,
-			Attempt: 1, StreamSeq: seq, Trail: tr(),
-		})
-	}
+	re := newRaceEngine(t, recentChangeHold(t))
+	res, st, decide := re.res, re.st, re.decide
 	props := [][]byte{raceProposal("hold-a", "agent-a", "nginx"), raceProposal("hold-b", "agent-b", "nginx")}
 	verdicts := make([]*engine.Verdict, len(props))
 	errs := make([]error, len(props))
 	var wg sync.WaitGroup
 	for i, data := range props {
-		wg.Go(func() { verdicts[i], errs[i] = decide(data, uint64(i+1)) })
+		wg.Go(func() { verdicts[i], errs[i] = decide(data, uint64(i+1), 1) })
 	}
 	wg.Wait()
 	for i, err := range errs {
@@ -362,7 +351,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 
 	// Sent again under a new id, it is decided on the history as it
 	// stands: held for an operator, not answered by the race's rejection.
-	again, err := decide(raceProposal("hold-c", lose.Agent, "nginx"), 3)
+	again, err := decide(raceProposal("hold-c", lose.Agent, "nginx"), 3, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
