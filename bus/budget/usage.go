@@ -149,8 +149,8 @@ func (c *counters) usage(scope string, l Limits, now time.Time) Usage {
 			u.ResetsAt[name] = time.UnixMilli(windowStart(now, r.Interval)).Add(r.Interval).UTC()
 		}
 	}
-	for name, m := range map[string]map[string]int64{engine.LimitReviewsInFlight: c.Reviews, engine.LimitHoldsPending: c.Holds} {
-		if n, first := live(m, now); n > 0 {
+	for name, slots := range map[string][]slotCount{engine.LimitReviewsInFlight: c.ReviewEnds, engine.LimitHoldsPending: c.HoldEnds} {
+		if n, first := live(slots, now); n > 0 {
 			u.ResetsAt[name] = time.UnixMilli(first).UTC()
 		}
 	}
