@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -28,6 +29,11 @@ const slot = 10 * time.Second
 // window's slots, and a few more for refusals stamped ahead by another
 // process's clock.
 const maxRefusalSlots = int(engine.RefusalWindow/slot) + 8
+
+// maxCount bounds a slot's count in a record read: no more leases or
+// refusals than that can have been counted, and sums of such counts do
+// not overflow.
+const maxCount = 1 << 40
 
 // counters is the record of one scope (a tenant, or one of its agents),
 // stored under the scope's key. Every change is a compare-and-set of the
@@ -130,16 +136,18 @@ func decodeCounters(data []byte, scope string) (*counters, error) {
 	if c.Reviews != nil || c.Holds != nil || c.Refusals != nil {
 		return nil, fmt.Errorf("%w: %s: a version %d record with version %d's members", ErrCorruptCounters, scope, counterVersion, legacyVersion)
 	}
+	w := slot.Milliseconds()
 	for name, slots := range map[string][]slotCount{"review_ends": c.ReviewEnds, "hold_ends": c.HoldEnds} {
 		for i, s := range slots {
-			if s.N <= 0 || s.End <= 0 || (i > 0 && s.End <= slots[i-1].End) {
-				return nil, fmt.Errorf("%w: %s: %s[%d] is not a positive count after the one before", ErrCorruptCounters, scope, name, i)
+			if s.N <= 0 || s.N > maxCount || s.End <= 0 || s.End%w != 0 || (i > 0 && s.End <= slots[i-1].End) {
+				return nil, fmt.Errorf("%w: %s: %s[%d] is not a count of a slot after the one before", ErrCorruptCounters, scope, name, i)
 			}
 		}
 	}
 	for i, r := range c.RefusalSlots {
-		if r.N <= 0 || r.Budget < 0 || r.Budget > r.N || r.Start < 0 || r.Last < r.Start || (i > 0 && r.Start <= c.RefusalSlots[i-1].Start) {
-			return nil, fmt.Errorf("%w: %s: refusal_slots[%d] is not a positive count after the one before", ErrCorruptCounters, scope, i)
+		if r.N <= 0 || r.N > maxCount || r.Budget < 0 || r.Budget > r.N || r.Start < 0 || r.Start%w != 0 ||
+			r.Last < r.Start || r.Last-r.Start >= w || (i > 0 && r.Start <= c.RefusalSlots[i-1].Start) {
+			return nil, fmt.Errorf("%w: %s: refusal_slots[%d] is not a count of a slot after the one before", ErrCorruptCounters, scope, i)
 		}
 	}
 	if len(c.RefusalSlots) > maxRefusalSlots {
@@ -196,6 +204,9 @@ func windowStart(now time.Time, d time.Duration) int64 {
 // milliseconds) counts in: until rounded up to a whole slot.
 func slotEnd(until int64) int64 {
 	w := slot.Milliseconds()
+	if until > math.MaxInt64-w {
+		return math.MaxInt64 - math.MaxInt64%w
+	}
 	if r := until % w; r != 0 {
 		return until - r + w
 	}
