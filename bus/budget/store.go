@@ -255,14 +255,22 @@ func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*eng
 func (s *Store) uncount(ctx context.Context, req engine.BudgetRequest) error {
 	cfg := s.Config()
 	al, tl := cfg.Agent(req.Tenant, req.Agent), cfg.Tenant(req.Tenant)
-	_, aerr := s.apply(ctx, agentKey(req.Tenant, req.Agent), agentScope(req.Tenant, req.Agent), func(c *counters) (any, bool) {
-		c.unadmit(al, req)
-		return nil, true
-	})
-	_, terr := s.apply(ctx, tenantKey(req.Tenant), tenantScope(req.Tenant), func(c *counters) (any, bool) {
-		c.unadmit(tl, req)
-		return nil, true
-	})
+	return s.onBoth(ctx, req.Tenant, req.Agent,
+		func(c *counters) (any, bool) { c.unadmit(al, req); return nil, true },
+		func(c *counters) (any, bool) { c.unadmit(tl, req); return nil, true })
+}
+
+// onBoth applies fa to the record of tenant's agent and ft to the
+// tenant's, side by side.
+func (s *Store) onBoth(ctx context.Context, tenant, agent string, fa, ft func(c *counters) (any, bool)) error {
+	var terr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, terr = s.apply(ctx, tenantKey(tenant), tenantScope(tenant), ft)
+	}()
+	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), fa)
+	<-done
 	return errors.Join(aerr, terr)
 }
 
@@ -282,9 +290,7 @@ func (s *Store) extend(ctx context.Context, req engine.BudgetRequest, key string
 			c.move(req.Use, from, to)
 			return nil, true
 		}
-		_, aerr := s.apply(ctx, agentKey(req.Tenant, held.Agent), agentScope(req.Tenant, held.Agent), mv)
-		_, terr := s.apply(ctx, tenantKey(req.Tenant), tenantScope(req.Tenant), mv)
-		return errors.Join(aerr, terr)
+		return s.onBoth(ctx, req.Tenant, held.Agent, mv, mv)
 	}
 	if err := moveAll(from, to); err != nil {
 		return err
@@ -302,10 +308,11 @@ func (s *Store) extend(ctx context.Context, req engine.BudgetRequest, key string
 	return errors.Join(werr, uerr)
 }
 
-// Release implements engine.Budgets: the lease key goes first, then its
-// count in the agent's and the tenant's records. A crash between the two
-// leaves the counts, which end with their slot: over-counting for a while,
-// never under-counting.
+// Release implements engine.Budgets; the lease names the agent whose
+// record counts it. The lease key goes first, then its count in the
+// agent's and the tenant's records. A crash between the two leaves the
+// counts, which end with their slot: over-counting for a while, never
+// under-counting.
 func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engine.BudgetUse) error {
 	key := leaseKey(tenant, use, id)
 	for range 8 {
@@ -322,9 +329,7 @@ func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engin
 			return fmt.Errorf("removing budget lease %s: %w", key, err)
 		}
 		rel := func(c *counters) (any, bool) { return nil, c.release(use, held.End) }
-		_, aerr := s.apply(ctx, agentKey(tenant, held.Agent), agentScope(tenant, held.Agent), rel)
-		_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), rel)
-		return errors.Join(aerr, terr)
+		return s.onBoth(ctx, tenant, held.Agent, rel, rel)
 	}
 	return fmt.Errorf("%w: lease %s", ErrBusy, key)
 }
@@ -336,16 +341,11 @@ func (s *Store) Spend(ctx context.Context, tenant, agent string, tokens int64, n
 	}
 	cfg := s.Config()
 	al, tl := cfg.Agent(tenant, agent), cfg.Tenant(tenant)
-	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), func(c *counters) (any, bool) {
-		c.add(engine.LimitTokens, al.Tokens, now, tokens)
-		return nil, true
-	})
-	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), func(c *counters) (any, bool) {
-		c.add(engine.LimitTokens, tl.Tokens, now, tokens)
-		return nil, true
-	})
+	err := s.onBoth(ctx, tenant, agent,
+		func(c *counters) (any, bool) { c.add(engine.LimitTokens, al.Tokens, now, tokens); return nil, true },
+		func(c *counters) (any, bool) { c.add(engine.LimitTokens, tl.Tokens, now, tokens); return nil, true })
 	s.emit(Event{Tenant: tenant, Tokens: tokens})
-	return errors.Join(aerr, terr)
+	return err
 }
 
 // Refused implements engine.Budgets.
@@ -354,9 +354,7 @@ func (s *Store) Refused(ctx context.Context, tenant, agent string, kind engine.R
 		c.refused(kind, now)
 		return nil, true
 	}
-	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), f)
-	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), f)
-	return errors.Join(aerr, terr)
+	return s.onBoth(ctx, tenant, agent, f, f)
 }
 
 // Reset removes the records of tenant (its own and every agent's) and
