@@ -147,12 +147,16 @@ func TestLeasesAtTheBoundaryOverTwoProcesses(t *testing.T) {
 		t.Fatalf("%d reviews in flight after every release, want 0", got)
 	}
 	// One proposal delivered to both at once, several times: one lease.
-	for i := range 10 {
+	// Each delivery counts before it writes the lease, and the ones that
+	// lose the lease take their counts back, so meanwhile they count: six
+	// stay under the limit of seven. (The engine's review claim keeps two
+	// deliveries of a proposal from being admitted at once.)
+	for i := range 6 {
 		wg.Go(func() { mustAdmit(t, stores[i%2], review("dup", now, now.Add(time.Minute))) })
 	}
 	wg.Wait()
 	if got := inFlight(t, stores[0], now); got != 1 {
-		t.Fatalf("one proposal delivered ten times holds %d leases, want 1", got)
+		t.Fatalf("one proposal delivered six times holds %d leases, want 1", got)
 	}
 	if err := stores[1].Release(t.Context(), "acme", "bot", "dup", engine.BudgetReview); err != nil {
 		t.Fatal(err)

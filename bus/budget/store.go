@@ -181,31 +181,32 @@ func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.Bu
 		return s.admitCounts(ctx, req)
 	}
 	key := leaseKey(req.Tenant, req.Use, req.ID)
-	held, rev, err := s.lease(ctx, key)
-	if err != nil {
-		return nil, err
+	for range 8 {
+		held, rev, err := s.lease(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if held != nil && held.End > ms(req.Now) {
+			s.emit(Event{Tenant: req.Tenant, Use: req.Use})
+			return nil, s.extend(ctx, req, key, held, rev)
+		}
+		refusal, err := s.admitCounts(ctx, req)
+		if err != nil || refusal != nil {
+			return refusal, err
+		}
+		werr := s.putLease(ctx, key, lease{Agent: req.Agent, End: slotEnd(ms(req.Until))}, rev)
+		if werr == nil {
+			return nil, nil
+		}
+		// Not leased: the counts are taken back (a failure to take them
+		// back over-counts until the slot ends).
+		if uerr := s.uncount(ctx, req); uerr != nil || !casConflict(werr) {
+			return nil, errors.Join(werr, uerr)
+		}
+		// The lease changed since it was read (another delivery of the
+		// proposal took it, most likely): read it again.
 	}
-	if held != nil && held.End > ms(req.Now) {
-		s.emit(Event{Tenant: req.Tenant, Use: req.Use})
-		return nil, s.extend(ctx, req, key, held, rev)
-	}
-	refusal, err := s.admitCounts(ctx, req)
-	if err != nil || refusal != nil {
-		return refusal, err
-	}
-	werr := s.putLease(ctx, key, lease{Agent: req.Agent, End: slotEnd(ms(req.Until))}, rev)
-	if werr == nil {
-		return nil, nil
-	}
-	// Not leased: the counts are taken back (a failure to take them back
-	// over-counts until the slot ends).
-	uerr := s.uncount(ctx, req)
-	if casConflict(werr) {
-		// Another delivery of the proposal took its lease meanwhile: the
-		// proposal holds its lease, counted once.
-		return nil, uerr
-	}
-	return nil, errors.Join(werr, uerr)
+	return nil, fmt.Errorf("%w: lease %s", ErrBusy, key)
 }
 
 // admitCounts checks and counts req against the agent's record, then the
