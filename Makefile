@@ -181,6 +181,7 @@ fuzz:
 	$(GO) test ./bus/notify -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/budget -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/budget -run '^$$' -fuzz '^FuzzDecodeCounters$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/budget -run '^$$' -fuzz '^FuzzDecodeLease$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/budget -run '^$$' -fuzz '^FuzzRateJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./personas -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzCallTool$$' -fuzztime $(FUZZTIME)

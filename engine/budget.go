@@ -85,7 +85,7 @@ type BudgetRefusal struct {
 	// empty for reviews in flight and pending holds.
 	Interval string `json:"interval,omitempty"`
 	// ResetsAt is when the limit admits again: the end of the window, or
-	// the earliest lease's end.
+	// when the earliest lease stops counting.
 	ResetsAt time.Time `json:"resets_at"`
 }
 

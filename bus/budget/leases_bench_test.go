@@ -20,9 +20,11 @@ const unlimited = `defaults:
 // BenchmarkBudgetsBesideReviews measures what every proposal pays the
 // budget store (the counters read for the policy, State, and a read's
 // admission) while a tenant's agent has 0 or 2,000 reviews in flight:
-// each review holds a lease in the agent's and the tenant's records, so
-// the records grow with the reviews in flight. Reported besides time and
-// allocations: record-B, the size of the tenant's record.
+// each review counts in the agent's and the tenant's records and holds a
+// lease key of its own. Reported besides time and
+// allocations: record-B, the size of the tenant's record. A review's
+// admission and release beside them is measured too: the cost of one
+// change must not grow with the leases.
 func BenchmarkBudgetsBesideReviews(b *testing.B) {
 	for _, held := range []int{0, 2000} {
 		b.Run("in-flight="+strconv.Itoa(held), func(b *testing.B) {
@@ -64,6 +66,20 @@ func BenchmarkBudgetsBesideReviews(b *testing.B) {
 					r, err := st.Admit(b.Context(), engine.BudgetRequest{Tenant: "bench", Agent: "bench-agent", ID: "r", Use: engine.BudgetRead, Now: now})
 					if err != nil || r != nil {
 						b.Fatal(r, err)
+					}
+				}
+				b.ReportMetric(float64(size), "record-B")
+			})
+			b.Run("review-admit-release", func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					r, err := st.Admit(b.Context(), engine.BudgetRequest{Tenant: "bench", Agent: "bench-agent", ID: "one-more",
+						Use: engine.BudgetReview, Now: now, Until: now.Add(time.Hour)})
+					if err != nil || r != nil {
+						b.Fatal(r, err)
+					}
+					if err := st.Release(b.Context(), "bench", "bench-agent", "one-more", engine.BudgetReview); err != nil {
+						b.Fatal(err)
 					}
 				}
 				b.ReportMetric(float64(size), "record-B")

@@ -110,3 +110,46 @@ func TestStateSeesAnotherProcesssWrites(t *testing.T) {
 		t.Fatalf("after a released b's lease, b reads %d reviews in flight, want 5", got.Tenant.ReviewsInFlight)
 	}
 }
+
+// A scope's record must not grow with the reviews in flight nor with the
+// refusals it remembers: every change of it is a compare-and-set of the
+// whole record, so its size is the cost of every admission, release and
+// refusal of the scope. Beside 2,000 reviews in flight the record was
+// about 80 KB, and a flood of refusals added a thousand entries more.
+func TestRecordSizeDoesNotGrowWithLeasesOrRefusals(t *testing.T) {
+	const maxRecord = 4096
+	s := bustest.Server(t)
+	st := newStore(t, s, unlimited)
+	_, js := bustest.Connect(t, s)
+	kv, err := js.KeyValue(t.Context(), budget.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	admitReviews(t, st, 0, 2000, now)
+	for i := range 1000 {
+		if err := st.Refused(t.Context(), "acme", "bot", engine.RefusedBudget, now.Add(time.Duration(i)*500*time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := now.Add(500 * time.Second)
+	got, err := st.State(t.Context(), "acme", "bot", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Tenant.ReviewsInFlight != 2000 || got.Agent.ReviewsInFlight != 2000 {
+		t.Fatalf("reviews in flight: tenant %d, agent %d, want 2000 each", got.Tenant.ReviewsInFlight, got.Agent.ReviewsInFlight)
+	}
+	if got.Agent.Refusals != 1000 || got.Agent.BudgetRefusals != 1000 {
+		t.Fatalf("refusals: %d (%d by budget), want 1000", got.Agent.Refusals, got.Agent.BudgetRefusals)
+	}
+	for _, key := range []string{"acme.tenant", "acme.agent.bot"} {
+		e, err := kv.Get(t.Context(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(e.Value()); n > maxRecord {
+			t.Errorf("record %s is %d bytes beside 2000 reviews in flight and 1000 refusals, want at most %d", key, n, maxRecord)
+		}
+	}
+}

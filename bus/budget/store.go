@@ -167,7 +167,51 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 
 // Admit implements engine.Budgets: the agent's limits first, then the
 // tenant's; a refusal by the tenant's takes back the agent's count.
+//
+// A review or hold also takes a lease under a key of its own, written
+// with create-if-absent after both records counted it. The order fails
+// closed: a crash between the counts and the lease leaves a count with no
+// lease, which stops counting at the end of its slot (and a redelivery
+// counts once more meanwhile); a lease is never written without its
+// counts, so no proposal goes uncounted. A redelivered proposal whose
+// lease is live is admitted again without counting, its lease moved to
+// the later end.
 func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
+	if req.Use != engine.BudgetReview && req.Use != engine.BudgetHold {
+		return s.admitCounts(ctx, req)
+	}
+	key := leaseKey(req.Tenant, req.Use, req.ID)
+	for range 8 {
+		held, rev, err := s.lease(ctx, key)
+		if err != nil {
+			return nil, err
+		}
+		if held != nil && held.End > ms(req.Now) {
+			s.emit(Event{Tenant: req.Tenant, Use: req.Use})
+			return nil, s.extend(ctx, req, key, held, rev)
+		}
+		refusal, err := s.admitCounts(ctx, req)
+		if err != nil || refusal != nil {
+			return refusal, err
+		}
+		werr := s.putLease(ctx, key, lease{Agent: req.Agent, End: slotEnd(ms(req.Until))}, rev)
+		if werr == nil {
+			return nil, nil
+		}
+		// Not leased: the counts are taken back (a failure to take them
+		// back over-counts until the slot ends).
+		if uerr := s.uncount(ctx, req); uerr != nil || !casConflict(werr) {
+			return nil, errors.Join(werr, uerr)
+		}
+		// The lease changed since it was read (another delivery of the
+		// proposal took it, most likely): read it again.
+	}
+	return nil, fmt.Errorf("%w: lease %s", ErrBusy, key)
+}
+
+// admitCounts checks and counts req against the agent's record, then the
+// tenant's.
+func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
 	cfg := s.Config()
 	al, tl := cfg.Agent(req.Tenant, req.Agent), cfg.Tenant(req.Tenant)
 	ak, as := agentKey(req.Tenant, req.Agent), agentScope(req.Tenant, req.Agent)
@@ -208,12 +252,87 @@ func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.Bu
 	return nil, nil
 }
 
-// Release implements engine.Budgets.
-func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engine.BudgetUse) error {
-	rel := func(c *counters) (any, bool) { return nil, c.release(id, use) }
-	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), rel)
-	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), rel)
+// uncount takes back what admitCounts counted for req in both records.
+func (s *Store) uncount(ctx context.Context, req engine.BudgetRequest) error {
+	cfg := s.Config()
+	al, tl := cfg.Agent(req.Tenant, req.Agent), cfg.Tenant(req.Tenant)
+	return s.onBoth(ctx, req.Tenant, req.Agent,
+		func(c *counters) (any, bool) { c.unadmit(al, req); return nil, true },
+		func(c *counters) (any, bool) { c.unadmit(tl, req); return nil, true })
+}
+
+// onBoth applies fa to the record of tenant's agent and ft to the
+// tenant's, side by side.
+func (s *Store) onBoth(ctx context.Context, tenant, agent string, fa, ft func(c *counters) (any, bool)) error {
+	var terr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, terr = s.apply(ctx, tenantKey(tenant), tenantScope(tenant), ft)
+	}()
+	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), fa)
+	<-done
 	return errors.Join(aerr, terr)
+}
+
+// extend moves the live lease held (at rev) of a redelivered proposal to
+// req.Until when that is in a later slot: the records first, then the
+// lease. A crash between the two leaves the records counting the lease at
+// its later end while the lease names the earlier one, whose release then
+// takes one off the earlier slot: the total is right until the earlier
+// slot ends and one too many after, never one too few.
+func (s *Store) extend(ctx context.Context, req engine.BudgetRequest, key string, held *lease, rev uint64) error {
+	from, to := held.End, slotEnd(ms(req.Until))
+	if to <= from {
+		return nil
+	}
+	moveAll := func(from, to int64) error {
+		mv := func(c *counters) (any, bool) {
+			c.move(req.Use, from, to)
+			return nil, true
+		}
+		return s.onBoth(ctx, req.Tenant, held.Agent, mv, mv)
+	}
+	if err := moveAll(from, to); err != nil {
+		return err
+	}
+	werr := s.putLease(ctx, key, lease{Agent: held.Agent, End: to}, rev)
+	if werr == nil {
+		return nil
+	}
+	// The lease changed meanwhile (released, or moved by another
+	// delivery): the move is taken back.
+	uerr := moveAll(to, from)
+	if casConflict(werr) {
+		return uerr
+	}
+	return errors.Join(werr, uerr)
+}
+
+// Release implements engine.Budgets; the lease names the agent whose
+// record counts it. The lease key goes first, then its count in the
+// agent's and the tenant's records. A crash between the two leaves the
+// counts, which end with their slot: over-counting for a while, never
+// under-counting.
+func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engine.BudgetUse) error {
+	key := leaseKey(tenant, use, id)
+	for range 8 {
+		held, rev, err := s.lease(ctx, key)
+		if err != nil || held == nil {
+			return err
+		}
+		err = s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+		if casConflict(err) {
+			// A redelivery moved the lease meanwhile: read it again.
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("removing budget lease %s: %w", key, err)
+		}
+		rel := func(c *counters) (any, bool) { return nil, c.release(use, held.End) }
+		return s.onBoth(ctx, tenant, held.Agent, rel, rel)
+	}
+	return fmt.Errorf("%w: lease %s", ErrBusy, key)
 }
 
 // Spend implements engine.Budgets.
@@ -223,16 +342,11 @@ func (s *Store) Spend(ctx context.Context, tenant, agent string, tokens int64, n
 	}
 	cfg := s.Config()
 	al, tl := cfg.Agent(tenant, agent), cfg.Tenant(tenant)
-	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), func(c *counters) (any, bool) {
-		c.add(engine.LimitTokens, al.Tokens, now, tokens)
-		return nil, true
-	})
-	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), func(c *counters) (any, bool) {
-		c.add(engine.LimitTokens, tl.Tokens, now, tokens)
-		return nil, true
-	})
+	err := s.onBoth(ctx, tenant, agent,
+		func(c *counters) (any, bool) { c.add(engine.LimitTokens, al.Tokens, now, tokens); return nil, true },
+		func(c *counters) (any, bool) { c.add(engine.LimitTokens, tl.Tokens, now, tokens); return nil, true })
 	s.emit(Event{Tenant: tenant, Tokens: tokens})
-	return errors.Join(aerr, terr)
+	return err
 }
 
 // Refused implements engine.Budgets.
@@ -241,13 +355,11 @@ func (s *Store) Refused(ctx context.Context, tenant, agent string, kind engine.R
 		c.refused(kind, now)
 		return nil, true
 	}
-	_, aerr := s.apply(ctx, agentKey(tenant, agent), agentScope(tenant, agent), f)
-	_, terr := s.apply(ctx, tenantKey(tenant), tenantScope(tenant), f)
-	return errors.Join(aerr, terr)
+	return s.onBoth(ctx, tenant, agent, f, f)
 }
 
-// Reset removes the records of tenant (its own and every agent's): every
-// count and lease starts again from zero.
+// Reset removes the records of tenant (its own and every agent's) and
+// its leases: every count and lease starts again from zero.
 func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
 	lister, err := s.kv.ListKeysFiltered(ctx, tenant+".>")
 	if err != nil {
@@ -266,9 +378,10 @@ func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
 	return n, nil
 }
 
-// Keys lists the keys of tenant's records.
+// Keys lists the keys of tenant's records (its own and its agents'), not
+// those of its leases; tenant "*" lists every tenant's.
 func (s *Store) Keys(ctx context.Context, tenant string) ([]string, error) {
-	lister, err := s.kv.ListKeysFiltered(ctx, tenant+".>")
+	lister, err := s.kv.ListKeysFiltered(ctx, tenantKey(tenant), tenant+".agent.*")
 	if err != nil {
 		return nil, fmt.Errorf("listing the budget counters of %s: %w", tenant, err)
 	}
@@ -288,10 +401,9 @@ func (s *Store) emit(e Event) {
 // read returns the record of key, an empty one when there is none. The
 // record is always read afresh; when it is at the revision this process
 // last wrote or read for its changes, the copy decoded then is returned
-// instead of decoding the same bytes again. The leases of every review in
-// flight make a busy scope's record large (about 40 bytes a review), and
-// every proposal reads two records for its policy input. The returned
-// record is shared: callers only read it.
+// instead of decoding the same bytes again: every proposal reads two
+// records for its policy input. The returned record is shared: callers
+// only read it.
 func (s *Store) read(ctx context.Context, key, scope string) (*counters, error) {
 	e, err := s.kv.Get(ctx, key)
 	switch {

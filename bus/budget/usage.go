@@ -67,9 +67,10 @@ type Usage struct {
 	// Counters are the counts at the time asked.
 	Counters engine.BudgetCounters `json:"counters"`
 	// ResetsAt says, by limit name, when its count starts again: the end
-	// of the current window for proposals, reads and tokens; the end of
-	// the earliest live lease for reviews_in_flight and holds_pending,
-	// absent while none is live.
+	// of the current window for proposals, reads and tokens; for
+	// reviews_in_flight and holds_pending, when the earliest live lease
+	// stops counting (its end rounded up to the 10-second slot), absent
+	// while none is live.
 	ResetsAt map[string]time.Time `json:"resets_at"`
 }
 
@@ -149,8 +150,8 @@ func (c *counters) usage(scope string, l Limits, now time.Time) Usage {
 			u.ResetsAt[name] = time.UnixMilli(windowStart(now, r.Interval)).Add(r.Interval).UTC()
 		}
 	}
-	for name, m := range map[string]map[string]int64{engine.LimitReviewsInFlight: c.Reviews, engine.LimitHoldsPending: c.Holds} {
-		if n, first := live(m, now); n > 0 {
+	for name, slots := range map[string][]slotCount{engine.LimitReviewsInFlight: c.ReviewEnds, engine.LimitHoldsPending: c.HoldEnds} {
+		if n, first := live(slots, now); n > 0 {
 			u.ResetsAt[name] = time.UnixMilli(first).UTC()
 		}
 	}

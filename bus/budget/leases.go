@@ -1,0 +1,92 @@
+package budget
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine"
+)
+
+// leaseVersion is the schema version of a lease.
+const leaseVersion = 1
+
+// lease is the lease of one admitted review or hold, under a key of its
+// own (see leaseKey): it makes an admission idempotent by proposal id (a
+// redelivery finds it and counts nothing twice) and tells a release which
+// slot of the scopes' records to take it from.
+type lease struct {
+	V int `json:"v"`
+	// Agent is the agent whose record counts the lease, beside its
+	// tenant's.
+	Agent string `json:"agent"`
+	// End is the end of the slot the lease counts in, Unix milliseconds.
+	End int64 `json:"end"`
+}
+
+// leaseKey is the key of the lease of tenant's proposal id for use:
+// <tenant>.lease.<use>.<id>. Proposal ids are key tokens.
+func leaseKey(tenant string, use engine.BudgetUse, id string) string {
+	return tenant + ".lease." + string(use) + "." + id
+}
+
+// decodeLease reads a lease strictly. Every error wraps
+// ErrCorruptCounters.
+func decodeLease(data []byte, key string) (*lease, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var l lease
+	if err := dec.Decode(&l); err != nil {
+		return nil, fmt.Errorf("%w: lease %s: %v", ErrCorruptCounters, key, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: lease %s: data after the lease", ErrCorruptCounters, key)
+	}
+	switch {
+	case l.V != leaseVersion:
+		return nil, fmt.Errorf("%w: lease %s: version %d, want %d", ErrCorruptCounters, key, l.V, leaseVersion)
+	case l.End <= 0 || l.End != slotEnd(l.End):
+		return nil, fmt.Errorf("%w: lease %s: end %d is not the end of a slot", ErrCorruptCounters, key, l.End)
+	}
+	return &l, nil
+}
+
+// lease reads the lease under key and its revision; nil and 0 when there
+// is none.
+func (s *Store) lease(ctx context.Context, key string) (*lease, uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("reading budget lease %s: %w", key, err)
+	}
+	l, err := decodeLease(e.Value(), key)
+	if err != nil {
+		return nil, 0, err
+	}
+	return l, e.Revision(), nil
+}
+
+// putLease writes l under key: created when rev is 0, else replacing
+// the lease at rev.
+func (s *Store) putLease(ctx context.Context, key string, l lease, rev uint64) error {
+	l.V = leaseVersion
+	data, err := json.Marshal(l)
+	if err != nil {
+		return fmt.Errorf("encoding budget lease %s: %w", key, err)
+	}
+	if rev == 0 {
+		_, err = s.kv.Create(ctx, key, data)
+	} else {
+		_, err = s.kv.Update(ctx, key, data, rev)
+	}
+	if err != nil {
+		return fmt.Errorf("writing budget lease %s: %w", key, err)
+	}
+	return nil
+}
