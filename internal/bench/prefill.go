@@ -197,13 +197,13 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 				t := o.Trails[n%len(o.Trails)]
 				pr := o.Gen.New(t.Path, n)
 				r := newReplacer(t.ID, pr.ID, t.TargetKey, pr.TargetKey())
-				seq, err := writeTrail(ctx, w, t, r)
+				seq, trailRecords, err := writeTrail(ctx, w, t, r)
 				if err != nil {
 					fail(fmt.Errorf("writing the audit trail of %s: %w", pr.ID, err))
 					cancel()
 					return
 				}
-				records.Add(int64(len(t.Events)))
+				records.Add(int64(trailRecords))
 				for k, m := range t.Bucket {
 					msg := &nats.Msg{Subject: kvSubject + string(r.apply([]byte(m.Key))), Header: m.Header, Data: r.apply(m.Data)}
 					if k == 0 {
@@ -260,8 +260,10 @@ func withAuditSeq(data []byte, seq uint64) ([]byte, error) {
 }
 
 // writeTrail records t's events under r on a new trail of w and seals it,
-// returning the stream sequence of the sealing record.
-func writeTrail(ctx context.Context, w *audit.Writer, t *Trail, r replacer) (uint64, error) {
+// returning the stream sequence of the sealing record and how many
+// records the trail took: one, and one more for what was recorded before
+// a review started.
+func writeTrail(ctx context.Context, w *audit.Writer, t *Trail, r replacer) (seq uint64, records int, err error) {
 	trail := w.Trail()
 	now := time.Now().UTC()
 	for k, ev := range t.Events {
@@ -269,20 +271,22 @@ func writeTrail(ctx context.Context, w *audit.Writer, t *Trail, r replacer) (uin
 		ev.Data = r.apply(ev.Data)
 		ev.At, ev.Instance = now, ""
 		if k == len(t.Events)-1 {
-			return trail.Seal(ctx, ev)
+			seq, err := trail.Seal(ctx, ev)
+			return seq, records + 1, err
 		}
 		if err := trail.Record(ctx, ev); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		// gated stores what it recorded before a review starts, as a
 		// record of its own.
 		if ev.Event == engine.EventReviewStarted {
 			if err := trail.Flush(ctx); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
+			records++
 		}
 	}
-	return 0, errors.New("no events to write")
+	return 0, 0, errors.New("no events to write")
 }
 
 // replacer swaps a captured proposal's id and target key for a new
