@@ -117,8 +117,15 @@ func auditEvents(t *testing.T, natsURL, tenant, id string) []string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(string(m.Data()), `"proposal_id":"`+id+`"`) {
-			names = append(names, strings.TrimPrefix(m.Subject(), "gated.audit."+tenant+"."))
+		r, err := audit.DecodeRecord(m.Subject(), m.Headers(), m.Data())
+		if err != nil {
+			t.Fatalf("audit message %s: %v", m.Subject(), err)
+		}
+		if r.ProposalID != id {
+			continue
+		}
+		for _, ev := range r.Events() {
+			names = append(names, ev.Event)
 		}
 	}
 	return names
