@@ -80,25 +80,11 @@ func TestTargetRaceRechecksThePolicy(t *testing.T) {
 			var ring *grant.Ring
 			h := newHarness(t, withGrants(t, &ring), func(h *harness) { h.reviewer.answer = barrier(2) })
 			data := make([][]byte, 2)
-			verdicts := make([]*engine.Verdict, 2)
-			trails := make([]*memTrail, 2)
-			var wg sync.WaitGroup
 			for i := range data {
 				data[i] = proposalJSON(t, map[string]any{"id": fmt.Sprintf("p%d", i+1),
 					"requested_by": map[string]any{"agent": tc.agents[i], "session": "s"}})
-				trails[i] = h.stream.trail()
-				wg.Go(func() {
-					v, err := h.decideOn(t.Context(), trails[i], testSubject, data[i], "")
-					if err != nil {
-						t.Errorf("Decide p%d: %v", i+1, err)
-					}
-					verdicts[i] = v
-				})
 			}
-			wg.Wait()
-			if t.Failed() {
-				t.FailNow()
-			}
+			verdicts, trails := h.decideAtOnce(t, data)
 			win, lose := 0, 1
 			if !verdicts[0].Approved {
 				win, lose = 1, 0
@@ -486,27 +472,13 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 				h.store.beforeJoin = joinBarrier(2)
 			})
 			data := make([][]byte, 2)
-			verdicts := make([]*engine.Verdict, 2)
-			trails := make([]*memTrail, 2)
-			var wg sync.WaitGroup
 			for i := range data {
 				p := map[string]any{"id": fmt.Sprintf("p%d", i+1),
 					"requested_by": map[string]any{"agent": fmt.Sprintf("agent-%d", i+1), "session": "s"}}
 				maps.Copy(p, tc.proposal)
 				data[i] = proposalJSON(t, p)
-				trails[i] = h.stream.trail()
-				wg.Go(func() {
-					v, err := h.decideOn(t.Context(), trails[i], testSubject, data[i], "")
-					if err != nil {
-						t.Errorf("Decide p%d: %v", i+1, err)
-					}
-					verdicts[i] = v
-				})
 			}
-			wg.Wait()
-			if t.Failed() {
-				t.FailNow()
-			}
+			verdicts, trails := h.decideAtOnce(t, data)
 			for i := range data {
 				h.checkFresh(t, verdicts[i], trails[i], data[i])
 			}
@@ -581,4 +553,29 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			tc.again(t, h, again)
 		})
 	}
+}
+
+// decideAtOnce decides every proposal of data at the same time, each on a
+// trail of its own, and returns their verdicts and trails in data's
+// order; the test stops when any decision fails.
+func (h *harness) decideAtOnce(t *testing.T, data [][]byte) ([]*engine.Verdict, []*memTrail) {
+	t.Helper()
+	verdicts := make([]*engine.Verdict, len(data))
+	trails := make([]*memTrail, len(data))
+	var wg sync.WaitGroup
+	for i := range data {
+		trails[i] = h.stream.trail()
+		wg.Go(func() {
+			v, err := h.decideOn(t.Context(), trails[i], testSubject, data[i], "")
+			if err != nil {
+				t.Errorf("Decide p%d: %v", i+1, err)
+			}
+			verdicts[i] = v
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	return verdicts, trails
 }
