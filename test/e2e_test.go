@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -24,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -50,12 +50,7 @@ func TestMain(m *testing.M) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return bustest.FreeAddr(t)
 }
 
 // gated is a running `gated serve`.

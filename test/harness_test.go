@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/gated/gated/bus/bustest"
 )
 
 // This file is the harness of the scale and fault suites: NATS servers
@@ -27,16 +28,12 @@ import (
 // and store, and real gated processes that can be SIGKILLed and
 // restarted.
 
-// freePort returns a loopback port nobody listens on right now. The port
-// is reused across restarts, so it is chosen once per node or process.
+// freePort returns a loopback port nobody listens on right now and that
+// no other test of this binary was given. The port is reused across
+// restarts, so it is chosen once per node or process.
 func freePort(t *testing.T) int {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return bustest.FreePort(t)
 }
 
 // natsNode is one nats-server of a natsCluster. Its ports and store

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -27,12 +27,7 @@ func startAuthCluster(t *testing.T, password string) []string {
 	t.Helper()
 	routePorts := make([]int, 3)
 	for i := range routePorts {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		routePorts[i] = ln.Addr().(*net.TCPAddr).Port
-		ln.Close()
+		routePorts[i] = bustest.FreePort(t)
 	}
 	var routes []string
 	for _, p := range routePorts {

@@ -27,11 +27,22 @@ def vectors(name: str) -> Any:
     return json.loads((VECTORS / name).read_text(encoding="utf-8"))
 
 
+_handed_out: set[int] = set()
+
+
 def free_addr() -> str:
-    """A loopback address nobody listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    """A loopback address nobody listens on right now and not returned before
+    in this process: picked one after the other, the addresses of NATS and of
+    gated's HTTP listener would otherwise be the same whenever the kernel
+    hands the first port out again."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return f"127.0.0.1:{port}"
+    raise RuntimeError("no loopback port that was not handed out before")
 
 
 @pytest.fixture(scope="session")

@@ -29,7 +29,10 @@ export function gatedBinary() {
   return built;
 }
 
-function freePort() {
+/** Ports freePort has returned in this process. */
+const handedOut = new Set();
+
+function anyFreePort() {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.unref();
@@ -39,6 +42,23 @@ function freePort() {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * A loopback port free a moment ago and not returned before in this
+ * process: picked one after the other, the ports of NATS and of gated's
+ * HTTP listener would otherwise be the same whenever the kernel hands the
+ * first one out again.
+ */
+async function freePort() {
+  for (let i = 0; i < 1000; i++) {
+    const port = await anyFreePort();
+    if (!handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error("no loopback port that was not handed out before");
 }
 
 const unlimited = "{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}";

@@ -87,8 +87,11 @@ export function opsBinary(): string {
   return binary("MCP_OPS_BIN", "./examples/mcp-ops", "mcp-ops");
 }
 
+/** Ports freePort has returned in this process. */
+const handedOut = new Set<number>();
+
 /** A TCP port free on the loopback interface a moment ago. */
-export function freePort(): Promise<number> {
+function anyFreePort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const srv = createServer();
     srv.unref();
@@ -98,6 +101,23 @@ export function freePort(): Promise<number> {
       srv.close(() => resolve(port));
     });
   });
+}
+
+/**
+ * A TCP port free on the loopback interface a moment ago, and not returned
+ * before in this process: picked one after the other, the ports of NATS and
+ * of gated's HTTP listener would otherwise be the same whenever the kernel
+ * hands the first one out again.
+ */
+export async function freePort(): Promise<number> {
+  for (let i = 0; i < 1000; i++) {
+    const port = await anyFreePort();
+    if (!handedOut.has(port)) {
+      handedOut.add(port);
+      return port;
+    }
+  }
+  throw new Error("no loopback port that was not handed out before");
 }
 
 /** The environment without GATED_* variables, so only flags configure gated. */
