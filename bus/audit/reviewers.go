@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -168,6 +169,30 @@ func tally(p *trackedProposal, stats map[ReviewerKey]*ReviewerStats, latencies m
 	}
 }
 
+// trackMarkers are what the body of a record that TrackRecord.Add folds
+// in holds, as gated's encoder writes it: a verdict's reviews, a grant's
+// outcome, an operator's decision. Inside a JSON string each would have
+// its quotes escaped, so no string value spells one.
+var trackMarkers = [][]byte{
+	[]byte(`"reviews":[`),
+	[]byte(`"` + engine.EventGrantOutcome + `"`),
+	[]byte(`"` + engine.EventOperatorDecided + `"`),
+}
+
+// MayTrack reports whether the message body of an audit record may hold
+// an event that TrackRecord.Add folds in. It is false only for a record
+// that Add would ignore, so a reader that follows the whole stream (the
+// reviewer metrics) decodes only the few records that count: most
+// verdicts are the policy's, with no review.
+func MayTrack(body []byte) bool {
+	for _, m := range trackMarkers {
+		if bytes.Contains(body, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // Add folds r into the track record. A record whose data does not decode
 // is skipped: the audit's own verification reports it.
 func (t *TrackRecord) Add(r *Record) {
@@ -184,7 +209,10 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventVerdict:
 		var v engine.Verdict
-		if json.Unmarshal(ev.Data, &v) != nil || v.ProposalID == "" {
+		if json.Unmarshal(ev.Data, &v) != nil || v.ProposalID == "" || len(v.Reviews) == 0 {
+			// A verdict without reviews (the policy's) counts for no
+			// reviewer: it is not kept, so it takes no reviewed
+			// proposal's place under Limit.
 			return
 		}
 		p := t.proposal(ev.Tenant, v.ProposalID)
@@ -286,8 +314,11 @@ func ReadTrackRecord(ctx context.Context, js jetstream.JetStream, tenants []stri
 	}
 	var tr TrackRecord
 	for _, tenant := range tenants {
-		err := Read(ctx, js, Query{Tenant: tenant, Since: since}, func(e Entry) error {
-			tr.Add(e.Record)
+		err := Read(ctx, js, Query{Tenant: tenant, Since: since, Undecoded: true}, func(e Entry) error {
+			if MayTrack(e.Data) {
+				e.Decode()
+				tr.Add(e.Record)
+			}
 			return nil
 		})
 		if err != nil {

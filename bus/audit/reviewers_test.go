@@ -177,3 +177,75 @@ func FuzzTrackRecord(f *testing.F) {
 		}
 	})
 }
+
+// foldsSomething reports whether folding the record of evs, encoded the
+// way gated's writer encodes it (version 2) and as a version-1 record of
+// its last event, keeps a proposal in a track record, and whether
+// MayTrack said so of each body.
+func foldsSomething(t *testing.T, evs ...engine.AuditEvent) (folds, mayV2, mayV1 bool) {
+	t.Helper()
+	m2, err := audit.NewRecordMsg(evs, audit.Chain{N: 1}, nil)
+	if err != nil {
+		t.Skipf("not a record: %v", err)
+	}
+	m1, err := audit.NewMsg(evs[len(evs)-1], audit.Chain{N: 1}, nil)
+	if err != nil {
+		t.Skipf("not a record: %v", err)
+	}
+	r, err := audit.DecodeRecord(m2.Subject, m2.Header, m2.Data)
+	if err != nil {
+		t.Fatalf("decoding the record just encoded: %v", err)
+	}
+	var tr audit.TrackRecord
+	tr.Add(r)
+	return tr.Tracked() > 0, audit.MayTrack(m2.Data), audit.MayTrack(m1.Data)
+}
+
+// TestMayTrack: every record that the track record folds in passes the
+// pre-filter of the reviewer metrics, in both record versions, and the
+// policy's own decisions do not.
+func TestMayTrack(t *testing.T) {
+	ev := func(event, data string) engine.AuditEvent {
+		return engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: json.RawMessage(data)}
+	}
+	received := ev(engine.EventReceived, `{"action":"host_restart_service","bytes":10,"sha256":"ab"}`)
+	cases := []struct {
+		note  string
+		evs   []engine.AuditEvent
+		folds bool
+	}{
+		{"reviewed verdict", []engine.AuditEvent{received, ev(engine.EventVerdict,
+			`{"v":1,"proposal_id":"p-1","tenant":"acme","outcome":"approved","stage":"review","reviews":[{"plugin":"sop","decision":"approve","latency_ms":3}]}`)}, true},
+		{"grant outcome", []engine.AuditEvent{ev(engine.EventGrantOutcome, `{"proposal_id":"p-1","tenant":"acme","status":"failed"}`)}, true},
+		{"operator decision", []engine.AuditEvent{ev(engine.EventOperatorDecided, `{"decision":"approve"}`)}, true},
+		{"policy's verdict", []engine.AuditEvent{received, ev(engine.EventVerdict,
+			`{"v":1,"proposal_id":"p-1","tenant":"acme","outcome":"rejected","stage":"policy","reason":"\"reviews\":[ in a string"}`)}, false},
+		{"proposal received", []engine.AuditEvent{received}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			folds, v2, v1 := foldsSomething(t, tc.evs...)
+			if folds != tc.folds {
+				t.Fatalf("folds %v, want %v", folds, tc.folds)
+			}
+			if v2 != tc.folds || v1 != tc.folds {
+				t.Errorf("MayTrack: version 2 %v, version 1 %v; want %v", v2, v1, tc.folds)
+			}
+		})
+	}
+}
+
+// FuzzMayTrack: no record that the track record folds in is one that
+// MayTrack turns away.
+func FuzzMayTrack(f *testing.F) {
+	f.Add(engine.EventVerdict, `{"proposal_id":"p-1","outcome":"approved","reviews":[{"plugin":"sop","decision":"approve"}]}`)
+	f.Add(engine.EventGrantOutcome, `{"proposal_id":"p-1","status":"failed"}`)
+	f.Add(engine.EventOperatorDecided, `{"decision":"reject"}`)
+	f.Add(engine.EventVerdict, `{"proposal_id":"p-1","reviews" :[{}]}`)
+	f.Fuzz(func(t *testing.T, event, data string) {
+		folds, v2, v1 := foldsSomething(t, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: json.RawMessage(data)})
+		if folds && !(v2 && v1) {
+			t.Fatalf("a record that counts was turned away: version 2 %v, version 1 %v", v2, v1)
+		}
+	})
+}

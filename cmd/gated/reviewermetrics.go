@@ -108,13 +108,18 @@ func (s *gateServer) startReviewerMetrics(ctx context.Context) error {
 		defer close(done)
 		var last uint64
 		for ctx.Err() == nil {
-			q := audit.Query{Follow: true, Since: since}
+			q := audit.Query{Follow: true, Since: since, Undecoded: true}
 			if last > 0 {
-				q = audit.Query{Follow: true, StartSeq: last + 1}
+				q = audit.Query{Follow: true, StartSeq: last + 1, Undecoded: true}
 			}
 			err := audit.Read(ctx, s.js, q, func(e audit.Entry) error {
 				last = e.Seq
-				c.add(e.Record)
+				// Most records are policy decisions, which hold nothing
+				// the metrics count: only the others are decoded.
+				if audit.MayTrack(e.Data) {
+					e.Decode()
+					c.add(e.Record)
+				}
 				return nil
 			})
 			if ctx.Err() != nil {
