@@ -175,23 +175,47 @@ func Decode(token string, ks KeySet) (Claims, error) {
 	return c, err
 }
 
-func decode(token string, ks KeySet) (Claims, Key, error) {
+// ReadIssued returns the claims of token, a grant that gated signed and
+// stored itself (a stored verdict's), with the token's format and its
+// payload checked but not its header nor its signature. It is for
+// recording a grant gated has just issued without verifying its own
+// signature again; a token that anyone else hands in is checked with
+// Verify.
+func ReadIssued(token string) (Claims, error) {
+	_, raw, err := split(token)
+	if err != nil {
+		return Claims{}, err
+	}
+	return parseClaims(raw[1])
+}
+
+// split checks the token's length and parts and returns them as written
+// and base64url-decoded.
+func split(token string) ([]string, [3][]byte, error) {
+	var raw [3][]byte
 	if len(token) > MaxTokenLen {
-		return Claims{}, Key{}, refuse("format", fmt.Sprintf("token is longer than %d bytes", MaxTokenLen))
+		return nil, raw, refuse("format", fmt.Sprintf("token is longer than %d bytes", MaxTokenLen))
 	}
 	parts := strings.Split(token, ".")
 	if len(parts) != 3 {
-		return Claims{}, Key{}, refuse("format", "token is not three base64url parts joined by '.'")
+		return nil, raw, refuse("format", "token is not three base64url parts joined by '.'")
 	}
-	var raw [3][]byte
 	for i, part := range parts {
 		b, err := b64.DecodeString(part)
 		// An empty signature is read as no signature, so that alg none is
 		// refused for its alg.
 		if err != nil || part == "" && i < 2 {
-			return Claims{}, Key{}, refuse("format", fmt.Sprintf("token part %d is not unpadded base64url", i+1))
+			return nil, raw, refuse("format", fmt.Sprintf("token part %d is not unpadded base64url", i+1))
 		}
 		raw[i] = b
+	}
+	return parts, raw, nil
+}
+
+func decode(token string, ks KeySet) (Claims, Key, error) {
+	parts, raw, err := split(token)
+	if err != nil {
+		return Claims{}, Key{}, err
 	}
 	k, err := checkHeader(raw[0], ks)
 	if err != nil {
