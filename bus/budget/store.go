@@ -399,23 +399,86 @@ func (s *Store) emit(e Event) {
 }
 
 // read returns the record of key, an empty one when there is none. The
-// record is always read afresh; when it is at the revision this process
-// last wrote or read for its changes, the copy decoded then is returned
-// instead of decoding the same bytes again: every proposal reads two
-// records for its policy input. The returned record is shared: callers
-// only read it.
+// record is always read afresh: from a read of the bucket that starts
+// after read was called. Reads of one key that wait at the same time
+// share one such read (every proposal reads two records for its policy
+// input, most of them the same two). When the record read is at the
+// revision this process last wrote or read for its changes, the copy
+// decoded then is returned instead of decoding the same bytes again. The
+// returned record is shared: callers only read it.
 func (s *Store) read(ctx context.Context, key, scope string) (*counters, error) {
-	e, err := s.kv.Get(ctx, key)
-	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
+	r := &keyRead{scope: scope, done: make(chan struct{})}
+	ks := s.state(key)
+	ks.mu.Lock()
+	ks.readers = append(ks.readers, r)
+	if !ks.reading {
+		ks.reading = true
+		go s.readLoop(key, ks)
+	}
+	ks.mu.Unlock()
+	select {
+	case <-r.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("reading budget counters %s: %w", key, ctx.Err())
+	}
+	if r.err != nil {
+		return nil, r.err
+	}
+	if !r.found {
 		return newCounters(scope), nil
-	case err != nil:
-		return nil, fmt.Errorf("reading budget counters %s: %w", key, err)
 	}
-	if c := s.state(key).at(e.Revision()); c != nil && c.Scope == scope {
-		return c, nil
+	if r.c.Scope != scope {
+		// Decoded for another caller's scope: read for this one's,
+		// which checks the record's own.
+		return decodeCounters(r.raw, scope)
 	}
-	return decodeCounters(e.Value(), scope)
+	return r.c, nil
+}
+
+// keyRead is one caller waiting in read for a record.
+type keyRead struct {
+	scope string
+	done  chan struct{}
+	found bool
+	c     *counters
+	raw   []byte
+	err   error
+}
+
+// readLoop reads the record of key from the bucket for the callers that
+// wait for it, once for all of those that wait when the read starts, and
+// again while more arrive. Every caller thus gets a read that started
+// after it called.
+func (s *Store) readLoop(key string, ks *keyState) {
+	for {
+		ks.mu.Lock()
+		batch := ks.readers
+		ks.readers = nil
+		if len(batch) == 0 {
+			ks.reading = false
+			ks.mu.Unlock()
+			return
+		}
+		ks.mu.Unlock()
+		var res keyRead
+		ctx, cancel := context.WithTimeout(context.Background(), commitTimeout)
+		e, err := s.kv.Get(ctx, key)
+		cancel()
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
+			res.err = fmt.Errorf("reading budget counters %s: %w", key, err)
+		default:
+			res.found, res.raw = true, e.Value()
+			if res.c = ks.at(e.Revision()); res.c == nil || res.c.Scope != batch[0].scope {
+				res.c, res.err = decodeCounters(res.raw, batch[0].scope)
+			}
+		}
+		for _, r := range batch {
+			r.found, r.c, r.raw, r.err = res.found, res.c, res.raw, res.err
+			close(r.done)
+		}
+	}
 }
 
 // keyState is this process's pending changes of one record and the
@@ -424,6 +487,10 @@ type keyState struct {
 	mu      sync.Mutex
 	pending []*change
 	running bool
+	// readers wait for the next read of the record; reading is set
+	// while a readLoop serves them.
+	readers []*keyRead
+	reading bool
 	// cached is the record at rev as this process last read or wrote it;
 	// nil when unknown. Only the commit leader sets them, under mu, and a
 	// record once cached is never changed (a commit changes a clone), so
