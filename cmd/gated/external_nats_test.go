@@ -134,7 +134,9 @@ log_format: json
 		return err == nil
 	})
 
-	ctx2, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	// A deadline generous for a loaded machine: the three nodes replicate
+	// every write of the first proposal (its budget, audit and verdict).
+	ctx2, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	for _, name := range []string{bus.ProposalsStream, audit.Stream, "KV_" + wire.VerdictBucket} {
 		s, err := js.Stream(ctx2, name)
