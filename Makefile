@@ -161,6 +161,7 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzTrackRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzMayTrack$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzNormalizeData$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzAppendEvent$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeShadowDiffers$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus -run '^$$' -fuzz '^FuzzParseLockHolder$$' -fuzztime $(FUZZTIME)
