@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -263,4 +264,32 @@ func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
 	if n := in.reviewer.calls.Load(); n != 1 {
 		t.Fatalf("%d reviews, want 1", n)
 	}
+}
+
+// TestWorkerStopsTwice: a second Stop, at once or after the first, is a
+// no-op, not a panic on channels closed already.
+func TestWorkerStopsTwice(t *testing.T) {
+	in := newIntake(t, bus.Config{})
+	nc, _ := bustest.Connect(t, in.srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := bus.NewWorker(nc, js, res, in.engine(t, store.New(res.Verdicts)), trails(t, js), in.cfg, zaptest.NewLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() { w.Stop(time.Second) })
+	}
+	wg.Wait()
+	w.Stop(time.Second)
 }

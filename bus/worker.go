@@ -51,6 +51,7 @@ type Worker struct {
 	ctx      context.Context
 	cancel   context.CancelFunc
 	stopping chan struct{} // closed when Stop begins
+	stopOnce sync.Once
 	wg       sync.WaitGroup
 	cc       jetstream.ConsumeContext
 
@@ -489,8 +490,14 @@ func (w *Worker) returnWaiting() {
 
 // Stop stops taking proposals, waits up to grace for those in flight,
 // then cancels the rest; they are negatively acknowledged so that another
-// gated (or this one, after a restart) decides them.
+// gated (or this one, after a restart) decides them. Stop may be called
+// more than once: a later call waits for the first to finish and does
+// nothing more.
 func (w *Worker) Stop(grace time.Duration) {
+	w.stopOnce.Do(func() { w.stop(grace) })
+}
+
+func (w *Worker) stop(grace time.Duration) {
 	close(w.stopping)
 	if w.cc != nil {
 		// Drain hands buffered messages to dispatch, which returns them to
