@@ -107,3 +107,71 @@ func TestReadsShareOneGet(t *testing.T) {
 		}
 	}
 }
+
+// gatedWrites is a bucket whose writes wait for a value on release.
+type gatedWrites struct {
+	jetstream.KeyValue
+	writes  atomic.Int64
+	release chan struct{}
+}
+
+func (g *gatedWrites) Create(ctx context.Context, key string, value []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	g.writes.Add(1)
+	<-g.release
+	return g.KeyValue.Create(ctx, key, value, opts...)
+}
+
+func (g *gatedWrites) Update(ctx context.Context, key string, value []byte, rev uint64) (uint64, error) {
+	g.writes.Add(1)
+	<-g.release
+	return g.KeyValue.Update(ctx, key, value, rev)
+}
+
+// TestFirstChangeReturnsWithItsWrite: the caller whose change started
+// the writes of a record returns once its own change is written, not
+// after the changes that arrived meanwhile: under a steady flow of
+// changes it would otherwise write for the others and never return.
+func TestFirstChangeReturnsWithItsWrite(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	kv, err := Setup(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedWrites{KeyValue: kv, release: make(chan struct{})}
+	st := New(g, nil, nil)
+	key, scope := tenantKey("acme"), tenantScope("acme")
+	bump := func(c *counters) (any, bool) { c.ReviewEnds = append(c.ReviewEnds, slotCount{End: 1, N: 1}); return nil, true }
+	first, second := make(chan error, 1), make(chan error, 1)
+	go func() { _, err := st.apply(t.Context(), key, scope, bump); first <- err }()
+	for g.writes.Load() < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	go func() { _, err := st.apply(t.Context(), key, scope, bump); second <- err }()
+	ks := st.state(key)
+	for {
+		ks.mu.Lock()
+		n := len(ks.pending)
+		ks.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	g.release <- struct{}{} // the first change's write
+	for g.writes.Load() < 2 {
+		time.Sleep(time.Millisecond) // the second change's write has begun
+	}
+	select {
+	case err := <-first:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first change did not return while the second one was being written")
+	}
+	close(g.release)
+	if err := <-second; err != nil {
+		t.Fatal(err)
+	}
+}

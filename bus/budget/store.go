@@ -544,31 +544,38 @@ func (s *Store) apply(ctx context.Context, key, scope string, fn func(c *counter
 	ks := s.state(key)
 	ks.mu.Lock()
 	ks.pending = append(ks.pending, ch)
-	lead := !ks.running
-	ks.running = true
-	ks.mu.Unlock()
-	if lead {
-		// The leader writes batches until no change waits; the writes are
-		// bounded by their own timeout, not by this caller's context, since
-		// other callers' changes ride on them.
-		for {
-			ks.mu.Lock()
-			batch := ks.pending
-			ks.pending = nil
-			if len(batch) == 0 {
-				ks.running = false
-				ks.mu.Unlock()
-				break
-			}
-			ks.mu.Unlock()
-			s.commit(key, scope, ks, batch)
-		}
+	if !ks.running {
+		// A goroutine of its own writes the batches until no change
+		// waits, not the first caller: under a steady flow of changes it
+		// would write for the others and never return to its own
+		// proposal. The writes are bounded by their own timeout, not by a
+		// caller's context, since every caller's changes ride on them.
+		ks.running = true
+		go s.commitLoop(key, scope, ks)
 	}
+	ks.mu.Unlock()
 	select {
 	case <-ch.done:
 		return ch.res, ch.err
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	}
+}
+
+// commitLoop writes the changes waiting on the record of key, batch by
+// batch, until none waits.
+func (s *Store) commitLoop(key, scope string, ks *keyState) {
+	for {
+		ks.mu.Lock()
+		batch := ks.pending
+		ks.pending = nil
+		if len(batch) == 0 {
+			ks.running = false
+			ks.mu.Unlock()
+			return
+		}
+		ks.mu.Unlock()
+		s.commit(key, scope, ks, batch)
 	}
 }
 
