@@ -141,7 +141,10 @@ func TestFirstChangeReturnsWithItsWrite(t *testing.T) {
 	g := &gatedWrites{KeyValue: kv, release: make(chan struct{})}
 	st := New(g, nil, nil)
 	key, scope := tenantKey("acme"), tenantScope("acme")
-	bump := func(c *counters) (any, bool) { c.ReviewEnds = append(c.ReviewEnds, slotCount{End: 1, N: 1}); return nil, true }
+	bump := func(c *counters) (any, bool) {
+		c.ReviewEnds = append(c.ReviewEnds, slotCount{End: 1, N: 1})
+		return nil, true
+	}
 	first, second := make(chan error, 1), make(chan error, 1)
 	go func() { _, err := st.apply(t.Context(), key, scope, bump); first <- err }()
 	for g.writes.Load() < 1 {
