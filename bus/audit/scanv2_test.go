@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -175,4 +176,52 @@ func BenchmarkDecodeRecordV2(b *testing.B) {
 			}
 		})
 	}
+}
+
+// TestCheckPrintsVersion2Verdicts: the check of a version-2 record that
+// holds a verdict keeps a print of it, as for a version-1 record, so that
+// the verdict check matches the stored verdict without reading the record
+// from the stream again (a request per verdict): the quick print of its
+// data when the record kept the grant's token or had none, and the print
+// of the verdict when it folded the grant.
+func TestCheckPrintsVersion2Verdicts(t *testing.T) {
+	for i, evs := range scanV2Events()[:2] {
+		m, err := NewRecordMsg(evs, Chain{N: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := Entry{Seq: uint64(i + 1), Subject: m.Subject, Header: m.Header, Data: m.Data}
+		rc := newRecordChecker(nil).check(e)
+		if rc.invalid != "" || !rc.verdict {
+			t.Fatalf("record %d: invalid %q, verdict %v", i, rc.invalid, rc.verdict)
+		}
+		if !rc.printable && !rc.fullOK {
+			t.Fatalf("record %d: the check keeps no print of its verdict", i)
+		}
+	}
+}
+
+// FuzzScanGrant holds the one-pass reading of a verdict's folded grant to
+// encoding/json's: what scanGrant reads, encoding/json reads the same.
+func FuzzScanGrant(f *testing.F) {
+	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":1795661606}`))
+	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":-0}`))
+	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":9223372036854775808}`))
+	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":1e3}`))
+	f.Add([]byte(`{"gid":"g1","gid":"g2","kid":"k1","exp":1}`))
+	f.Add([]byte(`{"gid":"g\u0031","kid":"<k>","exp":1}`))
+	f.Add([]byte(`{"GID":"g1","kid":"k1","exp":1}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		g, ok := scanGrant(raw)
+		if !ok {
+			return
+		}
+		var want foldedGrant
+		if err := json.Unmarshal(raw, &want); err != nil {
+			t.Fatalf("scanGrant reads %s, which encoding/json refuses: %v", raw, err)
+		}
+		if !reflect.DeepEqual(g, want) {
+			t.Fatalf("scanGrant reads %+v, encoding/json %+v, from %s", g, want, raw)
+		}
+	})
 }

@@ -323,6 +323,12 @@ type recordCheck struct {
 	verdict   bool
 	print     quickPrint
 	printable bool
+	// full is the print of the verdict itself (printVerdict), for a
+	// version-2 record that folded the verdict's grant: its data lacks
+	// the grant's token, which the stored verdict has, so no quick print
+	// of it matches. fullOK is false when there is none.
+	full   verdictPrint
+	fullOK bool
 }
 
 // recordChecker runs the checks of single messages. Each goroutine
@@ -385,8 +391,8 @@ func (c *recordChecker) check(e Entry) recordCheck {
 // checkDecoded checks r, a record of version 2 decoded in full: its body
 // has no hash header to match (its hash is computed), its MAC covers the
 // body's hash, and a MAC that does not verify is a modified body; a
-// verdict it holds is compared by reading the record again (no quick
-// print).
+// verdict it holds gets the print the verdict check compares with the
+// stored verdict.
 func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = r.Tenant, r.Chain
 	if c.keys != nil {
@@ -399,8 +405,16 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
-	if _, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
+	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
 		rc.verdict = true
+		// The expanded verdict is the data a version-1 record would hold,
+		// byte for byte, unless the record folded the grant and left its
+		// token out: then only the verdict's own print compares.
+		if _, folded := r.Find(engine.EventGrantIssued); !folded {
+			rc.print, rc.printable = quickPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped)
+		} else if v, err := decodeVerdictRecord(r); err == nil {
+			rc.full, rc.fullOK = printVerdict(v), true
+		}
 	}
 	return rc
 }
