@@ -191,7 +191,7 @@ func TestCheckPrintsVersion2Verdicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := Entry{Seq: uint64(i + 1), Subject: m.Subject, Header: m.Header, Data: m.Data}
-		rc := newRecordChecker(nil).check(e)
+		rc := newRecordChecker(nil, true).check(e)
 		if rc.invalid != "" || !rc.verdict {
 			t.Fatalf("record %d: invalid %q, verdict %v", i, rc.invalid, rc.verdict)
 		}

@@ -191,7 +191,7 @@ func readChecked(ctx context.Context, stream jetstream.Stream, q Query, keys map
 	q.Undecoded = true
 	checkers := make([]*recordChecker, runtime.GOMAXPROCS(0))
 	for i := range checkers {
-		checkers[i] = newRecordChecker(keys)
+		checkers[i] = newRecordChecker(keys, true)
 	}
 	return inOrder(ctx, len(checkers), func(emit func([]item) error) error {
 		batch := make([]item, 0, verifyBatch)
@@ -336,10 +336,14 @@ type recordCheck struct {
 type recordChecker struct {
 	keys map[string][]byte
 	macs map[string]hash.Hash
+	// prints is set when the verdict check needs the prints of the
+	// verdict records (recordCheck.print, recordCheck.full): Verify's
+	// checkers, not a Checker's.
+	prints bool
 }
 
-func newRecordChecker(keys map[string][]byte) *recordChecker {
-	c := &recordChecker{keys: keys}
+func newRecordChecker(keys map[string][]byte, prints bool) *recordChecker {
+	c := &recordChecker{keys: keys, prints: prints}
 	if keys != nil {
 		c.macs = make(map[string]hash.Hash, len(keys))
 		for id, k := range keys {
@@ -383,7 +387,9 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	rc.macProblem = c.checkMAC(rv)
 	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != engine.UnknownTenant {
 		rc.verdict = true
-		rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
+		if c.prints {
+			rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
+		}
 	}
 	return rc
 }
@@ -407,6 +413,9 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
 	}
 	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
 		rc.verdict = true
+		if !c.prints {
+			return rc
+		}
 		// The expanded verdict is the data a version-1 record would hold,
 		// byte for byte, unless the record folded the grant and left its
 		// token out: then only the verdict's own print compares.
@@ -453,7 +462,7 @@ func (c *recordChecker) checkMAC(rv recordView) string {
 // add checks one message; messages come in stream order.
 func (v *auditVerifier) add(e Entry) {
 	if v.single == nil {
-		v.single = newRecordChecker(v.keys)
+		v.single = newRecordChecker(v.keys, false)
 	}
 	v.apply(v.single.check(e))
 }
