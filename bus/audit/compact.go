@@ -76,6 +76,10 @@ func splitMembers(obj []byte) (ms []member, ok bool) {
 		if stop < 0 || stop >= len(obj) {
 			return nil, false
 		}
+		if ms == nil {
+			// Most objects of a record have a few members: allocate once.
+			ms = make([]member, 0, 8)
+		}
 		ms = append(ms, member{key: key, val: obj[start:stop]})
 		switch obj[stop] {
 		case ',':
@@ -684,12 +688,14 @@ func eventHead(head []member, e eventV2) ([]member, error) {
 
 // unfoldGrant is the grant.issued event a verdict event folded.
 func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.AuditEvent, error) {
-	var g struct {
-		GID string `json:"gid"`
-		KID string `json:"kid"`
-		Exp *int64 `json:"exp"`
+	g, ok := scanGrant(e.Grant)
+	if !ok {
+		g = foldedGrant{}
+		if err := json.Unmarshal(e.Grant, &g); err != nil {
+			g = foldedGrant{}
+		}
 	}
-	if err := json.Unmarshal(e.Grant, &g); err != nil || g.GID == "" || g.KID == "" || g.Exp == nil {
+	if g.GID == "" || g.KID == "" || g.Exp == nil {
 		return engine.AuditEvent{}, fmt.Errorf("grant is not {gid, kid, exp}")
 	}
 	data := appendMembers(make([]byte, 0, 256), head)
@@ -711,6 +717,42 @@ func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.A
 	ev := env
 	ev.Event, ev.At, ev.Data = engine.EventGrantIssued, e.At, data
 	return ev, nil
+}
+
+// foldedGrant is a verdict event's grant member.
+type foldedGrant struct {
+	GID string `json:"gid"`
+	KID string `json:"kid"`
+	Exp *int64 `json:"exp"`
+}
+
+// scanGrant reads a grant member in the form encodeRecord writes,
+// {"gid":G,"kid":K,"exp":N} with G and K of printable ASCII without
+// escapes and N a plain integer, as encoding/json reads it into a
+// foldedGrant; ok is false for any other form, which the caller gives to
+// encoding/json (FuzzScanGrant holds the two equal).
+func scanGrant(raw []byte) (g foldedGrant, ok bool) {
+	s := v2scanner{buf: raw}
+	if !s.lit(`{"gid":`) {
+		return g, false
+	}
+	if g.GID, ok = s.str(); !ok || !s.lit(`,"kid":`) {
+		return g, false
+	}
+	if g.KID, ok = s.str(); !ok || !s.lit(`,"exp":`) {
+		return g, false
+	}
+	num := s.i
+	s.lit("-")
+	if _, ok = s.uint(); !ok || s.i != len(raw)-1 || raw[s.i] != '}' {
+		return g, false
+	}
+	n, err := strconv.ParseInt(string(raw[num:s.i]), 10, 64)
+	if err != nil {
+		return g, false
+	}
+	g.Exp = &n
+	return g, true
 }
 
 // rebuildVerdict puts back the members trimVerdict left out of a

@@ -176,6 +176,9 @@ type verdictRecord struct {
 	seq       uint64
 	print     quickPrint
 	printable bool
+	// full is the verdict's own print, when fullOK (recordCheck.full).
+	full   verdictPrint
+	fullOK bool
 }
 
 // verdictRing holds the last verdict records read, by ascending sequence.
@@ -437,7 +440,7 @@ func (m *verdictMerge) next(ctx context.Context, wait bool) (it bucketItem, ok b
 func (m *verdictMerge) advance(ctx context.Context, rc recordCheck) error {
 	m.through = rc.seq
 	if rc.invalid == "" && rc.verdict {
-		m.recent.push(verdictRecord{seq: rc.seq, print: rc.print, printable: rc.printable})
+		m.recent.push(verdictRecord{seq: rc.seq, print: rc.print, printable: rc.printable, full: rc.full, fullOK: rc.fullOK})
 	}
 	for len(m.waiting) > 0 && m.waiting[0].seq <= m.through {
 		if err := m.resolve(ctx, heap.Pop(&m.waiting).(storedVerdict)); err != nil {
@@ -480,6 +483,9 @@ func (m *verdictMerge) resolve(ctx context.Context, sv storedVerdict) error {
 	r, ok := m.recent.find(sv.seq)
 	switch {
 	case ok && r.printable && sv.quickOK && r.print == sv.quick:
+		c.check.Matched++
+		return nil
+	case ok && r.fullOK && sv.v != nil && r.full == sv.print():
 		c.check.Matched++
 		return nil
 	case !ok && sv.seq > m.recent.evicted:

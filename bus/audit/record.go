@@ -209,11 +209,14 @@ func decodeV2(subject string, hdr nats.Header, body []byte) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
-	var b recordV2
-	if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
-		return bad("body: data after the JSON object")
-	} else if err != nil {
-		return bad("body: %v", err)
+	b, ok := scanV2(body)
+	if !ok {
+		b = recordV2{}
+		if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
+			return bad("body: data after the JSON object")
+		} else if err != nil {
+			return bad("body: %v", err)
+		}
 	}
 	switch {
 	case b.V != RecordVersion:

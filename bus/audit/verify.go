@@ -191,7 +191,7 @@ func readChecked(ctx context.Context, stream jetstream.Stream, q Query, keys map
 	q.Undecoded = true
 	checkers := make([]*recordChecker, runtime.GOMAXPROCS(0))
 	for i := range checkers {
-		checkers[i] = newRecordChecker(keys)
+		checkers[i] = newRecordChecker(keys, true)
 	}
 	return inOrder(ctx, len(checkers), func(emit func([]item) error) error {
 		batch := make([]item, 0, verifyBatch)
@@ -323,6 +323,12 @@ type recordCheck struct {
 	verdict   bool
 	print     quickPrint
 	printable bool
+	// full is the print of the verdict itself (printVerdict), for a
+	// version-2 record that folded the verdict's grant: its data lacks
+	// the grant's token, which the stored verdict has, so no quick print
+	// of it matches. fullOK is false when there is none.
+	full   verdictPrint
+	fullOK bool
 }
 
 // recordChecker runs the checks of single messages. Each goroutine
@@ -330,10 +336,14 @@ type recordCheck struct {
 type recordChecker struct {
 	keys map[string][]byte
 	macs map[string]hash.Hash
+	// prints is set when the verdict check needs the prints of the
+	// verdict records (recordCheck.print, recordCheck.full): Verify's
+	// checkers, not a Checker's.
+	prints bool
 }
 
-func newRecordChecker(keys map[string][]byte) *recordChecker {
-	c := &recordChecker{keys: keys}
+func newRecordChecker(keys map[string][]byte, prints bool) *recordChecker {
+	c := &recordChecker{keys: keys, prints: prints}
 	if keys != nil {
 		c.macs = make(map[string]hash.Hash, len(keys))
 		for id, k := range keys {
@@ -377,7 +387,9 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	rc.macProblem = c.checkMAC(rv)
 	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != engine.UnknownTenant {
 		rc.verdict = true
-		rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
+		if c.prints {
+			rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
+		}
 	}
 	return rc
 }
@@ -385,8 +397,8 @@ func (c *recordChecker) check(e Entry) recordCheck {
 // checkDecoded checks r, a record of version 2 decoded in full: its body
 // has no hash header to match (its hash is computed), its MAC covers the
 // body's hash, and a MAC that does not verify is a modified body; a
-// verdict it holds is compared by reading the record again (no quick
-// print).
+// verdict it holds gets the print the verdict check compares with the
+// stored verdict.
 func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = r.Tenant, r.Chain
 	if c.keys != nil {
@@ -399,8 +411,19 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
-	if _, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
+	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
 		rc.verdict = true
+		if !c.prints {
+			return rc
+		}
+		// The expanded verdict is the data a version-1 record would hold,
+		// byte for byte, unless the record folded the grant and left its
+		// token out: then only the verdict's own print compares.
+		if _, folded := r.Find(engine.EventGrantIssued); !folded {
+			rc.print, rc.printable = quickPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped)
+		} else if v, err := decodeVerdictRecord(r); err == nil {
+			rc.full, rc.fullOK = printVerdict(v), true
+		}
 	}
 	return rc
 }
@@ -439,7 +462,7 @@ func (c *recordChecker) checkMAC(rv recordView) string {
 // add checks one message; messages come in stream order.
 func (v *auditVerifier) add(e Entry) {
 	if v.single == nil {
-		v.single = newRecordChecker(v.keys)
+		v.single = newRecordChecker(v.keys, false)
 	}
 	v.apply(v.single.check(e))
 }
