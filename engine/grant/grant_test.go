@@ -297,18 +297,25 @@ func FuzzCanonicalize(f *testing.F) {
 	})
 }
 
-func FuzzVerify(f *testing.F) {
+// acmeToken is a grant of proposal p of tenant acme, issued at now by a
+// new ring for a minute, with the ring's key set.
+func acmeToken(tb testing.TB) (time.Time, string, KeySet) {
+	tb.Helper()
 	now := time.Unix(1_800_000_000, 0)
 	ring, err := NewRing(now.Add(-time.Hour), 5*time.Minute)
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
 	c := Claims{Tenant: "acme", ProposalID: "p", ProposalSHA256: ProposalSHA256(nil), Action: "a", TargetSHA256: mustDigest(`{}`)}
 	tok, _, err := ring.Issue(c, now, time.Minute)
 	if err != nil {
-		f.Fatal(err)
+		tb.Fatal(err)
 	}
-	ks := ring.Public(now)
+	return now, tok, ring.Public(now)
+}
+
+func FuzzVerify(f *testing.F) {
+	now, tok, ks := acmeToken(f)
 	want := Expect{Tenant: "acme", ProposalID: "p", ProposalSHA256: ProposalSHA256(nil), Action: "a"}
 	f.Add(tok)
 	f.Add(strings.Replace(tok, ".", "..", 1))
@@ -361,17 +368,8 @@ func FuzzParseKeySet(f *testing.F) {
 // TestReadIssued: the claims of a token gated issued read back without a
 // key set; its format and payload are still checked.
 func TestReadIssued(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	ring, err := NewRing(now.Add(-time.Hour), 5*time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := Claims{Tenant: "acme", ProposalID: "p", ProposalSHA256: ProposalSHA256(nil), Action: "a", TargetSHA256: mustDigest(`{}`)}
-	tok, _, err := ring.Issue(c, now, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verified, err := VerifyToken(tok, ring.Public(now), now)
+	now, tok, ks := acmeToken(t)
+	verified, err := VerifyToken(tok, ks, now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,17 +391,7 @@ func TestReadIssued(t *testing.T) {
 // FuzzReadIssued: no token makes ReadIssued panic, a refusal is an
 // *Error, and a token that verifies reads as the same claims.
 func FuzzReadIssued(f *testing.F) {
-	now := time.Unix(1_800_000_000, 0)
-	ring, err := NewRing(now.Add(-time.Hour), 5*time.Minute)
-	if err != nil {
-		f.Fatal(err)
-	}
-	c := Claims{Tenant: "acme", ProposalID: "p", ProposalSHA256: ProposalSHA256(nil), Action: "a", TargetSHA256: mustDigest(`{}`)}
-	tok, _, err := ring.Issue(c, now, time.Minute)
-	if err != nil {
-		f.Fatal(err)
-	}
-	ks := ring.Public(now)
+	now, tok, ks := acmeToken(f)
 	f.Add(tok)
 	f.Add("e30.e30.")
 	f.Fuzz(func(t *testing.T, token string) {
