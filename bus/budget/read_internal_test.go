@@ -13,6 +13,17 @@ import (
 	"github.com/gated/gated/engine"
 )
 
+// testBucket is the budget bucket on a test server of its own.
+func testBucket(t *testing.T) jetstream.KeyValue {
+	t.Helper()
+	_, js := bustest.Connect(t, bustest.Server(t))
+	kv, err := Setup(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
 // gatedGets is a bucket whose reads are counted and, while hold is set,
 // wait for a value on release before they go to the server.
 type gatedGets struct {
@@ -35,12 +46,7 @@ func (g *gatedGets) Get(ctx context.Context, key string) (jetstream.KeyValueEntr
 // read that began after it arrived, so a write done before it read is
 // always seen.
 func TestReadsShareOneGet(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
-	kv, err := Setup(t.Context(), js, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := testBucket(t)
 	g := &gatedGets{KeyValue: kv, release: make(chan struct{})}
 	st := New(g, nil, nil)
 	now := time.Now()
@@ -132,12 +138,7 @@ func (g *gatedWrites) Update(ctx context.Context, key string, value []byte, rev 
 // after the changes that arrived meanwhile: under a steady flow of
 // changes it would otherwise write for the others and never return.
 func TestFirstChangeReturnsWithItsWrite(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
-	kv, err := Setup(t.Context(), js, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	kv := testBucket(t)
 	g := &gatedWrites{KeyValue: kv, release: make(chan struct{})}
 	st := New(g, nil, nil)
 	key, scope := tenantKey("acme"), tenantScope("acme")
