@@ -175,7 +175,6 @@ fuzz:
 	$(GO) test ./internal/digest -run '^$$' -fuzz '^FuzzValidSHA256$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine/grant -run '^$$' -fuzz '^FuzzCanonicalize$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine/grant -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine/grant -run '^$$' -fuzz '^FuzzReadIssued$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine/grant -run '^$$' -fuzz '^FuzzParseKeySet$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzPosition$$' -fuzztime $(FUZZTIME)

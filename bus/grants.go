@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,12 @@ type Grants struct {
 	cfg      GrantsConfig
 	ring     atomic.Pointer[grant.Ring]
 	log      *zap.Logger
+	// issued holds the claims of the grants this process signed and has
+	// not recorded yet (Issued), so that Record need not verify its own
+	// signature again; at most maxIssued, oldest forgotten first.
+	imu    sync.Mutex
+	issued map[string]grant.Claims
+	order  []string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -423,22 +430,63 @@ func (g *Grants) audit(ctx context.Context, tenant, id, event string, data any) 
 	return err
 }
 
+// maxIssued bounds the grants Issued remembers until they are recorded.
+const maxIssued = 4096
+
+// Issued remembers the claims of a grant this process has just signed,
+// until Record records it. engine.GrantIssuer calls it.
+func (g *Grants) Issued(token string, c grant.Claims) {
+	g.imu.Lock()
+	defer g.imu.Unlock()
+	if g.issued == nil {
+		g.issued = map[string]grant.Claims{}
+	}
+	if len(g.order) >= maxIssued {
+		delete(g.issued, g.order[0])
+		g.order = g.order[1:]
+	}
+	g.issued[token] = c
+	g.order = append(g.order, token)
+}
+
+// takeIssued returns and forgets the claims Issued remembered for token.
+func (g *Grants) takeIssued(token string) (grant.Claims, bool) {
+	g.imu.Lock()
+	defer g.imu.Unlock()
+	c, ok := g.issued[token]
+	if ok {
+		delete(g.issued, token)
+		if i := slices.Index(g.order, token); i >= 0 {
+			g.order = slices.Delete(g.order, i, i+1)
+		}
+	}
+	return c, ok
+}
+
 // Record writes the record of the grant v carries, if any, as issued. It
 // runs before the verdict is published and the proposal acknowledged, so
 // a crash before it leaves the proposal to be redelivered and answered
 // with the stored verdict, whose grant it records then: the record is
 // always the stored verdict's grant. Recording the same grant again is a
-// no-op.
+// no-op. The grant must be one gated signed for v's tenant and proposal:
+// one this process has just signed (Issued), or else one whose signature
+// verifies under the published keys.
 func (g *Grants) Record(ctx context.Context, v *engine.Verdict) error {
 	if v.Grant == "" {
 		return nil
 	}
-	// The grant is gated's own, signed moments ago or read back from the
-	// stored verdict: its signature is not checked again here. Every
-	// executor verifies it before acting.
-	c, err := grant.ReadIssued(v.Grant)
-	if err != nil {
-		return fmt.Errorf("reading the grant of %s.%s: %w", v.Tenant, v.ProposalID, err)
+	c, ok := g.takeIssued(v.Grant)
+	if !ok {
+		ks, err := g.KeySet(ctx)
+		if err != nil {
+			return err
+		}
+		if c, err = grant.Decode(v.Grant, ks); err != nil {
+			return fmt.Errorf("reading the grant of %s.%s: %w", v.Tenant, v.ProposalID, err)
+		}
+	}
+	if c.Tenant != v.Tenant || c.ProposalID != v.ProposalID {
+		return fmt.Errorf("the grant of %s.%s is one for %s.%s: not recorded", v.Tenant, v.ProposalID, c.Tenant, c.ProposalID)
 	}
 	key := v.Tenant + "." + v.ProposalID
 	rec := GrantRecord{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, State: GrantIssued}

@@ -2,6 +2,7 @@ package bus_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -412,6 +413,39 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 			}
 			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); countEvents(events, engine.EventGrantIssued) != 1 {
 				t.Errorf("audit %v: want one grant.issued", events)
+			}
+		})
+	}
+}
+
+// TestGrantRecordRefusesForeignTokens: a verdict whose grant is not one
+// gated signed for that verdict (a token of another proposal or tenant,
+// or not signed at all) is not recorded: its record would let a grant
+// already used be used again, or speak for another tenant.
+func TestGrantRecordRefusesForeignTokens(t *testing.T) {
+	g, c := grantedFleet(t)
+	other, _ := approve(t, c, "p-other")
+	b64 := base64.RawURLEncoding.EncodeToString
+	unsigned := b64([]byte(`{"alg":"EdDSA","typ":"gated-grant+jws","kid":"x"}`)) + "." +
+		b64([]byte(`{"v":1,"gid":"forged","iss":"gated","tenant":"globex","proposal_id":"p-forged","proposal_sha256":"","action":"a","target_sha256":"","policy_revision":"","reviewers":[],"iat":1,"exp":2}`)) + ".c2ln"
+	tests := []struct{ note, tenant, id, token string }{
+		{"another proposal's grant", "acme", "p-forged", other.Grant},
+		{"a token gated did not sign", "acme", "p-forged", unsigned},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			v := &engine.Verdict{V: 1, ProposalID: tc.id, Tenant: tc.tenant, Outcome: engine.OutcomeApproved, Grant: tc.token}
+			if err := g.Grants.Record(t.Context(), v); err == nil {
+				t.Fatalf("recorded %s for %s.%s", tc.note, tc.tenant, tc.id)
+			}
+			kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, key := range []string{tc.tenant + "." + tc.id, "globex.p-forged"} {
+				if _, err := kv.Get(t.Context(), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+					t.Errorf("grant record %s: %v, want none", key, err)
+				}
 			}
 		})
 	}

@@ -107,6 +107,9 @@ type GrantIssuer struct {
 	// calls (a rotation).
 	Ring func() *grant.Ring
 	TTL  time.Duration
+	// Issued, when set, is told every grant signed, with its claims (the
+	// grant records, which then need not verify the signature again).
+	Issued func(token string, c grant.Claims)
 }
 
 var _ Granter = GrantIssuer{}
@@ -120,6 +123,9 @@ func (g GrantIssuer) Grant(c grant.Claims, now time.Time) (string, grant.Claims,
 	tok, signed, err := ring.Issue(c, now, g.TTL)
 	if err != nil {
 		return "", c, "", err
+	}
+	if g.Issued != nil {
+		g.Issued(tok, signed)
 	}
 	return tok, signed, ring.Active().KID, nil
 }

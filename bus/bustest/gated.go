@@ -144,7 +144,7 @@ func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 			t.Fatal(err)
 		}
 		t.Cleanup(out.Stop)
-		ecfg.Grants = engine.GrantIssuer{Ring: g.Grants.Ring, TTL: ttl}
+		ecfg.Grants = engine.GrantIssuer{Ring: g.Grants.Ring, TTL: ttl, Issued: g.Grants.Issued}
 	}
 	var d bus.Decider = EngineWith(t, ecfg)
 	if wrap != nil {

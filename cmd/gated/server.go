@@ -433,7 +433,7 @@ func (s *gateServer) startWorker(context.Context) error {
 		Shadow:           s.shadowPolicy(),
 		Budgets:          s.budgets,
 		OnShadow:         s.m.onShadow(),
-		Grants:           engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL},
+		Grants:           engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL, Issued: s.grants.Issued},
 	})
 	if err != nil {
 		return err

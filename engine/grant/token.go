@@ -175,20 +175,6 @@ func Decode(token string, ks KeySet) (Claims, error) {
 	return c, err
 }
 
-// ReadIssued returns the claims of token, a grant that gated signed and
-// stored itself (a stored verdict's), with the token's format and its
-// payload checked but not its header nor its signature. It is for
-// recording a grant gated has just issued without verifying its own
-// signature again; a token that anyone else hands in is checked with
-// Verify.
-func ReadIssued(token string) (Claims, error) {
-	_, raw, err := split(token)
-	if err != nil {
-		return Claims{}, err
-	}
-	return parseClaims(raw[1])
-}
-
 // split checks the token's length and parts and returns them as written
 // and base64url-decoded.
 func split(token string) ([]string, [3][]byte, error) {
