@@ -430,7 +430,8 @@ func TestGrantRecordRefusesForeignTokens(t *testing.T) {
 		b64([]byte(`{"v":1,"gid":"forged","iss":"gated","tenant":"globex","proposal_id":"p-forged","proposal_sha256":"","action":"a","target_sha256":"","policy_revision":"","reviewers":[],"iat":1,"exp":2}`)) + ".c2ln"
 	tests := []struct{ note, tenant, id, token string }{
 		{"another proposal's grant", "acme", "p-forged", other.Grant},
-		{"a token gated did not sign", "acme", "p-forged", unsigned},
+		{"a token gated did not sign, for another tenant", "acme", "p-forged", unsigned},
+		{"a token gated did not sign, naming the verdict", "globex", "p-forged", unsigned},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

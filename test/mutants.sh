@@ -174,6 +174,15 @@ mutant target_join_cas bus/store/history.go ./bus/store \
 	'rev, err = s.kv.Update(ctx, key, data, h.Revision)' \
 	'rev, err = s.kv.Put(ctx, key, data)'
 
+# Grants: gated records only a grant it signed for the verdict's tenant
+# and proposal, so no foreign token can reset a used grant's record.
+mutant grant_record_names_verdict bus/grants.go ./bus \
+	'if c.Tenant != v.Tenant || c.ProposalID != v.ProposalID {' \
+	'if false {'
+mutant grant_record_verifies bus/grants.go ./bus \
+	'if c, err = grant.Decode(v.Grant, ks); err != nil {' \
+	'c, err = grant.Decode(v.Grant, ks); c.Tenant, c.ProposalID = v.Tenant, v.ProposalID; if false {'
+
 # The web console (console/): an operator sees and decides for the tenants
 # the operators file allows, signs in with a signature over a fresh
 # challenge, forwards only decisions signed with the signed-in key, and
