@@ -25,7 +25,8 @@ func testBucket(t *testing.T) jetstream.KeyValue {
 }
 
 // gatedGets is a bucket whose reads are counted and, while hold is set,
-// wait for a value on release before they go to the server.
+// wait for a value on release after the server has answered: a held read
+// returns the record as it was when the read began.
 type gatedGets struct {
 	jetstream.KeyValue
 	gets    atomic.Int64
@@ -34,11 +35,13 @@ type gatedGets struct {
 }
 
 func (g *gatedGets) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	hold := g.hold.Load()
+	e, err := g.KeyValue.Get(ctx, key)
 	g.gets.Add(1)
-	if g.hold.Load() {
+	if hold {
 		<-g.release
 	}
-	return g.KeyValue.Get(ctx, key)
+	return e, err
 }
 
 // TestReadsShareOneGet: readers that arrive while a read of their record
@@ -102,7 +105,9 @@ func TestReadsShareOneGet(t *testing.T) {
 	}
 	g.hold.Store(false)
 	close(g.release)
-	<-first
+	if got := (<-first).state(st.Config().Tenant("acme"), now).Reads; got != 1 {
+		t.Errorf("the held read saw %d reads counted, want 1: it began before the second admission", got)
+	}
 	wg.Wait()
 	if n := g.gets.Load(); n != 2 {
 		t.Errorf("%d reads of the bucket for 11 readers, want 2: one held, one for the ten that waited", n)
