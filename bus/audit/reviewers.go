@@ -180,10 +180,13 @@ var trackMarkers = [][]byte{
 }
 
 // MayTrack reports whether the message body of an audit record may hold
-// an event that TrackRecord.Add folds in. It is false only for a record
-// that Add would ignore, so a reader that follows the whole stream (the
-// reviewer metrics) decodes only the few records that count: most
-// verdicts are the policy's, with no review.
+// an event that TrackRecord.Add folds in. For a record gated wrote it is
+// false only when Add would ignore the record, so a reader that follows
+// the whole stream (the reviewer metrics) decodes only the few records
+// that count: most verdicts are the policy's, with no review. A record
+// gated did not write (a member name in another case, or escaped) may be
+// turned away: the metrics count what gated recorded, and `gated audit
+// verify` reports anything else in the stream.
 func MayTrack(body []byte) bool {
 	for _, m := range trackMarkers {
 		if bytes.Contains(body, m) {

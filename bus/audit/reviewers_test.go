@@ -235,17 +235,36 @@ func TestMayTrack(t *testing.T) {
 	}
 }
 
-// FuzzMayTrack: no record that the track record folds in is one that
-// MayTrack turns away.
+// FuzzMayTrack: no record that gated writes and the track record folds
+// in is one that MayTrack turns away. The data is encoded as gated's
+// engine encodes it (encoding/json), from fuzzed values.
 func FuzzMayTrack(f *testing.F) {
-	f.Add(engine.EventVerdict, `{"proposal_id":"p-1","outcome":"approved","reviews":[{"plugin":"sop","decision":"approve"}]}`)
-	f.Add(engine.EventGrantOutcome, `{"proposal_id":"p-1","status":"failed"}`)
-	f.Add(engine.EventOperatorDecided, `{"decision":"reject"}`)
-	f.Add(engine.EventVerdict, `{"proposal_id":"p-1","reviews" :[{}]}`)
-	f.Fuzz(func(t *testing.T, event, data string) {
-		folds, v2, v1 := foldsSomething(t, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: json.RawMessage(data)})
+	f.Add(uint8(0), "approved", "review", uint8(1), "sop", "approve")
+	f.Add(uint8(1), "", "", uint8(0), "", "failed")
+	f.Add(uint8(2), "", "", uint8(0), "", "reject")
+	f.Add(uint8(0), "rejected", "policy", uint8(0), "", "")
+	f.Fuzz(func(t *testing.T, kind uint8, outcome, stage string, reviews uint8, plugin, word string) {
+		var event string
+		var data any
+		switch kind % 3 {
+		case 0:
+			v := engine.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Outcome: engine.Outcome(outcome), Stage: engine.Stage(stage)}
+			for range reviews % 4 {
+				v.Reviews = append(v.Reviews, engine.Review{Plugin: plugin, Decision: engine.ReviewDecision(word)})
+			}
+			event, data = engine.EventVerdict, v
+		case 1:
+			event, data = engine.EventGrantOutcome, map[string]string{"proposal_id": "p-1", "tenant": "acme", "status": word}
+		default:
+			event, data = engine.EventOperatorDecided, map[string]string{"decision": word, "outcome": outcome}
+		}
+		raw, err := json.Marshal(data)
+		if err != nil {
+			t.Skip()
+		}
+		folds, v2, v1 := foldsSomething(t, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: raw})
 		if folds && !(v2 && v1) {
-			t.Fatalf("a record that counts was turned away: version 2 %v, version 1 %v", v2, v1)
+			t.Fatalf("a record that counts was turned away: %s %s: version 2 %v, version 1 %v", event, raw, v2, v1)
 		}
 	})
 }
