@@ -1,6 +1,7 @@
 package audit_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -421,5 +422,59 @@ func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
 	}
 	if !strings.Contains(rep.Problems[0].Detail, "4-5") {
 		t.Errorf("the detail does not name sequences 4-5: %s", rep.Problems[0].Detail)
+	}
+}
+
+// TestVerifyChecksGrantedVerdicts: approved verdicts carry a signed grant
+// that their version-2 records fold to {gid, kid, exp}. Verify matches
+// each stored verdict with its record, and still reports a stored
+// verdict whose reason changed or whose grant is another proposal's.
+func TestVerifyChecksGrantedVerdicts(t *testing.T) {
+	tests := []struct {
+		note   string
+		tamper func(v *engine.Verdict, other *engine.Verdict)
+	}{
+		{"untouched", nil},
+		{"a reason changed", func(v, _ *engine.Verdict) { v.Reason += " (edited)" }},
+		{"another proposal's grant", func(v, other *engine.Verdict) { v.Grant = other.Grant }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			g, c := bustest.StartGrantingFleet(t)
+			var verdicts []*engine.Verdict
+			for i := 1; i <= 4; i++ {
+				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+				v, err := c.ProposeRaw(ctx, bustest.Proposal(fmt.Sprint("g", i), "read", "host_list_services", ""))
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+					t.Fatalf("verdict of g%d: %s, grant %q; want approved with a grant", i, v.Outcome, v.Grant)
+				}
+				verdicts = append(verdicts, v)
+			}
+			rep := verify(t, g.JS, audit.VerifyOptions{})
+			if !rep.Clean() || rep.Verdicts == nil || rep.Verdicts.Matched != 4 {
+				t.Fatalf("before tampering: problems %+v, verdict check %+v; want 4 matched", rep.Problems, rep.Verdicts)
+			}
+			if tc.tamper == nil {
+				return
+			}
+			v := *verdicts[1]
+			tc.tamper(&v, verdicts[2])
+			data, err := json.Marshal(&v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Resources.Verdicts.Put(t.Context(), "acme.g2", data); err != nil {
+				t.Fatal(err)
+			}
+			rep = verify(t, g.JS, audit.VerifyOptions{})
+			got := gotProblems(t, rep)
+			if want := (storeProblem{verdicts[1].AuditSeq, audit.ProblemModified, "g2"}); fmt.Sprint(got) != fmt.Sprint([]storeProblem{want}) {
+				t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
+			}
+		})
 	}
 }
