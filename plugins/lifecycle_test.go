@@ -129,10 +129,14 @@ func TestKilledPluginIsRelaunched(t *testing.T) {
 	if _, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", nil)); err != nil {
 		t.Fatalf("review on the relaunched plugin: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if strings.Join(events, ",") != "plugin.started,plugin.exited,plugin.started" {
-		t.Errorf("events = %v", events)
+	// The relaunch's plugin.started is told after the plugin is listed as
+	// running: wait for it.
+	got := func() string { mu.Lock(); defer mu.Unlock(); return strings.Join(events, ",") }
+	for deadline := time.Now().Add(10 * time.Second); got() != "plugin.started,plugin.exited,plugin.started" && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if e := got(); e != "plugin.started,plugin.exited,plugin.started" {
+		t.Errorf("events = %v", e)
 	}
 }
 
