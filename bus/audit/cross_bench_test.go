@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,7 +48,7 @@ func BenchmarkVerifyVerdicts(b *testing.B) {
 		for _, mode := range []string{"chain", "index", "get-each"} {
 			b.Run(fmt.Sprintf("%dk/%s", n/1000, mode), func(b *testing.B) {
 				b.ReportAllocs()
-				start, cpu := time.Now(), processCPU(b)
+				start, cpu := time.Now(), bustest.ProcessCPU(b)
 				var records uint64
 				for b.Loop() {
 					opts := audit.VerifyOptions{SkipVerdicts: mode != "index"}
@@ -70,7 +69,7 @@ func BenchmarkVerifyVerdicts(b *testing.B) {
 					}
 				}
 				elapsed := time.Since(start)
-				cpu = processCPU(b) - cpu
+				cpu = bustest.ProcessCPU(b) - cpu
 				b.ReportMetric(float64(records)/elapsed.Seconds(), "records/s")
 				b.ReportMetric(float64(cpu.Nanoseconds())/1e3/float64(records), "cpu-µs/record")
 				per := elapsed / time.Duration(b.N)
@@ -179,14 +178,4 @@ func getEach(b *testing.B, res *bus.Resources) int {
 		}
 	}
 	return matched
-}
-
-// processCPU is the user and system CPU time the process has used.
-func processCPU(tb testing.TB) time.Duration {
-	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -137,7 +136,7 @@ func BenchmarkReplay(b *testing.B) {
 				readRate float64
 			)
 			b.ReportAllocs()
-			cpu := processCPU(b)
+			cpu := bustest.ProcessCPU(b)
 			for b.Loop() {
 				rep, err := replayHistory(b.Context(), js, audit.Query{}, cand, reg, replayConfig{show: 10, workers: workers})
 				if err != nil {
@@ -152,7 +151,7 @@ func BenchmarkReplay(b *testing.B) {
 			// The process's CPU time per proposal holds on a shared machine,
 			// where the rates depend on what else runs; it counts the
 			// in-process NATS server's work for the read too.
-			cpu = processCPU(b) - cpu
+			cpu = bustest.ProcessCPU(b) - cpu
 			secs := b.Elapsed().Seconds()
 			b.ReportMetric(float64(n*b.N)/secs, "proposals/s")
 			b.ReportMetric(float64(records)/secs, "records/s")
@@ -163,16 +162,6 @@ func BenchmarkReplay(b *testing.B) {
 			b.ReportMetric(float64(cpu.Microseconds())/float64(n*b.N), "cpu-µs/proposal")
 		})
 	}
-}
-
-// processCPU is the user and system CPU time the process has used.
-func processCPU(tb testing.TB) time.Duration {
-	tb.Helper()
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		tb.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // writeOddTrails writes n trails of each kind replay cannot decide
