@@ -439,6 +439,54 @@ func TestConsoleInBrowser(t *testing.T) {
 			return res.status;
 		})()`, seed, tenant, id, strings.Repeat("ab", 32), key)
 	}
+	t.Run("a page left while it loads does not draw over the next", func(t *testing.T) {
+		g.hold(t, "acme", "held-3")
+		b.open(t, "#/system")
+		b.do(t, "the system page", chromedp.WaitVisible(chromedp.CSS("#plugins")))
+		// The runs page's one request is held until the queue, opened
+		// after it, is drawn and being filled in.
+		held, release, answered := make(chan struct{}), make(chan struct{}), make(chan struct{})
+		var once sync.Once
+		intercept := func(r *http.Request) (done func()) {
+			if r.URL.Path == "/api/runs" {
+				once.Do(func() {
+					close(held)
+					<-release
+					done = func() { close(answered) }
+				})
+			}
+			return done
+		}
+		g.intercept.Store(&intercept)
+		var releasing sync.Once
+		letGo := func() { releasing.Do(func() { close(release) }) }
+		defer func() {
+			g.intercept.Store(nil)
+			letGo()
+		}()
+		b.open(t, "#/runs")
+		select {
+		case <-held:
+		case <-time.After(20 * time.Second):
+			t.Fatal("the runs page asked for nothing")
+		}
+		b.open(t, "#/queue")
+		item := `section[data-key="acme.held-3"]`
+		b.do(t, "filling in the queue's form",
+			chromedp.WaitVisible(chromedp.CSS(item+" .decide-button")),
+			chromedp.SetValue(chromedp.CSS(item+` input[name="reason"]`), "half written"),
+		)
+		letGo()
+		<-answered
+		// The held answer was written before this page's own request is
+		// sent, so by the time that one is answered the left page has had
+		// its turn to draw.
+		eval[any](t, b, `fetch("/api/me").then(r => r.json()).then(() => new Promise(r => setTimeout(r))).then(() => null)`)
+		got := eval[string](t, b, fmt.Sprintf(`document.querySelector(%q)?.value ?? "the form is gone"`, item+` input[name="reason"]`))
+		if got != "half written" {
+			t.Fatalf("the queue's reason reads %q after the page left before it finished loading: it drew over the queue", got)
+		}
+	})
 	t.Run("a forged decision is refused", func(t *testing.T) {
 		g.hold(t, "acme", "held-2")
 		// From another page: opening the page shown would not render it

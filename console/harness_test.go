@@ -106,6 +106,10 @@ type gate struct {
 	// hooks receives the webhook notifications of a notifier reading the
 	// audit stream, each checked against its HMAC signature.
 	hooks *webhook
+	// intercept, when set, sees each request to the console before the
+	// console serves it, and may hold it; what it returns, if not nil, is
+	// called once the console answered.
+	intercept atomic.Pointer[func(*http.Request) func()]
 }
 
 // webhook is a sink's HTTP endpoint: it keeps the notifications whose
@@ -268,7 +272,14 @@ func startGateWith(t *testing.T, opts gateOptions) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.http = httptest.NewServer(g.console)
+	g.http = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if f := g.intercept.Load(); f != nil {
+			if answered := (*f)(r); answered != nil {
+				defer answered()
+			}
+		}
+		g.console.ServeHTTP(w, r)
+	}))
 	// The console's feeds end first, or the test server's Close would
 	// wait on them.
 	t.Cleanup(g.http.Close)

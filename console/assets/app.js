@@ -265,9 +265,10 @@ function feedRow(v) {
 }
 
 /**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
  * @param {URLSearchParams} params
  */
-async function feedPage(params) {
+async function feedPage(show, params) {
   const tenant = /** @type {HTMLInputElement} */ (h("input", { name: "tenant", id: "f-tenant", placeholder: "tenant", value: params.get("tenant") || "" }));
   const outcome = /** @type {HTMLSelectElement} */ (
     h("select", { name: "outcome", id: "f-outcome" }, ...["", "approved", "rejected", "blocked", "error", "timeout", "invalid"].map((o) => h("option", { value: o, text: o || "any outcome", selected: o === (params.get("outcome") || "") })))
@@ -326,17 +327,18 @@ async function feedPage(params) {
       if (!body.querySelector(`tr[data-key="${CSS.escape(`${v.tenant}.${v.proposal_id}`)}"]`)) body.append(feedRow(v));
     }
   } catch (err) {
-    main.append(errorLine(err));
+    if (body.isConnected) main.append(errorLine(err));
   }
 }
 
 // Proposal -------------------------------------------------------------
 
 /**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
  * @param {string} tenant
  * @param {string} id
  */
-async function proposalPage(tenant, id) {
+async function proposalPage(show, tenant, id) {
   show(h("h2", { text: `${tenant} / ${id}` }), h("p", { text: "loading…" }));
   let p;
   try {
@@ -419,7 +421,10 @@ function heldText(held) {
 
 // Queue ----------------------------------------------------------------
 
-async function queuePage() {
+/**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
+ */
+async function queuePage(show) {
   show(h("h2", { text: "Awaiting an operator" }), h("p", { text: "loading…" }));
   let items;
   try {
@@ -556,7 +561,10 @@ async function decide(k, v, judged, reason) {
 
 // Runs and system --------------------------------------------------------
 
-async function runsPage() {
+/**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
+ */
+async function runsPage(show) {
   let runs;
   try {
     ({ runs } = await api("/api/runs"));
@@ -578,7 +586,10 @@ async function runsPage() {
   );
 }
 
-async function systemPage() {
+/**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
+ */
+async function systemPage(show) {
   let sys;
   try {
     sys = await api("/api/system");
@@ -654,9 +665,10 @@ function fixed(n, digits) {
 }
 
 /**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
  * @param {URLSearchParams} params
  */
-async function reviewersPage(params) {
+async function reviewersPage(show, params) {
   const since = params.get("since") || "24h";
   const choice = /** @type {HTMLSelectElement} */ (
     h(
@@ -776,7 +788,10 @@ function usageRow(name, u) {
   return h("tr", { "data-scope": u.scope === "tenant" ? "tenant" : `agent:${u.agent || ""}` }, ...cells.map((c, i) => h("td", { "data-col": cols[i] }, c)));
 }
 
-async function budgetsPage() {
+/**
+ * @param {(...nodes: Node[]) => void} show draws the page while its navigation is the newest
+ */
+async function budgetsPage(show) {
   const title = h("h2", { text: "Budgets" });
   show(title, h("p", { text: "loading…" }));
   let page;
@@ -816,15 +831,29 @@ async function budgetsPage() {
 
 // Routing ----------------------------------------------------------------
 
+/**
+ * Counts navigations. Each page draws through a show that does nothing once
+ * a newer navigation began, so a page still loading when the operator moved
+ * on cannot draw over the page they moved to (and take the form they are
+ * filling in).
+ */
+let navigation = 0;
+
 async function route() {
+  const nav = ++navigation;
+  /** @param {...Node} nodes */
+  const draw = (...nodes) => {
+    if (nav === navigation) show(...nodes);
+  };
   feed?.close();
   feed = null;
   try {
     me = await api("/api/me");
   } catch (err) {
-    show(errorLine(err));
+    draw(errorLine(err));
     return;
   }
+  if (nav !== navigation) return;
   who.replaceChildren();
   if (!me.signed_in) {
     operatorKey = null;
@@ -848,19 +877,19 @@ async function route() {
   const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
   switch (parts[0] || "feed") {
     case "p":
-      return proposalPage(parts[1] || "", parts[2] || "");
+      return proposalPage(draw, parts[1] || "", parts[2] || "");
     case "queue":
-      return queuePage();
+      return queuePage(draw);
     case "runs":
-      return runsPage();
+      return runsPage(draw);
     case "system":
-      return systemPage();
+      return systemPage(draw);
     case "reviewers":
-      return reviewersPage(new URLSearchParams(query || ""));
+      return reviewersPage(draw, new URLSearchParams(query || ""));
     case "budgets":
-      return budgetsPage();
+      return budgetsPage(draw);
     default:
-      return feedPage(new URLSearchParams(query || ""));
+      return feedPage(draw, new URLSearchParams(query || ""));
   }
 }
 
