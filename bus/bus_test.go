@@ -61,6 +61,51 @@ func TestSetupCreatesTheContract(t *testing.T) {
 	}
 }
 
+// TestSetupCompressesTheStores: the audit stream and the verdict bucket
+// keep full blocks S2-compressed, also where an older gated created them
+// uncompressed, and a record written before the change reads back as
+// written.
+func TestSetupCompressesTheStores(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	ctx := t.Context()
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
+		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, Storage: jetstream.FileStorage,
+		DenyDelete: true, DenyPurge: true, AllowAtomicPublish: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.VerdictBucket, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := js.Publish(ctx, wire.AuditSubjectPrefix+"acme.verdict.decided", []byte(`{"written":"before"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Setup(ctx, js, bus.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ai, err := res.Audit.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ai.Config.Compression != jetstream.S2Compression {
+		t.Errorf("audit stream compression %v, want s2", ai.Config.Compression)
+	}
+	vs, err := res.Verdicts.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !vs.IsCompressed() {
+		t.Error("the verdict bucket is not compressed")
+	}
+	m, err := res.Audit.GetMsg(ctx, old.Sequence)
+	if err != nil || string(m.Data) != `{"written":"before"}` {
+		t.Fatalf("the record written before: %q, %v", m.Data, err)
+	}
+}
+
 func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	s := bustest.Server(t)
 	_, js := bustest.Connect(t, s)

@@ -217,6 +217,11 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 			// Atomic batches let a tenant's chained records land together,
 			// checked once against the tenant's last record.
 			AllowAtomicPublish: true,
+			// The server compresses each block of records once it is full
+			// (S2): the records of one tenant repeat their members, their
+			// policy input and their reasons, and take a fifth of the disk
+			// compressed. Readers see the records as written.
+			Compression: jetstream.S2Compression,
 		})
 	})
 	if err != nil {
@@ -230,6 +235,8 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 			TTL:         cfg.VerdictTTL,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
+			// Full blocks compressed, as the audit stream's.
+			Compression: true,
 		})
 	})
 	if err != nil {

@@ -85,6 +85,11 @@ func TestBenchEmbedded(t *testing.T) {
 	if rep.AuditBytes <= 0 || rep.LLMCalls != 30 {
 		t.Errorf("audit bytes %d, llm calls %d", rep.AuditBytes, rep.LLMCalls)
 	}
+	// The embedded gated's files are on this host: the disk's share is
+	// measured.
+	if rep.AuditDiskBytes <= 0 || !strings.Contains(stdout, "on disk") {
+		t.Errorf("audit bytes on disk %d:\n%s", rep.AuditDiskBytes, stdout)
+	}
 }
 
 // TestBenchExternal measures a running deployment given by --nats-url,
@@ -101,7 +106,10 @@ func TestBenchExternal(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
-	if !strings.Contains(stdout, "gated bench (external)") || !strings.Contains(stdout, "gated and its plugin processes: peak RSS") || strings.Contains(stdout, "floor:") {
+	// A deployment's files are its server's: the disk's share is not
+	// guessed.
+	if !strings.Contains(stdout, "gated bench (external)") || !strings.Contains(stdout, "gated and its plugin processes: peak RSS") || strings.Contains(stdout, "floor:") ||
+		!strings.Contains(stdout, "audit stream:") || strings.Contains(stdout, "on disk") {
 		t.Errorf("report:\n%s", stdout)
 	}
 	// --pid says gated runs here: its clock is this one.

@@ -209,7 +209,7 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 		defer llm.Close()
 	}
 
-	servers, gatedPID, auditKeyPath := o.natsURL, o.pid, ""
+	servers, gatedPID, auditKeyPath, dataDir := o.natsURL, o.pid, "", ""
 	if o.natsURL == "" {
 		dir, err := os.MkdirTemp("", "gated-bench-")
 		if err != nil {
@@ -246,7 +246,8 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 				err = serr
 			}
 		}()
-		servers, gatedPID, auditKeyPath = g.URL, g.PID, filepath.Join(dir, "data", auditKeyFile)
+		dataDir = filepath.Join(dir, "data")
+		servers, gatedPID, auditKeyPath = g.URL, g.PID, filepath.Join(dataDir, auditKeyFile)
 	} else {
 		rep.Mode = "external"
 	}
@@ -316,6 +317,13 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 	}
 	if after := streamBytes(ctx, js, audit.Stream); auditBefore >= 0 && after > auditBefore && answered > 0 {
 		rep.AuditBytes = int((after - auditBefore) / int64(answered))
+		// On disk, the whole stream's share applies to the run's records:
+		// the block being written is whole, the others compressed.
+		if dataDir != "" {
+			if disk := bench.SettledDiskBytes(dataDir, audit.Stream, 200*time.Millisecond, 10*time.Second); disk > 0 {
+				rep.AuditDiskBytes = int(float64(rep.AuditBytes) * float64(disk) / float64(after))
+			}
+		}
 	} else {
 		rep.Notes = append(rep.Notes, "the audit stream could not be read; the floor's log records are 2048 bytes")
 	}

@@ -25,8 +25,13 @@ type Report struct {
 	BenchProc *ProcUsage         `json:"bench_process,omitempty"`
 	// AuditBytes is the audit stream's growth per proposal, which the
 	// floor's log record copies.
-	AuditBytes int   `json:"audit_bytes_per_proposal,omitempty"`
-	LLMCalls   int64 `json:"llm_calls,omitempty"`
+	AuditBytes int `json:"audit_bytes_per_proposal,omitempty"`
+	// AuditDiskBytes is AuditBytes times the share of its bytes the
+	// audit stream takes on disk at the end, measured in the embedded
+	// gated's files. The server compresses each full block; the block
+	// being written is whole, so the share falls as the stream grows.
+	AuditDiskBytes int   `json:"audit_disk_bytes_per_proposal,omitempty"`
+	LLMCalls       int64 `json:"llm_calls,omitempty"`
 	// LLMArrivalMS is how long the scripted model's calls took to arrive,
 	// first to last: how fast gated started its reviews.
 	LLMArrivalMS float64 `json:"llm_arrival_ms,omitempty"`
@@ -195,7 +200,11 @@ func (r *Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "bench process: peak RSS %.0f MB, CPU %.1f s (%.2f cores)\n", r.BenchProc.PeakRSSMB, r.BenchProc.CPUSeconds, r.BenchProc.Cores)
 	}
 	if r.AuditBytes > 0 {
-		fmt.Fprintf(w, "audit stream: %d bytes per proposal\n", r.AuditBytes)
+		fmt.Fprintf(w, "audit stream: %d bytes per proposal", r.AuditBytes)
+		if r.AuditDiskBytes > 0 {
+			fmt.Fprintf(w, ", %d on disk (full blocks compressed, the last one not)", r.AuditDiskBytes)
+		}
+		fmt.Fprintln(w)
 	}
 	if r.LLMCalls > 0 {
 		fmt.Fprintf(w, "scripted model: %d calls, %s each, arriving over %.0f ms\n", r.LLMCalls, r.Config.LLMLatency, r.LLMArrivalMS)
