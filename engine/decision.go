@@ -229,6 +229,11 @@ func findPhrase(words []string, phrases [][]string) string {
 			if i+len(phrase) > len(words) {
 				continue
 			}
+			// A first word that is not empty and does not begin with "*",
+			// exact or a prefix, matches only words that begin as it does.
+			if p, w := phrase[0], words[i]; p != "" && p[0] != '*' && (w == "" || w[0] != p[0]) {
+				continue
+			}
 			match := true
 			for j, p := range phrase {
 				w := words[i+j]
@@ -260,30 +265,94 @@ func foldText(s string) string { return fold(s, false) }
 
 // fold is foldText; with keepUnderscore, a "_" stays, so that names
 // joined by it stay one word.
+//
+// It reads the NFD form of s rune by rune (a text already in NFD, as
+// most are, is not copied), and an ASCII rune through asciiFold instead
+// of the Unicode tables; FuzzFold holds it to the rune-slice reading it
+// replaced.
 func fold(s string, keepUnderscore bool) string {
-	rs := []rune(norm.NFD.String(s))
+	if !norm.NFD.IsNormalString(s) {
+		s = norm.NFD.String(s)
+	}
 	var b strings.Builder
 	b.Grow(len(s))
-	for i, r := range rs {
-		r = lookalike(r)
-		switch {
-		case unicode.In(r, unicode.M, unicode.Cf):
-			continue
-		case unicode.IsLetter(r) || unicode.IsNumber(r):
-			b.WriteRune(unicode.ToLower(r))
-		case separator(r):
-			b.WriteByte(':')
-		case r == '-' && i > 0 && i+1 < len(rs) && isBlank(rs[i-1]) && isBlank(rs[i+1]):
-			b.WriteByte(':') // "Decision - reject"
-		case r == '-' && i+1 < len(rs) && rs[i+1] == '>':
-			b.WriteByte(':') // "sop_covers -> fail"
-		case r == '_' && keepUnderscore:
-			b.WriteByte('_')
-		default:
-			b.WriteByte(' ')
+	prev := utf8.RuneError // the rune before r, read only past the first
+	for i := 0; i < len(s); {
+		raw, size := rune(s[i]), 1
+		if raw >= utf8.RuneSelf {
+			raw, size = utf8.DecodeRuneInString(s[i:])
 		}
+		first, last := i == 0, i+size == len(s)
+		r := lookalike(raw)
+		var c byte
+		if r < utf8.RuneSelf {
+			c = asciiFold[r]
+		} else {
+			c = foldClass(r)
+		}
+		switch c {
+		case 0:
+		case '-':
+			// "Decision - reject" and "sop_covers -> fail".
+			if !last {
+				next, _ := utf8.DecodeRuneInString(s[i+size:])
+				if (!first && isBlank(prev) && isBlank(next)) || next == '>' {
+					b.WriteByte(':')
+					break
+				}
+			}
+			b.WriteByte(' ')
+		case '_':
+			if keepUnderscore {
+				b.WriteByte('_')
+			} else {
+				b.WriteByte(' ')
+			}
+		case 'L':
+			b.WriteRune(unicode.ToLower(r))
+		default:
+			b.WriteByte(c)
+		}
+		prev = raw
+		i += size
 	}
 	return b.String()
+}
+
+// asciiFold is what fold writes for an ASCII rune: the letter or digit
+// itself (lower-cased), ':' for a separator, ' ' for anything else, and
+// '-' and '_' for the two that depend on their neighbours or the call.
+var asciiFold = func() (t [utf8.RuneSelf]byte) {
+	for r := range rune(utf8.RuneSelf) {
+		switch {
+		case r >= 'a' && r <= 'z', r >= '0' && r <= '9':
+			t[r] = byte(r)
+		case r >= 'A' && r <= 'Z':
+			t[r] = byte(r - 'A' + 'a')
+		case separator(r):
+			t[r] = ':'
+		case r == '-', r == '_':
+			t[r] = byte(r)
+		default:
+			t[r] = ' '
+		}
+	}
+	return t
+}()
+
+// foldClass is asciiFold's class for a rune beyond ASCII: 0 to drop it (a
+// mark or an invisible formatting character), 'L' for a letter or a
+// number, ':' for a separator, ' ' for anything else.
+func foldClass(r rune) byte {
+	switch {
+	case unicode.In(r, unicode.M, unicode.Cf):
+		return 0
+	case unicode.IsLetter(r) || unicode.IsNumber(r):
+		return 'L'
+	case separator(r):
+		return ':'
+	}
+	return ' '
 }
 
 func isBlank(r rune) bool { return r == ' ' || r == '\t' || r == '\u00a0' }
