@@ -307,8 +307,12 @@ mutant serve_locks_data_dir cmd/gated/startup.go ./cmd/gated \
 # whose record is not where its audit_seq says is reported, and so are
 # sequences deleted from the end of the stream.
 mutant verify_missing_record bus/audit/cross.go ./bus/audit \
-	$'\treturn c.mismatch(ctx, sv)\n' \
-	$'\treturn nil\n'
+	$'\t\t// ring: sv\'s audit_seq holds none.\n\t\treturn c.mismatch(ctx, sv)\n' \
+	$'\t\t// ring: sv\'s audit_seq holds none.\n\t\treturn nil\n'
+# A stored verdict that differs from its record, read again, is reported.
+mutant verify_modified_verdict bus/audit/cross.go ./bus/audit \
+	$'\tif matched {\n\t\tc.check.Matched++\n\t\treturn nil\n\t}\n\treturn c.mismatch(ctx, sv)\n' \
+	$'\tif matched {\n\t\tc.check.Matched++\n\t\treturn nil\n\t}\n\treturn nil\n'
 mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
