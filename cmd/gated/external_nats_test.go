@@ -81,15 +81,17 @@ func TestServeOnClusterFromConfig(t *testing.T) {
 	clearGatedEnv(t)
 	const password = "cluster-pw-7"
 	urls := startAuthCluster(t, password)
+	httpAddr := bustest.FreeAddr(t)
 	cfg := writeFile(t, t.TempDir(), "gated.yaml", fmt.Sprintf(`
 nats_url: %s
 nats_user: gated
 replicas: 3
 verdict_ttl: 36h
 audit_max_age: 720h
-log_level: error
+log_level: warn
 log_format: json
-`, strings.Join(urls, ",")))
+http: %s
+`, strings.Join(urls, ","), httpAddr))
 	t.Setenv("GATED_NATS_PASSWORD", password)
 
 	ctx, stop := context.WithCancel(t.Context())
@@ -134,9 +136,13 @@ log_format: json
 		return err == nil
 	})
 
+	// serve is ready once every bucket it reads answers; on a loaded
+	// machine the three nodes may still be electing their leaders.
+	waitReady(t, "http://"+httpAddr+"/readyz", done)
 	// A deadline generous for a loaded machine: the three nodes replicate
-	// every write of the first proposal (its budget, audit and verdict).
-	ctx2, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	// every write of the first proposal (its budget, audit and verdict),
+	// and a write that times out is delivered again after ack_wait (30s).
+	ctx2, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	for _, name := range []string{bus.ProposalsStream, audit.Stream, "KV_" + wire.VerdictBucket} {
 		s, err := js.Stream(ctx2, name)
