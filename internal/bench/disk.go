@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,30 +16,24 @@ func StreamDiskBytes(dataDir, stream string) int64 {
 	}
 	var total int64
 	for _, d := range dirs {
-		err := filepath.WalkDir(d, func(_ string, e fs.DirEntry, err error) error {
-			if err != nil {
-				// A block removed or renamed while walking (the server
-				// compresses into a new file and renames it).
-				if os.IsNotExist(err) {
-					return nil
-				}
-				return err
-			}
-			if !e.Type().IsRegular() {
-				return nil
-			}
-			info, err := e.Info()
-			if os.IsNotExist(err) {
-				return nil
-			}
-			if err != nil {
-				return err
-			}
-			total += info.Size()
-			return nil
-		})
+		entries, err := os.ReadDir(d)
 		if err != nil {
 			return -1
+		}
+		for _, e := range entries {
+			if !e.Type().IsRegular() {
+				continue
+			}
+			info, err := e.Info()
+			switch {
+			case os.IsNotExist(err):
+				// Removed since the listing: the server compresses a
+				// block into a new file and renames it.
+			case err != nil:
+				return -1
+			default:
+				total += info.Size()
+			}
 		}
 	}
 	return total
