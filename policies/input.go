@@ -32,7 +32,7 @@ func InputValue(in engine.PolicyInput) ast.Value {
 		[2]*ast.Term{keyTerms["persona"], personaTerm(in.Persona)},
 		ts.item("history", ast.NewArray(history...)),
 		[2]*ast.Term{keyTerms["run_record"], runRecordTerm(in.RunRecord)},
-		ts.item("budget", budgetValue(in.Budget)),
+		[2]*ast.Term{keyTerms["budget"], ts.budgetTerm(in.Budget)},
 		ts.item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
 		ts.item("now_ns", integer(now.UnixNano())),
 	)
@@ -392,27 +392,38 @@ func executionValue(e *engine.Execution) ast.Value {
 	)
 }
 
-// budgetValue is input.budget: the tenant's and agent's counters, zeros
-// when the engine keeps none.
-func budgetValue(b *engine.BudgetState) ast.Value {
-	var st engine.BudgetState
-	if b != nil {
-		st = *b
+// budgetTerm is input.budget: the tenant's and agent's counters, zeros
+// when the engine keeps none. Most proposals meet no counter at all, so
+// the all-zero value is built once and shared, as the personas' are:
+// evaluations only read input.
+func (ts *terms) budgetTerm(b *engine.BudgetState) *ast.Term {
+	if b == nil || *b == (engine.BudgetState{}) {
+		return zeroBudget
 	}
+	return ts.of(budgetValue(ts, b))
+}
+
+// zeroBudget is input.budget with every counter zero.
+var zeroBudget = ast.NewTerm(budgetValue(&terms{}, &engine.BudgetState{}))
+
+func budgetValue(ts *terms, b *engine.BudgetState) ast.Value {
 	return ast.NewObject(
-		item("tenant", budgetCounters(st.Tenant)),
-		item("agent", budgetCounters(st.Agent)),
+		ts.item("tenant", budgetCounters(b.Tenant)),
+		ts.item("agent", budgetCounters(b.Agent)),
 	)
 }
 
 func budgetCounters(c engine.BudgetCounters) ast.Value {
 	return ast.NewObject(
-		item("proposals", integer(c.Proposals)),
-		item("reads", integer(c.Reads)),
-		item("tokens", integer(c.Tokens)),
-		item("reviews_in_flight", integer(c.ReviewsInFlight)),
-		item("holds_pending", integer(c.HoldsPending)),
-		item("refusals_10m", integer(c.Refusals)),
-		item("budget_refusals_10m", integer(c.BudgetRefusals)),
+		countItem("proposals", c.Proposals),
+		countItem("reads", c.Reads),
+		countItem("tokens", c.Tokens),
+		countItem("reviews_in_flight", c.ReviewsInFlight),
+		countItem("holds_pending", c.HoldsPending),
+		countItem("refusals_10m", c.Refusals),
+		countItem("budget_refusals_10m", c.BudgetRefusals),
 	)
 }
+
+// countItem is the item k: n; OPA's interned terms serve small counts.
+func countItem(k string, n int64) [2]*ast.Term { return [2]*ast.Term{keyTerm(k), ast.InternedTerm(n)} }

@@ -566,3 +566,34 @@ func TestParseDecisionRunNullForActions(t *testing.T) {
 		}
 	}
 }
+
+// TestInputBudget: input.budget holds every counter, zeros when the
+// engine keeps none, and an input with counters leaves the shared zero
+// value as it was.
+func TestInputBudget(t *testing.T) {
+	zero := `{"budget_refusals_10m":0,"holds_pending":0,"proposals":0,"reads":0,"refusals_10m":0,"reviews_in_flight":0,"tokens":0}`
+	for _, b := range []*engine.BudgetState{nil, {}} {
+		in := inputJSON(t, engine.PolicyInput{Proposal: writeProposal(), Budget: b})
+		for _, scope := range []string{"budget.tenant", "budget.agent"} {
+			if g := pick(t, in, scope); g != zero {
+				t.Errorf("%s with budget %v = %s\nwant %s", scope, b, g, zero)
+			}
+		}
+	}
+	b := &engine.BudgetState{
+		Tenant: engine.BudgetCounters{Proposals: 1 << 40, Reads: 513, Tokens: 7, ReviewsInFlight: 2, HoldsPending: 3, Refusals: 4, BudgetRefusals: 5},
+		Agent:  engine.BudgetCounters{Proposals: 9, Refusals: -1},
+	}
+	in := inputJSON(t, engine.PolicyInput{Proposal: writeProposal(), Budget: b})
+	for path, want := range map[string]string{
+		"budget.tenant": `{"budget_refusals_10m":5,"holds_pending":3,"proposals":1099511627776,"reads":513,"refusals_10m":4,"reviews_in_flight":2,"tokens":7}`,
+		"budget.agent":  `{"budget_refusals_10m":0,"holds_pending":0,"proposals":9,"reads":0,"refusals_10m":-1,"reviews_in_flight":0,"tokens":0}`,
+	} {
+		if g := pick(t, in, path); g != want {
+			t.Errorf("%s = %s\nwant %s", path, g, want)
+		}
+	}
+	if g := pick(t, inputJSON(t, engine.PolicyInput{Proposal: writeProposal()}), "budget.tenant"); g != zero {
+		t.Errorf("budget.tenant after an input with counters = %s\nwant %s", g, zero)
+	}
+}
