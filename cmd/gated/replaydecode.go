@@ -51,7 +51,7 @@ func decodeRecordedPolicyFast(data []byte) (*recordedPolicy, bool) {
 		case "denies":
 			return decodeList(val, &p.Denies)
 		case "review":
-			return json.Unmarshal(val, &p.Review) == nil
+			return decodeRoute(val, &p.Review)
 		case "run":
 			return string(val) == "null" || json.Unmarshal(val, &p.Run) == nil
 		case "denied_tools":
@@ -141,7 +141,135 @@ func decodeList[T any](val []byte, to *[]T) bool {
 		*to = []T{}
 		return true
 	}
+	var fast bool
+	switch to := any(to).(type) {
+	case *[]string:
+		fast = jsonItems(val, func(item []byte) bool {
+			var s string
+			ok := decodeString(item, &s)
+			*to = append(*to, s)
+			return ok
+		})
+	case *[]engine.Deny:
+		fast = jsonItems(val, func(item []byte) bool {
+			var d engine.Deny
+			ok := knownMembers(item, denyKeys, func(key []byte, val []byte) bool {
+				if string(key) == "rule" {
+					return decodeString(val, &d.Rule)
+				}
+				return decodeString(val, &d.Message)
+			})
+			*to = append(*to, d)
+			return ok
+		})
+	}
+	if fast {
+		return true
+	}
+	*to = nil
 	return json.Unmarshal(val, to) == nil
+}
+
+// denyKeys are the members of a deny, and routeKeys those of a review
+// route.
+var (
+	denyKeys  = []string{"rule", "message"}
+	routeKeys = []string{"required", "persona", "quorum", "why", "rule", "personas", "also", "blocked"}
+)
+
+// decodeRoute reads policy.decided's review member val into *r as
+// encoding/json does, in one pass when it can.
+func decodeRoute(val []byte, r *engine.Route) bool {
+	var got engine.Route
+	ok := knownMembers(val, routeKeys, func(key []byte, val []byte) bool {
+		switch string(key) {
+		case "required":
+			return decodeBool(val, &got.Required)
+		case "persona":
+			return decodeString(val, &got.Persona)
+		case "quorum":
+			return decodeInt(val, &got.Quorum)
+		case "why":
+			return decodeString(val, &got.Why)
+		case "rule":
+			return decodeString(val, &got.Rule)
+		case "personas":
+			return decodeList(val, &got.Personas)
+		case "also":
+			return decodeList(val, &got.Also)
+		default: // blocked
+			return decodeString(val, &got.Blocked)
+		}
+	})
+	if ok {
+		*r = got
+		return true
+	}
+	return json.Unmarshal(val, r) == nil
+}
+
+// decodeBool reads true or false directly, anything else through
+// encoding/json.
+func decodeBool(val []byte, to *bool) bool {
+	switch string(val) {
+	case "true":
+		*to = true
+		return true
+	case "false":
+		*to = false
+		return true
+	}
+	return json.Unmarshal(val, to) == nil
+}
+
+// decodeInt reads a small integer written in digits alone directly,
+// anything else through encoding/json.
+func decodeInt(val []byte, to *int) bool {
+	if n := len(val); n > 0 && n < 10 && (val[0] != '0' || n == 1) {
+		v := 0
+		for _, c := range val {
+			if c < '0' || c > '9' {
+				return json.Unmarshal(val, to) == nil
+			}
+			v = v*10 + int(c-'0')
+		}
+		*to = v
+		return true
+	}
+	return json.Unmarshal(val, to) == nil
+}
+
+// jsonItems calls fn with each item of the JSON array data, in order,
+// while fn returns true. data must be valid JSON; ok is false when it is
+// not an array or fn returns false.
+func jsonItems(data []byte, fn func(item []byte) bool) (ok bool) {
+	i := skipSpace(data, 0)
+	if i >= len(data) || data[i] != '[' {
+		return false
+	}
+	i = skipSpace(data, i+1)
+	if i < len(data) && data[i] == ']' {
+		return skipSpace(data, i+1) == len(data)
+	}
+	for i < len(data) {
+		end := skipValue(data, i)
+		if end <= i || !fn(data[i:end]) {
+			return false
+		}
+		i = skipSpace(data, end)
+		if i >= len(data) {
+			return false
+		}
+		switch data[i] {
+		case ',':
+			i = skipSpace(data, i+1)
+		case ']':
+			return skipSpace(data, i+1) == len(data)
+		default:
+			return false
+		}
+	}
+	return false
 }
 
 // decodeString reads the JSON value val into *to as encoding/json does:
