@@ -144,7 +144,7 @@ mutant held_action_signature bus/operator/list.go ./bus/operator \
 	'if err := pub.Verify(body, sig); err != nil && false {'
 mutant held_action_tenant_scope bus/operator/list.go ./bus/operator \
 	'case !op.Allows(m.Tenant):' \
-	'case false:'
+	'case len(t) < 0:'
 
 # One operation at a time on a target (engine/decide.go, engine/target.go,
 # bus/store/history.go): an approval joins its target's history by
@@ -204,16 +204,16 @@ mutant console_same_origin console/server.go ./console \
 # their key: one mutant per kind skips that check.
 mutant record_verdict_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.ProposalID != id:' \
-	'case false:'
+	'case len(t) < 0:'
 mutant record_claim_key bus/store/records.go ./bus/store \
 	'case c.Tenant != tenant || c.ProposalID != id:' \
-	'case false:'
+	'case len(t) < 0:'
 mutant record_run_key bus/store/records.go ./bus/store \
 	'if rec.Tenant != tenant || rec.RunID != runID {' \
 	'if false {'
 mutant record_history_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.TargetKey != target:' \
-	'case false:'
+	'case len(t) < 0:'
 
 # Strict decision reading (engine/decision.go): after an approving first
 # line, a later decision line that is not an approval, or a retraction,
@@ -333,6 +333,10 @@ mutant record_mac_covers_body bus/audit/key.go ./bus/audit \
 mutant verdict_trimmed_when_rebuilt bus/audit/compact.go ./bus/audit \
 	'if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {' \
 	'if _, ok := from.member(key); ok {'
+# An event whose data is not JSON is refused before it reaches a record.
+mutant audit_event_data_json bus/audit/writer.go ./bus/audit \
+	'case len(t) > 0 && !validJSON(t):' \
+	'case len(t) < 0:'
 
 # --- running them --------------------------------------------------------------
 

@@ -3,7 +3,6 @@ package audit
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -236,7 +235,7 @@ func checkEvent(ev engine.AuditEvent) error {
 		return fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
 	case !validEventName(ev.Event):
 		return fmt.Errorf("audit event name %q is not an event name", ev.Event)
-	case len(t) > 0 && !json.Valid(t):
+	case len(t) > 0 && !validJSON(t):
 		return fmt.Errorf("encoding audit event %s: data is not JSON", ev.Event)
 	}
 	return nil

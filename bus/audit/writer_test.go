@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -332,6 +333,13 @@ func TestAuditTrailLifecycle(t *testing.T) {
 	}
 	if _, err := bad.Seal(t.Context(), ev); err == nil {
 		t.Error("a trail that lost an event sealed")
+	}
+	for _, data := range []string{`{"action":`, `{"a":1} {}`, `nul`, "{\"a\":\"\x01\"}"} {
+		tr := a.Trail()
+		err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: "acme", ProposalID: "p2", Data: []byte(data)})
+		if err == nil || !strings.Contains(err.Error(), "data is not JSON") {
+			t.Errorf("an event with data %q: %v, want data is not JSON", data, err)
+		}
 	}
 	if err := a.Close(t.Context()); err != nil {
 		t.Fatal(err)
