@@ -238,6 +238,10 @@ func mustJSON(v any) json.RawMessage {
 		return nil
 	case json.RawMessage:
 		return v // encoded by the engine already
+	case jsonAppender:
+		if b, ok := v.appendJSON(make([]byte, 0, 1024)); ok {
+			return b
+		}
 	}
 	b, err := json.Marshal(v)
 	if err != nil {

@@ -1,0 +1,229 @@
+package engine
+
+import (
+	"encoding/json"
+	"strconv"
+)
+
+// Every proposal records a policy.decided event, and its data holds the
+// proposal as received. encoding/json writes that data by reflection,
+// then reads the proposal twice more to compact it (once inside
+// ReplayInput's MarshalJSON, once for the marshaler's output). The data
+// writes itself instead: the common members directly, the rare ones
+// (holds, a run's section, history, a run's record, budgets) through
+// encoding/json, each member exactly as encoding/json would write it.
+// TestPolicyDecidedJSON and FuzzPolicyDecidedJSON hold the bytes equal.
+
+// jsonAppender is event data that writes its own JSON; ok is false when
+// it cannot, and mustJSON then uses encoding/json.
+type jsonAppender interface {
+	appendJSON(dst []byte) (out []byte, ok bool)
+}
+
+func (d policyDecidedData) appendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"denied_tools":`...)
+	b = appendJSONStrings(b, d.DeniedTools)
+	b = append(b, `,"denies":`...)
+	if d.Denies == nil {
+		b = append(b, "null"...)
+	} else {
+		b = append(b, '[')
+		for i, dn := range d.Denies {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"rule":`...)
+			b = appendJSONString(b, dn.Rule)
+			b = append(b, `,"message":`...)
+			b = appendJSONString(b, dn.Message)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	}
+	b = append(b, `,"eval_us":`...)
+	b = strconv.AppendInt(b, d.EvalUS, 10)
+	var ok bool
+	if len(d.Holds) > 0 {
+		b = append(b, `,"holds":`...)
+		if b, ok = appendMarshaled(b, d.Holds); !ok {
+			return nil, false
+		}
+	}
+	b = append(b, `,"review":`...)
+	b = d.Review.appendJSON(b)
+	b = append(b, `,"reviewer_tools":`...)
+	b = appendJSONStrings(b, d.ReviewerTools)
+	b = append(b, `,"run":`...)
+	if d.Run == nil {
+		b = append(b, "null"...)
+	} else if b, ok = appendMarshaled(b, d.Run); !ok {
+		return nil, false
+	}
+	if d.ShadowRevision != "" {
+		b = append(b, `,"shadow_revision":`...)
+		b = appendJSONString(b, d.ShadowRevision)
+	}
+	b = append(b, `,"sop":`...)
+	b = appendJSONString(b, d.SOP)
+	if d.Input != nil {
+		b = append(b, `,"input":`...)
+		if b, ok = d.Input.appendJSON(b); !ok {
+			return nil, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// appendJSON writes a policy.rechecked record's data: policy.decided's
+// members, then what changed. recheckedData must write itself: it would
+// otherwise take policyDecidedData's method, and lose changed.
+func (d recheckedData) appendJSON(b []byte) ([]byte, bool) {
+	b, ok := d.policyDecidedData.appendJSON(b)
+	if !ok || len(d.Changed) == 0 {
+		return b, ok
+	}
+	b = append(b[:len(b)-1], `,"changed":`...)
+	b = appendJSONStrings(b, d.Changed)
+	return append(b, '}'), true
+}
+
+// appendJSON writes the route as encoding/json does.
+func (r Route) appendJSON(b []byte) []byte {
+	b = append(b, `{"required":`...)
+	b = strconv.AppendBool(b, r.Required)
+	if r.Persona != "" {
+		b = append(b, `,"persona":`...)
+		b = appendJSONString(b, r.Persona)
+	}
+	b = append(b, `,"quorum":`...)
+	b = strconv.AppendInt(b, int64(r.Quorum), 10)
+	b = append(b, `,"why":`...)
+	b = appendJSONString(b, r.Why)
+	if r.Rule != "" {
+		b = append(b, `,"rule":`...)
+		b = appendJSONString(b, r.Rule)
+	}
+	if len(r.Personas) > 0 {
+		b = append(b, `,"personas":`...)
+		b = appendJSONStrings(b, r.Personas)
+	}
+	if len(r.Also) > 0 {
+		b = append(b, `,"also":`...)
+		b = appendJSONStrings(b, r.Also)
+	}
+	if r.Blocked != "" {
+		b = append(b, `,"blocked":`...)
+		b = appendJSONString(b, r.Blocked)
+	}
+	return append(b, '}')
+}
+
+// appendJSON writes the input as its MarshalJSON does.
+func (in *ReplayInput) appendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"proposal":`...)
+	switch {
+	case in.Proposal == nil:
+		b = append(b, "null"...)
+	case compactPlainJSON(in.Proposal):
+		b = append(b, in.Proposal...)
+	default:
+		var ok bool
+		if b, ok = appendMarshaled(b, in.Proposal); !ok {
+			return nil, false
+		}
+	}
+	b = append(b, `,"persona":`...)
+	b = appendJSONString(b, in.Persona)
+	b = append(b, `,"now":`...)
+	now, err := in.Now.MarshalJSON()
+	if err != nil {
+		return nil, false
+	}
+	b = append(b, now...)
+	var ok bool
+	if len(in.History) > 0 {
+		b = append(b, `,"history":`...)
+		if b, ok = appendMarshaled(b, in.History); !ok {
+			return nil, false
+		}
+	}
+	if in.RunRecord != nil {
+		b = append(b, `,"run_record":`...)
+		if b, ok = appendMarshaled(b, in.RunRecord); !ok {
+			return nil, false
+		}
+	}
+	if bs := in.Budget; bs != nil {
+		b = append(b, `,"budget":`...)
+		if b, ok = appendMarshaled(b, &auditBudget{Tenant: auditCounters(bs.Tenant), Agent: auditCounters(bs.Agent)}); !ok {
+			return nil, false
+		}
+	}
+	return append(b, '}'), true
+}
+
+// appendMarshaled appends v as encoding/json writes it.
+func appendMarshaled(b []byte, v any) ([]byte, bool) {
+	out, err := json.Marshal(v)
+	if err != nil {
+		return nil, false
+	}
+	return append(b, out...), true
+}
+
+// appendJSONString appends s quoted as encoding/json quotes it: printable
+// ASCII apart from the characters it escapes goes as it is, anything else
+// through encoding/json.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			out, _ := json.Marshal(s) // a string always encodes
+			return append(b, out...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendJSONStrings appends ss as encoding/json writes a []string: null
+// when it is nil.
+func appendJSONStrings(b []byte, ss []string) []byte {
+	if ss == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, s := range ss {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendJSONString(b, s)
+	}
+	return append(b, ']')
+}
+
+// compactPlainJSON reports whether the valid JSON data is already as
+// encoding/json writes a json.RawMessage: no white space outside its
+// strings, and no byte it would escape (<, > and &, and the line and
+// paragraph separators, whose bytes are outside ASCII) anywhere.
+func compactPlainJSON(data []byte) bool {
+	inString := false
+	for i := 0; i < len(data); i++ {
+		switch c := data[i]; {
+		case c >= 0x80 || c == '<' || c == '>' || c == '&':
+			return false
+		case inString:
+			switch c {
+			case '\\':
+				i++
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			return false
+		}
+	}
+	return !inString
+}
