@@ -180,8 +180,9 @@ type compactEvent struct {
 
 // normalizeData makes an event's data what a record holds: absent when
 // empty or null, an object (anything else is kept whole under "detail"),
-// compacted.
-func normalizeData(ev engine.AuditEvent) (json.RawMessage, error) {
+// compacted. valid says the data was checked to be JSON already, as the
+// Writer checks every event it is given (checkEvent).
+func normalizeData(ev engine.AuditEvent, valid bool) (json.RawMessage, error) {
 	t := bytes.TrimSpace(ev.Data)
 	switch {
 	case len(t) == 0, string(t) == "null":
@@ -193,7 +194,7 @@ func normalizeData(ev engine.AuditEvent) (json.RawMessage, error) {
 		}
 		t = wrapped
 	}
-	if compactJSON(t) && validJSON(t) {
+	if compactJSON(t) && (valid || validJSON(t)) {
 		// What gated's engine records (encoding/json's output) is
 		// compact already: kept as it is, not copied through Compact.
 		return t, nil
@@ -231,8 +232,9 @@ func sameEnvelope(a, b engine.AuditEvent) bool {
 }
 
 // encodeRecord encodes evs, events of one envelope in the order recorded,
-// as one version-2 record.
-func encodeRecord(evs []engine.AuditEvent) (encodedEvent, error) {
+// as one version-2 record; checked says each event's data was checked to
+// be JSON already (checkEvent).
+func encodeRecord(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
 	if len(evs) == 0 {
 		return encodedEvent{}, fmt.Errorf("encoding an audit record: no event")
 	}
@@ -248,7 +250,7 @@ func encodeRecord(evs []engine.AuditEvent) (encodedEvent, error) {
 		if !sameEnvelope(env, ev) {
 			return encodedEvent{}, fmt.Errorf("audit event %s belongs to another record than %s", ev.Event, env.Event)
 		}
-		data, err := normalizeData(ev)
+		data, err := normalizeData(ev, checked)
 		if err != nil {
 			return encodedEvent{}, err
 		}

@@ -457,7 +457,7 @@ func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 // link c, MACed under key when key is not empty, as gated's Writer
 // writes it.
 func NewRecordMsg(evs []engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
-	e, err := encodeRecord(evs)
+	e, err := encodeRecord(evs, false)
 	if err != nil {
 		return nil, err
 	}

@@ -103,7 +103,7 @@ func FuzzNormalizeData(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := normalizeData(engine.AuditEvent{Event: "x", Data: data})
+		got, err := normalizeData(engine.AuditEvent{Event: "x", Data: data}, false)
 		tr := bytes.TrimSpace(data)
 		if len(tr) == 0 || string(tr) == "null" || tr[0] != '{' {
 			return // absent or wrapped: not the fast path

@@ -48,7 +48,7 @@ func scanV2Events() [][]engine.AuditEvent {
 // event's own head, omit lists naming what the head lacks, white space.
 func FuzzScanV2(f *testing.F) {
 	for _, evs := range scanV2Events() {
-		e, err := encodeRecord(evs)
+		e, err := encodeRecord(evs, false)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func FuzzScanV2(f *testing.F) {
 // pass, not handed to the strict decoder.
 func TestScanV2ReadsGatedRecords(t *testing.T) {
 	for i, evs := range scanV2Events() {
-		e, err := encodeRecord(evs)
+		e, err := encodeRecord(evs, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +148,7 @@ func TestScanV2ReadsGatedRecords(t *testing.T) {
 // expanded into their events.
 func BenchmarkDecodeRecordV2(b *testing.B) {
 	for i, evs := range scanV2Events()[:2] {
-		e, err := encodeRecord(evs)
+		e, err := encodeRecord(evs, false)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -187,7 +187,7 @@ func (a *Writer) Close(ctx context.Context) error {
 
 // enqueue hands a record of trail t to the writer that owns its tenant.
 func (a *Writer) enqueue(ctx context.Context, t *auditTrail, evs []engine.AuditEvent, final bool) error {
-	enc, err := encodeRecord(evs)
+	enc, err := encodeRecord(evs, true) // Record and Seal checked every event
 	if err != nil {
 		return err
 	}
