@@ -513,6 +513,15 @@ func (f verdictFrom) policyRef() ([]byte, bool) {
 	if f.policy == nil {
 		return nil, false
 	}
+	if doc, ok := f.policyRefFast(); ok {
+		return doc, true
+	}
+	return f.policyRefJSON()
+}
+
+// policyRefJSON is policyRef through encoding/json, for any form of the
+// policy event's members.
+func (f verdictFrom) policyRefJSON() ([]byte, bool) {
 	var pd struct {
 		Denies []engine.Deny `json:"denies"`
 		EvalUS int64         `json:"eval_us"`
@@ -535,6 +544,152 @@ func (f verdictFrom) policyRef() ([]byte, bool) {
 		return nil, false
 	}
 	return doc, true
+}
+
+// policyRefFast is policyRef without reflection, for a policy event in
+// the form the engine writes: denies a compact list of {"rule","message"}
+// whose strings encoding/json writes as they are, eval_us an integer,
+// review's rule such a string. ok is false for any other form, which
+// policyRefJSON reads; FuzzPolicyRef holds the two equal. Every write
+// and every read of a trimmed verdict rebuilds its policy section, so
+// this is on the path of each proposal.
+func (f verdictFrom) policyRefFast() ([]byte, bool) {
+	j, ok := findMember(f.policy, `"denies"`)
+	if !ok {
+		return nil, false
+	}
+	denies := f.policy[j].val
+	// distinct are the distinct rules of the denies, in order.
+	var distinctBuf [2 * engine.MaxPolicyRules][]byte
+	distinct := distinctBuf[:0]
+	if string(denies) != "[]" {
+		if len(denies) < 2 || denies[0] != '[' || denies[len(denies)-1] != ']' {
+			return nil, false
+		}
+		for rest := denies[1 : len(denies)-1]; ; {
+			rule, after, ok := cutDeny(rest)
+			if !ok {
+				return nil, false
+			}
+			dup := false
+			for _, r := range distinct {
+				if bytes.Equal(r, rule) {
+					dup = true
+					break
+				}
+			}
+			if !dup {
+				distinct = append(distinct, rule)
+			}
+			if len(after) == 0 {
+				break
+			}
+			if after[0] != ',' {
+				return nil, false
+			}
+			rest = after[1:]
+		}
+	}
+	j, ok = findMember(f.policy, `"eval_us"`)
+	if !ok {
+		return nil, false
+	}
+	evalUS, err := strconv.ParseInt(string(f.policy[j].val), 10, 64)
+	if err != nil {
+		return nil, false
+	}
+	var route []byte
+	if j, ok := findMember(f.policy, `"review"`); ok && string(f.policy[j].val) != "null" {
+		ms, ok := splitMembers(f.policy[j].val)
+		if !ok && string(f.policy[j].val) != "{}" {
+			return nil, false
+		}
+		found := false
+		for _, m := range ms {
+			switch {
+			case string(m.key) == `"rule"` && !found:
+				if route, ok = verbatimString(m.val); !ok {
+					return nil, false
+				}
+				found = true
+			case bytes.EqualFold(m.key, []byte(`"rule"`)) || bytes.IndexByte(m.key, '\\') >= 0:
+				// encoding/json would read it as the rule too.
+				return nil, false
+			}
+		}
+	}
+	rules := distinct[:min(len(distinct), engine.MaxPolicyRules)]
+	out := make([]byte, 0, len(denies)+len(f.env.PolicyRevision)+96)
+	out = append(out, `{"denies":`...)
+	out = append(out, denies...)
+	if len(rules) > 0 {
+		out = append(out, `,"rules":[`...)
+		for i, r := range rules {
+			if i > 0 {
+				out = append(out, ',')
+			}
+			out = append(out, '"')
+			out = append(out, r[:min(len(r), engine.MaxPolicyRuleLen)]...)
+			out = append(out, '"')
+		}
+		out = append(out, ']')
+	}
+	if more := len(distinct) - len(rules); more > 0 {
+		out = append(out, `,"rules_more":`...)
+		out = strconv.AppendInt(out, int64(more), 10)
+	}
+	if len(route) > 0 {
+		out = append(out, `,"route":"`...)
+		out = append(out, route[:min(len(route), engine.MaxPolicyRuleLen)]...)
+		out = append(out, '"')
+	}
+	out = append(out, `,"revision":`...)
+	out = appendJSONString(out, f.env.PolicyRevision)
+	out = append(out, `,"eval_us":`...)
+	out = strconv.AppendInt(out, evalUS, 10)
+	return append(out, '}'), true
+}
+
+// cutDeny reads a deny written {"rule":R,"message":M}, both strings that
+// verbatimString takes, at the start of data, and returns R's bytes and what
+// follows the deny.
+func cutDeny(data []byte) (rule, after []byte, ok bool) {
+	const ruleKey, messageKey = `{"rule":`, `,"message":`
+	if !bytes.HasPrefix(data, []byte(ruleKey)) {
+		return nil, nil, false
+	}
+	data = data[len(ruleKey):]
+	end := validString(data, 0)
+	if end < 0 {
+		return nil, nil, false
+	}
+	if rule, ok = verbatimString(data[:end]); !ok || !bytes.HasPrefix(data[end:], []byte(messageKey)) {
+		return nil, nil, false
+	}
+	data = data[end+len(messageKey):]
+	if end = validString(data, 0); end < 0 || end >= len(data) || data[end] != '}' {
+		return nil, nil, false
+	}
+	if _, ok = verbatimString(data[:end]); !ok {
+		return nil, nil, false
+	}
+	return rule, data[end+1:], true
+}
+
+// verbatimString returns the bytes of the JSON string s when encoding/json
+// writes them back as they are: printable ASCII without a quote, a
+// backslash, or the <, > and & it escapes.
+func verbatimString(s []byte) ([]byte, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return nil, false
+	}
+	s = s[1 : len(s)-1]
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	return s, true
 }
 
 // recordV2 is the wire form of a version-2 body, for the strict decoder.

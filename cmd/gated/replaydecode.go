@@ -243,17 +243,28 @@ func decodeInt(val []byte, to *int) bool {
 // while fn returns true. data must be valid JSON; ok is false when it is
 // not an array or fn returns false.
 func jsonItems(data []byte, fn func(item []byte) bool) (ok bool) {
+	return jsonList(data, '[', ']', func(i int) (int, bool) {
+		end := skipValue(data, i)
+		return end, end > i && fn(data[i:end])
+	})
+}
+
+// jsonList walks the JSON object or array data, which opens with open
+// and closes with close: read reads the member or item at data[i] and
+// returns where it ends, or false to stop. ok is false when data is not
+// such a document or read stopped.
+func jsonList(data []byte, open, close byte, read func(i int) (end int, ok bool)) (ok bool) {
 	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '[' {
+	if i >= len(data) || data[i] != open {
 		return false
 	}
 	i = skipSpace(data, i+1)
-	if i < len(data) && data[i] == ']' {
+	if i < len(data) && data[i] == close {
 		return skipSpace(data, i+1) == len(data)
 	}
 	for i < len(data) {
-		end := skipValue(data, i)
-		if end <= i || !fn(data[i:end]) {
+		end, ok := read(i)
+		if !ok {
 			return false
 		}
 		i = skipSpace(data, end)
@@ -263,7 +274,7 @@ func jsonItems(data []byte, fn func(item []byte) bool) (ok bool) {
 		switch data[i] {
 		case ',':
 			i = skipSpace(data, i+1)
-		case ']':
+		case close:
 			return skipSpace(data, i+1) == len(data)
 		default:
 			return false
@@ -297,51 +308,28 @@ func decodeString(val []byte, to *string) bool {
 // valid JSON. ok is false when data is not an object, when a key holds an
 // escape or a byte outside printable ASCII, or when fn returns false.
 func jsonMembers(data []byte, fn func(key []byte, val []byte) bool) (ok bool) {
-	i := skipSpace(data, 0)
-	if i >= len(data) || data[i] != '{' {
-		return false
-	}
-	i = skipSpace(data, i+1)
-	if i < len(data) && data[i] == '}' {
-		return skipSpace(data, i+1) == len(data)
-	}
-	for i < len(data) {
+	return jsonList(data, '{', '}', func(i int) (int, bool) {
 		if data[i] != '"' {
-			return false
+			return 0, false
 		}
 		start := i + 1
 		for i = start; i < len(data) && data[i] != '"'; i++ {
 			if c := data[i]; c < 0x20 || c > 0x7e || c == '\\' {
-				return false
+				return 0, false
 			}
 		}
 		if i >= len(data) {
-			return false
+			return 0, false
 		}
 		key := data[start:i]
 		i = skipSpace(data, i+1)
 		if i >= len(data) || data[i] != ':' {
-			return false
+			return 0, false
 		}
 		i = skipSpace(data, i+1)
 		end := skipValue(data, i)
-		if end <= i || !fn(key, data[i:end]) {
-			return false
-		}
-		i = skipSpace(data, end)
-		if i >= len(data) {
-			return false
-		}
-		switch data[i] {
-		case ',':
-			i = skipSpace(data, i+1)
-		case '}':
-			return skipSpace(data, i+1) == len(data)
-		default:
-			return false
-		}
-	}
-	return false
+		return end, end > i && fn(key, data[i:end])
+	})
 }
 
 // skipValue returns where the valid JSON value at data[i:] ends.
