@@ -337,6 +337,15 @@ mutant verdict_trimmed_when_rebuilt bus/audit/compact.go ./bus/audit \
 mutant audit_event_data_json bus/audit/writer.go ./bus/audit \
 	'case len(t) > 0 && !validJSON(t):' \
 	'case len(t) < 0:'
+# The one-pass proposal reader (engine/decodefast.go) reads only what the
+# strict reading accepts: a key twice or a key that is not, byte for
+# byte, a field leaves the proposal to encoding/json and the key check.
+mutant decode_fast_duplicate_key engine/decodefast.go ./engine \
+	$'\t\t\tif bytes.Equal(k, key) {\n\t\t\t\treturn false\n' \
+	$'\t\t\tif bytes.Equal(k, key) {\n\t\t\t\tbreak\n'
+mutant decode_fast_exact_keys engine/decodefast.go ./engine \
+	$'\t\tp.CreatedAt = t\n\t\treturn true\n\t}\n\treturn false\n' \
+	$'\t\tp.CreatedAt = t\n\t\treturn true\n\t}\n\t_, ok := r.anyValue()\n\treturn ok\n'
 
 # --- running them --------------------------------------------------------------
 
