@@ -131,6 +131,7 @@ func (p *Proposal) member(r *fastReader, key []byte) bool {
 		}
 		// encoding/json hands a time its literal, quotes and escapes
 		// included; so does this.
+		r.space()
 		start := r.i
 		if !r.skipString() {
 			return false
