@@ -159,6 +159,7 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzRecordV2$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzScanV2$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzPolicyRef$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/jsonw -run '^$$' -fuzz '^FuzzAppendString$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzScanGrant$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeCanonical$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)

@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/json"
 	"strconv"
+
+	"github.com/gated/gated/internal/jsonw"
 )
 
 // Every proposal records a policy.decided event, and its data holds the
@@ -33,9 +35,9 @@ func (d policyDecidedData) appendJSON(b []byte) ([]byte, bool) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"rule":`...)
-			b = appendJSONString(b, dn.Rule)
+			b = jsonw.AppendString(b, dn.Rule)
 			b = append(b, `,"message":`...)
-			b = appendJSONString(b, dn.Message)
+			b = jsonw.AppendString(b, dn.Message)
 			b = append(b, '}')
 		}
 		b = append(b, ']')
@@ -61,10 +63,10 @@ func (d policyDecidedData) appendJSON(b []byte) ([]byte, bool) {
 	}
 	if d.ShadowRevision != "" {
 		b = append(b, `,"shadow_revision":`...)
-		b = appendJSONString(b, d.ShadowRevision)
+		b = jsonw.AppendString(b, d.ShadowRevision)
 	}
 	b = append(b, `,"sop":`...)
-	b = appendJSONString(b, d.SOP)
+	b = jsonw.AppendString(b, d.SOP)
 	if d.Input != nil {
 		b = append(b, `,"input":`...)
 		if b, ok = d.Input.appendJSON(b); !ok {
@@ -93,15 +95,15 @@ func (r Route) appendJSON(b []byte) []byte {
 	b = strconv.AppendBool(b, r.Required)
 	if r.Persona != "" {
 		b = append(b, `,"persona":`...)
-		b = appendJSONString(b, r.Persona)
+		b = jsonw.AppendString(b, r.Persona)
 	}
 	b = append(b, `,"quorum":`...)
 	b = strconv.AppendInt(b, int64(r.Quorum), 10)
 	b = append(b, `,"why":`...)
-	b = appendJSONString(b, r.Why)
+	b = jsonw.AppendString(b, r.Why)
 	if r.Rule != "" {
 		b = append(b, `,"rule":`...)
-		b = appendJSONString(b, r.Rule)
+		b = jsonw.AppendString(b, r.Rule)
 	}
 	if len(r.Personas) > 0 {
 		b = append(b, `,"personas":`...)
@@ -113,7 +115,7 @@ func (r Route) appendJSON(b []byte) []byte {
 	}
 	if r.Blocked != "" {
 		b = append(b, `,"blocked":`...)
-		b = appendJSONString(b, r.Blocked)
+		b = jsonw.AppendString(b, r.Blocked)
 	}
 	return append(b, '}')
 }
@@ -133,7 +135,7 @@ func (in *ReplayInput) appendJSON(b []byte) ([]byte, bool) {
 		}
 	}
 	b = append(b, `,"persona":`...)
-	b = appendJSONString(b, in.Persona)
+	b = jsonw.AppendString(b, in.Persona)
 	b = append(b, `,"now":`...)
 	now, err := in.Now.MarshalJSON()
 	if err != nil {
@@ -171,21 +173,6 @@ func appendMarshaled(b []byte, v any) ([]byte, bool) {
 	return append(b, out...), true
 }
 
-// appendJSONString appends s quoted as encoding/json quotes it: printable
-// ASCII apart from the characters it escapes goes as it is, anything else
-// through encoding/json.
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			out, _ := json.Marshal(s) // a string always encodes
-			return append(b, out...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
 // appendJSONStrings appends ss as encoding/json writes a []string: null
 // when it is nil.
 func appendJSONStrings(b []byte, ss []string) []byte {
@@ -197,7 +184,7 @@ func appendJSONStrings(b []byte, ss []string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendJSONString(b, s)
+		b = jsonw.AppendString(b, s)
 	}
 	return append(b, ']')
 }

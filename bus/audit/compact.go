@@ -9,6 +9,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/jsonw"
 )
 
 // RecordVersion is the schema version of the records gated writes: one
@@ -160,7 +161,7 @@ func findMember(ms []member, key string) (int, bool) {
 	return -1, false
 }
 
-func quoted(s string) []byte { return appendJSONString(nil, s) }
+func quoted(s string) []byte { return jsonw.AppendString(nil, s) }
 
 // compactEvent is one event of a record being encoded.
 type compactEvent struct {
@@ -292,20 +293,20 @@ func encodeRecord(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, RecordVersion, 10)
 	dst = append(dst, `,"tenant":`...)
-	dst = appendJSONString(dst, env.Tenant)
+	dst = jsonw.AppendString(dst, env.Tenant)
 	pre := dst
 	post := make([]byte, 0, 256+sizeOf(evs))
 	if env.ProposalID != "" {
 		post = append(post, `,"proposal_id":`...)
-		post = appendJSONString(post, env.ProposalID)
+		post = jsonw.AppendString(post, env.ProposalID)
 	}
 	if env.Instance != "" {
 		post = append(post, `,"instance":`...)
-		post = appendJSONString(post, env.Instance)
+		post = jsonw.AppendString(post, env.Instance)
 	}
 	if env.PolicyRevision != "" {
 		post = append(post, `,"policy_revision":`...)
-		post = appendJSONString(post, env.PolicyRevision)
+		post = jsonw.AppendString(post, env.PolicyRevision)
 	}
 	if len(head) > 0 {
 		post = append(post, `,"head":`...)
@@ -322,7 +323,7 @@ func encodeRecord(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
 		}
 		first = false
 		post = append(post, `{"event":`...)
-		post = appendJSONString(post, ce.ev.Event)
+		post = jsonw.AppendString(post, ce.ev.Event)
 		at, err := ce.ev.At.MarshalJSON()
 		if err != nil {
 			return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ce.ev.Event, err)
@@ -644,7 +645,7 @@ func (f verdictFrom) policyRefFast() ([]byte, bool) {
 		out = append(out, '"')
 	}
 	out = append(out, `,"revision":`...)
-	out = appendJSONString(out, f.env.PolicyRevision)
+	out = jsonw.AppendString(out, f.env.PolicyRevision)
 	out = append(out, `,"eval_us":`...)
 	out = strconv.AppendInt(out, evalUS, 10)
 	return append(out, '}'), true
@@ -863,13 +864,13 @@ func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.A
 	data = append(data, `"exp":`...)
 	data = strconv.AppendInt(data, *g.Exp, 10)
 	data = append(data, `,"gid":`...)
-	data = appendJSONString(data, g.GID)
+	data = jsonw.AppendString(data, g.GID)
 	data = append(data, `,"kid":`...)
-	data = appendJSONString(data, g.KID)
+	data = jsonw.AppendString(data, g.KID)
 	data = append(data, `,"proposal_id":`...)
-	data = appendJSONString(data, env.ProposalID)
+	data = jsonw.AppendString(data, env.ProposalID)
 	data = append(data, `,"tenant":`...)
-	data = appendJSONString(data, env.Tenant)
+	data = jsonw.AppendString(data, env.Tenant)
 	data = append(data, '}')
 	ev := env
 	ev.Event, ev.At, ev.Data = engine.EventGrantIssued, e.At, data

@@ -20,6 +20,7 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/jsonw"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -370,12 +371,12 @@ func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, int64(ev.V), 10)
 	dst = append(dst, `,"event":`...)
-	dst = appendJSONString(dst, ev.Event)
+	dst = jsonw.AppendString(dst, ev.Event)
 	dst = append(dst, `,"tenant":`...)
-	dst = appendJSONString(dst, ev.Tenant)
+	dst = jsonw.AppendString(dst, ev.Tenant)
 	if ev.ProposalID != "" {
 		dst = append(dst, `,"proposal_id":`...)
-		dst = appendJSONString(dst, ev.ProposalID)
+		dst = jsonw.AppendString(dst, ev.ProposalID)
 	}
 	at, err := ev.At.MarshalJSON()
 	if err != nil {
@@ -385,11 +386,11 @@ func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 	dst = append(dst, at...)
 	if ev.Instance != "" {
 		dst = append(dst, `,"instance":`...)
-		dst = appendJSONString(dst, ev.Instance)
+		dst = jsonw.AppendString(dst, ev.Instance)
 	}
 	if ev.PolicyRevision != "" {
 		dst = append(dst, `,"policy_revision":`...)
-		dst = appendJSONString(dst, ev.PolicyRevision)
+		dst = jsonw.AppendString(dst, ev.PolicyRevision)
 	}
 	if len(ev.Data) > 0 {
 		dst = append(dst, `,"data":`...)
@@ -400,21 +401,6 @@ func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 		dst = buf.Bytes()
 	}
 	return append(dst, '}'), nil
-}
-
-// appendJSONString appends s as a JSON string. Strings of printable ASCII
-// that need no escape, such as tokens and ids, are copied; any other goes
-// through encoding/json, so that escapes stay exactly its own.
-func appendJSONString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s)
-			return append(dst, b...)
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"')
 }
 
 // body returns the record's body for chain link c.

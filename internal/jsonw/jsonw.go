@@ -1,0 +1,22 @@
+// Package jsonw writes pieces of JSON exactly as encoding/json writes
+// them, for encoders that build a document by hand and must give the
+// same bytes (records whose hash or rebuild depends on them).
+package jsonw
+
+import "encoding/json"
+
+// AppendString appends s as a JSON string. Strings of printable ASCII
+// that need no escape, such as tokens and ids, are copied; any other goes
+// through encoding/json, so that escapes stay exactly its own (the HTML
+// characters and U+2028 and U+2029 included).
+func AppendString(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			b, _ := json.Marshal(s) // a string always encodes
+			return append(dst, b...)
+		}
+	}
+	dst = append(dst, '"')
+	dst = append(dst, s...)
+	return append(dst, '"')
+}
