@@ -56,26 +56,37 @@ type member struct{ key, val []byte }
 // without white space outside its strings (compacted). ok is false for
 // anything else.
 func splitMembers(obj []byte) (ms []member, ok bool) {
-	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+	ms, ok = appendSplit(nil, obj)
+	if !ok {
 		return nil, false
+	}
+	return ms, true
+}
+
+// appendSplit appends the top-level members of obj, as splitMembers
+// reads them, to ms. ok is false, and ms is to be dropped, for anything
+// splitMembers refuses.
+func appendSplit(ms []member, obj []byte) (_ []member, ok bool) {
+	if len(obj) < 2 || obj[0] != '{' || obj[len(obj)-1] != '}' {
+		return ms, false
 	}
 	i := 1
 	if obj[i] == '}' {
-		return nil, i == len(obj)-1
+		return ms, i == len(obj)-1
 	}
 	for {
 		if i >= len(obj) || obj[i] != '"' {
-			return nil, false
+			return ms, false
 		}
 		end := validString(obj, i)
 		if end < 0 || end >= len(obj) || obj[end] != ':' {
-			return nil, false
+			return ms, false
 		}
 		key := obj[i:end]
 		start := end + 1
 		stop := skipCompactValue(obj, start)
 		if stop < 0 || stop >= len(obj) {
-			return nil, false
+			return ms, false
 		}
 		if ms == nil {
 			// Most objects of a record have a few members: allocate once.
@@ -88,7 +99,7 @@ func splitMembers(obj []byte) (ms []member, ok bool) {
 		case '}':
 			return ms, stop == len(obj)-1
 		default:
-			return nil, false
+			return ms, false
 		}
 	}
 }
@@ -162,6 +173,15 @@ func findMember(ms []member, key string) (int, bool) {
 }
 
 func quoted(s string) []byte { return jsonw.AppendString(nil, s) }
+
+// isKey reports whether key, a member's key as written, is s as quoted
+// writes it.
+func isKey(key []byte, s string) bool {
+	if !jsonw.Plain(s) {
+		return string(key) == string(quoted(s))
+	}
+	return len(key) == len(s)+2 && key[0] == '"' && key[len(key)-1] == '"' && string(key[1:len(key)-1]) == s
+}
 
 // compactEvent is one event of a record being encoded.
 type compactEvent struct {
@@ -724,10 +744,11 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 	if len(b.Events) == 0 {
 		return nil, fmt.Errorf("the record holds no event")
 	}
+	x := newExpansion(b)
 	var head []member
 	if b.Head != nil {
 		var ok bool
-		if head, ok = splitCompact(b.Head); !ok {
+		if head, ok = x.split(b.Head); !ok {
 			return nil, fmt.Errorf("head is not a JSON object")
 		}
 		for _, m := range head {
@@ -746,14 +767,14 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 		if !validEventName(e.Event) {
 			return nil, fmt.Errorf("event %d: %q is not an event name", i+1, e.Event)
 		}
-		own, err := eventHead(head, e)
+		own, err := x.eventHead(head, e)
 		if err != nil {
 			return nil, fmt.Errorf("event %d (%s): %w", i+1, e.Event, err)
 		}
 		var rest []member
 		if e.Data != nil {
 			var ok bool
-			if rest, ok = splitCompact(e.Data); !ok {
+			if rest, ok = x.split(e.Data); !ok {
 				return nil, fmt.Errorf("event %d (%s): data is not a JSON object", i+1, e.Event)
 			}
 		}
@@ -766,7 +787,7 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 			from.policy = rest
 		case engine.EventVerdict:
 			if e.Grant != nil {
-				g, err := unfoldGrant(own, head, e, env)
+				g, err := x.unfoldGrant(head, e, env)
 				if err != nil {
 					return nil, fmt.Errorf("event %d (%s): %w", i+1, e.Event, err)
 				}
@@ -782,34 +803,95 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 			return nil, fmt.Errorf("event %d (%s): only a %s folds a grant or is verbatim", i+1, e.Event, engine.EventVerdict)
 		}
 		if len(own) > 0 || e.Data != nil {
-			ev.Data = appendMembers(make([]byte, 0, len(e.Data)+64), own, rest)
+			ev.Data = x.data(own, rest)
 		}
 		out = append(out, ev)
 	}
 	return out, nil
 }
 
-// splitCompact splits a JSON object that may hold white space, as a
-// forged record's may.
-func splitCompact(raw json.RawMessage) ([]member, bool) {
-	if ms, ok := splitMembers(raw); ok {
-		return ms, true
+// expansion holds what expanding one record makes: the members its
+// objects split into and the events' data, in a few blocks rather than an
+// allocation per object. A part handed out is capped, so appending to it
+// cannot write into the next; a block that is full is left to the parts
+// it holds and a new one started, so nothing is copied.
+type expansion struct {
+	ms  []member
+	buf []byte
+}
+
+// newExpansion sizes the first blocks for b: an event's data is about its
+// own bytes and the head's, and most objects have a few members.
+func newExpansion(b *recordV2) *expansion {
+	size := 0
+	for _, e := range b.Events {
+		size += len(e.Data) + len(e.Head) + len(b.Head) + 2
+		if e.Grant != nil {
+			size += len(e.Grant) + len(b.Head) + len(b.Tenant) + len(b.ProposalID) + 64
+		}
 	}
-	var buf bytes.Buffer
-	if json.Compact(&buf, raw) != nil {
-		return nil, false
+	return &expansion{ms: make([]member, 0, 6*len(b.Events)+8), buf: make([]byte, 0, size+size/4)}
+}
+
+// split splits a JSON object that may hold white space, as a forged
+// record's may.
+func (x *expansion) split(raw json.RawMessage) ([]member, bool) {
+	ms, ok := appendSplit(x.ms[len(x.ms):], raw)
+	if !ok {
+		var buf bytes.Buffer
+		if json.Compact(&buf, raw) != nil {
+			return nil, false
+		}
+		if ms, ok = appendSplit(x.ms[len(x.ms):], buf.Bytes()); !ok {
+			return nil, false
+		}
 	}
-	return splitMembers(buf.Bytes())
+	x.took(ms)
+	return ms[:len(ms):len(ms)], true
+}
+
+// took notes that ms, appended to the free end of the members' block,
+// is in use: in that block, or in the new one append moved it to.
+func (x *expansion) took(ms []member) {
+	if len(ms) == 0 {
+		return
+	}
+	if n := len(x.ms); n < cap(x.ms) && &ms[0] == &x.ms[:n+1][n] {
+		x.ms = x.ms[:n+len(ms)]
+		return
+	}
+	x.ms = ms
+}
+
+// data is the members as one JSON object.
+func (x *expansion) data(ms ...[]member) []byte {
+	need := 2
+	for _, part := range ms {
+		for _, m := range part {
+			need += len(m.key) + len(m.val) + 2
+		}
+	}
+	x.room(need)
+	n := len(x.buf)
+	x.buf = appendMembers(x.buf, ms...)
+	return x.buf[n:len(x.buf):len(x.buf)]
+}
+
+// room makes room for n more bytes of data.
+func (x *expansion) room(n int) {
+	if cap(x.buf)-len(x.buf) < n {
+		x.buf = make([]byte, 0, max(n, cap(x.buf)))
+	}
 }
 
 // eventHead is the head an event's data starts with: the record's,
 // less the members it omits, or its own.
-func eventHead(head []member, e eventV2) ([]member, error) {
+func (x *expansion) eventHead(head []member, e eventV2) ([]member, error) {
 	if e.Head != nil {
 		if e.Omit != nil {
 			return nil, fmt.Errorf("both head and omit")
 		}
-		own, ok := splitCompact(e.Head)
+		own, ok := x.split(e.Head)
 		if !ok {
 			return nil, fmt.Errorf("head is not a JSON object")
 		}
@@ -823,12 +905,12 @@ func eventHead(head []member, e eventV2) ([]member, error) {
 	if len(e.Omit) == 0 {
 		return head, nil
 	}
-	own := make([]member, 0, len(head))
+	own := x.ms[len(x.ms):]
 	left := 0
 	for _, m := range head {
 		drop := false
 		for _, k := range e.Omit {
-			if string(m.key) == string(quoted(k)) {
+			if isKey(m.key, k) {
 				drop = true
 			}
 		}
@@ -841,11 +923,12 @@ func eventHead(head []member, e eventV2) ([]member, error) {
 	if left != len(e.Omit) {
 		return nil, fmt.Errorf("omit names members the record's head does not have")
 	}
-	return own, nil
+	x.took(own)
+	return own[:len(own):len(own)], nil
 }
 
 // unfoldGrant is the grant.issued event a verdict event folded.
-func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.AuditEvent, error) {
+func (x *expansion) unfoldGrant(head []member, e eventV2, env engine.AuditEvent) (engine.AuditEvent, error) {
 	g, ok := scanGrant(e.Grant)
 	if !ok {
 		g = foldedGrant{}
@@ -856,7 +939,13 @@ func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.A
 	if g.GID == "" || g.KID == "" || g.Exp == nil {
 		return engine.AuditEvent{}, fmt.Errorf("grant is not {gid, kid, exp}")
 	}
-	data := appendMembers(make([]byte, 0, 256), head)
+	size := len(g.GID) + len(g.KID) + len(env.ProposalID) + len(env.Tenant) + 96
+	for _, m := range head {
+		size += len(m.key) + len(m.val) + 2
+	}
+	x.room(size)
+	n := len(x.buf)
+	data := appendMembers(x.buf, head)
 	data = data[:len(data)-1]
 	if len(head) > 0 {
 		data = append(data, ',')
@@ -872,8 +961,9 @@ func unfoldGrant(own, head []member, e eventV2, env engine.AuditEvent) (engine.A
 	data = append(data, `,"tenant":`...)
 	data = jsonw.AppendString(data, env.Tenant)
 	data = append(data, '}')
+	x.buf = data
 	ev := env
-	ev.Event, ev.At, ev.Data = engine.EventGrantIssued, e.At, data
+	ev.Event, ev.At, ev.Data = engine.EventGrantIssued, e.At, data[n:len(data):len(data)]
 	return ev, nil
 }
 
@@ -914,19 +1004,18 @@ func scanGrant(raw []byte) (g foldedGrant, ok bool) {
 }
 
 // rebuildVerdict puts back the members trimVerdict left out of a
-// verdict's data.
+// verdict's data, in rest itself: a part of the expansion's members that
+// nothing else holds.
 func rebuildVerdict(rest []member, from verdictFrom) ([]member, error) {
-	out := make([]member, 0, len(rest))
-	for _, m := range rest {
-		key := string(m.key)
-		if isRebuilt(key) && string(m.val) == "null" {
-			want, ok := from.member(key)
-			if !ok {
-				return nil, fmt.Errorf("the verdict's %s is the record's, and the record has none", key)
-			}
-			m.val = want
+	for i, m := range rest {
+		if string(m.val) != "null" || !isRebuilt(string(m.key)) {
+			continue
 		}
-		out = append(out, m)
+		want, ok := from.member(string(m.key))
+		if !ok {
+			return nil, fmt.Errorf("the verdict's %s is the record's, and the record has none", m.key)
+		}
+		rest[i].val = want
 	}
-	return out, nil
+	return rest, nil
 }

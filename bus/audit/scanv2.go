@@ -1,6 +1,11 @@
 package audit
 
-import "encoding/json"
+import (
+	"bytes"
+	"encoding/json"
+
+	"github.com/gated/gated/engine"
+)
 
 // Every reader of the stream reads version-2 records, and a replay or a
 // verify reads all of them. encoding/json's strict decoder reads a body
@@ -67,9 +72,9 @@ func scanV2(body []byte) (b recordV2, ok bool) {
 	if s.lit(`]`) {
 		b.Events = []eventV2{}
 	} else {
-		// A policy decision is one to four events; count them roughly so
-		// that the slice is allocated once.
-		b.Events = make([]eventV2, 0, 4)
+		// Count the events roughly (an object of some event's data may hold
+		// the same key) so that the slice is allocated once.
+		b.Events = make([]eventV2, 0, bytes.Count(body[s.i:], eventKey))
 		for {
 			e, ok := s.event()
 			if !ok {
@@ -133,6 +138,41 @@ func (s *v2scanner) str() (string, bool) {
 	return string(q[1 : len(q)-1]), true
 }
 
+// name reads an event's name or a head member's as str does, sharing
+// the string of a name gated writes.
+func (s *v2scanner) name() (string, bool) {
+	q, ok := s.raw()
+	if !ok {
+		return "", false
+	}
+	if n, ok := names[string(q[1:len(q)-1])]; ok {
+		return n, true
+	}
+	return string(q[1 : len(q)-1]), true
+}
+
+// eventKey starts every event of a body.
+var eventKey = []byte(`{"event":`)
+
+// names are the names of the events a proposal's record holds, and of
+// the head's members.
+var names = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range headKeys {
+		m[k[1:len(k)-1]] = k[1 : len(k)-1]
+	}
+	for _, n := range []string{
+		engine.EventReceived, engine.EventInvalid, engine.EventDeduplicated, engine.EventPolicyDecided,
+		engine.EventPolicyRechecked, engine.EventPolicyShadowDiffers, engine.EventReviewSkipped,
+		engine.EventReviewStarted, engine.EventReviewDone, engine.EventReviewAwaited, engine.EventVerdict,
+		engine.EventReplayed, engine.EventGrantIssued, engine.EventOperatorAwaited, engine.EventOperatorDecided,
+		engine.EventBudgetRefused,
+	} {
+		m[n] = n
+	}
+	return m
+}()
+
 // uint reads an unsigned integer without sign, fraction, exponent or
 // leading zero that fits in a uint64.
 func (s *v2scanner) uint() (uint64, bool) {
@@ -162,7 +202,7 @@ func (s *v2scanner) event() (e eventV2, ok bool) {
 	if !s.lit(`{"event":`) {
 		return e, false
 	}
-	if e.Event, ok = s.str(); !ok || !s.lit(`,"at":`) {
+	if e.Event, ok = s.name(); !ok || !s.lit(`,"at":`) {
 		return e, false
 	}
 	stamp, ok := s.raw()
@@ -174,7 +214,7 @@ func (s *v2scanner) event() (e eventV2, ok bool) {
 		e.Omit = []string{}
 		if !s.lit(`]`) {
 			for {
-				k, ok := s.str()
+				k, ok := s.name()
 				if !ok {
 					return e, false
 				}

@@ -87,8 +87,10 @@ func (b *replayBatch) decode() {
 		}
 		evs := r.Events()
 		items := make([]replayItem, len(evs))
+		held := make([]replayEvent, len(evs))
 		for j, ev := range evs {
-			it := replayItem{ev: &replayEvent{Seq: e.Seq, Event: ev}}
+			held[j] = replayEvent{Seq: e.Seq, Event: ev}
+			it := replayItem{ev: &held[j]}
 			switch ev.Event {
 			case engine.EventPolicyDecided:
 				it.policy = decodeRecordedPolicyValid(ev.Data)

@@ -10,13 +10,22 @@ import "encoding/json"
 // through encoding/json, so that escapes stay exactly its own (the HTML
 // characters and U+2028 and U+2029 included).
 func AppendString(dst []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			b, _ := json.Marshal(s) // a string always encodes
-			return append(dst, b...)
-		}
+	if !Plain(s) {
+		b, _ := json.Marshal(s) // a string always encodes
+		return append(dst, b...)
 	}
 	dst = append(dst, '"')
 	dst = append(dst, s...)
 	return append(dst, '"')
+}
+
+// Plain reports whether s is printable ASCII that needs no escape: a
+// JSON string of s is s between quotes.
+func Plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return false
+		}
+	}
+	return true
 }
