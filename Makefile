@@ -144,6 +144,7 @@ fuzz:
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseDataYAML$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies/internal/plan -run '^$$' -fuzz '^FuzzPlannedAgreesWithTopdown$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies/internal/plan -run '^$$' -fuzz '^FuzzPlanOnTestInputs$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./policies/internal/plan -run '^$$' -fuzz '^FuzzGlobMatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzMatchActionAgreesWithPolicy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzAddressOf$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeReviewReply$$' -fuzztime $(FUZZTIME)

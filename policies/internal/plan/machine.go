@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gobwas/glob"
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/topdown"
 	"github.com/open-policy-agent/opa/v1/topdown/builtins"
@@ -42,6 +43,9 @@ type machine struct {
 	// evaluation's data (constants.go); nil while fired is set, so that
 	// every rule that fires is told.
 	consts *constValues
+	// globs are the glob.match patterns this machine has compiled
+	// (glob.go); they outlive an evaluation, as the machine does.
+	globs map[globKey]*glob.Pattern
 }
 
 // scanState is one scan in progress, with its callbacks bound once.
@@ -467,6 +471,12 @@ func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
 	base, ok := m.pushArgs(fr, s.args)
 	if !ok {
 		return nil, nil
+	}
+	if s.glob {
+		if v, ok := m.globMatch(m.args[base:]); ok {
+			m.popArgs(base)
+			return v, nil
+		}
 	}
 	if s.time && m.bctx.Time == nil {
 		m.bctx.Time = ast.NewTerm(ast.Number(strconv.FormatInt(m.now.UnixNano(), 10)))

@@ -123,6 +123,9 @@ type (
 		// time and cache: the built-in reads the evaluation time or the
 		// per-evaluation built-in cache, which are then made for it.
 		time, cache bool
+		// glob: the built-in is glob.match, which the machine computes
+		// itself when it can (glob.go).
+		glob bool
 	}
 	sBlock struct{ blocks []*pblock }
 	sBreak struct{ index int }
@@ -363,7 +366,7 @@ func (p *planner) stmt(s ir.Stmt) (pstmt, error) {
 			return nil, fmt.Errorf("%w: built-in %s", ErrUnsupported, s.Func)
 		}
 		out = &sCallBuiltin{f: f, args: args, result: p.local(s.Result), loc: p.location(&s.Location),
-			time: s.Func == "time.now_ns", cache: strings.HasPrefix(s.Func, "numbers.range")}
+			time: s.Func == "time.now_ns", cache: strings.HasPrefix(s.Func, "numbers.range"), glob: s.Func == ast.GlobMatch.Name}
 	case *ir.BlockStmt:
 		bs := &sBlock{}
 		for _, b := range s.Blocks {
