@@ -166,6 +166,10 @@ func usesInputOnlyToPass(f *pfunc, in int, check func(*pfunc) bool) bool {
 				local(s.src)
 			case *sAppend:
 				uses(s.value)
+			case *sMakeObjectOf:
+				uses(s.values...)
+			case *sMakeArrayOf:
+				uses(s.values...)
 			case *sInsert:
 				uses(s.key, s.value)
 			case *sInsertOnce:

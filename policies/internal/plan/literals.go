@@ -192,6 +192,10 @@ func writes(s pstmt) []int {
 		return []int{s.target}
 	case *sMakeSet:
 		return []int{s.target}
+	case *sMakeObjectOf:
+		return []int{s.target}
+	case *sMakeArrayOf:
+		return []int{s.target}
 	case *sCallFunc:
 		return []int{s.result}
 	case *sCallBuiltin:

@@ -46,6 +46,8 @@ type machine struct {
 	// globs are the glob.match patterns this machine has compiled
 	// (glob.go); they outlive an evaluation, as the machine does.
 	globs map[globKey]*glob.Pattern
+	// items is the buffer a fused object literal is built from (fuse.go).
+	items [][2]*ast.Term
 }
 
 // scanState is one scan in progress, with its callbacks bound once.
@@ -342,6 +344,14 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 			fr[s.target] = ast.NewTerm(ast.NewObject())
 		case *sMakeSet:
 			fr[s.target] = ast.NewTerm(ast.NewSet())
+		case *sMakeObjectOf:
+			if !m.makeObjectOf(fr, s) {
+				return 0, false, nil
+			}
+		case *sMakeArrayOf:
+			if !m.makeArrayOf(fr, s) {
+				return 0, false, nil
+			}
 		case *sAppend:
 			v, arr := m.val(fr, s.value), fr[s.array]
 			if v == nil || arr == nil {

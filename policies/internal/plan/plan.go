@@ -255,6 +255,7 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 		foldLiterals(all)
 		out.consts = markConstants(out.funcs)
 	}
+	fuseLiterals(append(slices.Clone(out.funcs), main))
 	out.memos = p.memos
 	return out, nil
 }
