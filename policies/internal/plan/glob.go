@@ -66,7 +66,7 @@ func (m *machine) globMatch(args []*ast.Term) (_ *ast.Term, ok bool) {
 	g, ok := m.globs[key]
 	if !ok {
 		var err error
-		if g, err = glob.Compile(key.pattern, key.delims[:key.n]...); err != nil {
+		if g, err = key.compile(); err != nil {
 			return nil, false
 		}
 		if m.globs == nil || len(m.globs) >= maxGlobs {
@@ -75,4 +75,11 @@ func (m *machine) globMatch(args []*ast.Term) (_ *ast.Term, ok bool) {
 		m.globs[key] = g
 	}
 	return ast.InternedTerm(g.Match(string(match))), true
+}
+
+// compile compiles the pattern k names. It takes k by value: the
+// delimiters it hands glob.Compile leave the function, and a key that
+// stays on the caller's stack keeps a lookup free of allocation.
+func (k globKey) compile() (*glob.Pattern, error) {
+	return glob.Compile(k.pattern, k.delims[:k.n]...)
 }

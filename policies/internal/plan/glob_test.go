@@ -122,3 +122,14 @@ func FuzzGlobMatch(f *testing.F) {
 		checkGlobMatch(t, &machine{}, globArgs(pattern, mode, delims, match))
 	})
 }
+
+// TestGlobMatchOfAKnownPatternAllocatesNothing: matching with a pattern
+// the machine has compiled builds no key and no delimiter slice.
+func TestGlobMatchOfAKnownPatternAllocatesNothing(t *testing.T) {
+	m := &machine{}
+	args := globArgs("rotate_*_credentials", 1, "_,-", "rotate_db_credentials")
+	checkGlobMatch(t, m, args)
+	if n := testing.AllocsPerRun(100, func() { m.globMatch(args) }); n != 0 {
+		t.Fatalf("a match allocates %v times", n)
+	}
+}
