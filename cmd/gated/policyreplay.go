@@ -343,6 +343,8 @@ type replayReport struct {
 	DecideRate    float64 `json:"decided_per_second"`
 
 	reviewers *candidateReviewers
+	// outcomeKeys are the keys of Outcomes, made once per pair.
+	outcomeKeys map[[2]engine.Outcome]string
 }
 
 // replayMissing names a verdict whose input could not be rebuilt.
@@ -492,7 +494,7 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 	default:
 		newSide = replayDecision{Outcome: outcomeReview, Stage: engine.StageReview, Reason: "the candidate sends it to a review the recorded decision never asked", Denies: settled.Denies}
 	}
-	rep.Outcomes[string(oldSide.Outcome)+" -> "+string(newSide.Outcome)]++
+	rep.Outcomes[rep.outcomeKey(oldSide.Outcome, newSide.Outcome)]++
 	for _, k := range cmp.Kinds {
 		rep.Differences[k]++
 	}
@@ -509,6 +511,20 @@ func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg
 		rep.Shown = append(rep.Shown, replayFlip{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: prop.Action, Seq: r.Seq,
 			Old: oldSide, New: newSide, Kinds: cmp.Kinds, Rules: nonNil(cmp.Rules)})
 	}
+}
+
+// outcomeKey is the key of Outcomes for a change from old to cur.
+func (rep *replayReport) outcomeKey(old, cur engine.Outcome) string {
+	pair := [2]engine.Outcome{old, cur}
+	k, ok := rep.outcomeKeys[pair]
+	if !ok {
+		k = string(old) + " -> " + string(cur)
+		if rep.outcomeKeys == nil {
+			rep.outcomeKeys = map[[2]engine.Outcome]string{}
+		}
+		rep.outcomeKeys[pair] = k
+	}
+	return k
 }
 
 func sortedDenies(d []engine.Deny) []engine.Deny {

@@ -195,7 +195,9 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	})
 
 	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
-	pending := map[string]*recordedPolicy{}
+	// pending holds the policy.decided records whose verdicts are still
+	// ahead, by tenant and proposal.
+	pending := map[[2]string]*recordedPolicy{}
 	pairs := make([]replayPair, 0, replayBatchSize)
 	decide := func() bool {
 		todo := pairs
@@ -236,7 +238,7 @@ sequence:
 			checker.Add(e)
 			for _, it := range b.items[i] {
 				r := it.ev
-				key := r.Event.Tenant + "." + r.Event.ProposalID
+				key := [2]string{r.Event.Tenant, r.Event.ProposalID}
 				switch r.Event.Event {
 				case engine.EventPolicyDecided:
 					pending[key] = it.policy
