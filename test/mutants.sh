@@ -346,6 +346,12 @@ mutant decode_fast_duplicate_key engine/decodefast.go ./engine \
 mutant decode_fast_exact_keys engine/decodefast.go ./engine \
 	$'\t\tp.CreatedAt = t\n\t\treturn true\n\t}\n\treturn false\n' \
 	$'\t\tp.CreatedAt = t\n\t\treturn true\n\t}\n\t_, ok := r.anyValue()\n\treturn ok\n'
+# The planned evaluator keeps its lookups only into what cannot change: a
+# lookup kept into a collection the evaluation still grows would decide on
+# a member that is not there any more, or miss one that is.
+mutant plan_dots_fixed_only policies/internal/plan/dots.go ./policies/internal/plan \
+	$'\tif c == nil || !c.isFixed(src) {\n' \
+	$'\tif c == nil {\n'
 
 # --- running them --------------------------------------------------------------
 

@@ -48,6 +48,10 @@ type machine struct {
 	globs map[globKey]*glob.Pattern
 	// items is the buffer a fused object literal is built from (fuse.go).
 	items [][2]*ast.Term
+	// dots keeps the evaluation's lookups into the input and the data,
+	// and nfixed counts the collections it holds as fixed (dots.go).
+	dots   *dotCache
+	nfixed int
 }
 
 // scanState is one scan in progress, with its callbacks bound once.
@@ -119,6 +123,7 @@ func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, 
 	m.now = now
 	m.bctx = topdown.BuiltinContext{Context: ctx}
 	m.args = append(m.args[:0], input, data)
+	m.startDots(pl, input, data)
 	if _, err := m.call(pl.main, m.args); err != nil {
 		return nil, err
 	}
@@ -138,6 +143,7 @@ func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, 
 }
 
 func (m *machine) release() {
+	m.endDots()
 	clear(m.stack[:cap(m.stack)])
 	m.stack = m.stack[:0]
 	clear(m.memo)
@@ -229,7 +235,7 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 			if src == nil || key == nil {
 				return 0, false, nil
 			}
-			v := dot(src.Value, key)
+			v := m.lookup(src, key)
 			if v == nil {
 				return 0, false, nil
 			}

@@ -81,6 +81,10 @@ type Plan struct {
 	// for the data document they were computed on.
 	consts int
 	values atomic.Pointer[constValues]
+	// fresh: every function changes only collections it has just made
+	// (literals.go), so the machine may keep lookups into the input and
+	// the data (dots.go).
+	fresh bool
 }
 
 type pfunc struct {
@@ -254,6 +258,7 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 	if all := append(slices.Clone(out.funcs), main); changesOnlyFreshAll(all) {
 		foldLiterals(all)
 		out.consts = markConstants(out.funcs)
+		out.fresh = true
 	}
 	fuseLiterals(append(slices.Clone(out.funcs), main))
 	out.memos = p.memos
