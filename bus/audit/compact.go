@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gated/gated/engine"
@@ -745,6 +746,7 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 		return nil, fmt.Errorf("the record holds no event")
 	}
 	x := newExpansion(b)
+	defer x.done()
 	var head []member
 	if b.Head != nil {
 		var ok bool
@@ -814,13 +816,22 @@ func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
 // objects split into and the events' data, in a few blocks rather than an
 // allocation per object. A part handed out is capped, so appending to it
 // cannot write into the next; a block that is full is left to the parts
-// it holds and a new one started, so nothing is copied.
+// it holds and a new one started, so nothing is copied. The members are
+// needed only while the record expands, so their block goes back to a
+// pool for the next record; the data stays with the events.
 type expansion struct {
-	ms  []member
-	buf []byte
+	ms []member
+	// first is the members' block the expansion started with, pooled
+	// where it goes back to.
+	first  []member
+	pooled *[]member
+	buf    []byte
 }
 
-// newExpansion sizes the first blocks for b: an event's data is about its
+// memberBlocks holds the members' blocks of the expansions done.
+var memberBlocks = sync.Pool{New: func() any { return new([]member) }}
+
+// newExpansion readies the blocks for b: an event's data is about its
 // own bytes and the head's, and most objects have a few members.
 func newExpansion(b *recordV2) *expansion {
 	size := 0
@@ -830,12 +841,35 @@ func newExpansion(b *recordV2) *expansion {
 			size += len(e.Grant) + len(b.Head) + len(b.Tenant) + len(b.ProposalID) + 64
 		}
 	}
-	return &expansion{ms: make([]member, 0, 6*len(b.Events)+8), buf: make([]byte, 0, size+size/4)}
+	p := memberBlocks.Get().(*[]member)
+	ms := (*p)[:0]
+	if n := 6*len(b.Events) + 8; cap(ms) < n {
+		ms = make([]member, 0, n)
+	}
+	return &expansion{ms: ms, first: ms, pooled: p, buf: make([]byte, 0, size+size/4)}
+}
+
+// done gives the larger of the members' blocks back, cleared, so that
+// the pool holds no record's bytes.
+func (x *expansion) done() {
+	ms := x.first
+	if cap(x.ms) > cap(ms) {
+		ms = x.ms
+	}
+	ms = ms[:cap(ms)]
+	clear(ms)
+	*x.pooled, x.ms, x.first = ms[:0], nil, nil
+	memberBlocks.Put(x.pooled)
 }
 
 // split splits a JSON object that may hold white space, as a forged
 // record's may.
 func (x *expansion) split(raw json.RawMessage) ([]member, bool) {
+	if cap(x.ms)-len(x.ms) < 16 {
+		// Room for an object of a few members: a new block, twice the
+		// size, which done keeps for the next record.
+		x.ms = make([]member, 0, 2*cap(x.ms)+16)
+	}
 	ms, ok := appendSplit(x.ms[len(x.ms):], raw)
 	if !ok {
 		var buf bytes.Buffer
