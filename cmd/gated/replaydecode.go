@@ -116,14 +116,16 @@ func knownMembers(data []byte, keys []string, fn func(key []byte, val []byte) bo
 // before, or one encoding/json would match to one of them by folding case.
 func knownKey(keys []string, key []byte, seen *uint) (i int, fresh bool) {
 	for i, k := range keys {
-		switch {
-		case k == string(key):
+		if k == string(key) {
 			if *seen&(1<<i) != 0 {
 				return i, false
 			}
 			*seen |= 1 << i
 			return i, true
-		case bytes.EqualFold([]byte(k), key):
+		}
+	}
+	for i, k := range keys {
+		if bytes.EqualFold([]byte(k), key) {
 			return i, false
 		}
 	}
