@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -113,6 +114,13 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 	return err
 }
 
+// replayProposals is the size of BenchmarkReplay's history: 20,000
+// proposals unless -replay.proposals says otherwise, as for a history of a
+// million:
+//
+//	go test ./cmd/gated -run '^$' -bench '^BenchmarkReplay$/workers=2' -benchtime 1x -args -replay.proposals 1000000
+var replayProposals = flag.Int("replay.proposals", 20_000, "proposals in BenchmarkReplay's history")
+
 // BenchmarkReplay replays a recorded history of 20,000 proposals (their
 // whole trails: 100,000 records) under the candidate that freezes
 // cache_purge, reading included, on one worker and on GOMAXPROCS. It
@@ -120,7 +128,7 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 // per second, the records per second the reader sustained on its own
 // (replayReport.ReadRate), and the process's CPU time per proposal.
 func BenchmarkReplay(b *testing.B) {
-	const n = 20_000
+	n := *replayProposals
 	js := replayServer(b)
 	writeTrailHistory(b, bustest.AuditWriter(b, js, audit.Config{}), n)
 	reg, err := personas.Builtin()
