@@ -7,7 +7,6 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
-	"github.com/open-policy-agent/opa/v1/storage/inmem"
 )
 
 // fusePolicy builds object and array literals from values of the input,
@@ -55,15 +54,7 @@ func TestLiteralsAreFused(t *testing.T) {
 	if objects < 4 || arrays < 2 {
 		t.Fatalf("%d object and %d array literals fused, want at least 4 and 2", objects, arrays)
 	}
-	mod, err := ast.ParseModuleWithOpts("p.rego", fusePolicy, ast.ParserOptions{RegoVersion: ast.RegoV1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pq, err := rego.New(rego.Query(query), rego.ParsedModule(mod), rego.StrictBuiltinErrors(true),
-		rego.Store(inmem.NewFromObject(map[string]any{}))).PrepareForEval(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pq := prepareTopdown(t, fusePolicy)
 	data := ast.NewTerm(ast.NewObject())
 	for i, raw := range fuseInputs {
 		input := ast.MustParseTerm(raw)

@@ -86,15 +86,7 @@ func TestLiteralsAreFolded(t *testing.T) {
 func TestLiteralsDecideAsTopdown(t *testing.T) {
 	ctx := context.Background()
 	pl := compileOne(t, literalsPolicy)
-	mod, err := ast.ParseModuleWithOpts("p.rego", literalsPolicy, ast.ParserOptions{RegoVersion: ast.RegoV1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pq, err := rego.New(rego.Query(query), rego.ParsedModule(mod), rego.StrictBuiltinErrors(true),
-		rego.Store(inmem.NewFromObject(map[string]any{}))).PrepareForEval(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pq := prepareTopdown(t, literalsPolicy)
 	order := append(slices.Clone(literalsInputs), literalsInputs...)
 	slices.Reverse(order[len(literalsInputs):])
 	data := ast.NewTerm(ast.NewObject())
@@ -155,4 +147,20 @@ func TestChangesOnlyFresh(t *testing.T) {
 			}
 		})
 	}
+}
+
+// prepareTopdown prepares the query on the module src with OPA's own
+// evaluator, over empty data, for a test to compare the plan with.
+func prepareTopdown(t *testing.T, src string) rego.PreparedEvalQuery {
+	t.Helper()
+	mod, err := ast.ParseModuleWithOpts("p.rego", src, ast.ParserOptions{RegoVersion: ast.RegoV1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pq, err := rego.New(rego.Query(query), rego.ParsedModule(mod), rego.StrictBuiltinErrors(true),
+		rego.Store(inmem.NewFromObject(map[string]any{}))).PrepareForEval(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pq
 }
