@@ -162,7 +162,7 @@ func TestRingRotation(t *testing.T) {
 		forged := c
 		forged.V, forged.Iss, forged.GID = Version, Issuer, "AAAAAAAAAAAAAAAAAAAAAA"
 		forged.IssuedAt, forged.ExpiresAt = t0.Add(3*time.Minute).Unix(), t0.Add(4*time.Minute).Unix()
-		tok, err := sign(forged, oldKey.seed, oldKey.KID)
+		tok, err := sign(forged, oldKey.priv, oldKey.KID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -363,4 +363,25 @@ func FuzzParseKeySet(f *testing.F) {
 			t.Fatalf("a parsed key set does not round-trip: %v", err)
 		}
 	})
+}
+
+// BenchmarkIssue signs one grant per iteration with a ring's active key.
+func BenchmarkIssue(b *testing.B) {
+	t0 := time.Unix(1_800_000_000, 0)
+	ring, err := NewRing(t0, 5*time.Minute)
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := TargetSHA256([]byte(`{"service":"nginx"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := Claims{Tenant: "acme", ProposalID: "p1", ProposalSHA256: ProposalSHA256([]byte("proposal")),
+		Action: "host_restart_service", TargetSHA256: d, PolicyRevision: "r1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, err := ring.Issue(c, t0.Add(time.Minute), 5*time.Minute); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -101,6 +101,9 @@ func ParseKeySet(data []byte) (KeySet, error) {
 type privateKey struct {
 	Key
 	seed []byte
+	// priv is the signing key derived from seed, once: deriving it is a
+	// scalar multiplication, as costly as the signature itself.
+	priv ed25519.PrivateKey
 }
 
 // parseKey reads one key object; withSeed says the object is a key file's
@@ -148,7 +151,8 @@ func parseKey(v *value, withSeed bool) (privateKey, error) {
 		if k.seed, err = b64.DecodeString(s); err != nil || len(k.seed) != ed25519.SeedSize {
 			return k, fmt.Errorf("seed must be %d bytes in unpadded base64url", ed25519.SeedSize)
 		}
-		pub = ed25519.NewKeyFromSeed(k.seed).Public().(ed25519.PublicKey)
+		k.priv = ed25519.NewKeyFromSeed(k.seed)
+		pub = k.priv.Public().(ed25519.PublicKey)
 		k.Kty, k.Crv, k.X = "OKP", "Ed25519", b64.EncodeToString(pub)
 	} else {
 		if k.Kty, err = str("kty"); err != nil {
@@ -217,11 +221,12 @@ func (r *Ring) add(now time.Time, maxTTL time.Duration) error {
 	if _, err := rand.Read(seed); err != nil {
 		return fmt.Errorf("creating a grant key: %w", err)
 	}
-	pub := ed25519.NewKeyFromSeed(seed).Public().(ed25519.PublicKey)
+	priv := ed25519.NewKeyFromSeed(seed)
+	pub := priv.Public().(ed25519.PublicKey)
 	r.keys = append(r.keys, privateKey{Key: Key{
 		KID: KeyID(pub), Kty: "OKP", Crv: "Ed25519", X: b64.EncodeToString(pub),
 		CreatedAt: now.Unix(), MaxTTL: int64(maxTTL / time.Second),
-	}, seed: seed})
+	}, seed: seed, priv: priv})
 	return nil
 }
 

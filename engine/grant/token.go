@@ -70,8 +70,8 @@ func NewGID() (string, error) {
 	return b64.EncodeToString(b), nil
 }
 
-// sign encodes c as the payload and signs it with seed under kid.
-func sign(c Claims, seed []byte, kid string) (string, error) {
+// sign encodes c as the payload and signs it with priv under kid.
+func sign(c Claims, priv ed25519.PrivateKey, kid string) (string, error) {
 	if c.Reviewers == nil {
 		c.Reviewers = []Reviewer{}
 	}
@@ -84,7 +84,7 @@ func sign(c Claims, seed []byte, kid string) (string, error) {
 		return "", fmt.Errorf("encoding grant claims: %w", err)
 	}
 	input := b64.EncodeToString(h) + "." + b64.EncodeToString(p)
-	sig := ed25519.Sign(ed25519.NewKeyFromSeed(seed), []byte(input))
+	sig := ed25519.Sign(priv, []byte(input))
 	return input + "." + b64.EncodeToString(sig), nil
 }
 
@@ -93,7 +93,7 @@ func sign(c Claims, seed []byte, kid string) (string, error) {
 // active key's max_ttl_s. It returns the token and the claims it holds.
 func (r *Ring) Issue(c Claims, now time.Time, ttl time.Duration) (string, Claims, error) {
 	k := r.active()
-	if k.seed == nil {
+	if k.priv == nil {
 		return "", c, fmt.Errorf("issuing a grant: the key ring has no active key")
 	}
 	if err := checkTTL(ttl); err != nil {
@@ -112,7 +112,7 @@ func (r *Ring) Issue(c Claims, now time.Time, ttl time.Duration) (string, Claims
 	if c.Reviewers == nil {
 		c.Reviewers = []Reviewer{}
 	}
-	tok, err := sign(c, k.seed, k.KID)
+	tok, err := sign(c, k.priv, k.KID)
 	return tok, c, err
 }
 

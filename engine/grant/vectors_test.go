@@ -155,7 +155,7 @@ func build(t *testing.T) vectorFile {
 		PolicyRevision: "rev-1f2e3d", Reviewers: []Reviewer{{Plugin: "sop", PluginVersion: "1.0.0", Persona: "reviewer", Model: ""}},
 		IssuedAt: now - 30, ExpiresAt: now + 270}
 	signed := func(c Claims, k testKey) string {
-		tok, err := sign(c, k.seed, k.kid)
+		tok, err := sign(c, ed25519.NewKeyFromSeed(k.seed), k.kid)
 		if err != nil {
 			t.Fatal(err)
 		}
