@@ -135,6 +135,16 @@ type BudgetRequest struct {
 	Until time.Time
 }
 
+// BudgetRelease is the end of an admitted review or hold.
+type BudgetRelease struct {
+	Tenant, Agent, ID string
+	Use               BudgetUse
+	// Tokens are the tokens the reviews reported (prompt and completion),
+	// counted in the window of Now; 0 for none.
+	Tokens int64
+	Now    time.Time
+}
+
 // RefusalKind says what said no to a proposal, for the refusal counts.
 type RefusalKind string
 
@@ -157,12 +167,11 @@ type Budgets interface {
 	// returns the limit that refuses it; a refused proposal is not
 	// counted against any limit but its refusals.
 	Admit(ctx context.Context, req BudgetRequest) (*BudgetRefusal, error)
-	// Release ends the lease of an admitted review or hold. Releasing a
-	// lease that is not held is not an error.
-	Release(ctx context.Context, tenant, agent, id string, use BudgetUse) error
-	// Spend adds the tokens a review reported to the tenant's and agent's
-	// token counters.
-	Spend(ctx context.Context, tenant, agent string, tokens int64, now time.Time) error
+	// Release ends the lease of an admitted review or hold and adds the
+	// tokens its reviews reported to the tenant's and agent's token
+	// counters, in one change of each. Releasing a lease that is not held
+	// is not an error (its tokens are still counted).
+	Release(ctx context.Context, rel BudgetRelease) error
 	// Refused counts one refusal of a proposal of tenant and agent.
 	Refused(ctx context.Context, tenant, agent string, kind RefusalKind, now time.Time) error
 }
@@ -212,43 +221,45 @@ func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*Verd
 // releaseHold ends the hold lease the pass took, if it took one, when its
 // held verdict was not stored.
 func (r *pass) releaseHold(ctx context.Context) {
-	r.releaseUse(ctx, BudgetHold)
+	r.releaseUse(ctx, BudgetHold, 0)
 }
 
-// releaseReview ends the review lease the pass took, if it took one.
-func (r *pass) releaseReview(ctx context.Context) {
-	r.releaseUse(ctx, BudgetReview)
+// endReview ends the review lease the pass took and counts the tokens
+// the reviews of v reported, in one change of each record: the verdict
+// waits for one round of writes, not two.
+func (r *pass) endReview(ctx context.Context, v *Verdict) {
+	var tokens int64
+	if v != nil {
+		for _, rev := range v.Reviews {
+			tokens += int64(rev.Tokens.Prompt) + int64(rev.Tokens.Completion)
+		}
+	}
+	r.releaseUse(ctx, BudgetReview, tokens)
 }
 
-func (r *pass) releaseUse(ctx context.Context, want BudgetUse) {
+// releaseUse ends the lease of use the pass took, with the tokens spent
+// under it. Tokens are counted even when no lease of use was taken.
+func (r *pass) releaseUse(ctx context.Context, want BudgetUse, tokens int64) {
 	b := r.e.cfg.Budgets
 	if b == nil {
 		return
 	}
+	held := false
 	for i, use := range r.budgetHeld {
 		if use == want {
-			// A failed release is not fatal: the lease ends at its expiry.
-			_ = b.Release(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), r.id, use)
+			held = true
 			r.budgetHeld = append(r.budgetHeld[:i], r.budgetHeld[i+1:]...)
-			return
+			break
 		}
 	}
-}
-
-// spend adds the tokens the reviews of v reported.
-func (r *pass) spend(ctx context.Context, v *Verdict) {
-	b := r.e.cfg.Budgets
-	if b == nil || v == nil {
+	if !held && tokens <= 0 {
 		return
 	}
-	var tokens int64
-	for _, rev := range v.Reviews {
-		tokens += int64(rev.Tokens.Prompt) + int64(rev.Tokens.Completion)
-	}
-	if tokens > 0 {
-		// Best effort: the verdict stands whether or not the count lands.
-		_ = b.Spend(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), tokens, r.start)
-	}
+	// Best effort: a failed release is not fatal (the lease ends at its
+	// expiry), and the verdict stands whether or not the tokens land.
+	_ = b.Release(context.WithoutCancel(ctx), BudgetRelease{
+		Tenant: r.tenant, Agent: budgetAgent(r.p), ID: r.id, Use: want, Tokens: tokens, Now: r.start,
+	})
 }
 
 // countRefusal counts a verdict that says no against the proposal's

@@ -243,7 +243,7 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 	if b := e.cfg.Budgets; b != nil {
 		// Settled: the hold no longer counts against the agent's pending
 		// holds. A failed release ends at the lease's expiry, the deadline.
-		_ = b.Release(context.WithoutCancel(ctx), tenant, held.Agent, id, BudgetHold)
+		_ = b.Release(context.WithoutCancel(ctx), BudgetRelease{Tenant: tenant, Agent: held.Agent, ID: id, Use: BudgetHold})
 	}
 	return &next, nil
 }

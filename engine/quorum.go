@@ -76,8 +76,7 @@ func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in 
 	if err != nil || refused != nil {
 		return refused, false, err
 	}
-	defer r.releaseReview(ctx)
-	defer func() { r.spend(ctx, v) }()
+	defer func() { r.endReview(ctx, v) }()
 	results := make([]reviewResult, len(chosen))
 	// The reviews wait on reviewers, not on this process: the delivery's
 	// turn goes to its tenant's next proposal meanwhile. What bounds the

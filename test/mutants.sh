@@ -352,6 +352,18 @@ mutant decode_fast_exact_keys engine/decodefast.go ./engine \
 mutant plan_dots_fixed_only policies/internal/plan/dots.go ./policies/internal/plan \
 	$'\tif c == nil || !c.isFixed(src) {\n' \
 	$'\tif c == nil {\n'
+# Budgets (bus/budget): a lease admits a redelivery without counting only
+# while it is live; a refusal stands unless the proposal's own live lease
+# admits it; a review's refusal is never followed by its lease.
+mutant budget_expired_lease_admits bus/budget/leases.go ./bus/budget \
+	$'return l != nil && l.End > ms(now)' \
+	$'return l != nil'
+mutant budget_refusal_reads_lease bus/budget/store.go ./bus/budget \
+	$'\t\tif refusal != nil && !read {\n' \
+	$'\t\tif false && refusal != nil && !read {\n'
+mutant budget_refusal_stands bus/budget/store.go ./bus/budget \
+	$'\t\tif err != nil || refusal != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n' \
+	$'\t\tif err != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n'
 
 # --- running them --------------------------------------------------------------
 

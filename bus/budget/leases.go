@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -27,6 +28,10 @@ type lease struct {
 	// End is the end of the slot the lease counts in, Unix milliseconds.
 	End int64 `json:"end"`
 }
+
+// liveAt reports whether the lease still counts at now: a redelivery
+// of its proposal is admitted under it without counting again.
+func (l *lease) liveAt(now time.Time) bool { return l != nil && l.End > ms(now) }
 
 // leaseKey is the key of the lease of tenant's proposal id for use:
 // <tenant>.lease.<use>.<id>. Proposal ids are key tokens.
@@ -73,20 +78,55 @@ func (s *Store) lease(ctx context.Context, key string) (*lease, uint64, error) {
 }
 
 // putLease writes l under key: created when rev is 0, else replacing
-// the lease at rev.
-func (s *Store) putLease(ctx context.Context, key string, l lease, rev uint64) error {
+// the lease at rev. It returns the revision written.
+func (s *Store) putLease(ctx context.Context, key string, l lease, rev uint64) (uint64, error) {
 	l.V = leaseVersion
 	data, err := json.Marshal(l)
 	if err != nil {
-		return fmt.Errorf("encoding budget lease %s: %w", key, err)
+		return 0, fmt.Errorf("encoding budget lease %s: %w", key, err)
 	}
+	var written uint64
 	if rev == 0 {
-		_, err = s.kv.Create(ctx, key, data)
+		written, err = s.kv.Create(ctx, key, data)
 	} else {
-		_, err = s.kv.Update(ctx, key, data, rev)
+		written, err = s.kv.Update(ctx, key, data, rev)
 	}
 	if err != nil {
-		return fmt.Errorf("writing budget lease %s: %w", key, err)
+		return 0, fmt.Errorf("writing budget lease %s: %w", key, err)
 	}
-	return nil
+	return written, nil
+}
+
+// maxMine bounds the review leases a process keeps for their release.
+// Every review releases its own lease when it ends, so the map holds the
+// reviews in flight; past the bound a release reads its lease first.
+const maxMine = 1 << 16
+
+// leaseAt is a lease as this process wrote it, at its revision.
+type leaseAt struct {
+	lease
+	rev uint64
+}
+
+// keepLease keeps the review lease written under key at rev for its
+// release. Leases of holds are not kept: another process may settle them.
+func (s *Store) keepLease(use engine.BudgetUse, key string, l lease, rev uint64) {
+	if use != engine.BudgetReview {
+		return
+	}
+	s.mineMu.Lock()
+	defer s.mineMu.Unlock()
+	if _, ok := s.mine[key]; ok || len(s.mine) < maxMine {
+		l.V = leaseVersion
+		s.mine[key] = leaseAt{l, rev}
+	}
+}
+
+// takeLease returns and forgets the lease this process kept under key.
+func (s *Store) takeLease(key string) (leaseAt, bool) {
+	s.mineMu.Lock()
+	defer s.mineMu.Unlock()
+	l, ok := s.mine[key]
+	delete(s.mine, key)
+	return l, ok
 }

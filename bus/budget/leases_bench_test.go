@@ -78,7 +78,8 @@ func BenchmarkBudgetsBesideReviews(b *testing.B) {
 					if err != nil || r != nil {
 						b.Fatal(r, err)
 					}
-					if err := st.Release(b.Context(), "bench", "bench-agent", "one-more", engine.BudgetReview); err != nil {
+					if err := st.Release(b.Context(), engine.BudgetRelease{Tenant: "bench", Agent: "bench-agent", ID: "one-more",
+						Use: engine.BudgetReview, Tokens: 1200, Now: now}); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -1,8 +1,10 @@
 package budget_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -76,19 +78,19 @@ func TestLeaseIsIdempotentByProposal(t *testing.T) {
 		}},
 		{note: "past the first end, the moved lease still counts", at: now.Add(2 * time.Minute), want: 1},
 		{note: "released by the gated that holds it", at: now.Add(2 * time.Minute), want: 0, do: func() error {
-			return b.Release(t.Context(), "acme", "bot", "p1", engine.BudgetReview)
+			return b.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p1", Use: engine.BudgetReview})
 		}},
 		{note: "released again", at: now.Add(time.Second), want: 1, do: func() error {
-			return a.Release(t.Context(), "acme", "bot", "p1", engine.BudgetReview)
+			return a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p1", Use: engine.BudgetReview})
 		}},
 		{note: "a lease never taken", at: now.Add(time.Second), want: 1, do: func() error {
-			return a.Release(t.Context(), "acme", "bot", "p9", engine.BudgetReview)
+			return a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p9", Use: engine.BudgetReview})
 		}},
 		{note: "a hold of the same id is another lease", at: now.Add(time.Second), want: 1, do: func() error {
-			return a.Release(t.Context(), "acme", "bot", "p2", engine.BudgetHold)
+			return a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p2", Use: engine.BudgetHold})
 		}},
 		{note: "p2 released", at: now.Add(time.Second), want: 0, do: func() error {
-			return a.Release(t.Context(), "acme", "bot", "p2", engine.BudgetReview)
+			return a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p2", Use: engine.BudgetReview})
 		}},
 	} {
 		t.Run(step.note, func(t *testing.T) {
@@ -139,7 +141,7 @@ func TestLeasesAtTheBoundaryOverTwoProcesses(t *testing.T) {
 		t.Fatalf("%d reviews in flight, want 7", got)
 	}
 	for i := range 40 {
-		if err := stores[i%2].Release(t.Context(), "acme", "bot", fmt.Sprintf("p%d", i), engine.BudgetReview); err != nil {
+		if err := stores[i%2].Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: fmt.Sprintf("p%d", i), Use: engine.BudgetReview}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -158,7 +160,7 @@ func TestLeasesAtTheBoundaryOverTwoProcesses(t *testing.T) {
 	if got := inFlight(t, stores[0], now); got != 1 {
 		t.Fatalf("one proposal delivered six times holds %d leases, want 1", got)
 	}
-	if err := stores[1].Release(t.Context(), "acme", "bot", "dup", engine.BudgetReview); err != nil {
+	if err := stores[1].Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "dup", Use: engine.BudgetReview}); err != nil {
 		t.Fatal(err)
 	}
 	if got := inFlight(t, stores[0], now); got != 0 {
@@ -198,7 +200,7 @@ func TestCrashBetweenCountAndLeaseOverCounts(t *testing.T) {
 	}
 	// The redelivery releases its own lease; the lost count stays until
 	// its slot ends.
-	if err := st.Release(t.Context(), "acme", "bot", "p1", engine.BudgetReview); err != nil {
+	if err := st.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p1", Use: engine.BudgetReview}); err != nil {
 		t.Fatal(err)
 	}
 	if got := inFlight(t, st, now.Add(99*time.Second)); got != 1 {
@@ -261,7 +263,7 @@ func TestRecordOfTheFirstVersion(t *testing.T) {
 				if r, err := st.Admit(t.Context(), review("p2", now, now.Add(time.Minute))); err != nil || r == nil {
 					t.Fatalf("p2 beside 3 leases: %v %v, want refused", r, err)
 				}
-				if err := st.Release(t.Context(), "acme", "bot", "old1", engine.BudgetReview); err != nil {
+				if err := st.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "old1", Use: engine.BudgetReview}); err != nil {
 					t.Fatal(err)
 				}
 				if n := inFlight(t, st, now); n != 3 {
@@ -293,5 +295,141 @@ func TestRecordOfTheFirstVersion(t *testing.T) {
 				t.Fatalf("%d reviews in flight after a reset and an admission, want 1", n)
 			}
 		})
+	}
+}
+
+// leaseReads is a counter bucket that counts the reads of lease keys.
+type leaseReads struct {
+	jetstream.KeyValue
+	n atomic.Int64
+}
+
+func (k *leaseReads) Get(ctx context.Context, key string) (jetstream.KeyValueEntry, error) {
+	if strings.Contains(key, ".lease.") {
+		k.n.Add(1)
+	}
+	return k.KeyValue.Get(ctx, key)
+}
+
+// countedStore is a store over a bucket that counts lease reads, and
+// the events it reports.
+func countedStore(t *testing.T, s *server.Server, limits string) (*budget.Store, *leaseReads, func() []budget.Event) {
+	t.Helper()
+	cfg, err := budget.ParseConfig("budgets.yaml", []byte(limits))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, js := bustest.Connect(t, s)
+	kv, err := budget.Setup(t.Context(), js, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reads := &leaseReads{KeyValue: kv}
+	var mu sync.Mutex
+	var events []budget.Event
+	st := budget.New(reads, cfg, func(e budget.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+	})
+	return st, reads, func() []budget.Event {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(events)
+	}
+}
+
+// TestReviewLeaseIsNotReadOnTheWay: a review's admission and release in
+// one process write its lease and remove it without reading it, and the
+// release counts the review's tokens in the same change. A lease that
+// another process moved meanwhile is read, and released as it stands.
+func TestReviewLeaseIsNotReadOnTheWay(t *testing.T) {
+	s := bustest.Server(t)
+	a, reads, _ := countedStore(t, s, unlimited)
+	b := newStore(t, s, unlimited)
+	now := windowStart
+	mustAdmit(t, a, review("p1", now, now.Add(90*time.Second)))
+	if got := inFlight(t, a, now); got != 1 {
+		t.Fatalf("%d reviews in flight, want 1", got)
+	}
+	if err := a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p1", Use: engine.BudgetReview, Tokens: 70, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.n.Load(); n != 0 {
+		t.Fatalf("an admission and a release read the lease %d times, want none", n)
+	}
+	st, err := a.State(t.Context(), "acme", "bot", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Agent.ReviewsInFlight != 0 || st.Tenant.ReviewsInFlight != 0 || st.Agent.Tokens != 70 || st.Tenant.Tokens != 70 {
+		t.Fatalf("after the release: agent %+v, tenant %+v; want no review in flight and 70 tokens each", st.Agent, st.Tenant)
+	}
+
+	// Redelivered to b, which moves the lease to a later end: a's
+	// release finds its revision gone, reads the lease and releases it
+	// from the slot it was moved to.
+	mustAdmit(t, a, review("p2", now, now.Add(90*time.Second)))
+	mustAdmit(t, b, review("p2", now.Add(time.Second), now.Add(3*time.Minute)))
+	if err := a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p2", Use: engine.BudgetReview, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if n := reads.n.Load(); n != 1 {
+		t.Fatalf("releasing a moved lease read it %d times, want once", n)
+	}
+	for _, at := range []time.Time{now, now.Add(2 * time.Minute)} {
+		if got := inFlight(t, b, at); got != 0 {
+			t.Fatalf("%d reviews in flight at %s after the release of the moved lease, want 0", got, at.Sub(now))
+		}
+	}
+	// A release with no lease still counts its tokens.
+	if err := a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p9", Use: engine.BudgetReview, Tokens: 5, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err = b.State(t.Context(), "acme", "bot", now); err != nil || st.Agent.Tokens != 75 || st.Tenant.Tokens != 75 {
+		t.Fatalf("tokens after a release of no lease: agent %d, tenant %d (%v); want 75", st.Agent.Tokens, st.Tenant.Tokens, err)
+	}
+}
+
+// TestRedeliveryAtItsLimitIsAdmitted: a proposal redelivered while its
+// lease is live is admitted again, even though its own lease fills the
+// limit, and is reported as admitted, not refused; another proposal is
+// refused.
+func TestRedeliveryAtItsLimitIsAdmitted(t *testing.T) {
+	s := bustest.Server(t)
+	st, _, events := countedStore(t, s, "tenants: {acme: {agent: {reviews_in_flight: 1}}}")
+	now := windowStart
+	mustAdmit(t, st, review("p1", now, now.Add(90*time.Second)))
+	mustAdmit(t, st, review("p1", now.Add(time.Second), now.Add(2*time.Minute)))
+	if got := inFlight(t, st, now.Add(time.Second)); got != 1 {
+		t.Fatalf("%d reviews in flight, want 1", got)
+	}
+	for _, e := range events() {
+		if e.Refused != "" {
+			t.Fatalf("the redelivery was reported refused by %s", e.Refused)
+		}
+	}
+	r, err := st.Admit(t.Context(), review("p2", now.Add(time.Second), now.Add(2*time.Minute)))
+	if err != nil || r == nil || r.Limit != engine.LimitReviewsInFlight || r.Used != 1 {
+		t.Fatalf("p2 beside p1's lease: %v %v, want refused by reviews_in_flight with 1 used", r, err)
+	}
+	if got := events(); len(got) != 3 || got[2].Refused != engine.LimitReviewsInFlight {
+		t.Fatalf("events %+v, want two admissions and a refusal", got)
+	}
+}
+
+// TestExpiredLeaseCountsAgain: a lease past its end admits nothing: a
+// redelivery of its proposal counts like a new one, and is refused at
+// the limit.
+func TestExpiredLeaseCountsAgain(t *testing.T) {
+	s := bustest.Server(t)
+	st := newStore(t, s, "tenants: {acme: {agent: {reviews_in_flight: 1}}}")
+	now := windowStart
+	mustAdmit(t, st, review("p1", now, now.Add(25*time.Second)))
+	later := now.Add(2 * time.Minute)
+	mustAdmit(t, st, review("p2", later, later.Add(time.Minute)))
+	r, err := st.Admit(t.Context(), review("p1", later, later.Add(time.Minute)))
+	if err != nil || r == nil || r.Limit != engine.LimitReviewsInFlight {
+		t.Fatalf("p1 redelivered after its lease ended, beside p2: %v %v, want refused by reviews_in_flight", r, err)
 	}
 }

@@ -99,7 +99,7 @@ func TestStateSeesAnotherProcesssWrites(t *testing.T) {
 			}
 		})
 	}
-	if err := a.Release(t.Context(), "acme", "bot", "p-4", engine.BudgetReview); err != nil {
+	if err := a.Release(t.Context(), engine.BudgetRelease{Tenant: "acme", Agent: "bot", ID: "p-4", Use: engine.BudgetReview}); err != nil {
 		t.Fatal(err)
 	}
 	got, err := b.State(t.Context(), "acme", "bot", now)

@@ -90,6 +90,11 @@ type Store struct {
 	observe func(Event)
 	mu      sync.Mutex
 	keys    map[string]*keyState
+	// mine are the review leases this process wrote and has not yet
+	// released, with the revision it wrote: the release removes them
+	// without reading them first.
+	mineMu sync.Mutex
+	mine   map[string]leaseAt
 }
 
 var _ engine.Budgets = (*Store)(nil)
@@ -98,7 +103,7 @@ var _ engine.Budgets = (*Store)(nil)
 // observe, when not nil, hears every admission, refusal and spend; it
 // must not block.
 func New(kv jetstream.KeyValue, cfg *Config, observe func(Event)) *Store {
-	s := &Store{kv: kv, observe: observe, keys: map[string]*keyState{}}
+	s := &Store{kv: kv, observe: observe, keys: map[string]*keyState{}, mine: map[string]leaseAt{}}
 	s.SetConfig(cfg)
 	return s
 }
@@ -176,26 +181,57 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 // counts, so no proposal goes uncounted. A redelivered proposal whose
 // lease is live is admitted again without counting, its lease moved to
 // the later end.
+//
+// The lease is not read first: nearly every admission is a proposal's
+// first, and the create-if-absent finds the others. A proposal that holds
+// a lease already then counts for the moment between its count and the
+// write that finds the lease, and its count is taken back (over-counting
+// for that moment, never under-counting); a refusal is only given after
+// reading the lease, so that a redelivery is never refused for the lease
+// it holds itself.
 func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
 	if req.Use != engine.BudgetReview && req.Use != engine.BudgetHold {
-		return s.admitCounts(ctx, req)
+		refusal, err := s.admitCounts(ctx, req)
+		s.emitAdmission(req, refusal, err)
+		return refusal, err
 	}
 	key := leaseKey(req.Tenant, req.Use, req.ID)
-	for range 8 {
-		held, rev, err := s.lease(ctx, key)
-		if err != nil {
-			return nil, err
+	var held *lease
+	var rev uint64
+	read := false
+	// readLease reads the lease and, when it is live, admits the
+	// proposal under it.
+	readLease := func() (admitted bool, err error) {
+		read = true
+		if held, rev, err = s.lease(ctx, key); err != nil || !held.liveAt(req.Now) {
+			return false, err
 		}
-		if held != nil && held.End > ms(req.Now) {
-			s.emit(Event{Tenant: req.Tenant, Use: req.Use})
-			return nil, s.extend(ctx, req, key, held, rev)
+		s.emit(Event{Tenant: req.Tenant, Use: req.Use})
+		return true, s.extend(ctx, req, key, held, rev)
+	}
+	for range 8 {
+		if read {
+			if admitted, err := readLease(); admitted || err != nil {
+				return nil, err
+			}
 		}
 		refusal, err := s.admitCounts(ctx, req)
+		if refusal != nil && !read {
+			// Refused before the lease was read: a live lease of this
+			// proposal admits it, whatever the counts say.
+			if admitted, err := readLease(); admitted || err != nil {
+				return nil, err
+			}
+		}
 		if err != nil || refusal != nil {
+			s.emitAdmission(req, refusal, err)
 			return refusal, err
 		}
-		werr := s.putLease(ctx, key, lease{Agent: req.Agent, End: slotEnd(ms(req.Until))}, rev)
+		l := lease{Agent: req.Agent, End: slotEnd(ms(req.Until))}
+		written, werr := s.putLease(ctx, key, l, rev)
 		if werr == nil {
+			s.keepLease(req.Use, key, l, written)
+			s.emitAdmission(req, nil, nil)
 			return nil, nil
 		}
 		// Not leased: the counts are taken back (a failure to take them
@@ -203,14 +239,27 @@ func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.Bu
 		if uerr := s.uncount(ctx, req); uerr != nil || !casConflict(werr) {
 			return nil, errors.Join(werr, uerr)
 		}
-		// The lease changed since it was read (another delivery of the
-		// proposal took it, most likely): read it again.
+		// The lease is there (a redelivery, or another delivery of the
+		// proposal took it, most likely): read it.
+		read = true
 	}
 	return nil, fmt.Errorf("%w: lease %s", ErrBusy, key)
 }
 
+// emitAdmission reports an admission or a refusal for metrics.
+func (s *Store) emitAdmission(req engine.BudgetRequest, refusal *engine.BudgetRefusal, err error) {
+	switch {
+	case err != nil:
+	case refusal != nil:
+		s.emit(Event{Tenant: req.Tenant, Use: req.Use, Refused: refusal.Limit})
+	default:
+		s.emit(Event{Tenant: req.Tenant, Use: req.Use})
+	}
+}
+
 // admitCounts checks and counts req against the agent's record, then the
-// tenant's.
+// tenant's. It reports nothing for metrics: the caller does, once it
+// knows whether the answer stands.
 func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
 	cfg := s.Config()
 	al, tl := cfg.Agent(req.Tenant, req.Agent), cfg.Tenant(req.Tenant)
@@ -224,7 +273,6 @@ func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*eng
 	}
 	if r, _ := res.(*engine.BudgetRefusal); r != nil {
 		r.Scope, r.Agent = engine.ScopeAgent, req.Agent
-		s.emit(Event{Tenant: req.Tenant, Use: req.Use, Refused: r.Limit})
 		return r, nil
 	}
 	res, err = s.apply(ctx, tenantKey(req.Tenant), tenantScope(req.Tenant), func(c *counters) (any, bool) {
@@ -245,10 +293,8 @@ func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*eng
 			return nil, errors.Join(err, uerr)
 		}
 		refusal.Scope = engine.ScopeTenant
-		s.emit(Event{Tenant: req.Tenant, Use: req.Use, Refused: refusal.Limit})
 		return refusal, nil
 	}
-	s.emit(Event{Tenant: req.Tenant, Use: req.Use})
 	return nil, nil
 }
 
@@ -296,8 +342,10 @@ func (s *Store) extend(ctx context.Context, req engine.BudgetRequest, key string
 	if err := moveAll(from, to); err != nil {
 		return err
 	}
-	werr := s.putLease(ctx, key, lease{Agent: held.Agent, End: to}, rev)
+	moved := lease{Agent: held.Agent, End: to}
+	written, werr := s.putLease(ctx, key, moved, rev)
 	if werr == nil {
+		s.keepLease(req.Use, key, moved, written)
 		return nil
 	}
 	// The lease changed meanwhile (released, or moved by another
@@ -311,15 +359,64 @@ func (s *Store) extend(ctx context.Context, req engine.BudgetRequest, key string
 
 // Release implements engine.Budgets; the lease names the agent whose
 // record counts it. The lease key goes first, then its count in the
-// agent's and the tenant's records. A crash between the two leaves the
-// counts, which end with their slot: over-counting for a while, never
-// under-counting.
-func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engine.BudgetUse) error {
-	key := leaseKey(tenant, use, id)
+// agent's and the tenant's records, in the same change as the tokens
+// spent. A crash between the two leaves the counts, which end with their
+// slot: over-counting for a while, never under-counting. A review lease
+// this process wrote is removed at the revision it wrote, without reading
+// it first; one that changed since is read and removed as it stands.
+func (s *Store) Release(ctx context.Context, rel engine.BudgetRelease) error {
+	held, err := s.removeLease(ctx, leaseKey(rel.Tenant, rel.Use, rel.ID))
+	if err != nil {
+		// The lease stays until its slot ends; the tokens still count.
+		return errors.Join(err, s.spend(ctx, rel.Tenant, rel.Agent, rel.Tokens, rel.Now))
+	}
+	if held == nil {
+		return s.spend(ctx, rel.Tenant, rel.Agent, rel.Tokens, rel.Now)
+	}
+	if held.Agent != rel.Agent {
+		// Counted for the agent the lease names (a lease taken under
+		// another agent's name by an earlier delivery); the tokens go
+		// to the agent that spent them.
+		free := func(c *counters) (any, bool) { return nil, c.release(rel.Use, held.End) }
+		return errors.Join(s.onBoth(ctx, rel.Tenant, held.Agent, free, free),
+			s.spend(ctx, rel.Tenant, rel.Agent, rel.Tokens, rel.Now))
+	}
+	cfg := s.Config()
+	end := func(tokens Rate) func(c *counters) (any, bool) {
+		return func(c *counters) (any, bool) {
+			changed := c.release(rel.Use, held.End)
+			if rel.Tokens > 0 {
+				c.add(engine.LimitTokens, tokens, rel.Now, rel.Tokens)
+				changed = true
+			}
+			return nil, changed
+		}
+	}
+	err = s.onBoth(ctx, rel.Tenant, rel.Agent, end(cfg.Agent(rel.Tenant, rel.Agent).Tokens), end(cfg.Tenant(rel.Tenant).Tokens))
+	if rel.Tokens > 0 {
+		s.emit(Event{Tenant: rel.Tenant, Tokens: rel.Tokens})
+	}
+	return err
+}
+
+// removeLease removes the lease under key and returns it; nil when there
+// is none.
+func (s *Store) removeLease(ctx context.Context, key string) (*lease, error) {
+	if mine, ok := s.takeLease(key); ok {
+		err := s.kv.Delete(ctx, key, jetstream.LastRevision(mine.rev))
+		if err == nil {
+			return &mine.lease, nil
+		}
+		if !casConflict(err) {
+			return nil, fmt.Errorf("removing budget lease %s: %w", key, err)
+		}
+		// Moved by a redelivery, or removed, since this process wrote
+		// it: read it as it stands.
+	}
 	for range 8 {
 		held, rev, err := s.lease(ctx, key)
 		if err != nil || held == nil {
-			return err
+			return nil, err
 		}
 		err = s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
 		if casConflict(err) {
@@ -327,16 +424,15 @@ func (s *Store) Release(ctx context.Context, tenant, agent, id string, use engin
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("removing budget lease %s: %w", key, err)
+			return nil, fmt.Errorf("removing budget lease %s: %w", key, err)
 		}
-		rel := func(c *counters) (any, bool) { return nil, c.release(use, held.End) }
-		return s.onBoth(ctx, tenant, held.Agent, rel, rel)
+		return held, nil
 	}
-	return fmt.Errorf("%w: lease %s", ErrBusy, key)
+	return nil, fmt.Errorf("%w: lease %s", ErrBusy, key)
 }
 
-// Spend implements engine.Budgets.
-func (s *Store) Spend(ctx context.Context, tenant, agent string, tokens int64, now time.Time) error {
+// spend adds tokens to the token counts of tenant and its agent.
+func (s *Store) spend(ctx context.Context, tenant, agent string, tokens int64, now time.Time) error {
 	if tokens <= 0 {
 		return nil
 	}
@@ -375,6 +471,9 @@ func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
 	s.mu.Lock()
 	clear(s.keys)
 	s.mu.Unlock()
+	s.mineMu.Lock()
+	clear(s.mine)
+	s.mineMu.Unlock()
 	return n, nil
 }
 
