@@ -207,11 +207,30 @@ func (t *TrackRecord) Add(r *Record) {
 	}
 }
 
+// trackedVerdict is what a track record reads of a verdict: its
+// reviewers and how it ended, not the reviews' texts, gates and notes,
+// which are most of a reviewed verdict's bytes.
+type trackedVerdict struct {
+	ProposalID  string              `json:"proposal_id"`
+	Outcome     engine.Outcome      `json:"outcome"`
+	Stage       engine.Stage        `json:"stage"`
+	DuplicateOf string              `json:"duplicate_of"`
+	Operator    *engine.OperatorRef `json:"operator_decision"`
+	Reviews     []struct {
+		Plugin        string                `json:"plugin"`
+		PluginVersion string                `json:"plugin_version"`
+		Persona       string                `json:"persona"`
+		Model         string                `json:"model"`
+		Decision      engine.ReviewDecision `json:"decision"`
+		LatencyMS     float64               `json:"latency_ms"`
+	} `json:"reviews"`
+}
+
 // addEvent folds one event into the track record.
 func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventVerdict:
-		var v engine.Verdict
+		var v trackedVerdict
 		if json.Unmarshal(ev.Data, &v) != nil || v.ProposalID == "" || len(v.Reviews) == 0 {
 			// A verdict without reviews (the policy's) counts for no
 			// reviewer: it is not kept, so it takes no reviewed
