@@ -315,15 +315,7 @@ func (k *leaseReads) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 // the events it reports.
 func countedStore(t *testing.T, s *server.Server, limits string) (*budget.Store, *leaseReads, func() []budget.Event) {
 	t.Helper()
-	cfg, err := budget.ParseConfig("budgets.yaml", []byte(limits))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, js := bustest.Connect(t, s)
-	kv, err := budget.Setup(t.Context(), js, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, kv := openCounters(t, s, limits)
 	reads := &leaseReads{KeyValue: kv}
 	var mu sync.Mutex
 	var events []budget.Event

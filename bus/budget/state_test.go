@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/bustest"
@@ -16,6 +17,14 @@ import (
 // process has.
 func newStore(t *testing.T, s *server.Server, limits string) *budget.Store {
 	t.Helper()
+	cfg, kv := openCounters(t, s, limits)
+	return budget.New(kv, cfg, nil)
+}
+
+// openCounters parses limits and opens the counter bucket on a
+// connection of its own.
+func openCounters(t *testing.T, s *server.Server, limits string) (*budget.Config, jetstream.KeyValue) {
+	t.Helper()
 	cfg, err := budget.ParseConfig("budgets.yaml", []byte(limits))
 	if err != nil {
 		t.Fatal(err)
@@ -25,7 +34,7 @@ func newStore(t *testing.T, s *server.Server, limits string) *budget.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return budget.New(kv, cfg, nil)
+	return cfg, kv
 }
 
 func admitReviews(t *testing.T, st *budget.Store, from, to int, now time.Time) {
