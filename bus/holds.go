@@ -126,8 +126,12 @@ type HoldTimer struct {
 
 	ctx    context.Context
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	cc     jetstream.ConsumeContext
+	// mu orders a handler's wg.Add before Stop's wg.Wait: once stopping
+	// is set, no handler begins.
+	mu       sync.Mutex
+	stopping bool
+	wg       sync.WaitGroup
+	cc       jetstream.ConsumeContext
 	// publish sends a verdict; tests replace it.
 	publish func(subject string, data []byte) error
 }
@@ -152,7 +156,14 @@ func NewHoldTimer(nc *nats.Conn, res *Resources, e Expirer, trails Trails, log *
 // Start begins timing holds out. Call it once.
 func (h *HoldTimer) Start() error {
 	cc, err := h.consumer.Consume(func(msg jetstream.Msg) {
+		h.mu.Lock()
+		if h.stopping {
+			h.mu.Unlock()
+			_ = msg.Nak() // for the next gated
+			return
+		}
 		h.wg.Add(1)
+		h.mu.Unlock()
 		defer h.wg.Done()
 		h.handle(msg)
 	}, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
@@ -168,6 +179,9 @@ func (h *HoldTimer) Start() error {
 // Stop stops consuming and waits for the hold being handled, if any. A
 // hold not settled stays in the stream for the next gated.
 func (h *HoldTimer) Stop() {
+	h.mu.Lock()
+	h.stopping = true
+	h.mu.Unlock()
 	if h.cc != nil {
 		h.cc.Stop()
 	}
