@@ -65,13 +65,18 @@ path, answers per second and the latency from publish to verdict:
   denied  asks to skip review; the policy rejects it
   read    a read; the policy approves it without review
   plugin  a restart the SOP catalog covers, approved by the sop reviewer plugin
-  llm     a restart reviewed by the llm plugin against a scripted model that
-          answers after --llm-latency (persona bench-llm)
+  llm     a restart reviewed by the llm plugin alone against a scripted
+          model that answers after --llm-latency (persona bench-llm)
+
+A verdict counts as expected only with its path's outcome, stage and
+reviewer plugins (none, sop alone, llm alone).
 
 Without --nats-url it starts its own gated serve (this binary, an embedded
-NATS server, a temporary data directory) and reports that process's peak
-RSS and CPU. With --nats-url it measures a running deployment; the llm
-path then needs a persona bench-llm there (see docs/BENCHMARKS.md).
+NATS server, a temporary data directory, a policy data file that lets the
+llm path's proposals be reviewed by bench-llm instead of the routed persona)
+and reports that process's peak RSS and CPU. With --nats-url it measures a
+running deployment; the llm path then needs a persona bench-llm there and
+the same reviewer_overrides entry (see docs/BENCHMARKS.md).
 
 Then, unless --floor=false, the same counts, concurrency and message sizes
 go through bare JetStream on the same server (publish, durable consume,

@@ -492,3 +492,34 @@ func TestLogTail(t *testing.T) {
 		t.Fatalf("logTail of a missing file = %q", got)
 	}
 }
+
+// TestCheckVerdict: a path's verdict must have its outcome and stage and
+// be reviewed by the path's reviewer plugins alone, so that a policy that
+// adds a reviewer (a quorum of two) does not pass for the path measured.
+func TestCheckVerdict(t *testing.T) {
+	for _, tc := range []struct {
+		note, data string
+		path       Path
+		wrong      string
+	}{
+		{"llm alone", `{"proposal_id":"p","outcome":"approved","stage":"review","reviews":[{"plugin":"llm"}]}`, PathLLM, ""},
+		{"llm beside sop", `{"proposal_id":"p","outcome":"approved","stage":"review","reviews":[{"plugin":"sop"},{"plugin":"llm"}]}`, PathLLM, `reviewed by plugins ["sop" "llm"]`},
+		{"sop on the llm path", `{"proposal_id":"p","outcome":"approved","stage":"review","reviews":[{"plugin":"sop"}]}`, PathLLM, `reviewed by plugins ["sop"]`},
+		{"sop alone", `{"proposal_id":"p","outcome":"approved","stage":"review","reviews":[{"plugin":"sop"}]}`, PathPlugin, ""},
+		{"read, no review", `{"proposal_id":"p","outcome":"approved","stage":"policy"}`, PathRead, ""},
+		{"read, reviewed", `{"proposal_id":"p","outcome":"approved","stage":"policy","reviews":[{"plugin":"sop"}]}`, PathRead, "reviewed by plugins"},
+		{"blocked", `{"proposal_id":"p","outcome":"blocked","stage":"review","reason":"no persona"}`, PathLLM, "no persona"},
+		{"another proposal", `{"proposal_id":"q","outcome":"approved","stage":"review","reviews":[{"plugin":"llm"}]}`, PathLLM, "got approved"},
+		{"not JSON", `{`, PathLLM, "not JSON"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := checkVerdict(tc.path, "p", []byte(tc.data))
+			switch {
+			case tc.wrong == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.wrong != "" && (!unexpected(err) || !strings.Contains(err.Error(), tc.wrong)):
+				t.Fatalf("got %v, want an unexpected verdict saying %q", err, tc.wrong)
+			}
+		})
+	}
+}

@@ -37,6 +37,18 @@ Approve only when a standard operating procedure covers the action, no
 other change is under way on the target, and a rollback is known.
 `
 
+// llmPolicyData lets the llm path's proposals, which name persona
+// bench-llm, be reviewed by it instead of the routed persona
+// (config.reviewer_overrides): without it the policy adds the proposal's
+// reviewer beside the routed one, and the path measures a quorum of two
+// (the sop reviewer and the llm reviewer) instead of one llm review.
+const llmPolicyData = `gated:
+  config:
+    reviewer_overrides:
+      - actions: [host_restart_service]
+        personas: [` + LLMPersona + `]
+`
+
 // Gated is a gated serve process started for a bench run, with its own
 // embedded NATS server and data directory.
 type Gated struct {
@@ -72,6 +84,10 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	if err := os.WriteFile(filepath.Join(personas, LLMPersona+".md"), []byte(llmPersona), 0o644); err != nil {
 		return nil, err
 	}
+	policyData := filepath.Join(o.Dir, "bench-policy.yaml")
+	if err := os.WriteFile(policyData, []byte(llmPolicyData), 0o644); err != nil {
+		return nil, err
+	}
 	natsPort, err := freePort()
 	if err != nil {
 		return nil, err
@@ -95,6 +111,7 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 		"--http", httpAddr,
 		"--data-dir", filepath.Join(o.Dir, "data"),
 		"--personas", personas,
+		"--policy-data", policyData,
 		"--log-format", "json", "--log-level", "warn",
 	}, o.Args...)
 	cmd := exec.Command(o.Exe, args...)

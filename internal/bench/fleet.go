@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -217,23 +218,48 @@ func (f *GatedFleet) send(ctx context.Context, p Path, id, action string, body [
 		return Answer{}, err
 	}
 	a := Answer{Size: len(r.data)}
-	var v struct {
-		ID        string         `json:"proposal_id"`
-		Outcome   engine.Outcome `json:"outcome"`
-		Stage     engine.Stage   `json:"stage"`
-		Reason    string         `json:"reason"`
-		DecidedAt time.Time      `json:"decided_at"`
-		LatencyMS float64        `json:"latency_ms"`
-	}
-	if err := json.Unmarshal(r.data, &v); err != nil {
-		return a, &UnexpectedError{ID: id, Reason: "the verdict is not JSON: " + err.Error()}
-	}
-	outcome, stage := p.Expect()
-	if v.ID != id || v.Outcome != outcome || v.Stage != stage {
-		return a, &UnexpectedError{ID: id, Outcome: v.Outcome, Stage: v.Stage, Reason: v.Reason}
+	v, err := checkVerdict(p, id, r.data)
+	if err != nil {
+		return a, err
 	}
 	a.Stages = stageTimes(r, v.DecidedAt, v.LatencyMS, f.SameClock)
 	return a, nil
+}
+
+// verdictHead is what the bench reads of a verdict.
+type verdictHead struct {
+	ID        string         `json:"proposal_id"`
+	Outcome   engine.Outcome `json:"outcome"`
+	Stage     engine.Stage   `json:"stage"`
+	Reason    string         `json:"reason"`
+	DecidedAt time.Time      `json:"decided_at"`
+	LatencyMS float64        `json:"latency_ms"`
+	Reviews   []struct {
+		Plugin string `json:"plugin"`
+	} `json:"reviews"`
+}
+
+// checkVerdict reads the verdict of proposal id on path p and returns an
+// UnexpectedError unless it is the path's: its outcome and stage, and
+// reviews by the path's reviewer plugins and no other.
+func checkVerdict(p Path, id string, data []byte) (verdictHead, error) {
+	var v verdictHead
+	if err := json.Unmarshal(data, &v); err != nil {
+		return v, &UnexpectedError{ID: id, Reason: "the verdict is not JSON: " + err.Error()}
+	}
+	outcome, stage := p.Expect()
+	if v.ID != id || v.Outcome != outcome || v.Stage != stage {
+		return v, &UnexpectedError{ID: id, Outcome: v.Outcome, Stage: v.Stage, Reason: v.Reason}
+	}
+	plugins := make([]string, len(v.Reviews))
+	for i, rv := range v.Reviews {
+		plugins[i] = rv.Plugin
+	}
+	if want := p.Reviewers(); !slices.Equal(plugins, want) {
+		return v, &UnexpectedError{ID: id, Outcome: v.Outcome, Stage: v.Stage,
+			Reason: fmt.Sprintf("reviewed by plugins %q, where the %s path is reviewed by %q alone (see docs/BENCHMARKS.md)", plugins, p, want)}
+	}
+	return v, nil
 }
 
 // stageTimes splits the wait for reply r at the verdict's decision,

@@ -47,6 +47,20 @@ func (p Path) Expect() (engine.Outcome, engine.Stage) {
 	}
 }
 
+// Reviewers are the reviewer plugins a path's verdict must name, in
+// order: none for the paths the policy decides, one for the others, so
+// that a path measures the reviews it says it does.
+func (p Path) Reviewers() []string {
+	switch p {
+	case PathPlugin:
+		return []string{"sop"}
+	case PathLLM:
+		return []string{"llm"}
+	default:
+		return []string{}
+	}
+}
+
 func parsePath(s string) (Path, error) {
 	p := Path(strings.TrimSpace(s))
 	if slices.Contains(Paths, p) {
