@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -50,12 +51,35 @@ func TestScriptedModelSpeaksOpenAI(t *testing.T) {
 	if got := s.Arrivals(); got < 20*time.Millisecond || got > time.Minute {
 		t.Errorf("two calls 20ms+ apart arrived over %s", got)
 	}
-	r, err := http.Post(s.BaseURL()+"/chat/completions", "application/json", strings.NewReader("{"))
+	// The answer as it goes on the wire: the model echoed, a fresh id.
+	r, err := http.Post(s.BaseURL()+"/chat/completions", "application/json",
+		strings.NewReader(`{"model":"m\"1","messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var answer struct {
+		ID, Object, Model string
+		Created           int64
+		Choices           []struct {
+			Message struct{ Role, Content string }
+		}
+		Usage struct {
+			Total int `json:"total_tokens"`
+		}
+	}
+	err = json.NewDecoder(r.Body).Decode(&answer)
+	r.Body.Close()
+	if err != nil || answer.ID != "chatcmpl-bench-3" || answer.Object != "chat.completion" || answer.Model != `m"1` ||
+		answer.Created < start.Unix() || len(answer.Choices) != 1 || answer.Choices[0].Message.Content != ScriptedAnswer ||
+		answer.Choices[0].Message.Role != "assistant" || answer.Usage.Total != 2 {
+		t.Fatalf("answer %+v, %v", answer, err)
+	}
+	r, err = http.Post(s.BaseURL()+"/chat/completions", "application/json", strings.NewReader("{"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	r.Body.Close()
-	if n, bad := s.Calls(); r.StatusCode != http.StatusBadRequest || bad != 1 || n != 2 {
+	if n, bad := s.Calls(); r.StatusCode != http.StatusBadRequest || bad != 1 || n != 3 {
 		t.Errorf("a broken request got %d (bad %d)", r.StatusCode, bad)
 	}
 }
