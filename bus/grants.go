@@ -2,6 +2,7 @@ package bus
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -40,6 +41,15 @@ const (
 // DefaultGrantSweep is how often a gated looks for grants that expired
 // unused, and republishes its keys.
 const DefaultGrantSweep = 10 * time.Second
+
+// DefaultGrantFullSweep is how often a gated reads every grant record for
+// ones that expired unused. Between those, it looks only at the grants it
+// recorded itself, as their exp passes.
+const DefaultGrantFullSweep = time.Hour
+
+// maxDue bounds the grants a process keeps for its own sweep; past it a
+// grant waits for the next full sweep.
+const maxDue = 1 << 20
 
 // maxGrantUse bounds a use request.
 const maxGrantUse = grant.MaxTokenLen + 1024
@@ -86,6 +96,9 @@ type GrantsConfig struct {
 	// Sweep is how often expired grants are looked for. Default
 	// DefaultGrantSweep.
 	Sweep time.Duration
+	// FullSweep is how often every grant record is read, the first time
+	// at the first sweep. Default DefaultGrantFullSweep.
+	FullSweep time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
 	Log *zap.Logger
@@ -108,6 +121,10 @@ type Grants struct {
 	imu    sync.Mutex
 	issued map[string]grant.Claims
 	order  []string
+	// due holds the grants this process recorded, soonest exp first, so
+	// that a sweep between full sweeps reads only those whose exp passed.
+	dmu sync.Mutex
+	due dueGrants
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -130,6 +147,9 @@ func NewGrants(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, verdi
 	}
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = DefaultGrantSweep
+	}
+	if cfg.FullSweep <= 0 {
+		cfg.FullSweep = DefaultGrantFullSweep
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -499,6 +519,7 @@ func (g *Grants) Record(ctx context.Context, v *engine.Verdict) error {
 		if err != nil {
 			return fmt.Errorf("recording the grant of %s: %w", key, err)
 		}
+		g.addDue(rec.Exp, key)
 		return nil
 	}
 	old, rev, err := g.record(ctx, key)
@@ -506,6 +527,7 @@ func (g *Grants) Record(ctx context.Context, v *engine.Verdict) error {
 		return fmt.Errorf("recording the grant of %s: %w", key, err)
 	}
 	if old.GID == c.GID {
+		g.addDue(rec.Exp, key)
 		return nil
 	}
 	// A verdict stored under a reused id after the old one's TTL: its
@@ -513,12 +535,21 @@ func (g *Grants) Record(ctx context.Context, v *engine.Verdict) error {
 	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
 		return fmt.Errorf("recording the grant of %s: %w", key, err)
 	}
+	g.addDue(rec.Exp, key)
 	return nil
 }
 
+// sweepLoop republishes the keys and sweeps expired grants every Sweep:
+// every record at the first sweep and every FullSweep after (grants
+// recorded by a gated that stopped before their exp, this one's previous
+// run included), and in between only the grants this process recorded
+// whose exp has passed. A full sweep reads the whole bucket, which holds
+// the grants of the records' TTL (a week by default): done every few
+// seconds, it grew with the history and came to dominate the process.
 func (g *Grants) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(g.cfg.Sweep)
 	defer t.Stop()
+	var full time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -528,8 +559,42 @@ func (g *Grants) sweepLoop(ctx context.Context) {
 		if err := g.publishKeys(ctx, g.Ring()); err != nil && ctx.Err() == nil {
 			g.log.Warn("republishing the grant keys", zap.Error(err))
 		}
-		if _, err := g.Sweep(ctx); err != nil && ctx.Err() == nil {
-			g.log.Warn("sweeping expired grants", zap.Error(err))
+		now := time.Now()
+		if full.IsZero() || now.Sub(full) >= g.cfg.FullSweep {
+			if _, err := g.Sweep(ctx); err != nil {
+				if ctx.Err() == nil {
+					g.log.Warn("sweeping expired grants", zap.Error(err))
+				}
+				continue
+			}
+			full = now
+			continue
+		}
+		if _, err := g.SweepDue(ctx); err != nil && ctx.Err() == nil {
+			g.log.Warn("sweeping the expired grants of this gated", zap.Error(err))
+		}
+	}
+}
+
+// SweepDue marks as expired the grants this process recorded whose exp
+// has passed and that are still issued, like Sweep, without reading the
+// other records. It returns how many it marked.
+func (g *Grants) SweepDue(ctx context.Context) (int, error) {
+	n := 0
+	for {
+		now := g.cfg.Now().Unix()
+		key, ok := g.takeDue(now)
+		if !ok {
+			return n, ctx.Err()
+		}
+		// A record that could not be read is left to the next full
+		// sweep.
+		marked, err := g.expire(ctx, key)
+		if err != nil {
+			return n, err
+		}
+		if marked {
+			n++
 		}
 	}
 }
@@ -548,24 +613,80 @@ func (g *Grants) Sweep(ctx context.Context) (int, error) {
 	defer func() { _ = lister.Stop() }()
 	n := 0
 	for key := range lister.Keys() {
-		rec, rev, err := g.record(ctx, key)
-		if err != nil || rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {
-			continue
-		}
-		rec.State = GrantExpired
-		data, err := json.Marshal(rec)
+		marked, err := g.expire(ctx, key)
 		if err != nil {
-			continue
+			return n, err
 		}
-		if _, err := g.records.Update(ctx, key, data, rev); err != nil {
-			continue // used or expired meanwhile
-		}
-		n++
-		if err := g.audit(ctx, rec.Tenant, rec.ProposalID, engine.EventGrantExpired, map[string]any{
-			"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
-		}); err != nil {
-			return n, fmt.Errorf("auditing an expired grant: %w", err)
+		if marked {
+			n++
 		}
 	}
 	return n, ctx.Err()
+}
+
+// expire marks the grant under key expired when it is still issued and
+// its exp has passed, and audits grant.expired. A record that cannot be
+// read, or that changed meanwhile, is left as it is; the error is the
+// audit's.
+func (g *Grants) expire(ctx context.Context, key string) (bool, error) {
+	rec, rev, err := g.record(ctx, key)
+	if err != nil || rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {
+		return false, nil
+	}
+	rec.State = GrantExpired
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return false, nil
+	}
+	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
+		return false, nil // used or expired meanwhile
+	}
+	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, engine.EventGrantExpired, map[string]any{
+		"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
+	}); err != nil {
+		return true, fmt.Errorf("auditing an expired grant: %w", err)
+	}
+	return true, nil
+}
+
+// dueGrant is a grant this process recorded: its key and its exp.
+type dueGrant struct {
+	exp int64
+	key string
+}
+
+// dueGrants is a min-heap of grants by exp (container/heap).
+type dueGrants []dueGrant
+
+func (h dueGrants) Len() int           { return len(h) }
+func (h dueGrants) Less(i, j int) bool { return h[i].exp < h[j].exp }
+func (h dueGrants) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueGrants) Push(x any)        { *h = append(*h, x.(dueGrant)) }
+func (h *dueGrants) Pop() any {
+	old := *h
+	last := old[len(old)-1]
+	old[len(old)-1] = dueGrant{}
+	*h = old[:len(old)-1]
+	return last
+}
+
+// addDue keeps the grant under key for SweepDue.
+func (g *Grants) addDue(exp int64, key string) {
+	g.dmu.Lock()
+	defer g.dmu.Unlock()
+	if len(g.due) >= maxDue {
+		return // the next full sweep finds it
+	}
+	heap.Push(&g.due, dueGrant{exp, key})
+}
+
+// takeDue removes and returns the key of the grant with the soonest exp
+// when that exp is at or before now.
+func (g *Grants) takeDue(now int64) (string, bool) {
+	g.dmu.Lock()
+	defer g.dmu.Unlock()
+	if len(g.due) == 0 || g.due[0].exp > now {
+		return "", false
+	}
+	return heap.Pop(&g.due).(dueGrant).key, true
 }

@@ -279,6 +279,57 @@ func TestGrantUseRefusals(t *testing.T) {
 	}
 }
 
+// TestGrantSweepBetweenFullSweeps: between full sweeps a gated looks
+// only at the grants it recorded itself, and marks each once its exp has
+// passed; a grant recorded by another gated waits for a full sweep.
+func TestGrantSweepBetweenFullSweeps(t *testing.T) {
+	g, c := grantedFleet(t)
+	mine, _ := approve(t, c, "p-mine")
+	approve(t, c, "p-other")
+	// A gated whose clock the test moves, which records p-mine as the
+	// gated that decided it would (the record is there already: it keeps
+	// it for its own sweep).
+	var ahead atomic.Int64
+	later, err := bus.NewGrants(t.Context(), g.NC, g.JS, g.Resources.Verdicts, bus.GrantsConfig{
+		Ring: g.Grants.Ring(), Trails: g.Audit.Trail, Log: zaptest.NewLogger(t),
+		Now: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := later.Record(t.Context(), mine); err != nil {
+		t.Fatal(err)
+	}
+	ahead.Store(int64(time.Minute))
+	if n, err := later.SweepDue(t.Context()); err != nil || n != 0 {
+		t.Fatalf("before the exp: marked %d, %v; want none", n, err)
+	}
+	if n, err := later.Sweep(t.Context()); err != nil || n != 0 {
+		t.Fatalf("a full sweep before the exp: marked %d, %v; want none", n, err)
+	}
+	if rec := grantRecord(t, g, "acme.p-mine"); rec.State != bus.GrantIssued {
+		t.Fatalf("grant %+v before its exp, want issued", rec)
+	}
+	ahead.Store(int64(6 * time.Minute))
+	if n, err := later.SweepDue(t.Context()); err != nil || n != 1 {
+		t.Fatalf("past the exp: marked %d, %v; want its own grant", n, err)
+	}
+	if rec := grantRecord(t, g, "acme.p-mine"); rec.State != bus.GrantExpired {
+		t.Errorf("own grant %+v, want expired", rec)
+	}
+	if rec := grantRecord(t, g, "acme.p-other"); rec.State != bus.GrantIssued {
+		t.Errorf("another gated's grant %+v after a sweep of this gated's own, want issued", rec)
+	}
+	if n, err := later.SweepDue(t.Context()); err != nil || n != 0 {
+		t.Errorf("second sweep marked %d, %v", n, err)
+	}
+	if n, err := later.Sweep(t.Context()); err != nil || n != 1 {
+		t.Errorf("the full sweep marked %d, %v; want the other gated's grant", n, err)
+	}
+	if events := waitEvents(t, g, "p-mine", engine.EventGrantExpired); countEvents(events, engine.EventGrantExpired) != 1 {
+		t.Errorf("audit %v: want one grant.expired", events)
+	}
+}
+
 // TestGrantExpiresUnused: a grant still issued past its exp is marked
 // expired by the sweep, audited, and its use refused as expired; a used
 // grant is left alone.

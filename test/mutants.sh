@@ -364,6 +364,14 @@ mutant budget_refusal_reads_lease bus/budget/store.go ./bus/budget \
 mutant budget_refusal_stands bus/budget/store.go ./bus/budget \
 	$'\t\tif err != nil || refusal != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n' \
 	$'\t\tif err != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n'
+# Grants (bus/grants.go): a grant is marked expired only once its exp has
+# passed, and a gated's own sweep takes a grant only when its exp is due.
+mutant grant_expired_only_past_exp bus/grants.go ./bus \
+	$'rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {' \
+	$'rec.State != GrantIssued {'
+mutant grant_due_only_when_due bus/grants.go ./bus \
+	$'if len(g.due) == 0 || g.due[0].exp > now {' \
+	$'if len(g.due) == 0 {'
 
 # --- running them --------------------------------------------------------------
 
