@@ -601,36 +601,58 @@ func (g *Grants) SweepDue(ctx context.Context) (int, error) {
 
 // Sweep marks every grant still issued past its exp as expired, by
 // compare-and-set (of several gated sweeping, one marks each), audits
-// grant.expired for each, and returns how many it marked.
+// grant.expired for each, and returns how many it marked. It reads every
+// record once, as the bucket holds it, and stops reading when it has
+// read them all: a key listing followed by a read of each key held the
+// listing open while the reads went on, and its subscription filled with
+// the grants recorded meanwhile.
 func (g *Grants) Sweep(ctx context.Context) (int, error) {
-	lister, err := g.records.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return 0, nil
-	}
+	w, err := g.records.WatchAll(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
-		return 0, fmt.Errorf("listing grants: %w", err)
+		return 0, fmt.Errorf("reading the grants: %w", err)
 	}
-	defer func() { _ = lister.Stop() }()
+	defer func() { _ = w.Stop() }()
 	n := 0
-	for key := range lister.Keys() {
-		marked, err := g.expire(ctx, key)
-		if err != nil {
-			return n, err
-		}
-		if marked {
-			n++
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			switch {
+			case !ok:
+				return n, fmt.Errorf("reading the grants: the watch ended after %d marked", n)
+			case e == nil:
+				return n, nil // every record read
+			}
+			marked, err := g.expireAt(ctx, e.Key(), e.Value(), e.Revision())
+			if err != nil {
+				return n, err
+			}
+			if marked {
+				n++
+			}
+		case <-ctx.Done():
+			return n, ctx.Err()
 		}
 	}
-	return n, ctx.Err()
 }
 
 // expire marks the grant under key expired when it is still issued and
 // its exp has passed, and audits grant.expired. A record that cannot be
-// read, or that changed meanwhile, is left as it is; the error is the
-// audit's.
+// read is left as it is.
 func (g *Grants) expire(ctx context.Context, key string) (bool, error) {
-	rec, rev, err := g.record(ctx, key)
-	if err != nil || rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {
+	e, err := g.records.Get(ctx, key)
+	if err != nil {
+		return false, nil
+	}
+	return g.expireAt(ctx, key, e.Value(), e.Revision())
+}
+
+// expireAt marks the grant record data, at revision rev of key, expired
+// when it is issued and its exp has passed, and audits grant.expired. A
+// record that does not decode, or that changed since rev, is left as it
+// is; the error is the audit's.
+func (g *Grants) expireAt(ctx context.Context, key string, data []byte, rev uint64) (bool, error) {
+	var rec GrantRecord
+	if err := json.Unmarshal(data, &rec); err != nil || rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {
 		return false, nil
 	}
 	rec.State = GrantExpired
