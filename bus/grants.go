@@ -514,29 +514,27 @@ func (g *Grants) Record(ctx context.Context, v *engine.Verdict) error {
 	if err != nil {
 		return err
 	}
-	_, err = g.records.Create(ctx, key, data)
-	if err == nil || !errors.Is(err, jetstream.ErrKeyExists) {
-		if err != nil {
-			return fmt.Errorf("recording the grant of %s: %w", key, err)
-		}
-		g.addDue(rec.Exp, key)
-		return nil
+	if _, err = g.records.Create(ctx, key, data); errors.Is(err, jetstream.ErrKeyExists) {
+		err = g.replaceRecord(ctx, key, rec.GID, data)
 	}
-	old, rev, err := g.record(ctx, key)
 	if err != nil {
-		return fmt.Errorf("recording the grant of %s: %w", key, err)
-	}
-	if old.GID == c.GID {
-		g.addDue(rec.Exp, key)
-		return nil
-	}
-	// A verdict stored under a reused id after the old one's TTL: its
-	// grant replaces the old record.
-	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
 		return fmt.Errorf("recording the grant of %s: %w", key, err)
 	}
 	g.addDue(rec.Exp, key)
 	return nil
+}
+
+// replaceRecord writes data, the record of grant gid, under key where a
+// record is already: it is this grant's (recorded by another delivery),
+// left as it is, or an older grant's, of a verdict stored under a reused
+// id after the old one's TTL, which it replaces.
+func (g *Grants) replaceRecord(ctx context.Context, key, gid string, data []byte) error {
+	old, rev, err := g.record(ctx, key)
+	if err != nil || old.GID == gid {
+		return err
+	}
+	_, err = g.records.Update(ctx, key, data, rev)
+	return err
 }
 
 // sweepLoop republishes the keys and sweeps expired grants every Sweep:
