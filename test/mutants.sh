@@ -330,6 +330,30 @@ mutant record_subject_names_last_event bus/audit/record.go ./bus/audit \
 mutant record_mac_covers_body bus/audit/key.go ./bus/audit \
 	'return ok && hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))' \
 	'return ok || hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))'
+# verify reads a version-2 MAC with the checker's keyed HMAC: it must match
+# the body's digest, spelt the writer's way only.
+mutant verify_v2_mac_matches bus/audit/verify.go ./bus/audit \
+	'return hmac.Equal(m.Sum(want[:0]), got[:])' \
+	'return len(m.Sum(want[:0])) == len(got)'
+mutant verify_v2_mac_strict bus/audit/verify.go ./bus/audit \
+	'var macEncoding = base64.RawURLEncoding.Strict()' \
+	'var macEncoding = base64.RawURLEncoding'
+# The gid print matches a folded grant to the stored token by its id: only
+# the member spelt "grant" is the token, and only on the stored side.
+mutant gid_print_grant_spelling bus/audit/quickprint.go ./bus/audit \
+	'return bytes.EqualFold(key, []byte(`"grant"`)) || bytes.IndexByte(key, '"'"'\\'"'"') >= 0' \
+	'return bytes.Equal(key, []byte(`"grant"`))'
+mutant gid_print_record_has_no_grant bus/audit/quickprint.go ./bus/audit \
+	'if string(key) != `"grant"` || gid != "" {' \
+	'if string(key) != `"grant"` {'
+mutant gid_print_needs_an_id bus/audit/quickprint.go ./bus/audit \
+	$'\t\tif gid == "" {\n\t\t\treturn p, false\n' \
+	$'\t\tif false {\n\t\t\treturn p, false\n'
+# A deny message is copied into the rebuilt policy section only when
+# encoding/json would write it so.
+mutant policy_message_canonical bus/audit/compact.go ./bus/audit \
+	'bytes.HasPrefix(rest, []byte("u003c")) ||' \
+	'bytes.HasPrefix(rest, []byte("u00")) ||'
 mutant verdict_trimmed_when_rebuilt bus/audit/compact.go ./bus/audit \
 	'if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {' \
 	'if _, ok := from.member(key); ok {'

@@ -692,10 +692,40 @@ func cutDeny(data []byte) (rule, after []byte, ok bool) {
 	if end = validString(data, 0); end < 0 || end >= len(data) || data[end] != '}' {
 		return nil, nil, false
 	}
-	if _, ok = verbatimString(data[:end]); !ok {
+	if !canonicalString(data[:end]) {
 		return nil, nil, false
 	}
 	return rule, data[end+1:], true
+}
+
+// canonicalString reports whether encoding/json writes the string the
+// JSON string s decodes to back as s: printable ASCII with a quote, a
+// backslash, a line break or a tab escaped the short way and <, > and &
+// as \u003c, \u003e and \u0026. A policy's messages quote what they
+// refuse, so they are read this way; any other form (a character
+// outside ASCII, another escape) is left to encoding/json.
+func canonicalString(s []byte) bool {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return false
+	}
+	s = s[1 : len(s)-1]
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '\\':
+			rest := s[i+1:]
+			switch {
+			case len(rest) > 0 && (rest[0] == '"' || rest[0] == '\\' || rest[0] == 'n' || rest[0] == 'r' || rest[0] == 't'):
+				i++
+			case bytes.HasPrefix(rest, []byte("u003c")) || bytes.HasPrefix(rest, []byte("u003e")) || bytes.HasPrefix(rest, []byte("u0026")):
+				i += 5
+			default:
+				return false
+			}
+		case c < 0x20 || c >= 0x7f || c == '"' || c == '<' || c == '>' || c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // verbatimString returns the bytes of the JSON string s when encoding/json
@@ -740,12 +770,15 @@ type eventV2 struct {
 
 // expandV2 checks a decoded version-2 body and returns its events as
 // version-1 records of their own would hold them. Its errors say what is
-// wrong; DecodeRecord wraps them.
-func expandV2(b *recordV2) ([]engine.AuditEvent, error) {
+// wrong; DecodeRecord wraps them. The events' data is written into
+// *scratch when it has room and scratch is not nil, and *scratch is left
+// holding the largest block written: the events are then the caller's
+// until it hands *scratch to the next expansion.
+func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
 	if len(b.Events) == 0 {
 		return nil, fmt.Errorf("the record holds no event")
 	}
-	x := newExpansion(b)
+	x := newExpansion(b, scratch)
 	defer x.done()
 	var head []member
 	if b.Head != nil {
@@ -826,14 +859,18 @@ type expansion struct {
 	first  []member
 	pooled *[]member
 	buf    []byte
+	// scratch is the caller's block the data is written into, when it
+	// gave one (expandV2).
+	scratch *[]byte
 }
 
 // memberBlocks holds the members' blocks of the expansions done.
 var memberBlocks = sync.Pool{New: func() any { return new([]member) }}
 
 // newExpansion readies the blocks for b: an event's data is about its
-// own bytes and the head's, and most objects have a few members.
-func newExpansion(b *recordV2) *expansion {
+// own bytes and the head's, and most objects have a few members. The
+// data goes into *scratch when it has room.
+func newExpansion(b *recordV2, scratch *[]byte) *expansion {
 	size := 0
 	for _, e := range b.Events {
 		size += len(e.Data) + len(e.Head) + len(b.Head) + 2
@@ -846,7 +883,13 @@ func newExpansion(b *recordV2) *expansion {
 	if n := 6*len(b.Events) + 8; cap(ms) < n {
 		ms = make([]member, 0, n)
 	}
-	return &expansion{ms: ms, first: ms, pooled: p, buf: make([]byte, 0, size+size/4)}
+	x := &expansion{ms: ms, first: ms, pooled: p, scratch: scratch}
+	if size += size / 4; scratch != nil && cap(*scratch) >= size {
+		x.buf = (*scratch)[:0]
+	} else {
+		x.buf = make([]byte, 0, size)
+	}
+	return x
 }
 
 // done gives the larger of the members' blocks back, cleared, so that
@@ -860,6 +903,9 @@ func (x *expansion) done() {
 	clear(ms)
 	*x.pooled, x.ms, x.first = ms[:0], nil, nil
 	memberBlocks.Put(x.pooled)
+	if x.scratch != nil && cap(x.buf) > cap(*x.scratch) {
+		*x.scratch = x.buf[:0]
+	}
 }
 
 // split splits a JSON object that may hold white space, as a forged

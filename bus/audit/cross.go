@@ -143,17 +143,31 @@ func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
 	if v.Tenant != r.Tenant || v.ProposalID != r.ProposalID {
 		return nil, fmt.Errorf("the record of %s.%s holds the verdict of %s.%s", r.Tenant, r.ProposalID, v.Tenant, v.ProposalID)
 	}
-	if v.Grant == "" && r.V >= RecordVersion {
-		if g, ok := r.Find(engine.EventGrantIssued); ok {
-			var d struct {
-				GID string `json:"gid"`
-			}
-			if json.Unmarshal(g.Data, &d) == nil && d.GID != "" {
-				v.Grant = gidMark + d.GID
-			}
+	if v.Grant == "" {
+		if gid, ok := foldedGID(r); ok {
+			v.Grant = gidMark + gid
 		}
 	}
 	return &v, nil
+}
+
+// foldedGID is the id of the grant a version-2 record folded into its
+// verdict, when it did.
+func foldedGID(r *Record) (string, bool) {
+	if r.V < RecordVersion {
+		return "", false
+	}
+	g, ok := r.Find(engine.EventGrantIssued)
+	if !ok {
+		return "", false
+	}
+	var d struct {
+		GID string `json:"gid"`
+	}
+	if json.Unmarshal(g.Data, &d) != nil || d.GID == "" {
+		return "", false
+	}
+	return d.GID, true
 }
 
 // The verdict check holds a bounded window of each side, so that its
@@ -176,6 +190,8 @@ type verdictRecord struct {
 	seq       uint64
 	print     quickPrint
 	printable bool
+	// byGID says print is a gid print (recordCheck.byGID).
+	byGID bool
 	// full is the verdict's own print, when fullOK (recordCheck.full).
 	full   verdictPrint
 	fullOK bool
@@ -242,9 +258,12 @@ type storedVerdict struct {
 	tenant, id string
 	seq        uint64
 	decidedAt  time.Time
-	// quick is the verdict's quick print, ok when it has one.
+	// quick is the verdict's quick print, ok when it has one; gid its gid
+	// print, when it holds a grant and gidOK.
 	quick   quickPrint
 	quickOK bool
+	gid     quickPrint
+	gidOK   bool
 	// v is the verdict, for its print and to say how it differs from its
 	// record.
 	v *engine.Verdict
@@ -282,6 +301,9 @@ func (it *bucketItem) decode() {
 	}
 	it.sv = storedVerdict{tenant: v.Tenant, id: v.ProposalID, seq: v.AuditSeq, decidedAt: v.DecidedAt, v: v}
 	it.sv.quick, it.sv.quickOK = quickPrintOf([]byte(v.Tenant), []byte(v.ProposalID), it.value, storedDropped)
+	if v.Grant != "" {
+		it.sv.gid, it.sv.gidOK = gidPrintOf([]byte(v.Tenant), []byte(v.ProposalID), it.value, storedDropped, "")
+	}
 	it.value = nil
 }
 
@@ -440,7 +462,7 @@ func (m *verdictMerge) next(ctx context.Context, wait bool) (it bucketItem, ok b
 func (m *verdictMerge) advance(ctx context.Context, rc recordCheck) error {
 	m.through = rc.seq
 	if rc.invalid == "" && rc.verdict {
-		m.recent.push(verdictRecord{seq: rc.seq, print: rc.print, printable: rc.printable, full: rc.full, fullOK: rc.fullOK})
+		m.recent.push(verdictRecord{seq: rc.seq, print: rc.print, printable: rc.printable, byGID: rc.byGID, full: rc.full, fullOK: rc.fullOK})
 	}
 	for len(m.waiting) > 0 && m.waiting[0].seq <= m.through {
 		if err := m.resolve(ctx, heap.Pop(&m.waiting).(storedVerdict)); err != nil {
@@ -482,7 +504,8 @@ func (m *verdictMerge) resolve(ctx context.Context, sv storedVerdict) error {
 	c := m.c
 	r, ok := m.recent.find(sv.seq)
 	switch {
-	case ok && r.printable && sv.quickOK && r.print == sv.quick:
+	case ok && r.printable && !r.byGID && sv.quickOK && r.print == sv.quick,
+		ok && r.printable && r.byGID && sv.gidOK && r.print == sv.gid:
 		c.check.Matched++
 		return nil
 	case ok && r.fullOK && sv.v != nil && r.full == sv.print():

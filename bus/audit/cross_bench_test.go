@@ -85,7 +85,7 @@ func BenchmarkVerifyVerdicts(b *testing.B) {
 
 // fillVerdicts has gated's Writer and VerdictStore write n proposals'
 // records and verdicts, as the engine writes them.
-func fillVerdicts(b *testing.B, js jetstream.JetStream, res *bus.Resources, n int) {
+func fillVerdicts(b testing.TB, js jetstream.JetStream, res *bus.Resources, n int) {
 	b.Helper()
 	a, err := audit.NewWriter(b.Context(), js, audit.Config{Log: zap.NewNop()})
 	if err != nil {

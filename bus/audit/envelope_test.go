@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"testing"
 
@@ -89,6 +90,96 @@ func FuzzQuickPrint(f *testing.F) {
 		}
 		if printVerdict(&rv) != printVerdict(&sv) {
 			t.Fatalf("same quick print, different verdicts:\n%s\n%s", record, stored)
+		}
+	})
+}
+
+// grantToken is a token shaped as a grant's, whose claims hold gid.
+func grantToken(gid string) string {
+	claims := base64.RawURLEncoding.EncodeToString([]byte(`{"gid":"` + gid + `","kid":"k1","exp":1}`))
+	return "eyJhbGciOiJFZERTQSJ9." + claims + ".c2ln"
+}
+
+// TestGIDPrint: a record that folded its grant matches the stored verdict
+// holding the grant's token, by the grant's id, without decoding either;
+// what may be read as a grant another way has no gid print.
+func TestGIDPrint(t *testing.T) {
+	tenant, id := []byte("acme"), []byte("p1")
+	record := `{"operator":"alice","v":1,"outcome":"approved","approved":true,"audit_seq":0}`
+	stored := func(grant string) []byte {
+		return []byte(`{"v":1,"outcome":"approved","approved":true,` + grant + `"audit_seq":42}`)
+	}
+	pr, ok := gidPrintOf(tenant, id, []byte(record), recordDropped, "g1")
+	if !ok {
+		t.Fatal("no gid print of a record that folded its grant")
+	}
+	tests := []struct {
+		note   string
+		stored []byte
+		ok     bool
+		match  bool
+	}{
+		{"the grant's token", stored(`"grant":"` + grantToken("g1") + `",`), true, true},
+		{"another grant's token", stored(`"grant":"` + grantToken("g2") + `",`), true, false},
+		{"no grant", stored(``), false, false},
+		{"a grant spelt Grant", stored(`"Grant":"` + grantToken("g1") + `",`), false, false},
+		{"a key with an escape", stored(`"gr\u0061nt":"` + grantToken("g1") + `",`), false, false},
+		{"two grants", stored(`"grant":"` + grantToken("g1") + `","grant":"` + grantToken("g1") + `",`), false, false},
+		{"a token that is no grant", stored(`"grant":"not-a-token",`), false, false},
+		{"a grant that is no string", stored(`"grant":1,`), false, false},
+	}
+	for _, tc := range tests {
+		ps, ok := gidPrintOf(tenant, id, tc.stored, storedDropped, "")
+		if ok != tc.ok || ok && (ps == pr) != tc.match {
+			t.Errorf("%s: gid print ok %v, matches %v; want %v, %v", tc.note, ok, ps == pr, tc.ok, tc.match)
+		}
+	}
+	if _, ok := gidPrintOf(tenant, id, stored(`"grant":"`+grantToken("g1")+`",`), recordDropped, "g1"); ok {
+		t.Error("a gid print of a record that kept a grant member beside the folded one")
+	}
+	for _, kept := range []string{`"Grant":"x",`, `"gr\u0061nt":"x",`} {
+		// encoding/json reads either into the verdict's grant: the record
+		// has then no grant to fold.
+		if _, ok := gidPrintOf(tenant, id, []byte(`{"v":1,`+kept+`"outcome":"approved"}`), recordDropped, "g1"); ok {
+			t.Errorf("a gid print of a record whose verdict holds %s", kept)
+		}
+	}
+	if _, ok := gidPrintOf(tenant, id, []byte(record), recordDropped, ""); ok {
+		t.Error("a gid print of a record without a grant")
+	}
+	if q, _ := quickPrintOf(tenant, id, []byte(record), recordDropped); q == pr {
+		t.Error("the gid print is the quick print: a verdict without its grant would match one with it")
+	}
+}
+
+// FuzzGIDPrint holds the gid print to the full comparison: a record's
+// verdict and a stored one with the same gid print, when the stored
+// verdict decodes, decode to the same comparable verdict, the record's
+// grant being the one it folded.
+func FuzzGIDPrint(f *testing.F) {
+	f.Add([]byte(`{"operator":"alice","v":1,"outcome":"approved"}`), []byte(`{"v":1,"outcome":"approved","grant":"`+grantToken("g1")+`","audit_seq":3}`), "g1")
+	f.Add([]byte(`{"v":1}`), []byte(`{"v":1,"GRANT":"x","grant":"`+grantToken("g1")+`"}`), "g1")
+	f.Fuzz(func(t *testing.T, record, stored []byte, gid string) {
+		tenant, id := []byte("acme"), []byte("p1")
+		pr, okR := gidPrintOf(tenant, id, record, recordDropped, gid)
+		ps, okS := gidPrintOf(tenant, id, stored, storedDropped, "")
+		if !okR || !okS || pr != ps {
+			return
+		}
+		var sv engine.Verdict
+		if err := json.Unmarshal(stored, &sv); err != nil {
+			return
+		}
+		var rv engine.Verdict
+		if err := json.Unmarshal(record, &rv); err != nil {
+			t.Fatalf("same gid print, the stored verdict decodes, the record's does not (%v):\n%s\n%s", err, record, stored)
+		}
+		if rv.Grant != "" {
+			t.Fatalf("a gid print of a record whose verdict has a grant: %s", record)
+		}
+		rv.Grant = gidMark + gid
+		if printVerdict(&rv) != printVerdict(&sv) {
+			t.Fatalf("same gid print, different verdicts:\n%s\n%s (gid %q)", record, stored, gid)
 		}
 	})
 }

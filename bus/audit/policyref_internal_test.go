@@ -24,7 +24,14 @@ var policyRefCases = []struct {
 	{`[` + strings.Repeat(`{"rule":"r1","message":"m"},{"rule":"r2","message":"m"},{"rule":"r3","message":"m"},{"rule":"r4","message":"m"},{"rule":"r5","message":"m"},`, 2) +
 		`{"rule":"r6","message":"m"},{"rule":"r7","message":"m"},{"rule":"r8","message":"m"},{"rule":"r9","message":"m"},{"rule":"r10","message":"m"},{"rule":"r9","message":"m"}]`, `1`, `{"rule":"` + strings.Repeat("x", 200) + `"}`, true},
 	{`[{"rule":"` + strings.Repeat("y", 300) + `","message":"m"}]`, `1`, `{"rule":""}`, true},
+	{`[{"rule":"no_skip_review","message":"refused for operator \"bob\", roles [\"sre\"]: a\\b\n\r\t \u003cx\u003e \u0026"}]`, `1`, `null`, true},
 	{`[{"rule":"a<b","message":"m"}]`, `1`, `null`, false},
+	{`[{"rule":"a","message":"\u003C"}]`, `1`, `null`, false},
+	{`[{"rule":"a","message":"\/"}]`, `1`, `null`, false},
+	{`[{"rule":"a","message":"\b\f"}]`, `1`, `null`, false},
+	{`[{"rule":"a","message":"\u0041"}]`, `1`, `null`, false},
+	{`[{"rule":"a","message":"<"}]`, `1`, `null`, false},
+	{`[{"rule":"a\"b","message":"m"}]`, `1`, `null`, false},
 	{`[{"rule":"a","message":"é"}]`, `1`, `null`, false},
 	{`[{"message":"m","rule":"a"}]`, `1`, `null`, false},
 	{`[{"rule":"a","message":"m","x":1}]`, `1`, `null`, false},
@@ -91,6 +98,26 @@ func FuzzPolicyRef(f *testing.F) {
 		want, wantOK := pf.policyRefJSON()
 		if !wantOK || !bytes.Equal(got, want) {
 			t.Fatalf("denies %s eval_us %s review %s:\n got %s\nwant %s (%v)", denies, evalUS, review, got, want, wantOK)
+		}
+	})
+}
+
+// FuzzCanonicalString: a string canonicalString takes is the one
+// encoding/json writes for what it decodes to.
+func FuzzCanonicalString(f *testing.F) {
+	for _, s := range []string{`"plain"`, `"q \"x\" \\ \n\r\t"`, `"\u003c\u003e\u0026"`, `"\u003C"`, `"\b"`, `"é"`, `"\u2028"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		var v string
+		if json.Unmarshal([]byte(s), &v) != nil || validString([]byte(s), 0) != len(s) {
+			return
+		}
+		if !canonicalString([]byte(s)) {
+			return
+		}
+		if b, _ := json.Marshal(v); string(b) != s {
+			t.Fatalf("%s taken as written, but encoding/json writes %s", s, b)
 		}
 	})
 }

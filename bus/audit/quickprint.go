@@ -1,8 +1,10 @@
 package audit
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
+	"hash"
 	"reflect"
 	"strings"
 
@@ -61,6 +63,25 @@ func droppable(names ...string) map[string]bool {
 // left out is not a plain unsigned integer (decoding it would fail, and
 // the verdict with it).
 func quickPrintOf(tenant, id, doc []byte, drop map[string]bool) (p quickPrint, ok bool) {
+	return printMembers(tenant, id, doc, drop, false, "")
+}
+
+// gidPrintOf is the quick print of a verdict whose grant compares by its
+// id, as the verdict check compares a stored verdict, which holds the
+// grant's token, with a record that folded the grant and kept its id
+// (comparable). The grant member is left out of the members, and the
+// grant's id hashed after them: gid, the id of the grant the record
+// folded, on the record's side, where doc must have no grant member; on
+// the stored side (gid ""), the gid claim of the token doc holds. ok is
+// false besides when there is no id to take (a token that is not a grant,
+// no grant), or when a member may be read as the grant without being
+// spelt "grant". Equal gid prints so decode to equal comparable verdicts.
+func gidPrintOf(tenant, id, doc []byte, drop map[string]bool, gid string) (p quickPrint, ok bool) {
+	return printMembers(tenant, id, doc, drop, true, gid)
+}
+
+// printMembers is quickPrintOf, and gidPrintOf when byGID is set.
+func printMembers(tenant, id, doc []byte, drop map[string]bool, byGID bool, gid string) (p quickPrint, ok bool) {
 	h := sha256.New()
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(len(tenant)))
@@ -78,8 +99,7 @@ func quickPrintOf(tenant, id, doc []byte, drop map[string]bool) (p quickPrint, o
 		if skipWhite(doc, i+1) != len(doc) {
 			return p, false
 		}
-		copy(p[:], h.Sum(nil))
-		return p, true
+		return sumPrint(h, byGID, gid)
 	}
 	for {
 		if i >= len(doc) || doc[i] != '"' {
@@ -100,6 +120,19 @@ func quickPrintOf(tenant, id, doc []byte, drop map[string]bool) (p quickPrint, o
 			return p, false
 		}
 		switch {
+		case byGID && mayBeGrant(key):
+			// The record's side has no grant; the stored side's is the
+			// token, as written, once.
+			if string(key) != `"grant"` || gid != "" {
+				return p, false
+			}
+			tok, ok := verbatimString(doc[start:i])
+			if !ok {
+				return p, false
+			}
+			if gid = grantGID(string(tok)); gid == string(tok) {
+				return p, false
+			}
 		case !drop[string(key)]:
 			h.Write(key)
 			h.Write(doc[start:i])
@@ -120,10 +153,30 @@ func quickPrintOf(tenant, id, doc []byte, drop map[string]bool) (p quickPrint, o
 			if skipWhite(doc, i+1) != len(doc) {
 				return p, false
 			}
-			copy(p[:], h.Sum(nil))
-			return p, true
+			return sumPrint(h, byGID, gid)
 		default:
 			return p, false
 		}
 	}
+}
+
+// sumPrint ends a print: with the grant's id when byGID, after a byte no
+// member's hash holds (0 in place of a key's quote).
+func sumPrint(h hash.Hash, byGID bool, gid string) (p quickPrint, ok bool) {
+	if byGID {
+		if gid == "" {
+			return p, false
+		}
+		h.Write([]byte{0})
+		h.Write([]byte(gidMark + gid))
+	}
+	copy(p[:], h.Sum(nil))
+	return p, true
+}
+
+// mayBeGrant reports whether encoding/json may read the member key, as
+// written, into a verdict's Grant: its keys match fields in any case, and
+// a key with an escape is read unescaped.
+func mayBeGrant(key []byte) bool {
+	return bytes.EqualFold(key, []byte(`"grant"`)) || bytes.IndexByte(key, '\\') >= 0
 }

@@ -113,7 +113,10 @@ func readStream(ctx context.Context, stream jetstream.Stream, q Query, fn func(E
 		}
 		stop = last.Sequence
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{filter}, DeliverPolicy: jetstream.DeliverAllPolicy}
+	cfg := jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverAllPolicy}
+	if !wholeStream(stream, filter) {
+		cfg.FilterSubjects = []string{filter}
+	}
 	switch {
 	case !q.Since.IsZero():
 		since := q.Since
@@ -159,6 +162,14 @@ func readStream(ctx context.Context, stream jetstream.Stream, q Query, fn func(E
 			return nil
 		}
 	}
+}
+
+// wholeStream reports whether filter selects every subject of stream:
+// a consumer without a filter is then given the same messages, and the
+// server reads them without matching each message's subject.
+func wholeStream(stream jetstream.Stream, filter string) bool {
+	info := stream.CachedInfo()
+	return info != nil && len(info.Config.Subjects) == 1 && info.Config.Subjects[0] == filter
 }
 
 // Filter selects records by what their data says. Empty fields

@@ -127,6 +127,13 @@ type auditBody struct {
 // needs the other records and the keys. Every error wraps
 // ErrInvalidRecord.
 func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error) {
+	return decodeRecord(subject, hdr, body, nil)
+}
+
+// decodeRecord is DecodeRecord writing a version-2 record's expanded
+// events into *scratch (expandV2): the record is then only the caller's
+// to read until it hands scratch to the next decoding.
+func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *[]byte) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
@@ -134,7 +141,7 @@ func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error)
 		return bad("body is not a JSON object")
 	}
 	if bodyVersion(body) == RecordVersion {
-		return decodeV2(subject, hdr, body)
+		return decodeV2(subject, hdr, body, scratch)
 	}
 	b, ok := decodeCanonical(body)
 	if !ok {
@@ -206,7 +213,7 @@ func checkChain(c *Chain) error {
 }
 
 // decodeV2 decodes a version-2 record.
-func decodeV2(subject string, hdr nats.Header, body []byte) (*Record, error) {
+func decodeV2(subject string, hdr nats.Header, body []byte, scratch *[]byte) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
@@ -228,7 +235,7 @@ func decodeV2(subject string, hdr nats.Header, body []byte) (*Record, error) {
 	if err := checkChain(b.Chain); err != nil {
 		return bad("%v", err)
 	}
-	evs, err := expandV2(&b)
+	evs, err := expandV2(&b, scratch)
 	if err != nil {
 		return bad("%v", err)
 	}

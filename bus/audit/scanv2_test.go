@@ -109,7 +109,7 @@ func FuzzScanV2(f *testing.F) {
 			}
 			return
 		}
-		want, wantErr := expandV2(&strict)
+		want, wantErr := expandV2(&strict, nil)
 		switch {
 		case wantErr == nil && strict.V == RecordVersion && validAuditTenant(strict.Tenant) && checkChain(strict.Chain) == nil &&
 			subject == wire.AuditSubject(strict.Tenant, strict.Events[len(strict.Events)-1].Event):
@@ -170,7 +170,7 @@ func BenchmarkDecodeRecordV2(b *testing.B) {
 				if err := strictjson.Decode(body, &r); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := expandV2(&r); err != nil {
+				if _, err := expandV2(&r, nil); err != nil {
 					b.Fatal(i, err)
 				}
 			}
@@ -185,6 +185,7 @@ func BenchmarkDecodeRecordV2(b *testing.B) {
 // data when the record kept the grant's token or had none, and the print
 // of the verdict when it folded the grant.
 func TestCheckPrintsVersion2Verdicts(t *testing.T) {
+	folds := 0
 	for i, evs := range scanV2Events()[:2] {
 		m, err := NewRecordMsg(evs, Chain{N: 1}, nil)
 		if err != nil {
@@ -198,6 +199,19 @@ func TestCheckPrintsVersion2Verdicts(t *testing.T) {
 		if !rc.printable && !rc.fullOK {
 			t.Fatalf("record %d: the check keeps no print of its verdict", i)
 		}
+		r, err := DecodeRecord(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, folded := r.Find(engine.EventGrantIssued); folded != rc.byGID || folded && rc.fullOK {
+			t.Errorf("record %d: folded grant %v, gid print %v, verdict decoded %v: want a gid print alone for a folded grant", i, folded, rc.byGID, rc.fullOK)
+		}
+		if rc.byGID {
+			folds++
+		}
+	}
+	if folds == 0 {
+		t.Fatal("no record folded a grant")
 	}
 }
 
@@ -224,4 +238,32 @@ func FuzzScanGrant(f *testing.F) {
 			t.Fatalf("scanGrant reads %+v, encoding/json %+v, from %s", g, want, raw)
 		}
 	})
+}
+
+// TestCheckerScratchChangesNothing: a checker writes each record's
+// expanded events into the block the one before used; checking records
+// one after another, large and small, so gives what a new checker gives
+// for each, and the block is kept for the next.
+func TestCheckerScratchChangesNothing(t *testing.T) {
+	var entries []Entry
+	for i, evs := range scanV2Events() {
+		m, err := NewRecordMsg(evs, Chain{N: 1}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries = append(entries, Entry{Seq: uint64(i + 1), Subject: m.Subject, Header: m.Header, Data: m.Data})
+	}
+	c := newRecordChecker(nil, true)
+	for round := range 2 {
+		for i := range entries {
+			e := entries[(i*7+round)%len(entries)]
+			got, want := c.check(e), newRecordChecker(nil, true).check(e)
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("record %d after others: %+v, alone: %+v", e.Seq, got, want)
+			}
+		}
+	}
+	if cap(c.scratch) == 0 {
+		t.Fatal("the checker keeps no block for the next record")
+	}
 }

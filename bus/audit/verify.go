@@ -1,10 +1,12 @@
 package audit
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -151,7 +153,7 @@ func Verify(ctx context.Context, js jetstream.JetStream, opts VerifyOptions) (*R
 		defer m.stop()
 	}
 	q := Query{Tenant: opts.Tenant}
-	err = readChecked(ctx, stream, q, v.keys, func(rc recordCheck) error {
+	err = readChecked(ctx, stream, q, v.keys, m != nil, func(rc recordCheck) error {
 		v.apply(rc)
 		if m != nil {
 			return m.advance(ctx, rc)
@@ -182,8 +184,9 @@ const verifyBatch = 256
 
 // readChecked reads the messages q selects, as readStream does, checks
 // each on its own on every core (recordChecker), and calls fn with the
-// checks in stream order.
-func readChecked(ctx context.Context, stream jetstream.Stream, q Query, keys map[string][]byte, fn func(recordCheck) error) error {
+// checks in stream order. prints says whether the checks carry the
+// prints of the verdicts, which only the verdict check reads.
+func readChecked(ctx context.Context, stream jetstream.Stream, q Query, keys map[string][]byte, prints bool, fn func(recordCheck) error) error {
 	type item struct {
 		e  Entry
 		rc recordCheck
@@ -191,7 +194,7 @@ func readChecked(ctx context.Context, stream jetstream.Stream, q Query, keys map
 	q.Undecoded = true
 	checkers := make([]*recordChecker, runtime.GOMAXPROCS(0))
 	for i := range checkers {
-		checkers[i] = newRecordChecker(keys, true)
+		checkers[i] = newRecordChecker(keys, prints)
 	}
 	return inOrder(ctx, len(checkers), func(emit func([]item) error) error {
 		batch := make([]item, 0, verifyBatch)
@@ -323,6 +326,9 @@ type recordCheck struct {
 	verdict   bool
 	print     quickPrint
 	printable bool
+	// byGID says print is the gid print of a verdict whose record folded
+	// its grant (gidPrintOf), which compares with the stored verdict's.
+	byGID bool
 	// full is the print of the verdict itself (printVerdict), for a
 	// version-2 record that folded the verdict's grant: its data lacks
 	// the grant's token, which the stored verdict has, so no quick print
@@ -340,6 +346,9 @@ type recordChecker struct {
 	// verdict records (recordCheck.print, recordCheck.full): Verify's
 	// checkers, not a Checker's.
 	prints bool
+	// scratch holds the expanded events of the record of version 2 being
+	// checked; the next check writes over it.
+	scratch []byte
 }
 
 func newRecordChecker(keys map[string][]byte, prints bool) *recordChecker {
@@ -355,33 +364,41 @@ func newRecordChecker(keys map[string][]byte, prints bool) *recordChecker {
 
 // check checks e on its own. An entry already decoded (e.Record or e.Err
 // set) is taken as it is; otherwise the body is read the fast way
-// (viewRecord) and, when that cannot tell, decoded in full.
+// (viewRecord) and, when that cannot tell, decoded in full. A body of
+// version 2 has no fast way: it is decoded at once.
 func (c *recordChecker) check(e Entry) recordCheck {
 	sum := sha256.Sum256(e.Data)
 	rc := recordCheck{seq: e.Seq, digest: hex.EncodeToString(sum[:])}
-	var rv recordView
-	switch {
-	case e.Record != nil && e.Record.V >= RecordVersion:
-		return c.checkDecoded(e.Record, rc)
-	case e.Record != nil:
-		r := e.Record
-		last := r.Last()
-		rv = recordView{event: []byte(last.Event), tenant: []byte(r.Tenant), proposalID: []byte(r.ProposalID),
-			chain: r.Chain, data: last.Data, hash: r.Hash, mac: r.MAC, keyID: r.KeyID}
-	case e.Err != nil:
+	if e.Record == nil && e.Err == nil {
+		if !bytes.HasPrefix(e.Data, v2Start) {
+			if rv, ok := viewRecord(e.Subject, e.Header, e.Data); ok {
+				return c.checkView(rv, rc)
+			}
+		}
+		// The record is read here alone, so its events may go into the
+		// checker's scratch.
+		e.Record, e.Err = decodeRecord(e.Subject, e.Header, e.Data, &c.scratch)
+	}
+	switch r := e.Record; {
+	case r == nil:
 		rc.tenant, rc.invalid = subjectTenant(e.Subject), e.Err.Error()
 		return rc
+	case r.V >= RecordVersion:
+		return c.checkDecoded(r, rc, sum)
 	default:
-		var ok bool
-		if rv, ok = viewRecord(e.Subject, e.Header, e.Data); !ok {
-			e.Decode()
-			if e.Record == nil {
-				rc.tenant, rc.invalid = subjectTenant(e.Subject), e.Err.Error()
-				return rc
-			}
-			return c.check(e)
-		}
+		last := r.Last()
+		return c.checkView(recordView{event: []byte(last.Event), tenant: []byte(r.Tenant), proposalID: []byte(r.ProposalID),
+			chain: r.Chain, data: last.Data, hash: r.Hash, mac: r.MAC, keyID: r.KeyID}, rc)
 	}
+}
+
+// v2Start is how the writer begins a body of version 2. viewRecord reads
+// only bodies of version 1, and a body that begins so is none (a member
+// named twice is refused).
+var v2Start = []byte(`{"v":2,`)
+
+// checkView checks a record of version 1 read through rv.
+func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = string(rv.tenant), rv.chain
 	rc.hashBad = rv.hash != rc.digest
 	rc.macProblem = c.checkMAC(rv)
@@ -398,16 +415,16 @@ func (c *recordChecker) check(e Entry) recordCheck {
 // has no hash header to match (its hash is computed), its MAC covers the
 // body's hash, and a MAC that does not verify is a modified body; a
 // verdict it holds gets the print the verdict check compares with the
-// stored verdict.
-func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
+// stored verdict. sum is the SHA-256 of its body.
+func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size]byte) recordCheck {
 	rc.tenant, rc.chain = r.Tenant, r.Chain
 	if c.keys != nil {
-		switch key, ok := c.keys[r.KeyID]; {
+		switch m, ok := c.macs[r.KeyID]; {
 		case r.MAC == "":
 			rc.macProblem = "no MAC, yet records are MACed"
 		case !ok:
 			rc.macProblem = fmt.Sprintf("MACed with unknown key %s", r.KeyID)
-		case !r.macValid(key):
+		case !macMatches(m, sum, r.MAC):
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
@@ -421,11 +438,39 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck) recordCheck {
 		// token out: then only the verdict's own print compares.
 		if _, folded := r.Find(engine.EventGrantIssued); !folded {
 			rc.print, rc.printable = quickPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped)
-		} else if v, err := decodeVerdictRecord(r); err == nil {
-			rc.full, rc.fullOK = printVerdict(v), true
+			return rc
+		}
+		if gid, ok := foldedGID(r); ok {
+			rc.print, rc.printable = gidPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped, gid)
+			rc.byGID = rc.printable
+		}
+		if !rc.printable {
+			if v, err := decodeVerdictRecord(r); err == nil {
+				rc.full, rc.fullOK = printVerdict(v), true
+			}
 		}
 	}
 	return rc
+}
+
+// macEncoding reads a version-2 MAC header.
+var macEncoding = base64.RawURLEncoding.Strict()
+
+// macMatches reports whether mac, a version-2 record's MAC header, is
+// m's MAC of digest, the SHA-256 of the record's body.
+func macMatches(m hash.Hash, digest [sha256.Size]byte, mac string) bool {
+	var got, want [sha256.Size]byte
+	if base64.RawURLEncoding.EncodedLen(len(got)) != len(mac) {
+		return false
+	}
+	// Strict: the writer's spelling only, as the header was compared
+	// before; a MAC spelt with other trailing bits does not match.
+	if n, err := macEncoding.Decode(got[:], []byte(mac)); err != nil || n != len(got) {
+		return false
+	}
+	m.Reset()
+	m.Write(digest[:])
+	return hmac.Equal(m.Sum(want[:0]), got[:])
 }
 
 // checkMAC says what is wrong with rv's MAC under the keys, or "".

@@ -234,6 +234,26 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			macOnly: true,
 		},
 		{
+			// A version-1 MAC is hex, read in either case; a version-2 MAC
+			// is the writer's base64 alone, not one of its other spellings
+			// of the same bytes (the last character carries two bits more).
+			note: "a MAC spelt another way",
+			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
+				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
+				mac := m.Header.Get(wire.AuditMACHeader)
+				if !s.v2 {
+					m.Header.Set(wire.AuditMACHeader, strings.ToUpper(mac))
+					s.publish(t, m)
+					return nil
+				}
+				const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+				last := strings.IndexByte(alphabet, mac[len(mac)-1])
+				m.Header.Set(wire.AuditMACHeader, mac[:len(mac)-1]+string(alphabet[last^1]))
+				return []wantProblem{{s.publish(t, m), audit.ProblemModified}}
+			},
+			macOnly: true,
+		},
+		{
 			note: "a record without a MAC",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				return []wantProblem{{s.publish(t, s.next(t, 4, hexSHA256(s.head.Data), nil)), audit.ProblemForged}}
