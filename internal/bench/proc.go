@@ -73,13 +73,18 @@ const maxRSSPoints = 64
 // (gated's plugins). pssBytes is read only withPSS, and is 0 when any of
 // them has no smaps_rollup.
 func procSample(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, pssBytes int64, err error) {
-	cpu, rssBytes, _, pssBytes, err = procSampleOwn(pid, tree, withPSS)
+	var kids []int
+	if tree {
+		kids = descendants(pid)
+	}
+	cpu, rssBytes, _, pssBytes, err = procSampleOwn(pid, kids, withPSS)
 	return cpu, rssBytes, pssBytes, err
 }
 
-// procSampleOwn is procSample that also returns the resident set of pid
-// alone, ownRSS.
-func procSampleOwn(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, ownRSS, pssBytes int64, err error) {
+// procSampleOwn is procSample of pid and the processes kids, found below
+// it, that also returns the resident set of pid alone, ownRSS. A kid that
+// has ended is left out.
+func procSampleOwn(pid int, kids []int, withPSS bool) (cpu time.Duration, rssBytes, ownRSS, pssBytes int64, err error) {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return 0, 0, 0, 0, err
@@ -93,21 +98,19 @@ func procSampleOwn(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, ow
 	if withPSS {
 		pssBytes, pssKnown = readPSS(pid)
 	}
-	if tree {
-		for _, child := range descendants(pid) {
-			stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
-			if err != nil {
-				continue
-			}
-			c, r, err := parseProcStat(stat)
-			if err != nil {
-				continue
-			}
-			cpu, rssBytes = cpu+c, rssBytes+r
-			if withPSS {
-				p, ok := readPSS(child)
-				pssBytes, pssKnown = pssBytes+p, pssKnown && ok
-			}
+	for _, child := range kids {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", child))
+		if err != nil {
+			continue
+		}
+		c, r, err := parseProcStat(stat)
+		if err != nil {
+			continue
+		}
+		cpu, rssBytes = cpu+c, rssBytes+r
+		if withPSS {
+			p, ok := readPSS(child)
+			pssBytes, pssKnown = pssBytes+p, pssKnown && ok
 		}
 	}
 	if !pssKnown {
@@ -230,8 +233,15 @@ func truncate(b []byte) []byte {
 // pssEvery is how many samples go by between two readings of the
 // proportional set: the kernel walks every page of a process to report
 // it, which at every 100 ms sample cost the bench process a tenth of a
-// core beside a gated of 550 MB.
-const pssEvery = 10
+// core beside a gated of 550 MB, and once a second still 6% of the bench
+// process's CPU beside a gated of 1 GB. The peak proportional set is so
+// the largest of readings 5 s apart (and at the start and the end).
+const pssEvery = 50
+
+// kidsEvery is how many samples go by between two looks for the processes
+// below the sampled one: finding them reads the stat of every process on
+// the machine. A plugin started in between is counted from the next look.
+const kidsEvery = 10
 
 // Sampler follows one process's resource use while a measurement runs.
 type Sampler struct {
@@ -256,18 +266,22 @@ type Sampler struct {
 // every interval. It fails when the process cannot be read (not Linux, or
 // not this user's process).
 func StartSampler(pid int, tree bool, every time.Duration) (*Sampler, error) {
-	cpu, rss, own, pss, err := procSampleOwn(pid, tree, true)
+	var kids []int
+	if tree {
+		kids = descendants(pid)
+	}
+	cpu, rss, own, pss, err := procSampleOwn(pid, kids, true)
 	if err != nil {
 		return nil, err
 	}
 	s := &Sampler{pid: pid, tree: tree, start: time.Now(), cpu0: cpu, peakRSS: rss, peakPSS: pss,
 		rss0: own, tree0: rss, stride: 10, stop: make(chan struct{}), done: make(chan struct{})}
 	s.along = append(s.along, RSSPoint{MB: mb(own), TreeMB: mb(rss)})
-	go s.run(every)
+	go s.run(every, kids)
 	return s, nil
 }
 
-func (s *Sampler) run(every time.Duration) {
+func (s *Sampler) run(every time.Duration, kids []int) {
 	defer close(s.done)
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -276,7 +290,10 @@ func (s *Sampler) run(every time.Duration) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			_, rss, own, pss, err := procSampleOwn(s.pid, s.tree, tick%pssEvery == 0)
+			if s.tree && tick%kidsEvery == 0 {
+				kids = descendants(s.pid)
+			}
+			_, rss, own, pss, err := procSampleOwn(s.pid, kids, tick%pssEvery == 0)
 			s.mu.Lock()
 			if err != nil && s.err == nil {
 				s.err = err
@@ -334,7 +351,11 @@ func mb(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
 func (s *Sampler) Stop() (ProcUsage, error) {
 	close(s.stop)
 	<-s.done
-	cpu, rss, own, pss, err := procSampleOwn(s.pid, s.tree, true)
+	var kids []int
+	if s.tree {
+		kids = descendants(s.pid)
+	}
+	cpu, rss, own, pss, err := procSampleOwn(s.pid, kids, true)
 	wall := time.Since(s.start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
