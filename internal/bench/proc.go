@@ -73,12 +73,16 @@ const maxRSSPoints = 64
 // (gated's plugins). pssBytes is read only withPSS, and is 0 when any of
 // them has no smaps_rollup.
 func procSample(pid int, tree, withPSS bool) (cpu time.Duration, rssBytes, pssBytes int64, err error) {
-	var kids []int
-	if tree {
-		kids = descendants(pid)
-	}
-	cpu, rssBytes, _, pssBytes, err = procSampleOwn(pid, kids, withPSS)
+	cpu, rssBytes, _, pssBytes, err = procSampleOwn(pid, kidsOf(pid, tree), withPSS)
 	return cpu, rssBytes, pssBytes, err
+}
+
+// kidsOf is the processes below pid when tree, else none.
+func kidsOf(pid int, tree bool) []int {
+	if !tree {
+		return nil
+	}
+	return descendants(pid)
 }
 
 // procSampleOwn is procSample of pid and the processes kids, found below
@@ -266,10 +270,7 @@ type Sampler struct {
 // every interval. It fails when the process cannot be read (not Linux, or
 // not this user's process).
 func StartSampler(pid int, tree bool, every time.Duration) (*Sampler, error) {
-	var kids []int
-	if tree {
-		kids = descendants(pid)
-	}
+	kids := kidsOf(pid, tree)
 	cpu, rss, own, pss, err := procSampleOwn(pid, kids, true)
 	if err != nil {
 		return nil, err
@@ -290,8 +291,8 @@ func (s *Sampler) run(every time.Duration, kids []int) {
 		case <-s.stop:
 			return
 		case <-t.C:
-			if s.tree && tick%kidsEvery == 0 {
-				kids = descendants(s.pid)
+			if tick%kidsEvery == 0 {
+				kids = kidsOf(s.pid, s.tree)
 			}
 			_, rss, own, pss, err := procSampleOwn(s.pid, kids, tick%pssEvery == 0)
 			s.mu.Lock()
@@ -351,11 +352,7 @@ func mb(b int64) float64 { return math.Round(float64(b)/(1<<20)*10) / 10 }
 func (s *Sampler) Stop() (ProcUsage, error) {
 	close(s.stop)
 	<-s.done
-	var kids []int
-	if s.tree {
-		kids = descendants(s.pid)
-	}
-	cpu, rss, own, pss, err := procSampleOwn(s.pid, kids, true)
+	cpu, rss, own, pss, err := procSampleOwn(s.pid, kidsOf(s.pid, s.tree), true)
 	wall := time.Since(s.start)
 	s.mu.Lock()
 	defer s.mu.Unlock()
