@@ -161,6 +161,11 @@ func foldedGID(r *Record) (string, bool) {
 	if !ok {
 		return "", false
 	}
+	return grantEventGID(g)
+}
+
+// grantEventGID is the gid of a grant.issued event.
+func grantEventGID(g engine.AuditEvent) (string, bool) {
 	var d struct {
 		GID string `json:"gid"`
 	}

@@ -436,11 +436,12 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 		// The expanded verdict is the data a version-1 record would hold,
 		// byte for byte, unless the record folded the grant and left its
 		// token out: then only the verdict's own print compares.
-		if _, folded := r.Find(engine.EventGrantIssued); !folded {
+		g, folded := r.Find(engine.EventGrantIssued)
+		if !folded {
 			rc.print, rc.printable = quickPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped)
 			return rc
 		}
-		if gid, ok := foldedGID(r); ok {
+		if gid, ok := grantEventGID(g); ok {
 			rc.print, rc.printable = gidPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped, gid)
 			rc.byGID = rc.printable
 		}
