@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
@@ -33,11 +34,32 @@ var (
 	reviewerLatencyDesc   = prometheus.NewDesc("gated_reviewer_latency_seconds", "Review latency by reviewer, nearest-rank quantiles 0.5 and 0.99 of latency_ms, since serve started.", append(reviewerLabels, "quantile"), nil)
 )
 
+// reviewerMetricsEvery is how often serve reads the audit records
+// stored since its last read into the reviewer metrics. A scrape of
+// /metrics starts a read of its own and waits for it, up to
+// reviewerMetricsWait, so between rounds the figures still count every
+// record stored before the scrape.
+//
+// The rounds are what keep serve's memory down: a reader right behind
+// the writer makes the NATS server keep the cache of every finished
+// block of the stream for its fixed expiry, about 10 s of audit
+// records; a reader that comes back after a block is finished reads it
+// from the disk once and lets it go (docs/BENCHMARKS.md, "Where the
+// llm run's memory went").
+const (
+	reviewerMetricsEvery = 5 * time.Second
+	reviewerMetricsWait  = 2 * time.Second
+)
+
 // reviewerCollector exposes the reviewers' track record, folded from the
-// audit stream as serve reads it.
+// audit stream in rounds.
 type reviewerCollector struct {
 	mu sync.Mutex
 	tr audit.TrackRecord
+	// catchUp, when set, reads the records stored since the last round
+	// before Collect reports; it returns once they are folded or ctx
+	// ends.
+	catchUp func(ctx context.Context)
 }
 
 func (c *reviewerCollector) add(r *audit.Record) {
@@ -56,6 +78,11 @@ func (c *reviewerCollector) Describe(ch chan<- *prometheus.Desc) {
 // Collect sends each reviewer's figures, the first maxReviewerSeries
 // reviewers in the report's order one by one and the rest summed.
 func (c *reviewerCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.catchUp != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), reviewerMetricsWait)
+		c.catchUp(ctx)
+		cancel()
+	}
 	c.mu.Lock()
 	rows := c.tr.Reviewers()
 	c.mu.Unlock()
@@ -94,25 +121,58 @@ func (c *reviewerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// startReviewerMetrics follows the audit stream from now on and folds it
-// into the reviewer metrics. It reads on its own consumer: no decision
-// waits for it. A read that fails is logged and retried.
+// startReviewerMetrics folds the audit records stored from now on into
+// the reviewer metrics, in rounds every reviewerMetricsEvery and before
+// each scrape. It reads on its own consumer: no decision waits for it. A
+// round that fails is logged; the next one starts where it stopped.
 func (s *gateServer) startReviewerMetrics(ctx context.Context) error {
-	c := &reviewerCollector{tr: audit.TrackRecord{Limit: reviewerMetricsLimit}}
+	c, stop := followReviewers(ctx, s.js, reviewerMetricsEvery, s.log)
 	s.m.reg.MustRegister(c)
+	s.onStop(stop)
+	return nil
+}
+
+// followReviewers returns a collector of the reviewer metrics over the
+// audit records stored from now on, read in rounds every every and when
+// a scrape asks, and the function that stops the reading.
+func followReviewers(ctx context.Context, js jetstream.JetStream, every time.Duration, log *zap.Logger) (*reviewerCollector, func()) {
+	c := &reviewerCollector{tr: audit.TrackRecord{Limit: reviewerMetricsLimit}}
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	s.onStop(func() { cancel(); <-done })
+	asks := make(chan chan struct{})
+	c.catchUp = func(wait context.Context) {
+		read := make(chan struct{})
+		select {
+		case asks <- read:
+		case <-wait.Done():
+			return
+		case <-done:
+			return
+		}
+		select {
+		case <-read:
+		case <-wait.Done():
+		}
+	}
 	since := time.Now()
 	go func() {
 		defer close(done)
 		var last uint64
-		for ctx.Err() == nil {
-			q := audit.Query{Follow: true, Since: since, Undecoded: true}
-			if last > 0 {
-				q = audit.Query{Follow: true, StartSeq: last + 1, Undecoded: true}
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			var read chan struct{}
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			case read = <-asks:
 			}
-			err := audit.Read(ctx, s.js, q, func(e audit.Entry) error {
+			q := audit.Query{Since: since, Undecoded: true}
+			if last > 0 {
+				q = audit.Query{StartSeq: last + 1, Undecoded: true}
+			}
+			err := audit.Read(ctx, js, q, func(e audit.Entry) error {
 				last = e.Seq
 				// Most records are policy decisions, which hold nothing
 				// the metrics count: only the others are decoded.
@@ -122,15 +182,16 @@ func (s *gateServer) startReviewerMetrics(ctx context.Context) error {
 				}
 				return nil
 			})
+			if read != nil {
+				close(read)
+			}
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("reading the audit stream for the reviewer metrics; retrying", zap.Error(err))
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
+			if err != nil {
+				log.Warn("reading the audit stream for the reviewer metrics; the next round starts where this one stopped", zap.Error(err))
 			}
 		}
 	}()
-	return nil
+	return c, func() { cancel(); <-done }
 }
