@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unique"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -62,11 +63,25 @@ type trackedProposal struct {
 	operator engine.ReviewDecision
 }
 
-// trackedReview is what a TrackRecord keeps of a review.
+// trackedReview is what a TrackRecord keeps of a review. The reviewer's
+// key is interned: the proposals a track record keeps share a few
+// reviewers, and each would otherwise hold its own copy of four strings.
 type trackedReview struct {
-	key      ReviewerKey
+	key      unique.Handle[ReviewerKey]
 	decision engine.ReviewDecision
 	latency  float64
+}
+
+// keptDecision returns d, as the package's constant when it is one, so
+// that a kept review does not hold the decoded copy.
+func keptDecision(d engine.ReviewDecision) engine.ReviewDecision {
+	switch d {
+	case engine.DecisionApprove:
+		return engine.DecisionApprove
+	case engine.DecisionReject:
+		return engine.DecisionReject
+	}
+	return d
 }
 
 // TrackRecord folds audit records into each reviewer's track record: the
@@ -141,7 +156,7 @@ func (t *TrackRecord) settleOldest() {
 // tally adds the figures of p to stats and its latencies to latencies.
 func tally(p *trackedProposal, stats map[ReviewerKey]*ReviewerStats, latencies map[ReviewerKey][]float64) {
 	for _, rv := range p.reviews {
-		k := rv.key
+		k := rv.key.Value()
 		s := stats[k]
 		if s == nil {
 			s = &ReviewerStats{ReviewerKey: k}
@@ -242,8 +257,8 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 			p.reviews = make([]trackedReview, len(v.Reviews))
 			for i, rv := range v.Reviews {
 				p.reviews[i] = trackedReview{
-					key:      ReviewerKey{Plugin: rv.Plugin, PluginVersion: rv.PluginVersion, Persona: rv.Persona, Model: rv.Model},
-					decision: rv.Decision, latency: rv.LatencyMS,
+					key:      unique.Make(ReviewerKey{Plugin: rv.Plugin, PluginVersion: rv.PluginVersion, Persona: rv.Persona, Model: rv.Model}),
+					decision: keptDecision(rv.Decision), latency: rv.LatencyMS,
 				}
 			}
 		}
@@ -258,8 +273,12 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 		if json.Unmarshal(ev.Data, &d) != nil || d.ProposalID == "" {
 			return
 		}
-		if d.Status == engine.ExecutionSucceeded || d.Status == engine.ExecutionFailed {
-			t.proposal(ev.Tenant, d.ProposalID).final = d.Status
+		// The constants are kept, not the decoded copies.
+		switch d.Status {
+		case engine.ExecutionSucceeded:
+			t.proposal(ev.Tenant, d.ProposalID).final = engine.ExecutionSucceeded
+		case engine.ExecutionFailed:
+			t.proposal(ev.Tenant, d.ProposalID).final = engine.ExecutionFailed
 		}
 	case engine.EventOperatorDecided:
 		var d struct {

@@ -3,6 +3,7 @@ package audit_test
 import (
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/gated/gated/bus/audit"
@@ -267,4 +268,31 @@ func FuzzMayTrack(f *testing.F) {
 			t.Fatalf("a record that counts was turned away: %s %s: version 2 %v, version 1 %v", event, raw, v2, v1)
 		}
 	})
+}
+
+// BenchmarkTrackRecordHeld reports what a track record holds for each
+// proposal it keeps one by one (held-B/proposal): serve keeps up to
+// 100,000 of them for its reviewer metrics.
+func BenchmarkTrackRecordHeld(b *testing.B) {
+	const n = 20_000
+	records := make([]*audit.Record, n)
+	for i := range records {
+		records[i] = rec(engine.EventVerdict, fmt.Sprint("proposal-", i), fmt.Sprintf(`{"v":1,"proposal_id":"proposal-%d","tenant":"acme","outcome":"approved","stage":"review",`+
+			`"reviews":[{"plugin":"llm","plugin_version":"0.9.1","persona":"security-reviewer","model":"gpt-4o-mini","decision":"approve","latency_ms":%d}]}`, i, i%2000))
+	}
+	var held float64
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		var t audit.TrackRecord
+		for _, r := range records {
+			t.Add(r)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		held = float64(after.HeapAlloc-before.HeapAlloc) / n
+		runtime.KeepAlive(&t)
+	}
+	b.ReportMetric(held, "held-B/proposal")
 }
