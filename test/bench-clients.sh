@@ -30,8 +30,14 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 nats_port=$(free_port)
 http_port=$(free_port)
 "$GO" build -o "$work/roundtrip" ./internal/bench/roundtrip
+# The rounds send ROUNDS x N read proposals per language within minutes:
+# far past the default budgets (600 reads a minute per agent), which would
+# refuse them. Tenant acme's budgets are lifted, as gated bench does for its
+# own tenant.
+unlimited='{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}'
+printf 'tenants:\n  acme: {tenant: %s, agent: %s}\n' "$unlimited" "$unlimited" >"$work/budgets.yaml"
 "$GATED_BIN" serve --data-dir "$work/data" --nats-listen "127.0.0.1:$nats_port" --http "127.0.0.1:$http_port" \
-  --log-format json --log-level warn >"$work/gated.log" 2>&1 &
+  --budgets "$work/budgets.yaml" --log-format json --log-level warn >"$work/gated.log" 2>&1 &
 gated_pid=$!
 for _ in $(seq 600); do
   if curl -fsS "http://127.0.0.1:$http_port/readyz" >/dev/null 2>&1; then break; fi
