@@ -388,6 +388,15 @@ mutant budget_refusal_reads_lease bus/budget/store.go ./bus/budget \
 mutant budget_refusal_stands bus/budget/store.go ./bus/budget \
 	$'\t\tif err != nil || refusal != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n' \
 	$'\t\tif err != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n'
+# Budgets read again (cmd/gated/budgets.go): an empty file does not put the
+# defaults in force in place of the file's limits, and a change is taken up
+# only once two polls in a row read it the same.
+mutant budget_reload_refuses_empty cmd/gated/budgets.go ./cmd/gated \
+	$'if len(bytes.TrimSpace(data)) == 0 {' \
+	$'if false && len(bytes.TrimSpace(data)) == 0 {'
+mutant budget_reload_settles cmd/gated/budgets.go ./cmd/gated \
+	$'if f.seen == nil || !bytes.Equal(data, f.seen) {' \
+	$'if false && (f.seen == nil || !bytes.Equal(data, f.seen)) {'
 # Grants (bus/grants.go): a grant is marked expired only once its exp has
 # passed, and a gated's own sweep takes a grant only when its exp is due.
 mutant grant_expired_only_past_exp bus/grants.go ./bus \

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -196,5 +198,108 @@ func TestServeReloadsBudgets(t *testing.T) {
 	v := propose(t, client, readProposal("r2", "nginx"))
 	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != engine.LimitReads {
 		t.Fatalf("r2 after the new limit: %s (%s), want refused by reads at 2", v.Outcome, v.Reason)
+	}
+}
+
+// TestServeBudgetsReloadRefusesAnEmptyFile: a budgets file is empty
+// between its truncation and its write, and an editor that fails leaves
+// it so. Read then, it must not put the defaults in force in place of the
+// file's limits: it is refused, and the limits in force stay.
+func TestServeBudgetsReloadRefusesAnEmptyFile(t *testing.T) {
+	s := bustest.Server(t)
+	dir := t.TempDir()
+	file := writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 2/1h}\n")
+	httpAddr, stop := startServe(t, s.ClientURL(), "--budgets", file, "--budgets-poll", "50ms")
+	defer stop()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	client, err := fleet.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"r0", "r1"} {
+		if v := propose(t, client, readProposal(id, "nginx")); v.Outcome != engine.OutcomeApproved {
+			t.Fatalf("%s: %s (%s)", id, v.Outcome, v.Reason)
+		}
+	}
+	writeFile(t, dir, "budgets.yaml", "")
+	// The reload of the empty file is counted one way or the other.
+	body := waitMetricOf(t, httpAddr, `gated_budget_reloads_total{result="refused"} 1`, `gated_budget_reloads_total{result="applied"} 1`)
+	if !strings.Contains(body, `gated_budget_reloads_total{result="refused"} 1`) {
+		t.Errorf("the empty budgets file was applied, want it refused")
+	}
+	v := propose(t, client, readProposal("r2", "nginx"))
+	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != engine.LimitReads {
+		t.Fatalf("r2 after an empty budgets file: %s (%s), want refused by the reads limit of 2 in force", v.Outcome, v.Reason)
+	}
+}
+
+// waitMetricOf scrapes /metrics until one of lines is there and returns
+// the body that had it.
+func waitMetricOf(t *testing.T, httpAddr string, lines ...string) string {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var body string
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/metrics")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			body = string(b)
+			for _, l := range strings.Split(body, "\n") {
+				if slices.Contains(lines, l) {
+					return body
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics never showed any of %q:\n%s", lines, body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestBudgetsFileSettles: the watcher takes a change up only once two
+// polls in a row read it the same, so neither the empty file between a
+// truncation and its write nor half a file is ever parsed.
+func TestBudgetsFileSettles(t *testing.T) {
+	full := []byte("tenants:\n  acme: {agent: {reads: 2/1h}}\n  beta: {agent: {reads: 5/1h}}\n")
+	half := full[:len("tenants:\n  acme: {agent: {reads: 2/1h}}\n")]
+	f := budgetsFile{last: []byte("tenants: {}\n")}
+	steps := []struct {
+		read []byte
+		want bool
+	}{
+		{[]byte("tenants: {}\n"), false}, // unchanged
+		{[]byte{}, false},                // truncated
+		{half, false},                    // half written: a valid file on its own
+		{full, false},                    // written, read once
+		{full, true},                     // read twice the same: taken up
+		{full, false},                    // and not again
+		{[]byte{}, false},                // truncated again
+		{[]byte{}, true},                 // and left empty: taken up (and refused by the parse)
+	}
+	for i, s := range steps {
+		if got := f.settled(s.read); got != s.want {
+			t.Fatalf("poll %d read %q: settled %v, want %v", i, s.read, got, s.want)
+		}
+	}
+	if !f.gone() {
+		t.Error("a failed read after a file was read must be said")
+	}
+	if f.gone() {
+		t.Error("a second failed read must not be said again")
+	}
+	if f.settled(full) || !f.settled(full) {
+		t.Error("after a failed read, the file back must settle over two polls")
+	}
+	if _, err := parseReloadedBudgets("b.yaml", []byte(" \n\t\n")); err == nil || !strings.Contains(err.Error(), "b.yaml is empty") {
+		t.Errorf("a blank file read again: %v, want refused as empty", err)
+	}
+	if cfg, err := parseReloadedBudgets("b.yaml", []byte("tenants: {}\n")); err != nil || cfg == nil {
+		t.Errorf("tenants: {}: %v, want the defaults", err)
 	}
 }

@@ -133,7 +133,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	_ = cobra.MarkFlagFilename(f, "notify", "yaml", "yml")
 	f.StringVar(&o.budgets, "budgets", "", "YAML file of the limits per tenant and per agent: proposals, reads and tokens per interval, reviews in flight, actions pending an operator (docs/BUDGETS.md); empty: the built-in limits")
 	_ = cobra.MarkFlagFilename(f, "budgets", "yaml", "yml")
-	f.DurationVar(&o.budgetsWatch, "budgets-poll", 5*time.Second, "read --budgets again every interval and apply it when it changed and is valid (0 disables)")
+	f.DurationVar(&o.budgetsWatch, "budgets-poll", 5*time.Second, "read --budgets again every interval and apply it once a change reads the same twice in a row and is valid; an empty file is refused (0 disables)")
 	f.DurationVar(&o.reviewWait, "review-wait", fleet.DefaultWait, "how long a gated.review request waits for its verdict before a 504 reply")
 	f.IntVar(&o.replicas, "replicas", 1, "replicas of the streams and the verdict bucket (3 on a cluster)")
 	f.DurationVar(&o.verdictTTL, "verdict-ttl", 7*24*time.Hour, "how long verdicts are kept for idempotent replay")
