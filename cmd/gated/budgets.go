@@ -20,8 +20,9 @@ import (
 )
 
 // watchBudgets reads --budgets again every --budgets-poll, and swaps in a
-// changed file that is valid; a bad one is logged with its file and line,
-// and the limits in force stay.
+// change once two polls in a row read it the same and it is valid; a bad
+// or empty one is logged with its file and line, and the limits in force
+// stay.
 func (s *gateServer) watchBudgets() {
 	path, every := s.o.budgets, s.o.budgetsWatch
 	if path == "" || every <= 0 {
