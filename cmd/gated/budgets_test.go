@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -165,23 +163,31 @@ func TestServeTokenBudgetFromTheModelsUsage(t *testing.T) {
 	}
 }
 
-// TestServeReloadsBudgets: a changed budgets file replaces the limits of
-// a running serve; a bad one is refused and the limits in force stay.
-func TestServeReloadsBudgets(t *testing.T) {
+// serveReloadingBudgets starts serve on a budgets file holding limits,
+// read again every 50 ms, and returns the file's directory, serve's HTTP
+// address and a fleet client.
+func serveReloadingBudgets(t *testing.T, limits string) (dir, httpAddr string, client *fleet.Client) {
+	t.Helper()
 	s := bustest.Server(t)
-	dir := t.TempDir()
-	file := writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 100/1h}\n")
+	dir = t.TempDir()
+	file := writeFile(t, dir, "budgets.yaml", limits)
 	httpAddr, stop := startServe(t, s.ClientURL(), "--budgets", file, "--budgets-poll", "50ms")
-	defer stop()
+	t.Cleanup(stop)
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
-	client, err := fleet.NewClient(nc)
-	if err != nil {
+	t.Cleanup(nc.Close)
+	if client, err = fleet.NewClient(nc); err != nil {
 		t.Fatal(err)
 	}
+	return dir, httpAddr, client
+}
+
+// TestServeReloadsBudgets: a changed budgets file replaces the limits of
+// a running serve; a bad one is refused and the limits in force stay.
+func TestServeReloadsBudgets(t *testing.T) {
+	dir, httpAddr, client := serveReloadingBudgets(t, "tenants:\n  acme:\n    agents:\n      a: {reads: 100/1h}\n")
 	if v := propose(t, client, readProposal("r0", "nginx")); v.Outcome != engine.OutcomeApproved {
 		t.Fatalf("r0: %s (%s)", v.Outcome, v.Reason)
 	}
@@ -206,20 +212,7 @@ func TestServeReloadsBudgets(t *testing.T) {
 // it so. Read then, it must not put the defaults in force in place of the
 // file's limits: it is refused, and the limits in force stay.
 func TestServeBudgetsReloadRefusesAnEmptyFile(t *testing.T) {
-	s := bustest.Server(t)
-	dir := t.TempDir()
-	file := writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 2/1h}\n")
-	httpAddr, stop := startServe(t, s.ClientURL(), "--budgets", file, "--budgets-poll", "50ms")
-	defer stop()
-	nc, err := nats.Connect(s.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	client, err := fleet.NewClient(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, httpAddr, client := serveReloadingBudgets(t, "tenants:\n  acme:\n    agents:\n      a: {reads: 2/1h}\n")
 	for _, id := range []string{"r0", "r1"} {
 		if v := propose(t, client, readProposal(id, "nginx")); v.Outcome != engine.OutcomeApproved {
 			t.Fatalf("%s: %s (%s)", id, v.Outcome, v.Reason)
@@ -227,38 +220,13 @@ func TestServeBudgetsReloadRefusesAnEmptyFile(t *testing.T) {
 	}
 	writeFile(t, dir, "budgets.yaml", "")
 	// The reload of the empty file is counted one way or the other.
-	body := waitMetricOf(t, httpAddr, `gated_budget_reloads_total{result="refused"} 1`, `gated_budget_reloads_total{result="applied"} 1`)
+	body := waitMetric(t, httpAddr, `gated_budget_reloads_total{result="refused"} 1`, `gated_budget_reloads_total{result="applied"} 1`)
 	if !strings.Contains(body, `gated_budget_reloads_total{result="refused"} 1`) {
 		t.Errorf("the empty budgets file was applied, want it refused")
 	}
 	v := propose(t, client, readProposal("r2", "nginx"))
 	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != engine.LimitReads {
 		t.Fatalf("r2 after an empty budgets file: %s (%s), want refused by the reads limit of 2 in force", v.Outcome, v.Reason)
-	}
-}
-
-// waitMetricOf scrapes /metrics until one of lines is there and returns
-// the body that had it.
-func waitMetricOf(t *testing.T, httpAddr string, lines ...string) string {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	var body string
-	for {
-		resp, err := http.Get("http://" + httpAddr + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			body = string(b)
-			for _, l := range strings.Split(body, "\n") {
-				if slices.Contains(lines, l) {
-					return body
-				}
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed any of %q:\n%s", lines, body)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -156,9 +157,9 @@ func TestServeStartsWithABrokenShadow(t *testing.T) {
 	waitMetric(t, httpAddr, `gated_policy_shadow_differences_total{kind="outcome"} 1`)
 }
 
-// waitMetric polls /metrics until it holds line, for up to a minute, and
-// returns the last scrape.
-func waitMetric(t *testing.T, httpAddr, line string) string {
+// waitMetric polls /metrics until it holds one of lines, for up to a
+// minute, and returns the last scrape.
+func waitMetric(t *testing.T, httpAddr string, lines ...string) string {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
 	var body string
@@ -169,13 +170,13 @@ func waitMetric(t *testing.T, httpAddr, line string) string {
 			resp.Body.Close()
 			body = string(b)
 			for _, l := range strings.Split(body, "\n") {
-				if l == line {
+				if slices.Contains(lines, l) {
 					return body
 				}
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("/metrics never showed %q:\n%s", line, body)
+			t.Fatalf("/metrics never showed any of %q:\n%s", lines, body)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
