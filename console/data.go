@@ -316,7 +316,8 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 		}
 		if e.Record == nil {
 			var ev engine.AuditEvent
-			if json.Unmarshal(e.Data, &ev) != nil || ev.ProposalID != id {
+			body, _ := audit.RecordJSON(e.Data)
+			if json.Unmarshal(body, &ev) != nil || ev.ProposalID != id {
 				// Not a record, nor a record's JSON: it names no proposal. The
 				// tenant's chain problems count it.
 				return nil

@@ -397,6 +397,12 @@ mutant budget_reload_refuses_empty cmd/gated/budgets.go ./cmd/gated \
 mutant budget_reload_settles cmd/gated/budgets.go ./cmd/gated \
 	$'if f.seen == nil || !bytes.Equal(data, f.seen) {' \
 	$'if false && (f.seen == nil || !bytes.Equal(data, f.seen)) {'
+# Audit records (bus/audit/zstd.go): a compressed body is decompressed
+# within MaxRecordJSON, so that a forged frame cannot make a reader hold
+# more memory than a record of gated's needs.
+mutant audit_decompress_bound bus/audit/zstd.go ./bus/audit \
+	$'zstd.WithDecoderMaxMemory(MaxRecordJSON),' \
+	$'zstd.WithDecoderMaxMemory(1 << 40),'
 # Grants (bus/grants.go): a grant is marked expired only once its exp has
 # passed, and a gated's own sweep takes a grant only when its exp is due.
 mutant grant_expired_only_past_exp bus/grants.go ./bus \

@@ -55,6 +55,12 @@ type Config struct {
 	PublishTimeout time.Duration
 	// Publish chooses how queued records go out. Default PublishAuto.
 	Publish PublishMode
+	// Uncompressed stores each record's body as its JSON. Default false:
+	// a body is one zstd frame of its JSON (about half its bytes in the
+	// stream and in a replica's traffic), and readers that take the
+	// stream's messages themselves decompress it first. A body of more
+	// than MaxRecordJSON bytes is stored as JSON either way.
+	Uncompressed bool
 	// OnSeal, when set, hears how long each trail's Seal took (from its
 	// final event queued until every event of the trail is stored) and
 	// its error, for metrics. It must not block. Default nil.

@@ -120,7 +120,8 @@ type auditBody struct {
 }
 
 // DecodeRecord decodes a message of the audit stream. It checks the
-// form of a record — a JSON object of a known version, its chain link,
+// form of a record — a JSON object of a known version, or a version-2
+// object compressed as one zstd frame, its chain link,
 // events of the event schema, the subject that names the tenant and the
 // last event, a hash header on a version-1 record — but not whether the
 // hash matches, nor the MAC, nor the chain: those are Verify's, which
@@ -130,18 +131,34 @@ func DecodeRecord(subject string, hdr nats.Header, body []byte) (*Record, error)
 	return decodeRecord(subject, hdr, body, nil)
 }
 
-// decodeRecord is DecodeRecord writing a version-2 record's expanded
-// events into *scratch (expandV2): the record is then only the caller's
-// to read until it hands scratch to the next decoding.
-func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *[]byte) (*Record, error) {
+// decodeRecord is DecodeRecord writing a version-2 record's JSON, when
+// compressed, and its expanded events (expandV2) into *scratch: the record
+// is then only the caller's to read until it hands scratch to the next
+// decoding.
+func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeScratch) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
+	if isCompressed(body) {
+		var buf, events *[]byte
+		if scratch != nil {
+			buf, events = &scratch.json, &scratch.events
+		}
+		js, err := recordJSON(body, buf)
+		if err != nil {
+			return bad("%v", err)
+		}
+		return decodeV2(subject, hdr, body, js, events)
+	}
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
-		return bad("body is not a JSON object")
+		return bad("body is neither a JSON object nor a zstd frame")
 	}
 	if bodyVersion(body) == RecordVersion {
-		return decodeV2(subject, hdr, body, scratch)
+		var events *[]byte
+		if scratch != nil {
+			events = &scratch.events
+		}
+		return decodeV2(subject, hdr, body, body, events)
 	}
 	b, ok := decodeCanonical(body)
 	if !ok {
@@ -212,15 +229,23 @@ func checkChain(c *Chain) error {
 	return nil
 }
 
-// decodeV2 decodes a version-2 record.
-func decodeV2(subject string, hdr nats.Header, body []byte, scratch *[]byte) (*Record, error) {
+// decodeScratch holds the blocks a reader of one record at a time lends
+// decodeRecord: json for a compressed body's JSON, events for the
+// expanded events (expandV2).
+type decodeScratch struct {
+	json, events []byte
+}
+
+// decodeV2 decodes a version-2 record: body as stored, js its JSON (body
+// itself, or body decompressed).
+func decodeV2(subject string, hdr nats.Header, body, js []byte, scratch *[]byte) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
-	b, ok := scanV2(body)
+	b, ok := scanV2(js)
 	if !ok {
 		b = recordV2{}
-		if err := strictjson.Decode(body, &b); errors.Is(err, strictjson.ErrTrailingData) {
+		if err := strictjson.Decode(js, &b); errors.Is(err, strictjson.ErrTrailingData) {
 			return bad("body: data after the JSON object")
 		} else if err != nil {
 			return bad("body: %v", err)
@@ -338,8 +363,11 @@ type encodedEvent struct {
 	v       int
 	tenant  string
 	subject string
-	pre     []byte
-	post    []byte
+	// compress stores the body as a zstd frame of its JSON (version 2
+	// only).
+	compress bool
+	pre      []byte
+	post     []byte
 }
 
 // size is the body's length without its chain member.
@@ -410,9 +438,17 @@ func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
-// body returns the record's body for chain link c.
+// bodyBlocks lends the writer a block to build a body in before it
+// compresses it.
+var bodyBlocks = sync.Pool{New: func() any { return new([]byte) }}
+
+// body returns the record's JSON body for chain link c.
 func (e encodedEvent) body(c Chain) []byte {
-	out := make([]byte, 0, e.size()+96)
+	return e.appendBody(make([]byte, 0, e.size()+96), c)
+}
+
+// appendBody appends the record's JSON body for chain link c to out.
+func (e encodedEvent) appendBody(out []byte, c Chain) []byte {
 	out = append(out, e.pre...)
 	out = append(out, `,"chain":{"n":`...)
 	out = strconv.AppendUint(out, c.N, 10)
@@ -426,7 +462,17 @@ func (e encodedEvent) body(c Chain) []byte {
 // the digest of its body.
 func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
 	m := nats.NewMsg(e.subject)
-	m.Data = e.body(c)
+	if e.compress && e.v == RecordVersion && e.size()+96 <= MaxRecordJSON {
+		p := bodyBlocks.Get().(*[]byte)
+		js := e.appendBody((*p)[:0], c)
+		m.Data = compressBody(make([]byte, 0, len(js)/2+64), js)
+		if cap(js) <= maxKeptScratch {
+			*p = js[:0]
+			bodyBlocks.Put(p)
+		}
+	} else {
+		m.Data = e.body(c)
+	}
 	digest := sha256.Sum256(m.Data)
 	s.sign(m.Header, digest, e.v)
 	return m, digest
@@ -447,13 +493,24 @@ func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 
 // NewRecordMsg builds the stream message of a version-2 record of evs,
 // events of one tenant and proposal in the order recorded, with chain
-// link c, MACed under key when key is not empty, as gated's Writer
-// writes it.
+// link c, MACed under key when key is not empty, its body stored as its
+// JSON, as a Writer configured Uncompressed writes it.
 func NewRecordMsg(evs []engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
+	return newRecordMsg(evs, c, key, false)
+}
+
+// NewCompressedRecordMsg is NewRecordMsg with the body stored as a zstd
+// frame of its JSON, as gated's Writer writes it by default.
+func NewCompressedRecordMsg(evs []engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
+	return newRecordMsg(evs, c, key, true)
+}
+
+func newRecordMsg(evs []engine.AuditEvent, c Chain, key []byte, compress bool) (*nats.Msg, error) {
 	e, err := encodeRecord(evs, false)
 	if err != nil {
 		return nil, err
 	}
+	e.compress = compress
 	m, _ := e.msg(c, newAuditSigner(key))
 	return m, nil
 }

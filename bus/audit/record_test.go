@@ -148,6 +148,9 @@ func FuzzDecodeRecord(f *testing.F) {
 	}
 	f.Add("gated.audit.acme.x", "", "", "", []byte(`{"v":1}`))
 	f.Add("gated.audit.acme.x", "zz", "", "", []byte(`not json`))
+	z, _ := audit.NewCompressedRecordMsg([]engine.AuditEvent{verdictEvent("acme", "p2")}, audit.Chain{N: 3, Prev: hexSHA256(second.Data)}, testKey)
+	f.Add(z.Subject, "", z.Header.Get(wire.AuditMACHeader), z.Header.Get(wire.AuditKeyHeader), z.Data)
+	f.Add(z.Subject, "", "", "", zstdFrame([]byte(`{"v":1,"event":"x","tenant":"acme","at":"2025-01-02T03:04:05Z","chain":{"n":1,"prev":""}}`)))
 	f.Fuzz(func(t *testing.T, subject, hash, mac, keyID string, body []byte) {
 		hdr := nats.Header{}
 		for k, v := range map[string]string{wire.AuditHashHeader: hash, wire.AuditMACHeader: mac, wire.AuditKeyHeader: keyID} {

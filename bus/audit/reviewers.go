@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
+	"sync"
 	"time"
 	"unique"
 
@@ -203,6 +204,15 @@ var trackMarkers = [][]byte{
 // turned away: the metrics count what gated recorded, and `gated audit
 // verify` reports anything else in the stream.
 func MayTrack(body []byte) bool {
+	if isCompressed(body) {
+		p := trackBlocks.Get().(*[]byte)
+		defer trackBlocks.Put(p)
+		js, err := recordJSON(body, p)
+		if err != nil {
+			return false
+		}
+		body = js
+	}
 	for _, m := range trackMarkers {
 		if bytes.Contains(body, m) {
 			return true
@@ -210,6 +220,9 @@ func MayTrack(body []byte) bool {
 	}
 	return false
 }
+
+// trackBlocks lends MayTrack a block to decompress a body into.
+var trackBlocks = sync.Pool{New: func() any { return new([]byte) }}
 
 // Add folds r into the track record. A record whose data does not decode
 // is skipped: the audit's own verification reports it.

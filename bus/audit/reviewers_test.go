@@ -199,6 +199,14 @@ func foldsSomething(t *testing.T, evs ...engine.AuditEvent) (folds, mayV2, mayV1
 	}
 	var tr audit.TrackRecord
 	tr.Add(r)
+	// The writer's default form: the same record compressed says the same.
+	z, err := audit.NewCompressedRecordMsg(evs, audit.Chain{N: 1}, nil)
+	if err != nil {
+		t.Fatalf("compressing the record just encoded: %v", err)
+	}
+	if got, want := audit.MayTrack(z.Data), audit.MayTrack(m2.Data); got != want {
+		t.Fatalf("MayTrack says %v of the compressed record, %v of its JSON", got, want)
+	}
 	return tr.Tracked() > 0, audit.MayTrack(m2.Data), audit.MayTrack(m1.Data)
 }
 

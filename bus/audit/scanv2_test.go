@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/strictjson"
@@ -241,17 +243,20 @@ func FuzzScanGrant(f *testing.F) {
 }
 
 // TestCheckerScratchChangesNothing: a checker writes each record's
-// expanded events into the block the one before used; checking records
-// one after another, large and small, so gives what a new checker gives
-// for each, and the block is kept for the next.
+// expanded events, and a compressed body's JSON, into the blocks the one
+// before used; checking records one after another, large and small,
+// compressed and not, so gives what a new checker gives for each, and the
+// blocks are kept for the next.
 func TestCheckerScratchChangesNothing(t *testing.T) {
 	var entries []Entry
-	for i, evs := range scanV2Events() {
-		m, err := NewRecordMsg(evs, Chain{N: 1}, nil)
-		if err != nil {
-			t.Fatal(err)
+	for _, evs := range scanV2Events() {
+		for _, build := range []func([]engine.AuditEvent, Chain, []byte) (*nats.Msg, error){NewRecordMsg, NewCompressedRecordMsg} {
+			m, err := build(evs, Chain{N: 1}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			entries = append(entries, Entry{Seq: uint64(len(entries) + 1), Subject: m.Subject, Header: m.Header, Data: m.Data})
 		}
-		entries = append(entries, Entry{Seq: uint64(i + 1), Subject: m.Subject, Header: m.Header, Data: m.Data})
 	}
 	c := newRecordChecker(nil, true)
 	for round := range 2 {
@@ -263,7 +268,7 @@ func TestCheckerScratchChangesNothing(t *testing.T) {
 			}
 		}
 	}
-	if cap(c.scratch) == 0 {
-		t.Fatal("the checker keeps no block for the next record")
+	if cap(c.scratch.events) == 0 || cap(c.scratch.json) == 0 {
+		t.Fatalf("the checker keeps no block for the next record: %d bytes for events, %d for a compressed body's JSON", cap(c.scratch.events), cap(c.scratch.json))
 	}
 }

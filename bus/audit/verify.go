@@ -346,9 +346,10 @@ type recordChecker struct {
 	// verdict records (recordCheck.print, recordCheck.full): Verify's
 	// checkers, not a Checker's.
 	prints bool
-	// scratch holds the expanded events of the record of version 2 being
-	// checked; the next check writes over it.
-	scratch []byte
+	// scratch holds the JSON, when compressed, and the expanded events
+	// of the record of version 2 being checked; the next check writes
+	// over them.
+	scratch decodeScratch
 }
 
 func newRecordChecker(keys map[string][]byte, prints bool) *recordChecker {
@@ -370,7 +371,7 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	sum := sha256.Sum256(e.Data)
 	rc := recordCheck{seq: e.Seq, digest: hex.EncodeToString(sum[:])}
 	if e.Record == nil && e.Err == nil {
-		if !bytes.HasPrefix(e.Data, v2Start) {
+		if !bytes.HasPrefix(e.Data, v2Start) && !isCompressed(e.Data) {
 			if rv, ok := viewRecord(e.Subject, e.Header, e.Data); ok {
 				return c.checkView(rv, rc)
 			}

@@ -29,15 +29,34 @@ type tamperStream struct {
 	audit jetstream.Stream
 	// head is acme's record n=3.
 	head *jetstream.RawStreamMsg
-	// v2 makes next build records of version 2, as gated writes them,
-	// instead of version 1.
-	v2 bool
+	// form is how next builds records.
+	form recordForm
 }
 
-func newTamperStream(t *testing.T) *tamperStream {
+// recordForm is a way gated has written records.
+type recordForm int
+
+const (
+	// formV1 is a record of version 1, one event, its JSON.
+	formV1 recordForm = iota
+	// formV2 is a record of version 2, its JSON, as a Writer configured
+	// Uncompressed writes it.
+	formV2
+	// formV2Compressed is a record of version 2 compressed, as a Writer
+	// writes it by default.
+	formV2Compressed
+)
+
+func (f recordForm) String() string {
+	return [...]string{"v1", "v2", "v2-compressed"}[f]
+}
+
+// newTamperStream writes the records with a Writer that compresses them
+// for formV2Compressed, and one that does not otherwise.
+func newTamperStream(t *testing.T, form recordForm) *tamperStream {
 	t.Helper()
 	res, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Uncompressed: form != formV2Compressed})
 	for i := range 3 {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i+1))); err != nil {
 			t.Fatal(err)
@@ -50,7 +69,7 @@ func newTamperStream(t *testing.T) *tamperStream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &tamperStream{js: js, audit: res.Audit, head: head}
+	return &tamperStream{js: js, audit: res.Audit, head: head, form: form}
 }
 
 // publish writes msg straight to the stream, as anyone with publish
@@ -67,7 +86,7 @@ func (s *tamperStream) publish(t *testing.T, msg *nats.Msg) uint64 {
 // next builds acme's record n linked to prev.
 func (s *tamperStream) next(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
 	t.Helper()
-	if s.v2 {
+	if s.form != formV1 {
 		return s.decision(t, n, prev, key)
 	}
 	return auditMsg(t, verdictEvent("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
@@ -78,7 +97,11 @@ func (s *tamperStream) next(t *testing.T, n uint64, prev string, key []byte) *na
 // policy's decision and the verdict.
 func (s *tamperStream) decision(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
 	t.Helper()
-	m, err := audit.NewRecordMsg(decisionEvents("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
+	build := audit.NewRecordMsg
+	if s.form == formV2Compressed {
+		build = audit.NewCompressedRecordMsg
+	}
+	m, err := build(decisionEvents("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +125,20 @@ func decisionEvents(tenant, id string) []engine.AuditEvent {
 
 // editEvents rewrites the events of a version-2 record's body with edit,
 // keeping its headers, as someone who can write the stream's files could.
+// A compressed body is decompressed, edited and compressed again.
 func editEvents(t *testing.T, m *nats.Msg, edit func([]json.RawMessage) []json.RawMessage) *nats.Msg {
 	t.Helper()
+	body, ok := audit.RecordJSON(m.Data)
+	if !ok {
+		t.Fatal("the record does not decompress")
+	}
 	// The events end the body: {...,"events":[...]}. Only they change.
-	at := bytes.Index(m.Data, []byte(`,"events":`))
-	if at < 0 || !bytes.HasSuffix(m.Data, []byte("]}")) {
-		t.Fatalf("not a version-2 body: %s", m.Data)
+	at := bytes.Index(body, []byte(`,"events":`))
+	if at < 0 || !bytes.HasSuffix(body, []byte("]}")) {
+		t.Fatalf("not a version-2 body: %s", body)
 	}
 	var evs []json.RawMessage
-	if err := json.Unmarshal(m.Data[at+len(`,"events":`):len(m.Data)-1], &evs); err != nil {
+	if err := json.Unmarshal(body[at+len(`,"events":`):len(body)-1], &evs); err != nil {
 		t.Fatal(err)
 	}
 	raw, err := json.Marshal(edit(evs))
@@ -119,7 +147,10 @@ func editEvents(t *testing.T, m *nats.Msg, edit func([]json.RawMessage) []json.R
 	}
 	out := nats.NewMsg(m.Subject)
 	out.Header = m.Header
-	out.Data = append(append(append([]byte{}, m.Data[:at+len(`,"events":`)]...), raw...), '}')
+	out.Data = append(append(append([]byte{}, body[:at+len(`,"events":`)]...), raw...), '}')
+	if !bytes.Equal(body, m.Data) {
+		out.Data = zstdFrame(out.Data)
+	}
 	return out
 }
 
@@ -159,7 +190,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 				for _, h := range []string{wire.AuditHashHeader, wire.AuditMACHeader, wire.AuditKeyHeader} {
 					m.Header.Set(h, orig.Header.Get(h))
 				}
-				m.Data = bytes.Replace(orig.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
+				m.Data = alter(t, orig.Data, `"rejected"`, `"approved"`)
 				seq := s.publish(t, m)
 				return []wantProblem{{seq, audit.ProblemModified}, {seq, audit.ProblemReordered}}
 			},
@@ -171,7 +202,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			note: "a body altered under its link and headers",
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
-				m.Data = bytes.Replace(m.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
+				m.Data = alter(t, m.Data, `"rejected"`, `"approved"`)
 				return []wantProblem{{s.publish(t, m), audit.ProblemModified}}
 			},
 			macOnlyV2: true,
@@ -181,7 +212,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				five := s.next(t, 5, hexSHA256(m.Data), testKey)
-				m.Data = bytes.Replace(m.Data, []byte(`"rejected"`), []byte(`"approved"`), 1)
+				m.Data = alter(t, m.Data, `"rejected"`, `"approved"`)
 				want := []wantProblem{{s.publish(t, m), audit.ProblemModified}}
 				return append(want, wantProblem{s.publish(t, five), audit.ProblemModified})
 			},
@@ -226,7 +257,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 				// A version-2 MAC covers the body itself: a wrong one is
 				// reported as an altered body.
 				kind := audit.ProblemForged
-				if s.v2 {
+				if s.form != formV1 {
 					kind = audit.ProblemModified
 				}
 				return []wantProblem{{s.publish(t, m), kind}}
@@ -241,7 +272,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			tamper: func(t *testing.T, s *tamperStream) []wantProblem {
 				m := s.next(t, 4, hexSHA256(s.head.Data), testKey)
 				mac := m.Header.Get(wire.AuditMACHeader)
-				if !s.v2 {
+				if s.form == formV1 {
 					m.Header.Set(wire.AuditMACHeader, strings.ToUpper(mac))
 					s.publish(t, m)
 					return nil
@@ -269,11 +300,10 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			},
 		},
 	}
-	for _, v2 := range []bool{false, true} {
+	for _, form := range []recordForm{formV1, formV2, formV2Compressed} {
 		for _, tc := range tests {
-			t.Run(fmt.Sprintf("v2=%v/%s", v2, tc.note), func(t *testing.T) {
-				s := newTamperStream(t)
-				s.v2 = v2
+			t.Run(fmt.Sprintf("%s/%s", form, tc.note), func(t *testing.T) {
+				s := newTamperStream(t, form)
 				if rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
 					t.Fatalf("problems before tampering: %+v", rep.Problems)
 				}
@@ -287,7 +317,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 						t.Errorf("problem %+v: want tenant acme and a detail", p)
 					}
 				}
-				macOnly := tc.macOnly || v2 && tc.macOnlyV2
+				macOnly := tc.macOnly || form != formV1 && tc.macOnlyV2
 				unkeyed := verify(t, s.js, audit.VerifyOptions{})
 				if macOnly != unkeyed.Clean() {
 					t.Errorf("without a key: problems %+v", unkeyed.Problems)
@@ -323,26 +353,28 @@ func TestVerifyDetectsTamperingInsideARecord(t *testing.T) {
 		{note: "every event removed", kind: audit.ProblemForged,
 			edit: func([]json.RawMessage) []json.RawMessage { return []json.RawMessage{} }, invalid: true},
 	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			s := newTamperStream(t)
-			m := editEvents(t, s.decision(t, 4, hexSHA256(s.head.Data), testKey), tc.edit)
-			seq := s.publish(t, m)
-			rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
-			want := tc.kind
-			if tc.invalid {
-				want = audit.ProblemForged
-			}
-			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{seq, want}}) {
-				t.Fatalf("problems %v, want %v at seq %d\n%+v\n%s", got, want, seq, rep.Problems, m.Data)
-			}
-			if unkeyed := verify(t, s.js, audit.VerifyOptions{}); unkeyed.Clean() == tc.invalid {
-				t.Errorf("without a key: problems %+v", unkeyed.Problems)
-			}
-		})
+	for _, form := range []recordForm{formV2, formV2Compressed} {
+		for _, tc := range tests {
+			t.Run(form.String()+"/"+tc.note, func(t *testing.T) {
+				s := newTamperStream(t, form)
+				m := editEvents(t, s.decision(t, 4, hexSHA256(s.head.Data), testKey), tc.edit)
+				seq := s.publish(t, m)
+				rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+				want := tc.kind
+				if tc.invalid {
+					want = audit.ProblemForged
+				}
+				if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{{seq, want}}) {
+					t.Fatalf("problems %v, want %v at seq %d\n%+v\n%s", got, want, seq, rep.Problems, m.Data)
+				}
+				if unkeyed := verify(t, s.js, audit.VerifyOptions{}); unkeyed.Clean() == tc.invalid {
+					t.Errorf("without a key: problems %+v", unkeyed.Problems)
+				}
+			})
+		}
 	}
 	t.Run("a version-2 record labelled version 1", func(t *testing.T) {
-		s := newTamperStream(t)
+		s := newTamperStream(t, formV2)
 		m := s.decision(t, 4, hexSHA256(s.head.Data), testKey)
 		m.Data = bytes.Replace(m.Data, []byte(`{"v":2,`), []byte(`{"v":1,`), 1)
 		seq := s.publish(t, m)
@@ -384,7 +416,7 @@ func TestWriterChainsPastForeignMessages(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			s := newTamperStream(t)
+			s := newTamperStream(t, formV2Compressed)
 			want := tc.tamper(t, s)
 			a := bustest.AuditWriter(t, s.js, audit.Config{Key: testKey})
 			writeTrails(t, a, "after", 2, 0, "acme")

@@ -191,6 +191,7 @@ func (a *Writer) enqueue(ctx context.Context, t *auditTrail, evs []engine.AuditE
 	if err != nil {
 		return err
 	}
+	enc.compress = !a.cfg.Uncompressed
 	if size := enc.size() + auditMsgOverhead; int64(size) > a.nc.MaxPayload() {
 		return fmt.Errorf("audit record %s of about %d bytes exceeds the NATS max payload of %d bytes", evs[len(evs)-1].Event, size, a.nc.MaxPayload())
 	}

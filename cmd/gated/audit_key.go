@@ -188,11 +188,11 @@ func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o serveOpti
 	if err != nil {
 		return nil, err
 	}
-	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, OnSeal: onSeal})
+	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, Uncompressed: !o.auditCompress, OnSeal: onSeal})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("audit trail", zap.String("instance", a.Instance()), zap.String("key_id", a.KeyID()), zap.Bool("atomic_batches", a.Batching()))
+	log.Info("audit trail", zap.String("instance", a.Instance()), zap.String("key_id", a.KeyID()), zap.Bool("atomic_batches", a.Batching()), zap.Bool("compressed", o.auditCompress))
 	return a, nil
 }
 

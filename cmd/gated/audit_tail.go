@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
@@ -212,7 +213,12 @@ var auditDataKeys = []string{"outcome", "stage", "action", "operator", "persona"
 func (p *auditPrinter) entry(e audit.Entry) error {
 	if e.Record == nil {
 		if p.json {
-			line := auditLine{Seq: e.Seq, Stored: e.Stored.UTC(), Subject: e.Subject, Invalid: e.Err.Error(), Data: string(e.Data)}
+			line := auditLine{Seq: e.Seq, Stored: e.Stored.UTC(), Subject: e.Subject, Invalid: e.Err.Error()}
+			if body, ok := audit.RecordJSON(e.Data); ok && utf8.Valid(body) {
+				line.Data = string(body)
+			} else {
+				line.Raw = e.Data
+			}
 			return json.NewEncoder(p.w).Encode(line)
 		}
 		at := e.Stored.UTC().Format("2006-01-02T15:04:05.000Z")
@@ -238,7 +244,11 @@ type auditLine struct {
 	// with the chain link of the record that holds it.
 	Record  *auditLineEvent `json:"record,omitempty"`
 	Invalid string          `json:"invalid,omitempty"`
-	Data    string          `json:"data,omitempty"`
+	// Data is the body of a message that is not a record, decompressed
+	// when it is a zstd frame; Raw, in base64, a body that is neither
+	// such a frame nor UTF-8 text.
+	Data string `json:"data,omitempty"`
+	Raw  []byte `json:"raw,omitempty"`
 }
 
 type auditLineEvent struct {

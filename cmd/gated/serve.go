@@ -73,6 +73,7 @@ type serveOptions struct {
 	grantTTL          time.Duration
 	auditKeyRotate    bool
 	auditPublish      string
+	auditCompress     bool
 	policy            policySourceOptions
 	shadow            shadowOptions
 	policyWatch       bool
@@ -146,6 +147,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.DurationVar(&o.grantTTL, "grant-ttl", DefaultGrantTTL, "how long the grant of an approved action stays valid (5s to 24h)")
 	f.BoolVar(&o.auditKeyRotate, "audit-key-rotate", false, "start even though the audit key is not the one that MACed the audit stream's newest record (a new key on purpose, or a lost one)")
 	f.StringVar(&o.auditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches), pipelined or one-at-a-time")
+	f.BoolVar(&o.auditCompress, "audit-compress", true, "store each audit record as a zstd frame of its JSON, about half the bytes; false stores the JSON (docs/AUDIT.md)")
 	o.policy.register(f)
 	o.shadow.register(f)
 	f.BoolVar(&o.policyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")

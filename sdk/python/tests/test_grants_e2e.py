@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 import gated
 from gated import Change, Identity, ToolGate, ToolSpec
@@ -28,6 +29,19 @@ async def client(server: Gated) -> AsyncIterator[gated.Client]:
     c = await gated.Client.connect(server.nats_url)
     yield c
     await c.close()
+
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def record_json(data: bytes) -> dict[str, Any]:
+    """The JSON of an audit record's body: gated stores a record as one
+    zstd frame of its JSON unless serve runs with --audit-compress=false
+    (docs/AUDIT.md), and no record decompresses to more than 8 MiB."""
+    if data.startswith(ZSTD_MAGIC):
+        data = zstandard.ZstdDecompressor().decompress(data, max_output_size=8 << 20)
+    r: dict[str, Any] = json.loads(data)
+    return r
 
 
 def record_events(r: dict[str, Any]) -> list[dict[str, Any]]:
@@ -46,7 +60,7 @@ class AuditTap:
 
     async def start(self, c: gated.Client) -> AuditTap:
         async def on(msg: Any) -> None:
-            self.events.extend(record_events(json.loads(msg.data)))
+            self.events.extend(record_events(record_json(msg.data)))
 
         await c.nc.subscribe("gated.audit.acme.grant.>", cb=on)
         await c.nc.flush()
