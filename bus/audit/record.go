@@ -462,10 +462,14 @@ func (e encodedEvent) appendBody(out []byte, c Chain) []byte {
 // the digest of its body.
 func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
 	m := nats.NewMsg(e.subject)
-	if e.compress && e.v == RecordVersion && e.size()+96 <= MaxRecordJSON {
+	if e.compress && e.v == RecordVersion {
 		p := bodyBlocks.Get().(*[]byte)
 		js := e.appendBody((*p)[:0], c)
-		m.Data = compressBody(make([]byte, 0, len(js)/2+64), js)
+		if len(js) <= MaxRecordJSON {
+			m.Data = compressBody(make([]byte, 0, len(js)/2+64), js)
+		} else {
+			m.Data = bytes.Clone(js) // readers would refuse it compressed
+		}
 		if cap(js) <= maxKeptScratch {
 			*p = js[:0]
 			bodyBlocks.Put(p)

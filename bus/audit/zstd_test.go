@@ -167,3 +167,21 @@ func TestMayTrackReadsCompressedRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestLargeRecordStoredAsJSON: a record whose JSON is over MaxRecordJSON
+// is stored as JSON, which readers take, rather than as a frame they
+// would refuse.
+func TestLargeRecordStoredAsJSON(t *testing.T) {
+	big := engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant,
+		Data: []byte(`{"error":"` + strings.Repeat("x", audit.MaxRecordJSON) + `"}`)}
+	m, err := audit.NewCompressedRecordMsg([]engine.AuditEvent{big}, audit.Chain{N: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(m.Data, []byte(`{"v":2,`)) {
+		t.Fatalf("a record of %d bytes was stored as %q…", len(m.Data), m.Data[:8])
+	}
+	if _, err := audit.DecodeRecord(m.Subject, m.Header, m.Data); err != nil {
+		t.Fatal(err)
+	}
+}
