@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -527,4 +528,42 @@ func parseTimeLayouts(s string) (time.Time, bool) {
 		}
 	}
 	return time.Time{}, false
+}
+
+// TestAuditTailShowsInvalidMessages: tail --json prints a message that is
+// not a record with its body readable: a zstd frame decompressed, text as
+// it is, and anything else in base64.
+func TestAuditTailShowsInvalidMessages(t *testing.T) {
+	fx := newAuditFixture(t)
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := `{"v":2,"tenant":"gamma","chain":{"n":1,"prev":""},"events":[]}`
+	binary := []byte{0x28, 0xb5, 0x2f, 0xfd, 0xff, 0x00, 0x01}
+	for _, body := range [][]byte{enc.EncodeAll([]byte(forged), nil), []byte("not a record"), binary} {
+		if _, err := fx.js.Publish(t.Context(), "gated.audit.gamma.verdict.decided", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, _ := runGated(t, "audit", "tail", "--nats-url", fx.url, "--tenant", "gamma", "--json")
+	if code != 0 || len(lines(out)) != 3 {
+		t.Fatalf("tail --tenant gamma --json: exit %d\n%s", code, out)
+	}
+	var got []string
+	for _, l := range lines(out) {
+		var line struct {
+			Invalid string `json:"invalid"`
+			Data    string `json:"data"`
+			Raw     []byte `json:"raw"`
+		}
+		if err := json.Unmarshal([]byte(l), &line); err != nil || line.Invalid == "" {
+			t.Fatalf("line %s: %+v, %v", l, line, err)
+		}
+		got = append(got, fmt.Sprintf("%s|%x", line.Data, line.Raw))
+	}
+	want := []string{forged + "|", "not a record|", fmt.Sprintf("|%x", binary)}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("bodies %q, want %q", got, want)
+	}
 }
