@@ -403,6 +403,12 @@ mutant budget_reload_settles cmd/gated/budgets.go ./cmd/gated \
 mutant audit_decompress_bound bus/audit/zstd.go ./bus/audit \
 	$'zstd.WithDecoderMaxMemory(MaxRecordJSON),' \
 	$'zstd.WithDecoderMaxMemory(1 << 40),'
+# ... and only when it is one frame and nothing after: a second frame, which
+# a decoder concatenates and a reader stopping at the first does not, would
+# show two readers two records.
+mutant audit_one_frame bus/audit/zstd.go ./bus/audit \
+	$'if err := oneFrame(body); err != nil {' \
+	$'if err := oneFrame(body); false && err != nil {'
 # Grants (bus/grants.go): a grant is marked expired only once its exp has
 # passed, and a gated's own sweep takes a grant only when its exp is due.
 mutant grant_expired_only_past_exp bus/grants.go ./bus \

@@ -82,6 +82,9 @@ func recordJSON(body []byte, buf *[]byte) ([]byte, error) {
 	if !isCompressed(body) {
 		return body, nil
 	}
+	if err := oneFrame(body); err != nil {
+		return nil, err
+	}
 	var dst []byte
 	if buf != nil {
 		dst = (*buf)[:0]
@@ -100,6 +103,53 @@ func recordJSON(body []byte, buf *[]byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: does not hold a record of version %d, the only version stored compressed", errNotRecordFrame, RecordVersion)
 	}
 	return out, nil
+}
+
+// oneFrame checks that body is one zstd frame without a dictionary and
+// nothing after it, reading the frame's header and its blocks' headers
+// (RFC 8878, 3.1.1), not the blocks. A decoder decompresses a second frame
+// after the first, and skips a skippable one; a reader that stops at the
+// first frame would see another record than gated does, so a body of two
+// is none. A dictionary would bind every reader to it.
+func oneFrame(body []byte) error {
+	var h zstd.Header
+	if err := h.Decode(body); err != nil {
+		return fmt.Errorf("%w: frame header: %v", errNotRecordFrame, err)
+	}
+	if h.DictionaryID != 0 {
+		return fmt.Errorf("%w: the frame names dictionary %d; records are compressed without one", errNotRecordFrame, h.DictionaryID)
+	}
+	end := h.HeaderSize
+	for last := false; !last; {
+		if len(body)-end < 3 {
+			return fmt.Errorf("%w: the frame is cut short", errNotRecordFrame)
+		}
+		bh := uint32(body[end]) | uint32(body[end+1])<<8 | uint32(body[end+2])<<16
+		end += 3
+		last = bh&1 == 1
+		size := int(bh >> 3)
+		switch bh >> 1 & 3 {
+		case 1: // RLE: one byte, repeated
+			size = 1
+		case 3:
+			return fmt.Errorf("%w: a block of the reserved type", errNotRecordFrame)
+		}
+		if len(body)-end < size {
+			return fmt.Errorf("%w: the frame is cut short", errNotRecordFrame)
+		}
+		end += size
+	}
+	const checksumFlag = 1 << 2 // of the frame header descriptor
+	if body[len(zstdMagic)]&checksumFlag != 0 {
+		end += 4
+	}
+	switch {
+	case end > len(body):
+		return fmt.Errorf("%w: the frame is cut short", errNotRecordFrame)
+	case end < len(body):
+		return fmt.Errorf("%w: %d bytes after the zstd frame", errNotRecordFrame, len(body)-end)
+	}
+	return nil
 }
 
 // RecordJSON returns the JSON of an audit message's body, for a reader

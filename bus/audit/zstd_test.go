@@ -119,11 +119,26 @@ func TestDecodeRecordRefusesBadFrames(t *testing.T) {
 	// 64 MiB of JSON white space after a version-2 start: compressed, a
 	// few kilobytes.
 	bomb := zstdFrame(append([]byte(`{"v":2,`), bytes.Repeat([]byte(" "), 64<<20)...))
+	// The record's JSON in two frames, which a decoder concatenates.
+	halves := append(zstdFrame(json[:len(json)/2]), zstdFrame(json[len(json)/2:])...)
+	// A skippable frame (magic 0x184D2A50, little-endian, then its size).
+	skippable := append(bytes.Clone(good.Data), 0x50, 0x2a, 0x4d, 0x18, 4, 0, 0, 0, 'a', 'b', 'c', 'd')
+	withDict := func() []byte {
+		enc, err := zstd.NewWriter(nil, zstd.WithEncoderDictRaw(7, []byte(strings.Repeat(`{"v":2,"tenant":"acme"`, 8))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return enc.EncodeAll(json, nil)
+	}()
 	tests := []struct {
 		note, want string
 		body       []byte
 	}{
-		{"a frame cut short", "not a zstd frame", good.Data[:len(good.Data)-8]},
+		{"a frame cut short", "cut short", good.Data[:len(good.Data)-8]},
+		{"a frame's header cut short", "frame header", good.Data[:5]},
+		{"a record in two frames", "bytes after the zstd frame", halves},
+		{"a skippable frame after the record's", "12 bytes after the zstd frame", skippable},
+		{"a frame compressed with a dictionary", "names dictionary 7", withDict},
 		{"a record of version 1 compressed", "does not hold a record of version 2", zstdFrame(v1.Data)},
 		{"a frame of what is not a record", "does not hold a record of version 2", zstdFrame([]byte("garbage"))},
 		{"a frame of a record's JSON cut short", "body", zstdFrame(json[:len(json)-2])},
@@ -184,4 +199,47 @@ func TestLargeRecordStoredAsJSON(t *testing.T) {
 	if _, err := audit.DecodeRecord(m.Subject, m.Header, m.Data); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// FuzzRecordJSON feeds the reader of compressed bodies arbitrary frames:
+// it never panics, and what it accepts is one frame, nothing after it,
+// that a streaming decoder reads to the same JSON, a record of version 2
+// within MaxRecordJSON.
+func FuzzRecordJSON(f *testing.F) {
+	good, err := audit.NewCompressedRecordMsg(decisionEvents("acme", "p1"), audit.Chain{N: 1}, nil)
+	if err != nil {
+		f.Fatal(err)
+	}
+	json, _ := audit.RecordJSON(good.Data)
+	f.Add(good.Data)
+	f.Add(append(zstdFrame(json[:10]), zstdFrame(json[10:])...))
+	f.Add(append(bytes.Clone(good.Data), 0x50, 0x2a, 0x4d, 0x18, 1, 0, 0, 0, 0))
+	f.Add(zstdFrame(append([]byte(`{"v":2,`), bytes.Repeat([]byte(" "), 1<<16)...)))
+	f.Add([]byte{0x28, 0xb5, 0x2f, 0xfd, 0x00, 0x00})
+	f.Fuzz(func(t *testing.T, body []byte) {
+		out, ok := audit.RecordJSON(body)
+		if !ok || !bytes.HasPrefix(body, []byte{0x28, 0xb5, 0x2f, 0xfd}) {
+			return
+		}
+		if len(out) > audit.MaxRecordJSON || !bytes.HasPrefix(out, []byte(`{"v":2,`)) {
+			t.Fatalf("accepted a frame of %d bytes that is no record: %q", len(out), out[:min(len(out), 32)])
+		}
+		// A streaming decoder stops at nothing: it reads every frame.
+		d, err := zstd.NewReader(bytes.NewReader(body), zstd.WithDecoderMaxMemory(2*audit.MaxRecordJSON))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		var again bytes.Buffer
+		if _, err := again.ReadFrom(d); err != nil {
+			t.Fatalf("accepted a frame a streaming decoder refuses: %v", err)
+		}
+		if !bytes.Equal(again.Bytes(), out) {
+			t.Fatalf("accepted a frame that reads as %d bytes, and as %d streamed", len(out), again.Len())
+		}
+		var h zstd.Header
+		if err := h.Decode(body); err != nil || h.DictionaryID != 0 {
+			t.Fatalf("accepted a frame whose header reads %+v, %v", h, err)
+		}
+	})
 }
