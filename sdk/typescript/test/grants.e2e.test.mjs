@@ -5,6 +5,7 @@ import assert from "node:assert/strict";
 import { after, before, test } from "node:test";
 
 import { jetstream } from "@nats-io/jetstream";
+import { decompress } from "fzstd";
 
 import {
   Client,
@@ -57,6 +58,14 @@ function recordEvents(r) {
   return out;
 }
 
+const zstdMagic = [0x28, 0xb5, 0x2f, 0xfd];
+
+/** The JSON of an audit record's body: gated stores a record as one zstd frame of its JSON unless serve runs with --audit-compress=false (docs/AUDIT.md). */
+function recordJSON(data) {
+  const compressed = zstdMagic.every((b, i) => data[i] === b);
+  return JSON.parse(new TextDecoder().decode(compressed ? decompress(data) : data));
+}
+
 /** Reads gated's audit events of tenant's grants (and of the verdicts that carry them) until want(events) holds, or 20 s pass. */
 async function grantAudit(id, want) {
   const c = await jetstream(nc).consumers.get("GATED_AUDIT", {
@@ -67,7 +76,7 @@ async function grantAudit(id, want) {
   while (Date.now() < deadline) {
     const batch = await c.fetch({ max_messages: 256, expires: 1000 });
     for await (const m of batch) {
-      const r = m.json();
+      const r = recordJSON(m.data);
       if (r.proposal_id === id) {
         records.push(...recordEvents(r).filter((e) => e.event.startsWith("grant.")));
       }
