@@ -26,26 +26,35 @@ import (
 // sealing a fifth. One op is one trail. It compares group commit (atomic
 // batches), one record per round trip, and, as the baseline that shows
 // what chaining costs, unchained events published asynchronously (gated's
-// trail before chaining). Each runs on an R1 file stream (the embedded
-// server's) and on a memory stream, where the server stages batches in
-// memory as it does on a replicated stream. Reported: events/s, the p50
-// and p99 of Seal, records per publish round trip.
+// trail before chaining); pipelined-json is pipelined with the records
+// stored as JSON (Config.Uncompressed), the baseline of what compressing
+// them costs. Each runs on an R1 file stream (the embedded server's) and
+// on a memory stream, where the server stages batches in memory as it
+// does on a replicated stream. Reported: events/s, the p50 and p99 of
+// Seal, records per publish round trip, the stream's bytes per trail.
 //
 //	go test ./bus -run '^$' -bench '^BenchmarkAuditTrail$' -benchtime 2000x -count 3
 func BenchmarkAuditTrail(b *testing.B) {
 	for _, storage := range []jetstream.StorageType{jetstream.FileStorage, jetstream.MemoryStorage} {
 		for _, mode := range []struct {
-			name    string
-			publish audit.PublishMode
-		}{{"group-commit", audit.PublishBatches}, {"pipelined", audit.PublishPipelined}, {"one-at-a-time", audit.PublishOneAtATime}, {"unchained", -1}} {
+			name         string
+			publish      audit.PublishMode
+			uncompressed bool
+		}{
+			{"group-commit", audit.PublishBatches, false},
+			{"pipelined", audit.PublishPipelined, false},
+			{"pipelined-json", audit.PublishPipelined, true},
+			{"one-at-a-time", audit.PublishOneAtATime, false},
+			{"unchained", -1, false},
+		} {
 			b.Run(strings.ToLower(storage.String())+"/"+mode.name, func(b *testing.B) {
-				benchmarkAuditTrail(b, storage, mode.publish)
+				benchmarkAuditTrail(b, storage, mode.publish, mode.uncompressed)
 			})
 		}
 	}
 }
 
-func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish audit.PublishMode) {
+func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish audit.PublishMode, uncompressed bool) {
 	const (
 		concurrency = 64
 		tenants     = 16
@@ -53,7 +62,7 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish au
 	)
 	s := bustest.Server(b)
 	_, js := bustest.Connect(b, s)
-	_, err := js.CreateStream(b.Context(), jetstream.StreamConfig{
+	stream, err := js.CreateStream(b.Context(), jetstream.StreamConfig{
 		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 		Storage: storage, AllowAtomicPublish: true, DenyDelete: true, DenyPurge: true,
 	})
@@ -65,7 +74,7 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish au
 		a      *audit.Writer
 	)
 	if publish >= 0 {
-		a = bustest.AuditWriter(b, js, audit.Config{Key: testKey, Publish: publish, Log: zap.NewNop()})
+		a = bustest.AuditWriter(b, js, audit.Config{Key: testKey, Publish: publish, Uncompressed: uncompressed, Log: zap.NewNop()})
 		trails = a.Trail
 	}
 	seal := make([]time.Duration, b.N)
@@ -115,6 +124,11 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish au
 		st := a.Stats()
 		b.ReportMetric(float64(st.Records)/float64(max(st.Publishes, 1)), "records/publish")
 	}
+	info, err := stream.Info(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(info.State.Bytes)/float64(b.N), "stream-bytes/trail")
 }
 
 // unchainedTrail publishes events as they come, asynchronously and
