@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -565,5 +566,37 @@ func TestAuditTailShowsInvalidMessages(t *testing.T) {
 	want := []string{forged + "|", "not a record|", fmt.Sprintf("|%x", binary)}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("bodies %q, want %q", got, want)
+	}
+}
+
+// TestServeAuditCompress: serve stores its audit records as zstd frames by
+// default, and as their JSON with --audit-compress=false; both read back
+// as the same kind of record.
+func TestServeAuditCompress(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []byte
+	}{
+		{nil, []byte{0x28, 0xb5, 0x2f, 0xfd}},
+		{[]string{"--audit-compress=false"}, []byte(`{"v":2,`)},
+	} {
+		s := bustest.Server(t)
+		_, js := bustest.Connect(t, s)
+		_, stop := startServe(t, s.ClientURL(), tc.args...)
+		stop()
+		stream, err := js.Stream(t.Context(), audit.Stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := stream.GetLastMsgForSubject(t.Context(), "gated.audit.>")
+		if err != nil {
+			t.Fatalf("serve %v recorded nothing: %v", tc.args, err)
+		}
+		if !bytes.HasPrefix(m.Data, tc.want) {
+			t.Errorf("serve %v stored %q…, want it to begin %q", tc.args, m.Data[:min(len(m.Data), 8)], tc.want)
+		}
+		if _, err := audit.DecodeRecord(m.Subject, m.Header, m.Data); err != nil {
+			t.Errorf("serve %v: %v", tc.args, err)
+		}
 	}
 }
