@@ -139,12 +139,12 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
+	var jsonBlock, events *[]byte
+	if scratch != nil {
+		jsonBlock, events = &scratch.json, &scratch.events
+	}
 	if isCompressed(body) {
-		var buf, events *[]byte
-		if scratch != nil {
-			buf, events = &scratch.json, &scratch.events
-		}
-		js, err := recordJSON(body, buf)
+		js, err := recordJSON(body, jsonBlock)
 		if err != nil {
 			return bad("%v", err)
 		}
@@ -154,10 +154,6 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 		return bad("body is neither a JSON object nor a zstd frame")
 	}
 	if bodyVersion(body) == RecordVersion {
-		var events *[]byte
-		if scratch != nil {
-			events = &scratch.events
-		}
 		return decodeV2(subject, hdr, body, body, events)
 	}
 	b, ok := decodeCanonical(body)
@@ -438,10 +434,6 @@ func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 	return append(dst, '}'), nil
 }
 
-// bodyBlocks lends the writer a block to build a body in before it
-// compresses it.
-var bodyBlocks = sync.Pool{New: func() any { return new([]byte) }}
-
 // body returns the record's JSON body for chain link c.
 func (e encodedEvent) body(c Chain) []byte {
 	return e.appendBody(make([]byte, 0, e.size()+96), c)
@@ -463,7 +455,7 @@ func (e encodedEvent) appendBody(out []byte, c Chain) []byte {
 func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
 	m := nats.NewMsg(e.subject)
 	if e.compress && e.v == RecordVersion {
-		p := bodyBlocks.Get().(*[]byte)
+		p := blocks.Get().(*[]byte)
 		js := e.appendBody((*p)[:0], c)
 		if len(js) <= MaxRecordJSON {
 			m.Data = compressBody(make([]byte, 0, len(js)/2+64), js)
@@ -472,7 +464,7 @@ func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte)
 		}
 		if cap(js) <= maxKeptScratch {
 			*p = js[:0]
-			bodyBlocks.Put(p)
+			blocks.Put(p)
 		}
 	} else {
 		m.Data = e.body(c)

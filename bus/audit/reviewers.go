@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"math"
 	"slices"
-	"sync"
 	"time"
 	"unique"
 
@@ -205,8 +204,8 @@ var trackMarkers = [][]byte{
 // verify` reports anything else in the stream.
 func MayTrack(body []byte) bool {
 	if isCompressed(body) {
-		p := trackBlocks.Get().(*[]byte)
-		defer trackBlocks.Put(p)
+		p := blocks.Get().(*[]byte)
+		defer blocks.Put(p)
 		js, err := recordJSON(body, p)
 		if err != nil {
 			return false
@@ -220,9 +219,6 @@ func MayTrack(body []byte) bool {
 	}
 	return false
 }
-
-// trackBlocks lends MayTrack a block to decompress a body into.
-var trackBlocks = sync.Pool{New: func() any { return new([]byte) }}
 
 // Add folds r into the track record. A record whose data does not decode
 // is skipped: the audit's own verification reports it.

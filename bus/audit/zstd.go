@@ -31,6 +31,11 @@ const MaxRecordJSON = 8 << 20
 // maxKeptScratch bounds the block a reader keeps for the next record.
 const maxKeptScratch = 1 << 20
 
+// blocks lends a block to build a body in before it is compressed
+// (encodedEvent.msg), or to decompress one into (MayTrack); a block is
+// given back only while it is no larger than maxKeptScratch.
+var blocks = sync.Pool{New: func() any { return new([]byte) }}
+
 // isCompressed reports whether a body is a zstd frame.
 func isCompressed(body []byte) bool { return bytes.HasPrefix(body, zstdMagic) }
 
