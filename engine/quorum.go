@@ -88,11 +88,11 @@ func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in 
 	if len(chosen) == 1 {
 		// One reviewer needs no goroutine of its own: the delivery's is
 		// waiting anyway, and thousands of reviews in flight each hold one.
-		results[0] = r.reviewOne(ctx, chosen[0], 1, in.History)
+		results[0] = r.reviewOne(ctx, &chosen[0], 1, in.History)
 	} else {
 		var wg sync.WaitGroup
-		for i, c := range chosen {
-			wg.Go(func() { results[i] = r.reviewOne(ctx, c, len(chosen), in.History) })
+		for i := range chosen {
+			wg.Go(func() { results[i] = r.reviewOne(ctx, &chosen[i], len(chosen), in.History) })
 		}
 		wg.Wait()
 	}

@@ -14,17 +14,29 @@ import (
 // reviewOne runs one reviewer's review under its own id and deadline and
 // reads the answer with the host's authority. Every review of a quorum
 // runs through it, concurrently with the others.
-func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verdict) reviewResult {
-	persona := c.persona
-	out := reviewResult{name: persona.Name}
-	timeout := c.timeout
+//
+// Its frame is on the goroutine's stack for the whole review, beside the
+// frames under it that wait on the reviewer, and a review in flight keeps
+// that stack: what comes before the call and after it is in methods of
+// its own (reviewStarted, reviewRequest, reviewAnswered), so that their
+// locals are not part of the frame that waits.
+func (r *pass) reviewOne(ctx context.Context, c *candidate, n int, history []Verdict) reviewResult {
 	reviewID := newReviewID()
 	// The deadline is wall-clock time: the injected Clock only stamps
 	// verdicts and events.
-	rctx, cancel := context.WithTimeout(ctx, timeout)
+	rctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	deadline, _ := rctx.Deadline()
+	r.reviewStarted(ctx, c, n, reviewID, deadline)
+	started := time.Now()
+	res, err := c.reviewer.Review(rctx, r.reviewRequest(c, reviewID, deadline, history))
+	return r.reviewAnswered(ctx, rctx, c, reviewID, res, err, time.Since(started))
+}
 
+// reviewStarted records the review_started event of a review and flushes
+// the record so far.
+func (r *pass) reviewStarted(ctx context.Context, c *candidate, n int, reviewID string, deadline time.Time) {
+	persona := c.persona
 	startedData := map[string]any{
 		"review_id": reviewID, "persona": persona.Name, "plugin": persona.Plugin,
 		"tools": c.pd.ReviewerTools, "deadline": deadline,
@@ -42,12 +54,15 @@ func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verd
 	}
 	r.log.recordBestEffort(ctx, EventReviewStarted, startedData)
 	r.log.flush(ctx)
-	started := time.Now()
-	res, err := c.reviewer.Review(rctx, ReviewRequest{
+}
+
+// reviewRequest is what the reviewer of c is asked.
+func (r *pass) reviewRequest(c *candidate, reviewID string, deadline time.Time, history []Verdict) ReviewRequest {
+	return ReviewRequest{
 		ReviewID:       reviewID,
 		Proposal:       r.p,
 		ProposalJSON:   r.d.Data,
-		Persona:        persona,
+		Persona:        c.persona,
 		Tools:          c.pd.ReviewerTools,
 		DeniedTools:    c.pd.DeniedTools,
 		SOP:            c.pd.SOP,
@@ -57,8 +72,15 @@ func (r *pass) reviewOne(ctx context.Context, c candidate, n int, history []Verd
 		Deadline:       deadline,
 		Run:            r.runContext(),
 		Audit:          r.log.recordBestEffort,
-	})
-	latency := time.Since(started)
+	}
+}
+
+// reviewAnswered reads what the reviewer of c answered, or how its review
+// failed, records review_done, and returns the review's part of the
+// verdict.
+func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID string, res ReviewResult, err error, latency time.Duration) reviewResult {
+	persona, timeout := c.persona, c.timeout
+	out := reviewResult{name: persona.Name}
 	if err != nil {
 		out.outcome = OutcomeError
 		switch {

@@ -29,7 +29,7 @@ func FuzzCallTool(f *testing.F) {
 			SOP: func(id string) (*engine.SOP, bool) { return &engine.SOP{ID: id}, id != "" },
 		}}
 		bag := []string{toolGetProposal, toolGetSOPText, toolGetVerdictHistory}
-		lr, err := rs.add("p", engine.ReviewRequest{
+		lr, err := rs.add("p", &engine.ReviewRequest{
 			ReviewID: "rv", ProposalJSON: []byte(`{"id":"p1"}`), Tools: bag,
 			SOP: &engine.SOP{ID: "SOP-001"}, Deadline: time.Now().Add(time.Minute),
 		})

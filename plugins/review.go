@@ -31,10 +31,14 @@ func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (res engin
 	ctx, span := telemetry.Start(ctx, telemetry.SpanReview, telemetry.KindClient)
 	start := time.Now()
 	defer func() { r.proc.host.reviewed(span, r.proc.spec.Name, req, start, err) }()
-	return r.review(ctx, req)
+	return r.review(ctx, &req)
 }
 
-func (r *route) review(ctx context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
+// review calls the plugin. Its frame waits on the plugin's answer for the
+// whole review, and a review in flight keeps its goroutine's stack: the
+// request is passed by pointer and the answer read in result, so that
+// neither is held in that frame.
+func (r *route) review(ctx context.Context, req *engine.ReviewRequest) (engine.ReviewResult, error) {
 	p := r.proc
 	p.mu.Lock()
 	rpc, sem, desc, pid, client, life := p.rpc, p.sem, p.desc, p.pid, p.client, p.life
@@ -81,6 +85,11 @@ func (r *route) review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		}
 		return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, err)
 	}
+	return result(out, desc, pid, p.spec.Name), nil
+}
+
+// result is the engine's reading of a plugin's answer, bounded.
+func result(out *pluginv1.ReviewResponse, desc *pluginv1.DescribeResponse, pid int, name string) engine.ReviewResult {
 	res := engine.ReviewResult{
 		Plugin: desc.GetName(), PluginVersion: desc.GetVersion(), PID: pid,
 		Model: out.GetModel(), Text: out.GetText(), SOPID: out.GetSopId(),
@@ -90,7 +99,7 @@ func (r *route) review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		Tokens: engine.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
 	}
 	if res.Plugin == "" {
-		res.Plugin = p.spec.Name
+		res.Plugin = name
 	}
 	switch out.GetDecision() {
 	case pluginv1.Decision_DECISION_APPROVE:
@@ -111,7 +120,7 @@ func (r *route) review(ctx context.Context, req engine.ReviewRequest) (engine.Re
 		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: commentLine(c), Body: c.GetBody()})
 	}
 	bound(&res)
-	return res, nil
+	return res
 }
 
 // deadlineSlack is how close to the review's deadline a deadline error
@@ -194,7 +203,7 @@ func bound(res *engine.ReviewResult) {
 	}
 }
 
-func (r *route) request(req engine.ReviewRequest) (*pluginv1.ReviewRequest, error) {
+func (r *route) request(req *engine.ReviewRequest) (*pluginv1.ReviewRequest, error) {
 	history, err := json.Marshal(req.History)
 	if err != nil {
 		return nil, fmt.Errorf("encoding history: %w", err)

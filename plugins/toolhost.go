@@ -116,8 +116,8 @@ type reviews struct {
 	m  map[string]*liveReview
 }
 
-func (rs *reviews) add(plugin string, req engine.ReviewRequest) (*liveReview, error) {
-	lr := &liveReview{plugin: plugin, req: req, allowed: make(map[string]bool, len(req.Tools))}
+func (rs *reviews) add(plugin string, req *engine.ReviewRequest) (*liveReview, error) {
+	lr := &liveReview{plugin: plugin, req: *req, allowed: make(map[string]bool, len(req.Tools))}
 	for _, t := range req.Tools {
 		lr.allowed[t] = true
 	}

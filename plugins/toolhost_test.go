@@ -168,7 +168,7 @@ func TestToolHostRefusesReviewsNotInProgress(t *testing.T) {
 	th := &toolHost{plugin: "a", reviews: &rs, cfg: &ToolConfig{}}
 	other := &toolHost{plugin: "b", reviews: &rs, cfg: &ToolConfig{}}
 	req := engine.ReviewRequest{ReviewID: "rv1", ProposalJSON: []byte(`{"id":"p1"}`), Tools: []string{"get_proposal"}}
-	lr, err := rs.add("a", req)
+	lr, err := rs.add("a", &req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,7 @@ func TestToolHostRefusesReviewsNotInProgress(t *testing.T) {
 			t.Errorf("%s: err = %v, want code %s", tc.note, err, tc.code)
 		}
 	}
-	if _, err := rs.add("a", engine.ReviewRequest{}); err == nil {
+	if _, err := rs.add("a", &engine.ReviewRequest{}); err == nil {
 		t.Error("a review without an id was registered")
 	}
 }
