@@ -31,6 +31,8 @@ type LLMServer struct {
 	ln      net.Listener
 	calls   atomic.Int64
 	bad     atomic.Int64
+	// arrivals counts the well-formed calls, answered or still waiting.
+	arrivals atomic.Int64
 	// first and last are when the first and the latest well-formed
 	// call arrived (Unix nanoseconds, 0 before any).
 	first, last atomic.Int64
@@ -67,8 +69,13 @@ func (s *LLMServer) Arrivals() time.Duration {
 	return time.Duration(last - first)
 }
 
+// Arrived is the number of well-formed calls that reached the model,
+// those it is still holding included.
+func (s *LLMServer) Arrived() int64 { return s.arrivals.Load() }
+
 // arrived notes a call's arrival at now.
 func (s *LLMServer) arrived(now int64) {
+	s.arrivals.Add(1)
 	s.first.CompareAndSwap(0, now)
 	for {
 		last := s.last.Load()

@@ -1,0 +1,146 @@
+package test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/bench"
+)
+
+// TestReviewsInFlightKeepSmallStacks holds reviews at a model that does
+// not answer and reads, from serve's own runtime metrics, the goroutine
+// stack each review in flight keeps in gated. A review waiting on its
+// plugin keeps the frames under it (the worker's, the engine's decision,
+// reviewOne, the plugin route's, gRPC's): while they fit in 16 KB a
+// review keeps a 16 KB stack, and past it 32 KB, which at the thousands of
+// reviews in flight a slow model keeps is tens of megabytes more. The
+// bound sits between the two sizes.
+func TestReviewsInFlightKeepSmallStacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts gated and its plugin processes")
+	}
+	const reviews = 300
+	llm, err := bench.ServeLLM("127.0.0.1:0", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpAddr := "127.0.0.1:" + strconv.Itoa(freePort(t))
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	g, err := bench.StartGated(ctx, bench.GatedOptions{
+		Exe: gatedBin, Dir: t.TempDir(), LLMBaseURL: llm.BaseURL(),
+		Args: []string{"--http", httpAddr, "--budgets", unlimitedBudgets(t), "--llm-max-concurrency", "1024"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The model lets its calls go first, so that the reviews end before
+	// gated is stopped.
+	t.Cleanup(func() { _ = g.Stop(10 * time.Second) })
+	t.Cleanup(func() { _ = llm.Close() })
+
+	nc, err := nats.Connect(g.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtimeStacks(t, httpAddr)
+	gen := bench.Proposals{Tenant: "acme", Nonce: "stacks"}
+	for i := range reviews {
+		p := gen.New(bench.PathLLM, i)
+		body, err := json.Marshal(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := nats.NewMsg(wire.ProposalSubjectPrefix + p.Tenant + "." + p.Action)
+		msg.Data = body
+		msg.Header.Set(jetstream.MsgIDHeader, p.Tenant+"."+p.ID)
+		if _, err := js.PublishMsg(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for llm.Arrived() < reviews {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d of %d reviews reached the model before %v; the end of gated's log:\n%s",
+				llm.Arrived(), reviews, ctx.Err(), logEnd(g.Log))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	during := runtimeStacks(t, httpAddr)
+	goroutines := during.goroutines - before.goroutines
+	if goroutines < reviews {
+		t.Fatalf("%d goroutines more with %d reviews in flight (%+v, then %+v): each review waits on one", goroutines, reviews, before, during)
+	}
+	perReview := (during.stackBytes - before.stackBytes) / goroutines
+	t.Logf("%d reviews in flight: %d goroutines and %d KB of stacks more, %d bytes a goroutine",
+		reviews, goroutines, (during.stackBytes-before.stackBytes)>>10, perReview)
+	if perReview > 24<<10 {
+		t.Errorf("each goroutine gated added for a review in flight keeps %d bytes of stack, want at most %d: "+
+			"the frames under a review waiting on its plugin grew past 16 KB", perReview, 24<<10)
+	}
+}
+
+// logEnd is the last few KB of the log at path.
+func logEnd(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return string(b[max(0, len(b)-4096):])
+}
+
+// stacks is what serve's runtime metrics say of its goroutines.
+type stacks struct{ goroutines, stackBytes int64 }
+
+// runtimeStacks reads go_goroutines and go_memstats_stack_inuse_bytes
+// from serve's /metrics.
+func runtimeStacks(t *testing.T, httpAddr string) stacks {
+	t.Helper()
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var s stacks
+	found := 0
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || (name != "go_goroutines" && name != "go_memstats_stack_inuse_bytes") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("/metrics: %s %q: %v", name, value, err)
+		}
+		if name == "go_goroutines" {
+			s.goroutines = int64(v)
+		} else {
+			s.stackBytes = int64(v)
+		}
+		found++
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if found != 2 {
+		t.Fatalf("/metrics has %d of go_goroutines and go_memstats_stack_inuse_bytes", found)
+	}
+	return s
+}
