@@ -132,6 +132,7 @@ fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzSetTopLevelUint$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParsePSS$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseGoRuntime$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeStatus$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeExecutionReport$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)

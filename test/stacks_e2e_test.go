@@ -1,13 +1,10 @@
 package test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +16,8 @@ import (
 )
 
 // TestReviewsInFlightKeepSmallStacks holds reviews at a model that does
-// not answer and reads, from serve's own runtime metrics, the goroutine
+// not answer and reads, from serve's own runtime metrics (as gated bench
+// reads them, bench.GoRuntimeOf), the goroutine
 // stack each review in flight keeps in gated. A review waiting on its
 // plugin keeps the frames under it (the worker's, the engine's decision,
 // reviewOne, the plugin route's, gRPC's): while they fit in 16 KB a
@@ -59,7 +57,11 @@ func TestReviewsInFlightKeepSmallStacks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := runtimeStacks(t, httpAddr)
+	readRuntime := bench.GoRuntimeOf(httpAddr)
+	before, err := readRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
 	gen := bench.Proposals{Tenant: "acme", Nonce: "stacks"}
 	for i := range reviews {
 		p := gen.New(bench.PathLLM, i)
@@ -82,14 +84,17 @@ func TestReviewsInFlightKeepSmallStacks(t *testing.T) {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
-	during := runtimeStacks(t, httpAddr)
-	goroutines := during.goroutines - before.goroutines
+	during, err := readRuntime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	goroutines := during.Goroutines - before.Goroutines
 	if goroutines < reviews {
 		t.Fatalf("%d goroutines more with %d reviews in flight (%+v, then %+v): each review waits on one", goroutines, reviews, before, during)
 	}
-	perReview := (during.stackBytes - before.stackBytes) / goroutines
+	perReview := (during.StackBytes - before.StackBytes) / goroutines
 	t.Logf("%d reviews in flight: %d goroutines and %d KB of stacks more, %d bytes a goroutine",
-		reviews, goroutines, (during.stackBytes-before.stackBytes)>>10, perReview)
+		reviews, goroutines, (during.StackBytes-before.StackBytes)>>10, perReview)
 	if perReview > 24<<10 {
 		t.Errorf("each goroutine gated added for a review in flight keeps %d bytes of stack, want at most %d: "+
 			"the frames under a review waiting on its plugin grew past 16 KB", perReview, 24<<10)
@@ -103,44 +108,4 @@ func logEnd(path string) string {
 		return err.Error()
 	}
 	return string(b[max(0, len(b)-4096):])
-}
-
-// stacks is what serve's runtime metrics say of its goroutines.
-type stacks struct{ goroutines, stackBytes int64 }
-
-// runtimeStacks reads go_goroutines and go_memstats_stack_inuse_bytes
-// from serve's /metrics.
-func runtimeStacks(t *testing.T, httpAddr string) stacks {
-	t.Helper()
-	resp, err := http.Get("http://" + httpAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	var s stacks
-	found := 0
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		name, value, ok := strings.Cut(sc.Text(), " ")
-		if !ok || (name != "go_goroutines" && name != "go_memstats_stack_inuse_bytes") {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			t.Fatalf("/metrics: %s %q: %v", name, value, err)
-		}
-		if name == "go_goroutines" {
-			s.goroutines = int64(v)
-		} else {
-			s.stackBytes = int64(v)
-		}
-		found++
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	if found != 2 {
-		t.Fatalf("/metrics has %d of go_goroutines and go_memstats_stack_inuse_bytes", found)
-	}
-	return s
 }

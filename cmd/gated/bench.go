@@ -214,7 +214,7 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 		defer llm.Close()
 	}
 
-	servers, gatedPID, auditKeyPath, dataDir := o.natsURL, o.pid, "", ""
+	servers, gatedPID, auditKeyPath, dataDir, gatedHTTP := o.natsURL, o.pid, "", "", ""
 	if o.natsURL == "" {
 		dir, err := os.MkdirTemp("", "gated-bench-")
 		if err != nil {
@@ -253,6 +253,7 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 		}()
 		dataDir = filepath.Join(dir, "data")
 		servers, gatedPID, auditKeyPath = g.URL, g.PID, filepath.Join(dataDir, auditKeyFile)
+		gatedHTTP = g.HTTP
 	} else {
 		rep.Mode = "external"
 	}
@@ -293,6 +294,9 @@ func benchOnce(ctx context.Context, o benchOptions, stdout, stderr io.Writer) (r
 
 	auditBefore := streamBytes(ctx, js, audit.Stream)
 	gatedSampler := startSampler(gatedPID, true)
+	if gatedSampler != nil && gatedHTTP != "" {
+		gatedSampler.ReadGoRuntime(bench.GoRuntimeOf(gatedHTTP))
+	}
 	benchSampler := startSampler(os.Getpid(), false)
 	gen := bench.Proposals{Tenant: o.tenant, Nonce: nonce, Pad: o.pad}
 	fleet, recs, probe, err := measureGated(ctx, nc, gen, plan, o, stderr)

@@ -52,7 +52,9 @@ const llmPolicyData = `gated:
 // Gated is a gated serve process started for a bench run, with its own
 // embedded NATS server and data directory.
 type Gated struct {
-	URL  string
+	URL string
+	// HTTP is the address of serve's health and metrics listener.
+	HTTP string
 	PID  int
 	Log  string
 	cmd  *exec.Cmd
@@ -121,7 +123,7 @@ func StartGated(ctx context.Context, o GatedOptions) (*Gated, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("starting gated serve: %w", err)
 	}
-	g := &Gated{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), PID: cmd.Process.Pid, Log: logPath,
+	g := &Gated{URL: "nats://127.0.0.1:" + strconv.Itoa(natsPort), HTTP: httpAddr, PID: cmd.Process.Pid, Log: logPath,
 		cmd: cmd, done: make(chan error, 1)}
 	go func() { g.done <- cmd.Wait() }()
 	ready := "http://" + httpAddr + "/readyz"

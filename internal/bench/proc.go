@@ -51,6 +51,9 @@ type RSSAlong struct {
 	EndMB       float64 `json:"end_mb"`
 	TreeStartMB float64 `json:"tree_start_mb"`
 	TreeEndMB   float64 `json:"tree_end_mb"`
+	// MiddleGo is the process's Go runtime at the point of the middle,
+	// when the sampler could read it (ReadGoRuntime).
+	MiddleGo *GoRuntime `json:"middle_go,omitempty"`
 	// Along is the process's own resident set at points evenly spaced
 	// over the measurement, at most maxRSSPoints of them.
 	Along []RSSPoint `json:"along"`
@@ -62,6 +65,8 @@ type RSSPoint struct {
 	Seconds float64 `json:"s"`
 	MB      float64 `json:"mb"`
 	TreeMB  float64 `json:"tree_mb"`
+	// Go is what the process's Go runtime said at this point, if read.
+	Go *GoRuntime `json:"go,omitempty"`
 }
 
 // maxRSSPoints bounds RSSAlong.Along; a longer run keeps every other
@@ -261,9 +266,11 @@ type Sampler struct {
 	along       []RSSPoint
 	stride      int
 	rss0, tree0 int64
-	err         error
-	stop        chan struct{}
-	done        chan struct{}
+	// goRuntime, when set, reads the process's Go runtime at each point.
+	goRuntime func() (GoRuntime, error)
+	err       error
+	stop      chan struct{}
+	done      chan struct{}
 }
 
 // StartSampler begins sampling pid, and with tree every process below it,
@@ -296,24 +303,43 @@ func (s *Sampler) run(every time.Duration, kids []int) {
 			}
 			_, rss, own, pss, err := procSampleOwn(s.pid, kids, tick%pssEvery == 0)
 			s.mu.Lock()
+			point, readGo := err == nil && tick%s.stride == 0, s.goRuntime
+			s.mu.Unlock()
+			var rt *GoRuntime
+			if point && readGo != nil {
+				// Read outside the lock: it asks the process over HTTP. A
+				// point it cannot read has no runtime figures.
+				if g, gerr := readGo(); gerr == nil {
+					rt = &g
+				}
+			}
+			s.mu.Lock()
 			if err != nil && s.err == nil {
 				s.err = err
 			}
 			s.peakRSS = max(s.peakRSS, rss)
 			s.peakPSS = max(s.peakPSS, pss)
-			if err == nil && tick%s.stride == 0 {
-				s.addPoint(time.Since(s.start), own, rss)
+			if point {
+				s.addPoint(time.Since(s.start), own, rss, rt)
 			}
 			s.mu.Unlock()
 		}
 	}
 }
 
+// ReadGoRuntime has the sampler read the process's Go runtime with read
+// at each point along the measurement, beside its resident set.
+func (s *Sampler) ReadGoRuntime(read func() (GoRuntime, error)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.goRuntime = read
+}
+
 // addPoint appends a reading to along, halving the points and doubling
 // the stride when they reach maxRSSPoints, so a run of any length keeps
 // evenly spaced points in bounded memory.
-func (s *Sampler) addPoint(at time.Duration, own, tree int64) {
-	s.along = append(s.along, RSSPoint{Seconds: math.Round(at.Seconds()*10) / 10, MB: mb(own), TreeMB: mb(tree)})
+func (s *Sampler) addPoint(at time.Duration, own, tree int64, rt *GoRuntime) {
+	s.along = append(s.along, RSSPoint{Seconds: math.Round(at.Seconds()*10) / 10, MB: mb(own), TreeMB: mb(tree), Go: rt})
 	if len(s.along) < maxRSSPoints {
 		return
 	}
@@ -366,9 +392,10 @@ func (s *Sampler) Stop() (ProcUsage, error) {
 	s.peakPSS = max(s.peakPSS, pss)
 	u := ProcUsage{PID: s.pid, PeakRSSMB: float64(s.peakRSS) / (1 << 20), PeakPSSMB: float64(s.peakPSS) / (1 << 20),
 		CPUSeconds: (cpu - s.cpu0).Seconds()}
-	s.addPoint(wall, own, rss)
-	u.RSS = &RSSAlong{StartMB: mb(s.rss0), MiddleMB: middle(s.along, wall).MB, EndMB: mb(own),
-		TreeStartMB: mb(s.tree0), TreeEndMB: mb(rss), Along: slices.Clone(s.along)}
+	s.addPoint(wall, own, rss, nil)
+	mid := middle(s.along, wall)
+	u.RSS = &RSSAlong{StartMB: mb(s.rss0), MiddleMB: mid.MB, EndMB: mb(own),
+		TreeStartMB: mb(s.tree0), TreeEndMB: mb(rss), MiddleGo: mid.Go, Along: slices.Clone(s.along)}
 	if wall > 0 {
 		u.Cores = u.CPUSeconds / wall.Seconds()
 	}

@@ -175,7 +175,7 @@ func TestRSSPointsStayBounded(t *testing.T) {
 	s := &Sampler{stride: 1}
 	for i := range 10000 {
 		if i%s.stride == 0 {
-			s.addPoint(time.Duration(i)*time.Second, 1<<20, 2<<20)
+			s.addPoint(time.Duration(i)*time.Second, 1<<20, 2<<20, nil)
 		}
 	}
 	if len(s.along) >= maxRSSPoints || len(s.along) < maxRSSPoints/4 {

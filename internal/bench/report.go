@@ -194,6 +194,10 @@ func (r *Report) Print(w io.Writer) {
 		if a := r.GatedProc.RSS; a != nil {
 			fmt.Fprintf(w, "gated's own RSS along the run: %.0f MB at the start, %.0f MB at the middle, %.0f MB at the end (with its plugins %.0f → %.0f MB)\n",
 				a.StartMB, a.MiddleMB, a.EndMB, a.TreeStartMB, a.TreeEndMB)
+			if g := a.MiddleGo; g != nil {
+				fmt.Fprintf(w, "gated's Go runtime at the middle: %s goroutines, %.0f MB of their stacks, %.0f MB of heap in use\n",
+					Thousands(int(g.Goroutines)), mb(g.StackBytes), mb(g.HeapBytes))
+			}
 		}
 	}
 	if r.BenchProc != nil {
