@@ -202,16 +202,26 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 			return nil, false, fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
 		}
 	}
-	var budget *BudgetState
-	if b := r.e.cfg.Budgets; b != nil {
-		st, err := b.State(ctx, p.Tenant, budgetAgent(p), r.start)
-		if err != nil {
-			return nil, false, fmt.Errorf("reading the budget counters of %s: %w", p.Tenant, err)
+	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
+	// The budget counters are read for the policy only when it can read
+	// them: two round trips to the bucket on every proposal otherwise.
+	unread := r.e.cfg.Budgets != nil && r.e.cfg.PolicyReadsBudget != nil && !r.e.cfg.PolicyReadsBudget()
+	if !unread {
+		if err := r.readBudget(ctx, &in); err != nil {
+			return nil, false, err
 		}
-		budget = &st
 	}
-	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Budget: budget, Now: r.start}
+	in.BudgetUnread = unread
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
+	if unread && errors.Is(err, ErrBudgetUnread) {
+		// The policy changed to one that reads them since it was asked.
+		if err := r.readBudget(ctx, &in); err != nil {
+			return nil, false, err
+		}
+		in.BudgetUnread = false
+		pd, routed, err = EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
+	}
+	budget := in.Budget
 	r.policyIn = in
 	r.policyIn.Persona = routed.Persona
 	shadowRev, shadow := r.shadow(ctx, in, routed, pd, err)
@@ -277,6 +287,21 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 		v.Policy = policyRef
 	}
 	return v, false, nil
+}
+
+// readBudget reads the proposal's budget counters into in, when budgets
+// are kept.
+func (r *pass) readBudget(ctx context.Context, in *PolicyInput) error {
+	b := r.e.cfg.Budgets
+	if b == nil {
+		return nil
+	}
+	st, err := b.State(ctx, r.p.Tenant, budgetAgent(r.p), r.start)
+	if err != nil {
+		return fmt.Errorf("reading the budget counters of %s: %w", r.p.Tenant, err)
+	}
+	in.Budget = &st
+	return nil
 }
 
 // historyRead is a target's recent verdicts as the store returned them.

@@ -66,6 +66,13 @@ type Config struct {
 	// refuses a proposal over a limit before any review starts. Nil: no
 	// limits.
 	Budgets Budgets
+	// PolicyReadsBudget says whether the policy, or the shadow beside it,
+	// can read input.budget now. When it says no, the engine does not read
+	// the budget counters for the policy input (it still admits by them);
+	// a policy that can after all refuses the input (ErrBudgetUnread), and
+	// the engine reads them and evaluates again. Nil: the counters are
+	// read for every proposal.
+	PolicyReadsBudget func() bool
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
 	OnShadow func(p *Proposal, c ShadowComparison)

@@ -98,3 +98,9 @@ func (e *FieldError) Unwrap() error { return ErrInvalidProposal }
 func fieldErr(field, format string, args ...any) *FieldError {
 	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }
+
+// ErrBudgetUnread is a policy's refusal of an input whose budget counters
+// were not read (PolicyInput.BudgetUnread) when it can read input.budget:
+// it would otherwise see zeros. The engine then reads the counters and
+// evaluates again.
+var ErrBudgetUnread = errors.New("the policy reads input.budget, and the budget counters were not read")

@@ -30,7 +30,12 @@ type PolicyInput struct {
 	// Budget is the proposal's tenant's and agent's budget counters; nil
 	// when no budgets are kept (the policy then sees zeros).
 	Budget *BudgetState
-	Now    time.Time
+	// BudgetUnread says the engine did not read the budget counters,
+	// because the policy could not read them (Config.PolicyReadsBudget):
+	// Budget is nil. A policy that can read input.budget refuses such an
+	// input with ErrBudgetUnread instead of seeing Budget's zeros.
+	BudgetUnread bool
+	Now          time.Time
 }
 
 // PolicyDecision is the policy's answer, data.gated.decision.

@@ -127,6 +127,13 @@ func (l *Live) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.Poli
 	return e.Evaluate(ctx, in)
 }
 
+// ReadsBudget says whether the current evaluator can read input.budget;
+// true when there is none yet.
+func (l *Live) ReadsBudget() bool {
+	e := l.cur.Load()
+	return e == nil || e.ReadsBudget()
+}
+
 // Revision is the revision being served; empty for a candidate that has
 // not built yet.
 func (l *Live) Revision() string {

@@ -66,6 +66,11 @@ func (e *Evaluator) usePlan(ctx context.Context, b *Bundle) PlanStatus {
 // Plan tells which evaluator decides this bundle's proposals.
 func (e *Evaluator) Plan() PlanStatus { return e.planned }
 
+// ReadsBudget says whether a rule of the bundle can read input.budget.
+// An input whose budget counters were not read (BudgetUnread) is refused
+// when it can.
+func (e *Evaluator) ReadsBudget() bool { return e.readsBudget }
+
 // agreementInputs are the compile-time samples and variations of them
 // that reach the hard rules, the operational rules and the run rules.
 func agreementInputs() []engine.PolicyInput {

@@ -138,6 +138,8 @@ type Evaluator struct {
 	planned PlanStatus
 	// warnings are data.gated.config_warnings at compile time.
 	warnings []string
+	// readsBudget says a rule can read input.budget (budgetref.go).
+	readsBudget bool
 }
 
 // PlanStatus tells which evaluator decides a bundle's proposals.
@@ -231,7 +233,7 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 		return nil, err
 	}
 	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision(), catalog: catalog,
-		planned: PlanStatus{Evaluator: EvaluatorTopdown, Reason: "turned off"}}
+		planned: PlanStatus{Evaluator: EvaluatorTopdown, Reason: "turned off"}, readsBudget: readsBudget(compiler)}
 	if err := checkConfig(ctx, compiler, store); err != nil {
 		return nil, err
 	}
@@ -385,6 +387,11 @@ func astResult(t *ast.Term, _ *rego.EvalContext) (any, error) { return t.Value, 
 // is undefined or not shaped as the contract says; the engine turns that
 // into an error verdict.
 func (e *Evaluator) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
+	if in.BudgetUnread && e.readsBudget {
+		// It would see zeros for counters it can read: refuse, and the
+		// engine reads them.
+		return engine.PolicyDecision{}, engine.ErrBudgetUnread
+	}
 	if e.plan == nil {
 		return e.evaluate(ctx, in)
 	}

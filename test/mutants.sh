@@ -388,6 +388,19 @@ mutant budget_refusal_reads_lease bus/budget/store.go ./bus/budget \
 mutant budget_refusal_stands bus/budget/store.go ./bus/budget \
 	$'\t\tif err != nil || refusal != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n' \
 	$'\t\tif err != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n'
+# The budget counters a policy reads (policies/budgetref.go,
+# policies/policy.go): gated skips reading them for a bundle that cannot
+# reach input.budget. The first mutant takes a reference to input under a
+# key that is not written out for one that cannot reach it; the second lets
+# a bundle that reads input.budget evaluate an input whose counters were
+# not read, so that it sees zeros.
+mutant budget_ref_key_unknown policies/budgetref.go ./policies \
+	'return !ok || string(key) == "budget"' \
+	'return ok && string(key) == "budget"'
+mutant budget_unread_refused policies/policy.go './policies ./bus/budget' \
+	'if in.BudgetUnread && e.readsBudget {' \
+	'if false {'
+
 # Budgets read again (cmd/gated/budgets.go): an empty file does not put the
 # defaults in force in place of the file's limits, and a change is taken up
 # only once two polls in a row read it the same.

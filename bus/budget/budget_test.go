@@ -93,7 +93,7 @@ type cluster struct {
 // windowStart is a whole hour, so that the test's windows start with it.
 var windowStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *reviewer) *cluster {
+func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *reviewer, opts ...func(*engine.Config)) *cluster {
 	t.Helper()
 	cfg, err := budget.ParseConfig("budgets.yaml", []byte(limits))
 	if err != nil {
@@ -124,10 +124,14 @@ func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *rev
 			t.Fatal(err)
 		}
 		bs := budget.New(kv, cfg, nil)
-		eng, err := engine.New(engine.Config{
+		ecfg := engine.Config{
 			Policy: pol, Personas: reg, Router: rev, Store: store.New(verdicts),
 			Clock: c.clock, Budgets: bs, DedupeWindow: -1,
-		})
+		}
+		for _, o := range opts {
+			o(&ecfg)
+		}
+		eng, err := engine.New(ecfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -378,14 +382,36 @@ func TestHoldsPendingLimit(t *testing.T) {
 // refused three times in ten minutes has its destructive changes held
 // for a person.
 func TestPolicySeesTheBudget(t *testing.T) {
-	rule := `package gated
+	pol := holdingPolicy(t, budgetHoldRule)
+	if !pol.ReadsBudget() {
+		t.Fatal("a bundle that reads input.budget is said not to")
+	}
+	for _, tc := range []struct {
+		note  string
+		reads func() bool
+	}{
+		{"counters read for every proposal", nil},
+		{"counters read because the policy can read them", pol.ReadsBudget},
+		// A policy swapped in after the engine asked: it refuses the input
+		// without the counters, and the engine reads them.
+		{"the engine told the policy cannot read them", func() bool { return false }},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			testPolicySeesTheBudget(t, pol, func(c *engine.Config) { c.PolicyReadsBudget = tc.reads })
+		})
+	}
+}
+
+const budgetHoldRule = `package gated
 
 hold contains {"rule": "hold_often_refused", "why": sprintf("agent %s was refused %d times in ten minutes", [input.proposal.requested_by.agent, input.budget.agent.refusals_10m])} if {
 	input.proposal.class == "destructive"
 	input.budget.agent.refusals_10m >= 3
 }
 `
-	c := startCluster(t, "", holdingPolicy(t, rule), &reviewer{})
+
+func testPolicySeesTheBudget(t *testing.T, pol *policies.Evaluator, opt func(*engine.Config)) {
+	c := startCluster(t, "", pol, &reviewer{}, opt)
 	destructive := func(n int) []byte { return proposal(n, "destructive", "db_vacuum", "bot") }
 	// Rejected by the reviewer twice: a destructive change still goes to
 	// review, and is rejected a third time.

@@ -432,8 +432,13 @@ func (s *gateServer) startWorker(context.Context) error {
 		DedupeMax:        o.dedupeMax,
 		Shadow:           s.shadowPolicy(),
 		Budgets:          s.budgets,
-		OnShadow:         s.m.onShadow(),
-		Grants:           engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL, Issued: s.grants.Issued},
+		// The counters are read for the policy input only when the policy
+		// served, or the shadow, can read input.budget.
+		PolicyReadsBudget: func() bool {
+			return s.live.ReadsBudget() || (s.shadow != nil && s.shadow.ReadsBudget())
+		},
+		OnShadow: s.m.onShadow(),
+		Grants:   engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL, Issued: s.grants.Issued},
 	})
 	if err != nil {
 		return err
