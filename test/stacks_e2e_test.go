@@ -48,15 +48,7 @@ func TestReviewsInFlightKeepSmallStacks(t *testing.T) {
 	t.Cleanup(func() { _ = g.Stop(10 * time.Second) })
 	t.Cleanup(func() { _ = llm.Close() })
 
-	nc, err := nats.Connect(g.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js := connectJS(t, g.URL)
 	readRuntime := bench.GoRuntimeOf(httpAddr)
 	before, err := readRuntime()
 	if err != nil {
