@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -173,6 +174,13 @@ func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd Pol
 	}
 	in.Persona = routed.Persona
 	sd, err := evaluateShadow(ctx, shadow, in)
+	if in.BudgetUnread && errors.Is(err, ErrBudgetUnread) {
+		// A shadow swapped in since the engine asked reads the counters.
+		if err = r.readBudget(ctx, &in); err == nil {
+			in.BudgetUnread = false
+			sd, err = evaluateShadow(ctx, shadow, in)
+		}
+	}
 	live := PolicySide(r.p, r.e.cfg.Personas, routed, pd, liveErr)
 	if live.Revision == "" {
 		live.Revision = r.revision
