@@ -250,10 +250,21 @@ func (g *Grants) KeySet(ctx context.Context) (grant.KeySet, error) {
 	return grant.Merge(g.cfg.Now(), ks, g.Ring().Public(g.cfg.Now())), nil
 }
 
+// grantsSetup bounds Start's first publication of the keys.
+const grantsSetup = 30 * time.Second
+
 // Start publishes the keys, serves gated.grants.keys and
 // gated.grants.<tenant>.use, and starts the expiry sweep.
 func (g *Grants) Start(ctx context.Context) error {
-	if err := g.publishKeys(ctx, g.Ring()); err != nil {
+	// The key bucket may have been created a moment ago on a cluster that
+	// has not elected its leader yet: a read that goes unanswered is asked
+	// again, as Setup asks again, for as long as a setup may take.
+	pctx, stop := context.WithTimeout(ctx, grantsSetup)
+	_, err := retry(pctx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, g.publishKeys(ctx, g.Ring())
+	})
+	stop()
+	if err != nil {
 		return err
 	}
 	keys, err := g.nc.QueueSubscribe(wire.GrantKeysSubject, "gated", g.serveKeys)
