@@ -205,20 +205,18 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	in := PolicyInput{Proposal: p, History: history, RunRecord: record, Now: r.start}
 	// The budget counters are read for the policy only when it can read
 	// them: two round trips to the bucket on every proposal otherwise.
-	unread := r.e.cfg.Budgets != nil && r.e.cfg.PolicyReadsBudget != nil && !r.e.cfg.PolicyReadsBudget()
-	if !unread {
+	in.BudgetUnread = r.e.cfg.Budgets != nil && r.e.cfg.PolicyReadsBudget != nil && !r.e.cfg.PolicyReadsBudget()
+	if !in.BudgetUnread {
 		if err := r.readBudget(ctx, &in); err != nil {
 			return nil, false, err
 		}
 	}
-	in.BudgetUnread = unread
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
-	if unread && errors.Is(err, ErrBudgetUnread) {
+	if refusedForBudget(in, err) {
 		// The policy changed to one that reads them since it was asked.
 		if err := r.readBudget(ctx, &in); err != nil {
 			return nil, false, err
 		}
-		in.BudgetUnread = false
 		pd, routed, err = EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
 	}
 	budget := in.Budget
@@ -290,7 +288,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 }
 
 // readBudget reads the proposal's budget counters into in, when budgets
-// are kept.
+// are kept; in is then no longer without them.
 func (r *pass) readBudget(ctx context.Context, in *PolicyInput) error {
 	b := r.e.cfg.Budgets
 	if b == nil {
@@ -300,8 +298,14 @@ func (r *pass) readBudget(ctx context.Context, in *PolicyInput) error {
 	if err != nil {
 		return fmt.Errorf("reading the budget counters of %s: %w", r.p.Tenant, err)
 	}
-	in.Budget = &st
+	in.Budget, in.BudgetUnread = &st, false
 	return nil
+}
+
+// refusedForBudget tells whether a policy refused in because its budget
+// counters were not read: they are read, and in evaluated again.
+func refusedForBudget(in PolicyInput, err error) bool {
+	return in.BudgetUnread && errors.Is(err, ErrBudgetUnread)
 }
 
 // historyRead is a target's recent verdicts as the store returned them.

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 )
@@ -174,10 +173,9 @@ func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd Pol
 	}
 	in.Persona = routed.Persona
 	sd, err := evaluateShadow(ctx, shadow, in)
-	if in.BudgetUnread && errors.Is(err, ErrBudgetUnread) {
+	if refusedForBudget(in, err) {
 		// A shadow swapped in since the engine asked reads the counters.
 		if err = r.readBudget(ctx, &in); err == nil {
-			in.BudgetUnread = false
 			sd, err = evaluateShadow(ctx, shadow, in)
 		}
 	}
