@@ -212,12 +212,48 @@ func MayTrack(body []byte) bool {
 		}
 		body = js
 	}
+	return hasTrackMarker(body)
+}
+
+func hasTrackMarker(js []byte) bool {
 	for _, m := range trackMarkers {
-		if bytes.Contains(body, m) {
+		if bytes.Contains(js, m) {
 			return true
 		}
 	}
 	return false
+}
+
+// DecodeIfTracked decodes e as Decode does when MayTrack says its record
+// may hold an event that TrackRecord.Add folds in, and reports whether it
+// did. A compressed record is decompressed once for both, not once to
+// look and again to decode: a reader of the whole stream meets a reviewed
+// proposal's record, a few kilobytes of JSON, at every review.
+func (e *Entry) DecodeIfTracked() bool {
+	if !isCompressed(e.Data) {
+		if !hasTrackMarker(e.Data) {
+			return false
+		}
+		e.Decode()
+		return true
+	}
+	p := blocks.Get().(*[]byte)
+	js, err := recordJSON(e.Data, p)
+	tracked := err == nil && hasTrackMarker(js)
+	if tracked {
+		// The record may keep slices of its JSON: it gets a copy of its
+		// own, and the block goes back to the pool.
+		js = bytes.Clone(js)
+	}
+	blocks.Put(p)
+	if !tracked {
+		return false
+	}
+	e.Record, e.Err = decodeV2(e.Subject, e.Header, e.Data, js, nil)
+	if e.Record != nil {
+		e.Record.Seq, e.Record.Stored = e.Seq, e.Stored
+	}
+	return true
 }
 
 // Add folds r into the track record. A record whose data does not decode

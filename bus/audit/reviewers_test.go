@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -206,6 +208,24 @@ func foldsSomething(t *testing.T, evs ...engine.AuditEvent) (folds, mayV2, mayV1
 	}
 	if got, want := audit.MayTrack(z.Data), audit.MayTrack(m2.Data); got != want {
 		t.Fatalf("MayTrack says %v of the compressed record, %v of its JSON", got, want)
+	}
+	// DecodeIfTracked decodes exactly the bodies MayTrack passes, into
+	// the record Decode makes of them.
+	for _, m := range []*nats.Msg{z, m2, m1} {
+		e := audit.Entry{Seq: 7, Subject: m.Subject, Header: m.Header, Data: m.Data}
+		if got, want := e.DecodeIfTracked(), audit.MayTrack(m.Data); got != want {
+			t.Fatalf("DecodeIfTracked says %v of %q, MayTrack %v", got, m.Data, want)
+		}
+		if e.Record == nil && e.Err == nil {
+			continue
+		}
+		d := audit.Entry{Seq: 7, Subject: m.Subject, Header: m.Header, Data: m.Data}
+		d.Decode()
+		got, _ := json.Marshal(e.Record)
+		want, _ := json.Marshal(d.Record)
+		if string(got) != string(want) || (e.Err == nil) != (d.Err == nil) {
+			t.Fatalf("DecodeIfTracked decoded %s (err %v), Decode %s (err %v)", got, e.Err, want, d.Err)
+		}
 	}
 	return tr.Tracked() > 0, audit.MayTrack(m2.Data), audit.MayTrack(m1.Data)
 }

@@ -176,8 +176,7 @@ func followReviewers(ctx context.Context, js jetstream.JetStream, every time.Dur
 				last = e.Seq
 				// Most records are policy decisions, which hold nothing
 				// the metrics count: only the others are decoded.
-				if audit.MayTrack(e.Data) {
-					e.Decode()
+				if e.DecodeIfTracked() {
 					c.add(e.Record)
 				}
 				return nil
