@@ -117,7 +117,14 @@ type tracedPolicy struct{ engine.Policy }
 func (p tracedPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
 	ctx, span := Start(ctx, SpanPolicy, KindInternal)
 	d, err := p.Policy.Evaluate(ctx, in)
-	if err == nil && span.Recording() {
+	switch {
+	case errors.Is(err, engine.ErrBudgetUnread):
+		// Not a failure: the engine reads the counters and asks again,
+		// in a span of its own.
+		span.Bool(AttrBudgetUnread, true)
+		span.End(nil)
+		return d, err
+	case err == nil && span.Recording():
 		span.String(AttrRevision, d.Revision)
 		span.Bool("gated.policy.denied", len(d.Denies) > 0)
 		span.Bool("gated.policy.review_required", d.Review.Required)

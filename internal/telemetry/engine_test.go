@@ -87,3 +87,46 @@ func TestPolicyAndStageWhileOffAllocateNothing(t *testing.T) {
 		t.Fatalf("Stage while off: %.1f allocations, want 0", allocs)
 	}
 }
+
+// failingPolicy answers every evaluation with err.
+type failingPolicy struct{ err error }
+
+func (p failingPolicy) Evaluate(context.Context, engine.PolicyInput) (engine.PolicyDecision, error) {
+	return engine.PolicyDecision{}, p.err
+}
+func (failingPolicy) Revision() string { return "r" }
+
+// TestPolicySpanOfARefusalForTheBudget: the policy's refusal of an input
+// without the budget counters, which the engine answers by reading them
+// and asking again, leaves a span marked budget_unread, not a failed one;
+// any other error still fails its span. The error reaches the engine
+// either way.
+func TestPolicySpanOfARefusalForTheBudget(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	t.Cleanup(telemetry.Install(sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))))
+	broken := errors.New("rego: undefined function")
+	for _, tc := range []struct {
+		err    error
+		failed bool
+	}{{engine.ErrBudgetUnread, false}, {broken, true}} {
+		exp.Reset()
+		if _, err := telemetry.Policy(failingPolicy{tc.err}).Evaluate(t.Context(), engine.PolicyInput{}); !errors.Is(err, tc.err) {
+			t.Fatalf("Evaluate: %v, want %v", err, tc.err)
+		}
+		spans := exp.GetSpans()
+		if len(spans) != 1 || spans[0].Name != telemetry.SpanPolicy {
+			t.Fatalf("spans %v, want one %s", spans, telemetry.SpanPolicy)
+		}
+		sp := spans[0]
+		if failed := sp.Status.Code.String() == "Error"; failed != tc.failed {
+			t.Errorf("%v: span failed %v, want %v", tc.err, failed, tc.failed)
+		}
+		marked := false
+		for _, a := range sp.Attributes {
+			marked = marked || (string(a.Key) == telemetry.AttrBudgetUnread && a.Value.AsBool())
+		}
+		if marked == tc.failed {
+			t.Errorf("%v: span marked %s %v, want %v", tc.err, telemetry.AttrBudgetUnread, marked, !tc.failed)
+		}
+	}
+}

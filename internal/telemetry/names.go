@@ -55,4 +55,8 @@ const (
 	AttrReplayed   = "gated.replayed"
 	AttrRevision   = "gated.policy_revision"
 	AttrTurn       = "gated.turn"
+	// AttrBudgetUnread marks a policy span that ended in the policy's
+	// refusal of an input without the budget counters
+	// (engine.ErrBudgetUnread): the evaluation that follows has them.
+	AttrBudgetUnread = "gated.policy.budget_unread"
 )
