@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa opa-test clean
 
 all: build
 
@@ -238,7 +238,7 @@ bench: build
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-mcp | tee bench-results/mcp.txt'
-	$(MAKE) --no-print-directory bench-history bench-scaleout
+	$(MAKE) --no-print-directory bench-history bench-scaleout bench-verify-cli
 
 # bench-mcp measures gated mcp (docs/MCP.md): a read call through the
 # proxy against the same call made directly to examples/mcp-ops and
@@ -302,6 +302,15 @@ bench-replay:
 # verdict, and the chain check alone (docs/AUDIT.md). It takes minutes.
 bench-verify:
 	$(GO) test ./bus/audit -run '^$$' -bench '^BenchmarkVerifyVerdicts$$' -benchtime 2x -timeout 30m
+
+# bench-verify-cli times gated audit verify, the command, against a store
+# holding the histories of VERIFY_PREFILL policy-decided proposals (gated
+# bench --prefill --keep), with and without the stored verdicts' check:
+# records/s, CPU a record, peak RSS (test/bench-verify.sh).
+VERIFY_PREFILL ?= 1000000
+bench-verify-cli: build
+	mkdir -p bench-results
+	bash -o pipefail -c 'PREFILL=$(VERIFY_PREFILL) JSON=bench-results/verify.jsonl bash test/bench-verify.sh | tee bench-results/verify.txt'
 
 # opa-test runs the bundles' tests with stock OPA, built from the module
 # proxy at the version in go.mod.
