@@ -203,16 +203,29 @@ var trackMarkers = [][]byte{
 // turned away: the metrics count what gated recorded, and `gated audit
 // verify` reports anything else in the stream.
 func MayTrack(body []byte) bool {
-	if isCompressed(body) {
-		p := blocks.Get().(*[]byte)
-		defer blocks.Put(p)
-		js, err := recordJSON(body, p)
-		if err != nil {
-			return false
-		}
-		body = js
+	_, ok := trackedJSON(body, false)
+	return ok
+}
+
+// trackedJSON reports whether body's record holds one of trackMarkers,
+// and with keep returns its JSON: body itself, or for a compressed record
+// a decompressed copy of its own (the record decoded from it may keep
+// slices of it). A compressed record is decompressed into a pooled block,
+// so that a body turned away allocates nothing.
+func trackedJSON(body []byte, keep bool) ([]byte, bool) {
+	if !isCompressed(body) {
+		return body, hasTrackMarker(body)
 	}
-	return hasTrackMarker(body)
+	p := blocks.Get().(*[]byte)
+	defer blocks.Put(p)
+	js, err := recordJSON(body, p)
+	if err != nil || !hasTrackMarker(js) {
+		return nil, false
+	}
+	if !keep {
+		return nil, true
+	}
+	return bytes.Clone(js), true
 }
 
 func hasTrackMarker(js []byte) bool {
@@ -230,24 +243,13 @@ func hasTrackMarker(js []byte) bool {
 // look and again to decode: a reader of the whole stream meets a reviewed
 // proposal's record, a few kilobytes of JSON, at every review.
 func (e *Entry) DecodeIfTracked() bool {
-	if !isCompressed(e.Data) {
-		if !hasTrackMarker(e.Data) {
-			return false
-		}
+	js, ok := trackedJSON(e.Data, true)
+	switch {
+	case !ok:
+		return false
+	case !isCompressed(e.Data):
 		e.Decode()
 		return true
-	}
-	p := blocks.Get().(*[]byte)
-	js, err := recordJSON(e.Data, p)
-	tracked := err == nil && hasTrackMarker(js)
-	if tracked {
-		// The record may keep slices of its JSON: it gets a copy of its
-		// own, and the block goes back to the pool.
-		js = bytes.Clone(js)
-	}
-	blocks.Put(p)
-	if !tracked {
-		return false
 	}
 	e.Record, e.Err = decodeV2(e.Subject, e.Header, e.Data, js, nil)
 	if e.Record != nil {
