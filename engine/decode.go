@@ -299,7 +299,13 @@ func validate(p *Proposal, subjectTenant, subjectAction string, l Limits) error 
 	if p.Reviewer != "" && !ValidTenant(p.Reviewer) {
 		return fieldErr("reviewer", "%q must be a persona name matching [a-z0-9_-]{1,64}", clip(p.Reviewer))
 	}
+	if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {
+		return fieldErr("arguments"+strings.ReplaceAll(fe.Path, "/", "."), "has members %q and %q, which differ only by case: an executor that reads names without case could act on either", fe.Key, fe.Other)
+	}
 	if p.Kind == KindRun {
+		if p.Arguments != nil {
+			return fieldErr("arguments", "belong to proposals of kind action; a run review has none")
+		}
 		return validateRun(p, l)
 	}
 	switch {

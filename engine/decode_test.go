@@ -200,6 +200,17 @@ func decodeCases() []decodeCase {
 		{note: "flags key differing only in case", data: minimalWrite(`"flags": {"Skip_Review": false}`), wantErr: true, wantField: "flags.Skip_Review"},
 		{note: "key matching the schema only by unicode folding", file: "invalid-key-unicode-fold.json", wantErr: true, wantField: "claſs"},
 		{note: "duplicate top-level key", file: "invalid-duplicate-class.json", wantErr: true, wantField: "class"},
+		{note: "arguments with members equal under unicode folding", file: "invalid-arguments-fold.json", wantErr: true, wantField: "arguments"},
+		{note: "arguments with members differing by ascii case, nested", data: minimalWrite(`"arguments": {"opts": [{"Host": "a", "host": "b"}]}`), wantErr: true, wantField: "arguments.opts.0"},
+		{note: "arguments with a duplicate member", data: minimalWrite(`"arguments": {"host": "a", "host": "b"}`), wantErr: true, wantField: "arguments.host"},
+		{note: "arguments that are not an object", data: minimalWrite(`"arguments": ["host"]`), wantErr: true, wantField: "arguments"},
+		{note: "arguments of a run review", data: []byte(`{"v":1,"id":"r1","tenant":"acme","kind":"run","action":"run_review","class":"read","arguments":{"a":1},"run":{"run_id":"run-1","status":"completed","round":1,"worker":"w"}}`), noSubject: true, wantErr: true, wantField: "arguments"},
+		{note: "arguments", data: minimalWrite(`"target": {"host": "web-1"}`, `"arguments": {"host": "web-1", "opts": {"grace": 10, "drain": true}, "hosts": ["a"]}`), check: func(t *testing.T, p *engine.Proposal) {
+			opts, _ := p.Arguments["opts"].(map[string]any)
+			if p.Arguments["host"] != "web-1" || opts["drain"] != true || opts["grace"] != json.Number("10") {
+				t.Fatalf("arguments = %#v", p.Arguments)
+			}
+		}},
 		{note: "duplicate key nested in target", file: "invalid-duplicate-target-tags.json", wantErr: true, wantField: "target.tags"},
 		{note: "duplicate key spelled with an escape", file: "invalid-duplicate-escaped-key.json", wantErr: true, wantField: "class"},
 

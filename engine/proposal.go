@@ -57,13 +57,20 @@ const (
 // Proposal is what an agent publishes before it acts: the v1 wire schema.
 // Field order and JSON names are the contract in DESIGN.md.
 type Proposal struct {
-	V              int            `json:"v"`
-	ID             string         `json:"id"`
-	Tenant         string         `json:"tenant"`
-	Kind           Kind           `json:"kind,omitempty"`
-	Action         string         `json:"action"`
-	Class          Class          `json:"class"`
-	Target         map[string]any `json:"target,omitempty"`
+	V      int            `json:"v"`
+	ID     string         `json:"id"`
+	Tenant string         `json:"tenant"`
+	Kind   Kind           `json:"kind,omitempty"`
+	Action string         `json:"action"`
+	Class  Class          `json:"class"`
+	Target map[string]any `json:"target,omitempty"`
+	// Arguments are the exact arguments the executor runs the action
+	// with, when it forwards a call (gated mcp, the clients' tool
+	// gates): the target says what the action touches, the arguments
+	// all it is told. The policy and the reviewer read them; an approval's
+	// grant binds them through proposal_sha256. No two member names may be
+	// equal under case folding, at any depth.
+	Arguments      map[string]any `json:"arguments,omitempty"`
 	Reason         string         `json:"reason,omitempty"`
 	BlastRadius    BlastRadius    `json:"blast_radius,omitempty"`
 	Operator       *Principal     `json:"operator,omitempty"`

@@ -202,6 +202,9 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 		}
 		seen[t.Name] = true
 		m := MappingOf(t, cfg.Catalog)
+		if m.schema, err = resolveSchema(t); err != nil {
+			return nil, err
+		}
 		if other, ok := actions[m.Action]; ok {
 			return nil, fmt.Errorf("%w: tools %q and %q are both action %s: give one its own action in the catalog", ErrActionCollision, other, t.Name, m.Action)
 		}
@@ -348,6 +351,7 @@ func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *en
 		Action:         m.Action,
 		Class:          m.Class,
 		Target:         c.Target,
+		Arguments:      c.Arguments,
 		Reason:         reason,
 		BlastRadius:    m.BlastRadius,
 		RequestedBy:    &engine.RequestedBy{Agent: g.cfg.Agent, Session: session},
@@ -360,12 +364,13 @@ func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *en
 func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		m := gt.mapping
+		id := newProposalID()
 		call, err := m.Read(req.Params.Arguments)
 		if err != nil {
-			g.cfg.Log.Info("refused a malformed call", zap.String("tool", m.Tool), zap.Error(err))
+			g.refuseArguments(ctx, m, id, err)
 			return refusal(fmt.Sprintf("gated refused the call of %s: %v. The call was not made.", m.Tool, err), nil), nil
 		}
-		p := g.proposal(m, call, newProposalID(), req.Session)
+		p := g.proposal(m, call, id, req.Session)
 		if m.Class == engine.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
 			// A read the policy approves at its own stage needs no
 			// round trip: gated would approve it without a reviewer.
@@ -425,6 +430,22 @@ func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *engine.Proposal, v *
 		return "", refuse(err)
 	}
 	return c.GID, nil
+}
+
+// refuseArguments logs and audits the refusal of a call whose arguments
+// Read refused: no proposal is made, and gated records the refusal as
+// the executor's (grant.refused, by executor), under id, the proposal id
+// the call would have had.
+func (g *Gate) refuseArguments(ctx context.Context, m Mapping, id string, why error) {
+	g.cfg.Log.Info("refused a malformed call", zap.String("tool", m.Tool), zap.String("call", g.cfg.Tenant+"."+id), zap.Error(why))
+	if g.cfg.Grants == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
+	defer cancel()
+	if err := g.cfg.Grants.Report(rctx, g.cfg.Tenant, id, "", engine.ExecutionRefused, "gated mcp refused the call of "+m.Tool+": "+why.Error()); err != nil {
+		g.cfg.Log.Warn("auditing a refused call", zap.String("call", g.cfg.Tenant+"."+id), zap.Error(err))
+	}
 }
 
 // reportWait bounds an outcome report sent after the call, which

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/gated/gated/engine"
@@ -39,6 +40,10 @@ type Mapping struct {
 	ReasonArgument string
 	// Reviewer is the persona asked for, if any.
 	Reviewer string
+
+	// schema is the tool's input schema, resolved, that Read holds the
+	// arguments to; nil checks nothing (a Mapping built outside New).
+	schema *jsonschema.Resolved
 }
 
 // ClassOf is the class a tool's annotations give: read for readOnlyHint,
@@ -104,9 +109,12 @@ type Call struct {
 	Target map[string]any
 	// Reason is the reason argument's value, "" when the call has none.
 	Reason string
-	// Forward is the arguments sent upstream on approval: the arguments
-	// the target was read from, re-encoded, without the reason argument.
-	// The upstream server sees exactly what gated decided on.
+	// Arguments are the proposal's arguments: every argument of the
+	// call but the reason, as read once.
+	Arguments map[string]any
+	// Forward is what is sent upstream on approval: Arguments encoded as
+	// the proposal encodes them, so that the upstream server receives,
+	// byte for byte, the arguments gated decided on.
 	Forward json.RawMessage
 }
 
@@ -114,10 +122,14 @@ type Call struct {
 const maxArgumentDepth = 64
 
 // Read reads a call's raw arguments: a JSON object, or nothing. They are
-// read once, refusing duplicate keys (encoding/json keeps the last, a
-// server in another language may keep the first, and the reviewer would
-// judge arguments the server never acts on), and the arguments forwarded
-// are re-encoded from what was read. Errors wrap ErrBadArguments.
+// read once, and refused when an object at any depth names a key twice,
+// or names two keys equal under case folding (strings.EqualFold): readers
+// disagree on which of such members counts (encoding/json matches names
+// without case and keeps the last, a server in another language may keep
+// the first), and the upstream could act on a value the reviewer never
+// judged. Arguments the tool's input schema does not allow are refused
+// too. What is forwarded is Call.Forward, encoded from what was read, and
+// the proposal carries the same arguments. Errors wrap ErrBadArguments.
 func (m *Mapping) Read(raw json.RawMessage) (Call, error) {
 	args := map[string]any{}
 	if s := strings.TrimSpace(string(raw)); s != "" && s != "null" {
@@ -128,6 +140,9 @@ func (m *Mapping) Read(raw json.RawMessage) (Call, error) {
 		obj, ok := v.(map[string]any)
 		if !ok {
 			return Call{}, fmt.Errorf("%w: the arguments of %s are not a JSON object", ErrBadArguments, m.Tool)
+		}
+		if err := strictjson.CheckFolded(obj); err != nil {
+			return Call{}, fmt.Errorf("%w: the arguments of %s: %v", ErrBadArguments, m.Tool, err)
 		}
 		args = obj
 	}
@@ -144,7 +159,10 @@ func (m *Mapping) Read(raw json.RawMessage) (Call, error) {
 	if err != nil {
 		return Call{}, fmt.Errorf("%w: re-encoding the arguments of %s: %v", ErrBadArguments, m.Tool, err)
 	}
-	c.Forward = fwd
+	if err := m.allowed(fwd); err != nil {
+		return Call{}, err
+	}
+	c.Arguments, c.Forward = args, fwd
 	if m.Target == nil {
 		c.Target = args
 	} else {
@@ -227,4 +245,41 @@ func resolvePointer(args map[string]any, p string) (any, error) {
 		}
 	}
 	return cur, nil
+}
+
+// resolveSchema resolves an upstream tool's input schema, which Read
+// holds every call's arguments to. A schema that cannot be resolved (a
+// reference to another document, a malformed keyword) is an error: the
+// gate would not know which arguments the tool allows.
+func resolveSchema(t *mcp.Tool) (*jsonschema.Resolved, error) {
+	raw, err := json.Marshal(t.InputSchema)
+	if err != nil {
+		return nil, fmt.Errorf("reading the input schema of upstream tool %q: %w", t.Name, err)
+	}
+	var s jsonschema.Schema
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("upstream tool %q: its input schema is not a JSON Schema: %w", t.Name, err)
+	}
+	r, err := s.Resolve(nil)
+	if err != nil {
+		return nil, fmt.Errorf("upstream tool %q: its input schema cannot be used to check calls: %w", t.Name, err)
+	}
+	return r, nil
+}
+
+// allowed holds the arguments to be forwarded, fwd, to the tool's input
+// schema. The schema reads numbers as JSON does, so they are read from
+// fwd again for it; what is forwarded stays fwd.
+func (m *Mapping) allowed(fwd json.RawMessage) error {
+	if m.schema == nil {
+		return nil
+	}
+	var v any
+	if err := json.Unmarshal(fwd, &v); err != nil {
+		return fmt.Errorf("%w: the arguments of %s: %v", ErrBadArguments, m.Tool, err)
+	}
+	if err := m.schema.Validate(v); err != nil {
+		return fmt.Errorf("%w: the arguments of %s do not fit its input schema: %v", ErrBadArguments, m.Tool, err)
+	}
+	return nil
 }

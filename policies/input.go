@@ -74,7 +74,7 @@ var keyTerms = func() map[string]*ast.Term {
 	m := map[string]*ast.Term{}
 	for _, k := range []string{
 		"proposal", "persona", "history", "now", "now_ns",
-		"v", "id", "tenant", "kind", "action", "class", "target", "reason", "blast_radius",
+		"v", "id", "tenant", "kind", "action", "class", "target", "arguments", "reason", "blast_radius",
 		"operator", "requested_by", "incident_id", "context_summary", "flags", "reviewer", "criteria", "run", "created_at",
 		"roles", "agent", "session", "skip_review", "force_approve", "force_approve_no_sop", "user_confirmed",
 		"description", "required", "params", "run_id", "task_id", "status", "round", "worker",
@@ -213,6 +213,7 @@ func (ts *terms) proposalValue(p *engine.Proposal) ast.Value {
 		ts.sitem("action", p.Action),
 		ts.sitem("class", string(p.Class)),
 		ts.item("target", generic(p.Target)),
+		ts.item("arguments", generic(p.Arguments)),
 		ts.sitem("reason", p.Reason),
 		ts.sitem("blast_radius", string(p.BlastRadius)),
 		ts.item("operator", op),

@@ -88,6 +88,19 @@ func AuditEvents(t *testing.T, audit jetstream.Stream, tenant, id string) []stri
 // proposal id of tenant, in stream order.
 func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []engine.AuditEvent {
 	t.Helper()
+	var events []engine.AuditEvent
+	for _, rec := range TenantAuditRecords(t, audit, tenant) {
+		if rec.ProposalID == id {
+			events = append(events, rec.Events()...)
+		}
+	}
+	return events
+}
+
+// TenantAuditRecords returns every record the audit stream holds for
+// tenant, in stream order.
+func TenantAuditRecords(t *testing.T, audit jetstream.Stream, tenant string) []*gaudit.Record {
+	t.Helper()
 	ctx := t.Context()
 	cons, err := audit.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{FilterSubjects: []string{wire.AuditSubjectPrefix + tenant + ".>"}})
 	if err != nil {
@@ -97,7 +110,7 @@ func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []eng
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []engine.AuditEvent
+	var recs []*gaudit.Record
 	batch, err := cons.FetchNoWait(int(info.State.Msgs))
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +120,9 @@ func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []eng
 		if err != nil {
 			t.Fatalf("audit message %s is not a record: %v", m.Subject(), err)
 		}
-		if rec.ProposalID == id {
-			events = append(events, rec.Events()...)
-		}
+		recs = append(recs, rec)
 	}
-	return events
+	return recs
 }
 
 // runEpoch is when round 0 of RunVerdict's runs was decided.
