@@ -235,7 +235,12 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 			if src == nil || key == nil {
 				return 0, false, nil
 			}
-			v := m.lookup(src, key)
+			var v *ast.Term
+			if s.base {
+				v = m.baseLookup(src, key)
+			} else {
+				v = m.lookup(src, key)
+			}
 			if v == nil {
 				return 0, false, nil
 			}
@@ -294,7 +299,14 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 			}
 		case *sEqual:
 			a, b := m.val(fr, s.a), m.val(fr, s.b)
-			if a == nil || b == nil || !ast.ValueEqual(a.Value, b.Value) {
+			if a == nil || b == nil {
+				return 0, false, nil
+			}
+			if s.baseKey {
+				if !baseKeyEqual(a.Value, b.Value) {
+					return 0, false, nil
+				}
+			} else if !ast.ValueEqual(a.Value, b.Value) {
 				return 0, false, nil
 			}
 		case *sIsDefined:

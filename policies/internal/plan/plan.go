@@ -136,6 +136,9 @@ type (
 	sDot   struct {
 		src, key operand
 		target   int
+		// base: src is a collection of the base data, read as OPA's
+		// store reads it for topdown (basedata.go).
+		base bool
 	}
 	sLen struct {
 		src    operand
@@ -165,10 +168,16 @@ type (
 		value  *ast.Term
 		target int
 	}
-	sMakeArray   struct{ capacity, target int }
-	sMakeObject  struct{ target int }
-	sMakeSet     struct{ target int }
-	sEqual       struct{ a, b operand }
+	sMakeArray  struct{ capacity, target int }
+	sMakeObject struct{ target int }
+	sMakeSet    struct{ target int }
+	sEqual      struct {
+		a, b operand
+		// baseKey: a is the key of a scan of the base data and b a key
+		// bound before it, compared as OPA's store reads a key
+		// (basedata.go).
+		baseKey bool
+	}
 	sNotEqual    struct{ a, b operand }
 	sIsArray     struct{ src operand }
 	sIsObject    struct{ src operand }
@@ -252,6 +261,9 @@ func newPlan(pol *ir.Policy) (*Plan, error) {
 		return nil, fmt.Errorf("plan %s: %w", plan.Name, err)
 	}
 	out.main = main
+	if err := markBase(append(slices.Clone(out.funcs), main)); err != nil {
+		return nil, err
+	}
 	// Values kept beyond one statement (a folded literal, a rule's value
 	// kept across evaluations) are shared, so both are done only for a
 	// plan that changes no collection but one it has just made.
