@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // Proposer is what a ToolGate needs to reach gated. *Client implements it;
@@ -212,6 +214,12 @@ type Change struct {
 	Flags engine.Flags
 	// Reviewer asks for a persona for this call, over Identity.Reviewer.
 	Reviewer string
+	// Arguments are the call's arguments as the tool receives them, for
+	// the policy and the reviewer to read beside the target; the grant
+	// binds them. Guard sets them from the call. A runtime that calls
+	// Authorize itself must run the call with exactly these. No two
+	// member names may be equal under case folding.
+	Arguments map[string]any
 }
 
 // ToolSpec declares a tool to a ToolGate: its action token, its class, and
@@ -250,8 +258,14 @@ func (s ToolSpec[A]) Validate() error {
 // gated allows it:
 //
 //   - read: fn runs at once; nothing is proposed.
-//   - write, destructive: a proposal built from the ToolGate's identity and
-//     spec.Describe(args) is sent, and fn runs once, only if the verdict
+//   - write, destructive: args are encoded once as JSON (they must encode
+//     as an object, with no two member names equal under case folding),
+//     and a proposal built from the ToolGate's identity and
+//     spec.Describe(args) is sent, carrying those arguments. fn and
+//     Describe get the arguments decoded from exactly those bytes, never
+//     the caller's value: what runs is what was reviewed, whatever the
+//     caller does to its maps and pointers meanwhile, and fields that do
+//     not encode (unexported, json:"-") are zero. fn runs once, only if the verdict
 //     is an approval whose grant verifies against the proposal and is
 //     used with gated (see WithGrants; a refused grant is an error
 //     matching ErrGrantRefused, and a refusal of the ToolGate's own is
@@ -284,16 +298,47 @@ func Guard[A, R any](g *ToolGate, spec ToolSpec[A], fn func(context.Context, A) 
 		if spec.Class == engine.ClassRead {
 			return fn(ctx, args)
 		}
-		v, err := g.Authorize(ctx, spec.Action, spec.Class, spec.Describe(args))
+		reviewed, arguments, err := snapshot(spec.Action, args)
 		if err != nil {
 			return zero, err
 		}
-		r, runErr := fn(ctx, args)
+		change := spec.Describe(reviewed)
+		change.Arguments = arguments
+		v, err := g.Authorize(ctx, spec.Action, spec.Class, change)
+		if err != nil {
+			return zero, err
+		}
+		r, runErr := fn(ctx, reviewed)
 		// The tool ran: its result stands whether or not the report
 		// reaches gated.
 		_ = g.Finish(ctx, v, runErr)
 		return r, runErr
 	}
+}
+
+// snapshot encodes a call's arguments once and returns what the tool runs
+// with, decoded from those bytes, and what the proposal carries, read
+// from the same bytes. Errors wrap ErrInvalidToolSpec.
+func snapshot[A any](action string, args A) (reviewed A, arguments map[string]any, err error) {
+	data, err := json.Marshal(args)
+	if err != nil {
+		return reviewed, nil, fmt.Errorf("%w: the arguments of %s are not JSON a reviewer can read: %v", ErrInvalidToolSpec, action, err)
+	}
+	v, err := strictjson.ReadValue(data, strictjson.ValueOptions{})
+	if err != nil {
+		return reviewed, nil, fmt.Errorf("%w: the arguments of %s: %v", ErrInvalidToolSpec, action, err)
+	}
+	arguments, ok := v.(map[string]any)
+	if !ok {
+		return reviewed, nil, fmt.Errorf("%w: the arguments of %s must encode as a JSON object; they encode as %.40s", ErrInvalidToolSpec, action, data)
+	}
+	if err := strictjson.CheckFolded(arguments); err != nil {
+		return reviewed, nil, fmt.Errorf("%w: the arguments of %s: %v", ErrInvalidToolSpec, action, err)
+	}
+	if err := json.Unmarshal(data, &reviewed); err != nil {
+		return reviewed, nil, fmt.Errorf("%w: the arguments of %s do not decode as they encode: %v", ErrInvalidToolSpec, action, err)
+	}
+	return reviewed, arguments, nil
 }
 
 // reportWait bounds an outcome report the ToolGate sends on its own (an
@@ -434,6 +479,7 @@ func (g *ToolGate) proposal(action string, class engine.Class, c Change) *engine
 		Action:         action,
 		Class:          class,
 		Target:         c.Target,
+		Arguments:      c.Arguments,
 		Reason:         c.Reason,
 		BlastRadius:    c.BlastRadius,
 		RequestedBy:    &engine.RequestedBy{Agent: g.id.Agent, Session: g.id.Session},

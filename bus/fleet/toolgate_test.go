@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,4 +324,78 @@ func mustJSON(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// opsArgs are the arguments of a tool that takes a map: what a runtime
+// that decodes a model's tool call hands its tools.
+type opsArgs struct {
+	Host string         `json:"host"`
+	Opts map[string]any `json:"opts"`
+}
+
+// TestGuardRunsWhatWasReviewed: the tool runs with exactly the arguments
+// the proposal carried, whatever the caller does to its own values while
+// the review is pending, and the proposal carries every argument, not
+// only what Describe put in the target.
+func TestGuardRunsWhatWasReviewed(t *testing.T) {
+	args := opsArgs{Host: "web-7", Opts: map[string]any{"service": "nginx"}}
+	// The caller's map changes while gated reviews: another goroutine of
+	// the agent, or the agent itself reusing its arguments.
+	fake := &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(*engine.Verdict) { args.Opts["service"] = "sshd" }}
+	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := fleet.ToolSpec[opsArgs]{Action: "host_restart_service", Class: engine.ClassWrite, Describe: func(a opsArgs) fleet.Change {
+		return fleet.Change{Target: map[string]any{"host": a.Host}, BlastRadius: engine.BlastSingleDevice}
+	}}
+	var ran opsArgs
+	_, err = fleet.Guard(g, spec, func(_ context.Context, a opsArgs) (string, error) { ran = a; return "ok", nil })(t.Context(), args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := fake.proposals()[0]
+	opts, _ := p.Arguments["opts"].(map[string]any)
+	if p.Arguments["host"] != "web-7" || opts["service"] != "nginx" {
+		t.Fatalf("the proposal's arguments are %v, want every argument of the call", p.Arguments)
+	}
+	if ran.Host != "web-7" || ran.Opts["service"] != "nginx" {
+		t.Fatalf("the tool ran with %+v; gated reviewed %v", ran, p.Arguments)
+	}
+	if _, err := engine.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", engine.Limits{}); err != nil {
+		t.Fatalf("gated would refuse the ToolGate's proposal: %v", err)
+	}
+}
+
+// TestGuardRefusesArgumentsThatAreNotJSON: arguments a reviewer cannot
+// read, or that readers disagree on, never run.
+func TestGuardRefusesArgumentsThatAreNotJSON(t *testing.T) {
+	fake := &fakeProposer{outcome: engine.OutcomeApproved}
+	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
+	if err != nil {
+		t.Fatal(err)
+	}
+	describe := func(any) fleet.Change { return fleet.Change{BlastRadius: engine.BlastSingleDevice} }
+	runs := 0
+	tool := func(context.Context, any) (string, error) { runs++; return "ok", nil }
+	guarded := fleet.Guard(g, fleet.ToolSpec[any]{Action: "host_restart_service", Class: engine.ClassWrite, Describe: describe}, tool)
+	for _, tc := range []struct {
+		note string
+		args any
+		want string
+	}{
+		{note: "not an object", args: []string{"web-7"}, want: "JSON object"},
+		{note: "not JSON", args: map[string]any{"done": make(chan int)}, want: "JSON"},
+		{note: "keys equal under case folding", args: map[string]any{"host": "web-7", "hoſt": "db-1"}, want: "differ only by case"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := guarded(t.Context(), tc.args)
+			if !errors.Is(err, fleet.ErrInvalidToolSpec) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error %v, want ErrInvalidToolSpec saying %q", err, tc.want)
+			}
+		})
+	}
+	if runs != 0 || len(fake.proposals()) != 0 {
+		t.Fatalf("%d runs, %d proposals, want none", runs, len(fake.proposals()))
+	}
 }
