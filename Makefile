@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa opa-test clean
+.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa opa-test clean
 
 all: build
 
@@ -115,6 +115,12 @@ proto-python: $(PY_VENV)/.installed
 	$(PY_VENV)/bin/python -m grpc_tools.protoc -I plugins/proto \
 	       --python_out=sdk/python --pyi_out=sdk/python --grpc_python_out=sdk/python \
 	       plugins/proto/gated/plugin/v1/reviewer.proto plugins/proto/gated/plugin/goplugin/goplugin.proto
+
+# folding rewrites test/vectors/folding.json from Go's unicode tables and
+# the Python SDK's table of them (sdk/python/gated/_orbits.py) from it.
+folding:
+	$(GO) test ./internal/strictjson -run TestFoldingVectors -update
+	$(PYTHON) sdk/python/tests/gen_orbits.py
 
 # bench-plugin-python measures a review through a Python reviewer plugin
 # (sdk/python/tests/plugin/bench_plugin.py) beside the Go sop reviewer, in

@@ -65,6 +65,9 @@ class Proposal:
     v: int = 1
     kind: str = ""
     target: dict[str, Any] | None = None
+    arguments: dict[str, Any] | None = None
+    """What the executor runs the action with, when it forwards a call: no
+    two member names, at any depth, may be equal under case folding."""
     reason: str = ""
     blast_radius: str = ""
     operator: Operator | None = None
@@ -87,6 +90,7 @@ class Proposal:
             "action": self.action,
             "class": self.class_,
             "target": self.target,
+            "arguments": self.arguments,
             "reason": self.reason,
             "blast_radius": self.blast_radius,
             "operator": self.operator.to_dict() if self.operator else None,

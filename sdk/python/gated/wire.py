@@ -14,6 +14,8 @@ from json.encoder import encode_basestring as _encode_basestring
 from typing import Any, Final
 
 from gated.errors import BadProposal
+from gated.fold import as_go_string as _valid_unicode
+from gated.fold import check_folded
 
 SCHEMA_VERSION: Final = 1
 PROPOSAL_SUBJECT_PREFIX: Final = "gated.proposals."
@@ -162,6 +164,8 @@ def address_of(data: bytes) -> Address:
 # engine.Proposal (test/vectors/README.md).
 
 _STR, _INT, _BOOL, _ANY_MAP, _TIME, _STR_LIST = "str", "int", "bool", "map", "time", "strs"
+# A map whose member names, at any depth, must not fold together.
+_ARGS = "args"
 
 # A struct schema: (JSON name, type, omitempty) in the Go struct's order.
 _Schema = tuple[tuple[str, Any, bool], ...]
@@ -216,6 +220,7 @@ _PROPOSAL: _Schema = (
     ("action", _STR, False),
     ("class", _STR, False),
     ("target", _ANY_MAP, True),
+    ("arguments", _ARGS, True),
     ("reason", _STR, True),
     ("blast_radius", _STR, True),
     ("operator", ("ptr", _OPERATOR), True),
@@ -230,15 +235,6 @@ _PROPOSAL: _Schema = (
 )
 
 _HTML = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
-
-
-def _valid_unicode(s: str) -> str:
-    try:
-        s.encode("utf-8")
-    except UnicodeEncodeError:
-        # Lone surrogates: Go reads them as U+FFFD (pairs are joined).
-        s = s.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return s
 
 
 # Printable ASCII but for ", \\, <, > and &: written as it is.
@@ -350,7 +346,7 @@ def _empty(typ: Any, v: Any) -> bool:
         return bool(v == 0)
     if typ in (_BOOL,):
         return v is False
-    if typ in (_ANY_MAP, _STR_LIST) or (isinstance(typ, tuple) and typ[0] == "list"):
+    if typ in (_ANY_MAP, _ARGS, _STR_LIST) or (isinstance(typ, tuple) and typ[0] == "list"):
         return len(v) == 0
     return False
 
@@ -382,6 +378,8 @@ def _encode_field(typ: Any, v: Any, path: str) -> str:
         if not isinstance(v, dict):
             raise BadProposal(f"{path} must be an object, not a {type(v).__name__}")
         return _encode_map(v, path, 0)
+    if typ == _ARGS:
+        return encode_arguments(v)
     if typ == _STR_LIST:
         if v is None:
             return "null"
@@ -402,6 +400,20 @@ def _encode_field(typ: Any, v: Any, path: str) -> str:
     if kind == "ptr" and v is None:
         return "null"
     return _encode_struct(schema, {} if v is None else v, path)
+
+
+def encode_arguments(arguments: Any) -> str:
+    """A proposal's arguments as the proposal carries them: a JSON object
+    encoded as Go encodes it. Raises BadProposal for what is not a JSON
+    object, and for two member names, at any depth, equal under Unicode
+    simple case folding (gated refuses such a proposal as invalid)."""
+    if not isinstance(arguments, dict):
+        raise BadProposal(f"arguments must be an object, not a {type(arguments).__name__}")
+    data = _encode_map(arguments, "arguments", 0)
+    found = check_folded(arguments)
+    if found is not None:
+        raise BadProposal(str(found))
+    return data
 
 
 def _encode_struct(schema: _Schema, doc: Any, path: str) -> str:
