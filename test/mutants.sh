@@ -102,6 +102,15 @@ mutant required_gates engine/review.go './engine ./plugins' \
 	'for _, g := range persona.RequiredGates {' \
 	'for _, g := range []string(nil) {'
 
+# A failed review's verdict (engine/review.go, reviewAnswered) says in
+# gated's words which reviewer failed and how; the reviewer's error (a
+# plugin's panic with its stack and build paths, its own text) goes to the
+# audit record and gated's log only. The mutant appends the error to the
+# reason and the failed review's notes, as gated did before.
+mutant review_error_in_verdict engine/review.go './engine ./plugins' \
+	'out.why, out.failure = failureSentence(plugin, persona, failure, timeout)' \
+	'out.why, out.failure = failureSentence(plugin, persona, failure, timeout); out.why += ": " + err.Error()'
+
 # The host's go-plugin client (plugins/process.go): mutual TLS to the
 # plugin. The mutant neither hands the plugin the host's certificate nor
 # dials with TLS, so both ends fall back to plaintext and reviews still work.
@@ -430,6 +439,33 @@ mutant grant_expired_only_past_exp bus/grants.go ./bus \
 mutant grant_due_only_when_due bus/grants.go ./bus \
 	$'if len(g.due) == 0 || g.due[0].exp > now {' \
 	$'if len(g.due) == 0 {'
+
+# What an executor runs is what gated decided on. gated mcp
+# (mcpgate/mapping.go, gate.go) refuses arguments with two member names
+# equal under case folding and arguments the tool's input schema does not
+# allow, and its proposal carries every argument it forwards; gated itself
+# refuses a proposal whose arguments fold together (engine/decode.go); the
+# Go tool gate runs the tool with the arguments it proposed, not the
+# caller's value, and refuses arguments that fold together
+# (bus/fleet/toolgate.go).
+mutant mcp_arguments_folded mcpgate/mapping.go ./mcpgate \
+	$'if err := strictjson.CheckFolded(obj); err != nil {' \
+	$'if err := strictjson.CheckFolded(obj); false && err != nil {'
+mutant mcp_arguments_schema mcpgate/mapping.go ./mcpgate \
+	$'if err := m.allowed(fwd); err != nil {' \
+	$'if err := m.allowed(fwd); false && err != nil {'
+mutant mcp_proposal_carries_arguments mcpgate/gate.go ./mcpgate \
+	$'\t\tArguments:      c.Arguments,\n' \
+	$'\n'
+mutant proposal_arguments_folded engine/decode.go ./engine \
+	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
+	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
+mutant guard_runs_reviewed bus/fleet/toolgate.go ./bus/fleet \
+	$'r, runErr := fn(ctx, reviewed)' \
+	$'r, runErr := fn(ctx, args)'
+mutant guard_arguments_folded bus/fleet/toolgate.go ./bus/fleet \
+	$'if err := strictjson.CheckFolded(arguments); err != nil {' \
+	$'if err := strictjson.CheckFolded(arguments); false && err != nil {'
 
 # --- running them --------------------------------------------------------------
 
