@@ -15,6 +15,28 @@ export declare class BadProposalError extends GatedError {
     readonly code: string;
 }
 /**
+ * A proposal's arguments hold an object with two member names equal under
+ * Unicode simple case folding (Go's strings.EqualFold), such as "host" and
+ * "hoſt" (U+017F): a reader that matches names without case could act on
+ * either, so gated refuses the proposal as invalid, and this client does
+ * not publish it. Rename one member.
+ */
+export declare class FoldedKeysError extends BadProposalError {
+    readonly code: string;
+    /** The object, as gated names it: arguments, then the path to it, e.g. arguments.opts or arguments.ops.1. */
+    readonly path: string;
+    /** The object's place in the arguments, a JSON Pointer (RFC 6901); "" for the arguments themselves. */
+    readonly pointer: string;
+    /** The two member names, in the order of their UTF-8 bytes. */
+    readonly key: string;
+    readonly other: string;
+    constructor(where: string, found: {
+        pointer: string;
+        key: string;
+        other: string;
+    });
+}
+/**
  * No verdict arrived before the deadline or the abort. The proposal may
  * still be decided later: look it up with Client.verdict, and never act on
  * it before.
@@ -44,6 +66,22 @@ export declare class InvalidConfigError extends GatedError {
 /** A guarded tool's spec is unusable; such a tool never runs. */
 export declare class InvalidToolSpecError extends GatedError {
     readonly code: string;
+}
+/**
+ * A guarded call's arguments cannot be reviewed: they are not a plain
+ * object, or hold something that is not JSON (a bigint, a function, a
+ * symbol, a Date or another class instance, NaN or an infinity, undefined
+ * in an array, a cycle), or two member names equal under simple case
+ * folding (its cause is then a FoldedKeysError). The tool does not run and
+ * nothing is proposed.
+ */
+export declare class InvalidArgumentsError extends InvalidToolSpecError {
+    readonly code: string;
+    /** Where in the arguments, e.g. "arguments", "arguments.opts[2]". */
+    readonly path: string;
+    constructor(path: string, message: string, options?: {
+        cause?: unknown;
+    });
 }
 /** No verdict is stored under the tenant and id (never decided, or past the bucket's TTL). */
 export declare class NotFoundError extends GatedError {

@@ -31,6 +31,31 @@ export class BadProposalError extends GatedError {
     code = "bad_proposal";
 }
 /**
+ * A proposal's arguments hold an object with two member names equal under
+ * Unicode simple case folding (Go's strings.EqualFold), such as "host" and
+ * "hoſt" (U+017F): a reader that matches names without case could act on
+ * either, so gated refuses the proposal as invalid, and this client does
+ * not publish it. Rename one member.
+ */
+export class FoldedKeysError extends BadProposalError {
+    code = "folded_keys";
+    /** The object, as gated names it: arguments, then the path to it, e.g. arguments.opts or arguments.ops.1. */
+    path;
+    /** The object's place in the arguments, a JSON Pointer (RFC 6901); "" for the arguments themselves. */
+    pointer;
+    /** The two member names, in the order of their UTF-8 bytes. */
+    key;
+    other;
+    constructor(where, found) {
+        const path = "arguments" + found.pointer.replaceAll("/", ".");
+        super(`${where}: ${path} has members ${JSON.stringify(found.key)} and ${JSON.stringify(found.other)}, which differ only by case: a reader that matches names without case could act on either`);
+        this.path = path;
+        this.pointer = found.pointer;
+        this.key = found.key;
+        this.other = found.other;
+    }
+}
+/**
  * No verdict arrived before the deadline or the abort. The proposal may
  * still be decided later: look it up with Client.verdict, and never act on
  * it before.
@@ -60,6 +85,23 @@ export class InvalidConfigError extends GatedError {
 /** A guarded tool's spec is unusable; such a tool never runs. */
 export class InvalidToolSpecError extends GatedError {
     code = "invalid_tool_spec";
+}
+/**
+ * A guarded call's arguments cannot be reviewed: they are not a plain
+ * object, or hold something that is not JSON (a bigint, a function, a
+ * symbol, a Date or another class instance, NaN or an infinity, undefined
+ * in an array, a cycle), or two member names equal under simple case
+ * folding (its cause is then a FoldedKeysError). The tool does not run and
+ * nothing is proposed.
+ */
+export class InvalidArgumentsError extends InvalidToolSpecError {
+    code = "invalid_arguments";
+    /** Where in the arguments, e.g. "arguments", "arguments.opts[2]". */
+    path;
+    constructor(path, message, options) {
+        super(message, options);
+        this.path = path;
+    }
 }
 /** No verdict is stored under the tenant and id (never decided, or past the bucket's TTL). */
 export class NotFoundError extends GatedError {

@@ -49,14 +49,34 @@ export interface Change {
     flags?: Flags;
     /** A persona for this call, over Identity.reviewer. */
     reviewer?: string;
+    /**
+     * The exact arguments the tool runs with: the proposal carries them, the
+     * policy and the reviewer read them, and the approval's grant binds
+     * them. Set them with authorize, and then run the tool with exactly
+     * these, as JSON: a copy parsed from JSON.stringify of them taken before
+     * authorize, never an object that can change while gated reviews. A JSON
+     * object; a guarded tool's are the call's own, set by the gate, and its
+     * describe must leave them out.
+     */
+    arguments?: Record<string, unknown>;
 }
-/** Declares a tool: its action token, its class, and how a call's arguments become the Change to review. */
+/**
+ * Declares a tool: its action token, its class, and how a call's arguments
+ * become the Change to review. A write or destructive tool takes one JSON
+ * object as its arguments (what a model's tool call is).
+ */
 export interface ToolSpec<A> {
     /** The tool's name on the wire, [A-Za-z0-9_-]{1,128}. */
     action: string;
     /** read, write or destructive. A read tool runs without a proposal: never let a model choose it. */
     class: ProposalClass;
-    /** Turns a call's arguments into the Change to review. Required for write and destructive tools. */
+    /**
+     * Turns a call's arguments into the Change to review: what the call
+     * touches (target), why, how far it reaches. Required for write and
+     * destructive tools. It gets a copy of the arguments as the proposal
+     * carries them, and leaves the Change's arguments out: the gate puts
+     * the call's own there.
+     */
     describe?: (args: A) => Change;
 }
 /** Options of a ToolGate. */
@@ -126,8 +146,20 @@ export declare class ToolGate {
      * only on approval of a proposal built from the identity and
      * spec.describe(args), after the approval's grant verifies against that
      * proposal and gated takes its single use; it then reports the outcome
-     * (started before fn runs, succeeded or failed after). Otherwise the
-     * guarded tool throws without running fn: a GrantError or GrantUseError
+     * (started before fn runs, succeeded or failed after).
+     *
+     * A write or destructive call's arguments must be a JSON object. They
+     * are encoded once, when the call is made, and the proposal carries them
+     * whole (its arguments); describe and fn each get their own copy parsed
+     * from exactly those bytes, never the caller's object, so fn acts on what
+     * gated reviewed even if the caller changes its object while the review
+     * is pending, and on no member the proposal did not show. The copy holds
+     * what JSON holds: a member whose value is undefined is left out of it.
+     *
+     * Otherwise the guarded tool throws without running fn: an
+     * InvalidArgumentsError for arguments that are not a JSON object, hold a
+     * value JSON cannot write, or two member names equal under case folding
+     * (nothing is proposed), a GrantError or GrantUseError
      * for a grant that is missing, does not hold or is used already, a
      * VerdictError for a verdict that is not an approval (an
      * AwaitingOperatorError for one held for an operator, unless the gate
@@ -161,6 +193,12 @@ export declare class ToolGate {
      * run: at once with null for class read, else with the approval, whose
      * grant is verified and used by then (report the outcome with
      * reportOutcome). Throws as a guarded tool does.
+     *
+     * change.arguments, when set, are encoded once, when authorize is
+     * called, and the proposal carries them: the runtime must then run the
+     * tool with exactly these, as JSON (parse the tool's arguments from the
+     * text it serialized and pass that copy both here and to the tool), and
+     * with nothing beside them. A guarded tool does this itself.
      */
     authorize(action: string, cls: ProposalClass, change: Change, opts?: CallOptions): Promise<Verdict | null>;
     private authorizeCall;

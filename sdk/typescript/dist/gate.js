@@ -1,10 +1,11 @@
 // The tool gate: put gated in front of an agent runtime's tools. It mirrors
 // the Go ToolGate (bus/fleet/toolgate.go).
 import { randomBytes } from "node:crypto";
-import { AwaitingOperatorError, GatedError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
+import { AwaitingOperatorError, FoldedKeysError, GatedError, InvalidArgumentsError, InvalidConfigError, InvalidToolSpecError, NotApprovedError, VerdictError, checkVerdict, } from "./errors.js";
 import { defaultWaitMs } from "./client.js";
 import { decodeGrant, GrantError, GrantUseError } from "./grant.js";
-import { parseJSON } from "./json.js";
+import { findFoldedKeys } from "./fold.js";
+import { describe as typeOf, goMap, isPlainObject, JSONValueError, parseJSON } from "./json.js";
 import { encodeProposal, schemaVersion, validAction, validTenant } from "./wire.js";
 /** The approval came, but the caller aborted before the tool could run. The tool did not run. */
 export class AbortedError extends GatedError {
@@ -103,8 +104,20 @@ export class ToolGate {
      * only on approval of a proposal built from the identity and
      * spec.describe(args), after the approval's grant verifies against that
      * proposal and gated takes its single use; it then reports the outcome
-     * (started before fn runs, succeeded or failed after). Otherwise the
-     * guarded tool throws without running fn: a GrantError or GrantUseError
+     * (started before fn runs, succeeded or failed after).
+     *
+     * A write or destructive call's arguments must be a JSON object. They
+     * are encoded once, when the call is made, and the proposal carries them
+     * whole (its arguments); describe and fn each get their own copy parsed
+     * from exactly those bytes, never the caller's object, so fn acts on what
+     * gated reviewed even if the caller changes its object while the review
+     * is pending, and on no member the proposal did not show. The copy holds
+     * what JSON holds: a member whose value is undefined is left out of it.
+     *
+     * Otherwise the guarded tool throws without running fn: an
+     * InvalidArgumentsError for arguments that are not a JSON object, hold a
+     * value JSON cannot write, or two member names equal under case folding
+     * (nothing is proposed), a GrantError or GrantUseError
      * for a grant that is missing, does not hold or is used already, a
      * VerdictError for a verdict that is not an approval (an
      * AwaitingOperatorError for one held for an operator, unless the gate
@@ -130,16 +143,24 @@ export class ToolGate {
             if (spec.class === "read") {
                 return await fn(args, { signal: opts?.signal });
             }
-            const { claims } = await this.authorizeCall(spec.action, spec.class, spec.describe(args), opts);
+            // The arguments are read once, here: what is proposed, described
+            // and run is parsed from these bytes, whatever becomes of args.
+            const text = encodeArguments(spec.action, args);
+            const change = spec.describe(JSON.parse(text));
+            if (change?.arguments !== undefined) {
+                throw new InvalidToolSpecError(`invalid tool spec: describe of ${spec.action} sets arguments; the gate proposes the call's own`);
+            }
+            const { claims } = await this.authorizeCall(spec.action, spec.class, change, opts, text);
+            const reviewed = JSON.parse(text);
             if (!claims) {
-                return await fn(args, { signal: opts?.signal });
+                return await fn(reviewed, { signal: opts?.signal });
             }
             // The grant is used: say so before the tool runs. A report that
             // cannot be made stops the call here, before anything happened.
             await this.report(claims, "started", undefined, opts);
             let result;
             try {
-                result = await fn(args, { signal: opts?.signal });
+                result = await fn(reviewed, { signal: opts?.signal });
             }
             catch (err) {
                 await this.reportAfter(claims, "failed", errorText(err), opts);
@@ -205,11 +226,18 @@ export class ToolGate {
      * run: at once with null for class read, else with the approval, whose
      * grant is verified and used by then (report the outcome with
      * reportOutcome). Throws as a guarded tool does.
+     *
+     * change.arguments, when set, are encoded once, when authorize is
+     * called, and the proposal carries them: the runtime must then run the
+     * tool with exactly these, as JSON (parse the tool's arguments from the
+     * text it serialized and pass that copy both here and to the tool), and
+     * with nothing beside them. A guarded tool does this itself.
      */
     async authorize(action, cls, change, opts) {
-        return (await this.authorizeCall(action, cls, change, opts)).verdict;
+        const text = change?.arguments === undefined ? undefined : encodeArguments(action, change.arguments);
+        return (await this.authorizeCall(action, cls, change, opts, text)).verdict;
     }
-    async authorizeCall(action, cls, change, opts) {
+    async authorizeCall(action, cls, change, opts, argumentsText) {
         switch (cls) {
             case "read":
                 return { verdict: null, claims: null };
@@ -219,7 +247,7 @@ export class ToolGate {
             default:
                 throw new InvalidToolSpecError(`invalid tool spec: tool ${action} has class ${JSON.stringify(cls)}; want read, write or destructive`);
         }
-        const p = this.proposal(action, cls, change ?? {});
+        const p = this.proposal(action, cls, change ?? {}, argumentsText);
         let v;
         try {
             try {
@@ -287,7 +315,7 @@ export class ToolGate {
         await this.proposer.useGrant(v.grant, this.by, { signal: opts?.signal, timeoutMs: opts?.timeoutMs ?? this.timeoutMs });
         return { verdict: v, claims };
     }
-    proposal(action, cls, c) {
+    proposal(action, cls, c, argumentsText) {
         const p = {
             v: schemaVersion,
             id: c.id || this.newId(),
@@ -307,6 +335,11 @@ export class ToolGate {
         if (this.id.operator) {
             p.operator = { ...this.id.operator };
         }
+        if (argumentsText !== undefined) {
+            // Fixed for the proposal's life: the Proposer, the observer and the
+            // grant check all read these, and none can change them.
+            Object.defineProperty(p, "arguments", { value: frozen(JSON.parse(argumentsText)), enumerable: true, writable: false, configurable: false });
+        }
         return p;
     }
 }
@@ -320,6 +353,40 @@ export function gate(toolGate, spec, fn) {
         return () => Promise.reject(err);
     }
     return toolGate.guard(spec, fn);
+}
+/**
+ * Encodes a call's arguments once, as the proposal carries them. Throws
+ * InvalidArgumentsError for what is not a JSON object, holds what JSON
+ * cannot write, or has two member names equal under case folding.
+ */
+function encodeArguments(action, args) {
+    if (!isPlainObject(args)) {
+        throw new InvalidArgumentsError("arguments", `invalid arguments: ${action} was called with a ${typeOf(args)}; a write or destructive tool takes a JSON object, which its proposal carries whole`);
+    }
+    let text;
+    try {
+        text = goMap(args, "arguments");
+    }
+    catch (err) {
+        const path = err instanceof JSONValueError ? err.path : "arguments";
+        throw new InvalidArgumentsError(path, `invalid arguments of ${action}: ${err.message}`, { cause: err });
+    }
+    const found = findFoldedKeys(JSON.parse(text));
+    if (found) {
+        const folded = new FoldedKeysError(`invalid arguments of ${action}`, found);
+        throw new InvalidArgumentsError(folded.path, folded.message, { cause: folded });
+    }
+    return text;
+}
+/** Freezes v, a value JSON.parse returned, at every depth. */
+function frozen(v) {
+    if (typeof v === "object" && v !== null) {
+        for (const e of Object.values(v)) {
+            frozen(e);
+        }
+        Object.freeze(v);
+    }
+    return v;
 }
 /** The text of a tool's error, for a failed outcome. */
 function errorText(err) {

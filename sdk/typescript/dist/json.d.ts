@@ -18,15 +18,27 @@ export declare function goString(s: string): string;
 export declare function goNumber(n: number, path: string): string;
 /** Compares two strings by their UTF-8 bytes (code point order), as Go sorts map keys. */
 export declare function compareUTF8(a: string, b: string): number;
+/** A value goValue cannot write as JSON, and where it is. */
+export declare class JSONValueError extends TypeError {
+    /** Where the value is, e.g. "arguments.opts[2]". */
+    readonly path: string;
+    name: string;
+    constructor(
+    /** Where the value is, e.g. "arguments.opts[2]". */
+    path: string, what: string);
+}
+/** Reports whether v is a plain object: its prototype is Object.prototype or null. */
+export declare function isPlainObject(v: unknown): v is Record<string, unknown>;
 /**
  * Writes a JSON value (null, boolean, number, string, array, plain object)
  * as Go's encoding/json writes the same value held in an `any`. Anything
- * else (undefined in an array, a bigint, a Date, a class instance) is a
- * TypeError naming its path.
+ * else (undefined in an array or a hole, a bigint, a symbol, a function, a
+ * Date, a class instance, NaN or an infinity, a value that contains itself)
+ * is a TypeError naming its path. Each member is read once.
  */
-export declare function goValue(v: unknown, path: string): string;
+export declare function goValue(v: unknown, path: string, within?: Set<object>): string;
 /** Writes a plain object as Go writes a map[string]any: keys sorted, undefined members left out. */
-export declare function goMap(m: Record<string, unknown>, path: string): string;
+export declare function goMap(m: Record<string, unknown>, path: string, within?: Set<object>): string;
 /** Names the type of a value in an error message. */
 export declare function describe(v: unknown): string;
 /** Thrown by parseJSON for text that is not one JSON value. */

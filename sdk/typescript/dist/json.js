@@ -94,7 +94,7 @@ export function goString(s) {
 /** Writes n as Go's encoding/json writes a float64. */
 export function goNumber(n, path) {
     if (!Number.isFinite(n)) {
-        throw new TypeError(`${path}: ${n} is not a JSON number`);
+        throw new JSONValueError(path, `${n} is not a JSON number`);
     }
     if (Object.is(n, -0)) {
         return "-0";
@@ -120,7 +120,19 @@ export function compareUTF8(a, b) {
     }
     return a.length - b.length;
 }
-function isPlainObject(v) {
+/** A value goValue cannot write as JSON, and where it is. */
+export class JSONValueError extends TypeError {
+    path;
+    name = "JSONValueError";
+    constructor(
+    /** Where the value is, e.g. "arguments.opts[2]". */
+    path, what) {
+        super(`${path}: ${what}`);
+        this.path = path;
+    }
+}
+/** Reports whether v is a plain object: its prototype is Object.prototype or null. */
+export function isPlainObject(v) {
     if (typeof v !== "object" || v === null || Array.isArray(v)) {
         return false;
     }
@@ -130,10 +142,11 @@ function isPlainObject(v) {
 /**
  * Writes a JSON value (null, boolean, number, string, array, plain object)
  * as Go's encoding/json writes the same value held in an `any`. Anything
- * else (undefined in an array, a bigint, a Date, a class instance) is a
- * TypeError naming its path.
+ * else (undefined in an array or a hole, a bigint, a symbol, a function, a
+ * Date, a class instance, NaN or an infinity, a value that contains itself)
+ * is a TypeError naming its path. Each member is read once.
  */
-export function goValue(v, path) {
+export function goValue(v, path, within) {
     if (v === null) {
         return "null";
     }
@@ -146,28 +159,46 @@ export function goValue(v, path) {
             return goString(v);
     }
     if (Array.isArray(v)) {
-        return "[" + v.map((e, i) => goValue(e, `${path}[${i}]`)).join(",") + "]";
+        const seen = enter(v, path, within);
+        const items = [];
+        for (let i = 0; i < v.length; i++) {
+            items.push(goValue(v[i], `${path}[${i}]`, seen)); // a hole is undefined
+        }
+        seen.delete(v);
+        return "[" + items.join(",") + "]";
     }
     if (isPlainObject(v)) {
-        return goMap(v, path);
+        return goMap(v, path, within);
     }
-    throw new TypeError(`${path}: a ${describe(v)} is not a JSON value`);
+    throw new JSONValueError(path, `a ${describe(v)} is not a JSON value`);
+}
+/** Marks o as being written, refusing a value that contains itself. */
+function enter(o, path, within) {
+    const seen = within ?? new Set();
+    if (seen.has(o)) {
+        throw new JSONValueError(path, "the value contains itself (a cycle), which JSON cannot write");
+    }
+    seen.add(o);
+    return seen;
 }
 /** Writes a plain object as Go writes a map[string]any: keys sorted, undefined members left out. */
-export function goMap(m, path) {
+export function goMap(m, path, within) {
+    const seen = enter(m, path, within);
     const members = [];
     for (const k of Object.keys(m)) {
-        if (m[k] === undefined) {
+        const e = m[k]; // read once: a getter is not asked twice
+        if (e === undefined) {
             continue;
         }
         // The key Go would hold: a lone surrogate becomes U+FFFD.
         const key = JSON.parse(goString(k));
-        members.push([key, goValue(m[k], `${path}.${k}`)]);
+        members.push([key, goValue(e, `${path}.${k}`, seen)]);
     }
+    seen.delete(m);
     members.sort((a, b) => compareUTF8(a[0], b[0]));
     for (let i = 1; i < members.length; i++) {
         if (members[i - 1][0] === members[i][0]) {
-            throw new TypeError(`${path}: two keys read as ${goString(members[i][0])} in Go`);
+            throw new JSONValueError(path, `two keys read as ${goString(members[i][0])} in Go`);
         }
     }
     return "{" + members.map(([k, e]) => goString(k) + ":" + e).join(",") + "}";

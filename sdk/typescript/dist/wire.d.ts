@@ -41,7 +41,8 @@ export declare function proposalDigest(data: Uint8Array | string): string;
  * encoding/json), with v set to 1 when it is absent or 0: the same proposal
  * has the same bytes, and the same digest, from every language. Throws
  * BadProposalError for an unusable address, a member gated does not know,
- * or a value of the wrong type.
+ * or a value of the wrong type, and its FoldedKeysError for arguments with
+ * two member names equal under case folding, which gated would refuse.
  */
 export declare function encodeProposal(p: Proposal): {
     address: Address;

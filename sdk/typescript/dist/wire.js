@@ -3,8 +3,9 @@
 // Every function here is pure; the shared vectors in test/vectors hold it
 // to what the Go client (bus/fleet) does.
 import { createHash } from "node:crypto";
-import { BadProposalError, IdReusedError, MalformedVerdictError, NotFoundError, NotGatedError, NotThisProposalError, ServiceError, UnconfirmedApprovalError, } from "./errors.js";
+import { BadProposalError, FoldedKeysError, IdReusedError, MalformedVerdictError, NotFoundError, NotGatedError, NotThisProposalError, ServiceError, UnconfirmedApprovalError, } from "./errors.js";
 import { decodeAs, describe, goMap, goNumber, goString, parseJSON, utf8Text, validRFC3339, } from "./json.js";
+import { findFoldedKeys } from "./fold.js";
 /** The proposal and verdict schema version this package speaks. */
 export const schemaVersion = 1;
 /** Subjects and names of the v1 wire contract (engine/wire in Go). */
@@ -100,6 +101,7 @@ const proposalEnc = [
     ["action", "string", false],
     ["class", "string", false],
     ["target", "map", true],
+    ["arguments", "map", true],
     ["reason", "string", true],
     ["blast_radius", "string", true],
     ["operator", { ptr: { struct: [["id", "string", false], ["roles", { slice: "string" }, true]] } }, true],
@@ -297,7 +299,8 @@ function encodeStruct(v, fields, path) {
  * encoding/json), with v set to 1 when it is absent or 0: the same proposal
  * has the same bytes, and the same digest, from every language. Throws
  * BadProposalError for an unusable address, a member gated does not know,
- * or a value of the wrong type.
+ * or a value of the wrong type, and its FoldedKeysError for arguments with
+ * two member names equal under case folding, which gated would refuse.
  */
 export function encodeProposal(p) {
     if (typeof p !== "object" || p === null) {
@@ -310,6 +313,13 @@ export function encodeProposal(p) {
     }
     catch (err) {
         throw new BadProposalError(`encoding proposal ${addressKey(address)}: ${err.message}`, { cause: err });
+    }
+    if (p.arguments != null && !isEmpty(p.arguments, "map")) {
+        // The names as gated reads them from these bytes (a lone surrogate is U+FFFD).
+        const found = findFoldedKeys(JSON.parse(text).arguments);
+        if (found) {
+            throw new FoldedKeysError(`encoding proposal ${addressKey(address)}`, found);
+        }
     }
     return { address, text, bytes: new TextEncoder().encode(text) };
 }

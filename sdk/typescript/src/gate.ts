@@ -5,7 +5,9 @@ import { randomBytes } from "node:crypto";
 
 import {
   AwaitingOperatorError,
+  FoldedKeysError,
   GatedError,
+  InvalidArgumentsError,
   InvalidConfigError,
   InvalidToolSpecError,
   NotApprovedError,
@@ -14,7 +16,8 @@ import {
 } from "./errors.js";
 import { defaultWaitMs, type CallOptions, type GrantCallOptions, type GrantUse } from "./client.js";
 import { decodeGrant, GrantError, GrantUseError, type GrantClaims, type GrantExpectation, type OutcomeReport, type OutcomeStatus } from "./grant.js";
-import { parseJSON } from "./json.js";
+import { findFoldedKeys } from "./fold.js";
+import { describe as typeOf, goMap, isPlainObject, JSONValueError, parseJSON } from "./json.js";
 import type { BlastRadius, Flags, Operator, Proposal, ProposalClass, Verdict } from "./types.js";
 import { encodeProposal, schemaVersion, validAction, validTenant } from "./wire.js";
 
@@ -67,15 +70,35 @@ export interface Change {
   flags?: Flags;
   /** A persona for this call, over Identity.reviewer. */
   reviewer?: string;
+  /**
+   * The exact arguments the tool runs with: the proposal carries them, the
+   * policy and the reviewer read them, and the approval's grant binds
+   * them. Set them with authorize, and then run the tool with exactly
+   * these, as JSON: a copy parsed from JSON.stringify of them taken before
+   * authorize, never an object that can change while gated reviews. A JSON
+   * object; a guarded tool's are the call's own, set by the gate, and its
+   * describe must leave them out.
+   */
+  arguments?: Record<string, unknown>;
 }
 
-/** Declares a tool: its action token, its class, and how a call's arguments become the Change to review. */
+/**
+ * Declares a tool: its action token, its class, and how a call's arguments
+ * become the Change to review. A write or destructive tool takes one JSON
+ * object as its arguments (what a model's tool call is).
+ */
 export interface ToolSpec<A> {
   /** The tool's name on the wire, [A-Za-z0-9_-]{1,128}. */
   action: string;
   /** read, write or destructive. A read tool runs without a proposal: never let a model choose it. */
   class: ProposalClass;
-  /** Turns a call's arguments into the Change to review. Required for write and destructive tools. */
+  /**
+   * Turns a call's arguments into the Change to review: what the call
+   * touches (target), why, how far it reaches. Required for write and
+   * destructive tools. It gets a copy of the arguments as the proposal
+   * carries them, and leaves the Change's arguments out: the gate puts
+   * the call's own there.
+   */
   describe?: (args: A) => Change;
 }
 
@@ -222,8 +245,20 @@ export class ToolGate {
    * only on approval of a proposal built from the identity and
    * spec.describe(args), after the approval's grant verifies against that
    * proposal and gated takes its single use; it then reports the outcome
-   * (started before fn runs, succeeded or failed after). Otherwise the
-   * guarded tool throws without running fn: a GrantError or GrantUseError
+   * (started before fn runs, succeeded or failed after).
+   *
+   * A write or destructive call's arguments must be a JSON object. They
+   * are encoded once, when the call is made, and the proposal carries them
+   * whole (its arguments); describe and fn each get their own copy parsed
+   * from exactly those bytes, never the caller's object, so fn acts on what
+   * gated reviewed even if the caller changes its object while the review
+   * is pending, and on no member the proposal did not show. The copy holds
+   * what JSON holds: a member whose value is undefined is left out of it.
+   *
+   * Otherwise the guarded tool throws without running fn: an
+   * InvalidArgumentsError for arguments that are not a JSON object, hold a
+   * value JSON cannot write, or two member names equal under case folding
+   * (nothing is proposed), a GrantError or GrantUseError
    * for a grant that is missing, does not hold or is used already, a
    * VerdictError for a verdict that is not an approval (an
    * AwaitingOperatorError for one held for an operator, unless the gate
@@ -248,16 +283,24 @@ export class ToolGate {
       if (spec.class === "read") {
         return await fn(args, { signal: opts?.signal });
       }
-      const { claims } = await this.authorizeCall(spec.action, spec.class, spec.describe!(args), opts);
+      // The arguments are read once, here: what is proposed, described
+      // and run is parsed from these bytes, whatever becomes of args.
+      const text = encodeArguments(spec.action, args);
+      const change = spec.describe!(JSON.parse(text) as A);
+      if (change?.arguments !== undefined) {
+        throw new InvalidToolSpecError(`invalid tool spec: describe of ${spec.action} sets arguments; the gate proposes the call's own`);
+      }
+      const { claims } = await this.authorizeCall(spec.action, spec.class, change, opts, text);
+      const reviewed = JSON.parse(text) as A;
       if (!claims) {
-        return await fn(args, { signal: opts?.signal });
+        return await fn(reviewed, { signal: opts?.signal });
       }
       // The grant is used: say so before the tool runs. A report that
       // cannot be made stops the call here, before anything happened.
       await this.report(claims, "started", undefined, opts);
       let result: R;
       try {
-        result = await fn(args, { signal: opts?.signal });
+        result = await fn(reviewed, { signal: opts?.signal });
       } catch (err) {
         await this.reportAfter(claims, "failed", errorText(err), opts);
         throw err;
@@ -330,9 +373,16 @@ export class ToolGate {
    * run: at once with null for class read, else with the approval, whose
    * grant is verified and used by then (report the outcome with
    * reportOutcome). Throws as a guarded tool does.
+   *
+   * change.arguments, when set, are encoded once, when authorize is
+   * called, and the proposal carries them: the runtime must then run the
+   * tool with exactly these, as JSON (parse the tool's arguments from the
+   * text it serialized and pass that copy both here and to the tool), and
+   * with nothing beside them. A guarded tool does this itself.
    */
   async authorize(action: string, cls: ProposalClass, change: Change, opts?: CallOptions): Promise<Verdict | null> {
-    return (await this.authorizeCall(action, cls, change, opts)).verdict;
+    const text = change?.arguments === undefined ? undefined : encodeArguments(action, change.arguments);
+    return (await this.authorizeCall(action, cls, change, opts, text)).verdict;
   }
 
   private async authorizeCall(
@@ -340,6 +390,7 @@ export class ToolGate {
     cls: ProposalClass,
     change: Change,
     opts: CallOptions | undefined,
+    argumentsText: string | undefined,
   ): Promise<{ verdict: Verdict | null; claims: GrantClaims | null }> {
     switch (cls) {
       case "read":
@@ -350,7 +401,7 @@ export class ToolGate {
       default:
         throw new InvalidToolSpecError(`invalid tool spec: tool ${action} has class ${JSON.stringify(cls)}; want read, write or destructive`);
     }
-    const p = this.proposal(action, cls, change ?? {});
+    const p = this.proposal(action, cls, change ?? {}, argumentsText);
     let v: Verdict;
     try {
       try {
@@ -421,7 +472,7 @@ export class ToolGate {
     return { verdict: v, claims };
   }
 
-  private proposal(action: string, cls: ProposalClass, c: Change): Proposal {
+  private proposal(action: string, cls: ProposalClass, c: Change, argumentsText: string | undefined): Proposal {
     const p: Proposal = {
       v: schemaVersion,
       id: c.id || this.newId(),
@@ -441,6 +492,11 @@ export class ToolGate {
     if (this.id.operator) {
       p.operator = { ...this.id.operator };
     }
+    if (argumentsText !== undefined) {
+      // Fixed for the proposal's life: the Proposer, the observer and the
+      // grant check all read these, and none can change them.
+      Object.defineProperty(p, "arguments", { value: frozen(JSON.parse(argumentsText)), enumerable: true, writable: false, configurable: false });
+    }
     return p;
   }
 }
@@ -459,6 +515,44 @@ export function gate<A, R>(
     return () => Promise.reject(err);
   }
   return toolGate.guard(spec, fn);
+}
+
+/**
+ * Encodes a call's arguments once, as the proposal carries them. Throws
+ * InvalidArgumentsError for what is not a JSON object, holds what JSON
+ * cannot write, or has two member names equal under case folding.
+ */
+function encodeArguments(action: string, args: unknown): string {
+  if (!isPlainObject(args)) {
+    throw new InvalidArgumentsError(
+      "arguments",
+      `invalid arguments: ${action} was called with a ${typeOf(args)}; a write or destructive tool takes a JSON object, which its proposal carries whole`,
+    );
+  }
+  let text: string;
+  try {
+    text = goMap(args, "arguments");
+  } catch (err) {
+    const path = err instanceof JSONValueError ? err.path : "arguments";
+    throw new InvalidArgumentsError(path, `invalid arguments of ${action}: ${(err as Error).message}`, { cause: err });
+  }
+  const found = findFoldedKeys(JSON.parse(text));
+  if (found) {
+    const folded = new FoldedKeysError(`invalid arguments of ${action}`, found);
+    throw new InvalidArgumentsError(folded.path, folded.message, { cause: folded });
+  }
+  return text;
+}
+
+/** Freezes v, a value JSON.parse returned, at every depth. */
+function frozen<T>(v: T): T {
+  if (typeof v === "object" && v !== null) {
+    for (const e of Object.values(v)) {
+      frozen(e);
+    }
+    Object.freeze(v);
+  }
+  return v;
 }
 
 /** The text of a tool's error, for a failed outcome. */

@@ -82,8 +82,10 @@ export {
   AwaitingOperatorError,
   BadProposalError,
   checkVerdict,
+  FoldedKeysError,
   GatedError,
   IdReusedError,
+  InvalidArgumentsError,
   InvalidConfigError,
   InvalidToolSpecError,
   isFinal,
@@ -127,4 +129,6 @@ export {
   wire,
   type WireReply,
 } from "./wire.js";
+export { equalFold, findFoldedKeys, foldKey, simpleFold, type FoldedKeys } from "./fold.js";
+export { foldUnicodeVersion } from "./foldtable.js";
 export type * from "./types.js";

@@ -83,6 +83,16 @@ export interface Proposal {
   action: string;
   class: ProposalClass;
   target?: Record<string, unknown> | null;
+  /**
+   * The exact arguments the executor runs the action with, when it
+   * forwards a call (gated mcp, the tool gates): the target says what the
+   * action touches, the arguments all it is told. The policy and the
+   * reviewer read them, and an approval's grant binds them through
+   * proposal_sha256. No two member names of one object may be equal under
+   * Unicode simple case folding ("host" and "hoſt"), at any depth: the
+   * client refuses them (FoldedKeysError). Left out when empty.
+   */
+  arguments?: Record<string, unknown> | null;
   reason?: string;
   blast_radius?: BlastRadius;
   operator?: Operator | null;

@@ -7,6 +7,7 @@ import { createHash } from "node:crypto";
 
 import {
   BadProposalError,
+  FoldedKeysError,
   IdReusedError,
   MalformedVerdictError,
   NotFoundError,
@@ -27,6 +28,7 @@ import {
   utf8Text,
   validRFC3339,
 } from "./json.js";
+import { findFoldedKeys } from "./fold.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 
 /** The proposal and verdict schema version this package speaks. */
@@ -143,6 +145,7 @@ const proposalEnc: Field[] = [
   ["action", "string", false],
   ["class", "string", false],
   ["target", "map", true],
+  ["arguments", "map", true],
   ["reason", "string", true],
   ["blast_radius", "string", true],
   ["operator", { ptr: { struct: [["id", "string", false], ["roles", { slice: "string" }, true]] } }, true],
@@ -343,7 +346,8 @@ function encodeStruct(v: unknown, fields: Field[], path: string): string {
  * encoding/json), with v set to 1 when it is absent or 0: the same proposal
  * has the same bytes, and the same digest, from every language. Throws
  * BadProposalError for an unusable address, a member gated does not know,
- * or a value of the wrong type.
+ * or a value of the wrong type, and its FoldedKeysError for arguments with
+ * two member names equal under case folding, which gated would refuse.
  */
 export function encodeProposal(p: Proposal): { address: Address; text: string; bytes: Uint8Array } {
   if (typeof p !== "object" || p === null) {
@@ -355,6 +359,13 @@ export function encodeProposal(p: Proposal): { address: Address; text: string; b
     text = encodeStruct({ ...p, v: p.v || schemaVersion }, proposalEnc, "");
   } catch (err) {
     throw new BadProposalError(`encoding proposal ${addressKey(address)}: ${(err as Error).message}`, { cause: err });
+  }
+  if (p.arguments != null && !isEmpty(p.arguments, "map")) {
+    // The names as gated reads them from these bytes (a lone surrogate is U+FFFD).
+    const found = findFoldedKeys((JSON.parse(text) as { arguments?: unknown }).arguments);
+    if (found) {
+      throw new FoldedKeysError(`encoding proposal ${addressKey(address)}`, found);
+    }
   }
   return { address, text, bytes: new TextEncoder().encode(text) };
 }

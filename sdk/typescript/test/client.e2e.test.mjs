@@ -165,13 +165,13 @@ test("gate(): a read tool runs without a proposal, a write tool only on approval
       {
         action: "host_restart_service",
         class: "write",
-        describe: (device) => ({
+        describe: ({ device }) => ({
           target: { device_id: device, service: "nginx", tags: ["production"] },
           reason: "nginx stopped answering health checks",
           blast_radius: "single_device",
         }),
       },
-      async (device, { signal }) => {
+      async ({ device }, { signal }) => {
         assert.ok(signal === undefined || signal instanceof AbortSignal);
         runs++;
         return `restarted ${device}`;
@@ -182,7 +182,7 @@ test("gate(): a read tool runs without a proposal, a write tool only on approval
       {
         action: "db_drop_table",
         class: "destructive",
-        describe: (table) => ({ target: { table }, reason: "unused", blast_radius: "cluster" }),
+        describe: ({ table }) => ({ target: { table }, reason: "unused", blast_radius: "cluster" }),
       },
       async () => {
         runs++;
@@ -192,11 +192,11 @@ test("gate(): a read tool runs without a proposal, a write tool only on approval
     assert.equal(await list("web-1"), "services of web-1");
     await watcher.flush();
     assert.equal(proposed.length, 0, "a read tool proposed");
-    assert.equal(await restart(9702, { timeoutMs: 60_000 }), "restarted 9702");
+    assert.equal(await restart({ device: 9702 }, { timeoutMs: 60_000 }), "restarted 9702");
     assert.equal(runs, 2);
     // The same device again, moments later: target_cooldown refuses it.
-    await assert.rejects(restart(9702, { timeoutMs: 60_000 }), ReviewRejectedError);
-    const err = await drop("orders_2019", { timeoutMs: 60_000 }).then(assert.fail, (e) => e);
+    await assert.rejects(restart({ device: 9702 }, { timeoutMs: 60_000 }), ReviewRejectedError);
+    const err = await drop({ table: "orders_2019" }, { timeoutMs: 60_000 }).then(assert.fail, (e) => e);
     assert.ok(err instanceof ReviewRejectedError, `${err}`);
     assert.equal(err.verdict.reviews[0].persona, "dba");
     assert.equal(runs, 2, "a tool ran without an approval");

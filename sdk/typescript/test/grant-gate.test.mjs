@@ -27,7 +27,7 @@ const identity = { tenant: "acme", agent: "agent-1", session: "s-1" };
 const restartSpec = {
   action: "host_restart_service",
   class: "write",
-  describe: (host) => ({ target: { host, port: 8080.0 }, reason: "wedged", blast_radius: "single_device" }),
+  describe: ({ host }) => ({ target: { host, port: 8080.0 }, reason: "wedged", blast_radius: "single_device" }),
 };
 
 const gatedKey = testKey("A");
@@ -97,7 +97,7 @@ function granter({ grant = (p) => grantFor(p), useRefusal, reportFails = [] } = 
 test("an approval without a grant does not run the tool", async () => {
   const pr = granter({ grant: () => undefined });
   let runs = 0;
-  const err = await gate(new ToolGate(pr, identity), restartSpec, () => ++runs)("web-1").then(
+  const err = await gate(new ToolGate(pr, identity), restartSpec, () => ++runs)({ host: "web-1" }).then(
     () => assert.fail(`the tool ran ${runs} time(s) on an approval without a grant`),
     (e) => e,
   );
@@ -110,11 +110,11 @@ test("an approval without a grant does not run the tool", async () => {
 
 test("an approval's grant is verified and used before the tool runs, and its outcome reported around it", async () => {
   const pr = granter();
-  const restart = gate(new ToolGate(pr, identity), restartSpec, (host) => {
+  const restart = gate(new ToolGate(pr, identity), restartSpec, ({ host }) => {
     pr.steps.push(`run ${host}`);
     return `restarted ${host}`;
   });
-  assert.equal(await restart("web-1"), "restarted web-1");
+  assert.equal(await restart({ host: "web-1" }), "restarted web-1");
   assert.deepEqual(pr.steps, ["propose", "verify", "use by agent-1/s-1", "report started", "run web-1", "report succeeded"]);
 });
 
@@ -135,7 +135,7 @@ test("a grant that does not hold never runs the tool and is never used", async (
     await t.test(c.note, async () => {
       const pr = granter({ grant: c.grant });
       let runs = 0;
-      const err = await gate(new ToolGate(pr, identity), restartSpec, () => ++runs)("web-1").then(
+      const err = await gate(new ToolGate(pr, identity), restartSpec, () => ++runs)({ host: "web-1" }).then(
         () => assert.fail("the tool ran"),
         (e) => e,
       );
@@ -151,7 +151,7 @@ test("a grant that does not hold never runs the tool and is never used", async (
 test("a grant gated refuses to let be used never runs the tool", async () => {
   const pr = granter({ useRefusal: "already used at 2026-11-25T10:00:00Z by agent-2" });
   let runs = 0;
-  await assert.rejects(gate(new ToolGate(pr, identity), restartSpec, () => ++runs)("web-1"), (err) => {
+  await assert.rejects(gate(new ToolGate(pr, identity), restartSpec, () => ++runs)({ host: "web-1" }), (err) => {
     assert.ok(err instanceof GrantUseError && err instanceof NotApprovedError, `${err}`);
     assert.match(err.message, /already used at 2026-11-25T10:00:00Z by agent-2/);
     return true;
@@ -166,14 +166,14 @@ test("a tool that fails is reported failed with its error, and the caller gets t
   const restart = gate(new ToolGate(pr, identity, { by: "ops-agent" }), restartSpec, () => {
     throw boom;
   });
-  await assert.rejects(restart("web-1"), (err) => err === boom);
+  await assert.rejects(restart({ host: "web-1" }), (err) => err === boom);
   assert.deepEqual(pr.steps, ["propose", "verify", "use by ops-agent", "report started", "report failed: nginx: unit not found"]);
 });
 
 test("a started outcome that cannot be reported stops the call before the tool runs", async () => {
   const pr = granter({ reportFails: ["started"] });
   let runs = 0;
-  await assert.rejects(gate(new ToolGate(pr, identity), restartSpec, () => ++runs)("web-1"), TransportError);
+  await assert.rejects(gate(new ToolGate(pr, identity), restartSpec, () => ++runs)({ host: "web-1" }), TransportError);
   assert.equal(runs, 0);
 });
 
@@ -181,7 +181,7 @@ test("an outcome after the run that cannot be reported keeps the tool's result a
   const pr = granter({ reportFails: ["succeeded"] });
   const seen = [];
   const restart = gate(new ToolGate(pr, identity, { onReportError: (err, r) => seen.push(`${r.status}: ${err.message}`) }), restartSpec, () => "ok");
-  assert.equal(await restart("web-1"), "ok");
+  assert.equal(await restart({ host: "web-1" }), "ok");
   assert.deepEqual(seen, ["succeeded: no ack for succeeded"]);
 });
 
@@ -191,7 +191,7 @@ test("a gate that cannot verify grants is refused, unless it accepts approvals w
   // Allowed to accept approvals without grants, it still never runs on a grant it cannot check.
   let runs = 0;
   const tg = new ToolGate(plain, identity, { allowUngrantedApprovals: true });
-  await assert.rejects(gate(tg, restartSpec, () => ++runs)("web-1"), (err) => err instanceof GrantError && err.member === "grant");
+  await assert.rejects(gate(tg, restartSpec, () => ++runs)({ host: "web-1" }), (err) => err instanceof GrantError && err.member === "grant");
   assert.equal(runs, 0);
   assert.throws(() => new ToolGate(granter(), identity, { by: " " }), InvalidConfigError);
 });
@@ -199,7 +199,7 @@ test("a gate that cannot verify grants is refused, unless it accepts approvals w
 test("authorize takes the grant's use once, and reportOutcome reports on it", async () => {
   const pr = granter();
   const tg = new ToolGate(pr, identity);
-  const v = await tg.authorize("host_restart_service", "write", restartSpec.describe("web-3"));
+  const v = await tg.authorize("host_restart_service", "write", restartSpec.describe({ host: "web-3" }));
   assert.equal(typeof v.grant, "string");
   await tg.reportOutcome(v, "started");
   assert.deepEqual(pr.steps, ["propose", "verify", "use by agent-1/s-1", "report started"]);

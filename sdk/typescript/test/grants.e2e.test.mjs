@@ -124,6 +124,7 @@ test("an approved proposal's tool runs once, with its grant used, and its outcom
 
   const { p, v } = verdicts.at(-1);
   assert.equal(v.outcome, "approved");
+  assert.deepEqual(p.arguments, target, "the proposal gated approved carries the call's arguments");
   assert.equal(typeof v.grant, "string", "an approval carries a grant");
   const { claims } = decodeGrant(v.grant);
   assert.equal(claims.tenant, "acme");

@@ -129,12 +129,12 @@ test("the tool gate waits for an operator only when asked", async () => {
   const spec = {
     action: "dns_delete_record",
     class: "write",
-    describe: (record) => ({ target: { zone: "example.org", record }, reason: "retire a record", blast_radius: "single_device" }),
+    describe: ({ record }) => ({ target: { zone: "example.org", record }, reason: "retire a record", blast_radius: "single_device" }),
   };
   const identity = { tenant: "acme", agent: "dns-bot", session: "s-1" };
   const plain = new ToolGate(client, identity, { newId: () => "ts-gate-held-1" });
-  const del = plain.guard(spec, (record) => ran.push(record));
-  const err = await del("r-1").catch((e) => e);
+  const del = plain.guard(spec, ({ record }) => ran.push(record));
+  const err = await del({ record: "r-1" }).catch((e) => e);
   assert.ok(err instanceof AwaitingOperatorError, `${err}`);
   assert.deepEqual(ran, []);
 
@@ -145,11 +145,11 @@ test("the tool gate waits for an operator only when asked", async () => {
     operatorTimeoutMs: 60_000,
     observe: (p, v) => seen.push(v.outcome),
   });
-  const delWhenApproved = waiting.guard(spec, (record) => {
+  const delWhenApproved = waiting.guard(spec, ({ record }) => {
     ran.push(record);
     return record;
   });
-  const call = delWhenApproved("r-2");
+  const call = delWhenApproved({ record: "r-2" });
   for (let i = 0; ; i++) {
     assert.ok(i < 600, "the guarded call's proposal was never held");
     const v = await client.verdict("acme", "ts-gate-held-2").catch(() => null);
