@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,7 +252,7 @@ func TestGrantUseRefusals(t *testing.T) {
 		{"not a token", "acme", bus.GrantUse{Grant: "grant", By: "x"}, "format"},
 		{"a grant gated never recorded", "acme", bus.GrantUse{Grant: unknown, By: "x"}, "unknown grant"},
 		{"not JSON", "acme", []byte("use it"), "request is not"},
-		{"unknown member", "acme", []byte(`{"grant":"x","by":"y","force":true}`), "request is not"},
+		{"unknown member", "acme", []byte(`{"grant":"x","by":"y","force":true}`), `"force" is unknown`},
 		{"no grant", "acme", bus.GrantUse{By: "x"}, "names no grant"},
 	}
 	for _, tc := range cases {
@@ -500,5 +501,155 @@ func TestGrantRecordRefusesForeignTokens(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// useGrantOn requests a use on subject, a tenant's or an agent's.
+func useGrantOn(t *testing.T, g *bustest.Gated, subject string, body any) bus.GrantUseReply {
+	t.Helper()
+	data, ok := body.([]byte)
+	if !ok {
+		var err error
+		if data, err = json.Marshal(body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	msg, err := g.NC.Request(subject, data, 10*time.Second)
+	if err != nil {
+		t.Fatalf("using a grant on %s: %v", subject, err)
+	}
+	var reply bus.GrantUseReply
+	if err := json.Unmarshal(msg.Data, &reply); err != nil {
+		t.Fatalf("use reply %s: %v", msg.Data, err)
+	}
+	return reply
+}
+
+// approveAs proposes the read action id on behalf of agent (requested_by
+// left out when agent is empty) and returns its approval.
+func approveAs(t *testing.T, c *fleet.Client, id, agent string) *engine.Verdict {
+	t.Helper()
+	extra := ""
+	if agent != "" {
+		extra = fmt.Sprintf(`,"requested_by":{"agent":%q,"session":"s-1"}`, agent)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	v, err := c.ProposeRaw(ctx, bustest.Proposal(id, "read", "host_list_services", extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+		t.Fatalf("verdict %s with grant %q: %s", v.Outcome, v.Grant, v.Reason)
+	}
+	return v
+}
+
+// TestGrantUseDecodedStrictly: a use request is read as every gated input
+// is: a member given twice (as written or escaped), a name in another
+// case, a member of another type, data after the object are refused with
+// the member named, and none of them spends the grant.
+func TestGrantUseDecodedStrictly(t *testing.T) {
+	g, c := grantedFleet(t)
+	v, _ := approve(t, c, "p-strict")
+	other, _ := approve(t, c, "p-strict-other")
+	q := strconv.Quote
+	for _, tc := range []struct{ note, body, want string }{
+		{"grant twice, the last one valid", `{"grant":` + q(other.Grant) + `,"grant":` + q(v.Grant) + `,"by":"x"}`, `"grant" appears twice`},
+		{"grant twice, the same token", `{"grant":` + q(v.Grant) + `,"grant":` + q(v.Grant) + `}`, `"grant" appears twice`},
+		{"grant twice, once escaped", `{"grant":"x","gr\u0061nt":` + q(v.Grant) + `}`, `"grant" appears twice`},
+		{"by twice", `{"grant":` + q(v.Grant) + `,"by":"a","by":"b"}`, `"by" appears twice`},
+		{"GRANT", `{"GRANT":` + q(v.Grant) + `,"by":"x"}`, `"GRANT" is unknown`},
+		{"Grant beside grant", `{"grant":"x","Grant":` + q(v.Grant) + `}`, `"Grant" is unknown`},
+		{"by a number", `{"grant":` + q(v.Grant) + `,"by":7}`, "by is not a string"},
+		{"grant null", `{"grant":null,"by":"x"}`, "grant is not a string"},
+		{"data after the object", `{"grant":` + q(v.Grant) + `}{"grant":"x"}`, "request is not"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			r := useGrant(t, g, "acme", []byte(tc.body))
+			if r.OK || !strings.Contains(r.Error, tc.want) {
+				t.Fatalf("reply %+v, want a refusal containing %s", r, tc.want)
+			}
+		})
+	}
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "agent"}); !r.OK {
+		t.Fatalf("the grant was spent by a refused request: %+v", r)
+	}
+}
+
+// TestGrantUseOnlyByItsAgent: on an agent's subject,
+// gated.grants.<tenant>.use.<agent>, gated lets a grant be used only by
+// the agent it was issued to (the proposal's requested_by.agent), and
+// records and audits that agent as the one that used it; another agent's
+// attempt is refused, audited, and leaves the grant to its agent. (That
+// the subject is the agent's own is NATS's to enforce: see
+// test/agent_isolation_test.go.)
+func TestGrantUseOnlyByItsAgent(t *testing.T) {
+	g, c := grantedFleet(t)
+	v := approveAs(t, c, "p-agent-a", "agent-a")
+	for _, tc := range []struct{ note, subject string }{
+		{"another agent", "gated.grants.acme.use.agent-b"},
+		{"an agent whose name starts alike", "gated.grants.acme.use.agent"},
+		{"not an agent token", "gated.grants.acme.use.agent@a"},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			r := useGrantOn(t, g, tc.subject, bus.GrantUse{Grant: v.Grant, By: "agent-a"})
+			if r.OK {
+				t.Fatalf("%s used agent-a's grant: %+v", tc.subject, r)
+			}
+		})
+	}
+	if rec := grantRecord(t, g, "acme.p-agent-a"); rec.State != bus.GrantIssued || rec.Agent != "agent-a" {
+		t.Fatalf("record %+v after the other agents' attempts, want issued to agent-a", rec)
+	}
+	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", bus.GrantUse{Grant: v.Grant, By: "whatever it says"}); !r.OK {
+		t.Fatalf("agent-a using its own grant: %+v", r)
+	}
+	if rec := grantRecord(t, g, "acme.p-agent-a"); rec.State != bus.GrantUsed || rec.UsedAs != "agent-a" {
+		t.Fatalf("record %+v, want used as agent-a", rec)
+	}
+	data := waitRecord(t, g, "p-agent-a", engine.EventGrantUsed)
+	if data["as"] != "agent-a" {
+		t.Errorf("grant.used %v, want as agent-a", data)
+	}
+	refused := 0
+	for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", "p-agent-a") {
+		if ev.Event == engine.EventGrantRefused && strings.Contains(string(ev.Data), `"as":"agent-b"`) &&
+			strings.Contains(string(ev.Data), `not issued to agent \"agent-b\"`) {
+			refused++
+		}
+	}
+	if refused != 1 {
+		t.Errorf("want one grant.refused as agent-b naming why: %v", bustest.AuditEvents(t, g.Resources.Audit, "acme", "p-agent-a"))
+	}
+
+	// A grant of a proposal that names no agent, or whose record lost
+	// its agent (written by a gated that did not keep it), is no agent's
+	// but its stored verdict's.
+	anon := approveAs(t, c, "p-no-agent", "")
+	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", bus.GrantUse{Grant: anon.Grant}); r.OK {
+		t.Fatalf("an agent used a grant issued to no agent: %+v", r)
+	}
+	old := approveAs(t, c, "p-old-record", "agent-a")
+	kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := grantRecord(t, g, "acme.p-old-record")
+	rec.Agent = ""
+	data2, _ := json.Marshal(rec)
+	if _, err := kv.Put(t.Context(), "acme.p-old-record", data2); err != nil {
+		t.Fatal(err)
+	}
+	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-b", bus.GrantUse{Grant: old.Grant}); r.OK {
+		t.Fatalf("agent-b used agent-a's grant whose record names no agent: %+v", r)
+	}
+	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", bus.GrantUse{Grant: old.Grant}); !r.OK {
+		t.Fatalf("agent-a using its grant whose record names no agent: %+v", r)
+	}
+	// The tenant's subject still takes any grant of the tenant: NATS
+	// permissions decide who may publish there.
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: anon.Grant, By: "executor"}); !r.OK {
+		t.Fatalf("the tenant's subject: %+v", r)
 	}
 }

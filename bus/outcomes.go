@@ -103,21 +103,26 @@ func (o *Outcomes) handle(msg jetstream.Msg) {
 // audits the report as refused with the reason instead. A nil error
 // means the report was audited: as taken in, or as refused.
 func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last bool) error {
-	tenant, id, ok := parseOutcomeSubject(subject)
+	tenant, id, as, ok := parseOutcomeSubject(subject)
 	if !ok {
-		return o.refuse(ctx, engine.UnknownTenant, "", "", fmt.Sprintf("subject %q is not %s<tenant>.<proposal_id>", subject, wire.OutcomeSubjectPrefix))
+		return o.refuse(ctx, engine.UnknownTenant, "", "", "", fmt.Sprintf("subject %q is not %s<tenant>.<proposal_id>[.<agent>]", subject, wire.OutcomeSubjectPrefix))
 	}
 	r, err := engine.DecodeExecutionReport(data)
 	if err != nil {
-		return o.refuse(ctx, tenant, id, "", err.Error())
+		return o.refuse(ctx, tenant, id, as, "", err.Error())
 	}
 	if r.Tenant != tenant || r.ProposalID != id {
-		return o.refuse(ctx, tenant, id, r.GID, fmt.Sprintf("the report names %s.%s, not the subject's %s.%s", r.Tenant, r.ProposalID, tenant, id))
+		return o.refuse(ctx, tenant, id, as, r.GID, fmt.Sprintf("the report names %s.%s, not the subject's %s.%s", r.Tenant, r.ProposalID, tenant, id))
 	}
 	if r.Status == engine.ExecutionRefused {
+		// A refusal changes nothing but the audit trail, which says whose
+		// subject it came on.
 		data := map[string]any{"reason": r.Error, "by": "executor", "proposal_id": id, "at": r.At.UTC()}
 		if r.GID != "" {
 			data["gid"] = r.GID
+		}
+		if as != "" {
+			data["as"] = as
 		}
 		if err := o.grants.audit(ctx, tenant, id, engine.EventGrantRefused, data); err != nil {
 			return o.retry(ctx, last, tenant, id, r.GID, fmt.Errorf("auditing an executor's refusal: %w", err))
@@ -128,13 +133,15 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	rec, rev, err := o.grants.record(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return o.refuse(ctx, tenant, id, r.GID, "unknown grant")
+		return o.refuse(ctx, tenant, id, as, r.GID, "unknown grant")
 	case err != nil:
 		return o.retry(ctx, last, tenant, id, r.GID, err)
 	case rec.GID != r.GID:
-		return o.refuse(ctx, tenant, id, r.GID, "unknown grant: gated's grant of this proposal has another gid")
+		return o.refuse(ctx, tenant, id, as, r.GID, "unknown grant: gated's grant of this proposal has another gid")
+	case !mayReport(rec, as):
+		return o.refuse(ctx, tenant, id, as, r.GID, reportRefusal(as))
 	case rec.State != GrantUsed:
-		return o.refuse(ctx, tenant, id, r.GID, fmt.Sprintf("the grant is %s, not used: an outcome is reported only for a grant that was used", rec.State))
+		return o.refuse(ctx, tenant, id, as, r.GID, fmt.Sprintf("the grant is %s, not used: an outcome is reported only for a grant that was used", rec.State))
 	}
 	v, err := o.verdicts.Get(ctx, tenant, id)
 	if err != nil {
@@ -158,13 +165,37 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	if v.Operator != nil {
 		reviewers = append(reviewers, map[string]string{"plugin": "operator", "plugin_version": "", "persona": v.Operator.ID, "model": ""})
 	}
-	if err := o.grants.audit(ctx, tenant, id, engine.EventGrantOutcome, map[string]any{
+	taken := map[string]any{
 		"gid": r.GID, "tenant": tenant, "proposal_id": id, "action": v.Action, "target_key": v.TargetKey,
 		"status": r.Status, "error": r.Error, "at": ex.At, "reviewers": reviewers, "in_history": inHistory,
-	}); err != nil {
+	}
+	if as != "" {
+		taken["as"] = as
+	}
+	if err := o.grants.audit(ctx, tenant, id, engine.EventGrantOutcome, taken); err != nil {
 		return o.retry(ctx, last, tenant, id, r.GID, fmt.Errorf("auditing the outcome: %w", err))
 	}
 	return nil
+}
+
+// mayReport says whether a report that came on the subject of agent as
+// (empty: the tenant's subject) may speak for the grant of rec: one from
+// the identity that used the grant (the agent whose subject the use came
+// on, or the tenant's subject for a use there), or from the agent the
+// grant was issued to. So where each agent's NATS user may publish on
+// its own subjects alone, an agent cannot report the outcome of another
+// agent's grant, and the policy's recent_failure cannot be set off
+// against another agent's target by a report it made up.
+func mayReport(rec GrantRecord, as string) bool {
+	return as == rec.UsedAs || as != "" && as == rec.Agent
+}
+
+// reportRefusal is why a report from as may not speak for a grant.
+func reportRefusal(as string) string {
+	if as == "" {
+		return "the grant was used on an agent's subject: its outcome is reported on the subject of the agent that used it, or of the agent it was issued to"
+	}
+	return fmt.Sprintf("the grant was not issued to agent %q, nor used by it", as)
 }
 
 // storeOnRecord sets the grant record's outcome by compare-and-set; a
@@ -204,15 +235,19 @@ func (o *Outcomes) retry(ctx context.Context, last bool, tenant, id, gid string,
 	if !last {
 		return fmt.Errorf("%w: %w", errOutcomeRetry, err)
 	}
-	return o.refuse(ctx, tenant, id, gid, fmt.Sprintf("gated could not take it in after %d attempts: %v", outcomeAttempts, err))
+	return o.refuse(ctx, tenant, id, "", gid, fmt.Sprintf("gated could not take it in after %d attempts: %v", outcomeAttempts, err))
 }
 
-// refuse audits a refused report. When even that fails the report is
-// delivered again.
-func (o *Outcomes) refuse(ctx context.Context, tenant, id, gid, reason string) error {
+// refuse audits a refused report, which came on the subject of agent as
+// when as is not empty. When even that fails the report is delivered
+// again.
+func (o *Outcomes) refuse(ctx context.Context, tenant, id, as, gid, reason string) error {
 	data := map[string]any{"reason": reason}
 	if gid != "" {
 		data["gid"] = gid
+	}
+	if as != "" {
+		data["as"] = as
 	}
 	if id != "" {
 		data["proposal_id"] = id
@@ -223,16 +258,21 @@ func (o *Outcomes) refuse(ctx context.Context, tenant, id, gid, reason string) e
 	return nil
 }
 
-// parseOutcomeSubject reads tenant and proposal id from
-// gated.outcomes.<tenant>.<proposal_id>.
-func parseOutcomeSubject(subject string) (tenant, id string, ok bool) {
+// parseOutcomeSubject reads tenant, proposal id and, when there is one,
+// the agent from gated.outcomes.<tenant>.<proposal_id> or
+// gated.outcomes.<tenant>.<proposal_id>.<agent>.
+func parseOutcomeSubject(subject string) (tenant, id, agent string, ok bool) {
 	rest, found := strings.CutPrefix(subject, wire.OutcomeSubjectPrefix)
 	if !found {
-		return "", "", false
+		return "", "", "", false
 	}
-	tenant, id, found = strings.Cut(rest, ".")
-	if !found || !engine.ValidTenant(tenant) || !engine.ValidID(id) {
-		return "", "", false
+	tenant, rest, found = strings.Cut(rest, ".")
+	if !found || !engine.ValidTenant(tenant) {
+		return "", "", "", false
 	}
-	return tenant, id, true
+	id, agent, found = strings.Cut(rest, ".")
+	if !engine.ValidID(id) || found && !engine.ValidID(agent) {
+		return "", "", "", false
+	}
+	return tenant, id, agent, true
 }

@@ -252,3 +252,150 @@ func waitDrained(t *testing.T, cons jetstream.Consumer) {
 	}
 	t.Fatalf("outcome consumer: %d pending, %d unacknowledged", info.NumPending, info.NumAckPending)
 }
+
+// waitRefusal reports body on subject and waits for a new
+// grant.outcome_refused of id that contains reason.
+func waitRefusal(t *testing.T, g *bustest.Gated, subject, id string, body any, reason string) {
+	t.Helper()
+	before := len(refusals(t, g, id))
+	report(t, g, subject, body)
+	var got []string
+	for range 200 {
+		if got = refusals(t, g, id); len(got) > before {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if len(got) <= before || !strings.Contains(got[len(got)-1], reason) {
+		t.Fatalf("refusals %q: want a new one naming %q", got, reason)
+	}
+}
+
+// deniesRecentFailure says whether v was denied by recent_failure.
+func deniesRecentFailure(v *engine.Verdict) bool {
+	return v.Policy != nil && slices.ContainsFunc(v.Policy.Denies, func(d engine.Deny) bool { return d.Rule == "recent_failure" })
+}
+
+// TestOutcomeOnlyFromItsAgent: where agents use grants and report on
+// their own subjects (gated.outcomes.<tenant>.<id>.<agent>), a failure
+// another agent reports of an agent's grant, or one reported on the
+// tenant's subject of a grant an agent used, is refused, audited, stored
+// nowhere, and does not set off recent_failure on the agent's target; the
+// report of the agent that used it, or that it was issued to, is taken in
+// and does. (That the subject is the agent's own is NATS's to enforce:
+// see test/agent_isolation_test.go.)
+func TestOutcomeOnlyFromItsAgent(t *testing.T) {
+	g, c := outcomeGated(t)
+	v := approveRestart(t, c, "agent-out-1", "agent-a")
+	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", bus.GrantUse{Grant: v.Grant, By: "agent-a"}); !r.OK {
+		t.Fatalf("agent-a using its grant: %+v", r)
+	}
+	gid := gidOf(t, g, "agent-out-1")
+	failed := outcomeBody("acme", "agent-out-1", gid, "failed", "made up")
+	waitRefusal(t, g, "gated.outcomes.acme.agent-out-1.agent-b", "agent-out-1", failed, `not issued to agent \"agent-b\"`)
+	waitRefusal(t, g, "gated.outcomes.acme.agent-out-1", "agent-out-1", failed, "agent's subject")
+	if rec := grantRecord(t, g, "acme.agent-out-1"); len(rec.Outcome) != 0 {
+		t.Fatalf("a refused report was stored: %s", rec.Outcome)
+	}
+	if next := proposeRestart(t, c, "agent-out-2", "agent-b", "agent-a"); deniesRecentFailure(next) {
+		t.Fatalf("agent-b's made-up failure spoilt agent-a's target: %+v", next.Policy)
+	}
+	report(t, g, "gated.outcomes.acme.agent-out-1.agent-a", outcomeBody("acme", "agent-out-1", gid, "failed", "nginx did not come back"))
+	if data := waitRecord(t, g, "agent-out-1", engine.EventGrantOutcome); data["as"] != "agent-a" || data["status"] != "failed" {
+		t.Fatalf("grant.outcome %v, want agent-a's failure", data)
+	}
+	if next := proposeRestart(t, c, "agent-out-3", "agent-c", "agent-a"); !deniesRecentFailure(next) {
+		t.Fatalf("after agent-a's own failure: %s %+v, want recent_failure", next.Outcome, next.Policy)
+	}
+
+	// A grant used on the tenant's subject (an executor trusted with
+	// any of the tenant's grants): the executor reports on that subject,
+	// the agent it was issued to on its own, another agent not at all.
+	w := proposeRestart(t, c, "agent-out-4", "agent-a", "web-4")
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: w.Grant, By: "executor"}); !r.OK {
+		t.Fatalf("the executor using agent-a's grant: %+v", r)
+	}
+	gid4 := gidOf(t, g, "agent-out-4")
+	waitRefusal(t, g, "gated.outcomes.acme.agent-out-4.agent-b", "agent-out-4",
+		outcomeBody("acme", "agent-out-4", gid4, "failed", "made up"), `not issued to agent \"agent-b\"`)
+	report(t, g, "gated.outcomes.acme.agent-out-4", outcomeBody("acme", "agent-out-4", gid4, "started", ""))
+	report(t, g, "gated.outcomes.acme.agent-out-4.agent-a", outcomeBody("acme", "agent-out-4", gid4, "succeeded", ""))
+	var statuses []string
+	for range 200 {
+		statuses = statuses[:0]
+		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", "agent-out-4") {
+			if ev.Event == engine.EventGrantOutcome {
+				var d map[string]any
+				_ = json.Unmarshal(ev.Data, &d)
+				statuses = append(statuses, fmt.Sprint(d["status"], "/", d["as"]))
+			}
+		}
+		if len(statuses) == 2 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !slices.Equal(statuses, []string{"started/<nil>", "succeeded/agent-a"}) {
+		t.Fatalf("grant.outcome of agent-out-4: %v, want the executor's started and agent-a's succeeded", statuses)
+	}
+	waitDrained(t, g.Resources.OutcomesConsumer)
+}
+
+// TestOutcomeDecodedStrictly: a report with a member given twice, as
+// written or escaped, is refused naming it, and stored nowhere.
+func TestOutcomeDecodedStrictly(t *testing.T) {
+	g, c := outcomeGated(t)
+	v := approveRestart(t, c, "strict-out", "agent-a")
+	if r := useGrant(t, g, "acme", bus.GrantUse{Grant: v.Grant, By: "agent-a"}); !r.OK {
+		t.Fatalf("use: %+v", r)
+	}
+	gid := gidOf(t, g, "strict-out")
+	at := time.Now().UTC().Format(time.RFC3339)
+	for _, tc := range []struct{ note, body, member string }{
+		{"status twice", fmt.Sprintf(`{"v":1,"gid":%q,"tenant":"acme","proposal_id":"strict-out","status":"succeeded","status":"failed","error":"x","at":%q}`, gid, at), `\"status\": member appears twice`},
+		{"status twice, once escaped", fmt.Sprintf(`{"v":1,"gid":%q,"tenant":"acme","proposal_id":"strict-out","status":"succeeded","st\u0061tus":"failed","error":"x","at":%q}`, gid, at), `\"status\": member appears twice`},
+		{"STATUS", fmt.Sprintf(`{"v":1,"gid":%q,"tenant":"acme","proposal_id":"strict-out","status":"succeeded","STATUS":"failed","at":%q}`, gid, at), `\"STATUS\" is unknown`},
+	} {
+		t.Run(tc.note, func(t *testing.T) {
+			waitRefusal(t, g, wire.OutcomeSubject("acme", "strict-out"), "strict-out", []byte(tc.body), tc.member)
+		})
+	}
+	if rec := grantRecord(t, g, "acme.strict-out"); len(rec.Outcome) != 0 {
+		t.Fatalf("a refused report was stored: %s", rec.Outcome)
+	}
+}
+
+// TestOutcomeSubjectsOfAnOlderSetup: a gated started on the outcome
+// stream and consumer an older gated made (the tenant's subjects alone)
+// widens both to the agents' subjects, so that reports on those are
+// captured and delivered.
+func TestOutcomeSubjectsOfAnOlderSetup(t *testing.T) {
+	s := bustest.Server(t)
+	_, js := bustest.Connect(t, s)
+	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.OutcomesStream, Subjects: []string{"gated.outcomes.*.*"},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.CreateConsumer(t.Context(), wire.OutcomesStream, jetstream.ConsumerConfig{Durable: bus.OutcomesConsumerName,
+		AckPolicy: jetstream.AckExplicitPolicy, MaxDeliver: -1, FilterSubject: "gated.outcomes.*.*"}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := bus.Setup(t.Context(), js, bus.Config{})
+	if err != nil {
+		t.Fatalf("setting up over the older outcome stream: %v", err)
+	}
+	if _, err := js.Publish(t.Context(), "gated.outcomes.acme.p-1.agent-a", []byte("{}")); err != nil {
+		t.Fatalf("a report on an agent's subject: %v", err)
+	}
+	batch, err := res.OutcomesConsumer.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for m := range batch.Messages() {
+		if m.Subject() != "gated.outcomes.acme.p-1.agent-a" {
+			t.Fatalf("delivered %s", m.Subject())
+		}
+		return
+	}
+	t.Fatal("the report on an agent's subject was not delivered")
+}

@@ -281,7 +281,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        wire.OutcomesStream,
 			Description: "Outcome reports of executors, removed once gated has audited and stored them.",
-			Subjects:    []string{wire.OutcomeSubjects},
+			Subjects:    []string{wire.OutcomeSubjects, wire.OutcomeAgentSubjects},
 			Retention:   jetstream.WorkQueuePolicy,
 			Storage:     jetstream.FileStorage,
 			Replicas:    cfg.Replicas,
@@ -294,12 +294,12 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	}
 	r.OutcomesConsumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, wire.OutcomesStream, jetstream.ConsumerConfig{
-			Durable:       OutcomesConsumerName,
-			Description:   "gated's intake of outcome reports; every gated process shares this consumer.",
-			AckPolicy:     jetstream.AckExplicitPolicy,
-			AckWait:       cfg.AckWait,
-			MaxDeliver:    -1,
-			FilterSubject: wire.OutcomeSubjects,
+			Durable:        OutcomesConsumerName,
+			Description:    "gated's intake of outcome reports; every gated process shares this consumer.",
+			AckPolicy:      jetstream.AckExplicitPolicy,
+			AckWait:        cfg.AckWait,
+			MaxDeliver:     -1,
+			FilterSubjects: []string{wire.OutcomeSubjects, wire.OutcomeAgentSubjects},
 		})
 	})
 	if err != nil {

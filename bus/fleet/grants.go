@@ -3,6 +3,8 @@ package fleet
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +19,7 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 // ErrGrantRefused is matched (errors.Is) by every refusal of a grant: one
@@ -33,6 +36,10 @@ type Grants struct {
 	nc  *nats.Conn
 	js  jetstream.JetStream
 	now func() time.Time
+
+	// agent, when set, is the agent whose subjects uses and reports go
+	// on (WithGrantsAgent).
+	agent string
 
 	mu      sync.Mutex
 	keys    grant.KeySet
@@ -76,6 +83,26 @@ func WithGrantsAPIPrefix(prefix string) GrantsOption {
 			return err
 		}
 		g.js = js
+		return nil
+	}
+}
+
+// WithGrantsAgent has Grants use grants on agent's subject,
+// gated.grants.<tenant>.use.<agent>, and report outcomes on
+// gated.outcomes.<tenant>.<proposal_id>.<agent>, where gated accepts a use
+// only of a grant issued to agent (the proposal's requested_by.agent)
+// and a report only from the agent it was issued to or that used it. Give
+// it where each agent connects as a NATS user of its own that may publish
+// on its own subjects alone (docs/NATS.md, one user per agent): then no
+// agent of the tenant can use or report for another's grants. agent must
+// be a token, [A-Za-z0-9_-]{1,128}. Default: the tenant's subjects,
+// gated.grants.<tenant>.use and gated.outcomes.<tenant>.<proposal_id>.
+func WithGrantsAgent(agent string) GrantsOption {
+	return func(g *Grants) error {
+		if !engine.ValidID(agent) {
+			return fmt.Errorf("%w: agent %q must match [A-Za-z0-9_-]{1,128} to be a subject token", ErrInvalidConfig, agent)
+		}
+		g.agent = agent
 		return nil
 	}
 }
@@ -164,10 +191,49 @@ type grantUseReply struct {
 	Error string `json:"error"`
 }
 
+// decodeGrantUseReply reads gated's answer to a use strictly: one JSON
+// object of ok (required), gid and error, each once and spelled exactly,
+// so that a reply cannot read as a refusal to one reader and as ok to
+// another.
+func decodeGrantUseReply(data []byte) (grantUseReply, error) {
+	var r grantUseReply
+	seen := false
+	err := strictjson.Object(data, func(key string, value json.RawMessage) error {
+		var dst any
+		switch key {
+		case "ok":
+			dst, seen = &r.OK, true
+		case "gid":
+			dst = &r.GID
+		case "error":
+			dst = &r.Error
+		default:
+			return fmt.Errorf("member %q is unknown", key)
+		}
+		if bytes.Equal(value, []byte("null")) {
+			return fmt.Errorf("member %q is null", key)
+		}
+		return json.Unmarshal(value, dst)
+	})
+	if err == nil && !seen {
+		err = errors.New(`member "ok" is missing`)
+	}
+	return r, err
+}
+
+// useSubject is where g uses a grant of tenant.
+func (g *Grants) useSubject(tenant string) string {
+	if g.agent != "" {
+		return wire.GrantUseSubjectAs(tenant, g.agent)
+	}
+	return wire.GrantUseSubject(tenant)
+}
+
 // Use spends token, a grant of tenant, with gated: it succeeds once for
 // a grant; every later use, and a use of an expired or unknown grant, is
-// refused (errors.Is ErrGrantRefused, the message says why). by says who
-// uses it, for the audit trail.
+// refused (errors.Is ErrGrantRefused, the message says why); with
+// WithGrantsAgent, so is a grant issued to another agent. by says who
+// uses it, free text for the audit trail.
 func (g *Grants) Use(ctx context.Context, tenant, token, by string) error {
 	if !engine.ValidTenant(tenant) {
 		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, tenant)
@@ -176,14 +242,13 @@ func (g *Grants) Use(ctx context.Context, tenant, token, by string) error {
 	if err != nil {
 		return err
 	}
-	msg, err := g.nc.RequestWithContext(ctx, wire.GrantUseSubject(tenant), body)
+	subject := g.useSubject(tenant)
+	msg, err := g.nc.RequestWithContext(ctx, subject, body)
 	if err != nil {
-		return fmt.Errorf("using the grant on %s: %w", wire.GrantUseSubject(tenant), err)
+		return fmt.Errorf("using the grant on %s: %w", subject, err)
 	}
-	var r grantUseReply
-	dec := json.NewDecoder(bytes.NewReader(msg.Data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
+	r, err := decodeGrantUseReply(msg.Data)
+	if err != nil {
 		return &grant.Error{Member: "use", Reason: "got a reply that is not gated's: " + err.Error()}
 	}
 	if !r.OK {
@@ -249,8 +314,11 @@ func expectOf(p *engine.Proposal) (grant.Expect, error) {
 const MaxOutcomeError = 1024
 
 // Report publishes an outcome report of tenant's proposal id, whose grant
-// is gid, on gated.outcomes.<tenant>.<id> through JetStream (Nats-Msg-Id
-// <tenant>.<id>.<status>, so that a report sent twice counts once):
+// is gid, on gated.outcomes.<tenant>.<id> (with WithGrantsAgent,
+// gated.outcomes.<tenant>.<id>.<agent>) through JetStream, with
+// Nats-Msg-Id <tenant>.<id>.<status>.<nonce>, a random nonce of this
+// report's, so that the publish's own retries count once and nobody can
+// have the stream drop the report by sending another under its id first:
 // status is engine.ExecutionStarted before the action runs,
 // engine.ExecutionSucceeded or engine.ExecutionFailed (with errText)
 // after, or engine.ExecutionRefused (errText the reason; gid empty when
@@ -280,9 +348,17 @@ func (g *Grants) Report(ctx context.Context, tenant, id, gid, status, errText st
 	if err != nil {
 		return err
 	}
-	msg := nats.NewMsg(wire.OutcomeSubject(tenant, id))
+	subject := wire.OutcomeSubject(tenant, id)
+	if g.agent != "" {
+		subject = wire.OutcomeSubjectAs(tenant, id, g.agent)
+	}
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return fmt.Errorf("reporting outcome %s of %s.%s: %w", status, tenant, id, err)
+	}
+	msg := nats.NewMsg(subject)
 	msg.Data = body
-	msg.Header.Set(jetstream.MsgIDHeader, wire.OutcomeMsgID(tenant, id, status))
+	msg.Header.Set(jetstream.MsgIDHeader, wire.OutcomeMsgID(tenant, id, status, base64.RawURLEncoding.EncodeToString(nonce[:])))
 	if _, err := g.js.PublishMsg(ctx, msg); err != nil {
 		return fmt.Errorf("reporting outcome %s of %s.%s: %w", status, tenant, id, err)
 	}

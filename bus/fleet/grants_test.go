@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -407,5 +410,85 @@ func TestCheckReportsRefusal(t *testing.T) {
 	}
 	if data := waitAudit(t, g, "handed", engine.EventGrantRefused, "executor"); data["reason"] != err.Error() {
 		t.Fatalf("grant.refused %v, want the reason %q", data, err)
+	}
+}
+
+// TestGrantsAsAgent: Grants made WithGrantsAgent use grants and report
+// outcomes on the agent's subjects, where gated accepts a grant issued to
+// that agent alone: ops-agent's ToolGate runs its tool and reports as
+// ops-agent, while another agent's Grants can neither use the grant nor
+// report its outcome. Each report carries a Nats-Msg-Id of its own.
+func TestGrantsAsAgent(t *testing.T) {
+	g, c := grantingGated(t)
+	if _, err := fleet.NewGrants(g.NC, fleet.WithGrantsAgent("ops.agent")); !errors.Is(err, fleet.ErrInvalidConfig) {
+		t.Fatalf("an agent that is not a token: %v, want ErrInvalidConfig", err)
+	}
+	mine, err := fleet.NewGrants(g.NC, fleet.WithGrantsAgent(identity.Agent))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := fleet.NewGrants(g.NC, fleet.WithGrantsAgent("other-agent"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make(chan string, 1)
+	msgIDs := make(chan string, 8)
+	sub, err := g.NC.Subscribe("gated.outcomes.acme.>", func(m *nats.Msg) { msgIDs <- m.Subject + " " + m.Header.Get(jetstream.MsgIDHeader) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	// another agent cannot spend the approval of ops-agent's proposal.
+	var stolen error
+	thief, err := fleet.NewToolGate(c, identity, fleet.WithGrants(other), fleet.WithProposalIDs(func() string { return "as-agent-1" }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tool := &countingTool{}
+	if _, stolen = fleet.Guard(thief, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-41", Service: "nginx"}); !errors.Is(stolen, fleet.ErrGrantRefused) ||
+		!strings.Contains(stolen.Error(), `not issued to agent "other-agent"`) || tool.runs.Load() != 0 {
+		t.Fatalf("another agent's gate: err %v, %d runs; want a refusal naming it and no run", stolen, tool.runs.Load())
+	}
+	// ops-agent's own gate, on the next proposal.
+	ids <- "as-agent-2"
+	gate, err := fleet.NewToolGate(c, identity, fleet.WithGrants(mine), fleet.WithProposalIDs(func() string { return <-ids }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fleet.Guard(gate, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-42", Service: "nginx"}); err != nil || tool.runs.Load() != 1 {
+		t.Fatalf("ops-agent's own gate: err %v, %d runs", err, tool.runs.Load())
+	}
+	data := waitAuditStatus(t, g, "as-agent-2", engine.ExecutionSucceeded)
+	if data["as"] != identity.Agent {
+		t.Errorf("grant.outcome %v, want as %s", data, identity.Agent)
+	}
+	if used := waitAudit(t, g, "as-agent-2", engine.EventGrantUsed, ""); used["as"] != identity.Agent {
+		t.Errorf("grant.used %v, want as %s", used, identity.Agent)
+	}
+	gid := fmt.Sprint(data["gid"])
+	if err := other.Report(t.Context(), "acme", "as-agent-2", gid, engine.ExecutionFailed, "made up"); err != nil {
+		t.Fatal(err)
+	}
+	refused := waitAudit(t, g, "as-agent-2", engine.EventGrantOutcomeRefused, "")
+	if refused["as"] != "other-agent" {
+		t.Errorf("grant.outcome_refused %v, want as other-agent", refused)
+	}
+	seen := map[string]bool{}
+	for range 3 { // refused of as-agent-1, started and succeeded of as-agent-2, failed by other-agent: read the first three
+		select {
+		case s := <-msgIDs:
+			subject, id, _ := strings.Cut(s, " ")
+			parts := strings.Split(id, ".")
+			if len(parts) != 4 || len(parts[3]) != 22 || seen[id] {
+				t.Errorf("report on %s has Nats-Msg-Id %q, want <tenant>.<id>.<status>.<nonce> of its own", subject, id)
+			}
+			seen[id] = true
+			if !strings.HasSuffix(subject, ".ops-agent") && !strings.HasSuffix(subject, ".other-agent") {
+				t.Errorf("report on %s, want an agent's subject", subject)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no report seen on the outcome subjects")
+		}
 	}
 }

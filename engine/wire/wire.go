@@ -55,26 +55,51 @@ const (
 	GrantSubjectPrefix = Root + "grants."
 	// GrantUseSubjects matches every tenant's grant-use subject.
 	GrantUseSubjects = GrantSubjectPrefix + "*.use"
+	// GrantUseAgentSubjects matches every agent's grant-use subject,
+	// gated.grants.<tenant>.use.<agent>: a use there is accepted only for
+	// a grant issued to that agent, so that NATS permissions which let
+	// each agent's user publish on its own alone keep agents of one
+	// tenant from using each other's grants (docs/GRANTS.md).
+	GrantUseAgentSubjects = GrantSubjectPrefix + "*.use.*"
 	// OutcomeSubjectPrefix + tenant + "." + proposal id is where an
 	// executor reports what happened to an approved action (started,
 	// succeeded, failed) or that it refused the grant; stream
 	// OutcomesStream captures it.
 	OutcomeSubjectPrefix = Root + "outcomes."
-	// OutcomeSubjects matches every outcome subject: the outcome stream's
-	// subjects.
+	// OutcomeSubjects matches every tenant's outcome subject.
 	OutcomeSubjects = OutcomeSubjectPrefix + "*.*"
+	// OutcomeAgentSubjects matches every agent's outcome subject,
+	// gated.outcomes.<tenant>.<proposal_id>.<agent>: a report there is
+	// taken in only from the agent the grant was issued to or that used
+	// it. With OutcomeSubjects, the outcome stream's subjects.
+	OutcomeAgentSubjects = OutcomeSubjectPrefix + "*.*.*"
 )
 
 // OutcomeSubject is where the executor of tenant's approved proposal id
 // reports its outcome.
 func OutcomeSubject(tenant, id string) string { return OutcomeSubjectPrefix + tenant + "." + id }
 
-// OutcomeMsgID is the Nats-Msg-Id of an outcome report, so that a report
-// sent again within the stream's duplicate window is dropped.
-func OutcomeMsgID(tenant, id, status string) string { return tenant + "." + id + "." + status }
+// OutcomeSubjectAs is where agent, which may publish there alone,
+// reports the outcome of tenant's approved proposal id.
+func OutcomeSubjectAs(tenant, id, agent string) string {
+	return OutcomeSubjectPrefix + tenant + "." + id + "." + agent
+}
+
+// OutcomeMsgID is the Nats-Msg-Id of an outcome report: a report sent
+// again with the same nonce within the stream's duplicate window is
+// dropped. The nonce is random, one per report, so that nobody who
+// cannot read the report can send another message under its id first
+// and have the stream drop the real report as a duplicate.
+func OutcomeMsgID(tenant, id, status, nonce string) string {
+	return tenant + "." + id + "." + status + "." + nonce
+}
 
 // GrantUseSubject is where an executor uses a grant of tenant.
 func GrantUseSubject(tenant string) string { return GrantSubjectPrefix + tenant + ".use" }
+
+// GrantUseSubjectAs is where agent, which may publish there alone, uses a
+// grant of tenant that was issued to it.
+func GrantUseSubjectAs(tenant, agent string) string { return GrantUseSubject(tenant) + "." + agent }
 
 // Headers of the v1 wire contract.
 const (
