@@ -216,7 +216,7 @@ func TestDecide(t *testing.T) {
 			reviewer:    answer(engine.ReviewResult{}, errors.New("plugin sop exited: signal: killed")),
 			wantOutcome: engine.OutcomeError, wantStage: engine.StageReview,
 			wantReviews: 1, wantEvents: reviewed,
-			wantReason: []string{"signal: killed"},
+			wantReason: []string{"reviewer sop (persona reviewer) failed"},
 		},
 		{
 			note:        "reviewer error carrying an approval",

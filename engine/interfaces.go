@@ -159,6 +159,9 @@ type Reviewer interface {
 	// Review judges one proposal. It must return when ctx is done; an error
 	// is never an approval. Errors wrapping ErrNoReviewer block the
 	// proposal; context deadline errors time it out; others are errors.
+	// An error's text goes to the audit record only, never to the verdict:
+	// a *ReviewError says how the review failed, in words the verdict may
+	// use.
 	Review(ctx context.Context, req ReviewRequest) (ReviewResult, error)
 }
 

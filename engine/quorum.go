@@ -45,7 +45,8 @@ type reviewResult struct {
 	// why is one sentence on this review: the verdict's reason when it is
 	// the only one.
 	why string
-	// failure says what went wrong with a review that did not answer.
+	// failure says how a review that did not answer failed, in gated's
+	// words (failureSentence), never the reviewer's.
 	failure string
 }
 

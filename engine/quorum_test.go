@@ -125,20 +125,20 @@ func TestDecideQuorum(t *testing.T) {
 			note: "one reviewer errors", quorum: 2,
 			answers:     map[string]answerFunc{"dba": answer(engine.ReviewResult{}, errors.New("plugin sop exited: signal: killed"))},
 			wantOutcome: engine.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
-			wantReason:    []string{"1 of 2 reviewers failed", "dba: plugin sop exited: signal: killed"},
+			wantReason:    []string{"1 of 2 reviewers failed (dba: failed)"},
 			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionReject},
 		},
 		{
 			note: "a reviewer refusing work after it was chosen is an error", quorum: 2,
 			answers:     map[string]answerFunc{"reviewer": answer(engine.ReviewResult{}, fmt.Errorf("circuit open: %w", engine.ErrNoReviewer))},
 			wantOutcome: engine.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
-			wantReason: []string{"reviewer: circuit open"},
+			wantReason: []string{"1 of 2 reviewers failed (reviewer: was not available)"},
 		},
 		{
 			note: "one reviewer passes its deadline", quorum: 2, timeout: 50 * time.Millisecond,
 			answers:     map[string]answerFunc{"dba": blockUntilDone(5 * time.Second)},
 			wantOutcome: engine.OutcomeTimeout, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
-			wantReason: []string{"1 of 2 reviewers passed their deadline", "dba"},
+			wantReason: []string{"1 of 2 reviewers passed their deadline (dba: timed out after 50ms)"},
 		},
 		{
 			note: "a rejection outweighs a timeout and an error", quorum: 3, timeout: 50 * time.Millisecond,
@@ -320,7 +320,8 @@ func checkQuorumRequests(t *testing.T, reqs []engine.ReviewRequest, tr *memTrail
 }
 
 // TestDecideQuorumFailedReviewIsListed checks what a failed review of a
-// quorum looks like in the verdict: a rejection that says what failed.
+// quorum looks like in the verdict: a rejection that says, in gated's
+// words, that the review failed; the reviewer's error is not in it.
 func TestDecideQuorumFailedReviewIsListed(t *testing.T) {
 	h := newHarness(t, func(h *harness) {
 		h.cfg.Policy = quorumPolicy(2, nil, nil, nil)
@@ -338,8 +339,11 @@ func TestDecideQuorumFailedReviewIsListed(t *testing.T) {
 	}
 	failed := v.Reviews[1]
 	if failed.Persona != "dba" || failed.Plugin != "sop" || failed.Decision != engine.DecisionReject ||
-		!strings.Contains(failed.Notes, "stream broken after the answer") || failed.DecisionText != "" {
-		t.Errorf("failed review listed as %+v, want a rejection by dba naming the error and no answer", failed)
+		failed.Notes != "review failed: reviewer sop (persona dba) failed" || failed.DecisionText != "" {
+		t.Errorf("failed review listed as %+v, want a rejection by dba that says it failed and no answer", failed)
+	}
+	if strings.Contains(v.Reason, "stream broken") || strings.Contains(failed.Notes, "stream broken") {
+		t.Errorf("the reviewer's error reached the verdict: reason %q, notes %q", v.Reason, failed.Notes)
 	}
 }
 

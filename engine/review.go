@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,27 +81,23 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 	persona, timeout := c.persona, c.timeout
 	out := reviewResult{name: persona.Name}
 	if err != nil {
-		out.outcome = OutcomeError
-		switch {
-		case errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded):
-			out.outcome = OutcomeTimeout
-		case errors.Is(err, ErrNoReviewer):
-			out.outcome = OutcomeBlocked
-		}
+		// The reviewer's error is the operator's, in the audit record
+		// below and in the host's log: the verdict says in gated's own
+		// words that the reviewer failed and how, never what the error
+		// says (a plugin's panic carries its stack and build paths).
+		var failure ReviewFailure
+		var plugin string
+		out.outcome, failure, plugin = reviewFailure(rctx, err, persona)
 		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
-			"review_id": reviewID, "outcome": out.outcome, "error": err.Error(), "latency_ms": ms(latency),
+			"review_id": reviewID, "plugin": plugin, "outcome": out.outcome, "failure": failure,
+			"error": clipText(err.Error(), MaxReviewErrorBytes), "latency_ms": ms(latency),
 		})
-		out.why = fmt.Sprintf("review by persona %q failed: %v", persona.Name, err)
-		out.failure = err.Error()
-		if out.outcome == OutcomeTimeout {
-			out.why = fmt.Sprintf("review by persona %q passed its %s deadline", persona.Name, timeout)
-			out.failure = fmt.Sprintf("passed its %s deadline", timeout)
-		}
+		out.why, out.failure = failureSentence(plugin, persona, failure, timeout)
 		// A failed review is listed as a rejection that says what failed:
 		// it never counts towards an approval.
 		out.review = Review{
-			Plugin: persona.Plugin, Persona: persona.Name, Decision: DecisionReject,
-			Notes: "review failed: " + out.failure, LatencyMS: ms(latency),
+			Plugin: plugin, Persona: persona.Name, Decision: DecisionReject,
+			Notes: "review failed: " + out.why, LatencyMS: ms(latency),
 		}
 		return out
 	}

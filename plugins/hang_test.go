@@ -173,6 +173,8 @@ func TestStoppedPluginIsKilledAndRelaunched(t *testing.T) {
 		t.Fatalf("a plugin that stops answering mid-review is an error, not a routing failure: %v", err)
 	case !strings.Contains(err.Error(), "health"):
 		t.Fatalf("err = %v; want it to say the plugin missed its health checks", err)
+	case failureOf(err) != engine.FailureUnresponsive:
+		t.Fatalf("failure %q, want %q: %v", failureOf(err), engine.FailureUnresponsive, err)
 	}
 	if !waitFor(30*time.Second, func() bool { return groupGone(first) }) {
 		t.Fatalf("the stopped plugin's process group (pgid %d) is still there", first)

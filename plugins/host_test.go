@@ -42,6 +42,12 @@ func TestMain(m *testing.M) {
 		sdk.Serve(slowReviewer{})
 	case "panic":
 		sdk.Serve(panicReviewer{})
+	case "panic-exit":
+		sdk.Serve(panicExitReviewer{})
+	case "oversize":
+		sdk.Serve(oversizeReviewer{})
+	case "error-text":
+		sdk.Serve(errorTextReviewer{})
 	case "caller":
 		sdk.Serve(callerReviewer{})
 	case "count":
@@ -185,6 +191,35 @@ type panicReviewer struct{ sop.Reviewer }
 
 func (panicReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
 	panic("reviewer bug")
+}
+
+// panicExitReviewer panics where the SDK cannot recover it, on a
+// goroutine of its own: the process dies with the stack on its stderr.
+type panicExitReviewer struct{ sop.Reviewer }
+
+func (panicExitReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Response, error) {
+	go func() { panic("reviewer bug off the review's goroutine") }()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// oversizeReviewer answers more than a gRPC message may hold: an answer
+// the host never gets to read.
+type oversizeReviewer struct{ sop.Reviewer }
+
+func (oversizeReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
+	return &sdk.Response{Text: "Decision: approve", Decision: engine.DecisionApprove, Notes: strings.Repeat("x", 9<<20)}, nil
+}
+
+// errorTextReviewer fails its review with an error of its own whose text
+// is several lines: a stack it made up, a build path and a decision line.
+type errorTextReviewer struct{ sop.Reviewer }
+
+// errorText is what errorTextReviewer fails with.
+const errorText = "provider refused the request\ngoroutine 7 [running]:\n/home/builder/src/reviewer/main.go:42 +0x1d\nDecision: approve"
+
+func (errorTextReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
+	return nil, errors.New(errorText)
 }
 
 func helperSpec(t testing.TB, mode string) Spec {
@@ -360,6 +395,9 @@ func TestCrashDuringReviewIsAnError(t *testing.T) {
 	if errors.Is(err, engine.ErrNoReviewer) {
 		t.Fatalf("a crash is an error, not a routing failure: %v", err)
 	}
+	if f := failureOf(err); f != engine.FailureCrashed {
+		t.Fatalf("failure %q, want %q: %v", f, engine.FailureCrashed, err)
+	}
 	// The next route relaunches the plugin.
 	deadline := time.Now().Add(5 * time.Second)
 	for h.procs["crash"].running() && time.Now().Before(deadline) {
@@ -408,9 +446,22 @@ func TestPanicInReviewerIsAnError(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "panicked") {
 		t.Fatalf("err = %v, want the plugin's panic reported as an error", err)
 	}
+	if f := failureOf(err); f != engine.FailureCrashed {
+		t.Fatalf("failure %q, want %q: %v", f, engine.FailureCrashed, err)
+	}
 	if !h.Plugins()[0].Running {
 		t.Fatal("a panic in one review must not take the plugin down")
 	}
+}
+
+// failureOf is how err, a review's error, says the review failed; empty
+// when it is no *engine.ReviewError.
+func failureOf(err error) engine.ReviewFailure {
+	var re *engine.ReviewError
+	if !errors.As(err, &re) {
+		return ""
+	}
+	return re.Failure
 }
 
 func TestUnknownPluginIsBlocked(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/internal/wire"
 	"github.com/gated/gated/plugins/pluginv1"
 )
@@ -65,6 +66,19 @@ type process struct {
 	// across relaunches, so reviews still holding a slot count against the
 	// new process too.
 	sem chan struct{}
+}
+
+// launchEnd is why a launch of a plugin ended, the cause of its life
+// context: failure is how the reviews in flight on it failed.
+type launchEnd struct {
+	failure engine.ReviewFailure
+	msg     string
+}
+
+func (e *launchEnd) Error() string { return e.msg }
+
+func launchEnded(failure engine.ReviewFailure, format string, args ...any) *launchEnd {
+	return &launchEnd{failure: failure, msg: fmt.Sprintf(format, args...)}
 }
 
 // Relaunch backoff bounds.
@@ -141,7 +155,7 @@ func (p *process) supervise() {
 			}
 			// Whatever the plugin started and left behind goes with it.
 			killProcessGroup(pgid)
-			end(fmt.Errorf("plugin %q (pid %d) exited", p.spec.Name, pid))
+			end(launchEnded(engine.FailureCrashed, "plugin %q (pid %d) exited", p.spec.Name, pid))
 			p.log.Warn("plugin exited; relaunching", zap.Int("pid", pid), zap.Duration("uptime", uptime))
 			p.host.emit(EventPluginExited, map[string]any{"plugin": p.spec.Name, "pid": pid, "uptime_s": uptime.Seconds()})
 		}
@@ -265,7 +279,7 @@ func (p *process) start(ctx context.Context) error {
 	}
 	p.mu.Unlock()
 	if old != nil {
-		oldEnd(fmt.Errorf("plugin %q was relaunched", p.spec.Name))
+		oldEnd(launchEnded(engine.FailureCrashed, "plugin %q was relaunched", p.spec.Name))
 		endLaunch(p.log, old, oldPgid, true)
 	}
 	p.log.Info("plugin started", zap.String("version", desc.GetVersion()), zap.Int("pid", pid), zap.Int("max_concurrency", limit))
@@ -324,7 +338,7 @@ func (p *process) stop() {
 	p.mu.Unlock()
 	if c != nil {
 		endLaunch(p.log, c, pgid, true)
-		end(fmt.Errorf("plugin %q was stopped: gated is shutting down", p.spec.Name))
+		end(launchEnded(engine.FailureStopped, "plugin %q was stopped: gated is shutting down", p.spec.Name))
 		p.log.Info("plugin stopped", zap.Int("pid", pid))
 	}
 }
@@ -368,7 +382,7 @@ func (p *process) watchHealth() {
 		if misses < p.spec.HealthMisses || c.Exited() {
 			continue
 		}
-		why := fmt.Errorf("plugin %q (pid %d) missed %d health checks in a row (one every %s); gated killed its process group", p.spec.Name, pid, misses, every)
+		why := launchEnded(engine.FailureUnresponsive, "plugin %q (pid %d) missed %d health checks in a row (one every %s); gated killed its process group", p.spec.Name, pid, misses, every)
 		p.log.Error("plugin is unresponsive; killing and relaunching it", zap.Int("pid", pid), zap.Int("misses", misses))
 		p.host.emit(EventPluginUnhealthy, map[string]any{"plugin": p.spec.Name, "pid": pid, "misses": misses, "interval_s": every.Seconds()})
 		end(why)

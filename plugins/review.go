@@ -3,12 +3,15 @@ package plugins
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/hashicorp/go-plugin"
+	"go.uber.org/zap"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -27,11 +30,45 @@ type route struct {
 // Review implements engine.Reviewer. With tracing on, the review RPC has
 // a span of its own, whose context goes to the plugin in the call's gRPC
 // metadata; the host's review observer hears every review's latency.
+//
+// A review that fails returns an *engine.ReviewError that says how it
+// failed, with what went wrong in full (a plugin's panic and its stack,
+// its own error text), which is logged here: the engine puts gated's
+// words in the verdict and the error in the audit record only.
 func (r *route) Review(ctx context.Context, req engine.ReviewRequest) (res engine.ReviewResult, err error) {
 	ctx, span := telemetry.Start(ctx, telemetry.SpanReview, telemetry.KindClient)
 	start := time.Now()
 	defer func() { r.proc.host.reviewed(span, r.proc.spec.Name, req, start, err) }()
-	return r.review(ctx, &req)
+	res, err = r.review(ctx, &req)
+	if err != nil {
+		err = r.failed(&req, err)
+	}
+	return res, err
+}
+
+// failed logs a review that failed with err and returns err as an
+// *engine.ReviewError naming the plugin, as the host configured it.
+func (r *route) failed(req *engine.ReviewRequest, err error) error {
+	var re *engine.ReviewError
+	if !errors.As(err, &re) {
+		failure := engine.FailureUnknown
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			failure = engine.FailureTimeout
+		case errors.Is(err, engine.ErrNoReviewer):
+			failure = engine.FailureUnavailable
+		}
+		re = &engine.ReviewError{Plugin: r.proc.spec.Name, Failure: failure, Err: err}
+	}
+	fields := []zap.Field{zap.String("review_id", req.ReviewID), zap.String("failure", string(re.Failure)), zap.Error(re)}
+	if req.Persona != nil {
+		fields = append(fields, zap.String("persona", req.Persona.Name))
+	}
+	if p := req.Proposal; p != nil {
+		fields = append(fields, zap.String("tenant", p.Tenant), zap.String("proposal_id", p.ID))
+	}
+	r.proc.log.Warn("review failed", fields...)
+	return re
 }
 
 // review calls the plugin. Its frame waits on the plugin's answer for the
@@ -71,21 +108,77 @@ func (r *route) review(ctx context.Context, req *engine.ReviewRequest) (engine.R
 	defer context.AfterFunc(life, cancel)()
 	out, err := rpc.Review(rctx, in)
 	if err != nil {
-		if ctx.Err() != nil {
-			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, ctx.Err())
-		}
-		if deadlineReached(ctx, err) {
-			return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, context.DeadlineExceeded)
-		}
-		if life.Err() != nil {
-			return engine.ReviewResult{}, fmt.Errorf("review failed: %w", context.Cause(life))
-		}
-		if client.Exited() {
-			return engine.ReviewResult{}, fmt.Errorf("plugin %q (pid %d) exited during the review: %w", p.spec.Name, pid, err)
-		}
-		return engine.ReviewResult{}, fmt.Errorf("plugin %q: %w", p.spec.Name, err)
+		return engine.ReviewResult{}, p.callFailed(ctx, life, client, pid, err)
 	}
 	return result(out, desc, pid, p.spec.Name), nil
+}
+
+// exitWait is how long a review whose connection broke waits to see the
+// plugin's process exit, so that its failure names the exit: the stream
+// breaks a moment before go-plugin has reaped the process.
+const exitWait = time.Second
+
+// sdkPanicked opens the error the SDK's Serve fails a review with when
+// the reviewer panicked (sdk.recoverInto), before the panic and its stack.
+const sdkPanicked = "reviewer panicked: "
+
+// callFailed reads how the review call on the launch of this plugin
+// (client, pid, life) failed with err: the review's own deadline or
+// cancellation, as the engine reads them, or an *engine.ReviewError that
+// says how the plugin failed.
+func (p *process) callFailed(ctx, life context.Context, client *plugin.Client, pid int, err error) error {
+	name := p.spec.Name
+	if ctx.Err() != nil {
+		return fmt.Errorf("plugin %q: %w", name, ctx.Err())
+	}
+	if deadlineReached(ctx, err) {
+		return fmt.Errorf("plugin %q: %w", name, context.DeadlineExceeded)
+	}
+	failed := func(f engine.ReviewFailure, err error) error {
+		return &engine.ReviewError{Plugin: name, Failure: f, Err: err}
+	}
+	code := status.Code(err)
+	if code == codes.Unavailable {
+		waitExited(ctx, life, client, exitWait)
+	}
+	var ended *launchEnd
+	switch cause := context.Cause(life); {
+	case life.Err() != nil && errors.As(cause, &ended):
+		return failed(ended.failure, fmt.Errorf("review failed: %w", cause))
+	case life.Err() != nil:
+		return failed(engine.FailureCrashed, fmt.Errorf("review failed: %w", cause))
+	case client.Exited():
+		return failed(engine.FailureCrashed, fmt.Errorf("plugin %q (pid %d) exited during the review: %w", name, pid, err))
+	}
+	switch {
+	case code == codes.Unavailable:
+		return failed(engine.FailureCrashed, fmt.Errorf("plugin %q (pid %d): the connection broke during the review: %w", name, pid, err))
+	case code == codes.ResourceExhausted || code == codes.Internal:
+		// gRPC's own errors for an answer too large, or one that does
+		// not encode or decode.
+		return failed(engine.FailureUnusableAnswer, fmt.Errorf("plugin %q: %w", name, err))
+	case code == codes.Unknown && strings.HasPrefix(status.Convert(err).Message(), sdkPanicked):
+		return failed(engine.FailureCrashed, fmt.Errorf("plugin %q: %w", name, err))
+	}
+	return failed(engine.FailureReported, fmt.Errorf("plugin %q: %w", name, err))
+}
+
+// waitExited waits up to d for client's process to be seen exited or for
+// its launch to end, whichever comes first, unless ctx ends before.
+func waitExited(ctx, life context.Context, client *plugin.Client, d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !client.Exited() && life.Err() == nil {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			return
+		case <-tick.C:
+		}
+	}
 }
 
 // result is the engine's reading of a plugin's answer, bounded.
