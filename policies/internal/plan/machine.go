@@ -83,10 +83,10 @@ var machines = sync.Pool{New: func() any {
 	return m
 }}
 
-// eval runs the plan on input and data and returns the query's single
+// Eval runs the plan on input and data and returns the query's single
 // result, nil when the query is undefined.
 func (pl *Plan) Eval(ctx context.Context, input, data *ast.Term, now time.Time) (res *ast.Term, err error) {
-	return pl.eval(ctx, input, data, now, nil)
+	return pl.eval(ctx, input, data, now, nil, nil)
 }
 
 // EvalFired evaluates like Eval and also returns the rules whose
@@ -100,11 +100,14 @@ func (pl *Plan) EvalFired(ctx context.Context, input, data *ast.Term, now time.T
 			seen[rule] = true
 			fired = append(fired, rule)
 		}
-	})
+	}, nil)
 	return res, fired, err
 }
 
-func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, fired func(string)) (res *ast.Term, err error) {
+// eval runs the plan. When all is set, it receives every result of the
+// query, each an object of the query's variables, and eval returns none:
+// a query of OPA's test cases may have several.
+func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, fired func(string), all *[]*ast.Term) (res *ast.Term, err error) {
 	m := machines.Get().(*machine)
 	defer func() {
 		if r := recover(); r != nil {
@@ -126,6 +129,10 @@ func (pl *Plan) eval(ctx context.Context, input, data *ast.Term, now time.Time, 
 	m.startDots(pl, input, data)
 	if _, err := m.call(pl.main, m.args); err != nil {
 		return nil, err
+	}
+	if all != nil {
+		*all = append(*all, m.results...)
+		return nil, nil
 	}
 	switch len(m.results) {
 	case 0:
@@ -266,7 +273,9 @@ func (m *machine) block(fr []*ast.Term, b *pblock) (up int, done bool, err error
 			if f := s.fn; f.memo >= 0 && m.memoSet[f.memo] {
 				v = m.memo[f.memo]
 			} else {
-				base, ok := m.pushArgs(fr, s.args)
+				// The input is passed on undefined, as OPA's IR has it:
+				// a rule that does not read it still has a value.
+				base, ok := m.pushArgs(fr, s.args, len(f.params) >= 2)
 				if !ok {
 					return 0, false, nil
 				}
@@ -496,7 +505,7 @@ func (m *machine) scan(fr []*ast.Term, s *sScan) (int, error) {
 }
 
 func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
-	base, ok := m.pushArgs(fr, s.args)
+	base, ok := m.pushArgs(fr, s.args, false)
 	if !ok {
 		return nil, nil
 	}
@@ -529,12 +538,13 @@ func (m *machine) builtin(fr []*ast.Term, s *sCallBuiltin) (*ast.Term, error) {
 }
 
 // pushArgs pushes the values of a call's operands and returns where they
-// start; ok is false, and nothing is pushed, when one is undefined.
-func (m *machine) pushArgs(fr []*ast.Term, args []operand) (base int, ok bool) {
+// start; ok is false, and nothing is pushed, when one is undefined, but
+// for the first when it is the callee's input (input).
+func (m *machine) pushArgs(fr []*ast.Term, args []operand, input bool) (base int, ok bool) {
 	base = len(m.args)
-	for _, a := range args {
+	for i, a := range args {
 		x := m.val(fr, a)
-		if x == nil {
+		if x == nil && (i != 0 || !input) {
 			m.popArgs(base)
 			return base, false
 		}
