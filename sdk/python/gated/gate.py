@@ -14,6 +14,11 @@ gated approves a proposal describing the call. It mirrors the Go ToolGate
 The class of a tool is the runtime's claim, made in code when the tool is
 registered: gated never sees a read, so never let a model choose it.
 
+What runs is what was reviewed: a write or destructive call's arguments are
+encoded once as JSON and proposed as the proposal's ``arguments``, and
+``describe`` and the tool get the values decoded from exactly those bytes,
+never the caller's objects (see :meth:`ToolGate.guard`).
+
 An approval is acted on only through its grant: the gate verifies the
 verdict's grant against the proposal it just sent (tenant, id, the exact
 bytes' digest, action, target), has gated use it (once: a second use
@@ -27,7 +32,9 @@ import asyncio
 import contextlib
 import functools
 import inspect
+import json
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
@@ -36,6 +43,7 @@ from typing import Any, Protocol, TypeVar, cast
 
 from gated.errors import (
     AwaitingOperator,
+    BadProposal,
     GatedError,
     GrantRefused,
     GrantUseRefused,
@@ -46,7 +54,7 @@ from gated.errors import (
 from gated.grant import Claims, Expected, gid_of
 from gated.proposal import Flags, Operator, Proposal
 from gated.verdict import Verdict
-from gated.wire import encode_proposal, valid_action, valid_tenant
+from gated.wire import encode_arguments, encode_proposal, valid_action, valid_tenant
 
 log = logging.getLogger("gated")
 
@@ -138,6 +146,14 @@ class Change:
     context_summary: str = ""
     flags: Flags = field(default_factory=Flags)
     reviewer: str = ""
+    arguments: dict[str, Any] | None = None
+    """The call's arguments as the tool receives them, for the policy and
+    the reviewer to read beside the target; the approval's grant binds
+    them. :meth:`ToolGate.guard` sets them from the call (a ``describe``
+    that sets them is refused). A runtime that calls
+    :meth:`ToolGate.authorize` itself and sets them must run the call with
+    exactly these, as JSON decodes them. They must be JSON values, with no
+    two member names, at any depth, equal under case folding."""
 
 
 @dataclass(frozen=True)
@@ -229,7 +245,13 @@ class ToolGate:
         self.by = by or (identity.agent + (" " + identity.session if identity.session else ""))
 
     def proposal(self, action: str, class_: str, change: Change) -> dict[str, Any]:
-        """The proposal of one call."""
+        """The proposal of one call. Raises InvalidToolSpec for arguments
+        that cannot be proposed."""
+        return self._proposal(action, class_, change, _encoded_arguments(action, change.arguments))
+
+    def _proposal(self, action: str, class_: str, change: Change, arguments: str | None) -> dict[str, Any]:
+        """The proposal of one call whose arguments are encoded as
+        ``arguments`` (None: the call has none)."""
         op = self.identity.operator
         return Proposal(
             id=change.id or self._new_id(),
@@ -238,6 +260,7 @@ class ToolGate:
             action=action,
             class_=class_,
             target=change.target,
+            arguments=None if arguments is None else _as_proposed(arguments),
             reason=change.reason,
             blast_radius=change.blast_radius,
             operator=Operator(op.id, list(op.roles)) if op else None,
@@ -260,14 +283,31 @@ class ToolGate:
         unless the gate waits for operators), GrantRefused (a grant that is
         missing, does not verify for this proposal, or that gated refuses
         to let be used), NoVerdict, InvalidToolSpec, PublishError (started
-        could not be reported), or a transport error."""
+        could not be reported), or a transport error.
+
+        ``change.arguments``, when set, are proposed as the call's
+        arguments: the runtime must then run the call with exactly those
+        (as JSON decodes them), not with its own objects, which may have
+        changed during the review. Arguments that are not JSON values, or
+        that name two members equal under case folding, raise
+        InvalidToolSpec before anything is proposed."""
         if class_ == "read":
             return None
         if class_ not in CLASSES:
             raise InvalidToolSpec(f"tool {action} has class {class_!r}; want read, write or destructive")
         if change is None:
             raise InvalidToolSpec(f"{class_} tool {action} needs a Change to say what a call changes")
-        p = self.proposal(action, class_, change)
+        return await self._authorize(action, class_, change, _encoded_arguments(action, change.arguments), timeout)
+
+    async def _authorize(
+        self, action: str, class_: str, change: Change, arguments: str | None, timeout: float | None
+    ) -> Verdict:
+        """authorize, for a call whose arguments are encoded as
+        ``arguments``: the proposal carries exactly those bytes."""
+        p = self._proposal(action, class_, change, arguments)
+        # The bytes the proposer publishes, encoded once: the grant is
+        # verified against these whatever the caller's objects become.
+        _, data = encode_proposal(p)
         try:
             try:
                 v = await self._proposer.propose(p, timeout=timeout or self.review_timeout)
@@ -292,7 +332,7 @@ class ToolGate:
                 f"the approval names {v.tenant}.{v.proposal_id} ({v.action}), "
                 f"not proposal {p['tenant']}.{p['id']} ({p['action']})",
             )
-        await self._take_grant(p, v)
+        await self._take_grant(p, data, v)
         return v
 
     def _grants(self) -> GrantUser:
@@ -303,9 +343,9 @@ class ToolGate:
                 )
         return cast(GrantUser, self._proposer)
 
-    async def _take_grant(self, p: dict[str, Any], v: Verdict) -> None:
-        """Verify v's grant against proposal p's exact bytes, use it, and
-        report started; raise unless all three are done."""
+    async def _take_grant(self, p: dict[str, Any], data: bytes, v: Verdict) -> None:
+        """Verify v's grant against proposal p's exact bytes, data, use it,
+        and report started; raise unless all three are done."""
         if not v.grant:
             if self.require_grant:
                 missing = GrantRefused(
@@ -317,7 +357,6 @@ class ToolGate:
                 raise missing
             return
         grants = self._grants()
-        _, data = encode_proposal(p)  # the bytes the proposer published
         try:
             claims = await grants.verify_grant(v.grant, Expected.of_proposal(data))
         except GrantRefused as e:
@@ -438,25 +477,68 @@ class ToolGate:
 
     def guard(self, spec: ToolSpec) -> Callable[[F], F]:
         """A decorator that runs the tool only when gated allows it: a read
-        tool at once, a write or destructive tool once, after an approval
-        of the proposal built from ``spec.describe(*args, **kwargs)``.
-        Works on async and sync functions; the wrapped function keeps its
-        kind. An unusable spec raises InvalidToolSpec at once. A call that
-        ran is reported: ``succeeded``, or ``failed`` with the text of what
-        it raised (which is raised on)."""
+        tool at once, with the caller's arguments; a write or destructive
+        tool once, after an approval of the proposal built from
+        ``spec.describe``. Works on async and sync functions; the wrapped
+        function keeps its kind. An unusable spec, or a function whose
+        signature cannot be read, raises InvalidToolSpec at once. A call
+        that ran is reported: ``succeeded``, or ``failed`` with the text of
+        what it raised (which is raised on).
+
+        What runs is what was reviewed. A write or destructive call's
+        arguments are bound to the function's signature (positional-only,
+        ``*args`` and ``**kwargs`` parameters too, defaults included) and
+        encoded once as a JSON object, each parameter by its name (``*args``
+        as a list, ``**kwargs`` as an object): the proposal carries those
+        bytes as its ``arguments``, and ``describe`` and the tool are called
+        the way the tool was, with values decoded from exactly those bytes,
+        never with the caller's objects. A dict or list the caller, or
+        another task or thread, changes while gated reviews changes nothing
+        that runs. So every argument must be a JSON value: None, a bool, an
+        int within +-2**53, a finite float, a str, a list or tuple, or a
+        dict with str keys, of such values; the tool gets them as JSON
+        decodes them (a tuple as a list, 2.0 as 2). An argument that is not,
+        or arguments naming two members equal under case folding (``host``
+        and ``HOST`` in one dict), raise InvalidToolSpec, naming the
+        argument, before anything is proposed. ``describe`` must not set
+        ``Change.arguments``: the gate sets them from the call."""
         spec.validate()
 
         def wrap(fn: F) -> F:
+            try:
+                sig = inspect.signature(fn)
+            except (TypeError, ValueError) as e:
+                raise InvalidToolSpec(f"tool {spec.action}: its signature cannot be read to bind a call's arguments: {e}") from None
+
+            def review(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Change, str, Callable[[], _Call]]:
+                """The call's Change and its arguments encoded once, and
+                how to decode them for the tool."""
+                assert spec.describe is not None
+                bound = sig.bind(*args, **kwargs)  # a TypeError, as calling fn would raise
+                bound.apply_defaults()
+                data = _tool_arguments(spec.action, dict(bound.arguments))
+                described_args, described_kwargs = _call_of(sig, data)
+                change = spec.describe(*described_args, **described_kwargs)
+                if not isinstance(change, Change):
+                    raise InvalidToolSpec(f"describe of tool {spec.action} returned a {type(change).__name__}, not a Change")
+                if change.arguments is not None:
+                    raise InvalidToolSpec(
+                        f"describe of tool {spec.action} set Change.arguments: a guarded call's arguments are the call's, "
+                        "and the gate sets them"
+                    )
+                return change, data, lambda: _call_of(sig, data)
+
             if inspect.iscoroutinefunction(fn):
 
                 @functools.wraps(fn)
                 async def async_tool(*args: Any, **kwargs: Any) -> Any:
                     if spec.class_ == "read":
                         return await fn(*args, **kwargs)
-                    assert spec.describe is not None
-                    v = await self.authorize(spec.action, spec.class_, spec.describe(*args, **kwargs))
+                    change, data, reviewed = review(args, kwargs)
+                    v = await self._authorize(spec.action, spec.class_, change, data, None)
+                    call_args, call_kwargs = reviewed()
                     try:
-                        result = await fn(*args, **kwargs)
+                        result = await fn(*call_args, **call_kwargs)
                     except BaseException as e:
                         await self._finish(v, e)
                         raise
@@ -469,10 +551,11 @@ class ToolGate:
             def sync_tool(*args: Any, **kwargs: Any) -> Any:
                 if spec.class_ == "read":
                     return fn(*args, **kwargs)
-                assert spec.describe is not None
-                v = self.authorize_sync(spec.action, spec.class_, spec.describe(*args, **kwargs))
+                change, data, reviewed = review(args, kwargs)
+                v = self._block(self._authorize(spec.action, spec.class_, change, data, None))
+                call_args, call_kwargs = reviewed()
                 try:
-                    result = fn(*args, **kwargs)
+                    result = fn(*call_args, **call_kwargs)
                 except BaseException as e:
                     self._finish_sync(v, e)
                     raise
@@ -484,3 +567,108 @@ class ToolGate:
         return wrap
 
 
+# ---------------------------------------------------------------------------
+# A call's arguments: encoded once, proposed, and decoded for what runs.
+
+_Call = tuple[list[Any], dict[str, Any]]
+
+_EXACT_INT = 2**53
+"""Integers beyond it are not exact as JSON numbers (float64, as gated and
+the proposal encoding read them): the tool would get another number."""
+
+
+def _json_problem(v: Any, path: str, depth: int = 0) -> str:
+    """Why v is not a JSON value the tool can get back exactly, or ""."""
+    if depth > 200:
+        return f"{path} is nested more than 200 levels deep"
+    if v is None or isinstance(v, (bool, str)):
+        return ""
+    if isinstance(v, int):
+        return "" if -_EXACT_INT <= v <= _EXACT_INT else f"{path}: the integer {v} is beyond 2**53, not exact as a JSON number"
+    if isinstance(v, float):
+        return "" if math.isfinite(v) else f"{path}: {v} is not a JSON number"
+    if isinstance(v, dict):
+        for k, x in v.items():
+            if not isinstance(k, str):
+                return f"{path}: the key {k!r} is not a string"
+            if problem := _json_problem(x, f"{path}.{k}", depth + 1):
+                return problem
+        return ""
+    if isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            if problem := _json_problem(x, f"{path}[{i}]", depth + 1):
+                return problem
+        return ""
+    return f"{path} is a {type(v).__name__}, not a JSON value"
+
+
+def _tool_arguments(action: str, arguments: dict[str, Any]) -> str:
+    """A guarded call's arguments, by parameter name, encoded as the
+    proposal carries them. Raises InvalidToolSpec naming the argument that
+    cannot be."""
+    encoded = _encoded_arguments(action, arguments)
+    assert encoded is not None
+    return encoded
+
+
+def _encoded_arguments(action: str, arguments: Mapping[str, Any] | None) -> str | None:
+    """arguments encoded as a proposal carries them, or None for none.
+    Raises InvalidToolSpec for what cannot be proposed and run exactly as
+    proposed: a value that is not JSON (or an integer JSON does not hold
+    exactly), or two member names equal under case folding."""
+    if arguments is None:
+        return None
+    if not isinstance(arguments, Mapping):
+        raise InvalidToolSpec(f"the arguments of {action} must be a dict, not a {type(arguments).__name__}")
+    for name, value in arguments.items():
+        if not isinstance(name, str):
+            raise InvalidToolSpec(f"the arguments of tool {action} name {name!r}, not a string")
+        if problem := _json_problem(value, name):
+            raise InvalidToolSpec(
+                f"argument {name!r} of tool {action} is not JSON a reviewer can read ({problem}): "
+                "a call runs with the arguments gated reviewed, so they must be JSON values"
+            )
+    try:
+        return encode_arguments(dict(arguments))
+    except BadProposal as e:
+        raise InvalidToolSpec(f"the arguments of tool {action} cannot be proposed: {e}") from None
+
+
+def _as_proposed(data: str) -> dict[str, Any]:
+    """The arguments encoded as data, decoded for the proposal: every
+    number a float, as gated reads it, so that encoding the proposal gives
+    data again, byte for byte (which is checked)."""
+    v: dict[str, Any] = json.loads(data, parse_int=float)
+    if encode_arguments(v) != data:
+        raise GatedError("the arguments do not encode again as they were proposed")
+    return v
+
+
+def _json_int(digits: str) -> int | float:
+    """A JSON integer as the tool gets it: an int while exact as a JSON
+    number, else the float64 gated reads (a float argument of 5e16 is
+    written 50000000000000000 and must come back as that float)."""
+    n = int(digits)
+    return n if -_EXACT_INT <= n <= _EXACT_INT else float(n)
+
+
+def _call_of(sig: inspect.Signature, data: str) -> _Call:
+    """Positional and keyword arguments for a call of a function of
+    signature sig, decoded afresh from data, a JSON object of its
+    arguments by parameter name."""
+    values: dict[str, Any] = json.loads(data, parse_int=_json_int)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for name, param in sig.parameters.items():
+        if name not in values:
+            continue
+        v = values[name]
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            args.append(v)
+        elif param.kind == param.VAR_POSITIONAL:
+            args.extend(v)
+        elif param.kind == param.KEYWORD_ONLY:
+            kwargs[name] = v
+        else:
+            kwargs.update(v)
+    return args, kwargs

@@ -5,6 +5,7 @@ sync tools alike."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 import gated
 from gatedkit import Gated
 from gated import Change, Identity, ToolGate, ToolSpec
+from gated.wire import digest, encode_proposal
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +87,50 @@ async def test_context_manager(client: gated.Client) -> None:
         assert v is None
         ran.append(3)
     assert ran == [1, 3]
+
+
+class Proposing:
+    """gated.Client, with an event set as each proposal is sent."""
+
+    def __init__(self, client: gated.Client) -> None:
+        self.client = client
+        self.proposing = asyncio.Event()
+
+    async def propose(self, proposal: Any, *, timeout: float | None = None) -> gated.Verdict:
+        self.proposing.set()
+        return await self.client.propose(proposal, timeout=timeout)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+async def test_what_runs_is_what_gated_reviewed(client: gated.Client) -> None:
+    """Another task changes the caller's dict while gated reviews the call:
+    the tool runs with the arguments of the proposal gated approved, whose
+    digest the stored verdict names, not with the changed dict."""
+    proposer = Proposing(client)
+    seen: list[tuple[dict[str, Any], gated.Verdict]] = []
+    gate = ToolGate(proposer, Identity(tenant="acme", agent="py-gate-agent"), observe=lambda p, v: seen.append((p, v)))
+    ran: list[dict[str, Any]] = []
+
+    @gate.guard(ToolSpec("host_restart_service", "write", lambda cfg: restart_change(cfg["device_id"], cfg["service"])))
+    async def restart(cfg: dict[str, Any]) -> str:
+        ran.append(cfg)
+        return "restarted"
+
+    cfg: dict[str, Any] = {"device_id": 9410, "service": "nginx", "grace_s": 10}
+    call = asyncio.create_task(restart(cfg))
+    await proposer.proposing.wait()
+    cfg.update(device_id=9411, service="postgres", drop_data=True)
+    assert await call == "restarted"
+    p, v = seen[-1]
+    _, data = encode_proposal(p)
+    stored = await client.verdict("acme", p["id"])
+    assert v.is_approval and stored.proposal_sha256 == v.proposal_sha256 == digest(data)
+    proposed = json.loads(data)
+    assert proposed["target"]["device_id"] == 9410
+    assert ran == [{"device_id": 9410, "service": "nginx", "grace_s": 10}], f"the tool ran with {ran}; gated reviewed device 9410"
+    assert ran == [proposed["arguments"]["cfg"]]
 
 
 def test_sync_tools(server: Gated) -> None:

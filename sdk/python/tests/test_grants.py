@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import math
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -337,7 +338,10 @@ class Approver:
 
 
 IDENTITY = Identity(tenant="acme", agent="ops-agent", session="s-1")
-RESTART_PROPOSAL = ToolGate(object(), IDENTITY).proposal("host_restart_service", "write", RESTART.describe(7))  # type: ignore[misc]
+# What the guarded restart(7) proposes: the call's arguments beside the
+# change describe gives.
+RESTART_CHANGE = replace(RESTART.describe(7), arguments={"device": 7})  # type: ignore[misc]
+RESTART_PROPOSAL = ToolGate(object(), IDENTITY).proposal("host_restart_service", "write", RESTART_CHANGE)
 
 
 _, RESTART_BYTES = encode_proposal(RESTART_PROPOSAL)
@@ -443,7 +447,7 @@ async def test_the_gate_verifies_uses_and_reports() -> None:
     assert p.calls[-1] == ("report", "failed", "RuntimeError: systemctl: unit nginx.service not found")
 
     p = Approver(approval(sign_grant()))
-    async with gate_for(p).authorized("host_restart_service", "write", RESTART.describe(7)) as v:  # type: ignore[misc]
+    async with gate_for(p).authorized("host_restart_service", "write", RESTART_CHANGE) as v:
         assert v is not None and v.grant
     assert [c[1] for c in p.calls if c[0] == "report"] == ["started", "succeeded"]
 

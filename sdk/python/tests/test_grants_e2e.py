@@ -118,7 +118,9 @@ async def test_an_approved_tool_runs_once_through_its_grant(client: gated.Client
     assert runs == [9501]
     v = seen[-1]
     assert v.is_approval and v.grant
-    claims = await client.verify_grant(v.grant, Expected.of_proposal(encode_proposal(restart_proposal(9501, "py-grant-1"))[1]))
+    # The proposal the gate sent: the change, and the call's arguments.
+    sent = restart_proposal(9501, "py-grant-1") | {"arguments": {"device": 9501}}
+    claims = await client.verify_grant(v.grant, Expected.of_proposal(encode_proposal(sent)[1]))
     assert (claims.tenant, claims.proposal_id, claims.action) == ("acme", "py-grant-1", "host_restart_service")
     assert claims.proposal_sha256 == v.proposal_sha256 and claims.exp - claims.iat == 300
 
@@ -270,3 +272,57 @@ async def test_a_grant_refused_by_the_executor_is_audited(client: gated.Client) 
     assert e.value.member == "target_sha256"
     refused = await tap.wait_for("grant.refused", "py-grant-8")
     assert refused[0]["data"]["by"] == "executor" and "target_sha256" in refused[0]["data"]["reason"]
+
+
+async def test_an_agent_uses_and_reports_on_its_own_subjects(client: gated.Client, server: Gated) -> None:
+    """A client made with agent= asks on the agent's subjects: its ToolGate
+    runs the agent's approved tool and reports as the agent; another
+    agent's client can neither use that agent's grant nor report its
+    outcome; and each report carries a Nats-Msg-Id of its own."""
+    tap = await AuditTap().start(client)
+    msg_ids: list[tuple[str, str]] = []
+
+    async def on(msg: Any) -> None:
+        msg_ids.append((msg.subject, (msg.headers or {}).get("Nats-Msg-Id", "")))
+
+    await client.nc.subscribe("gated.outcomes.acme.>", cb=on)
+    await client.nc.flush()
+    with pytest.raises(gated.InvalidConfig):
+        gated.Client(client.nc, agent="py.grant.agent")
+    async with await gated.Client.connect(server.nats_url, agent="py-grant-agent") as mine, \
+            await gated.Client.connect(server.nats_url, agent="py-other-agent") as other:
+        # The other agent's client: the proposal names py-grant-agent.
+        v = await other.propose(restart_proposal(9511, "py-grant-11"))
+        with pytest.raises(gated.GrantUseRefused, match='not issued to agent "py-other-agent"'):
+            await other.use_grant("acme", v.grant, by="py-other-agent")
+        refused = await tap.wait_for("grant.refused", "py-grant-11")
+        assert refused[0]["data"]["as"] == "py-other-agent"
+
+        gid = await mine.use_grant("acme", v.grant, by="py-grant-agent")
+        used = await tap.wait_for("grant.used", "py-grant-11")
+        assert used[0]["data"]["as"] == "py-grant-agent" and used[0]["data"]["gid"] == gid
+        await other.report_outcome("acme", "py-grant-11", gid, "failed", "made up")
+        made_up = await tap.wait_for("grant.outcome_refused", "py-grant-11")
+        assert made_up[0]["data"]["as"] == "py-other-agent"
+        await mine.report_outcome("acme", "py-grant-11", gid, "failed", "nginx did not come back")
+        taken = await tap.wait_for("grant.outcome", "py-grant-11")
+        assert taken[0]["data"]["as"] == "py-grant-agent" and taken[0]["data"]["error"] == "nginx did not come back"
+
+        # The ToolGate of the agent's own client.
+        gate = ToolGate(mine, Identity(tenant="acme", agent="py-grant-agent"))
+        runs: list[int] = []
+
+        @gate.guard(ToolSpec("host_restart_service", "write", lambda d: restart_change(d, "py-grant-12")))
+        async def restart(device: int) -> str:
+            runs.append(device)
+            return "restarted"
+
+        assert await restart(9512) == "restarted" and runs == [9512]
+        outcomes = await tap.wait_for("grant.outcome", "py-grant-12", n=2)
+        assert {e["data"]["as"] for e in outcomes} == {"py-grant-agent"}
+    subjects = {s for s, _ in msg_ids}
+    assert subjects <= {"gated.outcomes.acme.py-grant-11.py-other-agent", "gated.outcomes.acme.py-grant-11.py-grant-agent",
+                        "gated.outcomes.acme.py-grant-12.py-grant-agent"}, subjects
+    ids = [i for _, i in msg_ids]
+    assert len(ids) == len(set(ids)) >= 4, ids
+    assert all(len(i.split(".")) == 4 and len(i.split(".")[3]) == 22 for i in ids), ids
