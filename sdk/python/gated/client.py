@@ -11,8 +11,10 @@ approval only once the stored verdict confirms it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
+import os
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -127,10 +129,20 @@ class Client:
         api_prefix: str = DEFAULT_API_PREFIX,
         poll_interval: float = POLL_INTERVAL,
         grant_keys: KeySet | None = None,
+        agent: str | None = None,
     ) -> None:
         """``grant_keys`` is the key set grants are verified with (for
         example ``KeySet.from_file`` of what `gated grants keys` printed);
-        by default the client fetches gated's from gated.grants.keys."""
+        by default the client fetches gated's from gated.grants.keys.
+
+        ``agent`` puts grant uses and outcome reports on that agent's
+        subjects, gated.grants.<tenant>.use.<agent> and
+        gated.outcomes.<tenant>.<id>.<agent>, where gated accepts only a
+        grant issued to the agent (the proposal's requested_by.agent). Give
+        it where each agent connects as a NATS user of its own that may
+        publish on its own subjects alone (docs/NATS.md): then no agent of
+        the tenant can use or report for another's grants. It must be a
+        token, [A-Za-z0-9_-]{1,128}. Default: the tenant's subjects."""
         if not default_wait > 0:
             raise InvalidConfig(f"default wait {default_wait} must be positive")
         if not poll_interval > 0:
@@ -155,6 +167,9 @@ class Client:
         self._waiters: dict[str, set[asyncio.Queue[bytes]]] = {}
         if grant_keys is not None and not isinstance(grant_keys, KeySet):
             raise InvalidConfig(f"grant_keys is a {type(grant_keys).__name__}, not a gated.KeySet")
+        if agent is not None and not valid_id(agent):
+            raise InvalidConfig(f"agent {agent!r} must match [A-Za-z0-9_-]{{1,128}} to be a subject token")
+        self.agent = agent
         self._fixed_keys = grant_keys
         self._keys: KeySet | None = None
         self._keys_at = 0.0
@@ -169,6 +184,7 @@ class Client:
         api_prefix: str = DEFAULT_API_PREFIX,
         poll_interval: float = POLL_INTERVAL,
         grant_keys: KeySet | None = None,
+        agent: str | None = None,
         **nats_options: Any,
     ) -> Client:
         """Connect to NATS (``nats_options`` go to ``nats.connect``) and
@@ -177,7 +193,7 @@ class Client:
         # Validate the options before connecting.
         cls.__init__(
             c, NATS(), default_wait=default_wait, api_prefix=api_prefix, poll_interval=poll_interval,
-            grant_keys=grant_keys,
+            grant_keys=grant_keys, agent=agent,
         )
         c.nc = await nats.connect(servers, **nats_options)
         c._owned = True
@@ -697,10 +713,12 @@ class Client:
         ``unknown grant``, a signature error), ServiceUnavailable when no
         answer comes (the grant may then be used or not: never run the
         tool), Malformed, BadProposal for a bad tenant token. ``by`` is
-        free text naming who uses it; gated audits it."""
+        free text naming who uses it; gated audits it. A client made with
+        ``agent`` asks on that agent's subject, where gated also refuses a
+        grant issued to another agent."""
         if not valid_tenant(tenant):
             raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
-        m = await self._ask(grant_use_subject(tenant), use_request(grant, by), self._grant_wait(timeout))
+        m = await self._ask(grant_use_subject(tenant, self.agent), use_request(grant, by), self._grant_wait(timeout))
         return read_use_reply(m.data)
 
     async def accept_grant(
@@ -756,10 +774,13 @@ class Client:
         cut to 1,024 characters) after; or ``refused`` with the reason (gid
         empty when the token did not verify) for a grant the executor
         refused. Published on JetStream on
-        gated.outcomes.<tenant>.<proposal_id> with Nats-Msg-Id
-        <tenant>.<proposal_id>.<status>, so a report sent twice counts once.
-        gated audits it and the policy sees it. Raises PublishError when
-        JetStream does not take it, BadProposal for bad tokens or status."""
+        gated.outcomes.<tenant>.<proposal_id> (a client made with ``agent``:
+        gated.outcomes.<tenant>.<proposal_id>.<agent>) with Nats-Msg-Id
+        <tenant>.<proposal_id>.<status>.<nonce>, a random nonce of this
+        report's, so that nobody can have the stream drop it by sending
+        another under its id first. gated audits it and the policy sees it.
+        Raises PublishError when JetStream does not take it, BadProposal
+        for bad tokens or status."""
         if not valid_tenant(tenant):
             raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
         if not valid_id(proposal_id):
@@ -768,12 +789,13 @@ class Client:
             raise BadProposal(f"outcome status {status!r}: want one of {', '.join(OUTCOME_STATUSES)}")
         at = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         data = outcome_report(tenant, proposal_id, gid, status, error, at)
-        subject = outcome_subject(tenant, proposal_id)
+        subject = outcome_subject(tenant, proposal_id, self.agent)
         key = f"{tenant}.{proposal_id}.{status}"
+        msg_id = f"{key}.{base64.urlsafe_b64encode(os.urandom(16)).rstrip(b'=').decode('ascii')}"
         wait = self._grant_wait(timeout)
         try:
             async with asyncio.timeout(wait):
-                m = await self._request(subject, data, {MSG_ID_HEADER: key})
+                m = await self._request(subject, data, {MSG_ID_HEADER: msg_id})
         except nats.errors.NoRespondersError:
             raise PublishError(f"reporting outcome {key}: no JetStream stream captures {subject}: is gated running?") from None
         except nats.errors.ConnectionClosedError:

@@ -72,15 +72,21 @@ def review_subject(tenant: str) -> str:
     return REVIEW_SUBJECT + "." + tenant
 
 
-def grant_use_subject(tenant: str) -> str:
-    """Where an executor asks gated to use one of tenant's grants."""
-    return GRANT_SUBJECT_PREFIX + tenant + ".use"
+def grant_use_subject(tenant: str, agent: str | None = None) -> str:
+    """Where an executor asks gated to use one of tenant's grants; with
+    ``agent``, that agent's subject, where gated accepts only a grant
+    issued to it."""
+    subject = GRANT_SUBJECT_PREFIX + tenant + ".use"
+    return subject + "." + agent if agent else subject
 
 
-def outcome_subject(tenant: str, id: str) -> str:
+def outcome_subject(tenant: str, id: str, agent: str | None = None) -> str:
     """Where an executor reports what happened to tenant's approved
-    proposal id (stream GATED_OUTCOMES captures it)."""
-    return OUTCOME_SUBJECT_PREFIX + tenant + "." + id
+    proposal id (stream GATED_OUTCOMES captures it); with ``agent``, that
+    agent's subject, where gated takes a report only from the agent the
+    grant was issued to or that used it."""
+    subject = OUTCOME_SUBJECT_PREFIX + tenant + "." + id
+    return subject + "." + agent if agent else subject
 
 
 def verdict_lookup_subject(api_prefix: str, tenant: str, id: str) -> str:

@@ -39,6 +39,17 @@ export interface ClientOptions {
      * under another name. Default "gated.grants.keys".
      */
     grantKeysSubject?: string;
+    /**
+     * The agent this client's NATS user is: grant uses and outcome reports go
+     * on its subjects, gated.grants.<tenant>.use.<agent> and
+     * gated.outcomes.<tenant>.<proposal_id>.<agent>, where gated accepts only a
+     * grant issued to the agent (the proposal's requested_by.agent). Give it
+     * where each agent connects as a NATS user of its own that may publish on
+     * its own subjects alone (docs/NATS.md): then no agent of the tenant can
+     * use or report for another's grants. A token, [A-Za-z0-9_-]{1,128}.
+     * Default: the tenant's subjects.
+     */
+    agent?: string;
 }
 /** Options of Client.verifyGrant and acceptGrant. */
 export interface GrantCallOptions extends CallOptions {
@@ -121,6 +132,7 @@ export declare class Client {
     private readonly keysSubject;
     private keys;
     private readonly propagator;
+    private readonly agent;
     /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
     constructor(nc: NatsConnection, opts?: ClientOptions);
     private wait;
@@ -224,8 +236,10 @@ export declare class Client {
     verifyGrant(token: string, expect: GrantExpectation, opts?: GrantCallOptions): Promise<GrantClaims>;
     /**
      * Takes a grant's single use: a request on gated.grants.<tenant>.use
-     * (the grant's tenant) with the token and by, free text naming who uses
-     * it. gated checks the grant itself and moves its record from issued to
+     * (the grant's tenant; with ClientOptions.agent, the agent's subject
+     * gated.grants.<tenant>.use.<agent>, where gated also refuses a grant
+     * issued to another agent) with the token and by, free text naming who
+     * uses it. gated checks the grant itself and moves its record from issued to
      * used by compare-and-set, so exactly one use of a grant succeeds. Verify
      * the grant first (verifyGrant) against what is about to run; run it only
      * after this resolves. Throws GrantUseError carrying gated's reason
@@ -237,9 +251,11 @@ export declare class Client {
     useGrant(token: string, by: string, opts?: CallOptions): Promise<GrantUse>;
     /**
      * Reports what became of an action run on a grant: a JetStream publish on
-     * gated.outcomes.<tenant>.<proposal_id> (stream GATED_OUTCOMES) with
-     * Nats-Msg-Id <tenant>.<proposal_id>.<status>, so a report sent twice is
-     * stored once. started goes before the action runs; succeeded or failed
+     * gated.outcomes.<tenant>.<proposal_id> (with ClientOptions.agent,
+     * gated.outcomes.<tenant>.<proposal_id>.<agent>; stream GATED_OUTCOMES)
+     * with Nats-Msg-Id <tenant>.<proposal_id>.<status>.<nonce>, a random nonce
+     * of this report's, so that nobody can have the stream drop it by sending
+     * another under its id first. started goes before the action runs; succeeded or failed
      * (with the error's text, cut to 4096 bytes) after. gated refuses a report
      * of a grant that was not used. Throws BadProposalError for bad tokens,
      * TransportError when JetStream does not acknowledge it.

@@ -24,10 +24,17 @@ export declare const grantWire: {
     /** The longest error text an outcome carries, in UTF-8 bytes. */
     readonly maxOutcomeErrorBytes: 4096;
 };
-/** Where a grant of tenant is used. */
-export declare function grantUseSubject(tenant: string): string;
-/** Where the outcome of tenant's proposal id is reported. */
-export declare function outcomeSubject(tenant: string, proposalID: string): string;
+/**
+ * Where a grant of tenant is used; with agent, that agent's subject, where
+ * gated accepts only a grant issued to it.
+ */
+export declare function grantUseSubject(tenant: string, agent?: string): string;
+/**
+ * Where the outcome of tenant's proposal id is reported; with agent, that
+ * agent's subject, where gated takes a report only from the agent the grant
+ * was issued to or that used it.
+ */
+export declare function outcomeSubject(tenant: string, proposalID: string, agent?: string): string;
 /** One reviewer that approved, as a grant names it ("" when unknown). */
 export interface GrantReviewer {
     plugin: string;

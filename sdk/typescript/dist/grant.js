@@ -33,13 +33,22 @@ export const grantWire = {
     /** The longest error text an outcome carries, in UTF-8 bytes. */
     maxOutcomeErrorBytes: 4096,
 };
-/** Where a grant of tenant is used. */
-export function grantUseSubject(tenant) {
-    return grantWire.useSubjectPrefix + tenant + ".use";
+/**
+ * Where a grant of tenant is used; with agent, that agent's subject, where
+ * gated accepts only a grant issued to it.
+ */
+export function grantUseSubject(tenant, agent) {
+    const subject = grantWire.useSubjectPrefix + tenant + ".use";
+    return agent ? subject + "." + agent : subject;
 }
-/** Where the outcome of tenant's proposal id is reported. */
-export function outcomeSubject(tenant, proposalID) {
-    return grantWire.outcomesSubjectPrefix + tenant + "." + proposalID;
+/**
+ * Where the outcome of tenant's proposal id is reported; with agent, that
+ * agent's subject, where gated takes a report only from the agent the grant
+ * was issued to or that used it.
+ */
+export function outcomeSubject(tenant, proposalID, agent) {
+    const subject = grantWire.outcomesSubjectPrefix + tenant + "." + proposalID;
+    return agent ? subject + "." + agent : subject;
 }
 /**
  * A grant refused: malformed, not signed by a key of the set, outside its

@@ -2,6 +2,7 @@
 // an approval only when gated's stored verdict confirms it. It mirrors the
 // Go client (bus/fleet/client.go) check for check.
 
+import { randomBytes } from "node:crypto";
 import { errors as natsErrors, headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection, type Subscription } from "@nats-io/nats-core";
 import { jetstream, type JetStreamClient, type PubAck } from "@nats-io/jetstream";
 
@@ -90,6 +91,17 @@ export interface ClientOptions {
    * under another name. Default "gated.grants.keys".
    */
   grantKeysSubject?: string;
+  /**
+   * The agent this client's NATS user is: grant uses and outcome reports go
+   * on its subjects, gated.grants.<tenant>.use.<agent> and
+   * gated.outcomes.<tenant>.<proposal_id>.<agent>, where gated accepts only a
+   * grant issued to the agent (the proposal's requested_by.agent). Give it
+   * where each agent connects as a NATS user of its own that may publish on
+   * its own subjects alone (docs/NATS.md): then no agent of the tenant can
+   * use or report for another's grants. A token, [A-Za-z0-9_-]{1,128}.
+   * Default: the tenant's subjects.
+   */
+  agent?: string;
 }
 
 /** Options of Client.verifyGrant and acceptGrant. */
@@ -288,6 +300,7 @@ export class Client {
   private readonly keysSubject: string;
   private keys: Promise<GrantKeySet> | undefined;
   private readonly propagator: Propagator | undefined;
+  private readonly agent: string | undefined;
 
   /** Wraps a connection from @nats-io/transport-node's connect(). Throws InvalidConfigError for an unusable option. */
   constructor(nc: NatsConnection, opts: ClientOptions = {}) {
@@ -324,6 +337,10 @@ export class Client {
       throw new InvalidConfigError("invalid fleet client configuration: propagator must be a function");
     }
     this.propagator = opts.propagator;
+    if (opts.agent !== undefined && !validID(opts.agent)) {
+      throw new InvalidConfigError(`invalid fleet client configuration: agent ${JSON.stringify(opts.agent)} must match [A-Za-z0-9_-]{1,128} to be a subject token`);
+    }
+    this.agent = opts.agent;
   }
 
   private wait(opts: CallOptions | undefined): Wait {
@@ -870,8 +887,10 @@ export class Client {
 
   /**
    * Takes a grant's single use: a request on gated.grants.<tenant>.use
-   * (the grant's tenant) with the token and by, free text naming who uses
-   * it. gated checks the grant itself and moves its record from issued to
+   * (the grant's tenant; with ClientOptions.agent, the agent's subject
+   * gated.grants.<tenant>.use.<agent>, where gated also refuses a grant
+   * issued to another agent) with the token and by, free text naming who
+   * uses it. gated checks the grant itself and moves its record from issued to
    * used by compare-and-set, so exactly one use of a grant succeeds. Verify
    * the grant first (verifyGrant) against what is about to run; run it only
    * after this resolves. Throws GrantUseError carrying gated's reason
@@ -888,7 +907,7 @@ export class Client {
     if (typeof by !== "string") {
       throw new InvalidConfigError("invalid call option: useGrant needs by, who uses the grant");
     }
-    const subject = grantUseSubject(claims.tenant);
+    const subject = grantUseSubject(claims.tenant, this.agent);
     const w = this.wait(opts);
     let m: Msg;
     try {
@@ -913,9 +932,11 @@ export class Client {
 
   /**
    * Reports what became of an action run on a grant: a JetStream publish on
-   * gated.outcomes.<tenant>.<proposal_id> (stream GATED_OUTCOMES) with
-   * Nats-Msg-Id <tenant>.<proposal_id>.<status>, so a report sent twice is
-   * stored once. started goes before the action runs; succeeded or failed
+   * gated.outcomes.<tenant>.<proposal_id> (with ClientOptions.agent,
+   * gated.outcomes.<tenant>.<proposal_id>.<agent>; stream GATED_OUTCOMES)
+   * with Nats-Msg-Id <tenant>.<proposal_id>.<status>.<nonce>, a random nonce
+   * of this report's, so that nobody can have the stream drop it by sending
+   * another under its id first. started goes before the action runs; succeeded or failed
    * (with the error's text, cut to 4096 bytes) after. gated refuses a report
    * of a grant that was not used. Throws BadProposalError for bad tokens,
    * TransportError when JetStream does not acknowledge it.
@@ -935,8 +956,8 @@ export class Client {
     const w = this.wait(opts);
     try {
       await w.race(
-        this.js.publish(outcomeSubject(r.tenant, r.proposal_id), encodeOutcome(r), {
-          msgID: `${r.tenant}.${r.proposal_id}.${r.status}`,
+        this.js.publish(outcomeSubject(r.tenant, r.proposal_id, this.agent), encodeOutcome(r), {
+          msgID: `${r.tenant}.${r.proposal_id}.${r.status}.${reportNonce()}`,
           timeout: w.remaining(),
         }),
       );
@@ -999,4 +1020,9 @@ export async function acceptGrant(
   }
   await authority.useGrant(token, opts.by, opts);
   return claims;
+}
+
+/** A random nonce of one outcome report: 16 bytes, unpadded base64url. */
+function reportNonce(): string {
+  return randomBytes(16).toString("base64url");
 }

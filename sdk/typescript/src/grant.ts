@@ -37,14 +37,23 @@ export const grantWire = {
   maxOutcomeErrorBytes: 4096,
 } as const;
 
-/** Where a grant of tenant is used. */
-export function grantUseSubject(tenant: string): string {
-  return grantWire.useSubjectPrefix + tenant + ".use";
+/**
+ * Where a grant of tenant is used; with agent, that agent's subject, where
+ * gated accepts only a grant issued to it.
+ */
+export function grantUseSubject(tenant: string, agent?: string): string {
+  const subject = grantWire.useSubjectPrefix + tenant + ".use";
+  return agent ? subject + "." + agent : subject;
 }
 
-/** Where the outcome of tenant's proposal id is reported. */
-export function outcomeSubject(tenant: string, proposalID: string): string {
-  return grantWire.outcomesSubjectPrefix + tenant + "." + proposalID;
+/**
+ * Where the outcome of tenant's proposal id is reported; with agent, that
+ * agent's subject, where gated takes a report only from the agent the grant
+ * was issued to or that used it.
+ */
+export function outcomeSubject(tenant: string, proposalID: string, agent?: string): string {
+  const subject = grantWire.outcomesSubjectPrefix + tenant + "." + proposalID;
+  return agent ? subject + "." + agent : subject;
 }
 
 /** One reviewer that approved, as a grant names it ("" when unknown). */

@@ -139,13 +139,16 @@ test("an approved proposal's tool runs once, with its grant used, and its outcom
     return true;
   });
 
+  // Each report's Nats-Msg-Id is <tenant>.<id>.<status> and a random nonce of its own.
   assert.deepEqual(
-    published.map((o) => [o.id, o.body.status, o.body.gid]),
+    published.map((o) => [o.id.split(".").slice(0, 3).join("."), o.body.status, o.body.gid]),
     [
       [`acme.${id}.started`, "started", claims.gid],
       [`acme.${id}.succeeded`, "succeeded", claims.gid],
     ],
   );
+  const nonces = published.map((o) => o.id.split(".")[3]);
+  assert.ok(nonces.every((n) => /^[A-Za-z0-9_-]{22}$/.test(n)) && new Set(nonces).size === nonces.length, nonces.join(", "));
   const records = await grantAudit(id, (rs) => rs.filter((r) => r.event === "grant.outcome").length >= 2 && rs.some((r) => r.event === "grant.refused"));
   const events = records.map((r) => r.event);
   assert.ok(events.includes("grant.issued") && events.includes("grant.used"), events.join(", "));
@@ -250,4 +253,35 @@ test("a grant refused by the executor itself is reported to gated and audited", 
   refused = records.find((r) => r.event === "grant.refused");
   assert.equal(refused.data.by, "executor");
   assert.match(refused.data.reason, /target_sha256/);
+});
+
+test("a client of an agent uses and reports on the agent's own subjects, and another agent's cannot", async () => {
+  assert.throws(() => new Client(nc, { agent: "ts.grant.agent" }), /agent/);
+  const mine = new Client(nc, { agent: "ts-grant-agent" });
+  const other = new Client(nc, { agent: "ts-other-agent" });
+  const published = [];
+  const sub = nc.subscribe("gated.outcomes.acme.>", { callback: (err, m) => !err && published.push(m.subject) });
+  await nc.flush();
+
+  // The proposal names ts-grant-agent; the other agent's client cannot use its grant.
+  const id = `ts-grant-agent-${run}`;
+  const p = example("approved.json", { id, target: { device_id: 911, service: "nginx", tags: ["production"] }, requested_by: { agent: "ts-grant-agent", session: "s-1" } });
+  const v = await other.propose(p, { timeoutMs: 60_000 });
+  await assert.rejects(other.useGrant(v.grant, "ts-other-agent"), (err) => {
+    assert.ok(err instanceof GrantUseError, `${err?.stack ?? err}`);
+    assert.match(err.reason, /not issued to agent "ts-other-agent"/);
+    return true;
+  });
+  const { gid } = await mine.useGrant(v.grant, "ts-grant-agent");
+  await other.reportOutcome({ tenant: "acme", proposal_id: id, gid, status: "failed", error: "made up" });
+  await mine.reportOutcome({ tenant: "acme", proposal_id: id, gid, status: "failed", error: "nginx did not come back" });
+  const records = await grantAudit(id, (rs) => rs.some((r) => r.event === "grant.outcome") && rs.some((r) => r.event === "grant.outcome_refused"));
+  const as = (event) => records.filter((r) => r.event === event).map((r) => r.data.as);
+  assert.deepEqual(as("grant.used"), ["ts-grant-agent"]);
+  assert.deepEqual(as("grant.refused"), ["ts-other-agent"]);
+  assert.deepEqual(as("grant.outcome_refused"), ["ts-other-agent"]);
+  assert.deepEqual(as("grant.outcome"), ["ts-grant-agent"]);
+  assert.equal(records.find((r) => r.event === "grant.outcome").data.error, "nginx did not come back");
+  sub.unsubscribe();
+  assert.deepEqual(published.sort(), [`gated.outcomes.acme.${id}.ts-grant-agent`, `gated.outcomes.acme.${id}.ts-other-agent`]);
 });
