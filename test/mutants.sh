@@ -385,6 +385,20 @@ mutant decode_fast_exact_keys engine/decodefast.go ./engine \
 mutant plan_dots_fixed_only policies/internal/plan/dots.go ./policies/internal/plan \
 	$'\tif c == nil || !c.isFixed(src) {\n' \
 	$'\tif c == nil {\n'
+# The planned evaluator reads a reference into the base data as OPA's
+# store reads it for topdown (policies/internal/plan/basedata.go):
+# data.m[2] finds data.m["2"], a string indexes an array, and a key bound
+# before a scan of base documents is compared the same way; a lookup in a
+# local that may hold the base data or another value is refused.
+mutant plan_base_keys policies/internal/plan/machine.go ./policies/internal/plan \
+	$'\t\t\tif s.base {\n\t\t\t\tv = m.baseLookup(src, key)\n' \
+	$'\t\t\tif false {\n\t\t\t\tv = m.baseLookup(src, key)\n'
+mutant plan_base_scan_key policies/internal/plan/machine.go ./policies/internal/plan \
+	$'\t\t\tif s.baseKey {\n' \
+	$'\t\t\tif false {\n'
+mutant plan_base_ambiguous_refused policies/internal/plan/basedata.go ./policies/internal/plan \
+	'if h == holdsBase|holdsValue && bm.err == nil {' \
+	'if false && bm.err == nil {'
 # Budgets (bus/budget): a lease admits a redelivery without counting only
 # while it is live; a refusal stands unless the proposal's own live lease
 # admits it; a review's refusal is never followed by its lease.

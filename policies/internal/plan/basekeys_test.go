@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/open-policy-agent/opa/v1/ast"
@@ -93,6 +94,58 @@ func TestBaseDataKeys(t *testing.T) {
 				t.Fatalf("topdown decided %v, the case expects %s: the case is wrong", want, tc.want)
 			case (want == nil) != (got == nil) || want != nil && ast.Compare(want.Value, got.Value) != 0:
 				t.Fatalf("evaluators differ\n  topdown: %v\n  planned: %v", want, got)
+			}
+		})
+	}
+}
+
+// TestMarkBase follows what a local holds through a function's blocks:
+// OPA's planner reuses a local from one rule body to the next, so a
+// local may hold the base data in one block and another value in the
+// next. A lookup in a local that may hold either is refused (the bundle
+// stays on topdown), since the two readings differ.
+func TestMarkBase(t *testing.T) {
+	key := operand{konst: ast.StringTerm("m")}
+	dot := func(src, target int) *sDot { return &sDot{src: operand{local: src}, key: key, target: target} }
+	block := func(stmts ...pstmt) *pblock { return &pblock{stmts: stmts} }
+	cases := []struct {
+		note   string
+		blocks []*pblock
+		// base is whether the last lookup reads the base data; refused,
+		// whether the plan is refused.
+		base, refused bool
+	}{
+		{note: "set from the data in an earlier block", blocks: []*pblock{block(dot(1, 5)), block(dot(5, 6))}, base: true},
+		{note: "set from the input in an earlier block", blocks: []*pblock{block(dot(0, 5)), block(dot(5, 6))}},
+		{note: "set from either in earlier blocks", blocks: []*pblock{block(dot(1, 5)), block(dot(0, 5)), block(dot(5, 6))}, refused: true},
+		{note: "set again in the same block", blocks: []*pblock{block(dot(0, 5), dot(1, 5), dot(5, 6))}, base: true},
+		{note: "set again from the input in the same block", blocks: []*pblock{block(dot(1, 5), dot(0, 5), dot(5, 6))}},
+		{note: "set in a nested block that may stop early", blocks: []*pblock{block(dot(0, 5), &sBlock{blocks: []*pblock{block(dot(1, 5))}}, dot(5, 6))}, refused: true},
+		{note: "set by an earlier turn of a scan", blocks: []*pblock{block(dot(1, 5),
+			&sScan{src: 0, key: 7, value: 8, body: block(dot(5, 6), dot(0, 5))})}, refused: true},
+		{note: "assigned from the data", blocks: []*pblock{block(&sAssign{src: operand{local: 1}, target: 5}, dot(5, 6))}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.note, func(t *testing.T) {
+			f := &pfunc{name: "f", params: []int{0, 1}, blocks: tc.blocks}
+			err := markBase([]*pfunc{f})
+			if tc.refused {
+				if !errors.Is(err, ErrUnsupported) {
+					t.Fatalf("markBase: %v, want ErrUnsupported", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var last *sDot
+			eachStmt(f, func(s pstmt) {
+				if d, ok := s.(*sDot); ok && d.target == 6 {
+					last = d
+				}
+			})
+			if last.base != tc.base {
+				t.Fatalf("lookup in local 5 reads the base data: %v, want %v", last.base, tc.base)
 			}
 		})
 	}
