@@ -360,3 +360,51 @@ export class ProgressLog {
     this.messages.push(p.message ?? "");
   };
 }
+
+/** The compiled TypeScript MCP server of upstream.ts. */
+export const upstreamScript = fileURLToPath(new URL("./upstream.js", import.meta.url));
+
+/**
+ * Connects the SDK's client over stdio to gated mcp in front of
+ * upstream.ts (logging to log), with the catalog in catalogFile instead
+ * of the harness's.
+ */
+export async function connectUpstream(h: Harness, tenant: string, catalogFile: string, log: string): Promise<Session> {
+  const args = h.mcpArgs(tenant);
+  args[args.indexOf("--catalog") + 1] = catalogFile;
+  const transport = new StdioClientTransport({
+    command: gatedBinary(),
+    args: [...args, "--", process.execPath, upstreamScript, "--log", log],
+    stderr: "inherit",
+  });
+  const client = newClient();
+  await client.connect(transport);
+  return { client, close: () => client.close() };
+}
+
+/** One event of the audit stream, as gated audit query --json prints it. */
+export interface AuditEvent {
+  event: string;
+  data?: Record<string, unknown>;
+}
+
+/**
+ * The proposal gated decided for tenant's proposal id, as its policy read
+ * it (the policy.decided event's input.proposal in the audit stream), read
+ * with gated audit query.
+ */
+export function decidedProposal(h: Harness, tenant: string, id: string): Record<string, unknown> {
+  const out = execFileSync(gatedBinary(), ["audit", "query", "--json", "--tenant", tenant, "--limit", "0", "--nats-url", h.natsURL], { env: cleanEnv(), encoding: "utf8" });
+  for (const line of out.split("\n")) {
+    if (line === "") {
+      continue;
+    }
+    // One event a line: {"seq", "stored", "subject", "record": {"event", "data", ...}}.
+    const e = (JSON.parse(line) as { record?: AuditEvent }).record;
+    const input = e?.data?.["input"] as { proposal?: Record<string, unknown> } | undefined;
+    if (e?.event === "policy.decided" && input?.proposal?.["id"] === id) {
+      return input.proposal;
+    }
+  }
+  throw new Error(`no policy.decided event of ${tenant}.${id} in the audit stream:\n${out}`);
+}
