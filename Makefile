@@ -116,11 +116,14 @@ proto-python: $(PY_VENV)/.installed
 	       --python_out=sdk/python --pyi_out=sdk/python --grpc_python_out=sdk/python \
 	       plugins/proto/gated/plugin/v1/reviewer.proto plugins/proto/gated/plugin/goplugin/goplugin.proto
 
-# folding rewrites test/vectors/folding.json from Go's unicode tables and
-# the Python SDK's table of them (sdk/python/gated/_orbits.py) from it.
+# folding rewrites test/vectors/folding.json from Go's unicode tables, and
+# from it the Python SDK's table of them (sdk/python/gated/_orbits.py) and
+# the TypeScript client's (sdk/typescript/src/foldtable.ts, then its dist/).
 folding:
 	$(GO) test ./internal/strictjson -run TestFoldingVectors -update
 	$(PYTHON) sdk/python/tests/gen_orbits.py
+	node sdk/typescript/scripts/fold-table.mjs
+	cd sdk/typescript && npm run build
 
 # bench-plugin-python measures a review through a Python reviewer plugin
 # (sdk/python/tests/plugin/bench_plugin.py) beside the Go sop reviewer, in

@@ -1,7 +1,7 @@
 // Writes src/foldtable.ts, the case folding table of src/fold.ts, from the
 // shared vectors' test/vectors/folding.json (Go's unicode.SimpleFold):
 //
-//   node scripts/fold-table.mjs
+//   node scripts/fold-table.mjs    (make folding runs it, after the vectors)
 //
 // The orbits of two runes come as runs of orbits with one delta and one
 // stride, the few longer orbits as they are. test/folding.test.mjs holds
