@@ -516,7 +516,8 @@ class ToolGate:
                 assert spec.describe is not None
                 bound = sig.bind(*args, **kwargs)  # a TypeError, as calling fn would raise
                 bound.apply_defaults()
-                data = _tool_arguments(spec.action, dict(bound.arguments))
+                data = _encoded_arguments(spec.action, bound.arguments)
+                assert data is not None
                 described_args, described_kwargs = _call_of(sig, data)
                 change = spec.describe(*described_args, **described_kwargs)
                 if not isinstance(change, Change):
@@ -600,15 +601,6 @@ def _json_problem(v: Any, path: str, depth: int = 0) -> str:
                 return problem
         return ""
     return f"{path} is a {type(v).__name__}, not a JSON value"
-
-
-def _tool_arguments(action: str, arguments: dict[str, Any]) -> str:
-    """A guarded call's arguments, by parameter name, encoded as the
-    proposal carries them. Raises InvalidToolSpec naming the argument that
-    cannot be."""
-    encoded = _encoded_arguments(action, arguments)
-    assert encoded is not None
-    return encoded
 
 
 def _encoded_arguments(action: str, arguments: Mapping[str, Any] | None) -> str | None:
