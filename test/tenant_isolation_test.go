@@ -56,7 +56,8 @@ func TestTenantConfigIsDocumented(t *testing.T) {
 func startTenantsServer(t *testing.T) (string, map[string]string) {
 	t.Helper()
 	pw := map[string]string{}
-	for user, env := range map[string]string{"gated": "GATED_NATS_PASSWORD", "acme": "ACME_NATS_PASSWORD", "globex": "GLOBEX_NATS_PASSWORD"} {
+	for user, env := range map[string]string{"gated": "GATED_NATS_PASSWORD", "acme": "ACME_NATS_PASSWORD", "globex": "GLOBEX_NATS_PASSWORD",
+		"acme-ops-agent": "ACME_OPS_AGENT_NATS_PASSWORD", "acme-db-agent": "ACME_DB_AGENT_NATS_PASSWORD"} {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
 			t.Fatal(err)
