@@ -498,6 +498,8 @@ func (w *Worker) Stop(grace time.Duration) {
 }
 
 func (w *Worker) stop(grace time.Duration) {
+	// The drain of the consumer and the handlers share the one grace.
+	deadline := time.Now().Add(grace)
 	close(w.stopping)
 	if w.cc != nil {
 		// Drain hands buffered messages to dispatch, which returns them to
@@ -523,7 +525,7 @@ func (w *Worker) stop(grace time.Duration) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(grace):
+	case <-time.After(max(0, time.Until(deadline))):
 		w.log.Warn("shutdown grace period over; returning unfinished proposals to the stream", zap.Duration("grace", grace))
 		w.cancel()
 		<-done

@@ -111,6 +111,50 @@ mutant review_error_in_verdict engine/review.go './engine ./plugins' \
 	'out.why, out.failure = failureSentence(plugin, persona, failure, timeout)' \
 	'out.why, out.failure = failureSentence(plugin, persona, failure, timeout); out.why += ": " + err.Error()'
 
+# A reviewer that could not be routed (engine/quorum.go, engine/unrouted.go):
+# the verdict says in gated's words which reviewer and why; the router's
+# error, which quotes what a plugin printed instead of its handshake, goes
+# to the review.unrouted record and gated's log only. The first two mutants
+# append the error to the blocked reason and to a skipped candidate's, as
+# gated did before; the third takes any failure a router names.
+mutant unrouted_error_in_verdict engine/quorum.go ./engine \
+	'routed.Persona.Name, r.unrouted(ctx, routed.Persona, err)))' \
+	'routed.Persona.Name, r.unrouted(ctx, routed.Persona, err)+": "+err.Error()))'
+mutant unrouted_skip_error_in_verdict engine/quorum.go ./engine \
+	'return c, nil, r.unrouted(ctx, routed.Persona, err)' \
+	'return c, nil, r.unrouted(ctx, routed.Persona, err) + ": " + err.Error()'
+mutant unrouted_failure_named_by_router engine/unrouted.go ./engine \
+	'case FailureNotStarted, FailureNotConfigured, FailureStopped:' \
+	'default:'
+
+# A reviewer is named by the name gated's configuration gives its plugin
+# (plugins/review.go, result), and what it reports about itself is kept as
+# one short line of printable ASCII (engine/review.go, Judge;
+# engine/selfreported.go). The mutants name it by its Describe, keep its
+# name, version or model as reported, keep every line, every character, or
+# any length.
+mutant plugin_self_named plugins/review.go ./plugins \
+	'Plugin: name, PluginVersion: desc.GetVersion(),' \
+	'Plugin: desc.GetName(), PluginVersion: desc.GetVersion(),'
+mutant self_reported_plugin engine/review.go ./engine \
+	'Plugin: selfReported(res.Plugin),' \
+	'Plugin: res.Plugin,'
+mutant self_reported_version engine/review.go ./engine \
+	'PluginVersion: selfReported(res.PluginVersion),' \
+	'PluginVersion: res.PluginVersion,'
+mutant self_reported_model engine/review.go ./engine \
+	'Model: selfReported(res.Model),' \
+	'Model: res.Model,'
+mutant self_reported_first_line engine/selfreported.go ./engine \
+	'if i := strings.IndexFunc(s, lineBreak); i >= 0 {' \
+	'if i := strings.IndexFunc(s, lineBreak); false && i >= 0 {'
+mutant self_reported_printable engine/selfreported.go ./engine \
+	"if c < ' ' || c > '~' {" \
+	'if false {'
+mutant self_reported_length engine/selfreported.go ./engine \
+	'const MaxSelfReportedBytes = 128' \
+	'const MaxSelfReportedBytes = 1 << 20'
+
 # The host's go-plugin client (plugins/process.go): mutual TLS to the
 # plugin. The mutant neither hands the plugin the host's certificate nor
 # dials with TLS, so both ends fall back to plaintext and reviews still work.
@@ -191,6 +235,23 @@ mutant grant_record_names_verdict bus/grants.go ./bus \
 mutant grant_record_verifies bus/grants.go ./bus \
 	'if c, err = grant.Decode(v.Grant, ks); err != nil {' \
 	'c, err = grant.Decode(v.Grant, ks); c.Tenant, c.ProposalID = v.Tenant, v.ProposalID; if false {'
+# A use request is read strictly: with encoding/json's map, the last of two
+# grants would win, and a proxy or log that keeps the first would read
+# another token than gated.
+mutant grant_use_refuses_duplicates bus/grants.go ./bus \
+	'err := strictjson.Object(body, func(key string, value json.RawMessage) error {' \
+	'err := func(b []byte, fn func(string, json.RawMessage) error) error { var m map[string]json.RawMessage; if err := json.Unmarshal(b, &m); err != nil { return err }; for k, v := range m { if err := fn(k, v); err != nil { return err } }; return nil }(body, func(key string, value json.RawMessage) error {'
+# On an agent's subject a grant is used only by the agent it was issued to,
+# and an outcome is taken in only from the agent that used the grant or
+# that it was issued to: without these, an agent of a tenant spends
+# another's approval, or makes up its failure and recent_failure denies
+# the other's target.
+mutant grant_use_from_owner bus/grants.go ./bus \
+	'if owner != agent {' \
+	'if false && owner != agent {'
+mutant outcome_from_owner bus/outcomes.go ./bus \
+	'case !mayReport(rec, as):' \
+	'case false && !mayReport(rec, as):'
 
 # The web console (console/): an operator sees and decides for the tenants
 # the operators file allows, signs in with a signature over a fresh
@@ -480,6 +541,20 @@ mutant guard_runs_reviewed bus/fleet/toolgate.go ./bus/fleet \
 mutant guard_arguments_folded bus/fleet/toolgate.go ./bus/fleet \
 	$'if err := strictjson.CheckFolded(arguments); err != nil {' \
 	$'if err := strictjson.CheckFolded(arguments); false && err != nil {'
+
+# /metrics answers without credentials (cmd/gated/metricslisten.go,
+# metrics.go): the console's --http listener never serves it, --metrics-listen
+# takes it off --http, and no metric names a tenant unless the operator asks
+# with --metrics-tenant-labels.
+mutant metrics_off_console_listener cmd/gated/metricslisten.go ./cmd/gated \
+	$'case o.httpAddr != "" && o.operators == "":' \
+	$'case o.httpAddr != "":'
+mutant metrics_listen_takes_metrics cmd/gated/server.go ./cmd/gated \
+	$'if s.o.metricsListener() == "--http" {' \
+	$'if s.o.metricsListener() == "--http" || s.o.metricsListen != "" {'
+mutant metrics_tenants_opt_in cmd/gated/metrics.go ./cmd/gated \
+	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
+	$'func (m *metrics) namesTenants() bool { return true }'
 
 # --- running them --------------------------------------------------------------
 

@@ -196,11 +196,13 @@ func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o serveOpti
 	return a, nil
 }
 
-// closeAuditor drains the audit writer at shutdown: events queued are stored.
-func closeAuditor(a *audit.Writer, log *zap.Logger) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := a.Close(ctx); err != nil {
+// closeAuditor drains the audit writer at shutdown, until ctx ends:
+// events queued are stored. It returns, and logs, what kept them from
+// being stored.
+func closeAuditor(ctx context.Context, a *audit.Writer, log *zap.Logger) error {
+	err := a.Close(ctx)
+	if err != nil {
 		log.Error("audit events queued at shutdown were lost", zap.Error(err))
 	}
+	return err
 }

@@ -375,7 +375,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer closeAuditor(a, zap.NewNop())
+	defer closeAuditor(context.Background(), a, zap.NewNop())
 	stored, err := readAuditKey(filepath.Join(o.dataDir, auditKeyFile))
 	if err != nil || a.KeyID() != audit.KeyID(stored) {
 		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
@@ -389,12 +389,12 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if err != nil || external.KeyID() != "" || external.Batching() {
 		t.Fatalf("external server without a key: key id %q, batching %v, err %v", external.KeyID(), external.Batching(), err)
 	}
-	defer closeAuditor(external, zap.NewNop())
+	defer closeAuditor(context.Background(), external, zap.NewNop())
 	piped, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "pipelined"}, nil, zap.NewNop())
 	if err != nil || !piped.Pipelined() {
 		t.Fatalf("--audit-publish pipelined: pipelined %v, err %v", err == nil && piped.Pipelined(), err)
 	}
-	defer closeAuditor(piped, zap.NewNop())
+	defer closeAuditor(context.Background(), piped, zap.NewNop())
 	if !a.Pipelined() {
 		t.Error("auto on the embedded server's R1 file stream does not pipeline")
 	}
@@ -426,7 +426,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 	if _, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
 		t.Fatal(err)
 	}
-	closeAuditor(a, zap.NewNop())
+	closeAuditor(context.Background(), a, zap.NewNop())
 	keyFile := filepath.Join(firstDir, auditKeyFile)
 	otherFile := filepath.Join(t.TempDir(), "other.key")
 	if err := os.WriteFile(otherFile, []byte(hex.EncodeToString([]byte("another key of thirty-two bytes!"))), 0o600); err != nil {

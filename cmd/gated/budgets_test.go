@@ -45,9 +45,11 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 	s := bustest.Server(t)
 	url := s.ClientURL()
 	file := writeFile(t, t.TempDir(), "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 3/1h}\n")
-	http1, stop1 := startServe(t, url, "--budgets", file)
+	// The refusals are counted by tenant: the operator opts in to
+	// tenant names on /metrics.
+	http1, stop1 := startServe(t, url, "--budgets", file, "--metrics-tenant-labels")
 	defer stop1()
-	http2, stop2 := startServe(t, url, "--budgets", file)
+	http2, stop2 := startServe(t, url, "--budgets", file, "--metrics-tenant-labels")
 	defer stop2()
 	client := fleetClient(t, url)
 	for i := range 3 {

@@ -155,7 +155,7 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 	if err := s.grants.Start(ctx); err != nil {
 		return err
 	}
-	s.onStop(s.grants.Stop)
+	s.onStop("the grant endpoints", s.grants.Stop)
 	outcomes, err := bus.NewOutcomes(s.res, s.grants)
 	if err != nil {
 		return err
@@ -163,7 +163,7 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 	if err := outcomes.Start(); err != nil {
 		return err
 	}
-	s.onStop(outcomes.Stop)
+	s.onStop("the outcome reports consumer", outcomes.Stop)
 	s.log.Info("grants", zap.String("key_file", path), zap.String("kid", ring.Active().KID), zap.Duration("ttl", s.o.grantTTL))
 	s.watchers.Go(func() { s.followGrantKeys(path, data) })
 	return nil

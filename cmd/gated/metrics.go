@@ -34,16 +34,32 @@ type metrics struct {
 	// metrics (observe.go).
 	obs *observabilityMetrics
 	// budgetAdmitted, budgetRefused and budgetTokens are the budgets'
-	// counts per tenant.
+	// counts, per tenant when tenantLabels is set.
 	budgetAdmitted *prometheus.CounterVec
 	budgetRefused  *prometheus.CounterVec
 	budgetTokens   *prometheus.CounterVec
 	budgetReloads  *prometheus.CounterVec
+	// tenantLabels (--metrics-tenant-labels) has the budget metrics carry
+	// a tenant label. Without it no metric names a tenant: /metrics
+	// answers without credentials.
+	tenantLabels bool
 }
 
-func newMetrics(live *policies.Live) *metrics {
-	m := &metrics{
-		reg: prometheus.NewRegistry(),
+// newMetrics returns the metrics of serve; tenantLabels adds the tenant
+// label to the budget metrics.
+func newMetrics(live *policies.Live, tenantLabels bool) *metrics {
+	m := &metrics{tenantLabels: tenantLabels}
+	// withTenant puts the tenant label first when the operator asked
+	// for it.
+	withTenant := func(labels ...string) []string {
+		if m.namesTenants() {
+			return append([]string{"tenant"}, labels...)
+		}
+		return labels
+	}
+	*m = metrics{
+		tenantLabels: tenantLabels,
+		reg:          prometheus.NewRegistry(),
 		eval: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "gated_policy_eval_seconds",
 			Help:    "Time to evaluate the policy for one proposal.",
@@ -59,16 +75,16 @@ func newMetrics(live *policies.Live) *metrics {
 		}, []string{"kind"}),
 		budgetAdmitted: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gated_budget_admitted_total",
-			Help: "Proposals admitted by their budgets, by tenant and use (read, review, hold).",
-		}, []string{"tenant", "use"}),
+			Help: "Proposals admitted by their budgets, by use (read, review, hold), and by tenant with --metrics-tenant-labels.",
+		}, withTenant("use")),
 		budgetRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gated_budget_refused_total",
-			Help: "Proposals refused by a budget before any review, by tenant and the limit that refused.",
-		}, []string{"tenant", "limit"}),
+			Help: "Proposals refused by a budget before any review, by the limit that refused, and by tenant with --metrics-tenant-labels.",
+		}, withTenant("limit")),
 		budgetTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gated_budget_tokens_total",
-			Help: "Reviewer tokens (prompt and completion) counted against the budgets, by tenant.",
-		}, []string{"tenant"}),
+			Help: "Reviewer tokens (prompt and completion) counted against the budgets, by tenant with --metrics-tenant-labels.",
+		}, withTenant()),
 		budgetReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gated_budget_reloads_total",
 			Help: "Changes of the --budgets file, by result: applied, or refused (the limits in force stay).",
@@ -259,10 +275,24 @@ func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.Count
 func (m *metrics) onBudget(e budget.Event) {
 	switch {
 	case e.Tokens > 0:
-		m.budgetTokens.WithLabelValues(e.Tenant).Add(float64(e.Tokens))
+		m.budgetTokens.WithLabelValues(m.budgetLabels(e.Tenant)...).Add(float64(e.Tokens))
 	case e.Refused != "":
-		m.budgetRefused.WithLabelValues(e.Tenant, e.Refused).Inc()
+		m.budgetRefused.WithLabelValues(m.budgetLabels(e.Tenant, e.Refused)...).Inc()
 	default:
-		m.budgetAdmitted.WithLabelValues(e.Tenant, string(e.Use)).Inc()
+		m.budgetAdmitted.WithLabelValues(m.budgetLabels(e.Tenant, string(e.Use))...).Inc()
 	}
 }
+
+// budgetLabels are the label values of a budget metric: tenant first
+// when the metrics name tenants, then values.
+func (m *metrics) budgetLabels(tenant string, values ...string) []string {
+	if !m.namesTenants() {
+		return values
+	}
+	return append([]string{tenant}, values...)
+}
+
+// namesTenants reports whether any metric names a tenant: only when the
+// operator asked for it with --metrics-tenant-labels, since /metrics
+// answers whoever reaches its listener.
+func (m *metrics) namesTenants() bool { return m.tenantLabels }

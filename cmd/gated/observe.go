@@ -32,8 +32,8 @@ func (s *gateServer) startTracing(ctx context.Context) error {
 			s.log.Warn("exporting traces", zap.Error(err))
 		}))
 	}
-	s.onStop(func() {
-		fctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	s.onStop("the trace exporter", func() {
+		fctx, cancel := s.stopContext(5 * time.Second)
 		defer cancel()
 		if err := shutdown(fctx); err != nil {
 			s.log.Warn("flushing traces at shutdown", zap.Error(err))

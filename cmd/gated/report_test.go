@@ -51,7 +51,9 @@ func TestReportReviewers(t *testing.T) {
 		t.Fatal(err)
 	}
 	ops := writeFile(t, dir, "operators.yaml", "operators:\n  - id: alice\n    key: "+pub+"\n    tenants: [acme]\n")
-	httpAddr, stop := startServe(t, s.ClientURL(), "--operators", ops)
+	// The console is on --http, so /metrics is on a listener of its own.
+	metricsAddr := freeTCPAddr(t)
+	httpAddr, stop := startServe(t, s.ClientURL(), "--operators", ops, "--metrics-listen", metricsAddr)
 	defer stop()
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {
@@ -213,7 +215,7 @@ func TestReportReviewers(t *testing.T) {
 		fmt.Sprintf(`gated_reviewer_latency_seconds{%s,quantile="0.5"} %v`, labels, latencies[3]/1e3),
 		fmt.Sprintf(`gated_reviewer_latency_seconds{%s,quantile="0.99"} %v`, labels, latencies[6]/1e3),
 	} {
-		waitMetric(t, httpAddr, line)
+		waitMetric(t, metricsAddr, line)
 	}
 	code, out, err := runGated(t, "report", "reviewers", "--nats-url", s.ClientURL())
 	if code != 0 {

@@ -128,7 +128,7 @@ func (c *reviewerCollector) Collect(ch chan<- prometheus.Metric) {
 func (s *gateServer) startReviewerMetrics(ctx context.Context) error {
 	c, stop := followReviewers(ctx, s.js, reviewerMetricsEvery, s.log)
 	s.m.reg.MustRegister(c)
-	s.onStop(stop)
+	s.onStop("the reviewer metrics reader", stop)
 	return nil
 }
 

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
@@ -89,6 +88,12 @@ type serveOptions struct {
 	// budgets is the budgets file; "" keeps the built-in limits.
 	budgets      string
 	budgetsWatch time.Duration
+
+	// metricsListen is the address of the listener that serves /metrics
+	// alone; "" leaves /metrics to --http when no console is on it.
+	metricsListen string
+	// metricsTenantLabels has the budget metrics name each tenant.
+	metricsTenantLabels bool
 }
 
 func serveCmd() *cobra.Command {
@@ -115,12 +120,14 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 	f.StringVar(&o.natsListen, "nats-listen", "127.0.0.1:4222", "client listener of the embedded server (port 0 picks a free one)")
 	f.StringVar(&o.natsURL, "nats-url", "", "external NATS server or cluster URLs, comma-separated; empty starts the embedded server")
 	o.natsConn.register(f)
-	f.StringVar(&o.httpAddr, "http", "", "serve /healthz, /readyz, /metrics and, with --operators, the web console (docs/CONSOLE.md) on this address, e.g. 127.0.0.1:8080")
+	f.StringVar(&o.httpAddr, "http", "", "serve /healthz, /readyz and, with --operators, the web console (docs/CONSOLE.md) on this address, e.g. 127.0.0.1:8080; also /metrics when neither --metrics-listen nor the console is given")
+	f.StringVar(&o.metricsListen, "metrics-listen", "", "serve /metrics (Prometheus) alone on this address, e.g. 127.0.0.1:9090, and not on --http; with the console on --http, /metrics is served only here (docs/OBSERVABILITY.md)")
+	f.BoolVar(&o.metricsTenantLabels, "metrics-tenant-labels", false, "have the budget metrics carry a tenant label naming each tenant; without it /metrics names no tenant (it answers without credentials)")
 	f.BoolVar(&o.pprof, "pprof", false, "also serve Go's profiles under /debug/pprof/ on --http (CPU, heap, goroutines; keep that address private)")
 	f.StringVar(&o.logFormat, "log-format", "auto", "auto (console on a terminal, else JSON), json or console")
 	f.StringVar(&o.logLevel, "log-level", "info", "debug, info, warn or error")
 	f.DurationVar(&o.reviewTimeout, "review-timeout", engine.DefaultReviewTimeout, "deadline of a review unless the persona sets one; at least 30s")
-	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for proposals in flight before returning them to the stream")
+	f.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "how long SIGTERM waits for proposals in flight before returning them to the stream; the whole shutdown ends within it plus 5s, in every state (what it gives up on is logged, and the exit status is 1)")
 	f.IntVar(&o.maxInFlight, "max-in-flight", 1024, "proposals decided at once by this process")
 	f.IntVar(&o.tenantMaxInFlight, "tenant-max-in-flight", 0, "proposals of one tenant this process works on at once while other tenants have proposals in it too (a tenant alone may use every handler but this many); more wait in the tenant's own queue, so a flooding tenant leaves the CPU to the others; a proposal waiting on its reviewer holds none (0: 4 per core, at most --max-in-flight)")
 	f.DurationVar(&o.ackWait, "ack-wait", 30*time.Second, "how long a proposal may go without an acknowledgement before JetStream redelivers it; gated sends in-progress acks every third of it; at least 1s")
@@ -208,6 +215,10 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 	switch {
 	case o.pprof && o.httpAddr == "":
 		return nil, usageError("--pprof serves the profiles on the --http listener: give --http too")
+	case o.metricsListen != "" && o.metricsListen == o.httpAddr:
+		return nil, usageError("--metrics-listen %s is the --http address: give /metrics an address of its own", o.metricsListen)
+	case o.metricsTenantLabels && o.metricsListener() == "":
+		return nil, usageError("--metrics-tenant-labels names tenants on /metrics, which is not served: give --metrics-listen (with --operators, the console's --http listener serves no /metrics)")
 	case o.reviewWait <= 0:
 		return nil, usageError("--review-wait %s must be positive", o.reviewWait)
 	case o.shutdownGrace < 0:
@@ -271,9 +282,10 @@ func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
 	}
 }
 
-// serveHTTP serves /healthz, /readyz and /metrics on addr, the profiles
-// when asked, and root (the console), when not nil, under /.
-func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, budgets *budget.Store, m *metrics, root http.Handler, log *zap.Logger) (stop func(), err error) {
+// serveHTTP serves /healthz and /readyz on addr, metrics (when not nil)
+// under /metrics, the profiles when asked, and root (the console), when
+// not nil, under /.
+func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, budgets *budget.Store, metrics, root http.Handler, log *zap.Logger) (stop func(ctx context.Context), err error) {
 	mux := http.NewServeMux()
 	if root != nil {
 		mux.Handle("/", root)
@@ -308,7 +320,9 @@ func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, li
 		}
 		_ = json.NewEncoder(w).Encode(body)
 	})
-	mux.Handle("/metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{}))
+	if metrics != nil {
+		mux.Handle("/metrics", metrics)
+	}
 	if profiles {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -316,22 +330,29 @@ func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, li
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	return listenHTTP("--http", addr, mux, log)
+}
+
+// listenHTTP serves h on addr, the address of flag, until stop. stop
+// waits for the requests under way until ctx ends, then closes
+// what is still open.
+func listenHTTP(flag, addr string, h http.Handler, log *zap.Logger) (stop func(ctx context.Context), err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening on --http %s: %w", addr, err)
+		return nil, fmt.Errorf("listening on %s %s: %w", flag, addr, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", zap.Error(err))
+			log.Error("http server", zap.String("listener", flag), zap.Error(err))
 		}
 	}()
-	return func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
+	return func(ctx context.Context) {
+		if srv.Shutdown(ctx) != nil {
+			_ = srv.Close()
+		}
 		<-done
 	}, nil
 }

@@ -41,8 +41,18 @@ type gateServer struct {
 	log       *zap.Logger
 
 	// stops undo the steps that ran, newest first: Run unwinds them on
-	// every way out, an early error and a panic included.
-	stops []func()
+	// every way out, an early error and a panic included, within a bound
+	// (shutdown.go).
+	stops []stopStep
+	// closeBy is when the stops still running lose the NATS connection,
+	// and what a stop waits on gives up (stopContext); set as the stops
+	// begin.
+	closeBy time.Time
+	// closeNC closes the NATS connection once (closeNATS).
+	closeNC sync.Once
+	// abandonedMu guards abandoned: what the shutdown gave up on.
+	abandonedMu sync.Mutex
+	abandoned   []string
 	// watchCtx ends the policy and persona watchers, which watchers
 	// joins; the other parts (worker, review service, HTTP listener,
 	// plugin events) are stopped and joined by their own stop functions.
@@ -115,19 +125,21 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.startGrants,
 		s.startWorker,
 		s.startReviewService,
+		s.startMetrics,
 		s.startHTTP,
 	}
 }
 
 // run runs steps in order, serves until ctx ends, drains and stops. A
 // step's error stops the start there; every way out unwinds what the steps
-// that ran started.
+// that ran started, within shutdownSlack.
 func (s *gateServer) run(ctx context.Context, steps []func(context.Context) error) error {
 	s.watchCtx, s.stopWatch = context.WithCancel(ctx)
+	// An early error or a panic: what started stops, bounded too.
 	defer s.unwind()
 	// Registered first, so it runs last: every way out joins the
 	// watchers, the early ones included.
-	s.onStop(s.stopWatchers)
+	s.onStop("the policy and persona watchers", s.stopWatchers)
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -139,24 +151,7 @@ func (s *gateServer) run(ctx context.Context, steps []func(context.Context) erro
 		zap.Strings("personas", s.reg.Names()))
 
 	<-ctx.Done()
-	s.ready.Store(false)
-	// No reload lands while proposals drain.
-	s.stopWatchers()
-	s.drain()
-	s.log.Info("gated stopped")
-	return nil
-}
-
-// onStop registers f to run when Run returns, before the stops
-// registered earlier.
-func (s *gateServer) onStop(f func()) { s.stops = append(s.stops, f) }
-
-// unwind runs the registered stops, newest first.
-func (s *gateServer) unwind() {
-	for i := len(s.stops) - 1; i >= 0; i-- {
-		s.stops[i]()
-	}
-	s.stops = nil
+	return s.shutdown()
 }
 
 // stopWatchers ends the policy and persona watchers and joins them; a
@@ -177,7 +172,7 @@ func (s *gateServer) claimResources(context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.onStop(release)
+	s.onStop("the data directory lock", release)
 	s.src = src
 	if note != "" {
 		s.log.Warn(note)
@@ -202,7 +197,7 @@ func (s *gateServer) loadPolicy(ctx context.Context) error {
 	s.log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
 		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
 	s.live = live
-	s.m = newMetrics(live)
+	s.m = newMetrics(live, s.o.metricsTenantLabels)
 	return nil
 }
 
@@ -258,9 +253,9 @@ func (s *gateServer) newPluginHost(context.Context) error {
 		return err
 	}
 	s.host = host
-	s.onStop(host.Close)
+	s.onStop("the plugins", host.Close)
 	// Every way out stops the plugins, including a panic unwinding serve.
-	s.onStop(plugin.CleanupClients)
+	s.onStop("the plugin clients", plugin.CleanupClients)
 	return nil
 }
 
@@ -274,7 +269,7 @@ func (s *gateServer) startNATS(context.Context) error {
 			return err
 		}
 		s.embedded = embedded
-		s.onStop(func() {
+		s.onStop("the embedded NATS server", func() {
 			embedded.Shutdown()
 			embedded.WaitForShutdown()
 		})
@@ -285,7 +280,7 @@ func (s *gateServer) startNATS(context.Context) error {
 		return err
 	}
 	s.nc = nc
-	s.onStop(nc.Close)
+	s.onStop("the NATS connection", func() { s.closeNATS("") })
 	js, err := jetstream.New(nc,
 		jetstream.WithPublishAsyncMaxPending(16384),
 		// A lost acknowledgement fails the audit trail instead of holding
@@ -328,9 +323,15 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 func (s *gateServer) openAudit(context.Context) error {
 	auditor := s.auditor
 	// Registered here, it runs after the worker and the plugin events stop.
-	s.onStop(func() { closeAuditor(auditor, s.log) })
+	s.onStop("the audit writer", func() {
+		ctx, cancel := s.stopContext(auditCloseWait)
+		defer cancel()
+		if err := closeAuditor(ctx, auditor, s.log); err != nil {
+			s.abandon("the audit records still queued (" + err.Error() + ")")
+		}
+	})
 	// The watchers audit reloads: they stop before the auditor closes.
-	s.onStop(s.stopWatchers)
+	s.onStop("the policy and persona watchers", s.stopWatchers)
 	audit := func(r policies.Reload) {
 		actx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -348,7 +349,7 @@ func (s *gateServer) openAudit(context.Context) error {
 func (s *gateServer) startPlugins(ctx context.Context) error {
 	s.host.SetReviewObserver(s.m.obs.observeReview)
 	s.m.reg.MustRegister(pluginCollector{s.host})
-	s.onStop(auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
+	s.onStop("the audit of plugin events", auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
 	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
 	return s.host.Start(ctx)
 }
@@ -372,7 +373,7 @@ func (s *gateServer) startNotifier(ctx context.Context) error {
 	if err := n.Start(ctx); err != nil {
 		return err
 	}
-	s.onStop(n.Stop)
+	s.onStop("the webhook notifier", n.Stop)
 	names := make([]string, 0, len(s.sinks.Sinks))
 	for _, sk := range s.sinks.Sinks {
 		names = append(names, sk.Name+" "+sk.Endpoint())
@@ -419,7 +420,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.
 	pool := policies.NewPool(s.live, 0)
-	s.onStop(pool.Close)
+	s.onStop("the policy evaluators", pool.Close)
 	eng, err := engine.New(engine.Config{
 		Policy:           meteredPolicy{Policy: telemetry.Policy(pool), eval: s.m.eval},
 		Personas:         s.reg,
@@ -462,7 +463,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	s.stopWorker = func(grace time.Duration) { once.Do(func() { worker.Stop(grace) }) }
 	// A later step's failure stops it at once; the drain stops it first,
 	// with the grace.
-	s.onStop(func() { s.stopWorker(0) })
+	s.onStop("the worker", func() { s.stopWorker(0) })
 	// Held actions time out on the shared hold consumer, whichever gated
 	// takes each hold.
 	timer, err := bus.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
@@ -472,7 +473,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	if err := timer.Start(); err != nil {
 		return err
 	}
-	s.onStop(timer.Stop)
+	s.onStop("the hold timer", timer.Stop)
 	return nil
 }
 
@@ -510,11 +511,12 @@ func (s *gateServer) startReviewService(context.Context) error {
 		return err
 	}
 	s.review = review
-	s.onStop(func() { review.Stop(0) }) // a no-op after the drain
+	s.onStop("the review service", func() { review.Stop(0) }) // a no-op after the drain
 	return nil
 }
 
-// startHTTP serves /healthz, /readyz and /metrics on --http, when given,
+// startHTTP serves /healthz, /readyz and the console on --http, when
+// given, with /metrics when no other listener takes it (metricsListener),
 // and marks the gate ready.
 func (s *gateServer) startHTTP(context.Context) error {
 	s.ready.Store(true)
@@ -529,20 +531,26 @@ func (s *gateServer) startHTTP(context.Context) error {
 	if con != nil {
 		root = con
 	}
-	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, s.m, root, s.log)
+	var metrics http.Handler
+	if s.o.metricsListener() == "--http" {
+		metrics = metricsHandler(s.m)
+	}
+	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
 	if err != nil {
 		if con != nil {
 			con.Close()
 		}
 		return err
 	}
-	s.onStop(func() {
+	s.onStop("the --http listener", func() {
 		// The console's live feeds end first: the listener's shutdown
 		// would otherwise wait on them.
 		if con != nil {
 			con.Close()
 		}
-		stopHTTP()
+		ctx, cancel := s.stopContext(httpStopWait)
+		defer cancel()
+		stopHTTP(ctx)
 	})
 	return nil
 }
@@ -574,16 +582,22 @@ func (s *gateServer) systemStatus(context.Context) any {
 	return doc
 }
 
-// drain stops taking proposals and lets those in flight finish within the
-// shutdown grace. Requests to gated.review stop first; their proposals
-// finish on the worker, and both share one grace period.
-func (s *gateServer) drain() {
-	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.o.shutdownGrace))
-	deadline := time.Now().Add(s.o.shutdownGrace)
-	s.review.Stop(s.o.shutdownGrace)
-	s.stopWorker(max(0, time.Until(deadline)))
+// drain stops taking proposals and lets those in flight finish by
+// graceEnd. Requests to gated.review stop first; their proposals finish
+// on the worker, and both share one grace period. What they sent is then
+// flushed to the server, if it is there to take it.
+func (s *gateServer) drain(graceEnd time.Time) {
+	s.review.Stop(max(0, time.Until(graceEnd)))
+	s.stopWorker(max(0, time.Until(graceEnd)))
 	s.host.Close()
-	if err := s.nc.Flush(); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+	if !s.nc.IsConnected() {
+		return // closeNATS says what is lost
+	}
+	wait := min(natsFlushWait, time.Until(s.closeBy))
+	if wait <= 0 {
+		return
+	}
+	if err := s.nc.FlushTimeout(wait); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
 		s.log.Warn("flushing NATS connection", zap.Error(err))
 	}
 }

@@ -79,7 +79,7 @@ func (s *gateServer) shadowPolicy() engine.Policy {
 		return nil
 	}
 	pool := policies.NewPool(s.shadow, 0)
-	s.onStop(pool.Close)
+	s.onStop("the shadow policy evaluators", pool.Close)
 	return pool
 }
 

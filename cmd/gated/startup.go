@@ -12,8 +12,9 @@ import (
 // anything, so that a start that cannot succeed fails at once with one
 // line naming the path or address at fault: with the embedded server, the
 // data directory's exclusive lock (which also proves the directory
-// writable) and its client port; with --http, that port. release gives
-// the lock back; the kernel also drops it when the process ends.
+// writable) and its client port; with --http and --metrics-listen, their
+// ports. release gives the lock back; the kernel also drops it when the
+// process ends.
 func claimServeResources(o serveOptions) (release func(), err error) {
 	var lock *bus.DataDirLock
 	release = func() { lock.Release() }
@@ -29,10 +30,13 @@ func claimServeResources(o serveOptions) (release func(), err error) {
 			return nil, fmt.Errorf("--nats-listen: %w", err)
 		}
 	}
-	if o.httpAddr != "" {
-		if err := checkListen(o.httpAddr); err != nil {
+	for _, l := range []struct{ flag, addr string }{{"--http", o.httpAddr}, {"--metrics-listen", o.metricsListen}} {
+		if l.addr == "" {
+			continue
+		}
+		if err := checkListen(l.addr); err != nil {
 			lock.Release()
-			return nil, fmt.Errorf("listening on --http %s: %w", o.httpAddr, err)
+			return nil, fmt.Errorf("listening on %s %s: %w", l.flag, l.addr, err)
 		}
 	}
 	return release, nil
