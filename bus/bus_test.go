@@ -213,7 +213,7 @@ func TestWorkerDecidesAndAudits(t *testing.T) {
 		{
 			note: "no reviewer blocks", data: bustest.Proposal("w2", "write", "host_restart_service", ""),
 			outcome: engine.OutcomeBlocked, stage: engine.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewUnrouted, engine.EventVerdict},
 		},
 		{
 			note: "invalid class", data: bustest.Proposal("bad1", "maybe", "host_restart_service", ""),

@@ -241,7 +241,7 @@ func TestDecide(t *testing.T) {
 			note:        "no reviewer for the persona",
 			routeErr:    fmt.Errorf("plugin sop is not running: %w", engine.ErrNoReviewer),
 			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview,
-			wantEvents: []string{received, policy, decided},
+			wantEvents: []string{received, policy, engine.EventReviewUnrouted, decided},
 		},
 		{
 			note:        "unknown persona named by the proposal",

@@ -208,7 +208,12 @@ type ReviewRequest struct {
 
 // ReviewResult is a reviewer's answer before the host judges it.
 type ReviewResult struct {
-	Plugin        string
+	// Plugin is the name gated's configuration gives the reviewer, never
+	// what the reviewer calls itself: the verdict's reason and reviews
+	// name the reviewer by it.
+	Plugin string
+	// PluginVersion and Model are what the reviewer reports about itself.
+	// Judge keeps one short line of each (MaxSelfReportedBytes).
 	PluginVersion string
 	// PID is the reviewer's process id, for the audit trail.
 	PID   int
@@ -406,6 +411,12 @@ const (
 	EventReviewSkipped = "review.skipped"
 	EventReviewStarted = "review.started"
 	EventReviewDone    = "review.finished"
+	// EventReviewUnrouted records a persona whose reviewer the Router
+	// could not place (its plugin could not be started, is not
+	// configured, or gated is shutting down): the persona, the plugin,
+	// how it failed and the Router's error, which the verdict never
+	// holds.
+	EventReviewUnrouted = "review.unrouted"
 	// EventReviewAwaited records that a proposal found its review claimed
 	// by another message carrying the same proposal and waited for that
 	// review's verdict instead of reviewing again.

@@ -144,7 +144,7 @@ func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Rout
 	}
 	first, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {
-		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %v", routed.Persona.Name, err))
+		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %s", routed.Persona.Name, r.unrouted(ctx, routed.Persona, err)))
 	}
 	chosen := append([]candidate{r.e.newCandidate(routed.Persona, first, pd)}, added...)
 	quorum := max(pd.Review.Quorum, len(chosen))
@@ -199,7 +199,7 @@ func (r *pass) candidate(ctx context.Context, name string, pd PolicyDecision, in
 	}
 	reviewer, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {
-		return c, nil, "no reviewer: " + err.Error()
+		return c, nil, r.unrouted(ctx, routed.Persona, err)
 	}
 	return r.e.newCandidate(routed.Persona, reviewer, d), nil, ""
 }

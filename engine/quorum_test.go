@@ -174,7 +174,7 @@ func TestDecideQuorum(t *testing.T) {
 			wantOutcome: engine.OutcomeBlocked,
 			wantReason: []string{
 				"quorum of 3", "only 1 is eligible", "dba (policy denies self_review)",
-				"ops (no reviewer: circuit open)", "zed (policy denies self_review)",
+				"ops (reviewer sop was not available)", "zed (policy denies self_review)",
 			},
 		},
 		{

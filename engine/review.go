@@ -114,13 +114,15 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 			out.failure = why
 		}
 	}
+	// The reviewer as the verdict names it (Judge): what it reports about
+	// itself, bounded.
 	done := map[string]any{
-		"review_id": reviewID, "plugin": res.Plugin, "plugin_version": res.PluginVersion,
+		"review_id": reviewID, "plugin": rev.Plugin, "plugin_version": rev.PluginVersion,
 		"pid": res.PID, "decision": rev.Decision, "gates": rev.Gates,
 		"missing_gates": rev.MissingGates, "latency_ms": rev.LatencyMS, "why": why,
 	}
-	if res.Model != "" {
-		done["model"] = res.Model
+	if rev.Model != "" {
+		done["model"] = rev.Model
 	}
 	if r.run != nil {
 		done["outcome"], done["criteria"], done["missing_work"] = out.outcome, rev.Criteria, len(rev.MissingWork)
@@ -135,6 +137,11 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 // decision agrees, the text's gate lines agree with the structured gates
 // (CheckGateLines), and every gate the persona requires is reported as
 // passed. The returned reason is one sentence for the verdict.
+//
+// The review names the reviewer by res.Plugin, and keeps what the reviewer
+// reports about itself (res.PluginVersion, res.Model) as one short line of
+// printable ASCII (see MaxSelfReportedBytes), as it does res.Plugin: the
+// verdict and its grant carry them, and a tenant reads both.
 func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	text := res.Text
 	if len(text) > MaxDecisionTextBytes {
@@ -142,14 +149,14 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	}
 	decision, parsed, overruled := readDecision(res.Text)
 	rev := Review{
-		Plugin: res.Plugin, PluginVersion: res.PluginVersion, Persona: persona.Name,
-		Model: res.Model, DecisionText: text, Decision: decision, Gates: res.Gates,
+		Plugin: selfReported(res.Plugin), PluginVersion: selfReported(res.PluginVersion), Persona: persona.Name,
+		Model: selfReported(res.Model), DecisionText: text, Decision: decision, Gates: res.Gates,
 		SOPID: res.SOPID, RollbackPath: res.RollbackPath, Notes: res.Notes,
 		Criteria: res.Criteria, Comments: res.Comments, MissingWork: res.MissingWork,
 		NextRoundGuidance: res.NextRoundGuidance, Warnings: res.Warnings, Confidence: res.Confidence,
 		Turns: res.Turns, Tokens: res.Tokens,
 	}
-	who := fmt.Sprintf("reviewer %s (persona %s)", res.Plugin, persona.Name)
+	who := fmt.Sprintf("reviewer %s (persona %s)", rev.Plugin, persona.Name)
 	if decision != DecisionApprove {
 		// A text whose first line approves and a later line overrules is
 		// named by that line: the reviewer's notes may say "approved".

@@ -37,8 +37,16 @@ const (
 	// from the review's context, never from a ReviewError.
 	FailureTimeout ReviewFailure = "timeout"
 	// FailureUnavailable: the reviewer refused the work (ErrNoReviewer);
-	// the proposal is blocked.
+	// the proposal is blocked. It is also how a Router's error that says
+	// nothing of how it failed reads.
 	FailureUnavailable ReviewFailure = "unavailable"
+	// FailureNotStarted: a Router could not start the reviewer's plugin
+	// (a launch or handshake that failed, or a relaunch held back after
+	// launches that failed).
+	FailureNotStarted ReviewFailure = "not_started"
+	// FailureNotConfigured: a Router runs no plugin of the name the
+	// persona gives.
+	FailureNotConfigured ReviewFailure = "not_configured"
 	// FailureUnknown: the reviewer's error does not say how it failed.
 	FailureUnknown ReviewFailure = "failed"
 )
@@ -53,13 +61,19 @@ var failureWords = map[ReviewFailure]string{
 	FailureReported:       "reported an error",
 	FailureStopped:        "was stopped as gated shut down",
 	FailureUnavailable:    "was not available",
+	FailureNotStarted:     "could not be started",
+	FailureNotConfigured:  "is not configured",
 	FailureUnknown:        "failed",
 }
 
 // ReviewError is a Reviewer's error that says how the review failed. A
 // Reviewer returns one so that the verdict can say more than that the
-// review failed; any other error reads as FailureUnknown. It wraps Err, so
-// errors.Is sees ErrNoReviewer and context errors through it.
+// review failed; any other error reads as FailureUnknown. A Router returns
+// one, wrapping ErrNoReviewer, so that a blocked verdict can say why the
+// reviewer could not take the review (FailureNotStarted,
+// FailureNotConfigured, FailureStopped); any other error of a Router reads
+// as FailureUnavailable. It wraps Err, so errors.Is sees ErrNoReviewer and
+// context errors through it.
 type ReviewError struct {
 	// Plugin is the name gated's configuration gives the reviewer, never
 	// what the reviewer calls itself; empty: the persona's plugin.
@@ -99,7 +113,8 @@ func reviewFailure(rctx context.Context, err error, persona *Persona) (Outcome, 
 	case errors.Is(err, ErrNoReviewer):
 		return OutcomeBlocked, FailureUnavailable, plugin
 	case re != nil:
-		if _, ok := failureWords[re.Failure]; ok && re.Failure != FailureUnavailable {
+		switch re.Failure {
+		case FailureCrashed, FailureUnresponsive, FailureUnusableAnswer, FailureReported, FailureStopped:
 			return OutcomeError, re.Failure, plugin
 		}
 	}

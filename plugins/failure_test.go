@@ -20,6 +20,7 @@ import (
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/plugins"
 )
 
@@ -145,14 +146,34 @@ func tenantLeaks(t *testing.T) []string {
 
 // failingGate is gated's intake reviewing through a host whose only
 // plugin, sop, is the test binary serving one of TestMain's failing
-// reviewers; logs is what gated logged.
+// reviewers; logs is what gated logged, ring the key ring its grants are
+// signed with.
 type failingGate struct {
 	client *fleet.Client
 	res    *bus.Resources
 	logs   *observer.ObservedLogs
+	ring   *grant.Ring
+}
+
+// gateOptions says how startGate sets gated up besides its plugin.
+type gateOptions struct {
+	// timeout is the engine's review timeout; 0 for its default.
+	timeout time.Duration
+	// unstarted leaves the plugin to be launched by the first review
+	// routed to it, as a plugin that exited is relaunched: the host is
+	// not started.
+	unstarted bool
 }
 
 func startFailingGate(t *testing.T, mode string, timeout time.Duration) *failingGate {
+	t.Helper()
+	return startGate(t, mode, gateOptions{timeout: timeout})
+}
+
+// startGate starts gated's intake, signing a grant on every approved
+// action, with the test binary serving TestMain's reviewer mode as its
+// plugin sop.
+func startGate(t *testing.T, mode string, opts gateOptions) *failingGate {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -169,7 +190,13 @@ func startFailingGate(t *testing.T, mode string, timeout time.Duration) *failing
 		t.Fatal(err)
 	}
 	t.Cleanup(host.Close)
-	if err := host.Start(t.Context()); err != nil {
+	if !opts.unstarted {
+		if err := host.Start(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ring, err := grant.NewRing(time.Now().Add(-time.Minute), 5*time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
 
@@ -181,7 +208,8 @@ func startFailingGate(t *testing.T, mode string, timeout time.Duration) *failing
 		t.Fatal(err)
 	}
 	aud := bustest.AuditWriter(t, js, audit.Config{Log: log})
-	eng := bustest.EngineWith(t, engine.Config{Policy: bustest.Policy(t), Router: host, Store: store.New(res.Verdicts), ReviewTimeout: timeout})
+	eng := bustest.EngineWith(t, engine.Config{Policy: bustest.Policy(t), Router: host, Store: store.New(res.Verdicts), ReviewTimeout: opts.timeout,
+		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: 5 * time.Minute}})
 	w, err := bus.NewWorker(nc, js, res, eng, status.NewPublisher(nc, nil).Trails(aud.Trail), cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -194,7 +222,7 @@ func startFailingGate(t *testing.T, mode string, timeout time.Duration) *failing
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &failingGate{client: client, res: res, logs: logs}
+	return &failingGate{client: client, res: res, logs: logs, ring: ring}
 }
 
 func (g *failingGate) propose(t *testing.T, data []byte) *engine.Verdict {

@@ -284,6 +284,13 @@ func (h *Host) namesLocked() []string {
 
 // Route implements engine.Router. An exited plugin is relaunched once
 // per call; if that fails the review is blocked.
+//
+// Its error is an *engine.ReviewError wrapping engine.ErrNoReviewer that
+// names the plugin, as configured, and says why it cannot review
+// (engine.FailureNotStarted, engine.FailureNotConfigured,
+// engine.FailureStopped): the verdict says that much, and the error, which
+// may quote what a plugin printed as it failed to start, goes to the audit
+// record and, from ensureRunning, to the log.
 func (h *Host) Route(p *engine.Persona) (engine.Reviewer, error) {
 	name := p.Plugin
 	if name == "" {
@@ -293,14 +300,17 @@ func (h *Host) Route(p *engine.Persona) (engine.Reviewer, error) {
 	closed := h.closed
 	proc, ok := h.procs[name]
 	h.mu.Unlock()
+	unrouted := func(f engine.ReviewFailure, err error) error {
+		return &engine.ReviewError{Plugin: name, Failure: f, Err: err}
+	}
 	if closed {
-		return nil, fmt.Errorf("%w: gated is shutting down", engine.ErrNoReviewer)
+		return nil, unrouted(engine.FailureStopped, fmt.Errorf("%w: gated is shutting down", engine.ErrNoReviewer))
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: persona %q names plugin %q: %w", engine.ErrNoReviewer, p.Name, name, ErrNotConfigured)
+		return nil, unrouted(engine.FailureNotConfigured, fmt.Errorf("%w: persona %q names plugin %q: %w", engine.ErrNoReviewer, p.Name, name, ErrNotConfigured))
 	}
 	if err := proc.ensureRunning(); err != nil {
-		return nil, fmt.Errorf("%w: %w", engine.ErrNoReviewer, err)
+		return nil, unrouted(engine.FailureNotStarted, fmt.Errorf("%w: %w", engine.ErrNoReviewer, err))
 	}
 	return &route{proc: proc, basePrompt: h.basePrompt}, nil
 }

@@ -35,9 +35,11 @@ type process struct {
 	// plugins never wait for it.
 	startMu sync.Mutex
 	// failures counts launches that failed in a row; lastFailure is when
-	// the last one did. Relaunches back off exponentially.
+	// the last one did, and lastErr why. Relaunches back off
+	// exponentially.
 	failures    int
 	lastFailure time.Time
+	lastErr     error
 
 	mu        sync.Mutex
 	client    *plugin.Client
@@ -89,6 +91,8 @@ const (
 
 // ensureRunning relaunches an exited plugin, no more often than the
 // backoff allows; until then routes to it fail and reviews are blocked.
+// A launch that fails is logged with its error, which may quote what the
+// plugin printed: the operator's, never a verdict's.
 func (p *process) ensureRunning() error {
 	if p.running() {
 		return nil
@@ -101,15 +105,20 @@ func (p *process) ensureRunning() error {
 	if p.failures > 0 {
 		backoff := min(minRestartBackoff<<min(p.failures-1, 5), maxRestartBackoff)
 		if wait := time.Until(p.lastFailure.Add(backoff)); wait > 0 {
-			return fmt.Errorf("plugin %q failed to start %d times in a row; next attempt in %s", p.spec.Name, p.failures, wait.Round(time.Millisecond))
+			err := fmt.Errorf("plugin %q failed to start %d times in a row; next attempt in %s", p.spec.Name, p.failures, wait.Round(time.Millisecond))
+			if p.lastErr != nil {
+				err = fmt.Errorf("%w; the last attempt: %w", err, p.lastErr)
+			}
+			return err
 		}
 	}
 	if err := p.start(context.Background()); err != nil {
 		p.failures++
-		p.lastFailure = time.Now()
+		p.lastFailure, p.lastErr = time.Now(), err
+		p.log.Warn("plugin could not be started; reviews routed to it are blocked", zap.Int("failures", p.failures), zap.Error(err))
 		return err
 	}
-	p.failures = 0
+	p.failures, p.lastErr = 0, nil
 	return nil
 }
 

@@ -181,18 +181,19 @@ func waitExited(ctx, life context.Context, client *plugin.Client, d time.Duratio
 	}
 }
 
-// result is the engine's reading of a plugin's answer, bounded.
+// result is the engine's reading of a plugin's answer, bounded. It names
+// the plugin by name, the name gated's configuration gives it, never by
+// the name its Describe reports: a plugin may call itself anything. The
+// version it describes and the model it reports stay what it said; the
+// engine keeps one short line of each (engine.Judge).
 func result(out *pluginv1.ReviewResponse, desc *pluginv1.DescribeResponse, pid int, name string) engine.ReviewResult {
 	res := engine.ReviewResult{
-		Plugin: desc.GetName(), PluginVersion: desc.GetVersion(), PID: pid,
+		Plugin: name, PluginVersion: desc.GetVersion(), PID: pid,
 		Model: out.GetModel(), Text: out.GetText(), SOPID: out.GetSopId(),
 		RollbackPath: out.GetRollbackPath(), Notes: out.GetNotes(), Turns: int(out.GetTurns()),
 		MissingWork: out.GetMissingWork(), NextRoundGuidance: out.GetNextRoundGuidance(),
 		Warnings: out.GetWarnings(), Confidence: out.GetConfidence(),
 		Tokens: engine.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
-	}
-	if res.Plugin == "" {
-		res.Plugin = name
 	}
 	switch out.GetDecision() {
 	case pluginv1.Decision_DECISION_APPROVE:

@@ -88,7 +88,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 	// The incident persona the proposal names reviews beside the routed
 	// reviewer, not instead of it.
 	code, v := proposeVerdict(t, g, incidentProposal(t, props, "inc-1", "INC-7", "single_device"))
-	if code != 0 || v.Outcome != engine.OutcomeApproved || len(v.Reviews) != 2 || v.Reviews[0].Persona != "reviewer" || v.Reviews[1].Plugin != "incident-reviewer" {
+	if code != 0 || v.Outcome != engine.OutcomeApproved || len(v.Reviews) != 2 || v.Reviews[0].Persona != "reviewer" || v.Reviews[1].Plugin != "incident" {
 		t.Fatalf("incident change: exit %d, %s: %s, reviews %+v", code, v.Outcome, v.Reason, v.Reviews)
 	}
 	var tools []string
