@@ -33,7 +33,7 @@ def test_example_plugin(gated_bin: Path, tmp_path: Path) -> None:
         p["incident_id"] = "INC-7"
         code, v = g.propose(p)
         r_inc = review_by(v, "incident")
-        assert r_inc["plugin"] == "incident-reviewer-py" and r_inc["decision"] == "approve", v
+        assert r_inc["plugin"] == "incident" and r_inc["decision"] == "approve", v
         assert v["outcome"] == "approved" and code == 0, v
         tools = sorted(f'{e["data"].get("plugin")}/{e["data"].get("tool")}' for e in g.audit("acme")
                        if e.get("proposal_id") == p["id"] and e.get("event") == "tool.called")
