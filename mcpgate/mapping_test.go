@@ -6,10 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 func TestMappingRead(t *testing.T) {
@@ -97,6 +99,17 @@ func TestMappingOf(t *testing.T) {
 	})
 }
 
+// fuzzSchema is a closed input schema FuzzMappingRead holds half its
+// inputs to.
+var fuzzSchema = func() *jsonschema.Resolved {
+	r, err := resolveSchema(&mcp.Tool{Name: "t", InputSchema: map[string]any{"type": "object", "additionalProperties": false,
+		"properties": map[string]any{"host": map[string]any{"type": "string"}, "a": map[string]any{}, "o": map[string]any{"type": "object"}}}})
+	if err != nil {
+		panic(err)
+	}
+	return r
+}()
+
 func FuzzMappingRead(f *testing.F) {
 	for _, seed := range []struct{ args, ptr string }{
 		{`{"host":"web-1","_reason":"x"}`, "/host"},
@@ -106,11 +119,17 @@ func FuzzMappingRead(f *testing.F) {
 		{`{"a":1,"a":2}`, "/a"},
 		{`null`, "/x"},
 		{`{"_reason":5}`, ""},
+		{`{"host":"a","ho\u017ft":"b"}`, "/host"},
+		{`{"o":{"K":1,"\u212a":2}}`, "/o"},
 	} {
 		f.Add([]byte(seed.args), seed.ptr)
 	}
 	f.Fuzz(func(t *testing.T, args []byte, ptr string) {
 		m := Mapping{Tool: "t", ReasonArgument: "_reason"}
+		if len(args)%2 == 0 {
+			// Half the inputs are held to a closed schema as well.
+			m.schema = fuzzSchema
+		}
 		if _, err := parsePointer(ptr); err == nil {
 			m.Target = map[string]string{"x": ptr}
 		}
@@ -140,6 +159,14 @@ func FuzzMappingRead(f *testing.F) {
 		}
 		if _, err := json.Marshal(c.Target); err != nil {
 			t.Fatalf("the target does not encode: %v", err)
+		}
+		// The proposal's arguments are what is forwarded, byte for byte,
+		// and no two of their member names fold together.
+		if enc, err := json.Marshal(c.Arguments); err != nil || (len(c.Arguments) > 0 && string(enc) != string(c.Forward)) {
+			t.Fatalf("the proposal's arguments encode as %s (%v); forwarded %s", enc, err, c.Forward)
+		}
+		if err := strictjson.CheckFolded(c.Arguments); err != nil {
+			t.Fatalf("read arguments whose names fold together: %v", err)
 		}
 	})
 }
