@@ -11,6 +11,7 @@ all: build
 
 build:
 	$(GO) build -o bin/gated ./cmd/gated
+	$(GO) build -o bin/gated-bench ./cmd/gated-bench
 	$(GO) build -o bin/mcp-ops ./examples/mcp-ops
 
 # run starts gated with an embedded NATS server and the default bundle.
@@ -229,7 +230,7 @@ fuzz:
 	$(GO) test ./internal/telemetry -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/tracectx -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 
-# bench runs the whole benchmark of docs/BENCHMARKS.md: gated bench on
+# bench runs the whole benchmark of docs/BENCHMARKS.md: gated-bench on
 # the policy paths at high and low concurrency, the plugin path (each
 # against the bare JetStream floor in the same run), the llm path as one
 # burst and sustained, each with a probe, OPA side by side, and
@@ -238,13 +239,13 @@ fuzz:
 BENCH_N ?= 100000
 bench: build
 	mkdir -p bench-results
-	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
-	./bin/gated bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --serve-arg=--shadow-policies=examples/policies --json bench-results/policy-shadow.json
-	./bin/gated bench -n $$(( $(BENCH_N) / 25 )) --mix denied=1,read=1 -c 2 --json bench-results/policy-c2.json
-	./bin/gated bench -n $$(( $(BENCH_N) / 10 )) --mix denied=1,read=1 -c 8 --json bench-results/policy-c8.json
-	./bin/gated bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 64 --json bench-results/plugin.json
-	./bin/gated bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm-burst.json
-	./bin/gated bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
+	./bin/gated-bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
+	./bin/gated-bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --serve-arg=--shadow-policies=examples/policies --json bench-results/policy-shadow.json
+	./bin/gated-bench -n $$(( $(BENCH_N) / 25 )) --mix denied=1,read=1 -c 2 --json bench-results/policy-c2.json
+	./bin/gated-bench -n $$(( $(BENCH_N) / 10 )) --mix denied=1,read=1 -c 8 --json bench-results/policy-c8.json
+	./bin/gated-bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 64 --json bench-results/plugin.json
+	./bin/gated-bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm-burst.json
+	./bin/gated-bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
 	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit bench-replay | tee bench-results/go-bench.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
@@ -262,12 +263,12 @@ bench-mcp:
 
 
 # bench-history measures the policy path on an empty store and on stores
-# prefilled with the histories of 100,000 and 1,000,000 proposals (gated
-# bench --prefill-curve), with gated's resident set along each run.
+# prefilled with the histories of 100,000 and 1,000,000 proposals
+# (gated-bench --prefill-curve), with gated's resident set along each run.
 HISTORY_CURVE ?= 0,100000,1000000
 bench-history: build
 	mkdir -p bench-results
-	./bin/gated bench -n 60000 --mix denied=1,read=1 -c 256 --floor=false --prefill-curve $(HISTORY_CURVE) --json bench-results/history.json
+	./bin/gated-bench -n 60000 --mix denied=1,read=1 -c 256 --floor=false --prefill-curve $(HISTORY_CURVE) --json bench-results/history.json
 
 # bench-scaleout measures one, two and three gated processes sharing the
 # consumer on a three-node cluster on this machine (test/scaleout_bench_test.go).

@@ -32,7 +32,7 @@ http_port=$(free_port)
 "$GO" build -o "$work/roundtrip" ./internal/bench/roundtrip
 # The rounds send ROUNDS x N read proposals per language within minutes:
 # far past the default budgets (600 reads a minute per agent), which would
-# refuse them. Tenant acme's budgets are lifted, as gated bench does for its
+# refuse them. Tenant acme's budgets are lifted, as gated-bench does for its
 # own tenant.
 unlimited='{proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}'
 printf 'tenants:\n  acme: {tenant: %s, agent: %s}\n' "$unlimited" "$unlimited" >"$work/budgets.yaml"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-verify: `gated audit verify` against a store holding the histories
-# of PREFILL policy-decided proposals. gated bench fills an embedded gated's
+# of PREFILL policy-decided proposals. gated-bench fills an embedded gated's
 # store (--prefill, --keep) and measures the policy path on it; a gated
 # serve is then started on the kept files, idle, and verify reads the whole
 # audit stream from it with the store's audit key, with the stored verdicts'
@@ -9,12 +9,14 @@
 # the last lines the median of each.
 #
 # Environment: PREFILL (default 1000000), ROUNDS (default 2), GATED_BIN
-# (default bin/gated), JSON (a file to write the runs to as JSON lines).
+# (default bin/gated), BENCH_BIN (default bin/gated-bench; it starts
+# GATED_BIN), JSON (a file to write the runs to as JSON lines).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PREFILL=${PREFILL:-1000000}
 ROUNDS=${ROUNDS:-2}
 GATED_BIN=${GATED_BIN:-bin/gated}
+BENCH_BIN=${BENCH_BIN:-bin/gated-bench}
 JSON=${JSON:-}
 
 work=$(mktemp -d)
@@ -27,13 +29,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "filling a store with the histories of $PREFILL proposals (gated bench --prefill $PREFILL --keep)"
-"$GATED_BIN" bench -n 2000 --mix denied=1,read=1 -c 64 --floor=false --progress off \
+echo "filling a store with the histories of $PREFILL proposals (gated-bench --prefill $PREFILL --keep)"
+"$BENCH_BIN" --gated "$GATED_BIN" -n 2000 --mix denied=1,read=1 -c 64 --floor=false --progress off \
   --prefill "$PREFILL" --keep >"$work/bench.txt" 2>"$work/bench.err" || { cat "$work/bench.err" >&2; exit 1; }
 kept=$(sed -n "s/^the embedded gated's files stay in //p" "$work/bench.err")
 if [ -z "$kept" ] || [ ! -d "$kept/data" ]; then
   cat "$work/bench.err" >&2
-  echo "bench-verify: gated bench did not say where it kept its files" >&2
+  echo "bench-verify: gated-bench did not say where it kept its files" >&2
   exit 1
 fi
 grep -i "prefill" "$work/bench.txt" || true

@@ -2,17 +2,41 @@ package test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gated/gated/internal/bench"
 )
 
-// TestBenchEmbedded runs `gated bench` as a user does, on every path: it
+var (
+	benchOnce  sync.Once
+	benchPath  string
+	benchBuild error
+)
+
+// benchBin builds gated-bench once, next to the gated the tests built, so
+// that its embedded runs start that gated as a user's bin/ does.
+func benchBin(t *testing.T) string {
+	t.Helper()
+	benchOnce.Do(func() {
+		benchPath = filepath.Join(filepath.Dir(gatedBin), "gated-bench")
+		if out, err := exec.Command("go", "build", "-o", benchPath, "../cmd/gated-bench").CombinedOutput(); err != nil {
+			benchBuild = fmt.Errorf("building gated-bench: %v\n%s", err, out)
+		}
+	})
+	if benchBuild != nil {
+		t.Fatal(benchBuild)
+	}
+	return benchPath
+}
+
+// TestBenchEmbedded runs gated-bench as a user does, on every path: it
 // starts its own gated, sends the mix, measures the floor, and reports.
 // The figures are not judged (a test never asserts speed); that every
 // proposal got its path's verdict, that the report adds up and that the
@@ -22,12 +46,12 @@ func TestBenchEmbedded(t *testing.T) {
 		t.Skip("starts gated and two plugin processes")
 	}
 	out := filepath.Join(t.TempDir(), "report.json")
-	cmd := exec.Command(gatedBin, "bench", "-n", "120", "--mix", "denied=1,read=1,plugin=1,llm=1",
+	cmd := exec.Command(benchBin(t), "-n", "120", "--mix", "denied=1,read=1,plugin=1,llm=1",
 		"-c", "denied=4,read=4,plugin=4,llm=30", "--llm-latency", "50ms", "--probe-rate", "50",
 		"--warmup", "20", "--json", out, "--progress", "on")
 	code, stdout, stderr := run(t, cmd)
 	if code != 0 {
-		t.Fatalf("gated bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		t.Fatalf("gated-bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{"gated (publish → verdict)", "floor: bare JetStream", "× floor", "gated and its plugin processes: peak RSS", "scripted model: 30 calls"} {
 		if !strings.Contains(stdout, want) {
@@ -101,7 +125,7 @@ func TestBenchExternal(t *testing.T) {
 		t.Skip("starts gated")
 	}
 	g := startGated(t)
-	code, stdout, stderr := run(t, exec.Command(gatedBin, "bench", "--nats-url", g.natsURL, "-n", "40",
+	code, stdout, stderr := run(t, exec.Command(benchBin(t), "--nats-url", g.natsURL, "-n", "40",
 		"--mix", "denied=1,read=1", "-c", "4", "--floor=false", "--pid", strconv.Itoa(g.cmd.Process.Pid)))
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
@@ -116,7 +140,7 @@ func TestBenchExternal(t *testing.T) {
 	if !strings.Contains(stdout, "to gated: the publish") {
 		t.Errorf("report with --pid lacks the stages before and after deciding:\n%s", stdout)
 	}
-	code, stdout, stderr = run(t, exec.Command(gatedBin, "bench", "--nats-url", g.natsURL, "-n", "4",
+	code, stdout, stderr = run(t, exec.Command(benchBin(t), "--nats-url", g.natsURL, "-n", "4",
 		"--mix", "llm=1", "--floor=false", "--warmup", "0", "--timeout", "20s"))
 	if code != 1 || !strings.Contains(stderr, "llm: 4 proposals got an unexpected verdict") {
 		t.Fatalf("llm path without its persona: exit %d\n%s\n%s", code, stdout, stderr)
@@ -139,14 +163,14 @@ func TestBenchBadFlags(t *testing.T) {
 		{[]string{"--tenant", "Bad Tenant"}, "--tenant"},
 		{[]string{"--progress", "maybe"}, "want auto, on or off"},
 	} {
-		code, _, stderr := run(t, exec.Command(gatedBin, append([]string{"bench"}, tc.args...)...))
+		code, _, stderr := run(t, exec.Command(benchBin(t), tc.args...))
 		if code != 2 || !strings.Contains(stderr, tc.want) {
-			t.Errorf("bench %v: exit %d, stderr %q; want exit 2 saying %q", tc.args, code, stderr, tc.want)
+			t.Errorf("gated-bench %v: exit %d, stderr %q; want exit 2 saying %q", tc.args, code, stderr, tc.want)
 		}
 	}
 }
 
-// TestBenchPrefillCurve runs `gated bench --prefill-curve` as a user
+// TestBenchPrefillCurve runs `gated-bench --prefill-curve` as a user
 // does: one embedded gated per size, the store prefilled with copies of
 // the warm-up's trails before the measurement. It checks that each size's
 // store holds what was asked for, that the copies verify as gated's own
@@ -157,11 +181,11 @@ func TestBenchPrefillCurve(t *testing.T) {
 		t.Skip("starts gated twice")
 	}
 	out := filepath.Join(t.TempDir(), "curve.json")
-	cmd := exec.Command(gatedBin, "bench", "-n", "200", "--mix", "denied=1,read=1", "-c", "8", "--floor=false",
+	cmd := exec.Command(benchBin(t), "-n", "200", "--mix", "denied=1,read=1", "-c", "8", "--floor=false",
 		"--warmup", "20", "--prefill-curve", "0,500", "--json", out, "--progress", "on")
 	code, stdout, stderr := run(t, cmd)
 	if code != 0 {
-		t.Fatalf("gated bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		t.Fatalf("gated-bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 	}
 	for _, want := range []string{"prefill curve", "=== prefill 500 ===", "prefilled: 500 proposals' histories", "gated's own RSS along the run"} {
 		if !strings.Contains(stdout, want) {

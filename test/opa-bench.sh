@@ -5,9 +5,9 @@
 # module proxy and cache, never vendored), serves gated's default bundle
 # with `opa run --server` on a free local port, and runs test/opabench at
 # equal client concurrency: POSTs to /v1/data/gated/decision against the
-# policy gated serves, called in process, on the same inputs. When this
-# tree has `gated bench`, it then measures the same proposal mix end to
-# end through an embedded gated.
+# policy gated serves, called in process, on the same inputs. It then
+# measures the same proposal mix end to end with gated-bench, through an
+# embedded gated.
 #
 # Environment (all optional):
 #   OPA_BENCH_C       client concurrency, or a comma-separated list (default 32)
@@ -15,7 +15,7 @@
 #   OPA_BENCH_WARMUP  decisions discarded before each measurement (default 2000)
 #   OPA_BENCH_CHECK   decisions compared between OPA and gated first (default 200)
 #   OPA_BENCH_JSON    write the driver's results as JSON to this file
-#   OPA_BENCH_E2E     0 skips the end-to-end `gated bench` run (default 1)
+#   OPA_BENCH_E2E     0 skips the end-to-end gated-bench run (default 1)
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -111,18 +111,12 @@ if [[ $e2e == 0 ]]; then
 	exit 0
 fi
 echo
+# gated-bench starts the gated built next to it.
 go build -o "$tmp/gated" ./cmd/gated
-if ! "$tmp/gated" bench --help >/dev/null 2>&1; then
-	echo "== skipping the end-to-end run: this gated has no bench command"
-	exit 0
-fi
-progress=()
-if "$tmp/gated" bench --help 2>&1 | grep -q -- '--progress'; then
-	progress=(--progress off)
-fi
+go build -o "$tmp/gated-bench" ./cmd/gated-bench
 # Policy-decided proposals end to end (NATS, decode, policy, verdict,
 # audit) at the same client concurrency, for scale.
 for level in ${c//,/ }; do
-	echo "== gated end to end: gated bench --mix denied=1,read=1 -n $n -c $level"
-	"$tmp/gated" bench --mix denied=1,read=1 -n "$n" -c "$level" "${progress[@]}"
+	echo "== gated end to end: gated-bench --mix denied=1,read=1 -n $n -c $level"
+	"$tmp/gated-bench" --mix denied=1,read=1 -n "$n" -c "$level" --progress off
 done

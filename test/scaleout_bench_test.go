@@ -28,7 +28,7 @@ type scaleOutRow struct {
 // TestBenchScaleOut measures scaling out: one, two and three gated
 // processes sharing the durable consumer on a three-node cluster with R3
 // streams and bucket, each count on a cluster of its own, driven by
-// `gated bench --nats-url` on the policy paths. It runs only when
+// `gated-bench --nats-url` on the policy paths. It runs only when
 // GATED_BENCH_SCALEOUT is set (make bench-scaleout): it takes minutes and
 // its figures are the point. The cluster's nodes run in this test's
 // process, and everything shares this machine's cores, so the figures
@@ -70,7 +70,7 @@ func TestBenchScaleOut(t *testing.T) {
 				samplers = append(samplers, s)
 			}
 			out := filepath.Join(t.TempDir(), "report.json")
-			cmd := exec.Command(gatedBin, "bench", "--nats-url", cluster.url(), "-n", n, "--mix", "denied=1,read=1",
+			cmd := exec.Command(benchBin(t), "--nats-url", cluster.url(), "-n", n, "--mix", "denied=1,read=1",
 				"-c", c, "--floor=false", "--json", out, "--progress", "off")
 			code, stdout, stderr := run(t, cmd)
 			row := scaleOutRow{Processes: k}
@@ -82,9 +82,9 @@ func TestBenchScaleOut(t *testing.T) {
 				row.Usage = append(row.Usage, u)
 			}
 			if code != 0 {
-				t.Fatalf("gated bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+				t.Fatalf("gated-bench exited %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 			}
-			t.Logf("gated bench with %d gated processes:\n%s", k, stdout)
+			t.Logf("gated-bench with %d gated processes:\n%s", k, stdout)
 			data, err := os.ReadFile(out)
 			if err != nil {
 				t.Fatal(err)

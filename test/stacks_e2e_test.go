@@ -16,7 +16,7 @@ import (
 )
 
 // TestReviewsInFlightKeepSmallStacks holds reviews at a model that does
-// not answer and reads, from serve's own runtime metrics (as gated bench
+// not answer and reads, from serve's own runtime metrics (as gated-bench
 // reads them, bench.GoRuntimeOf), the goroutine
 // stack each review in flight keeps in gated. A review waiting on its
 // plugin keeps the frames under it (the worker's, the engine's decision,

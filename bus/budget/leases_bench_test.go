@@ -10,7 +10,7 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// unlimited lifts every limit, as gated bench does for its tenant: every
+// unlimited lifts every limit, as gated-bench does for its tenant: every
 // count and lease is still kept.
 const unlimited = `defaults:
   tenant: {proposals: unlimited, reads: unlimited, tokens: unlimited, reviews_in_flight: unlimited, holds_pending: unlimited}

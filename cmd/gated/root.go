@@ -40,7 +40,7 @@ func run(ctx context.Context, args []string) error {
 	root.AddCommand(grantsCmd())
 	root.AddCommand(auditCmd())
 	root.AddCommand(operatorCmd())
-	root.AddCommand(benchCmd())
+	root.AddCommand(benchMovedCmd())
 	root.AddCommand(mcpCmd())
 	root.AddCommand(budgetsCmd())
 	root.AddCommand(reportCmd())

@@ -1,4 +1,4 @@
-// Package bench is the load generator behind `gated bench`: the proposal
+// Package bench is the load generator behind gated-bench: the proposal
 // mix, the fleet that publishes it and waits for verdicts, the bare
 // JetStream floor measured in the same run, and the figures it reports.
 package bench

@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Report is everything one bench run measured; `gated bench --json`
+// Report is everything one bench run measured; `gated-bench --json`
 // writes it as is.
 type Report struct {
 	Mode    string    `json:"mode"` // embedded or external
@@ -36,7 +36,7 @@ type Report struct {
 	// first to last: how fast gated started its reviews.
 	LLMArrivalMS float64 `json:"llm_arrival_ms,omitempty"`
 	// Prefill is what was written into the store before the measurement
-	// (gated bench --prefill), and the store's size then.
+	// (gated-bench --prefill), and the store's size then.
 	Prefill *PrefillReport `json:"prefill,omitempty"`
 	Notes   []string       `json:"notes,omitempty"`
 }

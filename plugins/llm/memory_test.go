@@ -25,7 +25,7 @@ import (
 
 // BenchmarkReviewsInFlight holds 2,000 reviews at once on a model that
 // answers none until all have arrived, through a real host and the llm
-// reviewer's own process, as gated bench's sustained run does, and reports
+// reviewer's own process, as gated-bench's sustained run does, and reports
 // the reviewer process's resident set then: rss-MB in all, rss-B/review
 // its growth per review in flight. Linux only (it reads /proc).
 func BenchmarkReviewsInFlight(b *testing.B) {

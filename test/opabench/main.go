@@ -2,7 +2,7 @@
 // on the same default bundle and the same inputs, at equal client
 // concurrency.
 //
-// It builds the policy-decided proposals of `gated bench` (paths denied and
+// It builds the policy-decided proposals of `gated-bench` (paths denied and
 // read, alternating), checks on a sample that OPA decides each exactly as
 // gated does, then makes the same decisions both ways: POSTs to
 // /v1/data/gated/decision of a running `opa run --server`, over kept-alive

@@ -20,7 +20,7 @@ import (
 // benchTenant is the tenant every proposal is sent as.
 const benchTenant = "acme"
 
-// mix is the workload's mix of bench paths, in `gated bench --mix` form.
+// mix is the workload's mix of bench paths, in `gated-bench --mix` form.
 const mix = "denied=1,read=1"
 
 // decisionPath is where OPA's REST API serves data.gated.decision.

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -15,39 +15,41 @@ import (
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine/wire"
-	"github.com/gated/gated/internal/bench"
 )
 
 // prefillStore copies the trails gated wrote for the warm-up's first
-// denied and read proposals o.prefill times over, under the nonce given,
+// denied and read proposals o.Prefill times over, under the nonce given,
 // and reports the store's size afterwards. The records are MACed with the
 // key in keyPath, gated's own, as gated's are.
-func prefillStore(ctx context.Context, js jetstream.JetStream, o benchOptions, warm bench.Proposals, since time.Time, nonce, keyPath string, stderr io.Writer) (*bench.PrefillReport, error) {
+func prefillStore(ctx context.Context, js jetstream.JetStream, o Options, warm Proposals, since time.Time, nonce, keyPath string, stderr io.Writer) (*PrefillReport, error) {
 	var key []byte
 	if keyPath != "" {
-		var err error
-		if key, err = readAuditKey(keyPath); err != nil {
+		data, err := os.ReadFile(keyPath)
+		if err == nil {
+			key, err = audit.ParseKey(data)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("reading the embedded gated's audit key: %w", err)
 		}
 	}
-	var trails []*bench.Trail
-	for _, p := range []bench.Path{bench.PathDenied, bench.PathRead} {
-		t, err := bench.CaptureTrail(ctx, js, warm, p, 0, since)
+	var trails []*Trail
+	for _, p := range []Path{PathDenied, PathRead} {
+		t, err := CaptureTrail(ctx, js, warm, p, 0, since)
 		if err != nil {
 			return nil, fmt.Errorf("capturing a trail to prefill with: %w", err)
 		}
 		trails = append(trails, t)
 	}
 	var done atomic.Int64
-	stop := startProgress(stderr, o.progress, "prefill", o.prefill, &done)
-	res, err := bench.Prefill(ctx, js, bench.PrefillOptions{
-		Proposals: o.prefill, Gen: bench.Proposals{Tenant: o.tenant, Nonce: nonce}, Trails: trails, Done: &done, AuditKey: key,
+	stop := startProgress(stderr, o.Progress, "prefill", o.Prefill, &done)
+	res, err := Prefill(ctx, js, PrefillOptions{
+		Proposals: o.Prefill, Gen: Proposals{Tenant: o.Tenant, Nonce: nonce}, Trails: trails, Done: &done, AuditKey: key,
 	})
 	stop()
 	if err != nil {
 		return nil, fmt.Errorf("prefilling the store: %w", err)
 	}
-	rep := &bench.PrefillReport{PrefillResult: res}
+	rep := &PrefillReport{PrefillResult: res}
 	if s, err := streamState(ctx, js, audit.Stream); err == nil {
 		rep.AuditRecords, rep.AuditBytes = s.Msgs, s.Bytes
 	}
@@ -74,15 +76,15 @@ func streamState(ctx context.Context, js jetstream.JetStream, name string) (jets
 
 // curvePoint is one size of a prefill curve.
 type curvePoint struct {
-	Prefill int           `json:"prefill"`
-	Report  *bench.Report `json:"report"`
+	Prefill int     `json:"prefill"`
+	Report  *Report `json:"report"`
 }
 
-// runBenchCurve runs the bench once per size of --prefill-curve, each on
+// runCurve runs the bench once per size of --prefill-curve, each on
 // a new embedded gated whose store was prefilled to that size, and prints
 // the rates side by side against the first size's.
-func runBenchCurve(ctx context.Context, o benchOptions, stdout, stderr io.Writer) error {
-	sizes, err := bench.ParseSizes(o.curve)
+func runCurve(ctx context.Context, o Options, stdout, stderr io.Writer) error {
+	sizes, err := ParseSizes(o.Curve)
 	if err != nil {
 		return usageError("--prefill-curve: %v", err)
 	}
@@ -90,12 +92,12 @@ func runBenchCurve(ctx context.Context, o benchOptions, stdout, stderr io.Writer
 	var runErr error
 	for _, size := range sizes {
 		one := o
-		one.curve, one.prefill = "", size
-		if o.jsonOut != "" {
-			one.jsonOut = fmt.Sprintf("%s-prefill-%d.json", strings.TrimSuffix(o.jsonOut, ".json"), size)
+		one.Curve, one.Prefill = "", size
+		if o.JSON != "" {
+			one.JSON = fmt.Sprintf("%s-prefill-%d.json", strings.TrimSuffix(o.JSON, ".json"), size)
 		}
-		fmt.Fprintf(stdout, "\n=== prefill %s ===\n", bench.Thousands(size))
-		rep, err := benchOnce(ctx, one, stdout, stderr)
+		fmt.Fprintf(stdout, "\n=== prefill %s ===\n", Thousands(size))
+		rep, err := runOnce(ctx, one, stdout, stderr)
 		if rep != nil {
 			points = append(points, curvePoint{Prefill: size, Report: rep})
 		}
@@ -105,12 +107,12 @@ func runBenchCurve(ctx context.Context, o benchOptions, stdout, stderr io.Writer
 		}
 	}
 	printCurve(stdout, points)
-	if o.jsonOut != "" && len(points) > 0 {
+	if o.JSON != "" && len(points) > 0 {
 		data, err := json.MarshalIndent(points, "", "  ")
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(o.jsonOut, append(data, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(o.JSON, append(data, '\n'), 0o644); err != nil {
 			return fmt.Errorf("writing --json: %w", err)
 		}
 	}
@@ -128,7 +130,7 @@ func printCurve(w io.Writer, points []curvePoint) {
 	fmt.Fprintln(tw, "prefill\tbucket msgs\taudit records\tstore MB\tper s\t× first\tp50 ms\tp99 ms\tCPU µs/proposal\tRSS start / middle / end MB\t")
 	var base float64
 	for i, p := range points {
-		all := bench.Overall(p.Report.Gated)
+		all := Overall(p.Report.Gated)
 		if i == 0 {
 			base = all.PerSecond
 		}
@@ -138,7 +140,7 @@ func printCurve(w io.Writer, points []curvePoint) {
 		}
 		var msgs, recs, mb string = "—", "—", "—"
 		if pf := p.Report.Prefill; pf != nil {
-			msgs, recs = bench.Thousands(int(pf.BucketMessages)), bench.Thousands(int(pf.AuditRecords))
+			msgs, recs = Thousands(int(pf.BucketMessages)), Thousands(int(pf.AuditRecords))
 			mb = fmt.Sprintf("%.0f", float64(pf.AuditBytes+pf.BucketBytes)/(1<<20))
 		}
 		cpu, rss := "—", "—"
@@ -150,7 +152,7 @@ func printCurve(w io.Writer, points []curvePoint) {
 				rss = fmt.Sprintf("%.0f / %.0f / %.0f", g.RSS.StartMB, g.RSS.MiddleMB, g.RSS.EndMB)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t\n", bench.Thousands(p.Prefill), msgs, recs, mb,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.0f\t%s\t%.2f\t%.2f\t%s\t%s\t\n", Thousands(p.Prefill), msgs, recs, mb,
 			all.PerSecond, ratio, all.P50MS, all.P99MS, cpu, rss)
 	}
 	_ = tw.Flush()
