@@ -308,7 +308,7 @@ bench-audit:
 # 20,000 proposals (their whole trails) in process: on one worker and on
 # GOMAXPROCS, proposals/s end to end, records/s read, CPU per proposal.
 bench-replay:
-	$(GO) test ./cmd/gated -run '^$$' -bench '^BenchmarkReplay$$' -benchtime 3x -count 3
+	$(GO) test ./bus/replay -run '^$$' -bench '^BenchmarkReplay$$' -benchtime 3x -count 3
 
 # bench-verify measures audit verify's check of the stored verdicts at
 # 10 000 and 100 000 verdicts: the index it keeps against one get per

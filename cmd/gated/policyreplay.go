@@ -2,14 +2,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
-	"slices"
-	"sort"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -20,6 +16,7 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/replay"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -149,29 +146,35 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 		return err
 	}
 	defer closeConn()
-	reviewers := newCandidateReviewers(o, reg, ev, js.Conn())
-	defer reviewers.close()
-	var rr *rereviewer
+	reviewers := replay.NewReviewers(o.candidateReviewers(reg, ev, js.Conn()))
+	defer reviewers.Close()
+	var rr *replay.Rereviewer
 	if o.rereview.persona != "" {
-		if rr, err = newRereviewer(ctx, o.rereview.persona, &o.rereview, o.show, reviewers); err != nil {
+		rr, err = replay.NewRereviewer(ctx, reviewers, replay.RereviewConfig{
+			Persona: o.rereview.persona, Concurrency: o.rereview.concurrency, Timeout: o.rereview.timeout, Show: o.show,
+		})
+		if errors.Is(err, replay.ErrUnknownPersona) {
+			return usageError("--rereview %q: no such persona in the candidate set (built-in personas and --personas)", o.rereview.persona)
+		}
+		if err != nil {
 			return err
 		}
 		// On an early return the workers stop before the plugins do.
-		defer rr.finish()
+		defer rr.Close()
 	}
 	q := audit.Query{Tenant: o.tenant, StartSeq: o.fromSeq}
 	if o.since > 0 {
 		q.Since = time.Now().Add(-o.since)
 	}
 	var read atomic.Int64
-	total, err := rangeSize(ctx, js, q)
+	total, err := replay.RangeSize(ctx, js, q)
 	if err != nil {
 		return err
 	}
 	stop := startProgress(errw, o.progress, "replay", total, &read)
-	defer replayGC()()
-	rep, err := replayHistory(ctx, js, q, ev, reg, replayConfig{show: o.show, read: &read, workers: o.workers,
-		keys: keys, anchors: anchors, reviewers: reviewers, rereview: rr})
+	defer replay.TuneGC()()
+	rep, err := replay.Run(ctx, js, q, ev, reg, replay.Config{Show: o.show, Read: &read, Workers: o.workers,
+		Keys: keys, Anchors: anchors, Reviewers: reviewers, Rereview: rr})
 	stop()
 	if err != nil {
 		return err
@@ -179,7 +182,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 	if o.format == "json" {
 		err = writeJSON(w, rep)
 	} else {
-		err = writeReplayText(w, rep)
+		err = rep.WriteText(w)
 	}
 	if err != nil {
 		return err
@@ -230,398 +233,4 @@ func (o *policyReplayOptions) connect() (jetstream.JetStream, func(), error) {
 		return nil, nil, fmt.Errorf("opening JetStream: %w", err)
 	}
 	return js, closeAll, nil
-}
-
-// rangeSize estimates how many messages the query reads, for the
-// progress line: the stream's messages from the start sequence on.
-func rangeSize(ctx context.Context, js jetstream.JetStream, q audit.Query) (int, error) {
-	s, err := js.Stream(ctx, audit.Stream)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return 0, audit.ErrNoStream
-	}
-	if err != nil {
-		return 0, fmt.Errorf("opening stream %s: %w", audit.Stream, err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("reading stream %s: %w", audit.Stream, err)
-	}
-	first := max(info.State.FirstSeq, q.StartSeq)
-	if info.State.LastSeq < first {
-		return 0, nil
-	}
-	return int(info.State.LastSeq - first + 1), nil
-}
-
-// replayConfig tunes replayHistory.
-type replayConfig struct {
-	// show is how many flips the report lists.
-	show int
-	// read counts the messages read, for a progress line; may be nil.
-	read *atomic.Int64
-	// keys are the audit keys whose MACs the range check accepts.
-	keys [][]byte
-	// reviewers is the candidate reviewer set-up recorded reviews are
-	// checked against; nil counts every recorded review stale.
-	reviewers *candidateReviewers
-	// rereview, when set, runs a candidate reviewer again on the recorded
-	// review requests of its persona.
-	rereview *rereviewer
-	// anchors are heads kept from an earlier audit verify.
-	anchors []audit.Head
-	// workers is how many goroutines decode and decide; GOMAXPROCS when
-	// 0 or less.
-	workers int
-}
-
-// maxNamed bounds how many unrebuildable proposals the report names.
-const maxNamed = 100
-
-// replayReport is what a replay found.
-type replayReport struct {
-	// Revision is the candidate policy's.
-	Revision string `json:"revision"`
-	FirstSeq uint64 `json:"first_seq"`
-	LastSeq  uint64 `json:"last_seq"`
-	Records  uint64 `json:"records"`
-	// Intact is false when the range check found a problem (Problems).
-	Intact   bool            `json:"intact"`
-	Problems []audit.Problem `json:"problems"`
-	// Integrity says what the range check covered: MACs, the range's end.
-	Integrity replayIntegrity `json:"integrity"`
-	// Verdicts is how many verdicts the range holds; Replayed how many
-	// of them were decided again.
-	Verdicts int `json:"verdicts"`
-	Replayed int `json:"replayed"`
-	Flips    int `json:"flips"`
-	// Outcomes counts old -> new outcomes, e.g. "approved -> rejected".
-	Outcomes      map[string]int `json:"outcomes"`
-	FlipsByRule   map[string]int `json:"flips_by_rule"`
-	FlipsByTenant map[string]int `json:"flips_by_tenant"`
-	FlipsByAction map[string]int `json:"flips_by_action"`
-	// ReviewReused counts proposals both policies send to review, whose
-	// recorded review result is kept: their reviewers are unchanged.
-	ReviewReused int `json:"review_reused"`
-	// ReviewStale counts such proposals whose recorded reviewer changed
-	// in the candidate set-up (or cannot be told): their recorded result
-	// is kept in the counts above, and the first maxNamed are named.
-	ReviewStale      int             `json:"review_stale"`
-	ReviewStaleNamed []replayMissing `json:"review_stale_named"`
-	// Rereview is what --rereview found; absent without it.
-	Rereview *rereviewReport `json:"rereview,omitempty"`
-	// ReviewChanged counts proposals both policies send to review, but
-	// not to the same reviewers (persona, quorum, also): not a flip of
-	// outcome, yet the recorded review does not stand for the candidate.
-	// ReviewChanges names them, as many as the flips listed.
-	ReviewChanged int                  `json:"review_changed"`
-	ReviewChanges []replayReviewChange `json:"review_changes"`
-	// Differences counts the proposals by kind of difference between the
-	// recorded and the candidate's policy decision, as shadow mode counts
-	// them (engine.CompareShadow): error, outcome (a flip), denies, route.
-	Differences map[string]int `json:"differences"`
-	// NotPolicy counts verdicts the policy did not decide, by stage
-	// (invalid proposals, duplicates): the candidate cannot change them.
-	NotPolicy map[string]int `json:"not_policy"`
-	// Unrebuildable counts the verdicts whose input could not be rebuilt;
-	// Unnamed how many of them are beyond the first maxNamed listed.
-	Unrebuildable      int             `json:"unrebuildable"`
-	UnrebuildableNamed []replayMissing `json:"unrebuildable_named"`
-	Shown              []replayFlip    `json:"first_flips"`
-	// Workers is how many goroutines decoded and decided. Seconds is the
-	// wall time of the whole replay and Rate the proposals it decided per
-	// second of it, reading included. The read and the decisions overlap:
-	// ReadSeconds is the wall time the reader spent reading, not waiting
-	// for the workers, and DecideSeconds the wall time the workers had
-	// records to decode and decide, not waiting for the reader; each rate
-	// is what that side sustains.
-	Workers       int     `json:"workers"`
-	Seconds       float64 `json:"seconds"`
-	Rate          float64 `json:"replayed_per_second"`
-	ReadSeconds   float64 `json:"read_seconds"`
-	DecideSeconds float64 `json:"decide_seconds"`
-	ReadRate      float64 `json:"read_records_per_second"`
-	DecideRate    float64 `json:"decided_per_second"`
-
-	reviewers *candidateReviewers
-	// outcomeKeys are the keys of Outcomes, made once per pair.
-	outcomeKeys map[[2]engine.Outcome]string
-}
-
-// replayMissing names a verdict whose input could not be rebuilt.
-type replayMissing struct {
-	Tenant string `json:"tenant"`
-	ID     string `json:"id"`
-	Seq    uint64 `json:"seq"`
-	Why    string `json:"why"`
-}
-
-// replayDecision is one side of a flip.
-type replayDecision struct {
-	Outcome engine.Outcome `json:"outcome"`
-	Stage   engine.Stage   `json:"stage"`
-	Reason  string         `json:"reason"`
-	Denies  []engine.Deny  `json:"denies"`
-}
-
-// replayFlip is one proposal whose outcome flipped.
-type replayFlip struct {
-	Tenant string         `json:"tenant"`
-	ID     string         `json:"id"`
-	Action string         `json:"action"`
-	Seq    uint64         `json:"seq"`
-	Old    replayDecision `json:"old"`
-	New    replayDecision `json:"new"`
-	// Kinds and Rules are how the two policy decisions differ, as
-	// engine.CompareShadow says (and shadow mode records).
-	Kinds []string `json:"kinds"`
-	Rules []string `json:"rules"`
-}
-
-// outcomeReview is the new outcome of a proposal the candidate sends to a
-// review that was never asked: the recorded decision settled it at policy.
-const outcomeReview engine.Outcome = "review"
-
-// recordedPolicy is what replay reads of a policy.decided record.
-type recordedPolicy struct {
-	Action      string              `json:"action"`
-	Denies      []engine.Deny       `json:"denies"`
-	Review      engine.Route        `json:"review"`
-	Run         *engine.RunPolicy   `json:"run"`
-	Error       string              `json:"error"`
-	Input       *engine.ReplayInput `json:"input"`
-	SOP         string              `json:"sop"`
-	DeniedTools []string            `json:"denied_tools"`
-
-	// reviews are the proposal's reviews, from their records; reviewErr
-	// says why they cannot be read, when a record does not decode.
-	reviews   []*recordedReview
-	reviewErr string
-}
-
-// decodeRecordedPolicy reads a policy.decided record's data; data that
-// does not decode is kept as the reason the input cannot be rebuilt.
-func decodeRecordedPolicy(data []byte) *recordedPolicy {
-	var p recordedPolicy
-	if err := json.Unmarshal(data, &p); err != nil {
-		return &recordedPolicy{Error: "the policy.decided record does not decode: " + err.Error()}
-	}
-	return &p
-}
-
-// settledAtPolicy says whether the recorded decision settled the proposal
-// before any review.
-func (p *recordedPolicy) settledAtPolicy() bool {
-	return len(p.Denies) > 0 || !p.Review.Required || p.Review.Blocked != ""
-}
-
-// newReplayReport is an empty report of a replay under revision.
-func newReplayReport(revision string) *replayReport {
-	return &replayReport{
-		Revision: revision, Outcomes: map[string]int{}, FlipsByRule: map[string]int{},
-		FlipsByTenant: map[string]int{}, FlipsByAction: map[string]int{}, NotPolicy: map[string]int{},
-		UnrebuildableNamed: []replayMissing{}, Shown: []replayFlip{},
-		ReviewChanges: []replayReviewChange{}, Differences: map[string]int{}, ReviewStaleNamed: []replayMissing{},
-	}
-}
-
-// missing counts a verdict whose input cannot be rebuilt, and names it.
-func (rep *replayReport) missing(r *replayEvent, why string) {
-	rep.Unrebuildable++
-	if len(rep.UnrebuildableNamed) < maxNamed {
-		rep.UnrebuildableNamed = append(rep.UnrebuildableNamed, replayMissing{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Seq: r.Seq, Why: why})
-	}
-}
-
-// verdict counts the verdict record r and decides its proposal again
-// from its policy.decided record p (nil when the range holds none). r is
-// a record audit.DecodeRecord returned: its data is valid JSON.
-func (rep *replayReport) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *replayEvent, p *recordedPolicy, show int) {
-	rep.Verdicts++
-	old, err := decodeRecordedVerdict(r.Event.Data)
-	if err != nil {
-		rep.missing(r, "the verdict record does not decode: "+err.Error())
-		return
-	}
-	rep.replay(ctx, ev, reg, r, p, &old, show)
-}
-
-// replay decides the proposal of verdict record r again, from its
-// policy.decided record p (nil when the range holds none).
-func (rep *replayReport) replay(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *replayEvent, p *recordedPolicy, old *recordedVerdict, show int) {
-	if p == nil {
-		if old.Stage == engine.StageValidation || old.Stage == engine.StageDedupe {
-			rep.NotPolicy[string(old.Stage)]++
-			return
-		}
-		rep.missing(r, "no policy.decided record of the proposal in the range")
-		return
-	}
-	switch {
-	case p.Input == nil && p.Error != "":
-		rep.missing(r, "the recorded evaluation failed and kept no input: "+p.Error)
-		return
-	case p.Input == nil:
-		rep.missing(r, "the policy.decided record keeps no input (recorded by an older gated)")
-		return
-	}
-	prop, err := engine.DecodeProposal(p.Input.Proposal, r.Event.Tenant, p.Action, engine.Limits{})
-	if err != nil {
-		rep.missing(r, "the recorded proposal does not decode: "+err.Error())
-		return
-	}
-	rep.Replayed++
-	in := engine.PolicyInput{Proposal: prop, History: p.Input.History, RunRecord: p.Input.RunRecord, Budget: p.Input.Budget, Now: p.Input.Now}
-	oldSide := replayDecision{Outcome: old.Outcome, Stage: old.Stage, Reason: old.Reason, Denies: sortedDenies(p.Denies)}
-	var newSide replayDecision
-	pd, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, p.Input.Persona, true)
-	cmp := compareRecorded(prop, reg, p, pd, routed, err)
-	switch settled, done := engine.PolicyOutcome(prop, pd, routed); {
-	case err != nil:
-		newSide = replayDecision{Outcome: engine.OutcomeError, Stage: engine.StagePolicy, Reason: "policy evaluation failed: " + err.Error(), Denies: []engine.Deny{}}
-	case done:
-		newSide = replayDecision{Outcome: settled.Outcome, Stage: settled.Stage, Reason: settled.Reason, Denies: settled.Denies}
-	case !p.settledAtPolicy() && cmp.ReviewChanged():
-		// Not reused: the recorded review is not the candidate's reviewers'.
-		newSide = oldSide
-		newSide.Denies = settled.Denies
-		rep.reviewChanged(r, prop.Action, cmp, show)
-	case !p.settledAtPolicy():
-		rep.keepReview(ctx, r, p, routed.Name, pd.Review.Quorum, rep.reviewers)
-		newSide = oldSide
-		newSide.Denies = settled.Denies
-	default:
-		newSide = replayDecision{Outcome: outcomeReview, Stage: engine.StageReview, Reason: "the candidate sends it to a review the recorded decision never asked", Denies: settled.Denies}
-	}
-	rep.Outcomes[rep.outcomeKey(oldSide.Outcome, newSide.Outcome)]++
-	for _, k := range cmp.Kinds {
-		rep.Differences[k]++
-	}
-	if !cmp.Flipped() {
-		return
-	}
-	rep.Flips++
-	for _, rule := range flipRules(oldSide.Denies, newSide.Denies) {
-		rep.FlipsByRule[rule]++
-	}
-	rep.FlipsByTenant[r.Event.Tenant]++
-	rep.FlipsByAction[prop.Action]++
-	if listed(len(rep.Shown), show) {
-		rep.Shown = append(rep.Shown, replayFlip{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: prop.Action, Seq: r.Seq,
-			Old: oldSide, New: newSide, Kinds: cmp.Kinds, Rules: nonNil(cmp.Rules)})
-	}
-}
-
-// outcomeKey is the key of Outcomes for a change from old to cur.
-func (rep *replayReport) outcomeKey(old, cur engine.Outcome) string {
-	pair := [2]engine.Outcome{old, cur}
-	k, ok := rep.outcomeKeys[pair]
-	if !ok {
-		k = string(old) + " -> " + string(cur)
-		if rep.outcomeKeys == nil {
-			rep.outcomeKeys = map[[2]engine.Outcome]string{}
-		}
-		rep.outcomeKeys[pair] = k
-	}
-	return k
-}
-
-func sortedDenies(d []engine.Deny) []engine.Deny {
-	out := slices.Clone(d)
-	if out == nil {
-		out = []engine.Deny{}
-	}
-	slices.SortStableFunc(out, func(a, b engine.Deny) int { return strings.Compare(a.Rule, b.Rule) })
-	return out
-}
-
-// flipRules names the rules that made a flip: those that deny on one side
-// only, or "(routing)" when the denies are the same and the routing or
-// the review changed the outcome.
-func flipRules(old, cur []engine.Deny) []string {
-	if rules := engine.RulesDeniedOnOneSide(old, cur); len(rules) > 0 {
-		return rules
-	}
-	return []string{"(routing)"}
-}
-
-// writeReplayText prints the report for a person.
-func writeReplayText(w io.Writer, rep *replayReport) error {
-	var b strings.Builder
-	fmt.Fprintf(&b, "candidate policy revision %s\n", rep.Revision)
-	fmt.Fprintf(&b, "audit range: seq %d-%d, %d records\n", rep.FirstSeq, rep.LastSeq, rep.Records)
-	writeIntegrityText(&b, rep.Integrity)
-	if !rep.Intact {
-		fmt.Fprintf(&b, "RANGE NOT INTACT: %d problem(s); the replay below is incomplete\n", len(rep.Problems))
-		for _, p := range rep.Problems {
-			fmt.Fprintf(&b, "  seq %d tenant %s: %s: %s\n", p.Seq, p.Tenant, p.Kind, p.Detail)
-		}
-	}
-	fmt.Fprintf(&b, "verdicts: %d, replayed: %d, flipped: %d, not decided by the policy: %d, input not rebuildable: %d\n",
-		rep.Verdicts, rep.Replayed, rep.Flips, sumCounts(rep.NotPolicy), rep.Unrebuildable)
-	fmt.Fprintf(&b, "reviews reused: %d proposal(s) both policies send to review keep their recorded result, the reviewers unchanged; review stale: %d (reviewer changed, result kept)\n",
-		rep.ReviewReused, rep.ReviewStale)
-	writeReviewChangesText(&b, rep)
-	writeCounts(&b, "outcomes (old -> new)", rep.Outcomes)
-	writeCounts(&b, "differences by kind (as shadow mode counts them)", rep.Differences)
-	writeCounts(&b, "flips by rule", rep.FlipsByRule)
-	writeCounts(&b, "flips by tenant", rep.FlipsByTenant)
-	writeCounts(&b, "flips by action", rep.FlipsByAction)
-	writeCounts(&b, "not decided by the policy, by stage", rep.NotPolicy)
-	if len(rep.Shown) > 0 {
-		fmt.Fprintf(&b, "first %d flip(s):\n", len(rep.Shown))
-		for _, f := range rep.Shown {
-			fmt.Fprintf(&b, "  %s.%s (%s, seq %d)\n    old: %s at %s: %s\n    new: %s at %s: %s\n", f.Tenant, f.ID, f.Action, f.Seq,
-				f.Old.Outcome, f.Old.Stage, f.Old.Reason, f.New.Outcome, f.New.Stage, f.New.Reason)
-		}
-	}
-	if rep.Unrebuildable > 0 {
-		fmt.Fprintf(&b, "input not rebuildable (%d, first %d named):\n", rep.Unrebuildable, len(rep.UnrebuildableNamed))
-		for _, m := range rep.UnrebuildableNamed {
-			fmt.Fprintf(&b, "  %s.%s (seq %d): %s\n", m.Tenant, m.ID, m.Seq, m.Why)
-		}
-	}
-	if rep.ReviewStale > 0 {
-		fmt.Fprintf(&b, "review stale (%d, first %d named):\n", rep.ReviewStale, len(rep.ReviewStaleNamed))
-		for _, m := range rep.ReviewStaleNamed {
-			fmt.Fprintf(&b, "  %s.%s (seq %d): %s\n", m.Tenant, m.ID, m.Seq, m.Why)
-		}
-	}
-	if rep.Rereview != nil {
-		writeRereviewText(&b, rep.Rereview)
-	}
-	fmt.Fprintf(&b, "replayed %d in %.2fs (%.0f/s) on %d worker(s): read %d records in %.2fs (%.0f/s), decided in %.2fs (%.0f/s)\n",
-		rep.Replayed, rep.Seconds, rep.Rate, rep.Workers, rep.Records, rep.ReadSeconds, rep.ReadRate, rep.DecideSeconds, rep.DecideRate)
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func sumCounts(m map[string]int) int {
-	n := 0
-	for _, v := range m {
-		n += v
-	}
-	return n
-}
-
-// writeCounts prints a titled count table, largest first.
-func writeCounts(b *strings.Builder, title string, m map[string]int) {
-	if len(m) == 0 {
-		return
-	}
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if m[keys[i]] != m[keys[j]] {
-			return m[keys[i]] > m[keys[j]]
-		}
-		return keys[i] < keys[j]
-	})
-	fmt.Fprintf(b, "%s:\n", title)
-	for _, k := range keys {
-		fmt.Fprintf(b, "  %8d  %s\n", m[k], k)
-	}
 }

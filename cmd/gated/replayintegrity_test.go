@@ -18,6 +18,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -37,9 +38,9 @@ func newAuditKey(t *testing.T) ([]byte, string) {
 // MAC as audit verify does; a record written without the key fails the
 // range. Without a key it says the MACs were not checked.
 func TestReplayChecksMACs(t *testing.T) {
-	js := replayServer(t)
+	js := replaytest.Server(t)
 	key, keyFile := newAuditKey(t)
-	writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{Key: key}), 20)
+	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{Key: key}), 20)
 	url, cand := natsURL(t, js), mustCandidateDir(t)
 
 	code, out, err := runGated(t, "policy", "replay", "--policies", cand, "--nats-url", url, "--audit-key-file", keyFile)
@@ -47,7 +48,7 @@ func TestReplayChecksMACs(t *testing.T) {
 		t.Fatalf("an intact keyed history: exit %d (err %v), want 0 saying the MACs were checked\n%s", code, err, out)
 	}
 	// One more proposal, written by a gated without the key.
-	writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 1)
+	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 1)
 	tests := []struct {
 		note string
 		args []string
@@ -140,7 +141,7 @@ func tailStream(t *testing.T, n int) (jetstream.JetStream, jetstream.Stream, []b
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
+	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
 	rep, err := audit.Verify(t.Context(), js, audit.VerifyOptions{SkipVerdicts: true})
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +231,7 @@ func TestReplayDetectsACutEnd(t *testing.T) {
 // cannot be checked by it and is not a cut.
 func TestReplayAnchorsBeforeTheRange(t *testing.T) {
 	js, _, heads := tailStream(t, 4)
-	writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 4)
+	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 4)
 	anchors := writeFile(t, t.TempDir(), "heads.jsonl", string(heads))
 	code, out, err := runGated(t, "policy", "replay", "--policies", mustCandidateDir(t), "--nats-url", natsURL(t, js),
 		"--anchors", anchors, "--from-seq", "12")
@@ -258,7 +259,7 @@ func writeDataDirHistory(t *testing.T, dataDir string, cfg audit.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeScriptedHistory(t, w, 20)
+	replaytest.WriteScriptedHistory(t, w, 20)
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

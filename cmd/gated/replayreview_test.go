@@ -7,6 +7,7 @@ import (
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/replay/replaytest"
 )
 
 // dbaRoutesCachePurge is a candidate that changes no outcome of the
@@ -24,9 +25,9 @@ const dbaRoutesCachePurge = `gated:
 // outcome, but the recorded review does not stand for it: replay counts
 // and names these proposals as review changed, never as reused.
 func TestReplayCountsReviewChanges(t *testing.T) {
-	js := replayServer(t)
+	js := replaytest.Server(t)
 	const n = 40
-	writeScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
+	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
 	cand := t.TempDir()
 	writeFile(t, cand, "data.yaml", dbaRoutesCachePurge)
 	code, out, err := runGated(t, "policy", "replay", "--policies", cand, "--nats-url", natsURL(t, js), "--format", "json", "--show", "-1")

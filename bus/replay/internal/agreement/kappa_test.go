@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/internal/agreement"
+	"github.com/gated/gated/bus/replay/internal/agreement"
 )
 
 // fill adds n pairs (a, b) to t.

@@ -1,14 +1,15 @@
-package main
+package replay
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
-	"maps"
 	"runtime"
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -29,6 +30,30 @@ import (
 // cut to the first ones in stream order, so the report is the same
 // whatever the number of workers and however they are scheduled.
 
+// Config tunes Run. The zero value lists no flips, checks no MACs and
+// decides on GOMAXPROCS goroutines.
+type Config struct {
+	// Show is how many flips, and review changes, the report lists; -1
+	// lists all of them.
+	Show int
+	// Read counts the messages read, for a progress line; may be nil.
+	Read *atomic.Int64
+	// Keys are the audit keys whose MACs the range check accepts; with
+	// none, MACs are not checked.
+	Keys [][]byte
+	// Reviewers is the candidate reviewer set-up recorded reviews are
+	// checked against; nil counts every recorded review stale.
+	Reviewers *Reviewers
+	// Rereview, when set, runs a candidate reviewer again on the recorded
+	// review requests of its persona; Run finishes it.
+	Rereview *Rereviewer
+	// Anchors are heads kept from an earlier audit verify.
+	Anchors []audit.Head
+	// Workers is how many goroutines decode and decide; GOMAXPROCS when
+	// 0 or less.
+	Workers int
+}
+
 // replayBatchSize is how many messages a decode task holds, and how many
 // verdicts a decide task holds: enough that the hand-over costs little
 // beside the work, few enough that every worker gets some.
@@ -41,9 +66,10 @@ const replayBatchSize = 256
 // saves about a tenth of its CPU time (BenchmarkReplay).
 const replayGCPercent = 400
 
-// replayGC sets the garbage collector's target for a replay and returns
-// the function that restores it. The command calls it, once per process.
-func replayGC() (restore func()) {
+// TuneGC sets the process's garbage collector target for a replay and
+// returns the function that restores it. It changes a setting of the
+// whole process: a command calls it once, around Run.
+func TuneGC() (restore func()) {
 	old := debug.SetGCPercent(replayGCPercent)
 	return func() { debug.SetGCPercent(old) }
 }
@@ -112,14 +138,17 @@ type replayPair struct {
 
 // replayTask is work for one worker of the pool, given the worker's own
 // report.
-type replayTask func(rep *replayReport)
+type replayTask func(rep *Report)
 
-// replayHistory reads the audit range q selects and decides every
-// recorded proposal again under ev, on cfg.workers goroutines
-// (GOMAXPROCS when 0 or less).
-func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, ev *policies.Evaluator,
-	reg engine.Personas, cfg replayConfig) (*replayReport, error) {
-	workers := cfg.workers
+// Run reads the audit range q selects and decides every recorded
+// proposal again under the candidate policy ev, with the personas of reg,
+// on cfg.Workers goroutines. The range is checked as audit verify checks
+// the stream; a range that is not intact is reported (Report.Intact), not
+// returned as an error. Run returns audit.ErrNoStream when there is no
+// audit stream, and ctx's error when it is cancelled.
+func Run(ctx context.Context, js jetstream.JetStream, q audit.Query, ev *policies.Evaluator,
+	reg engine.Personas, cfg Config) (*Report, error) {
+	workers := cfg.Workers
 	if workers <= 0 {
 		workers = runtime.GOMAXPROCS(0)
 	}
@@ -135,11 +164,11 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 	start := time.Now()
 
 	tasks := make(chan replayTask, 2*workers)
-	locals := make([]*replayReport, workers)
+	locals := make([]*Report, workers)
 	var pool sync.WaitGroup
 	for i := range locals {
-		locals[i] = newReplayReport(ev.Revision())
-		locals[i].reviewers = cfg.reviewers
+		locals[i] = newReport(ev.Revision())
+		locals[i].reviewers = cfg.Reviewers
 		pool.Go(func() {
 			for t := range tasks {
 				t(locals[i])
@@ -164,7 +193,7 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 			t, cur := time.Now(), b
 			defer func() { queueWait += time.Since(t) }()
 			select {
-			case tasks <- func(*replayReport) { cur.decode() }:
+			case tasks <- func(*Report) { cur.decode() }:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
@@ -176,8 +205,8 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 			return nil
 		}
 		err := audit.Read(ctx, js, q, func(e audit.Entry) error {
-			if cfg.read != nil {
-				cfg.read.Add(1)
+			if cfg.Read != nil {
+				cfg.Read.Add(1)
 			}
 			b.entries = append(b.entries, e)
 			if len(b.entries) < replayBatchSize {
@@ -194,7 +223,7 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		readBusy = time.Since(start) - queueWait
 	})
 
-	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.keys, Anchors: cfg.anchors})
+	checker := audit.NewChecker(audit.VerifyOptions{Tenant: q.Tenant, Keys: cfg.Keys, Anchors: cfg.Anchors})
 	// pending holds the policy.decided records whose verdicts are still
 	// ahead, by tenant and proposal.
 	pending := map[[2]string]*recordedPolicy{}
@@ -203,9 +232,9 @@ func replayHistory(ctx context.Context, js jetstream.JetStream, q audit.Query, e
 		todo := pairs
 		pairs = make([]replayPair, 0, replayBatchSize)
 		select {
-		case tasks <- func(rep *replayReport) {
+		case tasks <- func(rep *Report) {
 			for _, p := range todo {
-				rep.verdict(ctx, ev, reg, p.r, p.p, cfg.show)
+				rep.verdict(ctx, ev, reg, p.r, p.p, cfg.Show)
 			}
 		}:
 			return true
@@ -255,8 +284,8 @@ sequence:
 					}
 					// The pair's policy record takes no more reviews once its
 					// verdict is read, so the pool may read it from here on.
-					if cfg.rereview != nil {
-						if rerr = cfg.rereview.submit(ctx, r, p); rerr != nil {
+					if cfg.Rereview != nil {
+						if rerr = cfg.Rereview.submit(ctx, r, p); rerr != nil {
 							break sequence
 						}
 					}
@@ -278,9 +307,9 @@ sequence:
 	// Neither the reader nor the sequence gives the pool work any more.
 	close(tasks)
 	pool.Wait()
-	var rereview *rereviewReport
-	if cfg.rereview != nil {
-		rereview = cfg.rereview.finish()
+	var rereview *RereviewReport
+	if cfg.Rereview != nil {
+		rereview = cfg.Rereview.finish()
 	}
 	switch {
 	case rerr != nil:
@@ -292,16 +321,16 @@ sequence:
 	}
 
 	total := time.Since(start)
-	rep := newReplayReport(ev.Revision())
+	rep := newReport(ev.Revision())
 	for _, l := range locals {
 		rep.merge(l)
 	}
 	rep.Rereview = rereview
-	slices.SortFunc(rep.Shown, func(a, b replayFlip) int { return cmp.Compare(a.Seq, b.Seq) })
-	rep.Shown = firstN(rep.Shown, cfg.show)
-	slices.SortFunc(rep.ReviewChanges, func(a, b replayReviewChange) int { return cmp.Compare(a.Seq, b.Seq) })
-	rep.ReviewChanges = firstN(rep.ReviewChanges, cfg.show)
-	bySeq := func(a, b replayMissing) int { return cmp.Compare(a.Seq, b.Seq) }
+	slices.SortFunc(rep.Shown, func(a, b Flip) int { return cmp.Compare(a.Seq, b.Seq) })
+	rep.Shown = firstN(rep.Shown, cfg.Show)
+	slices.SortFunc(rep.ReviewChanges, func(a, b ReviewChange) int { return cmp.Compare(a.Seq, b.Seq) })
+	rep.ReviewChanges = firstN(rep.ReviewChanges, cfg.Show)
+	bySeq := func(a, b Missing) int { return cmp.Compare(a.Seq, b.Seq) }
 	slices.SortFunc(rep.UnrebuildableNamed, bySeq)
 	rep.UnrebuildableNamed = firstN(rep.UnrebuildableNamed, maxNamed)
 	slices.SortFunc(rep.ReviewStaleNamed, bySeq)
@@ -329,36 +358,25 @@ sequence:
 	return rep, nil
 }
 
-// merge adds the counts and lists of o, a worker's report, to rep. The
-// lists are left in the order they come; replayHistory sorts and cuts
-// them once every worker's report is in.
-func (rep *replayReport) merge(o *replayReport) {
-	rep.Verdicts += o.Verdicts
-	rep.Replayed += o.Replayed
-	rep.Flips += o.Flips
-	rep.ReviewReused += o.ReviewReused
-	rep.ReviewStale += o.ReviewStale
-	rep.ReviewChanged += o.ReviewChanged
-	rep.Unrebuildable += o.Unrebuildable
-	for _, m := range []struct{ to, from map[string]int }{
-		{rep.Outcomes, o.Outcomes}, {rep.FlipsByRule, o.FlipsByRule}, {rep.FlipsByTenant, o.FlipsByTenant},
-		{rep.FlipsByAction, o.FlipsByAction}, {rep.NotPolicy, o.NotPolicy}, {rep.Differences, o.Differences},
-	} {
-		for k, n := range maps.All(m.from) {
-			m.to[k] += n
-		}
+// RangeSize estimates how many messages Run reads of the range q
+// selects, for a progress line: the stream's messages from the start
+// sequence on. It returns audit.ErrNoStream when there is no audit
+// stream.
+func RangeSize(ctx context.Context, js jetstream.JetStream, q audit.Query) (int, error) {
+	s, err := js.Stream(ctx, audit.Stream)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return 0, audit.ErrNoStream
 	}
-	rep.Shown = append(rep.Shown, o.Shown...)
-	rep.UnrebuildableNamed = append(rep.UnrebuildableNamed, o.UnrebuildableNamed...)
-	rep.ReviewStaleNamed = append(rep.ReviewStaleNamed, o.ReviewStaleNamed...)
-	rep.ReviewChanges = append(rep.ReviewChanges, o.ReviewChanges...)
-}
-
-// firstN is the first n items of s, or all of them when n is negative
-// (--show -1).
-func firstN[T any](s []T, n int) []T {
-	if n < 0 {
-		return s
+	if err != nil {
+		return 0, fmt.Errorf("opening stream %s: %w", audit.Stream, err)
 	}
-	return s[:min(len(s), n)]
+	info, err := s.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reading stream %s: %w", audit.Stream, err)
+	}
+	first := max(info.State.FirstSeq, q.StartSeq)
+	if info.State.LastSeq < first {
+		return 0, nil
+	}
+	return int(info.State.LastSeq - first + 1), nil
 }

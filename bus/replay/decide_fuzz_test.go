@@ -1,10 +1,11 @@
-package main
+package replay
 
 import (
 	"slices"
 	"testing"
 
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
@@ -14,7 +15,7 @@ import (
 // replayed, not decided by the policy, or not rebuildable with a reason;
 // a flip names a difference of outcome; nothing panics.
 func FuzzReplayRecords(f *testing.F) {
-	_, _, seed := scriptedProposal(6)
+	_, _, seed := replaytest.ScriptedProposal(6)
 	f.Add([]byte(`{"action":"cache_purge","denies":[],"review":{"required":true},"input":{"proposal":`+string(seed)+`,"persona":"reviewer","now":"2026-11-01T09:00:00Z"}}`),
 		[]byte(`{"v":1,"proposal_id":"p6","tenant":"acme","outcome":"approved","stage":"review","reason":"ok"}`), true)
 	f.Add([]byte(`{"error":"boom"}`), []byte(`{"outcome":"error","stage":"policy"}`), true)
@@ -26,7 +27,7 @@ func FuzzReplayRecords(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, policyData, verdictData []byte, withPolicy bool) {
-		rep := newReplayReport("")
+		rep := newReport("")
 		r := &replayEvent{Seq: 2, Event: engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p6", Data: verdictData}}
 		var p *recordedPolicy
 		if withPolicy {

@@ -1,7 +1,6 @@
-package main
+package replay
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
@@ -44,7 +43,7 @@ func FuzzReviewRecords(f *testing.F) {
 				t.Fatalf("a failed review (%q) reads as %s", rv.Finished.Error, cat)
 			}
 		}
-		c := &candidateReviewers{personas: reg, specErr: errors.New("no plugins in this test")}
+		c := NewReviewers(ReviewersConfig{Personas: reg, Plugins: failingPlugins("no plugins in this test")})
 		if why := c.staleness(t.Context(), p, "reviewer", 1); why == "" {
 			t.Fatalf("reviews %+v reused without knowing the candidate's plugins", p.reviews)
 		}

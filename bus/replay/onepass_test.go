@@ -1,4 +1,4 @@
-package main
+package replay
 
 import (
 	"encoding/json"
@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine"
 )
 
@@ -143,7 +144,7 @@ func FuzzDecodeRecordedVerdict(f *testing.F) {
 // record's data as a replay reads them, in one pass and with
 // encoding/json.
 func BenchmarkDecodeRecorded(b *testing.B) {
-	_, _, prop := scriptedProposal(6)
+	_, _, prop := replaytest.ScriptedProposal(6)
 	policy := []byte(`{"action":"cache_purge","denied_tools":["run_shell","kill_process"],"denies":[],"eval_us":41,"review":{"required":true,"persona":"reviewer","quorum":1,"why":"write"},"reviewer_tools":["get_sop_text"],"run":null,"sop":"SOP-7","input":{"proposal":` + string(prop) + `,"persona":"reviewer","now":"2026-11-01T09:00:00Z"}}`)
 	verdict := []byte(recordedVerdictCases[0].data)
 	b.Run("one pass", func(b *testing.B) {
