@@ -94,27 +94,35 @@ func TestFleetClientAgainstGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	var runs atomic.Int32
-	restart := fleet.Guard(gate, fleet.ToolSpec[int]{
+	// A guarded tool's arguments encode as a JSON object: the proposal
+	// carries them, and the tool runs with exactly those.
+	type device struct {
+		ID int `json:"device_id"`
+	}
+	type table struct {
+		Name string `json:"table"`
+	}
+	restart := fleet.Guard(gate, fleet.ToolSpec[device]{
 		Action: "host_restart_service", Class: engine.ClassWrite,
-		Describe: func(device int) fleet.Change {
-			return fleet.Change{Target: map[string]any{"device_id": device, "service": "nginx"}, Reason: "wedged", BlastRadius: engine.BlastSingleDevice}
+		Describe: func(d device) fleet.Change {
+			return fleet.Change{Target: map[string]any{"device_id": d.ID, "service": "nginx"}, Reason: "wedged", BlastRadius: engine.BlastSingleDevice}
 		},
-	}, func(context.Context, int) (string, error) { runs.Add(1); return "restarted", nil })
-	drop := fleet.Guard(gate, fleet.ToolSpec[string]{
+	}, func(context.Context, device) (string, error) { runs.Add(1); return "restarted", nil })
+	drop := fleet.Guard(gate, fleet.ToolSpec[table]{
 		Action: "db_drop_table", Class: engine.ClassDestructive,
-		Describe: func(table string) fleet.Change {
-			return fleet.Change{Target: map[string]any{"table": table}, Reason: "unused", BlastRadius: engine.BlastCluster}
+		Describe: func(t table) fleet.Change {
+			return fleet.Change{Target: map[string]any{"table": t.Name}, Reason: "unused", BlastRadius: engine.BlastCluster}
 		},
-	}, func(context.Context, string) (string, error) { runs.Add(1); return "dropped", nil })
-	if out, err := restart(ctx, 702); err != nil || out != "restarted" || runs.Load() != 1 {
+	}, func(context.Context, table) (string, error) { runs.Add(1); return "dropped", nil })
+	if out, err := restart(ctx, device{702}); err != nil || out != "restarted" || runs.Load() != 1 {
 		t.Fatalf("approved restart: %q, %v, %d runs", out, err, runs.Load())
 	}
 	// The same device again, moments later: target_cooldown refuses it.
-	if _, err := restart(ctx, 702); !errors.Is(err, fleet.ErrReviewRejected) || runs.Load() != 1 {
+	if _, err := restart(ctx, device{702}); !errors.Is(err, fleet.ErrReviewRejected) || runs.Load() != 1 {
 		t.Fatalf("second restart: err %v, %d runs; want ErrReviewRejected and no run", err, runs.Load())
 	}
 	var ve *fleet.VerdictError
-	if _, err := drop(ctx, "orders_2019"); !errors.As(err, &ve) || ve.Verdict.Reviews[0].Persona != "dba" || runs.Load() != 1 {
+	if _, err := drop(ctx, table{"orders_2019"}); !errors.As(err, &ve) || ve.Verdict.Reviews[0].Persona != "dba" || runs.Load() != 1 {
 		t.Fatalf("drop: err %v, %d runs; want a rejection by the dba persona and no run", err, runs.Load())
 	}
 }
