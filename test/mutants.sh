@@ -556,6 +556,12 @@ mutant metrics_tenants_opt_in cmd/gated/metrics.go ./cmd/gated \
 	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
 	$'func (m *metrics) namesTenants() bool { return true }'
 
+# The map (docs/ARCHITECTURE.md, held by internal/archmap): a package
+# moved into the layer of what it imports is an import sideways.
+mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
+	'| 1 | `engine` |' \
+	'| 0 | `engine` |'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")
