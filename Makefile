@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa opa-test clean
+.PHONY: all build run check check-go check-python check-ts test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa opa-test clean
 
 all: build
 
@@ -20,6 +20,28 @@ run:
 
 # test is what CI runs (.ci/run calls it).
 test: test-go test-python test-ts test-mcp-ts test-browser
+
+# check is the inner loop: go vet, gofmt, and the unit tests of every
+# language, without the race detector, the end-to-end suites (test/, the
+# clients' tests against a real gated serve) or the tests that honour
+# -short by skipping. make test runs all of it, and more.
+check: check-go check-python check-ts
+
+GO_UNIT_PKGS = $$($(GO) list ./... | grep -v -e '/test$$' -e '/test/')
+
+check-go:
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
+	$(GO) test -short -count=1 $(GO_UNIT_PKGS)
+
+check-python: $(PY_VENV)/.installed
+	cd sdk/python && .venv/bin/mypy
+	cd sdk/python && .venv/bin/pytest -q -p no:cacheprovider --ignore-glob='*_e2e.py' \
+	  --ignore=tests/plugin/test_through_gated.py --ignore=tests/plugin/test_example.py
+
+check-ts:
+	@test -d sdk/typescript/node_modules || { cd sdk/typescript && npm ci --no-audit --no-fund; }
+	cd sdk/typescript && node --test --test-concurrency=1 $$(ls test/*.test.mjs | grep -v '\.e2e\.')
 
 # test-go vets, checks the formatting of and tests the Go module.
 test-go:

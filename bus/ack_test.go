@@ -33,6 +33,7 @@ func holdFor(d time.Duration) func(context.Context) error {
 }
 
 func TestLongReviewIsNotRedelivered(t *testing.T) {
+	bustest.SkipShort(t)
 	in := newIntake(t, bus.Config{AckWait: 3 * time.Second})
 	// 2.5 times the ack wait: only in-progress acks keep the proposal.
 	in.reviewer.hold = func(ctx context.Context) error {
@@ -71,6 +72,7 @@ func TestLongReviewIsNotRedelivered(t *testing.T) {
 }
 
 func TestProposalWaitingForASlotIsNotRedelivered(t *testing.T) {
+	bustest.SkipShort(t)
 	// One proposal at a time: the second waits for the first's review,
 	// well past the ack wait; in-progress acks must keep it meanwhile, or
 	// it is redelivered and its stale copy decided as well.
@@ -100,6 +102,7 @@ func TestProposalWaitingForASlotIsNotRedelivered(t *testing.T) {
 }
 
 func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
+	bustest.SkipShort(t)
 	// This gated was told a 30 s ack wait, but another gated, started
 	// later, set the shared consumer's to 3 s: in-progress acks must
 	// follow the consumer's, or a long review is redelivered.
@@ -139,6 +142,7 @@ func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
 }
 
 func TestAbandonedProposalIsAnswered(t *testing.T) {
+	bustest.SkipShort(t)
 	tests := []struct {
 		note string
 		// decide has the first delivery decided (verdict stored and

@@ -42,6 +42,7 @@ var holdingPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
 // leaves it to the others, and of several gated processes sharing the hold
 // consumer exactly one times the action out.
 func TestHoldTimesOutOnceAcrossGatedProcesses(t *testing.T) {
+	bustest.SkipShort(t)
 	s := bustest.Server(t)
 	nc, js := bustest.Connect(t, s)
 	ctx := t.Context()

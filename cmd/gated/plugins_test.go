@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/llm"
@@ -414,6 +415,7 @@ func TestLLMSpecTakesItsConcurrency(t *testing.T) {
 // handshake check at the start timeout, naming it, instead of waiting for
 // the child; the child is ended with the wrapper's process group.
 func TestPluginsTestWrapperThatNeverHandshakes(t *testing.T) {
+	bustest.SkipShort(t)
 	clearGatedEnv(t)
 	dir := t.TempDir()
 	natural := filepath.Join(dir, "natural")
