@@ -100,9 +100,6 @@ func TestDecisionEndToEnd(t *testing.T) {
 	m := decision()
 	m.ProposalID = "held-1"
 	reply := send(m)
-	if reply.Header.Get(micro.ErrorCodeHeader) == "503" && strings.Contains(reply.Header.Get(micro.ErrorHeader), "not yet") {
-		t.Skip("engine.Resolve is still a stub")
-	}
 	v := replyVerdict(t, reply)
 	if v.Outcome != engine.OutcomeApproved || !v.Approved || v.Stage != engine.StageOperator || v.ProposalSHA256 != heldDigest {
 		t.Fatalf("verdict %s/%s approved=%v: %s", v.Outcome, v.Stage, v.Approved, v.Reason)
