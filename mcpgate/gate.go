@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/engine/grant"
 )
 
 // Fleet is what a Gate needs of gated's fleet client; *fleet.Client has
@@ -398,85 +396,6 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 	}
 }
 
-// takeGrant verifies v's grant against p, the proposal of the call, and
-// uses it, then reports the call started. It returns the grant's gid
-// when the call may be forwarded, else the refusal to return instead:
-// the call is not made.
-func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *engine.Proposal, v *engine.Verdict) (string, *mcp.CallToolResult) {
-	if g.cfg.NoGrantCheck {
-		return "", nil
-	}
-	refuse := func(err error) *mcp.CallToolResult {
-		g.cfg.Log.Info("approved call's grant refused", zap.String("tool", m.Tool), zap.String("proposal", p.Tenant+"."+p.ID), zap.Error(err))
-		return refusal(fmt.Sprintf("gated approved %s (verdict %s.%s), but its grant was refused: %v. The call was not made.",
-			m.Tool, v.Tenant, v.ProposalID, err), v)
-	}
-	if v.Grant == "" {
-		err := &grant.Error{Member: "grant", Reason: "is missing from the approval"}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
-		_ = g.cfg.Grants.Report(rctx, p.Tenant, p.ID, "", engine.ExecutionRefused, err.Error())
-		cancel()
-		return "", refuse(err)
-	}
-	want, err := fleet.GrantExpect(p)
-	if err != nil {
-		return "", refuse(err)
-	}
-	c, err := g.cfg.Grants.Check(ctx, v.Grant, want, "gated mcp/"+g.cfg.Agent)
-	if err != nil {
-		return "", refuse(err)
-	}
-	if err := g.cfg.Grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, engine.ExecutionStarted, ""); err != nil {
-		return "", refuse(err)
-	}
-	return c.GID, nil
-}
-
-// refuseArguments logs and audits the refusal of a call whose arguments
-// Read refused: no proposal is made, and gated records the refusal as
-// the executor's (grant.refused, by executor), under id, the proposal id
-// the call would have had.
-func (g *Gate) refuseArguments(ctx context.Context, m Mapping, id string, why error) {
-	g.cfg.Log.Info("refused a malformed call", zap.String("tool", m.Tool), zap.String("call", g.cfg.Tenant+"."+id), zap.Error(why))
-	if g.cfg.Grants == nil {
-		return
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
-	defer cancel()
-	if err := g.cfg.Grants.Report(rctx, g.cfg.Tenant, id, "", engine.ExecutionRefused, "gated mcp refused the call of "+m.Tool+": "+why.Error()); err != nil {
-		g.cfg.Log.Warn("auditing a refused call", zap.String("call", g.cfg.Tenant+"."+id), zap.Error(err))
-	}
-}
-
-// reportWait bounds an outcome report sent after the call, which
-// outlives the caller's cancellation by that much.
-const reportWait = 5 * time.Second
-
-// finish reports the end of a forwarded approval: succeeded, or failed
-// when the upstream failed or answered isError.
-func (g *Gate) finish(ctx context.Context, p *engine.Proposal, gid string, res *mcp.CallToolResult) {
-	if gid == "" {
-		return
-	}
-	status, text := engine.ExecutionSucceeded, ""
-	if res == nil || res.IsError {
-		status, text = engine.ExecutionFailed, "the tool result is an error"
-		if res != nil {
-			for _, c := range res.Content {
-				if tc, ok := c.(*mcp.TextContent); ok && tc.Text != "" {
-					text = tc.Text
-					break
-				}
-			}
-		}
-	}
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
-	defer cancel()
-	if err := g.cfg.Grants.Report(rctx, p.Tenant, p.ID, gid, status, text); err != nil {
-		g.cfg.Log.Warn("reporting a call's outcome", zap.String("proposal", p.Tenant+"."+p.ID), zap.Error(err))
-	}
-}
-
 // decideAlone decides p once no other call of this gate on the same
 // tenant and target is being decided. gated's rules on a target's recent
 // changes (parallel_operation, target_cooldown) read the verdicts stored
@@ -551,117 +470,6 @@ func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *engine.P
 			fleet.ErrNotApproved, v.Tenant, v.ProposalID, v.Action, p.Tenant, p.ID, p.Action)
 	}
 	return v, nil
-}
-
-// forward sends an allowed call upstream. v is gated's approval, whose
-// grant takeGrant has used, or nil for a read that passed without a round
-// trip.
-func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict) (*mcp.CallToolResult, error) {
-	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
-	if err != nil {
-		return upstreamFailure(m.Tool, v, err), nil
-	}
-	if v != nil {
-		out := *res
-		meta := mcp.Meta{}
-		for k, x := range res.Meta {
-			meta[k] = x
-		}
-		meta[VerdictMetaKey] = verdictMeta(v)
-		out.Meta = meta
-		res = &out
-	}
-	return res, nil
-}
-
-// upstreamFailure is the tool result of a call the upstream failed on
-// after gated's approval v, or after the policy let a read pass (v nil).
-func upstreamFailure(tool string, v *engine.Verdict, err error) *mcp.CallToolResult {
-	what := "a read call gated's policy allows"
-	if v != nil {
-		what = "gated's approval (verdict " + v.Tenant + "." + v.ProposalID + ")"
-	}
-	return refusal(fmt.Sprintf("the upstream server failed on %s after %s: %v", tool, what, err), v)
-}
-
-// notApproved is the tool result of a call gated did not approve.
-func notApproved(tool, key string, v *engine.Verdict, err error) *mcp.CallToolResult {
-	var text string
-	switch {
-	case v != nil && v.Outcome != engine.OutcomeApproved:
-		text = fmt.Sprintf("gated did not approve %s: %s at stage %s: %s (verdict %s.%s). The call was not made.",
-			tool, v.Outcome, v.Stage, v.Reason, v.Tenant, v.ProposalID)
-	case errors.Is(err, fleet.ErrNoVerdict):
-		text = fmt.Sprintf("gated gave no verdict on %s in time (proposal %s): the call was not made.", tool, key)
-	default:
-		text = fmt.Sprintf("gated could not decide %s (proposal %s): %v. The call was not made.", tool, key, err)
-	}
-	return refusal(text, v)
-}
-
-// refusal is an isError tool result with text, and the verdict in its
-// _meta when there is one.
-func refusal(text string, v *engine.Verdict) *mcp.CallToolResult {
-	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
-	if v != nil {
-		res.Meta = mcp.Meta{VerdictMetaKey: verdictMeta(v)}
-	}
-	return res
-}
-
-func verdictMeta(v *engine.Verdict) map[string]any {
-	return map[string]any{
-		"tenant":      v.Tenant,
-		"proposal_id": v.ProposalID,
-		"outcome":     string(v.Outcome),
-		"stage":       string(v.Stage),
-		"reason":      v.Reason,
-	}
-}
-
-// progressReporter returns a function that sends a progress
-// notification with msg to the caller, or nil when the call carries no
-// progress token.
-func progressReporter(ctx context.Context, req *mcp.CallToolRequest) func(msg string) {
-	if req == nil || req.Session == nil || req.Params == nil {
-		return nil
-	}
-	token := req.Params.GetProgressToken()
-	if token == nil {
-		return nil
-	}
-	var n atomic.Int64
-	return func(msg string) {
-		_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-			ProgressToken: token,
-			Message:       "gated: " + msg,
-			Progress:      float64(n.Add(1)),
-		})
-	}
-}
-
-// statusLine words one status event for a progress notification.
-func statusLine(st *engine.Status) string {
-	switch {
-	case st.Stage == engine.StatusReviewStarted:
-		s := "review started by " + st.Reviewer
-		if st.Deadline != nil {
-			s += ", deadline " + st.Deadline.UTC().Format(time.RFC3339)
-		}
-		return s
-	case st.Stage == engine.StatusAwaitingOperator:
-		s := "awaiting an operator's decision"
-		if st.Deadline != nil {
-			s += " until " + st.Deadline.UTC().Format(time.RFC3339)
-		}
-		if st.Reason != "" {
-			s += ": " + st.Reason
-		}
-		return s
-	case st.Verdict != nil:
-		return fmt.Sprintf("decided: %s", st.Verdict.Outcome)
-	}
-	return string(st.Stage)
 }
 
 // newProposalID returns a fresh proposal id: mcp-, a millisecond
