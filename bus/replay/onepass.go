@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // A replay reads every policy.decided record of its range, and the
@@ -99,7 +100,7 @@ func decodeReplayInput(val []byte, to **engine.ReplayInput) bool {
 // encoding/json to read the data as it would.
 func knownMembers(data []byte, keys []string, fn func(key []byte, val []byte) bool) bool {
 	var seen uint
-	return jsonMembers(data, func(key []byte, val []byte) bool {
+	return jsonscan.Members(data, func(key []byte, val []byte) bool {
 		i, fresh := knownKey(keys, key, &seen)
 		switch {
 		case !fresh:
@@ -146,14 +147,14 @@ func decodeList[T any](val []byte, to *[]T) bool {
 	var fast bool
 	switch to := any(to).(type) {
 	case *[]string:
-		fast = jsonItems(val, func(item []byte) bool {
+		fast = jsonscan.Items(val, func(item []byte) bool {
 			var s string
 			ok := decodeString(item, &s)
 			*to = append(*to, s)
 			return ok
 		})
 	case *[]engine.Deny:
-		fast = jsonItems(val, func(item []byte) bool {
+		fast = jsonscan.Items(val, func(item []byte) bool {
 			var d engine.Deny
 			ok := knownMembers(item, denyKeys, func(key []byte, val []byte) bool {
 				if string(key) == "rule" {
@@ -344,4 +345,24 @@ func decodeReviewFinishedFast(data []byte) (reviewFinishedRecord, bool) {
 		return false
 	})
 	return f, ok
+}
+
+// decodeString reads the JSON value val into *to as encoding/json does:
+// a string of printable ASCII without escapes directly, anything else
+// (escapes, other bytes, null, another type) through encoding/json.
+func decodeString(val []byte, to *string) bool {
+	if n := len(val); n >= 2 && val[0] == '"' && val[n-1] == '"' {
+		plain := true
+		for _, c := range val[1 : n-1] {
+			if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			*to = string(val[1 : n-1])
+			return true
+		}
+	}
+	return json.Unmarshal(val, to) == nil
 }
