@@ -3,6 +3,8 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // decodeCanonical reads a record body written exactly as gated's writer
@@ -71,7 +73,7 @@ func decodeCanonical(body []byte) (b auditBody, ok bool) {
 		data := s.buf
 		// Valid allows white space around the value; the strict decoder
 		// leaves it out of the raw data, so the canonical reading refuses it.
-		if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' || !validJSON(data) {
+		if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' || !jsonscan.Valid(data) {
 			return b, false
 		}
 		ev.Data = json.RawMessage(data[:len(data):len(data)])
@@ -129,20 +131,13 @@ func (s *scanner) uint(max int) (uint64, bool) {
 // str reads a string of printable ASCII without quote or backslash, and
 // returns what is between the quotes.
 func (s *scanner) str() ([]byte, bool) {
-	if len(s.buf) == 0 || s.buf[0] != '"' {
+	end := jsonscan.PlainString(s.buf, 0)
+	if end < 0 {
 		return nil, false
 	}
-	for i := 1; i < len(s.buf); i++ {
-		switch c := s.buf[i]; {
-		case c == '"':
-			v := s.buf[1:i]
-			s.advance(i + 1)
-			return v, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, false
-		}
-	}
-	return nil, false
+	v := s.buf[1 : end-1]
+	s.advance(end)
+	return v, true
 }
 
 // member reads the member key (spelt with its comma and colon) and its

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
 )
 
@@ -79,13 +80,13 @@ func appendSplit(ms []member, obj []byte) (_ []member, ok bool) {
 		if i >= len(obj) || obj[i] != '"' {
 			return ms, false
 		}
-		end := validString(obj, i)
+		end := jsonscan.String(obj, i)
 		if end < 0 || end >= len(obj) || obj[end] != ':' {
 			return ms, false
 		}
 		key := obj[i:end]
 		start := end + 1
-		stop := skipCompactValue(obj, start)
+		stop := jsonscan.Value(obj, start)
 		if stop < 0 || stop >= len(obj) {
 			return ms, false
 		}
@@ -102,47 +103,6 @@ func appendSplit(ms []member, obj []byte) (_ []member, ok bool) {
 		default:
 			return ms, false
 		}
-	}
-}
-
-// skipCompactValue returns where the compact JSON value at data[i:] ends, or -1.
-func skipCompactValue(data []byte, i int) int {
-	if i >= len(data) {
-		return -1
-	}
-	switch c := data[i]; {
-	case c == '"':
-		return validString(data, i)
-	case c == '{' || c == '[':
-		depth := 0
-		for i < len(data) {
-			switch data[i] {
-			case '{', '[':
-				depth++
-				i++
-			case '}', ']':
-				depth--
-				i++
-				if depth == 0 {
-					return i
-				}
-			case '"':
-				if i = validString(data, i); i < 0 {
-					return -1
-				}
-			default:
-				i++
-			}
-		}
-		return -1
-	case c == 't':
-		return validLiteral(data, i, "true")
-	case c == 'f':
-		return validLiteral(data, i, "false")
-	case c == 'n':
-		return validLiteral(data, i, "null")
-	default:
-		return validNumber(data, i)
 	}
 }
 
@@ -216,7 +176,7 @@ func normalizeData(ev engine.AuditEvent, valid bool) (json.RawMessage, error) {
 		}
 		t = wrapped
 	}
-	if compactJSON(t) && (valid || validJSON(t)) {
+	if compactJSON(t) && (valid || jsonscan.Valid(t)) {
 		// What gated's engine records (encoding/json's output) is
 		// compact already: kept as it is, not copied through Compact.
 		return t, nil
@@ -238,11 +198,11 @@ func compactJSON(data []byte) bool {
 			return false
 		case '"':
 			// Skip the string; an escaped quote does not end it.
-			for i++; i < len(data) && data[i] != '"'; i++ {
-				if data[i] == '\\' {
-					i++
-				}
+			end := jsonscan.SkipString(data, i)
+			if end < 0 {
+				return true
 			}
+			i = end - 1
 		}
 	}
 	return true
@@ -681,7 +641,7 @@ func cutDeny(data []byte) (rule, after []byte, ok bool) {
 		return nil, nil, false
 	}
 	data = data[len(ruleKey):]
-	end := validString(data, 0)
+	end := jsonscan.String(data, 0)
 	if end < 0 {
 		return nil, nil, false
 	}
@@ -689,7 +649,7 @@ func cutDeny(data []byte) (rule, after []byte, ok bool) {
 		return nil, nil, false
 	}
 	data = data[end+len(messageKey):]
-	if end = validString(data, 0); end < 0 || end >= len(data) || data[end] != '}' {
+	if end = jsonscan.String(data, 0); end < 0 || end >= len(data) || data[end] != '}' {
 		return nil, nil, false
 	}
 	if !canonicalString(data[:end]) {

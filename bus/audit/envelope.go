@@ -4,11 +4,11 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/jsonscan"
+	"github.com/nats-io/nats.go"
 )
 
 // envelope is what scanEnvelope reads of a record body: the members a
@@ -60,13 +60,13 @@ var envelopeMembers = map[string]uint16{
 // skipped (its value still checked as JSON) and flagged as unknown, so
 // that a body of a later format still yields its chain.
 func scanEnvelope(body []byte) (env envelope, ok bool) {
-	i := skipWhite(body, 0)
+	i := jsonscan.Space(body, 0)
 	if i >= len(body) || body[i] != '{' {
 		return env, false
 	}
-	i = skipWhite(body, i+1)
+	i = jsonscan.Space(body, i+1)
 	if i < len(body) && body[i] == '}' {
-		return env, skipWhite(body, i+1) == len(body)
+		return env, jsonscan.Space(body, i+1) == len(body)
 	}
 	for {
 		key, next, ok := plainKey(body, i)
@@ -96,7 +96,7 @@ func scanEnvelope(body []byte) (env envelope, ok bool) {
 			env.policyRevision, i, ok = plainString(body, i)
 		case memberData:
 			start := i
-			if i, ok = skipValue(body, i); ok && body[start] == '{' {
+			if i = jsonscan.Value(body, i); i >= 0 && body[start] == '{' {
 				env.data = body[start:i:i]
 			} else {
 				ok = false
@@ -106,20 +106,21 @@ func scanEnvelope(body []byte) (env envelope, ok bool) {
 			env.n, env.prev, i, ok = plainChain(body, i)
 		default:
 			env.unknown = true
-			i, ok = skipValue(body, i)
+			i = jsonscan.Value(body, i)
+			ok = i >= 0
 		}
 		if !ok {
 			return env, false
 		}
-		i = skipWhite(body, i)
+		i = jsonscan.Space(body, i)
 		if i >= len(body) {
 			return env, false
 		}
 		switch body[i] {
 		case ',':
-			i = skipWhite(body, i+1)
+			i = jsonscan.Space(body, i+1)
 		case '}':
-			return env, skipWhite(body, i+1) == len(body)
+			return env, jsonscan.Space(body, i+1) == len(body)
 		default:
 			return env, false
 		}
@@ -134,34 +135,27 @@ func plainKey(body []byte, i int) ([]byte, int, bool) {
 	if !ok {
 		return nil, 0, false
 	}
-	i = skipWhite(body, i)
+	i = jsonscan.Space(body, i)
 	if i >= len(body) || body[i] != ':' {
 		return nil, 0, false
 	}
-	return key, skipWhite(body, i+1), true
+	return key, jsonscan.Space(body, i+1), true
 }
 
 // plainString reads a string of printable ASCII without escapes at
 // body[i:] and returns what is between its quotes and where it ends.
 func plainString(body []byte, i int) ([]byte, int, bool) {
-	if i >= len(body) || body[i] != '"' {
+	end := jsonscan.PlainString(body, i)
+	if end < 0 {
 		return nil, 0, false
 	}
-	for j := i + 1; j < len(body); j++ {
-		switch c := body[j]; {
-		case c == '"':
-			return body[i+1 : j : j], j + 1, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, 0, false
-		}
-	}
-	return nil, 0, false
+	return body[i+1 : end-1 : end-1], end, true
 }
 
 // plainUint reads an unsigned integer without sign, fraction, exponent
 // or leading zero that fits in a uint64.
 func plainUint(body []byte, i int) (uint64, int, bool) {
-	j := skipDigits(body, i)
+	j := jsonscan.Digits(body, i)
 	if j == i || j-i > 20 || (j-i > 1 && body[i] == '0') {
 		return 0, 0, false
 	}
@@ -182,7 +176,7 @@ func plainChain(body []byte, i int) (n uint64, prev []byte, end int, ok bool) {
 		return 0, nil, 0, false
 	}
 	var seenN, seenPrev bool
-	i = skipWhite(body, i+1)
+	i = jsonscan.Space(body, i+1)
 	for {
 		key, next, ok := plainKey(body, i)
 		if !ok {
@@ -201,45 +195,18 @@ func plainChain(body []byte, i int) (n uint64, prev []byte, end int, ok bool) {
 		if !ok {
 			return 0, nil, 0, false
 		}
-		i = skipWhite(body, i)
+		i = jsonscan.Space(body, i)
 		if i >= len(body) {
 			return 0, nil, 0, false
 		}
 		switch body[i] {
 		case ',':
-			i = skipWhite(body, i+1)
+			i = jsonscan.Space(body, i+1)
 		case '}':
 			return n, prev, i + 1, true
 		default:
 			return 0, nil, 0, false
 		}
-	}
-}
-
-// skipValue checks the JSON value at body[i:] and returns where it ends.
-func skipValue(body []byte, i int) (int, bool) {
-	if i >= len(body) {
-		return 0, false
-	}
-	switch c := body[i]; c {
-	case '{', '[':
-		end := validValue(body, i)
-		return end, end >= 0
-	case '"':
-		end := validString(body, i)
-		return end, end >= 0
-	case 't':
-		end := validLiteral(body, i, "true")
-		return end, end >= 0
-	case 'f':
-		end := validLiteral(body, i, "false")
-		return end, end >= 0
-	case 'n':
-		end := validLiteral(body, i, "null")
-		return end, end >= 0
-	default:
-		end := validNumber(body, i)
-		return end, end >= 0
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // quickPrint is a digest of a verdict's bytes that the verdict check
@@ -90,13 +91,13 @@ func printMembers(tenant, id, doc []byte, drop map[string]bool, byGID bool, gid 
 	binary.BigEndian.PutUint64(n[:], uint64(len(id)))
 	h.Write(n[:])
 	h.Write(id)
-	i := skipWhite(doc, 0)
+	i := jsonscan.Space(doc, 0)
 	if i >= len(doc) || doc[i] != '{' {
 		return p, false
 	}
-	i = skipWhite(doc, i+1)
+	i = jsonscan.Space(doc, i+1)
 	if i < len(doc) && doc[i] == '}' {
-		if skipWhite(doc, i+1) != len(doc) {
+		if jsonscan.Space(doc, i+1) != len(doc) {
 			return p, false
 		}
 		return sumPrint(h, byGID, gid)
@@ -105,18 +106,18 @@ func printMembers(tenant, id, doc []byte, drop map[string]bool, byGID bool, gid 
 		if i >= len(doc) || doc[i] != '"' {
 			return p, false
 		}
-		end := validString(doc, i)
+		end := jsonscan.String(doc, i)
 		if end < 0 {
 			return p, false
 		}
 		key := doc[i:end]
-		i = skipWhite(doc, end)
+		i = jsonscan.Space(doc, end)
 		if i >= len(doc) || doc[i] != ':' {
 			return p, false
 		}
-		i = skipWhite(doc, i+1)
+		i = jsonscan.Space(doc, i+1)
 		start := i
-		if i, ok = skipValue(doc, i); !ok {
+		if i = jsonscan.Value(doc, i); i < 0 {
 			return p, false
 		}
 		switch {
@@ -142,15 +143,15 @@ func printMembers(tenant, id, doc []byte, drop map[string]bool, byGID bool, gid 
 				return p, false
 			}
 		}
-		i = skipWhite(doc, i)
+		i = jsonscan.Space(doc, i)
 		if i >= len(doc) {
 			return p, false
 		}
 		switch doc[i] {
 		case ',':
-			i = skipWhite(doc, i+1)
+			i = jsonscan.Space(doc, i+1)
 		case '}':
-			if skipWhite(doc, i+1) != len(doc) {
+			if jsonscan.Space(doc, i+1) != len(doc) {
 				return p, false
 			}
 			return sumPrint(h, byGID, gid)

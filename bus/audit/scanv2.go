@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // Every reader of the stream reads version-2 records, and a replay or a
@@ -113,20 +114,13 @@ func (s *v2scanner) lit(l string) bool {
 // raw reads a string of printable ASCII without escapes and returns it
 // with its quotes.
 func (s *v2scanner) raw() ([]byte, bool) {
-	if s.i >= len(s.buf) || s.buf[s.i] != '"' {
+	end := jsonscan.PlainString(s.buf, s.i)
+	if end < 0 {
 		return nil, false
 	}
-	for j := s.i + 1; j < len(s.buf); j++ {
-		switch c := s.buf[j]; {
-		case c == '"':
-			q := s.buf[s.i : j+1 : j+1]
-			s.i = j + 1
-			return q, true
-		case c < 0x20 || c > 0x7e || c == '\\':
-			return nil, false
-		}
-	}
-	return nil, false
+	q := s.buf[s.i:end:end]
+	s.i = end
+	return q, true
 }
 
 // str reads a string of printable ASCII without escapes.
@@ -188,7 +182,7 @@ func (s *v2scanner) object() (json.RawMessage, bool) {
 	if s.i >= len(s.buf) || s.buf[s.i] != '{' {
 		return nil, false
 	}
-	end := validValue(s.buf, s.i)
+	end := jsonscan.Value(s.buf, s.i)
 	if end < 0 {
 		return nil, false
 	}

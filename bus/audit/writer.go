@@ -10,12 +10,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/jsonscan"
+	"github.com/gated/gated/internal/telemetry"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-
-	"github.com/gated/gated/engine"
-	"github.com/gated/gated/internal/telemetry"
 )
 
 // Writer writes gated's audit records to the GATED_AUDIT stream: one per
@@ -236,7 +236,7 @@ func checkEvent(ev engine.AuditEvent) error {
 		return fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
 	case !validEventName(ev.Event):
 		return fmt.Errorf("audit event name %q is not an event name", ev.Event)
-	case len(t) > 0 && !validJSON(t):
+	case len(t) > 0 && !jsonscan.Valid(t):
 		return fmt.Errorf("encoding audit event %s: data is not JSON", ev.Event)
 	}
 	return nil
