@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strconv"
 	"time"
+
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // decodeFast reads a proposal in one pass over data, without reflection,
@@ -158,16 +160,7 @@ type fastReader struct {
 // deeper ones are left to encoding/json.
 const maxFastDepth = 32
 
-func (r *fastReader) space() {
-	for r.i < len(r.data) {
-		switch r.data[r.i] {
-		case ' ', '\t', '\n', '\r':
-			r.i++
-		default:
-			return
-		}
-	}
-}
+func (r *fastReader) space() { r.i = jsonscan.Space(r.data, r.i) }
 
 // next reads a byte c after white space.
 func (r *fastReader) next(c byte) bool {
@@ -182,11 +175,12 @@ func (r *fastReader) next(c byte) bool {
 // word reads the literal w (null, true, false) after white space.
 func (r *fastReader) word(w string) bool {
 	r.space()
-	if bytes.HasPrefix(r.data[r.i:], []byte(w)) {
-		r.i += len(w)
-		return true
+	end := jsonscan.Literal(r.data, r.i, w)
+	if end < 0 {
+		return false
 	}
-	return false
+	r.i = end
+	return true
 }
 
 func (r *fastReader) null() bool { return r.word("null") }
@@ -255,24 +249,15 @@ func (r *fastReader) key() ([]byte, bool) {
 }
 
 // skipString reads past a string at r.i, after white space, and reports
-// whether it had no byte JSON refuses unescaped; escapes are not checked.
+// whether it was a valid JSON string.
 func (r *fastReader) skipString() bool {
 	r.space()
-	if r.i >= len(r.data) || r.data[r.i] != '"' {
+	end := jsonscan.String(r.data, r.i)
+	if end < 0 {
 		return false
 	}
-	for j := r.i + 1; j < len(r.data); j++ {
-		switch c := r.data[j]; {
-		case c == '"':
-			r.i = j + 1
-			return true
-		case c == '\\':
-			j++
-		case c < 0x20:
-			return false
-		}
-	}
-	return false
+	r.i = end
+	return true
 }
 
 // str reads a string; one with escapes is unquoted by encoding/json.
@@ -365,44 +350,13 @@ func (r *fastReader) integer(n *int) bool {
 // number reads a number as JSON's grammar has it and returns its literal.
 func (r *fastReader) number() ([]byte, bool) {
 	r.space()
-	d, start := r.data, r.i
-	i := start
-	if i < len(d) && d[i] == '-' {
-		i++
-	}
-	switch {
-	case i < len(d) && d[i] == '0':
-		i++
-	case i < len(d) && d[i] >= '1' && d[i] <= '9':
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-	default:
+	start := r.i
+	end := jsonscan.Number(r.data, start)
+	if end < 0 {
 		return nil, false
 	}
-	if i < len(d) && d[i] == '.' {
-		i++
-		if i >= len(d) || d[i] < '0' || d[i] > '9' {
-			return nil, false
-		}
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-	}
-	if i < len(d) && (d[i] == 'e' || d[i] == 'E') {
-		i++
-		if i < len(d) && (d[i] == '+' || d[i] == '-') {
-			i++
-		}
-		if i >= len(d) || d[i] < '0' || d[i] > '9' {
-			return nil, false
-		}
-		for i < len(d) && d[i] >= '0' && d[i] <= '9' {
-			i++
-		}
-	}
-	r.i = i
-	return d[start:i], true
+	r.i = end
+	return r.data[start:end], true
 }
 
 // anyValue reads any value as encoding/json reads one into an interface

@@ -1,6 +1,10 @@
 package engine
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/gated/gated/internal/jsonscan"
+)
 
 // setTopLevelUint returns doc, a JSON object, with the value of its
 // top-level member key replaced by n. The member's value must be an
@@ -13,7 +17,7 @@ import "strconv"
 // verdict's audit record, and then give the stored and published copies
 // their sequence without encoding the verdict again.
 func setTopLevelUint(doc []byte, key string, n uint64) ([]byte, bool) {
-	i := skipSpace(doc, 0)
+	i := jsonscan.Space(doc, 0)
 	if i >= len(doc) || doc[i] != '{' {
 		return doc, false
 	}
@@ -32,7 +36,7 @@ func setTopLevelUint(doc []byte, key string, n uint64) ([]byte, bool) {
 			if depth > 0 {
 				continue
 			}
-			if start < 0 || skipSpace(doc, i) != len(doc) {
+			if start < 0 || jsonscan.Space(doc, i) != len(doc) {
 				return doc, false
 			}
 			out := make([]byte, 0, len(doc)+20)
@@ -41,27 +45,25 @@ func setTopLevelUint(doc []byte, key string, n uint64) ([]byte, bool) {
 			return append(out, doc[stop:]...), true
 		case '"':
 			open := i
-			end, ok := stringEnd(doc, open)
-			if !ok {
+			if i = jsonscan.String(doc, open); i < 0 {
 				return doc, false
 			}
-			i = end + 1
-			if depth != 1 || string(doc[open+1:end]) != key {
+			if depth != 1 || string(doc[open+1:i-1]) != key {
 				continue
 			}
-			colon := skipSpace(doc, i)
+			colon := jsonscan.Space(doc, i)
 			if colon >= len(doc) || doc[colon] != ':' {
 				continue // a value that spells the key
 			}
 			if start >= 0 {
 				return doc, false // the name twice
 			}
-			first := skipSpace(doc, colon+1)
+			first := jsonscan.Space(doc, colon+1)
 			last := first
 			for last < len(doc) && doc[last] >= '0' && doc[last] <= '9' {
 				last++
 			}
-			if next := skipSpace(doc, last); last == first || next >= len(doc) || doc[next] != ',' && doc[next] != '}' {
+			if next := jsonscan.Space(doc, last); last == first || next >= len(doc) || doc[next] != ',' && doc[next] != '}' {
 				return doc, false // not an unsigned integer
 			}
 			start, stop, i = first, last, last
@@ -70,25 +72,4 @@ func setTopLevelUint(doc []byte, key string, n uint64) ([]byte, bool) {
 		}
 	}
 	return doc, false
-}
-
-// stringEnd returns the index of the quote that closes the JSON string
-// opening at doc[start].
-func stringEnd(doc []byte, start int) (int, bool) {
-	for i := start + 1; i < len(doc); i++ {
-		switch doc[i] {
-		case '\\':
-			i++
-		case '"':
-			return i, true
-		}
-	}
-	return 0, false
-}
-
-func skipSpace(doc []byte, i int) int {
-	for i < len(doc) && (doc[i] == ' ' || doc[i] == '\t' || doc[i] == '\n' || doc[i] == '\r') {
-		i++
-	}
-	return i
 }

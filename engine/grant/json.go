@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode/utf16"
 	"unicode/utf8"
+
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // maxDepth bounds the nesting of a JSON document read here, so that a
@@ -79,27 +81,19 @@ type parser struct {
 	pos  int
 }
 
-func (p *parser) space() {
-	for p.pos < len(p.data) {
-		switch p.data[p.pos] {
-		case ' ', '\t', '\n', '\r':
-			p.pos++
-		default:
-			return
-		}
-	}
-}
+func (p *parser) space() { p.pos = jsonscan.Space(p.data, p.pos) }
 
 func (p *parser) errorf(format string, args ...any) error {
 	return fmt.Errorf("JSON at byte %d: %s", p.pos, fmt.Sprintf(format, args...))
 }
 
 func (p *parser) literal(word string) bool {
-	if strings.HasPrefix(string(p.data[p.pos:min(len(p.data), p.pos+len(word))]), word) {
-		p.pos += len(word)
-		return true
+	end := jsonscan.Literal(p.data, p.pos, word)
+	if end < 0 {
+		return false
 	}
-	return false
+	p.pos = end
+	return true
 }
 
 func (p *parser) value(depth int) (*value, error) {

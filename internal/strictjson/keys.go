@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // ErrMalformed is returned by CheckKeys for bytes that are not JSON. It
@@ -117,16 +119,7 @@ type pathSeg struct {
 	index int // an array index, or -1 for a key
 }
 
-func (k *keyScanner) space() {
-	for k.i < len(k.data) {
-		switch k.data[k.i] {
-		case ' ', '\t', '\n', '\r':
-			k.i++
-		default:
-			return
-		}
-	}
-}
+func (k *keyScanner) space() { k.i = jsonscan.Space(k.data, k.i) }
 
 // str reads a string at k.i and returns its bytes without the quotes;
 // escaped reports a backslash inside.
@@ -134,18 +127,13 @@ func (k *keyScanner) str() (raw []byte, escaped bool, err error) {
 	if k.i >= len(k.data) || k.data[k.i] != '"' {
 		return nil, false, ErrMalformed
 	}
-	start := k.i + 1
-	for j := start; j < len(k.data); j++ {
-		switch k.data[j] {
-		case '\\':
-			escaped = true
-			j++
-		case '"':
-			k.i = j + 1
-			return k.data[start:j], escaped, nil
-		}
+	end := jsonscan.SkipString(k.data, k.i)
+	if end < 0 {
+		return nil, false, ErrMalformed
 	}
-	return nil, false, ErrMalformed
+	raw = k.data[k.i+1 : end-1]
+	k.i = end
+	return raw, bytes.IndexByte(raw, '\\') >= 0, nil
 }
 
 func (k *keyScanner) value(sc *Schema) error {
@@ -184,15 +172,8 @@ func (k *keyScanner) value(sc *Schema) error {
 	}
 	// A number, true, false or null: up to the next delimiter.
 	start := k.i
-	for k.i < len(k.data) {
-		switch k.data[k.i] {
-		case ',', '}', ']', ' ', '\t', '\n', '\r':
-			if k.i == start {
-				return ErrMalformed
-			}
-			return nil
-		}
-		k.i++
+	if k.i = jsonscan.SkipValue(k.data, start); k.i == start {
+		return ErrMalformed
 	}
 	return nil
 }
