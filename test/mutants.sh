@@ -549,7 +549,7 @@ mutant guard_arguments_folded bus/fleet/toolgate.go ./bus/fleet \
 mutant metrics_off_console_listener cmd/gated/metricslisten.go ./cmd/gated \
 	$'case o.httpAddr != "" && o.operators == "":' \
 	$'case o.httpAddr != "":'
-mutant metrics_listen_takes_metrics cmd/gated/server.go ./cmd/gated \
+mutant metrics_listen_takes_metrics cmd/gated/serverhttp.go ./cmd/gated \
 	$'if s.o.metricsListener() == "--http" {' \
 	$'if s.o.metricsListener() == "--http" || s.o.metricsListen != "" {'
 mutant metrics_tenants_opt_in cmd/gated/metrics.go ./cmd/gated \
