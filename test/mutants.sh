@@ -559,8 +559,8 @@ mutant metrics_tenants_opt_in cmd/gated/metrics.go ./cmd/gated \
 # The map (docs/ARCHITECTURE.md, held by internal/archmap): a package
 # moved into the layer of what it imports is an import sideways.
 mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
-	'| 1 | `engine` |' \
-	'| 0 | `engine` |'
+	'| 2 | `engine` |' \
+	'| 1 | `engine` |'
 
 # --- running them --------------------------------------------------------------
 

@@ -18,6 +18,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/replay"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/progress"
 	"github.com/gated/gated/policies"
 )
 
@@ -171,7 +172,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 	if err != nil {
 		return err
 	}
-	stop := startProgress(errw, o.progress, "replay", total, &read)
+	stop := progress.Start(errw, o.progress, "replay", total, &read)
 	defer replay.TuneGC()()
 	rep, err := replay.Run(ctx, js, q, ev, reg, replay.Config{Show: o.show, Read: &read, Workers: o.workers,
 		Keys: keys, Anchors: anchors, Reviewers: reviewers, Rereview: rr})

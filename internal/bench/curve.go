@@ -15,6 +15,7 @@ import (
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/progress"
 )
 
 // prefillStore copies the trails gated wrote for the warm-up's first
@@ -41,7 +42,7 @@ func prefillStore(ctx context.Context, js jetstream.JetStream, o Options, warm P
 		trails = append(trails, t)
 	}
 	var done atomic.Int64
-	stop := startProgress(stderr, o.Progress, "prefill", o.Prefill, &done)
+	stop := progress.Start(stderr, o.Progress, "prefill", o.Prefill, &done)
 	res, err := Prefill(ctx, js, PrefillOptions{
 		Proposals: o.Prefill, Gen: Proposals{Tenant: o.Tenant, Nonce: nonce}, Trails: trails, Done: &done, AuditKey: key,
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/progress"
 )
 
 // Options are the settings of one bench run, as gated-bench's flags give
@@ -457,7 +458,7 @@ func measureFloor(ctx context.Context, nc *nats.Conn, servers string, o Options,
 // runWithProgress drives the plan and draws a progress bar meanwhile.
 func runWithProgress(ctx context.Context, plan Plan, send Sender, o Options, label string, stderr io.Writer) map[Path]*Recorder {
 	var done atomic.Int64
-	stop := startProgress(stderr, o.Progress, label, plan.Total(), &done)
+	stop := progress.Start(stderr, o.Progress, label, plan.Total(), &done)
 	recs := Drive(ctx, plan, send, &done)
 	stop()
 	return recs

@@ -1,4 +1,7 @@
-package main
+// Package progress draws a one-line progress bar on a terminal, for the
+// long runs of gated's commands (a policy replay, the load generator's
+// prefill).
+package progress
 
 import (
 	"fmt"
@@ -10,10 +13,11 @@ import (
 	"time"
 )
 
-// startProgress draws a progress bar for total items on w until stop is
-// called: on a terminal with mode auto, always with on, never with off.
-func startProgress(w io.Writer, mode, label string, total int, done *atomic.Int64) (stop func()) {
-	if mode == "off" || (mode == "auto" && !isTerminal(w)) || total <= 0 {
+// Start draws a progress bar of done out of total items on w until stop
+// is called: with mode "auto" only when w is a terminal, always with
+// "on", never with "off".
+func Start(w io.Writer, mode, label string, total int, done *atomic.Int64) (stop func()) {
+	if mode == "off" || (mode == "auto" && !IsTerminal(w)) || total <= 0 {
 		return func() {}
 	}
 	quit := make(chan struct{})
@@ -53,7 +57,8 @@ func progressLine(label string, total, done int, elapsed time.Duration) string {
 		strings.Repeat(" ", width-filled), 100*done/total, done, total, rate, elapsed.Truncate(100*time.Millisecond), eta)
 }
 
-func isTerminal(w io.Writer) bool {
+// IsTerminal reports whether w is a character device: a terminal.
+func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
