@@ -10,7 +10,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -80,19 +79,7 @@ func (f *recording) proposals() []*engine.Proposal {
 // refused before any proposal, the upstream never sees them, and the
 // refusal is audited.
 func TestGateForwardsWhatWasDecided(t *testing.T) {
-	pol, err := restartPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
-	client, err := fleet.NewClient(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants, err := fleet.NewGrants(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, client, grants := grantingGated(t)
 	open := map[string]any{"type": "object", "properties": map[string]any{
 		"host": map[string]any{"type": "string"}, "opts": map[string]any{"type": "object"}}}
 	closed := map[string]any{"type": "object", "additionalProperties": false, "properties": map[string]any{

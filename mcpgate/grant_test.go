@@ -29,6 +29,26 @@ var restartPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
 	return policies.Compile(context.Background(), b)
 })
 
+// grantingGated starts gated with restartPolicy, signing grants, and
+// connects a fleet client and grant checker to it.
+func grantingGated(t *testing.T) (*bustest.Gated, *fleet.Client, *fleet.Grants) {
+	t.Helper()
+	pol, err := restartPolicy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
+	client, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	grants, err := fleet.NewGrants(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, client, grants
+}
+
 // tampering proposes through the real client and rewrites the verdict
 // it hands the gate: what a compromised transport could do.
 type tampering struct {
@@ -49,19 +69,7 @@ func (f tampering) ProposeWith(ctx context.Context, p *engine.Proposal, opts ...
 // or missing grant means the upstream never sees the call. A forwarded
 // call's outcome (an isError result is failed) is audited by gated.
 func TestGateUsesGrantBeforeForwarding(t *testing.T) {
-	pol, err := restartPolicy()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := bustest.StartGrantingGated(t, bus.Config{}, 5*time.Minute, pol)
-	client, err := fleet.NewClient(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	grants, err := fleet.NewGrants(g.NC)
-	if err != nil {
-		t.Fatal(err)
-	}
+	g, client, grants := grantingGated(t)
 	var calls atomic.Int32
 	s := mcp.NewServer(&mcp.Implementation{Name: "upstream", Version: "1"}, nil)
 	s.AddTool(objectTool("restart", "host", "fail"), func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
