@@ -430,7 +430,7 @@ mutant verdict_trimmed_when_rebuilt bus/audit/compact.go ./bus/audit \
 # An event whose data is not JSON is refused before it reaches a record.
 mutant audit_event_data_json bus/audit/writer.go ./bus/audit \
 	'case len(t) > 0 && !jsonscan.Valid(t):' \
-	'case len(t) < 0:'
+	'case len(t) < 0 && !jsonscan.Valid(t):'
 # The one-pass proposal reader (engine/decodefast.go) reads only what the
 # strict reading accepts: a key twice or a key that is not, byte for
 # byte, a field leaves the proposal to encoding/json and the key check.
