@@ -98,7 +98,7 @@ func parsePublishMode(s string) (audit.PublishMode, error) {
 func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, embedded bool, log *zap.Logger) ([]byte, error) {
 	var (
 		key     []byte
-		keyFile = o.auditKeyFile
+		keyFile = o.AuditKeyFile
 		err     error
 	)
 	switch {
@@ -111,7 +111,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 				zap.String("file", keyFile), zap.Stringer("mode", st.Mode().Perm()))
 		}
 	case embedded:
-		keyFile = filepath.Join(o.dataDir, auditKeyFile)
+		keyFile = filepath.Join(o.DataDir, auditKeyFile)
 		if key, err = readAuditKey(keyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
@@ -121,7 +121,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 	cancel()
 	var mismatch *audit.KeyError
 	switch {
-	case errors.As(err, &mismatch) && o.auditKeyRotate:
+	case errors.As(err, &mismatch) && o.AuditKeyRotate:
 		// Logged below, once the new key is known.
 	case errors.As(err, &mismatch):
 		return nil, auditKeyRefusal(mismatch, o, keyFile, embedded)
@@ -132,7 +132,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 	case key != nil:
 	case embedded:
 		var created bool
-		if key, _, created, err = ensureAuditKey(o.dataDir); err != nil {
+		if key, _, created, err = ensureAuditKey(o.DataDir); err != nil {
 			return nil, err
 		}
 		if created {
@@ -163,7 +163,7 @@ func auditKeyRefusal(e *audit.KeyError, o serveOptions, keyFile string, embedded
 	const share = "give every gated on this stream the same key: --audit-key-file FILE, GATED_AUDIT_KEY_FILE=FILE or audit_key_file in the --config file"
 	const rotate = "; to start a new key on purpose, add --audit-key-rotate"
 	switch {
-	case e.Problem == audit.KeyMissing && embedded && o.auditKeyFile == "":
+	case e.Problem == audit.KeyMissing && embedded && o.AuditKeyFile == "":
 		return fmt.Errorf("%s is missing, yet the audit stream holds records MACed with key %s (the newest at seq %d): restore the key file from your copy, or give it with --audit-key-file%s",
 			keyFile, e.RecordKeyID, e.Seq, rotate)
 	case e.Problem == audit.KeyMissing:
@@ -184,15 +184,15 @@ func newServeAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions
 // newObservedAuditor is newServeAuditor whose writer tells onSeal how
 // long each trail's append took (audit.Config.OnSeal); onSeal may be nil.
 func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger, onSeal func(time.Duration, error)) (*audit.Writer, error) {
-	mode, err := parsePublishMode(o.auditPublish)
+	mode, err := parsePublishMode(o.AuditPublish)
 	if err != nil {
 		return nil, err
 	}
-	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, Uncompressed: !o.auditCompress, OnSeal: onSeal})
+	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, Uncompressed: !o.AuditCompress, OnSeal: onSeal})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("audit trail", zap.String("instance", a.Instance()), zap.String("key_id", a.KeyID()), zap.Bool("atomic_batches", a.Batching()), zap.Bool("compressed", o.auditCompress))
+	log.Info("audit trail", zap.String("instance", a.Instance()), zap.String("key_id", a.KeyID()), zap.Bool("atomic_batches", a.Batching()), zap.Bool("compressed", o.AuditCompress))
 	return a, nil
 }
 

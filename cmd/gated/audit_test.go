@@ -366,7 +366,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	o := serveOptions{dataDir: t.TempDir(), auditPublish: "auto"}
+	o := serveOptions{DataDir: t.TempDir(), AuditPublish: "auto"}
 	key, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +376,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAuditor(context.Background(), a, zap.NewNop())
-	stored, err := readAuditKey(filepath.Join(o.dataDir, auditKeyFile))
+	stored, err := readAuditKey(filepath.Join(o.DataDir, auditKeyFile))
 	if err != nil || a.KeyID() != audit.KeyID(stored) {
 		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
 	}
@@ -385,12 +385,12 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if err != nil || none != nil {
 		t.Fatalf("external server without a key on an empty stream: key %x, err %v", none, err)
 	}
-	external, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "one-at-a-time"}, nil, zap.NewNop())
+	external, err := newServeAuditor(t.Context(), js, serveOptions{AuditPublish: "one-at-a-time"}, nil, zap.NewNop())
 	if err != nil || external.KeyID() != "" || external.Batching() {
 		t.Fatalf("external server without a key: key id %q, batching %v, err %v", external.KeyID(), external.Batching(), err)
 	}
 	defer closeAuditor(context.Background(), external, zap.NewNop())
-	piped, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "pipelined"}, nil, zap.NewNop())
+	piped, err := newServeAuditor(t.Context(), js, serveOptions{AuditPublish: "pipelined"}, nil, zap.NewNop())
 	if err != nil || !piped.Pipelined() {
 		t.Fatalf("--audit-publish pipelined: pipelined %v, err %v", err == nil && piped.Pipelined(), err)
 	}
@@ -398,7 +398,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if !a.Pipelined() {
 		t.Error("auto on the embedded server's R1 file stream does not pipeline")
 	}
-	if _, err := newServeAuditor(t.Context(), js, serveOptions{auditPublish: "sometimes"}, nil, zap.NewNop()); exitCode(err) != exitUsage {
+	if _, err := newServeAuditor(t.Context(), js, serveOptions{AuditPublish: "sometimes"}, nil, zap.NewNop()); exitCode(err) != exitUsage {
 		t.Fatalf("--audit-publish sometimes: %v", err)
 	}
 }
@@ -414,7 +414,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstDir := t.TempDir()
-	first := serveOptions{dataDir: firstDir, auditPublish: "auto"}
+	first := serveOptions{DataDir: firstDir, AuditPublish: "auto"}
 	key, err := serveAuditKey(t.Context(), js, first, true, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -443,14 +443,14 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 	}{
 		{note: "external without a key", o: serveOptions{},
 			say: []string{"no audit key", "--audit-key-file", "GATED_AUDIT_KEY_FILE", "audit_key_file", "--audit-key-rotate"}},
-		{note: "external with another key", o: serveOptions{auditKeyFile: otherFile},
+		{note: "external with another key", o: serveOptions{AuditKeyFile: otherFile},
 			say: []string{otherFile, "--audit-key-file", "--audit-key-rotate"}},
-		{note: "external with the key", o: serveOptions{auditKeyFile: keyFile}, keyID: audit.KeyID(key)},
-		{note: "external with another key, rotating", o: serveOptions{auditKeyFile: otherFile, auditKeyRotate: true},
+		{note: "external with the key", o: serveOptions{AuditKeyFile: keyFile}, keyID: audit.KeyID(key)},
+		{note: "external with another key, rotating", o: serveOptions{AuditKeyFile: otherFile, AuditKeyRotate: true},
 			keyID: audit.KeyID([]byte("another key of thirty-two bytes!"))},
-		{note: "embedded whose key file is gone", o: serveOptions{dataDir: emptyDir()}, embedded: true,
+		{note: "embedded whose key file is gone", o: serveOptions{DataDir: emptyDir()}, embedded: true,
 			say: []string{auditKeyFile, "is missing", "--audit-key-rotate"}},
-		{note: "embedded with the key", o: serveOptions{dataDir: firstDir}, embedded: true, keyID: audit.KeyID(key)},
+		{note: "embedded with the key", o: serveOptions{DataDir: firstDir}, embedded: true, keyID: audit.KeyID(key)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -470,14 +470,14 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 				}
 			}
 			if tc.embedded {
-				if _, err := os.Stat(filepath.Join(tc.o.dataDir, auditKeyFile)); !errors.Is(err, os.ErrNotExist) {
+				if _, err := os.Stat(filepath.Join(tc.o.DataDir, auditKeyFile)); !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("a refused start wrote a key file: %v", err)
 				}
 			}
 		})
 	}
 	// With --audit-key-rotate, the embedded server makes itself a new key.
-	o := serveOptions{dataDir: emptyDir(), auditKeyRotate: true}
+	o := serveOptions{DataDir: emptyDir(), AuditKeyRotate: true}
 	got, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
 	if err != nil || len(got) != audit.MinKeyLen || audit.KeyID(got) == audit.KeyID(key) {
 		t.Fatalf("rotating with no key file: key %s, err %v; want a new key", audit.KeyID(got), err)

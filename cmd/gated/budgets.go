@@ -24,7 +24,7 @@ import (
 // or empty one is logged with its file and line, and the limits in force
 // stay.
 func (s *gateServer) watchBudgets() {
-	path, every := s.o.budgets, s.o.budgetsWatch
+	path, every := s.o.Budgets, s.o.BudgetsPoll
 	if path == "" || every <= 0 {
 		return
 	}

@@ -49,7 +49,7 @@ func pluginSpecs(ctx context.Context, o serveOptions) ([]plugins.Spec, string, e
 		// A plugin's environment is minimal: pass the providers' keys and
 		// addresses, and nothing else of gated's.
 		spec.Env = llm.Environ()
-		spec.MaxConcurrency = o.llmMaxConc
+		spec.MaxConcurrency = o.LLMMaxConcurrency
 		specs = append(specs, spec)
 		from[llm.Name] = "the bundled reviewers"
 	}
@@ -67,24 +67,24 @@ func pluginSpecs(ctx context.Context, o serveOptions) ([]plugins.Spec, string, e
 	if err := add("config file "+cfg.path, cfg.plugins); err != nil {
 		return nil, "", err
 	}
-	if o.pluginsDir != "" {
-		dirSpecs, err := plugins.DirSpecs(o.pluginsDir)
+	if o.PluginsDir != "" {
+		dirSpecs, err := plugins.DirSpecs(o.PluginsDir)
 		if err != nil {
 			return nil, "", err
 		}
-		if err := add("plugin directory "+o.pluginsDir, dirSpecs); err != nil {
+		if err := add("plugin directory "+o.PluginsDir, dirSpecs); err != nil {
 			return nil, "", err
 		}
 	}
-	if _, ok := from[o.defaultPlugin]; !ok {
+	if _, ok := from[o.DefaultPlugin]; !ok {
 		names := make([]string, 0, len(from))
 		for n := range from {
 			names = append(names, n)
 		}
 		sort.Strings(names)
-		return nil, "", usageError("--default-plugin %q is not a configured plugin (have: %s)", o.defaultPlugin, strings.Join(names, ", "))
+		return nil, "", usageError("--default-plugin %q is not a configured plugin (have: %s)", o.DefaultPlugin, strings.Join(names, ", "))
 	}
-	return specs, o.defaultPlugin, nil
+	return specs, o.DefaultPlugin, nil
 }
 
 // wantsLLM reports whether serve should run the bundled llm reviewer: it
@@ -93,10 +93,10 @@ func pluginSpecs(ctx context.Context, o serveOptions) ([]plugins.Spec, string, e
 // that never routes to it does not run it. A persona naming llm that
 // appears on a later reload is blocked until gated restarts.
 func wantsLLM(o serveOptions) (bool, error) {
-	if o.defaultPlugin == llm.Name {
+	if o.DefaultPlugin == llm.Name {
 		return true, nil
 	}
-	reg, _, err := personas.Load(o.personasDir)
+	reg, _, err := personas.Load(o.PersonasDir)
 	if err != nil {
 		return false, fmt.Errorf("loading personas: %w", err)
 	}

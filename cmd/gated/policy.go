@@ -33,10 +33,10 @@ replay alone reads NATS: the audit stream whose history it decides again.`,
 // positional DIR of `test` and `check`, the same as --policies DIR.
 func loadPolicyBundle(o *policySourceOptions, args []string, errw io.Writer) (*policies.Bundle, []string, error) {
 	if len(args) > 0 {
-		if o.dir != "" {
-			return nil, nil, usageError("give the policy directory either as an argument or as --policies, not both (%s and %s)", args[0], o.dir)
+		if o.Dir != "" {
+			return nil, nil, usageError("give the policy directory either as an argument or as --policies, not both (%s and %s)", args[0], o.Dir)
 		}
-		o.dir = args[0]
+		o.Dir = args[0]
 	}
 	src, note, err := o.sources()
 	if err != nil {

@@ -12,17 +12,17 @@ import (
 // policySourceOptions are the flags that say where the policy comes from,
 // shared by serve and the policy commands.
 type policySourceOptions struct {
-	dir       string
-	replace   bool
-	dataFiles []string
-	evaluator string
+	Dir       string
+	Replace   bool
+	DataFiles []string
+	Evaluator string
 }
 
 func (o *policySourceOptions) register(f *pflag.FlagSet) {
-	f.StringVar(&o.dir, "policies", "", "directory of .rego files and data documents added to the embedded default bundle")
-	f.BoolVar(&o.replace, "policies-replace", false, "use --policies instead of the embedded default bundle")
-	f.StringArrayVar(&o.dataFiles, "policy-data", nil, "YAML or JSON data document merged at the data root (repeatable), e.g. a file with gated: {config: ...}")
-	f.StringVar(&o.evaluator, "policy-evaluator", "auto", "auto: interpret OPA's plan of the decision when the policy allows it, else topdown; topdown: always OPA's general evaluator")
+	f.StringVar(&o.Dir, "policies", "", "directory of .rego files and data documents added to the embedded default bundle")
+	f.BoolVar(&o.Replace, "policies-replace", false, "use --policies instead of the embedded default bundle")
+	f.StringArrayVar(&o.DataFiles, "policy-data", nil, "YAML or JSON data document merged at the data root (repeatable), e.g. a file with gated: {config: ...}")
+	f.StringVar(&o.Evaluator, "policy-evaluator", "auto", "auto: interpret OPA's plan of the decision when the policy allows it, else topdown; topdown: always OPA's general evaluator")
 }
 
 // sources returns the policy sources the flags name, and a note for the
@@ -49,24 +49,24 @@ func (o *policySourceOptions) sources() (policies.Sources, string, error) {
 
 // flagSources is what the flags say, checked.
 func (o *policySourceOptions) flagSources() (policies.Sources, error) {
-	if o.replace && o.dir == "" {
+	if o.Replace && o.Dir == "" {
 		return policies.Sources{}, usageError("--policies-replace needs --policies DIR: there must be a policy to use instead of the default")
 	}
 	var topdown bool
-	switch o.evaluator {
+	switch o.Evaluator {
 	case "auto", "":
 	case policies.EvaluatorTopdown:
 		topdown = true
 	default:
-		return policies.Sources{}, usageError("--policy-evaluator %q: want auto or topdown", o.evaluator)
+		return policies.Sources{}, usageError("--policy-evaluator %q: want auto or topdown", o.Evaluator)
 	}
-	return policies.Sources{Dir: o.dir, Replace: o.replace, DataFiles: o.dataFiles, Topdown: topdown}, nil
+	return policies.Sources{Dir: o.Dir, Replace: o.Replace, DataFiles: o.DataFiles, Topdown: topdown}, nil
 }
 
 // compileOptions are the Compile options the flags ask for; sources has
 // checked them.
 func (o *policySourceOptions) compileOptions() []policies.CompileOption {
-	if o.evaluator == policies.EvaluatorTopdown {
+	if o.Evaluator == policies.EvaluatorTopdown {
 		return []policies.CompileOption{policies.Topdown()}
 	}
 	return nil

@@ -101,7 +101,7 @@ const exitFlipped = 4
 
 func (o *policyReplayOptions) check() error {
 	switch {
-	case o.bundle.dir == "":
+	case o.bundle.Dir == "":
 		return usageError("--policies DIR is required: the candidate policy to replay")
 	case o.since < 0:
 		return usageError("--since %s: want a positive duration", o.since)

@@ -49,8 +49,8 @@ func (o *rereviewOptions) check() error {
 // deployment's connection nc, as serve forwards them.
 func (o *policyReplayOptions) candidateReviewers(reg engine.Personas, ev *policies.Evaluator, nc *nats.Conn) replay.ReviewersConfig {
 	setup := serveOptions{
-		personasDir: o.personasDir, pluginsDir: o.rereview.pluginsDir,
-		defaultPlugin: o.rereview.defaultPlugin, llmMaxConc: o.rereview.concurrency,
+		PersonasDir: o.personasDir, PluginsDir: o.rereview.pluginsDir,
+		DefaultPlugin: o.rereview.defaultPlugin, LLMMaxConcurrency: o.rereview.concurrency,
 	}
 	cfg := replay.ReviewersConfig{
 		Personas: reg, Catalog: ev.Catalog(),

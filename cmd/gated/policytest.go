@@ -74,7 +74,7 @@ func runPolicyTest(ctx context.Context, w, errw io.Writer, o *policyTestOptions,
 	if err != nil {
 		return err
 	}
-	userOnly := o.bundle.dir != "" && !o.includeDefault
+	userOnly := o.bundle.Dir != "" && !o.includeDefault
 	if userOnly {
 		b = b.UserTests()
 	}

@@ -162,7 +162,7 @@ func (s *gateServer) stopWatchers() {
 // claimResources refuses usage errors first; then it claims what can be
 // checked at once, before anything is loaded or logged.
 func (s *gateServer) claimResources(context.Context) error {
-	src, note, err := s.o.policy.sources()
+	src, note, err := s.o.Policy.sources()
 	if err != nil {
 		return err
 	}
@@ -195,14 +195,14 @@ func (s *gateServer) loadPolicy(ctx context.Context) error {
 	s.log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
 		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
 	s.live = live
-	s.m = newMetrics(live, s.o.metricsTenantLabels)
+	s.m = newMetrics(live, s.o.MetricsTenantLabels)
 	return nil
 }
 
 // loadPersonas loads the personas and the plugin configuration, and warns
 // about personas that name no configured plugin.
 func (s *gateServer) loadPersonas(ctx context.Context) error {
-	reg, warnings, err := personas.Load(s.o.personasDir)
+	reg, warnings, err := personas.Load(s.o.PersonasDir)
 	if err != nil {
 		return fmt.Errorf("loading personas: %w", err)
 	}
@@ -226,7 +226,7 @@ func (s *gateServer) loadPersonas(ctx context.Context) error {
 // --personas-watch. Reloads swap the registry whole; reviews in flight
 // keep the persona they looked up.
 func (s *gateServer) watchPersonas(context.Context) error {
-	if !s.o.personasWatch || s.o.personasDir == "" {
+	if !s.o.PersonasWatch || s.o.PersonasDir == "" {
 		return nil
 	}
 	s.watchers.Go(func() {
@@ -260,9 +260,9 @@ func (s *gateServer) newPluginHost(context.Context) error {
 // startNATS starts the embedded server unless --nats-url names one, and
 // connects to it.
 func (s *gateServer) startNATS(context.Context) error {
-	s.url = s.o.natsURL
+	s.url = s.o.NATSURL
 	if s.url == "" {
-		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.o.natsListen, StoreDir: s.o.dataDir}, s.log)
+		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.o.NATSListen, StoreDir: s.o.DataDir}, s.log)
 		if err != nil {
 			return err
 		}
@@ -273,7 +273,7 @@ func (s *gateServer) startNATS(context.Context) error {
 		})
 		s.url = embedded.ClientURL()
 	}
-	nc, err := s.o.natsConn.connect(s.url, "gated", natsErrorLog(s.log))
+	nc, err := s.o.NATSConn.connect(s.url, "gated", natsErrorLog(s.log))
 	if err != nil {
 		return err
 	}
@@ -302,9 +302,9 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	s.auditKey = auditKey
 	o := s.o
 	s.busCfg = bus.Config{
-		Replicas: o.replicas, MaxInFlight: o.maxInFlight, TenantMaxInFlight: o.tenantMaxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
-		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
-		DuplicateWindow: o.duplicateWindow,
+		Replicas: o.Replicas, MaxInFlight: o.MaxInFlight, TenantMaxInFlight: o.TenantMaxInFlight, VerdictTTL: o.VerdictTTL, AuditMaxAge: o.AuditMaxAge,
+		AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, MaxAckPending: o.MaxAckPending,
+		DuplicateWindow: o.DuplicateWindow,
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	s.res, err = bus.Setup(setupCtx, s.js, s.busCfg)
@@ -348,7 +348,7 @@ func (s *gateServer) startPlugins(ctx context.Context) error {
 	s.host.SetReviewObserver(s.m.obs.observeReview)
 	s.m.reg.MustRegister(pluginCollector{s.host})
 	s.onStop("the audit of plugin events", auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
-	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
+	s.host.SetTools(toolConfig(s.nc, s.live, s.o.ToolTimeout))
 	return s.host.Start(ctx)
 }
 
@@ -362,7 +362,7 @@ func (s *gateServer) startNotifier(ctx context.Context) error {
 		return nil
 	}
 	n, err := notify.New(s.js, s.sinks, notify.Options{
-		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.o.replicas,
+		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.o.Replicas,
 		Log: s.log.Named("notify"), Observe: s.m.notifyObserver(),
 	})
 	if err != nil {
@@ -376,18 +376,18 @@ func (s *gateServer) startNotifier(ctx context.Context) error {
 	for _, sk := range s.sinks.Sinks {
 		names = append(names, sk.Name+" "+sk.Endpoint())
 	}
-	s.log.Info("webhook notifications", zap.String("file", s.o.notify), zap.Strings("sinks", names))
+	s.log.Info("webhook notifications", zap.String("file", s.o.Notify), zap.Strings("sinks", names))
 	return nil
 }
 
 // watchPolicy reloads the policy when its files change, with
 // --policy-watch and a policy of files.
 func (s *gateServer) watchPolicy(context.Context) error {
-	if !s.o.policyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
+	if !s.o.PolicyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
 		return nil
 	}
 	s.watchers.Go(func() {
-		poll := s.o.policyPoll
+		poll := s.o.PolicyPoll
 		if poll == 0 {
 			poll = -1
 		}
@@ -402,13 +402,13 @@ func (s *gateServer) watchPolicy(context.Context) error {
 // worker that feeds it proposals.
 func (s *gateServer) startWorker(context.Context) error {
 	o := s.o
-	dedupeWindow := o.dedupeWindow
+	dedupeWindow := o.DedupeWindow
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
 	}
 	s.store = store.New(s.res.Verdicts, store.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
 	setupCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	kv, err := budget.Setup(setupCtx, s.js, o.replicas)
+	kv, err := budget.Setup(setupCtx, s.js, o.Replicas)
 	cancel()
 	if err != nil {
 		return err
@@ -425,10 +425,10 @@ func (s *gateServer) startWorker(context.Context) error {
 		Router:           s.host,
 		Store:            telemetry.Store(s.store, s.m.obs.observeClaimWait),
 		Trace:            telemetry.Stage,
-		ReviewTimeout:    o.reviewTimeout,
-		OperatorDeadline: o.operatorDeadline,
+		ReviewTimeout:    o.ReviewTimeout,
+		OperatorDeadline: o.OperatorDeadline,
 		DedupeWindow:     dedupeWindow,
-		DedupeMax:        o.dedupeMax,
+		DedupeMax:        o.DedupeMax,
 		Shadow:           s.shadowPolicy(),
 		Budgets:          s.budgets,
 		// The counters are read for the policy input only when the policy
@@ -437,7 +437,7 @@ func (s *gateServer) startWorker(context.Context) error {
 			return s.live.ReadsBudget() || (s.shadow != nil && s.shadow.ReadsBudget())
 		},
 		OnShadow: s.m.onShadow(),
-		Grants:   engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL, Issued: s.grants.Issued},
+		Grants:   engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.GrantTTL, Issued: s.grants.Issued},
 	})
 	if err != nil {
 		return err
@@ -478,10 +478,10 @@ func (s *gateServer) startWorker(context.Context) error {
 // startReviewService starts the request/reply endpoints, with the
 // operator decisions endpoint when operators are configured.
 func (s *gateServer) startReviewService(context.Context) error {
-	if !s.o.reviewService {
+	if !s.o.ReviewService {
 		return nil
 	}
-	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
+	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.ReviewWait}
 	if s.operators != nil {
 		var err error
 		followUps := bus.NewFollowUps(s.js, s.store).Send
@@ -502,7 +502,7 @@ func (s *gateServer) startReviewService(context.Context) error {
 		for _, op := range s.operators.Signers() {
 			ids = append(ids, op.ID)
 		}
-		s.log.Info("operator decisions accepted", zap.String("file", s.o.operators), zap.Strings("operators", ids))
+		s.log.Info("operator decisions accepted", zap.String("file", s.o.Operators), zap.Strings("operators", ids))
 	}
 	review, err := bus.StartService(s.nc, svcCfg, s.log.Named("review"))
 	if err != nil {

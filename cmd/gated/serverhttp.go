@@ -12,7 +12,7 @@ import (
 // and marks the gate ready.
 func (s *gateServer) startHTTP(context.Context) error {
 	s.ready.Store(true)
-	if s.o.httpAddr == "" {
+	if s.o.HTTPAddr == "" {
 		return nil
 	}
 	con, err := s.console()
@@ -27,7 +27,7 @@ func (s *gateServer) startHTTP(context.Context) error {
 	if s.o.metricsListener() == "--http" {
 		metrics = metricsHandler(s.m)
 	}
-	stopHTTP, err := serveHTTP(s.o.httpAddr, s.o.pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
+	stopHTTP, err := serveHTTP(s.o.HTTPAddr, s.o.Pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
 	if err != nil {
 		if con != nil {
 			con.Close()

@@ -14,18 +14,18 @@ import (
 // shadowOptions are the flags of the shadow policy: a candidate decided
 // beside the live policy on every proposal, which never changes a verdict.
 type shadowOptions struct {
-	dir     string
-	replace bool
+	Dir     string
+	Replace bool
 }
 
 func (o *shadowOptions) register(f *pflag.FlagSet) {
-	f.StringVar(&o.dir, "shadow-policies", "", "directory of a candidate policy decided beside the live one on every proposal (added to the embedded default bundle); it never changes a verdict, differences are audited as policy.shadow_differs")
-	f.BoolVar(&o.replace, "shadow-policies-replace", false, "use --shadow-policies instead of the embedded default bundle")
+	f.StringVar(&o.Dir, "shadow-policies", "", "directory of a candidate policy decided beside the live one on every proposal (added to the embedded default bundle); it never changes a verdict, differences are audited as policy.shadow_differs")
+	f.BoolVar(&o.Replace, "shadow-policies-replace", false, "use --shadow-policies instead of the embedded default bundle")
 }
 
 // check refuses flags that cannot work together.
 func (o *shadowOptions) check() error {
-	if o.replace && o.dir == "" {
+	if o.Replace && o.Dir == "" {
 		return usageError("--shadow-policies-replace needs --shadow-policies DIR: there must be a candidate to use instead of the default")
 	}
 	return nil
@@ -35,10 +35,10 @@ func (o *shadowOptions) check() error {
 // that does not build is logged and left out until a reload builds it:
 // it never stops gated, nor touches a live decision.
 func (s *gateServer) loadShadow(ctx context.Context) error {
-	if s.o.shadow.dir == "" {
+	if s.o.Shadow.Dir == "" {
 		return nil
 	}
-	src := policies.Sources{Dir: s.o.shadow.dir, Replace: s.o.shadow.replace, DataFiles: s.src.DataFiles, Topdown: s.src.Topdown}
+	src := policies.Sources{Dir: s.o.Shadow.Dir, Replace: s.o.Shadow.Replace, DataFiles: s.src.DataFiles, Topdown: s.src.Topdown}
 	log := s.log.Named("shadow")
 	shadow, err := policies.NewCandidate(ctx, src, func(r policies.Reload) { logShadowReload(log, r) })
 	if err != nil {
@@ -55,11 +55,11 @@ func (s *gateServer) loadShadow(ctx context.Context) error {
 // watchShadow reloads the shadow policy when its files change, as
 // --policy-watch does the live one.
 func (s *gateServer) watchShadow(context.Context) error {
-	if s.shadow == nil || !s.o.policyWatch {
+	if s.shadow == nil || !s.o.PolicyWatch {
 		return nil
 	}
 	s.watchers.Go(func() {
-		poll := s.o.policyPoll
+		poll := s.o.PolicyPoll
 		if poll == 0 {
 			poll = -1
 		}

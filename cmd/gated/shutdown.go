@@ -56,9 +56,9 @@ func (s *gateServer) onStop(name string, stop func()) {
 // returns an error, already logged, when it abandoned anything.
 func (s *gateServer) shutdown() error {
 	began := time.Now()
-	graceEnd := began.Add(s.o.shutdownGrace)
+	graceEnd := began.Add(s.o.ShutdownGrace)
 	s.ready.Store(false)
-	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.o.shutdownGrace))
+	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.o.ShutdownGrace))
 	abandoned := s.stopAll(graceEnd, []stopStep{
 		// No reload lands while proposals drain.
 		{"the policy and persona watchers", s.stopWatchers},
@@ -69,7 +69,7 @@ func (s *gateServer) shutdown() error {
 		return nil
 	}
 	s.log.Error("shutdown abandoned what it could not finish; gated stopped", zap.Strings("abandoned", abandoned),
-		zap.Duration("grace", s.o.shutdownGrace), zap.Duration("took", time.Since(began)))
+		zap.Duration("grace", s.o.ShutdownGrace), zap.Duration("took", time.Since(began)))
 	return &exitError{code: exitFailure, silent: true, err: fmt.Errorf("shutdown abandoned %s", strings.Join(abandoned, "; "))}
 }
 
