@@ -95,7 +95,7 @@ func parsePublishMode(s string) (audit.PublishMode, error) {
 // key, does not start, and a missing <data-dir>/audit.key is not replaced
 // while the stream holds MACed records, unless --audit-key-rotate says the
 // change is meant.
-func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, embedded bool, log *zap.Logger) ([]byte, error) {
+func serveAuditKey(ctx context.Context, js jetstream.JetStream, o Config, embedded bool, log *zap.Logger) ([]byte, error) {
 	var (
 		key     []byte
 		keyFile = o.AuditKeyFile
@@ -159,7 +159,7 @@ func keyID(key []byte) string {
 
 // auditKeyRefusal explains why serve does not start with the key it has,
 // and how to give it the right one.
-func auditKeyRefusal(e *audit.KeyError, o serveOptions, keyFile string, embedded bool) error {
+func auditKeyRefusal(e *audit.KeyError, o Config, keyFile string, embedded bool) error {
 	const share = "give every gated on this stream the same key: --audit-key-file FILE, GATED_AUDIT_KEY_FILE=FILE or audit_key_file in the --config file"
 	const rotate = "; to start a new key on purpose, add --audit-key-rotate"
 	switch {
@@ -177,13 +177,13 @@ func auditKeyRefusal(e *audit.KeyError, o serveOptions, keyFile string, embedded
 
 // newServeAuditor starts serve's audit writer with the key serveAuditKey
 // chose.
-func newServeAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger) (*audit.Writer, error) {
+func newServeAuditor(ctx context.Context, js jetstream.JetStream, o Config, key []byte, log *zap.Logger) (*audit.Writer, error) {
 	return newObservedAuditor(ctx, js, o, key, log, nil)
 }
 
 // newObservedAuditor is newServeAuditor whose writer tells onSeal how
 // long each trail's append took (audit.Config.OnSeal); onSeal may be nil.
-func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger, onSeal func(time.Duration, error)) (*audit.Writer, error) {
+func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o Config, key []byte, log *zap.Logger, onSeal func(time.Duration, error)) (*audit.Writer, error) {
 	mode, err := parsePublishMode(o.AuditPublish)
 	if err != nil {
 		return nil, err

@@ -366,7 +366,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	o := serveOptions{DataDir: t.TempDir(), AuditPublish: "auto"}
+	o := Config{DataDir: t.TempDir(), AuditPublish: "auto"}
 	key, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -381,16 +381,16 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
 	}
 	// Nothing is recorded yet, so a gated without a key may still join.
-	none, err := serveAuditKey(t.Context(), js, serveOptions{}, false, zap.NewNop())
+	none, err := serveAuditKey(t.Context(), js, Config{}, false, zap.NewNop())
 	if err != nil || none != nil {
 		t.Fatalf("external server without a key on an empty stream: key %x, err %v", none, err)
 	}
-	external, err := newServeAuditor(t.Context(), js, serveOptions{AuditPublish: "one-at-a-time"}, nil, zap.NewNop())
+	external, err := newServeAuditor(t.Context(), js, Config{AuditPublish: "one-at-a-time"}, nil, zap.NewNop())
 	if err != nil || external.KeyID() != "" || external.Batching() {
 		t.Fatalf("external server without a key: key id %q, batching %v, err %v", external.KeyID(), external.Batching(), err)
 	}
 	defer closeAuditor(context.Background(), external, zap.NewNop())
-	piped, err := newServeAuditor(t.Context(), js, serveOptions{AuditPublish: "pipelined"}, nil, zap.NewNop())
+	piped, err := newServeAuditor(t.Context(), js, Config{AuditPublish: "pipelined"}, nil, zap.NewNop())
 	if err != nil || !piped.Pipelined() {
 		t.Fatalf("--audit-publish pipelined: pipelined %v, err %v", err == nil && piped.Pipelined(), err)
 	}
@@ -398,7 +398,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 	if !a.Pipelined() {
 		t.Error("auto on the embedded server's R1 file stream does not pipeline")
 	}
-	if _, err := newServeAuditor(t.Context(), js, serveOptions{AuditPublish: "sometimes"}, nil, zap.NewNop()); exitCode(err) != exitUsage {
+	if _, err := newServeAuditor(t.Context(), js, Config{AuditPublish: "sometimes"}, nil, zap.NewNop()); exitCode(err) != exitUsage {
 		t.Fatalf("--audit-publish sometimes: %v", err)
 	}
 }
@@ -414,7 +414,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	firstDir := t.TempDir()
-	first := serveOptions{DataDir: firstDir, AuditPublish: "auto"}
+	first := Config{DataDir: firstDir, AuditPublish: "auto"}
 	key, err := serveAuditKey(t.Context(), js, first, true, zap.NewNop())
 	if err != nil {
 		t.Fatal(err)
@@ -436,21 +436,21 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 
 	tests := []struct {
 		note     string
-		o        serveOptions
+		o        Config
 		embedded bool
 		say      []string // the refusal says each; none: accepted
 		keyID    string   // the key accepted
 	}{
-		{note: "external without a key", o: serveOptions{},
+		{note: "external without a key", o: Config{},
 			say: []string{"no audit key", "--audit-key-file", "GATED_AUDIT_KEY_FILE", "audit_key_file", "--audit-key-rotate"}},
-		{note: "external with another key", o: serveOptions{AuditKeyFile: otherFile},
+		{note: "external with another key", o: Config{AuditKeyFile: otherFile},
 			say: []string{otherFile, "--audit-key-file", "--audit-key-rotate"}},
-		{note: "external with the key", o: serveOptions{AuditKeyFile: keyFile}, keyID: audit.KeyID(key)},
-		{note: "external with another key, rotating", o: serveOptions{AuditKeyFile: otherFile, AuditKeyRotate: true},
+		{note: "external with the key", o: Config{AuditKeyFile: keyFile}, keyID: audit.KeyID(key)},
+		{note: "external with another key, rotating", o: Config{AuditKeyFile: otherFile, AuditKeyRotate: true},
 			keyID: audit.KeyID([]byte("another key of thirty-two bytes!"))},
-		{note: "embedded whose key file is gone", o: serveOptions{DataDir: emptyDir()}, embedded: true,
+		{note: "embedded whose key file is gone", o: Config{DataDir: emptyDir()}, embedded: true,
 			say: []string{auditKeyFile, "is missing", "--audit-key-rotate"}},
-		{note: "embedded with the key", o: serveOptions{DataDir: firstDir}, embedded: true, keyID: audit.KeyID(key)},
+		{note: "embedded with the key", o: Config{DataDir: firstDir}, embedded: true, keyID: audit.KeyID(key)},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -477,7 +477,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 		})
 	}
 	// With --audit-key-rotate, the embedded server makes itself a new key.
-	o := serveOptions{DataDir: emptyDir(), AuditKeyRotate: true}
+	o := Config{DataDir: emptyDir(), AuditKeyRotate: true}
 	got, err := serveAuditKey(t.Context(), js, o, true, zap.NewNop())
 	if err != nil || len(got) != audit.MinKeyLen || audit.KeyID(got) == audit.KeyID(key) {
 		t.Fatalf("rotating with no key file: key %s, err %v; want a new key", audit.KeyID(got), err)

@@ -23,8 +23,8 @@ import (
 // change once two polls in a row read it the same and it is valid; a bad
 // or empty one is logged with its file and line, and the limits in force
 // stay.
-func (s *gateServer) watchBudgets() {
-	path, every := s.o.Budgets, s.o.BudgetsPoll
+func (s *Server) watchBudgets() {
+	path, every := s.cfg.Budgets, s.cfg.BudgetsPoll
 	if path == "" || every <= 0 {
 		return
 	}

@@ -130,9 +130,9 @@ func checkGrantTTL(ttl time.Duration) error {
 
 // startGrants loads the grant key ring, publishes its keys, serves the
 // grant endpoints, and follows rotations of the key file.
-func (s *gateServer) startGrants(ctx context.Context) error {
-	path := grantKeyPath(s.o.GrantKeyFile, s.o.DataDir)
-	ring, data, created, err := ensureGrantRing(path, s.o.GrantTTL, s.o.GrantKeyFile == "")
+func (s *Server) startGrants(ctx context.Context) error {
+	path := grantKeyPath(s.cfg.GrantKeyFile, s.cfg.DataDir)
+	ring, data, created, err := ensureGrantRing(path, s.cfg.GrantTTL, s.cfg.GrantKeyFile == "")
 	if err != nil {
 		return usageError("grant keys: %v", err)
 	}
@@ -140,14 +140,14 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 		s.log.Info("created the grant signing key; keep the file secret, and give every gated on the cluster a key file of its own or this one",
 			zap.String("file", path), zap.String("kid", ring.Active().KID))
 	}
-	if maxTTL := time.Duration(ring.Active().MaxTTL) * time.Second; s.o.GrantTTL > maxTTL {
-		return usageError("--grant-ttl %s is longer than the active grant key allows (%s): run gated grants rotate --max-ttl %s", s.o.GrantTTL, maxTTL, s.o.GrantTTL)
+	if maxTTL := time.Duration(ring.Active().MaxTTL) * time.Second; s.cfg.GrantTTL > maxTTL {
+		return usageError("--grant-ttl %s is longer than the active grant key allows (%s): run gated grants rotate --max-ttl %s", s.cfg.GrantTTL, maxTTL, s.cfg.GrantTTL)
 	}
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 		s.log.Warn("the grant key file is readable by others: whoever reads it can sign grants; chmod 600 it", zap.String("file", path))
 	}
 	s.grants, err = bus.NewGrants(ctx, s.nc, s.js, s.res.Verdicts, bus.GrantsConfig{
-		Ring: ring, Trails: s.auditor.Trail, Replicas: s.o.Replicas, TTL: s.o.VerdictTTL, Log: s.log.Named("grants"),
+		Ring: ring, Trails: s.auditor.Trail, Replicas: s.cfg.Replicas, TTL: s.cfg.VerdictTTL, Log: s.log.Named("grants"),
 	})
 	if err != nil {
 		return err
@@ -164,7 +164,7 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 		return err
 	}
 	s.onStop("the outcome reports consumer", outcomes.Stop)
-	s.log.Info("grants", zap.String("key_file", path), zap.String("kid", ring.Active().KID), zap.Duration("ttl", s.o.GrantTTL))
+	s.log.Info("grants", zap.String("key_file", path), zap.String("kid", ring.Active().KID), zap.Duration("ttl", s.cfg.GrantTTL))
 	s.watchers.Go(func() { s.followGrantKeys(path, data) })
 	return nil
 }
@@ -172,7 +172,7 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 // followGrantKeys reads the key file every grantKeyPoll and, when it
 // changed (gated grants rotate), publishes the new keys and signs with
 // them.
-func (s *gateServer) followGrantKeys(path string, last []byte) {
+func (s *Server) followGrantKeys(path string, last []byte) {
 	t := time.NewTicker(grantKeyPoll)
 	defer t.Stop()
 	for {
@@ -189,9 +189,9 @@ func (s *gateServer) followGrantKeys(path string, last []byte) {
 		if bytes.Equal(data, last) {
 			continue
 		}
-		if maxTTL := time.Duration(ring.Active().MaxTTL) * time.Second; s.o.GrantTTL > maxTTL {
+		if maxTTL := time.Duration(ring.Active().MaxTTL) * time.Second; s.cfg.GrantTTL > maxTTL {
 			s.log.Error("the rotated grant key allows grants up to max_ttl_s, shorter than --grant-ttl; signing with the keys read before: rotate again with --max-ttl",
-				zap.Duration("max_ttl", maxTTL), zap.Duration("grant_ttl", s.o.GrantTTL))
+				zap.Duration("max_ttl", maxTTL), zap.Duration("grant_ttl", s.cfg.GrantTTL))
 			last = data
 			continue
 		}

@@ -41,7 +41,7 @@ type mcpOptions struct {
 	listDenied  string
 	proposeRead bool
 	wait        time.Duration
-	bundle      policySourceOptions
+	bundle      PolicySource
 	personasDir string
 	printTools  bool
 	logLevel    string
@@ -255,7 +255,7 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
-	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
+	ev, err := policies.Compile(ctx, b, o.bundle.CompileOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ const (
 // plugins, then the plugin directory's (pinned by its lock file), and the
 // default plugin, which must be one of them. A name configured twice is
 // an error naming both places.
-func pluginSpecs(ctx context.Context, o serveOptions) ([]plugins.Spec, string, error) {
+func pluginSpecs(ctx context.Context, o Config) ([]plugins.Spec, string, error) {
 	bundled, err := plugins.Bundled(sop.Name)
 	if err != nil {
 		return nil, "", err
@@ -92,7 +92,7 @@ func pluginSpecs(ctx context.Context, o serveOptions) ([]plugins.Spec, string, e
 // it. It needs no key to start, but it is one more process, so a gated
 // that never routes to it does not run it. A persona naming llm that
 // appears on a later reload is blocked until gated restarts.
-func wantsLLM(o serveOptions) (bool, error) {
+func wantsLLM(o Config) (bool, error) {
 	if o.DefaultPlugin == llm.Name {
 		return true, nil
 	}

@@ -296,7 +296,7 @@ func TestPluginSpecs(t *testing.T) {
 	}
 	ctx := withConfig(t.Context(), cfg)
 
-	specs, def, err := pluginSpecs(ctx, serveOptions{PluginsDir: s.pd, DefaultPlugin: "alpha"})
+	specs, def, err := pluginSpecs(ctx, Config{PluginsDir: s.pd, DefaultPlugin: "alpha"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestPluginSpecs(t *testing.T) {
 	// A binary changed after locking keeps the digest from the lock, so
 	// the host refuses it at launch.
 	writeExe(t, filepath.Join(s.pd, "alpha"), "alpha v2")
-	specs, _, err = pluginSpecs(ctx, serveOptions{PluginsDir: s.pd, DefaultPlugin: sop.Name})
+	specs, _, err = pluginSpecs(ctx, Config{PluginsDir: s.pd, DefaultPlugin: sop.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,17 +323,17 @@ func TestPluginSpecs(t *testing.T) {
 
 	for _, tc := range []struct {
 		note string
-		o    serveOptions
+		o    Config
 		prep func(t *testing.T)
 		code int
 		is   error
 		want string
 	}{
-		{note: "unknown default", o: serveOptions{DefaultPlugin: "nope"}, code: exitUsage, want: `--default-plugin "nope" is not a configured plugin (have: acme, sop)`},
-		{note: "empty default", o: serveOptions{DefaultPlugin: ""}, code: exitUsage, want: "is not a configured plugin"},
+		{note: "unknown default", o: Config{DefaultPlugin: "nope"}, code: exitUsage, want: `--default-plugin "nope" is not a configured plugin (have: acme, sop)`},
+		{note: "empty default", o: Config{DefaultPlugin: ""}, code: exitUsage, want: "is not a configured plugin"},
 		{
 			note: "same name in config and directory",
-			o:    serveOptions{PluginsDir: s.pd, DefaultPlugin: sop.Name},
+			o:    Config{PluginsDir: s.pd, DefaultPlugin: sop.Name},
 			prep: func(t *testing.T) {
 				writeExe(t, filepath.Join(s.pd, "acme"), "another acme")
 				if _, err := plugins.WriteLock(s.pd); err != nil {
@@ -344,7 +344,7 @@ func TestPluginSpecs(t *testing.T) {
 		},
 		{
 			note: "unpinned executable",
-			o:    serveOptions{PluginsDir: s.pd, DefaultPlugin: sop.Name},
+			o:    Config{PluginsDir: s.pd, DefaultPlugin: sop.Name},
 			prep: func(t *testing.T) { writeExe(t, filepath.Join(s.pd, "zeta"), "z") },
 			code: exitFailure, is: plugins.ErrUnpinned, want: "zeta",
 		},
@@ -398,7 +398,7 @@ func TestServeRefusesModifiedDirPlugin(t *testing.T) {
 // --llm-max-concurrency says, not the host's small default: its reviews
 // wait on a provider, not on this machine.
 func TestLLMSpecTakesItsConcurrency(t *testing.T) {
-	specs, _, err := pluginSpecs(t.Context(), serveOptions{DefaultPlugin: llm.Name, LLMMaxConcurrency: 2048})
+	specs, _, err := pluginSpecs(t.Context(), Config{DefaultPlugin: llm.Name, LLMMaxConcurrency: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}

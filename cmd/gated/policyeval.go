@@ -20,7 +20,7 @@ import (
 )
 
 type policyEvalOptions struct {
-	bundle      policySourceOptions
+	bundle      PolicySource
 	file        string
 	persona     string
 	personasDir string
@@ -128,7 +128,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
+	ev, err := policies.Compile(ctx, b, o.bundle.CompileOptions()...)
 	if err != nil {
 		return err
 	}

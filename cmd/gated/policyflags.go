@@ -9,30 +9,30 @@ import (
 	"github.com/gated/gated/policies"
 )
 
-// policySourceOptions are the flags that say where the policy comes from,
+// PolicySource are the flags that say where the policy comes from,
 // shared by serve and the policy commands.
-type policySourceOptions struct {
+type PolicySource struct {
 	Dir       string
 	Replace   bool
 	DataFiles []string
 	Evaluator string
 }
 
-func (o *policySourceOptions) register(f *pflag.FlagSet) {
+func (o *PolicySource) register(f *pflag.FlagSet) {
 	f.StringVar(&o.Dir, "policies", "", "directory of .rego files and data documents added to the embedded default bundle")
 	f.BoolVar(&o.Replace, "policies-replace", false, "use --policies instead of the embedded default bundle")
 	f.StringArrayVar(&o.DataFiles, "policy-data", nil, "YAML or JSON data document merged at the data root (repeatable), e.g. a file with gated: {config: ...}")
 	f.StringVar(&o.Evaluator, "policy-evaluator", "auto", "auto: interpret OPA's plan of the decision when the policy allows it, else topdown; topdown: always OPA's general evaluator")
 }
 
-// sources returns the policy sources the flags name, and a note for the
+// Sources returns the policy Sources the flags name, and a note for the
 // user when --policies names the default bundle's own files. A directory
 // that holds the embedded default bundle, such as the repository's
 // policies/, is loaded in place of the embedded copy (as with
 // --policies-replace) rather than on top of it, which would define each of
 // its rules twice. The decision holds for the process's life, so a serve
 // that watches the directory keeps it through later edits.
-func (o *policySourceOptions) sources() (policies.Sources, string, error) {
+func (o *PolicySource) Sources() (policies.Sources, string, error) {
 	src, err := o.flagSources()
 	if err != nil || src.Dir == "" || src.Replace {
 		return src, "", err
@@ -48,7 +48,7 @@ func (o *policySourceOptions) sources() (policies.Sources, string, error) {
 }
 
 // flagSources is what the flags say, checked.
-func (o *policySourceOptions) flagSources() (policies.Sources, error) {
+func (o *PolicySource) flagSources() (policies.Sources, error) {
 	if o.Replace && o.Dir == "" {
 		return policies.Sources{}, usageError("--policies-replace needs --policies DIR: there must be a policy to use instead of the default")
 	}
@@ -63,9 +63,9 @@ func (o *policySourceOptions) flagSources() (policies.Sources, error) {
 	return policies.Sources{Dir: o.Dir, Replace: o.Replace, DataFiles: o.DataFiles, Topdown: topdown}, nil
 }
 
-// compileOptions are the Compile options the flags ask for; sources has
+// CompileOptions are the Compile options the flags ask for; sources has
 // checked them.
-func (o *policySourceOptions) compileOptions() []policies.CompileOption {
+func (o *PolicySource) CompileOptions() []policies.CompileOption {
 	if o.Evaluator == policies.EvaluatorTopdown {
 		return []policies.CompileOption{policies.Topdown()}
 	}

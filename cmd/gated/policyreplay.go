@@ -24,7 +24,7 @@ import (
 
 // policyReplayOptions are the flags of `gated policy replay`.
 type policyReplayOptions struct {
-	bundle      policySourceOptions
+	bundle      PolicySource
 	personasDir string
 	url         string
 	conn        natsConnOptions
@@ -138,7 +138,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 	if err != nil {
 		return err
 	}
-	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
+	ev, err := policies.Compile(ctx, b, o.bundle.CompileOptions()...)
 	if err != nil {
 		return fmt.Errorf("compiling the candidate policy: %w", err)
 	}

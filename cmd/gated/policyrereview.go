@@ -48,7 +48,7 @@ func (o *rereviewOptions) check() error {
 // same flags and configuration, and tool calls forwarded on the replayed
 // deployment's connection nc, as serve forwards them.
 func (o *policyReplayOptions) candidateReviewers(reg engine.Personas, ev *policies.Evaluator, nc *nats.Conn) replay.ReviewersConfig {
-	setup := serveOptions{
+	setup := Config{
 		PersonasDir: o.personasDir, PluginsDir: o.rereview.pluginsDir,
 		DefaultPlugin: o.rereview.defaultPlugin, LLMMaxConcurrency: o.rereview.concurrency,
 	}

@@ -19,7 +19,7 @@ import (
 )
 
 type policyTestOptions struct {
-	bundle         policySourceOptions
+	bundle         PolicySource
 	run            string
 	format         string
 	verbose        bool
@@ -125,8 +125,8 @@ func runPolicyTest(ctx context.Context, w, errw io.Writer, o *policyTestOptions,
 
 // checkParity compiles b as serve would and compares the planned
 // evaluator with topdown on the inputs of b's tests that match filter.
-func checkParity(ctx context.Context, b *policies.Bundle, o *policySourceOptions, filter string) (*policies.ParityReport, error) {
-	ev, err := policies.Compile(ctx, b, o.compileOptions()...)
+func checkParity(ctx context.Context, b *policies.Bundle, o *PolicySource, filter string) (*policies.ParityReport, error) {
+	ev, err := policies.Compile(ctx, b, o.CompileOptions()...)
 	if err != nil {
 		return nil, err
 	}

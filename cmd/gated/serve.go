@@ -41,7 +41,7 @@ const MinReviewTimeout = 30 * time.Second
 // rather than this machine.
 const DefaultLLMMaxConcurrency = 64
 
-type serveOptions struct {
+type Config struct {
 	DataDir       string
 	PersonasDir   string
 	PersonasWatch bool
@@ -73,8 +73,8 @@ type serveOptions struct {
 	AuditKeyRotate    bool
 	AuditPublish      string
 	AuditCompress     bool
-	Policy            policySourceOptions
-	Shadow            shadowOptions
+	Policy            PolicySource
+	Shadow            ShadowSource
 	PolicyWatch       bool
 	PolicyPoll        time.Duration
 	ToolTimeout       time.Duration
@@ -97,7 +97,7 @@ type serveOptions struct {
 }
 
 func serveCmd() *cobra.Command {
-	o := serveOptions{}
+	o := Config{}
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gate: decide every proposal published on NATS",
@@ -113,7 +113,7 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 }
 
 // register defines serve's flags on f, each setting its field of o.
-func (o *serveOptions) register(f *pflag.FlagSet) {
+func (o *Config) register(f *pflag.FlagSet) {
 	f.StringVar(&o.DataDir, "data-dir", "gated-data", "directory of the embedded server's JetStream files")
 	f.StringVar(&o.PersonasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
 	f.BoolVar(&o.PersonasWatch, "personas-watch", true, "reload the personas when files under --personas change")
@@ -169,7 +169,7 @@ func (o *serveOptions) register(f *pflag.FlagSet) {
 }
 
 // serve checks the options and runs the gate until ctx ends.
-func serve(ctx context.Context, o serveOptions) (err error) {
+func serve(ctx context.Context, o Config) (err error) {
 	operators, err := o.check()
 	if err != nil {
 		return err
@@ -199,8 +199,8 @@ func serve(ctx context.Context, o serveOptions) (err error) {
 
 // check refuses options that do not go together, before anything starts,
 // and loads the operators file.
-func (o *serveOptions) check() (operators *operator.List, err error) {
-	if err := o.Shadow.check(); err != nil {
+func (o *Config) check() (operators *operator.List, err error) {
+	if err := o.Shadow.Check(); err != nil {
 		return nil, err
 	}
 	if o.OperatorDeadline <= 0 {

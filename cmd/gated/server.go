@@ -28,11 +28,11 @@ import (
 	"github.com/gated/gated/policies"
 )
 
-// gateServer is one `gated serve`: it wires the policy, the personas, the
+// Server is one `gated serve`: it wires the policy, the personas, the
 // plugins, NATS and the engine together, and owns every goroutine it
 // starts. Run joins all of them before it returns, so none outlives it.
-type gateServer struct {
-	o         serveOptions
+type Server struct {
+	cfg         Config
 	operators *operator.List // nil: no operator decisions
 	sinks     *notify.Config // nil: no notifications
 	limits    *budget.Config // the budgets in force at start
@@ -90,20 +90,20 @@ type gateServer struct {
 }
 
 // newServer returns the server the checked options o describe.
-func newServer(o serveOptions, operators *operator.List, log *zap.Logger) *gateServer {
-	return &gateServer{o: o, operators: operators, log: log}
+func newServer(o Config, operators *operator.List, log *zap.Logger) *Server {
+	return &Server{cfg: o, operators: operators, log: log}
 }
 
 // Run serves until ctx ends, then drains proposals in flight for the
 // shutdown grace and stops. It returns only once every goroutine it
 // started has returned; an error means the gate could not start.
-func (s *gateServer) Run(ctx context.Context) error {
+func (s *Server) Run(ctx context.Context) error {
 	return s.run(ctx, s.startSteps())
 }
 
 // startSteps are the steps that start the gate, in order. Each registers
 // with onStop what undoes it.
-func (s *gateServer) startSteps() []func(context.Context) error {
+func (s *Server) startSteps() []func(context.Context) error {
 	return []func(context.Context) error{
 		s.claimResources,
 		s.startTracing,
@@ -131,7 +131,7 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 // run runs steps in order, serves until ctx ends, drains and stops. A
 // step's error stops the start there; every way out unwinds what the steps
 // that ran started, within shutdownSlack.
-func (s *gateServer) run(ctx context.Context, steps []func(context.Context) error) error {
+func (s *Server) run(ctx context.Context, steps []func(context.Context) error) error {
 	s.watchCtx, s.stopWatch = context.WithCancel(ctx)
 	// An early error or a panic: what started stops, bounded too.
 	defer s.unwind()
@@ -154,19 +154,19 @@ func (s *gateServer) run(ctx context.Context, steps []func(context.Context) erro
 
 // stopWatchers ends the policy and persona watchers and joins them; a
 // second call does nothing more.
-func (s *gateServer) stopWatchers() {
+func (s *Server) stopWatchers() {
 	s.stopWatch()
 	s.watchers.Wait()
 }
 
 // claimResources refuses usage errors first; then it claims what can be
 // checked at once, before anything is loaded or logged.
-func (s *gateServer) claimResources(context.Context) error {
-	src, note, err := s.o.Policy.sources()
+func (s *Server) claimResources(context.Context) error {
+	src, note, err := s.cfg.Policy.Sources()
 	if err != nil {
 		return err
 	}
-	release, err := claimServeResources(s.o)
+	release, err := claimServeResources(s.cfg)
 	if err != nil {
 		return err
 	}
@@ -181,7 +181,7 @@ func (s *gateServer) claimResources(context.Context) error {
 // loadPolicy loads the policy, logging each reload at once and auditing
 // it once the audit stream is open (reloads only happen after that, in
 // the watcher).
-func (s *gateServer) loadPolicy(ctx context.Context) error {
+func (s *Server) loadPolicy(ctx context.Context) error {
 	live, err := policies.NewLive(ctx, s.src, func(r policies.Reload) {
 		logReload(s.log, r)
 		if f := s.auditReload.Load(); f != nil {
@@ -195,21 +195,21 @@ func (s *gateServer) loadPolicy(ctx context.Context) error {
 	s.log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
 		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
 	s.live = live
-	s.m = newMetrics(live, s.o.MetricsTenantLabels)
+	s.m = newMetrics(live, s.cfg.MetricsTenantLabels)
 	return nil
 }
 
 // loadPersonas loads the personas and the plugin configuration, and warns
 // about personas that name no configured plugin.
-func (s *gateServer) loadPersonas(ctx context.Context) error {
-	reg, warnings, err := personas.Load(s.o.PersonasDir)
+func (s *Server) loadPersonas(ctx context.Context) error {
+	reg, warnings, err := personas.Load(s.cfg.PersonasDir)
 	if err != nil {
 		return fmt.Errorf("loading personas: %w", err)
 	}
 	for _, w := range warnings {
 		s.log.Warn("persona", zap.String("warning", w))
 	}
-	specs, defaultPlugin, err := pluginSpecs(ctx, s.o)
+	specs, defaultPlugin, err := pluginSpecs(ctx, s.cfg)
 	if err != nil {
 		return err
 	}
@@ -225,8 +225,8 @@ func (s *gateServer) loadPersonas(ctx context.Context) error {
 // watchPersonas reloads the personas when their files change, with
 // --personas-watch. Reloads swap the registry whole; reviews in flight
 // keep the persona they looked up.
-func (s *gateServer) watchPersonas(context.Context) error {
-	if !s.o.PersonasWatch || s.o.PersonasDir == "" {
+func (s *Server) watchPersonas(context.Context) error {
+	if !s.cfg.PersonasWatch || s.cfg.PersonasDir == "" {
 		return nil
 	}
 	s.watchers.Go(func() {
@@ -245,7 +245,7 @@ func (s *gateServer) watchPersonas(context.Context) error {
 
 // newPluginHost makes the plugin host; the plugins start later, once
 // their events can be audited.
-func (s *gateServer) newPluginHost(context.Context) error {
+func (s *Server) newPluginHost(context.Context) error {
 	host, err := plugins.NewHost(s.log.Named("plugins"), s.defaultPlugin, s.specs...)
 	if err != nil {
 		return err
@@ -259,10 +259,10 @@ func (s *gateServer) newPluginHost(context.Context) error {
 
 // startNATS starts the embedded server unless --nats-url names one, and
 // connects to it.
-func (s *gateServer) startNATS(context.Context) error {
-	s.url = s.o.NATSURL
+func (s *Server) startNATS(context.Context) error {
+	s.url = s.cfg.NATSURL
 	if s.url == "" {
-		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.o.NATSListen, StoreDir: s.o.DataDir}, s.log)
+		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.cfg.NATSListen, StoreDir: s.cfg.DataDir}, s.log)
 		if err != nil {
 			return err
 		}
@@ -273,7 +273,7 @@ func (s *gateServer) startNATS(context.Context) error {
 		})
 		s.url = embedded.ClientURL()
 	}
-	nc, err := s.o.NATSConn.connect(s.url, "gated", natsErrorLog(s.log))
+	nc, err := s.cfg.NATSConn.connect(s.url, "gated", natsErrorLog(s.log))
 	if err != nil {
 		return err
 	}
@@ -293,14 +293,14 @@ func (s *gateServer) startNATS(context.Context) error {
 
 // setupStreams settles the audit key, then creates or updates the
 // streams and the verdict bucket.
-func (s *gateServer) setupStreams(ctx context.Context) error {
+func (s *Server) setupStreams(ctx context.Context) error {
 	// The key is settled before anything is written, streams included.
-	auditKey, err := serveAuditKey(ctx, s.js, s.o, s.embedded != nil, s.log)
+	auditKey, err := serveAuditKey(ctx, s.js, s.cfg, s.embedded != nil, s.log)
 	if err != nil {
 		return err
 	}
 	s.auditKey = auditKey
-	o := s.o
+	o := s.cfg
 	s.busCfg = bus.Config{
 		Replicas: o.Replicas, MaxInFlight: o.MaxInFlight, TenantMaxInFlight: o.TenantMaxInFlight, VerdictTTL: o.VerdictTTL, AuditMaxAge: o.AuditMaxAge,
 		AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, MaxAckPending: o.MaxAckPending,
@@ -312,13 +312,13 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.auditor, err = newObservedAuditor(ctx, s.js, s.o, auditKey, s.log, s.m.obs.observeAppend)
+	s.auditor, err = newObservedAuditor(ctx, s.js, s.cfg, auditKey, s.log, s.m.obs.observeAppend)
 	return err
 }
 
 // openAudit arranges for the auditor to close after everything that
 // writes to it, and starts auditing policy reloads.
-func (s *gateServer) openAudit(context.Context) error {
+func (s *Server) openAudit(context.Context) error {
 	auditor := s.auditor
 	// Registered here, it runs after the worker and the plugin events stop.
 	s.onStop("the audit writer", func() {
@@ -344,11 +344,11 @@ func (s *gateServer) openAudit(context.Context) error {
 // startPlugins starts the plugins once their events can be audited: a
 // refused checksum, an exit and a relaunch are gated's own events under
 // tenant "_".
-func (s *gateServer) startPlugins(ctx context.Context) error {
+func (s *Server) startPlugins(ctx context.Context) error {
 	s.host.SetReviewObserver(s.m.obs.observeReview)
 	s.m.reg.MustRegister(pluginCollector{s.host})
 	s.onStop("the audit of plugin events", auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
-	s.host.SetTools(toolConfig(s.nc, s.live, s.o.ToolTimeout))
+	s.host.SetTools(toolConfig(s.nc, s.live, s.cfg.ToolTimeout))
 	return s.host.Start(ctx)
 }
 
@@ -357,12 +357,12 @@ func (s *gateServer) startPlugins(ctx context.Context) error {
 // first. It reads the
 // audit stream on its own consumer: no decision waits for it. It stops
 // before the auditor closes, since it audits every delivery.
-func (s *gateServer) startNotifier(ctx context.Context) error {
+func (s *Server) startNotifier(ctx context.Context) error {
 	if s.sinks == nil {
 		return nil
 	}
 	n, err := notify.New(s.js, s.sinks, notify.Options{
-		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.o.Replicas,
+		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.cfg.Replicas,
 		Log: s.log.Named("notify"), Observe: s.m.notifyObserver(),
 	})
 	if err != nil {
@@ -376,18 +376,18 @@ func (s *gateServer) startNotifier(ctx context.Context) error {
 	for _, sk := range s.sinks.Sinks {
 		names = append(names, sk.Name+" "+sk.Endpoint())
 	}
-	s.log.Info("webhook notifications", zap.String("file", s.o.Notify), zap.Strings("sinks", names))
+	s.log.Info("webhook notifications", zap.String("file", s.cfg.Notify), zap.Strings("sinks", names))
 	return nil
 }
 
 // watchPolicy reloads the policy when its files change, with
 // --policy-watch and a policy of files.
-func (s *gateServer) watchPolicy(context.Context) error {
-	if !s.o.PolicyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
+func (s *Server) watchPolicy(context.Context) error {
+	if !s.cfg.PolicyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
 		return nil
 	}
 	s.watchers.Go(func() {
-		poll := s.o.PolicyPoll
+		poll := s.cfg.PolicyPoll
 		if poll == 0 {
 			poll = -1
 		}
@@ -400,8 +400,8 @@ func (s *gateServer) watchPolicy(context.Context) error {
 
 // startWorker builds the engine over the verdict store and starts the
 // worker that feeds it proposals.
-func (s *gateServer) startWorker(context.Context) error {
-	o := s.o
+func (s *Server) startWorker(context.Context) error {
+	o := s.cfg
 	dedupeWindow := o.DedupeWindow
 	if dedupeWindow == 0 {
 		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
@@ -477,11 +477,11 @@ func (s *gateServer) startWorker(context.Context) error {
 
 // startReviewService starts the request/reply endpoints, with the
 // operator decisions endpoint when operators are configured.
-func (s *gateServer) startReviewService(context.Context) error {
-	if !s.o.ReviewService {
+func (s *Server) startReviewService(context.Context) error {
+	if !s.cfg.ReviewService {
 		return nil
 	}
-	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.ReviewWait}
+	svcCfg := bus.ServiceConfig{Version: version, Wait: s.cfg.ReviewWait}
 	if s.operators != nil {
 		var err error
 		followUps := bus.NewFollowUps(s.js, s.store).Send
@@ -502,7 +502,7 @@ func (s *gateServer) startReviewService(context.Context) error {
 		for _, op := range s.operators.Signers() {
 			ids = append(ids, op.ID)
 		}
-		s.log.Info("operator decisions accepted", zap.String("file", s.o.Operators), zap.Strings("operators", ids))
+		s.log.Info("operator decisions accepted", zap.String("file", s.cfg.Operators), zap.Strings("operators", ids))
 	}
 	review, err := bus.StartService(s.nc, svcCfg, s.log.Named("review"))
 	if err != nil {
@@ -517,7 +517,7 @@ func (s *gateServer) startReviewService(context.Context) error {
 // graceEnd. Requests to gated.review stop first; their proposals finish
 // on the worker, and both share one grace period. What they sent is then
 // flushed to the server, if it is there to take it.
-func (s *gateServer) drain(graceEnd time.Time) {
+func (s *Server) drain(graceEnd time.Time) {
 	s.review.Stop(max(0, time.Until(graceEnd)))
 	s.stopWorker(max(0, time.Until(graceEnd)))
 	s.host.Close()

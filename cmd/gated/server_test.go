@@ -99,7 +99,7 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 	clearGatedEnv(t)
 	policyDir := t.TempDir()
 	writeFile(t, policyDir, "extra.rego", "package gated\n\nextra_rule := true\n")
-	var o serveOptions
+	var o Config
 	f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
 	o.register(f)
 	if err := f.Parse([]string{"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0",

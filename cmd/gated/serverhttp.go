@@ -10,9 +10,9 @@ import (
 // startHTTP serves /healthz, /readyz and the console on --http, when
 // given, with /metrics when no other listener takes it (metricsListener),
 // and marks the gate ready.
-func (s *gateServer) startHTTP(context.Context) error {
+func (s *Server) startHTTP(context.Context) error {
 	s.ready.Store(true)
-	if s.o.HTTPAddr == "" {
+	if s.cfg.HTTPAddr == "" {
 		return nil
 	}
 	con, err := s.console()
@@ -24,10 +24,10 @@ func (s *gateServer) startHTTP(context.Context) error {
 		root = con
 	}
 	var metrics http.Handler
-	if s.o.metricsListener() == "--http" {
+	if s.cfg.metricsListener() == "--http" {
 		metrics = metricsHandler(s.m)
 	}
-	stopHTTP, err := serveHTTP(s.o.HTTPAddr, s.o.Pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
+	stopHTTP, err := serveHTTP(s.cfg.HTTPAddr, s.cfg.Pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
 	if err != nil {
 		if con != nil {
 			con.Close()
@@ -49,7 +49,7 @@ func (s *gateServer) startHTTP(context.Context) error {
 
 // console builds the web console served under / on --http: only with
 // --operators, since only listed operators sign in to it.
-func (s *gateServer) console() (*console.Server, error) {
+func (s *Server) console() (*console.Server, error) {
 	if s.operators == nil {
 		s.log.Info("web console off: it needs --operators, the operators who may sign in")
 		return nil, nil
@@ -66,7 +66,7 @@ func (s *gateServer) console() (*console.Server, error) {
 
 // systemStatus is the console's system page: the plugins and their
 // health, the policy served and the shadow beside it.
-func (s *gateServer) systemStatus(context.Context) any {
+func (s *Server) systemStatus(context.Context) any {
 	doc := map[string]any{"plugins": s.host.Plugins(), "policy": s.live.State()}
 	if s.shadow != nil {
 		doc["shadow"] = s.shadow.State()

@@ -15,7 +15,7 @@ import (
 // never begun.
 func TestShutdownAbandonsAStopThatHangs(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	s := newServer(serveOptions{ShutdownGrace: grace}, nil, zap.NewNop())
+	s := newServer(Config{ShutdownGrace: grace}, nil, zap.NewNop())
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	ran := []string{}

@@ -15,7 +15,7 @@ import (
 // writable) and its client port; with --http and --metrics-listen, their
 // ports. release gives the lock back; the kernel also drops it when the
 // process ends.
-func claimServeResources(o serveOptions) (release func(), err error) {
+func claimServeResources(o Config) (release func(), err error) {
 	var lock *bus.DataDirLock
 	release = func() { lock.Release() }
 	if o.NATSURL == "" {

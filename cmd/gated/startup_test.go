@@ -50,7 +50,7 @@ func TestServeRefusesALockedDataDir(t *testing.T) {
 	}
 
 	held.Release()
-	release, err := claimServeResources(serveOptions{DataDir: dir, NATSListen: "127.0.0.1:0"})
+	release, err := claimServeResources(Config{DataDir: dir, NATSListen: "127.0.0.1:0"})
 	if err != nil {
 		t.Fatalf("claiming the released data directory: %v", err)
 	}
