@@ -376,7 +376,7 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer closeAuditor(context.Background(), a, zap.NewNop())
-	stored, err := readAuditKey(filepath.Join(o.DataDir, auditKeyFile))
+	stored, err := server.ReadAuditKey(filepath.Join(o.DataDir, server.AuditKeyName))
 	if err != nil || a.KeyID() != audit.KeyID(stored) {
 		t.Fatalf("key id %q, data dir key err %v", a.KeyID(), err)
 	}
@@ -427,7 +427,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeAuditor(context.Background(), a, zap.NewNop())
-	keyFile := filepath.Join(firstDir, auditKeyFile)
+	keyFile := filepath.Join(firstDir, server.AuditKeyName)
 	otherFile := filepath.Join(t.TempDir(), "other.key")
 	if err := os.WriteFile(otherFile, []byte(hex.EncodeToString([]byte("another key of thirty-two bytes!"))), 0o600); err != nil {
 		t.Fatal(err)
@@ -449,7 +449,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 		{note: "external with another key, rotating", o: Config{AuditKeyFile: otherFile, AuditKeyRotate: true},
 			keyID: audit.KeyID([]byte("another key of thirty-two bytes!"))},
 		{note: "embedded whose key file is gone", o: Config{DataDir: emptyDir()}, embedded: true,
-			say: []string{auditKeyFile, "is missing", "--audit-key-rotate"}},
+			say: []string{server.AuditKeyName, "is missing", "--audit-key-rotate"}},
 		{note: "embedded with the key", o: Config{DataDir: firstDir}, embedded: true, keyID: audit.KeyID(key)},
 	}
 	for _, tc := range tests {
@@ -470,7 +470,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 				}
 			}
 			if tc.embedded {
-				if _, err := os.Stat(filepath.Join(tc.o.DataDir, auditKeyFile)); !errors.Is(err, os.ErrNotExist) {
+				if _, err := os.Stat(filepath.Join(tc.o.DataDir, server.AuditKeyName)); !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("a refused start wrote a key file: %v", err)
 				}
 			}

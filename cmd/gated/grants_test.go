@@ -27,7 +27,7 @@ func newKeyFile(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "grant.keys")
-	if err := writeGrantRing(path, ring); err != nil {
+	if err := server.WriteGrantRing(path, ring); err != nil {
 		t.Fatal(err)
 	}
 	return path, ring.Active().KID
@@ -158,7 +158,7 @@ func TestServeGrants(t *testing.T) {
 	if code, out, err := runGated(t, "grants", "rotate", "--grant-key-file", keyA, "--grace", "5s"); code != 0 {
 		t.Fatalf("gated grants rotate: %d %s %v", code, out, err)
 	}
-	ring, _, err := readGrantRing(keyA)
+	ring, _, err := server.ReadGrantRing(keyA)
 	if err != nil {
 		t.Fatal(err)
 	}

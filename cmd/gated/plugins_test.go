@@ -296,7 +296,7 @@ func TestPluginSpecs(t *testing.T) {
 	}
 	ctx := withConfig(t.Context(), cfg)
 
-	specs, def, err := pluginSpecs(ctx, Config{PluginsDir: s.pd, DefaultPlugin: "alpha"})
+	specs, def, err := server.PluginSpecs(ctx, Config{PluginsDir: s.pd, DefaultPlugin: "alpha"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +313,7 @@ func TestPluginSpecs(t *testing.T) {
 	// A binary changed after locking keeps the digest from the lock, so
 	// the host refuses it at launch.
 	writeExe(t, filepath.Join(s.pd, "alpha"), "alpha v2")
-	specs, _, err = pluginSpecs(ctx, Config{PluginsDir: s.pd, DefaultPlugin: sop.Name})
+	specs, _, err = server.PluginSpecs(ctx, Config{PluginsDir: s.pd, DefaultPlugin: sop.Name})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,7 +353,7 @@ func TestPluginSpecs(t *testing.T) {
 			if tc.prep != nil {
 				tc.prep(t)
 			}
-			_, _, err := pluginSpecs(ctx, tc.o)
+			_, _, err := server.PluginSpecs(ctx, tc.o)
 			if err == nil || exitCode(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v (exit %d); want exit %d and %q", err, exitCode(err), tc.code, tc.want)
 			}
@@ -398,7 +398,7 @@ func TestServeRefusesModifiedDirPlugin(t *testing.T) {
 // --llm-max-concurrency says, not the host's small default: its reviews
 // wait on a provider, not on this machine.
 func TestLLMSpecTakesItsConcurrency(t *testing.T) {
-	specs, _, err := pluginSpecs(t.Context(), Config{DefaultPlugin: llm.Name, LLMMaxConcurrency: 2048})
+	specs, _, err := server.PluginSpecs(t.Context(), Config{DefaultPlugin: llm.Name, LLMMaxConcurrency: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}

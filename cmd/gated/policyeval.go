@@ -14,13 +14,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
 
 type policyEvalOptions struct {
-	bundle      PolicySource
+	bundle      server.PolicySource
 	file        string
 	persona     string
 	personasDir string
@@ -55,7 +56,7 @@ does not load).`,
 		},
 	}
 	f := c.Flags()
-	o.bundle.register(f)
+	registerPolicySource(f, &o.bundle)
 	f.StringVarP(&o.file, "file", "f", "", "proposal JSON file, or - for standard input")
 	f.StringVar(&o.persona, "persona", "", "evaluate with this persona (default: the proposal's reviewer, else reviewer)")
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")

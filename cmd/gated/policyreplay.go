@@ -19,12 +19,13 @@ import (
 	"github.com/gated/gated/bus/replay"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/progress"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/policies"
 )
 
 // policyReplayOptions are the flags of `gated policy replay`.
 type policyReplayOptions struct {
-	bundle      PolicySource
+	bundle      server.PolicySource
 	personasDir string
 	url         string
 	conn        natsConnOptions
@@ -77,7 +78,7 @@ is not intact or an error, 2 bad usage.`,
 		},
 	}
 	f := c.Flags()
-	o.bundle.register(f)
+	registerPolicySource(f, &o.bundle)
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
 	f.StringVar(&o.url, "nats-url", nats.DefaultURL, "NATS server URL of the deployment whose history to replay")
 	f.StringVar(&o.dataDir, "data-dir", "", "replay the embedded server's JetStream files in this directory instead of --nats-url")

@@ -15,11 +15,12 @@ import (
 	"github.com/open-policy-agent/opa/v1/tester"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/policies"
 )
 
 type policyTestOptions struct {
-	bundle         PolicySource
+	bundle         server.PolicySource
 	run            string
 	format         string
 	verbose        bool
@@ -55,7 +56,7 @@ does not load or compile, 2 bad usage.`,
 		},
 	}
 	f := c.Flags()
-	o.bundle.register(f)
+	registerPolicySource(f, &o.bundle)
 	f.StringVar(&o.run, "run", "", "run only the tests whose names match this regular expression")
 	f.StringVar(&o.format, "format", "text", "text or json")
 	f.BoolVarP(&o.verbose, "verbose", "v", false, "list every test, not only the failures")
@@ -125,7 +126,7 @@ func runPolicyTest(ctx context.Context, w, errw io.Writer, o *policyTestOptions,
 
 // checkParity compiles b as serve would and compares the planned
 // evaluator with topdown on the inputs of b's tests that match filter.
-func checkParity(ctx context.Context, b *policies.Bundle, o *PolicySource, filter string) (*policies.ParityReport, error) {
+func checkParity(ctx context.Context, b *policies.Bundle, o *server.PolicySource, filter string) (*policies.ParityReport, error) {
 	ev, err := policies.Compile(ctx, b, o.CompileOptions()...)
 	if err != nil {
 		return nil, err

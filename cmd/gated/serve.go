@@ -2,102 +2,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
-	"net/http/pprof"
-	"os"
-	"strings"
-	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/bus/notify"
-	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"
-	"github.com/gated/gated/policies"
 )
 
-// MinReviewTimeout is the shortest review deadline the configuration
-// accepts: reviewers need time to look things up, and a deadline that
-// always fires is a gate that never opens.
-const MinReviewTimeout = 30 * time.Second
-
-// DefaultLLMMaxConcurrency is how many reviews the bundled llm reviewer
-// runs at once unless --llm-max-concurrency says otherwise. A review
-// mostly waits on the provider, so the bound is the provider's rate limit
-// rather than this machine.
-const DefaultLLMMaxConcurrency = 64
-
-type Config struct {
-	DataDir       string
-	PersonasDir   string
-	PersonasWatch bool
-	NATSListen    string
-	NATSURL       string
-	NATSConn      natsConnOptions
-	HTTPAddr      string
-	Pprof         bool
-	LogFormat     string
-	LogLevel      string
-	ReviewTimeout time.Duration
-	// OperatorDeadline is how long an action held for an operator waits.
-	OperatorDeadline  time.Duration
-	ShutdownGrace     time.Duration
-	ReviewService     bool
-	ReviewWait        time.Duration
-	MaxInFlight       int
-	TenantMaxInFlight int
-	AckWait           time.Duration
-	MaxDeliver        int
-	MaxAckPending     int
-	Replicas          int
-	VerdictTTL        time.Duration
-	DuplicateWindow   time.Duration
-	AuditMaxAge       time.Duration
-	AuditKeyFile      string
-	GrantKeyFile      string
-	GrantTTL          time.Duration
-	AuditKeyRotate    bool
-	AuditPublish      string
-	AuditCompress     bool
-	Policy            PolicySource
-	Shadow            ShadowSource
-	PolicyWatch       bool
-	PolicyPoll        time.Duration
-	ToolTimeout       time.Duration
-	DedupeWindow      time.Duration
-	DedupeMax         int
-	PluginsDir        string
-	DefaultPlugin     string
-	LLMMaxConcurrency        int
-	Operators         string
-	Notify            string
-	// Budgets is the Budgets file; "" keeps the built-in limits.
-	Budgets      string
-	BudgetsPoll time.Duration
-
-	// MetricsListen is the address of the listener that serves /metrics
-	// alone; "" leaves /metrics to --http when no console is on it.
-	MetricsListen string
-	// MetricsTenantLabels has the budget metrics name each tenant.
-	MetricsTenantLabels bool
-}
-
 func serveCmd() *cobra.Command {
-	o := Config{}
+	o := server.Config{}
 	c := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the gate: decide every proposal published on NATS",
@@ -108,18 +27,18 @@ environment as GATED_<FLAG>, e.g. GATED_NATS_URL.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return serve(cmd.Context(), o) },
 	}
-	o.register(c.Flags())
+	registerServe(c.Flags(), &o)
 	return c
 }
 
-// register defines serve's flags on f, each setting its field of o.
-func (o *Config) register(f *pflag.FlagSet) {
+// registerServe defines serve's flags on f, each setting its field of o.
+func registerServe(f *pflag.FlagSet, o *server.Config) {
 	f.StringVar(&o.DataDir, "data-dir", "gated-data", "directory of the embedded server's JetStream files")
 	f.StringVar(&o.PersonasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
 	f.BoolVar(&o.PersonasWatch, "personas-watch", true, "reload the personas when files under --personas change")
 	f.StringVar(&o.NATSListen, "nats-listen", "127.0.0.1:4222", "client listener of the embedded server (port 0 picks a free one)")
 	f.StringVar(&o.NATSURL, "nats-url", "", "external NATS server or cluster URLs, comma-separated; empty starts the embedded server")
-	o.NATSConn.register(f)
+	o.NATSConn.Register(f)
 	f.StringVar(&o.HTTPAddr, "http", "", "serve /healthz, /readyz and, with --operators, the web console (docs/CONSOLE.md) on this address, e.g. 127.0.0.1:8080; also /metrics when neither --metrics-listen nor the console is given")
 	f.StringVar(&o.MetricsListen, "metrics-listen", "", "serve /metrics (Prometheus) alone on this address, e.g. 127.0.0.1:9090, and not on --http; with the console on --http, /metrics is served only here (docs/OBSERVABILITY.md)")
 	f.BoolVar(&o.MetricsTenantLabels, "metrics-tenant-labels", false, "have the budget metrics carry a tenant label naming each tenant; without it /metrics names no tenant (it answers without credentials)")
@@ -151,255 +70,61 @@ func (o *Config) register(f *pflag.FlagSet) {
 	_ = cobra.MarkFlagFilename(f, "audit-key-file")
 	f.StringVar(&o.GrantKeyFile, "grant-key-file", "", "Ed25519 key file that signs grants (docs/GRANTS.md; default <data-dir>/grant.keys, created on first start)")
 	_ = cobra.MarkFlagFilename(f, "grant-key-file")
-	f.DurationVar(&o.GrantTTL, "grant-ttl", DefaultGrantTTL, "how long the grant of an approved action stays valid (5s to 24h)")
+	f.DurationVar(&o.GrantTTL, "grant-ttl", server.DefaultGrantTTL, "how long the grant of an approved action stays valid (5s to 24h)")
 	f.BoolVar(&o.AuditKeyRotate, "audit-key-rotate", false, "start even though the audit key is not the one that MACed the audit stream's newest record (a new key on purpose, or a lost one)")
 	f.StringVar(&o.AuditPublish, "audit-publish", "auto", "how audit records are published: auto, batches (atomic batches), pipelined or one-at-a-time")
 	f.BoolVar(&o.AuditCompress, "audit-compress", true, "store each audit record as a zstd frame of its JSON, about half the bytes; false stores the JSON (docs/AUDIT.md)")
-	o.Policy.register(f)
-	o.Shadow.register(f)
+	registerPolicySource(f, &o.Policy)
+	registerShadowSource(f, &o.Shadow)
 	f.BoolVar(&o.PolicyWatch, "policy-watch", true, "reload the policy when --policies or --policy-data files change")
 	f.DurationVar(&o.PolicyPoll, "policy-poll", 10*time.Second, "also compare the policy files every interval, for changes file events miss (0 disables)")
 	f.StringVar(&o.PluginsDir, "plugins-dir", "", "directory of reviewer plugin executables pinned by gated-plugins.lock (see gated plugins --help)")
 	_ = cobra.MarkFlagDirname(f, "plugins-dir")
 	f.StringVar(&o.DefaultPlugin, "default-plugin", sop.Name, "plugin that reviews for personas naming none")
-	f.IntVar(&o.LLMMaxConcurrency, "llm-max-concurrency", DefaultLLMMaxConcurrency, "reviews the bundled llm reviewer runs at once; more wait for a slot (mind the provider's rate limits)")
+	f.IntVar(&o.LLMMaxConcurrency, "llm-max-concurrency", server.DefaultLLMMaxConcurrency, "reviews the bundled llm reviewer runs at once; more wait for a slot (mind the provider's rate limits)")
 	f.DurationVar(&o.ToolTimeout, "tool-timeout", plugins.DefaultToolCallTimeout, "time limit of one reviewer tool call (never past the review's deadline)")
 	f.DurationVar(&o.DedupeWindow, "dedupe-window", engine.DefaultDedupeWindow, "how long a rejection answers identical proposals at stage dedupe (0 turns dedupe off)")
 	f.IntVar(&o.DedupeMax, "dedupe-max", engine.DefaultDedupeMax, "rejections remembered for dedupe at most (oldest forgotten first)")
 }
 
-// serve checks the options and runs the gate until ctx ends.
-func serve(ctx context.Context, o Config) (err error) {
-	operators, err := o.check()
+// serve runs the gate o describes until ctx ends.
+func serve(ctx context.Context, o server.Config) error {
+	file := configFrom(ctx)
+	o.ConfigFile, o.ConfigPlugins, o.Version = file.path, file.plugins, version
+	s, err := server.New(o)
 	if err != nil {
-		return err
+		return fromServer(err)
 	}
-	limits := &budget.Config{}
-	if o.Budgets != "" {
-		if limits, err = budget.LoadConfig(o.Budgets); err != nil {
-			return usageError("--budgets: %v", err)
-		}
-	}
-	var sinks *notify.Config
-	if o.Notify != "" {
-		if sinks, err = notify.LoadConfig(o.Notify, os.Getenv); err != nil {
-			return usageError("--notify: %v", err)
-		}
-	}
-	log, err := newLogger(o.LogFormat, o.LogLevel)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = log.Sync() }()
-	s := newServer(o, operators, log)
-	s.sinks = sinks
-	s.limits = limits
-	return s.Run(ctx)
+	defer func() { _ = s.Log().Sync() }()
+	return fromServer(s.Run(ctx))
 }
 
-// check refuses options that do not go together, before anything starts,
-// and loads the operators file.
-func (o *Config) check() (operators *operator.List, err error) {
-	if err := o.Shadow.Check(); err != nil {
-		return nil, err
-	}
-	if o.OperatorDeadline <= 0 {
-		return nil, usageError("--operator-deadline %s must be positive: a held action times out at its deadline", o.OperatorDeadline)
-	}
-	if err := checkGrantTTL(o.GrantTTL); err != nil {
-		return nil, err
-	}
-	if o.ReviewTimeout < MinReviewTimeout {
-		return nil, usageError("--review-timeout %s is below the %s minimum: reviews need time, and a deadline that always fires blocks every change", o.ReviewTimeout, MinReviewTimeout)
-	}
+// fromServer gives the server's errors their exit status: 2 for a
+// refused configuration; 1, with nothing more printed, for a shutdown
+// that abandoned what it could not finish (the server logged it).
+func fromServer(err error) error {
+	var usage *server.UsageError
+	var shutdown *server.ShutdownError
 	switch {
-	case o.Pprof && o.HTTPAddr == "":
-		return nil, usageError("--pprof serves the profiles on the --http listener: give --http too")
-	case o.MetricsListen != "" && o.MetricsListen == o.HTTPAddr:
-		return nil, usageError("--metrics-listen %s is the --http address: give /metrics an address of its own", o.MetricsListen)
-	case o.MetricsTenantLabels && o.metricsListener() == "":
-		return nil, usageError("--metrics-tenant-labels names tenants on /metrics, which is not served: give --metrics-listen (with --operators, the console's --http listener serves no /metrics)")
-	case o.ReviewWait <= 0:
-		return nil, usageError("--review-wait %s must be positive", o.ReviewWait)
-	case o.ShutdownGrace < 0:
-		return nil, usageError("--shutdown-grace must not be negative")
-	case o.Replicas < 1 || o.Replicas > 5:
-		return nil, usageError("--replicas %d must be between 1 and 5", o.Replicas)
-	case o.Replicas > 1 && o.NATSURL == "":
-		return nil, usageError("--replicas %d needs a NATS cluster (--nats-url): the embedded server is a single node and keeps one copy", o.Replicas)
-	case len(o.NATSConn.authFlags()) > 0 && o.NATSURL == "":
-		return nil, usageError("%s apply to an external server: give --nats-url too (the embedded server has no authentication or TLS)", strings.Join(o.NATSConn.authFlags(), ", "))
-	case o.MaxInFlight < 1:
-		return nil, usageError("--max-in-flight %d must be at least 1", o.MaxInFlight)
-	case o.TenantMaxInFlight < 0 || o.TenantMaxInFlight > o.MaxInFlight:
-		return nil, usageError("--tenant-max-in-flight %d must be from 0 to --max-in-flight %d (0: 4 per core)", o.TenantMaxInFlight, o.MaxInFlight)
-	case o.AckWait < bus.MinAckWait:
-		return nil, usageError("--ack-wait %s must be at least %s: gated sends in-progress acks every third of it, and they must reach JetStream before it runs out", o.AckWait, bus.MinAckWait)
-	case o.MaxDeliver < 1:
-		return nil, usageError("--max-deliver %d must be at least 1", o.MaxDeliver)
-	case o.LLMMaxConcurrency < 1 || o.LLMMaxConcurrency > 65536:
-		return nil, usageError("--llm-max-concurrency %d must be from 1 to 65536", o.LLMMaxConcurrency)
-	case o.MaxAckPending < 0:
-		return nil, usageError("--max-ack-pending %d must not be negative (0: 4 × --max-in-flight)", o.MaxAckPending)
-	case o.VerdictTTL < time.Minute:
-		return nil, usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.VerdictTTL)
-	case o.AuditMaxAge < 0:
-		return nil, usageError("--audit-max-age must not be negative (0 keeps events)")
-	case o.DuplicateWindow < time.Second || o.DuplicateWindow > o.VerdictTTL:
-		return nil, usageError("--duplicate-window %s must be from 1s to --verdict-ttl (%s): after it, the stored verdict answers a proposal published again", o.DuplicateWindow, o.VerdictTTL)
-	case o.ToolTimeout <= 0:
-		return nil, usageError("--tool-timeout %s must be positive", o.ToolTimeout)
-	case o.DedupeWindow < 0:
-		return nil, usageError("--dedupe-window must not be negative (0 turns dedupe off)")
-	case o.BudgetsPoll < 0:
-		return nil, usageError("--budgets-poll must not be negative (0 disables)")
-	case o.DedupeMax < 1:
-		return nil, usageError("--dedupe-max %d must be at least 1", o.DedupeMax)
+	case errors.As(err, &usage):
+		return &exitError{code: exitUsage, err: err}
+	case errors.As(err, &shutdown):
+		return &exitError{code: exitFailure, silent: true, err: err}
 	}
-	if err := o.NATSConn.validate(); err != nil {
-		return nil, err
-	}
-	if o.Operators != "" {
-		if !o.ReviewService {
-			return nil, usageError("--operators needs --review-service: operator decisions are an endpoint of the review service")
-		}
-		if operators, err = operator.LoadList(o.Operators); err != nil {
-			return nil, usageError("--operators: %v", err)
-		}
-	}
-	return operators, nil
+	return err
 }
 
-// verdictPublisher publishes verdicts on gated.verdicts.<tenant>.<id>,
-// as the worker does.
-func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
-	return func(_ context.Context, v *engine.Verdict) error {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
-	}
+// registerPolicySource defines the flags that say where the policy comes
+// from, shared by serve and the policy commands.
+func registerPolicySource(f *pflag.FlagSet, o *server.PolicySource) {
+	f.StringVar(&o.Dir, "policies", "", "directory of .rego files and data documents added to the embedded default bundle")
+	f.BoolVar(&o.Replace, "policies-replace", false, "use --policies instead of the embedded default bundle")
+	f.StringArrayVar(&o.DataFiles, "policy-data", nil, "YAML or JSON data document merged at the data root (repeatable), e.g. a file with gated: {config: ...}")
+	f.StringVar(&o.Evaluator, "policy-evaluator", "auto", "auto: interpret OPA's plan of the decision when the policy allows it, else topdown; topdown: always OPA's general evaluator")
 }
 
-// serveHTTP serves /healthz and /readyz on addr, metrics (when not nil)
-// under /metrics, the profiles when asked, and root (the console), when
-// not nil, under /.
-func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, budgets *budget.Store, metrics, root http.Handler, log *zap.Logger) (stop func(ctx context.Context), err error) {
-	mux := http.NewServeMux()
-	if root != nil {
-		mux.Handle("/", root)
-	}
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		policy := live.State()
-		body := readiness{Ready: true, NATS: nc.Status().String(), Policy: policy, Plugins: host.Plugins()}
-		defaultUp := false
-		for _, p := range body.Plugins {
-			defaultUp = defaultUp || (p.Name == defaultPlugin && p.Running)
-		}
-		switch {
-		case !ready.Load():
-			body.Ready, body.Reason = false, "shutting down"
-		case !nc.IsConnected():
-			body.Ready, body.Reason = false, "NATS connection "+nc.Status().String()
-		case !defaultUp:
-			// Reviews would be blocked until the supervisor relaunches it.
-			body.Ready, body.Reason = false, "the default reviewer plugin "+defaultPlugin+" is not running"
-		case budgets != nil && budgetsUnreachable(r.Context(), budgets) != "":
-			// No review starts while the counters cannot be reached.
-			body.Ready, body.Reason = false, budgetsUnreachable(r.Context(), budgets)
-		case policy.Stale:
-			// The last good policy is still served; the policy on disk is
-			// not, and an operator should know.
-			body.Ready, body.Reason = false, "the latest policy reload failed; serving the last good revision "+policy.Revision
-		}
-		w.Header().Set("Content-Type", "application/json")
-		if !body.Ready {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(body)
-	})
-	if metrics != nil {
-		mux.Handle("/metrics", metrics)
-	}
-	if profiles {
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	}
-	return listenHTTP("--http", addr, mux, log)
-}
-
-// listenHTTP serves h on addr, the address of flag, until stop. stop
-// waits for the requests under way until ctx ends, then closes
-// what is still open.
-func listenHTTP(flag, addr string, h http.Handler, log *zap.Logger) (stop func(ctx context.Context), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listening on %s %s: %w", flag, addr, err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", zap.String("listener", flag), zap.Error(err))
-		}
-	}()
-	return func(ctx context.Context) {
-		if srv.Shutdown(ctx) != nil {
-			_ = srv.Close()
-		}
-		<-done
-	}, nil
-}
-
-// budgetsUnreachable says why the budget counters cannot be reached, or
-// "" when they can.
-func budgetsUnreachable(ctx context.Context, b *budget.Store) string {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if err := b.Check(ctx); err != nil {
-		return "the budget counters cannot be reached, so no review starts: " + err.Error()
-	}
-	return ""
-}
-
-// readiness is the /readyz document.
-type readiness struct {
-	Ready   bool           `json:"ready"`
-	Reason  string         `json:"reason,omitempty"`
-	NATS    string         `json:"nats"`
-	Policy  policies.State `json:"policy"`
-	Plugins []plugins.Info `json:"plugins"`
-}
-
-func logReload(log *zap.Logger, r policies.Reload) {
-	switch {
-	case !r.OK:
-		log.Error("policy reload refused: the last good policy stays in force",
-			zap.String("serving", r.Previous), zap.String("error", r.Error), zap.Duration("took", r.Duration))
-	case r.Changed:
-		log.Info("policy reloaded", zap.String("revision", r.Revision), zap.String("previous", r.Previous),
-			zap.Int("tests", r.Tests), zap.Duration("took", r.Duration))
-	default:
-		log.Info("policy sources changed but decide alike: revision unchanged", zap.String("revision", r.Revision))
-	}
-}
-
-// reloadEvent is the audit record of a reload attempt: gated's own event,
-// under the reserved tenant token.
-func reloadEvent(r policies.Reload, serving string) engine.AuditEvent {
-	name := engine.EventPolicyReloaded
-	if !r.OK {
-		name = engine.EventPolicyReloadFailed
-	}
-	data, _ := json.Marshal(r)
-	return engine.AuditEvent{
-		V: engine.SchemaVersion, Event: name, Tenant: engine.UnknownTenant, At: r.At.UTC(),
-		PolicyRevision: serving, Data: data,
-	}
+// registerShadowSource defines the flags of the shadow policy.
+func registerShadowSource(f *pflag.FlagSet, o *server.ShadowSource) {
+	f.StringVar(&o.Dir, "shadow-policies", "", "directory of a candidate policy decided beside the live one on every proposal (added to the embedded default bundle); it never changes a verdict, differences are audited as policy.shadow_differs")
+	f.BoolVar(&o.Replace, "shadow-policies-replace", false, "use --shadow-policies instead of the embedded default bundle")
 }

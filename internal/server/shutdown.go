@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -70,7 +69,7 @@ func (s *Server) shutdown() error {
 	}
 	s.log.Error("shutdown abandoned what it could not finish; gated stopped", zap.Strings("abandoned", abandoned),
 		zap.Duration("grace", s.cfg.ShutdownGrace), zap.Duration("took", time.Since(began)))
-	return &exitError{code: exitFailure, silent: true, err: fmt.Errorf("shutdown abandoned %s", strings.Join(abandoned, "; "))}
+	return &ShutdownError{Abandoned: abandoned}
 }
 
 // unwind stops what the start steps started, when the start failed or

@@ -1,12 +1,13 @@
-package main
+package server
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
-	"github.com/spf13/pflag"
-
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
+	"go.uber.org/zap"
 )
 
 // PolicySource are the flags that say where the policy comes from,
@@ -16,13 +17,6 @@ type PolicySource struct {
 	Replace   bool
 	DataFiles []string
 	Evaluator string
-}
-
-func (o *PolicySource) register(f *pflag.FlagSet) {
-	f.StringVar(&o.Dir, "policies", "", "directory of .rego files and data documents added to the embedded default bundle")
-	f.BoolVar(&o.Replace, "policies-replace", false, "use --policies instead of the embedded default bundle")
-	f.StringArrayVar(&o.DataFiles, "policy-data", nil, "YAML or JSON data document merged at the data root (repeatable), e.g. a file with gated: {config: ...}")
-	f.StringVar(&o.Evaluator, "policy-evaluator", "auto", "auto: interpret OPA's plan of the decision when the policy allows it, else topdown; topdown: always OPA's general evaluator")
 }
 
 // Sources returns the policy Sources the flags name, and a note for the
@@ -70,4 +64,31 @@ func (o *PolicySource) CompileOptions() []policies.CompileOption {
 		return []policies.CompileOption{policies.Topdown()}
 	}
 	return nil
+}
+
+func logReload(log *zap.Logger, r policies.Reload) {
+	switch {
+	case !r.OK:
+		log.Error("policy reload refused: the last good policy stays in force",
+			zap.String("serving", r.Previous), zap.String("error", r.Error), zap.Duration("took", r.Duration))
+	case r.Changed:
+		log.Info("policy reloaded", zap.String("revision", r.Revision), zap.String("previous", r.Previous),
+			zap.Int("tests", r.Tests), zap.Duration("took", r.Duration))
+	default:
+		log.Info("policy sources changed but decide alike: revision unchanged", zap.String("revision", r.Revision))
+	}
+}
+
+// reloadEvent is the audit record of a reload attempt: gated's own event,
+// under the reserved tenant token.
+func reloadEvent(r policies.Reload, serving string) engine.AuditEvent {
+	name := engine.EventPolicyReloaded
+	if !r.OK {
+		name = engine.EventPolicyReloadFailed
+	}
+	data, _ := json.Marshal(r)
+	return engine.AuditEvent{
+		V: engine.SchemaVersion, Event: name, Tenant: engine.UnknownTenant, At: r.At.UTC(),
+		PolicyRevision: serving, Data: data,
+	}
 }

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -17,13 +17,13 @@ import (
 	"github.com/gated/gated/bus/audit"
 )
 
-// auditKeyFile is the name of the key gated creates in --data-dir when it
+// AuditKeyName is the name of the key gated creates in --data-dir when it
 // runs the embedded server and no key file is given.
-const auditKeyFile = "audit.key"
+const AuditKeyName = "audit.key"
 
-// readAuditKey reads an audit key file: 32 or more random bytes, raw or
+// ReadAuditKey reads an audit key file: 32 or more random bytes, raw or
 // hex.
-func readAuditKey(path string) ([]byte, error) {
+func ReadAuditKey(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -38,8 +38,8 @@ func readAuditKey(path string) ([]byte, error) {
 // ensureAuditKey returns the key in dir/audit.key, creating it (32 random
 // bytes in hex, mode 0600) when there is none. created says which.
 func ensureAuditKey(dir string) (key []byte, path string, created bool, err error) {
-	path = filepath.Join(dir, auditKeyFile)
-	key, err = readAuditKey(path)
+	path = filepath.Join(dir, AuditKeyName)
+	key, err = ReadAuditKey(path)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, path, false, err
 	}
@@ -53,7 +53,7 @@ func ensureAuditKey(dir string) (key []byte, path string, created bool, err erro
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		// Another gated on the same directory was quicker.
-		key, err = readAuditKey(path)
+		key, err = ReadAuditKey(path)
 		return key, path, false, err
 	}
 	if err != nil {
@@ -103,7 +103,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o Config, embedd
 	)
 	switch {
 	case keyFile != "":
-		if key, err = readAuditKey(keyFile); err != nil {
+		if key, err = ReadAuditKey(keyFile); err != nil {
 			return nil, usageError("--audit-key-file: %v", err)
 		}
 		if st, err := os.Stat(keyFile); err == nil && st.Mode().Perm()&0o077 != 0 {
@@ -111,8 +111,8 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o Config, embedd
 				zap.String("file", keyFile), zap.Stringer("mode", st.Mode().Perm()))
 		}
 	case embedded:
-		keyFile = filepath.Join(o.DataDir, auditKeyFile)
-		if key, err = readAuditKey(keyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		keyFile = filepath.Join(o.DataDir, AuditKeyName)
+		if key, err = ReadAuditKey(keyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 	}
@@ -167,7 +167,7 @@ func auditKeyRefusal(e *audit.KeyError, o Config, keyFile string, embedded bool)
 		return fmt.Errorf("%s is missing, yet the audit stream holds records MACed with key %s (the newest at seq %d): restore the key file from your copy, or give it with --audit-key-file%s",
 			keyFile, e.RecordKeyID, e.Seq, rotate)
 	case e.Problem == audit.KeyMissing:
-		return fmt.Errorf("%v: %s (the first gated keeps it in <data-dir>/%s)%s", e, share, auditKeyFile, rotate)
+		return fmt.Errorf("%v: %s (the first gated keeps it in <data-dir>/%s)%s", e, share, AuditKeyName, rotate)
 	case e.Problem == audit.KeyOther:
 		return fmt.Errorf("%s holds key %s, but the audit stream's newest record (seq %d) is MACed with key %s: %s%s",
 			keyFile, e.KeyID, e.Seq, e.RecordKeyID, share, rotate)

@@ -1,10 +1,9 @@
-package main
+package server
 
 import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/engine"
@@ -16,11 +15,6 @@ import (
 type ShadowSource struct {
 	Dir     string
 	Replace bool
-}
-
-func (o *ShadowSource) register(f *pflag.FlagSet) {
-	f.StringVar(&o.Dir, "shadow-policies", "", "directory of a candidate policy decided beside the live one on every proposal (added to the embedded default bundle); it never changes a verdict, differences are audited as policy.shadow_differs")
-	f.BoolVar(&o.Replace, "shadow-policies-replace", false, "use --shadow-policies instead of the embedded default bundle")
 }
 
 // Check refuses flags that cannot work together.

@@ -1,9 +1,17 @@
-package main
+// Package server is `gated serve` as a package: the configuration its
+// flags and config file fill in, and the server that configuration builds,
+// with an explicit lifecycle. New checks the configuration; Build loads
+// what can fail before anything serves (policy, personas, plugins); Start
+// connects to NATS and starts the streams, the workers and the listeners;
+// Stop drains and undoes every step, newest first, within a bound. The
+// command and the test kits run the same server.
+package server
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +30,7 @@ import (
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/natsconn"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -32,11 +41,13 @@ import (
 // plugins, NATS and the engine together, and owns every goroutine it
 // starts. Run joins all of them before it returns, so none outlives it.
 type Server struct {
-	cfg         Config
+	cfg       Config
 	operators *operator.List // nil: no operator decisions
 	sinks     *notify.Config // nil: no notifications
 	limits    *budget.Config // the budgets in force at start
 	log       *zap.Logger
+	// wrapDecider, when not nil, wraps the worker's decider (WithDecider).
+	wrapDecider func(bus.Decider) bus.Decider
 
 	// stops undo the steps that ran, newest first: Run unwinds them on
 	// every way out, an early error and a panic included, within a bound
@@ -89,21 +100,107 @@ type Server struct {
 	grants     *bus.Grants
 }
 
-// newServer returns the server the checked options o describe.
-func newServer(o Config, operators *operator.List, log *zap.Logger) *Server {
-	return &Server{cfg: o, operators: operators, log: log}
+// Option changes what New builds; tests use them to reach into the gate.
+type Option func(*Server)
+
+// WithLogger has the server log to log rather than to the logger
+// Config.LogFormat and Config.LogLevel describe.
+func WithLogger(log *zap.Logger) Option { return func(s *Server) { s.log = log } }
+
+// WithDecider has the worker hand its deliveries to wrap of the decider it
+// would use (the engine, counted for the metrics), so that a test can hold
+// or script them.
+func WithDecider(wrap func(bus.Decider) bus.Decider) Option {
+	return func(s *Server) { s.wrapDecider = wrap }
 }
 
-// Run serves until ctx ends, then drains proposals in flight for the
-// shutdown grace and stops. It returns only once every goroutine it
-// started has returned; an error means the gate could not start.
+// New checks cfg and loads what it names that needs no start (the
+// operators, the budgets and the notification sinks): it refuses, with a
+// UsageError, a configuration that could not run. Nothing runs yet.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	operators, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	limits := &budget.Config{}
+	if cfg.Budgets != "" {
+		if limits, err = budget.LoadConfig(cfg.Budgets); err != nil {
+			return nil, usageError("--budgets: %v", err)
+		}
+	}
+	var sinks *notify.Config
+	if cfg.Notify != "" {
+		if sinks, err = notify.LoadConfig(cfg.Notify, os.Getenv); err != nil {
+			return nil, usageError("--notify: %v", err)
+		}
+	}
+	s := &Server{cfg: cfg, operators: operators, sinks: sinks, limits: limits}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.log == nil {
+		if s.log, err = NewLogger(cfg.LogFormat, cfg.LogLevel); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Log is the server's logger.
+func (s *Server) Log() *zap.Logger { return s.log }
+
+// Run builds and starts the gate, serves until ctx ends, then drains
+// proposals in flight for the shutdown grace and stops. It returns only
+// once every goroutine it started has returned; an error from Build or
+// Start means the gate could not start.
 func (s *Server) Run(ctx context.Context) error {
-	return s.run(ctx, s.startSteps())
+	if err := s.Build(ctx); err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return s.Stop()
 }
 
-// startSteps are the steps that start the gate, in order. Each registers
-// with onStop what undoes it.
-func (s *Server) startSteps() []func(context.Context) error {
+// Build runs what can fail before anything serves: it claims the data
+// directory and the listeners' ports, and loads the policy, the shadow
+// policy, the personas and the plugins' configuration. On an error it
+// has undone what it did.
+func (s *Server) Build(ctx context.Context) error {
+	s.watchCtx, s.stopWatch = context.WithCancel(context.WithoutCancel(ctx))
+	// Registered first, so it runs last: every way out joins the
+	// watchers, the early ones included.
+	s.onStop("the policy and persona watchers", s.stopWatchers)
+	return s.runSteps(ctx, s.buildSteps())
+}
+
+// Start connects to NATS (starting the embedded server unless
+// Config.NATSURL names one), sets up the streams, the audit key and the
+// audit writer, and starts the plugins, the workers, the review service
+// and the listeners, then reports the gate ready. On an error it has
+// undone what it and Build did.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.runSteps(ctx, s.startSteps()); err != nil {
+		return err
+	}
+	s.log.Info("gated is ready",
+		zap.String("nats", natsconn.RedactURL(s.url)), zap.Bool("embedded", s.embedded != nil),
+		zap.String("policy_revision", s.live.Revision()), zap.Any("plugins", s.host.Plugins()),
+		zap.Strings("personas", s.reg.Names()))
+	return nil
+}
+
+// Stop drains the proposals in flight for Config.ShutdownGrace, then
+// stops what Build and Start started, newest first, all within the grace
+// and shutdownSlack (shutdown.go). It returns a *ShutdownError, already
+// logged, when it abandoned anything.
+func (s *Server) Stop() error { return s.shutdown() }
+
+// buildSteps are the steps of Build, in order. Each registers with onStop
+// what undoes it.
+func (s *Server) buildSteps() []func(context.Context) error {
 	return []func(context.Context) error{
 		s.claimResources,
 		s.startTracing,
@@ -112,6 +209,13 @@ func (s *Server) startSteps() []func(context.Context) error {
 		s.loadPersonas,
 		s.watchPersonas,
 		s.newPluginHost,
+	}
+}
+
+// startSteps are the steps of Start, in order. Each registers with onStop
+// what undoes it.
+func (s *Server) startSteps() []func(context.Context) error {
+	return []func(context.Context) error{
 		s.startNATS,
 		s.setupStreams,
 		s.openAudit,
@@ -128,28 +232,23 @@ func (s *Server) startSteps() []func(context.Context) error {
 	}
 }
 
-// run runs steps in order, serves until ctx ends, drains and stops. A
-// step's error stops the start there; every way out unwinds what the steps
-// that ran started, within shutdownSlack.
-func (s *Server) run(ctx context.Context, steps []func(context.Context) error) error {
-	s.watchCtx, s.stopWatch = context.WithCancel(ctx)
-	// An early error or a panic: what started stops, bounded too.
-	defer s.unwind()
-	// Registered first, so it runs last: every way out joins the
-	// watchers, the early ones included.
-	s.onStop("the policy and persona watchers", s.stopWatchers)
+// runSteps runs steps in order. A step's error stops them there; that
+// error, and a panic, unwind what every step that ran started, within
+// shutdownSlack.
+func (s *Server) runSteps(ctx context.Context, steps []func(context.Context) error) error {
+	ok := false
+	defer func() {
+		if !ok {
+			s.unwind()
+		}
+	}()
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
 		}
 	}
-	s.log.Info("gated is ready",
-		zap.String("nats", redactURL(s.url)), zap.Bool("embedded", s.embedded != nil),
-		zap.String("policy_revision", s.live.Revision()), zap.Any("plugins", s.host.Plugins()),
-		zap.Strings("personas", s.reg.Names()))
-
-	<-ctx.Done()
-	return s.shutdown()
+	ok = true
+	return nil
 }
 
 // stopWatchers ends the policy and persona watchers and joins them; a
@@ -209,7 +308,7 @@ func (s *Server) loadPersonas(ctx context.Context) error {
 	for _, w := range warnings {
 		s.log.Warn("persona", zap.String("warning", w))
 	}
-	specs, defaultPlugin, err := pluginSpecs(ctx, s.cfg)
+	specs, defaultPlugin, err := PluginSpecs(ctx, s.cfg)
 	if err != nil {
 		return err
 	}
@@ -273,8 +372,8 @@ func (s *Server) startNATS(context.Context) error {
 		})
 		s.url = embedded.ClientURL()
 	}
-	nc, err := s.cfg.NATSConn.connect(s.url, "gated", natsErrorLog(s.log))
-	if err != nil {
+	nc, err := s.cfg.NATSConn.Connect(s.url, "gated", natsconn.ErrorLog(s.log))
+	if err = asUsage(err); err != nil {
 		return err
 	}
 	s.nc = nc
@@ -348,7 +447,7 @@ func (s *Server) startPlugins(ctx context.Context) error {
 	s.host.SetReviewObserver(s.m.obs.observeReview)
 	s.m.reg.MustRegister(pluginCollector{s.host})
 	s.onStop("the audit of plugin events", auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
-	s.host.SetTools(toolConfig(s.nc, s.live, s.cfg.ToolTimeout))
+	s.host.SetTools(ToolConfig(s.nc, s.live, s.cfg.ToolTimeout))
 	return s.host.Start(ctx)
 }
 
@@ -447,8 +546,11 @@ func (s *Server) startWorker(context.Context) error {
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
-	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits},
-		s.trails, s.busCfg, s.log.Named("worker"))
+	var decider bus.Decider = countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits}
+	if s.wrapDecider != nil {
+		decider = s.wrapDecider(decider)
+	}
+	worker, err := bus.NewWorker(s.nc, s.js, s.res, decider, s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err
 	}
@@ -481,7 +583,7 @@ func (s *Server) startReviewService(context.Context) error {
 	if !s.cfg.ReviewService {
 		return nil
 	}
-	svcCfg := bus.ServiceConfig{Version: version, Wait: s.cfg.ReviewWait}
+	svcCfg := bus.ServiceConfig{Version: s.cfg.Version, Wait: s.cfg.ReviewWait}
 	if s.operators != nil {
 		var err error
 		followUps := bus.NewFollowUps(s.js, s.store).Send
