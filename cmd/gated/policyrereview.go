@@ -55,7 +55,10 @@ func (o *policyReplayOptions) candidateReviewers(reg engine.Personas, ev *polici
 	}
 	cfg := replay.ReviewersConfig{
 		Personas: reg, Catalog: ev.Catalog(),
-		Plugins: func(ctx context.Context) ([]plugins.Spec, string, error) { return server.PluginSpecs(ctx, setup) },
+		Plugins: func(ctx context.Context) ([]plugins.Spec, string, error) {
+			specs, def, err := server.PluginSpecs(ctx, setup)
+			return specs, def, fromServer(err)
+		},
 	}
 	if nc != nil {
 		cfg.Forward = server.ToolConfig(nc, nil, plugins.DefaultToolCallTimeout).Forward
