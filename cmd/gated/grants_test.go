@@ -16,13 +16,14 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/server"
 )
 
 // newKeyFile writes a grant key file with one new key in a directory of
 // its own.
 func newKeyFile(t *testing.T) (string, string) {
 	t.Helper()
-	ring, err := grant.NewRing(time.Now().Add(-time.Minute), DefaultGrantTTL)
+	ring, err := grant.NewRing(time.Now().Add(-time.Minute), server.DefaultGrantTTL)
 	if err != nil {
 		t.Fatal(err)
 	}

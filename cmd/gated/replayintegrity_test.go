@@ -21,6 +21,7 @@ import (
 	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/server"
 )
 
 // newAuditKey writes a fresh audit key to a file and returns the key and

@@ -5,9 +5,12 @@ import (
 	"time"
 
 	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/natsconn"
 	"github.com/gated/gated/plugins"
+	"github.com/gated/gated/plugins/sop"
 )
 
 // MinReviewTimeout is the shortest review deadline the configuration
@@ -21,9 +24,44 @@ const MinReviewTimeout = 30 * time.Second
 // rather than this machine.
 const DefaultLLMMaxConcurrency = 64
 
+// Defaults is the configuration of a `gated serve` given no flag: each
+// flag's default is its field's value here.
+func Defaults() Config {
+	return Config{
+		DataDir:           "gated-data",
+		PersonasWatch:     true,
+		NATSListen:        "127.0.0.1:4222",
+		LogFormat:         "auto",
+		LogLevel:          "info",
+		ReviewTimeout:     engine.DefaultReviewTimeout,
+		ShutdownGrace:     30 * time.Second,
+		MaxInFlight:       1024,
+		AckWait:           30 * time.Second,
+		MaxDeliver:        5,
+		ReviewService:     true,
+		OperatorDeadline:  engine.DefaultOperatorDeadline,
+		BudgetsPoll:       5 * time.Second,
+		ReviewWait:        fleet.DefaultWait,
+		Replicas:          1,
+		VerdictTTL:        7 * 24 * time.Hour,
+		DuplicateWindow:   2 * time.Minute,
+		GrantTTL:          DefaultGrantTTL,
+		AuditPublish:      "auto",
+		AuditCompress:     true,
+		PolicyWatch:       true,
+		PolicyPoll:        10 * time.Second,
+		DefaultPlugin:     sop.Name,
+		LLMMaxConcurrency: DefaultLLMMaxConcurrency,
+		ToolTimeout:       plugins.DefaultToolCallTimeout,
+		DedupeWindow:      engine.DefaultDedupeWindow,
+		DedupeMax:         engine.DefaultDedupeMax,
+		Policy:            PolicySource{Evaluator: "auto"},
+	}
+}
+
 // Config is what `gated serve` runs: its flags and the config file fill
-// it in. The zero value of a field is not its flag's default: start from
-// the flags' defaults (cmd/gated) or set every field a test relies on.
+// it in, from Defaults. Each field is the flag of the same name (see
+// gated serve --help); the last three are not flags.
 type Config struct {
 	DataDir       string
 	PersonasDir   string

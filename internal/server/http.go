@@ -12,10 +12,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/bus/budget"
-	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/console"
-	"github.com/gated/gated/engine"
-	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
 	"github.com/nats-io/nats.go"
@@ -89,18 +86,6 @@ func (s *Server) systemStatus(context.Context) any {
 	return doc
 }
 
-// verdictPublisher publishes verdicts on gated.verdicts.<tenant>.<id>,
-// as the worker does.
-func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
-	return func(_ context.Context, v *engine.Verdict) error {
-		data, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
-	}
-}
-
 // serveHTTP serves /healthz and /readyz on addr, metrics (when not nil)
 // under /metrics, the profiles when asked, and root (the console), when
 // not nil, under /.
@@ -112,7 +97,7 @@ func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, li
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		policy := live.State()
-		body := readiness{Ready: true, NATS: nc.Status().String(), Policy: policy, Plugins: host.Plugins()}
+		body := Readiness{Ready: true, NATS: nc.Status().String(), Policy: policy, Plugins: host.Plugins()}
 		defaultUp := false
 		for _, p := range body.Plugins {
 			defaultUp = defaultUp || (p.Name == defaultPlugin && p.Running)
@@ -187,8 +172,8 @@ func budgetsUnreachable(ctx context.Context, b *budget.Store) string {
 	return ""
 }
 
-// readiness is the /readyz document.
-type readiness struct {
+// Readiness is the /readyz document.
+type Readiness struct {
 	Ready   bool           `json:"ready"`
 	Reason  string         `json:"reason,omitempty"`
 	NATS    string         `json:"nats"`

@@ -596,7 +596,7 @@ func (s *Server) startReviewService(context.Context) error {
 			return followUps(ctx, v)
 		}
 		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
-			beforePublish, verdictPublisher(s.nc), s.log.Named("operator"))
+			beforePublish, operator.PublishVerdicts(s.nc), s.log.Named("operator"))
 		if err != nil {
 			return err
 		}
