@@ -13,9 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/internal/server"
-	"github.com/gated/gated/plugins/llm"
-	"github.com/gated/gated/plugins/sdk"
-	"github.com/gated/gated/plugins/sop"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -124,20 +121,9 @@ func pluginCmd() *cobra.Command {
 		Short: "Serve a bundled reviewer over the plugin protocol: sop or llm",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			switch args[0] {
-			case sop.Name:
-				sdk.Serve(sop.Reviewer{Version: version})
-				return nil
-			case llm.Name:
-				// Keys and addresses come from the environment gated passes
-				// (llm.EnvVars); none is needed to start.
-				cfg := llm.ConfigFromEnv()
-				cfg.Version = version
-				sdk.Serve(llm.New(cfg))
-				return nil
-			}
-			return usageError("no bundled plugin named %q (have: %s, %s)", args[0], sop.Name, llm.Name)
+			return fromServer(server.ServeBundledPlugin(args[0], version))
 		},
+
 	})
 	return c
 }
