@@ -27,11 +27,9 @@ import (
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/natsconn"
-	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
@@ -48,6 +46,8 @@ type Server struct {
 	log       *zap.Logger
 	// wrapDecider, when not nil, wraps the worker's decider (WithDecider).
 	wrapDecider func(bus.Decider) bus.Decider
+	noPlugins   bool          // WithoutPlugins
+	policy      engine.Policy // WithPolicy; nil: the live policy
 
 	// stops undo the steps that ran, newest first: Run unwinds them on
 	// every way out, an early error and a panic included, within a bound
@@ -107,6 +107,14 @@ type Option func(*Server)
 // Config.LogFormat and Config.LogLevel describe.
 func WithLogger(log *zap.Logger) Option { return func(s *Server) { s.log = log } }
 
+// WithoutPlugins runs no reviewer plugin: every persona is unrouted, so
+// a proposal that needs a review is blocked. For tests of the intake.
+func WithoutPlugins() Option { return func(s *Server) { s.noPlugins = true } }
+
+// WithPolicy has the engine decide with pol in place of the policy
+// Config.Policy names, which is still loaded, served and reported.
+func WithPolicy(pol engine.Policy) Option { return func(s *Server) { s.policy = pol } }
+
 // WithDecider has the worker hand its deliveries to wrap of the decider it
 // would use (the engine, counted for the metrics), so that a test can hold
 // or script them.
@@ -145,6 +153,18 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	}
 	return s, nil
 }
+
+// URL is the NATS server's client URL, once Start has connected.
+func (s *Server) URL() string { return s.url }
+
+// Resources are the streams and the verdict bucket Start set up.
+func (s *Server) Resources() *bus.Resources { return s.res }
+
+// Grants is the grant service Start started.
+func (s *Server) Grants() *bus.Grants { return s.grants }
+
+// Audit is the audit writer the gate records with.
+func (s *Server) Audit() *audit.Writer { return s.auditor }
 
 // Log is the server's logger.
 func (s *Server) Log() *zap.Logger { return s.log }
@@ -308,15 +328,20 @@ func (s *Server) loadPersonas(ctx context.Context) error {
 	for _, w := range warnings {
 		s.log.Warn("persona", zap.String("warning", w))
 	}
-	specs, defaultPlugin, err := PluginSpecs(ctx, s.cfg)
-	if err != nil {
-		return err
+	var specs []plugins.Spec
+	defaultPlugin := s.cfg.DefaultPlugin
+	if !s.noPlugins {
+		if specs, defaultPlugin, err = PluginSpecs(ctx, s.cfg); err != nil {
+			return err
+		}
 	}
 	configured := make([]string, 0, len(specs))
 	for _, spec := range specs {
 		configured = append(configured, spec.Name)
 	}
-	warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
+	if !s.noPlugins {
+		warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
+	}
 	s.reg, s.specs, s.defaultPlugin, s.configured = reg, specs, defaultPlugin, configured
 	return nil
 }
@@ -494,124 +519,6 @@ func (s *Server) watchPolicy(context.Context) error {
 			s.log.Error("policy hot reload is off", zap.Error(err))
 		}
 	})
-	return nil
-}
-
-// startWorker builds the engine over the verdict store and starts the
-// worker that feeds it proposals.
-func (s *Server) startWorker(context.Context) error {
-	o := s.cfg
-	dedupeWindow := o.DedupeWindow
-	if dedupeWindow == 0 {
-		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
-	}
-	s.store = store.New(s.res.Verdicts, store.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
-	setupCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	kv, err := budget.Setup(setupCtx, s.js, o.Replicas)
-	cancel()
-	if err != nil {
-		return err
-	}
-	s.budgets = budget.New(kv, s.limits, s.m.onBudget)
-	s.watchBudgets()
-	// Evaluations run on a pool, so that the goroutines waiting on reviews
-	// do not each keep an evaluation-sized stack.
-	pool := policies.NewPool(s.live, 0)
-	s.onStop("the policy evaluators", pool.Close)
-	eng, err := engine.New(engine.Config{
-		Policy:           meteredPolicy{Policy: telemetry.Policy(pool), eval: s.m.eval},
-		Personas:         s.reg,
-		Router:           s.host,
-		Store:            telemetry.Store(s.store, s.m.obs.observeClaimWait),
-		Trace:            telemetry.Stage,
-		ReviewTimeout:    o.ReviewTimeout,
-		OperatorDeadline: o.OperatorDeadline,
-		DedupeWindow:     dedupeWindow,
-		DedupeMax:        o.DedupeMax,
-		Shadow:           s.shadowPolicy(),
-		Budgets:          s.budgets,
-		// The counters are read for the policy input only when the policy
-		// served, or the shadow, can read input.budget.
-		PolicyReadsBudget: func() bool {
-			return s.live.ReadsBudget() || (s.shadow != nil && s.shadow.ReadsBudget())
-		},
-		OnShadow: s.m.onShadow(),
-		Grants:   engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.GrantTTL, Issued: s.grants.Issued},
-	})
-	if err != nil {
-		return err
-	}
-	s.eng = eng
-	// Every trail a decision records on publishes the proposal's status.
-	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
-	s.m.countStatuses(statuses)
-	s.trails = statuses.Trails(s.auditor.Trail)
-	var decider bus.Decider = countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits}
-	if s.wrapDecider != nil {
-		decider = s.wrapDecider(decider)
-	}
-	worker, err := bus.NewWorker(s.nc, s.js, s.res, decider, s.trails, s.busCfg, s.log.Named("worker"))
-	if err != nil {
-		return err
-	}
-	worker.RecordGrants(s.grants.Record)
-	if err := worker.Start(); err != nil {
-		return err
-	}
-	var once sync.Once
-	s.worker = worker
-	s.stopWorker = func(grace time.Duration) { once.Do(func() { worker.Stop(grace) }) }
-	// A later step's failure stops it at once; the drain stops it first,
-	// with the grace.
-	s.onStop("the worker", func() { s.stopWorker(0) })
-	// Held actions time out on the shared hold consumer, whichever gated
-	// takes each hold.
-	timer, err := bus.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
-	if err != nil {
-		return err
-	}
-	if err := timer.Start(); err != nil {
-		return err
-	}
-	s.onStop("the hold timer", timer.Stop)
-	return nil
-}
-
-// startReviewService starts the request/reply endpoints, with the
-// operator decisions endpoint when operators are configured.
-func (s *Server) startReviewService(context.Context) error {
-	if !s.cfg.ReviewService {
-		return nil
-	}
-	svcCfg := bus.ServiceConfig{Version: s.cfg.Version, Wait: s.cfg.ReviewWait}
-	if s.operators != nil {
-		var err error
-		followUps := bus.NewFollowUps(s.js, s.store).Send
-		// An operator's approval carries a grant: its record is written
-		// before the verdict is published, as the worker does.
-		beforePublish := func(ctx context.Context, v *engine.Verdict) error {
-			if err := s.grants.Record(ctx, v); err != nil {
-				return err
-			}
-			return followUps(ctx, v)
-		}
-		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
-			beforePublish, operator.PublishVerdicts(s.nc), s.log.Named("operator"))
-		if err != nil {
-			return err
-		}
-		ids := make([]string, 0, len(s.operators.Signers()))
-		for _, op := range s.operators.Signers() {
-			ids = append(ids, op.ID)
-		}
-		s.log.Info("operator decisions accepted", zap.String("file", s.cfg.Operators), zap.Strings("operators", ids))
-	}
-	review, err := bus.StartService(s.nc, svcCfg, s.log.Named("review"))
-	if err != nil {
-		return err
-	}
-	s.review = review
-	s.onStop("the review service", func() { review.Stop(0) }) // a no-op after the drain
 	return nil
 }
 
