@@ -329,7 +329,7 @@ func (s *Server) loadPersonas(ctx context.Context) error {
 		s.log.Warn("persona", zap.String("warning", w))
 	}
 	var specs []plugins.Spec
-	defaultPlugin := s.cfg.DefaultPlugin
+	var defaultPlugin string // WithoutPlugins: none
 	if !s.noPlugins {
 		if specs, defaultPlugin, err = PluginSpecs(ctx, s.cfg); err != nil {
 			return err
