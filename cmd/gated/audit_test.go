@@ -334,9 +334,6 @@ func TestParseSince(t *testing.T) {
 	}
 }
 
-
-
-
 // FuzzParseSince feeds parseSince arbitrary --since values: it must never
 // panic, a duration never yields a time after now, and an error is a usage
 // error.

@@ -232,4 +232,3 @@ func TestServeBudgetsReloadRefusesAnEmptyFile(t *testing.T) {
 		t.Fatalf("r2 after an empty budgets file: %s (%s), want refused by the reads limit of 2 in force", v.Outcome, v.Reason)
 	}
 }
-

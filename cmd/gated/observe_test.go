@@ -65,5 +65,3 @@ func TestServeMetricsOfReviewsPluginsAuditAndDedupe(t *testing.T) {
 	waitMetric(t, httpAddr, `gated_plugin_restarts_total{plugin="sop"} 1`)
 	waitMetric(t, httpAddr, `gated_plugin_up{plugin="sop"} 1`)
 }
-
-

@@ -243,4 +243,3 @@ func TestRoutingByPersona(t *testing.T) {
 	}
 	wantOutput(t, out, `(?m)^  deny persona_out_of_scope: persona "dba" reviews only the actions config\.persona_routes sends it`)
 }
-

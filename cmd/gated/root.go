@@ -123,7 +123,6 @@ func pluginCmd() *cobra.Command {
 		RunE: func(_ *cobra.Command, args []string) error {
 			return fromServer(server.ServeBundledPlugin(args[0], version))
 		},
-
 	})
 	return c
 }

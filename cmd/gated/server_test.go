@@ -88,7 +88,6 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 	t.Errorf("%d goroutines before serve, %d after it returned:\n%s", before, now, allStacks())
 }
 
-
 func allStacks() string {
 	buf := make([]byte, 1<<20)
 	return string(buf[:runtime.Stack(buf, true)])
