@@ -94,7 +94,7 @@ func (r *EvalRun) notes() []string {
 	return notes
 }
 
-// Evaluate runs the policy as the engine's judge does: with the persona
+// EvalProposal runs the policy as the engine's judge does: with the persona
 // asked for, else the default persona, and once more with the persona the
 // policy routes the review to, unless the persona was given explicitly.
 // Each reviewer the policy adds (review.also, the proposal's reviewer) is

@@ -6,6 +6,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/gated/gated/personas"
 )
 
 // personaFile is a persona file with the given frontmatter lines and body.
@@ -55,8 +57,8 @@ func TestPersonasList(t *testing.T) {
 			t.Fatalf("exit %d: %v", code, err)
 		}
 		var doc struct {
-			Dir      string           `json:"dir"`
-			Personas []personaListing `json:"personas"`
+			Dir      string                    `json:"dir"`
+			Personas []personas.PersonaListing `json:"personas"`
 		}
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
@@ -171,7 +173,7 @@ func TestPersonasLint(t *testing.T) {
 		if code != exitFailure || err == nil {
 			t.Fatalf("exit %d (%v), want %d", code, err, exitFailure)
 		}
-		var doc lintReport
+		var doc personas.LintReport
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
 		}
