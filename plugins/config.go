@@ -15,12 +15,11 @@ import (
 
 	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/internal/yamlpos"
-	"github.com/gated/gated/plugins/sop"
 )
 
 // ParseConfig reads the plugins section: a list of plugins, each pinned
-// by its SHA-256.
-func ParseConfig(path, base string, n *yaml.Node) ([]Spec, error) {
+// by its SHA-256; none may take the name of the bundled reviewer.
+func ParseConfig(path, base string, n *yaml.Node, bundled string) ([]Spec, error) {
 	if yamlpos.IsNull(n) {
 		return nil, nil
 	}
@@ -36,7 +35,7 @@ func ParseConfig(path, base string, n *yaml.Node) ([]Spec, error) {
 		if err != nil {
 			return nil, err
 		}
-		if s.Name == sop.Name {
+		if s.Name == bundled {
 			return nil, fmt.Errorf("%s:%d: %s.name: %q is the bundled reviewer; choose another name", path, item.Line, at, s.Name)
 		}
 		if line, dup := lines[s.Name]; dup {

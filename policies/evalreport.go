@@ -11,7 +11,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/personas"
 )
 
 // EvalRun is one `policy eval`: its input and what the policy said.
@@ -102,7 +101,7 @@ func (r *EvalRun) notes() []string {
 // the gate then decides comes from the engine's own functions
 // (engine.PolicyOutcome, engine.AddedOutcome), so the dry run cannot
 // disagree with the gate.
-func EvalProposal(ctx context.Context, ev *Evaluator, reg *personas.Registry, in engine.PolicyInput, explicit string, full bool) (*EvalRun, error) {
+func EvalProposal(ctx context.Context, ev *Evaluator, reg engine.Personas, in engine.PolicyInput, explicit string, full bool) (*EvalRun, error) {
 	name := explicit
 	if name == "" {
 		name = engine.DefaultPersona

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gated/gated/internal/yamlpos"
 	"github.com/gated/gated/plugins"
+	"github.com/gated/gated/plugins/sop"
 )
 
 // configHelp documents the --config file; it ends the root command's help.
@@ -152,7 +153,7 @@ func parseConfig(path string, data []byte) (*fileConfig, []configValue, error) {
 		seen[name] = k.Line
 		switch name {
 		case "plugins":
-			specs, err := plugins.ParseConfig(path, base, v)
+			specs, err := plugins.ParseConfig(path, base, v, sop.Name)
 			if err != nil {
 				return nil, nil, err
 			}
