@@ -224,8 +224,8 @@ func (e *Engine) newDecision(d Delivery) *pass {
 // claim of the delivery's message, if it holds one, is released.
 func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	r := e.newDecision(d)
-	r.tenant, r.id = RecoverAddress(d.Subject, d.Data, d.MsgID)
-	_, r.action, _ = ParseProposalSubject(d.Subject)
+	r.tenant, r.id = recoverAddress(d.Subject, d.Data, d.MsgID)
+	_, r.action, _ = parseProposalSubject(d.Subject)
 	if r.id != "" && d.StreamSeq != 0 {
 		// A holder that crashed mid-review left its claim behind.
 		r.claim = r.newClaim()
