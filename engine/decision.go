@@ -26,10 +26,10 @@ const MaxDecisionTextBytes = reviewtext.MaxTextBytes
 //     such a line.
 //   - After an approving first line, a line that takes the approval back
 //     ("retract", "rescind", "withdrawn", "scratch that", "not yet", "on
-//     second thought", ...; see reviewtext's retractions) makes it a rejection.
+//     second thought", ...) makes it a rejection.
 //   - After an approving first line, a line that says no or not sure
-//     ("Verdict: reject", "NOT APPROVED", "I can't approve this", "unsure";
-//     see reviewtext's refusals) makes it a rejection. Names joined by "_" (actions,
+//     ("Verdict: reject", "NOT APPROVED", "I can't approve this", "unsure",
+//     ...) makes it a rejection. Names joined by "_" (actions,
 //     gates, tools such as revoke_api_token) are not words here, and a gate
 //     line that reports an exact pass (GatePasses) is evidence, not a
 //     refusal: its detail may quote an SOP's title.
