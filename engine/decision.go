@@ -2,9 +2,9 @@ package engine
 
 import "github.com/gated/gated/engine/internal/reviewtext"
 
-// MaxDecisionTextBytes bounds the reviewer text the host reads and keeps.
-// Longer text is a rejection: a reviewer that cannot say yes briefly has
-// not said yes.
+// MaxDecisionTextBytes (64 KiB) bounds the reviewer text the host reads
+// and keeps. Longer text is a rejection: a reviewer that cannot say yes
+// briefly has not said yes.
 const MaxDecisionTextBytes = reviewtext.MaxTextBytes
 
 // ParseDecision reads a reviewer's text the way the host must. It is
