@@ -1,6 +1,7 @@
 // Package grants is gated's side of signed grants: it records the grant of
 // each approved verdict, publishes the key set grants verify under, serves
-// the single-use endpoint and expires the grants left unused.
+// the single-use endpoint, expires the grants left unused and takes in
+// executors' outcome reports on the grant records.
 package grants
 
 import (
