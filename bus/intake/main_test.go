@@ -7,7 +7,7 @@ import (
 )
 
 // pluginEnv, when set, makes the test binary serve that reviewer instead
-// of running tests (the helper-process pattern), so the bus tests can
+// of running tests (the helper-process pattern), so the intake tests can
 // review through a real plugin process over real gRPC.
 const pluginEnv = "GATED_BUS_TEST_PLUGIN"
 
