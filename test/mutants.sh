@@ -130,28 +130,28 @@ mutant unrouted_failure_named_by_router engine/unrouted.go ./engine \
 # A reviewer is named by the name gated's configuration gives its plugin
 # (plugins/review.go, result), and what it reports about itself is kept as
 # one short line of printable ASCII (engine/review.go, Judge;
-# engine/selfreported.go). The mutants name it by its Describe, keep its
+# engine/internal/reviewtext/selfreported.go). The mutants name it by its Describe, keep its
 # name, version or model as reported, keep every line, every character, or
 # any length.
 mutant plugin_self_named plugins/review.go ./plugins \
 	'Plugin: name, PluginVersion: desc.GetVersion(),' \
 	'Plugin: desc.GetName(), PluginVersion: desc.GetVersion(),'
 mutant self_reported_plugin engine/review.go ./engine \
-	'Plugin: selfReported(res.Plugin),' \
+	'Plugin: reviewtext.SelfReported(res.Plugin),' \
 	'Plugin: res.Plugin,'
 mutant self_reported_version engine/review.go ./engine \
-	'PluginVersion: selfReported(res.PluginVersion),' \
+	'PluginVersion: reviewtext.SelfReported(res.PluginVersion),' \
 	'PluginVersion: res.PluginVersion,'
 mutant self_reported_model engine/review.go ./engine \
-	'Model: selfReported(res.Model),' \
+	'Model: reviewtext.SelfReported(res.Model),' \
 	'Model: res.Model,'
-mutant self_reported_first_line engine/selfreported.go ./engine \
+mutant self_reported_first_line engine/internal/reviewtext/selfreported.go ./engine/... \
 	'if i := strings.IndexFunc(s, lineBreak); i >= 0 {' \
 	'if i := strings.IndexFunc(s, lineBreak); false && i >= 0 {'
-mutant self_reported_printable engine/selfreported.go ./engine \
+mutant self_reported_printable engine/internal/reviewtext/selfreported.go ./engine/... \
 	"if c < ' ' || c > '~' {" \
 	'if false {'
-mutant self_reported_length engine/selfreported.go ./engine \
+mutant self_reported_length engine/internal/reviewtext/selfreported.go ./engine/... \
 	'const MaxSelfReportedBytes = 128' \
 	'const MaxSelfReportedBytes = 1 << 20'
 
@@ -229,16 +229,16 @@ mutant target_join_cas bus/store/history.go ./bus/store \
 
 # Grants: gated records only a grant it signed for the verdict's tenant
 # and proposal, so no foreign token can reset a used grant's record.
-mutant grant_record_names_verdict bus/grants.go ./bus \
+mutant grant_record_names_verdict bus/grants/grants.go ./bus/grants \
 	'if c.Tenant != v.Tenant || c.ProposalID != v.ProposalID {' \
 	'if false {'
-mutant grant_record_verifies bus/grants.go ./bus \
+mutant grant_record_verifies bus/grants/grants.go ./bus/grants \
 	'if c, err = grant.Decode(v.Grant, ks); err != nil {' \
 	'c, err = grant.Decode(v.Grant, ks); c.Tenant, c.ProposalID = v.Tenant, v.ProposalID; if false {'
 # A use request is read strictly: with encoding/json's map, the last of two
 # grants would win, and a proxy or log that keeps the first would read
 # another token than gated.
-mutant grant_use_refuses_duplicates bus/grantuse.go ./bus \
+mutant grant_use_refuses_duplicates bus/grants/grantuse.go ./bus/grants \
 	'err := strictjson.Object(body, func(key string, value json.RawMessage) error {' \
 	'err := func(b []byte, fn func(string, json.RawMessage) error) error { var m map[string]json.RawMessage; if err := json.Unmarshal(b, &m); err != nil { return err }; for k, v := range m { if err := fn(k, v); err != nil { return err } }; return nil }(body, func(key string, value json.RawMessage) error {'
 # On an agent's subject a grant is used only by the agent it was issued to,
@@ -246,10 +246,10 @@ mutant grant_use_refuses_duplicates bus/grantuse.go ./bus \
 # that it was issued to: without these, an agent of a tenant spends
 # another's approval, or makes up its failure and recent_failure denies
 # the other's target.
-mutant grant_use_from_owner bus/grantuse.go ./bus \
+mutant grant_use_from_owner bus/grants/grantuse.go ./bus/grants \
 	'if owner != agent {' \
 	'if false && owner != agent {'
-mutant outcome_from_owner bus/outcomes.go ./bus \
+mutant outcome_from_owner bus/grants/outcomes.go ./bus/grants \
 	'case !mayReport(rec, as):' \
 	'case false && !mayReport(rec, as):'
 
@@ -285,22 +285,22 @@ mutant record_history_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.TargetKey != target:' \
 	'case false:'
 
-# Strict decision reading (engine/decision.go): after an approving first
+# Strict decision reading (engine/internal/reviewtext/decision.go): after an approving first
 # line, a later decision line that is not an approval, or a retraction,
 # rejects. Judge (engine/review.go) checks that the text's gate lines
 # agree with the structured gates, and a gate passes only on an exact
-# pass token (GatePasses, engine/gates.go); the last mutant makes any text that begins
+# pass token (GatePasses, engine/internal/reviewtext/gates.go); the last mutant makes any text that begins
 # with one a pass ("pass-ish", "passed?").
-mutant later_decision_line engine/decision.go ./engine \
+mutant later_decision_line engine/internal/reviewtext/decision.go ./engine/... \
 	'if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {' \
 	'if false {'
-mutant retraction engine/decision.go ./engine \
+mutant retraction engine/internal/reviewtext/decision.go ./engine/... \
 	'if phrase := retraction(later); phrase != "" {' \
 	'if phrase := ""; phrase != "" {'
 mutant gate_lines_checked engine/review.go ./engine \
 	'if err := CheckGateLines(res.Text, res.Gates); err != nil {' \
 	'if err := error(nil); err != nil {'
-mutant gate_pass_exact engine/gates.go './engine ./plugins/llm' \
+mutant gate_pass_exact engine/internal/reviewtext/gates.go './engine/... ./plugins/llm' \
 	'if detail, ok := afterPass(after); ok {' \
 	'if detail, _ := afterPass(after); true {'
 
@@ -506,12 +506,13 @@ mutant audit_decompress_bound bus/audit/zstd.go ./bus/audit \
 mutant audit_one_frame bus/audit/zstd.go ./bus/audit \
 	$'if err := oneFrame(body); err != nil {' \
 	$'if err := oneFrame(body); false && err != nil {'
-# Grants (bus/grantsweep.go): a grant is marked expired only once its exp has
-# passed, and a gated's own sweep takes a grant only when its exp is due.
-mutant grant_expired_only_past_exp bus/grantsweep.go ./bus \
-	$'rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {' \
-	$'rec.State != GrantIssued {'
-mutant grant_due_only_when_due bus/grantsweep.go ./bus \
+# Grants (bus/grants/grantsweep.go): a grant is marked expired only once its
+# exp has passed, and a gated's own sweep takes a grant only when its exp is
+# due.
+mutant grant_expired_only_past_exp bus/grants/grantsweep.go ./bus/grants \
+	$'rec.State != StateIssued || g.cfg.Now().Unix() < rec.Exp {' \
+	$'rec.State != StateIssued {'
+mutant grant_due_only_when_due bus/grants/grantsweep.go ./bus/grants \
 	$'if len(g.due) == 0 || g.due[0].exp > now {' \
 	$'if len(g.due) == 0 {'
 

@@ -15,6 +15,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/grants"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/personas"
@@ -86,7 +88,7 @@ type Gated struct {
 	// Resources are the streams and bucket bus.Setup created.
 	Resources *bus.Resources
 	// Grants is gated's grant side.
-	Grants *bus.Grants
+	Grants *grants.Service
 	// Audit is the audit writer gated records with.
 	Audit *audit.Writer
 }
@@ -102,13 +104,13 @@ func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol eng
 // fields keep serve's defaults). wrap, when not nil, wraps the decider of
 // its worker, so that a test can hold or script deliveries. Everything
 // stops when the test ends.
-func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Gated {
+func StartGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config) *Gated {
 	t.Helper()
 	return startGated(t, wrap, cfg, 0, nil)
 }
 
 // startGated starts gated; its grants live ttl when above zero.
-func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
+func startGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
 	sc := server.Defaults()
 	sc.DataDir, sc.NATSListen = t.TempDir(), "127.0.0.1:0"
@@ -215,7 +217,7 @@ type Gatekeeper struct {
 	// is buffered (64): a test that holds more must read it.
 	Arrived chan string
 
-	next    bus.Decider
+	next    intake.Decider
 	release chan struct{}
 	once    sync.Once
 }
@@ -229,7 +231,7 @@ func NewGatekeeper() *Gatekeeper {
 func (k *Gatekeeper) Open() { k.once.Do(func() { close(k.release) }) }
 
 // Wrap makes k hold deliveries for d.
-func (k *Gatekeeper) Wrap(d bus.Decider) bus.Decider { k.next = d; return k }
+func (k *Gatekeeper) Wrap(d intake.Decider) intake.Decider { k.next = d; return k }
 
 // Decide reports the delivery, waits until k is open or ctx ends, then
 // hands the delivery on.

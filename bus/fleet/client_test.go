@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -23,11 +24,12 @@ import (
 // scripted answers proposals whose action is outcome_<outcome> with a
 // verdict of that outcome, as a reviewer that failed or ran out of time
 // would, and hands every other proposal to the engine.
-type scripted struct{ next bus.Decider }
+type scripted struct{ next intake.Decider }
 
 func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
-	_, action, err := engine.ParseProposalSubject(d.Subject)
-	if want, ok := strings.CutPrefix(action, "outcome_"); ok && err == nil {
+	// The subject's last token is the action.
+	action := d.Subject[strings.LastIndexByte(d.Subject, '.')+1:]
+	if want, ok := strings.CutPrefix(action, "outcome_"); ok {
 		a, err := fleet.AddressOf(d.Data)
 		if err != nil {
 			return nil, err
@@ -44,7 +46,7 @@ func (s scripted) GiveUp(ctx context.Context, d engine.Delivery, cause error) *e
 	return s.next.GiveUp(ctx, d, cause)
 }
 
-func withScript(d bus.Decider) bus.Decider { return scripted{next: d} }
+func withScript(d intake.Decider) intake.Decider { return scripted{next: d} }
 
 // typed builds a typed proposal of tenant acme.
 func typed(id, action string, class engine.Class) *engine.Proposal {

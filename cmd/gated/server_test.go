@@ -71,7 +71,7 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 	// Serve has returned: whatever it started and joined is gone now, not
 	// soon.
 	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)", "notify.(*Notifier)"} {
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)", "cmd/gated.(*gateServer)", "notify.(*Notifier)"} {
 		if strings.Contains(stacks, frame) {
 			t.Errorf("a goroutine in %s outlives serve:\n%s", frame, stacks)
 		}

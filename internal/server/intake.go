@@ -5,8 +5,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
@@ -69,11 +69,11 @@ func (s *Server) startWorker(context.Context) error {
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
-	var decider bus.Decider = countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits}
+	var decider intake.Decider = countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits}
 	if s.wrapDecider != nil {
 		decider = s.wrapDecider(decider)
 	}
-	worker, err := bus.NewWorker(s.nc, s.js, s.res, decider, s.trails, s.busCfg, s.log.Named("worker"))
+	worker, err := intake.NewWorker(s.nc, s.js, s.res, decider, s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err
 	}
@@ -89,7 +89,7 @@ func (s *Server) startWorker(context.Context) error {
 	s.onStop("the worker", func() { s.stopWorker(0) })
 	// Held actions time out on the shared hold consumer, whichever gated
 	// takes each hold.
-	timer, err := bus.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
+	timer, err := intake.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
 	if err != nil {
 		return err
 	}
@@ -106,10 +106,10 @@ func (s *Server) startReviewService(context.Context) error {
 	if !s.cfg.ReviewService {
 		return nil
 	}
-	svcCfg := bus.ServiceConfig{Version: s.cfg.Version, Wait: s.cfg.ReviewWait}
+	svcCfg := intake.ServiceConfig{Version: s.cfg.Version, Wait: s.cfg.ReviewWait}
 	if s.operators != nil {
 		var err error
-		followUps := bus.NewFollowUps(s.js, s.store).Send
+		followUps := intake.NewFollowUps(s.js, s.store).Send
 		// An operator's approval carries a grant: its record is written
 		// before the verdict is published, as the worker does.
 		beforePublish := func(ctx context.Context, v *engine.Verdict) error {
@@ -129,7 +129,7 @@ func (s *Server) startReviewService(context.Context) error {
 		}
 		s.log.Info("operator decisions accepted", zap.String("file", s.cfg.Operators), zap.Strings("operators", ids))
 	}
-	review, err := bus.StartService(s.nc, svcCfg, s.log.Named("review"))
+	review, err := intake.StartService(s.nc, svcCfg, s.log.Named("review"))
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,8 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/bus/grants"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
@@ -45,7 +47,7 @@ type Server struct {
 	limits    *budget.Config // the budgets in force at start
 	log       *zap.Logger
 	// wrapDecider, when not nil, wraps the worker's decider (WithDecider).
-	wrapDecider func(bus.Decider) bus.Decider
+	wrapDecider func(intake.Decider) intake.Decider
 	noPlugins   bool          // WithoutPlugins
 	policy      engine.Policy // WithPolicy; nil: the live policy
 
@@ -94,10 +96,10 @@ type Server struct {
 	store      *store.Verdicts
 	budgets    *budget.Store
 	eng        *engine.Engine
-	worker     *bus.Worker
+	worker     *intake.Worker
 	stopWorker func(grace time.Duration) // stops the worker once; later calls do nothing
-	review     *bus.Service              // nil when --review-service=false; Stop is nil-safe
-	grants     *bus.Grants
+	review     *intake.Service           // nil when --review-service=false; Stop is nil-safe
+	grants     *grants.Service
 }
 
 // Option changes what New builds; tests use them to reach into the gate.
@@ -118,7 +120,7 @@ func WithPolicy(pol engine.Policy) Option { return func(s *Server) { s.policy = 
 // WithDecider has the worker hand its deliveries to wrap of the decider it
 // would use (the engine, counted for the metrics), so that a test can hold
 // or script them.
-func WithDecider(wrap func(bus.Decider) bus.Decider) Option {
+func WithDecider(wrap func(intake.Decider) intake.Decider) Option {
 	return func(s *Server) { s.wrapDecider = wrap }
 }
 
@@ -161,7 +163,7 @@ func (s *Server) URL() string { return s.url }
 func (s *Server) Resources() *bus.Resources { return s.res }
 
 // Grants is the grant service Start started.
-func (s *Server) Grants() *bus.Grants { return s.grants }
+func (s *Server) Grants() *grants.Service { return s.grants }
 
 // Audit is the audit writer the gate records with.
 func (s *Server) Audit() *audit.Writer { return s.auditor }

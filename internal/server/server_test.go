@@ -42,7 +42,7 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 		for range 200 {
 			started = started[:0]
 			stacks := allStacks()
-			for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)"} {
+			for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)"} {
 				if strings.Contains(stacks, frame) {
 					started = append(started, frame)
 				}
@@ -61,7 +61,7 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 		t.Fatalf("before the failing step only %v were running: the test did not start every part", started)
 	}
 	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "internal/server.(*Server)"} {
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)", "internal/server.(*Server)"} {
 		if strings.Contains(stacks, frame) {
 			t.Errorf("a goroutine in %s outlives a serve that failed to start:\n%s", frame, stacks)
 		}
