@@ -154,7 +154,7 @@ func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
 // foldedGID is the id of the grant a version-2 record folded into its
 // verdict, when it did.
 func foldedGID(r *Record) (string, bool) {
-	if r.V < RecordVersion {
+	if r.V == 1 {
 		return "", false
 	}
 	g, ok := r.Find(engine.EventGrantIssued)

@@ -181,3 +181,19 @@ func sumPrint(h hash.Hash, byGID bool, gid string) (p quickPrint, ok bool) {
 func mayBeGrant(key []byte) bool {
 	return bytes.EqualFold(key, []byte(`"grant"`)) || bytes.IndexByte(key, '\\') >= 0
 }
+
+// verbatimString returns the bytes of the JSON string s when encoding/json
+// writes them back as they are: printable ASCII without a quote, a
+// backslash, or the <, > and & it escapes.
+func verbatimString(s []byte) ([]byte, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return nil, false
+	}
+	s = s[1 : len(s)-1]
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	return s, true
+}

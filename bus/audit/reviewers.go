@@ -251,7 +251,7 @@ func (e *Entry) DecodeIfTracked() bool {
 		e.Decode()
 		return true
 	}
-	e.Record, e.Err = decodeV2(e.Subject, e.Header, e.Data, js, nil)
+	e.Record, e.Err = decodeGrouped(e.Subject, e.Header, e.Data, js, nil)
 	if e.Record != nil {
 		e.Record.Seq, e.Record.Stored = e.Seq, e.Stored
 	}

@@ -371,7 +371,7 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	sum := sha256.Sum256(e.Data)
 	rc := recordCheck{seq: e.Seq, digest: hex.EncodeToString(sum[:])}
 	if e.Record == nil && e.Err == nil {
-		if !bytes.HasPrefix(e.Data, v2Start) && !isCompressed(e.Data) {
+		if !bytes.HasPrefix(e.Data, v3Start) && !bytes.HasPrefix(e.Data, v2Start) && !isCompressed(e.Data) {
 			if rv, ok := viewRecord(e.Subject, e.Header, e.Data); ok {
 				return c.checkView(rv, rc)
 			}
@@ -384,7 +384,7 @@ func (c *recordChecker) check(e Entry) recordCheck {
 	case r == nil:
 		rc.tenant, rc.invalid = subjectTenant(e.Subject), e.Err.Error()
 		return rc
-	case r.V >= RecordVersion:
+	case r.V > 1:
 		return c.checkDecoded(r, rc, sum)
 	default:
 		last := r.Last()
@@ -392,11 +392,6 @@ func (c *recordChecker) check(e Entry) recordCheck {
 			chain: r.Chain, data: last.Data, hash: r.Hash, mac: r.MAC, keyID: r.KeyID}, rc)
 	}
 }
-
-// v2Start is how the writer begins a body of version 2. viewRecord reads
-// only bodies of version 1, and a body that begins so is none (a member
-// named twice is refused).
-var v2Start = []byte(`{"v":2,`)
 
 // checkView checks a record of version 1 read through rv.
 func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
@@ -722,14 +717,14 @@ func CheckEntry(e Entry, key []byte) *Problem {
 // body itself, so a body altered in the store shows here: modified, as
 // the version-1 hash showed it.
 func macProblem(r *Record) ProblemKind {
-	if r.V >= RecordVersion {
+	if r.V > 1 {
 		return ProblemModified
 	}
 	return ProblemForged
 }
 
 func macMeaning(r *Record) string {
-	if r.V >= RecordVersion {
+	if r.V > 1 {
 		return ": the body was altered, or written without the key"
 	}
 	return ""

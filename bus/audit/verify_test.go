@@ -39,24 +39,27 @@ type recordForm int
 const (
 	// formV1 is a record of version 1, one event, its JSON.
 	formV1 recordForm = iota
-	// formV2 is a record of version 2, its JSON, as a Writer configured
-	// Uncompressed writes it.
+	// formV2 is a legacy record of version 2, its JSON, as gated wrote
+	// it before version 3.
 	formV2
-	// formV2Compressed is a record of version 2 compressed, as a Writer
+	// formV3 is a record of version 3, its JSON, as a Writer configured
+	// Uncompressed writes it.
+	formV3
+	// formV3Compressed is a record of version 3 compressed, as a Writer
 	// writes it by default.
-	formV2Compressed
+	formV3Compressed
 )
 
 func (f recordForm) String() string {
-	return [...]string{"v1", "v2", "v2-compressed"}[f]
+	return [...]string{"v1", "v2", "v3", "v3-compressed"}[f]
 }
 
 // newTamperStream writes the records with a Writer that compresses them
-// for formV2Compressed, and one that does not otherwise.
+// for formV3Compressed, and one that does not otherwise.
 func newTamperStream(t *testing.T, form recordForm) *tamperStream {
 	t.Helper()
 	res, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Uncompressed: form != formV2Compressed})
+	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Uncompressed: form != formV3Compressed})
 	for i := range 3 {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i+1))); err != nil {
 			t.Fatal(err)
@@ -98,8 +101,13 @@ func (s *tamperStream) next(t *testing.T, n uint64, prev string, key []byte) *na
 func (s *tamperStream) decision(t *testing.T, n uint64, prev string, key []byte) *nats.Msg {
 	t.Helper()
 	build := audit.NewRecordMsg
-	if s.form == formV2Compressed {
+	switch s.form {
+	case formV3Compressed:
 		build = audit.NewCompressedRecordMsg
+	case formV2:
+		build = func(evs []engine.AuditEvent, c audit.Chain, key []byte) (*nats.Msg, error) {
+			return audit.NewLegacyRecordMsg(evs, c, key, false)
+		}
 	}
 	m, err := build(decisionEvents("acme", fmt.Sprint("forged", n)), audit.Chain{N: n, Prev: prev}, key)
 	if err != nil {
@@ -135,7 +143,7 @@ func editEvents(t *testing.T, m *nats.Msg, edit func([]json.RawMessage) []json.R
 	// The events end the body: {...,"events":[...]}. Only they change.
 	at := bytes.Index(body, []byte(`,"events":`))
 	if at < 0 || !bytes.HasSuffix(body, []byte("]}")) {
-		t.Fatalf("not a version-2 body: %s", body)
+		t.Fatalf("not a version-2 or 3 body: %s", body)
 	}
 	var evs []json.RawMessage
 	if err := json.Unmarshal(body[at+len(`,"events":`):len(body)-1], &evs); err != nil {
@@ -300,7 +308,7 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			},
 		},
 	}
-	for _, form := range []recordForm{formV1, formV2, formV2Compressed} {
+	for _, form := range []recordForm{formV1, formV2, formV3, formV3Compressed} {
 		for _, tc := range tests {
 			t.Run(fmt.Sprintf("%s/%s", form, tc.note), func(t *testing.T) {
 				s := newTamperStream(t, form)
@@ -328,22 +336,27 @@ func TestVerifyDetectsTampering(t *testing.T) {
 }
 
 // TestVerifyDetectsTamperingInsideARecord tampers with the events of a
-// version-2 record, keeping its link and headers: the MAC shows every
-// change, and what leaves the record unable to rebuild its verdict is not
-// a record at all, key or no key.
+// record of version 2 or 3, keeping its link and headers: the MAC shows
+// every change, and what leaves the record unable to decode (a version-2
+// record unable to rebuild its verdict, a version-3 one whose subject no
+// longer names its last event, or with no event) is not a record at all,
+// key or no key.
 func TestVerifyDetectsTamperingInsideARecord(t *testing.T) {
 	tests := []struct {
 		note string
 		edit func([]json.RawMessage) []json.RawMessage
 		// kind is what Verify reports with the key; invalid is set when
 		// the record no longer decodes, which shows without a key too.
-		kind    audit.ProblemKind
-		invalid bool
+		// whole is set when a record of version 3, which rebuilds
+		// nothing, still decodes: its MAC alone shows the change.
+		kind         audit.ProblemKind
+		invalid      bool
+		wholeDecodes bool
 	}{
 		{note: "an event removed", kind: audit.ProblemModified,
-			edit: func(evs []json.RawMessage) []json.RawMessage { return evs[1:] }, invalid: true},
+			edit: func(evs []json.RawMessage) []json.RawMessage { return evs[1:] }, invalid: true, wholeDecodes: true},
 		{note: "the policy event removed", kind: audit.ProblemForged,
-			edit: func(evs []json.RawMessage) []json.RawMessage { return []json.RawMessage{evs[0], evs[2]} }, invalid: true},
+			edit: func(evs []json.RawMessage) []json.RawMessage { return []json.RawMessage{evs[0], evs[2]} }, invalid: true, wholeDecodes: true},
 		{note: "an event added", kind: audit.ProblemModified,
 			edit: func(evs []json.RawMessage) []json.RawMessage { return append([]json.RawMessage{evs[1]}, evs...) }},
 		{note: "two events swapped", kind: audit.ProblemModified,
@@ -353,8 +366,11 @@ func TestVerifyDetectsTamperingInsideARecord(t *testing.T) {
 		{note: "every event removed", kind: audit.ProblemForged,
 			edit: func([]json.RawMessage) []json.RawMessage { return []json.RawMessage{} }, invalid: true},
 	}
-	for _, form := range []recordForm{formV2, formV2Compressed} {
+	for _, form := range []recordForm{formV2, formV3, formV3Compressed} {
 		for _, tc := range tests {
+			if form != formV2 && tc.wholeDecodes {
+				tc.kind, tc.invalid = audit.ProblemModified, false
+			}
 			t.Run(form.String()+"/"+tc.note, func(t *testing.T) {
 				s := newTamperStream(t, form)
 				m := editEvents(t, s.decision(t, 4, hexSHA256(s.head.Data), testKey), tc.edit)
@@ -373,10 +389,10 @@ func TestVerifyDetectsTamperingInsideARecord(t *testing.T) {
 			})
 		}
 	}
-	t.Run("a version-2 record labelled version 1", func(t *testing.T) {
-		s := newTamperStream(t, formV2)
+	t.Run("a version-3 record labelled version 1", func(t *testing.T) {
+		s := newTamperStream(t, formV3)
 		m := s.decision(t, 4, hexSHA256(s.head.Data), testKey)
-		m.Data = bytes.Replace(m.Data, []byte(`{"v":2,`), []byte(`{"v":1,`), 1)
+		m.Data = bytes.Replace(m.Data, []byte(`{"v":3,`), []byte(`{"v":1,`), 1)
 		seq := s.publish(t, m)
 		for _, keys := range [][][]byte{{testKey}, nil} {
 			rep := verify(t, s.js, audit.VerifyOptions{Keys: keys})
@@ -416,7 +432,7 @@ func TestWriterChainsPastForeignMessages(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			s := newTamperStream(t, formV2Compressed)
+			s := newTamperStream(t, formV3Compressed)
 			want := tc.tamper(t, s)
 			a := bustest.AuditWriter(t, s.js, audit.Config{Key: testKey})
 			writeTrails(t, a, "after", 2, 0, "acme")

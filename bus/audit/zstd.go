@@ -104,8 +104,8 @@ func recordJSON(body []byte, buf *[]byte) ([]byte, error) {
 	if buf != nil && cap(out) <= maxKeptScratch {
 		*buf = out[:0]
 	}
-	if !bytes.HasPrefix(out, v2Start) {
-		return nil, fmt.Errorf("%w: does not hold a record of version %d, the only version stored compressed", errNotRecordFrame, RecordVersion)
+	if !bytes.HasPrefix(out, v3Start) && !bytes.HasPrefix(out, v2Start) {
+		return nil, fmt.Errorf("%w: does not hold a record of version %d or %d, the versions stored compressed", errNotRecordFrame, RecordVersion, legacyVersion)
 	}
 	return out, nil
 }
