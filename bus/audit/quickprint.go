@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"hash"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/gated/gated/engine"
@@ -196,4 +197,21 @@ func verbatimString(s []byte) ([]byte, bool) {
 		}
 	}
 	return s, true
+}
+
+// plainUint reads an unsigned integer without sign, fraction, exponent
+// or leading zero that fits in a uint64.
+func plainUint(body []byte, i int) (uint64, int, bool) {
+	j := jsonscan.Digits(body, i)
+	if j == i || j-i > 20 || (j-i > 1 && body[i] == '0') {
+		return 0, 0, false
+	}
+	if j < len(body) && (body[j] == '.' || body[j] == 'e' || body[j] == 'E') {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseUint(string(body[i:j]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return n, j, true
 }
