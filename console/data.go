@@ -358,12 +358,8 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 func (out *Proposal) addEvent(seq uint64, stored time.Time, ev engine.AuditEvent) {
 	out.Audit = append(out.Audit, AuditRecord{Seq: seq, Event: ev.Event, At: ev.At, Stored: stored, Data: ev.Data})
 	if ev.Event == engine.EventPolicyDecided && out.Proposal == nil {
-		var d struct {
-			Input *struct {
-				Proposal json.RawMessage `json:"proposal"`
-			} `json:"input"`
-		}
-		if json.Unmarshal(ev.Data, &d) == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
+		d, err := engine.DecodeAuditData[engine.PolicyDecidedData](ev)
+		if err == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
 			out.Proposal = d.Input.Proposal
 		}
 	}

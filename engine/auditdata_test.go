@@ -97,12 +97,14 @@ func TestWritersDataIsTheDeclaredType(t *testing.T) {
 			t.Errorf("%s: %s does not decode into %T: %v", tc.name, raw, tc.into, err)
 		}
 		want, _ := NewAuditEventData(tc.name)
-		if got, want := strings.TrimPrefix(typeName(tc.into), "*"), strings.TrimPrefix(typeName(want), "*"); got != want {
+		if got, want := typeName(tc.into), typeName(want); got != want {
 			t.Errorf("%s: the test decodes into %s, the declared type is %s", tc.name, got, want)
 		}
 	}
 }
 
-func typeName(v any) string { return strings.TrimPrefix(strings.TrimPrefix(fmtType(v), "*engine."), "engine.") }
+func typeName(v any) string {
+	return strings.TrimPrefix(strings.TrimPrefix(fmtType(v), "*engine."), "engine.")
+}
 
 func fmtType(v any) string { return reflect.TypeOf(v).String() }

@@ -165,10 +165,8 @@ func foldedGID(r *Record) (string, bool) {
 
 // grantEventGID is the gid of a grant.issued event.
 func grantEventGID(g engine.AuditEvent) (string, bool) {
-	var d struct {
-		GID string `json:"gid"`
-	}
-	if json.Unmarshal(g.Data, &d) != nil || d.GID == "" {
+	d, err := engine.DecodeAuditData[engine.GrantIssuedData](g)
+	if err != nil || d.GID == "" {
 		return "", false
 	}
 	return d.GID, true
