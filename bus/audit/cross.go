@@ -150,8 +150,9 @@ func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
 	return &v, nil
 }
 
-// foldedGID is the id of the grant a version-2 record folded into its
-// verdict, when it did.
+// foldedGID is the id of the grant whose grant.issued a record of version
+// 2 or 3 holds beside its verdict (a version-2 record folded it into the
+// verdict), when it does.
 func foldedGID(r *Record) (string, bool) {
 	if r.V == 1 {
 		return "", false

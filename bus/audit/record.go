@@ -48,9 +48,9 @@ type Chain struct {
 }
 
 // Record is one record of the audit stream, decoded. A record of
-// version 1 holds one event; a record of version 2 (RecordVersion) the
-// events of one proposal that gated recorded together. Events gives them
-// alike.
+// version 1 holds one event; a record of version 3 (RecordVersion), or of
+// the legacy version 2, the events of one proposal that gated recorded
+// together. Events gives them alike.
 type Record struct {
 	// Seq is the stream sequence, Stored the stream's timestamp; both are
 	// zero for a record that was not read from the stream.
@@ -59,7 +59,7 @@ type Record struct {
 	// Subject is gated.audit.<tenant>.<event>, the event being the
 	// record's last.
 	Subject string
-	// V is the record's schema version: 1 or RecordVersion.
+	// V is the record's schema version: 1, 2 or RecordVersion.
 	V int
 	// Tenant and ProposalID are the envelope every event of the record
 	// shares.
@@ -69,23 +69,22 @@ type Record struct {
 	// Body is the record exactly as stored.
 	Body []byte
 	// Hash is the Gated-Audit-Hash header of a version-1 record as
-	// written, which Verify checks against the body; a version-2 record
-	// has none (its hash is the body's SHA-256, computed).
+	// written, which Verify checks against the body; a later record has
+	// none (its hash is the body's SHA-256, computed).
 	Hash string
 	// MAC and KeyID are the Gated-Audit-Mac and Gated-Audit-Key headers;
 	// empty for a record written without a key. A version-1 MAC is in hex,
-	// a version-2 one in unpadded base64url.
+	// a later one in unpadded base64url.
 	MAC   string
 	KeyID string
 
 	events []engine.AuditEvent
 }
 
-// Events returns the record's events in the order recorded, each as a
-// version-1 record of its own would hold it: a version-2 record's shared
-// members are put back into every event (see docs/AUDIT.md for what a
-// version-2 record keeps of a grant). Every reader of the stream reads
-// records through it. The slice is the record's: do not modify it.
+// Events returns the record's events in the order recorded, each whole:
+// as a record of version 3 stores it, and as a legacy record of version 2
+// rebuilds it (legacy.go). Every reader of the stream reads records
+// through it. The slice is the record's: do not modify it.
 func (r *Record) Events() []engine.AuditEvent { return r.events }
 
 // Last returns the record's last event, the one its subject names.
@@ -121,7 +120,7 @@ type auditBody struct {
 
 // DecodeRecord decodes a message of the audit stream. It checks the
 // form of a record — a JSON object of a known version, or a version-2
-// object compressed as one zstd frame, its chain link,
+// or 3 object compressed as one zstd frame, its chain link,
 // events of the event schema, the subject that names the tenant and the
 // last event, a hash header on a version-1 record — but not whether the
 // hash matches, nor the MAC, nor the chain: those are Verify's, which
@@ -376,8 +375,8 @@ type encodedEvent struct {
 	v       int
 	tenant  string
 	subject string
-	// compress stores the body as a zstd frame of its JSON (version 2
-	// only).
+	// compress stores the body as a zstd frame of its JSON (versions 2
+	// and 3 only).
 	compress bool
 	pre      []byte
 	post     []byte
@@ -484,7 +483,7 @@ func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte)
 // NewMsg builds the stream message of a version-1 record: ev with chain
 // link c, hashed, and MACed under key when key is not empty. It is
 // exported for tools and tests that write or check records of the first
-// version; gated's Writer writes version-2 records (NewRecordMsg).
+// version; gated's Writer writes version-3 records (NewRecordMsg).
 func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	e, err := encodeEvent(ev)
 	if err != nil {
@@ -494,7 +493,7 @@ func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	return m, nil
 }
 
-// NewRecordMsg builds the stream message of a version-2 record of evs,
+// NewRecordMsg builds the stream message of a version-3 record of evs,
 // events of one tenant and proposal in the order recorded, with chain
 // link c, MACed under key when key is not empty, its body stored as its
 // JSON, as a Writer configured Uncompressed writes it.

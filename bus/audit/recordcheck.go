@@ -62,7 +62,7 @@ type recordChecker struct {
 	// checkers, not a Checker's.
 	prints bool
 	// scratch holds the JSON, when compressed, and the expanded events
-	// of the record of version 2 being checked; the next check writes
+	// of the record of version 2 or 3 being checked; the next check writes
 	// over them.
 	scratch decodeScratch
 }
@@ -115,7 +115,7 @@ func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
 	return rc
 }
 
-// checkDecoded checks r, a record of version 2 decoded in full: its body
+// checkDecoded checks r, a record of version 2 or 3 decoded in full: its body
 // has no hash header to match (its hash is computed), its MAC covers the
 // body's hash, and a MAC that does not verify is a modified body; a
 // verdict it holds gets the print the verdict check compares with the
@@ -158,10 +158,10 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 	return rc
 }
 
-// macEncoding reads a version-2 MAC header.
+// macEncoding reads a MAC header of version 2 or 3.
 var macEncoding = base64.RawURLEncoding.Strict()
 
-// macMatches reports whether mac, a version-2 record's MAC header, is
+// macMatches reports whether mac, a version-2 or 3 record's MAC header, is
 // m's MAC of digest, the SHA-256 of the record's body.
 func macMatches(m hash.Hash, digest [sha256.Size]byte, mac string) bool {
 	var got, want [sha256.Size]byte
@@ -212,7 +212,7 @@ func (c *recordChecker) checkMAC(rv recordView) string {
 // macProblem is the kind of problem of a record whose MAC, under a key
 // given, does not verify. A version-1 record's MAC covers its hash
 // header, which the body is checked against first: a wrong MAC there is
-// a record not written with the key. A version-2 record's MAC covers the
+// a record not written with the key. A version-2 or 3 record's MAC covers the
 // body itself, so a body altered in the store shows here: modified, as
 // the version-1 hash showed it.
 func macProblem(r *Record) ProblemKind {
