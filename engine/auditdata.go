@@ -141,6 +141,41 @@ type GrantOutcomeData struct {
 	As         string              `json:"as,omitempty"`
 }
 
+// The events of a reviewer plugin's process, under the UnknownTenant
+// token: plugins.Host records them.
+const (
+	EventPluginStarted   = "plugin.started"
+	EventPluginRefused   = "plugin.refused"
+	EventPluginExited    = "plugin.exited"
+	EventPluginUnhealthy = "plugin.unhealthy"
+)
+
+// PluginEventData is the data of the plugin events: which plugin, and
+// what happened to its process.
+type PluginEventData struct {
+	Plugin       string  `json:"plugin"`
+	Version      string  `json:"version,omitempty"`
+	PID          int     `json:"pid,omitempty"`
+	SHA256       string  `json:"sha256,omitempty"`
+	UptimeS      float64 `json:"uptime_s,omitempty"`
+	Misses       int     `json:"misses,omitempty"`
+	IntervalS    float64 `json:"interval_s,omitempty"`
+	Path         string  `json:"path,omitempty"`
+	PinnedSHA256 string  `json:"pinned_sha256,omitempty"`
+	ActualSHA256 string  `json:"actual_sha256,omitempty"`
+	Why          string  `json:"why,omitempty"`
+	Error        string  `json:"error,omitempty"`
+}
+
+// AuditVerificationFailedData is the data of audit.verification_failed:
+// the stream message that did not verify, and why.
+type AuditVerificationFailedData struct {
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	Kind    string `json:"kind"`
+	Problem string `json:"problem"`
+}
+
 // AuditNote is the data of an event no reader interprets beyond its
 // head: readers show its members as stored.
 type AuditNote map[string]json.RawMessage
@@ -172,7 +207,11 @@ var auditEventData = map[string]func() any{
 	EventRecordCorrupt:           func() any { return new(AuditNote) },
 	EventNotifyDelivered:         func() any { return new(AuditNote) },
 	EventNotifyFailed:            func() any { return new(AuditNote) },
-	EventAuditVerificationFailed: func() any { return new(AuditNote) },
+	EventAuditVerificationFailed: func() any { return new(AuditVerificationFailedData) },
+	EventPluginStarted:           func() any { return new(PluginEventData) },
+	EventPluginRefused:           func() any { return new(PluginEventData) },
+	EventPluginExited:            func() any { return new(PluginEventData) },
+	EventPluginUnhealthy:         func() any { return new(PluginEventData) },
 	EventBudgetRefused:           func() any { return new(BudgetRefusal) },
 	EventGrantIssued:             func() any { return new(GrantIssuedData) },
 	EventGrantUsed:               func() any { return new(AuditNote) },

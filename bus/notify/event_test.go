@@ -27,7 +27,7 @@ func TestClassify(t *testing.T) {
 			want: notify.KindEscalation, summary: "run r9 of acme is escalated to a human after round 3"},
 		{note: "continuation is decided", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"rejected","run":{"run_id":"r9","round":1,"next":"continuation"}}`,
 			want: notify.KindDecided},
-		{note: "held action verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":"listed action"}`},
+		{note: "held action verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z","reason":"listed action"}}`},
 		{note: "held run verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","run":{"awaiting_operator":["c1"]}}`},
 		{note: "empty awaiting is not held", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":""}`,
 			want: notify.KindDecided},
