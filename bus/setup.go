@@ -1,7 +1,9 @@
-// Package bus connects gated to NATS: the embedded server, the streams,
-// the verdict bucket, the proposal consumer, verdict publishing, the review
-// service and operator decisions. The audit trail is package audit. Fleets
-// use package fleet instead, which does not compile any of it.
+// Package bus is what every role of gated on NATS stands on: the streams,
+// the buckets and the durable consumers (Setup), the embedded server, the
+// data directory and the errors they share. Package intake takes requests
+// off the bus and answers them, package grants serves signed grants, and
+// the audit trail is package audit. Fleets use package fleet instead,
+// which does not compile any of it.
 package bus
 
 import (
@@ -15,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -98,7 +101,9 @@ func DefaultTenantMaxInFlight(maxInFlight int) int {
 	return max(1, min(maxInFlight, DefaultTenantTurnsPerCPU*runtime.GOMAXPROCS(0)))
 }
 
-func (c Config) withDefaults() (Config, error) {
+// WithDefaults returns c with its zero values set to their defaults, or
+// an error wrapping ErrInvalidConfig when c cannot be used.
+func (c Config) WithDefaults() (Config, error) {
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -147,6 +152,9 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
+// Trails starts the audit trail of one delivery.
+type Trails func() engine.AuditTrail
+
 // Resources are the JetStream objects gated works with.
 type Resources struct {
 	Proposals jetstream.Stream
@@ -179,12 +187,12 @@ const RunsDuplicateWindow = time.Hour
 // Setup creates or updates the streams, the bucket and the durable
 // consumer. It is safe to run from many gated processes at once.
 func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources, error) {
-	cfg, err := cfg.withDefaults()
+	cfg, err := cfg.WithDefaults()
 	if err != nil {
 		return nil, err
 	}
 	var r Resources
-	r.Proposals, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+	r.Proposals, err = Retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        ProposalsStream,
 			Description: "Proposals from agent fleets, removed once gated has answered them.",
@@ -199,7 +207,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", ProposalsStream, err)
 	}
-	r.Audit, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+	r.Audit, err = Retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        audit.Stream,
 			Description: "Every step gated took on the way to every verdict.",
@@ -227,7 +235,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", audit.Stream, err)
 	}
-	r.Verdicts, err = retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
+	r.Verdicts, err = Retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 			Bucket:      wire.VerdictBucket,
 			Description: "Verdicts by <tenant>.<proposal id>, for idempotent replay and look-up.",
@@ -242,7 +250,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	if err != nil {
 		return nil, fmt.Errorf("creating bucket %s: %w", wire.VerdictBucket, err)
 	}
-	r.Runs, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+	r.Runs, err = Retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        wire.RunsStream,
 			Description: "Follow-ups of run reviews: continuations for workers, escalations for humans.",
@@ -258,7 +266,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", wire.RunsStream, err)
 	}
-	r.Consumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+	r.Consumer, err = Retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, ProposalsStream, jetstream.ConsumerConfig{
 			Durable:     ConsumerName,
 			Description: "gated deciders; every gated process shares this consumer.",
@@ -277,7 +285,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	if err := setupHolds(ctx, js, cfg, &r); err != nil {
 		return nil, err
 	}
-	r.Outcomes, err = retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+	r.Outcomes, err = Retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
 		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name:        wire.OutcomesStream,
 			Description: "Outcome reports of executors, removed once gated has audited and stored them.",
@@ -292,7 +300,7 @@ func Setup(ctx context.Context, js jetstream.JetStream, cfg Config) (*Resources,
 	if err != nil {
 		return nil, fmt.Errorf("creating stream %s: %w", wire.OutcomesStream, err)
 	}
-	r.OutcomesConsumer, err = retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+	r.OutcomesConsumer, err = Retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
 		return js.CreateOrUpdateConsumer(ctx, wire.OutcomesStream, jetstream.ConsumerConfig{
 			Durable:        OutcomesConsumerName,
 			Description:    "gated's intake of outcome reports; every gated process shares this consumer.",
@@ -326,9 +334,9 @@ func auditDuplicates(maxAge time.Duration) time.Duration {
 // Setup's context allows.
 const setupAttempt = 5 * time.Second
 
-// retry runs create until it succeeds, fails for a reason other than an
+// Retry runs create until it succeeds, fails for a reason other than an
 // unanswered request, or ctx ends. Creating and updating are idempotent.
-func retry[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
+func Retry[T any](ctx context.Context, create func(context.Context) (T, error)) (T, error) {
 	for {
 		actx, cancel := context.WithTimeout(ctx, setupAttempt)
 		v, err := create(actx)
@@ -365,3 +373,55 @@ const (
 	jsClusterNotAvailable jetstream.ErrorCode = 10008
 	jsNoSuitablePeers     jetstream.ErrorCode = 10005
 )
+
+// The deadlines of held actions. They are gated's own: no tenant needs
+// the subjects or the stream.
+const (
+	// HoldsStream keeps one message per action held for an operator,
+	// until the hold is settled.
+	HoldsStream = "GATED_HOLDS"
+	// HoldSubjectPrefix + tenant + "." + id is the subject of one hold's
+	// deadline.
+	HoldSubjectPrefix = wire.Root + "holds."
+	// HoldsConsumerName is the durable consumer every gated shares to time
+	// held actions out.
+	HoldsConsumerName = "gated-holds"
+)
+
+// HoldSubject is the subject of the deadline of the held action of
+// tenant and id.
+func HoldSubject(tenant, id string) string { return HoldSubjectPrefix + tenant + "." + id }
+
+func setupHolds(ctx context.Context, js jetstream.JetStream, cfg Config, r *Resources) error {
+	var err error
+	r.Holds, err = Retry(ctx, func(ctx context.Context) (jetstream.Stream, error) {
+		return js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name:        HoldsStream,
+			Description: "Deadlines of actions held for an operator, removed once each hold is settled.",
+			Subjects:    []string{HoldSubjectPrefix + "*.*"},
+			Retention:   jetstream.WorkQueuePolicy,
+			Storage:     jetstream.FileStorage,
+			Replicas:    cfg.Replicas,
+			Duplicates:  cfg.DuplicateWindow,
+			// A hold outlives no verdict: the verdict bucket's TTL bounds it.
+			MaxAge: cfg.VerdictTTL,
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("creating stream %s: %w", HoldsStream, err)
+	}
+	r.HoldsConsumer, err = Retry(ctx, func(ctx context.Context) (jetstream.Consumer, error) {
+		return js.CreateOrUpdateConsumer(ctx, HoldsStream, jetstream.ConsumerConfig{
+			Durable:     HoldsConsumerName,
+			Description: "gated's hold timers; every gated process shares this consumer.",
+			AckPolicy:   jetstream.AckExplicitPolicy,
+			AckWait:     cfg.AckWait,
+			// A hold is looked at again until it is settled.
+			MaxDeliver: -1,
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("creating consumer %s on %s: %w", HoldsConsumerName, HoldsStream, err)
+	}
+	return nil
+}

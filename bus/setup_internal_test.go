@@ -32,7 +32,7 @@ func TestSetupRetriesOnlyUnansweredRequests(t *testing.T) {
 
 func TestRetryRepeatsUntilAnswered(t *testing.T) {
 	calls := 0
-	v, err := retry(t.Context(), func(context.Context) (int, error) {
+	v, err := Retry(t.Context(), func(context.Context) (int, error) {
 		calls++
 		if calls < 3 {
 			return 0, nats.ErrTimeout
@@ -44,12 +44,12 @@ func TestRetryRepeatsUntilAnswered(t *testing.T) {
 	}
 	refused := errors.New("replicas 3 > cluster size 1")
 	calls = 0
-	if _, err := retry(t.Context(), func(context.Context) (int, error) { calls++; return 0, refused }); !errors.Is(err, refused) || calls != 1 {
+	if _, err := Retry(t.Context(), func(context.Context) (int, error) { calls++; return 0, refused }); !errors.Is(err, refused) || calls != 1 {
 		t.Fatalf("a refusal is returned at once: %v after %d calls", err, calls)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 600*time.Millisecond)
 	defer cancel()
-	if _, err := retry(ctx, func(context.Context) (int, error) { return 0, nats.ErrTimeout }); !errors.Is(err, nats.ErrTimeout) {
+	if _, err := Retry(ctx, func(context.Context) (int, error) { return 0, nats.ErrTimeout }); !errors.Is(err, nats.ErrTimeout) {
 		t.Fatalf("retry past its context: %v", err)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/status"
@@ -233,7 +234,7 @@ func startGateWith(t *testing.T, opts gateOptions) *gate {
 	aud := bustest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
 	// Every trail publishes the proposal's status, as serve's do.
 	g.trails = status.NewPublisher(nc, zaptest.NewLogger(t)).Trails(aud.Trail)
-	w, err := bus.NewWorker(nc, js, res, eng, g.trails, bus.Config{}, zaptest.NewLogger(t))
+	w, err := intake.NewWorker(nc, js, res, eng, g.trails, bus.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,11 +249,11 @@ func startGateWith(t *testing.T, opts gateOptions) *gate {
 		}
 		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
-	ep, err := operator.NewEndpoint(ops, eng, g.trails, bus.NewFollowUps(js, g.store).Send, publish, zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(ops, eng, g.trails, intake.NewFollowUps(js, g.store).Send, publish, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := bus.StartService(nc, bus.ServiceConfig{Operators: ep}, zaptest.NewLogger(t))
+	svc, err := intake.StartService(nc, intake.ServiceConfig{Operators: ep}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -210,7 +211,7 @@ func startGate(t *testing.T, mode string, opts gateOptions) *failingGate {
 	aud := bustest.AuditWriter(t, js, audit.Config{Log: log})
 	eng := bustest.EngineWith(t, engine.Config{Policy: bustest.Policy(t), Router: host, Store: store.New(res.Verdicts), ReviewTimeout: opts.timeout,
 		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: 5 * time.Minute}})
-	w, err := bus.NewWorker(nc, js, res, eng, status.NewPublisher(nc, nil).Trails(aud.Trail), cfg, log)
+	w, err := intake.NewWorker(nc, js, res, eng, status.NewPublisher(nc, nil).Trails(aud.Trail), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -229,16 +229,16 @@ mutant target_join_cas bus/store/history.go ./bus/store \
 
 # Grants: gated records only a grant it signed for the verdict's tenant
 # and proposal, so no foreign token can reset a used grant's record.
-mutant grant_record_names_verdict bus/grants.go ./bus \
+mutant grant_record_names_verdict bus/grants/grants.go ./bus/grants \
 	'if c.Tenant != v.Tenant || c.ProposalID != v.ProposalID {' \
 	'if false {'
-mutant grant_record_verifies bus/grants.go ./bus \
+mutant grant_record_verifies bus/grants/grants.go ./bus/grants \
 	'if c, err = grant.Decode(v.Grant, ks); err != nil {' \
 	'c, err = grant.Decode(v.Grant, ks); c.Tenant, c.ProposalID = v.Tenant, v.ProposalID; if false {'
 # A use request is read strictly: with encoding/json's map, the last of two
 # grants would win, and a proxy or log that keeps the first would read
 # another token than gated.
-mutant grant_use_refuses_duplicates bus/grantuse.go ./bus \
+mutant grant_use_refuses_duplicates bus/grants/grantuse.go ./bus/grants \
 	'err := strictjson.Object(body, func(key string, value json.RawMessage) error {' \
 	'err := func(b []byte, fn func(string, json.RawMessage) error) error { var m map[string]json.RawMessage; if err := json.Unmarshal(b, &m); err != nil { return err }; for k, v := range m { if err := fn(k, v); err != nil { return err } }; return nil }(body, func(key string, value json.RawMessage) error {'
 # On an agent's subject a grant is used only by the agent it was issued to,
@@ -246,10 +246,10 @@ mutant grant_use_refuses_duplicates bus/grantuse.go ./bus \
 # that it was issued to: without these, an agent of a tenant spends
 # another's approval, or makes up its failure and recent_failure denies
 # the other's target.
-mutant grant_use_from_owner bus/grantuse.go ./bus \
+mutant grant_use_from_owner bus/grants/grantuse.go ./bus/grants \
 	'if owner != agent {' \
 	'if false && owner != agent {'
-mutant outcome_from_owner bus/outcomes.go ./bus \
+mutant outcome_from_owner bus/grants/outcomes.go ./bus/grants \
 	'case !mayReport(rec, as):' \
 	'case false && !mayReport(rec, as):'
 
@@ -504,12 +504,13 @@ mutant audit_decompress_bound bus/audit/zstd.go ./bus/audit \
 mutant audit_one_frame bus/audit/zstd.go ./bus/audit \
 	$'if err := oneFrame(body); err != nil {' \
 	$'if err := oneFrame(body); false && err != nil {'
-# Grants (bus/grantsweep.go): a grant is marked expired only once its exp has
-# passed, and a gated's own sweep takes a grant only when its exp is due.
-mutant grant_expired_only_past_exp bus/grantsweep.go ./bus \
-	$'rec.State != GrantIssued || g.cfg.Now().Unix() < rec.Exp {' \
-	$'rec.State != GrantIssued {'
-mutant grant_due_only_when_due bus/grantsweep.go ./bus \
+# Grants (bus/grants/grantsweep.go): a grant is marked expired only once its
+# exp has passed, and a gated's own sweep takes a grant only when its exp is
+# due.
+mutant grant_expired_only_past_exp bus/grants/grantsweep.go ./bus/grants \
+	$'rec.State != StateIssued || g.cfg.Now().Unix() < rec.Exp {' \
+	$'rec.State != StateIssued {'
+mutant grant_due_only_when_due bus/grants/grantsweep.go ./bus/grants \
 	$'if len(g.due) == 0 || g.due[0].exp > now {' \
 	$'if len(g.due) == 0 {'
 

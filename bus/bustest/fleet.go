@@ -12,6 +12,7 @@ import (
 	"github.com/gated/gated/bus"
 	gaudit "github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/policies"
@@ -27,7 +28,7 @@ type Fleet struct {
 
 // StartFleet starts gated's intake as StartGated does, its decisions
 // wrapped by wrap when not nil, and a fleet client of it.
-func StartFleet(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Fleet {
+func StartFleet(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config) *Fleet {
 	t.Helper()
 	return fleetOf(t, StartGated(t, wrap, cfg))
 }

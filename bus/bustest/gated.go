@@ -13,6 +13,8 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/bus/grants"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -85,7 +87,7 @@ type Gated struct {
 	// Resources are the streams and bucket bus.Setup created.
 	Resources *bus.Resources
 	// Grants is gated's grant side, set by StartGrantingGated only.
-	Grants *bus.Grants
+	Grants *grants.Service
 	// Audit is the audit writer gated records with.
 	Audit *audit.Writer
 }
@@ -102,13 +104,13 @@ func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol eng
 // StartGated starts a server and gated's intake on it, set up with cfg.
 // wrap, when not nil, wraps the engine's Decider, so that a test can hold
 // or script deliveries. Everything stops when the test ends.
-func StartGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config) *Gated {
+func StartGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config) *Gated {
 	t.Helper()
 	return startGated(t, wrap, cfg, 0, nil)
 }
 
 // startGated starts gated's intake; with grants when ttl is above zero.
-func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
+func startGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
 	s := Server(t)
 	nc, js := Connect(t, s)
@@ -128,7 +130,7 @@ func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 		if err != nil {
 			t.Fatal(err)
 		}
-		g.Grants, err = bus.NewGrants(t.Context(), nc, js, res.Verdicts, bus.GrantsConfig{Ring: ring, Trails: trails, Log: zaptest.NewLogger(t)})
+		g.Grants, err = grants.New(t.Context(), nc, js, res.Verdicts, grants.Config{Ring: ring, Trails: trails, Log: zaptest.NewLogger(t)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +138,7 @@ func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 			t.Fatal(err)
 		}
 		t.Cleanup(g.Grants.Stop)
-		out, err := bus.NewOutcomes(res, g.Grants)
+		out, err := grants.NewOutcomes(res, g.Grants)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,11 +148,11 @@ func startGated(t *testing.T, wrap func(bus.Decider) bus.Decider, cfg bus.Config
 		t.Cleanup(out.Stop)
 		ecfg.Grants = engine.GrantIssuer{Ring: g.Grants.Ring, TTL: ttl, Issued: g.Grants.Issued}
 	}
-	var d bus.Decider = EngineWith(t, ecfg)
+	var d intake.Decider = EngineWith(t, ecfg)
 	if wrap != nil {
 		d = wrap(d)
 	}
-	w, err := bus.NewWorker(nc, js, res, d, trails, cfg, zaptest.NewLogger(t))
+	w, err := intake.NewWorker(nc, js, res, d, trails, cfg, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +195,7 @@ type Gatekeeper struct {
 	// is buffered (64): a test that holds more must read it.
 	Arrived chan string
 
-	next    bus.Decider
+	next    intake.Decider
 	release chan struct{}
 	once    sync.Once
 }
@@ -207,7 +209,7 @@ func NewGatekeeper() *Gatekeeper {
 func (k *Gatekeeper) Open() { k.once.Do(func() { close(k.release) }) }
 
 // Wrap makes k hold deliveries for d.
-func (k *Gatekeeper) Wrap(d bus.Decider) bus.Decider { k.next = d; return k }
+func (k *Gatekeeper) Wrap(d intake.Decider) intake.Decider { k.next = d; return k }
 
 // Decide reports the delivery, waits until k is open or ctx ends, then
 // hands the delivery on.

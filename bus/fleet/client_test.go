@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -23,7 +24,7 @@ import (
 // scripted answers proposals whose action is outcome_<outcome> with a
 // verdict of that outcome, as a reviewer that failed or ran out of time
 // would, and hands every other proposal to the engine.
-type scripted struct{ next bus.Decider }
+type scripted struct{ next intake.Decider }
 
 func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
 	_, action, err := engine.ParseProposalSubject(d.Subject)
@@ -44,7 +45,7 @@ func (s scripted) GiveUp(ctx context.Context, d engine.Delivery, cause error) *e
 	return s.next.GiveUp(ctx, d, cause)
 }
 
-func withScript(d bus.Decider) bus.Decider { return scripted{next: d} }
+func withScript(d intake.Decider) intake.Decider { return scripted{next: d} }
 
 // typed builds a typed proposal of tenant acme.
 func typed(id, action string, class engine.Class) *engine.Proposal {

@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -58,7 +59,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := bus.StartService(nc, bus.ServiceConfig{Operators: ep}, zaptest.NewLogger(t))
+	svc, err := intake.StartService(nc, intake.ServiceConfig{Operators: ep}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@
 // of its operators file (List, read by LoadList), for a tenant that file
 // allows, with a signature over the exact body and a fresh signed_at
 // (List.Verify), and then has the engine replace the held verdict
-// (Endpoint, served by package bus's review service).
+// (Endpoint, served by package intake's review service).
 //
 // The message is strict JSON (DecodeMessage): one object, no unknown or
 // repeated member, each field's type and token checked. A refusal is a

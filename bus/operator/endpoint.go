@@ -33,7 +33,7 @@ type Resolver interface {
 type VerdictHook func(ctx context.Context, v *engine.Verdict) error
 
 // Endpoint serves operator decisions as the endpoint "operator"
-// of the review service (package bus's ServiceConfig.Operators), on
+// of the review service (package intake's ServiceConfig.Operators), on
 // gated.operator.<tenant>.<proposal_id>. A request is verified
 // (List.Verify), applied (Resolver.Resolve, which stores and
 // audits the new verdict), its follow-up published, the verdict
@@ -63,7 +63,7 @@ type Endpoint struct {
 	now  func() time.Time
 }
 
-// NewEndpoint builds the operator endpoint; pass it to package bus's
+// NewEndpoint builds the operator endpoint; pass it to package intake's
 // StartService in ServiceConfig.Operators. trails starts the audit trail
 // of one decision. followUp is called with every
 // verdict a decision produces before the verdict is published, and again

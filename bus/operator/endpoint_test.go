@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -31,7 +31,7 @@ func TestEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := bus.StartService(nc, bus.ServiceConfig{Version: "1.0.0", Operators: ep}, zaptest.NewLogger(t))
+	svc, err := intake.StartService(nc, intake.ServiceConfig{Version: "1.0.0", Operators: ep}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,17 +225,17 @@ func TestEndpoint(t *testing.T) {
 		var found bool
 		for _, e := range svc.Info().Endpoints {
 			if e.Name == operator.EndpointName {
-				found = e.Subject == "gated.operator.*.*" && e.QueueGroup == bus.ReviewQueueGroup
+				found = e.Subject == "gated.operator.*.*" && e.QueueGroup == intake.ReviewQueueGroup
 			}
 		}
 		if !found {
-			t.Fatalf("no operator endpoint on gated.operator.*.* in queue group %s: %+v", bus.ReviewQueueGroup, svc.Info().Endpoints)
+			t.Fatalf("no operator endpoint on gated.operator.*.* in queue group %s: %+v", intake.ReviewQueueGroup, svc.Info().Endpoints)
 		}
 		for _, e := range svc.Stats().Endpoints {
 			if e.Name != operator.EndpointName {
 				continue
 			}
-			var st bus.ReviewStats
+			var st intake.ReviewStats
 			if err := json.Unmarshal(e.Data, &st); err != nil {
 				t.Fatal(err)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/grants"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
@@ -146,7 +146,7 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
 		s.log.Warn("the grant key file is readable by others: whoever reads it can sign grants; chmod 600 it", zap.String("file", path))
 	}
-	s.grants, err = bus.NewGrants(ctx, s.nc, s.js, s.res.Verdicts, bus.GrantsConfig{
+	s.grants, err = grants.New(ctx, s.nc, s.js, s.res.Verdicts, grants.Config{
 		Ring: ring, Trails: s.auditor.Trail, Replicas: s.o.replicas, TTL: s.o.verdictTTL, Log: s.log.Named("grants"),
 	})
 	if err != nil {
@@ -156,7 +156,7 @@ func (s *gateServer) startGrants(ctx context.Context) error {
 		return err
 	}
 	s.onStop("the grant endpoints", s.grants.Stop)
-	outcomes, err := bus.NewOutcomes(s.res, s.grants)
+	outcomes, err := grants.NewOutcomes(s.res, s.grants)
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/grants"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
@@ -105,14 +105,14 @@ func TestServeGrants(t *testing.T) {
 		return v, grant.Expect{Tenant: "acme", ProposalID: id, ProposalSHA256: grant.ProposalSHA256(data),
 			Action: "host_list_services", Target: []byte(`{"service":"nginx"}`)}
 	}
-	use := func(token string) bus.GrantUseReply {
+	use := func(token string) grants.UseReply {
 		t.Helper()
-		body, _ := json.Marshal(bus.GrantUse{Grant: token, By: "test"})
+		body, _ := json.Marshal(grants.UseRequest{Grant: token, By: "test"})
 		msg, err := nc.Request(wire.GrantUseSubject("acme"), body, 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
-		var r bus.GrantUseReply
+		var r grants.UseReply
 		if err := json.Unmarshal(msg.Data, &r); err != nil {
 			t.Fatal(err)
 		}

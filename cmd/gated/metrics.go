@@ -9,9 +9,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
@@ -216,7 +216,7 @@ func (p meteredPolicy) Evaluate(ctx context.Context, in engine.PolicyInput) (eng
 
 // countingDecider counts the verdicts the worker publishes.
 type countingDecider struct {
-	bus.Decider
+	intake.Decider
 	verdicts *prometheus.CounterVec
 	// corrupt counts the records the verdict store refused, by kind.
 	corrupt *prometheus.CounterVec

@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -148,11 +149,11 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := operator.NewEndpoint(list, eng, auditor.Trail, bus.NewFollowUps(js, store).Send, verdictPublisher(nc), zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(list, eng, auditor.Trail, intake.NewFollowUps(js, store).Send, verdictPublisher(nc), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := bus.StartService(nc, bus.ServiceConfig{Operators: ep}, zaptest.NewLogger(t))
+	svc, err := intake.StartService(nc, intake.ServiceConfig{Operators: ep}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -393,7 +394,7 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	}()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		m, err := nc.Request("$SRV.INFO."+bus.ServiceName, nil, 2*time.Second)
+		m, err := nc.Request("$SRV.INFO."+intake.ServiceName, nil, 2*time.Second)
 		if err == nil && strings.Contains(string(m.Data), `"name":"`+operator.EndpointName+`"`) {
 			break
 		}

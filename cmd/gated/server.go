@@ -17,6 +17,8 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/bus/grants"
+	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/status"
@@ -83,10 +85,10 @@ type gateServer struct {
 	store      *store.Verdicts
 	budgets    *budget.Store
 	eng        *engine.Engine
-	worker     *bus.Worker
+	worker     *intake.Worker
 	stopWorker func(grace time.Duration) // stops the worker once; later calls do nothing
-	review     *bus.Service              // nil when --review-service=false; Stop is nil-safe
-	grants     *bus.Grants
+	review     *intake.Service           // nil when --review-service=false; Stop is nil-safe
+	grants     *grants.Service
 }
 
 // newServer returns the server the checked options o describe.
@@ -447,7 +449,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
-	worker, err := bus.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits},
+	worker, err := intake.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits},
 		s.trails, s.busCfg, s.log.Named("worker"))
 	if err != nil {
 		return err
@@ -464,7 +466,7 @@ func (s *gateServer) startWorker(context.Context) error {
 	s.onStop("the worker", func() { s.stopWorker(0) })
 	// Held actions time out on the shared hold consumer, whichever gated
 	// takes each hold.
-	timer, err := bus.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
+	timer, err := intake.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
 	if err != nil {
 		return err
 	}
@@ -481,10 +483,10 @@ func (s *gateServer) startReviewService(context.Context) error {
 	if !s.o.reviewService {
 		return nil
 	}
-	svcCfg := bus.ServiceConfig{Version: version, Wait: s.o.reviewWait}
+	svcCfg := intake.ServiceConfig{Version: version, Wait: s.o.reviewWait}
 	if s.operators != nil {
 		var err error
-		followUps := bus.NewFollowUps(s.js, s.store).Send
+		followUps := intake.NewFollowUps(s.js, s.store).Send
 		// An operator's approval carries a grant: its record is written
 		// before the verdict is published, as the worker does.
 		beforePublish := func(ctx context.Context, v *engine.Verdict) error {
@@ -504,7 +506,7 @@ func (s *gateServer) startReviewService(context.Context) error {
 		}
 		s.log.Info("operator decisions accepted", zap.String("file", s.o.operators), zap.Strings("operators", ids))
 	}
-	review, err := bus.StartService(s.nc, svcCfg, s.log.Named("review"))
+	review, err := intake.StartService(s.nc, svcCfg, s.log.Named("review"))
 	if err != nil {
 		return err
 	}

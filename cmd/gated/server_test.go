@@ -74,7 +74,7 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 	// Serve has returned: whatever it started and joined is gone now, not
 	// soon.
 	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)", "notify.(*Notifier)"} {
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)", "cmd/gated.(*gateServer)", "notify.(*Notifier)"} {
 		if strings.Contains(stacks, frame) {
 			t.Errorf("a goroutine in %s outlives serve:\n%s", frame, stacks)
 		}
@@ -122,7 +122,7 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 		for range 200 {
 			started = started[:0]
 			stacks := allStacks()
-			for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)"} {
+			for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)"} {
 				if strings.Contains(stacks, frame) {
 					started = append(started, frame)
 				}
@@ -141,7 +141,7 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 		t.Fatalf("before the failing step only %v were running: the test did not start every part", started)
 	}
 	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "bus.(*Worker)", "cmd/gated.(*gateServer)"} {
+	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)", "cmd/gated.(*gateServer)"} {
 		if strings.Contains(stacks, frame) {
 			t.Errorf("a goroutine in %s outlives a serve that failed to start:\n%s", frame, stacks)
 		}

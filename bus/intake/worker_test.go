@@ -1,0 +1,270 @@
+package intake_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/gated/gated/bus"
+	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/intake"
+	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
+)
+
+// gate is a running worker with the real engine and the default policy,
+// and a fleet client of it (bustest.StartFleet). No reviewer plugin runs
+// here, so proposals that need review are blocked; the end-to-end suite in
+// test/ covers reviews.
+type gate struct{ *bustest.Fleet }
+
+// noPlugins routes no persona: proposals that need review are blocked.
+type noPlugins = bustest.NoPlugins
+
+// flaky fails the first failures deliveries, then lets the engine decide.
+type flaky struct {
+	next     intake.Decider
+	failures int32
+	calls    atomic.Int32
+}
+
+func (f *flaky) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+	if f.calls.Add(1) <= f.failures {
+		return nil, errors.New("injected storage failure")
+	}
+	return f.next.Decide(ctx, d)
+}
+
+func (f *flaky) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+	return f.next.GiveUp(ctx, d, cause)
+}
+
+// defaultEngine is the engine serve builds: the default bundle (compiled
+// once per test binary) and the built-in personas, over store, reviewing
+// through router.
+func defaultEngine(tb testing.TB, store engine.VerdictStore, router engine.Router) *engine.Engine {
+	tb.Helper()
+	return bustest.Engine(tb, store, router)
+}
+
+func startGate(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config) *gate {
+	t.Helper()
+	return &gate{bustest.StartFleet(t, wrap, cfg)}
+}
+
+func TestWorkerDecidesAndAudits(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	tests := []struct {
+		note    string
+		data    []byte
+		outcome engine.Outcome
+		stage   engine.Stage
+		events  []string
+	}{
+		{
+			note: "read passes at policy", data: bustest.Proposal("r1", "read", "host_list_services", ""),
+			outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+		},
+		{
+			note: "skip_review is denied", data: bustest.Proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
+			outcome: engine.OutcomeRejected, stage: engine.StagePolicy,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+		},
+		{
+			note: "no reviewer blocks", data: bustest.Proposal("w2", "write", "host_restart_service", ""),
+			outcome: engine.OutcomeBlocked, stage: engine.StageReview,
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewUnrouted, engine.EventVerdict},
+		},
+		{
+			note: "invalid class", data: bustest.Proposal("bad1", "maybe", "host_restart_service", ""),
+			outcome: engine.OutcomeInvalid, stage: engine.StageValidation,
+			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			v := g.Propose(t, tc.data)
+			if v.Outcome != tc.outcome || v.Stage != tc.stage {
+				t.Fatalf("verdict %s at %s (%s), want %s at %s", v.Outcome, v.Stage, v.Reason, tc.outcome, tc.stage)
+			}
+			if v.Approved != (tc.outcome == engine.OutcomeApproved) {
+				t.Fatalf("approved = %v for outcome %s", v.Approved, v.Outcome)
+			}
+			stored, err := g.Client.Verdict(t.Context(), "acme", v.ProposalID)
+			if err != nil {
+				t.Fatalf("verdict not stored: %v", err)
+			}
+			if stored.AuditSeq == 0 || stored.AuditSeq != v.AuditSeq {
+				t.Fatalf("stored audit_seq %d, published %d", stored.AuditSeq, v.AuditSeq)
+			}
+			if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", v.ProposalID); strings.Join(got, ",") != strings.Join(tc.events, ",") {
+				t.Fatalf("audit events %v, want %v", got, tc.events)
+			}
+		})
+	}
+	// Every proposal was acknowledged: the work queue is empty.
+	waitFor(t, func() bool {
+		info, err := g.Resources.Proposals.Info(t.Context())
+		return err == nil && info.State.Msgs == 0
+	}, "proposals stream to drain")
+}
+
+func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	data := bustest.Proposal("dup1", "read", "host_list_services", "")
+	first := g.Propose(t, data)
+	// The same proposal again: the stream drops it as a duplicate and the
+	// client reads the stored verdict.
+	again := g.Propose(t, data)
+	if again.DecidedAt != first.DecidedAt || again.AuditSeq != first.AuditSeq {
+		t.Fatalf("duplicate got a new verdict: %+v vs %+v", again, first)
+	}
+	// The same bytes under another message id reach gated, which replays
+	// the stored verdict instead of deciding again.
+	sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", "dup1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg("gated.proposals.acme.host_list_services")
+	msg.Data = data
+	msg.Header.Set(jetstream.MsgIDHeader, "acme.dup1-retry")
+	if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replayed engine.Verdict
+	if err := json.Unmarshal(m.Data, &replayed); err != nil {
+		t.Fatal(err)
+	}
+	if replayed.AuditSeq != first.AuditSeq {
+		t.Fatalf("replayed audit_seq %d, want the original %d", replayed.AuditSeq, first.AuditSeq)
+	}
+	waitFor(t, func() bool {
+		events := bustest.AuditEvents(t, g.Resources.Audit, "acme", "dup1")
+		return len(events) == 4 && events[3] == engine.EventReplayed
+	}, "a verdict.replayed audit event")
+}
+
+func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	g.Propose(t, bustest.Proposal("reuse1", "read", "host_list_services", ""))
+	sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", "reuse1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg("gated.proposals.acme.host_restart_service")
+	msg.Data = bustest.Proposal("reuse1", "write", "host_restart_service", "")
+	msg.Header.Set(jetstream.MsgIDHeader, "acme.reuse1-b")
+	if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v engine.Verdict
+	if err := json.Unmarshal(m.Data, &v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Outcome != engine.OutcomeInvalid || !strings.Contains(v.Reason, "already used") {
+		t.Fatalf("verdict %s: %s; want invalid, id already used", v.Outcome, v.Reason)
+	}
+	stored, err := g.Client.Verdict(t.Context(), "acme", "reuse1")
+	if err != nil || stored.Outcome != engine.OutcomeApproved || stored.Action != "host_list_services" {
+		t.Fatalf("stored verdict changed: %+v, %v", stored, err)
+	}
+}
+
+func TestGarbageGetsInvalidVerdict(t *testing.T) {
+	g := startGate(t, nil, bus.Config{})
+	tests := []struct {
+		note string
+		data []byte
+	}{
+		{note: "not JSON", data: []byte("restart everything please")},
+		{note: "JSON array", data: []byte(`[1,2,3]`)},
+		{note: "empty", data: nil},
+		{note: "oversize", data: append(append([]byte(`{"v":1,"id":"big","reason":"`), make([]byte, 1100<<10)...), `"}`...)},
+	}
+	for i, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			id := fmt.Sprintf("garbage%d", i)
+			sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", id))
+			if err != nil {
+				t.Fatal(err)
+			}
+			msg := nats.NewMsg("gated.proposals.acme.host_restart_service")
+			msg.Data = tc.data
+			msg.Header.Set(jetstream.MsgIDHeader, "acme."+id)
+			if _, err := g.JS.PublishMsg(t.Context(), msg); err != nil {
+				t.Fatal(err)
+			}
+			m, err := sub.NextMsg(10 * time.Second)
+			if err != nil {
+				t.Fatalf("no verdict for a malformed proposal: %v", err)
+			}
+			var v engine.Verdict
+			if err := json.Unmarshal(m.Data, &v); err != nil {
+				t.Fatal(err)
+			}
+			if v.Outcome != engine.OutcomeInvalid || v.Approved || v.Stage != engine.StageValidation {
+				t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
+			}
+		})
+	}
+}
+
+func TestFailedDecisionIsRedelivered(t *testing.T) {
+	f := &flaky{failures: 1}
+	g := startGate(t, func(d intake.Decider) intake.Decider { f.next = d; return f }, bus.Config{})
+	v := g.Propose(t, bustest.Proposal("retry1", "read", "host_list_services", ""))
+	if v.Outcome != engine.OutcomeApproved {
+		t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
+	}
+	if n := f.calls.Load(); n != 2 {
+		t.Fatalf("decider called %d times, want 2 (one failure, one redelivery)", n)
+	}
+}
+
+func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
+	f := &flaky{failures: 100}
+	g := startGate(t, func(d intake.Decider) intake.Decider { f.next = d; return f }, bus.Config{MaxDeliver: 2})
+	v := g.Propose(t, bustest.Proposal("doomed1", "read", "host_list_services", ""))
+	if v.Outcome != engine.OutcomeError || v.Approved {
+		t.Fatalf("outcome %s: %s; want error", v.Outcome, v.Reason)
+	}
+	if !strings.Contains(v.Reason, "2 deliveries") {
+		t.Errorf("reason %q does not say how many deliveries failed", v.Reason)
+	}
+	// The error verdict is stored and audited like any other.
+	stored, err := g.Client.Verdict(t.Context(), "acme", "doomed1")
+	if err != nil || stored.Outcome != engine.OutcomeError || stored.AuditSeq != v.AuditSeq || v.AuditSeq == 0 {
+		t.Fatalf("stored %+v (%v), published audit_seq %d", stored, err, v.AuditSeq)
+	}
+	if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {
+		t.Fatalf("audit events %v do not end with the verdict", got)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
