@@ -204,14 +204,14 @@ func FuzzRecord(f *testing.F) {
 		for i := range ns {
 			evs[i] = engine.AuditEvent{V: 1, Event: ns[i], Tenant: tenant, ProposalID: id, At: at.Add(time.Duration(i)), Instance: "i", Data: []byte(ds[i])}
 		}
+		m, err := audit.NewCompressedRecordMsg(evs, audit.Chain{N: 1}, testKey)
+		if err != nil {
+			return
+		}
 		want := make([]engine.AuditEvent, len(evs))
 		for i, ev := range evs {
 			ev.Data = normalized(t, ev.Data)
 			want[i] = ev
-		}
-		m, err := audit.NewCompressedRecordMsg(evs, audit.Chain{N: 1}, testKey)
-		if err != nil {
-			return
 		}
 		rec, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
 		if err != nil {
