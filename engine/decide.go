@@ -78,7 +78,7 @@ func keysOf(p *Proposal) proposalKeys {
 // decode decodes the delivery's proposal and sets the decision's address
 // from it or, when it does not decode, from what can be recovered of it.
 func (r *pass) decode() error {
-	subjTenant, subjAction, subjErr := ParseProposalSubject(r.d.Subject)
+	subjTenant, subjAction, subjErr := parseProposalSubject(r.d.Subject)
 	var decodeErr error
 	if subjErr != nil {
 		decodeErr = subjErr
@@ -86,7 +86,7 @@ func (r *pass) decode() error {
 		r.p, decodeErr = DecodeProposal(r.d.Data, subjTenant, subjAction, r.e.cfg.Limits)
 	}
 	if r.p == nil {
-		r.tenant, r.id = RecoverAddress(r.d.Subject, r.d.Data, r.d.MsgID)
+		r.tenant, r.id = recoverAddress(r.d.Subject, r.d.Data, r.d.MsgID)
 		r.action = subjAction
 		return decodeErr
 	}

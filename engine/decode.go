@@ -46,9 +46,9 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// ParseProposalSubject splits gated.proposals.<tenant>.<action> into its
+// parseProposalSubject splits gated.proposals.<tenant>.<action> into its
 // tokens and checks each. The error is a *FieldError on field "subject".
-func ParseProposalSubject(subject string) (tenant, action string, err error) {
+func parseProposalSubject(subject string) (tenant, action string, err error) {
 	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
 	if !ok {
 		return "", "", fieldErr("subject", "%q does not start with %q", subject, wire.ProposalSubjectPrefix)
@@ -190,13 +190,13 @@ func checkKeys(data []byte) *FieldError {
 // struct is known to the strict-key check at once.
 var proposalSchema = strictjson.SchemaOf(reflect.TypeFor[Proposal]())
 
-// RecoverAddress extracts the tenant and id of a proposal that failed to
+// recoverAddress extracts the tenant and id of a proposal that failed to
 // decode, so its invalid verdict can still reach the proposer. The subject
 // tenant is authoritative (NATS permissions guard it); the id comes from
 // the payload or, failing that, from the Nats-Msg-Id header
 // "<tenant>.<id>". It returns empty strings when nothing trustworthy can be
 // recovered.
-func RecoverAddress(subject string, data []byte, msgID string) (tenant, id string) {
+func recoverAddress(subject string, data []byte, msgID string) (tenant, id string) {
 	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
 	if !ok {
 		return "", ""

@@ -195,8 +195,9 @@ func (r *fastReader) emptyArray() bool {
 }
 
 // object reads an object, calling member with each key; a key is read
-// only when written without escapes, and a key met twice ends the read.
-// member reads the value and returns false for a key it does not know.
+// only when written in printable ASCII without escapes, and a key met
+// twice ends the read. member reads the value and returns false for a
+// key it does not know.
 func (r *fastReader) object(member func(r *fastReader, key []byte) bool) bool {
 	if !r.next('{') {
 		return false
@@ -229,23 +230,18 @@ func (r *fastReader) object(member func(r *fastReader, key []byte) bool) bool {
 	}
 }
 
-// key reads a string written without escapes and returns its bytes.
+// key reads a key written in printable ASCII without escapes, as every
+// key of the schema is, and returns its bytes; any other key is left to
+// encoding/json.
 func (r *fastReader) key() ([]byte, bool) {
 	r.space()
-	if r.i >= len(r.data) || r.data[r.i] != '"' {
+	end := jsonscan.PlainString(r.data, r.i)
+	if end < 0 {
 		return nil, false
 	}
-	for j := r.i + 1; j < len(r.data); j++ {
-		switch c := r.data[j]; {
-		case c == '"':
-			key := r.data[r.i+1 : j]
-			r.i = j + 1
-			return key, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-	}
-	return nil, false
+	key := r.data[r.i+1 : end-1]
+	r.i = end
+	return key, true
 }
 
 // skipString reads past a string at r.i, after white space, and reports
@@ -386,8 +382,9 @@ func (r *fastReader) anyValue() (any, bool) {
 	return json.Number(lit), ok
 }
 
-// anyObject reads an object into a map; a key with escapes, a key twice
-// or nesting deeper than maxFastDepth ends the read.
+// anyObject reads an object into a map; a key with escapes or bytes
+// outside printable ASCII, a key twice or nesting deeper than
+// maxFastDepth ends the read.
 func (r *fastReader) anyObject() (map[string]any, bool) {
 	if r.depth++; r.depth > maxFastDepth {
 		return nil, false

@@ -9,8 +9,9 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"time"
+
+	"github.com/gated/gated/engine/internal/dedupe"
 )
 
 // Dedupe defaults, from the reliability semantics of DESIGN.md.
@@ -24,7 +25,7 @@ const (
 
 // dedupeKey identifies a request independently of its id: two proposals
 // with the same key would be judged alike by the same policy.
-type dedupeKey [sha256.Size]byte
+type dedupeKey = dedupe.Key
 
 // dedupeKeyOf digests what the policy and the reviewer judge: tenant,
 // action, class, kind, blast radius, canonical target, reason, flags, the
@@ -82,97 +83,6 @@ func canonicalJSON(v any) string {
 	return string(b)
 }
 
-// rejection is one remembered rejected proposal.
-type rejection struct {
-	key dedupeKey
-	// id is the proposal id of the rejected proposal; its verdict is in
-	// the store under the same tenant.
-	id string
-	// at is the verdict's decided_at: the window runs from the original
-	// rejection.
-	at  time.Time
-	seq uint64
-}
-
-// rejections remembers recent rejections for a fixed window, at most
-// limit of them. Every entry lives equally long, so arrival order is expiry
-// order and a FIFO queue is enough to bound memory. It is safe for
-// concurrent use.
-type rejections struct {
-	window time.Duration
-	limit  int
-
-	mu    sync.Mutex
-	queue []rejection // oldest first, from head on
-	head  int
-	byKey map[dedupeKey]rejection
-	seq   uint64
-}
-
-func newRejections(window time.Duration, limit int) *rejections {
-	return &rejections{window: window, limit: limit, byKey: map[dedupeKey]rejection{}}
-}
-
-// lookup returns the rejection remembered under k, if it is still within
-// the window at now.
-func (c *rejections) lookup(k dedupeKey, now time.Time) (rejection, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.expire(now)
-	rej, ok := c.byKey[k]
-	if !ok || now.Sub(rej.at) >= c.window {
-		return rejection{}, false
-	}
-	return rej, true
-}
-
-// remember records the rejection of proposal id, decided at, under k. A
-// later rejection under the same key replaces the earlier one.
-func (c *rejections) remember(k dedupeKey, id string, at, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.seq++
-	rej := rejection{key: k, id: id, at: at, seq: c.seq}
-	c.queue = append(c.queue, rej)
-	c.byKey[k] = rej
-	c.expire(now)
-	for c.size() > c.limit {
-		c.pop()
-	}
-}
-
-// size is the number of queued entries, superseded ones included.
-func (c *rejections) size() int { return len(c.queue) - c.head }
-
-// expire drops the entries whose window has passed at now. Entries are
-// queued in the order they were remembered; a clock that stepped back
-// may leave a younger entry behind an older one, which then lives until
-// the one in front of it expires or the cap pushes it out.
-func (c *rejections) expire(now time.Time) {
-	for c.size() > 0 && now.Sub(c.queue[c.head].at) >= c.window {
-		c.pop()
-	}
-}
-
-// pop removes the oldest queued entry, and its key unless a later
-// rejection replaced it.
-func (c *rejections) pop() {
-	old := c.queue[c.head]
-	c.queue[c.head] = rejection{}
-	c.head++
-	if cur, ok := c.byKey[old.key]; ok && cur.seq == old.seq {
-		delete(c.byKey, old.key)
-	}
-	// Reuse the front of the slice once half of it is spent, so a long
-	// run of remember and expire does not grow it without end.
-	if c.head >= 64 && c.head*2 >= len(c.queue) {
-		n := copy(c.queue, c.queue[c.head:])
-		clear(c.queue[n:])
-		c.queue = c.queue[:n]
-		c.head = 0
-	}
-}
-
 // dedupe answers a proposal identical to one rejected within the window
 // with that rejection, read back from the store so that memory holds keys
 // and ids only. hit is false when the proposal must be judged; an error
@@ -186,27 +96,27 @@ func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 		return nil, false, nil
 	}
 	now := r.e.cfg.Clock.Now()
-	rej, ok := c.lookup(r.dedupeKey(r.revision), now)
-	if !ok || rej.id == r.id {
+	rej, ok := c.Lookup(r.dedupeKey(r.revision), now)
+	if !ok || rej.ID == r.id {
 		return nil, false, nil
 	}
-	earlier, err := r.e.cfg.Store.Get(ctx, r.tenant, rej.id)
+	earlier, err := r.e.cfg.Store.Get(ctx, r.tenant, rej.ID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		// The store let the verdict go: judge afresh rather than cite a
 		// rejection nobody can look up.
 		return nil, false, nil
 	case err != nil:
-		return nil, false, fmt.Errorf("looking up verdict %s.%s of an identical rejection: %w", r.tenant, rej.id, err)
+		return nil, false, fmt.Errorf("looking up verdict %s.%s of an identical rejection: %w", r.tenant, rej.ID, err)
 	case earlier.Outcome != OutcomeRejected:
 		return nil, false, nil
 	}
-	age := max(now.Sub(rej.at), 0)
+	age := max(now.Sub(rej.At), 0)
 	v = r.verdict(OutcomeRejected, StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
-		rej.id, int64(age/time.Second), earlier.Reason))
-	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.id
+		rej.ID, int64(age/time.Second), earlier.Reason))
+	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.ID
 	if err := r.log.record(ctx, EventDeduplicated, map[string]any{
-		"duplicate_of": rej.id, "audit_seq": earlier.AuditSeq, "stage": earlier.Stage, "rejected_at": earlier.DecidedAt,
+		"duplicate_of": rej.ID, "audit_seq": earlier.AuditSeq, "stage": earlier.Stage, "rejected_at": earlier.DecidedAt,
 	}); err != nil {
 		return nil, true, err
 	}
@@ -233,7 +143,7 @@ func (r *pass) rememberRejection(v *Verdict) {
 	if v.Policy != nil {
 		revision = v.Policy.Revision
 	}
-	c.remember(r.dedupeKey(revision), v.ProposalID, v.DecidedAt, r.e.cfg.Clock.Now())
+	c.Remember(r.dedupeKey(revision), v.ProposalID, v.DecidedAt, r.e.cfg.Clock.Now())
 }
 
 // dedupeKey is dedupeKeyOf for the decision's proposal, computed once per

@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gated/gated/engine/internal/dedupe"
 )
 
 // DefaultReviewTimeout is how long a review may take unless the persona
@@ -106,7 +108,7 @@ func (e *Engine) trace(ctx context.Context, stage string) func(error) {
 type Engine struct {
 	cfg Config
 	// rejections is nil when deduplication is off.
-	rejections *rejections
+	rejections *dedupe.Window
 }
 
 // New checks cfg and returns an Engine.
@@ -149,7 +151,7 @@ func New(cfg Config) (*Engine, error) {
 	cfg.Limits = cfg.Limits.withDefaults()
 	e := &Engine{cfg: cfg}
 	if cfg.DedupeWindow > 0 {
-		e.rejections = newRejections(cfg.DedupeWindow, cfg.DedupeMax)
+		e.rejections = dedupe.New(cfg.DedupeWindow, cfg.DedupeMax)
 	}
 	return e, nil
 }
@@ -224,8 +226,8 @@ func (e *Engine) newDecision(d Delivery) *pass {
 // claim of the delivery's message, if it holds one, is released.
 func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	r := e.newDecision(d)
-	r.tenant, r.id = RecoverAddress(d.Subject, d.Data, d.MsgID)
-	_, r.action, _ = ParseProposalSubject(d.Subject)
+	r.tenant, r.id = recoverAddress(d.Subject, d.Data, d.MsgID)
+	_, r.action, _ = parseProposalSubject(d.Subject)
 	if r.id != "" && d.StreamSeq != 0 {
 		// A holder that crashed mid-review left its claim behind.
 		r.claim = r.newClaim()

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gated/gated/engine/internal/reviewtext"
 )
 
 // Operator decisions on a held action.
@@ -114,7 +116,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 			next.Reason = fmt.Sprintf("operator %s rejected the held action", d.Operator)
 		}
 		if reason != "" {
-			next.Reason += ": " + clipText(firstNonBlankLine(reason), 240)
+			next.Reason += ": " + clipText(reviewtext.FirstLine(reason), 240)
 		}
 		return []auditStep{{EventOperatorDecided, map[string]any{
 			"operator": d.Operator, "key": d.Key, "decision": d.Decision, "reason": next.Operator.Reason,

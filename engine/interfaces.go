@@ -213,7 +213,7 @@ type ReviewResult struct {
 	// name the reviewer by it.
 	Plugin string
 	// PluginVersion and Model are what the reviewer reports about itself.
-	// Judge keeps one short line of each (MaxSelfReportedBytes).
+	// Judge keeps one short line of each, at most 128 bytes.
 	PluginVersion string
 	// PID is the reviewer's process id, for the audit trail.
 	PID   int

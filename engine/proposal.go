@@ -1,8 +1,21 @@
-// Package engine is gated's decision pipeline: it decodes and validates a
-// proposal, asks the policy, routes to a reviewer when the policy says so,
-// and turns the result into a verdict. It fails closed: every path that is
-// not an explicit, well-formed approval ends in an outcome other than
-// approved.
+// Package engine is gated's public model and the engine that decides
+// with it.
+//
+// The model is what a fleet, a reviewer plugin or an executor speaks with
+// gated: Proposal, Verdict, Status, the execution report, a run's
+// Continuation and Escalation, what a reviewer is handed and answers
+// (RunContext, SOP, ReviewDecision, GateResult), the audit event names and
+// AuditEvent, and the errors a client reads. docs/API.md says which
+// packages a third party may import.
+//
+// Engine decides one proposal: it decodes and validates it, asks the
+// policy, routes to a reviewer when the policy says so, and turns the
+// result into a verdict. It fails closed: every path that is not an
+// explicit, well-formed approval ends in an outcome other than approved.
+// The names only gated's server uses (Config and the interfaces it takes,
+// the policy input, the budget counters, Judge) are gated's own and may
+// change; the pipeline's machinery is unexported or under
+// engine/internal.
 //
 // The package is pure. It reaches the outside world only through the
 // interfaces it defines (Policy, Reviewer, VerdictStore, AuditTrail, Clock),

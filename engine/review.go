@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gated/gated/engine/internal/reviewtext"
 )
 
 // reviewOne runs one reviewer's review under its own id and deadline and
@@ -90,7 +92,7 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 		out.outcome, failure, plugin = reviewFailure(rctx, err, persona)
 		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
 			"review_id": reviewID, "plugin": plugin, "outcome": out.outcome, "failure": failure,
-			"error": clipText(err.Error(), MaxReviewErrorBytes), "latency_ms": ms(latency),
+			"error": clipText(err.Error(), maxReviewErrorBytes), "latency_ms": ms(latency),
 		})
 		out.why, out.failure = failureSentence(plugin, persona, failure, timeout)
 		// A failed review is listed as a rejection that says what failed:
@@ -140,7 +142,7 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 //
 // The review names the reviewer by res.Plugin, and keeps what the reviewer
 // reports about itself (res.PluginVersion, res.Model) as one short line of
-// printable ASCII (see MaxSelfReportedBytes), as it does res.Plugin: the
+// printable ASCII (at most 128 bytes), as it does res.Plugin: the
 // verdict and its grant carry them, and a tenant reads both.
 func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	text := res.Text
@@ -149,8 +151,8 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 	}
 	decision, parsed, overruled := readDecision(res.Text)
 	rev := Review{
-		Plugin: selfReported(res.Plugin), PluginVersion: selfReported(res.PluginVersion), Persona: persona.Name,
-		Model: selfReported(res.Model), DecisionText: text, Decision: decision, Gates: res.Gates,
+		Plugin: reviewtext.SelfReported(res.Plugin), PluginVersion: reviewtext.SelfReported(res.PluginVersion), Persona: persona.Name,
+		Model: reviewtext.SelfReported(res.Model), DecisionText: text, Decision: decision, Gates: res.Gates,
 		SOPID: res.SOPID, RollbackPath: res.RollbackPath, Notes: res.Notes,
 		Criteria: res.Criteria, Comments: res.Comments, MissingWork: res.MissingWork,
 		NextRoundGuidance: res.NextRoundGuidance, Warnings: res.Warnings, Confidence: res.Confidence,
@@ -193,7 +195,7 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 }
 
 func firstSentence(s string) string {
-	s = firstNonBlankLine(s)
+	s = reviewtext.FirstLine(s)
 	if len(s) > 240 {
 		s = s[:240] + "…"
 	}

@@ -93,9 +93,9 @@ func (e *ReviewError) Error() string { return e.Err.Error() }
 // Unwrap returns Err.
 func (e *ReviewError) Unwrap() error { return e.Err }
 
-// MaxReviewErrorBytes bounds the error a failed review's audit record
+// maxReviewErrorBytes bounds the error a failed review's audit record
 // keeps; the rest is cut.
-const MaxReviewErrorBytes = 16 << 10
+const maxReviewErrorBytes = 16 << 10
 
 // reviewFailure reads how a review failed with err: the verdict's outcome,
 // the failure, and the plugin gated knows the reviewer by (the persona's

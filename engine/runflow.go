@@ -11,6 +11,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
+	"github.com/gated/gated/engine/internal/reviewtext"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -505,7 +506,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		r.setNext(&next)
 	}
 	if reason := strings.TrimSpace(d.Reason); reason != "" {
-		next.Reason += ": " + clipText(firstNonBlankLine(reason), 240)
+		next.Reason += ": " + clipText(reviewtext.FirstLine(reason), 240)
 	}
 
 	if err := r.log.record(ctx, EventOperatorDecided, map[string]any{

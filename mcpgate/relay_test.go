@@ -20,6 +20,7 @@ import (
 
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
@@ -128,7 +129,9 @@ func relayPrecheck(t *testing.T) Precheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return PolicyPrecheck(ev, reg)
+	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
+		return ev.Settle(ctx, reg, p)
+	}
 }
 
 // relay is a gate serving an agent over a pair of pipes, in front of the

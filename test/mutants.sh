@@ -130,28 +130,28 @@ mutant unrouted_failure_named_by_router engine/unrouted.go ./engine \
 # A reviewer is named by the name gated's configuration gives its plugin
 # (plugins/review.go, result), and what it reports about itself is kept as
 # one short line of printable ASCII (engine/review.go, Judge;
-# engine/selfreported.go). The mutants name it by its Describe, keep its
+# engine/internal/reviewtext/selfreported.go). The mutants name it by its Describe, keep its
 # name, version or model as reported, keep every line, every character, or
 # any length.
 mutant plugin_self_named plugins/review.go ./plugins \
 	'Plugin: name, PluginVersion: desc.GetVersion(),' \
 	'Plugin: desc.GetName(), PluginVersion: desc.GetVersion(),'
 mutant self_reported_plugin engine/review.go ./engine \
-	'Plugin: selfReported(res.Plugin),' \
+	'Plugin: reviewtext.SelfReported(res.Plugin),' \
 	'Plugin: res.Plugin,'
 mutant self_reported_version engine/review.go ./engine \
-	'PluginVersion: selfReported(res.PluginVersion),' \
+	'PluginVersion: reviewtext.SelfReported(res.PluginVersion),' \
 	'PluginVersion: res.PluginVersion,'
 mutant self_reported_model engine/review.go ./engine \
-	'Model: selfReported(res.Model),' \
+	'Model: reviewtext.SelfReported(res.Model),' \
 	'Model: res.Model,'
-mutant self_reported_first_line engine/selfreported.go ./engine \
+mutant self_reported_first_line engine/internal/reviewtext/selfreported.go ./engine/... \
 	'if i := strings.IndexFunc(s, lineBreak); i >= 0 {' \
 	'if i := strings.IndexFunc(s, lineBreak); false && i >= 0 {'
-mutant self_reported_printable engine/selfreported.go ./engine \
+mutant self_reported_printable engine/internal/reviewtext/selfreported.go ./engine/... \
 	"if c < ' ' || c > '~' {" \
 	'if false {'
-mutant self_reported_length engine/selfreported.go ./engine \
+mutant self_reported_length engine/internal/reviewtext/selfreported.go ./engine/... \
 	'const MaxSelfReportedBytes = 128' \
 	'const MaxSelfReportedBytes = 1 << 20'
 
@@ -285,22 +285,22 @@ mutant record_history_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.TargetKey != target:' \
 	'case false:'
 
-# Strict decision reading (engine/decision.go): after an approving first
+# Strict decision reading (engine/internal/reviewtext/decision.go): after an approving first
 # line, a later decision line that is not an approval, or a retraction,
 # rejects. Judge (engine/review.go) checks that the text's gate lines
 # agree with the structured gates, and a gate passes only on an exact
-# pass token (GatePasses, engine/gates.go); the last mutant makes any text that begins
+# pass token (GatePasses, engine/internal/reviewtext/gates.go); the last mutant makes any text that begins
 # with one a pass ("pass-ish", "passed?").
-mutant later_decision_line engine/decision.go ./engine \
+mutant later_decision_line engine/internal/reviewtext/decision.go ./engine/... \
 	'if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {' \
 	'if false {'
-mutant retraction engine/decision.go ./engine \
+mutant retraction engine/internal/reviewtext/decision.go ./engine/... \
 	'if phrase := retraction(later); phrase != "" {' \
 	'if phrase := ""; phrase != "" {'
 mutant gate_lines_checked engine/review.go ./engine \
 	'if err := CheckGateLines(res.Text, res.Gates); err != nil {' \
 	'if err := error(nil); err != nil {'
-mutant gate_pass_exact engine/gates.go './engine ./plugins/llm' \
+mutant gate_pass_exact engine/internal/reviewtext/gates.go './engine/... ./plugins/llm' \
 	'if detail, ok := afterPass(after); ok {' \
 	'if detail, _ := afterPass(after); true {'
 

@@ -27,8 +27,9 @@ import (
 type scripted struct{ next intake.Decider }
 
 func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
-	_, action, err := engine.ParseProposalSubject(d.Subject)
-	if want, ok := strings.CutPrefix(action, "outcome_"); ok && err == nil {
+	// The subject's last token is the action.
+	action := d.Subject[strings.LastIndexByte(d.Subject, '.')+1:]
+	if want, ok := strings.CutPrefix(action, "outcome_"); ok {
 		a, err := fleet.AddressOf(d.Data)
 		if err != nil {
 			return nil, err

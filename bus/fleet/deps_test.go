@@ -41,6 +41,7 @@ func TestFleetDoesNotCompileTheServer(t *testing.T) {
 		"github.com/gated/gated/engine/wire",
 		"github.com/gated/gated/examples/fleet",
 		"github.com/gated/gated/examples/orchestrator",
+		"github.com/gated/gated/mcpgate",
 	} {
 		t.Run(pkg, func(t *testing.T) {
 			out, err := exec.CommandContext(t.Context(), goTool, "list", "-deps", pkg).CombinedOutput()

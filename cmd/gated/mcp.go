@@ -263,7 +263,9 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
-	return mcpgate.PolicyPrecheck(ev, reg), nil
+	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
+		return ev.Settle(ctx, reg, p)
+	}, nil
 }
 
 // printMCPTools prints the mapping of each tool.

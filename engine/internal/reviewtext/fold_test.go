@@ -1,4 +1,4 @@
-package engine
+package reviewtext
 
 import (
 	"strings"
@@ -88,19 +88,6 @@ const scriptedReview = "Decision: approve\n" +
 	"- no_parallel_operation: pass — nothing else is under way on the device\n" +
 	"- rollback_known: pass — a restart is undone by the previous unit state\n" +
 	"Notes: the service stopped answering after a config reload; restarting it is what SOP-001 says to do first."
-
-func BenchmarkJudge(b *testing.B) {
-	persona := &Persona{Name: "reviewer", RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"}}
-	res := ReviewResult{Plugin: "llm", Text: scriptedReview, Decision: DecisionApprove, Gates: []GateResult{
-		{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true},
-	}}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, ok, why := Judge(res, persona); !ok {
-			b.Fatal(why)
-		}
-	}
-}
 
 func BenchmarkFold(b *testing.B) {
 	b.ReportAllocs()

@@ -1,4 +1,4 @@
-package engine
+package reviewtext
 
 import (
 	"strings"
@@ -12,7 +12,7 @@ import (
 // executor verifies (grant.MaxTokenLen).
 const MaxSelfReportedBytes = 128
 
-// selfReported is s, a value a reviewer reports about itself, as gated
+// SelfReported is s, a value a reviewer reports about itself, as gated
 // keeps it: the first line of s (up to a CR, LF, VT, FF, NEL, or a Unicode
 // line or paragraph separator), without white space at either end, every
 // character other than printable ASCII replaced by '?', and, when longer
@@ -20,7 +20,7 @@ const MaxSelfReportedBytes = 128
 // reviewer's name, version and model are never more than one short line
 // in anything a tenant reads: not a second line that reads as a decision,
 // not a terminal's escape sequence, not kilobytes.
-func selfReported(s string) string {
+func SelfReported(s string) string {
 	if i := strings.IndexFunc(s, lineBreak); i >= 0 {
 		s = s[:i]
 	}

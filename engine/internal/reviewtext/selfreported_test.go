@@ -1,11 +1,11 @@
-package engine
+package reviewtext
 
 import (
 	"strings"
 	"testing"
 )
 
-// FuzzSelfReported holds selfReported to what a verdict relies on: at most
+// FuzzSelfReported holds SelfReported to what a verdict relies on: at most
 // MaxSelfReportedBytes of printable ASCII, one line, no white space at
 // either end, the same when read again, and a short plain line kept as it
 // is.
@@ -18,27 +18,27 @@ func FuzzSelfReported(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		out := selfReported(s)
+		out := SelfReported(s)
 		if len(out) > MaxSelfReportedBytes {
-			t.Errorf("selfReported(%q) is %d bytes, more than %d", s, len(out), MaxSelfReportedBytes)
+			t.Errorf("SelfReported(%q) is %d bytes, more than %d", s, len(out), MaxSelfReportedBytes)
 		}
 		for i := 0; i < len(out); i++ {
 			if out[i] < ' ' || out[i] > '~' {
-				t.Fatalf("selfReported(%q) = %q holds byte %#x, not printable ASCII", s, out, out[i])
+				t.Fatalf("SelfReported(%q) = %q holds byte %#x, not printable ASCII", s, out, out[i])
 			}
 		}
 		if strings.TrimSpace(out) != out {
-			t.Errorf("selfReported(%q) = %q has white space at an end", s, out)
+			t.Errorf("SelfReported(%q) = %q has white space at an end", s, out)
 		}
-		if again := selfReported(out); again != out {
-			t.Errorf("selfReported(%q) = %q, but read again %q", s, out, again)
+		if again := SelfReported(out); again != out {
+			t.Errorf("SelfReported(%q) = %q, but read again %q", s, out, again)
 		}
 		plain := len(s) <= MaxSelfReportedBytes && strings.TrimSpace(s) == s
 		for i := 0; plain && i < len(s); i++ {
 			plain = s[i] >= ' ' && s[i] <= '~'
 		}
 		if plain && out != s {
-			t.Errorf("selfReported(%q) = %q, want the plain line as it is", s, out)
+			t.Errorf("SelfReported(%q) = %q, want the plain line as it is", s, out)
 		}
 	})
 }

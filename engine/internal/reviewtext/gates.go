@@ -1,4 +1,4 @@
-package engine
+package reviewtext
 
 import (
 	"fmt"
@@ -7,14 +7,9 @@ import (
 	"unicode/utf8"
 )
 
-// GatePasses reports whether value, the part of a gate line after the
-// gate's name and colon, is an exact pass, and returns the detail after
-// it. An exact pass is the token "pass" or "passed" (ASCII, any case),
-// optionally wrapped in one matching pair of *, **, _, __ or `, followed
-// by nothing, by a colon, em dash or en dash, or by blanks and then a
-// hyphen or an opening parenthesis. "pass-ish", "passed?",
-// "pass/fail unknown", "pass_unverified", "pass." and "pass if ..." are
-// not passes.
+// GatePasses is engine.GatePasses: it reports whether value, the part of
+// a gate line after the gate's name and colon, is an exact pass, and
+// returns the detail after it.
 func GatePasses(value string) (string, bool) {
 	v := strings.Trim(value, " \t")
 	for _, w := range []string{"**", "__", "*", "_", "`", ""} {
@@ -64,23 +59,15 @@ func afterPass(s string) (string, bool) {
 	return "", false
 }
 
-// CheckGateLines compares what the gate lines of a reviewer's text say
-// with the structured gates. A gate line is any line that, after an
-// optional blockquote mark, bullet or number, names a structured gate and
-// then a colon, an em dash or an en dash ("- sop_covers: fail — none"),
-// or a table row whose first cell names one ("| sop_covers | fail |").
-// Any other line that names a gate and says it failed, however it is
-// written ("sop_covers = fail", "Gate sop_covers: fail", "sop_covers did
-// not pass"), reads as that gate failed, and one that says gates failed
-// without naming one ("all three gates failed") as every gate failed.
-// Text over MaxDecisionTextBytes is an error. Names are compared leniently
-// (case, markup, zero-width characters, look-alike letters, and "-", "_"
-// or blanks between words ignored). The text passes a gate only if every
-// line about it is an exact pass (GatePasses); the structured report
-// passes it only if every report of it passed. A gate on which the two
-// disagree, either way, is an error naming the gate and the line. Gates
-// the text does not mention are left to the structured report.
-func CheckGateLines(text string, gates []GateResult) error {
+// Gate is a structured gate as a reviewer reported it.
+type Gate struct {
+	Name   string
+	Passed bool
+}
+
+// CheckGateLines is engine.CheckGateLines: an error when what the gate
+// lines of a reviewer's text say disagrees with the structured gates.
+func CheckGateLines(text string, gates []Gate) error {
 	reported := make(map[string]bool, len(gates))
 	names := make(map[string]string, len(gates))
 	for _, g := range gates {
@@ -94,8 +81,8 @@ func CheckGateLines(text string, gates []GateResult) error {
 			names[key] = g.Name
 		}
 	}
-	if len(text) > MaxDecisionTextBytes {
-		return fmt.Errorf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxDecisionTextBytes)
+	if len(text) > MaxTextBytes {
+		return fmt.Errorf("reviewer text is %d bytes, over the %d byte limit", len(text), MaxTextBytes)
 	}
 	if len(reported) == 0 {
 		return nil
@@ -162,7 +149,7 @@ var failures = [][]string{
 // gate line of theirs, says failed: the gates it names, when the words
 // around their names say failed, or every gate, when it names none but
 // says gates failed.
-func failedGates(line string, gates []GateResult) []string {
+func failedGates(line string, gates []Gate) []string {
 	words := fieldWords(foldText(line))
 	if len(words) == 0 {
 		return nil
