@@ -149,3 +149,20 @@ func TestVerifySignature(t *testing.T) {
 		t.Errorf("signature %q, want %q", sig, want)
 	}
 }
+
+// FuzzClassify: Classify reads any event's data through the event's type
+// without failing, and a notification it makes names the record.
+func FuzzClassify(f *testing.F) {
+	f.Add(engine.EventVerdict, `{"outcome":"timeout","reason":"late"}`)
+	f.Add(engine.EventVerdict, `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z"}}`)
+	f.Add(engine.EventVerdict, `{"outcome":"rejected","run":{"run_id":"r","round":2,"next":"escalation","awaiting_operator":[1]}}`)
+	f.Add(engine.EventOperatorAwaited, `{"deadline":"not a time","reason":7}`)
+	f.Add(engine.EventPluginExited, `{"plugin":["x"],"why":"a\nb"}`)
+	f.Add(engine.EventAuditVerificationFailed, `{"seq":-1,"problem":null}`)
+	f.Fuzz(func(t *testing.T, event, data string) {
+		r := audit.NewRecord(9, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p1", Data: json.RawMessage(data)})
+		if n, ok := notify.Classify(r); ok && (n.AuditSeq != 9 || n.Event != event || n.Summary == "") {
+			t.Fatalf("notification %+v of %s %s", n, event, data)
+		}
+	})
+}
