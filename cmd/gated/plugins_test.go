@@ -189,7 +189,11 @@ func TestPluginsLockListVerify(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("list --format json: exit %d: %v", code, err)
 	}
-	var rows []pluginRow
+	var rows []struct {
+		Name   string            `json:"name"`
+		Source string            `json:"source"`
+		Status plugins.PinStatus `json:"status"`
+	}
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("list --format json: %v\n%s", err, out)
 	}
