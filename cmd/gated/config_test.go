@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/server"
 	"github.com/spf13/cobra"
 )
 
@@ -57,7 +57,7 @@ type probeValues struct {
 	watch      bool
 	data       []string
 	pluginsDir string
-	cfg        *fileConfig
+	cfg        *server.ConfigFile
 }
 
 // runProbe runs a small command tree wired like gated's: a persistent
@@ -267,10 +267,10 @@ plugins:
 		t.Fatal(err)
 	}
 	cfg := got.cfg // as the command receives it
-	if len(cfg.plugins) != 2 {
-		t.Fatalf("plugins = %+v", cfg.plugins)
+	if len(cfg.Plugins) != 2 {
+		t.Fatalf("plugins = %+v", cfg.Plugins)
 	}
-	a, b := cfg.plugins[0], cfg.plugins[1]
+	a, b := cfg.Plugins[0], cfg.Plugins[1]
 	if want := filepath.Join(dir, "conf", "bin", "acme"); a.Path != want {
 		t.Errorf("relative path = %q, want %q (relative to the config file)", a.Path, want)
 	}
@@ -302,31 +302,8 @@ func TestConfigEmptyFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%q: %v", content, err)
 		}
-		if got.natsURL != "nats://default:4222" || len(got.cfg.plugins) != 0 {
+		if got.natsURL != "nats://default:4222" || len(got.cfg.Plugins) != 0 {
 			t.Errorf("%q: got %+v", content, got)
 		}
 	}
-}
-
-func FuzzParseConfig(f *testing.F) {
-	f.Add([]byte("nats_url: x\nplugins:\n  - {name: a, path: x, sha256: " + strings.Repeat("0", 64) + ", env: {A: 1}}\n"))
-	f.Add([]byte("a: &x [1]\nb: *x\n"))
-	f.Add([]byte("- 1\n"))
-	f.Add([]byte("plugins: [{env: [A=1]}]"))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		cfg, values, err := parseConfig("fuzz.yaml", data)
-		if err != nil {
-			return
-		}
-		for _, v := range values {
-			if v.flag == "" || (!v.list && len(v.values) != 1) {
-				t.Fatalf("value %+v", v)
-			}
-		}
-		for _, s := range cfg.plugins {
-			if s.Name == "" || s.Path == "" || !digest.ValidSHA256(s.SHA256) {
-				t.Fatalf("plugin %+v passed without name, path or digest", s)
-			}
-		}
-	})
 }

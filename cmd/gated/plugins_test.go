@@ -19,6 +19,7 @@ import (
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sop"
+	"github.com/spf13/cobra"
 )
 
 // The test binary doubles as gated when a host launches it as the bundled
@@ -292,18 +293,17 @@ func TestPluginSpecs(t *testing.T) {
 	if _, err := plugins.WriteLock(s.pd); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(s.config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, err := parseConfig(s.config, data)
+	probe := &cobra.Command{Use: "probe"}
+	probe.Flags().String("config", s.config, "")
+	probe.Flags().String("plugins-dir", "", "")
+	cfg, err := server.LoadConfigFile(probe)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
 	// withFile adds what the config file names, as serve does.
 	withFile := func(o server.Config) server.Config {
-		o.ConfigFile, o.ConfigPlugins = cfg.path, cfg.plugins
+		o.ConfigFile, o.ConfigPlugins = cfg.Path, cfg.Plugins
 		return o
 	}
 

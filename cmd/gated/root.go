@@ -22,7 +22,7 @@ func run(ctx context.Context, args []string) error {
 	root := &cobra.Command{
 		Use:           "gated",
 		Short:         "gated is the policy gate for fleets of AI agents",
-		Long:          "gated decides on the actions AI agents propose over NATS: strict validation, deterministic Rego rules, an out-of-process reviewer, and an audit trail of every step.\n\n" + configHelp,
+		Long:          "gated decides on the actions AI agents propose over NATS: strict validation, deterministic Rego rules, an out-of-process reviewer, and an audit trail of every step.\n\n" + server.ConfigHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -79,8 +79,10 @@ func bindEnv(c *cobra.Command) {
 			}
 		})
 		if err == nil {
-			var cfg *fileConfig
-			if cfg, err = loadConfigFile(cmd); err == nil {
+			var cfg *server.ConfigFile
+			if cfg, err = server.LoadConfigFile(cmd); err != nil {
+				err = fromServer(err)
+			} else {
 				cmd.SetContext(withConfig(cmd.Context(), cfg))
 			}
 		}
