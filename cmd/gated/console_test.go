@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nkeys"
 
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/console"
 )
 
@@ -28,7 +29,7 @@ func TestServeMountsTheConsole(t *testing.T) {
 	s := bustest.Server(t)
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
-	pub, err := writeOperatorSeed(seedFile)
+	pub, err := operator.WriteSeed(seedFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 )
 
@@ -67,7 +68,7 @@ func serveForMetrics(t *testing.T, args ...string) string {
 func TestConsoleListenerServesNoMetrics(t *testing.T) {
 	clearGatedEnv(t)
 	dir := t.TempDir()
-	pub, err := writeOperatorSeed(filepath.Join(dir, "alice.seed"))
+	pub, err := operator.WriteSeed(filepath.Join(dir, "alice.seed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func grepLines(s, sub string) string {
 func TestMetricsListeners(t *testing.T) {
 	clearGatedEnv(t)
 	dir := t.TempDir()
-	pub, err := writeOperatorSeed(filepath.Join(dir, "alice.seed"))
+	pub, err := operator.WriteSeed(filepath.Join(dir, "alice.seed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestMetricsListeners(t *testing.T) {
 func TestMetricsFlagsRefused(t *testing.T) {
 	clearGatedEnv(t)
 	dir := t.TempDir()
-	pub, err := writeOperatorSeed(filepath.Join(dir, "alice.seed"))
+	pub, err := operator.WriteSeed(filepath.Join(dir, "alice.seed"))
 	if err != nil {
 		t.Fatal(err)
 	}

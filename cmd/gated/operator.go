@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nkeys"
 	"github.com/spf13/cobra"
 
 	"github.com/gated/gated/bus/operator"
@@ -66,7 +63,10 @@ Exit status: 0 written, 2 bad usage or FILE exists, 1 failure.`,
 					return usageError("--tenant %q must match [a-z0-9_-]{1,64}", t)
 				}
 			}
-			pub, err := writeOperatorSeed(out)
+			pub, err := operator.WriteSeed(out)
+			if errors.Is(err, os.ErrExist) {
+				return usageError("--out %s exists; keygen never overwrites a seed: choose another file", out)
+			}
 			if err != nil {
 				return err
 			}
@@ -90,67 +90,6 @@ Exit status: 0 written, 2 bad usage or FILE exists, 1 failure.`,
 	f.StringVar(&id, "id", "", "operator id for the printed operators-file entry")
 	f.StringSliceVar(&tenants, "tenant", nil, "tenant the operator may decide for, for the printed entry (repeatable; none: every tenant)")
 	return c
-}
-
-// writeOperatorSeed makes a user key pair, writes its seed into path (a
-// new file, mode 0600) and returns the public key.
-func writeOperatorSeed(path string) (string, error) {
-	kp, err := nkeys.CreateUser()
-	if err != nil {
-		return "", fmt.Errorf("making an nkey: %w", err)
-	}
-	defer kp.Wipe()
-	seed, err := kp.Seed()
-	if err != nil {
-		return "", fmt.Errorf("making an nkey: %w", err)
-	}
-	pub, err := kp.PublicKey()
-	if err != nil {
-		return "", fmt.Errorf("making an nkey: %w", err)
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if errors.Is(err, os.ErrExist) {
-		return "", usageError("--out %s exists; keygen never overwrites a seed: choose another file", path)
-	}
-	if err != nil {
-		return "", fmt.Errorf("writing the seed: %w", err)
-	}
-	_, err = f.Write(append(seed, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(path) // created above, and incomplete
-		return "", fmt.Errorf("writing the seed to %s: %w", path, err)
-	}
-	return pub, nil
-}
-
-// parseCriterionFlag reads one --criterion ID=pass|fail[:reason].
-func parseCriterionFlag(s string) (engine.OperatorFinding, error) {
-	id, rest, ok := strings.Cut(s, "=")
-	if !ok {
-		return engine.OperatorFinding{}, usageError("--criterion %q: want ID=pass or ID=fail, with an optional :reason", s)
-	}
-	if !engine.ValidID(id) {
-		return engine.OperatorFinding{}, usageError("--criterion %q: id %q must match [A-Za-z0-9_-]{1,128}", s, id)
-	}
-	verdict, reason, _ := strings.Cut(rest, ":")
-	f := engine.OperatorFinding{ID: id, Reason: strings.TrimSpace(reason)}
-	switch verdict {
-	case "pass":
-		f.Pass = true
-	case "fail":
-	default:
-		return engine.OperatorFinding{}, usageError("--criterion %q: %q must be pass or fail", s, verdict)
-	}
-	if len(f.Reason) > operator.MaxReasonBytes {
-		return engine.OperatorFinding{}, usageError("--criterion %s: the reason is %d bytes, more than %d", id, len(f.Reason), operator.MaxReasonBytes)
-	}
-	return f, nil
 }
 
 func operatorDecideCmd() *cobra.Command {
@@ -221,20 +160,13 @@ operator decisions, gated's store or audit trail failed).`,
 			case !approve && !reject && len(criteria) == 0:
 				return usageError("give --approve or --reject for a held action, or --criterion ID=pass|fail for each criterion a held run awaits")
 			}
-			var findings []engine.OperatorFinding
-			for _, s := range criteria {
-				f, err := parseCriterionFlag(s)
-				if err != nil {
-					return err
-				}
-				if slices.ContainsFunc(findings, func(g engine.OperatorFinding) bool { return g.ID == f.ID }) {
-					return usageError("--criterion %s is given twice", f.ID)
-				}
-				findings = append(findings, f)
-			}
-			seed, err := readOperatorSeed(seedFile, cmd.ErrOrStderr())
+			findings, err := operator.ParseCriteria(criteria)
 			if err != nil {
-				return err
+				return usageError("%v", err)
+			}
+			seed, err := operator.ReadSeed(seedFile, cmd.ErrOrStderr())
+			if err != nil {
+				return usageError("%v", err)
 			}
 
 			nc, client, err := conn.client(url, "gated-operator")
@@ -266,8 +198,8 @@ operator decisions, gated's store or audit trail failed).`,
 					return usageError("proposal %s of tenant %s is a run held on manual criteria %s: judge each with --criterion ID=pass|fail",
 						id, tenant, strings.Join(held.Run.AwaitingOperator, ", "))
 				}
-				if err := matchAwaited(held.Run.AwaitingOperator, findings); err != nil {
-					return err
+				if err := operator.MatchAwaited(held.Run.AwaitingOperator, findings); err != nil {
+					return usageError("%v", err)
 				}
 				msg.Criteria = findings
 			default:
@@ -303,47 +235,4 @@ operator decisions, gated's store or audit trail failed).`,
 	f.DurationVar(&timeout, "timeout", 30*time.Second, "how long to wait for the look-up and gated's answer")
 	conn.register(f)
 	return c
-}
-
-// readOperatorSeed reads an nkey user seed from path, warning on w when
-// other users may read the file. Its errors never quote the file.
-func readOperatorSeed(path string, w io.Writer) ([]byte, error) {
-	st, err := os.Stat(path)
-	if err != nil {
-		return nil, usageError("--seed-file: %v", err)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		fmt.Fprintf(w, "gated: warning: --seed-file %s is readable by other users (mode %04o): chmod 600 it\n", path, st.Mode().Perm())
-	}
-	seed, err := os.ReadFile(path)
-	if err != nil {
-		return nil, usageError("--seed-file: %v", err)
-	}
-	kp, err := nkeys.ParseDecoratedUserNKey(seed)
-	if err != nil {
-		return nil, usageError("--seed-file %s holds no nkey user seed (SU…): %v", path, err)
-	}
-	kp.Wipe()
-	return seed, nil
-}
-
-// matchAwaited checks that findings judge exactly the awaited criteria.
-func matchAwaited(awaited []string, findings []engine.OperatorFinding) error {
-	given := map[string]bool{}
-	for _, f := range findings {
-		given[f.ID] = true
-		if !slices.Contains(awaited, f.ID) {
-			return usageError("--criterion %s: the verdict does not await it; it awaits %s", f.ID, strings.Join(awaited, ", "))
-		}
-	}
-	var missing []string
-	for _, id := range awaited {
-		if !given[id] {
-			missing = append(missing, id)
-		}
-	}
-	if len(missing) > 0 {
-		return usageError("the verdict awaits %s: give --criterion ID=pass|fail[:reason] for %s too", strings.Join(awaited, ", "), strings.Join(missing, ", "))
-	}
-	return nil
 }

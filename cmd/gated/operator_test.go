@@ -141,7 +141,7 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
-	pub, err := writeOperatorSeed(seedFile)
+	pub, err := operator.WriteSeed(seedFile)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestOperatorDecide(t *testing.T) {
 	f.hold(t, "held-3", "ux-check")
 
 	strangerSeed := filepath.Join(t.TempDir(), "stranger.seed")
-	if _, err := writeOperatorSeed(strangerSeed); err != nil {
+	if _, err := operator.WriteSeed(strangerSeed); err != nil {
 		t.Fatal(err)
 	}
 	garbageSeed := filepath.Join(t.TempDir(), "garbage.seed")
@@ -380,7 +380,7 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	nc, js := bustest.Connect(t, s)
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
-	pub, err := writeOperatorSeed(seedFile)
+	pub, err := operator.WriteSeed(seedFile)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 )
 
@@ -46,7 +47,7 @@ func TestReportReviewers(t *testing.T) {
 	s := bustest.Server(t)
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
-	pub, err := writeOperatorSeed(seedFile)
+	pub, err := operator.WriteSeed(seedFile)
 	if err != nil {
 		t.Fatal(err)
 	}
