@@ -2,12 +2,17 @@ package mcpgate
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
 )
 
 // HTTPHandler serves server over MCP's streamable HTTP transport. Each
@@ -51,4 +56,33 @@ func HTTPHandler(server *mcp.Server) http.Handler {
 		r.ContentLength = int64(len(body))
 		next.ServeHTTP(w, r)
 	}))
+}
+
+// RunHTTP serves the gate over streamable HTTP at http://addr/mcp until
+// ctx ends.
+func (g *Gate) RunHTTP(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", HTTPHandler(g.server))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	g.cfg.Log.Info("serving MCP over streamable HTTP", zap.String("url", "http://"+ln.Addr().String()+"/mcp"))
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		_ = srv.Close()
+	}
+	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }

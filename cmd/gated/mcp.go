@@ -5,20 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"runtime/debug"
-	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -203,7 +198,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		return err
 	}
 	if o.printTools {
-		return printMCPTools(stdout, gate.Tools())
+		return gate.PrintTools(stdout)
 	}
 	// When the upstream server goes away, so does the gate.
 	go func() {
@@ -217,36 +212,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		}
 		return err
 	}
-	return serveMCPHTTP(ctx, o.listen, gate.Server(), log)
-}
-
-// serveMCPHTTP serves the gate over streamable HTTP at /mcp until ctx
-// ends.
-func serveMCPHTTP(ctx context.Context, addr string, server *mcp.Server, log *zap.Logger) error {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("listening on %s: %w", addr, err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/mcp", mcpgate.HTTPHandler(server))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("serving MCP over streamable HTTP", zap.String("url", "http://"+ln.Addr().String()+"/mcp"))
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
-		return err
-	case <-ctx.Done():
-	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		_ = srv.Close()
-	}
-	if err := <-done; !errors.Is(err, http.ErrServerClosed) {
-		return err
-	}
-	return nil
+	return gate.RunHTTP(ctx, o.listen)
 }
 
 // localPrecheck compiles the policy bundle the flags name, as serve and
@@ -268,34 +234,4 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
 		return ev.Settle(ctx, reg, p)
 	}, nil
-}
-
-// printMCPTools prints the mapping of each tool.
-func printMCPTools(w io.Writer, tools []mcpgate.Listed) error {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TOOL\tACTION\tCLASS\tTARGET\tREASON\tLISTED")
-	for _, t := range tools {
-		m := t.Mapping
-		target := "arguments"
-		if m.Target != nil {
-			var parts []string
-			for k, v := range m.Target {
-				parts = append(parts, k+"="+v)
-			}
-			slices.Sort(parts)
-			target = strings.Join(parts, ",")
-		}
-		if len(m.TargetFixed) > 0 {
-			target += " +fixed"
-		}
-		listed := "yes"
-		switch {
-		case t.Hidden:
-			listed = "no: " + t.Denied
-		case t.Denied != "":
-			listed = "marked: " + t.Denied
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s (%s)\t%s\t%s\t%s\n", m.Tool, m.Action, m.Class, m.ClassFrom, target, m.ReasonArgument, listed)
-	}
-	return tw.Flush()
 }
