@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/gated/gated/engine"
@@ -151,4 +154,54 @@ func (s *ShadowSummary) invalid(why string) {
 		s.FirstInvalid = why
 	}
 	s.Invalid++
+}
+
+// WriteText prints the summary as gated policy shadow does: the counts,
+// the first differences and the invalid records.
+func (s *ShadowSummary) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "decisions with a shadow: %d\ndifferences: %d\nagreement: %.4f\n", s.Decisions, s.Differences, s.Agreement)
+	counts := func(title string, m map[string]int) {
+		if len(m) == 0 {
+			return
+		}
+		fmt.Fprintf(w, "%s:\n", title)
+		keys := slices.Sorted(maps.Keys(m))
+		slices.SortStableFunc(keys, func(a, b string) int { return m[b] - m[a] })
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %-40s %d\n", orDash(k), m[k])
+		}
+	}
+	counts("shadow revisions", s.ShadowRevisions)
+	counts("by kind", s.ByKind)
+	counts("by outcome (live -> shadow)", s.ByOutcome)
+	counts("by rule", s.ByRule)
+	counts("by tenant", s.ByTenant)
+	counts("by action", s.ByAction)
+	if len(s.First) > 0 {
+		fmt.Fprintf(w, "first differences:\n")
+	}
+	for _, d := range s.First {
+		fmt.Fprintf(w, "  seq %d %s %s/%s %s: live %s%s, shadow %s%s [%s]\n", d.Seq, d.At.Format(time.RFC3339), d.Tenant, d.ProposalID, d.Action,
+			d.Live.Outcome, shadowDetail(d.Live.Denies, d.Live.Route, d.Live.Error), d.Shadow.Outcome, shadowDetail(d.Shadow.Denies, d.Shadow.Route, d.Shadow.Error), strings.Join(d.Kinds, ", "))
+	}
+	if s.Invalid > 0 {
+		fmt.Fprintf(w, "invalid records: %d (first: %s)\n", s.Invalid, s.FirstInvalid)
+	}
+}
+
+// shadowDetail is one side's denies, route or error in a few words.
+func shadowDetail(denies []engine.Deny, route *engine.Route, err string) string {
+	switch {
+	case err != "":
+		return " (" + err + ")"
+	case len(denies) > 0:
+		rules := make([]string, 0, len(denies))
+		for _, d := range denies {
+			rules = append(rules, d.Rule)
+		}
+		return " (" + strings.Join(rules, ", ") + ")"
+	case route != nil && route.Required:
+		return fmt.Sprintf(" (to %s, quorum %d)", orDash(route.Persona), route.Quorum)
+	}
+	return ""
 }

@@ -3,16 +3,11 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"maps"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 func policyShadowCmd() *cobra.Command {
@@ -84,7 +79,7 @@ Exit status: 0 done, 3 invalid records in the range, 2 bad usage, 1 failure
 					return err
 				}
 			} else {
-				printShadowSummary(cmd.OutOrStdout(), sum)
+				sum.WriteText(cmd.OutOrStdout())
 			}
 			if sum.Invalid > 0 {
 				return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d invalid records in the audit range (first: %s); run gated audit verify", sum.Invalid, sum.FirstInvalid)}
@@ -99,52 +94,4 @@ Exit status: 0 done, 3 invalid records in the range, 2 bad usage, 1 failure
 	f.IntVar(&first, "first", 10, "list this many differences, oldest first")
 	f.StringVar(&format, "format", "text", "text or json")
 	return c
-}
-
-func printShadowSummary(w io.Writer, s *audit.ShadowSummary) {
-	fmt.Fprintf(w, "decisions with a shadow: %d\ndifferences: %d\nagreement: %.4f\n", s.Decisions, s.Differences, s.Agreement)
-	counts := func(title string, m map[string]int) {
-		if len(m) == 0 {
-			return
-		}
-		fmt.Fprintf(w, "%s:\n", title)
-		keys := slices.Sorted(maps.Keys(m))
-		slices.SortStableFunc(keys, func(a, b string) int { return m[b] - m[a] })
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %-40s %d\n", orDash(k), m[k])
-		}
-	}
-	counts("shadow revisions", s.ShadowRevisions)
-	counts("by kind", s.ByKind)
-	counts("by outcome (live -> shadow)", s.ByOutcome)
-	counts("by rule", s.ByRule)
-	counts("by tenant", s.ByTenant)
-	counts("by action", s.ByAction)
-	if len(s.First) > 0 {
-		fmt.Fprintf(w, "first differences:\n")
-	}
-	for _, d := range s.First {
-		fmt.Fprintf(w, "  seq %d %s %s/%s %s: live %s%s, shadow %s%s [%s]\n", d.Seq, d.At.Format(time.RFC3339), d.Tenant, d.ProposalID, d.Action,
-			d.Live.Outcome, shadowDetail(d.Live.Denies, d.Live.Route, d.Live.Error), d.Shadow.Outcome, shadowDetail(d.Shadow.Denies, d.Shadow.Route, d.Shadow.Error), strings.Join(d.Kinds, ", "))
-	}
-	if s.Invalid > 0 {
-		fmt.Fprintf(w, "invalid records: %d (first: %s)\n", s.Invalid, s.FirstInvalid)
-	}
-}
-
-// shadowDetail is one side's denies, route or error in a few words.
-func shadowDetail(denies []engine.Deny, route *engine.Route, err string) string {
-	switch {
-	case err != "":
-		return " (" + err + ")"
-	case len(denies) > 0:
-		rules := make([]string, 0, len(denies))
-		for _, d := range denies {
-			rules = append(rules, d.Rule)
-		}
-		return " (" + strings.Join(rules, ", ") + ")"
-	case route != nil && route.Required:
-		return fmt.Sprintf(" (to %s, quorum %d)", orDash(route.Persona), route.Quorum)
-	}
-	return ""
 }
