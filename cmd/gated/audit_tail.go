@@ -123,13 +123,6 @@ func validOutcome(o engine.Outcome) bool {
 	return false
 }
 
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
 // parseSince reads --since: a duration back from now (90m, 24h, 7d) or a
 // time (RFC 3339, or a date). Empty is the zero time.
 func parseSince(s string, now time.Time) (time.Time, error) {
