@@ -1,10 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -132,12 +129,12 @@ no audit stream, unreadable key).`,
 				return err
 			}
 			if o.json {
-				printReportJSON(cmd.OutOrStdout(), rep)
+				rep.WriteJSONLines(cmd.OutOrStdout())
 			} else {
-				printReport(cmd.OutOrStdout(), rep)
+				rep.WriteText(cmd.OutOrStdout())
 			}
 			if !rep.Clean() {
-				return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d problem(s) in the audit stream", problemCount(rep))}
+				return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d problem(s) in the audit stream", rep.ProblemCount())}
 			}
 			return nil
 		},
@@ -150,90 +147,4 @@ no audit stream, unreadable key).`,
 	_ = c.MarkFlagFilename("anchors")
 	f.BoolVar(&skipVerdicts, "skip-verdicts", false, "do not check the stored verdicts against the stream (that check reads the whole verdict bucket)")
 	return c
-}
-
-// problemCount is how many problems verify found, those of stored
-// verdicts it did not list included.
-func problemCount(rep *audit.Report) int {
-	n := len(rep.Problems)
-	if rep.Verdicts != nil {
-		n += int(rep.Verdicts.Unlisted)
-	}
-	return n
-}
-
-func printReport(w io.Writer, rep *audit.Report) {
-	macs := "MACs not checked (no --audit-key-file: forged records that follow the format go unnoticed)"
-	if rep.MACsChecked {
-		macs = "MACs checked with key " + strings.Join(rep.KeyIDs, ", ")
-	}
-	fmt.Fprintf(w, "%d messages (seq %d-%d), %d records, %d tenants; %s\n",
-		rep.Messages, rep.FirstSeq, rep.LastSeq, rep.Records, len(rep.Heads), macs)
-	if c := rep.Verdicts; c != nil {
-		fmt.Fprintf(w, "%d stored verdicts checked against the stream: %d name their verdict.decided record, %d expired, %d problem(s)\n",
-			c.Verdicts, c.Matched, c.Expired, c.Problems)
-	} else {
-		// Skipped, or there is no bucket: a note then says so.
-		fmt.Fprintln(w, "stored verdicts not checked")
-	}
-	for _, p := range rep.Problems {
-		tenant := p.Tenant
-		if tenant == "" {
-			tenant = "-"
-		}
-		proposal := ""
-		if p.ProposalID != "" {
-			proposal = " proposal " + p.ProposalID
-		}
-		fmt.Fprintf(w, "PROBLEM seq %d tenant %s%s %s: %s\n", p.Seq, tenant, proposal, p.Kind, p.Detail)
-	}
-	if c := rep.Verdicts; c != nil && c.Unlisted > 0 {
-		fmt.Fprintf(w, "%d more problem(s) of stored verdicts, not listed\n", c.Unlisted)
-	}
-	for _, n := range rep.Notes {
-		fmt.Fprintf(w, "note: %s\n", n)
-	}
-	if len(rep.Heads) > 0 {
-		fmt.Fprintln(w, "heads (keep them outside NATS and pass them to --anchors later: a chain cut short at its end leaves no gap):")
-		for _, h := range rep.Heads {
-			fmt.Fprintf(w, "  %s n=%d seq=%d hash=%s\n", h.Tenant, h.N, h.Seq, h.Hash)
-		}
-	}
-	if rep.Clean() {
-		fmt.Fprintln(w, "no problem found")
-	} else {
-		fmt.Fprintf(w, "%d problem(s) found\n", problemCount(rep))
-	}
-}
-
-// printReportJSON prints one JSON object a line: a summary, each problem,
-// each note, each head. The head lines serve as --anchors.
-func printReportJSON(w io.Writer, rep *audit.Report) {
-	enc := json.NewEncoder(w)
-	_ = enc.Encode(struct {
-		Type        string              `json:"type"`
-		Messages    uint64              `json:"messages"`
-		Records     uint64              `json:"records"`
-		FirstSeq    uint64              `json:"first_seq"`
-		LastSeq     uint64              `json:"last_seq"`
-		MACsChecked bool                `json:"macs_checked"`
-		KeyIDs      []string            `json:"key_ids,omitempty"`
-		Problems    int                 `json:"problems"`
-		Verdicts    *audit.VerdictCheck `json:"verdicts,omitempty"`
-	}{"summary", rep.Messages, rep.Records, rep.FirstSeq, rep.LastSeq, rep.MACsChecked, rep.KeyIDs, problemCount(rep), rep.Verdicts})
-	for _, p := range rep.Problems {
-		_ = enc.Encode(struct {
-			Type string `json:"type"`
-			audit.Problem
-		}{"problem", p})
-	}
-	for _, n := range rep.Notes {
-		_ = enc.Encode(map[string]string{"type": "note", "note": n})
-	}
-	for _, h := range rep.Heads {
-		_ = enc.Encode(struct {
-			Type string `json:"type"`
-			audit.Head
-		}{"head", h})
-	}
 }

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"io"
-	"strconv"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -70,7 +66,7 @@ plugin, version, persona and model. See docs/GRANTS.md#reviewer-track-record.`,
 			if err != nil {
 				return fmt.Errorf("reading the audit stream: %w", err)
 			}
-			return printReviewers(cmd.OutOrStdout(), rows, format)
+			return audit.WriteReviewers(cmd.OutOrStdout(), rows, format)
 		},
 	}
 	o.register(c.Flags())
@@ -78,36 +74,4 @@ plugin, version, persona and model. See docs/GRANTS.md#reviewer-track-record.`,
 	c.Flags().DurationVar(&since, "since", 0, "only records stored this long ago or later (0: all)")
 	c.Flags().StringVar(&format, "format", "text", "text or json")
 	return c
-}
-
-// printReviewers writes the track records as a table or a JSON array.
-func printReviewers(w io.Writer, rows []audit.ReviewerStats, format string) error {
-	if format == "json" {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rows)
-	}
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PLUGIN\tVERSION\tPERSONA\tMODEL\tREVIEWS\tAPPROVED\tREJECTED\tSUCCEEDED\tFAILED\tFAILED_RATE\tOVERRIDES\tP50_MS\tP99_MS")
-	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\t%s\n",
-			dash(r.Plugin), dash(r.PluginVersion), dash(r.Persona), dash(r.Model), r.Reviews, r.Approvals, r.Rejections,
-			r.ApprovedSucceeded, r.ApprovedFailed, number(r.ApprovedThenFailedRate, 3), r.OperatorOverrides,
-			number(r.LatencyP50MS, 1), number(r.LatencyP99MS, 1))
-	}
-	return tw.Flush()
-}
-
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func number(f *float64, prec int) string {
-	if f == nil {
-		return "-"
-	}
-	return strconv.FormatFloat(*f, 'f', prec, 64)
 }
