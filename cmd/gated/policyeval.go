@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -14,7 +12,6 @@ import (
 
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/server"
-	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
@@ -158,8 +155,7 @@ func loadPersonas(dir string, errw io.Writer) (*personas.Registry, error) {
 	return reg, nil
 }
 
-// readHistory decodes --history strictly: a JSON array of verdicts, no
-// field the verdict schema lacks, every decided_at set.
+// readHistory reads --history: a JSON array of verdicts.
 func readHistory(name string) ([]engine.Verdict, error) {
 	if name == "" {
 		return nil, nil
@@ -168,31 +164,5 @@ func readHistory(name string) ([]engine.Verdict, error) {
 	if err != nil {
 		return nil, usageError("reading --history: %v", err)
 	}
-	var items []json.RawMessage
-	if err := strictJSON(raw, &items); err != nil {
-		return nil, fmt.Errorf("%s: want a JSON array of verdicts: %v", name, err)
-	}
-	history := make([]engine.Verdict, len(items))
-	for i, item := range items {
-		if err := strictJSON(item, &history[i]); err != nil {
-			return nil, fmt.Errorf("%s: verdict [%d]: %v", name, i, err)
-		}
-		if history[i].DecidedAt.IsZero() {
-			return nil, fmt.Errorf("%s: verdict [%d]: decided_at is missing: want an RFC 3339 time", name, i)
-		}
-	}
-	return history, nil
-}
-
-// strictJSON decodes one JSON value into v, refusing unknown fields and
-// trailing data.
-func strictJSON(raw []byte, v any) error {
-	err := strictjson.Decode(raw, v)
-	if typ, ok := errors.AsType[*json.UnmarshalTypeError](err); ok && typ.Field != "" {
-		return fmt.Errorf("field %s must not be %s", typ.Field, typ.Value)
-	}
-	if err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return nil
+	return policies.DecodeHistory(name, raw)
 }

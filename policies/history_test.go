@@ -1,13 +1,11 @@
-package main
+package policies
 
 import (
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
 
-func TestReadHistory(t *testing.T) {
+func TestDecodeHistory(t *testing.T) {
 	verdict := `{"v":1,"proposal_id":"p1","tenant":"acme","action":"db_drop_table","outcome":"approved","approved":true,"stage":"review","reason":"ok","decided_at":"2026-01-02T03:04:05Z"}`
 	for _, tc := range []struct {
 		note  string
@@ -26,18 +24,14 @@ func TestReadHistory(t *testing.T) {
 		{note: "no decided_at", input: "[" + strings.Replace(verdict, `,"decided_at":"2026-01-02T03:04:05Z"`, "", 1) + "]", want: "decided_at is missing"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			name := filepath.Join(t.TempDir(), "history.json")
-			if err := os.WriteFile(name, []byte(tc.input), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			got, err := readHistory(name)
+			got, err := DecodeHistory("history.json", []byte(tc.input))
 			switch {
 			case tc.want == "" && err != nil:
-				t.Fatalf("readHistory: %v", err)
+				t.Fatalf("DecodeHistory: %v", err)
 			case tc.want == "" && len(got) != tc.n:
-				t.Fatalf("readHistory read %d verdicts, want %d", len(got), tc.n)
+				t.Fatalf("DecodeHistory read %d verdicts, want %d", len(got), tc.n)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
-				t.Fatalf("readHistory = %v, want an error containing %q", err, tc.want)
+				t.Fatalf("DecodeHistory = %v, want an error containing %q", err, tc.want)
 			}
 		})
 	}
