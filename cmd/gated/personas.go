@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
-	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 
@@ -82,36 +80,7 @@ func runPersonasList(w, errw io.Writer, format string, args []string) error {
 	for _, m := range rep.Messages() {
 		fmt.Fprintln(errw, "gated: warning:", m)
 	}
-	entries := reg.Snapshot().Entries()
-	if format == "json" {
-		doc := struct {
-			Dir      string                    `json:"dir,omitempty"`
-			Personas []personas.PersonaListing `json:"personas"`
-		}{Dir: dir, Personas: make([]personas.PersonaListing, len(entries))}
-		for i, e := range entries {
-			doc.Personas[i] = personas.ListingOf(e)
-		}
-		return writeJSON(w, doc)
-	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tPLUGIN\tMODEL\tPERMISSION\tTURNS\tTIMEOUT\tREQUIRED GATES\tSOURCE")
-	for _, e := range entries {
-		l := personas.ListingOf(e)
-		source := l.Source
-		if e.Origin == personas.OriginReplaced {
-			source = "(replaced)"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", l.Name, orText(l.Plugin, "(default)"), orText(l.Model, "-"),
-			orText(l.PermissionMode, "-"), l.MaxTurns, orText(l.Timeout, "-"), orText(strings.Join(l.RequiredGates, ","), "-"), source)
-	}
-	return tw.Flush()
-}
-
-func orText(s, empty string) string {
-	if s == "" {
-		return empty
-	}
-	return s
+	return personas.WriteList(w, dir, reg, format)
 }
 
 // --- gated personas lint ------------------------------------------------------
