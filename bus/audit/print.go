@@ -209,3 +209,32 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// ParseSince reads a --since value: a duration back from now (90m, 24h, 7d) or a
+// time (RFC 3339, or a date). Empty is the zero time.
+func ParseSince(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	bad := fmt.Errorf("--since %q: want a duration such as 90m, 24h or 7d, or a time such as 2025-01-02T15:04:05Z or 2025-01-02", s)
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.ParseFloat(days, 64)
+		// Written so that NaN, for which every comparison is false, fails.
+		if err != nil || !(n > 0 && n <= 36500) {
+			return time.Time{}, bad
+		}
+		return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
+	}
+	if d, err := time.ParseDuration(s); err == nil {
+		if d <= 0 {
+			return time.Time{}, bad
+		}
+		return now.Add(-d), nil
+	}
+	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
+		if t, err := time.Parse(layout, s); err == nil {
+			return t, nil
+		}
+	}
+	return time.Time{}, bad
+}

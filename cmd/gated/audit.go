@@ -11,7 +11,6 @@ import (
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/internal/server"
 )
 
 // exitAuditProblems is the status of `audit verify` when it found
@@ -103,22 +102,12 @@ no audit stream, unreadable key).`,
 			}
 			var opts audit.VerifyOptions
 			opts.Tenant, opts.SkipVerdicts = o.tenant, skipVerdicts
-			for _, f := range keyFiles {
-				key, err := server.ReadAuditKey(f)
-				if err != nil {
-					return usageError("--audit-key-file: %v", err)
-				}
-				opts.Keys = append(opts.Keys, key)
+			integrity := replayIntegrityOptions{keyFiles: keyFiles, anchors: anchors, stdin: cmd.InOrStdin()}
+			keys, heads, err := integrity.load("", "")
+			if err != nil {
+				return err
 			}
-			if anchors != "" {
-				data, err := readInput(anchors, cmd.InOrStdin())
-				if err != nil {
-					return usageError("--anchors: %v", err)
-				}
-				if opts.Anchors, err = audit.ParseHeads(data); err != nil {
-					return usageError("--anchors %s: %v", anchors, err)
-				}
-			}
+			opts.Keys, opts.Anchors = keys, heads
 			nc, js, err := o.connect()
 			if err != nil {
 				return err

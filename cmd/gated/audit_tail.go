@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -123,31 +121,12 @@ func validOutcome(o engine.Outcome) bool {
 	return false
 }
 
-// parseSince reads --since: a duration back from now (90m, 24h, 7d) or a
-// time (RFC 3339, or a date). Empty is the zero time.
+// parseSince reads --since (audit.ParseSince); a bad value is a usage
+// error.
 func parseSince(s string, now time.Time) (time.Time, error) {
-	if s == "" {
-		return time.Time{}, nil
+	t, err := audit.ParseSince(s, now)
+	if err != nil {
+		return t, usageError("%v", err)
 	}
-	bad := usageError("--since %q: want a duration such as 90m, 24h or 7d, or a time such as 2025-01-02T15:04:05Z or 2025-01-02", s)
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.ParseFloat(days, 64)
-		// Written so that NaN, for which every comparison is false, fails.
-		if err != nil || !(n > 0 && n <= 36500) {
-			return time.Time{}, bad
-		}
-		return now.Add(-time.Duration(n * float64(24*time.Hour))), nil
-	}
-	if d, err := time.ParseDuration(s); err == nil {
-		if d <= 0 {
-			return time.Time{}, bad
-		}
-		return now.Add(-d), nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02"} {
-		if t, err := time.Parse(layout, s); err == nil {
-			return t, nil
-		}
-	}
-	return time.Time{}, bad
+	return t, nil
 }

@@ -20,10 +20,6 @@ type natsConnOptions struct {
 
 func (o *natsConnOptions) register(f *pflag.FlagSet) { o.Register(f) }
 
-func (o *natsConnOptions) authFlags() []string { return o.AuthFlags() }
-
-func (o *natsConnOptions) validate() error { return asUsage(o.Validate()) }
-
 func (o *natsConnOptions) connect(servers, name string, extra ...nats.Option) (*nats.Conn, error) {
 	nc, err := o.Connect(servers, name, extra...)
 	return nc, asUsage(err)
@@ -38,10 +34,6 @@ func asUsage(err error) error {
 	}
 	return err
 }
-
-// redactURL returns the servers with their credentials replaced, for logs
-// and error messages.
-func redactURL(servers string) string { return natsconn.RedactURL(servers) }
 
 // client connects once, without reconnecting (a command makes a few
 // requests and exits), and wraps the connection in a fleet client. The

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gated/gated/bus/bustest"
+	"github.com/gated/gated/internal/natsconn"
 )
 
 // startAuthServer starts a nats-server on a free loopback port with the
@@ -300,8 +301,8 @@ func TestRedactURL(t *testing.T) {
 		{"nats://u:p@a:4222, tls://b:4222", "nats://REDACTED@a:4222,tls://b:4222"},
 		{"a:4222,b:4222", "a:4222,b:4222"},
 	} {
-		if got := redactURL(tc.in); got != tc.want {
-			t.Errorf("redactURL(%q) = %q, want %q", tc.in, got, tc.want)
+		if got := natsconn.RedactURL(tc.in); got != tc.want {
+			t.Errorf("RedactURL(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
 }
