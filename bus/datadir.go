@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+
+	"go.uber.org/zap"
 )
 
 // DataDirLockFile is the file in a data directory that LockDataDir locks.
@@ -102,4 +104,22 @@ func parseLockHolder(data []byte) int {
 		return 0
 	}
 	return pid
+}
+
+// OpenDataDir serves the streams of the data directory dir, for a reader
+// such as policy replay while no gated serves them,
+// on an embedded server listening on a free local port, and
+// returns its client URL and the function that shuts it down. The lock of
+// dir keeps a gated off the files meanwhile.
+func OpenDataDir(dir string) (url string, shutdown func(), err error) {
+	lock, err := LockDataDir(dir)
+	if err != nil {
+		return "", nil, fmt.Errorf("%w: stop the gated that holds it, or replay through --nats-url", err)
+	}
+	s, err := StartEmbedded(EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: dir}, zap.NewNop())
+	if err != nil {
+		lock.Release()
+		return "", nil, fmt.Errorf("opening the data dir %s: %w", dir, err)
+	}
+	return s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown(); lock.Release() }, nil
 }

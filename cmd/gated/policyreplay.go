@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
@@ -204,17 +203,10 @@ func (o *policyReplayOptions) connect() (jetstream.JetStream, func(), error) {
 	url := o.url
 	var shutdown func()
 	if o.dataDir != "" {
-		// The lock keeps a serve off the files while the replay reads them.
-		lock, err := bus.LockDataDir(o.dataDir)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: stop the gated that holds it, or replay through --nats-url", err)
+		var err error
+		if url, shutdown, err = bus.OpenDataDir(o.dataDir); err != nil {
+			return nil, nil, err
 		}
-		s, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: "127.0.0.1:0", StoreDir: o.dataDir}, zap.NewNop())
-		if err != nil {
-			lock.Release()
-			return nil, nil, fmt.Errorf("opening the data dir %s: %w", o.dataDir, err)
-		}
-		url, shutdown = s.ClientURL(), func() { s.Shutdown(); s.WaitForShutdown(); lock.Release() }
 	}
 	nc, err := o.conn.connect(url, "gated-policy-replay", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
 	if err != nil {
