@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -478,4 +479,29 @@ func (g *Gate) readCall(line map[string]any) (rc readCall, ok bool) {
 		rc.args = raw
 	}
 	return rc, true
+}
+
+// ConnectUpstream connects to the MCP server the gate fronts: over
+// streamable HTTP at url when it is set, else a server it starts with
+// command, whose standard error goes to stderr and which ctx stops. It
+// returns the session and, for a started server, its transport, which
+// relays the server's notifications (Config.Relay).
+func ConnectUpstream(ctx context.Context, url string, command []string, stderr io.Writer, version string) (*mcp.ClientSession, *CommandTransport, error) {
+	var (
+		transport mcp.Transport
+		relay     *CommandTransport
+	)
+	if url != "" {
+		transport = &mcp.StreamableClientTransport{Endpoint: url}
+	} else {
+		server := exec.CommandContext(ctx, command[0], command[1:]...)
+		server.Stderr = stderr
+		relay = &CommandTransport{Command: server}
+		transport = relay
+	}
+	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: version}, nil).Connect(ctx, transport, nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("connecting to the upstream MCP server: %w", err)
+	}
+	return upstream, relay, nil
 }

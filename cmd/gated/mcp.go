@@ -3,15 +3,12 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime/debug"
 	"strings"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
@@ -158,21 +155,9 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var (
-		transport mcp.Transport
-		relay     *mcpgate.CommandTransport
-	)
-	if o.upstream != "" {
-		transport = &mcp.StreamableClientTransport{Endpoint: o.upstream}
-	} else {
-		server := exec.CommandContext(ctx, command[0], command[1:]...)
-		server.Stderr = stderr
-		relay = &mcpgate.CommandTransport{Command: server}
-		transport = relay
-	}
-	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: version}, nil).Connect(ctx, transport, nil)
+	upstream, relay, err := mcpgate.ConnectUpstream(ctx, o.upstream, command, stderr, version)
 	if err != nil {
-		return fmt.Errorf("connecting to the upstream MCP server: %w", err)
+		return err
 	}
 	defer func() { _ = upstream.Close() }()
 	gate, err := mcpgate.New(ctx, mcpgate.Config{
