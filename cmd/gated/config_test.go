@@ -69,7 +69,7 @@ func runProbe(t *testing.T, args ...string) (probeValues, error) {
 	root := &cobra.Command{Use: "gated", SilenceUsage: true, SilenceErrors: true}
 	root.PersistentFlags().String("config", "", "")
 	probe := &cobra.Command{Use: "probe", RunE: func(cmd *cobra.Command, _ []string) error {
-		v.cfg = configFrom(cmd.Context())
+		v.cfg = server.ConfigFileOf(cmd.Context())
 		return nil
 	}}
 	f := probe.Flags()

@@ -3,6 +3,7 @@ package main
 import (
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"
 )
@@ -56,7 +57,7 @@ pinned sha256 and path. It launches nothing.`,
 			if err := checkFormat(format); err != nil {
 				return err
 			}
-			return plugins.List(cmd.OutOrStdout(), sop.Name, configFrom(cmd.Context()).Plugins, *dir, format)
+			return plugins.List(cmd.OutOrStdout(), sop.Name, server.ConfigFileOf(cmd.Context()).Plugins, *dir, format)
 		},
 	}
 	c.Flags().StringVar(&format, "format", "text", "text or json")
@@ -113,7 +114,7 @@ directory has no lock file), 2 bad usage or configuration.`,
 			if len(args) > 0 {
 				d = args[0]
 			}
-			return plugins.Verify(cmd.OutOrStdout(), configFrom(cmd.Context()).Plugins, d)
+			return plugins.Verify(cmd.OutOrStdout(), server.ConfigFileOf(cmd.Context()).Plugins, d)
 		},
 	}
 }

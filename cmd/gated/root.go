@@ -62,7 +62,7 @@ func isCobraUsageError(err error) bool {
 // bindEnv lets GATED_<FLAG> set any flag the command line leaves unset
 // (--nats-url is GATED_NATS_URL), then the --config file any flag both
 // leave unset. The file's other content reaches the command through its
-// context (configFrom).
+// context (server.ConfigFileOf).
 func bindEnv(c *cobra.Command) {
 	prev := c.PreRunE
 	c.PreRunE = func(cmd *cobra.Command, args []string) error {
@@ -79,12 +79,8 @@ func bindEnv(c *cobra.Command) {
 			}
 		})
 		if err == nil {
-			var cfg *server.ConfigFile
-			if cfg, err = server.LoadConfigFile(cmd); err != nil {
-				err = fromServer(err)
-			} else {
-				cmd.SetContext(withConfig(cmd.Context(), cfg))
-			}
+			_, err = server.LoadConfigFile(cmd)
+			err = fromServer(err)
 		}
 		if err == nil && prev != nil {
 			err = prev(cmd, args)

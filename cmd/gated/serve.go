@@ -85,7 +85,7 @@ func registerServe(f *pflag.FlagSet, o *server.Config) {
 
 // serve runs the gate o describes until ctx ends.
 func serve(ctx context.Context, o server.Config) error {
-	file := configFrom(ctx)
+	file := server.ConfigFileOf(ctx)
 	o.ConfigFile, o.ConfigPlugins, o.Version = file.Path, file.Plugins, version
 	s, err := server.New(o)
 	if err != nil {

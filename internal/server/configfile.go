@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -67,9 +68,36 @@ type configValue struct {
 
 // LoadConfigFile reads the file named by cmd's --config flag, if any, and
 // sets every flag of cmd the command line and environment left unset.
-// It returns the file's other content; with no --config, an empty one.
-// Its errors are UsageErrors.
+// It returns the file's other content, with no --config an empty one,
+// and gives it to cmd's context, for the command to read back with
+// ConfigFileOf. Its errors are UsageErrors.
 func LoadConfigFile(cmd *cobra.Command) (*ConfigFile, error) {
+	cfg, err := loadConfigFile(cmd)
+	if err != nil {
+		return nil, err
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	cmd.SetContext(context.WithValue(ctx, configKey{}, cfg))
+	return cfg, nil
+}
+
+type configKey struct{}
+
+// ConfigFileOf returns the configuration file LoadConfigFile gave ctx, or
+// an empty one when there is none.
+func ConfigFileOf(ctx context.Context) *ConfigFile {
+	if ctx != nil {
+		if cfg, ok := ctx.Value(configKey{}).(*ConfigFile); ok && cfg != nil {
+			return cfg
+		}
+	}
+	return &ConfigFile{}
+}
+
+func loadConfigFile(cmd *cobra.Command) (*ConfigFile, error) {
 	f := cmd.Flags().Lookup("config")
 	if f == nil || f.Value.String() == "" {
 		return &ConfigFile{}, nil
