@@ -1,11 +1,7 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"io"
-	"io/fs"
-	"path/filepath"
 
 	"github.com/spf13/pflag"
 
@@ -31,21 +27,8 @@ func (o *replayIntegrityOptions) register(f *pflag.FlagSet) {
 // tenant is set, the others being outside the range. With no key file,
 // dataDir's audit key is used when it has one, as serve wrote with it.
 func (o *replayIntegrityOptions) load(dataDir, tenant string) (keys [][]byte, anchors []audit.Head, err error) {
-	for _, f := range o.keyFiles {
-		key, err := server.ReadAuditKey(f)
-		if err != nil {
-			return nil, nil, usageError("--audit-key-file: %v", err)
-		}
-		keys = append(keys, key)
-	}
-	if len(keys) == 0 && dataDir != "" {
-		key, err := server.ReadAuditKey(filepath.Join(dataDir, server.AuditKeyName))
-		switch {
-		case err == nil:
-			keys = append(keys, key)
-		case !errors.Is(err, fs.ErrNotExist):
-			return nil, nil, fmt.Errorf("reading the data dir's audit key: %w", err)
-		}
+	if keys, err = server.ReadAuditKeys(o.keyFiles, dataDir); err != nil {
+		return nil, nil, fromServer(err)
 	}
 	if o.anchors == "" {
 		return keys, nil, nil

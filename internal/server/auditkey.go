@@ -206,3 +206,27 @@ func closeAuditor(ctx context.Context, a *audit.Writer, log *zap.Logger) error {
 	}
 	return err
 }
+
+// ReadAuditKeys reads the audit keys of files, as --audit-key-file names
+// them; with none, dataDir's audit key when dataDir is set and has one, as
+// serve wrote with it. A key file that does not read is a UsageError.
+func ReadAuditKeys(files []string, dataDir string) ([][]byte, error) {
+	var keys [][]byte
+	for _, f := range files {
+		key, err := ReadAuditKey(f)
+		if err != nil {
+			return nil, usageError("--audit-key-file: %v", err)
+		}
+		keys = append(keys, key)
+	}
+	if len(keys) == 0 && dataDir != "" {
+		key, err := ReadAuditKey(filepath.Join(dataDir, AuditKeyName))
+		switch {
+		case err == nil:
+			keys = append(keys, key)
+		case !errors.Is(err, fs.ErrNotExist):
+			return nil, fmt.Errorf("reading the data dir's audit key: %w", err)
+		}
+	}
+	return keys, nil
+}
