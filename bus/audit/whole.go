@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -197,7 +198,68 @@ func decodeEvent(raw []byte) (engine.AuditEvent, error) {
 	case len(ev.Data) > 0 && !isJSONObject(ev.Data):
 		return ev, errors.New("data is not a JSON object")
 	}
-	return ev, nil
+	return ev, membersOnce(ev.Data)
+}
+
+// membersOnce returns an error when data, valid JSON, names a member of
+// an object twice: two JSON readers could read two different values from
+// one record, so neither the writer nor the decoder takes it.
+func membersOnce(data []byte) error {
+	if key, dup := duplicateMember(data); dup {
+		return fmt.Errorf("data names the member %q twice", key)
+	}
+	return nil
+}
+
+// duplicateMember reports the first key an object in data, valid JSON,
+// names twice, at any depth. Keys are compared as the strings they stand
+// for: a key with an escape sends the value to strictjson.ReadValue.
+func duplicateMember(data []byte) (key string, dup bool) {
+	var walk func(v []byte) bool
+	walk = func(v []byte) bool {
+		v = bytes.TrimSpace(v)
+		if len(v) == 0 {
+			return true
+		}
+		switch v[0] {
+		case '[':
+			return jsonscan.Items(v, walk)
+		case '{':
+			// Compared in a list while short, in a map beyond.
+			var keys [][]byte
+			var many map[string]struct{}
+			return jsonscan.Members(v, func(k, val []byte) bool {
+				if many == nil && len(keys) == 16 {
+					many = make(map[string]struct{}, 32)
+					for _, seen := range keys {
+						many[string(seen)] = struct{}{}
+					}
+				}
+				if many != nil {
+					_, dup = many[string(k)]
+					many[string(k)] = struct{}{}
+				} else {
+					dup = slices.ContainsFunc(keys, func(seen []byte) bool { return bytes.Equal(seen, k) })
+					keys = append(keys, k)
+				}
+				if dup {
+					key = string(k)
+					return false
+				}
+				return walk(val)
+			})
+		}
+		return true
+	}
+	if walk(data) || dup {
+		return key, dup
+	}
+	// A key with an escape: read the whole value strictly.
+	var ve *strictjson.ValueError
+	if _, err := strictjson.ReadValue(data, strictjson.ValueOptions{}); errors.As(err, &ve) && errors.Is(err, strictjson.ErrDuplicateKey) {
+		return ve.Key, true
+	}
+	return "", false
 }
 
 // scanV3 reads a version-3 body in the exact form encodeRecord writes
@@ -261,12 +323,18 @@ func normalizeData(ev engine.AuditEvent, valid bool) (json.RawMessage, error) {
 	if compactJSON(t) && (valid || jsonscan.Valid(t)) {
 		// What gated's engine records (encoding/json's output) is
 		// compact already: kept as it is, not copied through Compact.
+		if err := membersOnce(t); err != nil {
+			return nil, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
+		}
 		return t, nil
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(t))
 	if err := json.Compact(&buf, t); err != nil {
 		return nil, fmt.Errorf("encoding audit event %s: data is not JSON: %w", ev.Event, err)
+	}
+	if err := membersOnce(buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
 	}
 	return buf.Bytes(), nil
 }

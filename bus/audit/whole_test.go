@@ -29,7 +29,7 @@ func scanV2Events() [][]engine.AuditEvent {
 			ev("p1", engine.EventReceived, `{`+head+`,"bytes":9,"sha256":"`+sum+`","subject":"gated.proposals.acme.host_restart_service"}`),
 			ev("p1", engine.EventPolicyDecided, `{`+head+`,"policy_eval_us":7,"denied_tools":[],"denies":[],"eval_us":7,"review":{"required":false,"rule":"read"},"input":{"proposal":{"v":1,"id":"p1","chain":{"n":1},"events":[]},"persona":"reviewer","now":"2025-01-02T03:04:05Z"}}`),
 			ev("p1", engine.EventGrantIssued, `{`+head+`,"policy_eval_us":7,"exp":1795661606,"gid":"g1","kid":"k1","proposal_id":"p1","tenant":"acme"}`),
-			ev("p1", engine.EventVerdict, `{`+head+`,"policy_eval_us":7,"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"read","policy":{"denies":[],"revision":"sha256:abc","eval_us":7},"grant":"a.b.c","decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+sum+`"}`),
+			ev("p1", engine.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"read","policy":{"denies":[],"revision":"sha256:abc","eval_us":7},"grant":"a.b.c","decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+sum+`"}`),
 		},
 		{
 			ev("p2", engine.EventReviewDone, `{`+head+`,"policy_eval_us":9,"review_id":"r1","plugin":"sop","decision":"approve"}`),
