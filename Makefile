@@ -190,8 +190,6 @@ fuzz:
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzReplayRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzReviewRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzDecodeRecordedPolicy$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzDecodeRecordedVerdict$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzDecodeReviewRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzRecordV2$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzScanV2$$' -fuzztime $(FUZZTIME)
