@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"slices"
 
 	"github.com/nats-io/nats.go"
 
@@ -212,55 +211,74 @@ func membersOnce(data []byte) error {
 }
 
 // duplicateMember reports the first key an object in data, valid JSON,
-// names twice, at any depth. Keys are compared as the strings they stand
-// for: a key with an escape sends the value to strictjson.ReadValue.
+// names twice, at any depth, in one pass that compares keys as bytes. A
+// key with an escape, or an object of more than maxPlainMembers members,
+// sends the value to strictjson.ReadValue, which compares the strings
+// keys stand for.
 func duplicateMember(data []byte) (key string, dup bool) {
-	var walk func(v []byte) bool
-	walk = func(v []byte) bool {
-		v = bytes.TrimSpace(v)
-		if len(v) == 0 {
-			return true
-		}
-		switch v[0] {
-		case '[':
-			return jsonscan.Items(v, walk)
+	var (
+		frameBuf [16]int // per open object or array: where its keys start in keys, -1 for an array
+		keyBuf   [64][2]int
+		frames   = frameBuf[:0]
+		keys     = keyBuf[:0]
+		expect   bool // the next string is a key
+		strict   bool // a key the pass cannot compare as bytes
+	)
+	for i := 0; i < len(data); {
+		switch data[i] {
 		case '{':
-			// Compared in a list while short, in a map beyond.
-			var keys [][]byte
-			var many map[string]struct{}
-			return jsonscan.Members(v, func(k, val []byte) bool {
-				if many == nil && len(keys) == 16 {
-					many = make(map[string]struct{}, 32)
-					for _, seen := range keys {
-						many[string(seen)] = struct{}{}
+			frames = append(frames, len(keys))
+			expect = true
+		case '[':
+			frames = append(frames, -1)
+			expect = false
+		case '}', ']':
+			if n := len(frames); n > 0 {
+				if f := frames[n-1]; f >= 0 {
+					keys = keys[:f]
+				}
+				frames = frames[:n-1]
+			}
+			expect = false
+		case ',':
+			expect = len(frames) > 0 && frames[len(frames)-1] >= 0
+		case '"':
+			end := jsonscan.SkipString(data, i)
+			if end < 0 {
+				return "", false
+			}
+			if expect {
+				k := data[i+1 : end-1]
+				own := keys[frames[len(frames)-1]:]
+				if bytes.IndexByte(k, '\\') >= 0 || len(own) >= maxPlainMembers {
+					strict = true
+				}
+				for _, o := range own {
+					if bytes.Equal(data[o[0]:o[1]], k) {
+						return string(k), true
 					}
 				}
-				if many != nil {
-					_, dup = many[string(k)]
-					many[string(k)] = struct{}{}
-				} else {
-					dup = slices.ContainsFunc(keys, func(seen []byte) bool { return bytes.Equal(seen, k) })
-					keys = append(keys, k)
-				}
-				if dup {
-					key = string(k)
-					return false
-				}
-				return walk(val)
-			})
+				keys = append(keys, [2]int{i + 1, end - 1})
+				expect = false
+			}
+			i = end
+			continue
 		}
-		return true
+		i++
 	}
-	if walk(data) || dup {
-		return key, dup
+	if !strict {
+		return "", false
 	}
-	// A key with an escape: read the whole value strictly.
 	var ve *strictjson.ValueError
 	if _, err := strictjson.ReadValue(data, strictjson.ValueOptions{}); errors.As(err, &ve) && errors.Is(err, strictjson.ErrDuplicateKey) {
 		return ve.Key, true
 	}
 	return "", false
 }
+
+// maxPlainMembers is how many members of one object duplicateMember
+// compares itself.
+const maxPlainMembers = 64
 
 // scanV3 reads a version-3 body in the exact form encodeRecord writes
 // ({"v":3,"tenant":T,"chain":{"n":N,"prev":H},"events":[...]}, no white

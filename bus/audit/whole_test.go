@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -293,4 +294,32 @@ func TestCheckerScratchChangesNothing(t *testing.T) {
 	if cap(c.scratch.json) == 0 {
 		t.Fatalf("the checker keeps no block for the next compressed body's JSON")
 	}
+}
+
+// FuzzDuplicateMember holds the one-pass check for a member named twice
+// to strictjson.ReadValue's on any valid JSON.
+func FuzzDuplicateMember(f *testing.F) {
+	for _, s := range []string{
+		`{"operator":"u-1042","decision":"approve","operator":"alice"}`,
+		`{"a":{"b":1},"c":{"b":2}}`,
+		`{"x":[{"id":1,"id":2}]}`,
+		`{"x":[{"id":1},{"id":2}],"y":{"id":{"id":3}}}`,
+		`{"\u0069d":1,"id":2}`,
+		`{"a\"b":1,"a\"b":2}`,
+		`[{"a":1},{"a":1,"b":{"a":1,"a":2}}]`,
+		`{"":1,"":2}`,
+		`"a"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		_, want := strictjson.ReadValue(data, strictjson.ValueOptions{})
+		key, dup := duplicateMember(data)
+		if dup != errors.Is(want, strictjson.ErrDuplicateKey) {
+			t.Fatalf("duplicateMember(%s) = %q, %v; strictjson: %v", data, key, dup, want)
+		}
+	})
 }
