@@ -63,6 +63,17 @@ func TestCheckEntry(t *testing.T) {
 				m.Data = []byte(strings.Replace(string(m.Data), `"decision"`, `"operator":"alice","decision"`, 1))
 				return entry(t, m)
 			}},
+		{note: "a member twice in an event of a version-3 record", kind: audit.ProblemForged, detail: `names the member "operator" twice`,
+			build: func(t *testing.T) audit.Entry {
+				dup := ev
+				dup.Event, dup.Data = engine.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
+				m, err := audit.NewRecordMsg([]engine.AuditEvent{dup}, audit.Chain{N: 1}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Data = []byte(strings.Replace(string(m.Data), `"decision"`, `"operator":"alice","decision"`, 1))
+				return entry(t, m)
+			}},
 		{note: "a member twice in a nested object", kind: audit.ProblemForged, detail: `names the member "id" twice`,
 			build: func(t *testing.T) audit.Entry {
 				m := msg(t, nil)
