@@ -19,7 +19,7 @@ const outcomeReview engine.Outcome = "review"
 func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
 	r *replayEvent, p *recordedPolicy, show int) {
 	rep.Verdicts++
-	old, err := decodeRecordedVerdict(r.Event.Data)
+	old, err := engine.DecodeAuditData[engine.Verdict](r.Event)
 	if err != nil {
 		rep.missing(r, "the verdict record does not decode: "+err.Error())
 		return
@@ -30,7 +30,7 @@ func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engi
 // replay decides the proposal of verdict record r again, from its
 // policy.decided record p (nil when the range holds none).
 func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *replayEvent, p *recordedPolicy, old *recordedVerdict, show int) {
+	r *replayEvent, p *recordedPolicy, old *engine.Verdict, show int) {
 	if p == nil {
 		if old.Stage == engine.StageValidation || old.Stage == engine.StageDedupe {
 			rep.NotPolicy[string(old.Stage)]++
