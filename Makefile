@@ -228,7 +228,7 @@ fuzz:
 	$(GO) test ./plugins/llm -run '^$$' -fuzz '^FuzzParseAnswer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins/sdk -run '^$$' -fuzz '^FuzzRunFromWire$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzDecodeLock$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/server -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./cmd/gated -run '^$$' -fuzz '^FuzzParseSince$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseMix$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseProcStat$$' -fuzztime $(FUZZTIME)
