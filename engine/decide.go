@@ -465,10 +465,7 @@ func (r *pass) sealVerdict(ctx context.Context, v *Verdict) error {
 	if err != nil {
 		return err
 	}
-	v.AuditSeq = seq
-	if sealed, ok := setTopLevelUint(doc, "audit_seq", seq); ok {
-		v.keepEncoding(sealed)
-	}
+	v.SetAuditSeq(seq, doc)
 	return nil
 }
 

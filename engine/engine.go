@@ -1,3 +1,17 @@
+// Package engine is gated's own: the engine that decides one proposal
+// with the public model of package gated.
+//
+// Engine decodes and validates a proposal, asks the policy, routes to a
+// reviewer when the policy says so, and turns the result into a verdict.
+// It fails closed: every path that is not an explicit, well-formed
+// approval ends in an outcome other than approved. Config and the
+// interfaces it takes, the policy input, the budget counters, Judge and
+// the audit events are exported for gated's own packages and may change;
+// the pipeline's machinery is unexported or under engine/internal.
+//
+// The package is pure. It reaches the outside world only through the
+// interfaces it defines (Policy, Reviewer, VerdictStore, AuditTrail, Clock),
+// so its tests run in microseconds and it never imports NATS or gRPC.
 package engine
 
 import (
@@ -148,7 +162,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.DedupeMax == 0 {
 		cfg.DedupeMax = DefaultDedupeMax
 	}
-	cfg.Limits = cfg.Limits.withDefaults()
+	cfg.Limits = cfg.Limits.WithDefaults()
 	e := &Engine{cfg: cfg}
 	if cfg.DedupeWindow > 0 {
 		e.rejections = dedupe.New(cfg.DedupeWindow, cfg.DedupeMax)

@@ -58,3 +58,9 @@ func EvaluateRouted(ctx context.Context, evaluate func(context.Context, PolicyIn
 	}
 	return d, r, nil
 }
+
+// newPolicyRef is the policy section of a verdict that denies decided, or
+// that the routing of d decided when there are none.
+func newPolicyRef(denies []Deny, d PolicyDecision) *PolicyRef {
+	return NewPolicyRef(denies, d.Review.Rule, d.Revision, d.Eval.Microseconds())
+}

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gated/gated/engine/internal/reviewtext"
+	"github.com/gated/gated/internal/reviewtext"
 )
 
 // Operator decisions on a held action.
@@ -63,7 +63,7 @@ func (e *Engine) operatorHold(holds []Hold, start time.Time) *OperatorHold {
 	return &OperatorHold{
 		Deadline: start.Add(wait).UTC(),
 		Reason:   holdWhy(sorted),
-		Rule:     ruleName(sorted[0].Rule),
+		Rule:     textcut.Cut(sorted[0].Rule, MaxPolicyRuleLen),
 	}
 }
 
@@ -96,7 +96,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 		return nil, fmt.Errorf("%w: %s is an action held for an operator: decide it with approve or reject, not criteria", ErrDecisionMismatch, key)
 	case d.Decision != OperatorApprove && d.Decision != OperatorReject:
 		return nil, fmt.Errorf("%w: %s is an action held for an operator: the decision must be approve or reject, not %q",
-			ErrDecisionMismatch, key, clipText(d.Decision, 32))
+			ErrDecisionMismatch, key, textcut.Clip(d.Decision, 32))
 	}
 	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
 		// Checked under the claim, at the time the verdict carries: a
@@ -107,7 +107,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 				ErrNotAwaiting, key, deadline.Format(time.RFC3339))
 		}
 		reason := strings.TrimSpace(d.Reason)
-		next.Operator = &OperatorRef{ID: d.Operator, Key: d.Key, Decision: d.Decision, Reason: clipText(reason, DefaultRunMaxItemBytes)}
+		next.Operator = &OperatorRef{ID: d.Operator, Key: d.Key, Decision: d.Decision, Reason: textcut.Clip(reason, DefaultRunMaxItemBytes)}
 		if d.Decision == OperatorApprove {
 			next.Outcome, next.Approved = OutcomeApproved, true
 			next.Reason = fmt.Sprintf("operator %s approved the held action", d.Operator)
@@ -116,7 +116,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 			next.Reason = fmt.Sprintf("operator %s rejected the held action", d.Operator)
 		}
 		if reason != "" {
-			next.Reason += ": " + clipText(reviewtext.FirstLine(reason), 240)
+			next.Reason += ": " + textcut.Clip(reviewtext.FirstLine(reason), 240)
 		}
 		return []auditStep{{EventOperatorDecided, map[string]any{
 			"operator": d.Operator, "key": d.Key, "decision": d.Decision, "reason": next.Operator.Reason,

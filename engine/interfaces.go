@@ -99,15 +99,6 @@ type Hold struct {
 	Deadline time.Duration `json:"deadline,omitempty"`
 }
 
-// SOP is one entry of the standard operating procedure catalog.
-type SOP struct {
-	ID       string   `json:"id"`
-	Title    string   `json:"title,omitempty"`
-	Actions  []string `json:"actions,omitempty"`
-	Rollback string   `json:"rollback,omitempty"`
-	Steps    []string `json:"steps,omitempty"`
-}
-
 // Persona is a reviewer's configuration as the engine needs it. The
 // personas package parses it from markdown with frontmatter.
 type Persona struct {
@@ -465,11 +456,6 @@ const (
 	// a broken chain link. It is filed under the tenant of the message.
 	EventAuditVerificationFailed = "audit.verification_failed"
 )
-
-// UnknownTenant is the audit tenant token of events whose tenant could not
-// be recovered from a malformed proposal, and of gated's own events (policy
-// reloads). Proposals cannot use it: "_" is not a valid tenant.
-const UnknownTenant = "_"
 
 // AuditTrail records the steps of one proposal. Record may store
 // asynchronously, and may hold events back to store several in one

@@ -6,17 +6,6 @@ import (
 	"strings"
 )
 
-// Settled is an outcome that a policy decision settles on its own, before
-// any reviewer is asked.
-type Settled struct {
-	Outcome Outcome
-	Stage   Stage
-	// Reason is the verdict's reason: one human sentence.
-	Reason string
-	// Denies are the decision's denies sorted by rule, never nil.
-	Denies []Deny
-}
-
 // PolicyOutcome says what the gate decides for proposal p from the policy
 // decision pd, made in the name of the routed persona, before any review:
 // rejected at policy for a deny, blocked at policy when the policy holds

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gated/gated/engine/internal/reviewtext"
+	"github.com/gated/gated/internal/reviewtext"
 )
 
 // reviewOne runs one reviewer's review under its own id and deadline and
@@ -92,7 +92,7 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 		out.outcome, failure, plugin = reviewFailure(rctx, err, persona)
 		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
 			"review_id": reviewID, "plugin": plugin, "outcome": out.outcome, "failure": failure,
-			"error": clipText(err.Error(), maxReviewErrorBytes), "latency_ms": ms(latency),
+			"error": textcut.Clip(err.Error(), maxReviewErrorBytes), "latency_ms": ms(latency),
 		})
 		out.why, out.failure = failureSentence(plugin, persona, failure, timeout)
 		// A failed review is listed as a rejection that says what failed:
@@ -220,4 +220,15 @@ func othersOf(history []Verdict, id string) []Verdict {
 		return history
 	}
 	return slices.DeleteFunc(slices.Clone(history), func(v Verdict) bool { return v.ProposalID == id })
+}
+
+// readDecision is ParseDecision that also reports whether the first line
+// approved and a later line turned the text into a rejection, so that the
+// verdict can name that line rather than the reviewer's notes.
+func readDecision(text string) (d ReviewDecision, why string, overruled bool) {
+	approve, why, overruled := reviewtext.Read(text)
+	if approve {
+		return DecisionApprove, why, overruled
+	}
+	return DecisionReject, why, overruled
 }

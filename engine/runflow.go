@@ -11,7 +11,7 @@ import (
 	"sync"
 	"unicode/utf8"
 
-	"github.com/gated/gated/engine/internal/reviewtext"
+	"github.com/gated/gated/internal/reviewtext"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -105,7 +105,7 @@ func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, s
 		crit, known := st.criteria[c.ID]
 		switch {
 		case !known:
-			violations = append(violations, fmt.Sprintf("criterion %q is not one of the proposal's", clipText(c.ID, 64)))
+			violations = append(violations, fmt.Sprintf("criterion %q is not one of the proposal's", textcut.Clip(c.ID, 64)))
 			continue
 		case seen[c.ID]:
 			violations = append(violations, fmt.Sprintf("criterion %q is judged twice", c.ID))
@@ -212,7 +212,7 @@ func (st *runState) bound(rev *Review) {
 		clipped := 0
 		for i := range list {
 			if len(list[i]) > l.MaxItemBytes {
-				list[i] = clipText(list[i], l.MaxItemBytes)
+				list[i] = textcut.Clip(list[i], l.MaxItemBytes)
 				clipped++
 			}
 		}
@@ -229,7 +229,7 @@ func (st *runState) bound(rev *Review) {
 	}
 	for i := range rev.Comments {
 		if len(rev.Comments[i].Body) > l.MaxItemBytes {
-			rev.Comments[i].Body = clipText(rev.Comments[i].Body, l.MaxItemBytes)
+			rev.Comments[i].Body = textcut.Clip(rev.Comments[i].Body, l.MaxItemBytes)
 			note("comment %d was longer than %d bytes and was cut (max_item_bytes)", i+1, l.MaxItemBytes)
 		}
 		if ln := rev.Comments[i].Line; ln != nil && *ln < 1 {
@@ -238,31 +238,15 @@ func (st *runState) bound(rev *Review) {
 	}
 	if len(rev.NextRoundGuidance) > l.MaxGuidanceBytes {
 		note("next_round_guidance was %d bytes; cut to %d (max_guidance_bytes)", len(rev.NextRoundGuidance), l.MaxGuidanceBytes)
-		rev.NextRoundGuidance = clipText(rev.NextRoundGuidance, l.MaxGuidanceBytes)
+		rev.NextRoundGuidance = textcut.Clip(rev.NextRoundGuidance, l.MaxGuidanceBytes)
 	}
 	if len(rev.Criteria) > MaxCriteria {
 		note("criteria had %d judgements; kept the first %d", len(rev.Criteria), MaxCriteria)
 		rev.Criteria = rev.Criteria[:MaxCriteria]
 	}
 	for i := range rev.Criteria {
-		rev.Criteria[i].Reason = clipText(rev.Criteria[i].Reason, l.MaxItemBytes)
+		rev.Criteria[i].Reason = textcut.Clip(rev.Criteria[i].Reason, l.MaxItemBytes)
 	}
-}
-
-// clipText cuts s to at most n bytes on a rune boundary, marking the cut.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	if n <= len(mark) {
-		return ""
-	}
-	s = s[:n-len(mark)]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + mark
 }
 
 // finishRun fills in the run section of a run proposal's verdict and turns
@@ -334,7 +318,7 @@ func (r *pass) finishRun(v *Verdict) {
 			}
 		}
 		rv.MissingWork = compactStrings(rv.MissingWork)
-		rv.NextRoundGuidance = clipText(strings.Join(guidance, "\n\n"), st.policy.Limits.MaxGuidanceBytes)
+		rv.NextRoundGuidance = textcut.Clip(strings.Join(guidance, "\n\n"), st.policy.Limits.MaxGuidanceBytes)
 		rv.Findings = findingsOf(rv, st.policy.Limits)
 		if continuable && (len(rv.MissingWork) > 0 || rv.NextRoundGuidance != "") {
 			r.setNext(v)
@@ -395,7 +379,7 @@ func criterionWork(m string) (id string, ok bool) {
 		return "", false
 	}
 	id, _, ok = strings.Cut(rest, " (")
-	return id, ok && validWide(id)
+	return id, ok && ValidID(id)
 }
 
 func compactStrings(list []string) []string {
@@ -436,7 +420,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	if held.Outcome == OutcomeBlocked && held.AwaitingOperator != nil {
 		if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {
 			return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
-				ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+				ErrDecisionMismatch, textcut.Clip(d.ProposalSHA256, 64), held.ProposalSHA256)
 		}
 		return e.resolveAction(ctx, held, d, trail)
 	}
@@ -447,11 +431,11 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		// A held verdict without a digest names no proposal: gated stores
 		// every verdict with one, so it matches no decision.
 		return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
-			ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+			ErrDecisionMismatch, textcut.Clip(d.ProposalSHA256, 64), held.ProposalSHA256)
 	}
 	if d.Decision != "" {
 		return nil, fmt.Errorf("%w: %s.%s is a run held on manual criteria: judge each criterion, not %q",
-			ErrDecisionMismatch, d.Tenant, d.ProposalID, clipText(d.Decision, 32))
+			ErrDecisionMismatch, d.Tenant, d.ProposalID, textcut.Clip(d.Decision, 32))
 	}
 	awaiting := slices.Clone(held.Run.AwaitingOperator)
 	slices.Sort(awaiting)
@@ -474,7 +458,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	var failed []string
 	for _, c := range d.Criteria {
 		rv.Criteria = append(rv.Criteria, CriterionEval{
-			ID: c.ID, Pass: c.Pass, Confidence: 1, Reason: clipText(c.Reason, DefaultRunMaxItemBytes),
+			ID: c.ID, Pass: c.Pass, Confidence: 1, Reason: textcut.Clip(c.Reason, DefaultRunMaxItemBytes),
 			Kind: CriterionManual, Required: true, JudgedBy: JudgedByOperator + d.Operator,
 		})
 		if !c.Pass {
@@ -506,11 +490,11 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		r.setNext(&next)
 	}
 	if reason := strings.TrimSpace(d.Reason); reason != "" {
-		next.Reason += ": " + clipText(reviewtext.FirstLine(reason), 240)
+		next.Reason += ": " + textcut.Clip(reviewtext.FirstLine(reason), 240)
 	}
 
 	if err := r.log.record(ctx, EventOperatorDecided, map[string]any{
-		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": clipText(d.Reason, DefaultRunMaxItemBytes),
+		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": textcut.Clip(d.Reason, DefaultRunMaxItemBytes),
 		"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
 	}); err != nil {
 		return nil, err

@@ -52,7 +52,7 @@ func (r *pass) unrouted(ctx context.Context, persona *Persona, err error) string
 	failure, plugin := routeFailure(err, persona)
 	r.log.recordBestEffort(ctx, EventReviewUnrouted, map[string]any{
 		"persona": persona.Name, "plugin": plugin, "failure": failure,
-		"error": clipText(err.Error(), maxReviewErrorBytes),
+		"error": textcut.Clip(err.Error(), maxReviewErrorBytes),
 	})
 	return unroutedWhy(plugin, failure)
 }
