@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // eventHead is what every audit event of a proposal carries besides its
@@ -43,14 +45,14 @@ func (l *auditLog) event(name string, data any) AuditEvent {
 	h := l.head
 	tenant := h.tenant
 	if tenant == "" {
-		tenant = UnknownTenant
+		tenant = gated.UnknownTenant
 	}
 	common := proposalEventData{Action: h.action, Operator: h.operator, Delivery: h.delivery, PolicyEvalUS: h.evalUS}
 	if name == EventVerdict {
 		common.Action = "" // the verdict names its action itself
 	}
 	return AuditEvent{
-		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
+		V: gated.SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
 		At: l.clock.Now().UTC(), PolicyRevision: h.revision,
 		Data: mergeJSON(mustJSON(common), mustJSON(data)),
 	}
@@ -154,9 +156,9 @@ type receivedData struct {
 }
 
 type policyDecidedData struct {
-	DeniedTools []string `json:"denied_tools"`
-	Denies      []Deny   `json:"denies"`
-	EvalUS      int64    `json:"eval_us"`
+	DeniedTools []string     `json:"denied_tools"`
+	Denies      []gated.Deny `json:"denies"`
+	EvalUS      int64        `json:"eval_us"`
 	// Holds are the policy's reasons to hold an action for an operator.
 	Holds         []Hold     `json:"holds,omitempty"`
 	Review        Route      `json:"review"`
@@ -192,7 +194,7 @@ type ReplayInput struct {
 	// Now is the clock the policy saw.
 	Now time.Time `json:"now"`
 	// History is the recent verdicts on the target the policy saw.
-	History []Verdict `json:"history,omitempty"`
+	History []gated.Verdict `json:"history,omitempty"`
 	// RunRecord is the run's record the policy saw, for a run proposal.
 	RunRecord *RunRecord `json:"run_record,omitempty"`
 	// Budget is the budget counters the policy saw, when budgets are

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // BudgetUse is what an admitted proposal costs its tenant's and agent's
@@ -100,7 +102,7 @@ type Budgets interface {
 	// Admit counts the proposal against its limits and returns nil, or
 	// returns the limit that refuses it; a refused proposal is not
 	// counted against any limit but its refusals.
-	Admit(ctx context.Context, req BudgetRequest) (*BudgetRefusal, error)
+	Admit(ctx context.Context, req BudgetRequest) (*gated.BudgetRefusal, error)
 	// Release ends the lease of an admitted review or hold and adds the
 	// tokens its reviews reported to the tenant's and agent's token
 	// counters, in one change of each. Releasing a lease that is not held
@@ -115,7 +117,7 @@ type Budgets interface {
 const EventBudgetRefused = "budget.refused"
 
 // budgetAgent is the agent whose budget a proposal counts against.
-func budgetAgent(p *Proposal) string {
+func budgetAgent(p *gated.Proposal) string {
 	if p == nil {
 		return ""
 	}
@@ -132,7 +134,7 @@ func budgetAgent(p *Proposal) string {
 // until until. It returns the verdict that refuses it, or nil when it is
 // admitted (or no budgets are configured). An error means the counters
 // could not be reached: nothing expensive may start.
-func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*Verdict, error) {
+func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*gated.Verdict, error) {
 	b := r.e.cfg.Budgets
 	if b == nil {
 		return nil, nil
@@ -147,7 +149,7 @@ func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*Verd
 		return nil, nil
 	}
 	r.log.recordBestEffort(ctx, EventBudgetRefused, refusal)
-	v := r.verdict(OutcomeBlocked, StagePolicy, refusal.Reason(r.tenant))
+	v := r.verdict(gated.OutcomeBlocked, gated.StagePolicy, refusal.Reason(r.tenant))
 	v.Budget = refusal
 	return v, nil
 }
@@ -161,7 +163,7 @@ func (r *pass) releaseHold(ctx context.Context) {
 // endReview ends the review lease the pass took and counts the tokens
 // the reviews of v reported, in one change of each record: the verdict
 // waits for one round of writes, not two.
-func (r *pass) endReview(ctx context.Context, v *Verdict) {
+func (r *pass) endReview(ctx context.Context, v *gated.Verdict) {
 	var tokens int64
 	if v != nil {
 		for _, rev := range v.Reviews {
@@ -198,7 +200,7 @@ func (r *pass) releaseUse(ctx context.Context, want BudgetUse, tokens int64) {
 
 // countRefusal counts a verdict that says no against the proposal's
 // refusals, which the policy sees in input.budget.
-func (r *pass) countRefusal(ctx context.Context, v *Verdict) {
+func (r *pass) countRefusal(ctx context.Context, v *gated.Verdict) {
 	b := r.e.cfg.Budgets
 	if b == nil || v == nil || r.p == nil {
 		return
@@ -207,7 +209,7 @@ func (r *pass) countRefusal(ctx context.Context, v *Verdict) {
 	switch {
 	case v.Budget != nil:
 		kind = RefusedBudget
-	case v.Outcome != OutcomeRejected:
+	case v.Outcome != gated.OutcomeRejected:
 		return
 	}
 	_ = b.Refused(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), kind, r.start)

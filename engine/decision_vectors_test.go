@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 var updateVectors = flag.Bool("update", false, "rewrite test/vectors/decisions.json from decisionCases")
@@ -19,9 +19,9 @@ var updateVectors = flag.Bool("update", false, "rewrite test/vectors/decisions.j
 type decisionVectors struct {
 	About string `json:"about"`
 	Cases []struct {
-		Name     string                `json:"name"`
-		Text     string                `json:"text"`
-		Decision engine.ReviewDecision `json:"decision"`
+		Name     string               `json:"name"`
+		Text     string               `json:"text"`
+		Decision gated.ReviewDecision `json:"decision"`
 	} `json:"cases"`
 }
 
@@ -39,11 +39,11 @@ func TestDecisionVectors(t *testing.T) {
 			if len(c.text) > maxVectorText {
 				continue
 			}
-			d, _ := engine.ParseDecision(c.text)
+			d, _ := gated.ParseDecision(c.text)
 			doc.Cases = append(doc.Cases, struct {
-				Name     string                `json:"name"`
-				Text     string                `json:"text"`
-				Decision engine.ReviewDecision `json:"decision"`
+				Name     string               `json:"name"`
+				Text     string               `json:"text"`
+				Decision gated.ReviewDecision `json:"decision"`
 			}{c.note, c.text, d})
 		}
 		data, err := json.MarshalIndent(&doc, "", "  ")
@@ -68,11 +68,11 @@ func TestDecisionVectors(t *testing.T) {
 	approvals := 0
 	for _, c := range doc.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			if got, why := engine.ParseDecision(c.Text); got != c.Decision {
+			if got, why := gated.ParseDecision(c.Text); got != c.Decision {
 				t.Errorf("ParseDecision(%q) = %s (%s), the vector says %s", c.Text, got, why, c.Decision)
 			}
 		})
-		if c.Decision == engine.DecisionApprove {
+		if c.Decision == gated.DecisionApprove {
 			approvals++
 		}
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/gated/gated"
 )
 
-func denyReason(denies []Deny) string {
+func denyReason(denies []gated.Deny) string {
 	parts := make([]string, 0, len(denies))
 	for _, d := range denies {
 		parts = append(parts, d.Rule+": "+d.Message)
@@ -14,7 +16,7 @@ func denyReason(denies []Deny) string {
 	return "policy denied: " + strings.Join(parts, "; ")
 }
 
-func sopID(s *SOP) string {
+func sopID(s *gated.SOP) string {
 	if s == nil {
 		return ""
 	}
@@ -61,6 +63,6 @@ func EvaluateRouted(ctx context.Context, evaluate func(context.Context, PolicyIn
 
 // newPolicyRef is the policy section of a verdict that denies decided, or
 // that the routing of d decided when there are none.
-func newPolicyRef(denies []Deny, d PolicyDecision) *PolicyRef {
-	return NewPolicyRef(denies, d.Review.Rule, d.Revision, d.Eval.Microseconds())
+func newPolicyRef(denies []gated.Deny, d PolicyDecision) *gated.PolicyRef {
+	return gated.NewPolicyRef(denies, d.Review.Rule, d.Revision, d.Eval.Microseconds())
 }

@@ -1,10 +1,9 @@
 package engine
 
 import (
-	"fmt"
 	"time"
 
-	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated"
 )
 
 // DefaultMaxRounds is how many review rounds a run gets when the policy
@@ -25,7 +24,7 @@ type RunPolicy struct {
 	// rejection of that round escalates instead.
 	MaxRounds int `json:"max_rounds"`
 	// Criteria are the deterministic criteria the policy judged.
-	Criteria []CriterionEval `json:"criteria,omitempty"`
+	Criteria []gated.CriterionEval `json:"criteria,omitempty"`
 	// MissingWork lists what failed required criteria ask of the worker.
 	MissingWork []string `json:"missing_work,omitempty"`
 	// Manual names the required manual criteria: an operator must judge
@@ -34,8 +33,8 @@ type RunPolicy struct {
 	// Continuable is true when a rejection of the run is about the work
 	// itself (every deny is a failed criterion), so another round may fix
 	// it. A run rejected for any other reason gets no follow-up.
-	Continuable bool      `json:"continuable"`
-	Limits      RunLimits `json:"limits"`
+	Continuable bool            `json:"continuable"`
+	Limits      gated.RunLimits `json:"limits"`
 	// AcceptedStatus is the run's status when it is not completed and the
 	// policy accepts it for the run's task (run_review.accept_terminal);
 	// empty otherwise. gated approves a run that did not complete only
@@ -47,7 +46,7 @@ type RunPolicy struct {
 // approved under the policy's accepted status: a completed run always, any
 // other only when accepted names its status.
 func StatusAccepted(status, accepted string) bool {
-	return status == RunCompleted || (accepted != "" && accepted == status)
+	return status == gated.RunCompleted || (accepted != "" && accepted == status)
 }
 
 // RunRecord is gated's own record of a run's reviews, kept in the verdict
@@ -71,12 +70,12 @@ const (
 
 // RunRound is one decided round of a run.
 type RunRound struct {
-	Round      int       `json:"round"`
-	ProposalID string    `json:"proposal_id"`
-	Outcome    Outcome   `json:"outcome"`
-	Next       string    `json:"next,omitempty"`
-	Findings   []Finding `json:"findings,omitempty"`
-	DecidedAt  time.Time `json:"decided_at"`
+	Round      int             `json:"round"`
+	ProposalID string          `json:"proposal_id"`
+	Outcome    gated.Outcome   `json:"outcome"`
+	Next       string          `json:"next,omitempty"`
+	Findings   []gated.Finding `json:"findings,omitempty"`
+	DecidedAt  time.Time       `json:"decided_at"`
 	// Sent is true once the round's follow-up is stored in the run stream.
 	Sent bool `json:"sent,omitempty"`
 }
@@ -125,7 +124,7 @@ type OperatorFinding struct {
 // verdict that continues, escalates or approves. Other outcomes (errors,
 // timeouts, blocks, rejections that send nothing) leave the round open to
 // another try.
-func Records(v *Verdict) bool {
+func Records(v *gated.Verdict) bool {
 	return v != nil && v.Run != nil && (v.Run.Next != "" || v.Approved)
 }
 
@@ -134,7 +133,7 @@ func Records(v *Verdict) bool {
 // run has one follow-up. A replay of the same proposal's round changes
 // nothing (except an operator decision replacing a held verdict, which
 // is never recorded before it is replaced).
-func (r *RunRecord) Add(v *Verdict) bool {
+func (r *RunRecord) Add(v *gated.Verdict) bool {
 	if !Records(v) {
 		return false
 	}
@@ -154,9 +153,8 @@ func (r *RunRecord) Add(v *Verdict) bool {
 	switch {
 	case v.Approved:
 		r.Closed = RunAccepted
-	case v.Run.Next == NextEscalation:
+	case v.Run.Next == gated.NextEscalation:
 		r.Closed = RunEscalated
 	}
 	return true
 }
-

@@ -4,24 +4,28 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
+
+	"github.com/gated/gated"
+	"github.com/gated/gated/internal/jsonw"
 )
 
 // statusStages maps the audit events that mark a step of a proposal's
 // progress to the stage they publish: the status of a proposal follows the
 // events gated appends for it, so a new stage is one entry here (and, when
 // it carries more than the common members, a case in StatusJSON).
-var statusStages = map[string]StatusStage{
-	EventReceived:        StatusReceived,
-	EventPolicyDecided:   StatusPolicyDecided,
-	EventReviewStarted:   StatusReviewStarted,
-	EventOperatorAwaited: StatusAwaitingOperator,
-	EventVerdict:         StatusDecided,
+var statusStages = map[string]gated.StatusStage{
+	EventReceived:        gated.StatusReceived,
+	EventPolicyDecided:   gated.StatusPolicyDecided,
+	EventReviewStarted:   gated.StatusReviewStarted,
+	EventOperatorAwaited: gated.StatusAwaitingOperator,
+	EventVerdict:         gated.StatusDecided,
 }
 
 // StatusStageOf returns the status stage the audit event marks, and false
 // when the event marks none.
-func StatusStageOf(event string) (StatusStage, bool) {
+func StatusStageOf(event string) (gated.StatusStage, bool) {
 	s, ok := statusStages[event]
 	return s, ok
 }
@@ -39,11 +43,11 @@ func StatusStageOf(event string) (StatusStage, bool) {
 // encoding of it.
 func StatusJSON(ev AuditEvent, seq uint64) (data []byte, ok bool, err error) {
 	stage, ok := statusStages[ev.Event]
-	if !ok || ev.Tenant == UnknownTenant || !ValidTenant(ev.Tenant) || !ValidID(ev.ProposalID) {
+	if !ok || ev.Tenant == gated.UnknownTenant || !gated.ValidTenant(ev.Tenant) || !gated.ValidID(ev.ProposalID) {
 		return nil, false, nil
 	}
 	size := 128 + len(ev.Tenant) + len(ev.ProposalID)
-	if stage == StatusDecided {
+	if stage == gated.StatusDecided {
 		size += len(ev.Data) + 24
 	}
 	b := make([]byte, 0, size)
@@ -57,7 +61,7 @@ func StatusJSON(ev AuditEvent, seq uint64) (data []byte, ok bool, err error) {
 	b = ev.At.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
 	switch stage {
-	case StatusReviewStarted:
+	case gated.StatusReviewStarted:
 		var d struct {
 			Persona  string    `json:"persona"`
 			Deadline time.Time `json:"deadline"`
@@ -72,7 +76,7 @@ func StatusJSON(ev AuditEvent, seq uint64) (data []byte, ok bool, err error) {
 		if !d.Deadline.IsZero() {
 			b = appendTime(b, "deadline", d.Deadline)
 		}
-	case StatusAwaitingOperator:
+	case gated.StatusAwaitingOperator:
 		var d struct {
 			Deadline time.Time `json:"deadline"`
 			Reason   string    `json:"reason"`
@@ -87,7 +91,7 @@ func StatusJSON(ev AuditEvent, seq uint64) (data []byte, ok bool, err error) {
 		if d.Reason != "" {
 			b = appendMember(b, "reason", d.Reason)
 		}
-	case StatusDecided:
+	case gated.StatusDecided:
 		v, err := recordedVerdict(ev.Data, seq)
 		if err != nil {
 			return nil, false, fmt.Errorf("reading the verdict of %s: %w", ev.Event, err)
@@ -136,4 +140,3 @@ func appendTime(b []byte, name string, t time.Time) []byte {
 	b = t.UTC().AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
 }
-

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -19,13 +20,13 @@ func parseProposalSubject(subject string) (tenant, action string, err error) {
 	if !ok || strings.Contains(action, ".") {
 		return "", "", fieldErr("subject", "%q must have the form gated.proposals.<tenant>.<action>", subject)
 	}
-	if !ValidTenant(tenant) {
+	if !gated.ValidTenant(tenant) {
 		return "", "", fieldErr("subject", "tenant token %q must match [a-z0-9_-]{1,64}", tenant)
 	}
-	if tenant == UnknownTenant {
+	if tenant == gated.UnknownTenant {
 		return "", "", fieldErr("subject", "tenant %q is reserved for audit events whose tenant is unknown", tenant)
 	}
-	if !ValidAction(action) {
+	if !gated.ValidAction(action) {
 		return "", "", fieldErr("subject", "action token %q must match [A-Za-z0-9_-]{1,128}", action)
 	}
 	return tenant, action, nil
@@ -43,19 +44,19 @@ func recoverAddress(subject string, data []byte, msgID string) (tenant, id strin
 		return "", ""
 	}
 	tenant, _, _ = strings.Cut(rest, ".")
-	if !ValidTenant(tenant) || tenant == UnknownTenant {
+	if !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant {
 		return "", ""
 	}
 	var probe struct {
 		ID json.RawMessage `json:"id"`
 	}
-	if len(data) <= DefaultMaxBytes && json.Unmarshal(data, &probe) == nil {
+	if len(data) <= gated.DefaultMaxBytes && json.Unmarshal(data, &probe) == nil {
 		var s string
-		if json.Unmarshal(probe.ID, &s) == nil && ValidID(s) {
+		if json.Unmarshal(probe.ID, &s) == nil && gated.ValidID(s) {
 			return tenant, s
 		}
 	}
-	if t, s, ok := strings.Cut(msgID, "."); ok && t == tenant && ValidID(s) {
+	if t, s, ok := strings.Cut(msgID, "."); ok && t == tenant && gated.ValidID(s) {
 		return tenant, s
 	}
 	return tenant, ""
@@ -63,6 +64,6 @@ func recoverAddress(subject string, data []byte, msgID string) (tenant, id strin
 
 // fieldErr is the *FieldError of a subject or delivery that does not
 // name a proposal.
-func fieldErr(field, format string, args ...any) *FieldError {
-	return &FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
+func fieldErr(field, format string, args ...any) *gated.FieldError {
+	return &gated.FieldError{Field: field, Problem: fmt.Sprintf(format, args...)}
 }

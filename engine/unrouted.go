@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+
+	"github.com/gated/gated/internal/textcut"
 )
 
 // A Router's error is the operator's, as a reviewer's is: the host's

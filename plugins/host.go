@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/internal/telemetry"
@@ -246,7 +247,7 @@ func (h *Host) emit(event string, data map[string]any) {
 		return
 	}
 	raw, _ := json.Marshal(data)
-	h.events(engine.AuditEvent{V: engine.SchemaVersion, Event: event, Tenant: engine.UnknownTenant, At: time.Now().UTC(), Data: raw})
+	h.events(engine.AuditEvent{V: gated.SchemaVersion, Event: event, Tenant: gated.UnknownTenant, At: time.Now().UTC(), Data: raw})
 }
 
 // Start launches every plugin, asks each to describe itself, and from then

@@ -11,7 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // actionPatternCase is one row of testdata/action_patterns.json.
@@ -90,7 +90,7 @@ func TestActionPatternsGoAndRegoAgree(t *testing.T) {
 			if got := q.matches(t, tc.Pattern, tc.Action); got != tc.Match {
 				t.Errorf("rego: action_pattern_matches(%q, %q) = %v, want %v", tc.Pattern, tc.Action, got, tc.Match)
 			}
-			if got := engine.MatchAction(tc.Pattern, tc.Action); got != tc.Match {
+			if got := gated.MatchAction(tc.Pattern, tc.Action); got != tc.Match {
 				t.Errorf("go: MatchAction(%q, %q) = %v, want %v", tc.Pattern, tc.Action, got, tc.Match)
 			}
 		})
@@ -108,7 +108,7 @@ func FuzzMatchActionAgreesWithPolicy(f *testing.F) {
 		if !utf8.ValidString(pattern) || !utf8.ValidString(action) {
 			return // Rego strings are UTF-8
 		}
-		if got, want := engine.MatchAction(pattern, action), q.matches(t, pattern, action); got != want {
+		if got, want := gated.MatchAction(pattern, action), q.matches(t, pattern, action); got != want {
 			t.Fatalf("MatchAction(%q, %q) = %v, the policy says %v", pattern, action, got, want)
 		}
 	})
@@ -129,7 +129,7 @@ func (q patternQuery) validPattern(t testing.TB, pattern string) bool {
 // goValidPattern is the Go reading of a valid action pattern: a non-empty
 // pattern that engine.MatchAction can compile.
 func goValidPattern(pattern string) bool {
-	_, err := glob.Compile(pattern, []rune(engine.ActionWordSeparators)...)
+	_, err := glob.Compile(pattern, []rune(gated.ActionWordSeparators)...)
 	return pattern != "" && err == nil
 }
 

@@ -24,8 +24,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -195,13 +195,13 @@ func (c *tenantConn) publishProposal(ctx context.Context, subjectTenant, msgID s
 }
 
 // isoNextVerdict waits for a verdict on sub.
-func isoNextVerdict(t *testing.T, sub *nats.Subscription) engine.Verdict {
+func isoNextVerdict(t *testing.T, sub *nats.Subscription) gated.Verdict {
 	t.Helper()
 	m, err := sub.NextMsg(30 * time.Second)
 	if err != nil {
 		t.Fatalf("no verdict on %s: %v", sub.Subject, err)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		t.Fatalf("verdict on %s is not JSON: %v", sub.Subject, err)
 	}
@@ -210,7 +210,7 @@ func isoNextVerdict(t *testing.T, sub *nats.Subscription) engine.Verdict {
 
 // propose publishes a read proposal as c's own tenant and returns its
 // verdict.
-func (c *tenantConn) propose(t *testing.T, id string) engine.Verdict {
+func (c *tenantConn) propose(t *testing.T, id string) gated.Verdict {
 	t.Helper()
 	sub := c.watchVerdict(t, c.user, id)
 	defer sub.Unsubscribe()
@@ -224,7 +224,7 @@ func (c *tenantConn) propose(t *testing.T, id string) engine.Verdict {
 
 // isoStoredVerdict reads key tenant.id of the verdict bucket as gated's own
 // user; found is false when there is none.
-func isoStoredVerdict(t *testing.T, kv jetstream.KeyValue, tenant, id string) (v engine.Verdict, found bool) {
+func isoStoredVerdict(t *testing.T, kv jetstream.KeyValue, tenant, id string) (v gated.Verdict, found bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
@@ -316,11 +316,11 @@ func TestTenantIsolation(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("gated %s as acme: exit %d\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, out, stderr)
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
 				t.Fatalf("stdout is not a verdict: %v\n%s", err, out)
 			}
-			if v.Tenant != "acme" || v.ProposalID != tc.id || v.Outcome != engine.OutcomeApproved {
+			if v.Tenant != "acme" || v.ProposalID != tc.id || v.Outcome != gated.OutcomeApproved {
 				t.Fatalf("verdict %s.%s %s (%s), want acme.%s approved", v.Tenant, v.ProposalID, v.Outcome, v.Reason, tc.id)
 			}
 		}
@@ -343,7 +343,7 @@ func TestTenantIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(m.Data, &v); err != nil || v.ProposalID != "own-1" {
 			t.Fatalf("direct get of acme.own-1: %v %s %q", err, m.Header, m.Data)
 		}
@@ -396,15 +396,15 @@ func TestTenantIsolation(t *testing.T) {
 			t.Fatalf("gated propose --watch as acme: exit %d\nstdout: %s\nstderr: %s", code, out, stderr)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		var stages []engine.StatusStage
+		var stages []gated.StatusStage
 		for _, line := range lines[:len(lines)-1] {
-			st, err := engine.DecodeStatus([]byte(line))
+			st, err := gated.DecodeStatus([]byte(line))
 			if err != nil || st.Tenant != "acme" || st.ID != "own-watched-1" {
 				t.Fatalf("status line %q: %v", line, err)
 			}
 			stages = append(stages, st.Stage)
 		}
-		if want := []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}; !slices.Equal(stages, want) {
+		if want := []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}; !slices.Equal(stages, want) {
 			t.Fatalf("acme saw stages %v, want %v\nstderr: %s", stages, want, stderr)
 		}
 	})
@@ -421,7 +421,7 @@ func TestTenantIsolation(t *testing.T) {
 			subs = append(subs, acme.deniedSub(t, subject))
 		}
 		v := globex.propose(t, globexID)
-		if v.Tenant != "globex" || v.Outcome != engine.OutcomeApproved {
+		if v.Tenant != "globex" || v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("globex's verdict: %s.%s %s (%s)", v.Tenant, v.ProposalID, v.Outcome, v.Reason)
 		}
 		if err := acme.nc.Flush(); err != nil {
@@ -494,7 +494,7 @@ func TestTenantIsolation(t *testing.T) {
 
 		// A proposal acme may send is decided after whatever reached the
 		// stream before it; then the forged one is nowhere.
-		if v := acme.propose(t, "after-forged-1"); v.Outcome != engine.OutcomeApproved {
+		if v := acme.propose(t, "after-forged-1"); v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("acme's own proposal: %s (%s)", v.Outcome, v.Reason)
 		}
 		if v, found := isoStoredVerdict(t, kv, "globex", id); found {
@@ -520,13 +520,13 @@ func TestTenantIsolation(t *testing.T) {
 			t.Fatalf("acme publishing on its own subject: %v", err)
 		}
 		v := isoNextVerdict(t, own)
-		if v.Outcome != engine.OutcomeInvalid || v.Stage != engine.StageValidation || v.Tenant != "acme" || v.ProposalID != id {
+		if v.Outcome != gated.OutcomeInvalid || v.Stage != gated.StageValidation || v.Tenant != "acme" || v.ProposalID != id {
 			t.Fatalf("verdict %s.%s %s at %s (%s), want acme.%s invalid at validation", v.Tenant, v.ProposalID, v.Outcome, v.Stage, v.Reason, id)
 		}
 		if !strings.Contains(v.Reason, "tenant") {
 			t.Errorf("reason %q does not name the tenant field", v.Reason)
 		}
-		if stored, found := isoStoredVerdict(t, kv, "acme", id); !found || stored.Outcome != engine.OutcomeInvalid {
+		if stored, found := isoStoredVerdict(t, kv, "acme", id); !found || stored.Outcome != gated.OutcomeInvalid {
 			t.Errorf("stored verdict under acme.%s: %+v (found %v), want the invalid one", id, stored, found)
 		}
 		if stored, found := isoStoredVerdict(t, kv, "globex", id); found {
@@ -572,7 +572,7 @@ func TestTenantIsolation(t *testing.T) {
 			if err != nil {
 				break
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if json.Unmarshal(m.Data, &v) == nil && (v.Tenant == "globex" || v.ProposalID == id) {
 				t.Errorf("acme made a message naming globex.%s arrive on globex's verdict subject: %s", id, m.Data)
 			}

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/jsonscan"
@@ -505,8 +506,8 @@ func (f verdictFrom) policyRef() ([]byte, bool) {
 // policy event's members.
 func (f verdictFrom) policyRefJSON() ([]byte, bool) {
 	var pd struct {
-		Denies []engine.Deny `json:"denies"`
-		EvalUS int64         `json:"eval_us"`
+		Denies []gated.Deny `json:"denies"`
+		EvalUS int64        `json:"eval_us"`
 		Review struct {
 			Rule string `json:"rule"`
 		} `json:"review"`
@@ -521,7 +522,7 @@ func (f verdictFrom) policyRefJSON() ([]byte, bool) {
 	if j, ok := findMember(f.policy, `"review"`); ok && json.Unmarshal(f.policy[j].val, &pd.Review) != nil {
 		return nil, false
 	}
-	doc, err := json.Marshal(engine.NewPolicyRef(pd.Denies, pd.Review.Rule, f.env.PolicyRevision, pd.EvalUS))
+	doc, err := json.Marshal(gated.NewPolicyRef(pd.Denies, pd.Review.Rule, f.env.PolicyRevision, pd.EvalUS))
 	if err != nil {
 		return nil, false
 	}
@@ -542,7 +543,7 @@ func (f verdictFrom) policyRefFast() ([]byte, bool) {
 	}
 	denies := f.policy[j].val
 	// distinct are the distinct rules of the denies, in order.
-	var distinctBuf [2 * engine.MaxPolicyRules][]byte
+	var distinctBuf [2 * gated.MaxPolicyRules][]byte
 	distinct := distinctBuf[:0]
 	if string(denies) != "[]" {
 		if len(denies) < 2 || denies[0] != '[' || denies[len(denies)-1] != ']' {
@@ -600,7 +601,7 @@ func (f verdictFrom) policyRefFast() ([]byte, bool) {
 			}
 		}
 	}
-	rules := distinct[:min(len(distinct), engine.MaxPolicyRules)]
+	rules := distinct[:min(len(distinct), gated.MaxPolicyRules)]
 	out := make([]byte, 0, len(denies)+len(f.env.PolicyRevision)+96)
 	out = append(out, `{"denies":`...)
 	out = append(out, denies...)
@@ -611,7 +612,7 @@ func (f verdictFrom) policyRefFast() ([]byte, bool) {
 				out = append(out, ',')
 			}
 			out = append(out, '"')
-			out = append(out, r[:min(len(r), engine.MaxPolicyRuleLen)]...)
+			out = append(out, r[:min(len(r), gated.MaxPolicyRuleLen)]...)
 			out = append(out, '"')
 		}
 		out = append(out, ']')
@@ -622,7 +623,7 @@ func (f verdictFrom) policyRefFast() ([]byte, bool) {
 	}
 	if len(route) > 0 {
 		out = append(out, `,"route":"`...)
-		out = append(out, route[:min(len(route), engine.MaxPolicyRuleLen)]...)
+		out = append(out, route[:min(len(route), gated.MaxPolicyRuleLen)]...)
 		out = append(out, '"')
 	}
 	out = append(out, `,"revision":`...)
@@ -752,7 +753,7 @@ func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
 			}
 		}
 	}
-	env := engine.AuditEvent{V: engine.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
+	env := engine.AuditEvent{V: gated.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
 	out := make([]engine.AuditEvent, 0, len(b.Events)+1)
 	from := verdictFrom{env: env}
 	if j, ok := findMember(head, `"action"`); ok {

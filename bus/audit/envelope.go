@@ -4,11 +4,12 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/nats-io/nats.go"
+
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/internal/jsonscan"
-	"github.com/nats-io/nats.go"
 )
 
 // envelope is what scanEnvelope reads of a record body: the members a
@@ -228,7 +229,7 @@ type recordView struct {
 func viewRecord(subject string, hdr nats.Header, body []byte) (rv recordView, ok bool) {
 	env, ok := scanEnvelope(body)
 	const required = memberV | memberEvent | memberTenant | memberChain
-	if !ok || env.unknown || env.seen&required != required || env.v != engine.SchemaVersion {
+	if !ok || env.unknown || env.seen&required != required || env.v != gated.SchemaVersion {
 		return rv, false
 	}
 	if !validAuditTenant(string(env.tenant)) || !validEventName(string(env.event)) ||

@@ -8,7 +8,7 @@ import (
 	"reflect"
 	"strings"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/jsonscan"
 )
 
@@ -41,7 +41,7 @@ var (
 // engine.Verdict.
 func droppable(names ...string) map[string]bool {
 	fields := map[string]bool{}
-	t := reflect.TypeFor[engine.Verdict]()
+	t := reflect.TypeFor[gated.Verdict]()
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		if name == "" {

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // jsonFields maps the JSON names of t's fields to their types.
@@ -23,7 +23,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 // reviews) under the same name and of the same type, so that the short
 // reading cannot drift from what gated writes.
 func TestTrackedVerdictReadsTheVerdictsFields(t *testing.T) {
-	verdict := jsonFields(reflect.TypeFor[engine.Verdict]())
+	verdict := jsonFields(reflect.TypeFor[gated.Verdict]())
 	for name, typ := range jsonFields(reflect.TypeFor[trackedVerdict]()) {
 		want, ok := verdict[name]
 		switch {

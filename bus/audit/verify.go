@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -403,7 +404,7 @@ func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = string(rv.tenant), rv.chain
 	rc.hashBad = rv.hash != rc.digest
 	rc.macProblem = c.checkMAC(rv)
-	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != engine.UnknownTenant {
+	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if c.prints {
 			rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
@@ -429,7 +430,7 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
-	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
+	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if !c.prints {
 			return rc

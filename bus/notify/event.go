@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -136,10 +137,10 @@ func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
 		}
 	case engine.EventVerdict:
 		switch {
-		case d.Outcome == string(engine.OutcomeTimeout):
+		case d.Outcome == string(gated.OutcomeTimeout):
 			n.Kind = KindTimeout
 			n.Summary = subject + " timed out"
-		case d.Run != nil && d.Run.Next == engine.NextEscalation:
+		case d.Run != nil && d.Run.Next == gated.NextEscalation:
 			n.Kind = KindEscalation
 			n.Summary = fmt.Sprintf("run %s of %s is escalated to a human after round %d", d.Run.RunID, ev.Tenant, d.Run.Round)
 		case d.held():

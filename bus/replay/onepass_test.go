@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine"
 )
@@ -160,7 +161,7 @@ func BenchmarkDecodeRecorded(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			_ = decodeRecordedPolicy(policy)
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal(verdict, &v); err != nil {
 				b.Fatal(err)
 			}

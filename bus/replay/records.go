@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -18,7 +19,7 @@ import (
 // recordedPolicy is what replay reads of a policy.decided record.
 type recordedPolicy struct {
 	Action      string              `json:"action"`
-	Denies      []engine.Deny       `json:"denies"`
+	Denies      []gated.Deny        `json:"denies"`
 	Review      engine.Route        `json:"review"`
 	Run         *engine.RunPolicy   `json:"run"`
 	Error       string              `json:"error"`
@@ -52,9 +53,9 @@ func (p *recordedPolicy) settledAtPolicy() bool {
 // recorded decision it compares with the candidate's. The other members
 // of the verdict are neither read nor checked.
 type recordedVerdict struct {
-	Outcome engine.Outcome `json:"outcome"`
-	Stage   engine.Stage   `json:"stage"`
-	Reason  string         `json:"reason"`
+	Outcome gated.Outcome `json:"outcome"`
+	Stage   gated.Stage   `json:"stage"`
+	Reason  string        `json:"reason"`
 }
 
 // recordedReview is what a replay reads of one review of a proposal: its
@@ -101,7 +102,7 @@ func (f *reviewFinishedRecord) category() string {
 	case f.Error != "" && f.Outcome != "":
 		return f.Outcome
 	case f.Error != "":
-		return string(engine.OutcomeError)
+		return string(gated.OutcomeError)
 	case f.Decision == "":
 		return "none"
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -27,7 +28,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 // type, so that a change of the verdict's schema cannot leave the replay
 // reading a member the engine no longer writes.
 func TestRecordedVerdictIsAVerdict(t *testing.T) {
-	verdict := jsonFields(reflect.TypeFor[engine.Verdict]())
+	verdict := jsonFields(reflect.TypeFor[gated.Verdict]())
 	read := jsonFields(reflect.TypeFor[recordedVerdict]())
 	if len(read) == 0 || len(verdict) <= len(read) {
 		t.Fatalf("the replay reads %d members of a verdict's %d", len(read), len(verdict))
@@ -52,7 +53,7 @@ func TestOnePassKeys(t *testing.T) {
 		{note: "verdict.decided", typ: reflect.TypeFor[recordedVerdict](), keys: recordedVerdictKeys},
 		{note: "review.started", typ: reflect.TypeFor[reviewStartedRecord](), keys: reviewStartedKeys},
 		{note: "review.finished", typ: reflect.TypeFor[reviewFinishedRecord](), keys: reviewFinishedKeys},
-		{note: "deny", typ: reflect.TypeFor[engine.Deny](), keys: denyKeys},
+		{note: "deny", typ: reflect.TypeFor[gated.Deny](), keys: denyKeys},
 		{note: "route", typ: reflect.TypeFor[engine.Route](), keys: routeKeys},
 	}
 	for _, tc := range tests {

@@ -3,7 +3,7 @@ package store
 import (
 	"fmt"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // Kinds of the records gated keeps in the verdict bucket, as RecordError
@@ -38,4 +38,4 @@ func (e *RecordError) Error() string {
 }
 
 // Unwrap lets errors.Is match engine.ErrCorruptRecord.
-func (e *RecordError) Unwrap() error { return engine.ErrCorruptRecord }
+func (e *RecordError) Unwrap() error { return gated.ErrCorruptRecord }

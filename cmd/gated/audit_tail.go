@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -148,7 +149,7 @@ Exit status: 0 done (whether or not records matched), 2 bad usage, 1 failure
 			if limit < 0 {
 				return usageError("--limit %d must not be negative (0: no limit)", limit)
 			}
-			if filter.Outcome != "" && !validOutcome(engine.Outcome(filter.Outcome)) {
+			if filter.Outcome != "" && !validOutcome(gated.Outcome(filter.Outcome)) {
 				return usageError("--outcome %q: want approved, rejected, blocked, error, timeout or invalid", filter.Outcome)
 			}
 			nc, js, err := o.connect()
@@ -288,10 +289,10 @@ func (p *auditPrinter) event(e audit.Entry, index int, ev engine.AuditEvent) err
 	return err
 }
 
-func validOutcome(o engine.Outcome) bool {
+func validOutcome(o gated.Outcome) bool {
 	switch o {
-	case engine.OutcomeApproved, engine.OutcomeRejected, engine.OutcomeBlocked,
-		engine.OutcomeError, engine.OutcomeTimeout, engine.OutcomeInvalid:
+	case gated.OutcomeApproved, gated.OutcomeRejected, gated.OutcomeBlocked,
+		gated.OutcomeError, gated.OutcomeTimeout, gated.OutcomeInvalid:
 		return true
 	}
 	return false

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/personas"
@@ -84,7 +85,7 @@ type evalRun struct {
 	revision  string
 	// settled is what the gate decides before any review, as the engine
 	// decides it; done is false when the proposal goes on to review.
-	settled engine.Settled
+	settled gated.Settled
 	done    bool
 }
 
@@ -103,7 +104,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return usageError("reading %s: %v", o.file, err)
 	}
-	p, err := engine.DecodeProposal(data, "", "", engine.Limits{})
+	p, err := gated.DecodeProposal(data, "", "", gated.Limits{})
 	if err != nil {
 		name := o.file
 		if name == "-" {
@@ -144,7 +145,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	if run.done && run.settled.Outcome != engine.OutcomeApproved {
+	if run.done && run.settled.Outcome != gated.OutcomeApproved {
 		return &exitError{code: exitNotApproved, err: fmt.Errorf("%s at %s", run.settled.Outcome, run.settled.Stage), silent: true}
 	}
 	return nil
@@ -182,7 +183,7 @@ func loadPersonas(dir string, errw io.Writer) (*personas.Registry, error) {
 
 // readHistory decodes --history strictly: a JSON array of verdicts, no
 // field the verdict schema lacks, every decided_at set.
-func readHistory(name string) ([]engine.Verdict, error) {
+func readHistory(name string) ([]gated.Verdict, error) {
 	if name == "" {
 		return nil, nil
 	}
@@ -194,7 +195,7 @@ func readHistory(name string) ([]engine.Verdict, error) {
 	if err := strictJSON(raw, &items); err != nil {
 		return nil, fmt.Errorf("%s: want a JSON array of verdicts: %v", name, err)
 	}
-	history := make([]engine.Verdict, len(items))
+	history := make([]gated.Verdict, len(items))
 	for i, item := range items {
 		if err := strictJSON(item, &history[i]); err != nil {
 			return nil, fmt.Errorf("%s: verdict [%d]: %v", name, i, err)
@@ -272,7 +273,7 @@ func evaluate(ctx context.Context, ev *policies.Evaluator, reg *personas.Registr
 			aRouted = engine.Routed{Name: also}
 			aErr    error
 			loaded  bool
-			settled engine.Settled
+			settled gated.Settled
 			decided bool
 		)
 		if _, loaded = reg.Persona(also); loaded {
@@ -317,7 +318,7 @@ func (r *evalRun) reviewer() string {
 func (r *evalRun) outcomeText() string {
 	switch {
 	case !r.done:
-	case r.settled.Outcome == engine.OutcomeRejected || r.settled.Outcome == engine.OutcomeApproved:
+	case r.settled.Outcome == gated.OutcomeRejected || r.settled.Outcome == gated.OutcomeApproved:
 		return fmt.Sprintf("%s at %s", r.settled.Outcome, r.settled.Stage)
 	default:
 		return fmt.Sprintf("%s at %s: %s", r.settled.Outcome, r.settled.Stage, r.settled.Reason)
@@ -338,7 +339,7 @@ func (r *evalRun) notes() []string {
 	for _, name := range r.missing {
 		notes = append(notes, fmt.Sprintf("the proposal asks persona %s to review as well, and no persona named %q is loaded (--personas DIR?): the gate would block this proposal", name, name))
 	}
-	if r.persona == nil && r.addedFrom == "" && r.outcome() == string(engine.OutcomeBlocked) {
+	if r.persona == nil && r.addedFrom == "" && r.outcome() == string(gated.OutcomeBlocked) {
 		notes = append(notes, fmt.Sprintf("no persona named %q is loaded (--personas DIR?): the gate would block this proposal", r.personaName))
 	}
 	if r.outcome() != "review" {
@@ -429,12 +430,12 @@ func writeEvalText(w io.Writer, r *evalRun) error {
 // evalDecisionJSON is data.gated.decision as `policy eval --format json`
 // prints it.
 type evalDecisionJSON struct {
-	Deny          []engine.Deny `json:"deny"`
-	Review        engine.Route  `json:"review"`
-	ReviewerTools []string      `json:"reviewer_tools"`
-	DeniedTools   []string      `json:"denied_tools"`
-	SOP           *engine.SOP   `json:"sop"`
-	Skipped       bool          `json:"skipped"`
+	Deny          []gated.Deny `json:"deny"`
+	Review        engine.Route `json:"review"`
+	ReviewerTools []string     `json:"reviewer_tools"`
+	DeniedTools   []string     `json:"denied_tools"`
+	SOP           *gated.SOP   `json:"sop"`
+	Skipped       bool         `json:"skipped"`
 }
 
 // evalDoc is the output of `policy eval --format json`.
@@ -476,7 +477,7 @@ func evalDocument(r *evalRun) evalDoc {
 		doc.Stage, doc.Reason = string(r.settled.Stage), r.settled.Reason
 	}
 	if doc.Decision.Deny == nil {
-		doc.Decision.Deny = []engine.Deny{}
+		doc.Decision.Deny = []gated.Deny{}
 	}
 	if doc.Decision.ReviewerTools == nil {
 		doc.Decision.ReviewerTools = []string{}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -133,7 +134,7 @@ func printShadowSummary(w io.Writer, s *audit.ShadowSummary) {
 }
 
 // shadowDetail is one side's denies, route or error in a few words.
-func shadowDetail(denies []engine.Deny, route *engine.Route, err string) string {
+func shadowDetail(denies []gated.Deny, route *engine.Route, err string) string {
 	switch {
 	case err != "":
 		return " (" + err + ")"

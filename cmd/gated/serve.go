@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/fleet"
@@ -273,7 +274,7 @@ func (o *serveOptions) check() (operators *operator.List, err error) {
 // verdictPublisher publishes verdicts on gated.verdicts.<tenant>.<id>,
 // as the worker does.
 func verdictPublisher(nc *nats.Conn) operator.VerdictHook {
-	return func(_ context.Context, v *engine.Verdict) error {
+	return func(_ context.Context, v *gated.Verdict) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return err
@@ -399,7 +400,7 @@ func reloadEvent(r policies.Reload, serving string) engine.AuditEvent {
 	}
 	data, _ := json.Marshal(r)
 	return engine.AuditEvent{
-		V: engine.SchemaVersion, Event: name, Tenant: engine.UnknownTenant, At: r.At.UTC(),
+		V: gated.SchemaVersion, Event: name, Tenant: gated.UnknownTenant, At: r.At.UTC(),
 		PolicyRevision: serving, Data: data,
 	}
 }

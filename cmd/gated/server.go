@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
@@ -489,7 +490,7 @@ func (s *gateServer) startReviewService(context.Context) error {
 		followUps := intake.NewFollowUps(s.js, s.store).Send
 		// An operator's approval carries a grant: its record is written
 		// before the verdict is published, as the worker does.
-		beforePublish := func(ctx context.Context, v *engine.Verdict) error {
+		beforePublish := func(ctx context.Context, v *gated.Verdict) error {
 			if err := s.grants.Record(ctx, v); err != nil {
 				return err
 			}
