@@ -34,7 +34,7 @@ const maxVectorText = 4 << 10
 func TestDecisionVectors(t *testing.T) {
 	if *updateVectors {
 		var doc decisionVectors
-		doc.About = "A reviewer's decision text and how gated's host reads it (engine.ParseDecision): approve only for an exact, unretracted decision line. A plugin SDK must deliver each text to the host byte for byte; `go test ./engine -run TestDecisionVectors -update` writes this file from the Go cases."
+		doc.About = "A reviewer's decision text and how gated's host reads it (gated.ParseDecision): approve only for an exact, unretracted decision line. A plugin SDK must deliver each text to the host byte for byte; `go test ./engine -run TestDecisionVectors -update` writes this file from the Go cases."
 		for _, c := range decisionCases {
 			if len(c.text) > maxVectorText {
 				continue

@@ -195,7 +195,7 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 func (h *Host) SetTools(cfg ToolConfig) { h.tools = cfg }
 
 // SetEvents sets where the host's own audit events go (a plugin refused,
-// exited or relaunched). They carry the engine.UnknownTenant token. Call it
+// exited or relaunched). They carry the gated.UnknownTenant token. Call it
 // before Start; send must not block for long.
 func (h *Host) SetEvents(send func(engine.AuditEvent)) { h.events = send }
 
@@ -234,7 +234,7 @@ func (h *Host) reviewed(span telemetry.Span, plugin string, req engine.ReviewReq
 	span.End(err)
 }
 
-// Plugin events, under the engine.UnknownTenant token.
+// Plugin events, under the gated.UnknownTenant token.
 const (
 	EventPluginStarted   = "plugin.started"
 	EventPluginRefused   = "plugin.refused"

@@ -233,11 +233,11 @@ func deadlineReached(ctx context.Context, err error) bool {
 }
 
 // Bounds on what the host keeps of a reviewer's answer, besides the
-// decision text (engine.MaxDecisionTextBytes). Anything over is cut and
+// decision text (gated.MaxDecisionTextBytes). Anything over is cut and
 // the cut is noted, in the notes and as the first warning; a required gate
 // cut off counts as not reported, so a bound can only ever turn an
 // approval into a rejection. The bounds on run review output are the
-// ceilings of engine.RunLimits, so that the engine, not the host, applies
+// ceilings of gated.RunLimits, so that the engine, not the host, applies
 // the limits a policy sets.
 const (
 	maxFieldBytes    = 16 << 10

@@ -176,7 +176,7 @@ func TestDecoderKnowsTheWireContract(t *testing.T) {
 	}
 	_, err = gated.DecodeProposal(raw, p.Tenant, p.Action, gated.Limits{})
 	if fe, ok := errors.AsType[*gated.FieldError](err); ok && strings.Contains(fe.Error(), "is not a field") {
-		t.Errorf("the decoder refuses a field of engine.Proposal: %v", err)
+		t.Errorf("the decoder refuses a field of gated.Proposal: %v", err)
 	}
 }
 

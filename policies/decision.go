@@ -393,7 +393,7 @@ func parseCriterion(x *ast.Term) (gated.CriterionEval, error) {
 }
 
 // parseLimits reads decision.run.limits; a limit left out or zero takes
-// its default, and none exceeds its ceiling (engine.RunLimits.WithDefaults).
+// its default, and none exceeds its ceiling (gated.RunLimits.WithDefaults).
 func parseLimits(t *ast.Term) (gated.RunLimits, error) {
 	var l gated.RunLimits
 	if t == nil {

@@ -247,7 +247,7 @@ func runValue(r *gated.Run) ast.Value {
 }
 
 // findingsValue gives every finding all its fields; a finding without a
-// status is open (see engine.Finding.Open), and reads so.
+// status is open (see gated.Finding.Open), and reads so.
 func findingsValue(fs []gated.Finding) ast.Value {
 	terms := make([]*ast.Term, len(fs))
 	for i, f := range fs {

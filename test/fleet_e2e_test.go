@@ -356,7 +356,7 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 		t.Fatalf("Verdict: %+v, %v", v, err)
 	}
 	if _, err := client.Verdict(ctx, "acme", "never-proposed"); !errors.Is(err, gated.ErrNotFound) {
-		t.Fatalf("Verdict of a missing key: err = %v, want engine.ErrNotFound", err)
+		t.Fatalf("Verdict of a missing key: err = %v, want gated.ErrNotFound", err)
 	}
 	data, err := os.ReadFile("../examples/proposals/approved.json")
 	if err != nil {

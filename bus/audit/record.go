@@ -518,7 +518,7 @@ func tenantSubject(tenant string) string {
 }
 
 // validAuditTenant accepts the tenant tokens of the wire contract and
-// engine.UnknownTenant.
+// gated.UnknownTenant.
 func validAuditTenant(t string) bool {
 	if t == gated.UnknownTenant {
 		return true

@@ -19,7 +19,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 }
 
 // TestTrackedVerdictReadsTheVerdictsFields: every member the track
-// record reads of a verdict is a member of engine.Verdict (and of its
+// record reads of a verdict is a member of gated.Verdict (and of its
 // reviews) under the same name and of the same type, so that the short
 // reading cannot drift from what gated writes.
 func TestTrackedVerdictReadsTheVerdictsFields(t *testing.T) {
@@ -28,16 +28,16 @@ func TestTrackedVerdictReadsTheVerdictsFields(t *testing.T) {
 		want, ok := verdict[name]
 		switch {
 		case !ok:
-			t.Errorf("engine.Verdict has no member %q", name)
+			t.Errorf("gated.Verdict has no member %q", name)
 		case name == "reviews":
 			review := jsonFields(want.Elem())
 			for rname, rtyp := range jsonFields(typ.Elem()) {
 				if review[rname] != rtyp {
-					t.Errorf("engine.Review's member %q is %v, read as %v", rname, review[rname], rtyp)
+					t.Errorf("gated.Review's member %q is %v, read as %v", rname, review[rname], rtyp)
 				}
 			}
 		case want != typ:
-			t.Errorf("engine.Verdict's member %q is %v, read as %v", name, want, typ)
+			t.Errorf("gated.Verdict's member %q is %v, read as %v", name, want, typ)
 		}
 	}
 }

@@ -56,8 +56,8 @@ func (r *Rate) UnmarshalJSON(data []byte) error {
 // Usage is one scope's counters beside its limits, as `gated budgets
 // show` and the console show them.
 type Usage struct {
-	// Scope is engine.ScopeTenant for the tenant as a whole, or
-	// engine.ScopeAgent for one of its agents, named by Agent ("" for the
+	// Scope is gated.ScopeTenant for the tenant as a whole, or
+	// gated.ScopeAgent for one of its agents, named by Agent ("" for the
 	// proposals that name no agent).
 	Scope string `json:"scope"`
 	Agent string `json:"agent,omitempty"`

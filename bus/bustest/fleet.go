@@ -131,8 +131,8 @@ func TenantAuditRecords(t *testing.T, audit jetstream.Stream, tenant string) []*
 var runEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // RunVerdict is the verdict of tenant acme on round of run runID that
-// proposal id got: a rejection that sends next (engine.NextContinuation or
-// engine.NextEscalation), or an approval when next is empty.
+// proposal id got: a rejection that sends next (gated.NextContinuation or
+// gated.NextEscalation), or an approval when next is empty.
 func RunVerdict(id, runID string, round int, next string) *gated.Verdict {
 	v := &gated.Verdict{
 		V: gated.SchemaVersion, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: gated.KindRun,

@@ -419,7 +419,7 @@ func VerdictLookupSubject(apiPrefix, tenant, id string) string {
 
 // Verdict looks up a stored verdict with one JetStream direct get of its
 // key, so it needs no right beyond reading that key. It returns
-// engine.ErrNotFound when none is stored (never decided, or past the
+// gated.ErrNotFound when none is stored (never decided, or past the
 // bucket's TTL), ErrBadProposal when tenant or id is not a valid token.
 func (c *Client) Verdict(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	if !gated.ValidTenant(tenant) {

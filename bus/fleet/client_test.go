@@ -145,7 +145,7 @@ func TestProposeRefusesUnaddressable(t *testing.T) {
 	}
 }
 
-// TestProposalWireForm checks that a fully filled engine.Proposal encodes
+// TestProposalWireForm checks that a fully filled gated.Proposal encodes
 // to exactly what gated's strict decoder accepts, and back to the same
 // value.
 func TestProposalWireForm(t *testing.T) {
@@ -233,7 +233,7 @@ func TestVerdictLookup(t *testing.T) {
 		t.Fatalf("stored %+v, published %+v", got, v)
 	}
 	if _, err := g.Client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, gated.ErrNotFound) {
-		t.Fatalf("missing verdict: err = %v, want engine.ErrNotFound", err)
+		t.Fatalf("missing verdict: err = %v, want gated.ErrNotFound", err)
 	}
 	if _, err := g.Client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, fleet.ErrBadProposal) {
 		t.Fatalf("dotted id: err = %v, want ErrBadProposal", err)
@@ -243,7 +243,7 @@ func TestVerdictLookup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := g.Client.Verdict(t.Context(), "acme", "look-1"); !errors.Is(err, gated.ErrNotFound) {
-		t.Fatalf("deleted verdict: err = %v, want engine.ErrNotFound", err)
+		t.Fatalf("deleted verdict: err = %v, want gated.ErrNotFound", err)
 	}
 }
 

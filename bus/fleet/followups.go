@@ -13,7 +13,7 @@ import (
 )
 
 // DecodeContinuation decodes a continuation strictly: one JSON object
-// with no field unknown to schema version engine.SchemaVersion, valid
+// with no field unknown to schema version gated.SchemaVersion, valid
 // tenant and run id tokens, a round of at least 2 (the round after a
 // reviewed one) within max_rounds, and a link to the verdict of the
 // review it follows. Field names are matched as encoding/json does (case
@@ -90,8 +90,8 @@ func checkFollowUp(v int, tenant, runID string, review gated.ReviewLink) error {
 	return nil
 }
 
-// FollowUpMessage is a follow-up type: engine.Continuation or
-// engine.Escalation.
+// FollowUpMessage is a follow-up type: gated.Continuation or
+// gated.Escalation.
 type FollowUpMessage interface {
 	gated.Continuation | gated.Escalation
 }

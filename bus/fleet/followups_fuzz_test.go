@@ -10,7 +10,7 @@ import (
 	"github.com/gated/gated/bus/fleet"
 )
 
-// followUpSeeds are the bodies engine.FollowUp builds, and near misses.
+// followUpSeeds are the bodies gated.FollowUp builds, and near misses.
 func followUpSeeds(f *testing.F, next string) {
 	round := 1
 	if next == gated.NextEscalation {

@@ -319,9 +319,9 @@ const MaxOutcomeError = 1024
 // Nats-Msg-Id <tenant>.<id>.<status>.<nonce>, a random nonce of this
 // report's, so that the publish's own retries count once and nobody can
 // have the stream drop the report by sending another under its id first:
-// status is engine.ExecutionStarted before the action runs,
-// engine.ExecutionSucceeded or engine.ExecutionFailed (with errText)
-// after, or engine.ExecutionRefused (errText the reason; gid empty when
+// status is gated.ExecutionStarted before the action runs,
+// gated.ExecutionSucceeded or gated.ExecutionFailed (with errText)
+// after, or gated.ExecutionRefused (errText the reason; gid empty when
 // the token did not verify) when the executor refused the grant. It
 // returns when the stream has the report; gated audits it
 // (docs/GRANTS.md).

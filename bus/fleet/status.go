@@ -12,7 +12,7 @@ import (
 
 // StatusUpdate is one message of a watch: a status event, or Err for a
 // message on the status subject that is not a well-formed status event
-// (an *engine.StatusError naming the member at fault). A bad message
+// (an *gated.StatusError naming the member at fault). A bad message
 // does not end the watch.
 type StatusUpdate struct {
 	Status *gated.Status

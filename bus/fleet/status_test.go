@@ -105,7 +105,7 @@ func TestWatchSkipsMalformedEvents(t *testing.T) {
 			case errors.As(u.Err, &se):
 				fields = append(fields, se.Field)
 			case u.Err != nil:
-				t.Fatalf("error %v is not a *engine.StatusError", u.Err)
+				t.Fatalf("error %v is not a *gated.StatusError", u.Err)
 			default:
 				stages = append(stages, u.Status.Stage)
 			}

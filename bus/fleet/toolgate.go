@@ -142,7 +142,7 @@ func WithVerdictObserver(observe func(*gated.Proposal, *gated.Verdict)) ToolGate
 // The class of a tool is the runtime's claim, made in code when the tool
 // is registered: gated never sees a read, so never let a model choose it.
 //
-// A ToolGate guards a fleet's own tools; it is not engine.GateResult, which is
+// A ToolGate guards a fleet's own tools; it is not gated.GateResult, which is
 // one check a reviewer reports on a proposal.
 type ToolGate struct {
 	proposer Proposer

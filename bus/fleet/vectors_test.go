@@ -303,7 +303,7 @@ func TestStatusVectors(t *testing.T) {
 			if tc.Status == nil {
 				var se *gated.StatusError
 				if !errors.As(u.Err, &se) || u.Status != nil {
-					t.Fatalf("got %+v, want a *engine.StatusError", u)
+					t.Fatalf("got %+v, want a *gated.StatusError", u)
 				}
 				if tc.Field == nil || se.Field != *tc.Field {
 					t.Fatalf("error %q names field %q, want %v", se, se.Field, *tc.Field)

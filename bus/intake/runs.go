@@ -34,7 +34,7 @@ func NewFollowUps(js jetstream.JetStream, verdicts *store.Verdicts) *FollowUps {
 // and the delivery must be retried; the retry replays v and calls Send
 // again.
 //
-// Send publishes only what engine.FollowUp builds from v, and only when
+// Send publishes only what gated.FollowUp builds from v, and only when
 // the run record holds v's round for v's proposal, with v's follow-up,
 // not yet marked sent; then it marks the round sent. A verdict without a
 // follow-up, a round another proposal of the run decided, and a follow-up

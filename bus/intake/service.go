@@ -57,7 +57,7 @@ type ServiceConfig struct {
 	// beyond it is refused at once with a 503 error. Default 1024.
 	MaxConcurrent int
 	// MaxBytes is the largest request accepted; a larger one gets a 413
-	// error. Default engine.DefaultMaxBytes (1 MiB), gated's own limit.
+	// error. Default gated.DefaultMaxBytes (1 MiB), gated's own limit.
 	MaxBytes int
 	// Operators, when set, adds the endpoint "operator" on
 	// gated.operator.<tenant>.<proposal_id> (subscribed as

@@ -119,7 +119,7 @@ type Sink struct {
 }
 
 // Takes reports whether the sink takes a notification of kind for
-// tenant (engine.UnknownTenant for gated's own events).
+// tenant (gated.UnknownTenant for gated's own events).
 func (s *Sink) Takes(kind Kind, tenant string) bool {
 	if !slices.Contains(s.Kinds, kind) {
 		return false

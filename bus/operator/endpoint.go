@@ -71,7 +71,7 @@ type Endpoint struct {
 // with the stored operator verdict when an authenticated decision comes
 // after it (so sending the decision again repairs a lost follow-up): it
 // publishes the continuation or escalation the verdict sends, if any
-// (engine.FollowUp), returns once it is stored, and must publish nothing
+// (gated.FollowUp), returns once it is stored, and must publish nothing
 // twice. publish publishes the verdict on gated.verdicts.<tenant>.<id>.
 // Every argument but log is required: else the error wraps
 // ErrInvalidConfig.

@@ -24,7 +24,7 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 }
 
 // TestRecordedVerdictIsAVerdict: what a replay reads of a verdict.decided
-// record is a part of engine.Verdict, member for member and type for
+// record is a part of gated.Verdict, member for member and type for
 // type, so that a change of the verdict's schema cannot leave the replay
 // reading a member the engine no longer writes.
 func TestRecordedVerdictIsAVerdict(t *testing.T) {
@@ -35,7 +35,7 @@ func TestRecordedVerdictIsAVerdict(t *testing.T) {
 	}
 	for name, typ := range read {
 		if got, ok := verdict[name]; !ok || got != typ {
-			t.Errorf("member %q: %v in the replay's reading, %v in engine.Verdict", name, typ, got)
+			t.Errorf("member %q: %v in the replay's reading, %v in gated.Verdict", name, typ, got)
 		}
 	}
 }

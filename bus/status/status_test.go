@@ -36,7 +36,7 @@ func event(name string, data any) engine.AuditEvent {
 }
 
 // verdictData is a verdict as gated records it: encoded from
-// engine.Verdict with audit_seq 0.
+// gated.Verdict with audit_seq 0.
 func verdictData() *gated.Verdict {
 	return &gated.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Reason: "no"}
 }

@@ -61,7 +61,7 @@ func wantRefused(t *testing.T, err error, r *refusals, key string) {
 	t.Helper()
 	var re *store.RecordError
 	if !errors.Is(err, gated.ErrCorruptRecord) || !errors.As(err, &re) || re.Key != key {
-		t.Fatalf("error %v, want a *store.RecordError for %s wrapping engine.ErrCorruptRecord", err, key)
+		t.Fatalf("error %v, want a *store.RecordError for %s wrapping gated.ErrCorruptRecord", err, key)
 	}
 	if got := r.keys(); len(got) != 1 || got[0] != key {
 		t.Fatalf("hook told of %v, want [%s]", got, key)
@@ -111,7 +111,7 @@ func TestStoredVerdictMustMatchItsKey(t *testing.T) {
 			}
 			// A verdict of gated's is never replaced.
 			if _, err := store.Create(ctx, approval("acme", "p1")); !errors.Is(err, gated.ErrExists) {
-				t.Fatalf("second Create: %v, want engine.ErrExists", err)
+				t.Fatalf("second Create: %v, want gated.ErrExists", err)
 			}
 		})
 	}
@@ -177,7 +177,7 @@ func TestStoredRunRecordMustMatchItsKey(t *testing.T) {
 			v := approval("acme", "run-1-r1")
 			v.Kind, v.Run = gated.KindRun, &gated.RunVerdict{RunID: "run-1", Round: 1, MaxRounds: 3}
 			if _, err := store.Create(ctx, v); !errors.Is(err, gated.ErrCorruptRecord) {
-				t.Fatalf("Create of a round of the run: %v, want engine.ErrCorruptRecord", err)
+				t.Fatalf("Create of a round of the run: %v, want gated.ErrCorruptRecord", err)
 			}
 			e, err := kv.Get(ctx, "acme.runs.run-1")
 			if err != nil || string(e.Value()) != tc.value {
@@ -243,7 +243,7 @@ func TestStoredClaimMustMatchItsKey(t *testing.T) {
 			// The claim now held is gated's: another holder waits.
 			other := engine.Claim{Holder: "seq:2", Until: time.Now().Add(time.Minute).UTC(), Delivery: 1}
 			if _, err := store.Claim(ctx, "acme", "p1", other); !errors.Is(err, gated.ErrClaimed) {
-				t.Fatalf("a second holder's claim: %v, want engine.ErrClaimed", err)
+				t.Fatalf("a second holder's claim: %v, want gated.ErrClaimed", err)
 			}
 		})
 	}

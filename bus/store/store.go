@@ -23,7 +23,7 @@ import (
 // implements engine.VerdictStore.
 //
 // Every record it reads back is checked against its key (see RecordError):
-// one that is not gated's is an error wrapping engine.ErrCorruptRecord,
+// one that is not gated's is an error wrapping gated.ErrCorruptRecord,
 // reported to the hook of WithCorruptRecordHook, and never replayed or
 // used as state.
 type Verdicts struct {
@@ -135,8 +135,8 @@ func casConflict(err error) bool {
 // Replace implements engine.VerdictReplacer. The swap is a compare-and-set
 // on the verdict's key at the revision that held prev, so of two
 // replacements of one verdict (two operators deciding at once) one wins
-// and the other gets the winner's verdict and engine.ErrExists. It
-// returns engine.ErrNotFound when no verdict is stored for prev's key.
+// and the other gets the winner's verdict and gated.ErrExists. It
+// returns gated.ErrNotFound when no verdict is stored for prev's key.
 // next must have prev's tenant and proposal id.
 //
 // The run record is kept after the swap, as Create keeps it: if that

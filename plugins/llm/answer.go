@@ -30,9 +30,9 @@ type answer struct {
 //	Notes: free text
 //
 // It fails when the first non-blank line is not a plain decision line or
-// the text is over engine.MaxDecisionTextBytes: such an answer gets one
+// the text is over gated.MaxDecisionTextBytes: such an answer gets one
 // repair turn, and so does an approving first line that a later line
-// overrules. The decision is the host's own reading (engine.ParseDecision),
+// overrules. The decision is the host's own reading (gated.ParseDecision),
 // so the plugin can never claim more than the host will grant. Gate lines
 // are read between the decision line and Notes; a gate passes only on an
 // exact pass token, and a line whose verdict is not an exact pass is a
@@ -120,7 +120,7 @@ func cutLabel(line, label string) (string, bool) {
 // parseGateLine reads "- name: pass — evidence" (also with *, or
 // "passed", "failed", bold or code markup, and -, – or : before the
 // evidence). A gate passes only on an exact pass token, by the host's rule
-// (engine.GatePasses): "pass-ish", "passed?" or "pass/fail unknown" are
+// (gated.GatePasses): "pass-ish", "passed?" or "pass/fail unknown" are
 // not passes. A value that is neither an exact pass nor a fail is read as
 // a gate not passed, with the value as its detail.
 func parseGateLine(line string) (gated.GateResult, bool) {

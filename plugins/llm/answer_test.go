@@ -170,7 +170,7 @@ func FuzzParseAnswer(f *testing.F) {
 }
 
 // refPassValue is an exact pass token and what may follow it, written
-// apart from engine.GatePasses; ASCII letters only, as (?i) would also
+// apart from gated.GatePasses; ASCII letters only, as (?i) would also
 // take "ſ" for "s".
 var refPassValue = func() string {
 	const p = "[pP][aA][sS][sS](?:[eE][dD])?"

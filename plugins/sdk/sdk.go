@@ -136,10 +136,10 @@ type Policy struct {
 // Response is the reviewer's answer.
 type Response struct {
 	// Text must start with the decision line: "Decision: approve" or
-	// "Decision: reject" (see engine.ParseDecision). No later line may
+	// "Decision: reject" (see gated.ParseDecision). No later line may
 	// change or take back an approval, or say no or not sure, and a line
 	// in Text about a gate must agree with Gates (see
-	// engine.CheckGateLines).
+	// gated.CheckGateLines).
 	Text string
 	// Decision must agree with Text.
 	Decision     gated.ReviewDecision

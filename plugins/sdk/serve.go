@@ -293,7 +293,7 @@ func requestFromWire(in *pluginv1.ReviewRequest) (*Request, error) {
 // RunFromWire decodes the run context the host sends with the review of a
 // kind run proposal (PolicyContext.run_json). Empty input is an action
 // review: nil and no error. Anything but one JSON object of the
-// engine.RunContext schema is an error wrapping ErrMalformedRun: Serve
+// gated.RunContext schema is an error wrapping ErrMalformedRun: Serve
 // fails the review with it, and the host reads the failure as an error
 // verdict, never as an approval.
 func RunFromWire(raw []byte) (*gated.RunContext, error) {
