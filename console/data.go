@@ -315,16 +315,24 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 			return nil
 		}
 		if e.Record == nil {
-			var ev engine.AuditEvent
+			// A message that claims to hold the proposal's events but is
+			// not a valid record: its events (a record's of version 3, or
+			// the one of version 1) are shown, with what the check found.
+			// Anything else names no proposal; the tenant's chain problems
+			// count it.
+			var claimed struct {
+				engine.AuditEvent
+				Events []engine.AuditEvent `json:"events"`
+			}
 			body, _ := audit.RecordJSON(e.Data)
-			if json.Unmarshal(body, &ev) != nil || ev.ProposalID != id {
-				// Not a record, nor a record's JSON: it names no proposal. The
-				// tenant's chain problems count it.
+			if json.Unmarshal(body, &claimed) != nil {
 				return nil
 			}
-			// A message that claims to be one of the proposal's records but
-			// is not a valid one: shown, with what the check found.
-			out.Audit = append(out.Audit, AuditRecord{Seq: e.Seq, Event: ev.Event, At: ev.At, Stored: e.Stored, Data: ev.Data})
+			for _, ev := range append(claimed.Events, claimed.AuditEvent) {
+				if ev.ProposalID == id {
+					out.Audit = append(out.Audit, AuditRecord{Seq: e.Seq, Event: ev.Event, At: ev.At, Stored: e.Stored, Data: ev.Data})
+				}
+			}
 			return nil
 		}
 		if e.Record.ProposalID != id {
@@ -359,12 +367,8 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 func (out *Proposal) addEvent(seq uint64, stored time.Time, ev engine.AuditEvent) {
 	out.Audit = append(out.Audit, AuditRecord{Seq: seq, Event: ev.Event, At: ev.At, Stored: stored, Data: ev.Data})
 	if ev.Event == engine.EventPolicyDecided && out.Proposal == nil {
-		var d struct {
-			Input *struct {
-				Proposal json.RawMessage `json:"proposal"`
-			} `json:"input"`
-		}
-		if json.Unmarshal(ev.Data, &d) == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
+		d, err := engine.DecodeAuditData[engine.PolicyDecidedData](ev)
+		if err == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
 			out.Proposal = d.Input.Proposal
 		}
 	}

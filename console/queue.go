@@ -53,11 +53,7 @@ func held(v *gated.Verdict) *Held {
 // fromAwaited fills in the deadline, reason and rule of an
 // operator.awaited record's data.
 func (h *Held) fromAwaited(data []byte) {
-	var d struct {
-		Deadline time.Time `json:"deadline"`
-		Reason   string    `json:"reason"`
-		Rule     string    `json:"rule"`
-	}
+	var d engine.OperatorAwaitedData
 	if json.Unmarshal(data, &d) != nil {
 		return
 	}

@@ -107,19 +107,6 @@ func (l *auditLog) recordReceived(ctx context.Context, subject string, size int,
 	return nil
 }
 
-// proposalEventData is what every event of a proposal carries in its data.
-type proposalEventData struct {
-	Action string `json:"action,omitempty"`
-	// Operator is the id of the human the agent acts for, once the
-	// proposal is decoded.
-	Operator string `json:"operator,omitempty"`
-	// Delivery is the JetStream delivery count of the proposal message.
-	Delivery int `json:"delivery,omitempty"`
-	// PolicyEvalUS is how long the policy evaluation took, on every event
-	// recorded after it.
-	PolicyEvalUS int64 `json:"policy_eval_us,omitempty"`
-}
-
 // mergeJSON joins two JSON objects into one by splicing their members: the
 // keys of base come first. It does not look for keys present in both, so
 // callers keep them apart. When extra is not an object it is kept whole
@@ -146,34 +133,15 @@ func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 	return append(out, '}')
 }
 
-// receivedData and policyDecidedData are the data of the two records every
-// decided proposal has. Their members are in the order of their names, as
-// the maps they replace were written.
-type receivedData struct {
-	Bytes   int    `json:"bytes"`
-	SHA256  string `json:"sha256"`
-	Subject string `json:"subject"`
-}
-
-type policyDecidedData struct {
-	DeniedTools []string     `json:"denied_tools"`
-	Denies      []gated.Deny `json:"denies"`
-	EvalUS      int64        `json:"eval_us"`
-	// Holds are the policy's reasons to hold an action for an operator.
-	Holds         []Hold     `json:"holds,omitempty"`
-	Review        Route      `json:"review"`
-	ReviewerTools []string   `json:"reviewer_tools"`
-	Run           *RunPolicy `json:"run"`
-	// ShadowRevision is the revision of the shadow policy that decided
-	// the proposal beside the live one, when there is one.
-	ShadowRevision string `json:"shadow_revision,omitempty"`
-	SOP            string `json:"sop"`
-	// Input is what a replay needs to rebuild the policy input.
-	Input *ReplayInput `json:"input,omitempty"`
-}
+// The engine's own events write the data types declared in auditdata.go.
+type (
+	proposalEventData = AuditHead
+	receivedData      = ReceivedData
+	policyDecidedData = PolicyDecidedData
+)
 
 // policyFailedData is the data of a policy.decided event whose
-// evaluation failed.
+// evaluation failed: the members of PolicyDecidedData it has.
 type policyFailedData struct {
 	Error          string `json:"error"`
 	ShadowRevision string `json:"shadow_revision,omitempty"`

@@ -236,10 +236,10 @@ func (h *Host) reviewed(span telemetry.Span, plugin string, req engine.ReviewReq
 
 // Plugin events, under the gated.UnknownTenant token.
 const (
-	EventPluginStarted   = "plugin.started"
-	EventPluginRefused   = "plugin.refused"
-	EventPluginExited    = "plugin.exited"
-	EventPluginUnhealthy = "plugin.unhealthy"
+	EventPluginStarted   = engine.EventPluginStarted
+	EventPluginRefused   = engine.EventPluginRefused
+	EventPluginExited    = engine.EventPluginExited
+	EventPluginUnhealthy = engine.EventPluginUnhealthy
 )
 
 func (h *Host) emit(event string, data map[string]any) {

@@ -373,39 +373,45 @@ mutant serve_locks_data_dir cmd/gated/startup.go ./cmd/gated \
 	'if lock, err = bus.LockDataDir(o.dataDir); err != nil {' \
 	'if err != nil {'
 
-# audit verify (bus/audit/cross.go, bus/audit/verify.go): a stored verdict
+# audit verify (bus/audit/verdictmerge.go, bus/audit/verify.go): a stored verdict
 # whose record is not where its audit_seq says is reported, and so are
 # sequences deleted from the end of the stream.
-mutant verify_missing_record bus/audit/cross.go ./bus/audit \
+mutant verify_missing_record bus/audit/verdictmerge.go ./bus/audit \
 	$'\t\t// ring: sv\'s audit_seq holds none.\n\t\treturn c.mismatch(ctx, sv)\n' \
 	$'\t\t// ring: sv\'s audit_seq holds none.\n\t\treturn nil\n'
 # A stored verdict that differs from its record, read again, is reported.
-mutant verify_modified_verdict bus/audit/cross.go ./bus/audit \
+mutant verify_modified_verdict bus/audit/verdictmerge.go ./bus/audit \
 	$'\tif matched {\n\t\tc.check.Matched++\n\t\treturn nil\n\t}\n\treturn c.mismatch(ctx, sv)\n' \
 	$'\tif matched {\n\t\tc.check.Matched++\n\t\treturn nil\n\t}\n\treturn nil\n'
 mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
 
-# Records of version 2 (bus/audit/compact.go, bus/audit/record.go): a record
-# holds at least one event, its subject names its last, its MAC covers its
-# body, and a verdict's member is written as the record's only when the
-# record rebuilds it byte for byte.
-mutant record_has_events bus/audit/compact.go ./bus/audit \
-	$'\tif len(b.Events) == 0 {\n' \
-	$'\tif false {\n'
-mutant record_subject_names_last_event bus/audit/record.go ./bus/audit \
+# Records (bus/audit/whole.go): a record holds at least one event, its
+# subject names its last, every event is of the record's tenant, a
+# verdict after its grant.issued leaves the grant's token out, and its MAC
+# covers its body.
+mutant record_has_events bus/audit/whole.go ./bus/audit \
+	$'\tcase len(b.Events) == 0:\n' \
+	$'\tcase false:\n'
+mutant record_subject_names_last_event bus/audit/whole.go ./bus/audit \
 	'if subject != wire.AuditSubject(b.Tenant, last) {' \
 	'if false {'
+mutant record_events_of_its_tenant bus/audit/whole.go ./bus/audit \
+	'if ev.Tenant != b.Tenant {' \
+	'if false {'
+mutant record_drops_grant_token bus/audit/whole.go ./bus/audit \
+	'data = withoutMember(data, "grant")' \
+	'data = withoutMember(data, "none")'
 mutant record_mac_covers_body bus/audit/key.go ./bus/audit \
 	'return ok && hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))' \
 	'return ok || hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))'
 # verify reads a version-2 MAC with the checker's keyed HMAC: it must match
 # the body's digest, spelt the writer's way only.
-mutant verify_v2_mac_matches bus/audit/verify.go ./bus/audit \
+mutant verify_v2_mac_matches bus/audit/recordcheck.go ./bus/audit \
 	'return hmac.Equal(m.Sum(want[:0]), got[:])' \
 	'return len(m.Sum(want[:0])) == len(got)'
-mutant verify_v2_mac_strict bus/audit/verify.go ./bus/audit \
+mutant verify_v2_mac_strict bus/audit/recordcheck.go ./bus/audit \
 	'var macEncoding = base64.RawURLEncoding.Strict()' \
 	'var macEncoding = base64.RawURLEncoding'
 # The gid print matches a folded grant to the stored token by its id: only
@@ -419,14 +425,6 @@ mutant gid_print_record_has_no_grant bus/audit/quickprint.go ./bus/audit \
 mutant gid_print_needs_an_id bus/audit/quickprint.go ./bus/audit \
 	$'\t\tif gid == "" {\n\t\t\treturn p, false\n' \
 	$'\t\tif false {\n\t\t\treturn p, false\n'
-# A deny message is copied into the rebuilt policy section only when
-# encoding/json would write it so.
-mutant policy_message_canonical bus/audit/compact.go ./bus/audit \
-	'bytes.HasPrefix(rest, []byte("u003c")) ||' \
-	'bytes.HasPrefix(rest, []byte("u00")) ||'
-mutant verdict_trimmed_when_rebuilt bus/audit/compact.go ./bus/audit \
-	'if want, ok := from.member(key); ok && bytes.Equal(want, m.val) {' \
-	'if _, ok := from.member(key); ok {'
 # An event whose data is not JSON is refused before it reaches a record.
 mutant audit_event_data_json bus/audit/writer.go ./bus/audit \
 	'case len(t) > 0 && !jsonscan.Valid(t):' \

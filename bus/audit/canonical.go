@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/jsonscan"
 )
 
@@ -37,15 +38,34 @@ func decodeCanonical(body []byte) (b auditBody, ok bool) {
 		return b, false
 	}
 	c.Prev = string(prev)
-
-	s = scanner{buf: body[:at]}
-	ev := &b.AuditEvent
-	var v uint64
-	if !s.lit(`{"v":`) {
+	if b.AuditEvent, ok = readCanonicalEvent(body[:at]); !ok {
 		return b, false
 	}
+	b.Chain = &c
+	return b, true
+}
+
+// canonicalEvent reads an event of a version-3 body written exactly as
+// gated's writer writes one (appendEvent), as decodeCanonical reads a
+// version-1 body: ok is false for any other, which the strict decoder
+// then reads to the same event (FuzzDecodeCanonical).
+func canonicalEvent(raw []byte) (ev engine.AuditEvent, ok bool) {
+	if len(raw) < 2 || raw[len(raw)-1] != '}' {
+		return ev, false
+	}
+	return readCanonicalEvent(raw[:len(raw)-1])
+}
+
+// readCanonicalEvent reads an event in the canonical form from body, its
+// closing brace (or, in a version-1 body, its chain member) cut off.
+func readCanonicalEvent(body []byte) (ev engine.AuditEvent, ok bool) {
+	s := scanner{buf: body}
+	var v uint64
+	if !s.lit(`{"v":`) {
+		return ev, false
+	}
 	if v, ok = s.uint(9); !ok {
-		return b, false
+		return ev, false
 	}
 	ev.V = int(v)
 	fields := []struct {
@@ -55,35 +75,31 @@ func decodeCanonical(body []byte) (b auditBody, ok bool) {
 	}{{`,"event":`, &ev.Event, false}, {`,"tenant":`, &ev.Tenant, false}, {`,"proposal_id":`, &ev.ProposalID, true}}
 	for _, f := range fields {
 		if !s.member(f.key, f.to, f.optional) {
-			return b, false
+			return ev, false
 		}
 	}
 	if !s.lit(`,"at":`) {
-		return b, false
+		return ev, false
 	}
 	stamp, ok := s.str()
 	// The strict decoder hands time.Time the quoted literal; so does this.
 	if !ok || ev.At.UnmarshalJSON(s.last(len(stamp)+2)) != nil {
-		return b, false
+		return ev, false
 	}
 	if !s.member(`,"instance":`, &ev.Instance, true) || !s.member(`,"policy_revision":`, &ev.PolicyRevision, true) {
-		return b, false
+		return ev, false
 	}
 	if s.lit(`,"data":`) {
 		data := s.buf
 		// Valid allows white space around the value; the strict decoder
 		// leaves it out of the raw data, so the canonical reading refuses it.
 		if len(data) < 2 || data[0] != '{' || data[len(data)-1] != '}' || !jsonscan.Valid(data) {
-			return b, false
+			return ev, false
 		}
 		ev.Data = json.RawMessage(data[:len(data):len(data)])
 		s.buf = nil
 	}
-	if len(s.buf) != 0 {
-		return b, false
-	}
-	b.Chain = &c
-	return b, true
+	return ev, len(s.buf) == 0
 }
 
 // scanner reads the canonical form of a record from the front of buf.

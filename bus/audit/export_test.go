@@ -1,5 +1,11 @@
 package audit
 
+import (
+	"github.com/nats-io/nats.go"
+
+	"github.com/gated/gated/engine"
+)
+
 // Queued is how many events wait in a's writer queues, so that a
 // test can tell when a writer has taken an event.
 func Queued(a *Writer) int {
@@ -26,4 +32,16 @@ func SetVerdictWindow(t interface{ Cleanup(func()) }, recent, waiting int) {
 	r, w := recentVerdicts, waitingVerdicts
 	recentVerdicts, waitingVerdicts = recent, waiting
 	t.Cleanup(func() { recentVerdicts, waitingVerdicts = r, w })
+}
+
+// NewLegacyRecordMsg builds the stream message of a legacy record of
+// version 2, as gated wrote it before version 3: its JSON, or compressed.
+func NewLegacyRecordMsg(evs []engine.AuditEvent, c Chain, key []byte, compress bool) (*nats.Msg, error) {
+	e, err := encodeV2(evs, false)
+	if err != nil {
+		return nil, err
+	}
+	e.compress = compress
+	m, _ := e.msg(c, newAuditSigner(key))
+	return m, nil
 }

@@ -86,7 +86,7 @@ func (r *Record) macValid(key []byte) bool {
 // its hash header spells it on a version-1 record. ok is false when a
 // version-1 hash header does not spell one.
 func (r *Record) macDigest() (digest [sha256.Size]byte, ok bool) {
-	if r.V >= RecordVersion {
+	if r.V > 1 {
 		return sha256.Sum256(r.Body), true
 	}
 	raw, err := hex.DecodeString(r.Hash)
@@ -98,7 +98,7 @@ func (r *Record) macDigest() (digest [sha256.Size]byte, ok bool) {
 
 // macText is the MAC header as compared: hex is read in either case.
 func (r *Record) macText() string {
-	if r.V >= RecordVersion {
+	if r.V > 1 {
 		return r.MAC
 	}
 	return strings.ToLower(r.MAC)

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"hash"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/gated/gated"
@@ -180,4 +181,37 @@ func sumPrint(h hash.Hash, byGID bool, gid string) (p quickPrint, ok bool) {
 // a key with an escape is read unescaped.
 func mayBeGrant(key []byte) bool {
 	return bytes.EqualFold(key, []byte(`"grant"`)) || bytes.IndexByte(key, '\\') >= 0
+}
+
+// verbatimString returns the bytes of the JSON string s when encoding/json
+// writes them back as they are: printable ASCII without a quote, a
+// backslash, or the <, > and & it escapes.
+func verbatimString(s []byte) ([]byte, bool) {
+	if len(s) < 2 || s[0] != '"' || s[len(s)-1] != '"' {
+		return nil, false
+	}
+	s = s[1 : len(s)-1]
+	for _, c := range s {
+		if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			return nil, false
+		}
+	}
+	return s, true
+}
+
+// plainUint reads an unsigned integer without sign, fraction, exponent
+// or leading zero that fits in a uint64.
+func plainUint(body []byte, i int) (uint64, int, bool) {
+	j := jsonscan.Digits(body, i)
+	if j == i || j-i > 20 || (j-i > 1 && body[i] == '0') {
+		return 0, 0, false
+	}
+	if j < len(body) && (body[j] == '.' || body[j] == 'e' || body[j] == 'E') {
+		return 0, 0, false
+	}
+	n, err := strconv.ParseUint(string(body[i:j]), 10, 64)
+	if err != nil {
+		return 0, 0, false
+	}
+	return n, j, true
 }

@@ -21,7 +21,7 @@ type Query struct {
 	// Tenant keeps one tenant's messages; empty keeps all.
 	Tenant string
 	// Event keeps the records whose subject names event, that is whose
-	// last event it is; empty keeps all. A record of version 2 holds the
+	// last event it is; empty keeps all. A record of version 2 or 3 holds the
 	// events recorded together, so an event that is not a record's last
 	// (a budget refusal, a review's end beside its verdict) is found by
 	// reading every record and looking through its Events.

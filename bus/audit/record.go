@@ -49,9 +49,9 @@ type Chain struct {
 }
 
 // Record is one record of the audit stream, decoded. A record of
-// version 1 holds one event; a record of version 2 (RecordVersion) the
-// events of one proposal that gated recorded together. Events gives them
-// alike.
+// version 1 holds one event; a record of version 3 (RecordVersion), or of
+// the legacy version 2, the events of one proposal that gated recorded
+// together. Events gives them alike.
 type Record struct {
 	// Seq is the stream sequence, Stored the stream's timestamp; both are
 	// zero for a record that was not read from the stream.
@@ -60,7 +60,7 @@ type Record struct {
 	// Subject is gated.audit.<tenant>.<event>, the event being the
 	// record's last.
 	Subject string
-	// V is the record's schema version: 1 or RecordVersion.
+	// V is the record's schema version: 1, 2 or RecordVersion.
 	V int
 	// Tenant and ProposalID are the envelope every event of the record
 	// shares.
@@ -70,23 +70,22 @@ type Record struct {
 	// Body is the record exactly as stored.
 	Body []byte
 	// Hash is the Gated-Audit-Hash header of a version-1 record as
-	// written, which Verify checks against the body; a version-2 record
-	// has none (its hash is the body's SHA-256, computed).
+	// written, which Verify checks against the body; a later record has
+	// none (its hash is the body's SHA-256, computed).
 	Hash string
 	// MAC and KeyID are the Gated-Audit-Mac and Gated-Audit-Key headers;
 	// empty for a record written without a key. A version-1 MAC is in hex,
-	// a version-2 one in unpadded base64url.
+	// a later one in unpadded base64url.
 	MAC   string
 	KeyID string
 
 	events []engine.AuditEvent
 }
 
-// Events returns the record's events in the order recorded, each as a
-// version-1 record of its own would hold it: a version-2 record's shared
-// members are put back into every event (see docs/AUDIT.md for what a
-// version-2 record keeps of a grant). Every reader of the stream reads
-// records through it. The slice is the record's: do not modify it.
+// Events returns the record's events in the order recorded, each whole:
+// as a record of version 3 stores it, and as a legacy record of version 2
+// rebuilds it (legacy.go). Every reader of the stream reads records
+// through it. The slice is the record's: do not modify it.
 func (r *Record) Events() []engine.AuditEvent { return r.events }
 
 // Last returns the record's last event, the one its subject names.
@@ -122,7 +121,7 @@ type auditBody struct {
 
 // DecodeRecord decodes a message of the audit stream. It checks the
 // form of a record — a JSON object of a known version, or a version-2
-// object compressed as one zstd frame, its chain link,
+// or 3 object compressed as one zstd frame, its chain link,
 // events of the event schema, the subject that names the tenant and the
 // last event, a hash header on a version-1 record — but not whether the
 // hash matches, nor the MAC, nor the chain: those are Verify's, which
@@ -149,13 +148,13 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 		if err != nil {
 			return bad("%v", err)
 		}
-		return decodeV2(subject, hdr, body, js, events)
+		return decodeGrouped(subject, hdr, body, js, events)
 	}
 	if t := bytes.TrimSpace(body); len(t) == 0 || t[0] != '{' {
 		return bad("body is neither a JSON object nor a zstd frame")
 	}
-	if bodyVersion(body) == RecordVersion {
-		return decodeV2(subject, hdr, body, body, events)
+	if v := bodyVersion(body); v == RecordVersion || v == legacyVersion {
+		return decodeGrouped(subject, hdr, body, body, events)
 	}
 	b, ok := decodeCanonical(body)
 	if !ok {
@@ -169,7 +168,7 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 	ev := b.AuditEvent
 	switch {
 	case ev.V != gated.SchemaVersion:
-		return bad("schema version %d, want %d or %d", ev.V, gated.SchemaVersion, RecordVersion)
+		return bad("schema version %d, want %d, %d or %d", ev.V, RecordVersion, legacyVersion, gated.SchemaVersion)
 	case !validAuditTenant(ev.Tenant):
 		return bad("tenant %q is not a tenant token", ev.Tenant)
 	case !validEventName(ev.Event):
@@ -233,24 +232,31 @@ type decodeScratch struct {
 	json, events []byte
 }
 
+// decodeGrouped decodes a record of version 2 or later: body as stored,
+// js its JSON (body itself, or body decompressed), scratch where a
+// version-2 record's expanded events may go.
+func decodeGrouped(subject string, hdr nats.Header, body, js []byte, scratch *[]byte) (*Record, error) {
+	if bodyVersion(js) == legacyVersion {
+		return decodeV2(subject, hdr, body, js, scratch)
+	}
+	return decodeV3(subject, hdr, body, js)
+}
+
 // decodeV2 decodes a version-2 record: body as stored, js its JSON (body
 // itself, or body decompressed).
 func decodeV2(subject string, hdr nats.Header, body, js []byte, scratch *[]byte) (*Record, error) {
 	bad := func(format string, args ...any) (*Record, error) {
 		return nil, fmt.Errorf("%w: %s", ErrInvalidRecord, fmt.Sprintf(format, args...))
 	}
-	b, ok := scanV2(js)
-	if !ok {
-		b = recordV2{}
-		if err := strictjson.Decode(js, &b); errors.Is(err, strictjson.ErrTrailingData) {
-			return bad("body: data after the JSON object")
-		} else if err != nil {
-			return bad("body: %v", err)
-		}
+	var b recordV2
+	if err := strictjson.Decode(js, &b); errors.Is(err, strictjson.ErrTrailingData) {
+		return bad("body: data after the JSON object")
+	} else if err != nil {
+		return bad("body: %v", err)
 	}
 	switch {
-	case b.V != RecordVersion:
-		return bad("schema version %d, want %d", b.V, RecordVersion)
+	case b.V != legacyVersion:
+		return bad("schema version %d, want %d", b.V, legacyVersion)
 	case !validAuditTenant(b.Tenant):
 		return bad("tenant %q is not a tenant token", b.Tenant)
 	}
@@ -265,17 +271,27 @@ func decodeV2(subject string, hdr nats.Header, body, js []byte, scratch *[]byte)
 	if subject != wire.AuditSubject(b.Tenant, last) {
 		return bad("subject %s does not name the body's tenant %q and last event %q", subject, b.Tenant, last)
 	}
-	r := &Record{Subject: subject, V: RecordVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Chain: *b.Chain, Body: body, events: evs}
+	r := &Record{Subject: subject, V: legacyVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Chain: *b.Chain, Body: body, events: evs}
+	if err := groupedHeaders(r, hdr); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// groupedHeaders reads the headers of a record of version 2 or later into
+// r: a MAC and its key id, together, and no hash header (the hash is the
+// body's SHA-256, computed). The error wraps ErrInvalidRecord.
+func groupedHeaders(r *Record, hdr nats.Header) error {
 	if hdr != nil {
 		r.MAC, r.KeyID = hdr.Get(wire.AuditMACHeader), hdr.Get(wire.AuditKeyHeader)
 		if h := hdr.Get(wire.AuditHashHeader); h != "" {
-			return bad("a version-%d record has no %s header", RecordVersion, wire.AuditHashHeader)
+			return fmt.Errorf("%w: a version-%d record has no %s header", ErrInvalidRecord, r.V, wire.AuditHashHeader)
 		}
 	}
 	if (r.MAC == "") != (r.KeyID == "") {
-		return bad("%s and %s go together", wire.AuditMACHeader, wire.AuditKeyHeader)
+		return fmt.Errorf("%w: %s and %s go together", ErrInvalidRecord, wire.AuditMACHeader, wire.AuditKeyHeader)
 	}
-	return r, nil
+	return nil
 }
 
 // KeyID names a key in the Gated-Audit-Key header without revealing
@@ -360,8 +376,8 @@ type encodedEvent struct {
 	v       int
 	tenant  string
 	subject string
-	// compress stores the body as a zstd frame of its JSON (version 2
-	// only).
+	// compress stores the body as a zstd frame of its JSON (versions 2
+	// and 3 only).
 	compress bool
 	pre      []byte
 	post     []byte
@@ -378,18 +394,12 @@ func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 	if !validEventName(ev.Event) {
 		return encodedEvent{}, fmt.Errorf("audit event name %q is not an event name", ev.Event)
 	}
-	switch t := bytes.TrimSpace(ev.Data); {
-	case len(t) == 0, string(t) == "null":
-		ev.Data = nil
-	case t[0] != '{':
-		// Every record's data is an object; anything else is kept whole.
-		wrapped, err := json.Marshal(map[string]json.RawMessage{"detail": t})
-		if err != nil {
-			return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
-		}
-		ev.Data = wrapped
+	data, err := normalizeData(ev, false)
+	if err != nil {
+		return encodedEvent{}, err
 	}
-	data, err := appendEvent(make([]byte, 0, len(ev.Data)+256), ev)
+	ev.Data = data
+	data, err = appendEvent(make([]byte, 0, len(ev.Data)+256), ev)
 	if err != nil {
 		return encodedEvent{}, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
 	}
@@ -398,7 +408,7 @@ func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 
 // appendEvent appends ev as encoding/json writes an engine.AuditEvent,
 // without its reflection: members in the struct's order, empty optional
-// ones left out, the data compacted. The data must be valid JSON.
+// ones left out. The data must be as normalizeData makes it.
 func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, int64(ev.V), 10)
@@ -426,11 +436,7 @@ func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
 	}
 	if len(ev.Data) > 0 {
 		dst = append(dst, `,"data":`...)
-		buf := bytes.NewBuffer(dst)
-		if err := json.Compact(buf, ev.Data); err != nil {
-			return nil, fmt.Errorf("data is not JSON: %w", err)
-		}
-		dst = buf.Bytes()
+		dst = append(dst, ev.Data...)
 	}
 	return append(dst, '}'), nil
 }
@@ -455,7 +461,7 @@ func (e encodedEvent) appendBody(out []byte, c Chain) []byte {
 // the digest of its body.
 func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte) {
 	m := nats.NewMsg(e.subject)
-	if e.compress && e.v == RecordVersion {
+	if e.compress && e.v > 1 {
 		p := blocks.Get().(*[]byte)
 		js := e.appendBody((*p)[:0], c)
 		if len(js) <= MaxRecordJSON {
@@ -478,7 +484,7 @@ func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte)
 // NewMsg builds the stream message of a version-1 record: ev with chain
 // link c, hashed, and MACed under key when key is not empty. It is
 // exported for tools and tests that write or check records of the first
-// version; gated's Writer writes version-2 records (NewRecordMsg).
+// version; gated's Writer writes version-3 records (NewRecordMsg).
 func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	e, err := encodeEvent(ev)
 	if err != nil {
@@ -488,7 +494,7 @@ func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	return m, nil
 }
 
-// NewRecordMsg builds the stream message of a version-2 record of evs,
+// NewRecordMsg builds the stream message of a version-3 record of evs,
 // events of one tenant and proposal in the order recorded, with chain
 // link c, MACed under key when key is not empty, its body stored as its
 // JSON, as a Writer configured Uncompressed writes it.

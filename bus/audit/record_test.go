@@ -86,7 +86,7 @@ func TestDecodeAuditRecord(t *testing.T) {
 		{note: "trailing close brace", subject: subject, hdr: hdr(hash, zeros), body: body + "}", want: "after the JSON object"},
 		{note: "trailing close bracket", subject: subject, hdr: hdr(hash, zeros), body: body + "]", want: "after the JSON object"},
 		{note: "unknown member", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":1,"x":2`, 1), want: "unknown field"},
-		{note: "schema version", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":3`, 1), want: "schema version"},
+		{note: "schema version", subject: subject, hdr: hdr(hash, zeros), body: strings.Replace(body, `"v":1`, `"v":4`, 1), want: "schema version"},
 		{note: "a version-1 body labelled version 2", subject: subject, body: strings.Replace(body, `"v":1`, `"v":2`, 1), want: "unknown field"},
 		{note: "bad tenant", subject: "gated.audit.ACME.verdict.decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `"acme"`, `"ACME"`, 1), want: "tenant"},
 		{note: "bad event", subject: "gated.audit.acme.verdict..decided", hdr: hdr(hash, zeros), body: strings.Replace(body, `verdict.decided`, `verdict..decided`, 1), want: "event"},
@@ -220,7 +220,7 @@ func FuzzParseKey(f *testing.F) {
 	})
 }
 
-// withoutTokens is evs as a version-2 record gives them back: a verdict
+// withoutTokens is evs as a record gives them back: a verdict
 // that follows its grant.issued event keeps the grant's id, not its token.
 func withoutTokens(evs []engine.AuditEvent) []engine.AuditEvent {
 	out := make([]engine.AuditEvent, len(evs))
@@ -234,8 +234,18 @@ func withoutTokens(evs []engine.AuditEvent) []engine.AuditEvent {
 			delete(d, "grant")
 			out[i].Data, _ = json.Marshal(d)
 		}
-		// The folded grant.issued event takes its verdict's time.
-		out[i-1].At = out[i].At
+	}
+	return out
+}
+
+// legacyFolded is withoutTokens with the time a legacy record of version
+// 2 gives a grant.issued event it folded into its verdict: the verdict's.
+func legacyFolded(evs []engine.AuditEvent) []engine.AuditEvent {
+	out := withoutTokens(evs)
+	for i := 1; i < len(out); i++ {
+		if out[i].Event == engine.EventVerdict && out[i-1].Event == engine.EventGrantIssued {
+			out[i-1].At = out[i].At
+		}
 	}
 	return out
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"cmp"
 	"context"
-	"encoding/json"
 	"math"
 	"slices"
 	"time"
@@ -252,7 +251,7 @@ func (e *Entry) DecodeIfTracked() bool {
 		e.Decode()
 		return true
 	}
-	e.Record, e.Err = decodeV2(e.Subject, e.Header, e.Data, js, nil)
+	e.Record, e.Err = decodeGrouped(e.Subject, e.Header, e.Data, js, nil)
 	if e.Record != nil {
 		e.Record.Seq, e.Record.Stored = e.Seq, e.Stored
 	}
@@ -270,31 +269,12 @@ func (t *TrackRecord) Add(r *Record) {
 	}
 }
 
-// trackedVerdict is what a track record reads of a verdict: its
-// reviewers and how it ended, not the reviews' texts, gates and notes,
-// which are most of a reviewed verdict's bytes.
-type trackedVerdict struct {
-	ProposalID  string             `json:"proposal_id"`
-	Outcome     gated.Outcome      `json:"outcome"`
-	Stage       gated.Stage        `json:"stage"`
-	DuplicateOf string             `json:"duplicate_of"`
-	Operator    *gated.OperatorRef `json:"operator_decision"`
-	Reviews     []struct {
-		Plugin        string               `json:"plugin"`
-		PluginVersion string               `json:"plugin_version"`
-		Persona       string               `json:"persona"`
-		Model         string               `json:"model"`
-		Decision      gated.ReviewDecision `json:"decision"`
-		LatencyMS     float64              `json:"latency_ms"`
-	} `json:"reviews"`
-}
-
 // addEvent folds one event into the track record.
 func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventVerdict:
-		var v trackedVerdict
-		if json.Unmarshal(ev.Data, &v) != nil || v.ProposalID == "" || len(v.Reviews) == 0 {
+		v, err := engine.DecodeAuditData[gated.Verdict](ev)
+		if err != nil || v.ProposalID == "" || len(v.Reviews) == 0 {
 			// A verdict without reviews (the policy's) counts for no
 			// reviewer: it is not kept, so it takes no reviewed
 			// proposal's place under Limit.
@@ -314,11 +294,8 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 			p.approvedByReview = true
 		}
 	case engine.EventGrantOutcome:
-		var d struct {
-			ProposalID string `json:"proposal_id"`
-			Status     string `json:"status"`
-		}
-		if json.Unmarshal(ev.Data, &d) != nil || d.ProposalID == "" {
+		d, err := engine.DecodeAuditData[engine.GrantOutcomeData](ev)
+		if err != nil || d.ProposalID == "" {
 			return
 		}
 		// The constants are kept, not the decoded copies.
@@ -329,15 +306,12 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 			t.proposal(ev.Tenant, d.ProposalID).final = gated.ExecutionFailed
 		}
 	case engine.EventOperatorDecided:
-		var d struct {
-			Decision string `json:"decision"`
-			Outcome  string `json:"outcome"`
-		}
-		if json.Unmarshal(ev.Data, &d) != nil || ev.ProposalID == "" {
+		d, err := engine.DecodeAuditData[engine.OperatorDecidedData](ev)
+		if err != nil || ev.ProposalID == "" {
 			return
 		}
 		decision := gated.DecisionReject
-		if d.Decision == string(gated.DecisionApprove) || (d.Decision == "" && d.Outcome == string(gated.OutcomeApproved)) {
+		if d.Decision == string(gated.DecisionApprove) || (d.Decision == "" && d.Outcome == gated.OutcomeApproved) {
 			decision = gated.DecisionApprove
 		}
 		t.proposal(ev.Tenant, ev.ProposalID).operator = decision

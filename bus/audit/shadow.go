@@ -30,10 +30,7 @@ var shadowKinds = []string{engine.ShadowDiffError, engine.ShadowDiffOutcome, eng
 // ErrInvalidRecord.
 func DecodeShadowDiffers(data []byte) (ShadowDifference, error) {
 	var d struct {
-		Action       string `json:"action"`
-		Operator     string `json:"operator"`
-		Delivery     int    `json:"delivery"`
-		PolicyEvalUS int64  `json:"policy_eval_us"`
+		engine.AuditHead
 		engine.ShadowComparison
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
@@ -120,10 +117,8 @@ func (s *ShadowSummary) Add(e Entry) {
 func (s *ShadowSummary) addEvent(seq uint64, ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventPolicyDecided:
-		var d struct {
-			ShadowRevision string `json:"shadow_revision"`
-		}
-		if json.Unmarshal(ev.Data, &d) != nil || d.ShadowRevision == "" {
+		d, err := engine.DecodeAuditData[engine.PolicyDecidedData](ev)
+		if err != nil || d.ShadowRevision == "" {
 			return
 		}
 		s.Decisions++

@@ -9,7 +9,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 )
 
-// A body of version 2 is stored either as its JSON or as one zstd frame
+// A body of version 2 or 3 is stored either as its JSON or as one zstd frame
 // (RFC 8878) of that JSON, no dictionary and no checksum: the body's
 // SHA-256 in the next record's chain link and its MAC already cover every
 // byte stored. The two tell themselves apart by their first byte, '{'
@@ -76,7 +76,7 @@ func compressBody(dst, body []byte) []byte {
 
 // errNotRecordFrame is why a body that starts as a zstd frame is not a
 // record's: it is not one frame alone, names a dictionary, does not
-// decompress within MaxRecordJSON, or holds no version-2 JSON object.
+// decompress within MaxRecordJSON, or holds no JSON object of version 2 or 3.
 var errNotRecordFrame = errors.New("compressed body")
 
 // recordJSON returns the JSON of a record's body: body itself when it is
@@ -104,8 +104,8 @@ func recordJSON(body []byte, buf *[]byte) ([]byte, error) {
 	if buf != nil && cap(out) <= maxKeptScratch {
 		*buf = out[:0]
 	}
-	if !bytes.HasPrefix(out, v2Start) {
-		return nil, fmt.Errorf("%w: does not hold a record of version %d, the only version stored compressed", errNotRecordFrame, RecordVersion)
+	if !bytes.HasPrefix(out, v3Start) && !bytes.HasPrefix(out, v2Start) {
+		return nil, fmt.Errorf("%w: does not hold a record of version %d or %d, the versions stored compressed", errNotRecordFrame, RecordVersion, legacyVersion)
 	}
 	return out, nil
 }

@@ -1,7 +1,6 @@
 package notify
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -11,16 +10,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
-)
-
-// The plugin host's events that say a reviewer plugin is down. They are
-// package plugins' EventPluginExited, EventPluginUnhealthy and
-// EventPluginRefused (TestPluginEventNames holds them to it), spelled here
-// so that the notifier does not import the plugin host.
-const (
-	eventPluginExited    = "plugin.exited"
-	eventPluginUnhealthy = "plugin.unhealthy"
-	eventPluginRefused   = "plugin.refused"
 )
 
 // SchemaVersion is the "v" of a Notification.
@@ -52,40 +41,38 @@ type Notification struct {
 	Data json.RawMessage `json:"data,omitempty"`
 }
 
-// recordData is what Classify reads of a record's data.
+// recordData is what Classify reads of an event's data, through the
+// event's type (engine.NewAuditEventData): members of unexpected types are
+// left at their zero values, as a record gated wrote always decodes.
 type recordData struct {
-	Action   string          `json:"action"`
-	Outcome  string          `json:"outcome"`
-	Reason   string          `json:"reason"`
-	Stage    string          `json:"stage"`
-	Awaiting json.RawMessage `json:"awaiting_operator"`
-	Deadline string          `json:"deadline"`
-	Rule     string          `json:"rule"`
-	Run      *struct {
-		RunID    string   `json:"run_id"`
-		Round    int      `json:"round"`
-		Next     string   `json:"next"`
-		Awaiting []string `json:"awaiting_operator"`
-	} `json:"run"`
-	Plugin  string `json:"plugin"`
-	Misses  int    `json:"misses"`
-	Error   string `json:"error"`
-	Why     string `json:"why"`
-	Problem string `json:"problem"`
-	Seq     uint64 `json:"seq"`
+	head     engine.AuditHead
+	verdict  gated.Verdict
+	awaited  engine.OperatorAwaitedData
+	plugin   engine.PluginEventData
+	verified engine.AuditVerificationFailedData
 }
 
-// held tells whether a verdict's data says it waits for an operator.
+func readData(ev engine.AuditEvent) recordData {
+	var d recordData
+	d.head, _ = engine.DecodeAuditData[engine.AuditHead](ev)
+	switch ev.Event {
+	case engine.EventVerdict:
+		d.verdict, _ = engine.DecodeAuditData[gated.Verdict](ev)
+	case engine.EventOperatorAwaited:
+		d.awaited, _ = engine.DecodeAuditData[engine.OperatorAwaitedData](ev)
+	case engine.EventPluginExited, engine.EventPluginUnhealthy, engine.EventPluginRefused:
+		d.plugin, _ = engine.DecodeAuditData[engine.PluginEventData](ev)
+	case engine.EventAuditVerificationFailed:
+		d.verified, _ = engine.DecodeAuditData[engine.AuditVerificationFailedData](ev)
+	}
+	return d
+}
+
+// held tells whether a verdict waits for an operator.
 func (d *recordData) held() bool {
-	if d.Run != nil && len(d.Run.Awaiting) > 0 {
-		return true
-	}
-	a := bytes.TrimSpace(d.Awaiting)
-	switch string(a) {
-	case "", "null", `""`, "[]", "{}", "false":
-		return false
-	}
-	return true
+	v := &d.verdict
+	return v.AwaitingOperator != nil && *v.AwaitingOperator != (gated.OperatorHold{}) ||
+		v.Run != nil && len(v.Run.AwaitingOperator) > 0
 }
 
 // Classify maps an audit record to the notification it makes, if any:
@@ -114,58 +101,53 @@ func Classify(r *audit.Record) (Notification, bool) {
 
 // classifyEvent is Classify for one event of the record at seq.
 func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
-	var d recordData
-	if len(ev.Data) > 0 {
-		// Members of unexpected types are left at their zero values:
-		// a record gated wrote always decodes.
-		_ = json.Unmarshal(ev.Data, &d)
-	}
+	d := readData(ev)
 	n := Notification{
 		V: SchemaVersion, ID: "audit-" + strconv.FormatUint(seq, 10), Tenant: ev.Tenant,
-		ProposalID: ev.ProposalID, Action: d.Action, At: ev.At.UTC(), Event: ev.Event, AuditSeq: seq, Data: ev.Data,
+		ProposalID: ev.ProposalID, Action: d.head.Action, At: ev.At.UTC(), Event: ev.Event, AuditSeq: seq, Data: ev.Data,
 	}
-	subject := proposalName(ev.Tenant, ev.ProposalID, d.Action)
+	subject := proposalName(ev.Tenant, ev.ProposalID, d.head.Action)
 	switch ev.Event {
 	case engine.EventOperatorAwaited:
 		n.Kind = KindAwaitingOperator
 		n.Summary = subject + " waits for an operator"
-		if d.Deadline != "" {
-			n.Summary += " until " + d.Deadline
+		if !d.awaited.Deadline.IsZero() {
+			n.Summary += " until " + d.awaited.Deadline.Format(time.RFC3339Nano)
 		}
-		if why := firstLine(d.Reason); why != "" {
+		if why := firstLine(d.awaited.Reason); why != "" {
 			n.Summary += ": " + why
 		}
 	case engine.EventVerdict:
 		switch {
-		case d.Outcome == string(gated.OutcomeTimeout):
+		case d.verdict.Outcome == gated.OutcomeTimeout:
 			n.Kind = KindTimeout
 			n.Summary = subject + " timed out"
-		case d.Run != nil && d.Run.Next == gated.NextEscalation:
+		case d.verdict.Run != nil && d.verdict.Run.Next == gated.NextEscalation:
 			n.Kind = KindEscalation
-			n.Summary = fmt.Sprintf("run %s of %s is escalated to a human after round %d", d.Run.RunID, ev.Tenant, d.Run.Round)
+			n.Summary = fmt.Sprintf("run %s of %s is escalated to a human after round %d", d.verdict.Run.RunID, ev.Tenant, d.verdict.Run.Round)
 		case d.held():
 			return Notification{}, false
 		default:
 			n.Kind = KindDecided
-			n.Summary = subject + " is " + d.Outcome
+			n.Summary = subject + " is " + string(d.verdict.Outcome)
 		}
-		if why := firstLine(d.Reason); why != "" {
+		if why := firstLine(d.verdict.Reason); why != "" {
 			n.Summary += ": " + why
 		}
-	case eventPluginExited, eventPluginUnhealthy, eventPluginRefused:
+	case engine.EventPluginExited, engine.EventPluginUnhealthy, engine.EventPluginRefused:
 		n.Kind = KindPluginDown
 		what := map[string]string{
-			eventPluginExited:    "exited",
-			eventPluginUnhealthy: "missed its health checks and is relaunched",
-			eventPluginRefused:   "was refused at launch",
+			engine.EventPluginExited:    "exited",
+			engine.EventPluginUnhealthy: "missed its health checks and is relaunched",
+			engine.EventPluginRefused:   "was refused at launch",
 		}[ev.Event]
-		n.Summary = fmt.Sprintf("reviewer plugin %s %s", orUnknown(d.Plugin), what)
-		if why := firstLine(d.Why + "\n" + d.Error); why != "" {
+		n.Summary = fmt.Sprintf("reviewer plugin %s %s", orUnknown(d.plugin.Plugin), what)
+		if why := firstLine(d.plugin.Why + "\n" + d.plugin.Error); why != "" {
 			n.Summary += ": " + why
 		}
 	case engine.EventAuditVerificationFailed:
 		n.Kind = KindAuditVerificationFailed
-		n.Summary = fmt.Sprintf("audit stream message %d did not verify: %s", d.Seq, firstLine(d.Problem))
+		n.Summary = fmt.Sprintf("audit stream message %d did not verify: %s", d.verified.Seq, firstLine(d.verified.Problem))
 	default:
 		return Notification{}, false
 	}

@@ -28,7 +28,7 @@ func TestClassify(t *testing.T) {
 			want: notify.KindEscalation, summary: "run r9 of acme is escalated to a human after round 3"},
 		{note: "continuation is decided", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"rejected","run":{"run_id":"r9","round":1,"next":"continuation"}}`,
 			want: notify.KindDecided},
-		{note: "held action verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":"listed action"}`},
+		{note: "held action verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z","reason":"listed action"}}`},
 		{note: "held run verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","run":{"awaiting_operator":["c1"]}}`},
 		{note: "empty awaiting is not held", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":""}`,
 			want: notify.KindDecided},
@@ -149,4 +149,21 @@ func TestVerifySignature(t *testing.T) {
 	if want := "v1=6c9e4b52a66e4a741db057bd2341eee60406e37a8d853fb686860bda92e0907f"; sig != want {
 		t.Errorf("signature %q, want %q", sig, want)
 	}
+}
+
+// FuzzClassify: Classify reads any event's data through the event's type
+// without failing, and a notification it makes names the record.
+func FuzzClassify(f *testing.F) {
+	f.Add(engine.EventVerdict, `{"outcome":"timeout","reason":"late"}`)
+	f.Add(engine.EventVerdict, `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z"}}`)
+	f.Add(engine.EventVerdict, `{"outcome":"rejected","run":{"run_id":"r","round":2,"next":"escalation","awaiting_operator":[1]}}`)
+	f.Add(engine.EventOperatorAwaited, `{"deadline":"not a time","reason":7}`)
+	f.Add(engine.EventPluginExited, `{"plugin":["x"],"why":"a\nb"}`)
+	f.Add(engine.EventAuditVerificationFailed, `{"seq":-1,"problem":null}`)
+	f.Fuzz(func(t *testing.T, event, data string) {
+		r := audit.NewRecord(9, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p1", Data: json.RawMessage(data)})
+		if n, ok := notify.Classify(r); ok && (n.AuditSeq != 9 || n.Event != event || n.Summary == "") {
+			t.Fatalf("notification %+v of %s %s", n, event, data)
+		}
+	})
 }

@@ -231,7 +231,7 @@ func TestNotifierDeliversSignedNotifications(t *testing.T) {
 		Data: data(t, map[string]any{"outcome": "rejected", "reason": "round 3 failed", "run": map[string]any{"run_id": "r1", "round": 3, "next": "escalation"}})})
 	// A held verdict makes no notification of its own: operator.awaited does.
 	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-held",
-		Data: data(t, map[string]any{"outcome": "blocked", "reason": "held", "awaiting_operator": "tenant_wide destructive change"})})
+		Data: data(t, map[string]any{"outcome": "blocked", "reason": "held", "awaiting_operator": map[string]any{"deadline": deadline, "reason": "tenant_wide destructive change"}})})
 	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-ok",
 		Data: data(t, map[string]any{"action": "host_list_services", "outcome": "approved", "reason": "read"})})
 	// Another tenant's: only the unscoped sink and globex's get it.

@@ -579,7 +579,7 @@ func TestServeAuditCompress(t *testing.T) {
 		want []byte
 	}{
 		{nil, []byte{0x28, 0xb5, 0x2f, 0xfd}},
-		{[]string{"--audit-compress=false"}, []byte(`{"v":2,`)},
+		{[]string{"--audit-compress=false"}, []byte(`{"v":3,`)},
 	} {
 		s := bustest.Server(t)
 		_, js := bustest.Connect(t, s)

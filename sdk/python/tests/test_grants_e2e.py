@@ -45,8 +45,12 @@ def record_json(data: bytes) -> dict[str, Any]:
 
 
 def record_events(r: dict[str, Any]) -> list[dict[str, Any]]:
-    """The events of an audit record: a record of version 2 holds several
-    under one envelope (docs/AUDIT.md); one of version 1 is its event."""
+    """The events of an audit record: a record of version 3 holds several,
+    each whole, and one of version 2 several under one envelope
+    (docs/AUDIT.md); one of version 1 is its event."""
+    if r.get("v") == 3:
+        events: list[dict[str, Any]] = r.get("events", [])
+        return events
     if r.get("v") != 2:
         return [r]
     return [{**e, "tenant": r.get("tenant"), "proposal_id": r.get("proposal_id")} for e in r.get("events", [])]

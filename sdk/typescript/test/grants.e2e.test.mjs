@@ -39,11 +39,15 @@ after(async () => {
 });
 
 /**
- * The events of an audit record: a record of version 2 holds several under
- * one envelope, and folds grant.issued into its verdict's grant member
- * (docs/AUDIT.md); one of version 1 is its event.
+ * The events of an audit record: a record of version 3 holds several, each
+ * whole; one of version 2 several under one envelope, and folds grant.issued
+ * into its verdict's grant member (docs/AUDIT.md); one of version 1 is its
+ * event.
  */
 function recordEvents(r) {
+  if (r.v === 3) {
+    return r.events;
+  }
   if (r.v !== 2) {
     return [r];
   }
@@ -76,10 +80,7 @@ async function grantAudit(id, want) {
   while (Date.now() < deadline) {
     const batch = await c.fetch({ max_messages: 256, expires: 1000 });
     for await (const m of batch) {
-      const r = recordJSON(m.data);
-      if (r.proposal_id === id) {
-        records.push(...recordEvents(r).filter((e) => e.event.startsWith("grant.")));
-      }
+      records.push(...recordEvents(recordJSON(m.data)).filter((e) => e.proposal_id === id && e.event.startsWith("grant.")));
     }
     if (want(records)) {
       return records;

@@ -2,7 +2,6 @@ package audit
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -42,14 +40,14 @@ func scanV2Events() [][]engine.AuditEvent {
 	}
 }
 
-// FuzzScanV2 holds the one-pass reading of version-2 bodies to the strict
-// decoder's: a body scanV2 accepts decodes strictly to the same recordV2,
-// and DecodeRecord gives the same events as the strict decoding expanded,
-// or refuses what it refuses. Seeds are gated's records and the forms an
-// attacker would try where two readings could part: a key twice, a key
-// with an escape or in another case, "chain" and "events" inside data, an
-// event's own head, omit lists naming what the head lacks, white space.
-func FuzzScanV2(f *testing.F) {
+// FuzzScanV3 holds the one-pass reading of version-3 bodies to the strict
+// decoder's: a body scanV3 accepts decodes strictly to the same recordV3,
+// and DecodeRecord gives the events the strict decoder reads, or refuses
+// what it refuses. Seeds are gated's records and the forms an attacker
+// would try where two readings could part: a key twice, a key with an
+// escape or in another case, "chain" and "events" inside data, an event of
+// another tenant or proposal, white space.
+func FuzzScanV3(f *testing.F) {
 	for _, evs := range scanV2Events() {
 		e, err := encodeRecord(evs, false)
 		if err != nil {
@@ -61,22 +59,15 @@ func FuzzScanV2(f *testing.F) {
 			{`"tenant":"acme"`, `"tenant":"acme","tenant":"evil"`},
 			{`"tenant":"acme"`, `"ten\u0061nt":"acme"`},
 			{`"tenant":"acme"`, `"Tenant":"acme"`},
+			{`,"tenant":"acme","proposal_id"`, `,"tenant":"beta","proposal_id"`},
 			{`"proposal_id":"p1"`, `"proposal_id":"p1","proposal_id":"p9"`},
+			{`"proposal_id":"p1"`, `"proposal_id":"p9"`},
 			{`"events":[`, `"events":[{"event":"verdict.decided","at":"2025-01-02T03:04:05Z"}],"events":[`},
 			{`"data":{`, `"data":{"chain":{"n":9,"prev":""},"events":[],`},
-			{`"data":{`, `"data":{"action":"other",`},
-			{`"omit":["policy_eval_us"]`, `"omit":["policy_eval_us","bytes"]`},
-			{`"omit":["policy_eval_us"]`, `"omit":[]`},
-			{`"omit":["policy_eval_us"]`, `"head":{"action":"x"}`},
-			{`"at":`, `"omit":["action"],"at":`},
-			{`"head":{"action"`, `"head":{"operator":"mallory","action"`},
-			{`"head":{`, `"head":{"bytes":1,`},
-			{`"head":{"action":"host_restart_service"`, `"head":null,"x":{"action":"host_restart_service"`},
-			{`,"verbatim":true`, ``},
-			{`"data":{"operator":"bob"`, `"verbatim":true,"data":{"operator":"bob"`},
-			{`"grant":{"gid":"g1"`, `"grant":{"gid":"g1","gid":"g2"`},
 			{`"v":1,`, `"v":1 ,`},
+			{`"v":1,`, `"v":2,`},
 			{`]}`, `] }`},
+			{`]}`, `],"chain":{"n":1,"prev":""}}`},
 			{`"n":3`, `"n":03`},
 			{`"n":3`, `"n":18446744073709551616`},
 			{`"at":"2025-01-02T03:04:05.121Z"`, `"at":"2025-01-02T03:04:05.121+00:00"`},
@@ -91,66 +82,119 @@ func FuzzScanV2(f *testing.F) {
 		f.Add(e.subject, append(bytes.Clone(body), '}'))
 	}
 	f.Fuzz(func(t *testing.T, subject string, body []byte) {
-		var strict recordV2
+		var strict recordV3
 		strictErr := strictjson.Decode(body, &strict)
-		fast, ok := scanV2(body)
+		fast, ok := scanV3(body)
 		if ok {
 			if strictErr != nil {
-				t.Fatalf("scanV2 reads a body the strict decoder refuses (%v):\n%s", strictErr, body)
+				t.Fatalf("scanV3 reads a body the strict decoder refuses (%v):\n%s", strictErr, body)
 			}
 			if !reflect.DeepEqual(fast, strict) {
-				t.Fatalf("scanV2 reads\n%+v\nthe strict decoder\n%+v\nfrom\n%s", fast, strict, body)
+				t.Fatalf("scanV3 reads\n%+v\nthe strict decoder\n%+v\nfrom\n%s", fast, strict, body)
 			}
 		}
 		if bodyVersion(body) != RecordVersion {
 			return
 		}
 		r, err := DecodeRecord(subject, nil, body)
-		if strictErr != nil {
-			if err == nil {
-				t.Fatalf("DecodeRecord reads a body the strict decoder refuses (%v):\n%s", strictErr, body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRecord) {
+				t.Fatalf("DecodeRecord's error %v does not wrap ErrInvalidRecord", err)
 			}
 			return
 		}
-		want, wantErr := expandV2(&strict, nil)
-		switch {
-		case wantErr == nil && strict.V == RecordVersion && validAuditTenant(strict.Tenant) && checkChain(strict.Chain) == nil &&
-			subject == wire.AuditSubject(strict.Tenant, strict.Events[len(strict.Events)-1].Event):
-			if err != nil {
-				t.Fatalf("DecodeRecord refuses (%v) a record the strict decoder reads:\n%s", err, body)
+		if strictErr != nil {
+			t.Fatalf("DecodeRecord reads a body the strict decoder refuses (%v):\n%s", strictErr, body)
+		}
+		if len(r.Events()) != len(strict.Events) {
+			t.Fatalf("DecodeRecord reads %d events, the strict decoder %d", len(r.Events()), len(strict.Events))
+		}
+		for i, raw := range strict.Events {
+			var want engine.AuditEvent
+			if err := strictjson.Decode(raw, &want); err != nil {
+				t.Fatalf("DecodeRecord reads event %d, which the strict decoder refuses (%v): %s", i, err, raw)
 			}
-			if !reflect.DeepEqual(r.Events(), want) {
-				t.Fatalf("DecodeRecord reads\n%+v\nthe strict decoding\n%+v\nfrom\n%s", r.Events(), want, body)
+			got := r.Events()[i]
+			if !got.At.Equal(want.At) {
+				t.Fatalf("event %d: at %v, the strict decoder %v", i, got.At, want.At)
 			}
-		case err == nil:
-			t.Fatalf("DecodeRecord reads a record the strict decoding refuses:\n%s", body)
-		case !errors.Is(err, ErrInvalidRecord):
-			t.Fatalf("DecodeRecord's error %v does not wrap ErrInvalidRecord", err)
+			got.At, want.At = time.Time{}, time.Time{}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("event %d: DecodeRecord reads\n%+v\nthe strict decoder\n%+v", i, got, want)
+			}
+			if got.Tenant != r.Tenant || got.ProposalID != r.ProposalID {
+				t.Fatalf("event %d of %s.%s in a record of %s.%s", i, got.Tenant, got.ProposalID, r.Tenant, r.ProposalID)
+			}
 		}
 	})
 }
 
-// TestScanV2ReadsGatedRecords: every record gated writes is read in one
-// pass, not handed to the strict decoder.
-func TestScanV2ReadsGatedRecords(t *testing.T) {
+// FuzzDecodeLegacyV2: a legacy body of version 2 is read or refused with
+// an error that wraps ErrInvalidRecord, never a panic; what it reads, it
+// reads again the same.
+func FuzzDecodeLegacyV2(f *testing.F) {
+	for _, evs := range scanV2Events() {
+		e, err := encodeV2(evs, false)
+		if err != nil {
+			f.Fatal(err)
+		}
+		body := e.body(Chain{N: 3, Prev: strings.Repeat("0f", 32)})
+		f.Add(e.subject, body)
+		f.Add(e.subject, bytes.Replace(body, []byte(`"omit":["policy_eval_us"]`), []byte(`"omit":["policy_eval_us","bytes"]`), 1))
+		f.Add(e.subject, bytes.Replace(body, []byte(`"grant":{"gid":"g1"`), []byte(`"grant":{"gid":"g1","gid":"g2"`), 1))
+		f.Add(e.subject, bytes.Replace(body, []byte(`"head":{`), []byte(`"head":{"bytes":1,`), 1))
+	}
+	f.Fuzz(func(t *testing.T, subject string, body []byte) {
+		r, err := DecodeRecord(subject, nil, body)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRecord) {
+				t.Fatalf("DecodeRecord's error %v does not wrap ErrInvalidRecord", err)
+			}
+			return
+		}
+		again, err := DecodeRecord(subject, nil, body)
+		if err != nil || !reflect.DeepEqual(r.Events(), again.Events()) {
+			t.Fatalf("a second reading differs: %v", err)
+		}
+	})
+}
+
+// TestScanV3ReadsGatedRecords: every record gated writes is read in one
+// pass, not handed to the strict decoder, and each event it holds is
+// stored exactly as its reading writes it again: what the hash covers is
+// what a reader shows.
+func TestScanV3ReadsGatedRecords(t *testing.T) {
 	for i, evs := range scanV2Events() {
 		e, err := encodeRecord(evs, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		body := e.body(Chain{N: 1})
-		if _, ok := scanV2(body); !ok {
-			t.Errorf("record %d is not read in one pass:\n%s", i, body)
+		b, ok := scanV3(body)
+		if !ok {
+			t.Fatalf("record %d is not read in one pass:\n%s", i, body)
+		}
+		r, err := DecodeRecord(e.subject, nil, body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, ev := range r.Events() {
+			if _, ok := canonicalEvent(b.Events[j]); !ok {
+				t.Errorf("record %d event %d is not read in one pass: %s", i, j, b.Events[j])
+			}
+			again, err := appendEvent(nil, ev)
+			if err != nil || !bytes.Equal(again, b.Events[j]) {
+				t.Errorf("record %d event %d reads as\n%s\nstored\n%s", i, j, again, b.Events[j])
+			}
 		}
 	}
 }
 
-// BenchmarkDecodeRecordV2 decodes gated's records of version 2: a policy
-// decision with a grant and a review's end with its verdict, the way
-// DecodeRecord reads them (one pass) and the strict decoder's way, both
-// expanded into their events.
-func BenchmarkDecodeRecordV2(b *testing.B) {
-	for i, evs := range scanV2Events()[:2] {
+// BenchmarkDecodeRecord decodes gated's records: a policy decision with a
+// grant and a review's end with its verdict, the way DecodeRecord reads
+// them (one pass) and the strict decoder's way.
+func BenchmarkDecodeRecord(b *testing.B) {
+	for _, evs := range scanV2Events()[:2] {
 		e, err := encodeRecord(evs, false)
 		if err != nil {
 			b.Fatal(err)
@@ -169,12 +213,15 @@ func BenchmarkDecodeRecordV2(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(body)))
 			for b.Loop() {
-				var r recordV2
+				var r recordV3
 				if err := strictjson.Decode(body, &r); err != nil {
 					b.Fatal(err)
 				}
-				if _, err := expandV2(&r, nil); err != nil {
-					b.Fatal(i, err)
+				for _, raw := range r.Events {
+					var ev engine.AuditEvent
+					if err := strictjson.Decode(raw, &ev); err != nil {
+						b.Fatal(err)
+					}
 				}
 			}
 		})
@@ -218,31 +265,6 @@ func TestCheckPrintsVersion2Verdicts(t *testing.T) {
 	}
 }
 
-// FuzzScanGrant holds the one-pass reading of a verdict's folded grant to
-// encoding/json's: what scanGrant reads, encoding/json reads the same.
-func FuzzScanGrant(f *testing.F) {
-	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":1795661606}`))
-	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":-0}`))
-	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":9223372036854775808}`))
-	f.Add([]byte(`{"gid":"g1","kid":"k1","exp":1e3}`))
-	f.Add([]byte(`{"gid":"g1","gid":"g2","kid":"k1","exp":1}`))
-	f.Add([]byte(`{"gid":"g\u0031","kid":"<k>","exp":1}`))
-	f.Add([]byte(`{"GID":"g1","kid":"k1","exp":1}`))
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		g, ok := scanGrant(raw)
-		if !ok {
-			return
-		}
-		var want foldedGrant
-		if err := json.Unmarshal(raw, &want); err != nil {
-			t.Fatalf("scanGrant reads %s, which encoding/json refuses: %v", raw, err)
-		}
-		if !reflect.DeepEqual(g, want) {
-			t.Fatalf("scanGrant reads %+v, encoding/json %+v, from %s", g, want, raw)
-		}
-	})
-}
-
 // TestCheckerScratchChangesNothing: a checker writes each record's
 // expanded events, and a compressed body's JSON, into the blocks the one
 // before used; checking records one after another, large and small,
@@ -269,7 +291,7 @@ func TestCheckerScratchChangesNothing(t *testing.T) {
 			}
 		}
 	}
-	if cap(c.scratch.events) == 0 || cap(c.scratch.json) == 0 {
-		t.Fatalf("the checker keeps no block for the next record: %d bytes for events, %d for a compressed body's JSON", cap(c.scratch.events), cap(c.scratch.json))
+	if cap(c.scratch.json) == 0 {
+		t.Fatalf("the checker keeps no block for the next compressed body's JSON")
 	}
 }

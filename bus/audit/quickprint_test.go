@@ -6,60 +6,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine/wire"
 )
-
-// FuzzViewRecord holds the fast reading of a message to DecodeRecord's:
-// what viewRecord accepts, DecodeRecord accepts and reads the same; what
-// it refuses goes to DecodeRecord, so the two never disagree.
-func FuzzViewRecord(f *testing.F) {
-	for _, body := range canonicalBodies(f) {
-		f.Add("gated.audit.acme.verdict.decided", "", body)
-	}
-	prev := "0a30f2aef608eb8b2a8fc3d1bc0967185ae88147a870b1b649fc63570968030f"
-	for _, body := range []string{
-		`{"chain":{"prev":"` + prev + `","n":7},"tenant":"acme","event":"verdict.decided","v":1,"data":{"chain":{"n":1,"prev":""}}}`,
-		`{"v":1,"event":"verdict.decided","tenant":"acme","chain":{"n":2,"prev":"` + prev + `"},"chain":{"n":9,"prev":"` + prev + `"}}`,
-		`{"v":1,"event":"verdict.decided","tenant":"acme","ch\u0061in":{"n":2,"prev":"` + prev + `"}}`,
-		`{"v":1,"event":"verdict.decided","tenant":"acme","Chain":{"n":2,"prev":"` + prev + `"}}`,
-		`{"v":1,"event":"verdict.decided","tenant":"acme","at":null,"chain":{"n":1,"prev":""}}`,
-		`{"v":1,"event":"verdict.decided","tenant":"acme","events":[{"event":"a.b"}],"chain":{"n":1,"prev":""}}`,
-		` {"v":1,"event":"verdict.decided","tenant":"acme","chain":{"n":1,"prev":""}} `,
-	} {
-		f.Add("gated.audit.acme.verdict.decided", prev, []byte(body))
-	}
-	f.Fuzz(func(t *testing.T, subject, hash string, body []byte) {
-		hdr := nats.Header{}
-		if hash == "" {
-			hash = prev // a header in form: the body need not match it here
-		}
-		hdr.Set(wire.AuditHashHeader, hash)
-		if env, ok := scanEnvelope(body); ok {
-			if !json.Valid(body) {
-				t.Fatalf("scanEnvelope read a body that is not JSON:\n%s", body)
-			}
-			if env.data != nil && !json.Valid(env.data) {
-				t.Fatalf("scanEnvelope's data is not JSON: %s", env.data)
-			}
-		}
-		rv, ok := viewRecord(subject, hdr, body)
-		if !ok {
-			return
-		}
-		r, err := DecodeRecord(subject, hdr, body)
-		if err != nil {
-			t.Fatalf("viewRecord accepted what DecodeRecord refuses (%v):\n%s", err, body)
-		}
-		ev := r.Last()
-		if string(rv.event) != ev.Event || string(rv.tenant) != r.Tenant || string(rv.proposalID) != r.ProposalID ||
-			rv.chain != r.Chain || !bytes.Equal(rv.data, ev.Data) || rv.hash != r.Hash || rv.mac != r.MAC || rv.keyID != r.KeyID {
-			t.Fatalf("viewRecord read %+v, DecodeRecord %+v (chain %+v) of\n%s", rv, ev, r.Chain, body)
-		}
-	})
-}
 
 // FuzzQuickPrint holds the verdict check's quick comparison to the full
 // one: a record's data and a stored verdict with the same quick print,

@@ -37,9 +37,8 @@ func grantedEvents(tenant, id string) []engine.AuditEvent {
 }
 
 // TestRecordKeepsEveryEvent writes the events of decisions as one record
-// of version 2 and reads them back: every event as recorded (the grant's
-// token aside, which the stored verdict keeps), from a body that holds
-// the shared members once.
+// of version 3 and reads them back: every event as recorded (the grant's
+// token aside, which the stored verdict keeps), each stored whole.
 func TestRecordKeepsEveryEvent(t *testing.T) {
 	tests := []struct {
 		note string
@@ -64,7 +63,7 @@ func TestRecordKeepsEveryEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 			if h := m.Header.Get(wire.AuditHashHeader); h != "" {
-				t.Errorf("a version-2 record has hash header %s", h)
+				t.Errorf("a version-3 record has hash header %s", h)
 			}
 			if mac := m.Header.Get(wire.AuditMACHeader); len(mac) != 43 {
 				t.Errorf("MAC %q: want 43 base64url characters", mac)
@@ -75,7 +74,7 @@ func TestRecordKeepsEveryEvent(t *testing.T) {
 			if bytes.Contains(m.Data, []byte("eyJhbGci")) {
 				t.Errorf("the grant's token is in the record: %s", m.Data)
 			}
-			if !bytes.HasPrefix(m.Data, []byte(`{"v":2,"tenant":"`+tc.evs[0].Tenant+`","chain":{"n":1,"prev":""},`)) {
+			if !bytes.HasPrefix(m.Data, []byte(`{"v":3,"tenant":"`+tc.evs[0].Tenant+`","chain":{"n":1,"prev":""},`)) {
 				t.Errorf("body %s does not start with v, tenant and chain", m.Data)
 			}
 			rec, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
@@ -88,9 +87,10 @@ func TestRecordKeepsEveryEvent(t *testing.T) {
 			assertSameEvents(t, withoutTokens(tc.evs), rec.Events())
 		})
 	}
-	// A decision's record is smaller than its events' records of version 1.
+	// A decision's record, compressed, is smaller than its events'
+	// records of version 1.
 	evs := grantedEvents("acme", "p5")
-	m, err := audit.NewRecordMsg(evs, audit.Chain{N: 1}, testKey)
+	m, err := audit.NewCompressedRecordMsg(evs, audit.Chain{N: 1}, testKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,15 +102,53 @@ func TestRecordKeepsEveryEvent(t *testing.T) {
 		}
 		v1 += len(one.Data)
 	}
-	t.Logf("a granted decision: %d bytes in one record, %d in %d records of version 1", len(m.Data), v1, len(evs))
+	t.Logf("a granted decision: %d bytes in one compressed record, %d in %d records of version 1", len(m.Data), v1, len(evs))
 	if len(m.Data)*3 > v1*2 {
 		t.Errorf("the record holds %d bytes, more than two thirds of version 1's %d", len(m.Data), v1)
 	}
 }
 
-// TestDecodeRecordV2 refuses version-2 bodies that are not records.
-func TestDecodeRecordV2(t *testing.T) {
+// TestDecodeRecordV3 refuses version-3 bodies that are not records.
+func TestDecodeRecordV3(t *testing.T) {
 	good, err := audit.NewRecordMsg(decisionEvents("acme", "p1"), audit.Chain{N: 1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(good.Data)
+	subject := good.Subject
+	tests := []struct {
+		note, subject, body, want string
+		hdr                       nats.Header
+	}{
+		{note: "as written", subject: subject, body: body},
+		{note: "no events", subject: subject, body: body[:strings.Index(body, `,"events":`)] + `,"events":[]}`, want: "no event"},
+		{note: "subject names an earlier event", subject: "gated.audit.acme.proposal.received", body: body, want: "subject"},
+		{note: "an unknown member", subject: subject, body: strings.Replace(body, `"v":3,`, `"v":3,"x":1,`, 1), want: "unknown field"},
+		{note: "an event's unknown member", subject: subject, body: strings.Replace(body, `"v":1,`, `"v":1,"x":1,`, 1), want: "unknown field"},
+		{note: "no chain", subject: subject, body: strings.Replace(body, `"chain":{"n":1,"prev":""},`, ``, 1), want: "no chain"},
+		{note: "an event of another tenant", subject: subject, body: strings.Replace(body, `"event":"proposal.received","tenant":"acme"`, `"event":"proposal.received","tenant":"beta"`, 1), want: "tenant"},
+		{note: "an event of another proposal", subject: subject, body: strings.Replace(body, `"proposal_id":"p1"`, `"proposal_id":"p2"`, 1), want: "another proposal"},
+		{note: "an event of another version", subject: subject, body: strings.Replace(body, `{"v":1,`, `{"v":2,`, 1), want: "schema version"},
+		{note: "an event whose data is no object", subject: "gated.audit.acme.verdict.decided",
+			body: `{"v":3,"tenant":"acme","chain":{"n":1,"prev":""},"events":[{"v":1,"event":"verdict.decided","tenant":"acme","proposal_id":"p1","at":"2025-01-02T03:04:05Z","data":[1]}]}`, want: "event 1: data"},
+		{note: "a hash header", subject: subject, body: body, hdr: nats.Header{wire.AuditHashHeader: []string{hexSHA256(good.Data)}}, want: wire.AuditHashHeader},
+	}
+	for _, tc := range tests {
+		t.Run(tc.note, func(t *testing.T) {
+			_, err := audit.DecodeRecord(tc.subject, tc.hdr, []byte(tc.body))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("err = %v, want a record", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("err = %v, want ErrInvalidRecord naming %q\n%s", err, tc.want, tc.body)
+			}
+		})
+	}
+}
+
+// TestDecodeRecordV2 refuses legacy version-2 bodies that are not records.
+func TestDecodeRecordV2(t *testing.T) {
+	good, err := audit.NewLegacyRecordMsg(decisionEvents("acme", "p1"), audit.Chain{N: 1}, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,9 +181,10 @@ func TestDecodeRecordV2(t *testing.T) {
 	}
 }
 
-// FuzzRecordV2 writes events of one envelope as a version-2 record and
-// reads them back: the same events, the grant's token aside.
-func FuzzRecordV2(f *testing.F) {
+// FuzzRecord writes events of one envelope as a record and reads them
+// back: the same events, the grant's token aside; and the same as a
+// legacy record of version 2.
+func FuzzRecord(f *testing.F) {
 	for _, evs := range [][]engine.AuditEvent{decisionEvents("acme", "p1"), grantedEvents("acme", "p2")} {
 		var names, datas []string
 		for _, ev := range evs {
@@ -166,18 +205,25 @@ func FuzzRecordV2(f *testing.F) {
 		for i := range ns {
 			evs[i] = engine.AuditEvent{V: 1, Event: ns[i], Tenant: tenant, ProposalID: id, At: at.Add(time.Duration(i)), Instance: "i", Data: []byte(ds[i])}
 		}
-		m, err := audit.NewRecordMsg(evs, audit.Chain{N: 1}, testKey)
+		m, err := audit.NewCompressedRecordMsg(evs, audit.Chain{N: 1}, testKey)
 		if err != nil {
 			return
-		}
-		rec, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
-		if err != nil {
-			t.Fatalf("a record NewRecordMsg wrote does not decode: %v\n%s", err, m.Data)
 		}
 		want := make([]engine.AuditEvent, len(evs))
 		for i, ev := range evs {
 			ev.Data = normalized(t, ev.Data)
 			want[i] = ev
+		}
+		rec, err := audit.DecodeRecord(m.Subject, m.Header, m.Data)
+		if err != nil {
+			t.Fatalf("a record NewCompressedRecordMsg wrote does not decode: %v\n%x", err, m.Data)
+		}
+		assertSameEvents(t, withoutTokens(want), rec.Events())
+		if m, err = audit.NewLegacyRecordMsg(evs, audit.Chain{N: 1}, testKey, false); err != nil {
+			t.Fatalf("version 3 writes what version 2 does not: %v", err)
+		}
+		if rec, err = audit.DecodeRecord(m.Subject, m.Header, m.Data); err != nil {
+			t.Fatalf("a legacy record does not decode: %v\n%s", err, m.Data)
 		}
 		// A grant.issued event folded into its verdict comes back with
 		// the verdict's time, and the verdict without the grant's token.
@@ -191,7 +237,7 @@ func FuzzRecordV2(f *testing.F) {
 		}
 		for _, e := range body.Events {
 			if e.Grant != nil {
-				want = withoutTokens(want)
+				want = legacyFolded(want)
 				break
 			}
 		}

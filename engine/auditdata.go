@@ -1,0 +1,257 @@
+package engine
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/gated/gated"
+)
+
+// The data of every audit event, declared once: every event gated
+// records has one type here (NewAuditEventData), and the readers of the
+// audit stream (verify, replay, re-review, shadow, the console, the
+// notifier, the reviewer metrics) decode an event's data through it. An event of a proposal starts its data with the AuditHead
+// members, then the members of its type.
+
+// AuditHead is what every event of a proposal carries in its data.
+type AuditHead struct {
+	Action string `json:"action,omitempty"`
+	// Operator is the id of the human the agent acts for, once the
+	// proposal is decoded.
+	Operator string `json:"operator,omitempty"`
+	// Delivery is the JetStream delivery count of the proposal message.
+	Delivery int `json:"delivery,omitempty"`
+	// PolicyEvalUS is how long the policy evaluation took, on every event
+	// recorded after it.
+	PolicyEvalUS int64 `json:"policy_eval_us,omitempty"`
+}
+
+// ReceivedData is the data of proposal.received: the delivery's bytes.
+// Its members are in the order of their names, as the map it replaced
+// wrote them.
+type ReceivedData struct {
+	Bytes   int    `json:"bytes"`
+	SHA256  string `json:"sha256"`
+	Subject string `json:"subject"`
+}
+
+// PolicyDecidedData is the data of policy.decided: the policy's decision,
+// or, when the evaluation failed, Error (and ShadowRevision) alone.
+type PolicyDecidedData struct {
+	DeniedTools []string     `json:"denied_tools"`
+	Denies      []gated.Deny `json:"denies"`
+	EvalUS      int64        `json:"eval_us"`
+	// Holds are the policy's reasons to hold an action for an operator.
+	Holds         []Hold     `json:"holds,omitempty"`
+	Review        Route      `json:"review"`
+	ReviewerTools []string   `json:"reviewer_tools"`
+	Run           *RunPolicy `json:"run"`
+	// ShadowRevision is the revision of the shadow policy that decided
+	// the proposal beside the live one, when there is one.
+	ShadowRevision string `json:"shadow_revision,omitempty"`
+	SOP            string `json:"sop"`
+	// Input is what a replay needs to rebuild the policy input.
+	Input *ReplayInput `json:"input,omitempty"`
+	// Error says why the evaluation failed; a failed evaluation records
+	// it and ShadowRevision alone (the engine never sets it on a
+	// decision, whose JSON appendJSON writes).
+	Error string `json:"error,omitempty"`
+}
+
+// PolicyRecheckedData is the data of policy.rechecked: the decision on
+// the target's changed history, and what changed.
+type PolicyRecheckedData struct {
+	PolicyDecidedData
+	Changed []string `json:"changed,omitempty"`
+}
+
+// ReviewStartedData is the data of review.started.
+type ReviewStartedData struct {
+	ReviewID        string    `json:"review_id"`
+	Persona         string    `json:"persona"`
+	Plugin          string    `json:"plugin"`
+	Tools           []string  `json:"tools"`
+	Deadline        time.Time `json:"deadline"`
+	Quorum          int       `json:"quorum,omitempty"`
+	PersonaRevision string    `json:"persona_revision,omitempty"`
+	Model           string    `json:"model,omitempty"`
+}
+
+// ReviewFinishedData is the data of review.finished: the reviewer's
+// answer as judged, or (Outcome, Failure, Error) why it gave none.
+type ReviewFinishedData struct {
+	ReviewID      string               `json:"review_id"`
+	Plugin        string               `json:"plugin"`
+	PluginVersion string               `json:"plugin_version,omitempty"`
+	PID           int                  `json:"pid,omitempty"`
+	Decision      gated.ReviewDecision `json:"decision,omitempty"`
+	Gates         any                  `json:"gates,omitempty"`
+	MissingGates  any                  `json:"missing_gates,omitempty"`
+	LatencyMS     float64              `json:"latency_ms"`
+	Why           string               `json:"why,omitempty"`
+	Model         string               `json:"model,omitempty"`
+	Outcome       gated.Outcome        `json:"outcome,omitempty"`
+	Failure       any                  `json:"failure,omitempty"`
+	Error         string               `json:"error,omitempty"`
+	Criteria      any                  `json:"criteria,omitempty"`
+	MissingWork   int                  `json:"missing_work,omitempty"`
+}
+
+// OperatorAwaitedData is the data of operator.awaited: an action held
+// for an operator until Deadline.
+type OperatorAwaitedData struct {
+	Deadline time.Time `json:"deadline"`
+	Reason   string    `json:"reason"`
+	Rule     string    `json:"rule"`
+}
+
+// OperatorDecidedData is the data of operator.decided.
+type OperatorDecidedData struct {
+	Operator     string          `json:"operator"`
+	Key          string          `json:"key,omitempty"`
+	Decision     string          `json:"decision,omitempty"`
+	Criteria     json.RawMessage `json:"criteria,omitempty"`
+	Reason       string          `json:"reason,omitempty"`
+	HeldAuditSeq uint64          `json:"held_audit_seq,omitempty"`
+	Outcome      gated.Outcome   `json:"outcome,omitempty"`
+}
+
+// GrantIssuedData is the data of grant.issued: the grant's id and key,
+// never its signed token.
+type GrantIssuedData struct {
+	GID        string `json:"gid"`
+	Tenant     string `json:"tenant"`
+	ProposalID string `json:"proposal_id"`
+	KID        string `json:"kid"`
+	Exp        int64  `json:"exp"`
+}
+
+// GrantOutcomeData is the data of grant.outcome: what an executor
+// reported of a used grant.
+type GrantOutcomeData struct {
+	GID        string              `json:"gid"`
+	Tenant     string              `json:"tenant"`
+	ProposalID string              `json:"proposal_id"`
+	Action     string              `json:"action"`
+	TargetKey  string              `json:"target_key"`
+	Status     string              `json:"status"`
+	Error      string              `json:"error"`
+	At         time.Time           `json:"at"`
+	Reviewers  []map[string]string `json:"reviewers"`
+	InHistory  bool                `json:"in_history"`
+	As         string              `json:"as,omitempty"`
+}
+
+// The events of a reviewer plugin's process, under the UnknownTenant
+// token: plugins.Host records them.
+const (
+	EventPluginStarted   = "plugin.started"
+	EventPluginRefused   = "plugin.refused"
+	EventPluginExited    = "plugin.exited"
+	EventPluginUnhealthy = "plugin.unhealthy"
+)
+
+// PluginEventData is the data of the plugin events: which plugin, and
+// what happened to its process.
+type PluginEventData struct {
+	Plugin       string  `json:"plugin"`
+	Version      string  `json:"version,omitempty"`
+	PID          int     `json:"pid,omitempty"`
+	SHA256       string  `json:"sha256,omitempty"`
+	UptimeS      float64 `json:"uptime_s,omitempty"`
+	Misses       int     `json:"misses,omitempty"`
+	IntervalS    float64 `json:"interval_s,omitempty"`
+	Path         string  `json:"path,omitempty"`
+	PinnedSHA256 string  `json:"pinned_sha256,omitempty"`
+	ActualSHA256 string  `json:"actual_sha256,omitempty"`
+	Why          string  `json:"why,omitempty"`
+	Error        string  `json:"error,omitempty"`
+}
+
+// AuditVerificationFailedData is the data of audit.verification_failed:
+// the stream message that did not verify, and why.
+type AuditVerificationFailedData struct {
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
+	Kind    string `json:"kind"`
+	Problem string `json:"problem"`
+}
+
+// AuditNote is the data of an event no reader interprets beyond its
+// head: readers show its members as stored.
+type AuditNote map[string]json.RawMessage
+
+// auditEventData names, for every event gated records, a new value of
+// its data's type.
+var auditEventData = map[string]func() any{
+	EventReceived:                func() any { return new(ReceivedData) },
+	EventInvalid:                 func() any { return new(AuditNote) },
+	EventPolicyDecided:           func() any { return new(PolicyDecidedData) },
+	EventPolicyRechecked:         func() any { return new(PolicyRecheckedData) },
+	EventPolicyShadowDiffers:     func() any { return new(ShadowComparison) },
+	EventReviewSkipped:           func() any { return new(AuditNote) },
+	EventReviewStarted:           func() any { return new(ReviewStartedData) },
+	EventReviewDone:              func() any { return new(ReviewFinishedData) },
+	EventReviewUnrouted:          func() any { return new(AuditNote) },
+	EventReviewAwaited:           func() any { return new(AuditNote) },
+	EventVerdict:                 func() any { return new(gated.Verdict) },
+	EventReplayed:                func() any { return new(AuditNote) },
+	EventDeduplicated:            func() any { return new(AuditNote) },
+	EventToolCalled:              func() any { return new(AuditNote) },
+	EventToolDenied:              func() any { return new(AuditNote) },
+	EventPolicyReloaded:          func() any { return new(AuditNote) },
+	EventPolicyReloadFailed:      func() any { return new(AuditNote) },
+	EventOperatorAwaited:         func() any { return new(OperatorAwaitedData) },
+	EventOperatorDecided:         func() any { return new(OperatorDecidedData) },
+	EventOperatorRefused:         func() any { return new(AuditNote) },
+	EventConsoleRefused:          func() any { return new(AuditNote) },
+	EventRecordCorrupt:           func() any { return new(AuditNote) },
+	EventNotifyDelivered:         func() any { return new(AuditNote) },
+	EventNotifyFailed:            func() any { return new(AuditNote) },
+	EventAuditVerificationFailed: func() any { return new(AuditVerificationFailedData) },
+	EventPluginStarted:           func() any { return new(PluginEventData) },
+	EventPluginRefused:           func() any { return new(PluginEventData) },
+	EventPluginExited:            func() any { return new(PluginEventData) },
+	EventPluginUnhealthy:         func() any { return new(PluginEventData) },
+	EventBudgetRefused:           func() any { return new(gated.BudgetRefusal) },
+	EventGrantIssued:             func() any { return new(GrantIssuedData) },
+	EventGrantUsed:               func() any { return new(AuditNote) },
+	EventGrantRefused:            func() any { return new(AuditNote) },
+	EventGrantExpired:            func() any { return new(AuditNote) },
+	EventGrantOutcome:            func() any { return new(GrantOutcomeData) },
+	EventGrantOutcomeRefused:     func() any { return new(AuditNote) },
+}
+
+// AuditEventNames returns the name of every event gated records, sorted.
+func AuditEventNames() []string {
+	names := make([]string, 0, len(auditEventData))
+	for n := range auditEventData {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// NewAuditEventData returns a new value of the data type of the event
+// name, a pointer for json.Unmarshal; ok is false for a name gated does
+// not record.
+func NewAuditEventData(name string) (data any, ok bool) {
+	f, ok := auditEventData[name]
+	if !ok {
+		return nil, false
+	}
+	return f(), true
+}
+
+// DecodeAuditData decodes the data of ev into T, the type
+// NewAuditEventData gives for its event; the head's members are not T's
+// and are skipped. An event without data decodes to T's zero value.
+func DecodeAuditData[T any](ev AuditEvent) (T, error) {
+	var d T
+	if len(ev.Data) == 0 {
+		return d, nil
+	}
+	err := json.Unmarshal(ev.Data, &d)
+	return d, err
+}
