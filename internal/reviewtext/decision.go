@@ -2,7 +2,7 @@
 // decision line and what may overrule it (Read), the gate lines and how
 // they agree with the structured gates (CheckGateLines), and the values a
 // reviewer reports about itself (SelfReported). The rules are stated
-// where the engine publishes them: gated.ParseDecision,
+// where the model publishes them: gated.ParseDecision,
 // gated.GatePasses and gated.CheckGateLines.
 package reviewtext
 
