@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
 )
 
@@ -194,23 +195,22 @@ func appendJSONStrings(b []byte, ss []string) []byte {
 // strings, and no byte it would escape (<, > and &, and the line and
 // paragraph separators, whose bytes are outside ASCII) anywhere.
 func compactPlainJSON(data []byte) bool {
-	inString := false
-	for i := 0; i < len(data); i++ {
-		switch c := data[i]; {
-		case c >= 0x80 || c == '<' || c == '>' || c == '&':
-			return false
-		case inString:
-			switch c {
-			case '\\':
-				i++
-			case '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+	for _, c := range data {
+		if c >= 0x80 || c == '<' || c == '>' || c == '&' {
 			return false
 		}
 	}
-	return !inString
+	for i := 0; i < len(data); {
+		switch data[i] {
+		case '"':
+			if i = jsonscan.SkipString(data, i); i < 0 {
+				return false
+			}
+		case ' ', '\t', '\n', '\r':
+			return false
+		default:
+			i++
+		}
+	}
+	return true
 }

@@ -357,20 +357,20 @@ mutant health_misses_counted plugins/process.go ./plugins \
 	$'\t\tmisses++\n' \
 	$'\t\tmisses += 0\n'
 
-# Start-up (bus/audit/key.go, bus/datadir.go, cmd/gated): the audit key
+# Start-up (bus/audit/key.go, bus/datadir.go, internal/server): the audit key
 # must extend the stream's chain, serve checks it, and one serve holds a
 # data directory.
 mutant audit_key_checked bus/audit/key.go ./bus/audit \
 	$'func CheckKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n' \
 	$'func CheckKey(ctx context.Context, js jetstream.JetStream, key []byte) error {\n\tif true {\n\t\treturn nil\n\t}\n'
-mutant serve_checks_audit_key cmd/gated/audit_key.go ./cmd/gated \
+mutant serve_checks_audit_key internal/server/auditkey.go ./internal/server \
 	'err = audit.CheckKey(checkCtx, js, key)' \
 	'_, err = checkCtx, error(nil)'
 mutant data_dir_locked bus/datadir.go ./bus \
 	'held, err := lockFile(f)' \
 	'held, err := false, error(nil)'
-mutant serve_locks_data_dir cmd/gated/startup.go ./cmd/gated \
-	'if lock, err = bus.LockDataDir(o.dataDir); err != nil {' \
+mutant serve_locks_data_dir internal/server/startup.go ./internal/server \
+	'if lock, err = bus.LockDataDir(o.DataDir); err != nil {' \
 	'if err != nil {'
 
 # audit verify (bus/audit/verdictmerge.go, bus/audit/verify.go): a stored verdict
@@ -483,13 +483,13 @@ mutant budget_unread_refused policies/policy.go './policies ./bus/budget' \
 	'if in.BudgetUnread && e.readsBudget {' \
 	'if false {'
 
-# Budgets read again (cmd/gated/budgets.go): an empty file does not put the
+# Budgets read again (internal/server/budgets.go): an empty file does not put the
 # defaults in force in place of the file's limits, and a change is taken up
 # only once two polls in a row read it the same.
-mutant budget_reload_refuses_empty cmd/gated/budgets.go ./cmd/gated \
+mutant budget_reload_refuses_empty internal/server/budgets.go ./internal/server \
 	$'if len(bytes.TrimSpace(data)) == 0 {' \
 	$'if false && len(bytes.TrimSpace(data)) == 0 {'
-mutant budget_reload_settles cmd/gated/budgets.go ./cmd/gated \
+mutant budget_reload_settles internal/server/budgets.go ./internal/server \
 	$'if f.seen == nil || !bytes.Equal(data, f.seen) {' \
 	$'if false && (f.seen == nil || !bytes.Equal(data, f.seen)) {'
 # Audit records (bus/audit/zstd.go): a compressed body is decompressed
@@ -541,17 +541,17 @@ mutant guard_arguments_folded bus/fleet/toolgate.go ./bus/fleet \
 	$'if err := strictjson.CheckFolded(arguments); err != nil {' \
 	$'if err := strictjson.CheckFolded(arguments); false && err != nil {'
 
-# /metrics answers without credentials (cmd/gated/metricslisten.go,
+# /metrics answers without credentials (internal/server/metricslisten.go,
 # metrics.go): the console's --http listener never serves it, --metrics-listen
 # takes it off --http, and no metric names a tenant unless the operator asks
 # with --metrics-tenant-labels.
-mutant metrics_off_console_listener cmd/gated/metricslisten.go ./cmd/gated \
-	$'case o.httpAddr != "" && o.operators == "":' \
-	$'case o.httpAddr != "":'
-mutant metrics_listen_takes_metrics cmd/gated/serverhttp.go ./cmd/gated \
-	$'if s.o.metricsListener() == "--http" {' \
-	$'if s.o.metricsListener() == "--http" || s.o.metricsListen != "" {'
-mutant metrics_tenants_opt_in cmd/gated/metrics.go ./cmd/gated \
+mutant metrics_off_console_listener internal/server/metricslisten.go ./cmd/gated \
+	$'case o.HTTPAddr != "" && o.Operators == "":' \
+	$'case o.HTTPAddr != "":'
+mutant metrics_listen_takes_metrics internal/server/http.go ./cmd/gated \
+	$'if s.cfg.metricsListener() == "--http" {' \
+	$'if s.cfg.metricsListener() == "--http" || s.cfg.MetricsListen != "" {'
+mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
 	$'func (m *metrics) namesTenants() bool { return true }'
 

@@ -3,6 +3,8 @@ package bustest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,10 +18,8 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/grants"
 	"github.com/gated/gated/bus/intake"
-	"github.com/gated/gated/bus/status"
-	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/engine/grant"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
@@ -77,8 +77,9 @@ func (NoPlugins) Route(*engine.Persona) (engine.Reviewer, error) {
 	return nil, fmt.Errorf("%w: no plugins run in this test", engine.ErrNoReviewer)
 }
 
-// Gated is gated's intake running on an in-process server: its streams and
-// bucket, an auditor, and a worker deciding with Engine. No reviewer
+// Gated is the gate `gated serve` runs (internal/server), on its embedded
+// NATS server in a test temp dir: its streams and bucket, its audit
+// writer and key, grants, budgets, metrics and the worker. No reviewer
 // plugin runs, so proposals that need a review are blocked; the
 // end-to-end suite in test/ covers reviews.
 type Gated struct {
@@ -87,84 +88,105 @@ type Gated struct {
 	JS jetstream.JetStream
 	// Resources are the streams and bucket bus.Setup created.
 	Resources *bus.Resources
-	// Grants is gated's grant side, set by StartGrantingGated only.
+	// Grants is gated's grant side.
 	Grants *grants.Service
 	// Audit is the audit writer gated records with.
 	Audit *audit.Writer
 }
 
-// StartGrantingGated is StartGated with grants, as serve runs it: the
-// engine signs a grant on every approval with a new key ring (grants live
-// ttl), the worker records each before it publishes, and the grant
-// endpoints are served. pol replaces the default policy when not nil.
+// StartGrantingGated is StartGated with grants that live ttl. pol
+// replaces the default policy when not nil.
 func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
 	return startGated(t, nil, cfg, ttl, pol)
 }
 
-// StartGated starts a server and gated's intake on it, set up with cfg.
-// wrap, when not nil, wraps the engine's Decider, so that a test can hold
-// or script deliveries. Everything stops when the test ends.
+// StartGated starts gated as serve does, set up with cfg (its zero
+// fields keep serve's defaults). wrap, when not nil, wraps the decider of
+// its worker, so that a test can hold or script deliveries. Everything
+// stops when the test ends.
 func StartGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config) *Gated {
 	t.Helper()
 	return startGated(t, wrap, cfg, 0, nil)
 }
 
-// startGated starts gated's intake; with grants when ttl is above zero.
+// startGated starts gated; its grants live ttl when above zero.
 func startGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
-	s := Server(t)
-	nc, js := Connect(t, s)
-	res, err := bus.Setup(t.Context(), js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	aud := AuditWriter(t, js, audit.Config{})
-	trails := status.NewPublisher(nc, nil).Trails(aud.Trail)
-	g := &Gated{NC: nc, JS: js, Resources: res, Audit: aud}
-	if pol == nil {
-		pol = Policy(t)
-	}
-	ecfg := engine.Config{Policy: pol, Router: NoPlugins{}, Store: store.New(res.Verdicts)}
+	sc := server.Defaults()
+	sc.DataDir, sc.NATSListen = t.TempDir(), "127.0.0.1:0"
+	sc.PersonasWatch, sc.PolicyWatch, sc.ReviewService = false, false, false
+	sc.ShutdownGrace = 5 * time.Second
 	if ttl > 0 {
-		ring, err := grant.NewRing(time.Now().Add(-time.Minute), ttl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		g.Grants, err = grants.New(t.Context(), nc, js, res.Verdicts, grants.Config{Ring: ring, Trails: trails, Log: zaptest.NewLogger(t)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := g.Grants.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(g.Grants.Stop)
-		out, err := grants.NewOutcomes(res, g.Grants)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := out.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(out.Stop)
-		ecfg.Grants = engine.GrantIssuer{Ring: g.Grants.Ring, TTL: ttl, Issued: g.Grants.Issued}
+		sc.GrantTTL = ttl
 	}
-	var d intake.Decider = EngineWith(t, ecfg)
-	if wrap != nil {
-		d = wrap(d)
+	// The budgets leave a test's bursts alone.
+	sc.Budgets = writeFile(t, "budgets.yaml", testBudgets)
+	for _, f := range []struct {
+		set *int
+		to  int
+	}{{&sc.Replicas, cfg.Replicas}, {&sc.MaxInFlight, cfg.MaxInFlight}, {&sc.TenantMaxInFlight, cfg.TenantMaxInFlight},
+		{&sc.MaxDeliver, cfg.MaxDeliver}, {&sc.MaxAckPending, cfg.MaxAckPending}} {
+		if f.to != 0 {
+			*f.set = f.to
+		}
 	}
-	w, err := intake.NewWorker(nc, js, res, d, trails, cfg, zaptest.NewLogger(t))
+	for _, f := range []struct {
+		set *time.Duration
+		to  time.Duration
+	}{{&sc.VerdictTTL, cfg.VerdictTTL}, {&sc.AuditMaxAge, cfg.AuditMaxAge}, {&sc.AckWait, cfg.AckWait},
+		{&sc.DuplicateWindow, cfg.DuplicateWindow}} {
+		if f.to != 0 {
+			*f.set = f.to
+		}
+	}
+	opts := []server.Option{server.WithLogger(zaptest.NewLogger(t)), server.WithoutPlugins(), server.WithDecider(wrap)}
+	if pol != nil {
+		opts = append(opts, server.WithPolicy(pol))
+	}
+	s, err := server.New(sc, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Grants != nil {
-		w.RecordGrants(g.Grants.Record)
-	}
-	if err := w.Start(); err != nil {
+	ctx := context.WithoutCancel(t.Context())
+	if err := s.Build(ctx); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { w.Stop(5 * time.Second) })
-	return g
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Errorf("stopping gated: %v", err)
+		}
+	})
+	nc, err := nats.Connect(s.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Gated{NC: nc, JS: js, Resources: s.Resources(), Grants: s.Grants(), Audit: s.Audit()}
+}
+
+// testBudgets are limits no test reaches.
+const testBudgets = `defaults:
+  tenant: {proposals: unlimited, reads: unlimited, reviews_in_flight: 100000, holds_pending: 100000}
+  agent: {proposals: unlimited, reads: unlimited, reviews_in_flight: 100000, holds_pending: 100000}
+`
+
+// writeFile writes data to a file named name in a test temp dir and
+// returns its path.
+func writeFile(t *testing.T, name, data string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // AuditWriter starts an audit writer on js, logging to the test, and

@@ -73,7 +73,8 @@ func TestWorkerDecidesAndAudits(t *testing.T) {
 		{
 			note: "read passes at policy", data: bustest.Proposal("r1", "read", "host_list_services", ""),
 			outcome: gated.OutcomeApproved, stage: gated.StagePolicy,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+			// gated grants what it approves, as serve does.
+			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventGrantIssued, engine.EventVerdict},
 		},
 		{
 			note: "skip_review is denied", data: bustest.Proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
@@ -154,7 +155,7 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		events := bustest.AuditEvents(t, g.Resources.Audit, "acme", "dup1")
-		return len(events) == 4 && events[3] == engine.EventReplayed
+		return len(events) == 5 && events[4] == engine.EventReplayed
 	}, "a verdict.replayed audit event")
 }
 

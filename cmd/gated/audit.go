@@ -14,6 +14,7 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/internal/server"
 )
 
 // exitAuditProblems is the status of `audit verify` when it found
@@ -106,7 +107,7 @@ no audit stream, unreadable key).`,
 			var opts audit.VerifyOptions
 			opts.Tenant, opts.SkipVerdicts = o.tenant, skipVerdicts
 			for _, f := range keyFiles {
-				key, err := readAuditKey(f)
+				key, err := server.ReadAuditKey(f)
 				if err != nil {
 					return usageError("--audit-key-file: %v", err)
 				}

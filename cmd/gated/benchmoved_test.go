@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/gated/gated/internal/bench"
+	"github.com/gated/gated/internal/server"
 )
 
 // gated bench, with or without its old flags, names the command the load
@@ -19,7 +20,7 @@ func TestBenchSaysWhereItWent(t *testing.T) {
 // concurrency; the bench keeps its own copy of the number, since gated's
 // binary must not import the bench nor the bench gated's main.
 func TestBenchKnowsServeLLMConcurrency(t *testing.T) {
-	if bench.ServeLLMMaxConcurrency != DefaultLLMMaxConcurrency {
-		t.Errorf("bench.ServeLLMMaxConcurrency = %d, serve's default --llm-max-concurrency = %d", bench.ServeLLMMaxConcurrency, DefaultLLMMaxConcurrency)
+	if bench.ServeLLMMaxConcurrency != server.DefaultLLMMaxConcurrency {
+		t.Errorf("bench.ServeLLMMaxConcurrency = %d, serve's default --llm-max-concurrency = %d", bench.ServeLLMMaxConcurrency, server.DefaultLLMMaxConcurrency)
 	}
 }

@@ -16,18 +16,19 @@ import (
 	"github.com/gated/gated/bus/grants"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/server"
 )
 
 // newKeyFile writes a grant key file with one new key in a directory of
 // its own.
 func newKeyFile(t *testing.T) (string, string) {
 	t.Helper()
-	ring, err := grant.NewRing(time.Now().Add(-time.Minute), DefaultGrantTTL)
+	ring, err := grant.NewRing(time.Now().Add(-time.Minute), server.DefaultGrantTTL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(t.TempDir(), "grant.keys")
-	if err := writeGrantRing(path, ring); err != nil {
+	if err := server.WriteGrantRing(path, ring); err != nil {
 		t.Fatal(err)
 	}
 	return path, ring.Active().KID
@@ -158,7 +159,7 @@ func TestServeGrants(t *testing.T) {
 	if code, out, err := runGated(t, "grants", "rotate", "--grant-key-file", keyA, "--grace", "5s"); code != 0 {
 		t.Fatalf("gated grants rotate: %d %s %v", code, out, err)
 	}
-	ring, _, err := readGrantRing(keyA)
+	ring, _, err := server.ReadGrantRing(keyA)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,8 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/internal/natsconn"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/mcpgate"
 	"github.com/gated/gated/policies"
 )
@@ -41,7 +43,7 @@ type mcpOptions struct {
 	listDenied  string
 	proposeRead bool
 	wait        time.Duration
-	bundle      policySourceOptions
+	bundle      server.PolicySource
 	personasDir string
 	printTools  bool
 	logLevel    string
@@ -88,7 +90,7 @@ Logs go to standard error: standard output is the MCP stream.`,
 	f.StringVar(&o.listDenied, "list-denied", "hide", "what tools/list does with a tool the policy denies outright: hide or mark")
 	f.BoolVar(&o.proposeRead, "propose-reads", false, "propose read calls too, so that gated decides and audits every call (a round trip per read)")
 	f.DurationVar(&o.wait, "wait", fleet.DefaultWait, "how long a call waits for its verdict (an operator hold waits until its deadline)")
-	o.bundle.register(f)
+	registerPolicySource(f, &o.bundle)
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas, as serve's")
 	f.BoolVar(&o.printTools, "print-tools", false, "print how each tool maps onto a proposal, and whether tools/list shows it, then exit")
 	f.StringVar(&o.logLevel, "log-level", "warn", "debug, info, warn or error")
@@ -145,7 +147,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 	if err != nil {
 		return err
 	}
-	nc, err := o.conn.connect(o.url, "gated-mcp", natsErrorLog(log))
+	nc, err := o.conn.connect(o.url, "gated-mcp", natsconn.ErrorLog(log))
 	if err != nil {
 		return err
 	}
@@ -255,7 +257,7 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
-	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
+	ev, err := policies.Compile(ctx, b, o.bundle.CompileOptions()...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/internal/natsconn"
@@ -43,24 +42,6 @@ func asUsage(err error) error {
 // redactURL returns the servers with their credentials replaced, for logs
 // and error messages.
 func redactURL(servers string) string { return natsconn.RedactURL(servers) }
-
-// natsErrorLog logs the errors the server reports on a connection without
-// closing it. A permissions violation means the account's configuration
-// denies gated a subject it needs (docs/NATS.md lists them): the operation
-// was dropped, so it is an error, not a warning.
-func natsErrorLog(log *zap.Logger) nats.Option {
-	return nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
-		fields := []zap.Field{zap.Error(err)}
-		if sub != nil {
-			fields = append(fields, zap.String("subscription", sub.Subject))
-		}
-		if errors.Is(err, nats.ErrPermissionViolation) {
-			log.Error("NATS refused an operation: the account's permissions lack a right gated needs", fields...)
-			return
-		}
-		log.Warn("NATS connection error", fields...)
-	})
-}
 
 // client connects once, without reconnecting (a command makes a few
 // requests and exits), and wraps the connection in a fleet client. The

@@ -24,6 +24,7 @@ import (
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/server"
 )
 
 // hookServer is a webhook receiver that verifies every request as the
@@ -251,7 +252,7 @@ func pluginPID(t *testing.T, httpAddr, name string) int {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var body readiness
+	var body server.Readiness
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
 		t.Fatal(err)
 	}

@@ -150,7 +150,7 @@ func newOperatorFixture(t *testing.T) *operatorFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := operator.NewEndpoint(list, eng, auditor.Trail, intake.NewFollowUps(js, store).Send, verdictPublisher(nc), zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(list, eng, auditor.Trail, intake.NewFollowUps(js, store).Send, operator.PublishVerdicts(nc), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -358,7 +358,7 @@ func TestVerdictPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &gated.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Outcome: gated.OutcomeApproved, Approved: true, Stage: gated.StageOperator}
-	if err := verdictPublisher(nc)(t.Context(), v); err != nil {
+	if err := operator.PublishVerdicts(nc)(t.Context(), v); err != nil {
 		t.Fatal(err)
 	}
 	m, err := sub.NextMsg(5 * time.Second)

@@ -1,17 +1,13 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
-	"go.uber.org/zap"
 
 	"github.com/gated/gated/personas"
 )
@@ -71,45 +67,6 @@ Exit status: 0 listed, 1 DIR cannot be read, 2 bad usage.`,
 	return c
 }
 
-// personaListing is one persona in `personas list --format json`.
-type personaListing struct {
-	Name           string `json:"name"`
-	Description    string `json:"description,omitempty"`
-	Plugin         string `json:"plugin"`
-	Model          string `json:"model"`
-	PermissionMode string `json:"permission_mode"`
-	MaxTurns       int    `json:"max_turns"`
-	// Timeout is a Go duration such as 1m30s; empty means the gate's
-	// --review-timeout.
-	Timeout         string   `json:"timeout"`
-	RequiredGates   []string `json:"required_gates"`
-	Tools           []string `json:"tools"`
-	DisallowedTools []string `json:"disallowed_tools"`
-	Origin          string   `json:"origin"`
-	Source          string   `json:"source"`
-}
-
-func listingOf(e personas.Entry) personaListing {
-	p := e.Persona
-	l := personaListing{
-		Name: p.Name, Description: p.Description, Plugin: p.Plugin, Model: p.Model,
-		PermissionMode: p.PermissionMode, MaxTurns: p.MaxTurns,
-		RequiredGates: nonNil(p.RequiredGates), Tools: nonNil(p.Tools), DisallowedTools: nonNil(p.DisallowedTools),
-		Origin: string(e.Origin), Source: e.File,
-	}
-	if p.Timeout > 0 {
-		l.Timeout = p.Timeout.String()
-	}
-	return l
-}
-
-func nonNil(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
-}
-
 func runPersonasList(w, errw io.Writer, format string, args []string) error {
 	if err := checkFormat(format); err != nil {
 		return err
@@ -128,18 +85,18 @@ func runPersonasList(w, errw io.Writer, format string, args []string) error {
 	entries := reg.Snapshot().Entries()
 	if format == "json" {
 		doc := struct {
-			Dir      string           `json:"dir,omitempty"`
-			Personas []personaListing `json:"personas"`
-		}{Dir: dir, Personas: make([]personaListing, len(entries))}
+			Dir      string                    `json:"dir,omitempty"`
+			Personas []personas.PersonaListing `json:"personas"`
+		}{Dir: dir, Personas: make([]personas.PersonaListing, len(entries))}
 		for i, e := range entries {
-			doc.Personas[i] = listingOf(e)
+			doc.Personas[i] = personas.ListingOf(e)
 		}
 		return writeJSON(w, doc)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tPLUGIN\tMODEL\tPERMISSION\tTURNS\tTIMEOUT\tREQUIRED GATES\tSOURCE")
 	for _, e := range entries {
-		l := listingOf(e)
+		l := personas.ListingOf(e)
 		source := l.Source
 		if e.Origin == personas.OriginReplaced {
 			source = "(replaced)"
@@ -194,17 +151,6 @@ or warnings with --strict, or DIR cannot be read, 2 bad usage.`,
 	return c
 }
 
-// lintReport is what lint found, and the output of --format json.
-type lintReport struct {
-	// Personas are the names that load, built-ins included.
-	Personas []string `json:"personas"`
-	// Files are the persona files that load.
-	Files    []string           `json:"files"`
-	Problems []personas.Problem `json:"problems"`
-	Errors   int                `json:"errors"`
-	Warnings int                `json:"warnings"`
-}
-
 func runPersonasLint(w io.Writer, o *personasLintOptions, args []string) error {
 	if err := checkFormat(o.format); err != nil {
 		return err
@@ -216,7 +162,7 @@ func runPersonasLint(w io.Writer, o *personasLintOptions, args []string) error {
 	if o.format == "json" {
 		err = writeJSON(w, report)
 	} else {
-		err = writeLintText(w, report)
+		err = personas.WriteLintText(w, report)
 	}
 	if err != nil {
 		return err
@@ -233,8 +179,8 @@ func runPersonasLint(w io.Writer, o *personasLintOptions, args []string) error {
 
 // lintPath checks the argument: nothing (the built-ins), a directory, or
 // one file.
-func lintPath(args []string) (*lintReport, error) {
-	r := &lintReport{Problems: []personas.Problem{}, Files: []string{}}
+func lintPath(args []string) (*personas.LintReport, error) {
+	r := &personas.LintReport{Problems: []personas.Problem{}, Files: []string{}}
 	if len(args) == 1 {
 		if info, err := os.Stat(args[0]); err == nil && info.Mode().IsRegular() {
 			src, err := os.ReadFile(args[0])
@@ -245,7 +191,7 @@ func lintPath(args []string) (*lintReport, error) {
 			if p != nil {
 				r.Personas, r.Files = []string{p.Name}, []string{args[0]}
 			}
-			r.add(problems)
+			r.Add(problems)
 			return r, nil
 		}
 	}
@@ -259,98 +205,7 @@ func lintPath(args []string) (*lintReport, error) {
 	}
 	r.Personas = reg.Names()
 	r.Files = append(r.Files, rep.Files...)
-	r.add(rep.Warnings)
-	r.add(rep.Errors)
+	r.Add(rep.Warnings)
+	r.Add(rep.Errors)
 	return r, nil
-}
-
-// add adds problems, keeping them in file and line order.
-func (r *lintReport) add(problems []personas.Problem) {
-	for _, p := range problems {
-		if p.IsError() {
-			r.Errors++
-		} else {
-			r.Warnings++
-		}
-	}
-	r.Problems = append(r.Problems, problems...)
-	slices.SortStableFunc(r.Problems, func(a, b personas.Problem) int {
-		return cmp.Or(strings.Compare(a.File, b.File), cmp.Compare(a.Line, b.Line))
-	})
-}
-
-func writeLintText(w io.Writer, r *lintReport) error {
-	for _, p := range r.Problems {
-		loc := p.File
-		if p.Line > 0 {
-			loc = fmt.Sprintf("%s:%d", p.File, p.Line)
-		}
-		fmt.Fprintf(w, "%s: %s: %s\n", loc, p.Severity, p.Message)
-	}
-	summary := fmt.Sprintf("%d personas load (%d from files)", len(r.Personas), len(r.Files))
-	if r.Errors+r.Warnings == 0 {
-		_, err := fmt.Fprintf(w, "ok: %s, no problems\n", summary)
-		return err
-	}
-	_, err := fmt.Fprintf(w, "%s; %s, %s\n", summary, plural(r.Errors, "error"), plural(r.Warnings, "warning"))
-	return err
-}
-
-func plural(n int, word string) string {
-	if n == 1 {
-		return "1 " + word
-	}
-	return fmt.Sprintf("%d %ss", n, word)
-}
-
-// --- serve --------------------------------------------------------------------
-
-// logPersonaReload logs one reload of the --personas directory.
-func logPersonaReload(log *zap.Logger, r personas.Reload) {
-	for _, p := range r.Warnings {
-		log.Warn("persona", zap.String("warning", p.String()))
-	}
-	for _, p := range r.Errors {
-		log.Error("persona file skipped", zap.String("error", p.String()))
-	}
-	switch {
-	case !r.OK:
-		log.Error("persona reload refused: the last personas stay in force",
-			zap.String("dir", r.Root), zap.String("error", r.Error), zap.Strings("personas", r.Personas))
-	case r.Changed:
-		log.Info("personas reloaded", zap.String("dir", r.Root), zap.Strings("personas", r.Personas),
-			zap.Int("files", len(r.Files)), zap.Int("warnings", len(r.Warnings)), zap.Int("errors", len(r.Errors)),
-			zap.Duration("took", r.Duration.Round(time.Microsecond)))
-	default:
-		log.Info("persona files changed but load alike: personas unchanged", zap.String("dir", r.Root))
-	}
-}
-
-// unroutedPersona is a persona that names a plugin serve does not run.
-type unroutedPersona struct {
-	Persona, Plugin string
-}
-
-// personasWithoutPlugin lists the personas of snap that name a plugin
-// outside configured, sorted by persona. A persona that names no plugin
-// goes to the default plugin, which serve checks on its own.
-func personasWithoutPlugin(snap *personas.Snapshot, configured []string) []unroutedPersona {
-	var out []unroutedPersona
-	for _, e := range snap.Entries() {
-		if p := e.Persona.Plugin; p != "" && !slices.Contains(configured, p) {
-			out = append(out, unroutedPersona{Persona: e.Persona.Name, Plugin: p})
-		}
-	}
-	return out
-}
-
-// warnPersonasWithoutPlugin logs one warning per persona that names a
-// plugin serve does not run. Such a persona loads fine, but every review
-// routed to it is blocked, so serve says so at start and at each reload
-// instead of leaving it to the first blocked verdict.
-func warnPersonasWithoutPlugin(log *zap.Logger, snap *personas.Snapshot, configured []string) {
-	for _, u := range personasWithoutPlugin(snap, configured) {
-		log.Warn(fmt.Sprintf("persona %q names plugin %q, which is not configured: its reviews will be blocked", u.Persona, u.Plugin),
-			zap.String("persona", u.Persona), zap.String("plugin", u.Plugin), zap.Strings("configured", configured))
-	}
 }

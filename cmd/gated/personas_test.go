@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 
@@ -58,8 +57,8 @@ func TestPersonasList(t *testing.T) {
 			t.Fatalf("exit %d: %v", code, err)
 		}
 		var doc struct {
-			Dir      string           `json:"dir"`
-			Personas []personaListing `json:"personas"`
+			Dir      string                    `json:"dir"`
+			Personas []personas.PersonaListing `json:"personas"`
 		}
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
@@ -174,7 +173,7 @@ func TestPersonasLint(t *testing.T) {
 		if code != exitFailure || err == nil {
 			t.Fatalf("exit %d (%v), want %d", code, err, exitFailure)
 		}
-		var doc lintReport
+		var doc personas.LintReport
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
 		}
@@ -245,36 +244,4 @@ func TestRoutingByPersona(t *testing.T) {
 		t.Fatalf("exit %d, want %d\n%s", code, exitNotApproved, out)
 	}
 	wantOutput(t, out, `(?m)^  deny persona_out_of_scope: persona "dba" reviews only the actions config\.persona_routes sends it`)
-}
-
-func TestPersonasWithoutPlugin(t *testing.T) {
-	examples, _, err := personas.Load(filepath.Join("..", "..", "examples", "personas"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	builtin, err := personas.Builtin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		note       string
-		reg        *personas.Registry
-		configured []string
-		want       []unroutedPersona
-	}{
-		{note: "examples with the bundled sop", reg: examples, configured: []string{"sop"},
-			want: []unroutedPersona{{Persona: "incident", Plugin: "incident"}}},
-		{note: "examples with the incident plugin", reg: examples, configured: []string{"sop", "incident"}},
-		{note: "built-ins with the bundled sop", reg: builtin, configured: []string{"sop", "llm"}},
-		{note: "built-ins with llm alone", reg: builtin, configured: []string{"llm"},
-			want: []unroutedPersona{{"dba", "sop"}, {"reviewer", "sop"}, {"run-reviewer", "sop"}}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			got := personasWithoutPlugin(tc.reg.Snapshot(), tc.configured)
-			if !slices.Equal(got, tc.want) {
-				t.Errorf("got %v, want %v", got, tc.want)
-			}
-		})
-	}
 }

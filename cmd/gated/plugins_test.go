@@ -15,6 +15,7 @@ import (
 
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/internal/digest"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sop"
@@ -52,6 +53,7 @@ func TestMain(m *testing.M) {
 
 // exitCode is the status main would exit with after err.
 func exitCode(err error) int {
+	err = fromServer(err)
 	if err == nil {
 		return 0
 	}
@@ -294,9 +296,14 @@ func TestPluginSpecs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := withConfig(t.Context(), cfg)
+	ctx := t.Context()
+	// withFile adds what the config file names, as serve does.
+	withFile := func(o server.Config) server.Config {
+		o.ConfigFile, o.ConfigPlugins = cfg.path, cfg.plugins
+		return o
+	}
 
-	specs, def, err := pluginSpecs(ctx, serveOptions{pluginsDir: s.pd, defaultPlugin: "alpha"})
+	specs, def, err := server.PluginSpecs(ctx, withFile(server.Config{PluginsDir: s.pd, DefaultPlugin: "alpha"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -313,7 +320,7 @@ func TestPluginSpecs(t *testing.T) {
 	// A binary changed after locking keeps the digest from the lock, so
 	// the host refuses it at launch.
 	writeExe(t, filepath.Join(s.pd, "alpha"), "alpha v2")
-	specs, _, err = pluginSpecs(ctx, serveOptions{pluginsDir: s.pd, defaultPlugin: sop.Name})
+	specs, _, err = server.PluginSpecs(ctx, withFile(server.Config{PluginsDir: s.pd, DefaultPlugin: sop.Name}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,17 +330,17 @@ func TestPluginSpecs(t *testing.T) {
 
 	for _, tc := range []struct {
 		note string
-		o    serveOptions
+		o    server.Config
 		prep func(t *testing.T)
 		code int
 		is   error
 		want string
 	}{
-		{note: "unknown default", o: serveOptions{defaultPlugin: "nope"}, code: exitUsage, want: `--default-plugin "nope" is not a configured plugin (have: acme, sop)`},
-		{note: "empty default", o: serveOptions{defaultPlugin: ""}, code: exitUsage, want: "is not a configured plugin"},
+		{note: "unknown default", o: server.Config{DefaultPlugin: "nope"}, code: exitUsage, want: `--default-plugin "nope" is not a configured plugin (have: acme, sop)`},
+		{note: "empty default", o: server.Config{DefaultPlugin: ""}, code: exitUsage, want: "is not a configured plugin"},
 		{
 			note: "same name in config and directory",
-			o:    serveOptions{pluginsDir: s.pd, defaultPlugin: sop.Name},
+			o:    server.Config{PluginsDir: s.pd, DefaultPlugin: sop.Name},
 			prep: func(t *testing.T) {
 				writeExe(t, filepath.Join(s.pd, "acme"), "another acme")
 				if _, err := plugins.WriteLock(s.pd); err != nil {
@@ -344,7 +351,7 @@ func TestPluginSpecs(t *testing.T) {
 		},
 		{
 			note: "unpinned executable",
-			o:    serveOptions{pluginsDir: s.pd, defaultPlugin: sop.Name},
+			o:    server.Config{PluginsDir: s.pd, DefaultPlugin: sop.Name},
 			prep: func(t *testing.T) { writeExe(t, filepath.Join(s.pd, "zeta"), "z") },
 			code: exitFailure, is: plugins.ErrUnpinned, want: "zeta",
 		},
@@ -353,7 +360,7 @@ func TestPluginSpecs(t *testing.T) {
 			if tc.prep != nil {
 				tc.prep(t)
 			}
-			_, _, err := pluginSpecs(ctx, tc.o)
+			_, _, err := server.PluginSpecs(ctx, withFile(tc.o))
 			if err == nil || exitCode(err) != tc.code || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v (exit %d); want exit %d and %q", err, exitCode(err), tc.code, tc.want)
 			}
@@ -398,7 +405,7 @@ func TestServeRefusesModifiedDirPlugin(t *testing.T) {
 // --llm-max-concurrency says, not the host's small default: its reviews
 // wait on a provider, not on this machine.
 func TestLLMSpecTakesItsConcurrency(t *testing.T) {
-	specs, _, err := pluginSpecs(t.Context(), serveOptions{defaultPlugin: llm.Name, llmMaxConc: 2048})
+	specs, _, err := server.PluginSpecs(t.Context(), server.Config{DefaultPlugin: llm.Name, LLMMaxConcurrency: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/policies"
 )
 
@@ -31,16 +32,16 @@ replay alone reads NATS: the audit stream whose history it decides again.`,
 // loadPolicyBundle reads the bundle that o names, and prints a note about
 // the policy directory, if there is one, on errw. args is the optional
 // positional DIR of `test` and `check`, the same as --policies DIR.
-func loadPolicyBundle(o *policySourceOptions, args []string, errw io.Writer) (*policies.Bundle, []string, error) {
+func loadPolicyBundle(o *server.PolicySource, args []string, errw io.Writer) (*policies.Bundle, []string, error) {
 	if len(args) > 0 {
-		if o.dir != "" {
-			return nil, nil, usageError("give the policy directory either as an argument or as --policies, not both (%s and %s)", args[0], o.dir)
+		if o.Dir != "" {
+			return nil, nil, usageError("give the policy directory either as an argument or as --policies, not both (%s and %s)", args[0], o.Dir)
 		}
-		o.dir = args[0]
+		o.Dir = args[0]
 	}
-	src, note, err := o.sources()
+	src, note, err := o.Sources()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, fromServer(err)
 	}
 	if note != "" {
 		fmt.Fprintln(errw, "note:", note)
@@ -69,7 +70,7 @@ func writeJSON(w io.Writer, v any) error {
 // --- gated policy check -------------------------------------------------------
 
 func policyCheckCmd() *cobra.Command {
-	o := &policySourceOptions{}
+	o := &server.PolicySource{}
 	strict := true
 	c := &cobra.Command{
 		Use:   "check [DIR]",
@@ -90,12 +91,12 @@ Exit status: 0 the bundle is sound, 1 it is not, 2 bad usage.`,
 			return runPolicyCheck(cmd.Context(), cmd.OutOrStdout(), cmd.ErrOrStderr(), o, args, strict)
 		},
 	}
-	o.register(c.Flags())
+	registerPolicySource(c.Flags(), o)
 	c.Flags().BoolVar(&strict, "strict", true, "compile in OPA's strict mode, test files included, as opa check --strict does")
 	return c
 }
 
-func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string, strict bool) error {
+func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *server.PolicySource, args []string, strict bool) error {
 	ev, err := checkBundle(ctx, w, errw, o, args, strict)
 	var ex *exitError
 	switch {
@@ -124,7 +125,7 @@ func runPolicyCheck(ctx context.Context, w, errw io.Writer, o *policySourceOptio
 
 // checkBundle loads the bundle, lists its files on w and compiles it, in
 // strict mode when strict is set.
-func checkBundle(ctx context.Context, w, errw io.Writer, o *policySourceOptions, args []string, strict bool) (*policies.Evaluator, error) {
+func checkBundle(ctx context.Context, w, errw io.Writer, o *server.PolicySource, args []string, strict bool) (*policies.Evaluator, error) {
 	b, files, err := loadPolicyBundle(o, args, errw)
 	if err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func checkBundle(ctx context.Context, w, errw io.Writer, o *policySourceOptions,
 	for _, f := range files {
 		fmt.Fprintf(w, "checked %s\n", f)
 	}
-	opts := o.compileOptions()
+	opts := o.CompileOptions()
 	if strict {
 		opts = append(opts, policies.Strict())
 	}

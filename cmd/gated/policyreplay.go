@@ -19,12 +19,13 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/replay"
 	"github.com/gated/gated/internal/progress"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/policies"
 )
 
 // policyReplayOptions are the flags of `gated policy replay`.
 type policyReplayOptions struct {
-	bundle      policySourceOptions
+	bundle      server.PolicySource
 	personasDir string
 	url         string
 	conn        natsConnOptions
@@ -77,7 +78,7 @@ is not intact or an error, 2 bad usage.`,
 		},
 	}
 	f := c.Flags()
-	o.bundle.register(f)
+	registerPolicySource(f, &o.bundle)
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
 	f.StringVar(&o.url, "nats-url", nats.DefaultURL, "NATS server URL of the deployment whose history to replay")
 	f.StringVar(&o.dataDir, "data-dir", "", "replay the embedded server's JetStream files in this directory instead of --nats-url")
@@ -101,7 +102,7 @@ const exitFlipped = 4
 
 func (o *policyReplayOptions) check() error {
 	switch {
-	case o.bundle.dir == "":
+	case o.bundle.Dir == "":
 		return usageError("--policies DIR is required: the candidate policy to replay")
 	case o.since < 0:
 		return usageError("--since %s: want a positive duration", o.since)
@@ -138,7 +139,7 @@ func runPolicyReplay(ctx context.Context, w, errw io.Writer, o *policyReplayOpti
 	if err != nil {
 		return err
 	}
-	ev, err := policies.Compile(ctx, b, o.bundle.compileOptions()...)
+	ev, err := policies.Compile(ctx, b, o.bundle.CompileOptions()...)
 	if err != nil {
 		return fmt.Errorf("compiling the candidate policy: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gated/gated/bus/replay"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/sop"
 	"github.com/gated/gated/policies"
@@ -48,16 +49,19 @@ func (o *rereviewOptions) check() error {
 // same flags and configuration, and tool calls forwarded on the replayed
 // deployment's connection nc, as serve forwards them.
 func (o *policyReplayOptions) candidateReviewers(reg engine.Personas, ev *policies.Evaluator, nc *nats.Conn) replay.ReviewersConfig {
-	setup := serveOptions{
-		personasDir: o.personasDir, pluginsDir: o.rereview.pluginsDir,
-		defaultPlugin: o.rereview.defaultPlugin, llmMaxConc: o.rereview.concurrency,
+	setup := server.Config{
+		PersonasDir: o.personasDir, PluginsDir: o.rereview.pluginsDir,
+		DefaultPlugin: o.rereview.defaultPlugin, LLMMaxConcurrency: o.rereview.concurrency,
 	}
 	cfg := replay.ReviewersConfig{
 		Personas: reg, Catalog: ev.Catalog(),
-		Plugins: func(ctx context.Context) ([]plugins.Spec, string, error) { return pluginSpecs(ctx, setup) },
+		Plugins: func(ctx context.Context) ([]plugins.Spec, string, error) {
+			specs, def, err := server.PluginSpecs(ctx, setup)
+			return specs, def, fromServer(err)
+		},
 	}
 	if nc != nil {
-		cfg.Forward = toolConfig(nc, nil, plugins.DefaultToolCallTimeout).Forward
+		cfg.Forward = server.ToolConfig(nc, nil, plugins.DefaultToolCallTimeout).Forward
 	}
 	return cfg
 }

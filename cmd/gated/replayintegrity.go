@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/internal/server"
 )
 
 // replayIntegrityOptions are the flags with which replay checks its range
@@ -31,14 +32,14 @@ func (o *replayIntegrityOptions) register(f *pflag.FlagSet) {
 // dataDir's audit key is used when it has one, as serve wrote with it.
 func (o *replayIntegrityOptions) load(dataDir, tenant string) (keys [][]byte, anchors []audit.Head, err error) {
 	for _, f := range o.keyFiles {
-		key, err := readAuditKey(f)
+		key, err := server.ReadAuditKey(f)
 		if err != nil {
 			return nil, nil, usageError("--audit-key-file: %v", err)
 		}
 		keys = append(keys, key)
 	}
 	if len(keys) == 0 && dataDir != "" {
-		key, err := readAuditKey(filepath.Join(dataDir, auditKeyFile))
+		key, err := server.ReadAuditKey(filepath.Join(dataDir, server.AuditKeyName))
 		switch {
 		case err == nil:
 			keys = append(keys, key)

@@ -22,6 +22,7 @@ import (
 	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/server"
 )
 
 // newAuditKey writes a fresh audit key to a file and returns the key and
@@ -84,7 +85,7 @@ func TestReplayChecksMACs(t *testing.T) {
 func TestReplayDataDirUsesItsKey(t *testing.T) {
 	dataDir := t.TempDir()
 	key, _ := newAuditKey(t)
-	writeFile(t, dataDir, auditKeyFile, hex.EncodeToString(key)+"\n")
+	writeFile(t, dataDir, server.AuditKeyName, hex.EncodeToString(key)+"\n")
 	writeDataDirHistory(t, dataDir, audit.Config{Key: key})
 	code, out, err := runGated(t, "policy", "replay", "--policies", mustCandidateDir(t), "--data-dir", dataDir)
 	if code != 0 || !strings.Contains(out, "MACs checked with key "+audit.KeyID(key)) {

@@ -11,11 +11,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
-	"github.com/gated/gated/plugins/llm"
-	"github.com/gated/gated/plugins/sdk"
-	"github.com/gated/gated/plugins/sop"
+	"github.com/gated/gated/internal/server"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -124,19 +121,7 @@ func pluginCmd() *cobra.Command {
 		Short: "Serve a bundled reviewer over the plugin protocol: sop or llm",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
-			switch args[0] {
-			case sop.Name:
-				sdk.Serve(sop.Reviewer{Version: version})
-				return nil
-			case llm.Name:
-				// Keys and addresses come from the environment gated passes
-				// (llm.EnvVars); none is needed to start.
-				cfg := llm.ConfigFromEnv()
-				cfg.Version = version
-				sdk.Serve(llm.New(cfg))
-				return nil
-			}
-			return usageError("no bundled plugin named %q (have: %s, %s)", args[0], sop.Name, llm.Name)
+			return fromServer(server.ServeBundledPlugin(args[0], version))
 		},
 	})
 	return c
@@ -145,26 +130,6 @@ func pluginCmd() *cobra.Command {
 // newLogger returns a JSON logger, or a console one when stderr is a
 // terminal and format is auto.
 func newLogger(format, level string) (*zap.Logger, error) {
-	var lvl zapcore.Level
-	if err := lvl.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError("--log-level %q: want debug, info, warn or error", level)
-	}
-	switch format {
-	case "auto":
-		format = "json"
-		if fi, err := os.Stderr.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			format = "console"
-		}
-	case "json", "console":
-	default:
-		return nil, usageError("--log-format %q: want auto, json or console", format)
-	}
-	cfg := zap.NewProductionConfig()
-	if format == "console" {
-		cfg = zap.NewDevelopmentConfig()
-		cfg.DisableStacktrace = true
-	}
-	cfg.Level = zap.NewAtomicLevelAt(lvl)
-	cfg.Sampling = nil
-	return cfg.Build()
+	log, err := server.NewLogger(format, level)
+	return log, fromServer(err)
 }

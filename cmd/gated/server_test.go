@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -14,8 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/spf13/pflag"
-	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
@@ -89,71 +86,6 @@ func TestServeJoinsItsGoroutines(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("%d goroutines before serve, %d after it returned:\n%s", before, now, allStacks())
-}
-
-// TestServeJoinsItsGoroutinesWhenStartFails starts every part of serve
-// (persona and policy watchers, plugins, NATS, worker, review service,
-// HTTP listener) and then fails the start with one more step: serve
-// returns that error, and nothing it started outlives it.
-func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
-	clearGatedEnv(t)
-	policyDir := t.TempDir()
-	writeFile(t, policyDir, "extra.rego", "package gated\n\nextra_rule := true\n")
-	var o serveOptions
-	f := pflag.NewFlagSet("serve", pflag.ContinueOnError)
-	o.register(f)
-	if err := f.Parse([]string{"--data-dir", t.TempDir(), "--nats-listen", "127.0.0.1:0",
-		"--http", freeTCPAddr(t), "--policies", policyDir, "--personas", "../../examples/personas",
-		"--policy-poll", "50ms"}); err != nil {
-		t.Fatal(err)
-	}
-	operators, err := o.check()
-	if err != nil {
-		t.Fatal(err)
-	}
-	before := runtime.NumGoroutine()
-
-	s := newServer(o, operators, zap.NewNop())
-	var started []string
-	late := errors.New("a step after the last one failed")
-	steps := append(s.startSteps(), func(context.Context) error {
-		// A goroutine just started may not have run into its function
-		// yet: look again for a while before calling a part not started.
-		for range 200 {
-			started = started[:0]
-			stacks := allStacks()
-			for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)"} {
-				if strings.Contains(stacks, frame) {
-					started = append(started, frame)
-				}
-			}
-			if len(started) == 3 {
-				break
-			}
-			time.Sleep(25 * time.Millisecond)
-		}
-		return late
-	})
-	if err := s.run(t.Context(), steps); !errors.Is(err, late) {
-		t.Fatalf("run: got %v, want the failing step's error", err)
-	}
-	if len(started) != 3 {
-		t.Fatalf("before the failing step only %v were running: the test did not start every part", started)
-	}
-	stacks := allStacks()
-	for _, frame := range []string{"policies.(*Live).Watch", "personas.(*Registry).Watch", "intake.(*Worker)", "cmd/gated.(*gateServer)"} {
-		if strings.Contains(stacks, frame) {
-			t.Errorf("a goroutine in %s outlives a serve that failed to start:\n%s", frame, stacks)
-		}
-	}
-	var now int
-	for range 100 {
-		if now = runtime.NumGoroutine(); now <= before {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Errorf("%d goroutines before serve, %d after it failed:\n%s", before, now, allStacks())
 }
 
 func allStacks() string {

@@ -284,39 +284,16 @@ func (p *parser) hex4() (rune, error) {
 
 func (p *parser) number() (*value, error) {
 	start := p.pos
-	digits := func() int {
-		n := 0
-		for p.pos < len(p.data) && p.data[p.pos] >= '0' && p.data[p.pos] <= '9' {
-			p.pos++
-			n++
-		}
-		return n
-	}
-	if p.data[p.pos] == '-' {
-		p.pos++
-	}
-	intStart := p.pos
-	if n := digits(); n == 0 {
-		return nil, p.errorf("number without digits")
-	} else if n > 1 && p.data[intStart] == '0' {
+	end := jsonscan.Number(p.data, start)
+	if end >= 0 && end < len(p.data) && p.data[end] >= '0' && p.data[end] <= '9' {
+		// Number stops after a lone 0; a digit after it is a leading zero.
 		return nil, p.errorf("number with a leading zero")
 	}
-	if p.pos < len(p.data) && p.data[p.pos] == '.' {
-		p.pos++
-		if digits() == 0 {
-			return nil, p.errorf("number without fraction digits")
-		}
+	if end < 0 {
+		return nil, p.errorf("invalid number (want -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?)")
 	}
-	if p.pos < len(p.data) && (p.data[p.pos] == 'e' || p.data[p.pos] == 'E') {
-		p.pos++
-		if p.pos < len(p.data) && (p.data[p.pos] == '+' || p.data[p.pos] == '-') {
-			p.pos++
-		}
-		if digits() == 0 {
-			return nil, p.errorf("number without exponent digits")
-		}
-	}
-	return &value{kind: kindNumber, text: string(p.data[start:p.pos])}, nil
+	p.pos = end
+	return &value{kind: kindNumber, text: string(p.data[start:end])}, nil
 }
 
 // integer reads v as an integer written without fraction or exponent that

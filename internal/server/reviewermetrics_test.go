@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"encoding/json"
@@ -11,8 +11,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -21,12 +19,12 @@ import (
 // every record stored before it. The rounds here are an hour apart, so
 // only the scrape's own read can count the verdicts.
 func TestReviewerMetricsScrapeReadsFirst(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natsServer(t)
+	_, js := connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	aud := bustest.AuditWriter(t, js, audit.Config{})
+	aud := auditWriter(t, js)
 	c, stop := followReviewers(t.Context(), js, time.Hour, zaptest.NewLogger(t))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)

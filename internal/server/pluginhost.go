@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"github.com/gated/gated/policies"
 )
 
-// toolConfig answers reviewers' tool calls: the SOP catalog and tool
+// ToolConfig answers reviewers' tool calls: the SOP catalog and tool
 // descriptions of the policy in force, and NATS requests for the rest.
-func toolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugins.ToolConfig {
+func ToolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugins.ToolConfig {
 	return plugins.ToolConfig{
 		CallTimeout: timeout,
 		SOP: func(id string) (*gated.SOP, bool) {

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -125,7 +125,7 @@ func (c *reviewerCollector) Collect(ch chan<- prometheus.Metric) {
 // the reviewer metrics, in rounds every reviewerMetricsEvery and before
 // each scrape. It reads on its own consumer: no decision waits for it. A
 // round that fails is logged; the next one starts where it stopped.
-func (s *gateServer) startReviewerMetrics(ctx context.Context) error {
+func (s *Server) startReviewerMetrics(ctx context.Context) error {
 	c, stop := followReviewers(ctx, s.js, reviewerMetricsEvery, s.log)
 	s.m.reg.MustRegister(c)
 	s.onStop("the reviewer metrics reader", stop)

@@ -1,9 +1,8 @@
-package main
+package server
 
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,18 +46,18 @@ type stopStep struct {
 
 // onStop registers stop, which stops what name says, to run when Run
 // returns, before the stops registered earlier.
-func (s *gateServer) onStop(name string, stop func()) {
+func (s *Server) onStop(name string, stop func()) {
 	s.stops = append(s.stops, stopStep{name: name, stop: stop})
 }
 
 // shutdown drains the proposals in flight for the grace, then runs the
 // registered stops, all of it within the grace and shutdownSlack. It
 // returns an error, already logged, when it abandoned anything.
-func (s *gateServer) shutdown() error {
+func (s *Server) shutdown() error {
 	began := time.Now()
-	graceEnd := began.Add(s.o.shutdownGrace)
+	graceEnd := began.Add(s.cfg.ShutdownGrace)
 	s.ready.Store(false)
-	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.o.shutdownGrace))
+	s.log.Info("shutting down: draining proposals in flight", zap.Duration("grace", s.cfg.ShutdownGrace))
 	abandoned := s.stopAll(graceEnd, []stopStep{
 		// No reload lands while proposals drain.
 		{"the policy and persona watchers", s.stopWatchers},
@@ -69,14 +68,14 @@ func (s *gateServer) shutdown() error {
 		return nil
 	}
 	s.log.Error("shutdown abandoned what it could not finish; gated stopped", zap.Strings("abandoned", abandoned),
-		zap.Duration("grace", s.o.shutdownGrace), zap.Duration("took", time.Since(began)))
-	return &exitError{code: exitFailure, silent: true, err: fmt.Errorf("shutdown abandoned %s", strings.Join(abandoned, "; "))}
+		zap.Duration("grace", s.cfg.ShutdownGrace), zap.Duration("took", time.Since(began)))
+	return &ShutdownError{Abandoned: abandoned}
 }
 
 // unwind stops what the start steps started, when the start failed or
 // panicked: bounded like a shutdown with no grace, it logs what it
 // abandons. After a shutdown it does nothing.
-func (s *gateServer) unwind() {
+func (s *Server) unwind() {
 	if len(s.stops) == 0 {
 		return
 	}
@@ -90,7 +89,7 @@ func (s *gateServer) unwind() {
 // closes the NATS connection at graceEnd if it is down then, and at
 // closeBy in any case while stops still run. It returns what the stops
 // abandoned, and the stops it abandoned still running or never begun.
-func (s *gateServer) stopAll(graceEnd time.Time, first []stopStep) []string {
+func (s *Server) stopAll(graceEnd time.Time, first []stopStep) []string {
 	steps := first
 	for i := len(s.stops) - 1; i >= 0; i-- {
 		steps = append(steps, s.stops[i])
@@ -152,7 +151,7 @@ func (s *gateServer) stopAll(graceEnd time.Time, first []stopStep) []string {
 
 // stopContext is the context of a stop's wait: it ends after d, or at
 // closeBy if that comes first.
-func (s *gateServer) stopContext(d time.Duration) (context.Context, context.CancelFunc) {
+func (s *Server) stopContext(d time.Duration) (context.Context, context.CancelFunc) {
 	deadline := time.Now().Add(d)
 	if !s.closeBy.IsZero() && s.closeBy.Before(deadline) {
 		deadline = s.closeBy
@@ -164,7 +163,7 @@ func (s *gateServer) stopContext(d time.Duration) (context.Context, context.Canc
 // "" (its own stop). Closed while it is down, it drops what it holds for
 // the server (verdicts, acknowledgements, audit records): that is
 // abandoned.
-func (s *gateServer) closeNATS(why string) {
+func (s *Server) closeNATS(why string) {
 	if s.nc == nil {
 		return
 	}
@@ -188,14 +187,14 @@ func (s *gateServer) closeNATS(why string) {
 }
 
 // abandon notes what the shutdown gave up on.
-func (s *gateServer) abandon(what ...string) {
+func (s *Server) abandon(what ...string) {
 	s.abandonedMu.Lock()
 	defer s.abandonedMu.Unlock()
 	s.abandoned = append(s.abandoned, what...)
 }
 
 // takeAbandoned returns what the shutdown gave up on, and forgets it.
-func (s *gateServer) takeAbandoned() []string {
+func (s *Server) takeAbandoned() []string {
 	s.abandonedMu.Lock()
 	defer s.abandonedMu.Unlock()
 	out := s.abandoned

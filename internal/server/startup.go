@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"errors"
@@ -15,22 +15,22 @@ import (
 // writable) and its client port; with --http and --metrics-listen, their
 // ports. release gives the lock back; the kernel also drops it when the
 // process ends.
-func claimServeResources(o serveOptions) (release func(), err error) {
+func claimServeResources(o Config) (release func(), err error) {
 	var lock *bus.DataDirLock
 	release = func() { lock.Release() }
-	if o.natsURL == "" {
-		if lock, err = bus.LockDataDir(o.dataDir); err != nil {
+	if o.NATSURL == "" {
+		if lock, err = bus.LockDataDir(o.DataDir); err != nil {
 			if errors.Is(err, bus.ErrDataDirInUse) {
 				return nil, fmt.Errorf("%w: stop that gated first, or give this one its own --data-dir", err)
 			}
 			return nil, err
 		}
-		if err := bus.CheckEmbeddedListen(bus.EmbeddedConfig{Listen: o.natsListen}); err != nil {
+		if err := bus.CheckEmbeddedListen(bus.EmbeddedConfig{Listen: o.NATSListen}); err != nil {
 			lock.Release()
 			return nil, fmt.Errorf("--nats-listen: %w", err)
 		}
 	}
-	for _, l := range []struct{ flag, addr string }{{"--http", o.httpAddr}, {"--metrics-listen", o.metricsListen}} {
+	for _, l := range []struct{ flag, addr string }{{"--http", o.HTTPAddr}, {"--metrics-listen", o.MetricsListen}} {
 		if l.addr == "" {
 			continue
 		}

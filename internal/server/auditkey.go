@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -17,13 +17,13 @@ import (
 	"github.com/gated/gated/bus/audit"
 )
 
-// auditKeyFile is the name of the key gated creates in --data-dir when it
+// AuditKeyName is the name of the key gated creates in --data-dir when it
 // runs the embedded server and no key file is given.
-const auditKeyFile = "audit.key"
+const AuditKeyName = "audit.key"
 
-// readAuditKey reads an audit key file: 32 or more random bytes, raw or
+// ReadAuditKey reads an audit key file: 32 or more random bytes, raw or
 // hex.
-func readAuditKey(path string) ([]byte, error) {
+func ReadAuditKey(path string) ([]byte, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -38,8 +38,8 @@ func readAuditKey(path string) ([]byte, error) {
 // ensureAuditKey returns the key in dir/audit.key, creating it (32 random
 // bytes in hex, mode 0600) when there is none. created says which.
 func ensureAuditKey(dir string) (key []byte, path string, created bool, err error) {
-	path = filepath.Join(dir, auditKeyFile)
-	key, err = readAuditKey(path)
+	path = filepath.Join(dir, AuditKeyName)
+	key, err = ReadAuditKey(path)
 	if err == nil || !errors.Is(err, fs.ErrNotExist) {
 		return key, path, false, err
 	}
@@ -53,7 +53,7 @@ func ensureAuditKey(dir string) (key []byte, path string, created bool, err erro
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		// Another gated on the same directory was quicker.
-		key, err = readAuditKey(path)
+		key, err = ReadAuditKey(path)
 		return key, path, false, err
 	}
 	if err != nil {
@@ -95,15 +95,15 @@ func parsePublishMode(s string) (audit.PublishMode, error) {
 // key, does not start, and a missing <data-dir>/audit.key is not replaced
 // while the stream holds MACed records, unless --audit-key-rotate says the
 // change is meant.
-func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, embedded bool, log *zap.Logger) ([]byte, error) {
+func serveAuditKey(ctx context.Context, js jetstream.JetStream, o Config, embedded bool, log *zap.Logger) ([]byte, error) {
 	var (
 		key     []byte
-		keyFile = o.auditKeyFile
+		keyFile = o.AuditKeyFile
 		err     error
 	)
 	switch {
 	case keyFile != "":
-		if key, err = readAuditKey(keyFile); err != nil {
+		if key, err = ReadAuditKey(keyFile); err != nil {
 			return nil, usageError("--audit-key-file: %v", err)
 		}
 		if st, err := os.Stat(keyFile); err == nil && st.Mode().Perm()&0o077 != 0 {
@@ -111,8 +111,8 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 				zap.String("file", keyFile), zap.Stringer("mode", st.Mode().Perm()))
 		}
 	case embedded:
-		keyFile = filepath.Join(o.dataDir, auditKeyFile)
-		if key, err = readAuditKey(keyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		keyFile = filepath.Join(o.DataDir, AuditKeyName)
+		if key, err = ReadAuditKey(keyFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err
 		}
 	}
@@ -121,7 +121,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 	cancel()
 	var mismatch *audit.KeyError
 	switch {
-	case errors.As(err, &mismatch) && o.auditKeyRotate:
+	case errors.As(err, &mismatch) && o.AuditKeyRotate:
 		// Logged below, once the new key is known.
 	case errors.As(err, &mismatch):
 		return nil, auditKeyRefusal(mismatch, o, keyFile, embedded)
@@ -132,7 +132,7 @@ func serveAuditKey(ctx context.Context, js jetstream.JetStream, o serveOptions, 
 	case key != nil:
 	case embedded:
 		var created bool
-		if key, _, created, err = ensureAuditKey(o.dataDir); err != nil {
+		if key, _, created, err = ensureAuditKey(o.DataDir); err != nil {
 			return nil, err
 		}
 		if created {
@@ -159,15 +159,15 @@ func keyID(key []byte) string {
 
 // auditKeyRefusal explains why serve does not start with the key it has,
 // and how to give it the right one.
-func auditKeyRefusal(e *audit.KeyError, o serveOptions, keyFile string, embedded bool) error {
+func auditKeyRefusal(e *audit.KeyError, o Config, keyFile string, embedded bool) error {
 	const share = "give every gated on this stream the same key: --audit-key-file FILE, GATED_AUDIT_KEY_FILE=FILE or audit_key_file in the --config file"
 	const rotate = "; to start a new key on purpose, add --audit-key-rotate"
 	switch {
-	case e.Problem == audit.KeyMissing && embedded && o.auditKeyFile == "":
+	case e.Problem == audit.KeyMissing && embedded && o.AuditKeyFile == "":
 		return fmt.Errorf("%s is missing, yet the audit stream holds records MACed with key %s (the newest at seq %d): restore the key file from your copy, or give it with --audit-key-file%s",
 			keyFile, e.RecordKeyID, e.Seq, rotate)
 	case e.Problem == audit.KeyMissing:
-		return fmt.Errorf("%v: %s (the first gated keeps it in <data-dir>/%s)%s", e, share, auditKeyFile, rotate)
+		return fmt.Errorf("%v: %s (the first gated keeps it in <data-dir>/%s)%s", e, share, AuditKeyName, rotate)
 	case e.Problem == audit.KeyOther:
 		return fmt.Errorf("%s holds key %s, but the audit stream's newest record (seq %d) is MACed with key %s: %s%s",
 			keyFile, e.KeyID, e.Seq, e.RecordKeyID, share, rotate)
@@ -177,22 +177,22 @@ func auditKeyRefusal(e *audit.KeyError, o serveOptions, keyFile string, embedded
 
 // newServeAuditor starts serve's audit writer with the key serveAuditKey
 // chose.
-func newServeAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger) (*audit.Writer, error) {
+func newServeAuditor(ctx context.Context, js jetstream.JetStream, o Config, key []byte, log *zap.Logger) (*audit.Writer, error) {
 	return newObservedAuditor(ctx, js, o, key, log, nil)
 }
 
 // newObservedAuditor is newServeAuditor whose writer tells onSeal how
 // long each trail's append took (audit.Config.OnSeal); onSeal may be nil.
-func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o serveOptions, key []byte, log *zap.Logger, onSeal func(time.Duration, error)) (*audit.Writer, error) {
-	mode, err := parsePublishMode(o.auditPublish)
+func newObservedAuditor(ctx context.Context, js jetstream.JetStream, o Config, key []byte, log *zap.Logger, onSeal func(time.Duration, error)) (*audit.Writer, error) {
+	mode, err := parsePublishMode(o.AuditPublish)
 	if err != nil {
 		return nil, err
 	}
-	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, Uncompressed: !o.auditCompress, OnSeal: onSeal})
+	a, err := audit.NewWriter(ctx, js, audit.Config{Key: key, Log: log.Named("audit"), Publish: mode, Uncompressed: !o.AuditCompress, OnSeal: onSeal})
 	if err != nil {
 		return nil, err
 	}
-	log.Info("audit trail", zap.String("instance", a.Instance()), zap.String("key_id", a.KeyID()), zap.Bool("atomic_batches", a.Batching()), zap.Bool("compressed", o.auditCompress))
+	log.Info("audit trail", zap.String("instance", a.Instance()), zap.String("key_id", a.KeyID()), zap.Bool("atomic_batches", a.Batching()), zap.Bool("compressed", o.AuditCompress))
 	return a, nil
 }
 

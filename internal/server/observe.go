@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -20,7 +20,7 @@ import (
 // startTracing installs the OTLP trace exporter when the standard OTEL_*
 // variables ask for one (docs/OBSERVABILITY.md); without them nothing is
 // traced. The spans still buffered are flushed when serve stops.
-func (s *gateServer) startTracing(ctx context.Context) error {
+func (s *Server) startTracing(ctx context.Context) error {
 	shutdown, err := telemetry.Setup(ctx, "gated", os.LookupEnv)
 	if err != nil {
 		return err

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"slices"
@@ -15,7 +15,7 @@ import (
 // never begun.
 func TestShutdownAbandonsAStopThatHangs(t *testing.T) {
 	const grace = 200 * time.Millisecond
-	s := newServer(serveOptions{shutdownGrace: grace}, nil, zap.NewNop())
+	s := &Server{cfg: Config{ShutdownGrace: grace}, log: zap.NewNop()}
 	hang := make(chan struct{})
 	t.Cleanup(func() { close(hang) })
 	ran := []string{}

@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -17,11 +17,11 @@ import (
 // metricsListener names the flag of the listener that serves /metrics:
 // --metrics-listen when given; else --http, unless the web console
 // (--operators) is on it; "" when no listener serves it.
-func (o *serveOptions) metricsListener() string {
+func (o *Config) metricsListener() string {
 	switch {
-	case o.metricsListen != "":
+	case o.MetricsListen != "":
 		return "--metrics-listen"
-	case o.httpAddr != "" && o.operators == "":
+	case o.HTTPAddr != "" && o.Operators == "":
 		return "--http"
 	}
 	return ""
@@ -35,16 +35,16 @@ func metricsHandler(m *metrics) http.Handler {
 // startMetrics serves /metrics, and nothing else, on --metrics-listen
 // when given, and says where /metrics is not served when the console
 // keeps it off --http.
-func (s *gateServer) startMetrics(context.Context) error {
-	if s.o.metricsListen == "" {
-		if s.o.httpAddr != "" && s.o.operators != "" {
+func (s *Server) startMetrics(context.Context) error {
+	if s.cfg.MetricsListen == "" {
+		if s.cfg.HTTPAddr != "" && s.cfg.Operators != "" {
 			s.log.Warn("/metrics is not served: the web console is on --http, where metrics would answer without a session; give --metrics-listen to serve them on a listener of their own")
 		}
 		return nil
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metricsHandler(s.m))
-	stop, err := listenHTTP("--metrics-listen", s.o.metricsListen, mux, s.log)
+	stop, err := listenHTTP("--metrics-listen", s.cfg.MetricsListen, mux, s.log)
 	if err != nil {
 		return err
 	}
@@ -53,6 +53,6 @@ func (s *gateServer) startMetrics(context.Context) error {
 		defer cancel()
 		stop(ctx)
 	})
-	s.log.Info("metrics served", zap.String("listen", s.o.metricsListen), zap.Bool("tenant_labels", s.o.metricsTenantLabels))
+	s.log.Info("metrics served", zap.String("listen", s.cfg.MetricsListen), zap.Bool("tenant_labels", s.cfg.MetricsTenantLabels))
 	return nil
 }

@@ -1,10 +1,9 @@
-package main
+package server
 
 import (
 	"context"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/spf13/pflag"
 	"go.uber.org/zap"
 
 	"github.com/gated/gated"
@@ -12,21 +11,16 @@ import (
 	"github.com/gated/gated/policies"
 )
 
-// shadowOptions are the flags of the shadow policy: a candidate decided
+// ShadowSource are the flags of the shadow policy: a candidate decided
 // beside the live policy on every proposal, which never changes a verdict.
-type shadowOptions struct {
-	dir     string
-	replace bool
+type ShadowSource struct {
+	Dir     string
+	Replace bool
 }
 
-func (o *shadowOptions) register(f *pflag.FlagSet) {
-	f.StringVar(&o.dir, "shadow-policies", "", "directory of a candidate policy decided beside the live one on every proposal (added to the embedded default bundle); it never changes a verdict, differences are audited as policy.shadow_differs")
-	f.BoolVar(&o.replace, "shadow-policies-replace", false, "use --shadow-policies instead of the embedded default bundle")
-}
-
-// check refuses flags that cannot work together.
-func (o *shadowOptions) check() error {
-	if o.replace && o.dir == "" {
+// Check refuses flags that cannot work together.
+func (o *ShadowSource) Check() error {
+	if o.Replace && o.Dir == "" {
 		return usageError("--shadow-policies-replace needs --shadow-policies DIR: there must be a candidate to use instead of the default")
 	}
 	return nil
@@ -35,11 +29,11 @@ func (o *shadowOptions) check() error {
 // loadShadow builds the shadow policy, with --shadow-policies. A candidate
 // that does not build is logged and left out until a reload builds it:
 // it never stops gated, nor touches a live decision.
-func (s *gateServer) loadShadow(ctx context.Context) error {
-	if s.o.shadow.dir == "" {
+func (s *Server) loadShadow(ctx context.Context) error {
+	if s.cfg.Shadow.Dir == "" {
 		return nil
 	}
-	src := policies.Sources{Dir: s.o.shadow.dir, Replace: s.o.shadow.replace, DataFiles: s.src.DataFiles, Topdown: s.src.Topdown}
+	src := policies.Sources{Dir: s.cfg.Shadow.Dir, Replace: s.cfg.Shadow.Replace, DataFiles: s.src.DataFiles, Topdown: s.src.Topdown}
 	log := s.log.Named("shadow")
 	shadow, err := policies.NewCandidate(ctx, src, func(r policies.Reload) { logShadowReload(log, r) })
 	if err != nil {
@@ -55,12 +49,12 @@ func (s *gateServer) loadShadow(ctx context.Context) error {
 
 // watchShadow reloads the shadow policy when its files change, as
 // --policy-watch does the live one.
-func (s *gateServer) watchShadow(context.Context) error {
-	if s.shadow == nil || !s.o.policyWatch {
+func (s *Server) watchShadow(context.Context) error {
+	if s.shadow == nil || !s.cfg.PolicyWatch {
 		return nil
 	}
 	s.watchers.Go(func() {
-		poll := s.o.policyPoll
+		poll := s.cfg.PolicyPoll
 		if poll == 0 {
 			poll = -1
 		}
@@ -75,7 +69,7 @@ func (s *gateServer) watchShadow(context.Context) error {
 // evaluates on a pool of its own, for the reason the live policy does
 // (see policies.Pool): on the deciding goroutine, each evaluation would
 // grow a fresh stack, which costs more than the evaluation itself.
-func (s *gateServer) shadowPolicy() engine.Policy {
+func (s *Server) shadowPolicy() engine.Policy {
 	if s.shadow == nil {
 		return nil
 	}

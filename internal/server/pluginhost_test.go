@@ -1,4 +1,4 @@
-package main
+package server
 
 import (
 	"context"
@@ -47,7 +47,7 @@ func TestToolsAreForwardedOverNATS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	forward := toolConfig(nc, nil, time.Second).Forward
+	forward := ToolConfig(nc, nil, time.Second).Forward
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req := plugins.ToolRequest{Tenant: "acme", ProposalID: "p1", ReviewID: "rv1", Tool: "host_list_services", Args: json.RawMessage(`{"host":"web-1"}`)}

@@ -1,9 +1,17 @@
-package main
+// Package server is `gated serve` as a package: the configuration its
+// flags and config file fill in, and the server that configuration builds,
+// with an explicit lifecycle. New checks the configuration; Build loads
+// what can fail before anything serves (policy, personas, plugins); Start
+// connects to NATS and starts the streams, the workers and the listeners;
+// Stop drains and undoes every step, newest first, within a bound. The
+// command and the test kits run the same server.
+package server
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,7 +22,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
@@ -22,24 +29,27 @@ import (
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
-	"github.com/gated/gated/internal/telemetry"
+	"github.com/gated/gated/internal/natsconn"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/policies"
 )
 
-// gateServer is one `gated serve`: it wires the policy, the personas, the
+// Server is one `gated serve`: it wires the policy, the personas, the
 // plugins, NATS and the engine together, and owns every goroutine it
 // starts. Run joins all of them before it returns, so none outlives it.
-type gateServer struct {
-	o         serveOptions
+type Server struct {
+	cfg       Config
 	operators *operator.List // nil: no operator decisions
 	sinks     *notify.Config // nil: no notifications
 	limits    *budget.Config // the budgets in force at start
 	log       *zap.Logger
+	// wrapDecider, when not nil, wraps the worker's decider (WithDecider).
+	wrapDecider func(intake.Decider) intake.Decider
+	noPlugins   bool          // WithoutPlugins
+	policy      engine.Policy // WithPolicy; nil: the live policy
 
 	// stops undo the steps that ran, newest first: Run unwinds them on
 	// every way out, an early error and a panic included, within a bound
@@ -92,21 +102,127 @@ type gateServer struct {
 	grants     *grants.Service
 }
 
-// newServer returns the server the checked options o describe.
-func newServer(o serveOptions, operators *operator.List, log *zap.Logger) *gateServer {
-	return &gateServer{o: o, operators: operators, log: log}
+// Option changes what New builds; tests use them to reach into the gate.
+type Option func(*Server)
+
+// WithLogger has the server log to log rather than to the logger
+// Config.LogFormat and Config.LogLevel describe.
+func WithLogger(log *zap.Logger) Option { return func(s *Server) { s.log = log } }
+
+// WithoutPlugins runs no reviewer plugin: every persona is unrouted, so
+// a proposal that needs a review is blocked. For tests of the intake.
+func WithoutPlugins() Option { return func(s *Server) { s.noPlugins = true } }
+
+// WithPolicy has the engine decide with pol in place of the policy
+// Config.Policy names, which is still loaded, served and reported.
+func WithPolicy(pol engine.Policy) Option { return func(s *Server) { s.policy = pol } }
+
+// WithDecider has the worker hand its deliveries to wrap of the decider it
+// would use (the engine, counted for the metrics), so that a test can hold
+// or script them.
+func WithDecider(wrap func(intake.Decider) intake.Decider) Option {
+	return func(s *Server) { s.wrapDecider = wrap }
 }
 
-// Run serves until ctx ends, then drains proposals in flight for the
-// shutdown grace and stops. It returns only once every goroutine it
-// started has returned; an error means the gate could not start.
-func (s *gateServer) Run(ctx context.Context) error {
-	return s.run(ctx, s.startSteps())
+// New checks cfg and loads what it names that needs no start (the
+// operators, the budgets and the notification sinks): it refuses, with a
+// UsageError, a configuration that could not run. Nothing runs yet.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	operators, err := cfg.check()
+	if err != nil {
+		return nil, err
+	}
+	limits := &budget.Config{}
+	if cfg.Budgets != "" {
+		if limits, err = budget.LoadConfig(cfg.Budgets); err != nil {
+			return nil, usageError("--budgets: %v", err)
+		}
+	}
+	var sinks *notify.Config
+	if cfg.Notify != "" {
+		if sinks, err = notify.LoadConfig(cfg.Notify, os.Getenv); err != nil {
+			return nil, usageError("--notify: %v", err)
+		}
+	}
+	s := &Server{cfg: cfg, operators: operators, sinks: sinks, limits: limits}
+	for _, opt := range opts {
+		opt(s)
+	}
+	if s.log == nil {
+		if s.log, err = NewLogger(cfg.LogFormat, cfg.LogLevel); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
-// startSteps are the steps that start the gate, in order. Each registers
-// with onStop what undoes it.
-func (s *gateServer) startSteps() []func(context.Context) error {
+// URL is the NATS server's client URL, once Start has connected.
+func (s *Server) URL() string { return s.url }
+
+// Resources are the streams and the verdict bucket Start set up.
+func (s *Server) Resources() *bus.Resources { return s.res }
+
+// Grants is the grant service Start started.
+func (s *Server) Grants() *grants.Service { return s.grants }
+
+// Audit is the audit writer the gate records with.
+func (s *Server) Audit() *audit.Writer { return s.auditor }
+
+// Log is the server's logger.
+func (s *Server) Log() *zap.Logger { return s.log }
+
+// Run builds and starts the gate, serves until ctx ends, then drains
+// proposals in flight for the shutdown grace and stops. It returns only
+// once every goroutine it started has returned; an error from Build or
+// Start means the gate could not start.
+func (s *Server) Run(ctx context.Context) error {
+	if err := s.Build(ctx); err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return s.Stop()
+}
+
+// Build runs what can fail before anything serves: it claims the data
+// directory and the listeners' ports, and loads the policy, the shadow
+// policy, the personas and the plugins' configuration. On an error it
+// has undone what it did.
+func (s *Server) Build(ctx context.Context) error {
+	s.watchCtx, s.stopWatch = context.WithCancel(context.WithoutCancel(ctx))
+	// Registered first, so it runs last: every way out joins the
+	// watchers, the early ones included.
+	s.onStop("the policy and persona watchers", s.stopWatchers)
+	return s.runSteps(ctx, s.buildSteps())
+}
+
+// Start connects to NATS (starting the embedded server unless
+// Config.NATSURL names one), sets up the streams, the audit key and the
+// audit writer, and starts the plugins, the workers, the review service
+// and the listeners, then reports the gate ready. On an error it has
+// undone what it and Build did.
+func (s *Server) Start(ctx context.Context) error {
+	if err := s.runSteps(ctx, s.startSteps()); err != nil {
+		return err
+	}
+	s.log.Info("gated is ready",
+		zap.String("nats", natsconn.RedactURL(s.url)), zap.Bool("embedded", s.embedded != nil),
+		zap.String("policy_revision", s.live.Revision()), zap.Any("plugins", s.host.Plugins()),
+		zap.Strings("personas", s.reg.Names()))
+	return nil
+}
+
+// Stop drains the proposals in flight for Config.ShutdownGrace, then
+// stops what Build and Start started, newest first, all within the grace
+// and shutdownSlack (shutdown.go). It returns a *ShutdownError, already
+// logged, when it abandoned anything.
+func (s *Server) Stop() error { return s.shutdown() }
+
+// buildSteps are the steps of Build, in order. Each registers with onStop
+// what undoes it.
+func (s *Server) buildSteps() []func(context.Context) error {
 	return []func(context.Context) error{
 		s.claimResources,
 		s.startTracing,
@@ -115,6 +231,13 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 		s.loadPersonas,
 		s.watchPersonas,
 		s.newPluginHost,
+	}
+}
+
+// startSteps are the steps of Start, in order. Each registers with onStop
+// what undoes it.
+func (s *Server) startSteps() []func(context.Context) error {
+	return []func(context.Context) error{
 		s.startNATS,
 		s.setupStreams,
 		s.openAudit,
@@ -131,45 +254,40 @@ func (s *gateServer) startSteps() []func(context.Context) error {
 	}
 }
 
-// run runs steps in order, serves until ctx ends, drains and stops. A
-// step's error stops the start there; every way out unwinds what the steps
-// that ran started, within shutdownSlack.
-func (s *gateServer) run(ctx context.Context, steps []func(context.Context) error) error {
-	s.watchCtx, s.stopWatch = context.WithCancel(ctx)
-	// An early error or a panic: what started stops, bounded too.
-	defer s.unwind()
-	// Registered first, so it runs last: every way out joins the
-	// watchers, the early ones included.
-	s.onStop("the policy and persona watchers", s.stopWatchers)
+// runSteps runs steps in order. A step's error stops them there; that
+// error, and a panic, unwind what every step that ran started, within
+// shutdownSlack.
+func (s *Server) runSteps(ctx context.Context, steps []func(context.Context) error) error {
+	ok := false
+	defer func() {
+		if !ok {
+			s.unwind()
+		}
+	}()
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
 		}
 	}
-	s.log.Info("gated is ready",
-		zap.String("nats", redactURL(s.url)), zap.Bool("embedded", s.embedded != nil),
-		zap.String("policy_revision", s.live.Revision()), zap.Any("plugins", s.host.Plugins()),
-		zap.Strings("personas", s.reg.Names()))
-
-	<-ctx.Done()
-	return s.shutdown()
+	ok = true
+	return nil
 }
 
 // stopWatchers ends the policy and persona watchers and joins them; a
 // second call does nothing more.
-func (s *gateServer) stopWatchers() {
+func (s *Server) stopWatchers() {
 	s.stopWatch()
 	s.watchers.Wait()
 }
 
 // claimResources refuses usage errors first; then it claims what can be
 // checked at once, before anything is loaded or logged.
-func (s *gateServer) claimResources(context.Context) error {
-	src, note, err := s.o.policy.sources()
+func (s *Server) claimResources(context.Context) error {
+	src, note, err := s.cfg.Policy.Sources()
 	if err != nil {
 		return err
 	}
-	release, err := claimServeResources(s.o)
+	release, err := claimServeResources(s.cfg)
 	if err != nil {
 		return err
 	}
@@ -184,7 +302,7 @@ func (s *gateServer) claimResources(context.Context) error {
 // loadPolicy loads the policy, logging each reload at once and auditing
 // it once the audit stream is open (reloads only happen after that, in
 // the watcher).
-func (s *gateServer) loadPolicy(ctx context.Context) error {
+func (s *Server) loadPolicy(ctx context.Context) error {
 	live, err := policies.NewLive(ctx, s.src, func(r policies.Reload) {
 		logReload(s.log, r)
 		if f := s.auditReload.Load(); f != nil {
@@ -198,29 +316,34 @@ func (s *gateServer) loadPolicy(ctx context.Context) error {
 	s.log.Info("policy loaded", zap.String("revision", state.Revision), zap.Int("tests", state.Tests), zap.Int("parity_inputs", state.ParityInputs), zap.Strings("files", state.Files),
 		zap.String("evaluator", state.Evaluator.Evaluator), zap.String("evaluator_reason", state.Evaluator.Reason))
 	s.live = live
-	s.m = newMetrics(live, s.o.metricsTenantLabels)
+	s.m = newMetrics(live, s.cfg.MetricsTenantLabels)
 	return nil
 }
 
 // loadPersonas loads the personas and the plugin configuration, and warns
 // about personas that name no configured plugin.
-func (s *gateServer) loadPersonas(ctx context.Context) error {
-	reg, warnings, err := personas.Load(s.o.personasDir)
+func (s *Server) loadPersonas(ctx context.Context) error {
+	reg, warnings, err := personas.Load(s.cfg.PersonasDir)
 	if err != nil {
 		return fmt.Errorf("loading personas: %w", err)
 	}
 	for _, w := range warnings {
 		s.log.Warn("persona", zap.String("warning", w))
 	}
-	specs, defaultPlugin, err := pluginSpecs(ctx, s.o)
-	if err != nil {
-		return err
+	var specs []plugins.Spec
+	var defaultPlugin string // WithoutPlugins: none
+	if !s.noPlugins {
+		if specs, defaultPlugin, err = PluginSpecs(ctx, s.cfg); err != nil {
+			return err
+		}
 	}
 	configured := make([]string, 0, len(specs))
 	for _, spec := range specs {
 		configured = append(configured, spec.Name)
 	}
-	warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
+	if !s.noPlugins {
+		warnPersonasWithoutPlugin(s.log, reg.Snapshot(), configured)
+	}
 	s.reg, s.specs, s.defaultPlugin, s.configured = reg, specs, defaultPlugin, configured
 	return nil
 }
@@ -228,8 +351,8 @@ func (s *gateServer) loadPersonas(ctx context.Context) error {
 // watchPersonas reloads the personas when their files change, with
 // --personas-watch. Reloads swap the registry whole; reviews in flight
 // keep the persona they looked up.
-func (s *gateServer) watchPersonas(context.Context) error {
-	if !s.o.personasWatch || s.o.personasDir == "" {
+func (s *Server) watchPersonas(context.Context) error {
+	if !s.cfg.PersonasWatch || s.cfg.PersonasDir == "" {
 		return nil
 	}
 	s.watchers.Go(func() {
@@ -248,7 +371,7 @@ func (s *gateServer) watchPersonas(context.Context) error {
 
 // newPluginHost makes the plugin host; the plugins start later, once
 // their events can be audited.
-func (s *gateServer) newPluginHost(context.Context) error {
+func (s *Server) newPluginHost(context.Context) error {
 	host, err := plugins.NewHost(s.log.Named("plugins"), s.defaultPlugin, s.specs...)
 	if err != nil {
 		return err
@@ -262,10 +385,10 @@ func (s *gateServer) newPluginHost(context.Context) error {
 
 // startNATS starts the embedded server unless --nats-url names one, and
 // connects to it.
-func (s *gateServer) startNATS(context.Context) error {
-	s.url = s.o.natsURL
+func (s *Server) startNATS(context.Context) error {
+	s.url = s.cfg.NATSURL
 	if s.url == "" {
-		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.o.natsListen, StoreDir: s.o.dataDir}, s.log)
+		embedded, err := bus.StartEmbedded(bus.EmbeddedConfig{Listen: s.cfg.NATSListen, StoreDir: s.cfg.DataDir}, s.log)
 		if err != nil {
 			return err
 		}
@@ -276,8 +399,8 @@ func (s *gateServer) startNATS(context.Context) error {
 		})
 		s.url = embedded.ClientURL()
 	}
-	nc, err := s.o.natsConn.connect(s.url, "gated", natsErrorLog(s.log))
-	if err != nil {
+	nc, err := s.cfg.NATSConn.Connect(s.url, "gated", natsconn.ErrorLog(s.log))
+	if err = asUsage(err); err != nil {
 		return err
 	}
 	s.nc = nc
@@ -296,18 +419,18 @@ func (s *gateServer) startNATS(context.Context) error {
 
 // setupStreams settles the audit key, then creates or updates the
 // streams and the verdict bucket.
-func (s *gateServer) setupStreams(ctx context.Context) error {
+func (s *Server) setupStreams(ctx context.Context) error {
 	// The key is settled before anything is written, streams included.
-	auditKey, err := serveAuditKey(ctx, s.js, s.o, s.embedded != nil, s.log)
+	auditKey, err := serveAuditKey(ctx, s.js, s.cfg, s.embedded != nil, s.log)
 	if err != nil {
 		return err
 	}
 	s.auditKey = auditKey
-	o := s.o
+	o := s.cfg
 	s.busCfg = bus.Config{
-		Replicas: o.replicas, MaxInFlight: o.maxInFlight, TenantMaxInFlight: o.tenantMaxInFlight, VerdictTTL: o.verdictTTL, AuditMaxAge: o.auditMaxAge,
-		AckWait: o.ackWait, MaxDeliver: o.maxDeliver, MaxAckPending: o.maxAckPending,
-		DuplicateWindow: o.duplicateWindow,
+		Replicas: o.Replicas, MaxInFlight: o.MaxInFlight, TenantMaxInFlight: o.TenantMaxInFlight, VerdictTTL: o.VerdictTTL, AuditMaxAge: o.AuditMaxAge,
+		AckWait: o.AckWait, MaxDeliver: o.MaxDeliver, MaxAckPending: o.MaxAckPending,
+		DuplicateWindow: o.DuplicateWindow,
 	}
 	setupCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	s.res, err = bus.Setup(setupCtx, s.js, s.busCfg)
@@ -315,13 +438,13 @@ func (s *gateServer) setupStreams(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.auditor, err = newObservedAuditor(ctx, s.js, s.o, auditKey, s.log, s.m.obs.observeAppend)
+	s.auditor, err = newObservedAuditor(ctx, s.js, s.cfg, auditKey, s.log, s.m.obs.observeAppend)
 	return err
 }
 
 // openAudit arranges for the auditor to close after everything that
 // writes to it, and starts auditing policy reloads.
-func (s *gateServer) openAudit(context.Context) error {
+func (s *Server) openAudit(context.Context) error {
 	auditor := s.auditor
 	// Registered here, it runs after the worker and the plugin events stop.
 	s.onStop("the audit writer", func() {
@@ -347,11 +470,11 @@ func (s *gateServer) openAudit(context.Context) error {
 // startPlugins starts the plugins once their events can be audited: a
 // refused checksum, an exit and a relaunch are gated's own events under
 // tenant "_".
-func (s *gateServer) startPlugins(ctx context.Context) error {
+func (s *Server) startPlugins(ctx context.Context) error {
 	s.host.SetReviewObserver(s.m.obs.observeReview)
 	s.m.reg.MustRegister(pluginCollector{s.host})
 	s.onStop("the audit of plugin events", auditCountedHostEvents(s.host, s.auditor.Trail, s.m.obs.countPluginEvent, s.log))
-	s.host.SetTools(toolConfig(s.nc, s.live, s.o.toolTimeout))
+	s.host.SetTools(ToolConfig(s.nc, s.live, s.cfg.ToolTimeout))
 	return s.host.Start(ctx)
 }
 
@@ -360,12 +483,12 @@ func (s *gateServer) startPlugins(ctx context.Context) error {
 // first. It reads the
 // audit stream on its own consumer: no decision waits for it. It stops
 // before the auditor closes, since it audits every delivery.
-func (s *gateServer) startNotifier(ctx context.Context) error {
+func (s *Server) startNotifier(ctx context.Context) error {
 	if s.sinks == nil {
 		return nil
 	}
 	n, err := notify.New(s.js, s.sinks, notify.Options{
-		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.o.replicas,
+		Trails: s.auditor.Trail, Key: s.auditKey, Replicas: s.cfg.Replicas,
 		Log: s.log.Named("notify"), Observe: s.m.notifyObserver(),
 	})
 	if err != nil {
@@ -379,18 +502,18 @@ func (s *gateServer) startNotifier(ctx context.Context) error {
 	for _, sk := range s.sinks.Sinks {
 		names = append(names, sk.Name+" "+sk.Endpoint())
 	}
-	s.log.Info("webhook notifications", zap.String("file", s.o.notify), zap.Strings("sinks", names))
+	s.log.Info("webhook notifications", zap.String("file", s.cfg.Notify), zap.Strings("sinks", names))
 	return nil
 }
 
 // watchPolicy reloads the policy when its files change, with
 // --policy-watch and a policy of files.
-func (s *gateServer) watchPolicy(context.Context) error {
-	if !s.o.policyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
+func (s *Server) watchPolicy(context.Context) error {
+	if !s.cfg.PolicyWatch || (s.src.Dir == "" && len(s.src.DataFiles) == 0) {
 		return nil
 	}
 	s.watchers.Go(func() {
-		poll := s.o.policyPoll
+		poll := s.cfg.PolicyPoll
 		if poll == 0 {
 			poll = -1
 		}
@@ -401,126 +524,11 @@ func (s *gateServer) watchPolicy(context.Context) error {
 	return nil
 }
 
-// startWorker builds the engine over the verdict store and starts the
-// worker that feeds it proposals.
-func (s *gateServer) startWorker(context.Context) error {
-	o := s.o
-	dedupeWindow := o.dedupeWindow
-	if dedupeWindow == 0 {
-		dedupeWindow = -1 // the flag's 0 means off; the engine's means default
-	}
-	s.store = store.New(s.res.Verdicts, store.WithCorruptRecordHook(corruptRecordHook(s.auditor.Trail, s.m.corrupt, s.log)))
-	setupCtx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	kv, err := budget.Setup(setupCtx, s.js, o.replicas)
-	cancel()
-	if err != nil {
-		return err
-	}
-	s.budgets = budget.New(kv, s.limits, s.m.onBudget)
-	s.watchBudgets()
-	// Evaluations run on a pool, so that the goroutines waiting on reviews
-	// do not each keep an evaluation-sized stack.
-	pool := policies.NewPool(s.live, 0)
-	s.onStop("the policy evaluators", pool.Close)
-	eng, err := engine.New(engine.Config{
-		Policy:           meteredPolicy{Policy: telemetry.Policy(pool), eval: s.m.eval},
-		Personas:         s.reg,
-		Router:           s.host,
-		Store:            telemetry.Store(s.store, s.m.obs.observeClaimWait),
-		Trace:            telemetry.Stage,
-		ReviewTimeout:    o.reviewTimeout,
-		OperatorDeadline: o.operatorDeadline,
-		DedupeWindow:     dedupeWindow,
-		DedupeMax:        o.dedupeMax,
-		Shadow:           s.shadowPolicy(),
-		Budgets:          s.budgets,
-		// The counters are read for the policy input only when the policy
-		// served, or the shadow, can read input.budget.
-		PolicyReadsBudget: func() bool {
-			return s.live.ReadsBudget() || (s.shadow != nil && s.shadow.ReadsBudget())
-		},
-		OnShadow: s.m.onShadow(),
-		Grants:   engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.grantTTL, Issued: s.grants.Issued},
-	})
-	if err != nil {
-		return err
-	}
-	s.eng = eng
-	// Every trail a decision records on publishes the proposal's status.
-	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
-	s.m.countStatuses(statuses)
-	s.trails = statuses.Trails(s.auditor.Trail)
-	worker, err := intake.NewWorker(s.nc, s.js, s.res, countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits},
-		s.trails, s.busCfg, s.log.Named("worker"))
-	if err != nil {
-		return err
-	}
-	worker.RecordGrants(s.grants.Record)
-	if err := worker.Start(); err != nil {
-		return err
-	}
-	var once sync.Once
-	s.worker = worker
-	s.stopWorker = func(grace time.Duration) { once.Do(func() { worker.Stop(grace) }) }
-	// A later step's failure stops it at once; the drain stops it first,
-	// with the grace.
-	s.onStop("the worker", func() { s.stopWorker(0) })
-	// Held actions time out on the shared hold consumer, whichever gated
-	// takes each hold.
-	timer, err := intake.NewHoldTimer(s.nc, s.res, eng, s.trails, s.log.Named("holds"))
-	if err != nil {
-		return err
-	}
-	if err := timer.Start(); err != nil {
-		return err
-	}
-	s.onStop("the hold timer", timer.Stop)
-	return nil
-}
-
-// startReviewService starts the request/reply endpoints, with the
-// operator decisions endpoint when operators are configured.
-func (s *gateServer) startReviewService(context.Context) error {
-	if !s.o.reviewService {
-		return nil
-	}
-	svcCfg := intake.ServiceConfig{Version: version, Wait: s.o.reviewWait}
-	if s.operators != nil {
-		var err error
-		followUps := intake.NewFollowUps(s.js, s.store).Send
-		// An operator's approval carries a grant: its record is written
-		// before the verdict is published, as the worker does.
-		beforePublish := func(ctx context.Context, v *gated.Verdict) error {
-			if err := s.grants.Record(ctx, v); err != nil {
-				return err
-			}
-			return followUps(ctx, v)
-		}
-		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
-			beforePublish, verdictPublisher(s.nc), s.log.Named("operator"))
-		if err != nil {
-			return err
-		}
-		ids := make([]string, 0, len(s.operators.Signers()))
-		for _, op := range s.operators.Signers() {
-			ids = append(ids, op.ID)
-		}
-		s.log.Info("operator decisions accepted", zap.String("file", s.o.operators), zap.Strings("operators", ids))
-	}
-	review, err := intake.StartService(s.nc, svcCfg, s.log.Named("review"))
-	if err != nil {
-		return err
-	}
-	s.review = review
-	s.onStop("the review service", func() { review.Stop(0) }) // a no-op after the drain
-	return nil
-}
-
 // drain stops taking proposals and lets those in flight finish by
 // graceEnd. Requests to gated.review stop first; their proposals finish
 // on the worker, and both share one grace period. What they sent is then
 // flushed to the server, if it is there to take it.
-func (s *gateServer) drain(graceEnd time.Time) {
+func (s *Server) drain(graceEnd time.Time) {
 	s.review.Stop(max(0, time.Until(graceEnd)))
 	s.stopWorker(max(0, time.Until(graceEnd)))
 	s.host.Close()
