@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gated/gated"
+	"github.com/gated/gated/internal/jsonscan"
 )
 
 // eventHead is what every audit event of a proposal carries besides its
@@ -51,10 +52,41 @@ func (l *auditLog) event(name string, data any) AuditEvent {
 	if name == EventVerdict {
 		common.Action = "" // the verdict names its action itself
 	}
+	extra := mustJSON(data)
+	common.dropNamedBy(extra)
 	return AuditEvent{
 		V: gated.SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
 		At: l.clock.Now().UTC(), PolicyRevision: h.revision,
-		Data: mergeJSON(mustJSON(common), mustJSON(data)),
+		Data: mergeJSON(mustJSON(common), extra),
+	}
+}
+
+// dropNamedBy clears the members of h that data, an event's own data,
+// names itself (operator.decided's operator is the one who decided): the
+// data's member stands, and the event names each member once.
+func (h *AuditHead) dropNamedBy(data json.RawMessage) {
+	drop := func(key string) {
+		switch key {
+		case "action":
+			h.Action = ""
+		case "operator":
+			h.Operator = ""
+		case "delivery":
+			h.Delivery = 0
+		case "policy_eval_us":
+			h.PolicyEvalUS = 0
+		}
+	}
+	if jsonscan.Members(data, func(key, _ []byte) bool { drop(string(key)); return true }) {
+		return
+	}
+	// A key with an escape, or data that is not an object (kept whole
+	// under "detail", which the head does not name).
+	var members map[string]json.RawMessage
+	if json.Unmarshal(data, &members) == nil {
+		for key := range members {
+			drop(key)
+		}
 	}
 }
 
@@ -109,8 +141,9 @@ func (l *auditLog) recordReceived(ctx context.Context, subject string, size int,
 
 // mergeJSON joins two JSON objects into one by splicing their members: the
 // keys of base come first. It does not look for keys present in both, so
-// callers keep them apart. When extra is not an object it is kept whole
-// under "detail".
+// callers keep them apart (auditLog.event drops the head's members its
+// data names). When extra is not an object it is kept whole under
+// "detail".
 func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 	extra = bytes.TrimSpace(extra)
 	if len(extra) == 0 || string(extra) == "null" {

@@ -128,19 +128,20 @@ type GrantIssuedData struct {
 }
 
 // GrantOutcomeData is the data of grant.outcome: what an executor
-// reported of a used grant.
+// reported of a used grant. Its members are in the order of their names,
+// as the map it replaced wrote them.
 type GrantOutcomeData struct {
-	GID        string              `json:"gid"`
-	Tenant     string              `json:"tenant"`
-	ProposalID string              `json:"proposal_id"`
 	Action     string              `json:"action"`
-	TargetKey  string              `json:"target_key"`
-	Status     string              `json:"status"`
-	Error      string              `json:"error"`
-	At         time.Time           `json:"at"`
-	Reviewers  []map[string]string `json:"reviewers"`
-	InHistory  bool                `json:"in_history"`
 	As         string              `json:"as,omitempty"`
+	At         time.Time           `json:"at"`
+	Error      string              `json:"error"`
+	GID        string              `json:"gid"`
+	InHistory  bool                `json:"in_history"`
+	ProposalID string              `json:"proposal_id"`
+	Reviewers  []map[string]string `json:"reviewers"`
+	Status     string              `json:"status"`
+	TargetKey  string              `json:"target_key"`
+	Tenant     string              `json:"tenant"`
 }
 
 // The events of a reviewer plugin's process, under the UnknownTenant
@@ -153,29 +154,31 @@ const (
 )
 
 // PluginEventData is the data of the plugin events: which plugin, and
-// what happened to its process.
+// what happened to its process. Its members are in the order of their
+// names, as the maps it replaced wrote them.
 type PluginEventData struct {
-	Plugin       string  `json:"plugin"`
-	Version      string  `json:"version,omitempty"`
+	ActualSHA256 string  `json:"actual_sha256,omitempty"`
+	Error        string  `json:"error,omitempty"`
+	IntervalS    float64 `json:"interval_s,omitempty"`
+	Misses       int     `json:"misses,omitempty"`
+	Path         string  `json:"path,omitempty"`
 	PID          int     `json:"pid,omitempty"`
+	PinnedSHA256 string  `json:"pinned_sha256,omitempty"`
+	Plugin       string  `json:"plugin"`
 	SHA256       string  `json:"sha256,omitempty"`
 	UptimeS      float64 `json:"uptime_s,omitempty"`
-	Misses       int     `json:"misses,omitempty"`
-	IntervalS    float64 `json:"interval_s,omitempty"`
-	Path         string  `json:"path,omitempty"`
-	PinnedSHA256 string  `json:"pinned_sha256,omitempty"`
-	ActualSHA256 string  `json:"actual_sha256,omitempty"`
+	Version      string  `json:"version,omitempty"`
 	Why          string  `json:"why,omitempty"`
-	Error        string  `json:"error,omitempty"`
 }
 
 // AuditVerificationFailedData is the data of audit.verification_failed:
-// the stream message that did not verify, and why.
+// the stream message that did not verify, and why. Its members are in
+// the order of their names, as the map it replaced wrote them.
 type AuditVerificationFailedData struct {
-	Seq     uint64 `json:"seq"`
-	Subject string `json:"subject"`
 	Kind    string `json:"kind"`
 	Problem string `json:"problem"`
+	Seq     uint64 `json:"seq"`
+	Subject string `json:"subject"`
 }
 
 // AuditNote is the data of an event no reader interprets beyond its

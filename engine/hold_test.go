@@ -12,6 +12,7 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/policies"
 )
 
@@ -91,6 +92,7 @@ func TestHeldActionSettles(t *testing.T) {
 		if got, want := tr.names(), []string{engine.EventOperatorDecided, engine.EventVerdict}; !slices.Equal(got, want) {
 			t.Errorf("events %v, want %v", got, want)
 		}
+		checkDecidedOperator(t, tr.all(), "alice")
 		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeApproved {
 			t.Errorf("store holds %s", stored.Outcome)
 		}
@@ -300,5 +302,31 @@ func TestHeldVerdictWire(t *testing.T) {
 	hold, ok := m["awaiting_operator"].(map[string]any)
 	if !ok || hold["rule"] != "hold_listed_action" || hold["deadline"] == "" || hold["reason"] == "" {
 		t.Errorf("awaiting_operator %v", m["awaiting_operator"])
+	}
+}
+
+// checkDecidedOperator reads the data of every event of evs with a
+// strict duplicate-key check, and the operator.decided event's operator
+// back: one member names the operator who decided, or two readers could
+// read two operators from the same evidence.
+func checkDecidedOperator(t *testing.T, evs []engine.AuditEvent, operator string) {
+	t.Helper()
+	decided := 0
+	for _, ev := range evs {
+		if _, err := strictjson.ReadValue(ev.Data, strictjson.ValueOptions{}); err != nil {
+			t.Errorf("%s data %s: %v", ev.Event, ev.Data, err)
+			continue
+		}
+		if ev.Event != engine.EventOperatorDecided {
+			continue
+		}
+		decided++
+		d, err := engine.DecodeAuditData[engine.OperatorDecidedData](ev)
+		if err != nil || d.Operator != operator {
+			t.Errorf("%s data %s: operator %q, %v, want %q", ev.Event, ev.Data, d.Operator, err, operator)
+		}
+	}
+	if decided != 1 {
+		t.Errorf("%d %s events, want 1", decided, engine.EventOperatorDecided)
 	}
 }

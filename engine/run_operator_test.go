@@ -50,6 +50,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if got, want := tr.names(), []string{engine.EventOperatorDecided, engine.EventVerdict}; !slices.Equal(got, want) {
 			t.Errorf("events %v, want %v", got, want)
 		}
+		checkDecidedOperator(t, tr.all(), "alice")
 		if v.AuditSeq == 0 || v.AuditSeq == held.AuditSeq {
 			t.Errorf("audit seq %d (held %d)", v.AuditSeq, held.AuditSeq)
 		}

@@ -242,7 +242,7 @@ const (
 	EventPluginUnhealthy = engine.EventPluginUnhealthy
 )
 
-func (h *Host) emit(event string, data map[string]any) {
+func (h *Host) emit(event string, data engine.PluginEventData) {
 	if h.events == nil {
 		return
 	}

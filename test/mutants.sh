@@ -403,6 +403,15 @@ mutant record_events_of_its_tenant bus/audit/whole.go ./bus/audit \
 mutant record_drops_grant_token bus/audit/whole.go ./bus/audit \
 	'data = withoutMember(data, "grant")' \
 	'data = withoutMember(data, "none")'
+# An event's data names each member once: the decoder refuses a record
+# whose event data names one twice (verify reports it), and the engine
+# drops the head's members an event's data names itself.
+mutant record_data_members_once bus/audit/whole.go ./bus/audit \
+	'return ev, membersOnce(ev.Data)' \
+	'return ev, nil'
+mutant event_head_yields_to_data engine/audit.go ./engine \
+	'common.dropNamedBy(extra)' \
+	'_ = extra'
 mutant record_mac_covers_body bus/audit/key.go ./bus/audit \
 	'return ok && hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))' \
 	'return ok || hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))'

@@ -53,6 +53,34 @@ func TestCheckEntry(t *testing.T) {
 				m.Data = []byte(strings.Replace(string(m.Data), `"p1"`, `"p2"`, 1))
 				return entry(t, m)
 			}},
+		{note: "a member twice in an event's data", kind: audit.ProblemForged, detail: `names the member "operator" twice`,
+			build: func(t *testing.T) audit.Entry {
+				dup := ev
+				dup.Event, dup.Data = engine.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
+				m, err := audit.NewMsg(dup, audit.Chain{N: 1}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Data = []byte(strings.Replace(string(m.Data), `"decision"`, `"operator":"alice","decision"`, 1))
+				return entry(t, m)
+			}},
+		{note: "a member twice in an event of a version-3 record", kind: audit.ProblemForged, detail: `names the member "operator" twice`,
+			build: func(t *testing.T) audit.Entry {
+				dup := ev
+				dup.Event, dup.Data = engine.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
+				m, err := audit.NewRecordMsg([]engine.AuditEvent{dup}, audit.Chain{N: 1}, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m.Data = []byte(strings.Replace(string(m.Data), `"decision"`, `"operator":"alice","decision"`, 1))
+				return entry(t, m)
+			}},
+		{note: "a member twice in a nested object", kind: audit.ProblemForged, detail: `names the member "id" twice`,
+			build: func(t *testing.T) audit.Entry {
+				m := msg(t, nil)
+				m.Data = []byte(strings.Replace(string(m.Data), `"at"`, `"data":{"x":[{"id":1,"\u0069d":2}]},"at"`, 1))
+				return entry(t, m)
+			}},
 		{note: "no MAC", key: key, kind: audit.ProblemForged, detail: "no MAC",
 			build: func(t *testing.T) audit.Entry { return entry(t, msg(t, nil)) }},
 		{note: "another key", key: key, kind: audit.ProblemForged, detail: "not gated's key",

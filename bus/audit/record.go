@@ -178,6 +178,9 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 	case len(ev.Data) > 0 && !isJSONObject(ev.Data):
 		return bad("data is not a JSON object")
 	}
+	if err := membersOnce(ev.Data); err != nil {
+		return bad("%v", err)
+	}
 	if err := checkChain(b.Chain); err != nil {
 		return bad("%v", err)
 	}
@@ -266,6 +269,11 @@ func decodeV2(subject string, hdr nats.Header, body, js []byte, scratch *[]byte)
 	evs, err := expandV2(&b, scratch)
 	if err != nil {
 		return bad("%v", err)
+	}
+	for i, ev := range evs {
+		if err := membersOnce(ev.Data); err != nil {
+			return bad("event %d: %v", i+1, err)
+		}
 	}
 	last := b.Events[len(b.Events)-1].Event
 	if subject != wire.AuditSubject(b.Tenant, last) {

@@ -198,8 +198,88 @@ func decodeEvent(raw []byte) (engine.AuditEvent, error) {
 	case len(ev.Data) > 0 && !isJSONObject(ev.Data):
 		return ev, errors.New("data is not a JSON object")
 	}
-	return ev, nil
+	return ev, membersOnce(ev.Data)
 }
+
+// membersOnce returns an error when data, valid JSON, names a member of
+// an object twice: two JSON readers could read two different values from
+// one record, so neither the writer nor the decoder takes it.
+func membersOnce(data []byte) error {
+	if key, dup := duplicateMember(data); dup {
+		return fmt.Errorf("data names the member %q twice", key)
+	}
+	return nil
+}
+
+// duplicateMember reports the first key an object in data, valid JSON,
+// names twice, at any depth, in one pass that compares keys as bytes. A
+// key with an escape, or an object of more than maxPlainMembers members,
+// sends the value to strictjson.ReadValue, which compares the strings
+// keys stand for.
+func duplicateMember(data []byte) (key string, dup bool) {
+	var (
+		frameBuf [16]int // per open object or array: where its keys start in keys, -1 for an array
+		keyBuf   [64][2]int
+		frames   = frameBuf[:0]
+		keys     = keyBuf[:0]
+		expect   bool // the next string is a key
+		strict   bool // a key the pass cannot compare as bytes
+	)
+	for i := 0; i < len(data); {
+		switch data[i] {
+		case '{':
+			frames = append(frames, len(keys))
+			expect = true
+		case '[':
+			frames = append(frames, -1)
+			expect = false
+		case '}', ']':
+			if n := len(frames); n > 0 {
+				if f := frames[n-1]; f >= 0 {
+					keys = keys[:f]
+				}
+				frames = frames[:n-1]
+			}
+			expect = false
+		case ',':
+			expect = len(frames) > 0 && frames[len(frames)-1] >= 0
+		case '"':
+			end := jsonscan.SkipString(data, i)
+			if end < 0 {
+				return "", false
+			}
+			if expect {
+				k := data[i+1 : end-1]
+				own := keys[frames[len(frames)-1]:]
+				if bytes.IndexByte(k, '\\') >= 0 || len(own) >= maxPlainMembers {
+					strict = true
+				}
+				for _, o := range own {
+					if bytes.Equal(data[o[0]:o[1]], k) {
+						return string(k), true
+					}
+				}
+				keys = append(keys, [2]int{i + 1, end - 1})
+				expect = false
+			}
+			i = end
+			continue
+		}
+		i++
+	}
+	if !strict {
+		return "", false
+	}
+	var ve *strictjson.ValueError
+	if _, err := strictjson.ReadValue(data, strictjson.ValueOptions{}); errors.As(err, &ve) && errors.Is(err, strictjson.ErrDuplicateKey) {
+		return ve.Key, true
+	}
+	return "", false
+}
+
+// maxPlainMembers is how many members of one object duplicateMember
+// compares itself.
+const maxPlainMembers = 64
 
 // scanV3 reads a version-3 body in the exact form encodeRecord writes
 // ({"v":3,"tenant":T,"chain":{"n":N,"prev":H},"events":[...]}, no white
@@ -262,12 +342,18 @@ func normalizeData(ev engine.AuditEvent, valid bool) (json.RawMessage, error) {
 	if compactJSON(t) && (valid || jsonscan.Valid(t)) {
 		// What gated's engine records (encoding/json's output) is
 		// compact already: kept as it is, not copied through Compact.
+		if err := membersOnce(t); err != nil {
+			return nil, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
+		}
 		return t, nil
 	}
 	var buf bytes.Buffer
 	buf.Grow(len(t))
 	if err := json.Compact(&buf, t); err != nil {
 		return nil, fmt.Errorf("encoding audit event %s: data is not JSON: %w", ev.Event, err)
+	}
+	if err := membersOnce(buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("encoding audit event %s: %w", ev.Event, err)
 	}
 	return buf.Bytes(), nil
 }

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"reflect"
 	"strings"
@@ -30,7 +31,7 @@ func scanV2Events() [][]engine.AuditEvent {
 			ev("p1", engine.EventReceived, `{`+head+`,"bytes":9,"sha256":"`+sum+`","subject":"gated.proposals.acme.host_restart_service"}`),
 			ev("p1", engine.EventPolicyDecided, `{`+head+`,"policy_eval_us":7,"denied_tools":[],"denies":[],"eval_us":7,"review":{"required":false,"rule":"read"},"input":{"proposal":{"v":1,"id":"p1","chain":{"n":1},"events":[]},"persona":"reviewer","now":"2025-01-02T03:04:05Z"}}`),
 			ev("p1", engine.EventGrantIssued, `{`+head+`,"policy_eval_us":7,"exp":1795661606,"gid":"g1","kid":"k1","proposal_id":"p1","tenant":"acme"}`),
-			ev("p1", engine.EventVerdict, `{`+head+`,"policy_eval_us":7,"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"read","policy":{"denies":[],"revision":"sha256:abc","eval_us":7},"grant":"a.b.c","decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+sum+`"}`),
+			ev("p1", engine.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"read","policy":{"denies":[],"revision":"sha256:abc","eval_us":7},"grant":"a.b.c","decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+sum+`"}`),
 		},
 		{
 			ev("p2", engine.EventReviewDone, `{`+head+`,"policy_eval_us":9,"review_id":"r1","plugin":"sop","decision":"approve"}`),
@@ -294,4 +295,32 @@ func TestCheckerScratchChangesNothing(t *testing.T) {
 	if cap(c.scratch.json) == 0 {
 		t.Fatalf("the checker keeps no block for the next compressed body's JSON")
 	}
+}
+
+// FuzzDuplicateMember holds the one-pass check for a member named twice
+// to strictjson.ReadValue's on any valid JSON.
+func FuzzDuplicateMember(f *testing.F) {
+	for _, s := range []string{
+		`{"operator":"u-1042","decision":"approve","operator":"alice"}`,
+		`{"a":{"b":1},"c":{"b":2}}`,
+		`{"x":[{"id":1,"id":2}]}`,
+		`{"x":[{"id":1},{"id":2}],"y":{"id":{"id":3}}}`,
+		`{"\u0069d":1,"id":2}`,
+		`{"a\"b":1,"a\"b":2}`,
+		`[{"a":1},{"a":1,"b":{"a":1,"a":2}}]`,
+		`{"":1,"":2}`,
+		`"a"`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if !json.Valid(data) {
+			return
+		}
+		_, want := strictjson.ReadValue(data, strictjson.ValueOptions{})
+		key, dup := duplicateMember(data)
+		if dup != errors.Is(want, strictjson.ErrDuplicateKey) {
+			t.Fatalf("duplicateMember(%s) = %q, %v; strictjson: %v", data, key, dup, want)
+		}
+	})
 }

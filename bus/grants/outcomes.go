@@ -167,12 +167,9 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	if v.Operator != nil {
 		reviewers = append(reviewers, map[string]string{"plugin": "operator", "plugin_version": "", "persona": v.Operator.ID, "model": ""})
 	}
-	taken := map[string]any{
-		"gid": r.GID, "tenant": tenant, "proposal_id": id, "action": v.Action, "target_key": v.TargetKey,
-		"status": r.Status, "error": r.Error, "at": ex.At, "reviewers": reviewers, "in_history": inHistory,
-	}
-	if as != "" {
-		taken["as"] = as
+	taken := engine.GrantOutcomeData{
+		GID: r.GID, Tenant: tenant, ProposalID: id, Action: v.Action, TargetKey: v.TargetKey,
+		Status: r.Status, Error: r.Error, At: ex.At, Reviewers: reviewers, InHistory: inHistory, As: as,
 	}
 	if err := o.grants.audit(ctx, tenant, id, engine.EventGrantOutcome, taken); err != nil {
 		return o.retry(ctx, last, tenant, id, r.GID, fmt.Errorf("auditing the outcome: %w", err))

@@ -377,7 +377,7 @@ func (n *Notifier) verificationFailed(e audit.Entry, p audit.Problem) {
 	if len(subject) > 256 {
 		subject = subject[:256]
 	}
-	data, _ := json.Marshal(map[string]any{"seq": e.Seq, "subject": subject, "kind": p.Kind, "problem": p.Detail})
+	data, _ := json.Marshal(engine.AuditVerificationFailedData{Kind: string(p.Kind), Problem: p.Detail, Seq: e.Seq, Subject: subject})
 	if err := n.audit(tenant, "", engine.EventAuditVerificationFailed, data); err != nil {
 		n.log.Error("auditing a verification failure", zap.Error(err))
 	}

@@ -20,7 +20,7 @@ const outcomeReview gated.Outcome = "review"
 func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
 	r *replayEvent, p *recordedPolicy, show int) {
 	rep.Verdicts++
-	old, err := decodeRecordedVerdict(r.Event.Data)
+	old, err := engine.DecodeAuditData[gated.Verdict](r.Event)
 	if err != nil {
 		rep.missing(r, "the verdict record does not decode: "+err.Error())
 		return
@@ -31,7 +31,7 @@ func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engi
 // replay decides the proposal of verdict record r again, from its
 // policy.decided record p (nil when the range holds none).
 func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *replayEvent, p *recordedPolicy, old *recordedVerdict, show int) {
+	r *replayEvent, p *recordedPolicy, old *gated.Verdict, show int) {
 	if p == nil {
 		if old.Stage == gated.StageValidation || old.Stage == gated.StageDedupe {
 			rep.NotPolicy[string(old.Stage)]++

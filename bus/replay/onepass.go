@@ -17,8 +17,8 @@ import (
 // one pass: it cuts the object into its members, leaves the proposal
 // where it is, and hands only the small members to encoding/json.
 
-// decodeRecordedPolicyValid reads a policy.decided record's data as
-// decodeRecordedPolicy does, when data is valid JSON (the data of a record
+// decodeRecordedPolicyValid reads a policy.decided record's data into
+// its declared types as decodeRecordedPolicy does, when data is valid JSON (the data of a record
 // audit.DecodeRecord returns always is). Data in a form it does not take
 // (not an object, a key with an escape or outside ASCII, a key given
 // twice, a key encoding/json would match to a field by case folding, a
@@ -31,11 +31,13 @@ func decodeRecordedPolicyValid(data []byte) *recordedPolicy {
 	return decodeRecordedPolicy(data)
 }
 
-// recordedPolicyKeys are the members of policy.decided's data that replay
-// reads, and replayInputKeys those of its input.
+// recordedPolicyKeys are the members of policy.decided's data, the
+// head's and engine.PolicyDecidedData's, and replayInputKeys those of its
+// input.
 var (
-	recordedPolicyKeys = []string{"action", "denies", "review", "run", "error", "input", "sop", "denied_tools"}
-	replayInputKeys    = []string{"proposal", "persona", "now", "history", "run_record", "budget"}
+	recordedPolicyKeys = []string{"action", "operator", "delivery", "policy_eval_us",
+		"denied_tools", "denies", "eval_us", "holds", "review", "reviewer_tools", "run", "shadow_revision", "sop", "input", "error"}
+	replayInputKeys = []string{"proposal", "persona", "now", "history", "run_record", "budget"}
 )
 
 // decodeRecordedPolicyFast is decodeRecordedPolicyValid's one pass; ok
@@ -46,18 +48,32 @@ func decodeRecordedPolicyFast(data []byte) (*recordedPolicy, bool) {
 		switch string(key) {
 		case "action":
 			return decodeString(val, &p.Action)
+		case "operator":
+			return decodeString(val, &p.Operator)
+		case "delivery":
+			return decodeInt(val, &p.Delivery)
+		case "policy_eval_us":
+			return decodeInt(val, &p.PolicyEvalUS)
+		case "eval_us":
+			return decodeInt(val, &p.EvalUS)
 		case "error":
 			return decodeString(val, &p.Error)
 		case "sop":
 			return decodeString(val, &p.SOP)
+		case "shadow_revision":
+			return decodeString(val, &p.ShadowRevision)
 		case "denies":
 			return decodeList(val, &p.Denies)
+		case "holds":
+			return json.Unmarshal(val, &p.Holds) == nil
 		case "review":
 			return decodeRoute(val, &p.Review)
 		case "run":
 			return string(val) == "null" || json.Unmarshal(val, &p.Run) == nil
 		case "denied_tools":
 			return decodeList(val, &p.DeniedTools)
+		case "reviewer_tools":
+			return decodeList(val, &p.ReviewerTools)
 		default: // input
 			return decodeReplayInput(val, &p.Input)
 		}
@@ -228,124 +244,19 @@ func decodeBool(val []byte, to *bool) bool {
 
 // decodeInt reads a small integer written in digits alone directly,
 // anything else through encoding/json.
-func decodeInt(val []byte, to *int) bool {
+func decodeInt[T int | int64](val []byte, to *T) bool {
 	if n := len(val); n > 0 && n < 10 && (val[0] != '0' || n == 1) {
-		v := 0
+		var v T
 		for _, c := range val {
 			if c < '0' || c > '9' {
 				return json.Unmarshal(val, to) == nil
 			}
-			v = v*10 + int(c-'0')
+			v = v*10 + T(c-'0')
 		}
 		*to = v
 		return true
 	}
 	return json.Unmarshal(val, to) == nil
-}
-
-// recordedVerdictKeys are the members of verdict.decided's data that
-// replay reads.
-var recordedVerdictKeys = []string{"outcome", "stage", "reason"}
-
-// decodeRecordedVerdict reads a verdict.decided record's data, which must
-// be valid JSON (as the data of a record audit.DecodeRecord returns is),
-// as encoding/json reads it into a recordedVerdict: in one pass when the
-// three members are in plain form, through encoding/json otherwise.
-// FuzzDecodeRecordedVerdict holds the two readings equal.
-func decodeRecordedVerdict(data []byte) (recordedVerdict, error) {
-	if v, ok := decodeRecordedVerdictFast(data); ok {
-		return v, nil
-	}
-	var v recordedVerdict
-	err := json.Unmarshal(data, &v)
-	return v, err
-}
-
-// decodeRecordedVerdictFast is decodeRecordedVerdict's one pass; ok is
-// false for data it leaves to encoding/json.
-func decodeRecordedVerdictFast(data []byte) (recordedVerdict, bool) {
-	var v recordedVerdict
-	ok := knownMembers(data, recordedVerdictKeys, func(key []byte, val []byte) bool {
-		var s string
-		if !decodeString(val, &s) {
-			return false
-		}
-		switch string(key) {
-		case "outcome":
-			v.Outcome = gated.Outcome(s)
-		case "stage":
-			v.Stage = gated.Stage(s)
-		default:
-			v.Reason = s
-		}
-		return true
-	})
-	return v, ok
-}
-
-// reviewStartedKeys and reviewFinishedKeys are the members of the review
-// records' data that replay reads.
-var (
-	reviewStartedKeys  = []string{"review_id", "persona", "plugin", "tools", "persona_revision", "model"}
-	reviewFinishedKeys = []string{"review_id", "plugin", "plugin_version", "decision", "outcome", "error", "why", "model"}
-)
-
-// decodeReviewRecordValid reads the data of r, a review.started or
-// review.finished record whose data is valid JSON (as that of a record
-// audit.DecodeRecord returns is), as decodeReviewRecord does: in one pass
-// when the members are in plain form, through encoding/json otherwise.
-// FuzzDecodeReviewRecord holds the two readings equal.
-func decodeReviewRecordValid(r *replayEvent) reviewRecord {
-	switch r.Event.Event {
-	case engine.EventReviewStarted:
-		if s, ok := decodeReviewStartedFast(r.Event.Data); ok {
-			return reviewRecord{started: &s, err: s.check()}
-		}
-	case engine.EventReviewDone:
-		if f, ok := decodeReviewFinishedFast(r.Event.Data); ok {
-			return reviewRecord{finished: &f, err: f.check()}
-		}
-	}
-	return decodeReviewRecord(r)
-}
-
-// decodeReviewStartedFast is the one pass over a review.started record's
-// data; ok is false for data it leaves to encoding/json.
-func decodeReviewStartedFast(data []byte) (reviewStartedRecord, bool) {
-	var s reviewStartedRecord
-	ok := knownMembers(data, reviewStartedKeys, func(key []byte, val []byte) bool {
-		switch string(key) {
-		case "review_id":
-			return decodeString(val, &s.ReviewID)
-		case "persona":
-			return decodeString(val, &s.Persona)
-		case "plugin":
-			return decodeString(val, &s.Plugin)
-		case "tools":
-			return decodeList(val, &s.Tools)
-		case "persona_revision":
-			return decodeString(val, &s.PersonaRevision)
-		default: // model
-			return decodeString(val, &s.Model)
-		}
-	})
-	return s, ok
-}
-
-// decodeReviewFinishedFast is the one pass over a review.finished
-// record's data; ok is false for data it leaves to encoding/json.
-func decodeReviewFinishedFast(data []byte) (reviewFinishedRecord, bool) {
-	var f reviewFinishedRecord
-	to := [...]*string{&f.ReviewID, &f.Plugin, &f.PluginVersion, &f.Decision, &f.Outcome, &f.Error, &f.Why, &f.Model}
-	ok := knownMembers(data, reviewFinishedKeys, func(key []byte, val []byte) bool {
-		for i, k := range reviewFinishedKeys {
-			if k == string(key) {
-				return decodeString(val, to[i])
-			}
-		}
-		return false
-	})
-	return f, ok
 }
 
 // decodeString reads the JSON value val into *to as encoding/json does:

@@ -2,13 +2,10 @@ package replay
 
 import (
 	"encoding/json"
-	"fmt"
 	"reflect"
 	"testing"
 
-	"github.com/gated/gated"
 	"github.com/gated/gated/bus/replay/replaytest"
-	"github.com/gated/gated/engine"
 )
 
 // recordedPolicyCases are policy.decided data in the form gated writes
@@ -23,6 +20,8 @@ var recordedPolicyCases = []struct {
 	{note: "white space and no input", fast: true, data: " {\n\"action\" : \"x\" , \"input\" : null }\t"},
 	{note: "an empty object", fast: true, data: `{}`},
 	{note: "a failed evaluation", fast: true, data: `{"error":"boom","shadow_revision":"r2"}`},
+	{note: "the head and the holds", fast: true, data: `{"action":"dns_delete_zone","operator":"u-1042","delivery":3,"policy_eval_us":12,"holds":[{"rule":"hold_prod","reason":"prod"}],"reviewer_tools":["ls"]}`},
+	{note: "a delivery that is not small", fast: true, data: `{"delivery":12345678901,"policy_eval_us":-1}`},
 	{note: "a run record", fast: true, data: `{"input":{"proposal":null,"now":null,"run_record":{"run_id":"r1"}}}`},
 	{note: "a string with an escape", fast: true, data: `{"action":"a\u0062","sop":"\u00e9"}`},
 	{note: "a route with every member", fast: true, data: `{"review":{"required":false,"persona":"dba","quorum":2,"why":"w","rule":"route_class","personas":["a", "b"],"also":[],"blocked":"b","extra":{"x":[1]}}}`},
@@ -85,184 +84,21 @@ func FuzzDecodeRecordedPolicy(f *testing.F) {
 	})
 }
 
-// recordedVerdictCases are verdict.decided data in the form gated writes
-// and in the forms the one-pass reading leaves to encoding/json.
-var recordedVerdictCases = []struct {
-	note string
-	data string
-	fast bool
-}{
-	{note: "as gated writes it", fast: true, data: `{"v":1,"proposal_id":"p1","tenant":"acme","action":"cache_purge","kind":"action","outcome":"rejected","approved":false,"stage":"policy","reason":"policy denied: change_freeze: \"frozen\"","policy":{"denies":[{"rule":"change_freeze","message":"frozen"}]},"reviews":[{"plugin":"sop"}],"decided_at":"2026-11-01T09:00:00Z"}`},
-	{note: "null members", fast: true, data: `{"outcome":null,"stage":"review"}`},
-	{note: "white space", fast: true, data: " { \"outcome\" : \"approved\" }\n"},
-	{note: "a member of the wrong type", data: `{"outcome":7}`},
-	{note: "a key given twice", data: `{"outcome":"approved","outcome":"rejected"}`},
-	{note: "a key in other case", data: `{"OUTCOME":"approved"}`},
-	{note: "not an object", data: `"approved"`},
-}
-
-// TestDecodeRecordedVerdict: the one-pass reading of verdict.decided
-// gives what encoding/json gives, error or not.
-func TestDecodeRecordedVerdict(t *testing.T) {
-	for _, tc := range recordedVerdictCases {
-		t.Run(tc.note, func(t *testing.T) {
-			data := []byte(tc.data)
-			if _, ok := decodeRecordedVerdictFast(data); ok != tc.fast {
-				t.Fatalf("read in one pass: %v, want %v", ok, tc.fast)
-			}
-			checkRecordedVerdict(t, data)
-		})
-	}
-}
-
-// checkRecordedVerdict fails t when decodeRecordedVerdict reads data
-// otherwise than encoding/json does.
-func checkRecordedVerdict(t *testing.T, data []byte) {
-	t.Helper()
-	var want recordedVerdict
-	wantErr := json.Unmarshal(data, &want)
-	got, err := decodeRecordedVerdict(data)
-	if (err != nil) != (wantErr != nil) || (err == nil && got != want) {
-		t.Fatalf("read %+v (err %v), encoding/json %+v (err %v)", got, err, want, wantErr)
-	}
-}
-
-// FuzzDecodeRecordedVerdict holds the one-pass reading of verdict.decided
-// data equal to encoding/json's on any valid JSON.
-func FuzzDecodeRecordedVerdict(f *testing.F) {
-	for _, tc := range recordedVerdictCases {
-		f.Add([]byte(tc.data))
-	}
-	f.Fuzz(func(t *testing.T, data []byte) {
-		if !json.Valid(data) {
-			return // the record decoder passes only valid data on
-		}
-		checkRecordedVerdict(t, data)
-	})
-}
-
-// BenchmarkDecodeRecorded reads a policy.decided and a verdict.decided
-// record's data as a replay reads them, in one pass and with
-// encoding/json.
+// BenchmarkDecodeRecorded reads a policy.decided record's data as a
+// replay reads it, in one pass and with encoding/json, into the same
+// declared types.
 func BenchmarkDecodeRecorded(b *testing.B) {
 	_, _, prop := replaytest.ScriptedProposal(6)
-	policy := []byte(`{"action":"cache_purge","denied_tools":["run_shell","kill_process"],"denies":[],"eval_us":41,"review":{"required":true,"persona":"reviewer","quorum":1,"why":"write"},"reviewer_tools":["get_sop_text"],"run":null,"sop":"SOP-7","input":{"proposal":` + string(prop) + `,"persona":"reviewer","now":"2026-11-01T09:00:00Z"}}`)
-	verdict := []byte(recordedVerdictCases[0].data)
-	b.Run("one pass", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = decodeRecordedPolicyValid(policy)
-			if _, err := decodeRecordedVerdict(verdict); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("encoding/json", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = decodeRecordedPolicy(policy)
-			var v gated.Verdict
-			if err := json.Unmarshal(verdict, &v); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
-// reviewRecordCases are review.started and review.finished data in the
-// form gated writes and in the forms the one-pass reading leaves to
-// encoding/json.
-var reviewRecordCases = []struct {
-	note  string
-	event string
-	data  string
-	fast  bool
-}{
-	{note: "started as gated writes it", event: engine.EventReviewStarted, fast: true, data: `{"action":"cache_purge","review_id":"rp1","persona":"reviewer","plugin":"sop","tools":["get_sop_text","get_proposal"],"deadline":"2026-11-01T09:01:00Z","persona_revision":"ab12","model":"anthropic/claude"}`},
-	{note: "finished as gated writes it", event: engine.EventReviewDone, fast: true, data: `{"action":"cache_purge","review_id":"rp1","plugin":"sop","plugin_version":"1.0.0","decision":"approve","latency_ms":3,"why":"SOP-7 covers it"}`},
-	{note: "finished with an error", event: engine.EventReviewDone, fast: true, data: `{"review_id":"rp1","outcome":"timeout","error":"deadline passed","model":"m"}`},
-	{note: "started with null and empty tools", event: engine.EventReviewStarted, fast: true, data: ` { "review_id" : "r" , "persona" : "p" , "tools" : null , "model" : null } `},
-	{note: "started with no tools", event: engine.EventReviewStarted, fast: true, data: `{"review_id":"r","persona":"p","tools":[]}`},
-	{note: "started without a persona", event: engine.EventReviewStarted, fast: true, data: `{"review_id":"r"}`},
-	{note: "finished without a review id", event: engine.EventReviewDone, fast: true, data: `{"decision":"approve"}`},
-	{note: "a string with an escape", event: engine.EventReviewDone, fast: true, data: `{"review_id":"r\u0031","why":"\u00e9 \"q\""}`},
-	{note: "a key given twice", event: engine.EventReviewDone, data: `{"review_id":"r","decision":"reject","decision":"approve"}`},
-	{note: "a key in other case", event: engine.EventReviewDone, data: `{"review_id":"r","Decision":"approve"}`},
-	{note: "a key with an escape", event: engine.EventReviewStarted, data: `{"review_id":"r","\u0070ersona":"p"}`},
-	{note: "a member of the wrong type", event: engine.EventReviewStarted, data: `{"review_id":7,"persona":"p"}`},
-	{note: "tools of the wrong type", event: engine.EventReviewStarted, data: `{"review_id":"r","persona":"p","tools":"get_sop_text"}`},
-	{note: "not an object", event: engine.EventReviewDone, data: `["review_id"]`},
-	{note: "null", event: engine.EventReviewStarted, data: `null`},
-}
-
-// TestDecodeReviewRecordValid: the one-pass reading of the review records
-// gives what encoding/json gives, error or not, on the data it reads
-// itself and on the data it leaves to encoding/json.
-func TestDecodeReviewRecordValid(t *testing.T) {
-	for _, tc := range reviewRecordCases {
-		t.Run(tc.note, func(t *testing.T) {
-			data := []byte(tc.data)
-			if !json.Valid(data) {
-				t.Fatalf("the case is not valid JSON: %s", data)
-			}
-			var ok bool
-			if tc.event == engine.EventReviewStarted {
-				_, ok = decodeReviewStartedFast(data)
-			} else {
-				_, ok = decodeReviewFinishedFast(data)
-			}
-			if ok != tc.fast {
-				t.Fatalf("read in one pass: %v, want %v", ok, tc.fast)
-			}
-			checkReviewRecord(t, tc.event, data)
-		})
-	}
-}
-
-// checkReviewRecord fails t when decodeReviewRecordValid reads data, of a
-// record of event, otherwise than decodeReviewRecord does.
-func checkReviewRecord(t *testing.T, event string, data []byte) {
-	t.Helper()
-	r := &replayEvent{Seq: 9, Event: engine.AuditEvent{Event: event, Tenant: "acme", ProposalID: "p1", Data: data}}
-	got, want := decodeReviewRecordValid(r), decodeReviewRecord(r)
-	if fmt.Sprint(got.err) != fmt.Sprint(want.err) || !reflect.DeepEqual(got.started, want.started) || !reflect.DeepEqual(got.finished, want.finished) {
-		t.Fatalf("one pass: %+v %+v (err %v)\nencoding/json: %+v %+v (err %v)", got.started, got.finished, got.err, want.started, want.finished, want.err)
-	}
-}
-
-// FuzzDecodeReviewRecord holds the one-pass reading of the review
-// records' data equal to encoding/json's on any valid JSON.
-func FuzzDecodeReviewRecord(f *testing.F) {
-	for _, tc := range reviewRecordCases {
-		f.Add(tc.event == engine.EventReviewStarted, []byte(tc.data))
-	}
-	f.Fuzz(func(t *testing.T, started bool, data []byte) {
-		if !json.Valid(data) {
-			return // the record decoder passes only valid data on
-		}
-		event := engine.EventReviewDone
-		if started {
-			event = engine.EventReviewStarted
-		}
-		checkReviewRecord(t, event, data)
-	})
-}
-
-// BenchmarkDecodeReviewRecord reads a review.started and a
-// review.finished record's data as a replay reads them, in one pass and
-// with encoding/json.
-func BenchmarkDecodeReviewRecord(b *testing.B) {
-	started := &replayEvent{Event: engine.AuditEvent{Event: engine.EventReviewStarted, Data: []byte(reviewRecordCases[0].data)}}
-	finished := &replayEvent{Event: engine.AuditEvent{Event: engine.EventReviewDone, Data: []byte(reviewRecordCases[1].data)}}
+	policy := []byte(`{"action":"cache_purge","operator":"u-1042","delivery":1,"policy_eval_us":41,"denied_tools":["run_shell","kill_process"],"denies":[],"eval_us":41,"review":{"required":true,"persona":"reviewer","quorum":1,"why":"write"},"reviewer_tools":["get_sop_text"],"run":null,"sop":"SOP-7","input":{"proposal":` + string(prop) + `,"persona":"reviewer","now":"2026-11-01T09:00:00Z"}}`)
 	for _, read := range []struct {
 		note string
-		fn   func(*replayEvent) reviewRecord
-	}{{"one pass", decodeReviewRecordValid}, {"encoding/json", decodeReviewRecord}} {
+		fn   func([]byte) *recordedPolicy
+	}{{"one pass", decodeRecordedPolicyValid}, {"encoding/json", decodeRecordedPolicy}} {
 		b.Run(read.note, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if s, f := read.fn(started), read.fn(finished); s.err != nil || f.err != nil {
-					b.Fatal(s.err, f.err)
+				if p := read.fn(policy); p.Error != "" {
+					b.Fatal(p.Error)
 				}
 			}
 		})

@@ -122,7 +122,7 @@ func (b *replayBatch) decode() {
 			case engine.EventPolicyDecided:
 				it.policy = decodeRecordedPolicyValid(ev.Data)
 			case engine.EventReviewStarted, engine.EventReviewDone:
-				it.review = decodeReviewRecordValid(it.ev)
+				it.review = decodeReviewRecord(it.ev)
 			}
 			items[j] = it
 		}

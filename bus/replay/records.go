@@ -10,22 +10,18 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// The records a replay reads are written by the engine: policy.decided
-// from a struct the engine keeps to itself, review.started and
-// review.finished from maps. A replay reads only the members it needs,
-// into the types below; onepass.go reads the same members faster, held
-// to encoding/json's reading of these types by its fuzz targets.
+// The records a replay reads are written by the engine, and read here
+// into the types the engine declares for their data (engine.AuditHead and
+// engine.PolicyDecidedData, engine.ReviewStartedData,
+// engine.ReviewFinishedData, gated.Verdict). onepass.go reads
+// policy.decided, which holds most of a replay's bytes, faster into the
+// same types, held to encoding/json's reading by FuzzDecodeRecordedPolicy.
 
-// recordedPolicy is what replay reads of a policy.decided record.
+// recordedPolicy is a policy.decided record's data, with the proposal's
+// reviews.
 type recordedPolicy struct {
-	Action      string              `json:"action"`
-	Denies      []gated.Deny        `json:"denies"`
-	Review      engine.Route        `json:"review"`
-	Run         *engine.RunPolicy   `json:"run"`
-	Error       string              `json:"error"`
-	Input       *engine.ReplayInput `json:"input"`
-	SOP         string              `json:"sop"`
-	DeniedTools []string            `json:"denied_tools"`
+	engine.AuditHead
+	engine.PolicyDecidedData
 
 	// reviews are the proposal's reviews, from their records; reviewErr
 	// says why they cannot be read, when a record does not decode.
@@ -38,7 +34,8 @@ type recordedPolicy struct {
 func decodeRecordedPolicy(data []byte) *recordedPolicy {
 	var p recordedPolicy
 	if err := json.Unmarshal(data, &p); err != nil {
-		return &recordedPolicy{Error: "the policy.decided record does not decode: " + err.Error()}
+		p = recordedPolicy{}
+		p.Error = "the policy.decided record does not decode: " + err.Error()
 	}
 	return &p
 }
@@ -49,129 +46,77 @@ func (p *recordedPolicy) settledAtPolicy() bool {
 	return len(p.Denies) > 0 || !p.Review.Required || p.Review.Blocked != ""
 }
 
-// recordedVerdict is what replay reads of a verdict.decided record: the
-// recorded decision it compares with the candidate's. The other members
-// of the verdict are neither read nor checked.
-type recordedVerdict struct {
-	Outcome gated.Outcome `json:"outcome"`
-	Stage   gated.Stage   `json:"stage"`
-	Reason  string        `json:"reason"`
-}
-
 // recordedReview is what a replay reads of one review of a proposal: its
 // review.started record and, once it ended, its review.finished record.
 type recordedReview struct {
 	Seq uint64
 	// PolicyRevision is the revision of the policy that routed the review.
 	PolicyRevision string
-	Started        reviewStartedRecord
+	Started        engine.ReviewStartedData
 	// Finished is nil while the range holds no review.finished record of
 	// the review.
-	Finished *reviewFinishedRecord
+	Finished *engine.ReviewFinishedData
 }
 
-// reviewStartedRecord is the data of a review.started record that a
-// replay reads.
-type reviewStartedRecord struct {
-	ReviewID        string   `json:"review_id"`
-	Persona         string   `json:"persona"`
-	Plugin          string   `json:"plugin"`
-	Tools           []string `json:"tools"`
-	PersonaRevision string   `json:"persona_revision"`
-	Model           string   `json:"model"`
-}
-
-// reviewFinishedRecord is the data of a review.finished record that a
-// replay reads.
-type reviewFinishedRecord struct {
-	ReviewID      string `json:"review_id"`
-	Plugin        string `json:"plugin"`
-	PluginVersion string `json:"plugin_version"`
-	Decision      string `json:"decision"`
-	Outcome       string `json:"outcome"`
-	Error         string `json:"error"`
-	Why           string `json:"why"`
-	Model         string `json:"model"`
-}
-
-// category is the review's result as a re-review compares it: the
+// reviewCategory is a review's result as a re-review compares it: the
 // decision of a review that ended (approve, reject), or what ended it
 // otherwise (error, timeout, blocked), which is never an approval.
-func (f *reviewFinishedRecord) category() string {
+func reviewCategory(f *engine.ReviewFinishedData) string {
 	switch {
 	case f.Error != "" && f.Outcome != "":
-		return f.Outcome
+		return string(f.Outcome)
 	case f.Error != "":
 		return string(gated.OutcomeError)
 	case f.Decision == "":
 		return "none"
 	}
-	return f.Decision
+	return string(f.Decision)
 }
 
-// why is the one line that explains the recorded result.
-func (f *reviewFinishedRecord) why() string {
+// reviewWhy is the one line that explains a review's recorded result.
+func reviewWhy(f *engine.ReviewFinishedData) string {
 	if f.Error != "" {
 		return f.Error
 	}
 	return f.Why
 }
 
-// decodeReviewStarted reads a review.started record's data.
-func decodeReviewStarted(data []byte) (reviewStartedRecord, error) {
-	var s reviewStartedRecord
-	if err := json.Unmarshal(data, &s); err != nil {
-		return s, fmt.Errorf("decoding a review.started record: %w", err)
-	}
-	return s, s.check()
-}
-
-// check refuses a review.started record without what replay needs of it.
-func (s *reviewStartedRecord) check() error {
-	if s.ReviewID == "" || s.Persona == "" {
-		return errors.New("decoding a review.started record: review_id and persona are required")
-	}
-	return nil
-}
-
-// decodeReviewFinished reads a review.finished record's data.
-func decodeReviewFinished(data []byte) (reviewFinishedRecord, error) {
-	var f reviewFinishedRecord
-	if err := json.Unmarshal(data, &f); err != nil {
-		return f, fmt.Errorf("decoding a review.finished record: %w", err)
-	}
-	return f, f.check()
-}
-
-// check refuses a review.finished record without what replay needs of it.
-func (f *reviewFinishedRecord) check() error {
-	if f.ReviewID == "" {
-		return errors.New("decoding a review.finished record: review_id is required")
-	}
-	return nil
-}
-
 // reviewRecord is a review.started or review.finished record's data as
 // replay reads it: started or finished (the one of its event), or err.
 type reviewRecord struct {
-	started  *reviewStartedRecord
-	finished *reviewFinishedRecord
+	started  *engine.ReviewStartedData
+	finished *engine.ReviewFinishedData
 	err      error
 }
 
 // decodeReviewRecord reads the data of r, a review.started or
-// review.finished record, with encoding/json.
+// review.finished record, into its declared type, refusing one without
+// what replay needs of it.
 func decodeReviewRecord(r *replayEvent) reviewRecord {
 	var rr reviewRecord
 	switch r.Event.Event {
 	case engine.EventReviewStarted:
-		s, err := decodeReviewStarted(r.Event.Data)
-		rr.started, rr.err = &s, err
+		s, err := engine.DecodeAuditData[engine.ReviewStartedData](r.Event)
+		if err == nil && (s.ReviewID == "" || s.Persona == "") {
+			err = errors.New("review_id and persona are required")
+		}
+		rr.started, rr.err = &s, wrapReviewErr(r.Event.Event, err)
 	case engine.EventReviewDone:
-		f, err := decodeReviewFinished(r.Event.Data)
-		rr.finished, rr.err = &f, err
+		f, err := engine.DecodeAuditData[engine.ReviewFinishedData](r.Event)
+		if err == nil && f.ReviewID == "" {
+			err = errors.New("review_id is required")
+		}
+		rr.finished, rr.err = &f, wrapReviewErr(r.Event.Event, err)
 	}
 	return rr
+}
+
+// wrapReviewErr says which record a review record's error is of.
+func wrapReviewErr(event string, err error) error {
+	if err != nil {
+		return fmt.Errorf("decoding a %s record: %w", event, err)
+	}
+	return nil
 }
 
 // addReviewRecord keeps a review.started or review.finished record of the

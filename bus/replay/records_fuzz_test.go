@@ -40,7 +40,7 @@ func FuzzReviewRecords(f *testing.F) {
 			if rv.Finished == nil {
 				continue
 			}
-			if cat := rv.Finished.category(); cat == string(gated.DecisionApprove) && rv.Finished.Error != "" {
+			if cat := reviewCategory(rv.Finished); cat == string(gated.DecisionApprove) && rv.Finished.Error != "" {
 				t.Fatalf("a failed review (%q) reads as %s", rv.Finished.Error, cat)
 			}
 		}

@@ -79,7 +79,7 @@ type Disagreement struct {
 // rereviewJob is one recorded review request to run again.
 type rereviewJob struct {
 	seq      uint64
-	recorded *reviewFinishedRecord
+	recorded *engine.ReviewFinishedData
 	req      engine.ReviewRequest
 }
 
@@ -220,7 +220,7 @@ func (rr *Rereviewer) run(ctx context.Context, job rereviewJob) {
 	req := job.req
 	req.ReviewID = newRereviewID(job.seq)
 	cat, why := rr.review(ctx, &req)
-	old := job.recorded.category()
+	old := reviewCategory(job.recorded)
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	rr.table.Add(old, cat)
@@ -229,7 +229,7 @@ func (rr *Rereviewer) run(ctx context.Context, job rereviewJob) {
 	if old != cat {
 		rr.rep.Disagreements = append(rr.rep.Disagreements, Disagreement{
 			Tenant: req.Proposal.Tenant, ID: req.Proposal.ID, Action: req.Proposal.Action, Seq: job.seq,
-			Recorded: old, RecordedWhy: job.recorded.why(), Candidate: cat, CandidateWhy: why,
+			Recorded: old, RecordedWhy: reviewWhy(job.recorded), Candidate: cat, CandidateWhy: why,
 		})
 	}
 }

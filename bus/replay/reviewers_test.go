@@ -28,13 +28,13 @@ func TestReviewStaleness(t *testing.T) {
 	}
 	builtin, _ := reg.Persona("reviewer")
 	started := func(persona, revision, model string) *recordedReview {
-		return &recordedReview{Started: reviewStartedRecord{ReviewID: "rv_1", Persona: persona, PersonaRevision: revision, Model: model},
-			Finished: &reviewFinishedRecord{ReviewID: "rv_1", PluginVersion: "dev", Decision: "approve"}}
+		return &recordedReview{Started: engine.ReviewStartedData{ReviewID: "rv_1", Persona: persona, PersonaRevision: revision, Model: model},
+			Finished: &engine.ReviewFinishedData{ReviewID: "rv_1", PluginVersion: "dev", Decision: "approve"}}
 	}
 	unfinished := started("reviewer", builtin.Revision, "")
 	unfinished.Finished = nil
 	reviewed := func(quorum int) recordedPolicy {
-		return recordedPolicy{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: quorum},
+		return recordedPolicy{PolicyDecidedData: engine.PolicyDecidedData{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: quorum}},
 			reviews: []*recordedReview{started("reviewer", builtin.Revision, "")}}
 	}
 	tests := []struct {
@@ -71,18 +71,18 @@ func TestReviewStaleness(t *testing.T) {
 func TestRecordedReviewCategory(t *testing.T) {
 	tests := []struct {
 		note string
-		f    reviewFinishedRecord
+		f    engine.ReviewFinishedData
 		want string
 	}{
-		{note: "approved", f: reviewFinishedRecord{Decision: "approve"}, want: "approve"},
-		{note: "rejected", f: reviewFinishedRecord{Decision: "reject"}, want: "reject"},
-		{note: "timed out", f: reviewFinishedRecord{Outcome: "timeout", Error: "deadline", Decision: "approve"}, want: "timeout"},
-		{note: "failed without an outcome", f: reviewFinishedRecord{Error: "crash"}, want: "error"},
-		{note: "no decision", f: reviewFinishedRecord{}, want: "none"},
+		{note: "approved", f: engine.ReviewFinishedData{Decision: "approve"}, want: "approve"},
+		{note: "rejected", f: engine.ReviewFinishedData{Decision: "reject"}, want: "reject"},
+		{note: "timed out", f: engine.ReviewFinishedData{Outcome: "timeout", Error: "deadline", Decision: "approve"}, want: "timeout"},
+		{note: "failed without an outcome", f: engine.ReviewFinishedData{Error: "crash"}, want: "error"},
+		{note: "no decision", f: engine.ReviewFinishedData{}, want: "none"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			if got := tc.f.category(); got != tc.want {
+			if got := reviewCategory(&tc.f); got != tc.want {
 				t.Errorf("category %q, want %q", got, tc.want)
 			}
 		})
