@@ -159,9 +159,9 @@ bench-plugin-python: $(PY_VENV)/.installed
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME)
+	$(GO) test . -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzPolicyDecidedJSON$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzSetTopLevelUint$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/jsonw -run '^$$' -fuzz '^FuzzSetTopLevelUint$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParsePSS$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseGoRuntime$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeStatus$$' -fuzztime $(FUZZTIME)
@@ -250,8 +250,8 @@ fuzz:
 	$(GO) test ./bus/replay -run '^$$' -fuzz '^FuzzDecodeRecordedPolicy$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/replay -run '^$$' -fuzz '^FuzzReplayRecords$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/replay -run '^$$' -fuzz '^FuzzReviewRecords$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine/internal/reviewtext -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine/internal/reviewtext -run '^$$' -fuzz '^FuzzSelfReported$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzSelfReported$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckFolded$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated-bench on

@@ -19,9 +19,9 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/console"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -189,13 +189,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.screenshot(t, "proposal")
 		// A reviewed verdict: the page shows each review's decision text
 		// and gates.
-		reviewed := &engine.Verdict{
-			V: 1, ProposalID: "reviewed-1", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
-			Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "the reviewer rejected it",
+		reviewed := &gated.Verdict{
+			V: 1, ProposalID: "reviewed-1", Tenant: "acme", Action: "host_restart_service", Kind: gated.KindAction,
+			Outcome: gated.OutcomeRejected, Stage: gated.StageReview, Reason: "the reviewer rejected it",
 			DecidedAt: time.Now().UTC(), AuditSeq: 1, ProposalSHA256: strings.Repeat("ef", 32),
-			Reviews: []engine.Review{{Plugin: "sop", Persona: "reviewer", Decision: "reject",
+			Reviews: []gated.Review{{Plugin: "sop", Persona: "reviewer", Decision: "reject",
 				DecisionText: "Decision: reject\nNo SOP covers a restart during the incident.",
-				Gates:        []engine.GateResult{{Name: "sop_covers_case", Passed: false, Detail: "no SOP for nginx restarts"}, {Name: "rollback_known", Passed: true}}}},
+				Gates:        []gated.GateResult{{Name: "sop_covers_case", Passed: false, Detail: "no SOP for nginx restarts"}, {Name: "rollback_known", Passed: true}}}},
 		}
 		if _, err := g.store.Create(t.Context(), reviewed); err != nil {
 			t.Fatal(err)
@@ -331,12 +331,12 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if stored.Outcome != engine.OutcomeApproved || stored.Stage != engine.StageOperator {
+		if stored.Outcome != gated.OutcomeApproved || stored.Stage != gated.StageOperator {
 			t.Fatalf("stored %s at %s: %s", stored.Outcome, stored.Stage, stored.Reason)
 		}
 		judged := false
 		for _, c := range stored.Run.Criteria {
-			judged = judged || (c.ID == "ux-check" && c.Pass && c.JudgedBy == engine.JudgedByOperator+"alice")
+			judged = judged || (c.ID == "ux-check" && c.Pass && c.JudgedBy == gated.JudgedByOperator+"alice")
 		}
 		if !judged {
 			t.Fatalf("criteria %+v: want ux-check passed by operator:alice", stored.Run.Criteria)
@@ -345,7 +345,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the fleet got no verdict: %v", err)
 		}
-		var published engine.Verdict
+		var published gated.Verdict
 		if err := json.Unmarshal(m.Data, &published); err != nil || !published.Approved || published.AuditSeq != stored.AuditSeq {
 			t.Fatalf("the fleet got %s", m.Data)
 		}
@@ -367,7 +367,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if held.Outcome != engine.OutcomeBlocked || held.AwaitingOperator == nil || held.Final() {
+		if held.Outcome != gated.OutcomeBlocked || held.AwaitingOperator == nil || held.Final() {
 			t.Fatalf("verdict %s (%s), want one held for an operator", held.Outcome, held.Reason)
 		}
 		item := `section[data-key="acme.zone-1"]`
@@ -386,24 +386,24 @@ func TestConsoleInBrowser(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if final.Outcome != engine.OutcomeApproved || !final.Approved || final.Operator == nil ||
+		if final.Outcome != gated.OutcomeApproved || !final.Approved || final.Operator == nil ||
 			final.Operator.ID != "alice" || final.Operator.Key != g.alice.pub || final.Operator.Reason != "change CHG-7 agreed" {
 			t.Fatalf("the fleet got %s (%s), operator %+v", final.Outcome, final.Reason, final.Operator)
 		}
 		// The status stream showed every stage: received, decided by the
 		// policy, held for an operator, then decided, the last time by
 		// the operator's approval.
-		var stages []engine.StatusStage
+		var stages []gated.StatusStage
 		for u := range updates {
 			if u.Err != nil {
 				t.Fatal(u.Err)
 			}
 			stages = append(stages, u.Status.Stage)
-			if u.Status.Stage == engine.StatusDecided && u.Status.Verdict != nil && u.Status.Verdict.Outcome == engine.OutcomeApproved {
+			if u.Status.Stage == gated.StatusDecided && u.Status.Verdict != nil && u.Status.Verdict.Outcome == gated.OutcomeApproved {
 				break
 			}
 		}
-		for _, want := range []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusAwaitingOperator, engine.StatusDecided} {
+		for _, want := range []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusAwaitingOperator, gated.StatusDecided} {
 			if !slices.Contains(stages, want) {
 				t.Fatalf("status stages %v lack %s", stages, want)
 			}
@@ -497,7 +497,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := eval[int](t, b, decideJS(g.mallory.seed, g.alice.pub, "acme", "held-2")); got != 401 {
 			t.Fatalf("a decision signed by another seed under alice's key: %d, want 401", got)
 		}
-		if v, err := g.store.Get(t.Context(), "acme", "held-2"); err != nil || v.Outcome != engine.OutcomeBlocked {
+		if v, err := g.store.Get(t.Context(), "acme", "held-2"); err != nil || v.Outcome != gated.OutcomeBlocked {
 			t.Fatalf("held-2 is %+v, %v", v, err)
 		}
 	})
@@ -506,7 +506,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		if got := eval[int](t, b, decideJS(g.alice.seed, g.alice.pub, "globex", "held-g")); got != 403 {
 			t.Fatalf("alice's decision for globex: %d, want 403", got)
 		}
-		if v, err := g.store.Get(t.Context(), "globex", "held-g"); err != nil || v.Outcome != engine.OutcomeBlocked {
+		if v, err := g.store.Get(t.Context(), "globex", "held-g"); err != nil || v.Outcome != gated.OutcomeBlocked {
 			t.Fatalf("held-g is %+v, %v", v, err)
 		}
 		if recs := g.refusals(t, "globex"); len(recs) == 0 || recs[len(recs)-1]["path"] != "/api/decisions" {

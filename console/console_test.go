@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
@@ -91,7 +92,7 @@ func TestSignIn(t *testing.T) {
 	}
 
 	t.Run("refusals without a session are not audited", func(t *testing.T) {
-		if recs := g.refusals(t, engine.UnknownTenant); len(recs) != 0 {
+		if recs := g.refusals(t, gated.UnknownTenant); len(recs) != 0 {
 			t.Fatalf("console.refused records without a session: %v", recs)
 		}
 	})
@@ -236,7 +237,7 @@ func TestDecisionThroughTheConsole(t *testing.T) {
 	stillHeld := func(tenant, id string) {
 		t.Helper()
 		v, err := g.store.Get(t.Context(), tenant, id)
-		if err != nil || v.Outcome != engine.OutcomeBlocked || v.Stage != engine.StageReview {
+		if err != nil || v.Outcome != gated.OutcomeBlocked || v.Stage != gated.StageReview {
 			t.Fatalf("%s.%s changed: %+v %v", tenant, id, v, err)
 		}
 	}
@@ -282,7 +283,7 @@ func TestDecisionThroughTheConsole(t *testing.T) {
 			t.Fatalf("cross-origin decision: %d %s, want 403", code, data)
 		}
 		stillHeld("acme", "held-1")
-		recs := g.refusals(t, engine.UnknownTenant)
+		recs := g.refusals(t, gated.UnknownTenant)
 		if len(recs) != 1 || recs[0]["operator"] != "alice" || !strings.Contains(recs[0]["reason"].(string), "evil.example") {
 			t.Fatalf("console.refused records under _: %v", recs)
 		}
@@ -296,19 +297,19 @@ func TestDecisionThroughTheConsole(t *testing.T) {
 		if code != http.StatusOK {
 			t.Fatalf("decision: %d %s", code, data)
 		}
-		var v engine.Verdict
-		if err := json.Unmarshal(data, &v); err != nil || v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageOperator {
+		var v gated.Verdict
+		if err := json.Unmarshal(data, &v); err != nil || v.Outcome != gated.OutcomeApproved || v.Stage != gated.StageOperator {
 			t.Fatalf("answer %s (%v)", data, err)
 		}
 		stored, err := g.store.Get(t.Context(), "acme", "held-1")
-		if err != nil || stored.Outcome != engine.OutcomeApproved || stored.AuditSeq != v.AuditSeq {
+		if err != nil || stored.Outcome != gated.OutcomeApproved || stored.AuditSeq != v.AuditSeq {
 			t.Fatalf("stored %+v %v", stored, err)
 		}
 		m, err := sub.NextMsg(10 * time.Second)
 		if err != nil {
 			t.Fatalf("the fleet got no verdict: %v", err)
 		}
-		var published engine.Verdict
+		var published gated.Verdict
 		if err := json.Unmarshal(m.Data, &published); err != nil || !published.Approved {
 			t.Fatalf("published %s", m.Data)
 		}
@@ -325,7 +326,7 @@ func TestDecisionThroughTheConsole(t *testing.T) {
 func TestProposalPage(t *testing.T) {
 	g := startGate(t)
 	v := g.propose(t, "acme", "p-1", "denied", "host_restart_service")
-	if v.Outcome != engine.OutcomeRejected || len(v.Policy.Denies) == 0 {
+	if v.Outcome != gated.OutcomeRejected || len(v.Policy.Denies) == 0 {
 		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 	}
 	alice := g.client(t)
@@ -388,7 +389,7 @@ func TestFeedFilters(t *testing.T) {
 	g.propose(t, "globex", "bad-1", "denied", "host_restart_service")
 	select {
 	case v := <-feed:
-		if v.ProposalID != "bad-1" || v.Outcome != engine.OutcomeRejected {
+		if v.ProposalID != "bad-1" || v.Outcome != gated.OutcomeRejected {
 			t.Fatalf("the filtered feed streamed %s.%s (%s)", v.Tenant, v.ProposalID, v.Outcome)
 		}
 	case <-time.After(20 * time.Second):
@@ -475,15 +476,15 @@ func TestHeldActionInTheQueue(t *testing.T) {
 // follow-up each sent, for the operator's tenants alone.
 func TestRuns(t *testing.T) {
 	g := startGate(t)
-	for _, v := range []*engine.Verdict{
-		bustest.RunVerdict("r1-p1", "run-1", 1, engine.NextContinuation),
+	for _, v := range []*gated.Verdict{
+		bustest.RunVerdict("r1-p1", "run-1", 1, gated.NextContinuation),
 		bustest.RunVerdict("r1-p2", "run-1", 2, ""),
 	} {
 		if _, err := g.store.Create(t.Context(), v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	other := bustest.RunVerdict("g-p1", "run-g", 1, engine.NextContinuation)
+	other := bustest.RunVerdict("g-p1", "run-g", 1, gated.NextContinuation)
 	other.Tenant = "globex"
 	if _, err := g.store.Create(t.Context(), other); err != nil {
 		t.Fatal(err)
@@ -496,7 +497,7 @@ func TestRuns(t *testing.T) {
 		t.Fatalf("alice sees %d runs, want acme's one: %+v", len(got.Runs), got.Runs)
 	}
 	r := got.Runs[0]
-	if r.Tenant != "acme" || r.RunID != "run-1" || r.Closed != engine.RunAccepted || len(r.Rounds) != 2 || r.Rounds[0].Next != engine.NextContinuation {
+	if r.Tenant != "acme" || r.RunID != "run-1" || r.Closed != engine.RunAccepted || len(r.Rounds) != 2 || r.Rounds[0].Next != gated.NextContinuation {
 		t.Fatalf("run %+v", r)
 	}
 	root := g.client(t)

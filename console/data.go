@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -33,26 +34,26 @@ const (
 // filter selects verdicts: empty fields select all.
 type filter struct {
 	tenant  string
-	outcome engine.Outcome
+	outcome gated.Outcome
 	action  string
 }
 
-func (f filter) match(v *engine.Verdict) bool {
+func (f filter) match(v *gated.Verdict) bool {
 	return (f.tenant == "" || v.Tenant == f.tenant) &&
 		(f.outcome == "" || v.Outcome == f.outcome) &&
 		(f.action == "" || v.Action == f.action)
 }
 
-var outcomes = []engine.Outcome{
-	engine.OutcomeApproved, engine.OutcomeRejected, engine.OutcomeBlocked,
-	engine.OutcomeError, engine.OutcomeTimeout, engine.OutcomeInvalid,
+var outcomes = []gated.Outcome{
+	gated.OutcomeApproved, gated.OutcomeRejected, gated.OutcomeBlocked,
+	gated.OutcomeError, gated.OutcomeTimeout, gated.OutcomeInvalid,
 }
 
 // readFilter reads the query's tenant, outcome and action, answering 400
 // (or 403 for a tenant out of scope) and returning false when one is bad.
 func (s *Server) readFilter(w http.ResponseWriter, r *http.Request, ses session) (filter, bool) {
 	q := r.URL.Query()
-	f := filter{tenant: q.Get("tenant"), outcome: engine.Outcome(q.Get("outcome")), action: q.Get("action")}
+	f := filter{tenant: q.Get("tenant"), outcome: gated.Outcome(q.Get("outcome")), action: q.Get("action")}
 	if f.tenant != "" && !s.scoped(w, r, ses, f.tenant) {
 		return f, false
 	}
@@ -60,7 +61,7 @@ func (s *Server) readFilter(w http.ResponseWriter, r *http.Request, ses session)
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("outcome %q: want one of approved, rejected, blocked, error, timeout, invalid", clip(string(f.outcome))))
 		return f, false
 	}
-	if f.action != "" && !engine.ValidAction(f.action) {
+	if f.action != "" && !gated.ValidAction(f.action) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("action %q must match [A-Za-z0-9_-]{1,128}", clip(f.action)))
 		return f, false
 	}
@@ -86,7 +87,7 @@ func keyFilters(ses session, tenant string) []string {
 // decodeEntry reads a bucket entry as the verdict its key names. It
 // returns nil for what is not a verdict of a two-token key, and for a
 // verdict that is not the key's (the store refuses those too).
-func decodeEntry(e jetstream.KeyValueEntry) (*engine.Verdict, json.RawMessage) {
+func decodeEntry(e jetstream.KeyValueEntry) (*gated.Verdict, json.RawMessage) {
 	if e == nil || e.Operation() != jetstream.KeyValuePut {
 		return nil, nil
 	}
@@ -94,7 +95,7 @@ func decodeEntry(e jetstream.KeyValueEntry) (*engine.Verdict, json.RawMessage) {
 	if !ok || strings.Contains(id, ".") {
 		return nil, nil
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if json.Unmarshal(e.Value(), &v) != nil || v.Tenant != tenant || v.ProposalID != id {
 		return nil, nil
 	}
@@ -104,7 +105,7 @@ func decodeEntry(e jetstream.KeyValueEntry) (*engine.Verdict, json.RawMessage) {
 // scanVerdicts reads the verdicts under keys as the bucket holds them now,
 // calling fn with each. It reads at most maxScan entries and reports
 // whether it stopped there.
-func (s *Server) scanVerdicts(ctx context.Context, keys []string, fn func(v *engine.Verdict, raw json.RawMessage)) (truncated bool, err error) {
+func (s *Server) scanVerdicts(ctx context.Context, keys []string, fn func(v *gated.Verdict, raw json.RawMessage)) (truncated bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	wt, err := s.cfg.Verdicts.WatchFiltered(ctx, keys, jetstream.IgnoreDeletes())
@@ -135,7 +136,7 @@ func (s *Server) scanVerdicts(ctx context.Context, keys []string, fn func(v *eng
 
 // Verdicts is the answer of GET /api/verdicts: the newest verdicts first.
 type Verdicts struct {
-	Verdicts []*engine.Verdict `json:"verdicts"`
+	Verdicts []*gated.Verdict `json:"verdicts"`
 	// Truncated is true when the bucket held more than one answer reads.
 	Truncated bool `json:"truncated,omitempty"`
 }
@@ -154,8 +155,8 @@ func (s *Server) handleVerdicts(w http.ResponseWriter, r *http.Request, ses sess
 		}
 		limit = n
 	}
-	out := Verdicts{Verdicts: []*engine.Verdict{}}
-	truncated, err := s.scanVerdicts(r.Context(), keyFilters(ses, f.tenant), func(v *engine.Verdict, _ json.RawMessage) {
+	out := Verdicts{Verdicts: []*gated.Verdict{}}
+	truncated, err := s.scanVerdicts(r.Context(), keyFilters(ses, f.tenant), func(v *gated.Verdict, _ json.RawMessage) {
 		if f.match(v) {
 			out.Verdicts = append(out.Verdicts, v)
 		}
@@ -164,7 +165,7 @@ func (s *Server) handleVerdicts(w http.ResponseWriter, r *http.Request, ses sess
 		writeError(w, http.StatusServiceUnavailable, err.Error())
 		return
 	}
-	slices.SortStableFunc(out.Verdicts, func(a, b *engine.Verdict) int { return b.DecidedAt.Compare(a.DecidedAt) })
+	slices.SortStableFunc(out.Verdicts, func(a, b *gated.Verdict) int { return b.DecidedAt.Compare(a.DecidedAt) })
 	if len(out.Verdicts) > limit {
 		out.Verdicts = out.Verdicts[:limit]
 	}
@@ -270,7 +271,7 @@ type Proposal struct {
 	ID     string `json:"id"`
 	// Verdict is the stored verdict, nil when none is stored (never
 	// decided, under review, or past the verdict TTL).
-	Verdict *engine.Verdict `json:"verdict"`
+	Verdict *gated.Verdict `json:"verdict"`
 	// Proposal is the proposal as the policy received it, from the
 	// policy.decided record; nil when no record holds it.
 	Proposal json.RawMessage `json:"proposal,omitempty"`
@@ -290,14 +291,14 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 	if !s.scoped(w, r, ses, tenant) {
 		return
 	}
-	if !engine.ValidID(id) {
+	if !gated.ValidID(id) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("proposal id %q must match [A-Za-z0-9_-]{1,128}", clip(id)))
 		return
 	}
 	out := Proposal{Tenant: tenant, ID: id, Audit: []AuditRecord{}, MACsChecked: len(s.cfg.AuditKeys) > 0}
 	v, err := s.store.Get(r.Context(), tenant, id)
 	switch {
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, gated.ErrNotFound):
 	case err != nil:
 		writeError(w, http.StatusServiceUnavailable, "reading the verdict: "+err.Error())
 		return

@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -66,7 +66,7 @@ func (s *Server) handleDecision(w http.ResponseWriter, r *http.Request, ses sess
 		writeJSON(w, c, apiError{Error: "gated refused the decision: " + reply.Header.Get(micro.ErrorHeader), Code: c})
 		return
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(reply.Data, &v); err != nil || v.Tenant != m.Tenant || v.ProposalID != m.ProposalID {
 		writeError(w, http.StatusBadGateway, "gated's answer on "+subject+" is not the proposal's verdict")
 		return

@@ -25,6 +25,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
@@ -242,7 +243,7 @@ func startGateWith(t *testing.T, opts gateOptions) *gate {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Stop(5 * time.Second) })
-	publish := func(_ context.Context, v *engine.Verdict) error {
+	publish := func(_ context.Context, v *gated.Verdict) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return err
@@ -343,7 +344,7 @@ func proposal(tenant, id, class, action string) []byte {
 
 // propose sends a proposal through the fleet client and waits for its
 // verdict.
-func (g *gate) propose(t *testing.T, tenant, id, class, action string) *engine.Verdict {
+func (g *gate) propose(t *testing.T, tenant, id, class, action string) *gated.Verdict {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -356,15 +357,15 @@ func (g *gate) propose(t *testing.T, tenant, id, class, action string) *engine.V
 
 // hold stores a run verdict of tenant held for an operator's decision on
 // the manual criterion ux-check, as the engine holds one (engine/runflow.go).
-func (g *gate) hold(t *testing.T, tenant, id string) *engine.Verdict {
+func (g *gate) hold(t *testing.T, tenant, id string) *gated.Verdict {
 	t.Helper()
-	v := &engine.Verdict{
-		V: 1, ProposalID: id, Tenant: tenant, Action: "run_review", Kind: engine.KindRun, Outcome: engine.OutcomeBlocked,
-		Stage: engine.StageReview, Reason: "awaiting an operator decision on manual criteria ux-check",
+	v := &gated.Verdict{
+		V: 1, ProposalID: id, Tenant: tenant, Action: "run_review", Kind: gated.KindRun, Outcome: gated.OutcomeBlocked,
+		Stage: gated.StageReview, Reason: "awaiting an operator decision on manual criteria ux-check",
 		ProposalSHA256: strings.Repeat("ab", 32), AuditSeq: 1, DecidedAt: time.Now().UTC().Add(-time.Minute), Agent: "worker-1",
-		Run: &engine.RunVerdict{
+		Run: &gated.RunVerdict{
 			RunID: "run-" + id, Worker: "worker-1", Round: 1, MaxRounds: 5, AwaitingOperator: []string{"ux-check"},
-			Criteria: []engine.CriterionEval{{ID: "tests", Pass: true, Kind: engine.CriterionCommandResult, Required: true, JudgedBy: engine.JudgedByPolicy}},
+			Criteria: []gated.CriterionEval{{ID: "tests", Pass: true, Kind: gated.CriterionCommandResult, Required: true, JudgedBy: gated.JudgedByPolicy}},
 		},
 	}
 	if _, err := g.store.Create(t.Context(), v); err != nil {
@@ -468,7 +469,7 @@ func (c *client) decide(k operatorKey, m operator.Message) (int, []byte) {
 
 // feed opens the live feed at path and returns the verdicts it streams;
 // the stream ends with the test.
-func (c *client) feed(path string) <-chan engine.Verdict {
+func (c *client) feed(path string) <-chan gated.Verdict {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(c.t.Context())
 	c.t.Cleanup(cancel)
@@ -487,7 +488,7 @@ func (c *client) feed(path string) <-chan engine.Verdict {
 		res.Body.Close()
 		c.t.Fatalf("GET %s: %d %s", path, res.StatusCode, body)
 	}
-	out := make(chan engine.Verdict, 64)
+	out := make(chan gated.Verdict, 64)
 	sc := bufio.NewScanner(res.Body)
 	sc.Buffer(make([]byte, 64<<10), 4<<20)
 	// The first line is the stream's opening comment: after it, the watch
@@ -505,7 +506,7 @@ func (c *client) feed(path string) <-chan engine.Verdict {
 			case strings.HasPrefix(line, "event: "):
 				event = strings.TrimPrefix(line, "event: ")
 			case strings.HasPrefix(line, "data: ") && event == "verdict":
-				var v engine.Verdict
+				var v gated.Verdict
 				if json.Unmarshal([]byte(strings.TrimPrefix(line, "data: ")), &v) == nil {
 					out <- v
 				}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -31,8 +32,8 @@ type Held struct {
 // held tells whether v waits for an operator. A run verdict names the
 // awaited criteria in run.awaiting_operator; a held action its deadline,
 // reason and rule in awaiting_operator.
-func held(v *engine.Verdict) *Held {
-	if v.Outcome != engine.OutcomeBlocked {
+func held(v *gated.Verdict) *Held {
+	if v.Outcome != gated.OutcomeBlocked {
 		return nil
 	}
 	if v.Run != nil && len(v.Run.AwaitingOperator) > 0 {
@@ -67,8 +68,8 @@ func (h *Held) fromAwaited(data []byte) {
 
 // QueueItem is one verdict held for an operator.
 type QueueItem struct {
-	Verdict *engine.Verdict `json:"verdict"`
-	Held    *Held           `json:"held"`
+	Verdict *gated.Verdict `json:"verdict"`
+	Held    *Held          `json:"held"`
 }
 
 // Queue is the answer of GET /api/queue: the held verdicts the session
@@ -80,7 +81,7 @@ type Queue struct {
 
 func (s *Server) handleQueue(w http.ResponseWriter, r *http.Request, ses session) {
 	out := Queue{Items: []QueueItem{}}
-	truncated, err := s.scanVerdicts(r.Context(), keyFilters(ses, ""), func(v *engine.Verdict, raw json.RawMessage) {
+	truncated, err := s.scanVerdicts(r.Context(), keyFilters(ses, ""), func(v *gated.Verdict, raw json.RawMessage) {
 		if h := held(v); h != nil {
 			out.Items = append(out.Items, QueueItem{Verdict: v, Held: h})
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
@@ -276,11 +277,11 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, tenant, operator
 	if ses, ok := s.session(r); ok {
 		operatorID, key = ses.op.ID, ses.op.Key
 	}
-	if !engine.ValidTenant(tenant) {
-		tenant = engine.UnknownTenant
+	if !gated.ValidTenant(tenant) {
+		tenant = gated.UnknownTenant
 	}
 	data, _ := json.Marshal(refusedData{Method: r.Method, Path: clip(r.URL.Path), Operator: operatorID, Key: key, Reason: why})
-	ev := engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventConsoleRefused, Tenant: tenant, At: s.cfg.Now().UTC(), Data: data}
+	ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventConsoleRefused, Tenant: tenant, At: s.cfg.Now().UTC(), Data: data}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := s.cfg.Trails().Seal(ctx, ev); err != nil {
@@ -295,7 +296,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, tenant, operator
 // scoped checks that ses may see tenant, refusing (and auditing) the
 // request otherwise. It reports whether to go on.
 func (s *Server) scoped(w http.ResponseWriter, r *http.Request, ses session, tenant string) bool {
-	if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant {
+	if !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("tenant %q must match [a-z0-9_-]{1,64}", clip(tenant)))
 		return false
 	}

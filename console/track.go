@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/engine"
@@ -178,7 +179,7 @@ func (s *Server) refusedByLimit(r *http.Request, tenant string, now time.Time) (
 			if ev.Event != engine.EventBudgetRefused {
 				continue
 			}
-			var b engine.BudgetRefusal
+			var b gated.BudgetRefusal
 			if json.Unmarshal(ev.Data, &b) != nil || b.Limit == "" {
 				continue
 			}
@@ -196,7 +197,7 @@ func (s *Server) refusedByLimit(r *http.Request, tenant string, now time.Time) (
 }
 
 // addRefusal counts one refusal b at at in out, by scope, agent and limit.
-func addRefusal(out []RefusedByLimit, b engine.BudgetRefusal, at time.Time) []RefusedByLimit {
+func addRefusal(out []RefusedByLimit, b gated.BudgetRefusal, at time.Time) []RefusedByLimit {
 	for i := range out {
 		if o := &out[i]; o.Scope == b.Scope && o.Agent == b.Agent && o.Limit == b.Limit {
 			o.Count++

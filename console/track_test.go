@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/console"
 	"github.com/gated/gated/engine"
@@ -19,7 +20,7 @@ import (
 
 // change proposes a write of action on host for tenant through the fleet
 // client and returns its verdict: the default policy sends it to review.
-func (g *gate) change(t *testing.T, tenant, id, action, host string) *engine.Verdict {
+func (g *gate) change(t *testing.T, tenant, id, action, host string) *gated.Verdict {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -55,9 +56,9 @@ func TestReviewers(t *testing.T) {
 		if len(v.Reviews) != 1 {
 			t.Fatalf("%s.%s: %s (%s) with %d reviews, want one review", c.tenant, c.id, v.Outcome, v.Reason, len(v.Reviews))
 		}
-		want := engine.OutcomeApproved
+		want := gated.OutcomeApproved
 		if c.action == "app_deploy" {
-			want = engine.OutcomeRejected
+			want = gated.OutcomeRejected
 		}
 		if v.Outcome != want {
 			t.Fatalf("%s.%s: %s (%s), want %s", c.tenant, c.id, v.Outcome, v.Reason, want)
@@ -157,12 +158,12 @@ func TestBudgets(t *testing.T) {
 	g := startGateWith(t, gateOptions{budgets: "tenants:\n  acme:\n    tenant: {reads: 100/24h}\n    agents:\n" +
 		"      agent-1: {reads: 2/24h}\n      quiet-bot: {proposals: 5/1m, holds_pending: 3}\n"})
 	for i := range 2 {
-		if v := g.propose(t, "acme", fmt.Sprintf("r-%d", i), "read", "host_list_services"); v.Outcome != engine.OutcomeApproved {
+		if v := g.propose(t, "acme", fmt.Sprintf("r-%d", i), "read", "host_list_services"); v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("read %d: %s (%s)", i, v.Outcome, v.Reason)
 		}
 	}
 	refused := g.propose(t, "acme", "r-2", "read", "host_list_services")
-	if refused.Outcome != engine.OutcomeBlocked || refused.Budget == nil || refused.Budget.Limit != engine.LimitReads || refused.Budget.Scope != engine.ScopeAgent {
+	if refused.Outcome != gated.OutcomeBlocked || refused.Budget == nil || refused.Budget.Limit != gated.LimitReads || refused.Budget.Scope != gated.ScopeAgent {
 		t.Fatalf("the third read: %s (%s), want blocked by agent-1's reads", refused.Outcome, refused.Reason)
 	}
 	g.propose(t, "globex", "g-1", "read", "host_list_services")
@@ -181,12 +182,12 @@ func TestBudgets(t *testing.T) {
 		}
 		a := got.Tenants[0]
 		whole := a.Whole
-		if whole.Scope != engine.ScopeTenant || whole.Limits.Reads.Max != 100 || whole.Limits.Reads.Interval != 24*time.Hour ||
-			whole.Limits.Proposals.Max != 600 || whole.Counters.Reads != 2 || !whole.ResetsAt[engine.LimitReads].Equal(resets) ||
+		if whole.Scope != gated.ScopeTenant || whole.Limits.Reads.Max != 100 || whole.Limits.Reads.Interval != 24*time.Hour ||
+			whole.Limits.Proposals.Max != 600 || whole.Counters.Reads != 2 || !whole.ResetsAt[gated.LimitReads].Equal(resets) ||
 			whole.Counters.BudgetRefusals != 1 {
 			t.Fatalf("acme as a whole: %+v", whole)
 		}
-		if _, ok := whole.ResetsAt[engine.LimitReviewsInFlight]; ok {
+		if _, ok := whole.ResetsAt[gated.LimitReviewsInFlight]; ok {
 			t.Fatalf("acme has no review in flight, yet a reset of it: %v", whole.ResetsAt)
 		}
 		var agents []string
@@ -197,7 +198,7 @@ func TestBudgets(t *testing.T) {
 			t.Fatalf("acme's agents %v, want agent-1 (counters) and quiet-bot (an override)", agents)
 		}
 		bot, quiet := a.Agents[0], a.Agents[1]
-		if !bot.Override || bot.Limits.Reads.Max != 2 || bot.Counters.Reads != 2 || !bot.ResetsAt[engine.LimitReads].Equal(resets) ||
+		if !bot.Override || bot.Limits.Reads.Max != 2 || bot.Counters.Reads != 2 || !bot.ResetsAt[gated.LimitReads].Equal(resets) ||
 			bot.Counters.Refusals != 1 || bot.Counters.BudgetRefusals != 1 {
 			t.Fatalf("agent-1: %+v", bot)
 		}
@@ -205,7 +206,7 @@ func TestBudgets(t *testing.T) {
 			quiet.Counters != (engine.BudgetCounters{}) {
 			t.Fatalf("quiet-bot: %+v", quiet)
 		}
-		want := []console.RefusedByLimit{{Scope: engine.ScopeAgent, Agent: "agent-1", Limit: engine.LimitReads, Count: 1}}
+		want := []console.RefusedByLimit{{Scope: gated.ScopeAgent, Agent: "agent-1", Limit: gated.LimitReads, Count: 1}}
 		if len(a.Refused) != 1 || a.Refused[0].Last.IsZero() {
 			t.Fatalf("acme's refusals by limit: %+v, want %+v", a.Refused, want)
 		}

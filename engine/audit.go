@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/jsonscan"
 )
 
@@ -45,7 +46,7 @@ func (l *auditLog) event(name string, data any) AuditEvent {
 	h := l.head
 	tenant := h.tenant
 	if tenant == "" {
-		tenant = UnknownTenant
+		tenant = gated.UnknownTenant
 	}
 	common := proposalEventData{Action: h.action, Operator: h.operator, Delivery: h.delivery, PolicyEvalUS: h.evalUS}
 	if name == EventVerdict {
@@ -54,7 +55,7 @@ func (l *auditLog) event(name string, data any) AuditEvent {
 	extra := mustJSON(data)
 	common.dropNamedBy(extra)
 	return AuditEvent{
-		V: SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
+		V: gated.SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
 		At: l.clock.Now().UTC(), PolicyRevision: h.revision,
 		Data: mergeJSON(mustJSON(common), extra),
 	}
@@ -194,7 +195,7 @@ type ReplayInput struct {
 	// Now is the clock the policy saw.
 	Now time.Time `json:"now"`
 	// History is the recent verdicts on the target the policy saw.
-	History []Verdict `json:"history,omitempty"`
+	History []gated.Verdict `json:"history,omitempty"`
 	// RunRecord is the run's record the policy saw, for a run proposal.
 	RunRecord *RunRecord `json:"run_record,omitempty"`
 	// Budget is the budget counters the policy saw, when budgets are

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // policyDecidedCases are policy.decided data of every shape: members
@@ -15,10 +17,10 @@ func policyDecidedCases() []policyDecidedData {
 	line := 3
 	return []policyDecidedData{
 		{},
-		{DeniedTools: []string{}, Denies: []Deny{}, ReviewerTools: []string{}, Input: &ReplayInput{}},
+		{DeniedTools: []string{}, Denies: []gated.Deny{}, ReviewerTools: []string{}, Input: &ReplayInput{}},
 		{
 			DeniedTools: []string{"run_shell", "a<b>&c", "tab\there", "é", "\u2028"},
-			Denies:      []Deny{{Rule: "change_freeze", Message: `frozen "now"`}, {Rule: "r2", Message: "\x01\x7f"}},
+			Denies:      []gated.Deny{{Rule: "change_freeze", Message: `frozen "now"`}, {Rule: "r2", Message: "\x01\x7f"}},
 			EvalUS:      41,
 			Holds:       []Hold{{Rule: "hold_tenant_wide", Why: "a person decides", Deadline: time.Minute}},
 			Review: Route{Required: true, Persona: "dba", Quorum: 2, Why: "write actions need review", Rule: "route_class",
@@ -31,9 +33,9 @@ func policyDecidedCases() []policyDecidedData {
 				Proposal: json.RawMessage(`{"v":1,"id":"p1","tenant":"acme","target":{"tags":["a\"b","x\\y"]},"n":-1.5e3}`),
 				Persona:  "reviewer",
 				Now:      now,
-				History:  []Verdict{{ProposalID: "p0", Outcome: OutcomeApproved, DecidedAt: now}},
+				History:  []gated.Verdict{{ProposalID: "p0", Outcome: gated.OutcomeApproved, DecidedAt: now}},
 				RunRecord: &RunRecord{Tenant: "acme", RunID: "r1", Rounds: []RunRound{{Round: 1, ProposalID: "p0",
-					Findings: []Finding{{ID: "f1", Body: "b", Line: &line}}}}},
+					Findings: []gated.Finding{{ID: "f1", Body: "b", Line: &line}}}}},
 				Budget: &BudgetState{Tenant: BudgetCounters{Proposals: 3}, Agent: BudgetCounters{Refusals: 1}},
 			},
 		},
@@ -87,7 +89,7 @@ func FuzzPolicyDecidedJSON(f *testing.F) {
 	f.Add("r", "m", "p", "w", []byte(`{"a":"<>&"}`), 2, int64(1), int64(0), true)
 	f.Fuzz(func(t *testing.T, rule, message, persona, why string, proposal []byte, quorum int, evalUS, now int64, required bool) {
 		d := policyDecidedData{
-			DeniedTools: []string{rule, message}, Denies: []Deny{{Rule: rule, Message: message}}, EvalUS: evalUS,
+			DeniedTools: []string{rule, message}, Denies: []gated.Deny{{Rule: rule, Message: message}}, EvalUS: evalUS,
 			Review:        Route{Required: required, Persona: persona, Quorum: quorum, Why: why, Personas: []string{why}},
 			ReviewerTools: []string{persona}, SOP: message, ShadowRevision: rule,
 			Input: &ReplayInput{Proposal: proposal, Persona: persona, Now: time.Unix(now, evalUS).UTC()},

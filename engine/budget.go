@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // BudgetUse is what an admitted proposal costs its tenant's and agent's
@@ -25,22 +27,6 @@ const (
 	// against the proposals limit and takes a pending-hold lease until an
 	// operator decides or its deadline passes.
 	BudgetHold BudgetUse = "hold"
-)
-
-// The limits a budget refusal names.
-const (
-	LimitProposals       = "proposals"
-	LimitReads           = "reads"
-	LimitTokens          = "tokens"
-	LimitReviewsInFlight = "reviews_in_flight"
-	LimitHoldsPending    = "holds_pending"
-)
-
-// Budget scopes: a limit holds for a tenant as a whole and for each of its
-// agents.
-const (
-	ScopeTenant = "tenant"
-	ScopeAgent  = "agent"
 )
 
 // RefusalWindow is how far back the counts of refusals in the policy input
@@ -67,56 +53,6 @@ type BudgetCounters struct {
 	Refusals int64 `json:"refusals_10m"`
 	// BudgetRefusals counts the budget refusals among them.
 	BudgetRefusals int64 `json:"budget_refusals_10m"`
-}
-
-// BudgetRefusal says which limit refused a proposal and when it resets.
-// A verdict that carries one is blocked, never approved.
-type BudgetRefusal struct {
-	// Limit is one of the Limit constants; Scope is ScopeTenant or
-	// ScopeAgent, and Agent the agent when the scope is an agent's.
-	Limit string `json:"limit"`
-	Scope string `json:"scope"`
-	Agent string `json:"agent,omitempty"`
-	// Max is the limit, Used what was counted against it when the
-	// proposal came.
-	Max  int64 `json:"max"`
-	Used int64 `json:"used"`
-	// Interval is the window of a windowed limit, as a Go duration;
-	// empty for reviews in flight and pending holds.
-	Interval string `json:"interval,omitempty"`
-	// ResetsAt is when the limit admits again: the end of the window, or
-	// when the earliest lease stops counting.
-	ResetsAt time.Time `json:"resets_at"`
-}
-
-// Reason is the verdict's sentence for the refusal.
-func (b *BudgetRefusal) Reason(tenant string) string {
-	who := fmt.Sprintf("tenant %q", tenant)
-	if b.Scope == ScopeAgent {
-		who = fmt.Sprintf("agent %q of tenant %q", b.Agent, tenant)
-	}
-	per := ""
-	if b.Interval != "" {
-		per = " per " + b.Interval
-	}
-	return fmt.Sprintf("over budget: %s is at its limit of %d %s%s (%d used); it resets at %s",
-		who, b.Max, limitNoun(b.Limit), per, b.Used, b.ResetsAt.UTC().Format(time.RFC3339))
-}
-
-func limitNoun(limit string) string {
-	switch limit {
-	case LimitProposals:
-		return "proposals"
-	case LimitReads:
-		return "read proposals"
-	case LimitTokens:
-		return "reviewer tokens"
-	case LimitReviewsInFlight:
-		return "reviews in flight"
-	case LimitHoldsPending:
-		return "actions pending an operator"
-	}
-	return limit
 }
 
 // BudgetRequest asks to admit one proposal for a use.
@@ -166,7 +102,7 @@ type Budgets interface {
 	// Admit counts the proposal against its limits and returns nil, or
 	// returns the limit that refuses it; a refused proposal is not
 	// counted against any limit but its refusals.
-	Admit(ctx context.Context, req BudgetRequest) (*BudgetRefusal, error)
+	Admit(ctx context.Context, req BudgetRequest) (*gated.BudgetRefusal, error)
 	// Release ends the lease of an admitted review or hold and adds the
 	// tokens its reviews reported to the tenant's and agent's token
 	// counters, in one change of each. Releasing a lease that is not held
@@ -181,7 +117,7 @@ type Budgets interface {
 const EventBudgetRefused = "budget.refused"
 
 // budgetAgent is the agent whose budget a proposal counts against.
-func budgetAgent(p *Proposal) string {
+func budgetAgent(p *gated.Proposal) string {
 	if p == nil {
 		return ""
 	}
@@ -198,7 +134,7 @@ func budgetAgent(p *Proposal) string {
 // until until. It returns the verdict that refuses it, or nil when it is
 // admitted (or no budgets are configured). An error means the counters
 // could not be reached: nothing expensive may start.
-func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*Verdict, error) {
+func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*gated.Verdict, error) {
 	b := r.e.cfg.Budgets
 	if b == nil {
 		return nil, nil
@@ -213,7 +149,7 @@ func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*Verd
 		return nil, nil
 	}
 	r.log.recordBestEffort(ctx, EventBudgetRefused, refusal)
-	v := r.verdict(OutcomeBlocked, StagePolicy, refusal.Reason(r.tenant))
+	v := r.verdict(gated.OutcomeBlocked, gated.StagePolicy, refusal.Reason(r.tenant))
 	v.Budget = refusal
 	return v, nil
 }
@@ -227,7 +163,7 @@ func (r *pass) releaseHold(ctx context.Context) {
 // endReview ends the review lease the pass took and counts the tokens
 // the reviews of v reported, in one change of each record: the verdict
 // waits for one round of writes, not two.
-func (r *pass) endReview(ctx context.Context, v *Verdict) {
+func (r *pass) endReview(ctx context.Context, v *gated.Verdict) {
 	var tokens int64
 	if v != nil {
 		for _, rev := range v.Reviews {
@@ -264,7 +200,7 @@ func (r *pass) releaseUse(ctx context.Context, want BudgetUse, tokens int64) {
 
 // countRefusal counts a verdict that says no against the proposal's
 // refusals, which the policy sees in input.budget.
-func (r *pass) countRefusal(ctx context.Context, v *Verdict) {
+func (r *pass) countRefusal(ctx context.Context, v *gated.Verdict) {
 	b := r.e.cfg.Budgets
 	if b == nil || v == nil || r.p == nil {
 		return
@@ -273,7 +209,7 @@ func (r *pass) countRefusal(ctx context.Context, v *Verdict) {
 	switch {
 	case v.Budget != nil:
 		kind = RefusedBudget
-	case v.Outcome != OutcomeRejected:
+	case v.Outcome != gated.OutcomeRejected:
 		return
 	}
 	_ = b.Refused(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), kind, r.start)

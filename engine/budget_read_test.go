@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -20,7 +21,7 @@ func (b *countingBudgets) State(context.Context, string, string, time.Time) (eng
 	return engine.BudgetState{Agent: engine.BudgetCounters{Proposals: 7}}, nil
 }
 
-func (b *countingBudgets) Admit(context.Context, engine.BudgetRequest) (*engine.BudgetRefusal, error) {
+func (b *countingBudgets) Admit(context.Context, engine.BudgetRequest) (*gated.BudgetRefusal, error) {
 	return nil, nil
 }
 func (b *countingBudgets) Release(context.Context, engine.BudgetRelease) error { return nil }
@@ -47,15 +48,15 @@ func TestBudgetReadOnlyWhenAPolicyCanReadIt(t *testing.T) {
 		note         string
 		live, shadow *policies.Evaluator
 		reads        func() bool
-		want         engine.Outcome
+		want         gated.Outcome
 		states       int64
 		wantShadow   string
 	}{
-		{note: "a policy that cannot read it", live: plain, reads: plain.ReadsBudget, want: engine.OutcomeApproved},
-		{note: "a policy that can", live: busy, reads: busy.ReadsBudget, want: engine.OutcomeRejected, states: 1},
-		{note: "a policy that can, the engine told it cannot", live: busy, reads: no, want: engine.OutcomeRejected, states: 1},
+		{note: "a policy that cannot read it", live: plain, reads: plain.ReadsBudget, want: gated.OutcomeApproved},
+		{note: "a policy that can", live: busy, reads: busy.ReadsBudget, want: gated.OutcomeRejected, states: 1},
+		{note: "a policy that can, the engine told it cannot", live: busy, reads: no, want: gated.OutcomeRejected, states: 1},
 		{note: "a shadow that can, the engine told it cannot", live: plain, shadow: busy, reads: no,
-			want: engine.OutcomeApproved, states: 1, wantShadow: "rejected"},
+			want: gated.OutcomeApproved, states: 1, wantShadow: "rejected"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			budgets := &countingBudgets{}
@@ -65,7 +66,7 @@ func TestBudgetReadOnlyWhenAPolicyCanReadIt(t *testing.T) {
 				h.cfg.Policy, h.cfg.Budgets, h.cfg.PolicyReadsBudget = tc.live, budgets, tc.reads
 				if tc.shadow != nil {
 					h.cfg.Shadow = tc.shadow
-					h.cfg.OnShadow = func(_ *engine.Proposal, c engine.ShadowComparison) {
+					h.cfg.OnShadow = func(_ *gated.Proposal, c engine.ShadowComparison) {
 						mu.Lock()
 						heard = append(heard, c)
 						mu.Unlock()

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // claimGrace is how long a review claim outlives the deadline of the
@@ -51,7 +53,7 @@ func (r *pass) newClaim() *reviewClaim {
 // the review of the message that holds the claim, which take waits for
 // (recording review.awaited on log). An error means the store failed, or
 // (wrapping ErrClaimed) the claim's holder stored no verdict in time.
-func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery int, log *auditLog) (*Verdict, error) {
+func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery int, log *auditLog) (*gated.Verdict, error) {
 	// Wall-clock time, like the review deadlines it covers: claims are
 	// compared across gated processes.
 	mine := Claim{Holder: c.holder, Until: time.Now().Add(longest + claimGrace).UTC(), Delivery: delivery}
@@ -65,11 +67,11 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 		switch {
 		case err == nil:
 			return stored, nil
-		case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptRecord):
+		case !errors.Is(err, gated.ErrNotFound) && !errors.Is(err, gated.ErrCorruptRecord):
 			return nil, fmt.Errorf("looking up verdict %s.%s: %w", c.tenant, c.id, err)
 		}
 		return nil, nil
-	case !errors.Is(err, ErrClaimed):
+	case !errors.Is(err, gated.ErrClaimed):
 		return nil, fmt.Errorf("claiming the review of %s.%s: %w", c.tenant, c.id, err)
 	}
 
@@ -91,7 +93,7 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 		data["error"] = "no verdict before the claim went stale"
 		log.recordBestEffort(ctx, EventReviewAwaited, data)
 		return nil, fmt.Errorf("%w: %s.%s is reviewed by message %s, which stored no verdict within %s; retrying",
-			ErrClaimed, c.tenant, c.id, held.Holder, wait)
+			gated.ErrClaimed, c.tenant, c.id, held.Holder, wait)
 	default:
 		return nil, fmt.Errorf("awaiting the verdict on %s.%s from message %s: %w", c.tenant, c.id, held.Holder, err)
 	}

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
 // decideSeq decides one delivery of the message at stream sequence seq.
-func (h *harness) decideSeq(ctx context.Context, tr *memTrail, data []byte, seq uint64) (*engine.Verdict, error) {
+func (h *harness) decideSeq(ctx context.Context, tr *memTrail, data []byte, seq uint64) (*gated.Verdict, error) {
 	return h.eng.Decide(ctx, engine.Delivery{Subject: testSubject, Data: data, Attempt: 1, StreamSeq: seq, Trail: tr})
 }
 
@@ -63,7 +64,7 @@ func TestDecideWaitsForTheClaimHoldersVerdict(t *testing.T) {
 
 	tr := h.stream.trail()
 	type result struct {
-		v   *engine.Verdict
+		v   *gated.Verdict
 		err error
 	}
 	done := make(chan result, 1)
@@ -119,7 +120,7 @@ func TestDecideTakesClaimsOver(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if v.Outcome != engine.OutcomeApproved || h.reviewer.calls() != 1 {
+			if v.Outcome != gated.OutcomeApproved || h.reviewer.calls() != 1 {
 				t.Fatalf("outcome %s after %d reviews; want approved after one", v.Outcome, h.reviewer.calls())
 			}
 			if c, ok := h.store.claim("acme", "p1"); !ok || c.Holder != "seq:7" || c.Delivery != 1 {
@@ -137,13 +138,13 @@ func TestDecideLateCopyDoesNotTakeItsClaimOver(t *testing.T) {
 	h := newHarness(t)
 	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:7", Delivery: 2, Until: time.Now().Add(1500 * time.Millisecond)})
 	_, err := h.eng.Decide(t.Context(), engine.Delivery{Subject: testSubject, Data: proposalJSON(t, nil), Attempt: 1, StreamSeq: 7, Trail: h.stream.trail()})
-	if !errors.Is(err, engine.ErrClaimed) || h.reviewer.calls() != 0 {
+	if !errors.Is(err, gated.ErrClaimed) || h.reviewer.calls() != 0 {
 		t.Fatalf("late copy: err %v after %d reviews; want ErrClaimed and no review", err, h.reviewer.calls())
 	}
 	// A later delivery of the same message does take it over.
 	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:7", Delivery: 2, Until: time.Now().Add(time.Hour)})
 	v, err := h.eng.Decide(t.Context(), engine.Delivery{Subject: testSubject, Data: proposalJSON(t, nil), Attempt: 3, StreamSeq: 7, Trail: h.stream.trail()})
-	if err != nil || v.Outcome != engine.OutcomeApproved || h.reviewer.calls() != 1 {
+	if err != nil || v.Outcome != gated.OutcomeApproved || h.reviewer.calls() != 1 {
 		t.Fatalf("redelivery: %+v, %v after %d reviews; want approved after one", v, err, h.reviewer.calls())
 	}
 }
@@ -154,7 +155,7 @@ func TestDecideClaimWaitIsBounded(t *testing.T) {
 	// A live claim whose holder never stores a verdict.
 	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:1", Until: time.Now().Add(1500 * time.Millisecond)})
 	_, err := h.decideSeq(t.Context(), h.stream.trail(), data, 2)
-	if !errors.Is(err, engine.ErrClaimed) {
+	if !errors.Is(err, gated.ErrClaimed) {
 		t.Fatalf("err = %v, want ErrClaimed so that the delivery is retried", err)
 	}
 	if h.store.size() != 0 || h.reviewer.calls() != 0 {
@@ -162,7 +163,7 @@ func TestDecideClaimWaitIsBounded(t *testing.T) {
 	}
 	// The wait lasted until the claim went stale: the retry takes it over.
 	v, err := h.decideSeq(t.Context(), h.stream.trail(), data, 2)
-	if err != nil || v.Outcome != engine.OutcomeApproved || h.reviewer.calls() != 1 {
+	if err != nil || v.Outcome != gated.OutcomeApproved || h.reviewer.calls() != 1 {
 		t.Fatalf("retry: %+v, %v after %d reviews; want approved after one", v, err, h.reviewer.calls())
 	}
 }
@@ -171,7 +172,7 @@ func TestDecideClaimFailureIsRetried(t *testing.T) {
 	h := newHarness(t)
 	h.store.claimErr = errors.New("kv: no responders")
 	_, err := h.decideSeq(t.Context(), h.stream.trail(), proposalJSON(t, nil), 2)
-	if err == nil || errors.Is(err, engine.ErrClaimed) {
+	if err == nil || errors.Is(err, gated.ErrClaimed) {
 		t.Fatalf("err = %v, want the store's error", err)
 	}
 	if h.store.size() != 0 || h.reviewer.calls() != 0 {
@@ -232,7 +233,7 @@ func TestGiveUpReleasesTheClaimAndKeepsAStoredVerdict(t *testing.T) {
 	// The holder died mid-review on every delivery: its claim is left.
 	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:5", Until: time.Now().Add(time.Hour)})
 	v := h.eng.GiveUp(t.Context(), engine.Delivery{Subject: testSubject, Data: data, Attempt: 5, StreamSeq: 5, Trail: h.stream.trail()}, cause)
-	if v.Outcome != engine.OutcomeError || v.Approved {
+	if v.Outcome != gated.OutcomeError || v.Approved {
 		t.Fatalf("GiveUp: %s, want error", v.Outcome)
 	}
 	sameVerdict(t, h.store.stored(t, "acme", "p1"), v)

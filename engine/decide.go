@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // pass is the state of one delivery's pass through the pipeline (or of an
@@ -16,7 +18,7 @@ type pass struct {
 	d      Delivery
 	start  time.Time
 	digest string
-	p      *Proposal
+	p      *gated.Proposal
 	eventHead
 	log auditLog
 	// keys are derived from the proposal once it decodes.
@@ -64,8 +66,8 @@ type proposalKeys struct {
 }
 
 // keysOf derives the keys of p.
-func keysOf(p *Proposal) proposalKeys {
-	if p.Kind == KindRun {
+func keysOf(p *gated.Proposal) proposalKeys {
+	if p.Kind == gated.KindRun {
 		return proposalKeys{}
 	}
 	k := proposalKeys{target: p.TargetKey()}
@@ -83,7 +85,7 @@ func (r *pass) decode() error {
 	if subjErr != nil {
 		decodeErr = subjErr
 	} else {
-		r.p, decodeErr = DecodeProposal(r.d.Data, subjTenant, subjAction, r.e.cfg.Limits)
+		r.p, decodeErr = gated.DecodeProposal(r.d.Data, subjTenant, subjAction, r.e.cfg.Limits)
 	}
 	if r.p == nil {
 		r.tenant, r.id = recoverAddress(r.d.Subject, r.d.Data, r.d.MsgID)
@@ -98,7 +100,7 @@ func (r *pass) decode() error {
 	return decodeErr
 }
 
-func (r *pass) decide(ctx context.Context) (*Verdict, error) {
+func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 	end := r.e.trace(ctx, TraceDecode)
 	decodeErr := r.decode()
 	end(decodeErr)
@@ -110,7 +112,7 @@ func (r *pass) decide(ctx context.Context) (*Verdict, error) {
 		switch {
 		case err == nil:
 			return r.handOver(ctx, stored, false)
-		case !errors.Is(err, ErrNotFound) && !errors.Is(err, ErrCorruptRecord):
+		case !errors.Is(err, gated.ErrNotFound) && !errors.Is(err, gated.ErrCorruptRecord):
 			// A corrupt entry (reported by the store) is no verdict: the
 			// proposal is decided afresh, and Create replaces the entry.
 			return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
@@ -125,7 +127,7 @@ func (r *pass) decide(ctx context.Context) (*Verdict, error) {
 		if err := r.log.record(ctx, EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
 			return nil, err
 		}
-		return r.finish(ctx, r.verdict(OutcomeInvalid, StageValidation, reason))
+		return r.finish(ctx, r.verdict(gated.OutcomeInvalid, gated.StageValidation, reason))
 	}
 	if v, hit, err := r.dedupe(ctx); hit || err != nil {
 		return v, err
@@ -183,13 +185,13 @@ func (r *pass) decide(ctx context.Context) (*Verdict, error) {
 // stored (see reviewClaim): it is handed over, not decided again. An error
 // is an infrastructure failure: nothing is decided and the delivery is
 // retried.
-func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) {
+func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err error) {
 	p := r.p
 	// The policy says who reviews (a proposal's reviewer only where the
 	// policy lets it replace the routed persona): evaluate in the default
 	// persona's name first, and EvaluateRouted follows the policy's route.
 	personaName := r.e.cfg.DefaultPersona
-	var history []Verdict
+	var history []gated.Verdict
 	if r.keys.history != "" {
 		if r.hist, err = r.recentHistory(ctx); err != nil {
 			return nil, false, fmt.Errorf("reading recent verdicts on the target: %w", err)
@@ -197,7 +199,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 		history = r.hist.Verdicts
 	}
 	var record *RunRecord
-	if p.Kind == KindRun {
+	if p.Kind == gated.KindRun {
 		if record, err = r.e.cfg.Store.RunRecord(ctx, p.Tenant, p.Run.RunID); err != nil {
 			return nil, false, fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
 		}
@@ -224,7 +226,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	r.policyIn.Persona = routed.Persona
 	shadowRev, shadow := r.shadow(ctx, in, routed, pd, err)
 	if err != nil {
-		v := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed: "+err.Error())
+		v := r.verdict(gated.OutcomeError, gated.StagePolicy, "policy evaluation failed: "+err.Error())
 		r.log.recordBestEffort(ctx, EventPolicyDecided, policyFailedData{Error: err.Error(), ShadowRevision: shadowRev})
 		r.recordShadow(ctx, shadow)
 		return v, false, nil
@@ -232,7 +234,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	r.revision, r.evalUS = pd.Revision, pd.Eval.Microseconds()
 	r.decided = pd
 	settled, done := PolicyOutcome(p, pd, routed)
-	if p.Kind == KindRun {
+	if p.Kind == gated.KindRun {
 		if pd.Run == nil {
 			v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 			r.log.recordBestEffort(ctx, EventPolicyDecided, policyFailedData{Error: "decision.run is missing", ShadowRevision: shadowRev})
@@ -250,12 +252,12 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 	})
 	r.recordShadow(ctx, shadow)
 	if done {
-		held := settled.Outcome == OutcomeBlocked && len(pd.Holds) > 0 && p.Kind != KindRun
+		held := settled.Outcome == gated.OutcomeBlocked && len(pd.Holds) > 0 && p.Kind != gated.KindRun
 		// The budget is the last word before anything is approved without
 		// review or handed to an operator.
-		var refused *Verdict
+		var refused *gated.Verdict
 		switch {
-		case settled.Outcome == OutcomeApproved:
+		case settled.Outcome == gated.OutcomeApproved:
 			refused, err = r.admit(ctx, BudgetRead, time.Time{})
 		case held:
 			refused, err = r.admit(ctx, BudgetHold, r.e.operatorHold(pd.Holds, r.start).Deadline)
@@ -267,7 +269,7 @@ func (r *pass) judge(ctx context.Context) (v *Verdict, awaited bool, err error) 
 			refused.Policy = policyRef
 			return refused, false, nil
 		}
-		if settled.Outcome == OutcomeApproved && pd.Skipped {
+		if settled.Outcome == gated.OutcomeApproved && pd.Skipped {
 			r.log.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
 		}
 		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
@@ -346,8 +348,8 @@ func (r *pass) recentHistory(ctx context.Context) (History, error) {
 // idReused is the verdict of a proposal whose id names another one.
 // It is never stored, and names no target: the key is the other
 // proposal's.
-func (r *pass) idReused() *Verdict {
-	v := r.verdict(OutcomeInvalid, StageValidation, fmt.Sprintf(
+func (r *pass) idReused() *gated.Verdict {
+	v := r.verdict(gated.OutcomeInvalid, gated.StageValidation, fmt.Sprintf(
 		"id %q was already used by a different proposal of tenant %q; ids name one proposal, choose a new one", r.id, r.tenant))
 	v.TargetKey = ""
 	return v
@@ -356,7 +358,7 @@ func (r *pass) idReused() *Verdict {
 // answers reports whether stored answers exactly the delivery's bytes.
 // A verdict without a digest answers nothing: gated sets one on every
 // verdict it stores, so one without is not a verdict of this proposal.
-func (r *pass) answers(stored *Verdict) bool {
+func (r *pass) answers(stored *gated.Verdict) bool {
 	return stored.ProposalSHA256 != "" && stored.ProposalSHA256 == r.digest
 }
 
@@ -374,11 +376,11 @@ func (r *pass) answers(stored *Verdict) bool {
 // proposal's is an error wrapping ErrIDTaken, since the trail cannot take
 // the invalid verdict: the delivery is retried, and its next delivery
 // finds the stored verdict on look-up and is answered invalid here.
-func (r *pass) handOver(ctx context.Context, stored *Verdict, sealed bool) (*Verdict, error) {
+func (r *pass) handOver(ctx context.Context, stored *gated.Verdict, sealed bool) (*gated.Verdict, error) {
 	if !r.answers(stored) {
 		if sealed {
 			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
-				ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
+				gated.ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
 		}
 		if !r.log.received {
 			if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
@@ -404,11 +406,11 @@ func (r *pass) handOver(ctx context.Context, stored *Verdict, sealed bool) (*Ver
 }
 
 // finish seals the audit trail with the verdict and stores it.
-func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
+func (r *pass) finish(ctx context.Context, v *gated.Verdict) (*gated.Verdict, error) {
 	if v.Policy == nil {
 		// No policy decided (the proposal was invalid, or evaluation
 		// failed): the verdict still names the policy in force.
-		v.Policy = &PolicyRef{Denies: []Deny{}, Revision: r.revision, EvalUS: r.evalUS}
+		v.Policy = &gated.PolicyRef{Denies: []gated.Deny{}, Revision: r.revision, EvalUS: r.evalUS}
 	}
 	if err := r.grant(ctx, v); err != nil {
 		return nil, err
@@ -421,7 +423,7 @@ func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 	}
 	stored, err := r.e.cfg.Store.Create(ctx, v)
 	switch {
-	case errors.Is(err, ErrExists) && stored != nil:
+	case errors.Is(err, gated.ErrExists) && stored != nil:
 		// Another decision stored a verdict first: it stands, and it is
 		// this delivery's only if it answers the same bytes.
 		return r.handOver(ctx, stored, true)
@@ -435,15 +437,15 @@ func (r *pass) finish(ctx context.Context, v *Verdict) (*Verdict, error) {
 // grant cannot bind (one canonical JSON cannot write) turns the approval
 // into an error verdict: nothing is approved that an executor could not
 // check.
-func (r *pass) grant(ctx context.Context, v *Verdict) error {
-	if v.Outcome != OutcomeApproved || r.e.cfg.Grants == nil || v.Kind == KindRun {
+func (r *pass) grant(ctx context.Context, v *gated.Verdict) error {
+	if v.Outcome != gated.OutcomeApproved || r.e.cfg.Grants == nil || v.Kind == gated.KindRun {
 		return nil
 	}
 	var target string
 	if r.p != nil {
 		var err error
 		if target, err = grantTarget(r.p); err != nil {
-			v.Outcome, v.Approved = OutcomeError, false
+			v.Outcome, v.Approved = gated.OutcomeError, false
 			v.Reason = "the approval cannot carry a grant: " + err.Error()
 			return nil
 		}
@@ -455,7 +457,7 @@ func (r *pass) grant(ctx context.Context, v *Verdict) error {
 // v.AuditSeq to the record's sequence. The verdict is encoded once: as it
 // stands, with audit_seq 0, for the record, and with the record's
 // sequence spliced in for the store and the wire (Verdict.JSON).
-func (r *pass) sealVerdict(ctx context.Context, v *Verdict) error {
+func (r *pass) sealVerdict(ctx context.Context, v *gated.Verdict) error {
 	v.AuditSeq = 0
 	doc, err := json.Marshal(v)
 	if err != nil {
@@ -465,25 +467,22 @@ func (r *pass) sealVerdict(ctx context.Context, v *Verdict) error {
 	if err != nil {
 		return err
 	}
-	v.AuditSeq = seq
-	if sealed, ok := setTopLevelUint(doc, "audit_seq", seq); ok {
-		v.keepEncoding(sealed)
-	}
+	v.SetAuditSeq(seq, doc)
 	return nil
 }
 
-func (r *pass) verdict(o Outcome, s Stage, reason string) *Verdict {
+func (r *pass) verdict(o gated.Outcome, s gated.Stage, reason string) *gated.Verdict {
 	now := r.e.cfg.Clock.Now()
-	kind, agent := KindAction, ""
+	kind, agent := gated.KindAction, ""
 	if r.p != nil {
 		kind = r.p.Kind
 		if r.p.RequestedBy != nil {
 			agent = r.p.RequestedBy.Agent
 		}
 	}
-	return &Verdict{
-		V: SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
-		Outcome: o, Approved: o == OutcomeApproved, Stage: s, Reason: reason,
+	return &gated.Verdict{
+		V: gated.SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
+		Outcome: o, Approved: o == gated.OutcomeApproved, Stage: s, Reason: reason,
 		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
 		TargetKey: r.keys.history, Agent: agent,
 	}

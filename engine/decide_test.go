@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -33,21 +34,21 @@ func TestDecide(t *testing.T) {
 		routeErr error
 		timeout  time.Duration
 
-		wantOutcome      engine.Outcome
-		wantStage        engine.Stage
+		wantOutcome      gated.Outcome
+		wantStage        gated.Stage
 		noAddress        bool   // the verdict has no tenant and id
 		wantTenant       string // default acme
 		wantReviews      int    // calls to the reviewer
 		wantEvents       []string
 		wantReason       []string // substrings of the verdict's reason
 		wantDenies       []string
-		wantDecision     engine.ReviewDecision // of the single review, when set
+		wantDecision     gated.ReviewDecision // of the single review, when set
 		wantMissingGates []string
 	}{
 		{
 			note:        "invalid proposal",
 			override:    map[string]any{"class": nil},
-			wantOutcome: engine.OutcomeInvalid, wantStage: engine.StageValidation,
+			wantOutcome: gated.OutcomeInvalid, wantStage: gated.StageValidation,
 			wantEvents: []string{received, invalid, decided},
 			wantReason: []string{"class"},
 		},
@@ -55,14 +56,14 @@ func TestDecide(t *testing.T) {
 			note:        "payload unreadable, id from Nats-Msg-Id",
 			data:        []byte(`{"v": 1, "id": `),
 			msgID:       "acme.p1",
-			wantOutcome: engine.OutcomeInvalid, wantStage: engine.StageValidation,
+			wantOutcome: gated.OutcomeInvalid, wantStage: gated.StageValidation,
 			wantEvents: []string{received, invalid, decided},
 		},
 		{
 			note:        "subject with a bad tenant token",
 			subject:     "gated.proposals.ACME.host_restart_service",
 			msgID:       "ACME.p1",
-			wantOutcome: engine.OutcomeInvalid, wantStage: engine.StageValidation, noAddress: true,
+			wantOutcome: gated.OutcomeInvalid, wantStage: gated.StageValidation, noAddress: true,
 			wantEvents: []string{received, invalid, decided},
 			wantReason: []string{"subject"},
 		},
@@ -70,7 +71,7 @@ func TestDecide(t *testing.T) {
 			note:        "payload tenant differs from the subject's",
 			subject:     "gated.proposals.globex.host_restart_service",
 			wantTenant:  "globex", // the subject's tenant is authoritative
-			wantOutcome: engine.OutcomeInvalid, wantStage: engine.StageValidation,
+			wantOutcome: gated.OutcomeInvalid, wantStage: gated.StageValidation,
 			wantEvents: []string{received, invalid, decided},
 			wantReason: []string{"tenant"},
 		},
@@ -80,14 +81,14 @@ func TestDecide(t *testing.T) {
 			note: "case variant of class cannot turn a destructive proposal into a read",
 			data: []byte(`{"v": 1, "id": "p1", "tenant": "acme", "action": "host_restart_service", ` +
 				`"class": "destructive", "blast_radius": "tenant_wide", "CLASS": "read"}`),
-			wantOutcome: engine.OutcomeInvalid, wantStage: engine.StageValidation,
+			wantOutcome: gated.OutcomeInvalid, wantStage: gated.StageValidation,
 			wantEvents: []string{received, invalid, decided},
 		},
 		{
 			note:        "read needs no review",
 			override:    map[string]any{"class": "read", "blast_radius": nil, "action": "host_list_services"},
 			subject:     "gated.proposals.acme.host_list_services",
-			wantOutcome: engine.OutcomeApproved, wantStage: engine.StagePolicy,
+			wantOutcome: gated.OutcomeApproved, wantStage: gated.StagePolicy,
 			wantEvents: []string{received, policy, decided},
 		},
 		{
@@ -96,7 +97,7 @@ func TestDecide(t *testing.T) {
 				"operator": map[string]any{"id": "root", "roles": []string{"admin"}},
 				"flags":    map[string]any{"skip_review": true},
 			},
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy,
 			wantEvents: []string{received, policy, decided},
 			wantDenies: []string{"no_skip_review"},
 			wantReason: []string{"no_skip_review"},
@@ -104,53 +105,53 @@ func TestDecide(t *testing.T) {
 		{
 			note:        "force_approve refused",
 			override:    map[string]any{"flags": map[string]any{"force_approve": true}},
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy,
 			wantEvents: []string{received, policy, decided},
 			wantDenies: []string{"unsupported_force_approve"},
 		},
 		{
 			note:        "persona that is not read-only cannot review",
 			override:    map[string]any{"reviewer": "writer"},
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy,
 			wantEvents: []string{received, policy, decided},
 			wantDenies: []string{"reviewer_tool_denied"},
 		},
 		{
 			note:        "write approved with all three gates",
-			wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionApprove,
+			wantOutcome: gated.OutcomeApproved, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionApprove,
 		},
 		{
 			note:        "destructive approved with all three gates",
 			override:    map[string]any{"class": "destructive", "blast_radius": "cluster"},
-			wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionApprove,
+			wantOutcome: gated.OutcomeApproved, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionApprove,
 		},
 		{
 			note:        "text approves, structured decision rejects",
-			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Decision = engine.DecisionReject }),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Decision = gated.DecisionReject }),
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 		},
 		{
 			note:        "structured decision approves, text rejects",
 			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Text = "Decision: reject\nNotes: no rollback." }),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 		},
 		{
 			note:        "structured decision empty",
 			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Decision = "" }),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 		},
 		{
 			note: "approval missing a required gate",
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
-				r.Gates = []engine.GateResult{{Name: "sop_covers", Passed: true}, {Name: "rollback_known", Passed: true}}
+				r.Gates = []gated.GateResult{{Name: "sop_covers", Passed: true}, {Name: "rollback_known", Passed: true}}
 			}),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 			wantMissingGates: []string{"no_parallel_operation"},
 			wantReason:       []string{"no_parallel_operation"},
 		},
@@ -159,40 +160,40 @@ func TestDecide(t *testing.T) {
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
 				r.Gates[2].Passed = false
 			}),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 			wantMissingGates: []string{"rollback_known"},
 			wantReason:       []string{"rollback_known"},
 		},
 		{
 			note:        "approval without gates",
 			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Gates = nil }),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 			wantMissingGates: requiredGates,
 		},
 		{
 			note: "approval reporting a gate both failed and passed",
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
-				r.Gates = append([]engine.GateResult{{Name: "no_parallel_operation", Passed: false, Detail: "web-7 restarted 2 min ago"}}, r.Gates...)
+				r.Gates = append([]gated.GateResult{{Name: "no_parallel_operation", Passed: false, Detail: "web-7 restarted 2 min ago"}}, r.Gates...)
 			}),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 			wantMissingGates: []string{"no_parallel_operation"},
 		},
 		{
 			note:        "approve with caveats",
 			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Text = "Decision: approve with caveats\nNotes: watch it." }),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 		},
 		{
 			note: "approval whose text fails every gate the structured report passes",
 			reviewer: approvalWith(func(r *engine.ReviewResult) {
 				r.Text = "Decision: approve\nGates:\n- sop_covers: fail\n- no_parallel_operation: fail\n- rollback_known: fail\nNotes: safe to restart."
 			}),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 			wantReason: []string{"sop_covers", "disagree"},
 		},
 		{
@@ -201,52 +202,52 @@ func TestDecide(t *testing.T) {
 				r.Text += "\nDecision: reject"
 				r.Notes = "Safe to restart."
 			}),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 			wantReason: []string{`"Decision: reject"`, "disagrees"},
 		},
 		{
 			note:        "empty reviewer text",
 			reviewer:    approvalWith(func(r *engine.ReviewResult) { r.Text = "" }),
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
-			wantReviews: 1, wantEvents: reviewed, wantDecision: engine.DecisionReject,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
+			wantReviews: 1, wantEvents: reviewed, wantDecision: gated.DecisionReject,
 		},
 		{
 			note:        "reviewer error",
 			reviewer:    answer(engine.ReviewResult{}, errors.New("plugin sop exited: signal: killed")),
-			wantOutcome: engine.OutcomeError, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeError, wantStage: gated.StageReview,
 			wantReviews: 1, wantEvents: reviewed,
 			wantReason: []string{"reviewer sop (persona reviewer) failed"},
 		},
 		{
 			note:        "reviewer error carrying an approval",
 			reviewer:    answer(approval(), errors.New("stream broken after the answer")),
-			wantOutcome: engine.OutcomeError, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeError, wantStage: gated.StageReview,
 			wantReviews: 1, wantEvents: reviewed,
 		},
 		{
 			note:        "reviewer refuses work",
 			reviewer:    answer(engine.ReviewResult{}, fmt.Errorf("plugin sop: circuit open: %w", engine.ErrNoReviewer)),
-			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview,
 			wantReviews: 1, wantEvents: reviewed,
 		},
 		{
 			note:        "review passes its deadline",
 			reviewer:    blockUntilDone(5 * time.Second),
 			timeout:     50 * time.Millisecond,
-			wantOutcome: engine.OutcomeTimeout, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeTimeout, wantStage: gated.StageReview,
 			wantReviews: 1, wantEvents: reviewed,
 		},
 		{
 			note:        "no reviewer for the persona",
 			routeErr:    fmt.Errorf("plugin sop is not running: %w", engine.ErrNoReviewer),
-			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview,
 			wantEvents: []string{received, policy, engine.EventReviewUnrouted, decided},
 		},
 		{
 			note:        "unknown persona named by the proposal",
 			override:    map[string]any{"reviewer": "ghost"},
-			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview,
 			wantEvents: []string{received, policy, decided},
 			wantReason: []string{"ghost"},
 		},
@@ -307,7 +308,7 @@ func TestDecide(t *testing.T) {
 				sameVerdict(t, stored, v)
 			}
 
-			if tc.wantStage == engine.StagePolicy || tc.wantStage == engine.StageReview {
+			if tc.wantStage == gated.StagePolicy || tc.wantStage == gated.StageReview {
 				if v.Policy == nil {
 					t.Fatal("verdict has no policy part")
 				}
@@ -346,7 +347,7 @@ func TestDecide(t *testing.T) {
 				if !slices.Equal(r.MissingGates, tc.wantMissingGates) {
 					t.Errorf("missing gates %v, want %v", r.MissingGates, tc.wantMissingGates)
 				}
-			} else if len(v.Reviews) != 0 && v.Outcome != engine.OutcomeError {
+			} else if len(v.Reviews) != 0 && v.Outcome != gated.OutcomeError {
 				t.Errorf("unexpected reviews %+v", v.Reviews)
 			}
 		})
@@ -364,7 +365,7 @@ func TestDecideSendsTheReviewerWhatThePolicyAllows(t *testing.T) {
 	})
 	data := proposalJSON(t, nil)
 	v, tr := h.mustDecide(t, testSubject, data, "")
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("outcome %s, want approved (reason: %s)", v.Outcome, v.Reason)
 	}
 	reqs := h.reviewer.requests()
@@ -384,7 +385,7 @@ func TestDecideSendsTheReviewerWhatThePolicyAllows(t *testing.T) {
 	if req.Persona == nil || req.Persona.Name != "reviewer" {
 		t.Errorf("persona %+v, want reviewer", req.Persona)
 	}
-	if req.Proposal == nil || req.Proposal.ID != "p1" || req.Proposal.Class != engine.ClassWrite {
+	if req.Proposal == nil || req.Proposal.ID != "p1" || req.Proposal.Class != gated.ClassWrite {
 		t.Errorf("proposal %+v", req.Proposal)
 	}
 	if string(req.ProposalJSON) != string(data) {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -15,106 +16,106 @@ import (
 var decisionCases = []struct {
 	note string
 	text string
-	want engine.ReviewDecision
+	want gated.ReviewDecision
 	why  string // part of the explanation of a rejection; "" to skip
 }{
-	{note: "plain approve", text: "Decision: approve", want: engine.DecisionApprove},
-	{note: "capitals", text: "DECISION: Approve", want: engine.DecisionApprove},
-	{note: "whole line in bold", text: "**Decision: approve**", want: engine.DecisionApprove},
-	{note: "whole line in italics", text: "*Decision: approve*", want: engine.DecisionApprove},
-	{note: "whole line in underscores", text: "_Decision: approve_", want: engine.DecisionApprove},
-	{note: "whole line in double underscores", text: "__Decision: approve__", want: engine.DecisionApprove},
-	{note: "upper case after leading blank lines", text: "\n\n   \n\t\ndecision: APPROVE", want: engine.DecisionApprove},
-	{note: "extra spaces and tabs", text: "  Decision:\t  approve  ", want: engine.DecisionApprove},
-	{note: "CRLF line endings", text: "Decision: approve\r\nGates:\r\n- sop_covers: pass\r\n", want: engine.DecisionApprove},
-	{note: "approve followed by details", text: "Decision: approve\nGates:\n- sop_covers: pass\nNotes: the SOP is current", want: engine.DecisionApprove},
-	{note: "the same decision line again", text: "Decision: approve\nGates:\n- sop_covers: pass\nDecision: approve", want: engine.DecisionApprove},
-	{note: "the same decision line in a code fence", text: "Decision: approve\nNotes: the answer format is\n```\nDecision: approve\n```", want: engine.DecisionApprove},
-	{note: "a sentence about the decision", text: "Decision: approve\nNotes: the decision rests on SOP-001.", want: engine.DecisionApprove},
-	{note: "names and titles with words that say no", text: "Decision: approve\nGates:\n- sop_covers: pass — SOP-009 (Revoke a leaked token; reject the old one) covers revoke_api_token\nNotes: SOP-009 covers revoke_api_token and deny_old_sessions on this target.", want: engine.DecisionApprove},
-	{note: "text exactly at the limit", text: "Decision: approve\n" + strings.Repeat("x", engine.MaxDecisionTextBytes-len("Decision: approve\n")), want: engine.DecisionApprove},
+	{note: "plain approve", text: "Decision: approve", want: gated.DecisionApprove},
+	{note: "capitals", text: "DECISION: Approve", want: gated.DecisionApprove},
+	{note: "whole line in bold", text: "**Decision: approve**", want: gated.DecisionApprove},
+	{note: "whole line in italics", text: "*Decision: approve*", want: gated.DecisionApprove},
+	{note: "whole line in underscores", text: "_Decision: approve_", want: gated.DecisionApprove},
+	{note: "whole line in double underscores", text: "__Decision: approve__", want: gated.DecisionApprove},
+	{note: "upper case after leading blank lines", text: "\n\n   \n\t\ndecision: APPROVE", want: gated.DecisionApprove},
+	{note: "extra spaces and tabs", text: "  Decision:\t  approve  ", want: gated.DecisionApprove},
+	{note: "CRLF line endings", text: "Decision: approve\r\nGates:\r\n- sop_covers: pass\r\n", want: gated.DecisionApprove},
+	{note: "approve followed by details", text: "Decision: approve\nGates:\n- sop_covers: pass\nNotes: the SOP is current", want: gated.DecisionApprove},
+	{note: "the same decision line again", text: "Decision: approve\nGates:\n- sop_covers: pass\nDecision: approve", want: gated.DecisionApprove},
+	{note: "the same decision line in a code fence", text: "Decision: approve\nNotes: the answer format is\n```\nDecision: approve\n```", want: gated.DecisionApprove},
+	{note: "a sentence about the decision", text: "Decision: approve\nNotes: the decision rests on SOP-001.", want: gated.DecisionApprove},
+	{note: "names and titles with words that say no", text: "Decision: approve\nGates:\n- sop_covers: pass — SOP-009 (Revoke a leaked token; reject the old one) covers revoke_api_token\nNotes: SOP-009 covers revoke_api_token and deny_old_sessions on this target.", want: gated.DecisionApprove},
+	{note: "text exactly at the limit", text: "Decision: approve\n" + strings.Repeat("x", gated.MaxDecisionTextBytes-len("Decision: approve\n")), want: gated.DecisionApprove},
 
-	{note: "approve with caveats", text: "Decision: approve with caveats", want: engine.DecisionReject},
-	{note: "approve with a full stop", text: "Decision: approve.", want: engine.DecisionReject},
-	{note: "approve without the decision label", text: "I approve", want: engine.DecisionReject},
-	{note: "bare approve", text: "approve", want: engine.DecisionReject},
-	{note: "empty", text: "", want: engine.DecisionReject, why: "no text"},
-	{note: "white space only", text: " \n\t\r\n   \n", want: engine.DecisionReject},
-	{note: "explicit reject", text: "Decision: reject", want: engine.DecisionReject},
-	{note: "no value", text: "Decision:", want: engine.DecisionReject},
-	{note: "maybe", text: "Decision: maybe", want: engine.DecisionReject},
-	{note: "approve and reject", text: "Decision: approve reject", want: engine.DecisionReject},
-	{note: "not approve", text: "Decision: not approve", want: engine.DecisionReject},
-	{note: "text over the limit", text: "Decision: approve\n" + strings.Repeat("x", engine.MaxDecisionTextBytes), want: engine.DecisionReject, why: "byte limit"},
-	{note: "approve only on the second non-blank line", text: "Looks safe to me.\n\nDecision: approve", want: engine.DecisionReject},
-	{note: "reject then approve", text: "Decision: reject\nDecision: approve", want: engine.DecisionReject},
-	{note: "label inside a sentence", text: "My Decision: approve", want: engine.DecisionReject},
+	{note: "approve with caveats", text: "Decision: approve with caveats", want: gated.DecisionReject},
+	{note: "approve with a full stop", text: "Decision: approve.", want: gated.DecisionReject},
+	{note: "approve without the decision label", text: "I approve", want: gated.DecisionReject},
+	{note: "bare approve", text: "approve", want: gated.DecisionReject},
+	{note: "empty", text: "", want: gated.DecisionReject, why: "no text"},
+	{note: "white space only", text: " \n\t\r\n   \n", want: gated.DecisionReject},
+	{note: "explicit reject", text: "Decision: reject", want: gated.DecisionReject},
+	{note: "no value", text: "Decision:", want: gated.DecisionReject},
+	{note: "maybe", text: "Decision: maybe", want: gated.DecisionReject},
+	{note: "approve and reject", text: "Decision: approve reject", want: gated.DecisionReject},
+	{note: "not approve", text: "Decision: not approve", want: gated.DecisionReject},
+	{note: "text over the limit", text: "Decision: approve\n" + strings.Repeat("x", gated.MaxDecisionTextBytes), want: gated.DecisionReject, why: "byte limit"},
+	{note: "approve only on the second non-blank line", text: "Looks safe to me.\n\nDecision: approve", want: gated.DecisionReject},
+	{note: "reject then approve", text: "Decision: reject\nDecision: approve", want: gated.DecisionReject},
+	{note: "label inside a sentence", text: "My Decision: approve", want: gated.DecisionReject},
 
 	// A later line that changes or takes back the decision.
-	{note: "approve then reject", text: "Decision: approve\nGates:\n- sop_covers: pass\nDecision: reject", want: engine.DecisionReject, why: `line 4 "Decision: reject"`},
-	{note: "approve then approve with caveats", text: "Decision: approve\nDecision: approve with caveats", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then approve with a full stop", text: "Decision: approve\nDecision: approve.", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a bold label", text: "Decision: approve\n**Decision:** reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a quoted reject", text: "Decision: approve\n> Decision: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a final decision", text: "Decision: approve\nNotes: fine.\n- Final decision: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then reject in a code fence", text: "Decision: approve\n```\nDecision: reject\n```", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then reject with a zero-width space in the label", text: "Decision: approve\nDeci\u200bsion: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then reject with a Cyrillic e in the label", text: "Decision: approve\nD\u0435cision: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then reject after a full-width colon", text: "Decision: approve\nDecision\uff1a reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then reject after a line separator", text: "Decision: approve\u2028Decision: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a retraction", text: "Decision: approve\nNotes: I retract this approval; the SOP is stale.", want: engine.DecisionReject, why: "retract"},
-	{note: "approve then withdrawn", text: "Decision: approve\nGates:\n- sop_covers: pass\nNotes: Withdrawn.", want: engine.DecisionReject, why: "withdrawn"},
-	{note: "approve then scratch that", text: "Decision: approve\nScratch that: do not restart it.", want: engine.DecisionReject, why: "scratch that"},
-	{note: "approve then not yet", text: "Decision: approve\nNotes: not yet, wait for the backup.", want: engine.DecisionReject, why: "not yet"},
-	{note: "approve then on second thought", text: "Decision: approve\nOn second thought, no.", want: engine.DecisionReject, why: "on second thought"},
-	{note: "approve then a retraction with a zero-width joiner", text: "Decision: approve\nNotes: retr\u200dacted.", want: engine.DecisionReject, why: "retract"},
-	{note: "approve then a numbered decision", text: "Decision: approve\nDecision 2: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a decision with a parenthesis", text: "Decision: approve\nDecision (final): reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a revised decision", text: "Decision: approve\nDecision, revised: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then an accented label", text: "Decision: approve\nDecisi\u00f3n: reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a decision without a colon", text: "Decision: approve\nDecision reject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a decision heading", text: "Decision: approve\n# Decision\nreject", want: engine.DecisionReject, why: "disagrees"},
-	{note: "approve then a verdict line", text: "Decision: approve\nVerdict: reject", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then a final answer", text: "Decision: approve\nFinal answer: REJECTED", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then an update", text: "Decision: approve\nUpdate: declined after the backup check.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then not approved", text: "Decision: approve\nNOT APPROVED", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then do not approve", text: "Decision: approve\nNotes: do not approve this until the DBA signs.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then can't approve", text: "Decision: approve\nNotes: I can\u2019t approve a change with no rollback.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then a sentence that rejects", text: "Decision: approve\nActually, I reject this change.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then my decision is to reject", text: "Decision: approve\nMy decision is to reject this.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then a revoked approval", text: "Decision: approve\nI revoke this approval.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then unsure", text: "Decision: approve\nNotes: unsure.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then not sure", text: "Decision: approve\nNotes: I am not sure this is safe.", want: engine.DecisionReject, why: "says no"},
-	{note: "approve then reject if unsure", text: "Decision: approve\nGates:\n- sop_covers: pass\nNotes: reject if unsure", want: engine.DecisionReject, why: "says no"},
+	{note: "approve then reject", text: "Decision: approve\nGates:\n- sop_covers: pass\nDecision: reject", want: gated.DecisionReject, why: `line 4 "Decision: reject"`},
+	{note: "approve then approve with caveats", text: "Decision: approve\nDecision: approve with caveats", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then approve with a full stop", text: "Decision: approve\nDecision: approve.", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a bold label", text: "Decision: approve\n**Decision:** reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a quoted reject", text: "Decision: approve\n> Decision: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a final decision", text: "Decision: approve\nNotes: fine.\n- Final decision: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then reject in a code fence", text: "Decision: approve\n```\nDecision: reject\n```", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then reject with a zero-width space in the label", text: "Decision: approve\nDeci\u200bsion: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then reject with a Cyrillic e in the label", text: "Decision: approve\nD\u0435cision: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then reject after a full-width colon", text: "Decision: approve\nDecision\uff1a reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then reject after a line separator", text: "Decision: approve\u2028Decision: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a retraction", text: "Decision: approve\nNotes: I retract this approval; the SOP is stale.", want: gated.DecisionReject, why: "retract"},
+	{note: "approve then withdrawn", text: "Decision: approve\nGates:\n- sop_covers: pass\nNotes: Withdrawn.", want: gated.DecisionReject, why: "withdrawn"},
+	{note: "approve then scratch that", text: "Decision: approve\nScratch that: do not restart it.", want: gated.DecisionReject, why: "scratch that"},
+	{note: "approve then not yet", text: "Decision: approve\nNotes: not yet, wait for the backup.", want: gated.DecisionReject, why: "not yet"},
+	{note: "approve then on second thought", text: "Decision: approve\nOn second thought, no.", want: gated.DecisionReject, why: "on second thought"},
+	{note: "approve then a retraction with a zero-width joiner", text: "Decision: approve\nNotes: retr\u200dacted.", want: gated.DecisionReject, why: "retract"},
+	{note: "approve then a numbered decision", text: "Decision: approve\nDecision 2: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a decision with a parenthesis", text: "Decision: approve\nDecision (final): reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a revised decision", text: "Decision: approve\nDecision, revised: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then an accented label", text: "Decision: approve\nDecisi\u00f3n: reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a decision without a colon", text: "Decision: approve\nDecision reject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a decision heading", text: "Decision: approve\n# Decision\nreject", want: gated.DecisionReject, why: "disagrees"},
+	{note: "approve then a verdict line", text: "Decision: approve\nVerdict: reject", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then a final answer", text: "Decision: approve\nFinal answer: REJECTED", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then an update", text: "Decision: approve\nUpdate: declined after the backup check.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then not approved", text: "Decision: approve\nNOT APPROVED", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then do not approve", text: "Decision: approve\nNotes: do not approve this until the DBA signs.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then can't approve", text: "Decision: approve\nNotes: I can\u2019t approve a change with no rollback.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then a sentence that rejects", text: "Decision: approve\nActually, I reject this change.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then my decision is to reject", text: "Decision: approve\nMy decision is to reject this.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then a revoked approval", text: "Decision: approve\nI revoke this approval.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then unsure", text: "Decision: approve\nNotes: unsure.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then not sure", text: "Decision: approve\nNotes: I am not sure this is safe.", want: gated.DecisionReject, why: "says no"},
+	{note: "approve then reject if unsure", text: "Decision: approve\nGates:\n- sop_covers: pass\nNotes: reject if unsure", want: gated.DecisionReject, why: "says no"},
 
 	// Marks inside the decision line.
-	{note: "approve with a footnote mark", text: "Decision: approve*\n\n* not yet: the DBA has not signed.", want: engine.DecisionReject},
-	{note: "approve with a footnote reference", text: "Decision: approve[^1]\n\n[^1]: pending.", want: engine.DecisionReject},
-	{note: "backtick inside the word", text: "Decision: app`rove`", want: engine.DecisionReject},
-	{note: "emphasis inside the word", text: "Decision: app**rove**", want: engine.DecisionReject},
-	{note: "underscore inside the word", text: "Decision: app_rove", want: engine.DecisionReject},
-	{note: "bold label only", text: "**Decision:** approve", want: engine.DecisionReject},
-	{note: "code span around the line", text: "`Decision: approve`", want: engine.DecisionReject},
-	{note: "code span and underscores", text: "`Decision: _approve_`", want: engine.DecisionReject},
-	{note: "unmatched emphasis", text: "**Decision: approve*", want: engine.DecisionReject},
-	{note: "triple emphasis", text: "***Decision: approve***", want: engine.DecisionReject},
-	{note: "heading", text: "# Decision: approve", want: engine.DecisionReject},
+	{note: "approve with a footnote mark", text: "Decision: approve*\n\n* not yet: the DBA has not signed.", want: gated.DecisionReject},
+	{note: "approve with a footnote reference", text: "Decision: approve[^1]\n\n[^1]: pending.", want: gated.DecisionReject},
+	{note: "backtick inside the word", text: "Decision: app`rove`", want: gated.DecisionReject},
+	{note: "emphasis inside the word", text: "Decision: app**rove**", want: gated.DecisionReject},
+	{note: "underscore inside the word", text: "Decision: app_rove", want: gated.DecisionReject},
+	{note: "bold label only", text: "**Decision:** approve", want: gated.DecisionReject},
+	{note: "code span around the line", text: "`Decision: approve`", want: gated.DecisionReject},
+	{note: "code span and underscores", text: "`Decision: _approve_`", want: gated.DecisionReject},
+	{note: "unmatched emphasis", text: "**Decision: approve*", want: gated.DecisionReject},
+	{note: "triple emphasis", text: "***Decision: approve***", want: gated.DecisionReject},
+	{note: "heading", text: "# Decision: approve", want: gated.DecisionReject},
 
 	// Lookalikes of the line.
-	{note: "Cyrillic a in approve", text: "Decision: \u0430pprove", want: engine.DecisionReject},
-	{note: "Turkish dotted capital I in the label", text: "DEC\u0130SION: APPROVE", want: engine.DecisionReject},
-	{note: "long s in the label", text: "Deci\u017fion: approve", want: engine.DecisionReject},
-	{note: "zero-width joiner inside approve", text: "Decision: app\u200drove", want: engine.DecisionReject},
-	{note: "zero-width space before the line", text: "\u200bDecision: approve", want: engine.DecisionReject},
-	{note: "full-width colon", text: "Decision\uff1a approve", want: engine.DecisionReject},
-	{note: "no-break space after the colon", text: "Decision:\u00a0approve", want: engine.DecisionReject},
-	{note: "full-width letters", text: "\uff24ecision: approve", want: engine.DecisionReject},
+	{note: "Cyrillic a in approve", text: "Decision: \u0430pprove", want: gated.DecisionReject},
+	{note: "Turkish dotted capital I in the label", text: "DEC\u0130SION: APPROVE", want: gated.DecisionReject},
+	{note: "long s in the label", text: "Deci\u017fion: approve", want: gated.DecisionReject},
+	{note: "zero-width joiner inside approve", text: "Decision: app\u200drove", want: gated.DecisionReject},
+	{note: "zero-width space before the line", text: "\u200bDecision: approve", want: gated.DecisionReject},
+	{note: "full-width colon", text: "Decision\uff1a approve", want: gated.DecisionReject},
+	{note: "no-break space after the colon", text: "Decision:\u00a0approve", want: gated.DecisionReject},
+	{note: "full-width letters", text: "\uff24ecision: approve", want: gated.DecisionReject},
 }
 
 func TestParseDecision(t *testing.T) {
 	for _, tc := range decisionCases {
 		t.Run(tc.note, func(t *testing.T) {
-			got, why := engine.ParseDecision(tc.text)
+			got, why := gated.ParseDecision(tc.text)
 			if got != tc.want {
 				t.Errorf("ParseDecision(%.80q) = %q (%s), want %q", tc.text, got, why, tc.want)
 			}
@@ -146,14 +147,14 @@ func FuzzParseDecision(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, text string) {
-		got, why := engine.ParseDecision(text)
-		if got != engine.DecisionApprove && got != engine.DecisionReject {
+		got, why := gated.ParseDecision(text)
+		if got != gated.DecisionApprove && got != gated.DecisionReject {
 			t.Fatalf("ParseDecision returned %q", got)
 		}
 		if why == "" {
 			t.Fatal("ParseDecision gave no explanation")
 		}
-		if got == engine.DecisionApprove {
+		if got == gated.DecisionApprove {
 			if bad := refApproves(text); bad != "" {
 				t.Fatalf("approved %q, which the reference rejects: %s", text, bad)
 			}
@@ -203,7 +204,7 @@ func lowerASCII(s string) string {
 // refApproves returns "" if the reference reading approves text, or why
 // it does not.
 func refApproves(text string) string {
-	if len(text) > engine.MaxDecisionTextBytes {
+	if len(text) > gated.MaxDecisionTextBytes {
 		return "over the limit"
 	}
 	lines := refBreak.Split(text, -1)
@@ -249,7 +250,7 @@ func FuzzCheckGateLines(f *testing.F) {
 		if !nameRE.MatchString(name) {
 			return
 		}
-		res := engine.ReviewResult{Plugin: "p", Text: text, Decision: engine.DecisionApprove, Gates: []engine.GateResult{{Name: name, Passed: passed}}}
+		res := engine.ReviewResult{Plugin: "p", Text: text, Decision: gated.DecisionApprove, Gates: []gated.GateResult{{Name: name, Passed: passed}}}
 		_, approved, why := engine.Judge(res, &engine.Persona{Name: "r"})
 		if !approved {
 			return
@@ -274,10 +275,10 @@ func FuzzCheckGateLines(f *testing.F) {
 var threeGates = []string{"sop_covers", "no_parallel_operation", "rollback_known"}
 
 // passedGates reports every one of names as passed.
-func passedGates(names ...string) []engine.GateResult {
-	gates := make([]engine.GateResult, len(names))
+func passedGates(names ...string) []gated.GateResult {
+	gates := make([]gated.GateResult, len(names))
 	for i, n := range names {
-		gates[i] = engine.GateResult{Name: n, Passed: true}
+		gates[i] = gated.GateResult{Name: n, Passed: true}
 	}
 	return gates
 }
@@ -288,7 +289,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 	tests := []struct {
 		note  string
 		text  string
-		gates []engine.GateResult // nil: the three gates, passed
+		gates []gated.GateResult // nil: the three gates, passed
 		want  bool
 		why   string // part of the reason of a rejection
 	}{
@@ -296,7 +297,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 		{note: "no gate lines in the text", text: "Decision: approve\nNotes: fine.", want: true},
 		{note: "bold names and values, other dashes", text: head + "* **sop_covers**: **PASSED** - SOP-001\n- `no_parallel_operation`: `pass` – none\n- __rollback_known__: Pass: known", want: true},
 		{note: "pass in parentheses", text: head + "- sop_covers: pass (SOP-001)\n- no_parallel_operation: pass\n- rollback_known: passed", want: true},
-		{note: "a failed gate the structured report also fails", text: head + passing + "- backup_verified: fail — none", gates: append(passedGates(threeGates...), engine.GateResult{Name: "backup_verified"}), want: true},
+		{note: "a failed gate the structured report also fails", text: head + passing + "- backup_verified: fail — none", gates: append(passedGates(threeGates...), gated.GateResult{Name: "backup_verified"}), want: true},
 		{note: "a gate line the structured report does not name", text: head + passing + "- risk: low", want: true},
 		{note: "the same gate passed twice", text: head + passing + "- sop_covers: pass — again", want: true},
 
@@ -323,12 +324,12 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 		{note: "a gate that did not pass in a sentence", text: head + passing + "Notes: no_parallel_operation did not pass, web-7 restarted.", why: "no_parallel_operation"},
 		{note: "gates failed, named by none", text: head + passing + "Notes: all three gates failed.", why: "gates"},
 		{note: "a passed gate in a sentence", text: head + passing + "Notes: sop_covers holds, SOP-001 is current.", want: true},
-		{note: "text over the limit", text: head + passing + strings.Repeat("x", engine.MaxDecisionTextBytes), why: "byte limit"},
+		{note: "text over the limit", text: head + passing + strings.Repeat("x", gated.MaxDecisionTextBytes), why: "byte limit"},
 		{note: "a failed gate in a table", text: head + "| gate | result |\n|---|---|\n| sop_covers | fail |\n", why: "sop_covers"},
 		{note: "a failed gate named with a lookalike letter", text: head + passing + "- \u0455op_covers: fail", why: "sop_covers"},
 		{note: "a failed gate with a zero-width space in its name", text: head + passing + "- sop_\u200bcovers: fail", why: "sop_covers"},
 		{note: "a failed gate named in capitals", text: head + passing + "- SOP_COVERS: fail", why: "sop_covers"},
-		{note: "a passed text gate the structured report fails", text: head + passing + "- backup_verified: pass", gates: append(passedGates(threeGates...), engine.GateResult{Name: "backup_verified"}), why: "backup_verified"},
+		{note: "a passed text gate the structured report fails", text: head + passing + "- backup_verified: pass", gates: append(passedGates(threeGates...), gated.GateResult{Name: "backup_verified"}), why: "backup_verified"},
 	}
 	persona := &engine.Persona{Name: "reviewer", RequiredGates: threeGates}
 	for _, tc := range tests {
@@ -337,7 +338,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 			if gates == nil {
 				gates = passedGates(threeGates...)
 			}
-			res := engine.ReviewResult{Plugin: "p", Text: tc.text, Decision: engine.DecisionApprove, Gates: gates}
+			res := engine.ReviewResult{Plugin: "p", Text: tc.text, Decision: gated.DecisionApprove, Gates: gates}
 			rev, approved, why := engine.Judge(res, persona)
 			if approved != tc.want {
 				t.Fatalf("Judge(%q) approved = %v (%s), want %v", tc.text, approved, why, tc.want)
@@ -345,7 +346,7 @@ func TestJudgeReadsTheTextsGateLines(t *testing.T) {
 			if approved {
 				return
 			}
-			if rev.Decision != engine.DecisionReject {
+			if rev.Decision != gated.DecisionReject {
 				t.Errorf("review decision %q on a rejection", rev.Decision)
 			}
 			if !strings.Contains(why, tc.why) {

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 var updateVectors = flag.Bool("update", false, "rewrite test/vectors/decisions.json from decisionCases")
@@ -19,9 +19,9 @@ var updateVectors = flag.Bool("update", false, "rewrite test/vectors/decisions.j
 type decisionVectors struct {
 	About string `json:"about"`
 	Cases []struct {
-		Name     string                `json:"name"`
-		Text     string                `json:"text"`
-		Decision engine.ReviewDecision `json:"decision"`
+		Name     string               `json:"name"`
+		Text     string               `json:"text"`
+		Decision gated.ReviewDecision `json:"decision"`
 	} `json:"cases"`
 }
 
@@ -34,16 +34,16 @@ const maxVectorText = 4 << 10
 func TestDecisionVectors(t *testing.T) {
 	if *updateVectors {
 		var doc decisionVectors
-		doc.About = "A reviewer's decision text and how gated's host reads it (engine.ParseDecision): approve only for an exact, unretracted decision line. A plugin SDK must deliver each text to the host byte for byte; `go test ./engine -run TestDecisionVectors -update` writes this file from the Go cases."
+		doc.About = "A reviewer's decision text and how gated's host reads it (gated.ParseDecision): approve only for an exact, unretracted decision line. A plugin SDK must deliver each text to the host byte for byte; `go test ./engine -run TestDecisionVectors -update` writes this file from the Go cases."
 		for _, c := range decisionCases {
 			if len(c.text) > maxVectorText {
 				continue
 			}
-			d, _ := engine.ParseDecision(c.text)
+			d, _ := gated.ParseDecision(c.text)
 			doc.Cases = append(doc.Cases, struct {
-				Name     string                `json:"name"`
-				Text     string                `json:"text"`
-				Decision engine.ReviewDecision `json:"decision"`
+				Name     string               `json:"name"`
+				Text     string               `json:"text"`
+				Decision gated.ReviewDecision `json:"decision"`
 			}{c.note, c.text, d})
 		}
 		data, err := json.MarshalIndent(&doc, "", "  ")
@@ -68,11 +68,11 @@ func TestDecisionVectors(t *testing.T) {
 	approvals := 0
 	for _, c := range doc.Cases {
 		t.Run(c.Name, func(t *testing.T) {
-			if got, why := engine.ParseDecision(c.Text); got != c.Decision {
+			if got, why := gated.ParseDecision(c.Text); got != c.Decision {
 				t.Errorf("ParseDecision(%q) = %s (%s), the vector says %s", c.Text, got, why, c.Decision)
 			}
 		})
-		if c.Decision == engine.DecisionApprove {
+		if c.Decision == gated.DecisionApprove {
 			approvals++
 		}
 	}

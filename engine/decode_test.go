@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -73,27 +74,27 @@ type decodeCase struct {
 	// noSubject decodes with empty subject tokens; otherwise the subject is
 	// gated.proposals.acme.host_restart_service.
 	noSubject bool
-	limits    engine.Limits
+	limits    gated.Limits
 	wantErr   bool
 	// wantField is the FieldError.Field of an invalid proposal.
 	wantField string
-	check     func(t *testing.T, p *engine.Proposal)
+	check     func(t *testing.T, p *gated.Proposal)
 }
 
 func decodeCases() []decodeCase {
 	return []decodeCase{
 		// Valid proposals.
-		{note: "minimal write", file: "valid-minimal-write.json", check: func(t *testing.T, p *engine.Proposal) {
+		{note: "minimal write", file: "valid-minimal-write.json", check: func(t *testing.T, p *gated.Proposal) {
 			if p.V != 1 || p.ID != "p1" || p.Tenant != "acme" || p.Action != "host_restart_service" {
 				t.Errorf("addressing fields = %d %q %q %q", p.V, p.ID, p.Tenant, p.Action)
 			}
-			if p.Class != engine.ClassWrite || p.BlastRadius != engine.BlastSingleDevice {
+			if p.Class != gated.ClassWrite || p.BlastRadius != gated.BlastSingleDevice {
 				t.Errorf("class, blast radius = %q, %q", p.Class, p.BlastRadius)
 			}
-			if p.Kind != engine.KindAction {
-				t.Errorf("kind = %q, want the default %q", p.Kind, engine.KindAction)
+			if p.Kind != gated.KindAction {
+				t.Errorf("kind = %q, want the default %q", p.Kind, gated.KindAction)
 			}
-			if p.Flags != (engine.Flags{}) {
+			if p.Flags != (gated.Flags{}) {
 				t.Errorf("flags = %+v, want all false", p.Flags)
 			}
 			if p.Target != nil || p.Operator != nil || p.RequestedBy != nil || p.Run != nil || p.CreatedAt != nil {
@@ -106,17 +107,17 @@ func decodeCases() []decodeCase {
 				t.Errorf("TargetKey() = %q for a proposal without a target", p.TargetKey())
 			}
 		}},
-		{note: "read needs no blast radius", file: "valid-read-without-blast-radius.json", check: func(t *testing.T, p *engine.Proposal) {
-			if p.Class != engine.ClassRead || p.BlastRadius != "" || p.Mutating() {
+		{note: "read needs no blast radius", file: "valid-read-without-blast-radius.json", check: func(t *testing.T, p *gated.Proposal) {
+			if p.Class != gated.ClassRead || p.BlastRadius != "" || p.Mutating() {
 				t.Errorf("class %q, blast radius %q, mutating %v", p.Class, p.BlastRadius, p.Mutating())
 			}
 		}},
-		{note: "destructive tenant wide with explicit kind", file: "valid-destructive-tenant-wide.json", check: func(t *testing.T, p *engine.Proposal) {
-			if p.Class != engine.ClassDestructive || p.BlastRadius != engine.BlastTenantWide || p.Kind != engine.KindAction || !p.Mutating() {
+		{note: "destructive tenant wide with explicit kind", file: "valid-destructive-tenant-wide.json", check: func(t *testing.T, p *gated.Proposal) {
+			if p.Class != gated.ClassDestructive || p.BlastRadius != gated.BlastTenantWide || p.Kind != gated.KindAction || !p.Mutating() {
 				t.Errorf("got %+v", p)
 			}
 		}},
-		{note: "every field", file: "valid-full-write.json", check: func(t *testing.T, p *engine.Proposal) {
+		{note: "every field", file: "valid-full-write.json", check: func(t *testing.T, p *gated.Proposal) {
 			if p.ID != "chg-2026_01-Restart" {
 				t.Errorf("id = %q", p.ID)
 			}
@@ -132,7 +133,7 @@ func decodeCases() []decodeCase {
 			if p.RequestedBy == nil || p.RequestedBy.Agent != "fleet-ops-3" || p.RequestedBy.Session != "sess-9f2" {
 				t.Errorf("requested_by = %+v", p.RequestedBy)
 			}
-			if want := (engine.Flags{UserConfirmed: true}); p.Flags != want {
+			if want := (gated.Flags{UserConfirmed: true}); p.Flags != want {
 				t.Errorf("flags = %+v, want %+v", p.Flags, want)
 			}
 			if p.IncidentID != "INC-4411" || p.Reviewer != "reviewer" || !strings.HasPrefix(p.Reason, "nginx on web-7") || p.ContextSummary == "" {
@@ -143,8 +144,8 @@ func decodeCases() []decodeCase {
 				t.Errorf("created_at = %v, want %v", p.CreatedAt, want)
 			}
 		}},
-		{note: "run review", file: "valid-run.json", check: func(t *testing.T, p *engine.Proposal) {
-			if p.Kind != engine.KindRun || p.Run == nil || p.Run.RunID != "r-77" || p.Run.Round != 2 || p.Run.Status != engine.RunCompleted || p.Run.Worker != "w-3" {
+		{note: "run review", file: "valid-run.json", check: func(t *testing.T, p *gated.Proposal) {
+			if p.Kind != gated.KindRun || p.Run == nil || p.Run.RunID != "r-77" || p.Run.Round != 2 || p.Run.Status != gated.RunCompleted || p.Run.Worker != "w-3" {
 				t.Errorf("run proposal = %+v, run %+v", p, p.Run)
 			}
 			if len(p.Run.PriorReviews) != 1 || len(p.Run.PriorReviews[0].Findings) != 1 {
@@ -153,12 +154,12 @@ func decodeCases() []decodeCase {
 			if f := p.Run.PriorReviews[0].Findings[0]; f.ID != "r1-f1" || f.Open() || f.Line != nil {
 				t.Errorf("prior finding = %+v", f)
 			}
-			if len(p.Criteria) != 4 || p.Criteria[0].Kind != engine.CriterionCommandResult || p.Criteria[0].Evidence["exit_code"] != json.Number("0") ||
-				p.Criteria[1].Params["text"] != "nginx" || p.Criteria[2].Required || p.Criteria[3].Kind != engine.CriterionManual {
+			if len(p.Criteria) != 4 || p.Criteria[0].Kind != gated.CriterionCommandResult || p.Criteria[0].Evidence["exit_code"] != json.Number("0") ||
+				p.Criteria[1].Params["text"] != "nginx" || p.Criteria[2].Required || p.Criteria[3].Kind != gated.CriterionManual {
 				t.Errorf("criteria = %+v", p.Criteria)
 			}
 		}},
-		{note: "id of 128 characters", file: "valid-id-128.json", check: func(t *testing.T, p *engine.Proposal) {
+		{note: "id of 128 characters", file: "valid-id-128.json", check: func(t *testing.T, p *gated.Proposal) {
 			if len(p.ID) != 128 {
 				t.Errorf("len(id) = %d", len(p.ID))
 			}
@@ -166,7 +167,7 @@ func decodeCases() []decodeCase {
 		{note: "no subject tokens means no subject check", file: "invalid-tenant-mismatch.json", noSubject: true},
 		{note: "reason of exactly 8 KiB", data: minimalWrite(`"reason": ` + jsonString(strings.Repeat("r", 8<<10)))},
 		{note: "context_summary of exactly 64 KiB", data: minimalWrite(`"context_summary": ` + jsonString(strings.Repeat("c", 64<<10)))},
-		{note: "message exactly at MaxBytes", data: minimalWrite(), limits: engine.Limits{MaxBytes: len(minimalWrite())}},
+		{note: "message exactly at MaxBytes", data: minimalWrite(), limits: gated.Limits{MaxBytes: len(minimalWrite())}},
 		{note: "trailing white space", data: append(minimalWrite(), " \n\t\r\n"...)},
 
 		// Required fields.
@@ -205,7 +206,7 @@ func decodeCases() []decodeCase {
 		{note: "arguments with a duplicate member", data: minimalWrite(`"arguments": {"host": "a", "host": "b"}`), wantErr: true, wantField: "arguments.host"},
 		{note: "arguments that are not an object", data: minimalWrite(`"arguments": ["host"]`), wantErr: true, wantField: "arguments"},
 		{note: "arguments of a run review", data: []byte(`{"v":1,"id":"r1","tenant":"acme","kind":"run","action":"run_review","class":"read","arguments":{"a":1},"run":{"run_id":"run-1","status":"completed","round":1,"worker":"w"}}`), noSubject: true, wantErr: true, wantField: "arguments"},
-		{note: "arguments", data: minimalWrite(`"target": {"host": "web-1"}`, `"arguments": {"host": "web-1", "opts": {"grace": 10, "drain": true}, "hosts": ["a"]}`), check: func(t *testing.T, p *engine.Proposal) {
+		{note: "arguments", data: minimalWrite(`"target": {"host": "web-1"}`, `"arguments": {"host": "web-1", "opts": {"grace": 10, "drain": true}, "hosts": ["a"]}`), check: func(t *testing.T, p *gated.Proposal) {
 			opts, _ := p.Arguments["opts"].(map[string]any)
 			if p.Arguments["host"] != "web-1" || opts["drain"] != true || opts["grace"] != json.Number("10") {
 				t.Fatalf("arguments = %#v", p.Arguments)
@@ -226,10 +227,10 @@ func decodeCases() []decodeCase {
 		{note: "invalid UTF-8", file: "invalid-utf8.json", wantErr: true},
 
 		// Sizes.
-		{note: "message over MaxBytes", data: minimalWrite(), limits: engine.Limits{MaxBytes: len(minimalWrite()) - 1}, wantErr: true},
+		{note: "message over MaxBytes", data: minimalWrite(), limits: gated.Limits{MaxBytes: len(minimalWrite()) - 1}, wantErr: true},
 		{note: "reason over 8 KiB", data: minimalWrite(`"reason": ` + jsonString(strings.Repeat("r", 8<<10+1))), wantErr: true, wantField: "reason"},
 		{note: "context_summary over 64 KiB", data: minimalWrite(`"context_summary": ` + jsonString(strings.Repeat("c", 64<<10+1))), wantErr: true, wantField: "context_summary"},
-		{note: "reason over a configured limit", data: minimalWrite(`"reason": "123456789"`), limits: engine.Limits{MaxReasonBytes: 8}, wantErr: true, wantField: "reason"},
+		{note: "reason over a configured limit", data: minimalWrite(`"reason": "123456789"`), limits: gated.Limits{MaxReasonBytes: 8}, wantErr: true, wantField: "reason"},
 
 		// Tokens and the subject.
 		{note: "id with a dot", file: "invalid-id-dot.json", wantErr: true, wantField: "id"},
@@ -277,7 +278,7 @@ func TestDecodeProposal(t *testing.T) {
 			if tc.noSubject {
 				tenant, action = "", ""
 			}
-			p, err := engine.DecodeProposal(data, tenant, action, tc.limits)
+			p, err := gated.DecodeProposal(data, tenant, action, tc.limits)
 			if !tc.wantErr {
 				if err != nil {
 					t.Fatalf("DecodeProposal: %v", err)
@@ -303,10 +304,10 @@ func TestDecodeProposal(t *testing.T) {
 
 func checkFieldError(t *testing.T, err error, wantField string) {
 	t.Helper()
-	if !errors.Is(err, engine.ErrInvalidProposal) {
+	if !errors.Is(err, gated.ErrInvalidProposal) {
 		t.Errorf("error %q does not wrap ErrInvalidProposal", err)
 	}
-	var fe *engine.FieldError
+	var fe *gated.FieldError
 	if !errors.As(err, &fe) {
 		t.Fatalf("error %q (%T) is not a *FieldError", err, err)
 	}
@@ -414,7 +415,7 @@ func TestRecoverAddress(t *testing.T) {
 		{note: "bad subject tenant recovers nothing", subject: "gated.proposals.ACME.host_restart_service", data: `{"id": "p1"}`, msgID: "ACME.p1"},
 		{note: "other subject recovers nothing", subject: "gated.review", data: `{"id": "p1", "tenant": "acme"}`, msgID: "acme.p1"},
 		{note: "oversize payload falls back to the header", subject: subject,
-			data: `{"id": "p1", "reason": "` + strings.Repeat("x", engine.DefaultMaxBytes) + `"}`, msgID: "acme.p2", wantTenant: "acme", wantID: "p2"},
+			data: `{"id": "p1", "reason": "` + strings.Repeat("x", gated.DefaultMaxBytes) + `"}`, msgID: "acme.p2", wantTenant: "acme", wantID: "p2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -432,15 +433,15 @@ func FuzzDecodeProposal(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		for _, subj := range [][2]string{{"", ""}, {"acme", "host_restart_service"}} {
-			p, err := engine.DecodeProposal(data, subj[0], subj[1], engine.Limits{})
+			p, err := gated.DecodeProposal(data, subj[0], subj[1], gated.Limits{})
 			if err != nil {
 				if p != nil {
 					t.Fatalf("proposal returned with error %v", err)
 				}
-				if !errors.Is(err, engine.ErrInvalidProposal) {
+				if !errors.Is(err, gated.ErrInvalidProposal) {
 					t.Fatalf("error %q does not wrap ErrInvalidProposal", err)
 				}
-				var fe *engine.FieldError
+				var fe *gated.FieldError
 				if !errors.As(err, &fe) {
 					t.Fatalf("error %q (%T) is not a *FieldError", err, err)
 				}
@@ -459,7 +460,7 @@ func FuzzDecodeProposal(f *testing.F) {
 			if err := enc.Encode(p); err != nil {
 				t.Fatalf("encoding accepted proposal: %v", err)
 			}
-			q, err := engine.DecodeProposal(buf.Bytes(), p.Tenant, p.Action, engine.Limits{MaxBytes: 64 << 20})
+			q, err := gated.DecodeProposal(buf.Bytes(), p.Tenant, p.Action, gated.Limits{MaxBytes: 64 << 20})
 			if err != nil {
 				t.Fatalf("accepted proposal does not re-validate: %v\nre-encoded: %s", err, buf.Bytes())
 			}
@@ -473,7 +474,7 @@ func FuzzDecodeProposal(f *testing.F) {
 
 // checkContract checks an accepted proposal against the wire contract,
 // written out independently of the package's validation.
-func checkContract(t *testing.T, p *engine.Proposal, subjTenant, subjAction string) {
+func checkContract(t *testing.T, p *gated.Proposal, subjTenant, subjAction string) {
 	t.Helper()
 	switch {
 	case p.V != 1:
@@ -532,7 +533,7 @@ func BenchmarkDecodeProposal(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		if _, err := engine.DecodeProposal(data, "acme", "host_restart_service", engine.Limits{}); err != nil {
+		if _, err := gated.DecodeProposal(data, "acme", "host_restart_service", gated.Limits{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -542,8 +543,8 @@ func TestReservedTenant(t *testing.T) {
 	if _, _, err := engine.ParseProposalSubject("gated.proposals._.x"); err == nil {
 		t.Error("subject tenant _ accepted")
 	}
-	_, err := engine.DecodeProposal([]byte(`{"v":1,"id":"p1","tenant":"_","action":"x","class":"read"}`), "", "", engine.Limits{})
-	var fe *engine.FieldError
+	_, err := gated.DecodeProposal([]byte(`{"v":1,"id":"p1","tenant":"_","action":"x","class":"read"}`), "", "", gated.Limits{})
+	var fe *gated.FieldError
 	if !errors.As(err, &fe) || fe.Field != "tenant" {
 		t.Errorf("tenant _: err = %v, want a tenant field error", err)
 	}
@@ -559,12 +560,12 @@ func FuzzParseProposalSubject(f *testing.F) {
 	f.Fuzz(func(t *testing.T, subject string) {
 		tenant, action, err := engine.ParseProposalSubject(subject)
 		if err != nil {
-			if !errors.Is(err, engine.ErrInvalidProposal) {
+			if !errors.Is(err, gated.ErrInvalidProposal) {
 				t.Fatalf("error %v does not wrap ErrInvalidProposal", err)
 			}
 			return
 		}
-		if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant || !engine.ValidAction(action) {
+		if !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant || !gated.ValidAction(action) {
 			t.Fatalf("accepted %q as tenant %q action %q", subject, tenant, action)
 		}
 		if subject != wire.ProposalSubject(tenant, action) {
@@ -574,15 +575,15 @@ func FuzzParseProposalSubject(f *testing.F) {
 }
 
 func TestTargetKeyIgnoresKeyOrder(t *testing.T) {
-	a, err := engine.DecodeProposal([]byte(`{"v":1,"id":"a","tenant":"acme","action":"x","class":"write","blast_radius":"cluster","target":{"device_id":7,"service":"nginx"}}`), "", "", engine.Limits{})
+	a, err := gated.DecodeProposal([]byte(`{"v":1,"id":"a","tenant":"acme","action":"x","class":"write","blast_radius":"cluster","target":{"device_id":7,"service":"nginx"}}`), "", "", gated.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := engine.DecodeProposal([]byte(`{"v":1,"id":"b","tenant":"acme","action":"y","class":"write","blast_radius":"cluster","target":{"service":"nginx","device_id":7}}`), "", "", engine.Limits{})
+	b, err := gated.DecodeProposal([]byte(`{"v":1,"id":"b","tenant":"acme","action":"y","class":"write","blast_radius":"cluster","target":{"service":"nginx","device_id":7}}`), "", "", gated.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := engine.DecodeProposal([]byte(`{"v":1,"id":"c","tenant":"acme","action":"y","class":"write","blast_radius":"cluster","target":{"service":"nginx","device_id":8}}`), "", "", engine.Limits{})
+	c, err := gated.DecodeProposal([]byte(`{"v":1,"id":"c","tenant":"acme","action":"y","class":"write","blast_radius":"cluster","target":{"service":"nginx","device_id":8}}`), "", "", gated.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}

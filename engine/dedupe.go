@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/internal/dedupe"
 )
 
@@ -35,7 +36,7 @@ type dedupeKey = dedupe.Key
 // session, the context summary), so a retry loop is caught, while a
 // resubmission that adds user_confirmed, names an incident or arrives
 // after a policy reload is judged afresh.
-func dedupeKeyOf(p *Proposal, targetKey, revision string) dedupeKey {
+func dedupeKeyOf(p *gated.Proposal, targetKey, revision string) dedupeKey {
 	h := sha256.New()
 	field := func(s string) {
 		var n [8]byte
@@ -87,9 +88,9 @@ func canonicalJSON(v any) string {
 // with that rejection, read back from the store so that memory holds keys
 // and ids only. hit is false when the proposal must be judged; an error
 // means the earlier verdict could not be read and the delivery is retried.
-func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
+func (r *pass) dedupe(ctx context.Context) (v *gated.Verdict, hit bool, err error) {
 	c := r.e.rejections
-	if c == nil || r.p.Kind == KindRun {
+	if c == nil || r.p.Kind == gated.KindRun {
 		// A run's rounds are kept apart by its run record: the policy
 		// refuses a round reviewed already, and a rejection must send its
 		// own continuation or none, never repeat another's.
@@ -102,17 +103,17 @@ func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 	}
 	earlier, err := r.e.cfg.Store.Get(ctx, r.tenant, rej.ID)
 	switch {
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, gated.ErrNotFound):
 		// The store let the verdict go: judge afresh rather than cite a
 		// rejection nobody can look up.
 		return nil, false, nil
 	case err != nil:
 		return nil, false, fmt.Errorf("looking up verdict %s.%s of an identical rejection: %w", r.tenant, rej.ID, err)
-	case earlier.Outcome != OutcomeRejected:
+	case earlier.Outcome != gated.OutcomeRejected:
 		return nil, false, nil
 	}
 	age := max(now.Sub(rej.At), 0)
-	v = r.verdict(OutcomeRejected, StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
+	v = r.verdict(gated.OutcomeRejected, gated.StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
 		rej.ID, int64(age/time.Second), earlier.Reason))
 	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.ID
 	if err := r.log.record(ctx, EventDeduplicated, map[string]any{
@@ -131,9 +132,9 @@ func (r *pass) dedupe(ctx context.Context) (v *Verdict, hit bool, err error) {
 // about the proposal and a retry may well succeed. Nor is a rejection by
 // RuleTargetChanged: it asks for the proposal to be sent again, to be
 // decided on the target's history as it now stands.
-func (r *pass) rememberRejection(v *Verdict) {
+func (r *pass) rememberRejection(v *gated.Verdict) {
 	c := r.e.rejections
-	if c == nil || r.p == nil || r.p.Kind == KindRun || v.Outcome != OutcomeRejected || (v.Stage != StagePolicy && v.Stage != StageReview) {
+	if c == nil || r.p == nil || r.p.Kind == gated.KindRun || v.Outcome != gated.OutcomeRejected || (v.Stage != gated.StagePolicy && v.Stage != gated.StageReview) {
 		return
 	}
 	if v.Policy != nil && slices.Contains(v.Policy.Rules, RuleTargetChanged) {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -63,7 +64,7 @@ func (p *switchPolicy) Evaluate(context.Context, engine.PolicyInput) (engine.Pol
 
 // denyingPolicy rejects every proposal at stage policy.
 func denyingPolicy() *switchPolicy {
-	return &switchPolicy{rev: "rev-a", d: engine.PolicyDecision{Denies: []engine.Deny{{Rule: "change_freeze", Message: "frozen"}}}}
+	return &switchPolicy{rev: "rev-a", d: engine.PolicyDecision{Denies: []gated.Deny{{Rule: "change_freeze", Message: "frozen"}}}}
 }
 
 // reviewingPolicy sends every proposal to the reviewer persona.
@@ -76,7 +77,7 @@ func reviewingPolicy() *switchPolicy {
 func TestDecideDedupesAnIdenticalRejection(t *testing.T) {
 	h := newHarness(t, withRejectingReviewer)
 	first, _ := h.mustDecide(t, testSubject, withID(t, "p1", nil), "")
-	if first.Outcome != engine.OutcomeRejected || first.Stage != engine.StageReview {
+	if first.Outcome != gated.OutcomeRejected || first.Stage != gated.StageReview {
 		t.Fatalf("first verdict %s at %s, want rejected at review: %s", first.Outcome, first.Stage, first.Reason)
 	}
 
@@ -84,7 +85,7 @@ func TestDecideDedupesAnIdenticalRejection(t *testing.T) {
 	data := withID(t, "p2", map[string]any{"created_at": "2026-01-02T03:04:05Z", "context_summary": "retrying"})
 	v, tr := h.mustDecide(t, testSubject, data, "")
 
-	if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageDedupe || v.Approved {
+	if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageDedupe || v.Approved {
 		t.Errorf("verdict %s at %s (approved %v), want rejected at dedupe", v.Outcome, v.Stage, v.Approved)
 	}
 	if want := "identical to proposal p1 rejected 12s ago: " + first.Reason; v.Reason != want {
@@ -140,14 +141,14 @@ func TestDecideDedupeWindow(t *testing.T) {
 		note      string
 		window    time.Duration // engine.Config.DedupeWindow
 		after     time.Duration
-		wantStage engine.Stage
+		wantStage gated.Stage
 	}{
-		{note: "just inside the default window", after: 119 * time.Second, wantStage: engine.StageDedupe},
-		{note: "at the end of the default window", after: 120 * time.Second, wantStage: engine.StageReview},
-		{note: "long after", after: time.Hour, wantStage: engine.StageReview},
-		{note: "inside a configured window", window: 10 * time.Second, after: 9 * time.Second, wantStage: engine.StageDedupe},
-		{note: "past a configured window", window: 10 * time.Second, after: 11 * time.Second, wantStage: engine.StageReview},
-		{note: "turned off", window: -1, after: time.Second, wantStage: engine.StageReview},
+		{note: "just inside the default window", after: 119 * time.Second, wantStage: gated.StageDedupe},
+		{note: "at the end of the default window", after: 120 * time.Second, wantStage: gated.StageReview},
+		{note: "long after", after: time.Hour, wantStage: gated.StageReview},
+		{note: "inside a configured window", window: 10 * time.Second, after: 9 * time.Second, wantStage: gated.StageDedupe},
+		{note: "past a configured window", window: 10 * time.Second, after: 11 * time.Second, wantStage: gated.StageReview},
+		{note: "turned off", window: -1, after: time.Second, wantStage: gated.StageReview},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -155,7 +156,7 @@ func TestDecideDedupeWindow(t *testing.T) {
 			h.mustDecide(t, testSubject, withID(t, "p1", nil), "")
 			h.advance(tc.after)
 			v, _ := h.mustDecide(t, testSubject, withID(t, "p2", nil), "")
-			if v.Outcome != engine.OutcomeRejected || v.Stage != tc.wantStage {
+			if v.Outcome != gated.OutcomeRejected || v.Stage != tc.wantStage {
 				t.Errorf("verdict %s at %s, want rejected at %s: %s", v.Outcome, v.Stage, tc.wantStage, v.Reason)
 			}
 		})
@@ -168,12 +169,12 @@ func TestDecideDedupeWindowRunsFromTheOriginal(t *testing.T) {
 	h := newHarness(t, withRejectingReviewer)
 	h.mustDecide(t, testSubject, withID(t, "p1", nil), "")
 	h.advance(100 * time.Second)
-	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", nil), ""); v.Stage != engine.StageDedupe {
+	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", nil), ""); v.Stage != gated.StageDedupe {
 		t.Fatalf("p2 at %s, want dedupe", v.Stage)
 	}
 	h.advance(30 * time.Second)
 	v, _ := h.mustDecide(t, testSubject, withID(t, "p3", nil), "")
-	if v.Stage != engine.StageReview {
+	if v.Stage != gated.StageReview {
 		t.Fatalf("p3, 130s after the original rejection, at %s: %s", v.Stage, v.Reason)
 	}
 	h.advance(time.Second)
@@ -188,28 +189,28 @@ func TestDecideDedupeKey(t *testing.T) {
 		note     string
 		override map[string]any
 		data     []byte // replaces the second proposal
-		want     engine.Stage
+		want     gated.Stage
 	}{
-		{note: "identical but for the id", want: engine.StageDedupe},
-		{note: "other session and created_at", want: engine.StageDedupe, override: map[string]any{
+		{note: "identical but for the id", want: gated.StageDedupe},
+		{note: "other session and created_at", want: gated.StageDedupe, override: map[string]any{
 			"requested_by": map[string]any{"agent": "fleet-ops-3", "session": "s-2"}, "created_at": "2026-01-02T03:04:05Z",
 		}},
 		{
-			note: "target keys in another order", want: engine.StageDedupe,
+			note: "target keys in another order", want: gated.StageDedupe,
 			data: []byte(`{"v":1,"id":"p2","tenant":"acme","action":"host_restart_service","class":"write",` +
 				`"blast_radius":"single_device","target":{"tags":["production"],"service":"nginx","device_id":7},` +
 				`"reason":"nginx on web-7 stopped answering health checks","operator":{"id":"u-1042","roles":["sre"]},` +
 				`"requested_by":{"agent":"fleet-ops-3","session":"s-1"}}`),
 		},
-		{note: "other reason", want: engine.StageReview, override: map[string]any{"reason": "nginx on web-7 is still down"}},
-		{note: "user_confirmed set", want: engine.StageReview, override: map[string]any{"flags": map[string]any{"user_confirmed": true}}},
-		{note: "other target", want: engine.StageReview, override: map[string]any{"target": otherTarget}},
-		{note: "other class", want: engine.StageReview, override: map[string]any{"class": "destructive"}},
-		{note: "other blast radius", want: engine.StageReview, override: map[string]any{"blast_radius": "cluster"}},
-		{note: "reviewer named", want: engine.StageReview, override: map[string]any{"reviewer": "reviewer"}},
-		{note: "incident named", want: engine.StageReview, override: map[string]any{"incident_id": "INC-7"}},
-		{note: "other agent", want: engine.StageReview, override: map[string]any{"requested_by": map[string]any{"agent": "fleet-ops-4"}}},
-		{note: "other operator roles", want: engine.StageReview, override: map[string]any{"operator": map[string]any{"id": "u-1042", "roles": []string{"sre", "dba"}}}},
+		{note: "other reason", want: gated.StageReview, override: map[string]any{"reason": "nginx on web-7 is still down"}},
+		{note: "user_confirmed set", want: gated.StageReview, override: map[string]any{"flags": map[string]any{"user_confirmed": true}}},
+		{note: "other target", want: gated.StageReview, override: map[string]any{"target": otherTarget}},
+		{note: "other class", want: gated.StageReview, override: map[string]any{"class": "destructive"}},
+		{note: "other blast radius", want: gated.StageReview, override: map[string]any{"blast_radius": "cluster"}},
+		{note: "reviewer named", want: gated.StageReview, override: map[string]any{"reviewer": "reviewer"}},
+		{note: "incident named", want: gated.StageReview, override: map[string]any{"incident_id": "INC-7"}},
+		{note: "other agent", want: gated.StageReview, override: map[string]any{"requested_by": map[string]any{"agent": "fleet-ops-4"}}},
+		{note: "other operator roles", want: gated.StageReview, override: map[string]any{"operator": map[string]any{"id": "u-1042", "roles": []string{"sre", "dba"}}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -221,7 +222,7 @@ func TestDecideDedupeKey(t *testing.T) {
 				data = withID(t, "p2", tc.override)
 			}
 			v, _ := h.mustDecide(t, testSubject, data, "")
-			if v.Stage != tc.want || v.Outcome != engine.OutcomeRejected {
+			if v.Stage != tc.want || v.Outcome != gated.OutcomeRejected {
 				t.Errorf("second proposal %s at %s, want rejected at %s: %s", v.Outcome, v.Stage, tc.want, v.Reason)
 			}
 		})
@@ -237,7 +238,7 @@ func TestDecideNeverDedupesRuns(t *testing.T) {
 	}
 	h := newHarness(t, withRejectingReviewer)
 	h.mustDecide(t, testSubject, withID(t, "p1", run), "")
-	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", run), ""); v.Stage == engine.StageDedupe {
+	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", run), ""); v.Stage == gated.StageDedupe {
 		t.Errorf("the same run again at %s (%s): runs are never deduplicated", v.Stage, v.Reason)
 	}
 }
@@ -246,12 +247,12 @@ func TestDecideDedupePolicyRevision(t *testing.T) {
 	pol := denyingPolicy()
 	h := newHarness(t, func(h *harness) { h.cfg.Policy = pol })
 	h.mustDecide(t, testSubject, withID(t, "p1", nil), "")
-	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", nil), ""); v.Stage != engine.StageDedupe {
+	if v, _ := h.mustDecide(t, testSubject, withID(t, "p2", nil), ""); v.Stage != gated.StageDedupe {
 		t.Fatalf("p2 under the same policy at %s, want dedupe", v.Stage)
 	}
 	pol.reload("rev-b")
 	v, _ := h.mustDecide(t, testSubject, withID(t, "p3", nil), "")
-	if v.Stage != engine.StagePolicy || v.Policy.Revision != "rev-b" {
+	if v.Stage != gated.StagePolicy || v.Policy.Revision != "rev-b" {
 		t.Fatalf("p3 after a reload at %s under %q, want a new judgement under rev-b", v.Stage, v.Policy.Revision)
 	}
 	if v, _ := h.mustDecide(t, testSubject, withID(t, "p4", nil), ""); v.DuplicateOf != "p3" {
@@ -266,38 +267,38 @@ func TestDecideDedupeOnlyRejections(t *testing.T) {
 	tests := []struct {
 		note   string
 		edit   func(*harness)
-		want   engine.Outcome
-		first  engine.Stage
-		second engine.Stage // of the identical second proposal
+		want   gated.Outcome
+		first  gated.Stage
+		second gated.Stage // of the identical second proposal
 	}{
 		{note: "rejected by the policy", edit: func(h *harness) { h.cfg.Policy = denyingPolicy() },
-			want: engine.OutcomeRejected, first: engine.StagePolicy, second: engine.StageDedupe},
+			want: gated.OutcomeRejected, first: gated.StagePolicy, second: gated.StageDedupe},
 		{note: "rejected by a reviewer", edit: func(h *harness) { h.cfg.Policy = reviewingPolicy(); withRejectingReviewer(h) },
-			want: engine.OutcomeRejected, first: engine.StageReview, second: engine.StageDedupe},
+			want: gated.OutcomeRejected, first: gated.StageReview, second: gated.StageDedupe},
 		{note: "approved", edit: func(h *harness) { h.cfg.Policy = reviewingPolicy() },
-			want: engine.OutcomeApproved, first: engine.StageReview, second: engine.StageReview},
+			want: gated.OutcomeApproved, first: gated.StageReview, second: gated.StageReview},
 		{note: "reviewer error", edit: func(h *harness) {
 			h.cfg.Policy = reviewingPolicy()
 			h.reviewer.answer = answer(engine.ReviewResult{}, errors.New("provider down"))
-		}, want: engine.OutcomeError, first: engine.StageReview, second: engine.StageReview},
+		}, want: gated.OutcomeError, first: gated.StageReview, second: gated.StageReview},
 		{note: "timeout", edit: func(h *harness) {
 			h.cfg.Policy = reviewingPolicy()
 			h.cfg.ReviewTimeout = 20 * time.Millisecond
 			h.reviewer.answer = blockUntilDone(5 * time.Second)
-		}, want: engine.OutcomeTimeout, first: engine.StageReview, second: engine.StageReview},
+		}, want: gated.OutcomeTimeout, first: gated.StageReview, second: gated.StageReview},
 		{note: "blocked", edit: func(h *harness) {
 			h.cfg.Policy = reviewingPolicy()
 			h.router.err = fmt.Errorf("plugin down: %w", engine.ErrNoReviewer)
-		}, want: engine.OutcomeBlocked, first: engine.StageReview, second: engine.StageReview},
+		}, want: gated.OutcomeBlocked, first: gated.StageReview, second: gated.StageReview},
 		{note: "policy error", edit: func(h *harness) { h.cfg.Policy = stubPolicy{err: errors.New("rego: undefined")} },
-			want: engine.OutcomeError, first: engine.StagePolicy, second: engine.StagePolicy},
+			want: gated.OutcomeError, first: gated.StagePolicy, second: gated.StagePolicy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			h := newHarness(t, tc.edit)
 			for _, step := range []struct {
 				id    string
-				stage engine.Stage
+				stage gated.Stage
 			}{{"p1", tc.first}, {"p2", tc.second}} {
 				v, _ := h.mustDecide(t, testSubject, withID(t, step.id, nil), "")
 				if v.Outcome != tc.want || v.Stage != step.stage {
@@ -313,7 +314,7 @@ func TestDecideDedupeEarlierVerdictGone(t *testing.T) {
 	h.mustDecide(t, testSubject, withID(t, "p1", nil), "")
 	h.store.forget("acme", "p1")
 	v, _ := h.mustDecide(t, testSubject, withID(t, "p2", nil), "")
-	if v.Stage != engine.StageReview || h.reviewer.calls() != 2 {
+	if v.Stage != gated.StageReview || h.reviewer.calls() != 2 {
 		t.Errorf("p2 at %s after %d reviews, want a new review because p1's verdict is gone", v.Stage, h.reviewer.calls())
 	}
 }
@@ -325,7 +326,7 @@ type getFailStore struct {
 	err error
 }
 
-func (s *getFailStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *getFailStore) Get(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	if id == s.id {
 		return nil, s.err
 	}
@@ -368,12 +369,12 @@ func TestDecideDedupeMax(t *testing.T) {
 	// oldest entry itself.
 	for _, tc := range []struct {
 		i    int
-		want engine.Stage
+		want gated.Stage
 	}{
-		{i: n - 1, want: engine.StageDedupe},
-		{i: n - limit, want: engine.StageDedupe},
-		{i: n - limit - 1, want: engine.StagePolicy},
-		{i: 0, want: engine.StagePolicy},
+		{i: n - 1, want: gated.StageDedupe},
+		{i: n - limit, want: gated.StageDedupe},
+		{i: n - limit - 1, want: gated.StagePolicy},
+		{i: 0, want: gated.StagePolicy},
 	} {
 		v, _ := h.mustDecide(t, testSubject, withID(t, fmt.Sprintf("b%d", tc.i), reason(tc.i)), "")
 		if v.Stage != tc.want {
@@ -407,9 +408,9 @@ func TestDecideDedupeConcurrent(t *testing.T) {
 				switch {
 				case err != nil:
 					errs <- err
-				case v.Outcome != engine.OutcomeRejected || (v.Stage != engine.StagePolicy && v.Stage != engine.StageDedupe):
+				case v.Outcome != gated.OutcomeRejected || (v.Stage != gated.StagePolicy && v.Stage != gated.StageDedupe):
 					errs <- fmt.Errorf("w%d-%d: %s at %s", w, i, v.Outcome, v.Stage)
-				case v.Stage == engine.StageDedupe && !strings.HasPrefix(v.DuplicateOf, "w"):
+				case v.Stage == gated.StageDedupe && !strings.HasPrefix(v.DuplicateOf, "w"):
 					errs <- fmt.Errorf("w%d-%d: duplicate of %q", w, i, v.DuplicateOf)
 				}
 			}
@@ -427,7 +428,7 @@ func TestDecideDedupeConcurrent(t *testing.T) {
 	// The memory still answers after the churn.
 	first, _ := h.mustDecide(t, testSubject, withID(t, "after-1", map[string]any{"reason": "after", "target": nil}), "")
 	v, _ := h.mustDecide(t, testSubject, withID(t, "after-2", map[string]any{"reason": "after", "target": nil}), "")
-	if first.Stage != engine.StagePolicy || v.Stage != engine.StageDedupe || v.DuplicateOf != "after-1" {
+	if first.Stage != gated.StagePolicy || v.Stage != gated.StageDedupe || v.DuplicateOf != "after-1" {
 		t.Errorf("after the churn: %s then %s (duplicate of %q), want policy then dedupe of after-1", first.Stage, v.Stage, v.DuplicateOf)
 	}
 }

@@ -1,3 +1,17 @@
+// Package engine is gated's own: the engine that decides one proposal
+// with the public model of package gated.
+//
+// Engine decodes and validates a proposal, asks the policy, routes to a
+// reviewer when the policy says so, and turns the result into a verdict.
+// It fails closed: every path that is not an explicit, well-formed
+// approval ends in an outcome other than approved. Config and the
+// interfaces it takes, the policy input, the budget counters, Judge and
+// the audit events are exported for gated's own packages and may change;
+// the pipeline's machinery is unexported or under engine/internal.
+//
+// The package is pure. It reaches the outside world only through the
+// interfaces it defines (Policy, Reviewer, VerdictStore, AuditTrail, Clock),
+// so its tests run in microseconds and it never imports NATS or gRPC.
 package engine
 
 import (
@@ -8,6 +22,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/internal/dedupe"
 )
 
@@ -33,7 +48,7 @@ type Config struct {
 	// Clock defaults to the system clock.
 	Clock Clock
 	// Limits default to the v1 wire contract's limits.
-	Limits Limits
+	Limits gated.Limits
 	// DefaultPersona defaults to "reviewer".
 	DefaultPersona string
 	// ReviewTimeout applies when a persona sets none. Default 60 s.
@@ -77,7 +92,7 @@ type Config struct {
 	PolicyReadsBudget func() bool
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
-	OnShadow func(p *Proposal, c ShadowComparison)
+	OnShadow func(p *gated.Proposal, c ShadowComparison)
 	// Trace, when set, is told as each stage the engine runs itself
 	// begins (TraceDecode), with the decision's context, and returns
 	// what to call when the stage ends, with its error. The stages that
@@ -148,7 +163,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.DedupeMax == 0 {
 		cfg.DedupeMax = DefaultDedupeMax
 	}
-	cfg.Limits = cfg.Limits.withDefaults()
+	cfg.Limits = cfg.Limits.WithDefaults()
 	e := &Engine{cfg: cfg}
 	if cfg.DedupeWindow > 0 {
 		e.rejections = dedupe.New(cfg.DedupeWindow, cfg.DedupeMax)
@@ -200,7 +215,7 @@ type Delivery struct {
 // that it is reviewed once however many messages carry it; a delivery that
 // finds the claim held by another message waits for that review's verdict
 // and replays it.
-func (e *Engine) Decide(ctx context.Context, d Delivery) (*Verdict, error) {
+func (e *Engine) Decide(ctx context.Context, d Delivery) (*gated.Verdict, error) {
 	if d.Trail == nil {
 		return nil, fmt.Errorf("%w: a delivery needs an audit trail", ErrInvalidOption)
 	}
@@ -224,7 +239,7 @@ func (e *Engine) newDecision(d Delivery) *pass {
 // verdict is returned instead, or an invalid verdict when it belongs to a
 // different proposal under the same id. It never approves. The review
 // claim of the delivery's message, if it holds one, is released.
-func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
+func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *gated.Verdict {
 	r := e.newDecision(d)
 	r.tenant, r.id = recoverAddress(d.Subject, d.Data, d.MsgID)
 	_, r.action, _ = parseProposalSubject(d.Subject)
@@ -248,7 +263,7 @@ func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 			return r.idReused()
 		}
 	}
-	v := r.verdict(OutcomeError, StageValidation,
+	v := r.verdict(gated.OutcomeError, gated.StageValidation,
 		fmt.Sprintf("gated could not record a decision after %d deliveries: %v", d.Attempt, cause))
 	if d.Trail == nil {
 		return v
@@ -257,7 +272,7 @@ func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *Verdict {
 	switch {
 	case err == nil:
 		return stored
-	case errors.Is(err, ErrIDTaken):
+	case errors.Is(err, gated.ErrIDTaken):
 		return r.idReused()
 	}
 	return v

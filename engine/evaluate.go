@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strings"
+
+	"github.com/gated/gated"
 )
 
-func denyReason(denies []Deny) string {
+func denyReason(denies []gated.Deny) string {
 	parts := make([]string, 0, len(denies))
 	for _, d := range denies {
 		parts = append(parts, d.Rule+": "+d.Message)
@@ -14,7 +16,7 @@ func denyReason(denies []Deny) string {
 	return "policy denied: " + strings.Join(parts, "; ")
 }
 
-func sopID(s *SOP) string {
+func sopID(s *gated.SOP) string {
 	if s == nil {
 		return ""
 	}
@@ -57,4 +59,10 @@ func EvaluateRouted(ctx context.Context, evaluate func(context.Context, PolicyIn
 		return d, r, fmt.Errorf("policy routed to persona %q and then to %q; routing must settle on one persona", r.Name, d.Review.Persona)
 	}
 	return d, r, nil
+}
+
+// newPolicyRef is the policy section of a verdict that denies decided, or
+// that the routing of d decided when there are none.
+func newPolicyRef(denies []gated.Deny, d PolicyDecision) *gated.PolicyRef {
+	return gated.NewPolicyRef(denies, d.Review.Rule, d.Revision, d.Eval.Microseconds())
 }

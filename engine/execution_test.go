@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 const goodReport = `{"v":1,"gid":"AAECAwQFBgcICQoLDA0ODw","tenant":"acme","proposal_id":"restart-7","status":"failed","error":"unit failed","at":"2026-11-26T01:00:00Z"}`
@@ -32,11 +32,11 @@ func TestDecodeExecutionReport(t *testing.T) {
 		{note: "bad status", data: strings.Replace(goodReport, `"failed"`, `"approved"`, 1), member: "status"},
 		{note: "null status", data: strings.Replace(goodReport, `"failed"`, `null`, 1), member: "status"},
 		{note: "refused without reason", data: `{"v":1,"gid":"","tenant":"acme","proposal_id":"p","status":"refused","at":"2026-11-26T01:00:00Z"}`, member: "error"},
-		{note: "long error", data: strings.Replace(goodReport, `unit failed`, strings.Repeat("x", engine.MaxExecutionError+1), 1), member: "error"},
+		{note: "long error", data: strings.Replace(goodReport, `unit failed`, strings.Repeat("x", gated.MaxExecutionError+1), 1), member: "error"},
 		{note: "trailing data", data: goodReport + `{}`, member: "JSON"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			r, err := engine.DecodeExecutionReport([]byte(tc.data))
+			r, err := gated.DecodeExecutionReport([]byte(tc.data))
 			switch {
 			case tc.member == "" && err != nil:
 				t.Fatalf("refused: %v", err)
@@ -54,7 +54,7 @@ func FuzzDecodeExecutionReport(f *testing.F) {
 	f.Add([]byte(`{"v":1,"gid":"","tenant":"acme","proposal_id":"p","status":"refused","error":"x","at":"2026-11-26T01:00:00Z"}`))
 	f.Add([]byte(`{"v":1e0}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := engine.DecodeExecutionReport(data)
+		r, err := gated.DecodeExecutionReport(data)
 		if err != nil {
 			if !strings.HasPrefix(err.Error(), "outcome report") {
 				t.Fatalf("error %q does not say it is the outcome report's", err)
@@ -66,7 +66,7 @@ func FuzzDecodeExecutionReport(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r2, err := engine.DecodeExecutionReport(again)
+		r2, err := gated.DecodeExecutionReport(again)
 		if err != nil {
 			t.Fatalf("re-encoded report %s refused: %v", again, err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -13,12 +14,12 @@ import (
 // rules that decided, the distinct deny rules and the routing rule, and
 // bounds the list, saying how many rules it leaves out.
 func TestVerdictNamesDecidingRules(t *testing.T) {
-	manyDenies := make([]engine.Deny, 0, 2*(engine.MaxPolicyRules+5))
-	for i := range engine.MaxPolicyRules + 5 {
+	manyDenies := make([]gated.Deny, 0, 2*(gated.MaxPolicyRules+5))
+	for i := range gated.MaxPolicyRules + 5 {
 		rule := fmt.Sprintf("rule_%02d", i)
-		manyDenies = append(manyDenies, engine.Deny{Rule: rule, Message: "a"}, engine.Deny{Rule: rule, Message: "b"})
+		manyDenies = append(manyDenies, gated.Deny{Rule: rule, Message: "a"}, gated.Deny{Rule: rule, Message: "b"})
 	}
-	longName := strings.Repeat("r", 3*engine.MaxPolicyRuleLen)
+	longName := strings.Repeat("r", 3*gated.MaxPolicyRuleLen)
 	tests := []struct {
 		name      string
 		override  map[string]any
@@ -35,7 +36,7 @@ func TestVerdictNamesDecidingRules(t *testing.T) {
 			wantRules: []string{"no_skip_review", "unsupported_force_approve"}, wantRoute: "route_class"},
 		{name: "many deny rules are capped",
 			policy:    stubPolicy{d: engine.PolicyDecision{Denies: manyDenies, Review: engine.Route{Required: true, Quorum: 1, Rule: longName}, Revision: "rev-many"}},
-			wantRules: rulesUpTo(engine.MaxPolicyRules), wantMore: 5, wantRoute: longName[:engine.MaxPolicyRuleLen]},
+			wantRules: rulesUpTo(gated.MaxPolicyRules), wantMore: 5, wantRoute: longName[:gated.MaxPolicyRuleLen]},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

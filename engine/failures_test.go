@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -20,11 +21,11 @@ func TestDecideReplaysStoredVerdict(t *testing.T) {
 	tests := []struct {
 		note        string
 		data        []byte
-		wantOutcome engine.Outcome
+		wantOutcome gated.Outcome
 		wantReviews int
 	}{
-		{note: "approved", data: proposalJSON(t, nil), wantOutcome: engine.OutcomeApproved, wantReviews: 1},
-		{note: "invalid", data: proposalJSON(t, map[string]any{"class": "delete"}), wantOutcome: engine.OutcomeInvalid},
+		{note: "approved", data: proposalJSON(t, nil), wantOutcome: gated.OutcomeApproved, wantReviews: 1},
+		{note: "invalid", data: proposalJSON(t, map[string]any{"class": "delete"}), wantOutcome: gated.OutcomeInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -53,8 +54,8 @@ func TestDecideReplaysStoredVerdict(t *testing.T) {
 				t.Errorf("replay events %v, want [%s]", got, engine.EventReplayed)
 			}
 			var data struct {
-				AuditSeq uint64         `json:"audit_seq"`
-				Outcome  engine.Outcome `json:"outcome"`
+				AuditSeq uint64        `json:"audit_seq"`
+				Outcome  gated.Outcome `json:"outcome"`
 			}
 			if evs := tr.all(); len(evs) == 1 {
 				if err := json.Unmarshal(evs[0].Data, &data); err != nil {
@@ -77,13 +78,13 @@ func TestDecideReplaysStoredVerdict(t *testing.T) {
 func TestDecideRefusesReusedID(t *testing.T) {
 	h := newHarness(t)
 	first, _ := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-	if first.Outcome != engine.OutcomeApproved {
+	if first.Outcome != gated.OutcomeApproved {
 		t.Fatalf("first outcome %s, want approved (reason: %s)", first.Outcome, first.Reason)
 	}
 
 	other := proposalJSON(t, map[string]any{"class": "destructive", "reason": "drop everything"})
 	v, tr := h.mustDecide(t, testSubject, other, "")
-	if v.Outcome != engine.OutcomeInvalid || v.Stage != engine.StageValidation || v.Approved {
+	if v.Outcome != gated.OutcomeInvalid || v.Stage != gated.StageValidation || v.Approved {
 		t.Errorf("reused id got %s at %s (approved %v), want invalid at validation", v.Outcome, v.Stage, v.Approved)
 	}
 	if !strings.Contains(v.Reason, "already used") || !strings.Contains(v.Reason, `"p1"`) {
@@ -202,7 +203,7 @@ func TestDecideReviewDeadlineIsWallClock(t *testing.T) {
 		if msg := deadlineErr.Load(); msg != nil {
 			t.Error(msg)
 		}
-		if v.Outcome != engine.OutcomeApproved {
+		if v.Outcome != gated.OutcomeApproved {
 			t.Errorf("a 20ms review with a 10s timeout ended %s: %s", v.Outcome, v.Reason)
 		}
 	})
@@ -214,7 +215,7 @@ func TestDecideReviewDeadlineIsWallClock(t *testing.T) {
 		})
 		start := time.Now()
 		v, _ := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-		if v.Outcome != engine.OutcomeTimeout {
+		if v.Outcome != gated.OutcomeTimeout {
 			t.Errorf("a review past its 50ms timeout ended %s after %v: %s", v.Outcome, time.Since(start), v.Reason)
 		}
 	})
@@ -296,7 +297,7 @@ func TestDecideConcurrentDeliveries(t *testing.T) {
 	})
 	data := proposalJSON(t, nil)
 	const n = 8
-	verdicts := make([]*engine.Verdict, n)
+	verdicts := make([]*gated.Verdict, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
@@ -327,14 +328,14 @@ func TestDecidePolicyOutcomes(t *testing.T) {
 	tests := []struct {
 		note        string
 		policy      stubPolicy
-		wantOutcome engine.Outcome
-		wantStage   engine.Stage
+		wantOutcome gated.Outcome
+		wantStage   gated.Stage
 	}{
-		{note: "policy error fails closed", policy: stubPolicy{err: errors.New("rego: undefined")}, wantOutcome: engine.OutcomeError, wantStage: engine.StagePolicy},
+		{note: "policy error fails closed", policy: stubPolicy{err: errors.New("rego: undefined")}, wantOutcome: gated.OutcomeError, wantStage: gated.StagePolicy},
 		{note: "quorum above the loaded personas is blocked", policy: stubPolicy{d: engine.PolicyDecision{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: 2, Why: "tenant_wide"}}},
-			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview},
-		{note: "deny beats a waived review", policy: stubPolicy{d: engine.PolicyDecision{Denies: []engine.Deny{{Rule: "change_freeze", Message: "frozen"}}}},
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy},
+			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview},
+		{note: "deny beats a waived review", policy: stubPolicy{d: engine.PolicyDecision{Denies: []gated.Deny{{Rule: "change_freeze", Message: "frozen"}}}},
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -371,7 +372,7 @@ deny contains {"rule": "reason_budget", "message": "too expensive"} if {
 	}
 	h := newHarness(t, func(h *harness) { h.cfg.Policy = pol })
 	v, _ := h.mustDecide(t, "gated.proposals.acme.db_vacuum_table", proposalJSON(t, map[string]any{"action": "db_vacuum_table"}), "")
-	if v.Outcome != engine.OutcomeError || v.Stage != engine.StagePolicy || !strings.Contains(v.Reason, "to_number") {
+	if v.Outcome != gated.OutcomeError || v.Stage != gated.StagePolicy || !strings.Contains(v.Reason, "to_number") {
 		t.Fatalf("verdict %s at %s (%s), want error at policy naming to_number", v.Outcome, v.Stage, v.Reason)
 	}
 	if h.reviewer.calls() != 0 {
@@ -422,7 +423,7 @@ type overlapStore struct {
 	gets       atomic.Int32
 }
 
-func (s *overlapStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *overlapStore) Get(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	if s.gets.Add(1) == 1 {
 		select {
 		case <-s.recent:
@@ -453,7 +454,7 @@ func TestDecideReadsHistoryBesideTheVerdictLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -45,7 +46,7 @@ func FuzzDecideWithPolicy(f *testing.F) {
 			Tenant string `json:"tenant"`
 			Action string `json:"action"`
 		}
-		if json.Unmarshal(data, &head) == nil && engine.ValidTenant(head.Tenant) && engine.ValidAction(head.Action) {
+		if json.Unmarshal(data, &head) == nil && gated.ValidTenant(head.Tenant) && gated.ValidAction(head.Action) {
 			subject = wire.ProposalSubjectPrefix + head.Tenant + "." + head.Action
 		}
 		v, err := h.decideOn(t.Context(), h.stream.trail(), subject, data, "")
@@ -55,14 +56,14 @@ func FuzzDecideWithPolicy(f *testing.F) {
 		if v == nil {
 			t.Fatal("no verdict")
 		}
-		if v.Approved != (v.Outcome == engine.OutcomeApproved) {
+		if v.Approved != (v.Outcome == gated.OutcomeApproved) {
 			t.Fatalf("approved %v with outcome %s", v.Approved, v.Outcome)
 		}
 		if !v.Approved {
 			return
 		}
 		tenant, action, _ := engine.ParseProposalSubject(subject)
-		p, err := engine.DecodeProposal(data, tenant, action, engine.Limits{})
+		p, err := gated.DecodeProposal(data, tenant, action, gated.Limits{})
 		if err != nil {
 			t.Fatalf("approved a proposal that does not decode: %v", err)
 		}
@@ -70,11 +71,11 @@ func FuzzDecideWithPolicy(f *testing.F) {
 			t.Fatalf("approved a proposal with skip_review=%v force_approve=%v at stage %s: %s",
 				p.Flags.SkipReview, p.Flags.ForceApprove, v.Stage, v.Reason)
 		}
-		if p.Kind != engine.KindRun || v.Stage == engine.StagePolicy {
+		if p.Kind != gated.KindRun || v.Stage == gated.StagePolicy {
 			return // a run the review policy waived is approved as it is
 		}
 		for _, c := range p.Criteria {
-			if c.Required && c.Kind == engine.CriterionManual {
+			if c.Required && c.Kind == gated.CriterionManual {
 				t.Fatalf("approved run %s at stage %s with manual criterion %s undecided: %s", p.ID, v.Stage, c.ID, v.Reason)
 			}
 		}
@@ -90,13 +91,13 @@ func FuzzDecideWithPolicy(f *testing.F) {
 // every gate the persona requires and every criterion it is asked to
 // judge.
 func approveEverything(_ context.Context, req engine.ReviewRequest) (engine.ReviewResult, error) {
-	res := engine.ReviewResult{Plugin: "sop", Text: "Decision: approve\nNotes: fine.", Decision: engine.DecisionApprove}
+	res := engine.ReviewResult{Plugin: "sop", Text: "Decision: approve\nNotes: fine.", Decision: gated.DecisionApprove}
 	for _, g := range req.Persona.RequiredGates {
-		res.Gates = append(res.Gates, engine.GateResult{Name: g, Passed: true})
+		res.Gates = append(res.Gates, gated.GateResult{Name: g, Passed: true})
 	}
 	if req.Run != nil {
 		for _, id := range req.Run.AIReview {
-			res.Criteria = append(res.Criteria, engine.CriterionEval{ID: id, Pass: true, Confidence: 1})
+			res.Criteria = append(res.Criteria, gated.CriterionEval{ID: id, Pass: true, Confidence: 1})
 		}
 	}
 	return res, nil

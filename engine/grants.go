@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/grant"
 )
 
@@ -42,7 +43,7 @@ type Granter interface {
 }
 
 // grantTarget is the digest a grant binds the target of p with.
-func grantTarget(p *Proposal) (string, error) {
+func grantTarget(p *gated.Proposal) (string, error) {
 	if len(p.Target) == 0 {
 		return grant.TargetSHA256(nil)
 	}
@@ -55,13 +56,13 @@ func grantTarget(p *Proposal) (string, error) {
 
 // grantReviewers names who approved v: the approving reviewers, or the
 // operator who approved a held action; none for a policy-only approval.
-func grantReviewers(v *Verdict) []grant.Reviewer {
+func grantReviewers(v *gated.Verdict) []grant.Reviewer {
 	out := []grant.Reviewer{}
 	if v.Operator != nil {
 		return append(out, grant.Reviewer{Plugin: "operator", Persona: v.Operator.ID})
 	}
 	for _, r := range v.Reviews {
-		if r.Decision == DecisionApprove {
+		if r.Decision == gated.DecisionApprove {
 			out = append(out, grant.Reviewer{Plugin: r.Plugin, PluginVersion: r.PluginVersion, Persona: r.Persona, Model: r.Model})
 		}
 	}
@@ -73,9 +74,9 @@ func grantReviewers(v *Verdict) []grant.Reviewer {
 // is not an approved action, or an engine without a Granter, gets none.
 // An error leaves v without a grant and must fail the decision: an
 // approval without its grant is never stored.
-func (e *Engine) grantFor(ctx context.Context, log *auditLog, v *Verdict, targetSHA string, now time.Time) error {
+func (e *Engine) grantFor(ctx context.Context, log *auditLog, v *gated.Verdict, targetSHA string, now time.Time) error {
 	v.Grant = ""
-	if e.cfg.Grants == nil || v.Outcome != OutcomeApproved || v.Kind == KindRun {
+	if e.cfg.Grants == nil || v.Outcome != gated.OutcomeApproved || v.Kind == gated.KindRun {
 		return nil
 	}
 	if targetSHA == "" {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 )
@@ -26,7 +27,7 @@ func withGrants(t *testing.T, ring **grant.Ring) func(*harness) {
 
 // checkGrant verifies v's grant as an executor would, for the target
 // given as JSON, and checks its claims and the grant.issued record.
-func checkGrant(t *testing.T, h *harness, ring *grant.Ring, v *engine.Verdict, target string, reviewers []grant.Reviewer, events []engine.AuditEvent) {
+func checkGrant(t *testing.T, h *harness, ring *grant.Ring, v *gated.Verdict, target string, reviewers []grant.Reviewer, events []engine.AuditEvent) {
 	t.Helper()
 	c, err := grant.Verify(v.Grant, ring.Public(h.now), h.now, grant.Expect{
 		Tenant: v.Tenant, ProposalID: v.ProposalID, ProposalSHA256: v.ProposalSHA256, Action: v.Action, Target: []byte(target),
@@ -74,7 +75,7 @@ func TestGrantOnApprovalsOnly(t *testing.T) {
 		var ring *grant.Ring
 		h := newHarness(t, withGrants(t, &ring))
 		v, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-		if v.Outcome != engine.OutcomeApproved {
+		if v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
 		}
 		checkGrant(t, h, ring, v, target, sop, tr.all())
@@ -90,7 +91,7 @@ func TestGrantOnApprovalsOnly(t *testing.T) {
 		var ring *grant.Ring
 		h := newHarness(t, withGrants(t, &ring))
 		v, tr := h.mustDecide(t, "gated.proposals.acme.host_list_services", proposalJSON(t, map[string]any{"action": "host_list_services", "class": "read", "blast_radius": nil}), "")
-		if v.Outcome != engine.OutcomeApproved || h.reviewer.calls() != 0 {
+		if v.Outcome != gated.OutcomeApproved || h.reviewer.calls() != 0 {
 			t.Fatalf("outcome %s after %d reviews: %s", v.Outcome, h.reviewer.calls(), v.Reason)
 		}
 		checkGrant(t, h, ring, v, target, []grant.Reviewer{}, tr.all())
@@ -100,19 +101,19 @@ func TestGrantOnApprovalsOnly(t *testing.T) {
 		opt     func(*harness)
 		subject string
 		data    func(t *testing.T) []byte
-		want    engine.Outcome
+		want    gated.Outcome
 	}{
 		{"reviewer rejects", func(h *harness) {
-			h.reviewer.answer = approvalWith(func(r *engine.ReviewResult) { r.Text, r.Decision = "Decision: reject", engine.DecisionReject })
-		}, testSubject, func(t *testing.T) []byte { return proposalJSON(t, nil) }, engine.OutcomeRejected},
+			h.reviewer.answer = approvalWith(func(r *engine.ReviewResult) { r.Text, r.Decision = "Decision: reject", gated.DecisionReject })
+		}, testSubject, func(t *testing.T) []byte { return proposalJSON(t, nil) }, gated.OutcomeRejected},
 		{"policy denies", nil, testSubject, func(t *testing.T) []byte {
 			return proposalJSON(t, map[string]any{"flags": map[string]any{"skip_review": true}})
-		}, engine.OutcomeRejected},
-		{"invalid", nil, testSubject, func(t *testing.T) []byte { return proposalJSON(t, map[string]any{"class": "maybe"}) }, engine.OutcomeInvalid},
+		}, gated.OutcomeRejected},
+		{"invalid", nil, testSubject, func(t *testing.T) []byte { return proposalJSON(t, map[string]any{"class": "maybe"}) }, gated.OutcomeInvalid},
 		{"reviewer fails", func(h *harness) { h.reviewer.answer = answer(engine.ReviewResult{}, errors.New("plugin crashed")) },
-			testSubject, func(t *testing.T) []byte { return proposalJSON(t, nil) }, engine.OutcomeError},
+			testSubject, func(t *testing.T) []byte { return proposalJSON(t, nil) }, gated.OutcomeError},
 		{"no reviewer", func(h *harness) { h.router.err = engine.ErrNoReviewer },
-			testSubject, func(t *testing.T) []byte { return proposalJSON(t, nil) }, engine.OutcomeBlocked},
+			testSubject, func(t *testing.T) []byte { return proposalJSON(t, nil) }, gated.OutcomeBlocked},
 	}
 	for _, tc := range noGrant {
 		t.Run(tc.note, func(t *testing.T) {
@@ -139,20 +140,20 @@ func TestGrantOnHeldActions(t *testing.T) {
 	heldTarget := `{"zone":"example.org"}`
 	for _, tc := range []struct {
 		note     string
-		settle   func(h *harness, held *engine.Verdict) (*engine.Verdict, []engine.AuditEvent, error)
+		settle   func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error)
 		approved bool
 	}{
-		{"operator approves", func(h *harness, held *engine.Verdict) (*engine.Verdict, []engine.AuditEvent, error) {
+		{"operator approves", func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error) {
 			tr := h.stream.trail()
 			v, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), tr)
 			return v, tr.all(), err
 		}, true},
-		{"operator rejects", func(h *harness, held *engine.Verdict) (*engine.Verdict, []engine.AuditEvent, error) {
+		{"operator rejects", func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error) {
 			tr := h.stream.trail()
 			v, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorReject), tr)
 			return v, tr.all(), err
 		}, false},
-		{"deadline passes", func(h *harness, held *engine.Verdict) (*engine.Verdict, []engine.AuditEvent, error) {
+		{"deadline passes", func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error) {
 			h.advance(15 * time.Minute)
 			tr := h.stream.trail()
 			v, err := h.eng.Expire(t.Context(), "acme", "p1", tr)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -157,8 +158,8 @@ func approval() engine.ReviewResult {
 		Plugin: "sop", PluginVersion: "1.2.3", PID: 4242,
 		Text: "Decision: approve\nGates:\n- sop_covers: pass — SOP-001\n- no_parallel_operation: pass — no recent verdicts\n" +
 			"- rollback_known: pass — restart the previous unit\nNotes: safe to restart.",
-		Decision: engine.DecisionApprove,
-		Gates: []engine.GateResult{
+		Decision: gated.DecisionApprove,
+		Gates: []gated.GateResult{
 			{Name: "sop_covers", Passed: true, Detail: "SOP-001"},
 			{Name: "no_parallel_operation", Passed: true},
 			{Name: "rollback_known", Passed: true},
@@ -255,13 +256,13 @@ func (h *harness) advance(d time.Duration) {
 	h.clock.set(h.now)
 }
 
-func (h *harness) decideOn(ctx context.Context, tr *memTrail, subject string, data []byte, msgID string) (*engine.Verdict, error) {
+func (h *harness) decideOn(ctx context.Context, tr *memTrail, subject string, data []byte, msgID string) (*gated.Verdict, error) {
 	return h.eng.Decide(ctx, engine.Delivery{Subject: subject, Data: data, MsgID: msgID, Attempt: 1, Trail: tr})
 }
 
 // mustDecide decides one delivery on a fresh trail and checks the
 // invariants every freshly decided verdict must hold.
-func (h *harness) mustDecide(t *testing.T, subject string, data []byte, msgID string) (*engine.Verdict, *memTrail) {
+func (h *harness) mustDecide(t *testing.T, subject string, data []byte, msgID string) (*gated.Verdict, *memTrail) {
 	t.Helper()
 	tr := h.stream.trail()
 	v, err := h.decideOn(t.Context(), tr, subject, data, msgID)
@@ -273,7 +274,7 @@ func (h *harness) mustDecide(t *testing.T, subject string, data []byte, msgID st
 }
 
 // checkFresh checks a verdict decided on trail tr (not replayed).
-func (h *harness) checkFresh(t *testing.T, v *engine.Verdict, tr *memTrail, data []byte) {
+func (h *harness) checkFresh(t *testing.T, v *gated.Verdict, tr *memTrail, data []byte) {
 	t.Helper()
 	if v == nil {
 		t.Fatal("Decide returned a nil verdict and no error")
@@ -281,7 +282,7 @@ func (h *harness) checkFresh(t *testing.T, v *engine.Verdict, tr *memTrail, data
 	if v.V != 1 {
 		t.Errorf("verdict v = %d, want 1", v.V)
 	}
-	if v.Approved != (v.Outcome == engine.OutcomeApproved) {
+	if v.Approved != (v.Outcome == gated.OutcomeApproved) {
 		t.Errorf("approved = %v with outcome %q", v.Approved, v.Outcome)
 	}
 	if strings.TrimSpace(v.Reason) == "" {
@@ -324,7 +325,7 @@ func (h *harness) checkFresh(t *testing.T, v *engine.Verdict, tr *memTrail, data
 	if last.Event != engine.EventVerdict {
 		t.Fatalf("trail sealed with %q, want %q", last.Event, engine.EventVerdict)
 	}
-	var sealedVerdict engine.Verdict
+	var sealedVerdict gated.Verdict
 	if err := json.Unmarshal(last.Data, &sealedVerdict); err != nil {
 		t.Fatalf("verdict event data: %v", err)
 	}
@@ -333,7 +334,7 @@ func (h *harness) checkFresh(t *testing.T, v *engine.Verdict, tr *memTrail, data
 	}
 	wantTenant := v.Tenant
 	if wantTenant == "" {
-		wantTenant = engine.UnknownTenant
+		wantTenant = gated.UnknownTenant
 	}
 	for _, ev := range events {
 		common := commonData(t, ev)
@@ -381,7 +382,7 @@ func commonData(t *testing.T, ev engine.AuditEvent) (c struct {
 	return c
 }
 
-func sameVerdict(t *testing.T, got, want *engine.Verdict) {
+func sameVerdict(t *testing.T, got, want *gated.Verdict) {
 	t.Helper()
 	g, err := json.Marshal(got)
 	if err != nil {

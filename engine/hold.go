@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gated/gated/engine/internal/reviewtext"
+	"github.com/gated/gated"
+	"github.com/gated/gated/internal/reviewtext"
+	"github.com/gated/gated/internal/textcut"
 )
 
 // Operator decisions on a held action.
@@ -52,7 +54,7 @@ func holdReason(holds []Hold) string {
 
 // operatorHold is the hold of an action the policy held at start: its
 // deadline is the shortest of the holds' and the engine's default.
-func (e *Engine) operatorHold(holds []Hold, start time.Time) *OperatorHold {
+func (e *Engine) operatorHold(holds []Hold, start time.Time) *gated.OperatorHold {
 	sorted := sortedHolds(holds)
 	wait := e.cfg.OperatorDeadline
 	for _, h := range sorted {
@@ -60,16 +62,16 @@ func (e *Engine) operatorHold(holds []Hold, start time.Time) *OperatorHold {
 			wait = h.Deadline
 		}
 	}
-	return &OperatorHold{
+	return &gated.OperatorHold{
 		Deadline: start.Add(wait).UTC(),
 		Reason:   holdWhy(sorted),
-		Rule:     ruleName(sorted[0].Rule),
+		Rule:     textcut.Cut(sorted[0].Rule, gated.MaxPolicyRuleLen),
 	}
 }
 
 // hold marks v, the verdict of an action the policy held, as awaiting an
 // operator, and records operator.awaited.
-func (r *pass) hold(ctx context.Context, v *Verdict, holds []Hold) {
+func (r *pass) hold(ctx context.Context, v *gated.Verdict, holds []Hold) {
 	h := r.e.operatorHold(holds, r.start)
 	if r.p != nil {
 		// An operator's approval carries a grant bound to the target; a
@@ -89,34 +91,34 @@ func (r *pass) hold(ctx context.Context, v *Verdict, holds []Hold) {
 // one: approved or rejected at stage operator, with the operator's id,
 // key and reason. A decision at or past the deadline is refused
 // (ErrNotAwaiting): the action times out instead.
-func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDecision, trail AuditTrail) (*Verdict, error) {
+func (e *Engine) resolveAction(ctx context.Context, held *gated.Verdict, d OperatorDecision, trail AuditTrail) (*gated.Verdict, error) {
 	key := d.Tenant + "." + d.ProposalID
 	switch {
 	case len(d.Criteria) > 0:
-		return nil, fmt.Errorf("%w: %s is an action held for an operator: decide it with approve or reject, not criteria", ErrDecisionMismatch, key)
+		return nil, fmt.Errorf("%w: %s is an action held for an operator: decide it with approve or reject, not criteria", gated.ErrDecisionMismatch, key)
 	case d.Decision != OperatorApprove && d.Decision != OperatorReject:
 		return nil, fmt.Errorf("%w: %s is an action held for an operator: the decision must be approve or reject, not %q",
-			ErrDecisionMismatch, key, clipText(d.Decision, 32))
+			gated.ErrDecisionMismatch, key, textcut.Clip(d.Decision, 32))
 	}
-	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
+	return e.settleHeld(ctx, held, trail, func(next *gated.Verdict, now time.Time) ([]auditStep, error) {
 		// Checked under the claim, at the time the verdict carries: a
 		// decision that began before the deadline and reached the claim
 		// after it is too late.
 		if deadline := held.AwaitingOperator.Deadline; !now.Before(deadline) {
 			return nil, fmt.Errorf("%w: %s passed its deadline %s: it times out, and no decision can approve it",
-				ErrNotAwaiting, key, deadline.Format(time.RFC3339))
+				gated.ErrNotAwaiting, key, deadline.Format(time.RFC3339))
 		}
 		reason := strings.TrimSpace(d.Reason)
-		next.Operator = &OperatorRef{ID: d.Operator, Key: d.Key, Decision: d.Decision, Reason: clipText(reason, DefaultRunMaxItemBytes)}
+		next.Operator = &gated.OperatorRef{ID: d.Operator, Key: d.Key, Decision: d.Decision, Reason: textcut.Clip(reason, gated.DefaultRunMaxItemBytes)}
 		if d.Decision == OperatorApprove {
-			next.Outcome, next.Approved = OutcomeApproved, true
+			next.Outcome, next.Approved = gated.OutcomeApproved, true
 			next.Reason = fmt.Sprintf("operator %s approved the held action", d.Operator)
 		} else {
-			next.Outcome, next.Approved = OutcomeRejected, false
+			next.Outcome, next.Approved = gated.OutcomeRejected, false
 			next.Reason = fmt.Sprintf("operator %s rejected the held action", d.Operator)
 		}
 		if reason != "" {
-			next.Reason += ": " + clipText(reviewtext.FirstLine(reason), 240)
+			next.Reason += ": " + textcut.Clip(reviewtext.FirstLine(reason), 240)
 		}
 		return []auditStep{{EventOperatorDecided, map[string]any{
 			"operator": d.Operator, "key": d.Key, "decision": d.Decision, "reason": next.Operator.Reason,
@@ -133,7 +135,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *Verdict, d OperatorDec
 // (an operator's decision is being applied: try again shortly), or are
 // store and audit failures. Of a decision and the deadline that race,
 // exactly one settles the verdict.
-func (e *Engine) Expire(ctx context.Context, tenant, id string, trail AuditTrail) (*Verdict, error) {
+func (e *Engine) Expire(ctx context.Context, tenant, id string, trail AuditTrail) (*gated.Verdict, error) {
 	if trail == nil {
 		return nil, fmt.Errorf("%w: a timeout needs an audit trail", ErrInvalidOption)
 	}
@@ -141,15 +143,15 @@ func (e *Engine) Expire(ctx context.Context, tenant, id string, trail AuditTrail
 	if err != nil {
 		return nil, fmt.Errorf("looking up verdict %s.%s: %w", tenant, id, err)
 	}
-	if held.Outcome != OutcomeBlocked || held.AwaitingOperator == nil {
-		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", ErrNotAwaiting, tenant, id, held.Outcome, held.Stage)
+	if held.Outcome != gated.OutcomeBlocked || held.AwaitingOperator == nil {
+		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", gated.ErrNotAwaiting, tenant, id, held.Outcome, held.Stage)
 	}
 	deadline := held.AwaitingOperator.Deadline
-	return e.settleHeld(ctx, held, trail, func(next *Verdict, now time.Time) ([]auditStep, error) {
+	return e.settleHeld(ctx, held, trail, func(next *gated.Verdict, now time.Time) ([]auditStep, error) {
 		if now.Before(deadline) {
-			return nil, fmt.Errorf("%w: %s.%s waits until %s", ErrNotDue, tenant, id, deadline.Format(time.RFC3339Nano))
+			return nil, fmt.Errorf("%w: %s.%s waits until %s", gated.ErrNotDue, tenant, id, deadline.Format(time.RFC3339Nano))
 		}
-		next.Outcome, next.Approved = OutcomeTimeout, false
+		next.Outcome, next.Approved = gated.OutcomeTimeout, false
 		next.Reason = fmt.Sprintf("no operator decided the held action before its deadline %s (%s)",
 			deadline.Format(time.RFC3339), held.AwaitingOperator.Reason)
 		return nil, nil
@@ -166,13 +168,13 @@ type auditStep struct {
 // of a copy at the time now, or refuses with decide's error: it takes the proposal's claim, so that of a decision and the
 // deadline only one settles it, records decide's events and the new
 // verdict.decided on trail, and stores the verdict in held's place.
-func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail, decide func(next *Verdict, now time.Time) ([]auditStep, error)) (*Verdict, error) {
+func (e *Engine) settleHeld(ctx context.Context, held *gated.Verdict, trail AuditTrail, decide func(next *gated.Verdict, now time.Time) ([]auditStep, error)) (*gated.Verdict, error) {
 	tenant, id := held.Tenant, held.ProposalID
 	c := &reviewClaim{claims: e.cfg.Store, verdicts: e.cfg.Store, tenant: tenant, id: id, holder: streamHolder(0)}
 	mine := Claim{Holder: c.holder, Until: time.Now().Add(holdClaimTTL).UTC()}
 	taken, err := c.claims.Claim(ctx, tenant, id, mine)
 	switch {
-	case errors.Is(err, ErrClaimed):
+	case errors.Is(err, gated.ErrClaimed):
 		return nil, fmt.Errorf("%w: %s.%s is being settled by another decision (%s): look again shortly", err, tenant, id, taken.Holder)
 	case err != nil:
 		return nil, fmt.Errorf("claiming held verdict %s.%s: %w", tenant, id, err)
@@ -185,10 +187,10 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 		return nil, fmt.Errorf("looking up verdict %s.%s: %w", tenant, id, err)
 	}
 	if now.AuditSeq != held.AuditSeq || now.AwaitingOperator == nil {
-		return nil, fmt.Errorf("%w: %s.%s was settled meanwhile (now %s)", ErrNotAwaiting, tenant, id, now.Outcome)
+		return nil, fmt.Errorf("%w: %s.%s was settled meanwhile (now %s)", gated.ErrNotAwaiting, tenant, id, now.Outcome)
 	}
 
-	var next Verdict
+	var next gated.Verdict
 	if err := json.Unmarshal(mustJSON(held), &next); err != nil {
 		return nil, fmt.Errorf("copying the held verdict: %w", err)
 	}
@@ -200,7 +202,7 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 	}
 	// An approval joins its target's history before it is signed or
 	// stored, and only while no other approval joined it meanwhile.
-	var denied *Deny
+	var denied *gated.Deny
 	if next.Approved && held.TargetKey != "" {
 		if denied, err = e.joinHeld(ctx, held, &next, start); err != nil {
 			return nil, err
@@ -213,14 +215,14 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 		r.revision, r.evalUS = held.Policy.Revision, held.Policy.EvalUS
 	}
 	r.log = auditLog{trail: trail, clock: e.cfg.Clock, head: &r.eventHead}
-	next.Stage, next.DecidedAt = StageOperator, r.start.UTC()
+	next.Stage, next.DecidedAt = gated.StageOperator, r.start.UTC()
 	if denied != nil {
-		ref := PolicyRef{}
+		ref := gated.PolicyRef{}
 		if held.Policy != nil {
 			ref = *held.Policy
 		}
-		ref.Denies, ref.Rules, ref.RulesMore = []Deny{*denied}, []string{denied.Rule}, 0
-		next.Outcome, next.Approved, next.Stage, next.Policy = OutcomeRejected, false, StagePolicy, &ref
+		ref.Denies, ref.Rules, ref.RulesMore = []gated.Deny{*denied}, []string{denied.Rule}, 0
+		next.Outcome, next.Approved, next.Stage, next.Policy = gated.OutcomeRejected, false, gated.StagePolicy, &ref
 		next.Reason = denyReason(ref.Denies)
 		steps = append(steps, auditStep{EventPolicyRechecked, map[string]any{"denies": ref.Denies}})
 	}
@@ -237,8 +239,8 @@ func (e *Engine) settleHeld(ctx context.Context, held *Verdict, trail AuditTrail
 	}
 	stored, err := e.cfg.Store.Replace(ctx, held, &next)
 	switch {
-	case errors.Is(err, ErrExists):
-		return stored, fmt.Errorf("%w: %s.%s was settled by another decision first (now %s)", ErrNotAwaiting, tenant, id, stored.Outcome)
+	case errors.Is(err, gated.ErrExists):
+		return stored, fmt.Errorf("%w: %s.%s was settled by another decision first (now %s)", gated.ErrNotAwaiting, tenant, id, stored.Outcome)
 	case err != nil:
 		return nil, fmt.Errorf("storing the settled verdict of %s.%s: %w", tenant, id, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/policies"
@@ -50,10 +51,10 @@ func heldProposal(t *testing.T, override map[string]any) []byte {
 	return proposalJSON(t, m)
 }
 
-func decideHeld(t *testing.T, h *harness) *engine.Verdict {
+func decideHeld(t *testing.T, h *harness) *gated.Verdict {
 	t.Helper()
 	v, tr := h.mustDecide(t, holdSubject, heldProposal(t, nil), "")
-	if v.Outcome != engine.OutcomeBlocked || v.Approved || v.AwaitingOperator == nil || v.Final() {
+	if v.Outcome != gated.OutcomeBlocked || v.Approved || v.AwaitingOperator == nil || v.Final() {
 		t.Fatalf("verdict %s awaiting %+v: %s", v.Outcome, v.AwaitingOperator, v.Reason)
 	}
 	if h.reviewer.calls() != 0 {
@@ -68,7 +69,7 @@ func decideHeld(t *testing.T, h *harness) *engine.Verdict {
 	return v
 }
 
-func actionDecision(v *engine.Verdict, decision string) engine.OperatorDecision {
+func actionDecision(v *gated.Verdict, decision string) engine.OperatorDecision {
 	return engine.OperatorDecision{Tenant: v.Tenant, ProposalID: v.ProposalID, ProposalSHA256: v.ProposalSHA256,
 		Operator: "alice", Key: "UKEY", Decision: decision, Reason: "change window agreed"}
 }
@@ -82,7 +83,7 @@ func TestHeldActionSettles(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Outcome != engine.OutcomeApproved || !v.Approved || v.Stage != engine.StageOperator || v.AwaitingOperator != nil || !v.Final() {
+		if v.Outcome != gated.OutcomeApproved || !v.Approved || v.Stage != gated.StageOperator || v.AwaitingOperator != nil || !v.Final() {
 			t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 		}
 		if v.Operator == nil || v.Operator.ID != "alice" || v.Operator.Key != "UKEY" || v.Operator.Reason != "change window agreed" {
@@ -92,10 +93,10 @@ func TestHeldActionSettles(t *testing.T) {
 			t.Errorf("events %v, want %v", got, want)
 		}
 		checkDecidedOperator(t, tr.all(), "alice")
-		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeApproved {
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeApproved {
 			t.Errorf("store holds %s", stored.Outcome)
 		}
-		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorReject), h.stream.trail()); !errors.Is(err, engine.ErrNotAwaiting) {
+		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorReject), h.stream.trail()); !errors.Is(err, gated.ErrNotAwaiting) {
 			t.Errorf("second decision: %v, want ErrNotAwaiting", err)
 		}
 	})
@@ -103,29 +104,29 @@ func TestHeldActionSettles(t *testing.T) {
 		h := holdHarness(t)
 		held := decideHeld(t, h)
 		v, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorReject), h.stream.trail())
-		if err != nil || v.Outcome != engine.OutcomeRejected || v.Approved || !strings.Contains(v.Reason, "alice rejected") {
+		if err != nil || v.Outcome != gated.OutcomeRejected || v.Approved || !strings.Contains(v.Reason, "alice rejected") {
 			t.Fatalf("verdict %+v, %v", v, err)
 		}
 	})
 	t.Run("deadline times out, never approves", func(t *testing.T) {
 		h := holdHarness(t)
 		held := decideHeld(t, h)
-		if _, err := h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail()); !errors.Is(err, engine.ErrNotDue) {
+		if _, err := h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail()); !errors.Is(err, gated.ErrNotDue) {
 			t.Fatalf("Expire before the deadline: %v, want ErrNotDue", err)
 		}
 		h.advance(15 * time.Minute)
-		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), h.stream.trail()); !errors.Is(err, engine.ErrNotAwaiting) {
+		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), h.stream.trail()); !errors.Is(err, gated.ErrNotAwaiting) {
 			t.Fatalf("approval at the deadline: %v, want ErrNotAwaiting", err)
 		}
 		tr := h.stream.trail()
 		v, err := h.eng.Expire(t.Context(), "acme", "p1", tr)
-		if err != nil || v.Outcome != engine.OutcomeTimeout || v.Approved || v.Stage != engine.StageOperator {
+		if err != nil || v.Outcome != gated.OutcomeTimeout || v.Approved || v.Stage != gated.StageOperator {
 			t.Fatalf("verdict %+v, %v", v, err)
 		}
 		if got := tr.names(); !slices.Equal(got, []string{engine.EventVerdict}) {
 			t.Errorf("events %v", got)
 		}
-		if _, err := h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail()); !errors.Is(err, engine.ErrNotAwaiting) {
+		if _, err := h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail()); !errors.Is(err, gated.ErrNotAwaiting) {
 			t.Errorf("second timeout: %v, want ErrNotAwaiting", err)
 		}
 	})
@@ -147,14 +148,14 @@ func TestHeldActionSettles(t *testing.T) {
 			d := actionDecision(held, engine.OperatorApprove)
 			tc.edit(&d)
 			tr := h.stream.trail()
-			if _, err := h.eng.Resolve(t.Context(), d, tr); !errors.Is(err, engine.ErrDecisionMismatch) {
+			if _, err := h.eng.Resolve(t.Context(), d, tr); !errors.Is(err, gated.ErrDecisionMismatch) {
 				t.Errorf("%s: %v, want ErrDecisionMismatch", tc.note, err)
 			}
 			if len(tr.names()) != 0 {
 				t.Errorf("%s: a refused decision recorded %v", tc.note, tr.names())
 			}
 		}
-		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeBlocked {
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeBlocked {
 			t.Errorf("after refusals the store holds %s", stored.Outcome)
 		}
 	})
@@ -173,7 +174,7 @@ func TestHeldActionSettles(t *testing.T) {
 		h.store.m["acme.p1"] = raw
 		h.store.mu.Unlock()
 		tr := h.stream.trail()
-		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), tr); !errors.Is(err, engine.ErrDecisionMismatch) {
+		if _, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), tr); !errors.Is(err, gated.ErrDecisionMismatch) {
 			t.Errorf("Resolve: %v, want ErrDecisionMismatch", err)
 		}
 		if len(tr.names()) != 0 {
@@ -183,15 +184,15 @@ func TestHeldActionSettles(t *testing.T) {
 	t.Run("a denied action is rejected, never held", func(t *testing.T) {
 		h := holdHarness(t)
 		v, _ := h.mustDecide(t, holdSubject, heldProposal(t, map[string]any{"flags": map[string]any{"skip_review": true}}), "")
-		if v.Outcome != engine.OutcomeRejected || v.AwaitingOperator != nil {
+		if v.Outcome != gated.OutcomeRejected || v.AwaitingOperator != nil {
 			t.Fatalf("verdict %s awaiting %+v: %s", v.Outcome, v.AwaitingOperator, v.Reason)
 		}
 		// So no decision can approve it.
 		_, err := h.eng.Resolve(t.Context(), actionDecision(v, engine.OperatorApprove), h.stream.trail())
-		if !errors.Is(err, engine.ErrNotAwaiting) {
+		if !errors.Is(err, gated.ErrNotAwaiting) {
 			t.Errorf("approving a denied action: %v, want ErrNotAwaiting", err)
 		}
-		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeRejected {
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeRejected {
 			t.Errorf("store holds %s", stored.Outcome)
 		}
 	})
@@ -216,23 +217,23 @@ func TestHeldActionDecisionRacesTheDeadline(t *testing.T) {
 			h := holdHarness(t)
 			held := decideHeld(t, h)
 			h.advance(15*time.Minute - time.Millisecond)
-			decide := func() (*engine.Verdict, error) {
+			decide := func() (*gated.Verdict, error) {
 				return h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), h.stream.trail())
 			}
-			expire := func() (*engine.Verdict, error) {
+			expire := func() (*gated.Verdict, error) {
 				h.advance(time.Millisecond)
 				return h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail())
 			}
 			a, b := decide, expire
-			want := engine.OutcomeApproved
+			want := gated.OutcomeApproved
 			if first == "deadline" {
-				a, b, want = expire, decide, engine.OutcomeTimeout
+				a, b, want = expire, decide, gated.OutcomeTimeout
 			}
 			v, err := a()
 			if err != nil || v.Outcome != want {
 				t.Fatalf("first: %+v, %v", v, err)
 			}
-			if _, err := b(); !errors.Is(err, engine.ErrNotAwaiting) {
+			if _, err := b(); !errors.Is(err, gated.ErrNotAwaiting) {
 				t.Fatalf("second: %v, want ErrNotAwaiting", err)
 			}
 			if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != want {
@@ -251,8 +252,8 @@ func TestHeldActionDecisionRacesTheDeadline(t *testing.T) {
 			h.advance(15*time.Minute - time.Millisecond)
 			var wg sync.WaitGroup
 			var mu sync.Mutex
-			var won []engine.Outcome
-			run := func(f func() (*engine.Verdict, error)) {
+			var won []gated.Outcome
+			run := func(f func() (*gated.Verdict, error)) {
 				defer wg.Done()
 				v, err := f()
 				switch {
@@ -260,15 +261,15 @@ func TestHeldActionDecisionRacesTheDeadline(t *testing.T) {
 					mu.Lock()
 					won = append(won, v.Outcome)
 					mu.Unlock()
-				case !errors.Is(err, engine.ErrNotAwaiting) && !errors.Is(err, engine.ErrClaimed) && !errors.Is(err, engine.ErrNotDue):
+				case !errors.Is(err, gated.ErrNotAwaiting) && !errors.Is(err, gated.ErrClaimed) && !errors.Is(err, gated.ErrNotDue):
 					t.Errorf("round %d: %v", i, err)
 				}
 			}
 			wg.Add(2)
-			go run(func() (*engine.Verdict, error) {
+			go run(func() (*gated.Verdict, error) {
 				return h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), h.stream.trail())
 			})
-			go run(func() (*engine.Verdict, error) {
+			go run(func() (*gated.Verdict, error) {
 				h.advance(time.Millisecond)
 				return h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail())
 			})
@@ -280,7 +281,7 @@ func TestHeldActionDecisionRacesTheDeadline(t *testing.T) {
 			if len(won) == 1 && stored.Outcome != won[0] {
 				t.Fatalf("round %d: %s won, the store holds %s", i, won[0], stored.Outcome)
 			}
-			if stored.Outcome == engine.OutcomeApproved && !stored.DecidedAt.Before(held.AwaitingOperator.Deadline) {
+			if stored.Outcome == gated.OutcomeApproved && !stored.DecidedAt.Before(held.AwaitingOperator.Deadline) {
 				t.Fatalf("round %d: approved at %s, the deadline was %s", i, stored.DecidedAt, held.AwaitingOperator.Deadline)
 			}
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // Policy evaluates the deterministic rules. Implementations are safe for
@@ -19,11 +21,11 @@ type Policy interface {
 
 // PolicyInput is the document the policy sees as input.
 type PolicyInput struct {
-	Proposal *Proposal
+	Proposal *gated.Proposal
 	// Persona is the candidate reviewer, nil when none is known.
 	Persona *Persona
 	// History holds recent verdicts on the same tenant and target.
-	History []Verdict
+	History []gated.Verdict
 	// RunRecord is gated's record of the earlier rounds of a run
 	// proposal's run, nil when there is none.
 	RunRecord *RunRecord
@@ -40,12 +42,12 @@ type PolicyInput struct {
 
 // PolicyDecision is the policy's answer, data.gated.decision.
 type PolicyDecision struct {
-	Denies        []Deny
+	Denies        []gated.Deny
 	Review        Route
 	ReviewerTools []string
 	DeniedTools   []string
 	// SOP is the catalog entry that covers the proposal's action, if any.
-	SOP *SOP
+	SOP *gated.SOP
 	// Skipped is true when configuration, not the class, waived review.
 	Skipped bool
 	// Run is the decision's run section; the policy must give one for a
@@ -97,15 +99,6 @@ type Hold struct {
 	// Deadline, when above zero, is how long the operator may take; the
 	// engine keeps the shortest of the holds' and its own default.
 	Deadline time.Duration `json:"deadline,omitempty"`
-}
-
-// SOP is one entry of the standard operating procedure catalog.
-type SOP struct {
-	ID       string   `json:"id"`
-	Title    string   `json:"title,omitempty"`
-	Actions  []string `json:"actions,omitempty"`
-	Rollback string   `json:"rollback,omitempty"`
-	Steps    []string `json:"steps,omitempty"`
 }
 
 // Persona is a reviewer's configuration as the engine needs it. The
@@ -184,21 +177,21 @@ type Turn interface {
 // ReviewRequest is what the host sends a reviewer.
 type ReviewRequest struct {
 	ReviewID     string
-	Proposal     *Proposal
+	Proposal     *gated.Proposal
 	ProposalJSON []byte
 	Persona      *Persona
 	// Tools is the effective tool bag after the policy's denials.
 	Tools []string
 	// DeniedTools are the persona's tools the policy removed.
 	DeniedTools []string
-	SOP         *SOP
-	History     []Verdict
+	SOP         *gated.SOP
+	History     []gated.Verdict
 	// PolicyRevision and Why say which policy routed the review and why.
 	PolicyRevision string
 	Why            string
 	Deadline       time.Time
 	// Run is set for the review of a kind run proposal.
-	Run *RunContext
+	Run *gated.RunContext
 	// Audit records an event on the proposal's audit trail (tool calls the
 	// reviewer made through the host). It may be nil. Events recorded
 	// after Review returns are lost; a failed record fails the trail's
@@ -222,19 +215,19 @@ type ReviewResult struct {
 	// decision line.
 	Text string
 	// Decision is the reviewer's structured claim. It must agree with Text.
-	Decision          ReviewDecision
-	Gates             []GateResult
+	Decision          gated.ReviewDecision
+	Gates             []gated.GateResult
 	SOPID             string
 	RollbackPath      string
 	Notes             string
-	Criteria          []CriterionEval
-	Comments          []Comment
+	Criteria          []gated.CriterionEval
+	Comments          []gated.Comment
 	MissingWork       []string
 	NextRoundGuidance string
 	Warnings          []string
 	Confidence        float64
 	Turns             int
-	Tokens            Tokens
+	Tokens            gated.Tokens
 }
 
 // VerdictStore is everything an Engine keeps in its store: verdicts for
@@ -257,7 +250,7 @@ type VerdictReader interface {
 	// Get returns the verdict stored for tenant and id, or ErrNotFound.
 	// An entry that is not a verdict for tenant and id is an error
 	// wrapping ErrCorruptRecord.
-	Get(ctx context.Context, tenant, id string) (*Verdict, error)
+	Get(ctx context.Context, tenant, id string) (*gated.Verdict, error)
 }
 
 // VerdictWriter stores the first verdict of a proposal.
@@ -270,7 +263,7 @@ type VerdictWriter interface {
 	// to the run's record (see RunRecords). An approved verdict with a
 	// TargetKey has joined its target's history before it is created
 	// (TargetHistory.Join): Create does not add it there.
-	Create(ctx context.Context, v *Verdict) (*Verdict, error)
+	Create(ctx context.Context, v *gated.Verdict) (*gated.Verdict, error)
 }
 
 // VerdictReplacer replaces a held verdict with an operator's decision.
@@ -281,7 +274,7 @@ type VerdictReplacer interface {
 	// something else replaced prev first. It keeps the run record as
 	// Create does, and like Create it does not add an approval to its
 	// target's history: the engine joins it there first.
-	Replace(ctx context.Context, prev, next *Verdict) (*Verdict, error)
+	Replace(ctx context.Context, prev, next *gated.Verdict) (*gated.Verdict, error)
 }
 
 // TargetHistory reads what the policy sees as a proposal's history, and
@@ -306,13 +299,13 @@ type TargetHistory interface {
 	// an error wrapping ErrTargetChanged. An entry of v's own proposal
 	// already in the history (left by a decision that crashed before its
 	// verdict was stored) is replaced, not repeated.
-	Join(ctx context.Context, v *Verdict, h History) (History, error)
+	Join(ctx context.Context, v *gated.Verdict, h History) (History, error)
 }
 
 // History is a target's recent approvals as the store read them.
 type History struct {
 	// Verdicts are the approvals, newest last.
-	Verdicts []Verdict
+	Verdicts []gated.Verdict
 	// Revision is the store's revision of the history; 0 when the target
 	// has none.
 	Revision uint64
@@ -350,7 +343,7 @@ type ReviewClaims interface {
 	// Await waits until a verdict is stored for tenant and id and returns
 	// it, a verdict stored before the call included. It returns ctx's error
 	// when ctx ends first.
-	Await(ctx context.Context, tenant, id string) (*Verdict, error)
+	Await(ctx context.Context, tenant, id string) (*gated.Verdict, error)
 }
 
 // Claim is the right to review one proposal, held by one proposal
@@ -465,11 +458,6 @@ const (
 	// a broken chain link. It is filed under the tenant of the message.
 	EventAuditVerificationFailed = "audit.verification_failed"
 )
-
-// UnknownTenant is the audit tenant token of events whose tenant could not
-// be recovered from a malformed proposal, and of gated's own events (policy
-// reloads). Proposals cannot use it: "_" is not a valid tenant.
-const UnknownTenant = "_"
 
 // AuditTrail records the steps of one proposal. Record may store
 // asynchronously, and may hold events back to store several in one

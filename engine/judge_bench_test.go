@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/gated/gated"
+)
 
 // scriptedReview is a reviewer's approval as a plugin writes one.
 const scriptedReview = "Decision: approve\n" +
@@ -12,7 +16,7 @@ const scriptedReview = "Decision: approve\n" +
 
 func BenchmarkJudge(b *testing.B) {
 	persona := &Persona{Name: "reviewer", RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"}}
-	res := ReviewResult{Plugin: "llm", Text: scriptedReview, Decision: DecisionApprove, Gates: []GateResult{
+	res := ReviewResult{Plugin: "llm", Text: scriptedReview, Decision: gated.DecisionApprove, Gates: []gated.GateResult{
 		{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true},
 	}}
 	b.ReportAllocs()

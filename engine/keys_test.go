@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // The strict-key check's refusals name the key's path and say what is
@@ -24,8 +24,8 @@ func TestDecodeProposalKeyErrors(t *testing.T) {
 			want: "appears more than once; every key must be unique"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			_, err := engine.DecodeProposal([]byte(tc.in), "", "", engine.Limits{})
-			var fe *engine.FieldError
+			_, err := gated.DecodeProposal([]byte(tc.in), "", "", gated.Limits{})
+			var fe *gated.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("DecodeProposal = %v, want a *FieldError on %q saying %q", err, tc.field, tc.want)
 			}

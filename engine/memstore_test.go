@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -46,7 +47,7 @@ type memStore struct {
 	joins int
 	// beforeJoin, when set, runs at the start of every Join, outside the
 	// lock: a test holds joins back with it.
-	beforeJoin func(v *engine.Verdict)
+	beforeJoin func(v *gated.Verdict)
 }
 
 func newMemStore() *memStore {
@@ -68,7 +69,7 @@ func (s *memStore) RunRecord(_ context.Context, tenant, runID string) (*engine.R
 }
 
 // recordRun keeps the run record as the bus store does; s.mu is held.
-func (s *memStore) recordRun(v *engine.Verdict) {
+func (s *memStore) recordRun(v *gated.Verdict) {
 	if !engine.Records(v) {
 		return
 	}
@@ -82,20 +83,20 @@ func (s *memStore) recordRun(v *engine.Verdict) {
 	}
 }
 
-func (s *memStore) Replace(_ context.Context, prev, next *engine.Verdict) (*engine.Verdict, error) {
+func (s *memStore) Replace(_ context.Context, prev, next *gated.Verdict) (*gated.Verdict, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := next.Tenant + "." + next.ProposalID
 	raw, ok := s.m[key]
 	if !ok {
-		return nil, fmt.Errorf("key %s: %w", key, engine.ErrNotFound)
+		return nil, fmt.Errorf("key %s: %w", key, gated.ErrNotFound)
 	}
 	stored, err := decodeVerdict(raw)
 	if err != nil {
 		return nil, err
 	}
 	if stored.AuditSeq != prev.AuditSeq {
-		return stored, fmt.Errorf("key %s: %w", key, engine.ErrExists)
+		return stored, fmt.Errorf("key %s: %w", key, gated.ErrExists)
 	}
 	if s.m[key], err = json.Marshal(next); err != nil {
 		return nil, err
@@ -104,7 +105,7 @@ func (s *memStore) Replace(_ context.Context, prev, next *engine.Verdict) (*engi
 	return next, nil
 }
 
-func (s *memStore) Get(_ context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *memStore) Get(_ context.Context, tenant, id string) (*gated.Verdict, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.getErr != nil {
@@ -112,12 +113,12 @@ func (s *memStore) Get(_ context.Context, tenant, id string) (*engine.Verdict, e
 	}
 	raw, ok := s.m[tenant+"."+id]
 	if !ok || s.hideOnGet {
-		return nil, fmt.Errorf("key %s.%s: %w", tenant, id, engine.ErrNotFound)
+		return nil, fmt.Errorf("key %s.%s: %w", tenant, id, gated.ErrNotFound)
 	}
 	return decodeVerdict(raw)
 }
 
-func (s *memStore) Create(_ context.Context, v *engine.Verdict) (*engine.Verdict, error) {
+func (s *memStore) Create(_ context.Context, v *gated.Verdict) (*gated.Verdict, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.createErr != nil {
@@ -129,7 +130,7 @@ func (s *memStore) Create(_ context.Context, v *engine.Verdict) (*engine.Verdict
 		if err != nil {
 			return nil, err
 		}
-		return stored, fmt.Errorf("key %s: %w", key, engine.ErrExists)
+		return stored, fmt.Errorf("key %s: %w", key, gated.ErrExists)
 	}
 	raw, err := json.Marshal(v)
 	if err != nil {
@@ -151,7 +152,7 @@ func (s *memStore) Claim(_ context.Context, tenant, id string, c engine.Claim) (
 	}
 	key := tenant + "." + id
 	if held, ok := s.claims[key]; ok && !c.Supersedes(held) && time.Now().Before(held.Until) {
-		return held, fmt.Errorf("key %s: %w", key, engine.ErrClaimed)
+		return held, fmt.Errorf("key %s: %w", key, gated.ErrClaimed)
 	}
 	s.claims[key] = c
 	s.claimed++
@@ -169,7 +170,7 @@ func (s *memStore) Release(_ context.Context, tenant, id string, c engine.Claim)
 	return nil
 }
 
-func (s *memStore) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *memStore) Await(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	if s.awaiting != nil {
 		select {
 		case s.awaiting <- tenant + "." + id:
@@ -209,7 +210,7 @@ func (s *memStore) Recent(_ context.Context, tenant, targetKey string) (engine.H
 
 // Join keeps the target's history as the bus store does: by
 // compare-and-set on its revision, an entry of the same proposal replaced.
-func (s *memStore) Join(_ context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+func (s *memStore) Join(_ context.Context, v *gated.Verdict, h engine.History) (engine.History, error) {
 	if s.beforeJoin != nil {
 		s.beforeJoin(v)
 	}
@@ -221,7 +222,7 @@ func (s *memStore) Join(_ context.Context, v *engine.Verdict, h engine.History) 
 		return engine.History{Verdicts: slices.Clone(now.Verdicts), Revision: now.Revision},
 			fmt.Errorf("key %s: %w", key, engine.ErrTargetChanged)
 	}
-	var kept []engine.Verdict
+	var kept []gated.Verdict
 	for _, o := range now.Verdicts {
 		if o.ProposalID != v.ProposalID {
 			kept = append(kept, o)
@@ -233,7 +234,7 @@ func (s *memStore) Join(_ context.Context, v *engine.Verdict, h engine.History) 
 	return engine.History{Verdicts: slices.Clone(s.targets[key].Verdicts), Revision: s.rev}, nil
 }
 
-func (s *memStore) stored(t *testing.T, tenant, id string) *engine.Verdict {
+func (s *memStore) stored(t *testing.T, tenant, id string) *gated.Verdict {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -254,8 +255,8 @@ func (s *memStore) size() int {
 	return len(s.m)
 }
 
-func decodeVerdict(raw []byte) (*engine.Verdict, error) {
-	var v engine.Verdict
+func decodeVerdict(raw []byte) (*gated.Verdict, error) {
+	var v gated.Verdict
 	if err := json.Unmarshal(raw, &v); err != nil {
 		return nil, err
 	}

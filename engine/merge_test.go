@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -40,7 +41,7 @@ func TestEventNamesEachMemberOnce(t *testing.T) {
 		data any
 		want map[string]string
 	}{
-		{EventOperatorDecided, OperatorDecidedData{Operator: "alice", Decision: OperatorApprove, Outcome: OutcomeApproved},
+		{EventOperatorDecided, OperatorDecidedData{Operator: "alice", Decision: OperatorApprove, Outcome: gated.OutcomeApproved},
 			map[string]string{"operator": `"alice"`, "action": `"dns_delete_zone"`}},
 		{EventGrantUsed, map[string]any{"action": "dns_create_zone", "delivery": 7, "policy_eval_us": 1},
 			map[string]string{"action": `"dns_create_zone"`, "operator": `"u-1042"`, "delivery": "7", "policy_eval_us": "1"}},

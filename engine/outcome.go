@@ -4,18 +4,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-)
 
-// Settled is an outcome that a policy decision settles on its own, before
-// any reviewer is asked.
-type Settled struct {
-	Outcome Outcome
-	Stage   Stage
-	// Reason is the verdict's reason: one human sentence.
-	Reason string
-	// Denies are the decision's denies sorted by rule, never nil.
-	Denies []Deny
-}
+	"github.com/gated/gated"
+)
 
 // PolicyOutcome says what the gate decides for proposal p from the policy
 // decision pd, made in the name of the routed persona, before any review:
@@ -26,34 +17,34 @@ type Settled struct {
 // decision has no run section. ok is false when the proposal goes on to
 // review. The gate decides with it, and so does a dry run, so the two
 // cannot disagree.
-func PolicyOutcome(p *Proposal, pd PolicyDecision, routed Routed) (s Settled, ok bool) {
+func PolicyOutcome(p *gated.Proposal, pd PolicyDecision, routed Routed) (s gated.Settled, ok bool) {
 	s.Denies = slices.Clone(pd.Denies)
-	slices.SortStableFunc(s.Denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
+	slices.SortStableFunc(s.Denies, func(a, b gated.Deny) int { return strings.Compare(a.Rule, b.Rule) })
 	if s.Denies == nil {
-		s.Denies = []Deny{}
+		s.Denies = []gated.Deny{}
 	}
-	settle := func(o Outcome, st Stage, reason string) (Settled, bool) {
+	settle := func(o gated.Outcome, st gated.Stage, reason string) (gated.Settled, bool) {
 		s.Outcome, s.Stage, s.Reason = o, st, reason
 		return s, true
 	}
 	switch {
-	case p.Kind == KindRun && pd.Run == nil:
-		return settle(OutcomeError, StagePolicy, "policy evaluation failed: the decision has no run section for a proposal of kind run")
+	case p.Kind == gated.KindRun && pd.Run == nil:
+		return settle(gated.OutcomeError, gated.StagePolicy, "policy evaluation failed: the decision has no run section for a proposal of kind run")
 	case len(s.Denies) > 0:
-		return settle(OutcomeRejected, StagePolicy, denyReason(s.Denies))
-	case len(pd.Holds) > 0 && p.Kind != KindRun:
+		return settle(gated.OutcomeRejected, gated.StagePolicy, denyReason(s.Denies))
+	case len(pd.Holds) > 0 && p.Kind != gated.KindRun:
 		// The hard rules ran and denied nothing: a person decides.
-		return settle(OutcomeBlocked, StagePolicy, holdReason(pd.Holds))
+		return settle(gated.OutcomeBlocked, gated.StagePolicy, holdReason(pd.Holds))
 	case !pd.Review.Required:
 		why := pd.Review.Why
 		if why == "" {
 			why = "policy requires no review"
 		}
-		return settle(OutcomeApproved, StagePolicy, why)
+		return settle(gated.OutcomeApproved, gated.StagePolicy, why)
 	case pd.Review.Blocked != "":
-		return settle(OutcomeBlocked, StageReview, pd.Review.Blocked)
+		return settle(gated.OutcomeBlocked, gated.StageReview, pd.Review.Blocked)
 	case routed.Persona == nil:
-		return settle(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
+		return settle(gated.OutcomeBlocked, gated.StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
 	}
 	return s, false
 }
@@ -66,7 +57,7 @@ func PolicyOutcome(p *Proposal, pd PolicyDecision, routed Routed) (s Settled, ok
 // blocked at review when it cannot review. ok is false when it may review
 // as far as the policy can tell; the gate still needs a reviewer plugin
 // that serves it.
-func AddedOutcome(name string, loaded bool, pd, d PolicyDecision, err error) (s Settled, ok bool) {
+func AddedOutcome(name string, loaded bool, pd, d PolicyDecision, err error) (s gated.Settled, ok bool) {
 	denies, why := candidateRefusal(loaded, pd, d, err)
 	switch {
 	case len(denies) > 0:
@@ -81,7 +72,7 @@ func AddedOutcome(name string, loaded bool, pd, d PolicyDecision, err error) (s 
 // d (or failed with err) cannot review beside the decision pd: the
 // policy's denies in its name, sorted by rule, and a few words. why is
 // empty when it may review.
-func candidateRefusal(loaded bool, pd, d PolicyDecision, err error) (denies []Deny, why string) {
+func candidateRefusal(loaded bool, pd, d PolicyDecision, err error) (denies []gated.Deny, why string) {
 	switch {
 	case err != nil:
 		return nil, "policy evaluation failed: " + err.Error()
@@ -93,7 +84,7 @@ func candidateRefusal(loaded bool, pd, d PolicyDecision, err error) (denies []De
 		return nil, "the policy changed while reviewers were chosen"
 	case len(d.Denies) > 0:
 		denies = slices.Clone(d.Denies)
-		slices.SortStableFunc(denies, func(a, b Deny) int { return strings.Compare(a.Rule, b.Rule) })
+		slices.SortStableFunc(denies, func(a, b gated.Deny) int { return strings.Compare(a.Rule, b.Rule) })
 		rules := make([]string, 0, len(denies))
 		for _, deny := range denies {
 			rules = append(rules, deny.Rule)
@@ -107,12 +98,12 @@ func candidateRefusal(loaded bool, pd, d PolicyDecision, err error) (denies []De
 	return nil, ""
 }
 
-func addedRefused(name string, denies []Deny) Settled {
-	return Settled{Outcome: OutcomeRejected, Stage: StagePolicy, Denies: denies,
+func addedRefused(name string, denies []gated.Deny) gated.Settled {
+	return gated.Settled{Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Denies: denies,
 		Reason: fmt.Sprintf("the proposal asks persona %q to review as well, and the policy refuses it: %s", name, denyReason(denies))}
 }
 
-func addedCannot(name, why string) Settled {
-	return Settled{Outcome: OutcomeBlocked, Stage: StageReview, Denies: []Deny{},
+func addedCannot(name, why string) gated.Settled {
+	return gated.Settled{Outcome: gated.OutcomeBlocked, Stage: gated.StageReview, Denies: []gated.Deny{},
 		Reason: fmt.Sprintf("the proposal asks persona %q to review as well, and it cannot: %s", name, why)}
 }

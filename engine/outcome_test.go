@@ -3,36 +3,38 @@ package engine
 import (
 	"errors"
 	"testing"
+
+	"github.com/gated/gated"
 )
 
 func TestPolicyOutcome(t *testing.T) {
-	action := &Proposal{Kind: KindAction}
-	run := &Proposal{Kind: KindRun}
+	action := &gated.Proposal{Kind: gated.KindAction}
+	run := &gated.Proposal{Kind: gated.KindRun}
 	loaded := Routed{Name: "reviewer", Persona: &Persona{Name: "reviewer"}}
 	review := Route{Required: true, Quorum: 1}
 	tests := []struct {
 		note    string
-		p       *Proposal
+		p       *gated.Proposal
 		pd      PolicyDecision
 		routed  Routed
 		settled bool
-		outcome Outcome
-		stage   Stage
+		outcome gated.Outcome
+		stage   gated.Stage
 		reason  string
 	}{
 		{note: "deny rejects at policy, denies sorted", p: action, routed: loaded,
-			pd:      PolicyDecision{Denies: []Deny{{Rule: "z", Message: "last"}, {Rule: "a", Message: "first"}}, Review: review},
-			settled: true, outcome: OutcomeRejected, stage: StagePolicy, reason: "policy denied: a: first; z: last"},
+			pd:      PolicyDecision{Denies: []gated.Deny{{Rule: "z", Message: "last"}, {Rule: "a", Message: "first"}}, Review: review},
+			settled: true, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, reason: "policy denied: a: first; z: last"},
 		{note: "no review approves at policy", p: action, routed: loaded, pd: PolicyDecision{Review: Route{Why: "reads pass"}},
-			settled: true, outcome: OutcomeApproved, stage: StagePolicy, reason: "reads pass"},
+			settled: true, outcome: gated.OutcomeApproved, stage: gated.StagePolicy, reason: "reads pass"},
 		{note: "no review and no why", p: action, routed: loaded,
-			settled: true, outcome: OutcomeApproved, stage: StagePolicy, reason: "policy requires no review"},
+			settled: true, outcome: gated.OutcomeApproved, stage: gated.StagePolicy, reason: "policy requires no review"},
 		{note: "a blocked review blocks", p: action, routed: loaded, pd: PolicyDecision{Review: Route{Required: true, Blocked: "no reviewer may take it"}},
-			settled: true, outcome: OutcomeBlocked, stage: StageReview, reason: "no reviewer may take it"},
+			settled: true, outcome: gated.OutcomeBlocked, stage: gated.StageReview, reason: "no reviewer may take it"},
 		{note: "an unloaded routed persona blocks", p: action, routed: Routed{Name: "ghost"}, pd: PolicyDecision{Review: review},
-			settled: true, outcome: OutcomeBlocked, stage: StageReview, reason: `no persona named "ghost" is loaded`},
+			settled: true, outcome: gated.OutcomeBlocked, stage: gated.StageReview, reason: `no persona named "ghost" is loaded`},
 		{note: "a run decision without a run section is an error", p: run, routed: loaded, pd: PolicyDecision{Review: review},
-			settled: true, outcome: OutcomeError, stage: StagePolicy},
+			settled: true, outcome: gated.OutcomeError, stage: gated.StagePolicy},
 		{note: "a required review goes on", p: action, routed: loaded, pd: PolicyDecision{Review: review}},
 	}
 	for _, tc := range tests {
@@ -68,16 +70,16 @@ func TestAddedOutcome(t *testing.T) {
 		d       PolicyDecision
 		err     error
 		settled bool
-		outcome Outcome
+		outcome gated.Outcome
 		reason  string
 	}{
-		{note: "not loaded blocks", d: pd, settled: true, outcome: OutcomeBlocked,
+		{note: "not loaded blocks", d: pd, settled: true, outcome: gated.OutcomeBlocked,
 			reason: `the proposal asks persona "x" to review as well, and it cannot: not loaded`},
-		{note: "a deny in its name rejects", loaded: true, d: PolicyDecision{Revision: "r1", Denies: []Deny{{Rule: "reviewer_tool_denied", Message: "writes"}}},
-			settled: true, outcome: OutcomeRejected, reason: `the proposal asks persona "x" to review as well, and the policy refuses it: policy denied: reviewer_tool_denied: writes`},
-		{note: "a failed evaluation blocks", loaded: true, err: errors.New("boom"), settled: true, outcome: OutcomeBlocked},
-		{note: "another revision blocks", loaded: true, d: PolicyDecision{Revision: "r2", Review: Route{Required: true}}, settled: true, outcome: OutcomeBlocked},
-		{note: "no review in its name blocks", loaded: true, d: PolicyDecision{Revision: "r1"}, settled: true, outcome: OutcomeBlocked},
+		{note: "a deny in its name rejects", loaded: true, d: PolicyDecision{Revision: "r1", Denies: []gated.Deny{{Rule: "reviewer_tool_denied", Message: "writes"}}},
+			settled: true, outcome: gated.OutcomeRejected, reason: `the proposal asks persona "x" to review as well, and the policy refuses it: policy denied: reviewer_tool_denied: writes`},
+		{note: "a failed evaluation blocks", loaded: true, err: errors.New("boom"), settled: true, outcome: gated.OutcomeBlocked},
+		{note: "another revision blocks", loaded: true, d: PolicyDecision{Revision: "r2", Review: Route{Required: true}}, settled: true, outcome: gated.OutcomeBlocked},
+		{note: "no review in its name blocks", loaded: true, d: PolicyDecision{Revision: "r1"}, settled: true, outcome: gated.OutcomeBlocked},
 		{note: "it may review", loaded: true, d: pd},
 	}
 	for _, tc := range tests {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // candidate is a persona chosen to review, with the reviewer that serves
@@ -36,10 +38,10 @@ type reviewResult struct {
 	name string
 	// outcome is approved or rejected for a review that answered, and
 	// timeout, error or blocked for one that did not.
-	outcome Outcome
+	outcome gated.Outcome
 	// review is the host's reading of the answer or, for a review that did
 	// not answer, a rejection whose notes say what went wrong.
-	review Review
+	review gated.Review
 	// judged is true when the reviewer answered.
 	judged bool
 	// why is one sentence on this review: the verdict's reason when it is
@@ -56,7 +58,7 @@ type reviewResult struct {
 // the reviewers run it takes the proposal's review claim (reviewClaim):
 // awaited says that v is the verdict another message's review stored,
 // which this delivery hands over instead of reviewing.
-func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) (v *Verdict, awaited bool, err error) {
+func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) (v *gated.Verdict, awaited bool, err error) {
 	chosen, blocked := r.pickReviewers(ctx, pd, routed, in)
 	if blocked != nil {
 		return blocked, false, nil
@@ -114,9 +116,9 @@ func (r *pass) review(ctx context.Context, pd PolicyDecision, routed Routed, in 
 // in its own name (no denies, review still required, the same policy
 // revision) and have a reviewer; the reasons the others were passed over
 // go into the blocked verdict when the quorum cannot be filled.
-func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *Verdict) {
+func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Routed, in PolicyInput) ([]candidate, *gated.Verdict) {
 	if routed.Persona == nil {
-		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
+		return nil, r.verdict(gated.OutcomeBlocked, gated.StageReview, fmt.Sprintf("no persona named %q is loaded", routed.Name))
 	}
 	// The reviewers the policy adds (a persona the proposal named) review
 	// whatever the quorum: none of them is passed over for another. They
@@ -144,7 +146,7 @@ func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Rout
 	}
 	first, err := r.e.cfg.Router.Route(routed.Persona)
 	if err != nil {
-		return nil, r.verdict(OutcomeBlocked, StageReview, fmt.Sprintf("no reviewer for persona %q: %s", routed.Persona.Name, r.unrouted(ctx, routed.Persona, err)))
+		return nil, r.verdict(gated.OutcomeBlocked, gated.StageReview, fmt.Sprintf("no reviewer for persona %q: %s", routed.Persona.Name, r.unrouted(ctx, routed.Persona, err)))
 	}
 	chosen := append([]candidate{r.e.newCandidate(routed.Persona, first, pd)}, added...)
 	quorum := max(pd.Review.Quorum, len(chosen))
@@ -168,7 +170,7 @@ func (r *pass) pickReviewers(ctx context.Context, pd PolicyDecision, routed Rout
 		chosen = append(chosen, c)
 	}
 	if len(chosen) < quorum {
-		return nil, r.verdict(OutcomeBlocked, StageReview, quorumShortReason(quorum, chosen, skipped))
+		return nil, r.verdict(gated.OutcomeBlocked, gated.StageReview, quorumShortReason(quorum, chosen, skipped))
 	}
 	return chosen, nil
 }
@@ -189,7 +191,7 @@ func (r *pass) candidateNames(preferred []string) []string {
 // candidate evaluates the policy in the name of persona name and routes
 // it. A non-empty why says in a few words why it cannot review; denies
 // are the policy's denies in its name, sorted by rule, when that is why.
-func (r *pass) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []Deny, why string) {
+func (r *pass) candidate(ctx context.Context, name string, pd PolicyDecision, in PolicyInput) (c candidate, denies []gated.Deny, why string) {
 	if _, ok := r.e.cfg.Personas.Persona(name); !ok {
 		return c, nil, "not loaded"
 	}
@@ -227,42 +229,42 @@ func quorumShortReason(quorum int, chosen []candidate, skipped []string) string 
 // listed in candidate order. A lone review keeps the single-reviewer
 // contract: its own sentence is the reason, a reviewer refusing work
 // blocks, and only an answer is listed.
-func (r *pass) combine(results []reviewResult) *Verdict {
+func (r *pass) combine(results []reviewResult) *gated.Verdict {
 	if len(results) == 1 {
 		res := results[0]
-		v := r.verdict(res.outcome, StageReview, res.why)
+		v := r.verdict(res.outcome, gated.StageReview, res.why)
 		if res.judged {
-			v.Reviews = []Review{res.review}
+			v.Reviews = []gated.Review{res.review}
 		}
 		return v
 	}
 	n := len(results)
-	reviews := make([]Review, n)
-	byOutcome := map[Outcome][]reviewResult{}
+	reviews := make([]gated.Review, n)
+	byOutcome := map[gated.Outcome][]reviewResult{}
 	for i, res := range results {
 		reviews[i] = res.review
 		byOutcome[res.outcome] = append(byOutcome[res.outcome], res)
 	}
-	var v *Verdict
-	switch rejected, timedOut, approved := byOutcome[OutcomeRejected], byOutcome[OutcomeTimeout], byOutcome[OutcomeApproved]; {
+	var v *gated.Verdict
+	switch rejected, timedOut, approved := byOutcome[gated.OutcomeRejected], byOutcome[gated.OutcomeTimeout], byOutcome[gated.OutcomeApproved]; {
 	case len(rejected) > 0:
-		v = r.verdict(OutcomeRejected, StageReview, fmt.Sprintf("%d of %d reviewers rejected (%s); %s",
+		v = r.verdict(gated.OutcomeRejected, gated.StageReview, fmt.Sprintf("%d of %d reviewers rejected (%s); %s",
 			len(rejected), n, reviewerNames(rejected), rejected[0].why))
 	case len(timedOut) > 0:
-		v = r.verdict(OutcomeTimeout, StageReview, fmt.Sprintf("%d of %d reviewers passed their deadline (%s)",
+		v = r.verdict(gated.OutcomeTimeout, gated.StageReview, fmt.Sprintf("%d of %d reviewers passed their deadline (%s)",
 			len(timedOut), n, reviewerFailures(timedOut)))
 	case len(approved) == n:
-		v = r.verdict(OutcomeApproved, StageReview, fmt.Sprintf("%d of %d reviewers approved (%s)", n, n, reviewerNames(approved)))
+		v = r.verdict(gated.OutcomeApproved, gated.StageReview, fmt.Sprintf("%d of %d reviewers approved (%s)", n, n, reviewerNames(approved)))
 	default:
 		// A reviewer that refused work after it was chosen is a failed
 		// review, not a missing one: the quorum was routed.
 		var failed []reviewResult
 		for _, res := range results {
-			if res.outcome != OutcomeApproved {
+			if res.outcome != gated.OutcomeApproved {
 				failed = append(failed, res)
 			}
 		}
-		v = r.verdict(OutcomeError, StageReview, fmt.Sprintf("%d of %d reviewers failed (%s)", len(failed), n, reviewerFailures(failed)))
+		v = r.verdict(gated.OutcomeError, gated.StageReview, fmt.Sprintf("%d of %d reviewers failed (%s)", len(failed), n, reviewerFailures(failed)))
 	}
 	v.Reviews = reviews
 	return v

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
@@ -47,7 +48,7 @@ func quorumPolicy(quorum int, preferred []string, deny, waive []string) policyFu
 		}
 		d.ReviewerTools = slices.Clone(in.Persona.Tools)
 		if slices.Contains(deny, in.Persona.Name) {
-			d.Denies = []engine.Deny{{Rule: "self_review", Message: "no"}}
+			d.Denies = []gated.Deny{{Rule: "self_review", Message: "no"}}
 		}
 		if slices.Contains(waive, in.Persona.Name) {
 			d.Review = engine.Route{Why: "waived"}
@@ -85,7 +86,7 @@ func byPersona(answers map[string]answerFunc) answerFunc {
 
 func rejection(note string) answerFunc {
 	return answer(engine.ReviewResult{
-		Plugin: "sop", Text: "Decision: reject\nNotes: " + note, Decision: engine.DecisionReject, Notes: note,
+		Plugin: "sop", Text: "Decision: reject\nNotes: " + note, Decision: gated.DecisionReject, Notes: note,
 	}, nil)
 }
 
@@ -101,43 +102,43 @@ func TestDecideQuorum(t *testing.T) {
 		answers   map[string]answerFunc
 		timeout   time.Duration
 
-		wantOutcome engine.Outcome
+		wantOutcome gated.Outcome
 		wantReviews []string // personas in verdict.reviews, in order
 		wantCalls   int
 		wantReason  []string
 		// wantDecisions are the reviews' decisions, when set.
-		wantDecisions []engine.ReviewDecision
+		wantDecisions []gated.ReviewDecision
 	}{
 		{
 			note: "two approving personas", quorum: 2,
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason:    []string{"2 of 2 reviewers approved (reviewer, dba)"},
-			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionApprove},
+			wantDecisions: []gated.ReviewDecision{gated.DecisionApprove, gated.DecisionApprove},
 		},
 		{
 			note: "one reviewer rejects", quorum: 2,
 			answers:     map[string]answerFunc{"dba": rejection("the replica is behind.")},
-			wantOutcome: engine.OutcomeRejected, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeRejected, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason:    []string{"1 of 2 reviewers rejected (dba)", "the replica is behind"},
-			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionReject},
+			wantDecisions: []gated.ReviewDecision{gated.DecisionApprove, gated.DecisionReject},
 		},
 		{
 			note: "one reviewer errors", quorum: 2,
 			answers:     map[string]answerFunc{"dba": answer(engine.ReviewResult{}, errors.New("plugin sop exited: signal: killed"))},
-			wantOutcome: engine.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason:    []string{"1 of 2 reviewers failed (dba: failed)"},
-			wantDecisions: []engine.ReviewDecision{engine.DecisionApprove, engine.DecisionReject},
+			wantDecisions: []gated.ReviewDecision{gated.DecisionApprove, gated.DecisionReject},
 		},
 		{
 			note: "a reviewer refusing work after it was chosen is an error", quorum: 2,
 			answers:     map[string]answerFunc{"reviewer": answer(engine.ReviewResult{}, fmt.Errorf("circuit open: %w", engine.ErrNoReviewer))},
-			wantOutcome: engine.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeError, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason: []string{"1 of 2 reviewers failed (reviewer: was not available)"},
 		},
 		{
 			note: "one reviewer passes its deadline", quorum: 2, timeout: 50 * time.Millisecond,
 			answers:     map[string]answerFunc{"dba": blockUntilDone(5 * time.Second)},
-			wantOutcome: engine.OutcomeTimeout, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeTimeout, wantReviews: []string{"reviewer", "dba"}, wantCalls: 2,
 			wantReason: []string{"1 of 2 reviewers passed their deadline (dba: timed out after 50ms)"},
 		},
 		{
@@ -147,31 +148,31 @@ func TestDecideQuorum(t *testing.T) {
 				"dba":      blockUntilDone(5 * time.Second),
 				"ops":      rejection("no rollback."),
 			},
-			wantOutcome: engine.OutcomeRejected, wantReviews: []string{"reviewer", "dba", "ops"}, wantCalls: 3,
+			wantOutcome: gated.OutcomeRejected, wantReviews: []string{"reviewer", "dba", "ops"}, wantCalls: 3,
 			wantReason: []string{"1 of 3 reviewers rejected (ops)"},
 		},
 		{
 			note: "only one eligible persona", quorum: 2, personas: quorumPersonas("reviewer"),
-			wantOutcome: engine.OutcomeBlocked,
+			wantOutcome: gated.OutcomeBlocked,
 			wantReason:  []string{"quorum of 2", "only 1 is eligible (reviewer)", "no other persona"},
 		},
 		{
 			note: "a persona the policy denies is skipped", quorum: 2, deny: []string{"dba"},
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
 		},
 		{
 			note: "a persona the policy waives is skipped", quorum: 2, waive: []string{"dba"},
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
 		},
 		{
 			note: "a persona without a reviewer is skipped", quorum: 2,
 			routeErr:    map[string]error{"dba": fmt.Errorf("plugin dba is not running: %w", engine.ErrNoReviewer)},
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
 		},
 		{
 			note: "skipped personas are named when the quorum cannot be filled", quorum: 3, deny: []string{"dba", "zed"},
 			routeErr:    map[string]error{"ops": errors.New("circuit open")},
-			wantOutcome: engine.OutcomeBlocked,
+			wantOutcome: gated.OutcomeBlocked,
 			wantReason: []string{
 				"quorum of 3", "only 1 is eligible", "dba (policy denies self_review)",
 				"ops (reviewer sop was not available)", "zed (policy denies self_review)",
@@ -179,36 +180,36 @@ func TestDecideQuorum(t *testing.T) {
 		},
 		{
 			note: "the policy's preferred personas come first, in its order", quorum: 3, preferred: []string{"zed", "ops"},
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "zed", "ops"}, wantCalls: 3,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "zed", "ops"}, wantCalls: 3,
 		},
 		{
 			note: "a preferred persona that is not loaded is skipped", quorum: 2, preferred: []string{"ghost", "ops"},
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
 		},
 		{
 			note: "repeated candidates count once", quorum: 3, personas: quorumPersonas("reviewer", "dba"),
 			preferred:   []string{"dba", "reviewer", "dba"},
-			wantOutcome: engine.OutcomeBlocked, wantReason: []string{"only 2 are eligible (reviewer, dba)"},
+			wantOutcome: gated.OutcomeBlocked, wantReason: []string{"only 2 are eligible (reviewer, dba)"},
 		},
 		{
 			note: "without a lister only the preferred personas are candidates", quorum: 2,
 			personas:    personaSet(quorumPersonas("reviewer", "dba", "ops")),
 			preferred:   []string{"ops"},
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer", "ops"}, wantCalls: 2,
 		},
 		{
 			note: "without a lister and preferences a quorum is blocked", quorum: 2,
 			personas:    personaSet(quorumPersonas("reviewer", "dba")),
-			wantOutcome: engine.OutcomeBlocked, wantReason: []string{"no other persona"},
+			wantOutcome: gated.OutcomeBlocked, wantReason: []string{"no other persona"},
 		},
 		{
 			note: "the routed persona is never replaced", quorum: 2,
 			routeErr:    map[string]error{"reviewer": fmt.Errorf("plugin sop: %w", engine.ErrNoReviewer)},
-			wantOutcome: engine.OutcomeBlocked, wantReason: []string{`no reviewer for persona "reviewer"`},
+			wantOutcome: gated.OutcomeBlocked, wantReason: []string{`no reviewer for persona "reviewer"`},
 		},
 		{
 			note: "quorum one reviews with the routed persona only", quorum: 1,
-			wantOutcome: engine.OutcomeApproved, wantReviews: []string{"reviewer"}, wantCalls: 1,
+			wantOutcome: gated.OutcomeApproved, wantReviews: []string{"reviewer"}, wantCalls: 1,
 		},
 	}
 	for _, tc := range tests {
@@ -225,7 +226,7 @@ func TestDecideQuorum(t *testing.T) {
 			})
 			v, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
 
-			if v.Outcome != tc.wantOutcome || v.Stage != engine.StageReview {
+			if v.Outcome != tc.wantOutcome || v.Stage != gated.StageReview {
 				t.Errorf("verdict %s at %s, want %s at review (reason: %s)", v.Outcome, v.Stage, tc.wantOutcome, v.Reason)
 			}
 			for _, s := range tc.wantReason {
@@ -244,7 +245,7 @@ func TestDecideQuorum(t *testing.T) {
 				t.Errorf("reviews by %v, want %v", reviewed, tc.wantReviews)
 			}
 			if tc.wantDecisions != nil {
-				var got []engine.ReviewDecision
+				var got []gated.ReviewDecision
 				for _, r := range v.Reviews {
 					got = append(got, r.Decision)
 				}
@@ -253,7 +254,7 @@ func TestDecideQuorum(t *testing.T) {
 				}
 			}
 			for _, r := range v.Reviews {
-				if r.Decision != engine.DecisionApprove && r.Decision != engine.DecisionReject {
+				if r.Decision != gated.DecisionApprove && r.Decision != gated.DecisionReject {
 					t.Errorf("review by %s has decision %q", r.Persona, r.Decision)
 				}
 			}
@@ -331,14 +332,14 @@ func TestDecideQuorumFailedReviewIsListed(t *testing.T) {
 		})
 	})
 	v, _ := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-	if v.Outcome != engine.OutcomeError || v.Approved {
+	if v.Outcome != gated.OutcomeError || v.Approved {
 		t.Fatalf("verdict %s (approved %v), want error: %s", v.Outcome, v.Approved, v.Reason)
 	}
 	if len(v.Reviews) != 2 {
 		t.Fatalf("%d reviews, want 2", len(v.Reviews))
 	}
 	failed := v.Reviews[1]
-	if failed.Persona != "dba" || failed.Plugin != "sop" || failed.Decision != engine.DecisionReject ||
+	if failed.Persona != "dba" || failed.Plugin != "sop" || failed.Decision != gated.DecisionReject ||
 		failed.Notes != "review failed: reviewer sop (persona dba) failed" || failed.DecisionText != "" {
 		t.Errorf("failed review listed as %+v, want a rejection by dba that says it failed and no answer", failed)
 	}
@@ -369,7 +370,7 @@ func TestDecideQuorumReviewsRunConcurrently(t *testing.T) {
 		}
 	})
 	v, _ := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Errorf("verdict %s, want approved: %s", v.Outcome, v.Reason)
 	}
 }
@@ -387,7 +388,7 @@ func TestDecideQuorumWithDefaultPolicy(t *testing.T) {
 		}
 	})
 	v, tr := h.mustDecide(t, testSubject, proposalJSON(t, map[string]any{"blast_radius": "tenant_wide"}), "")
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict %s, want approved: %s", v.Outcome, v.Reason)
 	}
 	var reviewed []string
@@ -412,7 +413,7 @@ func TestDecideQuorumWithDefaultPolicy(t *testing.T) {
 		h.cfg.Personas = listedPersonas{"reviewer": reviewerPersona(), "aardvark": writer, "fleet-ops-3": readOnlyPersona("fleet-ops-3")}
 	})
 	v, _ = h.mustDecide(t, testSubject, proposalJSON(t, map[string]any{"blast_radius": "tenant_wide"}), "")
-	if v.Outcome != engine.OutcomeBlocked || h.reviewer.calls() != 0 {
+	if v.Outcome != gated.OutcomeBlocked || h.reviewer.calls() != 0 {
 		t.Fatalf("verdict %s after %d reviews, want blocked before any: %s", v.Outcome, h.reviewer.calls(), v.Reason)
 	}
 	for _, s := range []string{"aardvark (policy denies reviewer_tool_denied)", "fleet-ops-3 (policy denies self_review)"} {
@@ -434,25 +435,25 @@ func TestDecideProposalReviewerIsAdded(t *testing.T) {
 		note        string
 		reviewer    string
 		answers     map[string]answerFunc
-		wantOutcome engine.Outcome
-		wantStage   engine.Stage
+		wantOutcome gated.Outcome
+		wantStage   gated.Stage
 		wantReviews []string
 		wantReason  string
 	}{
-		{note: "both approve", reviewer: "oncall", wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview,
+		{note: "both approve", reviewer: "oncall", wantOutcome: gated.OutcomeApproved, wantStage: gated.StageReview,
 			wantReviews: []string{"reviewer", "oncall"}, wantReason: "2 of 2 reviewers approved (reviewer, oncall)"},
 		{note: "the routed persona rejects", reviewer: "oncall", answers: map[string]answerFunc{"reviewer": rejection("no SOP covers it")},
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
 			wantReviews: []string{"reviewer", "oncall"}, wantReason: "1 of 2 reviewers rejected (reviewer)"},
 		{note: "the added persona rejects", reviewer: "oncall", answers: map[string]answerFunc{"oncall": rejection("not now")},
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview,
 			wantReviews: []string{"reviewer", "oncall"}, wantReason: "1 of 2 reviewers rejected (oncall)"},
-		{note: "naming the routed persona adds nobody", reviewer: "reviewer", wantOutcome: engine.OutcomeApproved,
-			wantStage: engine.StageReview, wantReviews: []string{"reviewer"}},
+		{note: "naming the routed persona adds nobody", reviewer: "reviewer", wantOutcome: gated.OutcomeApproved,
+			wantStage: gated.StageReview, wantReviews: []string{"reviewer"}},
 		{note: "an added persona that is not loaded blocks", reviewer: "ghost",
-			wantOutcome: engine.OutcomeBlocked, wantStage: engine.StageReview, wantReason: `persona "ghost" to review as well, and it cannot: not loaded`},
+			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview, wantReason: `persona "ghost" to review as well, and it cannot: not loaded`},
 		{note: "an added persona the policy refuses rejects", reviewer: "writer",
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy, wantReason: "reviewer_tool_denied"},
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy, wantReason: "reviewer_tool_denied"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -471,7 +472,7 @@ func TestDecideProposalReviewerIsAdded(t *testing.T) {
 			if !strings.Contains(v.Reason, tc.wantReason) {
 				t.Errorf("reason %q does not say %q", v.Reason, tc.wantReason)
 			}
-			if tc.wantStage == engine.StagePolicy && h.router.calls() != 0 {
+			if tc.wantStage == gated.StagePolicy && h.router.calls() != 0 {
 				t.Error("a proposal the policy refused was routed to a reviewer")
 			}
 		})

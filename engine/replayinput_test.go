@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -18,7 +19,7 @@ func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
 	h := newHarness(t)
 	first := proposalJSON(t, map[string]any{"id": "p1"})
 	v, firstTrail := h.mustDecide(t, "gated.proposals.acme.host_restart_service", first, "acme.p1")
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("first proposal: outcome %s, want approved", v.Outcome)
 	}
 	second := proposalJSON(t, map[string]any{"id": "p2"})

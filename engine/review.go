@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gated/gated/engine/internal/reviewtext"
+	"github.com/gated/gated"
+	"github.com/gated/gated/internal/reviewtext"
+	"github.com/gated/gated/internal/textcut"
 )
 
 // reviewOne runs one reviewer's review under its own id and deadline and
@@ -21,7 +23,7 @@ import (
 // that stack: what comes before the call and after it is in methods of
 // its own (reviewStarted, reviewRequest, reviewAnswered), so that their
 // locals are not part of the frame that waits.
-func (r *pass) reviewOne(ctx context.Context, c *candidate, n int, history []Verdict) reviewResult {
+func (r *pass) reviewOne(ctx context.Context, c *candidate, n int, history []gated.Verdict) reviewResult {
 	reviewID := newReviewID()
 	// The deadline is wall-clock time: the injected Clock only stamps
 	// verdicts and events.
@@ -58,7 +60,7 @@ func (r *pass) reviewStarted(ctx context.Context, c *candidate, n int, reviewID 
 }
 
 // reviewRequest is what the reviewer of c is asked.
-func (r *pass) reviewRequest(c *candidate, reviewID string, deadline time.Time, history []Verdict) ReviewRequest {
+func (r *pass) reviewRequest(c *candidate, reviewID string, deadline time.Time, history []gated.Verdict) ReviewRequest {
 	return ReviewRequest{
 		ReviewID:       reviewID,
 		Proposal:       r.p,
@@ -92,13 +94,13 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 		out.outcome, failure, plugin = reviewFailure(rctx, err, persona)
 		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
 			"review_id": reviewID, "plugin": plugin, "outcome": out.outcome, "failure": failure,
-			"error": clipText(err.Error(), maxReviewErrorBytes), "latency_ms": ms(latency),
+			"error": textcut.Clip(err.Error(), maxReviewErrorBytes), "latency_ms": ms(latency),
 		})
 		out.why, out.failure = failureSentence(plugin, persona, failure, timeout)
 		// A failed review is listed as a rejection that says what failed:
 		// it never counts towards an approval.
-		out.review = Review{
-			Plugin: plugin, Persona: persona.Name, Decision: DecisionReject,
+		out.review = gated.Review{
+			Plugin: plugin, Persona: persona.Name, Decision: gated.DecisionReject,
 			Notes: "review failed: " + out.why, LatencyMS: ms(latency),
 		}
 		return out
@@ -106,13 +108,13 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 
 	rev, approved, why := Judge(res, persona)
 	rev.LatencyMS = ms(latency)
-	out.outcome = OutcomeRejected
+	out.outcome = gated.OutcomeRejected
 	if approved {
-		out.outcome = OutcomeApproved
+		out.outcome = gated.OutcomeApproved
 	}
 	if r.run != nil {
 		out.outcome, why = r.run.judgeRun(&rev, approved, why)
-		if out.outcome == OutcomeError {
+		if out.outcome == gated.OutcomeError {
 			out.failure = why
 		}
 	}
@@ -144,13 +146,13 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 // reports about itself (res.PluginVersion, res.Model) as one short line of
 // printable ASCII (at most 128 bytes), as it does res.Plugin: the
 // verdict and its grant carry them, and a tenant reads both.
-func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
+func Judge(res ReviewResult, persona *Persona) (gated.Review, bool, string) {
 	text := res.Text
-	if len(text) > MaxDecisionTextBytes {
-		text = strings.ToValidUTF8(text[:MaxDecisionTextBytes], "")
+	if len(text) > gated.MaxDecisionTextBytes {
+		text = strings.ToValidUTF8(text[:gated.MaxDecisionTextBytes], "")
 	}
 	decision, parsed, overruled := readDecision(res.Text)
-	rev := Review{
+	rev := gated.Review{
 		Plugin: reviewtext.SelfReported(res.Plugin), PluginVersion: reviewtext.SelfReported(res.PluginVersion), Persona: persona.Name,
 		Model: reviewtext.SelfReported(res.Model), DecisionText: text, Decision: decision, Gates: res.Gates,
 		SOPID: res.SOPID, RollbackPath: res.RollbackPath, Notes: res.Notes,
@@ -159,7 +161,7 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 		Turns: res.Turns, Tokens: res.Tokens,
 	}
 	who := fmt.Sprintf("reviewer %s (persona %s)", rev.Plugin, persona.Name)
-	if decision != DecisionApprove {
+	if decision != gated.DecisionApprove {
 		// A text whose first line approves and a later line overrules is
 		// named by that line: the reviewer's notes may say "approved".
 		if note := firstSentence(res.Notes); note != "" && !overruled {
@@ -167,8 +169,8 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 		}
 		return rev, false, fmt.Sprintf("%s did not approve: %s", who, parsed)
 	}
-	if res.Decision != DecisionApprove {
-		rev.Decision = DecisionReject
+	if res.Decision != gated.DecisionApprove {
+		rev.Decision = gated.DecisionReject
 		return rev, false, fmt.Sprintf("%s wrote an approval but reported decision %q; a disagreement is a rejection", who, res.Decision)
 	}
 	// A gate passes only if every report of it passed: a reviewer that
@@ -184,11 +186,11 @@ func Judge(res ReviewResult, persona *Persona) (Review, bool, string) {
 		}
 	}
 	if len(rev.MissingGates) > 0 {
-		rev.Decision = DecisionReject
+		rev.Decision = gated.DecisionReject
 		return rev, false, fmt.Sprintf("%s approved without passing required gates: %s", who, strings.Join(rev.MissingGates, ", "))
 	}
-	if err := CheckGateLines(res.Text, res.Gates); err != nil {
-		rev.Decision = DecisionReject
+	if err := gated.CheckGateLines(res.Text, res.Gates); err != nil {
+		rev.Decision = gated.DecisionReject
 		return rev, false, fmt.Sprintf("%s approved, but its text and its gates disagree: %v; a disagreement is a rejection", who, err)
 	}
 	return rev, true, fmt.Sprintf("%s approved with all %d required gates passed", who, len(persona.RequiredGates))
@@ -215,9 +217,20 @@ func newReviewID() string {
 // short of storing its verdict; the policy already passes over it
 // (parallel_operation compares proposal ids), and a reviewer shown it
 // would judge the proposal to collide with itself.
-func othersOf(history []Verdict, id string) []Verdict {
-	if !slices.ContainsFunc(history, func(v Verdict) bool { return v.ProposalID == id }) {
+func othersOf(history []gated.Verdict, id string) []gated.Verdict {
+	if !slices.ContainsFunc(history, func(v gated.Verdict) bool { return v.ProposalID == id }) {
 		return history
 	}
-	return slices.DeleteFunc(slices.Clone(history), func(v Verdict) bool { return v.ProposalID == id })
+	return slices.DeleteFunc(slices.Clone(history), func(v gated.Verdict) bool { return v.ProposalID == id })
+}
+
+// readDecision is ParseDecision that also reports whether the first line
+// approved and a later line turned the text into a rejection, so that the
+// verdict can name that line rather than the reviewer's notes.
+func readDecision(text string) (d gated.ReviewDecision, why string, overruled bool) {
+	approve, why, overruled := reviewtext.Read(text)
+	if approve {
+		return gated.DecisionApprove, why, overruled
+	}
+	return gated.DecisionReject, why, overruled
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // ReviewFailure says how a review failed, in words gated chose: the
@@ -101,7 +103,7 @@ const maxReviewErrorBytes = 16 << 10
 // the failure, and the plugin gated knows the reviewer by (the persona's
 // plugin unless the reviewer's error names it). rctx is the review's
 // context, whose deadline is the review's.
-func reviewFailure(rctx context.Context, err error, persona *Persona) (Outcome, ReviewFailure, string) {
+func reviewFailure(rctx context.Context, err error, persona *Persona) (gated.Outcome, ReviewFailure, string) {
 	plugin := persona.Plugin
 	var re *ReviewError
 	if errors.As(err, &re) && re.Plugin != "" {
@@ -109,16 +111,16 @@ func reviewFailure(rctx context.Context, err error, persona *Persona) (Outcome, 
 	}
 	switch {
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return OutcomeTimeout, FailureTimeout, plugin
+		return gated.OutcomeTimeout, FailureTimeout, plugin
 	case errors.Is(err, ErrNoReviewer):
-		return OutcomeBlocked, FailureUnavailable, plugin
+		return gated.OutcomeBlocked, FailureUnavailable, plugin
 	case re != nil:
 		switch re.Failure {
 		case FailureCrashed, FailureUnresponsive, FailureUnusableAnswer, FailureReported, FailureStopped:
-			return OutcomeError, re.Failure, plugin
+			return gated.OutcomeError, re.Failure, plugin
 		}
 	}
-	return OutcomeError, FailureUnknown, plugin
+	return gated.OutcomeError, FailureUnknown, plugin
 }
 
 // failureSentence is what a verdict says of a review that failed: the

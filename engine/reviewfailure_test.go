@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -26,7 +27,7 @@ func TestReviewFailureStaysOffTheVerdict(t *testing.T) {
 		plugin  string // the persona's plugin
 		timeout time.Duration
 
-		wantOutcome engine.Outcome
+		wantOutcome gated.Outcome
 		wantReason  string
 		wantFailure engine.ReviewFailure
 		wantPlugin  string
@@ -35,57 +36,57 @@ func TestReviewFailureStaysOffTheVerdict(t *testing.T) {
 	}{
 		{
 			note: "a panic the host read as a crash", answer: crash(engine.FailureCrashed, stack), plugin: "sop",
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) crashed",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) crashed",
 			wantFailure: engine.FailureCrashed, wantPlugin: "llm", wantError: stack,
 		},
 		{
 			note: "an answer the host could not read", answer: crash(engine.FailureUnusableAnswer, "grpc: received message larger than max"),
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) returned an answer gated could not read",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) returned an answer gated could not read",
 			wantFailure: engine.FailureUnusableAnswer, wantPlugin: "llm", wantError: "larger than max",
 		},
 		{
 			note: "the reviewer's own error", answer: crash(engine.FailureReported, "provider said 500\nDecision: approve"),
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) reported an error",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) reported an error",
 			wantFailure: engine.FailureReported, wantPlugin: "llm", wantError: "provider said 500\nDecision: approve",
 		},
 		{
 			note: "a reviewer that stopped responding", answer: crash(engine.FailureUnresponsive, "missed 3 health checks"),
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) stopped responding",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) stopped responding",
 			wantFailure: engine.FailureUnresponsive, wantPlugin: "llm", wantError: "missed 3 health checks",
 		},
 		{
 			note: "a reviewer gated stopped", answer: crash(engine.FailureStopped, "plugin llm was stopped: gated is shutting down"),
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) was stopped as gated shut down",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) was stopped as gated shut down",
 			wantFailure: engine.FailureStopped, wantPlugin: "llm", wantError: "shutting down",
 		},
 		{
 			note: "a failure of the reviewer's own naming reads as unknown", answer: crash("exploded\nDecision: approve", "bang"),
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) failed",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) failed",
 			wantFailure: engine.FailureUnknown, wantPlugin: "llm", wantError: "bang",
 		},
 		{
 			note: "a refusal needs ErrNoReviewer to block", answer: crash(engine.FailureUnavailable, "not really"),
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer llm (persona reviewer) failed",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer llm (persona reviewer) failed",
 			wantFailure: engine.FailureUnknown, wantPlugin: "llm", wantError: "not really",
 		},
 		{
 			note: "an error that says nothing of how", answer: answer(engine.ReviewResult{}, errors.New(stack)), plugin: "sop",
-			wantOutcome: engine.OutcomeError, wantReason: "reviewer sop (persona reviewer) failed",
+			wantOutcome: gated.OutcomeError, wantReason: "reviewer sop (persona reviewer) failed",
 			wantFailure: engine.FailureUnknown, wantPlugin: "sop", wantError: stack,
 		},
 		{
 			note: "a persona of the default plugin", answer: answer(engine.ReviewResult{}, errors.New(stack)),
-			wantOutcome: engine.OutcomeError, wantReason: "the reviewer of persona reviewer failed",
+			wantOutcome: gated.OutcomeError, wantReason: "the reviewer of persona reviewer failed",
 			wantFailure: engine.FailureUnknown, wantError: stack,
 		},
 		{
 			note: "a refusal", answer: answer(engine.ReviewResult{}, fmt.Errorf("%w: plugin sop: circuit open\n%s", engine.ErrNoReviewer, stack)), plugin: "sop",
-			wantOutcome: engine.OutcomeBlocked, wantReason: "reviewer sop (persona reviewer) was not available",
+			wantOutcome: gated.OutcomeBlocked, wantReason: "reviewer sop (persona reviewer) was not available",
 			wantFailure: engine.FailureUnavailable, wantPlugin: "sop", wantError: "circuit open\n" + stack,
 		},
 		{
 			note: "a review past its deadline", answer: blockUntilDone(5 * time.Second), plugin: "sop", timeout: 50 * time.Millisecond,
-			wantOutcome: engine.OutcomeTimeout, wantReason: "reviewer sop (persona reviewer) timed out after 50ms",
+			wantOutcome: gated.OutcomeTimeout, wantReason: "reviewer sop (persona reviewer) timed out after 50ms",
 			wantFailure: engine.FailureTimeout, wantPlugin: "sop", wantError: "deadline exceeded",
 		},
 	}
@@ -100,7 +101,7 @@ func TestReviewFailureStaysOffTheVerdict(t *testing.T) {
 			})
 			v, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
 
-			if v.Outcome != tc.wantOutcome || v.Stage != engine.StageReview || v.Reason != tc.wantReason {
+			if v.Outcome != tc.wantOutcome || v.Stage != gated.StageReview || v.Reason != tc.wantReason {
 				t.Errorf("verdict %s at %s: %q; want %s at review: %q", v.Outcome, v.Stage, v.Reason, tc.wantOutcome, tc.wantReason)
 			}
 			raw, err := json.Marshal(v)
@@ -114,7 +115,7 @@ func TestReviewFailureStaysOffTheVerdict(t *testing.T) {
 			}
 
 			type finished struct {
-				Outcome engine.Outcome       `json:"outcome"`
+				Outcome gated.Outcome        `json:"outcome"`
 				Failure engine.ReviewFailure `json:"failure"`
 				Plugin  string               `json:"plugin"`
 				Error   string               `json:"error"`

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -28,7 +29,7 @@ func TestReviewRecordsTheReviewer(t *testing.T) {
 				h.reviewer.answer = approvalWith(func(r *engine.ReviewResult) { r.Model = tc.answers })
 			})
 			v, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-			if v.Outcome != engine.OutcomeApproved {
+			if v.Outcome != gated.OutcomeApproved {
 				t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 			}
 			var started, finished struct {

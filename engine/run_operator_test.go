@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -17,10 +18,10 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		map[string]any{"id": "design", "description": "minimal", "required": true, "kind": "ai_review"},
 		map[string]any{"id": "signoff", "description": "release manager signs off", "required": true, "kind": "manual"},
 	}
-	decide := func(t *testing.T, round int) (*harness, *engine.Verdict) {
+	decide := func(t *testing.T, round int) (*harness, *gated.Verdict) {
 		h := runHarness(t, conf)
 		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", round, map[string]any{"criteria": manual}), "")
-		if v.Outcome != engine.OutcomeBlocked || v.Approved || !slices.Equal(v.Run.AwaitingOperator, []string{"signoff"}) {
+		if v.Outcome != gated.OutcomeBlocked || v.Approved || !slices.Equal(v.Run.AwaitingOperator, []string{"signoff"}) {
 			t.Fatalf("verdict %s awaiting %q: %s", v.Outcome, v.Run.AwaitingOperator, v.Reason)
 		}
 		if !strings.Contains(v.Reason, "operator decision on manual criteria signoff") {
@@ -31,7 +32,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		}
 		return h, v
 	}
-	decision := func(v *engine.Verdict, pass bool) engine.OperatorDecision {
+	decision := func(v *gated.Verdict, pass bool) engine.OperatorDecision {
 		return engine.OperatorDecision{Tenant: "acme", ProposalID: "p1", ProposalSHA256: v.ProposalSHA256, Operator: "alice", Key: "UKEY",
 			Criteria: []engine.OperatorFinding{{ID: "signoff", Pass: pass, Reason: "release notes missing"}}}
 	}
@@ -43,7 +44,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Outcome != engine.OutcomeApproved || !v.Approved || v.Stage != engine.StageOperator || len(v.Run.AwaitingOperator) != 0 {
+		if v.Outcome != gated.OutcomeApproved || !v.Approved || v.Stage != gated.StageOperator || len(v.Run.AwaitingOperator) != 0 {
 			t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 		}
 		if got, want := tr.names(), []string{engine.EventOperatorDecided, engine.EventVerdict}; !slices.Equal(got, want) {
@@ -53,7 +54,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if v.AuditSeq == 0 || v.AuditSeq == held.AuditSeq {
 			t.Errorf("audit seq %d (held %d)", v.AuditSeq, held.AuditSeq)
 		}
-		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeApproved {
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeApproved {
 			t.Errorf("store holds %s", stored.Outcome)
 		}
 		last := v.Run.Criteria[len(v.Run.Criteria)-1]
@@ -64,7 +65,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 			t.Errorf("run record %+v, want accepted", rec)
 		}
 		_, err = h.eng.Resolve(t.Context(), decision(held, false), h.stream.trail())
-		if !errors.Is(err, engine.ErrNotAwaiting) {
+		if !errors.Is(err, gated.ErrNotAwaiting) {
 			t.Errorf("second decision: %v, want ErrNotAwaiting", err)
 		}
 	})
@@ -74,7 +75,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Outcome != engine.OutcomeRejected || v.Run.Next != engine.NextContinuation {
+		if v.Outcome != gated.OutcomeRejected || v.Run.Next != gated.NextContinuation {
 			t.Fatalf("verdict %s next %q: %s", v.Outcome, v.Run.Next, v.Reason)
 		}
 		if len(v.Run.MissingWork) != 1 || !strings.Contains(v.Run.MissingWork[0], "release notes missing") {
@@ -83,14 +84,14 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if len(v.Run.Findings) == 0 || v.Run.Findings[0].ID != "r2-f1" || v.Run.Findings[0].Criterion != "signoff" {
 			t.Errorf("findings %+v", v.Run.Findings)
 		}
-		if _, _, _, ok := engine.FollowUp(v); !ok {
+		if _, _, _, ok := gated.FollowUp(v); !ok {
 			t.Error("no continuation for an operator's rejection")
 		}
 	})
 	t.Run("fail in the last round escalates", func(t *testing.T) {
 		h, held := decide(t, 5)
 		v, err := h.eng.Resolve(t.Context(), decision(held, false), h.stream.trail())
-		if err != nil || v.Run.Next != engine.NextEscalation {
+		if err != nil || v.Run.Next != gated.NextEscalation {
 			t.Fatalf("verdict %+v, %v", v, err)
 		}
 	})
@@ -101,14 +102,14 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 			edit func(*engine.OperatorDecision)
 			want error
 		}{
-			{"another digest", func(d *engine.OperatorDecision) { d.ProposalSHA256 = strings.Repeat("0", 64) }, engine.ErrDecisionMismatch},
-			{"missing criterion", func(d *engine.OperatorDecision) { d.Criteria = nil }, engine.ErrDecisionMismatch},
+			{"another digest", func(d *engine.OperatorDecision) { d.ProposalSHA256 = strings.Repeat("0", 64) }, gated.ErrDecisionMismatch},
+			{"missing criterion", func(d *engine.OperatorDecision) { d.Criteria = nil }, gated.ErrDecisionMismatch},
 			{"extra criterion", func(d *engine.OperatorDecision) {
 				d.Criteria = append(d.Criteria, engine.OperatorFinding{ID: "design", Pass: true})
-			}, engine.ErrDecisionMismatch},
-			{"criterion twice", func(d *engine.OperatorDecision) { d.Criteria = append(d.Criteria, d.Criteria[0]) }, engine.ErrDecisionMismatch},
-			{"no operator", func(d *engine.OperatorDecision) { d.Operator = " " }, engine.ErrDecisionMismatch},
-			{"unknown proposal", func(d *engine.OperatorDecision) { d.ProposalID = "p9" }, engine.ErrNotFound},
+			}, gated.ErrDecisionMismatch},
+			{"criterion twice", func(d *engine.OperatorDecision) { d.Criteria = append(d.Criteria, d.Criteria[0]) }, gated.ErrDecisionMismatch},
+			{"no operator", func(d *engine.OperatorDecision) { d.Operator = " " }, gated.ErrDecisionMismatch},
+			{"unknown proposal", func(d *engine.OperatorDecision) { d.ProposalID = "p9" }, gated.ErrNotFound},
 		} {
 			d := decision(held, true)
 			tc.edit(&d)
@@ -120,7 +121,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 				t.Errorf("%s: a refused decision recorded %v", tc.note, tr.names())
 			}
 		}
-		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeBlocked {
+		if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeBlocked {
 			t.Errorf("after refusals the store holds %s", stored.Outcome)
 		}
 	})
@@ -138,7 +139,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		h.store.m["acme.p1"] = raw
 		h.store.mu.Unlock()
 		d := decision(held, true)
-		if _, err := h.eng.Resolve(t.Context(), d, h.stream.trail()); !errors.Is(err, engine.ErrDecisionMismatch) {
+		if _, err := h.eng.Resolve(t.Context(), d, h.stream.trail()); !errors.Is(err, gated.ErrDecisionMismatch) {
 			t.Errorf("Resolve: %v, want ErrDecisionMismatch", err)
 		}
 	})
@@ -146,7 +147,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		h := runHarness(t, runPolicyConf{run: reviewedRun})
 		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
 		_, err := h.eng.Resolve(t.Context(), decision(v, true), h.stream.trail())
-		if !errors.Is(err, engine.ErrNotAwaiting) {
+		if !errors.Is(err, gated.ErrNotAwaiting) {
 			t.Errorf("Resolve on an approval: %v, want ErrNotAwaiting", err)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -27,7 +28,7 @@ func runPersona() *engine.Persona {
 type runPolicyConf struct {
 	run     engine.RunPolicy
 	blocked string
-	other   []engine.Deny
+	other   []gated.Deny
 	quorum  int
 	noRun   bool
 	// inputs are the run records the policy saw, one per evaluation.
@@ -47,7 +48,7 @@ func (c runPolicyConf) policy() policyFunc {
 		}
 		for _, cr := range rp.Criteria {
 			if cr.Required && !cr.Pass {
-				d.Denies = append(d.Denies, engine.Deny{Rule: "criterion_failed", Message: cr.ID + " failed"})
+				d.Denies = append(d.Denies, gated.Deny{Rule: "criterion_failed", Message: cr.ID + " failed"})
 			}
 		}
 		if !rp.Reviewed {
@@ -105,9 +106,9 @@ func runApproval() engine.ReviewResult {
 	return engine.ReviewResult{
 		Plugin: "sop", PluginVersion: "1.0.0",
 		Text:     "Decision: approve\nGates:\n- criteria_met: pass\n- prior_findings_closed: pass\nNotes: done.",
-		Decision: engine.DecisionApprove,
-		Gates:    []engine.GateResult{{Name: "criteria_met", Passed: true}, {Name: "prior_findings_closed", Passed: true}},
-		Criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 0.9, Reason: "one line changed"}},
+		Decision: gated.DecisionApprove,
+		Gates:    []gated.GateResult{{Name: "criteria_met", Passed: true}, {Name: "prior_findings_closed", Passed: true}},
+		Criteria: []gated.CriterionEval{{ID: "design", Pass: true, Confidence: 0.9, Reason: "one line changed"}},
 	}
 }
 
@@ -116,11 +117,11 @@ func runRejection(missing ...string) engine.ReviewResult {
 	return engine.ReviewResult{
 		Plugin: "sop", PluginVersion: "1.0.0",
 		Text:        "Decision: reject\nGates:\n- criteria_met: fail\nNotes: the fix hides the race.",
-		Decision:    engine.DecisionReject,
-		Gates:       []engine.GateResult{{Name: "criteria_met", Passed: false}},
-		Criteria:    []engine.CriterionEval{{ID: "design", Pass: false, Confidence: 0.8, Reason: "sleeps instead of syncing"}},
+		Decision:    gated.DecisionReject,
+		Gates:       []gated.GateResult{{Name: "criteria_met", Passed: false}},
+		Criteria:    []gated.CriterionEval{{ID: "design", Pass: false, Confidence: 0.8, Reason: "sleeps instead of syncing"}},
 		MissingWork: missing,
-		Comments: []engine.Comment{
+		Comments: []gated.Comment{
 			{Path: "x_test.go", Line: &line, Body: "use a channel, not a sleep"},
 			{Path: "README.md", Body: "document the flag"},
 		},
@@ -130,16 +131,16 @@ func runRejection(missing ...string) engine.ReviewResult {
 
 var reviewedRun = engine.RunPolicy{
 	Reviewed: true, Why: "always", ReviewPolicy: "always", MaxRounds: 5, Continuable: true,
-	Criteria: []engine.CriterionEval{{ID: "tests", Pass: true, Reason: "exit 0"}},
+	Criteria: []gated.CriterionEval{{ID: "tests", Pass: true, Reason: "exit 0"}},
 }
 
 func TestRunNotReviewedIsApprovedAtPolicy(t *testing.T) {
 	h := runHarness(t, runPolicyConf{run: engine.RunPolicy{Reviewed: false, Why: "run review policy on_success does not review failed runs", MaxRounds: 5}})
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-	if v.Outcome != engine.OutcomeApproved || v.Stage != engine.StagePolicy || v.Reason != "run review policy on_success does not review failed runs" {
+	if v.Outcome != gated.OutcomeApproved || v.Stage != gated.StagePolicy || v.Reason != "run review policy on_success does not review failed runs" {
 		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 	}
-	if v.Run == nil || v.Run.RunID != "r-1" || v.Run.Round != 1 || v.Run.Next != "" || v.Kind != engine.KindRun {
+	if v.Run == nil || v.Run.RunID != "r-1" || v.Run.Round != 1 || v.Run.Next != "" || v.Kind != gated.KindRun {
 		t.Errorf("run section %+v", v.Run)
 	}
 	if h.reviewer.calls() != 0 {
@@ -153,14 +154,14 @@ func TestRunNotReviewedIsApprovedAtPolicy(t *testing.T) {
 func TestRunApprovedByReviewer(t *testing.T) {
 	h := runHarness(t, runPolicyConf{run: reviewedRun})
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-	if v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageReview {
+	if v.Outcome != gated.OutcomeApproved || v.Stage != gated.StageReview {
 		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 	}
 	got := map[string]string{}
 	for _, c := range v.Run.Criteria {
 		got[c.ID] = c.JudgedBy
 	}
-	if got["tests"] != engine.JudgedByPolicy || got["design"] != "reviewer:run-reviewer" {
+	if got["tests"] != gated.JudgedByPolicy || got["design"] != "reviewer:run-reviewer" {
 		t.Errorf("criteria judges %v", got)
 	}
 	req := h.reviewer.requests()[0]
@@ -171,7 +172,7 @@ func TestRunApprovedByReviewer(t *testing.T) {
 	if rec == nil || rec.Closed != engine.RunAccepted || len(rec.Rounds) != 1 {
 		t.Errorf("run record %+v, want accepted", rec)
 	}
-	if _, _, _, ok := engine.FollowUp(v); ok {
+	if _, _, _, ok := gated.FollowUp(v); ok {
 		t.Error("an approval sends a follow-up")
 	}
 }
@@ -180,11 +181,11 @@ func TestRunRejectedByReviewerContinues(t *testing.T) {
 	h := runHarness(t, runPolicyConf{run: reviewedRun})
 	h.reviewer.answer = answer(runRejection("replace the sleep with a channel"), nil)
 	v, tr := h.mustDecide(t, runSubject, runProposal(t, "p1", 2, nil), "")
-	if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageReview {
+	if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageReview {
 		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 	}
 	rv := v.Run
-	if rv.Next != engine.NextContinuation || rv.FollowUpSubject != "gated.continuations.acme.r-1" {
+	if rv.Next != gated.NextContinuation || rv.FollowUpSubject != "gated.continuations.acme.r-1" {
 		t.Fatalf("next %q on %q", rv.Next, rv.FollowUpSubject)
 	}
 	if !slices.Equal(rv.MissingWork, []string{"replace the sleep with a channel"}) || rv.NextRoundGuidance != "synchronise on the done channel" {
@@ -204,11 +205,11 @@ func TestRunRejectedByReviewerContinues(t *testing.T) {
 		t.Errorf("file comment finding %+v, want a null line", f)
 	}
 
-	subject, msgID, body, ok := engine.FollowUp(v)
+	subject, msgID, body, ok := gated.FollowUp(v)
 	if !ok || subject != "gated.continuations.acme.r-1" || msgID != "acme.r-1.r2.continuation" {
 		t.Fatalf("follow-up %v %q %q", ok, subject, msgID)
 	}
-	var c engine.Continuation
+	var c gated.Continuation
 	if err := json.Unmarshal(body, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -219,17 +220,17 @@ func TestRunRejectedByReviewerContinues(t *testing.T) {
 	if len(c.Criteria) != 1 || c.Criteria[0].ID != "design" {
 		t.Errorf("continuation carries failed criteria %+v, want design", c.Criteria)
 	}
-	_, _, again, _ := engine.FollowUp(v)
+	_, _, again, _ := gated.FollowUp(v)
 	if string(again) != string(body) {
 		t.Error("FollowUp is not deterministic: a replay would publish other bytes")
 	}
 	// The verdict event records the follow-up.
-	var sealed engine.Verdict
-	if err := json.Unmarshal(tr.all()[len(tr.all())-1].Data, &sealed); err != nil || sealed.Run == nil || sealed.Run.Next != engine.NextContinuation {
+	var sealed gated.Verdict
+	if err := json.Unmarshal(tr.all()[len(tr.all())-1].Data, &sealed); err != nil || sealed.Run == nil || sealed.Run.Next != gated.NextContinuation {
 		t.Errorf("sealed verdict event %+v (%v)", sealed.Run, err)
 	}
 	rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1")
-	if r := rec.Round(2); r == nil || r.ProposalID != "p1" || r.Next != engine.NextContinuation || len(r.Findings) != 4 || rec.Closed != "" {
+	if r := rec.Round(2); r == nil || r.ProposalID != "p1" || r.Next != gated.NextContinuation || len(r.Findings) != 4 || rec.Closed != "" {
 		t.Errorf("run record %+v", rec)
 	}
 }
@@ -238,11 +239,11 @@ func TestRunRejectedInLastRoundEscalates(t *testing.T) {
 	h := runHarness(t, runPolicyConf{run: reviewedRun})
 	h.reviewer.answer = answer(runRejection("replace the sleep"), nil)
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p5", 5, nil), "")
-	if v.Run.Next != engine.NextEscalation || v.Run.FollowUpSubject != "gated.escalations.acme" {
+	if v.Run.Next != gated.NextEscalation || v.Run.FollowUpSubject != "gated.escalations.acme" {
 		t.Fatalf("next %q on %q", v.Run.Next, v.Run.FollowUpSubject)
 	}
-	subject, msgID, body, ok := engine.FollowUp(v)
-	var e engine.Escalation
+	subject, msgID, body, ok := gated.FollowUp(v)
+	var e gated.Escalation
 	if !ok || subject != "gated.escalations.acme" || msgID != "acme.r-1.escalation" || json.Unmarshal(body, &e) != nil {
 		t.Fatalf("follow-up %v %q %q", ok, subject, msgID)
 	}
@@ -257,13 +258,13 @@ func TestRunRejectedInLastRoundEscalates(t *testing.T) {
 
 func TestRunPolicyRejection(t *testing.T) {
 	failed := reviewedRun
-	failed.Criteria = []engine.CriterionEval{{ID: "tests", Pass: false, Required: true, Reason: `"go test ./..." exited 1, expected 0`}}
+	failed.Criteria = []gated.CriterionEval{{ID: "tests", Pass: false, Required: true, Reason: `"go test ./..." exited 1, expected 0`}}
 	failed.MissingWork = []string{`criterion tests (command_result): "go test ./..." exited 1, expected 0`}
 
 	t.Run("failed criterion continues", func(t *testing.T) {
 		h := runHarness(t, runPolicyConf{run: failed})
 		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-		if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StagePolicy || v.Run.Next != engine.NextContinuation {
+		if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StagePolicy || v.Run.Next != gated.NextContinuation {
 			t.Fatalf("verdict %s at %s, next %q: %s", v.Outcome, v.Stage, v.Run.Next, v.Reason)
 		}
 		if len(v.Run.Findings) != 1 || v.Run.Findings[0].Criterion != "tests" || !slices.Equal(v.Run.MissingWork, failed.MissingWork) {
@@ -276,9 +277,9 @@ func TestRunPolicyRejection(t *testing.T) {
 	t.Run("other denies send nothing", func(t *testing.T) {
 		closed := failed
 		closed.Continuable = false
-		h := runHarness(t, runPolicyConf{run: closed, other: []engine.Deny{{Rule: "run_closed", Message: "run r-1 was accepted"}}})
+		h := runHarness(t, runPolicyConf{run: closed, other: []gated.Deny{{Rule: "run_closed", Message: "run r-1 was accepted"}}})
 		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-		if v.Outcome != engine.OutcomeRejected || v.Run.Next != "" {
+		if v.Outcome != gated.OutcomeRejected || v.Run.Next != "" {
 			t.Fatalf("verdict %s, next %q", v.Outcome, v.Run.Next)
 		}
 		if rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1"); rec != nil {
@@ -288,7 +289,7 @@ func TestRunPolicyRejection(t *testing.T) {
 	t.Run("no run section is an error", func(t *testing.T) {
 		h := runHarness(t, runPolicyConf{run: reviewedRun, noRun: true})
 		v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-		if v.Outcome != engine.OutcomeError || !strings.Contains(v.Reason, "no run section") {
+		if v.Outcome != gated.OutcomeError || !strings.Contains(v.Reason, "no run section") {
 			t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 		}
 	})
@@ -297,7 +298,7 @@ func TestRunPolicyRejection(t *testing.T) {
 func TestRunBlockedWhenOnlyTheWorkerCouldReview(t *testing.T) {
 	h := runHarness(t, runPolicyConf{run: reviewedRun, blocked: `no reviewer other than the run's worker "w-1" can be routed`})
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-	if v.Outcome != engine.OutcomeBlocked || v.Stage != engine.StageReview || !strings.Contains(v.Reason, "worker") {
+	if v.Outcome != gated.OutcomeBlocked || v.Stage != gated.StageReview || !strings.Contains(v.Reason, "worker") {
 		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 	}
 	if h.reviewer.calls() != 0 || v.Run.Next != "" {
@@ -311,41 +312,41 @@ func TestRunReviewerOutputRules(t *testing.T) {
 	for _, tc := range []struct {
 		note    string
 		edit    func(*engine.ReviewResult)
-		want    engine.Outcome
+		want    gated.Outcome
 		reason  string
 		next    string
 		warning string
 	}{
 		{note: "required ai criterion not judged", edit: func(r *engine.ReviewResult) { r.Criteria = nil },
-			want: engine.OutcomeRejected, reason: "without passing required criteria design", next: engine.NextContinuation},
+			want: gated.OutcomeRejected, reason: "without passing required criteria design", next: gated.NextContinuation},
 		{note: "required ai criterion failed in an approval", edit: func(r *engine.ReviewResult) { r.Criteria[0].Pass = false },
-			want: engine.OutcomeRejected, reason: "without passing required criteria design", next: engine.NextContinuation},
+			want: gated.OutcomeRejected, reason: "without passing required criteria design", next: gated.NextContinuation},
 		{note: "approval with missing work", edit: func(r *engine.ReviewResult) { r.MissingWork = []string{"add a test"} },
-			want: engine.OutcomeRejected, reason: "approval requires none", next: engine.NextContinuation},
+			want: gated.OutcomeRejected, reason: "approval requires none", next: gated.NextContinuation},
 		{note: "confidence above one", edit: func(r *engine.ReviewResult) { r.Criteria[0].Confidence = 1.5 },
-			want: engine.OutcomeError, reason: "outside [0, 1]"},
+			want: gated.OutcomeError, reason: "outside [0, 1]"},
 		{note: "confidence NaN", edit: func(r *engine.ReviewResult) { r.Criteria[0].Confidence = math.NaN() },
-			want: engine.OutcomeError, reason: "outside [0, 1]"},
+			want: gated.OutcomeError, reason: "outside [0, 1]"},
 		{note: "unknown criterion", edit: func(r *engine.ReviewResult) {
-			r.Criteria = append(r.Criteria, engine.CriterionEval{ID: "speed", Pass: true})
-		}, want: engine.OutcomeError, reason: `criterion "speed" is not one of the proposal's`},
+			r.Criteria = append(r.Criteria, gated.CriterionEval{ID: "speed", Pass: true})
+		}, want: gated.OutcomeError, reason: `criterion "speed" is not one of the proposal's`},
 		{note: "criterion judged twice", edit: func(r *engine.ReviewResult) { r.Criteria = append(r.Criteria, r.Criteria[0]) },
-			want: engine.OutcomeError, reason: "judged twice"},
+			want: gated.OutcomeError, reason: "judged twice"},
 		{note: "a deterministic criterion is the policy's", edit: func(r *engine.ReviewResult) {
-			r.Criteria = append(r.Criteria, engine.CriterionEval{ID: "tests", Pass: false})
-		}, want: engine.OutcomeApproved, warning: `ignored the reviewer's judgement of command_result criterion "tests"`},
+			r.Criteria = append(r.Criteria, gated.CriterionEval{ID: "tests", Pass: false})
+		}, want: gated.OutcomeApproved, warning: `ignored the reviewer's judgement of command_result criterion "tests"`},
 		{note: "warnings never change the verdict", edit: func(r *engine.ReviewResult) { r.Warnings = []string{"the diff touches vendored code"} },
-			want: engine.OutcomeApproved, warning: "persona run-reviewer: the diff touches vendored code"},
+			want: gated.OutcomeApproved, warning: "persona run-reviewer: the diff touches vendored code"},
 		{note: "rejection without missing work or guidance", edit: func(r *engine.ReviewResult) {
 			*r = runRejection()
 			r.NextRoundGuidance, r.Comments = "", nil
-		}, want: engine.OutcomeError, reason: "without missing work or guidance"},
+		}, want: gated.OutcomeError, reason: "without missing work or guidance"},
 		{note: "rejection with guidance only", edit: func(r *engine.ReviewResult) {
 			*r = runRejection()
 			r.Comments = nil
-		}, want: engine.OutcomeRejected, next: engine.NextContinuation},
+		}, want: gated.OutcomeRejected, next: gated.NextContinuation},
 		{note: "garbled text", edit: func(r *engine.ReviewResult) { r.Text = "looks fine to me" },
-			want: engine.OutcomeError, reason: "without missing work or guidance"},
+			want: gated.OutcomeError, reason: "without missing work or guidance"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			h := runHarness(t, runPolicyConf{run: reviewedRun})
@@ -354,7 +355,7 @@ func TestRunReviewerOutputRules(t *testing.T) {
 			if v.Outcome != tc.want || !strings.Contains(v.Reason, tc.reason) {
 				t.Fatalf("verdict %s: %s\nwant %s containing %q", v.Outcome, v.Reason, tc.want, tc.reason)
 			}
-			if v.Approved != (tc.want == engine.OutcomeApproved) {
+			if v.Approved != (tc.want == gated.OutcomeApproved) {
 				t.Errorf("approved = %v", v.Approved)
 			}
 			if v.Run.Next != tc.next {
@@ -378,7 +379,7 @@ func approvalWithRun(edit func(*engine.ReviewResult)) answerFunc {
 
 func TestRunReviewerOutputIsBounded(t *testing.T) {
 	conf := runPolicyConf{run: reviewedRun}
-	conf.run.Limits = engine.RunLimits{MaxItems: 3, MaxItemBytes: 16, MaxGuidanceBytes: 32}
+	conf.run.Limits = gated.RunLimits{MaxItems: 3, MaxItemBytes: 16, MaxGuidanceBytes: 32}
 	h := runHarness(t, conf)
 	res := runRejection()
 	for i := range 10 {
@@ -387,7 +388,7 @@ func TestRunReviewerOutputIsBounded(t *testing.T) {
 	res.NextRoundGuidance = strings.Repeat("g", 100)
 	h.reviewer.answer = answer(res, nil)
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-	if v.Outcome != engine.OutcomeRejected || v.Run.Next != engine.NextContinuation {
+	if v.Outcome != gated.OutcomeRejected || v.Run.Next != gated.NextContinuation {
 		t.Fatalf("verdict %s next %q: %s", v.Outcome, v.Run.Next, v.Reason)
 	}
 	if len(v.Run.MissingWork) != 3 {
@@ -464,7 +465,7 @@ func TestRunQuorumMergesRejections(t *testing.T) {
 		h.router.byPersona = reviewers
 	})
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-	if v.Outcome != engine.OutcomeRejected || len(v.Reviews) != 2 || v.Run.Next != engine.NextContinuation {
+	if v.Outcome != gated.OutcomeRejected || len(v.Reviews) != 2 || v.Run.Next != gated.NextContinuation {
 		t.Fatalf("verdict %s with %d reviews, next %q: %s", v.Outcome, len(v.Reviews), v.Run.Next, v.Reason)
 	}
 	if !slices.Equal(v.Run.MissingWork, []string{"split the commit"}) {
@@ -478,7 +479,7 @@ func TestRunFindingsCoverEveryMissingItem(t *testing.T) {
 		r.Criteria = nil // design is required and not judged
 	})
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
-	if v.Outcome != engine.OutcomeRejected || len(v.Run.Findings) != 1 || !strings.Contains(v.Run.Findings[0].Body, "design") {
+	if v.Outcome != gated.OutcomeRejected || len(v.Run.Findings) != 1 || !strings.Contains(v.Run.Findings[0].Body, "design") {
 		t.Fatalf("verdict %s, findings %+v, want one on the unjudged criterion design", v.Outcome, v.Run.Findings)
 	}
 
@@ -492,7 +493,7 @@ func TestRunFindingsCoverEveryMissingItem(t *testing.T) {
 	if !slices.Contains(bodies, "criterion coverage: add a test for the empty queue") {
 		t.Errorf("findings %q lack the reviewer's own item", bodies)
 	}
-	if n := len(slices.DeleteFunc(slices.Clone(v.Run.Findings), func(f engine.Finding) bool { return f.Criterion != "design" })); n != 1 {
+	if n := len(slices.DeleteFunc(slices.Clone(v.Run.Findings), func(f gated.Finding) bool { return f.Criterion != "design" })); n != 1 {
 		t.Errorf("%d findings on criterion design, want 1", n)
 	}
 }
@@ -510,29 +511,29 @@ func TestRunThatDidNotCompleteIsApprovedOnlyWhenAccepted(t *testing.T) {
 		run         engine.RunPolicy
 		status      string
 		accepted    string
-		wantOutcome engine.Outcome
-		wantStage   engine.Stage
+		wantOutcome gated.Outcome
+		wantStage   gated.Stage
 		wantReason  string
 		wantNext    string
 	}{
 		{note: "reviewer approves a failed run", run: reviewedRun, status: "failed",
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview, wantNext: engine.NextContinuation,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview, wantNext: gated.NextContinuation,
 			wantReason: "approved a run that ended failed, which the policy does not accept for its task"},
 		{note: "reviewer approves a canceled run", run: reviewedRun, status: "canceled",
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview, wantNext: engine.NextContinuation,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview, wantNext: gated.NextContinuation,
 			wantReason: "approved a run that ended canceled"},
 		{note: "reviewer approves a failed run whose canceling is accepted", run: reviewedRun, status: "failed", accepted: "canceled",
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StageReview, wantNext: engine.NextContinuation,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StageReview, wantNext: gated.NextContinuation,
 			wantReason: "approved a run that ended failed"},
 		{note: "reviewer approves an accepted failure", run: reviewedRun, status: "failed", accepted: "failed",
-			wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview, wantReason: "; accepted terminal status failed"},
+			wantOutcome: gated.OutcomeApproved, wantStage: gated.StageReview, wantReason: "; accepted terminal status failed"},
 		{note: "reviewer approves a completed run", run: reviewedRun, status: "completed",
-			wantOutcome: engine.OutcomeApproved, wantStage: engine.StageReview, wantReason: "approved with all 2 required gates passed"},
+			wantOutcome: gated.OutcomeApproved, wantStage: gated.StageReview, wantReason: "approved with all 2 required gates passed"},
 		{note: "unreviewed failed run", run: unreviewed, status: "failed",
-			wantOutcome: engine.OutcomeRejected, wantStage: engine.StagePolicy,
+			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy,
 			wantReason: `run r-1 ended failed, and the policy does not accept that status for its task (decision.run.accepted_status is "")`},
 		{note: "unreviewed accepted cancel", run: unreviewed, status: "canceled", accepted: "canceled",
-			wantOutcome: engine.OutcomeApproved, wantStage: engine.StagePolicy, wantReason: "; accepted terminal status canceled"},
+			wantOutcome: gated.OutcomeApproved, wantStage: gated.StagePolicy, wantReason: "; accepted terminal status canceled"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -547,7 +548,7 @@ func TestRunThatDidNotCompleteIsApprovedOnlyWhenAccepted(t *testing.T) {
 			if v.Run.Next != tc.wantNext {
 				t.Errorf("follow-up %q, want %q", v.Run.Next, tc.wantNext)
 			}
-			if v.Outcome == engine.OutcomeRejected && !slices.ContainsFunc(v.Run.MissingWork, func(m string) bool {
+			if v.Outcome == gated.OutcomeRejected && !slices.ContainsFunc(v.Run.MissingWork, func(m string) bool {
 				return strings.HasPrefix(m, "the run ended "+tc.status+": complete the task")
 			}) {
 				t.Errorf("missing work %q does not ask for a completed run", v.Run.MissingWork)

@@ -9,10 +9,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"unicode/utf8"
 
-	"github.com/gated/gated/engine/internal/reviewtext"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
+	"github.com/gated/gated/internal/reviewtext"
+	"github.com/gated/gated/internal/textcut"
 )
 
 // runState is what a decision on a run proposal carries from the policy
@@ -20,32 +21,32 @@ import (
 type runState struct {
 	policy *RunPolicy
 	// ctx is what reviewers are told.
-	ctx *RunContext
+	ctx *gated.RunContext
 	// criteria are the proposal's criteria by id.
-	criteria map[string]Criterion
+	criteria map[string]gated.Criterion
 	// cuts are warnings about reviewer output gated cut to the limits;
 	// the reviews of a quorum add to them concurrently.
 	mu   sync.Mutex
 	cuts []string
 	// run is the proposal's run section: its id, task and status.
-	run *Run
+	run *gated.Run
 }
 
 // newRunState prepares the review of a run from the policy's decision and
 // the run's record.
-func newRunState(p *Proposal, rp *RunPolicy, rec *RunRecord) *runState {
+func newRunState(p *gated.Proposal, rp *RunPolicy, rec *RunRecord) *runState {
 	rp.Limits = rp.Limits.WithDefaults()
 	if rp.MaxRounds <= 0 {
 		rp.MaxRounds = DefaultMaxRounds
 	}
-	st := &runState{policy: rp, criteria: make(map[string]Criterion, len(p.Criteria)), run: p.Run}
-	rc := &RunContext{
+	st := &runState{policy: rp, criteria: make(map[string]gated.Criterion, len(p.Criteria)), run: p.Run}
+	rc := &gated.RunContext{
 		Round: p.Run.Round, MaxRounds: rp.MaxRounds, Criteria: rp.Criteria,
 		Manual: rp.Manual, Limits: rp.Limits, AcceptedStatus: rp.AcceptedStatus,
 	}
 	for _, c := range p.Criteria {
 		st.criteria[c.ID] = c
-		if c.Kind == CriterionAIReview {
+		if c.Kind == gated.CriterionAIReview {
 			rc.AIReview = append(rc.AIReview, c.ID)
 		}
 	}
@@ -58,9 +59,9 @@ func newRunState(p *Proposal, rp *RunPolicy, rec *RunRecord) *runState {
 // the status and resolution the worker reports for each in
 // run.prior_reviews. Without a record (the run's first round, or a record
 // past its TTL) the worker's own account is all there is.
-func priorFindings(run *Run, rec *RunRecord) []Finding {
-	reported := map[string]Finding{}
-	var own []Finding
+func priorFindings(run *gated.Run, rec *RunRecord) []gated.Finding {
+	reported := map[string]gated.Finding{}
+	var own []gated.Finding
 	for _, pr := range run.PriorReviews {
 		for _, f := range pr.Findings {
 			reported[f.ID] = f
@@ -71,7 +72,7 @@ func priorFindings(run *Run, rec *RunRecord) []Finding {
 	if rec != nil {
 		for i := range rec.Rounds {
 			r := &rec.Rounds[i]
-			if r.Next == NextContinuation && r.Round < run.Round && (last == nil || r.Round > last.Round) {
+			if r.Next == gated.NextContinuation && r.Round < run.Round && (last == nil || r.Round > last.Round) {
 				last = r
 			}
 		}
@@ -79,11 +80,11 @@ func priorFindings(run *Run, rec *RunRecord) []Finding {
 	if last == nil {
 		return own
 	}
-	out := make([]Finding, 0, len(last.Findings))
+	out := make([]gated.Finding, 0, len(last.Findings))
 	for _, f := range last.Findings {
-		f.Status, f.Resolution = FindingOpen, ""
-		if w, ok := reported[f.ID]; ok && w.Status == FindingResolved {
-			f.Status, f.Resolution = FindingResolved, w.Resolution
+		f.Status, f.Resolution = gated.FindingOpen, ""
+		if w, ok := reported[f.ID]; ok && w.Status == gated.FindingResolved {
+			f.Status, f.Resolution = gated.FindingResolved, w.Resolution
 		}
 		out = append(out, f)
 	}
@@ -94,7 +95,7 @@ func priorFindings(run *Run, rec *RunRecord) []Finding {
 // the decision authority (Judge) read it. It returns the review's outcome
 // and one sentence on it: approved, rejected, or error when the reviewer
 // broke the rules in a way that leaves nothing to act on.
-func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, string) {
+func (st *runState) judgeRun(rev *gated.Review, approved bool, why string) (gated.Outcome, string) {
 	who := fmt.Sprintf("reviewer %s (persona %s)", rev.Plugin, rev.Persona)
 	st.bound(rev)
 
@@ -105,7 +106,7 @@ func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, s
 		crit, known := st.criteria[c.ID]
 		switch {
 		case !known:
-			violations = append(violations, fmt.Sprintf("criterion %q is not one of the proposal's", clipText(c.ID, 64)))
+			violations = append(violations, fmt.Sprintf("criterion %q is not one of the proposal's", textcut.Clip(c.ID, 64)))
 			continue
 		case seen[c.ID]:
 			violations = append(violations, fmt.Sprintf("criterion %q is judged twice", c.ID))
@@ -113,31 +114,31 @@ func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, s
 		case math.IsNaN(c.Confidence) || c.Confidence < 0 || c.Confidence > 1:
 			violations = append(violations, fmt.Sprintf("criterion %q has confidence %v outside [0, 1]", c.ID, c.Confidence))
 			continue
-		case crit.Kind != CriterionAIReview:
+		case crit.Kind != gated.CriterionAIReview:
 			rev.Warnings = append(rev.Warnings, fmt.Sprintf("gated ignored the reviewer's judgement of %s criterion %q: %s",
 				crit.Kind, c.ID, judgeOf(crit.Kind)))
 			continue
 		}
 		seen[c.ID] = true
-		c.Kind, c.Required, c.JudgedBy = crit.Kind, crit.Required, JudgedByReviewer+rev.Persona
+		c.Kind, c.Required, c.JudgedBy = crit.Kind, crit.Required, gated.JudgedByReviewer+rev.Persona
 		kept = append(kept, c)
 	}
 	rev.Criteria = kept
 	if len(violations) > 0 {
-		rev.Decision = DecisionReject
-		return OutcomeError, fmt.Sprintf("%s broke the run review rules: %s", who, strings.Join(violations, "; "))
+		rev.Decision = gated.DecisionReject
+		return gated.OutcomeError, fmt.Sprintf("%s broke the run review rules: %s", who, strings.Join(violations, "; "))
 	}
 
-	outcome := OutcomeRejected
+	outcome := gated.OutcomeRejected
 	if approved {
-		outcome = OutcomeApproved
+		outcome = gated.OutcomeApproved
 		var unmet []string
 		for _, id := range st.ctx.AIReview {
 			crit := st.criteria[id]
 			if !crit.Required {
 				continue
 			}
-			i := slices.IndexFunc(rev.Criteria, func(c CriterionEval) bool { return c.ID == id })
+			i := slices.IndexFunc(rev.Criteria, func(c gated.CriterionEval) bool { return c.ID == id })
 			switch {
 			case i < 0:
 				unmet = append(unmet, id)
@@ -149,28 +150,28 @@ func (st *runState) judgeRun(rev *Review, approved bool, why string) (Outcome, s
 		}
 		switch {
 		case len(unmet) > 0:
-			outcome = OutcomeRejected
+			outcome = gated.OutcomeRejected
 			why = fmt.Sprintf("%s approved without passing required criteria %s; an approval needs every required criterion passed",
 				who, strings.Join(unmet, ", "))
 		case len(rev.MissingWork) > 0:
-			outcome = OutcomeRejected
+			outcome = gated.OutcomeRejected
 			why = fmt.Sprintf("%s approved but listed %d missing-work items; an approval requires none, so the run goes back",
 				who, len(rev.MissingWork))
 		}
-		if outcome == OutcomeApproved && !StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {
+		if outcome == gated.OutcomeApproved && !StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {
 			// However the reviewer reads the work, a run that did not
 			// complete is not done unless the policy accepts how it ended.
-			outcome = OutcomeRejected
+			outcome = gated.OutcomeRejected
 			rev.MissingWork = append(rev.MissingWork, st.notCompletedWork())
 			why = fmt.Sprintf("%s approved a run that ended %s, which the policy does not accept for its task (run_review.accept_terminal); the run goes back",
 				who, st.run.Status)
 		}
-		if outcome == OutcomeRejected {
-			rev.Decision = DecisionReject
+		if outcome == gated.OutcomeRejected {
+			rev.Decision = gated.DecisionReject
 		}
 	}
-	if outcome == OutcomeRejected && len(rev.MissingWork) == 0 && strings.TrimSpace(rev.NextRoundGuidance) == "" {
-		return OutcomeError, fmt.Sprintf("%s rejected the run without missing work or guidance (%s); a rejection must tell the worker what to do",
+	if outcome == gated.OutcomeRejected && len(rev.MissingWork) == 0 && strings.TrimSpace(rev.NextRoundGuidance) == "" {
+		return gated.OutcomeError, fmt.Sprintf("%s rejected the run without missing work or guidance (%s); a rejection must tell the worker what to do",
 			who, strings.TrimSuffix(why, "."))
 	}
 	return outcome, why
@@ -184,12 +185,12 @@ func (st *runState) notCompletedWork() string {
 		task = "(none given)"
 	}
 	return fmt.Sprintf("the run ended %s: complete the task (run.status %s), or have the policy accept %s for task %s (run_review.accept_terminal)",
-		st.run.Status, RunCompleted, st.run.Status, task)
+		st.run.Status, gated.RunCompleted, st.run.Status, task)
 }
 
 func judgeOf(kind string) string {
 	switch kind {
-	case CriterionManual:
+	case gated.CriterionManual:
 		return "manual criteria are judged by an operator"
 	default:
 		return "deterministic criteria are judged by the policy from the fleet's evidence"
@@ -197,7 +198,7 @@ func judgeOf(kind string) string {
 }
 
 // bound cuts a review's run output to the limits and notes each cut.
-func (st *runState) bound(rev *Review) {
+func (st *runState) bound(rev *gated.Review) {
 	l := st.policy.Limits
 	note := func(format string, args ...any) {
 		st.mu.Lock()
@@ -212,7 +213,7 @@ func (st *runState) bound(rev *Review) {
 		clipped := 0
 		for i := range list {
 			if len(list[i]) > l.MaxItemBytes {
-				list[i] = clipText(list[i], l.MaxItemBytes)
+				list[i] = textcut.Clip(list[i], l.MaxItemBytes)
 				clipped++
 			}
 		}
@@ -229,7 +230,7 @@ func (st *runState) bound(rev *Review) {
 	}
 	for i := range rev.Comments {
 		if len(rev.Comments[i].Body) > l.MaxItemBytes {
-			rev.Comments[i].Body = clipText(rev.Comments[i].Body, l.MaxItemBytes)
+			rev.Comments[i].Body = textcut.Clip(rev.Comments[i].Body, l.MaxItemBytes)
 			note("comment %d was longer than %d bytes and was cut (max_item_bytes)", i+1, l.MaxItemBytes)
 		}
 		if ln := rev.Comments[i].Line; ln != nil && *ln < 1 {
@@ -238,50 +239,34 @@ func (st *runState) bound(rev *Review) {
 	}
 	if len(rev.NextRoundGuidance) > l.MaxGuidanceBytes {
 		note("next_round_guidance was %d bytes; cut to %d (max_guidance_bytes)", len(rev.NextRoundGuidance), l.MaxGuidanceBytes)
-		rev.NextRoundGuidance = clipText(rev.NextRoundGuidance, l.MaxGuidanceBytes)
+		rev.NextRoundGuidance = textcut.Clip(rev.NextRoundGuidance, l.MaxGuidanceBytes)
 	}
-	if len(rev.Criteria) > MaxCriteria {
-		note("criteria had %d judgements; kept the first %d", len(rev.Criteria), MaxCriteria)
-		rev.Criteria = rev.Criteria[:MaxCriteria]
+	if len(rev.Criteria) > gated.MaxCriteria {
+		note("criteria had %d judgements; kept the first %d", len(rev.Criteria), gated.MaxCriteria)
+		rev.Criteria = rev.Criteria[:gated.MaxCriteria]
 	}
 	for i := range rev.Criteria {
-		rev.Criteria[i].Reason = clipText(rev.Criteria[i].Reason, l.MaxItemBytes)
+		rev.Criteria[i].Reason = textcut.Clip(rev.Criteria[i].Reason, l.MaxItemBytes)
 	}
-}
-
-// clipText cuts s to at most n bytes on a rune boundary, marking the cut.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	if n <= len(mark) {
-		return ""
-	}
-	s = s[:n-len(mark)]
-	for len(s) > 0 && !utf8.ValidString(s) {
-		s = s[:len(s)-1]
-	}
-	return s + mark
 }
 
 // finishRun fills in the run section of a run proposal's verdict and turns
 // it into its final form: an approval waiting on required manual criteria
 // is held at blocked, and a rejection about the work sends the run back
 // for another round, or escalates it after the last one.
-func (r *pass) finishRun(v *Verdict) {
+func (r *pass) finishRun(v *gated.Verdict) {
 	p, st := r.p, r.run
-	if p == nil || p.Kind != KindRun || v == nil {
+	if p == nil || p.Kind != gated.KindRun || v == nil {
 		return
 	}
-	rv := &RunVerdict{RunID: p.Run.RunID, TaskID: p.Run.TaskID, Worker: p.Run.Worker, Round: p.Run.Round, MaxRounds: DefaultMaxRounds}
+	rv := &gated.RunVerdict{RunID: p.Run.RunID, TaskID: p.Run.TaskID, Worker: p.Run.Worker, Round: p.Run.Round, MaxRounds: DefaultMaxRounds}
 	v.Run = rv
 	if st == nil {
 		return // the policy did not decide: an error or invalid verdict
 	}
 	rv.MaxRounds = st.policy.MaxRounds
 	for _, c := range st.policy.Criteria {
-		c.JudgedBy = JudgedByPolicy
+		c.JudgedBy = gated.JudgedByPolicy
 		if crit, ok := st.criteria[c.ID]; ok {
 			c.Kind, c.Required = crit.Kind, crit.Required
 		}
@@ -298,13 +283,13 @@ func (r *pass) finishRun(v *Verdict) {
 	// Whoever approved it (a policy that does not review the run, a
 	// reviewer), a run that did not complete is approved only when the
 	// policy accepts its status, and the verdict says so.
-	if v.Outcome == OutcomeApproved && st.run.Status != RunCompleted {
+	if v.Outcome == gated.OutcomeApproved && st.run.Status != gated.RunCompleted {
 		if StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {
 			if !strings.Contains(v.Reason, "accepted terminal status") {
 				v.Reason += fmt.Sprintf("; accepted terminal status %s (run_review.accept_terminal)", st.run.Status)
 			}
 		} else {
-			v.Outcome, v.Approved = OutcomeRejected, false
+			v.Outcome, v.Approved = gated.OutcomeRejected, false
 			v.Reason = fmt.Sprintf("run %s ended %s, and the policy does not accept that status for its task (decision.run.accepted_status is %q)",
 				st.run.RunID, st.run.Status, st.policy.AcceptedStatus)
 			rv.MissingWork = append(rv.MissingWork, st.notCompletedWork())
@@ -312,19 +297,19 @@ func (r *pass) finishRun(v *Verdict) {
 	}
 
 	switch v.Outcome {
-	case OutcomeApproved:
-		if v.Stage == StageReview && len(st.policy.Manual) > 0 {
+	case gated.OutcomeApproved:
+		if v.Stage == gated.StageReview && len(st.policy.Manual) > 0 {
 			rv.AwaitingOperator = slices.Clone(st.policy.Manual)
-			v.Outcome, v.Approved = OutcomeBlocked, false
+			v.Outcome, v.Approved = gated.OutcomeBlocked, false
 			v.Reason = fmt.Sprintf("held for an operator decision on manual criteria %s (%s)",
 				strings.Join(rv.AwaitingOperator, ", "), strings.TrimSuffix(v.Reason, "."))
 		}
-	case OutcomeRejected:
-		continuable := v.Stage == StageReview || (v.Stage == StagePolicy && st.policy.Continuable)
+	case gated.OutcomeRejected:
+		continuable := v.Stage == gated.StageReview || (v.Stage == gated.StagePolicy && st.policy.Continuable)
 		rv.MissingWork = append(rv.MissingWork, st.policy.MissingWork...)
 		var guidance []string
 		for _, rev := range v.Reviews {
-			if rev.Decision != DecisionReject {
+			if rev.Decision != gated.DecisionReject {
 				continue
 			}
 			rv.MissingWork = append(rv.MissingWork, rev.MissingWork...)
@@ -334,7 +319,7 @@ func (r *pass) finishRun(v *Verdict) {
 			}
 		}
 		rv.MissingWork = compactStrings(rv.MissingWork)
-		rv.NextRoundGuidance = clipText(strings.Join(guidance, "\n\n"), st.policy.Limits.MaxGuidanceBytes)
+		rv.NextRoundGuidance = textcut.Clip(strings.Join(guidance, "\n\n"), st.policy.Limits.MaxGuidanceBytes)
 		rv.Findings = findingsOf(rv, st.policy.Limits)
 		if continuable && (len(rv.MissingWork) > 0 || rv.NextRoundGuidance != "") {
 			r.setNext(v)
@@ -343,14 +328,14 @@ func (r *pass) finishRun(v *Verdict) {
 }
 
 // setNext decides the follow-up of a rejection about the work.
-func (r *pass) setNext(v *Verdict) {
+func (r *pass) setNext(v *gated.Verdict) {
 	rv := v.Run
 	if rv.Round < rv.MaxRounds {
-		rv.Next = NextContinuation
+		rv.Next = gated.NextContinuation
 		rv.FollowUpSubject = wire.ContinuationSubject(v.Tenant, rv.RunID)
 		return
 	}
-	rv.Next = NextEscalation
+	rv.Next = gated.NextEscalation
 	rv.FollowUpSubject = wire.EscalationSubject(v.Tenant)
 }
 
@@ -358,28 +343,28 @@ func (r *pass) setNext(v *Verdict) {
 // required criteria (one finding each), the missing work and the comments.
 // A missing-work item gated wrote for a criterion that already has its
 // finding (see criterionWork) is not repeated.
-func findingsOf(rv *RunVerdict, l RunLimits) []Finding {
-	var out []Finding
-	add := func(f Finding) {
+func findingsOf(rv *gated.RunVerdict, l gated.RunLimits) []gated.Finding {
+	var out []gated.Finding
+	add := func(f gated.Finding) {
 		f.ID = fmt.Sprintf("r%d-f%d", rv.Round, len(out)+1)
-		f.Status = FindingOpen
+		f.Status = gated.FindingOpen
 		out = append(out, f)
 	}
 	found := map[string]bool{}
 	for _, c := range rv.Criteria {
 		if c.Required && !c.Pass && !found[c.ID] {
 			found[c.ID] = true
-			add(Finding{Body: fmt.Sprintf("criterion %s (%s) failed: %s", c.ID, c.Kind, c.Reason), Criterion: c.ID})
+			add(gated.Finding{Body: fmt.Sprintf("criterion %s (%s) failed: %s", c.ID, c.Kind, c.Reason), Criterion: c.ID})
 		}
 	}
 	for _, m := range rv.MissingWork {
 		if id, ok := criterionWork(m); ok && found[id] {
 			continue // the criterion's own finding says it
 		}
-		add(Finding{Body: m})
+		add(gated.Finding{Body: m})
 	}
 	for _, c := range rv.Comments {
-		add(Finding{Body: c.Body, Path: c.Path, Line: c.Line})
+		add(gated.Finding{Body: c.Body, Path: c.Path, Line: c.Line})
 	}
 	if max := 3 * l.MaxItems; len(out) > max {
 		out = out[:max]
@@ -395,7 +380,7 @@ func criterionWork(m string) (id string, ok bool) {
 		return "", false
 	}
 	id, _, ok = strings.Cut(rest, " (")
-	return id, ok && validWide(id)
+	return id, ok && gated.ValidID(id)
 }
 
 func compactStrings(list []string) []string {
@@ -422,36 +407,36 @@ func compactStrings(list []string) []string {
 // (no verdict), ErrNotAwaiting (the verdict is not held, or was decided
 // already), ErrDecisionMismatch (another proposal digest, or not exactly
 // the criteria held), or are store and audit failures.
-func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTrail) (*Verdict, error) {
+func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTrail) (*gated.Verdict, error) {
 	if trail == nil {
 		return nil, fmt.Errorf("%w: an operator decision needs an audit trail", ErrInvalidOption)
 	}
 	if strings.TrimSpace(d.Operator) == "" {
-		return nil, fmt.Errorf("%w: the decision names no operator", ErrDecisionMismatch)
+		return nil, fmt.Errorf("%w: the decision names no operator", gated.ErrDecisionMismatch)
 	}
 	held, err := e.cfg.Store.Get(ctx, d.Tenant, d.ProposalID)
 	if err != nil {
 		return nil, fmt.Errorf("looking up verdict %s.%s: %w", d.Tenant, d.ProposalID, err)
 	}
-	if held.Outcome == OutcomeBlocked && held.AwaitingOperator != nil {
+	if held.Outcome == gated.OutcomeBlocked && held.AwaitingOperator != nil {
 		if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {
 			return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
-				ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+				gated.ErrDecisionMismatch, textcut.Clip(d.ProposalSHA256, 64), held.ProposalSHA256)
 		}
 		return e.resolveAction(ctx, held, d, trail)
 	}
-	if held.Outcome != OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
-		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", ErrNotAwaiting, d.Tenant, d.ProposalID, held.Outcome, held.Stage)
+	if held.Outcome != gated.OutcomeBlocked || held.Run == nil || len(held.Run.AwaitingOperator) == 0 {
+		return nil, fmt.Errorf("%w: %s.%s is %s at stage %s", gated.ErrNotAwaiting, d.Tenant, d.ProposalID, held.Outcome, held.Stage)
 	}
 	if held.ProposalSHA256 == "" || d.ProposalSHA256 != held.ProposalSHA256 {
 		// A held verdict without a digest names no proposal: gated stores
 		// every verdict with one, so it matches no decision.
 		return nil, fmt.Errorf("%w: the decision is for proposal digest %q, the held verdict answers %q",
-			ErrDecisionMismatch, clipText(d.ProposalSHA256, 64), held.ProposalSHA256)
+			gated.ErrDecisionMismatch, textcut.Clip(d.ProposalSHA256, 64), held.ProposalSHA256)
 	}
 	if d.Decision != "" {
 		return nil, fmt.Errorf("%w: %s.%s is a run held on manual criteria: judge each criterion, not %q",
-			ErrDecisionMismatch, d.Tenant, d.ProposalID, clipText(d.Decision, 32))
+			gated.ErrDecisionMismatch, d.Tenant, d.ProposalID, textcut.Clip(d.Decision, 32))
 	}
 	awaiting := slices.Clone(held.Run.AwaitingOperator)
 	slices.Sort(awaiting)
@@ -462,10 +447,10 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	slices.Sort(decided)
 	if !slices.Equal(awaiting, decided) {
 		return nil, fmt.Errorf("%w: the verdict waits on criteria [%s], the decision judges [%s]; judge each held criterion exactly once",
-			ErrDecisionMismatch, strings.Join(awaiting, ", "), strings.Join(decided, ", "))
+			gated.ErrDecisionMismatch, strings.Join(awaiting, ", "), strings.Join(decided, ", "))
 	}
 
-	var next Verdict
+	var next gated.Verdict
 	if err := json.Unmarshal(mustJSON(held), &next); err != nil {
 		return nil, fmt.Errorf("copying the held verdict: %w", err)
 	}
@@ -473,9 +458,9 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	rv.AwaitingOperator = nil
 	var failed []string
 	for _, c := range d.Criteria {
-		rv.Criteria = append(rv.Criteria, CriterionEval{
-			ID: c.ID, Pass: c.Pass, Confidence: 1, Reason: clipText(c.Reason, DefaultRunMaxItemBytes),
-			Kind: CriterionManual, Required: true, JudgedBy: JudgedByOperator + d.Operator,
+		rv.Criteria = append(rv.Criteria, gated.CriterionEval{
+			ID: c.ID, Pass: c.Pass, Confidence: 1, Reason: textcut.Clip(c.Reason, gated.DefaultRunMaxItemBytes),
+			Kind: gated.CriterionManual, Required: true, JudgedBy: gated.JudgedByOperator + d.Operator,
 		})
 		if !c.Pass {
 			failed = append(failed, c.ID)
@@ -494,23 +479,23 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	}
 	r.log = auditLog{trail: trail, clock: e.cfg.Clock, head: &r.eventHead}
 	now := e.cfg.Clock.Now()
-	next.Stage, next.DecidedAt = StageOperator, now.UTC()
+	next.Stage, next.DecidedAt = gated.StageOperator, now.UTC()
 	next.LatencyMS = held.LatencyMS
 	if len(failed) == 0 {
-		next.Outcome, next.Approved = OutcomeApproved, true
+		next.Outcome, next.Approved = gated.OutcomeApproved, true
 		next.Reason = fmt.Sprintf("operator %s passed manual criteria %s", d.Operator, strings.Join(decided, ", "))
 	} else {
-		next.Outcome, next.Approved = OutcomeRejected, false
+		next.Outcome, next.Approved = gated.OutcomeRejected, false
 		next.Reason = fmt.Sprintf("operator %s failed manual criteria %s", d.Operator, strings.Join(failed, ", "))
-		rv.Findings = findingsOf(rv, RunLimits{}.WithDefaults())
+		rv.Findings = findingsOf(rv, gated.RunLimits{}.WithDefaults())
 		r.setNext(&next)
 	}
 	if reason := strings.TrimSpace(d.Reason); reason != "" {
-		next.Reason += ": " + clipText(reviewtext.FirstLine(reason), 240)
+		next.Reason += ": " + textcut.Clip(reviewtext.FirstLine(reason), 240)
 	}
 
 	if err := r.log.record(ctx, EventOperatorDecided, map[string]any{
-		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": clipText(d.Reason, DefaultRunMaxItemBytes),
+		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": textcut.Clip(d.Reason, gated.DefaultRunMaxItemBytes),
 		"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
 	}); err != nil {
 		return nil, err
@@ -520,9 +505,9 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	}
 	stored, err := e.cfg.Store.Replace(ctx, held, &next)
 	switch {
-	case errors.Is(err, ErrExists):
+	case errors.Is(err, gated.ErrExists):
 		return stored, fmt.Errorf("%w: %s.%s was decided by another operator decision first (now %s)",
-			ErrNotAwaiting, d.Tenant, d.ProposalID, stored.Outcome)
+			gated.ErrNotAwaiting, d.Tenant, d.ProposalID, stored.Outcome)
 	case err != nil:
 		return nil, fmt.Errorf("storing the operator's verdict on %s.%s: %w", d.Tenant, d.ProposalID, err)
 	}
@@ -531,7 +516,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 
 // runContext is what the reviewers of this decision are told about the
 // run, nil for an action. Each reviewer gets its own copy.
-func (r *pass) runContext() *RunContext {
+func (r *pass) runContext() *gated.RunContext {
 	if r.run == nil {
 		return nil
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -21,12 +22,12 @@ type hidingStore struct {
 	unhideOnClaim bool
 }
 
-func (s *hidingStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *hidingStore) Get(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	s.mu.Lock()
 	hidden := s.hide[tenant+"."+id]
 	s.mu.Unlock()
 	if hidden {
-		return nil, fmt.Errorf("key %s.%s: %w", tenant, id, engine.ErrNotFound)
+		return nil, fmt.Errorf("key %s.%s: %w", tenant, id, gated.ErrNotFound)
 	}
 	return s.memStore.Get(ctx, tenant, id)
 }
@@ -65,7 +66,7 @@ func otherProposal(t testing.TB) []byte {
 
 // decidedElsewhere decides data on an engine of its own and returns the
 // verdict, edited by edit when it is not nil, to be stored by the test.
-func decidedElsewhere(t *testing.T, data []byte, edit func(*engine.Verdict)) *engine.Verdict {
+func decidedElsewhere(t *testing.T, data []byte, edit func(*gated.Verdict)) *gated.Verdict {
 	t.Helper()
 	v, _ := newHarness(t).mustDecide(t, testSubject, data, "")
 	raw, err := v.JSON()
@@ -85,10 +86,10 @@ func decidedElsewhere(t *testing.T, data []byte, edit func(*engine.Verdict)) *en
 // checkIDReused checks that v answers data invalid because its id is
 // taken, on trail tr with events want, and that the store still holds
 // owner.
-func (h *harness) checkIDReused(t *testing.T, v *engine.Verdict, tr *memTrail, data []byte, want []string, owner *engine.Verdict) {
+func (h *harness) checkIDReused(t *testing.T, v *gated.Verdict, tr *memTrail, data []byte, want []string, owner *gated.Verdict) {
 	t.Helper()
 	h.checkFresh(t, v, tr, data)
-	if v.Outcome != engine.OutcomeInvalid || v.Stage != engine.StageValidation || v.Approved {
+	if v.Outcome != gated.OutcomeInvalid || v.Stage != gated.StageValidation || v.Approved {
 		t.Errorf("verdict %s at %s (approved %v): %s; want invalid at validation", v.Outcome, v.Stage, v.Approved, v.Reason)
 	}
 	if !strings.Contains(v.Reason, `id "p1" was already used by a different proposal`) {
@@ -109,28 +110,28 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 	mine := proposalJSON(t, nil)
 	stored := []struct {
 		note    string
-		verdict func(t *testing.T) *engine.Verdict
+		verdict func(t *testing.T) *gated.Verdict
 	}{
-		{note: "another proposal's approval", verdict: func(t *testing.T) *engine.Verdict {
+		{note: "another proposal's approval", verdict: func(t *testing.T) *gated.Verdict {
 			return decidedElsewhere(t, otherProposal(t), nil)
 		}},
-		{note: "an approval without a digest", verdict: func(t *testing.T) *engine.Verdict {
+		{note: "an approval without a digest", verdict: func(t *testing.T) *gated.Verdict {
 			// The delivery's own bytes decided, but the digest is gone:
 			// nothing says which proposal this verdict answers.
-			return decidedElsewhere(t, mine, func(v *engine.Verdict) { v.ProposalSHA256 = "" })
+			return decidedElsewhere(t, mine, func(v *gated.Verdict) { v.ProposalSHA256 = "" })
 		}},
 	}
 	received, policy, awaited, decided := engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewAwaited, engine.EventVerdict
 	paths := []struct {
 		note string
 		// meet stores owner and has the harness meet it on the path.
-		meet   func(t *testing.T, h *harness, tr *memTrail, owner *engine.Verdict) (*engine.Verdict, error)
+		meet   func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error)
 		opts   []func(*harness)
 		events []string
 	}{
 		{
 			note: "found on look-up", events: []string{received, decided},
-			meet: func(t *testing.T, h *harness, tr *memTrail, owner *engine.Verdict) (*engine.Verdict, error) {
+			meet: func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error) {
 				mustCreate(t, h.store, owner)
 				return h.decideSeq(t.Context(), tr, mine, 2)
 			},
@@ -138,18 +139,18 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 		{
 			note: "found once the claim is taken", opts: []func(*harness){withHidingStore(true)},
 			events: []string{received, policy, decided},
-			meet: func(t *testing.T, h *harness, tr *memTrail, owner *engine.Verdict) (*engine.Verdict, error) {
+			meet: func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error) {
 				mustCreate(t, h.store, owner)
 				return h.decideSeq(t.Context(), tr, mine, 2)
 			},
 		},
 		{
 			note: "awaited on another message's claim", events: []string{received, policy, awaited, decided},
-			meet: func(t *testing.T, h *harness, tr *memTrail, owner *engine.Verdict) (*engine.Verdict, error) {
+			meet: func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error) {
 				h.store.awaiting = make(chan string, 1)
 				h.store.hold("acme", "p1", engine.Claim{Holder: "seq:1", Until: time.Now().Add(time.Hour)})
 				type result struct {
-					v   *engine.Verdict
+					v   *gated.Verdict
 					err error
 				}
 				done := make(chan result, 1)
@@ -169,7 +170,7 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 		},
 		{
 			note: "found by GiveUp", events: []string{received, decided},
-			meet: func(t *testing.T, h *harness, tr *memTrail, owner *engine.Verdict) (*engine.Verdict, error) {
+			meet: func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error) {
 				mustCreate(t, h.store, owner)
 				return h.eng.GiveUp(t.Context(), engine.Delivery{Subject: testSubject, Data: mine, Attempt: 1, StreamSeq: 2, Trail: tr},
 					errors.New("gated crashed")), nil
@@ -195,7 +196,7 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 	}
 }
 
-func mustCreate(t *testing.T, s *memStore, v *engine.Verdict) {
+func mustCreate(t *testing.T, s *memStore, v *gated.Verdict) {
 	t.Helper()
 	if _, err := s.Create(t.Context(), v); err != nil {
 		t.Fatal(err)
@@ -227,7 +228,7 @@ func TestDecideLosesTheIDToAnotherProposal(t *testing.T) {
 				// The same request under another id, rejected: the delivery
 				// is answered at stage dedupe.
 				v, _ := h.mustDecide(t, testSubject, proposalJSON(t, map[string]any{"id": "p0"}), "")
-				if v.Outcome != engine.OutcomeRejected {
+				if v.Outcome != gated.OutcomeRejected {
 					t.Fatalf("p0: %s, want rejected", v.Outcome)
 				}
 			},
@@ -244,7 +245,7 @@ func TestDecideLosesTheIDToAnotherProposal(t *testing.T) {
 
 			tr := h.stream.trail()
 			v, err := h.decideSeq(t.Context(), tr, tc.data, 2)
-			if !errors.Is(err, engine.ErrIDTaken) || v != nil {
+			if !errors.Is(err, gated.ErrIDTaken) || v != nil {
 				t.Fatalf("Decide = %+v, %v; want no verdict and an error wrapping ErrIDTaken", v, err)
 			}
 			sameVerdict(t, h.store.stored(t, "acme", "p1"), owner)
@@ -272,7 +273,7 @@ func TestGiveUpLosesTheIDToAnotherProposal(t *testing.T) {
 	mustCreate(t, h.store, owner)
 	data := proposalJSON(t, nil)
 	v := h.eng.GiveUp(t.Context(), engine.Delivery{Subject: testSubject, Data: data, Attempt: 5, Trail: h.stream.trail()}, errors.New("gated crashed"))
-	if v.Outcome != engine.OutcomeInvalid || v.Approved || v.ProposalSHA256 == owner.ProposalSHA256 {
+	if v.Outcome != gated.OutcomeInvalid || v.Approved || v.ProposalSHA256 == owner.ProposalSHA256 {
 		t.Fatalf("GiveUp: %s (%s), digest %s; want invalid for its own bytes", v.Outcome, v.Reason, v.ProposalSHA256)
 	}
 	sameVerdict(t, h.store.stored(t, "acme", "p1"), owner)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 )
@@ -60,7 +61,7 @@ func TestSelfReportedIdentityIsBounded(t *testing.T) {
 				})
 			})
 			v, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
-			if v.Outcome != engine.OutcomeApproved || len(v.Reviews) != 1 {
+			if v.Outcome != gated.OutcomeApproved || len(v.Reviews) != 1 {
 				t.Fatalf("verdict %s with %d reviews: %s", v.Outcome, len(v.Reviews), v.Reason)
 			}
 			want := "reviewer " + tc.wantPlugin + " (persona reviewer) approved with all 3 required gates passed"

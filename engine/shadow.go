@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+
+	"github.com/gated/gated"
 )
 
 // EventPolicyShadowDiffers records that the shadow policy (a candidate
@@ -39,7 +41,7 @@ type ShadowDecision struct {
 	// proposal goes on to review.
 	Outcome string `json:"outcome"`
 	// Denies are the decision's denies, sorted by rule, never nil.
-	Denies []Deny `json:"denies"`
+	Denies []gated.Deny `json:"denies"`
 	// Route is the decision's routing; nil when the evaluation failed.
 	Route *Route `json:"route,omitempty"`
 	// Error says why the evaluation failed.
@@ -77,9 +79,9 @@ func (c ShadowComparison) ReviewChanged() bool { return slices.Contains(c.Kinds,
 // of CompareShadow. The gate builds the live side and the shadow's with
 // it, and a replay the recorded side and the candidate's, so the two
 // cannot disagree on what a decision settles.
-func PolicySide(p *Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) ShadowDecision {
+func PolicySide(p *gated.Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) ShadowDecision {
 	if err != nil {
-		return ShadowDecision{Revision: pd.Revision, Outcome: string(OutcomeError), Denies: []Deny{}, Error: err.Error()}
+		return ShadowDecision{Revision: pd.Revision, Outcome: string(gated.OutcomeError), Denies: []gated.Deny{}, Error: err.Error()}
 	}
 	// A decision that routes elsewhere is settled in the name of the
 	// persona it routes to, as the gate would.
@@ -120,9 +122,9 @@ func CompareShadow(live, shadow ShadowDecision) ShadowComparison {
 // RulesDeniedOnOneSide is the sorted set of rules that deny in a or in
 // b but not in both: what made two decisions on the same input differ,
 // for shadow mode and for replay alike.
-func RulesDeniedOnOneSide(a, b []Deny) []string {
-	in := func(ds []Deny, rule string) bool {
-		return slices.ContainsFunc(ds, func(d Deny) bool { return d.Rule == rule })
+func RulesDeniedOnOneSide(a, b []gated.Deny) []string {
+	in := func(ds []gated.Deny, rule string) bool {
+		return slices.ContainsFunc(ds, func(d gated.Deny) bool { return d.Rule == rule })
 	}
 	var out []string
 	for _, d := range a {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -57,7 +58,7 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 		live, shadow   map[string]string
 		override       map[string]any
 		subject        string
-		want           engine.Outcome
+		want           gated.Outcome
 		wantReviews    int
 		wantLive       string
 		wantShadow     string
@@ -68,30 +69,30 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 		{
 			note: "shadow approves what live rejects", live: map[string]string{"x.rego": denyNginx},
 			override: read, subject: "gated.proposals.acme.host_list_services",
-			want: engine.OutcomeRejected, wantLive: "rejected", wantShadow: "approved",
+			want: gated.OutcomeRejected, wantLive: "rejected", wantShadow: "approved",
 			wantKinds: []string{engine.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow rejects what live approves", shadow: map[string]string{"x.rego": denyNginx},
 			override: read, subject: "gated.proposals.acme.host_list_services",
-			want: engine.OutcomeApproved, wantLive: "approved", wantShadow: "rejected",
+			want: gated.OutcomeApproved, wantLive: "approved", wantShadow: "rejected",
 			wantKinds: []string{engine.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow rejects what live sends to an approving review", shadow: map[string]string{"x.rego": denyNginx},
-			subject: testSubject, want: engine.OutcomeApproved, wantReviews: 1, wantLive: "review", wantShadow: "rejected",
+			subject: testSubject, want: gated.OutcomeApproved, wantReviews: 1, wantLive: "review", wantShadow: "rejected",
 			wantKinds: []string{engine.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow that fails to evaluate is a difference of kind error", shadow: map[string]string{"x.rego": explodeOnIncident},
 			override: map[string]any{"class": "read", "blast_radius": nil, "action": "host_list_services", "incident_id": "INC-9"}, subject: "gated.proposals.acme.host_list_services",
-			want: engine.OutcomeApproved, wantLive: "approved", wantShadow: "error",
+			want: gated.OutcomeApproved, wantLive: "approved", wantShadow: "error",
 			wantKinds: []string{engine.ShadowDiffError, engine.ShadowDiffOutcome}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow that agrees records no difference", shadow: map[string]string{"x.rego": "package gated\n\nunused_marker := true\n"},
 			override: read, subject: "gated.proposals.acme.host_list_services",
-			want: engine.OutcomeApproved, wantLive: "approved", wantShadow: "approved", wantKinds: []string{},
+			want: gated.OutcomeApproved, wantLive: "approved", wantShadow: "approved", wantKinds: []string{},
 		},
 	}
 	for _, tc := range cases {
@@ -101,7 +102,7 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 			var heard []engine.ShadowComparison
 			h := newHarness(t, func(h *harness) {
 				h.cfg.Policy, h.cfg.Shadow = live, shadow
-				h.cfg.OnShadow = func(_ *engine.Proposal, c engine.ShadowComparison) {
+				h.cfg.OnShadow = func(_ *gated.Proposal, c engine.ShadowComparison) {
 					mu.Lock()
 					heard = append(heard, c)
 					mu.Unlock()
@@ -165,7 +166,7 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 			if tc.wantShadow == "error" && got.Shadow.Error == "" {
 				t.Error("audited shadow error has no message")
 			}
-			if tc.wantShadow == "rejected" && !slices.ContainsFunc(got.Shadow.Denies, func(d engine.Deny) bool { return d.Rule == "nginx_frozen" }) {
+			if tc.wantShadow == "rejected" && !slices.ContainsFunc(got.Shadow.Denies, func(d gated.Deny) bool { return d.Rule == "nginx_frozen" }) {
 				t.Errorf("audited shadow denies %v lack nginx_frozen", got.Shadow.Denies)
 			}
 		})
@@ -175,10 +176,10 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 // TestCompareShadow checks the kinds of difference on decisions built by
 // hand.
 func TestCompareShadow(t *testing.T) {
-	deny := func(rules ...string) []engine.Deny {
-		out := []engine.Deny{}
+	deny := func(rules ...string) []gated.Deny {
+		out := []gated.Deny{}
 		for _, r := range rules {
-			out = append(out, engine.Deny{Rule: r, Message: r})
+			out = append(out, gated.Deny{Rule: r, Message: r})
 		}
 		return out
 	}
@@ -254,7 +255,7 @@ func benchDecide(b *testing.B, shadow engine.Policy) {
 		data := proposalJSON(b, map[string]any{"id": fmt.Sprint("p", i), "class": "read", "blast_radius": nil, "action": "host_list_services",
 			"target": map[string]any{"device_id": i, "service": "mysql"}})
 		v, err := eng.Decide(b.Context(), engine.Delivery{Subject: subject, Data: data, Attempt: 1, Trail: stream.trail()})
-		if err != nil || v.Outcome != engine.OutcomeApproved {
+		if err != nil || v.Outcome != gated.OutcomeApproved {
 			b.Fatalf("verdict %v, err %v", v, err)
 		}
 	}

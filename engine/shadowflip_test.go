@@ -3,6 +3,7 @@ package engine_test
 import (
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -10,14 +11,14 @@ import (
 // and nothing else; a review change is a difference of route, which only
 // two decisions that both go to review can have.
 func TestComparisonFlipsAndReviewChanges(t *testing.T) {
-	deny := []engine.Deny{{Rule: "nginx_frozen", Message: "frozen"}}
+	deny := []gated.Deny{{Rule: "nginx_frozen", Message: "frozen"}}
 	review := func(persona string, also ...string) engine.ShadowDecision {
-		return engine.ShadowDecision{Outcome: engine.ShadowOutcomeReview, Denies: []engine.Deny{},
+		return engine.ShadowDecision{Outcome: engine.ShadowOutcomeReview, Denies: []gated.Deny{},
 			Route: &engine.Route{Required: true, Persona: persona, Quorum: 1, Also: also}}
 	}
-	settled := func(o engine.Outcome, d []engine.Deny) engine.ShadowDecision {
+	settled := func(o gated.Outcome, d []gated.Deny) engine.ShadowDecision {
 		if d == nil {
-			d = []engine.Deny{}
+			d = []gated.Deny{}
 		}
 		return engine.ShadowDecision{Outcome: string(o), Denies: d, Route: &engine.Route{}}
 	}
@@ -26,15 +27,15 @@ func TestComparisonFlipsAndReviewChanges(t *testing.T) {
 		a, b                  engine.ShadowDecision
 		flipped, reviewChange bool
 	}{
-		{note: "alike", a: settled(engine.OutcomeApproved, nil), b: settled(engine.OutcomeApproved, nil)},
-		{note: "approved then rejected", a: settled(engine.OutcomeApproved, nil), b: settled(engine.OutcomeRejected, deny), flipped: true},
-		{note: "review then rejected", a: review("reviewer"), b: settled(engine.OutcomeRejected, deny), flipped: true},
-		{note: "rejected by other rules", a: settled(engine.OutcomeRejected, deny),
-			b: settled(engine.OutcomeRejected, []engine.Deny{{Rule: "target_cooldown"}})},
+		{note: "alike", a: settled(gated.OutcomeApproved, nil), b: settled(gated.OutcomeApproved, nil)},
+		{note: "approved then rejected", a: settled(gated.OutcomeApproved, nil), b: settled(gated.OutcomeRejected, deny), flipped: true},
+		{note: "review then rejected", a: review("reviewer"), b: settled(gated.OutcomeRejected, deny), flipped: true},
+		{note: "rejected by other rules", a: settled(gated.OutcomeRejected, deny),
+			b: settled(gated.OutcomeRejected, []gated.Deny{{Rule: "target_cooldown"}})},
 		{note: "another persona", a: review("reviewer"), b: review("dba"), reviewChange: true},
 		{note: "another also", a: review("reviewer", "dba"), b: review("reviewer"), reviewChange: true},
 		{note: "the same review", a: review("reviewer", "dba"), b: review("reviewer", "dba")},
-		{note: "an error", a: review("reviewer"), b: engine.ShadowDecision{Outcome: string(engine.OutcomeError), Denies: []engine.Deny{}, Error: "boom"}, flipped: true},
+		{note: "an error", a: review("reviewer"), b: engine.ShadowDecision{Outcome: string(gated.OutcomeError), Denies: []gated.Deny{}, Error: "boom"}, flipped: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {

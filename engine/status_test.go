@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -25,23 +26,23 @@ func TestStatusJSON(t *testing.T) {
 		note  string
 		ev    engine.AuditEvent
 		seq   uint64
-		want  *engine.Status // nil: no status
+		want  *gated.Status // nil: no status
 		isErr bool
 	}{
-		{note: "received", ev: ev(engine.EventReceived, `{"bytes":2}`), want: &engine.Status{Stage: engine.StatusReceived}},
-		{note: "policy decided", ev: ev(engine.EventPolicyDecided, `{"denies":[]}`), want: &engine.Status{Stage: engine.StatusPolicyDecided}},
+		{note: "received", ev: ev(engine.EventReceived, `{"bytes":2}`), want: &gated.Status{Stage: gated.StatusReceived}},
+		{note: "policy decided", ev: ev(engine.EventPolicyDecided, `{"denies":[]}`), want: &gated.Status{Stage: gated.StatusPolicyDecided}},
 		{note: "review started", ev: ev(engine.EventReviewStarted, `{"persona":"reviewer","plugin":"sop","deadline":"2026-11-25T21:01:00Z"}`),
-			want: &engine.Status{Stage: engine.StatusReviewStarted, Reviewer: "reviewer", Deadline: &deadline}},
+			want: &gated.Status{Stage: gated.StatusReviewStarted, Reviewer: "reviewer", Deadline: &deadline}},
 		{note: "operator awaited", ev: ev(engine.EventOperatorAwaited, `{"deadline":"2026-11-25T22:01:00+01:00","reason":"tenant_wide","rule":"operator_required"}`),
-			want: &engine.Status{Stage: engine.StatusAwaitingOperator, Reason: "tenant_wide", Deadline: &deadline}},
-		{note: "verdict", ev: ev(engine.EventVerdict, verdict), seq: 77, want: &engine.Status{Stage: engine.StatusDecided}},
+			want: &gated.Status{Stage: gated.StatusAwaitingOperator, Reason: "tenant_wide", Deadline: &deadline}},
+		{note: "verdict", ev: ev(engine.EventVerdict, verdict), seq: 77, want: &gated.Status{Stage: gated.StatusDecided}},
 		{note: "review finished marks no stage", ev: ev(engine.EventReviewDone, `{}`)},
 		{note: "tool call marks no stage", ev: ev(engine.EventToolCalled, `{}`)},
-		{note: "gated's own event", ev: engine.AuditEvent{Event: engine.EventVerdict, Tenant: engine.UnknownTenant, ProposalID: "p1", Data: json.RawMessage(verdict)}},
+		{note: "gated's own event", ev: engine.AuditEvent{Event: engine.EventVerdict, Tenant: gated.UnknownTenant, ProposalID: "p1", Data: json.RawMessage(verdict)}},
 		{note: "no proposal id", ev: engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme"}},
 		{note: "an id that is not a subject token", ev: engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme", ProposalID: "p1.>"}},
 		{note: "a tenant that is not a subject token", ev: engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme.*", ProposalID: "p1"}},
-		{note: "verdict whose strings hold quotes and keys", seq: 78, want: &engine.Status{Stage: engine.StatusDecided},
+		{note: "verdict whose strings hold quotes and keys", seq: 78, want: &gated.Status{Stage: gated.StatusDecided},
 			ev: ev(engine.EventVerdict, `{"operator":"x\",\"v\":2,\"","delivery":3,"v":1,"proposal_id":"p1","tenant":"acme","outcome":"rejected","approved":false,"reason":"\"v\":1","audit_seq":0}`)},
 		{note: "review started with bad data", ev: ev(engine.EventReviewStarted, `{"deadline":7}`), isErr: true},
 		{note: "review started naming no persona", ev: ev(engine.EventReviewStarted, `{"plugin":"sop"}`), isErr: true},
@@ -68,7 +69,7 @@ func TestStatusJSON(t *testing.T) {
 				return
 			}
 			// What gated publishes, its clients read strictly.
-			st, err := engine.DecodeStatus(data)
+			st, err := gated.DecodeStatus(data)
 			if err != nil {
 				t.Fatalf("decoding %s: %v", data, err)
 			}
@@ -79,8 +80,8 @@ func TestStatusJSON(t *testing.T) {
 			if (st.Deadline == nil) != (tc.want.Deadline == nil) || (st.Deadline != nil && !st.Deadline.Equal(*tc.want.Deadline)) {
 				t.Fatalf("deadline %v, want %v", st.Deadline, tc.want.Deadline)
 			}
-			if tc.want.Stage == engine.StatusDecided {
-				if st.Verdict == nil || st.Verdict.Outcome != engine.OutcomeRejected || st.Verdict.AuditSeq != tc.seq || st.Verdict.ProposalID != "p1" {
+			if tc.want.Stage == gated.StatusDecided {
+				if st.Verdict == nil || st.Verdict.Outcome != gated.OutcomeRejected || st.Verdict.AuditSeq != tc.seq || st.Verdict.ProposalID != "p1" {
 					t.Fatalf("verdict %+v", st.Verdict)
 				}
 			}
@@ -108,10 +109,10 @@ func FuzzDecodeStatus(f *testing.F) {
 		f.Add([]byte(c.Message))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		st, err := engine.DecodeStatus(data)
+		st, err := gated.DecodeStatus(data)
 		if err != nil {
-			var se *engine.StatusError
-			if !errors.As(err, &se) || !errors.Is(err, engine.ErrBadStatus) || st != nil {
+			var se *gated.StatusError
+			if !errors.As(err, &se) || !errors.Is(err, gated.ErrBadStatus) || st != nil {
 				t.Fatalf("error %v (%T) with status %v", err, err, st)
 			}
 			return
@@ -120,7 +121,7 @@ func FuzzDecodeStatus(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		back, err := engine.DecodeStatus(again)
+		back, err := gated.DecodeStatus(again)
 		if err != nil {
 			t.Fatalf("accepted %q, refused its encoding %s: %v", data, again, err)
 		}

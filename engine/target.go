@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gated/gated"
 )
 
 // maxTargetJoins bounds how often one approval tries to join its target's
@@ -43,8 +45,8 @@ const RuleTargetChanged = "target_changed"
 // An error means the store failed: nothing is decided and the delivery is
 // retried; the target may then hold this approval, which only closes it
 // for the policy's window.
-func (r *pass) joinTarget(ctx context.Context, v *Verdict) (*Verdict, error) {
-	if v.Outcome != OutcomeApproved || v.TargetKey == "" || r.p == nil {
+func (r *pass) joinTarget(ctx context.Context, v *gated.Verdict) (*gated.Verdict, error) {
+	if v.Outcome != gated.OutcomeApproved || v.TargetKey == "" || r.p == nil {
 		return v, nil
 	}
 	h := r.hist
@@ -80,13 +82,13 @@ func (r *pass) joinTarget(ctx context.Context, v *Verdict) (*Verdict, error) {
 // rejection is not remembered for dedupe, so the proposal sent again is
 // decided afresh on the history as it then stands (held, or reviewed as
 // the policy now asks).
-func (r *pass) recheck(ctx context.Context, v *Verdict, h History) *Verdict {
+func (r *pass) recheck(ctx context.Context, v *gated.Verdict, h History) *gated.Verdict {
 	in := r.policyIn
 	in.History, in.Now = h.Verdicts, r.e.cfg.Clock.Now()
 	pd, err := r.e.cfg.Policy.Evaluate(ctx, in)
 	if err != nil {
 		r.log.recordBestEffort(ctx, EventPolicyRechecked, policyFailedData{Error: err.Error()})
-		out := r.verdict(OutcomeError, StagePolicy, "policy evaluation failed on the target's changed history: "+err.Error())
+		out := r.verdict(gated.OutcomeError, gated.StagePolicy, "policy evaluation failed on the target's changed history: "+err.Error())
 		out.Reviews = v.Reviews
 		return out
 	}
@@ -111,13 +113,13 @@ func (r *pass) recheck(ctx context.Context, v *Verdict, h History) *Verdict {
 	switch {
 	case len(denies) > 0:
 	case len(asks) > 0:
-		denies = []Deny{{Rule: RuleTargetChanged, Message: fmt.Sprintf(
+		denies = []gated.Deny{{Rule: RuleTargetChanged, Message: fmt.Sprintf(
 			"the target's history changed while this proposal was decided (%s joined it), and on it the policy %s; propose again to be decided on the history as it stands",
 			joinedSince(r.id, r.hist, h), strings.Join(asks, "; "))}}
 	default:
 		return nil
 	}
-	out := r.verdict(OutcomeRejected, StagePolicy, denyReason(denies))
+	out := r.verdict(gated.OutcomeRejected, gated.StagePolicy, denyReason(denies))
 	out.Policy = newPolicyRef(denies, pd)
 	// The reviews ran and stay on the record; the policy overrules them.
 	out.Reviews = v.Reviews
@@ -214,7 +216,7 @@ func (r *pass) asksMore(ctx context.Context, pd PolicyDecision, in PolicyInput) 
 func joinedSince(id string, before, now History) string {
 	var ids []string
 	for _, o := range now.Verdicts {
-		if o.ProposalID == id || slices.ContainsFunc(before.Verdicts, func(b Verdict) bool {
+		if o.ProposalID == id || slices.ContainsFunc(before.Verdicts, func(b gated.Verdict) bool {
 			return b.ProposalID == o.ProposalID && b.DecidedAt.Equal(o.DecidedAt)
 		}) {
 			continue
@@ -237,7 +239,7 @@ func joinedSince(id string, before, now History) string {
 // not at hand to evaluate the policy again, so any approval of another
 // proposal that joined since the policy held the action denies, whatever
 // its age: the safe side. An error means the store failed.
-func (e *Engine) joinHeld(ctx context.Context, held, next *Verdict, now time.Time) (*Deny, error) {
+func (e *Engine) joinHeld(ctx context.Context, held, next *gated.Verdict, now time.Time) (*gated.Deny, error) {
 	h, err := e.cfg.Store.Recent(ctx, held.Tenant, held.TargetKey)
 	for range maxTargetJoins {
 		if err != nil {
@@ -261,7 +263,7 @@ func (e *Engine) joinHeld(ctx context.Context, held, next *Verdict, now time.Tim
 // joinedWhileHeld returns the denial of an operator's approval of held
 // when h, the target's history now, is not the one the policy held the
 // action on and holds an approval of another proposal: the newest such.
-func joinedWhileHeld(held *Verdict, h History, now time.Time) *Deny {
+func joinedWhileHeld(held *gated.Verdict, h History, now time.Time) *gated.Deny {
 	if held.AwaitingOperator != nil && h.Revision == held.AwaitingOperator.TargetRevision {
 		return nil
 	}
@@ -274,7 +276,7 @@ func joinedWhileHeld(held *Verdict, h History, now time.Time) *Deny {
 		if o.Agent != "" {
 			who = "agent " + o.Agent
 		}
-		return &Deny{Rule: "parallel_operation", Message: fmt.Sprintf(
+		return &gated.Deny{Rule: "parallel_operation", Message: fmt.Sprintf(
 			"%s on the same target was approved %ds ago for %s (proposal %s) while this action was held for an operator; no parallel operation",
 			o.Action, int(now.Sub(o.DecidedAt).Round(time.Second)/time.Second), who, o.ProposalID)}
 	}

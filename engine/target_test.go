@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/policies"
@@ -50,7 +51,7 @@ func (s *memStore) history(tenant, key string) []string {
 }
 
 // denial returns the policy's denial of v by rule, or fails.
-func denial(t *testing.T, v *engine.Verdict, rule string) engine.Deny {
+func denial(t *testing.T, v *gated.Verdict, rule string) gated.Deny {
 	t.Helper()
 	if v.Policy != nil {
 		for _, d := range v.Policy.Denies {
@@ -60,7 +61,7 @@ func denial(t *testing.T, v *engine.Verdict, rule string) engine.Deny {
 		}
 	}
 	t.Fatalf("verdict %s at %s (%s) has no %s denial: %+v", v.Outcome, v.Stage, v.Reason, rule, v.Policy)
-	return engine.Deny{}
+	return gated.Deny{}
 }
 
 // Two proposals on one target decided at once both pass the policy on an
@@ -96,13 +97,13 @@ func TestTargetRaceRechecksThePolicy(t *testing.T) {
 				h.checkFresh(t, verdicts[i], trails[i], data[i])
 			}
 			w, l := verdicts[win], verdicts[lose]
-			if l.Outcome != engine.OutcomeRejected || l.Stage != engine.StagePolicy || l.Grant != "" {
+			if l.Outcome != gated.OutcomeRejected || l.Stage != gated.StagePolicy || l.Grant != "" {
 				t.Errorf("the other verdict is %s at %s with grant %q, want rejected at policy with none", l.Outcome, l.Stage, l.Grant)
 			}
 			if d := denial(t, l, tc.rule); !strings.Contains(d.Message, w.ProposalID) || !strings.Contains(l.Reason, w.ProposalID) {
 				t.Errorf("the rejection does not name %s: %q, reason %q", w.ProposalID, d.Message, l.Reason)
 			}
-			if len(l.Reviews) != 1 || l.Reviews[0].Decision != engine.DecisionApprove {
+			if len(l.Reviews) != 1 || l.Reviews[0].Decision != gated.DecisionApprove {
 				t.Errorf("the overruled review is not on the record: %+v", l.Reviews)
 			}
 			if w.Grant == "" {
@@ -114,7 +115,7 @@ func TestTargetRaceRechecksThePolicy(t *testing.T) {
 			if got := h.store.history("acme", w.TargetKey); !slices.Equal(got, []string{w.ProposalID}) {
 				t.Errorf("target history %v, want only %s", got, w.ProposalID)
 			}
-			if stored := h.store.stored(t, "acme", l.ProposalID); stored.Outcome != engine.OutcomeRejected {
+			if stored := h.store.stored(t, "acme", l.ProposalID); stored.Outcome != gated.OutcomeRejected {
 				t.Errorf("the store holds %s for %s", stored.Outcome, l.ProposalID)
 			}
 		})
@@ -192,7 +193,7 @@ func TestTargetJoinsOnlyApprovalsOnTargets(t *testing.T) {
 
 func proposalKey(t *testing.T, data []byte) string {
 	t.Helper()
-	p, err := engine.DecodeProposal(data, "acme", "host_restart_service", engine.Limits{})
+	p, err := gated.DecodeProposal(data, "acme", "host_restart_service", gated.Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -238,7 +239,7 @@ func TestHeldApprovalRechecksTheTarget(t *testing.T) {
 				}
 				return
 			}
-			if v.Approved || v.Outcome != engine.OutcomeRejected || v.Stage != engine.StagePolicy || v.Grant != "" {
+			if v.Approved || v.Outcome != gated.OutcomeRejected || v.Stage != gated.StagePolicy || v.Grant != "" {
 				t.Fatalf("verdict %s at %s (%s), grant %t: want rejected at policy, no grant", v.Outcome, v.Stage, v.Reason, v.Grant != "")
 			}
 			if d := denial(t, v, "parallel_operation"); !strings.Contains(d.Message, "p2") || !strings.Contains(v.Reason, "p2") {
@@ -247,7 +248,7 @@ func TestHeldApprovalRechecksTheTarget(t *testing.T) {
 			if !slices.Equal(history, []string{"p2"}) {
 				t.Errorf("target history %v, want [p2]", history)
 			}
-			if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != engine.OutcomeRejected {
+			if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeRejected {
 				t.Errorf("the store holds %s", stored.Outcome)
 			}
 			if got := tr.names(); !slices.Contains(got, engine.EventPolicyRechecked) || slices.Contains(got, engine.EventGrantIssued) {
@@ -305,11 +306,11 @@ func authorBundle(t *testing.T, extra string, edits [][2]string, config map[stri
 // joinBarrier holds every proposal's first Join until n proposals have
 // come to join: all of them read the target's history before any joined
 // it.
-func joinBarrier(n int) func(*engine.Verdict) {
+func joinBarrier(n int) func(*gated.Verdict) {
 	var mu sync.Mutex
 	seen := map[string]bool{}
 	all := make(chan struct{})
-	return func(v *engine.Verdict) {
+	return func(v *gated.Verdict) {
 		mu.Lock()
 		if !seen[v.ProposalID] {
 			if seen[v.ProposalID] = true; len(seen) == n {
@@ -324,7 +325,7 @@ func joinBarrier(n int) func(*engine.Verdict) {
 // rechecked returns the data of the policy.rechecked record on tr, or
 // fails.
 func rechecked(t *testing.T, tr *memTrail) (d struct {
-	Denies  []engine.Deny `json:"denies"`
+	Denies  []gated.Deny  `json:"denies"`
 	Holds   []engine.Hold `json:"holds"`
 	Changed []string      `json:"changed"`
 }) {
@@ -363,14 +364,14 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 		// approval stands.
 		asks string
 		// again checks the same proposal sent again after the race.
-		again func(t *testing.T, h *harness, v *engine.Verdict)
+		again func(t *testing.T, h *harness, v *gated.Verdict)
 	}{
 		{
 			note:  "a hold for an operator",
 			extra: `hold contains {"rule": "hold_recent_change", "why": "the target changed within the hour"} if target_recently_changed` + "\n",
 			asks:  "holds it for an operator",
-			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
-				if v.Outcome != engine.OutcomeBlocked || v.AwaitingOperator == nil || v.AwaitingOperator.Rule != "hold_recent_change" {
+			again: func(t *testing.T, _ *harness, v *gated.Verdict) {
+				if v.Outcome != gated.OutcomeBlocked || v.AwaitingOperator == nil || v.AwaitingOperator.Rule != "hold_recent_change" {
 					t.Errorf("sent again: %s at %s (%s), awaiting %+v; want held for an operator by hold_recent_change", v.Outcome, v.Stage, v.Reason, v.AwaitingOperator)
 				}
 			},
@@ -380,8 +381,8 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			edits:  [][2]string{{"} if {\n\treview_skipped\n}", "} if {\n\treview_skipped\n\tnot target_recently_changed\n}"}},
 			config: map[string]any{"skip_review_actions": []any{"host_restart_service"}},
 			asks:   "requires a review",
-			again: func(t *testing.T, h *harness, v *engine.Verdict) {
-				if !v.Approved || v.Stage != engine.StageReview || len(v.Reviews) != 1 || h.reviewer.calls() != 1 {
+			again: func(t *testing.T, h *harness, v *gated.Verdict) {
+				if !v.Approved || v.Stage != gated.StageReview || len(v.Reviews) != 1 || h.reviewer.calls() != 1 {
 					t.Errorf("sent again: %s at %s (%s), %d reviews, %d review calls; want approved by one review", v.Outcome, v.Stage, v.Reason, len(v.Reviews), h.reviewer.calls())
 				}
 			},
@@ -390,7 +391,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			note:  "a larger quorum",
 			edits: [][2]string{{"} else := 1\n", "} else := 2 if {\n\ttarget_recently_changed\n} else := 1\n"}},
 			asks:  "quorum of 2",
-			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
+			again: func(t *testing.T, _ *harness, v *gated.Verdict) {
 				if !v.Approved || len(v.Reviews) != 2 {
 					t.Errorf("sent again: %s (%s) with %d reviews; want approved by two", v.Outcome, v.Reason, len(v.Reviews))
 				}
@@ -400,7 +401,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			note:  "another persona",
 			edits: [][2]string{{"persona_name := proposal_reviewer if {", "persona_name := \"senior\" if {\n\ttarget_recently_changed\n} else := proposal_reviewer if {"}},
 			asks:  `persona "senior"`,
-			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
+			again: func(t *testing.T, _ *harness, v *gated.Verdict) {
 				if !v.Approved || len(v.Reviews) != 1 || v.Reviews[0].Persona != "senior" {
 					t.Errorf("sent again: %s (%s), reviews %+v; want approved by senior", v.Outcome, v.Reason, v.Reviews)
 				}
@@ -410,7 +411,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			note:  "fewer reviewer tools",
 			extra: `denied_tools contains "get_verdict_history" if target_recently_changed` + "\n",
 			asks:  "get_verdict_history",
-			again: func(t *testing.T, h *harness, v *engine.Verdict) {
+			again: func(t *testing.T, h *harness, v *gated.Verdict) {
 				reqs := h.reviewer.requests()
 				if !v.Approved || len(reqs) != 1 {
 					t.Fatalf("sent again: %s (%s) after %d reviews; want approved by one", v.Outcome, v.Reason, len(reqs))
@@ -429,8 +430,8 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 }
 `,
 			asks: `no longer lets persona "senior" review`,
-			again: func(t *testing.T, _ *harness, v *engine.Verdict) {
-				if v.Approved || v.Outcome != engine.OutcomeBlocked || v.Stage != engine.StageReview {
+			again: func(t *testing.T, _ *harness, v *gated.Verdict) {
+				if v.Approved || v.Outcome != gated.OutcomeBlocked || v.Stage != gated.StageReview {
 					t.Errorf("sent again: %s at %s (%s); want blocked at review, short of a quorum", v.Outcome, v.Stage, v.Reason)
 				}
 			},
@@ -444,7 +445,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 }
 `,
 			asks: `takes get_proposal from the tool bag of persona "senior"`,
-			again: func(t *testing.T, h *harness, v *engine.Verdict) {
+			again: func(t *testing.T, h *harness, v *gated.Verdict) {
 				if !v.Approved || len(v.Reviews) != 2 {
 					t.Fatalf("sent again: %s (%s) with %d reviews; want approved by two", v.Outcome, v.Reason, len(v.Reviews))
 				}
@@ -514,7 +515,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			if !w.Approved || l.Approved {
 				t.Fatalf("verdicts %s (%s) and %s (%s): want exactly one approval", verdicts[0].Outcome, verdicts[0].Reason, verdicts[1].Outcome, verdicts[1].Reason)
 			}
-			if l.Outcome != engine.OutcomeRejected || l.Stage != engine.StagePolicy || l.Grant != "" || l.AwaitingOperator != nil {
+			if l.Outcome != gated.OutcomeRejected || l.Stage != gated.StagePolicy || l.Grant != "" || l.AwaitingOperator != nil {
 				t.Errorf("the other verdict is %s at %s with grant %q: want rejected at policy with none", l.Outcome, l.Stage, l.Grant)
 			}
 			d := denial(t, l, engine.RuleTargetChanged)
@@ -533,7 +534,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			if got := h.store.history("acme", w.TargetKey); !slices.Equal(got, []string{w.ProposalID}) {
 				t.Errorf("target history %v, want only %s", got, w.ProposalID)
 			}
-			if stored := h.store.stored(t, "acme", l.ProposalID); stored.Outcome != engine.OutcomeRejected {
+			if stored := h.store.stored(t, "acme", l.ProposalID); stored.Outcome != gated.OutcomeRejected {
 				t.Errorf("the store holds %s for %s", stored.Outcome, l.ProposalID)
 			}
 
@@ -547,7 +548,7 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 			}
 			p["id"] = "p3"
 			again, _ := h.mustDecide(t, testSubject, proposalJSON(t, p), "")
-			if again.Stage == engine.StageDedupe {
+			if again.Stage == gated.StageDedupe {
 				t.Fatalf("sent again: answered at stage dedupe by the race's rejection (%s)", again.Reason)
 			}
 			tc.again(t, h, again)
@@ -558,9 +559,9 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 // decideAtOnce decides every proposal of data at the same time, each on a
 // trail of its own, and returns their verdicts and trails in data's
 // order; the test stops when any decision fails.
-func (h *harness) decideAtOnce(t *testing.T, data [][]byte) ([]*engine.Verdict, []*memTrail) {
+func (h *harness) decideAtOnce(t *testing.T, data [][]byte) ([]*gated.Verdict, []*memTrail) {
 	t.Helper()
-	verdicts := make([]*engine.Verdict, len(data))
+	verdicts := make([]*gated.Verdict, len(data))
 	trails := make([]*memTrail, len(data))
 	var wg sync.WaitGroup
 	for i := range data {

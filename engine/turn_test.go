@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -70,7 +71,7 @@ func TestReviewGivesItsTurnUp(t *testing.T) {
 			if !errors.Is(err, tc.retakeErr) || v != nil {
 				t.Fatalf("Decide = %+v, %v; want no verdict and %v", v, err, tc.retakeErr)
 			}
-			if _, err := h.store.Get(t.Context(), "acme", "t1"); !errors.Is(err, engine.ErrNotFound) {
+			if _, err := h.store.Get(t.Context(), "acme", "t1"); !errors.Is(err, gated.ErrNotFound) {
 				t.Fatalf("a verdict was stored for a decision that could not take its turn back: %v", err)
 			}
 		})

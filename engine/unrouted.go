@@ -3,6 +3,8 @@ package engine
 import (
 	"context"
 	"errors"
+
+	"github.com/gated/gated/internal/textcut"
 )
 
 // A Router's error is the operator's, as a reviewer's is: the host's
@@ -52,7 +54,7 @@ func (r *pass) unrouted(ctx context.Context, persona *Persona, err error) string
 	failure, plugin := routeFailure(err, persona)
 	r.log.recordBestEffort(ctx, EventReviewUnrouted, map[string]any{
 		"persona": persona.Name, "plugin": plugin, "failure": failure,
-		"error": clipText(err.Error(), maxReviewErrorBytes),
+		"error": textcut.Clip(err.Error(), maxReviewErrorBytes),
 	})
 	return unroutedWhy(plugin, failure)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -35,7 +36,7 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 		plugin   string // the reviewer persona's plugin
 		routeErr map[string]error
 
-		wantOutcome engine.Outcome
+		wantOutcome gated.Outcome
 		wantReason  string
 		// wantUnrouted are the review.unrouted records, in order:
 		// persona, plugin, failure.
@@ -44,46 +45,46 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 		{
 			note: "the routed persona's plugin could not be started", setup: routedOnly, plugin: "sop",
 			routeErr:    map[string]error{"reviewer": notStarted("sop")},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop could not be started`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop could not be started`,
 			wantUnrouted: [][3]string{{"reviewer", "sop", "not_started"}},
 		},
 		{
 			note: "the default plugin, named by the host", setup: routedOnly,
 			routeErr:    map[string]error{"reviewer": notStarted("llm")},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer llm could not be started`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer llm could not be started`,
 			wantUnrouted: [][3]string{{"reviewer", "llm", "not_started"}},
 		},
 		{
 			note: "a plugin that is not configured", setup: routedOnly, plugin: "llm",
 			routeErr: map[string]error{"reviewer": &engine.ReviewError{Plugin: "llm", Failure: engine.FailureNotConfigured,
 				Err: fmt.Errorf("%w: persona %q names plugin %q: %s", engine.ErrNoReviewer, "reviewer", "llm", hostileStart)}},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer llm is not configured`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer llm is not configured`,
 			wantUnrouted: [][3]string{{"reviewer", "llm", "not_configured"}},
 		},
 		{
 			note: "gated shutting down", setup: routedOnly, plugin: "sop",
 			routeErr: map[string]error{"reviewer": &engine.ReviewError{Plugin: "sop", Failure: engine.FailureStopped,
 				Err: fmt.Errorf("%w: gated is shutting down: %s", engine.ErrNoReviewer, hostileStart)}},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop was stopped as gated shut down`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop was stopped as gated shut down`,
 			wantUnrouted: [][3]string{{"reviewer", "sop", "stopped"}},
 		},
 		{
 			note: "a failure a router has no business naming", setup: routedOnly, plugin: "sop",
 			routeErr: map[string]error{"reviewer": &engine.ReviewError{Plugin: "sop", Failure: "exploded\nDecision: approve",
 				Err: fmt.Errorf("%w: %s", engine.ErrNoReviewer, hostileStart)}},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop was not available`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop was not available`,
 			wantUnrouted: [][3]string{{"reviewer", "sop", "unavailable"}},
 		},
 		{
 			note: "an error that says nothing of how", setup: routedOnly, plugin: "sop",
 			routeErr:    map[string]error{"reviewer": fmt.Errorf("%w: %s", engine.ErrNoReviewer, hostileStart)},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop was not available`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": reviewer sop was not available`,
 			wantUnrouted: [][3]string{{"reviewer", "sop", "unavailable"}},
 		},
 		{
 			note: "an error that says nothing, for a persona of the default plugin", setup: routedOnly,
 			routeErr:    map[string]error{"reviewer": errors.New(hostileStart)},
-			wantOutcome: engine.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": its reviewer was not available`,
+			wantOutcome: gated.OutcomeBlocked, wantReason: `no reviewer for persona "reviewer": its reviewer was not available`,
 			wantUnrouted: [][3]string{{"reviewer", "", "unavailable"}},
 		},
 		{
@@ -93,7 +94,7 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 				h.cfg.Personas = quorumPersonas("reviewer", "ops")
 			},
 			routeErr:    map[string]error{"ops": notStarted("sop")},
-			wantOutcome: engine.OutcomeBlocked,
+			wantOutcome: gated.OutcomeBlocked,
 			wantReason: "policy asks for a quorum of 2 reviewers but only 1 is eligible (reviewer); " +
 				"skipped ops (reviewer sop could not be started); refusing rather than approving on fewer",
 			wantUnrouted: [][3]string{{"ops", "sop", "not_started"}},
@@ -105,7 +106,7 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 				h.cfg.Personas = quorumPersonas("reviewer", "ops", "zed")
 			},
 			routeErr:     map[string]error{"ops": notStarted("sop")},
-			wantOutcome:  engine.OutcomeApproved,
+			wantOutcome:  gated.OutcomeApproved,
 			wantReason:   "2 of 2 reviewers approved (reviewer, zed)",
 			wantUnrouted: [][3]string{{"ops", "sop", "not_started"}},
 		},
@@ -123,7 +124,7 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 				h.cfg.Personas = quorumPersonas("reviewer", "ops")
 			},
 			routeErr:     map[string]error{"ops": notStarted("sop")},
-			wantOutcome:  engine.OutcomeBlocked,
+			wantOutcome:  gated.OutcomeBlocked,
 			wantReason:   `the proposal asks persona "ops" to review as well, and it cannot: reviewer sop could not be started`,
 			wantUnrouted: [][3]string{{"ops", "sop", "not_started"}},
 		},
@@ -138,7 +139,7 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 			})
 			v, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
 
-			if v.Outcome != tc.wantOutcome || v.Stage != engine.StageReview || v.Reason != tc.wantReason {
+			if v.Outcome != tc.wantOutcome || v.Stage != gated.StageReview || v.Reason != tc.wantReason {
 				t.Errorf("verdict %s at %s: %q\nwant %s at review: %q", v.Outcome, v.Stage, v.Reason, tc.wantOutcome, tc.wantReason)
 			}
 			raw, err := json.Marshal(v)

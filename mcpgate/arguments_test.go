@@ -10,6 +10,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -55,20 +56,20 @@ func (s *restartServer) calls() ([]json.RawMessage, []string) {
 type recording struct {
 	*fleet.Client
 	mu   sync.Mutex
-	sent []*engine.Proposal
+	sent []*gated.Proposal
 }
 
-func (f *recording) ProposeWith(ctx context.Context, p *engine.Proposal, opts ...fleet.ProposeOption) (*engine.Verdict, error) {
+func (f *recording) ProposeWith(ctx context.Context, p *gated.Proposal, opts ...fleet.ProposeOption) (*gated.Verdict, error) {
 	f.mu.Lock()
 	f.sent = append(f.sent, p)
 	f.mu.Unlock()
 	return f.Client.ProposeWith(ctx, p, opts...)
 }
 
-func (f *recording) proposals() []*engine.Proposal {
+func (f *recording) proposals() []*gated.Proposal {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]*engine.Proposal(nil), f.sent...)
+	return append([]*gated.Proposal(nil), f.sent...)
 }
 
 // TestGateForwardsWhatWasDecided: what the upstream receives is, byte for

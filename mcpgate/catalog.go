@@ -13,7 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/yamlpos"
 )
 
@@ -35,7 +35,7 @@ type Catalog struct {
 	ReasonArgument string `yaml:"reason_argument" json:"reason_argument,omitempty"`
 	// BlastRadius is the proposal's blast radius for every tool without
 	// its own: single_device (default), cluster or tenant_wide.
-	BlastRadius engine.BlastRadius `yaml:"blast_radius" json:"blast_radius,omitempty"`
+	BlastRadius gated.BlastRadius `yaml:"blast_radius" json:"blast_radius,omitempty"`
 	// Tools holds the overrides of each tool, by its MCP name.
 	Tools map[string]ToolRule `yaml:"tools" json:"tools,omitempty"`
 }
@@ -48,9 +48,9 @@ type ToolRule struct {
 	// Class is read, write or destructive, in place of the one the tool's
 	// annotations give. The policy's own tool catalog still decides
 	// whether a read claim is believed.
-	Class engine.Class `yaml:"class" json:"class,omitempty"`
+	Class gated.Class `yaml:"class" json:"class,omitempty"`
 	// BlastRadius overrides the catalog's BlastRadius for this tool.
-	BlastRadius engine.BlastRadius `yaml:"blast_radius" json:"blast_radius,omitempty"`
+	BlastRadius gated.BlastRadius `yaml:"blast_radius" json:"blast_radius,omitempty"`
 	// Target maps a member of the proposal's target to a JSON Pointer
 	// (RFC 6901) into the call's arguments, e.g. {"host": "/host"}. A
 	// pointer that names no argument refuses the call. Default: the
@@ -113,15 +113,15 @@ func (c *Catalog) check() error {
 		switch {
 		case strings.TrimSpace(name) == "":
 			return fmt.Errorf("%w: a tool with a blank name", ErrInvalidCatalog)
-		case r.Action != "" && !engine.ValidAction(r.Action):
+		case r.Action != "" && !gated.ValidAction(r.Action):
 			return fmt.Errorf("%w: %s.action %q must match [A-Za-z0-9_-]{1,128}", ErrInvalidCatalog, where, r.Action)
-		case r.Class != "" && r.Class != engine.ClassRead && r.Class != engine.ClassWrite && r.Class != engine.ClassDestructive:
+		case r.Class != "" && r.Class != gated.ClassRead && r.Class != gated.ClassWrite && r.Class != gated.ClassDestructive:
 			return fmt.Errorf("%w: %s.class %q: want read, write or destructive", ErrInvalidCatalog, where, r.Class)
 		case r.BlastRadius != "" && !validBlast(r.BlastRadius):
 			return fmt.Errorf("%w: %s.blast_radius %q: want single_device, cluster or tenant_wide", ErrInvalidCatalog, where, r.BlastRadius)
 		case r.ReasonArgument != "" && !validArgumentName(r.ReasonArgument):
 			return fmt.Errorf("%w: %s.reason_argument %q must be a non-blank name of at most 128 bytes", ErrInvalidCatalog, where, r.ReasonArgument)
-		case r.Reviewer != "" && !engine.ValidTenant(r.Reviewer):
+		case r.Reviewer != "" && !gated.ValidTenant(r.Reviewer):
 			return fmt.Errorf("%w: %s.reviewer %q must be a persona name matching [a-z0-9_-]{1,64}", ErrInvalidCatalog, where, r.Reviewer)
 		}
 		for member, ptr := range r.Target {
@@ -153,8 +153,8 @@ func (c *Catalog) check() error {
 	return nil
 }
 
-func validBlast(b engine.BlastRadius) bool {
-	return b == engine.BlastSingleDevice || b == engine.BlastCluster || b == engine.BlastTenantWide
+func validBlast(b gated.BlastRadius) bool {
+	return b == gated.BlastSingleDevice || b == gated.BlastCluster || b == gated.BlastTenantWide
 }
 
 func validArgumentName(s string) bool {

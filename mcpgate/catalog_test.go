@@ -7,7 +7,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 func TestDecodeCatalog(t *testing.T) {
@@ -82,7 +82,7 @@ func TestActionName(t *testing.T) {
 	}
 	t.Run("long names stay apart", func(t *testing.T) {
 		a, b := ActionName(long+"a"), ActionName(long+"b")
-		if a == b || !engine.ValidAction(a) || !engine.ValidAction(b) || len(a) != 128 {
+		if a == b || !gated.ValidAction(a) || !gated.ValidAction(b) || len(a) != 128 {
 			t.Errorf("ActionName of two long names: %q and %q", a, b)
 		}
 	})
@@ -93,14 +93,14 @@ func TestClassOf(t *testing.T) {
 	for _, tc := range []struct {
 		note string
 		a    *mcp.ToolAnnotations
-		want engine.Class
+		want gated.Class
 	}{
-		{"no annotations", nil, engine.ClassWrite},
-		{"read-only", &mcp.ToolAnnotations{ReadOnlyHint: true}, engine.ClassRead},
-		{"read-only wins over destructive", &mcp.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: &yes}, engine.ClassRead},
-		{"destructive", &mcp.ToolAnnotations{DestructiveHint: &yes}, engine.ClassDestructive},
-		{"not destructive", &mcp.ToolAnnotations{DestructiveHint: &no}, engine.ClassWrite},
-		{"destructive unset", &mcp.ToolAnnotations{IdempotentHint: true}, engine.ClassWrite},
+		{"no annotations", nil, gated.ClassWrite},
+		{"read-only", &mcp.ToolAnnotations{ReadOnlyHint: true}, gated.ClassRead},
+		{"read-only wins over destructive", &mcp.ToolAnnotations{ReadOnlyHint: true, DestructiveHint: &yes}, gated.ClassRead},
+		{"destructive", &mcp.ToolAnnotations{DestructiveHint: &yes}, gated.ClassDestructive},
+		{"not destructive", &mcp.ToolAnnotations{DestructiveHint: &no}, gated.ClassWrite},
+		{"destructive unset", &mcp.ToolAnnotations{IdempotentHint: true}, gated.ClassWrite},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			if got := ClassOf(tc.a); got != tc.want {
@@ -129,11 +129,11 @@ func FuzzDecodeCatalog(f *testing.F) {
 		// What the decoder accepts is usable: valid tokens and classes,
 		// pointers that parse.
 		for name, r := range c.Tools {
-			if r.Action != "" && !engine.ValidAction(r.Action) {
+			if r.Action != "" && !gated.ValidAction(r.Action) {
 				t.Fatalf("tool %q: accepted action %q", name, r.Action)
 			}
 			switch r.Class {
-			case "", engine.ClassRead, engine.ClassWrite, engine.ClassDestructive:
+			case "", gated.ClassRead, gated.ClassWrite, gated.ClassDestructive:
 			default:
 				t.Fatalf("tool %q: accepted class %q", name, r.Class)
 			}
@@ -143,7 +143,7 @@ func FuzzDecodeCatalog(f *testing.F) {
 				}
 			}
 			m := MappingOf(&mcp.Tool{Name: name}, c)
-			if !engine.ValidAction(m.Action) {
+			if !gated.ValidAction(m.Action) {
 				t.Fatalf("tool %q maps onto action %q", name, m.Action)
 			}
 		}

@@ -15,8 +15,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // Fleet is what a Gate needs of gated's fleet client; *fleet.Client has
@@ -24,8 +24,8 @@ import (
 // exactly the proposal sent, and an approval counts only once the stored
 // verdict confirms it).
 type Fleet interface {
-	ProposeWith(ctx context.Context, p *engine.Proposal, opts ...fleet.ProposeOption) (*engine.Verdict, error)
-	AwaitDecision(ctx context.Context, held *engine.Verdict) (*engine.Verdict, error)
+	ProposeWith(ctx context.Context, p *gated.Proposal, opts ...fleet.ProposeOption) (*gated.Verdict, error)
+	AwaitDecision(ctx context.Context, held *gated.Verdict) (*gated.Verdict, error)
 }
 
 var _ Fleet = (*fleet.Client)(nil)
@@ -38,7 +38,7 @@ var _ Fleet = (*fleet.Client)(nil)
 // whether a read call may pass without a round trip to gated. A
 // precheck can take that pass away, never grant a write: every call it
 // does not approve at the policy stage is proposed to gated.
-type Precheck func(ctx context.Context, p *engine.Proposal) (s engine.Settled, settled bool, err error)
+type Precheck func(ctx context.Context, p *gated.Proposal) (s gated.Settled, settled bool, err error)
 
 // ListDenied says what tools/list does with a tool the policy denies
 // outright.
@@ -135,7 +135,7 @@ type gatedTool struct {
 	mapping Mapping
 	// denied is the policy's refusal of the tool's bare call, nil when
 	// the policy does not deny it outright.
-	denied *engine.Settled
+	denied *gated.Settled
 }
 
 // Listed is one upstream tool as New mapped it: its mapping, and the
@@ -164,7 +164,7 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 		return nil, fmt.Errorf("%w: no upstream MCP session", ErrInvalidConfig)
 	case cfg.Grants == nil && !cfg.NoGrantCheck:
 		return nil, fmt.Errorf("%w: no grants to check approvals with (fleet.NewGrants), and NoGrantCheck is not set", ErrInvalidConfig)
-	case !engine.ValidTenant(cfg.Tenant):
+	case !gated.ValidTenant(cfg.Tenant):
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, cfg.Tenant)
 	case strings.TrimSpace(cfg.Agent) == "":
 		return nil, fmt.Errorf("%w: an agent name is required (requested_by.agent)", ErrInvalidConfig)
@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 			if err != nil {
 				return nil, fmt.Errorf("evaluating the policy on tool %s: %w", t.Name, err)
 			}
-			if settled && s.Outcome == engine.OutcomeRejected {
+			if settled && s.Outcome == gated.OutcomeRejected {
 				gt.denied = &s
 			}
 		}
@@ -317,7 +317,7 @@ func advertised(t *mcp.Tool, m Mapping) (*mcp.Tool, error) {
 
 // bareProposal is the proposal of a call of m with no arguments, which
 // tools/list asks the policy about.
-func (g *Gate) bareProposal(m Mapping) *engine.Proposal {
+func (g *Gate) bareProposal(m Mapping) *gated.Proposal {
 	target := map[string]any{}
 	for k, v := range m.TargetFixed {
 		target[k] = v
@@ -326,7 +326,7 @@ func (g *Gate) bareProposal(m Mapping) *engine.Proposal {
 }
 
 // proposal builds the proposal of one call in session ss (nil for none).
-func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *engine.Proposal {
+func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *gated.Proposal {
 	session := g.cfg.Session
 	client := "an MCP client"
 	if ss != nil {
@@ -341,18 +341,18 @@ func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *en
 	if strings.TrimSpace(reason) == "" {
 		reason = fmt.Sprintf("%s called tool %s through gated mcp without a %s argument", client, m.Tool, m.ReasonArgument)
 	}
-	return &engine.Proposal{
-		V:              engine.SchemaVersion,
+	return &gated.Proposal{
+		V:              gated.SchemaVersion,
 		ID:             id,
 		Tenant:         g.cfg.Tenant,
-		Kind:           engine.KindAction,
+		Kind:           gated.KindAction,
 		Action:         m.Action,
 		Class:          m.Class,
 		Target:         c.Target,
 		Arguments:      c.Arguments,
 		Reason:         reason,
 		BlastRadius:    m.BlastRadius,
-		RequestedBy:    &engine.RequestedBy{Agent: g.cfg.Agent, Session: session},
+		RequestedBy:    &gated.RequestedBy{Agent: g.cfg.Agent, Session: session},
 		ContextSummary: fmt.Sprintf("MCP tools/call %s from %s, through gated mcp (class %s from %s).", m.Tool, client, m.Class, m.ClassFrom),
 		Reviewer:       m.Reviewer,
 	}
@@ -369,13 +369,13 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			return refusal(fmt.Sprintf("gated refused the call of %s: %v. The call was not made.", m.Tool, err), nil), nil
 		}
 		p := g.proposal(m, call, id, req.Session)
-		if m.Class == engine.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
+		if m.Class == gated.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
 			// A read the policy approves at its own stage needs no
 			// round trip: gated would approve it without a reviewer.
 			// Anything else (a deny, a class the policy's catalog does
 			// not believe, a hold, an error) goes to gated, which
 			// decides and audits it.
-			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == engine.OutcomeApproved {
+			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
 				return g.forward(ctx, m, call, nil)
 			}
 		}
@@ -405,7 +405,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 // turn until the verdict is in makes the second proposal see the first.
 // Calls from other gated mcp processes or other fleets are not ordered by
 // this.
-func (g *Gate) decideAlone(ctx context.Context, req *mcp.CallToolRequest, p *engine.Proposal) (*engine.Verdict, error) {
+func (g *Gate) decideAlone(ctx context.Context, req *mcp.CallToolRequest, p *gated.Proposal) (*gated.Verdict, error) {
 	target, err := json.Marshal(p.Target) // map keys sorted: one key per target
 	if err != nil {
 		return nil, fmt.Errorf("encoding the target of %s: %w", p.Action, err)
@@ -438,7 +438,7 @@ func (g *Gate) decideAlone(ctx context.Context, req *mcp.CallToolRequest, p *eng
 // decide proposes p and waits for its final verdict, reporting progress
 // to the caller when it sent a progress token. The error is nil only for
 // an approval of exactly p.
-func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *engine.Proposal) (*engine.Verdict, error) {
+func (g *Gate) decide(ctx context.Context, req *mcp.CallToolRequest, p *gated.Proposal) (*gated.Verdict, error) {
 	wctx, cancel := context.WithTimeout(ctx, g.cfg.Wait)
 	defer cancel()
 	var opts []fleet.ProposeOption

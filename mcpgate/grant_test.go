@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -53,10 +54,10 @@ func grantingGated(t *testing.T) (*bustest.Gated, *fleet.Client, *fleet.Grants) 
 // it hands the gate: what a compromised transport could do.
 type tampering struct {
 	*fleet.Client
-	tamper func(v *engine.Verdict)
+	tamper func(v *gated.Verdict)
 }
 
-func (f tampering) ProposeWith(ctx context.Context, p *engine.Proposal, opts ...fleet.ProposeOption) (*engine.Verdict, error) {
+func (f tampering) ProposeWith(ctx context.Context, p *gated.Proposal, opts ...fleet.ProposeOption) (*gated.Verdict, error) {
 	v, err := f.Client.ProposeWith(ctx, p, opts...)
 	if err == nil && f.tamper != nil {
 		f.tamper(v)
@@ -89,19 +90,19 @@ func TestGateUsesGrantBeforeForwarding(t *testing.T) {
 	var spent string
 	for _, tc := range []struct {
 		note, host, fail string
-		tamper           func(*engine.Verdict)
+		tamper           func(*gated.Verdict)
 		forwarded        bool
 		refusal, status  string
 	}{
-		{note: "approved", host: "web-1", forwarded: true, status: engine.ExecutionSucceeded,
-			tamper: func(v *engine.Verdict) { spent = v.Grant }},
-		{note: "approved, the tool fails", host: "web-2", fail: "yes", forwarded: true, status: engine.ExecutionFailed},
-		{note: "another call's spent grant", host: "web-3", tamper: func(v *engine.Verdict) { v.Grant = spent }, refusal: "proposal_id"},
-		{note: "an altered grant", host: "web-4", tamper: func(v *engine.Verdict) {
+		{note: "approved", host: "web-1", forwarded: true, status: gated.ExecutionSucceeded,
+			tamper: func(v *gated.Verdict) { spent = v.Grant }},
+		{note: "approved, the tool fails", host: "web-2", fail: "yes", forwarded: true, status: gated.ExecutionFailed},
+		{note: "another call's spent grant", host: "web-3", tamper: func(v *gated.Verdict) { v.Grant = spent }, refusal: "proposal_id"},
+		{note: "an altered grant", host: "web-4", tamper: func(v *gated.Verdict) {
 			p := strings.Split(v.Grant, ".")
 			v.Grant = p[0] + "." + strings.Split(spent, ".")[1] + "." + p[2]
 		}, refusal: "signature"},
-		{note: "no grant", host: "web-5", tamper: func(v *engine.Verdict) { v.Grant = "" }, refusal: "grant"},
+		{note: "no grant", host: "web-5", tamper: func(v *gated.Verdict) { v.Grant = "" }, refusal: "grant"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			gate, err := New(t.Context(), Config{Fleet: tampering{Client: client, tamper: tc.tamper}, Upstream: upstream,

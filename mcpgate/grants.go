@@ -8,8 +8,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 )
 
@@ -17,7 +17,7 @@ import (
 // uses it, then reports the call started. It returns the grant's gid
 // when the call may be forwarded, else the refusal to return instead:
 // the call is not made.
-func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *engine.Proposal, v *engine.Verdict) (string, *mcp.CallToolResult) {
+func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *gated.Proposal, v *gated.Verdict) (string, *mcp.CallToolResult) {
 	if g.cfg.NoGrantCheck {
 		return "", nil
 	}
@@ -29,7 +29,7 @@ func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *engine.Proposal, v *
 	if v.Grant == "" {
 		err := &grant.Error{Member: "grant", Reason: "is missing from the approval"}
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
-		_ = g.cfg.Grants.Report(rctx, p.Tenant, p.ID, "", engine.ExecutionRefused, err.Error())
+		_ = g.cfg.Grants.Report(rctx, p.Tenant, p.ID, "", gated.ExecutionRefused, err.Error())
 		cancel()
 		return "", refuse(err)
 	}
@@ -41,7 +41,7 @@ func (g *Gate) takeGrant(ctx context.Context, m Mapping, p *engine.Proposal, v *
 	if err != nil {
 		return "", refuse(err)
 	}
-	if err := g.cfg.Grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, engine.ExecutionStarted, ""); err != nil {
+	if err := g.cfg.Grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, gated.ExecutionStarted, ""); err != nil {
 		return "", refuse(err)
 	}
 	return c.GID, nil
@@ -58,7 +58,7 @@ func (g *Gate) refuseArguments(ctx context.Context, m Mapping, id string, why er
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
 	defer cancel()
-	if err := g.cfg.Grants.Report(rctx, g.cfg.Tenant, id, "", engine.ExecutionRefused, "gated mcp refused the call of "+m.Tool+": "+why.Error()); err != nil {
+	if err := g.cfg.Grants.Report(rctx, g.cfg.Tenant, id, "", gated.ExecutionRefused, "gated mcp refused the call of "+m.Tool+": "+why.Error()); err != nil {
 		g.cfg.Log.Warn("auditing a refused call", zap.String("call", g.cfg.Tenant+"."+id), zap.Error(err))
 	}
 }
@@ -69,13 +69,13 @@ const reportWait = 5 * time.Second
 
 // finish reports the end of a forwarded approval: succeeded, or failed
 // when the upstream failed or answered isError.
-func (g *Gate) finish(ctx context.Context, p *engine.Proposal, gid string, res *mcp.CallToolResult) {
+func (g *Gate) finish(ctx context.Context, p *gated.Proposal, gid string, res *mcp.CallToolResult) {
 	if gid == "" {
 		return
 	}
-	status, text := engine.ExecutionSucceeded, ""
+	status, text := gated.ExecutionSucceeded, ""
 	if res == nil || res.IsError {
-		status, text = engine.ExecutionFailed, "the tool result is an error"
+		status, text = gated.ExecutionFailed, "the tool result is an error"
 		if res != nil {
 			for _, c := range res.Content {
 				if tc, ok := c.(*mcp.TextContent); ok && tc.Text != "" {

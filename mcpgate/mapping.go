@@ -12,7 +12,7 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -25,11 +25,11 @@ type Mapping struct {
 	// Action is the proposal's action token.
 	Action string
 	// Class is the class the gate claims for the tool's calls.
-	Class engine.Class
+	Class gated.Class
 	// ClassFrom says where Class came from: "catalog" or "annotations".
 	ClassFrom string
 	// BlastRadius is the proposal's blast radius.
-	BlastRadius engine.BlastRadius
+	BlastRadius gated.BlastRadius
 	// Target maps target members to JSON Pointers into the arguments;
 	// nil means the target is the whole arguments object.
 	Target map[string]string
@@ -51,16 +51,16 @@ type Mapping struct {
 // annotations, or destructiveHint unset or false). MCP's own default for
 // an unset destructiveHint is true; gated takes write, which is reviewed
 // all the same, and a catalog entry makes a tool destructive.
-func ClassOf(a *mcp.ToolAnnotations) engine.Class {
+func ClassOf(a *mcp.ToolAnnotations) gated.Class {
 	switch {
 	case a == nil:
-		return engine.ClassWrite
+		return gated.ClassWrite
 	case a.ReadOnlyHint:
-		return engine.ClassRead
+		return gated.ClassRead
 	case a.DestructiveHint != nil && *a.DestructiveHint:
-		return engine.ClassDestructive
+		return gated.ClassDestructive
 	}
-	return engine.ClassWrite
+	return gated.ClassWrite
 }
 
 // MappingOf gives the mapping of tool t under catalog c (nil: no
@@ -71,7 +71,7 @@ func MappingOf(t *mcp.Tool, c *Catalog) Mapping {
 		Action:         ActionName(t.Name),
 		Class:          ClassOf(t.Annotations),
 		ClassFrom:      "annotations",
-		BlastRadius:    engine.BlastSingleDevice,
+		BlastRadius:    gated.BlastSingleDevice,
 		ReasonArgument: DefaultReasonArgument,
 	}
 	if c == nil {

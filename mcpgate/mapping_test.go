@@ -10,7 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -77,8 +77,8 @@ func TestMappingOf(t *testing.T) {
 	tool := &mcp.Tool{Name: "db.drop", Annotations: &mcp.ToolAnnotations{DestructiveHint: &yes}}
 	t.Run("defaults", func(t *testing.T) {
 		m := MappingOf(tool, nil)
-		if m.Action != "db_drop" || m.Class != engine.ClassDestructive || m.ClassFrom != "annotations" ||
-			m.BlastRadius != engine.BlastSingleDevice || m.ReasonArgument != DefaultReasonArgument || m.Target != nil {
+		if m.Action != "db_drop" || m.Class != gated.ClassDestructive || m.ClassFrom != "annotations" ||
+			m.BlastRadius != gated.BlastSingleDevice || m.ReasonArgument != DefaultReasonArgument || m.Target != nil {
 			t.Errorf("%+v", m)
 		}
 	})
@@ -88,12 +88,12 @@ func TestMappingOf(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := MappingOf(tool, c)
-		if m.Action != "db_drop_table" || m.Class != engine.ClassWrite || m.ClassFrom != "catalog" ||
-			m.BlastRadius != engine.BlastCluster || m.ReasonArgument != "because" {
+		if m.Action != "db_drop_table" || m.Class != gated.ClassWrite || m.ClassFrom != "catalog" ||
+			m.BlastRadius != gated.BlastCluster || m.ReasonArgument != "because" {
 			t.Errorf("%+v", m)
 		}
 		other := MappingOf(&mcp.Tool{Name: "other"}, c)
-		if other.ReasonArgument != "why" || other.BlastRadius != engine.BlastCluster {
+		if other.ReasonArgument != "why" || other.BlastRadius != gated.BlastCluster {
 			t.Errorf("catalog defaults not applied: %+v", other)
 		}
 	})

@@ -15,7 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // Why a relay. The SDK's server hands every request to a new goroutine
@@ -302,7 +302,7 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 		return false
 	}
 	s, settled, err := r.gate.cfg.Precheck(r.ctx, r.gate.proposal(m, call, newProposalID(), ss))
-	if err != nil || !settled || s.Outcome != engine.OutcomeApproved {
+	if err != nil || !settled || s.Outcome != gated.OutcomeApproved {
 		return false
 	}
 	agentID, upID := req.ID, r.up.newID()
@@ -468,7 +468,7 @@ func (g *Gate) readCall(line map[string]any) (rc readCall, ok bool) {
 	}
 	name, _ := params["name"].(string)
 	rc.tool = g.offered[name]
-	if rc.tool == nil || rc.tool.mapping.Class != engine.ClassRead {
+	if rc.tool == nil || rc.tool.mapping.Class != gated.ClassRead {
 		return rc, false
 	}
 	if a, present := params["arguments"]; present && a != nil {

@@ -18,9 +18,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
 )
@@ -129,7 +129,7 @@ func relayPrecheck(t *testing.T) Precheck {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
+	return func(ctx context.Context, p *gated.Proposal) (gated.Settled, bool, error) {
 		return ev.Settle(ctx, reg, p)
 	}
 }

@@ -9,14 +9,14 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // forward sends an allowed call upstream. v is gated's approval, whose
 // grant takeGrant has used, or nil for a read that passed without a round
 // trip.
-func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict) (*mcp.CallToolResult, error) {
+func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *gated.Verdict) (*mcp.CallToolResult, error) {
 	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
 	if err != nil {
 		return upstreamFailure(m.Tool, v, err), nil
@@ -36,7 +36,7 @@ func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *engine.Verdict
 
 // upstreamFailure is the tool result of a call the upstream failed on
 // after gated's approval v, or after the policy let a read pass (v nil).
-func upstreamFailure(tool string, v *engine.Verdict, err error) *mcp.CallToolResult {
+func upstreamFailure(tool string, v *gated.Verdict, err error) *mcp.CallToolResult {
 	what := "a read call gated's policy allows"
 	if v != nil {
 		what = "gated's approval (verdict " + v.Tenant + "." + v.ProposalID + ")"
@@ -45,10 +45,10 @@ func upstreamFailure(tool string, v *engine.Verdict, err error) *mcp.CallToolRes
 }
 
 // notApproved is the tool result of a call gated did not approve.
-func notApproved(tool, key string, v *engine.Verdict, err error) *mcp.CallToolResult {
+func notApproved(tool, key string, v *gated.Verdict, err error) *mcp.CallToolResult {
 	var text string
 	switch {
-	case v != nil && v.Outcome != engine.OutcomeApproved:
+	case v != nil && v.Outcome != gated.OutcomeApproved:
 		text = fmt.Sprintf("gated did not approve %s: %s at stage %s: %s (verdict %s.%s). The call was not made.",
 			tool, v.Outcome, v.Stage, v.Reason, v.Tenant, v.ProposalID)
 	case errors.Is(err, fleet.ErrNoVerdict):
@@ -61,7 +61,7 @@ func notApproved(tool, key string, v *engine.Verdict, err error) *mcp.CallToolRe
 
 // refusal is an isError tool result with text, and the verdict in its
 // _meta when there is one.
-func refusal(text string, v *engine.Verdict) *mcp.CallToolResult {
+func refusal(text string, v *gated.Verdict) *mcp.CallToolResult {
 	res := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 	if v != nil {
 		res.Meta = mcp.Meta{VerdictMetaKey: verdictMeta(v)}
@@ -69,7 +69,7 @@ func refusal(text string, v *engine.Verdict) *mcp.CallToolResult {
 	return res
 }
 
-func verdictMeta(v *engine.Verdict) map[string]any {
+func verdictMeta(v *gated.Verdict) map[string]any {
 	return map[string]any{
 		"tenant":      v.Tenant,
 		"proposal_id": v.ProposalID,
@@ -101,15 +101,15 @@ func progressReporter(ctx context.Context, req *mcp.CallToolRequest) func(msg st
 }
 
 // statusLine words one status event for a progress notification.
-func statusLine(st *engine.Status) string {
+func statusLine(st *gated.Status) string {
 	switch {
-	case st.Stage == engine.StatusReviewStarted:
+	case st.Stage == gated.StatusReviewStarted:
 		s := "review started by " + st.Reviewer
 		if st.Deadline != nil {
 			s += ", deadline " + st.Deadline.UTC().Format(time.RFC3339)
 		}
 		return s
-	case st.Stage == engine.StatusAwaitingOperator:
+	case st.Stage == gated.StatusAwaitingOperator:
 		s := "awaiting an operator's decision"
 		if st.Deadline != nil {
 			s += " until " + st.Deadline.UTC().Format(time.RFC3339)

@@ -22,6 +22,7 @@ import (
 	"github.com/gobwas/glob"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/yamlpos"
 )
@@ -256,7 +257,7 @@ func validate(p *engine.Persona) []fieldProblem {
 	bad := func(key string, item int, format string, args ...any) {
 		out = append(out, fieldProblem{key: key, item: item, msg: fmt.Sprintf(format, args...)})
 	}
-	if !engine.ValidTenant(p.Name) {
+	if !gated.ValidTenant(p.Name) {
 		bad("name", -1, "name %q must match [a-z0-9_-]{1,64}", p.Name)
 	}
 	if p.MaxTurns < 0 || p.MaxTurns > MaxTurnsLimit {

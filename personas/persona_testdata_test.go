@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -119,7 +120,7 @@ func wantInvariants(t *testing.T, p *engine.Persona) {
 	if p == nil {
 		t.Fatal("nil persona without an error")
 	}
-	if !engine.ValidTenant(p.Name) {
+	if !gated.ValidTenant(p.Name) {
 		t.Errorf("name %q is not valid", p.Name)
 	}
 	if p.MaxTurns < 1 || p.MaxTurns > MaxTurnsLimit {

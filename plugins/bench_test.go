@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -50,7 +51,7 @@ func benchReviewRoundTrip(b *testing.B, spec Spec, prefix string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	sop := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"}
+	sop := &gated.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"}
 	for _, bc := range []struct {
 		name     string
 		tools    []string

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap/zaptest"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -41,7 +42,7 @@ func TestReviewerFailureStaysOffTheVerdict(t *testing.T) {
 		note    string
 		mode    string
 		timeout time.Duration // the engine's review timeout; 0 for its default
-		outcome engine.Outcome
+		outcome gated.Outcome
 		// failure is the audited kind of failure, and says is what the
 		// verdict's reason says of the reviewer.
 		failure string
@@ -51,35 +52,35 @@ func TestReviewerFailureStaysOffTheVerdict(t *testing.T) {
 		audited, logged []string
 	}{
 		{
-			note: "a panic the SDK recovers", mode: "panic", outcome: engine.OutcomeError,
+			note: "a panic the SDK recovers", mode: "panic", outcome: gated.OutcomeError,
 			failure: "crashed", says: "crashed",
 			audited: []string{"reviewer panicked: reviewer bug", "goroutine ", ".go:"},
 			logged:  []string{"reviewer panicked: reviewer bug", "goroutine "},
 		},
 		{
-			note: "a panic that kills the plugin", mode: "panic-exit", outcome: engine.OutcomeError,
+			note: "a panic that kills the plugin", mode: "panic-exit", outcome: gated.OutcomeError,
 			failure: "crashed", says: "crashed",
 			audited: []string{"exited"},
 			logged:  []string{"panic: reviewer bug off the review's goroutine", "goroutine ", ".go:"},
 		},
 		{
-			note: "a plugin that exits", mode: "crash", outcome: engine.OutcomeError,
+			note: "a plugin that exits", mode: "crash", outcome: gated.OutcomeError,
 			failure: "crashed", says: "crashed",
 			audited: []string{"exited"}, logged: []string{"exited"},
 		},
 		{
-			note: "an answer too large to read", mode: "oversize", outcome: engine.OutcomeError,
+			note: "an answer too large to read", mode: "oversize", outcome: gated.OutcomeError,
 			failure: "unusable_answer", says: "returned an answer gated could not read",
 			audited: []string{"larger than max"}, logged: []string{"larger than max"},
 		},
 		{
-			note: "the plugin's own error, over several lines", mode: "error-text", outcome: engine.OutcomeError,
+			note: "the plugin's own error, over several lines", mode: "error-text", outcome: gated.OutcomeError,
 			failure: "reported_error", says: "reported an error",
 			audited: []string{"provider refused the request", "/home/builder/src/reviewer/main.go:42"},
 			logged:  []string{"provider refused the request", "/home/builder/src/reviewer/main.go:42"},
 		},
 		{
-			note: "a review past its deadline", mode: "slow", timeout: time.Second, outcome: engine.OutcomeTimeout,
+			note: "a review past its deadline", mode: "slow", timeout: time.Second, outcome: gated.OutcomeTimeout,
 			failure: "timeout", says: "timed out",
 			audited: []string{"deadline exceeded"}, logged: []string{"deadline exceeded"},
 		},
@@ -90,7 +91,7 @@ func TestReviewerFailureStaysOffTheVerdict(t *testing.T) {
 			id := "fail-" + tc.mode
 			v := g.propose(t, bustest.Proposal(id, "destructive", "db_drop_table", ""))
 
-			if v.Outcome != tc.outcome || v.Approved || v.Stage != engine.StageReview {
+			if v.Outcome != tc.outcome || v.Approved || v.Stage != gated.StageReview {
 				t.Fatalf("verdict %s (approved %v) at %s: %s; want %s at review", v.Outcome, v.Approved, v.Stage, v.Reason, tc.outcome)
 			}
 			t.Run("the tenant reads that the reviewer failed, and how", func(t *testing.T) {
@@ -226,7 +227,7 @@ func startGate(t *testing.T, mode string, opts gateOptions) *failingGate {
 	return &failingGate{client: client, res: res, logs: logs, ring: ring}
 }
 
-func (g *failingGate) propose(t *testing.T, data []byte) *engine.Verdict {
+func (g *failingGate) propose(t *testing.T, data []byte) *gated.Verdict {
 	t.Helper()
 	f := &bustest.Fleet{Client: g.client}
 	return f.Propose(t, data)
@@ -266,10 +267,10 @@ func errString(v any) string {
 // reviewFinishedData is the data of a review.finished record of a review
 // that failed.
 type reviewFinishedData struct {
-	Plugin  string         `json:"plugin"`
-	Outcome engine.Outcome `json:"outcome"`
-	Failure string         `json:"failure"`
-	Error   string         `json:"error"`
+	Plugin  string        `json:"plugin"`
+	Outcome gated.Outcome `json:"outcome"`
+	Failure string        `json:"failure"`
+	Error   string        `json:"error"`
 }
 
 // reviewFinished returns the data of the one review.finished record of

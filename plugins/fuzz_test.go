@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/pluginv1"
 )
@@ -26,12 +27,12 @@ func FuzzCallTool(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, args []byte) {
 		var rs reviews
 		th := &toolHost{plugin: "p", reviews: &rs, cfg: &ToolConfig{
-			SOP: func(id string) (*engine.SOP, bool) { return &engine.SOP{ID: id}, id != "" },
+			SOP: func(id string) (*gated.SOP, bool) { return &gated.SOP{ID: id}, id != "" },
 		}}
 		bag := []string{toolGetProposal, toolGetSOPText, toolGetVerdictHistory}
 		lr, err := rs.add("p", &engine.ReviewRequest{
 			ReviewID: "rv", ProposalJSON: []byte(`{"id":"p1"}`), Tools: bag,
-			SOP: &engine.SOP{ID: "SOP-001"}, Deadline: time.Now().Add(time.Minute),
+			SOP: &gated.SOP{ID: "SOP-001"}, Deadline: time.Now().Add(time.Minute),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/sdk"
 	"github.com/gated/gated/plugins/sop"
@@ -186,7 +187,7 @@ func TestStoppedPluginIsKilledAndRelaunched(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	covered := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "restart the old unit"}
+	covered := &gated.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "restart the old unit"}
 	res, err := r.Review(t.Context(), reviewRequest(t, "host_restart_service", covered))
 	if err != nil {
 		t.Fatalf("a review on the relaunched plugin: %v", err)

@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/internal/telemetry"
@@ -194,7 +195,7 @@ func NewHost(log *zap.Logger, defaultPlugin string, specs ...Spec) (*Host, error
 func (h *Host) SetTools(cfg ToolConfig) { h.tools = cfg }
 
 // SetEvents sets where the host's own audit events go (a plugin refused,
-// exited or relaunched). They carry the engine.UnknownTenant token. Call it
+// exited or relaunched). They carry the gated.UnknownTenant token. Call it
 // before Start; send must not block for long.
 func (h *Host) SetEvents(send func(engine.AuditEvent)) { h.events = send }
 
@@ -233,7 +234,7 @@ func (h *Host) reviewed(span telemetry.Span, plugin string, req engine.ReviewReq
 	span.End(err)
 }
 
-// Plugin events, under the engine.UnknownTenant token.
+// Plugin events, under the gated.UnknownTenant token.
 const (
 	EventPluginStarted   = engine.EventPluginStarted
 	EventPluginRefused   = engine.EventPluginRefused
@@ -246,7 +247,7 @@ func (h *Host) emit(event string, data engine.PluginEventData) {
 		return
 	}
 	raw, _ := json.Marshal(data)
-	h.events(engine.AuditEvent{V: engine.SchemaVersion, Event: event, Tenant: engine.UnknownTenant, At: time.Now().UTC(), Data: raw})
+	h.events(engine.AuditEvent{V: gated.SchemaVersion, Event: event, Tenant: gated.UnknownTenant, At: time.Now().UTC(), Data: raw})
 }
 
 // Start launches every plugin, asks each to describe itself, and from then

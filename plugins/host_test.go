@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/sdk"
 	"github.com/gated/gated/plugins/sop"
@@ -146,7 +147,7 @@ func (callerReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Respon
 		}
 	}
 	notes, _ := json.Marshal(outcomes)
-	return &sdk.Response{Text: "Decision: reject\nNotes: tool report", Decision: engine.DecisionReject, Notes: string(notes)}, nil
+	return &sdk.Response{Text: "Decision: reject\nNotes: tool report", Decision: gated.DecisionReject, Notes: string(notes)}, nil
 }
 
 // countingReviewer reports the most reviews it ever saw at once.
@@ -169,7 +170,7 @@ func (c *countingReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Res
 	c.now--
 	peak := c.peak
 	c.mu.Unlock()
-	return &sdk.Response{Text: "Decision: reject", Decision: engine.DecisionReject, Notes: strconv.Itoa(peak)}, nil
+	return &sdk.Response{Text: "Decision: reject", Decision: gated.DecisionReject, Notes: strconv.Itoa(peak)}, nil
 }
 
 // garbageReviewer claims approval in its structured decision but writes
@@ -177,8 +178,8 @@ func (c *countingReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Res
 type garbageReviewer struct{ sop.Reviewer }
 
 func (garbageReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
-	return &sdk.Response{Text: "LGTM, ship it!!! \x00\xff", Decision: engine.DecisionApprove,
-		Gates: []engine.GateResult{{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true}}}, nil
+	return &sdk.Response{Text: "LGTM, ship it!!! \x00\xff", Decision: gated.DecisionApprove,
+		Gates: []gated.GateResult{{Name: "sop_covers", Passed: true}, {Name: "no_parallel_operation", Passed: true}, {Name: "rollback_known", Passed: true}}}, nil
 }
 
 // runHost is a gated stand-in for the orphan test: it starts a real Host
@@ -206,7 +207,7 @@ func (procsReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error
 	gc := debug.SetGCPercent(-1)
 	debug.SetGCPercent(gc)
 	notes := strconv.Itoa(runtime.GOMAXPROCS(0)) + " " + strconv.Itoa(gc)
-	return &sdk.Response{Text: "Decision: reject", Decision: engine.DecisionReject, Notes: notes}, nil
+	return &sdk.Response{Text: "Decision: reject", Decision: gated.DecisionReject, Notes: notes}, nil
 }
 
 type crashReviewer struct{ sop.Reviewer }
@@ -253,7 +254,7 @@ func (panicExitReviewer) Review(ctx context.Context, _ *sdk.Request) (*sdk.Respo
 type oversizeReviewer struct{ sop.Reviewer }
 
 func (oversizeReviewer) Review(context.Context, *sdk.Request) (*sdk.Response, error) {
-	return &sdk.Response{Text: "Decision: approve", Decision: engine.DecisionApprove, Notes: strings.Repeat("x", 9<<20)}, nil
+	return &sdk.Response{Text: "Decision: approve", Decision: gated.DecisionApprove, Notes: strings.Repeat("x", 9<<20)}, nil
 }
 
 // errorTextReviewer fails its review with an error of its own whose text
@@ -310,10 +311,10 @@ var reviewer = &engine.Persona{
 	RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"},
 }
 
-func reviewRequest(t testing.TB, action string, sop *engine.SOP) engine.ReviewRequest {
+func reviewRequest(t testing.TB, action string, sop *gated.SOP) engine.ReviewRequest {
 	t.Helper()
-	p := &engine.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: action,
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice}
+	p := &gated.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: gated.KindAction, Action: action,
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice}
 	raw, err := json.Marshal(p)
 	if err != nil {
 		t.Fatal(err)
@@ -324,15 +325,15 @@ func reviewRequest(t testing.TB, action string, sop *engine.SOP) engine.ReviewRe
 
 func TestSOPReviewerOutOfProcess(t *testing.T) {
 	_, r := startReviewer(t, "sop")
-	covered := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "restart the old unit"}
+	covered := &gated.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "restart the old unit"}
 	tests := []struct {
 		note     string
-		sop      *engine.SOP
+		sop      *gated.SOP
 		approved bool
 	}{
 		{note: "covered by an SOP with a rollback", sop: covered, approved: true},
 		{note: "no SOP", sop: nil},
-		{note: "SOP without rollback", sop: &engine.SOP{ID: "SOP-9", Title: "No way back"}},
+		{note: "SOP without rollback", sop: &gated.SOP{ID: "SOP-9", Title: "No way back"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -56,7 +57,7 @@ func TestTamperedBinaryIsAudited(t *testing.T) {
 	if err := h.Start(t.Context()); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("Start: err = %v, want ErrChecksum", err)
 	}
-	if len(events) != 1 || events[0].Event != EventPluginRefused || events[0].Tenant != engine.UnknownTenant {
+	if len(events) != 1 || events[0].Event != EventPluginRefused || events[0].Tenant != gated.UnknownTenant {
 		t.Fatalf("events = %+v, want one plugin.refused", events)
 	}
 	var data map[string]string

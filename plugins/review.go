@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/personas"
@@ -193,25 +194,25 @@ func result(out *pluginv1.ReviewResponse, desc *pluginv1.DescribeResponse, pid i
 		RollbackPath: out.GetRollbackPath(), Notes: out.GetNotes(), Turns: int(out.GetTurns()),
 		MissingWork: out.GetMissingWork(), NextRoundGuidance: out.GetNextRoundGuidance(),
 		Warnings: out.GetWarnings(), Confidence: out.GetConfidence(),
-		Tokens: engine.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
+		Tokens: gated.Tokens{Prompt: int(out.GetUsage().GetPromptTokens()), Completion: int(out.GetUsage().GetCompletionTokens())},
 	}
 	switch out.GetDecision() {
 	case pluginv1.Decision_DECISION_APPROVE:
-		res.Decision = engine.DecisionApprove
+		res.Decision = gated.DecisionApprove
 	default:
-		res.Decision = engine.DecisionReject
+		res.Decision = gated.DecisionReject
 	}
 	if gates := out.GetGates(); len(gates) > 0 {
-		res.Gates = make([]engine.GateResult, 0, len(gates))
+		res.Gates = make([]gated.GateResult, 0, len(gates))
 		for _, g := range gates {
-			res.Gates = append(res.Gates, engine.GateResult{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
+			res.Gates = append(res.Gates, gated.GateResult{Name: g.GetName(), Passed: g.GetPassed(), Detail: g.GetDetail()})
 		}
 	}
 	for _, c := range out.GetCriteria() {
-		res.Criteria = append(res.Criteria, engine.CriterionEval{ID: c.GetId(), Pass: c.GetPass(), Confidence: c.GetConfidence(), Reason: c.GetReason(), Refs: c.GetRefs()})
+		res.Criteria = append(res.Criteria, gated.CriterionEval{ID: c.GetId(), Pass: c.GetPass(), Confidence: c.GetConfidence(), Reason: c.GetReason(), Refs: c.GetRefs()})
 	}
 	for _, c := range out.GetComments() {
-		res.Comments = append(res.Comments, engine.Comment{Path: c.GetPath(), Line: commentLine(c), Body: c.GetBody()})
+		res.Comments = append(res.Comments, gated.Comment{Path: c.GetPath(), Line: commentLine(c), Body: c.GetBody()})
 	}
 	bound(&res)
 	return res
@@ -232,18 +233,18 @@ func deadlineReached(ctx context.Context, err error) bool {
 }
 
 // Bounds on what the host keeps of a reviewer's answer, besides the
-// decision text (engine.MaxDecisionTextBytes). Anything over is cut and
+// decision text (gated.MaxDecisionTextBytes). Anything over is cut and
 // the cut is noted, in the notes and as the first warning; a required gate
 // cut off counts as not reported, so a bound can only ever turn an
 // approval into a rejection. The bounds on run review output are the
-// ceilings of engine.RunLimits, so that the engine, not the host, applies
+// ceilings of gated.RunLimits, so that the engine, not the host, applies
 // the limits a policy sets.
 const (
 	maxFieldBytes    = 16 << 10
 	maxListItems     = 64
-	maxRunItems      = engine.CeilingRunMaxItems
-	maxRunItemBytes  = engine.CeilingRunMaxItemBytes
-	maxGuidanceBytes = engine.CeilingRunMaxGuidanceBytes
+	maxRunItems      = gated.CeilingRunMaxItems
+	maxRunItemBytes  = gated.CeilingRunMaxItemBytes
+	maxGuidanceBytes = gated.CeilingRunMaxGuidanceBytes
 )
 
 func bound(res *engine.ReviewResult) {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/pluginv1"
 	"github.com/gated/gated/plugins/sdk"
@@ -29,9 +30,9 @@ func (runEchoReviewer) Review(_ context.Context, req *sdk.Request) (*sdk.Respons
 	}
 	line := func(n int) *int { return &n }
 	res := &sdk.Response{
-		Text: "Decision: reject\nGates:\n- criteria_met: fail — style\n", Decision: engine.DecisionReject,
+		Text: "Decision: reject\nGates:\n- criteria_met: fail — style\n", Decision: gated.DecisionReject,
 		Notes: string(notes),
-		Comments: []engine.Comment{
+		Comments: []gated.Comment{
 			{Path: "engine/run.go", Line: line(42), Body: "check for nil"},
 			{Path: "README.md", Body: "the whole file needs a section on runs"},
 			{Path: "zero.go", Line: line(0), Body: "line 0 is no line"},
@@ -42,7 +43,7 @@ func (runEchoReviewer) Review(_ context.Context, req *sdk.Request) (*sdk.Respons
 		Warnings:          []string{"the diff was long", "caf\xe9 is not UTF-8"},
 	}
 	if req.Run != nil && len(req.Run.AIReview) > 0 {
-		res.Criteria = []engine.CriterionEval{{ID: req.Run.AIReview[0], Pass: false, Confidence: 0.75, Reason: "hard to read", Refs: []string{"engine/run.go:40"}}}
+		res.Criteria = []gated.CriterionEval{{ID: req.Run.AIReview[0], Pass: false, Confidence: 0.75, Reason: "hard to read", Refs: []string{"engine/run.go:40"}}}
 	}
 	return res, nil
 }
@@ -56,9 +57,9 @@ func (yesReviewer) Describe(context.Context) (sdk.Description, error) {
 }
 
 func (yesReviewer) Review(_ context.Context, req *sdk.Request) (*sdk.Response, error) {
-	res := &sdk.Response{Text: "Decision: approve\nNotes: fine by me", Decision: engine.DecisionApprove}
+	res := &sdk.Response{Text: "Decision: approve\nNotes: fine by me", Decision: gated.DecisionApprove}
 	for _, g := range req.Persona.RequiredGates {
-		res.Gates = append(res.Gates, engine.GateResult{Name: g, Passed: true})
+		res.Gates = append(res.Gates, gated.GateResult{Name: g, Passed: true})
 	}
 	return res, nil
 }
@@ -72,7 +73,7 @@ func (actionOnlyReviewer) Describe(context.Context) (sdk.Description, error) {
 }
 
 func (actionOnlyReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
-	req.Run, req.Proposal.Kind = nil, engine.KindAction
+	req.Run, req.Proposal.Kind = nil, gated.KindAction
 	return sop.Reviewer{}.Review(ctx, req)
 }
 
@@ -83,11 +84,11 @@ var runReviewer = &engine.Persona{
 
 // runReviewRequest is the review of round 2 of a run, with the context
 // the engine would send.
-func runReviewRequest(t testing.TB, criteria []engine.Criterion, run *engine.RunContext) engine.ReviewRequest {
+func runReviewRequest(t testing.TB, criteria []gated.Criterion, run *gated.RunContext) engine.ReviewRequest {
 	t.Helper()
-	p := &engine.Proposal{V: 1, ID: "run-p2", Tenant: "acme", Kind: engine.KindRun, Action: "run_review",
-		Class: engine.ClassRead, Criteria: criteria, RequestedBy: &engine.RequestedBy{Agent: "orchestrator"},
-		Run: &engine.Run{RunID: "run-7", Status: engine.RunCompleted, Round: run.Round, Worker: "worker-1",
+	p := &gated.Proposal{V: 1, ID: "run-p2", Tenant: "acme", Kind: gated.KindRun, Action: "run_review",
+		Class: gated.ClassRead, Criteria: criteria, RequestedBy: &gated.RequestedBy{Agent: "orchestrator"},
+		Run: &gated.Run{RunID: "run-7", Status: gated.RunCompleted, Round: run.Round, Worker: "worker-1",
 			Summary: "added run reviews", Diff: "--- a/engine/run.go\n+++ b/engine/run.go\n"}}
 	raw, err := json.Marshal(p)
 	if err != nil {
@@ -105,22 +106,22 @@ func TestRunReviewRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := &engine.RunContext{
+	run := &gated.RunContext{
 		Round: 2, MaxRounds: 5,
-		Criteria: []engine.CriterionEval{{ID: "tests", Pass: true, Reason: "exited 0", Kind: engine.CriterionCommandResult,
-			Required: true, JudgedBy: engine.JudgedByPolicy}},
+		Criteria: []gated.CriterionEval{{ID: "tests", Pass: true, Reason: "exited 0", Kind: gated.CriterionCommandResult,
+			Required: true, JudgedBy: gated.JudgedByPolicy}},
 		AIReview: []string{"style"}, Manual: []string{"signoff"},
-		PriorFindings: []engine.Finding{
-			{ID: "r1-f1", Body: "add a test", Status: engine.FindingResolved, Resolution: "added run_test.go"},
+		PriorFindings: []gated.Finding{
+			{ID: "r1-f1", Body: "add a test", Status: gated.FindingResolved, Resolution: "added run_test.go"},
 			{ID: "r1-f2", Body: "nil check", Path: "engine/run.go", Line: intp(42), Criterion: "style"},
 			{ID: "r1-f3", Body: "docs", Path: "README.md"},
 		},
-		Limits: engine.RunLimits{}.WithDefaults(),
+		Limits: gated.RunLimits{}.WithDefaults(),
 	}
-	criteria := []engine.Criterion{
-		{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult},
-		{ID: "style", Description: "reads well", Required: true, Kind: engine.CriterionAIReview},
-		{ID: "signoff", Description: "an operator signs", Required: true, Kind: engine.CriterionManual},
+	criteria := []gated.Criterion{
+		{ID: "tests", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult},
+		{ID: "style", Description: "reads well", Required: true, Kind: gated.CriterionAIReview},
+		{ID: "signoff", Description: "an operator signs", Required: true, Kind: gated.CriterionManual},
 	}
 	res, err := r.Review(t.Context(), runReviewRequest(t, criteria, run))
 	if err != nil {
@@ -128,7 +129,7 @@ func TestRunReviewRoundTrip(t *testing.T) {
 	}
 
 	t.Run("the plugin gets the run context", func(t *testing.T) {
-		var got *engine.RunContext
+		var got *gated.RunContext
 		if err := json.Unmarshal([]byte(res.Notes), &got); err != nil {
 			t.Fatalf("notes %q: %v", res.Notes, err)
 		}
@@ -141,7 +142,7 @@ func TestRunReviewRoundTrip(t *testing.T) {
 		}
 	})
 	t.Run("comment lines, present and null", func(t *testing.T) {
-		want := []engine.Comment{
+		want := []gated.Comment{
 			{Path: "engine/run.go", Line: intp(42), Body: "check for nil"},
 			{Path: "README.md", Body: "the whole file needs a section on runs"},
 			{Path: "zero.go", Body: "line 0 is no line"},
@@ -158,11 +159,11 @@ func TestRunReviewRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(res.MissingWork, []string{"handle a nil run"}) || res.NextRoundGuidance != "start with the nil case" {
 			t.Errorf("missing work %q, guidance %q", res.MissingWork, res.NextRoundGuidance)
 		}
-		want := []engine.CriterionEval{{ID: "style", Confidence: 0.75, Reason: "hard to read", Refs: []string{"engine/run.go:40"}}}
+		want := []gated.CriterionEval{{ID: "style", Confidence: 0.75, Reason: "hard to read", Refs: []string{"engine/run.go:40"}}}
 		if !reflect.DeepEqual(res.Criteria, want) {
 			t.Errorf("criteria %+v, want %+v", res.Criteria, want)
 		}
-		if res.Decision != engine.DecisionReject {
+		if res.Decision != gated.DecisionReject {
 			t.Errorf("decision %q", res.Decision)
 		}
 	})
@@ -186,7 +187,7 @@ func TestMalformedRunContextFailsTheReview(t *testing.T) {
 	proc.mu.Lock()
 	rpc := proc.rpc
 	proc.mu.Unlock()
-	req := runReviewRequest(t, nil, &engine.RunContext{Round: 1})
+	req := runReviewRequest(t, nil, &gated.RunContext{Round: 1})
 	for _, bad := range []string{`{"round":`, `[1]`, `null`, `{"round":"one"}`, `{"round":1} {}`} {
 		t.Run(bad, func(t *testing.T) {
 			out, err := rpc.Review(t.Context(), &pluginv1.ReviewRequest{
@@ -216,25 +217,25 @@ func TestSOPReviewsRunsOutOfProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tests := engine.Criterion{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult}
-	passed := engine.CriterionEval{ID: "tests", Pass: true, Reason: "exited 0", Kind: tests.Kind, Required: true, JudgedBy: engine.JudgedByPolicy}
+	tests := gated.Criterion{ID: "tests", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult}
+	passed := gated.CriterionEval{ID: "tests", Pass: true, Reason: "exited 0", Kind: tests.Kind, Required: true, JudgedBy: gated.JudgedByPolicy}
 	cases := []struct {
 		note     string
-		criteria []engine.Criterion
-		run      engine.RunContext
+		criteria []gated.Criterion
+		run      gated.RunContext
 		approved bool
 		missing  []string
 		err      string
 	}{
-		{note: "done", criteria: []engine.Criterion{tests}, approved: true,
-			run: engine.RunContext{Round: 2, Criteria: []engine.CriterionEval{passed},
-				PriorFindings: []engine.Finding{{ID: "r1-f1", Body: "add a test", Status: engine.FindingResolved}}}},
-		{note: "a finding still open", criteria: []engine.Criterion{tests},
-			run: engine.RunContext{Round: 2, Criteria: []engine.CriterionEval{passed},
-				PriorFindings: []engine.Finding{{ID: "r1-f2", Body: "nil check", Path: "engine/run.go", Line: intp(42)}}},
+		{note: "done", criteria: []gated.Criterion{tests}, approved: true,
+			run: gated.RunContext{Round: 2, Criteria: []gated.CriterionEval{passed},
+				PriorFindings: []gated.Finding{{ID: "r1-f1", Body: "add a test", Status: gated.FindingResolved}}}},
+		{note: "a finding still open", criteria: []gated.Criterion{tests},
+			run: gated.RunContext{Round: 2, Criteria: []gated.CriterionEval{passed},
+				PriorFindings: []gated.Finding{{ID: "r1-f2", Body: "nil check", Path: "engine/run.go", Line: intp(42)}}},
 			missing: []string{"prior finding r1-f2 is still open: nil check (engine/run.go:42)"}},
-		{note: "an ai_review criterion", criteria: []engine.Criterion{tests, {ID: "design", Required: true, Kind: engine.CriterionAIReview}},
-			run: engine.RunContext{Round: 1, Criteria: []engine.CriterionEval{passed}, AIReview: []string{"design"}},
+		{note: "an ai_review criterion", criteria: []gated.Criterion{tests, {ID: "design", Required: true, Kind: gated.CriterionAIReview}},
+			run: gated.RunContext{Round: 1, Criteria: []gated.CriterionEval{passed}, AIReview: []string{"design"}},
 			err: "cannot judge ai_review criteria (required: design); route the run to an LLM persona"},
 	}
 	for _, tc := range cases {

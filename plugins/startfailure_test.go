@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
@@ -49,7 +50,7 @@ func TestStartFailureStaysOffTheVerdict(t *testing.T) {
 			v := g.propose(t, bustest.Proposal(id, "destructive", "db_drop_table", ""))
 
 			const want = `no reviewer for persona "dba": reviewer sop could not be started`
-			if v.Outcome != engine.OutcomeBlocked || v.Approved || v.Stage != engine.StageReview || v.Reason != want {
+			if v.Outcome != gated.OutcomeBlocked || v.Approved || v.Stage != gated.StageReview || v.Reason != want {
 				t.Fatalf("verdict %s (approved %v) at %s: %q\nwant blocked at review: %q", v.Outcome, v.Approved, v.Stage, v.Reason, want)
 			}
 			raw, err := json.Marshal(v)
@@ -102,7 +103,7 @@ func TestSelfReportedIdentityStaysOffTheVerdict(t *testing.T) {
 	g := startGate(t, "hostile-identity", gateOptions{})
 	const id = "identity-1"
 	v := g.propose(t, bustest.Proposal(id, "destructive", "db_drop_table", ""))
-	if v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageReview || len(v.Reviews) != 1 {
+	if v.Outcome != gated.OutcomeApproved || v.Stage != gated.StageReview || len(v.Reviews) != 1 {
 		t.Fatalf("verdict %s at %s with %d reviews: %.300q; want approved at review by one reviewer", v.Outcome, v.Stage, len(v.Reviews), v.Reason)
 	}
 	if !strings.HasPrefix(v.Reason, "reviewer sop (persona dba) approved") || strings.ContainsAny(v.Reason, "\r\n") {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/pluginv1"
 	"github.com/gated/gated/plugins/sdk"
@@ -41,7 +42,7 @@ type ToolConfig struct {
 	Forward func(ctx context.Context, name string, req ToolRequest) ([]byte, error)
 	// SOP finds a catalog entry by id for get_sop_text. Nil limits
 	// get_sop_text to the SOP that covers the proposal.
-	SOP func(id string) (*engine.SOP, bool)
+	SOP func(id string) (*gated.SOP, bool)
 	// Describe gives a catalog tool's description and JSON schema for the
 	// reviewer's tool list. Nil, or ok false, gives a bare object schema.
 	Describe func(name string) (description, schema string, ok bool)
@@ -255,7 +256,7 @@ func (th *toolHost) run(ctx context.Context, lr *liveReview, name string, args [
 	case toolGetVerdictHistory:
 		history := req.History
 		if history == nil {
-			history = []engine.Verdict{}
+			history = []gated.Verdict{}
 		}
 		return json.Marshal(history)
 	case toolGetSOPText:
@@ -297,7 +298,7 @@ func (th *toolHost) sopText(req engine.ReviewRequest, obj map[string]json.RawMes
 			return nil, fmt.Errorf("%w: id must be a string", errBadArgs)
 		}
 	}
-	var sop *engine.SOP
+	var sop *gated.SOP
 	switch {
 	case id == "" && req.SOP == nil:
 		return nil, fmt.Errorf("%w: no SOP covers this proposal's action", errNotFound)
@@ -329,7 +330,7 @@ type sopAnswer struct {
 }
 
 // renderSOP writes an SOP as markdown, the form a model reads best.
-func renderSOP(s *engine.SOP) string {
+func renderSOP(s *gated.SOP) string {
 	rollback := s.Rollback
 	if rollback == "" {
 		rollback = "none written"

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/pluginv1"
 )
@@ -87,7 +88,7 @@ func callTools(t *testing.T, h *Host, req engine.ReviewRequest) map[string]strin
 func TestBrokeredToolCallsAreCheckedAgainstTheBag(t *testing.T) {
 	h := startHost(t, helperSpec(t, "caller"))
 	var log auditLog
-	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit", Steps: []string{"drain", "restart"}})
+	req := reviewRequest(t, "host_restart_service", &gated.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit", Steps: []string{"drain", "restart"}})
 	withReason(t, &req, `get_proposal,get_sop_text={"id":"SOP-001"},get_verdict_history,run_shell={"cmd":"rm -rf /"},ns.web_skill`)
 	req.Tools = []string{"get_proposal", "get_sop_text"}
 	req.Audit = log.record
@@ -212,7 +213,7 @@ func TestToolHostRefusesReviewsNotInProgress(t *testing.T) {
 func TestSOPReviewerReadsTheSOPThroughTheHost(t *testing.T) {
 	_, r := startReviewer(t, "sop")
 	var log auditLog
-	req := reviewRequest(t, "host_restart_service", &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"})
+	req := reviewRequest(t, "host_restart_service", &gated.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_restart_service"}, Rollback: "start the old unit"})
 	req.Tools = []string{"get_sop_text", "get_proposal"}
 	req.Audit = log.record
 	res, err := r.Review(t.Context(), req)
@@ -292,16 +293,16 @@ func TestConcurrencyLimitQueuesReviews(t *testing.T) {
 
 func TestOversizedAnswersAreCut(t *testing.T) {
 	res := engine.ReviewResult{
-		Text: "Decision: approve", Decision: engine.DecisionApprove,
+		Text: "Decision: approve", Decision: gated.DecisionApprove,
 		Notes: strings.Repeat("n", 100<<10), MissingWork: make([]string, 500),
 		NextRoundGuidance: strings.Repeat("g", 100<<10),
 		Warnings:          []string{strings.Repeat("w", 20<<10)},
-		Comments:          []engine.Comment{{Path: "a.go", Body: strings.Repeat("c", 20<<10)}},
+		Comments:          []gated.Comment{{Path: "a.go", Body: strings.Repeat("c", 20<<10)}},
 	}
 	for i := range 100 {
-		res.Gates = append(res.Gates, engine.GateResult{Name: "filler" + strconv.Itoa(i), Passed: true})
+		res.Gates = append(res.Gates, gated.GateResult{Name: "filler" + strconv.Itoa(i), Passed: true})
 	}
-	res.Gates = append(res.Gates, engine.GateResult{Name: "sop_covers", Passed: true})
+	res.Gates = append(res.Gates, gated.GateResult{Name: "sop_covers", Passed: true})
 	bound(&res)
 	const cut = "gated cut the reviewer's oversized notes, next_round_guidance, gates, comments.body, missing_work, warnings"
 	if len(res.Notes) > maxFieldBytes+200 || !strings.Contains(res.Notes, cut) {
@@ -314,13 +315,13 @@ func TestOversizedAnswersAreCut(t *testing.T) {
 	}
 	// Gates keep the action bound; run output keeps the ceilings of the
 	// run limits, which the engine applies.
-	if len(res.Gates) != maxListItems || len(res.MissingWork) != engine.CeilingRunMaxItems {
+	if len(res.Gates) != maxListItems || len(res.MissingWork) != gated.CeilingRunMaxItems {
 		t.Fatalf("%d gates, %d missing work items kept", len(res.Gates), len(res.MissingWork))
 	}
-	if n := len(res.NextRoundGuidance); n < engine.CeilingRunMaxGuidanceBytes || n > engine.CeilingRunMaxGuidanceBytes+len("…") {
+	if n := len(res.NextRoundGuidance); n < gated.CeilingRunMaxGuidanceBytes || n > gated.CeilingRunMaxGuidanceBytes+len("…") {
 		t.Fatalf("next_round_guidance kept %d bytes", n)
 	}
-	if n := len(res.Comments[0].Body); n > engine.CeilingRunMaxItemBytes+len("…") {
+	if n := len(res.Comments[0].Body); n > gated.CeilingRunMaxItemBytes+len("…") {
 		t.Fatalf("comment body kept %d bytes", n)
 	}
 	// The required gate past the cut is not reported, so no approval.
@@ -333,10 +334,10 @@ func TestOversizedAnswersAreCut(t *testing.T) {
 // comes through the host unchanged, warnings included.
 func TestAnswersWithinBoundsAreKept(t *testing.T) {
 	res := engine.ReviewResult{
-		Text: "Decision: reject", Decision: engine.DecisionReject, Notes: "fine",
+		Text: "Decision: reject", Decision: gated.DecisionReject, Notes: "fine",
 		MissingWork: []string{"add a test"}, NextRoundGuidance: "add the test first",
 		Warnings: []string{"criterion style was not judged"},
-		Comments: []engine.Comment{{Path: "a.go", Body: "nil check"}},
+		Comments: []gated.Comment{{Path: "a.go", Body: "nil check"}},
 	}
 	want := res
 	want.MissingWork, want.Warnings, want.Comments = slices.Clone(res.MissingWork), slices.Clone(res.Warnings), slices.Clone(res.Comments)
@@ -365,7 +366,7 @@ func TestValidToolName(t *testing.T) {
 // get_sop_text answers the same JSON object, byte for byte, as encoding a
 // map of its fields does.
 func TestSOPTextAnswer(t *testing.T) {
-	sops := []*engine.SOP{
+	sops := []*gated.SOP{
 		{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"},
 		{ID: "SOP-002", Title: "Drain <node> & \"move\"", Actions: []string{"host_drain", "host_restart_service"},
 			Steps: []string{"drain", "wait for <0 pods>", "restart"}, Rollback: "uncordon"},
@@ -395,15 +396,15 @@ func TestSOPTextAnswer(t *testing.T) {
 
 func TestRenderSOP(t *testing.T) {
 	tests := []struct {
-		sop  engine.SOP
+		sop  gated.SOP
 		want string
 	}{
-		{sop: engine.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"},
+		{sop: gated.SOP{ID: "SOP-001", Title: "Restart", Rollback: "start the old unit"},
 			want: "# SOP-001: Restart\n\nRollback: start the old unit\n"},
-		{sop: engine.SOP{ID: "SOP-002", Title: "Drain", Actions: []string{"host_drain", "host_restart_service"},
+		{sop: gated.SOP{ID: "SOP-002", Title: "Drain", Actions: []string{"host_drain", "host_restart_service"},
 			Steps: []string{"drain", "wait", "restart", "check", "5", "6", "7", "8", "9", "ten"}},
 			want: "# SOP-002: Drain\n\nCovers: host_drain, host_restart_service\n\nSteps:\n1. drain\n2. wait\n3. restart\n4. check\n5. 5\n6. 6\n7. 7\n8. 8\n9. 9\n10. ten\n\nRollback: none written\n"},
-		{sop: engine.SOP{ID: "SOP-003", Actions: []string{}, Steps: []string{}, Rollback: "%d %s"},
+		{sop: gated.SOP{ID: "SOP-003", Actions: []string{}, Steps: []string{}, Rollback: "%d %s"},
 			want: "# SOP-003: \n\nRollback: %d %s\n"},
 	}
 	for _, tc := range tests {

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -37,7 +38,7 @@ deny contains {"rule": "no_force_kill", "message": "a restart may not kill with 
 			if err != nil {
 				t.Fatal(err)
 			}
-			denied := slices.ContainsFunc(d.Denies, func(d engine.Deny) bool { return d.Rule == "no_force_kill" })
+			denied := slices.ContainsFunc(d.Denies, func(d gated.Deny) bool { return d.Rule == "no_force_kill" })
 			if denied != tc.denied {
 				t.Fatalf("no_force_kill denied %v, want %v (denies %+v)", denied, tc.denied, d.Denies)
 			}

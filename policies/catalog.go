@@ -4,14 +4,14 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // Catalog is what the policy data says about SOPs and tools, read once
 // when a bundle is compiled: the host answers get_sop_text from it and
 // describes the reviewer's tools with it.
 type Catalog struct {
-	sops  map[string]*engine.SOP
+	sops  map[string]*gated.SOP
 	tools map[string]ToolInfo
 }
 
@@ -25,13 +25,13 @@ type ToolInfo struct {
 // catalogOf reads data.gated.sops and data.gated.tools. Both are optional;
 // entries of the wrong shape are an error, since the policy reads them too.
 func catalogOf(data map[string]any) (*Catalog, error) {
-	c := &Catalog{sops: map[string]*engine.SOP{}, tools: map[string]ToolInfo{}}
+	c := &Catalog{sops: map[string]*gated.SOP{}, tools: map[string]ToolInfo{}}
 	g, _ := data["gated"].(map[string]any)
 	if g == nil {
 		return c, nil
 	}
 	if raw, ok := g["sops"]; ok {
-		var sops []engine.SOP
+		var sops []gated.SOP
 		if err := roundTrip(raw, &sops); err != nil {
 			return nil, fmt.Errorf("%w: data.gated.sops must be a list of {id, title, actions, rollback, steps}: %w", ErrInvalidBundle, err)
 		}
@@ -56,7 +56,7 @@ func roundTrip(in, out any) error {
 }
 
 // SOP returns the catalog entry with id.
-func (c *Catalog) SOP(id string) (*engine.SOP, bool) {
+func (c *Catalog) SOP(id string) (*gated.SOP, bool) {
 	s, ok := c.sops[id]
 	return s, ok
 }

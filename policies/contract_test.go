@@ -11,6 +11,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -121,7 +122,7 @@ func lookup(v ast.Value, path string) (ast.Value, bool) {
 // the value the JSON of a fully set struct has: a field added to the
 // wire contract and forgotten in the input fails here.
 func TestInputCarriesTheWireContract(t *testing.T) {
-	var p engine.Proposal
+	var p gated.Proposal
 	fill(reflect.ValueOf(&p).Elem())
 	var persona engine.Persona
 	fill(reflect.ValueOf(&persona).Elem())
@@ -131,7 +132,7 @@ func TestInputCarriesTheWireContract(t *testing.T) {
 		typ  reflect.Type
 		of   any
 	}{
-		{"proposal", reflect.TypeFor[engine.Proposal](), &p},
+		{"proposal", reflect.TypeFor[gated.Proposal](), &p},
 		{"persona", reflect.TypeFor[engine.Persona](), &persona},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -162,20 +163,20 @@ func TestInputCarriesTheWireContract(t *testing.T) {
 // schema accepts every JSON field of the proposal: a proposal with every
 // field set may fail validation on its values, never on its keys.
 func TestDecoderKnowsTheWireContract(t *testing.T) {
-	var p engine.Proposal
+	var p gated.Proposal
 	fill(reflect.ValueOf(&p).Elem())
 	raw, err := json.Marshal(&p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, path := range jsonPaths(reflect.TypeFor[engine.Proposal](), "") {
+	for _, path := range jsonPaths(reflect.TypeFor[gated.Proposal](), "") {
 		if _, ok := lookup(mustValue(t, raw), path); !ok {
 			t.Fatalf("the JSON of a fully set proposal has no %s", path)
 		}
 	}
-	_, err = engine.DecodeProposal(raw, p.Tenant, p.Action, engine.Limits{})
-	if fe, ok := errors.AsType[*engine.FieldError](err); ok && strings.Contains(fe.Error(), "is not a field") {
-		t.Errorf("the decoder refuses a field of engine.Proposal: %v", err)
+	_, err = gated.DecodeProposal(raw, p.Tenant, p.Action, gated.Limits{})
+	if fe, ok := errors.AsType[*gated.FieldError](err); ok && strings.Contains(fe.Error(), "is not a field") {
+		t.Errorf("the decoder refuses a field of gated.Proposal: %v", err)
 	}
 }
 

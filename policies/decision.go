@@ -9,13 +9,14 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
 // parseDecision reads the decision document on a proposal of the given
 // kind. A user rule that breaks its shape is an error, never a silent
 // pass.
-func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error) {
+func parseDecision(v ast.Value, kind gated.Kind) (engine.PolicyDecision, error) {
 	var d engine.PolicyDecision
 	obj, ok := v.(ast.Object)
 	if !ok {
@@ -38,7 +39,7 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 			derr = fmt.Errorf("decision.deny[%d] must be {\"rule\": string, \"message\": string}, got %v", i, x)
 			return
 		}
-		d.Denies = append(d.Denies, engine.Deny{Rule: string(rule), Message: string(msg)})
+		d.Denies = append(d.Denies, gated.Deny{Rule: string(rule), Message: string(msg)})
 	})
 	if err != nil {
 		return d, err
@@ -119,7 +120,7 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 		switch sop := sopTerm.Value.(type) {
 		case ast.Null:
 		case ast.Object:
-			s := &engine.SOP{}
+			s := &gated.SOP{}
 			id, _ := valueOf[ast.String](sop, "id")
 			title, _ := valueOf[ast.String](sop, "title")
 			rollback, _ := valueOf[ast.String](sop, "rollback")
@@ -140,7 +141,7 @@ func parseDecision(v ast.Value, kind engine.Kind) (engine.PolicyDecision, error)
 	if d.Holds, err = parseHolds(obj.Get(keyTerm("hold"))); err != nil {
 		return d, err
 	}
-	if len(d.Holds) > 0 && kind == engine.KindRun {
+	if len(d.Holds) > 0 && kind == gated.KindRun {
 		return d, fmt.Errorf("decision.hold has %d entries for a proposal of kind run: a run is held for an operator by its manual criteria (decision.run.manual), not by decision.hold", len(d.Holds))
 	}
 	if d.Run != nil && d.Run.Reviewed != d.Review.Required {
@@ -227,8 +228,8 @@ var reviewPolicies = []string{"none", "on_success", "on_failure", "always"}
 
 // parseRun reads decision.run: null or absent for an action, an object
 // for a run. Limits left out or zero take their defaults.
-func parseRun(t *ast.Term, kind engine.Kind) (*engine.RunPolicy, error) {
-	if kind != engine.KindRun {
+func parseRun(t *ast.Term, kind gated.Kind) (*engine.RunPolicy, error) {
+	if kind != gated.KindRun {
 		if t == nil {
 			return nil, nil
 		}
@@ -289,16 +290,16 @@ func parseRun(t *ast.Term, kind engine.Kind) (*engine.RunPolicy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if accepted != "" && accepted != engine.RunFailed && accepted != engine.RunCanceled {
-		return nil, fmt.Errorf("decision.run.accepted_status %q must be empty, %s or %s", string(accepted), engine.RunFailed, engine.RunCanceled)
+	if accepted != "" && accepted != gated.RunFailed && accepted != gated.RunCanceled {
+		return nil, fmt.Errorf("decision.run.accepted_status %q must be empty, %s or %s", string(accepted), gated.RunFailed, gated.RunCanceled)
 	}
 	run.AcceptedStatus = string(accepted)
 	return run, nil
 }
 
-func kindName(k engine.Kind) string {
+func kindName(k gated.Kind) string {
 	if k == "" {
-		return string(engine.KindAction)
+		return string(gated.KindAction)
 	}
 	return string(k)
 }
@@ -319,7 +320,7 @@ func intField(obj ast.Object, key, name string, lo, hi int) (n int, present bool
 
 // parseCriteria reads decision.run.criteria: the policy's judgements, each
 // {id, pass, reason, kind, required, judged_by: "policy"}.
-func parseCriteria(obj ast.Object) ([]engine.CriterionEval, error) {
+func parseCriteria(obj ast.Object) ([]gated.CriterionEval, error) {
 	t := obj.Get(keyTerm("criteria"))
 	if t == nil {
 		return nil, nil
@@ -327,7 +328,7 @@ func parseCriteria(obj ast.Object) ([]engine.CriterionEval, error) {
 	if _, isNull := t.Value.(ast.Null); isNull {
 		return nil, nil
 	}
-	var out []engine.CriterionEval
+	var out []gated.CriterionEval
 	var cerr error
 	seen := map[string]bool{}
 	err := each(t.Value, "decision.run.criteria", func(i int, x *ast.Term) {
@@ -351,8 +352,8 @@ func parseCriteria(obj ast.Object) ([]engine.CriterionEval, error) {
 	return out, cerr
 }
 
-func parseCriterion(x *ast.Term) (engine.CriterionEval, error) {
-	var c engine.CriterionEval
+func parseCriterion(x *ast.Term) (gated.CriterionEval, error) {
+	var c gated.CriterionEval
 	m, ok := x.Value.(ast.Object)
 	if !ok {
 		return c, fmt.Errorf("%s, want {\"id\": string, \"pass\": boolean, ...}", ast.ValueName(x.Value))
@@ -382,19 +383,19 @@ func parseCriterion(x *ast.Term) (engine.CriterionEval, error) {
 	if err != nil {
 		return c, err
 	}
-	if judge != "" && judge != engine.JudgedByPolicy {
-		return c, fmt.Errorf("criterion %q: judged_by %q: the policy judges criteria as %q", string(id), string(judge), engine.JudgedByPolicy)
+	if judge != "" && judge != gated.JudgedByPolicy {
+		return c, fmt.Errorf("criterion %q: judged_by %q: the policy judges criteria as %q", string(id), string(judge), gated.JudgedByPolicy)
 	}
-	return engine.CriterionEval{
+	return gated.CriterionEval{
 		ID: string(id), Pass: bool(pass), Reason: string(reason), Kind: string(kind),
-		Required: bool(required), JudgedBy: engine.JudgedByPolicy,
+		Required: bool(required), JudgedBy: gated.JudgedByPolicy,
 	}, nil
 }
 
 // parseLimits reads decision.run.limits; a limit left out or zero takes
-// its default, and none exceeds its ceiling (engine.RunLimits.WithDefaults).
-func parseLimits(t *ast.Term) (engine.RunLimits, error) {
-	var l engine.RunLimits
+// its default, and none exceeds its ceiling (gated.RunLimits.WithDefaults).
+func parseLimits(t *ast.Term) (gated.RunLimits, error) {
+	var l gated.RunLimits
 	if t == nil {
 		return l.WithDefaults(), nil
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -31,7 +32,7 @@ type EvalRun struct {
 	revision  string
 	// settled is what the gate decides before any review, as the engine
 	// decides it; done is false when the proposal goes on to review.
-	settled engine.Settled
+	settled gated.Settled
 	done    bool
 }
 
@@ -57,7 +58,7 @@ func (r *EvalRun) reviewer() string {
 func (r *EvalRun) outcomeText() string {
 	switch {
 	case !r.done:
-	case r.settled.Outcome == engine.OutcomeRejected || r.settled.Outcome == engine.OutcomeApproved:
+	case r.settled.Outcome == gated.OutcomeRejected || r.settled.Outcome == gated.OutcomeApproved:
 		return fmt.Sprintf("%s at %s", r.settled.Outcome, r.settled.Stage)
 	default:
 		return fmt.Sprintf("%s at %s: %s", r.settled.Outcome, r.settled.Stage, r.settled.Reason)
@@ -78,7 +79,7 @@ func (r *EvalRun) notes() []string {
 	for _, name := range r.missing {
 		notes = append(notes, fmt.Sprintf("the proposal asks persona %s to review as well, and no persona named %q is loaded (--personas DIR?): the gate would block this proposal", name, name))
 	}
-	if r.persona == nil && r.addedFrom == "" && r.outcome() == string(engine.OutcomeBlocked) {
+	if r.persona == nil && r.addedFrom == "" && r.outcome() == string(gated.OutcomeBlocked) {
 		notes = append(notes, fmt.Sprintf("no persona named %q is loaded (--personas DIR?): the gate would block this proposal", r.personaName))
 	}
 	if r.outcome() != "review" {
@@ -146,7 +147,7 @@ func EvalProposal(ctx context.Context, ev *Evaluator, reg engine.Personas, in en
 			aRouted = engine.Routed{Name: also}
 			aErr    error
 			loaded  bool
-			settled engine.Settled
+			settled gated.Settled
 			decided bool
 		)
 		if _, loaded = reg.Persona(also); loaded {
@@ -245,12 +246,12 @@ func WriteEvalText(w io.Writer, r *EvalRun) error {
 // evalDecisionJSON is data.gated.decision as `policy eval --format json`
 // prints it.
 type evalDecisionJSON struct {
-	Deny          []engine.Deny `json:"deny"`
-	Review        engine.Route  `json:"review"`
-	ReviewerTools []string      `json:"reviewer_tools"`
-	DeniedTools   []string      `json:"denied_tools"`
-	SOP           *engine.SOP   `json:"sop"`
-	Skipped       bool          `json:"skipped"`
+	Deny          []gated.Deny `json:"deny"`
+	Review        engine.Route `json:"review"`
+	ReviewerTools []string     `json:"reviewer_tools"`
+	DeniedTools   []string     `json:"denied_tools"`
+	SOP           *gated.SOP   `json:"sop"`
+	Skipped       bool         `json:"skipped"`
 }
 
 // evalDoc is the output of `policy eval --format json`.
@@ -292,7 +293,7 @@ func EvalDocument(r *EvalRun) evalDoc {
 		doc.Stage, doc.Reason = string(r.settled.Stage), r.settled.Reason
 	}
 	if doc.Decision.Deny == nil {
-		doc.Decision.Deny = []engine.Deny{}
+		doc.Decision.Deny = []gated.Deny{}
 	}
 	if doc.Decision.ReviewerTools == nil {
 		doc.Decision.ReviewerTools = []string{}
@@ -315,4 +316,4 @@ func EvalDocument(r *EvalRun) evalDoc {
 
 // Settled is what the gate decides before any review; ok is false when
 // the proposal goes on to review.
-func (r *EvalRun) Settled() (settled engine.Settled, ok bool) { return r.settled, r.done }
+func (r *EvalRun) Settled() (settled gated.Settled, ok bool) { return r.settled, r.done }

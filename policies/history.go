@@ -6,19 +6,19 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/strictjson"
 )
 
 // DecodeHistory decodes the history a policy is evaluated with, read from
 // the file name, strictly: a JSON array of verdicts, no field the verdict
 // schema lacks, every decided_at set.
-func DecodeHistory(name string, raw []byte) ([]engine.Verdict, error) {
+func DecodeHistory(name string, raw []byte) ([]gated.Verdict, error) {
 	var items []json.RawMessage
 	if err := strictJSON(raw, &items); err != nil {
 		return nil, fmt.Errorf("%s: want a JSON array of verdicts: %v", name, err)
 	}
-	history := make([]engine.Verdict, len(items))
+	history := make([]gated.Verdict, len(items))
 	for i, item := range items {
 		if err := strictJSON(item, &history[i]); err != nil {
 			return nil, fmt.Errorf("%s: verdict [%d]: %v", name, i, err)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -34,16 +35,16 @@ func TestHoldsOnBothEvaluators(t *testing.T) {
 	}
 	tests := []struct {
 		note      string
-		mutate    func(*engine.Proposal)
+		mutate    func(*gated.Proposal)
 		wantHolds []string
 		wantDeny  string
 	}{
-		{note: "single device write", mutate: func(*engine.Proposal) {}},
-		{note: "tenant wide destructive", mutate: func(p *engine.Proposal) {
-			p.Action, p.Class, p.BlastRadius = "db_drop_table", engine.ClassDestructive, engine.BlastTenantWide
+		{note: "single device write", mutate: func(*gated.Proposal) {}},
+		{note: "tenant wide destructive", mutate: func(p *gated.Proposal) {
+			p.Action, p.Class, p.BlastRadius = "db_drop_table", gated.ClassDestructive, gated.BlastTenantWide
 		}, wantHolds: []string{"hold_tenant_wide_destructive"}},
-		{note: "listed action", mutate: func(p *engine.Proposal) { p.Action = "dns_delete_zone" }, wantHolds: []string{"hold_listed_action"}},
-		{note: "listed action denied by a hard rule", mutate: func(p *engine.Proposal) {
+		{note: "listed action", mutate: func(p *gated.Proposal) { p.Action = "dns_delete_zone" }, wantHolds: []string{"hold_listed_action"}},
+		{note: "listed action denied by a hard rule", mutate: func(p *gated.Proposal) {
 			p.Action = "dns_delete_zone"
 			p.Flags.SkipReview = true
 		}, wantHolds: []string{"hold_listed_action"}, wantDeny: "no_skip_review"},
@@ -82,11 +83,11 @@ func TestHoldsOnBothEvaluators(t *testing.T) {
 				s, done := engine.PolicyOutcome(p, d, engine.Routed{Name: "reviewer", Persona: reviewerPersona})
 				switch {
 				case tc.wantDeny != "":
-					if !done || s.Outcome != engine.OutcomeRejected {
+					if !done || s.Outcome != gated.OutcomeRejected {
 						t.Errorf("outcome %s (settled %v), want rejected", s.Outcome, done)
 					}
 				case len(tc.wantHolds) > 0:
-					if !done || s.Outcome != engine.OutcomeBlocked || s.Stage != engine.StagePolicy {
+					if !done || s.Outcome != gated.OutcomeBlocked || s.Stage != gated.StagePolicy {
 						t.Errorf("outcome %s at %s (settled %v), want blocked at policy", s.Outcome, s.Stage, done)
 					}
 				}
@@ -99,7 +100,7 @@ func TestMalformedHoldsAreErrors(t *testing.T) {
 	for _, tc := range []struct {
 		note string
 		hold any
-		kind engine.Kind
+		kind gated.Kind
 	}{
 		{note: "not a list", hold: "yes"},
 		{note: "entry not an object", hold: []any{"x"}},
@@ -108,11 +109,11 @@ func TestMalformedHoldsAreErrors(t *testing.T) {
 		{note: "deadline not a duration", hold: []any{map[string]any{"rule": "r", "deadline": "soon"}}},
 		{note: "deadline negative", hold: []any{map[string]any{"rule": "r", "deadline": "-1m"}}},
 		{note: "deadline too long", hold: []any{map[string]any{"rule": "r", "deadline": "9000h"}}},
-		{note: "hold on a run", hold: []any{map[string]any{"rule": "r"}}, kind: engine.KindRun},
+		{note: "hold on a run", hold: []any{map[string]any{"rule": "r"}}, kind: gated.KindRun},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			obj := map[string]any{"deny": []any{}, "review": map[string]any{"required": false}, "hold": tc.hold}
-			kind := engine.KindAction
+			kind := gated.KindAction
 			if tc.kind != "" {
 				kind = tc.kind
 				obj["review"] = map[string]any{"required": true}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -130,7 +131,7 @@ var flagTerms = func() [16]*ast.Term {
 	return out
 }()
 
-func flagsTerm(f engine.Flags) *ast.Term {
+func flagsTerm(f gated.Flags) *ast.Term {
 	i := 0
 	for bit, set := range []bool{f.SkipReview, f.ForceApprove, f.ForceApproveNoSOP, f.UserConfirmed} {
 		if set {
@@ -177,7 +178,7 @@ func generic(v any) ast.Value {
 	return val
 }
 
-func (ts *terms) proposalValue(p *engine.Proposal) ast.Value {
+func (ts *terms) proposalValue(p *gated.Proposal) ast.Value {
 	if p == nil {
 		return ast.Null{}
 	}
@@ -228,7 +229,7 @@ func (ts *terms) proposalValue(p *engine.Proposal) ast.Value {
 	)
 }
 
-func runValue(r *engine.Run) ast.Value {
+func runValue(r *gated.Run) ast.Value {
 	prior := make([]*ast.Term, len(r.PriorReviews))
 	for i, pr := range r.PriorReviews {
 		prior[i] = ast.NewTerm(ast.NewObject(
@@ -246,8 +247,8 @@ func runValue(r *engine.Run) ast.Value {
 }
 
 // findingsValue gives every finding all its fields; a finding without a
-// status is open (see engine.Finding.Open), and reads so.
-func findingsValue(fs []engine.Finding) ast.Value {
+// status is open (see gated.Finding.Open), and reads so.
+func findingsValue(fs []gated.Finding) ast.Value {
 	terms := make([]*ast.Term, len(fs))
 	for i, f := range fs {
 		line := ast.Value(ast.Null{})
@@ -256,7 +257,7 @@ func findingsValue(fs []engine.Finding) ast.Value {
 		}
 		status := f.Status
 		if status == "" {
-			status = engine.FindingOpen
+			status = gated.FindingOpen
 		}
 		terms[i] = ast.NewTerm(ast.NewObject(
 			item("id", str(f.ID)), item("body", str(f.Body)), item("path", str(f.Path)),
@@ -365,7 +366,7 @@ func personaValue(p *engine.Persona) ast.Value {
 	)
 }
 
-func (ts *terms) verdictValue(v *engine.Verdict) ast.Value {
+func (ts *terms) verdictValue(v *gated.Verdict) ast.Value {
 	return ast.NewObject(
 		ts.sitem("proposal_id", v.ProposalID),
 		ts.sitem("tenant", v.Tenant),
@@ -381,7 +382,7 @@ func (ts *terms) verdictValue(v *engine.Verdict) ast.Value {
 
 // executionValue is a history entry's execution: {status, at, at_ns,
 // error} as its executor reported it, or null when none was reported.
-func executionValue(e *engine.Execution) ast.Value {
+func executionValue(e *gated.Execution) ast.Value {
 	if e == nil {
 		return ast.Null{}
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // actionPatternCase is one row of testdata/action_patterns.json.
@@ -80,7 +80,7 @@ func (q patternQuery) matches(t testing.TB, pattern, action string) bool {
 }
 
 // TestActionPatternsGoAndRegoAgree runs the shared table through the
-// policy's action_pattern_matches and engine.MatchAction (which the SOP
+// policy's action_pattern_matches and gated.MatchAction (which the SOP
 // reviewer uses): each must give the expected answer, so the two cannot
 // drift apart.
 func TestActionPatternsGoAndRegoAgree(t *testing.T) {
@@ -90,7 +90,7 @@ func TestActionPatternsGoAndRegoAgree(t *testing.T) {
 			if got := q.matches(t, tc.Pattern, tc.Action); got != tc.Match {
 				t.Errorf("rego: action_pattern_matches(%q, %q) = %v, want %v", tc.Pattern, tc.Action, got, tc.Match)
 			}
-			if got := engine.MatchAction(tc.Pattern, tc.Action); got != tc.Match {
+			if got := gated.MatchAction(tc.Pattern, tc.Action); got != tc.Match {
 				t.Errorf("go: MatchAction(%q, %q) = %v, want %v", tc.Pattern, tc.Action, got, tc.Match)
 			}
 		})
@@ -108,7 +108,7 @@ func FuzzMatchActionAgreesWithPolicy(f *testing.F) {
 		if !utf8.ValidString(pattern) || !utf8.ValidString(action) {
 			return // Rego strings are UTF-8
 		}
-		if got, want := engine.MatchAction(pattern, action), q.matches(t, pattern, action); got != want {
+		if got, want := gated.MatchAction(pattern, action), q.matches(t, pattern, action); got != want {
 			t.Fatalf("MatchAction(%q, %q) = %v, the policy says %v", pattern, action, got, want)
 		}
 	})
@@ -127,9 +127,9 @@ func (q patternQuery) validPattern(t testing.TB, pattern string) bool {
 }
 
 // goValidPattern is the Go reading of a valid action pattern: a non-empty
-// pattern that engine.MatchAction can compile.
+// pattern that gated.MatchAction can compile.
 func goValidPattern(pattern string) bool {
-	_, err := glob.Compile(pattern, []rune(engine.ActionWordSeparators)...)
+	_, err := glob.Compile(pattern, []rune(gated.ActionWordSeparators)...)
 	return pattern != "" && err == nil
 }
 
@@ -140,7 +140,7 @@ var invalidActionPatterns = []string{"", "[", "db_[", "rotate_[db_credentials", 
 var validActionPatterns = []string{"host_restart_service", "rotate_*_credentials", "db_**", "**", "k8s_{get,list}_pods", "k8s_[a-z]?_x", "[!a]*", "[^a]*", "a}", "{}", `host\_x`}
 
 // TestActionPatternValidityGoAndRegoAgree: the patterns config_errors
-// refuses are the ones engine.MatchAction cannot compile, and empty ones;
+// refuses are the ones gated.MatchAction cannot compile, and empty ones;
 // on the shared table the two sides agree.
 func TestActionPatternValidityGoAndRegoAgree(t *testing.T) {
 	q := newBundleQuery(t, "data.gated.valid_action_pattern(input.pattern)")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies/internal/plan"
 )
@@ -76,7 +77,7 @@ func (e *Evaluator) ReadsBudget() bool { return e.readsBudget }
 func agreementInputs() []engine.PolicyInput {
 	ins := sampleInputs()
 	write, persona, now := ins[0].Proposal, ins[0].Persona, ins[0].Now
-	vary := func(id string, f func(p *engine.Proposal)) *engine.Proposal {
+	vary := func(id string, f func(p *gated.Proposal)) *gated.Proposal {
 		p := *write
 		p.ID = id
 		f(&p)
@@ -84,19 +85,19 @@ func agreementInputs() []engine.PolicyInput {
 	}
 	broad := &engine.Persona{Name: "broad", PermissionMode: "default",
 		Tools: []string{"get_sop_text", "run_shell", "web_skill", "ns.web_skill"}, DisallowedTools: []string{"get_*"}}
-	history := []engine.Verdict{
-		{ProposalID: "earlier-1", Tenant: write.Tenant, Action: write.Action, Outcome: engine.OutcomeApproved, Agent: "other", DecidedAt: now.Add(-time.Minute)},
-		{ProposalID: "earlier-2", Tenant: write.Tenant, Action: write.Action, Outcome: engine.OutcomeApproved, Agent: "gated-check", DecidedAt: now.Add(-2 * time.Minute)},
+	history := []gated.Verdict{
+		{ProposalID: "earlier-1", Tenant: write.Tenant, Action: write.Action, Outcome: gated.OutcomeApproved, Agent: "other", DecidedAt: now.Add(-time.Minute)},
+		{ProposalID: "earlier-2", Tenant: write.Tenant, Action: write.Action, Outcome: gated.OutcomeApproved, Agent: "gated-check", DecidedAt: now.Add(-2 * time.Minute)},
 	}
 	return append(ins,
-		engine.PolicyInput{Proposal: vary("skip", func(p *engine.Proposal) {
+		engine.PolicyInput{Proposal: vary("skip", func(p *gated.Proposal) {
 			p.Flags.SkipReview = true
-			p.Operator = &engine.Principal{ID: "root", Roles: []string{"admin"}}
+			p.Operator = &gated.Principal{ID: "root", Roles: []string{"admin"}}
 		}), Persona: persona, Now: now},
-		engine.PolicyInput{Proposal: vary("force", func(p *engine.Proposal) { p.Flags.ForceApprove = true; p.Flags.ForceApproveNoSOP = true }), Persona: persona, Now: now},
-		engine.PolicyInput{Proposal: vary("wide", func(p *engine.Proposal) { p.BlastRadius = engine.BlastTenantWide; p.Class = engine.ClassDestructive }), Persona: broad, Now: now},
-		engine.PolicyInput{Proposal: vary("claim", func(p *engine.Proposal) { p.Class = engine.ClassRead }), Persona: persona, Now: now},
-		engine.PolicyInput{Proposal: vary("db", func(p *engine.Proposal) { p.Action = "db_drop_table"; p.Reviewer = "reviewer" }), Persona: persona, Now: now},
-		engine.PolicyInput{Proposal: vary("history", func(*engine.Proposal) {}), Persona: persona, History: history, Now: now},
+		engine.PolicyInput{Proposal: vary("force", func(p *gated.Proposal) { p.Flags.ForceApprove = true; p.Flags.ForceApproveNoSOP = true }), Persona: persona, Now: now},
+		engine.PolicyInput{Proposal: vary("wide", func(p *gated.Proposal) { p.BlastRadius = gated.BlastTenantWide; p.Class = gated.ClassDestructive }), Persona: broad, Now: now},
+		engine.PolicyInput{Proposal: vary("claim", func(p *gated.Proposal) { p.Class = gated.ClassRead }), Persona: persona, Now: now},
+		engine.PolicyInput{Proposal: vary("db", func(p *gated.Proposal) { p.Action = "db_drop_table"; p.Reviewer = "reviewer" }), Persona: persona, Now: now},
+		engine.PolicyInput{Proposal: vary("history", func(*gated.Proposal) {}), Persona: persona, History: history, Now: now},
 	)
 }

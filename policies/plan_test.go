@@ -13,6 +13,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -112,36 +113,36 @@ func corpus() []engine.PolicyInput {
 		{Name: "platform", PermissionMode: "read-only", Plugin: "llm", Tools: []string{"get_proposal"}},
 		{Name: "broad", PermissionMode: "default", Tools: []string{"get_sop_text", "run_shell", "ns.web_skill", "kill_process"}, DisallowedTools: []string{"get_*", "*_shell"}},
 	}
-	history := [][]engine.Verdict{
+	history := [][]gated.Verdict{
 		nil,
-		{{ProposalID: "h1", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeApproved, Agent: "other", DecidedAt: planNow.Add(-5 * time.Minute)}},
-		{{ProposalID: "h2", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeApproved, Agent: "agent-7", DecidedAt: planNow.Add(-time.Minute)},
-			{ProposalID: "h3", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeRejected, Agent: "other", DecidedAt: planNow.Add(-time.Minute)},
-			{ProposalID: "p1", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeApproved, Agent: "other", DecidedAt: planNow.Add(-time.Minute)}},
-		{{ProposalID: "h4", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeApproved, DecidedAt: planNow.Add(-2 * time.Hour)}},
+		{{ProposalID: "h1", Tenant: "acme", Action: "host_restart_service", Outcome: gated.OutcomeApproved, Agent: "other", DecidedAt: planNow.Add(-5 * time.Minute)}},
+		{{ProposalID: "h2", Tenant: "acme", Action: "host_restart_service", Outcome: gated.OutcomeApproved, Agent: "agent-7", DecidedAt: planNow.Add(-time.Minute)},
+			{ProposalID: "h3", Tenant: "acme", Action: "host_restart_service", Outcome: gated.OutcomeRejected, Agent: "other", DecidedAt: planNow.Add(-time.Minute)},
+			{ProposalID: "p1", Tenant: "acme", Action: "host_restart_service", Outcome: gated.OutcomeApproved, Agent: "other", DecidedAt: planNow.Add(-time.Minute)}},
+		{{ProposalID: "h4", Tenant: "acme", Action: "host_restart_service", Outcome: gated.OutcomeApproved, DecidedAt: planNow.Add(-2 * time.Hour)}},
 	}
-	mutations := []func(*engine.Proposal){
-		func(*engine.Proposal) {},
-		func(p *engine.Proposal) { p.Class, p.Action = engine.ClassRead, "host_list_services" },
-		func(p *engine.Proposal) { p.Class = engine.ClassRead },
-		func(p *engine.Proposal) { p.Class, p.Action = engine.ClassRead, "unknown_read" },
-		func(p *engine.Proposal) { p.Class, p.BlastRadius = engine.ClassDestructive, engine.BlastTenantWide },
-		func(p *engine.Proposal) { p.Flags.SkipReview = true },
-		func(p *engine.Proposal) { p.Flags.ForceApprove, p.Flags.SkipReview = true, true },
-		func(p *engine.Proposal) { p.Flags.ForceApproveNoSOP, p.Flags.UserConfirmed = true, true },
-		func(p *engine.Proposal) {
+	mutations := []func(*gated.Proposal){
+		func(*gated.Proposal) {},
+		func(p *gated.Proposal) { p.Class, p.Action = gated.ClassRead, "host_list_services" },
+		func(p *gated.Proposal) { p.Class = gated.ClassRead },
+		func(p *gated.Proposal) { p.Class, p.Action = gated.ClassRead, "unknown_read" },
+		func(p *gated.Proposal) { p.Class, p.BlastRadius = gated.ClassDestructive, gated.BlastTenantWide },
+		func(p *gated.Proposal) { p.Flags.SkipReview = true },
+		func(p *gated.Proposal) { p.Flags.ForceApprove, p.Flags.SkipReview = true, true },
+		func(p *gated.Proposal) { p.Flags.ForceApproveNoSOP, p.Flags.UserConfirmed = true, true },
+		func(p *gated.Proposal) {
 			p.Action, p.Flags.ForceApproveNoSOP, p.Flags.UserConfirmed = "db_vacuum_table", true, true
 		},
-		func(p *engine.Proposal) { p.Action, p.Target = "db_drop_table", map[string]any{"environment": "prod"} },
-		func(p *engine.Proposal) { p.Action, p.Tenant = "web_skill", "acme" },
-		func(p *engine.Proposal) { p.Action, p.Tenant = "k8s_scale_deployment", "globex" },
-		func(p *engine.Proposal) { p.Action = "rotate_db_credentials" },
-		func(p *engine.Proposal) { p.Action = "cache_flush" },
-		func(p *engine.Proposal) { p.RequestedBy = &engine.RequestedBy{Agent: "reviewer"} },
-		func(p *engine.Proposal) { p.RequestedBy = &engine.RequestedBy{Agent: "agent-7"} },
-		func(p *engine.Proposal) { p.Reviewer = "platform" },
-		func(p *engine.Proposal) { p.IncidentID = "INC-1" },
-		func(p *engine.Proposal) { p.Target = map[string]any{"tags": []any{"staging", 3, nil}} },
+		func(p *gated.Proposal) { p.Action, p.Target = "db_drop_table", map[string]any{"environment": "prod"} },
+		func(p *gated.Proposal) { p.Action, p.Tenant = "web_skill", "acme" },
+		func(p *gated.Proposal) { p.Action, p.Tenant = "k8s_scale_deployment", "globex" },
+		func(p *gated.Proposal) { p.Action = "rotate_db_credentials" },
+		func(p *gated.Proposal) { p.Action = "cache_flush" },
+		func(p *gated.Proposal) { p.RequestedBy = &gated.RequestedBy{Agent: "reviewer"} },
+		func(p *gated.Proposal) { p.RequestedBy = &gated.RequestedBy{Agent: "agent-7"} },
+		func(p *gated.Proposal) { p.Reviewer = "platform" },
+		func(p *gated.Proposal) { p.IncidentID = "INC-1" },
+		func(p *gated.Proposal) { p.Target = map[string]any{"tags": []any{"staging", 3, nil}} },
 	}
 	var out []engine.PolicyInput
 	for i, mutate := range mutations {
@@ -152,20 +153,20 @@ func corpus() []engine.PolicyInput {
 			out = append(out, engine.PolicyInput{Proposal: p, Persona: persona, History: history[(i+j)%len(history)]})
 		}
 	}
-	runMutations := []func(*engine.Proposal){
-		func(*engine.Proposal) {},
-		func(p *engine.Proposal) { p.Run.Status = engine.RunFailed },
-		func(p *engine.Proposal) { p.Run.Status, p.Run.Round = engine.RunCanceled, 2 },
-		func(p *engine.Proposal) { p.Run.Round = 4 },
-		func(p *engine.Proposal) { p.Tenant = "globex" },
-		func(p *engine.Proposal) { p.Tenant = "initech" },
-		func(p *engine.Proposal) { p.RequestedBy = &engine.RequestedBy{Agent: "w-3"} },
-		func(p *engine.Proposal) {
+	runMutations := []func(*gated.Proposal){
+		func(*gated.Proposal) {},
+		func(p *gated.Proposal) { p.Run.Status = gated.RunFailed },
+		func(p *gated.Proposal) { p.Run.Status, p.Run.Round = gated.RunCanceled, 2 },
+		func(p *gated.Proposal) { p.Run.Round = 4 },
+		func(p *gated.Proposal) { p.Tenant = "globex" },
+		func(p *gated.Proposal) { p.Tenant = "initech" },
+		func(p *gated.Proposal) { p.RequestedBy = &gated.RequestedBy{Agent: "w-3"} },
+		func(p *gated.Proposal) {
 			p.Criteria[0].Evidence = map[string]any{"command": "go test ./...", "exit_code": json.Number("2")}
 			p.Criteria[1].Evidence = map[string]any{"path": "CHANGELOG.md", "content": "nothing here"}
 		},
-		func(p *engine.Proposal) { p.Criteria = p.Criteria[:1]; p.Criteria[0].Evidence = nil },
-		func(p *engine.Proposal) { p.Flags.SkipReview = true },
+		func(p *gated.Proposal) { p.Criteria = p.Criteria[:1]; p.Criteria[0].Evidence = nil },
+		func(p *gated.Proposal) { p.Flags.SkipReview = true },
 	}
 	records := []*engine.RunRecord{nil, continued(1), continued(1, 2, 3)}
 	runPersonas := []*engine.Persona{runReviewerPersona, reviewerPersona, {Name: "w-3", PermissionMode: "read-only"}}
@@ -204,17 +205,17 @@ func TestPlannedDecisions(t *testing.T) {
 	e := mustPlanned(t, configured(t))
 	cases := []struct {
 		note   string
-		mutate func(*engine.Proposal)
+		mutate func(*gated.Proposal)
 		rules  []string
 		review bool
 		route  string
 	}{
-		{note: "frozen host action", mutate: func(*engine.Proposal) {}, rules: []string{"change_freeze"}, review: true, route: "route_class"},
-		{note: "an incident passes the freeze", mutate: func(p *engine.Proposal) { p.IncidentID = "INC-9" }, review: true, route: "route_class"},
-		{note: "skill denied for acme", mutate: func(p *engine.Proposal) { p.Action = "web_skill" }, rules: []string{"denied_action"}, review: true, route: "route_class"},
-		{note: "skip_review waived action", mutate: func(p *engine.Proposal) { p.Action = "cache_flush" }, route: "route_skip"},
-		{note: "catalogued read", mutate: func(p *engine.Proposal) { p.Action, p.Class = "host_list_services", engine.ClassRead }, route: "route_read"},
-		{note: "admin skip_review", mutate: func(p *engine.Proposal) { p.Flags.SkipReview = true; p.IncidentID = "INC-9" }, rules: []string{"no_skip_review"}, review: true, route: "route_class"},
+		{note: "frozen host action", mutate: func(*gated.Proposal) {}, rules: []string{"change_freeze"}, review: true, route: "route_class"},
+		{note: "an incident passes the freeze", mutate: func(p *gated.Proposal) { p.IncidentID = "INC-9" }, review: true, route: "route_class"},
+		{note: "skill denied for acme", mutate: func(p *gated.Proposal) { p.Action = "web_skill" }, rules: []string{"denied_action"}, review: true, route: "route_class"},
+		{note: "skip_review waived action", mutate: func(p *gated.Proposal) { p.Action = "cache_flush" }, route: "route_skip"},
+		{note: "catalogued read", mutate: func(p *gated.Proposal) { p.Action, p.Class = "host_list_services", gated.ClassRead }, route: "route_read"},
+		{note: "admin skip_review", mutate: func(p *gated.Proposal) { p.Flags.SkipReview = true; p.IncidentID = "INC-9" }, rules: []string{"no_skip_review"}, review: true, route: "route_class"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
@@ -279,9 +280,9 @@ deny contains {"rule": "remote", "message": "m"} if {
 // with an error rather than a decision.
 func TestPlannedHonoursCancel(t *testing.T) {
 	e := mustEvaluator(t)
-	history := make([]engine.Verdict, 5000)
+	history := make([]gated.Verdict, 5000)
 	for i := range history {
-		history[i] = engine.Verdict{ProposalID: fmt.Sprintf("h%d", i), Outcome: engine.OutcomeRejected, DecidedAt: planNow}
+		history[i] = gated.Verdict{ProposalID: fmt.Sprintf("h%d", i), Outcome: gated.OutcomeRejected, DecidedAt: planNow}
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -346,7 +347,7 @@ func TestPersonaTermCoversEveryField(t *testing.T) {
 
 func TestFlagsTerm(t *testing.T) {
 	for i := range 16 {
-		f := engine.Flags{SkipReview: i&1 != 0, ForceApprove: i&2 != 0, ForceApproveNoSOP: i&4 != 0, UserConfirmed: i&8 != 0}
+		f := gated.Flags{SkipReview: i&1 != 0, ForceApprove: i&2 != 0, ForceApproveNoSOP: i&4 != 0, UserConfirmed: i&8 != 0}
 		want := ast.MustParseTerm(fmt.Sprintf(`{"skip_review": %v, "force_approve": %v, "force_approve_no_sop": %v, "user_confirmed": %v}`,
 			f.SkipReview, f.ForceApprove, f.ForceApproveNoSOP, f.UserConfirmed))
 		if got := flagsTerm(f); ast.Compare(want.Value, got.Value) != 0 {

@@ -27,6 +27,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies/internal/plan"
 )
@@ -314,38 +315,38 @@ func (e *Evaluator) ConfigWarnings() []string { return slices.Clone(e.warnings) 
 // not decide runs (no decision.run) is refused here rather than on the
 // first run proposal.
 func sampleInputs() []engine.PolicyInput {
-	write := &engine.Proposal{
-		V: 1, ID: "gated-compile-check", Tenant: "gated-check", Kind: engine.KindAction,
-		Action: "host_restart_service", Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+	write := &gated.Proposal{
+		V: 1, ID: "gated-compile-check", Tenant: "gated-check", Kind: gated.KindAction,
+		Action: "host_restart_service", Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
 		Target: map[string]any{"service": "nginx", "tags": []any{"production"}}, Reason: "compile-time check",
-		RequestedBy: &engine.RequestedBy{Agent: "gated-check"},
+		RequestedBy: &gated.RequestedBy{Agent: "gated-check"},
 	}
 	read := *write
-	read.Action, read.Class = "host_list_services", engine.ClassRead
+	read.Action, read.Class = "host_list_services", gated.ClassRead
 	persona := &engine.Persona{Name: "reviewer", PermissionMode: "read-only", Tools: []string{"get_sop_text"}}
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	run := &engine.Proposal{
-		V: 1, ID: "gated-compile-check-run", Tenant: "gated-check", Kind: engine.KindRun,
-		Action: "agent_run", Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
-		Reason: "compile-time check", RequestedBy: &engine.RequestedBy{Agent: "gated-check-orchestrator"},
-		Criteria: []engine.Criterion{
-			{ID: "tests", Required: true, Kind: engine.CriterionCommandResult,
+	run := &gated.Proposal{
+		V: 1, ID: "gated-compile-check-run", Tenant: "gated-check", Kind: gated.KindRun,
+		Action: "agent_run", Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
+		Reason: "compile-time check", RequestedBy: &gated.RequestedBy{Agent: "gated-check-orchestrator"},
+		Criteria: []gated.Criterion{
+			{ID: "tests", Required: true, Kind: gated.CriterionCommandResult,
 				Params:   map[string]any{"exit_code": 0},
 				Evidence: map[string]any{"command": "go test ./...", "exit_code": 0}},
-			{ID: "changelog", Required: true, Kind: engine.CriterionFileContains,
+			{ID: "changelog", Required: true, Kind: gated.CriterionFileContains,
 				Params:   map[string]any{"path": "CHANGELOG.md", "pattern": "(?m)^- "},
 				Evidence: map[string]any{"path": "CHANGELOG.md", "content": "- a fix"}},
-			{ID: "design", Kind: engine.CriterionAIReview},
-			{ID: "signoff", Required: true, Kind: engine.CriterionManual},
+			{ID: "design", Kind: gated.CriterionAIReview},
+			{ID: "signoff", Required: true, Kind: gated.CriterionManual},
 		},
-		Run: &engine.Run{
-			RunID: "gated-check-run", Status: engine.RunCompleted, Round: 2, Worker: "gated-check-worker",
-			PriorReviews: []engine.PriorReview{{Round: 1, Findings: []engine.Finding{{ID: "r1-f1", Body: "add a changelog entry", Status: engine.FindingResolved}}}},
+		Run: &gated.Run{
+			RunID: "gated-check-run", Status: gated.RunCompleted, Round: 2, Worker: "gated-check-worker",
+			PriorReviews: []gated.PriorReview{{Round: 1, Findings: []gated.Finding{{ID: "r1-f1", Body: "add a changelog entry", Status: gated.FindingResolved}}}},
 		},
 	}
 	record := &engine.RunRecord{Tenant: "gated-check", RunID: "gated-check-run", Rounds: []engine.RunRound{{
-		Round: 1, ProposalID: "gated-compile-check-run-1", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation,
-		Findings: []engine.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: now.Add(-time.Hour), Sent: true,
+		Round: 1, ProposalID: "gated-compile-check-run-1", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation,
+		Findings: []gated.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: now.Add(-time.Hour), Sent: true,
 	}}}
 	runPersona := &engine.Persona{Name: "run-reviewer", PermissionMode: "read-only", Tools: []string{"get_proposal"}}
 	return []engine.PolicyInput{
@@ -360,7 +361,7 @@ func (e *Evaluator) checkShape(ctx context.Context) error {
 	for _, in := range sampleInputs() {
 		if _, err := e.Evaluate(ctx, in); err != nil {
 			what := string(in.Proposal.Class) + " action"
-			if in.Proposal.Kind == engine.KindRun {
+			if in.Proposal.Kind == gated.KindRun {
 				what = "run"
 			}
 			return fmt.Errorf("%w: a sample %s proposal (persona %v): %w", ErrInvalidBundle, what, in.Persona != nil, err)
@@ -444,7 +445,7 @@ func (e *Evaluator) evalTopdown(ctx context.Context, in engine.PolicyInput, extr
 
 // decision reads the decision value v for in.
 func (e *Evaluator) decision(v ast.Value, in engine.PolicyInput, start time.Time) (engine.PolicyDecision, error) {
-	kind := engine.KindAction
+	kind := gated.KindAction
 	if in.Proposal != nil && in.Proposal.Kind != "" {
 		kind = in.Proposal.Kind
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -61,12 +62,12 @@ var reviewerPersona = &engine.Persona{
 	RequiredGates: []string{"sop_covers", "no_parallel_operation", "rollback_known"},
 }
 
-func writeProposal() *engine.Proposal {
-	return &engine.Proposal{
-		V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+func writeProposal() *gated.Proposal {
+	return &gated.Proposal{
+		V: 1, ID: "p1", Tenant: "acme", Kind: gated.KindAction, Action: "host_restart_service",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
 		Target:   map[string]any{"service": "nginx", "tags": []any{"production"}},
-		Operator: &engine.Principal{ID: "root", Roles: []string{"admin"}},
+		Operator: &gated.Principal{ID: "root", Roles: []string{"admin"}},
 	}
 }
 
@@ -74,16 +75,16 @@ func TestEvaluate(t *testing.T) {
 	e := mustEvaluator(t)
 	tests := []struct {
 		note       string
-		mutate     func(*engine.Proposal)
+		mutate     func(*gated.Proposal)
 		wantRules  []string
 		wantReview bool
 	}{
-		{note: "write needs review", mutate: func(*engine.Proposal) {}, wantReview: true},
-		{note: "read passes", mutate: func(p *engine.Proposal) { p.Class, p.Action = engine.ClassRead, "host_list_services" }},
-		{note: "read claim on a write tool denied", mutate: func(p *engine.Proposal) { p.Class = engine.ClassRead }, wantRules: []string{"class_mismatch"}, wantReview: true},
-		{note: "admin skip_review denied", mutate: func(p *engine.Proposal) { p.Flags.SkipReview = true }, wantRules: []string{"no_skip_review"}, wantReview: true},
-		{note: "force_approve denied", mutate: func(p *engine.Proposal) { p.Flags.ForceApprove = true }, wantRules: []string{"unsupported_force_approve"}, wantReview: true},
-		{note: "both flags", mutate: func(p *engine.Proposal) { p.Flags.ForceApprove, p.Flags.SkipReview = true, true }, wantRules: []string{"no_skip_review", "unsupported_force_approve"}, wantReview: true},
+		{note: "write needs review", mutate: func(*gated.Proposal) {}, wantReview: true},
+		{note: "read passes", mutate: func(p *gated.Proposal) { p.Class, p.Action = gated.ClassRead, "host_list_services" }},
+		{note: "read claim on a write tool denied", mutate: func(p *gated.Proposal) { p.Class = gated.ClassRead }, wantRules: []string{"class_mismatch"}, wantReview: true},
+		{note: "admin skip_review denied", mutate: func(p *gated.Proposal) { p.Flags.SkipReview = true }, wantRules: []string{"no_skip_review"}, wantReview: true},
+		{note: "force_approve denied", mutate: func(p *gated.Proposal) { p.Flags.ForceApprove = true }, wantRules: []string{"unsupported_force_approve"}, wantReview: true},
+		{note: "both flags", mutate: func(p *gated.Proposal) { p.Flags.ForceApprove, p.Flags.SkipReview = true, true }, wantRules: []string{"no_skip_review", "unsupported_force_approve"}, wantReview: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -223,12 +224,12 @@ func TestRevisionChangesWithData(t *testing.T) {
 // distribution next to ns/op: p50-ns and p99-ns.
 func BenchmarkEvaluate(b *testing.B) {
 	read := writeProposal()
-	read.Class, read.Action = engine.ClassRead, "host_list_services"
+	read.Class, read.Action = gated.ClassRead, "host_list_services"
 	denied := writeProposal()
 	denied.Flags.SkipReview = true
-	history := []engine.Verdict{{
-		ProposalID: "p0", Tenant: "acme", Action: "host_restart_service", Outcome: engine.OutcomeApproved,
-		Stage: engine.StageReview, Agent: "other-agent", DecidedAt: time.Now().Add(-20 * time.Minute),
+	history := []gated.Verdict{{
+		ProposalID: "p0", Tenant: "acme", Action: "host_restart_service", Outcome: gated.OutcomeApproved,
+		Stage: gated.StageReview, Agent: "other-agent", DecidedAt: time.Now().Add(-20 * time.Minute),
 	}}
 	// floor is a bundle whose decision is a constant, through the same
 	// evaluators, so the rest is what the default rules cost.
@@ -309,7 +310,7 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 				v = json.Number(fmt.Sprint(n))
 			}
 			review[tc.field] = v
-			_, err := parseDecision(astOf(t, map[string]any{"deny": []any{}, "review": review}), engine.KindAction)
+			_, err := parseDecision(astOf(t, map[string]any{"deny": []any{}, "review": review}), gated.KindAction)
 			if err == nil {
 				t.Fatalf("%s = %s accepted", tc.field, tc.value)
 			}
@@ -325,7 +326,7 @@ func TestMalformedDecisionFieldsAreErrors(t *testing.T) {
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			obj := map[string]any{"deny": []any{}, "review": map[string]any{"required": true}, tc.key: tc.value}
-			if _, err := parseDecision(astOf(t, obj), engine.KindAction); err == nil {
+			if _, err := parseDecision(astOf(t, obj), gated.KindAction); err == nil {
 				t.Fatalf("%s = %v accepted", tc.key, tc.value)
 			}
 		})
@@ -354,7 +355,7 @@ func TestDecisionReviewPersonas(t *testing.T) {
 				[2]*ast.Term{ast.StringTerm("deny"), ast.ArrayTerm()},
 				[2]*ast.Term{ast.StringTerm("review"), ast.NewTerm(review)},
 			)
-			d, err := parseDecision(obj, engine.KindAction)
+			d, err := parseDecision(obj, gated.KindAction)
 			if err != nil {
 				t.Fatalf("parseDecision: %v", err)
 			}

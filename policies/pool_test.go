@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -19,12 +20,12 @@ func TestPoolDecidesAsTheEvaluator(t *testing.T) {
 		t.Fatalf("pool revision %q, want the evaluator's %q", pool.Revision(), e.Revision())
 	}
 	read := writeProposal()
-	read.Class, read.Action = engine.ClassRead, "host_list_services"
+	read.Class, read.Action = gated.ClassRead, "host_list_services"
 	forced := writeProposal()
 	forced.Flags.ForceApprove = true
 	var wg sync.WaitGroup
 	for i := range 32 {
-		p := []*engine.Proposal{writeProposal(), read, forced}[i%3]
+		p := []*gated.Proposal{writeProposal(), read, forced}[i%3]
 		wg.Go(func() {
 			in := engine.PolicyInput{Proposal: p, Persona: reviewerPersona}
 			want, err := e.Evaluate(t.Context(), in)

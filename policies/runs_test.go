@@ -10,6 +10,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -19,29 +20,29 @@ var runReviewerPersona = &engine.Persona{
 
 // runProposal is round 1 of a run whose criteria all pass: a test command,
 // a changelog entry, an ai_review and a required manual criterion.
-func runProposal() *engine.Proposal {
-	return &engine.Proposal{
-		V: 1, ID: "run-review-1", Tenant: "acme", Kind: engine.KindRun, Action: "agent_run",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
-		RequestedBy: &engine.RequestedBy{Agent: "orchestrator-1"},
-		Criteria: []engine.Criterion{
-			{ID: "tests", Required: true, Kind: engine.CriterionCommandResult,
+func runProposal() *gated.Proposal {
+	return &gated.Proposal{
+		V: 1, ID: "run-review-1", Tenant: "acme", Kind: gated.KindRun, Action: "agent_run",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
+		RequestedBy: &gated.RequestedBy{Agent: "orchestrator-1"},
+		Criteria: []gated.Criterion{
+			{ID: "tests", Required: true, Kind: gated.CriterionCommandResult,
 				Params:   map[string]any{"exit_code": json.Number("0")},
 				Evidence: map[string]any{"command": "go test ./...", "exit_code": json.Number("0")}},
-			{ID: "changelog", Required: true, Kind: engine.CriterionFileContains,
+			{ID: "changelog", Required: true, Kind: gated.CriterionFileContains,
 				Params:   map[string]any{"path": "CHANGELOG.md", "pattern": `(?m)^- .*nginx`},
 				Evidence: map[string]any{"path": "CHANGELOG.md", "content": "- nginx restarts cleanly\n"}},
-			{ID: "design", Required: true, Kind: engine.CriterionAIReview},
-			{ID: "signoff", Required: true, Kind: engine.CriterionManual},
+			{ID: "design", Required: true, Kind: gated.CriterionAIReview},
+			{ID: "signoff", Required: true, Kind: gated.CriterionManual},
 		},
-		Run: &engine.Run{RunID: "r-77", TaskID: "t-1", Status: engine.RunCompleted, Round: 1, Worker: "w-3"},
+		Run: &gated.Run{RunID: "r-77", TaskID: "t-1", Status: gated.RunCompleted, Round: 1, Worker: "w-3"},
 	}
 }
 
 func continued(rounds ...int) *engine.RunRecord {
 	r := &engine.RunRecord{Tenant: "acme", RunID: "r-77"}
 	for _, n := range rounds {
-		r.Rounds = append(r.Rounds, engine.RunRound{Round: n, ProposalID: "earlier", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation})
+		r.Rounds = append(r.Rounds, engine.RunRound{Round: n, ProposalID: "earlier", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation})
 	}
 	return r
 }
@@ -61,7 +62,7 @@ func TestEvaluateRun(t *testing.T) {
 	e := mustEvaluator(t)
 	tests := []struct {
 		note    string
-		mutate  func(*engine.Proposal)
+		mutate  func(*gated.Proposal)
 		persona *engine.Persona
 		record  *engine.RunRecord
 		check   func(*testing.T, engine.PolicyDecision)
@@ -73,8 +74,8 @@ func TestEvaluateRun(t *testing.T) {
 			want := &engine.RunPolicy{
 				Reviewed: true, Why: "run review policy always reviews completed runs", ReviewPolicy: "always",
 				MaxRounds: 5, Continuable: true, Manual: []string{"signoff"}, MissingWork: []string{},
-				Limits: engine.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192},
-				Criteria: []engine.CriterionEval{
+				Limits: gated.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192},
+				Criteria: []gated.CriterionEval{
 					{ID: "tests", Pass: true, Reason: `"go test ./..." exited 0`, Kind: "command_result", Required: true, JudgedBy: "policy"},
 					{ID: "changelog", Pass: true, Reason: `CHANGELOG.md matches "(?m)^- .*nginx"`, Kind: "file_contains", Required: true, JudgedBy: "policy"},
 				},
@@ -83,18 +84,18 @@ func TestEvaluateRun(t *testing.T) {
 				t.Errorf("run = %s\nwant  %s", got, mustJSON(t, want))
 			}
 		}},
-		{note: "failed test command", mutate: func(p *engine.Proposal) {
+		{note: "failed test command", mutate: func(p *gated.Proposal) {
 			p.Criteria[0].Evidence["exit_code"] = json.Number("1")
 		}, check: func(t *testing.T, d engine.PolicyDecision) {
 			want := `criterion tests (command_result): "go test ./..." exited 1, expected 0`
-			if len(d.Denies) != 1 || d.Denies[0] != (engine.Deny{Rule: "criterion_failed", Message: want}) {
+			if len(d.Denies) != 1 || d.Denies[0] != (gated.Deny{Rule: "criterion_failed", Message: want}) {
 				t.Errorf("denies = %v", d.Denies)
 			}
 			if !slices.Equal(d.Run.MissingWork, []string{want}) || !d.Run.Continuable {
 				t.Errorf("missing work %q, continuable %v", d.Run.MissingWork, d.Run.Continuable)
 			}
 		}},
-		{note: "malformed pattern fails the criterion, not the evaluation", mutate: func(p *engine.Proposal) {
+		{note: "malformed pattern fails the criterion, not the evaluation", mutate: func(p *gated.Proposal) {
 			p.Criteria[1].Params["pattern"] = "(unclosed"
 		}, check: func(t *testing.T, d engine.PolicyDecision) {
 			if c := d.Run.Criteria[1]; c.Pass || !strings.Contains(c.Reason, "not a valid RE2") {
@@ -104,49 +105,49 @@ func TestEvaluateRun(t *testing.T) {
 				t.Errorf("denies = %v", got)
 			}
 		}},
-		{note: "missing evidence", mutate: func(p *engine.Proposal) {
+		{note: "missing evidence", mutate: func(p *gated.Proposal) {
 			p.Criteria[0].Evidence, p.Criteria[1].Evidence = nil, nil
 		}, check: func(t *testing.T, d engine.PolicyDecision) {
 			if len(d.Run.MissingWork) != 2 || !strings.HasSuffix(d.Run.MissingWork[0], "no evidence: exit_code missing") {
 				t.Errorf("missing work = %q", d.Run.MissingWork)
 			}
 		}},
-		{note: "worker named like the persona is blocked, not denied", mutate: func(p *engine.Proposal) {
+		{note: "worker named like the persona is blocked, not denied", mutate: func(p *gated.Proposal) {
 			p.Run.Worker = "reviewer"
 		}, persona: reviewerPersona, check: func(t *testing.T, d engine.PolicyDecision) {
 			if len(d.Denies) != 0 || !strings.Contains(d.Review.Blocked, `persona "reviewer" is the run's worker`) {
 				t.Errorf("denies %v, blocked %q", d.Denies, d.Review.Blocked)
 			}
 		}},
-		{note: "plugin named like the worker is blocked", mutate: func(p *engine.Proposal) {
+		{note: "plugin named like the worker is blocked", mutate: func(p *gated.Proposal) {
 			p.Run.Worker = "llm"
 		}, check: func(t *testing.T, d engine.PolicyDecision) {
 			if !strings.Contains(d.Review.Blocked, `runs on plugin "llm"`) {
 				t.Errorf("blocked = %q", d.Review.Blocked)
 			}
 		}},
-		{note: "round after a continuation", mutate: func(p *engine.Proposal) { p.Run.Round = 2 }, record: continued(1),
+		{note: "round after a continuation", mutate: func(p *gated.Proposal) { p.Run.Round = 2 }, record: continued(1),
 			check: func(t *testing.T, d engine.PolicyDecision) {
 				if len(d.Denies) != 0 {
 					t.Errorf("denies = %v", d.Denies)
 				}
 			}},
-		{note: "round out of order", mutate: func(p *engine.Proposal) { p.Run.Round = 3 }, record: continued(1),
+		{note: "round out of order", mutate: func(p *gated.Proposal) { p.Run.Round = 3 }, record: continued(1),
 			check: func(t *testing.T, d engine.PolicyDecision) {
 				if got := denyRules(d); !slices.Equal(got, []string{"run_round_out_of_order"}) || d.Run.Continuable {
 					t.Errorf("denies %v, continuable %v", got, d.Run.Continuable)
 				}
 			}},
-		{note: "closed run", mutate: func(p *engine.Proposal) { p.Run.Round = 2 },
+		{note: "closed run", mutate: func(p *gated.Proposal) { p.Run.Round = 2 },
 			record: &engine.RunRecord{Tenant: "acme", RunID: "r-77", Closed: engine.RunAccepted, Rounds: []engine.RunRound{
-				{Round: 1, ProposalID: "run-review-0", Outcome: engine.OutcomeApproved},
+				{Round: 1, ProposalID: "run-review-0", Outcome: gated.OutcomeApproved},
 			}},
 			check: func(t *testing.T, d engine.PolicyDecision) {
 				if got := denyRules(d); !slices.Contains(got, "run_closed") || d.Run.Continuable {
 					t.Errorf("denies %v, continuable %v", got, d.Run.Continuable)
 				}
 			}},
-		{note: "past the last round", mutate: func(p *engine.Proposal) { p.Run.Round = 6 }, record: continued(1, 2, 3, 4, 5),
+		{note: "past the last round", mutate: func(p *gated.Proposal) { p.Run.Round = 6 }, record: continued(1, 2, 3, 4, 5),
 			check: func(t *testing.T, d engine.PolicyDecision) {
 				if got := denyRules(d); !slices.Equal(got, []string{"run_round_limit"}) {
 					t.Errorf("denies = %v", got)
@@ -187,7 +188,7 @@ func TestEvaluateRunDecodedProposal(t *testing.T) {
 	     "params": {"path": "README.md", "text": "--flag"}, "evidence": {"path": "README.md", "content": "no flags"}}],
 	  "run": {"run_id": "r-1", "status": "completed", "round": 2, "worker": "w-1",
 	    "prior_reviews": [{"round": 1, "findings": [{"id": "r1-f1", "body": "document the flag", "line": null}]}]}}`
-	p, err := engine.DecodeProposal([]byte(raw), "", "", engine.Limits{})
+	p, err := gated.DecodeProposal([]byte(raw), "", "", gated.Limits{})
 	if err != nil {
 		t.Fatalf("decoding a valid run proposal: %v", err)
 	}
@@ -225,7 +226,7 @@ func TestEvaluateRunReviewConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	failed := runProposal()
-	failed.Run.Status = engine.RunFailed
+	failed.Run.Status = gated.RunFailed
 	failed.Criteria[0].Evidence["exit_code"] = json.Number("2")
 	d, err := e.Evaluate(t.Context(), engine.PolicyInput{Proposal: failed, Persona: runReviewerPersona})
 	if err != nil {
@@ -240,7 +241,7 @@ func TestEvaluateRunReviewConfig(t *testing.T) {
 		t.Errorf("why %q, max rounds %d, limits %+v", d.Review.Why, d.Run.MaxRounds, d.Run.Limits)
 	}
 	globex := runProposal()
-	globex.Tenant, globex.Run.Status = "globex", engine.RunFailed
+	globex.Tenant, globex.Run.Status = "globex", gated.RunFailed
 	d, err = e.Evaluate(t.Context(), engine.PolicyInput{Proposal: globex, Persona: runReviewerPersona})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +304,7 @@ func TestSampleInputsCoverRuns(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if in.Proposal.Kind != engine.KindRun {
+		if in.Proposal.Kind != gated.KindRun {
 			continue
 		}
 		runs++
@@ -324,14 +325,14 @@ func TestInputValueRun(t *testing.T) {
 	p := runProposal()
 	line := 12
 	p.Run.Summary, p.Run.Diff, p.Run.TestOutput = "bumped nginx", "--- a\n+++ b\n", "ok"
-	p.Run.PriorReviews = []engine.PriorReview{{ProposalID: "run-review-0", Round: 1, Summary: "needs a changelog", Findings: []engine.Finding{
+	p.Run.PriorReviews = []gated.PriorReview{{ProposalID: "run-review-0", Round: 1, Summary: "needs a changelog", Findings: []gated.Finding{
 		{ID: "r1-f1", Body: "add a changelog entry", Path: "CHANGELOG.md", Line: &line, Criterion: "changelog"},
-		{ID: "r1-f2", Body: "fix the typo", Status: engine.FindingResolved, Resolution: "fixed"},
+		{ID: "r1-f2", Body: "fix the typo", Status: gated.FindingResolved, Resolution: "fixed"},
 	}}}
 	decided := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	record := &engine.RunRecord{Tenant: "acme", RunID: "r-77", TaskID: "t-1", Rounds: []engine.RunRound{{
-		Round: 1, ProposalID: "run-review-0", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation,
-		Findings: []engine.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: decided, Sent: true,
+		Round: 1, ProposalID: "run-review-0", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation,
+		Findings: []gated.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: decided, Sent: true,
 	}}}
 	got := inputJSON(t, engine.PolicyInput{Proposal: p, RunRecord: record})
 	want := map[string]string{
@@ -433,34 +434,34 @@ func validRun() map[string]any {
 }
 
 func TestParseDecisionRun(t *testing.T) {
-	d, err := parseDecision(runDecision(t, validRun(), nil), engine.KindRun)
+	d, err := parseDecision(runDecision(t, validRun(), nil), gated.KindRun)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := &engine.RunPolicy{
 		Reviewed: true, Why: "run review policy always reviews completed runs", ReviewPolicy: "always", MaxRounds: 4,
-		Criteria:    []engine.CriterionEval{{ID: "tests", Reason: "exited 1", Kind: "command_result", Required: true, JudgedBy: "policy"}},
+		Criteria:    []gated.CriterionEval{{ID: "tests", Reason: "exited 1", Kind: "command_result", Required: true, JudgedBy: "policy"}},
 		MissingWork: []string{"criterion tests (command_result): exited 1"}, Manual: []string{"signoff"}, Continuable: true,
 		// An oversize limit is capped, a zero one takes its default.
-		Limits: engine.RunLimits{MaxItems: 10, MaxItemBytes: engine.CeilingRunMaxItemBytes, MaxGuidanceBytes: engine.DefaultRunMaxGuidanceBytes},
+		Limits: gated.RunLimits{MaxItems: 10, MaxItemBytes: gated.CeilingRunMaxItemBytes, MaxGuidanceBytes: gated.DefaultRunMaxGuidanceBytes},
 	}
 	if got := mustJSON(t, d.Run); string(got) != string(mustJSON(t, want)) {
 		t.Errorf("run = %s\nwant  %s", got, mustJSON(t, want))
 	}
 
 	// The least a run section may say.
-	d, err = parseDecision(runDecision(t, map[string]any{"reviewed": false}, map[string]any{"required": false}), engine.KindRun)
+	d, err = parseDecision(runDecision(t, map[string]any{"reviewed": false}, map[string]any{"required": false}), gated.KindRun)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.Run.MaxRounds != engine.DefaultMaxRounds || d.Run.Limits != (engine.RunLimits{}).WithDefaults() || d.Run.Continuable {
+	if d.Run.MaxRounds != engine.DefaultMaxRounds || d.Run.Limits != (gated.RunLimits{}).WithDefaults() || d.Run.Continuable {
 		t.Errorf("minimal run = %+v", d.Run)
 	}
 }
 
 func TestParseDecisionBlocked(t *testing.T) {
 	review := map[string]any{"required": true, "persona": "", "quorum": json.Number("1"), "why": "x", "blocked": "only the worker"}
-	d, err := parseDecision(runDecision(t, validRun(), review), engine.KindRun)
+	d, err := parseDecision(runDecision(t, validRun(), review), gated.KindRun)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -475,7 +476,7 @@ func TestParseDecisionBlocked(t *testing.T) {
 		{note: "blocked without a required review", review: map[string]any{"required": false, "blocked": "only the worker"}},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			if _, err := parseDecision(runDecision(t, nil, tc.review), engine.KindAction); err == nil {
+			if _, err := parseDecision(runDecision(t, nil, tc.review), gated.KindAction); err == nil {
 				t.Fatal("accepted")
 			}
 		})
@@ -501,36 +502,36 @@ func TestParseDecisionRunErrors(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		note string
-		kind engine.Kind
+		kind gated.Kind
 		run  any // nil leaves decision.run out
 		want string
 	}{
-		{note: "missing for a run", kind: engine.KindRun, want: "decision.run is missing"},
-		{note: "null for a run", kind: engine.KindRun, run: "null", want: "decision.run is null, want an object"},
-		{note: "an object for an action", kind: engine.KindAction, run: validRun(), want: "want null for a proposal of kind action"},
+		{note: "missing for a run", kind: gated.KindRun, want: "decision.run is missing"},
+		{note: "null for a run", kind: gated.KindRun, run: "null", want: "decision.run is null, want an object"},
+		{note: "an object for an action", kind: gated.KindAction, run: validRun(), want: "want null for a proposal of kind action"},
 		{note: "an object without a kind", kind: "", run: validRun(), want: "want null for a proposal of kind action"},
-		{note: "reviewed missing", kind: engine.KindRun, run: set("reviewed", nil), want: "decision.run.reviewed must be a boolean"},
-		{note: "reviewed but no review", kind: engine.KindRun, run: set("reviewed", false), want: "decision.run.reviewed is false but decision.review.required is true"},
-		{note: "why a number", kind: engine.KindRun, run: set("why", json.Number("1")), want: "decision.run.why is number"},
-		{note: "unknown review policy", kind: engine.KindRun, run: set("review_policy", "sometimes"), want: `review_policy "sometimes"`},
-		{note: "max_rounds zero", kind: engine.KindRun, run: set("max_rounds", json.Number("0")), want: "decision.run.max_rounds 0 must be an integer from 1 to 100"},
-		{note: "max_rounds a string", kind: engine.KindRun, run: set("max_rounds", "5"), want: "decision.run.max_rounds"},
-		{note: "max_rounds a fraction", kind: engine.KindRun, run: set("max_rounds", json.Number("2.5")), want: "decision.run.max_rounds"},
-		{note: "criteria an object", kind: engine.KindRun, run: set("criteria", map[string]any{}), want: "decision.run.criteria is object"},
-		{note: "criterion a string", kind: engine.KindRun, run: set("criteria", []any{"tests"}), want: "decision.run.criteria[0]: string"},
-		{note: "criterion without id", kind: engine.KindRun, run: criterion(map[string]any{"id": ""}), want: "id must be a non-empty string"},
-		{note: "criterion pass a string", kind: engine.KindRun, run: criterion(map[string]any{"pass": "yes"}), want: "pass must be a boolean"},
-		{note: "criterion required a string", kind: engine.KindRun, run: criterion(map[string]any{"required": "yes"}), want: `criterion "tests": required`},
-		{note: "criterion judged by a reviewer", kind: engine.KindRun, run: criterion(map[string]any{"judged_by": "reviewer:x"}), want: `judged_by "reviewer:x"`},
-		{note: "criterion judged twice", kind: engine.KindRun, run: set("criteria", []any{
+		{note: "reviewed missing", kind: gated.KindRun, run: set("reviewed", nil), want: "decision.run.reviewed must be a boolean"},
+		{note: "reviewed but no review", kind: gated.KindRun, run: set("reviewed", false), want: "decision.run.reviewed is false but decision.review.required is true"},
+		{note: "why a number", kind: gated.KindRun, run: set("why", json.Number("1")), want: "decision.run.why is number"},
+		{note: "unknown review policy", kind: gated.KindRun, run: set("review_policy", "sometimes"), want: `review_policy "sometimes"`},
+		{note: "max_rounds zero", kind: gated.KindRun, run: set("max_rounds", json.Number("0")), want: "decision.run.max_rounds 0 must be an integer from 1 to 100"},
+		{note: "max_rounds a string", kind: gated.KindRun, run: set("max_rounds", "5"), want: "decision.run.max_rounds"},
+		{note: "max_rounds a fraction", kind: gated.KindRun, run: set("max_rounds", json.Number("2.5")), want: "decision.run.max_rounds"},
+		{note: "criteria an object", kind: gated.KindRun, run: set("criteria", map[string]any{}), want: "decision.run.criteria is object"},
+		{note: "criterion a string", kind: gated.KindRun, run: set("criteria", []any{"tests"}), want: "decision.run.criteria[0]: string"},
+		{note: "criterion without id", kind: gated.KindRun, run: criterion(map[string]any{"id": ""}), want: "id must be a non-empty string"},
+		{note: "criterion pass a string", kind: gated.KindRun, run: criterion(map[string]any{"pass": "yes"}), want: "pass must be a boolean"},
+		{note: "criterion required a string", kind: gated.KindRun, run: criterion(map[string]any{"required": "yes"}), want: `criterion "tests": required`},
+		{note: "criterion judged by a reviewer", kind: gated.KindRun, run: criterion(map[string]any{"judged_by": "reviewer:x"}), want: `judged_by "reviewer:x"`},
+		{note: "criterion judged twice", kind: gated.KindRun, run: set("criteria", []any{
 			map[string]any{"id": "tests", "pass": true}, map[string]any{"id": "tests", "pass": false},
 		}), want: `criterion "tests" is judged twice`},
-		{note: "missing_work with a number", kind: engine.KindRun, run: set("missing_work", []any{"a", json.Number("1")}), want: "decision.run.missing_work must be an array of strings"},
-		{note: "manual a string", kind: engine.KindRun, run: set("manual", "signoff"), want: "decision.run.manual must be an array of strings"},
-		{note: "continuable a string", kind: engine.KindRun, run: set("continuable", "yes"), want: "decision.run.continuable is string"},
-		{note: "limits a list", kind: engine.KindRun, run: set("limits", []any{}), want: "decision.run.limits is array"},
-		{note: "limits unknown key", kind: engine.KindRun, run: set("limits", map[string]any{"max_bytes": json.Number("1")}), want: `unknown key "max_bytes"`},
-		{note: "limit negative", kind: engine.KindRun, run: set("limits", map[string]any{"max_items": json.Number("-1")}), want: "decision.run.limits.max_items -1"},
+		{note: "missing_work with a number", kind: gated.KindRun, run: set("missing_work", []any{"a", json.Number("1")}), want: "decision.run.missing_work must be an array of strings"},
+		{note: "manual a string", kind: gated.KindRun, run: set("manual", "signoff"), want: "decision.run.manual must be an array of strings"},
+		{note: "continuable a string", kind: gated.KindRun, run: set("continuable", "yes"), want: "decision.run.continuable is string"},
+		{note: "limits a list", kind: gated.KindRun, run: set("limits", []any{}), want: "decision.run.limits is array"},
+		{note: "limits unknown key", kind: gated.KindRun, run: set("limits", map[string]any{"max_bytes": json.Number("1")}), want: `unknown key "max_bytes"`},
+		{note: "limit negative", kind: gated.KindRun, run: set("limits", map[string]any{"max_items": json.Number("-1")}), want: "decision.run.limits.max_items -1"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			var run map[string]any
@@ -560,7 +561,7 @@ func TestParseDecisionRunNullForActions(t *testing.T) {
 		if run != nil {
 			obj.Insert(ast.StringTerm("run"), run)
 		}
-		d, err := parseDecision(obj, engine.KindAction)
+		d, err := parseDecision(obj, gated.KindAction)
 		if err != nil || d.Run != nil {
 			t.Errorf("run %v: decision.run = %+v, err %v; want nil and no error", run, d.Run, err)
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -16,11 +17,11 @@ import (
 // adds (review.also): they matter only to a proposal that goes on to
 // review. It uses the plain evaluation, not Explain's, which costs
 // milliseconds. gated mcp's precheck is Settle.
-func (e *Evaluator) Settle(ctx context.Context, reg engine.Personas, p *engine.Proposal) (s engine.Settled, settled bool, err error) {
+func (e *Evaluator) Settle(ctx context.Context, reg engine.Personas, p *gated.Proposal) (s gated.Settled, settled bool, err error) {
 	in := engine.PolicyInput{Proposal: p, Now: time.Now()}
 	d, routed, err := engine.EvaluateRouted(ctx, e.Evaluate, reg, in, engine.DefaultPersona, true)
 	if err != nil {
-		return engine.Settled{}, false, fmt.Errorf("evaluating the policy on %s: %w", p.Action, err)
+		return gated.Settled{}, false, fmt.Errorf("evaluating the policy on %s: %w", p.Action, err)
 	}
 	s, settled = engine.PolicyOutcome(p, d, routed)
 	return s, settled, nil

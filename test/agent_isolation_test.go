@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
@@ -16,10 +17,10 @@ import (
 
 // agentProposal is a read proposal of acme's that the default policy
 // approves at once, made by agent.
-func agentProposal(id, agent string) *engine.Proposal {
-	return &engine.Proposal{ID: id, Tenant: "acme", Action: "host_list_services", Class: engine.ClassRead,
+func agentProposal(id, agent string) *gated.Proposal {
+	return &gated.Proposal{ID: id, Tenant: "acme", Action: "host_list_services", Class: gated.ClassRead,
 		Target: map[string]any{"device_id": 7}, Reason: "agent isolation test",
-		RequestedBy: &engine.RequestedBy{Agent: agent, Session: "s-1"}}
+		RequestedBy: &gated.RequestedBy{Agent: agent, Session: "s-1"}}
 }
 
 // agentAudit waits for event on acme's proposal id whose data satisfies
@@ -148,7 +149,7 @@ func TestAgentIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := grants.Report(ctx, "acme", id, gid, engine.ExecutionSucceeded, ""); err != nil {
+		if err := grants.Report(ctx, "acme", id, gid, gated.ExecutionSucceeded, ""); err != nil {
 			t.Fatalf("ops-agent reporting its own outcome: %v", err)
 		}
 		agentAudit(t, admin, id, engine.EventGrantOutcome, func(d map[string]any) bool { return d["as"] == "ops-agent" && d["status"] == "succeeded" })
@@ -163,14 +164,14 @@ func TestAgentIsolation(t *testing.T) {
 			t.Fatal(err)
 		}
 		var rec struct {
-			Agent   string           `json:"agent"`
-			UsedAs  string           `json:"used_as"`
-			Outcome engine.Execution `json:"outcome"`
+			Agent   string          `json:"agent"`
+			UsedAs  string          `json:"used_as"`
+			Outcome gated.Execution `json:"outcome"`
 		}
 		if err := json.Unmarshal(e.Value(), &rec); err != nil {
 			t.Fatal(err)
 		}
-		if rec.Agent != "ops-agent" || rec.UsedAs != "ops-agent" || rec.Outcome.Status != engine.ExecutionSucceeded {
+		if rec.Agent != "ops-agent" || rec.UsedAs != "ops-agent" || rec.Outcome.Status != gated.ExecutionSucceeded {
 			t.Fatalf("grant record %s, want issued to and used by ops-agent, succeeded", e.Value())
 		}
 	})
@@ -178,7 +179,7 @@ func TestAgentIsolation(t *testing.T) {
 
 // mustExpect is what the grant of p, proposed with the fleet client, must
 // name.
-func mustExpect(t *testing.T, p *engine.Proposal) grant.Expect {
+func mustExpect(t *testing.T, p *gated.Proposal) grant.Expect {
 	t.Helper()
 	want, err := fleet.GrantExpect(p)
 	if err != nil {

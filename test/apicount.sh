@@ -10,11 +10,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 pkgs=("$@")
 if [ ${#pkgs[@]} -eq 0 ]; then
-	pkgs=(./engine ./engine/wire ./engine/grant ./bus/fleet ./plugins/sdk ./mcpgate)
+	pkgs=(. ./engine/wire ./engine/grant ./bus/fleet ./plugins/sdk ./mcpgate)
 fi
 printf '%-16s %6s %6s %8s %6s %6s %6s\n' package types funcs methods consts vars total
 for p in "${pkgs[@]}"; do
-	go doc -all "$p" | awk -v pkg="${p#./}" '
+	name=${p#./}
+	[ "$name" = . ] && name=gated
+	go doc -all "$p" | awk -v pkg="$name" '
 		/^(const|var) \($/ { block = $1; next }
 		block != "" && /^\)/ { block = ""; next }
 		block != "" {

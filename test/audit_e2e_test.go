@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
@@ -35,7 +36,7 @@ func auditCLI(t *testing.T, natsURL string, args ...string) (int, string, string
 func TestAuditTrailOfServe(t *testing.T) {
 	dataDir := t.TempDir()
 	g := startGated(t, "--data-dir", dataDir)
-	var rejected engine.Verdict
+	var rejected gated.Verdict
 	for _, f := range []string{"approved.json", "rejected-force-approve.json"} {
 		code, out, stderr := propose(t, g.natsURL, "-f", "../examples/proposals/"+f)
 		if code != 0 && code != 3 {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
@@ -54,7 +55,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // gated is a running `gated serve`.
-type gated struct {
+type serveProc struct {
 	cmd     *exec.Cmd
 	natsURL string
 	httpURL string
@@ -62,7 +63,7 @@ type gated struct {
 	exited  chan error
 }
 
-func startGated(t *testing.T, extra ...string) *gated {
+func startGated(t *testing.T, extra ...string) *serveProc {
 	t.Helper()
 	natsAddr, httpAddr := freeAddr(t), freeAddr(t)
 	args := append([]string{"serve", "--data-dir", t.TempDir(), "--nats-listen", natsAddr,
@@ -73,7 +74,7 @@ func startGated(t *testing.T, extra ...string) *gated {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	g := &gated{cmd: cmd, natsURL: "nats://" + natsAddr, httpURL: "http://" + httpAddr, logs: logs, exited: make(chan error, 1)}
+	g := &serveProc{cmd: cmd, natsURL: "nats://" + natsAddr, httpURL: "http://" + httpAddr, logs: logs, exited: make(chan error, 1)}
 	go func() { g.exited <- cmd.Wait() }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
@@ -224,21 +225,21 @@ func TestExampleProposals(t *testing.T) {
 	policyApproved := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventGrantIssued, engine.EventVerdict}
 	tests := map[string]struct {
 		exit    int
-		outcome engine.Outcome
-		stage   engine.Stage
+		outcome gated.Outcome
+		stage   gated.Stage
 		denies  []string // every policy deny, in order
 		events  []string
 	}{
-		"approved.json":                      {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview, events: reviewed},
-		"initech-restart.json":               {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StageReview, events: reviewed},
-		"invalid.json":                       {exit: 3, outcome: engine.OutcomeInvalid, stage: engine.StageValidation, events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
-		"read-pass-through.json":             {exit: 0, outcome: engine.OutcomeApproved, stage: engine.StagePolicy, events: policyApproved},
-		"rejected-force-approve-no-sop.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
-		"rejected-force-approve.json":        {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
-		"rejected-no-sop.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StageReview,
+		"approved.json":                      {exit: 0, outcome: gated.OutcomeApproved, stage: gated.StageReview, events: reviewed},
+		"initech-restart.json":               {exit: 0, outcome: gated.OutcomeApproved, stage: gated.StageReview, events: reviewed},
+		"invalid.json":                       {exit: 3, outcome: gated.OutcomeInvalid, stage: gated.StageValidation, events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
+		"read-pass-through.json":             {exit: 0, outcome: gated.OutcomeApproved, stage: gated.StagePolicy, events: policyApproved},
+		"rejected-force-approve-no-sop.json": {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
+		"rejected-force-approve.json":        {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
+		"rejected-no-sop.json": {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StageReview,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
-		"rejected-reviewer-tools.json": {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"reviewer_tool_denied"}, events: policyOnly},
-		"rejected-skip-review.json":    {exit: 3, outcome: engine.OutcomeRejected, stage: engine.StagePolicy, denies: []string{"no_skip_review"}, events: policyOnly},
+		"rejected-reviewer-tools.json": {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"reviewer_tool_denied"}, events: policyOnly},
+		"rejected-skip-review.json":    {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"no_skip_review"}, events: policyOnly},
 	}
 	examples, err := filepath.Glob("../examples/proposals/*.json")
 	if err != nil {
@@ -269,7 +270,7 @@ func TestExampleProposals(t *testing.T) {
 			if code != tc.exit {
 				t.Fatalf("exit %d, want %d\nstdout: %s\nstderr: %s", code, tc.exit, out, stderr)
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal(out, &v); err != nil {
 				t.Fatalf("stdout is not a verdict: %v\n%s", err, out)
 			}
@@ -291,7 +292,7 @@ func TestExampleProposals(t *testing.T) {
 			if strings.Join(denies, ",") != strings.Join(tc.denies, ",") {
 				t.Errorf("policy denies %v, want exactly %v (%s)", denies, tc.denies, v.Reason)
 			}
-			if tc.stage != engine.StageValidation && (v.Policy == nil || !strings.HasPrefix(v.Policy.Revision, "sha256:")) {
+			if tc.stage != gated.StageValidation && (v.Policy == nil || !strings.HasPrefix(v.Policy.Revision, "sha256:")) {
 				t.Errorf("verdict carries no policy revision: %+v", v.Policy)
 			}
 
@@ -306,7 +307,7 @@ func TestExampleProposals(t *testing.T) {
 			if last := recs[len(recs)-1]; last.seq != v.AuditSeq {
 				t.Errorf("verdict audit_seq %d, but the verdict event is at %d", v.AuditSeq, last.seq)
 			}
-			if tc.stage == engine.StageReview {
+			if tc.stage == gated.StageReview {
 				assertReviewedOutOfProcess(t, recs, gatedPID)
 			}
 		})
@@ -425,7 +426,7 @@ func TestVerdictsSurviveRestart(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d after restart: %s", code, stderr)
 	}
-	var a, b engine.Verdict
+	var a, b gated.Verdict
 	_ = json.Unmarshal(first, &a)
 	_ = json.Unmarshal(again, &b)
 	if !a.DecidedAt.Equal(b.DecidedAt) || a.AuditSeq != b.AuditSeq {
@@ -492,11 +493,11 @@ func TestSecondChangeOnSameTargetIsRejected(t *testing.T) {
 	}
 	for path, rule := range map[string]string{again: "target_cooldown", parallel: "parallel_operation"} {
 		code, out, _ := propose(t, g.natsURL, "-f", path)
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(out, &v); err != nil {
 			t.Fatal(err)
 		}
-		if code != 3 || v.Outcome != engine.OutcomeRejected || v.Stage != engine.StagePolicy ||
+		if code != 3 || v.Outcome != gated.OutcomeRejected || v.Stage != gated.StagePolicy ||
 			v.Policy == nil || len(v.Policy.Denies) != 1 || v.Policy.Denies[0].Rule != rule {
 			t.Fatalf("%s: exit %d, verdict %s at %s: %s; want %s", filepath.Base(path), code, v.Outcome, v.Stage, v.Reason, rule)
 		}

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // TestPolicyEvalAgreesWithGate proposes each proposal to a running gate
@@ -59,12 +59,12 @@ func TestPolicyEvalAgreesWithGate(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			_, out, stderr := propose(t, g.natsURL, "-f", tc.file)
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal(out, &v); err != nil {
 				t.Fatalf("propose printed no verdict: %v\nstdout: %s\nstderr: %s", err, out, stderr)
 			}
 			code, evalOut, evalErr := runPolicyCLI(t, "eval", "--format", "json", "--personas", "../examples/personas", "-f", tc.file)
-			if v.Outcome == engine.OutcomeInvalid {
+			if v.Outcome == gated.OutcomeInvalid {
 				if code != 1 {
 					t.Fatalf("the gate says invalid (%s); policy eval exits %d, want 1\n%s%s", v.Reason, code, evalOut, evalErr)
 				}
@@ -78,7 +78,7 @@ func TestPolicyEvalAgreesWithGate(t *testing.T) {
 				t.Fatalf("policy eval (exit %d) printed no JSON: %v\n%s%s", code, err, evalOut, evalErr)
 			}
 			want := "review"
-			if v.Stage == engine.StagePolicy || v.Outcome == engine.OutcomeBlocked {
+			if v.Stage == gated.StagePolicy || v.Outcome == gated.OutcomeBlocked {
 				want = string(v.Outcome)
 			}
 			if doc.Outcome != want {

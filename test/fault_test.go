@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/engine"
 )
 
 // The fault suites break one thing under load and hold gated to its
@@ -112,12 +112,12 @@ func TestFaultKillPlugin(t *testing.T) {
 			// A review cut short fails closed: error (the plugin died
 			// under it) or blocked (no plugin to route to until the
 			// relaunch). Nothing else may change.
-			if !p.kind.reviewed() || v.Stage != engine.StageReview ||
-				(v.Outcome != engine.OutcomeError && v.Outcome != engine.OutcomeBlocked) {
+			if !p.kind.reviewed() || v.Stage != gated.StageReview ||
+				(v.Outcome != gated.OutcomeError && v.Outcome != gated.OutcomeBlocked) {
 				t.Errorf("%s (%s): %s at %s: %s", p.id, p.kind, v.Outcome, v.Stage, v.Reason)
 			}
 		}
-		if v.Outcome == engine.OutcomeError && v.Stage == engine.StageReview {
+		if v.Outcome == gated.OutcomeError && v.Stage == gated.StageReview {
 			failed++
 		}
 		if p.kind == kindApprove && p.first.After(relaunched) {

@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // fleetClient connects a fleet.Client to a running gated.
@@ -38,13 +38,13 @@ func fleetClient(t *testing.T, url string, opts ...nats.Option) *fleet.Client {
 }
 
 // exampleProposal reads one of examples/proposals as a typed proposal.
-func exampleProposal(t *testing.T, name string) *engine.Proposal {
+func exampleProposal(t *testing.T, name string) *gated.Proposal {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join("../examples/proposals", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var p engine.Proposal
+	var p gated.Proposal
 	if err := json.Unmarshal(data, &p); err != nil {
 		t.Fatal(err)
 	}
@@ -66,15 +66,15 @@ func TestFleetClientAgainstGated(t *testing.T) {
 	invalid.ID, invalid.Class = "fleet-invalid-1", "maybe"
 	tests := []struct {
 		note    string
-		p       *engine.Proposal
-		outcome engine.Outcome
+		p       *gated.Proposal
+		outcome gated.Outcome
 		want    error
 	}{
-		{note: "approved by the sop reviewer", p: exampleProposal(t, "approved.json"), outcome: engine.OutcomeApproved},
-		{note: "rejected at policy", p: exampleProposal(t, "rejected-skip-review.json"), outcome: engine.OutcomeRejected, want: fleet.ErrReviewRejected},
-		{note: "rejected by the reviewer", p: exampleProposal(t, "rejected-no-sop.json"), outcome: engine.OutcomeRejected, want: fleet.ErrReviewRejected},
-		{note: "blocked: no such persona", p: blocked, outcome: engine.OutcomeBlocked, want: fleet.ErrReviewBlocked},
-		{note: "invalid class", p: invalid, outcome: engine.OutcomeInvalid, want: fleet.ErrProposalInvalid},
+		{note: "approved by the sop reviewer", p: exampleProposal(t, "approved.json"), outcome: gated.OutcomeApproved},
+		{note: "rejected at policy", p: exampleProposal(t, "rejected-skip-review.json"), outcome: gated.OutcomeRejected, want: fleet.ErrReviewRejected},
+		{note: "rejected by the reviewer", p: exampleProposal(t, "rejected-no-sop.json"), outcome: gated.OutcomeRejected, want: fleet.ErrReviewRejected},
+		{note: "blocked: no such persona", p: blocked, outcome: gated.OutcomeBlocked, want: fleet.ErrReviewBlocked},
+		{note: "invalid class", p: invalid, outcome: gated.OutcomeInvalid, want: fleet.ErrProposalInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -89,7 +89,7 @@ func TestFleetClientAgainstGated(t *testing.T) {
 	}
 
 	// The Gate: the tool runs once on approval, never otherwise.
-	gate, err := fleet.NewToolGate(client, fleet.Identity{Tenant: "acme", Agent: "fleet-test-agent", Operator: &engine.Principal{ID: "alice"}})
+	gate, err := fleet.NewToolGate(client, fleet.Identity{Tenant: "acme", Agent: "fleet-test-agent", Operator: &gated.Principal{ID: "alice"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,15 +103,15 @@ func TestFleetClientAgainstGated(t *testing.T) {
 		Name string `json:"table"`
 	}
 	restart := fleet.Guard(gate, fleet.ToolSpec[device]{
-		Action: "host_restart_service", Class: engine.ClassWrite,
+		Action: "host_restart_service", Class: gated.ClassWrite,
 		Describe: func(d device) fleet.Change {
-			return fleet.Change{Target: map[string]any{"device_id": d.ID, "service": "nginx"}, Reason: "wedged", BlastRadius: engine.BlastSingleDevice}
+			return fleet.Change{Target: map[string]any{"device_id": d.ID, "service": "nginx"}, Reason: "wedged", BlastRadius: gated.BlastSingleDevice}
 		},
 	}, func(context.Context, device) (string, error) { runs.Add(1); return "restarted", nil })
 	drop := fleet.Guard(gate, fleet.ToolSpec[table]{
-		Action: "db_drop_table", Class: engine.ClassDestructive,
+		Action: "db_drop_table", Class: gated.ClassDestructive,
 		Describe: func(t table) fleet.Change {
-			return fleet.Change{Target: map[string]any{"table": t.Name}, Reason: "unused", BlastRadius: engine.BlastCluster}
+			return fleet.Change{Target: map[string]any{"table": t.Name}, Reason: "unused", BlastRadius: gated.BlastCluster}
 		},
 	}, func(context.Context, table) (string, error) { runs.Add(1); return "dropped", nil })
 	if out, err := restart(ctx, device{702}); err != nil || out != "restarted" || runs.Load() != 1 {
@@ -149,8 +149,8 @@ func TestReviewServiceAgainstGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := req("gated.review.acme", approved)
-	var v engine.Verdict
-	if err := json.Unmarshal(m.Data, &v); err != nil || v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageReview {
+	var v gated.Verdict
+	if err := json.Unmarshal(m.Data, &v); err != nil || v.Outcome != gated.OutcomeApproved || v.Stage != gated.StageReview {
 		t.Fatalf("reply %s (%v), headers %v", m.Data, err, m.Header)
 	}
 	// Stored, like every verdict.
@@ -217,8 +217,8 @@ func TestProposeViaServiceAndVerdictGet(t *testing.T) {
 		return run(t, exec.Command(gatedBin, append([]string{"verdict", "get", "--nats-url", url}, args...)...))
 	}
 	code, out, stderr := verdictGet(g.natsURL, "acme", "demo-approved-1")
-	var v engine.Verdict
-	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Outcome != engine.OutcomeApproved {
+	var v gated.Verdict
+	if code != 0 || json.Unmarshal([]byte(out), &v) != nil || v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict get: exit %d\n%s%s", code, out, stderr)
 	}
 	for _, tc := range []struct {
@@ -260,14 +260,14 @@ func TestFleetExample(t *testing.T) {
 	}
 	var sum struct {
 		Summary struct {
-			Calls      int                    `json:"calls"`
-			Reads      int                    `json:"reads"`
-			Proposals  int                    `json:"proposals"`
-			Outcomes   map[engine.Outcome]int `json:"outcomes"`
-			ByReviewer map[string]int         `json:"by_reviewer"`
-			ByRule     map[string]int         `json:"by_rule"`
-			Unanswered int                    `json:"unanswered"`
-			ToolRuns   int                    `json:"tool_runs"`
+			Calls      int                   `json:"calls"`
+			Reads      int                   `json:"reads"`
+			Proposals  int                   `json:"proposals"`
+			Outcomes   map[gated.Outcome]int `json:"outcomes"`
+			ByReviewer map[string]int        `json:"by_reviewer"`
+			ByRule     map[string]int        `json:"by_rule"`
+			Unanswered int                   `json:"unanswered"`
+			ToolRuns   int                   `json:"tool_runs"`
 		} `json:"summary"`
 	}
 	client := fleetClient(t, g.natsURL)
@@ -275,11 +275,11 @@ func TestFleetExample(t *testing.T) {
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		var l struct {
-			Tenant     string         `json:"tenant"`
-			Class      engine.Class   `json:"class"`
-			ProposalID string         `json:"proposal_id"`
-			Outcome    engine.Outcome `json:"outcome"`
-			Ran        string         `json:"ran"`
+			Tenant     string        `json:"tenant"`
+			Class      gated.Class   `json:"class"`
+			ProposalID string        `json:"proposal_id"`
+			Outcome    gated.Outcome `json:"outcome"`
+			Ran        string        `json:"ran"`
 		}
 		if strings.HasPrefix(sc.Text(), `{"summary"`) {
 			if err := json.Unmarshal(sc.Bytes(), &sum); err != nil {
@@ -291,7 +291,7 @@ func TestFleetExample(t *testing.T) {
 			t.Fatalf("line %q: %v", sc.Text(), err)
 		}
 		lines++
-		if (l.Ran != "") != (l.Class == engine.ClassRead || l.Outcome == engine.OutcomeApproved) {
+		if (l.Ran != "") != (l.Class == gated.ClassRead || l.Outcome == gated.OutcomeApproved) {
 			t.Fatalf("line %q: a tool ran without an approval, or an approved one did not", sc.Text())
 		}
 		if l.ProposalID != "" && checked < 5 {
@@ -308,10 +308,10 @@ func TestFleetExample(t *testing.T) {
 		t.Fatalf("%d calls, %d lines; want 80", s.Calls, lines)
 	case s.Reads == 0 || s.Proposals != s.Calls-s.Reads || s.Unanswered != 0:
 		t.Fatalf("summary %+v", s)
-	case s.Outcomes[engine.OutcomeApproved] == 0 || s.Outcomes[engine.OutcomeRejected] == 0:
+	case s.Outcomes[gated.OutcomeApproved] == 0 || s.Outcomes[gated.OutcomeRejected] == 0:
 		t.Fatalf("the default bundle should approve some and reject some: %v", s.Outcomes)
-	case s.ToolRuns != s.Reads+s.Outcomes[engine.OutcomeApproved]:
-		t.Fatalf("tools ran %d times for %d reads and %d approvals", s.ToolRuns, s.Reads, s.Outcomes[engine.OutcomeApproved])
+	case s.ToolRuns != s.Reads+s.Outcomes[gated.OutcomeApproved]:
+		t.Fatalf("tools ran %d times for %d reads and %d approvals", s.ToolRuns, s.Reads, s.Outcomes[gated.OutcomeApproved])
 	case s.ByReviewer["dba"] == 0 || s.ByReviewer["reviewer"] == 0:
 		t.Fatalf("reviews by persona %v; database changes go to dba", s.ByReviewer)
 	case s.ByRule["no_skip_review"] == 0 || s.ByRule["unsupported_force_approve"] == 0:
@@ -355,8 +355,8 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 	if v, err := client.Verdict(ctx, "acme", p.ID); err != nil || !v.Approved {
 		t.Fatalf("Verdict: %+v, %v", v, err)
 	}
-	if _, err := client.Verdict(ctx, "acme", "never-proposed"); !errors.Is(err, engine.ErrNotFound) {
-		t.Fatalf("Verdict of a missing key: err = %v, want engine.ErrNotFound", err)
+	if _, err := client.Verdict(ctx, "acme", "never-proposed"); !errors.Is(err, gated.ErrNotFound) {
+		t.Fatalf("Verdict of a missing key: err = %v, want gated.ErrNotFound", err)
 	}
 	data, err := os.ReadFile("../examples/proposals/approved.json")
 	if err != nil {
@@ -367,12 +367,12 @@ func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
 	}
 	watched := exampleProposal(t, "read-pass-through.json")
 	watched.ID = "watched-read-1"
-	var stages []engine.StatusStage
+	var stages []gated.StatusStage
 	if _, err := client.ProposeWith(ctx, watched, fleet.WithStatus(func(u fleet.StatusUpdate) {
 		if u.Status != nil {
 			stages = append(stages, u.Status.Stage)
 		}
-	})); err != nil || len(stages) == 0 || stages[len(stages)-1] != engine.StatusDecided {
+	})); err != nil || len(stages) == 0 || stages[len(stages)-1] != gated.StatusDecided {
 		t.Fatalf("ProposeWith(WithStatus): %v, stages %v", err, stages)
 	}
 	select {

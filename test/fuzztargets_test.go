@@ -10,7 +10,7 @@ import (
 )
 
 // fuzzLine is one run of `make fuzz`: the package and the target.
-var fuzzLine = regexp.MustCompile(`\$\(GO\) test (\./\S*) -run '\^\$\$' -fuzz '\^(Fuzz\w+)\$\$'`)
+var fuzzLine = regexp.MustCompile(`\$\(GO\) test (\.(?:/\S*)?) -run '\^\$\$' -fuzz '\^(Fuzz\w+)\$\$'`)
 
 // fuzzFunc is the declaration of a fuzz target in a test file.
 var fuzzFunc = regexp.MustCompile(`(?m)^func (Fuzz\w+)\(f \*testing\.F\)`)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
@@ -33,7 +34,7 @@ hold contains {"rule": "hold_cache_flush", "why": "a cache flush empties every e
 // default bundle's hold_listed_action, from policy data) and dns_flush_*
 // ones for three seconds (a policy file), with two operators: alice for
 // acme, bob for globex. It returns gated and the seed files by operator.
-func holdGated(t *testing.T) (*gated, map[string]string) {
+func holdGated(t *testing.T) (*serveProc, map[string]string) {
 	t.Helper()
 	dir := t.TempDir()
 	var list strings.Builder
@@ -70,17 +71,17 @@ func holdGated(t *testing.T) (*gated, map[string]string) {
 	return g, seeds
 }
 
-func dnsProposal(id, action string) *engine.Proposal {
-	return &engine.Proposal{
-		V: 1, ID: id, Tenant: "acme", Kind: engine.KindAction, Action: action, Class: engine.ClassWrite,
-		BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"zone": "example.org", "record": id},
-		Reason: "retire a record", RequestedBy: &engine.RequestedBy{Agent: "dns-bot", Session: "s-1"},
+func dnsProposal(id, action string) *gated.Proposal {
+	return &gated.Proposal{
+		V: 1, ID: id, Tenant: "acme", Kind: gated.KindAction, Action: action, Class: gated.ClassWrite,
+		BlastRadius: gated.BlastSingleDevice, Target: map[string]any{"zone": "example.org", "record": id},
+		Reason: "retire a record", RequestedBy: &gated.RequestedBy{Agent: "dns-bot", Session: "s-1"},
 	}
 }
 
 // proposeHeld proposes p and checks that its verdict is held for an
 // operator, never approved.
-func proposeHeld(t *testing.T, ctx context.Context, c *fleet.Client, p *engine.Proposal) *engine.Verdict {
+func proposeHeld(t *testing.T, ctx context.Context, c *fleet.Client, p *gated.Proposal) *gated.Verdict {
 	t.Helper()
 	v, err := c.Propose(ctx, p)
 	if !errors.Is(err, fleet.ErrAwaitingOperator) || v == nil || v.AwaitingOperator == nil || v.Approved {
@@ -153,7 +154,7 @@ func TestHeldActionEndToEnd(t *testing.T) {
 			t.Errorf("hold %+v: want hold_listed_action until about an hour from now", held.AwaitingOperator)
 		}
 		final := make(chan error, 1)
-		var got *engine.Verdict
+		var got *gated.Verdict
 		go func() {
 			v, err := client.AwaitDecision(ctx, held)
 			got = v
@@ -165,7 +166,7 @@ func TestHeldActionEndToEnd(t *testing.T) {
 		if err := <-final; err != nil {
 			t.Fatal(err)
 		}
-		if err := fleet.CheckVerdict(got); err != nil || got.Stage != engine.StageOperator || got.Operator == nil ||
+		if err := fleet.CheckVerdict(got); err != nil || got.Stage != gated.StageOperator || got.Operator == nil ||
 			got.Operator.ID != "alice" || !strings.HasPrefix(got.Operator.Key, "U") || got.Operator.Reason != "change CHG-7 agreed" {
 			t.Fatalf("fleet got %+v (%v), want an approval by alice with her key and reason", got, err)
 		}
@@ -256,7 +257,7 @@ func TestHeldActionEndToEnd(t *testing.T) {
 			t.Fatalf("expired decision: %v, want ErrUnauthenticated", err)
 		}
 		v, err := client.Verdict(ctx, "acme", held.ProposalID)
-		if err != nil || v.Outcome != engine.OutcomeBlocked || v.AwaitingOperator == nil {
+		if err != nil || v.Outcome != gated.OutcomeBlocked || v.AwaitingOperator == nil {
 			t.Fatalf("after refusals the verdict is %+v, %v", v, err)
 		}
 		if n := strings.Count(strings.Join(auditEvents(t, g.natsURL, "acme", held.ProposalID), ","), "operator.refused"); n != 5 {
@@ -268,7 +269,7 @@ func TestHeldActionEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v, err := operator.Send(ctx, nc, rej, rejHdr); err != nil || v.Outcome != engine.OutcomeRejected {
+		if v, err := operator.Send(ctx, nc, rej, rejHdr); err != nil || v.Outcome != gated.OutcomeRejected {
 			t.Fatalf("alice's rejection: %+v, %v", v, err)
 		}
 		if _, err := operator.Send(ctx, nc, rej, rejHdr); !errors.Is(err, operator.ErrConflict) {
@@ -283,13 +284,13 @@ func TestHeldActionEndToEnd(t *testing.T) {
 			t.Fatalf("hold %+v", held.AwaitingOperator)
 		}
 		v, err := client.AwaitDecision(ctx, held)
-		if err != nil || v.Outcome != engine.OutcomeTimeout || v.Approved || v.Stage != engine.StageOperator {
+		if err != nil || v.Outcome != gated.OutcomeTimeout || v.Approved || v.Stage != gated.StageOperator {
 			t.Fatalf("fleet got %+v, %v, want a timeout", v, err)
 		}
 		if code, out := decide(held.ProposalID, "alice", "--approve"); code != 3 {
 			t.Fatalf("approval after the deadline: exit %d, want 3\n%s", code, out)
 		}
-		if v, err := client.Verdict(ctx, "acme", held.ProposalID); err != nil || v.Outcome != engine.OutcomeTimeout {
+		if v, err := client.Verdict(ctx, "acme", held.ProposalID); err != nil || v.Outcome != gated.OutcomeTimeout {
 			t.Fatalf("stored verdict %+v, %v", v, err)
 		}
 	})
@@ -329,7 +330,7 @@ func TestHeldActionUnderTenantPermissions(t *testing.T) {
 	defer cancel()
 	held := proposeHeld(t, ctx, client, dnsProposal("tenant-hold", "dns_delete_record"))
 	v, err := client.AwaitDecision(ctx, held)
-	if err != nil || v.Outcome != engine.OutcomeTimeout {
+	if err != nil || v.Outcome != gated.OutcomeTimeout {
 		t.Fatalf("acme got %+v, %v, want the timeout", v, err)
 	}
 	holds, err := admin.js.Stream(ctx, "GATED_HOLDS")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -136,7 +137,7 @@ type tally struct {
 // account settles the load and counts everything; it logs one summary
 // line and returns the tally for the test's own assertions. The caller
 // asserts; assertClean asserts what every suite requires.
-func (l *fleetLoad) account(t *testing.T, deadline time.Duration) (*tally, map[string]*engine.Verdict) {
+func (l *fleetLoad) account(t *testing.T, deadline time.Duration) (*tally, map[string]*gated.Verdict) {
 	t.Helper()
 	stored := l.settle(t, deadline)
 	audit, bad := l.readAuditStream(t)
@@ -207,7 +208,7 @@ func (l *fleetLoad) account(t *testing.T, deadline time.Duration) (*tally, map[s
 		case kindRead:
 			// Approved by the policy, no review needed.
 		case kindApprove:
-			if v.Stage != engine.StageReview || !approvedByReview(recs, v) {
+			if v.Stage != gated.StageReview || !approvedByReview(recs, v) {
 				tl.NoReview++
 				tl.noReviewIDs = append(tl.noReviewIDs, p.id)
 			}
@@ -244,7 +245,7 @@ func (l *fleetLoad) account(t *testing.T, deadline time.Duration) (*tally, map[s
 // Such a delivery died between its seal and its store, and the proposal
 // was decided again on redelivery, as docs/AUDIT.md describes. With no
 // stored verdict every record counts.
-func countVerdictRecords(recs []auditRec, stored *engine.Verdict) (counted, orphans int) {
+func countVerdictRecords(recs []auditRec, stored *gated.Verdict) (counted, orphans int) {
 	storedDelivery := 0
 	if stored != nil {
 		for _, r := range recs {
@@ -271,7 +272,7 @@ func countVerdictRecords(recs []auditRec, stored *engine.Verdict) (counted, orph
 // event the stored verdict names, before it: in an earlier record, or
 // earlier in the verdict's own record (recs are in stream order, a
 // record's events in theirs).
-func approvedByReview(recs []auditRec, v *engine.Verdict) bool {
+func approvedByReview(recs []auditRec, v *gated.Verdict) bool {
 	delivery := 0
 	at := -1
 	for i, r := range recs {
@@ -287,7 +288,7 @@ func approvedByReview(recs []auditRec, v *engine.Verdict) bool {
 			continue
 		}
 		d := r.data()
-		if d.Decision == string(engine.DecisionApprove) && (delivery == 0 || d.Delivery == 0 || d.Delivery == delivery) {
+		if d.Decision == string(gated.DecisionApprove) && (delivery == 0 || d.Delivery == 0 || d.Delivery == delivery) {
 			return true
 		}
 	}
@@ -296,7 +297,7 @@ func approvedByReview(recs []auditRec, v *engine.Verdict) bool {
 
 // describe renders what the test saw of one proposal, for a failure
 // report.
-func (l *fleetLoad) describe(id string, recs []auditRec, stored *engine.Verdict) string {
+func (l *fleetLoad) describe(id string, recs []auditRec, stored *gated.Verdict) string {
 	var b strings.Builder
 	if p := l.props[id]; p != nil {
 		fmt.Fprintf(&b, "  kind %s, first publish %s, acked %s, %d tries\n", p.kind, clockOf(p.first), clockOf(p.acked), p.tries)
@@ -317,7 +318,7 @@ func (l *fleetLoad) describe(id string, recs []auditRec, stored *engine.Verdict)
 // decided after it, to the first approval a review granted after it
 // (reviews work again), and to the moment every proposal acknowledged
 // before it was decided (the backlog it found drained).
-func (l *fleetLoad) recovery(stored map[string]*engine.Verdict) []string {
+func (l *fleetLoad) recovery(stored map[string]*gated.Verdict) []string {
 	var out []string
 	for _, f := range l.faults {
 		var first, firstApproval, drained time.Time
@@ -329,7 +330,7 @@ func (l *fleetLoad) recovery(stored map[string]*engine.Verdict) []string {
 			if v.DecidedAt.After(f.at) && (first.IsZero() || v.DecidedAt.Before(first)) {
 				first = v.DecidedAt
 			}
-			if v.Approved && v.Stage == engine.StageReview && v.DecidedAt.After(f.at) &&
+			if v.Approved && v.Stage == gated.StageReview && v.DecidedAt.After(f.at) &&
 				(firstApproval.IsZero() || v.DecidedAt.Before(firstApproval)) {
 				firstApproval = v.DecidedAt
 			}
@@ -407,11 +408,11 @@ func TestCountVerdictRecords(t *testing.T) {
 	rec := func(seq uint64, event string, delivery int) auditRec {
 		return auditRec{seq: seq, Event: event, Data: json.RawMessage(fmt.Sprintf(`{"delivery":%d}`, delivery))}
 	}
-	stored := &engine.Verdict{AuditSeq: 9}
+	stored := &gated.Verdict{AuditSeq: 9}
 	for _, tc := range []struct {
 		name            string
 		recs            []auditRec
-		stored          *engine.Verdict
+		stored          *gated.Verdict
 		counted, orphan int
 	}{
 		{"one record", []auditRec{rec(8, engine.EventReceived, 1), rec(9, engine.EventVerdict, 1)}, stored, 1, 0},

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -55,18 +55,18 @@ func (k proposalKind) String() string {
 func (k proposalKind) reviewed() bool { return k == kindApprove || k == kindReject }
 
 // expected is the verdict a kind gets when nothing fails.
-func (k proposalKind) expected() (engine.Outcome, engine.Stage) {
+func (k proposalKind) expected() (gated.Outcome, gated.Stage) {
 	switch k {
 	case kindRead:
-		return engine.OutcomeApproved, engine.StagePolicy
+		return gated.OutcomeApproved, gated.StagePolicy
 	case kindDenied:
-		return engine.OutcomeRejected, engine.StagePolicy
+		return gated.OutcomeRejected, gated.StagePolicy
 	case kindApprove:
-		return engine.OutcomeApproved, engine.StageReview
+		return gated.OutcomeApproved, gated.StageReview
 	case kindReject:
-		return engine.OutcomeRejected, engine.StageReview
+		return gated.OutcomeRejected, gated.StageReview
 	default:
-		return engine.OutcomeInvalid, engine.StageValidation
+		return gated.OutcomeInvalid, gated.StageValidation
 	}
 }
 
@@ -128,7 +128,7 @@ type sentProposal struct {
 
 // wireVerdict is a verdict as it arrived on gated.verdicts.>.
 type wireVerdict struct {
-	v  engine.Verdict
+	v  gated.Verdict
 	at time.Time
 }
 
@@ -188,7 +188,7 @@ func newLoad(t *testing.T, natsURL, prefix string) *fleetLoad {
 }
 
 func (l *fleetLoad) onVerdict(m *nats.Msg) {
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		l.t.Errorf("verdict on %s is not JSON: %v", m.Subject, err)
 		return
@@ -346,7 +346,7 @@ func (l *fleetLoad) verdictBucket(t *testing.T) jetstream.KeyValue {
 
 // storedVerdict reads one stored verdict; found is false when there is
 // none, err when the bucket could not answer.
-func storedVerdict(ctx context.Context, kv jetstream.KeyValue, id string) (v *engine.Verdict, found bool, err error) {
+func storedVerdict(ctx context.Context, kv jetstream.KeyValue, id string) (v *gated.Verdict, found bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	e, err := kv.Get(ctx, loadTenant+"."+id)
@@ -356,7 +356,7 @@ func storedVerdict(ctx context.Context, kv jetstream.KeyValue, id string) (v *en
 	if err != nil {
 		return nil, false, err
 	}
-	v = &engine.Verdict{}
+	v = &gated.Verdict{}
 	if err := json.Unmarshal(e.Value(), v); err != nil {
 		return nil, false, fmt.Errorf("stored verdict %s: %w", id, err)
 	}
@@ -368,10 +368,10 @@ func storedVerdict(ctx context.Context, kv jetstream.KeyValue, id string) (v *en
 // Proposals already answered on the wire are looked up once at the end;
 // the others are polled, since a verdict published while a subscriber was
 // reconnecting never reaches it.
-func (l *fleetLoad) settle(t *testing.T, deadline time.Duration) map[string]*engine.Verdict {
+func (l *fleetLoad) settle(t *testing.T, deadline time.Duration) map[string]*gated.Verdict {
 	t.Helper()
 	kv := l.verdictBucket(t)
-	stored := map[string]*engine.Verdict{}
+	stored := map[string]*gated.Verdict{}
 	until := time.Now().Add(deadline)
 	for {
 		l.mu.Lock()

@@ -87,12 +87,12 @@ mutant change_freeze policies/operations.rego ./policies \
 # Decision-line authority. Judge (engine/review.go) reads the decision
 # from the reviewer's text with readDecision (ParseDecision's reading); the first mutant makes it
 # trust the plugin's structured decision instead. The second makes
-# ParseDecision (engine/decision.go) approve whatever it is given: it
+# ParseDecision (decision.go) approve whatever it is given: it
 # replaces the function's first line, so it applies whatever the body is.
 mutant decision_line_trusts_plugin engine/review.go './engine ./plugins' \
 	'decision, parsed, overruled := readDecision(res.Text)' \
 	'decision, parsed, overruled := res.Decision, "the plugin said so", false'
-mutant decision_line_accepts_anything engine/decision.go './engine ./plugins' \
+mutant decision_line_accepts_anything decision.go '. ./engine ./plugins' \
 	$'func ParseDecision(text string) (ReviewDecision, string) {\n' \
 	$'func ParseDecision(text string) (ReviewDecision, string) {\n\tif true {\n\t\treturn DecisionApprove, "reviewer approved"\n\t}\n'
 
@@ -130,7 +130,7 @@ mutant unrouted_failure_named_by_router engine/unrouted.go ./engine \
 # A reviewer is named by the name gated's configuration gives its plugin
 # (plugins/review.go, result), and what it reports about itself is kept as
 # one short line of printable ASCII (engine/review.go, Judge;
-# engine/internal/reviewtext/selfreported.go). The mutants name it by its Describe, keep its
+# internal/reviewtext/selfreported.go). The mutants name it by its Describe, keep its
 # name, version or model as reported, keep every line, every character, or
 # any length.
 mutant plugin_self_named plugins/review.go ./plugins \
@@ -145,13 +145,13 @@ mutant self_reported_version engine/review.go ./engine \
 mutant self_reported_model engine/review.go ./engine \
 	'Model: reviewtext.SelfReported(res.Model),' \
 	'Model: res.Model,'
-mutant self_reported_first_line engine/internal/reviewtext/selfreported.go ./engine/... \
+mutant self_reported_first_line internal/reviewtext/selfreported.go './internal/reviewtext ./engine/...' \
 	'if i := strings.IndexFunc(s, lineBreak); i >= 0 {' \
 	'if i := strings.IndexFunc(s, lineBreak); false && i >= 0 {'
-mutant self_reported_printable engine/internal/reviewtext/selfreported.go ./engine/... \
+mutant self_reported_printable internal/reviewtext/selfreported.go './internal/reviewtext ./engine/...' \
 	"if c < ' ' || c > '~' {" \
 	'if false {'
-mutant self_reported_length engine/internal/reviewtext/selfreported.go ./engine/... \
+mutant self_reported_length internal/reviewtext/selfreported.go './internal/reviewtext ./engine/...' \
 	'const MaxSelfReportedBytes = 128' \
 	'const MaxSelfReportedBytes = 1 << 20'
 
@@ -285,22 +285,22 @@ mutant record_history_key bus/store/records.go ./bus/store \
 	'case v.Tenant != tenant || v.TargetKey != target:' \
 	'case false:'
 
-# Strict decision reading (engine/internal/reviewtext/decision.go): after an approving first
+# Strict decision reading (internal/reviewtext/decision.go): after an approving first
 # line, a later decision line that is not an approval, or a retraction,
 # rejects. Judge (engine/review.go) checks that the text's gate lines
 # agree with the structured gates, and a gate passes only on an exact
-# pass token (GatePasses, engine/internal/reviewtext/gates.go); the last mutant makes any text that begins
+# pass token (GatePasses, internal/reviewtext/gates.go); the last mutant makes any text that begins
 # with one a pass ("pass-ish", "passed?").
-mutant later_decision_line engine/internal/reviewtext/decision.go ./engine/... \
+mutant later_decision_line internal/reviewtext/decision.go './internal/reviewtext ./engine/...' \
 	'if looksLikeDecisionLine(later) && !isDecisionLine(later, "approve") {' \
 	'if false {'
-mutant retraction engine/internal/reviewtext/decision.go ./engine/... \
+mutant retraction internal/reviewtext/decision.go './internal/reviewtext ./engine/...' \
 	'if phrase := retraction(later); phrase != "" {' \
 	'if phrase := ""; phrase != "" {'
 mutant gate_lines_checked engine/review.go ./engine \
-	'if err := CheckGateLines(res.Text, res.Gates); err != nil {' \
+	'if err := gated.CheckGateLines(res.Text, res.Gates); err != nil {' \
 	'if err := error(nil); err != nil {'
-mutant gate_pass_exact engine/internal/reviewtext/gates.go './engine/... ./plugins/llm' \
+mutant gate_pass_exact internal/reviewtext/gates.go './internal/reviewtext ./engine/... ./plugins/llm' \
 	'if detail, ok := afterPass(after); ok {' \
 	'if detail, _ := afterPass(after); true {'
 
@@ -312,10 +312,10 @@ mutant run_not_completed policies/runs.rego ./policies \
 	'run_deny contains {"rule": "run_not_completed",' \
 	'removed_by_mutant contains {"rule": "run_not_completed",'
 mutant run_not_completed_review engine/runflow.go ./engine \
-	'if outcome == OutcomeApproved && !StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {' \
+	'if outcome == gated.OutcomeApproved && !StatusAccepted(st.run.Status, st.policy.AcceptedStatus) {' \
 	'if false {'
 mutant run_not_completed_verdict engine/runflow.go ./engine \
-	'if v.Outcome == OutcomeApproved && st.run.Status != RunCompleted {' \
+	'if v.Outcome == gated.OutcomeApproved && st.run.Status != gated.RunCompleted {' \
 	'if false {'
 
 # An action pattern's * stays within one word of the action, in the policy
@@ -324,14 +324,14 @@ mutant run_not_completed_verdict engine/runflow.go ./engine \
 mutant action_pattern_rego policies/gated.rego ./policies \
 	'glob.match(pattern, ["_", "-"], action)' \
 	'glob.match(pattern, null, action)'
-mutant action_pattern_go engine/pattern.go ./plugins/sop \
+mutant action_pattern_go pattern.go ./plugins/sop \
 	'glob.Compile(pattern, []rune(ActionWordSeparators)...)' \
 	'glob.Compile(pattern)'
 # A dash separates the words of an action as an underscore does.
 mutant action_dash_rego policies/gated.rego ./policies \
 	'glob.match(pattern, ["_", "-"], action)' \
 	'glob.match(pattern, ["_"], action)'
-mutant action_dash_go engine/pattern.go ./policies \
+mutant action_dash_go pattern.go ./policies \
 	'const ActionWordSeparators = "_-"' \
 	'const ActionWordSeparators = "_"'
 
@@ -438,13 +438,13 @@ mutant gid_print_needs_an_id bus/audit/quickprint.go ./bus/audit \
 mutant audit_event_data_json bus/audit/writer.go ./bus/audit \
 	'case len(t) > 0 && !jsonscan.Valid(t):' \
 	'case len(t) < 0 && !jsonscan.Valid(t):'
-# The one-pass proposal reader (engine/decodefast.go) reads only what the
+# The one-pass proposal reader (decodefast.go) reads only what the
 # strict reading accepts: a key twice or a key that is not, byte for
 # byte, a field leaves the proposal to encoding/json and the key check.
-mutant decode_fast_duplicate_key engine/decodefast.go ./engine \
+mutant decode_fast_duplicate_key decodefast.go '. ./engine' \
 	$'\t\t\tif bytes.Equal(k, key) {\n\t\t\t\treturn false\n' \
 	$'\t\t\tif bytes.Equal(k, key) {\n\t\t\t\tbreak\n'
-mutant decode_fast_exact_keys engine/decodefast.go ./engine \
+mutant decode_fast_exact_keys decodefast.go '. ./engine' \
 	$'\t\tp.CreatedAt = t\n\t\treturn true\n\t}\n\treturn false\n' \
 	$'\t\tp.CreatedAt = t\n\t\treturn true\n\t}\n\t_, ok := r.anyValue()\n\treturn ok\n'
 # The planned evaluator keeps its lookups only into what cannot change: a
@@ -527,7 +527,7 @@ mutant grant_due_only_when_due bus/grants/grantsweep.go ./bus/grants \
 # (mcpgate/mapping.go, gate.go) refuses arguments with two member names
 # equal under case folding and arguments the tool's input schema does not
 # allow, and its proposal carries every argument it forwards; gated itself
-# refuses a proposal whose arguments fold together (engine/decode.go); the
+# refuses a proposal whose arguments fold together (decode.go); the
 # Go tool gate runs the tool with the arguments it proposed, not the
 # caller's value, and refuses arguments that fold together
 # (bus/fleet/toolgate.go).
@@ -540,7 +540,7 @@ mutant mcp_arguments_schema mcpgate/mapping.go ./mcpgate \
 mutant mcp_proposal_carries_arguments mcpgate/gate.go ./mcpgate \
 	$'\t\tArguments:      c.Arguments,\n' \
 	$'\n'
-mutant proposal_arguments_folded engine/decode.go ./engine \
+mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
 mutant guard_runs_reviewed bus/fleet/toolgate.go ./bus/fleet \
@@ -567,8 +567,8 @@ mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 # The map (docs/ARCHITECTURE.md, held by internal/archmap): a package
 # moved into the layer of what it imports is an import sideways.
 mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
-	'| 2 | `engine` |' \
-	'| 1 | `engine` |'
+	'| 3 | `engine` |' \
+	'| 2 | `engine` |'
 
 # --- running them --------------------------------------------------------------
 

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -51,10 +52,10 @@ func incidentProposal(t *testing.T, dir, id, incident, blast string) string {
 	return path
 }
 
-func proposeVerdict(t *testing.T, g *gated, path string) (int, engine.Verdict) {
+func proposeVerdict(t *testing.T, g *serveProc, path string) (int, gated.Verdict) {
 	t.Helper()
 	code, out, stderr := propose(t, g.natsURL, "-f", path)
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("%s: exit %d, no verdict: %v\n%s%s", filepath.Base(path), code, err, out, stderr)
 	}
@@ -88,7 +89,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 	// The incident persona the proposal names reviews beside the routed
 	// reviewer, not instead of it.
 	code, v := proposeVerdict(t, g, incidentProposal(t, props, "inc-1", "INC-7", "single_device"))
-	if code != 0 || v.Outcome != engine.OutcomeApproved || len(v.Reviews) != 2 || v.Reviews[0].Persona != "reviewer" || v.Reviews[1].Plugin != "incident" {
+	if code != 0 || v.Outcome != gated.OutcomeApproved || len(v.Reviews) != 2 || v.Reviews[0].Persona != "reviewer" || v.Reviews[1].Plugin != "incident" {
 		t.Fatalf("incident change: exit %d, %s: %s, reviews %+v", code, v.Outcome, v.Reason, v.Reviews)
 	}
 	var tools []string
@@ -105,14 +106,14 @@ func TestThirdPartyPlugin(t *testing.T) {
 	}
 
 	_, v = proposeVerdict(t, g, incidentProposal(t, props, "inc-2", "", "single_device"))
-	if v.Outcome != engine.OutcomeRejected || len(v.Reviews) != 2 || !slicesContain(v.Reviews[1].MissingGates, "incident_linked") && v.Reviews[1].Decision != engine.DecisionReject {
+	if v.Outcome != gated.OutcomeRejected || len(v.Reviews) != 2 || !slicesContain(v.Reviews[1].MissingGates, "incident_linked") && v.Reviews[1].Decision != gated.DecisionReject {
 		t.Fatalf("change without incident: %s: %s", v.Outcome, v.Reason)
 	}
 
 	// A tenant-wide change needs two reviewers: the bundled reviewer and
 	// the incident persona both approve.
 	_, v = proposeVerdict(t, g, incidentProposal(t, props, "inc-3", "INC-7", "tenant_wide"))
-	if v.Outcome != engine.OutcomeApproved || len(v.Reviews) != 2 {
+	if v.Outcome != gated.OutcomeApproved || len(v.Reviews) != 2 {
 		t.Fatalf("tenant-wide change: %s: %s, %d reviews", v.Outcome, v.Reason, len(v.Reviews))
 	}
 	personas := v.Reviews[0].Persona + "," + v.Reviews[1].Persona
@@ -123,7 +124,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 	// The same rejected proposal again, under a new id, is answered from
 	// the first rejection.
 	_, v = proposeVerdict(t, g, incidentProposal(t, props, "inc-2-again", "", "single_device"))
-	if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageDedupe || v.DuplicateOf != "inc-2" {
+	if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageDedupe || v.DuplicateOf != "inc-2" {
 		t.Fatalf("repeat of a rejection: %s at %s (duplicate of %q): %s", v.Outcome, v.Stage, v.DuplicateOf, v.Reason)
 	}
 
@@ -151,7 +152,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 		}
 		return false
 	})
-	if _, v = proposeVerdict(t, g, incidentProposal(t, props, "inc-4", "INC-7", "single_device")); v.Outcome != engine.OutcomeApproved {
+	if _, v = proposeVerdict(t, g, incidentProposal(t, props, "inc-4", "INC-7", "single_device")); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("after relaunch: %s: %s", v.Outcome, v.Reason)
 	}
 

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // denyAction is a user policy module that refuses one action.
@@ -35,18 +35,18 @@ func writeProposalFile(t *testing.T, dir, id, action string) string {
 }
 
 // verdictOf proposes a file and returns the verdict.
-func verdictOf(t *testing.T, g *gated, path string) engine.Verdict {
+func verdictOf(t *testing.T, g *serveProc, path string) gated.Verdict {
 	t.Helper()
 	_, out, stderr := propose(t, g.natsURL, "-f", path)
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatalf("propose %s: %v\n%s%s", path, err, out, stderr)
 	}
 	return v
 }
 
-func deniedBy(v engine.Verdict, rule string) bool {
-	if v.Outcome != engine.OutcomeRejected || v.Policy == nil {
+func deniedBy(v gated.Verdict, rule string) bool {
+	if v.Outcome != gated.OutcomeRejected || v.Policy == nil {
 		return false
 	}
 	for _, d := range v.Policy.Denies {
@@ -78,7 +78,7 @@ type readyDoc struct {
 	} `json:"plugins"`
 }
 
-func readyz(t *testing.T, g *gated) (int, readyDoc) {
+func readyz(t *testing.T, g *serveProc) (int, readyDoc) {
 	t.Helper()
 	resp, err := http.Get(g.httpURL + "/readyz")
 	if err != nil {
@@ -92,7 +92,7 @@ func readyz(t *testing.T, g *gated) (int, readyDoc) {
 	return resp.StatusCode, doc
 }
 
-func metricsText(t *testing.T, g *gated) string {
+func metricsText(t *testing.T, g *serveProc) string {
 	t.Helper()
 	_, body := httpGet(t, g, "/metrics")
 	return body
@@ -100,7 +100,7 @@ func metricsText(t *testing.T, g *gated) string {
 
 // httpGet asks gated's --http listener for path and returns the status
 // and the body.
-func httpGet(t *testing.T, g *gated, path string) (int, string) {
+func httpGet(t *testing.T, g *serveProc, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(g.httpURL + path)
 	if err != nil {
@@ -206,7 +206,7 @@ func TestPolicyHotReload(t *testing.T) {
 
 	// Every reload attempt is audited under gated's own tenant token.
 	var events []string
-	for _, rec := range auditRecords(t, g.natsURL, engine.UnknownTenant, "") {
+	for _, rec := range auditRecords(t, g.natsURL, gated.UnknownTenant, "") {
 		if strings.HasPrefix(rec.ev.Event, "policy.") {
 			events = append(events, rec.ev.Event)
 		}

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // writeFile writes body to name in dir and returns its path.
@@ -42,10 +42,10 @@ func TestSOPCoverageDoesNotStretch(t *testing.T) {
 		{note: "a dashed sentence", action: "rotate_db-credentials-then-drop-all_credentials"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			p := &engine.Proposal{V: 1, ID: "stretch-" + strings.ReplaceAll(tc.note, " ", "-"), Tenant: "acme",
-				Action: tc.action, Class: engine.ClassDestructive, BlastRadius: engine.BlastCluster,
+			p := &gated.Proposal{V: 1, ID: "stretch-" + strings.ReplaceAll(tc.note, " ", "-"), Tenant: "acme",
+				Action: tc.action, Class: gated.ClassDestructive, BlastRadius: gated.BlastCluster,
 				Target: map[string]any{"cluster": "orders-" + tc.note}, Reason: "rotation is due",
-				RequestedBy: &engine.RequestedBy{Agent: "ops-agent"}}
+				RequestedBy: &gated.RequestedBy{Agent: "ops-agent"}}
 			v, err := client.Propose(ctx, p)
 			if v == nil {
 				t.Fatalf("no verdict: %v", err)
@@ -53,14 +53,14 @@ func TestSOPCoverageDoesNotStretch(t *testing.T) {
 			if v.Approved != tc.approved {
 				t.Fatalf("%s: %s at %s: %s (sop %v), want approved %v", tc.action, v.Outcome, v.Stage, v.Reason, reviewSOPs(v), tc.approved)
 			}
-			if !tc.approved && (v.Outcome != engine.OutcomeRejected || len(v.Reviews) != 1 || v.Reviews[0].SOPID != "") {
+			if !tc.approved && (v.Outcome != gated.OutcomeRejected || len(v.Reviews) != 1 || v.Reviews[0].SOPID != "") {
 				t.Fatalf("%s: %s: %s, reviews %+v; want a rejection naming no SOP", tc.action, v.Outcome, v.Reason, v.Reviews)
 			}
 		})
 	}
 }
 
-func reviewSOPs(v *engine.Verdict) []string {
+func reviewSOPs(v *gated.Verdict) []string {
 	var ids []string
 	for _, r := range v.Reviews {
 		ids = append(ids, r.SOPID)
@@ -90,12 +90,12 @@ Approve when a rollback is known.
 func TestProposalReviewerAddsScrutiny(t *testing.T) {
 	personas := t.TempDir()
 	writeFile(t, personas, "oncall.md", oncallPersona)
-	proposal := func(id string) *engine.Proposal {
-		return &engine.Proposal{V: 1, ID: id, Tenant: "acme", Action: "host_restart_service", Class: engine.ClassWrite,
-			BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"device_id": id, "service": "nginx"},
-			Reason: "wedged", RequestedBy: &engine.RequestedBy{Agent: "ops-agent"}, Reviewer: "oncall"}
+	proposal := func(id string) *gated.Proposal {
+		return &gated.Proposal{V: 1, ID: id, Tenant: "acme", Action: "host_restart_service", Class: gated.ClassWrite,
+			BlastRadius: gated.BlastSingleDevice, Target: map[string]any{"device_id": id, "service": "nginx"},
+			Reason: "wedged", RequestedBy: &gated.RequestedBy{Agent: "ops-agent"}, Reviewer: "oncall"}
 	}
-	names := func(v *engine.Verdict) string {
+	names := func(v *gated.Verdict) string {
 		var out []string
 		for _, r := range v.Reviews {
 			out = append(out, r.Persona)
@@ -132,12 +132,12 @@ func TestProposalReviewerAddsScrutiny(t *testing.T) {
 }
 
 // endedRun is round 1 of a run that ended with status, with no criteria.
-func endedRun(id, task, status string) *engine.Proposal {
-	return &engine.Proposal{
-		V: 1, ID: id, Tenant: "acme", Kind: engine.KindRun, Action: "code_change",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
-		RequestedBy: &engine.RequestedBy{Agent: "orchestrator"},
-		Run:         &engine.Run{RunID: id, TaskID: task, Status: status, Round: 1, Worker: "coder-1", Summary: "stopped"},
+func endedRun(id, task, status string) *gated.Proposal {
+	return &gated.Proposal{
+		V: 1, ID: id, Tenant: "acme", Kind: gated.KindRun, Action: "code_change",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
+		RequestedBy: &gated.RequestedBy{Agent: "orchestrator"},
+		Run:         &gated.Run{RunID: id, TaskID: task, Status: status, Round: 1, Worker: "coder-1", Summary: "stopped"},
 	}
 }
 
@@ -162,14 +162,14 @@ func TestRunThatDidNotCompleteIsNotApproved(t *testing.T) {
 		note, tenant, task, status string
 		approved                   bool
 	}{
-		{note: "reviewed completed", tenant: "acme", task: "T-1", status: engine.RunCompleted, approved: true},
-		{note: "reviewed failed", tenant: "acme", task: "T-1", status: engine.RunFailed},
-		{note: "reviewed canceled", tenant: "acme", task: "T-1", status: engine.RunCanceled},
-		{note: "unreviewed failed", tenant: "globex", task: "T-1", status: engine.RunFailed},
-		{note: "unreviewed canceled", tenant: "globex", task: "T-1", status: engine.RunCanceled},
-		{note: "reviewed canceled of a task whose failure is accepted", tenant: "acme", task: "nightly-probe", status: engine.RunCanceled},
-		{note: "reviewed accepted failure", tenant: "acme", task: "nightly-probe", status: engine.RunFailed, approved: true},
-		{note: "unreviewed accepted failure", tenant: "globex", task: "nightly-probe", status: engine.RunFailed, approved: true},
+		{note: "reviewed completed", tenant: "acme", task: "T-1", status: gated.RunCompleted, approved: true},
+		{note: "reviewed failed", tenant: "acme", task: "T-1", status: gated.RunFailed},
+		{note: "reviewed canceled", tenant: "acme", task: "T-1", status: gated.RunCanceled},
+		{note: "unreviewed failed", tenant: "globex", task: "T-1", status: gated.RunFailed},
+		{note: "unreviewed canceled", tenant: "globex", task: "T-1", status: gated.RunCanceled},
+		{note: "reviewed canceled of a task whose failure is accepted", tenant: "acme", task: "nightly-probe", status: gated.RunCanceled},
+		{note: "reviewed accepted failure", tenant: "acme", task: "nightly-probe", status: gated.RunFailed, approved: true},
+		{note: "unreviewed accepted failure", tenant: "globex", task: "nightly-probe", status: gated.RunFailed, approved: true},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			p := endedRun("ended-"+strings.ReplaceAll(tc.note, " ", "-"), tc.task, tc.status)
@@ -184,7 +184,7 @@ func TestRunThatDidNotCompleteIsNotApproved(t *testing.T) {
 			if !tc.approved && !errors.Is(err, fleet.ErrReviewRejected) {
 				t.Fatalf("%s run: %v (%s: %s), want a rejection", tc.status, err, v.Outcome, v.Reason)
 			}
-			if tc.approved && tc.status != engine.RunCompleted && !strings.Contains(v.Reason, "accepted terminal status "+tc.status) {
+			if tc.approved && tc.status != gated.RunCompleted && !strings.Contains(v.Reason, "accepted terminal status "+tc.status) {
 				t.Errorf("reason %q does not say which terminal status was accepted", v.Reason)
 			}
 			if !tc.approved && !strings.Contains(v.Reason, tc.status) {

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -96,13 +96,13 @@ func TestOrchestratorExample(t *testing.T) {
 }
 
 // failingRun is round n of run runID with a failing test suite.
-func failingRun(runID string, round int) *engine.Proposal {
-	return &engine.Proposal{
-		V: 1, ID: fmt.Sprintf("%s-r%d", runID, round), Tenant: "acme", Kind: engine.KindRun, Action: "code_change",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
-		RequestedBy: &engine.RequestedBy{Agent: "orchestrator"},
-		Run:         &engine.Run{RunID: runID, Status: engine.RunCompleted, Round: round, Worker: "coder-1", Summary: "tried again"},
-		Criteria: []engine.Criterion{{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult,
+func failingRun(runID string, round int) *gated.Proposal {
+	return &gated.Proposal{
+		V: 1, ID: fmt.Sprintf("%s-r%d", runID, round), Tenant: "acme", Kind: gated.KindRun, Action: "code_change",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
+		RequestedBy: &gated.RequestedBy{Agent: "orchestrator"},
+		Run:         &gated.Run{RunID: runID, Status: gated.RunCompleted, Round: round, Worker: "coder-1", Summary: "tried again"},
+		Criteria: []gated.Criterion{{ID: "tests", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult,
 			Evidence: map[string]any{"command": "go test ./...", "exit_code": 1}}},
 	}
 }
@@ -126,7 +126,7 @@ func TestRunEscalatesAfterItsLastRound(t *testing.T) {
 	defer escalations.Stop()
 
 	v, err := client.Propose(ctx, failingRun("esc-1", 1))
-	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run.Next != engine.NextContinuation {
+	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run.Next != gated.NextContinuation {
 		t.Fatalf("round 1: %v, run %+v", err, v.Run)
 	}
 	// The same proposal again is a replay: the stored verdict, no second
@@ -136,7 +136,7 @@ func TestRunEscalatesAfterItsLastRound(t *testing.T) {
 		t.Fatalf("replay of round 1: %v, audit seq %d, want %d", err, again.AuditSeq, v.AuditSeq)
 	}
 	v, err = client.Propose(ctx, failingRun("esc-1", 2))
-	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run.Next != engine.NextEscalation {
+	if !errors.Is(err, fleet.ErrReviewRejected) || v.Run.Next != gated.NextEscalation {
 		t.Fatalf("round 2: %v, run %+v", err, v.Run)
 	}
 	esc, err := escalations.Next(ctx)
@@ -180,10 +180,10 @@ func TestRunManualCriterionWaitsForAnOperator(t *testing.T) {
 
 	p := failingRun("manual-1", 1)
 	p.ID = "manual-1-r1"
-	p.Criteria = []engine.Criterion{
-		{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult,
+	p.Criteria = []gated.Criterion{
+		{ID: "tests", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult,
 			Evidence: map[string]any{"command": "go test ./...", "exit_code": 0}},
-		{ID: "signoff", Description: "the release manager agrees", Required: true, Kind: engine.CriterionManual},
+		{ID: "signoff", Description: "the release manager agrees", Required: true, Kind: gated.CriterionManual},
 	}
 	v, err := client.Propose(ctx, p)
 	if !errors.Is(err, fleet.ErrReviewBlocked) || v.Run == nil || len(v.Run.AwaitingOperator) != 1 {
@@ -195,7 +195,7 @@ func TestRunManualCriterionWaitsForAnOperator(t *testing.T) {
 		t.Fatalf("decide: exit %d\n%s%s", code, stdout, stderr)
 	}
 	v, err = client.Verdict(ctx, "acme", p.ID)
-	if err != nil || v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageOperator {
+	if err != nil || v.Outcome != gated.OutcomeApproved || v.Stage != gated.StageOperator {
 		t.Fatalf("stored verdict %+v: %v", v, err)
 	}
 	// A second decision is refused: the verdict is no longer held.
@@ -247,12 +247,12 @@ func TestRunReviewerNamedByTheProposalAddsScrutiny(t *testing.T) {
 	personas := t.TempDir()
 	writeFile(t, personas, "strict-runs.md", strictRunsPersona)
 	writeFile(t, personas, "lenient-runs.md", lenientRunsPersona)
-	run := func(id, reviewer string) *engine.Proposal {
-		p := endedRun(id, "T-1", engine.RunCompleted)
+	run := func(id, reviewer string) *gated.Proposal {
+		p := endedRun(id, "T-1", gated.RunCompleted)
 		p.Reviewer = reviewer
 		return p
 	}
-	names := func(v *engine.Verdict) string {
+	names := func(v *gated.Verdict) string {
 		var out []string
 		for _, r := range v.Reviews {
 			out = append(out, r.Persona)
@@ -280,7 +280,7 @@ func TestRunReviewerNamedByTheProposalAddsScrutiny(t *testing.T) {
 				if v == nil {
 					t.Fatalf("no verdict: %v", err)
 				}
-				if v.Approved || v.Stage != engine.StageReview || names(v) != tc.want {
+				if v.Approved || v.Stage != gated.StageReview || names(v) != tc.want {
 					t.Fatalf("%v: %s at %s: %s, reviewed by %q; want no approval, reviewed by %s", err, v.Outcome, v.Stage, v.Reason, names(v), tc.want)
 				}
 			})

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // TestStatusOfAReviewedProposal follows a proposal the sop reviewer
@@ -26,7 +26,7 @@ func TestStatusOfAReviewedProposal(t *testing.T) {
 	defer cancel()
 	p := exampleProposal(t, "approved.json")
 	p.ID = "status-reviewed-1"
-	var got []*engine.Status
+	var got []*gated.Status
 	v, err := client.ProposeWith(ctx, p, fleet.WithStatus(func(u fleet.StatusUpdate) {
 		if u.Err != nil {
 			t.Errorf("status error: %v", u.Err)
@@ -34,14 +34,14 @@ func TestStatusOfAReviewedProposal(t *testing.T) {
 		}
 		got = append(got, u.Status)
 	}))
-	if err != nil || v.Outcome != engine.OutcomeApproved || len(v.Reviews) != 1 {
+	if err != nil || v.Outcome != gated.OutcomeApproved || len(v.Reviews) != 1 {
 		t.Fatalf("verdict %+v, %v; want one review's approval", v, err)
 	}
-	var stages []engine.StatusStage
+	var stages []gated.StatusStage
 	for _, st := range got {
 		stages = append(stages, st.Stage)
 	}
-	want := []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusReviewStarted, engine.StatusDecided}
+	want := []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusReviewStarted, gated.StatusDecided}
 	if !slices.Equal(stages, want) {
 		t.Fatalf("stages %v, want %v", stages, want)
 	}
@@ -96,7 +96,7 @@ func TestProposeWatch(t *testing.T) {
 			}
 			for i, stage := range stages {
 				if tc.note == "json" {
-					st, err := engine.DecodeStatus([]byte(lines[i]))
+					st, err := gated.DecodeStatus([]byte(lines[i]))
 					if err != nil || string(st.Stage) != stage || st.ID != id {
 						t.Fatalf("line %d %q: %v; want stage %s of %s", i, lines[i], err, stage, id)
 					}
@@ -114,8 +114,8 @@ func TestProposeWatch(t *testing.T) {
 			if tc.note == "json" && len(lines) != len(stages)+1 {
 				t.Fatalf("--json printed %d lines after the stages:\n%s", len(lines)-len(stages), rest)
 			}
-			var v engine.Verdict
-			if err := json.Unmarshal([]byte(rest), &v); err != nil || v.ProposalID != id || v.Outcome != engine.OutcomeApproved {
+			var v gated.Verdict
+			if err := json.Unmarshal([]byte(rest), &v); err != nil || v.ProposalID != id || v.Outcome != gated.OutcomeApproved {
 				t.Fatalf("verdict %q: %v", rest, err)
 			}
 		})

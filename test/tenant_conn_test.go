@@ -22,8 +22,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -169,13 +169,13 @@ func (c *tenantConn) publishProposal(ctx context.Context, subjectTenant, msgID s
 }
 
 // isoNextVerdict waits for a verdict on sub.
-func isoNextVerdict(t *testing.T, sub *nats.Subscription) engine.Verdict {
+func isoNextVerdict(t *testing.T, sub *nats.Subscription) gated.Verdict {
 	t.Helper()
 	m, err := sub.NextMsg(30 * time.Second)
 	if err != nil {
 		t.Fatalf("no verdict on %s: %v", sub.Subject, err)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		t.Fatalf("verdict on %s is not JSON: %v", sub.Subject, err)
 	}
@@ -184,7 +184,7 @@ func isoNextVerdict(t *testing.T, sub *nats.Subscription) engine.Verdict {
 
 // propose publishes a read proposal as c's own tenant and returns its
 // verdict.
-func (c *tenantConn) propose(t *testing.T, id string) engine.Verdict {
+func (c *tenantConn) propose(t *testing.T, id string) gated.Verdict {
 	t.Helper()
 	sub := c.watchVerdict(t, c.user, id)
 	defer sub.Unsubscribe()
@@ -198,7 +198,7 @@ func (c *tenantConn) propose(t *testing.T, id string) engine.Verdict {
 
 // isoStoredVerdict reads key tenant.id of the verdict bucket as gated's own
 // user; found is false when there is none.
-func isoStoredVerdict(t *testing.T, kv jetstream.KeyValue, tenant, id string) (v engine.Verdict, found bool) {
+func isoStoredVerdict(t *testing.T, kv jetstream.KeyValue, tenant, id string) (v gated.Verdict, found bool) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()

@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // tenantsConf is the nats-server configuration docs/NATS.md shows. The
@@ -91,11 +91,11 @@ func TestTenantIsolation(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("gated %s as acme: exit %d\nstdout: %s\nstderr: %s", strings.Join(tc.args, " "), code, out, stderr)
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
 				t.Fatalf("stdout is not a verdict: %v\n%s", err, out)
 			}
-			if v.Tenant != "acme" || v.ProposalID != tc.id || v.Outcome != engine.OutcomeApproved {
+			if v.Tenant != "acme" || v.ProposalID != tc.id || v.Outcome != gated.OutcomeApproved {
 				t.Fatalf("verdict %s.%s %s (%s), want acme.%s approved", v.Tenant, v.ProposalID, v.Outcome, v.Reason, tc.id)
 			}
 		}
@@ -118,7 +118,7 @@ func TestTenantIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(m.Data, &v); err != nil || v.ProposalID != "own-1" {
 			t.Fatalf("direct get of acme.own-1: %v %s %q", err, m.Header, m.Data)
 		}
@@ -171,15 +171,15 @@ func TestTenantIsolation(t *testing.T) {
 			t.Fatalf("gated propose --watch as acme: exit %d\nstdout: %s\nstderr: %s", code, out, stderr)
 		}
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		var stages []engine.StatusStage
+		var stages []gated.StatusStage
 		for _, line := range lines[:len(lines)-1] {
-			st, err := engine.DecodeStatus([]byte(line))
+			st, err := gated.DecodeStatus([]byte(line))
 			if err != nil || st.Tenant != "acme" || st.ID != "own-watched-1" {
 				t.Fatalf("status line %q: %v", line, err)
 			}
 			stages = append(stages, st.Stage)
 		}
-		if want := []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}; !slices.Equal(stages, want) {
+		if want := []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}; !slices.Equal(stages, want) {
 			t.Fatalf("acme saw stages %v, want %v\nstderr: %s", stages, want, stderr)
 		}
 	})
@@ -196,7 +196,7 @@ func TestTenantIsolation(t *testing.T) {
 			subs = append(subs, acme.deniedSub(t, subject))
 		}
 		v := globex.propose(t, globexID)
-		if v.Tenant != "globex" || v.Outcome != engine.OutcomeApproved {
+		if v.Tenant != "globex" || v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("globex's verdict: %s.%s %s (%s)", v.Tenant, v.ProposalID, v.Outcome, v.Reason)
 		}
 		if err := acme.nc.Flush(); err != nil {
@@ -269,7 +269,7 @@ func TestTenantIsolation(t *testing.T) {
 
 		// A proposal acme may send is decided after whatever reached the
 		// stream before it; then the forged one is nowhere.
-		if v := acme.propose(t, "after-forged-1"); v.Outcome != engine.OutcomeApproved {
+		if v := acme.propose(t, "after-forged-1"); v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("acme's own proposal: %s (%s)", v.Outcome, v.Reason)
 		}
 		if v, found := isoStoredVerdict(t, kv, "globex", id); found {
@@ -295,13 +295,13 @@ func TestTenantIsolation(t *testing.T) {
 			t.Fatalf("acme publishing on its own subject: %v", err)
 		}
 		v := isoNextVerdict(t, own)
-		if v.Outcome != engine.OutcomeInvalid || v.Stage != engine.StageValidation || v.Tenant != "acme" || v.ProposalID != id {
+		if v.Outcome != gated.OutcomeInvalid || v.Stage != gated.StageValidation || v.Tenant != "acme" || v.ProposalID != id {
 			t.Fatalf("verdict %s.%s %s at %s (%s), want acme.%s invalid at validation", v.Tenant, v.ProposalID, v.Outcome, v.Stage, v.Reason, id)
 		}
 		if !strings.Contains(v.Reason, "tenant") {
 			t.Errorf("reason %q does not name the tenant field", v.Reason)
 		}
-		if stored, found := isoStoredVerdict(t, kv, "acme", id); !found || stored.Outcome != engine.OutcomeInvalid {
+		if stored, found := isoStoredVerdict(t, kv, "acme", id); !found || stored.Outcome != gated.OutcomeInvalid {
 			t.Errorf("stored verdict under acme.%s: %+v (found %v), want the invalid one", id, stored, found)
 		}
 		if stored, found := isoStoredVerdict(t, kv, "globex", id); found {
@@ -347,7 +347,7 @@ func TestTenantIsolation(t *testing.T) {
 			if err != nil {
 				break
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if json.Unmarshal(m.Data, &v) == nil && (v.Tenant == "globex" || v.ProposalID == id) {
 				t.Errorf("acme made a message naming globex.%s arrive on globex's verdict subject: %s", id, m.Data)
 			}

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // gatedState is what the admin user sees of gated's own state: every key of
@@ -139,7 +139,7 @@ func TestTenantReplySubjectsReachNothingOfGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	const decided, future = "globex-decided-1", "globex-future-1"
-	if v := globex.propose(t, decided); v.Outcome != engine.OutcomeApproved {
+	if v := globex.propose(t, decided); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("globex's own proposal: %s (%s)", v.Outcome, v.Reason)
 	}
 
@@ -171,7 +171,7 @@ func TestTenantReplySubjectsReachNothingOfGated(t *testing.T) {
 			// A proposal sent after it is decided after anything the
 			// acknowledgement could have put on the proposal stream.
 			flush := fmt.Sprintf("flush-%d", i)
-			if v := acme.propose(t, flush); v.Outcome != engine.OutcomeApproved {
+			if v := acme.propose(t, flush); v.Outcome != gated.OutcomeApproved {
 				t.Fatalf("acme's proposal after the injection: %s (%s)", v.Outcome, v.Reason)
 			}
 			if changed := before.diff(readGatedState(t, admin.js, kv), id, flush); len(changed) > 0 {
@@ -196,7 +196,7 @@ func TestTenantReplySubjectsReachNothingOfGated(t *testing.T) {
 	})
 
 	t.Run("globex's verdicts stand", func(t *testing.T) {
-		if v, found := isoStoredVerdict(t, kv, "globex", decided); !found || v.ProposalID != decided || v.Outcome != engine.OutcomeApproved {
+		if v, found := isoStoredVerdict(t, kv, "globex", decided); !found || v.ProposalID != decided || v.Outcome != gated.OutcomeApproved {
 			t.Errorf("globex.%s: %+v (found %v), want its approval", decided, v, found)
 		}
 		sub := globex.watchVerdict(t, "globex", future)
@@ -210,8 +210,8 @@ func TestTenantReplySubjectsReachNothingOfGated(t *testing.T) {
 		if err != nil {
 			t.Fatalf("no verdict for globex.%s: %v", future, err)
 		}
-		var v engine.Verdict
-		if err := json.Unmarshal(m.Data, &v); err != nil || v.Tenant != "globex" || v.ProposalID != future || v.Outcome != engine.OutcomeApproved {
+		var v gated.Verdict
+		if err := json.Unmarshal(m.Data, &v); err != nil || v.Tenant != "globex" || v.ProposalID != future || v.Outcome != gated.OutcomeApproved {
 			t.Errorf("verdict for globex.%s: %v %s", future, err, m.Data)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/strictjson"
 )
@@ -19,7 +20,7 @@ func canonicalBodies(tb testing.TB) [][]byte {
 	var out [][]byte
 	for _, ev := range []engine.AuditEvent{
 		{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1", At: at, Instance: "i-1", PolicyRevision: "rev", Data: []byte(`{"outcome":"approved","reasons":["a \"b\"",1.5e3,null]}`)},
-		{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant, At: at},
+		{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant, At: at},
 		{V: 1, Event: engine.EventReceived, Tenant: "globex", ProposalID: "p-2", At: at.In(time.FixedZone("x", 3600)), Data: []byte(`{"s":",\"chain\":{\"n\":1}"}`)},
 	} {
 		e, err := encodeEvent(ev)

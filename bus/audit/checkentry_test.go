@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -15,7 +16,7 @@ import (
 func TestCheckEntry(t *testing.T) {
 	key := []byte("check-entry-key-0123456789abcdef-0123")
 	other := []byte("another-key-0123456789abcdef-0123456")
-	ev := engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventReceived, Tenant: "acme", ProposalID: "p1",
+	ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventReceived, Tenant: "acme", ProposalID: "p1",
 		At: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	entry := func(t *testing.T, m *nats.Msg) audit.Entry {
 		t.Helper()

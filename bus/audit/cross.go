@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -56,7 +57,7 @@ type verdictPrint [16]byte
 // version-2 record keeps the id, not the token, which is signed on its
 // own). It encodes every other member, so a stored verdict that differs
 // from its record in anything, a review's text included, differs here.
-func printVerdict(v *engine.Verdict) verdictPrint {
+func printVerdict(v *gated.Verdict) verdictPrint {
 	c := comparable(v)
 	doc, err := json.Marshal(&c)
 	if err != nil {
@@ -76,7 +77,7 @@ const gidMark = "gid:"
 
 // comparable is a copy of v as a stored verdict and its record compare:
 // audit_seq 0, and the grant as its id.
-func comparable(v *engine.Verdict) engine.Verdict {
+func comparable(v *gated.Verdict) gated.Verdict {
 	c := *v
 	c.AuditSeq = 0
 	if c.Grant != "" && !strings.HasPrefix(c.Grant, gidMark) {
@@ -110,8 +111,8 @@ func grantGID(token string) string {
 // decodeBucketVerdict decodes the value stored under key, a verdict key
 // <tenant>.<id>, and checks that the verdict is the key's and names an
 // audit record.
-func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
-	var v engine.Verdict
+func decodeBucketVerdict(key string, value []byte) (*gated.Verdict, error) {
+	var v gated.Verdict
 	if err := json.Unmarshal(value, &v); err != nil {
 		return nil, fmt.Errorf("the stored value is not a verdict: %w", err)
 	}
@@ -130,12 +131,12 @@ func decodeBucketVerdict(key string, value []byte) (*engine.Verdict, error) {
 // have. When the verdict's grant token is not in the record (a version-2
 // record keeps the grant.issued event's id instead), its Grant holds
 // gidMark and that id.
-func decodeVerdictRecord(r *Record) (*engine.Verdict, error) {
+func decodeVerdictRecord(r *Record) (*gated.Verdict, error) {
 	ev, ok := r.Find(engine.EventVerdict)
 	if !ok {
 		return nil, fmt.Errorf("the record is a %s, not a %s", r.Last().Event, engine.EventVerdict)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(ev.Data, &v); err != nil {
 		return nil, fmt.Errorf("the record's data is not a verdict: %w", err)
 	}
@@ -269,7 +270,7 @@ type storedVerdict struct {
 	gidOK   bool
 	// v is the verdict, for its print and to say how it differs from its
 	// record.
-	v *engine.Verdict
+	v *gated.Verdict
 }
 
 // print is sv's verdictPrint.
@@ -392,7 +393,7 @@ func (c *verdictChecker) findElsewhere(ctx context.Context, q Query, through uin
 			return errStopReading
 		}
 		r := e.Record
-		if r == nil || r.ProposalID == "" || r.Tenant == engine.UnknownTenant {
+		if r == nil || r.ProposalID == "" || r.Tenant == gated.UnknownTenant {
 			return nil
 		}
 		if _, ok := r.Find(engine.EventVerdict); !ok {
@@ -433,7 +434,7 @@ func (c *verdictChecker) matchAt(ctx context.Context, sv storedVerdict) (bool, e
 
 // diffMembers names the top-level members in which a and b differ,
 // audit_seq aside, in sorted order.
-func diffMembers(a, b *engine.Verdict) []string {
+func diffMembers(a, b *gated.Verdict) []string {
 	ca, cb := comparable(a), comparable(b)
 	ma, mb := members(&ca), members(&cb)
 	var out []string
@@ -454,7 +455,7 @@ func diffMembers(a, b *engine.Verdict) []string {
 	return out
 }
 
-func members(v *engine.Verdict) map[string]json.RawMessage {
+func members(v *gated.Verdict) map[string]json.RawMessage {
 	doc, _ := json.Marshal(v)
 	var m map[string]json.RawMessage
 	_ = json.Unmarshal(doc, &m)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -128,10 +129,10 @@ func fillOne(ctx context.Context, a *audit.Writer, vs *store.Verdicts, id string
 			return err
 		}
 	}
-	v := &engine.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "host_list_services", Kind: engine.KindAction,
-		Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StagePolicy,
+	v := &gated.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "host_list_services", Kind: gated.KindAction,
+		Outcome: gated.OutcomeApproved, Approved: true, Stage: gated.StagePolicy,
 		Reason: "read actions change nothing and need no review", DecidedAt: time.Now().UTC(), LatencyMS: 0.4,
-		Policy:         &engine.PolicyRef{Denies: []engine.Deny{}, Revision: "r1", EvalUS: 40},
+		Policy:         &gated.PolicyRef{Denies: []gated.Deny{}, Revision: "r1", EvalUS: 40},
 		ProposalSHA256: "2f1ec7eb92a0646c2f1ec7eb92a0646c2f1ec7eb92a0646c2f1ec7eb92a0646c"}
 	doc, err := json.Marshal(v)
 	if err != nil {
@@ -161,7 +162,7 @@ func getEach(b *testing.B, res *bus.Resources) int {
 		if e == nil {
 			break
 		}
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(e.Value(), &v); err != nil {
 			b.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -13,10 +14,10 @@ import (
 // engine would write for it (its JSON with audit_seq 0, after the members
 // every event of a proposal carries); and a changed outcome changes it.
 func FuzzDecodeBucketVerdict(f *testing.F) {
-	v := engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Action: "db_backup", Kind: engine.KindAction,
-		Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "denied",
+	v := gated.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Action: "db_backup", Kind: gated.KindAction,
+		Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Reason: "denied",
 		DecidedAt: time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC), LatencyMS: 1.25, AuditSeq: 42,
-		Reviews: []engine.Review{{Plugin: "sop", Decision: "reject", Notes: "no SOP <covers> it"}}}
+		Reviews: []gated.Review{{Plugin: "sop", Decision: "reject", Notes: "no SOP <covers> it"}}}
 	doc, err := json.Marshal(&v)
 	if err != nil {
 		f.Fatal(err)

@@ -12,10 +12,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -25,7 +25,7 @@ import (
 type crossStream struct {
 	g *bustest.Fleet
 	// verdicts are the published verdicts of p1..p6, in order.
-	verdicts []*engine.Verdict
+	verdicts []*gated.Verdict
 	// raw are the audit stream's messages when p6 was decided, by
 	// sequence (raw[0] is seq 1).
 	raw []*jetstream.RawStreamMsg
@@ -47,9 +47,9 @@ func newCrossStream(t *testing.T) *crossStream {
 }
 
 // decide has gated decide n proposals prefix1..prefixN.
-func (s *crossStream) decide(t *testing.T, prefix string, n int) []*engine.Verdict {
+func (s *crossStream) decide(t *testing.T, prefix string, n int) []*gated.Verdict {
 	t.Helper()
-	var out []*engine.Verdict
+	var out []*gated.Verdict
 	for i := 1; i <= n; i++ {
 		id := fmt.Sprint(prefix, i)
 		var data []byte
@@ -117,7 +117,7 @@ func (s *crossStream) store(t *testing.T, key string, value []byte) {
 }
 
 // storeVerdict stores p<i>'s verdict under key after change.
-func (s *crossStream) storeVerdict(t *testing.T, key string, i int, change func(v *engine.Verdict)) {
+func (s *crossStream) storeVerdict(t *testing.T, key string, i int, change func(v *gated.Verdict)) {
 	t.Helper()
 	v := *s.verdicts[i-1]
 	change(&v)
@@ -243,21 +243,21 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 		{
 			note: "an outcome flipped in the store",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.Outcome, v.Approved = engine.OutcomeApproved, true })
+				s.storeVerdict(t, "acme.p2", 2, func(v *gated.Verdict) { v.Outcome, v.Approved = gated.OutcomeApproved, true })
 				return []storeProblem{{s.seq(2), audit.ProblemModified, "p2"}}
 			},
 		},
 		{
 			note: "a proposal digest changed in the store",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.ProposalSHA256 = hexSHA256([]byte("other")) })
+				s.storeVerdict(t, "acme.p2", 2, func(v *gated.Verdict) { v.ProposalSHA256 = hexSHA256([]byte("other")) })
 				return []storeProblem{{s.seq(2), audit.ProblemModified, "p2"}}
 			},
 		},
 		{
 			note: "an audit_seq that names another proposal's verdict",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq = s.seq(4) })
+				s.storeVerdict(t, "acme.p2", 2, func(v *gated.Verdict) { v.AuditSeq = s.seq(4) })
 				return []storeProblem{{s.seq(4), audit.ProblemReordered, "p2"}}
 			},
 		},
@@ -266,14 +266,14 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
 				// A decision by the policy alone is one record: the one
 				// before it is the previous proposal's.
-				s.storeVerdict(t, "acme.p2", 2, func(v *engine.Verdict) { v.AuditSeq-- })
+				s.storeVerdict(t, "acme.p2", 2, func(v *gated.Verdict) { v.AuditSeq-- })
 				return []storeProblem{{s.seq(2) - 1, audit.ProblemReordered, "p2"}}
 			},
 		},
 		{
 			note: "an audit_seq past the stream's end",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p3", 3, func(v *engine.Verdict) { v.AuditSeq = 9999 })
+				s.storeVerdict(t, "acme.p3", 3, func(v *gated.Verdict) { v.AuditSeq = 9999 })
 				// Its record is still at its place: the verdict names the
 				// wrong one.
 				return []storeProblem{{9999, audit.ProblemReordered, "p3"}}
@@ -282,14 +282,14 @@ func TestVerifyCrossChecksTheVerdictStore(t *testing.T) {
 		{
 			note: "a verdict stored under another proposal's key",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p9", 1, func(*engine.Verdict) {})
+				s.storeVerdict(t, "acme.p9", 1, func(*gated.Verdict) {})
 				return []storeProblem{{s.seq(1), audit.ProblemModified, "p9"}}
 			},
 		},
 		{
 			note: "a verdict without an audit_seq",
 			tamper: func(t *testing.T, s *crossStream) []storeProblem {
-				s.storeVerdict(t, "acme.p4", 4, func(v *engine.Verdict) { v.AuditSeq = 0 })
+				s.storeVerdict(t, "acme.p4", 4, func(v *gated.Verdict) { v.AuditSeq = 0 })
 				return []storeProblem{{0, audit.ProblemModified, "p4"}}
 			},
 		},
@@ -362,7 +362,7 @@ func TestVerifyTellsExpiredVerdictRecordsFromRemovedOnes(t *testing.T) {
 	if err := stream.Purge(t.Context(), jetstream.WithPurgeSequence(s.seq(3)+1)); err != nil {
 		t.Fatal(err)
 	}
-	s.storeVerdict(t, "acme.p1", 1, func(v *engine.Verdict) { v.DecidedAt = v.DecidedAt.Add(-2 * time.Hour) })
+	s.storeVerdict(t, "acme.p1", 1, func(v *gated.Verdict) { v.DecidedAt = v.DecidedAt.Add(-2 * time.Hour) })
 
 	rep := verify(t, s.g.JS, audit.VerifyOptions{})
 	want := []storeProblem{{s.seq(2), audit.ProblemRemoved, "p2"}, {s.seq(3), audit.ProblemRemoved, "p3"}}
@@ -432,16 +432,16 @@ func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
 func TestVerifyChecksGrantedVerdicts(t *testing.T) {
 	tests := []struct {
 		note   string
-		tamper func(v *engine.Verdict, other *engine.Verdict)
+		tamper func(v *gated.Verdict, other *gated.Verdict)
 	}{
 		{"untouched", nil},
-		{"a reason changed", func(v, _ *engine.Verdict) { v.Reason += " (edited)" }},
-		{"another proposal's grant", func(v, other *engine.Verdict) { v.Grant = other.Grant }},
+		{"a reason changed", func(v, _ *gated.Verdict) { v.Reason += " (edited)" }},
+		{"another proposal's grant", func(v, other *gated.Verdict) { v.Grant = other.Grant }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			g, c := bustest.StartGrantingFleet(t)
-			var verdicts []*engine.Verdict
+			var verdicts []*gated.Verdict
 			for i := 1; i <= 4; i++ {
 				ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 				v, err := c.ProposeRaw(ctx, bustest.Proposal(fmt.Sprint("g", i), "read", "host_list_services", ""))
@@ -449,7 +449,7 @@ func TestVerifyChecksGrantedVerdicts(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+				if v.Outcome != gated.OutcomeApproved || v.Grant == "" {
 					t.Fatalf("verdict of g%d: %s, grant %q; want approved with a grant", i, v.Outcome, v.Grant)
 				}
 				verdicts = append(verdicts, v)

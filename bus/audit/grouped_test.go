@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -45,7 +46,7 @@ func TestRecordKeepsEveryEvent(t *testing.T) {
 	}{
 		{note: "a refusal", evs: decisionEvents("acme", "p1")},
 		{note: "an approval with a grant", evs: grantedEvents("acme", "p2")},
-		{note: "an event of gated itself", evs: []engine.AuditEvent{{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant,
+		{note: "an event of gated itself", evs: []engine.AuditEvent{{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant,
 			At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Data: []byte(`{"revision":"r2"}`)}}},
 		{note: "a verdict that names no proposal", evs: []engine.AuditEvent{{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p3",
 			At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Data: []byte(`{"outcome":"rejected","policy":{"denies":[]}}`)}}},

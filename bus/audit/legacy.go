@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
@@ -210,8 +211,8 @@ func (f verdictFrom) policyRef() ([]byte, bool) {
 // policy event's members.
 func (f verdictFrom) policyRefJSON() ([]byte, bool) {
 	var pd struct {
-		Denies []engine.Deny `json:"denies"`
-		EvalUS int64         `json:"eval_us"`
+		Denies []gated.Deny `json:"denies"`
+		EvalUS int64        `json:"eval_us"`
 		Review struct {
 			Rule string `json:"rule"`
 		} `json:"review"`
@@ -226,7 +227,7 @@ func (f verdictFrom) policyRefJSON() ([]byte, bool) {
 	if j, ok := findMember(f.policy, `"review"`); ok && json.Unmarshal(f.policy[j].val, &pd.Review) != nil {
 		return nil, false
 	}
-	doc, err := json.Marshal(engine.NewPolicyRef(pd.Denies, pd.Review.Rule, f.env.PolicyRevision, pd.EvalUS))
+	doc, err := json.Marshal(gated.NewPolicyRef(pd.Denies, pd.Review.Rule, f.env.PolicyRevision, pd.EvalUS))
 	if err != nil {
 		return nil, false
 	}
@@ -281,7 +282,7 @@ func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
 			}
 		}
 	}
-	env := engine.AuditEvent{V: engine.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
+	env := engine.AuditEvent{V: gated.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
 	out := make([]engine.AuditEvent, 0, len(b.Events)+1)
 	from := verdictFrom{env: env}
 	if j, ok := findMember(head, `"action"`); ok {

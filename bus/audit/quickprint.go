@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/jsonscan"
 )
 
@@ -18,7 +18,7 @@ import (
 // belongs to, then each top-level member of the verdict's JSON, key and
 // value as written, in order, but those the side leaves out (recordDropped,
 // storedDropped). Two verdicts with the same quick print decode to the
-// same engine.Verdict, audit_seq aside: the same members in the same order
+// same gated.Verdict, audit_seq aside: the same members in the same order
 // decode the same, and a member left out sets no field of a verdict, or
 // sets audit_seq only. So equal quick prints are a match. Different ones
 // are not a mismatch: the check then compares the decoded verdicts
@@ -29,7 +29,7 @@ type quickPrint [16]byte
 // besides the verdict (every event of a proposal carries them; see
 // engine's proposal event data), and audit_seq; storedDropped is
 // audit_seq, which the stored verdict has and the record's verdict has as
-// 0. A member is left out only when no field of engine.Verdict takes it
+// 0. A member is left out only when no field of gated.Verdict takes it
 // (encoding/json matches keys to fields without regard to case), so
 // leaving it out changes nothing the verdict decodes to.
 var (
@@ -39,10 +39,10 @@ var (
 
 // droppable is the set of keys, quoted as JSON writes them, that a quick
 // print leaves out: audit_seq and those of names that are no field of
-// engine.Verdict.
+// gated.Verdict.
 func droppable(names ...string) map[string]bool {
 	fields := map[string]bool{}
-	t := reflect.TypeFor[engine.Verdict]()
+	t := reflect.TypeFor[gated.Verdict]()
 	for i := range t.NumField() {
 		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
 		if name == "" {

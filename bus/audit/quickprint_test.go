@@ -6,7 +6,7 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // FuzzQuickPrint holds the verdict check's quick comparison to the full
@@ -28,11 +28,11 @@ func FuzzQuickPrint(f *testing.F) {
 		if !okR || !okS || pr != ps {
 			return
 		}
-		var sv engine.Verdict
+		var sv gated.Verdict
 		if err := json.Unmarshal(stored, &sv); err != nil {
 			return // not a verdict: the check reports it before comparing
 		}
-		var rv engine.Verdict
+		var rv gated.Verdict
 		if err := json.Unmarshal(record, &rv); err != nil {
 			t.Fatalf("same quick print, the stored verdict decodes, the record's does not (%v):\n%s\n%s", err, record, stored)
 		}
@@ -114,11 +114,11 @@ func FuzzGIDPrint(f *testing.F) {
 		if !okR || !okS || pr != ps {
 			return
 		}
-		var sv engine.Verdict
+		var sv gated.Verdict
 		if err := json.Unmarshal(stored, &sv); err != nil {
 			return
 		}
-		var rv engine.Verdict
+		var rv gated.Verdict
 		if err := json.Unmarshal(record, &rv); err != nil {
 			t.Fatalf("same gid print, the stored verdict decodes, the record's does not (%v):\n%s\n%s", err, record, stored)
 		}

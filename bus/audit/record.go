@@ -17,6 +17,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/digest"
@@ -166,8 +167,8 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 	}
 	ev := b.AuditEvent
 	switch {
-	case ev.V != engine.SchemaVersion:
-		return bad("schema version %d, want %d, %d or %d", ev.V, RecordVersion, legacyVersion, engine.SchemaVersion)
+	case ev.V != gated.SchemaVersion:
+		return bad("schema version %d, want %d, %d or %d", ev.V, RecordVersion, legacyVersion, gated.SchemaVersion)
 	case !validAuditTenant(ev.Tenant):
 		return bad("tenant %q is not a tenant token", ev.Tenant)
 	case !validEventName(ev.Event):
@@ -531,9 +532,9 @@ func tenantSubject(tenant string) string {
 }
 
 // validAuditTenant accepts the tenant tokens of the wire contract and
-// engine.UnknownTenant.
+// gated.UnknownTenant.
 func validAuditTenant(t string) bool {
-	if t == engine.UnknownTenant {
+	if t == gated.UnknownTenant {
 		return true
 	}
 	if len(t) == 0 || len(t) > 64 {

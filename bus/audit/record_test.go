@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -37,7 +38,7 @@ func auditMsg(t testing.TB, ev engine.AuditEvent, c audit.Chain, key []byte) *na
 
 func verdictEvent(tenant, id string) engine.AuditEvent {
 	return engine.AuditEvent{
-		V: engine.SchemaVersion, Event: engine.EventVerdict, Tenant: tenant, ProposalID: id,
+		V: gated.SchemaVersion, Event: engine.EventVerdict, Tenant: tenant, ProposalID: id,
 		At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Instance: "test",
 		Data: []byte(`{"action":"host_restart_service","operator":"alice","outcome":"rejected"}`),
 	}
@@ -141,7 +142,7 @@ func TestParseAuditKey(t *testing.T) {
 // never panic, and what it accepts must be a record that encodes again.
 func FuzzDecodeRecord(f *testing.F) {
 	first, _ := audit.NewMsg(verdictEvent("acme", "p1"), audit.Chain{N: 1}, testKey)
-	second, _ := audit.NewMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant},
+	second, _ := audit.NewMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant},
 		audit.Chain{N: 2, Prev: hexSHA256(first.Data)}, nil)
 	for _, m := range []*nats.Msg{first, second} {
 		f.Add(m.Subject, m.Header.Get(wire.AuditHashHeader), m.Header.Get(wire.AuditMACHeader), m.Header.Get(wire.AuditKeyHeader), m.Data)

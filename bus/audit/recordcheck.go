@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -106,7 +107,7 @@ func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = string(rv.tenant), rv.chain
 	rc.hashBad = rv.hash != rc.digest
 	rc.macProblem = c.checkMAC(rv)
-	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != engine.UnknownTenant {
+	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if c.prints {
 			rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
@@ -132,7 +133,7 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
-	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != engine.UnknownTenant {
+	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if !c.prints {
 			return rc

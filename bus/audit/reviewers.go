@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -59,7 +60,7 @@ type trackedProposal struct {
 	// final is the last succeeded or failed outcome reported.
 	final string
 	// operator is the last operator decision: approve or reject.
-	operator engine.ReviewDecision
+	operator gated.ReviewDecision
 }
 
 // trackedReview is what a TrackRecord keeps of a review. The reviewer's
@@ -67,18 +68,18 @@ type trackedProposal struct {
 // reviewers, and each would otherwise hold its own copy of four strings.
 type trackedReview struct {
 	key      unique.Handle[ReviewerKey]
-	decision engine.ReviewDecision
+	decision gated.ReviewDecision
 	latency  float64
 }
 
 // keptDecision returns d, as the package's constant when it is one, so
 // that a kept review does not hold the decoded copy.
-func keptDecision(d engine.ReviewDecision) engine.ReviewDecision {
+func keptDecision(d gated.ReviewDecision) gated.ReviewDecision {
 	switch d {
-	case engine.DecisionApprove:
-		return engine.DecisionApprove
-	case engine.DecisionReject:
-		return engine.DecisionReject
+	case gated.DecisionApprove:
+		return gated.DecisionApprove
+	case gated.DecisionReject:
+		return gated.DecisionReject
 	}
 	return d
 }
@@ -164,17 +165,17 @@ func tally(p *trackedProposal, stats map[ReviewerKey]*ReviewerStats, latencies m
 		s.Reviews++
 		latencies[k] = append(latencies[k], rv.latency)
 		switch rv.decision {
-		case engine.DecisionApprove:
+		case gated.DecisionApprove:
 			s.Approvals++
 			if p.approvedByReview {
 				switch p.final {
-				case engine.ExecutionSucceeded:
+				case gated.ExecutionSucceeded:
 					s.ApprovedSucceeded++
-				case engine.ExecutionFailed:
+				case gated.ExecutionFailed:
 					s.ApprovedFailed++
 				}
 			}
-		case engine.DecisionReject:
+		case gated.DecisionReject:
 			s.Rejections++
 		}
 		if p.operator != "" && p.operator != rv.decision {
@@ -272,7 +273,7 @@ func (t *TrackRecord) Add(r *Record) {
 func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 	switch ev.Event {
 	case engine.EventVerdict:
-		v, err := engine.DecodeAuditData[engine.Verdict](ev)
+		v, err := engine.DecodeAuditData[gated.Verdict](ev)
 		if err != nil || v.ProposalID == "" || len(v.Reviews) == 0 {
 			// A verdict without reviews (the policy's) counts for no
 			// reviewer: it is not kept, so it takes no reviewed
@@ -280,7 +281,7 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 			return
 		}
 		p := t.proposal(ev.Tenant, v.ProposalID)
-		if p.reviews == nil && len(v.Reviews) > 0 && v.Stage != engine.StageDedupe && v.DuplicateOf == "" {
+		if p.reviews == nil && len(v.Reviews) > 0 && v.Stage != gated.StageDedupe && v.DuplicateOf == "" {
 			p.reviews = make([]trackedReview, len(v.Reviews))
 			for i, rv := range v.Reviews {
 				p.reviews[i] = trackedReview{
@@ -289,7 +290,7 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 				}
 			}
 		}
-		if v.Outcome == engine.OutcomeApproved && v.Operator == nil && len(v.Reviews) > 0 {
+		if v.Outcome == gated.OutcomeApproved && v.Operator == nil && len(v.Reviews) > 0 {
 			p.approvedByReview = true
 		}
 	case engine.EventGrantOutcome:
@@ -299,19 +300,19 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 		}
 		// The constants are kept, not the decoded copies.
 		switch d.Status {
-		case engine.ExecutionSucceeded:
-			t.proposal(ev.Tenant, d.ProposalID).final = engine.ExecutionSucceeded
-		case engine.ExecutionFailed:
-			t.proposal(ev.Tenant, d.ProposalID).final = engine.ExecutionFailed
+		case gated.ExecutionSucceeded:
+			t.proposal(ev.Tenant, d.ProposalID).final = gated.ExecutionSucceeded
+		case gated.ExecutionFailed:
+			t.proposal(ev.Tenant, d.ProposalID).final = gated.ExecutionFailed
 		}
 	case engine.EventOperatorDecided:
 		d, err := engine.DecodeAuditData[engine.OperatorDecidedData](ev)
 		if err != nil || ev.ProposalID == "" {
 			return
 		}
-		decision := engine.DecisionReject
-		if d.Decision == string(engine.DecisionApprove) || (d.Decision == "" && d.Outcome == engine.OutcomeApproved) {
-			decision = engine.DecisionApprove
+		decision := gated.DecisionReject
+		if d.Decision == string(gated.DecisionApprove) || (d.Decision == "" && d.Outcome == gated.OutcomeApproved) {
+			decision = gated.DecisionApprove
 		}
 		t.proposal(ev.Tenant, ev.ProposalID).operator = decision
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -277,9 +278,9 @@ func FuzzMayTrack(f *testing.F) {
 		var data any
 		switch kind % 3 {
 		case 0:
-			v := engine.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Outcome: engine.Outcome(outcome), Stage: engine.Stage(stage)}
+			v := gated.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Outcome: gated.Outcome(outcome), Stage: gated.Stage(stage)}
 			for range reviews % 4 {
-				v.Reviews = append(v.Reviews, engine.Review{Plugin: plugin, Decision: engine.ReviewDecision(word)})
+				v.Reviews = append(v.Reviews, gated.Review{Plugin: plugin, Decision: gated.ReviewDecision(word)})
 			}
 			event, data = engine.EventVerdict, v
 		case 1:

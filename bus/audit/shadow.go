@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -190,7 +191,7 @@ func (s *ShadowSummary) WriteText(w io.Writer) {
 }
 
 // shadowDetail is one side's denies, route or error in a few words.
-func shadowDetail(denies []engine.Deny, route *engine.Route, err string) string {
+func shadowDetail(denies []gated.Deny, route *engine.Route, err string) string {
 	switch {
 	case err != "":
 		return " (" + err + ")"

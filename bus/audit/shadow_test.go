@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -20,12 +21,12 @@ func shadowEntry(t *testing.T, seq uint64, event, tenant, id string, data any) a
 }
 
 func differs(action, live, shadow string, kinds []string, rules ...string) map[string]any {
-	denies := []engine.Deny{}
+	denies := []gated.Deny{}
 	for _, r := range rules {
-		denies = append(denies, engine.Deny{Rule: r, Message: r})
+		denies = append(denies, gated.Deny{Rule: r, Message: r})
 	}
 	return map[string]any{"action": action, "delivery": 1,
-		"live":   map[string]any{"outcome": live, "denies": []engine.Deny{}},
+		"live":   map[string]any{"outcome": live, "denies": []gated.Deny{}},
 		"shadow": map[string]any{"outcome": shadow, "denies": denies},
 		"kinds":  kinds, "rules": rules}
 }

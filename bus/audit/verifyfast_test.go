@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
@@ -124,10 +125,10 @@ func TestVerifyReportsTamperingInEveryBatch(t *testing.T) {
 // it, with audit_seq seq.
 func verdictDoc(t *testing.T, id string, seq uint64) []byte {
 	t.Helper()
-	v := &engine.Verdict{V: 1, ProposalID: id, Tenant: "acme", Action: "host_list_services", Kind: engine.KindAction,
-		Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StagePolicy, Reason: "read actions change nothing",
+	v := &gated.Verdict{V: 1, ProposalID: id, Tenant: "acme", Action: "host_list_services", Kind: gated.KindAction,
+		Outcome: gated.OutcomeApproved, Approved: true, Stage: gated.StagePolicy, Reason: "read actions change nothing",
 		DecidedAt: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC), LatencyMS: 0.5, AuditSeq: seq,
-		Policy: &engine.PolicyRef{Denies: []engine.Deny{}, Revision: "r1", EvalUS: 40}}
+		Policy: &gated.PolicyRef{Denies: []gated.Deny{}, Revision: "r1", EvalUS: 40}}
 	doc, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)

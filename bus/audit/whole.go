@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/jsonscan"
@@ -190,8 +191,8 @@ func decodeEvent(raw []byte) (engine.AuditEvent, error) {
 		}
 	}
 	switch {
-	case ev.V != engine.SchemaVersion:
-		return ev, fmt.Errorf("schema version %d, want %d", ev.V, engine.SchemaVersion)
+	case ev.V != gated.SchemaVersion:
+		return ev, fmt.Errorf("schema version %d, want %d", ev.V, gated.SchemaVersion)
 	case !validEventName(ev.Event):
 		return ev, fmt.Errorf("event %q is not an event name", ev.Event)
 	case len(ev.Data) > 0 && !isJSONObject(ev.Data):

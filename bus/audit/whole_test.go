@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/strictjson"
 )
@@ -36,7 +37,7 @@ func scanV2Events() [][]engine.AuditEvent {
 			ev("p2", engine.EventReviewDone, `{`+head+`,"policy_eval_us":9,"review_id":"r1","plugin":"sop","decision":"approve"}`),
 			ev("p2", engine.EventVerdict, `{"operator":"bob","v":1,"proposal_id":null,"outcome":"rejected","stage":"review","reason":"no"}`),
 		},
-		{{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant, At: at, Data: []byte(`{"revision":"r2"}`)}},
+		{{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant, At: at, Data: []byte(`{"revision":"r2"}`)}},
 	}
 }
 

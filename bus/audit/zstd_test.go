@@ -10,6 +10,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
@@ -187,7 +188,7 @@ func TestMayTrackReadsCompressedRecords(t *testing.T) {
 // is stored as JSON, which readers take, rather than as a frame they
 // would refuse.
 func TestLargeRecordStoredAsJSON(t *testing.T) {
-	big := engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: engine.UnknownTenant,
+	big := engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant,
 		Data: []byte(`{"error":"` + strings.Repeat("x", audit.MaxRecordJSON) + `"}`)}
 	m, err := audit.NewCompressedRecordMsg([]engine.AuditEvent{big}, audit.Chain{N: 1}, nil)
 	if err != nil {

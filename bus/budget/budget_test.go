@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
@@ -46,7 +47,7 @@ func (c *clock) set(t time.Time) {
 // reviewer answers every review with a rejection that reports tokens;
 // when gate is not nil each review first waits for a value on it.
 type reviewer struct {
-	tokens  engine.Tokens
+	tokens  gated.Tokens
 	gate    chan struct{}
 	started chan string
 	calls   atomic.Int64
@@ -67,14 +68,14 @@ func (r *reviewer) Review(ctx context.Context, req engine.ReviewRequest) (engine
 		}
 	}
 	return engine.ReviewResult{
-		Plugin: "budget-test", Text: "Decision: reject\nNot today.", Decision: engine.DecisionReject,
+		Plugin: "budget-test", Text: "Decision: reject\nNot today.", Decision: gated.DecisionReject,
 		Notes: "not today", Tokens: r.tokens,
 	}, nil
 }
 
 // gated is one gated process of a test: its own connection, audit
 // writer, verdict store, budget store and engine, over the shared server.
-type gated struct {
+type process struct {
 	eng    *engine.Engine
 	trails func() engine.AuditTrail
 	store  *budget.Store
@@ -86,7 +87,7 @@ type cluster struct {
 	js    jetstream.JetStream
 	audit jetstream.Stream
 	clock *clock
-	procs [2]*gated
+	procs [2]*process
 	rev   *reviewer
 }
 
@@ -136,13 +137,13 @@ func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *rev
 			t.Fatal(err)
 		}
 		w := bustest.AuditWriter(t, pjs, audit.Config{})
-		c.procs[i] = &gated{eng: eng, trails: w.Trail, store: bs}
+		c.procs[i] = &process{eng: eng, trails: w.Trail, store: bs}
 	}
 	return c
 }
 
 // decide has process i decide a proposal of tenant acme.
-func (c *cluster) decide(t *testing.T, i int, data []byte) *engine.Verdict {
+func (c *cluster) decide(t *testing.T, i int, data []byte) *gated.Verdict {
 	t.Helper()
 	v, err := c.decideErr(t.Context(), i, data)
 	if err != nil {
@@ -151,7 +152,7 @@ func (c *cluster) decide(t *testing.T, i int, data []byte) *engine.Verdict {
 	return v
 }
 
-func (c *cluster) decideErr(ctx context.Context, i int, data []byte) (*engine.Verdict, error) {
+func (c *cluster) decideErr(ctx context.Context, i int, data []byte) (*gated.Verdict, error) {
 	p := engine.Delivery{Data: data, Attempt: 1, Trail: c.procs[i%2].trails()}
 	tenant, action, id := field(data, "tenant"), field(data, "action"), field(data, "id")
 	p.Subject, p.MsgID = "gated.proposals."+tenant+"."+action, tenant+"."+id
@@ -176,7 +177,7 @@ func proposal(n int, class, action, agent string) []byte {
 }
 
 // admitted fails unless v went past its budgets.
-func admitted(t *testing.T, v *engine.Verdict) {
+func admitted(t *testing.T, v *gated.Verdict) {
 	t.Helper()
 	if v.Budget != nil {
 		t.Fatalf("%s refused by budget: %s", v.ProposalID, v.Reason)
@@ -185,12 +186,12 @@ func admitted(t *testing.T, v *engine.Verdict) {
 
 // refused fails unless v is a budget refusal of limit in scope; it
 // returns when the limit resets.
-func refused(t *testing.T, v *engine.Verdict, limit, scope string) time.Time {
+func refused(t *testing.T, v *gated.Verdict, limit, scope string) time.Time {
 	t.Helper()
 	if v.Budget == nil {
 		t.Fatalf("%s not refused by budget: %s %s: %s", v.ProposalID, v.Outcome, v.Stage, v.Reason)
 	}
-	if v.Outcome != engine.OutcomeBlocked || v.Approved {
+	if v.Outcome != gated.OutcomeBlocked || v.Approved {
 		t.Fatalf("a budget refusal is %s (approved %v), want blocked", v.Outcome, v.Approved)
 	}
 	if v.Budget.Limit != limit || v.Budget.Scope != scope {
@@ -212,7 +213,7 @@ func TestWindowedLimitsRefuseAtTheBoundaryAndReset(t *testing.T) {
 		limits string
 		// next is the n-th proposal.
 		next   func(n int) []byte
-		tokens engine.Tokens
+		tokens gated.Tokens
 		// max is how many are admitted before the refusal.
 		max          int
 		limit, scope string
@@ -223,7 +224,7 @@ func TestWindowedLimitsRefuseAtTheBoundaryAndReset(t *testing.T) {
 			note:   "agent proposals",
 			limits: "tenants: {acme: {agents: {bot: {proposals: 3/1m}}}}",
 			next:   func(n int) []byte { return proposal(n, "write", "host_restart_service", "bot") },
-			max:    3, limit: engine.LimitProposals, scope: engine.ScopeAgent, reviews: true,
+			max:    3, limit: gated.LimitProposals, scope: gated.ScopeAgent, reviews: true,
 		},
 		{
 			note:   "tenant proposals over two agents",
@@ -231,21 +232,21 @@ func TestWindowedLimitsRefuseAtTheBoundaryAndReset(t *testing.T) {
 			next: func(n int) []byte {
 				return proposal(n, "write", "host_restart_service", []string{"bot", "other"}[n%2])
 			},
-			max: 4, limit: engine.LimitProposals, scope: engine.ScopeTenant, reviews: true,
+			max: 4, limit: gated.LimitProposals, scope: gated.ScopeTenant, reviews: true,
 		},
 		{
 			note:   "reads",
 			limits: "defaults: {agent: {reads: 5/10s}}",
 			next:   func(n int) []byte { return proposal(n, "read", "host_list_services", "bot") },
-			max:    5, limit: engine.LimitReads, scope: engine.ScopeAgent,
+			max:    5, limit: gated.LimitReads, scope: gated.ScopeAgent,
 		},
 		{
 			note:   "tokens the reviewer reported",
 			limits: "tenants: {acme: {agent: {tokens: 100/1h}}}",
 			next:   func(n int) []byte { return proposal(n, "write", "host_restart_service", "bot") },
 			// 0 and 60 tokens used are under 100; 120 is not.
-			tokens: engine.Tokens{Prompt: 40, Completion: 20},
-			max:    2, limit: engine.LimitTokens, scope: engine.ScopeAgent, reviews: true,
+			tokens: gated.Tokens{Prompt: 40, Completion: 20},
+			max:    2, limit: gated.LimitTokens, scope: gated.ScopeAgent, reviews: true,
 		},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
@@ -292,7 +293,7 @@ func TestReviewsInFlightLimitWithASlowReviewer(t *testing.T) {
 	rev := &reviewer{gate: make(chan struct{}), started: make(chan string, 8)}
 	c := startCluster(t, "tenants: {acme: {agent: {reviews_in_flight: 2}}}", nil, rev)
 	ctx := t.Context()
-	verdicts := make(chan *engine.Verdict, 8)
+	verdicts := make(chan *gated.Verdict, 8)
 	start := func(n int) {
 		go func() {
 			v, err := c.decideErr(ctx, n, proposal(n, "write", "host_restart_service", "bot"))
@@ -310,7 +311,7 @@ func TestReviewsInFlightLimitWithASlowReviewer(t *testing.T) {
 	start(0)
 	start(1)
 	resets := refused(t, c.decide(t, 2, proposal(2, "write", "host_restart_service", "bot")),
-		engine.LimitReviewsInFlight, engine.ScopeAgent)
+		gated.LimitReviewsInFlight, gated.ScopeAgent)
 	if want := windowStart.Add(engine.DefaultReviewTimeout + 30*time.Second); !resets.Equal(want) {
 		t.Fatalf("the limit resets at %s, want the first lease's end %s", resets, want)
 	}
@@ -361,7 +362,7 @@ func TestHoldsPendingLimit(t *testing.T) {
 		}
 	}
 	v := c.decide(t, 2, proposal(2, "write", "dns_update", "bot"))
-	refused(t, v, engine.LimitHoldsPending, engine.ScopeAgent)
+	refused(t, v, gated.LimitHoldsPending, gated.ScopeAgent)
 	if v.AwaitingOperator != nil {
 		t.Fatal("a refused hold awaits an operator")
 	}
@@ -417,7 +418,7 @@ func testPolicySeesTheBudget(t *testing.T, pol *policies.Evaluator, opt func(*en
 	// review, and is rejected a third time.
 	for n := range 3 {
 		v := c.decide(t, n, destructive(n))
-		if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageReview {
+		if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageReview {
 			t.Fatalf("p%d: %s at %s, want rejected at review: %s", n, v.Outcome, v.Stage, v.Reason)
 		}
 	}
@@ -428,7 +429,7 @@ func testPolicySeesTheBudget(t *testing.T, pol *policies.Evaluator, opt func(*en
 	// Ten minutes on, the refusals are out of the window.
 	c.clock.set(windowStart.Add(engine.RefusalWindow))
 	v = c.decide(t, 4, destructive(4))
-	if v.AwaitingOperator != nil || v.Stage != engine.StageReview {
+	if v.AwaitingOperator != nil || v.Stage != gated.StageReview {
 		t.Fatalf("ten minutes later: %s at %s, want a review: %s", v.Outcome, v.Stage, v.Reason)
 	}
 }

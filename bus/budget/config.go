@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/yamlpos"
 )
 
@@ -64,7 +64,7 @@ func ParseConfig(name string, data []byte) (*Config, error) {
 			return err
 		case "tenants":
 			return p.mapping(v, "tenants", func(tk, tv *yaml.Node) error {
-				if !engine.ValidTenant(tk.Value) {
+				if !gated.ValidTenant(tk.Value) {
 					return p.fail(tk.Line, "tenants.%s: not a tenant token ([a-z0-9_-]{1,64})", clip(tk.Value))
 				}
 				t, err := p.tenant(tv, "tenants."+tk.Value, true)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -284,9 +285,9 @@ func (c *counters) prune(now time.Time) {
 // state is the scope's counters as the policy sees them.
 func (c *counters) state(l Limits, now time.Time) engine.BudgetCounters {
 	out := engine.BudgetCounters{
-		Proposals: c.used(engine.LimitProposals, l.Proposals, now),
-		Reads:     c.used(engine.LimitReads, l.Reads, now),
-		Tokens:    c.used(engine.LimitTokens, l.Tokens, now),
+		Proposals: c.used(gated.LimitProposals, l.Proposals, now),
+		Reads:     c.used(gated.LimitReads, l.Reads, now),
+		Tokens:    c.used(gated.LimitTokens, l.Tokens, now),
 	}
 	out.ReviewsInFlight, _ = live(c.ReviewEnds, now)
 	out.HoldsPending, _ = live(c.HoldEnds, now)
@@ -305,39 +306,39 @@ func (c *counters) state(l Limits, now time.Time) engine.BudgetCounters {
 // it and leaves c alone. A review or hold takes a lease in the slot of
 // req.Until; whether the proposal holds a lease already (a redelivery) is
 // the lease key's to say, before admit is asked.
-func (c *counters) admit(l Limits, req engine.BudgetRequest) *engine.BudgetRefusal {
+func (c *counters) admit(l Limits, req engine.BudgetRequest) *gated.BudgetRefusal {
 	now := req.Now
-	windowed := func(limit string, r Rate) *engine.BudgetRefusal {
+	windowed := func(limit string, r Rate) *gated.BudgetRefusal {
 		used := c.used(limit, r, now)
 		if r.Max == 0 || used < r.Max {
 			return nil
 		}
 		start := windowStart(now, r.Interval)
-		return &engine.BudgetRefusal{Limit: limit, Max: r.Max, Used: used, Interval: shortDuration(r.Interval),
+		return &gated.BudgetRefusal{Limit: limit, Max: r.Max, Used: used, Interval: shortDuration(r.Interval),
 			ResetsAt: time.UnixMilli(start).Add(r.Interval).UTC()}
 	}
-	leased := func(limit string, slots []slotCount, max int64) *engine.BudgetRefusal {
+	leased := func(limit string, slots []slotCount, max int64) *gated.BudgetRefusal {
 		n, first := live(slots, now)
 		if max == 0 || n < max {
 			return nil
 		}
-		return &engine.BudgetRefusal{Limit: limit, Max: max, Used: n, ResetsAt: time.UnixMilli(first).UTC()}
+		return &gated.BudgetRefusal{Limit: limit, Max: max, Used: n, ResetsAt: time.UnixMilli(first).UTC()}
 	}
 	c.prune(now)
-	var checks []*engine.BudgetRefusal
+	var checks []*gated.BudgetRefusal
 	switch req.Use {
 	case engine.BudgetRead:
-		checks = []*engine.BudgetRefusal{windowed(engine.LimitReads, l.Reads)}
+		checks = []*gated.BudgetRefusal{windowed(gated.LimitReads, l.Reads)}
 	case engine.BudgetReview:
-		checks = []*engine.BudgetRefusal{
-			windowed(engine.LimitTokens, l.Tokens),
-			leased(engine.LimitReviewsInFlight, c.ReviewEnds, l.ReviewsInFlight),
-			windowed(engine.LimitProposals, l.Proposals),
+		checks = []*gated.BudgetRefusal{
+			windowed(gated.LimitTokens, l.Tokens),
+			leased(gated.LimitReviewsInFlight, c.ReviewEnds, l.ReviewsInFlight),
+			windowed(gated.LimitProposals, l.Proposals),
 		}
 	case engine.BudgetHold:
-		checks = []*engine.BudgetRefusal{
-			leased(engine.LimitHoldsPending, c.HoldEnds, l.HoldsPending),
-			windowed(engine.LimitProposals, l.Proposals),
+		checks = []*gated.BudgetRefusal{
+			leased(gated.LimitHoldsPending, c.HoldEnds, l.HoldsPending),
+			windowed(gated.LimitProposals, l.Proposals),
 		}
 	}
 	for _, r := range checks {
@@ -352,10 +353,10 @@ func (c *counters) admit(l Limits, req engine.BudgetRequest) *engine.BudgetRefus
 // count adds n (1 or -1) to what req counts against.
 func (c *counters) count(l Limits, req engine.BudgetRequest, n int64) {
 	if req.Use == engine.BudgetRead {
-		c.add(engine.LimitReads, l.Reads, req.Now, n)
+		c.add(gated.LimitReads, l.Reads, req.Now, n)
 		return
 	}
-	c.add(engine.LimitProposals, l.Proposals, req.Now, n)
+	c.add(gated.LimitProposals, l.Proposals, req.Now, n)
 	ends := c.ends(req.Use)
 	*ends = addSlot(*ends, slotEnd(ms(req.Until)), n)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
@@ -126,7 +127,7 @@ func TestLeasesAtTheBoundaryOverTwoProcesses(t *testing.T) {
 				t.Errorf("p%d: %v", i, err)
 			case r == nil:
 				admitted.Add(1)
-			case r.Limit == engine.LimitReviewsInFlight && r.Used == 7:
+			case r.Limit == gated.LimitReviewsInFlight && r.Used == 7:
 				refused.Add(1)
 			default:
 				t.Errorf("p%d refused by %s (%d used)", i, r.Limit, r.Used)
@@ -192,7 +193,7 @@ func TestCrashBetweenCountAndLeaseOverCounts(t *testing.T) {
 		t.Fatalf("%d reviews in flight, want 2 (the lost lease's count and the redelivery's)", got)
 	}
 	r, err := st.Admit(t.Context(), review("p2", now.Add(time.Second), until))
-	if err != nil || r == nil || r.Limit != engine.LimitReviewsInFlight {
+	if err != nil || r == nil || r.Limit != gated.LimitReviewsInFlight {
 		t.Fatalf("p2 beside the lost count: %v %v, want refused by reviews_in_flight", r, err)
 	}
 	if want := now.Add(100 * time.Second); !r.ResetsAt.Equal(want) {
@@ -402,10 +403,10 @@ func TestRedeliveryAtItsLimitIsAdmitted(t *testing.T) {
 		}
 	}
 	r, err := st.Admit(t.Context(), review("p2", now.Add(time.Second), now.Add(2*time.Minute)))
-	if err != nil || r == nil || r.Limit != engine.LimitReviewsInFlight || r.Used != 1 {
+	if err != nil || r == nil || r.Limit != gated.LimitReviewsInFlight || r.Used != 1 {
 		t.Fatalf("p2 beside p1's lease: %v %v, want refused by reviews_in_flight with 1 used", r, err)
 	}
-	if got := events(); len(got) != 3 || got[2].Refused != engine.LimitReviewsInFlight {
+	if got := events(); len(got) != 3 || got[2].Refused != gated.LimitReviewsInFlight {
 		t.Fatalf("events %+v, want two admissions and a refusal", got)
 	}
 }
@@ -421,7 +422,7 @@ func TestExpiredLeaseCountsAgain(t *testing.T) {
 	later := now.Add(2 * time.Minute)
 	mustAdmit(t, st, review("p2", later, later.Add(time.Minute)))
 	r, err := st.Admit(t.Context(), review("p1", later, later.Add(time.Minute)))
-	if err != nil || r == nil || r.Limit != engine.LimitReviewsInFlight {
+	if err != nil || r == nil || r.Limit != gated.LimitReviewsInFlight {
 		t.Fatalf("p1 redelivered after its lease ended, beside p2: %v %v, want refused by reviews_in_flight", r, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -187,7 +188,7 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 // for that moment, never under-counting); a refusal is only given after
 // reading the lease, so that a redelivery is never refused for the lease
 // it holds itself.
-func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
+func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*gated.BudgetRefusal, error) {
 	if req.Use != engine.BudgetReview && req.Use != engine.BudgetHold {
 		refusal, err := s.admitCounts(ctx, req)
 		s.emitAdmission(req, refusal, err)
@@ -245,7 +246,7 @@ func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*engine.Bu
 }
 
 // emitAdmission reports an admission or a refusal for metrics.
-func (s *Store) emitAdmission(req engine.BudgetRequest, refusal *engine.BudgetRefusal, err error) {
+func (s *Store) emitAdmission(req engine.BudgetRequest, refusal *gated.BudgetRefusal, err error) {
 	switch {
 	case err != nil:
 	case refusal != nil:
@@ -258,7 +259,7 @@ func (s *Store) emitAdmission(req engine.BudgetRequest, refusal *engine.BudgetRe
 // admitCounts checks and counts req against the agent's record, then the
 // tenant's. It reports nothing for metrics: the caller does, once it
 // knows whether the answer stands.
-func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*engine.BudgetRefusal, error) {
+func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*gated.BudgetRefusal, error) {
 	cfg := s.Config()
 	al, tl := cfg.Agent(req.Tenant, req.Agent), cfg.Tenant(req.Tenant)
 	ak, as := agentKey(req.Tenant, req.Agent), agentScope(req.Tenant, req.Agent)
@@ -269,17 +270,17 @@ func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*eng
 	if err != nil {
 		return nil, err
 	}
-	if r, _ := res.(*engine.BudgetRefusal); r != nil {
-		r.Scope, r.Agent = engine.ScopeAgent, req.Agent
+	if r, _ := res.(*gated.BudgetRefusal); r != nil {
+		r.Scope, r.Agent = gated.ScopeAgent, req.Agent
 		return r, nil
 	}
 	res, err = s.apply(ctx, tenantKey(req.Tenant), tenantScope(req.Tenant), func(c *counters) (any, bool) {
 		r := c.admit(tl, req)
 		return r, r == nil
 	})
-	var refusal *engine.BudgetRefusal
+	var refusal *gated.BudgetRefusal
 	if err == nil {
-		refusal, _ = res.(*engine.BudgetRefusal)
+		refusal, _ = res.(*gated.BudgetRefusal)
 	}
 	if err != nil || refusal != nil {
 		// Not admitted: the agent's count is taken back.
@@ -290,7 +291,7 @@ func (s *Store) admitCounts(ctx context.Context, req engine.BudgetRequest) (*eng
 		if err != nil {
 			return nil, errors.Join(err, uerr)
 		}
-		refusal.Scope = engine.ScopeTenant
+		refusal.Scope = gated.ScopeTenant
 		return refusal, nil
 	}
 	return nil, nil
@@ -384,7 +385,7 @@ func (s *Store) Release(ctx context.Context, rel engine.BudgetRelease) error {
 		return func(c *counters) (any, bool) {
 			changed := c.release(rel.Use, held.End)
 			if rel.Tokens > 0 {
-				c.add(engine.LimitTokens, tokens, rel.Now, rel.Tokens)
+				c.add(gated.LimitTokens, tokens, rel.Now, rel.Tokens)
 				changed = true
 			}
 			return nil, changed
@@ -437,8 +438,8 @@ func (s *Store) spend(ctx context.Context, tenant, agent string, tokens int64, n
 	cfg := s.Config()
 	al, tl := cfg.Agent(tenant, agent), cfg.Tenant(tenant)
 	err := s.onBoth(ctx, tenant, agent,
-		func(c *counters) (any, bool) { c.add(engine.LimitTokens, al.Tokens, now, tokens); return nil, true },
-		func(c *counters) (any, bool) { c.add(engine.LimitTokens, tl.Tokens, now, tokens); return nil, true })
+		func(c *counters) (any, bool) { c.add(gated.LimitTokens, al.Tokens, now, tokens); return nil, true },
+		func(c *counters) (any, bool) { c.add(gated.LimitTokens, tl.Tokens, now, tokens); return nil, true })
 	s.emit(Event{Tenant: tenant, Tokens: tokens})
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -55,8 +56,8 @@ func (r *Rate) UnmarshalJSON(data []byte) error {
 // Usage is one scope's counters beside its limits, as `gated budgets
 // show` and the console show them.
 type Usage struct {
-	// Scope is engine.ScopeTenant for the tenant as a whole, or
-	// engine.ScopeAgent for one of its agents, named by Agent ("" for the
+	// Scope is gated.ScopeTenant for the tenant as a whole, or
+	// gated.ScopeAgent for one of its agents, named by Agent ("" for the
 	// proposals that name no agent).
 	Scope string `json:"scope"`
 	Agent string `json:"agent,omitempty"`
@@ -92,7 +93,7 @@ func (s *Store) Usage(ctx context.Context, tenant string, now time.Time) (*Tenan
 	if err != nil {
 		return nil, err
 	}
-	out := &TenantUsage{Tenant: tenant, Whole: c.usage(engine.ScopeTenant, cfg.Tenant(tenant), now), Agents: []Usage{}}
+	out := &TenantUsage{Tenant: tenant, Whole: c.usage(gated.ScopeTenant, cfg.Tenant(tenant), now), Agents: []Usage{}}
 	keys, err := s.Keys(ctx, tenant)
 	if err != nil {
 		return nil, err
@@ -109,7 +110,7 @@ func (s *Store) Usage(ctx context.Context, tenant string, now time.Time) (*Tenan
 		if err != nil {
 			return nil, err
 		}
-		u := c.usage(engine.ScopeAgent, cfg.Agent(tenant, agent), now)
+		u := c.usage(gated.ScopeAgent, cfg.Agent(tenant, agent), now)
 		u.Agent, u.Override = agent, cfg.overrides(tenant, agent)
 		out.Agents = append(out.Agents, u)
 	}
@@ -145,12 +146,12 @@ func agentOfKey(key string) string {
 // usage is the record's counters beside l at now.
 func (c *counters) usage(scope string, l Limits, now time.Time) Usage {
 	u := Usage{Scope: scope, Limits: l, Counters: c.state(l, now), ResetsAt: map[string]time.Time{}}
-	for name, r := range map[string]Rate{engine.LimitProposals: l.Proposals, engine.LimitReads: l.Reads, engine.LimitTokens: l.Tokens} {
+	for name, r := range map[string]Rate{gated.LimitProposals: l.Proposals, gated.LimitReads: l.Reads, gated.LimitTokens: l.Tokens} {
 		if r.Interval > 0 {
 			u.ResetsAt[name] = time.UnixMilli(windowStart(now, r.Interval)).Add(r.Interval).UTC()
 		}
 	}
-	for name, slots := range map[string][]slotCount{engine.LimitReviewsInFlight: c.ReviewEnds, engine.LimitHoldsPending: c.HoldEnds} {
+	for name, slots := range map[string][]slotCount{gated.LimitReviewsInFlight: c.ReviewEnds, gated.LimitHoldsPending: c.HoldEnds} {
 		if n, first := live(slots, now); n > 0 {
 			u.ResetsAt[name] = time.UnixMilli(first).UTC()
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -77,6 +78,6 @@ func AuditEventSample(t testing.TB, name string) engine.AuditEvent {
 		}
 	}
 	data += sample[1:]
-	return engine.AuditEvent{V: engine.SchemaVersion, Event: name, Tenant: "acme", ProposalID: "p1",
+	return engine.AuditEvent{V: gated.SchemaVersion, Event: name, Tenant: "acme", ProposalID: "p1",
 		At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Instance: "gate-1", PolicyRevision: "r1", Data: []byte(data)}
 }

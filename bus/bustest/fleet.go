@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	gaudit "github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
@@ -51,7 +52,7 @@ func fleetOf(t *testing.T, g *Gated) *Fleet {
 
 // Propose sends the raw proposal data through the fleet client and returns
 // its verdict; the test fails if none comes within 20 s.
-func (f *Fleet) Propose(t *testing.T, data []byte) *engine.Verdict {
+func (f *Fleet) Propose(t *testing.T, data []byte) *gated.Verdict {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
@@ -130,33 +131,33 @@ func TenantAuditRecords(t *testing.T, audit jetstream.Stream, tenant string) []*
 var runEpoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // RunVerdict is the verdict of tenant acme on round of run runID that
-// proposal id got: a rejection that sends next (engine.NextContinuation or
-// engine.NextEscalation), or an approval when next is empty.
-func RunVerdict(id, runID string, round int, next string) *engine.Verdict {
-	v := &engine.Verdict{
-		V: engine.SchemaVersion, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: engine.KindRun,
-		Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "go test ./... fails",
+// proposal id got: a rejection that sends next (gated.NextContinuation or
+// gated.NextEscalation), or an approval when next is empty.
+func RunVerdict(id, runID string, round int, next string) *gated.Verdict {
+	v := &gated.Verdict{
+		V: gated.SchemaVersion, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: gated.KindRun,
+		Outcome: gated.OutcomeRejected, Stage: gated.StageReview, Reason: "go test ./... fails",
 		DecidedAt: runEpoch.Add(time.Duration(round) * time.Minute), AuditSeq: uint64(100 + round),
 		ProposalSHA256: fmt.Sprintf("%064d", round),
-		Run: &engine.RunVerdict{
+		Run: &gated.RunVerdict{
 			RunID: runID, TaskID: "task-7", Worker: "coder-1", Round: round, MaxRounds: 3,
-			Criteria: []engine.CriterionEval{
-				{ID: "tests", Pass: false, Reason: `"go test ./..." exited 1, expected 0`, Kind: engine.CriterionCommandResult, Required: true, JudgedBy: engine.JudgedByPolicy},
-				{ID: "lint", Pass: true, Kind: engine.CriterionCommandResult, JudgedBy: engine.JudgedByPolicy},
+			Criteria: []gated.CriterionEval{
+				{ID: "tests", Pass: false, Reason: `"go test ./..." exited 1, expected 0`, Kind: gated.CriterionCommandResult, Required: true, JudgedBy: gated.JudgedByPolicy},
+				{ID: "lint", Pass: true, Kind: gated.CriterionCommandResult, JudgedBy: gated.JudgedByPolicy},
 			},
 			MissingWork:       []string{"make go test ./... pass"},
 			NextRoundGuidance: "fix the failing test first",
-			Findings:          []engine.Finding{{ID: fmt.Sprintf("r%d-f1", round), Body: "make go test ./... pass", Criterion: "tests"}},
+			Findings:          []gated.Finding{{ID: fmt.Sprintf("r%d-f1", round), Body: "make go test ./... pass", Criterion: "tests"}},
 			Next:              next,
 		},
 	}
 	switch next {
-	case engine.NextContinuation:
+	case gated.NextContinuation:
 		v.Run.FollowUpSubject = wire.ContinuationSubject("acme", runID)
-	case engine.NextEscalation:
+	case gated.NextEscalation:
 		v.Run.FollowUpSubject = wire.EscalationSubject("acme")
 	case "":
-		v.Outcome, v.Approved, v.Reason = engine.OutcomeApproved, true, "every criterion passes"
+		v.Outcome, v.Approved, v.Reason = gated.OutcomeApproved, true, "every criterion passes"
 		v.Run.MissingWork, v.Run.Findings, v.Run.NextRoundGuidance = nil, nil, ""
 	}
 	return v

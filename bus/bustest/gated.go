@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/grants"
@@ -235,7 +236,7 @@ func (k *Gatekeeper) Wrap(d intake.Decider) intake.Decider { k.next = d; return 
 
 // Decide reports the delivery, waits until k is open or ctx ends, then
 // hands the delivery on.
-func (k *Gatekeeper) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (k *Gatekeeper) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	k.Arrived <- d.MsgID
 	select {
 	case <-k.release:
@@ -246,7 +247,7 @@ func (k *Gatekeeper) Decide(ctx context.Context, d engine.Delivery) (*engine.Ver
 }
 
 // GiveUp hands the delivery on at once.
-func (k *Gatekeeper) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (k *Gatekeeper) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	return k.next.GiveUp(ctx, d, cause)
 }
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -29,7 +29,7 @@ const awaitPoll = 2 * time.Second
 // the client's default wait. Errors: ErrNoVerdict when ctx ends first,
 // ErrIDReused when the key now holds another proposal's verdict, or a
 // NATS error.
-func (c *Client) AwaitDecision(ctx context.Context, held *engine.Verdict) (*engine.Verdict, error) {
+func (c *Client) AwaitDecision(ctx context.Context, held *gated.Verdict) (*gated.Verdict, error) {
 	if held == nil {
 		return nil, fmt.Errorf("%w: no held verdict to wait on", ErrBadProposal)
 	}
@@ -57,7 +57,7 @@ func (c *Client) AwaitDecision(ctx context.Context, held *engine.Verdict) (*engi
 		return nil, fmt.Errorf("subscribing to verdicts: %w", err)
 	}
 	// The decision may have come before the subscription: look first.
-	check := func() (*engine.Verdict, bool, error) {
+	check := func() (*gated.Verdict, bool, error) {
 		v, err := c.storedVerdict(ctx, a)
 		if err != nil {
 			return nil, false, nil // look again; the subject may answer first

@@ -15,7 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/tracectx"
 )
@@ -23,11 +23,11 @@ import (
 // CheckVerdict returns nil when v approves its proposal (outcome approved
 // and approved true), else a *VerdictError. A nil verdict is not an
 // approval either.
-func CheckVerdict(v *engine.Verdict) error {
+func CheckVerdict(v *gated.Verdict) error {
 	if v == nil {
 		return fmt.Errorf("%w: no verdict", ErrNotApproved)
 	}
-	if v.Outcome == engine.OutcomeApproved && v.Approved {
+	if v.Outcome == gated.OutcomeApproved && v.Approved {
 		return nil
 	}
 	return &VerdictError{Verdict: v}
@@ -169,11 +169,11 @@ func AddressOf(data []byte) (Address, error) {
 
 func (a Address) check() error {
 	switch {
-	case !engine.ValidTenant(a.Tenant):
+	case !gated.ValidTenant(a.Tenant):
 		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, a.Tenant)
-	case !engine.ValidID(a.ID):
+	case !gated.ValidID(a.ID):
 		return fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, a.ID)
-	case !engine.ValidAction(a.Action):
+	case !gated.ValidAction(a.Action):
 		return fmt.Errorf("%w: action %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, a.Action)
 	}
 	return nil
@@ -195,19 +195,19 @@ func (a Address) Key() string { return a.Tenant + "." + a.ID }
 // and tracestate), and gated's spans for it are its children. Errors: ErrBadProposal (tenant, id or
 // action is not a valid token), ErrNoVerdict, ErrIDReused, a *VerdictError,
 // or a NATS error.
-func (c *Client) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error) {
+func (c *Client) Propose(ctx context.Context, p *gated.Proposal) (*gated.Verdict, error) {
 	return c.ProposeWith(ctx, p)
 }
 
 // ProposeWith is Propose with options, such as WithStatus to follow the
 // proposal's progress while it waits.
-func (c *Client) ProposeWith(ctx context.Context, p *engine.Proposal, opts ...ProposeOption) (*engine.Verdict, error) {
+func (c *Client) ProposeWith(ctx context.Context, p *gated.Proposal, opts ...ProposeOption) (*gated.Verdict, error) {
 	if p == nil {
 		return nil, fmt.Errorf("%w: nil proposal", ErrBadProposal)
 	}
 	sent := *p
 	if sent.V == 0 {
-		sent.V = engine.SchemaVersion
+		sent.V = gated.SchemaVersion
 	}
 	a := Address{Tenant: sent.Tenant, ID: sent.ID, Action: sent.Action}
 	if err := a.check(); err != nil {
@@ -234,7 +234,7 @@ func (c *Client) ProposeWith(ctx context.Context, p *engine.Proposal, opts ...Pr
 // stream reports the proposal as a duplicate of one already sent, it reads
 // the stored verdict instead of waiting for a new one. Errors:
 // ErrBadProposal, ErrNoVerdict, ErrIDReused, or a NATS error.
-func (c *Client) ProposeRaw(ctx context.Context, data []byte, opts ...ProposeOption) (*engine.Verdict, error) {
+func (c *Client) ProposeRaw(ctx context.Context, data []byte, opts ...ProposeOption) (*gated.Verdict, error) {
 	a, err := AddressOf(data)
 	if err != nil {
 		return nil, err
@@ -249,7 +249,7 @@ func (c *Client) withWait(ctx context.Context) (context.Context, context.CancelF
 	return context.WithTimeout(ctx, c.opts.wait)
 }
 
-func (c *Client) propose(ctx context.Context, a Address, data []byte, opts []ProposeOption) (*engine.Verdict, error) {
+func (c *Client) propose(ctx context.Context, a Address, data []byte, opts []ProposeOption) (*gated.Verdict, error) {
 	var po proposeOptions
 	for _, o := range opts {
 		o(&po)
@@ -354,7 +354,7 @@ func proposalDigest(data []byte) string {
 // answer accepts only a verdict for exactly these bytes: an earlier
 // proposal's verdict under the same id, or a message that merely claims to
 // be a verdict, is not this proposal's answer.
-func answer(a Address, digest string, v *engine.Verdict) (*engine.Verdict, error) {
+func answer(a Address, digest string, v *gated.Verdict) (*gated.Verdict, error) {
 	if v.Tenant != a.Tenant || v.ProposalID != a.ID {
 		return nil, fmt.Errorf("verdict names %s.%s, want %s", v.Tenant, v.ProposalID, a.Key())
 	}
@@ -369,7 +369,7 @@ func answer(a Address, digest string, v *engine.Verdict) (*engine.Verdict, error
 
 // storedVerdict reads the stored verdict of a, briefly: a look-up that
 // goes unanswered must not keep a wait from the verdict subject.
-func (c *Client) storedVerdict(ctx context.Context, a Address) (*engine.Verdict, error) {
+func (c *Client) storedVerdict(ctx context.Context, a Address) (*gated.Verdict, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	return c.Verdict(ctx, a.Tenant, a.ID)
@@ -381,14 +381,14 @@ func (c *Client) storedVerdict(ctx context.Context, a Address) (*engine.Verdict,
 // comes (it can only stop an action), but an approval counts only once the
 // stored verdict, which only gated can write, confirms it: that costs one
 // direct get per approval, and a look-up that fails is not an approval.
-func (c *Client) confirm(ctx context.Context, a Address, digest string, v *engine.Verdict) (*engine.Verdict, error) {
-	return confirmApproval(a, digest, v, func() (*engine.Verdict, error) { return c.storedVerdict(ctx, a) })
+func (c *Client) confirm(ctx context.Context, a Address, digest string, v *gated.Verdict) (*gated.Verdict, error) {
+	return confirmApproval(a, digest, v, func() (*gated.Verdict, error) { return c.storedVerdict(ctx, a) })
 }
 
 // confirmApproval is confirm with the stored verdict's look-up passed in:
 // the whole of the client's judgement of a verdict message, which the
 // shared test vectors hold every client to.
-func confirmApproval(a Address, digest string, v *engine.Verdict, stored func() (*engine.Verdict, error)) (*engine.Verdict, error) {
+func confirmApproval(a Address, digest string, v *gated.Verdict, stored func() (*gated.Verdict, error)) (*gated.Verdict, error) {
 	v, err := answer(a, digest, v)
 	if err != nil || !v.Approved {
 		return v, err // not an approval, whatever its outcome says (CheckVerdict)
@@ -403,8 +403,8 @@ func confirmApproval(a Address, digest string, v *engine.Verdict, stored func() 
 // verdictMessage reads a message on a's verdict subject. Anything that is
 // not a verdict naming a's tenant and id is not an answer (ok false) and
 // is skipped, not taken as a failure.
-func verdictMessage(a Address, data []byte) (v *engine.Verdict, ok bool) {
-	v = new(engine.Verdict)
+func verdictMessage(a Address, data []byte) (v *gated.Verdict, ok bool) {
+	v = new(gated.Verdict)
 	if err := json.Unmarshal(data, v); err != nil || v.Tenant != a.Tenant || v.ProposalID != a.ID {
 		return nil, false
 	}
@@ -419,13 +419,13 @@ func VerdictLookupSubject(apiPrefix, tenant, id string) string {
 
 // Verdict looks up a stored verdict with one JetStream direct get of its
 // key, so it needs no right beyond reading that key. It returns
-// engine.ErrNotFound when none is stored (never decided, or past the
+// gated.ErrNotFound when none is stored (never decided, or past the
 // bucket's TTL), ErrBadProposal when tenant or id is not a valid token.
-func (c *Client) Verdict(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
-	if !engine.ValidTenant(tenant) {
+func (c *Client) Verdict(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
+	if !gated.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
 	}
-	if !engine.ValidID(id) {
+	if !gated.ValidID(id) {
 		return nil, fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, id)
 	}
 	ctx, cancel := c.withWait(ctx)
@@ -443,11 +443,11 @@ func (c *Client) Verdict(ctx context.Context, tenant, id string) (*engine.Verdic
 
 // decodeStoredVerdict reads a direct-get reply: a 404 status or a KV
 // delete marker is "not found".
-func decodeStoredVerdict(tenant, id string, m *nats.Msg) (*engine.Verdict, error) {
+func decodeStoredVerdict(tenant, id string, m *nats.Msg) (*gated.Verdict, error) {
 	if len(m.Data) == 0 {
 		switch status := m.Header.Get("Status"); status {
 		case "404":
-			return nil, engine.ErrNotFound
+			return nil, gated.ErrNotFound
 		case "":
 		default:
 			return nil, fmt.Errorf("reading verdict %s.%s: JetStream answered %s %s", tenant, id, status, m.Header.Get("Description"))
@@ -455,12 +455,12 @@ func decodeStoredVerdict(tenant, id string, m *nats.Msg) (*engine.Verdict, error
 	}
 	switch m.Header.Get("KV-Operation") {
 	case "DEL", "PURGE":
-		return nil, engine.ErrNotFound
+		return nil, gated.ErrNotFound
 	}
 	if subj := m.Header.Get(jetstream.SubjectHeader); subj != "" && subj != "$KV."+wire.VerdictBucket+"."+tenant+"."+id {
 		return nil, fmt.Errorf("reading verdict %s.%s: JetStream returned the entry of %s", tenant, id, subj)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		return nil, fmt.Errorf("decoding stored verdict %s.%s: %w", tenant, id, err)
 	}
@@ -477,7 +477,7 @@ func decodeStoredVerdict(tenant, id string, m *nats.Msg) (*engine.Verdict, error
 // (which matches ErrServiceUnavailable, ErrNoVerdict, ErrTenantMismatch,
 // ErrIDReused, ErrBadProposal by its code), ErrServiceUnavailable when no
 // gated serves the endpoint, ErrNoVerdict when ctx ends first.
-func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdict, error) {
+func (c *Client) RequestReview(ctx context.Context, data []byte) (*gated.Verdict, error) {
 	a, err := AddressOf(data)
 	if err != nil {
 		return nil, err
@@ -506,7 +506,7 @@ func (c *Client) RequestReview(ctx context.Context, data []byte) (*engine.Verdic
 // decodeReviewReply reads a reply of the review service: a micro error
 // (headers Nats-Service-Error-Code and Nats-Service-Error) becomes a
 // *ServiceError, anything else must be a verdict.
-func decodeReviewReply(h nats.Header, data []byte) (*engine.Verdict, error) {
+func decodeReviewReply(h nats.Header, data []byte) (*gated.Verdict, error) {
 	if code := h.Get(micro.ErrorCodeHeader); code != "" {
 		n, err := strconv.Atoi(code)
 		if err != nil || n < 100 || n > 999 {
@@ -518,7 +518,7 @@ func decodeReviewReply(h nats.Header, data []byte) (*engine.Verdict, error) {
 		}
 		return nil, &ServiceError{Code: n, Description: desc}
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("decoding the review service's reply: %w", err)
 	}

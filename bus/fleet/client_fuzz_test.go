@@ -7,7 +7,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // FuzzDecodeReviewReply feeds the review service's reply decoder arbitrary
@@ -58,7 +58,7 @@ func FuzzDecodeStoredVerdict(f *testing.F) {
 		if err == nil && (v == nil || v.Tenant != "acme" || v.ProposalID != "p1") {
 			t.Fatalf("returned %+v for key acme.p1", v)
 		}
-		if errors.Is(err, engine.ErrNotFound) && v != nil {
+		if errors.Is(err, gated.ErrNotFound) && v != nil {
 			t.Fatal("not found with a verdict")
 		}
 	})

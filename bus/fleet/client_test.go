@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -26,7 +27,7 @@ import (
 // would, and hands every other proposal to the engine.
 type scripted struct{ next intake.Decider }
 
-func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	// The subject's last token is the action.
 	action := d.Subject[strings.LastIndexByte(d.Subject, '.')+1:]
 	if want, ok := strings.CutPrefix(action, "outcome_"); ok {
@@ -35,26 +36,26 @@ func (s scripted) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdic
 			return nil, err
 		}
 		sum := sha256.Sum256(d.Data)
-		return &engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: engine.KindAction,
-			Outcome: engine.Outcome(want), Stage: engine.StageReview, Reason: "scripted " + want, DecidedAt: time.Now(),
+		return &gated.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: gated.KindAction,
+			Outcome: gated.Outcome(want), Stage: gated.StageReview, Reason: "scripted " + want, DecidedAt: time.Now(),
 			ProposalSHA256: hex.EncodeToString(sum[:])}, nil
 	}
 	return s.next.Decide(ctx, d)
 }
 
-func (s scripted) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (s scripted) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	return s.next.GiveUp(ctx, d, cause)
 }
 
 func withScript(d intake.Decider) intake.Decider { return scripted{next: d} }
 
 // typed builds a typed proposal of tenant acme.
-func typed(id, action string, class engine.Class) *engine.Proposal {
-	p := &engine.Proposal{ID: id, Tenant: "acme", Action: action, Class: class,
+func typed(id, action string, class gated.Class) *gated.Proposal {
+	p := &gated.Proposal{ID: id, Tenant: "acme", Action: action, Class: class,
 		Target: map[string]any{"service": "nginx", "device_id": 7}, Reason: "testing the fleet client",
-		RequestedBy: &engine.RequestedBy{Agent: "test-agent"}}
-	if class != engine.ClassRead {
-		p.BlastRadius = engine.BlastSingleDevice
+		RequestedBy: &gated.RequestedBy{Agent: "test-agent"}}
+	if class != gated.ClassRead {
+		p.BlastRadius = gated.BlastSingleDevice
 	}
 	return p
 }
@@ -62,20 +63,20 @@ func typed(id, action string, class engine.Class) *engine.Proposal {
 func TestProposeTypedErrors(t *testing.T) {
 	g := bustest.StartFleet(t, withScript, bus.Config{})
 	sentinels := []error{fleet.ErrReviewRejected, fleet.ErrReviewBlocked, fleet.ErrReviewError, fleet.ErrReviewTimeout, fleet.ErrProposalInvalid}
-	skip := typed("t-skip", "host_restart_service", engine.ClassWrite)
+	skip := typed("t-skip", "host_restart_service", gated.ClassWrite)
 	skip.Flags.SkipReview = true
 	tests := []struct {
 		note    string
-		p       *engine.Proposal
-		outcome engine.Outcome
+		p       *gated.Proposal
+		outcome gated.Outcome
 		want    error // nil for an approval
 	}{
-		{note: "read approved at policy", p: typed("t-read", "host_list_services", engine.ClassRead), outcome: engine.OutcomeApproved},
-		{note: "skip_review rejected", p: skip, outcome: engine.OutcomeRejected, want: fleet.ErrReviewRejected},
-		{note: "no reviewer blocks", p: typed("t-write", "host_restart_service", engine.ClassWrite), outcome: engine.OutcomeBlocked, want: fleet.ErrReviewBlocked},
-		{note: "unknown class invalid", p: typed("t-maybe", "host_restart_service", "maybe"), outcome: engine.OutcomeInvalid, want: fleet.ErrProposalInvalid},
-		{note: "reviewer error", p: typed("t-err", "outcome_error", engine.ClassWrite), outcome: engine.OutcomeError, want: fleet.ErrReviewError},
-		{note: "review timeout", p: typed("t-timeout", "outcome_timeout", engine.ClassWrite), outcome: engine.OutcomeTimeout, want: fleet.ErrReviewTimeout},
+		{note: "read approved at policy", p: typed("t-read", "host_list_services", gated.ClassRead), outcome: gated.OutcomeApproved},
+		{note: "skip_review rejected", p: skip, outcome: gated.OutcomeRejected, want: fleet.ErrReviewRejected},
+		{note: "no reviewer blocks", p: typed("t-write", "host_restart_service", gated.ClassWrite), outcome: gated.OutcomeBlocked, want: fleet.ErrReviewBlocked},
+		{note: "unknown class invalid", p: typed("t-maybe", "host_restart_service", "maybe"), outcome: gated.OutcomeInvalid, want: fleet.ErrProposalInvalid},
+		{note: "reviewer error", p: typed("t-err", "outcome_error", gated.ClassWrite), outcome: gated.OutcomeError, want: fleet.ErrReviewError},
+		{note: "review timeout", p: typed("t-timeout", "outcome_timeout", gated.ClassWrite), outcome: gated.OutcomeTimeout, want: fleet.ErrReviewTimeout},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -112,7 +113,7 @@ func TestProposeTypedErrors(t *testing.T) {
 
 func TestProposeIsIdempotent(t *testing.T) {
 	g := bustest.StartFleet(t, nil, bus.Config{})
-	p := typed("idem-1", "host_list_services", engine.ClassRead)
+	p := typed("idem-1", "host_list_services", gated.ClassRead)
 	first, err := g.Client.Propose(t.Context(), p)
 	if err != nil {
 		t.Fatal(err)
@@ -124,7 +125,7 @@ func TestProposeIsIdempotent(t *testing.T) {
 	if again.AuditSeq != first.AuditSeq || !again.DecidedAt.Equal(first.DecidedAt) {
 		t.Fatalf("the same proposal was decided twice: audit_seq %d then %d", first.AuditSeq, again.AuditSeq)
 	}
-	other := typed("idem-1", "host_restart_service", engine.ClassWrite)
+	other := typed("idem-1", "host_restart_service", gated.ClassWrite)
 	if _, err := g.Client.Propose(t.Context(), other); !errors.Is(err, fleet.ErrIDReused) {
 		t.Fatalf("another proposal under the same id: err = %v, want ErrIDReused", err)
 	}
@@ -132,11 +133,11 @@ func TestProposeIsIdempotent(t *testing.T) {
 
 func TestProposeRefusesUnaddressable(t *testing.T) {
 	g := bustest.StartFleet(t, nil, bus.Config{})
-	for _, p := range []*engine.Proposal{
+	for _, p := range []*gated.Proposal{
 		nil,
-		{ID: "p1", Tenant: "ACME", Action: "x", Class: engine.ClassRead},
-		{ID: "p.1", Tenant: "acme", Action: "x", Class: engine.ClassRead},
-		{ID: "p1", Tenant: "acme", Action: "", Class: engine.ClassRead},
+		{ID: "p1", Tenant: "ACME", Action: "x", Class: gated.ClassRead},
+		{ID: "p.1", Tenant: "acme", Action: "x", Class: gated.ClassRead},
+		{ID: "p1", Tenant: "acme", Action: "", Class: gated.ClassRead},
 	} {
 		if _, err := g.Client.Propose(t.Context(), p); !errors.Is(err, fleet.ErrBadProposal) {
 			t.Errorf("Propose(%+v): err = %v, want ErrBadProposal", p, err)
@@ -144,43 +145,43 @@ func TestProposeRefusesUnaddressable(t *testing.T) {
 	}
 }
 
-// TestProposalWireForm checks that a fully filled engine.Proposal encodes
+// TestProposalWireForm checks that a fully filled gated.Proposal encodes
 // to exactly what gated's strict decoder accepts, and back to the same
 // value.
 func TestProposalWireForm(t *testing.T) {
 	created := time.Date(2026, 3, 4, 5, 6, 7, 890_000_000, time.UTC)
-	for _, p := range []*engine.Proposal{
+	for _, p := range []*gated.Proposal{
 		{
-			V: 1, ID: "full-1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
-			Class: engine.ClassWrite, Target: map[string]any{"device_id": json.Number("7"), "tags": []any{"production"}},
-			Reason: "wedged", BlastRadius: engine.BlastSingleDevice,
-			Operator:    &engine.Principal{ID: "alice", Roles: []string{"sre"}},
-			RequestedBy: &engine.RequestedBy{Agent: "ops-agent", Session: "s-1"},
+			V: 1, ID: "full-1", Tenant: "acme", Kind: gated.KindAction, Action: "host_restart_service",
+			Class: gated.ClassWrite, Target: map[string]any{"device_id": json.Number("7"), "tags": []any{"production"}},
+			Reason: "wedged", BlastRadius: gated.BlastSingleDevice,
+			Operator:    &gated.Principal{ID: "alice", Roles: []string{"sre"}},
+			RequestedBy: &gated.RequestedBy{Agent: "ops-agent", Session: "s-1"},
 			IncidentID:  "INC-1", ContextSummary: "health checks fail",
-			Flags:    engine.Flags{SkipReview: true, ForceApprove: true, ForceApproveNoSOP: true, UserConfirmed: true},
+			Flags:    gated.Flags{SkipReview: true, ForceApprove: true, ForceApproveNoSOP: true, UserConfirmed: true},
 			Reviewer: "reviewer", CreatedAt: &created,
 		},
 		{
-			V: 1, ID: "run-1", Tenant: "acme", Kind: engine.KindRun, Action: "review_run", Class: engine.ClassWrite,
-			BlastRadius: engine.BlastCluster,
-			Run: &engine.Run{RunID: "r1", TaskID: "t1", Status: engine.RunCompleted, Summary: "s", Diff: "d", TestOutput: "ok", Round: 2, Worker: "w",
-				PriorReviews: []engine.PriorReview{{ProposalID: "run-0", Round: 1, Findings: []engine.Finding{{ID: "r1-f1", Body: "add a test", Status: engine.FindingResolved, Resolution: "added"}}}}},
-			Criteria: []engine.Criterion{{ID: "c1", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult,
+			V: 1, ID: "run-1", Tenant: "acme", Kind: gated.KindRun, Action: "review_run", Class: gated.ClassWrite,
+			BlastRadius: gated.BlastCluster,
+			Run: &gated.Run{RunID: "r1", TaskID: "t1", Status: gated.RunCompleted, Summary: "s", Diff: "d", TestOutput: "ok", Round: 2, Worker: "w",
+				PriorReviews: []gated.PriorReview{{ProposalID: "run-0", Round: 1, Findings: []gated.Finding{{ID: "r1-f1", Body: "add a test", Status: gated.FindingResolved, Resolution: "added"}}}}},
+			Criteria: []gated.Criterion{{ID: "c1", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult,
 				Params: map[string]any{"exit_code": json.Number("0")}, Evidence: map[string]any{"exit_code": json.Number("0")}}},
 		},
-		{V: 1, ID: "min-1", Tenant: "acme", Action: "host_list_services", Class: engine.ClassRead},
+		{V: 1, ID: "min-1", Tenant: "acme", Action: "host_list_services", Class: gated.ClassRead},
 	} {
 		data, err := json.Marshal(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := engine.DecodeProposal(data, p.Tenant, p.Action, engine.Limits{})
+		got, err := gated.DecodeProposal(data, p.Tenant, p.Action, gated.Limits{})
 		if err != nil {
 			t.Fatalf("%s: gated refuses the client's encoding: %v\n%s", p.ID, err, data)
 		}
 		want := *p
 		if want.Kind == "" {
-			want.Kind = engine.KindAction
+			want.Kind = gated.KindAction
 		}
 		if !reflect.DeepEqual(got, &want) {
 			t.Fatalf("%s: round trip changed the proposal\n got %+v\nwant %+v", p.ID, got, &want)
@@ -201,7 +202,7 @@ func TestProposeNoVerdictBeforeDeadline(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	v, err := client.Propose(ctx, typed("late-1", "host_list_services", engine.ClassRead))
+	v, err := client.Propose(ctx, typed("late-1", "host_list_services", gated.ClassRead))
 	if !errors.Is(err, fleet.ErrNoVerdict) || v != nil {
 		t.Fatalf("verdict %v, err = %v; want ErrNoVerdict", v, err)
 	}
@@ -231,8 +232,8 @@ func TestVerdictLookup(t *testing.T) {
 	if got.AuditSeq != v.AuditSeq || got.Outcome != v.Outcome {
 		t.Fatalf("stored %+v, published %+v", got, v)
 	}
-	if _, err := g.Client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, engine.ErrNotFound) {
-		t.Fatalf("missing verdict: err = %v, want engine.ErrNotFound", err)
+	if _, err := g.Client.Verdict(t.Context(), "acme", "never-proposed"); !errors.Is(err, gated.ErrNotFound) {
+		t.Fatalf("missing verdict: err = %v, want gated.ErrNotFound", err)
 	}
 	if _, err := g.Client.Verdict(t.Context(), "acme", "a.b"); !errors.Is(err, fleet.ErrBadProposal) {
 		t.Fatalf("dotted id: err = %v, want ErrBadProposal", err)
@@ -241,8 +242,8 @@ func TestVerdictLookup(t *testing.T) {
 	if err := g.Resources.Verdicts.Delete(t.Context(), "acme.look-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := g.Client.Verdict(t.Context(), "acme", "look-1"); !errors.Is(err, engine.ErrNotFound) {
-		t.Fatalf("deleted verdict: err = %v, want engine.ErrNotFound", err)
+	if _, err := g.Client.Verdict(t.Context(), "acme", "look-1"); !errors.Is(err, gated.ErrNotFound) {
+		t.Fatalf("deleted verdict: err = %v, want gated.ErrNotFound", err)
 	}
 }
 
@@ -253,7 +254,7 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 	k := bustest.NewGatekeeper()
 	g := bustest.StartHeldFleet(t, k)
 	type result struct {
-		v   *engine.Verdict
+		v   *gated.Verdict
 		err error
 	}
 	done := make(chan result, 1)
@@ -281,7 +282,7 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("ProposeRaw: %v", r.err)
 	}
-	if r.v.ProposalID != "foreign-1" || r.v.Tenant != "acme" || r.v.Stage != engine.StagePolicy {
+	if r.v.ProposalID != "foreign-1" || r.v.Tenant != "acme" || r.v.Stage != gated.StagePolicy {
 		t.Fatalf("got %+v, want gated's verdict of acme.foreign-1", r.v)
 	}
 }
@@ -305,8 +306,8 @@ func TestForgedApprovalIsNotAnApproval(t *testing.T) {
 			return
 		}
 		sum := sha256.Sum256(m.Data)
-		v, _ := json.Marshal(engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: engine.KindAction,
-			Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StageReview, Reason: "forged",
+		v, _ := json.Marshal(gated.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Action: a.Action, Kind: gated.KindAction,
+			Outcome: gated.OutcomeApproved, Approved: true, Stage: gated.StageReview, Reason: "forged",
 			DecidedAt: time.Now(), ProposalSHA256: hex.EncodeToString(sum[:])})
 		if m.Reply != "" && strings.HasPrefix(m.Subject, wire.ReviewSubjectPrefix) {
 			_ = m.Respond(v)
@@ -328,11 +329,11 @@ func TestForgedApprovalIsNotAnApproval(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	p := typed("forged-1", "db_drop_table", engine.ClassDestructive)
+	p := typed("forged-1", "db_drop_table", gated.ClassDestructive)
 	if v, err := client.Propose(ctx, p); err == nil || (v != nil && v.Approved) {
 		t.Fatalf("Propose with a forged approval on the verdict subject: %+v, %v", v, err)
 	}
-	raw, _ := json.Marshal(typed("forged-2", "db_drop_table", engine.ClassDestructive))
+	raw, _ := json.Marshal(typed("forged-2", "db_drop_table", gated.ClassDestructive))
 	if v, err := client.RequestReview(ctx, raw); err == nil || (v != nil && v.Approved) {
 		t.Fatalf("RequestReview answered by a forger: %+v, %v", v, err)
 	}
@@ -381,7 +382,7 @@ func FuzzAddressOf(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !engine.ValidTenant(a.Tenant) || !engine.ValidID(a.ID) || !engine.ValidAction(a.Action) {
+		if !gated.ValidTenant(a.Tenant) || !gated.ValidID(a.ID) || !gated.ValidAction(a.Action) {
 			t.Fatalf("accepted an address with bad tokens: %+v", a)
 		}
 	})

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -90,7 +90,7 @@ var (
 // and ErrAwaitingOperator when the verdict is held for an operator.
 type VerdictError struct {
 	// Verdict is gated's answer, never nil.
-	Verdict *engine.Verdict
+	Verdict *gated.Verdict
 }
 
 func (e *VerdictError) Error() string {
@@ -110,12 +110,12 @@ func (e *VerdictError) Is(target error) bool {
 	return ok && target == sentinel
 }
 
-var outcomeErrors = map[engine.Outcome]error{
-	engine.OutcomeRejected: ErrReviewRejected,
-	engine.OutcomeBlocked:  ErrReviewBlocked,
-	engine.OutcomeError:    ErrReviewError,
-	engine.OutcomeTimeout:  ErrReviewTimeout,
-	engine.OutcomeInvalid:  ErrProposalInvalid,
+var outcomeErrors = map[gated.Outcome]error{
+	gated.OutcomeRejected: ErrReviewRejected,
+	gated.OutcomeBlocked:  ErrReviewBlocked,
+	gated.OutcomeError:    ErrReviewError,
+	gated.OutcomeTimeout:  ErrReviewTimeout,
+	gated.OutcomeInvalid:  ErrProposalInvalid,
 }
 
 // ServiceError is a refusal from the gated.review service: a micro error

@@ -7,19 +7,19 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/strictjson"
 )
 
 // DecodeContinuation decodes a continuation strictly: one JSON object
-// with no field unknown to schema version engine.SchemaVersion, valid
+// with no field unknown to schema version gated.SchemaVersion, valid
 // tenant and run id tokens, a round of at least 2 (the round after a
 // reviewed one) within max_rounds, and a link to the verdict of the
 // review it follows. Field names are matched as encoding/json does (case
 // folded). Errors wrap ErrMalformedFollowUp.
-func DecodeContinuation(data []byte) (*engine.Continuation, error) {
-	var c engine.Continuation
+func DecodeContinuation(data []byte) (*gated.Continuation, error) {
+	var c gated.Continuation
 	if err := decodeStrict(data, &c); err != nil {
 		return nil, err
 	}
@@ -40,8 +40,8 @@ func DecodeContinuation(data []byte) (*engine.Continuation, error) {
 // DecodeEscalation decodes an escalation strictly, as DecodeContinuation
 // does a continuation: rounds must be at least 1 and the review must be
 // of the last round. Errors wrap ErrMalformedFollowUp.
-func DecodeEscalation(data []byte) (*engine.Escalation, error) {
-	var e engine.Escalation
+func DecodeEscalation(data []byte) (*gated.Escalation, error) {
+	var e gated.Escalation
 	if err := decodeStrict(data, &e); err != nil {
 		return nil, err
 	}
@@ -74,15 +74,15 @@ func decodeStrict(data []byte, v any) error {
 	return nil
 }
 
-func checkFollowUp(v int, tenant, runID string, review engine.ReviewLink) error {
+func checkFollowUp(v int, tenant, runID string, review gated.ReviewLink) error {
 	switch {
-	case v != engine.SchemaVersion:
-		return malformed("schema version %d, want %d", v, engine.SchemaVersion)
-	case !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant:
+	case v != gated.SchemaVersion:
+		return malformed("schema version %d, want %d", v, gated.SchemaVersion)
+	case !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant:
 		return malformed("tenant %q must match [a-z0-9_-]{1,64}", tenant)
-	case !engine.ValidID(runID):
+	case !gated.ValidID(runID):
 		return malformed("run_id %q must match [A-Za-z0-9_-]{1,128}", runID)
-	case !engine.ValidID(review.ProposalID):
+	case !gated.ValidID(review.ProposalID):
 		return malformed("review.proposal_id %q must match [A-Za-z0-9_-]{1,128}", review.ProposalID)
 	case review.Verdict != wire.VerdictSubject(tenant, review.ProposalID):
 		return malformed("review.verdict %q is not the verdict subject of %s.%s", review.Verdict, tenant, review.ProposalID)
@@ -90,10 +90,10 @@ func checkFollowUp(v int, tenant, runID string, review engine.ReviewLink) error 
 	return nil
 }
 
-// FollowUpMessage is a follow-up type: engine.Continuation or
-// engine.Escalation.
+// FollowUpMessage is a follow-up type: gated.Continuation or
+// gated.Escalation.
 type FollowUpMessage interface {
-	engine.Continuation | engine.Escalation
+	gated.Continuation | gated.Escalation
 }
 
 // FollowUpFeed reads follow-ups from the run stream in the order they were
@@ -132,15 +132,15 @@ func (f *FollowUpFeed[T]) Stop() { f.msgs.Stop() }
 //
 // The feed is an ordered consumer filtered to the run's subject; the
 // rights a tenant's NATS user needs for it are in Client's list.
-func (c *Client) Continuations(ctx context.Context, tenant, runID string) (*FollowUpFeed[engine.Continuation], error) {
-	if !engine.ValidTenant(tenant) {
+func (c *Client) Continuations(ctx context.Context, tenant, runID string) (*FollowUpFeed[gated.Continuation], error) {
+	if !gated.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
 	}
-	if !engine.ValidID(runID) {
+	if !gated.ValidID(runID) {
 		return nil, fmt.Errorf("%w: run id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, runID)
 	}
 	subject := wire.ContinuationSubject(tenant, runID)
-	return follow(ctx, c.js, subject, func(subj string, data []byte) (*engine.Continuation, error) {
+	return follow(ctx, c.js, subject, func(subj string, data []byte) (*gated.Continuation, error) {
 		if subj != subject {
 			return nil, malformed("message on %s in a feed of %s", subj, subject)
 		}
@@ -159,12 +159,12 @@ func (c *Client) Continuations(ctx context.Context, tenant, runID string) (*Foll
 // that used its last round to a human. Errors: ErrBadProposal when tenant
 // is not a valid token, or a JetStream error.
 // The rights a tenant's NATS user needs are in Client's list.
-func (c *Client) Escalations(ctx context.Context, tenant string) (*FollowUpFeed[engine.Escalation], error) {
-	if !engine.ValidTenant(tenant) {
+func (c *Client) Escalations(ctx context.Context, tenant string) (*FollowUpFeed[gated.Escalation], error) {
+	if !gated.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
 	}
 	subject := wire.EscalationSubject(tenant)
-	return follow(ctx, c.js, subject, func(subj string, data []byte) (*engine.Escalation, error) {
+	return follow(ctx, c.js, subject, func(subj string, data []byte) (*gated.Escalation, error) {
 		if subj != subject {
 			return nil, malformed("message on %s in a feed of %s", subj, subject)
 		}

@@ -5,25 +5,25 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
-// followUpSeeds are the bodies engine.FollowUp builds, and near misses.
+// followUpSeeds are the bodies gated.FollowUp builds, and near misses.
 func followUpSeeds(f *testing.F, next string) {
 	round := 1
-	if next == engine.NextEscalation {
+	if next == gated.NextEscalation {
 		round = 3
 	}
 	v := bustest.RunVerdict("p1", "run1", round, next)
-	_, _, body, ok := engine.FollowUp(v)
+	_, _, body, ok := gated.FollowUp(v)
 	if !ok {
 		f.Fatalf("no %s to seed with", next)
 	}
 	f.Add(body)
 	v.Run.Findings, v.Run.MissingWork, v.Run.Criteria = nil, nil, nil
-	_, _, body, _ = engine.FollowUp(v)
+	_, _, body, _ = gated.FollowUp(v)
 	f.Add(body)
 	f.Add(append(bytes.Clone(body), ` {}`...))
 	f.Add(bytes.Replace(body, []byte(`"v":1`), []byte(`"V":1`), 1))
@@ -57,14 +57,14 @@ func checkFixedPoint[T any](t *testing.T, v *T, decode func([]byte) (*T, error))
 // it never panics, and accepts only continuations an orchestrator can act
 // on (valid tokens, a round after a reviewed one within max_rounds).
 func FuzzDecodeContinuation(f *testing.F) {
-	followUpSeeds(f, engine.NextContinuation)
+	followUpSeeds(f, gated.NextContinuation)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := fleet.DecodeContinuation(data)
 		if err != nil {
 			return
 		}
-		if c.V != engine.SchemaVersion || !engine.ValidTenant(c.Tenant) || !engine.ValidID(c.RunID) ||
-			!engine.ValidID(c.Review.ProposalID) || c.Round < 2 || c.Round > c.MaxRounds || c.Review.Round != c.Round-1 {
+		if c.V != gated.SchemaVersion || !gated.ValidTenant(c.Tenant) || !gated.ValidID(c.RunID) ||
+			!gated.ValidID(c.Review.ProposalID) || c.Round < 2 || c.Round > c.MaxRounds || c.Review.Round != c.Round-1 {
 			t.Fatalf("accepted %+v", c)
 		}
 		checkFixedPoint(t, c, fleet.DecodeContinuation)
@@ -73,14 +73,14 @@ func FuzzDecodeContinuation(f *testing.F) {
 
 // FuzzDecodeEscalation is FuzzDecodeContinuation for escalations.
 func FuzzDecodeEscalation(f *testing.F) {
-	followUpSeeds(f, engine.NextEscalation)
+	followUpSeeds(f, gated.NextEscalation)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := fleet.DecodeEscalation(data)
 		if err != nil {
 			return
 		}
-		if e.V != engine.SchemaVersion || !engine.ValidTenant(e.Tenant) || !engine.ValidID(e.RunID) ||
-			!engine.ValidID(e.Review.ProposalID) || e.Rounds < 1 || e.MaxRounds < 1 || e.Review.Round != e.Rounds {
+		if e.V != gated.SchemaVersion || !gated.ValidTenant(e.Tenant) || !gated.ValidID(e.RunID) ||
+			!gated.ValidID(e.Review.ProposalID) || e.Rounds < 1 || e.MaxRounds < 1 || e.Review.Round != e.Rounds {
 			t.Fatalf("accepted %+v", e)
 		}
 		checkFixedPoint(t, e, fleet.DecodeEscalation)

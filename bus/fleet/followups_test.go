@@ -6,14 +6,14 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 func TestDecodeFollowUps(t *testing.T) {
-	_, _, cont, _ := engine.FollowUp(bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation))
-	_, _, esc, _ := engine.FollowUp(bustest.RunVerdict("p3", "run1", 3, engine.NextEscalation))
+	_, _, cont, _ := gated.FollowUp(bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation))
+	_, _, esc, _ := gated.FollowUp(bustest.RunVerdict("p3", "run1", 3, gated.NextEscalation))
 	edit := func(body []byte, change func(m map[string]any)) []byte {
 		var m map[string]any
 		if err := json.Unmarshal(body, &m); err != nil {

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/strictjson"
@@ -99,7 +99,7 @@ func WithGrantsAPIPrefix(prefix string) GrantsOption {
 // gated.grants.<tenant>.use and gated.outcomes.<tenant>.<proposal_id>.
 func WithGrantsAgent(agent string) GrantsOption {
 	return func(g *Grants) error {
-		if !engine.ValidID(agent) {
+		if !gated.ValidID(agent) {
 			return fmt.Errorf("%w: agent %q must match [A-Za-z0-9_-]{1,128} to be a subject token", ErrInvalidConfig, agent)
 		}
 		g.agent = agent
@@ -235,7 +235,7 @@ func (g *Grants) useSubject(tenant string) string {
 // WithGrantsAgent, so is a grant issued to another agent. by says who
 // uses it, free text for the audit trail.
 func (g *Grants) Use(ctx context.Context, tenant, token, by string) error {
-	if !engine.ValidTenant(tenant) {
+	if !gated.ValidTenant(tenant) {
 		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, tenant)
 	}
 	body, err := json.Marshal(grantUse{Grant: token, By: by})
@@ -271,9 +271,9 @@ func (g *Grants) Use(ctx context.Context, tenant, token, by string) error {
 func (g *Grants) Check(ctx context.Context, token string, want grant.Expect, by string) (grant.Claims, error) {
 	c, err := g.Verify(ctx, token, want)
 	if err != nil {
-		if errors.Is(err, ErrGrantRefused) && engine.ValidTenant(want.Tenant) && engine.ValidID(want.ProposalID) {
+		if errors.Is(err, ErrGrantRefused) && gated.ValidTenant(want.Tenant) && gated.ValidID(want.ProposalID) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
-			_ = g.Report(rctx, want.Tenant, want.ProposalID, "", engine.ExecutionRefused, err.Error())
+			_ = g.Report(rctx, want.Tenant, want.ProposalID, "", gated.ExecutionRefused, err.Error())
 			cancel()
 		}
 		return grant.Claims{}, err
@@ -287,14 +287,14 @@ func (g *Grants) Check(ctx context.Context, token string, want grant.Expect, by 
 // GrantExpect is what the grant of proposal p must name when p was sent
 // with Client.Propose or Client.ProposeWith: its tenant, id, action and
 // target, and the digest of the bytes the client published.
-func GrantExpect(p *engine.Proposal) (grant.Expect, error) { return expectOf(p) }
+func GrantExpect(p *gated.Proposal) (grant.Expect, error) { return expectOf(p) }
 
 // expectOf is what the grant of proposal p must name: p as the client
 // sends it (see Client.ProposeWith).
-func expectOf(p *engine.Proposal) (grant.Expect, error) {
+func expectOf(p *gated.Proposal) (grant.Expect, error) {
 	sent := *p
 	if sent.V == 0 {
-		sent.V = engine.SchemaVersion
+		sent.V = gated.SchemaVersion
 	}
 	data, err := json.Marshal(&sent)
 	if err != nil {
@@ -319,30 +319,30 @@ const MaxOutcomeError = 1024
 // Nats-Msg-Id <tenant>.<id>.<status>.<nonce>, a random nonce of this
 // report's, so that the publish's own retries count once and nobody can
 // have the stream drop the report by sending another under its id first:
-// status is engine.ExecutionStarted before the action runs,
-// engine.ExecutionSucceeded or engine.ExecutionFailed (with errText)
-// after, or engine.ExecutionRefused (errText the reason; gid empty when
+// status is gated.ExecutionStarted before the action runs,
+// gated.ExecutionSucceeded or gated.ExecutionFailed (with errText)
+// after, or gated.ExecutionRefused (errText the reason; gid empty when
 // the token did not verify) when the executor refused the grant. It
 // returns when the stream has the report; gated audits it
 // (docs/GRANTS.md).
 func (g *Grants) Report(ctx context.Context, tenant, id, gid, status, errText string) error {
 	switch {
-	case !engine.ValidTenant(tenant):
+	case !gated.ValidTenant(tenant):
 		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, tenant)
-	case !engine.ValidID(id):
+	case !gated.ValidID(id):
 		return fmt.Errorf("%w: proposal id %q must match [A-Za-z0-9_-]{1,128}", ErrInvalidConfig, id)
 	}
 	switch status {
-	case engine.ExecutionStarted, engine.ExecutionSucceeded:
+	case gated.ExecutionStarted, gated.ExecutionSucceeded:
 		errText = ""
-	case engine.ExecutionFailed, engine.ExecutionRefused:
+	case gated.ExecutionFailed, gated.ExecutionRefused:
 		if strings.TrimSpace(errText) == "" {
 			errText = status
 		}
 	default:
 		return fmt.Errorf("%w: outcome status %q: want started, succeeded, failed or refused", ErrInvalidConfig, status)
 	}
-	body, err := json.Marshal(engine.ExecutionReport{
+	body, err := json.Marshal(gated.ExecutionReport{
 		V: 1, GID: gid, Tenant: tenant, ProposalID: id, Status: status, Error: cutOutcomeError(errText), At: g.now().UTC(),
 	})
 	if err != nil {

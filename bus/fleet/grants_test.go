@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine"
@@ -32,10 +33,10 @@ func grantingGated(t *testing.T) (*bustest.Gated, *fleet.Client) {
 // transport could do.
 type tamperingProposer struct {
 	c      *fleet.Client
-	tamper func(v *engine.Verdict)
+	tamper func(v *gated.Verdict)
 }
 
-func (p tamperingProposer) Propose(ctx context.Context, prop *engine.Proposal) (*engine.Verdict, error) {
+func (p tamperingProposer) Propose(ctx context.Context, prop *gated.Proposal) (*gated.Verdict, error) {
 	v, err := p.c.Propose(ctx, prop)
 	if err == nil && p.tamper != nil {
 		p.tamper(v)
@@ -53,9 +54,9 @@ func TestToolGateUsesGrant(t *testing.T) {
 		t.Fatal(err)
 	}
 	var tool countingTool
-	var seen *engine.Verdict
+	var seen *gated.Verdict
 	observed, err := fleet.NewToolGate(c, identity, fleet.WithProposalIDs(func() string { return "use-seen" }),
-		fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = v }))
+		fleet.WithVerdictObserver(func(_ *gated.Proposal, v *gated.Verdict) { seen = v }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +85,9 @@ func TestToolGateUsesGrant(t *testing.T) {
 func TestToolGateRefusesBadGrants(t *testing.T) {
 	g, c := grantingGated(t)
 	// A real approval of another proposal, whose grant the cases reuse.
-	other, err := c.Propose(t.Context(), &engine.Proposal{ID: "other", Tenant: "acme", Action: "host_restart_service",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"host": "web-9", "service": "nginx"},
-		RequestedBy: &engine.RequestedBy{Agent: "other-agent"}})
+	other, err := c.Propose(t.Context(), &gated.Proposal{ID: "other", Tenant: "acme", Action: "host_restart_service",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice, Target: map[string]any{"host": "web-9", "service": "nginx"},
+		RequestedBy: &gated.RequestedBy{Agent: "other-agent"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,26 +100,26 @@ func TestToolGateRefusesBadGrants(t *testing.T) {
 	var spent string
 	cases := []struct {
 		note   string
-		tamper func(v *engine.Verdict)
+		tamper func(v *gated.Verdict)
 		member string
 	}{
-		{"forged signature", func(v *engine.Verdict) {
+		{"forged signature", func(v *gated.Verdict) {
 			p := strings.Split(v.Grant, ".")
 			v.Grant = p[0] + "." + p[1] + "." + strings.Repeat("A", len(p[2]))
 		}, "signature"},
-		{"altered payload", func(v *engine.Verdict) {
+		{"altered payload", func(v *gated.Verdict) {
 			p := strings.Split(v.Grant, ".")
 			v.Grant = p[0] + "." + strings.Split(other.Grant, ".")[1] + "." + p[2]
 		}, "signature"},
-		{"another proposal's grant", func(v *engine.Verdict) { v.Grant = other.Grant }, "proposal_id"},
-		{"another tenant's grant", func(v *engine.Verdict) { v.Grant = foreign }, "tenant"},
-		{"no grant", func(v *engine.Verdict) { v.Grant = "" }, "grant"},
-		{"alg none", func(v *engine.Verdict) {
+		{"another proposal's grant", func(v *gated.Verdict) { v.Grant = other.Grant }, "proposal_id"},
+		{"another tenant's grant", func(v *gated.Verdict) { v.Grant = foreign }, "tenant"},
+		{"no grant", func(v *gated.Verdict) { v.Grant = "" }, "grant"},
+		{"alg none", func(v *gated.Verdict) {
 			p := strings.Split(v.Grant, ".")
 			hdr := strings.ReplaceAll(string(mustB64(t, p[0])), `"EdDSA"`, `"none"`)
 			v.Grant = b64(hdr) + "." + p[1] + "."
 		}, "alg"},
-		{"spent grant of this proposal", func(v *engine.Verdict) {
+		{"spent grant of this proposal", func(v *gated.Verdict) {
 			if spent == "" {
 				spent = v.Grant
 			}
@@ -194,8 +195,8 @@ func TestToolGateReportsOutcomes(t *testing.T) {
 		fail           error
 		status         string
 	}{
-		{note: "succeeded", id: "ran-ok", host: "web-31", status: engine.ExecutionSucceeded},
-		{note: "failed", id: "ran-bad", host: "web-32", fail: errors.New("nginx did not come back"), status: engine.ExecutionFailed},
+		{note: "succeeded", id: "ran-ok", host: "web-31", status: gated.ExecutionSucceeded},
+		{note: "failed", id: "ran-bad", host: "web-32", fail: errors.New("nginx did not come back"), status: gated.ExecutionFailed},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
 			gate, err := fleet.NewToolGate(c, identity, fleet.WithProposalIDs(func() string { return tc.id }))
@@ -204,7 +205,7 @@ func TestToolGateReportsOutcomes(t *testing.T) {
 			}
 			var startedFirst bool
 			run := fleet.Guard(gate, restartSpec, func(_ context.Context, a restartArgs) (string, error) {
-				startedFirst = slices.Contains(statuses(t, g, tc.id), engine.ExecutionStarted)
+				startedFirst = slices.Contains(statuses(t, g, tc.id), gated.ExecutionStarted)
 				return "", tc.fail
 			})
 			if _, err := run(t.Context(), restartArgs{Host: tc.host, Service: "nginx"}); !errors.Is(err, tc.fail) {
@@ -345,10 +346,10 @@ func TestGrantsFetchRotatedKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	approveRestart := func(id, host string) (*engine.Verdict, grant.Expect) {
+	approveRestart := func(id, host string) (*gated.Verdict, grant.Expect) {
 		t.Helper()
-		p := &engine.Proposal{V: 1, ID: id, Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service", Class: engine.ClassWrite,
-			BlastRadius: engine.BlastSingleDevice, Target: map[string]any{"host": host}, RequestedBy: &engine.RequestedBy{Agent: "a"}}
+		p := &gated.Proposal{V: 1, ID: id, Tenant: "acme", Kind: gated.KindAction, Action: "host_restart_service", Class: gated.ClassWrite,
+			BlastRadius: gated.BlastSingleDevice, Target: map[string]any{"host": host}, RequestedBy: &gated.RequestedBy{Agent: "a"}}
 		v, err := c.Propose(t.Context(), p)
 		if err != nil {
 			t.Fatal(err)
@@ -398,8 +399,8 @@ func TestCheckReportsRefusal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := gate.Authorize(t.Context(), "host_restart_service", engine.ClassWrite,
-		fleet.Change{Target: map[string]any{"host": "web-41", "service": "nginx"}, BlastRadius: engine.BlastSingleDevice})
+	v, err := gate.Authorize(t.Context(), "host_restart_service", gated.ClassWrite,
+		fleet.Change{Target: map[string]any{"host": "web-41", "service": "nginx"}, BlastRadius: gated.BlastSingleDevice})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -459,7 +460,7 @@ func TestGrantsAsAgent(t *testing.T) {
 	if _, err := fleet.Guard(gate, restartSpec, tool.run)(t.Context(), restartArgs{Host: "web-42", Service: "nginx"}); err != nil || tool.runs.Load() != 1 {
 		t.Fatalf("ops-agent's own gate: err %v, %d runs", err, tool.runs.Load())
 	}
-	data := waitAuditStatus(t, g, "as-agent-2", engine.ExecutionSucceeded)
+	data := waitAuditStatus(t, g, "as-agent-2", gated.ExecutionSucceeded)
 	if data["as"] != identity.Agent {
 		t.Errorf("grant.outcome %v, want as %s", data, identity.Agent)
 	}
@@ -467,7 +468,7 @@ func TestGrantsAsAgent(t *testing.T) {
 		t.Errorf("grant.used %v, want as %s", used, identity.Agent)
 	}
 	gid := fmt.Sprint(data["gid"])
-	if err := other.Report(t.Context(), "acme", "as-agent-2", gid, engine.ExecutionFailed, "made up"); err != nil {
+	if err := other.Report(t.Context(), "acme", "as-agent-2", gid, gated.ExecutionFailed, "made up"); err != nil {
 		t.Fatal(err)
 	}
 	refused := waitAudit(t, g, "as-agent-2", engine.EventGrantOutcomeRefused, "")

@@ -6,16 +6,16 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
 // StatusUpdate is one message of a watch: a status event, or Err for a
 // message on the status subject that is not a well-formed status event
-// (an *engine.StatusError naming the member at fault). A bad message
+// (an *gated.StatusError naming the member at fault). A bad message
 // does not end the watch.
 type StatusUpdate struct {
-	Status *engine.Status
+	Status *gated.Status
 	Err    error
 }
 
@@ -35,10 +35,10 @@ const watchBuffer = 64
 // then stays silent). Errors:
 // ErrBadProposal (tenant or id is not a valid token), or a NATS error.
 func (c *Client) Watch(ctx context.Context, tenant, id string) (<-chan StatusUpdate, error) {
-	if !engine.ValidTenant(tenant) {
+	if !gated.ValidTenant(tenant) {
 		return nil, fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrBadProposal, tenant)
 	}
-	if !engine.ValidID(id) {
+	if !gated.ValidID(id) {
 		return nil, fmt.Errorf("%w: id %q must match [A-Za-z0-9_-]{1,128}", ErrBadProposal, id)
 	}
 	msgs := make(chan *nats.Msg, watchBuffer)
@@ -73,15 +73,15 @@ func (c *Client) Watch(ctx context.Context, tenant, id string) (<-chan StatusUpd
 
 // statusUpdate reads one message of tenant's proposal id's status subject.
 func statusUpdate(tenant, id string, data []byte) StatusUpdate {
-	st, err := engine.DecodeStatus(data)
+	st, err := gated.DecodeStatus(data)
 	if err != nil {
 		return StatusUpdate{Err: err}
 	}
 	switch {
 	case st.Tenant != tenant:
-		return StatusUpdate{Err: &engine.StatusError{Field: "tenant", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.Tenant, tenant, id)}}
+		return StatusUpdate{Err: &gated.StatusError{Field: "tenant", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.Tenant, tenant, id)}}
 	case st.ID != id:
-		return StatusUpdate{Err: &engine.StatusError{Field: "id", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.ID, tenant, id)}}
+		return StatusUpdate{Err: &gated.StatusError{Field: "id", Problem: fmt.Sprintf("is %s on the status subject of %s.%s", st.ID, tenant, id)}}
 	}
 	return StatusUpdate{Status: st}
 }

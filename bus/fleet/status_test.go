@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -20,28 +20,28 @@ import (
 // order, and a decided status that carries the verdict the fleet got.
 func TestProposeWithStatus(t *testing.T) {
 	g := bustest.StartFleet(t, nil, bus.Config{})
-	skip := typed("s-skip", "host_restart_service", engine.ClassWrite)
+	skip := typed("s-skip", "host_restart_service", gated.ClassWrite)
 	skip.Flags.SkipReview = true
 	tests := []struct {
 		note    string
-		p       *engine.Proposal
-		outcome engine.Outcome
-		stages  []engine.StatusStage
+		p       *gated.Proposal
+		outcome gated.Outcome
+		stages  []gated.StatusStage
 	}{
-		{note: "read approved by the policy", p: typed("s-read", "host_list_services", engine.ClassRead), outcome: engine.OutcomeApproved,
-			stages: []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}},
-		{note: "skip_review denied by the policy", p: skip, outcome: engine.OutcomeRejected,
-			stages: []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}},
-		{note: "write with no reviewer to route to", p: typed("s-write", "host_restart_service", engine.ClassWrite), outcome: engine.OutcomeBlocked,
-			stages: []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}},
-		{note: "invalid proposal decided on arrival", p: typed("s-invalid", "host_restart_service", "maybe"), outcome: engine.OutcomeInvalid,
-			stages: []engine.StatusStage{engine.StatusReceived, engine.StatusDecided}},
+		{note: "read approved by the policy", p: typed("s-read", "host_list_services", gated.ClassRead), outcome: gated.OutcomeApproved,
+			stages: []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}},
+		{note: "skip_review denied by the policy", p: skip, outcome: gated.OutcomeRejected,
+			stages: []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}},
+		{note: "write with no reviewer to route to", p: typed("s-write", "host_restart_service", gated.ClassWrite), outcome: gated.OutcomeBlocked,
+			stages: []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}},
+		{note: "invalid proposal decided on arrival", p: typed("s-invalid", "host_restart_service", "maybe"), outcome: gated.OutcomeInvalid,
+			stages: []gated.StatusStage{gated.StatusReceived, gated.StatusDecided}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
-			var got []*engine.Status
+			var got []*gated.Status
 			v, err := g.Client.ProposeWith(ctx, tc.p, fleet.WithStatus(func(u fleet.StatusUpdate) {
 				if u.Err != nil {
 					t.Errorf("status error: %v", u.Err)
@@ -52,7 +52,7 @@ func TestProposeWithStatus(t *testing.T) {
 			if v == nil || v.Outcome != tc.outcome {
 				t.Fatalf("verdict %+v, %v; want outcome %s", v, err, tc.outcome)
 			}
-			var stages []engine.StatusStage
+			var stages []gated.StatusStage
 			for _, st := range got {
 				stages = append(stages, st.Stage)
 				if st.Tenant != "acme" || st.ID != tc.p.ID || st.At.IsZero() {
@@ -78,7 +78,7 @@ func TestWatchSkipsMalformedEvents(t *testing.T) {
 	g := bustest.StartFleet(t, nil, bus.Config{})
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 	defer cancel()
-	p := typed("w-read", "host_list_services", engine.ClassRead)
+	p := typed("w-read", "host_list_services", gated.ClassRead)
 	updates, err := g.Client.Watch(ctx, "acme", p.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -93,19 +93,19 @@ func TestWatchSkipsMalformedEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	var fields []string
-	var stages []engine.StatusStage
-	for len(stages) == 0 || stages[len(stages)-1] != engine.StatusDecided {
+	var stages []gated.StatusStage
+	for len(stages) == 0 || stages[len(stages)-1] != gated.StatusDecided {
 		select {
 		case u, ok := <-updates:
 			if !ok {
 				t.Fatalf("watch closed after %v %v", fields, stages)
 			}
-			var se *engine.StatusError
+			var se *gated.StatusError
 			switch {
 			case errors.As(u.Err, &se):
 				fields = append(fields, se.Field)
 			case u.Err != nil:
-				t.Fatalf("error %v is not a *engine.StatusError", u.Err)
+				t.Fatalf("error %v is not a *gated.StatusError", u.Err)
 			default:
 				stages = append(stages, u.Status.Stage)
 			}
@@ -116,7 +116,7 @@ func TestWatchSkipsMalformedEvents(t *testing.T) {
 	if !slices.Equal(fields, []string{"", "verdict"}) {
 		t.Errorf("errors name fields %q, want the message as a whole, then the missing verdict", fields)
 	}
-	if want := []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}; !slices.Equal(stages, want) {
+	if want := []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}; !slices.Equal(stages, want) {
 		t.Errorf("stages %v, want %v", stages, want)
 	}
 	cancel()

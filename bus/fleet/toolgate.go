@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/internal/strictjson"
 )
@@ -20,7 +20,7 @@ import (
 // tests and runtimes with their own transport may bring another. Propose
 // must return a nil error only for an approval (see Client.Propose).
 type Proposer interface {
-	Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error)
+	Propose(ctx context.Context, p *gated.Proposal) (*gated.Verdict, error)
 }
 
 var _ Proposer = (*Client)(nil)
@@ -37,7 +37,7 @@ type Identity struct {
 	// Session is the agent's session (requested_by.session). Optional.
 	Session string
 	// Operator is the human on whose behalf the agent acts. Optional.
-	Operator *engine.Principal
+	Operator *gated.Principal
 	// Reviewer asks for a persona (proposal field reviewer) unless a
 	// Change names its own. Optional; the policy's routes outrank it.
 	Reviewer string
@@ -45,13 +45,13 @@ type Identity struct {
 
 func (id Identity) validate() error {
 	switch {
-	case !engine.ValidTenant(id.Tenant):
+	case !gated.ValidTenant(id.Tenant):
 		return fmt.Errorf("%w: identity tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, id.Tenant)
 	case strings.TrimSpace(id.Agent) == "":
 		return fmt.Errorf("%w: identity needs an agent name", ErrInvalidConfig)
 	case id.Operator != nil && strings.TrimSpace(id.Operator.ID) == "":
 		return fmt.Errorf("%w: identity operator needs an id", ErrInvalidConfig)
-	case id.Reviewer != "" && !engine.ValidTenant(id.Reviewer):
+	case id.Reviewer != "" && !gated.ValidTenant(id.Reviewer):
 		return fmt.Errorf("%w: identity reviewer %q must be a persona name matching [a-z0-9_-]{1,64}", ErrInvalidConfig, id.Reviewer)
 	}
 	return nil
@@ -63,7 +63,7 @@ type ToolGateOption func(*gateOptions) error
 type gateOptions struct {
 	timeout time.Duration
 	newID   func() string
-	observe func(*engine.Proposal, *engine.Verdict)
+	observe func(*gated.Proposal, *gated.Verdict)
 	// grants verifies and uses the grant of every approval; nil only with
 	// noGrants.
 	grants   *Grants
@@ -127,7 +127,7 @@ func WithProposalIDs(next func() string) ToolGateOption {
 // WithVerdictObserver calls observe with every proposal the ToolGate sends
 // and its verdict, approvals included, before the tool runs (or not). Use
 // it to log or count verdicts; it must not block for long.
-func WithVerdictObserver(observe func(*engine.Proposal, *engine.Verdict)) ToolGateOption {
+func WithVerdictObserver(observe func(*gated.Proposal, *gated.Verdict)) ToolGateOption {
 	return func(o *gateOptions) error {
 		o.observe = observe
 		return nil
@@ -142,7 +142,7 @@ func WithVerdictObserver(observe func(*engine.Proposal, *engine.Verdict)) ToolGa
 // The class of a tool is the runtime's claim, made in code when the tool
 // is registered: gated never sees a read, so never let a model choose it.
 //
-// A ToolGate guards a fleet's own tools; it is not engine.GateResult, which is
+// A ToolGate guards a fleet's own tools; it is not gated.GateResult, which is
 // one check a reviewer reports on a proposal.
 type ToolGate struct {
 	proposer Proposer
@@ -203,7 +203,7 @@ type Change struct {
 	// Reason is why the agent wants to act (at most 8 KiB).
 	Reason string
 	// BlastRadius is single_device, cluster or tenant_wide. Required.
-	BlastRadius engine.BlastRadius
+	BlastRadius gated.BlastRadius
 	// IncidentID links the change to an incident. Optional.
 	IncidentID string
 	// ContextSummary is what the agent knows that a reviewer should too
@@ -211,7 +211,7 @@ type Change struct {
 	ContextSummary string
 	// Flags are the proposal's flags; the default policy refuses
 	// skip_review and force_approve outright.
-	Flags engine.Flags
+	Flags gated.Flags
 	// Reviewer asks for a persona for this call, over Identity.Reviewer.
 	Reviewer string
 	// Arguments are the call's arguments as the tool receives them, for
@@ -230,7 +230,7 @@ type ToolSpec[A any] struct {
 	Action string
 	// Class is read, write or destructive. Required. A read tool runs
 	// without a proposal.
-	Class engine.Class
+	Class gated.Class
 	// Describe turns a call's arguments into the Change to review.
 	// Required for write and destructive tools; unused for read.
 	Describe func(args A) Change
@@ -239,12 +239,12 @@ type ToolSpec[A any] struct {
 // Validate reports whether the spec is usable; Guard checks it too, and a
 // guarded tool with an unusable spec never runs.
 func (s ToolSpec[A]) Validate() error {
-	if !engine.ValidAction(s.Action) {
+	if !gated.ValidAction(s.Action) {
 		return fmt.Errorf("%w: action %q must match [A-Za-z0-9_-]{1,128}", ErrInvalidToolSpec, s.Action)
 	}
 	switch s.Class {
-	case engine.ClassRead:
-	case engine.ClassWrite, engine.ClassDestructive:
+	case gated.ClassRead:
+	case gated.ClassWrite, gated.ClassDestructive:
 		if s.Describe == nil {
 			return fmt.Errorf("%w: %s tool %s needs Describe to say what a call changes", ErrInvalidToolSpec, s.Class, s.Action)
 		}
@@ -295,7 +295,7 @@ func Guard[A, R any](g *ToolGate, spec ToolSpec[A], fn func(context.Context, A) 
 		if invalid != nil {
 			return zero, invalid
 		}
-		if spec.Class == engine.ClassRead {
+		if spec.Class == gated.ClassRead {
 			return fn(ctx, args)
 		}
 		reviewed, arguments, err := snapshot(spec.Action, args)
@@ -351,7 +351,7 @@ const reportWait = 5 * time.Second
 // tool; a runtime that calls Authorize calls it after running the call.
 // It does nothing for a read (v nil) or without the grant check. The
 // report outlives ctx's cancellation by up to 5 s.
-func (g *ToolGate) Finish(ctx context.Context, v *engine.Verdict, runErr error) error {
+func (g *ToolGate) Finish(ctx context.Context, v *gated.Verdict, runErr error) error {
 	if v == nil || g.opts.grants == nil || v.Grant == "" {
 		return nil
 	}
@@ -361,9 +361,9 @@ func (g *ToolGate) Finish(ctx context.Context, v *engine.Verdict, runErr error) 
 	if err != nil {
 		return fmt.Errorf("reporting the outcome of %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
-	status, text := engine.ExecutionSucceeded, ""
+	status, text := gated.ExecutionSucceeded, ""
 	if runErr != nil {
-		status, text = engine.ExecutionFailed, runErr.Error()
+		status, text = gated.ExecutionFailed, runErr.Error()
 	}
 	return g.opts.grants.Report(rctx, v.Tenant, v.ProposalID, gid, status, text)
 }
@@ -376,11 +376,11 @@ func (g *ToolGate) Finish(ctx context.Context, v *engine.Verdict, runErr error) 
 // was reported. Run the call then, and report its end with Finish. Errors
 // are those of Guard, and a failure to report started (the call must not
 // run: gated would not know it did).
-func (g *ToolGate) Authorize(ctx context.Context, action string, class engine.Class, change Change) (*engine.Verdict, error) {
+func (g *ToolGate) Authorize(ctx context.Context, action string, class gated.Class, change Change) (*gated.Verdict, error) {
 	switch class {
-	case engine.ClassRead:
+	case gated.ClassRead:
 		return nil, nil
-	case engine.ClassWrite, engine.ClassDestructive:
+	case gated.ClassWrite, gated.ClassDestructive:
 	default:
 		return nil, fmt.Errorf("%w: tool %s has class %q; want read, write or destructive", ErrInvalidToolSpec, action, class)
 	}
@@ -418,7 +418,7 @@ func (g *ToolGate) Authorize(ctx context.Context, action string, class engine.Cl
 
 // checkGrant verifies the grant of v, the approval of p, against p and
 // uses it: after this the call may run, once.
-func (g *ToolGate) checkGrant(ctx context.Context, p *engine.Proposal, v *engine.Verdict) error {
+func (g *ToolGate) checkGrant(ctx context.Context, p *gated.Proposal, v *gated.Verdict) error {
 	if g.opts.grants == nil {
 		return nil
 	}
@@ -447,7 +447,7 @@ func (g *ToolGate) checkGrant(ctx context.Context, p *engine.Proposal, v *engine
 	if err := g.opts.grants.Use(ctx, c.Tenant, v.Grant, by); err != nil {
 		return fmt.Errorf("approved, but %s does not run: %w", p.Action, err)
 	}
-	if err := g.opts.grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, engine.ExecutionStarted, ""); err != nil {
+	if err := g.opts.grants.Report(ctx, c.Tenant, c.ProposalID, c.GID, gated.ExecutionStarted, ""); err != nil {
 		return fmt.Errorf("approved and the grant used, but %s does not run: %w", p.Action, err)
 	}
 	return nil
@@ -455,14 +455,14 @@ func (g *ToolGate) checkGrant(ctx context.Context, p *engine.Proposal, v *engine
 
 // reportRefusal tells gated the ToolGate refused p's grant, and why. The
 // refusal stands whether or not the report gets through.
-func (g *ToolGate) reportRefusal(ctx context.Context, p *engine.Proposal, gid string, why error) {
+func (g *ToolGate) reportRefusal(ctx context.Context, p *gated.Proposal, gid string, why error) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), reportWait)
 	defer cancel()
-	_ = g.opts.grants.Report(rctx, p.Tenant, p.ID, gid, engine.ExecutionRefused, why.Error())
+	_ = g.opts.grants.Report(rctx, p.Tenant, p.ID, gid, gated.ExecutionRefused, why.Error())
 }
 
 // proposal builds the proposal of one call.
-func (g *ToolGate) proposal(action string, class engine.Class, c Change) *engine.Proposal {
+func (g *ToolGate) proposal(action string, class gated.Class, c Change) *gated.Proposal {
 	id := c.ID
 	if id == "" {
 		id = g.opts.newID()
@@ -471,18 +471,18 @@ func (g *ToolGate) proposal(action string, class engine.Class, c Change) *engine
 	if reviewer == "" {
 		reviewer = g.id.Reviewer
 	}
-	p := &engine.Proposal{
-		V:              engine.SchemaVersion,
+	p := &gated.Proposal{
+		V:              gated.SchemaVersion,
 		ID:             id,
 		Tenant:         g.id.Tenant,
-		Kind:           engine.KindAction,
+		Kind:           gated.KindAction,
 		Action:         action,
 		Class:          class,
 		Target:         c.Target,
 		Arguments:      c.Arguments,
 		Reason:         c.Reason,
 		BlastRadius:    c.BlastRadius,
-		RequestedBy:    &engine.RequestedBy{Agent: g.id.Agent, Session: g.id.Session},
+		RequestedBy:    &gated.RequestedBy{Agent: g.id.Agent, Session: g.id.Session},
 		IncidentID:     c.IncidentID,
 		ContextSummary: c.ContextSummary,
 		Flags:          c.Flags,

@@ -11,26 +11,26 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // fakeProposer answers every proposal with a verdict of one outcome, or
 // with an error, and records what it was sent.
 type fakeProposer struct {
-	outcome engine.Outcome
+	outcome gated.Outcome
 	err     error
 	// tamper edits the verdict before it is returned.
-	tamper func(*engine.Verdict)
+	tamper func(*gated.Verdict)
 
 	mu    sync.Mutex
-	sent  []*engine.Proposal
+	sent  []*gated.Proposal
 	ctxOK []bool // whether each call's context had a deadline
 }
 
-func (f *fakeProposer) Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error) {
+func (f *fakeProposer) Propose(ctx context.Context, p *gated.Proposal) (*gated.Verdict, error) {
 	f.mu.Lock()
 	cp := *p
 	f.sent = append(f.sent, &cp)
@@ -40,18 +40,18 @@ func (f *fakeProposer) Propose(ctx context.Context, p *engine.Proposal) (*engine
 	if f.err != nil {
 		return nil, f.err
 	}
-	v := &engine.Verdict{V: 1, ProposalID: p.ID, Tenant: p.Tenant, Action: p.Action, Kind: engine.KindAction,
-		Outcome: f.outcome, Approved: f.outcome == engine.OutcomeApproved, Stage: engine.StageReview, Reason: "fake " + string(f.outcome)}
+	v := &gated.Verdict{V: 1, ProposalID: p.ID, Tenant: p.Tenant, Action: p.Action, Kind: gated.KindAction,
+		Outcome: f.outcome, Approved: f.outcome == gated.OutcomeApproved, Stage: gated.StageReview, Reason: "fake " + string(f.outcome)}
 	if f.tamper != nil {
 		f.tamper(v)
 	}
 	return v, fleet.CheckVerdict(v)
 }
 
-func (f *fakeProposer) proposals() []*engine.Proposal {
+func (f *fakeProposer) proposals() []*gated.Proposal {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]*engine.Proposal(nil), f.sent...)
+	return append([]*gated.Proposal(nil), f.sent...)
 }
 
 type restartArgs struct {
@@ -61,12 +61,12 @@ type restartArgs struct {
 
 var restartSpec = fleet.ToolSpec[restartArgs]{
 	Action: "host_restart_service",
-	Class:  engine.ClassWrite,
+	Class:  gated.ClassWrite,
 	Describe: func(a restartArgs) fleet.Change {
 		return fleet.Change{
 			Target:      map[string]any{"host": a.Host, "service": a.Service},
 			Reason:      a.Service + " on " + a.Host + " stopped answering",
-			BlastRadius: engine.BlastSingleDevice,
+			BlastRadius: gated.BlastSingleDevice,
 			IncidentID:  "INC-7",
 		}
 	},
@@ -81,7 +81,7 @@ func (c *countingTool) run(_ context.Context, a restartArgs) (string, error) {
 }
 
 var identity = fleet.Identity{Tenant: "acme", Agent: "ops-agent", Session: "s-1",
-	Operator: &engine.Principal{ID: "alice", Roles: []string{"sre"}}}
+	Operator: &gated.Principal{ID: "alice", Roles: []string{"sre"}}}
 
 func TestToolGateRunsToolOnlyOnApproval(t *testing.T) {
 	tests := []struct {
@@ -90,32 +90,32 @@ func TestToolGateRunsToolOnlyOnApproval(t *testing.T) {
 		runs    int32
 		wantErr error
 	}{
-		{note: "approved", fake: &fakeProposer{outcome: engine.OutcomeApproved}, runs: 1},
-		{note: "rejected", fake: &fakeProposer{outcome: engine.OutcomeRejected}, wantErr: fleet.ErrReviewRejected},
-		{note: "blocked", fake: &fakeProposer{outcome: engine.OutcomeBlocked}, wantErr: fleet.ErrReviewBlocked},
-		{note: "error", fake: &fakeProposer{outcome: engine.OutcomeError}, wantErr: fleet.ErrReviewError},
-		{note: "timeout verdict", fake: &fakeProposer{outcome: engine.OutcomeTimeout}, wantErr: fleet.ErrReviewTimeout},
-		{note: "invalid", fake: &fakeProposer{outcome: engine.OutcomeInvalid}, wantErr: fleet.ErrProposalInvalid},
+		{note: "approved", fake: &fakeProposer{outcome: gated.OutcomeApproved}, runs: 1},
+		{note: "rejected", fake: &fakeProposer{outcome: gated.OutcomeRejected}, wantErr: fleet.ErrReviewRejected},
+		{note: "blocked", fake: &fakeProposer{outcome: gated.OutcomeBlocked}, wantErr: fleet.ErrReviewBlocked},
+		{note: "error", fake: &fakeProposer{outcome: gated.OutcomeError}, wantErr: fleet.ErrReviewError},
+		{note: "timeout verdict", fake: &fakeProposer{outcome: gated.OutcomeTimeout}, wantErr: fleet.ErrReviewTimeout},
+		{note: "invalid", fake: &fakeProposer{outcome: gated.OutcomeInvalid}, wantErr: fleet.ErrProposalInvalid},
 		{note: "no verdict", fake: &fakeProposer{err: fmt.Errorf("%w: test", fleet.ErrNoVerdict)}, wantErr: fleet.ErrNoVerdict},
 		{note: "transport failure", fake: &fakeProposer{err: errors.New("connection closed")}},
 		{note: "id reused", fake: &fakeProposer{err: fleet.ErrIDReused}, wantErr: fleet.ErrIDReused},
 		{
 			note: "approval that says approved false",
-			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Approved = false }}, wantErr: fleet.ErrNotApproved,
+			fake: &fakeProposer{outcome: gated.OutcomeApproved, tamper: func(v *gated.Verdict) { v.Approved = false }}, wantErr: fleet.ErrNotApproved,
 		},
 		{
 			note: "approval of another proposal",
-			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.ProposalID = "someone-else" }}, wantErr: fleet.ErrNotApproved,
+			fake: &fakeProposer{outcome: gated.OutcomeApproved, tamper: func(v *gated.Verdict) { v.ProposalID = "someone-else" }}, wantErr: fleet.ErrNotApproved,
 		},
 		{
 			note: "approval of another action",
-			fake: &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(v *engine.Verdict) { v.Action = "host_list_services" }}, wantErr: fleet.ErrNotApproved,
+			fake: &fakeProposer{outcome: gated.OutcomeApproved, tamper: func(v *gated.Verdict) { v.Action = "host_list_services" }}, wantErr: fleet.ErrNotApproved,
 		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			var seen []*engine.Verdict
-			g, err := fleet.NewToolGate(tc.fake, identity, fleet.WithoutGrantCheck(), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { seen = append(seen, v) }))
+			var seen []*gated.Verdict
+			g, err := fleet.NewToolGate(tc.fake, identity, fleet.WithoutGrantCheck(), fleet.WithVerdictObserver(func(_ *gated.Proposal, v *gated.Verdict) { seen = append(seen, v) }))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -149,7 +149,7 @@ func TestToolGateRunsToolOnlyOnApproval(t *testing.T) {
 }
 
 func TestToolGateBuildsTheProposal(t *testing.T) {
-	fake := &fakeProposer{outcome: engine.OutcomeApproved}
+	fake := &fakeProposer{outcome: gated.OutcomeApproved}
 	id := identity
 	id.Reviewer = "reviewer"
 	g, err := fleet.NewToolGate(fake, id, fleet.WithoutGrantCheck(), fleet.WithProposalIDs(func() string { return "fixed-1" }))
@@ -162,34 +162,34 @@ func TestToolGateBuildsTheProposal(t *testing.T) {
 	}
 	p := fake.proposals()[0]
 	switch {
-	case p.ID != "fixed-1", p.Tenant != "acme", p.Action != "host_restart_service", p.Class != engine.ClassWrite:
+	case p.ID != "fixed-1", p.Tenant != "acme", p.Action != "host_restart_service", p.Class != gated.ClassWrite:
 		t.Fatalf("address: %+v", p)
 	case p.Target["host"] != "web-7" || p.Target["service"] != "nginx":
 		t.Fatalf("target %v", p.Target)
-	case p.Reason != "nginx on web-7 stopped answering", p.BlastRadius != engine.BlastSingleDevice, p.IncidentID != "INC-7":
+	case p.Reason != "nginx on web-7 stopped answering", p.BlastRadius != gated.BlastSingleDevice, p.IncidentID != "INC-7":
 		t.Fatalf("change: %+v", p)
 	case p.RequestedBy == nil || p.RequestedBy.Agent != "ops-agent" || p.RequestedBy.Session != "s-1":
 		t.Fatalf("requested_by %+v", p.RequestedBy)
-	case p.Operator == nil || p.Operator.ID != "alice", p.Reviewer != "reviewer", p.V != engine.SchemaVersion:
+	case p.Operator == nil || p.Operator.ID != "alice", p.Reviewer != "reviewer", p.V != gated.SchemaVersion:
 		t.Fatalf("identity: %+v", p)
 	}
 	if !fake.ctxOK[0] {
 		t.Error("the review had no deadline although the caller's context had none")
 	}
 	// The proposal is one gated decodes strictly.
-	if _, err := engine.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", engine.Limits{}); err != nil {
+	if _, err := gated.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", gated.Limits{}); err != nil {
 		t.Fatalf("gated would refuse the ToolGate's proposal: %v", err)
 	}
 }
 
 func TestToolGateReadNeverProposes(t *testing.T) {
-	fake := &fakeProposer{outcome: engine.OutcomeRejected}
+	fake := &fakeProposer{outcome: gated.OutcomeRejected}
 	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
 	}
 	runs := 0
-	list := fleet.Guard(g, fleet.ToolSpec[string]{Action: "host_list_services", Class: engine.ClassRead},
+	list := fleet.Guard(g, fleet.ToolSpec[string]{Action: "host_list_services", Class: gated.ClassRead},
 		func(_ context.Context, host string) ([]string, error) { runs++; return []string{"nginx"}, nil })
 	for range 3 {
 		out, err := list(t.Context(), "web-7")
@@ -200,13 +200,13 @@ func TestToolGateReadNeverProposes(t *testing.T) {
 	if runs != 3 || len(fake.proposals()) != 0 {
 		t.Fatalf("read ran %d times with %d proposals; want 3 runs, no proposal", runs, len(fake.proposals()))
 	}
-	if v, err := g.Authorize(t.Context(), "host_list_services", engine.ClassRead, fleet.Change{}); v != nil || err != nil {
+	if v, err := g.Authorize(t.Context(), "host_list_services", gated.ClassRead, fleet.Change{}); v != nil || err != nil {
 		t.Fatalf("Authorize(read) = %v, %v; want nil, nil", v, err)
 	}
 }
 
 func TestToolGateRefusesUnusableSpecs(t *testing.T) {
-	fake := &fakeProposer{outcome: engine.OutcomeApproved}
+	fake := &fakeProposer{outcome: gated.OutcomeApproved}
 	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
@@ -217,10 +217,10 @@ func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 		g    *fleet.ToolGate
 		spec fleet.ToolSpec[restartArgs]
 	}{
-		{note: "bad action", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host.restart", Class: engine.ClassWrite, Describe: describe}},
+		{note: "bad action", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host.restart", Class: gated.ClassWrite, Describe: describe}},
 		{note: "unknown class", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Class: "maybe", Describe: describe}},
 		{note: "no class", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Describe: describe}},
-		{note: "write without Describe", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Class: engine.ClassWrite}},
+		{note: "write without Describe", g: g, spec: fleet.ToolSpec[restartArgs]{Action: "host_restart_service", Class: gated.ClassWrite}},
 		{note: "nil gate", g: nil, spec: restartSpec},
 	}
 	for _, tc := range tests {
@@ -235,7 +235,7 @@ func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 	if len(fake.proposals()) != 0 {
 		t.Errorf("unusable specs sent %d proposals", len(fake.proposals()))
 	}
-	for _, id := range []fleet.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &engine.Principal{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
+	for _, id := range []fleet.Identity{{Agent: "a"}, {Tenant: "acme"}, {Tenant: "acme", Agent: "a", Operator: &gated.Principal{}}, {Tenant: "acme", Agent: "a", Reviewer: "Bad Name"}} {
 		if _, err := fleet.NewToolGate(fake, id, fleet.WithoutGrantCheck()); !errors.Is(err, fleet.ErrInvalidConfig) {
 			t.Errorf("NewToolGate(%+v): err = %v, want ErrInvalidConfig", id, err)
 		}
@@ -244,7 +244,7 @@ func TestToolGateRefusesUnusableSpecs(t *testing.T) {
 
 func TestToolGateDoesNotRunAfterCallerGaveUp(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
-	fake := &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(*engine.Verdict) { cancel() }}
+	fake := &fakeProposer{outcome: gated.OutcomeApproved, tamper: func(*gated.Verdict) { cancel() }}
 	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
@@ -267,7 +267,7 @@ func TestToolGateThroughGated(t *testing.T) {
 	}
 	var tool countingTool
 	listed := 0
-	list := fleet.Guard(gate, fleet.ToolSpec[restartArgs]{Action: "host_list_services", Class: engine.ClassRead},
+	list := fleet.Guard(gate, fleet.ToolSpec[restartArgs]{Action: "host_list_services", Class: gated.ClassRead},
 		func(context.Context, restartArgs) (string, error) { listed++; return "nginx", nil })
 	if _, err := list(t.Context(), restartArgs{}); err != nil || listed != 1 {
 		t.Fatalf("read: %v, ran %d", err, listed)
@@ -341,13 +341,13 @@ func TestGuardRunsWhatWasReviewed(t *testing.T) {
 	args := opsArgs{Host: "web-7", Opts: map[string]any{"service": "nginx"}}
 	// The caller's map changes while gated reviews: another goroutine of
 	// the agent, or the agent itself reusing its arguments.
-	fake := &fakeProposer{outcome: engine.OutcomeApproved, tamper: func(*engine.Verdict) { args.Opts["service"] = "sshd" }}
+	fake := &fakeProposer{outcome: gated.OutcomeApproved, tamper: func(*gated.Verdict) { args.Opts["service"] = "sshd" }}
 	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := fleet.ToolSpec[opsArgs]{Action: "host_restart_service", Class: engine.ClassWrite, Describe: func(a opsArgs) fleet.Change {
-		return fleet.Change{Target: map[string]any{"host": a.Host}, BlastRadius: engine.BlastSingleDevice}
+	spec := fleet.ToolSpec[opsArgs]{Action: "host_restart_service", Class: gated.ClassWrite, Describe: func(a opsArgs) fleet.Change {
+		return fleet.Change{Target: map[string]any{"host": a.Host}, BlastRadius: gated.BlastSingleDevice}
 	}}
 	var ran opsArgs
 	_, err = fleet.Guard(g, spec, func(_ context.Context, a opsArgs) (string, error) { ran = a; return "ok", nil })(t.Context(), args)
@@ -362,7 +362,7 @@ func TestGuardRunsWhatWasReviewed(t *testing.T) {
 	if ran.Host != "web-7" || ran.Opts["service"] != "nginx" {
 		t.Fatalf("the tool ran with %+v; gated reviewed %v", ran, p.Arguments)
 	}
-	if _, err := engine.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", engine.Limits{}); err != nil {
+	if _, err := gated.DecodeProposal(mustJSON(t, p), "acme", "host_restart_service", gated.Limits{}); err != nil {
 		t.Fatalf("gated would refuse the ToolGate's proposal: %v", err)
 	}
 }
@@ -370,15 +370,15 @@ func TestGuardRunsWhatWasReviewed(t *testing.T) {
 // TestGuardRefusesArgumentsThatAreNotJSON: arguments a reviewer cannot
 // read, or that readers disagree on, never run.
 func TestGuardRefusesArgumentsThatAreNotJSON(t *testing.T) {
-	fake := &fakeProposer{outcome: engine.OutcomeApproved}
+	fake := &fakeProposer{outcome: gated.OutcomeApproved}
 	g, err := fleet.NewToolGate(fake, identity, fleet.WithoutGrantCheck())
 	if err != nil {
 		t.Fatal(err)
 	}
-	describe := func(any) fleet.Change { return fleet.Change{BlastRadius: engine.BlastSingleDevice} }
+	describe := func(any) fleet.Change { return fleet.Change{BlastRadius: gated.BlastSingleDevice} }
 	runs := 0
 	tool := func(context.Context, any) (string, error) { runs++; return "ok", nil }
-	guarded := fleet.Guard(g, fleet.ToolSpec[any]{Action: "host_restart_service", Class: engine.ClassWrite, Describe: describe}, tool)
+	guarded := fleet.Guard(g, fleet.ToolSpec[any]{Action: "host_restart_service", Class: gated.ClassWrite, Describe: describe}, tool)
 	for _, tc := range []struct {
 		note string
 		args any

@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // The shared vectors in test/vectors hold every client, in every language,
@@ -51,12 +51,12 @@ type proposalVectors struct {
 // encodeProposal is what Propose sends for p.
 func encodeProposal(t *testing.T, input []byte) (Address, []byte) {
 	t.Helper()
-	var p engine.Proposal
+	var p gated.Proposal
 	if err := json.Unmarshal(input, &p); err != nil {
 		t.Fatalf("input %s: %v", input, err)
 	}
 	if p.V == 0 {
-		p.V = engine.SchemaVersion
+		p.V = gated.SchemaVersion
 	}
 	data, err := json.Marshal(&p)
 	if err != nil {
@@ -197,13 +197,13 @@ func (doc *verdictVectors) judge(via string, message, stored *string) verdictExp
 		return verdictExpect{Result: "error", Error: errorKind(err)}
 	}
 	digest := proposalDigest([]byte(doc.Proposal))
-	lookup := func() (*engine.Verdict, error) {
+	lookup := func() (*gated.Verdict, error) {
 		if stored == nil {
 			return decodeStoredVerdict(a.Tenant, a.ID, &nats.Msg{Header: nats.Header{"Status": []string{"404"}}})
 		}
 		return decodeStoredVerdict(a.Tenant, a.ID, &nats.Msg{Data: []byte(*stored)})
 	}
-	var v *engine.Verdict
+	var v *gated.Verdict
 	switch via {
 	case "subject":
 		m, ok := verdictMessage(a, []byte(*message))
@@ -279,11 +279,11 @@ type statusVectors struct {
 		Name    string `json:"name"`
 		Message string `json:"message"`
 		Status  *struct {
-			Stage    engine.StatusStage `json:"stage"`
-			Reviewer string             `json:"reviewer"`
-			Reason   string             `json:"reason"`
-			Outcome  engine.Outcome     `json:"outcome"`
-			Deadline bool               `json:"deadline"`
+			Stage    gated.StatusStage `json:"stage"`
+			Reviewer string            `json:"reviewer"`
+			Reason   string            `json:"reason"`
+			Outcome  gated.Outcome     `json:"outcome"`
+			Deadline bool              `json:"deadline"`
 		} `json:"status"`
 		Field *string `json:"field"`
 	} `json:"cases"`
@@ -301,9 +301,9 @@ func TestStatusVectors(t *testing.T) {
 		t.Run(tc.Name, func(t *testing.T) {
 			u := statusUpdate("acme", "p-1", []byte(tc.Message))
 			if tc.Status == nil {
-				var se *engine.StatusError
+				var se *gated.StatusError
 				if !errors.As(u.Err, &se) || u.Status != nil {
-					t.Fatalf("got %+v, want a *engine.StatusError", u)
+					t.Fatalf("got %+v, want a *gated.StatusError", u)
 				}
 				if tc.Field == nil || se.Field != *tc.Field {
 					t.Fatalf("error %q names field %q, want %v", se, se.Field, *tc.Field)
@@ -314,7 +314,7 @@ func TestStatusVectors(t *testing.T) {
 				t.Fatalf("unexpected error: %v", u.Err)
 			}
 			st := u.Status
-			var outcome engine.Outcome
+			var outcome gated.Outcome
 			if st.Verdict != nil {
 				outcome = st.Verdict.Outcome
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
@@ -240,7 +241,7 @@ func (g *Service) audit(ctx context.Context, tenant, id, event string, data any)
 		return err
 	}
 	_, err = g.cfg.Trails().Seal(ctx, engine.AuditEvent{
-		V: engine.SchemaVersion, Event: event, Tenant: tenant, ProposalID: id, At: g.cfg.Now().UTC(), Data: body,
+		V: gated.SchemaVersion, Event: event, Tenant: tenant, ProposalID: id, At: g.cfg.Now().UTC(), Data: body,
 	})
 	return err
 }
@@ -286,7 +287,7 @@ func (g *Service) takeIssued(token string) (grant.Claims, bool) {
 // no-op. The grant must be one gated signed for v's tenant and proposal:
 // one this process has just signed (Issued), or else one whose signature
 // verifies under the published keys.
-func (g *Service) Record(ctx context.Context, v *engine.Verdict) error {
+func (g *Service) Record(ctx context.Context, v *gated.Verdict) error {
 	if v.Grant == "" {
 		return nil
 	}

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -88,7 +88,7 @@ func FuzzGrantSubjects(f *testing.F) {
 	f.Add("ACME", "p", "a")
 	f.Add("", "", "")
 	f.Fuzz(func(t *testing.T, tenant, id, agent string) {
-		valid := engine.ValidTenant(tenant) && (agent == "" || engine.ValidID(agent))
+		valid := gated.ValidTenant(tenant) && (agent == "" || gated.ValidID(agent))
 		use := wire.GrantUseSubject(tenant)
 		if agent != "" {
 			use = wire.GrantUseSubjectAs(tenant, agent)
@@ -97,7 +97,7 @@ func FuzzGrantSubjects(f *testing.F) {
 		if valid && (!ok || gotTenant != tenant || gotAgent != agent) {
 			t.Fatalf("%q read as %q, %q, %v", use, gotTenant, gotAgent, ok)
 		}
-		if ok && (!engine.ValidTenant(gotTenant) || gotAgent != "" && !engine.ValidID(gotAgent)) {
+		if ok && (!gated.ValidTenant(gotTenant) || gotAgent != "" && !gated.ValidID(gotAgent)) {
 			t.Fatalf("%q read as invalid tokens %q, %q", use, gotTenant, gotAgent)
 		}
 		out := wire.OutcomeSubject(tenant, id)
@@ -105,10 +105,10 @@ func FuzzGrantSubjects(f *testing.F) {
 			out = wire.OutcomeSubjectAs(tenant, id, agent)
 		}
 		gotTenant, gotID, gotAgent, ok := parseOutcomeSubject(out)
-		if valid && engine.ValidID(id) && (!ok || gotTenant != tenant || gotID != id || gotAgent != agent) {
+		if valid && gated.ValidID(id) && (!ok || gotTenant != tenant || gotID != id || gotAgent != agent) {
 			t.Fatalf("%q read as %q, %q, %q, %v", out, gotTenant, gotID, gotAgent, ok)
 		}
-		if ok && (!engine.ValidTenant(gotTenant) || !engine.ValidID(gotID) || gotAgent != "" && !engine.ValidID(gotAgent)) {
+		if ok && (!gated.ValidTenant(gotTenant) || !gated.ValidID(gotID) || gotAgent != "" && !gated.ValidID(gotAgent)) {
 			t.Fatalf("%q read as invalid tokens %q, %q, %q", out, gotTenant, gotID, gotAgent)
 		}
 	})

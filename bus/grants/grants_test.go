@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -38,7 +39,7 @@ func grantedFleet(t *testing.T) (*bustest.Gated, *fleet.Client) {
 }
 
 // approve proposes the read action id and returns its approved verdict.
-func approve(t *testing.T, c *fleet.Client, id string) (*engine.Verdict, []byte) {
+func approve(t *testing.T, c *fleet.Client, id string) (*gated.Verdict, []byte) {
 	t.Helper()
 	data := bustest.Proposal(id, "read", "host_list_services", "")
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -47,7 +48,7 @@ func approve(t *testing.T, c *fleet.Client, id string) (*engine.Verdict, []byte)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+	if v.Outcome != gated.OutcomeApproved || v.Grant == "" {
 		t.Fatalf("verdict %s with grant %q: %s", v.Outcome, v.Grant, v.Reason)
 	}
 	return v, data
@@ -410,7 +411,7 @@ func TestGrantRecordRefusesForeignTokens(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			v := &engine.Verdict{V: 1, ProposalID: tc.id, Tenant: tc.tenant, Outcome: engine.OutcomeApproved, Grant: tc.token}
+			v := &gated.Verdict{V: 1, ProposalID: tc.id, Tenant: tc.tenant, Outcome: gated.OutcomeApproved, Grant: tc.token}
 			if err := g.Grants.Record(t.Context(), v); err == nil {
 				t.Fatalf("recorded %s for %s.%s", tc.note, tc.tenant, tc.id)
 			}
@@ -450,7 +451,7 @@ func useGrantOn(t *testing.T, g *bustest.Gated, subject string, body any) grants
 
 // approveAs proposes the read action id on behalf of agent (requested_by
 // left out when agent is empty) and returns its approval.
-func approveAs(t *testing.T, c *fleet.Client, id, agent string) *engine.Verdict {
+func approveAs(t *testing.T, c *fleet.Client, id, agent string) *gated.Verdict {
 	t.Helper()
 	extra := ""
 	if agent != "" {
@@ -462,7 +463,7 @@ func approveAs(t *testing.T, c *fleet.Client, id, agent string) *engine.Verdict 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+	if v.Outcome != gated.OutcomeApproved || v.Grant == "" {
 		t.Fatalf("verdict %s with grant %q: %s", v.Outcome, v.Grant, v.Reason)
 	}
 	return v

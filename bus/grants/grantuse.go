@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
@@ -113,14 +114,14 @@ func parseUseSubject(subject string) (tenant, agent string, ok bool) {
 		return "", "", false
 	}
 	tenant, rest, found = strings.Cut(rest, ".")
-	if !found || !engine.ValidTenant(tenant) {
+	if !found || !gated.ValidTenant(tenant) {
 		return "", "", false
 	}
 	if rest == "use" {
 		return tenant, "", true
 	}
 	agent, found = strings.CutPrefix(rest, "use.")
-	if !found || !engine.ValidID(agent) {
+	if !found || !gated.ValidID(agent) {
 		return tenant, "", false
 	}
 	return tenant, agent, true
@@ -131,7 +132,7 @@ func (g *Service) use(ctx context.Context, subject string, body []byte) UseReply
 	tenant, agent, ok := parseUseSubject(subject)
 	if !ok {
 		if tenant == "" {
-			tenant = engine.UnknownTenant
+			tenant = gated.UnknownTenant
 		}
 		return g.refuse(ctx, tenant, "", "", "", "the subject is not gated.grants.<tenant>.use or gated.grants.<tenant>.use.<agent>, with an agent token [A-Za-z0-9_-]{1,128}")
 	}

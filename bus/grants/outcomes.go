@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -106,16 +107,16 @@ func (o *Outcomes) handle(msg jetstream.Msg) {
 func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last bool) error {
 	tenant, id, as, ok := parseOutcomeSubject(subject)
 	if !ok {
-		return o.refuse(ctx, engine.UnknownTenant, "", "", "", fmt.Sprintf("subject %q is not %s<tenant>.<proposal_id>[.<agent>]", subject, wire.OutcomeSubjectPrefix))
+		return o.refuse(ctx, gated.UnknownTenant, "", "", "", fmt.Sprintf("subject %q is not %s<tenant>.<proposal_id>[.<agent>]", subject, wire.OutcomeSubjectPrefix))
 	}
-	r, err := engine.DecodeExecutionReport(data)
+	r, err := gated.DecodeExecutionReport(data)
 	if err != nil {
 		return o.refuse(ctx, tenant, id, as, "", err.Error())
 	}
 	if r.Tenant != tenant || r.ProposalID != id {
 		return o.refuse(ctx, tenant, id, as, r.GID, fmt.Sprintf("the report names %s.%s, not the subject's %s.%s", r.Tenant, r.ProposalID, tenant, id))
 	}
-	if r.Status == engine.ExecutionRefused {
+	if r.Status == gated.ExecutionRefused {
 		// A refusal changes nothing but the audit trail, which says whose
 		// subject it came on.
 		data := map[string]any{"reason": r.Error, "by": "executor", "proposal_id": id, "at": r.At.UTC()}
@@ -158,7 +159,7 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	}
 	reviewers := make([]map[string]string, 0, len(v.Reviews))
 	for _, rv := range v.Reviews {
-		if rv.Decision != engine.DecisionApprove {
+		if rv.Decision != gated.DecisionApprove {
 			continue
 		}
 		reviewers = append(reviewers, map[string]string{"plugin": rv.Plugin, "plugin_version": rv.PluginVersion, "persona": rv.Persona, "model": rv.Model})
@@ -198,9 +199,9 @@ func reportRefusal(as string) string {
 
 // storeOnRecord sets the grant record's outcome by compare-and-set; a
 // final outcome is not replaced by a started reported after it.
-func (o *Outcomes) storeOnRecord(ctx context.Context, key string, rec Record, rev uint64, ex engine.Execution) error {
+func (o *Outcomes) storeOnRecord(ctx context.Context, key string, rec Record, rev uint64, ex gated.Execution) error {
 	for range 5 {
-		var prev engine.Execution
+		var prev gated.Execution
 		if len(rec.Outcome) > 0 && json.Unmarshal(rec.Outcome, &prev) == nil && prev.Final() && !ex.Final() {
 			return nil
 		}
@@ -265,11 +266,11 @@ func parseOutcomeSubject(subject string) (tenant, id, agent string, ok bool) {
 		return "", "", "", false
 	}
 	tenant, rest, found = strings.Cut(rest, ".")
-	if !found || !engine.ValidTenant(tenant) {
+	if !found || !gated.ValidTenant(tenant) {
 		return "", "", "", false
 	}
 	id, agent, found = strings.Cut(rest, ".")
-	if !engine.ValidID(id) || found && !engine.ValidID(agent) {
+	if !gated.ValidID(id) || found && !gated.ValidID(agent) {
 		return "", "", "", false
 	}
 	return tenant, id, agent, true

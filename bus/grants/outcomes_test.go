@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -28,17 +29,17 @@ func outcomeGated(t *testing.T) (*bustest.Gated, *fleet.Client) {
 
 // approveRestart proposes restarting nginx as id by agent, on a host of
 // the agent's own, and returns the approval.
-func approveRestart(t *testing.T, c *fleet.Client, id, agent string) *engine.Verdict {
+func approveRestart(t *testing.T, c *fleet.Client, id, agent string) *gated.Verdict {
 	t.Helper()
 	v := proposeRestart(t, c, id, agent, agent)
-	if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+	if v.Outcome != gated.OutcomeApproved || v.Grant == "" {
 		t.Fatalf("verdict %s with grant %q: %s", v.Outcome, v.Grant, v.Reason)
 	}
 	return v
 }
 
 // proposeRestart proposes restarting nginx on host as id, by agent.
-func proposeRestart(t *testing.T, c *fleet.Client, id, agent, host string) *engine.Verdict {
+func proposeRestart(t *testing.T, c *fleet.Client, id, agent, host string) *gated.Verdict {
 	t.Helper()
 	data := fmt.Appendf(nil, `{"v":1,"id":%q,"tenant":"acme","action":"host_restart_service","class":"write","blast_radius":"single_device",`+
 		`"target":{"host":%q,"service":"nginx"},"requested_by":{"agent":%q}}`, id, host, agent)
@@ -139,8 +140,8 @@ func TestOutcomeClosesTheLoop(t *testing.T) {
 	if _, ok := failed["reviewers"].([]any); !ok {
 		t.Errorf("grant.outcome reviewers = %v, want a list", failed["reviewers"])
 	}
-	var ex engine.Execution
-	if err := json.Unmarshal(grantRecord(t, g, "acme.out-1").Outcome, &ex); err != nil || ex.Status != engine.ExecutionFailed {
+	var ex gated.Execution
+	if err := json.Unmarshal(grantRecord(t, g, "acme.out-1").Outcome, &ex); err != nil || ex.Status != gated.ExecutionFailed {
 		t.Fatalf("grant record outcome %+v (%v), want failed", ex, err)
 	}
 	h, err := store.New(g.Resources.Verdicts).Recent(t.Context(), "acme", v.TargetKey)
@@ -148,15 +149,15 @@ func TestOutcomeClosesTheLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	hist := h.Verdicts
-	i := slices.IndexFunc(hist, func(h engine.Verdict) bool { return h.ProposalID == "out-1" })
-	if i < 0 || hist[i].Execution == nil || hist[i].Execution.Status != engine.ExecutionFailed || hist[i].Execution.Error != "nginx did not come back" {
+	i := slices.IndexFunc(hist, func(h gated.Verdict) bool { return h.ProposalID == "out-1" })
+	if i < 0 || hist[i].Execution == nil || hist[i].Execution.Status != gated.ExecutionFailed || hist[i].Execution.Error != "nginx did not come back" {
 		t.Fatalf("history %+v: want out-1 with a failed execution", hist)
 	}
 	// A started that arrives after the failure does not hide it.
 	report(t, g, wire.OutcomeSubject("acme", "out-1"), outcomeBody("acme", "out-1", gid, "started", ""))
 	next := proposeRestart(t, c, "out-2", "agent-b", "agent-a")
-	if next.Outcome != engine.OutcomeRejected || next.Policy == nil ||
-		!slices.ContainsFunc(next.Policy.Denies, func(d engine.Deny) bool { return d.Rule == "recent_failure" }) {
+	if next.Outcome != gated.OutcomeRejected || next.Policy == nil ||
+		!slices.ContainsFunc(next.Policy.Denies, func(d gated.Deny) bool { return d.Rule == "recent_failure" }) {
 		t.Fatalf("the next restart: %s %+v, want rejected by recent_failure", next.Outcome, next.Policy)
 	}
 }
@@ -273,8 +274,8 @@ func waitRefusal(t *testing.T, g *bustest.Gated, subject, id string, body any, r
 }
 
 // deniesRecentFailure says whether v was denied by recent_failure.
-func deniesRecentFailure(v *engine.Verdict) bool {
-	return v.Policy != nil && slices.ContainsFunc(v.Policy.Denies, func(d engine.Deny) bool { return d.Rule == "recent_failure" })
+func deniesRecentFailure(v *gated.Verdict) bool {
+	return v.Policy != nil && slices.ContainsFunc(v.Policy.Denies, func(d gated.Deny) bool { return d.Rule == "recent_failure" })
 }
 
 // TestOutcomeOnlyFromItsAgent: where agents use grants and report on

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
@@ -56,7 +57,7 @@ func TestLongReviewIsNotRedelivered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 	}
 	in.drained(t)
@@ -84,12 +85,12 @@ func TestProposalWaitingForASlotIsNotRedelivered(t *testing.T) {
 	first, second := in.verdicts(t, "slot1"), in.verdicts(t, "slot2")
 	in.publish(t, bustest.Proposal("slot1", "write", "host_restart_service", ""), "acme.slot1")
 	in.publish(t, bustest.Proposal("slot2", "write", "host_restart_service", ""), "acme.slot2")
-	if v := receive(t, first, "the first verdict"); v.Outcome != engine.OutcomeApproved {
+	if v := receive(t, first, "the first verdict"); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 	}
 	// The second is on the same target: whatever the policy makes of it,
 	// it must have waited for the slot and been decided once.
-	if v := receive(t, second, "the second verdict"); v.Outcome == engine.OutcomeError {
+	if v := receive(t, second, "the second verdict"); v.Outcome == gated.OutcomeError {
 		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 	}
 	in.drained(t)
@@ -133,7 +134,7 @@ func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict %s: %s", v.Outcome, v.Reason)
 	}
 	in.drained(t)
@@ -152,12 +153,12 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 		// failPublish has the worker's first publish of the answer fail.
 		failPublish bool
 		data        []byte
-		outcome     engine.Outcome
+		outcome     gated.Outcome
 	}{
-		{note: "never decided", data: bustest.Proposal("gone1", "write", "host_restart_service", ""), outcome: engine.OutcomeError},
-		{note: "decided, never acknowledged", decide: true, data: bustest.Proposal("gone1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
+		{note: "never decided", data: bustest.Proposal("gone1", "write", "host_restart_service", ""), outcome: gated.OutcomeError},
+		{note: "decided, never acknowledged", decide: true, data: bustest.Proposal("gone1", "read", "host_list_services", ""), outcome: gated.OutcomeApproved},
 		{note: "never decided, first answer lost", failPublish: true, data: bustest.Proposal("gone1", "write", "host_restart_service", ""),
-			outcome: engine.OutcomeError},
+			outcome: gated.OutcomeError},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -202,10 +203,10 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 			}
 			in.startWorker(t, o)
 			v := receive(t, verdicts, "the abandoned proposal's verdict")
-			if v.Outcome != tc.outcome || (v.Outcome == engine.OutcomeError && v.Approved) {
+			if v.Outcome != tc.outcome || (v.Outcome == gated.OutcomeError && v.Approved) {
 				t.Fatalf("verdict %s: %s; want %s", v.Outcome, v.Reason, tc.outcome)
 			}
-			if v.Outcome == engine.OutcomeError && !strings.Contains(v.Reason, "2 deliveries") {
+			if v.Outcome == gated.OutcomeError && !strings.Contains(v.Reason, "2 deliveries") {
 				t.Errorf("reason %q does not say how many deliveries there were", v.Reason)
 			}
 			sameVerdict(t, in.stored(t, "gone1"), v)
@@ -235,7 +236,7 @@ func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
 		// Before the verdict goes out it is stored, its audit trail is
 		// stored, and the proposal is not acknowledged yet.
 		ctx := context.Background()
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(data, &v); err != nil {
 			t.Errorf("publishing a verdict that is not JSON: %v", err)
 		}
@@ -259,7 +260,7 @@ func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
 	// The failed publish left the proposal unacknowledged: it is
 	// redelivered, and the redelivery publishes the same verdict.
 	v := receive(t, verdicts, "the verdict")
-	if v.AuditSeq != firstSeq.Load() || v.Outcome != engine.OutcomeApproved {
+	if v.AuditSeq != firstSeq.Load() || v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict %s with audit_seq %d, want the first attempt's approval (audit_seq %d)", v.Outcome, v.AuditSeq, firstSeq.Load())
 	}
 	in.drained(t)

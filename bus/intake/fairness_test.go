@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
@@ -23,7 +24,7 @@ type floodGate struct {
 	open    chan struct{}
 }
 
-func (g *floodGate) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (g *floodGate) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	if strings.HasPrefix(d.Subject, "gated.proposals.flood.") {
 		g.arrived <- d.MsgID
 		select {
@@ -35,7 +36,7 @@ func (g *floodGate) Decide(ctx context.Context, d engine.Delivery) (*engine.Verd
 	return g.next.Decide(ctx, d)
 }
 
-func (g *floodGate) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (g *floodGate) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	return g.next.GiveUp(ctx, d, cause)
 }
 

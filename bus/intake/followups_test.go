@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/intake"
@@ -25,7 +26,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 	fu := intake.NewFollowUps(js, store)
 	contSubject := wire.ContinuationSubject("acme", "run1")
 
-	v := bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation)
+	v := bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation)
 	mustCreate(t, store, v)
 	for i := range 3 {
 		if err := fu.Send(ctx, v); err != nil {
@@ -36,7 +37,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 	if len(msgs) != 1 {
 		t.Fatalf("%d continuations after three sends, want 1", len(msgs))
 	}
-	subject, msgID, body, _ := engine.FollowUp(v)
+	subject, msgID, body, _ := gated.FollowUp(v)
 	if msgs[0].Subject != subject || msgs[0].Header.Get(jetstream.MsgIDHeader) != msgID || string(msgs[0].Data) != string(body) {
 		t.Fatalf("stored %s (msg id %q): %s\nwant     %s (msg id %q): %s", msgs[0].Subject, msgs[0].Header.Get(jetstream.MsgIDHeader), msgs[0].Data, subject, msgID, body)
 	}
@@ -46,7 +47,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 
 	// Another proposal of round 1 (a retry the fleet sent under a new id)
 	// was rejected too: the round has its follow-up already.
-	other := bustest.RunVerdict("p1b", "run1", 1, engine.NextContinuation)
+	other := bustest.RunVerdict("p1b", "run1", 1, gated.NextContinuation)
 	other.AuditSeq = 999
 	mustCreate(t, store, other)
 	if err := fu.Send(ctx, other); err != nil {
@@ -69,7 +70,7 @@ func TestFollowUpIsSentOnce(t *testing.T) {
 	if info.State.Msgs != 1 {
 		t.Fatalf("run stream holds %d follow-ups after an approval, want 1", info.State.Msgs)
 	}
-	if err := fu.Send(ctx, &engine.Verdict{V: 1, ProposalID: "act1", Tenant: "acme", Outcome: engine.OutcomeRejected}); err != nil {
+	if err := fu.Send(ctx, &gated.Verdict{V: 1, ProposalID: "act1", Tenant: "acme", Outcome: gated.OutcomeRejected}); err != nil {
 		t.Fatalf("Send of an action verdict: %v", err)
 	}
 }
@@ -81,9 +82,9 @@ func TestFollowUpReplayAfterACrash(t *testing.T) {
 
 	// A gated published the continuation and died before marking the
 	// round sent.
-	v := bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation)
+	v := bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation)
 	mustCreate(t, store, v)
-	subject, msgID, body, _ := engine.FollowUp(v)
+	subject, msgID, body, _ := gated.FollowUp(v)
 	msg := nats.NewMsg(subject)
 	msg.Data, msg.Header = body, nats.Header{jetstream.MsgIDHeader: []string{msgID}}
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
@@ -106,7 +107,7 @@ func TestFollowUpReplayAfterACrash(t *testing.T) {
 
 	// A gated stored the verdict and died before recording its round: the
 	// replay records the round and sends the escalation.
-	esc := bustest.RunVerdict("p3", "run9", 3, engine.NextEscalation)
+	esc := bustest.RunVerdict("p3", "run9", 3, gated.NextEscalation)
 	data, err := json.Marshal(esc)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +148,7 @@ func TestFollowUpFeeds(t *testing.T) {
 	}
 	defer escs.Stop()
 
-	send := func(v *engine.Verdict) {
+	send := func(v *gated.Verdict) {
 		t.Helper()
 		mustCreate(t, store, v)
 		if err := fu.Send(ctx, v); err != nil {
@@ -159,16 +160,16 @@ func TestFollowUpFeeds(t *testing.T) {
 		defer cancel()
 		return read(ctx)
 	}
-	send(bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation))
-	send(bustest.RunVerdict("q1", "run2", 1, engine.NextContinuation)) // another run: not in run1's feed
+	send(bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation))
+	send(bustest.RunVerdict("q1", "run2", 1, gated.NextContinuation)) // another run: not in run1's feed
 	// Something that is not a continuation lands on run1's subject.
 	if _, err := js.Publish(ctx, wire.ContinuationSubject("acme", "run1"), []byte(`{"v":1,"tenant":"acme","run_id":"run1","round":2,"surprise":true}`)); err != nil {
 		t.Fatal(err)
 	}
-	send(bustest.RunVerdict("p2", "run1", 2, engine.NextContinuation))
-	send(bustest.RunVerdict("p3", "run1", 3, engine.NextEscalation))
+	send(bustest.RunVerdict("p2", "run1", 2, gated.NextContinuation))
+	send(bustest.RunVerdict("p3", "run1", 3, gated.NextEscalation))
 
-	var got []*engine.Continuation
+	var got []*gated.Continuation
 	var malformed int
 	for len(got) < 2 {
 		err := next(ctx, func(ctx context.Context) error {
@@ -199,7 +200,7 @@ func TestFollowUpFeeds(t *testing.T) {
 		}
 	}
 
-	var esc *engine.Escalation
+	var esc *gated.Escalation
 	if err := next(ctx, func(ctx context.Context) (err error) { esc, err = escs.Next(ctx); return err }); err != nil {
 		t.Fatal(err)
 	}

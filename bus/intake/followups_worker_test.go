@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -28,11 +29,11 @@ import (
 // the engine does (the first stored wins) and replaying it afterwards.
 type runDecider struct {
 	store   engine.VerdictStore
-	make    func(id string) *engine.Verdict
+	make    func(id string) *gated.Verdict
 	decided atomic.Int32
 }
 
-func (r *runDecider) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (r *runDecider) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	a, err := fleet.AddressOf(d.Data)
 	if err != nil {
 		return nil, err
@@ -42,18 +43,18 @@ func (r *runDecider) Decide(ctx context.Context, d engine.Delivery) (*engine.Ver
 	}
 	r.decided.Add(1)
 	stored, err := r.store.Create(ctx, r.make(a.ID))
-	if errors.Is(err, engine.ErrExists) {
+	if errors.Is(err, gated.ErrExists) {
 		return stored, nil
 	}
 	return stored, err
 }
 
-func (r *runDecider) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (r *runDecider) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	a, _ := fleet.AddressOf(d.Data)
 	if stored, err := r.store.Get(ctx, a.Tenant, a.ID); err == nil {
 		return stored
 	}
-	return &engine.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Outcome: engine.OutcomeError, Reason: cause.Error()}
+	return &gated.Verdict{V: 1, ProposalID: a.ID, Tenant: a.Tenant, Outcome: gated.OutcomeError, Reason: cause.Error()}
 }
 
 // runIntake is a rig whose worker decides every proposal id as round
@@ -61,8 +62,8 @@ func (r *runDecider) GiveUp(ctx context.Context, d engine.Delivery, cause error)
 func runIntake(t *testing.T, cfg bus.Config) (*rig, *runDecider) {
 	t.Helper()
 	in := newIntake(t, cfg)
-	rd := &runDecider{store: store.New(in.res.Verdicts), make: func(id string) *engine.Verdict {
-		return bustest.RunVerdict(id, "run-"+id, 1, engine.NextContinuation)
+	rd := &runDecider{store: store.New(in.res.Verdicts), make: func(id string) *gated.Verdict {
+		return bustest.RunVerdict(id, "run-"+id, 1, gated.NextContinuation)
 	}}
 	return in, rd
 }
@@ -76,7 +77,7 @@ func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 		// When the verdict goes out, its continuation is in the run
 		// stream, its round is marked sent, and the proposal is still
 		// unacknowledged.
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(data, &v); err != nil {
 			t.Errorf("publishing a verdict that is not JSON: %v", err)
 		}
@@ -102,7 +103,7 @@ func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 	// The failed publish left the proposal unacknowledged; the redelivery
 	// replays the verdict and sends no second continuation.
 	v := receive(t, verdicts, "the verdict")
-	if v.Run == nil || v.Run.Next != engine.NextContinuation {
+	if v.Run == nil || v.Run.Next != gated.NextContinuation {
 		t.Fatalf("verdict %+v", v)
 	}
 	in.drained(t)
@@ -130,7 +131,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 			var sends atomic.Int32
 			var published atomic.Bool
 			followUp := func(send intake.FollowUpSender) intake.FollowUpSender {
-				return func(ctx context.Context, v *engine.Verdict) error {
+				return func(ctx context.Context, v *gated.Verdict) error {
 					if published.Load() {
 						t.Errorf("follow-up sent after the verdict was published")
 					}
@@ -138,7 +139,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 						return send(ctx, v)
 					}
 					if tc.publishFirst {
-						subject, msgID, body, _ := engine.FollowUp(v)
+						subject, msgID, body, _ := gated.FollowUp(v)
 						msg := nats.NewMsg(subject)
 						msg.Data, msg.Header = body, nats.Header{jetstream.MsgIDHeader: []string{msgID}}
 						if _, err := in.js.PublishMsg(ctx, msg); err != nil {
@@ -157,7 +158,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 			verdicts := in.verdicts(t, "f1")
 			in.publish(t, bustest.Proposal("f1", "read", "host_list_services", ""), "acme.f1")
 
-			if v := receive(t, verdicts, "the verdict"); v.Run == nil || v.Run.Next != engine.NextContinuation {
+			if v := receive(t, verdicts, "the verdict"); v.Run == nil || v.Run.Next != gated.NextContinuation {
 				t.Fatalf("verdict %+v", v)
 			}
 			in.drained(t)
@@ -192,7 +193,7 @@ func TestAbandonedRunVerdictSendsItsFollowUp(t *testing.T) {
 	// first.
 	seen := &deliveries{Decider: rd}
 	in.startWorker(t, workerOptions{wrap: func(intake.Decider) intake.Decider { return seen }})
-	if v := receive(t, verdicts, "the stored verdict"); v.Run == nil || v.Run.Next != engine.NextContinuation {
+	if v := receive(t, verdicts, "the stored verdict"); v.Run == nil || v.Run.Next != gated.NextContinuation {
 		t.Fatalf("verdict %+v", v)
 	}
 	in.drained(t)
@@ -214,11 +215,11 @@ func (failingCriterion) Revision() string { return "failing-criterion" }
 func (failingCriterion) Evaluate(_ context.Context, in engine.PolicyInput) (engine.PolicyDecision, error) {
 	const why = `"go test ./..." exited 1, expected 0`
 	return engine.PolicyDecision{
-		Denies: []engine.Deny{{Rule: "criterion_failed", Message: "required criterion tests failed: " + why}},
+		Denies: []gated.Deny{{Rule: "criterion_failed", Message: "required criterion tests failed: " + why}},
 		Review: engine.Route{Required: true, Persona: "run-reviewer", Quorum: 1, Why: "runs are reviewed"},
 		Run: &engine.RunPolicy{
 			Reviewed: true, ReviewPolicy: "always", MaxRounds: 2, Continuable: true,
-			Criteria:    []engine.CriterionEval{{ID: "tests", Pass: false, Reason: why}},
+			Criteria:    []gated.CriterionEval{{ID: "tests", Pass: false, Reason: why}},
 			MissingWork: []string{"criterion tests (command_result): " + why},
 		},
 		Revision: "failing-criterion",
@@ -263,7 +264,7 @@ func TestEngineRunVerdictsSendTheirFollowUps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first.Outcome != engine.OutcomeRejected || first.Run == nil || first.Run.Next != engine.NextContinuation {
+	if first.Outcome != gated.OutcomeRejected || first.Run == nil || first.Run.Next != gated.NextContinuation {
 		t.Fatalf("round 1: %s (%s), run %+v; want a rejection that continues", first.Outcome, first.Reason, first.Run)
 	}
 	cont, err := conts.Next(ctx)
@@ -284,7 +285,7 @@ func TestEngineRunVerdictsSendTheirFollowUps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if last.Run == nil || last.Run.Next != engine.NextEscalation {
+	if last.Run == nil || last.Run.Next != gated.NextEscalation {
 		t.Fatalf("round 2 of 2: %s (%s), run %+v; want an escalation", last.Outcome, last.Reason, last.Run)
 	}
 	esc, err := escs.Next(ctx)
@@ -334,16 +335,16 @@ func TestTenantFollowsOnlyItsOwnRuns(t *testing.T) {
 	}
 	store := store.New(res.Verdicts)
 	fu := intake.NewFollowUps(gjs, store)
-	for _, v := range []*engine.Verdict{
-		bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation),
-		bustest.RunVerdict("p3", "run1", 3, engine.NextEscalation),
+	for _, v := range []*gated.Verdict{
+		bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation),
+		bustest.RunVerdict("p3", "run1", 3, gated.NextEscalation),
 	} {
 		mustCreate(t, store, v)
 		if err := fu.Send(t.Context(), v); err != nil {
 			t.Fatal(err)
 		}
 	}
-	globex := bustest.RunVerdict("g1", "run1", 3, engine.NextEscalation)
+	globex := bustest.RunVerdict("g1", "run1", 3, gated.NextEscalation)
 	globex.Tenant = "globex"
 	mustCreate(t, store, globex)
 	if err := fu.Send(t.Context(), globex); err != nil {

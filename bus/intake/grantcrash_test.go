@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -55,7 +56,7 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 				t.Fatal(err)
 			}
 			var failed atomic.Bool
-			w.RecordGrants(func(ctx context.Context, v *engine.Verdict) error {
+			w.RecordGrants(func(ctx context.Context, v *gated.Verdict) error {
 				if failing == "record" && failed.CompareAndSwap(false, true) {
 					return errors.New("crashed before the record")
 				}
@@ -78,7 +79,7 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
 			defer cancel()
 			v, err := c.ProposeRaw(ctx, bustest.Proposal("p-crash", "read", "host_list_services", ""))
-			if err != nil || v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+			if err != nil || v.Outcome != gated.OutcomeApproved || v.Grant == "" {
 				t.Fatalf("verdict %+v, %v: want approved with a grant", v, err)
 			}
 			if !failed.Load() {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -37,8 +38,8 @@ type holdMessage struct {
 // so a held verdict never lacks its deadline; a replay stores it again,
 // and the stream drops the copy within its duplicate window (a later copy
 // is harmless: a settled hold is acknowledged and dropped).
-func scheduleHold(ctx context.Context, js jetstream.JetStream, v *engine.Verdict) error {
-	if v.AwaitingOperator == nil || v.Outcome != engine.OutcomeBlocked {
+func scheduleHold(ctx context.Context, js jetstream.JetStream, v *gated.Verdict) error {
+	if v.AwaitingOperator == nil || v.Outcome != gated.OutcomeBlocked {
 		return nil
 	}
 	body, err := json.Marshal(holdMessage{Tenant: v.Tenant, ProposalID: v.ProposalID, Deadline: v.AwaitingOperator.Deadline})
@@ -55,7 +56,7 @@ func scheduleHold(ctx context.Context, js jetstream.JetStream, v *engine.Verdict
 // Expirer times out held actions past their deadline: *engine.Engine is
 // one.
 type Expirer interface {
-	Expire(ctx context.Context, tenant, id string, trail engine.AuditTrail) (*engine.Verdict, error)
+	Expire(ctx context.Context, tenant, id string, trail engine.AuditTrail) (*gated.Verdict, error)
 }
 
 // HoldTimer times out actions held for an operator when their deadline
@@ -164,11 +165,11 @@ func (h *HoldTimer) handle(msg jetstream.Msg) {
 		}
 		h.log.Info("held action timed out", zap.String("key", key), zap.Uint64("audit_seq", v.AuditSeq))
 		_ = msg.Ack()
-	case errors.Is(err, engine.ErrNotDue):
+	case errors.Is(err, gated.ErrNotDue):
 		_ = msg.NakWithDelay(h.wait(ctx, tenant, id))
-	case errors.Is(err, engine.ErrNotAwaiting), errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, gated.ErrNotAwaiting), errors.Is(err, gated.ErrNotFound):
 		_ = msg.Ack() // settled, or gone with the bucket's TTL
-	case errors.Is(err, engine.ErrClaimed):
+	case errors.Is(err, gated.ErrClaimed):
 		_ = msg.NakWithDelay(time.Second) // a decision is being applied
 	case h.ctx.Err() != nil:
 		_ = msg.Nak()
@@ -196,5 +197,5 @@ func holdTokens(subject string) (tenant, id string, ok bool) {
 		return "", "", false
 	}
 	tenant, id, found = strings.Cut(rest, ".")
-	return tenant, id, found && engine.ValidTenant(tenant) && engine.ValidID(id)
+	return tenant, id, found && gated.ValidTenant(tenant) && gated.ValidID(id)
 }

@@ -3,8 +3,8 @@ package intake
 import (
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/engine"
 )
 
 // FuzzHoldTokens: a hold subject is read back to the tenant and id it was
@@ -17,11 +17,11 @@ func FuzzHoldTokens(f *testing.F) {
 	f.Add("", "")
 	f.Fuzz(func(t *testing.T, tenant, id string) {
 		gotTenant, gotID, ok := holdTokens(bus.HoldSubject(tenant, id))
-		valid := engine.ValidTenant(tenant) && engine.ValidID(id)
+		valid := gated.ValidTenant(tenant) && gated.ValidID(id)
 		if valid && (!ok || gotTenant != tenant || gotID != id) {
 			t.Fatalf("HoldSubject(%q, %q) read back as %q, %q, %v", tenant, id, gotTenant, gotID, ok)
 		}
-		if ok && (!engine.ValidTenant(gotTenant) || !engine.ValidID(gotID)) {
+		if ok && (!gated.ValidTenant(gotTenant) || !gated.ValidID(gotID)) {
 			t.Fatalf("read invalid tokens %q, %q", gotTenant, gotID)
 		}
 	})

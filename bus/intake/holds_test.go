@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -111,7 +112,7 @@ func TestHoldTimesOutOnceAcrossGatedProcesses(t *testing.T) {
 		t.Cleanup(timer.Stop)
 	}
 	v, err := client.AwaitDecision(pctx, held)
-	if err != nil || v.Outcome != engine.OutcomeTimeout || v.Approved {
+	if err != nil || v.Outcome != gated.OutcomeTimeout || v.Approved {
 		t.Fatalf("final verdict %+v, %v", v, err)
 	}
 	if v.DecidedAt.Before(held.AwaitingOperator.Deadline) {
@@ -154,10 +155,10 @@ func TestAwaitDecisionTrustsOnlyTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := &engine.Verdict{V: 1, ProposalID: "h1", Tenant: "acme", Action: "dns_delete_record", Kind: engine.KindAction,
-		Outcome: engine.OutcomeBlocked, Stage: engine.StagePolicy, Reason: "held", ProposalSHA256: strings.Repeat("ab", 32),
+	held := &gated.Verdict{V: 1, ProposalID: "h1", Tenant: "acme", Action: "dns_delete_record", Kind: gated.KindAction,
+		Outcome: gated.OutcomeBlocked, Stage: gated.StagePolicy, Reason: "held", ProposalSHA256: strings.Repeat("ab", 32),
 		AuditSeq: 7, DecidedAt: time.Now().UTC(),
-		AwaitingOperator: &engine.OperatorHold{Deadline: time.Now().Add(time.Hour).UTC(), Reason: "listed", Rule: "hold_listed_action"}}
+		AwaitingOperator: &gated.OperatorHold{Deadline: time.Now().Add(time.Hour).UTC(), Reason: "listed", Rule: "hold_listed_action"}}
 	if _, err := store.New(res.Verdicts).Create(t.Context(), held); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestAwaitDecisionTrustsOnlyTheStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := *held
-	forged.AwaitingOperator, forged.Outcome, forged.Approved, forged.Stage = nil, engine.OutcomeApproved, true, engine.StageOperator
+	forged.AwaitingOperator, forged.Outcome, forged.Approved, forged.Stage = nil, gated.OutcomeApproved, true, gated.StageOperator
 	raw, err := json.Marshal(&forged)
 	if err != nil {
 		t.Fatal(err)

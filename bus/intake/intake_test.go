@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -51,13 +52,13 @@ func (r *countingReviewer) Review(ctx context.Context, req engine.ReviewRequest)
 			return engine.ReviewResult{}, err
 		}
 	}
-	gates := make([]engine.GateResult, 0, len(req.Persona.RequiredGates))
+	gates := make([]gated.GateResult, 0, len(req.Persona.RequiredGates))
 	for _, g := range req.Persona.RequiredGates {
-		gates = append(gates, engine.GateResult{Name: g, Passed: true})
+		gates = append(gates, gated.GateResult{Name: g, Passed: true})
 	}
 	return engine.ReviewResult{
 		Plugin: "counting", Text: "Decision: approve\nEvery required gate passes.",
-		Decision: engine.DecisionApprove, Gates: gates,
+		Decision: gated.DecisionApprove, Gates: gates,
 	}, nil
 }
 
@@ -180,11 +181,11 @@ func (in *rig) startWorker(t *testing.T, o workerOptions) {
 }
 
 // verdicts subscribes to the verdicts of proposal id of tenant acme.
-func (in *rig) verdicts(t *testing.T, id string) <-chan *engine.Verdict {
+func (in *rig) verdicts(t *testing.T, id string) <-chan *gated.Verdict {
 	t.Helper()
-	ch := make(chan *engine.Verdict, 16)
+	ch := make(chan *gated.Verdict, 16)
 	sub, err := in.nc.Subscribe(wire.VerdictSubject("acme", id), func(m *nats.Msg) {
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(m.Data, &v); err != nil {
 			t.Errorf("verdict on %s is not JSON: %v", m.Subject, err)
 			return
@@ -222,7 +223,7 @@ func (in *rig) publish(t *testing.T, data []byte, msgID string) *jetstream.PubAc
 }
 
 // stored returns the verdict stored for proposal id of tenant acme.
-func (in *rig) stored(t *testing.T, id string) *engine.Verdict {
+func (in *rig) stored(t *testing.T, id string) *gated.Verdict {
 	t.Helper()
 	v, err := in.client.Verdict(t.Context(), "acme", id)
 	if err != nil {
@@ -271,7 +272,7 @@ func receive[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
-func sameVerdict(t *testing.T, got, want *engine.Verdict) {
+func sameVerdict(t *testing.T, got, want *gated.Verdict) {
 	t.Helper()
 	if got.Outcome != want.Outcome || got.AuditSeq != want.AuditSeq || !got.DecidedAt.Equal(want.DecidedAt) || got.Reason != want.Reason {
 		t.Fatalf("verdict %s (audit_seq %d, decided %s: %s)\nwant     %s (audit_seq %d, decided %s: %s)",
@@ -296,7 +297,7 @@ type deliveries struct {
 	attempts []int
 }
 
-func (d *deliveries) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
+func (d *deliveries) Decide(ctx context.Context, dl engine.Delivery) (*gated.Verdict, error) {
 	d.mu.Lock()
 	d.attempts = append(d.attempts, dl.Attempt)
 	d.mu.Unlock()
@@ -316,7 +317,7 @@ type signalAwait struct {
 	awaiting chan<- string
 }
 
-func (s *signalAwait) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *signalAwait) Await(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	select {
 	case s.awaiting <- tenant + "." + id:
 	default:
@@ -332,7 +333,7 @@ type crashAfterDecide struct {
 	once  sync.Once
 }
 
-func (c *crashAfterDecide) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (c *crashAfterDecide) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	v, err := c.Decider.Decide(ctx, d)
 	c.once.Do(c.crash)
 	return v, err
@@ -346,7 +347,7 @@ func TestSameMsgIDTwiceIsReviewedOnce(t *testing.T) {
 	data := bustest.Proposal("twice1", "write", "host_restart_service", "")
 
 	type result struct {
-		v   *engine.Verdict
+		v   *gated.Verdict
 		err error
 	}
 	first := make(chan result, 1)
@@ -369,7 +370,7 @@ func TestSameMsgIDTwiceIsReviewedOnce(t *testing.T) {
 	if r.err != nil {
 		t.Fatal(r.err)
 	}
-	if r.v.Outcome != engine.OutcomeApproved || r.v.Stage != engine.StageReview {
+	if r.v.Outcome != gated.OutcomeApproved || r.v.Stage != gated.StageReview {
 		t.Fatalf("verdict %s at %s: %s", r.v.Outcome, r.v.Stage, r.v.Reason)
 	}
 	sameVerdict(t, receive(t, second, "the second publisher's verdict"), r.v)
@@ -408,7 +409,7 @@ func TestSameProposalInTwoMessagesIsReviewedOnce(t *testing.T) {
 	b := receive(t, verdicts, "the second verdict")
 	sameVerdict(t, b, a)
 	sameVerdict(t, in.stored(t, "twin1"), a)
-	if a.Outcome != engine.OutcomeApproved {
+	if a.Outcome != gated.OutcomeApproved {
 		t.Fatalf("verdict %s: %s", a.Outcome, a.Reason)
 	}
 	in.drained(t)

@@ -22,6 +22,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -176,7 +177,7 @@ func benchPolicyPath(b *testing.B, traced bool) {
 		msg  *nats.Msg
 		path bench.Path
 		at   time.Time
-		done chan *engine.Verdict
+		done chan *gated.Verdict
 	}
 	proposals := make([]*sent, b.N)
 	byID := make(map[string]*sent, b.N)
@@ -193,7 +194,7 @@ func benchPolicyPath(b *testing.B, traced bool) {
 		m := nats.NewMsg(wire.ProposalSubject(p.Tenant, p.Action))
 		m.Data = data
 		m.Header.Set(jetstream.MsgIDHeader, p.Tenant+"."+p.ID)
-		proposals[i] = &sent{msg: m, path: path, done: make(chan *engine.Verdict, 1)}
+		proposals[i] = &sent{msg: m, path: path, done: make(chan *gated.Verdict, 1)}
 		byID[p.ID] = proposals[i]
 	}
 	sub, err := fleet.Subscribe(wire.VerdictSubjectPrefix+tenant+".*", func(m *nats.Msg) {
@@ -201,7 +202,7 @@ func benchPolicyPath(b *testing.B, traced bool) {
 		if p == nil {
 			return
 		}
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(m.Data, &v); err != nil {
 			return
 		}

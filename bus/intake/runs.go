@@ -7,8 +7,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -34,7 +34,7 @@ func NewFollowUps(js jetstream.JetStream, verdicts *store.Verdicts) *FollowUps {
 // and the delivery must be retried; the retry replays v and calls Send
 // again.
 //
-// Send publishes only what engine.FollowUp builds from v, and only when
+// Send publishes only what gated.FollowUp builds from v, and only when
 // the run record holds v's round for v's proposal, with v's follow-up,
 // not yet marked sent; then it marks the round sent. A verdict without a
 // follow-up, a round another proposal of the run decided, and a follow-up
@@ -45,8 +45,8 @@ func NewFollowUps(js jetstream.JetStream, verdicts *store.Verdicts) *FollowUps {
 // A crash between publishing and marking the round sent has the follow-up
 // published again on the replay: the stream drops it as a duplicate by
 // its Nats-Msg-Id when the replay comes within RunsDuplicateWindow.
-func (p *FollowUps) Send(ctx context.Context, v *engine.Verdict) error {
-	subject, msgID, body, ok := engine.FollowUp(v)
+func (p *FollowUps) Send(ctx context.Context, v *gated.Verdict) error {
+	subject, msgID, body, ok := gated.FollowUp(v)
 	if !ok {
 		return nil
 	}

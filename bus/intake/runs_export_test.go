@@ -3,11 +3,11 @@ package intake
 import (
 	"context"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // FollowUpSender is how a worker stores the follow-up of a run verdict.
-type FollowUpSender = func(ctx context.Context, v *engine.Verdict) error
+type FollowUpSender = func(ctx context.Context, v *gated.Verdict) error
 
 // WrapFollowUp replaces how w stores follow-ups with wrap of its own
 // sender, so that a test can watch or fail it. Call it before Start.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
@@ -33,7 +34,7 @@ func runStore(t *testing.T) (*store.Verdicts, *bus.Resources, *nats.Conn, jetstr
 	return store.New(res.Verdicts), res, nc, js
 }
 
-func mustCreate(t *testing.T, store *store.Verdicts, v *engine.Verdict) {
+func mustCreate(t *testing.T, store *store.Verdicts, v *gated.Verdict) {
 	t.Helper()
 	if _, err := store.Create(t.Context(), v); err != nil {
 		t.Fatalf("storing verdict %s: %v", v.ProposalID, err)
@@ -72,21 +73,21 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 		t.Fatalf("record of a run never decided: %+v, want none", rec)
 	}
 	blocked := bustest.RunVerdict("b1", "run1", 1, "")
-	blocked.Outcome, blocked.Approved = engine.OutcomeBlocked, false
+	blocked.Outcome, blocked.Approved = gated.OutcomeBlocked, false
 	quiet := bustest.RunVerdict("n1", "run1", 1, "")
-	quiet.Outcome, quiet.Approved = engine.OutcomeRejected, false
+	quiet.Outcome, quiet.Approved = gated.OutcomeRejected, false
 	steps := []struct {
 		note   string
-		v      *engine.Verdict
+		v      *gated.Verdict
 		rounds []string
 		closed string
 	}{
 		{note: "a blocked round is not recorded", v: blocked},
-		{note: "an action verdict is not recorded", v: &engine.Verdict{V: 1, ProposalID: "a1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true}},
+		{note: "an action verdict is not recorded", v: &gated.Verdict{V: 1, ProposalID: "a1", Tenant: "acme", Outcome: gated.OutcomeApproved, Approved: true}},
 		{note: "a rejection that sends nothing is not recorded", v: quiet},
-		{note: "a continuation is recorded", v: bustest.RunVerdict("p1", "run1", 1, engine.NextContinuation), rounds: []string{"1:p1:continuation"}},
-		{note: "another proposal of a decided round is left out", v: bustest.RunVerdict("p1b", "run1", 1, engine.NextContinuation), rounds: []string{"1:p1:continuation"}},
-		{note: "the next round", v: bustest.RunVerdict("p2", "run1", 2, engine.NextContinuation), rounds: []string{"1:p1:continuation", "2:p2:continuation"}},
+		{note: "a continuation is recorded", v: bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation), rounds: []string{"1:p1:continuation"}},
+		{note: "another proposal of a decided round is left out", v: bustest.RunVerdict("p1b", "run1", 1, gated.NextContinuation), rounds: []string{"1:p1:continuation"}},
+		{note: "the next round", v: bustest.RunVerdict("p2", "run1", 2, gated.NextContinuation), rounds: []string{"1:p1:continuation", "2:p2:continuation"}},
 		{note: "an approval closes the run", v: bustest.RunVerdict("p3", "run1", 3, ""), rounds: []string{"1:p1:continuation", "2:p2:continuation", "3:p3:"}, closed: engine.RunAccepted},
 	}
 	for _, st := range steps {
@@ -102,7 +103,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 		})
 	}
 
-	mustCreate(t, store, bustest.RunVerdict("e1", "run2", 3, engine.NextEscalation))
+	mustCreate(t, store, bustest.RunVerdict("e1", "run2", 3, gated.NextEscalation))
 	if rec := record(t, store, "run2"); rec.Closed != engine.RunEscalated || !slices.Equal(rounds(rec), []string{"3:e1:escalation"}) {
 		t.Fatalf("escalated run: %+v", rec)
 	}
@@ -110,7 +111,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 	// Run records share the bucket with verdicts, target histories and
 	// claims, and collide with none, whatever the ids are called.
 	for _, id := range []string{"runs", "run1", "claims", "targets"} {
-		mustCreate(t, store, bustest.RunVerdict(id, id, 1, engine.NextContinuation))
+		mustCreate(t, store, bustest.RunVerdict(id, id, 1, gated.NextContinuation))
 		if _, err := store.Claim(t.Context(), "acme", id, engine.Claim{Holder: "seq:1", Until: time.Now().Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
@@ -135,7 +136,7 @@ func TestRunRecordUnderConcurrentVerdicts(t *testing.T) {
 		var wg sync.WaitGroup
 		for round := 1; round <= 2; round++ {
 			wg.Go(func() {
-				if _, err := store.Create(t.Context(), bustest.RunVerdict(fmt.Sprintf("%s-r%d", runID, round), runID, round, engine.NextContinuation)); err != nil {
+				if _, err := store.Create(t.Context(), bustest.RunVerdict(fmt.Sprintf("%s-r%d", runID, round), runID, round, gated.NextContinuation)); err != nil {
 					t.Errorf("round %d: %v", round, err)
 				}
 			})
@@ -150,7 +151,7 @@ func TestRunRecordUnderConcurrentVerdicts(t *testing.T) {
 		sameID := fmt.Sprintf("same%d", i)
 		for _, id := range []string{"x", "y"} {
 			wg.Go(func() {
-				if _, err := store.Create(t.Context(), bustest.RunVerdict(sameID+id, sameID, 1, engine.NextContinuation)); err != nil {
+				if _, err := store.Create(t.Context(), bustest.RunVerdict(sameID+id, sameID, 1, gated.NextContinuation)); err != nil {
 					t.Errorf("proposal %s: %v", id, err)
 				}
 			})
@@ -164,24 +165,24 @@ func TestRunRecordUnderConcurrentVerdicts(t *testing.T) {
 }
 
 // held is a verdict blocked for an operator: not recorded in its run.
-func held(id, runID string) *engine.Verdict {
+func held(id, runID string) *gated.Verdict {
 	v := bustest.RunVerdict(id, runID, 1, "")
-	v.Outcome, v.Approved, v.Reason = engine.OutcomeBlocked, false, "awaiting an operator on manual criterion ux"
+	v.Outcome, v.Approved, v.Reason = gated.OutcomeBlocked, false, "awaiting an operator on manual criterion ux"
 	v.Run.AwaitingOperator = []string{"ux"}
 	return v
 }
 
 // decided is the operator's replacement of prev.
-func decided(prev *engine.Verdict, next string, seq uint64) *engine.Verdict {
+func decided(prev *gated.Verdict, next string, seq uint64) *gated.Verdict {
 	v := bustest.RunVerdict(prev.ProposalID, prev.Run.RunID, prev.Run.Round, next)
-	v.Stage, v.AuditSeq = engine.StageOperator, seq
+	v.Stage, v.AuditSeq = gated.StageOperator, seq
 	return v
 }
 
 func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 	store, _, _, _ := runStore(t)
 	ctx := t.Context()
-	if _, err := store.Replace(ctx, held("none", "run0"), decided(held("none", "run0"), "", 200)); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := store.Replace(ctx, held("none", "run0"), decided(held("none", "run0"), "", 200)); !errors.Is(err, gated.ErrNotFound) {
 		t.Fatalf("Replace of a verdict never stored: err = %v, want ErrNotFound", err)
 	}
 
@@ -195,7 +196,7 @@ func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 	if err != nil || got.AuditSeq != 201 {
 		t.Fatalf("Replace: %+v, %v", got, err)
 	}
-	if stored, err := store.Get(ctx, "acme", "h1"); err != nil || !stored.Approved || stored.Stage != engine.StageOperator || stored.AuditSeq != 201 {
+	if stored, err := store.Get(ctx, "acme", "h1"); err != nil || !stored.Approved || stored.Stage != gated.StageOperator || stored.AuditSeq != 201 {
 		t.Fatalf("stored after Replace: %+v, %v", stored, err)
 	}
 	if rec := record(t, store, "run1"); rec.Closed != engine.RunAccepted || !slices.Equal(rounds(rec), []string{"1:h1:"}) {
@@ -204,16 +205,16 @@ func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 
 	// A second decision on the verdict the first one replaced loses, and
 	// is told what stands.
-	late := decided(prev, engine.NextContinuation, 202)
+	late := decided(prev, gated.NextContinuation, 202)
 	got, err = store.Replace(ctx, prev, late)
-	if !errors.Is(err, engine.ErrExists) || got == nil || got.AuditSeq != 201 {
+	if !errors.Is(err, gated.ErrExists) || got == nil || got.AuditSeq != 201 {
 		t.Fatalf("Replace of a replaced verdict: %+v, %v; want the standing verdict (audit_seq 201) and ErrExists", got, err)
 	}
 	if rec := record(t, store, "run1"); len(rec.Rounds) != 1 {
 		t.Fatalf("the losing replacement touched the record: %v", rounds(rec))
 	}
 
-	if _, err := store.Replace(ctx, prev, bustest.RunVerdict("other", "run1", 1, "")); err == nil || errors.Is(err, engine.ErrExists) {
+	if _, err := store.Replace(ctx, prev, bustest.RunVerdict("other", "run1", 1, "")); err == nil || errors.Is(err, gated.ErrExists) {
 		t.Fatalf("Replace under another proposal's key: err = %v, want a refusal", err)
 	}
 
@@ -224,14 +225,14 @@ func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 		prev := held(id, "run-"+id)
 		mustCreate(t, store, prev)
 		type result struct {
-			v   *engine.Verdict
+			v   *gated.Verdict
 			err error
 		}
 		results := make(chan result, 2)
 		for _, c := range []struct {
 			next string
 			seq  uint64
-		}{{"", 300}, {engine.NextContinuation, 301}} {
+		}{{"", 300}, {gated.NextContinuation, 301}} {
 			go func() {
 				v, err := store.Replace(ctx, prev, decided(prev, c.next, c.seq))
 				results <- result{v, err}
@@ -245,7 +246,7 @@ func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 		if a.err != nil {
 			won, lost = b, a
 		}
-		if !errors.Is(lost.err, engine.ErrExists) || lost.v.AuditSeq != won.v.AuditSeq {
+		if !errors.Is(lost.err, gated.ErrExists) || lost.v.AuditSeq != won.v.AuditSeq {
 			t.Fatalf("loser got %+v, %v; want the winner's verdict (audit_seq %d) and ErrExists", lost.v, lost.err, won.v.AuditSeq)
 		}
 		stored, err := store.Get(ctx, "acme", id)

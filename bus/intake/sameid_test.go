@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -49,19 +50,19 @@ func digestOf(data []byte) string {
 // the delivery's bytes.
 type answerLog struct {
 	mu sync.Mutex
-	by map[string][]*engine.Verdict
+	by map[string][]*gated.Verdict
 }
 
-func (l *answerLog) note(data []byte, v *engine.Verdict) {
+func (l *answerLog) note(data []byte, v *gated.Verdict) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.by[digestOf(data)] = append(l.by[digestOf(data)], v)
 }
 
-func (l *answerLog) of(data []byte) []*engine.Verdict {
+func (l *answerLog) of(data []byte) []*gated.Verdict {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]*engine.Verdict(nil), l.by[digestOf(data)]...)
+	return append([]*gated.Verdict(nil), l.by[digestOf(data)]...)
 }
 
 // watched notes in log what the engine it wraps answered. It only
@@ -71,7 +72,7 @@ type watched struct {
 	log  *answerLog
 }
 
-func (w watched) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (w watched) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	v, err := w.next.Decide(ctx, d)
 	if err == nil {
 		w.log.note(d.Data, v)
@@ -79,7 +80,7 @@ func (w watched) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict
 	return v, err
 }
 
-func (w watched) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (w watched) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	v := w.next.GiveUp(ctx, d, cause)
 	w.log.note(d.Data, v)
 	return v
@@ -99,7 +100,7 @@ func startSameIDGate(t *testing.T) (*gate, *answerLog) {
 		t.Fatal(err)
 	}
 	host := sopPlugins(t)
-	log := &answerLog{by: map[string][]*engine.Verdict{}}
+	log := &answerLog{by: map[string][]*gated.Verdict{}}
 	for range 2 {
 		wnc, wjs := bustest.Connect(t, s)
 		wres, err := bus.Setup(t.Context(), wjs, cfg)
@@ -239,7 +240,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 							othersVerdict++
 						case mine == owner && v.AuditSeq != stored.AuditSeq:
 							ownerNotStored++
-						case mine != owner && (v.Outcome != engine.OutcomeInvalid || !strings.Contains(v.Reason, "already used")):
+						case mine != owner && (v.Outcome != gated.OutcomeInvalid || !strings.Contains(v.Reason, "already used")):
 							notInvalid++
 						case mine != owner && !g.auditedVerdict(t, v):
 							notAudited++
@@ -280,7 +281,7 @@ func TestSameIDDifferentContentAtOnce(t *testing.T) {
 
 // auditedVerdict reports whether the audit record at v's audit_seq is the
 // verdict.decided record of v: same outcome, proposal and digest.
-func (g *gate) auditedVerdict(t *testing.T, v *engine.Verdict) bool {
+func (g *gate) auditedVerdict(t *testing.T, v *gated.Verdict) bool {
 	t.Helper()
 	if v.AuditSeq == 0 {
 		return false
@@ -297,7 +298,7 @@ func (g *gate) auditedVerdict(t *testing.T, v *engine.Verdict) bool {
 	if !ok {
 		return false
 	}
-	var audited engine.Verdict
+	var audited gated.Verdict
 	if err := json.Unmarshal(ev.Data, &audited); err != nil {
 		t.Fatalf("audit record %d: data is not a verdict: %v", v.AuditSeq, err)
 	}
@@ -370,7 +371,7 @@ func TestSameIDDifferentContentOnTheReviewService(t *testing.T) {
 			refused++
 			continue
 		}
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(r.msg.Data, &v); err != nil {
 			t.Fatalf("reply is not a verdict: %v", err)
 		}

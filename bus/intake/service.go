@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/tracectx"
 )
@@ -57,7 +57,7 @@ type ServiceConfig struct {
 	// beyond it is refused at once with a 503 error. Default 1024.
 	MaxConcurrent int
 	// MaxBytes is the largest request accepted; a larger one gets a 413
-	// error. Default engine.DefaultMaxBytes (1 MiB), gated's own limit.
+	// error. Default gated.DefaultMaxBytes (1 MiB), gated's own limit.
 	MaxBytes int
 	// Operators, when set, adds the endpoint "operator" on
 	// gated.operator.<tenant>.<proposal_id> (subscribed as
@@ -75,7 +75,7 @@ func (c ServiceConfig) withDefaults() (ServiceConfig, error) {
 		c.MaxConcurrent = 1024
 	}
 	if c.MaxBytes == 0 {
-		c.MaxBytes = engine.DefaultMaxBytes
+		c.MaxBytes = gated.DefaultMaxBytes
 	}
 	switch {
 	case c.Wait < 0:
@@ -99,7 +99,7 @@ type ReviewStats struct {
 	InFlight      int64 `json:"in_flight"`
 	MaxConcurrent int   `json:"max_concurrent"`
 	// Verdicts counts the verdicts replied, by outcome.
-	Verdicts map[engine.Outcome]int64 `json:"verdicts"`
+	Verdicts map[gated.Outcome]int64 `json:"verdicts"`
 	// Refused counts the error replies, by code.
 	Refused map[string]int64 `json:"refused"`
 }
@@ -152,11 +152,11 @@ type Service struct {
 
 type endpointCounters struct {
 	mu       sync.Mutex
-	verdicts map[engine.Outcome]int64
+	verdicts map[gated.Outcome]int64
 	refused  map[string]int64
 }
 
-func (c *endpointCounters) verdict(o engine.Outcome) {
+func (c *endpointCounters) verdict(o gated.Outcome) {
 	c.mu.Lock()
 	c.verdicts[o]++
 	c.mu.Unlock()
@@ -190,7 +190,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		counters: map[string]*endpointCounters{},
 	}
 	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint, operator.EndpointName} {
-		s.counters[name] = &endpointCounters{verdicts: map[engine.Outcome]int64{}, refused: map[string]int64{}}
+		s.counters[name] = &endpointCounters{verdicts: map[gated.Outcome]int64{}, refused: map[string]int64{}}
 	}
 	version, raw := serviceVersion(cfg.Version)
 	svc, err := micro.AddService(nc, micro.Config{
@@ -203,7 +203,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 			"takes signed operator decisions on run verdicts held for manual criteria.",
 		Metadata: map[string]string{
 			"gated_version":    raw,
-			"wire_schema":      strconv.Itoa(engine.SchemaVersion),
+			"wire_schema":      strconv.Itoa(gated.SchemaVersion),
 			"proposals":        wire.ProposalSubjectPrefix + "<tenant>.<action>",
 			"verdicts":         wire.VerdictSubjectPrefix + "<tenant>.<id>",
 			"review_wait":      cfg.Wait.String(),
@@ -309,7 +309,7 @@ func (s *Service) endpointStats(ep *micro.Endpoint) any {
 		return nil
 	}
 	st := ReviewStats{InFlight: s.inFlight.Load(), MaxConcurrent: s.cfg.MaxConcurrent,
-		Verdicts: map[engine.Outcome]int64{}, Refused: map[string]int64{}}
+		Verdicts: map[gated.Outcome]int64{}, Refused: map[string]int64{}}
 	c.mu.Lock()
 	for k, v := range c.verdicts {
 		st.Verdicts[k] = v
@@ -358,7 +358,7 @@ func (s *Service) handler(name string, perTenant bool) micro.HandlerFunc {
 		}
 		if perTenant {
 			tenant := strings.TrimPrefix(req.Subject(), wire.ReviewSubjectPrefix)
-			if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant {
+			if !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant {
 				refuse("400", "subject %s: tenant token %q must match [a-z0-9_-]{1,64}", req.Subject(), tenant)
 				return
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -51,12 +52,12 @@ func request(t *testing.T, g *gate, subject string, data []byte) *nats.Msg {
 	return m
 }
 
-func replyVerdict(t *testing.T, m *nats.Msg) *engine.Verdict {
+func replyVerdict(t *testing.T, m *nats.Msg) *gated.Verdict {
 	t.Helper()
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		t.Fatalf("error reply %s: %s", code, m.Header.Get(micro.ErrorHeader))
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		t.Fatalf("reply is not a verdict: %v\n%s", err, m.Data)
 	}
@@ -70,12 +71,12 @@ func TestServiceRepliesWithTheVerdict(t *testing.T) {
 		note    string
 		subject string
 		data    []byte
-		outcome engine.Outcome
+		outcome gated.Outcome
 	}{
-		{note: "gated.review, read", subject: "gated.review", data: bustest.Proposal("svc-1", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
-		{note: "gated.review.acme, read", subject: "gated.review.acme", data: bustest.Proposal("svc-2", "read", "host_list_services", ""), outcome: engine.OutcomeApproved},
-		{note: "gated.review.acme, skip_review", subject: "gated.review.acme", data: bustest.Proposal("svc-3", "write", "host_restart_service", `,"flags":{"skip_review":true}`), outcome: engine.OutcomeRejected},
-		{note: "invalid but addressable", subject: "gated.review.acme", data: bustest.Proposal("svc-4", "maybe", "host_restart_service", ""), outcome: engine.OutcomeInvalid},
+		{note: "gated.review, read", subject: "gated.review", data: bustest.Proposal("svc-1", "read", "host_list_services", ""), outcome: gated.OutcomeApproved},
+		{note: "gated.review.acme, read", subject: "gated.review.acme", data: bustest.Proposal("svc-2", "read", "host_list_services", ""), outcome: gated.OutcomeApproved},
+		{note: "gated.review.acme, skip_review", subject: "gated.review.acme", data: bustest.Proposal("svc-3", "write", "host_restart_service", `,"flags":{"skip_review":true}`), outcome: gated.OutcomeRejected},
+		{note: "invalid but addressable", subject: "gated.review.acme", data: bustest.Proposal("svc-4", "maybe", "host_restart_service", ""), outcome: gated.OutcomeInvalid},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -164,7 +165,7 @@ func TestServiceDiscovery(t *testing.T) {
 	if err := json.Unmarshal(tenant.Data, &data); err != nil {
 		t.Fatalf("endpoint data: %v\n%s", err, tenant.Data)
 	}
-	if data.Verdicts[engine.OutcomeApproved] != 1 || data.Verdicts[engine.OutcomeRejected] != 1 || data.Refused["403"] != 1 || data.InFlight != 0 {
+	if data.Verdicts[gated.OutcomeApproved] != 1 || data.Verdicts[gated.OutcomeRejected] != 1 || data.Refused["403"] != 1 || data.InFlight != 0 {
 		t.Fatalf("review stats %+v", data)
 	}
 }
@@ -233,7 +234,7 @@ func TestServiceServesConcurrently(t *testing.T) {
 	startService(t, g, intake.ServiceConfig{Wait: 30 * time.Second})
 	const n = 3
 	type result struct {
-		v   *engine.Verdict
+		v   *gated.Verdict
 		err error
 	}
 	results := make(chan result, n)

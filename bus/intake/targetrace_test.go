@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -82,9 +83,9 @@ func raceProposal(id, agent, service string) []byte {
 // checkOneApproved checks that of the verdicts of a race on one target
 // exactly one approves, and the other is rejected at stage policy by
 // parallel_operation, naming the approved proposal, with no grant.
-func checkOneApproved(t *testing.T, verdicts []*engine.Verdict) {
+func checkOneApproved(t *testing.T, verdicts []*gated.Verdict) {
 	t.Helper()
-	var approved, rejected []*engine.Verdict
+	var approved, rejected []*gated.Verdict
 	for _, v := range verdicts {
 		if v.Approved {
 			approved = append(approved, v)
@@ -99,7 +100,7 @@ func checkOneApproved(t *testing.T, verdicts []*engine.Verdict) {
 		t.Fatalf("%d of %d proposals on one target approved at once; want exactly 1", len(approved), len(verdicts))
 	}
 	win, lose := approved[0], rejected[0]
-	if lose.Outcome != engine.OutcomeRejected || lose.Stage != engine.StagePolicy {
+	if lose.Outcome != gated.OutcomeRejected || lose.Stage != gated.StagePolicy {
 		t.Errorf("the other proposal is %s at %s (%s), want rejected at policy", lose.Outcome, lose.Stage, lose.Reason)
 	}
 	if lose.Grant != "" {
@@ -126,7 +127,7 @@ func checkOneApproved(t *testing.T, verdicts []*engine.Verdict) {
 type raceEngine struct {
 	res    *bus.Resources
 	st     *store.Verdicts
-	decide func(data []byte, seq uint64, attempt int) (*engine.Verdict, error)
+	decide func(data []byte, seq uint64, attempt int) (*gated.Verdict, error)
 }
 
 func newRaceEngine(t *testing.T, policy engine.Policy) *raceEngine {
@@ -147,7 +148,7 @@ func newRaceEngine(t *testing.T, policy engine.Policy) *raceEngine {
 		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: time.Minute},
 	})
 	tr := trails(t, js)
-	return &raceEngine{res: res, st: st, decide: func(data []byte, seq uint64, attempt int) (*engine.Verdict, error) {
+	return &raceEngine{res: res, st: st, decide: func(data []byte, seq uint64, attempt int) (*gated.Verdict, error) {
 		a, err := fleet.AddressOf(data)
 		if err != nil {
 			return nil, err
@@ -164,7 +165,7 @@ func newRaceEngine(t *testing.T, policy engine.Policy) *raceEngine {
 func TestTargetRaceOneEngine(t *testing.T) {
 	re := newRaceEngine(t, bustest.Policy(t))
 	props := [][]byte{raceProposal("race-a", "agent-a", "nginx"), raceProposal("race-b", "agent-b", "nginx")}
-	verdicts := make([]*engine.Verdict, len(props))
+	verdicts := make([]*gated.Verdict, len(props))
 	errs := make([]error, len(props))
 	var wg sync.WaitGroup
 	for i, data := range props {
@@ -231,7 +232,7 @@ func TestTargetRaceTwoGated(t *testing.T) {
 		t.Fatal(err)
 	}
 	props := [][]byte{raceProposal("race2-a", "agent-a", "nginx"), raceProposal("race2-b", "agent-b", "nginx")}
-	verdicts := make([]*engine.Verdict, len(props))
+	verdicts := make([]*gated.Verdict, len(props))
 	errs := make([]error, len(props))
 	var wg sync.WaitGroup
 	for i, data := range props {
@@ -295,7 +296,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 	re := newRaceEngine(t, recentChangeHold(t))
 	res, st, decide := re.res, re.st, re.decide
 	props := [][]byte{raceProposal("hold-a", "agent-a", "nginx"), raceProposal("hold-b", "agent-b", "nginx")}
-	verdicts := make([]*engine.Verdict, len(props))
+	verdicts := make([]*gated.Verdict, len(props))
 	errs := make([]error, len(props))
 	var wg sync.WaitGroup
 	for i, data := range props {
@@ -307,7 +308,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 			t.Fatalf("deciding proposal %d: %v", i, err)
 		}
 	}
-	var win, lose *engine.Verdict
+	var win, lose *gated.Verdict
 	for _, v := range verdicts {
 		if v.Approved {
 			win = v
@@ -321,7 +322,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 		}
 		t.Fatal("want exactly one approval")
 	}
-	if lose.Outcome != engine.OutcomeRejected || lose.Stage != engine.StagePolicy || lose.Grant != "" || lose.Policy == nil ||
+	if lose.Outcome != gated.OutcomeRejected || lose.Stage != gated.StagePolicy || lose.Grant != "" || lose.Policy == nil ||
 		!slices.Equal(lose.Policy.Rules, []string{engine.RuleTargetChanged}) ||
 		!strings.Contains(lose.Reason, win.ProposalID) || !strings.Contains(lose.Reason, "holds it for an operator") {
 		t.Errorf("the other proposal: %s at %s (%s), policy %+v, grant %t: want rejected at policy by %s naming %s and the hold, no grant",
@@ -346,7 +347,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 		t.Errorf("no %s record says what the policy now asks", engine.EventPolicyRechecked)
 	}
 	stored, err := st.Get(t.Context(), "acme", lose.ProposalID)
-	if err != nil || stored.Outcome != engine.OutcomeRejected || stored.AuditSeq != lose.AuditSeq {
+	if err != nil || stored.Outcome != gated.OutcomeRejected || stored.AuditSeq != lose.AuditSeq {
 		t.Errorf("stored verdict of %s: %+v, %v", lose.ProposalID, stored, err)
 	}
 
@@ -356,7 +357,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Outcome != engine.OutcomeBlocked || again.AwaitingOperator == nil || again.AwaitingOperator.Rule != "hold_recent_change" {
+	if again.Outcome != gated.OutcomeBlocked || again.AwaitingOperator == nil || again.AwaitingOperator.Rule != "hold_recent_change" {
 		t.Errorf("sent again: %s at %s (%s), awaiting %+v; want held by hold_recent_change", again.Outcome, again.Stage, again.Reason, again.AwaitingOperator)
 	}
 }

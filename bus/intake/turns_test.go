@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
@@ -188,13 +189,13 @@ func (g *turnGate) verdicts(t *testing.T, tenant string) *nats.Subscription {
 }
 
 // next is the next verdict on sub; the test fails when none comes.
-func next(t *testing.T, sub *nats.Subscription, what string) *engine.Verdict {
+func next(t *testing.T, sub *nats.Subscription, what string) *gated.Verdict {
 	t.Helper()
 	msg, err := sub.NextMsg(30 * time.Second)
 	if err != nil {
 		t.Fatalf("no verdict: %s: %v", what, err)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(msg.Data, &v); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +256,7 @@ func TestTurnsAreNotHeldThroughReviews(t *testing.T) {
 	}
 	g.reviews.open("qw0")
 	g.reviews.open("qw1")
-	got := map[string]*engine.Verdict{}
+	got := map[string]*gated.Verdict{}
 	for range reviews {
 		v := next(t, flood, "a reviewed proposal of the flood")
 		if got[v.ProposalID] != nil {
@@ -265,14 +266,14 @@ func TestTurnsAreNotHeldThroughReviews(t *testing.T) {
 	}
 	for i := range reviews {
 		v := got[fmt.Sprintf("w%d", i)]
-		if v == nil || v.Stage != engine.StageReview || len(v.Reviews) != 1 {
+		if v == nil || v.Stage != gated.StageReview || len(v.Reviews) != 1 {
 			t.Fatalf("w%d: verdict %+v, want one decided at review by one reviewer", i, v)
 		}
 	}
 	reviewed := map[string]bool{}
 	for range 2 {
 		v := next(t, quiet, "the quiet tenant's reviews")
-		if v.Stage != engine.StageReview || reviewed[v.ProposalID] {
+		if v.Stage != gated.StageReview || reviewed[v.ProposalID] {
 			t.Fatalf("the quiet tenant's verdict is %s %s at %s, want qw0 and qw1 decided at review, once each", v.ProposalID, v.Outcome, v.Stage)
 		}
 		reviewed[v.ProposalID] = true
@@ -343,7 +344,7 @@ func holdDeliveries(ids ...string) *heldDeliveries {
 
 func (h *heldDeliveries) wrap(d intake.Decider) intake.Decider { h.next = d; return h }
 
-func (h *heldDeliveries) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (h *heldDeliveries) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	if gate, ok := h.held[d.MsgID]; ok {
 		h.arrived <- d.MsgID
 		select {
@@ -355,7 +356,7 @@ func (h *heldDeliveries) Decide(ctx context.Context, d engine.Delivery) (*engine
 	return h.next.Decide(ctx, d)
 }
 
-func (h *heldDeliveries) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (h *heldDeliveries) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	return h.next.GiveUp(ctx, d, cause)
 }
 
@@ -454,7 +455,7 @@ func TestStopWithProposalsWaitingForTurns(t *testing.T) {
 				if err != nil {
 					break
 				}
-				var v engine.Verdict
+				var v gated.Verdict
 				if err := json.Unmarshal(msg.Data, &v); err != nil {
 					t.Fatal(err)
 				}

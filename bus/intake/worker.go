@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -26,8 +27,8 @@ import (
 
 // Decider is the part of the engine the worker needs.
 type Decider interface {
-	Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error)
-	GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict
+	Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error)
+	GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict
 }
 
 // Worker consumes proposals from the durable consumer, decides each, and
@@ -94,16 +95,16 @@ type Worker struct {
 	publish func(subject string, data []byte) error
 	// followUp stores the follow-up of a run verdict (FollowUps.Send);
 	// tests replace it to watch or fail it.
-	followUp func(ctx context.Context, v *engine.Verdict) error
+	followUp func(ctx context.Context, v *gated.Verdict) error
 	// recordGrant writes the record of an approved verdict's grant
 	// (grants.Service.Record); nil when the engine issues no grants.
-	recordGrant func(ctx context.Context, v *engine.Verdict) error
+	recordGrant func(ctx context.Context, v *gated.Verdict) error
 }
 
 // RecordGrants has the worker write the record of every grant a verdict
 // carries with record (grants.Service.Record) before it publishes the
 // verdict and acknowledges the proposal. Call it before Start.
-func (w *Worker) RecordGrants(record func(ctx context.Context, v *engine.Verdict) error) {
+func (w *Worker) RecordGrants(record func(ctx context.Context, v *gated.Verdict) error) {
 	w.recordGrant = record
 }
 
@@ -294,7 +295,7 @@ func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 		ctx, span = telemetry.Start(tracectx.Extract(ctx, msg.Headers()), telemetry.SpanProposal, telemetry.KindConsumer)
 		span.Int(telemetry.AttrDelivery, int64(attempt))
 	}
-	var v *engine.Verdict
+	var v *gated.Verdict
 	var err error
 	defer func() { endProposalSpan(span, v, err) }()
 
@@ -337,7 +338,7 @@ func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 
 // endProposalSpan ends the proposal's span with the verdict's address and
 // outcome, or the error that sends the proposal back to the stream.
-func endProposalSpan(span telemetry.Span, v *engine.Verdict, err error) {
+func endProposalSpan(span telemetry.Span, v *gated.Verdict, err error) {
 	if !span.Recording() {
 		return
 	}
@@ -360,7 +361,7 @@ func (w *Worker) retry(msg jetstream.Msg, d engine.Delivery, attempt int, cause 
 		_ = msg.Nak()
 		return
 	}
-	if attempt < w.cfg.MaxDeliver && errors.Is(cause, engine.ErrIDTaken) {
+	if attempt < w.cfg.MaxDeliver && errors.Is(cause, gated.ErrIDTaken) {
 		// Nothing failed: another proposal took the id first, and the
 		// next delivery is answered invalid from the stored verdict.
 		w.log.Info("proposal id taken by a different proposal; redelivering to answer it invalid",
@@ -434,7 +435,7 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 // follow-up goes first so that a fleet that sees the verdict finds the
 // continuation or escalation already there, and so that a failure to
 // store it leaves the proposal unacknowledged, to be replayed.
-func (w *Worker) answer(v *engine.Verdict) error {
+func (w *Worker) answer(v *gated.Verdict) error {
 	if err := w.followUp(w.ctx, v); err != nil {
 		return fmt.Errorf("sending the run's follow-up: %w", err)
 	}
@@ -452,7 +453,7 @@ func (w *Worker) answer(v *engine.Verdict) error {
 	return nil
 }
 
-func (w *Worker) publishVerdict(v *engine.Verdict) error {
+func (w *Worker) publishVerdict(v *gated.Verdict) error {
 	data, err := v.JSON()
 	if err != nil {
 		return err

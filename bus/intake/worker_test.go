@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
@@ -36,14 +37,14 @@ type flaky struct {
 	calls    atomic.Int32
 }
 
-func (f *flaky) Decide(ctx context.Context, d engine.Delivery) (*engine.Verdict, error) {
+func (f *flaky) Decide(ctx context.Context, d engine.Delivery) (*gated.Verdict, error) {
 	if f.calls.Add(1) <= f.failures {
 		return nil, errors.New("injected storage failure")
 	}
 	return f.next.Decide(ctx, d)
 }
 
-func (f *flaky) GiveUp(ctx context.Context, d engine.Delivery, cause error) *engine.Verdict {
+func (f *flaky) GiveUp(ctx context.Context, d engine.Delivery, cause error) *gated.Verdict {
 	return f.next.GiveUp(ctx, d, cause)
 }
 
@@ -65,29 +66,29 @@ func TestWorkerDecidesAndAudits(t *testing.T) {
 	tests := []struct {
 		note    string
 		data    []byte
-		outcome engine.Outcome
-		stage   engine.Stage
+		outcome gated.Outcome
+		stage   gated.Stage
 		events  []string
 	}{
 		{
 			note: "read passes at policy", data: bustest.Proposal("r1", "read", "host_list_services", ""),
-			outcome: engine.OutcomeApproved, stage: engine.StagePolicy,
+			outcome: gated.OutcomeApproved, stage: gated.StagePolicy,
 			// gated grants what it approves, as serve does.
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventGrantIssued, engine.EventVerdict},
 		},
 		{
 			note: "skip_review is denied", data: bustest.Proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
-			outcome: engine.OutcomeRejected, stage: engine.StagePolicy,
+			outcome: gated.OutcomeRejected, stage: gated.StagePolicy,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
 		},
 		{
 			note: "no reviewer blocks", data: bustest.Proposal("w2", "write", "host_restart_service", ""),
-			outcome: engine.OutcomeBlocked, stage: engine.StageReview,
+			outcome: gated.OutcomeBlocked, stage: gated.StageReview,
 			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewUnrouted, engine.EventVerdict},
 		},
 		{
 			note: "invalid class", data: bustest.Proposal("bad1", "maybe", "host_restart_service", ""),
-			outcome: engine.OutcomeInvalid, stage: engine.StageValidation,
+			outcome: gated.OutcomeInvalid, stage: gated.StageValidation,
 			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict},
 		},
 	}
@@ -97,7 +98,7 @@ func TestWorkerDecidesAndAudits(t *testing.T) {
 			if v.Outcome != tc.outcome || v.Stage != tc.stage {
 				t.Fatalf("verdict %s at %s (%s), want %s at %s", v.Outcome, v.Stage, v.Reason, tc.outcome, tc.stage)
 			}
-			if v.Approved != (tc.outcome == engine.OutcomeApproved) {
+			if v.Approved != (tc.outcome == gated.OutcomeApproved) {
 				t.Fatalf("approved = %v for outcome %s", v.Approved, v.Outcome)
 			}
 			stored, err := g.Client.Verdict(t.Context(), "acme", v.ProposalID)
@@ -145,7 +146,7 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var replayed engine.Verdict
+	var replayed gated.Verdict
 	if err := json.Unmarshal(m.Data, &replayed); err != nil {
 		t.Fatal(err)
 	}
@@ -175,15 +176,15 @@ func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeInvalid || !strings.Contains(v.Reason, "already used") {
+	if v.Outcome != gated.OutcomeInvalid || !strings.Contains(v.Reason, "already used") {
 		t.Fatalf("verdict %s: %s; want invalid, id already used", v.Outcome, v.Reason)
 	}
 	stored, err := g.Client.Verdict(t.Context(), "acme", "reuse1")
-	if err != nil || stored.Outcome != engine.OutcomeApproved || stored.Action != "host_list_services" {
+	if err != nil || stored.Outcome != gated.OutcomeApproved || stored.Action != "host_list_services" {
 		t.Fatalf("stored verdict changed: %+v, %v", stored, err)
 	}
 }
@@ -216,11 +217,11 @@ func TestGarbageGetsInvalidVerdict(t *testing.T) {
 			if err != nil {
 				t.Fatalf("no verdict for a malformed proposal: %v", err)
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal(m.Data, &v); err != nil {
 				t.Fatal(err)
 			}
-			if v.Outcome != engine.OutcomeInvalid || v.Approved || v.Stage != engine.StageValidation {
+			if v.Outcome != gated.OutcomeInvalid || v.Approved || v.Stage != gated.StageValidation {
 				t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 			}
 		})
@@ -231,7 +232,7 @@ func TestFailedDecisionIsRedelivered(t *testing.T) {
 	f := &flaky{failures: 1}
 	g := startGate(t, func(d intake.Decider) intake.Decider { f.next = d; return f }, bus.Config{})
 	v := g.Propose(t, bustest.Proposal("retry1", "read", "host_list_services", ""))
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("outcome %s: %s", v.Outcome, v.Reason)
 	}
 	if n := f.calls.Load(); n != 2 {
@@ -243,7 +244,7 @@ func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 	f := &flaky{failures: 100}
 	g := startGate(t, func(d intake.Decider) intake.Decider { f.next = d; return f }, bus.Config{MaxDeliver: 2})
 	v := g.Propose(t, bustest.Proposal("doomed1", "read", "host_list_services", ""))
-	if v.Outcome != engine.OutcomeError || v.Approved {
+	if v.Outcome != gated.OutcomeError || v.Approved {
 		t.Fatalf("outcome %s: %s; want error", v.Outcome, v.Reason)
 	}
 	if !strings.Contains(v.Reason, "2 deliveries") {
@@ -251,7 +252,7 @@ func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 	}
 	// The error verdict is stored and audited like any other.
 	stored, err := g.Client.Verdict(t.Context(), "acme", "doomed1")
-	if err != nil || stored.Outcome != engine.OutcomeError || stored.AuditSeq != v.AuditSeq || v.AuditSeq == 0 {
+	if err != nil || stored.Outcome != gated.OutcomeError || stored.AuditSeq != v.AuditSeq || v.AuditSeq == 0 {
 		t.Fatalf("stored %+v (%v), published audit_seq %d", stored, err, v.AuditSeq)
 	}
 	if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {

@@ -15,7 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/yamlpos"
 )
 
@@ -119,7 +119,7 @@ type Sink struct {
 }
 
 // Takes reports whether the sink takes a notification of kind for
-// tenant (engine.UnknownTenant for gated's own events).
+// tenant (gated.UnknownTenant for gated's own events).
 func (s *Sink) Takes(kind Kind, tenant string) bool {
 	if !slices.Contains(s.Kinds, kind) {
 		return false
@@ -452,7 +452,7 @@ func parseTenants(v *yaml.Node) ([]string, error) {
 	var out []string
 	for _, t := range v.Content {
 		t = yamlpos.Deref(t)
-		if t.Kind != yaml.ScalarNode || yamlpos.IsNull(t) || !engine.ValidTenant(t.Value) || t.Value == engine.UnknownTenant {
+		if t.Kind != yaml.ScalarNode || yamlpos.IsNull(t) || !gated.ValidTenant(t.Value) || t.Value == gated.UnknownTenant {
 			return nil, fmt.Errorf("line %d: want a tenant token matching [a-z0-9_-]{1,64}", t.Line)
 		}
 		if slices.Contains(out, t.Value) {

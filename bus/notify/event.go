@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -45,7 +46,7 @@ type Notification struct {
 // left at their zero values, as a record gated wrote always decodes.
 type recordData struct {
 	head     engine.AuditHead
-	verdict  engine.Verdict
+	verdict  gated.Verdict
 	awaited  engine.OperatorAwaitedData
 	plugin   engine.PluginEventData
 	verified engine.AuditVerificationFailedData
@@ -56,7 +57,7 @@ func readData(ev engine.AuditEvent) recordData {
 	d.head, _ = engine.DecodeAuditData[engine.AuditHead](ev)
 	switch ev.Event {
 	case engine.EventVerdict:
-		d.verdict, _ = engine.DecodeAuditData[engine.Verdict](ev)
+		d.verdict, _ = engine.DecodeAuditData[gated.Verdict](ev)
 	case engine.EventOperatorAwaited:
 		d.awaited, _ = engine.DecodeAuditData[engine.OperatorAwaitedData](ev)
 	case engine.EventPluginExited, engine.EventPluginUnhealthy, engine.EventPluginRefused:
@@ -70,7 +71,7 @@ func readData(ev engine.AuditEvent) recordData {
 // held tells whether a verdict waits for an operator.
 func (d *recordData) held() bool {
 	v := &d.verdict
-	return v.AwaitingOperator != nil && *v.AwaitingOperator != (engine.OperatorHold{}) ||
+	return v.AwaitingOperator != nil && *v.AwaitingOperator != (gated.OperatorHold{}) ||
 		v.Run != nil && len(v.Run.AwaitingOperator) > 0
 }
 
@@ -118,10 +119,10 @@ func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
 		}
 	case engine.EventVerdict:
 		switch {
-		case d.verdict.Outcome == engine.OutcomeTimeout:
+		case d.verdict.Outcome == gated.OutcomeTimeout:
 			n.Kind = KindTimeout
 			n.Summary = subject + " timed out"
-		case d.verdict.Run != nil && d.verdict.Run.Next == engine.NextEscalation:
+		case d.verdict.Run != nil && d.verdict.Run.Next == gated.NextEscalation:
 			n.Kind = KindEscalation
 			n.Summary = fmt.Sprintf("run %s of %s is escalated to a human after round %d", d.verdict.Run.RunID, ev.Tenant, d.verdict.Run.Round)
 		case d.held():

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/engine"
@@ -75,7 +76,7 @@ func TestClassify(t *testing.T) {
 // the plugin host's: a renamed event would silence plugin_down.
 func TestPluginEventNames(t *testing.T) {
 	for _, ev := range []string{plugins.EventPluginExited, plugins.EventPluginUnhealthy, plugins.EventPluginRefused} {
-		r := audit.NewRecord(0, engine.AuditEvent{V: 1, Event: ev, Tenant: engine.UnknownTenant, Data: json.RawMessage(`{"plugin":"x"}`)})
+		r := audit.NewRecord(0, engine.AuditEvent{V: 1, Event: ev, Tenant: gated.UnknownTenant, Data: json.RawMessage(`{"plugin":"x"}`)})
 		if n, ok := notify.Classify(r); !ok || n.Kind != notify.KindPluginDown {
 			t.Errorf("%s makes %q, %v; want plugin_down", ev, n.Kind, ok)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -322,12 +323,12 @@ func (n *Notifier) finish(w *sinkWorker, src *source, res Result) {
 // audit appends one of the notifier's own records.
 func (n *Notifier) audit(tenant, proposalID, event string, data []byte) error {
 	if tenant == "" {
-		tenant = engine.UnknownTenant
+		tenant = gated.UnknownTenant
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
 	defer cancel()
 	_, err := n.opts.Trails().Seal(ctx, engine.AuditEvent{
-		V: engine.SchemaVersion, Event: event, Tenant: tenant, ProposalID: proposalID, At: time.Now().UTC(), Data: data,
+		V: gated.SchemaVersion, Event: event, Tenant: tenant, ProposalID: proposalID, At: time.Now().UTC(), Data: data,
 	})
 	return err
 }
@@ -369,8 +370,8 @@ func (n *Notifier) verificationFailed(e audit.Entry, p audit.Problem) {
 		f(p)
 	}
 	tenant := p.Tenant
-	if !engine.ValidTenant(tenant) {
-		tenant = engine.UnknownTenant
+	if !gated.ValidTenant(tenant) {
+		tenant = gated.UnknownTenant
 	}
 	subject := e.Subject
 	if len(subject) > 256 {

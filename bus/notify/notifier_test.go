@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -134,7 +135,7 @@ func (e *env) start(t *testing.T, obs notify.Observer, sinks ...notify.Sink) *no
 // append records ev through an audit trail, as gated's parts do.
 func (e *env) append(t *testing.T, ev engine.AuditEvent) uint64 {
 	t.Helper()
-	ev.V, ev.At = engine.SchemaVersion, time.Now().UTC()
+	ev.V, ev.At = gated.SchemaVersion, time.Now().UTC()
 	seq, err := e.aud.Trail().Seal(t.Context(), ev)
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +223,7 @@ func TestNotifierDeliversSignedNotifications(t *testing.T) {
 	deadline := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	awaited := e.append(t, engine.AuditEvent{Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: "p-held",
 		Data: data(t, map[string]any{"action": "db_drop_table", "deadline": deadline, "reason": "tenant_wide destructive change", "rule": "route_operator"})})
-	e.append(t, engine.AuditEvent{Event: plugins.EventPluginExited, Tenant: engine.UnknownTenant,
+	e.append(t, engine.AuditEvent{Event: plugins.EventPluginExited, Tenant: gated.UnknownTenant,
 		Data: data(t, map[string]any{"plugin": "llm", "pid": 42})})
 	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-late",
 		Data: data(t, map[string]any{"proposal_id": "p-late", "tenant": "acme", "action": "host_restart_service", "outcome": "timeout", "reason": "the operator's deadline passed"})})
@@ -409,7 +410,7 @@ func TestNotifierVerifiesTheStream(t *testing.T) {
 	if _, err := e.js.Publish(t.Context(), wire.AuditSubject("acme", "verdict.decided"), []byte(`{"outcome":"approved"}`)); err != nil {
 		t.Fatal(err)
 	}
-	ev := engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventVerdict, Tenant: "globex", ProposalID: "p2", At: time.Now().UTC(),
+	ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventVerdict, Tenant: "globex", ProposalID: "p2", At: time.Now().UTC(),
 		Data: data(t, map[string]any{"outcome": "approved"})}
 	forged, err := audit.NewMsg(ev, audit.Chain{N: 1}, []byte("not-gated's-key-0123456789abcdef-0123"))
 	if err != nil {
@@ -427,7 +428,7 @@ func TestNotifierVerifiesTheStream(t *testing.T) {
 			n = r.Chain.N
 		}
 	}
-	relinked, err := audit.NewMsg(engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventReviewStarted, Tenant: "initech", ProposalID: "p3", At: time.Now().UTC()},
+	relinked, err := audit.NewMsg(engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventReviewStarted, Tenant: "initech", ProposalID: "p3", At: time.Now().UTC()},
 		audit.Chain{N: n + 1, Prev: strings.Repeat("ab", 32)}, e.key)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -40,15 +41,15 @@ func TestDecisionEndToEnd(t *testing.T) {
 	alice, root := newOperatorKey(t), newOperatorKey(t)
 	var (
 		mu        sync.Mutex
-		followUps []*engine.Verdict
+		followUps []*gated.Verdict
 	)
-	followUp := func(_ context.Context, v *engine.Verdict) error {
+	followUp := func(_ context.Context, v *gated.Verdict) error {
 		mu.Lock()
 		defer mu.Unlock()
 		followUps = append(followUps, v)
 		return nil
 	}
-	publish := func(_ context.Context, v *engine.Verdict) error {
+	publish := func(_ context.Context, v *gated.Verdict) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return err
@@ -65,15 +66,15 @@ func TestDecisionEndToEnd(t *testing.T) {
 	}
 	t.Cleanup(func() { svc.Stop(0) })
 
-	hold := func(id string) *engine.Verdict {
+	hold := func(id string) *gated.Verdict {
 		t.Helper()
-		v := &engine.Verdict{
-			V: 1, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: engine.KindRun, Outcome: engine.OutcomeBlocked,
-			Stage: engine.StageReview, Reason: "awaiting an operator decision on ux-check", ProposalSHA256: heldDigest,
+		v := &gated.Verdict{
+			V: 1, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: gated.KindRun, Outcome: gated.OutcomeBlocked,
+			Stage: gated.StageReview, Reason: "awaiting an operator decision on ux-check", ProposalSHA256: heldDigest,
 			AuditSeq: 7, DecidedAt: time.Now().UTC().Add(-time.Minute), Agent: "worker-1",
-			Run: &engine.RunVerdict{
+			Run: &gated.RunVerdict{
 				RunID: "run-" + id, Worker: "worker-1", Round: 1, MaxRounds: 5, AwaitingOperator: []string{"ux-check"},
-				Criteria: []engine.CriterionEval{{ID: "tests", Pass: true, Kind: engine.CriterionCommandResult, Required: true, JudgedBy: engine.JudgedByPolicy}},
+				Criteria: []gated.CriterionEval{{ID: "tests", Pass: true, Kind: gated.CriterionCommandResult, Required: true, JudgedBy: gated.JudgedByPolicy}},
 			},
 		}
 		if _, err := store.Create(ctx, v); err != nil {
@@ -102,12 +103,12 @@ func TestDecisionEndToEnd(t *testing.T) {
 	m.ProposalID = "held-1"
 	reply := send(m)
 	v := replyVerdict(t, reply)
-	if v.Outcome != engine.OutcomeApproved || !v.Approved || v.Stage != engine.StageOperator || v.ProposalSHA256 != heldDigest {
+	if v.Outcome != gated.OutcomeApproved || !v.Approved || v.Stage != gated.StageOperator || v.ProposalSHA256 != heldDigest {
 		t.Fatalf("verdict %s/%s approved=%v: %s", v.Outcome, v.Stage, v.Approved, v.Reason)
 	}
 	var judged bool
 	for _, c := range v.Run.Criteria {
-		judged = judged || (c.ID == "ux-check" && c.Pass && c.JudgedBy == engine.JudgedByOperator+"alice")
+		judged = judged || (c.ID == "ux-check" && c.Pass && c.JudgedBy == gated.JudgedByOperator+"alice")
 	}
 	if !judged || len(v.Run.AwaitingOperator) != 0 {
 		t.Fatalf("run criteria %+v awaiting %v: want ux-check passed by operator:alice and nothing awaited", v.Run.Criteria, v.Run.AwaitingOperator)
@@ -116,14 +117,14 @@ func TestDecisionEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if stored.Stage != engine.StageOperator || stored.AuditSeq != v.AuditSeq || stored.AuditSeq == 7 {
+	if stored.Stage != gated.StageOperator || stored.AuditSeq != v.AuditSeq || stored.AuditSeq == 7 {
 		t.Fatalf("stored verdict %s/%s seq %d, replied seq %d", stored.Outcome, stored.Stage, stored.AuditSeq, v.AuditSeq)
 	}
 	pub, err := verdicts.NextMsg(5 * time.Second)
 	if err != nil {
 		t.Fatalf("no verdict published: %v", err)
 	}
-	var published engine.Verdict
+	var published gated.Verdict
 	if err := json.Unmarshal(pub.Data, &published); err != nil || published.AuditSeq != v.AuditSeq {
 		t.Fatalf("published %s (%v)", pub.Data, err)
 	}
@@ -162,14 +163,14 @@ func TestDecisionEndToEnd(t *testing.T) {
 	m.ProposalID = "held-2"
 	m.Criteria[0] = engine.OperatorFinding{ID: "ux-check", Pass: false, Reason: "the dialog overflows on mobile"}
 	v = replyVerdict(t, send(m))
-	if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageOperator {
+	if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageOperator {
 		t.Fatalf("verdict %s/%s: %s", v.Outcome, v.Stage, v.Reason)
 	}
 	mu.Lock()
 	n = len(followUps)
 	last := followUps[n-1]
 	mu.Unlock()
-	if n != 4 || last.ProposalID != "held-2" || last.AuditSeq != v.AuditSeq || last.Run.Next != engine.NextContinuation {
+	if n != 4 || last.ProposalID != "held-2" || last.AuditSeq != v.AuditSeq || last.Run.Next != gated.NextContinuation {
 		t.Fatalf("follow-up hook got %d verdicts, last %s", n, last.ProposalID)
 	}
 
@@ -183,7 +184,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 	m.ProposalID = "held-3"
 	m.Criteria[0].ID = "docs-check"
 	wantRefusal(send(m), "409")
-	if still, err := store.Get(ctx, "acme", "held-3"); err != nil || still.Outcome != engine.OutcomeBlocked || still.AuditSeq != 7 {
+	if still, err := store.Get(ctx, "acme", "held-3"); err != nil || still.Outcome != gated.OutcomeBlocked || still.AuditSeq != 7 {
 		t.Fatalf("held verdict changed by refused decisions: %+v, %v", still, err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -26,11 +27,11 @@ const (
 // Resolver applies operator decisions to held run verdicts:
 // *engine.Engine is one.
 type Resolver interface {
-	Resolve(ctx context.Context, d engine.OperatorDecision, trail engine.AuditTrail) (*engine.Verdict, error)
+	Resolve(ctx context.Context, d engine.OperatorDecision, trail engine.AuditTrail) (*gated.Verdict, error)
 }
 
 // VerdictHook is handed each verdict an operator decision produced.
-type VerdictHook func(ctx context.Context, v *engine.Verdict) error
+type VerdictHook func(ctx context.Context, v *gated.Verdict) error
 
 // Endpoint serves operator decisions as the endpoint "operator"
 // of the review service (package intake's ServiceConfig.Operators), on
@@ -70,7 +71,7 @@ type Endpoint struct {
 // with the stored operator verdict when an authenticated decision comes
 // after it (so sending the decision again repairs a lost follow-up): it
 // publishes the continuation or escalation the verdict sends, if any
-// (engine.FollowUp), returns once it is stored, and must publish nothing
+// (gated.FollowUp), returns once it is stored, and must publish nothing
 // twice. publish publishes the verdict on gated.verdicts.<tenant>.<id>.
 // Every argument but log is required: else the error wraps
 // ErrInvalidConfig.
@@ -119,8 +120,8 @@ type refusedData struct {
 // set, reads the stored verdict of a decision that comes after the
 // verdict was decided. Package bus's review service calls it for each
 // request of the endpoint.
-func (e *Endpoint) Decide(ctx context.Context, lookup func(ctx context.Context, tenant, id string) (*engine.Verdict, error),
-	subject string, hdr nats.Header, body []byte) (*engine.Verdict, *Refusal) {
+func (e *Endpoint) Decide(ctx context.Context, lookup func(ctx context.Context, tenant, id string) (*gated.Verdict, error),
+	subject string, hdr nats.Header, body []byte) (*gated.Verdict, *Refusal) {
 	ctx, cancel := context.WithTimeout(ctx, e.wait)
 	defer cancel()
 	trail := e.trails()
@@ -138,10 +139,10 @@ func (e *Endpoint) Decide(ctx context.Context, lookup func(ctx context.Context, 
 	}
 	if err != nil {
 		r := e.resolveRefusal(msg, err)
-		if v == nil && lookup != nil && errors.Is(err, engine.ErrNotAwaiting) {
+		if v == nil && lookup != nil && errors.Is(err, gated.ErrNotAwaiting) {
 			v, _ = lookup(ctx, msg.Tenant, msg.ProposalID)
 		}
-		if v != nil && v.Stage == engine.StageOperator && v.ProposalSHA256 == msg.ProposalSHA256 && r.Code == 409 {
+		if v != nil && v.Stage == gated.StageOperator && v.ProposalSHA256 == msg.ProposalSHA256 && r.Code == 409 {
 			// Decided already, by an operator: the verdict may still owe
 			// its follow-up, which a failure kept from being published.
 			// The hook publishes only what is not stored yet.
@@ -168,7 +169,7 @@ func (e *Endpoint) Decide(ctx context.Context, lookup func(ctx context.Context, 
 	return v, nil
 }
 
-func followUpName(v *engine.Verdict) string {
+func followUpName(v *gated.Verdict) string {
 	if v.Run != nil && v.Run.Next != "" {
 		return v.Run.Next
 	}
@@ -179,15 +180,15 @@ func followUpName(v *engine.Verdict) string {
 func (e *Endpoint) resolveRefusal(m *Message, err error) *Refusal {
 	key := m.Tenant + "." + m.ProposalID
 	switch {
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, gated.ErrNotFound):
 		return refusal(404, "", "no verdict is stored for proposal %s (never decided, still under review, or past the verdict TTL)", key)
-	case errors.Is(err, engine.ErrNotAwaiting):
+	case errors.Is(err, gated.ErrNotAwaiting):
 		return refusal(409, "", "proposal %s: %v", key, err)
-	case errors.Is(err, engine.ErrDecisionMismatch):
+	case errors.Is(err, gated.ErrDecisionMismatch):
 		return refusal(409, "", "proposal %s: %v", key, err)
-	case errors.Is(err, engine.ErrClaimed):
+	case errors.Is(err, gated.ErrClaimed):
 		return refusal(409, "", "proposal %s is being settled by another decision or by its deadline: look at its verdict again", key)
-	case errors.Is(err, engine.ErrExists):
+	case errors.Is(err, gated.ErrExists):
 		return refusal(409, "", "proposal %s was decided meanwhile by another decision: %v", key, err)
 	}
 	return refusal(503, "", "proposal %s: nothing was decided: %v; retry", key, err)
@@ -198,7 +199,7 @@ func (e *Endpoint) resolveRefusal(m *Message, err error) *Refusal {
 func (e *Endpoint) refuse(ctx context.Context, trail engine.AuditTrail, subject string, hdr nats.Header, op Signer, r *Refusal) *Refusal {
 	tenant, id, ok := subjectTokens(subject)
 	if !ok {
-		tenant, id = engine.UnknownTenant, ""
+		tenant, id = gated.UnknownTenant, ""
 	}
 	data := refusedData{Code: r.Code, Field: r.Field, Reason: r.Reason, Subject: clipToken(subject), Operator: op.ID}
 	if k := hdr.Get(wire.OperatorKeyHeader); nkeys.IsValidPublicUserKey(k) {
@@ -206,7 +207,7 @@ func (e *Endpoint) refuse(ctx context.Context, trail engine.AuditTrail, subject 
 	}
 	raw, _ := json.Marshal(data)
 	ev := engine.AuditEvent{
-		V: engine.SchemaVersion, Event: engine.EventOperatorRefused, Tenant: tenant, ProposalID: id,
+		V: gated.SchemaVersion, Event: engine.EventOperatorRefused, Tenant: tenant, ProposalID: id,
 		At: e.now().UTC(), Data: raw,
 	}
 	_, err := trail.Seal(ctx, ev)

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
@@ -26,7 +27,7 @@ func TestEndpoint(t *testing.T) {
 	nc, _ := bustest.Connect(t, s)
 	alice, root, stranger := newOperatorKey(t), newOperatorKey(t), newOperatorKey(t)
 	audit, hooks := &auditRec{}, &hookRec{}
-	resolver := &fakeResolver{answer: func(d engine.OperatorDecision) (*engine.Verdict, error) { return operatorVerdict(d), nil }}
+	resolver := &fakeResolver{answer: func(d engine.OperatorDecision) (*gated.Verdict, error) { return operatorVerdict(d), nil }}
 	ep, err := operator.NewEndpoint(operators(t, alice, root), resolver, audit.Trail, hooks.hook("follow-up"), hooks.hook("publish"), zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
@@ -43,7 +44,7 @@ func TestEndpoint(t *testing.T) {
 		body, hdr := sign(t, alice, decision())
 		reply := sendOperator(t, url, subject, body, hdr)
 		v := replyVerdict(t, reply)
-		if v.Stage != engine.StageOperator || v.ProposalID != "p-1" {
+		if v.Stage != gated.StageOperator || v.ProposalID != "p-1" {
 			t.Fatalf("reply = %+v", v)
 		}
 		ds := resolver.take()
@@ -90,7 +91,7 @@ func TestEndpoint(t *testing.T) {
 		}, code: "400", want: "not JSON", tenant: "acme"},
 		{note: "unsigned garbage", msg: func() ([]byte, nats.Header) { return []byte("{{{"), nil }, code: "401", want: "must be signed", tenant: "acme"},
 		{note: "malformed subject", subject: "gated.operator.ACME.p-1", msg: func() ([]byte, nats.Header) { return sign(t, alice, decision()) },
-			code: "400", want: "field subject", tenant: engine.UnknownTenant},
+			code: "400", want: "field subject", tenant: gated.UnknownTenant},
 	}
 	for _, tc := range refusals {
 		t.Run(tc.note, func(t *testing.T) {
@@ -145,15 +146,15 @@ func TestEndpoint(t *testing.T) {
 		code string
 		want string
 	}{
-		{note: "no verdict", err: fmt.Errorf("reading: %w", engine.ErrNotFound), code: "404", want: "no verdict is stored for proposal acme.p-1"},
-		{note: "not awaiting", err: fmt.Errorf("%w: outcome approved", engine.ErrNotAwaiting), code: "409", want: "not awaiting"},
-		{note: "digest mismatch", err: fmt.Errorf("%w: another proposal digest", engine.ErrDecisionMismatch), code: "409", want: "another proposal digest"},
-		{note: "decided meanwhile", err: engine.ErrExists, code: "409", want: "decided meanwhile"},
+		{note: "no verdict", err: fmt.Errorf("reading: %w", gated.ErrNotFound), code: "404", want: "no verdict is stored for proposal acme.p-1"},
+		{note: "not awaiting", err: fmt.Errorf("%w: outcome approved", gated.ErrNotAwaiting), code: "409", want: "not awaiting"},
+		{note: "digest mismatch", err: fmt.Errorf("%w: another proposal digest", gated.ErrDecisionMismatch), code: "409", want: "another proposal digest"},
+		{note: "decided meanwhile", err: gated.ErrExists, code: "409", want: "decided meanwhile"},
 		{note: "store down", err: errors.New("verdict bucket: timeout"), code: "503", want: "nothing was decided"},
 	}
 	for _, tc := range resolveErrors {
 		t.Run(tc.note, func(t *testing.T) {
-			resolver.answerWith(t, func(engine.OperatorDecision) (*engine.Verdict, error) { return nil, tc.err })
+			resolver.answerWith(t, func(engine.OperatorDecision) (*gated.Verdict, error) { return nil, tc.err })
 			body, hdr := sign(t, alice, decision())
 			reply := sendOperator(t, url, subject, body, hdr)
 			code, desc := reply.Header.Get(micro.ErrorCodeHeader), reply.Header.Get(micro.ErrorHeader)
@@ -172,8 +173,8 @@ func TestEndpoint(t *testing.T) {
 	}
 
 	t.Run("the same decision again republishes the follow-up", func(t *testing.T) {
-		resolver.answerWith(t, func(d engine.OperatorDecision) (*engine.Verdict, error) {
-			return operatorVerdict(d), fmt.Errorf("%w: decided by operator alice", engine.ErrNotAwaiting)
+		resolver.answerWith(t, func(d engine.OperatorDecision) (*gated.Verdict, error) {
+			return operatorVerdict(d), fmt.Errorf("%w: decided by operator alice", gated.ErrNotAwaiting)
 		})
 		body, hdr := sign(t, alice, decision())
 		reply := sendOperator(t, url, subject, body, hdr)
@@ -239,7 +240,7 @@ func TestEndpoint(t *testing.T) {
 			if err := json.Unmarshal(e.Data, &st); err != nil {
 				t.Fatal(err)
 			}
-			if st.Verdicts[engine.OutcomeApproved] != 1 || st.Refused["401"] < 3 || st.Refused["409"] < 3 {
+			if st.Verdicts[gated.OutcomeApproved] != 1 || st.Refused["401"] < 3 || st.Refused["409"] < 3 {
 				t.Fatalf("operator stats %+v", st)
 			}
 		}
@@ -251,7 +252,7 @@ func TestNewEndpointNeedsEverything(t *testing.T) {
 	list := operators(t, alice, root)
 	r := &fakeResolver{}
 	trails := (&auditRec{}).Trail
-	hook := func(context.Context, *engine.Verdict) error { return nil }
+	hook := func(context.Context, *gated.Verdict) error { return nil }
 	for _, tc := range []struct {
 		note string
 		call func() error

@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -87,7 +87,7 @@ var refusalCodes = wire.ErrorCodes{
 	400: {ErrMessageInvalid},
 	401: {ErrUnauthenticated},
 	403: {ErrForbidden},
-	404: {engine.ErrNotFound},
+	404: {gated.ErrNotFound},
 	409: {ErrConflict},
 	503: {fleet.ErrServiceUnavailable},
 }

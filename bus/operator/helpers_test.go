@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -144,10 +145,10 @@ func (t *recTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, erro
 type fakeResolver struct {
 	mu        sync.Mutex
 	decisions []engine.OperatorDecision
-	answer    func(engine.OperatorDecision) (*engine.Verdict, error)
+	answer    func(engine.OperatorDecision) (*gated.Verdict, error)
 }
 
-func (f *fakeResolver) Resolve(_ context.Context, d engine.OperatorDecision, _ engine.AuditTrail) (*engine.Verdict, error) {
+func (f *fakeResolver) Resolve(_ context.Context, d engine.OperatorDecision, _ engine.AuditTrail) (*gated.Verdict, error) {
 	f.mu.Lock()
 	f.decisions = append(f.decisions, d)
 	answer := f.answer
@@ -156,7 +157,7 @@ func (f *fakeResolver) Resolve(_ context.Context, d engine.OperatorDecision, _ e
 }
 
 // answerWith makes Resolve answer with fn until the test ends.
-func (f *fakeResolver) answerWith(t *testing.T, fn func(engine.OperatorDecision) (*engine.Verdict, error)) {
+func (f *fakeResolver) answerWith(t *testing.T, fn func(engine.OperatorDecision) (*gated.Verdict, error)) {
 	f.mu.Lock()
 	prev := f.answer
 	f.answer = fn
@@ -184,7 +185,7 @@ type hookRec struct {
 }
 
 func (h *hookRec) hook(name string) operator.VerdictHook {
-	return func(_ context.Context, v *engine.Verdict) error {
+	return func(_ context.Context, v *gated.Verdict) error {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		h.calls = append(h.calls, name+":"+v.ProposalID)
@@ -203,10 +204,10 @@ func (h *hookRec) take() []string {
 	return out
 }
 
-func operatorVerdict(d engine.OperatorDecision) *engine.Verdict {
-	return &engine.Verdict{
-		V: 1, ProposalID: d.ProposalID, Tenant: d.Tenant, Kind: engine.KindRun, Outcome: engine.OutcomeApproved,
-		Approved: true, Stage: engine.StageOperator, Reason: "operator " + d.Operator + " passed every manual criterion",
+func operatorVerdict(d engine.OperatorDecision) *gated.Verdict {
+	return &gated.Verdict{
+		V: 1, ProposalID: d.ProposalID, Tenant: d.Tenant, Kind: gated.KindRun, Outcome: gated.OutcomeApproved,
+		Approved: true, Stage: gated.StageOperator, Reason: "operator " + d.Operator + " passed every manual criterion",
 		ProposalSHA256: d.ProposalSHA256, AuditSeq: 12, DecidedAt: time.Now().UTC(),
 	}
 }
@@ -230,12 +231,12 @@ func sendOperator(t *testing.T, url, subject string, body []byte, hdr nats.Heade
 }
 
 // replyVerdict is the verdict of a reply that is no error.
-func replyVerdict(t *testing.T, m *nats.Msg) *engine.Verdict {
+func replyVerdict(t *testing.T, m *nats.Msg) *gated.Verdict {
 	t.Helper()
 	if code := m.Header.Get(micro.ErrorCodeHeader); code != "" {
 		t.Fatalf("error reply %s: %s", code, m.Header.Get(micro.ErrorHeader))
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(m.Data, &v); err != nil {
 		t.Fatalf("reply is not a verdict: %v\n%s", err, m.Data)
 	}

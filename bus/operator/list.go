@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/yamlpos"
 )
@@ -192,7 +192,7 @@ func yamlTenants(v *yaml.Node) ([]string, error) {
 	seen := map[string]bool{}
 	for _, t := range v.Content {
 		t = yamlpos.Deref(t)
-		if t.Kind != yaml.ScalarNode || yamlpos.IsNull(t) || !engine.ValidTenant(t.Value) || t.Value == engine.UnknownTenant {
+		if t.Kind != yaml.ScalarNode || yamlpos.IsNull(t) || !gated.ValidTenant(t.Value) || t.Value == gated.UnknownTenant {
 			return nil, fmt.Errorf("line %d: want a tenant token matching [a-z0-9_-]{1,64}", t.Line)
 		}
 		if seen[t.Value] {

@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -269,7 +269,7 @@ func FuzzParseList(f *testing.F) {
 			}
 			ids[op.ID], keys[op.Key] = true, true
 			for _, tenant := range op.Tenants {
-				if !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant {
+				if !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant {
 					t.Fatalf("operator %s has tenant %q", op.ID, tenant)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/digest"
@@ -23,7 +24,7 @@ const (
 	MaxMessageBytes = 64 << 10
 	// MaxReasonBytes bounds the message's reason and each criterion's
 	// reason.
-	MaxReasonBytes = engine.DefaultRunMaxItemBytes
+	MaxReasonBytes = gated.DefaultRunMaxItemBytes
 	// clockSkew is how far signed_at may be from gated's clock, either
 	// way. It bounds how long a captured message can be replayed.
 	clockSkew = 5 * time.Minute
@@ -93,11 +94,11 @@ func DecodeMessage(data []byte) (*Message, error) {
 		case "v":
 			m.V, err = decodeVersion(key, raw)
 		case "tenant":
-			if m.Tenant, err = decodeString(key, raw); err == nil && (!engine.ValidTenant(m.Tenant) || m.Tenant == engine.UnknownTenant) {
+			if m.Tenant, err = decodeString(key, raw); err == nil && (!gated.ValidTenant(m.Tenant) || m.Tenant == gated.UnknownTenant) {
 				err = refusal(400, key, "%q must match [a-z0-9_-]{1,64}", clipToken(m.Tenant))
 			}
 		case "proposal_id":
-			if m.ProposalID, err = decodeString(key, raw); err == nil && !engine.ValidID(m.ProposalID) {
+			if m.ProposalID, err = decodeString(key, raw); err == nil && !gated.ValidID(m.ProposalID) {
 				err = refusal(400, key, "%q must match [A-Za-z0-9_-]{1,128}", clipToken(m.ProposalID))
 			}
 		case "proposal_sha256":
@@ -198,8 +199,8 @@ func decodeFindings(field string, raw json.RawMessage) ([]engine.OperatorFinding
 	switch {
 	case len(items) == 0:
 		return nil, refusal(400, field, "is empty: judge every manual criterion the verdict awaits")
-	case len(items) > engine.MaxCriteria:
-		return nil, refusal(400, field, "has %d items, more than %d", len(items), engine.MaxCriteria)
+	case len(items) > gated.MaxCriteria:
+		return nil, refusal(400, field, "has %d items, more than %d", len(items), gated.MaxCriteria)
 	}
 	out := make([]engine.OperatorFinding, len(items))
 	ids := map[string]int{}
@@ -212,7 +213,7 @@ func decodeFindings(field string, raw json.RawMessage) ([]engine.OperatorFinding
 			var err error
 			switch key {
 			case "id":
-				if f.ID, err = decodeString(at+".id", raw); err == nil && !engine.ValidID(f.ID) {
+				if f.ID, err = decodeString(at+".id", raw); err == nil && !gated.ValidID(f.ID) {
 					err = refusal(400, at+".id", "%q must match [A-Za-z0-9_-]{1,128}", clipToken(f.ID))
 				}
 			case "pass":
@@ -292,7 +293,7 @@ func subjectTokens(subject string) (tenant, id string, ok bool) {
 		return "", "", false
 	}
 	tenant, id, found = strings.Cut(rest, ".")
-	if !found || !engine.ValidTenant(tenant) || tenant == engine.UnknownTenant || !engine.ValidID(id) {
+	if !found || !gated.ValidTenant(tenant) || tenant == gated.UnknownTenant || !gated.ValidID(id) {
 		return "", "", false
 	}
 	return tenant, id, true

@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -145,7 +145,7 @@ func TestRefusalMatchesItsSentinel(t *testing.T) {
 		is   error
 	}{
 		{400, operator.ErrMessageInvalid}, {401, operator.ErrUnauthenticated}, {403, operator.ErrForbidden},
-		{404, engine.ErrNotFound}, {409, operator.ErrConflict}, {503, fleet.ErrServiceUnavailable},
+		{404, gated.ErrNotFound}, {409, operator.ErrConflict}, {503, fleet.ErrServiceUnavailable},
 	}
 	for _, tc := range tests {
 		err := error(&operator.Refusal{Code: tc.code, Reason: "x"})
@@ -183,7 +183,7 @@ func FuzzDecodeMessage(f *testing.F) {
 		}
 		// Whatever decodes is a complete, valid message, and encodes to a
 		// message that decodes to the same.
-		if m.V != 1 || !engine.ValidTenant(m.Tenant) || !engine.ValidID(m.ProposalID) || len(m.ProposalSHA256) != 64 ||
+		if m.V != 1 || !gated.ValidTenant(m.Tenant) || !gated.ValidID(m.ProposalID) || len(m.ProposalSHA256) != 64 ||
 			!operator.ValidID(m.Operator) || (len(m.Criteria) == 0) == (m.Decision == "") {
 			t.Fatalf("decoded an invalid message: %+v", m)
 		}

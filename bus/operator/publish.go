@@ -6,14 +6,14 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
 // PublishVerdicts publishes verdicts on gated.verdicts.<tenant>.<id>,
 // as the worker does.
 func PublishVerdicts(nc *nats.Conn) VerdictHook {
-	return func(_ context.Context, v *engine.Verdict) error {
+	return func(_ context.Context, v *gated.Verdict) error {
 		data, err := json.Marshal(v)
 		if err != nil {
 			return err

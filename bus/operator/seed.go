@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nkeys"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -92,7 +93,7 @@ func parseCriterion(s string) (engine.OperatorFinding, error) {
 	if !ok {
 		return engine.OperatorFinding{}, fmt.Errorf("--criterion %q: want ID=pass or ID=fail, with an optional :reason", s)
 	}
-	if !engine.ValidID(id) {
+	if !gated.ValidID(id) {
 		return engine.OperatorFinding{}, fmt.Errorf("--criterion %q: id %q must match [A-Za-z0-9_-]{1,128}", s, id)
 	}
 	verdict, reason, _ := strings.Cut(rest, ":")

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/nats-io/nkeys"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -67,7 +67,7 @@ func Sign(seed []byte, msg Message) (body []byte, hdr nats.Header, err error) {
 // fleet.ErrServiceUnavailable when no gated serves the endpoint (started
 // without --operators), or a NATS error such as a context deadline. When
 // ctx has no deadline it waits fleet.DefaultWait for the reply.
-func Send(ctx context.Context, nc *nats.Conn, body []byte, hdr nats.Header) (*engine.Verdict, error) {
+func Send(ctx context.Context, nc *nats.Conn, body []byte, hdr nats.Header) (*gated.Verdict, error) {
 	m, err := DecodeMessage(body)
 	if err != nil {
 		return nil, err
@@ -93,7 +93,7 @@ func Send(ctx context.Context, nc *nats.Conn, body []byte, hdr nats.Header) (*en
 		}
 		return nil, r
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(reply.Data, &v); err != nil {
 		return nil, fmt.Errorf("decoding the reply on %s: %w", subject, err)
 	}

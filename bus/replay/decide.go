@@ -5,13 +5,14 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
 
 // outcomeReview is the new outcome of a proposal the candidate sends to a
 // review that was never asked: the recorded decision settled it at policy.
-const outcomeReview engine.Outcome = "review"
+const outcomeReview gated.Outcome = "review"
 
 // verdict counts the verdict record r and decides its proposal again
 // from its policy.decided record p (nil when the range holds none). r is
@@ -19,7 +20,7 @@ const outcomeReview engine.Outcome = "review"
 func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
 	r *replayEvent, p *recordedPolicy, show int) {
 	rep.Verdicts++
-	old, err := engine.DecodeAuditData[engine.Verdict](r.Event)
+	old, err := engine.DecodeAuditData[gated.Verdict](r.Event)
 	if err != nil {
 		rep.missing(r, "the verdict record does not decode: "+err.Error())
 		return
@@ -30,9 +31,9 @@ func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engi
 // replay decides the proposal of verdict record r again, from its
 // policy.decided record p (nil when the range holds none).
 func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
-	r *replayEvent, p *recordedPolicy, old *engine.Verdict, show int) {
+	r *replayEvent, p *recordedPolicy, old *gated.Verdict, show int) {
 	if p == nil {
-		if old.Stage == engine.StageValidation || old.Stage == engine.StageDedupe {
+		if old.Stage == gated.StageValidation || old.Stage == gated.StageDedupe {
 			rep.NotPolicy[string(old.Stage)]++
 			return
 		}
@@ -47,7 +48,7 @@ func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engin
 		rep.missing(r, "the policy.decided record keeps no input (recorded by an older gated)")
 		return
 	}
-	prop, err := engine.DecodeProposal(p.Input.Proposal, r.Event.Tenant, p.Action, engine.Limits{})
+	prop, err := gated.DecodeProposal(p.Input.Proposal, r.Event.Tenant, p.Action, gated.Limits{})
 	if err != nil {
 		rep.missing(r, "the recorded proposal does not decode: "+err.Error())
 		return
@@ -60,7 +61,7 @@ func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engin
 	cmp := compareRecorded(prop, reg, p, pd, routed, err)
 	switch settled, done := engine.PolicyOutcome(prop, pd, routed); {
 	case err != nil:
-		newSide = Decision{Outcome: engine.OutcomeError, Stage: engine.StagePolicy, Reason: "policy evaluation failed: " + err.Error(), Denies: []engine.Deny{}}
+		newSide = Decision{Outcome: gated.OutcomeError, Stage: gated.StagePolicy, Reason: "policy evaluation failed: " + err.Error(), Denies: []gated.Deny{}}
 	case done:
 		newSide = Decision{Outcome: settled.Outcome, Stage: settled.Stage, Reason: settled.Reason, Denies: settled.Denies}
 	case !p.settledAtPolicy() && cmp.ReviewChanged():
@@ -73,7 +74,7 @@ func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engin
 		newSide = oldSide
 		newSide.Denies = settled.Denies
 	default:
-		newSide = Decision{Outcome: outcomeReview, Stage: engine.StageReview, Reason: "the candidate sends it to a review the recorded decision never asked", Denies: settled.Denies}
+		newSide = Decision{Outcome: outcomeReview, Stage: gated.StageReview, Reason: "the candidate sends it to a review the recorded decision never asked", Denies: settled.Denies}
 	}
 	rep.Outcomes[rep.outcomeKey(oldSide.Outcome, newSide.Outcome)]++
 	for _, k := range cmp.Kinds {
@@ -94,19 +95,19 @@ func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engin
 	}
 }
 
-func sortedDenies(d []engine.Deny) []engine.Deny {
+func sortedDenies(d []gated.Deny) []gated.Deny {
 	out := slices.Clone(d)
 	if out == nil {
-		out = []engine.Deny{}
+		out = []gated.Deny{}
 	}
-	slices.SortStableFunc(out, func(a, b engine.Deny) int { return strings.Compare(a.Rule, b.Rule) })
+	slices.SortStableFunc(out, func(a, b gated.Deny) int { return strings.Compare(a.Rule, b.Rule) })
 	return out
 }
 
 // flipRules names the rules that made a flip: those that deny on one side
 // only, or "(routing)" when the denies are the same and the routing or
 // the review changed the outcome.
-func flipRules(old, cur []engine.Deny) []string {
+func flipRules(old, cur []gated.Deny) []string {
 	if rules := engine.RulesDeniedOnOneSide(old, cur); len(rules) > 0 {
 		return rules
 	}
@@ -116,7 +117,7 @@ func flipRules(old, cur []engine.Deny) []string {
 // compareRecorded compares the recorded policy decision p with the
 // candidate's (pd, routed, err) as the gate compares the live policy with
 // a shadow, so that replay and shadow mode judge a difference alike.
-func compareRecorded(prop *engine.Proposal, reg engine.Personas, p *recordedPolicy, pd engine.PolicyDecision,
+func compareRecorded(prop *gated.Proposal, reg engine.Personas, p *recordedPolicy, pd engine.PolicyDecision,
 	routed engine.Routed, err error) engine.ShadowComparison {
 	rec := engine.Routed{Name: p.Input.Persona}
 	rec.Persona, _ = reg.Persona(rec.Name)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/jsonscan"
 )
@@ -169,9 +170,9 @@ func decodeList[T any](val []byte, to *[]T) bool {
 			*to = append(*to, s)
 			return ok
 		})
-	case *[]engine.Deny:
+	case *[]gated.Deny:
 		fast = jsonscan.Items(val, func(item []byte) bool {
-			var d engine.Deny
+			var d gated.Deny
 			ok := knownMembers(item, denyKeys, func(key []byte, val []byte) bool {
 				if string(key) == "rule" {
 					return decodeString(val, &d.Rule)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
@@ -108,7 +109,7 @@ func (b *replayBatch) decode() {
 		e := &b.entries[i]
 		e.Decode()
 		r := e.Record
-		if r == nil || r.Tenant == engine.UnknownTenant {
+		if r == nil || r.Tenant == gated.UnknownTenant {
 			continue
 		}
 		evs := r.Events()

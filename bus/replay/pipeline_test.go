@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
@@ -170,10 +171,10 @@ func writeOddTrails(tb testing.TB, w *audit.Writer, n int) {
 			raw, _ := json.Marshal(d)
 			return engine.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: id, At: now, Data: raw}
 		}
-		stage, outcome := engine.StagePolicy, engine.OutcomeApproved
+		stage, outcome := gated.StagePolicy, gated.OutcomeApproved
 		switch i % 4 {
 		case 0:
-			err := tr.Record(ctx, ev(engine.EventPolicyDecided, map[string]any{"action": "cache_get", "denies": []engine.Deny{}}))
+			err := tr.Record(ctx, ev(engine.EventPolicyDecided, map[string]any{"action": "cache_get", "denies": []gated.Deny{}}))
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -183,9 +184,9 @@ func writeOddTrails(tb testing.TB, w *audit.Writer, n int) {
 				tb.Fatal(err)
 			}
 		case 2:
-			stage, outcome = engine.StageValidation, engine.OutcomeInvalid
+			stage, outcome = gated.StageValidation, gated.OutcomeInvalid
 		}
-		v := engine.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "cache_get", Outcome: outcome, Stage: stage, Reason: "odd", DecidedAt: now}
+		v := gated.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "cache_get", Outcome: outcome, Stage: stage, Reason: "odd", DecidedAt: now}
 		if _, err := tr.Seal(ctx, ev(engine.EventVerdict, v)); err != nil {
 			tb.Fatal(err)
 		}

@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
 // The records a replay reads are written by the engine, and read here
 // into the types the engine declares for their data (engine.AuditHead and
 // engine.PolicyDecidedData, engine.ReviewStartedData,
-// engine.ReviewFinishedData, engine.Verdict). onepass.go reads
+// engine.ReviewFinishedData, gated.Verdict). onepass.go reads
 // policy.decided, which holds most of a replay's bytes, faster into the
 // same types, held to encoding/json's reading by FuzzDecodeRecordedPolicy.
 
@@ -65,7 +66,7 @@ func reviewCategory(f *engine.ReviewFinishedData) string {
 	case f.Error != "" && f.Outcome != "":
 		return string(f.Outcome)
 	case f.Error != "":
-		return string(engine.OutcomeError)
+		return string(gated.OutcomeError)
 	case f.Decision == "":
 		return "none"
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
@@ -39,7 +40,7 @@ func FuzzReviewRecords(f *testing.F) {
 			if rv.Finished == nil {
 				continue
 			}
-			if cat := reviewCategory(rv.Finished); cat == string(engine.DecisionApprove) && rv.Finished.Error != "" {
+			if cat := reviewCategory(rv.Finished); cat == string(gated.DecisionApprove) && rv.Finished.Error != "" {
 				t.Fatalf("a failed review (%q) reads as %s", rv.Finished.Error, cat)
 			}
 		}

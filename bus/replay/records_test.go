@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -41,7 +42,7 @@ func TestOnePassKeys(t *testing.T) {
 	}{
 		{note: "policy.decided", typ: reflect.TypeFor[recordedPolicy](), keys: recordedPolicyKeys},
 		{note: "replay input", typ: reflect.TypeFor[engine.ReplayInput](), keys: replayInputKeys},
-		{note: "deny", typ: reflect.TypeFor[engine.Deny](), keys: denyKeys},
+		{note: "deny", typ: reflect.TypeFor[gated.Deny](), keys: denyKeys},
 		{note: "route", typ: reflect.TypeFor[engine.Route](), keys: routeKeys},
 	}
 	for _, tc := range tests {

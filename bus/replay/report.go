@@ -3,6 +3,7 @@ package replay
 import (
 	"maps"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 )
@@ -79,7 +80,7 @@ type Report struct {
 
 	reviewers *Reviewers
 	// outcomeKeys are the keys of Outcomes, made once per pair.
-	outcomeKeys map[[2]engine.Outcome]string
+	outcomeKeys map[[2]gated.Outcome]string
 }
 
 // Missing names a verdict whose input could not be rebuilt, or whose
@@ -94,10 +95,10 @@ type Missing struct {
 // Decision is one side of a flip: the recorded decision or the
 // candidate's.
 type Decision struct {
-	Outcome engine.Outcome `json:"outcome"`
-	Stage   engine.Stage   `json:"stage"`
-	Reason  string         `json:"reason"`
-	Denies  []engine.Deny  `json:"denies"`
+	Outcome gated.Outcome `json:"outcome"`
+	Stage   gated.Stage   `json:"stage"`
+	Reason  string        `json:"reason"`
+	Denies  []gated.Deny  `json:"denies"`
 }
 
 // Flip is one proposal whose outcome flipped.
@@ -146,13 +147,13 @@ func (rep *Report) missing(r *replayEvent, why string) {
 }
 
 // outcomeKey is the key of Outcomes for a change from old to cur.
-func (rep *Report) outcomeKey(old, cur engine.Outcome) string {
-	pair := [2]engine.Outcome{old, cur}
+func (rep *Report) outcomeKey(old, cur gated.Outcome) string {
+	pair := [2]gated.Outcome{old, cur}
 	k, ok := rep.outcomeKeys[pair]
 	if !ok {
 		k = string(old) + " -> " + string(cur)
 		if rep.outcomeKeys == nil {
-			rep.outcomeKeys = map[[2]engine.Outcome]string{}
+			rep.outcomeKeys = map[[2]gated.Outcome]string{}
 		}
 		rep.outcomeKeys[pair] = k
 	}

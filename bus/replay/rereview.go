@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/replay/internal/agreement"
 	"github.com/gated/gated/engine"
 )
@@ -173,12 +174,12 @@ func (rr *Rereviewer) submit(ctx context.Context, r *replayEvent, p *recordedPol
 		rr.unrebuildable(r, "the policy.decided record keeps no input (recorded by an older gated)")
 		return nil
 	}
-	prop, err := engine.DecodeProposal(p.Input.Proposal, r.Event.Tenant, p.Action, engine.Limits{})
+	prop, err := gated.DecodeProposal(p.Input.Proposal, r.Event.Tenant, p.Action, gated.Limits{})
 	if err != nil {
 		rr.unrebuildable(r, "the recorded proposal does not decode: "+err.Error())
 		return nil
 	}
-	if prop.Kind == engine.KindRun {
+	if prop.Kind == gated.KindRun {
 		rr.unrebuildable(r, "a run review's context (criteria, earlier rounds) is not recorded with the review")
 		return nil
 	}
@@ -242,17 +243,17 @@ func (rr *Rereviewer) review(ctx context.Context, req *engine.ReviewRequest) (ca
 	req.Deadline, _ = rctx.Deadline()
 	rev, err := rr.reviewers.host.Route(rr.persona)
 	if err != nil {
-		return string(engine.OutcomeBlocked), err.Error()
+		return string(gated.OutcomeBlocked), err.Error()
 	}
 	res, err := rev.Review(rctx, *req)
 	switch {
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(rctx.Err(), context.DeadlineExceeded):
-		return string(engine.OutcomeTimeout), fmt.Sprintf("passed its %s deadline", rr.timeout)
+		return string(gated.OutcomeTimeout), fmt.Sprintf("passed its %s deadline", rr.timeout)
 	case errors.Is(err, engine.ErrNoReviewer):
-		return string(engine.OutcomeBlocked), err.Error()
+		return string(gated.OutcomeBlocked), err.Error()
 	default:
-		return string(engine.OutcomeError), err.Error()
+		return string(gated.OutcomeError), err.Error()
 	}
 	judged, _, why := engine.Judge(res, rr.persona)
 	return string(judged.Decision), why

@@ -1,6 +1,6 @@
 // Package status publishes each proposal's progress for its fleet: the
 // received, policy_decided, review_started, awaiting_operator and decided
-// stages on gated.status.<tenant>.<id> (engine.Status, wire.StatusSubject).
+// stages on gated.status.<tenant>.<id> (gated.Status, wire.StatusSubject).
 //
 // The stages come from the audit events gated appends for a proposal:
 // Publisher.Trails wraps the audit trails every decision records on, and

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -35,9 +36,9 @@ func event(name string, data any) engine.AuditEvent {
 }
 
 // verdictData is a verdict as gated records it: encoded from
-// engine.Verdict with audit_seq 0.
-func verdictData() *engine.Verdict {
-	return &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "no"}
+// gated.Verdict with audit_seq 0.
+func verdictData() *gated.Verdict {
+	return &gated.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Reason: "no"}
 }
 
 // TestTrailPublishesStages records a proposal's events on a wrapped trail
@@ -68,20 +69,20 @@ func TestTrailPublishesStages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []engine.StatusStage{engine.StatusReceived, engine.StatusPolicyDecided, engine.StatusDecided}
+	want := []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}
 	for i, stage := range want {
 		m, err := sub.NextMsg(5 * time.Second)
 		if err != nil {
 			t.Fatalf("status %d (%s): %v", i, stage, err)
 		}
-		st, err := engine.DecodeStatus(m.Data)
+		st, err := gated.DecodeStatus(m.Data)
 		if err != nil {
 			t.Fatalf("status %d: %v", i, err)
 		}
 		if st.Stage != stage {
 			t.Fatalf("status %d is %s, want %s", i, st.Stage, stage)
 		}
-		if stage == engine.StatusDecided && (st.Verdict == nil || st.Verdict.AuditSeq != seq || seq == 0) {
+		if stage == gated.StatusDecided && (st.Verdict == nil || st.Verdict.AuditSeq != seq || seq == 0) {
 			t.Fatalf("decided carries %+v, want audit_seq %d", st.Verdict, seq)
 		}
 	}

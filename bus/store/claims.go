@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -44,7 +45,7 @@ func (s *Verdicts) Claim(ctx context.Context, tenant, id string, c engine.Claim)
 		// A claim that is not gated's is no one's: it is replaced.
 		held, herr := s.decodeClaim(ctx, tenant, id, e.Revision(), e.Value())
 		if herr == nil && !c.Supersedes(held) && time.Now().Before(held.Until) {
-			return held, fmt.Errorf("%w: %s.%s by %s until %s", engine.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
+			return held, fmt.Errorf("%w: %s.%s by %s until %s", gated.ErrClaimed, tenant, id, held.Holder, held.Until.Format(time.RFC3339))
 		}
 		rev, err = s.kv.Update(ctx, key, data, e.Revision())
 		if err == nil {
@@ -89,7 +90,7 @@ func (s *Verdicts) Release(ctx context.Context, tenant, id string, c engine.Clai
 
 // Await implements engine.ReviewClaims with a watch on the verdict's key,
 // which first delivers a verdict already stored.
-func (s *Verdicts) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *Verdicts) Await(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	key := tenant + "." + id
 	w, err := s.kv.Watch(ctx, key)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
@@ -34,7 +35,7 @@ func TestClaims(t *testing.T) {
 		t.Fatalf("first claim: %v", err)
 	}
 	held, err := claim("p1", live("seq:2"))
-	if !errors.Is(err, engine.ErrClaimed) || held.Holder != "seq:1" || held.Revision != first.Revision {
+	if !errors.Is(err, gated.ErrClaimed) || held.Holder != "seq:1" || held.Revision != first.Revision {
 		t.Fatalf("claim of another message: %+v, %v; want ErrClaimed naming seq:1 at revision %d", held, err, first.Revision)
 	}
 	over, err := claim("p1", live("seq:1"))
@@ -47,7 +48,7 @@ func TestClaims(t *testing.T) {
 	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: "seq:2"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
+	if _, err := claim("p1", live("seq:3")); !errors.Is(err, gated.ErrClaimed) {
 		t.Fatalf("after a release by a non-holder: err = %v, want the claim still held", err)
 	}
 	// The first delivery's claim was taken over: releasing it leaves the
@@ -55,7 +56,7 @@ func TestClaims(t *testing.T) {
 	if err := store.Release(ctx, "acme", "p1", first); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := claim("p1", live("seq:3")); !errors.Is(err, engine.ErrClaimed) {
+	if _, err := claim("p1", live("seq:3")); !errors.Is(err, gated.ErrClaimed) {
 		t.Fatalf("after releasing a claim that was taken over: err = %v, want the new claim still held", err)
 	}
 	if err := store.Release(ctx, "acme", "p1", over); err != nil {
@@ -82,7 +83,7 @@ func TestClaims(t *testing.T) {
 	// Claims share the bucket with verdicts and target histories and
 	// collide with neither, whatever the ids are called.
 	for _, id := range []string{"claims", "targets", "p1"} {
-		v := &engine.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, TargetKey: "p1", DecidedAt: time.Now()}
+		v := &gated.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: gated.OutcomeApproved, Approved: true, TargetKey: "p1", DecidedAt: time.Now()}
 		if _, err := store.Create(ctx, v); err != nil {
 			t.Fatalf("verdict %s: %v", id, err)
 		}
@@ -93,7 +94,7 @@ func TestClaims(t *testing.T) {
 		if _, err := store.Join(ctx, v, h); err != nil {
 			t.Fatalf("joining %s to target p1: %v", id, err)
 		}
-		if _, err := claim(id, live("seq:9")); err != nil && !errors.Is(err, engine.ErrClaimed) {
+		if _, err := claim(id, live("seq:9")); err != nil && !errors.Is(err, gated.ErrClaimed) {
 			t.Fatalf("claim %s: %v", id, err)
 		}
 		if got, err := store.Get(ctx, "acme", id); err != nil || got.ProposalID != id {
@@ -113,7 +114,7 @@ func TestClaims(t *testing.T) {
 			switch {
 			case err == nil:
 				won.Add(1)
-			case !errors.Is(err, engine.ErrClaimed):
+			case !errors.Is(err, gated.ErrClaimed):
 				t.Errorf("claim %d: %v", i, err)
 			}
 		})
@@ -124,7 +125,7 @@ func TestClaims(t *testing.T) {
 	}
 
 	// Await returns a verdict stored later, and one stored already.
-	got := make(chan *engine.Verdict, 1)
+	got := make(chan *gated.Verdict, 1)
 	go func() {
 		v, err := store.Await(ctx, "acme", "p4")
 		if err != nil {
@@ -134,7 +135,7 @@ func TestClaims(t *testing.T) {
 	}()
 	// Whether the watch starts before or after the verdict is stored, Await
 	// must see it.
-	if _, err := store.Create(ctx, &engine.Verdict{V: 1, ProposalID: "p4", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "r"}); err != nil {
+	if _, err := store.Create(ctx, &gated.Verdict{V: 1, ProposalID: "p4", Tenant: "acme", Outcome: gated.OutcomeRejected, Reason: "r"}); err != nil {
 		t.Fatal(err)
 	}
 	select {

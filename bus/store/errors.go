@@ -3,7 +3,7 @@ package store
 import (
 	"fmt"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // Kinds of the records gated keeps in the verdict bucket, as RecordError
@@ -20,7 +20,7 @@ const (
 // tenant, proposal, run or target. Only gated writes the bucket, so such a
 // record was put there by something else (with a NATS deployment that let
 // a client write into gated's account, for example as the reply subject of
-// a JetStream publish). It wraps engine.ErrCorruptRecord.
+// a JetStream publish). It wraps gated.ErrCorruptRecord.
 type RecordError struct {
 	// Kind is RecordVerdict, RecordClaim, RecordRun or RecordHistory.
 	Kind string `json:"kind"`
@@ -37,5 +37,5 @@ func (e *RecordError) Error() string {
 	return fmt.Sprintf("%s record %s (revision %d) is not gated's: %s", e.Kind, e.Key, e.Revision, e.Problem)
 }
 
-// Unwrap lets errors.Is match engine.ErrCorruptRecord.
-func (e *RecordError) Unwrap() error { return engine.ErrCorruptRecord }
+// Unwrap lets errors.Is match gated.ErrCorruptRecord.
+func (e *RecordError) Unwrap() error { return gated.ErrCorruptRecord }

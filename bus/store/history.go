@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -44,17 +45,17 @@ func (s *Verdicts) Recent(ctx context.Context, tenant, key string) (engine.Histo
 // of two approvals that read one history only the first joins. The entry
 // keeps what the policy reads of an approval; entries older than the
 // history's window, and beyond its newest historyMax, drop out.
-func (s *Verdicts) Join(ctx context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+func (s *Verdicts) Join(ctx context.Context, v *gated.Verdict, h engine.History) (engine.History, error) {
 	if !v.Approved || v.TargetKey == "" {
 		return h, fmt.Errorf("joining a target's history: the verdict of %s.%s is no approval on a target", v.Tenant, v.ProposalID)
 	}
 	key := targetKey(v.Tenant, v.TargetKey)
-	entry := engine.Verdict{
+	entry := gated.Verdict{
 		V: v.V, ProposalID: v.ProposalID, Tenant: v.Tenant, Action: v.Action, Kind: v.Kind,
 		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey, Agent: v.Agent,
 	}
 	cutoff := v.DecidedAt.Add(-historyWindow)
-	kept := make([]engine.Verdict, 0, len(h.Verdicts)+1)
+	kept := make([]gated.Verdict, 0, len(h.Verdicts)+1)
 	for _, o := range h.Verdicts {
 		// An entry of the proposal itself was left by a decision that
 		// crashed before its verdict was stored: this one replaces it. An
@@ -99,7 +100,7 @@ func (s *Verdicts) Join(ctx context.Context, v *engine.Verdict, h engine.History
 // never replaced by a started that arrives after it. It reports false
 // when the history holds no entry of id: the approval is older than the
 // history keeps, or names no target.
-func (s *Verdicts) RecordExecution(ctx context.Context, tenant, target, id string, ex engine.Execution) (bool, error) {
+func (s *Verdicts) RecordExecution(ctx context.Context, tenant, target, id string, ex gated.Execution) (bool, error) {
 	if target == "" {
 		return false, nil
 	}
@@ -116,7 +117,7 @@ func (s *Verdicts) RecordExecution(ctx context.Context, tenant, target, id strin
 		if err != nil {
 			return false, err
 		}
-		i := slices.IndexFunc(list, func(v engine.Verdict) bool { return v.ProposalID == id })
+		i := slices.IndexFunc(list, func(v gated.Verdict) bool { return v.ProposalID == id })
 		if i < 0 {
 			return false, nil
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
@@ -27,8 +28,8 @@ func (c *countingKV) Get(ctx context.Context, key string) (jetstream.KeyValueEnt
 	return c.KeyValue.Get(ctx, key)
 }
 
-func approvalOn(id, target string) *engine.Verdict {
-	return &engine.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: engine.OutcomeApproved,
+func approvalOn(id, target string) *gated.Verdict {
+	return &gated.Verdict{V: 1, ProposalID: id, Tenant: "acme", Outcome: gated.OutcomeApproved,
 		Approved: true, TargetKey: target, DecidedAt: time.Now()}
 }
 
@@ -130,7 +131,7 @@ func TestTargetHistoryJoin(t *testing.T) {
 	}
 	ctx := t.Context()
 	st := store.New(res.Verdicts)
-	join := func(v *engine.Verdict) error {
+	join := func(v *gated.Verdict) error {
 		h, err := st.Recent(ctx, "acme", "web-1")
 		if err != nil {
 			t.Fatal(err)
@@ -155,9 +156,9 @@ func TestTargetHistoryJoin(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		note string
-		v    *engine.Verdict
+		v    *gated.Verdict
 	}{
-		{note: "a rejection", v: &engine.Verdict{V: 1, ProposalID: "r", Tenant: "acme", Outcome: engine.OutcomeRejected, TargetKey: "web-1"}},
+		{note: "a rejection", v: &gated.Verdict{V: 1, ProposalID: "r", Tenant: "acme", Outcome: gated.OutcomeRejected, TargetKey: "web-1"}},
 		{note: "no target", v: approvalOn("n", "")},
 	} {
 		t.Run(tc.note, func(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/digest"
 )
@@ -22,28 +23,28 @@ func (s *Verdicts) refuse(ctx context.Context, kind, key string, rev uint64, for
 
 // checkVerdict tells what is wrong with a stored verdict for tenant and
 // id, or returns "" when it is one.
-func checkVerdict(v *engine.Verdict, tenant, id string) string {
+func checkVerdict(v *gated.Verdict, tenant, id string) string {
 	switch {
 	case v.Tenant != tenant || v.ProposalID != id:
 		return fmt.Sprintf("it names proposal %q of tenant %q", v.ProposalID, v.Tenant)
-	case v.V != engine.SchemaVersion:
-		return fmt.Sprintf("schema version %d, want %d", v.V, engine.SchemaVersion)
+	case v.V != gated.SchemaVersion:
+		return fmt.Sprintf("schema version %d, want %d", v.V, gated.SchemaVersion)
 	case !knownOutcome(v.Outcome):
 		return fmt.Sprintf("outcome %q is not one of gated's", v.Outcome)
-	case v.Approved != (v.Outcome == engine.OutcomeApproved):
+	case v.Approved != (v.Outcome == gated.OutcomeApproved):
 		return fmt.Sprintf("approved is %v with outcome %s", v.Approved, v.Outcome)
 	case v.ProposalSHA256 != "" && !digest.ValidSHA256(v.ProposalSHA256):
 		return fmt.Sprintf("proposal_sha256 %q is not a SHA-256 digest", v.ProposalSHA256)
-	case v.Run != nil && v.Run.RunID != "" && !engine.ValidID(v.Run.RunID):
+	case v.Run != nil && v.Run.RunID != "" && !gated.ValidID(v.Run.RunID):
 		return fmt.Sprintf("run id %q is not a valid token", v.Run.RunID)
 	}
 	return ""
 }
 
-func knownOutcome(o engine.Outcome) bool {
+func knownOutcome(o gated.Outcome) bool {
 	switch o {
-	case engine.OutcomeApproved, engine.OutcomeRejected, engine.OutcomeBlocked,
-		engine.OutcomeError, engine.OutcomeTimeout, engine.OutcomeInvalid:
+	case gated.OutcomeApproved, gated.OutcomeRejected, gated.OutcomeBlocked,
+		gated.OutcomeError, gated.OutcomeTimeout, gated.OutcomeInvalid:
 		return true
 	}
 	return false
@@ -51,9 +52,9 @@ func knownOutcome(o engine.Outcome) bool {
 
 // decodeVerdict decodes the verdict stored under tenant.id at revision
 // rev, refusing one that is not a verdict for that key.
-func (s *Verdicts) decodeVerdict(ctx context.Context, tenant, id string, rev uint64, data []byte) (*engine.Verdict, error) {
+func (s *Verdicts) decodeVerdict(ctx context.Context, tenant, id string, rev uint64, data []byte) (*gated.Verdict, error) {
 	key := tenant + "." + id
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, s.refuse(ctx, RecordVerdict, key, rev, "it does not decode: %v", err)
 	}
@@ -99,7 +100,7 @@ func (s *Verdicts) decodeRunRecord(ctx context.Context, tenant, runID string, re
 		return nil, s.refuse(ctx, RecordRun, key, rev, "it names run %q of tenant %q", rec.RunID, rec.Tenant)
 	}
 	for _, r := range rec.Rounds {
-		if r.Round < 1 || !engine.ValidID(r.ProposalID) || !knownOutcome(r.Outcome) {
+		if r.Round < 1 || !gated.ValidID(r.ProposalID) || !knownOutcome(r.Outcome) {
 			return nil, s.refuse(ctx, RecordRun, key, rev, "round %d (proposal %q, outcome %q) is not a decided round", r.Round, r.ProposalID, r.Outcome)
 		}
 	}
@@ -113,9 +114,9 @@ func (s *Verdicts) decodeRunRecord(ctx context.Context, tenant, runID string, re
 
 // decodeHistory decodes the target history stored under
 // tenant.targets.target: approvals of tenant's proposals on target only.
-func (s *Verdicts) decodeHistory(ctx context.Context, tenant, target string, rev uint64, data []byte) ([]engine.Verdict, error) {
+func (s *Verdicts) decodeHistory(ctx context.Context, tenant, target string, rev uint64, data []byte) ([]gated.Verdict, error) {
 	key := targetKey(tenant, target)
-	var list []engine.Verdict
+	var list []gated.Verdict
 	if err := json.Unmarshal(data, &list); err != nil {
 		return nil, s.refuse(ctx, RecordHistory, key, rev, "it does not decode as a list of approvals: %v", err)
 	}
@@ -126,7 +127,7 @@ func (s *Verdicts) decodeHistory(ctx context.Context, tenant, target string, rev
 		switch {
 		case v.Tenant != tenant || v.TargetKey != target:
 			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d is an approval of tenant %q on target %q", i, v.Tenant, v.TargetKey)
-		case !v.Approved || v.Outcome != engine.OutcomeApproved || !engine.ValidID(v.ProposalID) || v.DecidedAt.IsZero():
+		case !v.Approved || v.Outcome != gated.OutcomeApproved || !gated.ValidID(v.ProposalID) || v.DecidedAt.IsZero():
 			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d (proposal %q, outcome %q) is not a dated approval", i, v.ProposalID, v.Outcome)
 		case v.Execution != nil && !knownExecution(v.Execution):
 			return nil, s.refuse(ctx, RecordHistory, key, rev, "entry %d (proposal %q) has execution status %q; want started, succeeded or failed", i, v.ProposalID, v.Execution.Status)
@@ -136,9 +137,9 @@ func (s *Verdicts) decodeHistory(ctx context.Context, tenant, target string, rev
 }
 
 // knownExecution reports whether e is a dated execution of a known status.
-func knownExecution(e *engine.Execution) bool {
+func knownExecution(e *gated.Execution) bool {
 	switch e.Status {
-	case engine.ExecutionStarted, engine.ExecutionSucceeded, engine.ExecutionFailed:
+	case gated.ExecutionStarted, gated.ExecutionSucceeded, gated.ExecutionFailed:
 		return !e.At.IsZero()
 	}
 	return false

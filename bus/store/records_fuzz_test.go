@@ -5,7 +5,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // FuzzStoredRecords feeds arbitrary bytes to the checks of every record
@@ -32,7 +32,7 @@ func FuzzStoredRecords(f *testing.F) {
 			switch {
 			case err == nil && !ok:
 				t.Fatalf("%s accepted not naming its key: %q", kind, data)
-			case err != nil && (!errors.As(err, &re) || !errors.Is(err, engine.ErrCorruptRecord) || re.Kind != kind):
+			case err != nil && (!errors.As(err, &re) || !errors.Is(err, gated.ErrCorruptRecord) || re.Kind != kind):
 				t.Fatalf("%s refused with %v", kind, err)
 			case err != nil && reported != 1:
 				t.Fatalf("%s refusal reported %d times", kind, reported)
@@ -40,7 +40,7 @@ func FuzzStoredRecords(f *testing.F) {
 			reported = 0
 		}
 		v, err := s.decodeVerdict(ctx, "acme", "p1", 1, data)
-		check(RecordVerdict, err, err != nil || (v.Tenant == "acme" && v.ProposalID == "p1" && v.Approved == (v.Outcome == engine.OutcomeApproved)))
+		check(RecordVerdict, err, err != nil || (v.Tenant == "acme" && v.ProposalID == "p1" && v.Approved == (v.Outcome == gated.OutcomeApproved)))
 		rec, err := s.decodeRunRecord(ctx, "acme", "p1", 1, data)
 		check(RecordRun, err, err != nil || (rec.Tenant == "acme" && rec.RunID == "p1"))
 		list, err := s.decodeHistory(ctx, "acme", "p1", 1, data)

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/digest"
 )
 
@@ -25,8 +25,8 @@ func TestCheckVerdictDigest(t *testing.T) {
 		{note: "not hex", sum: strings.Repeat("x", 64), want: "is not a SHA-256 digest"},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			v := &engine.Verdict{V: engine.SchemaVersion, Tenant: "acme", ProposalID: "p1",
-				Outcome: engine.OutcomeRejected, ProposalSHA256: tc.sum}
+			v := &gated.Verdict{V: gated.SchemaVersion, Tenant: "acme", ProposalID: "p1",
+				Outcome: gated.OutcomeRejected, ProposalSHA256: tc.sum}
 			got := checkVerdict(v, "acme", "p1")
 			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 				t.Fatalf("checkVerdict = %q, want %q", got, tc.want)

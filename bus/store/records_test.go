@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
@@ -59,17 +60,17 @@ const pubAck = `{"stream":"GATED_PROPOSALS","seq":7}`
 func wantRefused(t *testing.T, err error, r *refusals, key string) {
 	t.Helper()
 	var re *store.RecordError
-	if !errors.Is(err, engine.ErrCorruptRecord) || !errors.As(err, &re) || re.Key != key {
-		t.Fatalf("error %v, want a *store.RecordError for %s wrapping engine.ErrCorruptRecord", err, key)
+	if !errors.Is(err, gated.ErrCorruptRecord) || !errors.As(err, &re) || re.Key != key {
+		t.Fatalf("error %v, want a *store.RecordError for %s wrapping gated.ErrCorruptRecord", err, key)
 	}
 	if got := r.keys(); len(got) != 1 || got[0] != key {
 		t.Fatalf("hook told of %v, want [%s]", got, key)
 	}
 }
 
-func approval(tenant, id string) *engine.Verdict {
-	return &engine.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "host_list_services", Kind: engine.KindAction,
-		Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StagePolicy, Reason: "ok", DecidedAt: time.Now().UTC()}
+func approval(tenant, id string) *gated.Verdict {
+	return &gated.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "host_list_services", Kind: gated.KindAction,
+		Outcome: gated.OutcomeApproved, Approved: true, Stage: gated.StagePolicy, Reason: "ok", DecidedAt: time.Now().UTC()}
 }
 
 // A stored verdict is checked against its key: an entry that does not
@@ -105,12 +106,12 @@ func TestStoredVerdictMustMatchItsKey(t *testing.T) {
 				t.Fatalf("Create over the refused entry: %v, %+v", err, got)
 			}
 			got, err := store.Get(ctx, "acme", "p1")
-			if err != nil || got.Tenant != "acme" || got.ProposalID != "p1" || got.Outcome != engine.OutcomeApproved {
+			if err != nil || got.Tenant != "acme" || got.ProposalID != "p1" || got.Outcome != gated.OutcomeApproved {
 				t.Fatalf("Get after Create: %v, %+v", err, got)
 			}
 			// A verdict of gated's is never replaced.
-			if _, err := store.Create(ctx, approval("acme", "p1")); !errors.Is(err, engine.ErrExists) {
-				t.Fatalf("second Create: %v, want engine.ErrExists", err)
+			if _, err := store.Create(ctx, approval("acme", "p1")); !errors.Is(err, gated.ErrExists) {
+				t.Fatalf("second Create: %v, want gated.ErrExists", err)
 			}
 		})
 	}
@@ -174,9 +175,9 @@ func TestStoredRunRecordMustMatchItsKey(t *testing.T) {
 			wantRefused(t, err, r, "acme.runs.run-1")
 			// Nor is a round recorded on top of it.
 			v := approval("acme", "run-1-r1")
-			v.Kind, v.Run = engine.KindRun, &engine.RunVerdict{RunID: "run-1", Round: 1, MaxRounds: 3}
-			if _, err := store.Create(ctx, v); !errors.Is(err, engine.ErrCorruptRecord) {
-				t.Fatalf("Create of a round of the run: %v, want engine.ErrCorruptRecord", err)
+			v.Kind, v.Run = gated.KindRun, &gated.RunVerdict{RunID: "run-1", Round: 1, MaxRounds: 3}
+			if _, err := store.Create(ctx, v); !errors.Is(err, gated.ErrCorruptRecord) {
+				t.Fatalf("Create of a round of the run: %v, want gated.ErrCorruptRecord", err)
 			}
 			e, err := kv.Get(ctx, "acme.runs.run-1")
 			if err != nil || string(e.Value()) != tc.value {
@@ -241,8 +242,8 @@ func TestStoredClaimMustMatchItsKey(t *testing.T) {
 			}
 			// The claim now held is gated's: another holder waits.
 			other := engine.Claim{Holder: "seq:2", Until: time.Now().Add(time.Minute).UTC(), Delivery: 1}
-			if _, err := store.Claim(ctx, "acme", "p1", other); !errors.Is(err, engine.ErrClaimed) {
-				t.Fatalf("a second holder's claim: %v, want engine.ErrClaimed", err)
+			if _, err := store.Claim(ctx, "acme", "p1", other); !errors.Is(err, gated.ErrClaimed) {
+				t.Fatalf("a second holder's claim: %v, want gated.ErrClaimed", err)
 			}
 		})
 	}

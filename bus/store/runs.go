@@ -8,6 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -24,7 +25,7 @@ func (s *Verdicts) RunRecord(ctx context.Context, tenant, runID string) (*engine
 // runRecord reads a run record and its revision; nil and 0 when there is
 // none.
 func (s *Verdicts) runRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, uint64, error) {
-	if !engine.ValidTenant(tenant) || !engine.ValidID(runID) {
+	if !gated.ValidTenant(tenant) || !gated.ValidID(runID) {
 		return nil, 0, fmt.Errorf("run record %s.%s: tenant and run id must be single tokens", tenant, runID)
 	}
 	key := runKey(tenant, runID)
@@ -86,7 +87,7 @@ func (s *Verdicts) updateRun(ctx context.Context, tenant, runID string, change f
 // recordRound adds v's round to its run's record when v records one
 // (engine.Records): a continuation, an escalation or an approval. A round
 // already held, by v's proposal or another, is left as it is.
-func (s *Verdicts) recordRound(ctx context.Context, v *engine.Verdict) error {
+func (s *Verdicts) recordRound(ctx context.Context, v *gated.Verdict) error {
 	if !engine.Records(v) {
 		return nil
 	}
@@ -105,7 +106,7 @@ func (s *Verdicts) recordRound(ctx context.Context, v *engine.Verdict) error {
 // have: a gated that stored the verdict and died before recording the
 // round leaves that to the replay. Add leaves a round held by another
 // proposal alone, so a round still has one follow-up.
-func (s *Verdicts) PendingRound(ctx context.Context, v *engine.Verdict) (*engine.RunRound, error) {
+func (s *Verdicts) PendingRound(ctx context.Context, v *gated.Verdict) (*engine.RunRound, error) {
 	rec, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool { return r.Add(v) })
 	if err != nil {
 		return nil, fmt.Errorf("recording round %d of run %s: %w", v.Run.Round, v.Run.RunID, err)
@@ -119,7 +120,7 @@ func (s *Verdicts) PendingRound(ctx context.Context, v *engine.Verdict) (*engine
 
 // MarkSent records that the follow-up of v's round is stored in the run
 // stream, so a later replay of v does not publish it again.
-func (s *Verdicts) MarkSent(ctx context.Context, v *engine.Verdict) error {
+func (s *Verdicts) MarkSent(ctx context.Context, v *gated.Verdict) error {
 	_, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool {
 		round := r.Round(v.Run.Round)
 		if round == nil || round.ProposalID != v.ProposalID || round.Sent {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -22,7 +23,7 @@ import (
 // implements engine.VerdictStore.
 //
 // Every record it reads back is checked against its key (see RecordError):
-// one that is not gated's is an error wrapping engine.ErrCorruptRecord,
+// one that is not gated's is an error wrapping gated.ErrCorruptRecord,
 // reported to the hook of WithCorruptRecordHook, and never replayed or
 // used as state.
 type Verdicts struct {
@@ -58,17 +59,17 @@ func WithCorruptRecordHook(hook CorruptRecordHook) Option {
 
 // Get implements engine.VerdictReader. An entry that is not a verdict for
 // tenant and id is a *RecordError.
-func (s *Verdicts) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s *Verdicts) Get(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	v, _, err := s.get(ctx, tenant, id)
 	return v, err
 }
 
 // get reads the verdict of tenant and id and its revision; on a
 // *RecordError the revision is the corrupt entry's.
-func (s *Verdicts) get(ctx context.Context, tenant, id string) (*engine.Verdict, uint64, error) {
+func (s *Verdicts) get(ctx context.Context, tenant, id string) (*gated.Verdict, uint64, error) {
 	e, err := s.kv.Get(ctx, tenant+"."+id)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil, 0, engine.ErrNotFound
+		return nil, 0, gated.ErrNotFound
 	}
 	if err != nil {
 		return nil, 0, err
@@ -83,7 +84,7 @@ func (s *Verdicts) get(ctx context.Context, tenant, id string) (*engine.Verdict,
 // An entry under the key that is not a verdict for it is no verdict: it
 // is replaced, at its revision, so that a proposal under a key somebody
 // else wrote into still gets its verdict.
-func (s *Verdicts) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdict, error) {
+func (s *Verdicts) Create(ctx context.Context, v *gated.Verdict) (*gated.Verdict, error) {
 	data, err := v.JSON()
 	if err != nil {
 		return nil, err
@@ -100,10 +101,10 @@ func (s *Verdicts) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdi
 		stored, rev, gerr := s.get(ctx, v.Tenant, v.ProposalID)
 		switch {
 		case gerr == nil:
-			return stored, engine.ErrExists
-		case errors.Is(gerr, engine.ErrNotFound):
+			return stored, gated.ErrExists
+		case errors.Is(gerr, gated.ErrNotFound):
 			continue // deleted in between: create it again
-		case !errors.Is(gerr, engine.ErrCorruptRecord):
+		case !errors.Is(gerr, gated.ErrCorruptRecord):
 			return nil, fmt.Errorf("reading the verdict stored first: %w", gerr)
 		}
 		_, err = s.kv.Update(ctx, key, data, rev)
@@ -134,14 +135,14 @@ func casConflict(err error) bool {
 // Replace implements engine.VerdictReplacer. The swap is a compare-and-set
 // on the verdict's key at the revision that held prev, so of two
 // replacements of one verdict (two operators deciding at once) one wins
-// and the other gets the winner's verdict and engine.ErrExists. It
-// returns engine.ErrNotFound when no verdict is stored for prev's key.
+// and the other gets the winner's verdict and gated.ErrExists. It
+// returns gated.ErrNotFound when no verdict is stored for prev's key.
 // next must have prev's tenant and proposal id.
 //
 // The run record is kept after the swap, as Create keeps it: if that
 // fails, the verdict is replaced already and the error says the round is
 // not recorded; the follow-up publisher records it (see FollowUps.Send).
-func (s *Verdicts) Replace(ctx context.Context, prev, next *engine.Verdict) (*engine.Verdict, error) {
+func (s *Verdicts) Replace(ctx context.Context, prev, next *gated.Verdict) (*gated.Verdict, error) {
 	switch {
 	case prev == nil || next == nil:
 		return nil, errors.New("replacing a verdict: prev and next must both be verdicts")
@@ -160,7 +161,7 @@ func (s *Verdicts) Replace(ctx context.Context, prev, next *engine.Verdict) (*en
 		}
 		e, err := s.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			return nil, engine.ErrNotFound
+			return nil, gated.ErrNotFound
 		}
 		if err != nil {
 			return nil, fmt.Errorf("reading verdict %s: %w", key, err)
@@ -170,7 +171,7 @@ func (s *Verdicts) Replace(ctx context.Context, prev, next *engine.Verdict) (*en
 			return nil, err
 		}
 		if stored.AuditSeq != prev.AuditSeq {
-			return stored, engine.ErrExists
+			return stored, gated.ErrExists
 		}
 		_, err = s.kv.Update(ctx, key, data, e.Revision())
 		if err == nil {

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 )
 
 func TestVerdicts(t *testing.T) {
@@ -18,16 +18,16 @@ func TestVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	store := store.New(res.Verdicts)
-	if _, err := store.Get(t.Context(), "acme", "p1"); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := store.Get(t.Context(), "acme", "p1"); !errors.Is(err, gated.ErrNotFound) {
 		t.Fatalf("Get missing: err = %v, want ErrNotFound", err)
 	}
-	first := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeRejected, Reason: "first"}
+	first := &gated.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: gated.OutcomeRejected, Reason: "first"}
 	if _, err := store.Create(t.Context(), first); err != nil {
 		t.Fatal(err)
 	}
-	second := &engine.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, Reason: "second"}
+	second := &gated.Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: gated.OutcomeApproved, Approved: true, Reason: "second"}
 	got, err := store.Create(t.Context(), second)
-	if !errors.Is(err, engine.ErrExists) || got == nil || got.Reason != "first" {
+	if !errors.Is(err, gated.ErrExists) || got == nil || got.Reason != "first" {
 		t.Fatalf("second Create: got %+v, err %v; want the first verdict and ErrExists", got, err)
 	}
 	got, err = store.Get(t.Context(), "acme", "p1")

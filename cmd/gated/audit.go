@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // exitAuditProblems is the status of `audit verify` when it found
@@ -45,7 +45,7 @@ func (o *auditReadOptions) register(f *pflag.FlagSet) {
 }
 
 func (o *auditReadOptions) check() error {
-	if o.tenant != "" && o.tenant != engine.UnknownTenant && !engine.ValidTenant(o.tenant) {
+	if o.tenant != "" && o.tenant != gated.UnknownTenant && !gated.ValidTenant(o.tenant) {
 		return usageError("--tenant %q must match [a-z0-9_-]{1,64}, or be _ for gated's own events", o.tenant)
 	}
 	return nil

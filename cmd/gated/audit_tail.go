@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 func auditTailCmd() *cobra.Command {
@@ -83,7 +83,7 @@ Exit status: 0 done (whether or not records matched), 2 bad usage, 1 failure
 			if limit < 0 {
 				return usageError("--limit %d must not be negative (0: no limit)", limit)
 			}
-			if filter.Outcome != "" && !validOutcome(engine.Outcome(filter.Outcome)) {
+			if filter.Outcome != "" && !validOutcome(gated.Outcome(filter.Outcome)) {
 				return usageError("--outcome %q: want approved, rejected, blocked, error, timeout or invalid", filter.Outcome)
 			}
 			nc, js, err := o.connect()
@@ -112,10 +112,10 @@ Exit status: 0 done (whether or not records matched), 2 bad usage, 1 failure
 	return c
 }
 
-func validOutcome(o engine.Outcome) bool {
+func validOutcome(o gated.Outcome) bool {
 	switch o {
-	case engine.OutcomeApproved, engine.OutcomeRejected, engine.OutcomeBlocked,
-		engine.OutcomeError, engine.OutcomeTimeout, engine.OutcomeInvalid:
+	case gated.OutcomeApproved, gated.OutcomeRejected, gated.OutcomeBlocked,
+		gated.OutcomeError, gated.OutcomeTimeout, gated.OutcomeInvalid:
 		return true
 	}
 	return false

@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -151,8 +152,8 @@ func TestAuditVerifyChecksStoredVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v := &engine.Verdict{V: 1, ProposalID: "p7", Tenant: "acme", Action: "db_backup", Kind: engine.KindAction,
-		Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "denied", DecidedAt: time.Now().UTC()}
+	v := &gated.Verdict{V: 1, ProposalID: "p7", Tenant: "acme", Action: "db_backup", Kind: gated.KindAction,
+		Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Reason: "denied", DecidedAt: time.Now().UTC()}
 	doc, err := json.Marshal(v)
 	if err != nil {
 		t.Fatal(err)

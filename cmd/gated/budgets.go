@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
-	"github.com/gated/gated/engine"
 )
 
 func budgetsCmd() *cobra.Command {
@@ -36,7 +36,7 @@ GATED_BUDGETS bucket: the windows, the leases of reviews in flight and
 pending holds, and the refusals. Use it for a record gated refuses as not
 its own, or to lift a tenant's refusals at once.`,
 		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 1 || !engine.ValidTenant(args[0]) {
+			if len(args) != 1 || !gated.ValidTenant(args[0]) {
 				return usageError("want one TENANT matching [a-z0-9_-]{1,64}")
 			}
 			return nil
@@ -93,7 +93,7 @@ shows the same, with when each count resets.`,
 			switch {
 			case len(args) > 1:
 				return usageError("want at most one TENANT, got %d arguments", len(args))
-			case len(args) == 1 && !engine.ValidTenant(args[0]):
+			case len(args) == 1 && !gated.ValidTenant(args[0]):
 				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])
 			}
 			return nil

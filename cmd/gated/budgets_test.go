@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/plugins/llm"
 )
@@ -54,12 +54,12 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 	defer stop2()
 	client := fleetClient(t, url)
 	for i := range 3 {
-		if v := propose(t, client, readProposal(fmt.Sprintf("r%d", i), "nginx")); v.Outcome != engine.OutcomeApproved {
+		if v := propose(t, client, readProposal(fmt.Sprintf("r%d", i), "nginx")); v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("read %d: %s (%s), want approved", i, v.Outcome, v.Reason)
 		}
 	}
 	v := propose(t, client, readProposal("r3", "nginx"))
-	if v.Outcome != engine.OutcomeBlocked || v.Approved || v.Budget == nil || v.Budget.Limit != engine.LimitReads {
+	if v.Outcome != gated.OutcomeBlocked || v.Approved || v.Budget == nil || v.Budget.Limit != gated.LimitReads {
 		t.Fatalf("the fourth read: %s (%s), want blocked by the reads budget", v.Outcome, v.Reason)
 	}
 	// Exactly one process refused it; the two together count one refusal.
@@ -88,7 +88,7 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 		t.Fatalf("budgets reset: exit %d, %v\n%s", code, err, out)
 	}
 	// The limit admits again at once.
-	if v := propose(t, client, readProposal("r4", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("r4", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("a read after the reset: %s (%s), want approved", v.Outcome, v.Reason)
 	}
 
@@ -153,12 +153,12 @@ func TestServeTokenBudgetFromTheModelsUsage(t *testing.T) {
 	}
 	for i := range 2 {
 		v := propose(t, client, write(i))
-		if v.Stage != engine.StageReview || len(v.Reviews) != 1 || v.Reviews[0].Tokens.Prompt+v.Reviews[0].Tokens.Completion != 15 {
+		if v.Stage != gated.StageReview || len(v.Reviews) != 1 || v.Reviews[0].Tokens.Prompt+v.Reviews[0].Tokens.Completion != 15 {
 			t.Fatalf("w%d: %s at %s (%s), want a review reporting 15 tokens", i, v.Outcome, v.Stage, v.Reason)
 		}
 	}
 	v := propose(t, client, write(2))
-	if v.Budget == nil || v.Budget.Limit != engine.LimitTokens || v.Budget.Used != 30 || v.Approved {
+	if v.Budget == nil || v.Budget.Limit != gated.LimitTokens || v.Budget.Used != 30 || v.Approved {
 		t.Fatalf("w2: %s at %s (%s), want refused by the token budget at 30 used", v.Outcome, v.Stage, v.Reason)
 	}
 	if n := calls(); n != 2 {
@@ -191,13 +191,13 @@ func serveReloadingBudgets(t *testing.T, limits string) (dir, httpAddr string, c
 // a running serve; a bad one is refused and the limits in force stay.
 func TestServeReloadsBudgets(t *testing.T) {
 	dir, httpAddr, client := serveReloadingBudgets(t, "tenants:\n  acme:\n    agents:\n      a: {reads: 100/1h}\n")
-	if v := propose(t, client, readProposal("r0", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("r0", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("r0: %s (%s)", v.Outcome, v.Reason)
 	}
 	// A bad file: refused, the limit of 100 stays.
 	writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 1/0s}\n")
 	waitMetric(t, httpAddr, `gated_budget_reloads_total{result="refused"} 1`)
-	if v := propose(t, client, readProposal("r1", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("r1", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("r1 after a bad file: %s (%s), want the limits in force kept", v.Outcome, v.Reason)
 	}
 	// A good one with a limit of 2 reads: two were admitted, the next is
@@ -205,7 +205,7 @@ func TestServeReloadsBudgets(t *testing.T) {
 	writeFile(t, dir, "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 2/1h}\n")
 	waitMetric(t, httpAddr, `gated_budget_reloads_total{result="applied"} 1`)
 	v := propose(t, client, readProposal("r2", "nginx"))
-	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != engine.LimitReads {
+	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != gated.LimitReads {
 		t.Fatalf("r2 after the new limit: %s (%s), want refused by reads at 2", v.Outcome, v.Reason)
 	}
 }
@@ -217,7 +217,7 @@ func TestServeReloadsBudgets(t *testing.T) {
 func TestServeBudgetsReloadRefusesAnEmptyFile(t *testing.T) {
 	dir, httpAddr, client := serveReloadingBudgets(t, "tenants:\n  acme:\n    agents:\n      a: {reads: 2/1h}\n")
 	for _, id := range []string{"r0", "r1"} {
-		if v := propose(t, client, readProposal(id, "nginx")); v.Outcome != engine.OutcomeApproved {
+		if v := propose(t, client, readProposal(id, "nginx")); v.Outcome != gated.OutcomeApproved {
 			t.Fatalf("%s: %s (%s)", id, v.Outcome, v.Reason)
 		}
 	}
@@ -228,7 +228,7 @@ func TestServeBudgetsReloadRefusesAnEmptyFile(t *testing.T) {
 		t.Errorf("the empty budgets file was applied, want it refused")
 	}
 	v := propose(t, client, readProposal("r2", "nginx"))
-	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != engine.LimitReads {
+	if v.Budget == nil || v.Budget.Max != 2 || v.Budget.Limit != gated.LimitReads {
 		t.Fatalf("r2 after an empty budgets file: %s (%s), want refused by the reads limit of 2 in force", v.Outcome, v.Reason)
 	}
 }

@@ -12,11 +12,11 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -177,7 +177,7 @@ http: %s
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Errorf("verdict %s at %s (%s), want approved", v.Outcome, v.Stage, v.Reason)
 	}
 

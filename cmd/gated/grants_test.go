@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/grants"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/server"
@@ -91,7 +91,7 @@ func TestServeGrants(t *testing.T) {
 	if ks := keys(); !has(ks, kidA) || !has(ks, kidB) {
 		t.Fatalf("the published key set %+v lacks a gated's key (%s, %s)", ks, kidA, kidB)
 	}
-	approve := func(id string) (*engine.Verdict, grant.Expect) {
+	approve := func(id string) (*gated.Verdict, grant.Expect) {
 		t.Helper()
 		data := bustest.Proposal(id, "read", "host_list_services", "")
 		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
@@ -100,7 +100,7 @@ func TestServeGrants(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v.Outcome != engine.OutcomeApproved || v.Grant == "" {
+		if v.Outcome != gated.OutcomeApproved || v.Grant == "" {
 			t.Fatalf("%s: %s with grant %q: %s", id, v.Outcome, v.Grant, v.Reason)
 		}
 		return v, grant.Expect{Tenant: "acme", ProposalID: id, ProposalSHA256: grant.ProposalSHA256(data),
@@ -123,7 +123,7 @@ func TestServeGrants(t *testing.T) {
 	// Approvals spread over both gated: each grant verifies and is used
 	// once, whichever gated signed it and whichever answers the use.
 	signers := map[string]bool{}
-	var fromA *engine.Verdict
+	var fromA *gated.Verdict
 	var fromAExpect grant.Expect
 	for i := range 12 {
 		v, want := approve("grants-" + string(rune('a'+i)))

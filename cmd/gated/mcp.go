@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/natsconn"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/mcpgate"
@@ -103,7 +103,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		return usageError("give the MCP server to front: a command after --, or --upstream URL")
 	case o.upstream != "" && len(command) > 0:
 		return usageError("--upstream %s and a command after -- are alternatives: give one", o.upstream)
-	case !engine.ValidTenant(o.tenant):
+	case !gated.ValidTenant(o.tenant):
 		return usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
 	case strings.TrimSpace(o.agent) == "":
 		return usageError("--agent is required: the agent name of the proposals")
@@ -216,7 +216,7 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
-	return func(ctx context.Context, p *engine.Proposal) (engine.Settled, bool, error) {
+	return func(ctx context.Context, p *gated.Proposal) (gated.Settled, bool, error) {
 		return ev.Settle(ctx, reg, p)
 	}, nil
 }

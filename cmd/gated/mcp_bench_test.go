@@ -11,8 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // BenchmarkMCPProxy measures, in one run and call by call in turn, what
@@ -56,10 +56,10 @@ func BenchmarkMCPProxy(b *testing.B) {
 	}
 	// The fleet client's proposal is the one gated mcp makes, less the id.
 	propose := func(i int) time.Duration {
-		p := &engine.Proposal{ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Tenant: "locked", Kind: engine.KindAction,
-			Action: "drop_table", Class: engine.ClassDestructive, BlastRadius: engine.BlastSingleDevice,
+		p := &gated.Proposal{ID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Tenant: "locked", Kind: gated.KindAction,
+			Action: "drop_table", Class: gated.ClassDestructive, BlastRadius: gated.BlastSingleDevice,
 			Target: map[string]any{"database": "bench", "table": fmt.Sprintf("direct-%d", i)}, Reason: "benchmark",
-			RequestedBy: &engine.RequestedBy{Agent: "ops-agent"}}
+			RequestedBy: &gated.RequestedBy{Agent: "ops-agent"}}
 		start := time.Now()
 		_, err := client.ProposeWith(b.Context(), p)
 		d := time.Since(start)
@@ -153,7 +153,7 @@ func dropCall(i int) *mcp.CallToolParams {
 
 func errorsIsRejected(err error) bool {
 	ve, ok := err.(*fleet.VerdictError)
-	return ok && ve.Verdict.Outcome == engine.OutcomeRejected
+	return ok && ve.Verdict.Outcome == gated.OutcomeRejected
 }
 
 func p50(ds []time.Duration) time.Duration { return pct(ds, 50) }

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/engine"
 )
 
 // get answers a GET of url without credentials: no cookie, no session.
@@ -54,7 +54,7 @@ func serveForMetrics(t *testing.T, args ...string) string {
 		}
 	})
 	waitReady(t, "http://"+httpAddr+"/readyz", done)
-	if v := propose(t, fleetClient(t, s.ClientURL()), readProposal("m1", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, fleetClient(t, s.ClientURL()), readProposal("m1", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("the read of tenant acme: %s (%s), want approved", v.Outcome, v.Reason)
 	}
 	return httpAddr

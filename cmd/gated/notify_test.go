@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -128,7 +129,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v := propose(t, client, readProposal("p-first", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("p-first", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("p-first: %s (%s)", v.Outcome, v.Reason)
 	}
 	waitUntil(t, "the hanging sink to hold a request", func() bool { return hangInFlight.Load() == 1 })
@@ -136,7 +137,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	v := propose(t, client, readProposal("p-second", "redis"))
 	took := time.Since(start)
 	held := hangInFlight.Load()
-	if v.Outcome != engine.OutcomeApproved {
+	if v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("p-second: %s (%s)", v.Outcome, v.Reason)
 	}
 	if held != 1 {
@@ -156,7 +157,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	}
 	evData, _ := json.Marshal(map[string]any{"action": "db_drop_table", "deadline": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
 		"reason": "tenant_wide destructive change", "rule": "route_operator"})
-	if _, err := other.Trail().Seal(t.Context(), engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventOperatorAwaited,
+	if _, err := other.Trail().Seal(t.Context(), engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventOperatorAwaited,
 		Tenant: "acme", ProposalID: "p-held", At: time.Now().UTC(), Data: evData}); err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	for _, n := range got {
 		byID[n.ProposalID] = n
 	}
-	if n, ok := byID[""]; !ok || n.Kind != notify.KindPluginDown || n.Tenant != engine.UnknownTenant || n.Summary != "reviewer plugin sop exited" {
+	if n, ok := byID[""]; !ok || n.Kind != notify.KindPluginDown || n.Tenant != gated.UnknownTenant || n.Summary != "reviewer plugin sop exited" {
 		t.Errorf("plugin notification %+v, want plugin_down for sop under tenant _", n)
 	}
 	for id, kind := range map[string]notify.Kind{"p-first": notify.KindDecided, "p-second": notify.KindDecided, "p-held": notify.KindAwaitingOperator} {

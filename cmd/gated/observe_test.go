@@ -7,9 +7,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // TestServeMetricsOfReviewsPluginsAuditAndDedupe runs serve with the
@@ -34,15 +34,15 @@ func TestServeMetricsOfReviewsPluginsAuditAndDedupe(t *testing.T) {
 	waitMetric(t, httpAddr, `gated_plugin_up{plugin="sop"} 1`)
 	waitMetric(t, httpAddr, `gated_plugin_events_total{event="started",plugin="sop"} 1`)
 
-	if v := propose(t, client, writeProposal("p-ok", "host_restart_service", 1)); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, writeProposal("p-ok", "host_restart_service", 1)); v.Outcome != gated.OutcomeApproved {
 		t.Fatalf("p-ok: %s (%s)", v.Outcome, v.Reason)
 	}
 	// No SOP covers a deploy: the reviewer rejects it, and the same
 	// request again is answered from that rejection.
-	if v := propose(t, client, writeProposal("p-deploy-1", "app_deploy", 2)); v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageReview {
+	if v := propose(t, client, writeProposal("p-deploy-1", "app_deploy", 2)); v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageReview {
 		t.Fatalf("p-deploy-1: %s at %s (%s)", v.Outcome, v.Stage, v.Reason)
 	}
-	if v := propose(t, client, writeProposal("p-deploy-2", "app_deploy", 2)); v.Stage != engine.StageDedupe {
+	if v := propose(t, client, writeProposal("p-deploy-2", "app_deploy", 2)); v.Stage != gated.StageDedupe {
 		t.Fatalf("p-deploy-2: %s at %s (%s), want the dedupe stage", v.Outcome, v.Stage, v.Reason)
 	}
 	waitMetric(t, httpAddr, `gated_review_seconds_count{persona="reviewer",plugin="sop",result="ok"} 2`)

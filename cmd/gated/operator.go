@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
 )
@@ -59,7 +60,7 @@ Exit status: 0 written, 2 bad usage or FILE exists, 1 failure.`,
 				return usageError("--id %q must match [A-Za-z0-9._@-]{1,64}", id)
 			}
 			for _, t := range tenants {
-				if !engine.ValidTenant(t) || t == engine.UnknownTenant {
+				if !gated.ValidTenant(t) || t == gated.UnknownTenant {
 					return usageError("--tenant %q must match [a-z0-9_-]{1,64}", t)
 				}
 			}
@@ -132,10 +133,10 @@ operator decisions, gated's store or audit trail failed).`,
 			if len(args) != 2 {
 				return usageError("want TENANT and PROPOSAL_ID, got %d arguments", len(args))
 			}
-			if !engine.ValidTenant(args[0]) || args[0] == engine.UnknownTenant {
+			if !gated.ValidTenant(args[0]) || args[0] == gated.UnknownTenant {
 				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])
 			}
-			if !engine.ValidID(args[1]) {
+			if !gated.ValidID(args[1]) {
 				return usageError("proposal id %q must match [A-Za-z0-9_-]{1,128}", args[1])
 			}
 			return nil
@@ -177,7 +178,7 @@ operator decisions, gated's store or audit trail failed).`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			held, err := client.Verdict(ctx, tenant, id)
-			if errors.Is(err, engine.ErrNotFound) {
+			if errors.Is(err, gated.ErrNotFound) {
 				return &exitError{code: exitRefused, err: fmt.Errorf("no verdict stored for tenant %s, proposal %s: nothing to decide", tenant, id)}
 			}
 			if err != nil {
@@ -185,7 +186,7 @@ operator decisions, gated's store or audit trail failed).`,
 			}
 			msg := operator.Message{Tenant: tenant, ProposalID: id, ProposalSHA256: held.ProposalSHA256, Operator: operatorID, Reason: reason}
 			switch {
-			case held.Outcome == engine.OutcomeBlocked && held.AwaitingOperator != nil:
+			case held.Outcome == gated.OutcomeBlocked && held.AwaitingOperator != nil:
 				if !approve && !reject {
 					return usageError("proposal %s of tenant %s is an action held for an operator: decide it with --approve or --reject", id, tenant)
 				}
@@ -193,7 +194,7 @@ operator decisions, gated's store or audit trail failed).`,
 				if approve {
 					msg.Decision = engine.OperatorApprove
 				}
-			case held.Outcome == engine.OutcomeBlocked && held.Run != nil && len(held.Run.AwaitingOperator) > 0:
+			case held.Outcome == gated.OutcomeBlocked && held.Run != nil && len(held.Run.AwaitingOperator) > 0:
 				if approve || reject {
 					return usageError("proposal %s of tenant %s is a run held on manual criteria %s: judge each with --criterion ID=pass|fail",
 						id, tenant, strings.Join(held.Run.AwaitingOperator, ", "))

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -170,11 +171,11 @@ func (noRouter) Route(*engine.Persona) (engine.Reviewer, error) {
 // hold stores a run verdict held for the manual criteria awaiting.
 func (f *operatorFixture) hold(t *testing.T, id string, awaiting ...string) {
 	t.Helper()
-	v := &engine.Verdict{
-		V: 1, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: engine.KindRun, Outcome: engine.OutcomeBlocked,
-		Stage: engine.StageReview, Reason: "awaiting an operator decision", ProposalSHA256: strings.Repeat("0f", 32),
+	v := &gated.Verdict{
+		V: 1, ProposalID: id, Tenant: "acme", Action: "run_review", Kind: gated.KindRun, Outcome: gated.OutcomeBlocked,
+		Stage: gated.StageReview, Reason: "awaiting an operator decision", ProposalSHA256: strings.Repeat("0f", 32),
 		AuditSeq: 3, DecidedAt: time.Now().UTC(),
-		Run: &engine.RunVerdict{RunID: "run-" + id, Worker: "w1", Round: 1, MaxRounds: 3, AwaitingOperator: awaiting},
+		Run: &gated.RunVerdict{RunID: "run-" + id, Worker: "w1", Round: 1, MaxRounds: 3, AwaitingOperator: awaiting},
 	}
 	if _, err := f.store.Create(t.Context(), v); err != nil {
 		t.Fatal(err)
@@ -208,9 +209,9 @@ func TestOperatorDecide(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	held := &engine.Verdict{V: 1, ProposalID: "held-1", Tenant: "acme", Kind: engine.KindRun, Outcome: engine.OutcomeBlocked,
-		Stage: engine.StageReview, ProposalSHA256: strings.Repeat("0f", 32), AuditSeq: 3, DecidedAt: time.Now().UTC(),
-		Run: &engine.RunVerdict{RunID: "r", Round: 1, AwaitingOperator: []string{"ux-check"}}}
+	held := &gated.Verdict{V: 1, ProposalID: "held-1", Tenant: "acme", Kind: gated.KindRun, Outcome: gated.OutcomeBlocked,
+		Stage: gated.StageReview, ProposalSHA256: strings.Repeat("0f", 32), AuditSeq: 3, DecidedAt: time.Now().UTC(),
+		Run: &gated.RunVerdict{RunID: "r", Round: 1, AwaitingOperator: []string{"ux-check"}}}
 	if _, err := store.New(bareRes.Verdicts).Create(t.Context(), held); err != nil {
 		t.Fatal(err)
 	}
@@ -224,14 +225,14 @@ func TestOperatorDecide(t *testing.T) {
 		code    int
 		out     string // in stdout
 		err     string // in the error
-		outcome engine.Outcome
+		outcome gated.Outcome
 	}{
 		{note: "accepted", args: append([]string{"acme", "held-1", "--criterion", "ux-check=pass:screens look right", "--reason", "release 1.2"}, as(f.seedFile)...),
-			code: 0, outcome: engine.OutcomeApproved},
+			code: 0, outcome: gated.OutcomeApproved},
 		{note: "decided already", args: append([]string{"acme", "held-1", "--criterion", "ux-check=fail"}, as(f.seedFile)...),
 			code: exitRefused, err: "not awaiting an operator decision"},
 		{note: "failed criterion", args: append([]string{"acme", "held-3", "--criterion", "ux-check=fail:the dialog overflows"}, as(f.seedFile)...),
-			code: 0, outcome: engine.OutcomeRejected, out: "the dialog overflows"},
+			code: 0, outcome: gated.OutcomeRejected, out: "the dialog overflows"},
 		{note: "no verdict", args: append([]string{"acme", "never", "--criterion", "ux-check=pass"}, as(f.seedFile)...),
 			code: exitRefused, err: "no verdict stored"},
 		{note: "unknown key", args: append([]string{"acme", "held-2", "--criterion", "ux-check=pass", "--criterion", "docs-check=pass"}, as(strangerSeed)...),
@@ -285,11 +286,11 @@ func TestOperatorDecide(t *testing.T) {
 			if tc.code != 0 {
 				return
 			}
-			var v engine.Verdict
+			var v gated.Verdict
 			if err := json.Unmarshal([]byte(out), &v); err != nil {
 				t.Fatalf("stdout is not a verdict: %v\n%s", err, out)
 			}
-			if v.Outcome != tc.outcome || v.Stage != engine.StageOperator {
+			if v.Outcome != tc.outcome || v.Stage != gated.StageOperator {
 				t.Fatalf("verdict %s/%s, want %s/operator: %s", v.Outcome, v.Stage, tc.outcome, v.Reason)
 			}
 			stored, err := f.store.Get(t.Context(), v.Tenant, v.ProposalID)
@@ -356,7 +357,7 @@ func TestVerdictPublisher(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	v := &engine.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Outcome: engine.OutcomeApproved, Approved: true, Stage: engine.StageOperator}
+	v := &gated.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Outcome: gated.OutcomeApproved, Approved: true, Stage: gated.StageOperator}
 	if err := operator.PublishVerdicts(nc)(t.Context(), v); err != nil {
 		t.Fatal(err)
 	}
@@ -364,8 +365,8 @@ func TestVerdictPublisher(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var got engine.Verdict
-	if err := json.Unmarshal(m.Data, &got); err != nil || got.Stage != engine.StageOperator || !got.Approved {
+	var got gated.Verdict
+	if err := json.Unmarshal(m.Data, &got); err != nil || got.Stage != gated.StageOperator || !got.Approved {
 		t.Fatalf("published %s (%v)", m.Data, err)
 	}
 }
@@ -427,18 +428,18 @@ func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %v\n%s", code, err, out)
 	}
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("stdout is not a verdict: %v\n%s", err, out)
 	}
-	if v.Outcome != engine.OutcomeRejected || v.Stage != engine.StageOperator || v.Run == nil || v.Run.Next != engine.NextContinuation {
+	if v.Outcome != gated.OutcomeRejected || v.Stage != gated.StageOperator || v.Run == nil || v.Run.Next != gated.NextContinuation {
 		t.Fatalf("verdict %s/%s: %s (run %+v)", v.Outcome, v.Stage, v.Reason, v.Run)
 	}
 	m, err := sub.NextMsg(10 * time.Second)
 	if err != nil {
 		t.Fatalf("the new verdict was not published: %v", err)
 	}
-	var published engine.Verdict
+	var published gated.Verdict
 	if err := json.Unmarshal(m.Data, &published); err != nil || published.AuditSeq != v.AuditSeq {
 		t.Fatalf("published %s (%v)", m.Data, err)
 	}

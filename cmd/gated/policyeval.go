@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/personas"
@@ -78,7 +79,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return usageError("reading %s: %v", o.file, err)
 	}
-	p, err := engine.DecodeProposal(data, "", "", engine.Limits{})
+	p, err := gated.DecodeProposal(data, "", "", gated.Limits{})
 	if err != nil {
 		name := o.file
 		if name == "-" {
@@ -119,7 +120,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	if settled, ok := run.Settled(); ok && settled.Outcome != engine.OutcomeApproved {
+	if settled, ok := run.Settled(); ok && settled.Outcome != gated.OutcomeApproved {
 		return &exitError{code: exitNotApproved, err: fmt.Errorf("%s at %s", settled.Outcome, settled.Stage), silent: true}
 	}
 	return nil
@@ -156,7 +157,7 @@ func loadPersonas(dir string, errw io.Writer) (*personas.Registry, error) {
 }
 
 // readHistory reads --history: a JSON array of verdicts.
-func readHistory(name string) ([]engine.Verdict, error) {
+func readHistory(name string) ([]gated.Verdict, error) {
 	if name == "" {
 		return nil, nil
 	}

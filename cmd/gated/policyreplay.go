@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/replay"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/progress"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/policies"
@@ -107,7 +107,7 @@ func (o *policyReplayOptions) check() error {
 		return usageError("--since %s: want a positive duration", o.since)
 	case o.since > 0 && o.fromSeq > 0:
 		return usageError("give --since or --from-seq, not both")
-	case o.tenant != "" && !engine.ValidTenant(o.tenant):
+	case o.tenant != "" && !gated.ValidTenant(o.tenant):
 		return usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.tenant)
 	case o.workers < 1:
 		return usageError("--workers %d: want 1 or more", o.workers)

@@ -16,10 +16,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/replay"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/llm"
 )
 
@@ -29,14 +29,14 @@ import (
 // covers (rejected), each on a target of its own.
 var reviewedHistory = []struct {
 	id, action string
-	want       engine.Outcome
+	want       gated.Outcome
 }{
-	{"p-h1", "host_restart_service", engine.OutcomeApproved},
-	{"p-k1", "k8s_scale_deployment", engine.OutcomeApproved},
-	{"p-u1", "app_deploy", engine.OutcomeRejected},
-	{"p-h2", "host_restart_service", engine.OutcomeApproved},
-	{"p-k2", "k8s_scale_deployment", engine.OutcomeApproved},
-	{"p-u2", "app_deploy", engine.OutcomeRejected},
+	{"p-h1", "host_restart_service", gated.OutcomeApproved},
+	{"p-k1", "k8s_scale_deployment", gated.OutcomeApproved},
+	{"p-u1", "app_deploy", gated.OutcomeRejected},
+	{"p-h2", "host_restart_service", gated.OutcomeApproved},
+	{"p-k2", "k8s_scale_deployment", gated.OutcomeApproved},
+	{"p-u2", "app_deploy", gated.OutcomeRejected},
 }
 
 func writeProposal(id, action string, device int) []byte {
@@ -63,7 +63,7 @@ func recordReviewedHistory(t *testing.T) string {
 		t.Fatal(err)
 	}
 	for i, p := range reviewedHistory {
-		if v := propose(t, client, writeProposal(p.id, p.action, i+1)); v.Outcome != p.want || v.Stage != engine.StageReview {
+		if v := propose(t, client, writeProposal(p.id, p.action, i+1)); v.Outcome != p.want || v.Stage != gated.StageReview {
 			t.Fatalf("%s: verdict %s at %s (%s), want %s at review", p.id, v.Outcome, v.Stage, v.Reason, p.want)
 		}
 	}

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 func proposeCmd() *cobra.Command {
@@ -87,7 +87,7 @@ unavailable).`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
-			var v *engine.Verdict
+			var v *gated.Verdict
 			switch {
 			case viaService:
 				v, err = client.RequestReview(ctx, data)
@@ -142,12 +142,12 @@ func printStatus(stdout, stderr io.Writer, u fleet.StatusUpdate, asJSON bool) {
 	}
 	line := fmt.Sprintf("%-17s %s", st.Stage, st.At.Format(time.RFC3339Nano))
 	switch {
-	case st.Stage == engine.StatusReviewStarted:
+	case st.Stage == gated.StatusReviewStarted:
 		line += " reviewer " + st.Reviewer
 		if st.Deadline != nil {
 			line += " deadline " + st.Deadline.Format(time.RFC3339)
 		}
-	case st.Stage == engine.StatusAwaitingOperator:
+	case st.Stage == gated.StatusAwaitingOperator:
 		line += " deadline " + st.Deadline.Format(time.RFC3339)
 		if st.Reason != "" {
 			line += ": " + st.Reason

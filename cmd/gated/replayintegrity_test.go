@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -115,7 +116,7 @@ func storeHeadVerdicts(t *testing.T, js jetstream.JetStream, stream jetstream.St
 		if !ok {
 			t.Fatalf("seq %d holds no verdict", h.Seq)
 		}
-		var v engine.Verdict
+		var v gated.Verdict
 		if err := json.Unmarshal(ev.Data, &v); err != nil {
 			t.Fatal(err)
 		}

@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
-	"github.com/gated/gated/engine"
 )
 
 type hostArgs struct{ Host string }
@@ -25,12 +25,12 @@ type hostArgs struct{ Host string }
 func hostSpec(action string) fleet.ToolSpec[hostArgs] {
 	return fleet.ToolSpec[hostArgs]{
 		Action: action,
-		Class:  engine.ClassWrite,
+		Class:  gated.ClassWrite,
 		Describe: func(a hostArgs) fleet.Change {
 			return fleet.Change{
 				Target:      map[string]any{"host": a.Host, "service": "nginx"},
 				Reason:      "nginx on " + a.Host + " stopped answering",
-				BlastRadius: engine.BlastSingleDevice,
+				BlastRadius: gated.BlastSingleDevice,
 			}
 		},
 	}
@@ -71,8 +71,8 @@ func TestReportReviewers(t *testing.T) {
 		key       audit.ReviewerKey
 	)
 	gate, err := fleet.NewToolGate(client, fleet.Identity{Tenant: "acme", Agent: "ops-agent", Session: "s-1",
-		Operator: &engine.Principal{ID: "alice", Roles: []string{"sre"}}},
-		fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) {
+		Operator: &gated.Principal{ID: "alice", Roles: []string{"sre"}}},
+		fleet.WithVerdictObserver(func(_ *gated.Proposal, v *gated.Verdict) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, r := range v.Reviews {
@@ -113,19 +113,19 @@ func TestReportReviewers(t *testing.T) {
 
 	// A run the run reviewer approves waits for an operator on its manual
 	// criterion; the operator fails it.
-	run := &engine.Proposal{
-		V: 1, ID: "run-1-r1", Tenant: "acme", Kind: engine.KindRun, Action: "code_change",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
-		RequestedBy: &engine.RequestedBy{Agent: "orchestrator"},
-		Run:         &engine.Run{RunID: "run-1", Status: engine.RunCompleted, Round: 1, Worker: "coder-1", Summary: "done"},
-		Criteria: []engine.Criterion{
-			{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult,
+	run := &gated.Proposal{
+		V: 1, ID: "run-1-r1", Tenant: "acme", Kind: gated.KindRun, Action: "code_change",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
+		RequestedBy: &gated.RequestedBy{Agent: "orchestrator"},
+		Run:         &gated.Run{RunID: "run-1", Status: gated.RunCompleted, Round: 1, Worker: "coder-1", Summary: "done"},
+		Criteria: []gated.Criterion{
+			{ID: "tests", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult,
 				Evidence: map[string]any{"command": "go test ./...", "exit_code": 0}},
-			{ID: "signoff", Description: "the release manager agrees", Required: true, Kind: engine.CriterionManual},
+			{ID: "signoff", Description: "the release manager agrees", Required: true, Kind: gated.CriterionManual},
 		},
 	}
 	held, err := client.Propose(t.Context(), run)
-	if !errors.Is(err, fleet.ErrReviewBlocked) || len(held.Reviews) != 1 || held.Reviews[0].Decision != engine.DecisionApprove {
+	if !errors.Is(err, fleet.ErrReviewBlocked) || len(held.Reviews) != 1 || held.Reviews[0].Decision != gated.DecisionApprove {
 		t.Fatalf("run: %v, %+v", err, held)
 	}
 	if code, out, err := runGated(t, "operator", "decide", "acme", run.ID, "--criterion", "signoff=fail:not this week",

@@ -13,11 +13,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // frozenRule denies every proposal on one service.
@@ -64,7 +64,7 @@ func fleetClient(t *testing.T, url string) *fleet.Client {
 	return client
 }
 
-func propose(t *testing.T, client *fleet.Client, data []byte) *engine.Verdict {
+func propose(t *testing.T, client *fleet.Client, data []byte) *gated.Verdict {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -88,11 +88,11 @@ func TestServeShadowNeverChangesVerdicts(t *testing.T) {
 	client := fleetClient(t, url)
 	cases := []struct {
 		id, service string
-		want        engine.Outcome
+		want        gated.Outcome
 	}{
-		{"p-nginx", "nginx", engine.OutcomeApproved}, // the shadow would reject it
-		{"p-redis", "redis", engine.OutcomeRejected}, // the shadow would approve it
-		{"p-mysql", "mysql", engine.OutcomeApproved}, // both approve
+		{"p-nginx", "nginx", gated.OutcomeApproved}, // the shadow would reject it
+		{"p-redis", "redis", gated.OutcomeRejected}, // the shadow would approve it
+		{"p-mysql", "mysql", gated.OutcomeApproved}, // both approve
 	}
 	for _, tc := range cases {
 		if v := propose(t, client, readProposal(tc.id, tc.service)); v.Outcome != tc.want {
@@ -103,7 +103,7 @@ func TestServeShadowNeverChangesVerdicts(t *testing.T) {
 	// A shadow that no longer builds is refused; live decisions go on.
 	writeFile(t, shadowDir, "broken.rego", "package gated\n\ndeny contains x if {\n")
 	waitMetric(t, httpAddr, `gated_policy_shadow_stale 1`)
-	if v := propose(t, client, readProposal("p-after", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("p-after", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Errorf("after a broken shadow: verdict %s (%s), want approved", v.Outcome, v.Reason)
 	}
 	metrics := waitMetric(t, httpAddr, `gated_policy_shadow_decisions_total 4`)
@@ -144,14 +144,14 @@ func TestServeStartsWithABrokenShadow(t *testing.T) {
 	url, httpAddr, stop := startShadowServe(t, t.TempDir(), shadowDir)
 	defer stop()
 	client := fleetClient(t, url)
-	if v := propose(t, client, readProposal("p1", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("p1", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Errorf("verdict %s (%s), want approved", v.Outcome, v.Reason)
 	}
 	waitMetric(t, httpAddr, "gated_policy_shadow_decisions_total 0")
 	// Fixed, the shadow is loaded by the watcher and decides.
 	writeFile(t, shadowDir, "broken.rego", frozenRule("nginx"))
 	waitMetric(t, httpAddr, "gated_policy_shadow_stale 0")
-	if v := propose(t, client, readProposal("p2", "nginx")); v.Outcome != engine.OutcomeApproved {
+	if v := propose(t, client, readProposal("p2", "nginx")); v.Outcome != gated.OutcomeApproved {
 		t.Errorf("verdict %s (%s), want approved", v.Outcome, v.Reason)
 	}
 	waitMetric(t, httpAddr, `gated_policy_shadow_differences_total{kind="outcome"} 1`)

@@ -17,9 +17,9 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/telemetry"
 )
 
@@ -149,7 +149,7 @@ func TestServeTracesAReviewedProposal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v.Outcome != engine.OutcomeApproved || v.Stage != engine.StageReview {
+	if v.Outcome != gated.OutcomeApproved || v.Stage != gated.StageReview {
 		t.Fatalf("verdict %s at %s (%s), want approved at review", v.Outcome, v.Stage, v.Reason)
 	}
 	sc := fleetSpan.SpanContext()

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // exitNotFound is the status of `verdict get` when no verdict is stored.
@@ -45,10 +45,10 @@ is not a valid token), 1 failure (no NATS).`,
 			if len(args) != 2 {
 				return usageError("want TENANT and ID, got %d arguments", len(args))
 			}
-			if !engine.ValidTenant(args[0]) {
+			if !gated.ValidTenant(args[0]) {
 				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])
 			}
-			if !engine.ValidID(args[1]) {
+			if !gated.ValidID(args[1]) {
 				return usageError("id %q must match [A-Za-z0-9_-]{1,128}", args[1])
 			}
 			return nil
@@ -66,7 +66,7 @@ is not a valid token), 1 failure (no NATS).`,
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			v, err := client.Verdict(ctx, tenant, id)
-			if errors.Is(err, engine.ErrNotFound) {
+			if errors.Is(err, gated.ErrNotFound) {
 				return &exitError{code: exitNotFound, err: fmt.Errorf("no verdict stored for tenant %s, proposal %s", tenant, id)}
 			}
 			if err != nil {

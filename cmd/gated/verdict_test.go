@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 )
 
 func TestVerdictGet(t *testing.T) {
@@ -20,8 +20,8 @@ func TestVerdictGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stored := &engine.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
-		Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 42}
+	stored := &gated.Verdict{V: 1, ProposalID: "p-1", Tenant: "acme", Action: "host_restart_service", Kind: gated.KindAction,
+		Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 42}
 	if _, err := store.New(res.Verdicts).Create(t.Context(), stored); err != nil {
 		t.Fatal(err)
 	}
@@ -60,8 +60,8 @@ func TestVerdictGet(t *testing.T) {
 				t.Fatalf("err = %v, want it to say %q", err, tc.err)
 			}
 			if tc.code == 0 {
-				var v engine.Verdict
-				if err := json.Unmarshal([]byte(out), &v); err != nil || v.ProposalID != "p-1" || v.Outcome != engine.OutcomeRejected {
+				var v gated.Verdict
+				if err := json.Unmarshal([]byte(out), &v); err != nil || v.ProposalID != "p-1" || v.Outcome != gated.OutcomeRejected {
 					t.Fatalf("stdout is not the stored verdict (%v):\n%s", err, out)
 				}
 			}

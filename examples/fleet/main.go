@@ -33,8 +33,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 func main() {
@@ -77,7 +77,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	for _, t := range strings.Split(tenants, ",") {
 		if t = strings.TrimSpace(t); t != "" {
-			if !engine.ValidTenant(t) {
+			if !gated.ValidTenant(t) {
 				return o, fmt.Errorf("--tenants: %q is not a tenant token ([a-z0-9_-]{1,64})", t)
 			}
 			o.tenants = append(o.tenants, t)
@@ -130,8 +130,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if sum.Unanswered > 0 {
 		return fmt.Errorf("%d calls got no verdict", sum.Unanswered)
 	}
-	if sum.ToolRuns != sum.Reads+sum.Outcomes[engine.OutcomeApproved] {
-		return fmt.Errorf("tools ran %d times for %d reads and %d approvals", sum.ToolRuns, sum.Reads, sum.Outcomes[engine.OutcomeApproved])
+	if sum.ToolRuns != sum.Reads+sum.Outcomes[gated.OutcomeApproved] {
+		return fmt.Errorf("tools ran %d times for %d reads and %d approvals", sum.ToolRuns, sum.Reads, sum.Outcomes[gated.OutcomeApproved])
 	}
 	return nil
 }
@@ -211,7 +211,7 @@ type (
 	hostArgs struct{ Host string }
 	svcArgs  struct {
 		Host, Service string
-		Flags         engine.Flags
+		Flags         gated.Flags
 		Everywhere    bool // every host of the tenant
 	}
 	scaleArgs struct {
@@ -233,7 +233,7 @@ type agent struct {
 	name    string
 	tenant  string
 	f       *simulation
-	last    atomic.Pointer[engine.Verdict] // the verdict of the agent's current call
+	last    atomic.Pointer[gated.Verdict] // the verdict of the agent's current call
 	runs    int
 	list    func(context.Context, hostArgs) (string, error)
 	restart func(context.Context, svcArgs) (string, error)
@@ -248,73 +248,73 @@ type agent struct {
 func (f *simulation) newAgent(i int) (*agent, error) {
 	a := &agent{name: fmt.Sprintf("agent-%02d", i+1), tenant: f.opts.tenants[i%len(f.opts.tenants)], f: f}
 	gate, err := fleet.NewToolGate(f.client, fleet.Identity{
-		Tenant: a.tenant, Agent: a.name, Session: f.runID + "-" + a.name, Operator: &engine.Principal{ID: "alice", Roles: []string{"sre"}},
-	}, append([]fleet.ToolGateOption{fleet.WithReviewTimeout(f.opts.wait), fleet.WithVerdictObserver(func(_ *engine.Proposal, v *engine.Verdict) { a.last.Store(v) })}, f.gateOpts...)...)
+		Tenant: a.tenant, Agent: a.name, Session: f.runID + "-" + a.name, Operator: &gated.Principal{ID: "alice", Roles: []string{"sre"}},
+	}, append([]fleet.ToolGateOption{fleet.WithReviewTimeout(f.opts.wait), fleet.WithVerdictObserver(func(_ *gated.Proposal, v *gated.Verdict) { a.last.Store(v) })}, f.gateOpts...)...)
 	if err != nil {
 		return nil, err
 	}
 	prod := []string{"production"}
-	a.list = fleet.Guard(gate, fleet.ToolSpec[hostArgs]{Action: "host_list_services", Class: engine.ClassRead},
+	a.list = fleet.Guard(gate, fleet.ToolSpec[hostArgs]{Action: "host_list_services", Class: gated.ClassRead},
 		simulate(a, func(x hostArgs) string { return "listed services on " + x.Host }))
 	a.restart = fleet.Guard(gate, fleet.ToolSpec[svcArgs]{
-		Action: "host_restart_service", Class: engine.ClassWrite,
+		Action: "host_restart_service", Class: gated.ClassWrite,
 		Describe: func(x svcArgs) fleet.Change {
 			if x.Everywhere {
 				return fleet.Change{
 					Target: map[string]any{"hosts": "all", "service": x.Service, "rollout": x.Host, "tags": prod},
-					Reason: "roll " + x.Service + " on every host for the openssl fix", BlastRadius: engine.BlastTenantWide,
+					Reason: "roll " + x.Service + " on every host for the openssl fix", BlastRadius: gated.BlastTenantWide,
 				}
 			}
 			return fleet.Change{
 				Target: map[string]any{"host": x.Host, "service": x.Service, "tags": prod},
-				Reason: x.Service + " on " + x.Host + " fails its health checks", BlastRadius: engine.BlastSingleDevice, Flags: x.Flags,
+				Reason: x.Service + " on " + x.Host + " fails its health checks", BlastRadius: gated.BlastSingleDevice, Flags: x.Flags,
 			}
 		},
 	}, simulate(a, func(x svcArgs) string { return "restarted " + x.Service + " on " + x.Host }))
 	a.scale = fleet.Guard(gate, fleet.ToolSpec[scaleArgs]{
-		Action: "k8s_scale_deployment", Class: engine.ClassWrite,
+		Action: "k8s_scale_deployment", Class: gated.ClassWrite,
 		Describe: func(x scaleArgs) fleet.Change {
 			return fleet.Change{
 				Target: map[string]any{"deployment": x.Deployment, "replicas": x.From, "tags": prod},
 				Reason: fmt.Sprintf("p95 latency is over budget; scale %s from %d to %d replicas", x.Deployment, x.From, x.To),
 				// A deployment's pods span the cluster's nodes.
-				BlastRadius: engine.BlastCluster,
+				BlastRadius: gated.BlastCluster,
 			}
 		},
 	}, simulate(a, func(x scaleArgs) string { return fmt.Sprintf("scaled %s to %d", x.Deployment, x.To) }))
 	a.rotate = fleet.Guard(gate, fleet.ToolSpec[credArgs]{
-		Action: "rotate_db_credentials", Class: engine.ClassWrite,
+		Action: "rotate_db_credentials", Class: gated.ClassWrite,
 		Describe: func(x credArgs) fleet.Change {
 			return fleet.Change{Target: map[string]any{"database": x.Database, "tags": prod},
-				Reason: "the credential of " + x.Database + " is 90 days old", BlastRadius: engine.BlastCluster}
+				Reason: "the credential of " + x.Database + " is 90 days old", BlastRadius: gated.BlastCluster}
 		},
 	}, simulate(a, func(x credArgs) string { return "rotated the credential of " + x.Database }))
 	a.index = fleet.Guard(gate, fleet.ToolSpec[indexArgs]{
-		Action: "db_create_index", Class: engine.ClassWrite,
+		Action: "db_create_index", Class: gated.ClassWrite,
 		Describe: func(x indexArgs) fleet.Change {
 			return fleet.Change{Target: map[string]any{"database": x.Database, "table": x.Table, "tags": prod},
-				Reason: "queries on " + x.Table + "." + x.Column + " scan the whole table", BlastRadius: engine.BlastCluster}
+				Reason: "queries on " + x.Table + "." + x.Column + " scan the whole table", BlastRadius: gated.BlastCluster}
 		},
 	}, simulate(a, func(x indexArgs) string { return "indexed " + x.Table + "." + x.Column }))
 	a.drop = fleet.Guard(gate, fleet.ToolSpec[tableArgs]{
-		Action: "db_drop_table", Class: engine.ClassDestructive,
+		Action: "db_drop_table", Class: gated.ClassDestructive,
 		Describe: func(x tableArgs) fleet.Change {
 			return fleet.Change{Target: map[string]any{"database": x.Database, "table": x.Table, "tags": prod},
-				Reason: x.Table + " has had no reads in a year", BlastRadius: engine.BlastCluster}
+				Reason: x.Table + " has had no reads in a year", BlastRadius: gated.BlastCluster}
 		},
 	}, simulate(a, func(x tableArgs) string { return "dropped " + x.Table }))
 	a.kill = fleet.Guard(gate, fleet.ToolSpec[procArgs]{
-		Action: "kill_process", Class: engine.ClassDestructive,
+		Action: "kill_process", Class: gated.ClassDestructive,
 		Describe: func(x procArgs) fleet.Change {
 			return fleet.Change{Target: map[string]any{"host": x.Host, "pid": x.PID, "tags": prod},
-				Reason: fmt.Sprintf("pid %d on %s holds 90%% CPU", x.PID, x.Host), BlastRadius: engine.BlastSingleDevice}
+				Reason: fmt.Sprintf("pid %d on %s holds 90%% CPU", x.PID, x.Host), BlastRadius: gated.BlastSingleDevice}
 		},
 	}, simulate(a, func(x procArgs) string { return fmt.Sprintf("killed %d on %s", x.PID, x.Host) }))
 	a.skill = fleet.Guard(gate, fleet.ToolSpec[skillArgs]{
-		Action: "market_web_skill", Class: engine.ClassWrite,
+		Action: "market_web_skill", Class: gated.ClassWrite,
 		Describe: func(x skillArgs) fleet.Change {
 			return fleet.Change{Target: map[string]any{"skill": x.Skill, "input": x.Input},
-				Reason: "a marketplace skill can fill in the change ticket", BlastRadius: engine.BlastSingleDevice}
+				Reason: "a marketplace skill can fill in the change ticket", BlastRadius: gated.BlastSingleDevice}
 		},
 	}, simulate(a, func(x skillArgs) string { return "ran skill " + x.Skill }))
 	return a, nil
@@ -345,48 +345,48 @@ func (a *agent) work(ctx context.Context, calls []call) {
 }
 
 // do makes one call through the agent's guarded tools.
-func (a *agent) do(ctx context.Context, c call) (action string, class engine.Class, ran string, err error) {
+func (a *agent) do(ctx context.Context, c call) (action string, class gated.Class, ran string, err error) {
 	host := fmt.Sprintf("web-%s-%03d", a.f.runID, c.n)
 	db := fmt.Sprintf("orders-%s-%03d", a.f.runID, c.n)
 	switch c.s {
 	case listServices:
 		ran, err = a.list(ctx, hostArgs{Host: host})
-		return "host_list_services", engine.ClassRead, ran, err
+		return "host_list_services", gated.ClassRead, ran, err
 	case restartService:
 		ran, err = a.restart(ctx, svcArgs{Host: host, Service: "nginx"})
 	case skipReview:
-		ran, err = a.restart(ctx, svcArgs{Host: host, Service: "nginx", Flags: engine.Flags{SkipReview: true}})
+		ran, err = a.restart(ctx, svcArgs{Host: host, Service: "nginx", Flags: gated.Flags{SkipReview: true}})
 	case forceApprove:
-		ran, err = a.restart(ctx, svcArgs{Host: host, Service: "api", Flags: engine.Flags{ForceApprove: true, UserConfirmed: true}})
+		ran, err = a.restart(ctx, svcArgs{Host: host, Service: "api", Flags: gated.Flags{ForceApprove: true, UserConfirmed: true}})
 	case restartEverywhere:
 		ran, err = a.restart(ctx, svcArgs{Host: host, Service: "nginx", Everywhere: true})
 	case scaleDeployment:
 		ran, err = a.scale(ctx, scaleArgs{Deployment: "checkout-" + a.f.runID + fmt.Sprintf("-%03d", c.n), From: 3, To: 5})
-		return "k8s_scale_deployment", engine.ClassWrite, ran, err
+		return "k8s_scale_deployment", gated.ClassWrite, ran, err
 	case rotateCredentials:
 		ran, err = a.rotate(ctx, credArgs{Database: db})
-		return "rotate_db_credentials", engine.ClassWrite, ran, err
+		return "rotate_db_credentials", gated.ClassWrite, ran, err
 	case createIndex:
 		ran, err = a.index(ctx, indexArgs{Database: db, Table: "orders", Column: "customer_id"})
-		return "db_create_index", engine.ClassWrite, ran, err
+		return "db_create_index", gated.ClassWrite, ran, err
 	case dropTable:
 		ran, err = a.drop(ctx, tableArgs{Database: db, Table: "orders_archive_2019"})
-		return "db_drop_table", engine.ClassDestructive, ran, err
+		return "db_drop_table", gated.ClassDestructive, ran, err
 	case killProcess:
 		ran, err = a.kill(ctx, procArgs{Host: host, PID: 4000 + c.n})
-		return "kill_process", engine.ClassDestructive, ran, err
+		return "kill_process", gated.ClassDestructive, ran, err
 	case runSkill:
 		ran, err = a.skill(ctx, skillArgs{Skill: "ticket-filler", Input: host})
-		return "market_web_skill", engine.ClassWrite, ran, err
+		return "market_web_skill", gated.ClassWrite, ran, err
 	}
-	return "host_restart_service", engine.ClassWrite, ran, err
+	return "host_restart_service", gated.ClassWrite, ran, err
 }
 
 // result is what one call came to.
 type result struct {
 	Agent, Tenant, Action string
-	Class                 engine.Class
-	Verdict               *engine.Verdict
+	Class                 gated.Class
+	Verdict               *gated.Verdict
 	Ran                   string
 	Err                   error
 	ToolRuns              int
@@ -394,31 +394,31 @@ type result struct {
 
 // line is a result as printed.
 type line struct {
-	Agent      string         `json:"agent"`
-	Tenant     string         `json:"tenant"`
-	Action     string         `json:"action"`
-	Class      engine.Class   `json:"class"`
-	ProposalID string         `json:"proposal_id,omitempty"`
-	Outcome    engine.Outcome `json:"outcome,omitempty"`
-	Stage      engine.Stage   `json:"stage,omitempty"`
-	By         string         `json:"by,omitempty"` // the persona that reviewed, or the policy rule that denied
-	Reason     string         `json:"reason,omitempty"`
-	Ran        string         `json:"ran,omitempty"`
-	Error      string         `json:"error,omitempty"`
+	Agent      string        `json:"agent"`
+	Tenant     string        `json:"tenant"`
+	Action     string        `json:"action"`
+	Class      gated.Class   `json:"class"`
+	ProposalID string        `json:"proposal_id,omitempty"`
+	Outcome    gated.Outcome `json:"outcome,omitempty"`
+	Stage      gated.Stage   `json:"stage,omitempty"`
+	By         string        `json:"by,omitempty"` // the persona that reviewed, or the policy rule that denied
+	Reason     string        `json:"reason,omitempty"`
+	Ran        string        `json:"ran,omitempty"`
+	Error      string        `json:"error,omitempty"`
 }
 
 // Summary is what the run came to; with --json it is the last line.
 type Summary struct {
-	Calls      int                    `json:"calls"`
-	Reads      int                    `json:"reads"`
-	Proposals  int                    `json:"proposals"`
-	Outcomes   map[engine.Outcome]int `json:"outcomes"`
-	ByStage    map[string]int         `json:"by_stage"` // "outcome/stage"
-	ByReviewer map[string]int         `json:"by_reviewer"`
-	ByRule     map[string]int         `json:"by_rule"`
-	Unanswered int                    `json:"unanswered"`
-	ToolRuns   int                    `json:"tool_runs"`
-	Elapsed    float64                `json:"elapsed_s"`
+	Calls      int                   `json:"calls"`
+	Reads      int                   `json:"reads"`
+	Proposals  int                   `json:"proposals"`
+	Outcomes   map[gated.Outcome]int `json:"outcomes"`
+	ByStage    map[string]int        `json:"by_stage"` // "outcome/stage"
+	ByReviewer map[string]int        `json:"by_reviewer"`
+	ByRule     map[string]int        `json:"by_rule"`
+	Unanswered int                   `json:"unanswered"`
+	ToolRuns   int                   `json:"tool_runs"`
+	Elapsed    float64               `json:"elapsed_s"`
 }
 
 type printer struct {
@@ -431,7 +431,7 @@ type printer struct {
 
 func newPrinter(out io.Writer, jsonLines bool) *printer {
 	return &printer{out: out, json: jsonLines, start: time.Now(), sum: Summary{
-		Outcomes: map[engine.Outcome]int{}, ByStage: map[string]int{}, ByReviewer: map[string]int{}, ByRule: map[string]int{},
+		Outcomes: map[gated.Outcome]int{}, ByStage: map[string]int{}, ByReviewer: map[string]int{}, ByRule: map[string]int{},
 	}}
 }
 
@@ -456,7 +456,7 @@ func (p *printer) record(r result) {
 	s.Calls++
 	s.ToolRuns += r.ToolRuns
 	switch {
-	case r.Class == engine.ClassRead:
+	case r.Class == gated.ClassRead:
 		s.Reads++
 	case r.Verdict != nil:
 		s.Proposals++
@@ -480,7 +480,7 @@ func (p *printer) record(r result) {
 		return
 	}
 	switch {
-	case r.Class == engine.ClassRead && r.Err == nil:
+	case r.Class == gated.ClassRead && r.Err == nil:
 		fmt.Fprintf(p.out, "%s %-8s %-22s %-9s %-6s %-26s %s\n", l.Agent, l.Tenant, l.Action, "read", "-", "no proposal", l.Ran)
 	case r.Verdict != nil:
 		detail := l.Reason
@@ -508,8 +508,8 @@ func (p *printer) finish() Summary {
 		s.Calls, s.Elapsed, s.Reads, s.Proposals, s.ToolRuns)
 	tw := tabwriter.NewWriter(p.out, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "outcome\tproposals\tshare\tstages")
-	outcomes := []engine.Outcome{engine.OutcomeApproved, engine.OutcomeRejected, engine.OutcomeBlocked,
-		engine.OutcomeError, engine.OutcomeTimeout, engine.OutcomeInvalid}
+	outcomes := []gated.Outcome{gated.OutcomeApproved, gated.OutcomeRejected, gated.OutcomeBlocked,
+		gated.OutcomeError, gated.OutcomeTimeout, gated.OutcomeInvalid}
 	for _, o := range outcomes {
 		n := s.Outcomes[o]
 		if n == 0 {

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 func TestPlanIsDealtBySeed(t *testing.T) {
@@ -47,14 +47,14 @@ func TestPlanIsDealtBySeed(t *testing.T) {
 // approver approves every proposal and keeps a copy of each.
 type approver struct {
 	mu   sync.Mutex
-	sent []*engine.Proposal
+	sent []*gated.Proposal
 }
 
-func (a *approver) Propose(_ context.Context, p *engine.Proposal) (*engine.Verdict, error) {
+func (a *approver) Propose(_ context.Context, p *gated.Proposal) (*gated.Verdict, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.sent = append(a.sent, p)
-	return &engine.Verdict{V: 1, ProposalID: p.ID, Tenant: p.Tenant, Action: p.Action, Outcome: engine.OutcomeApproved, Approved: true}, nil
+	return &gated.Verdict{V: 1, ProposalID: p.ID, Tenant: p.Tenant, Action: p.Action, Outcome: gated.OutcomeApproved, Approved: true}, nil
 }
 
 // TestEveryScenarioIsWhatGatedDecodes runs each scenario against a
@@ -77,7 +77,7 @@ func TestEveryScenarioIsWhatGatedDecodes(t *testing.T) {
 		if err != nil || ran == "" || a.runs != before+1 {
 			t.Fatalf("scenario %d (%s): ran %q, %d runs, err %v", s, action, ran, a.runs-before, err)
 		}
-		if class == engine.ClassRead {
+		if class == gated.ClassRead {
 			if len(prop.sent) != sent {
 				t.Fatalf("read %s sent a proposal", action)
 			}
@@ -91,7 +91,7 @@ func TestEveryScenarioIsWhatGatedDecodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := engine.DecodeProposal(data, "acme", action, engine.Limits{}); err != nil {
+		if _, err := gated.DecodeProposal(data, "acme", action, gated.Limits{}); err != nil {
 			t.Fatalf("scenario %d (%s): gated would refuse the proposal: %v\n%s", s, action, err, data)
 		}
 		if p.Class != class || p.RequestedBy == nil || p.RequestedBy.Agent != "agent-01" {

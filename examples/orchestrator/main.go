@@ -33,8 +33,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 func main() {
@@ -78,9 +78,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		o.runID = fmt.Sprintf("fix-flaky-%d", time.Now().Unix())
 	}
 	switch {
-	case !engine.ValidTenant(o.tenant):
+	case !gated.ValidTenant(o.tenant):
 		return o, fmt.Errorf("--tenant %q is not a tenant token ([a-z0-9_-]{1,64})", o.tenant)
-	case !engine.ValidID(o.runID) || len(o.runID) > 100:
+	case !gated.ValidID(o.runID) || len(o.runID) > 100:
 		return o, fmt.Errorf("--run-id %q must match [A-Za-z0-9_-]{1,100}", o.runID)
 	case o.fixes < 1:
 		return o, fmt.Errorf("--fixes-per-round %d must be at least 1", o.fixes)
@@ -116,8 +116,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 
 // Gated is the part of fleet.Client the orchestrator uses.
 type Gated interface {
-	Propose(ctx context.Context, p *engine.Proposal) (*engine.Verdict, error)
-	Continuations(ctx context.Context, tenant, runID string) (*fleet.FollowUpFeed[engine.Continuation], error)
+	Propose(ctx context.Context, p *gated.Proposal) (*gated.Verdict, error)
+	Continuations(ctx context.Context, tenant, runID string) (*fleet.FollowUpFeed[gated.Continuation], error)
 }
 
 // result is how a run ended.
@@ -138,7 +138,7 @@ func orchestrate(ctx context.Context, g Gated, o options, out io.Writer) (result
 
 	repo := newRepo()
 	w := &worker{name: o.worker, fixes: o.fixes}
-	var cont *engine.Continuation
+	var cont *gated.Continuation
 	for round := 1; round <= o.maxLoops; round++ {
 		w.work(repo, cont)
 		p := proposal(o, round, repo, w, cont)
@@ -158,7 +158,7 @@ func orchestrate(ctx context.Context, g Gated, o options, out io.Writer) (result
 			return result{accepted: true, rounds: round, why: v.Reason}, nil
 		case v.Run == nil || v.Run.Next == "":
 			return result{rounds: round, why: v.Reason}, nil
-		case v.Run.Next == engine.NextEscalation:
+		case v.Run.Next == gated.NextEscalation:
 			return result{rounds: round, why: "escalated to a human on " + v.Run.FollowUpSubject}, nil
 		}
 		cctx, cancel := context.WithTimeout(ctx, o.wait)
@@ -176,7 +176,7 @@ func orchestrate(ctx context.Context, g Gated, o options, out io.Writer) (result
 
 // nextContinuation reads the feed up to the continuation that asks for
 // round; the feed starts at the run's first continuation.
-func nextContinuation(ctx context.Context, feed *fleet.FollowUpFeed[engine.Continuation], round int) (*engine.Continuation, error) {
+func nextContinuation(ctx context.Context, feed *fleet.FollowUpFeed[gated.Continuation], round int) (*gated.Continuation, error) {
 	for {
 		c, err := feed.Next(ctx)
 		switch {
@@ -191,20 +191,20 @@ func nextContinuation(ctx context.Context, feed *fleet.FollowUpFeed[engine.Conti
 }
 
 // proposal is the run review of one round.
-func proposal(o options, round int, r *repo, w *worker, cont *engine.Continuation) *engine.Proposal {
-	p := &engine.Proposal{
-		V: engine.SchemaVersion, ID: fmt.Sprintf("%s-r%d", o.runID, round), Tenant: o.tenant,
-		Kind: engine.KindRun, Action: "code_change", Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice,
+func proposal(o options, round int, r *repo, w *worker, cont *gated.Continuation) *gated.Proposal {
+	p := &gated.Proposal{
+		V: gated.SchemaVersion, ID: fmt.Sprintf("%s-r%d", o.runID, round), Tenant: o.tenant,
+		Kind: gated.KindRun, Action: "code_change", Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice,
 		Reason:      "fix the flaky TestDrain",
-		RequestedBy: &engine.RequestedBy{Agent: "orchestrator"},
-		Run: &engine.Run{
-			RunID: o.runID, TaskID: "T-311", Status: engine.RunCompleted, Round: round, Worker: w.name,
+		RequestedBy: &gated.RequestedBy{Agent: "orchestrator"},
+		Run: &gated.Run{
+			RunID: o.runID, TaskID: "T-311", Status: gated.RunCompleted, Round: round, Worker: w.name,
 			Summary: w.lastSummary, Diff: r.diff(), TestOutput: r.testOutput(),
 		},
 		Criteria: r.criteria(),
 	}
 	if cont != nil {
-		p.Run.PriorReviews = []engine.PriorReview{{
+		p.Run.PriorReviews = []gated.PriorReview{{
 			ProposalID: cont.Review.ProposalID, Round: cont.Review.Round, Findings: w.report(cont.Findings),
 		}}
 	}
@@ -249,20 +249,20 @@ func (r *repo) diff() string {
 
 // criteria are the task's acceptance criteria with the evidence the
 // fleet collected for them.
-func (r *repo) criteria() []engine.Criterion {
-	return []engine.Criterion{
+func (r *repo) criteria() []gated.Criterion {
+	return []gated.Criterion{
 		{
-			ID: "tests", Description: "the test suite passes", Required: true, Kind: engine.CriterionCommandResult,
+			ID: "tests", Description: "the test suite passes", Required: true, Kind: gated.CriterionCommandResult,
 			Params:   map[string]any{"exit_code": 0},
 			Evidence: map[string]any{"command": "go test ./...", "exit_code": r.exitCode(), "output": r.testOutput()},
 		},
 		{
-			ID: "changelog", Description: "the changelog mentions the fix", Required: true, Kind: engine.CriterionFileContains,
+			ID: "changelog", Description: "the changelog mentions the fix", Required: true, Kind: gated.CriterionFileContains,
 			Params:   map[string]any{"path": "CHANGELOG.md", "text": "TestDrain"},
 			Evidence: map[string]any{"path": "CHANGELOG.md", "content": r.files["CHANGELOG.md"]},
 		},
 		{
-			ID: "idiomatic", Description: "the fix waits on a channel rather than sleeping", Required: false, Kind: engine.CriterionAIReview,
+			ID: "idiomatic", Description: "the fix waits on a channel rather than sleeping", Required: false, Kind: gated.CriterionAIReview,
 		},
 	}
 }
@@ -276,7 +276,7 @@ type worker struct {
 	lastSummary string
 }
 
-func (w *worker) work(r *repo, cont *engine.Continuation) {
+func (w *worker) work(r *repo, cont *gated.Continuation) {
 	if w.resolved == nil {
 		w.resolved = map[string]string{}
 	}
@@ -304,7 +304,7 @@ func (w *worker) work(r *repo, cont *engine.Continuation) {
 }
 
 // fix resolves one finding and says how, or returns "" when it cannot.
-func (w *worker) fix(r *repo, f engine.Finding) string {
+func (w *worker) fix(r *repo, f gated.Finding) string {
 	switch {
 	case f.Criterion == "tests" || strings.Contains(f.Body, "tests"):
 		r.flaky = false
@@ -318,12 +318,12 @@ func (w *worker) fix(r *repo, f engine.Finding) string {
 }
 
 // report is the worker's status on each finding it was sent.
-func (w *worker) report(findings []engine.Finding) []engine.Finding {
+func (w *worker) report(findings []gated.Finding) []gated.Finding {
 	out := slices.Clone(findings)
 	for i := range out {
-		out[i].Status, out[i].Resolution = engine.FindingOpen, ""
+		out[i].Status, out[i].Resolution = gated.FindingOpen, ""
 		if how, ok := w.resolved[out[i].ID]; ok {
-			out[i].Status, out[i].Resolution = engine.FindingResolved, how
+			out[i].Status, out[i].Resolution = gated.FindingResolved, how
 		}
 	}
 	return out

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // TestProposalsAreWhatGatedDecodes: every round's proposal passes gated's
@@ -18,9 +18,9 @@ func TestProposalsAreWhatGatedDecodes(t *testing.T) {
 	}
 	r, w := newRepo(), &worker{name: o.worker, fixes: 1}
 	w.work(r, nil)
-	cont := &engine.Continuation{Round: 2, Review: engine.ReviewLink{ProposalID: "demo-1-r1", Round: 1},
-		Findings: []engine.Finding{{ID: "r1-f1", Body: "criterion tests failed", Criterion: "tests"}}}
-	for round, c := range []*engine.Continuation{nil, cont} {
+	cont := &gated.Continuation{Round: 2, Review: gated.ReviewLink{ProposalID: "demo-1-r1", Round: 1},
+		Findings: []gated.Finding{{ID: "r1-f1", Body: "criterion tests failed", Criterion: "tests"}}}
+	for round, c := range []*gated.Continuation{nil, cont} {
 		if c != nil {
 			w.work(r, c)
 		}
@@ -29,7 +29,7 @@ func TestProposalsAreWhatGatedDecodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := engine.DecodeProposal(data, o.tenant, "code_change", engine.Limits{})
+		got, err := gated.DecodeProposal(data, o.tenant, "code_change", gated.Limits{})
 		if err != nil {
 			t.Fatalf("round %d: %v\n%s", round+1, err, data)
 		}
@@ -47,7 +47,7 @@ func TestWorkerFixesWhatItIsSent(t *testing.T) {
 	if r.exitCode() != 1 || strings.Contains(r.files["CHANGELOG.md"], "TestDrain") {
 		t.Fatal("the first attempt should leave the test flaky and the changelog alone")
 	}
-	cont := &engine.Continuation{Round: 2, Findings: []engine.Finding{
+	cont := &gated.Continuation{Round: 2, Findings: []gated.Finding{
 		{ID: "r1-f1", Body: "criterion tests (command_result) failed", Criterion: "tests"},
 		{ID: "r1-f2", Body: "criterion changelog (file_contains) failed", Criterion: "changelog"},
 	}}
@@ -59,7 +59,7 @@ func TestWorkerFixesWhatItIsSent(t *testing.T) {
 	if rep[0].Open() || !rep[1].Open() || rep[0].Resolution == "" {
 		t.Errorf("report %+v", rep)
 	}
-	w.work(r, &engine.Continuation{Round: 3, Findings: []engine.Finding{{ID: "r2-f1", Body: "criterion changelog failed", Criterion: "changelog"}}})
+	w.work(r, &gated.Continuation{Round: 3, Findings: []gated.Finding{{ID: "r2-f1", Body: "criterion changelog failed", Criterion: "changelog"}}})
 	if !strings.Contains(r.files["CHANGELOG.md"], "TestDrain") {
 		t.Error("the changelog finding was not fixed")
 	}

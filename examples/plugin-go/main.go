@@ -8,7 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/plugins/sdk"
 )
 
@@ -19,19 +19,19 @@ func (incidentReviewer) Describe(context.Context) (sdk.Description, error) {
 }
 
 func (incidentReviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, error) {
-	var sop engine.SOP
+	var sop gated.SOP
 	raw, err := req.CallTool(ctx, sdk.ToolGetSOPText, nil)
 	if err == nil {
 		err = json.Unmarshal(raw, &sop)
 	}
-	gates := []engine.GateResult{
+	gates := []gated.GateResult{
 		{Name: "incident_linked", Passed: req.Proposal.IncidentID != "", Detail: req.Proposal.IncidentID},
 		{Name: "rollback_known", Passed: err == nil && sop.Rollback != "", Detail: sop.Rollback},
 	}
-	decision := engine.DecisionApprove
+	decision := gated.DecisionApprove
 	for _, g := range gates {
 		if !g.Passed {
-			decision = engine.DecisionReject
+			decision = gated.DecisionReject
 		}
 	}
 	text := fmt.Sprintf("Decision: %s\nIncident: %q, SOP: %q (lookup error: %v)", decision, req.Proposal.IncidentID, sop.ID, err)

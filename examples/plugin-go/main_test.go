@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins"
 )
@@ -51,7 +52,7 @@ func TestIncidentReviewerThroughTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sop := &engine.SOP{ID: "SOP-001", Title: "Restart a service", Rollback: "start the previous unit"}
+	sop := &gated.SOP{ID: "SOP-001", Title: "Restart a service", Rollback: "start the previous unit"}
 	tests := []struct {
 		note     string
 		incident string
@@ -64,8 +65,8 @@ func TestIncidentReviewerThroughTheHost(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			p := &engine.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
-				Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice, IncidentID: tc.incident}
+			p := &gated.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: gated.KindAction, Action: "host_restart_service",
+				Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice, IncidentID: tc.incident}
 			raw, _ := json.Marshal(p)
 			res, err := reviewer.Review(t.Context(), engine.ReviewRequest{
 				ReviewID: "rv-" + tc.note, Proposal: p, ProposalJSON: raw, Persona: persona,

@@ -49,12 +49,17 @@ func modulePackages(t *testing.T) map[string][]string {
 			t.Fatal(err)
 		}
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
-		if rel == "" || rel == "test" || strings.HasPrefix(rel, "test/") || strings.HasPrefix(rel, "examples/") || rel == "internal/archmap" {
+		if rel == "" {
+			rel = module // the model, at the module's root
+		}
+		if rel == "test" || strings.HasPrefix(rel, "test/") || strings.HasPrefix(rel, "examples/") || rel == "internal/archmap" {
 			continue
 		}
 		var imports []string
 		for _, imp := range p.Imports {
-			if r, ok := strings.CutPrefix(imp, module+"/"); ok {
+			if imp == module {
+				imports = append(imports, module)
+			} else if r, ok := strings.CutPrefix(imp, module+"/"); ok {
 				imports = append(imports, r)
 			}
 		}
@@ -159,6 +164,30 @@ func TestImportsPointDown(t *testing.T) {
 			li, ok := layers[imp]
 			if ok && li >= lp {
 				t.Errorf("%s (layer %d) imports %s (layer %d): imports point down the layers of ARCHITECTURE.md", p, lp, imp, li)
+			}
+		}
+	}
+}
+
+// publicPackages are the packages docs/API.md says a third party builds
+// against besides the model itself: they expose package gated, never the
+// engine.
+var publicPackages = []string{module, "bus/fleet", "plugins/sdk", "mcpgate"}
+
+// TestPublicPackagesDoNotImportTheEngine: the model, the fleet client,
+// the plugin SDK and the MCP gateway import no package of engine but its
+// contract (engine/wire) and the grant format (engine/grant).
+func TestPublicPackagesDoNotImportTheEngine(t *testing.T) {
+	pkgs := modulePackages(t)
+	for _, p := range publicPackages {
+		imports, ok := pkgs[p]
+		if !ok {
+			t.Errorf("public package %s is gone", p)
+			continue
+		}
+		for _, imp := range imports {
+			if imp == "engine" || (strings.HasPrefix(imp, "engine/") && imp != "engine/wire" && imp != "engine/grant") {
+				t.Errorf("public package %s imports %s: it must expose the model of package gated, not the engine", p, imp)
 			}
 		}
 	}

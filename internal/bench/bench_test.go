@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 func TestParseMix(t *testing.T) {
@@ -243,7 +243,7 @@ func TestProposalsMatchTheirPath(t *testing.T) {
 				t.Fatalf("id %s twice", pr.ID)
 			}
 			seen[pr.ID] = true
-			if pr.Flags.SkipReview != (p == PathDenied) || (pr.Class == engine.ClassRead) != (p == PathRead) ||
+			if pr.Flags.SkipReview != (p == PathDenied) || (pr.Class == gated.ClassRead) != (p == PathRead) ||
 				(pr.Reviewer == LLMPersona) != (p == PathLLM) {
 				t.Errorf("%s proposal %d = %+v", p, i, pr)
 			}
@@ -262,7 +262,7 @@ func TestProposalsAreValid(t *testing.T) {
 	for _, p := range Paths {
 		pr := g.New(p, 7)
 		data := mustJSON(t, pr)
-		if _, err := engine.DecodeProposal(data, "acme", pr.Action, engine.Limits{}); err != nil {
+		if _, err := gated.DecodeProposal(data, "acme", pr.Action, gated.Limits{}); err != nil {
 			t.Errorf("%s: %v\n%s", p, err, data)
 		}
 	}
@@ -291,7 +291,7 @@ func TestDriveRunsEveryProposalOnce(t *testing.T) {
 		case p == PathRead && i == 5:
 			return Answer{}, errors.New("lost")
 		case p == PathRead && i == 6:
-			return Answer{Size: 9}, &UnexpectedError{ID: "x", Outcome: engine.OutcomeError, Reason: "boom"}
+			return Answer{Size: 9}, &UnexpectedError{ID: "x", Outcome: gated.OutcomeError, Reason: "boom"}
 		}
 		return Answer{Size: 9}, nil
 	}, &done)

@@ -14,7 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // fairReport is what `gated-bench --fair` measures: the quiet tenant's
@@ -58,7 +58,7 @@ func runFair(ctx context.Context, o Options, stdout, stderr io.Writer) (err erro
 		return usageError("-n %d must be at least 1", o.N)
 	case o.FairFlood < 1 || o.FairLimit < 1:
 		return usageError("--fair-flood %d and --fair-limit %d must be at least 1", o.FairFlood, o.FairLimit)
-	case !engine.ValidTenant(o.Tenant) || o.Tenant == fairFloodTenant:
+	case !gated.ValidTenant(o.Tenant) || o.Tenant == fairFloodTenant:
 		return usageError("--tenant %q must be a tenant token other than %s", o.Tenant, fairFloodTenant)
 	case o.Gated == "":
 		return usageError("%s", errNoGated)
@@ -146,7 +146,7 @@ func runFair(ctx context.Context, o Options, stdout, stderr io.Writer) (err erro
 				switch {
 				case err == nil:
 					admitted.Add(1)
-				case errors.As(err, &ue) && ue.Outcome == engine.OutcomeBlocked:
+				case errors.As(err, &ue) && ue.Outcome == gated.OutcomeBlocked:
 					refused.Add(1)
 				case fctx.Err() == nil:
 					failed.Add(1)

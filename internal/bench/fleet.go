@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -228,12 +228,12 @@ func (f *GatedFleet) send(ctx context.Context, p Path, id, action string, body [
 
 // verdictHead is what the bench reads of a verdict.
 type verdictHead struct {
-	ID        string         `json:"proposal_id"`
-	Outcome   engine.Outcome `json:"outcome"`
-	Stage     engine.Stage   `json:"stage"`
-	Reason    string         `json:"reason"`
-	DecidedAt time.Time      `json:"decided_at"`
-	LatencyMS float64        `json:"latency_ms"`
+	ID        string        `json:"proposal_id"`
+	Outcome   gated.Outcome `json:"outcome"`
+	Stage     gated.Stage   `json:"stage"`
+	Reason    string        `json:"reason"`
+	DecidedAt time.Time     `json:"decided_at"`
+	LatencyMS float64       `json:"latency_ms"`
 	Reviews   []struct {
 		Plugin string `json:"plugin"`
 	} `json:"reviews"`
@@ -282,8 +282,8 @@ func stageTimes(r reply, decided time.Time, latencyMS float64, sameClock bool) *
 // UnexpectedError is a verdict other than the one the path expects.
 type UnexpectedError struct {
 	ID      string
-	Outcome engine.Outcome
-	Stage   engine.Stage
+	Outcome gated.Outcome
+	Stage   gated.Stage
 	Reason  string
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -251,7 +252,7 @@ func Prefill(ctx context.Context, js jetstream.JetStream, o PrefillOptions) (Pre
 // withAuditSeq re-encodes a stored verdict with audit_seq set to seq, as
 // gated encodes the verdicts it stores.
 func withAuditSeq(data []byte, seq uint64) ([]byte, error) {
-	var v engine.Verdict
+	var v gated.Verdict
 	if err := json.Unmarshal(data, &v); err != nil {
 		return nil, fmt.Errorf("decoding the captured verdict: %w", err)
 	}

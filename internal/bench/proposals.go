@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // Path is the way a proposal takes through gated, and so what it measures.
@@ -36,14 +36,14 @@ func (p Path) PolicyOnly() bool { return p == PathDenied || p == PathRead }
 
 // Expect is the outcome and stage a path's proposals must get; anything
 // else is counted as unexpected.
-func (p Path) Expect() (engine.Outcome, engine.Stage) {
+func (p Path) Expect() (gated.Outcome, gated.Stage) {
 	switch p {
 	case PathDenied:
-		return engine.OutcomeRejected, engine.StagePolicy
+		return gated.OutcomeRejected, gated.StagePolicy
 	case PathRead:
-		return engine.OutcomeApproved, engine.StagePolicy
+		return gated.OutcomeApproved, gated.StagePolicy
 	default:
-		return engine.OutcomeApproved, engine.StageReview
+		return gated.OutcomeApproved, gated.StageReview
 	}
 }
 
@@ -87,27 +87,27 @@ type Proposals struct {
 }
 
 // New returns proposal i of path p.
-func (g Proposals) New(p Path, i int) *engine.Proposal {
+func (g Proposals) New(p Path, i int) *gated.Proposal {
 	id := g.Nonce + "-" + string(p) + "-" + strconv.Itoa(i)
-	pr := &engine.Proposal{
-		V:           engine.SchemaVersion,
+	pr := &gated.Proposal{
+		V:           gated.SchemaVersion,
 		ID:          id,
 		Tenant:      g.Tenant,
-		Kind:        engine.KindAction,
+		Kind:        gated.KindAction,
 		Action:      "host_restart_service",
-		Class:       engine.ClassWrite,
+		Class:       gated.ClassWrite,
 		Target:      map[string]any{"device_id": i, "service": "nginx", "bench": g.Nonce + "-" + string(p)},
 		Reason:      "nginx stopped answering health checks after a config reload" + strings.Repeat(".", max(g.Pad, 0)),
-		BlastRadius: engine.BlastSingleDevice,
-		Operator:    &engine.Principal{ID: "bench", Roles: []string{"sre"}},
-		RequestedBy: &engine.RequestedBy{Agent: "bench-agent", Session: g.Nonce},
+		BlastRadius: gated.BlastSingleDevice,
+		Operator:    &gated.Principal{ID: "bench", Roles: []string{"sre"}},
+		RequestedBy: &gated.RequestedBy{Agent: "bench-agent", Session: g.Nonce},
 		IncidentID:  "INC-BENCH",
 	}
 	switch p {
 	case PathDenied:
 		pr.Flags.SkipReview = true
 	case PathRead:
-		pr.Action, pr.Class, pr.BlastRadius = "host_list_services", engine.ClassRead, ""
+		pr.Action, pr.Class, pr.BlastRadius = "host_list_services", gated.ClassRead, ""
 	case PathLLM:
 		pr.Reviewer = LLMPersona
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/progress"
 )
 
@@ -141,7 +141,7 @@ func (o *Options) validate() (Mix, Concurrency, error) {
 		return nil, nil, usageError("--probe-rate %g must be from 0 to 100000", o.ProbeRate)
 	case o.Pad < 0 || o.Pad > 512<<10:
 		return nil, nil, usageError("--pad %d must be from 0 to 524288", o.Pad)
-	case !engine.ValidTenant(o.Tenant):
+	case !gated.ValidTenant(o.Tenant):
 		return nil, nil, usageError("--tenant %q must match [a-z0-9_-]{1,64}", o.Tenant)
 	case o.NATSURL == "" && (o.PID != 0 || o.LLMListen != ""):
 		return nil, nil, usageError("--pid and --llm-listen apply to a deployment given by --nats-url")

@@ -1,6 +1,7 @@
 // Package jsonw writes pieces of JSON exactly as encoding/json writes
 // them, for encoders that build a document by hand and must give the
-// same bytes (records whose hash or rebuild depends on them).
+// same bytes (records whose hash or rebuild depends on them), and splices
+// a number into a document encoding/json wrote (SetTopLevelUint).
 package jsonw
 
 import "encoding/json"

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"time"
 
+	"go.uber.org/zap"
+
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
@@ -13,7 +16,6 @@ import (
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/policies"
-	"go.uber.org/zap"
 )
 
 // startWorker builds the engine over the verdict store and starts the
@@ -112,7 +114,7 @@ func (s *Server) startReviewService(context.Context) error {
 		followUps := intake.NewFollowUps(s.js, s.store).Send
 		// An operator's approval carries a grant: its record is written
 		// before the verdict is published, as the worker does.
-		beforePublish := func(ctx context.Context, v *engine.Verdict) error {
+		beforePublish := func(ctx context.Context, v *gated.Verdict) error {
 			if err := s.grants.Record(ctx, v); err != nil {
 				return err
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/intake"
@@ -225,18 +226,18 @@ type countingDecider struct {
 	dedupeHits prometheus.Counter
 }
 
-func (d countingDecider) Decide(ctx context.Context, dl engine.Delivery) (*engine.Verdict, error) {
+func (d countingDecider) Decide(ctx context.Context, dl engine.Delivery) (*gated.Verdict, error) {
 	v, err := d.Decider.Decide(ctx, dl)
 	if v != nil {
 		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
-		if v.Stage == engine.StageDedupe && d.dedupeHits != nil {
+		if v.Stage == gated.StageDedupe && d.dedupeHits != nil {
 			d.dedupeHits.Inc()
 		}
 	}
 	return v, err
 }
 
-func (d countingDecider) GiveUp(ctx context.Context, dl engine.Delivery, cause error) *engine.Verdict {
+func (d countingDecider) GiveUp(ctx context.Context, dl engine.Delivery, cause error) *gated.Verdict {
 	v := d.Decider.GiveUp(ctx, dl, cause)
 	if v != nil {
 		d.verdicts.WithLabelValues(string(v.Outcome), string(v.Stage)).Inc()
@@ -253,8 +254,8 @@ func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.Count
 		log.Error("refused a stored record that is not gated's", zap.String("kind", e.Kind), zap.String("key", e.Key),
 			zap.Uint64("revision", e.Revision), zap.String("problem", e.Problem))
 		tenant := e.Tenant
-		if !engine.ValidTenant(tenant) {
-			tenant = engine.UnknownTenant
+		if !gated.ValidTenant(tenant) {
+			tenant = gated.UnknownTenant
 		}
 		data, err := json.Marshal(e)
 		if err != nil {
@@ -264,7 +265,7 @@ func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.Count
 		// The reader's context may be about to end; the event must not.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ev := engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventRecordCorrupt, Tenant: tenant, At: time.Now().UTC(), Data: data}
+		ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventRecordCorrupt, Tenant: tenant, At: time.Now().UTC(), Data: data}
 		if _, err := trail().Seal(ctx, ev); err != nil {
 			log.Error("auditing a refused stored record", zap.String("key", e.Key), zap.Error(err))
 		}

@@ -9,11 +9,12 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/telemetry"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestObservedStoreTimesClaimWaits waits, through the serve's store
@@ -28,11 +29,11 @@ func TestObservedStoreTimesClaimWaits(t *testing.T) {
 	}
 	obs := newObservabilityMetrics()
 	st := telemetry.Store(store.New(res.Verdicts), obs.observeClaimWait)
-	v := &engine.Verdict{V: engine.SchemaVersion, ProposalID: "p-wait", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
-		Outcome: engine.OutcomeRejected, Stage: engine.StageReview, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 1,
+	v := &gated.Verdict{V: gated.SchemaVersion, ProposalID: "p-wait", Tenant: "acme", Action: "host_restart_service", Kind: gated.KindAction,
+		Outcome: gated.OutcomeRejected, Stage: gated.StageReview, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 1,
 		ProposalSHA256: "0000000000000000000000000000000000000000000000000000000000000000"}
 	var wg sync.WaitGroup
-	var got *engine.Verdict
+	var got *gated.Verdict
 	var waitErr error
 	wg.Go(func() {
 		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
@@ -22,7 +23,7 @@ import (
 func ToolConfig(nc *nats.Conn, live *policies.Live, timeout time.Duration) plugins.ToolConfig {
 	return plugins.ToolConfig{
 		CallTimeout: timeout,
-		SOP: func(id string) (*engine.SOP, bool) {
+		SOP: func(id string) (*gated.SOP, bool) {
 			return live.Current().Catalog().SOP(id)
 		},
 		Describe: func(name string) (string, string, bool) {

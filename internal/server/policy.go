@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"strings"
 
+	"go.uber.org/zap"
+
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
-	"go.uber.org/zap"
 )
 
 // PolicySource are the flags that say where the policy comes from,
@@ -88,7 +90,7 @@ func reloadEvent(r policies.Reload, serving string) engine.AuditEvent {
 	}
 	data, _ := json.Marshal(r)
 	return engine.AuditEvent{
-		V: engine.SchemaVersion, Event: name, Tenant: engine.UnknownTenant, At: r.At.UTC(),
+		V: gated.SchemaVersion, Event: name, Tenant: gated.UnknownTenant, At: r.At.UTC(),
 		PolicyRevision: serving, Data: data,
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/engine"
 )
@@ -28,16 +29,16 @@ func TestReviewerMetricsScrapeReadsFirst(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)
 
-	seal := func(id string, decision engine.ReviewDecision) {
+	seal := func(id string, decision gated.ReviewDecision) {
 		t.Helper()
 		data, err := json.Marshal(map[string]any{
-			"proposal_id": id, "outcome": engine.OutcomeApproved, "stage": "review",
+			"proposal_id": id, "outcome": gated.OutcomeApproved, "stage": "review",
 			"reviews": []map[string]any{{"plugin": "sop", "plugin_version": "1", "persona": "reviewer", "model": "m", "decision": decision, "latency_ms": 12}},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := engine.AuditEvent{V: engine.SchemaVersion, Event: engine.EventVerdict, Tenant: "acme", ProposalID: id, At: time.Now().UTC(), Data: data}
+		ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventVerdict, Tenant: "acme", ProposalID: id, At: time.Now().UTC(), Data: data}
 		if _, err := aud.Trail().Seal(t.Context(), ev); err != nil {
 			t.Fatal(err)
 		}
@@ -64,7 +65,7 @@ func TestReviewerMetricsScrapeReadsFirst(t *testing.T) {
 	}
 
 	for i := range 3 {
-		seal(fmt.Sprint("p", i), engine.DecisionApprove)
+		seal(fmt.Sprint("p", i), gated.DecisionApprove)
 		if got := approvals(); got != float64(i+1) {
 			t.Fatalf("after verdict %d a scrape counted %v approvals, want %d", i+1, got, i+1)
 		}
@@ -72,7 +73,7 @@ func TestReviewerMetricsScrapeReadsFirst(t *testing.T) {
 	// Stopped, the reader no longer answers: a scrape reports what was
 	// read instead of waiting.
 	stop()
-	seal("late", engine.DecisionApprove)
+	seal("late", gated.DecisionApprove)
 	if got := approvals(); got != 3 {
 		t.Fatalf("a scrape after the reader stopped counted %v approvals, want the 3 read", got)
 	}

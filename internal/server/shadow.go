@@ -6,6 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
@@ -113,11 +114,11 @@ func (m *metrics) addShadow(shadow *policies.Live) {
 }
 
 // onShadow is the engine's OnShadow: it counts a comparison.
-func (m *metrics) onShadow() func(*engine.Proposal, engine.ShadowComparison) {
+func (m *metrics) onShadow() func(*gated.Proposal, engine.ShadowComparison) {
 	if m.shadow == nil {
 		return nil
 	}
-	return func(_ *engine.Proposal, c engine.ShadowComparison) {
+	return func(_ *gated.Proposal, c engine.ShadowComparison) {
 		m.shadow.decisions.Inc()
 		for _, k := range c.Kinds {
 			m.shadow.differences.WithLabelValues(k).Inc()

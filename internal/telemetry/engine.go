@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -36,12 +37,12 @@ type tracedStore struct {
 }
 
 // Get implements engine.VerdictReader.
-func (s tracedStore) Get(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s tracedStore) Get(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	ctx, span := Start(ctx, SpanStoreLookup, KindClient)
 	v, err := s.VerdictStore.Get(ctx, tenant, id)
 	span.Bool(AttrFound, err == nil)
 	spanErr := err
-	if errors.Is(err, engine.ErrNotFound) {
+	if errors.Is(err, gated.ErrNotFound) {
 		spanErr = nil // not finding one is the usual answer, not a failure
 	}
 	span.End(spanErr)
@@ -58,7 +59,7 @@ func (s tracedStore) Recent(ctx context.Context, tenant, targetKey string) (engi
 
 // Join implements engine.TargetHistory: an approval joining its target's
 // history, traced as a history span.
-func (s tracedStore) Join(ctx context.Context, v *engine.Verdict, h engine.History) (engine.History, error) {
+func (s tracedStore) Join(ctx context.Context, v *gated.Verdict, h engine.History) (engine.History, error) {
 	ctx, span := Start(ctx, SpanStoreHistory, KindClient)
 	now, err := s.VerdictStore.Join(ctx, v, h)
 	spanErr := err
@@ -71,11 +72,11 @@ func (s tracedStore) Join(ctx context.Context, v *engine.Verdict, h engine.Histo
 }
 
 // Create implements engine.VerdictWriter.
-func (s tracedStore) Create(ctx context.Context, v *engine.Verdict) (*engine.Verdict, error) {
+func (s tracedStore) Create(ctx context.Context, v *gated.Verdict) (*gated.Verdict, error) {
 	ctx, span := Start(ctx, SpanStore, KindClient)
 	stored, err := s.VerdictStore.Create(ctx, v)
 	spanErr := err
-	if errors.Is(err, engine.ErrExists) {
+	if errors.Is(err, gated.ErrExists) {
 		span.Bool(AttrReplayed, true)
 		spanErr = nil
 	}
@@ -88,7 +89,7 @@ func (s tracedStore) Claim(ctx context.Context, tenant, id string, c engine.Clai
 	ctx, span := Start(ctx, SpanClaim, KindClient)
 	held, err := s.VerdictStore.Claim(ctx, tenant, id, c)
 	spanErr := err
-	if errors.Is(err, engine.ErrClaimed) {
+	if errors.Is(err, gated.ErrClaimed) {
 		span.Bool("gated.claim.held_by_another", true)
 		spanErr = nil
 	}
@@ -97,7 +98,7 @@ func (s tracedStore) Claim(ctx context.Context, tenant, id string, c engine.Clai
 }
 
 // Await implements engine.ReviewClaims.
-func (s tracedStore) Await(ctx context.Context, tenant, id string) (*engine.Verdict, error) {
+func (s tracedStore) Await(ctx context.Context, tenant, id string) (*gated.Verdict, error) {
 	ctx, span := Start(ctx, SpanClaimWait, KindInternal)
 	start := time.Now()
 	v, err := s.VerdictStore.Await(ctx, tenant, id)

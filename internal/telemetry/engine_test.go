@@ -9,6 +9,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
@@ -41,18 +42,18 @@ func TestStoreAnswersAsTheStoreDoes(t *testing.T) {
 			}
 			st := telemetry.Store(store.New(res.Verdicts), nil)
 			ctx := t.Context()
-			if v, err := st.Get(ctx, "acme", "p-1"); v != nil || !errors.Is(err, engine.ErrNotFound) {
+			if v, err := st.Get(ctx, "acme", "p-1"); v != nil || !errors.Is(err, gated.ErrNotFound) {
 				t.Fatalf("Get of a verdict not stored: %v, %v; want ErrNotFound", v, err)
 			}
-			v := &engine.Verdict{V: engine.SchemaVersion, ProposalID: "p-1", Tenant: "acme", Action: "host_restart_service", Kind: engine.KindAction,
-				Outcome: engine.OutcomeRejected, Stage: engine.StagePolicy, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 7,
+			v := &gated.Verdict{V: gated.SchemaVersion, ProposalID: "p-1", Tenant: "acme", Action: "host_restart_service", Kind: gated.KindAction,
+				Outcome: gated.OutcomeRejected, Stage: gated.StagePolicy, Reason: "no", DecidedAt: time.Now().UTC(), AuditSeq: 7,
 				ProposalSHA256: "0000000000000000000000000000000000000000000000000000000000000000"}
 			if _, err := st.Create(ctx, v); err != nil {
 				t.Fatal(err)
 			}
 			second := *v
 			second.AuditSeq = 8
-			if got, err := st.Create(ctx, &second); !errors.Is(err, engine.ErrExists) || got == nil || got.AuditSeq != 7 {
+			if got, err := st.Create(ctx, &second); !errors.Is(err, gated.ErrExists) || got == nil || got.AuditSeq != 7 {
 				t.Fatalf("second Create: %+v, %v; want ErrExists and the first verdict", got, err)
 			}
 			if got, err := st.Get(ctx, "acme", "p-1"); err != nil || got.AuditSeq != 7 {

@@ -7,15 +7,15 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/strictjson"
 	"github.com/gated/gated/plugins/sdk"
 )
 
 // answer is a model's final text read in the decision format.
 type answer struct {
-	decision engine.ReviewDecision
-	gates    []engine.GateResult
+	decision gated.ReviewDecision
+	gates    []gated.GateResult
 	notes    string
 	// run is the ```json block of an answer to a run review; nil for an
 	// action review.
@@ -30,9 +30,9 @@ type answer struct {
 //	Notes: free text
 //
 // It fails when the first non-blank line is not a plain decision line or
-// the text is over engine.MaxDecisionTextBytes: such an answer gets one
+// the text is over gated.MaxDecisionTextBytes: such an answer gets one
 // repair turn, and so does an approving first line that a later line
-// overrules. The decision is the host's own reading (engine.ParseDecision),
+// overrules. The decision is the host's own reading (gated.ParseDecision),
 // so the plugin can never claim more than the host will grant. Gate lines
 // are read between the decision line and Notes; a gate passes only on an
 // exact pass token, and a line whose verdict is not an exact pass is a
@@ -49,8 +49,8 @@ func parseAnswer(text string) (answer, error) {
 // readDecision reads the decision line of text and returns the answer
 // with its decision, and the lines after the decision line.
 func readDecision(text string) (answer, []string, error) {
-	if len(text) > engine.MaxDecisionTextBytes {
-		return answer{}, nil, fmt.Errorf("the answer is %d bytes, over the %d byte limit", len(text), engine.MaxDecisionTextBytes)
+	if len(text) > gated.MaxDecisionTextBytes {
+		return answer{}, nil, fmt.Errorf("the answer is %d bytes, over the %d byte limit", len(text), gated.MaxDecisionTextBytes)
 	}
 	lines := strings.Split(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	first := 0
@@ -65,9 +65,9 @@ func readDecision(text string) (answer, []string, error) {
 	// rejects; a line the host would not read as it looks gets a repair,
 	// and so does an approving line that a later line overrules.
 	var why string
-	a.decision, why = engine.ParseDecision(text)
-	if a.decision != engine.DecisionApprove && decisionWord(lines[first]) != "reject" {
-		if d, _ := engine.ParseDecision(lines[first]); d == engine.DecisionApprove {
+	a.decision, why = gated.ParseDecision(text)
+	if a.decision != gated.DecisionApprove && decisionWord(lines[first]) != "reject" {
+		if d, _ := gated.ParseDecision(lines[first]); d == gated.DecisionApprove {
 			return answer{}, nil, fmt.Errorf("gated reads the answer as a rejection: %s", why)
 		}
 		return answer{}, nil, fmt.Errorf("the first line %q is not \"Decision: approve\" or \"Decision: reject\"", clip(strings.TrimSpace(lines[first]), 120))
@@ -76,8 +76,8 @@ func readDecision(text string) (answer, []string, error) {
 }
 
 // readGatesAndNotes reads the gate lines up to Notes, and the notes.
-func readGatesAndNotes(lines []string) ([]engine.GateResult, string) {
-	var gates []engine.GateResult
+func readGatesAndNotes(lines []string) ([]gated.GateResult, string) {
+	var gates []gated.GateResult
 	for i := range lines {
 		line := strings.TrimSpace(lines[i])
 		if rest, ok := cutLabel(line, "notes"); ok {
@@ -120,10 +120,10 @@ func cutLabel(line, label string) (string, bool) {
 // parseGateLine reads "- name: pass — evidence" (also with *, or
 // "passed", "failed", bold or code markup, and -, – or : before the
 // evidence). A gate passes only on an exact pass token, by the host's rule
-// (engine.GatePasses): "pass-ish", "passed?" or "pass/fail unknown" are
+// (gated.GatePasses): "pass-ish", "passed?" or "pass/fail unknown" are
 // not passes. A value that is neither an exact pass nor a fail is read as
 // a gate not passed, with the value as its detail.
-func parseGateLine(line string) (engine.GateResult, bool) {
+func parseGateLine(line string) (gated.GateResult, bool) {
 	var ok bool
 	for _, bullet := range []string{"- ", "* ", "• "} {
 		var rest string
@@ -133,18 +133,18 @@ func parseGateLine(line string) (engine.GateResult, bool) {
 		}
 	}
 	if !ok {
-		return engine.GateResult{}, false
+		return gated.GateResult{}, false
 	}
 	name, rest, ok := strings.Cut(line, ":")
 	if !ok {
-		return engine.GateResult{}, false
+		return gated.GateResult{}, false
 	}
 	name = strings.Trim(strings.TrimSpace(name), "*` ")
 	if name == "" || strings.ContainsAny(name, " \t") {
-		return engine.GateResult{}, false
+		return gated.GateResult{}, false
 	}
-	g := engine.GateResult{Name: name}
-	if detail, ok := engine.GatePasses(rest); ok {
+	g := gated.GateResult{Name: name}
+	if detail, ok := gated.GatePasses(rest); ok {
 		g.Passed, g.Detail = true, detail
 		return g, true
 	}
@@ -174,8 +174,8 @@ func clip(s string, n int) string {
 
 // runAnswer is the structured part of an answer to a run review.
 type runAnswer struct {
-	criteria    []engine.CriterionEval
-	comments    []engine.Comment
+	criteria    []gated.CriterionEval
+	comments    []gated.Comment
 	missingWork []string
 	guidance    string
 	warnings    []string
@@ -260,13 +260,13 @@ func parseRunAnswer(text string, rules runRules) (answer, error) {
 	if len(a.run.missingWork) > 0 || a.run.guidance != "" {
 		return a, nil
 	}
-	if a.decision != engine.DecisionApprove {
+	if a.decision != gated.DecisionApprove {
 		return answer{}, fmt.Errorf("the answer rejects the run but gives neither missing_work nor next_round_guidance; a rejection must say what the worker has to do")
 	}
 	if g := unpassedGate(a.gates, rules.gates); g != "" {
 		return answer{}, fmt.Errorf("the answer approves the run but does not report the gate %q as passed, which makes it a rejection, and it gives neither missing_work nor next_round_guidance; approve only with every gate passed, or reject and say what the worker has to do", g)
 	}
-	if err := engine.CheckGateLines(text, a.gates); err != nil {
+	if err := gated.CheckGateLines(text, a.gates); err != nil {
 		return answer{}, fmt.Errorf("the answer approves the run, but %w, which makes it a rejection, and it gives neither missing_work nor next_round_guidance; report each gate once, as exactly pass or fail", err)
 	}
 	return a, nil
@@ -275,7 +275,7 @@ func parseRunAnswer(text string, rules runRules) (answer, error) {
 // unpassedGate returns the first required gate that gates do not report
 // as passed, by the host's rule: a gate passes only if every report of it
 // passed.
-func unpassedGate(gates []engine.GateResult, required []string) string {
+func unpassedGate(gates []gated.GateResult, required []string) string {
 	passed := make(map[string]bool, len(gates))
 	for _, g := range gates {
 		prev, seen := passed[g.Name]
@@ -350,7 +350,7 @@ func decodeRunAnswer(body string, judge []string) (*runAnswer, error) {
 			return nil, fmt.Errorf("criteria[%d] (%s) has confidence %v; give a number from 0 to 1", i, id, *c.Confidence)
 		}
 		seen[id] = true
-		ev := engine.CriterionEval{ID: id, Pass: *c.Pass, Reason: strings.TrimSpace(c.Reason), Refs: c.Refs}
+		ev := gated.CriterionEval{ID: id, Pass: *c.Pass, Reason: strings.TrimSpace(c.Reason), Refs: c.Refs}
 		if c.Confidence != nil {
 			ev.Confidence = *c.Confidence
 		}
@@ -362,7 +362,7 @@ func decodeRunAnswer(body string, judge []string) (*runAnswer, error) {
 		}
 	}
 	for i, c := range w.Comments {
-		cm := engine.Comment{Path: strings.TrimSpace(c.Path), Line: c.Line, Body: strings.TrimSpace(c.Body)}
+		cm := gated.Comment{Path: strings.TrimSpace(c.Path), Line: c.Line, Body: strings.TrimSpace(c.Body)}
 		switch {
 		case cm.Path == "":
 			return nil, fmt.Errorf("comments[%d] has no path", i)

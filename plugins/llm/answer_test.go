@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -15,36 +16,36 @@ func TestParseAnswer(t *testing.T) {
 	tests := []struct {
 		note     string
 		text     string
-		decision engine.ReviewDecision
-		gates    []engine.GateResult
+		decision gated.ReviewDecision
+		gates    []gated.GateResult
 		notes    string
 		bad      string // part of the error; "" means it parses
 	}{
 		{
 			note:     "the documented format",
 			text:     "Decision: approve\nGates:\n- sop_covers: pass — SOP-001 covers it\n- rollback_known: fail — none written\nNotes: Check it.\nSecond line.",
-			decision: engine.DecisionApprove,
-			gates:    []engine.GateResult{{Name: "sop_covers", Passed: true, Detail: "SOP-001 covers it"}, {Name: "rollback_known", Detail: "none written"}},
+			decision: gated.DecisionApprove,
+			gates:    []gated.GateResult{{Name: "sop_covers", Passed: true, Detail: "SOP-001 covers it"}, {Name: "rollback_known", Detail: "none written"}},
 			notes:    "Check it.\nSecond line.",
 		},
 		{
 			note:     "markdown, passed/failed, other dashes, CRLF",
 			text:     "\r\n**Decision:** Reject\r\n**Gates:**\r\n* **sop_covers**: **passed** - SOP-2\r\n- `rollback_known`: FAILED – no rollback\r\n**Notes:** no",
-			decision: engine.DecisionReject,
-			gates:    []engine.GateResult{{Name: "sop_covers", Passed: true, Detail: "SOP-2"}, {Name: "rollback_known", Detail: "no rollback"}},
+			decision: gated.DecisionReject,
+			gates:    []gated.GateResult{{Name: "sop_covers", Passed: true, Detail: "SOP-2"}, {Name: "rollback_known", Detail: "no rollback"}},
 			notes:    "no",
 		},
 		{
 			note:     "a verdict that is neither pass nor fail is a gate not passed",
 			text:     "Decision: approve\n- sop_covers: probably — it looks covered\n- no_parallel_operation: pass\n- a bullet of prose: pass the salt",
-			decision: engine.DecisionApprove,
-			gates:    []engine.GateResult{{Name: "sop_covers", Detail: "probably — it looks covered"}, {Name: "no_parallel_operation", Passed: true}},
+			decision: gated.DecisionApprove,
+			gates:    []gated.GateResult{{Name: "sop_covers", Detail: "probably — it looks covered"}, {Name: "no_parallel_operation", Passed: true}},
 		},
 		{
 			note:     "only an exact pass token passes",
 			text:     "Decision: approve\n- a: pass-ish\n- b: passed?\n- c: pass/fail unknown\n- d: pass_unverified\n- e: pass if nothing else runs\n- f: pass.\n- g: **pass** (SOP-1)\n- h: Passed: yes",
-			decision: engine.DecisionApprove,
-			gates: []engine.GateResult{
+			decision: gated.DecisionApprove,
+			gates: []gated.GateResult{
 				{Name: "a", Detail: "pass-ish"}, {Name: "b", Detail: "passed?"}, {Name: "c", Detail: "pass/fail unknown"},
 				{Name: "d", Detail: "pass_unverified"}, {Name: "e", Detail: "pass if nothing else runs"}, {Name: "f", Detail: "pass."},
 				{Name: "g", Passed: true, Detail: "SOP-1"}, {Name: "h", Passed: true, Detail: "yes"},
@@ -53,7 +54,7 @@ func TestParseAnswer(t *testing.T) {
 		{
 			note:     "gate lines after Notes are notes",
 			text:     "Decision: approve\nNotes: fine\n- sop_covers: pass",
-			decision: engine.DecisionApprove,
+			decision: gated.DecisionApprove,
 			notes:    "fine\n- sop_covers: pass",
 		},
 		{note: "empty", text: " \n\t", bad: "empty"},
@@ -62,7 +63,7 @@ func TestParseAnswer(t *testing.T) {
 		{note: "bold label only", text: "**Decision:** approve\n- g: pass", bad: "is not"},
 		{note: "a later line changes the decision", text: "Decision: approve\n- g: pass\nDecision: reject", bad: "disagrees"},
 		{note: "a later line takes the approval back", text: "Decision: approve\n- g: pass\nNotes: scratch that.", bad: "scratch that"},
-		{note: "over the limit", text: "Decision: approve\n" + strings.Repeat("x", engine.MaxDecisionTextBytes), bad: "byte limit"},
+		{note: "over the limit", text: "Decision: approve\n" + strings.Repeat("x", gated.MaxDecisionTextBytes), bad: "byte limit"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
@@ -109,7 +110,7 @@ func FuzzParseAnswer(f *testing.F) {
 	}
 	rules := runRules{judge: []string{"design"}, gates: []string{"g"}}
 	f.Fuzz(func(t *testing.T, text string) {
-		host, _ := engine.ParseDecision(text)
+		host, _ := gated.ParseDecision(text)
 		if a, err := parseAnswer(text); err == nil {
 			if a.decision != host {
 				t.Fatalf("reviewer reads %q, host reads %q", a.decision, host)
@@ -152,7 +153,7 @@ func FuzzParseAnswer(f *testing.F) {
 			}
 		}
 		if len(r.missingWork) == 0 && r.guidance == "" {
-			if a.decision != engine.DecisionApprove {
+			if a.decision != gated.DecisionApprove {
 				t.Fatal("a rejection with neither missing work nor guidance was read")
 			}
 			res := engine.ReviewResult{Text: text, Decision: a.decision, Gates: a.gates}
@@ -169,7 +170,7 @@ func FuzzParseAnswer(f *testing.F) {
 }
 
 // refPassValue is an exact pass token and what may follow it, written
-// apart from engine.GatePasses; ASCII letters only, as (?i) would also
+// apart from gated.GatePasses; ASCII letters only, as (?i) would also
 // take "ſ" for "s".
 var refPassValue = func() string {
 	const p = "[pP][aA][sS][sS](?:[eE][dD])?"
@@ -205,7 +206,7 @@ func TestParseRunAnswer(t *testing.T) {
 		note     string
 		text     string
 		rules    *runRules
-		decision engine.ReviewDecision
+		decision gated.ReviewDecision
 		notes    string
 		want     runAnswer
 		bad      string // part of the error; "" means it parses
@@ -213,21 +214,21 @@ func TestParseRunAnswer(t *testing.T) {
 		{
 			note:     "approval; the block is left out of the notes",
 			text:     fmt.Sprintf(gates, "approve", "fine\nreally") + "\n" + block("{"+both+`,"warnings":["  w  "]}`) + "\n\nSigned.",
-			decision: engine.DecisionApprove,
+			decision: gated.DecisionApprove,
 			notes:    "fine\nreally\n\n\nSigned.",
 			want: runAnswer{
-				criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}},
+				criteria: []gated.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}},
 				warnings: []string{"w"},
 			},
 		},
 		{
 			note:     "rejection with comments on a line and on a file, CRLF, ```JSON",
 			text:     strings.ReplaceAll(fmt.Sprintf(gates, "reject", "no")+"``` JSON\n{"+both+`,"comments":[{"path":"a.go","line":3,"body":"b"},{"path":"b.go","line":null,"body":"c"},{"path":"c.go","body":"d"}],"missing_work":["x"],"next_round_guidance":" g "}`+"\n```", "\n", "\r\n"),
-			decision: engine.DecisionReject,
+			decision: gated.DecisionReject,
 			notes:    "no",
 			want: runAnswer{
-				criteria:    []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}},
-				comments:    []engine.Comment{{Path: "a.go", Line: line(3), Body: "b"}, {Path: "b.go", Body: "c"}, {Path: "c.go", Body: "d"}},
+				criteria:    []gated.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}},
+				comments:    []gated.Comment{{Path: "a.go", Line: line(3), Body: "b"}, {Path: "b.go", Body: "c"}, {Path: "c.go", Body: "d"}},
 				missingWork: []string{"x"},
 				guidance:    "g",
 			},
@@ -235,26 +236,26 @@ func TestParseRunAnswer(t *testing.T) {
 		{
 			note:     "rejection with guidance only",
 			text:     fmt.Sprintf(gates, "reject", "no") + block("{"+both+`,"next_round_guidance":"start over"}`),
-			decision: engine.DecisionReject, notes: "no",
-			want: runAnswer{criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}}, guidance: "start over"},
+			decision: gated.DecisionReject, notes: "no",
+			want: runAnswer{criteria: []gated.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}}, guidance: "start over"},
 		},
 		{
 			note:     "approval with missing work is read as written",
 			text:     fmt.Sprintf(gates, "approve", "ok") + block("{"+both+`,"missing_work":["y"]}`),
-			decision: engine.DecisionApprove, notes: "ok",
-			want: runAnswer{criteria: []engine.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}}, missingWork: []string{"y"}},
+			decision: gated.DecisionApprove, notes: "ok",
+			want: runAnswer{criteria: []gated.CriterionEval{{ID: "design", Pass: true, Confidence: 1}, {ID: "docs"}}, missingWork: []string{"y"}},
 		},
 		{
 			note:     "no criteria to judge",
 			text:     fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[]}`),
 			rules:    &runRules{gates: []string{"criteria_met"}},
-			decision: engine.DecisionApprove, notes: "ok",
+			decision: gated.DecisionApprove, notes: "ok",
 		},
 		{
 			note:     "approval with a failed criterion is read as written: the host rejects it",
 			text:     fmt.Sprintf(gates, "approve", "ok") + block(`{"criteria":[{"id":"design","pass":false,"reason":"no"},{"id":"docs","pass":true}]}`),
-			decision: engine.DecisionApprove, notes: "ok",
-			want: runAnswer{criteria: []engine.CriterionEval{{ID: "design", Reason: "no"}, {ID: "docs", Pass: true}}},
+			decision: gated.DecisionApprove, notes: "ok",
+			want: runAnswer{criteria: []gated.CriterionEval{{ID: "design", Reason: "no"}, {ID: "docs", Pass: true}}},
 		},
 		{note: "bad decision line first", text: "Looks good\n" + block("{"+both+"}"), bad: "is not"},
 		{note: "no block", text: fmt.Sprintf(gates, "approve", "ok"), bad: "no ```json block"},
@@ -303,9 +304,9 @@ func TestParseRunAnswer(t *testing.T) {
 				t.Errorf("decision %q, notes %q; want %q, %q", a.decision, a.notes, tc.decision, tc.notes)
 			}
 			got := *a.run
-			if !slices.EqualFunc(got.criteria, tc.want.criteria, func(x, y engine.CriterionEval) bool {
+			if !slices.EqualFunc(got.criteria, tc.want.criteria, func(x, y gated.CriterionEval) bool {
 				return x.ID == y.ID && x.Pass == y.Pass && x.Confidence == y.Confidence && x.Reason == y.Reason
-			}) || !slices.EqualFunc(got.comments, tc.want.comments, func(x, y engine.Comment) bool {
+			}) || !slices.EqualFunc(got.comments, tc.want.comments, func(x, y gated.Comment) bool {
 				return x.Path == y.Path && x.Body == y.Body && (x.Line == nil) == (y.Line == nil) && (x.Line == nil || *x.Line == *y.Line)
 			}) || !slices.Equal(got.missingWork, tc.want.missingWork) || got.guidance != tc.want.guidance || !slices.Equal(got.warnings, tc.want.warnings) {
 				t.Errorf("got %+v\nwant %+v", got, tc.want)

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/plugins/llm"
 )
 
@@ -85,7 +85,7 @@ func TestOpenAICompatibleProviders(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, approved, why := judge(res); !approved || res.Tokens != (engine.Tokens{Prompt: 7, Completion: 3}) {
+			if _, approved, why := judge(res); !approved || res.Tokens != (gated.Tokens{Prompt: 7, Completion: 3}) {
 				t.Fatalf("approved %v (%s), tokens %+v", approved, why, res.Tokens)
 			}
 			c := p.recorded()[0]

@@ -20,7 +20,7 @@ import (
 
 	"github.com/tmc/langchaingo/llms"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/plugins/sdk"
 )
@@ -365,7 +365,7 @@ func toolNote(refused bool, msg, partial string) string {
 // reject returns the rejection the reviewer writes itself when the model
 // gave no usable decision.
 func (s *session) reject(notes string) *sdk.Response {
-	s.res.Decision = engine.DecisionReject
+	s.res.Decision = gated.DecisionReject
 	s.res.Notes = notes
 	s.res.Text = "Decision: reject\nNotes: " + notes + "\n"
 	return s.res

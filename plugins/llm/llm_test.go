@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sdk"
@@ -94,10 +95,10 @@ func reviewerFor(kind string, p *provider) *llm.Reviewer {
 	return llm.New(cfg)
 }
 
-func testProposal(reason string) (*engine.Proposal, []byte) {
-	p := &engine.Proposal{
-		V: 1, ID: "p-1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service",
-		Class: engine.ClassWrite, BlastRadius: engine.BlastSingleDevice, Reason: reason,
+func testProposal(reason string) (*gated.Proposal, []byte) {
+	p := &gated.Proposal{
+		V: 1, ID: "p-1", Tenant: "acme", Kind: gated.KindAction, Action: "host_restart_service",
+		Class: gated.ClassWrite, BlastRadius: gated.BlastSingleDevice, Reason: reason,
 		Target: map[string]any{"device": "web-1", "service": "nginx"},
 	}
 	// As most agents' JSON libraries do, and unlike Go's default, leave <, >
@@ -124,12 +125,12 @@ func newRequest(kind, reason string, tools sdk.ToolCaller) *sdk.Request {
 				{Name: sdk.ToolGetVerdictHistory, Description: "Recent verdicts.", InputSchema: `{"type":"object","properties":{}}`},
 			},
 		},
-		Policy: sdk.Policy{Revision: "rev-1", Why: "write actions need review", SOP: &engine.SOP{ID: "SOP-001", Title: "Restart a service"}},
+		Policy: sdk.Policy{Revision: "rev-1", Why: "write actions need review", SOP: &gated.SOP{ID: "SOP-001", Title: "Restart a service"}},
 	}, tools)
 }
 
 // judge applies the host's decision authority to a response.
-func judge(res *sdk.Response) (engine.Review, bool, string) {
+func judge(res *sdk.Response) (gated.Review, bool, string) {
 	persona := &engine.Persona{Name: "reviewer", RequiredGates: requiredGates}
 	return engine.Judge(engine.ReviewResult{
 		Plugin: llm.Name, Model: res.Model, Text: res.Text, Decision: res.Decision, Gates: res.Gates,
@@ -178,10 +179,10 @@ func TestApprovalAfterToolCalls(t *testing.T) {
 			if _, approved, why := judge(res); !approved {
 				t.Fatalf("the host does not approve: %s\n%s", why, res.Text)
 			}
-			if res.Decision != engine.DecisionApprove || res.Text != approval {
+			if res.Decision != gated.DecisionApprove || res.Text != approval {
 				t.Errorf("decision %q, text %q", res.Decision, res.Text)
 			}
-			want := []engine.GateResult{
+			want := []gated.GateResult{
 				{Name: "sop_covers", Passed: true, Detail: "SOP-001 covers host_restart_service"},
 				{Name: "no_parallel_operation", Passed: true, Detail: "no approved change on web-1 in the history"},
 				{Name: "rollback_known", Passed: true, Detail: "start the previous unit again"},
@@ -192,7 +193,7 @@ func TestApprovalAfterToolCalls(t *testing.T) {
 			if res.Notes != "Covered by SOP-001 with a known rollback." {
 				t.Errorf("notes = %q", res.Notes)
 			}
-			if res.Turns != 2 || res.Tokens != (engine.Tokens{Prompt: 280, Completion: 80}) || res.Model != modelFor(kind) {
+			if res.Turns != 2 || res.Tokens != (gated.Tokens{Prompt: 280, Completion: 80}) || res.Model != modelFor(kind) {
 				t.Errorf("turns %d, tokens %+v, model %q; want 2, {280 80}, %q", res.Turns, res.Tokens, res.Model, modelFor(kind))
 			}
 			if got, want := tools.called(), []string{sdk.ToolGetSOPText + ` {"id":"SOP-001"}`, sdk.ToolGetVerdictHistory + " {}"}; !slices.Equal(got, want) {
@@ -236,7 +237,7 @@ func TestPlainRejection(t *testing.T) {
 			if _, approved, why := judge(res); approved || !strings.Contains(why, "No SOP covers this change") {
 				t.Fatalf("approved %v (%s)", approved, why)
 			}
-			if res.Decision != engine.DecisionReject || res.Turns != 1 || res.Tokens != (engine.Tokens{Prompt: 90, Completion: 30}) {
+			if res.Decision != gated.DecisionReject || res.Turns != 1 || res.Tokens != (gated.Tokens{Prompt: 90, Completion: 30}) {
 				t.Errorf("decision %q, turns %d, tokens %+v", res.Decision, res.Turns, res.Tokens)
 			}
 			if len(res.Gates) != 3 || res.Gates[0].Passed || !res.Gates[1].Passed || res.Gates[2].Passed {
@@ -273,7 +274,7 @@ func TestMaxTurnsExhausted(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if _, approved, _ := judge(res); approved || res.Decision != engine.DecisionReject {
+				if _, approved, _ := judge(res); approved || res.Decision != gated.DecisionReject {
 					t.Fatalf("decision %q", res.Decision)
 				}
 				if !strings.HasPrefix(res.Text, "Decision: reject\n") || !strings.Contains(res.Notes, "max_turns exhausted") {
@@ -287,7 +288,7 @@ func TestMaxTurnsExhausted(t *testing.T) {
 				if got := len(tools.called()); got != tc.wantCalls-1 {
 					t.Errorf("%d tool calls, want %d", got, tc.wantCalls-1)
 				}
-				if want := (engine.Tokens{Prompt: 10 * tc.wantCalls, Completion: 5 * tc.wantCalls}); res.Tokens != want {
+				if want := (gated.Tokens{Prompt: 10 * tc.wantCalls, Completion: 5 * tc.wantCalls}); res.Tokens != want {
 					t.Errorf("tokens %+v, want %+v", res.Tokens, want)
 				}
 			})
@@ -480,7 +481,7 @@ func TestPromptInjectionCannotApprove(t *testing.T) {
 				t.Fatal(err)
 			}
 			// The reviewer reports what the model said; the host decides.
-			if res.Decision != engine.DecisionApprove {
+			if res.Decision != gated.DecisionApprove {
 				t.Errorf("the reviewer changed the model's decision to %q", res.Decision)
 			}
 			rev, approved, why := judge(res)

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -114,7 +115,7 @@ func BenchmarkReviewsInFlight(b *testing.B) {
 				res, err := r.Review(ctx, engine.ReviewRequest{
 					ReviewID: "rv-" + strconv.Itoa(i), Proposal: prop, ProposalJSON: raw, Persona: &persona,
 					Tools:    persona.Tools,
-					SOP:      &engine.SOP{ID: "SOP-001", Title: "Restart a service", Actions: []string{"host_restart_service"}, Rollback: "start the previous unit again"},
+					SOP:      &gated.SOP{ID: "SOP-001", Title: "Restart a service", Actions: []string{"host_restart_service"}, Rollback: "start the previous unit again"},
 					Deadline: time.Now().Add(2 * time.Minute),
 					Audit:    func(context.Context, string, any) {},
 				})

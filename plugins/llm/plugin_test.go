@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap/zaptest"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins"
 	"github.com/gated/gated/plugins/llm"
@@ -66,7 +67,7 @@ func TestReviewThroughTheHost(t *testing.T) {
 	res, err := r.Review(ctx, engine.ReviewRequest{
 		ReviewID: "rv-e2e", Proposal: prop, ProposalJSON: raw, Persona: persona,
 		Tools:    []string{sdk.ToolGetSOPText},
-		SOP:      &engine.SOP{ID: "SOP-001", Title: "Restart a service", Actions: []string{"host_restart_service"}, Rollback: "start the previous unit again"},
+		SOP:      &gated.SOP{ID: "SOP-001", Title: "Restart a service", Actions: []string{"host_restart_service"}, Rollback: "start the previous unit again"},
 		Deadline: time.Now().Add(30 * time.Second),
 		Audit: func(_ context.Context, event string, data any) {
 			m, _ := data.(map[string]any)
@@ -84,7 +85,7 @@ func TestReviewThroughTheHost(t *testing.T) {
 	if _, approved, why := engine.Judge(res, persona); !approved {
 		t.Fatalf("not approved: %s\n%s", why, res.Text)
 	}
-	if res.Turns != 2 || res.Tokens != (engine.Tokens{Prompt: 420, Completion: 95}) || res.Model != persona.Model {
+	if res.Turns != 2 || res.Tokens != (gated.Tokens{Prompt: 420, Completion: 95}) || res.Model != persona.Model {
 		t.Errorf("turns %d, tokens %+v, model %q", res.Turns, res.Tokens, res.Model)
 	}
 
@@ -169,7 +170,7 @@ func TestRunReviewThroughTheHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Decision != engine.DecisionReject || res.PID == os.Getpid() {
+	if res.Decision != gated.DecisionReject || res.PID == os.Getpid() {
 		t.Fatalf("decision %q in pid %d", res.Decision, res.PID)
 	}
 	if len(res.Criteria) != 2 || res.Criteria[0].ID != "design" || !res.Criteria[0].Pass || res.Criteria[1].Pass || res.Criteria[1].Confidence != 0.95 {

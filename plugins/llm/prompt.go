@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/sdk"
 )
@@ -179,7 +180,7 @@ func runBriefing(req *sdk.Request) (string, []string) {
 	p := proposalOf(req)
 	run := p.Run
 	if run == nil {
-		run = &engine.Run{}
+		run = &gated.Run{}
 	}
 	lim := rc.Limits.WithDefaults()
 	round := rc.Round
@@ -249,7 +250,7 @@ func runBriefing(req *sdk.Request) (string, []string) {
 	}
 	fmt.Fprintf(&b, " The worker reports the run as %s; its summary, diff and test output are in <run>.", jsonString(run.Status))
 	switch {
-	case run.Status == engine.RunCompleted:
+	case run.Status == gated.RunCompleted:
 	case engine.StatusAccepted(run.Status, rc.AcceptedStatus):
 		fmt.Fprintf(&b, " The policy accepts a run of this task that ended %s: judge the work as it stands.", jsonString(run.Status))
 	default:
@@ -329,8 +330,8 @@ func runFormat(gates, aiReview []string) string {
 // criteriaView is the <criteria> block: the proposal's criteria, each
 // with its judge and, for a deterministic one, the policy's result.
 // Results of criteria the proposal does not list follow them.
-func criteriaView(criteria []engine.Criterion, rc *engine.RunContext) []criterionView {
-	results := make(map[string]engine.CriterionEval, len(rc.Criteria))
+func criteriaView(criteria []gated.Criterion, rc *gated.RunContext) []criterionView {
+	results := make(map[string]gated.CriterionEval, len(rc.Criteria))
 	for _, e := range rc.Criteria {
 		results[e.ID] = e
 	}
@@ -338,9 +339,9 @@ func criteriaView(criteria []engine.Criterion, rc *engine.RunContext) []criterio
 		switch {
 		case slices.Contains(rc.AIReview, id):
 			return judgeYou
-		case slices.Contains(rc.Manual, id) || kind == engine.CriterionManual:
+		case slices.Contains(rc.Manual, id) || kind == gated.CriterionManual:
 			return judgeOperator
-		case kind == engine.CriterionAIReview:
+		case kind == gated.CriterionAIReview:
 			return judgeOther
 		}
 		return judgePolicy
@@ -372,7 +373,7 @@ func criteriaView(criteria []engine.Criterion, rc *engine.RunContext) []criterio
 	for _, id := range rc.AIReview {
 		if !listed[id] {
 			listed[id] = true
-			out = append(out, criterionView{ID: id, Kind: engine.CriterionAIReview, JudgedBy: judgeYou})
+			out = append(out, criterionView{ID: id, Kind: gated.CriterionAIReview, JudgedBy: judgeYou})
 		}
 	}
 	return out
@@ -382,11 +383,11 @@ func criteriaView(criteria []engine.Criterion, rc *engine.RunContext) []criterio
 // spelled out and long texts cut. Past maxPromptFindings, open findings
 // are kept first; it returns how many findings, and how many open ones,
 // were left out.
-func findingsView(findings []engine.Finding, maxBytes int) (shown []engine.Finding, hidden, hiddenOpen int) {
-	out := make([]engine.Finding, 0, len(findings))
+func findingsView(findings []gated.Finding, maxBytes int) (shown []gated.Finding, hidden, hiddenOpen int) {
+	out := make([]gated.Finding, 0, len(findings))
 	for _, f := range findings {
 		if f.Open() {
-			f.Status = engine.FindingOpen
+			f.Status = gated.FindingOpen
 		}
 		f.Body = clip(f.Body, maxBytes)
 		f.Resolution = clip(f.Resolution, maxBytes)
@@ -395,7 +396,7 @@ func findingsView(findings []engine.Finding, maxBytes int) (shown []engine.Findi
 	if len(out) <= maxPromptFindings {
 		return out, 0, 0
 	}
-	slices.SortStableFunc(out, func(a, b engine.Finding) int {
+	slices.SortStableFunc(out, func(a, b gated.Finding) int {
 		switch {
 		case a.Open() == b.Open():
 			return 0
@@ -414,11 +415,11 @@ func findingsView(findings []engine.Finding, maxBytes int) (shown []engine.Findi
 
 // proposalOf returns the request's proposal, decoding ProposalJSON when
 // the host sent no decoded one.
-func proposalOf(req *sdk.Request) *engine.Proposal {
+func proposalOf(req *sdk.Request) *gated.Proposal {
 	if req.Proposal != nil {
 		return req.Proposal
 	}
-	p := &engine.Proposal{}
+	p := &gated.Proposal{}
 	_ = json.Unmarshal(req.ProposalJSON, p)
 	return p
 }

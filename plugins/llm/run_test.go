@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/llm"
 	"github.com/gated/gated/plugins/sdk"
@@ -29,10 +30,10 @@ const (
 
 // priorFindings are what round 1 asked for: one still open, one the
 // worker says it resolved.
-func priorFindings() []engine.Finding {
-	return []engine.Finding{
-		{ID: "r1-f1", Body: "add a test for the empty input", Criterion: "design", Status: engine.FindingOpen},
-		{ID: "r1-f2", Body: "handle the error of strconv.Atoi", Path: "parse.go", Line: intp(12), Status: engine.FindingResolved, Resolution: "Parse now returns the error wrapped"},
+func priorFindings() []gated.Finding {
+	return []gated.Finding{
+		{ID: "r1-f1", Body: "add a test for the empty input", Criterion: "design", Status: gated.FindingOpen},
+		{ID: "r1-f2", Body: "handle the error of strconv.Atoi", Path: "parse.go", Line: intp(12), Status: gated.FindingResolved, Resolution: "Parse now returns the error wrapped"},
 	}
 }
 
@@ -40,21 +41,21 @@ func intp(n int) *int { return &n }
 
 // runRequest is round 2 of 5 of a run review by the run-reviewer persona.
 func runRequest(kind, diff string) *sdk.Request {
-	p := &engine.Proposal{
-		V: 1, ID: "run-42-r2", Tenant: "acme", Kind: engine.KindRun, Action: "agent_run",
-		Class: engine.ClassWrite, Reason: "task-7 is done: Parse rejects empty input",
-		RequestedBy: &engine.RequestedBy{Agent: "coder-1"},
-		Criteria: []engine.Criterion{
-			{ID: "tests", Description: "the unit tests pass", Required: true, Kind: engine.CriterionCommandResult,
+	p := &gated.Proposal{
+		V: 1, ID: "run-42-r2", Tenant: "acme", Kind: gated.KindRun, Action: "agent_run",
+		Class: gated.ClassWrite, Reason: "task-7 is done: Parse rejects empty input",
+		RequestedBy: &gated.RequestedBy{Agent: "coder-1"},
+		Criteria: []gated.Criterion{
+			{ID: "tests", Description: "the unit tests pass", Required: true, Kind: gated.CriterionCommandResult,
 				Params: map[string]any{"exit_code": 0}, Evidence: map[string]any{"command": "go test ./...", "exit_code": 0}},
-			{ID: "readme", Description: "README mentions empty input", Kind: engine.CriterionFileContains,
+			{ID: "readme", Description: "README mentions empty input", Kind: gated.CriterionFileContains,
 				Params: map[string]any{"path": "README.md", "text": "empty"}},
-			{ID: "design", Description: "Parse rejects empty input with errEmpty, as the design note says", Required: true, Kind: engine.CriterionAIReview},
-			{ID: "docs", Description: "the change is documented", Kind: engine.CriterionAIReview},
-			{ID: "signoff", Description: "the owner signs off", Required: true, Kind: engine.CriterionManual},
+			{ID: "design", Description: "Parse rejects empty input with errEmpty, as the design note says", Required: true, Kind: gated.CriterionAIReview},
+			{ID: "docs", Description: "the change is documented", Kind: gated.CriterionAIReview},
+			{ID: "signoff", Description: "the owner signs off", Required: true, Kind: gated.CriterionManual},
 		},
-		Run: &engine.Run{
-			RunID: "run-42", TaskID: "task-7", Status: engine.RunCompleted, Round: 2, Worker: "coder-1",
+		Run: &gated.Run{
+			RunID: "run-42", TaskID: "task-7", Status: gated.RunCompleted, Round: 2, Worker: "coder-1",
 			Summary: "Parse now rejects empty input.", Diff: diff, TestOutput: runTestOutput,
 		},
 	}
@@ -70,16 +71,16 @@ func runRequest(kind, diff string) *sdk.Request {
 			Tools: []sdk.Tool{{Name: sdk.ToolGetProposal, Description: "The proposal.", InputSchema: `{"type":"object","properties":{}}`}},
 		},
 		Policy: sdk.Policy{Revision: "rev-9", Why: "run review policy always reviews completed runs"},
-		Run: &engine.RunContext{
+		Run: &gated.RunContext{
 			Round: 2, MaxRounds: 5,
-			Criteria: []engine.CriterionEval{
-				{ID: "tests", Pass: true, Reason: `"go test ./..." exited 0, expected 0`, Kind: engine.CriterionCommandResult, Required: true, JudgedBy: engine.JudgedByPolicy},
-				{ID: "readme", Pass: false, Reason: "README.md does not contain \"empty\"", Kind: engine.CriterionFileContains, JudgedBy: engine.JudgedByPolicy},
+			Criteria: []gated.CriterionEval{
+				{ID: "tests", Pass: true, Reason: `"go test ./..." exited 0, expected 0`, Kind: gated.CriterionCommandResult, Required: true, JudgedBy: gated.JudgedByPolicy},
+				{ID: "readme", Pass: false, Reason: "README.md does not contain \"empty\"", Kind: gated.CriterionFileContains, JudgedBy: gated.JudgedByPolicy},
 			},
 			AIReview:      []string{"design", "docs"},
 			Manual:        []string{"signoff"},
 			PriorFindings: priorFindings(),
-			Limits:        engine.RunLimits{MaxItems: 10, MaxItemBytes: 1024, MaxGuidanceBytes: 4096},
+			Limits:        gated.RunLimits{MaxItems: 10, MaxItemBytes: 1024, MaxGuidanceBytes: 4096},
 		},
 	}, newFakeTools())
 }
@@ -106,7 +107,7 @@ var runRejection = runAnswer("reject",
  "warnings":[]}`)
 
 // judgeRun applies the host's decision authority to a run review's response.
-func judgeRun(res *sdk.Response) (engine.Review, bool, string) {
+func judgeRun(res *sdk.Response) (gated.Review, bool, string) {
 	persona := &engine.Persona{Name: "run-reviewer", RequiredGates: runGates}
 	return engine.Judge(engine.ReviewResult{
 		Plugin: llm.Name, Model: res.Model, Text: res.Text, Decision: res.Decision, Gates: res.Gates,
@@ -125,10 +126,10 @@ func TestRunApproval(t *testing.T) {
 			if _, approved, why := judgeRun(res); !approved {
 				t.Fatalf("the host does not approve: %s\n%s", why, res.Text)
 			}
-			if res.Decision != engine.DecisionApprove || res.Text != runApproval || res.Turns != 1 {
+			if res.Decision != gated.DecisionApprove || res.Text != runApproval || res.Turns != 1 {
 				t.Errorf("decision %q, turns %d, text %q", res.Decision, res.Turns, res.Text)
 			}
-			want := []engine.CriterionEval{
+			want := []gated.CriterionEval{
 				{ID: "design", Pass: true, Confidence: 0.9, Reason: "returns errEmpty", Refs: []string{"parse.go:11"}},
 				{ID: "docs", Pass: true, Confidence: 0.75, Reason: "README updated", Refs: []string{}},
 			}
@@ -160,7 +161,7 @@ func TestRunRejectionWithMissingWorkAndComments(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, approved, _ := judgeRun(res); approved || res.Decision != engine.DecisionReject {
+			if _, approved, _ := judgeRun(res); approved || res.Decision != gated.DecisionReject {
 				t.Fatalf("approved %v, decision %q", approved, res.Decision)
 			}
 			if want := []string{"r1-f1: add a test for the empty input", "document errEmpty in README.md"}; !slices.Equal(res.MissingWork, want) {
@@ -257,7 +258,7 @@ func TestRunPromptCarriesTheRun(t *testing.T) {
 				t.Errorf("<criteria> reads %v\nwant %v", got, want)
 			}
 
-			var findings []engine.Finding
+			var findings []gated.Finding
 			mustDecode(t, blocks["prior_findings"], &findings)
 			if len(findings) != 2 || findings[0].ID != "r1-f1" || findings[0].Status != "open" || findings[0].Body != "add a test for the empty input" ||
 				findings[1].ID != "r1-f2" || findings[1].Status != "resolved" || findings[1].Resolution != "Parse now returns the error wrapped" ||
@@ -317,22 +318,22 @@ func TestRunAnswerRepairTurn(t *testing.T) {
 		wantErr string
 		// wantWhy is what the repair turn says was wrong.
 		wantWhy  string
-		decision engine.ReviewDecision
+		decision gated.ReviewDecision
 	}{
-		{note: "malformed JSON, then repaired", answers: []string{malformed, runApproval}, wantWhy: "the ```json block is not the object asked for: invalid character ']'", decision: engine.DecisionApprove},
-		{note: "no block, then repaired", answers: []string{"Decision: reject\nNotes: not done", runRejection}, wantWhy: "no ```json block", decision: engine.DecisionReject},
+		{note: "malformed JSON, then repaired", answers: []string{malformed, runApproval}, wantWhy: "the ```json block is not the object asked for: invalid character ']'", decision: gated.DecisionApprove},
+		{note: "no block, then repaired", answers: []string{"Decision: reject\nNotes: not done", runRejection}, wantWhy: "no ```json block", decision: gated.DecisionReject},
 		{note: "rejection without missing work, then repaired", answers: []string{
 			runAnswer("reject", "", "no", `{"criteria":[{"id":"design","pass":false},{"id":"docs","pass":false}],"missing_work":[],"next_round_guidance":""}`),
 			runRejection,
-		}, wantWhy: "neither missing_work nor next_round_guidance", decision: engine.DecisionReject},
+		}, wantWhy: "neither missing_work nor next_round_guidance", decision: gated.DecisionReject},
 		{note: "unknown criterion, then repaired", answers: []string{
 			runAnswer("approve", "", "ok", `{"criteria":[{"id":"design","pass":true},{"id":"docs","pass":true},{"id":"tests","pass":true}]}`),
 			runApproval,
-		}, wantWhy: `"tests" is not a criterion you were asked to judge`, decision: engine.DecisionApprove},
+		}, wantWhy: `"tests" is not a criterion you were asked to judge`, decision: gated.DecisionApprove},
 		{note: "approval with a failed gate and nothing to do, then repaired", answers: []string{
 			runAnswer("approve", "- criteria_met: pass — ok\n- prior_findings_closed: fail — r1-f1 is open", "ok", `{"criteria":[{"id":"design","pass":true},{"id":"docs","pass":true}]}`),
 			runRejection,
-		}, wantWhy: `does not report the gate "prior_findings_closed" as passed`, decision: engine.DecisionReject},
+		}, wantWhy: `does not report the gate "prior_findings_closed" as passed`, decision: gated.DecisionReject},
 		{note: "malformed twice", answers: []string{malformed, malformed}, wantErr: "after one repair turn", wantWhy: "not the object asked for"},
 		{note: "prose, then malformed", answers: []string{"The run looks good.", malformed}, wantErr: "not the object asked for", wantWhy: `the first line "The run looks good."`},
 	}
@@ -421,8 +422,8 @@ func mustDecode(t *testing.T, s string, v any) {
 	}
 }
 
-func criteriaEqual(a, b []engine.CriterionEval) bool {
-	return slices.EqualFunc(a, b, func(x, y engine.CriterionEval) bool {
+func criteriaEqual(a, b []gated.CriterionEval) bool {
+	return slices.EqualFunc(a, b, func(x, y gated.CriterionEval) bool {
 		return x.ID == y.ID && x.Pass == y.Pass && x.Confidence == y.Confidence && x.Reason == y.Reason && slices.Equal(x.Refs, y.Refs)
 	})
 }

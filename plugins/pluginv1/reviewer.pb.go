@@ -452,7 +452,7 @@ type PolicyContext struct {
 	// Recent verdicts on the same tenant and target (JSON array).
 	HistoryJson []byte `protobuf:"bytes,5,opt,name=history_json,json=historyJson,proto3" json:"history_json,omitempty"`
 	// The run context of a review of a kind run proposal: JSON of gated's
-	// engine.RunContext (round, max_rounds, the policy's judgement of the
+	// gated.RunContext (round, max_rounds, the policy's judgement of the
 	// deterministic criteria, the ai_review criteria the reviewer must judge,
 	// the manual criteria an operator will judge, the findings of earlier
 	// rounds and the limits on the answer). Empty for an action review.

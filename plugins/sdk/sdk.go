@@ -55,7 +55,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/plugins/pluginv1"
 )
 
@@ -86,7 +86,7 @@ type Request struct {
 	ReviewID string
 	// Proposal is the decoded proposal; ProposalJSON the bytes the agent
 	// published.
-	Proposal     *engine.Proposal
+	Proposal     *gated.Proposal
 	ProposalJSON []byte
 	Persona      Persona
 	Policy       Policy
@@ -95,7 +95,7 @@ type Request struct {
 	// policy's judgement of the deterministic criteria, the criteria the
 	// reviewer must judge, and the findings of earlier rounds. Nil for an
 	// action review. See "Reviewing runs" in the package documentation.
-	Run *engine.RunContext
+	Run *gated.RunContext
 
 	tools pluginv1.ToolHostClient
 	// caller replaces tools in tests (NewRequest).
@@ -127,7 +127,7 @@ type Policy struct {
 	Revision string
 	Why      string
 	// SOP is the catalog entry covering the action, nil when none does.
-	SOP         *engine.SOP
+	SOP         *gated.SOP
 	DeniedTools []string
 	// History is the JSON array of recent verdicts on the same target.
 	History json.RawMessage
@@ -136,27 +136,27 @@ type Policy struct {
 // Response is the reviewer's answer.
 type Response struct {
 	// Text must start with the decision line: "Decision: approve" or
-	// "Decision: reject" (see engine.ParseDecision). No later line may
+	// "Decision: reject" (see gated.ParseDecision). No later line may
 	// change or take back an approval, or say no or not sure, and a line
 	// in Text about a gate must agree with Gates (see
-	// engine.CheckGateLines).
+	// gated.CheckGateLines).
 	Text string
 	// Decision must agree with Text.
-	Decision     engine.ReviewDecision
-	Gates        []engine.GateResult
+	Decision     gated.ReviewDecision
+	Gates        []gated.GateResult
 	SOPID        string
 	RollbackPath string
 	Notes        string
 	Model        string
 	Turns        int
-	Tokens       engine.Tokens
+	Tokens       gated.Tokens
 	// Criteria are the reviewer's judgements of the run's ai_review
 	// criteria (Request.Run.AIReview), by id. Kind, Required and JudgedBy
 	// are filled in by the host.
-	Criteria []engine.CriterionEval
+	Criteria []gated.CriterionEval
 	// Comments are remarks on the run's diff. A nil Line, or one below 1,
 	// is a remark on the file as a whole.
-	Comments []engine.Comment
+	Comments []gated.Comment
 	// MissingWork lists what the worker must still do; it must be empty in
 	// an approval of a run. NextRoundGuidance is advice for the next round.
 	// A rejected run needs at least one of the two.

@@ -21,7 +21,7 @@ import (
 	"github.com/hashicorp/go-plugin"
 	"google.golang.org/grpc"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/plugins/internal/wire"
 	"github.com/gated/gated/plugins/pluginv1"
@@ -258,7 +258,7 @@ func recoverInto(err *error) {
 }
 
 func requestFromWire(in *pluginv1.ReviewRequest) (*Request, error) {
-	var p engine.Proposal
+	var p gated.Proposal
 	if err := json.Unmarshal(in.GetProposalJson(), &p); err != nil {
 		return nil, fmt.Errorf("decoding proposal: %w", err)
 	}
@@ -293,10 +293,10 @@ func requestFromWire(in *pluginv1.ReviewRequest) (*Request, error) {
 // RunFromWire decodes the run context the host sends with the review of a
 // kind run proposal (PolicyContext.run_json). Empty input is an action
 // review: nil and no error. Anything but one JSON object of the
-// engine.RunContext schema is an error wrapping ErrMalformedRun: Serve
+// gated.RunContext schema is an error wrapping ErrMalformedRun: Serve
 // fails the review with it, and the host reads the failure as an error
 // verdict, never as an approval.
-func RunFromWire(raw []byte) (*engine.RunContext, error) {
+func RunFromWire(raw []byte) (*gated.RunContext, error) {
 	if len(raw) == 0 {
 		return nil, nil
 	}
@@ -304,7 +304,7 @@ func RunFromWire(raw []byte) (*engine.RunContext, error) {
 		return nil, fmt.Errorf("%w: want a JSON object", ErrMalformedRun)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
-	var run engine.RunContext
+	var run gated.RunContext
 	if err := dec.Decode(&run); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrMalformedRun, err)
 	}
@@ -315,11 +315,11 @@ func RunFromWire(raw []byte) (*engine.RunContext, error) {
 }
 
 // SOPFromWire converts a wire SOP; nil stays nil.
-func SOPFromWire(s *pluginv1.Sop) *engine.SOP {
+func SOPFromWire(s *pluginv1.Sop) *gated.SOP {
 	if s == nil {
 		return nil
 	}
-	return &engine.SOP{ID: s.GetId(), Title: s.GetTitle(), Actions: s.GetActions(), Rollback: s.GetRollback(), Steps: s.GetSteps()}
+	return &gated.SOP{ID: s.GetId(), Title: s.GetTitle(), Actions: s.GetActions(), Rollback: s.GetRollback(), Steps: s.GetSteps()}
 }
 
 // responseToWire converts a response. Strings are made valid UTF-8 (gRPC
@@ -341,9 +341,9 @@ func responseToWire(r *Response) *pluginv1.ReviewResponse {
 		Usage: &pluginv1.Usage{PromptTokens: uint32(max(r.Tokens.Prompt, 0)), CompletionTokens: uint32(max(r.Tokens.Completion, 0))},
 	}
 	switch r.Decision {
-	case engine.DecisionApprove:
+	case gated.DecisionApprove:
 		out.Decision = pluginv1.Decision_DECISION_APPROVE
-	case engine.DecisionReject:
+	case gated.DecisionReject:
 		out.Decision = pluginv1.Decision_DECISION_REJECT
 	}
 	for _, g := range r.Gates {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/plugins/pluginv1"
 )
 
@@ -15,16 +15,16 @@ func TestRunFromWire(t *testing.T) {
 	tests := []struct {
 		note string
 		raw  string
-		want *engine.RunContext
+		want *gated.RunContext
 		bad  bool
 	}{
 		{note: "empty is an action review", raw: ""},
 		{note: "a run context", raw: `{"round":2,"max_rounds":5,"ai_review":["style"],"prior_findings":[{"id":"r1-f1","body":"b","line":null},{"id":"r1-f2","body":"c","line":7}],"limits":{"max_items":20,"max_item_bytes":2048,"max_guidance_bytes":8192}}`,
-			want: &engine.RunContext{Round: 2, MaxRounds: 5, AIReview: []string{"style"},
-				PriorFindings: []engine.Finding{{ID: "r1-f1", Body: "b"}, {ID: "r1-f2", Body: "c", Line: ptr(7)}},
-				Limits:        engine.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192}}},
+			want: &gated.RunContext{Round: 2, MaxRounds: 5, AIReview: []string{"style"},
+				PriorFindings: []gated.Finding{{ID: "r1-f1", Body: "b"}, {ID: "r1-f2", Body: "c", Line: ptr(7)}},
+				Limits:        gated.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192}}},
 		// A newer gated may send more: unknown fields are not an error.
-		{note: "an unknown field", raw: ` {"round":1,"later":true} `, want: &engine.RunContext{Round: 1}},
+		{note: "an unknown field", raw: ` {"round":1,"later":true} `, want: &gated.RunContext{Round: 1}},
 		{note: "truncated", raw: `{"round":`, bad: true},
 		{note: "null", raw: `null`, bad: true},
 		{note: "blank", raw: "  \n", bad: true},
@@ -72,11 +72,11 @@ func TestRequestFromWireCarriesTheRun(t *testing.T) {
 }
 
 func TestResponseToWireLinesAndWarnings(t *testing.T) {
-	comments := []engine.Comment{{Path: "a", Line: ptr(1)}, {Path: "b"}, {Path: "c", Line: ptr(0)}, {Path: "d", Line: ptr(-1)}}
+	comments := []gated.Comment{{Path: "a", Line: ptr(1)}, {Path: "b"}, {Path: "c", Line: ptr(0)}, {Path: "d", Line: ptr(-1)}}
 	want := []*uint32{ptr(uint32(1)), nil, nil, nil}
 	if strconv.IntSize == 64 {
 		largest := uint64(math.MaxUint32)
-		comments = append(comments, engine.Comment{Path: "e", Line: ptr(int(largest))}, engine.Comment{Path: "f", Line: ptr(int(largest + 1))})
+		comments = append(comments, gated.Comment{Path: "e", Line: ptr(int(largest))}, gated.Comment{Path: "f", Line: ptr(int(largest + 1))})
 		want = append(want, ptr(uint32(math.MaxUint32)), nil)
 	}
 	out := responseToWire(&Response{Warnings: []string{"ok", "bad \xff byte"}, Comments: comments})

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/sdk"
 )
@@ -59,7 +60,7 @@ func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 		}
 	}
 	for _, c := range req.Proposal.Criteria {
-		if c.Kind == engine.CriterionAIReview && c.Required && !slices.Contains(cannot, c.ID) {
+		if c.Kind == gated.CriterionAIReview && c.Required && !slices.Contains(cannot, c.ID) {
 			cannot = append(cannot, c.ID)
 		}
 	}
@@ -74,7 +75,7 @@ func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 	criteria, criteriaWork := criteriaGate(run, req.Proposal.Criteria, required)
 	findings, findingsWork := findingsGate(run)
 	status, statusWork := statusGate(run, req.Proposal.Run)
-	res.Gates = []engine.GateResult{criteria, findings, status}
+	res.Gates = []gated.GateResult{criteria, findings, status}
 	res.MissingWork = append(append(criteriaWork, findingsWork...), statusWork...)
 
 	who := "the run"
@@ -82,13 +83,13 @@ func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 		who = "run " + p.RunID
 	}
 	if criteria.Passed && findings.Passed && status.Passed {
-		res.Decision = engine.DecisionApprove
+		res.Decision = gated.DecisionApprove
 		res.Notes = fmt.Sprintf("Round %d of %s: every required criterion passed and no finding of an earlier round is open.", run.Round, who)
 		if run.AcceptedStatus != "" {
 			res.Notes += fmt.Sprintf(" It ended %s: accepted terminal status %s, as the policy accepts for its task.", run.AcceptedStatus, run.AcceptedStatus)
 		}
 	} else {
-		res.Decision = engine.DecisionReject
+		res.Decision = gated.DecisionReject
 		res.Notes = fmt.Sprintf("Round %d of %s is not done: %d item(s) of missing work.", run.Round, who, len(res.MissingWork))
 		res.NextRoundGuidance = guidance(criteria.Passed, findings.Passed)
 		if !status.Passed {
@@ -101,7 +102,7 @@ func (r Reviewer) reviewRun(req *sdk.Request) (*sdk.Response, error) {
 
 // proposalCriteria indexes the proposal's criteria by id: their kinds, and
 // which are required.
-func proposalCriteria(p *engine.Proposal) (kinds map[string]string, required map[string]bool) {
+func proposalCriteria(p *gated.Proposal) (kinds map[string]string, required map[string]bool) {
 	kinds, required = map[string]string{}, map[string]bool{}
 	for _, c := range p.Criteria {
 		kinds[c.ID] = c.Kind
@@ -113,8 +114,8 @@ func proposalCriteria(p *engine.Proposal) (kinds map[string]string, required map
 // criteriaGate passes when every required deterministic criterion was
 // judged by the policy and passed. A required criterion the policy did not
 // judge fails the gate: a missing judgement is missing evidence.
-func criteriaGate(run *engine.RunContext, all []engine.Criterion, required map[string]bool) (engine.GateResult, []string) {
-	g := engine.GateResult{Name: GateCriteriaMet}
+func criteriaGate(run *gated.RunContext, all []gated.Criterion, required map[string]bool) (gated.GateResult, []string) {
+	g := gated.GateResult{Name: GateCriteriaMet}
 	var work, failed []string
 	judged := map[string]bool{}
 	passed := 0
@@ -135,7 +136,7 @@ func criteriaGate(run *engine.RunContext, all []engine.Criterion, required map[s
 		work = append(work, fmt.Sprintf("criterion %s (%s) is not met: %s", c.ID, c.Kind, reason))
 	}
 	for _, c := range all {
-		deterministic := c.Kind == engine.CriterionCommandResult || c.Kind == engine.CriterionFileContains
+		deterministic := c.Kind == gated.CriterionCommandResult || c.Kind == gated.CriterionFileContains
 		if !c.Required || !deterministic || judged[c.ID] {
 			continue
 		}
@@ -159,8 +160,8 @@ func criteriaGate(run *engine.RunContext, all []engine.Criterion, required map[s
 
 // findingsGate passes when every finding of the earlier rounds is
 // resolved.
-func findingsGate(run *engine.RunContext) (engine.GateResult, []string) {
-	g := engine.GateResult{Name: GatePriorFindingsClosed}
+func findingsGate(run *gated.RunContext) (gated.GateResult, []string) {
+	g := gated.GateResult{Name: GatePriorFindingsClosed}
 	var work, open []string
 	for _, f := range run.PriorFindings {
 		if !f.Open() {
@@ -191,14 +192,14 @@ func findingsGate(run *engine.RunContext) (engine.GateResult, []string) {
 // statusGate passes when the run completed, or ended with the status the
 // policy accepts for its task. A run that failed or was canceled is not
 // done because its criteria pass: the worker says it did not finish.
-func statusGate(run *engine.RunContext, p *engine.Run) (engine.GateResult, []string) {
-	g := engine.GateResult{Name: GateRunCompleted}
+func statusGate(run *gated.RunContext, p *gated.Run) (gated.GateResult, []string) {
+	g := gated.GateResult{Name: GateRunCompleted}
 	var status, task string
 	if p != nil {
 		status, task = p.Status, p.TaskID
 	}
 	switch {
-	case status == engine.RunCompleted:
+	case status == gated.RunCompleted:
 		g.Passed, g.Detail = true, "the run completed"
 		return g, nil
 	case engine.StatusAccepted(status, run.AcceptedStatus):
@@ -208,7 +209,7 @@ func statusGate(run *engine.RunContext, p *engine.Run) (engine.GateResult, []str
 	}
 	g.Detail = fmt.Sprintf("the run ended %q, and the policy does not accept that status for its task (run_review.accept_terminal)", status)
 	return g, []string{fmt.Sprintf("the run ended %q: complete the task (run.status %s), or have the policy accept %q for task %q (run_review.accept_terminal)",
-		status, engine.RunCompleted, status, task)}
+		status, gated.RunCompleted, status, task)}
 }
 
 // guidance is the deterministic advice for the next round.
@@ -227,11 +228,11 @@ func guidance(criteriaMet, findingsClosed bool) string {
 // runAnswer is the fenced JSON block of a run review's text, the format
 // the run-reviewer persona asks of every reviewer.
 type runAnswer struct {
-	Criteria          []engine.CriterionEval `json:"criteria"`
-	Comments          []engine.Comment       `json:"comments"`
-	MissingWork       []string               `json:"missing_work"`
-	NextRoundGuidance string                 `json:"next_round_guidance"`
-	Warnings          []string               `json:"warnings"`
+	Criteria          []gated.CriterionEval `json:"criteria"`
+	Comments          []gated.Comment       `json:"comments"`
+	MissingWork       []string              `json:"missing_work"`
+	NextRoundGuidance string                `json:"next_round_guidance"`
+	Warnings          []string              `json:"warnings"`
 }
 
 func renderRun(res *sdk.Response) string {
@@ -242,10 +243,10 @@ func renderRun(res *sdk.Response) string {
 		NextRoundGuidance: res.NextRoundGuidance, Warnings: res.Warnings,
 	}
 	if answer.Criteria == nil {
-		answer.Criteria = []engine.CriterionEval{}
+		answer.Criteria = []gated.CriterionEval{}
 	}
 	if answer.Comments == nil {
-		answer.Comments = []engine.Comment{}
+		answer.Comments = []gated.Comment{}
 	}
 	if answer.MissingWork == nil {
 		answer.MissingWork = []string{}
@@ -258,7 +259,7 @@ func renderRun(res *sdk.Response) string {
 	return b.String()
 }
 
-func statusOf(p *engine.Run) string {
+func statusOf(p *gated.Run) string {
 	if p == nil {
 		return ""
 	}
@@ -267,5 +268,5 @@ func statusOf(p *engine.Run) string {
 
 // runReview tells whether req is the review of a run.
 func runReview(req *sdk.Request) bool {
-	return req.Run != nil || (req.Proposal != nil && req.Proposal.Kind == engine.KindRun)
+	return req.Run != nil || (req.Proposal != nil && req.Proposal.Kind == gated.KindRun)
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins/sdk"
 )
@@ -16,29 +17,29 @@ var runReviewer = &engine.Persona{Name: "run-reviewer", RequiredGates: []string{
 
 func line(n int) *int { return &n }
 
-func runRequest(criteria []engine.Criterion, run *engine.RunContext) *sdk.Request {
-	p := &engine.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindRun, Action: "run_review",
-		Criteria: criteria, Run: &engine.Run{RunID: "run-7", Status: engine.RunCompleted, Round: 2, Worker: "w"}}
+func runRequest(criteria []gated.Criterion, run *gated.RunContext) *sdk.Request {
+	p := &gated.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: gated.KindRun, Action: "run_review",
+		Criteria: criteria, Run: &gated.Run{RunID: "run-7", Status: gated.RunCompleted, Round: 2, Worker: "w"}}
 	return sdk.NewRequest(sdk.Request{ReviewID: "rv", Proposal: p, Run: run}, nil)
 }
 
 var (
-	testsCriterion   = engine.Criterion{ID: "tests", Description: "tests pass", Required: true, Kind: engine.CriterionCommandResult}
-	readmeCriterion  = engine.Criterion{ID: "readme", Description: "README mentions it", Kind: engine.CriterionFileContains}
-	styleCriterion   = engine.Criterion{ID: "style", Description: "reads well", Kind: engine.CriterionAIReview}
-	designCriterion  = engine.Criterion{ID: "design", Description: "sound design", Required: true, Kind: engine.CriterionAIReview}
-	signoffCriterion = engine.Criterion{ID: "signoff", Description: "an operator signs", Required: true, Kind: engine.CriterionManual}
+	testsCriterion   = gated.Criterion{ID: "tests", Description: "tests pass", Required: true, Kind: gated.CriterionCommandResult}
+	readmeCriterion  = gated.Criterion{ID: "readme", Description: "README mentions it", Kind: gated.CriterionFileContains}
+	styleCriterion   = gated.Criterion{ID: "style", Description: "reads well", Kind: gated.CriterionAIReview}
+	designCriterion  = gated.Criterion{ID: "design", Description: "sound design", Required: true, Kind: gated.CriterionAIReview}
+	signoffCriterion = gated.Criterion{ID: "signoff", Description: "an operator signs", Required: true, Kind: gated.CriterionManual}
 )
 
-func eval(c engine.Criterion, pass bool, reason string) engine.CriterionEval {
-	return engine.CriterionEval{ID: c.ID, Pass: pass, Reason: reason, Kind: c.Kind, Required: c.Required, JudgedBy: engine.JudgedByPolicy}
+func eval(c gated.Criterion, pass bool, reason string) gated.CriterionEval {
+	return gated.CriterionEval{ID: c.ID, Pass: pass, Reason: reason, Kind: c.Kind, Required: c.Required, JudgedBy: gated.JudgedByPolicy}
 }
 
 func TestReviewRun(t *testing.T) {
 	tests := []struct {
 		note     string
-		criteria []engine.Criterion
-		run      engine.RunContext
+		criteria []gated.Criterion
+		run      gated.RunContext
 		approved bool
 		// gates that must fail, the missing work wanted (substrings, in
 		// order) and warnings wanted (substrings).
@@ -48,50 +49,50 @@ func TestReviewRun(t *testing.T) {
 	}{
 		{
 			note:     "required criteria passed, nothing before",
-			criteria: []engine.Criterion{testsCriterion, readmeCriterion},
-			run:      engine.RunContext{Round: 1, MaxRounds: 5, Criteria: []engine.CriterionEval{eval(testsCriterion, true, "exited 0"), eval(readmeCriterion, true, "")}},
+			criteria: []gated.Criterion{testsCriterion, readmeCriterion},
+			run:      gated.RunContext{Round: 1, MaxRounds: 5, Criteria: []gated.CriterionEval{eval(testsCriterion, true, "exited 0"), eval(readmeCriterion, true, "")}},
 			approved: true,
 		},
 		{
 			note:     "no criteria at all",
-			run:      engine.RunContext{Round: 1, MaxRounds: 5},
+			run:      gated.RunContext{Round: 1, MaxRounds: 5},
 			approved: true,
 		},
 		{
 			note:     "an optional criterion failed",
-			criteria: []engine.Criterion{testsCriterion, readmeCriterion},
-			run:      engine.RunContext{Round: 1, Criteria: []engine.CriterionEval{eval(testsCriterion, true, ""), eval(readmeCriterion, false, "no match")}},
+			criteria: []gated.Criterion{testsCriterion, readmeCriterion},
+			run:      gated.RunContext{Round: 1, Criteria: []gated.CriterionEval{eval(testsCriterion, true, ""), eval(readmeCriterion, false, "no match")}},
 			approved: true,
 		},
 		{
 			note:     "prior findings all resolved",
-			criteria: []engine.Criterion{testsCriterion},
-			run: engine.RunContext{Round: 2, Criteria: []engine.CriterionEval{eval(testsCriterion, true, "")},
-				PriorFindings: []engine.Finding{{ID: "r1-f1", Body: "add a test", Status: engine.FindingResolved, Resolution: "added"}}},
+			criteria: []gated.Criterion{testsCriterion},
+			run: gated.RunContext{Round: 2, Criteria: []gated.CriterionEval{eval(testsCriterion, true, "")},
+				PriorFindings: []gated.Finding{{ID: "r1-f1", Body: "add a test", Status: gated.FindingResolved, Resolution: "added"}}},
 			approved: true,
 		},
 		{
 			note:     "a required criterion failed",
-			criteria: []engine.Criterion{testsCriterion},
-			run:      engine.RunContext{Round: 1, Criteria: []engine.CriterionEval{eval(testsCriterion, false, `"go test ./..." exited 1, expected 0`)}},
+			criteria: []gated.Criterion{testsCriterion},
+			run:      gated.RunContext{Round: 1, Criteria: []gated.CriterionEval{eval(testsCriterion, false, `"go test ./..." exited 1, expected 0`)}},
 			failed:   []string{GateCriteriaMet},
 			missing:  []string{`criterion tests (command_result) is not met: "go test ./..." exited 1, expected 0`},
 		},
 		{
 			note:     "a required criterion the policy did not judge",
-			criteria: []engine.Criterion{testsCriterion},
-			run:      engine.RunContext{Round: 1},
+			criteria: []gated.Criterion{testsCriterion},
+			run:      gated.RunContext{Round: 1},
 			failed:   []string{GateCriteriaMet},
 			missing:  []string{"criterion tests (command_result) was not judged by the policy"},
 		},
 		{
 			note:     "prior findings still open",
-			criteria: []engine.Criterion{testsCriterion},
-			run: engine.RunContext{Round: 3, Criteria: []engine.CriterionEval{eval(testsCriterion, true, "")},
-				PriorFindings: []engine.Finding{
-					{ID: "r1-f1", Body: "add a test", Status: engine.FindingResolved},
+			criteria: []gated.Criterion{testsCriterion},
+			run: gated.RunContext{Round: 3, Criteria: []gated.CriterionEval{eval(testsCriterion, true, "")},
+				PriorFindings: []gated.Finding{
+					{ID: "r1-f1", Body: "add a test", Status: gated.FindingResolved},
 					{ID: "r1-f2", Body: "handle the nil case", Path: "engine/run.go", Line: line(42)},
-					{ID: "r2-f1", Body: "document the flag", Path: "README.md", Status: engine.FindingOpen},
+					{ID: "r2-f1", Body: "document the flag", Path: "README.md", Status: gated.FindingOpen},
 				}},
 			failed: []string{GatePriorFindingsClosed},
 			missing: []string{
@@ -101,23 +102,23 @@ func TestReviewRun(t *testing.T) {
 		},
 		{
 			note:     "both gates fail",
-			criteria: []engine.Criterion{testsCriterion},
-			run: engine.RunContext{Round: 2, Criteria: []engine.CriterionEval{eval(testsCriterion, false, "exited 2")},
-				PriorFindings: []engine.Finding{{ID: "r1-f1", Body: "add a test"}}},
+			criteria: []gated.Criterion{testsCriterion},
+			run: gated.RunContext{Round: 2, Criteria: []gated.CriterionEval{eval(testsCriterion, false, "exited 2")},
+				PriorFindings: []gated.Finding{{ID: "r1-f1", Body: "add a test"}}},
 			failed:  []string{GateCriteriaMet, GatePriorFindingsClosed},
 			missing: []string{"criterion tests (command_result) is not met: exited 2", "prior finding r1-f1 is still open: add a test"},
 		},
 		{
 			note:     "an optional ai_review criterion is left with a warning",
-			criteria: []engine.Criterion{testsCriterion, styleCriterion},
-			run:      engine.RunContext{Round: 1, Criteria: []engine.CriterionEval{eval(testsCriterion, true, "")}, AIReview: []string{"style"}},
+			criteria: []gated.Criterion{testsCriterion, styleCriterion},
+			run:      gated.RunContext{Round: 1, Criteria: []gated.CriterionEval{eval(testsCriterion, true, "")}, AIReview: []string{"style"}},
 			approved: true,
 			warnings: []string{"criterion style (ai_review, optional) was not judged"},
 		},
 		{
 			note:     "manual criteria are the operator's",
-			criteria: []engine.Criterion{signoffCriterion},
-			run:      engine.RunContext{Round: 1, Manual: []string{"signoff"}},
+			criteria: []gated.Criterion{signoffCriterion},
+			run:      gated.RunContext{Round: 1, Manual: []string{"signoff"}},
 			approved: true,
 		},
 	}
@@ -207,19 +208,19 @@ func jsonBlock(t *testing.T, text string) runAnswer {
 func TestReviewRunRefusesAIReview(t *testing.T) {
 	tests := []struct {
 		note     string
-		criteria []engine.Criterion
+		criteria []gated.Criterion
 		aiReview []string
 		want     string
 	}{
-		{note: "required ai_review named by gated", criteria: []engine.Criterion{testsCriterion, designCriterion}, aiReview: []string{"design"}, want: "design"},
+		{note: "required ai_review named by gated", criteria: []gated.Criterion{testsCriterion, designCriterion}, aiReview: []string{"design"}, want: "design"},
 		// The proposal is enough: gated's list is not needed to refuse.
-		{note: "required ai_review in the proposal only", criteria: []engine.Criterion{designCriterion}, want: "design"},
+		{note: "required ai_review in the proposal only", criteria: []gated.Criterion{designCriterion}, want: "design"},
 		// An id the proposal does not describe might be required.
-		{note: "ai_review id the proposal lacks", criteria: []engine.Criterion{styleCriterion}, aiReview: []string{"style", "ghost"}, want: "ghost"},
+		{note: "ai_review id the proposal lacks", criteria: []gated.Criterion{styleCriterion}, aiReview: []string{"style", "ghost"}, want: "ghost"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			run := &engine.RunContext{Round: 1, AIReview: tc.aiReview, Criteria: []engine.CriterionEval{eval(testsCriterion, true, "")}}
+			run := &gated.RunContext{Round: 1, AIReview: tc.aiReview, Criteria: []gated.CriterionEval{eval(testsCriterion, true, "")}}
 			res, err := Reviewer{}.Review(t.Context(), runRequest(tc.criteria, run))
 			if !errors.Is(err, ErrCannotJudge) || res != nil {
 				t.Fatalf("res %+v, err %v; want no answer and ErrCannotJudge", res, err)
@@ -235,7 +236,7 @@ func TestReviewRunRefusesAIReview(t *testing.T) {
 }
 
 func TestReviewRunWithoutContextIsAnError(t *testing.T) {
-	req := runRequest([]engine.Criterion{testsCriterion}, nil)
+	req := runRequest([]gated.Criterion{testsCriterion}, nil)
 	res, err := Reviewer{}.Review(t.Context(), req)
 	if err == nil || res != nil {
 		t.Fatalf("res %+v, err %v: a run proposal without its run context must fail the review", res, err)
@@ -245,7 +246,7 @@ func TestReviewRunWithoutContextIsAnError(t *testing.T) {
 // TestActionReviewIgnoresRunGates checks that an action review still gets
 // the SOP gates: a run's gates never approve an action.
 func TestActionReviewIgnoresRunGates(t *testing.T) {
-	p := &engine.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: engine.KindAction, Action: "host_restart_service"}
+	p := &gated.Proposal{V: 1, ID: "p1", Tenant: "acme", Kind: gated.KindAction, Action: "host_restart_service"}
 	res, err := Reviewer{}.Review(t.Context(), sdk.NewRequest(sdk.Request{Proposal: p}, nil))
 	if err != nil {
 		t.Fatal(err)
@@ -267,25 +268,25 @@ func TestReviewRunThatDidNotComplete(t *testing.T) {
 		approved               bool
 		notes                  string
 	}{
-		{note: "failed", status: engine.RunFailed},
-		{note: "canceled", status: engine.RunCanceled},
-		{note: "failed, canceling accepted", status: engine.RunFailed, accepted: engine.RunCanceled},
-		{note: "failed and accepted", status: engine.RunFailed, accepted: engine.RunFailed, approved: true,
+		{note: "failed", status: gated.RunFailed},
+		{note: "canceled", status: gated.RunCanceled},
+		{note: "failed, canceling accepted", status: gated.RunFailed, accepted: gated.RunCanceled},
+		{note: "failed and accepted", status: gated.RunFailed, accepted: gated.RunFailed, approved: true,
 			notes: "It ended failed: accepted terminal status failed"},
-		{note: "completed", status: engine.RunCompleted, approved: true},
+		{note: "completed", status: gated.RunCompleted, approved: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			req := runRequest(nil, &engine.RunContext{Round: 1, MaxRounds: 5, AcceptedStatus: tc.accepted})
+			req := runRequest(nil, &gated.RunContext{Round: 1, MaxRounds: 5, AcceptedStatus: tc.accepted})
 			req.Proposal.Run.Status, req.Proposal.Run.TaskID = tc.status, "T-9"
 			res, err := Reviewer{}.Review(t.Context(), req)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if approved := res.Decision == engine.DecisionApprove; approved != tc.approved {
+			if approved := res.Decision == gated.DecisionApprove; approved != tc.approved {
 				t.Fatalf("decision %s, want approved %v:\n%s", res.Decision, tc.approved, res.Text)
 			}
-			gate := res.Gates[slices.IndexFunc(res.Gates, func(g engine.GateResult) bool { return g.Name == GateRunCompleted })]
+			gate := res.Gates[slices.IndexFunc(res.Gates, func(g gated.GateResult) bool { return g.Name == GateRunCompleted })]
 			if gate.Passed != tc.approved {
 				t.Errorf("gate %+v", gate)
 			}

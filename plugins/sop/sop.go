@@ -18,7 +18,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/plugins/sdk"
 )
 
@@ -66,11 +66,11 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 	// is one word of the action), whatever the policy that sent it: an
 	// SOP for rotate_*_credentials says nothing about
 	// rotate_db_credentials_then_drop_all_credentials.
-	var stretched *engine.SOP
+	var stretched *gated.SOP
 	if sop != nil && !sop.Covers(p.Action) {
 		stretched, sop = sop, nil
 	}
-	gates := []engine.GateResult{
+	gates := []gated.GateResult{
 		{Name: "sop_covers", Passed: sop != nil},
 		parallelGate(req),
 		{Name: "rollback_known", Passed: sop != nil && strings.TrimSpace(sop.Rollback) != ""},
@@ -106,10 +106,10 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 		}
 	}
 	if len(failed) == 0 {
-		res.Decision = engine.DecisionApprove
+		res.Decision = gated.DecisionApprove
 		res.Notes = fmt.Sprintf("%s covers %s on this target and its rollback is known.", sop.ID, p.Action)
 	} else {
-		res.Decision = engine.DecisionReject
+		res.Decision = gated.DecisionReject
 		if lookupErr != nil {
 			res.Notes = "The SOP could not be read through gated, so it cannot be relied on: " + lookupErr.Error() + "."
 		} else if stretched != nil {
@@ -125,12 +125,12 @@ func (r Reviewer) Review(ctx context.Context, req *sdk.Request) (*sdk.Response, 
 }
 
 // fetchSOP reads an SOP through the host's get_sop_text tool.
-func fetchSOP(ctx context.Context, req *sdk.Request, id string) (*engine.SOP, error) {
+func fetchSOP(ctx context.Context, req *sdk.Request, id string) (*gated.SOP, error) {
 	raw, err := req.CallTool(ctx, sdk.ToolGetSOPText, sopArgs{ID: id})
 	if err != nil {
 		return nil, err
 	}
-	var s engine.SOP
+	var s gated.SOP
 	if err := json.Unmarshal(raw, &s); err != nil {
 		return nil, fmt.Errorf("reading %s's answer: %w", sdk.ToolGetSOPText, err)
 	}
@@ -151,9 +151,9 @@ const ParallelWindow = 10 * time.Minute
 
 // parallelGate checks the recent verdicts the host sent for the same
 // tenant and target: an approval inside ParallelWindow fails the gate.
-func parallelGate(req *sdk.Request) engine.GateResult {
-	g := engine.GateResult{Name: "no_parallel_operation"}
-	var history []engine.Verdict
+func parallelGate(req *sdk.Request) gated.GateResult {
+	g := gated.GateResult{Name: "no_parallel_operation"}
+	var history []gated.Verdict
 	if len(req.Policy.History) > 0 {
 		if err := json.Unmarshal(req.Policy.History, &history); err != nil {
 			g.Detail = "the verdict history could not be read: " + err.Error()

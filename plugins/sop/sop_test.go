@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 	"github.com/gated/gated/plugins/sdk"
 )
 
 // sopCaller answers get_sop_text from a fixed SOP and records the
 // arguments it was called with.
 type sopCaller struct {
-	sop  *engine.SOP
+	sop  *gated.SOP
 	args string
 }
 
@@ -28,11 +28,11 @@ func (c *sopCaller) CallTool(_ context.Context, _, name string, args json.RawMes
 // The text of an action review, word for word: the decision line, the
 // gates and the notes.
 func TestActionReviewText(t *testing.T) {
-	restart := &engine.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_*_service"}, Rollback: "start the old unit"}
-	rotate := &engine.SOP{ID: "SOP-003", Title: "Rotate", Actions: []string{"rotate_*_credentials"}, Rollback: "re-enable the old credential"}
+	restart := &gated.SOP{ID: "SOP-001", Title: "Restart", Actions: []string{"host_*_service"}, Rollback: "start the old unit"}
+	rotate := &gated.SOP{ID: "SOP-003", Title: "Rotate", Actions: []string{"rotate_*_credentials"}, Rollback: "re-enable the old credential"}
 	tests := []struct {
 		note   string
-		sop    *engine.SOP
+		sop    *gated.SOP
 		tools  bool
 		caller *sopCaller
 		action string
@@ -46,7 +46,7 @@ func TestActionReviewText(t *testing.T) {
 			want: "Decision: reject\nGates:\n- sop_covers: fail — the SOP could not be read: tool call refused by gated\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — the SOP could not be read, so no known rollback\nNotes: The SOP could not be read through gated, so it cannot be relied on: tool call refused by gated.\n"},
 		{note: "no SOP",
 			want: "Decision: reject\nGates:\n- sop_covers: fail — no SOP in the catalog covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — no SOP, so no known rollback\nNotes: No SOP covers host_restart_service; write one or route the change to a human.\n"},
-		{note: "no rollback", sop: &engine.SOP{ID: "SOP-9", Title: "No way back", Actions: []string{"host_restart_service"}},
+		{note: "no rollback", sop: &gated.SOP{ID: "SOP-9", Title: "No way back", Actions: []string{"host_restart_service"}},
 			want: "Decision: reject\nGates:\n- sop_covers: pass — SOP-9 (No way back) covers host_restart_service\n- no_parallel_operation: pass — 0 recent verdicts on this target, none approved in the last 10m0s\n- rollback_known: fail — SOP-9 names no rollback\nNotes: Gates failed: rollback_known.\n"},
 		// A policy that matched the SOP more widely than gated reads action
 		// patterns does not make the SOP cover the action.
@@ -63,7 +63,7 @@ func TestActionReviewText(t *testing.T) {
 			if action == "" {
 				action = "host_restart_service"
 			}
-			req := sdk.Request{ReviewID: "rv1", Proposal: &engine.Proposal{ID: "p1", Kind: engine.KindAction, Action: action},
+			req := sdk.Request{ReviewID: "rv1", Proposal: &gated.Proposal{ID: "p1", Kind: gated.KindAction, Action: action},
 				Policy: sdk.Policy{SOP: tc.sop, History: json.RawMessage("null")}}
 			if tc.tools {
 				req.Persona.Tools = []sdk.Tool{{Name: sdk.ToolGetSOPText}}

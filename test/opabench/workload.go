@@ -12,6 +12,7 @@ import (
 
 	"github.com/open-policy-agent/opa/v1/ast"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/bench"
 	"github.com/gated/gated/policies"
@@ -114,11 +115,11 @@ func expect(p bench.Path, got outcome) error {
 
 // opaDecision is data.gated.decision as OPA's REST API returns it.
 type opaDecision struct {
-	Deny          []engine.Deny   `json:"deny"`
+	Deny          []gated.Deny    `json:"deny"`
 	Review        engine.Route    `json:"review"`
 	ReviewerTools []string        `json:"reviewer_tools"`
 	DeniedTools   []string        `json:"denied_tools"`
-	SOP           *engine.SOP     `json:"sop"`
+	SOP           *gated.SOP      `json:"sop"`
 	Skipped       bool            `json:"skipped"`
 	Run           json.RawMessage `json:"run"`
 }
@@ -156,7 +157,7 @@ func diffDecisions(gated, opa engine.PolicyDecision) string {
 func normalized(d engine.PolicyDecision) engine.PolicyDecision {
 	d.Revision, d.Eval = "", 0
 	d.Denies = slices.Clone(d.Denies)
-	slices.SortFunc(d.Denies, func(a, b engine.Deny) int {
+	slices.SortFunc(d.Denies, func(a, b gated.Deny) int {
 		return strings.Compare(a.Rule+"\x00"+a.Message, b.Rule+"\x00"+b.Message)
 	})
 	d.Denies = orNil(d.Denies)

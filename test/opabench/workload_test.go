@@ -16,6 +16,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/rego"
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/bench"
 	"github.com/gated/gated/personas"
@@ -179,10 +180,10 @@ func TestJSONInputDecidesAlike(t *testing.T) {
 
 func TestDiffDecisions(t *testing.T) {
 	base := engine.PolicyDecision{
-		Denies:        []engine.Deny{{Rule: "a", Message: "x"}, {Rule: "b", Message: "y"}},
+		Denies:        []gated.Deny{{Rule: "a", Message: "x"}, {Rule: "b", Message: "y"}},
 		Review:        engine.Route{Required: true, Persona: "reviewer", Quorum: 1, Why: "a write"},
 		ReviewerTools: []string{"get_sop_text"},
-		SOP:           &engine.SOP{ID: "SOP-001", Actions: []string{"host_restart_service"}},
+		SOP:           &gated.SOP{ID: "SOP-001", Actions: []string{"host_restart_service"}},
 		Revision:      "sha256:1", Eval: time.Millisecond,
 	}
 	for _, tc := range []struct {
@@ -192,13 +193,13 @@ func TestDiffDecisions(t *testing.T) {
 	}{
 		{note: "identical", change: func(*engine.PolicyDecision) {}, same: true},
 		{note: "denies in another order", same: true, change: func(d *engine.PolicyDecision) {
-			d.Denies = []engine.Deny{d.Denies[1], d.Denies[0]}
+			d.Denies = []gated.Deny{d.Denies[1], d.Denies[0]}
 		}},
 		{note: "empty list for a missing one", same: true, change: func(d *engine.PolicyDecision) { d.DeniedTools = []string{} }},
 		{note: "revision and timing only gated reports", same: true, change: func(d *engine.PolicyDecision) { d.Revision, d.Eval = "", 0 }},
 		{note: "a deny missing", change: func(d *engine.PolicyDecision) { d.Denies = d.Denies[:1] }},
 		{note: "a deny message", change: func(d *engine.PolicyDecision) {
-			d.Denies = []engine.Deny{{Rule: "a", Message: "z"}, {Rule: "b", Message: "y"}}
+			d.Denies = []gated.Deny{{Rule: "a", Message: "z"}, {Rule: "b", Message: "y"}}
 		}},
 		{note: "review not required", change: func(d *engine.PolicyDecision) { d.Review.Required = false }},
 		{note: "another persona", change: func(d *engine.PolicyDecision) { d.Review.Persona = "dba" }},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -83,7 +84,7 @@ func WriteScriptedHistory(tb testing.TB, w *audit.Writer, n int) (flips int) {
 		wg.Go(func() {
 			for i := g; i < n; i += workers {
 				tenant, action, data := ScriptedProposal(i)
-				p, err := engine.DecodeProposal(data, tenant, action, engine.Limits{})
+				p, err := gated.DecodeProposal(data, tenant, action, gated.Limits{})
 				if err != nil {
 					errs <- err
 					return
@@ -97,9 +98,9 @@ func WriteScriptedHistory(tb testing.TB, w *audit.Writer, n int) (flips int) {
 				settled, done := engine.PolicyOutcome(p, pd, routed)
 				outcome, stage, reason := settled.Outcome, settled.Stage, settled.Reason
 				if !done {
-					outcome, stage, reason = engine.OutcomeApproved, engine.StageReview, "the reviewer approved"
+					outcome, stage, reason = gated.OutcomeApproved, gated.StageReview, "the reviewer approved"
 				}
-				if action == "cache_purge" && outcome != engine.OutcomeRejected {
+				if action == "cache_purge" && outcome != gated.OutcomeRejected {
 					mu.Lock()
 					flips++
 					mu.Unlock()
@@ -108,8 +109,8 @@ func WriteScriptedHistory(tb testing.TB, w *audit.Writer, n int) (flips int) {
 					"action": action, "denies": settled.Denies, "review": pd.Review,
 					"input": engine.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
 				}
-				v := engine.Verdict{V: 1, ProposalID: p.ID, Tenant: tenant, Action: action, Kind: p.Kind, Outcome: outcome,
-					Approved: outcome == engine.OutcomeApproved, Stage: stage, Reason: reason, DecidedAt: now}
+				v := gated.Verdict{V: 1, ProposalID: p.ID, Tenant: tenant, Action: action, Kind: p.Kind, Outcome: outcome,
+					Approved: outcome == gated.OutcomeApproved, Stage: stage, Reason: reason, DecidedAt: now}
 				tr := w.Trail()
 				ev := func(name string, d any) engine.AuditEvent {
 					raw, _ := json.Marshal(d)
@@ -121,7 +122,7 @@ func WriteScriptedHistory(tb testing.TB, w *audit.Writer, n int) (flips int) {
 				}
 				// gated stores what it recorded before a review as a record
 				// of its own.
-				if stage == engine.StageReview {
+				if stage == gated.StageReview {
 					if err := tr.Flush(ctx); err != nil {
 						errs <- err
 						return
@@ -212,7 +213,7 @@ func WriteTrailHistory(tb testing.TB, w *audit.Writer, n int) {
 func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, engine.PolicyInput) (engine.PolicyDecision, error), reg engine.Personas, i int, now time.Time) error {
 	ctx := tb.Context()
 	tenant, action, data := ScriptedProposal(i)
-	p, err := engine.DecodeProposal(data, tenant, action, engine.Limits{})
+	p, err := gated.DecodeProposal(data, tenant, action, gated.Limits{})
 	if err != nil {
 		return err
 	}
@@ -224,7 +225,7 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 	settled, done := engine.PolicyOutcome(p, pd, routed)
 	outcome, stage, reason := settled.Outcome, settled.Stage, settled.Reason
 	if !done {
-		outcome, stage, reason = engine.OutcomeApproved, engine.StageReview, "the reviewer approved"
+		outcome, stage, reason = gated.OutcomeApproved, gated.StageReview, "the reviewer approved"
 	}
 	sum := sha256.Sum256(data)
 	// policy.decided names the SOP by its id, as the engine records it.
@@ -255,8 +256,8 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 			return err
 		}
 	}
-	v := engine.Verdict{V: 1, ProposalID: p.ID, Tenant: tenant, Action: action, Kind: p.Kind, Outcome: outcome,
-		Approved: outcome == engine.OutcomeApproved, Stage: stage, Reason: reason, DecidedAt: now}
+	v := gated.Verdict{V: 1, ProposalID: p.ID, Tenant: tenant, Action: action, Kind: p.Kind, Outcome: outcome,
+		Approved: outcome == gated.OutcomeApproved, Stage: stage, Reason: reason, DecidedAt: now}
 	_, err = tr.Seal(ctx, ev(engine.EventVerdict, v))
 	return err
 }

@@ -24,8 +24,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // result is the one line the program prints.
@@ -55,16 +55,16 @@ func envInt(name string, def int) (int, error) {
 
 // proposal is the i-th proposal of a run: a read approved at policy, or a
 // write refused at policy, each on a target of its own (no dedupe).
-func proposal(prefix, tenant string, i int) *engine.Proposal {
-	p := &engine.Proposal{
+func proposal(prefix, tenant string, i int) *gated.Proposal {
+	p := &gated.Proposal{
 		ID: fmt.Sprintf("%s-%d", prefix, i), Tenant: tenant, Reason: "bench",
 		Target:      map[string]any{"host": fmt.Sprintf("%s-h%d", prefix, i)},
-		RequestedBy: &engine.RequestedBy{Agent: "bench"},
+		RequestedBy: &gated.RequestedBy{Agent: "bench"},
 	}
 	if i%2 == 0 {
-		p.Action, p.Class = "host_list_services", engine.ClassRead
+		p.Action, p.Class = "host_list_services", gated.ClassRead
 	} else {
-		p.Action, p.Class, p.BlastRadius = "host_restart_service", engine.ClassWrite, engine.BlastSingleDevice
+		p.Action, p.Class, p.BlastRadius = "host_restart_service", gated.ClassWrite, gated.BlastSingleDevice
 		p.Flags.SkipReview = true
 	}
 	return p

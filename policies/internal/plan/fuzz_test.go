@@ -14,6 +14,7 @@ import (
 	"github.com/open-policy-agent/opa/v1/storage/inmem"
 	"github.com/open-policy-agent/opa/v1/util"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 	"github.com/gated/gated/policies/internal/plan"
@@ -139,11 +140,11 @@ func FuzzPlannedAgreesWithTopdown(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, pick uint8, which uint16) {
 		persona := fuzzPersonas[int(pick)%len(fuzzPersonas)]
 		d := int(which) % len(h.datas)
-		if p, err := engine.DecodeProposal(data, "acme", "host_restart_service", engine.Limits{}); err == nil {
+		if p, err := gated.DecodeProposal(data, "acme", "host_restart_service", gated.Limits{}); err == nil {
 			var record *engine.RunRecord
 			if pick&4 != 0 {
 				record = &engine.RunRecord{Tenant: "acme", RunID: "r-77", Rounds: []engine.RunRound{
-					{Round: 1, ProposalID: "earlier", Outcome: engine.OutcomeRejected, Next: engine.NextContinuation}}}
+					{Round: 1, ProposalID: "earlier", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation}}}
 			}
 			in := policies.InputValue(engine.PolicyInput{Proposal: p, Persona: persona, RunRecord: record, Now: fuzzNow})
 			h.agree(t, in, d, "decoded proposal")

@@ -1,4 +1,4 @@
-package engine
+package gated
 
 import "github.com/gobwas/glob"
 
@@ -43,4 +43,13 @@ func (s *SOP) Covers(action string) bool {
 		}
 	}
 	return false
+}
+
+// SOP is one entry of the standard operating procedure catalog.
+type SOP struct {
+	ID       string   `json:"id"`
+	Title    string   `json:"title,omitempty"`
+	Actions  []string `json:"actions,omitempty"`
+	Rollback string   `json:"rollback,omitempty"`
+	Steps    []string `json:"steps,omitempty"`
 }

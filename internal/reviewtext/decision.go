@@ -2,8 +2,8 @@
 // decision line and what may overrule it (Read), the gate lines and how
 // they agree with the structured gates (CheckGateLines), and the values a
 // reviewer reports about itself (SelfReported). The rules are stated
-// where the engine publishes them: engine.ParseDecision,
-// engine.GatePasses and engine.CheckGateLines.
+// where the model publishes them: gated.ParseDecision,
+// gated.GatePasses and gated.CheckGateLines.
 package reviewtext
 
 import (
@@ -21,7 +21,7 @@ import (
 // said yes.
 const MaxTextBytes = 64 << 10
 
-// Read reads a reviewer's text as engine.ParseDecision documents:
+// Read reads a reviewer's text as gated.ParseDecision documents:
 // approve is true only for text whose first non-blank line is exactly
 // "Decision: approve" and that no later line overrules; why says which
 // reading it was. overruled reports that the first line approved and a

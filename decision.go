@@ -1,6 +1,6 @@
-package engine
+package gated
 
-import "github.com/gated/gated/engine/internal/reviewtext"
+import "github.com/gated/gated/internal/reviewtext"
 
 // MaxDecisionTextBytes (64 KiB) bounds the reviewer text the host reads
 // and keeps. Longer text is a rejection: a reviewer that cannot say yes
@@ -39,19 +39,11 @@ const MaxDecisionTextBytes = reviewtext.MaxTextBytes
 // What the text's gate lines say is checked against the structured gates
 // by CheckGateLines.
 func ParseDecision(text string) (ReviewDecision, string) {
-	d, why, _ := readDecision(text)
-	return d, why
-}
-
-// readDecision is ParseDecision that also reports whether the first line
-// approved and a later line turned the text into a rejection, so that the
-// verdict can name that line rather than the reviewer's notes.
-func readDecision(text string) (d ReviewDecision, why string, overruled bool) {
-	approve, why, overruled := reviewtext.Read(text)
+	approve, why, _ := reviewtext.Read(text)
 	if approve {
-		return DecisionApprove, why, overruled
+		return DecisionApprove, why
 	}
-	return DecisionReject, why, overruled
+	return DecisionReject, why
 }
 
 // GatePasses reports whether value, the part of a gate line after the

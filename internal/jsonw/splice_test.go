@@ -1,11 +1,10 @@
-package engine
+package jsonw
 
 import (
 	"bytes"
 	"encoding/json"
 	"reflect"
 	"testing"
-	"time"
 
 	"github.com/gated/gated/internal/jsonscan"
 )
@@ -38,9 +37,9 @@ func TestSetTopLevelUint(t *testing.T) {
 		{`{"é":1,"audit_seq":0}`, `{"é":1,"audit_seq":0}`, false},
 	}
 	for _, tc := range tests {
-		got, ok := setTopLevelUint([]byte(tc.doc), "audit_seq", 42)
+		got, ok := SetTopLevelUint([]byte(tc.doc), "audit_seq", 42)
 		if string(got) != tc.want || ok != tc.ok {
-			t.Errorf("setTopLevelUint(%s) = %s, %v; want %s, %v", tc.doc, got, ok, tc.want, tc.ok)
+			t.Errorf("SetTopLevelUint(%s) = %s, %v; want %s, %v", tc.doc, got, ok, tc.want, tc.ok)
 		}
 	}
 }
@@ -57,7 +56,7 @@ func FuzzSetTopLevelUint(f *testing.F) {
 	f.Add([]byte(`{"\u00e9":1,"audit_seq":5}`), uint64(9))
 	f.Fuzz(func(t *testing.T, doc []byte, n uint64) {
 		in := append([]byte(nil), doc...)
-		got, ok := setTopLevelUint(doc, "audit_seq", n)
+		got, ok := SetTopLevelUint(doc, "audit_seq", n)
 		if string(doc) != string(in) {
 			t.Fatal("the input was modified")
 		}
@@ -76,7 +75,7 @@ func FuzzSetTopLevelUint(f *testing.F) {
 			// The name also appears nested or as a value: the splice
 			// may succeed; the checks below hold it to the same rules.
 		} else if ok != wantOK {
-			t.Fatalf("setTopLevelUint(%q) ok = %v, want %v", doc, ok, wantOK)
+			t.Fatalf("SetTopLevelUint(%q) ok = %v, want %v", doc, ok, wantOK)
 		}
 		if !ok {
 			if string(got) != string(doc) {
@@ -113,47 +112,4 @@ func isDigits(b []byte) bool {
 		}
 	}
 	return true
-}
-
-func TestVerdictJSONKeepsOnlyItsOwnEncoding(t *testing.T) {
-	v := &Verdict{V: 1, ProposalID: "p1", Tenant: "acme", Outcome: OutcomeRejected, Reason: "no", DecidedAt: time.Unix(0, 0).UTC(), AuditSeq: 5}
-	fresh, _ := json.Marshal(v)
-	v.keepEncoding([]byte(`{"kept":true}`))
-	if got, _ := v.JSON(); string(got) != `{"kept":true}` {
-		t.Fatalf("JSON = %s, want the kept encoding", got)
-	}
-	cp := *v
-	if got, _ := cp.JSON(); string(got) != string(fresh) {
-		t.Errorf("a copy's JSON = %s, want it encoded anew: %s", got, fresh)
-	}
-	v.AuditSeq = 6
-	if got, _ := v.JSON(); string(got) == `{"kept":true}` {
-		t.Error("JSON returned the kept encoding after AuditSeq changed")
-	}
-}
-
-// The records every proposal has keep the encoding of the maps they were
-// written from before: the same members, in the same order.
-func TestEventDataEncodesAsItsMap(t *testing.T) {
-	run := &RunPolicy{MaxRounds: 3}
-	for _, tc := range []struct {
-		data any
-		m    map[string]any
-	}{
-		{receivedData{Subject: "gated.proposals.acme.restart", Bytes: 412, SHA256: "ab"},
-			map[string]any{"subject": "gated.proposals.acme.restart", "bytes": 412, "sha256": "ab"}},
-		{policyDecidedData{Denies: []Deny{{Rule: "r", Message: "m"}}, Review: Route{Required: true, Persona: "reviewer", Quorum: 1},
-			ReviewerTools: []string{"get_sop_text"}, DeniedTools: []string{"x_skill"}, EvalUS: 25, SOP: "sop-1", Run: run},
-			map[string]any{"denies": []Deny{{Rule: "r", Message: "m"}}, "review": Route{Required: true, Persona: "reviewer", Quorum: 1},
-				"reviewer_tools": []string{"get_sop_text"}, "denied_tools": []string{"x_skill"}, "eval_us": int64(25), "sop": "sop-1", "run": run}},
-		{policyDecidedData{Denies: []Deny{}},
-			map[string]any{"denies": []Deny{}, "review": Route{}, "reviewer_tools": []string(nil), "denied_tools": []string(nil),
-				"eval_us": int64(0), "sop": "", "run": (*RunPolicy)(nil)}},
-	} {
-		got, _ := json.Marshal(tc.data)
-		want, _ := json.Marshal(tc.m)
-		if string(got) != string(want) {
-			t.Errorf("%T encodes as\n%s\nwant\n%s", tc.data, got, want)
-		}
-	}
 }

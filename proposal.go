@@ -1,26 +1,4 @@
-// Package engine is gated's public model and the engine that decides
-// with it.
-//
-// The model is what a fleet, a reviewer plugin or an executor speaks with
-// gated: Proposal, Verdict, Status, the execution report, a run's
-// Continuation and Escalation, what a reviewer is handed and answers
-// (RunContext, SOP, ReviewDecision, GateResult), the audit event names and
-// AuditEvent, and the errors a client reads. docs/API.md says which
-// packages a third party may import.
-//
-// Engine decides one proposal: it decodes and validates it, asks the
-// policy, routes to a reviewer when the policy says so, and turns the
-// result into a verdict. It fails closed: every path that is not an
-// explicit, well-formed approval ends in an outcome other than approved.
-// The names only gated's server uses (Config and the interfaces it takes,
-// the policy input, the budget counters, Judge) are gated's own and may
-// change; the pipeline's machinery is unexported or under
-// engine/internal.
-//
-// The package is pure. It reaches the outside world only through the
-// interfaces it defines (Policy, Reviewer, VerdictStore, AuditTrail, Clock),
-// so its tests run in microseconds and it never imports NATS or gRPC.
-package engine
+package gated
 
 import (
 	"crypto/sha256"
@@ -175,3 +153,8 @@ func (p *Proposal) TargetKey() string {
 	sum := sha256.Sum256(canon)
 	return hex.EncodeToString(sum[:16])
 }
+
+// UnknownTenant is the audit tenant token of events whose tenant could not
+// be recovered from a malformed proposal, and of gated's own events (policy
+// reloads). Proposals cannot use it: "_" is not a valid tenant.
+const UnknownTenant = "_"

@@ -1,4 +1,4 @@
-package engine
+package jsonw
 
 import (
 	"strconv"
@@ -6,7 +6,7 @@ import (
 	"github.com/gated/gated/internal/jsonscan"
 )
 
-// setTopLevelUint returns doc, a JSON object, with the value of its
+// SetTopLevelUint returns doc, a JSON object, with the value of its
 // top-level member key replaced by n. The member's value must be an
 // unsigned integer. It reports false, and returns doc unchanged, when doc
 // has no such member or is not a well-formed object as far as the scan
@@ -18,7 +18,7 @@ import (
 // It lets the engine encode a verdict once with audit_seq 0, for the
 // verdict's audit record, and then give the stored and published copies
 // their sequence without encoding the verdict again.
-func setTopLevelUint(doc []byte, key string, n uint64) ([]byte, bool) {
+func SetTopLevelUint(doc []byte, key string, n uint64) ([]byte, bool) {
 	// start and stop bound the member's digits once found; the walk goes
 	// on to the object's end so that a second member of the name is
 	// refused.

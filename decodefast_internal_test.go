@@ -1,4 +1,4 @@
-package engine
+package gated
 
 import (
 	"bytes"
@@ -102,7 +102,7 @@ type testProposal struct {
 
 func testProposals(t testing.TB) []testProposal {
 	t.Helper()
-	dir := filepath.Join("testdata", "proposals")
+	dir := filepath.Join("engine", "testdata", "proposals")
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)

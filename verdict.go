@@ -1,9 +1,11 @@
-package engine
+package gated
 
 import (
 	"encoding/json"
 	"time"
-	"unicode/utf8"
+
+	"github.com/gated/gated/internal/jsonw"
+	"github.com/gated/gated/internal/textcut"
 )
 
 // Outcome is the final answer gated gives a proposal.
@@ -117,6 +119,18 @@ func (v *Verdict) JSON() ([]byte, error) {
 	return json.Marshal(v)
 }
 
+// SetAuditSeq sets v.AuditSeq to seq. doc is v's JSON with audit_seq 0,
+// as gated's engine encoded it for the verdict's audit record: the
+// sequence is spliced into it, and the result is what JSON returns from
+// then on, so that storing and publishing the verdict do not encode it
+// again. When doc has no top-level audit_seq, JSON encodes v anew.
+func (v *Verdict) SetAuditSeq(seq uint64, doc []byte) {
+	v.AuditSeq = seq
+	if sealed, ok := jsonw.SetTopLevelUint(doc, "audit_seq", seq); ok {
+		v.keepEncoding(sealed)
+	}
+}
+
 // keepEncoding records doc, v's JSON at its current AuditSeq, for JSON.
 func (v *Verdict) keepEncoding(doc []byte) {
 	v.encoded, v.encodedFor, v.encodedSeq = doc, v, v.AuditSeq
@@ -186,12 +200,6 @@ const (
 	MaxPolicyRuleLen = 128
 )
 
-// newPolicyRef is the policy section of a verdict that denies decided, or
-// that the routing of d decided when there are none.
-func newPolicyRef(denies []Deny, d PolicyDecision) *PolicyRef {
-	return NewPolicyRef(denies, d.Review.Rule, d.Revision, d.Eval.Microseconds())
-}
-
 // NewPolicyRef is the policy section of a verdict that denies decided, or
 // that the routing rule route decided when there are none, under the
 // policy at revision, whose evaluation took evalUS microseconds. The
@@ -216,16 +224,7 @@ func NewPolicyRef(denies []Deny, route, revision string, evalUS int64) *PolicyRe
 
 // ruleName cuts a rule name to MaxPolicyRuleLen bytes without splitting
 // a character.
-func ruleName(s string) string {
-	if len(s) <= MaxPolicyRuleLen {
-		return s
-	}
-	cut := MaxPolicyRuleLen
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut]
-}
+func ruleName(s string) string { return textcut.Cut(s, MaxPolicyRuleLen) }
 
 // Deny is one policy rule that refused the proposal.
 type Deny struct {
@@ -303,4 +302,15 @@ type Comment struct {
 type Tokens struct {
 	Prompt     int `json:"prompt"`
 	Completion int `json:"completion"`
+}
+
+// Settled is an outcome that a policy decision settles on its own, before
+// any reviewer is asked.
+type Settled struct {
+	Outcome Outcome
+	Stage   Stage
+	// Reason is the verdict's reason: one human sentence.
+	Reason string
+	// Denies are the decision's denies sorted by rule, never nil.
+	Denies []Deny
 }

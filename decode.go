@@ -1,4 +1,4 @@
-package engine
+package gated
 
 import (
 	"bytes"
@@ -11,7 +11,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -33,7 +32,8 @@ const (
 	DefaultMaxContextBytes = 64 << 10
 )
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults fills the limits left at zero with the defaults.
+func (l Limits) WithDefaults() Limits {
 	if l.MaxBytes <= 0 {
 		l.MaxBytes = DefaultMaxBytes
 	}
@@ -46,35 +46,12 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// parseProposalSubject splits gated.proposals.<tenant>.<action> into its
-// tokens and checks each. The error is a *FieldError on field "subject".
-func parseProposalSubject(subject string) (tenant, action string, err error) {
-	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
-	if !ok {
-		return "", "", fieldErr("subject", "%q does not start with %q", subject, wire.ProposalSubjectPrefix)
-	}
-	tenant, action, ok = strings.Cut(rest, ".")
-	if !ok || strings.Contains(action, ".") {
-		return "", "", fieldErr("subject", "%q must have the form gated.proposals.<tenant>.<action>", subject)
-	}
-	if !ValidTenant(tenant) {
-		return "", "", fieldErr("subject", "tenant token %q must match [a-z0-9_-]{1,64}", tenant)
-	}
-	if tenant == UnknownTenant {
-		return "", "", fieldErr("subject", "tenant %q is reserved for audit events whose tenant is unknown", tenant)
-	}
-	if !ValidAction(action) {
-		return "", "", fieldErr("subject", "action token %q must match [A-Za-z0-9_-]{1,128}", action)
-	}
-	return tenant, action, nil
-}
-
 // DecodeProposal decodes and validates one proposal strictly. subjectTenant
 // and subjectAction are the tokens of the subject the proposal arrived on;
 // when non-empty the payload must name the same ones. Every error wraps
 // ErrInvalidProposal and is a *FieldError naming the field at fault.
 func DecodeProposal(data []byte, subjectTenant, subjectAction string, limits Limits) (*Proposal, error) {
-	limits = limits.withDefaults()
+	limits = limits.WithDefaults()
 	if len(data) > limits.MaxBytes {
 		return nil, fieldErr("", "proposal is %d bytes, larger than the %d byte limit", len(data), limits.MaxBytes)
 	}
@@ -189,36 +166,6 @@ func checkKeys(data []byte) *FieldError {
 // proposalSchema is read from Proposal's json tags: a field added to the
 // struct is known to the strict-key check at once.
 var proposalSchema = strictjson.SchemaOf(reflect.TypeFor[Proposal]())
-
-// recoverAddress extracts the tenant and id of a proposal that failed to
-// decode, so its invalid verdict can still reach the proposer. The subject
-// tenant is authoritative (NATS permissions guard it); the id comes from
-// the payload or, failing that, from the Nats-Msg-Id header
-// "<tenant>.<id>". It returns empty strings when nothing trustworthy can be
-// recovered.
-func recoverAddress(subject string, data []byte, msgID string) (tenant, id string) {
-	rest, ok := strings.CutPrefix(subject, wire.ProposalSubjectPrefix)
-	if !ok {
-		return "", ""
-	}
-	tenant, _, _ = strings.Cut(rest, ".")
-	if !ValidTenant(tenant) || tenant == UnknownTenant {
-		return "", ""
-	}
-	var probe struct {
-		ID json.RawMessage `json:"id"`
-	}
-	if len(data) <= DefaultMaxBytes && json.Unmarshal(data, &probe) == nil {
-		var s string
-		if json.Unmarshal(probe.ID, &s) == nil && ValidID(s) {
-			return tenant, s
-		}
-	}
-	if t, s, ok := strings.Cut(msgID, "."); ok && t == tenant && ValidID(s) {
-		return tenant, s
-	}
-	return tenant, ""
-}
 
 func validate(p *Proposal, subjectTenant, subjectAction string, l Limits) error {
 	if p.V != SchemaVersion {

@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// GatePasses is engine.GatePasses: it reports whether value, the part of
+// GatePasses is gated.GatePasses: it reports whether value, the part of
 // a gate line after the gate's name and colon, is an exact pass, and
 // returns the detail after it.
 func GatePasses(value string) (string, bool) {
@@ -65,7 +65,7 @@ type Gate struct {
 	Passed bool
 }
 
-// CheckGateLines is engine.CheckGateLines: an error when what the gate
+// CheckGateLines is gated.CheckGateLines: an error when what the gate
 // lines of a reviewer's text say disagrees with the structured gates.
 func CheckGateLines(text string, gates []Gate) error {
 	reported := make(map[string]bool, len(gates))
