@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/notify"
@@ -18,7 +19,10 @@ import (
 // through every reader of the stream: the decoder gives the event
 // exactly as written, verify finds nothing wrong, its data decodes into
 // the event's declared type with no member unknown, and the reviewer
-// metrics, the shadow summary and the notifier take it without error.
+// metrics, the shadow summary and the notifier take it without error,
+// and the status publisher gives each event that marks a stage a status
+// the fleet reads back. The console's reading is held to the same list
+// by console's TestEveryEventReadsBackOnAProposalsPage.
 func TestEveryEventReadsBackThroughEveryReader(t *testing.T) {
 	head := bustest.AuditHeadSample
 	names := engine.AuditEventNames()
@@ -76,6 +80,16 @@ func TestEveryEventReadsBackThroughEveryReader(t *testing.T) {
 		track.Add(r)
 		shadow.Add(e)
 		notify.Classify(r)
+		// The status publisher: an event that marks a stage gives a
+		// status event the fleet's decoder reads back.
+		status, ok, err := engine.StatusJSON(got, r.Seq)
+		if _, stage := engine.StatusStageOf(name); err != nil || ok != stage {
+			t.Errorf("%s: StatusJSON = ok %v, %v; the event marks a stage: %v", name, ok, err, stage)
+		} else if ok {
+			if st, err := gated.DecodeStatus(status); err != nil || st.ID != got.ProposalID {
+				t.Errorf("%s: status %s reads back as %+v, %v", name, status, st, err)
+			}
+		}
 	}
 	if shadow.Invalid != 0 || shadow.Decisions != 1 || shadow.Differences != 1 {
 		t.Errorf("the shadow summary read %d decisions, %d differences, %d invalid (%s)", shadow.Decisions, shadow.Differences, shadow.Invalid, shadow.FirstInvalid)
