@@ -209,7 +209,7 @@ mutant target_join engine/decide.go ./engine \
 	'if false {'
 mutant target_recheck engine/target.go ./engine \
 	'if out := r.recheck(ctx, v, h); out != nil {' \
-	'if out := (*Verdict)(nil); out != nil {'
+	'if out := (*gated.Verdict)(nil); out != nil {'
 # The re-check also refuses an approval when the policy, on the changed
 # history, asks for more than it had (a hold, a review, another persona, a
 # larger quorum, fewer reviewer tools), and that refusal is not remembered
@@ -222,7 +222,7 @@ mutant target_changed_not_deduped engine/dedupe.go ./engine \
 	'slices.Contains(v.Policy.Rules, RuleTargetChanged) && false {'
 mutant target_held_recheck engine/target.go ./engine \
 	'if d := joinedWhileHeld(held, h, now); d != nil {' \
-	'if d := (*Deny)(nil); d != nil {'
+	'if d := (*gated.Deny)(nil); d != nil {'
 mutant target_join_cas bus/store/history.go ./bus/store \
 	'rev, err = s.kv.Update(ctx, key, data, h.Revision)' \
 	'rev, err = s.kv.Put(ctx, key, data)'
