@@ -126,6 +126,43 @@ type GrantIssuedData struct {
 	Exp        int64  `json:"exp"`
 }
 
+// GrantUsedData is the data of grant.used: the grant an executor used,
+// by (free text the executor chose) and, on an agent's subject, as the
+// agent. Its members are in the order of their names, as the map it
+// replaced wrote them.
+type GrantUsedData struct {
+	Action     string `json:"action"`
+	As         string `json:"as,omitempty"`
+	By         string `json:"by"`
+	GID        string `json:"gid"`
+	ProposalID string `json:"proposal_id"`
+	Tenant     string `json:"tenant"`
+}
+
+// GrantRefusedData is the data of grant.refused (a use of a grant
+// refused, or an executor's report that it refused the action: At and
+// By "executor") and of grant.outcome_refused (an outcome report gated
+// did not accept): why, and what the request named. Its members are in
+// the order of their names, as the maps it replaced wrote them.
+type GrantRefusedData struct {
+	As         string     `json:"as,omitempty"`
+	At         *time.Time `json:"at,omitempty"`
+	By         string     `json:"by,omitempty"`
+	GID        string     `json:"gid,omitempty"`
+	ProposalID string     `json:"proposal_id,omitempty"`
+	Reason     string     `json:"reason"`
+}
+
+// GrantExpiredData is the data of grant.expired: a grant that expired
+// unused. Its members are in the order of their names, as the map it
+// replaced wrote them.
+type GrantExpiredData struct {
+	Exp        int64  `json:"exp"`
+	GID        string `json:"gid"`
+	ProposalID string `json:"proposal_id"`
+	Tenant     string `json:"tenant"`
+}
+
 // GrantOutcomeData is the data of grant.outcome: what an executor
 // reported of a used grant. Its members are in the order of their names,
 // as the map it replaced wrote them.
@@ -209,11 +246,11 @@ var auditEventData = map[string]func() any{
 	EventPluginUnhealthy:         func() any { return new(PluginEventData) },
 	EventBudgetRefused:           func() any { return new(BudgetRefusal) },
 	EventGrantIssued:             func() any { return new(GrantIssuedData) },
-	EventGrantUsed:               func() any { return new(AuditNote) },
-	EventGrantRefused:            func() any { return new(AuditNote) },
-	EventGrantExpired:            func() any { return new(AuditNote) },
+	EventGrantUsed:               func() any { return new(GrantUsedData) },
+	EventGrantRefused:            func() any { return new(GrantRefusedData) },
+	EventGrantExpired:            func() any { return new(GrantExpiredData) },
 	EventGrantOutcome:            func() any { return new(GrantOutcomeData) },
-	EventGrantOutcomeRefused:     func() any { return new(AuditNote) },
+	EventGrantOutcomeRefused:     func() any { return new(GrantRefusedData) },
 }
 
 // AuditEventNames returns the name of every event gated records, sorted.

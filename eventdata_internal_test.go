@@ -3,12 +3,15 @@ package gated
 import (
 	"encoding/json"
 	"testing"
+	"time"
 )
 
-// The records every proposal has keep the encoding of the maps they were
-// written from before: the same members, in the same order.
+// The records every proposal has, and the grant records, keep the
+// encoding of the maps they were written from before: the same members,
+// in the same order.
 func TestEventDataEncodesAsItsMap(t *testing.T) {
 	run := &RunPolicy{MaxRounds: 3}
+	at := time.Date(2026, 11, 1, 9, 0, 0, 5, time.UTC)
 	for _, tc := range []struct {
 		data any
 		m    map[string]any
@@ -22,6 +25,20 @@ func TestEventDataEncodesAsItsMap(t *testing.T) {
 		{PolicyDecidedData{Denies: []Deny{}},
 			map[string]any{"denies": []Deny{}, "review": Route{}, "reviewer_tools": []string(nil), "denied_tools": []string(nil),
 				"eval_us": int64(0), "sop": "", "run": (*RunPolicy)(nil)}},
+		{GrantUsedData{GID: "g1", Tenant: "acme", ProposalID: "p1", Action: "host_restart_service", By: "exec-1"},
+			map[string]any{"gid": "g1", "tenant": "acme", "proposal_id": "p1", "action": "host_restart_service", "by": "exec-1"}},
+		{GrantUsedData{GID: "g1", Tenant: "acme", ProposalID: "p1", By: "", As: "agent-1"},
+			map[string]any{"gid": "g1", "tenant": "acme", "proposal_id": "p1", "action": "", "by": "", "as": "agent-1"}},
+		{GrantRefusedData{Reason: "expired"}, map[string]any{"reason": "expired"}},
+		{GrantRefusedData{Reason: "", GID: "g1", As: "agent-1", ProposalID: "p1"},
+			map[string]any{"reason": "", "gid": "g1", "as": "agent-1", "proposal_id": "p1"}},
+		{GrantRefusedData{Reason: "no disk", By: "executor", ProposalID: "p1", At: &at, GID: "g1", As: "agent-1"},
+			map[string]any{"reason": "no disk", "by": "executor", "proposal_id": "p1", "at": at, "gid": "g1", "as": "agent-1"}},
+		{GrantRefusedData{By: "executor", ProposalID: "p1", At: &time.Time{}},
+			map[string]any{"reason": "", "by": "executor", "proposal_id": "p1", "at": time.Time{}}},
+		{GrantExpiredData{GID: "g1", Tenant: "acme", ProposalID: "p1", Exp: 1795661606},
+			map[string]any{"gid": "g1", "tenant": "acme", "proposal_id": "p1", "exp": int64(1795661606)}},
+		{GrantExpiredData{}, map[string]any{"gid": "", "tenant": "", "proposal_id": "", "exp": int64(0)}},
 	} {
 		got, _ := json.Marshal(tc.data)
 		want, _ := json.Marshal(tc.m)

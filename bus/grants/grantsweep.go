@@ -141,8 +141,8 @@ func (g *Service) expireAt(ctx context.Context, key string, data []byte, rev uin
 	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
 		return false, nil // used or expired meanwhile
 	}
-	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, gated.EventGrantExpired, map[string]any{
-		"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
+	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, gated.EventGrantExpired, gated.GrantExpiredData{
+		GID: rec.GID, Tenant: rec.Tenant, ProposalID: rec.ProposalID, Exp: rec.Exp,
 	}); err != nil {
 		return true, fmt.Errorf("auditing an expired grant: %w", err)
 	}

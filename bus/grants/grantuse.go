@@ -216,10 +216,7 @@ func (g *Service) UseAs(ctx context.Context, tenant, agent, token, by string) Us
 			}
 			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the grant record cannot be updated: "+err.Error())
 		}
-		used := map[string]any{"gid": c.GID, "tenant": c.Tenant, "proposal_id": c.ProposalID, "action": c.Action, "by": by}
-		if agent != "" {
-			used["as"] = agent
-		}
+		used := gated.GrantUsedData{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Action: c.Action, By: by, As: agent}
 		if err := g.audit(ctx, tenant, c.ProposalID, gated.EventGrantUsed, used); err != nil {
 			g.log.Error("auditing a grant use", zap.String("key", key), zap.Error(err))
 		}
@@ -291,13 +288,7 @@ func (g *Service) recordFromVerdict(ctx context.Context, c grant.Claims, token s
 // refuse audits a refused use, asked on agent's subject when agent is
 // not empty, and returns the refusal.
 func (g *Service) refuse(ctx context.Context, tenant, agent, gid, id, reason string) UseReply {
-	data := map[string]any{"reason": reason}
-	if gid != "" {
-		data["gid"] = gid
-	}
-	if agent != "" {
-		data["as"] = agent
-	}
+	data := gated.GrantRefusedData{Reason: reason, GID: gid, As: agent}
 	if err := g.audit(ctx, tenant, id, gated.EventGrantRefused, data); err != nil {
 		g.log.Error("auditing a refused grant use", zap.String("tenant", tenant), zap.Error(err))
 	}

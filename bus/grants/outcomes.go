@@ -118,13 +118,8 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	if r.Status == gated.ExecutionRefused {
 		// A refusal changes nothing but the audit trail, which says whose
 		// subject it came on.
-		data := map[string]any{"reason": r.Error, "by": "executor", "proposal_id": id, "at": r.At.UTC()}
-		if r.GID != "" {
-			data["gid"] = r.GID
-		}
-		if as != "" {
-			data["as"] = as
-		}
+		at := r.At.UTC()
+		data := gated.GrantRefusedData{Reason: r.Error, By: "executor", ProposalID: id, At: &at, GID: r.GID, As: as}
 		if err := o.grants.audit(ctx, tenant, id, gated.EventGrantRefused, data); err != nil {
 			return o.retry(ctx, last, tenant, id, r.GID, fmt.Errorf("auditing an executor's refusal: %w", err))
 		}
@@ -240,16 +235,7 @@ func (o *Outcomes) retry(ctx context.Context, last bool, tenant, id, gid string,
 // when as is not empty. When even that fails the report is delivered
 // again.
 func (o *Outcomes) refuse(ctx context.Context, tenant, id, as, gid, reason string) error {
-	data := map[string]any{"reason": reason}
-	if gid != "" {
-		data["gid"] = gid
-	}
-	if as != "" {
-		data["as"] = as
-	}
-	if id != "" {
-		data["proposal_id"] = id
-	}
+	data := gated.GrantRefusedData{Reason: reason, GID: gid, As: as, ProposalID: id}
 	if err := o.grants.audit(ctx, tenant, id, gated.EventGrantOutcomeRefused, data); err != nil {
 		return fmt.Errorf("%w: auditing a refused outcome report: %w", errOutcomeRetry, err)
 	}
