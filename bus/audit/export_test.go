@@ -1,6 +1,10 @@
 package audit
 
 import (
+	"fmt"
+	"strconv"
+	"strings"
+
 	"github.com/gated/gated"
 	"github.com/nats-io/nats.go"
 )
@@ -43,4 +47,16 @@ func NewLegacyRecordMsg(evs []gated.AuditEvent, c Chain, key []byte, compress bo
 	e.compress = compress
 	m, _ := e.msg(c, newAuditSigner(key))
 	return m, nil
+}
+
+// TextMembers is the members a text line shows of ev, as the line
+// writes them: ` key="value"` each.
+func TextMembers(ev gated.AuditEvent) string {
+	var b strings.Builder
+	for k, v := range textMembers(ev) {
+		if v != nil {
+			fmt.Fprintf(&b, " %s=%s", dataKeys[k], strconv.Quote(*v))
+		}
+	}
+	return b.String()
 }

@@ -74,9 +74,6 @@ func newPrinter(w io.Writer, asJSON bool) *printer {
 	return &printer{w: w, json: asJSON}
 }
 
-// dataKeys are the data members a text line shows, in this order.
-var dataKeys = []string{"outcome", "stage", "action", "operator", "persona", "plugin", "tool", "revision", "error", "reason"}
-
 // entry prints a message of the stream: each event of a record on a
 // line of its own, with the record's sequence.
 func (p *printer) entry(e Entry) error {
@@ -135,22 +132,15 @@ func (p *printer) event(e Entry, index int, ev gated.AuditEvent) error {
 	at := e.Stored.UTC().Format("2006-01-02T15:04:05.000Z")
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s #%d %s %s %s n=%d", at, e.Seq, ev.Tenant, ev.Event, orDash(ev.ProposalID), e.Record.Chain.N)
-	var data map[string]json.RawMessage
-	if len(ev.Data) > 0 && json.Unmarshal(ev.Data, &data) == nil {
-		for _, k := range dataKeys {
-			raw, ok := data[k]
-			if !ok {
-				continue
-			}
-			var s string
-			if json.Unmarshal(raw, &s) != nil {
-				s = string(raw)
-			}
-			if len(s) > 80 {
-				s = s[:77] + "..."
-			}
-			fmt.Fprintf(&b, " %s=%s", k, strconv.Quote(s))
+	for k, v := range textMembers(ev) {
+		if v == nil {
+			continue
 		}
+		s := *v
+		if len(s) > 80 {
+			s = s[:77] + "..."
+		}
+		fmt.Fprintf(&b, " %s=%s", dataKeys[k], strconv.Quote(s))
 	}
 	b.WriteByte('\n')
 	_, err := io.WriteString(p.w, b.String())

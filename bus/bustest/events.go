@@ -25,7 +25,7 @@ var AuditEventSamples = map[string]string{
 	gated.EventReviewDone:              `{"review_id":"r1","plugin":"sop","plugin_version":"1.0","pid":42,"decision":"approve","gates":{"a":true},"missing_gates":[],"latency_ms":12.5,"why":"fine","model":"m1"}`,
 	gated.EventReviewUnrouted:          `{"persona":"sre","plugin":"sop","failure":"no_plugin","error":"absent"}`,
 	gated.EventReviewAwaited:           `{"holder":"m1","until":"2025-01-02T03:05:05Z","waited_ms":3,"outcome":"approved"}`,
-	gated.EventVerdict:                 `{"v":1,"proposal_id":"p1","tenant":"acme","kind":"action","outcome":"approved","approved":true,"stage":"review","reason":"ok","reviews":[{"plugin":"sop","plugin_version":"1.0","persona":"sre","model":"m1","decision":"approve","latency_ms":12.5}],"decided_at":"2025-01-02T03:04:05Z","latency_ms":13,"audit_seq":0}`,
+	gated.EventVerdict:                 `{"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"review","reason":"ok","reviews":[{"plugin":"sop","plugin_version":"1.0","persona":"sre","model":"m1","decision":"approve","latency_ms":12.5}],"decided_at":"2025-01-02T03:04:05Z","latency_ms":13,"audit_seq":0}`,
 	gated.EventReplayed:                `{"audit_seq":4,"outcome":"approved"}`,
 	gated.EventDeduplicated:            `{"duplicate_of":"p0","audit_seq":3,"stage":"policy","rejected_at":"2025-01-02T03:04:05Z"}`,
 	gated.EventToolCalled:              `{"tool":"ls","persona":"sre"}`,
