@@ -7,19 +7,20 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
 func TestSetupCreatesTheContract(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	res, err := bus.Setup(ctx, js, bus.Config{})
 	if err != nil {
@@ -63,8 +64,8 @@ func TestSetupCreatesTheContract(t *testing.T) {
 // uncompressed, and a record written before the change reads back as
 // written.
 func TestSetupCompressesTheStores(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{
 		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, Storage: jetstream.FileStorage,
@@ -104,13 +105,13 @@ func TestSetupCompressesTheStores(t *testing.T) {
 }
 
 func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := bustest.AuditWriter(t, js, audit.Config{}).Trail()
+	tr := natstest.AuditWriter(t, js, audit.Config{}).Trail()
 	for _, ev := range []string{gated.EventReceived, gated.EventPolicyDecided} {
 		if err := tr.Record(t.Context(), gated.AuditEvent{V: 1, Event: ev, Tenant: "acme", ProposalID: "p1"}); err != nil {
 			t.Fatal(err)
@@ -149,8 +150,8 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 }
 
 func TestSetupConsumerSettings(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	tests := []struct {
 		note       string
 		cfg        bus.Config
@@ -191,8 +192,8 @@ func TestSetupConsumerSettings(t *testing.T) {
 }
 
 func TestSetupCreatesTheRunStream(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	tests := []struct {
 		note       string
 		cfg        bus.Config

@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nkeys"
@@ -183,8 +185,8 @@ func sopPlugins(t *testing.T) *plugins.Host { return bustest.SOPHost(t, pluginEn
 func startGateWith(t *testing.T, opts gateOptions) *gate {
 	t.Helper()
 	shadowDir := opts.shadow
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	res, err := bus.Setup(ctx, js, bus.Config{})
 	if err != nil {
@@ -232,7 +234,7 @@ func startGateWith(t *testing.T, opts gateOptions) *gate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	aud := bustest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
+	aud := natstest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
 	// Every trail publishes the proposal's status, as serve's do.
 	g.trails = status.NewPublisher(nc, zaptest.NewLogger(t)).Trails(aud.Trail)
 	w, err := intake.NewWorker(nc, js, res, eng, g.trails, bus.Config{}, zaptest.NewLogger(t))

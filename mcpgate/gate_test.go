@@ -6,9 +6,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 )
 
@@ -46,7 +47,7 @@ func objectTool(name string, props ...string) *mcp.Tool {
 // TestNewRefuses checks that a gate whose proposals could not be told
 // apart, or whose catalog does not fit the server, does not start.
 func TestNewRefuses(t *testing.T) {
-	nc, _ := bustest.Connect(t, bustest.Server(t))
+	nc, _ := natstest.Connect(t, natstest.Server(t))
 	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -15,11 +15,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
@@ -164,7 +165,7 @@ func startRelay(t *testing.T, relayReads bool) *relay {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := bustest.Connect(t, bustest.Server(t))
+	nc, _ := natstest.Connect(t, natstest.Server(t))
 	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)

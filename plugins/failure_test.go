@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest"
@@ -202,14 +204,14 @@ func startGate(t *testing.T, mode string, opts gateOptions) *failingGate {
 		t.Fatal(err)
 	}
 
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	cfg := bus.Config{}
 	res, err := bus.Setup(t.Context(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	aud := bustest.AuditWriter(t, js, audit.Config{Log: log})
+	aud := natstest.AuditWriter(t, js, audit.Config{Log: log})
 	eng := bustest.EngineWith(t, engine.Config{Policy: bustest.Policy(t), Router: host, Store: store.New(res.Verdicts), ReviewTimeout: opts.timeout,
 		Grants: engine.GrantIssuer{Ring: func() *grant.Ring { return ring }, TTL: 5 * time.Minute}})
 	w, err := intake.NewWorker(nc, js, res, eng, status.NewPublisher(nc, nil).Trails(aud.Trail), cfg, log)

@@ -20,11 +20,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -50,7 +51,7 @@ func TestMain(m *testing.M) {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	return bustest.FreeAddr(t)
+	return natstest.FreeAddr(t)
 }
 
 // gated is a running `gated serve`.

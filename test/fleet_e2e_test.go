@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 )
 
@@ -324,7 +325,7 @@ func TestFleetExample(t *testing.T) {
 // with an inbox prefix of its own and no JetStream API rights, and checks
 // that every client call works without a permissions violation.
 func TestFleetClientWithTenantPermissionsOnly(t *testing.T) {
-	s := bustest.ServerWithOptions(t, &server.Options{
+	s := natstest.ServerWithOptions(t, &server.Options{
 		JetStream: true, StoreDir: t.TempDir(),
 		Users: []*server.User{
 			{Username: "gated", Password: "gated-pw"},

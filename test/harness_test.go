@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/gated/gated/internal/natstest"
 
-	"github.com/gated/gated/bus/bustest"
+	"github.com/nats-io/nats-server/v2/server"
 )
 
 // This file is the harness of the scale and fault suites: NATS servers
@@ -33,7 +33,7 @@ import (
 // restarts, so it is chosen once per node or process.
 func freePort(t *testing.T) int {
 	t.Helper()
-	return bustest.FreePort(t)
+	return natstest.FreePort(t)
 }
 
 // natsNode is one nats-server of a natsCluster. Its ports and store

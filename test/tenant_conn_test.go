@@ -18,12 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -46,7 +47,7 @@ func startTenantsServer(t *testing.T) (string, map[string]string) {
 		t.Fatalf("%s: %v", tenantsConf, err)
 	}
 	opts.StoreDir = t.TempDir()
-	s := bustest.ServerWithOptions(t, opts)
+	s := natstest.ServerWithOptions(t, opts)
 	return s.ClientURL(), pw
 }
 

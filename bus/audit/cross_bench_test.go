@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -37,8 +39,8 @@ import (
 //	go test ./bus -run '^$' -bench '^BenchmarkVerifyVerdicts$' -benchtime 2x
 func BenchmarkVerifyVerdicts(b *testing.B) {
 	for _, n := range []int{10_000, 100_000} {
-		s := bustest.Server(b)
-		_, js := bustest.Connect(b, s)
+		s := natstest.Server(b)
+		_, js := natstest.Connect(b, s)
 		res, err := bus.Setup(b.Context(), js, bus.Config{})
 		if err != nil {
 			b.Fatal(err)

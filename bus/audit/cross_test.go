@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -397,15 +399,15 @@ func TestVerifyListsTheFirstVerdictProblems(t *testing.T) {
 // counts its last sequence, so verify reports the sequences missing at
 // its end. One tenant's verify cannot tell them from other tenants'.
 func TestVerifyDetectsATailDeletedFromTheStream(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
+	a := natstest.AuditWriter(t, js, audit.Config{Key: testKey})
 	for i := range 5 {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i))); err != nil {
 			t.Fatal(err)

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go"
@@ -11,7 +13,6 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -59,7 +60,7 @@ func TestCheckAuditKey(t *testing.T) {
 			publish(t, js, m)
 		}},
 		{note: "records of the Writer, no key", setup: true, want: audit.KeyMissing, msgs: func(t *testing.T, js jetstream.JetStream) {
-			a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
+			a := natstest.AuditWriter(t, js, audit.Config{Key: testKey})
 			if _, err := a.Trail().Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +68,7 @@ func TestCheckAuditKey(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			_, js := bustest.Connect(t, bustest.Server(t))
+			_, js := natstest.Connect(t, natstest.Server(t))
 			if tc.setup {
 				if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 					t.Fatal(err)

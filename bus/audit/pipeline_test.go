@@ -3,9 +3,10 @@ package audit_test
 import (
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 )
 
 // TestWriterPipelinedKeepsOneChain checks the pipelined writer where it
@@ -22,14 +23,14 @@ func TestWriterPipelinedKeepsOneChain(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			s := bustest.Server(t)
-			_, js1 := bustest.Connect(t, s)
-			_, js2 := bustest.Connect(t, s)
+			s := natstest.Server(t)
+			_, js1 := natstest.Connect(t, s)
+			_, js2 := natstest.Connect(t, s)
 			if _, err := bus.Setup(t.Context(), js1, bus.Config{}); err != nil {
 				t.Fatal(err)
 			}
-			a1 := bustest.AuditWriter(t, js1, audit.Config{Key: testKey, Instance: "one", Publish: audit.PublishPipelined})
-			a2 := bustest.AuditWriter(t, js2, audit.Config{Key: testKey, Instance: "two", Publish: tc.other})
+			a1 := natstest.AuditWriter(t, js1, audit.Config{Key: testKey, Instance: "one", Publish: audit.PublishPipelined})
+			a2 := natstest.AuditWriter(t, js2, audit.Config{Key: testKey, Instance: "two", Publish: tc.other})
 			if !a1.Pipelined() || a1.Batching() {
 				t.Fatalf("pipelined %v, batching %v; want pipelined only", a1.Pipelined(), a1.Batching())
 			}
@@ -51,9 +52,9 @@ func TestWriterPipelinedKeepsOneChain(t *testing.T) {
 // first record of each tenant to the tenant's last record.
 func TestWriterPipelinedContinuesAChain(t *testing.T) {
 	_, js := setupAudit(t)
-	first := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Publish: audit.PublishOneAtATime})
+	first := natstest.AuditWriter(t, js, audit.Config{Key: testKey, Publish: audit.PublishOneAtATime})
 	writeTrails(t, first, "a", 6, 2, "acme", "beta")
-	second := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Publish: audit.PublishPipelined})
+	second := natstest.AuditWriter(t, js, audit.Config{Key: testKey, Publish: audit.PublishPipelined})
 	writeTrails(t, second, "b", 6, 2, "acme", "beta")
 	rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 	if !rep.Clean() {

@@ -7,13 +7,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -54,7 +55,7 @@ func (f recordForm) String() string {
 func newTamperStream(t *testing.T, form recordForm) *tamperStream {
 	t.Helper()
 	res, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Uncompressed: form != formV3Compressed})
+	a := natstest.AuditWriter(t, js, audit.Config{Key: testKey, Uncompressed: form != formV3Compressed})
 	for i := range 3 {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent("acme", fmt.Sprint("p", i+1))); err != nil {
 			t.Fatal(err)

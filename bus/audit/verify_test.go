@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -282,7 +283,7 @@ func TestWriterChainsPastForeignMessages(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			s := newTamperStream(t, formV3Compressed)
 			want := tc.tamper(t, s)
-			a := bustest.AuditWriter(t, s.js, audit.Config{Key: testKey})
+			a := natstest.AuditWriter(t, s.js, audit.Config{Key: testKey})
 			writeTrails(t, a, "after", 2, 0, "acme")
 			rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
 			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{want}) {
@@ -299,15 +300,15 @@ func TestWriterChainsPastForeignMessages(t *testing.T) {
 // allows it: the chain shows the one inside a tenant's chain, the stream
 // sequences the one at the end of a tenant's chain.
 func TestVerifyDetectsDeletedRecords(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
+	a := natstest.AuditWriter(t, js, audit.Config{Key: testKey})
 	for i, tenant := range []string{"acme", "acme", "acme", "acme", "acme", "beta"} {
 		if _, err := a.Trail().Seal(t.Context(), verdictEvent(tenant, fmt.Sprint("p", i))); err != nil {
 			t.Fatal(err)
@@ -332,7 +333,7 @@ func TestVerifyDetectsDeletedRecords(t *testing.T) {
 
 func TestVerifyAnchors(t *testing.T) {
 	_, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
+	a := natstest.AuditWriter(t, js, audit.Config{Key: testKey})
 	writeTrails(t, a, "p", 2, 1, "acme", "beta")
 	before := verify(t, js, audit.VerifyOptions{})
 	writeTrails(t, a, "q", 2, 1, "acme", "beta")
@@ -373,8 +374,8 @@ func TestVerifyAnchors(t *testing.T) {
 }
 
 func TestVerifyWithoutStream(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := audit.Verify(t.Context(), js, audit.VerifyOptions{}); !errors.Is(err, audit.ErrNoStream) {
 		t.Fatalf("err = %v, want ErrNoStream", err)
 	}
@@ -385,7 +386,7 @@ func TestVerifyWithoutStream(t *testing.T) {
 
 func TestReadAudit(t *testing.T) {
 	_, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{})
+	a := natstest.AuditWriter(t, js, audit.Config{})
 	writeTrails(t, a, "p", 4, 1, "acme", "beta") // seq 1-8
 
 	read := func(q audit.Query) []string {

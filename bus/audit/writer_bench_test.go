@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go"
@@ -18,7 +20,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
@@ -62,8 +63,8 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish au
 		tenants     = 16
 		records     = 4
 	)
-	s := bustest.Server(b)
-	_, js := bustest.Connect(b, s)
+	s := natstest.Server(b)
+	_, js := natstest.Connect(b, s)
 	stream, err := js.CreateStream(b.Context(), jetstream.StreamConfig{
 		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 		Storage: storage, AllowAtomicPublish: true, DenyDelete: true, DenyPurge: true,
@@ -76,7 +77,7 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish au
 		a      *audit.Writer
 	)
 	if publish >= 0 {
-		a = bustest.AuditWriter(b, js, audit.Config{Key: testKey, Publish: publish, Uncompressed: uncompressed, Log: zap.NewNop()})
+		a = natstest.AuditWriter(b, js, audit.Config{Key: testKey, Publish: publish, Uncompressed: uncompressed, Log: zap.NewNop()})
 		trails = a.Trail
 	}
 	seal := make([]time.Duration, b.N)

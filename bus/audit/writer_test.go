@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -16,7 +18,6 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -87,8 +88,8 @@ func heads(rep *audit.Report) map[string]uint64 {
 
 func setupAudit(t *testing.T) (*bus.Resources, jetstream.JetStream) {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +99,7 @@ func setupAudit(t *testing.T) (*bus.Resources, jetstream.JetStream) {
 
 func TestWriterChainsConcurrentTrails(t *testing.T) {
 	res, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "gated-a", Publish: audit.PublishBatches})
+	a := natstest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "gated-a", Publish: audit.PublishBatches})
 	if !a.Batching() {
 		t.Fatal("the audit stream allows atomic batches, yet the auditor publishes one at a time")
 	}
@@ -143,14 +144,14 @@ func TestWriterChainsConcurrentTrails(t *testing.T) {
 }
 
 func TestWritersOfTwoInstancesKeepOneChain(t *testing.T) {
-	s := bustest.Server(t)
-	_, js1 := bustest.Connect(t, s)
-	_, js2 := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js1 := natstest.Connect(t, s)
+	_, js2 := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js1, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	a1 := bustest.AuditWriter(t, js1, audit.Config{Key: testKey, Instance: "one", Publish: audit.PublishBatches})
-	a2 := bustest.AuditWriter(t, js2, audit.Config{Key: testKey, Instance: "two", Writers: 2, Publish: audit.PublishBatches})
+	a1 := natstest.AuditWriter(t, js1, audit.Config{Key: testKey, Instance: "one", Publish: audit.PublishBatches})
+	a2 := natstest.AuditWriter(t, js2, audit.Config{Key: testKey, Instance: "two", Writers: 2, Publish: audit.PublishBatches})
 	// Rounds of a few trails each make many small batches, so the two
 	// instances keep extending the shared chain under each other.
 	if !shareChain(t, js1, a1, a2, 15, 4, 3) {
@@ -198,17 +199,17 @@ func TestWriterPublishesOneAtATime(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			s := bustest.Server(t)
-			_, js := bustest.Connect(t, s)
+			s := natstest.Server(t)
+			_, js := natstest.Connect(t, s)
 			tc.stream(t, js)
 			tc.cfg.Key = testKey
-			a := bustest.AuditWriter(t, js, tc.cfg)
+			a := natstest.AuditWriter(t, js, tc.cfg)
 			if a.Batching() {
 				t.Fatal("the auditor batches")
 			}
 			// A second instance makes the one-at-a-time path meet conflicts too.
-			_, js2 := bustest.Connect(t, s)
-			b := bustest.AuditWriter(t, js2, tc.cfg)
+			_, js2 := natstest.Connect(t, s)
+			b := natstest.AuditWriter(t, js2, tc.cfg)
 			var wg sync.WaitGroup
 			wg.Go(func() { writeTrails(t, a, "a", 30, 2, "acme", "beta") })
 			wg.Go(func() { writeTrails(t, b, "b", 30, 2, "acme") })
@@ -240,8 +241,8 @@ func TestWriterPublishAutoFollowsTheStream(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			s := bustest.Server(t)
-			_, js := bustest.Connect(t, s)
+			s := natstest.Server(t)
+			_, js := natstest.Connect(t, s)
 			_, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
 				Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"},
 				Storage: tc.storage, AllowAtomicPublish: true,
@@ -249,7 +250,7 @@ func TestWriterPublishAutoFollowsTheStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			a := bustest.AuditWriter(t, js, audit.Config{})
+			a := natstest.AuditWriter(t, js, audit.Config{})
 			if a.Batching() != tc.batches || a.Pipelined() == tc.batches {
 				t.Fatalf("batching %v, pipelined %v; want batching %v, else pipelined", a.Batching(), a.Pipelined(), tc.batches)
 			}
@@ -263,7 +264,7 @@ func TestWriterPublishAutoFollowsTheStream(t *testing.T) {
 
 func TestWriterUnkeyed(t *testing.T) {
 	_, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{})
+	a := natstest.AuditWriter(t, js, audit.Config{})
 	if a.KeyID() != "" {
 		t.Fatalf("key id %q without a key", a.KeyID())
 	}
@@ -299,12 +300,12 @@ func TestWriterUnkeyed(t *testing.T) {
 func TestWriterKeyRotation(t *testing.T) {
 	_, js := setupAudit(t)
 	other := []byte("fedcba9876543210fedcba9876543210")
-	old := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
+	old := natstest.AuditWriter(t, js, audit.Config{Key: testKey})
 	writeTrails(t, old, "old", 2, 1, "acme")
 	if err := old.Close(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	writeTrails(t, bustest.AuditWriter(t, js, audit.Config{Key: other}), "new", 2, 1, "acme")
+	writeTrails(t, natstest.AuditWriter(t, js, audit.Config{Key: other}), "new", 2, 1, "acme")
 	if rep := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey, other}}); !rep.Clean() || heads(rep)["acme"] != 8 {
 		t.Fatalf("both keys given: %+v", rep)
 	}
@@ -316,7 +317,7 @@ func TestWriterKeyRotation(t *testing.T) {
 
 func TestAuditTrailLifecycle(t *testing.T) {
 	_, js := setupAudit(t)
-	a := bustest.AuditWriter(t, js, audit.Config{})
+	a := natstest.AuditWriter(t, js, audit.Config{})
 	tr := a.Trail()
 	ev := verdictEvent("acme", "p1")
 	if _, err := tr.Seal(t.Context(), ev); err != nil {
@@ -351,8 +352,8 @@ func TestAuditTrailLifecycle(t *testing.T) {
 }
 
 func TestNewWriterNeedsTheStream(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := audit.NewWriter(t.Context(), js, audit.Config{}); !errors.Is(err, audit.ErrNoStream) {
 		t.Fatalf("err = %v, want ErrNoStream", err)
 	}
@@ -369,8 +370,8 @@ func TestNewWriterNeedsTheStream(t *testing.T) {
 // Close with a short deadline must still return, with the deadline's
 // error, and release the blocked Record.
 func TestWriterCloseHonoursItsDeadline(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,12 +7,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -52,8 +53,8 @@ func alter(t *testing.T, body []byte, old, new string) []byte {
 // a stream holding both verifies.
 func TestWriterCompressesRecords(t *testing.T) {
 	res, js := setupAudit(t)
-	compressed := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "z"})
-	plain := bustest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "z", Uncompressed: true})
+	compressed := natstest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "z"})
+	plain := natstest.AuditWriter(t, js, audit.Config{Key: testKey, Instance: "z", Uncompressed: true})
 	var stored [2]*jetstream.RawStreamMsg
 	for i, a := range []*audit.Writer{compressed, plain} {
 		tr := a.Trail()

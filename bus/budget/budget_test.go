@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -100,8 +102,8 @@ func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *rev
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +117,7 @@ func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *rev
 	}
 	c := &cluster{srv: s, js: js, audit: res.Audit, clock: &clock{t: windowStart}, rev: rev}
 	for i := range c.procs {
-		_, pjs := bustest.Connect(t, s)
+		_, pjs := natstest.Connect(t, s)
 		kv, err := budget.Setup(t.Context(), pjs, 1)
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +138,7 @@ func startCluster(t *testing.T, limits string, pol *policies.Evaluator, rev *rev
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := bustest.AuditWriter(t, pjs, audit.Config{})
+		w := natstest.AuditWriter(t, pjs, audit.Config{})
 		c.procs[i] = &process{eng: eng, trails: w.Trail, store: bs}
 	}
 	return c

@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated/bus/budget"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -32,8 +33,8 @@ func BenchmarkBudgetsBesideReviews(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			s := bustest.Server(b)
-			_, js := bustest.Connect(b, s)
+			s := natstest.Server(b)
+			_, js := natstest.Connect(b, s)
 			kv, err := budget.Setup(b.Context(), js, 1)
 			if err != nil {
 				b.Fatal(err)

@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -24,7 +25,7 @@ import (
 // what a crashed gated left done.
 func openBucket(t *testing.T, s *server.Server) jetstream.KeyValue {
 	t.Helper()
-	_, js := bustest.Connect(t, s)
+	_, js := natstest.Connect(t, s)
 	kv, err := js.KeyValue(t.Context(), budget.Bucket)
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +63,7 @@ func mustAdmit(t *testing.T, st *budget.Store, req engine.BudgetRequest) {
 // lease it holds, not a second one, and moves it to its later end; it
 // releases its own; a release of a lease not held changes nothing.
 func TestLeaseIsIdempotentByProposal(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	a, b := newStore(t, s, unlimited), newStore(t, s, unlimited)
 	now := windowStart
 	mustAdmit(t, a, review("p1", now, now.Add(90*time.Second)))
@@ -113,7 +114,7 @@ func TestLeaseIsIdempotentByProposal(t *testing.T) {
 // once by two gated processes stop exactly at the limit; one proposal
 // delivered to both at once is counted once.
 func TestLeasesAtTheBoundaryOverTwoProcesses(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	const limits = "tenants: {acme: {agent: {reviews_in_flight: 7, proposals: unlimited}}}"
 	stores := []*budget.Store{newStore(t, s, limits), newStore(t, s, limits)}
 	now := windowStart
@@ -175,7 +176,7 @@ func TestLeasesAtTheBoundaryOverTwoProcesses(t *testing.T) {
 // It counts against the limit (a redelivery counts once more) until the
 // end of its slot, and then no more: never one too few.
 func TestCrashBetweenCountAndLeaseOverCounts(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	const limits = "tenants: {acme: {agent: {reviews_in_flight: 2}}}"
 	st := newStore(t, s, limits)
 	kv := openBucket(t, s)
@@ -236,7 +237,7 @@ func TestRecordOfTheFirstVersion(t *testing.T) {
 		{note: "version 3 is refused", agent: `{"v":3,"scope":"acme/bot"}`, tenant: legacy("acme"), corrupt: true},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			s := bustest.Server(t)
+			s := natstest.Server(t)
 			st := newStore(t, s, "tenants: {acme: {agent: {reviews_in_flight: 3}}}")
 			kv := openBucket(t, s)
 			for key, v := range map[string]string{"acme.agent.bot": tc.agent, "acme.tenant": tc.tenant} {
@@ -337,7 +338,7 @@ func countedStore(t *testing.T, s *server.Server, limits string) (*budget.Store,
 // release counts the review's tokens in the same change. A lease that
 // another process moved meanwhile is read, and released as it stands.
 func TestReviewLeaseIsNotReadOnTheWay(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	a, reads, _ := countedStore(t, s, unlimited)
 	b := newStore(t, s, unlimited)
 	now := windowStart
@@ -389,7 +390,7 @@ func TestReviewLeaseIsNotReadOnTheWay(t *testing.T) {
 // limit, and is reported as admitted, not refused; another proposal is
 // refused.
 func TestRedeliveryAtItsLimitIsAdmitted(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	st, _, events := countedStore(t, s, "tenants: {acme: {agent: {reviews_in_flight: 1}}}")
 	now := windowStart
 	mustAdmit(t, st, review("p1", now, now.Add(90*time.Second)))
@@ -415,7 +416,7 @@ func TestRedeliveryAtItsLimitIsAdmitted(t *testing.T) {
 // redelivery of its proposal counts like a new one, and is refused at
 // the limit.
 func TestExpiredLeaseCountsAgain(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	st := newStore(t, s, "tenants: {acme: {agent: {reviews_in_flight: 1}}}")
 	now := windowStart
 	mustAdmit(t, st, review("p1", now, now.Add(25*time.Second)))

@@ -5,13 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/budget"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine"
 )
 
@@ -31,7 +32,7 @@ func openCounters(t *testing.T, s *server.Server, limits string) (*budget.Config
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, js := bustest.Connect(t, s)
+	_, js := natstest.Connect(t, s)
 	kv, err := budget.Setup(t.Context(), js, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func admitReviews(t *testing.T, st *budget.Store, from, to int, now time.Time) {
 // 2,000 reviews decoded two 80 KB records, 8,000 allocations, and paid
 // for it in latency and in the collector's work.
 func TestStateBesideManyReviewsDecodesNothingNew(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	st := newStore(t, s, unlimited)
 	now := time.Now()
 	state := func() gated.BudgetState {
@@ -83,7 +84,7 @@ func TestStateBesideManyReviewsDecodesNothingNew(t *testing.T) {
 // A record another process wrote is read afresh, never answered from the
 // copy this process kept of its own last write.
 func TestStateSeesAnotherProcesssWrites(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	a, b := newStore(t, s, unlimited), newStore(t, s, unlimited)
 	now := time.Now()
 	for _, step := range []struct {
@@ -129,9 +130,9 @@ func TestStateSeesAnotherProcesssWrites(t *testing.T) {
 // about 80 KB, and a flood of refusals added a thousand entries more.
 func TestRecordSizeDoesNotGrowWithLeasesOrRefusals(t *testing.T) {
 	const maxRecord = 4096
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	st := newStore(t, s, unlimited)
-	_, js := bustest.Connect(t, s)
+	_, js := natstest.Connect(t, s)
 	kv, err := js.KeyValue(t.Context(), budget.Bucket)
 	if err != nil {
 		t.Fatal(err)

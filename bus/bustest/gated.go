@@ -189,27 +189,6 @@ func writeFile(t *testing.T, name, data string) string {
 	return path
 }
 
-// AuditWriter starts an audit writer on js, logging to the test, and
-// drains it when the test ends.
-func AuditWriter(tb testing.TB, js jetstream.JetStream, cfg audit.Config) *audit.Writer {
-	tb.Helper()
-	if cfg.Log == nil {
-		cfg.Log = zaptest.NewLogger(tb)
-	}
-	a, err := audit.NewWriter(tb.Context(), js, cfg)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := a.Close(ctx); err != nil {
-			tb.Errorf("closing the audit writer: %v", err)
-		}
-	})
-	return a
-}
-
 // Gatekeeper is a Decider that holds every delivery until Open, and
 // reports each one as it arrives; StartGated(t, k.Wrap, cfg) installs it.
 // It lets a test act while a proposal is published but not yet decided.

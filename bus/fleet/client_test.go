@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
@@ -190,8 +192,8 @@ func TestProposalWireForm(t *testing.T) {
 }
 
 func TestProposeNoVerdictBeforeDeadline(t *testing.T) {
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -294,12 +296,12 @@ func TestProposeSkipsForeignMessagesOnItsVerdictSubject(t *testing.T) {
 // the client must still not report an approval, and a guarded tool must
 // not run.
 func TestForgedApprovalIsNotAnApproval(t *testing.T) {
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	attacker, _ := bustest.Connect(t, s)
+	attacker, _ := natstest.Connect(t, s)
 	forge := func(m *nats.Msg) {
 		a, err := fleet.AddressOf(m.Data)
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -306,8 +308,8 @@ func TestGrantVectorsThroughFleet(t *testing.T) {
 	if err := json.Unmarshal(data, &f); err != nil {
 		t.Fatal(err)
 	}
-	s := bustest.Server(t)
-	nc, _ := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, _ := natstest.Connect(t, s)
 	for _, v := range f.Grants {
 		t.Run(v.Name, func(t *testing.T) {
 			ks, err := grant.ParseKeySet(f.Keysets[v.Keyset])

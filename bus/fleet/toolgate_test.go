@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
@@ -296,8 +298,8 @@ func TestToolGateThroughGated(t *testing.T) {
 
 	// Nothing answers on a server without a worker: the call gives up at
 	// the ToolGate's review timeout and the tool never runs.
-	srv := bustest.Server(t)
-	nc, js := bustest.Connect(t, srv)
+	srv := natstest.Server(t)
+	nc, js := natstest.Connect(t, srv)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}

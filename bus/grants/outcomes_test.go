@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -371,8 +373,8 @@ func TestOutcomeDecodedStrictly(t *testing.T) {
 // widens both to the agents' subjects, so that reports on those are
 // captured and delivered.
 func TestOutcomeSubjectsOfAnOlderSetup(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := js.CreateStream(t.Context(), jetstream.StreamConfig{Name: wire.OutcomesStream, Subjects: []string{"gated.outcomes.*.*"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage}); err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
@@ -110,7 +112,7 @@ func TestWorkerKeepsTheConsumersAckWait(t *testing.T) {
 	// follow the consumer's, or a long review is redelivered.
 	in := newIntake(t, bus.Config{AckWait: 30 * time.Second})
 	in.reviewer.hold = holdFor(7500 * time.Millisecond)
-	nc, _ := bustest.Connect(t, in.srv)
+	nc, _ := natstest.Connect(t, in.srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -193,7 +195,7 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 			o := workerOptions{wrap: func(d intake.Decider) intake.Decider { seen.Decider = d; return seen }}
 			var publishes atomic.Int32
 			if tc.failPublish {
-				o.nc, _ = bustest.Connect(t, in.srv)
+				o.nc, _ = natstest.Connect(t, in.srv)
 				o.publish = func(subject string, data []byte) error {
 					if publishes.Add(1) == 1 {
 						return errors.New("injected publish failure")
@@ -226,7 +228,7 @@ func TestAbandonedProposalIsAnswered(t *testing.T) {
 
 func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
 	in := newIntake(t, bus.Config{})
-	workerNC, _ := bustest.Connect(t, in.srv)
+	workerNC, _ := natstest.Connect(t, in.srv)
 	var publishes atomic.Int32
 	var firstSeq atomic.Uint64
 	publish := func(subject string, data []byte) error {
@@ -276,7 +278,7 @@ func TestAckComesAfterStoreAuditAndPublish(t *testing.T) {
 // no-op, not a panic on channels closed already.
 func TestWorkerStopsTwice(t *testing.T) {
 	in := newIntake(t, bus.Config{})
-	nc, _ := bustest.Connect(t, in.srv)
+	nc, _ := natstest.Connect(t, in.srv)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -70,7 +72,7 @@ func runIntake(t *testing.T, cfg bus.Config) (*rig, *runDecider) {
 
 func TestWorkerStoresTheFollowUpBeforeAnswering(t *testing.T) {
 	in, rd := runIntake(t, bus.Config{})
-	workerNC, _ := bustest.Connect(t, in.srv)
+	workerNC, _ := natstest.Connect(t, in.srv)
 	store := store.New(in.res.Verdicts)
 	var publishes atomic.Int32
 	publish := func(subject string, data []byte) error {
@@ -149,7 +151,7 @@ func TestWorkerRetriesAFailedFollowUp(t *testing.T) {
 					return errors.New("injected follow-up failure")
 				}
 			}
-			workerNC, _ := bustest.Connect(t, in.srv)
+			workerNC, _ := natstest.Connect(t, in.srv)
 			publish := func(subject string, data []byte) error {
 				published.Store(true)
 				return workerNC.Publish(subject, data)
@@ -316,7 +318,7 @@ func TestTenantFollowsOnlyItsOwnRuns(t *testing.T) {
 		}},
 		Subscribe: &server.SubjectPermission{Allow: []string{"_INBOX_acme.>"}},
 	}
-	s := bustest.ServerWithOptions(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
+	s := natstest.ServerWithOptions(t, &server.Options{JetStream: true, StoreDir: t.TempDir(), Users: []*server.User{
 		{Username: "gated", Password: "gated-pw"},
 		{Username: "acme", Password: "acme-pw", Permissions: acmeRights},
 	}})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
@@ -30,13 +32,13 @@ import (
 func TestGrantCrashBeforePublish(t *testing.T) {
 	for _, failing := range []string{"record", "publish"} {
 		t.Run(failing, func(t *testing.T) {
-			s := bustest.Server(t)
-			nc, js := bustest.Connect(t, s)
+			s := natstest.Server(t)
+			nc, js := natstest.Connect(t, s)
 			res, err := bus.Setup(t.Context(), js, bus.Config{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			aud := bustest.AuditWriter(t, js, audit.Config{})
+			aud := natstest.AuditWriter(t, js, audit.Config{})
 			ring, err := grant.NewRing(time.Now().Add(-time.Minute), 5*time.Minute)
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap/zaptest"
 
@@ -45,8 +47,8 @@ var holdingPolicy = sync.OnceValues(func() (*policies.Evaluator, error) {
 // consumer exactly one times the action out.
 func TestHoldTimesOutOnceAcrossGatedProcesses(t *testing.T) {
 	bustest.SkipShort(t)
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	// A hold handed to a gated that dies is handed on after the ack wait.
 	cfg := bus.Config{AckWait: 2 * time.Second}
@@ -67,13 +69,13 @@ func TestHoldTimesOutOnceAcrossGatedProcesses(t *testing.T) {
 	var timers []*intake.HoldTimer
 	var conns []*nats.Conn
 	for range 3 {
-		pnc, _ := bustest.Connect(t, s)
+		pnc, _ := natstest.Connect(t, s)
 		conns = append(conns, pnc)
 		eng, err := engine.New(engine.Config{Policy: pol, Personas: reg, Router: bustest.NoPlugins{}, Store: store.New(res.Verdicts)})
 		if err != nil {
 			t.Fatal(err)
 		}
-		aud := bustest.AuditWriter(t, js, audit.Config{})
+		aud := natstest.AuditWriter(t, js, audit.Config{})
 		w, err := intake.NewWorker(pnc, js, res, eng, aud.Trail, cfg, zaptest.NewLogger(t))
 		if err != nil {
 			t.Fatal(err)
@@ -149,8 +151,8 @@ func TestHoldTimesOutOnceAcrossGatedProcesses(t *testing.T) {
 // verdict is still held; AwaitDecision keeps waiting and reports no
 // verdict when its context ends.
 func TestAwaitDecisionTrustsOnlyTheStore(t *testing.T) {
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)

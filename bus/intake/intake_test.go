@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -89,8 +91,8 @@ type rig struct {
 
 func newIntake(t *testing.T, cfg bus.Config) *rig {
 	t.Helper()
-	in := &rig{srv: bustest.Server(t), cfg: cfg, reviewer: &countingReviewer{started: make(chan string, 16)}}
-	in.nc, in.js = bustest.Connect(t, in.srv)
+	in := &rig{srv: natstest.Server(t), cfg: cfg, reviewer: &countingReviewer{started: make(chan string, 16)}}
+	in.nc, in.js = natstest.Connect(t, in.srv)
 	var err error
 	if in.res, err = bus.Setup(t.Context(), in.js, cfg); err != nil {
 		t.Fatal(err)
@@ -146,7 +148,7 @@ func (in *rig) startWorker(t *testing.T, o workerOptions) {
 	t.Helper()
 	nc := o.nc
 	if nc == nil {
-		nc, _ = bustest.Connect(t, in.srv)
+		nc, _ = natstest.Connect(t, in.srv)
 	}
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -425,7 +427,7 @@ func TestSameProposalInTwoMessagesIsReviewedOnce(t *testing.T) {
 
 func TestRedeliveryAfterTheVerdictIsStoredReplaysIt(t *testing.T) {
 	in := newIntake(t, bus.Config{AckWait: time.Second})
-	crashNC, _ := bustest.Connect(t, in.srv)
+	crashNC, _ := natstest.Connect(t, in.srv)
 	crashed := make(chan struct{})
 	in.startWorker(t, workerOptions{nc: crashNC, wrap: func(d intake.Decider) intake.Decider {
 		return &crashAfterDecide{Decider: d, crash: func() { crashNC.Close(); close(crashed) }}

@@ -6,11 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -33,8 +34,8 @@ func BenchmarkServerMemory(b *testing.B) {
 		return m.HeapAlloc
 	}
 	for range b.N {
-		s := bustest.Server(b)
-		nc, js := bustest.Connect(b, s)
+		s := natstest.Server(b)
+		nc, js := natstest.Connect(b, s)
 		ctx := b.Context()
 		if _, err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 			b.Fatal(err)

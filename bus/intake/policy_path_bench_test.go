@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -127,7 +129,7 @@ func benchPolicyPath(b *testing.B, traced bool) {
 		tenant      = "bench"
 	)
 	log := zap.NewNop()
-	s := bustest.Server(b)
+	s := natstest.Server(b)
 	ctx := b.Context()
 
 	// gated's side, set up as serve does.
@@ -171,7 +173,7 @@ func benchPolicyPath(b *testing.B, traced bool) {
 	b.Cleanup(func() { w.Stop(5 * time.Second) })
 
 	// The fleet's side.
-	fleet, fjs := bustest.Connect(b, s)
+	fleet, fjs := natstest.Connect(b, s)
 	gen := bench.Proposals{Tenant: tenant, Nonce: fmt.Sprintf("b%d", time.Now().UnixNano())}
 	type sent struct {
 		msg  *nats.Msg

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,8 +27,8 @@ import (
 // runStore is a verdict store on a fresh server, with its resources.
 func runStore(t *testing.T) (*store.Verdicts, *bus.Resources, *nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
@@ -92,8 +94,8 @@ func (w watched) GiveUp(ctx context.Context, d engine.Delivery, cause error) *ga
 // the log of what the workers answered.
 func startSameIDGate(t *testing.T) (*gate, *answerLog) {
 	t.Helper()
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	cfg := bus.Config{}
 	res, err := bus.Setup(t.Context(), js, cfg)
 	if err != nil {
@@ -102,7 +104,7 @@ func startSameIDGate(t *testing.T) (*gate, *answerLog) {
 	host := sopPlugins(t)
 	log := &answerLog{by: map[string][]*gated.Verdict{}}
 	for range 2 {
-		wnc, wjs := bustest.Connect(t, s)
+		wnc, wjs := natstest.Connect(t, s)
 		wres, err := bus.Setup(t.Context(), wjs, cfg)
 		if err != nil {
 			t.Fatal(err)

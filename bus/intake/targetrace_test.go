@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
@@ -132,8 +134,8 @@ type raceEngine struct {
 
 func newRaceEngine(t *testing.T, policy engine.Policy) *raceEngine {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -204,15 +206,15 @@ func TestTargetRaceOneEngine(t *testing.T) {
 // TestTargetRaceTwoGated sends two proposals on one target at once to
 // two gated processes sharing the durable consumer on one server.
 func TestTargetRaceTwoGated(t *testing.T) {
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	cfg := bus.Config{}
 	if _, err := bus.Setup(t.Context(), js, cfg); err != nil {
 		t.Fatal(err)
 	}
 	held := newHeldReviews(sopPlugins(t), 2)
 	for range 2 {
-		wnc, wjs := bustest.Connect(t, s)
+		wnc, wjs := natstest.Connect(t, s)
 		wres, err := bus.Setup(t.Context(), wjs, cfg)
 		if err != nil {
 			t.Fatal(err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,7 +17,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
@@ -112,8 +113,8 @@ type turnGate struct {
 // the engine.
 func startTurnGate(t *testing.T, cfg bus.Config, wrap func(intake.Decider) intake.Decider) *turnGate {
 	t.Helper()
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +129,7 @@ func startTurnGate(t *testing.T, cfg bus.Config, wrap func(intake.Decider) intak
 // connection, reviewing through reviews.
 func (g *turnGate) startWorker(t *testing.T, cfg bus.Config, reviews *slowReviews, wrap func(intake.Decider) intake.Decider) *intake.Worker {
 	t.Helper()
-	nc, js := bustest.Connect(t, g.srv)
+	nc, js := natstest.Connect(t, g.srv)
 	res, err := bus.Setup(t.Context(), js, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -11,13 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
@@ -84,13 +85,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
 	key := []byte("audit-key-of-the-notify-tests-0123456789")
-	return &env{js: js, aud: bustest.AuditWriter(t, js, audit.Config{Key: key}), key: key}
+	return &env{js: js, aud: natstest.AuditWriter(t, js, audit.Config{Key: key}), key: key}
 }
 
 // start starts a notifier of sinks on e, stopped when the test ends.

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
@@ -29,8 +31,8 @@ import (
 // replaced, stored, published and audited, and a second decision on it
 // is refused.
 func TestDecisionEndToEnd(t *testing.T) {
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	res, err := bus.Setup(ctx, js, bus.Config{})
 	if err != nil {
@@ -56,7 +58,7 @@ func TestDecisionEndToEnd(t *testing.T) {
 		}
 		return nc.Publish(wire.VerdictSubject(v.Tenant, v.ProposalID), data)
 	}
-	ep, err := operator.NewEndpoint(operators(t, alice, root), eng, bustest.AuditWriter(t, js, audit.Config{}).Trail, followUp, publish, zaptest.NewLogger(t))
+	ep, err := operator.NewEndpoint(operators(t, alice, root), eng, natstest.AuditWriter(t, js, audit.Config{}).Trail, followUp, publish, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
 	}

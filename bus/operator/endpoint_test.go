@@ -10,12 +10,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/engine"
@@ -23,8 +24,8 @@ import (
 )
 
 func TestEndpoint(t *testing.T) {
-	s := bustest.Server(t)
-	nc, _ := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, _ := natstest.Connect(t, s)
 	alice, root, stranger := newOperatorKey(t), newOperatorKey(t), newOperatorKey(t)
 	audit, hooks := &auditRec{}, &hookRec{}
 	resolver := &fakeResolver{answer: func(d engine.OperatorDecision) (*gated.Verdict, error) { return operatorVerdict(d), nil }}

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
@@ -28,7 +30,7 @@ var replayProposals = flag.Int("replay.proposals", 20_000, "proposals in Benchma
 func BenchmarkReplay(b *testing.B) {
 	n := *replayProposals
 	js := replaytest.Server(b)
-	replaytest.WriteTrailHistory(b, bustest.AuditWriter(b, js, audit.Config{}), n)
+	replaytest.WriteTrailHistory(b, natstest.AuditWriter(b, js, audit.Config{}), n)
 	reg, err := personas.Builtin()
 	if err != nil {
 		b.Fatal(err)

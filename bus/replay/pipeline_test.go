@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
@@ -33,7 +35,7 @@ func TestReplayCountsTheKnownChange(t *testing.T) {
 	js := replaytest.Server(t)
 	// 100,000 decisions take minutes on a loaded machine: a publish is
 	// given more than its 10 s default before the writing fails.
-	want := replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{PublishTimeout: 2 * time.Minute}), n)
+	want := replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{PublishTimeout: 2 * time.Minute}), n)
 	if want != 30_000 {
 		t.Fatalf("the script let %d cache_purge proposals through, want 30000 (the default bundle changed?)", want)
 	}
@@ -96,7 +98,7 @@ func TestReplayCountsTheKnownChange(t *testing.T) {
 // range are reported, never replayed as if complete.
 func TestReplayRefusesABrokenRange(t *testing.T) {
 	js := replaytest.Server(t)
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 20)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), 20)
 	reg, err := personas.Builtin()
 	if err != nil {
 		t.Fatal(err)
@@ -210,7 +212,7 @@ deny contains {"rule": "svc_mark", "message": "marked"} if svc_mark == 1
 // inputs not rebuildable included, whatever the scheduling.
 func TestReplayWorkersGiveOneReport(t *testing.T) {
 	js := replaytest.Server(t)
-	w := bustest.AuditWriter(t, js, audit.Config{})
+	w := natstest.AuditWriter(t, js, audit.Config{})
 	replaytest.WriteTrailHistory(t, w, 3000)
 	writeOddTrails(t, w, 40)
 	replaytest.WriteTrailHistory(t, w, 500)

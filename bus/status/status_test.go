@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
@@ -21,13 +22,13 @@ import (
 // and returns it with a connection for the status publisher.
 func trails(t *testing.T) (func() engine.AuditTrail, *nats.Conn) {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	nc, _ := bustest.Connect(t, s) // the status publisher's own
-	return bustest.AuditWriter(t, js, audit.Config{}).Trail, nc
+	nc, _ := natstest.Connect(t, s) // the status publisher's own
+	return natstest.AuditWriter(t, js, audit.Config{}).Trail, nc
 }
 
 func event(name string, data any) gated.AuditEvent {

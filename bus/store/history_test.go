@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
@@ -45,8 +46,8 @@ func idsOf(h engine.History) []string {
 // at: of two gated processes that read one history, the second to join is
 // refused with the history as it now stands, and joins that one.
 func TestTargetHistoryJoinsByCompareAndSet(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -123,8 +124,8 @@ func TestTargetHistoryJoinsByCompareAndSet(t *testing.T) {
 // approval stored with Create does not join (the engine joins first); and
 // only an approval on a target may join.
 func TestTargetHistoryJoin(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -7,11 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 )
@@ -42,8 +43,8 @@ func (r *refusals) keys() []string {
 // the raw bucket and a store over it that reports its refusals.
 func storeWithRefusals(t *testing.T) (jetstream.KeyValue, *store.Verdicts, *refusals) {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -13,13 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/klauspost/compress/zstd"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
 )
 
@@ -34,8 +35,8 @@ type auditFixture struct {
 
 func newAuditFixture(t *testing.T) *auditFixture {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func TestAuditQueryCommand(t *testing.T) {
 }
 
 func TestAuditCommandErrors(t *testing.T) {
-	noStream := bustest.Server(t)
+	noStream := natstest.Server(t)
 	fx := newAuditFixture(t)
 	tests := []struct {
 		note string
@@ -430,8 +431,8 @@ func TestServeAuditCompress(t *testing.T) {
 		{nil, []byte{0x28, 0xb5, 0x2f, 0xfd}},
 		{[]string{"--audit-compress=false"}, []byte(`{"v":3,`)},
 	} {
-		s := bustest.Server(t)
-		_, js := bustest.Connect(t, s)
+		s := natstest.Server(t)
+		_, js := natstest.Connect(t, s)
 		_, stop := startServe(t, s.ClientURL(), tc.args...)
 		stop()
 		stream, err := js.Stream(t.Context(), audit.Stream)

@@ -8,12 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/plugins/llm"
@@ -43,7 +44,7 @@ func TestServeRefusesBadBudgets(t *testing.T) {
 // counts it in /metrics, and gated budgets show prints the counters.
 // With the counter bucket gone, /readyz says no review starts.
 func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	url := s.ClientURL()
 	file := writeFile(t, t.TempDir(), "budgets.yaml", "tenants:\n  acme:\n    agents:\n      a: {reads: 3/1h}\n")
 	// The refusals are counted by tenant: the operator opts in to
@@ -92,7 +93,7 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 		t.Fatalf("a read after the reset: %s (%s), want approved", v.Outcome, v.Reason)
 	}
 
-	_, js := bustest.Connect(t, s)
+	_, js := natstest.Connect(t, s)
 	if err := js.DeleteKeyValue(t.Context(), budget.Bucket); err != nil && err != jetstream.ErrBucketNotFound {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestServeTokenBudgetFromTheModelsUsage(t *testing.T) {
 	t.Setenv(llm.EnvOpenAIAPIKey, "test-key")
 	personasDir := t.TempDir()
 	writeFile(t, personasDir, "reviewer.md", llmReviewer)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	file := writeFile(t, t.TempDir(), "budgets.yaml", "tenants:\n  acme:\n    agent: {tokens: 30/1h}\n")
 	_, stop := startServe(t, s.ClientURL(), "--budgets", file, "--personas", personasDir, "--default-plugin", "llm")
 	defer stop()
@@ -171,7 +172,7 @@ func TestServeTokenBudgetFromTheModelsUsage(t *testing.T) {
 // address and a fleet client.
 func serveReloadingBudgets(t *testing.T, limits string) (dir, httpAddr string, client *fleet.Client) {
 	t.Helper()
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	dir = t.TempDir()
 	file := writeFile(t, dir, "budgets.yaml", limits)
 	httpAddr, stop := startServe(t, s.ClientURL(), "--budgets", file, "--budgets-poll", "50ms")

@@ -13,9 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nkeys"
 
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/console"
 )
@@ -26,7 +27,7 @@ import (
 // policy serve runs); serve stops with a live feed open.
 func TestServeMountsTheConsole(t *testing.T) {
 	clearGatedEnv(t)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
 	pub, err := operator.WriteSeed(seedFile)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,7 +17,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine/wire"
 )
@@ -27,7 +28,7 @@ func startAuthCluster(t *testing.T, password string) []string {
 	t.Helper()
 	routePorts := make([]int, 3)
 	for i := range routePorts {
-		routePorts[i] = bustest.FreePort(t)
+		routePorts[i] = natstest.FreePort(t)
 	}
 	var routes []string
 	for _, p := range routePorts {
@@ -81,7 +82,7 @@ func TestServeOnClusterFromConfig(t *testing.T) {
 	clearGatedEnv(t)
 	const password = "cluster-pw-7"
 	urls := startAuthCluster(t, password)
-	httpAddr := bustest.FreeAddr(t)
+	httpAddr := natstest.FreeAddr(t)
 	cfg := writeFile(t, t.TempDir(), "gated.yaml", fmt.Sprintf(`
 nats_url: %s
 nats_user: gated

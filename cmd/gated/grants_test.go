@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
@@ -54,7 +56,7 @@ func grantKID(t *testing.T, token string) string {
 // old key signed stays valid and usable.
 func TestServeGrants(t *testing.T) {
 	clearGatedEnv(t)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	keyA, kidA := newKeyFile(t)
 	keyB, kidB := newKeyFile(t)
 	_, stopA := startServe(t, s.ClientURL(), "--grant-key-file", keyA)
@@ -64,7 +66,7 @@ func TestServeGrants(t *testing.T) {
 	stopB := func() { stopOnce.Do(stopServeB) }
 	defer stopB()
 
-	nc, _ := bustest.Connect(t, s)
+	nc, _ := natstest.Connect(t, s)
 	client, err := fleet.NewClient(nc)
 	if err != nil {
 		t.Fatal(err)

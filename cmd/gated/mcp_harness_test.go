@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats-server/v2/server"
-
-	"github.com/gated/gated/bus/bustest"
 )
 
 // The harness of the gated mcp tests: a gated serve, the example MCP
@@ -71,7 +71,7 @@ func startMCPHarness(t testing.TB) *mcpHarness {
 		data:    writeFile(t, dir, "mcp-data.yaml", mcpPolicyData),
 		catalog: writeFile(t, dir, "mcp-catalog.yaml", mcpCatalog),
 	}
-	h.nats = bustest.Server(t)
+	h.nats = natstest.Server(t)
 	h.natsURL = h.nats.ClientURL()
 	_, stop := startServe(t, h.natsURL, "--data-dir", t.TempDir(), "--policy-data", h.data)
 	t.Cleanup(stop)

@@ -15,10 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -257,7 +258,7 @@ var malformedLines = []struct {
 // executes nothing.
 func TestMCPGateMalformedJSONRPC(t *testing.T) {
 	h := startMCPHarness(t)
-	nc, _ := bustest.Connect(t, h.nats)
+	nc, _ := natstest.Connect(t, h.nats)
 	proposals := make(chan *nats.Msg, 64)
 	sub, err := nc.ChanSubscribe(wire.ProposalSubjectPrefix+"raw.*", proposals)
 	if err != nil {
@@ -442,7 +443,7 @@ func TestMCPGateWithoutVerdict(t *testing.T) {
 	clearGatedEnv(t)
 	dir := t.TempDir()
 	ops := buildMCPOps(t, dir)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	_, stop := startServe(t, s.ClientURL(), "--data-dir", t.TempDir())
 	stop() // the streams stay; no gated consumes them
 

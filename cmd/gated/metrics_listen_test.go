@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/operator"
 )
 
@@ -35,7 +36,7 @@ func get(t *testing.T, url string) (int, string) {
 // stops when the test ends.
 func serveForMetrics(t *testing.T, args ...string) string {
 	t.Helper()
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	httpAddr := freeTCPAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)

@@ -16,13 +16,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
 	"github.com/spf13/pflag"
 
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/internal/natsconn"
 )
 
@@ -30,7 +31,7 @@ import (
 // authentication and TLS settings of opts, shut down when the test ends.
 func startAuthServer(t *testing.T, opts *server.Options) *server.Server {
 	t.Helper()
-	return bustest.ServerWithOptions(t, opts)
+	return natstest.ServerWithOptions(t, opts)
 }
 
 // connFlags parses args as a command registering natsConnOptions would.

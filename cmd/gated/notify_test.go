@@ -14,12 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/notify"
 	"github.com/gated/gated/engine/wire"
@@ -115,7 +116,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	auditKey := []byte("e2e-audit-key-0123456789abcdef-0123456789")
 	keyFile := writeFile(t, dir, "audit.key", string(auditKey))
 
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	httpAddr, stop := startServe(t, s.ClientURL(), "--notify", notifyFile, "--audit-key-file", keyFile)
 	defer stop()
 

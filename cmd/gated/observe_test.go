@@ -5,10 +5,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 )
 
@@ -19,7 +20,7 @@ import (
 // its process is killed, its exit and its relaunch as a restart.
 func TestServeMetricsOfReviewsPluginsAuditAndDedupe(t *testing.T) {
 	clearGatedEnv(t)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	httpAddr, stop := startServe(t, s.ClientURL())
 	defer stop()
 	nc, err := nats.Connect(s.ClientURL())

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nkeys"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/store"
@@ -106,8 +107,8 @@ type operatorFixture struct {
 
 func newOperatorFixture(t *testing.T) *operatorFixture {
 	t.Helper()
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	res, err := bus.Setup(ctx, js, bus.Config{})
 	if err != nil {
@@ -203,8 +204,8 @@ func TestOperatorDecide(t *testing.T) {
 	}
 	unreachable := "nats://" + ln.Addr().String()
 	ln.Close()
-	bare := bustest.Server(t) // NATS, but no gated serving operator decisions
-	_, bareJS := bustest.Connect(t, bare)
+	bare := natstest.Server(t) // NATS, but no gated serving operator decisions
+	_, bareJS := natstest.Connect(t, bare)
 	bareRes, err := bus.Setup(t.Context(), bareJS, bus.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -348,8 +349,8 @@ func TestServeRefusesBadOperators(t *testing.T) {
 // verdictPublisher publishes what a fleet waiting on the verdict subject
 // reads.
 func TestVerdictPublisher(t *testing.T) {
-	s := bustest.Server(t)
-	nc, _ := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, _ := natstest.Connect(t, s)
 	sub, err := nc.SubscribeSync(wire.VerdictSubject("acme", "p-1"))
 	if err != nil {
 		t.Fatal(err)
@@ -377,8 +378,8 @@ func TestVerdictPublisher(t *testing.T) {
 // is published.
 func TestServeAcceptsOperatorDecisions(t *testing.T) {
 	clearGatedEnv(t)
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
 	pub, err := operator.WriteSeed(seedFile)

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -12,7 +14,6 @@ import (
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine/wire"
 )
@@ -31,7 +32,7 @@ func natsURL(t *testing.T, js jetstream.JetStream) string {
 // fails the command with exit 1, naming the broken range.
 func TestPolicyReplayRefusesAForgedRecord(t *testing.T) {
 	js := replaytest.Server(t)
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 20)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), 20)
 	if _, err := js.Publish(t.Context(), wire.AuditSubject("acme", gated.EventVerdict), []byte(`{"v":1}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +46,7 @@ func TestPolicyReplayRefusesAForgedRecord(t *testing.T) {
 // embedded server's data dir.
 func TestPolicyReplayCommand(t *testing.T) {
 	js := replaytest.Server(t)
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 40)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), 40)
 	dir := mustCandidateDir(t)
 	url := natsURL(t, js)
 	tests := []struct {
@@ -79,7 +80,7 @@ func TestPolicyReplayDataDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, js := bustest.Connect(t, s)
+	_, js := natstest.Connect(t, s)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	if _, err := bus.Setup(ctx, js, bus.Config{}); err != nil {
@@ -115,7 +116,7 @@ func TestPolicyReplayDataDir(t *testing.T) {
 // names how many decided.
 func TestPolicyReplayWorkersFlag(t *testing.T) {
 	js := replaytest.Server(t)
-	replaytest.WriteTrailHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 40)
+	replaytest.WriteTrailHistory(t, natstest.AuditWriter(t, js, audit.Config{}), 40)
 	dir := mustCandidateDir(t)
 	tests := []struct {
 		note    string

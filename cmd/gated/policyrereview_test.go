@@ -14,10 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/replay"
 	"github.com/gated/gated/plugins/llm"
@@ -51,7 +52,7 @@ func writeProposal(id, action string, device int) []byte {
 func recordReviewedHistory(t *testing.T) string {
 	t.Helper()
 	clearGatedEnv(t)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	_, stop := startServe(t, s.ClientURL())
 	nc, err := nats.Connect(s.ClientURL())
 	if err != nil {

@@ -12,13 +12,14 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/server"
@@ -41,7 +42,7 @@ func newAuditKey(t *testing.T) ([]byte, string) {
 func TestReplayChecksMACs(t *testing.T) {
 	js := replaytest.Server(t)
 	key, keyFile := newAuditKey(t)
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{Key: key}), 20)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{Key: key}), 20)
 	url, cand := natsURL(t, js), mustCandidateDir(t)
 
 	code, out, err := runGated(t, "policy", "replay", "--policies", cand, "--nats-url", url, "--audit-key-file", keyFile)
@@ -49,7 +50,7 @@ func TestReplayChecksMACs(t *testing.T) {
 		t.Fatalf("an intact keyed history: exit %d (err %v), want 0 saying the MACs were checked\n%s", code, err, out)
 	}
 	// One more proposal, written by a gated without the key.
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 1)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), 1)
 	tests := []struct {
 		note string
 		args []string
@@ -134,15 +135,15 @@ func storeHeadVerdicts(t *testing.T, js jetstream.JetStream, stream jetstream.St
 // scripted history of n proposals, and the heads of its chains then.
 func tailStream(t *testing.T, n int) (jetstream.JetStream, jetstream.Stream, []byte) {
 	t.Helper()
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	stream, err := js.CreateStream(t.Context(), jetstream.StreamConfig{
 		Name: audit.Stream, Subjects: []string{wire.AuditSubjectPrefix + ">"}, AllowAtomicPublish: true,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), n)
 	rep, err := audit.Verify(t.Context(), js, audit.VerifyOptions{SkipVerdicts: true})
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +233,7 @@ func TestReplayDetectsACutEnd(t *testing.T) {
 // cannot be checked by it and is not a cut.
 func TestReplayAnchorsBeforeTheRange(t *testing.T) {
 	js, _, heads := tailStream(t, 4)
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 4)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), 4)
 	anchors := writeFile(t, t.TempDir(), "heads.jsonl", string(heads))
 	code, out, err := runGated(t, "policy", "replay", "--policies", mustCandidateDir(t), "--nats-url", natsURL(t, js),
 		"--anchors", anchors, "--from-seq", "12")
@@ -249,7 +250,7 @@ func writeDataDirHistory(t *testing.T, dataDir string, cfg audit.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, js := bustest.Connect(t, s)
+	_, js := natstest.Connect(t, s)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	if _, err := bus.Setup(ctx, js, bus.Config{}); err != nil {

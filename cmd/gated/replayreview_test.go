@@ -5,8 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
 )
 
@@ -27,7 +28,7 @@ const dbaRoutesCachePurge = `gated:
 func TestReplayCountsReviewChanges(t *testing.T) {
 	js := replaytest.Server(t)
 	const n = 40
-	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), n)
+	replaytest.WriteScriptedHistory(t, natstest.AuditWriter(t, js, audit.Config{}), n)
 	cand := t.TempDir()
 	writeFile(t, cand, "data.yaml", dbaRoutesCachePurge)
 	code, out, err := runGated(t, "policy", "replay", "--policies", cand, "--nats-url", natsURL(t, js), "--format", "json", "--show", "-1")

@@ -11,11 +11,12 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
 )
@@ -44,7 +45,7 @@ func hostSpec(action string) fleet.ToolSpec[hostArgs] {
 // same ones.
 func TestReportReviewers(t *testing.T) {
 	clearGatedEnv(t)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	dir := t.TempDir()
 	seedFile := filepath.Join(dir, "alice.seed")
 	pub, err := operator.WriteSeed(seedFile)

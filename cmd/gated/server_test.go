@@ -11,11 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 )
 
 // TestServeJoinsItsGoroutines runs serve in this process with every
@@ -95,7 +96,7 @@ func allStacks() string {
 
 func freeTCPAddr(t testing.TB) string {
 	t.Helper()
-	return bustest.FreeAddr(t)
+	return natstest.FreeAddr(t)
 }
 
 // startServe runs serve on the NATS server at natsURL with --http on a
@@ -165,10 +166,10 @@ func TestServeDuplicateWindow(t *testing.T) {
 		{note: "flag", args: []string{"--duplicate-window", "30s"}, want: 30 * time.Second},
 	} {
 		t.Run(tc.note, func(t *testing.T) {
-			srv := bustest.Server(t)
+			srv := natstest.Server(t)
 			_, stop := startServe(t, srv.ClientURL(), tc.args...)
 			defer stop()
-			_, js := bustest.Connect(t, srv)
+			_, js := natstest.Connect(t, srv)
 			s, err := js.Stream(t.Context(), bus.ProposalsStream)
 			if err != nil {
 				t.Fatal(err)

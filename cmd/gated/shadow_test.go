@@ -11,12 +11,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 )
 
@@ -43,7 +44,7 @@ func readProposal(id, service string) []byte {
 func startShadowServe(t *testing.T, liveDir, shadowDir string) (string, string, func()) {
 	t.Helper()
 	clearGatedEnv(t)
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	httpAddr, stop := startServe(t, s.ClientURL(), "--policies", liveDir, "--shadow-policies", shadowDir, "--policy-poll", "50ms")
 	return s.ClientURL(), httpAddr, stop
 }
@@ -186,9 +187,9 @@ func waitMetric(t *testing.T, httpAddr string, lines ...string) string {
 // range with a message that is not a gated record is reported, exit 3.
 func TestShadowCommandErrors(t *testing.T) {
 	clearGatedEnv(t)
-	noStream := bustest.Server(t)
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	noStream := natstest.Server(t)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -18,7 +20,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/internal/telemetry"
 )
@@ -118,7 +119,7 @@ func TestServeTracesAReviewedProposal(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
 	t.Setenv("OTEL_EXPORTER_OTLP_INSECURE", "true")
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-	s := bustest.Server(t)
+	s := natstest.Server(t)
 	_, stop := startServe(t, s.ClientURL())
 	defer stop()
 	if !telemetry.Enabled() {

@@ -7,15 +7,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
 )
 
 func TestVerdictGet(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/gated/gated/internal/natstest"
 
-	"github.com/gated/gated/bus/bustest"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // TestFloorAnswersEveryMessage runs the floor on a real JetStream server:
@@ -16,9 +16,9 @@ import (
 // record of the asked size is stored per message, and the streams are
 // gone afterwards.
 func TestFloorAnswersEveryMessage(t *testing.T) {
-	s := bustest.Server(t)
-	nc, js := bustest.Connect(t, s)
-	rnc, _ := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	nc, js := natstest.Connect(t, s)
+	rnc, _ := natstest.Connect(t, s)
 	ctx := t.Context()
 	sizes := map[Path]FloorSizes{PathDenied: {Proposal: 300, Reply: 50, Log: 700}, PathRead: {Proposal: 200, Reply: 80, Log: 900}}
 	f, err := StartFloor(ctx, nc, rnc, FloorOptions{Sizes: sizes, InFlight: 8, PullMax: 16, Timeout: 10 * time.Second, Nonce: "t1"})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -134,8 +136,8 @@ func TestBucketHeaderKeepsWhatAMessageIs(t *testing.T) {
 }
 
 func TestPrefillNeedsTheStreams(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	tr := &Trail{Path: PathRead, ID: "x", Events: []gated.AuditEvent{{V: 1, Event: gated.EventVerdict, Tenant: "acme"}}}
@@ -205,8 +207,8 @@ func FuzzParseSizes(f *testing.F) {
 // TestPrefillFailsWhenTheBucketRefuses checks that a bucket write the
 // server does not store fails the prefill instead of being counted.
 func TestPrefillFailsWhenTheBucketRefuses(t *testing.T) {
-	s := bustest.Server(t)
-	_, js := bustest.Connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	ctx := t.Context()
 	if _, err := bus.Setup(ctx, js, bus.Config{}); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/gated/gated"
 
 	"github.com/gated/gated/bus"
@@ -42,8 +44,8 @@ func TestEnsureAuditKey(t *testing.T) {
 // server: the embedded case creates the key, an external server without a
 // key file gets unkeyed records, and a bad --audit-publish is refused.
 func TestServeAuditsWithTheDataDirKey(t *testing.T) {
-	s := natsServer(t)
-	_, js := connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
@@ -89,8 +91,8 @@ func TestServeAuditsWithTheDataDirKey(t *testing.T) {
 // other gated must bring that key, or say --audit-key-rotate, and a
 // missing data-dir key is not replaced behind the operator's back.
 func TestServeAuditKeyFollowsTheChain(t *testing.T) {
-	s := natsServer(t)
-	_, js := connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,8 +23,8 @@ import (
 // wrapper over a real verdict bucket, for a verdict stored meanwhile, and
 // checks the wait is in gated_claim_wait_seconds.
 func TestObservedStoreTimesClaimWaits(t *testing.T) {
-	s := natsServer(t)
-	_, js := connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	res, err := bus.Setup(t.Context(), js, bus.Config{})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/bus/audit"
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap/zaptest"
 
@@ -18,12 +21,12 @@ import (
 // every record stored before it. The rounds here are an hour apart, so
 // only the scrape's own read can count the verdicts.
 func TestReviewerMetricsScrapeReadsFirst(t *testing.T) {
-	s := natsServer(t)
-	_, js := connect(t, s)
+	s := natstest.Server(t)
+	_, js := natstest.Connect(t, s)
 	if _, err := bus.Setup(t.Context(), js, bus.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	aud := auditWriter(t, js)
+	aud := natstest.AuditWriter(t, js, audit.Config{})
 	c, stop := followReviewers(t.Context(), js, time.Hour, zaptest.NewLogger(t))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(c)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"go.uber.org/zap"
 )
 
@@ -23,7 +25,7 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := Defaults()
-	cfg.DataDir, cfg.NATSListen, cfg.HTTPAddr = t.TempDir(), "127.0.0.1:0", freeTCPAddr(t)
+	cfg.DataDir, cfg.NATSListen, cfg.HTTPAddr = t.TempDir(), "127.0.0.1:0", natstest.FreeAddr(t)
 	cfg.Policy.Dir, cfg.PersonasDir, cfg.PolicyPoll = policyDir, "../../examples/personas", 50*time.Millisecond
 	before := runtime.NumGoroutine()
 
@@ -74,4 +76,10 @@ func TestServeJoinsItsGoroutinesWhenStartFails(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Errorf("%d goroutines before serve, %d after it failed:\n%s", before, now, allStacks())
+}
+
+// allStacks is the stack of every goroutine.
+func allStacks() string {
+	buf := make([]byte, 1<<20)
+	return string(buf[:runtime.Stack(buf, true)])
 }

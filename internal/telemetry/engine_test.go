@@ -6,12 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/telemetry"
@@ -34,8 +35,8 @@ func TestStoreAnswersAsTheStoreDoes(t *testing.T) {
 				tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 				t.Cleanup(telemetry.Install(tp))
 			}
-			s := bustest.Server(t)
-			_, js := bustest.Connect(t, s)
+			s := natstest.Server(t)
+			_, js := natstest.Connect(t, s)
 			res, err := bus.Setup(t.Context(), js, bus.Config{})
 			if err != nil {
 				t.Fatal(err)

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated/internal/natstest"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
@@ -166,8 +168,8 @@ func Candidate(tb testing.TB) (*policies.Evaluator, string) {
 // JetStream on a connection to it.
 func Server(tb testing.TB) jetstream.JetStream {
 	tb.Helper()
-	s := bustest.Server(tb)
-	_, js := bustest.Connect(tb, s)
+	s := natstest.Server(tb)
+	_, js := natstest.Connect(tb, s)
 	if _, err := bus.Setup(tb.Context(), js, bus.Config{}); err != nil {
 		tb.Fatal(err)
 	}

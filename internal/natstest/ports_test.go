@@ -1,4 +1,4 @@
-package bustest
+package natstest
 
 import (
 	"net"
