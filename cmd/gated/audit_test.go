@@ -71,7 +71,8 @@ func newAuditFixture(t *testing.T) *auditFixture {
 		if err := tr.Flush(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		verdict := fmt.Appendf(nil, `{"action":%q,"operator":%q,"outcome":%q}`, v.action, v.operator, v.outcome)
+		// A verdict has its stage and reason, as every verdict gated writes.
+		verdict := fmt.Appendf(nil, `{"action":%q,"operator":%q,"outcome":%q,"stage":"policy","reason":"decided"}`, v.action, v.operator, v.outcome)
 		if _, err := tr.Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: v.tenant, ProposalID: id, Data: verdict}); err != nil {
 			t.Fatal(err)
 		}
@@ -217,7 +218,7 @@ func TestAuditTailCommand(t *testing.T) {
 	if code != 0 || len(lines(out)) != 3 {
 		t.Fatalf("tail --last 3: exit %d (%v)\n%s", code, err, out)
 	}
-	wantOutput(t, out, `(?m)^\S+ #8 acme verdict.decided p4 n=6 outcome="approved" action="db_backup" operator="alice"$`)
+	wantOutput(t, out, `(?m)^\S+ #8 acme verdict.decided p4 n=6 outcome="approved" stage="policy" action="db_backup" operator="alice" reason="decided"$`)
 
 	code, out, _ = runGated(t, "audit", "tail", "--nats-url", fx.url, "--tenant", "beta", "--json")
 	if code != 0 || len(lines(out)) != 2 {
