@@ -80,8 +80,8 @@ func TestFirstDeliveryOfACopyGetsTheStoredVerdict(t *testing.T) {
 						v.Approved, v.Grant, v.AuditSeq, first.Approved, first.Grant, first.AuditSeq)
 				}
 				sameVerdict(t, h.store.stored(t, "acme", "p1"), first)
-				if got := tr.names(); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {
-					t.Errorf("the delivery's own trail %v does not end with its own %s", got, engine.EventVerdict)
+				if got := tr.names(); len(got) == 0 || got[len(got)-1] != gated.EventVerdict {
+					t.Errorf("the delivery's own trail %v does not end with its own %s", got, gated.EventVerdict)
 				}
 				if !retrail {
 					return
@@ -89,8 +89,8 @@ func TestFirstDeliveryOfACopyGetsTheStoredVerdict(t *testing.T) {
 				if further == nil {
 					t.Fatal("no further trail says the decision lost to the stored verdict")
 				}
-				if got := further.names(); !slices.Equal(got, []string{engine.EventReplayed}) {
-					t.Fatalf("further trail %v, want [%s]", got, engine.EventReplayed)
+				if got := further.names(); !slices.Equal(got, []string{gated.EventReplayed}) {
+					t.Fatalf("further trail %v, want [%s]", got, gated.EventReplayed)
 				}
 				var data replayedData
 				if err := json.Unmarshal(further.all()[0].Data, &data); err != nil {
@@ -122,8 +122,8 @@ func TestFirstDeliveryOfAReusedIDIsAnsweredInvalid(t *testing.T) {
 	if further == nil {
 		t.Fatal("no further trail was opened")
 	}
-	h.checkIDReused(t, v, further, mine, []string{engine.EventReceived, engine.EventVerdict}, owner)
-	if got := tr.names(); got[len(got)-1] != engine.EventVerdict {
-		t.Errorf("the delivery's own trail %v does not end with its own %s", got, engine.EventVerdict)
+	h.checkIDReused(t, v, further, mine, []string{gated.EventReceived, gated.EventVerdict}, owner)
+	if got := tr.names(); got[len(got)-1] != gated.EventVerdict {
+		t.Errorf("the delivery's own trail %v does not end with its own %s", got, gated.EventVerdict)
 	}
 }
