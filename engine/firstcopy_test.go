@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"encoding/json"
+	"errors"
 	"slices"
 	"testing"
 
@@ -126,4 +127,25 @@ func TestFirstDeliveryOfAReusedIDIsAnsweredInvalid(t *testing.T) {
 	if got := tr.names(); got[len(got)-1] != gated.EventVerdict {
 		t.Errorf("the delivery's own trail %v does not end with its own %s", got, gated.EventVerdict)
 	}
+}
+
+// TestFirstDeliveryLostOnAFailingTrailIsRetried: when the further trail
+// of a decision that lost cannot be sealed, the delivery answers nothing
+// (an error, to be redelivered), neither its own verdict nor the stored
+// one unaudited.
+func TestFirstDeliveryLostOnAFailingTrailIsRetried(t *testing.T) {
+	h := newHarness(t)
+	data := proposalJSON(t, map[string]any{"class": "read", "blast_radius": nil})
+	first := decidedElsewhere(t, data, nil)
+	mustCreate(t, h.store, first)
+	failing := h.stream.trail()
+	failing.sealErr = errors.New("audit stream unavailable")
+	v, err := h.eng.Decide(t.Context(), engine.Delivery{
+		Subject: testSubject, Data: data, Attempt: 1, StreamSeq: 7, Trail: h.stream.trail(),
+		Retrail: func() engine.AuditTrail { return failing },
+	})
+	if err == nil || v != nil {
+		t.Fatalf("Decide = %+v, %v; want no verdict and an error", v, err)
+	}
+	sameVerdict(t, h.store.stored(t, "acme", "p1"), first)
 }
