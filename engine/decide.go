@@ -143,10 +143,10 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 	v, awaited, err := r.judge(ctx)
 	// The claim is released only when this delivery ends with no verdict
 	// stored, so that another delivery may review. Once a verdict is
-	// stored it is kept: a copy of the proposal finds the stored verdict
-	// before it looks at claims, or, when it looked just before the
-	// verdict was stored, finds the claim live and waits for that verdict,
-	// which is already there. Keeping it saves the release's write; it
+	// stored it is kept: a redelivery finds the stored verdict before it
+	// looks at claims, and a copy delivered first finds the claim live and
+	// waits for that verdict, which is already there, or, once the claim
+	// went stale, takes it and finds the stored verdict (reviewClaim.take). Keeping it saves the release's write; it
 	// goes with the bucket's TTL, as the release's purge marker would.
 	stored := false
 	defer func() {
@@ -385,10 +385,6 @@ func (r *pass) handOver(ctx context.Context, stored *gated.Verdict, sealed bool)
 		return r.lost(ctx, stored)
 	}
 	if !r.answers(stored) {
-		if sealed {
-			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
-				gated.ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
-		}
 		if !r.log.received {
 			if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
 				return nil, err
