@@ -3,7 +3,6 @@ package gated
 import (
 	"encoding/json"
 	"strconv"
-	"time"
 
 	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
@@ -164,29 +163,6 @@ func (in *ReplayInput) appendJSON(b []byte) ([]byte, bool) {
 		}
 	}
 	return append(b, '}'), true
-}
-
-// ReplayInput is what the policy.decided record keeps of the policy's
-// input, so that a replay can decide the proposal again with the same
-// input under another policy: the proposal as received, the persona the
-// evaluation started from, the clock, and the recent verdicts on the
-// target and the run's record when the policy read them. The tenant and
-// action are the record's own.
-type ReplayInput struct {
-	// Proposal is the proposal's JSON as received.
-	Proposal json.RawMessage `json:"proposal"`
-	// Persona is the persona the evaluation started from; the policy may
-	// have routed elsewhere from it.
-	Persona string `json:"persona"`
-	// Now is the clock the policy saw.
-	Now time.Time `json:"now"`
-	// History is the recent verdicts on the target the policy saw.
-	History []Verdict `json:"history,omitempty"`
-	// RunRecord is the run's record the policy saw, for a run proposal.
-	RunRecord *RunRecord `json:"run_record,omitempty"`
-	// Budget is the budget counters the policy saw, when budgets are
-	// kept.
-	Budget *BudgetState `json:"budget,omitempty"`
 }
 
 // MarshalJSON writes the input as the policy.decided record keeps it: the

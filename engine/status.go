@@ -104,7 +104,7 @@ func StatusJSON(ev gated.AuditEvent, seq uint64) (data []byte, ok bool, err erro
 
 // recordedVerdict is the verdict in the data of a verdict.decided record,
 // with audit_seq set to seq. The data is the members every event of a
-// proposal carries (proposalEventData, scalars) joined with the verdict's
+// proposal carries (gated.AuditHead, scalars) joined with the verdict's
 // own encoding, whose first member is "v" (auditLog.event, mergeJSON): so
 // the verdict starts at the first "v": key. No string holds those bytes,
 // since a quote inside a JSON string is escaped.

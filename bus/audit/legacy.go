@@ -45,7 +45,7 @@ var v2Start = []byte(`{"v":2,`)
 // version-1 record of its own would have held it.
 
 // headKeys are the members that every event of a proposal starts its
-// data with (the engine's proposalEventData), quoted as they are written.
+// data with (gated.AuditHead), quoted as they are written.
 var headKeys = [...]string{`"action"`, `"operator"`, `"delivery"`, `"policy_eval_us"`}
 
 func isHeadKey(k []byte) bool {

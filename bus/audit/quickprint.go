@@ -27,7 +27,7 @@ type quickPrint [16]byte
 
 // recordDropped are the members a verdict.decided record's data holds
 // besides the verdict (every event of a proposal carries them; see
-// engine's proposal event data), and audit_seq; storedDropped is
+// gated.AuditHead), and audit_seq; storedDropped is
 // audit_seq, which the stored verdict has and the record's verdict has as
 // 0. A member is left out only when no field of gated.Verdict takes it
 // (encoding/json matches keys to fields without regard to case), so
