@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"testing"
+
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated/engine"
@@ -44,4 +46,11 @@ func NewLegacyRecordMsg(evs []engine.AuditEvent, c Chain, key []byte, compress b
 	e.compress = compress
 	m, _ := e.msg(c, newAuditSigner(key))
 	return m, nil
+}
+
+// DecodeInFull makes Verify decode every record in full, as it does
+// without keys, until the test ends.
+func DecodeInFull(t testing.TB) {
+	quickKeyed = false
+	t.Cleanup(func() { quickKeyed = true })
 }

@@ -10,20 +10,33 @@ import (
 	"github.com/gated/gated/engine"
 )
 
-// verifyKeyed verifies the stream with testKey twice: with the verdict
-// check, which decodes every record in full, and without it, which reads
-// a record whose MAC verifies only for its tenant, chain and last event.
-// The two must find the same problems in the stream, records and heads.
+// verifyKeyed verifies the stream with testKey: as Verify runs, which
+// reads a record whose MAC verifies only for its tenant, chain, last
+// event and verdict, and decoding every record in full; with the verdict
+// check and without it. All must find the same problems, records and
+// heads; it returns the report of Verify as it runs.
 func verifyKeyed(t *testing.T, js jetstream.JetStream) *audit.Report {
 	t.Helper()
-	full := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}})
-	quick := verify(t, js, audit.VerifyOptions{Keys: [][]byte{testKey}, SkipVerdicts: true})
-	if fmt.Sprint(quick.Problems) != fmt.Sprint(full.Problems) || quick.Messages != full.Messages ||
-		quick.Records != full.Records || fmt.Sprint(quick.Heads) != fmt.Sprint(full.Heads) {
-		t.Fatalf("without the verdict check: %d records, problems %+v, heads %+v;\nwith it: %d records, problems %+v, heads %+v",
-			quick.Records, quick.Problems, quick.Heads, full.Records, full.Problems, full.Heads)
+	opts := audit.VerifyOptions{Keys: [][]byte{testKey}}
+	quick := verify(t, js, opts)
+	reports := map[string]*audit.Report{"quick, no verdict check": verify(t, js, audit.VerifyOptions{Keys: opts.Keys, SkipVerdicts: true})}
+	t.Run("in full", func(t *testing.T) {
+		audit.DecodeInFull(t)
+		reports["in full"] = verify(t, js, opts)
+		reports["in full, no verdict check"] = verify(t, js, audit.VerifyOptions{Keys: opts.Keys, SkipVerdicts: true})
+	})
+	for how, rep := range reports {
+		if rep == nil {
+			t.Fatalf("%s: no report", how)
+		}
+		if fmt.Sprint(rep.Problems) != fmt.Sprint(quick.Problems) || rep.Messages != quick.Messages ||
+			rep.Records != quick.Records || fmt.Sprint(rep.Heads) != fmt.Sprint(quick.Heads) ||
+			rep.Verdicts != nil && (quick.Verdicts == nil || *rep.Verdicts != *quick.Verdicts) {
+			t.Fatalf("%s: %d records, problems %+v, heads %+v;\nas Verify runs: %d records, problems %+v, heads %+v",
+				how, rep.Records, rep.Problems, rep.Heads, quick.Records, quick.Problems, quick.Heads)
+		}
 	}
-	return full
+	return quick
 }
 
 // TestVerifyKeyedRecordOnAnotherSubject: a record whose MAC verifies is
