@@ -34,7 +34,8 @@ def ratio_row(measure, name, floor_target):
     rep = load(name)
     if rep is None:
         return row(measure, "not measured (" + name + ")", f"≥ {floor_target} × floor", None)
-    r = rep.get("ratio", {}).get("all")
+    ratios = rep.get("ratio") or {}
+    r = ratios.get("all", next(iter(ratios.values())) if len(ratios) == 1 else None)
     if r is None:
         return row(measure, "no floor in " + name, f"≥ {floor_target} × floor", None)
     g, f = overall(rep), overall(rep, "floor")
