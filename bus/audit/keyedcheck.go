@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -103,7 +102,7 @@ func (c *recordChecker) checkKeyed(e Entry, sum [sha256.Size]byte, rc recordChec
 	if !ok || ev.ProposalID == "" {
 		return rc, false
 	}
-	var g engine.AuditEvent
+	var g gated.AuditEvent
 	if grant != nil {
 		if g, ok = canonicalEvent(grant); !ok {
 			return rc, false
@@ -119,8 +118,8 @@ func (c *recordChecker) checkKeyed(e Entry, sum [sha256.Size]byte, rc recordChec
 // The beginnings of the events the verdict check reads, as the writer
 // writes them.
 var (
-	verdictStart = []byte(`{"v":1,"event":"` + engine.EventVerdict + `"`)
-	grantStart   = []byte(`{"v":1,"event":"` + engine.EventGrantIssued + `"`)
+	verdictStart = []byte(`{"v":1,"event":"` + gated.EventVerdict + `"`)
+	grantStart   = []byte(`{"v":1,"event":"` + gated.EventGrantIssued + `"`)
 )
 
 // skipObject returns where the JSON object that starts at data[i] ends,

@@ -8,7 +8,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // TestCheckKeyedTakesTheWritersRecords: the quick check reads the records
@@ -21,20 +21,20 @@ func TestCheckKeyedTakesTheWritersRecords(t *testing.T) {
 	key := []byte("0123456789abcdef0123456789abcdef")
 	other := []byte("fedcba9876543210fedcba9876543210")
 	at := time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC)
-	ev := func(name, data string) engine.AuditEvent {
-		return engine.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: at, Data: []byte(data)}
+	ev := func(name, data string) gated.AuditEvent {
+		return gated.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: at, Data: []byte(data)}
 	}
 	verdict := `{"operator":"alice","delivery":1,"v":1,"proposal_id":"p1","tenant":"acme","action":"a","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"ok","decided_at":"2026-11-01T09:00:00Z","latency_ms":1,"audit_seq":0}`
-	trails := map[string][]engine.AuditEvent{
-		"escapes": {ev(engine.EventReceived, `{"action":"a","note":"say \"hi\\\"}]","x":[{"v":1,"event":"verdict.decided"}]}`),
-			ev(engine.EventVerdict, verdict)},
-		"folded grant": {ev(engine.EventReceived, `{"action":"a"}`),
-			ev(engine.EventGrantIssued, `{"gid":"g1","tenant":"acme","proposal_id":"p1","kid":"k1","exp":1}`),
-			ev(engine.EventVerdict, verdict[:len(verdict)-1]+`,"grant":"tok"}`)},
-		"no verdict": {ev(engine.EventReceived, `{"action":"a"}`)},
+	trails := map[string][]gated.AuditEvent{
+		"escapes": {ev(gated.EventReceived, `{"action":"a","note":"say \"hi\\\"}]","x":[{"v":1,"event":"verdict.decided"}]}`),
+			ev(gated.EventVerdict, verdict)},
+		"folded grant": {ev(gated.EventReceived, `{"action":"a"}`),
+			ev(gated.EventGrantIssued, `{"gid":"g1","tenant":"acme","proposal_id":"p1","kid":"k1","exp":1}`),
+			ev(gated.EventVerdict, verdict[:len(verdict)-1]+`,"grant":"tok"}`)},
+		"no verdict": {ev(gated.EventReceived, `{"action":"a"}`)},
 	}
 	for note, evs := range trails {
-		for _, build := range []func([]engine.AuditEvent, Chain, []byte) (*nats.Msg, error){NewRecordMsg, NewCompressedRecordMsg} {
+		for _, build := range []func([]gated.AuditEvent, Chain, []byte) (*nats.Msg, error){NewRecordMsg, NewCompressedRecordMsg} {
 			for _, k := range [][]byte{key, other, nil} {
 				m, err := build(evs, Chain{N: 2, Prev: hex.EncodeToString(make([]byte, 32))}, k)
 				if err != nil {

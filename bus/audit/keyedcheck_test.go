@@ -6,8 +6,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // verifyKeyed verifies the stream with testKey: as Verify runs, which
@@ -59,7 +59,7 @@ func TestVerifyKeyedRecordOnAnotherSubject(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if m.Subject != "gated.audit.acme."+engine.EventVerdict {
+			if m.Subject != "gated.audit.acme."+gated.EventVerdict {
 				t.Fatalf("built on %s", m.Subject)
 			}
 			// As it was written, the record is clean.

@@ -9,7 +9,6 @@ import (
 	"hash"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // The checks of single records, which Verify runs on several goroutines
@@ -112,7 +111,7 @@ func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = string(rv.tenant), rv.chain
 	rc.hashBad = rv.hash != rc.digest
 	rc.macProblem = c.checkMAC(rv)
-	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != gated.UnknownTenant {
+	if string(rv.event) == gated.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if c.prints {
 			rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
@@ -138,12 +137,12 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
-	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != gated.UnknownTenant {
+	if ev, ok := r.Find(gated.EventVerdict); ok && r.ProposalID != "" && r.Tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if !c.prints {
 			return rc
 		}
-		g, folded := r.Find(engine.EventGrantIssued)
+		g, folded := r.Find(gated.EventGrantIssued)
 		rc.printEvent(r.Tenant, r.ProposalID, ev, g, folded)
 		if folded && !rc.printable {
 			if v, err := decodeVerdictRecord(r); err == nil {
@@ -161,7 +160,7 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 // the grant and left its token out: then only the verdict's own print
 // compares, its gid print, or when there is none (rc.printable false)
 // the print of the verdict decoded from the whole record.
-func (rc *recordCheck) printEvent(tenant, id string, ev, g engine.AuditEvent, folded bool) {
+func (rc *recordCheck) printEvent(tenant, id string, ev, g gated.AuditEvent, folded bool) {
 	if !folded {
 		rc.print, rc.printable = quickPrintOf([]byte(tenant), []byte(id), ev.Data, recordDropped)
 		return
