@@ -7,10 +7,10 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
-
-	"github.com/gated/gated/engine"
 )
 
 // maxDue bounds the grants a process keeps for its own sweep; past it a
@@ -141,7 +141,7 @@ func (g *Service) expireAt(ctx context.Context, key string, data []byte, rev uin
 	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
 		return false, nil // used or expired meanwhile
 	}
-	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, engine.EventGrantExpired, map[string]any{
+	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, gated.EventGrantExpired, map[string]any{
 		"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
 	}); err != nil {
 		return true, fmt.Errorf("auditing an expired grant: %w", err)

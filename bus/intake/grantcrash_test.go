@@ -108,7 +108,7 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 			if v.Grant != stored.Grant || rec.GID != claims.GID {
 				t.Fatalf("the fleet's grant, the stored verdict's and the record's differ")
 			}
-			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); count(events, engine.EventGrantIssued) != 1 {
+			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); count(events, gated.EventGrantIssued) != 1 {
 				t.Errorf("audit %v: want one grant.issued", events)
 			}
 		})

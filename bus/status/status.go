@@ -18,6 +18,8 @@ import (
 	"context"
 	"sync/atomic"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
@@ -59,7 +61,7 @@ func (p *Publisher) Published() uint64 { return p.published.Load() }
 func (p *Publisher) Failed() uint64 { return p.failed.Load() }
 
 // publish sends the status of ev, if it marks a stage.
-func (p *Publisher) publish(ev engine.AuditEvent, seq uint64) {
+func (p *Publisher) publish(ev gated.AuditEvent, seq uint64) {
 	if _, ok := engine.StatusStageOf(ev.Event); !ok {
 		return
 	}
@@ -93,7 +95,7 @@ type trail struct {
 var _ engine.AuditTrail = (*trail)(nil)
 
 // Record implements engine.AuditTrail.
-func (t *trail) Record(ctx context.Context, ev engine.AuditEvent) error {
+func (t *trail) Record(ctx context.Context, ev gated.AuditEvent) error {
 	if err := t.inner.Record(ctx, ev); err != nil {
 		return err
 	}
@@ -105,7 +107,7 @@ func (t *trail) Record(ctx context.Context, ev engine.AuditEvent) error {
 func (t *trail) Flush(ctx context.Context) error { return t.inner.Flush(ctx) }
 
 // Seal implements engine.AuditTrail.
-func (t *trail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
+func (t *trail) Seal(ctx context.Context, ev gated.AuditEvent) (uint64, error) {
 	seq, err := t.inner.Seal(ctx, ev)
 	if err != nil {
 		return seq, err

@@ -30,9 +30,9 @@ func trails(t *testing.T) (func() engine.AuditTrail, *nats.Conn) {
 	return bustest.AuditWriter(t, js, audit.Config{}).Trail, nc
 }
 
-func event(name string, data any) engine.AuditEvent {
+func event(name string, data any) gated.AuditEvent {
 	b, _ := json.Marshal(data)
-	return engine.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: time.Now(), Data: b}
+	return gated.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: time.Now(), Data: b}
 }
 
 // verdictData is a verdict as gated records it: encoded from
@@ -56,16 +56,16 @@ func TestTrailPublishesStages(t *testing.T) {
 	p := status.NewPublisher(nc, nil)
 	tr := p.Trails(inner)()
 	ctx := t.Context()
-	for _, ev := range []engine.AuditEvent{
-		event(engine.EventReceived, map[string]any{"bytes": 2}),
-		event(engine.EventPolicyDecided, map[string]any{"denies": []any{}}),
-		event(engine.EventToolCalled, map[string]any{"tool": "get_sop_text"}),
+	for _, ev := range []gated.AuditEvent{
+		event(gated.EventReceived, map[string]any{"bytes": 2}),
+		event(gated.EventPolicyDecided, map[string]any{"denies": []any{}}),
+		event(gated.EventToolCalled, map[string]any{"tool": "get_sop_text"}),
 	} {
 		if err := tr.Record(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	seq, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData()))
+	seq, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,10 +99,10 @@ func TestTrailFailedPublishChangesNothing(t *testing.T) {
 	ctx := t.Context()
 	p := status.NewPublisher(nc, nil)
 	tr := p.Trails(inner)()
-	if err := tr.Record(ctx, event(engine.EventReceived, map[string]any{"bytes": 2})); err != nil {
+	if err := tr.Record(ctx, event(gated.EventReceived, map[string]any{"bytes": 2})); err != nil {
 		t.Fatalf("record: %v", err)
 	}
-	seq, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData()))
+	seq, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData()))
 	if err != nil || seq == 0 {
 		t.Fatalf("seal: %d, %v", seq, err)
 	}
@@ -118,13 +118,13 @@ func TestTrailPublishesNothingItDidNotRecord(t *testing.T) {
 	ctx := t.Context()
 	p := status.NewPublisher(nc, nil)
 	tr := p.Trails(inner)()
-	if _, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData())); err != nil {
+	if _, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData())); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Record(ctx, event(engine.EventReceived, map[string]any{})); !errors.Is(err, audit.ErrTrailSealed) {
+	if err := tr.Record(ctx, event(gated.EventReceived, map[string]any{})); !errors.Is(err, audit.ErrTrailSealed) {
 		t.Fatalf("record after seal: %v", err)
 	}
-	if _, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData())); !errors.Is(err, audit.ErrTrailSealed) {
+	if _, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData())); !errors.Is(err, audit.ErrTrailSealed) {
 		t.Fatalf("second seal: %v", err)
 	}
 	if p.Published() != 1 {
