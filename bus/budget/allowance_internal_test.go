@@ -149,6 +149,15 @@ func TestReadBlockOfAVanishedProcess(t *testing.T) {
 			if r.Used != 1000 || r.Scope != gated.ScopeAgent {
 				t.Fatalf("refused by %+v, want the agent's 1000 reads spent", r)
 			}
+			// The policy sees no fewer reads than were admitted, and no
+			// more than a block over.
+			st, err := other.State(t.Context(), "acme", "bot", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if admitted := 1 + n; st.Agent.Reads < admitted || st.Agent.Reads > admitted+blockSize(rate, 0, maxBlock) {
+				t.Fatalf("the policy sees %d reads, want from the %d admitted to a block more", st.Agent.Reads, admitted)
+			}
 			// The next window counts none of the block.
 			next := time.UnixMilli(windowStart(now, time.Minute)).Add(time.Minute)
 			if r, err := other.Admit(t.Context(), readReq("r", next)); err != nil || r != nil {
