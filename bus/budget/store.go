@@ -177,7 +177,9 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 }
 
 // Admit implements engine.Budgets: the agent's limits first, then the
-// tenant's; a refusal by the tenant's takes back the agent's count.
+// tenant's; a refusal by the tenant's takes back the agent's count. A
+// read is admitted from the blocks of reads this process leased (see
+// admitRead).
 //
 // A review or hold also takes a lease under a key of its own, written
 // with create-if-absent after both records counted it. The order fails
@@ -196,13 +198,8 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 // reading the lease, so that a redelivery is never refused for the lease
 // it holds itself.
 func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*gated.BudgetRefusal, error) {
-	if req.Use == engine.BudgetRead {
-		refusal, err := s.admitRead(ctx, req)
-		s.emitAdmission(req, refusal, err)
-		return refusal, err
-	}
 	if req.Use != engine.BudgetReview && req.Use != engine.BudgetHold {
-		refusal, err := s.admitCounts(ctx, req)
+		refusal, err := s.admitRead(ctx, req)
 		s.emitAdmission(req, refusal, err)
 		return refusal, err
 	}
