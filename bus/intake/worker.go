@@ -306,6 +306,7 @@ func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 		Attempt:   attempt,
 		StreamSeq: seq,
 		Trail:     w.trails(),
+		Retrail:   w.trails,
 		Turn:      t,
 	}
 	v, err = w.decider.Decide(ctx, d)
