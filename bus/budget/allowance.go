@@ -205,12 +205,12 @@ func (s *Store) scheduleReturn(key, scope string, a *allowance) {
 }
 
 // giveBack takes what a has left off the record it was leased from, once
-// its last block's lease has ended (or at once, with now set). A failure
+// its last block's lease has ended (or at once, with atOnce set). A failure
 // leaves it counted until its window ends: an over-count, never an
 // under-count.
-func (s *Store) giveBack(ctx context.Context, key, scope string, a *allowance, now bool) error {
+func (s *Store) giveBack(ctx context.Context, key, scope string, a *allowance, atOnce bool) error {
 	a.mu.Lock()
-	if rest := s.allowFor - time.Since(a.leased); !now && rest > 0 && a.left > 0 {
+	if rest := s.allowFor - time.Since(a.leased); !atOnce && rest > 0 && a.left > 0 {
 		// A block leased since: its own lease ends later.
 		time.AfterFunc(rest, func() { s.giveBack(context.Background(), key, scope, a, false) })
 		a.mu.Unlock()
