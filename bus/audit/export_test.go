@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"testing"
 
 	"github.com/gated/gated"
 	"github.com/nats-io/nats.go"
@@ -59,4 +60,11 @@ func TextMembers(ev gated.AuditEvent) string {
 		}
 	}
 	return b.String()
+}
+
+// DecodeInFull makes Verify decode every record in full, as it does
+// without keys, until the test ends.
+func DecodeInFull(t testing.TB) {
+	quickKeyed = false
+	t.Cleanup(func() { quickKeyed = true })
 }
