@@ -172,6 +172,24 @@ mutant redelivery_lookup engine/decide.go ./engine \
 	'if r.id != "" && r.d.Attempt != 1 {' \
 	'if false {'
 
+# A review claim (engine/claim.go) that replaced one stored before looks
+# the verdict up: that claim's holder may have stored it. A claim created
+# where none was looks nothing up, since a verdict stored by a review or by
+# GiveUp (engine/engine.go) keeps its claim; the store says which it was
+# (bus/store/claims.go).
+mutant claim_replaced_lookup engine/claim.go ./engine \
+	'case err == nil && !held.Replaced:' \
+	'case err == nil:'
+mutant claim_fresh_lookup engine/claim.go ./engine \
+	'case err == nil && !held.Replaced:' \
+	'case false:'
+mutant giveup_keeps_claim engine/engine.go ./engine \
+	$'case err == nil:\n\t\tkept = true' \
+	$'case err == nil:\n\t\tkept = false'
+mutant store_claim_replaced bus/store/claims.go ./bus/store \
+	'c.Revision, c.Replaced = rev, true' \
+	'c.Revision = rev'
+
 # Same id, same content (engine/decide.go, answers): a verdict stored under
 # an id goes only to a delivery of the same bytes, and one stored without
 # a digest answers nothing. An operator's decision (engine/runflow.go)
