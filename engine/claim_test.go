@@ -314,7 +314,7 @@ func TestDecideLooksNoVerdictUpOnAFreshClaim(t *testing.T) {
 	other := newHarness(t, withRejectingReviewer)
 	want, _ := other.mustDecide(t, testSubject, data, "")
 	mustCreate(t, h.store, want)
-	h.store.getErr = errors.New("kv: a look-up this delivery needs not make")
+	h.store.getErr = errors.New("kv: a look-up this delivery need not make")
 	v, err := h.decideSeq(t.Context(), h.stream.trail(), data, 2)
 	if err != nil {
 		t.Fatal(err)
