@@ -507,6 +507,22 @@ mutant budget_refusal_reads_lease bus/budget/store.go ./bus/budget \
 mutant budget_refusal_stands bus/budget/store.go ./bus/budget \
 	$'\t\tif err != nil || refusal != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n' \
 	$'\t\tif err != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n'
+# Reads admitted from leased blocks (bus/budget/allowance.go): a block is
+# sized to what the window has left, the tenant's refusal puts the agent's
+# read back, a block goes back only to the window it was leased from, and a
+# read is admitted only from a block the record counted.
+mutant budget_block_within_limit bus/budget/allowance.go ./bus/budget \
+	'n := blockSize(r, c.used(gated.LimitReads, r, now), want)' \
+	'n := max(want, 2)'
+mutant budget_read_put_back bus/budget/allowance.go ./bus/budget \
+	$'\tif a.holds(r, now) {\n\t\ta.left++' \
+	$'\tif false {\n\t\ta.left++'
+mutant budget_give_back_own_window bus/budget/counters.go ./bus/budget \
+	'if !ok || w.Start != start || w.Interval != interval || n <= 0 {' \
+	'if !ok || n <= 0 {'
+mutant budget_read_fails_closed bus/budget/allowance.go ./bus/budget \
+	$'\t\tif err != nil {\n\t\t\t// The block may have been counted' \
+	$'\t\tif false {\n\t\t\t// The block may have been counted'
 # The budget counters a policy reads (policies/budgetref.go,
 # policies/policy.go): gated skips reading them for a bundle that cannot
 # reach input.budget. The first mutant takes a reference to input under a
