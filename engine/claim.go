@@ -62,9 +62,10 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 	case err == nil && !held.Replaced:
 		// No claim was there: no review stored a verdict, since a review's
 		// verdict keeps its claim (as GiveUp's does). A verdict stored
-		// without one (decided by the policy, or by a delivery whose store
-		// failed and released its claim) stands at finish, whose create
-		// meets it.
+		// without one (decided by the policy alone, given up on before any
+		// review, or stored by a create that reported a failure, after
+		// which its delivery released the claim) is met by finish's
+		// create: this review is spent, and the stored verdict stands.
 		c.held, c.rev = true, held.Revision
 		return nil, nil
 	case err == nil:
