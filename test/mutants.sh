@@ -415,6 +415,13 @@ mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
 
+# Without the verdict check, verify reads a record whose MAC verifies only
+# for its tenant, chain and last event (bus/audit/keyedcheck.go): its
+# subject must still name them.
+mutant verify_keyed_subject bus/audit/keyedcheck.go ./bus/audit \
+	'e.Subject != wire.AuditSubject(string(tenant), string(name))' \
+	'false'
+
 # Records (bus/audit/whole.go): a record holds at least one event, its
 # subject names its last, every event is of the record's tenant, a
 # verdict after its grant.issued leaves the grant's token out, and its MAC
