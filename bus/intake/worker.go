@@ -96,16 +96,6 @@ type Worker struct {
 	// followUp stores the follow-up of a run verdict (FollowUps.Send);
 	// tests replace it to watch or fail it.
 	followUp func(ctx context.Context, v *gated.Verdict) error
-	// recordGrant writes the record of an approved verdict's grant
-	// (grants.Service.Record); nil when the engine issues no grants.
-	recordGrant func(ctx context.Context, v *gated.Verdict) error
-}
-
-// RecordGrants has the worker write the record of every grant a verdict
-// carries with record (grants.Service.Record) before it publishes the
-// verdict and acknowledges the proposal. Call it before Start.
-func (w *Worker) RecordGrants(record func(ctx context.Context, v *gated.Verdict) error) {
-	w.recordGrant = record
 }
 
 // NewWorker builds a worker. Start begins consuming.
@@ -430,8 +420,9 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 
 // answer sends what a stored verdict owes: the follow-up of a run
 // verdict, stored in the run stream first, the deadline of an action held
-// for an operator, stored in the holds stream, the record of an approved
-// verdict's grant, then the verdict itself. The
+// for an operator, stored in the holds stream, then the verdict itself.
+// An approved verdict's grant needs nothing more: it is recorded when it
+// is used. The
 // follow-up goes first so that a fleet that sees the verdict finds the
 // continuation or escalation already there, and so that a failure to
 // store it leaves the proposal unacknowledged, to be replayed.
@@ -441,11 +432,6 @@ func (w *Worker) answer(v *gated.Verdict) error {
 	}
 	if err := scheduleHold(w.ctx, w.js, v); err != nil {
 		return err
-	}
-	if w.recordGrant != nil {
-		if err := w.recordGrant(w.ctx, v); err != nil {
-			return fmt.Errorf("recording the verdict's grant: %w", err)
-		}
 	}
 	if err := w.publishVerdict(v); err != nil {
 		return fmt.Errorf("publishing the verdict: %w", err)

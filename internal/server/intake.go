@@ -7,7 +7,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
@@ -79,7 +78,6 @@ func (s *Server) startWorker(context.Context) error {
 	if err != nil {
 		return err
 	}
-	worker.RecordGrants(s.grants.Record)
 	if err := worker.Start(); err != nil {
 		return err
 	}
@@ -111,17 +109,8 @@ func (s *Server) startReviewService(context.Context) error {
 	svcCfg := intake.ServiceConfig{Version: s.cfg.Version, Wait: s.cfg.ReviewWait}
 	if s.operators != nil {
 		var err error
-		followUps := intake.NewFollowUps(s.js, s.store).Send
-		// An operator's approval carries a grant: its record is written
-		// before the verdict is published, as the worker does.
-		beforePublish := func(ctx context.Context, v *gated.Verdict) error {
-			if err := s.grants.Record(ctx, v); err != nil {
-				return err
-			}
-			return followUps(ctx, v)
-		}
 		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
-			beforePublish, operator.PublishVerdicts(s.nc), s.log.Named("operator"))
+			intake.NewFollowUps(s.js, s.store).Send, operator.PublishVerdicts(s.nc), s.log.Named("operator"))
 		if err != nil {
 			return err
 		}
