@@ -514,6 +514,17 @@ mutant audit_decompress_bound bus/audit/zstd.go ./bus/audit \
 mutant audit_one_frame bus/audit/zstd.go ./bus/audit \
 	$'if err := oneFrame(body); err != nil {' \
 	$'if err := oneFrame(body); false && err != nil {'
+# Status events (bus/status, bus/fleet): a status nobody listens to is not
+# sent, and one somebody follows is: the proposer's header, a watch's ask.
+mutant status_only_when_listened bus/status/status.go ./bus/status \
+	'if !follow && !p.wanted(subject) {' \
+	'if false {'
+mutant status_header_sent bus/fleet/client.go ./bus/fleet \
+	'msg.Header.Set(wire.StatusHeader, "1")' \
+	'_ = wire.StatusHeader'
+mutant status_watch_asks bus/fleet/status.go ./bus/fleet \
+	'	c.announceWatch(ctx, tenant, id)' \
+	'	_ = c.announceWatch'
 # Grants (bus/grants/grantsweep.go): a gated's sweep takes a grant only
 # when its exp is due, and marks it expired only when the stored verdict
 # carries it.

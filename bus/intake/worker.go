@@ -266,6 +266,11 @@ func (w *Worker) stop(grace time.Duration) {
 	w.returnWaiting()
 }
 
+// follower is a trail that publishes its proposal's statuses when told
+// to follow them (bus/status's): the proposal carried wire.StatusHeader,
+// its proposer listens.
+type follower interface{ Follow() }
+
 // handle decides one delivery, in turn t; dispatch keeps it alive
 // meanwhile.
 func (w *Worker) handle(msg jetstream.Msg, t *turn) {
@@ -297,6 +302,11 @@ func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 		StreamSeq: seq,
 		Trail:     w.trails(),
 		Turn:      t,
+	}
+	if msg.Headers().Get(wire.StatusHeader) != "" {
+		if f, ok := d.Trail.(follower); ok {
+			f.Follow()
+		}
 	}
 	v, err = w.decider.Decide(ctx, d)
 	if err != nil {

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/policies"
 )
@@ -68,6 +70,15 @@ func (s *Server) startWorker(context.Context) error {
 	s.eng = eng
 	// Every trail a decision records on publishes the proposal's status.
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
+	if s.embedded != nil {
+		// The embedded server's account knows who subscribes: a status
+		// nobody listens to is not sent.
+		statuses.SetInterest(s.embedded.GlobalAccount().SubscriptionInterest)
+	}
+	if err := statuses.Serve(); err != nil {
+		return fmt.Errorf("answering %s: %w", wire.StatusWatchSubjects, err)
+	}
+	s.onStop("the status watches", statuses.Stop)
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
 	var decider intake.Decider = countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits}
