@@ -11,6 +11,14 @@
 // host does. The errors a client reads (ErrNotFound, ErrInvalidProposal
 // with its *FieldError, ...) are here too.
 //
+// The audit trail's records are here as well: AuditEvent is the envelope
+// of every record of the audit stream, the Event constants name the
+// events, and each event's data has one type (ReceivedData,
+// PolicyDecidedData with the Route, Hold, RunPolicy and ReplayInput it
+// keeps, ReviewFinishedData, ...), which NewAuditEventData names and
+// DecodeAuditData reads, for gated's own readers and a third party's
+// alike.
+//
 // The package imports nothing of gated's server: package engine decides
 // with this model, and the fleet client (bus/fleet), the plugin SDK
 // (plugins/sdk) and the MCP gateway (mcpgate) expose it. docs/API.md says

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -110,12 +111,12 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := bustest.AuditWriter(t, js, audit.Config{}).Trail()
-	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
-		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: ev, Tenant: "acme", ProposalID: "p1"}); err != nil {
+	for _, ev := range []string{gated.EventReceived, gated.EventPolicyDecided} {
+		if err := tr.Record(t.Context(), gated.AuditEvent{V: 1, Event: ev, Tenant: "acme", ProposalID: "p1"}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	seq, err := tr.Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1"})
+	seq, err := tr.Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestTrailSealWaitsAndReturnsSequence(t *testing.T) {
 	for _, ev := range rec.Events() {
 		names = append(names, ev.Event)
 	}
-	if want := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}; fmt.Sprint(names) != fmt.Sprint(want) {
+	if want := []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventVerdict}; fmt.Sprint(names) != fmt.Sprint(want) {
 		t.Errorf("record events %v, want %v", names, want)
 	}
 }

@@ -350,14 +350,14 @@ func TestProposalPage(t *testing.T) {
 			t.Fatalf("record %d %s not verified: %+v", a.Seq, a.Event, a.Problems)
 		}
 	}
-	if events[0] != engine.EventReceived || events[len(events)-1] != engine.EventVerdict {
+	if events[0] != gated.EventReceived || events[len(events)-1] != gated.EventVerdict {
 		t.Fatalf("events %v", events)
 	}
 
 	// A record that follows the format but is not MACed with gated's key.
-	forged := engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-1", At: time.Now().UTC(), Data: json.RawMessage(`{"outcome":"approved"}`)}
+	forged := gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p-1", At: time.Now().UTC(), Data: json.RawMessage(`{"outcome":"approved"}`)}
 	data, _ := json.Marshal(forged)
-	if _, err := g.js.Publish(t.Context(), wire.AuditSubject("acme", engine.EventVerdict), data); err != nil {
+	if _, err := g.js.Publish(t.Context(), wire.AuditSubject("acme", gated.EventVerdict), data); err != nil {
 		t.Fatal(err)
 	}
 	alice.getJSON("/api/proposals/acme/p-1", http.StatusOK, &p)
@@ -451,7 +451,7 @@ func TestHeldActionInTheQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	data, _ := json.Marshal(map[string]any{"deadline": deadline.Format(time.RFC3339), "reason": "tenant-wide destructive change", "rule": "human_for_tenant_wide"})
-	if _, err := g.trails().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: "held-act", At: decided, Data: data}); err != nil {
+	if _, err := g.trails().Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventOperatorAwaited, Tenant: "acme", ProposalID: "held-act", At: decided, Data: data}); err != nil {
 		t.Fatal(err)
 	}
 	alice := g.client(t)
@@ -497,7 +497,7 @@ func TestRuns(t *testing.T) {
 		t.Fatalf("alice sees %d runs, want acme's one: %+v", len(got.Runs), got.Runs)
 	}
 	r := got.Runs[0]
-	if r.Tenant != "acme" || r.RunID != "run-1" || r.Closed != engine.RunAccepted || len(r.Rounds) != 2 || r.Rounds[0].Next != gated.NextContinuation {
+	if r.Tenant != "acme" || r.RunID != "run-1" || r.Closed != gated.RunAccepted || len(r.Rounds) != 2 || r.Rounds[0].Next != gated.NextContinuation {
 		t.Fatalf("run %+v", r)
 	}
 	root := g.client(t)

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // Bounds of what one answer reads and returns.
@@ -321,8 +320,8 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 			// Anything else names no proposal; the tenant's chain problems
 			// count it.
 			var claimed struct {
-				engine.AuditEvent
-				Events []engine.AuditEvent `json:"events"`
+				gated.AuditEvent
+				Events []gated.AuditEvent `json:"events"`
 			}
 			body, _ := audit.RecordJSON(e.Data)
 			if json.Unmarshal(body, &claimed) != nil {
@@ -364,15 +363,15 @@ func (s *Server) handleProposal(w http.ResponseWriter, r *http.Request, ses sess
 }
 
 // addEvent adds one event of the proposal's record at seq to its page.
-func (out *Proposal) addEvent(seq uint64, stored time.Time, ev engine.AuditEvent) {
+func (out *Proposal) addEvent(seq uint64, stored time.Time, ev gated.AuditEvent) {
 	out.Audit = append(out.Audit, AuditRecord{Seq: seq, Event: ev.Event, At: ev.At, Stored: stored, Data: ev.Data})
-	if ev.Event == engine.EventPolicyDecided && out.Proposal == nil {
-		d, err := engine.DecodeAuditData[engine.PolicyDecidedData](ev)
+	if ev.Event == gated.EventPolicyDecided && out.Proposal == nil {
+		d, err := gated.DecodeAuditData[gated.PolicyDecidedData](ev)
 		if err == nil && d.Input != nil && len(d.Input.Proposal) > 0 {
 			out.Proposal = d.Input.Proposal
 		}
 	}
-	if out.Held != nil && ev.Event == engine.EventOperatorAwaited {
+	if out.Held != nil && ev.Event == gated.EventOperatorAwaited {
 		out.Held.fromAwaited(ev.Data)
 	}
 }

@@ -15,7 +15,7 @@
 // sets a session cookie (HttpOnly, SameSite=Strict, Secure under TLS,
 // expiring). The session is scoped to the operator's tenants: every
 // handler checks the tenant it serves, and a request for another tenant's
-// data is refused (403) and audited as engine.EventConsoleRefused.
+// data is refused (403) and audited as gated.EventConsoleRefused.
 //
 // A decision is signed in the browser over the exact body `gated operator
 // decide` signs (operator.Sign), and the server forwards body and

@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/console"
-	"github.com/gated/gated/engine"
 )
 
 // TestEveryEventReadsBackOnAProposalsPage reads a sample of every event
@@ -18,7 +19,7 @@ import (
 // verdict its deadline, reason and rule.
 func TestEveryEventReadsBackOnAProposalsPage(t *testing.T) {
 	page := console.Proposal{Held: &console.Held{Kind: "action"}}
-	names := engine.AuditEventNames()
+	names := gated.AuditEventNames()
 	for i, name := range names {
 		ev := bustest.AuditEventSample(t, name)
 		page.AddEvent(uint64(i+1), time.Unix(1_800_000_000, 0), ev)

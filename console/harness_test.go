@@ -525,7 +525,7 @@ func (g *gate) refusals(t *testing.T, tenant string) []map[string]any {
 			return nil
 		}
 		for _, ev := range e.Record.Events() {
-			if ev.Event != engine.EventConsoleRefused {
+			if ev.Event != gated.EventConsoleRefused {
 				continue
 			}
 			var d map[string]any

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -53,7 +52,7 @@ func held(v *gated.Verdict) *Held {
 // fromAwaited fills in the deadline, reason and rule of an
 // operator.awaited record's data.
 func (h *Held) fromAwaited(data []byte) {
-	var d engine.OperatorAwaitedData
+	var d gated.OperatorAwaitedData
 	if json.Unmarshal(data, &d) != nil {
 		return
 	}
@@ -118,7 +117,7 @@ func (s *Server) deadlines(ctx context.Context, items []QueueItem) error {
 	// An operator.awaited event is a record of its own (version 1), or
 	// shares the record of the held verdict (version 2).
 	var subjects []string
-	for _, event := range []string{engine.EventOperatorAwaited, engine.EventVerdict} {
+	for _, event := range []string{gated.EventOperatorAwaited, gated.EventVerdict} {
 		subject := wire.AuditSubjectPrefix + "*." + event
 		if _, err := stream.GetLastMsgForSubject(ctx, subject); errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue
@@ -150,7 +149,7 @@ func (s *Server) deadlines(ctx context.Context, items []QueueItem) error {
 		}
 		if rec, err := audit.DecodeRecord(m.Subject(), m.Headers(), m.Data()); err == nil {
 			if h := want[rec.Tenant+"."+rec.ProposalID]; h != nil {
-				if ev, ok := rec.Find(engine.EventOperatorAwaited); ok {
+				if ev, ok := rec.Find(gated.EventOperatorAwaited); ok {
 					h.fromAwaited(ev.Data)
 				}
 			}

@@ -8,16 +8,16 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/gated/gated"
 
-	"github.com/gated/gated/engine"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Runs is the answer of GET /api/runs: gated's record of each run the
 // session may see (its rounds, continuations and escalations).
 type Runs struct {
-	Runs      []*engine.RunRecord `json:"runs"`
-	Truncated bool                `json:"truncated,omitempty"`
+	Runs      []*gated.RunRecord `json:"runs"`
+	Truncated bool               `json:"truncated,omitempty"`
 }
 
 func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request, ses session) {
@@ -37,7 +37,7 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request, ses session)
 		return
 	}
 	defer func() { _ = wt.Stop() }()
-	out := Runs{Runs: []*engine.RunRecord{}}
+	out := Runs{Runs: []*gated.RunRecord{}}
 	for n := 0; ; n++ {
 		var e jetstream.KeyValueEntry
 		select {
@@ -54,17 +54,17 @@ func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request, ses session)
 			break
 		}
 		tenant, runID, _ := strings.Cut(e.Key(), ".runs.")
-		var rec engine.RunRecord
+		var rec gated.RunRecord
 		if json.Unmarshal(e.Value(), &rec) != nil || rec.Tenant != tenant || rec.RunID != runID {
 			continue
 		}
 		out.Runs = append(out.Runs, &rec)
 	}
-	slices.SortStableFunc(out.Runs, func(a, b *engine.RunRecord) int { return lastRound(b).Compare(lastRound(a)) })
+	slices.SortStableFunc(out.Runs, func(a, b *gated.RunRecord) int { return lastRound(b).Compare(lastRound(a)) })
 	writeJSON(w, http.StatusOK, out)
 }
 
-func lastRound(r *engine.RunRecord) time.Time {
+func lastRound(r *gated.RunRecord) time.Time {
 	var t time.Time
 	for _, rd := range r.Rounds {
 		if rd.DecidedAt.After(t) {

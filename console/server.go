@@ -60,7 +60,7 @@ type Config struct {
 	// operators sign in, each scoped to its tenants.
 	Operators *operator.List
 	// Trails starts an audit trail; refused console requests are audited
-	// on it as engine.EventConsoleRefused.
+	// on it as gated.EventConsoleRefused.
 	Trails func() engine.AuditTrail
 	// AuditKeys are the keys whose MACs the proposal page checks. With
 	// none, the page checks the chain and says the MACs were not checked.
@@ -259,7 +259,7 @@ func crossOrigin(r *http.Request) string {
 	return ""
 }
 
-// refusedData is the data of an engine.EventConsoleRefused audit event.
+// refusedData is the data of an gated.EventConsoleRefused audit event.
 type refusedData struct {
 	Method string `json:"method"`
 	Path   string `json:"path"`
@@ -281,7 +281,7 @@ func (s *Server) refuse(w http.ResponseWriter, r *http.Request, tenant, operator
 		tenant = gated.UnknownTenant
 	}
 	data, _ := json.Marshal(refusedData{Method: r.Method, Path: clip(r.URL.Path), Operator: operatorID, Key: key, Reason: why})
-	ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventConsoleRefused, Tenant: tenant, At: s.cfg.Now().UTC(), Data: data}
+	ev := gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventConsoleRefused, Tenant: tenant, At: s.cfg.Now().UTC(), Data: data}
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	if _, err := s.cfg.Trails().Seal(ctx, ev); err != nil {

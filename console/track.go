@@ -176,7 +176,7 @@ func (s *Server) refusedByLimit(r *http.Request, tenant string, now time.Time) (
 			return nil
 		}
 		for _, ev := range e.Record.Events() {
-			if ev.Event != engine.EventBudgetRefused {
+			if ev.Event != gated.EventBudgetRefused {
 				continue
 			}
 			var b gated.BudgetRefusal

@@ -15,7 +15,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/console"
-	"github.com/gated/gated/engine"
 )
 
 // change proposes a write of action on host for tenant through the fleet
@@ -203,7 +202,7 @@ func TestBudgets(t *testing.T) {
 			t.Fatalf("agent-1: %+v", bot)
 		}
 		if !quiet.Override || quiet.Limits.Proposals.Max != 5 || quiet.Limits.Proposals.Interval != time.Minute || quiet.Limits.HoldsPending != 3 ||
-			quiet.Counters != (engine.BudgetCounters{}) {
+			quiet.Counters != (gated.BudgetCounters{}) {
 			t.Fatalf("quiet-bot: %+v", quiet)
 		}
 		want := []console.RefusedByLimit{{Scope: gated.ScopeAgent, Agent: "agent-1", Limit: gated.LimitReads, Count: 1}}

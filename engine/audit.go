@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/internal/jsonscan"
@@ -42,29 +41,29 @@ type auditLog struct {
 }
 
 // event builds the event name with data, under the head as it stands.
-func (l *auditLog) event(name string, data any) AuditEvent {
+func (l *auditLog) event(name string, data any) gated.AuditEvent {
 	h := l.head
 	tenant := h.tenant
 	if tenant == "" {
 		tenant = gated.UnknownTenant
 	}
-	common := proposalEventData{Action: h.action, Operator: h.operator, Delivery: h.delivery, PolicyEvalUS: h.evalUS}
-	if name == EventVerdict {
+	common := gated.AuditHead{Action: h.action, Operator: h.operator, Delivery: h.delivery, PolicyEvalUS: h.evalUS}
+	if name == gated.EventVerdict {
 		common.Action = "" // the verdict names its action itself
 	}
-	extra := mustJSON(data)
-	common.dropNamedBy(extra)
-	return AuditEvent{
+	extra := gated.MarshalAuditData(data)
+	dropNamedBy(&common, extra)
+	return gated.AuditEvent{
 		V: gated.SchemaVersion, Event: name, Tenant: tenant, ProposalID: h.id,
 		At: l.clock.Now().UTC(), PolicyRevision: h.revision,
-		Data: mergeJSON(mustJSON(common), extra),
+		Data: mergeJSON(gated.MarshalAuditData(common), extra),
 	}
 }
 
 // dropNamedBy clears the members of h that data, an event's own data,
 // names itself (operator.decided's operator is the one who decided): the
 // data's member stands, and the event names each member once.
-func (h *AuditHead) dropNamedBy(data json.RawMessage) {
+func dropNamedBy(h *gated.AuditHead, data json.RawMessage) {
 	drop := func(key string) {
 		switch key {
 		case "action":
@@ -132,7 +131,7 @@ func (l *auditLog) recordBestEffort(ctx context.Context, name string, data any) 
 
 // recordReceived records the arrival of a delivery's bytes.
 func (l *auditLog) recordReceived(ctx context.Context, subject string, size int, digest string) error {
-	if err := l.record(ctx, EventReceived, receivedData{Subject: subject, Bytes: size, SHA256: digest}); err != nil {
+	if err := l.record(ctx, gated.EventReceived, gated.ReceivedData{Subject: subject, Bytes: size, SHA256: digest}); err != nil {
 		return err
 	}
 	l.received = true
@@ -150,7 +149,7 @@ func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 		return base
 	}
 	if extra[0] != '{' {
-		extra = mustJSON(map[string]json.RawMessage{"detail": extra})
+		extra = gated.MarshalAuditData(map[string]json.RawMessage{"detail": extra})
 	}
 	if len(base) <= 2 { // "{}"
 		return extra
@@ -166,89 +165,9 @@ func mergeJSON(base, extra json.RawMessage) json.RawMessage {
 	return append(out, '}')
 }
 
-// The engine's own events write the data types declared in auditdata.go.
-type (
-	proposalEventData = AuditHead
-	receivedData      = ReceivedData
-	policyDecidedData = PolicyDecidedData
-)
-
 // policyFailedData is the data of a policy.decided event whose
 // evaluation failed: the members of PolicyDecidedData it has.
 type policyFailedData struct {
 	Error          string `json:"error"`
 	ShadowRevision string `json:"shadow_revision,omitempty"`
-}
-
-// ReplayInput is what the policy.decided record keeps of the policy's
-// input, so that a replay can decide the proposal again with the same
-// input under another policy: the proposal as received, the persona the
-// evaluation started from, the clock, and the recent verdicts on the
-// target and the run's record when the policy read them. The tenant and
-// action are the record's own.
-type ReplayInput struct {
-	// Proposal is the proposal's JSON as received.
-	Proposal json.RawMessage `json:"proposal"`
-	// Persona is the persona the evaluation started from; the policy may
-	// have routed elsewhere from it.
-	Persona string `json:"persona"`
-	// Now is the clock the policy saw.
-	Now time.Time `json:"now"`
-	// History is the recent verdicts on the target the policy saw.
-	History []gated.Verdict `json:"history,omitempty"`
-	// RunRecord is the run's record the policy saw, for a run proposal.
-	RunRecord *RunRecord `json:"run_record,omitempty"`
-	// Budget is the budget counters the policy saw, when budgets are
-	// kept.
-	Budget *BudgetState `json:"budget,omitempty"`
-}
-
-// MarshalJSON writes the input as the policy.decided record keeps it: the
-// budget counters that are zero are left out, as a replay reads them back
-// as zero; a budget kept is written even when every counter is zero.
-func (in ReplayInput) MarshalJSON() ([]byte, error) {
-	type plain ReplayInput
-	out := struct {
-		plain
-		Budget *auditBudget `json:"budget,omitempty"`
-	}{plain: plain(in)}
-	if b := in.Budget; b != nil {
-		out.Budget = &auditBudget{Tenant: auditCounters(b.Tenant), Agent: auditCounters(b.Agent)}
-	}
-	return json.Marshal(out)
-}
-
-// auditBudget is a BudgetState as a record keeps it.
-type auditBudget struct {
-	Tenant auditCounters `json:"tenant"`
-	Agent  auditCounters `json:"agent"`
-}
-
-// auditCounters are BudgetCounters without their zero counters.
-type auditCounters struct {
-	Proposals       int64 `json:"proposals,omitempty"`
-	Reads           int64 `json:"reads,omitempty"`
-	Tokens          int64 `json:"tokens,omitempty"`
-	ReviewsInFlight int64 `json:"reviews_in_flight,omitempty"`
-	HoldsPending    int64 `json:"holds_pending,omitempty"`
-	Refusals        int64 `json:"refusals_10m,omitempty"`
-	BudgetRefusals  int64 `json:"budget_refusals_10m,omitempty"`
-}
-
-func mustJSON(v any) json.RawMessage {
-	switch v := v.(type) {
-	case nil:
-		return nil
-	case json.RawMessage:
-		return v // encoded by the engine already
-	case jsonAppender:
-		if b, ok := v.appendJSON(make([]byte, 0, 1024)); ok {
-			return b
-		}
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(map[string]string{"marshal_error": err.Error()})
-	}
-	return b
 }

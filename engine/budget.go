@@ -33,28 +33,6 @@ const (
 // (BudgetCounters.Refusals) look.
 const RefusalWindow = 10 * time.Minute
 
-// BudgetState is the policy input's budget member: the counters of the
-// proposal's tenant and agent as they stood before the policy ran.
-type BudgetState struct {
-	Tenant BudgetCounters `json:"tenant"`
-	Agent  BudgetCounters `json:"agent"`
-}
-
-// BudgetCounters are one scope's counters. The windowed ones (proposals,
-// reads, tokens) count the current window of their limit's interval.
-type BudgetCounters struct {
-	Proposals       int64 `json:"proposals"`
-	Reads           int64 `json:"reads"`
-	Tokens          int64 `json:"tokens"`
-	ReviewsInFlight int64 `json:"reviews_in_flight"`
-	HoldsPending    int64 `json:"holds_pending"`
-	// Refusals counts the verdicts of the last RefusalWindow that said no:
-	// rejections (by the policy or a reviewer) and budget refusals.
-	Refusals int64 `json:"refusals_10m"`
-	// BudgetRefusals counts the budget refusals among them.
-	BudgetRefusals int64 `json:"budget_refusals_10m"`
-}
-
 // BudgetRequest asks to admit one proposal for a use.
 type BudgetRequest struct {
 	Tenant string
@@ -98,7 +76,7 @@ const (
 // the engine then starts no review and the delivery is retried.
 type Budgets interface {
 	// State returns the counters of tenant and agent at now.
-	State(ctx context.Context, tenant, agent string, now time.Time) (BudgetState, error)
+	State(ctx context.Context, tenant, agent string, now time.Time) (gated.BudgetState, error)
 	// Admit counts the proposal against its limits and returns nil, or
 	// returns the limit that refuses it; a refused proposal is not
 	// counted against any limit but its refusals.
@@ -111,10 +89,6 @@ type Budgets interface {
 	// Refused counts one refusal of a proposal of tenant and agent.
 	Refused(ctx context.Context, tenant, agent string, kind RefusalKind, now time.Time) error
 }
-
-// EventBudgetRefused records that a proposal was refused by a budget
-// before anything expensive ran; its data is the BudgetRefusal.
-const EventBudgetRefused = "budget.refused"
 
 // budgetAgent is the agent whose budget a proposal counts against.
 func budgetAgent(p *gated.Proposal) string {
@@ -148,7 +122,7 @@ func (r *pass) admit(ctx context.Context, use BudgetUse, until time.Time) (*gate
 		r.budgetHeld = append(r.budgetHeld, use)
 		return nil, nil
 	}
-	r.log.recordBestEffort(ctx, EventBudgetRefused, refusal)
+	r.log.recordBestEffort(ctx, gated.EventBudgetRefused, refusal)
 	v := r.verdict(gated.OutcomeBlocked, gated.StagePolicy, refusal.Reason(r.tenant))
 	v.Budget = refusal
 	return v, nil

@@ -16,9 +16,9 @@ import (
 // which it gives as seven proposals of the agent in the window.
 type countingBudgets struct{ states atomic.Int64 }
 
-func (b *countingBudgets) State(context.Context, string, string, time.Time) (engine.BudgetState, error) {
+func (b *countingBudgets) State(context.Context, string, string, time.Time) (gated.BudgetState, error) {
 	b.states.Add(1)
-	return engine.BudgetState{Agent: engine.BudgetCounters{Proposals: 7}}, nil
+	return gated.BudgetState{Agent: gated.BudgetCounters{Proposals: 7}}, nil
 }
 
 func (b *countingBudgets) Admit(context.Context, engine.BudgetRequest) (*gated.BudgetRefusal, error) {
@@ -61,12 +61,12 @@ func TestBudgetReadOnlyWhenAPolicyCanReadIt(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			budgets := &countingBudgets{}
 			var mu sync.Mutex
-			var heard []engine.ShadowComparison
+			var heard []gated.ShadowComparison
 			h := newHarness(t, func(h *harness) {
 				h.cfg.Policy, h.cfg.Budgets, h.cfg.PolicyReadsBudget = tc.live, budgets, tc.reads
 				if tc.shadow != nil {
 					h.cfg.Shadow = tc.shadow
-					h.cfg.OnShadow = func(_ *gated.Proposal, c engine.ShadowComparison) {
+					h.cfg.OnShadow = func(_ *gated.Proposal, c gated.ShadowComparison) {
 						mu.Lock()
 						heard = append(heard, c)
 						mu.Unlock()

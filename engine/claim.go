@@ -87,11 +87,11 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 	switch {
 	case err == nil:
 		data["outcome"] = v.Outcome
-		log.recordBestEffort(ctx, EventReviewAwaited, data)
+		log.recordBestEffort(ctx, gated.EventReviewAwaited, data)
 		return v, nil
 	case ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded):
 		data["error"] = "no verdict before the claim went stale"
-		log.recordBestEffort(ctx, EventReviewAwaited, data)
+		log.recordBestEffort(ctx, gated.EventReviewAwaited, data)
 		return nil, fmt.Errorf("%w: %s.%s is reviewed by message %s, which stored no verdict within %s; retrying",
 			gated.ErrClaimed, c.tenant, c.id, held.Holder, wait)
 	default:

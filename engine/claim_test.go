@@ -95,7 +95,7 @@ func TestDecideWaitsForTheClaimHoldersVerdict(t *testing.T) {
 	if n := h.reviewer.calls(); n != 0 {
 		t.Errorf("reviewer called %d times; the claim holder reviews, not this delivery", n)
 	}
-	wantEvents := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewAwaited, engine.EventReplayed}
+	wantEvents := []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventReviewAwaited, gated.EventReplayed}
 	if got := tr.names(); !slices.Equal(got, wantEvents) {
 		t.Errorf("events %v, want %v", got, wantEvents)
 	}
@@ -247,8 +247,8 @@ func TestGiveUpReleasesTheClaimAndKeepsAStoredVerdict(t *testing.T) {
 	tr := h.stream.trail()
 	again := h.eng.GiveUp(t.Context(), engine.Delivery{Subject: testSubject, Data: data, Attempt: 5, StreamSeq: 5, Trail: tr}, cause)
 	sameVerdict(t, again, v)
-	if got := tr.names(); !slices.Equal(got, []string{engine.EventReplayed}) {
-		t.Errorf("events %v, want [%s]", got, engine.EventReplayed)
+	if got := tr.names(); !slices.Equal(got, []string{gated.EventReplayed}) {
+		t.Errorf("events %v, want [%s]", got, gated.EventReplayed)
 	}
 }
 

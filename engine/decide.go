@@ -124,7 +124,7 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 	}
 	if decodeErr != nil {
 		reason := "invalid proposal: " + decodeErr.Error()
-		if err := r.log.record(ctx, EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
+		if err := r.log.record(ctx, gated.EventInvalid, map[string]any{"error": decodeErr.Error()}); err != nil {
 			return nil, err
 		}
 		return r.finish(ctx, r.verdict(gated.OutcomeInvalid, gated.StageValidation, reason))
@@ -198,7 +198,7 @@ func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err e
 		}
 		history = r.hist.Verdicts
 	}
-	var record *RunRecord
+	var record *gated.RunRecord
 	if p.Kind == gated.KindRun {
 		if record, err = r.e.cfg.Store.RunRecord(ctx, p.Tenant, p.Run.RunID); err != nil {
 			return nil, false, fmt.Errorf("reading the record of run %s: %w", p.Run.RunID, err)
@@ -227,7 +227,7 @@ func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err e
 	shadowRev, shadow := r.shadow(ctx, in, routed, pd, err)
 	if err != nil {
 		v := r.verdict(gated.OutcomeError, gated.StagePolicy, "policy evaluation failed: "+err.Error())
-		r.log.recordBestEffort(ctx, EventPolicyDecided, policyFailedData{Error: err.Error(), ShadowRevision: shadowRev})
+		r.log.recordBestEffort(ctx, gated.EventPolicyDecided, policyFailedData{Error: err.Error(), ShadowRevision: shadowRev})
 		r.recordShadow(ctx, shadow)
 		return v, false, nil
 	}
@@ -237,17 +237,17 @@ func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err e
 	if p.Kind == gated.KindRun {
 		if pd.Run == nil {
 			v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
-			r.log.recordBestEffort(ctx, EventPolicyDecided, policyFailedData{Error: "decision.run is missing", ShadowRevision: shadowRev})
+			r.log.recordBestEffort(ctx, gated.EventPolicyDecided, policyFailedData{Error: "decision.run is missing", ShadowRevision: shadowRev})
 			r.recordShadow(ctx, shadow)
 			return v, false, nil
 		}
 		r.run = newRunState(p, pd.Run, record)
 	}
 	policyRef := newPolicyRef(settled.Denies, pd)
-	r.log.recordBestEffort(ctx, EventPolicyDecided, policyDecidedData{
+	r.log.recordBestEffort(ctx, gated.EventPolicyDecided, gated.PolicyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run, Holds: pd.Holds,
-		Input:          &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record, Budget: budget},
+		Input:          &gated.ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record, Budget: budget},
 		ShadowRevision: shadowRev,
 	})
 	r.recordShadow(ctx, shadow)
@@ -270,7 +270,7 @@ func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err e
 			return refused, false, nil
 		}
 		if settled.Outcome == gated.OutcomeApproved && pd.Skipped {
-			r.log.recordBestEffort(ctx, EventReviewSkipped, map[string]any{"why": settled.Reason})
+			r.log.recordBestEffort(ctx, gated.EventReviewSkipped, map[string]any{"why": settled.Reason})
 		}
 		v := r.verdict(settled.Outcome, settled.Stage, settled.Reason)
 		v.Policy = policyRef
@@ -396,7 +396,7 @@ func (r *pass) handOver(ctx context.Context, stored *gated.Verdict, sealed bool)
 	if sealed {
 		return stored, nil
 	}
-	_, err := r.log.seal(ctx, EventReplayed, map[string]any{
+	_, err := r.log.seal(ctx, gated.EventReplayed, map[string]any{
 		"audit_seq": stored.AuditSeq, "outcome": stored.Outcome,
 	})
 	if err != nil {
@@ -463,7 +463,7 @@ func (r *pass) sealVerdict(ctx context.Context, v *gated.Verdict) error {
 	if err != nil {
 		return fmt.Errorf("encoding verdict %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
-	seq, err := r.log.seal(ctx, EventVerdict, json.RawMessage(doc))
+	seq, err := r.log.seal(ctx, gated.EventVerdict, json.RawMessage(doc))
 	if err != nil {
 		return err
 	}

@@ -15,12 +15,12 @@ import (
 func TestDecide(t *testing.T) {
 	writer := &engine.Persona{Name: "writer", PermissionMode: "acceptEdits", Plugin: "sop", Tools: []string{"get_proposal"}}
 	var (
-		received = engine.EventReceived
-		invalid  = engine.EventInvalid
-		policy   = engine.EventPolicyDecided
-		started  = engine.EventReviewStarted
-		finished = engine.EventReviewDone
-		decided  = engine.EventVerdict
+		received = gated.EventReceived
+		invalid  = gated.EventInvalid
+		policy   = gated.EventPolicyDecided
+		started  = gated.EventReviewStarted
+		finished = gated.EventReviewDone
+		decided  = gated.EventVerdict
 	)
 	reviewed := []string{received, policy, started, finished, decided}
 
@@ -242,7 +242,7 @@ func TestDecide(t *testing.T) {
 			note:        "no reviewer for the persona",
 			routeErr:    fmt.Errorf("plugin sop is not running: %w", engine.ErrNoReviewer),
 			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview,
-			wantEvents: []string{received, policy, engine.EventReviewUnrouted, decided},
+			wantEvents: []string{received, policy, gated.EventReviewUnrouted, decided},
 		},
 		{
 			note:        "unknown persona named by the proposal",
@@ -399,7 +399,7 @@ func TestDecideSendsTheReviewerWhatThePolicyAllows(t *testing.T) {
 			t.Errorf("event %s has policy revision %q, want %q", ev.Event, ev.PolicyRevision, want)
 		}
 		// The evaluation time is known from the policy's event on.
-		if evaluated := ev.Event != engine.EventReceived; evaluated != (commonData(t, ev).PolicyEvalUS > 0) {
+		if evaluated := ev.Event != gated.EventReceived; evaluated != (commonData(t, ev).PolicyEvalUS > 0) {
 			t.Errorf("event %s has policy_eval_us %d", ev.Event, commonData(t, ev).PolicyEvalUS)
 		}
 	}

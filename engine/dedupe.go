@@ -116,7 +116,7 @@ func (r *pass) dedupe(ctx context.Context) (v *gated.Verdict, hit bool, err erro
 	v = r.verdict(gated.OutcomeRejected, gated.StageDedupe, fmt.Sprintf("identical to proposal %s rejected %ds ago: %s",
 		rej.ID, int64(age/time.Second), earlier.Reason))
 	v.Policy, v.Reviews, v.DuplicateOf = earlier.Policy, earlier.Reviews, rej.ID
-	if err := r.log.record(ctx, EventDeduplicated, map[string]any{
+	if err := r.log.record(ctx, gated.EventDeduplicated, map[string]any{
 		"duplicate_of": rej.ID, "audit_seq": earlier.AuditSeq, "stage": earlier.Stage, "rejected_at": earlier.DecidedAt,
 	}); err != nil {
 		return nil, true, err

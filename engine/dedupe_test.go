@@ -70,7 +70,7 @@ func denyingPolicy() *switchPolicy {
 // reviewingPolicy sends every proposal to the reviewer persona.
 func reviewingPolicy() *switchPolicy {
 	return &switchPolicy{rev: "rev-a", d: engine.PolicyDecision{
-		Review: engine.Route{Required: true, Persona: "reviewer", Quorum: 1, Why: "write actions need review"},
+		Review: gated.Route{Required: true, Persona: "reviewer", Quorum: 1, Why: "write actions need review"},
 	}}
 }
 
@@ -113,7 +113,7 @@ func TestDecideDedupesAnIdenticalRejection(t *testing.T) {
 	if h.reviewer.calls() != 1 {
 		t.Errorf("reviewer called %d times, want once", h.reviewer.calls())
 	}
-	if got, want := tr.names(), []string{engine.EventReceived, engine.EventDeduplicated, engine.EventVerdict}; !slices.Equal(got, want) {
+	if got, want := tr.names(), []string{gated.EventReceived, gated.EventDeduplicated, gated.EventVerdict}; !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
 	var data2 struct {
@@ -124,7 +124,7 @@ func TestDecideDedupesAnIdenticalRejection(t *testing.T) {
 		t.Fatal(err)
 	}
 	if data2.DuplicateOf != "p1" || data2.AuditSeq != first.AuditSeq || first.AuditSeq == 0 {
-		t.Errorf("%s data %+v, want duplicate_of p1 and audit_seq %d", engine.EventDeduplicated, data2, first.AuditSeq)
+		t.Errorf("%s data %+v, want duplicate_of p1 and audit_seq %d", gated.EventDeduplicated, data2, first.AuditSeq)
 	}
 	sameVerdict(t, h.store.stored(t, "acme", "p2"), v)
 

@@ -92,7 +92,7 @@ type Config struct {
 	PolicyReadsBudget func() bool
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
-	OnShadow func(p *gated.Proposal, c ShadowComparison)
+	OnShadow func(p *gated.Proposal, c gated.ShadowComparison)
 	// Trace, when set, is told as each stage the engine runs itself
 	// begins (TraceDecode), with the decision's context, and returns
 	// what to call when the stage ends, with its error. The stages that

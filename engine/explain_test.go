@@ -35,7 +35,7 @@ func TestVerdictNamesDecidingRules(t *testing.T) {
 			override:  map[string]any{"flags": map[string]any{"skip_review": true, "force_approve": true}},
 			wantRules: []string{"no_skip_review", "unsupported_force_approve"}, wantRoute: "route_class"},
 		{name: "many deny rules are capped",
-			policy:    stubPolicy{d: engine.PolicyDecision{Denies: manyDenies, Review: engine.Route{Required: true, Quorum: 1, Rule: longName}, Revision: "rev-many"}},
+			policy:    stubPolicy{d: engine.PolicyDecision{Denies: manyDenies, Review: gated.Route{Required: true, Quorum: 1, Rule: longName}, Revision: "rev-many"}},
 			wantRules: rulesUpTo(gated.MaxPolicyRules), wantMore: 5, wantRoute: longName[:gated.MaxPolicyRuleLen]},
 	}
 	for _, tc := range tests {

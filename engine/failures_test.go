@@ -50,8 +50,8 @@ func TestDecideReplaysStoredVerdict(t *testing.T) {
 			if h.store.creates != 1 {
 				t.Errorf("store written %d times, want once", h.store.creates)
 			}
-			if got := tr.names(); !slices.Equal(got, []string{engine.EventReplayed}) {
-				t.Errorf("replay events %v, want [%s]", got, engine.EventReplayed)
+			if got := tr.names(); !slices.Equal(got, []string{gated.EventReplayed}) {
+				t.Errorf("replay events %v, want [%s]", got, gated.EventReplayed)
 			}
 			var data struct {
 				AuditSeq uint64        `json:"audit_seq"`
@@ -93,7 +93,7 @@ func TestDecideRefusesReusedID(t *testing.T) {
 	if v.ProposalID != "p1" || v.Tenant != "acme" {
 		t.Errorf("verdict addressed to %q.%q, want acme.p1", v.Tenant, v.ProposalID)
 	}
-	if got := tr.names(); !slices.Equal(got, []string{engine.EventReceived, engine.EventVerdict}) {
+	if got := tr.names(); !slices.Equal(got, []string{gated.EventReceived, gated.EventVerdict}) {
 		t.Errorf("events %v", got)
 	}
 	if got := h.reviewer.calls(); got != 1 {
@@ -172,7 +172,7 @@ func TestDecideCancelledContext(t *testing.T) {
 			if h.store.size() != 0 {
 				t.Errorf("store holds %d verdicts after a cancelled decision", h.store.size())
 			}
-			if slices.Contains(tr.names(), engine.EventVerdict) {
+			if slices.Contains(tr.names(), gated.EventVerdict) {
 				t.Error("a verdict was audited for a decision that was abandoned")
 			}
 		})
@@ -332,7 +332,7 @@ func TestDecidePolicyOutcomes(t *testing.T) {
 		wantStage   gated.Stage
 	}{
 		{note: "policy error fails closed", policy: stubPolicy{err: errors.New("rego: undefined")}, wantOutcome: gated.OutcomeError, wantStage: gated.StagePolicy},
-		{note: "quorum above the loaded personas is blocked", policy: stubPolicy{d: engine.PolicyDecision{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: 2, Why: "tenant_wide"}}},
+		{note: "quorum above the loaded personas is blocked", policy: stubPolicy{d: engine.PolicyDecision{Review: gated.Route{Required: true, Persona: "reviewer", Quorum: 2, Why: "tenant_wide"}}},
 			wantOutcome: gated.OutcomeBlocked, wantStage: gated.StageReview},
 		{note: "deny beats a waived review", policy: stubPolicy{d: engine.PolicyDecision{Denies: []gated.Deny{{Rule: "change_freeze", Message: "frozen"}}}},
 			wantOutcome: gated.OutcomeRejected, wantStage: gated.StagePolicy},

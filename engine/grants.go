@@ -10,29 +10,6 @@ import (
 	"github.com/gated/gated/engine/grant"
 )
 
-// Audit events of grants. grant.issued is recorded by the engine with the
-// approved verdict it belongs to; the others by gated's grant endpoint
-// and expiry sweep.
-const (
-	// EventGrantIssued records a grant an approved verdict carries: gid,
-	// tenant, proposal_id, kid, exp.
-	EventGrantIssued = "grant.issued"
-	// EventGrantUsed records a grant an executor used (its single use).
-	EventGrantUsed = "grant.used"
-	// EventGrantRefused records a use of a grant that was refused, and why.
-	EventGrantRefused = "grant.refused"
-	// EventGrantExpired records a grant that expired unused.
-	EventGrantExpired = "grant.expired"
-	// EventGrantOutcome records what an executor reported about a used
-	// grant: gid, tenant, proposal_id, action, target_key, status, error,
-	// reviewers.
-	EventGrantOutcome = "grant.outcome"
-	// EventGrantOutcomeRefused records an outcome report gated did not
-	// accept (malformed, or naming a grant that is unknown, unused, of
-	// another tenant or another gid), and why.
-	EventGrantOutcomeRefused = "grant.outcome_refused"
-)
-
 // Granter signs the grant an approved action verdict carries. The grant
 // package's *grant.Ring behind a fixed lifetime is one (see GrantIssuer).
 type Granter interface {
@@ -93,7 +70,7 @@ func (e *Engine) grantFor(ctx context.Context, log *auditLog, v *gated.Verdict, 
 	if err != nil {
 		return fmt.Errorf("signing the grant of %s.%s: %w", v.Tenant, v.ProposalID, err)
 	}
-	if err := log.record(ctx, EventGrantIssued, map[string]any{
+	if err := log.record(ctx, gated.EventGrantIssued, map[string]any{
 		"gid": c.GID, "tenant": c.Tenant, "proposal_id": c.ProposalID, "kid": kid, "exp": c.ExpiresAt,
 	}); err != nil {
 		return err

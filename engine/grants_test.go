@@ -27,7 +27,7 @@ func withGrants(t *testing.T, ring **grant.Ring) func(*harness) {
 
 // checkGrant verifies v's grant as an executor would, for the target
 // given as JSON, and checks its claims and the grant.issued record.
-func checkGrant(t *testing.T, h *harness, ring *grant.Ring, v *gated.Verdict, target string, reviewers []grant.Reviewer, events []engine.AuditEvent) {
+func checkGrant(t *testing.T, h *harness, ring *grant.Ring, v *gated.Verdict, target string, reviewers []grant.Reviewer, events []gated.AuditEvent) {
 	t.Helper()
 	c, err := grant.Verify(v.Grant, ring.Public(h.now), h.now, grant.Expect{
 		Tenant: v.Tenant, ProposalID: v.ProposalID, ProposalSHA256: v.ProposalSHA256, Action: v.Action, Target: []byte(target),
@@ -41,8 +41,8 @@ func checkGrant(t *testing.T, h *harness, ring *grant.Ring, v *gated.Verdict, ta
 	if !slices.Equal(c.Reviewers, reviewers) {
 		t.Errorf("reviewers %+v, want %+v", c.Reviewers, reviewers)
 	}
-	i := slices.IndexFunc(events, func(ev engine.AuditEvent) bool { return ev.Event == engine.EventGrantIssued })
-	if i < 0 || events[len(events)-1].Event != engine.EventVerdict {
+	i := slices.IndexFunc(events, func(ev gated.AuditEvent) bool { return ev.Event == gated.EventGrantIssued })
+	if i < 0 || events[len(events)-1].Event != gated.EventVerdict {
 		t.Fatalf("events %v: want grant.issued before verdict.decided", names(events))
 	}
 	var d struct {
@@ -58,7 +58,7 @@ func checkGrant(t *testing.T, h *harness, ring *grant.Ring, v *gated.Verdict, ta
 	}
 }
 
-func names(evs []engine.AuditEvent) []string {
+func names(evs []gated.AuditEvent) []string {
 	var out []string
 	for _, ev := range evs {
 		out = append(out, ev.Event)
@@ -126,7 +126,7 @@ func TestGrantOnApprovalsOnly(t *testing.T) {
 			if v.Outcome != tc.want {
 				t.Fatalf("outcome %s, want %s: %s", v.Outcome, tc.want, v.Reason)
 			}
-			if v.Grant != "" || slices.Contains(tr.names(), engine.EventGrantIssued) {
+			if v.Grant != "" || slices.Contains(tr.names(), gated.EventGrantIssued) {
 				t.Errorf("a %s verdict carries a grant (%q) or audited one (%v)", v.Outcome, v.Grant, tr.names())
 			}
 		})
@@ -140,20 +140,20 @@ func TestGrantOnHeldActions(t *testing.T) {
 	heldTarget := `{"zone":"example.org"}`
 	for _, tc := range []struct {
 		note     string
-		settle   func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error)
+		settle   func(h *harness, held *gated.Verdict) (*gated.Verdict, []gated.AuditEvent, error)
 		approved bool
 	}{
-		{"operator approves", func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error) {
+		{"operator approves", func(h *harness, held *gated.Verdict) (*gated.Verdict, []gated.AuditEvent, error) {
 			tr := h.stream.trail()
 			v, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorApprove), tr)
 			return v, tr.all(), err
 		}, true},
-		{"operator rejects", func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error) {
+		{"operator rejects", func(h *harness, held *gated.Verdict) (*gated.Verdict, []gated.AuditEvent, error) {
 			tr := h.stream.trail()
 			v, err := h.eng.Resolve(t.Context(), actionDecision(held, engine.OperatorReject), tr)
 			return v, tr.all(), err
 		}, false},
-		{"deadline passes", func(h *harness, held *gated.Verdict) (*gated.Verdict, []engine.AuditEvent, error) {
+		{"deadline passes", func(h *harness, held *gated.Verdict) (*gated.Verdict, []gated.AuditEvent, error) {
 			h.advance(15 * time.Minute)
 			tr := h.stream.trail()
 			v, err := h.eng.Expire(t.Context(), "acme", "p1", tr)
@@ -176,7 +176,7 @@ func TestGrantOnHeldActions(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !tc.approved {
-				if v.Grant != "" || slices.Contains(names(events), engine.EventGrantIssued) {
+				if v.Grant != "" || slices.Contains(names(events), gated.EventGrantIssued) {
 					t.Errorf("a %s verdict carries a grant", v.Outcome)
 				}
 				return
@@ -210,7 +210,7 @@ func TestGrantFailureStoresNothing(t *testing.T) {
 	}
 }
 
-func decodeData(t *testing.T, ev engine.AuditEvent, into any) {
+func decodeData(t *testing.T, ev gated.AuditEvent, into any) {
 	t.Helper()
 	if err := json.Unmarshal(ev.Data, into); err != nil {
 		t.Fatalf("event %s data: %v", ev.Event, err)

@@ -322,8 +322,8 @@ func (h *harness) checkFresh(t *testing.T, v *gated.Verdict, tr *memTrail, data 
 	}
 	events := tr.all()
 	last := events[len(events)-1]
-	if last.Event != engine.EventVerdict {
-		t.Fatalf("trail sealed with %q, want %q", last.Event, engine.EventVerdict)
+	if last.Event != gated.EventVerdict {
+		t.Fatalf("trail sealed with %q, want %q", last.Event, gated.EventVerdict)
 	}
 	var sealedVerdict gated.Verdict
 	if err := json.Unmarshal(last.Data, &sealedVerdict); err != nil {
@@ -342,7 +342,7 @@ func (h *harness) checkFresh(t *testing.T, v *gated.Verdict, tr *memTrail, data 
 			t.Errorf("event %s: tenant %q, proposal %q, delivery %d, v %d, at %v; want tenant %q, proposal %q, delivery 1, v 1, at %v",
 				ev.Event, ev.Tenant, ev.ProposalID, common.Delivery, ev.V, ev.At, wantTenant, v.ProposalID, h.now)
 		}
-		if ev.Event != engine.EventVerdict && common.Action != v.Action {
+		if ev.Event != gated.EventVerdict && common.Action != v.Action {
 			t.Errorf("event %s has action %q in its data, want %q", ev.Event, common.Action, v.Action)
 		}
 	}
@@ -350,7 +350,7 @@ func (h *harness) checkFresh(t *testing.T, v *gated.Verdict, tr *memTrail, data 
 
 // commonData reads the members every proposal event carries in its data;
 // the data must be one JSON object without repeated keys.
-func commonData(t *testing.T, ev engine.AuditEvent) (c struct {
+func commonData(t *testing.T, ev gated.AuditEvent) (c struct {
 	Action       string `json:"action"`
 	Delivery     int    `json:"delivery"`
 	PolicyEvalUS int64  `json:"policy_eval_us"`

@@ -27,15 +27,15 @@ const (
 )
 
 // sortedHolds returns the holds sorted by rule.
-func sortedHolds(holds []Hold) []Hold {
+func sortedHolds(holds []gated.Hold) []gated.Hold {
 	out := slices.Clone(holds)
-	slices.SortStableFunc(out, func(a, b Hold) int { return strings.Compare(a.Rule, b.Rule) })
+	slices.SortStableFunc(out, func(a, b gated.Hold) int { return strings.Compare(a.Rule, b.Rule) })
 	return out
 }
 
 // holdWhy says why the holds hold an action: their reasons in rule order,
 // each once.
-func holdWhy(holds []Hold) string {
+func holdWhy(holds []gated.Hold) string {
 	var whys []string
 	for _, h := range sortedHolds(holds) {
 		why := strings.TrimSpace(h.Why)
@@ -48,13 +48,13 @@ func holdWhy(holds []Hold) string {
 }
 
 // holdReason is the reason of a held action's verdict.
-func holdReason(holds []Hold) string {
+func holdReason(holds []gated.Hold) string {
 	return "held for an operator decision: " + holdWhy(holds)
 }
 
 // operatorHold is the hold of an action the policy held at start: its
 // deadline is the shortest of the holds' and the engine's default.
-func (e *Engine) operatorHold(holds []Hold, start time.Time) *gated.OperatorHold {
+func (e *Engine) operatorHold(holds []gated.Hold, start time.Time) *gated.OperatorHold {
 	sorted := sortedHolds(holds)
 	wait := e.cfg.OperatorDeadline
 	for _, h := range sorted {
@@ -71,7 +71,7 @@ func (e *Engine) operatorHold(holds []Hold, start time.Time) *gated.OperatorHold
 
 // hold marks v, the verdict of an action the policy held, as awaiting an
 // operator, and records operator.awaited.
-func (r *pass) hold(ctx context.Context, v *gated.Verdict, holds []Hold) {
+func (r *pass) hold(ctx context.Context, v *gated.Verdict, holds []gated.Hold) {
 	h := r.e.operatorHold(holds, r.start)
 	if r.p != nil {
 		// An operator's approval carries a grant bound to the target; a
@@ -82,7 +82,7 @@ func (r *pass) hold(ctx context.Context, v *gated.Verdict, holds []Hold) {
 	// approval joined it since the policy read it (see joinHeld).
 	h.TargetRevision = r.hist.Revision
 	v.AwaitingOperator = h
-	r.log.recordBestEffort(ctx, EventOperatorAwaited, map[string]any{
+	r.log.recordBestEffort(ctx, gated.EventOperatorAwaited, map[string]any{
 		"deadline": h.Deadline.Format(time.RFC3339Nano), "reason": h.Reason, "rule": h.Rule,
 	})
 }
@@ -120,7 +120,7 @@ func (e *Engine) resolveAction(ctx context.Context, held *gated.Verdict, d Opera
 		if reason != "" {
 			next.Reason += ": " + textcut.Clip(reviewtext.FirstLine(reason), 240)
 		}
-		return []auditStep{{EventOperatorDecided, map[string]any{
+		return []auditStep{{gated.EventOperatorDecided, map[string]any{
 			"operator": d.Operator, "key": d.Key, "decision": d.Decision, "reason": next.Operator.Reason,
 			"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
 		}}}, nil
@@ -191,7 +191,8 @@ func (e *Engine) settleHeld(ctx context.Context, held *gated.Verdict, trail Audi
 	}
 
 	var next gated.Verdict
-	if err := json.Unmarshal(mustJSON(held), &next); err != nil {
+	raw, _ := json.Marshal(held) // a failure leaves raw empty, which Unmarshal refuses
+	if err := json.Unmarshal(raw, &next); err != nil {
 		return nil, fmt.Errorf("copying the held verdict: %w", err)
 	}
 	next.AwaitingOperator = nil
@@ -224,7 +225,7 @@ func (e *Engine) settleHeld(ctx context.Context, held *gated.Verdict, trail Audi
 		ref.Denies, ref.Rules, ref.RulesMore = []gated.Deny{*denied}, []string{denied.Rule}, 0
 		next.Outcome, next.Approved, next.Stage, next.Policy = gated.OutcomeRejected, false, gated.StagePolicy, &ref
 		next.Reason = denyReason(ref.Denies)
-		steps = append(steps, auditStep{EventPolicyRechecked, map[string]any{"denies": ref.Denies}})
+		steps = append(steps, auditStep{gated.EventPolicyRechecked, map[string]any{"denies": ref.Denies}})
 	}
 	for _, s := range steps {
 		if err := r.log.record(ctx, s.event, s.data); err != nil {

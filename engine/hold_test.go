@@ -63,8 +63,8 @@ func decideHeld(t *testing.T, h *harness) *gated.Verdict {
 	if want := h.now.Add(15 * time.Minute); !v.AwaitingOperator.Deadline.Equal(want) || v.AwaitingOperator.Rule != "hold_listed_action" {
 		t.Errorf("hold %+v, want deadline %s by hold_listed_action", v.AwaitingOperator, want)
 	}
-	if !slices.Contains(tr.names(), engine.EventOperatorAwaited) {
-		t.Errorf("events %v lack %s", tr.names(), engine.EventOperatorAwaited)
+	if !slices.Contains(tr.names(), gated.EventOperatorAwaited) {
+		t.Errorf("events %v lack %s", tr.names(), gated.EventOperatorAwaited)
 	}
 	return v
 }
@@ -89,7 +89,7 @@ func TestHeldActionSettles(t *testing.T) {
 		if v.Operator == nil || v.Operator.ID != "alice" || v.Operator.Key != "UKEY" || v.Operator.Reason != "change window agreed" {
 			t.Errorf("operator %+v", v.Operator)
 		}
-		if got, want := tr.names(), []string{engine.EventOperatorDecided, engine.EventVerdict}; !slices.Equal(got, want) {
+		if got, want := tr.names(), []string{gated.EventOperatorDecided, gated.EventVerdict}; !slices.Equal(got, want) {
 			t.Errorf("events %v, want %v", got, want)
 		}
 		checkDecidedOperator(t, tr.all(), "alice")
@@ -123,7 +123,7 @@ func TestHeldActionSettles(t *testing.T) {
 		if err != nil || v.Outcome != gated.OutcomeTimeout || v.Approved || v.Stage != gated.StageOperator {
 			t.Fatalf("verdict %+v, %v", v, err)
 		}
-		if got := tr.names(); !slices.Equal(got, []string{engine.EventVerdict}) {
+		if got := tr.names(); !slices.Equal(got, []string{gated.EventVerdict}) {
 			t.Errorf("events %v", got)
 		}
 		if _, err := h.eng.Expire(t.Context(), "acme", "p1", h.stream.trail()); !errors.Is(err, gated.ErrNotAwaiting) {
@@ -309,7 +309,7 @@ func TestHeldVerdictWire(t *testing.T) {
 // strict duplicate-key check, and the operator.decided event's operator
 // back: one member names the operator who decided, or two readers could
 // read two operators from the same evidence.
-func checkDecidedOperator(t *testing.T, evs []engine.AuditEvent, operator string) {
+func checkDecidedOperator(t *testing.T, evs []gated.AuditEvent, operator string) {
 	t.Helper()
 	decided := 0
 	for _, ev := range evs {
@@ -317,16 +317,16 @@ func checkDecidedOperator(t *testing.T, evs []engine.AuditEvent, operator string
 			t.Errorf("%s data %s: %v", ev.Event, ev.Data, err)
 			continue
 		}
-		if ev.Event != engine.EventOperatorDecided {
+		if ev.Event != gated.EventOperatorDecided {
 			continue
 		}
 		decided++
-		d, err := engine.DecodeAuditData[engine.OperatorDecidedData](ev)
+		d, err := gated.DecodeAuditData[gated.OperatorDecidedData](ev)
 		if err != nil || d.Operator != operator {
 			t.Errorf("%s data %s: operator %q, %v, want %q", ev.Event, ev.Data, d.Operator, err, operator)
 		}
 	}
 	if decided != 1 {
-		t.Errorf("%d %s events, want 1", decided, engine.EventOperatorDecided)
+		t.Errorf("%d %s events, want 1", decided, gated.EventOperatorDecided)
 	}
 }

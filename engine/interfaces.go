@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"github.com/gated/gated"
@@ -28,10 +27,10 @@ type PolicyInput struct {
 	History []gated.Verdict
 	// RunRecord is gated's record of the earlier rounds of a run
 	// proposal's run, nil when there is none.
-	RunRecord *RunRecord
+	RunRecord *gated.RunRecord
 	// Budget is the proposal's tenant's and agent's budget counters; nil
 	// when no budgets are kept (the policy then sees zeros).
-	Budget *BudgetState
+	Budget *gated.BudgetState
 	// BudgetUnread says the engine did not read the budget counters,
 	// because the policy could not read them (Config.PolicyReadsBudget):
 	// Budget is nil. A policy that can read input.budget refuses such an
@@ -43,7 +42,7 @@ type PolicyInput struct {
 // PolicyDecision is the policy's answer, data.gated.decision.
 type PolicyDecision struct {
 	Denies        []gated.Deny
-	Review        Route
+	Review        gated.Route
 	ReviewerTools []string
 	DeniedTools   []string
 	// SOP is the catalog entry that covers the proposal's action, if any.
@@ -52,53 +51,15 @@ type PolicyDecision struct {
 	Skipped bool
 	// Run is the decision's run section; the policy must give one for a
 	// proposal of kind run.
-	Run *RunPolicy
+	Run *gated.RunPolicy
 	// Holds are the policy's reasons to hold an action for an operator
 	// (decision.hold): when there is one and nothing denies, the action
 	// goes to a person instead of a reviewer. Never set for a run.
-	Holds []Hold
+	Holds []gated.Hold
 	// Revision identifies the policy modules and data that decided.
 	Revision string
 	// Eval is how long the evaluation took.
 	Eval time.Duration
-}
-
-// Route is the policy's routing of a proposal to review.
-type Route struct {
-	Required bool   `json:"required"`
-	Persona  string `json:"persona,omitempty"`
-	// Quorum is how many distinct personas must approve. The routed
-	// Persona is always one of them.
-	Quorum int    `json:"quorum"`
-	Why    string `json:"why"`
-	// Rule names the routing rule that decided, e.g. route_class; the
-	// verdict's policy section carries it as route.
-	Rule string `json:"rule,omitempty"`
-	// Personas are further reviewers the policy prefers, best first, for a
-	// quorum above one. The engine tries them before the other loaded
-	// personas; each must still pass the policy in its own name.
-	Personas []string `json:"personas,omitempty"`
-	// Also are reviewers that must review besides Persona, each counted in
-	// the quorum: the persona a proposal names when the policy does not
-	// let it replace the routed one. A persona of Also that is not loaded
-	// or has no reviewer blocks the proposal; one the policy denies in its
-	// own name rejects it.
-	Also []string `json:"also,omitempty"`
-	// Blocked says why no reviewer may take a review that is required:
-	// for a run, only its own worker could have reviewed it. The engine
-	// blocks the proposal with this reason.
-	Blocked string `json:"blocked,omitempty"`
-}
-
-// Hold is one rule's reason to hold an action for an operator decision.
-type Hold struct {
-	// Rule names the rule that holds, e.g. hold_tenant_wide_destructive.
-	Rule string `json:"rule"`
-	// Why is one human sentence on why a person must decide.
-	Why string `json:"why"`
-	// Deadline, when above zero, is how long the operator may take; the
-	// engine keeps the shortest of the holds' and its own default.
-	Deadline time.Duration `json:"deadline,omitempty"`
 }
 
 // Persona is a reviewer's configuration as the engine needs it. The
@@ -317,7 +278,7 @@ type RunRecords interface {
 	// there is none. Create keeps it: a run verdict that continues,
 	// escalates or approves adds its round, unless another proposal of the
 	// same run already decided that round.
-	RunRecord(ctx context.Context, tenant, runID string) (*RunRecord, error)
+	RunRecord(ctx context.Context, tenant, runID string) (*gated.RunRecord, error)
 }
 
 // ReviewClaims is the store's side of the review claim protocol, which
@@ -376,89 +337,6 @@ func (c Claim) Supersedes(held Claim) bool {
 	return c.Holder == held.Holder && c.Delivery >= held.Delivery
 }
 
-// AuditEvent is one step on the way to a verdict. Every event of the
-// audit stream has this one schema; what is particular to an event is in
-// Data, a JSON object. Events of a proposal carry in Data its "action",
-// its "operator" (the operator id, once the proposal is decoded),
-// the JetStream "delivery" count and, once the policy has run, the
-// "policy_eval_us" it took.
-type AuditEvent struct {
-	V          int       `json:"v"`
-	Event      string    `json:"event"`
-	Tenant     string    `json:"tenant"`
-	ProposalID string    `json:"proposal_id,omitempty"`
-	At         time.Time `json:"at"`
-	// Instance names the gated process that recorded the event; the audit
-	// trail fills it in when it is empty.
-	Instance       string          `json:"instance,omitempty"`
-	PolicyRevision string          `json:"policy_revision,omitempty"`
-	Data           json.RawMessage `json:"data,omitempty"`
-}
-
-// Audit event names. They become the last tokens of the audit subject
-// gated.audit.<tenant>.<event>.
-const (
-	EventReceived      = "proposal.received"
-	EventInvalid       = "proposal.invalid"
-	EventPolicyDecided = "policy.decided"
-	EventReviewSkipped = "review.skipped"
-	EventReviewStarted = "review.started"
-	EventReviewDone    = "review.finished"
-	// EventReviewUnrouted records a persona whose reviewer the Router
-	// could not place (its plugin could not be started, is not
-	// configured, or gated is shutting down): the persona, the plugin,
-	// how it failed and the Router's error, which the verdict never
-	// holds.
-	EventReviewUnrouted = "review.unrouted"
-	// EventReviewAwaited records that a proposal found its review claimed
-	// by another message carrying the same proposal and waited for that
-	// review's verdict instead of reviewing again.
-	EventReviewAwaited = "review.awaited"
-	EventVerdict       = "verdict.decided"
-	EventReplayed      = "verdict.replayed"
-	// EventDeduplicated records that a proposal got the answer of an
-	// identical proposal rejected shortly before, instead of a new
-	// judgement.
-	EventDeduplicated = "proposal.deduplicated"
-	// EventToolCalled and EventToolDenied record a reviewer's tool call
-	// through the host: run, or refused.
-	EventToolCalled = "tool.called"
-	EventToolDenied = "tool.denied"
-	// EventPolicyReloaded and EventPolicyReloadFailed are gated's own
-	// events, under the UnknownTenant token: a policy swapped in, and a
-	// policy refused (the last good one stays in force).
-	EventPolicyReloaded     = "policy.reloaded"
-	EventPolicyReloadFailed = "policy.reload_failed"
-	// EventOperatorDecided records an operator's decision on the manual
-	// criteria of a held run verdict; EventOperatorRefused an operator
-	// message gated did not accept, and why.
-	EventOperatorDecided = "operator.decided"
-	EventOperatorRefused = "operator.refused"
-	// EventOperatorAwaited records that a proposal's verdict is held for
-	// an operator: its data names the deadline (RFC 3339), the reason and
-	// the rule that routed it.
-	EventOperatorAwaited = "operator.awaited"
-	// EventConsoleRefused records a request to the web console that was
-	// refused because it asked for a tenant the operator may not see or
-	// decide for, or did not come from the console's own origin.
-	EventConsoleRefused = "console.refused"
-	// EventRecordCorrupt records a record read back from gated's store
-	// that is not what gated stored under its key; it was refused, not
-	// replayed or used. It is filed under the key's tenant.
-	EventRecordCorrupt = "record.corrupt"
-	// EventNotifyDelivered and EventNotifyFailed record a notification
-	// delivered to a webhook sink, and one that was not (its attempts ran
-	// out, it grew too old, or the sink's queue was full). The notifier
-	// sends no notification for them.
-	EventNotifyDelivered = "notify.delivered"
-	EventNotifyFailed    = "notify.failed"
-	// EventAuditVerificationFailed records a message of the audit stream
-	// that did not verify as gated read it while serving: not a record,
-	// a body that does not match its hash, a MAC that does not verify, or
-	// a broken chain link. It is filed under the tenant of the message.
-	EventAuditVerificationFailed = "audit.verification_failed"
-)
-
 // AuditTrail records the steps of one proposal. Record may store
 // asynchronously, and may hold events back to store several in one
 // record; Flush starts storing what it holds; Seal records the last event
@@ -469,7 +347,7 @@ type AuditTrail interface {
 	// Record appends an event. An error means the event may be lost; a
 	// trail that lost an event must also fail Seal, so the proposal is
 	// redelivered instead of acknowledged with a gap in its history.
-	Record(ctx context.Context, ev AuditEvent) error
+	Record(ctx context.Context, ev gated.AuditEvent) error
 	// Flush starts storing the events recorded so far, without waiting
 	// for them to be stored. The engine calls it before a step that may
 	// take long (a review), so that the stream shows the proposal's
@@ -477,7 +355,7 @@ type AuditTrail interface {
 	Flush(ctx context.Context) error
 	// Seal appends the final event, waits for every earlier one, and
 	// returns the stream sequence of the final event.
-	Seal(ctx context.Context, ev AuditEvent) (uint64, error)
+	Seal(ctx context.Context, ev gated.AuditEvent) (uint64, error)
 }
 
 // Clock tells the time. Tests supply a fixed one.

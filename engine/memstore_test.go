@@ -54,14 +54,14 @@ func newMemStore() *memStore {
 	return &memStore{m: map[string][]byte{}, claims: map[string]engine.Claim{}, waiting: make(chan struct{}), runs: map[string][]byte{}, targets: map[string]engine.History{}}
 }
 
-func (s *memStore) RunRecord(_ context.Context, tenant, runID string) (*engine.RunRecord, error) {
+func (s *memStore) RunRecord(_ context.Context, tenant, runID string) (*gated.RunRecord, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	raw, ok := s.runs[tenant+"."+runID]
 	if !ok {
 		return nil, nil
 	}
-	var rec engine.RunRecord
+	var rec gated.RunRecord
 	if err := json.Unmarshal(raw, &rec); err != nil {
 		return nil, err
 	}
@@ -70,11 +70,11 @@ func (s *memStore) RunRecord(_ context.Context, tenant, runID string) (*engine.R
 
 // recordRun keeps the run record as the bus store does; s.mu is held.
 func (s *memStore) recordRun(v *gated.Verdict) {
-	if !engine.Records(v) {
+	if !gated.Records(v) {
 		return
 	}
 	key := v.Tenant + "." + v.Run.RunID
-	var rec engine.RunRecord
+	var rec gated.RunRecord
 	if raw, ok := s.runs[key]; ok {
 		_ = json.Unmarshal(raw, &rec)
 	}
@@ -284,7 +284,7 @@ type memTrail struct {
 	sealErr   error
 
 	mu        sync.Mutex
-	events    []engine.AuditEvent
+	events    []gated.AuditEvent
 	lost      bool
 	sealed    int
 	sealSeq   uint64
@@ -303,7 +303,7 @@ func (tr *memTrail) Flush(context.Context) error {
 	return nil
 }
 
-func (tr *memTrail) Record(_ context.Context, ev engine.AuditEvent) error {
+func (tr *memTrail) Record(_ context.Context, ev gated.AuditEvent) error {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.sealed > 0 {
@@ -318,7 +318,7 @@ func (tr *memTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 	return nil
 }
 
-func (tr *memTrail) Seal(_ context.Context, ev engine.AuditEvent) (uint64, error) {
+func (tr *memTrail) Seal(_ context.Context, ev gated.AuditEvent) (uint64, error) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	if tr.sealErr != nil {
@@ -343,7 +343,7 @@ func (tr *memTrail) names() []string {
 	return names
 }
 
-func (tr *memTrail) all() []engine.AuditEvent {
+func (tr *memTrail) all() []gated.AuditEvent {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return slices.Clone(tr.events)

@@ -41,11 +41,11 @@ func TestEventNamesEachMemberOnce(t *testing.T) {
 		data any
 		want map[string]string
 	}{
-		{EventOperatorDecided, OperatorDecidedData{Operator: "alice", Decision: OperatorApprove, Outcome: gated.OutcomeApproved},
+		{gated.EventOperatorDecided, gated.OperatorDecidedData{Operator: "alice", Decision: OperatorApprove, Outcome: gated.OutcomeApproved},
 			map[string]string{"operator": `"alice"`, "action": `"dns_delete_zone"`}},
-		{EventGrantUsed, map[string]any{"action": "dns_create_zone", "delivery": 7, "policy_eval_us": 1},
+		{gated.EventGrantUsed, map[string]any{"action": "dns_create_zone", "delivery": 7, "policy_eval_us": 1},
 			map[string]string{"action": `"dns_create_zone"`, "operator": `"u-1042"`, "delivery": "7", "policy_eval_us": "1"}},
-		{EventGrantUsed, map[string]any{"gid": "g1"},
+		{gated.EventGrantUsed, map[string]any{"gid": "g1"},
 			map[string]string{"action": `"dns_delete_zone"`, "operator": `"u-1042"`, "gid": `"g1"`}},
 	} {
 		ev := l.event(tc.name, tc.data)

@@ -11,7 +11,7 @@ func TestPolicyOutcome(t *testing.T) {
 	action := &gated.Proposal{Kind: gated.KindAction}
 	run := &gated.Proposal{Kind: gated.KindRun}
 	loaded := Routed{Name: "reviewer", Persona: &Persona{Name: "reviewer"}}
-	review := Route{Required: true, Quorum: 1}
+	review := gated.Route{Required: true, Quorum: 1}
 	tests := []struct {
 		note    string
 		p       *gated.Proposal
@@ -25,11 +25,11 @@ func TestPolicyOutcome(t *testing.T) {
 		{note: "deny rejects at policy, denies sorted", p: action, routed: loaded,
 			pd:      PolicyDecision{Denies: []gated.Deny{{Rule: "z", Message: "last"}, {Rule: "a", Message: "first"}}, Review: review},
 			settled: true, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, reason: "policy denied: a: first; z: last"},
-		{note: "no review approves at policy", p: action, routed: loaded, pd: PolicyDecision{Review: Route{Why: "reads pass"}},
+		{note: "no review approves at policy", p: action, routed: loaded, pd: PolicyDecision{Review: gated.Route{Why: "reads pass"}},
 			settled: true, outcome: gated.OutcomeApproved, stage: gated.StagePolicy, reason: "reads pass"},
 		{note: "no review and no why", p: action, routed: loaded,
 			settled: true, outcome: gated.OutcomeApproved, stage: gated.StagePolicy, reason: "policy requires no review"},
-		{note: "a blocked review blocks", p: action, routed: loaded, pd: PolicyDecision{Review: Route{Required: true, Blocked: "no reviewer may take it"}},
+		{note: "a blocked review blocks", p: action, routed: loaded, pd: PolicyDecision{Review: gated.Route{Required: true, Blocked: "no reviewer may take it"}},
 			settled: true, outcome: gated.OutcomeBlocked, stage: gated.StageReview, reason: "no reviewer may take it"},
 		{note: "an unloaded routed persona blocks", p: action, routed: Routed{Name: "ghost"}, pd: PolicyDecision{Review: review},
 			settled: true, outcome: gated.OutcomeBlocked, stage: gated.StageReview, reason: `no persona named "ghost" is loaded`},
@@ -63,7 +63,7 @@ func TestPolicyOutcome(t *testing.T) {
 }
 
 func TestAddedOutcome(t *testing.T) {
-	pd := PolicyDecision{Revision: "r1", Review: Route{Required: true}}
+	pd := PolicyDecision{Revision: "r1", Review: gated.Route{Required: true}}
 	tests := []struct {
 		note    string
 		loaded  bool
@@ -78,7 +78,7 @@ func TestAddedOutcome(t *testing.T) {
 		{note: "a deny in its name rejects", loaded: true, d: PolicyDecision{Revision: "r1", Denies: []gated.Deny{{Rule: "reviewer_tool_denied", Message: "writes"}}},
 			settled: true, outcome: gated.OutcomeRejected, reason: `the proposal asks persona "x" to review as well, and the policy refuses it: policy denied: reviewer_tool_denied: writes`},
 		{note: "a failed evaluation blocks", loaded: true, err: errors.New("boom"), settled: true, outcome: gated.OutcomeBlocked},
-		{note: "another revision blocks", loaded: true, d: PolicyDecision{Revision: "r2", Review: Route{Required: true}}, settled: true, outcome: gated.OutcomeBlocked},
+		{note: "another revision blocks", loaded: true, d: PolicyDecision{Revision: "r2", Review: gated.Route{Required: true}}, settled: true, outcome: gated.OutcomeBlocked},
 		{note: "no review in its name blocks", loaded: true, d: PolicyDecision{Revision: "r1"}, settled: true, outcome: gated.OutcomeBlocked},
 		{note: "it may review", loaded: true, d: pd},
 	}

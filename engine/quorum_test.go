@@ -41,7 +41,7 @@ func (p policyFunc) Evaluate(_ context.Context, in engine.PolicyInput) (engine.P
 func quorumPolicy(quorum int, preferred []string, deny, waive []string) policyFunc {
 	return policyFunc{revision: "rev-quorum", eval: func(in engine.PolicyInput) engine.PolicyDecision {
 		d := engine.PolicyDecision{
-			Review: engine.Route{Required: true, Persona: "reviewer", Quorum: quorum, Why: "tenant-wide change", Personas: preferred},
+			Review: gated.Route{Required: true, Persona: "reviewer", Quorum: quorum, Why: "tenant-wide change", Personas: preferred},
 		}
 		if in.Persona == nil {
 			return d
@@ -51,7 +51,7 @@ func quorumPolicy(quorum int, preferred []string, deny, waive []string) policyFu
 			d.Denies = []gated.Deny{{Rule: "self_review", Message: "no"}}
 		}
 		if slices.Contains(waive, in.Persona.Name) {
-			d.Review = engine.Route{Why: "waived"}
+			d.Review = gated.Route{Why: "waived"}
 		}
 		return d
 	}}
@@ -295,7 +295,7 @@ func checkQuorumRequests(t *testing.T, reqs []engine.ReviewRequest, tr *memTrail
 			Quorum   int    `json:"quorum"`
 		}
 		switch ev.Event {
-		case engine.EventReviewStarted:
+		case gated.EventReviewStarted:
 			if err := json.Unmarshal(ev.Data, &data); err != nil {
 				t.Fatal(err)
 			}
@@ -303,7 +303,7 @@ func checkQuorumRequests(t *testing.T, reqs []engine.ReviewRequest, tr *memTrail
 			if n > 1 && data.Quorum != n {
 				t.Errorf("review.started says quorum %d, want %d", data.Quorum, n)
 			}
-		case engine.EventReviewDone:
+		case gated.EventReviewDone:
 			if err := json.Unmarshal(ev.Data, &data); err != nil {
 				t.Fatal(err)
 			}
@@ -403,7 +403,7 @@ func TestDecideQuorumWithDefaultPolicy(t *testing.T) {
 			t.Errorf("ops got tools %v from the policy", req.Tools)
 		}
 	}
-	if got := tr.names(); slices.Contains(got[2:len(got)-1], engine.EventPolicyDecided) {
+	if got := tr.names(); slices.Contains(got[2:len(got)-1], gated.EventPolicyDecided) {
 		t.Errorf("events %v: evaluating candidates recorded policy decisions of their own", got)
 	}
 

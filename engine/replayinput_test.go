@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // TestPolicyDecidedKeepsReplayInput: the policy.decided record keeps the
@@ -35,16 +34,16 @@ func TestPolicyDecidedKeepsReplayInput(t *testing.T) {
 		{name: "second proposal, one approval in history", data: second, tr: tr, history: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var in *engine.ReplayInput
+			var in *gated.ReplayInput
 			tc.tr.mu.Lock()
-			events := append([]engine.AuditEvent(nil), tc.tr.events...)
+			events := append([]gated.AuditEvent(nil), tc.tr.events...)
 			tc.tr.mu.Unlock()
 			for _, ev := range events {
-				if ev.Event != engine.EventPolicyDecided {
+				if ev.Event != gated.EventPolicyDecided {
 					continue
 				}
 				var d struct {
-					Input *engine.ReplayInput `json:"input"`
+					Input *gated.ReplayInput `json:"input"`
 				}
 				if err := json.Unmarshal(ev.Data, &d); err != nil {
 					t.Fatalf("policy.decided data: %v", err)
@@ -89,17 +88,17 @@ func mustMarshal(t *testing.T, v any) []byte {
 func TestReplayInputKeepsTheBudget(t *testing.T) {
 	tests := []struct {
 		note   string
-		budget *engine.BudgetState
+		budget *gated.BudgetState
 		want   string
 	}{
 		{note: "no budget kept", want: `"now":"2025-01-02T03:04:05Z"}`},
-		{note: "every counter zero", budget: &engine.BudgetState{}, want: `"budget":{"tenant":{},"agent":{}}`},
-		{note: "some counters", budget: &engine.BudgetState{Tenant: engine.BudgetCounters{Proposals: 3, Refusals: 1}, Agent: engine.BudgetCounters{Tokens: 9}},
+		{note: "every counter zero", budget: &gated.BudgetState{}, want: `"budget":{"tenant":{},"agent":{}}`},
+		{note: "some counters", budget: &gated.BudgetState{Tenant: gated.BudgetCounters{Proposals: 3, Refusals: 1}, Agent: gated.BudgetCounters{Tokens: 9}},
 			want: `"budget":{"tenant":{"proposals":3,"refusals_10m":1},"agent":{"tokens":9}}`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {
-			in := engine.ReplayInput{Proposal: []byte(`{"v":1}`), Persona: "reviewer", Now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Budget: tc.budget}
+			in := gated.ReplayInput{Proposal: []byte(`{"v":1}`), Persona: "reviewer", Now: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Budget: tc.budget}
 			doc, err := json.Marshal(in)
 			if err != nil {
 				t.Fatal(err)
@@ -107,7 +106,7 @@ func TestReplayInputKeepsTheBudget(t *testing.T) {
 			if !strings.Contains(string(doc), tc.want) {
 				t.Fatalf("%s does not hold %s", doc, tc.want)
 			}
-			var back engine.ReplayInput
+			var back gated.ReplayInput
 			if err := json.Unmarshal(doc, &back); err != nil {
 				t.Fatal(err)
 			}

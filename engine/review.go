@@ -55,7 +55,7 @@ func (r *pass) reviewStarted(ctx context.Context, c *candidate, n int, reviewID 
 	if persona.Model != "" {
 		startedData["model"] = persona.Model
 	}
-	r.log.recordBestEffort(ctx, EventReviewStarted, startedData)
+	r.log.recordBestEffort(ctx, gated.EventReviewStarted, startedData)
 	r.log.flush(ctx)
 }
 
@@ -92,7 +92,7 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 		var failure ReviewFailure
 		var plugin string
 		out.outcome, failure, plugin = reviewFailure(rctx, err, persona)
-		r.log.recordBestEffort(ctx, EventReviewDone, map[string]any{
+		r.log.recordBestEffort(ctx, gated.EventReviewDone, map[string]any{
 			"review_id": reviewID, "plugin": plugin, "outcome": out.outcome, "failure": failure,
 			"error": textcut.Clip(err.Error(), maxReviewErrorBytes), "latency_ms": ms(latency),
 		})
@@ -131,7 +131,7 @@ func (r *pass) reviewAnswered(ctx, rctx context.Context, c *candidate, reviewID 
 	if r.run != nil {
 		done["outcome"], done["criteria"], done["missing_work"] = out.outcome, rev.Criteria, len(rev.MissingWork)
 	}
-	r.log.recordBestEffort(ctx, EventReviewDone, done)
+	r.log.recordBestEffort(ctx, gated.EventReviewDone, done)
 	out.review, out.judged, out.why = rev, true, why
 	return out
 }

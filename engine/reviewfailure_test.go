@@ -122,7 +122,7 @@ func TestReviewFailureStaysOffTheVerdict(t *testing.T) {
 			}
 			var done []finished
 			for _, ev := range tr.all() {
-				if ev.Event != engine.EventReviewDone {
+				if ev.Event != gated.EventReviewDone {
 					continue
 				}
 				var d finished
@@ -153,7 +153,7 @@ func TestReviewFailureErrorIsBounded(t *testing.T) {
 	})
 	_, tr := h.mustDecide(t, testSubject, proposalJSON(t, nil), "")
 	for _, ev := range tr.all() {
-		if ev.Event != engine.EventReviewDone {
+		if ev.Event != gated.EventReviewDone {
 			continue
 		}
 		var d struct{ Error string }

@@ -39,11 +39,11 @@ func TestReviewRecordsTheReviewer(t *testing.T) {
 			}
 			for _, ev := range tr.all() {
 				switch ev.Event {
-				case engine.EventReviewStarted:
+				case gated.EventReviewStarted:
 					if err := json.Unmarshal(ev.Data, &started); err != nil {
 						t.Fatal(err)
 					}
-				case engine.EventReviewDone:
+				case gated.EventReviewDone:
 					if err := json.Unmarshal(ev.Data, &finished); err != nil {
 						t.Fatal(err)
 					}

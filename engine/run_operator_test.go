@@ -47,7 +47,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if v.Outcome != gated.OutcomeApproved || !v.Approved || v.Stage != gated.StageOperator || len(v.Run.AwaitingOperator) != 0 {
 			t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
 		}
-		if got, want := tr.names(), []string{engine.EventOperatorDecided, engine.EventVerdict}; !slices.Equal(got, want) {
+		if got, want := tr.names(), []string{gated.EventOperatorDecided, gated.EventVerdict}; !slices.Equal(got, want) {
 			t.Errorf("events %v, want %v", got, want)
 		}
 		checkDecidedOperator(t, tr.all(), "alice")
@@ -61,7 +61,7 @@ func TestRunManualCriteriaHoldForAnOperator(t *testing.T) {
 		if last.ID != "signoff" || last.JudgedBy != "operator:alice" || !last.Pass {
 			t.Errorf("operator's criterion %+v", last)
 		}
-		if rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1"); rec == nil || rec.Closed != engine.RunAccepted {
+		if rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1"); rec == nil || rec.Closed != gated.RunAccepted {
 			t.Errorf("run record %+v, want accepted", rec)
 		}
 		_, err = h.eng.Resolve(t.Context(), decision(held, false), h.stream.trail())

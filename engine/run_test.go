@@ -26,13 +26,13 @@ func runPersona() *engine.Persona {
 // it reviews with persona run-reviewer unless the section says otherwise,
 // and denies criterion_failed for every failed required criterion.
 type runPolicyConf struct {
-	run     engine.RunPolicy
+	run     gated.RunPolicy
 	blocked string
 	other   []gated.Deny
 	quorum  int
 	noRun   bool
 	// inputs are the run records the policy saw, one per evaluation.
-	inputs *[]*engine.RunRecord
+	inputs *[]*gated.RunRecord
 }
 
 func (c runPolicyConf) policy() policyFunc {
@@ -52,10 +52,10 @@ func (c runPolicyConf) policy() policyFunc {
 			}
 		}
 		if !rp.Reviewed {
-			d.Review = engine.Route{Why: rp.Why}
+			d.Review = gated.Route{Why: rp.Why}
 			return d
 		}
-		d.Review = engine.Route{Required: true, Persona: "run-reviewer", Quorum: max(c.quorum, 1), Why: "runs are reviewed", Blocked: c.blocked}
+		d.Review = gated.Route{Required: true, Persona: "run-reviewer", Quorum: max(c.quorum, 1), Why: "runs are reviewed", Blocked: c.blocked}
 		return d
 	}}
 }
@@ -129,13 +129,13 @@ func runRejection(missing ...string) engine.ReviewResult {
 	}
 }
 
-var reviewedRun = engine.RunPolicy{
+var reviewedRun = gated.RunPolicy{
 	Reviewed: true, Why: "always", ReviewPolicy: "always", MaxRounds: 5, Continuable: true,
 	Criteria: []gated.CriterionEval{{ID: "tests", Pass: true, Reason: "exit 0"}},
 }
 
 func TestRunNotReviewedIsApprovedAtPolicy(t *testing.T) {
-	h := runHarness(t, runPolicyConf{run: engine.RunPolicy{Reviewed: false, Why: "run review policy on_success does not review failed runs", MaxRounds: 5}})
+	h := runHarness(t, runPolicyConf{run: gated.RunPolicy{Reviewed: false, Why: "run review policy on_success does not review failed runs", MaxRounds: 5}})
 	v, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
 	if v.Outcome != gated.OutcomeApproved || v.Stage != gated.StagePolicy || v.Reason != "run review policy on_success does not review failed runs" {
 		t.Fatalf("verdict %s at %s: %s", v.Outcome, v.Stage, v.Reason)
@@ -169,7 +169,7 @@ func TestRunApprovedByReviewer(t *testing.T) {
 		t.Errorf("run context %+v", req.Run)
 	}
 	rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1")
-	if rec == nil || rec.Closed != engine.RunAccepted || len(rec.Rounds) != 1 {
+	if rec == nil || rec.Closed != gated.RunAccepted || len(rec.Rounds) != 1 {
 		t.Errorf("run record %+v, want accepted", rec)
 	}
 	if _, _, _, ok := gated.FollowUp(v); ok {
@@ -251,7 +251,7 @@ func TestRunRejectedInLastRoundEscalates(t *testing.T) {
 		t.Errorf("escalation %+v", e)
 	}
 	rec, _ := h.store.RunRecord(t.Context(), "acme", "r-1")
-	if rec.Closed != engine.RunEscalated {
+	if rec.Closed != gated.RunEscalated {
 		t.Errorf("run record closed %q, want escalated", rec.Closed)
 	}
 }
@@ -417,7 +417,7 @@ func TestRunReviewerOutputIsBounded(t *testing.T) {
 // round 1's findings from gated's record, with the worker's status on each;
 // a finding the worker leaves out is open.
 func TestRunPriorFindingsComeFromTheRecord(t *testing.T) {
-	var seen []*engine.RunRecord
+	var seen []*gated.RunRecord
 	h := runHarness(t, runPolicyConf{run: reviewedRun, inputs: &seen})
 	h.reviewer.answer = answer(runRejection("replace the sleep"), nil)
 	first, _ := h.mustDecide(t, runSubject, runProposal(t, "p1", 1, nil), "")
@@ -505,10 +505,10 @@ func TestRunFindingsCoverEveryMissingItem(t *testing.T) {
 // then says which status it accepted. A rejected review goes back to the
 // worker with what is missing.
 func TestRunThatDidNotCompleteIsApprovedOnlyWhenAccepted(t *testing.T) {
-	unreviewed := engine.RunPolicy{Reviewed: false, Why: "run review policy none does not review these runs", MaxRounds: 5}
+	unreviewed := gated.RunPolicy{Reviewed: false, Why: "run review policy none does not review these runs", MaxRounds: 5}
 	tests := []struct {
 		note        string
-		run         engine.RunPolicy
+		run         gated.RunPolicy
 		status      string
 		accepted    string
 		wantOutcome gated.Outcome

@@ -19,7 +19,7 @@ import (
 // runState is what a decision on a run proposal carries from the policy
 // to the verdict.
 type runState struct {
-	policy *RunPolicy
+	policy *gated.RunPolicy
 	// ctx is what reviewers are told.
 	ctx *gated.RunContext
 	// criteria are the proposal's criteria by id.
@@ -34,7 +34,7 @@ type runState struct {
 
 // newRunState prepares the review of a run from the policy's decision and
 // the run's record.
-func newRunState(p *gated.Proposal, rp *RunPolicy, rec *RunRecord) *runState {
+func newRunState(p *gated.Proposal, rp *gated.RunPolicy, rec *gated.RunRecord) *runState {
 	rp.Limits = rp.Limits.WithDefaults()
 	if rp.MaxRounds <= 0 {
 		rp.MaxRounds = DefaultMaxRounds
@@ -59,7 +59,7 @@ func newRunState(p *gated.Proposal, rp *RunPolicy, rec *RunRecord) *runState {
 // the status and resolution the worker reports for each in
 // run.prior_reviews. Without a record (the run's first round, or a record
 // past its TTL) the worker's own account is all there is.
-func priorFindings(run *gated.Run, rec *RunRecord) []gated.Finding {
+func priorFindings(run *gated.Run, rec *gated.RunRecord) []gated.Finding {
 	reported := map[string]gated.Finding{}
 	var own []gated.Finding
 	for _, pr := range run.PriorReviews {
@@ -68,7 +68,7 @@ func priorFindings(run *gated.Run, rec *RunRecord) []gated.Finding {
 			own = append(own, f)
 		}
 	}
-	var last *RunRound
+	var last *gated.RunRound
 	if rec != nil {
 		for i := range rec.Rounds {
 			r := &rec.Rounds[i]
@@ -451,7 +451,8 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 	}
 
 	var next gated.Verdict
-	if err := json.Unmarshal(mustJSON(held), &next); err != nil {
+	raw, _ := json.Marshal(held) // a failure leaves raw empty, which Unmarshal refuses
+	if err := json.Unmarshal(raw, &next); err != nil {
 		return nil, fmt.Errorf("copying the held verdict: %w", err)
 	}
 	rv := next.Run
@@ -494,7 +495,7 @@ func (e *Engine) Resolve(ctx context.Context, d OperatorDecision, trail AuditTra
 		next.Reason += ": " + textcut.Clip(reviewtext.FirstLine(reason), 240)
 	}
 
-	if err := r.log.record(ctx, EventOperatorDecided, map[string]any{
+	if err := r.log.record(ctx, gated.EventOperatorDecided, map[string]any{
 		"operator": d.Operator, "key": d.Key, "criteria": d.Criteria, "reason": textcut.Clip(d.Reason, gated.DefaultRunMaxItemBytes),
 		"held_audit_seq": held.AuditSeq, "outcome": next.Outcome,
 	}); err != nil {

@@ -121,7 +121,7 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 			return decidedElsewhere(t, mine, func(v *gated.Verdict) { v.ProposalSHA256 = "" })
 		}},
 	}
-	received, policy, awaited, decided := engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewAwaited, engine.EventVerdict
+	received, policy, awaited, decided := gated.EventReceived, gated.EventPolicyDecided, gated.EventReviewAwaited, gated.EventVerdict
 	paths := []struct {
 		note string
 		// meet stores owner and has the harness meet it on the path.
@@ -260,7 +260,7 @@ func TestDecideLosesTheIDToAnotherProposal(t *testing.T) {
 			if err != nil {
 				t.Fatalf("redelivery: %v", err)
 			}
-			h.checkIDReused(t, v, again, tc.data, []string{engine.EventReceived, engine.EventVerdict}, owner)
+			h.checkIDReused(t, v, again, tc.data, []string{gated.EventReceived, gated.EventVerdict}, owner)
 		})
 	}
 }

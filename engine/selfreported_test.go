@@ -77,7 +77,7 @@ func TestSelfReportedIdentityIsBounded(t *testing.T) {
 				[]grant.Reviewer{{Plugin: tc.wantPlugin, PluginVersion: tc.wantVersion, Persona: "reviewer", Model: tc.wantModel}}, tr.all())
 
 			for _, ev := range tr.all() {
-				if ev.Event != engine.EventReviewDone {
+				if ev.Event != gated.EventReviewDone {
 					continue
 				}
 				var d struct {

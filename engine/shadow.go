@@ -8,80 +8,14 @@ import (
 	"github.com/gated/gated"
 )
 
-// EventPolicyShadowDiffers records that the shadow policy (a candidate
-// evaluated beside the live one, see Config.Shadow) decided a proposal
-// otherwise than the live policy. Its data is a ShadowComparison.
-const EventPolicyShadowDiffers = "policy.shadow_differs"
-
-// Kinds of difference between the live and the shadow decision.
-const (
-	// ShadowDiffError: one side could not decide (the shadow's evaluation
-	// failed, or the live one did and the shadow did not).
-	ShadowDiffError = "error"
-	// ShadowDiffOutcome: the two settle on different outcomes (rejected,
-	// approved, blocked, or on to review).
-	ShadowDiffOutcome = "outcome"
-	// ShadowDiffDenies: the same outcome, but not the same deny rules.
-	ShadowDiffDenies = "denies"
-	// ShadowDiffRoute: both send the proposal to review, but not to the
-	// same persona or quorum.
-	ShadowDiffRoute = "route"
-)
-
-// ShadowOutcomeReview is the outcome of a policy decision that settles
-// nothing on its own: the proposal goes on to review.
-const ShadowOutcomeReview = "review"
-
-// ShadowDecision is one side of a shadow comparison: what a policy
-// decision settles before any review.
-type ShadowDecision struct {
-	// Revision is the policy revision that decided.
-	Revision string `json:"revision,omitempty"`
-	// Outcome is the outcome the decision settles, or "review" when the
-	// proposal goes on to review.
-	Outcome string `json:"outcome"`
-	// Denies are the decision's denies, sorted by rule, never nil.
-	Denies []gated.Deny `json:"denies"`
-	// Route is the decision's routing; nil when the evaluation failed.
-	Route *Route `json:"route,omitempty"`
-	// Error says why the evaluation failed.
-	Error string `json:"error,omitempty"`
-}
-
-// ShadowComparison is the live and the shadow decision on one proposal
-// and how they differ. It is the data of a policy.shadow_differs event.
-type ShadowComparison struct {
-	Live   ShadowDecision `json:"live"`
-	Shadow ShadowDecision `json:"shadow"`
-	// Kinds are the kinds of difference, in the order error, outcome,
-	// denies, route; empty when the two agree.
-	Kinds []string `json:"kinds"`
-	// Rules are the deny rules that only one of the two decisions has,
-	// sorted.
-	Rules []string `json:"rules,omitempty"`
-}
-
-// Differs says whether the two decisions differ.
-func (c ShadowComparison) Differs() bool { return len(c.Kinds) > 0 }
-
-// Flipped says whether the two decisions settle on different outcomes
-// (a difference of kind outcome): what shadow mode and replay alike call
-// a flip.
-func (c ShadowComparison) Flipped() bool { return slices.Contains(c.Kinds, ShadowDiffOutcome) }
-
-// ReviewChanged says whether both decisions send the proposal to review
-// but not to the same reviewers (a difference of kind route): a recorded
-// review result does not stand for the candidate's reviewers.
-func (c ShadowComparison) ReviewChanged() bool { return slices.Contains(c.Kinds, ShadowDiffRoute) }
-
 // PolicySide is what a policy decision pd on p (or its failure err)
 // settles before any review, in the name of the persona routed: one side
 // of CompareShadow. The gate builds the live side and the shadow's with
 // it, and a replay the recorded side and the candidate's, so the two
 // cannot disagree on what a decision settles.
-func PolicySide(p *gated.Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) ShadowDecision {
+func PolicySide(p *gated.Proposal, personas Personas, routed Routed, pd PolicyDecision, err error) gated.ShadowDecision {
 	if err != nil {
-		return ShadowDecision{Revision: pd.Revision, Outcome: string(gated.OutcomeError), Denies: []gated.Deny{}, Error: err.Error()}
+		return gated.ShadowDecision{Revision: pd.Revision, Outcome: string(gated.OutcomeError), Denies: []gated.Deny{}, Error: err.Error()}
 	}
 	// A decision that routes elsewhere is settled in the name of the
 	// persona it routes to, as the gate would.
@@ -91,7 +25,7 @@ func PolicySide(p *gated.Proposal, personas Personas, routed Routed, pd PolicyDe
 	}
 	route := pd.Review
 	s, done := PolicyOutcome(p, pd, routed)
-	d := ShadowDecision{Revision: pd.Revision, Outcome: ShadowOutcomeReview, Denies: s.Denies, Route: &route}
+	d := gated.ShadowDecision{Revision: pd.Revision, Outcome: gated.ShadowOutcomeReview, Denies: s.Denies, Route: &route}
 	if done {
 		d.Outcome = string(s.Outcome)
 	}
@@ -101,20 +35,20 @@ func PolicySide(p *gated.Proposal, personas Personas, routed Routed, pd PolicyDe
 // CompareShadow compares the live decision with the shadow's. The gate
 // compares with it, and so can a replay, so the two cannot disagree on
 // what a difference is.
-func CompareShadow(live, shadow ShadowDecision) ShadowComparison {
-	c := ShadowComparison{Live: live, Shadow: shadow, Kinds: []string{}}
+func CompareShadow(live, shadow gated.ShadowDecision) gated.ShadowComparison {
+	c := gated.ShadowComparison{Live: live, Shadow: shadow, Kinds: []string{}}
 	if (live.Error != "") != (shadow.Error != "") || shadow.Error != "" {
-		c.Kinds = append(c.Kinds, ShadowDiffError)
+		c.Kinds = append(c.Kinds, gated.ShadowDiffError)
 	}
 	if live.Outcome != shadow.Outcome {
-		c.Kinds = append(c.Kinds, ShadowDiffOutcome)
+		c.Kinds = append(c.Kinds, gated.ShadowDiffOutcome)
 	}
 	c.Rules = RulesDeniedOnOneSide(live.Denies, shadow.Denies)
 	if len(c.Rules) > 0 && live.Outcome == shadow.Outcome {
-		c.Kinds = append(c.Kinds, ShadowDiffDenies)
+		c.Kinds = append(c.Kinds, gated.ShadowDiffDenies)
 	}
-	if live.Outcome == ShadowOutcomeReview && shadow.Outcome == ShadowOutcomeReview && !sameRoute(live.Route, shadow.Route) {
-		c.Kinds = append(c.Kinds, ShadowDiffRoute)
+	if live.Outcome == gated.ShadowOutcomeReview && shadow.Outcome == gated.ShadowOutcomeReview && !sameRoute(live.Route, shadow.Route) {
+		c.Kinds = append(c.Kinds, gated.ShadowDiffRoute)
 	}
 	return c
 }
@@ -141,7 +75,7 @@ func RulesDeniedOnOneSide(a, b []gated.Deny) []string {
 	return out
 }
 
-func sameRoute(a, b *Route) bool {
+func sameRoute(a, b *gated.Route) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
@@ -168,10 +102,10 @@ func evaluateShadow(ctx context.Context, shadow Policy, in PolicyInput) (pd Poli
 // the routed persona), after the live decision pd (or its failure
 // liveErr). It returns the shadow's revision, empty when nothing was
 // compared, and the comparison. Nothing it finds changes the verdict.
-func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd PolicyDecision, liveErr error) (string, ShadowComparison) {
+func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd PolicyDecision, liveErr error) (string, gated.ShadowComparison) {
 	shadow := r.e.cfg.Shadow
 	if shadow == nil || shadow.Revision() == "" {
-		return "", ShadowComparison{}
+		return "", gated.ShadowComparison{}
 	}
 	in.Persona = routed.Persona
 	sd, err := evaluateShadow(ctx, shadow, in)
@@ -193,8 +127,8 @@ func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd Pol
 }
 
 // recordShadow records a comparison that differs on the proposal's trail.
-func (r *pass) recordShadow(ctx context.Context, c ShadowComparison) {
+func (r *pass) recordShadow(ctx context.Context, c gated.ShadowComparison) {
 	if c.Differs() {
-		r.log.recordBestEffort(ctx, EventPolicyShadowDiffers, c)
+		r.log.recordBestEffort(ctx, gated.EventPolicyShadowDiffers, c)
 	}
 }

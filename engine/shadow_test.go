@@ -70,24 +70,24 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 			note: "shadow approves what live rejects", live: map[string]string{"x.rego": denyNginx},
 			override: read, subject: "gated.proposals.acme.host_list_services",
 			want: gated.OutcomeRejected, wantLive: "rejected", wantShadow: "approved",
-			wantKinds: []string{engine.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
+			wantKinds: []string{gated.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow rejects what live approves", shadow: map[string]string{"x.rego": denyNginx},
 			override: read, subject: "gated.proposals.acme.host_list_services",
 			want: gated.OutcomeApproved, wantLive: "approved", wantShadow: "rejected",
-			wantKinds: []string{engine.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
+			wantKinds: []string{gated.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow rejects what live sends to an approving review", shadow: map[string]string{"x.rego": denyNginx},
 			subject: testSubject, want: gated.OutcomeApproved, wantReviews: 1, wantLive: "review", wantShadow: "rejected",
-			wantKinds: []string{engine.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
+			wantKinds: []string{gated.ShadowDiffOutcome}, wantRules: []string{"nginx_frozen"}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow that fails to evaluate is a difference of kind error", shadow: map[string]string{"x.rego": explodeOnIncident},
 			override: map[string]any{"class": "read", "blast_radius": nil, "action": "host_list_services", "incident_id": "INC-9"}, subject: "gated.proposals.acme.host_list_services",
 			want: gated.OutcomeApproved, wantLive: "approved", wantShadow: "error",
-			wantKinds: []string{engine.ShadowDiffError, engine.ShadowDiffOutcome}, wantShadowDiff: true,
+			wantKinds: []string{gated.ShadowDiffError, gated.ShadowDiffOutcome}, wantShadowDiff: true,
 		},
 		{
 			note: "shadow that agrees records no difference", shadow: map[string]string{"x.rego": "package gated\n\nunused_marker := true\n"},
@@ -99,10 +99,10 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			live, shadow := compileWith(t, tc.live), compileWith(t, tc.shadow)
 			var mu sync.Mutex
-			var heard []engine.ShadowComparison
+			var heard []gated.ShadowComparison
 			h := newHarness(t, func(h *harness) {
 				h.cfg.Policy, h.cfg.Shadow = live, shadow
-				h.cfg.OnShadow = func(_ *gated.Proposal, c engine.ShadowComparison) {
+				h.cfg.OnShadow = func(_ *gated.Proposal, c gated.ShadowComparison) {
 					mu.Lock()
 					heard = append(heard, c)
 					mu.Unlock()
@@ -132,15 +132,15 @@ func TestShadowNeverChangesTheVerdict(t *testing.T) {
 			var decided struct {
 				ShadowRevision string `json:"shadow_revision"`
 			}
-			var differs []engine.ShadowComparison
+			var differs []gated.ShadowComparison
 			for _, ev := range tr.all() {
 				switch ev.Event {
-				case engine.EventPolicyDecided:
+				case gated.EventPolicyDecided:
 					if err := json.Unmarshal(ev.Data, &decided); err != nil {
 						t.Fatal(err)
 					}
-				case engine.EventPolicyShadowDiffers:
-					var got engine.ShadowComparison
+				case gated.EventPolicyShadowDiffers:
+					var got gated.ShadowComparison
 					if err := json.Unmarshal(ev.Data, &got); err != nil {
 						t.Fatal(err)
 					}
@@ -183,26 +183,26 @@ func TestCompareShadow(t *testing.T) {
 		}
 		return out
 	}
-	route := func(persona string, quorum int) *engine.Route {
-		return &engine.Route{Required: true, Persona: persona, Quorum: quorum}
+	route := func(persona string, quorum int) *gated.Route {
+		return &gated.Route{Required: true, Persona: persona, Quorum: quorum}
 	}
 	cases := []struct {
 		note         string
-		live, shadow engine.ShadowDecision
+		live, shadow gated.ShadowDecision
 		kinds, rules []string
 	}{
-		{note: "same review", live: engine.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)},
-			shadow: engine.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)}, kinds: []string{}},
-		{note: "other persona", live: engine.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)},
-			shadow: engine.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("dba", 1)}, kinds: []string{"route"}},
-		{note: "higher quorum", live: engine.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)},
-			shadow: engine.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 2)}, kinds: []string{"route"}},
-		{note: "other deny rule", live: engine.ShadowDecision{Outcome: "rejected", Denies: deny("a", "b")},
-			shadow: engine.ShadowDecision{Outcome: "rejected", Denies: deny("b", "c")}, kinds: []string{"denies"}, rules: []string{"a", "c"}},
-		{note: "live error, shadow decides", live: engine.ShadowDecision{Outcome: "error", Denies: deny(), Error: "boom"},
-			shadow: engine.ShadowDecision{Outcome: "approved", Denies: deny()}, kinds: []string{"error", "outcome"}},
-		{note: "both error", live: engine.ShadowDecision{Outcome: "error", Denies: deny(), Error: "boom"},
-			shadow: engine.ShadowDecision{Outcome: "error", Denies: deny(), Error: "boom"}, kinds: []string{"error"}},
+		{note: "same review", live: gated.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)},
+			shadow: gated.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)}, kinds: []string{}},
+		{note: "other persona", live: gated.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)},
+			shadow: gated.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("dba", 1)}, kinds: []string{"route"}},
+		{note: "higher quorum", live: gated.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 1)},
+			shadow: gated.ShadowDecision{Outcome: "review", Denies: deny(), Route: route("reviewer", 2)}, kinds: []string{"route"}},
+		{note: "other deny rule", live: gated.ShadowDecision{Outcome: "rejected", Denies: deny("a", "b")},
+			shadow: gated.ShadowDecision{Outcome: "rejected", Denies: deny("b", "c")}, kinds: []string{"denies"}, rules: []string{"a", "c"}},
+		{note: "live error, shadow decides", live: gated.ShadowDecision{Outcome: "error", Denies: deny(), Error: "boom"},
+			shadow: gated.ShadowDecision{Outcome: "approved", Denies: deny()}, kinds: []string{"error", "outcome"}},
+		{note: "both error", live: gated.ShadowDecision{Outcome: "error", Denies: deny(), Error: "boom"},
+			shadow: gated.ShadowDecision{Outcome: "error", Denies: deny(), Error: "boom"}, kinds: []string{"error"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {

@@ -12,19 +12,19 @@ import (
 // two decisions that both go to review can have.
 func TestComparisonFlipsAndReviewChanges(t *testing.T) {
 	deny := []gated.Deny{{Rule: "nginx_frozen", Message: "frozen"}}
-	review := func(persona string, also ...string) engine.ShadowDecision {
-		return engine.ShadowDecision{Outcome: engine.ShadowOutcomeReview, Denies: []gated.Deny{},
-			Route: &engine.Route{Required: true, Persona: persona, Quorum: 1, Also: also}}
+	review := func(persona string, also ...string) gated.ShadowDecision {
+		return gated.ShadowDecision{Outcome: gated.ShadowOutcomeReview, Denies: []gated.Deny{},
+			Route: &gated.Route{Required: true, Persona: persona, Quorum: 1, Also: also}}
 	}
-	settled := func(o gated.Outcome, d []gated.Deny) engine.ShadowDecision {
+	settled := func(o gated.Outcome, d []gated.Deny) gated.ShadowDecision {
 		if d == nil {
 			d = []gated.Deny{}
 		}
-		return engine.ShadowDecision{Outcome: string(o), Denies: d, Route: &engine.Route{}}
+		return gated.ShadowDecision{Outcome: string(o), Denies: d, Route: &gated.Route{}}
 	}
 	cases := []struct {
 		note                  string
-		a, b                  engine.ShadowDecision
+		a, b                  gated.ShadowDecision
 		flipped, reviewChange bool
 	}{
 		{note: "alike", a: settled(gated.OutcomeApproved, nil), b: settled(gated.OutcomeApproved, nil)},
@@ -35,7 +35,7 @@ func TestComparisonFlipsAndReviewChanges(t *testing.T) {
 		{note: "another persona", a: review("reviewer"), b: review("dba"), reviewChange: true},
 		{note: "another also", a: review("reviewer", "dba"), b: review("reviewer"), reviewChange: true},
 		{note: "the same review", a: review("reviewer", "dba"), b: review("reviewer", "dba")},
-		{note: "an error", a: review("reviewer"), b: engine.ShadowDecision{Outcome: string(gated.OutcomeError), Denies: []gated.Deny{}, Error: "boom"}, flipped: true},
+		{note: "an error", a: review("reviewer"), b: gated.ShadowDecision{Outcome: string(gated.OutcomeError), Denies: []gated.Deny{}, Error: "boom"}, flipped: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {

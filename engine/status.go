@@ -16,11 +16,11 @@ import (
 // events gated appends for it, so a new stage is one entry here (and, when
 // it carries more than the common members, a case in StatusJSON).
 var statusStages = map[string]gated.StatusStage{
-	EventReceived:        gated.StatusReceived,
-	EventPolicyDecided:   gated.StatusPolicyDecided,
-	EventReviewStarted:   gated.StatusReviewStarted,
-	EventOperatorAwaited: gated.StatusAwaitingOperator,
-	EventVerdict:         gated.StatusDecided,
+	gated.EventReceived:        gated.StatusReceived,
+	gated.EventPolicyDecided:   gated.StatusPolicyDecided,
+	gated.EventReviewStarted:   gated.StatusReviewStarted,
+	gated.EventOperatorAwaited: gated.StatusAwaitingOperator,
+	gated.EventVerdict:         gated.StatusDecided,
 }
 
 // StatusStageOf returns the status stage the audit event marks, and false
@@ -41,7 +41,7 @@ func StatusStageOf(event string) (gated.StatusStage, bool) {
 // members common to every stage are tokens and a time, and the verdict of
 // a decided status is the bytes of the audit record's verdict, not a new
 // encoding of it.
-func StatusJSON(ev AuditEvent, seq uint64) (data []byte, ok bool, err error) {
+func StatusJSON(ev gated.AuditEvent, seq uint64) (data []byte, ok bool, err error) {
 	stage, ok := statusStages[ev.Event]
 	if !ok || ev.Tenant == gated.UnknownTenant || !gated.ValidTenant(ev.Tenant) || !gated.ValidID(ev.ProposalID) {
 		return nil, false, nil

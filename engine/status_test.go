@@ -19,36 +19,36 @@ func TestStatusJSON(t *testing.T) {
 	at := time.Date(2026, 11, 25, 21, 0, 0, 0, time.UTC)
 	deadline := at.Add(time.Minute)
 	verdict := `{"operator":"alice","delivery":1,"policy_eval_us":12,"v":1,"proposal_id":"p1","tenant":"acme","action":"x","kind":"action","outcome":"rejected","approved":false,"stage":"policy","reason":"no","decided_at":"2026-11-25T21:00:00Z","latency_ms":1,"audit_seq":0}`
-	ev := func(name, data string) engine.AuditEvent {
-		return engine.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: at, Data: json.RawMessage(data)}
+	ev := func(name, data string) gated.AuditEvent {
+		return gated.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: "p1", At: at, Data: json.RawMessage(data)}
 	}
 	tests := []struct {
 		note  string
-		ev    engine.AuditEvent
+		ev    gated.AuditEvent
 		seq   uint64
 		want  *gated.Status // nil: no status
 		isErr bool
 	}{
-		{note: "received", ev: ev(engine.EventReceived, `{"bytes":2}`), want: &gated.Status{Stage: gated.StatusReceived}},
-		{note: "policy decided", ev: ev(engine.EventPolicyDecided, `{"denies":[]}`), want: &gated.Status{Stage: gated.StatusPolicyDecided}},
-		{note: "review started", ev: ev(engine.EventReviewStarted, `{"persona":"reviewer","plugin":"sop","deadline":"2026-11-25T21:01:00Z"}`),
+		{note: "received", ev: ev(gated.EventReceived, `{"bytes":2}`), want: &gated.Status{Stage: gated.StatusReceived}},
+		{note: "policy decided", ev: ev(gated.EventPolicyDecided, `{"denies":[]}`), want: &gated.Status{Stage: gated.StatusPolicyDecided}},
+		{note: "review started", ev: ev(gated.EventReviewStarted, `{"persona":"reviewer","plugin":"sop","deadline":"2026-11-25T21:01:00Z"}`),
 			want: &gated.Status{Stage: gated.StatusReviewStarted, Reviewer: "reviewer", Deadline: &deadline}},
-		{note: "operator awaited", ev: ev(engine.EventOperatorAwaited, `{"deadline":"2026-11-25T22:01:00+01:00","reason":"tenant_wide","rule":"operator_required"}`),
+		{note: "operator awaited", ev: ev(gated.EventOperatorAwaited, `{"deadline":"2026-11-25T22:01:00+01:00","reason":"tenant_wide","rule":"operator_required"}`),
 			want: &gated.Status{Stage: gated.StatusAwaitingOperator, Reason: "tenant_wide", Deadline: &deadline}},
-		{note: "verdict", ev: ev(engine.EventVerdict, verdict), seq: 77, want: &gated.Status{Stage: gated.StatusDecided}},
-		{note: "review finished marks no stage", ev: ev(engine.EventReviewDone, `{}`)},
-		{note: "tool call marks no stage", ev: ev(engine.EventToolCalled, `{}`)},
-		{note: "gated's own event", ev: engine.AuditEvent{Event: engine.EventVerdict, Tenant: gated.UnknownTenant, ProposalID: "p1", Data: json.RawMessage(verdict)}},
-		{note: "no proposal id", ev: engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme"}},
-		{note: "an id that is not a subject token", ev: engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme", ProposalID: "p1.>"}},
-		{note: "a tenant that is not a subject token", ev: engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme.*", ProposalID: "p1"}},
+		{note: "verdict", ev: ev(gated.EventVerdict, verdict), seq: 77, want: &gated.Status{Stage: gated.StatusDecided}},
+		{note: "review finished marks no stage", ev: ev(gated.EventReviewDone, `{}`)},
+		{note: "tool call marks no stage", ev: ev(gated.EventToolCalled, `{}`)},
+		{note: "gated's own event", ev: gated.AuditEvent{Event: gated.EventVerdict, Tenant: gated.UnknownTenant, ProposalID: "p1", Data: json.RawMessage(verdict)}},
+		{note: "no proposal id", ev: gated.AuditEvent{Event: gated.EventReceived, Tenant: "acme"}},
+		{note: "an id that is not a subject token", ev: gated.AuditEvent{Event: gated.EventReceived, Tenant: "acme", ProposalID: "p1.>"}},
+		{note: "a tenant that is not a subject token", ev: gated.AuditEvent{Event: gated.EventReceived, Tenant: "acme.*", ProposalID: "p1"}},
 		{note: "verdict whose strings hold quotes and keys", seq: 78, want: &gated.Status{Stage: gated.StatusDecided},
-			ev: ev(engine.EventVerdict, `{"operator":"x\",\"v\":2,\"","delivery":3,"v":1,"proposal_id":"p1","tenant":"acme","outcome":"rejected","approved":false,"reason":"\"v\":1","audit_seq":0}`)},
-		{note: "review started with bad data", ev: ev(engine.EventReviewStarted, `{"deadline":7}`), isErr: true},
-		{note: "review started naming no persona", ev: ev(engine.EventReviewStarted, `{"plugin":"sop"}`), isErr: true},
-		{note: "operator awaited naming no deadline", ev: ev(engine.EventOperatorAwaited, `{"reason":"x"}`), isErr: true},
-		{note: "verdict with bad data", ev: ev(engine.EventVerdict, `[1]`), isErr: true},
-		{note: "verdict without audit_seq", ev: ev(engine.EventVerdict, `{"operator":"alice","v":1,"proposal_id":"p1","tenant":"acme"}`), isErr: true},
+			ev: ev(gated.EventVerdict, `{"operator":"x\",\"v\":2,\"","delivery":3,"v":1,"proposal_id":"p1","tenant":"acme","outcome":"rejected","approved":false,"reason":"\"v\":1","audit_seq":0}`)},
+		{note: "review started with bad data", ev: ev(gated.EventReviewStarted, `{"deadline":7}`), isErr: true},
+		{note: "review started naming no persona", ev: ev(gated.EventReviewStarted, `{"plugin":"sop"}`), isErr: true},
+		{note: "operator awaited naming no deadline", ev: ev(gated.EventOperatorAwaited, `{"reason":"x"}`), isErr: true},
+		{note: "verdict with bad data", ev: ev(gated.EventVerdict, `[1]`), isErr: true},
+		{note: "verdict without audit_seq", ev: ev(gated.EventVerdict, `{"operator":"alice","v":1,"proposal_id":"p1","tenant":"acme"}`), isErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

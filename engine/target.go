@@ -18,15 +18,6 @@ import (
 // approvals on one target overlap; the delivery is then retried.
 const maxTargetJoins = 8
 
-// EventPolicyRechecked records that an approval found its target's history
-// changed since the policy read it (another approval joined it), and what
-// the policy decided on the history as it then stood: the verdict stands
-// when it denies nothing and asks for nothing more than the approval had,
-// and is rejected at stage policy otherwise. Its data has the shape of
-// policy.decided's, with the fresh input, and "changed", what the policy
-// asks for that the approval did not have.
-const EventPolicyRechecked = "policy.rechecked"
-
 // RuleTargetChanged names the denial of an approval whose target another
 // approval changed while it was decided, when the policy, deciding again
 // on the target's history as it then stood, asks for more than the
@@ -87,7 +78,7 @@ func (r *pass) recheck(ctx context.Context, v *gated.Verdict, h History) *gated.
 	in.History, in.Now = h.Verdicts, r.e.cfg.Clock.Now()
 	pd, err := r.e.cfg.Policy.Evaluate(ctx, in)
 	if err != nil {
-		r.log.recordBestEffort(ctx, EventPolicyRechecked, policyFailedData{Error: err.Error()})
+		r.log.recordBestEffort(ctx, gated.EventPolicyRechecked, policyFailedData{Error: err.Error()})
 		out := r.verdict(gated.OutcomeError, gated.StagePolicy, "policy evaluation failed on the target's changed history: "+err.Error())
 		out.Reviews = v.Reviews
 		return out
@@ -101,11 +92,11 @@ func (r *pass) recheck(ctx context.Context, v *gated.Verdict, h History) *gated.
 	if in.Persona != nil {
 		personaName = in.Persona.Name
 	}
-	r.log.recordBestEffort(ctx, EventPolicyRechecked, recheckedData{
-		policyDecidedData: policyDecidedData{
+	r.log.recordBestEffort(ctx, gated.EventPolicyRechecked, gated.PolicyRecheckedData{
+		PolicyDecidedData: gated.PolicyDecidedData{
 			Denies: settled.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools, DeniedTools: pd.DeniedTools,
 			EvalUS: pd.Eval.Microseconds(), SOP: sopID(pd.SOP), Holds: pd.Holds,
-			Input: &ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: in.Now.UTC(), History: h.Verdicts},
+			Input: &gated.ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: in.Now.UTC(), History: h.Verdicts},
 		},
 		Changed: asks,
 	})
@@ -124,14 +115,6 @@ func (r *pass) recheck(ctx context.Context, v *gated.Verdict, h History) *gated.
 	// The reviews ran and stay on the record; the policy overrules them.
 	out.Reviews = v.Reviews
 	return out
-}
-
-// recheckedData is the data of a policy.rechecked record: the fields of
-// policy.decided, and what the fresh decision asks that the approval did
-// not have, when anything.
-type recheckedData struct {
-	policyDecidedData
-	Changed []string `json:"changed,omitempty"`
 }
 
 // asksMore lists what pd, the policy's decision that denies nothing on the

@@ -109,8 +109,8 @@ func TestTargetRaceRechecksThePolicy(t *testing.T) {
 			if w.Grant == "" {
 				t.Error("the approval carries no grant")
 			}
-			if got := trails[lose].names(); !slices.Contains(got, engine.EventPolicyRechecked) || slices.Contains(got, engine.EventGrantIssued) {
-				t.Errorf("the rejected proposal's events %v: want %s and no %s", got, engine.EventPolicyRechecked, engine.EventGrantIssued)
+			if got := trails[lose].names(); !slices.Contains(got, gated.EventPolicyRechecked) || slices.Contains(got, gated.EventGrantIssued) {
+				t.Errorf("the rejected proposal's events %v: want %s and no %s", got, gated.EventPolicyRechecked, gated.EventGrantIssued)
 			}
 			if got := h.store.history("acme", w.TargetKey); !slices.Equal(got, []string{w.ProposalID}) {
 				t.Errorf("target history %v, want only %s", got, w.ProposalID)
@@ -251,8 +251,8 @@ func TestHeldApprovalRechecksTheTarget(t *testing.T) {
 			if stored := h.store.stored(t, "acme", "p1"); stored.Outcome != gated.OutcomeRejected {
 				t.Errorf("the store holds %s", stored.Outcome)
 			}
-			if got := tr.names(); !slices.Contains(got, engine.EventPolicyRechecked) || slices.Contains(got, engine.EventGrantIssued) {
-				t.Errorf("events %v: want %s and no %s", got, engine.EventPolicyRechecked, engine.EventGrantIssued)
+			if got := tr.names(); !slices.Contains(got, gated.EventPolicyRechecked) || slices.Contains(got, gated.EventGrantIssued) {
+				t.Errorf("events %v: want %s and no %s", got, gated.EventPolicyRechecked, gated.EventGrantIssued)
 			}
 		})
 	}
@@ -325,18 +325,18 @@ func joinBarrier(n int) func(*gated.Verdict) {
 // rechecked returns the data of the policy.rechecked record on tr, or
 // fails.
 func rechecked(t *testing.T, tr *memTrail) (d struct {
-	Denies  []gated.Deny  `json:"denies"`
-	Holds   []engine.Hold `json:"holds"`
-	Changed []string      `json:"changed"`
+	Denies  []gated.Deny `json:"denies"`
+	Holds   []gated.Hold `json:"holds"`
+	Changed []string     `json:"changed"`
 }) {
 	t.Helper()
 	for _, ev := range tr.all() {
-		if ev.Event == engine.EventPolicyRechecked {
+		if ev.Event == gated.EventPolicyRechecked {
 			decodeData(t, ev, &d)
 			return d
 		}
 	}
-	t.Fatalf("no %s record among %v", engine.EventPolicyRechecked, tr.names())
+	t.Fatalf("no %s record among %v", gated.EventPolicyRechecked, tr.names())
 	return d
 }
 
@@ -495,10 +495,10 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 				// The second to join was decided again, and stood.
 				n := 0
 				for _, tr := range trails {
-					if slices.Contains(tr.names(), engine.EventPolicyRechecked) {
+					if slices.Contains(tr.names(), gated.EventPolicyRechecked) {
 						n++
 						if rc := rechecked(t, tr); len(rc.Changed) != 0 || len(rc.Denies) != 0 {
-							t.Errorf("%s record: denies %v, changed %q: want none", engine.EventPolicyRechecked, rc.Denies, rc.Changed)
+							t.Errorf("%s record: denies %v, changed %q: want none", gated.EventPolicyRechecked, rc.Denies, rc.Changed)
 						}
 					}
 				}
@@ -526,10 +526,10 @@ func TestTargetRaceRechecksWhatThePolicyAsks(t *testing.T) {
 				t.Errorf("policy rules %v, want [%s]", l.Policy.Rules, engine.RuleTargetChanged)
 			}
 			if rc := rechecked(t, trails[lose]); len(rc.Denies) != 0 || len(rc.Changed) == 0 || !strings.Contains(strings.Join(rc.Changed, "; "), tc.asks) {
-				t.Errorf("%s record: denies %v, changed %q: want no denies and what changed", engine.EventPolicyRechecked, rc.Denies, rc.Changed)
+				t.Errorf("%s record: denies %v, changed %q: want no denies and what changed", gated.EventPolicyRechecked, rc.Denies, rc.Changed)
 			}
-			if slices.Contains(trails[lose].names(), engine.EventGrantIssued) {
-				t.Errorf("the rejected proposal's events %v have %s", trails[lose].names(), engine.EventGrantIssued)
+			if slices.Contains(trails[lose].names(), gated.EventGrantIssued) {
+				t.Errorf("the rejected proposal's events %v have %s", trails[lose].names(), gated.EventGrantIssued)
 			}
 			if got := h.store.history("acme", w.TargetKey); !slices.Equal(got, []string{w.ProposalID}) {
 				t.Errorf("target history %v, want only %s", got, w.ProposalID)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/internal/textcut"
 )
 
@@ -52,7 +54,7 @@ func unroutedWhy(plugin string, failure ReviewFailure) string {
 // verdict says of it (unroutedWhy).
 func (r *pass) unrouted(ctx context.Context, persona *Persona, err error) string {
 	failure, plugin := routeFailure(err, persona)
-	r.log.recordBestEffort(ctx, EventReviewUnrouted, map[string]any{
+	r.log.recordBestEffort(ctx, gated.EventReviewUnrouted, map[string]any{
 		"persona": persona.Name, "plugin": plugin, "failure": failure,
 		"error": textcut.Clip(err.Error(), maxReviewErrorBytes),
 	})

@@ -154,7 +154,7 @@ func TestUnroutedReviewerStaysOffTheVerdict(t *testing.T) {
 
 			var got [][3]string
 			for _, ev := range tr.all() {
-				if ev.Event != engine.EventReviewUnrouted {
+				if ev.Event != gated.EventReviewUnrouted {
 					continue
 				}
 				var d struct {

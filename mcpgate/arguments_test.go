@@ -13,7 +13,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 )
 
 // restartServer is an upstream MCP server written the way Go servers
@@ -164,7 +163,7 @@ func waitRefusal(t *testing.T, g *bustest.Gated, what string) {
 		for _, rec := range bustest.TenantAuditRecords(t, g.Resources.Audit, "acme") {
 			for _, ev := range rec.Events() {
 				var data map[string]any
-				if ev.Event == engine.EventGrantRefused && json.Unmarshal(ev.Data, &data) == nil {
+				if ev.Event == gated.EventGrantRefused && json.Unmarshal(ev.Data, &data) == nil {
 					if r, _ := data["reason"].(string); strings.Contains(r, what) && strings.Contains(r, "arguments") {
 						return
 					}

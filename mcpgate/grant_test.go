@@ -15,7 +15,6 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
 
@@ -158,7 +157,7 @@ func waitOutcome(t *testing.T, g *bustest.Gated, id, status string) {
 	for range 200 {
 		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
 			var data map[string]any
-			if ev.Event == engine.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil && data["status"] == status {
+			if ev.Event == gated.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil && data["status"] == status {
 				return
 			}
 		}

@@ -170,7 +170,7 @@ func Conformance(ctx context.Context, log *zap.Logger, spec Spec, opts Conforman
 		var mu sync.Mutex
 		var denied []string
 		audit := func(_ context.Context, event string, data any) {
-			if event == engine.EventToolDenied {
+			if event == gated.EventToolDenied {
 				if m, ok := data.(map[string]any); ok {
 					mu.Lock()
 					denied = append(denied, fmt.Sprint(m["tool"]))

@@ -279,7 +279,7 @@ func reviewFinished(t *testing.T, g *failingGate, id string) reviewFinishedData 
 	t.Helper()
 	var found []reviewFinishedData
 	for _, ev := range bustest.AuditRecords(t, g.res.Audit, "acme", id) {
-		if ev.Event != engine.EventReviewDone {
+		if ev.Event != gated.EventReviewDone {
 			continue
 		}
 		var d reviewFinishedData

@@ -128,7 +128,7 @@ type Host struct {
 
 	tools   ToolConfig
 	reviews reviews
-	events  func(engine.AuditEvent)
+	events  func(gated.AuditEvent)
 	// observe hears every review; nil: nobody listens.
 	observe func(ReviewObservation)
 	// done is closed by Close: supervisors stop relaunching.
@@ -197,7 +197,7 @@ func (h *Host) SetTools(cfg ToolConfig) { h.tools = cfg }
 // SetEvents sets where the host's own audit events go (a plugin refused,
 // exited or relaunched). They carry the gated.UnknownTenant token. Call it
 // before Start; send must not block for long.
-func (h *Host) SetEvents(send func(engine.AuditEvent)) { h.events = send }
+func (h *Host) SetEvents(send func(gated.AuditEvent)) { h.events = send }
 
 // ReviewObservation is what the host's review observer hears of one
 // review: which plugin and persona, how long the review took (its wait
@@ -236,18 +236,18 @@ func (h *Host) reviewed(span telemetry.Span, plugin string, req engine.ReviewReq
 
 // Plugin events, under the gated.UnknownTenant token.
 const (
-	EventPluginStarted   = engine.EventPluginStarted
-	EventPluginRefused   = engine.EventPluginRefused
-	EventPluginExited    = engine.EventPluginExited
-	EventPluginUnhealthy = engine.EventPluginUnhealthy
+	EventPluginStarted   = gated.EventPluginStarted
+	EventPluginRefused   = gated.EventPluginRefused
+	EventPluginExited    = gated.EventPluginExited
+	EventPluginUnhealthy = gated.EventPluginUnhealthy
 )
 
-func (h *Host) emit(event string, data engine.PluginEventData) {
+func (h *Host) emit(event string, data gated.PluginEventData) {
 	if h.events == nil {
 		return
 	}
 	raw, _ := json.Marshal(data)
-	h.events(engine.AuditEvent{V: gated.SchemaVersion, Event: event, Tenant: gated.UnknownTenant, At: time.Now().UTC(), Data: raw})
+	h.events(gated.AuditEvent{V: gated.SchemaVersion, Event: event, Tenant: gated.UnknownTenant, At: time.Now().UTC(), Data: raw})
 }
 
 // Start launches every plugin, asks each to describe itself, and from then

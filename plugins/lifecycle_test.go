@@ -16,7 +16,6 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 func TestStartFailuresAreClear(t *testing.T) {
@@ -51,8 +50,8 @@ func TestTamperedBinaryIsAudited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var events []engine.AuditEvent
-	h.SetEvents(func(ev engine.AuditEvent) { events = append(events, ev) })
+	var events []gated.AuditEvent
+	h.SetEvents(func(ev gated.AuditEvent) { events = append(events, ev) })
 	defer h.Close()
 	if err := h.Start(t.Context()); !errors.Is(err, ErrChecksum) {
 		t.Fatalf("Start: err = %v, want ErrChecksum", err)
@@ -102,7 +101,7 @@ func TestKilledPluginIsRelaunched(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var events []string
-	h.SetEvents(func(ev engine.AuditEvent) { mu.Lock(); events = append(events, ev.Event); mu.Unlock() })
+	h.SetEvents(func(ev gated.AuditEvent) { mu.Lock(); events = append(events, ev.Event); mu.Unlock() })
 	t.Cleanup(h.Close)
 	if err := h.Start(t.Context()); err != nil {
 		t.Fatal(err)

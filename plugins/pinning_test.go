@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/engine"
@@ -91,7 +93,7 @@ type startedEvents struct {
 	sums []string
 }
 
-func (e *startedEvents) record(ev engine.AuditEvent) {
+func (e *startedEvents) record(ev gated.AuditEvent) {
 	if ev.Event != EventPluginStarted {
 		return
 	}

@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
 	"go.uber.org/zap"
@@ -166,7 +168,7 @@ func (p *process) supervise() {
 			killProcessGroup(pgid)
 			end(launchEnded(engine.FailureCrashed, "plugin %q (pid %d) exited", p.spec.Name, pid))
 			p.log.Warn("plugin exited; relaunching", zap.Int("pid", pid), zap.Duration("uptime", uptime))
-			p.host.emit(EventPluginExited, engine.PluginEventData{Plugin: p.spec.Name, PID: pid, UptimeS: uptime.Seconds()})
+			p.host.emit(EventPluginExited, gated.PluginEventData{Plugin: p.spec.Name, PID: pid, UptimeS: uptime.Seconds()})
 		}
 		if err := p.ensureRunning(); err != nil {
 			p.log.Debug("plugin relaunch deferred", zap.Error(err))
@@ -189,7 +191,7 @@ func (p *process) start(ctx context.Context) error {
 	img, actual, err := p.host.imageFor(p.spec)
 	if err != nil {
 		if errors.Is(err, ErrChecksum) {
-			p.host.emit(EventPluginRefused, engine.PluginEventData{
+			p.host.emit(EventPluginRefused, gated.PluginEventData{
 				Plugin: p.spec.Name, Path: p.spec.Path, PinnedSHA256: p.spec.SHA256,
 				ActualSHA256: actual, Why: "checksum mismatch",
 			})
@@ -292,7 +294,7 @@ func (p *process) start(ctx context.Context) error {
 		endLaunch(p.log, old, oldPgid, true)
 	}
 	p.log.Info("plugin started", zap.String("version", desc.GetVersion()), zap.Int("pid", pid), zap.Int("max_concurrency", limit))
-	p.host.emit(EventPluginStarted, engine.PluginEventData{Plugin: p.spec.Name, Version: desc.GetVersion(), PID: pid, SHA256: img.sha256})
+	p.host.emit(EventPluginStarted, gated.PluginEventData{Plugin: p.spec.Name, Version: desc.GetVersion(), PID: pid, SHA256: img.sha256})
 	return nil
 }
 
@@ -393,7 +395,7 @@ func (p *process) watchHealth() {
 		}
 		why := launchEnded(engine.FailureUnresponsive, "plugin %q (pid %d) missed %d health checks in a row (one every %s); gated killed its process group", p.spec.Name, pid, misses, every)
 		p.log.Error("plugin is unresponsive; killing and relaunching it", zap.Int("pid", pid), zap.Int("misses", misses))
-		p.host.emit(EventPluginUnhealthy, engine.PluginEventData{Plugin: p.spec.Name, PID: pid, Misses: misses, IntervalS: every.Seconds()})
+		p.host.emit(EventPluginUnhealthy, gated.PluginEventData{Plugin: p.spec.Name, PID: pid, Misses: misses, IntervalS: every.Seconds()})
 		end(why)
 		endLaunch(p.log, c, pgid, false)
 		watched = nil

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 )
 
@@ -63,9 +62,9 @@ func TestStartFailureStaysOffTheVerdict(t *testing.T) {
 				}
 			}
 
-			var unrouted []engine.AuditEvent
+			var unrouted []gated.AuditEvent
 			for _, ev := range bustest.AuditRecords(t, g.res.Audit, "acme", id) {
-				if ev.Event == engine.EventReviewUnrouted {
+				if ev.Event == gated.EventReviewUnrouted {
 					unrouted = append(unrouted, ev)
 				}
 			}
@@ -133,7 +132,7 @@ func TestSelfReportedIdentityStaysOffTheVerdict(t *testing.T) {
 	}
 
 	for _, ev := range bustest.AuditRecords(t, g.res.Audit, "acme", id) {
-		if ev.Event != engine.EventReviewDone {
+		if ev.Event != gated.EventReviewDone {
 			continue
 		}
 		var d struct {

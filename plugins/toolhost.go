@@ -173,7 +173,7 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 	}
 	deny := func(code codes.Code, why string) error {
 		base["why"] = why
-		lr.audit(ctx, engine.EventToolDenied, base)
+		lr.audit(ctx, gated.EventToolDenied, base)
 		return status.Error(code, why)
 	}
 	switch {
@@ -205,7 +205,7 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 	base["latency_ms"] = float64(time.Since(started).Microseconds()) / 1000
 	if err != nil {
 		base["error"] = err.Error()
-		lr.audit(ctx, engine.EventToolCalled, base)
+		lr.audit(ctx, gated.EventToolCalled, base)
 		code := codes.Unavailable
 		switch {
 		case errors.Is(err, context.DeadlineExceeded) || errors.Is(cctx.Err(), context.DeadlineExceeded):
@@ -218,7 +218,7 @@ func (th *toolHost) CallTool(ctx context.Context, in *pluginv1.CallToolRequest) 
 		return nil, status.Error(code, err.Error())
 	}
 	base["result_bytes"] = len(out)
-	lr.audit(ctx, engine.EventToolCalled, base)
+	lr.audit(ctx, gated.EventToolCalled, base)
 	return &pluginv1.CallToolResponse{ResultJson: out}, nil
 }
 

@@ -105,7 +105,7 @@ func TestBrokeredToolCallsAreCheckedAgainstTheBag(t *testing.T) {
 			t.Errorf("%s was not refused: %s", denied, got)
 		}
 	}
-	called, refused := log.named(engine.EventToolCalled), log.named(engine.EventToolDenied)
+	called, refused := log.named(gated.EventToolCalled), log.named(gated.EventToolDenied)
 	if len(called) != 2 || len(refused) != 3 {
 		t.Fatalf("audit: %d tool.called and %d tool.denied events, want 2 and 3: %+v", len(called), len(refused), log.events)
 	}
@@ -223,7 +223,7 @@ func TestSOPReviewerReadsTheSOPThroughTheHost(t *testing.T) {
 	if _, ok, why := engine.Judge(res, reviewer); !ok {
 		t.Fatalf("not approved: %s\n%s", why, res.Text)
 	}
-	if n := len(log.named(engine.EventToolCalled)); n != 1 {
+	if n := len(log.named(gated.EventToolCalled)); n != 1 {
 		t.Fatalf("%d tool.called events, want the one get_sop_text lookup", n)
 	}
 }

@@ -157,14 +157,14 @@ const maxHoldDeadline = 30 * 24 * time.Hour
 // parseHolds reads decision.hold: absent, null, or an array or set of
 // {"rule": string, "why": string, "deadline": duration string}; rule is
 // required, deadline optional ("" is none).
-func parseHolds(t *ast.Term) ([]engine.Hold, error) {
+func parseHolds(t *ast.Term) ([]gated.Hold, error) {
 	if t == nil {
 		return nil, nil
 	}
 	if _, isNull := t.Value.(ast.Null); isNull {
 		return nil, nil
 	}
-	var out []engine.Hold
+	var out []gated.Hold
 	var herr error
 	err := each(t.Value, "decision.hold", func(i int, x *ast.Term) {
 		if herr != nil {
@@ -183,8 +183,8 @@ func parseHolds(t *ast.Term) ([]engine.Hold, error) {
 	return out, herr
 }
 
-func parseHold(x *ast.Term) (engine.Hold, error) {
-	var h engine.Hold
+func parseHold(x *ast.Term) (gated.Hold, error) {
+	var h gated.Hold
 	m, ok := x.Value.(ast.Object)
 	if !ok {
 		return h, fmt.Errorf("%s, want {\"rule\": string, \"why\": string, \"deadline\": duration}", ast.ValueName(x.Value))
@@ -228,7 +228,7 @@ var reviewPolicies = []string{"none", "on_success", "on_failure", "always"}
 
 // parseRun reads decision.run: null or absent for an action, an object
 // for a run. Limits left out or zero take their defaults.
-func parseRun(t *ast.Term, kind gated.Kind) (*engine.RunPolicy, error) {
+func parseRun(t *ast.Term, kind gated.Kind) (*gated.RunPolicy, error) {
 	if kind != gated.KindRun {
 		if t == nil {
 			return nil, nil
@@ -245,7 +245,7 @@ func parseRun(t *ast.Term, kind gated.Kind) (*engine.RunPolicy, error) {
 	if !ok {
 		return nil, fmt.Errorf("decision.run is %s, want an object for a proposal of kind run", ast.ValueName(t.Value))
 	}
-	run := &engine.RunPolicy{MaxRounds: engine.DefaultMaxRounds}
+	run := &gated.RunPolicy{MaxRounds: engine.DefaultMaxRounds}
 	reviewed, ok := valueOf[ast.Boolean](obj, "reviewed")
 	if !ok {
 		return nil, fmt.Errorf("decision.run.reviewed must be a boolean")

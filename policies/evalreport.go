@@ -247,7 +247,7 @@ func WriteEvalText(w io.Writer, r *EvalRun) error {
 // prints it.
 type evalDecisionJSON struct {
 	Deny          []gated.Deny `json:"deny"`
-	Review        engine.Route `json:"review"`
+	Review        gated.Route  `json:"review"`
 	ReviewerTools []string     `json:"reviewer_tools"`
 	DeniedTools   []string     `json:"denied_tools"`
 	SOP           *gated.SOP   `json:"sop"`

@@ -270,7 +270,7 @@ func findingsValue(fs []gated.Finding) ast.Value {
 
 // runRecordTerm is input.run_record: gated's record of the run, or null.
 // Actions share one interned null.
-func runRecordTerm(r *engine.RunRecord) *ast.Term {
+func runRecordTerm(r *gated.RunRecord) *ast.Term {
 	if r == nil {
 		return ast.InternedNullTerm
 	}
@@ -398,24 +398,24 @@ func executionValue(e *gated.Execution) ast.Value {
 // when the engine keeps none. Most proposals meet no counter at all, so
 // the all-zero value is built once and shared, as the personas' are:
 // evaluations only read input.
-func (ts *terms) budgetTerm(b *engine.BudgetState) *ast.Term {
-	if b == nil || *b == (engine.BudgetState{}) {
+func (ts *terms) budgetTerm(b *gated.BudgetState) *ast.Term {
+	if b == nil || *b == (gated.BudgetState{}) {
 		return zeroBudget
 	}
 	return ts.of(budgetValue(ts, b))
 }
 
 // zeroBudget is input.budget with every counter zero.
-var zeroBudget = ast.NewTerm(budgetValue(&terms{}, &engine.BudgetState{}))
+var zeroBudget = ast.NewTerm(budgetValue(&terms{}, &gated.BudgetState{}))
 
-func budgetValue(ts *terms, b *engine.BudgetState) ast.Value {
+func budgetValue(ts *terms, b *gated.BudgetState) ast.Value {
 	return ast.NewObject(
 		ts.item("tenant", budgetCounters(b.Tenant)),
 		ts.item("agent", budgetCounters(b.Agent)),
 	)
 }
 
-func budgetCounters(c engine.BudgetCounters) ast.Value {
+func budgetCounters(c gated.BudgetCounters) ast.Value {
 	return ast.NewObject(
 		countItem("proposals", c.Proposals),
 		countItem("reads", c.Reads),

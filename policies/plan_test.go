@@ -168,7 +168,7 @@ func corpus() []engine.PolicyInput {
 		func(p *gated.Proposal) { p.Criteria = p.Criteria[:1]; p.Criteria[0].Evidence = nil },
 		func(p *gated.Proposal) { p.Flags.SkipReview = true },
 	}
-	records := []*engine.RunRecord{nil, continued(1), continued(1, 2, 3)}
+	records := []*gated.RunRecord{nil, continued(1), continued(1, 2, 3)}
 	runPersonas := []*engine.Persona{runReviewerPersona, reviewerPersona, {Name: "w-3", PermissionMode: "read-only"}}
 	for i, mutate := range runMutations {
 		for j, record := range records {

@@ -344,7 +344,7 @@ func sampleInputs() []engine.PolicyInput {
 			PriorReviews: []gated.PriorReview{{Round: 1, Findings: []gated.Finding{{ID: "r1-f1", Body: "add a changelog entry", Status: gated.FindingResolved}}}},
 		},
 	}
-	record := &engine.RunRecord{Tenant: "gated-check", RunID: "gated-check-run", Rounds: []engine.RunRound{{
+	record := &gated.RunRecord{Tenant: "gated-check", RunID: "gated-check-run", Rounds: []gated.RunRound{{
 		Round: 1, ProposalID: "gated-compile-check-run-1", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation,
 		Findings: []gated.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: now.Add(-time.Hour), Sent: true,
 	}}}

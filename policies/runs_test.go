@@ -39,10 +39,10 @@ func runProposal() *gated.Proposal {
 	}
 }
 
-func continued(rounds ...int) *engine.RunRecord {
-	r := &engine.RunRecord{Tenant: "acme", RunID: "r-77"}
+func continued(rounds ...int) *gated.RunRecord {
+	r := &gated.RunRecord{Tenant: "acme", RunID: "r-77"}
 	for _, n := range rounds {
-		r.Rounds = append(r.Rounds, engine.RunRound{Round: n, ProposalID: "earlier", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation})
+		r.Rounds = append(r.Rounds, gated.RunRound{Round: n, ProposalID: "earlier", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation})
 	}
 	return r
 }
@@ -64,14 +64,14 @@ func TestEvaluateRun(t *testing.T) {
 		note    string
 		mutate  func(*gated.Proposal)
 		persona *engine.Persona
-		record  *engine.RunRecord
+		record  *gated.RunRecord
 		check   func(*testing.T, engine.PolicyDecision)
 	}{
 		{note: "passing run goes to the run reviewer", check: func(t *testing.T, d engine.PolicyDecision) {
 			if len(d.Denies) != 0 || !d.Review.Required || d.Review.Persona != "run-reviewer" || d.Review.Blocked != "" {
 				t.Errorf("denies %v, review %+v: want the run routed to run-reviewer", d.Denies, d.Review)
 			}
-			want := &engine.RunPolicy{
+			want := &gated.RunPolicy{
 				Reviewed: true, Why: "run review policy always reviews completed runs", ReviewPolicy: "always",
 				MaxRounds: 5, Continuable: true, Manual: []string{"signoff"}, MissingWork: []string{},
 				Limits: gated.RunLimits{MaxItems: 20, MaxItemBytes: 2048, MaxGuidanceBytes: 8192},
@@ -139,7 +139,7 @@ func TestEvaluateRun(t *testing.T) {
 				}
 			}},
 		{note: "closed run", mutate: func(p *gated.Proposal) { p.Run.Round = 2 },
-			record: &engine.RunRecord{Tenant: "acme", RunID: "r-77", Closed: engine.RunAccepted, Rounds: []engine.RunRound{
+			record: &gated.RunRecord{Tenant: "acme", RunID: "r-77", Closed: gated.RunAccepted, Rounds: []gated.RunRound{
 				{Round: 1, ProposalID: "run-review-0", Outcome: gated.OutcomeApproved},
 			}},
 			check: func(t *testing.T, d engine.PolicyDecision) {
@@ -330,7 +330,7 @@ func TestInputValueRun(t *testing.T) {
 		{ID: "r1-f2", Body: "fix the typo", Status: gated.FindingResolved, Resolution: "fixed"},
 	}}}
 	decided := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	record := &engine.RunRecord{Tenant: "acme", RunID: "r-77", TaskID: "t-1", Rounds: []engine.RunRound{{
+	record := &gated.RunRecord{Tenant: "acme", RunID: "r-77", TaskID: "t-1", Rounds: []gated.RunRound{{
 		Round: 1, ProposalID: "run-review-0", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation,
 		Findings: []gated.Finding{{ID: "r1-f1", Body: "add a changelog entry"}}, DecidedAt: decided, Sent: true,
 	}}}
@@ -438,7 +438,7 @@ func TestParseDecisionRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &engine.RunPolicy{
+	want := &gated.RunPolicy{
 		Reviewed: true, Why: "run review policy always reviews completed runs", ReviewPolicy: "always", MaxRounds: 4,
 		Criteria:    []gated.CriterionEval{{ID: "tests", Reason: "exited 1", Kind: "command_result", Required: true, JudgedBy: "policy"}},
 		MissingWork: []string{"criterion tests (command_result): exited 1"}, Manual: []string{"signoff"}, Continuable: true,
@@ -573,7 +573,7 @@ func TestParseDecisionRunNullForActions(t *testing.T) {
 // value as it was.
 func TestInputBudget(t *testing.T) {
 	zero := `{"budget_refusals_10m":0,"holds_pending":0,"proposals":0,"reads":0,"refusals_10m":0,"reviews_in_flight":0,"tokens":0}`
-	for _, b := range []*engine.BudgetState{nil, {}} {
+	for _, b := range []*gated.BudgetState{nil, {}} {
 		in := inputJSON(t, engine.PolicyInput{Proposal: writeProposal(), Budget: b})
 		for _, scope := range []string{"budget.tenant", "budget.agent"} {
 			if g := pick(t, in, scope); g != zero {
@@ -581,9 +581,9 @@ func TestInputBudget(t *testing.T) {
 			}
 		}
 	}
-	b := &engine.BudgetState{
-		Tenant: engine.BudgetCounters{Proposals: 1 << 40, Reads: 513, Tokens: 7, ReviewsInFlight: 2, HoldsPending: 3, Refusals: 4, BudgetRefusals: 5},
-		Agent:  engine.BudgetCounters{Proposals: 9, Refusals: -1},
+	b := &gated.BudgetState{
+		Tenant: gated.BudgetCounters{Proposals: 1 << 40, Reads: 513, Tokens: 7, ReviewsInFlight: 2, HoldsPending: 3, Refusals: 4, BudgetRefusals: 5},
+		Agent:  gated.BudgetCounters{Proposals: 9, Refusals: -1},
 	}
 	in := inputJSON(t, engine.PolicyInput{Proposal: writeProposal(), Budget: b})
 	for path, want := range map[string]string{

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 )
 
@@ -102,7 +101,7 @@ func TestAgentIsolation(t *testing.T) {
 		// Nor does db-agent hear ops-agent's replies.
 		db.deniedSub(t, "_INBOX_acme_ops-agent.>")
 		db.deniedSub(t, "_INBOX_acme.>")
-		agentAudit(t, admin, id, engine.EventGrantRefused, func(d map[string]any) bool { return d["as"] == "db-agent" })
+		agentAudit(t, admin, id, gated.EventGrantRefused, func(d map[string]any) bool { return d["as"] == "db-agent" })
 	})
 
 	var gid string
@@ -118,7 +117,7 @@ func TestAgentIsolation(t *testing.T) {
 			t.Fatalf("ops-agent checking and using its own grant: %v", err)
 		}
 		gid = claims.GID
-		agentAudit(t, admin, id, engine.EventGrantUsed, func(d map[string]any) bool { return d["as"] == "ops-agent" })
+		agentAudit(t, admin, id, gated.EventGrantUsed, func(d map[string]any) bool { return d["as"] == "ops-agent" })
 	})
 
 	t.Run("db-agent cannot report the outcome of ops-agent's grant", func(t *testing.T) {
@@ -141,7 +140,7 @@ func TestAgentIsolation(t *testing.T) {
 		if err := report(db, "gated.outcomes.acme."+id+".db-agent"); err != nil {
 			t.Fatalf("db-agent's report on its own subject: %v", err)
 		}
-		agentAudit(t, admin, id, engine.EventGrantOutcomeRefused, func(d map[string]any) bool { return d["as"] == "db-agent" })
+		agentAudit(t, admin, id, gated.EventGrantOutcomeRefused, func(d map[string]any) bool { return d["as"] == "db-agent" })
 	})
 
 	t.Run("ops-agent reports the outcome of its own grant", func(t *testing.T) {
@@ -152,7 +151,7 @@ func TestAgentIsolation(t *testing.T) {
 		if err := grants.Report(ctx, "acme", id, gid, gated.ExecutionSucceeded, ""); err != nil {
 			t.Fatalf("ops-agent reporting its own outcome: %v", err)
 		}
-		agentAudit(t, admin, id, engine.EventGrantOutcome, func(d map[string]any) bool { return d["as"] == "ops-agent" && d["status"] == "succeeded" })
+		agentAudit(t, admin, id, gated.EventGrantOutcome, func(d map[string]any) bool { return d["as"] == "ops-agent" && d["status"] == "succeeded" })
 		// db-agent's made-up failure was stored nowhere: the history holds
 		// ops-agent's success alone.
 		kv, err := admin.js.KeyValue(t.Context(), "GATED_GRANTS")

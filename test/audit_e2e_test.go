@@ -19,7 +19,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // auditCLI runs `gated audit ARGS --nats-url URL` and returns its exit
@@ -68,14 +67,14 @@ func TestAuditTrailOfServe(t *testing.T) {
 	var found bool
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
 		var line struct {
-			Seq    uint64            `json:"seq"`
-			Record engine.AuditEvent `json:"record"`
+			Seq    uint64           `json:"seq"`
+			Record gated.AuditEvent `json:"record"`
 		}
 		if err := json.Unmarshal([]byte(l), &line); err != nil {
 			t.Fatalf("query line %q: %v", l, err)
 		}
 		if line.Record.ProposalID == rejected.ProposalID {
-			found = line.Seq == rejected.AuditSeq && line.Record.Event == engine.EventVerdict
+			found = line.Seq == rejected.AuditSeq && line.Record.Event == gated.EventVerdict
 		}
 	}
 	if !found {
@@ -177,7 +176,7 @@ func TestAuditChainOnACluster(t *testing.T) {
 				auditors = append(auditors, a)
 			}
 			for _, a := range auditors { // warm up: stream leader, heads
-				if _, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "shared"}); err != nil {
+				if _, err := a.Trail().Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "shared"}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -197,7 +196,7 @@ func TestAuditChainOnACluster(t *testing.T) {
 				for i := range trails {
 					wg.Go(func() {
 						tr := a.Trail()
-						ev := engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: "shared", ProposalID: fmt.Sprint("p", i)}
+						ev := gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: "shared", ProposalID: fmt.Sprint("p", i)}
 						for range events - 1 {
 							if err := tr.Record(t.Context(), ev); err != nil {
 								errs <- err
@@ -209,7 +208,7 @@ func TestAuditChainOnACluster(t *testing.T) {
 								return
 							}
 						}
-						ev.Event = engine.EventVerdict
+						ev.Event = gated.EventVerdict
 						if _, err := tr.Seal(t.Context(), ev); err != nil {
 							errs <- err
 						}

@@ -25,7 +25,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -138,7 +137,7 @@ func run(t *testing.T, cmd *exec.Cmd) (int, string, string) {
 
 type auditRecord struct {
 	seq uint64
-	ev  engine.AuditEvent
+	ev  gated.AuditEvent
 }
 
 // auditStream opens the audit stream on a connection of its own, closed
@@ -219,10 +218,10 @@ func TestExampleProposals(t *testing.T) {
 	g := startGated(t)
 	gatedPID := g.cmd.Process.Pid
 	// An approval's grant is issued just before its verdict.
-	reviewed := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventToolCalled, engine.EventReviewDone,
-		engine.EventGrantIssued, engine.EventVerdict}
-	policyOnly := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict}
-	policyApproved := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventGrantIssued, engine.EventVerdict}
+	reviewed := []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventReviewStarted, gated.EventToolCalled, gated.EventReviewDone,
+		gated.EventGrantIssued, gated.EventVerdict}
+	policyOnly := []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventVerdict}
+	policyApproved := []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventGrantIssued, gated.EventVerdict}
 	tests := map[string]struct {
 		exit    int
 		outcome gated.Outcome
@@ -232,12 +231,12 @@ func TestExampleProposals(t *testing.T) {
 	}{
 		"approved.json":                      {exit: 0, outcome: gated.OutcomeApproved, stage: gated.StageReview, events: reviewed},
 		"initech-restart.json":               {exit: 0, outcome: gated.OutcomeApproved, stage: gated.StageReview, events: reviewed},
-		"invalid.json":                       {exit: 3, outcome: gated.OutcomeInvalid, stage: gated.StageValidation, events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict}},
+		"invalid.json":                       {exit: 3, outcome: gated.OutcomeInvalid, stage: gated.StageValidation, events: []string{gated.EventReceived, gated.EventInvalid, gated.EventVerdict}},
 		"read-pass-through.json":             {exit: 0, outcome: gated.OutcomeApproved, stage: gated.StagePolicy, events: policyApproved},
 		"rejected-force-approve-no-sop.json": {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
 		"rejected-force-approve.json":        {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"unsupported_force_approve"}, events: policyOnly},
 		"rejected-no-sop.json": {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewStarted, engine.EventReviewDone, engine.EventVerdict}},
+			events: []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventReviewStarted, gated.EventReviewDone, gated.EventVerdict}},
 		"rejected-reviewer-tools.json": {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"reviewer_tool_denied"}, events: policyOnly},
 		"rejected-skip-review.json":    {exit: 3, outcome: gated.OutcomeRejected, stage: gated.StagePolicy, denies: []string{"no_skip_review"}, events: policyOnly},
 	}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -163,7 +162,7 @@ func (l *fleetLoad) account(t *testing.T, deadline time.Duration) (*tally, map[s
 		maxDelivery := 0
 		for _, r := range recs {
 			maxDelivery = max(maxDelivery, r.data().Delivery)
-			if r.Event == engine.EventReplayed {
+			if r.Event == gated.EventReplayed {
 				tl.Replays++
 			}
 		}
@@ -249,13 +248,13 @@ func countVerdictRecords(recs []auditRec, stored *gated.Verdict) (counted, orpha
 	storedDelivery := 0
 	if stored != nil {
 		for _, r := range recs {
-			if r.Event == engine.EventVerdict && r.seq == stored.AuditSeq {
+			if r.Event == gated.EventVerdict && r.seq == stored.AuditSeq {
 				storedDelivery = r.data().Delivery
 			}
 		}
 	}
 	for _, r := range recs {
-		if r.Event != engine.EventVerdict {
+		if r.Event != gated.EventVerdict {
 			continue
 		}
 		if storedDelivery > 0 && r.seq != stored.AuditSeq && r.data().Delivery < storedDelivery {
@@ -276,7 +275,7 @@ func approvedByReview(recs []auditRec, v *gated.Verdict) bool {
 	delivery := 0
 	at := -1
 	for i, r := range recs {
-		if r.seq == v.AuditSeq && r.Event == engine.EventVerdict {
+		if r.seq == v.AuditSeq && r.Event == gated.EventVerdict {
 			delivery, at = r.data().Delivery, i
 		}
 	}
@@ -284,7 +283,7 @@ func approvedByReview(recs []auditRec, v *gated.Verdict) bool {
 		return false
 	}
 	for _, r := range recs[:at] {
-		if r.Event != engine.EventReviewDone {
+		if r.Event != gated.EventReviewDone {
 			continue
 		}
 		d := r.data()
@@ -415,12 +414,12 @@ func TestCountVerdictRecords(t *testing.T) {
 		stored          *gated.Verdict
 		counted, orphan int
 	}{
-		{"one record", []auditRec{rec(8, engine.EventReceived, 1), rec(9, engine.EventVerdict, 1)}, stored, 1, 0},
-		{"orphan of a dead delivery", []auditRec{rec(3, engine.EventVerdict, 1), rec(9, engine.EventVerdict, 2)}, stored, 1, 1},
-		{"two of one delivery", []auditRec{rec(3, engine.EventVerdict, 2), rec(9, engine.EventVerdict, 2)}, stored, 2, 0},
-		{"a later delivery decided again", []auditRec{rec(9, engine.EventVerdict, 1), rec(12, engine.EventVerdict, 2)}, stored, 2, 0},
-		{"stored record missing", []auditRec{rec(3, engine.EventVerdict, 1), rec(4, engine.EventVerdict, 2)}, stored, 2, 0},
-		{"nothing stored", []auditRec{rec(3, engine.EventVerdict, 1), rec(4, engine.EventVerdict, 2)}, nil, 2, 0},
+		{"one record", []auditRec{rec(8, gated.EventReceived, 1), rec(9, gated.EventVerdict, 1)}, stored, 1, 0},
+		{"orphan of a dead delivery", []auditRec{rec(3, gated.EventVerdict, 1), rec(9, gated.EventVerdict, 2)}, stored, 1, 1},
+		{"two of one delivery", []auditRec{rec(3, gated.EventVerdict, 2), rec(9, gated.EventVerdict, 2)}, stored, 2, 0},
+		{"a later delivery decided again", []auditRec{rec(9, gated.EventVerdict, 1), rec(12, gated.EventVerdict, 2)}, stored, 2, 0},
+		{"stored record missing", []auditRec{rec(3, gated.EventVerdict, 1), rec(4, gated.EventVerdict, 2)}, stored, 2, 0},
+		{"nothing stored", []auditRec{rec(3, gated.EventVerdict, 1), rec(4, gated.EventVerdict, 2)}, nil, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			counted, orphans := countVerdictRecords(tc.recs, tc.stored)

@@ -411,7 +411,7 @@ mutant record_data_members_once bus/audit/whole.go ./bus/audit \
 	'return ev, membersOnce(ev.Data)' \
 	'return ev, nil'
 mutant event_head_yields_to_data engine/audit.go ./engine \
-	'common.dropNamedBy(extra)' \
+	'dropNamedBy(&common, extra)' \
 	'_ = extra'
 mutant record_mac_covers_body bus/audit/key.go ./bus/audit \
 	'return ok && hmac.Equal([]byte(auditMAC(key, digest, r.V)), []byte(r.macText()))' \

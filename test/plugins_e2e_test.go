@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // buildExamplePlugin builds examples/plugin-go into a fresh plugin
@@ -94,7 +93,7 @@ func TestThirdPartyPlugin(t *testing.T) {
 	}
 	var tools []string
 	for _, rec := range auditRecords(t, g.natsURL, "acme", "inc-1") {
-		if rec.ev.Event == engine.EventToolCalled {
+		if rec.ev.Event == gated.EventToolCalled {
 			var d struct{ Tool, Plugin string }
 			_ = json.Unmarshal(rec.ev.Data, &d)
 			tools = append(tools, d.Plugin+"/"+d.Tool)

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // assertReviewedOutOfProcess checks that the review.finished event names
@@ -20,7 +20,7 @@ import (
 func assertReviewedOutOfProcess(t *testing.T, recs []auditRecord, gatedPID int) {
 	t.Helper()
 	for _, r := range recs {
-		if r.ev.Event != engine.EventReviewDone {
+		if r.ev.Event != gated.EventReviewDone {
 			continue
 		}
 		var data struct {

@@ -4,7 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/internal/jsonscan"
 )
 
@@ -49,7 +50,7 @@ func decodeCanonical(body []byte) (b auditBody, ok bool) {
 // gated's writer writes one (appendEvent), as decodeCanonical reads a
 // version-1 body: ok is false for any other, which the strict decoder
 // then reads to the same event (FuzzDecodeCanonical).
-func canonicalEvent(raw []byte) (ev engine.AuditEvent, ok bool) {
+func canonicalEvent(raw []byte) (ev gated.AuditEvent, ok bool) {
 	if len(raw) < 2 || raw[len(raw)-1] != '}' {
 		return ev, false
 	}
@@ -58,7 +59,7 @@ func canonicalEvent(raw []byte) (ev engine.AuditEvent, ok bool) {
 
 // readCanonicalEvent reads an event in the canonical form from body, its
 // closing brace (or, in a version-1 body, its chain member) cut off.
-func readCanonicalEvent(body []byte) (ev engine.AuditEvent, ok bool) {
+func readCanonicalEvent(body []byte) (ev gated.AuditEvent, ok bool) {
 	s := scanner{buf: body}
 	var v uint64
 	if !s.lit(`{"v":`) {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/strictjson"
 )
 
@@ -18,10 +17,10 @@ func canonicalBodies(tb testing.TB) [][]byte {
 	tb.Helper()
 	at := time.Date(2026, 11, 1, 9, 0, 0, 123456789, time.UTC)
 	var out [][]byte
-	for _, ev := range []engine.AuditEvent{
-		{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1", At: at, Instance: "i-1", PolicyRevision: "rev", Data: []byte(`{"outcome":"approved","reasons":["a \"b\"",1.5e3,null]}`)},
-		{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant, At: at},
-		{V: 1, Event: engine.EventReceived, Tenant: "globex", ProposalID: "p-2", At: at.In(time.FixedZone("x", 3600)), Data: []byte(`{"s":",\"chain\":{\"n\":1}"}`)},
+	for _, ev := range []gated.AuditEvent{
+		{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1", At: at, Instance: "i-1", PolicyRevision: "rev", Data: []byte(`{"outcome":"approved","reasons":["a \"b\"",1.5e3,null]}`)},
+		{V: 1, Event: gated.EventPolicyReloaded, Tenant: gated.UnknownTenant, At: at},
+		{V: 1, Event: gated.EventReceived, Tenant: "globex", ProposalID: "p-2", At: at.In(time.FixedZone("x", 3600)), Data: []byte(`{"s":",\"chain\":{\"n\":1}"}`)},
 	} {
 		e, err := encodeEvent(ev)
 		if err != nil {
@@ -29,7 +28,7 @@ func canonicalBodies(tb testing.TB) [][]byte {
 		}
 		out = append(out, e.body(Chain{N: 1}), e.body(Chain{N: 18446744073709551615 / 10, Prev: "ab01"}))
 	}
-	e, err := encodeEvent(engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: "acme", ProposalID: "p<2>&", At: at})
+	e, err := encodeEvent(gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: "acme", ProposalID: "p<2>&", At: at})
 	if err != nil {
 		tb.Fatal(err)
 	}

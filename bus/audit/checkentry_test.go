@@ -9,14 +9,13 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
 func TestCheckEntry(t *testing.T) {
 	key := []byte("check-entry-key-0123456789abcdef-0123")
 	other := []byte("another-key-0123456789abcdef-0123456")
-	ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventReceived, Tenant: "acme", ProposalID: "p1",
+	ev := gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventReceived, Tenant: "acme", ProposalID: "p1",
 		At: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)}
 	entry := func(t *testing.T, m *nats.Msg) audit.Entry {
 		t.Helper()
@@ -56,7 +55,7 @@ func TestCheckEntry(t *testing.T) {
 		{note: "a member twice in an event's data", kind: audit.ProblemForged, detail: `names the member "operator" twice`,
 			build: func(t *testing.T) audit.Entry {
 				dup := ev
-				dup.Event, dup.Data = engine.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
+				dup.Event, dup.Data = gated.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
 				m, err := audit.NewMsg(dup, audit.Chain{N: 1}, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -67,8 +66,8 @@ func TestCheckEntry(t *testing.T) {
 		{note: "a member twice in an event of a version-3 record", kind: audit.ProblemForged, detail: `names the member "operator" twice`,
 			build: func(t *testing.T) audit.Entry {
 				dup := ev
-				dup.Event, dup.Data = engine.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
-				m, err := audit.NewRecordMsg([]engine.AuditEvent{dup}, audit.Chain{N: 1}, nil)
+				dup.Event, dup.Data = gated.EventOperatorDecided, []byte(`{"operator":"u-1042","decision":"approve"}`)
+				m, err := audit.NewRecordMsg([]gated.AuditEvent{dup}, audit.Chain{N: 1}, nil)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -132,9 +131,9 @@ func decodeBucketVerdict(key string, value []byte) (*gated.Verdict, error) {
 // record keeps the grant.issued event's id instead), its Grant holds
 // gidMark and that id.
 func decodeVerdictRecord(r *Record) (*gated.Verdict, error) {
-	ev, ok := r.Find(engine.EventVerdict)
+	ev, ok := r.Find(gated.EventVerdict)
 	if !ok {
-		return nil, fmt.Errorf("the record is a %s, not a %s", r.Last().Event, engine.EventVerdict)
+		return nil, fmt.Errorf("the record is a %s, not a %s", r.Last().Event, gated.EventVerdict)
 	}
 	var v gated.Verdict
 	if err := json.Unmarshal(ev.Data, &v); err != nil {
@@ -158,7 +157,7 @@ func foldedGID(r *Record) (string, bool) {
 	if r.V == 1 {
 		return "", false
 	}
-	g, ok := r.Find(engine.EventGrantIssued)
+	g, ok := r.Find(gated.EventGrantIssued)
 	if !ok {
 		return "", false
 	}
@@ -166,8 +165,8 @@ func foldedGID(r *Record) (string, bool) {
 }
 
 // grantEventGID is the gid of a grant.issued event.
-func grantEventGID(g engine.AuditEvent) (string, bool) {
-	d, err := engine.DecodeAuditData[engine.GrantIssuedData](g)
+func grantEventGID(g gated.AuditEvent) (string, bool) {
+	d, err := gated.DecodeAuditData[gated.GrantIssuedData](g)
 	if err != nil || d.GID == "" {
 		return "", false
 	}
@@ -347,7 +346,7 @@ func (c *verdictChecker) explain(ctx context.Context, sv storedVerdict) (Problem
 	if err != nil {
 		return ProblemModified, fmt.Sprintf("%s, which holds no valid record (%v)", head, err), nil
 	}
-	if _, ok := r.Find(engine.EventVerdict); !ok || r.Tenant != sv.tenant || r.ProposalID != sv.id {
+	if _, ok := r.Find(gated.EventVerdict); !ok || r.Tenant != sv.tenant || r.ProposalID != sv.id {
 		return ProblemModified, fmt.Sprintf("%s, which holds the %s record of %s.%s", head, r.Last().Event, r.Tenant, orNone(r.ProposalID)), nil
 	}
 	rv, err := decodeVerdictRecord(r)
@@ -396,7 +395,7 @@ func (c *verdictChecker) findElsewhere(ctx context.Context, q Query, through uin
 		if r == nil || r.ProposalID == "" || r.Tenant == gated.UnknownTenant {
 			return nil
 		}
-		if _, ok := r.Find(engine.EventVerdict); !ok {
+		if _, ok := r.Find(gated.EventVerdict); !ok {
 			return nil
 		}
 		var p verdictPrint // a record that holds no verdict matches none

@@ -16,7 +16,6 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 )
 
 // BenchmarkVerifyVerdicts measures the cross-check of the verdict store
@@ -123,8 +122,8 @@ func fillVerdicts(b testing.TB, js jetstream.JetStream, res *bus.Resources, n in
 func fillOne(ctx context.Context, a *audit.Writer, vs *store.Verdicts, id string) error {
 	tenant := "acme"
 	tr := a.Trail()
-	for _, ev := range []string{engine.EventReceived, engine.EventPolicyDecided} {
-		if err := tr.Record(ctx, engine.AuditEvent{V: 1, Event: ev, Tenant: tenant, ProposalID: id, At: time.Now().UTC(),
+	for _, ev := range []string{gated.EventReceived, gated.EventPolicyDecided} {
+		if err := tr.Record(ctx, gated.AuditEvent{V: 1, Event: ev, Tenant: tenant, ProposalID: id, At: time.Now().UTC(),
 			Data: []byte(`{"action":"host_list_services","operator":"alice","delivery":1}`)}); err != nil {
 			return err
 		}
@@ -138,7 +137,7 @@ func fillOne(ctx context.Context, a *audit.Writer, vs *store.Verdicts, id string
 	if err != nil {
 		return err
 	}
-	seq, err := tr.Seal(ctx, engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: tenant, ProposalID: id, At: time.Now().UTC(), Data: doc})
+	seq, err := tr.Seal(ctx, gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: tenant, ProposalID: id, At: time.Now().UTC(), Data: doc})
 	if err != nil {
 		return err
 	}
@@ -174,7 +173,7 @@ func getEach(b *testing.B, res *bus.Resources) int {
 		if err != nil {
 			continue
 		}
-		if _, ok := r.Find(engine.EventVerdict); ok && r.Tenant == v.Tenant && r.ProposalID == v.ProposalID {
+		if _, ok := r.Find(gated.EventVerdict); ok && r.Tenant == v.Tenant && r.ProposalID == v.ProposalID {
 			matched++
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // FuzzDecodeBucketVerdict feeds the cross-check's two decoders. Neither
@@ -30,7 +29,7 @@ func FuzzDecodeBucketVerdict(f *testing.F) {
 	f.Add("acme.p1", []byte(`{"outcome":"approved"`))
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
 		// Whatever a record's data holds, reading it must not panic.
-		_, _ = decodeVerdictRecord(NewRecord(0, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1", Data: value}))
+		_, _ = decodeVerdictRecord(NewRecord(0, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1", Data: value}))
 
 		stored, err := decodeBucketVerdict(key, value)
 		if err != nil {
@@ -46,7 +45,7 @@ func FuzzDecodeBucketVerdict(f *testing.F) {
 			t.Fatal(err)
 		}
 		data := append([]byte(`{"operator":"alice","delivery":2,"policy_eval_us":7,`), vdoc[1:]...)
-		rec := NewRecord(0, engine.AuditEvent{Event: engine.EventVerdict, Tenant: stored.Tenant, ProposalID: stored.ProposalID, Data: data})
+		rec := NewRecord(0, gated.AuditEvent{Event: gated.EventVerdict, Tenant: stored.Tenant, ProposalID: stored.ProposalID, Data: data})
 		rec.V = 1
 		rv, err := decodeVerdictRecord(rec)
 		if err != nil {

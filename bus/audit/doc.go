@@ -1,7 +1,7 @@
 // Package audit is gated's audit trail: the hash-chained, MACed records
 // of the GATED_AUDIT stream, their writer, and their reader and verifier.
 //
-// Every step of a decision is an engine.AuditEvent. A Writer appends the
+// Every step of a decision is an gated.AuditEvent. A Writer appends the
 // events of each delivery's trail (Writer.Trail, an engine.AuditTrail) to
 // the stream on gated.audit.<tenant>.<event>, one hash chain per tenant
 // over every gated instance: record n carries the SHA-256 of record n-1,

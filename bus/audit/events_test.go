@@ -25,7 +25,7 @@ import (
 // by console's TestEveryEventReadsBackOnAProposalsPage.
 func TestEveryEventReadsBackThroughEveryReader(t *testing.T) {
 	head := bustest.AuditHeadSample
-	names := engine.AuditEventNames()
+	names := gated.AuditEventNames()
 	if len(names) != len(bustest.AuditEventSamples) {
 		t.Errorf("%d events declared, %d samples", len(names), len(bustest.AuditEventSamples))
 	}
@@ -42,7 +42,7 @@ func TestEveryEventReadsBackThroughEveryReader(t *testing.T) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		ev := bustest.AuditEventSample(t, name)
-		m, err := audit.NewCompressedRecordMsg([]engine.AuditEvent{ev}, audit.Chain{N: 1}, testKey)
+		m, err := audit.NewCompressedRecordMsg([]gated.AuditEvent{ev}, audit.Chain{N: 1}, testKey)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -61,8 +61,8 @@ func TestEveryEventReadsBackThroughEveryReader(t *testing.T) {
 		}
 		// The data is the head's members and the declared type's, each
 		// known to one of them.
-		into, _ := engine.NewAuditEventData(name)
-		if _, note := into.(*engine.AuditNote); !note {
+		into, _ := gated.NewAuditEventData(name)
+		if _, note := into.(*gated.AuditNote); !note {
 			var members map[string]json.RawMessage
 			if err := json.Unmarshal(got.Data, &members); err != nil {
 				t.Fatal(err)

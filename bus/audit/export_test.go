@@ -1,9 +1,8 @@
 package audit
 
 import (
+	"github.com/gated/gated"
 	"github.com/nats-io/nats.go"
-
-	"github.com/gated/gated/engine"
 )
 
 // Queued is how many events wait in a's writer queues, so that a
@@ -36,7 +35,7 @@ func SetVerdictWindow(t interface{ Cleanup(func()) }, recent, waiting int) {
 
 // NewLegacyRecordMsg builds the stream message of a legacy record of
 // version 2, as gated wrote it before version 3: its JSON, or compressed.
-func NewLegacyRecordMsg(evs []engine.AuditEvent, c Chain, key []byte, compress bool) (*nats.Msg, error) {
+func NewLegacyRecordMsg(evs []gated.AuditEvent, c Chain, key []byte, compress bool) (*nats.Msg, error) {
 	e, err := encodeV2(evs, false)
 	if err != nil {
 		return nil, err

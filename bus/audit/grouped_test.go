@@ -12,13 +12,12 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
 // grantedEvents are the events of a read approved by the policy, with a
 // grant, as the engine records them: the grant's token is in the verdict.
-func grantedEvents(tenant, id string) []engine.AuditEvent {
+func grantedEvents(tenant, id string) []gated.AuditEvent {
 	evs := decisionEvents(tenant, id)
 	verdict := evs[2]
 	var v map[string]json.RawMessage
@@ -29,11 +28,11 @@ func grantedEvents(tenant, id string) []engine.AuditEvent {
 	v["grant"] = json.RawMessage(`"eyJhbGciOiJFZERTQSJ9.eyJnaWQiOiJnMSJ9.c2ln"`)
 	verdict.Data, _ = json.Marshal(v)
 	grant := verdict
-	grant.Event, grant.At = engine.EventGrantIssued, verdict.At.Add(-time.Microsecond)
+	grant.Event, grant.At = gated.EventGrantIssued, verdict.At.Add(-time.Microsecond)
 	grant.Data = []byte(`{"action":"host_restart_service","operator":"alice","delivery":1,"policy_eval_us":7,"exp":1795661606,"gid":"g1","kid":"k1","proposal_id":"` + id + `","tenant":"` + tenant + `"}`)
 	verdict.At = grant.At
 	// The verdict's common members leave out the action it names itself.
-	return []engine.AuditEvent{evs[0], evs[1], grant, verdict}
+	return []gated.AuditEvent{evs[0], evs[1], grant, verdict}
 }
 
 // TestRecordKeepsEveryEvent writes the events of decisions as one record
@@ -42,15 +41,15 @@ func grantedEvents(tenant, id string) []engine.AuditEvent {
 func TestRecordKeepsEveryEvent(t *testing.T) {
 	tests := []struct {
 		note string
-		evs  []engine.AuditEvent
+		evs  []gated.AuditEvent
 	}{
 		{note: "a refusal", evs: decisionEvents("acme", "p1")},
 		{note: "an approval with a grant", evs: grantedEvents("acme", "p2")},
-		{note: "an event of gated itself", evs: []engine.AuditEvent{{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant,
+		{note: "an event of gated itself", evs: []gated.AuditEvent{{V: 1, Event: gated.EventPolicyReloaded, Tenant: gated.UnknownTenant,
 			At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Data: []byte(`{"revision":"r2"}`)}}},
-		{note: "a verdict that names no proposal", evs: []engine.AuditEvent{{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p3",
+		{note: "a verdict that names no proposal", evs: []gated.AuditEvent{{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p3",
 			At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Data: []byte(`{"outcome":"rejected","policy":{"denies":[]}}`)}}},
-		{note: "events whose common members differ", evs: func() []engine.AuditEvent {
+		{note: "events whose common members differ", evs: func() []gated.AuditEvent {
 			evs := decisionEvents("acme", "p4")
 			evs[1].Data = bytes.Replace(evs[1].Data, []byte(`"delivery":1`), []byte(`"delivery":2`), 1)
 			return evs
@@ -181,7 +180,7 @@ func checkDecode(t *testing.T, tests []decodeCase) {
 // back: the same events, the grant's token aside; and the same as a
 // legacy record of version 2.
 func FuzzRecord(f *testing.F) {
-	for _, evs := range [][]engine.AuditEvent{decisionEvents("acme", "p1"), grantedEvents("acme", "p2")} {
+	for _, evs := range [][]gated.AuditEvent{decisionEvents("acme", "p1"), grantedEvents("acme", "p2")} {
 		var names, datas []string
 		for _, ev := range evs {
 			names, datas = append(names, ev.Event), append(datas, string(ev.Data))
@@ -197,15 +196,15 @@ func FuzzRecord(f *testing.F) {
 			return
 		}
 		at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-		evs := make([]engine.AuditEvent, len(ns))
+		evs := make([]gated.AuditEvent, len(ns))
 		for i := range ns {
-			evs[i] = engine.AuditEvent{V: 1, Event: ns[i], Tenant: tenant, ProposalID: id, At: at.Add(time.Duration(i)), Instance: "i", Data: []byte(ds[i])}
+			evs[i] = gated.AuditEvent{V: 1, Event: ns[i], Tenant: tenant, ProposalID: id, At: at.Add(time.Duration(i)), Instance: "i", Data: []byte(ds[i])}
 		}
 		m, err := audit.NewCompressedRecordMsg(evs, audit.Chain{N: 1}, testKey)
 		if err != nil {
 			return
 		}
-		want := make([]engine.AuditEvent, len(evs))
+		want := make([]gated.AuditEvent, len(evs))
 		for i, ev := range evs {
 			ev.Data = normalized(t, ev.Data)
 			want[i] = ev

@@ -4,13 +4,14 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -59,7 +60,7 @@ func TestCheckAuditKey(t *testing.T) {
 		}},
 		{note: "records of the Writer, no key", setup: true, want: audit.KeyMissing, msgs: func(t *testing.T, js jetstream.JetStream) {
 			a := bustest.AuditWriter(t, js, audit.Config{Key: testKey})
-			if _, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
+			if _, err := a.Trail().Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
 				t.Fatal(err)
 			}
 		}},

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
 )
@@ -173,7 +172,7 @@ func isRebuilt(key string) bool {
 // rebuilt from: the record's envelope and head, its last
 // proposal.received before the verdict, and its last policy event.
 type verdictFrom struct {
-	env      engine.AuditEvent
+	env      gated.AuditEvent
 	action   []byte
 	received []member
 	policy   []member
@@ -264,7 +263,7 @@ type eventV2 struct {
 // *scratch when it has room and scratch is not nil, and *scratch is left
 // holding the largest block written: the events are then the caller's
 // until it hands *scratch to the next expansion.
-func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
+func expandV2(b *recordV2, scratch *[]byte) ([]gated.AuditEvent, error) {
 	if len(b.Events) == 0 {
 		return nil, fmt.Errorf("the record holds no event")
 	}
@@ -282,8 +281,8 @@ func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
 			}
 		}
 	}
-	env := engine.AuditEvent{V: gated.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
-	out := make([]engine.AuditEvent, 0, len(b.Events)+1)
+	env := gated.AuditEvent{V: gated.SchemaVersion, Tenant: b.Tenant, ProposalID: b.ProposalID, Instance: b.Instance, PolicyRevision: b.PolicyRevision}
+	out := make([]gated.AuditEvent, 0, len(b.Events)+1)
 	from := verdictFrom{env: env}
 	if j, ok := findMember(head, `"action"`); ok {
 		from.action = head[j].val
@@ -306,11 +305,11 @@ func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
 		ev := env
 		ev.Event, ev.At = e.Event, e.At
 		switch e.Event {
-		case engine.EventReceived:
+		case gated.EventReceived:
 			from.received = rest
-		case engine.EventPolicyDecided, engine.EventPolicyRechecked:
+		case gated.EventPolicyDecided, gated.EventPolicyRechecked:
 			from.policy = rest
-		case engine.EventVerdict:
+		case gated.EventVerdict:
 			if e.Grant != nil {
 				g, err := x.unfoldGrant(head, e, env)
 				if err != nil {
@@ -324,8 +323,8 @@ func expandV2(b *recordV2, scratch *[]byte) ([]engine.AuditEvent, error) {
 				}
 			}
 		}
-		if (e.Grant != nil || e.Verbatim) && e.Event != engine.EventVerdict {
-			return nil, fmt.Errorf("event %d (%s): only a %s folds a grant or is verbatim", i+1, e.Event, engine.EventVerdict)
+		if (e.Grant != nil || e.Verbatim) && e.Event != gated.EventVerdict {
+			return nil, fmt.Errorf("event %d (%s): only a %s folds a grant or is verbatim", i+1, e.Event, gated.EventVerdict)
 		}
 		if len(own) > 0 || e.Data != nil {
 			ev.Data = x.data(own, rest)
@@ -498,13 +497,13 @@ func (x *expansion) eventHead(head []member, e eventV2) ([]member, error) {
 }
 
 // unfoldGrant is the grant.issued event a verdict event folded.
-func (x *expansion) unfoldGrant(head []member, e eventV2, env engine.AuditEvent) (engine.AuditEvent, error) {
+func (x *expansion) unfoldGrant(head []member, e eventV2, env gated.AuditEvent) (gated.AuditEvent, error) {
 	var g foldedGrant
 	if err := json.Unmarshal(e.Grant, &g); err != nil {
 		g = foldedGrant{}
 	}
 	if g.GID == "" || g.KID == "" || g.Exp == nil {
-		return engine.AuditEvent{}, fmt.Errorf("grant is not {gid, kid, exp}")
+		return gated.AuditEvent{}, fmt.Errorf("grant is not {gid, kid, exp}")
 	}
 	size := len(g.GID) + len(g.KID) + len(env.ProposalID) + len(env.Tenant) + 96
 	for _, m := range head {
@@ -530,7 +529,7 @@ func (x *expansion) unfoldGrant(head []member, e eventV2, env engine.AuditEvent)
 	data = append(data, '}')
 	x.buf = data
 	ev := env
-	ev.Event, ev.At, ev.Data = engine.EventGrantIssued, e.At, data[n:len(data):len(data)]
+	ev.Event, ev.At, ev.Data = gated.EventGrantIssued, e.At, data[n:len(data):len(data)]
 	return ev, nil
 }
 

@@ -5,7 +5,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/jsonw"
 )
@@ -16,7 +17,7 @@ import (
 
 // compactEvent is one event of a record being encoded.
 type compactEvent struct {
-	ev   engine.AuditEvent
+	ev   gated.AuditEvent
 	head []member // the leading members of ev.Data that are head members
 	rest []member // the rest of ev.Data
 	// grant, on a verdict.decided event, is the folded grant.issued
@@ -33,7 +34,7 @@ type compactEvent struct {
 // encodeV2 encodes evs, events of one envelope in the order recorded,
 // as one version-2 record; checked says each event's data was checked to
 // be JSON already (checkEvent).
-func encodeV2(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
+func encodeV2(evs []gated.AuditEvent, checked bool) (encodedEvent, error) {
 	if len(evs) == 0 {
 		return encodedEvent{}, fmt.Errorf("encoding an audit record: no event")
 	}
@@ -82,7 +83,7 @@ func encodeV2(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
 		foldGrant(ces, i, head, env)
 	}
 	for i := range ces {
-		if ces[i].ev.Event == engine.EventVerdict {
+		if ces[i].ev.Event == gated.EventVerdict {
 			trimVerdict(ces, i, head, env)
 		}
 	}
@@ -183,8 +184,8 @@ func omitted(head, own []member) (omit [][]byte, ok bool) {
 // verdict.decided event after it can carry whole: its data is the
 // record's head and the grant's gid, kid and exp, with the envelope's
 // tenant and proposal.
-func foldGrant(ces []compactEvent, i int, head []member, env engine.AuditEvent) {
-	if i+1 >= len(ces) || ces[i].ev.Event != engine.EventGrantIssued || ces[i+1].ev.Event != engine.EventVerdict {
+func foldGrant(ces []compactEvent, i int, head []member, env gated.AuditEvent) {
+	if i+1 >= len(ces) || ces[i].ev.Event != gated.EventGrantIssued || ces[i+1].ev.Event != gated.EventVerdict {
 		return
 	}
 	g := ces[i]
@@ -206,7 +207,7 @@ func foldGrant(ces []compactEvent, i int, head []member, env engine.AuditEvent) 
 // trimVerdict leaves out of verdict event i what rebuildVerdict gives
 // back from the rest of the record: each member is left out only when
 // the rebuilt one is the same, byte for byte.
-func trimVerdict(ces []compactEvent, i int, head []member, env engine.AuditEvent) {
+func trimVerdict(ces []compactEvent, i int, head []member, env gated.AuditEvent) {
 	ce := &ces[i]
 	if ce.ev.Data == nil {
 		return
@@ -236,16 +237,16 @@ func trimVerdict(ces []compactEvent, i int, head []member, env engine.AuditEvent
 	ce.rest = rest
 }
 
-func verdictSources(before []compactEvent, head []member, env engine.AuditEvent) verdictFrom {
+func verdictSources(before []compactEvent, head []member, env gated.AuditEvent) verdictFrom {
 	f := verdictFrom{env: env}
 	if j, ok := findMember(head, `"action"`); ok {
 		f.action = head[j].val
 	}
 	for _, ce := range before {
 		switch ce.ev.Event {
-		case engine.EventReceived:
+		case gated.EventReceived:
 			f.received = ce.rest
-		case engine.EventPolicyDecided, engine.EventPolicyRechecked:
+		case gated.EventPolicyDecided, gated.EventPolicyRechecked:
 			f.policy = ce.rest
 		}
 	}

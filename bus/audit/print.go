@@ -11,9 +11,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/gated/gated"
 
-	"github.com/gated/gated/engine"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Tail prints, as text or (asJSON) JSON lines, the records q selects:
@@ -121,12 +121,12 @@ type line struct {
 }
 
 type lineEvent struct {
-	engine.AuditEvent
+	gated.AuditEvent
 	Chain Chain `json:"chain"`
 }
 
 // event prints the index-th event of the record e holds.
-func (p *printer) event(e Entry, index int, ev engine.AuditEvent) error {
+func (p *printer) event(e Entry, index int, ev gated.AuditEvent) error {
 	if p.json {
 		line := line{Seq: e.Seq, Index: index, Stored: e.Stored.UTC(), Subject: e.Subject,
 			Record: &lineEvent{AuditEvent: ev, Chain: e.Record.Chain}}

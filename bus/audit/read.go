@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -197,7 +198,7 @@ func (f Filter) Match(r *Record) bool {
 }
 
 // MatchEvent reports whether ev passes the filter.
-func (f Filter) MatchEvent(ev engine.AuditEvent) bool {
+func (f Filter) MatchEvent(ev gated.AuditEvent) bool {
 	if f == (Filter{}) {
 		return true
 	}
@@ -210,7 +211,7 @@ func (f Filter) MatchEvent(ev engine.AuditEvent) bool {
 		_ = json.Unmarshal(ev.Data, &d)
 	}
 	switch {
-	case f.Outcome != "" && (ev.Event != engine.EventVerdict || d.Outcome != f.Outcome):
+	case f.Outcome != "" && (ev.Event != gated.EventVerdict || d.Outcome != f.Outcome):
 		return false
 	case f.Action != "" && d.Action != f.Action:
 		return false

@@ -18,7 +18,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/digest"
 	"github.com/gated/gated/internal/jsonw"
@@ -79,32 +78,32 @@ type Record struct {
 	MAC   string
 	KeyID string
 
-	events []engine.AuditEvent
+	events []gated.AuditEvent
 }
 
 // Events returns the record's events in the order recorded, each whole:
 // as a record of version 3 stores it, and as a legacy record of version 2
 // rebuilds it (legacy.go). Every reader of the stream reads records
 // through it. The slice is the record's: do not modify it.
-func (r *Record) Events() []engine.AuditEvent { return r.events }
+func (r *Record) Events() []gated.AuditEvent { return r.events }
 
 // Last returns the record's last event, the one its subject names.
-func (r *Record) Last() engine.AuditEvent { return r.events[len(r.events)-1] }
+func (r *Record) Last() gated.AuditEvent { return r.events[len(r.events)-1] }
 
 // Find returns the record's last event named name.
-func (r *Record) Find(name string) (engine.AuditEvent, bool) {
+func (r *Record) Find(name string) (gated.AuditEvent, bool) {
 	for i := len(r.events) - 1; i >= 0; i-- {
 		if r.events[i].Event == name {
 			return r.events[i], true
 		}
 	}
-	return engine.AuditEvent{}, false
+	return gated.AuditEvent{}, false
 }
 
 // NewRecord returns a record of the events evs, for tests and tools that
 // fold records without reading them from a stream; it has no chain, body
 // or headers.
-func NewRecord(seq uint64, evs ...engine.AuditEvent) *Record {
+func NewRecord(seq uint64, evs ...gated.AuditEvent) *Record {
 	r := &Record{Seq: seq, V: RecordVersion, events: evs}
 	if len(evs) > 0 {
 		r.Tenant, r.ProposalID = evs[0].Tenant, evs[0].ProposalID
@@ -115,7 +114,7 @@ func NewRecord(seq uint64, evs ...engine.AuditEvent) *Record {
 
 // auditBody is the wire form of a version-1 record's body.
 type auditBody struct {
-	engine.AuditEvent
+	gated.AuditEvent
 	Chain *Chain `json:"chain"`
 }
 
@@ -184,7 +183,7 @@ func decodeRecord(subject string, hdr nats.Header, body []byte, scratch *decodeS
 	if err := checkChain(b.Chain); err != nil {
 		return bad("%v", err)
 	}
-	r := &Record{Subject: subject, V: 1, Tenant: ev.Tenant, ProposalID: ev.ProposalID, Chain: *b.Chain, Body: body, events: []engine.AuditEvent{ev}}
+	r := &Record{Subject: subject, V: 1, Tenant: ev.Tenant, ProposalID: ev.ProposalID, Chain: *b.Chain, Body: body, events: []gated.AuditEvent{ev}}
 	if hdr != nil {
 		r.Hash, r.MAC, r.KeyID = hdr.Get(wire.AuditHashHeader), hdr.Get(wire.AuditMACHeader), hdr.Get(wire.AuditKeyHeader)
 	}
@@ -395,7 +394,7 @@ type encodedEvent struct {
 func (e encodedEvent) size() int { return len(e.pre) + len(e.post) }
 
 // encodeEvent encodes ev alone as a version-1 record.
-func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
+func encodeEvent(ev gated.AuditEvent) (encodedEvent, error) {
 	if !validAuditTenant(ev.Tenant) {
 		return encodedEvent{}, fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
 	}
@@ -414,10 +413,10 @@ func encodeEvent(ev engine.AuditEvent) (encodedEvent, error) {
 	return encodedEvent{v: 1, tenant: ev.Tenant, subject: wire.AuditSubject(ev.Tenant, ev.Event), pre: data[:len(data)-1], post: []byte("}")}, nil
 }
 
-// appendEvent appends ev as encoding/json writes an engine.AuditEvent,
+// appendEvent appends ev as encoding/json writes an gated.AuditEvent,
 // without its reflection: members in the struct's order, empty optional
 // ones left out. The data must be as normalizeData makes it.
-func appendEvent(dst []byte, ev engine.AuditEvent) ([]byte, error) {
+func appendEvent(dst []byte, ev gated.AuditEvent) ([]byte, error) {
 	dst = append(dst, `{"v":`...)
 	dst = strconv.AppendInt(dst, int64(ev.V), 10)
 	dst = append(dst, `,"event":`...)
@@ -493,7 +492,7 @@ func (e encodedEvent) msg(c Chain, s auditSigner) (*nats.Msg, [sha256.Size]byte)
 // link c, hashed, and MACed under key when key is not empty. It is
 // exported for tools and tests that write or check records of the first
 // version; gated's Writer writes version-3 records (NewRecordMsg).
-func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
+func NewMsg(ev gated.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	e, err := encodeEvent(ev)
 	if err != nil {
 		return nil, err
@@ -506,17 +505,17 @@ func NewMsg(ev engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 // events of one tenant and proposal in the order recorded, with chain
 // link c, MACed under key when key is not empty, its body stored as its
 // JSON, as a Writer configured Uncompressed writes it.
-func NewRecordMsg(evs []engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
+func NewRecordMsg(evs []gated.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	return newRecordMsg(evs, c, key, false)
 }
 
 // NewCompressedRecordMsg is NewRecordMsg with the body stored as a zstd
 // frame of its JSON, as gated's Writer writes it by default.
-func NewCompressedRecordMsg(evs []engine.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
+func NewCompressedRecordMsg(evs []gated.AuditEvent, c Chain, key []byte) (*nats.Msg, error) {
 	return newRecordMsg(evs, c, key, true)
 }
 
-func newRecordMsg(evs []engine.AuditEvent, c Chain, key []byte, compress bool) (*nats.Msg, error) {
+func newRecordMsg(evs []gated.AuditEvent, c Chain, key []byte, compress bool) (*nats.Msg, error) {
 	e, err := encodeRecord(evs, false)
 	if err != nil {
 		return nil, err

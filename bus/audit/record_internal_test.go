@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/engine/wire"
 	"github.com/nats-io/nats.go"
 )
@@ -61,7 +62,7 @@ func FuzzAppendEvent(f *testing.F) {
 	f.Add(1, "x\u2028", "t\"\\", "id\x00", int64(-5), "é", "\xff", []byte(` { "a" : [1, 2] } `))
 	f.Add(1, "e", "t", "i", int64(1), "", "", []byte(`{"a":`))
 	f.Fuzz(func(t *testing.T, v int, event, tenant, id string, at int64, instance, revision string, data []byte) {
-		ev := engine.AuditEvent{V: v, Event: event, Tenant: tenant, ProposalID: id, At: time.Unix(0, at).UTC(),
+		ev := gated.AuditEvent{V: v, Event: event, Tenant: tenant, ProposalID: id, At: time.Unix(0, at).UTC(),
 			Instance: instance, PolicyRevision: revision, Data: data}
 		// appendEvent takes data compacted (normalizeData).
 		var got []byte
@@ -114,7 +115,7 @@ func FuzzNormalizeData(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		got, err := normalizeData(engine.AuditEvent{Event: "x", Data: data}, false)
+		got, err := normalizeData(gated.AuditEvent{Event: "x", Data: data}, false)
 		tr := bytes.TrimSpace(data)
 		if len(tr) == 0 || string(tr) == "null" || tr[0] != '{' {
 			return // absent or wrapped: not the fast path

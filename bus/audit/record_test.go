@@ -14,7 +14,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -27,7 +26,7 @@ func hexSHA256(b []byte) string {
 }
 
 // auditMsg builds a record's message or fails the test.
-func auditMsg(t testing.TB, ev engine.AuditEvent, c audit.Chain, key []byte) *nats.Msg {
+func auditMsg(t testing.TB, ev gated.AuditEvent, c audit.Chain, key []byte) *nats.Msg {
 	t.Helper()
 	m, err := audit.NewMsg(ev, c, key)
 	if err != nil {
@@ -36,9 +35,9 @@ func auditMsg(t testing.TB, ev engine.AuditEvent, c audit.Chain, key []byte) *na
 	return m
 }
 
-func verdictEvent(tenant, id string) engine.AuditEvent {
-	return engine.AuditEvent{
-		V: gated.SchemaVersion, Event: engine.EventVerdict, Tenant: tenant, ProposalID: id,
+func verdictEvent(tenant, id string) gated.AuditEvent {
+	return gated.AuditEvent{
+		V: gated.SchemaVersion, Event: gated.EventVerdict, Tenant: tenant, ProposalID: id,
 		At: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC), Instance: "test",
 		Data: []byte(`{"action":"host_restart_service","operator":"alice","outcome":"rejected"}`),
 	}
@@ -142,14 +141,14 @@ func TestParseAuditKey(t *testing.T) {
 // never panic, and what it accepts must be a record that encodes again.
 func FuzzDecodeRecord(f *testing.F) {
 	first, _ := audit.NewMsg(verdictEvent("acme", "p1"), audit.Chain{N: 1}, testKey)
-	second, _ := audit.NewMsg(engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant},
+	second, _ := audit.NewMsg(gated.AuditEvent{V: 1, Event: gated.EventPolicyReloaded, Tenant: gated.UnknownTenant},
 		audit.Chain{N: 2, Prev: hexSHA256(first.Data)}, nil)
 	for _, m := range []*nats.Msg{first, second} {
 		f.Add(m.Subject, m.Header.Get(wire.AuditHashHeader), m.Header.Get(wire.AuditMACHeader), m.Header.Get(wire.AuditKeyHeader), m.Data)
 	}
 	f.Add("gated.audit.acme.x", "", "", "", []byte(`{"v":1}`))
 	f.Add("gated.audit.acme.x", "zz", "", "", []byte(`not json`))
-	z, _ := audit.NewCompressedRecordMsg([]engine.AuditEvent{verdictEvent("acme", "p2")}, audit.Chain{N: 3, Prev: hexSHA256(second.Data)}, testKey)
+	z, _ := audit.NewCompressedRecordMsg([]gated.AuditEvent{verdictEvent("acme", "p2")}, audit.Chain{N: 3, Prev: hexSHA256(second.Data)}, testKey)
 	f.Add(z.Subject, "", z.Header.Get(wire.AuditMACHeader), z.Header.Get(wire.AuditKeyHeader), z.Data)
 	f.Add(z.Subject, "", "", "", zstdFrame([]byte(`{"v":1,"event":"x","tenant":"acme","at":"2025-01-02T03:04:05Z","chain":{"n":1,"prev":""}}`)))
 	f.Fuzz(func(t *testing.T, subject, hash, mac, keyID string, body []byte) {
@@ -222,11 +221,11 @@ func FuzzParseKey(f *testing.F) {
 
 // withoutTokens is evs as a record gives them back: a verdict
 // that follows its grant.issued event keeps the grant's id, not its token.
-func withoutTokens(evs []engine.AuditEvent) []engine.AuditEvent {
-	out := make([]engine.AuditEvent, len(evs))
+func withoutTokens(evs []gated.AuditEvent) []gated.AuditEvent {
+	out := make([]gated.AuditEvent, len(evs))
 	copy(out, evs)
 	for i := 1; i < len(out); i++ {
-		if out[i].Event != engine.EventVerdict || out[i-1].Event != engine.EventGrantIssued {
+		if out[i].Event != gated.EventVerdict || out[i-1].Event != gated.EventGrantIssued {
 			continue
 		}
 		var d map[string]json.RawMessage
@@ -240,10 +239,10 @@ func withoutTokens(evs []engine.AuditEvent) []engine.AuditEvent {
 
 // legacyFolded is withoutTokens with the time a legacy record of version
 // 2 gives a grant.issued event it folded into its verdict: the verdict's.
-func legacyFolded(evs []engine.AuditEvent) []engine.AuditEvent {
+func legacyFolded(evs []gated.AuditEvent) []gated.AuditEvent {
 	out := withoutTokens(evs)
 	for i := 1; i < len(out); i++ {
-		if out[i].Event == engine.EventVerdict && out[i-1].Event == engine.EventGrantIssued {
+		if out[i].Event == gated.EventVerdict && out[i-1].Event == gated.EventGrantIssued {
 			out[i-1].At = out[i].At
 		}
 	}
@@ -252,7 +251,7 @@ func legacyFolded(evs []engine.AuditEvent) []engine.AuditEvent {
 
 // assertSameEvents fails unless got holds want's events, each with the
 // same envelope and the same data as a JSON document.
-func assertSameEvents(t testing.TB, want, got []engine.AuditEvent) {
+func assertSameEvents(t testing.TB, want, got []gated.AuditEvent) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%d events, want %d:\n%+v\n%+v", len(got), len(want), got, want)

@@ -9,7 +9,6 @@ import (
 	"hash"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // The checks of single records, which Verify runs on several goroutines
@@ -107,7 +106,7 @@ func (c *recordChecker) checkView(rv recordView, rc recordCheck) recordCheck {
 	rc.tenant, rc.chain = string(rv.tenant), rv.chain
 	rc.hashBad = rv.hash != rc.digest
 	rc.macProblem = c.checkMAC(rv)
-	if string(rv.event) == engine.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != gated.UnknownTenant {
+	if string(rv.event) == gated.EventVerdict && len(rv.proposalID) > 0 && rc.tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if c.prints {
 			rc.print, rc.printable = quickPrintOf(rv.tenant, rv.proposalID, rv.data, recordDropped)
@@ -133,7 +132,7 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 			rc.macProblem, rc.macKind = fmt.Sprintf("the MAC does not match under key %s", r.KeyID)+macMeaning(r), macProblem(r)
 		}
 	}
-	if ev, ok := r.Find(engine.EventVerdict); ok && r.ProposalID != "" && r.Tenant != gated.UnknownTenant {
+	if ev, ok := r.Find(gated.EventVerdict); ok && r.ProposalID != "" && r.Tenant != gated.UnknownTenant {
 		rc.verdict = true
 		if !c.prints {
 			return rc
@@ -141,7 +140,7 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 		// The expanded verdict is the data a version-1 record would hold,
 		// byte for byte, unless the record folded the grant and left its
 		// token out: then only the verdict's own print compares.
-		g, folded := r.Find(engine.EventGrantIssued)
+		g, folded := r.Find(gated.EventGrantIssued)
 		if !folded {
 			rc.print, rc.printable = quickPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped)
 			return rc

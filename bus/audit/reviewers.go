@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // ReviewerKey names a reviewer in a track record: the plugin and its
@@ -190,8 +189,8 @@ func tally(p *trackedProposal, stats map[ReviewerKey]*ReviewerStats, latencies m
 // its quotes escaped, so no string value spells one.
 var trackMarkers = [][]byte{
 	[]byte(`"reviews":[`),
-	[]byte(`"` + engine.EventGrantOutcome + `"`),
-	[]byte(`"` + engine.EventOperatorDecided + `"`),
+	[]byte(`"` + gated.EventGrantOutcome + `"`),
+	[]byte(`"` + gated.EventOperatorDecided + `"`),
 }
 
 // MayTrack reports whether the message body of an audit record may hold
@@ -270,10 +269,10 @@ func (t *TrackRecord) Add(r *Record) {
 }
 
 // addEvent folds one event into the track record.
-func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
+func (t *TrackRecord) addEvent(ev gated.AuditEvent) {
 	switch ev.Event {
-	case engine.EventVerdict:
-		v, err := engine.DecodeAuditData[gated.Verdict](ev)
+	case gated.EventVerdict:
+		v, err := gated.DecodeAuditData[gated.Verdict](ev)
 		if err != nil || v.ProposalID == "" || len(v.Reviews) == 0 {
 			// A verdict without reviews (the policy's) counts for no
 			// reviewer: it is not kept, so it takes no reviewed
@@ -293,8 +292,8 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 		if v.Outcome == gated.OutcomeApproved && v.Operator == nil && len(v.Reviews) > 0 {
 			p.approvedByReview = true
 		}
-	case engine.EventGrantOutcome:
-		d, err := engine.DecodeAuditData[engine.GrantOutcomeData](ev)
+	case gated.EventGrantOutcome:
+		d, err := gated.DecodeAuditData[gated.GrantOutcomeData](ev)
 		if err != nil || d.ProposalID == "" {
 			return
 		}
@@ -305,8 +304,8 @@ func (t *TrackRecord) addEvent(ev engine.AuditEvent) {
 		case gated.ExecutionFailed:
 			t.proposal(ev.Tenant, d.ProposalID).final = gated.ExecutionFailed
 		}
-	case engine.EventOperatorDecided:
-		d, err := engine.DecodeAuditData[engine.OperatorDecidedData](ev)
+	case gated.EventOperatorDecided:
+		d, err := gated.DecodeAuditData[gated.OperatorDecidedData](ev)
 		if err != nil || ev.ProposalID == "" {
 			return
 		}

@@ -10,24 +10,23 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // rec is an audit record of tenant acme for proposal id with data.
 func rec(event, id, data string) *audit.Record {
-	return audit.NewRecord(0, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: id, Data: json.RawMessage(data)})
+	return audit.NewRecord(0, gated.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: id, Data: json.RawMessage(data)})
 }
 
 // verdictRec is the verdict.decided record of id: outcome, stage, and one
 // review by sop as reviewer, with decision and latency; extra adds fields.
 func verdictRec(id, outcome, stage, decision string, latency float64, extra string) *audit.Record {
-	return rec(engine.EventVerdict, id, fmt.Sprintf(`{"v":1,"proposal_id":%q,"tenant":"acme","outcome":%q,"stage":%q,`+
+	return rec(gated.EventVerdict, id, fmt.Sprintf(`{"v":1,"proposal_id":%q,"tenant":"acme","outcome":%q,"stage":%q,`+
 		`"reviews":[{"plugin":"sop","plugin_version":"1","persona":"reviewer","decision":%q,"latency_ms":%g}]%s}`,
 		id, outcome, stage, decision, latency, extra))
 }
 
 func outcomeRec(id, status string) *audit.Record {
-	return rec(engine.EventGrantOutcome, id, fmt.Sprintf(`{"proposal_id":%q,"tenant":"acme","status":%q}`, id, status))
+	return rec(gated.EventGrantOutcome, id, fmt.Sprintf(`{"proposal_id":%q,"tenant":"acme","status":%q}`, id, status))
 }
 
 func ptr(f float64) *float64 { return &f }
@@ -66,7 +65,7 @@ func TestTrackRecord(t *testing.T) {
 			note: "an operator who rejects what the reviewer approved overrides it",
 			records: []*audit.Record{
 				verdictRec("h", "blocked", "review", "approve", 7, `,"awaiting_operator":{}`),
-				rec(engine.EventOperatorDecided, "h", `{"operator":"bob","decision":"reject","outcome":"rejected"}`),
+				rec(gated.EventOperatorDecided, "h", `{"operator":"bob","decision":"reject","outcome":"rejected"}`),
 				verdictRec("h", "rejected", "operator", "approve", 7, `,"operator_decision":{"id":"bob","decision":"reject"}`),
 			},
 			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 1, Approvals: 1, OperatorOverrides: 1,
@@ -76,11 +75,11 @@ func TestTrackRecord(t *testing.T) {
 			note: "an operator's approval is not the reviewer's, and a run's operator outcome counts",
 			records: []*audit.Record{
 				verdictRec("h", "blocked", "review", "reject", 7, `,"awaiting_operator":{}`),
-				rec(engine.EventOperatorDecided, "h", `{"operator":"bob","decision":"approve","outcome":"approved"}`),
+				rec(gated.EventOperatorDecided, "h", `{"operator":"bob","decision":"approve","outcome":"approved"}`),
 				verdictRec("h", "approved", "operator", "reject", 7, `,"operator_decision":{"id":"bob","decision":"approve"}`),
 				outcomeRec("h", "failed"),
 				verdictRec("r", "rejected", "review", "approve", 9, ""),
-				rec(engine.EventOperatorDecided, "r", `{"operator":"bob","criteria":{"c1":true},"outcome":"approved"}`),
+				rec(gated.EventOperatorDecided, "r", `{"operator":"bob","criteria":{"c1":true},"outcome":"approved"}`),
 			},
 			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 2, Approvals: 1, Rejections: 1, OperatorOverrides: 1,
 				LatencyP50MS: ptr(7), LatencyP99MS: ptr(9)},
@@ -89,9 +88,9 @@ func TestTrackRecord(t *testing.T) {
 			note: "records that do not decode are skipped",
 			records: []*audit.Record{
 				nil,
-				rec(engine.EventVerdict, "x", `[1]`),
-				rec(engine.EventGrantOutcome, "x", `"failed"`),
-				rec(engine.EventOperatorDecided, "", `{"decision":"approve"}`),
+				rec(gated.EventVerdict, "x", `[1]`),
+				rec(gated.EventGrantOutcome, "x", `"failed"`),
+				rec(gated.EventOperatorDecided, "", `{"decision":"approve"}`),
 				verdictRec("a", "approved", "review", "approve", 1, ""),
 			},
 			want: audit.ReviewerStats{ReviewerKey: sop, Reviews: 1, Approvals: 1, LatencyP50MS: ptr(1), LatencyP99MS: ptr(1)},
@@ -119,7 +118,7 @@ func TestTrackRecordPercentilesAndOrder(t *testing.T) {
 	for i := 100; i >= 1; i-- {
 		tr.Add(verdictRec(fmt.Sprint("p", i), "rejected", "review", "reject", float64(i), ""))
 	}
-	tr.Add(rec(engine.EventVerdict, "q", `{"proposal_id":"q","outcome":"approved","stage":"review","reviews":[`+
+	tr.Add(rec(gated.EventVerdict, "q", `{"proposal_id":"q","outcome":"approved","stage":"review","reviews":[`+
 		`{"plugin":"llm","persona":"dba","model":"m2","decision":"approve","latency_ms":3},`+
 		`{"plugin":"llm","persona":"dba","model":"m1","decision":"approve","latency_ms":4}]}`))
 	got := tr.Reviewers()
@@ -164,10 +163,10 @@ func TestTrackRecordLimit(t *testing.T) {
 // FuzzTrackRecord: no record data makes the fold panic, and every row's
 // counts stay consistent.
 func FuzzTrackRecord(f *testing.F) {
-	f.Add(engine.EventVerdict, `{"proposal_id":"a","outcome":"approved","reviews":[{"plugin":"sop","decision":"approve","latency_ms":1}]}`)
-	f.Add(engine.EventGrantOutcome, `{"proposal_id":"a","status":"failed"}`)
-	f.Add(engine.EventOperatorDecided, `{"decision":"reject"}`)
-	f.Add(engine.EventVerdict, `{"proposal_id":"a","reviews":[{"latency_ms":-1e308}]}`)
+	f.Add(gated.EventVerdict, `{"proposal_id":"a","outcome":"approved","reviews":[{"plugin":"sop","decision":"approve","latency_ms":1}]}`)
+	f.Add(gated.EventGrantOutcome, `{"proposal_id":"a","status":"failed"}`)
+	f.Add(gated.EventOperatorDecided, `{"decision":"reject"}`)
+	f.Add(gated.EventVerdict, `{"proposal_id":"a","reviews":[{"latency_ms":-1e308}]}`)
 	f.Fuzz(func(t *testing.T, event, data string) {
 		var tr audit.TrackRecord
 		tr.Add(verdictRec("a", "approved", "review", "approve", 1, ""))
@@ -186,7 +185,7 @@ func FuzzTrackRecord(f *testing.F) {
 // way gated's writer encodes it (version 2) and as a version-1 record of
 // its last event, keeps a proposal in a track record, and whether
 // MayTrack said so of each body.
-func foldsSomething(t *testing.T, evs ...engine.AuditEvent) (folds, mayV2, mayV1 bool) {
+func foldsSomething(t *testing.T, evs ...gated.AuditEvent) (folds, mayV2, mayV1 bool) {
 	t.Helper()
 	m2, err := audit.NewRecordMsg(evs, audit.Chain{N: 1}, nil)
 	if err != nil {
@@ -235,22 +234,22 @@ func foldsSomething(t *testing.T, evs ...engine.AuditEvent) (folds, mayV2, mayV1
 // pre-filter of the reviewer metrics, in both record versions, and the
 // policy's own decisions do not.
 func TestMayTrack(t *testing.T) {
-	ev := func(event, data string) engine.AuditEvent {
-		return engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: json.RawMessage(data)}
+	ev := func(event, data string) gated.AuditEvent {
+		return gated.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: json.RawMessage(data)}
 	}
-	received := ev(engine.EventReceived, `{"action":"host_restart_service","bytes":10,"sha256":"ab"}`)
+	received := ev(gated.EventReceived, `{"action":"host_restart_service","bytes":10,"sha256":"ab"}`)
 	cases := []struct {
 		note  string
-		evs   []engine.AuditEvent
+		evs   []gated.AuditEvent
 		folds bool
 	}{
-		{"reviewed verdict", []engine.AuditEvent{received, ev(engine.EventVerdict,
+		{"reviewed verdict", []gated.AuditEvent{received, ev(gated.EventVerdict,
 			`{"v":1,"proposal_id":"p-1","tenant":"acme","outcome":"approved","stage":"review","reviews":[{"plugin":"sop","decision":"approve","latency_ms":3}]}`)}, true},
-		{"grant outcome", []engine.AuditEvent{ev(engine.EventGrantOutcome, `{"proposal_id":"p-1","tenant":"acme","status":"failed"}`)}, true},
-		{"operator decision", []engine.AuditEvent{ev(engine.EventOperatorDecided, `{"decision":"approve"}`)}, true},
-		{"policy's verdict", []engine.AuditEvent{received, ev(engine.EventVerdict,
+		{"grant outcome", []gated.AuditEvent{ev(gated.EventGrantOutcome, `{"proposal_id":"p-1","tenant":"acme","status":"failed"}`)}, true},
+		{"operator decision", []gated.AuditEvent{ev(gated.EventOperatorDecided, `{"decision":"approve"}`)}, true},
+		{"policy's verdict", []gated.AuditEvent{received, ev(gated.EventVerdict,
 			`{"v":1,"proposal_id":"p-1","tenant":"acme","outcome":"rejected","stage":"policy","reason":"\"reviews\":[ in a string"}`)}, false},
-		{"proposal received", []engine.AuditEvent{received}, false},
+		{"proposal received", []gated.AuditEvent{received}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
@@ -282,17 +281,17 @@ func FuzzMayTrack(f *testing.F) {
 			for range reviews % 4 {
 				v.Reviews = append(v.Reviews, gated.Review{Plugin: plugin, Decision: gated.ReviewDecision(word)})
 			}
-			event, data = engine.EventVerdict, v
+			event, data = gated.EventVerdict, v
 		case 1:
-			event, data = engine.EventGrantOutcome, map[string]string{"proposal_id": "p-1", "tenant": "acme", "status": word}
+			event, data = gated.EventGrantOutcome, map[string]string{"proposal_id": "p-1", "tenant": "acme", "status": word}
 		default:
-			event, data = engine.EventOperatorDecided, map[string]string{"decision": word, "outcome": outcome}
+			event, data = gated.EventOperatorDecided, map[string]string{"decision": word, "outcome": outcome}
 		}
 		raw, err := json.Marshal(data)
 		if err != nil {
 			t.Skip()
 		}
-		folds, v2, v1 := foldsSomething(t, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: raw})
+		folds, v2, v1 := foldsSomething(t, gated.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p-1", Data: raw})
 		if folds && !(v2 && v1) {
 			t.Fatalf("a record that counts was turned away: %s %s: version 2 %v, version 1 %v", event, raw, v2, v1)
 		}
@@ -306,7 +305,7 @@ func BenchmarkTrackRecordHeld(b *testing.B) {
 	const n = 20_000
 	records := make([]*audit.Record, n)
 	for i := range records {
-		records[i] = rec(engine.EventVerdict, fmt.Sprint("proposal-", i), fmt.Sprintf(`{"v":1,"proposal_id":"proposal-%d","tenant":"acme","outcome":"approved","stage":"review",`+
+		records[i] = rec(gated.EventVerdict, fmt.Sprint("proposal-", i), fmt.Sprintf(`{"v":1,"proposal_id":"proposal-%d","tenant":"acme","outcome":"approved","stage":"review",`+
 			`"reviews":[{"plugin":"llm","plugin_version":"0.9.1","persona":"security-reviewer","model":"gpt-4o-mini","decision":"approve","latency_ms":%d}]}`, i, i%2000))
 	}
 	var held float64

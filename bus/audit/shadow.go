@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // ShadowDifference is one policy.shadow_differs record: a proposal the
@@ -22,11 +21,11 @@ type ShadowDifference struct {
 	Tenant     string    `json:"tenant"`
 	ProposalID string    `json:"proposal_id"`
 	Action     string    `json:"action"`
-	engine.ShadowComparison
+	gated.ShadowComparison
 }
 
 // shadowKinds are the kinds of difference a record may name.
-var shadowKinds = []string{engine.ShadowDiffError, engine.ShadowDiffOutcome, engine.ShadowDiffDenies, engine.ShadowDiffRoute}
+var shadowKinds = []string{gated.ShadowDiffError, gated.ShadowDiffOutcome, gated.ShadowDiffDenies, gated.ShadowDiffRoute}
 
 // DecodeShadowDiffers reads the data of a policy.shadow_differs event. It
 // refuses data that is not such a record: unknown members, no outcome on
@@ -34,27 +33,27 @@ var shadowKinds = []string{engine.ShadowDiffError, engine.ShadowDiffOutcome, eng
 // ErrInvalidRecord.
 func DecodeShadowDiffers(data []byte) (ShadowDifference, error) {
 	var d struct {
-		engine.AuditHead
-		engine.ShadowComparison
+		gated.AuditHead
+		gated.ShadowComparison
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&d); err != nil {
-		return ShadowDifference{}, fmt.Errorf("%w: %s data: %v", ErrInvalidRecord, engine.EventPolicyShadowDiffers, err)
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: %v", ErrInvalidRecord, gated.EventPolicyShadowDiffers, err)
 	}
 	if dec.More() {
-		return ShadowDifference{}, fmt.Errorf("%w: %s data: more than one JSON value", ErrInvalidRecord, engine.EventPolicyShadowDiffers)
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: more than one JSON value", ErrInvalidRecord, gated.EventPolicyShadowDiffers)
 	}
 	c := d.ShadowComparison
 	switch {
 	case c.Live.Outcome == "" || c.Shadow.Outcome == "":
-		return ShadowDifference{}, fmt.Errorf("%w: %s data: live and shadow must each have an outcome", ErrInvalidRecord, engine.EventPolicyShadowDiffers)
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: live and shadow must each have an outcome", ErrInvalidRecord, gated.EventPolicyShadowDiffers)
 	case len(c.Kinds) == 0:
-		return ShadowDifference{}, fmt.Errorf("%w: %s data: kinds is empty, so the decisions do not differ", ErrInvalidRecord, engine.EventPolicyShadowDiffers)
+		return ShadowDifference{}, fmt.Errorf("%w: %s data: kinds is empty, so the decisions do not differ", ErrInvalidRecord, gated.EventPolicyShadowDiffers)
 	}
 	for _, k := range c.Kinds {
 		if !slices.Contains(shadowKinds, k) {
-			return ShadowDifference{}, fmt.Errorf("%w: %s data: unknown kind %q", ErrInvalidRecord, engine.EventPolicyShadowDiffers, k)
+			return ShadowDifference{}, fmt.Errorf("%w: %s data: unknown kind %q", ErrInvalidRecord, gated.EventPolicyShadowDiffers, k)
 		}
 	}
 	return ShadowDifference{Action: d.Action, ShadowComparison: c}, nil
@@ -118,16 +117,16 @@ func (s *ShadowSummary) Add(e Entry) {
 }
 
 // addEvent counts one event of the record at seq.
-func (s *ShadowSummary) addEvent(seq uint64, ev engine.AuditEvent) {
+func (s *ShadowSummary) addEvent(seq uint64, ev gated.AuditEvent) {
 	switch ev.Event {
-	case engine.EventPolicyDecided:
-		d, err := engine.DecodeAuditData[engine.PolicyDecidedData](ev)
+	case gated.EventPolicyDecided:
+		d, err := gated.DecodeAuditData[gated.PolicyDecidedData](ev)
 		if err != nil || d.ShadowRevision == "" {
 			return
 		}
 		s.Decisions++
 		s.ShadowRevisions[d.ShadowRevision]++
-	case engine.EventPolicyShadowDiffers:
+	case gated.EventPolicyShadowDiffers:
 		d, err := DecodeShadowDiffers(ev.Data)
 		if err != nil {
 			s.invalid(fmt.Sprintf("seq %d: %v", seq, err))
@@ -191,7 +190,7 @@ func (s *ShadowSummary) WriteText(w io.Writer) {
 }
 
 // shadowDetail is one side's denies, route or error in a few words.
-func shadowDetail(denies []gated.Deny, route *engine.Route, err string) string {
+func shadowDetail(denies []gated.Deny, route *gated.Route, err string) string {
 	switch {
 	case err != "":
 		return " (" + err + ")"

@@ -8,7 +8,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 func shadowEntry(t *testing.T, seq uint64, event, tenant, id string, data any) audit.Entry {
@@ -17,7 +16,7 @@ func shadowEntry(t *testing.T, seq uint64, event, tenant, id string, data any) a
 	if err != nil {
 		t.Fatal(err)
 	}
-	return audit.Entry{Seq: seq, Record: audit.NewRecord(seq, engine.AuditEvent{V: 1, Event: event, Tenant: tenant, ProposalID: id, Data: raw})}
+	return audit.Entry{Seq: seq, Record: audit.NewRecord(seq, gated.AuditEvent{V: 1, Event: event, Tenant: tenant, ProposalID: id, Data: raw})}
 }
 
 func differs(action, live, shadow string, kinds []string, rules ...string) map[string]any {
@@ -38,13 +37,13 @@ func differs(action, live, shadow string, kinds []string, rules ...string) map[s
 func TestShadowSummary(t *testing.T) {
 	decided := map[string]any{"action": "db_backup", "shadow_revision": "sha256:cand"}
 	entries := []audit.Entry{
-		shadowEntry(t, 1, engine.EventPolicyDecided, "acme", "p1", decided),
-		shadowEntry(t, 2, engine.EventPolicyDecided, "acme", "p2", decided),
-		shadowEntry(t, 3, engine.EventPolicyShadowDiffers, "acme", "p2", differs("db_backup", "approved", "rejected", []string{"outcome"}, "backup_frozen")),
-		shadowEntry(t, 4, engine.EventPolicyDecided, "beta", "p3", map[string]any{"action": "db_backup"}), // no shadow then
-		shadowEntry(t, 5, engine.EventPolicyDecided, "beta", "p4", decided),
-		shadowEntry(t, 6, engine.EventPolicyShadowDiffers, "beta", "p4", differs("db_drop", "review", "error", []string{"error", "outcome"})),
-		shadowEntry(t, 7, engine.EventPolicyShadowDiffers, "beta", "p5", map[string]any{"kinds": []string{"outcome"}}), // no outcomes
+		shadowEntry(t, 1, gated.EventPolicyDecided, "acme", "p1", decided),
+		shadowEntry(t, 2, gated.EventPolicyDecided, "acme", "p2", decided),
+		shadowEntry(t, 3, gated.EventPolicyShadowDiffers, "acme", "p2", differs("db_backup", "approved", "rejected", []string{"outcome"}, "backup_frozen")),
+		shadowEntry(t, 4, gated.EventPolicyDecided, "beta", "p3", map[string]any{"action": "db_backup"}), // no shadow then
+		shadowEntry(t, 5, gated.EventPolicyDecided, "beta", "p4", decided),
+		shadowEntry(t, 6, gated.EventPolicyShadowDiffers, "beta", "p4", differs("db_drop", "review", "error", []string{"error", "outcome"})),
+		shadowEntry(t, 7, gated.EventPolicyShadowDiffers, "beta", "p5", map[string]any{"kinds": []string{"outcome"}}), // no outcomes
 		{Seq: 8, Subject: "gated.audit.acme.verdict.decided", Err: audit.ErrInvalidRecord},
 	}
 	s := audit.NewShadowSummary(1)
@@ -115,7 +114,7 @@ func FuzzDecodeShadowDiffers(f *testing.F) {
 		}
 		for _, k := range d.Kinds {
 			switch k {
-			case engine.ShadowDiffError, engine.ShadowDiffOutcome, engine.ShadowDiffDenies, engine.ShadowDiffRoute:
+			case gated.ShadowDiffError, gated.ShadowDiffOutcome, gated.ShadowDiffDenies, gated.ShadowDiffRoute:
 			default:
 				t.Fatalf("decoded unknown kind %q", k)
 			}

@@ -7,12 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -99,7 +100,7 @@ func (s *tamperStream) decision(t *testing.T, n uint64, prev string, key []byte)
 	case formV3Compressed:
 		build = audit.NewCompressedRecordMsg
 	case formV2:
-		build = func(evs []engine.AuditEvent, c audit.Chain, key []byte) (*nats.Msg, error) {
+		build = func(evs []gated.AuditEvent, c audit.Chain, key []byte) (*nats.Msg, error) {
 			return audit.NewLegacyRecordMsg(evs, c, key, false)
 		}
 	}
@@ -112,16 +113,16 @@ func (s *tamperStream) decision(t *testing.T, n uint64, prev string, key []byte)
 
 // decisionEvents are the events of a decision by the policy alone, as
 // the engine records them.
-func decisionEvents(tenant, id string) []engine.AuditEvent {
+func decisionEvents(tenant, id string) []gated.AuditEvent {
 	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	ev := func(name, data string) engine.AuditEvent {
+	ev := func(name, data string) gated.AuditEvent {
 		at = at.Add(time.Millisecond)
-		return engine.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: id, At: at, Instance: "test", PolicyRevision: "sha256:abc", Data: []byte(data)}
+		return gated.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: id, At: at, Instance: "test", PolicyRevision: "sha256:abc", Data: []byte(data)}
 	}
-	return []engine.AuditEvent{
-		ev(engine.EventReceived, `{"action":"host_restart_service","operator":"alice","delivery":1,"bytes":9,"sha256":"`+hexSHA256([]byte(id))+`","subject":"gated.proposals.acme.host_restart_service"}`),
-		ev(engine.EventPolicyDecided, `{"action":"host_restart_service","operator":"alice","delivery":1,"policy_eval_us":7,"denied_tools":[],"denies":[{"rule":"no_skip_review","message":"no"}],"eval_us":7,"review":{"required":true,"rule":""},"reviewer_tools":[],"run":null,"sop":""}`),
-		ev(engine.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"`+id+`","tenant":"`+tenant+`","action":"host_restart_service","kind":"action","outcome":"rejected","approved":false,"stage":"policy","reason":"no","policy":{"denies":[{"rule":"no_skip_review","message":"no"}],"rules":["no_skip_review"],"revision":"sha256:abc","eval_us":7},"decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+hexSHA256([]byte(id))+`"}`),
+	return []gated.AuditEvent{
+		ev(gated.EventReceived, `{"action":"host_restart_service","operator":"alice","delivery":1,"bytes":9,"sha256":"`+hexSHA256([]byte(id))+`","subject":"gated.proposals.acme.host_restart_service"}`),
+		ev(gated.EventPolicyDecided, `{"action":"host_restart_service","operator":"alice","delivery":1,"policy_eval_us":7,"denied_tools":[],"denies":[{"rule":"no_skip_review","message":"no"}],"eval_us":7,"review":{"required":true,"rule":""},"reviewer_tools":[],"run":null,"sop":""}`),
+		ev(gated.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"`+id+`","tenant":"`+tenant+`","action":"host_restart_service","kind":"action","outcome":"rejected","approved":false,"stage":"policy","reason":"no","policy":{"denies":[{"rule":"no_skip_review","message":"no"}],"rules":["no_skip_review"],"revision":"sha256:abc","eval_us":7},"decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+hexSHA256([]byte(id))+`"}`),
 	}
 }
 

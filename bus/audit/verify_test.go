@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -422,13 +423,13 @@ func TestReadAudit(t *testing.T) {
 	}
 	// An event is read by its subject: each trail's verdict.decided, one
 	// of its two records.
-	if got := read(audit.Query{Event: engine.EventVerdict}); len(got) != 4 {
+	if got := read(audit.Query{Event: gated.EventVerdict}); len(got) != 4 {
 		t.Errorf("the verdicts: %v", got)
 	}
-	if got := read(audit.Query{Tenant: "beta", Event: engine.EventVerdict}); len(got) != 2 || !strings.HasSuffix(got[0], ":beta") || !strings.HasSuffix(got[1], ":beta") {
+	if got := read(audit.Query{Tenant: "beta", Event: gated.EventVerdict}); len(got) != 2 || !strings.HasSuffix(got[0], ":beta") || !strings.HasSuffix(got[1], ":beta") {
 		t.Errorf("beta's verdicts: %v", got)
 	}
-	if got := read(audit.Query{Tenant: "beta", Event: engine.EventBudgetRefused}); len(got) != 0 {
+	if got := read(audit.Query{Tenant: "beta", Event: gated.EventBudgetRefused}); len(got) != 0 {
 		t.Errorf("beta's budget refusals: %v", got)
 	}
 
@@ -465,10 +466,10 @@ func TestReadAudit(t *testing.T) {
 
 func TestAuditFilter(t *testing.T) {
 	rec := func(event, data string) *audit.Record {
-		return audit.NewRecord(0, engine.AuditEvent{Event: event, Data: []byte(data)})
+		return audit.NewRecord(0, gated.AuditEvent{Event: event, Data: []byte(data)})
 	}
-	verdict := rec(engine.EventVerdict, `{"action":"db_drop_table","operator":"alice","outcome":"rejected"}`)
-	received := rec(engine.EventReceived, `{"action":"db_drop_table","operator":"alice"}`)
+	verdict := rec(gated.EventVerdict, `{"action":"db_drop_table","operator":"alice","outcome":"rejected"}`)
+	received := rec(gated.EventReceived, `{"action":"db_drop_table","operator":"alice"}`)
 	tests := []struct {
 		note   string
 		filter audit.Filter
@@ -478,12 +479,12 @@ func TestAuditFilter(t *testing.T) {
 		{note: "empty filter", rec: received, want: true},
 		{note: "outcome of a verdict", filter: audit.Filter{Outcome: "rejected"}, rec: verdict, want: true},
 		{note: "another outcome", filter: audit.Filter{Outcome: "approved"}, rec: verdict},
-		{note: "outcome keeps verdicts only", filter: audit.Filter{Outcome: "rejected"}, rec: rec(engine.EventReplayed, `{"outcome":"rejected"}`)},
+		{note: "outcome keeps verdicts only", filter: audit.Filter{Outcome: "rejected"}, rec: rec(gated.EventReplayed, `{"outcome":"rejected"}`)},
 		{note: "action", filter: audit.Filter{Action: "db_drop_table"}, rec: received, want: true},
 		{note: "another action", filter: audit.Filter{Action: "db_backup"}, rec: received},
 		{note: "operator and action", filter: audit.Filter{Action: "db_drop_table", Operator: "alice"}, rec: verdict, want: true},
 		{note: "another operator", filter: audit.Filter{Operator: "bob"}, rec: verdict},
-		{note: "no data", filter: audit.Filter{Operator: "bob"}, rec: rec(engine.EventPolicyReloaded, "")},
+		{note: "no data", filter: audit.Filter{Operator: "bob"}, rec: rec(gated.EventPolicyReloaded, "")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

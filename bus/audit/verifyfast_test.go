@@ -15,7 +15,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -36,7 +35,7 @@ func newChainWriter(t *testing.T) *chainWriter {
 
 // next builds acme's next record of ev, linked and MACed under key, and
 // moves the chain on as if it were published as built.
-func (w *chainWriter) next(t *testing.T, ev engine.AuditEvent, key []byte) *nats.Msg {
+func (w *chainWriter) next(t *testing.T, ev gated.AuditEvent, key []byte) *nats.Msg {
 	t.Helper()
 	w.n++
 	m := auditMsg(t, ev, audit.Chain{N: w.n, Prev: w.prev}, key)
@@ -72,8 +71,8 @@ func (w *chainWriter) publish(t *testing.T, msgs ...*nats.Msg) uint64 {
 	return first
 }
 
-func receivedEvent(id string) engine.AuditEvent {
-	return engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: "acme", ProposalID: id,
+func receivedEvent(id string) gated.AuditEvent {
+	return gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: "acme", ProposalID: id,
 		At: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC), Data: []byte(`{"action":"host_list_services","operator":"alice","delivery":1}`)}
 }
 
@@ -139,11 +138,11 @@ func verdictDoc(t *testing.T, id string, seq uint64) []byte {
 // verdictRecordEvent is the verdict.decided event of acme's proposal id,
 // its data as the engine writes it: the proposal's members, then the
 // verdict with audit_seq 0.
-func verdictRecordEvent(t *testing.T, id string) engine.AuditEvent {
+func verdictRecordEvent(t *testing.T, id string) gated.AuditEvent {
 	t.Helper()
 	doc := verdictDoc(t, id, 0)
 	data := append([]byte(`{"operator":"alice","delivery":1,"policy_eval_us":40,`), doc[1:]...)
-	return engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: id,
+	return gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: id,
 		At: time.Date(2026, 11, 1, 9, 0, 0, 0, time.UTC), Data: data}
 }
 
@@ -297,7 +296,7 @@ func TestVerifyReadsCraftedBodiesAsTheFullDecoder(t *testing.T) {
 		t.Run(tc.note, func(t *testing.T) {
 			w := newChainWriter(t)
 			one := w.next(t, receivedEvent("p1"), nil)
-			two := nats.NewMsg(wire.AuditSubject("acme", engine.EventReceived))
+			two := nats.NewMsg(wire.AuditSubject("acme", gated.EventReceived))
 			two.Data = []byte(tc.body(w.prev))
 			two.Header.Set(wire.AuditHashHeader, hexSHA256(two.Data))
 			first := w.publish(t, one, two)

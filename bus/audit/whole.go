@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
@@ -42,14 +41,14 @@ const RecordVersion = 3
 var v3Start = []byte(`{"v":3,`)
 
 // sameEnvelope reports whether a and b may share a record.
-func sameEnvelope(a, b engine.AuditEvent) bool {
+func sameEnvelope(a, b gated.AuditEvent) bool {
 	return a.Tenant == b.Tenant && a.ProposalID == b.ProposalID && a.Instance == b.Instance && a.PolicyRevision == b.PolicyRevision
 }
 
 // encodeRecord encodes evs, events of one envelope in the order recorded,
 // as one version-3 record; checked says each event's data was checked to
 // be JSON already (checkEvent).
-func encodeRecord(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
+func encodeRecord(evs []gated.AuditEvent, checked bool) (encodedEvent, error) {
 	if len(evs) == 0 {
 		return encodedEvent{}, errors.New("encoding an audit record: no event")
 	}
@@ -74,7 +73,7 @@ func encodeRecord(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
 		if err != nil {
 			return encodedEvent{}, err
 		}
-		if ev.Event == engine.EventVerdict && i > 0 && evs[i-1].Event == engine.EventGrantIssued {
+		if ev.Event == gated.EventVerdict && i > 0 && evs[i-1].Event == gated.EventGrantIssued {
 			data = withoutMember(data, "grant")
 		}
 		ev.Data = data
@@ -90,7 +89,7 @@ func encodeRecord(evs []engine.AuditEvent, checked bool) (encodedEvent, error) {
 	return encodedEvent{v: RecordVersion, tenant: env.Tenant, subject: wire.AuditSubject(env.Tenant, last), pre: pre, post: post}, nil
 }
 
-func sizeOf(evs []engine.AuditEvent) int {
+func sizeOf(evs []gated.AuditEvent) int {
 	n := 0
 	for _, ev := range evs {
 		n += len(ev.Data) + 160
@@ -158,7 +157,7 @@ func decodeV3(subject string, hdr nats.Header, body, js []byte) (*Record, error)
 	if err := checkChain(b.Chain); err != nil {
 		return bad("%v", err)
 	}
-	evs := make([]engine.AuditEvent, len(b.Events))
+	evs := make([]gated.AuditEvent, len(b.Events))
 	for i, raw := range b.Events {
 		ev, err := decodeEvent(raw)
 		if err != nil {
@@ -182,10 +181,10 @@ func decodeV3(subject string, hdr nats.Header, body, js []byte) (*Record, error)
 
 // decodeEvent decodes one event of a version-3 body and checks it on its
 // own.
-func decodeEvent(raw []byte) (engine.AuditEvent, error) {
+func decodeEvent(raw []byte) (gated.AuditEvent, error) {
 	ev, ok := canonicalEvent(raw)
 	if !ok {
-		ev = engine.AuditEvent{}
+		ev = gated.AuditEvent{}
 		if err := strictjson.Decode(raw, &ev); err != nil {
 			return ev, err
 		}
@@ -327,7 +326,7 @@ func scanV3(js []byte) (b recordV3, ok bool) {
 // empty or null, an object (anything else is kept whole under "detail"),
 // compacted. valid says the data was checked to be JSON already, as the
 // Writer checks every event it is given (checkEvent).
-func normalizeData(ev engine.AuditEvent, valid bool) (json.RawMessage, error) {
+func normalizeData(ev gated.AuditEvent, valid bool) (json.RawMessage, error) {
 	t := bytes.TrimSpace(ev.Data)
 	switch {
 	case len(t) == 0, string(t) == "null":

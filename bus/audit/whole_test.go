@@ -12,32 +12,31 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/strictjson"
 )
 
 // scanV2Events are the events of a proposal decided by the policy with
 // a grant, and of a reviewed one, as the engine records them.
-func scanV2Events() [][]engine.AuditEvent {
+func scanV2Events() [][]gated.AuditEvent {
 	at := time.Date(2025, 1, 2, 3, 4, 5, 120_000_000, time.UTC)
-	ev := func(id, name, data string) engine.AuditEvent {
+	ev := func(id, name, data string) gated.AuditEvent {
 		at = at.Add(time.Millisecond)
-		return engine.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: id, At: at, Instance: "gate-1", PolicyRevision: "sha256:abc", Data: []byte(data)}
+		return gated.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: id, At: at, Instance: "gate-1", PolicyRevision: "sha256:abc", Data: []byte(data)}
 	}
 	head := `"action":"host_restart_service","operator":"alice","delivery":1`
 	sum := strings.Repeat("ab", 32)
-	return [][]engine.AuditEvent{
+	return [][]gated.AuditEvent{
 		{
-			ev("p1", engine.EventReceived, `{`+head+`,"bytes":9,"sha256":"`+sum+`","subject":"gated.proposals.acme.host_restart_service"}`),
-			ev("p1", engine.EventPolicyDecided, `{`+head+`,"policy_eval_us":7,"denied_tools":[],"denies":[],"eval_us":7,"review":{"required":false,"rule":"read"},"input":{"proposal":{"v":1,"id":"p1","chain":{"n":1},"events":[]},"persona":"reviewer","now":"2025-01-02T03:04:05Z"}}`),
-			ev("p1", engine.EventGrantIssued, `{`+head+`,"policy_eval_us":7,"exp":1795661606,"gid":"g1","kid":"k1","proposal_id":"p1","tenant":"acme"}`),
-			ev("p1", engine.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"read","policy":{"denies":[],"revision":"sha256:abc","eval_us":7},"grant":"a.b.c","decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+sum+`"}`),
+			ev("p1", gated.EventReceived, `{`+head+`,"bytes":9,"sha256":"`+sum+`","subject":"gated.proposals.acme.host_restart_service"}`),
+			ev("p1", gated.EventPolicyDecided, `{`+head+`,"policy_eval_us":7,"denied_tools":[],"denies":[],"eval_us":7,"review":{"required":false,"rule":"read"},"input":{"proposal":{"v":1,"id":"p1","chain":{"n":1},"events":[]},"persona":"reviewer","now":"2025-01-02T03:04:05Z"}}`),
+			ev("p1", gated.EventGrantIssued, `{`+head+`,"policy_eval_us":7,"exp":1795661606,"gid":"g1","kid":"k1","proposal_id":"p1","tenant":"acme"}`),
+			ev("p1", gated.EventVerdict, `{"operator":"alice","delivery":1,"policy_eval_us":7,"v":1,"proposal_id":"p1","tenant":"acme","action":"host_restart_service","kind":"action","outcome":"approved","approved":true,"stage":"policy","reason":"read","policy":{"denies":[],"revision":"sha256:abc","eval_us":7},"grant":"a.b.c","decided_at":"2025-01-02T03:04:05Z","latency_ms":1,"audit_seq":0,"proposal_sha256":"`+sum+`"}`),
 		},
 		{
-			ev("p2", engine.EventReviewDone, `{`+head+`,"policy_eval_us":9,"review_id":"r1","plugin":"sop","decision":"approve"}`),
-			ev("p2", engine.EventVerdict, `{"operator":"bob","v":1,"proposal_id":null,"outcome":"rejected","stage":"review","reason":"no"}`),
+			ev("p2", gated.EventReviewDone, `{`+head+`,"policy_eval_us":9,"review_id":"r1","plugin":"sop","decision":"approve"}`),
+			ev("p2", gated.EventVerdict, `{"operator":"bob","v":1,"proposal_id":null,"outcome":"rejected","stage":"review","reason":"no"}`),
 		},
-		{{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant, At: at, Data: []byte(`{"revision":"r2"}`)}},
+		{{V: 1, Event: gated.EventPolicyReloaded, Tenant: gated.UnknownTenant, At: at, Data: []byte(`{"revision":"r2"}`)}},
 	}
 }
 
@@ -111,7 +110,7 @@ func FuzzScanV3(f *testing.F) {
 			t.Fatalf("DecodeRecord reads %d events, the strict decoder %d", len(r.Events()), len(strict.Events))
 		}
 		for i, raw := range strict.Events {
-			var want engine.AuditEvent
+			var want gated.AuditEvent
 			if err := strictjson.Decode(raw, &want); err != nil {
 				t.Fatalf("DecodeRecord reads event %d, which the strict decoder refuses (%v): %s", i, err, raw)
 			}
@@ -219,7 +218,7 @@ func BenchmarkDecodeRecord(b *testing.B) {
 					b.Fatal(err)
 				}
 				for _, raw := range r.Events {
-					var ev engine.AuditEvent
+					var ev gated.AuditEvent
 					if err := strictjson.Decode(raw, &ev); err != nil {
 						b.Fatal(err)
 					}
@@ -254,7 +253,7 @@ func TestCheckPrintsVersion2Verdicts(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, folded := r.Find(engine.EventGrantIssued); folded != rc.byGID || folded && rc.fullOK {
+		if _, folded := r.Find(gated.EventGrantIssued); folded != rc.byGID || folded && rc.fullOK {
 			t.Errorf("record %d: folded grant %v, gid print %v, verdict decoded %v: want a gid print alone for a folded grant", i, folded, rc.byGID, rc.fullOK)
 		}
 		if rc.byGID {
@@ -274,7 +273,7 @@ func TestCheckPrintsVersion2Verdicts(t *testing.T) {
 func TestCheckerScratchChangesNothing(t *testing.T) {
 	var entries []Entry
 	for _, evs := range scanV2Events() {
-		for _, build := range []func([]engine.AuditEvent, Chain, []byte) (*nats.Msg, error){NewRecordMsg, NewCompressedRecordMsg} {
+		for _, build := range []func([]gated.AuditEvent, Chain, []byte) (*nats.Msg, error){NewRecordMsg, NewCompressedRecordMsg} {
 			m, err := build(evs, Chain{N: 1}, nil)
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/telemetry"
@@ -186,7 +188,7 @@ func (a *Writer) Close(ctx context.Context) error {
 }
 
 // enqueue hands a record of trail t to the writer that owns its tenant.
-func (a *Writer) enqueue(ctx context.Context, t *auditTrail, evs []engine.AuditEvent, final bool) error {
+func (a *Writer) enqueue(ctx context.Context, t *auditTrail, evs []gated.AuditEvent, final bool) error {
 	enc, err := encodeRecord(evs, true) // Record and Seal checked every event
 	if err != nil {
 		return err
@@ -230,7 +232,7 @@ func (a *Writer) isClosed() bool {
 }
 
 // checkEvent refuses an event no record can hold, when it is recorded.
-func checkEvent(ev engine.AuditEvent) error {
+func checkEvent(ev gated.AuditEvent) error {
 	switch t := bytes.TrimSpace(ev.Data); {
 	case !validAuditTenant(ev.Tenant):
 		return fmt.Errorf("audit event %s: tenant %q is not a tenant token", ev.Event, ev.Tenant)
@@ -264,7 +266,7 @@ type auditTrail struct {
 	enq sync.Mutex
 
 	mu       sync.Mutex
-	held     []engine.AuditEvent // recorded, not yet queued
+	held     []gated.AuditEvent // recorded, not yet queued
 	heldSize int
 	pending  int // records queued and not yet stored or failed
 	sealed   bool
@@ -283,7 +285,7 @@ const maxHeld = 256 << 10
 // trail's next record and returns. It fails when the event cannot be
 // recorded, when the trail lost an earlier record, is sealed, or the
 // Writer is closed.
-func (t *auditTrail) Record(ctx context.Context, ev engine.AuditEvent) error {
+func (t *auditTrail) Record(ctx context.Context, ev gated.AuditEvent) error {
 	if ev.Instance == "" {
 		ev.Instance = t.a.cfg.Instance
 	}
@@ -313,7 +315,7 @@ func (t *auditTrail) Record(ctx context.Context, ev engine.AuditEvent) error {
 	}
 	// An event of another envelope, or one that would make the record
 	// too large, starts a record of its own.
-	var out []engine.AuditEvent
+	var out []gated.AuditEvent
 	if len(t.held) > 0 && (!sameEnvelope(t.held[0], ev) || t.heldSize+len(ev.Data) > maxHeld) {
 		out = t.take()
 	}
@@ -343,7 +345,7 @@ func (t *auditTrail) Flush(ctx context.Context) error {
 }
 
 // take returns the events held, for a record; t.mu is held.
-func (t *auditTrail) take() []engine.AuditEvent {
+func (t *auditTrail) take() []gated.AuditEvent {
 	out := t.held
 	if len(out) > 0 {
 		t.pending++
@@ -354,7 +356,7 @@ func (t *auditTrail) take() []engine.AuditEvent {
 
 // queue hands the events taken to the writer as one record; t.enq is
 // held. A record that cannot be queued fails the trail.
-func (t *auditTrail) queue(ctx context.Context, evs []engine.AuditEvent, final bool) error {
+func (t *auditTrail) queue(ctx context.Context, evs []gated.AuditEvent, final bool) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -369,7 +371,7 @@ func (t *auditTrail) queue(ctx context.Context, evs []engine.AuditEvent, final b
 // events held, and waits until every record of the trail is stored, then
 // returns the stream sequence of the final event's record. A record that
 // could not be stored fails Seal.
-func (t *auditTrail) Seal(ctx context.Context, ev engine.AuditEvent) (seq uint64, err error) {
+func (t *auditTrail) Seal(ctx context.Context, ev gated.AuditEvent) (seq uint64, err error) {
 	ctx, span := telemetry.Start(ctx, telemetry.SpanAudit, telemetry.KindProducer)
 	start := time.Now()
 	defer func() { t.a.sealed(span, ev.Event, start, seq, err) }()
@@ -402,7 +404,7 @@ func (t *auditTrail) Seal(ctx context.Context, ev engine.AuditEvent) (seq uint64
 		return 0, err
 	}
 	t.sealed = true
-	var first []engine.AuditEvent
+	var first []gated.AuditEvent
 	if len(t.held) > 0 && (!sameEnvelope(t.held[0], ev) || t.heldSize+len(ev.Data) > maxHeld) {
 		first = t.take()
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
@@ -95,7 +97,7 @@ func benchmarkAuditTrail(b *testing.B, storage jetstream.StorageType, publish au
 				tenant, id := fmt.Sprint("t", i%tenants), fmt.Sprint("p", i)
 				tr := trails()
 				for range records {
-					ev := engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: tenant, ProposalID: id, Data: []byte(`{"action":"db_backup","operator":"alice"}`)}
+					ev := gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: tenant, ProposalID: id, Data: []byte(`{"action":"db_backup","operator":"alice"}`)}
 					if err := tr.Record(b.Context(), ev); err != nil {
 						fail.Store(&err)
 						return
@@ -139,7 +141,7 @@ type unchainedTrail struct {
 	futures []jetstream.PubAckFuture
 }
 
-func (t *unchainedTrail) Record(_ context.Context, ev engine.AuditEvent) error {
+func (t *unchainedTrail) Record(_ context.Context, ev gated.AuditEvent) error {
 	data, err := json.Marshal(ev)
 	if err != nil {
 		return err
@@ -156,7 +158,7 @@ func (t *unchainedTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 
 func (t *unchainedTrail) Flush(context.Context) error { return nil }
 
-func (t *unchainedTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
+func (t *unchainedTrail) Seal(ctx context.Context, ev gated.AuditEvent) (uint64, error) {
 	if err := t.Record(ctx, ev); err != nil {
 		return 0, err
 	}

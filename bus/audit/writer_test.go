@@ -9,13 +9,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -35,7 +36,7 @@ func writeTrails(t *testing.T, a *audit.Writer, prefix string, trails, events in
 			tenant, id := tenants[i%len(tenants)], fmt.Sprintf("%s%d", prefix, i)
 			tr := a.Trail()
 			for range events {
-				ev := engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: tenant, ProposalID: id, Data: []byte(`{"action":"db_backup"}`)}
+				ev := gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: tenant, ProposalID: id, Data: []byte(`{"action":"db_backup"}`)}
 				if err := tr.Record(t.Context(), ev); err != nil {
 					errs <- err
 					return
@@ -119,7 +120,7 @@ func TestWriterChainsConcurrentTrails(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if last := rec.Last(); last.Event != engine.EventVerdict || last.ProposalID != id || last.Instance != "gated-a" {
+		if last := rec.Last(); last.Event != gated.EventVerdict || last.ProposalID != id || last.Instance != "gated-a" {
 			t.Fatalf("Seal of %s returned seq %d, which holds %s of %s by %q", id, seq, last.Event, last.ProposalID, last.Instance)
 		}
 	}
@@ -328,7 +329,7 @@ func TestAuditTrailLifecycle(t *testing.T) {
 		t.Errorf("second Seal: %v, want ErrTrailSealed", err)
 	}
 	bad := a.Trail()
-	if err := bad.Record(t.Context(), engine.AuditEvent{V: 1, Event: "x", Tenant: "NOT A TENANT"}); err == nil {
+	if err := bad.Record(t.Context(), gated.AuditEvent{V: 1, Event: "x", Tenant: "NOT A TENANT"}); err == nil {
 		t.Error("an event with an invalid tenant was accepted")
 	}
 	if _, err := bad.Seal(t.Context(), ev); err == nil {
@@ -336,7 +337,7 @@ func TestAuditTrailLifecycle(t *testing.T) {
 	}
 	for _, data := range []string{`{"action":`, `{"a":1} {}`, `nul`, "{\"a\":\"\x01\"}"} {
 		tr := a.Trail()
-		err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: "acme", ProposalID: "p2", Data: []byte(data)})
+		err := tr.Record(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: "acme", ProposalID: "p2", Data: []byte(data)})
 		if err == nil || !strings.Contains(err.Error(), "data is not JSON") {
 			t.Errorf("an event with data %q: %v, want data is not JSON", data, err)
 		}

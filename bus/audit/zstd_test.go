@@ -13,7 +13,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -168,12 +167,12 @@ func TestDecodeRecordRefusesBadFrames(t *testing.T) {
 // finds a reviewed verdict inside a compressed record and turns a policy
 // decision away, as it does for the same records stored as JSON.
 func TestMayTrackReadsCompressedRecords(t *testing.T) {
-	reviewed := engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-1",
+	reviewed := gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p-1",
 		Data: []byte(`{"v":1,"proposal_id":"p-1","tenant":"acme","outcome":"approved","stage":"review","reviews":[{"plugin":"sop","decision":"approve"}]}`)}
 	for _, tc := range []struct {
-		evs  []engine.AuditEvent
+		evs  []gated.AuditEvent
 		want bool
-	}{{[]engine.AuditEvent{reviewed}, true}, {decisionEvents("acme", "p-2"), false}} {
+	}{{[]gated.AuditEvent{reviewed}, true}, {decisionEvents("acme", "p-2"), false}} {
 		m, err := audit.NewCompressedRecordMsg(tc.evs, audit.Chain{N: 1}, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -188,9 +187,9 @@ func TestMayTrackReadsCompressedRecords(t *testing.T) {
 // is stored as JSON, which readers take, rather than as a frame they
 // would refuse.
 func TestLargeRecordStoredAsJSON(t *testing.T) {
-	big := engine.AuditEvent{V: 1, Event: engine.EventPolicyReloaded, Tenant: gated.UnknownTenant,
+	big := gated.AuditEvent{V: 1, Event: gated.EventPolicyReloaded, Tenant: gated.UnknownTenant,
 		Data: []byte(`{"error":"` + strings.Repeat("x", audit.MaxRecordJSON) + `"}`)}
-	m, err := audit.NewCompressedRecordMsg([]engine.AuditEvent{big}, audit.Chain{N: 1}, nil)
+	m, err := audit.NewCompressedRecordMsg([]gated.AuditEvent{big}, audit.Chain{N: 1}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

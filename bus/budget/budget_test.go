@@ -264,8 +264,8 @@ func TestWindowedLimitsRefuseAtTheBoundaryAndReset(t *testing.T) {
 			// Audited, and stored: the same proposal again gets the same
 			// refusal, from either process, and costs nothing more.
 			id := fmt.Sprintf("p%d", n)
-			if events := bustest.AuditEvents(t, c.audit, "acme", id); !slices.Contains(events, engine.EventBudgetRefused) {
-				t.Fatalf("the refusal's audit trail is %v, want %s in it", events, engine.EventBudgetRefused)
+			if events := bustest.AuditEvents(t, c.audit, "acme", id); !slices.Contains(events, gated.EventBudgetRefused) {
+				t.Fatalf("the refusal's audit trail is %v, want %s in it", events, gated.EventBudgetRefused)
 			}
 			again := c.decide(t, n+1, tc.next(n))
 			if again.Budget == nil || again.AuditSeq == 0 {

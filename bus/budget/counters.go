@@ -283,8 +283,8 @@ func (c *counters) prune(now time.Time) {
 }
 
 // state is the scope's counters as the policy sees them.
-func (c *counters) state(l Limits, now time.Time) engine.BudgetCounters {
-	out := engine.BudgetCounters{
+func (c *counters) state(l Limits, now time.Time) gated.BudgetCounters {
+	out := gated.BudgetCounters{
 		Proposals: c.used(gated.LimitProposals, l.Proposals, now),
 		Reads:     c.used(gated.LimitReads, l.Reads, now),
 		Tokens:    c.used(gated.LimitTokens, l.Tokens, now),

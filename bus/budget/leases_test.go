@@ -256,7 +256,7 @@ func TestRecordOfTheFirstVersion(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				want := engine.BudgetCounters{Proposals: 2, ReviewsInFlight: 2, Refusals: 2, BudgetRefusals: 1}
+				want := gated.BudgetCounters{Proposals: 2, ReviewsInFlight: 2, Refusals: 2, BudgetRefusals: 1}
 				if got.Agent != want || got.Tenant != want {
 					t.Fatalf("counters of version 1 records: agent %+v, tenant %+v, want %+v", got.Agent, got.Tenant, want)
 				}

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -58,7 +60,7 @@ func TestStateBesideManyReviewsDecodesNothingNew(t *testing.T) {
 	s := bustest.Server(t)
 	st := newStore(t, s, unlimited)
 	now := time.Now()
-	state := func() engine.BudgetState {
+	state := func() gated.BudgetState {
 		got, err := st.State(t.Context(), "acme", "bot", now)
 		if err != nil {
 			t.Fatal(err)

@@ -128,9 +128,9 @@ func (s *Store) Check(ctx context.Context) error {
 
 // State implements engine.Budgets: the tenant's and agent's records are
 // read side by side.
-func (s *Store) State(ctx context.Context, tenant, agent string, now time.Time) (engine.BudgetState, error) {
+func (s *Store) State(ctx context.Context, tenant, agent string, now time.Time) (gated.BudgetState, error) {
 	cfg := s.Config()
-	var st engine.BudgetState
+	var st gated.BudgetState
 	var terr error
 	done := make(chan struct{})
 	go func() {
@@ -146,25 +146,25 @@ func (s *Store) State(ctx context.Context, tenant, agent string, now time.Time) 
 	}
 	<-done
 	if err = errors.Join(terr, err); err != nil {
-		return engine.BudgetState{}, err
+		return gated.BudgetState{}, err
 	}
 	return st, nil
 }
 
 // Read returns the counters of one scope as stored, for `gated budgets
 // show`: agent "" with tenantWide true reads the tenant's own.
-func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool, now time.Time) (engine.BudgetCounters, error) {
+func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool, now time.Time) (gated.BudgetCounters, error) {
 	cfg := s.Config()
 	if tenantWide {
 		c, err := s.read(ctx, tenantKey(tenant), tenantScope(tenant))
 		if err != nil {
-			return engine.BudgetCounters{}, err
+			return gated.BudgetCounters{}, err
 		}
 		return c.state(cfg.Tenant(tenant), now), nil
 	}
 	c, err := s.read(ctx, agentKey(tenant, agent), agentScope(tenant, agent))
 	if err != nil {
-		return engine.BudgetCounters{}, err
+		return gated.BudgetCounters{}, err
 	}
 	return c.state(cfg.Agent(tenant, agent), now), nil
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // MarshalJSON writes the rate as {"max": 60, "interval": "1m"}; max 0 is
@@ -66,7 +65,7 @@ type Usage struct {
 	Override bool   `json:"override,omitempty"`
 	Limits   Limits `json:"limits"`
 	// Counters are the counts at the time asked.
-	Counters engine.BudgetCounters `json:"counters"`
+	Counters gated.BudgetCounters `json:"counters"`
 	// ResetsAt says, by limit name, when its count starts again: the end
 	// of the current window for proposals, reads and tokens; for
 	// reviews_in_flight and holds_pending, when the earliest live lease

@@ -14,7 +14,6 @@ import (
 	gaudit "github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/intake"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/policies"
 )
@@ -88,9 +87,9 @@ func AuditEvents(t *testing.T, audit jetstream.Stream, tenant, id string) []stri
 
 // AuditRecords returns the events recorded in the audit stream for
 // proposal id of tenant, in stream order.
-func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []engine.AuditEvent {
+func AuditRecords(t *testing.T, audit jetstream.Stream, tenant, id string) []gated.AuditEvent {
 	t.Helper()
-	var events []engine.AuditEvent
+	var events []gated.AuditEvent
 	for _, rec := range TenantAuditRecords(t, audit, tenant) {
 		if rec.ProposalID == id {
 			events = append(events, rec.Events()...)

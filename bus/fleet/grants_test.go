@@ -19,7 +19,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 )
 
@@ -158,7 +157,7 @@ func TestToolGateRefusesBadGrants(t *testing.T) {
 			if tc.note == "spent grant of this proposal" {
 				by = ""
 			}
-			if data := waitAudit(t, g, id, engine.EventGrantRefused, by); !strings.Contains(fmt.Sprint(data["reason"]), tc.member) {
+			if data := waitAudit(t, g, id, gated.EventGrantRefused, by); !strings.Contains(fmt.Sprint(data["reason"]), tc.member) {
 				t.Fatalf("grant.refused %v does not name %s", data, tc.member)
 			}
 		})
@@ -230,7 +229,7 @@ func statuses(t *testing.T, g *bustest.Gated, id string) []string {
 	for range 100 {
 		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
 			var data map[string]any
-			if ev.Event == engine.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil {
+			if ev.Event == gated.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil {
 				out = append(out, fmt.Sprint(data["status"]))
 			}
 		}
@@ -247,7 +246,7 @@ func waitAuditStatus(t *testing.T, g *bustest.Gated, id, status string) map[stri
 	for range 200 {
 		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
 			var data map[string]any
-			if ev.Event == engine.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil && data["status"] == status {
+			if ev.Event == gated.EventGrantOutcome && json.Unmarshal(ev.Data, &data) == nil && data["status"] == status {
 				return data
 			}
 		}
@@ -409,7 +408,7 @@ func TestCheckReportsRefusal(t *testing.T) {
 	if !errors.Is(err, fleet.ErrGrantRefused) {
 		t.Fatalf("Check of another target: %v", err)
 	}
-	if data := waitAudit(t, g, "handed", engine.EventGrantRefused, "executor"); data["reason"] != err.Error() {
+	if data := waitAudit(t, g, "handed", gated.EventGrantRefused, "executor"); data["reason"] != err.Error() {
 		t.Fatalf("grant.refused %v, want the reason %q", data, err)
 	}
 }
@@ -464,14 +463,14 @@ func TestGrantsAsAgent(t *testing.T) {
 	if data["as"] != identity.Agent {
 		t.Errorf("grant.outcome %v, want as %s", data, identity.Agent)
 	}
-	if used := waitAudit(t, g, "as-agent-2", engine.EventGrantUsed, ""); used["as"] != identity.Agent {
+	if used := waitAudit(t, g, "as-agent-2", gated.EventGrantUsed, ""); used["as"] != identity.Agent {
 		t.Errorf("grant.used %v, want as %s", used, identity.Agent)
 	}
 	gid := fmt.Sprint(data["gid"])
 	if err := other.Report(t.Context(), "acme", "as-agent-2", gid, gated.ExecutionFailed, "made up"); err != nil {
 		t.Fatal(err)
 	}
-	refused := waitAudit(t, g, "as-agent-2", engine.EventGrantOutcomeRefused, "")
+	refused := waitAudit(t, g, "as-agent-2", gated.EventGrantOutcomeRefused, "")
 	if refused["as"] != "other-agent" {
 		t.Errorf("grant.outcome_refused %v, want as other-agent", refused)
 	}

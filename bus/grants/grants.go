@@ -19,7 +19,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
 )
@@ -224,7 +223,7 @@ func (g *Service) audit(ctx context.Context, tenant, id, event string, data any)
 	if err != nil {
 		return err
 	}
-	_, err = g.cfg.Trails().Seal(ctx, engine.AuditEvent{
+	_, err = g.cfg.Trails().Seal(ctx, gated.AuditEvent{
 		V: gated.SchemaVersion, Event: event, Tenant: tenant, ProposalID: id, At: g.cfg.Now().UTC(), Data: body,
 	})
 	return err

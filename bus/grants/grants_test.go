@@ -21,7 +21,6 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/grants"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
 )
@@ -159,8 +158,8 @@ func TestGrantUsedOnce(t *testing.T) {
 	if again.Grant != v.Grant {
 		t.Error("a replayed verdict carries another grant")
 	}
-	events := waitEvents(t, g, "p-once", engine.EventGrantRefused)
-	for _, want := range []string{engine.EventGrantIssued, engine.EventGrantUsed, engine.EventGrantRefused} {
+	events := waitEvents(t, g, "p-once", gated.EventGrantRefused)
+	for _, want := range []string{gated.EventGrantIssued, gated.EventGrantUsed, gated.EventGrantRefused} {
 		if countEvents(events, want) != 1 {
 			t.Errorf("audit %v: want one %s", events, want)
 		}
@@ -289,7 +288,7 @@ func TestGrantUseRefusals(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if countEvents(events, engine.EventGrantRefused) != 1 {
+	if countEvents(events, gated.EventGrantRefused) != 1 {
 		t.Errorf("audit of globex: %v, want one grant.refused", events)
 	}
 }
@@ -361,7 +360,7 @@ func TestGrantExpiresUnused(t *testing.T) {
 	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: unused.Grant, By: "late"}); r.OK || r.Error != "expired" {
 		t.Errorf("use of an expired grant: %+v", r)
 	}
-	if events := waitEvents(t, g, "p-unused", engine.EventGrantExpired); countEvents(events, engine.EventGrantExpired) != 1 {
+	if events := waitEvents(t, g, "p-unused", gated.EventGrantExpired); countEvents(events, gated.EventGrantExpired) != 1 {
 		t.Errorf("audit %v: want one grant.expired", events)
 	}
 }
@@ -528,13 +527,13 @@ func TestGrantUseOnlyByItsAgent(t *testing.T) {
 	if rec := grantRecord(t, g, "acme.p-agent-a"); rec.State != grants.StateUsed || rec.UsedAs != "agent-a" || rec.Agent != "agent-a" {
 		t.Fatalf("record %+v, want used as agent-a", rec)
 	}
-	data := waitRecord(t, g, "p-agent-a", engine.EventGrantUsed)
+	data := waitRecord(t, g, "p-agent-a", gated.EventGrantUsed)
 	if data["as"] != "agent-a" {
 		t.Errorf("grant.used %v, want as agent-a", data)
 	}
 	refused := 0
 	for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", "p-agent-a") {
-		if ev.Event == engine.EventGrantRefused && strings.Contains(string(ev.Data), `"as":"agent-b"`) &&
+		if ev.Event == gated.EventGrantRefused && strings.Contains(string(ev.Data), `"as":"agent-b"`) &&
 			strings.Contains(string(ev.Data), `not issued to agent \"agent-b\"`) {
 			refused++
 		}

@@ -9,9 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gated/gated"
 	"go.uber.org/zap"
-
-	"github.com/gated/gated/engine"
 )
 
 // maxDue bounds the grants a process keeps for its own sweep; past it a
@@ -83,7 +82,7 @@ func (g *Service) expire(ctx context.Context, d dueGrant) (bool, error) {
 	if _, err := g.records.Create(ctx, d.key, data); err != nil {
 		return false, nil // used meanwhile, or the bucket unreachable
 	}
-	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, engine.EventGrantExpired, map[string]any{
+	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, gated.EventGrantExpired, map[string]any{
 		"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
 	}); err != nil {
 		return true, fmt.Errorf("auditing an expired grant: %w", err)

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/strictjson"
@@ -233,7 +232,7 @@ func (g *Service) auditUsed(ctx context.Context, tenant, agent, by string, c gra
 	if agent != "" {
 		used["as"] = agent
 	}
-	if err := g.audit(ctx, tenant, c.ProposalID, engine.EventGrantUsed, used); err != nil {
+	if err := g.audit(ctx, tenant, c.ProposalID, gated.EventGrantUsed, used); err != nil {
 		g.log.Error("auditing a grant use", zap.String("tenant", tenant), zap.String("proposal_id", c.ProposalID), zap.Error(err))
 	}
 }
@@ -269,7 +268,7 @@ func (g *Service) refuse(ctx context.Context, tenant, agent, gid, id, reason str
 	if agent != "" {
 		data["as"] = agent
 	}
-	if err := g.audit(ctx, tenant, id, engine.EventGrantRefused, data); err != nil {
+	if err := g.audit(ctx, tenant, id, gated.EventGrantRefused, data); err != nil {
 		g.log.Error("auditing a refused grant use", zap.String("tenant", tenant), zap.Error(err))
 	}
 	return UseReply{Error: reason}

@@ -14,7 +14,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -126,7 +125,7 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 		if as != "" {
 			data["as"] = as
 		}
-		if err := o.grants.audit(ctx, tenant, id, engine.EventGrantRefused, data); err != nil {
+		if err := o.grants.audit(ctx, tenant, id, gated.EventGrantRefused, data); err != nil {
 			return o.retry(ctx, last, tenant, id, r.GID, fmt.Errorf("auditing an executor's refusal: %w", err))
 		}
 		return nil
@@ -168,11 +167,11 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	if v.Operator != nil {
 		reviewers = append(reviewers, map[string]string{"plugin": "operator", "plugin_version": "", "persona": v.Operator.ID, "model": ""})
 	}
-	taken := engine.GrantOutcomeData{
+	taken := gated.GrantOutcomeData{
 		GID: r.GID, Tenant: tenant, ProposalID: id, Action: v.Action, TargetKey: v.TargetKey,
 		Status: r.Status, Error: r.Error, At: ex.At, Reviewers: reviewers, InHistory: inHistory, As: as,
 	}
-	if err := o.grants.audit(ctx, tenant, id, engine.EventGrantOutcome, taken); err != nil {
+	if err := o.grants.audit(ctx, tenant, id, gated.EventGrantOutcome, taken); err != nil {
 		return o.retry(ctx, last, tenant, id, r.GID, fmt.Errorf("auditing the outcome: %w", err))
 	}
 	return nil
@@ -252,7 +251,7 @@ func (o *Outcomes) refuse(ctx context.Context, tenant, id, as, gid, reason strin
 	if id != "" {
 		data["proposal_id"] = id
 	}
-	if err := o.grants.audit(ctx, tenant, id, engine.EventGrantOutcomeRefused, data); err != nil {
+	if err := o.grants.audit(ctx, tenant, id, gated.EventGrantOutcomeRefused, data); err != nil {
 		return fmt.Errorf("%w: auditing a refused outcome report: %w", errOutcomeRetry, err)
 	}
 	return nil

@@ -18,7 +18,6 @@ import (
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/grants"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -117,14 +116,14 @@ func TestOutcomeClosesTheLoop(t *testing.T) {
 	}
 	gid := grantGID(t, g, "out-1")
 	report(t, g, wire.OutcomeSubject("acme", "out-1"), outcomeBody("acme", "out-1", gid, "started", ""))
-	if data := waitRecord(t, g, "out-1", engine.EventGrantOutcome); data["status"] != "started" {
+	if data := waitRecord(t, g, "out-1", gated.EventGrantOutcome); data["status"] != "started" {
 		t.Fatalf("first grant.outcome %v, want started", data)
 	}
 	report(t, g, wire.OutcomeSubject("acme", "out-1"), outcomeBody("acme", "out-1", gid, "failed", "nginx did not come back"))
 	var failed map[string]any
 	for range 200 {
 		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", "out-1") {
-			if ev.Event == engine.EventGrantOutcome && strings.Contains(string(ev.Data), `"failed"`) {
+			if ev.Event == gated.EventGrantOutcome && strings.Contains(string(ev.Data), `"failed"`) {
 				_ = json.Unmarshal(ev.Data, &failed)
 			}
 		}
@@ -223,7 +222,7 @@ func TestOutcomeExecutorRefusal(t *testing.T) {
 	approveRestart(t, c, "exec-ref", "agent-a")
 	body := outcomeBody("acme", "exec-ref", "", "refused", "grant refused: target_sha256 does not match the target")
 	report(t, g, wire.OutcomeSubject("acme", "exec-ref"), body)
-	data := waitRecord(t, g, "exec-ref", engine.EventGrantRefused)
+	data := waitRecord(t, g, "exec-ref", gated.EventGrantRefused)
 	if data["by"] != "executor" || !strings.Contains(fmt.Sprint(data["reason"]), "target_sha256") {
 		t.Fatalf("grant.refused %v: want by executor naming target_sha256", data)
 	}
@@ -234,7 +233,7 @@ func refusals(t *testing.T, g *bustest.Gated, id string) []string {
 	t.Helper()
 	var out []string
 	for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", id) {
-		if ev.Event == engine.EventGrantOutcomeRefused {
+		if ev.Event == gated.EventGrantOutcomeRefused {
 			out = append(out, string(ev.Data))
 		}
 	}
@@ -306,7 +305,7 @@ func TestOutcomeOnlyFromItsAgent(t *testing.T) {
 		t.Fatalf("agent-b's made-up failure spoilt agent-a's target: %+v", next.Policy)
 	}
 	report(t, g, "gated.outcomes.acme.agent-out-1.agent-a", outcomeBody("acme", "agent-out-1", gid, "failed", "nginx did not come back"))
-	if data := waitRecord(t, g, "agent-out-1", engine.EventGrantOutcome); data["as"] != "agent-a" || data["status"] != "failed" {
+	if data := waitRecord(t, g, "agent-out-1", gated.EventGrantOutcome); data["as"] != "agent-a" || data["status"] != "failed" {
 		t.Fatalf("grant.outcome %v, want agent-a's failure", data)
 	}
 	if next := proposeRestart(t, c, "agent-out-3", "agent-c", "agent-a"); !deniesRecentFailure(next) {
@@ -329,7 +328,7 @@ func TestOutcomeOnlyFromItsAgent(t *testing.T) {
 	for range 200 {
 		statuses = statuses[:0]
 		for _, ev := range bustest.AuditRecords(t, g.Resources.Audit, "acme", "agent-out-4") {
-			if ev.Event == engine.EventGrantOutcome {
+			if ev.Event == gated.EventGrantOutcome {
 				var d map[string]any
 				_ = json.Unmarshal(ev.Data, &d)
 				statuses = append(statuses, fmt.Sprint(d["status"], "/", d["as"]))

@@ -16,7 +16,6 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/intake"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -124,7 +123,7 @@ func TestFollowUpReplayAfterACrash(t *testing.T) {
 	if n := len(streamed(t, res, wire.EscalationSubject("acme"))); n != 1 {
 		t.Fatalf("%d escalations, want 1", n)
 	}
-	if rec := record(t, store, "run9"); rec.Closed != engine.RunEscalated || !slices.Equal(rounds(rec), []string{"3:p3:escalation:sent"}) {
+	if rec := record(t, store, "run9"); rec.Closed != gated.RunEscalated || !slices.Equal(rounds(rec), []string{"3:p3:escalation:sent"}) {
 		t.Fatalf("record after the replay: %v closed %q", rounds(rec), rec.Closed)
 	}
 }

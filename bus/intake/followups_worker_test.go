@@ -216,8 +216,8 @@ func (failingCriterion) Evaluate(_ context.Context, in engine.PolicyInput) (engi
 	const why = `"go test ./..." exited 1, expected 0`
 	return engine.PolicyDecision{
 		Denies: []gated.Deny{{Rule: "criterion_failed", Message: "required criterion tests failed: " + why}},
-		Review: engine.Route{Required: true, Persona: "run-reviewer", Quorum: 1, Why: "runs are reviewed"},
-		Run: &engine.RunPolicy{
+		Review: gated.Route{Required: true, Persona: "run-reviewer", Quorum: 1, Why: "runs are reviewed"},
+		Run: &gated.RunPolicy{
 			Reviewed: true, ReviewPolicy: "always", MaxRounds: 2, Continuable: true,
 			Criteria:    []gated.CriterionEval{{ID: "tests", Pass: false, Reason: why}},
 			MissingWork: []string{"criterion tests (command_result): " + why},
@@ -300,7 +300,7 @@ func TestEngineRunVerdictsSendTheirFollowUps(t *testing.T) {
 		t.Fatalf("%d continuations, want 1", n)
 	}
 	rec := record(t, store.New(in.res.Verdicts), "run-e")
-	if got := rounds(rec); !slices.Equal(got, []string{"1:e1:continuation:sent", "2:e2:escalation:sent"}) || rec.Closed != engine.RunEscalated {
+	if got := rounds(rec); !slices.Equal(got, []string{"1:e1:continuation:sent", "2:e2:escalation:sent"}) || rec.Closed != gated.RunEscalated {
 		t.Fatalf("record %v closed %q", got, rec.Closed)
 	}
 }

@@ -94,7 +94,7 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 			if r := gs.Use(t.Context(), "acme", v.Grant, "b"); r.OK {
 				t.Fatal("a second use succeeded")
 			}
-			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); count(events, engine.EventGrantIssued) != 1 {
+			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); count(events, gated.EventGrantIssued) != 1 {
 				t.Errorf("audit %v: want one grant.issued", events)
 			}
 		})

@@ -135,7 +135,7 @@ func TestHoldTimesOutOnceAcrossGatedProcesses(t *testing.T) {
 		}
 	}
 	events := bustest.AuditEvents(t, res.Audit, "acme", "h1")
-	want := []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventOperatorAwaited, engine.EventVerdict, engine.EventVerdict}
+	want := []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventOperatorAwaited, gated.EventVerdict, gated.EventVerdict}
 	if !slices.Equal(events, want) {
 		t.Errorf("audit events %v, want %v: held once, timed out once", events, want)
 	}

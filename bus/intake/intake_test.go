@@ -418,8 +418,8 @@ func TestSameProposalInTwoMessagesIsReviewedOnce(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		events := in.events(t, "twin1")
-		return count(events, engine.EventVerdict) == 1 && count(events, engine.EventReviewAwaited) == 1 &&
-			count(events, engine.EventReplayed) == 1
+		return count(events, gated.EventVerdict) == 1 && count(events, gated.EventReviewAwaited) == 1 &&
+			count(events, gated.EventReplayed) == 1
 	}, "one verdict.decided, one review.awaited and one verdict.replayed event")
 }
 
@@ -456,6 +456,6 @@ func TestRedeliveryAfterTheVerdictIsStoredReplaysIt(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		events := in.events(t, "crash1")
-		return count(events, engine.EventVerdict) == 1 && len(events) > 0 && events[len(events)-1] == engine.EventReplayed
+		return count(events, gated.EventVerdict) == 1 && len(events) > 0 && events[len(events)-1] == gated.EventReplayed
 	}, "the redelivery audited as verdict.replayed")
 }

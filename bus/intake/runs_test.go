@@ -41,7 +41,7 @@ func mustCreate(t *testing.T, store *store.Verdicts, v *gated.Verdict) {
 	}
 }
 
-func record(t *testing.T, store *store.Verdicts, runID string) *engine.RunRecord {
+func record(t *testing.T, store *store.Verdicts, runID string) *gated.RunRecord {
 	t.Helper()
 	rec, err := store.RunRecord(t.Context(), "acme", runID)
 	if err != nil {
@@ -51,7 +51,7 @@ func record(t *testing.T, store *store.Verdicts, runID string) *engine.RunRecord
 }
 
 // rounds renders a record's rounds as "<round>:<proposal>:<next>[:sent]".
-func rounds(rec *engine.RunRecord) []string {
+func rounds(rec *gated.RunRecord) []string {
 	if rec == nil {
 		return nil
 	}
@@ -88,7 +88,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 		{note: "a continuation is recorded", v: bustest.RunVerdict("p1", "run1", 1, gated.NextContinuation), rounds: []string{"1:p1:continuation"}},
 		{note: "another proposal of a decided round is left out", v: bustest.RunVerdict("p1b", "run1", 1, gated.NextContinuation), rounds: []string{"1:p1:continuation"}},
 		{note: "the next round", v: bustest.RunVerdict("p2", "run1", 2, gated.NextContinuation), rounds: []string{"1:p1:continuation", "2:p2:continuation"}},
-		{note: "an approval closes the run", v: bustest.RunVerdict("p3", "run1", 3, ""), rounds: []string{"1:p1:continuation", "2:p2:continuation", "3:p3:"}, closed: engine.RunAccepted},
+		{note: "an approval closes the run", v: bustest.RunVerdict("p3", "run1", 3, ""), rounds: []string{"1:p1:continuation", "2:p2:continuation", "3:p3:"}, closed: gated.RunAccepted},
 	}
 	for _, st := range steps {
 		t.Run(st.note, func(t *testing.T) {
@@ -104,7 +104,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 	}
 
 	mustCreate(t, store, bustest.RunVerdict("e1", "run2", 3, gated.NextEscalation))
-	if rec := record(t, store, "run2"); rec.Closed != engine.RunEscalated || !slices.Equal(rounds(rec), []string{"3:e1:escalation"}) {
+	if rec := record(t, store, "run2"); rec.Closed != gated.RunEscalated || !slices.Equal(rounds(rec), []string{"3:e1:escalation"}) {
 		t.Fatalf("escalated run: %+v", rec)
 	}
 
@@ -122,7 +122,7 @@ func TestRunRecordKeepsDecidedRounds(t *testing.T) {
 			t.Fatalf("run record %s: %v", id, rounds(rec))
 		}
 	}
-	if rec := record(t, store, "run1"); len(rec.Rounds) != 3 || rec.Closed != engine.RunAccepted {
+	if rec := record(t, store, "run1"); len(rec.Rounds) != 3 || rec.Closed != gated.RunAccepted {
 		t.Fatalf("run1 changed under a verdict named run1: %v closed %q", rounds(rec), rec.Closed)
 	}
 }
@@ -199,7 +199,7 @@ func TestReplaceSwapsOnlyTheVerdictItRead(t *testing.T) {
 	if stored, err := store.Get(ctx, "acme", "h1"); err != nil || !stored.Approved || stored.Stage != gated.StageOperator || stored.AuditSeq != 201 {
 		t.Fatalf("stored after Replace: %+v, %v", stored, err)
 	}
-	if rec := record(t, store, "run1"); rec.Closed != engine.RunAccepted || !slices.Equal(rounds(rec), []string{"1:h1:"}) {
+	if rec := record(t, store, "run1"); rec.Closed != gated.RunAccepted || !slices.Equal(rounds(rec), []string{"1:h1:"}) {
 		t.Fatalf("record after the approval replaced the held verdict: %v closed %q", rounds(rec), rec.Closed)
 	}
 

@@ -294,7 +294,7 @@ func (g *gate) auditedVerdict(t *testing.T, v *gated.Verdict) bool {
 	if err != nil {
 		t.Fatalf("audit record %d: %v", v.AuditSeq, err)
 	}
-	ev, ok := rec.Find(engine.EventVerdict)
+	ev, ok := rec.Find(gated.EventVerdict)
 	if !ok {
 		return false
 	}
@@ -302,7 +302,7 @@ func (g *gate) auditedVerdict(t *testing.T, v *gated.Verdict) bool {
 	if err := json.Unmarshal(ev.Data, &audited); err != nil {
 		t.Fatalf("audit record %d: data is not a verdict: %v", v.AuditSeq, err)
 	}
-	return ev.Event == engine.EventVerdict && ev.ProposalID == v.ProposalID && audited.Outcome == v.Outcome &&
+	return ev.Event == gated.EventVerdict && ev.ProposalID == v.ProposalID && audited.Outcome == v.Outcome &&
 		audited.ProposalSHA256 == v.ProposalSHA256
 }
 

@@ -18,7 +18,6 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/intake"
-	"github.com/gated/gated/engine"
 )
 
 func startService(t *testing.T, g *gate, cfg intake.ServiceConfig) *intake.Service {
@@ -89,7 +88,7 @@ func TestServiceRepliesWithTheVerdict(t *testing.T) {
 			if err != nil || stored.AuditSeq != v.AuditSeq {
 				t.Fatalf("stored verdict %+v (%v), replied audit_seq %d", stored, err, v.AuditSeq)
 			}
-			if events := bustest.AuditEvents(t, g.Resources.Audit, v.Tenant, v.ProposalID); len(events) == 0 || events[len(events)-1] != engine.EventVerdict {
+			if events := bustest.AuditEvents(t, g.Resources.Audit, v.Tenant, v.ProposalID); len(events) == 0 || events[len(events)-1] != gated.EventVerdict {
 				t.Fatalf("audit events %v", events)
 			}
 		})

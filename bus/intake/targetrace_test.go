@@ -330,10 +330,10 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 	}
 	var changed []string
 	for _, ev := range bustest.AuditRecords(t, res.Audit, "acme", lose.ProposalID) {
-		if ev.Event == engine.EventGrantIssued {
+		if ev.Event == gated.EventGrantIssued {
 			t.Errorf("the rejected proposal has a %s record", ev.Event)
 		}
-		if ev.Event == engine.EventPolicyRechecked {
+		if ev.Event == gated.EventPolicyRechecked {
 			var d struct {
 				Changed []string `json:"changed"`
 			}
@@ -344,7 +344,7 @@ func TestTargetRaceRecheckHolds(t *testing.T) {
 		}
 	}
 	if len(changed) == 0 {
-		t.Errorf("no %s record says what the policy now asks", engine.EventPolicyRechecked)
+		t.Errorf("no %s record says what the policy now asks", gated.EventPolicyRechecked)
 	}
 	stored, err := st.Get(t.Context(), "acme", lose.ProposalID)
 	if err != nil || stored.Outcome != gated.OutcomeRejected || stored.AuditSeq != lose.AuditSeq {

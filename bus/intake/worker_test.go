@@ -74,22 +74,22 @@ func TestWorkerDecidesAndAudits(t *testing.T) {
 			note: "read passes at policy", data: bustest.Proposal("r1", "read", "host_list_services", ""),
 			outcome: gated.OutcomeApproved, stage: gated.StagePolicy,
 			// gated grants what it approves, as serve does.
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventGrantIssued, engine.EventVerdict},
+			events: []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventGrantIssued, gated.EventVerdict},
 		},
 		{
 			note: "skip_review is denied", data: bustest.Proposal("w1", "write", "host_restart_service", `,"flags":{"skip_review":true}`),
 			outcome: gated.OutcomeRejected, stage: gated.StagePolicy,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventVerdict},
+			events: []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventVerdict},
 		},
 		{
 			note: "no reviewer blocks", data: bustest.Proposal("w2", "write", "host_restart_service", ""),
 			outcome: gated.OutcomeBlocked, stage: gated.StageReview,
-			events: []string{engine.EventReceived, engine.EventPolicyDecided, engine.EventReviewUnrouted, engine.EventVerdict},
+			events: []string{gated.EventReceived, gated.EventPolicyDecided, gated.EventReviewUnrouted, gated.EventVerdict},
 		},
 		{
 			note: "invalid class", data: bustest.Proposal("bad1", "maybe", "host_restart_service", ""),
 			outcome: gated.OutcomeInvalid, stage: gated.StageValidation,
-			events: []string{engine.EventReceived, engine.EventInvalid, engine.EventVerdict},
+			events: []string{gated.EventReceived, gated.EventInvalid, gated.EventVerdict},
 		},
 	}
 	for _, tc := range tests {
@@ -155,7 +155,7 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	}
 	waitFor(t, func() bool {
 		events := bustest.AuditEvents(t, g.Resources.Audit, "acme", "dup1")
-		return len(events) == 5 && events[4] == engine.EventReplayed
+		return len(events) == 5 && events[4] == gated.EventReplayed
 	}, "a verdict.replayed audit event")
 }
 
@@ -255,7 +255,7 @@ func TestLastDeliveryFailureIsAnErrorVerdict(t *testing.T) {
 	if err != nil || stored.Outcome != gated.OutcomeError || stored.AuditSeq != v.AuditSeq || v.AuditSeq == 0 {
 		t.Fatalf("stored %+v (%v), published audit_seq %d", stored, err, v.AuditSeq)
 	}
-	if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != engine.EventVerdict {
+	if got := bustest.AuditEvents(t, g.Resources.Audit, "acme", "doomed1"); len(got) == 0 || got[len(got)-1] != gated.EventVerdict {
 		t.Fatalf("audit events %v do not end with the verdict", got)
 	}
 }

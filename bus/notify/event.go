@@ -9,7 +9,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // SchemaVersion is the "v" of a Notification.
@@ -42,28 +41,28 @@ type Notification struct {
 }
 
 // recordData is what Classify reads of an event's data, through the
-// event's type (engine.NewAuditEventData): members of unexpected types are
+// event's type (gated.NewAuditEventData): members of unexpected types are
 // left at their zero values, as a record gated wrote always decodes.
 type recordData struct {
-	head     engine.AuditHead
+	head     gated.AuditHead
 	verdict  gated.Verdict
-	awaited  engine.OperatorAwaitedData
-	plugin   engine.PluginEventData
-	verified engine.AuditVerificationFailedData
+	awaited  gated.OperatorAwaitedData
+	plugin   gated.PluginEventData
+	verified gated.AuditVerificationFailedData
 }
 
-func readData(ev engine.AuditEvent) recordData {
+func readData(ev gated.AuditEvent) recordData {
 	var d recordData
-	d.head, _ = engine.DecodeAuditData[engine.AuditHead](ev)
+	d.head, _ = gated.DecodeAuditData[gated.AuditHead](ev)
 	switch ev.Event {
-	case engine.EventVerdict:
-		d.verdict, _ = engine.DecodeAuditData[gated.Verdict](ev)
-	case engine.EventOperatorAwaited:
-		d.awaited, _ = engine.DecodeAuditData[engine.OperatorAwaitedData](ev)
-	case engine.EventPluginExited, engine.EventPluginUnhealthy, engine.EventPluginRefused:
-		d.plugin, _ = engine.DecodeAuditData[engine.PluginEventData](ev)
-	case engine.EventAuditVerificationFailed:
-		d.verified, _ = engine.DecodeAuditData[engine.AuditVerificationFailedData](ev)
+	case gated.EventVerdict:
+		d.verdict, _ = gated.DecodeAuditData[gated.Verdict](ev)
+	case gated.EventOperatorAwaited:
+		d.awaited, _ = gated.DecodeAuditData[gated.OperatorAwaitedData](ev)
+	case gated.EventPluginExited, gated.EventPluginUnhealthy, gated.EventPluginRefused:
+		d.plugin, _ = gated.DecodeAuditData[gated.PluginEventData](ev)
+	case gated.EventAuditVerificationFailed:
+		d.verified, _ = gated.DecodeAuditData[gated.AuditVerificationFailedData](ev)
 	}
 	return d
 }
@@ -100,7 +99,7 @@ func Classify(r *audit.Record) (Notification, bool) {
 }
 
 // classifyEvent is Classify for one event of the record at seq.
-func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
+func classifyEvent(seq uint64, ev gated.AuditEvent) (Notification, bool) {
 	d := readData(ev)
 	n := Notification{
 		V: SchemaVersion, ID: "audit-" + strconv.FormatUint(seq, 10), Tenant: ev.Tenant,
@@ -108,7 +107,7 @@ func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
 	}
 	subject := proposalName(ev.Tenant, ev.ProposalID, d.head.Action)
 	switch ev.Event {
-	case engine.EventOperatorAwaited:
+	case gated.EventOperatorAwaited:
 		n.Kind = KindAwaitingOperator
 		n.Summary = subject + " waits for an operator"
 		if !d.awaited.Deadline.IsZero() {
@@ -117,7 +116,7 @@ func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
 		if why := firstLine(d.awaited.Reason); why != "" {
 			n.Summary += ": " + why
 		}
-	case engine.EventVerdict:
+	case gated.EventVerdict:
 		switch {
 		case d.verdict.Outcome == gated.OutcomeTimeout:
 			n.Kind = KindTimeout
@@ -134,18 +133,18 @@ func classifyEvent(seq uint64, ev engine.AuditEvent) (Notification, bool) {
 		if why := firstLine(d.verdict.Reason); why != "" {
 			n.Summary += ": " + why
 		}
-	case engine.EventPluginExited, engine.EventPluginUnhealthy, engine.EventPluginRefused:
+	case gated.EventPluginExited, gated.EventPluginUnhealthy, gated.EventPluginRefused:
 		n.Kind = KindPluginDown
 		what := map[string]string{
-			engine.EventPluginExited:    "exited",
-			engine.EventPluginUnhealthy: "missed its health checks and is relaunched",
-			engine.EventPluginRefused:   "was refused at launch",
+			gated.EventPluginExited:    "exited",
+			gated.EventPluginUnhealthy: "missed its health checks and is relaunched",
+			gated.EventPluginRefused:   "was refused at launch",
 		}[ev.Event]
 		n.Summary = fmt.Sprintf("reviewer plugin %s %s", orUnknown(d.plugin.Plugin), what)
 		if why := firstLine(d.plugin.Why + "\n" + d.plugin.Error); why != "" {
 			n.Summary += ": " + why
 		}
-	case engine.EventAuditVerificationFailed:
+	case gated.EventAuditVerificationFailed:
 		n.Kind = KindAuditVerificationFailed
 		n.Summary = fmt.Sprintf("audit stream message %d did not verify: %s", d.verified.Seq, firstLine(d.verified.Problem))
 	default:

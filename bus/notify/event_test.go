@@ -9,7 +9,6 @@ import (
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/notify"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/plugins"
 )
 
@@ -19,20 +18,20 @@ func TestClassify(t *testing.T) {
 		want                      notify.Kind // "" for no notification
 		summary                   string
 	}{
-		{note: "held for an operator", event: engine.EventOperatorAwaited, tenant: "acme",
+		{note: "held for an operator", event: gated.EventOperatorAwaited, tenant: "acme",
 			data: `{"action":"db_drop","deadline":"2030-01-01T00:00:00Z","reason":"tenant_wide","rule":"route_operator"}`,
 			want: notify.KindAwaitingOperator, summary: "proposal acme.p1 (db_drop) waits for an operator until 2030-01-01T00:00:00Z: tenant_wide"},
-		{note: "timeout", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"timeout","reason":"deadline passed\nmore"}`,
+		{note: "timeout", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"timeout","reason":"deadline passed\nmore"}`,
 			want: notify.KindTimeout, summary: "proposal acme.p1 timed out: deadline passed"},
-		{note: "escalation", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"rejected","run":{"run_id":"r9","round":3,"next":"escalation"}}`,
+		{note: "escalation", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"rejected","run":{"run_id":"r9","round":3,"next":"escalation"}}`,
 			want: notify.KindEscalation, summary: "run r9 of acme is escalated to a human after round 3"},
-		{note: "continuation is decided", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"rejected","run":{"run_id":"r9","round":1,"next":"continuation"}}`,
+		{note: "continuation is decided", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"rejected","run":{"run_id":"r9","round":1,"next":"continuation"}}`,
 			want: notify.KindDecided},
-		{note: "held action verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z","reason":"listed action"}}`},
-		{note: "held run verdict", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","run":{"awaiting_operator":["c1"]}}`},
-		{note: "empty awaiting is not held", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":""}`,
+		{note: "held action verdict", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z","reason":"listed action"}}`},
+		{note: "held run verdict", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","run":{"awaiting_operator":["c1"]}}`},
+		{note: "empty awaiting is not held", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"blocked","awaiting_operator":""}`,
 			want: notify.KindDecided},
-		{note: "approved", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":"approved","reason":"read"}`,
+		{note: "approved", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":"approved","reason":"read"}`,
 			want: notify.KindDecided, summary: "proposal acme.p1 is approved: read"},
 		{note: "plugin exited", event: plugins.EventPluginExited, tenant: "_", data: `{"plugin":"llm"}`,
 			want: notify.KindPluginDown, summary: "reviewer plugin llm exited"},
@@ -40,12 +39,12 @@ func TestClassify(t *testing.T) {
 		{note: "plugin refused", event: plugins.EventPluginRefused, tenant: "_", data: `{"plugin":"x","why":"checksum mismatch","pinned_sha256":"ab"}`,
 			want: notify.KindPluginDown, summary: "reviewer plugin x was refused at launch: checksum mismatch"},
 		{note: "plugin started", event: plugins.EventPluginStarted, tenant: "_", data: `{"plugin":"x"}`},
-		{note: "verification failed", event: engine.EventAuditVerificationFailed, tenant: "acme", data: `{"seq":7,"problem":"bad MAC"}`,
+		{note: "verification failed", event: gated.EventAuditVerificationFailed, tenant: "acme", data: `{"seq":7,"problem":"bad MAC"}`,
 			want: notify.KindAuditVerificationFailed, summary: "audit stream message 7 did not verify: bad MAC"},
-		{note: "own delivery", event: engine.EventNotifyDelivered, tenant: "acme", data: `{}`},
-		{note: "own failure", event: engine.EventNotifyFailed, tenant: "acme", data: `{}`},
-		{note: "received", event: engine.EventReceived, tenant: "acme", data: `{}`},
-		{note: "data of wrong types", event: engine.EventVerdict, tenant: "acme", data: `{"outcome":7,"run":"x"}`, want: notify.KindDecided},
+		{note: "own delivery", event: gated.EventNotifyDelivered, tenant: "acme", data: `{}`},
+		{note: "own failure", event: gated.EventNotifyFailed, tenant: "acme", data: `{}`},
+		{note: "received", event: gated.EventReceived, tenant: "acme", data: `{}`},
+		{note: "data of wrong types", event: gated.EventVerdict, tenant: "acme", data: `{"outcome":7,"run":"x"}`, want: notify.KindDecided},
 	}
 	for _, tc := range cases {
 		t.Run(tc.note, func(t *testing.T) {
@@ -53,7 +52,7 @@ func TestClassify(t *testing.T) {
 			if tc.tenant == "_" {
 				id = ""
 			}
-			r := audit.NewRecord(42, engine.AuditEvent{V: 1, Event: tc.event, Tenant: tc.tenant, ProposalID: id,
+			r := audit.NewRecord(42, gated.AuditEvent{V: 1, Event: tc.event, Tenant: tc.tenant, ProposalID: id,
 				At: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC), Data: json.RawMessage(tc.data)})
 			n, ok := notify.Classify(r)
 			if ok != (tc.want != "") || n.Kind != tc.want {
@@ -76,7 +75,7 @@ func TestClassify(t *testing.T) {
 // the plugin host's: a renamed event would silence plugin_down.
 func TestPluginEventNames(t *testing.T) {
 	for _, ev := range []string{plugins.EventPluginExited, plugins.EventPluginUnhealthy, plugins.EventPluginRefused} {
-		r := audit.NewRecord(0, engine.AuditEvent{V: 1, Event: ev, Tenant: gated.UnknownTenant, Data: json.RawMessage(`{"plugin":"x"}`)})
+		r := audit.NewRecord(0, gated.AuditEvent{V: 1, Event: ev, Tenant: gated.UnknownTenant, Data: json.RawMessage(`{"plugin":"x"}`)})
 		if n, ok := notify.Classify(r); !ok || n.Kind != notify.KindPluginDown {
 			t.Errorf("%s makes %q, %v; want plugin_down", ev, n.Kind, ok)
 		}
@@ -85,7 +84,7 @@ func TestPluginEventNames(t *testing.T) {
 
 func TestSlackBodyEscapes(t *testing.T) {
 	n := notify.Notification{V: 1, ID: "audit-1", Kind: notify.KindTimeout, Tenant: "acme", ProposalID: "p1",
-		Summary: "proposal <b>&</b> timed out", Event: engine.EventVerdict, AuditSeq: 1}
+		Summary: "proposal <b>&</b> timed out", Event: gated.EventVerdict, AuditSeq: 1}
 	body, err := n.Body(notify.FormatSlack)
 	if err != nil {
 		t.Fatal(err)
@@ -154,14 +153,14 @@ func TestVerifySignature(t *testing.T) {
 // FuzzClassify: Classify reads any event's data through the event's type
 // without failing, and a notification it makes names the record.
 func FuzzClassify(f *testing.F) {
-	f.Add(engine.EventVerdict, `{"outcome":"timeout","reason":"late"}`)
-	f.Add(engine.EventVerdict, `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z"}}`)
-	f.Add(engine.EventVerdict, `{"outcome":"rejected","run":{"run_id":"r","round":2,"next":"escalation","awaiting_operator":[1]}}`)
-	f.Add(engine.EventOperatorAwaited, `{"deadline":"not a time","reason":7}`)
-	f.Add(engine.EventPluginExited, `{"plugin":["x"],"why":"a\nb"}`)
-	f.Add(engine.EventAuditVerificationFailed, `{"seq":-1,"problem":null}`)
+	f.Add(gated.EventVerdict, `{"outcome":"timeout","reason":"late"}`)
+	f.Add(gated.EventVerdict, `{"outcome":"blocked","awaiting_operator":{"deadline":"2030-01-01T00:00:00Z"}}`)
+	f.Add(gated.EventVerdict, `{"outcome":"rejected","run":{"run_id":"r","round":2,"next":"escalation","awaiting_operator":[1]}}`)
+	f.Add(gated.EventOperatorAwaited, `{"deadline":"not a time","reason":7}`)
+	f.Add(gated.EventPluginExited, `{"plugin":["x"],"why":"a\nb"}`)
+	f.Add(gated.EventAuditVerificationFailed, `{"seq":-1,"problem":null}`)
 	f.Fuzz(func(t *testing.T, event, data string) {
-		r := audit.NewRecord(9, engine.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p1", Data: json.RawMessage(data)})
+		r := audit.NewRecord(9, gated.AuditEvent{V: 1, Event: event, Tenant: "acme", ProposalID: "p1", Data: json.RawMessage(data)})
 		if n, ok := notify.Classify(r); ok && (n.AuditSeq != 9 || n.Event != event || n.Summary == "") {
 			t.Fatalf("notification %+v of %s %s", n, event, data)
 		}

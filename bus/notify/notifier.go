@@ -301,9 +301,9 @@ func (n *Notifier) run(w *sinkWorker) {
 // leaves the message unsettled, so the notification is tried again later
 // rather than left out of the trail.
 func (n *Notifier) finish(w *sinkWorker, src *source, res Result) {
-	event := engine.EventNotifyDelivered
+	event := gated.EventNotifyDelivered
 	if !res.Delivered {
-		event = engine.EventNotifyFailed
+		event = gated.EventNotifyFailed
 		n.log.Warn("a notification was not delivered", zap.String("sink", res.Sink), zap.String("endpoint", res.Endpoint),
 			zap.String("kind", string(res.Kind)), zap.String("notification", res.Notification), zap.Int("attempts", res.Attempts),
 			zap.String("error", res.Error))
@@ -327,7 +327,7 @@ func (n *Notifier) audit(tenant, proposalID, event string, data []byte) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), auditTimeout)
 	defer cancel()
-	_, err := n.opts.Trails().Seal(ctx, engine.AuditEvent{
+	_, err := n.opts.Trails().Seal(ctx, gated.AuditEvent{
 		V: gated.SchemaVersion, Event: event, Tenant: tenant, ProposalID: proposalID, At: time.Now().UTC(), Data: data,
 	})
 	return err
@@ -377,8 +377,8 @@ func (n *Notifier) verificationFailed(e audit.Entry, p audit.Problem) {
 	if len(subject) > 256 {
 		subject = subject[:256]
 	}
-	data, _ := json.Marshal(engine.AuditVerificationFailedData{Kind: string(p.Kind), Problem: p.Detail, Seq: e.Seq, Subject: subject})
-	if err := n.audit(tenant, "", engine.EventAuditVerificationFailed, data); err != nil {
+	data, _ := json.Marshal(gated.AuditVerificationFailedData{Kind: string(p.Kind), Problem: p.Detail, Seq: e.Seq, Subject: subject})
+	if err := n.audit(tenant, "", gated.EventAuditVerificationFailed, data); err != nil {
 		n.log.Error("auditing a verification failure", zap.Error(err))
 	}
 }

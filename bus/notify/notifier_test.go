@@ -19,7 +19,6 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/notify"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/plugins"
 )
@@ -133,7 +132,7 @@ func (e *env) start(t *testing.T, obs notify.Observer, sinks ...notify.Sink) *no
 }
 
 // append records ev through an audit trail, as gated's parts do.
-func (e *env) append(t *testing.T, ev engine.AuditEvent) uint64 {
+func (e *env) append(t *testing.T, ev gated.AuditEvent) uint64 {
 	t.Helper()
 	ev.V, ev.At = gated.SchemaVersion, time.Now().UTC()
 	seq, err := e.aud.Trail().Seal(t.Context(), ev)
@@ -221,25 +220,25 @@ func TestNotifierDeliversSignedNotifications(t *testing.T) {
 	)
 
 	deadline := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	awaited := e.append(t, engine.AuditEvent{Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: "p-held",
+	awaited := e.append(t, gated.AuditEvent{Event: gated.EventOperatorAwaited, Tenant: "acme", ProposalID: "p-held",
 		Data: data(t, map[string]any{"action": "db_drop_table", "deadline": deadline, "reason": "tenant_wide destructive change", "rule": "route_operator"})})
-	e.append(t, engine.AuditEvent{Event: plugins.EventPluginExited, Tenant: gated.UnknownTenant,
+	e.append(t, gated.AuditEvent{Event: plugins.EventPluginExited, Tenant: gated.UnknownTenant,
 		Data: data(t, map[string]any{"plugin": "llm", "pid": 42})})
-	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-late",
+	e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p-late",
 		Data: data(t, map[string]any{"proposal_id": "p-late", "tenant": "acme", "action": "host_restart_service", "outcome": "timeout", "reason": "the operator's deadline passed"})})
-	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-run",
+	e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p-run",
 		Data: data(t, map[string]any{"outcome": "rejected", "reason": "round 3 failed", "run": map[string]any{"run_id": "r1", "round": 3, "next": "escalation"}})})
 	// A held verdict makes no notification of its own: operator.awaited does.
-	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-held",
+	e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p-held",
 		Data: data(t, map[string]any{"outcome": "blocked", "reason": "held", "awaiting_operator": map[string]any{"deadline": deadline, "reason": "tenant_wide destructive change"}})})
-	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p-ok",
+	e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p-ok",
 		Data: data(t, map[string]any{"action": "host_list_services", "outcome": "approved", "reason": "read"})})
 	// Another tenant's: only the unscoped sink and globex's get it.
-	e.append(t, engine.AuditEvent{Event: engine.EventOperatorAwaited, Tenant: "globex", ProposalID: "p-g",
+	e.append(t, gated.AuditEvent{Event: gated.EventOperatorAwaited, Tenant: "globex", ProposalID: "p-g",
 		Data: data(t, map[string]any{"deadline": deadline, "reason": "listed action"})})
 
 	// 6 to the unscoped sink, globex's 1 to its sink, 2 to the slack sink.
-	waitFor(t, "9 notify.delivered records", func() bool { return len(e.records(t, engine.EventNotifyDelivered)) >= 9 })
+	waitFor(t, "9 notify.delivered records", func() bool { return len(e.records(t, gated.EventNotifyDelivered)) >= 9 })
 
 	var kinds []string
 	for _, r := range all.requests() {
@@ -274,7 +273,7 @@ func TestNotifierDeliversSignedNotifications(t *testing.T) {
 	if err := json.Unmarshal(sl[0].body, &msg); err != nil || !strings.HasPrefix(msg.Text, "gated: awaiting_operator: proposal acme.p-held") || len(msg.Blocks) != 2 {
 		t.Errorf("slack body %s (%v)", sl[0].body, err)
 	}
-	delivered := results(t, e.records(t, engine.EventNotifyDelivered))
+	delivered := results(t, e.records(t, gated.EventNotifyDelivered))
 	if len(delivered) != 9 {
 		t.Errorf("%d notify.delivered records, want 9", len(delivered))
 	}
@@ -283,7 +282,7 @@ func TestNotifierDeliversSignedNotifications(t *testing.T) {
 			t.Errorf("delivered record %+v", res)
 		}
 	}
-	if got := e.records(t, engine.EventNotifyFailed); len(got) != 0 {
+	if got := e.records(t, gated.EventNotifyFailed); len(got) != 0 {
 		t.Errorf("%d notify.failed records, want none", len(got))
 	}
 }
@@ -312,9 +311,9 @@ func TestNotifierRetriesWithinBounds(t *testing.T) {
 		notify.Sink{Name: "hanging", URL: hanging.srv.URL, Kinds: kinds, MaxAttempts: 2, Timeout: 200 * time.Millisecond},
 		notify.Sink{Name: "refusing", URL: refusing.srv.URL, Kinds: kinds, MaxAttempts: 5},
 	)
-	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1",
+	e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1",
 		Data: data(t, map[string]any{"outcome": "timeout", "reason": "deadline"})})
-	waitFor(t, "4 notify.failed records", func() bool { return len(e.records(t, engine.EventNotifyFailed)) >= 4 })
+	waitFor(t, "4 notify.failed records", func() bool { return len(e.records(t, gated.EventNotifyFailed)) >= 4 })
 
 	want := map[string]struct {
 		attempts, hits int
@@ -328,7 +327,7 @@ func TestNotifierRetriesWithinBounds(t *testing.T) {
 	}
 	hits := map[string]int{"failing": len(failing.requests()), "redirect": len(redirect.requests()),
 		"hanging": len(hanging.requests()), "refusing": len(refusing.requests())}
-	failed := results(t, e.records(t, engine.EventNotifyFailed))
+	failed := results(t, e.records(t, gated.EventNotifyFailed))
 	if len(failed) != len(want) {
 		t.Errorf("%d notify.failed records, want %d", len(failed), len(want))
 	}
@@ -349,7 +348,7 @@ func TestNotifierRetriesWithinBounds(t *testing.T) {
 	if n := len(target.requests()); n != 0 {
 		t.Errorf("the redirect's target got %d requests: a redirect was followed", n)
 	}
-	if got := e.records(t, engine.EventNotifyDelivered); len(got) != 0 {
+	if got := e.records(t, gated.EventNotifyDelivered); len(got) != 0 {
 		t.Errorf("%d notify.delivered records, want none", len(got))
 	}
 }
@@ -368,21 +367,21 @@ func TestNotifierFullQueueFailsAtOnce(t *testing.T) {
 		notify.Sink{Name: "hanging", URL: hanging.srv.URL, Kinds: kinds, Queue: 1, Timeout: time.Minute, MaxAttempts: 1},
 		notify.Sink{Name: "good", URL: good.srv.URL, Kinds: kinds},
 	)
-	e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p0",
+	e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p0",
 		Data: data(t, map[string]any{"outcome": "approved"})})
 	waitFor(t, "the hanging sink to hold the first request", func() bool { return len(hanging.requests()) == 1 })
 	const more = 5
 	for i := 1; i <= more; i++ {
-		e.append(t, engine.AuditEvent{Event: engine.EventVerdict, Tenant: "acme", ProposalID: fmt.Sprintf("p%d", i),
+		e.append(t, gated.AuditEvent{Event: gated.EventVerdict, Tenant: "acme", ProposalID: fmt.Sprintf("p%d", i),
 			Data: data(t, map[string]any{"outcome": "approved"})})
 	}
 	// One waits in the queue; the other four find it full.
-	waitFor(t, "4 queue-full failures", func() bool { return len(e.records(t, engine.EventNotifyFailed)) >= more-1 })
+	waitFor(t, "4 queue-full failures", func() bool { return len(e.records(t, gated.EventNotifyFailed)) >= more-1 })
 	waitFor(t, "the good sink to get all 6", func() bool { return len(good.requests()) >= more+1 })
 	if n := len(good.requests()); n != more+1 {
 		t.Errorf("the good sink got %d requests, want %d", n, more+1)
 	}
-	failed := results(t, e.records(t, engine.EventNotifyFailed))
+	failed := results(t, e.records(t, gated.EventNotifyFailed))
 	if len(failed) != more-1 {
 		t.Errorf("%d notify.failed records, want %d", len(failed), more-1)
 	}
@@ -406,11 +405,11 @@ func TestNotifierVerifiesTheStream(t *testing.T) {
 	e.start(t, notify.Observer{VerificationFailed: func(p audit.Problem) { mu.Lock(); problems = append(problems, p); mu.Unlock() }},
 		notify.Sink{Name: "audit", URL: hook.srv.URL, Kinds: []notify.Kind{notify.KindAuditVerificationFailed}})
 
-	first := e.append(t, engine.AuditEvent{Event: engine.EventReceived, Tenant: "acme", ProposalID: "p1"})
+	first := e.append(t, gated.AuditEvent{Event: gated.EventReceived, Tenant: "acme", ProposalID: "p1"})
 	if _, err := e.js.Publish(t.Context(), wire.AuditSubject("acme", "verdict.decided"), []byte(`{"outcome":"approved"}`)); err != nil {
 		t.Fatal(err)
 	}
-	ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventVerdict, Tenant: "globex", ProposalID: "p2", At: time.Now().UTC(),
+	ev := gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventVerdict, Tenant: "globex", ProposalID: "p2", At: time.Now().UTC(),
 		Data: data(t, map[string]any{"outcome": "approved"})}
 	forged, err := audit.NewMsg(ev, audit.Chain{N: 1}, []byte("not-gated's-key-0123456789abcdef-0123"))
 	if err != nil {
@@ -421,14 +420,14 @@ func TestNotifierVerifiesTheStream(t *testing.T) {
 	}
 	// Two records of tenant initech, the second linked to a record that
 	// is not the first.
-	e.append(t, engine.AuditEvent{Event: engine.EventReceived, Tenant: "initech", ProposalID: "p3"})
+	e.append(t, gated.AuditEvent{Event: gated.EventReceived, Tenant: "initech", ProposalID: "p3"})
 	var n uint64
-	for _, r := range e.records(t, engine.EventReceived) {
+	for _, r := range e.records(t, gated.EventReceived) {
 		if r.Tenant == "initech" {
 			n = r.Chain.N
 		}
 	}
-	relinked, err := audit.NewMsg(engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventReviewStarted, Tenant: "initech", ProposalID: "p3", At: time.Now().UTC()},
+	relinked, err := audit.NewMsg(gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventReviewStarted, Tenant: "initech", ProposalID: "p3", At: time.Now().UTC()},
 		audit.Chain{N: n + 1, Prev: strings.Repeat("ab", 32)}, e.key)
 	if err != nil {
 		t.Fatal(err)
@@ -456,7 +455,7 @@ func TestNotifierVerifiesTheStream(t *testing.T) {
 			t.Errorf("notification %d: %v, want one saying %q", i, got, want)
 		}
 	}
-	if recs := e.records(t, engine.EventAuditVerificationFailed); len(recs) != 3 {
+	if recs := e.records(t, gated.EventAuditVerificationFailed); len(recs) != 3 {
 		t.Errorf("%d audit.verification_failed records, want 3", len(recs))
 	}
 	mu.Lock()
@@ -476,17 +475,17 @@ func TestNotifierSurvivesRestart(t *testing.T) {
 	hook := newSink(t, nil)
 	s := notify.Sink{Name: "hook", URL: hook.srv.URL, Kinds: []notify.Kind{notify.KindAwaitingOperator}}
 	first := e.start(t, notify.Observer{}, s)
-	e.append(t, engine.AuditEvent{Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: "before"})
+	e.append(t, gated.AuditEvent{Event: gated.EventOperatorAwaited, Tenant: "acme", ProposalID: "before"})
 	waitFor(t, "the first notification", func() bool { return len(hook.requests()) >= 1 })
 	first.Stop()
 
-	e.append(t, engine.AuditEvent{Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: "meanwhile"})
+	e.append(t, gated.AuditEvent{Event: gated.EventOperatorAwaited, Tenant: "acme", ProposalID: "meanwhile"})
 	e.start(t, notify.Observer{}, s)
 	e.start(t, notify.Observer{}, s)
 	for i := range 5 {
-		e.append(t, engine.AuditEvent{Event: engine.EventOperatorAwaited, Tenant: "acme", ProposalID: fmt.Sprintf("after-%d", i)})
+		e.append(t, gated.AuditEvent{Event: gated.EventOperatorAwaited, Tenant: "acme", ProposalID: fmt.Sprintf("after-%d", i)})
 	}
-	waitFor(t, "7 notify.delivered records", func() bool { return len(e.records(t, engine.EventNotifyDelivered)) >= 7 })
+	waitFor(t, "7 notify.delivered records", func() bool { return len(e.records(t, gated.EventNotifyDelivered)) >= 7 })
 	seen := map[string]int{}
 	for _, r := range hook.requests() {
 		seen[checkSigned(t, r).ProposalID]++

@@ -140,8 +140,8 @@ func TestDecisionEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := strings.Join(events, " "); !strings.Contains(got, engine.EventOperatorDecided) || !strings.HasSuffix(got, engine.EventVerdict) {
-		t.Fatalf("audit events %q, want %s and then %s", got, engine.EventOperatorDecided, engine.EventVerdict)
+	if got := strings.Join(events, " "); !strings.Contains(got, gated.EventOperatorDecided) || !strings.HasSuffix(got, gated.EventVerdict) {
+		t.Fatalf("audit events %q, want %s and then %s", got, gated.EventOperatorDecided, gated.EventVerdict)
 	}
 
 	// Decided once: the same decision again, or another, is refused, and

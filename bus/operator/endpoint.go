@@ -39,7 +39,7 @@ type VerdictHook func(ctx context.Context, v *gated.Verdict) error
 // (List.Verify), applied (Resolver.Resolve, which stores and
 // audits the new verdict), its follow-up published, the verdict
 // published, and the verdict is the reply. Every refusal is audited as
-// engine.EventOperatorRefused. Error replies are micro errors:
+// gated.EventOperatorRefused. Error replies are micro errors:
 //
 //	400  malformed: the description names the field
 //	401  unsigned, bad signature, unknown key, key of another operator,
@@ -97,7 +97,7 @@ func NewEndpoint(list *List, r Resolver, trails func() engine.AuditTrail, follow
 	}, nil
 }
 
-// refusedData is the data of an engine.EventOperatorRefused audit
+// refusedData is the data of an gated.EventOperatorRefused audit
 // event.
 type refusedData struct {
 	// Code is the error code replied, Field the field at fault (400), and
@@ -206,8 +206,8 @@ func (e *Endpoint) refuse(ctx context.Context, trail engine.AuditTrail, subject 
 		data.Key = k
 	}
 	raw, _ := json.Marshal(data)
-	ev := engine.AuditEvent{
-		V: gated.SchemaVersion, Event: engine.EventOperatorRefused, Tenant: tenant, ProposalID: id,
+	ev := gated.AuditEvent{
+		V: gated.SchemaVersion, Event: gated.EventOperatorRefused, Tenant: tenant, ProposalID: id,
 		At: e.now().UTC(), Data: raw,
 	}
 	_, err := trail.Seal(ctx, ev)

@@ -115,8 +115,8 @@ func TestEndpoint(t *testing.T) {
 				t.Fatalf("a refused message was published: %v", calls)
 			}
 			evs := audit.take()
-			if len(evs) != 1 || evs[0].Event != engine.EventOperatorRefused || evs[0].Tenant != tc.tenant {
-				t.Fatalf("audited %+v, want one %s of tenant %s", evs, engine.EventOperatorRefused, tc.tenant)
+			if len(evs) != 1 || evs[0].Event != gated.EventOperatorRefused || evs[0].Tenant != tc.tenant {
+				t.Fatalf("audited %+v, want one %s of tenant %s", evs, gated.EventOperatorRefused, tc.tenant)
 			}
 			// The data of operator.refused, as docs/AUDIT.md lists it.
 			var data struct {
@@ -166,7 +166,7 @@ func TestEndpoint(t *testing.T) {
 				t.Fatalf("nothing was decided, yet the hooks ran: %v", calls)
 			}
 			evs := audit.take()
-			if len(evs) != 1 || evs[0].Event != engine.EventOperatorRefused || evs[0].ProposalID != "p-1" {
+			if len(evs) != 1 || evs[0].Event != gated.EventOperatorRefused || evs[0].ProposalID != "p-1" {
 				t.Fatalf("audited %+v, want one refusal of p-1", evs)
 			}
 		})

@@ -96,13 +96,13 @@ func operators(t testing.TB, alice, root operatorKey) *operator.List {
 // Seal fail.
 type auditRec struct {
 	mu     sync.Mutex
-	events []engine.AuditEvent
+	events []gated.AuditEvent
 	fail   error
 }
 
 func (a *auditRec) Trail() engine.AuditTrail { return &recTrail{rec: a} }
 
-func (a *auditRec) take() []engine.AuditEvent {
+func (a *auditRec) take() []gated.AuditEvent {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	out := a.events
@@ -115,7 +115,7 @@ type recTrail struct {
 	sealed bool
 }
 
-func (t *recTrail) Record(_ context.Context, ev engine.AuditEvent) error {
+func (t *recTrail) Record(_ context.Context, ev gated.AuditEvent) error {
 	t.rec.mu.Lock()
 	defer t.rec.mu.Unlock()
 	if t.sealed {
@@ -127,7 +127,7 @@ func (t *recTrail) Record(_ context.Context, ev engine.AuditEvent) error {
 
 func (t *recTrail) Flush(context.Context) error { return nil }
 
-func (t *recTrail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
+func (t *recTrail) Seal(ctx context.Context, ev gated.AuditEvent) (uint64, error) {
 	t.rec.mu.Lock()
 	fail := t.rec.fail
 	t.rec.mu.Unlock()

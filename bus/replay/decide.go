@@ -20,7 +20,7 @@ const outcomeReview gated.Outcome = "review"
 func (rep *Report) verdict(ctx context.Context, ev *policies.Evaluator, reg engine.Personas,
 	r *replayEvent, p *recordedPolicy, show int) {
 	rep.Verdicts++
-	old, err := engine.DecodeAuditData[gated.Verdict](r.Event)
+	old, err := gated.DecodeAuditData[gated.Verdict](r.Event)
 	if err != nil {
 		rep.missing(r, "the verdict record does not decode: "+err.Error())
 		return
@@ -118,7 +118,7 @@ func flipRules(old, cur []gated.Deny) []string {
 // candidate's (pd, routed, err) as the gate compares the live policy with
 // a shadow, so that replay and shadow mode judge a difference alike.
 func compareRecorded(prop *gated.Proposal, reg engine.Personas, p *recordedPolicy, pd engine.PolicyDecision,
-	routed engine.Routed, err error) engine.ShadowComparison {
+	routed engine.Routed, err error) gated.ShadowComparison {
 	rec := engine.Routed{Name: p.Input.Persona}
 	rec.Persona, _ = reg.Persona(rec.Name)
 	recorded := engine.PolicySide(prop, reg, rec, engine.PolicyDecision{Denies: p.Denies, Review: p.Review, Run: p.Run}, nil)
@@ -127,7 +127,7 @@ func compareRecorded(prop *gated.Proposal, reg engine.Personas, p *recordedPolic
 
 // reviewChanged counts, and names while fewer than show are, a proposal
 // whose reviewers the candidate changes.
-func (rep *Report) reviewChanged(r *replayEvent, action string, c engine.ShadowComparison, show int) {
+func (rep *Report) reviewChanged(r *replayEvent, action string, c gated.ShadowComparison, show int) {
 	rep.ReviewChanged++
 	if listed(len(rep.ReviewChanges), show) {
 		rep.ReviewChanges = append(rep.ReviewChanges, ReviewChange{Tenant: r.Event.Tenant, ID: r.Event.ProposalID, Action: action,

@@ -4,9 +4,10 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
 
@@ -28,7 +29,7 @@ func FuzzReplayRecords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, policyData, verdictData []byte, withPolicy bool) {
 		rep := newReport("")
-		r := &replayEvent{Seq: 2, Event: engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p6", Data: verdictData}}
+		r := &replayEvent{Seq: 2, Event: gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p6", Data: verdictData}}
 		var p *recordedPolicy
 		if withPolicy {
 			p = decodeRecordedPolicy(policyData)
@@ -44,7 +45,7 @@ func FuzzReplayRecords(f *testing.F) {
 			t.Fatalf("%d flips of %d replayed", rep.Flips, rep.Replayed)
 		}
 		for _, fl := range rep.Shown {
-			if !slices.Contains(fl.Kinds, engine.ShadowDiffOutcome) || fl.New.Reason == "" {
+			if !slices.Contains(fl.Kinds, gated.ShadowDiffOutcome) || fl.New.Reason == "" {
 				t.Fatalf("flip %+v does not name a difference of outcome and a reason", fl)
 			}
 		}

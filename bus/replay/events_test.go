@@ -4,9 +4,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
 
@@ -24,9 +25,9 @@ func TestEveryEventReadsBackThroughReplay(t *testing.T) {
 	eval := bustest.Policy(t)
 	var policy *recordedPolicy
 	var verdicts []*replayEvent
-	for i, name := range engine.AuditEventNames() {
+	for i, name := range gated.AuditEventNames() {
 		ev := bustest.AuditEventSample(t, name)
-		m, err := audit.NewCompressedRecordMsg([]engine.AuditEvent{ev}, audit.Chain{N: 1}, nil)
+		m, err := audit.NewCompressedRecordMsg([]gated.AuditEvent{ev}, audit.Chain{N: 1}, nil)
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
@@ -37,23 +38,23 @@ func TestEveryEventReadsBackThroughReplay(t *testing.T) {
 		}
 		it := b.items[0][0]
 		switch name {
-		case engine.EventPolicyDecided:
+		case gated.EventPolicyDecided:
 			policy = it.policy
 			if policy.Error != "" || policy.Action != "host_restart_service" || policy.Operator != "u-1042" || policy.Input == nil || policy.ShadowRevision != "r2" {
 				t.Errorf("%s reads as %+v", name, policy)
 			}
-		case engine.EventReviewStarted, engine.EventReviewDone:
+		case gated.EventReviewStarted, gated.EventReviewDone:
 			if it.review.err != nil {
 				t.Errorf("%s: %v", name, it.review.err)
 			}
-		case engine.EventVerdict:
+		case gated.EventVerdict:
 			verdicts = append(verdicts, it.ev)
 		}
 	}
 	if policy == nil || len(verdicts) != 1 {
 		t.Fatalf("policy.decided read %v, %d verdicts", policy != nil, len(verdicts))
 	}
-	for _, name := range []string{engine.EventReviewStarted, engine.EventReviewDone} {
+	for _, name := range []string{gated.EventReviewStarted, gated.EventReviewDone} {
 		policy.addReviewRecord(&replayEvent{Seq: 9, Event: bustest.AuditEventSample(t, name)})
 	}
 	if policy.reviewErr != "" || len(policy.reviews) != 1 || policy.reviews[0].Finished == nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/jsonscan"
 )
 
@@ -32,7 +31,7 @@ func decodeRecordedPolicyValid(data []byte) *recordedPolicy {
 }
 
 // recordedPolicyKeys are the members of policy.decided's data, the
-// head's and engine.PolicyDecidedData's, and replayInputKeys those of its
+// head's and gated.PolicyDecidedData's, and replayInputKeys those of its
 // input.
 var (
 	recordedPolicyKeys = []string{"action", "operator", "delivery", "policy_eval_us",
@@ -84,11 +83,11 @@ func decodeRecordedPolicyFast(data []byte) (*recordedPolicy, bool) {
 // decodeReplayInput reads policy.decided's input member val into *to,
 // leaving the recorded proposal in place: a sub-slice of val, capped so
 // that appending to it cannot write into the record.
-func decodeReplayInput(val []byte, to **engine.ReplayInput) bool {
+func decodeReplayInput(val []byte, to **gated.ReplayInput) bool {
 	if len(val) == 0 || val[0] != '{' {
 		return json.Unmarshal(val, to) == nil // null, or an error
 	}
-	in := &engine.ReplayInput{}
+	in := &gated.ReplayInput{}
 	ok := knownMembers(val, replayInputKeys, func(key []byte, v []byte) bool {
 		switch string(key) {
 		case "proposal":
@@ -199,8 +198,8 @@ var (
 
 // decodeRoute reads policy.decided's review member val into *r as
 // encoding/json does, in one pass when it can.
-func decodeRoute(val []byte, r *engine.Route) bool {
-	var got engine.Route
+func decodeRoute(val []byte, r *gated.Route) bool {
+	var got gated.Route
 	ok := knownMembers(val, routeKeys, func(key []byte, val []byte) bool {
 		switch string(key) {
 		case "required":

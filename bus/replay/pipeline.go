@@ -79,7 +79,7 @@ func TuneGC() (restore func()) {
 // stream sequence.
 type replayEvent struct {
 	Seq   uint64
-	Event engine.AuditEvent
+	Event gated.AuditEvent
 }
 
 // replayItem is an event of a batch's record, with its data decoded when
@@ -119,9 +119,9 @@ func (b *replayBatch) decode() {
 			held[j] = replayEvent{Seq: e.Seq, Event: ev}
 			it := replayItem{ev: &held[j]}
 			switch ev.Event {
-			case engine.EventPolicyDecided:
+			case gated.EventPolicyDecided:
 				it.policy = decodeRecordedPolicyValid(ev.Data)
-			case engine.EventReviewStarted, engine.EventReviewDone:
+			case gated.EventReviewStarted, gated.EventReviewDone:
 				it.review = decodeReviewRecord(it.ev)
 			}
 			items[j] = it
@@ -270,13 +270,13 @@ sequence:
 				r := it.ev
 				key := [2]string{r.Event.Tenant, r.Event.ProposalID}
 				switch r.Event.Event {
-				case engine.EventPolicyDecided:
+				case gated.EventPolicyDecided:
 					pending[key] = it.policy
-				case engine.EventReviewStarted, engine.EventReviewDone:
+				case gated.EventReviewStarted, gated.EventReviewDone:
 					if p := pending[key]; p != nil {
 						p.addReview(r, it.review)
 					}
-				case engine.EventVerdict:
+				case gated.EventVerdict:
 					p := pending[key]
 					pairs = append(pairs, replayPair{r: r, p: p})
 					delete(pending, key)

@@ -16,7 +16,6 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/policies"
@@ -114,9 +113,9 @@ func TestReplayRefusesABrokenRange(t *testing.T) {
 			for _, ev := range e.Record.Events() {
 				key := ev.Tenant + "." + ev.ProposalID
 				switch ev.Event {
-				case engine.EventPolicyDecided:
+				case gated.EventPolicyDecided:
 					policyAt[key] = e.Seq
-				case engine.EventVerdict:
+				case gated.EventVerdict:
 					if start == 0 && policyAt[key] < e.Seq {
 						start = e.Seq
 					}
@@ -142,7 +141,7 @@ func TestReplayRefusesABrokenRange(t *testing.T) {
 		}
 	})
 	t.Run("forged record", func(t *testing.T) {
-		if _, err := js.Publish(t.Context(), wire.AuditSubject("acme", engine.EventVerdict), []byte(`{"v":1}`)); err != nil {
+		if _, err := js.Publish(t.Context(), wire.AuditSubject("acme", gated.EventVerdict), []byte(`{"v":1}`)); err != nil {
 			t.Fatal(err)
 		}
 		rep, err := Run(t.Context(), js, audit.Query{}, ev, reg, Config{})
@@ -167,27 +166,27 @@ func writeOddTrails(tb testing.TB, w *audit.Writer, n int) {
 	for i := range 4 * n {
 		tenant, id := []string{"acme", "globex"}[i%2], fmt.Sprintf("odd%d", i)
 		tr := w.Trail()
-		ev := func(name string, d any) engine.AuditEvent {
+		ev := func(name string, d any) gated.AuditEvent {
 			raw, _ := json.Marshal(d)
-			return engine.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: id, At: now, Data: raw}
+			return gated.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: id, At: now, Data: raw}
 		}
 		stage, outcome := gated.StagePolicy, gated.OutcomeApproved
 		switch i % 4 {
 		case 0:
-			err := tr.Record(ctx, ev(engine.EventPolicyDecided, map[string]any{"action": "cache_get", "denies": []gated.Deny{}}))
+			err := tr.Record(ctx, ev(gated.EventPolicyDecided, map[string]any{"action": "cache_get", "denies": []gated.Deny{}}))
 			if err != nil {
 				tb.Fatal(err)
 			}
 		case 1:
-			in := engine.ReplayInput{Proposal: json.RawMessage(`{"v":1,"id":"` + id + `","tenant":"` + tenant + `","class":"loud"}`), Persona: "reviewer", Now: now}
-			if err := tr.Record(ctx, ev(engine.EventPolicyDecided, map[string]any{"action": "cache_get", "input": in})); err != nil {
+			in := gated.ReplayInput{Proposal: json.RawMessage(`{"v":1,"id":"` + id + `","tenant":"` + tenant + `","class":"loud"}`), Persona: "reviewer", Now: now}
+			if err := tr.Record(ctx, ev(gated.EventPolicyDecided, map[string]any{"action": "cache_get", "input": in})); err != nil {
 				tb.Fatal(err)
 			}
 		case 2:
 			stage, outcome = gated.StageValidation, gated.OutcomeInvalid
 		}
 		v := gated.Verdict{V: 1, ProposalID: id, Tenant: tenant, Action: "cache_get", Outcome: outcome, Stage: stage, Reason: "odd", DecidedAt: now}
-		if _, err := tr.Seal(ctx, ev(engine.EventVerdict, v)); err != nil {
+		if _, err := tr.Seal(ctx, ev(gated.EventVerdict, v)); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -7,21 +7,20 @@ import (
 	"slices"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // The records a replay reads are written by the engine, and read here
-// into the types the engine declares for their data (engine.AuditHead and
-// engine.PolicyDecidedData, engine.ReviewStartedData,
-// engine.ReviewFinishedData, gated.Verdict). onepass.go reads
+// into the types the engine declares for their data (gated.AuditHead and
+// gated.PolicyDecidedData, gated.ReviewStartedData,
+// gated.ReviewFinishedData, gated.Verdict). onepass.go reads
 // policy.decided, which holds most of a replay's bytes, faster into the
 // same types, held to encoding/json's reading by FuzzDecodeRecordedPolicy.
 
 // recordedPolicy is a policy.decided record's data, with the proposal's
 // reviews.
 type recordedPolicy struct {
-	engine.AuditHead
-	engine.PolicyDecidedData
+	gated.AuditHead
+	gated.PolicyDecidedData
 
 	// reviews are the proposal's reviews, from their records; reviewErr
 	// says why they cannot be read, when a record does not decode.
@@ -52,16 +51,16 @@ type recordedReview struct {
 	Seq uint64
 	// PolicyRevision is the revision of the policy that routed the review.
 	PolicyRevision string
-	Started        engine.ReviewStartedData
+	Started        gated.ReviewStartedData
 	// Finished is nil while the range holds no review.finished record of
 	// the review.
-	Finished *engine.ReviewFinishedData
+	Finished *gated.ReviewFinishedData
 }
 
 // reviewCategory is a review's result as a re-review compares it: the
 // decision of a review that ended (approve, reject), or what ended it
 // otherwise (error, timeout, blocked), which is never an approval.
-func reviewCategory(f *engine.ReviewFinishedData) string {
+func reviewCategory(f *gated.ReviewFinishedData) string {
 	switch {
 	case f.Error != "" && f.Outcome != "":
 		return string(f.Outcome)
@@ -74,7 +73,7 @@ func reviewCategory(f *engine.ReviewFinishedData) string {
 }
 
 // reviewWhy is the one line that explains a review's recorded result.
-func reviewWhy(f *engine.ReviewFinishedData) string {
+func reviewWhy(f *gated.ReviewFinishedData) string {
 	if f.Error != "" {
 		return f.Error
 	}
@@ -84,8 +83,8 @@ func reviewWhy(f *engine.ReviewFinishedData) string {
 // reviewRecord is a review.started or review.finished record's data as
 // replay reads it: started or finished (the one of its event), or err.
 type reviewRecord struct {
-	started  *engine.ReviewStartedData
-	finished *engine.ReviewFinishedData
+	started  *gated.ReviewStartedData
+	finished *gated.ReviewFinishedData
 	err      error
 }
 
@@ -95,14 +94,14 @@ type reviewRecord struct {
 func decodeReviewRecord(r *replayEvent) reviewRecord {
 	var rr reviewRecord
 	switch r.Event.Event {
-	case engine.EventReviewStarted:
-		s, err := engine.DecodeAuditData[engine.ReviewStartedData](r.Event)
+	case gated.EventReviewStarted:
+		s, err := gated.DecodeAuditData[gated.ReviewStartedData](r.Event)
 		if err == nil && (s.ReviewID == "" || s.Persona == "") {
 			err = errors.New("review_id and persona are required")
 		}
 		rr.started, rr.err = &s, wrapReviewErr(r.Event.Event, err)
-	case engine.EventReviewDone:
-		f, err := engine.DecodeAuditData[engine.ReviewFinishedData](r.Event)
+	case gated.EventReviewDone:
+		f, err := gated.DecodeAuditData[gated.ReviewFinishedData](r.Event)
 		if err == nil && f.ReviewID == "" {
 			err = errors.New("review_id is required")
 		}

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 )
 
@@ -27,9 +26,9 @@ func FuzzReviewRecords(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, startedData, finishedData []byte) {
 		p := &recordedPolicy{}
-		p.addReviewRecord(&replayEvent{Seq: 3, Event: engine.AuditEvent{Event: engine.EventReviewStarted, Tenant: "acme", ProposalID: "p1", Data: startedData}})
+		p.addReviewRecord(&replayEvent{Seq: 3, Event: gated.AuditEvent{Event: gated.EventReviewStarted, Tenant: "acme", ProposalID: "p1", Data: startedData}})
 		startedErr := p.reviewErr
-		p.addReviewRecord(&replayEvent{Seq: 4, Event: engine.AuditEvent{Event: engine.EventReviewDone, Tenant: "acme", ProposalID: "p1", Data: finishedData}})
+		p.addReviewRecord(&replayEvent{Seq: 4, Event: gated.AuditEvent{Event: gated.EventReviewDone, Tenant: "acme", ProposalID: "p1", Data: finishedData}})
 		if startedErr != "" && !strings.Contains(startedErr, "review.started") {
 			t.Fatalf("reason %q does not name review.started", startedErr)
 		}

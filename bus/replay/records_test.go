@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 // jsonMembers maps the JSON member names of struct type t (its embedded
@@ -31,8 +30,8 @@ func jsonMembers(t reflect.Type, into map[string]reflect.Type) map[string]reflec
 }
 
 // TestOnePassKeys: the one-pass reading of policy.decided reads exactly
-// the members of its declared types (engine.AuditHead and
-// engine.PolicyDecidedData, which recordedPolicy embeds), so a member
+// the members of its declared types (gated.AuditHead and
+// gated.PolicyDecidedData, which recordedPolicy embeds), so a member
 // added to one is read by both readings.
 func TestOnePassKeys(t *testing.T) {
 	tests := []struct {
@@ -41,9 +40,9 @@ func TestOnePassKeys(t *testing.T) {
 		keys []string
 	}{
 		{note: "policy.decided", typ: reflect.TypeFor[recordedPolicy](), keys: recordedPolicyKeys},
-		{note: "replay input", typ: reflect.TypeFor[engine.ReplayInput](), keys: replayInputKeys},
+		{note: "replay input", typ: reflect.TypeFor[gated.ReplayInput](), keys: replayInputKeys},
 		{note: "deny", typ: reflect.TypeFor[gated.Deny](), keys: denyKeys},
-		{note: "route", typ: reflect.TypeFor[engine.Route](), keys: routeKeys},
+		{note: "route", typ: reflect.TypeFor[gated.Route](), keys: routeKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

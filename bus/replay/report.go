@@ -5,7 +5,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 )
 
 // maxNamed bounds how many unrebuildable proposals the report names.
@@ -123,9 +122,9 @@ type ReviewChange struct {
 	Action string `json:"action"`
 	Seq    uint64 `json:"seq"`
 	// Old is the recorded routing, New the candidate's.
-	Old   *engine.Route `json:"old_review"`
-	New   *engine.Route `json:"new_review"`
-	Kinds []string      `json:"kinds"`
+	Old   *gated.Route `json:"old_review"`
+	New   *gated.Route `json:"new_review"`
+	Kinds []string     `json:"kinds"`
 }
 
 // newReport is an empty report of a replay under revision.

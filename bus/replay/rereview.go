@@ -79,7 +79,7 @@ type Disagreement struct {
 // rereviewJob is one recorded review request to run again.
 type rereviewJob struct {
 	seq      uint64
-	recorded *engine.ReviewFinishedData
+	recorded *gated.ReviewFinishedData
 	req      engine.ReviewRequest
 }
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/personas"
 	"github.com/gated/gated/plugins"
@@ -28,13 +30,13 @@ func TestReviewStaleness(t *testing.T) {
 	}
 	builtin, _ := reg.Persona("reviewer")
 	started := func(persona, revision, model string) *recordedReview {
-		return &recordedReview{Started: engine.ReviewStartedData{ReviewID: "rv_1", Persona: persona, PersonaRevision: revision, Model: model},
-			Finished: &engine.ReviewFinishedData{ReviewID: "rv_1", PluginVersion: "dev", Decision: "approve"}}
+		return &recordedReview{Started: gated.ReviewStartedData{ReviewID: "rv_1", Persona: persona, PersonaRevision: revision, Model: model},
+			Finished: &gated.ReviewFinishedData{ReviewID: "rv_1", PluginVersion: "dev", Decision: "approve"}}
 	}
 	unfinished := started("reviewer", builtin.Revision, "")
 	unfinished.Finished = nil
 	reviewed := func(quorum int) recordedPolicy {
-		return recordedPolicy{PolicyDecidedData: engine.PolicyDecidedData{Review: engine.Route{Required: true, Persona: "reviewer", Quorum: quorum}},
+		return recordedPolicy{PolicyDecidedData: gated.PolicyDecidedData{Review: gated.Route{Required: true, Persona: "reviewer", Quorum: quorum}},
 			reviews: []*recordedReview{started("reviewer", builtin.Revision, "")}}
 	}
 	tests := []struct {
@@ -71,14 +73,14 @@ func TestReviewStaleness(t *testing.T) {
 func TestRecordedReviewCategory(t *testing.T) {
 	tests := []struct {
 		note string
-		f    engine.ReviewFinishedData
+		f    gated.ReviewFinishedData
 		want string
 	}{
-		{note: "approved", f: engine.ReviewFinishedData{Decision: "approve"}, want: "approve"},
-		{note: "rejected", f: engine.ReviewFinishedData{Decision: "reject"}, want: "reject"},
-		{note: "timed out", f: engine.ReviewFinishedData{Outcome: "timeout", Error: "deadline", Decision: "approve"}, want: "timeout"},
-		{note: "failed without an outcome", f: engine.ReviewFinishedData{Error: "crash"}, want: "error"},
-		{note: "no decision", f: engine.ReviewFinishedData{}, want: "none"},
+		{note: "approved", f: gated.ReviewFinishedData{Decision: "approve"}, want: "approve"},
+		{note: "rejected", f: gated.ReviewFinishedData{Decision: "reject"}, want: "reject"},
+		{note: "timed out", f: gated.ReviewFinishedData{Outcome: "timeout", Error: "deadline", Decision: "approve"}, want: "timeout"},
+		{note: "failed without an outcome", f: gated.ReviewFinishedData{Error: "crash"}, want: "error"},
+		{note: "no decision", f: gated.ReviewFinishedData{}, want: "none"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.note, func(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // WriteText writes the report for a person to read, as `gated policy
@@ -99,7 +99,7 @@ func writeReviewChangesText(b *strings.Builder, rep *Report) {
 }
 
 // routeText names a routing's reviewers.
-func routeText(r *engine.Route) string {
+func routeText(r *gated.Route) string {
 	if r == nil {
 		return "-"
 	}

@@ -174,7 +174,7 @@ func (p *Publisher) Failed() uint64 { return p.failed.Load() }
 
 // publish sends the status of ev, if it marks a stage and follow is set
 // or somebody listens.
-func (p *Publisher) publish(ev engine.AuditEvent, seq uint64, follow bool) {
+func (p *Publisher) publish(ev gated.AuditEvent, seq uint64, follow bool) {
 	if _, ok := engine.StatusStageOf(ev.Event); !ok {
 		return
 	}
@@ -219,7 +219,7 @@ func (t *trail) Follow() { t.follow = true }
 var _ engine.AuditTrail = (*trail)(nil)
 
 // Record implements engine.AuditTrail.
-func (t *trail) Record(ctx context.Context, ev engine.AuditEvent) error {
+func (t *trail) Record(ctx context.Context, ev gated.AuditEvent) error {
 	if err := t.inner.Record(ctx, ev); err != nil {
 		return err
 	}
@@ -231,7 +231,7 @@ func (t *trail) Record(ctx context.Context, ev engine.AuditEvent) error {
 func (t *trail) Flush(ctx context.Context) error { return t.inner.Flush(ctx) }
 
 // Seal implements engine.AuditTrail.
-func (t *trail) Seal(ctx context.Context, ev engine.AuditEvent) (uint64, error) {
+func (t *trail) Seal(ctx context.Context, ev gated.AuditEvent) (uint64, error) {
 	seq, err := t.inner.Seal(ctx, ev)
 	if err != nil {
 		return seq, err

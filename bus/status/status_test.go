@@ -32,13 +32,13 @@ func trails(t *testing.T) (func() engine.AuditTrail, *nats.Conn) {
 	return bustest.AuditWriter(t, js, audit.Config{}).Trail, nc
 }
 
-func event(name string, data any) engine.AuditEvent {
+func event(name string, data any) gated.AuditEvent {
 	return eventOf("p1", name, data)
 }
 
-func eventOf(id, name string, data any) engine.AuditEvent {
+func eventOf(id, name string, data any) gated.AuditEvent {
 	b, _ := json.Marshal(data)
-	return engine.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: id, At: time.Now(), Data: b}
+	return gated.AuditEvent{V: 1, Event: name, Tenant: "acme", ProposalID: id, At: time.Now(), Data: b}
 }
 
 // follow has tr publish every status, as a proposal with the status
@@ -51,11 +51,11 @@ func follow(tr engine.AuditTrail) {
 // its publisher's connection are then the statuses.
 type memTrail struct{ seq uint64 }
 
-func (m *memTrail) Record(context.Context, engine.AuditEvent) error { return nil }
+func (m *memTrail) Record(context.Context, gated.AuditEvent) error { return nil }
 
 func (m *memTrail) Flush(context.Context) error { return nil }
 
-func (m *memTrail) Seal(context.Context, engine.AuditEvent) (uint64, error) {
+func (m *memTrail) Seal(context.Context, gated.AuditEvent) (uint64, error) {
 	m.seq++
 	return m.seq, nil
 }
@@ -68,9 +68,9 @@ func decide(t *testing.T, p *status.Publisher, id string, followed bool) {
 	if followed {
 		follow(tr)
 	}
-	for _, ev := range []engine.AuditEvent{
-		eventOf(id, engine.EventReceived, map[string]any{"bytes": 2}),
-		eventOf(id, engine.EventPolicyDecided, map[string]any{"denies": []any{}}),
+	for _, ev := range []gated.AuditEvent{
+		eventOf(id, gated.EventReceived, map[string]any{"bytes": 2}),
+		eventOf(id, gated.EventPolicyDecided, map[string]any{"denies": []any{}}),
 	} {
 		if err := tr.Record(t.Context(), ev); err != nil {
 			t.Fatal(err)
@@ -78,7 +78,7 @@ func decide(t *testing.T, p *status.Publisher, id string, followed bool) {
 	}
 	v := verdictData()
 	v.ProposalID = id
-	if _, err := tr.Seal(t.Context(), eventOf(id, engine.EventVerdict, v)); err != nil {
+	if _, err := tr.Seal(t.Context(), eventOf(id, gated.EventVerdict, v)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -201,16 +201,16 @@ func TestTrailPublishesStages(t *testing.T) {
 	tr := p.Trails(inner)()
 	follow(tr)
 	ctx := t.Context()
-	for _, ev := range []engine.AuditEvent{
-		event(engine.EventReceived, map[string]any{"bytes": 2}),
-		event(engine.EventPolicyDecided, map[string]any{"denies": []any{}}),
-		event(engine.EventToolCalled, map[string]any{"tool": "get_sop_text"}),
+	for _, ev := range []gated.AuditEvent{
+		event(gated.EventReceived, map[string]any{"bytes": 2}),
+		event(gated.EventPolicyDecided, map[string]any{"denies": []any{}}),
+		event(gated.EventToolCalled, map[string]any{"tool": "get_sop_text"}),
 	} {
 		if err := tr.Record(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	seq, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData()))
+	seq, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -245,10 +245,10 @@ func TestTrailFailedPublishChangesNothing(t *testing.T) {
 	p := status.NewPublisher(nc, nil)
 	tr := p.Trails(inner)()
 	follow(tr)
-	if err := tr.Record(ctx, event(engine.EventReceived, map[string]any{"bytes": 2})); err != nil {
+	if err := tr.Record(ctx, event(gated.EventReceived, map[string]any{"bytes": 2})); err != nil {
 		t.Fatalf("record: %v", err)
 	}
-	seq, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData()))
+	seq, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData()))
 	if err != nil || seq == 0 {
 		t.Fatalf("seal: %d, %v", seq, err)
 	}
@@ -265,13 +265,13 @@ func TestTrailPublishesNothingItDidNotRecord(t *testing.T) {
 	p := status.NewPublisher(nc, nil)
 	tr := p.Trails(inner)()
 	follow(tr)
-	if _, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData())); err != nil {
+	if _, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData())); err != nil {
 		t.Fatal(err)
 	}
-	if err := tr.Record(ctx, event(engine.EventReceived, map[string]any{})); !errors.Is(err, audit.ErrTrailSealed) {
+	if err := tr.Record(ctx, event(gated.EventReceived, map[string]any{})); !errors.Is(err, audit.ErrTrailSealed) {
 		t.Fatalf("record after seal: %v", err)
 	}
-	if _, err := tr.Seal(ctx, event(engine.EventVerdict, verdictData())); !errors.Is(err, audit.ErrTrailSealed) {
+	if _, err := tr.Seal(ctx, event(gated.EventVerdict, verdictData())); !errors.Is(err, audit.ErrTrailSealed) {
 		t.Fatalf("second seal: %v", err)
 	}
 	if p.Published() != 1 {

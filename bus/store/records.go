@@ -90,9 +90,9 @@ func (s *Verdicts) decodeClaim(ctx context.Context, tenant, id string, rev uint6
 }
 
 // decodeRunRecord decodes the run record stored under tenant.runs.runID.
-func (s *Verdicts) decodeRunRecord(ctx context.Context, tenant, runID string, rev uint64, data []byte) (*engine.RunRecord, error) {
+func (s *Verdicts) decodeRunRecord(ctx context.Context, tenant, runID string, rev uint64, data []byte) (*gated.RunRecord, error) {
 	key := runKey(tenant, runID)
-	var rec engine.RunRecord
+	var rec gated.RunRecord
 	if err := json.Unmarshal(data, &rec); err != nil {
 		return nil, s.refuse(ctx, RecordRun, key, rev, "it does not decode: %v", err)
 	}
@@ -105,7 +105,7 @@ func (s *Verdicts) decodeRunRecord(ctx context.Context, tenant, runID string, re
 		}
 	}
 	switch rec.Closed {
-	case "", engine.RunAccepted, engine.RunEscalated:
+	case "", gated.RunAccepted, gated.RunEscalated:
 	default:
 		return nil, s.refuse(ctx, RecordRun, key, rev, "closed %q is not a run state", rec.Closed)
 	}

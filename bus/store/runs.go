@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 )
 
 func runKey(tenant, runID string) string { return tenant + ".runs." + runID }
@@ -17,14 +16,14 @@ func runKey(tenant, runID string) string { return tenant + ".runs." + runID }
 // RunRecord implements engine.RunRecords. A record that cannot be
 // decoded is an error, not an empty record: the policy refuses rounds out
 // of order and closed runs from it, so it is never guessed.
-func (s *Verdicts) RunRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, error) {
+func (s *Verdicts) RunRecord(ctx context.Context, tenant, runID string) (*gated.RunRecord, error) {
 	rec, _, err := s.runRecord(ctx, tenant, runID)
 	return rec, err
 }
 
 // runRecord reads a run record and its revision; nil and 0 when there is
 // none.
-func (s *Verdicts) runRecord(ctx context.Context, tenant, runID string) (*engine.RunRecord, uint64, error) {
+func (s *Verdicts) runRecord(ctx context.Context, tenant, runID string) (*gated.RunRecord, uint64, error) {
 	if !gated.ValidTenant(tenant) || !gated.ValidID(runID) {
 		return nil, 0, fmt.Errorf("run record %s.%s: tenant and run id must be single tokens", tenant, runID)
 	}
@@ -49,7 +48,7 @@ func (s *Verdicts) runRecord(ctx context.Context, tenant, runID string) (*engine
 // stored, and reports whether it changed it; nothing is written when it
 // did not. updateRun returns the record as stored afterwards, nil when
 // there is none.
-func (s *Verdicts) updateRun(ctx context.Context, tenant, runID string, change func(*engine.RunRecord) bool) (*engine.RunRecord, error) {
+func (s *Verdicts) updateRun(ctx context.Context, tenant, runID string, change func(*gated.RunRecord) bool) (*gated.RunRecord, error) {
 	key := runKey(tenant, runID)
 	for attempt := 0; attempt < 16; attempt++ {
 		rec, rev, err := s.runRecord(ctx, tenant, runID)
@@ -58,7 +57,7 @@ func (s *Verdicts) updateRun(ctx context.Context, tenant, runID string, change f
 		}
 		work := rec
 		if work == nil {
-			work = &engine.RunRecord{Tenant: tenant, RunID: runID}
+			work = &gated.RunRecord{Tenant: tenant, RunID: runID}
 		}
 		if !change(work) {
 			return rec, nil
@@ -85,13 +84,13 @@ func (s *Verdicts) updateRun(ctx context.Context, tenant, runID string, change f
 }
 
 // recordRound adds v's round to its run's record when v records one
-// (engine.Records): a continuation, an escalation or an approval. A round
+// (gated.Records): a continuation, an escalation or an approval. A round
 // already held, by v's proposal or another, is left as it is.
 func (s *Verdicts) recordRound(ctx context.Context, v *gated.Verdict) error {
-	if !engine.Records(v) {
+	if !gated.Records(v) {
 		return nil
 	}
-	if _, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool { return r.Add(v) }); err != nil {
+	if _, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *gated.RunRecord) bool { return r.Add(v) }); err != nil {
 		return fmt.Errorf("recording round %d of run %s: %w", v.Run.Round, v.Run.RunID, err)
 	}
 	return nil
@@ -106,8 +105,8 @@ func (s *Verdicts) recordRound(ctx context.Context, v *gated.Verdict) error {
 // have: a gated that stored the verdict and died before recording the
 // round leaves that to the replay. Add leaves a round held by another
 // proposal alone, so a round still has one follow-up.
-func (s *Verdicts) PendingRound(ctx context.Context, v *gated.Verdict) (*engine.RunRound, error) {
-	rec, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool { return r.Add(v) })
+func (s *Verdicts) PendingRound(ctx context.Context, v *gated.Verdict) (*gated.RunRound, error) {
+	rec, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *gated.RunRecord) bool { return r.Add(v) })
 	if err != nil {
 		return nil, fmt.Errorf("recording round %d of run %s: %w", v.Run.Round, v.Run.RunID, err)
 	}
@@ -121,7 +120,7 @@ func (s *Verdicts) PendingRound(ctx context.Context, v *gated.Verdict) (*engine.
 // MarkSent records that the follow-up of v's round is stored in the run
 // stream, so a later replay of v does not publish it again.
 func (s *Verdicts) MarkSent(ctx context.Context, v *gated.Verdict) error {
-	_, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *engine.RunRecord) bool {
+	_, err := s.updateRun(ctx, v.Tenant, v.Run.RunID, func(r *gated.RunRecord) bool {
 		round := r.Round(v.Run.Round)
 		if round == nil || round.ProposalID != v.ProposalID || round.Sent {
 			return false

@@ -21,7 +21,6 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 )
 
 // auditFixture is a NATS server whose audit stream holds, for tenant
@@ -63,7 +62,7 @@ func newAuditFixture(t *testing.T) *auditFixture {
 		id := fmt.Sprint("p", i+1)
 		data := fmt.Appendf(nil, `{"action":%q,"operator":%q}`, v.action, v.operator)
 		tr := a.Trail()
-		if err := tr.Record(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventReceived, Tenant: v.tenant, ProposalID: id, Data: data}); err != nil {
+		if err := tr.Record(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventReceived, Tenant: v.tenant, ProposalID: id, Data: data}); err != nil {
 			t.Fatal(err)
 		}
 		// A record of its own, as before a review: the tests below count
@@ -72,7 +71,7 @@ func newAuditFixture(t *testing.T) *auditFixture {
 			t.Fatal(err)
 		}
 		verdict := fmt.Appendf(nil, `{"action":%q,"operator":%q,"outcome":%q}`, v.action, v.operator, v.outcome)
-		if _, err := tr.Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: v.tenant, ProposalID: id, Data: verdict}); err != nil {
+		if _, err := tr.Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: v.tenant, ProposalID: id, Data: verdict}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -117,7 +116,7 @@ func TestAuditVerifyCommand(t *testing.T) {
 	}
 
 	// A record written straight to the stream without the key.
-	forged, err := audit.NewMsg(engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p9", Data: []byte(`{"outcome":"approved"}`)},
+	forged, err := audit.NewMsg(gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p9", Data: []byte(`{"outcome":"approved"}`)},
 		audit.Chain{N: 7, Prev: "0000000000000000000000000000000000000000000000000000000000000000"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -158,7 +157,7 @@ func TestAuditVerifyChecksStoredVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p7", Data: doc})
+	seq, err := a.Trail().Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p7", Data: doc})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,6 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/notify"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/server"
 )
@@ -157,7 +156,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 	}
 	evData, _ := json.Marshal(map[string]any{"action": "db_drop_table", "deadline": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
 		"reason": "tenant_wide destructive change", "rule": "route_operator"})
-	if _, err := other.Trail().Seal(t.Context(), engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventOperatorAwaited,
+	if _, err := other.Trail().Seal(t.Context(), gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventOperatorAwaited,
 		Tenant: "acme", ProposalID: "p-held", At: time.Now().UTC(), Data: evData}); err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +221,7 @@ func TestServeNotifiesWithoutDelayingVerdicts(t *testing.T) {
 			return nil
 		}
 		for _, rec := range e.Record.Events() {
-			if ev := rec.Event; strings.HasPrefix(ev, "notify.") || ev == engine.EventAuditVerificationFailed {
+			if ev := rec.Event; strings.HasPrefix(ev, "notify.") || ev == gated.EventAuditVerificationFailed {
 				var res notify.Result
 				_ = json.Unmarshal(rec.Data, &res)
 				counts[ev+" "+res.Sink]++

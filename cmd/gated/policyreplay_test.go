@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 
@@ -12,7 +14,6 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -31,7 +32,7 @@ func natsURL(t *testing.T, js jetstream.JetStream) string {
 func TestPolicyReplayRefusesAForgedRecord(t *testing.T) {
 	js := replaytest.Server(t)
 	replaytest.WriteScriptedHistory(t, bustest.AuditWriter(t, js, audit.Config{}), 20)
-	if _, err := js.Publish(t.Context(), wire.AuditSubject("acme", engine.EventVerdict), []byte(`{"v":1}`)); err != nil {
+	if _, err := js.Publish(t.Context(), wire.AuditSubject("acme", gated.EventVerdict), []byte(`{"v":1}`)); err != nil {
 		t.Fatal(err)
 	}
 	code, out, err := runGated(t, "policy", "replay", "--policies", mustCandidateDir(t), "--nats-url", natsURL(t, js))

@@ -20,7 +20,6 @@ import (
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/replay/replaytest"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/server"
 )
@@ -112,7 +111,7 @@ func storeHeadVerdicts(t *testing.T, js jetstream.JetStream, stream jetstream.St
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev, ok := r.Find(engine.EventVerdict)
+		ev, ok := r.Find(gated.EventVerdict)
 		if !ok {
 			t.Fatalf("seq %d holds no verdict", h.Seq)
 		}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -29,7 +28,7 @@ type Trail struct {
 	// ID and TargetKey are the proposal's, as they appear in Events and
 	// Bucket; Prefill replaces both.
 	ID, TargetKey string
-	Events        []engine.AuditEvent
+	Events        []gated.AuditEvent
 	Bucket        []BucketMsg
 }
 
@@ -81,8 +80,8 @@ func CaptureTrail(ctx context.Context, js jetstream.JetStream, gen Proposals, p 
 	if err != nil {
 		return nil, fmt.Errorf("reading the audit trail of %s: %w", pr.ID, err)
 	}
-	if n := len(t.Events); n == 0 || t.Events[n-1].Event != engine.EventVerdict {
-		return nil, fmt.Errorf("the audit trail of %s has %d records and no %s at its end", pr.ID, n, engine.EventVerdict)
+	if n := len(t.Events); n == 0 || t.Events[n-1].Event != gated.EventVerdict {
+		return nil, fmt.Errorf("the audit trail of %s has %d records and no %s at its end", pr.ID, n, gated.EventVerdict)
 	}
 	stream, err := js.Stream(ctx, "KV_"+wire.VerdictBucket)
 	if err != nil {
@@ -280,7 +279,7 @@ func writeTrail(ctx context.Context, w *audit.Writer, t *Trail, r replacer) (seq
 		}
 		// gated stores what it recorded before a review starts, as a
 		// record of its own.
-		if ev.Event == engine.EventReviewStarted {
+		if ev.Event == gated.EventReviewStarted {
 			if err := trail.Flush(ctx); err != nil {
 				return 0, 0, err
 			}

@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/store"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
 
@@ -137,7 +138,7 @@ func TestPrefillNeedsTheStreams(t *testing.T) {
 	_, js := bustest.Connect(t, s)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
-	tr := &Trail{Path: PathRead, ID: "x", Events: []engine.AuditEvent{{V: 1, Event: engine.EventVerdict, Tenant: "acme"}}}
+	tr := &Trail{Path: PathRead, ID: "x", Events: []gated.AuditEvent{{V: 1, Event: gated.EventVerdict, Tenant: "acme"}}}
 	_, err := Prefill(ctx, js, PrefillOptions{Proposals: 1, Gen: Proposals{Tenant: "acme", Nonce: "n"}, Trails: []*Trail{tr}})
 	if err == nil {
 		t.Fatal("prefill without gated's streams succeeded")
@@ -213,8 +214,8 @@ func TestPrefillFailsWhenTheBucketRefuses(t *testing.T) {
 	if err := js.DeleteKeyValue(ctx, wire.VerdictBucket); err != nil {
 		t.Fatal(err)
 	}
-	tr := &Trail{Path: PathRead, ID: "x-read-0", Events: []engine.AuditEvent{
-		{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "x-read-0", At: time.Now()},
+	tr := &Trail{Path: PathRead, ID: "x-read-0", Events: []gated.AuditEvent{
+		{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "x-read-0", At: time.Now()},
 	}, Bucket: []BucketMsg{{Key: "acme.x-read-0", Data: []byte(`{"v":1,"proposal_id":"x-read-0","tenant":"acme"}`)}}}
 	res, err := Prefill(ctx, js, PrefillOptions{Proposals: 20, Gen: Proposals{Tenant: "acme", Nonce: "n"}, Trails: []*Trail{tr}, InFlight: 4})
 	if err == nil || !strings.Contains(err.Error(), "writing bucket key") {

@@ -9,9 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gated/gated"
+
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
-	"github.com/gated/gated/engine"
 	"go.uber.org/zap"
 )
 
@@ -103,7 +104,7 @@ func TestServeAuditKeyFollowsTheChain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Trail().Seal(t.Context(), engine.AuditEvent{V: 1, Event: engine.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
+	if _, err := a.Trail().Seal(t.Context(), gated.AuditEvent{V: 1, Event: gated.EventVerdict, Tenant: "acme", ProposalID: "p1"}); err != nil {
 		t.Fatal(err)
 	}
 	closeAuditor(context.Background(), a, zap.NewNop())

@@ -265,7 +265,7 @@ func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.Count
 		// The reader's context may be about to end; the event must not.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventRecordCorrupt, Tenant: tenant, At: time.Now().UTC(), Data: data}
+		ev := gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventRecordCorrupt, Tenant: tenant, At: time.Now().UTC(), Data: data}
 		if _, err := trail().Seal(ctx, ev); err != nil {
 			log.Error("auditing a refused stored record", zap.String("key", e.Key), zap.Error(err))
 		}

@@ -8,11 +8,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gated/gated"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel"
 	"go.uber.org/zap"
 
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/plugins"
 )
@@ -135,7 +136,7 @@ var pluginEventNames = map[string]string{
 
 // countPluginEvent feeds gated_plugin_events_total and
 // gated_plugin_restarts_total from one of the host's events.
-func (o *observabilityMetrics) countPluginEvent(ev engine.AuditEvent) {
+func (o *observabilityMetrics) countPluginEvent(ev gated.AuditEvent) {
 	name, ok := pluginEventNames[ev.Event]
 	if !ok {
 		return

@@ -61,8 +61,8 @@ func auditHostEvents(host *plugins.Host, trails func() engine.AuditTrail, log *z
 
 // auditCountedHostEvents is auditHostEvents that also hands every event to
 // count (nil: none), for metrics; count must not block.
-func auditCountedHostEvents(host *plugins.Host, trails func() engine.AuditTrail, count func(engine.AuditEvent), log *zap.Logger) (stop func()) {
-	queue := make(chan engine.AuditEvent, 1024)
+func auditCountedHostEvents(host *plugins.Host, trails func() engine.AuditTrail, count func(gated.AuditEvent), log *zap.Logger) (stop func()) {
+	queue := make(chan gated.AuditEvent, 1024)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -76,7 +76,7 @@ func auditCountedHostEvents(host *plugins.Host, trails func() engine.AuditTrail,
 	}()
 	var mu sync.Mutex
 	closed := false
-	host.SetEvents(func(ev engine.AuditEvent) {
+	host.SetEvents(func(ev gated.AuditEvent) {
 		if count != nil {
 			count(ev)
 		}

@@ -8,7 +8,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/engine"
 	"github.com/gated/gated/policies"
 )
 
@@ -83,13 +82,13 @@ func logReload(log *zap.Logger, r policies.Reload) {
 
 // reloadEvent is the audit record of a reload attempt: gated's own event,
 // under the reserved tenant token.
-func reloadEvent(r policies.Reload, serving string) engine.AuditEvent {
-	name := engine.EventPolicyReloaded
+func reloadEvent(r policies.Reload, serving string) gated.AuditEvent {
+	name := gated.EventPolicyReloaded
 	if !r.OK {
-		name = engine.EventPolicyReloadFailed
+		name = gated.EventPolicyReloadFailed
 	}
 	data, _ := json.Marshal(r)
-	return engine.AuditEvent{
+	return gated.AuditEvent{
 		V: gated.SchemaVersion, Event: name, Tenant: gated.UnknownTenant, At: r.At.UTC(),
 		PolicyRevision: serving, Data: data,
 	}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus"
-	"github.com/gated/gated/engine"
 )
 
 // TestReviewerMetricsScrapeReadsFirst: the reviewer metrics read the
@@ -38,7 +37,7 @@ func TestReviewerMetricsScrapeReadsFirst(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ev := engine.AuditEvent{V: gated.SchemaVersion, Event: engine.EventVerdict, Tenant: "acme", ProposalID: id, At: time.Now().UTC(), Data: data}
+		ev := gated.AuditEvent{V: gated.SchemaVersion, Event: gated.EventVerdict, Tenant: "acme", ProposalID: id, At: time.Now().UTC(), Data: data}
 		if _, err := aud.Trail().Seal(t.Context(), ev); err != nil {
 			t.Fatal(err)
 		}

@@ -107,18 +107,18 @@ func (m *metrics) addShadow(shadow *policies.Live) {
 			Help: "Proposals the shadow policy decided otherwise than the live one, by kind of difference (error, outcome, denies, route); one proposal may count under several kinds.",
 		}, []string{"kind"}),
 	}
-	for _, k := range []string{engine.ShadowDiffError, engine.ShadowDiffOutcome, engine.ShadowDiffDenies, engine.ShadowDiffRoute} {
+	for _, k := range []string{gated.ShadowDiffError, gated.ShadowDiffOutcome, gated.ShadowDiffDenies, gated.ShadowDiffRoute} {
 		m.shadow.differences.WithLabelValues(k)
 	}
 	m.reg.MustRegister(m.shadow.decisions, m.shadow.differences, shadowCollector{shadow})
 }
 
 // onShadow is the engine's OnShadow: it counts a comparison.
-func (m *metrics) onShadow() func(*gated.Proposal, engine.ShadowComparison) {
+func (m *metrics) onShadow() func(*gated.Proposal, gated.ShadowComparison) {
 	if m.shadow == nil {
 		return nil
 	}
-	return func(_ *gated.Proposal, c engine.ShadowComparison) {
+	return func(_ *gated.Proposal, c gated.ShadowComparison) {
 		m.shadow.decisions.Inc()
 		for _, k := range c.Kinds {
 			m.shadow.differences.WithLabelValues(k).Inc()

@@ -113,7 +113,7 @@ func TestReviewThroughTheHost(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	want := []string{engine.EventToolCalled + " " + sdk.ToolGetSOPText, engine.EventToolDenied + " run_shell"}
+	want := []string{gated.EventToolCalled + " " + sdk.ToolGetSOPText, gated.EventToolDenied + " run_shell"}
 	if !slices.Equal(audited, want) {
 		t.Errorf("audited %q, want %q", audited, want)
 	}

@@ -116,7 +116,7 @@ func expect(p bench.Path, got outcome) error {
 // opaDecision is data.gated.decision as OPA's REST API returns it.
 type opaDecision struct {
 	Deny          []gated.Deny    `json:"deny"`
-	Review        engine.Route    `json:"review"`
+	Review        gated.Route     `json:"review"`
 	ReviewerTools []string        `json:"reviewer_tools"`
 	DeniedTools   []string        `json:"denied_tools"`
 	SOP           *gated.SOP      `json:"sop"`

@@ -181,7 +181,7 @@ func TestJSONInputDecidesAlike(t *testing.T) {
 func TestDiffDecisions(t *testing.T) {
 	base := engine.PolicyDecision{
 		Denies:        []gated.Deny{{Rule: "a", Message: "x"}, {Rule: "b", Message: "y"}},
-		Review:        engine.Route{Required: true, Persona: "reviewer", Quorum: 1, Why: "a write"},
+		Review:        gated.Route{Required: true, Persona: "reviewer", Quorum: 1, Why: "a write"},
 		ReviewerTools: []string{"get_sop_text"},
 		SOP:           &gated.SOP{ID: "SOP-001", Actions: []string{"host_restart_service"}},
 		Revision:      "sha256:1", Eval: time.Millisecond,
@@ -225,7 +225,7 @@ func TestDiffDecisions(t *testing.T) {
 // gated reads its own: a required review with no quorum has a quorum of
 // one, and an action's decision must not carry a run section.
 func TestOPAQuorumReadAsGated(t *testing.T) {
-	o := opaDecision{Review: engine.Route{Required: true}, Run: json.RawMessage("null")}
+	o := opaDecision{Review: gated.Route{Required: true}, Run: json.RawMessage("null")}
 	d, err := o.policyDecision()
 	if err != nil || d.Review.Quorum != 1 {
 		t.Errorf("quorum %d, err %v; want 1, nil", d.Review.Quorum, err)

@@ -107,16 +107,16 @@ func WriteScriptedHistory(tb testing.TB, w *audit.Writer, n int) (flips int) {
 				}
 				decided := map[string]any{
 					"action": action, "denies": settled.Denies, "review": pd.Review,
-					"input": engine.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
+					"input": gated.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
 				}
 				v := gated.Verdict{V: 1, ProposalID: p.ID, Tenant: tenant, Action: action, Kind: p.Kind, Outcome: outcome,
 					Approved: outcome == gated.OutcomeApproved, Stage: stage, Reason: reason, DecidedAt: now}
 				tr := w.Trail()
-				ev := func(name string, d any) engine.AuditEvent {
+				ev := func(name string, d any) gated.AuditEvent {
 					raw, _ := json.Marshal(d)
-					return engine.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: p.ID, At: now, PolicyRevision: pd.Revision, Data: raw}
+					return gated.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: p.ID, At: now, PolicyRevision: pd.Revision, Data: raw}
 				}
-				if err := tr.Record(ctx, ev(engine.EventPolicyDecided, decided)); err != nil {
+				if err := tr.Record(ctx, ev(gated.EventPolicyDecided, decided)); err != nil {
 					errs <- err
 					return
 				}
@@ -128,7 +128,7 @@ func WriteScriptedHistory(tb testing.TB, w *audit.Writer, n int) (flips int) {
 						return
 					}
 				}
-				if _, err := tr.Seal(ctx, ev(engine.EventVerdict, v)); err != nil {
+				if _, err := tr.Seal(ctx, ev(gated.EventVerdict, v)); err != nil {
 					errs <- err
 					return
 				}
@@ -234,22 +234,22 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 		sop = pd.SOP.ID
 	}
 	tr := w.Trail()
-	ev := func(name string, d any) engine.AuditEvent {
+	ev := func(name string, d any) gated.AuditEvent {
 		raw, _ := json.Marshal(d)
-		return engine.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: p.ID, At: now, PolicyRevision: pd.Revision, Data: raw}
+		return gated.AuditEvent{V: 1, Event: name, Tenant: tenant, ProposalID: p.ID, At: now, PolicyRevision: pd.Revision, Data: raw}
 	}
-	records := []engine.AuditEvent{
-		ev(engine.EventReceived, map[string]any{"bytes": len(data), "sha256": hex.EncodeToString(sum[:]), "subject": wire.ProposalSubject(tenant, action)}),
-		ev(engine.EventPolicyDecided, map[string]any{
+	records := []gated.AuditEvent{
+		ev(gated.EventReceived, map[string]any{"bytes": len(data), "sha256": hex.EncodeToString(sum[:]), "subject": wire.ProposalSubject(tenant, action)}),
+		ev(gated.EventPolicyDecided, map[string]any{
 			"action": action, "denied_tools": pd.DeniedTools, "denies": settled.Denies, "eval_us": 41, "review": pd.Review,
 			"reviewer_tools": pd.ReviewerTools, "run": nil, "sop": sop,
-			"input": engine.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
+			"input": gated.ReplayInput{Proposal: data, Persona: "reviewer", Now: now},
 		}),
 	}
 	if !done {
 		records = append(records,
-			ev(engine.EventReviewStarted, map[string]any{"action": action, "review_id": "r" + p.ID, "persona": routed.Name, "plugin": "sop", "tools": pd.ReviewerTools, "deadline": now.Add(time.Minute)}),
-			ev(engine.EventReviewDone, map[string]any{"action": action, "review_id": "r" + p.ID, "plugin": "sop", "plugin_version": "1.0.0", "decision": "approve", "latency_ms": 3, "why": reason}))
+			ev(gated.EventReviewStarted, map[string]any{"action": action, "review_id": "r" + p.ID, "persona": routed.Name, "plugin": "sop", "tools": pd.ReviewerTools, "deadline": now.Add(time.Minute)}),
+			ev(gated.EventReviewDone, map[string]any{"action": action, "review_id": "r" + p.ID, "plugin": "sop", "plugin_version": "1.0.0", "decision": "approve", "latency_ms": 3, "why": reason}))
 	}
 	for _, r := range records {
 		if err := tr.Record(ctx, r); err != nil {
@@ -258,6 +258,6 @@ func writeTrail(tb testing.TB, w *audit.Writer, evaluate func(context.Context, e
 	}
 	v := gated.Verdict{V: 1, ProposalID: p.ID, Tenant: tenant, Action: action, Kind: p.Kind, Outcome: outcome,
 		Approved: outcome == gated.OutcomeApproved, Stage: stage, Reason: reason, DecidedAt: now}
-	_, err = tr.Seal(ctx, ev(engine.EventVerdict, v))
+	_, err = tr.Seal(ctx, ev(gated.EventVerdict, v))
 	return err
 }

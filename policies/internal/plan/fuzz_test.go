@@ -141,9 +141,9 @@ func FuzzPlannedAgreesWithTopdown(f *testing.F) {
 		persona := fuzzPersonas[int(pick)%len(fuzzPersonas)]
 		d := int(which) % len(h.datas)
 		if p, err := gated.DecodeProposal(data, "acme", "host_restart_service", gated.Limits{}); err == nil {
-			var record *engine.RunRecord
+			var record *gated.RunRecord
 			if pick&4 != 0 {
-				record = &engine.RunRecord{Tenant: "acme", RunID: "r-77", Rounds: []engine.RunRound{
+				record = &gated.RunRecord{Tenant: "acme", RunID: "r-77", Rounds: []gated.RunRound{
 					{Round: 1, ProposalID: "earlier", Outcome: gated.OutcomeRejected, Next: gated.NextContinuation}}}
 			}
 			in := policies.InputValue(engine.PolicyInput{Proposal: p, Persona: persona, RunRecord: record, Now: fuzzNow})

@@ -1,18 +1,17 @@
-package engine
+package gated
 
 import (
 	"encoding/json"
 	"slices"
 	"time"
-
-	"github.com/gated/gated"
 )
 
 // The data of every audit event, declared once: every event gated
 // records has one type here (NewAuditEventData), and the readers of the
 // audit stream (verify, replay, re-review, shadow, the console, the
-// notifier, the reviewer metrics) decode an event's data through it. An event of a proposal starts its data with the AuditHead
-// members, then the members of its type.
+// notifier, the reviewer metrics) decode an event's data through it. An
+// event of a proposal starts its data with the AuditHead members, then
+// the members of its type.
 
 // AuditHead is what every event of a proposal carries in its data.
 type AuditHead struct {
@@ -39,9 +38,9 @@ type ReceivedData struct {
 // PolicyDecidedData is the data of policy.decided: the policy's decision,
 // or, when the evaluation failed, Error (and ShadowRevision) alone.
 type PolicyDecidedData struct {
-	DeniedTools []string     `json:"denied_tools"`
-	Denies      []gated.Deny `json:"denies"`
-	EvalUS      int64        `json:"eval_us"`
+	DeniedTools []string `json:"denied_tools"`
+	Denies      []Deny   `json:"denies"`
+	EvalUS      int64    `json:"eval_us"`
 	// Holds are the policy's reasons to hold an action for an operator.
 	Holds         []Hold     `json:"holds,omitempty"`
 	Review        Route      `json:"review"`
@@ -81,21 +80,21 @@ type ReviewStartedData struct {
 // ReviewFinishedData is the data of review.finished: the reviewer's
 // answer as judged, or (Outcome, Failure, Error) why it gave none.
 type ReviewFinishedData struct {
-	ReviewID      string               `json:"review_id"`
-	Plugin        string               `json:"plugin"`
-	PluginVersion string               `json:"plugin_version,omitempty"`
-	PID           int                  `json:"pid,omitempty"`
-	Decision      gated.ReviewDecision `json:"decision,omitempty"`
-	Gates         any                  `json:"gates,omitempty"`
-	MissingGates  any                  `json:"missing_gates,omitempty"`
-	LatencyMS     float64              `json:"latency_ms"`
-	Why           string               `json:"why,omitempty"`
-	Model         string               `json:"model,omitempty"`
-	Outcome       gated.Outcome        `json:"outcome,omitempty"`
-	Failure       any                  `json:"failure,omitempty"`
-	Error         string               `json:"error,omitempty"`
-	Criteria      any                  `json:"criteria,omitempty"`
-	MissingWork   int                  `json:"missing_work,omitempty"`
+	ReviewID      string         `json:"review_id"`
+	Plugin        string         `json:"plugin"`
+	PluginVersion string         `json:"plugin_version,omitempty"`
+	PID           int            `json:"pid,omitempty"`
+	Decision      ReviewDecision `json:"decision,omitempty"`
+	Gates         any            `json:"gates,omitempty"`
+	MissingGates  any            `json:"missing_gates,omitempty"`
+	LatencyMS     float64        `json:"latency_ms"`
+	Why           string         `json:"why,omitempty"`
+	Model         string         `json:"model,omitempty"`
+	Outcome       Outcome        `json:"outcome,omitempty"`
+	Failure       any            `json:"failure,omitempty"`
+	Error         string         `json:"error,omitempty"`
+	Criteria      any            `json:"criteria,omitempty"`
+	MissingWork   int            `json:"missing_work,omitempty"`
 }
 
 // OperatorAwaitedData is the data of operator.awaited: an action held
@@ -114,7 +113,7 @@ type OperatorDecidedData struct {
 	Criteria     json.RawMessage `json:"criteria,omitempty"`
 	Reason       string          `json:"reason,omitempty"`
 	HeldAuditSeq uint64          `json:"held_audit_seq,omitempty"`
-	Outcome      gated.Outcome   `json:"outcome,omitempty"`
+	Outcome      Outcome         `json:"outcome,omitempty"`
 }
 
 // GrantIssuedData is the data of grant.issued: the grant's id and key,
@@ -143,15 +142,6 @@ type GrantOutcomeData struct {
 	TargetKey  string              `json:"target_key"`
 	Tenant     string              `json:"tenant"`
 }
-
-// The events of a reviewer plugin's process, under the UnknownTenant
-// token: plugins.Host records them.
-const (
-	EventPluginStarted   = "plugin.started"
-	EventPluginRefused   = "plugin.refused"
-	EventPluginExited    = "plugin.exited"
-	EventPluginUnhealthy = "plugin.unhealthy"
-)
 
 // PluginEventData is the data of the plugin events: which plugin, and
 // what happened to its process. Its members are in the order of their
@@ -198,7 +188,7 @@ var auditEventData = map[string]func() any{
 	EventReviewDone:              func() any { return new(ReviewFinishedData) },
 	EventReviewUnrouted:          func() any { return new(AuditNote) },
 	EventReviewAwaited:           func() any { return new(AuditNote) },
-	EventVerdict:                 func() any { return new(gated.Verdict) },
+	EventVerdict:                 func() any { return new(Verdict) },
 	EventReplayed:                func() any { return new(AuditNote) },
 	EventDeduplicated:            func() any { return new(AuditNote) },
 	EventToolCalled:              func() any { return new(AuditNote) },
@@ -217,7 +207,7 @@ var auditEventData = map[string]func() any{
 	EventPluginRefused:           func() any { return new(PluginEventData) },
 	EventPluginExited:            func() any { return new(PluginEventData) },
 	EventPluginUnhealthy:         func() any { return new(PluginEventData) },
-	EventBudgetRefused:           func() any { return new(gated.BudgetRefusal) },
+	EventBudgetRefused:           func() any { return new(BudgetRefusal) },
 	EventGrantIssued:             func() any { return new(GrantIssuedData) },
 	EventGrantUsed:               func() any { return new(AuditNote) },
 	EventGrantRefused:            func() any { return new(AuditNote) },

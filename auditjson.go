@@ -1,8 +1,9 @@
-package engine
+package gated
 
 import (
 	"encoding/json"
 	"strconv"
+	"time"
 
 	"github.com/gated/gated/internal/jsonscan"
 	"github.com/gated/gated/internal/jsonw"
@@ -18,12 +19,12 @@ import (
 // TestPolicyDecidedJSON and FuzzPolicyDecidedJSON hold the bytes equal.
 
 // jsonAppender is event data that writes its own JSON; ok is false when
-// it cannot, and mustJSON then uses encoding/json.
+// it cannot, and MarshalAuditData then uses encoding/json.
 type jsonAppender interface {
 	appendJSON(dst []byte) (out []byte, ok bool)
 }
 
-func (d policyDecidedData) appendJSON(b []byte) ([]byte, bool) {
+func (d PolicyDecidedData) appendJSON(b []byte) ([]byte, bool) {
 	b = append(b, `{"denied_tools":`...)
 	b = appendJSONStrings(b, d.DeniedTools)
 	b = append(b, `,"denies":`...)
@@ -78,10 +79,10 @@ func (d policyDecidedData) appendJSON(b []byte) ([]byte, bool) {
 }
 
 // appendJSON writes a policy.rechecked record's data: policy.decided's
-// members, then what changed. recheckedData must write itself: it would
-// otherwise take policyDecidedData's method, and lose changed.
-func (d recheckedData) appendJSON(b []byte) ([]byte, bool) {
-	b, ok := d.policyDecidedData.appendJSON(b)
+// members, then what changed. PolicyRecheckedData must write itself: it would
+// otherwise take PolicyDecidedData's method, and lose changed.
+func (d PolicyRecheckedData) appendJSON(b []byte) ([]byte, bool) {
+	b, ok := d.PolicyDecidedData.appendJSON(b)
 	if !ok || len(d.Changed) == 0 {
 		return b, ok
 	}
@@ -163,6 +164,84 @@ func (in *ReplayInput) appendJSON(b []byte) ([]byte, bool) {
 		}
 	}
 	return append(b, '}'), true
+}
+
+// ReplayInput is what the policy.decided record keeps of the policy's
+// input, so that a replay can decide the proposal again with the same
+// input under another policy: the proposal as received, the persona the
+// evaluation started from, the clock, and the recent verdicts on the
+// target and the run's record when the policy read them. The tenant and
+// action are the record's own.
+type ReplayInput struct {
+	// Proposal is the proposal's JSON as received.
+	Proposal json.RawMessage `json:"proposal"`
+	// Persona is the persona the evaluation started from; the policy may
+	// have routed elsewhere from it.
+	Persona string `json:"persona"`
+	// Now is the clock the policy saw.
+	Now time.Time `json:"now"`
+	// History is the recent verdicts on the target the policy saw.
+	History []Verdict `json:"history,omitempty"`
+	// RunRecord is the run's record the policy saw, for a run proposal.
+	RunRecord *RunRecord `json:"run_record,omitempty"`
+	// Budget is the budget counters the policy saw, when budgets are
+	// kept.
+	Budget *BudgetState `json:"budget,omitempty"`
+}
+
+// MarshalJSON writes the input as the policy.decided record keeps it: the
+// budget counters that are zero are left out, as a replay reads them back
+// as zero; a budget kept is written even when every counter is zero.
+func (in ReplayInput) MarshalJSON() ([]byte, error) {
+	type plain ReplayInput
+	out := struct {
+		plain
+		Budget *auditBudget `json:"budget,omitempty"`
+	}{plain: plain(in)}
+	if b := in.Budget; b != nil {
+		out.Budget = &auditBudget{Tenant: auditCounters(b.Tenant), Agent: auditCounters(b.Agent)}
+	}
+	return json.Marshal(out)
+}
+
+// auditBudget is a BudgetState as a record keeps it.
+type auditBudget struct {
+	Tenant auditCounters `json:"tenant"`
+	Agent  auditCounters `json:"agent"`
+}
+
+// auditCounters are BudgetCounters without their zero counters.
+type auditCounters struct {
+	Proposals       int64 `json:"proposals,omitempty"`
+	Reads           int64 `json:"reads,omitempty"`
+	Tokens          int64 `json:"tokens,omitempty"`
+	ReviewsInFlight int64 `json:"reviews_in_flight,omitempty"`
+	HoldsPending    int64 `json:"holds_pending,omitempty"`
+	Refusals        int64 `json:"refusals_10m,omitempty"`
+	BudgetRefusals  int64 `json:"budget_refusals_10m,omitempty"`
+}
+
+// MarshalAuditData returns the JSON of v, an event's data, as the audit
+// trail records it: json.RawMessage as it is, the policy.decided and
+// policy.rechecked data written by their own codecs (byte for byte what
+// encoding/json writes), anything else by encoding/json, and a value
+// encoding/json refuses as {"marshal_error": why}.
+func MarshalAuditData(v any) json.RawMessage {
+	switch v := v.(type) {
+	case nil:
+		return nil
+	case json.RawMessage:
+		return v // encoded already
+	case jsonAppender:
+		if b, ok := v.appendJSON(make([]byte, 0, 1024)); ok {
+			return b
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"marshal_error": err.Error()})
+	}
+	return b
 }
 
 // appendMarshaled appends v as encoding/json writes it.

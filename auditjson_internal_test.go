@@ -1,26 +1,24 @@
-package engine
+package gated
 
 import (
 	"bytes"
 	"encoding/json"
 	"testing"
 	"time"
-
-	"github.com/gated/gated"
 )
 
 // policyDecidedCases are policy.decided data of every shape: members
 // left out and present, nil and empty lists, strings encoding/json
 // escapes, proposals compact and not.
-func policyDecidedCases() []policyDecidedData {
+func policyDecidedCases() []PolicyDecidedData {
 	now := time.Date(2026, 11, 1, 9, 0, 0, 123456789, time.UTC)
 	line := 3
-	return []policyDecidedData{
+	return []PolicyDecidedData{
 		{},
-		{DeniedTools: []string{}, Denies: []gated.Deny{}, ReviewerTools: []string{}, Input: &ReplayInput{}},
+		{DeniedTools: []string{}, Denies: []Deny{}, ReviewerTools: []string{}, Input: &ReplayInput{}},
 		{
 			DeniedTools: []string{"run_shell", "a<b>&c", "tab\there", "é", "\u2028"},
-			Denies:      []gated.Deny{{Rule: "change_freeze", Message: `frozen "now"`}, {Rule: "r2", Message: "\x01\x7f"}},
+			Denies:      []Deny{{Rule: "change_freeze", Message: `frozen "now"`}, {Rule: "r2", Message: "\x01\x7f"}},
 			EvalUS:      41,
 			Holds:       []Hold{{Rule: "hold_tenant_wide", Why: "a person decides", Deadline: time.Minute}},
 			Review: Route{Required: true, Persona: "dba", Quorum: 2, Why: "write actions need review", Rule: "route_class",
@@ -33,9 +31,9 @@ func policyDecidedCases() []policyDecidedData {
 				Proposal: json.RawMessage(`{"v":1,"id":"p1","tenant":"acme","target":{"tags":["a\"b","x\\y"]},"n":-1.5e3}`),
 				Persona:  "reviewer",
 				Now:      now,
-				History:  []gated.Verdict{{ProposalID: "p0", Outcome: gated.OutcomeApproved, DecidedAt: now}},
+				History:  []Verdict{{ProposalID: "p0", Outcome: OutcomeApproved, DecidedAt: now}},
 				RunRecord: &RunRecord{Tenant: "acme", RunID: "r1", Rounds: []RunRound{{Round: 1, ProposalID: "p0",
-					Findings: []gated.Finding{{ID: "f1", Body: "b", Line: &line}}}}},
+					Findings: []Finding{{ID: "f1", Body: "b", Line: &line}}}}},
 				Budget: &BudgetState{Tenant: BudgetCounters{Proposals: 3}, Agent: BudgetCounters{Refusals: 1}},
 			},
 		},
@@ -54,7 +52,7 @@ func TestPolicyDecidedJSON(t *testing.T) {
 	for i, d := range policyDecidedCases() {
 		checkPolicyDecidedJSON(t, i, d)
 		for _, changed := range [][]string{nil, {}, {"a larger quorum", "<tools>"}} {
-			checkPolicyDecidedJSON(t, i, recheckedData{policyDecidedData: d, Changed: changed})
+			checkPolicyDecidedJSON(t, i, PolicyRecheckedData{PolicyDecidedData: d, Changed: changed})
 		}
 	}
 }
@@ -75,8 +73,8 @@ func checkPolicyDecidedJSON(t *testing.T, i int, d jsonAppender) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("case %d:\n got %s\nwant %s", i, got, want)
 	}
-	if m := mustJSON(d); !bytes.Equal(m, want) {
-		t.Fatalf("case %d: mustJSON gives %s\nwant %s", i, m, want)
+	if m := MarshalAuditData(d); !bytes.Equal(m, want) {
+		t.Fatalf("case %d: MarshalAuditData gives %s\nwant %s", i, m, want)
 	}
 }
 
@@ -88,8 +86,8 @@ func FuzzPolicyDecidedJSON(f *testing.F) {
 	f.Add("", "", "", "", []byte(`"\ud800"`), 0, int64(0), int64(253402300800), false)
 	f.Add("r", "m", "p", "w", []byte(`{"a":"<>&"}`), 2, int64(1), int64(0), true)
 	f.Fuzz(func(t *testing.T, rule, message, persona, why string, proposal []byte, quorum int, evalUS, now int64, required bool) {
-		d := policyDecidedData{
-			DeniedTools: []string{rule, message}, Denies: []gated.Deny{{Rule: rule, Message: message}}, EvalUS: evalUS,
+		d := PolicyDecidedData{
+			DeniedTools: []string{rule, message}, Denies: []Deny{{Rule: rule, Message: message}}, EvalUS: evalUS,
 			Review:        Route{Required: required, Persona: persona, Quorum: quorum, Why: why, Personas: []string{why}},
 			ReviewerTools: []string{persona}, SOP: message, ShadowRevision: rule,
 			Input: &ReplayInput{Proposal: proposal, Persona: persona, Now: time.Unix(now, evalUS).UTC()},
