@@ -16,6 +16,13 @@ func (h *harness) decideSeq(ctx context.Context, tr *memTrail, data []byte, seq 
 	return h.eng.Decide(ctx, engine.Delivery{Subject: testSubject, Data: data, Attempt: 1, StreamSeq: seq, Trail: tr})
 }
 
+// redeliver decides data as the second delivery of message seq: a
+// redelivery looks the stored verdict up before deciding.
+func (h *harness) redeliver(ctx context.Context, tr *memTrail, data []byte, seq uint64) (*gated.Verdict, error) {
+	tr.delivery = 2
+	return h.eng.Decide(ctx, engine.Delivery{Subject: testSubject, Data: data, Attempt: 2, StreamSeq: seq, Trail: tr})
+}
+
 func (s *memStore) hold(tenant, id string, c engine.Claim) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

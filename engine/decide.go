@@ -50,6 +50,9 @@ type pass struct {
 	policyIn  PolicyInput
 	decided   PolicyDecision
 	reviewers []candidate
+	// lostSeq is the audit sequence of this delivery's own verdict once
+	// it lost the race to the store (finish); 0 otherwise.
+	lostSeq uint64
 }
 
 // proposalKeys are the keys the engine derives from a decoded proposal,
@@ -107,7 +110,12 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 	if decodeErr == nil {
 		r.readHistoryAhead(ctx)
 	}
-	if r.id != "" {
+	// A first delivery is decided without a look-up: the store's create
+	// is the idempotency check (finish), and a copy of a decided proposal
+	// meets the stored verdict there. A redelivery looks first, since an
+	// earlier delivery may have stored its verdict and crashed before the
+	// ack.
+	if r.id != "" && r.d.Attempt != 1 {
 		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
 		switch {
 		case err == nil:
@@ -135,10 +143,10 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 	v, awaited, err := r.judge(ctx)
 	// The claim is released only when this delivery ends with no verdict
 	// stored, so that another delivery may review. Once a verdict is
-	// stored it is kept: a copy of the proposal finds the stored verdict
-	// before it looks at claims, or, when it looked just before the
-	// verdict was stored, finds the claim live and waits for that verdict,
-	// which is already there. Keeping it saves the release's write; it
+	// stored it is kept: a redelivery finds the stored verdict before it
+	// looks at claims, and a copy delivered first finds the claim live and
+	// waits for that verdict, which is already there, or, once the claim
+	// went stale, takes it and finds the stored verdict (reviewClaim.take). Keeping it saves the release's write; it
 	// goes with the bucket's TTL, as the release's purge marker would.
 	stored := false
 	defer func() {
@@ -170,9 +178,9 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 		r.rememberRejection(v)
 		r.countRefusal(ctx, v)
 	}
-	if err != nil {
-		// Nothing was decided: the hold lease taken for it is given back,
-		// and a redelivery asks again.
+	if err != nil || decided != v {
+		// Nothing was decided, or a verdict stored first stands: the hold
+		// lease taken for this decision is given back.
 		r.releaseHold(ctx)
 	}
 	return decided, err
@@ -371,17 +379,12 @@ func (r *pass) answers(stored *gated.Verdict) bool {
 // trail and not stored, since the key is that proposal's.
 //
 // sealed says the delivery's trail is sealed already with a verdict of
-// its own that lost the race to the store. A verdict of the same proposal
-// is then returned as it is (another gated decided it first); a different
-// proposal's is an error wrapping ErrIDTaken, since the trail cannot take
-// the invalid verdict: the delivery is retried, and its next delivery
-// finds the stored verdict on look-up and is answered invalid here.
+// its own that lost the race to the store (see lost).
 func (r *pass) handOver(ctx context.Context, stored *gated.Verdict, sealed bool) (*gated.Verdict, error) {
+	if sealed {
+		return r.lost(ctx, stored)
+	}
 	if !r.answers(stored) {
-		if sealed {
-			return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
-				gated.ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
-		}
 		if !r.log.received {
 			if err := r.log.recordReceived(ctx, r.d.Subject, len(r.d.Data), r.digest); err != nil {
 				return nil, err
@@ -393,14 +396,34 @@ func (r *pass) handOver(ctx context.Context, stored *gated.Verdict, sealed bool)
 		}
 		return v, nil // not stored: the key belongs to the other proposal
 	}
-	if sealed {
-		return stored, nil
+	data := map[string]any{"audit_seq": stored.AuditSeq, "outcome": stored.Outcome}
+	if r.lostSeq != 0 {
+		data["superseded_seq"] = r.lostSeq
 	}
-	_, err := r.log.seal(ctx, gated.EventReplayed, map[string]any{
-		"audit_seq": stored.AuditSeq, "outcome": stored.Outcome,
-	})
-	if err != nil {
+	if _, err := r.log.seal(ctx, gated.EventReplayed, data); err != nil {
 		return nil, err
+	}
+	return stored, nil
+}
+
+// lost answers a delivery whose own verdict, sealed on its trail at
+// r.lostSeq, lost the race to the store: a verdict stored first stands.
+// With Delivery.Retrail the delivery is answered as a copy found on
+// look-up, on a further trail that names the superseded record: the
+// stored verdict when it answers the same bytes (replayed), invalid
+// otherwise. Without, a verdict of the same proposal is returned as it
+// is, and a different proposal's is an error wrapping ErrIDTaken, since
+// the sealed trail cannot take the invalid verdict: the delivery is
+// retried, and its redelivery finds the stored verdict on look-up and is
+// answered invalid.
+func (r *pass) lost(ctx context.Context, stored *gated.Verdict) (*gated.Verdict, error) {
+	if r.d.Retrail != nil {
+		r.log = auditLog{trail: r.d.Retrail(), clock: r.e.cfg.Clock, head: &r.eventHead}
+		return r.handOver(ctx, stored, false)
+	}
+	if !r.answers(stored) {
+		return nil, fmt.Errorf("%w: storing the verdict of %s.%s found the verdict of another proposal (digest %q) under its id",
+			gated.ErrIDTaken, r.tenant, r.id, stored.ProposalSHA256)
 	}
 	return stored, nil
 }
@@ -426,6 +449,7 @@ func (r *pass) finish(ctx context.Context, v *gated.Verdict) (*gated.Verdict, er
 	case errors.Is(err, gated.ErrExists) && stored != nil:
 		// Another decision stored a verdict first: it stands, and it is
 		// this delivery's only if it answers the same bytes.
+		r.lostSeq = v.AuditSeq
 		return r.handOver(ctx, stored, true)
 	case err != nil:
 		return nil, fmt.Errorf("storing verdict %s.%s: %w", v.Tenant, v.ProposalID, err)

@@ -178,7 +178,9 @@ type Delivery struct {
 	// MsgID is the Nats-Msg-Id header, used to recover the id of a proposal
 	// whose payload cannot be decoded.
 	MsgID string
-	// Attempt is the delivery count, 1 on first delivery.
+	// Attempt is the delivery count, 1 on first delivery. A first
+	// delivery is decided without looking up a stored verdict first; any
+	// other count (0: unknown) looks it up.
 	Attempt int
 	// StreamSeq is the message's sequence in the proposal stream. It names
 	// the holder of the proposal's review claim, so that a redelivery of
@@ -188,6 +190,12 @@ type Delivery struct {
 	StreamSeq uint64
 	// Trail records this delivery's audit events.
 	Trail AuditTrail
+	// Retrail, when set, opens a further trail for the delivery's
+	// proposal: a delivery whose sealed decision lost to a verdict stored
+	// first records that there and is answered at once. Nil: such a
+	// delivery is answered with the stored verdict of the same bytes, or
+	// fails with ErrIDTaken and its redelivery is answered invalid.
+	Retrail func() AuditTrail
 	// Turn, when set, is the delivery's turn among its tenant's proposals
 	// being decided: the engine gives it up while the reviews wait on
 	// their reviewers and takes it back before it goes on. Nil: the

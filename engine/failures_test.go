@@ -36,7 +36,7 @@ func TestDecideReplaysStoredVerdict(t *testing.T) {
 			}
 
 			tr := h.stream.trail()
-			again, err := h.decideOn(t.Context(), tr, testSubject, tc.data, "")
+			again, err := h.redeliver(t.Context(), tr, tc.data, 0)
 			if err != nil {
 				t.Fatalf("Decide again: %v", err)
 			}
@@ -68,7 +68,7 @@ func TestDecideReplaysStoredVerdict(t *testing.T) {
 
 			failing := h.stream.trail()
 			failing.sealErr = errors.New("audit stream unavailable")
-			if v, err := h.decideOn(t.Context(), failing, testSubject, tc.data, ""); err == nil {
+			if v, err := h.redeliver(t.Context(), failing, tc.data, 0); err == nil {
 				t.Errorf("replay on a failing trail returned %+v and no error", v)
 			}
 		})
@@ -83,7 +83,12 @@ func TestDecideRefusesReusedID(t *testing.T) {
 	}
 
 	other := proposalJSON(t, map[string]any{"class": "destructive", "reason": "drop everything"})
-	v, tr := h.mustDecide(t, testSubject, other, "")
+	tr := h.stream.trail()
+	v, err := h.redeliver(t.Context(), tr, other, 0)
+	if err != nil {
+		t.Fatalf("Decide: %v", err)
+	}
+	h.checkFresh(t, v, tr, other)
 	if v.Outcome != gated.OutcomeInvalid || v.Stage != gated.StageValidation || v.Approved {
 		t.Errorf("reused id got %s at %s (approved %v), want invalid at validation", v.Outcome, v.Stage, v.Approved)
 	}

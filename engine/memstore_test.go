@@ -291,6 +291,8 @@ type memTrail struct {
 	afterSeal []string
 	// flushes are the number of events recorded at each Flush.
 	flushes []int
+	// delivery is the delivery count its events carry; 0 stands for 1.
+	delivery int
 }
 
 func (tr *memTrail) Flush(context.Context) error {

@@ -133,7 +133,7 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 			note: "found on look-up", events: []string{received, decided},
 			meet: func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error) {
 				mustCreate(t, h.store, owner)
-				return h.decideSeq(t.Context(), tr, mine, 2)
+				return h.redeliver(t.Context(), tr, mine, 2)
 			},
 		},
 		{
@@ -256,7 +256,7 @@ func TestDecideLosesTheIDToAnotherProposal(t *testing.T) {
 			// The redelivery finds the stored verdict on look-up.
 			h.cfg.Store.(*hidingStore).unhide()
 			again := h.stream.trail()
-			v, err = h.decideSeq(t.Context(), again, tc.data, 2)
+			v, err = h.redeliver(t.Context(), again, tc.data, 2)
 			if err != nil {
 				t.Fatalf("redelivery: %v", err)
 			}

@@ -36,6 +36,11 @@ type auditData struct {
 	Stage     string    `json:"stage"`
 	DecidedAt time.Time `json:"decided_at"`
 	Approved  bool      `json:"approved"`
+	// AuditSeq and SupersededSeq are a verdict.replayed's: the stored
+	// verdict it answered with, and the delivery's own verdict record that
+	// lost to it.
+	AuditSeq      uint64 `json:"audit_seq"`
+	SupersededSeq uint64 `json:"superseded_seq"`
 }
 
 func (r auditRec) data() auditData {
@@ -242,19 +247,29 @@ func (l *fleetLoad) account(t *testing.T, deadline time.Duration) (*tally, map[s
 // leaving out the orphans: records no stored verdict points to, sealed by
 // a delivery earlier than the one whose record the stored verdict names.
 // Such a delivery died between its seal and its store, and the proposal
-// was decided again on redelivery, as docs/AUDIT.md describes. With no
-// stored verdict every record counts.
+// was decided again on redelivery, as docs/AUDIT.md describes; and
+// records a verdict.replayed of the stored verdict names as superseded: a
+// delivery's own verdict that lost to the stored one. With no stored
+// verdict every record counts.
 func countVerdictRecords(recs []auditRec, stored *gated.Verdict) (counted, orphans int) {
 	storedDelivery := 0
+	superseded := map[uint64]bool{}
 	if stored != nil {
 		for _, r := range recs {
-			if r.Event == gated.EventVerdict && r.seq == stored.AuditSeq {
-				storedDelivery = r.data().Delivery
+			switch d := r.data(); {
+			case r.Event == gated.EventVerdict && r.seq == stored.AuditSeq:
+				storedDelivery = d.Delivery
+			case r.Event == gated.EventReplayed && d.AuditSeq == stored.AuditSeq && d.SupersededSeq != 0:
+				superseded[d.SupersededSeq] = true
 			}
 		}
 	}
 	for _, r := range recs {
 		if r.Event != gated.EventVerdict {
+			continue
+		}
+		if superseded[r.seq] && r.seq != stored.AuditSeq {
+			orphans++
 			continue
 		}
 		if storedDelivery > 0 && r.seq != stored.AuditSeq && r.data().Delivery < storedDelivery {
@@ -407,6 +422,9 @@ func TestCountVerdictRecords(t *testing.T) {
 	rec := func(seq uint64, event string, delivery int) auditRec {
 		return auditRec{seq: seq, Event: event, Data: json.RawMessage(fmt.Sprintf(`{"delivery":%d}`, delivery))}
 	}
+	replayed := func(seq, auditSeq, superseded uint64) auditRec {
+		return auditRec{seq: seq, Event: gated.EventReplayed, Data: json.RawMessage(fmt.Sprintf(`{"delivery":1,"audit_seq":%d,"superseded_seq":%d}`, auditSeq, superseded))}
+	}
 	stored := &gated.Verdict{AuditSeq: 9}
 	for _, tc := range []struct {
 		name            string
@@ -420,6 +438,8 @@ func TestCountVerdictRecords(t *testing.T) {
 		{"a later delivery decided again", []auditRec{rec(9, gated.EventVerdict, 1), rec(12, gated.EventVerdict, 2)}, stored, 2, 0},
 		{"stored record missing", []auditRec{rec(3, gated.EventVerdict, 1), rec(4, gated.EventVerdict, 2)}, stored, 2, 0},
 		{"nothing stored", []auditRec{rec(3, gated.EventVerdict, 1), rec(4, gated.EventVerdict, 2)}, nil, 2, 0},
+		{"superseded by the stored verdict", []auditRec{rec(9, gated.EventVerdict, 1), rec(12, gated.EventVerdict, 1), replayed(13, 9, 12)}, stored, 1, 1},
+		{"superseded, named by another verdict's replay", []auditRec{rec(9, gated.EventVerdict, 1), rec(12, gated.EventVerdict, 1), replayed(13, 4, 12)}, stored, 2, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			counted, orphans := countVerdictRecords(tc.recs, tc.stored)

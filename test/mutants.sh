@@ -162,6 +162,16 @@ mutant automtls plugins/process.go ./plugins \
 	'cmd.Env = append(append(minimalEnv(), p.spec.Env...), clientCertEnv+"="+certPEM)' \
 	'cmd.Env, tlsConfig, _ = append(minimalEnv(), p.spec.Env...), nil, certPEM'
 
+# A first delivery is decided without a look-up (engine/decide.go): its
+# verdict, sealed, that finds another stored first is never the answer; the
+# stored one is. A redelivery still looks the stored verdict up first.
+mutant lost_race_own_verdict engine/decide.go ./engine \
+	$'r.lostSeq = v.AuditSeq\n\t\treturn r.handOver(ctx, stored, true)' \
+	$'r.lostSeq = v.AuditSeq\n\t\treturn v, nil'
+mutant redelivery_lookup engine/decide.go ./engine \
+	'if r.id != "" && r.d.Attempt != 1 {' \
+	'if false {'
+
 # Same id, same content (engine/decide.go, answers): a verdict stored under
 # an id goes only to a delivery of the same bytes, and one stored without
 # a digest answers nothing. An operator's decision (engine/runflow.go)

@@ -301,6 +301,7 @@ func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 		Attempt:   attempt,
 		StreamSeq: seq,
 		Trail:     w.trails(),
+		Retrail:   w.trails,
 		Turn:      t,
 	}
 	if msg.Headers().Get(wire.StatusHeader) != "" {

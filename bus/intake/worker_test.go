@@ -130,8 +130,9 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	if again.DecidedAt != first.DecidedAt || again.AuditSeq != first.AuditSeq {
 		t.Fatalf("duplicate got a new verdict: %+v vs %+v", again, first)
 	}
-	// The same bytes under another message id reach gated, which replays
-	// the stored verdict instead of deciding again.
+	// The same bytes under another message id reach gated as a first
+	// delivery: decided again without a look-up, the decision loses to
+	// the stored verdict, which is what gated answers.
 	sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", "dup1"))
 	if err != nil {
 		t.Fatal(err)
@@ -153,10 +154,32 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	if replayed.AuditSeq != first.AuditSeq {
 		t.Fatalf("replayed audit_seq %d, want the original %d", replayed.AuditSeq, first.AuditSeq)
 	}
+	// The trail says the copy's own decision was superseded by the stored
+	// verdict: verdict.replayed names both records.
+	var last gated.AuditEvent
 	waitFor(t, func() bool {
-		events := bustest.AuditEvents(t, g.Resources.Audit, "acme", "dup1")
-		return len(events) == 5 && events[4] == gated.EventReplayed
+		events := bustest.AuditRecords(t, g.Resources.Audit, "acme", "dup1")
+		if len(events) == 0 || events[len(events)-1].Event != gated.EventReplayed {
+			return false
+		}
+		last = events[len(events)-1]
+		return true
 	}, "a verdict.replayed audit event")
+	var said struct {
+		AuditSeq      uint64 `json:"audit_seq"`
+		SupersededSeq uint64 `json:"superseded_seq"`
+	}
+	if err := json.Unmarshal(last.Data, &said); err != nil {
+		t.Fatal(err)
+	}
+	if said.AuditSeq != first.AuditSeq || said.SupersededSeq <= first.AuditSeq {
+		t.Fatalf("verdict.replayed names audit_seq %d superseding %d; want the original %d superseding a later record",
+			said.AuditSeq, said.SupersededSeq, first.AuditSeq)
+	}
+	stored, err := g.Client.Verdict(t.Context(), "acme", "dup1")
+	if err != nil || stored.AuditSeq != first.AuditSeq {
+		t.Fatalf("stored verdict %+v, %v; want the original's audit_seq %d", stored, err, first.AuditSeq)
+	}
 }
 
 func TestReusedIDWithOtherBytesIsInvalid(t *testing.T) {
