@@ -398,6 +398,13 @@ mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
 
+# Without the verdict check, verify reads a record whose MAC verifies only
+# for its tenant, chain and last event (bus/audit/keyedcheck.go): its
+# subject must still name them.
+mutant verify_keyed_subject bus/audit/keyedcheck.go ./bus/audit \
+	'e.Subject != wire.AuditSubject(string(tenant), string(name))' \
+	'false'
+
 # Records (bus/audit/whole.go): a record holds at least one event, its
 # subject names its last, every event is of the record's tenant, a
 # verdict after its grant.issued leaves the grant's token out, and its MAC
@@ -490,6 +497,22 @@ mutant budget_refusal_reads_lease bus/budget/store.go ./bus/budget \
 mutant budget_refusal_stands bus/budget/store.go ./bus/budget \
 	$'\t\tif err != nil || refusal != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n' \
 	$'\t\tif err != nil {\n\t\t\ts.emitAdmission(req, refusal, err)\n'
+# Reads admitted from leased blocks (bus/budget/allowance.go): a block is
+# sized to what the window has left, the tenant's refusal puts the agent's
+# read back, a block goes back only to the window it was leased from, and a
+# read is admitted only from a block the record counted.
+mutant budget_block_within_limit bus/budget/allowance.go ./bus/budget \
+	'n := blockSize(r, c.used(gated.LimitReads, r, now), want)' \
+	'n := max(want, 2)'
+mutant budget_read_put_back bus/budget/allowance.go ./bus/budget \
+	$'\tif a.holds(r, now) {\n\t\ta.left++' \
+	$'\tif false {\n\t\ta.left++'
+mutant budget_give_back_own_window bus/budget/counters.go ./bus/budget \
+	'if !ok || w.Start != start || w.Interval != interval || n <= 0 {' \
+	'if !ok || n <= 0 {'
+mutant budget_read_fails_closed bus/budget/allowance.go ./bus/budget \
+	$'\t\tif err != nil {\n\t\t\t// The block may have been counted' \
+	$'\t\tif false {\n\t\t\t// The block may have been counted'
 # The budget counters a policy reads (policies/budgetref.go,
 # policies/policy.go): gated skips reading them for a bundle that cannot
 # reach input.budget. The first mutant takes a reference to input under a

@@ -232,6 +232,20 @@ func (c *counters) add(limit string, r Rate, now time.Time, n int64) {
 	c.Windows[limit] = window{Start: windowStart(now, r.Interval), Interval: int64(r.Interval / time.Second), N: max(0, cur+n)}
 }
 
+// giveBack takes n off limit's window that starts at start (Unix ms) and
+// lasts interval seconds: the unused part of a block leased from it. It
+// reports whether that window is the one counted; another counts the
+// block no more.
+func (c *counters) giveBack(limit string, start, interval, n int64) bool {
+	w, ok := c.Windows[limit]
+	if !ok || w.Start != start || w.Interval != interval || n <= 0 {
+		return false
+	}
+	w.N = max(0, w.N-n)
+	c.Windows[limit] = w
+	return true
+}
+
 // ends returns the lease slots of use.
 func (c *counters) ends(use engine.BudgetUse) *[]slotCount {
 	if use == engine.BudgetHold {
@@ -302,21 +316,25 @@ func (c *counters) state(l Limits, now time.Time) gated.BudgetCounters {
 	return out
 }
 
+// over returns the refusal of limit's current window at now when it is
+// spent, else nil.
+func (c *counters) over(limit string, r Rate, now time.Time) *gated.BudgetRefusal {
+	used := c.used(limit, r, now)
+	if r.Max == 0 || used < r.Max {
+		return nil
+	}
+	start := windowStart(now, r.Interval)
+	return &gated.BudgetRefusal{Limit: limit, Max: r.Max, Used: used, Interval: shortDuration(r.Interval),
+		ResetsAt: time.UnixMilli(start).Add(r.Interval).UTC()}
+}
+
 // admit counts one proposal of req against l, or says which limit refuses
 // it and leaves c alone. A review or hold takes a lease in the slot of
 // req.Until; whether the proposal holds a lease already (a redelivery) is
 // the lease key's to say, before admit is asked.
 func (c *counters) admit(l Limits, req engine.BudgetRequest) *gated.BudgetRefusal {
 	now := req.Now
-	windowed := func(limit string, r Rate) *gated.BudgetRefusal {
-		used := c.used(limit, r, now)
-		if r.Max == 0 || used < r.Max {
-			return nil
-		}
-		start := windowStart(now, r.Interval)
-		return &gated.BudgetRefusal{Limit: limit, Max: r.Max, Used: used, Interval: shortDuration(r.Interval),
-			ResetsAt: time.UnixMilli(start).Add(r.Interval).UTC()}
-	}
+	windowed := func(limit string, r Rate) *gated.BudgetRefusal { return c.over(limit, r, now) }
 	leased := func(limit string, slots []slotCount, max int64) *gated.BudgetRefusal {
 		n, first := live(slots, now)
 		if max == 0 || n < max {

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/gated/gated/engine"
+	"github.com/gated/gated"
 )
 
 // testBucket is the budget bucket on a test server of its own. The
@@ -77,14 +77,19 @@ func TestReadsShareOneGet(t *testing.T) {
 	g := &gatedGets{KeyValue: kv, release: make(chan struct{})}
 	st := New(g, nil, nil)
 	now := time.Now()
+	key, scope := tenantKey("acme"), tenantScope("acme")
+	// admit counts one read in the tenant's record, as a block of one
+	// leased for a read does.
 	admit := func(id string) {
 		t.Helper()
-		if r, err := st.Admit(t.Context(), engine.BudgetRequest{Tenant: "acme", Agent: "a", ID: id, Use: engine.BudgetRead, Now: now}); err != nil || r != nil {
-			t.Fatalf("admitting %s: %v %v", id, r, err)
+		if _, err := st.apply(t.Context(), key, scope, func(c *counters) (any, bool) {
+			c.add(gated.LimitReads, st.Config().Tenant("acme").Reads, now, 1)
+			return nil, true
+		}); err != nil {
+			t.Fatalf("counting %s: %v", id, err)
 		}
 	}
 	admit("p-1")
-	key, scope := tenantKey("acme"), tenantScope("acme")
 
 	// The first reader's read is held at the bucket; ten more arrive.
 	g.hold.Store(true)

@@ -94,6 +94,12 @@ type Store struct {
 	// without reading them first.
 	mineMu sync.Mutex
 	mine   map[string]leaseAt
+	// allow are this process's allowances of reads by record key, and
+	// allowFor how long a block of them stays unused before it goes back
+	// (see allowance.go).
+	allowMu  sync.Mutex
+	allow    map[string]*allowance
+	allowFor time.Duration
 }
 
 var _ engine.Budgets = (*Store)(nil)
@@ -102,7 +108,8 @@ var _ engine.Budgets = (*Store)(nil)
 // observe, when not nil, hears every admission, refusal and spend; it
 // must not block.
 func New(kv jetstream.KeyValue, cfg *Config, observe func(Event)) *Store {
-	s := &Store{kv: kv, observe: observe, keys: map[string]*keyState{}, mine: map[string]leaseAt{}}
+	s := &Store{kv: kv, observe: observe, keys: map[string]*keyState{}, mine: map[string]leaseAt{},
+		allow: map[string]*allowance{}, allowFor: allowanceLease}
 	s.SetConfig(cfg)
 	return s
 }
@@ -170,7 +177,9 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 }
 
 // Admit implements engine.Budgets: the agent's limits first, then the
-// tenant's; a refusal by the tenant's takes back the agent's count.
+// tenant's; a refusal by the tenant's takes back the agent's count. A
+// read is admitted from the blocks of reads this process leased (see
+// admitRead).
 //
 // A review or hold also takes a lease under a key of its own, written
 // with create-if-absent after both records counted it. The order fails
@@ -190,7 +199,7 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 // it holds itself.
 func (s *Store) Admit(ctx context.Context, req engine.BudgetRequest) (*gated.BudgetRefusal, error) {
 	if req.Use != engine.BudgetReview && req.Use != engine.BudgetHold {
-		refusal, err := s.admitCounts(ctx, req)
+		refusal, err := s.admitRead(ctx, req)
 		s.emitAdmission(req, refusal, err)
 		return refusal, err
 	}
@@ -473,6 +482,7 @@ func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
 	s.mineMu.Lock()
 	clear(s.mine)
 	s.mineMu.Unlock()
+	s.dropAllowances()
 	return n, nil
 }
 
