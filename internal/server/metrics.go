@@ -42,7 +42,7 @@ type metrics struct {
 	// budgetRefusalWrites counts the failed writes of the refusals
 	// counted, which are kept for the next.
 	budgetRefusalWrites prometheus.Counter
-	budgetReloads  *prometheus.CounterVec
+	budgetReloads       *prometheus.CounterVec
 	// tenantLabels (--metrics-tenant-labels) has the budget metrics carry
 	// a tenant label. Without it no metric names a tenant: /metrics
 	// answers without credentials.
