@@ -100,7 +100,7 @@ func (s *Store) flushRefusals() error {
 			// Not bounded by a caller: the write's own timeout bounds it,
 			// and its answer says whether the refusals were counted.
 			_, errs[i] = s.apply(context.Background(), w.key, w.p.scope, func(c *counters) (any, bool) {
-				c.prune(time.Now())
+				c.prune(latest(w.p.writing))
 				for _, r := range w.p.writing {
 					c.addRefusals(r)
 				}
@@ -118,13 +118,23 @@ func (s *Store) flushRefusals() error {
 			for _, r := range w.p.writing {
 				w.p.counted.addRefusals(r)
 			}
-			w.p.counted.prune(time.Now())
+			w.p.counted.prune(latest(w.p.counted.RefusalSlots))
 			s.scheduleFlush()
 			s.emit(Event{Tenant: w.p.tenant, RefusalsUnwritten: errs[i]})
 		}
 		w.p.writing = nil
 	}
 	return errors.Join(errs...)
+}
+
+// latest is the time of the latest refusal of slots, by the clock that
+// stamped it: what is pruned is what its window no longer holds.
+func latest(slots []refusalSlot) time.Time {
+	var t int64
+	for _, r := range slots {
+		t = max(t, r.Last)
+	}
+	return time.UnixMilli(t)
 }
 
 // Stop writes the refusals this process counted and has not written yet.
