@@ -5,7 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
-.PHONY: all build run check check-go check-python check-ts test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa opa-test clean
+.PHONY: all build run check check-go check-python check-ts test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa bench-summary bench-messages bench-million opa-test clean
 
 all: build
 
@@ -260,23 +260,56 @@ fuzz:
 # against the bare JetStream floor in the same run), the llm path as one
 # burst and sustained, each with a probe, OPA side by side, and
 # the Go benchmarks of the policy, the plugin round trip and the audit
-# trail. Reports go to bench-results/.
+# trail; what a proposal costs an external NATS server, and gated audit
+# verify. Reports go to bench-results/; it ends with bench-summary, the
+# figures of the targets, each with its target. make bench-million, which
+# takes long, adds the last one.
 BENCH_N ?= 100000
 bench: build
 	mkdir -p bench-results
 	./bin/gated-bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --json bench-results/policy.json
 	./bin/gated-bench -n $(BENCH_N) --mix denied=1,read=1 -c 256 --serve-arg=--shadow-policies=examples/policies --json bench-results/policy-shadow.json
+	./bin/gated-bench -n $$(( $(BENCH_N) / 50 )) --mix denied=1,read=1 -c 1 --json bench-results/policy-c1.json
 	./bin/gated-bench -n $$(( $(BENCH_N) / 25 )) --mix denied=1,read=1 -c 2 --json bench-results/policy-c2.json
 	./bin/gated-bench -n $$(( $(BENCH_N) / 10 )) --mix denied=1,read=1 -c 8 --json bench-results/policy-c8.json
+	./bin/gated-bench -n $$(( $(BENCH_N) / 5 )) --mix denied=1,read=1 -c 32 --json bench-results/policy-c32.json
 	./bin/gated-bench -n $$(( $(BENCH_N) / 4 )) --mix plugin=1 -c 64 --json bench-results/plugin.json
 	./bin/gated-bench -n 2000 --mix llm=1 -c 2000 --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm-burst.json
 	./bin/gated-bench -n 40000 --mix llm=1 -c 2000 --ramp 2s --llm-latency 2s --probe-rate 500 --floor=false --json bench-results/llm.json
-	bash -o pipefail -c 'OPA_BENCH_E2E=0 bash test/opa-bench.sh | tee bench-results/opa.txt'
+	bash -o pipefail -c 'OPA_BENCH_E2E=0 OPA_BENCH_JSON=bench-results/opa.json bash test/opa-bench.sh | tee bench-results/opa.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-policy bench-plugins bench-audit bench-replay | tee bench-results/go-bench.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-plugin-python | tee bench-results/plugin-python.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-clients | tee bench-results/clients.txt'
 	bash -o pipefail -c '$(MAKE) --no-print-directory bench-mcp | tee bench-results/mcp.txt'
-	$(MAKE) --no-print-directory bench-history bench-scaleout bench-verify-cli
+	$(MAKE) --no-print-directory bench-history bench-scaleout bench-messages bench-verify-cli bench-summary
+
+# bench-summary prints the figures of the last make bench (bench-results/)
+# against their targets: the policy path at c=256 and c=32 and the plugin
+# path at c=64 as × floor, the policy path at c=32 against OPA's REST
+# server, messages into the server per proposal and its memory per stored
+# decision (bench-messages), latency at c=1, gated's RSS after a million
+# decided (bench-million) and gated audit verify's records/s
+# (test/bench-summary.sh). It also writes bench-results/summary.txt.
+bench-summary:
+	bash -o pipefail -c 'bash test/bench-summary.sh bench-results | tee bench-results/summary.txt'
+
+# bench-messages counts, at an external nats-server (its /varz), the
+# messages and bytes a policy-decided proposal sends into the server and
+# the server's memory per decision stored, MESSAGES_N proposals at c=64
+# (test/bench-messages.sh).
+MESSAGES_N ?= 100000
+bench-messages: build
+	mkdir -p bench-results
+	N=$(MESSAGES_N) JSON=bench-results/messages.json bash test/bench-messages.sh
+
+# bench-million decides a million policy-decided proposals on the embedded
+# default (the bench tenant's budgets lifted, no floor) and reports
+# gated's RSS along the run, the figure of the embedded default's target;
+# bench-summary reads it. It takes about as long as a million proposals
+# at the policy path's rate (minutes), so make bench does not run it.
+bench-million: build
+	mkdir -p bench-results
+	./bin/gated-bench -n 1000000 --mix denied=1,read=1 -c 256 --floor=false --progress off --json bench-results/million.json
 
 # bench-mcp measures gated mcp (docs/MCP.md): a read call through the
 # proxy against the same call made directly to examples/mcp-ops and

@@ -59,10 +59,19 @@ func (c *reviewClaim) take(ctx context.Context, longest time.Duration, delivery 
 	mine := Claim{Holder: c.holder, Until: time.Now().Add(longest + claimGrace).UTC(), Delivery: delivery}
 	held, err := c.claims.Claim(ctx, c.tenant, c.id, mine)
 	switch {
+	case err == nil && !held.Replaced:
+		// No claim was there: no review stored a verdict, since a review's
+		// verdict keeps its claim (as GiveUp's does). A verdict stored
+		// without one (decided by the policy alone, given up on before any
+		// review, or stored by a create that reported a failure, after
+		// which its delivery released the claim) is met by finish's
+		// create: this review is spent, and the stored verdict stands.
+		c.held, c.rev = true, held.Revision
+		return nil, nil
 	case err == nil:
 		c.held, c.rev = true, held.Revision
-		// The verdict may have been stored, and its claim released, since
-		// this delivery looked it up.
+		// The claim replaced went stale, or was this message's earlier
+		// delivery's: its holder may have stored the verdict.
 		stored, err := c.verdicts.Get(ctx, c.tenant, c.id)
 		switch {
 		case err == nil:

@@ -188,9 +188,11 @@ func TestDecideClaimFailureIsRetried(t *testing.T) {
 }
 
 func TestDecideFindsVerdictStoredBeforeItsClaim(t *testing.T) {
-	// Another message's review stored its verdict and released its claim
-	// between this delivery's look-up and its claim.
+	// Another message's review stored its verdict, and its claim went
+	// stale, between this delivery's look-up and its claim: the claim
+	// replaced is what says to look the verdict up.
 	h := newHarness(t)
+	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:1", Until: time.Now().Add(-time.Second)})
 	data := proposalJSON(t, nil)
 	// A rejection: an approval would join the target's history, and the
 	// policy would deny a second change on the target before any claim.
@@ -232,7 +234,7 @@ func (s *unhidingStore) Claim(ctx context.Context, tenant, id string, c engine.C
 	return got, err
 }
 
-func TestGiveUpReleasesTheClaimAndKeepsAStoredVerdict(t *testing.T) {
+func TestGiveUpKeepsTheClaimWithAStoredVerdict(t *testing.T) {
 	h := newHarness(t)
 	data := proposalJSON(t, nil)
 	cause := errors.New("gated crashed")
@@ -244,8 +246,20 @@ func TestGiveUpReleasesTheClaimAndKeepsAStoredVerdict(t *testing.T) {
 		t.Fatalf("GiveUp: %s, want error", v.Outcome)
 	}
 	sameVerdict(t, h.store.stored(t, "acme", "p1"), v)
-	if c, ok := h.store.claim("acme", "p1"); ok {
-		t.Fatalf("claim %+v left behind", c)
+	// The claim stays with the verdict: a copy that found no claim would
+	// review without looking a verdict up.
+	if c, ok := h.store.claim("acme", "p1"); !ok || c.Holder != "seq:5" {
+		t.Fatalf("claim %+v (%v); want seq:5's, kept with the verdict", c, ok)
+	}
+	// A copy of the message delivered first waits on that claim and gets
+	// the stored verdict, unreviewed.
+	copied, err := h.decideSeq(t.Context(), h.stream.trail(), data, 6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameVerdict(t, copied, v)
+	if n := h.reviewer.calls(); n != 0 {
+		t.Errorf("reviewer called %d times after GiveUp stored the verdict", n)
 	}
 
 	// Giving up once more (a redelivery past the budget, after the answer
@@ -273,5 +287,41 @@ func TestDecideReleasesTheClaimWhenNothingIsStored(t *testing.T) {
 	}
 	if c, ok := h.store.claim("acme", "p1"); ok {
 		t.Fatalf("claim %+v left behind by a delivery that stored no verdict", c)
+	}
+}
+
+func TestGiveUpReleasesTheClaimWhenNothingIsStored(t *testing.T) {
+	h := newHarness(t, func(h *harness) { h.store.createErr = errors.New("kv: no responders") })
+	h.store.hold("acme", "p1", engine.Claim{Holder: "seq:5", Until: time.Now().Add(time.Hour)})
+	v := h.eng.GiveUp(t.Context(), engine.Delivery{Subject: testSubject, Data: proposalJSON(t, nil), Attempt: 5, StreamSeq: 5, Trail: h.stream.trail()},
+		errors.New("gated crashed"))
+	if v.Approved {
+		t.Fatalf("GiveUp approved: %+v", v)
+	}
+	if c, ok := h.store.claim("acme", "p1"); ok {
+		t.Fatalf("claim %+v left behind with no verdict stored", c)
+	}
+}
+
+func TestDecideLooksNoVerdictUpOnAFreshClaim(t *testing.T) {
+	// A verdict stored without a claim (here: decided elsewhere and
+	// written straight to the store, as a policy decision is) is met by
+	// the create, not looked up: the first delivery of a copy that finds
+	// no claim reviews, loses at the create, and answers the stored
+	// verdict, which stays the only one.
+	h := newHarness(t)
+	data := proposalJSON(t, nil)
+	other := newHarness(t, withRejectingReviewer)
+	want, _ := other.mustDecide(t, testSubject, data, "")
+	mustCreate(t, h.store, want)
+	h.store.getErr = errors.New("kv: a look-up this delivery need not make")
+	v, err := h.decideSeq(t.Context(), h.stream.trail(), data, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameVerdict(t, v, want)
+	sameVerdict(t, h.store.stored(t, "acme", "p1"), want)
+	if n := h.store.size(); n != 1 {
+		t.Errorf("%d verdicts stored, want 1", n)
 	}
 }

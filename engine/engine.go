@@ -246,19 +246,29 @@ func (e *Engine) newDecision(d Delivery) *pass {
 // verdict was stored earlier (and only its publication failed), that
 // verdict is returned instead, or an invalid verdict when it belongs to a
 // different proposal under the same id. It never approves. The review
-// claim of the delivery's message, if it holds one, is released.
+// claim of the delivery's message, if it holds one, is released when no
+// verdict is stored under the proposal's key.
 func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *gated.Verdict {
 	r := e.newDecision(d)
 	r.tenant, r.id = recoverAddress(d.Subject, d.Data, d.MsgID)
 	_, r.action, _ = parseProposalSubject(d.Subject)
+	// A verdict under the proposal's key keeps the claim, as decide's
+	// does, so that a copy that finds no claim need not look a verdict up
+	// (reviewClaim.take).
+	kept := false
 	if r.id != "" && d.StreamSeq != 0 {
 		// A holder that crashed mid-review left its claim behind.
 		r.claim = r.newClaim()
 		r.claim.held = true
-		defer r.claim.release(ctx)
+		defer func() {
+			if !kept {
+				r.claim.release(ctx)
+			}
+		}()
 	}
 	if r.id != "" {
 		if stored, err := e.cfg.Store.Get(ctx, r.tenant, r.id); err == nil {
+			kept = true
 			if d.Trail != nil {
 				if v, err := r.handOver(ctx, stored, false); err == nil {
 					return v
@@ -279,8 +289,10 @@ func (e *Engine) GiveUp(ctx context.Context, d Delivery, cause error) *gated.Ver
 	stored, err := r.finish(ctx, v)
 	switch {
 	case err == nil:
+		kept = true
 		return stored
 	case errors.Is(err, gated.ErrIDTaken):
+		kept = true
 		return r.idReused()
 	}
 	return v

@@ -230,6 +230,8 @@ func TestDecideStoreFailures(t *testing.T) {
 	t.Run("get fails", func(t *testing.T) {
 		kvDown := errors.New("kv: no responders")
 		h := newHarness(t, func(h *harness) { h.store.getErr = kvDown })
+		// A stale claim taken over: its holder may have stored a verdict.
+		h.store.hold("acme", "p1", engine.Claim{Holder: "seq:9", Until: time.Now().Add(-time.Second)})
 		tr := h.stream.trail()
 		v, err := h.decideOn(t.Context(), tr, testSubject, proposalJSON(t, nil), "")
 		if !errors.Is(err, kvDown) {

@@ -329,6 +329,12 @@ type Claim struct {
 	// that Release can drop that claim and no later one without reading it
 	// first; 0 when not known. It is not part of the stored claim.
 	Revision uint64 `json:"-"`
+	// Replaced is set by Claim when the claim it took replaced one stored
+	// before (stale, a redelivery's own, or not gated's): that claim's
+	// holder may have stored a verdict, so the taker looks it up. A claim
+	// created where none was needs no look-up: a verdict stored by a
+	// review keeps its claim. It is not part of the stored claim.
+	Replaced bool `json:"-"`
 }
 
 // Supersedes tells whether claim c may replace held, a claim that is not
@@ -350,8 +356,9 @@ type AuditTrail interface {
 	Record(ctx context.Context, ev gated.AuditEvent) error
 	// Flush starts storing the events recorded so far, without waiting
 	// for them to be stored. The engine calls it before a step that may
-	// take long (a review), so that the stream shows the proposal's
-	// progress meanwhile. An error is as Record's.
+	// take long (a wait for another delivery's review), so that the
+	// stream shows the proposal's progress meanwhile. An error is as
+	// Record's.
 	Flush(ctx context.Context) error
 	// Seal appends the final event, waits for every earlier one, and
 	// returns the stream sequence of the final event.

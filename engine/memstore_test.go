@@ -151,9 +151,11 @@ func (s *memStore) Claim(_ context.Context, tenant, id string, c engine.Claim) (
 		return engine.Claim{}, s.claimErr
 	}
 	key := tenant + "." + id
-	if held, ok := s.claims[key]; ok && !c.Supersedes(held) && time.Now().Before(held.Until) {
+	held, ok := s.claims[key]
+	if ok && !c.Supersedes(held) && time.Now().Before(held.Until) {
 		return held, fmt.Errorf("key %s: %w", key, gated.ErrClaimed)
 	}
+	c.Replaced = ok
 	s.claims[key] = c
 	s.claimed++
 	return c, nil

@@ -36,8 +36,11 @@ func (r *pass) reviewOne(ctx context.Context, c *candidate, n int, history []gat
 	return r.reviewAnswered(ctx, rctx, c, reviewID, res, err, time.Since(started))
 }
 
-// reviewStarted records the review_started event of a review and flushes
-// the record so far.
+// reviewStarted records the review_started event of a review. The event
+// is held with the others until the verdict seals the trail, not written
+// before the reviewer is asked: a reviewer only reads, so a crash in the
+// review loses nothing the trail must prove, and the redelivery reviews
+// again and records it.
 func (r *pass) reviewStarted(ctx context.Context, c *candidate, n int, reviewID string, deadline time.Time) {
 	persona := c.persona
 	startedData := map[string]any{
@@ -56,7 +59,6 @@ func (r *pass) reviewStarted(ctx context.Context, c *candidate, n int, reviewID 
 		startedData["model"] = persona.Model
 	}
 	r.log.recordBestEffort(ctx, gated.EventReviewStarted, startedData)
-	r.log.flush(ctx)
 }
 
 // reviewRequest is what the reviewer of c is asked.

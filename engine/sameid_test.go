@@ -141,6 +141,8 @@ func TestDecideHandsAStoredVerdictOnlyToItsContent(t *testing.T) {
 			events: []string{received, policy, decided},
 			meet: func(t *testing.T, h *harness, tr *memTrail, owner *gated.Verdict) (*gated.Verdict, error) {
 				mustCreate(t, h.store, owner)
+				// The owner's claim, kept with its verdict, went stale.
+				h.store.hold("acme", "p1", engine.Claim{Holder: "seq:1", Until: time.Now().Add(-time.Second)})
 				return h.decideSeq(t.Context(), tr, mine, 2)
 			},
 		},

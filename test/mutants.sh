@@ -172,6 +172,24 @@ mutant redelivery_lookup engine/decide.go ./engine \
 	'if r.id != "" && r.d.Attempt != 1 {' \
 	'if false {'
 
+# A review claim (engine/claim.go) that replaced one stored before looks
+# the verdict up: that claim's holder may have stored it. A claim created
+# where none was looks nothing up, since a verdict stored by a review or by
+# GiveUp (engine/engine.go) keeps its claim; the store says which it was
+# (bus/store/claims.go).
+mutant claim_replaced_lookup engine/claim.go ./engine \
+	'case err == nil && !held.Replaced:' \
+	'case err == nil:'
+mutant claim_fresh_lookup engine/claim.go ./engine \
+	'case err == nil && !held.Replaced:' \
+	'case false:'
+mutant giveup_keeps_claim engine/engine.go ./engine \
+	$'case err == nil:\n\t\tkept = true' \
+	$'case err == nil:\n\t\tkept = false'
+mutant store_claim_replaced bus/store/claims.go ./bus/store \
+	'c.Revision, c.Replaced = rev, true' \
+	'c.Revision = rev'
+
 # Same id, same content (engine/decide.go, answers): a verdict stored under
 # an id goes only to a delivery of the same bytes, and one stored without
 # a digest answers nothing. An operator's decision (engine/runflow.go)
@@ -237,14 +255,15 @@ mutant target_join_cas bus/store/history.go ./bus/store \
 	'rev, err = s.kv.Update(ctx, key, data, h.Revision)' \
 	'rev, err = s.kv.Put(ctx, key, data)'
 
-# Grants: gated records only a grant it signed for the verdict's tenant
-# and proposal, so no foreign token can reset a used grant's record.
-mutant grant_record_names_verdict bus/grants/grants.go ./bus/grants \
-	'if c.Tenant != v.Tenant || c.ProposalID != v.ProposalID {' \
-	'if false {'
-mutant grant_record_verifies bus/grants/grants.go ./bus/grants \
-	'if c, err = grant.Decode(v.Grant, ks); err != nil {' \
-	'c, err = grant.Decode(v.Grant, ks); c.Tenant, c.ProposalID = v.Tenant, v.ProposalID; if false {'
+# Grants: a grant is usable only as the stored verdict carries it (not the
+# grant of a delivery that lost the store or crashed before it), and its
+# use creates its record where none is, so that it is used once.
+mutant grant_use_stored_verdict bus/grants/grantuse.go ./bus/grants \
+	'case v.Grant != token:' \
+	'case false:'
+mutant grant_use_once bus/grants/grantuse.go ./bus/grants \
+	'_, err := g.records.Create(ctx, key, data)' \
+	'_, err := g.records.Put(ctx, key, data)'
 # A use request is read strictly: with encoding/json's map, the last of two
 # grants would win, and a proxy or log that keeps the first would read
 # another token than gated.
@@ -257,8 +276,8 @@ mutant grant_use_refuses_duplicates bus/grants/grantuse.go ./bus/grants \
 # another's approval, or makes up its failure and recent_failure denies
 # the other's target.
 mutant grant_use_from_owner bus/grants/grantuse.go ./bus/grants \
-	'if owner != agent {' \
-	'if false && owner != agent {'
+	'case agent != "" && v.Agent != agent:' \
+	'case false && agent != "" && v.Agent != agent:'
 mutant outcome_from_owner bus/grants/outcomes.go ./bus/grants \
 	'case !mayReport(rec, as):' \
 	'case false && !mayReport(rec, as):'
@@ -396,6 +415,13 @@ mutant verify_modified_verdict bus/audit/verdictmerge.go ./bus/audit \
 mutant verify_deleted_tail bus/audit/verify.go ./bus/audit \
 	'if opts.Tenant == "" && v.report.Messages > 0 && info.State.LastSeq > v.report.LastSeq {' \
 	'if false {'
+
+# Without the verdict check, verify reads a record whose MAC verifies only
+# for its tenant, chain and last event (bus/audit/keyedcheck.go): its
+# subject must still name them.
+mutant verify_keyed_subject bus/audit/keyedcheck.go ./bus/audit \
+	'e.Subject != wire.AuditSubject(string(tenant), string(name))' \
+	'false'
 
 # Records (bus/audit/whole.go): a record holds at least one event, its
 # subject names its last, every event is of the record's tenant, a
@@ -555,12 +581,23 @@ mutant audit_decompress_bound bus/audit/zstd.go ./bus/audit \
 mutant audit_one_frame bus/audit/zstd.go ./bus/audit \
 	$'if err := oneFrame(body); err != nil {' \
 	$'if err := oneFrame(body); false && err != nil {'
-# Grants (bus/grants/grantsweep.go): a grant is marked expired only once its
-# exp has passed, and a gated's own sweep takes a grant only when its exp is
-# due.
-mutant grant_expired_only_past_exp bus/grants/grantsweep.go ./bus/grants \
-	$'rec.State != StateIssued || g.cfg.Now().Unix() < rec.Exp {' \
-	$'rec.State != StateIssued {'
+# Status events (bus/status, bus/fleet): a status nobody listens to is not
+# sent, and one somebody follows is: the proposer's header, a watch's ask.
+mutant status_only_when_listened bus/status/status.go ./bus/status \
+	'if !follow && !p.wanted(subject) {' \
+	'if false {'
+mutant status_header_sent bus/fleet/client.go ./bus/fleet \
+	'msg.Header.Set(wire.StatusHeader, "1")' \
+	'_ = wire.StatusHeader'
+mutant status_watch_asks bus/fleet/status.go ./bus/fleet \
+	'	c.announceWatch(ctx, tenant, id)' \
+	'	_ = c.announceWatch'
+# Grants (bus/grants/grantsweep.go): a gated's sweep takes a grant only
+# when its exp is due, and marks it expired only when the stored verdict
+# carries it.
+mutant grant_expired_only_stored bus/grants/grantsweep.go ./bus/grants \
+	'if err != nil || sha256.Sum256([]byte(v.Grant)) != d.token {' \
+	'if err != nil {'
 mutant grant_due_only_when_due bus/grants/grantsweep.go ./bus/grants \
 	$'if len(g.due) == 0 || g.due[0].exp > now {' \
 	$'if len(g.due) == 0 {'

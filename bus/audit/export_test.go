@@ -1,6 +1,8 @@
 package audit
 
 import (
+	"testing"
+
 	"github.com/gated/gated"
 	"github.com/nats-io/nats.go"
 )
@@ -43,4 +45,11 @@ func NewLegacyRecordMsg(evs []gated.AuditEvent, c Chain, key []byte, compress bo
 	e.compress = compress
 	m, _ := e.msg(c, newAuditSigner(key))
 	return m, nil
+}
+
+// DecodeInFull makes Verify decode every record in full, as it does
+// without keys, until the test ends.
+func DecodeInFull(t testing.TB) {
+	quickKeyed = false
+	t.Cleanup(func() { quickKeyed = true })
 }

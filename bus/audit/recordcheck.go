@@ -83,6 +83,11 @@ func newRecordChecker(keys map[string][]byte, prints bool) *recordChecker {
 func (c *recordChecker) check(e Entry) recordCheck {
 	sum := sha256.Sum256(e.Data)
 	rc := recordCheck{seq: e.Seq, digest: hex.EncodeToString(sum[:])}
+	if e.Record == nil && e.Err == nil && c.keys != nil && quickKeyed {
+		if keyed, ok := c.checkKeyed(e, sum, rc); ok {
+			return keyed
+		}
+	}
 	if e.Record == nil && e.Err == nil {
 		// The record is read here alone, so its events may go into the
 		// checker's scratch.
@@ -137,25 +142,33 @@ func (c *recordChecker) checkDecoded(r *Record, rc recordCheck, sum [sha256.Size
 		if !c.prints {
 			return rc
 		}
-		// The expanded verdict is the data a version-1 record would hold,
-		// byte for byte, unless the record folded the grant and left its
-		// token out: then only the verdict's own print compares.
 		g, folded := r.Find(gated.EventGrantIssued)
-		if !folded {
-			rc.print, rc.printable = quickPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped)
-			return rc
-		}
-		if gid, ok := grantEventGID(g); ok {
-			rc.print, rc.printable = gidPrintOf([]byte(r.Tenant), []byte(r.ProposalID), ev.Data, recordDropped, gid)
-			rc.byGID = rc.printable
-		}
-		if !rc.printable {
+		rc.printEvent(r.Tenant, r.ProposalID, ev, g, folded)
+		if folded && !rc.printable {
 			if v, err := decodeVerdictRecord(r); err == nil {
 				rc.full, rc.fullOK = printVerdict(v), true
 			}
 		}
 	}
 	return rc
+}
+
+// printEvent sets rc's print of ev, the verdict.decided event of
+// tenant's proposal id in a record of version 2 or 3; g is the record's
+// grant.issued event when folded. The expanded verdict is the data a
+// version-1 record would hold, byte for byte, unless the record folded
+// the grant and left its token out: then only the verdict's own print
+// compares, its gid print, or when there is none (rc.printable false)
+// the print of the verdict decoded from the whole record.
+func (rc *recordCheck) printEvent(tenant, id string, ev, g gated.AuditEvent, folded bool) {
+	if !folded {
+		rc.print, rc.printable = quickPrintOf([]byte(tenant), []byte(id), ev.Data, recordDropped)
+		return
+	}
+	if gid, ok := grantEventGID(g); ok {
+		rc.print, rc.printable = gidPrintOf([]byte(tenant), []byte(id), ev.Data, recordDropped, gid)
+		rc.byGID = rc.printable
+	}
 }
 
 // macEncoding reads a MAC header of version 2 or 3.

@@ -160,11 +160,11 @@ func TestVerifyDetectsTampering(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(fmt.Sprintf("%s/%s", form, tc.note), func(t *testing.T) {
 				s := newTamperStream(t, form)
-				if rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}}); !rep.Clean() {
+				if rep := verifyKeyed(t, s.js); !rep.Clean() {
 					t.Fatalf("problems before tampering: %+v", rep.Problems)
 				}
 				want := tc.tamper(t, s)
-				rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+				rep := verifyKeyed(t, s.js)
 				if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint(want) {
 					t.Fatalf("problems %v, want %v\n%+v", got, want, rep.Problems)
 				}
@@ -223,7 +223,7 @@ func TestVerifyDetectsTamperingInsideARecord(t *testing.T) {
 				s := newTamperStream(t, form)
 				m := editEvents(t, s.decision(t, 4, hexSHA256(s.head.Data), testKey), tc.edit)
 				seq := s.publish(t, m)
-				rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+				rep := verifyKeyed(t, s.js)
 				want := tc.kind
 				if tc.invalid {
 					want = audit.ProblemForged
@@ -284,7 +284,7 @@ func TestWriterChainsPastForeignMessages(t *testing.T) {
 			want := tc.tamper(t, s)
 			a := bustest.AuditWriter(t, s.js, audit.Config{Key: testKey})
 			writeTrails(t, a, "after", 2, 0, "acme")
-			rep := verify(t, s.js, audit.VerifyOptions{Keys: [][]byte{testKey}})
+			rep := verifyKeyed(t, s.js)
 			if got := problemsOf(rep); fmt.Sprint(got) != fmt.Sprint([]wantProblem{want}) {
 				t.Fatalf("problems %v, want only %v\n%+v", got, want, rep.Problems)
 			}

@@ -98,7 +98,7 @@ type Gated struct {
 // replaces the default policy when not nil.
 func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
 	t.Helper()
-	return startGated(t, nil, cfg, ttl, pol)
+	return startGated(t, nil, cfg, ttl, pol, "")
 }
 
 // StartGated starts gated as serve does, set up with cfg (its zero
@@ -107,14 +107,22 @@ func StartGrantingGated(t *testing.T, cfg bus.Config, ttl time.Duration, pol eng
 // stops when the test ends.
 func StartGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config) *Gated {
 	t.Helper()
-	return startGated(t, wrap, cfg, 0, nil)
+	return startGated(t, wrap, cfg, 0, nil, "")
 }
 
-// startGated starts gated; its grants live ttl when above zero.
-func startGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy) *Gated {
+// StartGatedOn is StartGated on the NATS server at url, as serve
+// --nats-url runs, in place of an embedded one.
+func StartGatedOn(t *testing.T, url string) *Gated {
+	t.Helper()
+	return startGated(t, nil, bus.Config{}, 0, nil, url)
+}
+
+// startGated starts gated; its grants live ttl when above zero; on the
+// server at url, or an embedded one when url is empty.
+func startGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.Config, ttl time.Duration, pol engine.Policy, url string) *Gated {
 	t.Helper()
 	sc := server.Defaults()
-	sc.DataDir, sc.NATSListen = t.TempDir(), "127.0.0.1:0"
+	sc.DataDir, sc.NATSListen, sc.NATSURL = t.TempDir(), "127.0.0.1:0", url
 	sc.PersonasWatch, sc.PolicyWatch, sc.ReviewService = false, false, false
 	sc.ShutdownGrace = 5 * time.Second
 	if ttl > 0 {

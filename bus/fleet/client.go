@@ -295,6 +295,11 @@ func (c *Client) propose(ctx context.Context, a Address, data []byte, opts []Pro
 	msg := nats.NewMsg(wire.ProposalSubject(a.Tenant, a.Action))
 	msg.Data = data
 	msg.Header.Set(jetstream.MsgIDHeader, a.Key())
+	if po.status != nil {
+		// gated publishes the statuses of a proposal whose proposer says
+		// it follows them, on any server.
+		msg.Header.Set(wire.StatusHeader, "1")
+	}
 	// The span of ctx, if any, is the parent of gated's spans for this
 	// proposal (W3C traceparent and tracestate headers).
 	tracectx.Inject(ctx, msg.Header)

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -26,8 +27,9 @@ const watchBuffer = 64
 // Watch follows the progress of tenant's proposal id: gated publishes
 // each stage on gated.status.<tenant>.<id> (received, policy_decided,
 // review_started, awaiting_operator, decided). The subscription is in
-// place on the server when Watch returns, so a proposal published after
-// it loses no stage; the channel is closed when ctx ends. Status events
+// place on the server when Watch returns, and gated has been asked for
+// the proposal's statuses (gated.watch.<tenant>.<id>), so a proposal
+// published after it loses no stage; the channel is closed when ctx ends. Status events
 // are best effort and unauthenticated: they show progress, and only the
 // verdict (Propose, Verdict) says what a fleet may do. A tenant's user
 // needs to subscribe to gated.status.<tenant>.> for it (NATS reports a
@@ -50,6 +52,7 @@ func (c *Client) Watch(ctx context.Context, tenant, id string) (<-chan StatusUpd
 		_ = sub.Unsubscribe()
 		return nil, fmt.Errorf("subscribing to the status of %s.%s: %w", tenant, id, err)
 	}
+	c.announceWatch(ctx, tenant, id)
 	out := make(chan StatusUpdate)
 	go func() {
 		defer close(out)
@@ -69,6 +72,21 @@ func (c *Client) Watch(ctx context.Context, tenant, id string) (<-chan StatusUpd
 		}
 	}()
 	return out, nil
+}
+
+// watchAsk bounds how long Watch waits for gated to answer its ask.
+const watchAsk = 5 * time.Second
+
+// announceWatch asks gated for the statuses of tenant's proposal id and
+// waits for its answer, within ctx and watchAsk. gated publishes a
+// status only when somebody asked for it or it sees a subscriber, so the
+// ask comes before Watch returns. An ask nobody answers (no gated, or one
+// that does not take asks, whose statuses all go out) or that NATS
+// refuses leaves the watch to the statuses gated sends anyway.
+func (c *Client) announceWatch(ctx context.Context, tenant, id string) {
+	ctx, cancel := context.WithTimeout(ctx, watchAsk)
+	defer cancel()
+	_, _ = c.nc.RequestWithContext(ctx, wire.StatusWatchSubject(tenant, id), nil)
 }
 
 // statusUpdate reads one message of tenant's proposal id's status subject.

@@ -13,6 +13,7 @@ import (
 	"github.com/gated/gated/bus/bustest"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/engine/wire"
+	"github.com/nats-io/nats.go"
 )
 
 // TestProposeWithStatus proposes through real gated on a real server and
@@ -137,5 +138,88 @@ func TestWatchRefusesBadTokens(t *testing.T) {
 				t.Fatalf("got %v, want ErrBadProposal", err)
 			}
 		})
+	}
+}
+
+// TestStatusOnAnotherServer: with gated on a server it does not run,
+// which cannot tell it who subscribes, a proposal nobody follows sends no
+// status, a proposal proposed with a status callback gets every stage,
+// and a watch, whose ask gated answers before it returns, sees every
+// stage of a proposal another client proposes after it. The test's own
+// listener on gated.status.> counts what gated sent: gated's statuses
+// come in the order it published them, so once the followed proposal's
+// decided status is in, a status of the quiet one would have been too.
+func TestStatusOnAnotherServer(t *testing.T) {
+	s := bustest.Server(t)
+	g := bustest.StartGatedOn(t, s.ClientURL())
+	proposer, err := fleet.NewClient(g.NC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, _ := bustest.Connect(t, s)
+	heard := make(chan *nats.Msg, 64)
+	if _, err := nc.ChanSubscribe("gated.status.>", heard); err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	if _, err := proposer.Propose(ctx, typed("s-quiet", "host_list_services", gated.ClassRead)); err != nil {
+		t.Fatal(err)
+	}
+	var stages []gated.StatusStage
+	if _, err := proposer.ProposeWith(ctx, typed("s-followed", "host_list_services", gated.ClassRead), fleet.WithStatus(func(u fleet.StatusUpdate) {
+		if u.Status != nil {
+			stages = append(stages, u.Status.Stage)
+		}
+	})); err != nil {
+		t.Fatal(err)
+	}
+	want := []gated.StatusStage{gated.StatusReceived, gated.StatusPolicyDecided, gated.StatusDecided}
+	if !slices.Equal(stages, want) {
+		t.Fatalf("the status callback got %v, want %v", stages, want)
+	}
+	var subjects []string
+	for len(subjects) < len(want) {
+		select {
+		case m := <-heard:
+			subjects = append(subjects, m.Subject)
+		case <-ctx.Done():
+			t.Fatalf("the listener heard %v", subjects)
+		}
+	}
+	for _, subject := range subjects {
+		if subject != wire.StatusSubject("acme", "s-followed") {
+			t.Fatalf("the listener heard %v: a status of a proposal nobody followed was sent", subjects)
+		}
+	}
+
+	watcher, err := fleet.NewClient(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	updates, err := watcher.Watch(ctx, "acme", "s-watched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proposer.Propose(ctx, typed("s-watched", "host_list_services", gated.ClassRead)); err != nil {
+		t.Fatal(err)
+	}
+	stages = nil
+	for len(stages) < len(want) {
+		select {
+		case u := <-updates:
+			if u.Err != nil {
+				t.Fatal(u.Err)
+			}
+			stages = append(stages, u.Status.Stage)
+		case <-ctx.Done():
+			t.Fatalf("the watch saw %v", stages)
+		}
+	}
+	if !slices.Equal(stages, want) {
+		t.Fatalf("the watch saw %v, want %v", stages, want)
 	}
 }

@@ -1,15 +1,14 @@
-// Package grants is gated's side of signed grants: it records the grant of
-// each approved verdict, publishes the key set grants verify under, serves
-// the single-use endpoint, expires the grants left unused and takes in
-// executors' outcome reports on the grant records.
+// Package grants is gated's side of signed grants: it publishes the key
+// set grants verify under, serves the single-use endpoint, which records
+// each grant when it is used, marks the grants left unused as expired and
+// takes in executors' outcome reports on the grant records.
 package grants
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,9 +23,9 @@ import (
 	"github.com/gated/gated/engine/wire"
 )
 
-// Grant states of a Record.
+// Grant states of a Record. A grant has no record until it is used, or
+// expires unused.
 const (
-	StateIssued  = "issued"
 	StateUsed    = "used"
 	StateExpired = "expired"
 )
@@ -40,16 +39,12 @@ const (
 	grantKeysKey = "keys"
 )
 
-// DefaultSweep is how often a gated looks for grants that expired
-// unused, and republishes its keys.
+// DefaultSweep is how often a gated looks for the grants it signed that
+// expired unused, and republishes its keys.
 const DefaultSweep = 10 * time.Second
 
-// DefaultFullSweep is how often a gated reads every grant record for
-// ones that expired unused. Between those, it looks only at the grants it
-// recorded itself, as their exp passes.
-const DefaultFullSweep = time.Hour
-
-// Record is a grant's record in wire.GrantsBucket.
+// Record is a grant's record in wire.GrantsBucket, written when the grant
+// is used (or found expired unused): its creation is the single use.
 type Record struct {
 	GID        string `json:"gid"`
 	Tenant     string `json:"tenant"`
@@ -60,7 +55,7 @@ type Record struct {
 	// named none. Only this agent may use the grant on an agent's
 	// subject, gated.grants.<tenant>.use.<agent>.
 	Agent string `json:"agent,omitempty"`
-	// State is issued, used or expired.
+	// State is used or expired.
 	State  string     `json:"state"`
 	UsedAt *time.Time `json:"used_at,omitempty"`
 	// UsedBy is the use request's by, free text the requester chose.
@@ -87,9 +82,6 @@ type Config struct {
 	// Sweep is how often expired grants are looked for. Default
 	// DefaultSweep.
 	Sweep time.Duration
-	// FullSweep is how often every grant record is read, the first time
-	// at the first sweep. Default DefaultFullSweep.
-	FullSweep time.Duration
 	// Now defaults to time.Now.
 	Now func() time.Time
 	Log *zap.Logger
@@ -106,14 +98,8 @@ type Service struct {
 	cfg      Config
 	ring     atomic.Pointer[grant.Ring]
 	log      *zap.Logger
-	// issued holds the claims of the grants this process signed and has
-	// not recorded yet (Issued), so that Record need not verify its own
-	// signature again; at most maxIssued, oldest forgotten first.
-	imu    sync.Mutex
-	issued map[string]grant.Claims
-	order  []string
-	// due holds the grants this process recorded, soonest exp first, so
-	// that a sweep between full sweeps reads only those whose exp passed.
+	// due holds the grants this process signed, soonest exp first, so
+	// that the sweep reads only those whose exp passed.
 	dmu sync.Mutex
 	due dueGrants
 
@@ -123,7 +109,8 @@ type Service struct {
 }
 
 // New creates the grant buckets and returns a Service over them; the
-// verdict bucket is where a grant without its record is looked for.
+// verdict bucket is where a grant is looked for when it is used: only the
+// stored verdict's grant is usable.
 // Start publishes the keys and serves the endpoints.
 func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, verdicts jetstream.KeyValue, cfg Config) (*Service, error) {
 	switch {
@@ -139,9 +126,6 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, verdicts je
 	if cfg.Sweep <= 0 {
 		cfg.Sweep = DefaultSweep
 	}
-	if cfg.FullSweep <= 0 {
-		cfg.FullSweep = DefaultFullSweep
-	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -152,7 +136,7 @@ func New(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, verdicts je
 	var err error
 	g.records, err = bus.Retry(ctx, func(ctx context.Context) (jetstream.KeyValue, error) {
 		return js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
-			Bucket: wire.GrantsBucket, Description: "Grants gated issued, by <tenant>.<proposal id>: issued, used or expired.",
+			Bucket: wire.GrantsBucket, Description: "Grants used or expired unused, by <tenant>.<proposal id>.",
 			History: 1, TTL: cfg.TTL, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 		})
 	})
@@ -245,89 +229,10 @@ func (g *Service) audit(ctx context.Context, tenant, id, event string, data any)
 	return err
 }
 
-// maxIssued bounds the grants Issued remembers until they are recorded.
-const maxIssued = 4096
-
-// Issued remembers the claims of a grant this process has just signed,
-// until Record records it. engine.GrantIssuer calls it.
+// Issued remembers a grant this process has just signed, for the sweep
+// to look for at its exp: a grant still unused then, and carried by the
+// stored verdict, is marked expired. engine.GrantIssuer calls it; it
+// does no I/O.
 func (g *Service) Issued(token string, c grant.Claims) {
-	g.imu.Lock()
-	defer g.imu.Unlock()
-	if g.issued == nil {
-		g.issued = map[string]grant.Claims{}
-	}
-	if len(g.order) >= maxIssued {
-		delete(g.issued, g.order[0])
-		g.order = g.order[1:]
-	}
-	g.issued[token] = c
-	g.order = append(g.order, token)
-}
-
-// takeIssued returns and forgets the claims Issued remembered for token.
-func (g *Service) takeIssued(token string) (grant.Claims, bool) {
-	g.imu.Lock()
-	defer g.imu.Unlock()
-	c, ok := g.issued[token]
-	if ok {
-		delete(g.issued, token)
-		if i := slices.Index(g.order, token); i >= 0 {
-			g.order = slices.Delete(g.order, i, i+1)
-		}
-	}
-	return c, ok
-}
-
-// Record writes the record of the grant v carries, if any, as issued. It
-// runs before the verdict is published and the proposal acknowledged, so
-// a crash before it leaves the proposal to be redelivered and answered
-// with the stored verdict, whose grant it records then: the record is
-// always the stored verdict's grant. Recording the same grant again is a
-// no-op. The grant must be one gated signed for v's tenant and proposal:
-// one this process has just signed (Issued), or else one whose signature
-// verifies under the published keys.
-func (g *Service) Record(ctx context.Context, v *gated.Verdict) error {
-	if v.Grant == "" {
-		return nil
-	}
-	c, ok := g.takeIssued(v.Grant)
-	if !ok {
-		ks, err := g.KeySet(ctx)
-		if err != nil {
-			return err
-		}
-		if c, err = grant.Decode(v.Grant, ks); err != nil {
-			return fmt.Errorf("reading the grant of %s.%s: %w", v.Tenant, v.ProposalID, err)
-		}
-	}
-	if c.Tenant != v.Tenant || c.ProposalID != v.ProposalID {
-		return fmt.Errorf("the grant of %s.%s is one for %s.%s: not recorded", v.Tenant, v.ProposalID, c.Tenant, c.ProposalID)
-	}
-	key := v.Tenant + "." + v.ProposalID
-	rec := Record{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, Agent: v.Agent, State: StateIssued}
-	data, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	if _, err = g.records.Create(ctx, key, data); errors.Is(err, jetstream.ErrKeyExists) {
-		err = g.replaceRecord(ctx, key, rec.GID, data)
-	}
-	if err != nil {
-		return fmt.Errorf("recording the grant of %s: %w", key, err)
-	}
-	g.addDue(rec.Exp, key)
-	return nil
-}
-
-// replaceRecord writes data, the record of grant gid, under key where a
-// record is already: it is this grant's (recorded by another delivery),
-// left as it is, or an older grant's, of a verdict stored under a reused
-// id after the old one's TTL, which it replaces.
-func (g *Service) replaceRecord(ctx context.Context, key, gid string, data []byte) error {
-	old, rev, err := g.record(ctx, key)
-	if err != nil || old.GID == gid {
-		return err
-	}
-	_, err = g.records.Update(ctx, key, data, rev)
-	return err
+	g.addDue(dueGrant{exp: c.ExpiresAt, key: c.Tenant + "." + c.ProposalID, gid: c.GID, token: sha256.Sum256([]byte(token))})
 }

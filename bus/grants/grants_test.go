@@ -103,6 +103,22 @@ func grantRecord(t *testing.T, g *bustest.Gated, key string) grants.Record {
 	return rec
 }
 
+// noGrantRecord fails t when the grant of key has a record: a grant has
+// one only once used or expired.
+func noGrantRecord(t *testing.T, g *bustest.Gated, key string) {
+	t.Helper()
+	kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e, err := kv.Get(t.Context(), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
+		if err == nil {
+			t.Fatalf("grant record %s: %s, want none", key, e.Value())
+		}
+		t.Fatalf("grant record %s: %v, want none", key, err)
+	}
+}
+
 func countEvents(events []string, name string) int {
 	n := 0
 	for _, e := range events {
@@ -114,9 +130,9 @@ func countEvents(events []string, name string) int {
 }
 
 // TestGrantUsedOnce: an approved verdict's grant verifies under the
-// published keys against what the proposal asked, is recorded issued
-// before the verdict is out, is used once, and a second use is refused
-// naming the first, both audited.
+// published keys against what the proposal asked, has no record until it
+// is used, is used once, and a second use is refused naming the first,
+// both audited.
 func TestGrantUsedOnce(t *testing.T) {
 	g, c := grantedFleet(t)
 	v, data := approve(t, c, "p-once")
@@ -126,9 +142,7 @@ func TestGrantUsedOnce(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("the grant does not verify under the published keys: %v", err)
 	}
-	if rec := grantRecord(t, g, "acme.p-once"); rec.State != grants.StateIssued {
-		t.Fatalf("record %+v, want issued", rec)
-	}
+	noGrantRecord(t, g, "acme.p-once")
 	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: v.Grant, By: "agent-1"}); !r.OK || r.GID == "" {
 		t.Fatalf("first use refused: %+v", r)
 	}
@@ -279,16 +293,21 @@ func TestGrantUseRefusals(t *testing.T) {
 	}
 }
 
-// TestGrantSweepBetweenFullSweeps: between full sweeps a gated looks
-// only at the grants it recorded itself, and marks each once its exp has
-// passed; a grant recorded by another gated waits for a full sweep.
-func TestGrantSweepBetweenFullSweeps(t *testing.T) {
+// TestGrantExpiresUnused: a gated marks a grant it signed expired once
+// its exp has passed, when the stored verdict carries it and nobody used
+// it, audits it once, and a use then is refused as expired; a used grant,
+// and a grant signed for a verdict that was never stored, are left alone.
+// A use after exp is refused by the token's exp whether or not the sweep
+// ran.
+func TestGrantExpiresUnused(t *testing.T) {
 	g, c := grantedFleet(t)
-	mine, _ := approve(t, c, "p-mine")
-	approve(t, c, "p-other")
-	// A gated whose clock the test moves, which records p-mine as the
-	// gated that decided it would (the record is there already: it keeps
-	// it for its own sweep).
+	unused, _ := approve(t, c, "p-unused")
+	used, _ := approve(t, c, "p-used")
+	approve(t, c, "p-kept")
+	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: used.Grant, By: "agent"}); !r.OK {
+		t.Fatal(r.Error)
+	}
+	// A gated whose clock the test moves, which signed these grants.
 	var ahead atomic.Int64
 	later, err := grants.New(t.Context(), g.NC, g.JS, g.Resources.Verdicts, grants.Config{
 		Ring: g.Grants.Ring(), Trails: g.Audit.Trail, Log: zaptest.NewLogger(t),
@@ -296,69 +315,46 @@ func TestGrantSweepBetweenFullSweeps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := later.Record(t.Context(), mine); err != nil {
+	ks := publishedKeys(t, g)
+	for _, v := range []*gated.Verdict{unused, used} {
+		claims, err := grant.Decode(v.Grant, ks)
+		if err != nil {
+			t.Fatal(err)
+		}
+		later.Issued(v.Grant, claims)
+	}
+	// The grant of a delivery whose verdict lost the store to another's
+	// (p-kept's stored grant is another gated's, not this one's).
+	lost, lostClaims, err := g.Grants.Ring().Issue(grant.Claims{Tenant: "acme", ProposalID: "p-kept",
+		ProposalSHA256: strings.Repeat("0", 64), Action: "host_list_services", TargetSHA256: strings.Repeat("0", 64)}, time.Now(), 5*time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
+	later.Issued(lost, lostClaims)
+
 	ahead.Store(int64(time.Minute))
 	if n, err := later.SweepDue(t.Context()); err != nil || n != 0 {
 		t.Fatalf("before the exp: marked %d, %v; want none", n, err)
 	}
-	if n, err := later.Sweep(t.Context()); err != nil || n != 0 {
-		t.Fatalf("a full sweep before the exp: marked %d, %v; want none", n, err)
-	}
-	if rec := grantRecord(t, g, "acme.p-mine"); rec.State != grants.StateIssued {
-		t.Fatalf("grant %+v before its exp, want issued", rec)
+	noGrantRecord(t, g, "acme.p-unused")
+	if r := later.Use(t.Context(), "acme", lost, "x"); r.OK || r.Error != "unknown grant" {
+		t.Fatalf("use of the grant of a verdict never stored: %+v", r)
 	}
 	ahead.Store(int64(6 * time.Minute))
+	if r := later.Use(t.Context(), "acme", unused.Grant, "late"); r.OK || !strings.Contains(r.Error, "exp") {
+		t.Fatalf("use past the exp before the sweep: %+v", r)
+	}
 	if n, err := later.SweepDue(t.Context()); err != nil || n != 1 {
-		t.Fatalf("past the exp: marked %d, %v; want its own grant", n, err)
+		t.Fatalf("past the exp: marked %d, %v; want the one unused grant", n, err)
 	}
-	if rec := grantRecord(t, g, "acme.p-mine"); rec.State != grants.StateExpired {
-		t.Errorf("own grant %+v, want expired", rec)
-	}
-	if rec := grantRecord(t, g, "acme.p-other"); rec.State != grants.StateIssued {
-		t.Errorf("another gated's grant %+v after a sweep of this gated's own, want issued", rec)
-	}
-	if n, err := later.SweepDue(t.Context()); err != nil || n != 0 {
-		t.Errorf("second sweep marked %d, %v", n, err)
-	}
-	if n, err := later.Sweep(t.Context()); err != nil || n != 1 {
-		t.Errorf("the full sweep marked %d, %v; want the other gated's grant", n, err)
-	}
-	if events := waitEvents(t, g, "p-mine", gated.EventGrantExpired); countEvents(events, gated.EventGrantExpired) != 1 {
-		t.Errorf("audit %v: want one grant.expired", events)
-	}
-}
-
-// TestGrantExpiresUnused: a grant still issued past its exp is marked
-// expired by the sweep, audited, and its use refused as expired; a used
-// grant is left alone.
-func TestGrantExpiresUnused(t *testing.T) {
-	g, c := grantedFleet(t)
-	unused, _ := approve(t, c, "p-unused")
-	used, _ := approve(t, c, "p-used")
-	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: used.Grant, By: "agent"}); !r.OK {
-		t.Fatal(r.Error)
-	}
-	// A second gated on the same buckets whose clock is past the grants'
-	// expiry sweeps them.
-	later := func() time.Time { return time.Now().Add(6 * time.Minute) }
-	sweeper, err := grants.New(t.Context(), g.NC, g.JS, g.Resources.Verdicts, grants.Config{
-		Ring: g.Grants.Ring(), Trails: g.Audit.Trail, Now: later, Log: zaptest.NewLogger(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := sweeper.Sweep(t.Context())
-	if err != nil || n != 1 {
-		t.Fatalf("swept %d, %v; want the one unused grant", n, err)
-	}
-	if rec := grantRecord(t, g, "acme.p-unused"); rec.State != grants.StateExpired {
+	if rec := grantRecord(t, g, "acme.p-unused"); rec.State != grants.StateExpired || rec.GID != gidOf(t, unused.Grant, ks) {
 		t.Errorf("unused grant %+v, want expired", rec)
 	}
 	if rec := grantRecord(t, g, "acme.p-used"); rec.State != grants.StateUsed {
 		t.Errorf("used grant %+v, want used", rec)
 	}
-	if n, err := sweeper.Sweep(t.Context()); err != nil || n != 0 {
+	noGrantRecord(t, g, "acme.p-kept")
+	if n, err := later.SweepDue(t.Context()); err != nil || n != 0 {
 		t.Errorf("second sweep marked %d, %v", n, err)
 	}
 	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: unused.Grant, By: "late"}); r.OK || r.Error != "expired" {
@@ -369,61 +365,63 @@ func TestGrantExpiresUnused(t *testing.T) {
 	}
 }
 
-// TestGrantRecordLost: a grant whose record was never written (the
-// verdict went out before it) is still used once, on the stored verdict's
-// word; a token the stored verdict does not carry is not.
-func TestGrantRecordLost(t *testing.T) {
+// gidOf is the gid of token.
+func gidOf(t *testing.T, token string, ks grant.KeySet) string {
+	t.Helper()
+	c, err := grant.Decode(token, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.GID
+}
+
+// TestGrantUsableOnlyAsStored: only the grant the stored verdict carries
+// is usable. A grant gated signed for the proposal but that is not the
+// stored verdict's (a delivery that lost the store to another, or that
+// crashed before storing) is refused, an altered token is refused, and
+// neither spends the stored grant; a record an older grant left under a
+// reused id does not stand in the new grant's way.
+func TestGrantUsableOnlyAsStored(t *testing.T) {
 	g, c := grantedFleet(t)
-	v, _ := approve(t, c, "p-lost")
+	v, data := approve(t, c, "p-stored")
+	ks := publishedKeys(t, g)
+	stored, err := grant.Decode(v.Grant, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loser, _, err := g.Grants.Ring().Issue(grant.Claims{Tenant: "acme", ProposalID: "p-stored",
+		ProposalSHA256: grant.ProposalSHA256(data), Action: stored.Action, TargetSHA256: stored.TargetSHA256,
+		PolicyRevision: stored.PolicyRevision, Reviewers: stored.Reviewers}, time.Now(), 5*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := strings.Split(v.Grant, ".")
+	payload, _ := base64.RawURLEncoding.DecodeString(parts[1])
+	altered := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), `"p-stored"`, `"p-storee"`, 1))) + "." + parts[2]
+	for _, tc := range []struct{ note, token, want string }{
+		{"a grant the stored verdict does not carry", loser, "unknown grant"},
+		{"an altered token", altered, "signature"},
+	} {
+		if r := useGrant(t, g, "acme", grants.UseRequest{Grant: tc.token, By: "x"}); r.OK || !strings.Contains(r.Error, tc.want) {
+			t.Errorf("%s: %+v, want a refusal naming %q", tc.note, r, tc.want)
+		}
+	}
+	noGrantRecord(t, g, "acme.p-stored")
+	// An older grant's record under the same key (an id reused after the
+	// verdict's TTL) is replaced by the use of the stored grant, once.
 	kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kv.Purge(t.Context(), "acme.p-lost"); err != nil {
+	old, _ := json.Marshal(grants.Record{GID: "AAAAAAAAAAAAAAAAAAAAAA", Tenant: "acme", ProposalID: "p-stored", State: grants.StateUsed})
+	if _, err := kv.Put(t.Context(), "acme.p-stored", old); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := kv.Get(t.Context(), "acme.p-lost"); err != jetstream.ErrKeyNotFound {
-		t.Fatalf("record still there: %v", err)
-	}
 	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: v.Grant, By: "a"}); !r.OK {
-		t.Fatalf("use: %+v", r)
+		t.Fatalf("use of the stored grant: %+v", r)
 	}
-	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: v.Grant, By: "b"}); r.OK {
-		t.Fatal("second use of a grant whose record was lost succeeded")
-	}
-}
-
-// TestGrantRecordRefusesForeignTokens: a verdict whose grant is not one
-// gated signed for that verdict (a token of another proposal or tenant,
-// or not signed at all) is not recorded: its record would let a grant
-// already used be used again, or speak for another tenant.
-func TestGrantRecordRefusesForeignTokens(t *testing.T) {
-	g, c := grantedFleet(t)
-	other, _ := approve(t, c, "p-other")
-	b64 := base64.RawURLEncoding.EncodeToString
-	unsigned := b64([]byte(`{"alg":"EdDSA","typ":"gated-grant+jws","kid":"x"}`)) + "." +
-		b64([]byte(`{"v":1,"gid":"forged","iss":"gated","tenant":"globex","proposal_id":"p-forged","proposal_sha256":"","action":"a","target_sha256":"","policy_revision":"","reviewers":[],"iat":1,"exp":2}`)) + ".c2ln"
-	tests := []struct{ note, tenant, id, token string }{
-		{"another proposal's grant", "acme", "p-forged", other.Grant},
-		{"a token gated did not sign, for another tenant", "acme", "p-forged", unsigned},
-		{"a token gated did not sign, naming the verdict", "globex", "p-forged", unsigned},
-	}
-	for _, tc := range tests {
-		t.Run(tc.note, func(t *testing.T) {
-			v := &gated.Verdict{V: 1, ProposalID: tc.id, Tenant: tc.tenant, Outcome: gated.OutcomeApproved, Grant: tc.token}
-			if err := g.Grants.Record(t.Context(), v); err == nil {
-				t.Fatalf("recorded %s for %s.%s", tc.note, tc.tenant, tc.id)
-			}
-			kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, key := range []string{tc.tenant + "." + tc.id, "globex.p-forged"} {
-				if _, err := kv.Get(t.Context(), key); !errors.Is(err, jetstream.ErrKeyNotFound) {
-					t.Errorf("grant record %s: %v, want none", key, err)
-				}
-			}
-		})
+	if r := useGrant(t, g, "acme", grants.UseRequest{Grant: v.Grant, By: "b"}); r.OK || !strings.Contains(r.Error, "already used") {
+		t.Fatalf("second use: %+v", r)
 	}
 }
 
@@ -522,13 +520,11 @@ func TestGrantUseOnlyByItsAgent(t *testing.T) {
 			}
 		})
 	}
-	if rec := grantRecord(t, g, "acme.p-agent-a"); rec.State != grants.StateIssued || rec.Agent != "agent-a" {
-		t.Fatalf("record %+v after the other agents' attempts, want issued to agent-a", rec)
-	}
+	noGrantRecord(t, g, "acme.p-agent-a")
 	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", grants.UseRequest{Grant: v.Grant, By: "whatever it says"}); !r.OK {
 		t.Fatalf("agent-a using its own grant: %+v", r)
 	}
-	if rec := grantRecord(t, g, "acme.p-agent-a"); rec.State != grants.StateUsed || rec.UsedAs != "agent-a" {
+	if rec := grantRecord(t, g, "acme.p-agent-a"); rec.State != grants.StateUsed || rec.UsedAs != "agent-a" || rec.Agent != "agent-a" {
 		t.Fatalf("record %+v, want used as agent-a", rec)
 	}
 	data := waitRecord(t, g, "p-agent-a", gated.EventGrantUsed)
@@ -546,29 +542,10 @@ func TestGrantUseOnlyByItsAgent(t *testing.T) {
 		t.Errorf("want one grant.refused as agent-b naming why: %v", bustest.AuditEvents(t, g.Resources.Audit, "acme", "p-agent-a"))
 	}
 
-	// A grant of a proposal that names no agent, or whose record lost
-	// its agent (written by a gated that did not keep it), is no agent's
-	// but its stored verdict's.
+	// A grant of a proposal that names no agent is no agent's.
 	anon := approveAs(t, c, "p-no-agent", "")
 	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", grants.UseRequest{Grant: anon.Grant}); r.OK {
 		t.Fatalf("an agent used a grant issued to no agent: %+v", r)
-	}
-	old := approveAs(t, c, "p-old-record", "agent-a")
-	kv, err := g.JS.KeyValue(t.Context(), wire.GrantsBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := grantRecord(t, g, "acme.p-old-record")
-	rec.Agent = ""
-	data2, _ := json.Marshal(rec)
-	if _, err := kv.Put(t.Context(), "acme.p-old-record", data2); err != nil {
-		t.Fatal(err)
-	}
-	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-b", grants.UseRequest{Grant: old.Grant}); r.OK {
-		t.Fatalf("agent-b used agent-a's grant whose record names no agent: %+v", r)
-	}
-	if r := useGrantOn(t, g, "gated.grants.acme.use.agent-a", grants.UseRequest{Grant: old.Grant}); !r.OK {
-		t.Fatalf("agent-a using its grant whose record names no agent: %+v", r)
 	}
 	// The tenant's subject still takes any grant of the tenant: NATS
 	// permissions decide who may publish there.

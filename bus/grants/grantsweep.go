@@ -3,13 +3,13 @@ package grants
 import (
 	"container/heap"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/gated/gated"
-
-	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/zap"
 )
 
@@ -17,17 +17,14 @@ import (
 // grant waits for the next full sweep.
 const maxDue = 1 << 20
 
-// sweepLoop republishes the keys and sweeps expired grants every Sweep:
-// every record at the first sweep and every FullSweep after (grants
-// recorded by a gated that stopped before their exp, this one's previous
-// run included), and in between only the grants this process recorded
-// whose exp has passed. A full sweep reads the whole bucket, which holds
-// the grants of the records' TTL (a week by default): done every few
-// seconds, it grew with the history and came to dominate the process.
+// sweepLoop republishes the keys and marks the grants this process
+// signed that expired unused, every Sweep. A grant has no record until it
+// is used, so the sweep reads nothing for a grant before its exp, and for
+// each one the stored verdict carries and nobody used, one look-up and
+// one write after it.
 func (g *Service) sweepLoop(ctx context.Context) {
 	t := time.NewTicker(g.cfg.Sweep)
 	defer t.Stop()
-	var full time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -37,37 +34,28 @@ func (g *Service) sweepLoop(ctx context.Context) {
 		if err := g.publishKeys(ctx, g.Ring()); err != nil && ctx.Err() == nil {
 			g.log.Warn("republishing the grant keys", zap.Error(err))
 		}
-		now := time.Now()
-		if full.IsZero() || now.Sub(full) >= g.cfg.FullSweep {
-			if _, err := g.Sweep(ctx); err != nil {
-				if ctx.Err() == nil {
-					g.log.Warn("sweeping expired grants", zap.Error(err))
-				}
-				continue
-			}
-			full = now
-			continue
-		}
 		if _, err := g.SweepDue(ctx); err != nil && ctx.Err() == nil {
 			g.log.Warn("sweeping the expired grants of this gated", zap.Error(err))
 		}
 	}
 }
 
-// SweepDue marks as expired the grants this process recorded whose exp
-// has passed and that are still issued, like Sweep, without reading the
-// other records. It returns how many it marked.
+// SweepDue marks as expired the grants this process signed whose exp has
+// passed, that the stored verdict of their proposal carries (a grant of a
+// verdict never stored was never handed out) and that nobody used: it
+// creates the grant's record, expired, where none is, so that of a late
+// use and the sweep exactly one writes it. It audits grant.expired for
+// each and returns how many it marked. A grant of a gated that stopped
+// before its exp is not marked; its use after exp is refused all the
+// same.
 func (g *Service) SweepDue(ctx context.Context) (int, error) {
 	n := 0
 	for {
-		now := g.cfg.Now().Unix()
-		key, ok := g.takeDue(now)
+		d, ok := g.takeDue(g.cfg.Now().Unix())
 		if !ok {
 			return n, ctx.Err()
 		}
-		// A record that could not be read is left to the next full
-		// sweep.
-		marked, err := g.expire(ctx, key)
+		marked, err := g.expire(ctx, d)
 		if err != nil {
 			return n, err
 		}
@@ -77,69 +65,22 @@ func (g *Service) SweepDue(ctx context.Context) (int, error) {
 	}
 }
 
-// Sweep marks every grant still issued past its exp as expired, by
-// compare-and-set (of several gated sweeping, one marks each), audits
-// grant.expired for each, and returns how many it marked. It reads every
-// record once, as the bucket holds it, and stops reading when it has
-// read them all: a key listing followed by a read of each key held the
-// listing open while the reads went on, and its subscription filled with
-// the grants recorded meanwhile.
-func (g *Service) Sweep(ctx context.Context) (int, error) {
-	w, err := g.records.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return 0, fmt.Errorf("reading the grants: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	n := 0
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			switch {
-			case !ok:
-				return n, fmt.Errorf("reading the grants: the watch ended after %d marked", n)
-			case e == nil:
-				return n, nil // every record read
-			}
-			marked, err := g.expireAt(ctx, e.Key(), e.Value(), e.Revision())
-			if err != nil {
-				return n, err
-			}
-			if marked {
-				n++
-			}
-		case <-ctx.Done():
-			return n, ctx.Err()
-		}
-	}
-}
-
-// expire marks the grant under key expired when it is still issued and
-// its exp has passed, and audits grant.expired. A record that cannot be
-// read is left as it is.
-func (g *Service) expire(ctx context.Context, key string) (bool, error) {
-	e, err := g.records.Get(ctx, key)
-	if err != nil {
+// expire marks the grant d expired when the stored verdict carries it and
+// it has no record, and audits grant.expired. A verdict that cannot be
+// read leaves the grant unmarked; the error is the audit's.
+func (g *Service) expire(ctx context.Context, d dueGrant) (bool, error) {
+	v, err := g.storedVerdict(ctx, d.key)
+	if err != nil || sha256.Sum256([]byte(v.Grant)) != d.token {
 		return false, nil
 	}
-	return g.expireAt(ctx, key, e.Value(), e.Revision())
-}
-
-// expireAt marks the grant record data, at revision rev of key, expired
-// when it is issued and its exp has passed, and audits grant.expired. A
-// record that does not decode, or that changed since rev, is left as it
-// is; the error is the audit's.
-func (g *Service) expireAt(ctx context.Context, key string, data []byte, rev uint64) (bool, error) {
-	var rec Record
-	if err := json.Unmarshal(data, &rec); err != nil || rec.State != StateIssued || g.cfg.Now().Unix() < rec.Exp {
-		return false, nil
-	}
-	rec.State = StateExpired
+	tenant, id, _ := strings.Cut(d.key, ".")
+	rec := Record{GID: d.gid, Tenant: tenant, ProposalID: id, Exp: d.exp, Agent: v.Agent, State: StateExpired}
 	data, err := json.Marshal(rec)
 	if err != nil {
 		return false, nil
 	}
-	if _, err := g.records.Update(ctx, key, data, rev); err != nil {
-		return false, nil // used or expired meanwhile
+	if _, err := g.records.Create(ctx, d.key, data); err != nil {
+		return false, nil // used meanwhile, or the bucket unreachable
 	}
 	if err := g.audit(ctx, rec.Tenant, rec.ProposalID, gated.EventGrantExpired, map[string]any{
 		"gid": rec.GID, "tenant": rec.Tenant, "proposal_id": rec.ProposalID, "exp": rec.Exp,
@@ -149,10 +90,13 @@ func (g *Service) expireAt(ctx context.Context, key string, data []byte, rev uin
 	return true, nil
 }
 
-// dueGrant is a grant this process recorded: its key and its exp.
+// dueGrant is a grant this process signed: its exp, its key, its gid
+// and the SHA-256 of its token.
 type dueGrant struct {
-	exp int64
-	key string
+	exp   int64
+	key   string
+	gid   string
+	token [sha256.Size]byte
 }
 
 // dueGrants is a min-heap of grants by exp (container/heap).
@@ -174,23 +118,23 @@ func (h *dueGrants) Pop() any {
 	return last
 }
 
-// addDue keeps the grant under key for SweepDue.
-func (g *Service) addDue(exp int64, key string) {
+// addDue keeps the grant d for SweepDue.
+func (g *Service) addDue(d dueGrant) {
 	g.dmu.Lock()
 	defer g.dmu.Unlock()
 	if len(g.due) >= maxDue {
 		return // the next full sweep finds it
 	}
-	heap.Push(&g.due, dueGrant{exp, key})
+	heap.Push(&g.due, d)
 }
 
-// takeDue removes and returns the key of the grant with the soonest exp
-// when that exp is at or before now.
-func (g *Service) takeDue(now int64) (string, bool) {
+// takeDue removes and returns the grant with the soonest exp when that
+// exp is at or before now.
+func (g *Service) takeDue(now int64) (dueGrant, bool) {
 	g.dmu.Lock()
 	defer g.dmu.Unlock()
 	if len(g.due) == 0 || g.due[0].exp > now {
-		return "", false
+		return dueGrant{}, false
 	}
-	return heap.Pop(&g.due).(dueGrant).key, true
+	return heap.Pop(&g.due).(dueGrant), true
 }

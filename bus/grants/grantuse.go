@@ -149,11 +149,15 @@ func (g *Service) Use(ctx context.Context, tenant, token, by string) UseReply {
 }
 
 // UseAs uses the grant token for tenant, once: it verifies the token
-// under the published key set, checks the grant is tenant's and, when
-// agent is not empty (a use on gated.grants.<tenant>.use.<agent>), that
-// it was issued to agent, and moves its record from issued to used by
-// compare-and-set, so that of two uses exactly one succeeds. Every use and
-// refusal is audited (grant.used, grant.refused), with agent as "as".
+// under the published key set, checks the grant is tenant's, that the
+// stored verdict of its proposal carries exactly this token (so a grant
+// signed for a verdict that was never stored, or that lost the store to
+// another delivery's, is not gated's) and, when agent is not empty (a use
+// on gated.grants.<tenant>.use.<agent>), that it was issued to agent. It
+// then creates the grant's record, used, where none is: of any number of
+// concurrent uses, on any number of gated, exactly one creates it. Every
+// use and refusal is audited (grant.used, grant.refused), with agent as
+// "as".
 func (g *Service) UseAs(ctx context.Context, tenant, agent, token, by string) UseReply {
 	ks, err := g.KeySet(ctx)
 	if err != nil {
@@ -168,85 +172,69 @@ func (g *Service) UseAs(ctx context.Context, tenant, agent, token, by string) Us
 		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, fmt.Sprintf("grant refused: tenant %q is not the subject's tenant", c.Tenant))
 	}
 	key := c.Tenant + "." + c.ProposalID
+	v, err := g.storedVerdict(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "unknown grant")
+	case err != nil:
+		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the stored verdict cannot be read: "+err.Error())
+	case v.Grant != token:
+		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "unknown grant")
+	case agent != "" && v.Agent != agent:
+		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, fmt.Sprintf("grant refused: it was not issued to agent %q", agent))
+	}
+	at := now.UTC()
+	rec := Record{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, Agent: v.Agent,
+		State: StateUsed, UsedAt: &at, UsedBy: by, UsedAs: agent}
+	data, err := json.Marshal(rec)
+	if err != nil {
+		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, err.Error())
+	}
 	for range 5 {
-		rec, rev, err := g.record(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			// The verdict may have been handed out before its record was
-			// written (the review service answers from the store): the
-			// stored verdict decides whether the grant is gated's.
-			if rec, err = g.recordFromVerdict(ctx, c, token); err != nil {
-				return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "unknown grant")
+		_, err := g.records.Create(ctx, key, data)
+		if err == nil {
+			g.auditUsed(ctx, tenant, agent, by, c)
+			return UseReply{OK: true, GID: c.GID}
+		}
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the grant record cannot be written: "+err.Error())
+		}
+		old, rev, err := g.record(ctx, key)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			continue // gone since the create: create again
+		case err != nil:
+			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the grant record cannot be read: "+err.Error())
+		case old.GID != c.GID:
+			// The record of an older grant, of a verdict stored under a
+			// reused id after the old one's TTL: this grant replaces it,
+			// by compare-and-set.
+			if _, err := g.records.Update(ctx, key, data, rev); err == nil {
+				g.auditUsed(ctx, tenant, agent, by, c)
+				return UseReply{OK: true, GID: c.GID}
 			}
 			continue
-		}
-		if err != nil {
-			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the grant record cannot be read: "+err.Error())
-		}
-		if rec.GID != c.GID {
-			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "unknown grant")
-		}
-		if agent != "" {
-			owner, err := g.issuedTo(ctx, rec, token)
-			if err != nil {
-				return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the agent the grant was issued to cannot be read: "+err.Error())
-			}
-			if owner != agent {
-				return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, fmt.Sprintf("grant refused: it was not issued to agent %q", agent))
-			}
-		}
-		switch rec.State {
-		case StateUsed:
-			at := ""
-			if rec.UsedAt != nil {
-				at = rec.UsedAt.UTC().Format(time.RFC3339)
-			}
-			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, fmt.Sprintf("already used at %s by %s", at, rec.UsedBy))
-		case StateExpired:
+		case old.State == StateExpired:
 			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "expired")
 		}
-		at := now.UTC()
-		rec.State, rec.UsedAt, rec.UsedBy, rec.UsedAs = StateUsed, &at, by, agent
-		data, err := json.Marshal(rec)
-		if err != nil {
-			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, err.Error())
+		when := ""
+		if old.UsedAt != nil {
+			when = old.UsedAt.UTC().Format(time.RFC3339)
 		}
-		if _, err := g.records.Update(ctx, key, data, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				continue // another use or the sweep changed it: read again
-			}
-			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the grant record cannot be updated: "+err.Error())
-		}
-		used := map[string]any{"gid": c.GID, "tenant": c.Tenant, "proposal_id": c.ProposalID, "action": c.Action, "by": by}
-		if agent != "" {
-			used["as"] = agent
-		}
-		if err := g.audit(ctx, tenant, c.ProposalID, gated.EventGrantUsed, used); err != nil {
-			g.log.Error("auditing a grant use", zap.String("key", key), zap.Error(err))
-		}
-		return UseReply{OK: true, GID: c.GID}
+		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, fmt.Sprintf("already used at %s by %s", when, old.UsedBy))
 	}
 	return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the grant record kept changing; try again")
 }
 
-// issuedTo returns the agent the grant of rec, whose token is token, was
-// issued to: the record's agent, or, for a record without one (written
-// by a gated that did not keep it), the agent of the stored verdict that
-// carries token.
-func (g *Service) issuedTo(ctx context.Context, rec Record, token string) (string, error) {
-	if rec.Agent != "" {
-		return rec.Agent, nil
+// auditUsed audits the use of the grant of c.
+func (g *Service) auditUsed(ctx context.Context, tenant, agent, by string, c grant.Claims) {
+	used := map[string]any{"gid": c.GID, "tenant": c.Tenant, "proposal_id": c.ProposalID, "action": c.Action, "by": by}
+	if agent != "" {
+		used["as"] = agent
 	}
-	v, err := g.storedVerdict(ctx, rec.Tenant+"."+rec.ProposalID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
+	if err := g.audit(ctx, tenant, c.ProposalID, gated.EventGrantUsed, used); err != nil {
+		g.log.Error("auditing a grant use", zap.String("tenant", tenant), zap.String("proposal_id", c.ProposalID), zap.Error(err))
 	}
-	if err != nil {
-		return "", err
-	}
-	if v.Grant != token {
-		return "", nil
-	}
-	return v.Agent, nil
 }
 
 // storedGrant is what gated reads of a stored verdict for a grant: its
@@ -268,24 +256,6 @@ func (g *Service) storedVerdict(ctx context.Context, key string) (storedGrant, e
 		return storedGrant{}, fmt.Errorf("the stored verdict %s is malformed: %w", key, err)
 	}
 	return v, nil
-}
-
-// recordFromVerdict writes the record of c, issued, when the stored
-// verdict of its proposal carries exactly token.
-func (g *Service) recordFromVerdict(ctx context.Context, c grant.Claims, token string) (Record, error) {
-	v, err := g.storedVerdict(ctx, c.Tenant+"."+c.ProposalID)
-	if err != nil {
-		return Record{}, err
-	}
-	if v.Grant != token {
-		return Record{}, errors.New("the stored verdict does not carry this grant")
-	}
-	rec := Record{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, Agent: v.Agent, State: StateIssued}
-	data, _ := json.Marshal(rec)
-	if _, err := g.records.Create(ctx, c.Tenant+"."+c.ProposalID, data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
-		return Record{}, err
-	}
-	return rec, nil
 }
 
 // refuse audits a refused use, asked on agent's subject when agent is

@@ -134,7 +134,8 @@ func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last b
 	rec, rev, err := o.grants.record(ctx, key)
 	switch {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
-		return o.refuse(ctx, tenant, id, as, r.GID, "unknown grant")
+		// A grant has a record once it is used.
+		return o.refuse(ctx, tenant, id, as, r.GID, "unknown grant, or a grant not used: an outcome is reported only for a grant that was used")
 	case err != nil:
 		return o.retry(ctx, last, tenant, id, r.GID, err)
 	case rec.GID != r.GID:

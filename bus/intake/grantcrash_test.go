@@ -2,7 +2,6 @@ package intake_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"sync/atomic"
 	"testing"
@@ -20,15 +19,14 @@ import (
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/grant"
-	"github.com/gated/gated/engine/wire"
 )
 
-// TestGrantCrashBeforePublish: when the grant's record or the verdict's
-// publication fails after the verdict was stored, the proposal is
-// redelivered and answered with the stored verdict: one grant, issued
-// once, recorded, and the one the fleet receives.
+// TestGrantCrashBeforePublish: when the verdict's publication fails after
+// the verdict was stored, the proposal is redelivered and answered with
+// the stored verdict: one grant, issued once, the one the fleet receives,
+// and usable once.
 func TestGrantCrashBeforePublish(t *testing.T) {
-	for _, failing := range []string{"record", "publish"} {
+	for _, failing := range []string{"publish"} {
 		t.Run(failing, func(t *testing.T) {
 			s := bustest.Server(t)
 			nc, js := bustest.Connect(t, s)
@@ -56,12 +54,6 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 				t.Fatal(err)
 			}
 			var failed atomic.Bool
-			w.RecordGrants(func(ctx context.Context, v *gated.Verdict) error {
-				if failing == "record" && failed.CompareAndSwap(false, true) {
-					return errors.New("crashed before the record")
-				}
-				return gs.Record(ctx, v)
-			})
 			intake.SetPublish(w, func(subject string, data []byte) error {
 				if failing == "publish" && failed.CompareAndSwap(false, true) {
 					return errors.New("crashed before publishing")
@@ -93,20 +85,14 @@ func TestGrantCrashBeforePublish(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			kv, err := js.KeyValue(t.Context(), wire.GrantsBucket)
-			if err != nil {
-				t.Fatal(err)
+			if v.Grant != stored.Grant {
+				t.Fatalf("the fleet's grant and the stored verdict's differ")
 			}
-			e, err := kv.Get(t.Context(), "acme.p-crash")
-			if err != nil {
-				t.Fatal(err)
+			if r := gs.Use(t.Context(), "acme", v.Grant, "a"); !r.OK || r.GID != claims.GID {
+				t.Fatalf("use: %+v", r)
 			}
-			var rec grants.Record
-			if err := json.Unmarshal(e.Value(), &rec); err != nil {
-				t.Fatal(err)
-			}
-			if v.Grant != stored.Grant || rec.GID != claims.GID {
-				t.Fatalf("the fleet's grant, the stored verdict's and the record's differ")
+			if r := gs.Use(t.Context(), "acme", v.Grant, "b"); r.OK {
+				t.Fatal("a second use succeeded")
 			}
 			if events := bustest.AuditEvents(t, res.Audit, "acme", "p-crash"); count(events, gated.EventGrantIssued) != 1 {
 				t.Errorf("audit %v: want one grant.issued", events)

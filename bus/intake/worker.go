@@ -96,16 +96,6 @@ type Worker struct {
 	// followUp stores the follow-up of a run verdict (FollowUps.Send);
 	// tests replace it to watch or fail it.
 	followUp func(ctx context.Context, v *gated.Verdict) error
-	// recordGrant writes the record of an approved verdict's grant
-	// (grants.Service.Record); nil when the engine issues no grants.
-	recordGrant func(ctx context.Context, v *gated.Verdict) error
-}
-
-// RecordGrants has the worker write the record of every grant a verdict
-// carries with record (grants.Service.Record) before it publishes the
-// verdict and acknowledges the proposal. Call it before Start.
-func (w *Worker) RecordGrants(record func(ctx context.Context, v *gated.Verdict) error) {
-	w.recordGrant = record
 }
 
 // NewWorker builds a worker. Start begins consuming.
@@ -276,6 +266,11 @@ func (w *Worker) stop(grace time.Duration) {
 	w.returnWaiting()
 }
 
+// follower is a trail that publishes its proposal's statuses when told
+// to follow them (bus/status's): the proposal carried wire.StatusHeader,
+// its proposer listens.
+type follower interface{ Follow() }
+
 // handle decides one delivery, in turn t; dispatch keeps it alive
 // meanwhile.
 func (w *Worker) handle(msg jetstream.Msg, t *turn) {
@@ -308,6 +303,11 @@ func (w *Worker) handle(msg jetstream.Msg, t *turn) {
 		Trail:     w.trails(),
 		Retrail:   w.trails,
 		Turn:      t,
+	}
+	if msg.Headers().Get(wire.StatusHeader) != "" {
+		if f, ok := d.Trail.(follower); ok {
+			f.Follow()
+		}
 	}
 	v, err = w.decider.Decide(ctx, d)
 	if err != nil {
@@ -431,8 +431,9 @@ func (w *Worker) giveUp(msg jetstream.Msg, seq uint64, attempt int) {
 
 // answer sends what a stored verdict owes: the follow-up of a run
 // verdict, stored in the run stream first, the deadline of an action held
-// for an operator, stored in the holds stream, the record of an approved
-// verdict's grant, then the verdict itself. The
+// for an operator, stored in the holds stream, then the verdict itself.
+// An approved verdict's grant needs nothing more: it is recorded when it
+// is used. The
 // follow-up goes first so that a fleet that sees the verdict finds the
 // continuation or escalation already there, and so that a failure to
 // store it leaves the proposal unacknowledged, to be replayed.
@@ -442,11 +443,6 @@ func (w *Worker) answer(v *gated.Verdict) error {
 	}
 	if err := scheduleHold(w.ctx, w.js, v); err != nil {
 		return err
-	}
-	if w.recordGrant != nil {
-		if err := w.recordGrant(w.ctx, v); err != nil {
-			return fmt.Errorf("recording the verdict's grant: %w", err)
-		}
 	}
 	if err := w.publishVerdict(v); err != nil {
 		return fmt.Errorf("publishing the verdict: %w", err)

@@ -11,21 +11,34 @@
 //
 // Status events are core NATS and best effort: nobody has to listen, a
 // publish that fails is counted and logged, never retried, and never
-// delays or changes a decision.
+// delays or changes a decision. A status nobody listens to is not sent:
+// a proposal's statuses are published only when its trail follows them
+// (its Follow method: the proposal carried wire.StatusHeader), when a fleet asked
+// for them on gated.watch.<tenant>.<id> (Serve), or when the server has a
+// subscriber for them (SetInterest: the embedded server's account).
 package status
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
-
-	"github.com/gated/gated"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"go.uber.org/zap"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/engine/wire"
 )
+
+// WatchTTL is how long gated publishes the statuses of a proposal a
+// fleet asked for on gated.watch.<tenant>.<id>.
+const WatchTTL = time.Hour
+
+// maxWatched bounds the proposals asked for at once; past it the oldest
+// asks are forgotten first.
+const maxWatched = 1 << 16
 
 // Publisher publishes the status events of the proposals decided on the
 // trails it wraps. It is safe for concurrent use.
@@ -35,6 +48,15 @@ type Publisher struct {
 	// published and failed count status events sent and not sent (a
 	// publish error, or an audit event whose data did not read).
 	published, failed atomic.Uint64
+	// interest, when set, says whether the server has a subscriber on a
+	// subject.
+	interest func(subject string) bool
+	// watched holds the status subjects fleets asked for, with when
+	// each ask lapses; nwatched is its size, read without the lock.
+	wmu      sync.Mutex
+	watched  map[string]time.Time
+	nwatched atomic.Int64
+	sub      *nats.Subscription
 }
 
 // NewPublisher publishes on nc. A nil log logs nothing.
@@ -43,6 +65,96 @@ func NewPublisher(nc *nats.Conn, log *zap.Logger) *Publisher {
 		log = zap.NewNop()
 	}
 	return &Publisher{nc: nc, log: log}
+}
+
+// SetInterest has p ask interest(subject) before publishing a status that
+// nobody asked for: the embedded server's account knows its subscribers.
+// Call it before the first decision.
+func (p *Publisher) SetInterest(interest func(subject string) bool) { p.interest = interest }
+
+// Serve answers gated.watch.<tenant>.<id>: every gated takes each ask
+// (not a queue group), publishes the proposal's statuses for WatchTTL,
+// and answers {"ok":true}, so that a watch which has its answer was heard
+// before the proposal it watches is decided. Stop ends it.
+func (p *Publisher) Serve() error {
+	sub, err := p.nc.Subscribe(wire.StatusWatchSubjects, func(m *nats.Msg) {
+		tenant, id, ok := watchSubject(m.Subject)
+		if !ok {
+			_ = m.Respond([]byte(`{"ok":false,"error":"the subject is not gated.watch.<tenant>.<id>"}`))
+			return
+		}
+		p.watch(wire.StatusSubject(tenant, id), time.Now())
+		_ = m.Respond([]byte(`{"ok":true}`))
+	})
+	if err != nil {
+		return err
+	}
+	p.sub = sub
+	return nil
+}
+
+// Stop stops answering watches.
+func (p *Publisher) Stop() {
+	if p.sub != nil {
+		_ = p.sub.Unsubscribe()
+	}
+}
+
+// watchSubject reads the tenant and id of gated.watch.<tenant>.<id>.
+func watchSubject(subject string) (tenant, id string, ok bool) {
+	rest := subject[len(wire.StatusWatchSubjectPrefix):]
+	for i := range len(rest) {
+		if rest[i] == '.' {
+			tenant, id = rest[:i], rest[i+1:]
+			return tenant, id, gated.ValidTenant(tenant) && gated.ValidID(id)
+		}
+	}
+	return "", "", false
+}
+
+// watch publishes the statuses on subject until WatchTTL after now.
+func (p *Publisher) watch(subject string, now time.Time) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if p.watched == nil {
+		p.watched = map[string]time.Time{}
+	}
+	if _, ok := p.watched[subject]; !ok && len(p.watched) >= maxWatched {
+		p.forget(now)
+	}
+	p.watched[subject] = now.Add(WatchTTL)
+	p.nwatched.Store(int64(len(p.watched)))
+}
+
+// forget drops the lapsed asks, or, when none has lapsed, the one that
+// lapses first. p.wmu is held.
+func (p *Publisher) forget(now time.Time) {
+	first, at := "", time.Time{}
+	for s, until := range p.watched {
+		switch {
+		case !until.After(now):
+			delete(p.watched, s)
+		case first == "" || until.Before(at):
+			first, at = s, until
+		}
+	}
+	if len(p.watched) >= maxWatched {
+		delete(p.watched, first)
+	}
+}
+
+// wanted says whether somebody listens to the statuses on subject: a
+// fleet asked for them, or the server has a subscriber.
+func (p *Publisher) wanted(subject string) bool {
+	if p.nwatched.Load() > 0 {
+		p.wmu.Lock()
+		until, ok := p.watched[subject]
+		p.wmu.Unlock()
+		if ok && time.Now().Before(until) {
+			return true
+		}
+	}
+	return p.interest != nil && p.interest(subject)
 }
 
 // Trails wraps a source of audit trails: every trail it starts records on
@@ -60,9 +172,14 @@ func (p *Publisher) Published() uint64 { return p.published.Load() }
 // Failed is the number of status events that could not be sent.
 func (p *Publisher) Failed() uint64 { return p.failed.Load() }
 
-// publish sends the status of ev, if it marks a stage.
-func (p *Publisher) publish(ev gated.AuditEvent, seq uint64) {
+// publish sends the status of ev, if it marks a stage and follow is set
+// or somebody listens.
+func (p *Publisher) publish(ev gated.AuditEvent, seq uint64, follow bool) {
 	if _, ok := engine.StatusStageOf(ev.Event); !ok {
+		return
+	}
+	subject := wire.StatusSubject(ev.Tenant, ev.ProposalID)
+	if !follow && !p.wanted(subject) {
 		return
 	}
 	data, ok, err := engine.StatusJSON(ev, seq)
@@ -77,7 +194,7 @@ func (p *Publisher) publish(ev gated.AuditEvent, seq uint64) {
 	if !ok {
 		return
 	}
-	if err := p.nc.Publish(wire.StatusSubject(ev.Tenant, ev.ProposalID), data); err != nil {
+	if err := p.nc.Publish(subject, data); err != nil {
 		p.failed.Add(1)
 		p.log.Debug("status event not published", zap.String("event", ev.Event),
 			zap.String("tenant", ev.Tenant), zap.String("proposal_id", ev.ProposalID), zap.Error(err))
@@ -90,7 +207,14 @@ func (p *Publisher) publish(ev gated.AuditEvent, seq uint64) {
 type trail struct {
 	inner engine.AuditTrail
 	p     *Publisher
+	// follow publishes every status of the trail, listened to or not.
+	follow bool
 }
+
+// Follow has the trail publish every status it records whether or not
+// anybody is known to listen: its proposal carried wire.StatusHeader.
+// The worker calls it before the delivery is decided.
+func (t *trail) Follow() { t.follow = true }
 
 var _ engine.AuditTrail = (*trail)(nil)
 
@@ -99,7 +223,7 @@ func (t *trail) Record(ctx context.Context, ev gated.AuditEvent) error {
 	if err := t.inner.Record(ctx, ev); err != nil {
 		return err
 	}
-	t.p.publish(ev, 0)
+	t.p.publish(ev, 0, t.follow)
 	return nil
 }
 
@@ -112,6 +236,6 @@ func (t *trail) Seal(ctx context.Context, ev gated.AuditEvent) (uint64, error) {
 	if err != nil {
 		return seq, err
 	}
-	t.p.publish(ev, seq)
+	t.p.publish(ev, seq, t.follow)
 	return seq, nil
 }

@@ -49,7 +49,7 @@ func (s *Verdicts) Claim(ctx context.Context, tenant, id string, c engine.Claim)
 		}
 		rev, err = s.kv.Update(ctx, key, data, e.Revision())
 		if err == nil {
-			c.Revision = rev
+			c.Revision, c.Replaced = rev, true
 			return c, nil
 		}
 		if !casConflict(err) {

@@ -34,6 +34,9 @@ func TestClaims(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first claim: %v", err)
 	}
+	if first.Replaced {
+		t.Fatal("a claim created where none was says it replaced one")
+	}
 	held, err := claim("p1", live("seq:2"))
 	if !errors.Is(err, gated.ErrClaimed) || held.Holder != "seq:1" || held.Revision != first.Revision {
 		t.Fatalf("claim of another message: %+v, %v; want ErrClaimed naming seq:1 at revision %d", held, err, first.Revision)
@@ -44,6 +47,10 @@ func TestClaims(t *testing.T) {
 	}
 	if over.Revision <= first.Revision {
 		t.Fatalf("claim taken over at revision %d, want one past %d", over.Revision, first.Revision)
+	}
+	// Its holder may have stored a verdict: the taker looks it up.
+	if !over.Replaced {
+		t.Fatal("a claim taken over does not say it replaced one")
 	}
 	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: "seq:2"}); err != nil {
 		t.Fatal(err)
@@ -63,8 +70,8 @@ func TestClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	again, err := claim("p1", live("seq:3"))
-	if err != nil {
-		t.Fatalf("claim after release: %v", err)
+	if err != nil || again.Replaced {
+		t.Fatalf("claim after release: %+v, %v; want one created afresh", again, err)
 	}
 	// A release that names the holder only reads the claim first.
 	if err := store.Release(ctx, "acme", "p1", engine.Claim{Holder: again.Holder}); err != nil {

@@ -509,7 +509,7 @@ func newTestOperator(t *testing.T) *testOperator {
 	scope.Key, scope.Role = spub, "tenant"
 	scope.Template.Pub.Allow.Add(
 		"gated.proposals.{{tag(tenant)}}.>",
-		"gated.review.{{tag(tenant)}}",
+		"gated.review.{{tag(tenant)}}", "gated.watch.{{tag(tenant)}}.*",
 		"gated.grants.keys", "gated.grants.{{tag(tenant)}}.use", "gated.outcomes.{{tag(tenant)}}.>",
 		"$JS.API.DIRECT.GET.KV_GATED_VERDICTS.$KV.GATED_VERDICTS.{{tag(tenant)}}.>")
 	scope.Template.Sub.Allow.Add("gated.verdicts.{{tag(tenant)}}.>", "gated.status.{{tag(tenant)}}.>", "_INBOX_{{tag(tenant)}}.>")

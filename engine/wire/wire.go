@@ -44,6 +44,13 @@ const (
 	// each step of a proposal's progress (core NATS, best effort); a
 	// tenant may subscribe to its own, gated.status.<tenant>.>.
 	StatusSubjectPrefix = Root + "status."
+	// StatusWatchSubjectPrefix + tenant + "." + id is where a fleet that
+	// follows a proposal's status tells gated so (request/reply, every
+	// gated answers): on a server it does not run, gated publishes a
+	// proposal's status only when somebody asked for it.
+	StatusWatchSubjectPrefix = Root + "watch."
+	// StatusWatchSubjects is what every gated subscribes to for them.
+	StatusWatchSubjects = StatusWatchSubjectPrefix + "*.*"
 	// ToolSubjectPrefix + tool name is where tools that gated does not
 	// answer itself are requested (request/reply).
 	ToolSubjectPrefix = Root + "tools."
@@ -106,6 +113,11 @@ const (
 	// ToolErrorHeader, on a reply to a tool request, says the tool failed
 	// and why; the body is then ignored.
 	ToolErrorHeader = "Gated-Tool-Error"
+	// StatusHeader, on a proposal, set to "1", says its proposer follows
+	// its status (gated.status.<tenant>.<id>): gated then publishes it on
+	// any server. Without it, and without a watch, gated publishes it
+	// only where it can see a subscriber (its embedded server).
+	StatusHeader = "Gated-Status"
 	// AuditHashHeader, on an audit record, is the hex SHA-256 of the
 	// record's body.
 	AuditHashHeader = "Gated-Audit-Hash"
@@ -166,6 +178,12 @@ func VerdictSubject(tenant, id string) string {
 // published.
 func StatusSubject(tenant, id string) string {
 	return StatusSubjectPrefix + tenant + "." + id
+}
+
+// StatusWatchSubject is where a fleet asks gated for the status events of
+// tenant's proposal id.
+func StatusWatchSubject(tenant, id string) string {
+	return StatusWatchSubjectPrefix + tenant + "." + id
 }
 
 // ContinuationSubject is where the continuations of one run are published.

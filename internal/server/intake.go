@@ -2,18 +2,19 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
 	"go.uber.org/zap"
 
-	"github.com/gated/gated"
 	"github.com/gated/gated/bus/budget"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/operator"
 	"github.com/gated/gated/bus/status"
 	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
+	"github.com/gated/gated/engine/wire"
 	"github.com/gated/gated/internal/telemetry"
 	"github.com/gated/gated/policies"
 )
@@ -83,6 +84,15 @@ func (s *Server) startWorker(context.Context) error {
 	s.eng = eng
 	// Every trail a decision records on publishes the proposal's status.
 	statuses := status.NewPublisher(s.nc, s.log.Named("status"))
+	if s.embedded != nil {
+		// The embedded server's account knows who subscribes: a status
+		// nobody listens to is not sent.
+		statuses.SetInterest(s.embedded.GlobalAccount().SubscriptionInterest)
+	}
+	if err := statuses.Serve(); err != nil {
+		return fmt.Errorf("answering %s: %w", wire.StatusWatchSubjects, err)
+	}
+	s.onStop("the status watches", statuses.Stop)
 	s.m.countStatuses(statuses)
 	s.trails = statuses.Trails(s.auditor.Trail)
 	var decider intake.Decider = countingDecider{Decider: eng, verdicts: s.m.verdicts, dedupeHits: s.m.obs.dedupeHits}
@@ -93,7 +103,6 @@ func (s *Server) startWorker(context.Context) error {
 	if err != nil {
 		return err
 	}
-	worker.RecordGrants(s.grants.Record)
 	if err := worker.Start(); err != nil {
 		return err
 	}
@@ -125,17 +134,8 @@ func (s *Server) startReviewService(context.Context) error {
 	svcCfg := intake.ServiceConfig{Version: s.cfg.Version, Wait: s.cfg.ReviewWait}
 	if s.operators != nil {
 		var err error
-		followUps := intake.NewFollowUps(s.js, s.store).Send
-		// An operator's approval carries a grant: its record is written
-		// before the verdict is published, as the worker does.
-		beforePublish := func(ctx context.Context, v *gated.Verdict) error {
-			if err := s.grants.Record(ctx, v); err != nil {
-				return err
-			}
-			return followUps(ctx, v)
-		}
 		svcCfg.Operators, err = operator.NewEndpoint(s.operators, s.eng, s.trails,
-			beforePublish, operator.PublishVerdicts(s.nc), s.log.Named("operator"))
+			intake.NewFollowUps(s.js, s.store).Send, operator.PublishVerdicts(s.nc), s.log.Named("operator"))
 		if err != nil {
 			return err
 		}

@@ -60,6 +60,7 @@ from gated.wire import (
     OUTCOME_STATUSES,
     SERVICE_ERROR_CODE_HEADER,
     SERVICE_ERROR_HEADER,
+    STATUS_HEADER,
     Address,
     address_of,
     digest,
@@ -69,11 +70,15 @@ from gated.wire import (
     proposal_subject,
     review_subject,
     status_subject,
+    status_watch_subject,
     valid_id,
     valid_tenant,
     verdict_lookup_subject,
     verdict_subject,
 )
+
+WATCH_ASK = 5.0
+"""How long, in seconds, a watch waits for gated to answer its ask."""
 
 StatusCallback = Callable[[Status | StatusError], None]
 """What ``on_status`` is called with: a status, or the StatusError of a
@@ -274,11 +279,13 @@ class Client:
                     ...
 
         Enter it (or ``await watch.start()``) before the proposal is
-        published so no stage is missed. A malformed event raises
-        StatusError from the iteration; the watch stays open. Statuses show
-        progress; only a verdict says what may run. The tenant's NATS user
-        needs to subscribe to gated.status.<tenant>.>. Raises BadProposal
-        for a bad token."""
+        published so no stage is missed: entering subscribes and asks gated
+        for the proposal's statuses on gated.watch.<tenant>.<id>, waiting
+        for its answer. A malformed event raises StatusError from the
+        iteration; the watch stays open. Statuses show progress; only a
+        verdict says what may run. The tenant's NATS user needs to subscribe
+        to gated.status.<tenant>.> and to request on
+        gated.watch.<tenant>.*. Raises BadProposal for a bad token."""
         if not valid_tenant(tenant):
             raise BadProposal(f"tenant {tenant!r} must match [a-z0-9_-]{{1,64}}")
         if not valid_id(id):
@@ -491,7 +498,7 @@ class Client:
             raise ConnectionLost(f"subscribing to the status of {a.key}: the NATS connection is closed") from None
         try:
             await self.nc.flush(timeout=3600)
-            v = await self._propose_within(a, data)
+            v = await self._propose_within(a, data, follow=True)
             # gated publishes the decided status before the verdict, on one
             # connection: it is queued here already; let it be handed over.
             while sub.pending_msgs > 0:
@@ -501,7 +508,10 @@ class Client:
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
 
-    async def _propose_within(self, a: Address, data: bytes) -> Verdict:
+    async def _propose_within(self, a: Address, data: bytes, follow: bool = False) -> Verdict:
+        """Publish the proposal and wait for its verdict. With follow, the
+        proposal carries Gated-Status: 1, so that gated sends its status
+        events on any server (docs/FLEET.md)."""
         nc = self.nc
         inbox: asyncio.Queue[bytes] = asyncio.Queue(maxsize=INBOX_SIZE)
         waiters = self._waiters.setdefault(a.key, set())
@@ -515,6 +525,8 @@ class Client:
                 # The current OpenTelemetry span, if any, parents gated's
                 # spans for the proposal (traceparent, tracestate).
                 headers = {**trace_headers(), MSG_ID_HEADER: a.key}
+                if follow:
+                    headers[STATUS_HEADER] = "1"
                 reply = await self._request(proposal_subject(a.tenant, a.action), data, headers)
             except nats.errors.NoRespondersError:
                 raise PublishError(
@@ -863,6 +875,12 @@ class StatusWatch:
                 raise ConnectionLost(
                     f"subscribing to the status of {self.tenant}.{self.id}: the NATS connection is closed"
                 ) from None
+            # gated sends a status only when somebody asked for it (or, on
+            # its embedded server, subscribes): ask, and wait for the first
+            # gated's answer. An ask nobody answers or that NATS refuses
+            # leaves the watch to the statuses gated sends anyway.
+            with contextlib.suppress(nats.errors.Error, asyncio.TimeoutError):
+                await self.nc.request(status_watch_subject(self.tenant, self.id), b"", timeout=WATCH_ASK)
         return self
 
     async def close(self) -> None:

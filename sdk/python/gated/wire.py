@@ -21,6 +21,7 @@ SCHEMA_VERSION: Final = 1
 PROPOSAL_SUBJECT_PREFIX: Final = "gated.proposals."
 VERDICT_SUBJECT_PREFIX: Final = "gated.verdicts."
 STATUS_SUBJECT_PREFIX: Final = "gated.status."
+STATUS_WATCH_SUBJECT_PREFIX: Final = "gated.watch."
 REVIEW_SUBJECT: Final = "gated.review"
 GRANT_KEYS_SUBJECT: Final = "gated.grants.keys"
 GRANT_SUBJECT_PREFIX: Final = "gated.grants."
@@ -29,6 +30,7 @@ OUTCOME_STATUSES: Final = ("started", "succeeded", "failed", "refused")
 VERDICT_BUCKET: Final = "GATED_VERDICTS"
 DEFAULT_API_PREFIX: Final = "$JS.API"
 MSG_ID_HEADER: Final = "Nats-Msg-Id"
+STATUS_HEADER: Final = "Gated-Status"
 SUBJECT_HEADER: Final = "Nats-Subject"
 SERVICE_ERROR_CODE_HEADER: Final = "Nats-Service-Error-Code"
 SERVICE_ERROR_HEADER: Final = "Nats-Service-Error"
@@ -65,6 +67,11 @@ def verdict_subject(tenant: str, id: str) -> str:
 def status_subject(tenant: str, id: str) -> str:
     """Where gated publishes each stage of tenant's proposal id."""
     return STATUS_SUBJECT_PREFIX + tenant + "." + id
+
+
+def status_watch_subject(tenant: str, id: str) -> str:
+    """Where a watch asks gated for the status of tenant's proposal id."""
+    return STATUS_WATCH_SUBJECT_PREFIX + tenant + "." + id
 
 
 def review_subject(tenant: str) -> str:

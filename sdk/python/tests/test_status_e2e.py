@@ -4,9 +4,13 @@ SOP reviewer process: every stage, in order, before the verdict."""
 from __future__ import annotations
 
 import asyncio
+import json
+import urllib.request
 from collections.abc import AsyncIterator
 
+import nats
 import pytest
+from nats.aio.msg import Msg
 
 import gated
 from gatedkit import Gated, example_proposal
@@ -74,3 +78,52 @@ async def test_watch_refuses_bad_tokens(client: gated.Client) -> None:
     for tenant, id in ((">", "p1"), ("acme", "p.1"), ("acme", "")):
         with pytest.raises(gated.BadProposal):
             client.watch(tenant, id)
+
+
+def status_events_total(server: Gated) -> int:
+    """gated_status_events_total on gated's /metrics: the statuses sent."""
+    with urllib.request.urlopen(server.http_url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("gated_status_events_total "):
+                return int(float(line.split()[1]))
+    raise AssertionError("no gated_status_events_total on /metrics")
+
+
+async def test_no_status_when_nobody_listens(server: Gated, client: gated.Client) -> None:
+    """A proposal nobody follows sends no status; one proposed with a
+    status callback carries Gated-Status: 1 and gets every stage."""
+    headers: dict[str, str | None] = {}
+
+    async def seen(msg: Msg) -> None:
+        headers[json.loads(msg.data)["id"]] = (msg.headers or {}).get("Gated-Status")
+
+    listener = await nats.connect(server.nats_url)
+    try:
+        await listener.subscribe("gated.proposals.acme.>", cb=seen)
+        await listener.flush()
+        before = status_events_total(server)
+        v = await client.propose(approvable("py-quiet-1", 9104), timeout=60)
+        assert v.outcome == "approved"
+        assert status_events_total(server) == before
+        stages: list[gated.Status | gated.StatusError] = []
+        await client.propose(approvable("py-loud-1", 9105), timeout=60, on_status=stages.append)
+        assert [s.stage for s in stages if isinstance(s, gated.Status)] == REVIEWED
+        assert status_events_total(server) == before + len(REVIEWED)
+        await listener.flush()
+        assert headers == {"py-quiet-1": None, "py-loud-1": "1"}
+    finally:
+        await listener.close()
+
+
+async def test_watch_asks_gated(server: Gated, client: gated.Client) -> None:
+    """Entering a watch asks gated on gated.watch.<tenant>.<id> and has its
+    answer before it returns."""
+    listener = await nats.connect(server.nats_url)
+    try:
+        asks = await listener.subscribe("gated.watch.>")
+        await listener.flush()
+        async with client.watch("acme", "py-asked-1"):
+            msg = await asks.next_msg(timeout=10)
+            assert msg.subject == "gated.watch.acme.py-asked-1" and msg.reply
+    finally:
+        await listener.close()

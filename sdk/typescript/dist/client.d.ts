@@ -185,10 +185,11 @@ export declare class Client {
      * Follows the progress of tenant's proposal id: gated publishes each stage
      * on gated.status.<tenant>.<id> (received, policy_decided, review_started,
      * awaiting_operator, decided). The subscription is in place on the server
-     * when the promise resolves, so a proposal published after it loses no
-     * stage. Statuses are best effort and show progress; only a verdict says
-     * what may run. The tenant's NATS user needs to subscribe to
-     * gated.status.<tenant>.>. Throws BadProposalError for a bad token,
+     * when the promise resolves, and gated has been asked for the proposal's
+     * statuses (gated.watch.<tenant>.<id>), so a proposal published after it
+     * loses no stage. Statuses are best effort and show progress; only a
+     * verdict says what may run. The tenant's NATS user needs to subscribe to
+     * gated.status.<tenant>.> and to request on gated.watch.<tenant>.*. Throws BadProposalError for a bad token,
      * TransportError when the subscription cannot be made.
      */
     watch(tenant: string, id: string, opts?: WatchOptions): Promise<StatusWatch>;

@@ -6,11 +6,13 @@ import { errors as natsErrors, headers as natsHeaders } from "@nats-io/nats-core
 import { jetstream } from "@nats-io/jetstream";
 import { BadProposalError, GatedError, InvalidConfigError, NoVerdictError, ServiceUnavailableError, TransportError, checkVerdict, isFinal, } from "./errors.js";
 import { decodeGrant, decodeGrantKeySet, decodeGrantUseReply, encodeOutcome, GrantError, grantKeyIDOf, grantUseSubject, grantWire, outcomeSubject, verifyGrant, } from "./grant.js";
-import { StatusError, statusSubject, statusUpdate } from "./status.js";
+import { StatusError, statusSubject, statusUpdate, statusWatchSubject } from "./status.js";
 import { traceHeaders } from "./trace.js";
 import { addressKey, addressOf, answer, confirmApproval, decodeReviewReply, decodeStoredVerdict, encodeProposal, proposalDigest, proposalSubject, validID, validTenant, verdictLookupSubject, verdictMessage, verdictSubject, wire, } from "./wire.js";
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export const defaultWaitMs = 90_000;
+/** How long a watch waits for gated to answer its ask for a proposal's statuses: 5 s, as the Go client. */
+const watchAskMs = 5_000;
 /**
  * How long Client.awaitDecision waits past a hold's deadline when it names no
  * timeoutMs: gated times the hold out at the deadline and publishes the
@@ -289,7 +291,13 @@ export class Client {
             // fails fails the call, as in the Go client.
             const flushed = this.nc.flush().then(() => undefined, (err) => err ?? new Error("flush failed"));
             const digest = proposalDigest(bytes);
-            const hdrs = this.traceHeaders(opts?.trace);
+            let hdrs = this.traceHeaders(opts?.trace);
+            if (onStatus) {
+                // gated sends the statuses of a proposal whose proposer says it
+                // follows them, on any server.
+                hdrs ??= natsHeaders();
+                hdrs.set(wire.statusHeader, "1");
+            }
             let ack;
             try {
                 ack = await w.race(this.js.publish(proposalSubject(a.tenant, a.action), bytes, { msgID: addressKey(a), timeout: w.remaining(), headers: hdrs }));
@@ -518,10 +526,11 @@ export class Client {
      * Follows the progress of tenant's proposal id: gated publishes each stage
      * on gated.status.<tenant>.<id> (received, policy_decided, review_started,
      * awaiting_operator, decided). The subscription is in place on the server
-     * when the promise resolves, so a proposal published after it loses no
-     * stage. Statuses are best effort and show progress; only a verdict says
-     * what may run. The tenant's NATS user needs to subscribe to
-     * gated.status.<tenant>.>. Throws BadProposalError for a bad token,
+     * when the promise resolves, and gated has been asked for the proposal's
+     * statuses (gated.watch.<tenant>.<id>), so a proposal published after it
+     * loses no stage. Statuses are best effort and show progress; only a
+     * verdict says what may run. The tenant's NATS user needs to subscribe to
+     * gated.status.<tenant>.> and to request on gated.watch.<tenant>.*. Throws BadProposalError for a bad token,
      * TransportError when the subscription cannot be made.
      */
     async watch(tenant, id, opts = {}) {
@@ -552,6 +561,11 @@ export class Client {
         catch (err) {
             throw new TransportError(`subscribing to the status of ${tenant}.${id}: ${String(err)}`, { cause: err });
         }
+        // gated sends a status only when somebody asked for it (or, on its
+        // embedded server, subscribes): ask, and wait for the first gated's
+        // answer. An ask nobody answers or that NATS refuses leaves the watch
+        // to the statuses gated sends anyway.
+        await this.nc.request(statusWatchSubject(tenant, id), undefined, { timeout: watchAskMs }).catch(() => undefined);
         watch = new StatusWatch(sub, tenant, id, opts.signal);
         for (const data of early) {
             watch.push(data);

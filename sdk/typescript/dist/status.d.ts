@@ -42,6 +42,8 @@ export declare class StatusError extends GatedError {
 }
 /** Where gated publishes each stage of tenant's proposal id. */
 export declare function statusSubject(tenant: string, id: string): string;
+/** Where a watch asks gated for the status of tenant's proposal id. */
+export declare function statusWatchSubject(tenant: string, id: string): string;
 /**
  * Decodes one status event strictly: one JSON object, every member known
  * and given once, of the right type, the members of its stage only, and the

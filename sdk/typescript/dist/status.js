@@ -31,6 +31,10 @@ export class StatusError extends GatedError {
 export function statusSubject(tenant, id) {
     return wire.statusSubjectPrefix + tenant + "." + id;
 }
+/** Where a watch asks gated for the status of tenant's proposal id. */
+export function statusWatchSubject(tenant, id) {
+    return wire.statusWatchSubjectPrefix + tenant + "." + id;
+}
 const known = new Set(["v", "tenant", "id", "stage", "at", "reviewer", "deadline", "reason", "verdict"]);
 const outcomes = new Set(["approved", "rejected", "blocked", "error", "timeout", "invalid"]);
 const own = [

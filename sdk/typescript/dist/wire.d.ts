@@ -7,6 +7,8 @@ export declare const wire: {
     readonly proposalSubjectPrefix: "gated.proposals.";
     readonly verdictSubjectPrefix: "gated.verdicts.";
     readonly statusSubjectPrefix: "gated.status.";
+    readonly statusWatchSubjectPrefix: "gated.watch.";
+    readonly statusHeader: "Gated-Status";
     readonly reviewSubject: "gated.review";
     readonly reviewSubjectPrefix: "gated.review.";
     readonly verdictBucket: "GATED_VERDICTS";

@@ -13,6 +13,8 @@ export const wire = {
     proposalSubjectPrefix: "gated.proposals.",
     verdictSubjectPrefix: "gated.verdicts.",
     statusSubjectPrefix: "gated.status.",
+    statusWatchSubjectPrefix: "gated.watch.",
+    statusHeader: "Gated-Status",
     reviewSubject: "gated.review",
     reviewSubjectPrefix: "gated.review.",
     verdictBucket: "GATED_VERDICTS",

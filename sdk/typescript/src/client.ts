@@ -32,7 +32,7 @@ import {
   outcomeSubject,
   verifyGrant,
 } from "./grant.js";
-import { type Status, StatusError, statusSubject, statusUpdate } from "./status.js";
+import { type Status, StatusError, statusSubject, statusUpdate, statusWatchSubject } from "./status.js";
 import { type Propagator, type TraceContext, traceHeaders } from "./trace.js";
 import type { Address, Proposal, Verdict } from "./types.js";
 import {
@@ -55,6 +55,9 @@ import {
 
 /** How long a call waits for its verdict unless it says otherwise: 90 s, as the Go client. */
 export const defaultWaitMs = 90_000;
+
+/** How long a watch waits for gated to answer its ask for a proposal's statuses: 5 s, as the Go client. */
+const watchAskMs = 5_000;
 
 /**
  * How long Client.awaitDecision waits past a hold's deadline when it names no
@@ -442,7 +445,13 @@ export class Client {
         (err: unknown) => err ?? new Error("flush failed"),
       );
       const digest = proposalDigest(bytes);
-      const hdrs = this.traceHeaders(opts?.trace);
+      let hdrs = this.traceHeaders(opts?.trace);
+      if (onStatus) {
+        // gated sends the statuses of a proposal whose proposer says it
+        // follows them, on any server.
+        hdrs ??= natsHeaders();
+        hdrs.set(wire.statusHeader, "1");
+      }
       let ack: PubAck;
       try {
         ack = await w.race(
@@ -671,10 +680,11 @@ export class Client {
    * Follows the progress of tenant's proposal id: gated publishes each stage
    * on gated.status.<tenant>.<id> (received, policy_decided, review_started,
    * awaiting_operator, decided). The subscription is in place on the server
-   * when the promise resolves, so a proposal published after it loses no
-   * stage. Statuses are best effort and show progress; only a verdict says
-   * what may run. The tenant's NATS user needs to subscribe to
-   * gated.status.<tenant>.>. Throws BadProposalError for a bad token,
+   * when the promise resolves, and gated has been asked for the proposal's
+   * statuses (gated.watch.<tenant>.<id>), so a proposal published after it
+   * loses no stage. Statuses are best effort and show progress; only a
+   * verdict says what may run. The tenant's NATS user needs to subscribe to
+   * gated.status.<tenant>.> and to request on gated.watch.<tenant>.*. Throws BadProposalError for a bad token,
    * TransportError when the subscription cannot be made.
    */
   async watch(tenant: string, id: string, opts: WatchOptions = {}): Promise<StatusWatch> {
@@ -703,6 +713,11 @@ export class Client {
     } catch (err) {
       throw new TransportError(`subscribing to the status of ${tenant}.${id}: ${String(err)}`, { cause: err });
     }
+    // gated sends a status only when somebody asked for it (or, on its
+    // embedded server, subscribes): ask, and wait for the first gated's
+    // answer. An ask nobody answers or that NATS refuses leaves the watch
+    // to the statuses gated sends anyway.
+    await this.nc.request(statusWatchSubject(tenant, id), undefined, { timeout: watchAskMs }).catch(() => undefined);
     watch = new StatusWatch(sub, tenant, id, opts.signal);
     for (const data of early) {
       watch.push(data);

@@ -56,6 +56,11 @@ export function statusSubject(tenant: string, id: string): string {
   return wire.statusSubjectPrefix + tenant + "." + id;
 }
 
+/** Where a watch asks gated for the status of tenant's proposal id. */
+export function statusWatchSubject(tenant: string, id: string): string {
+  return wire.statusWatchSubjectPrefix + tenant + "." + id;
+}
+
 const known = new Set(["v", "tenant", "id", "stage", "at", "reviewer", "deadline", "reason", "verdict"]);
 const outcomes = new Set(["approved", "rejected", "blocked", "error", "timeout", "invalid"]);
 const own: [string, StatusStage][] = [

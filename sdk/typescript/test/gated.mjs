@@ -104,6 +104,7 @@ export async function startGated(...extra) {
   const exited = new Promise((resolve) => proc.on("exit", resolve));
   const g = {
     natsURL: `nats://127.0.0.1:${natsPort}`,
+    httpURL: `http://127.0.0.1:${httpPort}`,
     logs: () => logs,
     /** Kills gated at once, as a crash would, and waits for its exit. */
     async kill() {

@@ -76,3 +76,54 @@ test("watch refuses tokens that are not a tenant and an id", async () => {
   await assert.rejects(client.watch(">", "p1"), BadProposalError);
   await assert.rejects(client.watch("acme", "p.1"), BadProposalError);
 });
+
+/** gated_status_events_total on gated's /metrics: the statuses sent. */
+async function statusEventsTotal() {
+  const text = await (await fetch(`${g.httpURL}/metrics`)).text();
+  const line = text.split("\n").find((l) => l.startsWith("gated_status_events_total "));
+  assert.ok(line, "no gated_status_events_total on /metrics");
+  return Number(line.split(" ")[1]);
+}
+
+test("a proposal nobody follows sends no status; onStatus sets Gated-Status and gets every stage", async () => {
+  const listener = await natsConnect(g.natsURL);
+  const headers = {};
+  listener.subscribe("gated.proposals.acme.>", {
+    callback: (err, m) => {
+      if (!err) {
+        headers[JSON.parse(new TextDecoder().decode(m.data)).id] = m.headers?.get("Gated-Status") ?? "";
+      }
+    },
+  });
+  await listener.flush();
+  try {
+    const before = await statusEventsTotal();
+    const quiet = example("approved.json", { id: `ts-quiet-${run}`, target: { device_id: 803, service: "nginx" } });
+    assert.equal((await client.propose(quiet, { timeoutMs: 60_000 })).outcome, "approved");
+    assert.equal(await statusEventsTotal(), before);
+    const loud = example("approved.json", { id: `ts-loud-${run}`, target: { device_id: 804, service: "nginx" } });
+    const seen = [];
+    await client.propose(loud, { timeoutMs: 60_000, onStatus: (st) => seen.push(st.stage) });
+    assert.deepEqual(seen, ["received", "policy_decided", "review_started", "decided"]);
+    assert.equal(await statusEventsTotal(), before + 4);
+    await listener.flush();
+    assert.deepEqual(headers, { [quiet.id]: "", [loud.id]: "1" });
+  } finally {
+    await listener.close();
+  }
+});
+
+test("watch asks gated on gated.watch.<tenant>.<id> before it resolves", async () => {
+  const listener = await natsConnect(g.natsURL);
+  const asks = [];
+  listener.subscribe("gated.watch.>", { callback: (err, m) => !err && asks.push([m.subject, Boolean(m.reply)]) });
+  await listener.flush();
+  try {
+    const watch = await client.watch("acme", `ts-asked-${run}`);
+    await listener.flush();
+    assert.deepEqual(asks, [[`gated.watch.acme.ts-asked-${run}`, true]]);
+    await watch.close();
+  } finally {
+    await listener.close();
+  }
+});
