@@ -69,9 +69,9 @@ func (s *Store) scheduleFlush() {
 }
 
 // flushRefusals writes every record's pending refusals, the records side
-// by side, one compare-and-set each (fewer when other changes of the
-// record ride in the same write). A record whose write fails keeps its
-// refusals for the next flush, scheduled at once. Flushes run one at a
+// by side, one compare-and-set each (shared with the record's other
+// changes that ride in the same write). A record whose write fails keeps its
+// refusals for the next flush, one interval later. Flushes run one at a
 // time.
 func (s *Store) flushRefusals() error {
 	s.flushMu.Lock()
