@@ -167,6 +167,23 @@ func TestBudgets(t *testing.T) {
 	}
 	g.propose(t, "globex", "g-1", "read", "host_list_services")
 	resets := refused.Budget.ResetsAt
+	// The refusal is counted off the decision path, then written.
+	for i := 0; ; i++ {
+		if err := g.budgets.Stop(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		c, err := g.budgets.Read(t.Context(), "acme", "", true, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.BudgetRefusals == 1 {
+			break
+		}
+		if i == 10000 {
+			t.Fatal("the budget refusal was never written")
+		}
+		time.Sleep(time.Millisecond)
+	}
 
 	alice, bob, root := g.client(t), g.client(t), g.client(t)
 	alice.signIn(g.alice)

@@ -86,7 +86,8 @@ type Budgets interface {
 	// counters, in one change of each. Releasing a lease that is not held
 	// is not an error (its tokens are still counted).
 	Release(ctx context.Context, rel BudgetRelease) error
-	// Refused counts one refusal of a proposal of tenant and agent.
+	// Refused counts one refusal of a proposal of tenant and agent. The
+	// engine calls it off the decision path: nothing waits on it.
 	Refused(ctx context.Context, tenant, agent string, kind RefusalKind, now time.Time) error
 }
 
@@ -173,7 +174,9 @@ func (r *pass) releaseUse(ctx context.Context, want BudgetUse, tokens int64) {
 }
 
 // countRefusal counts a verdict that says no against the proposal's
-// refusals, which the policy sees in input.budget.
+// refusals, which the policy sees in input.budget. The count is off the
+// decision path: the verdict never waits on it, and a count that fails
+// is lost (the policy then sees one refusal fewer).
 func (r *pass) countRefusal(ctx context.Context, v *gated.Verdict) {
 	b := r.e.cfg.Budgets
 	if b == nil || v == nil || r.p == nil {
@@ -186,5 +189,6 @@ func (r *pass) countRefusal(ctx context.Context, v *gated.Verdict) {
 	case v.Outcome != gated.OutcomeRejected:
 		return
 	}
-	_ = b.Refused(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), kind, r.start)
+	ctx, tenant, agent, now := context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), r.start
+	go func() { _ = b.Refused(ctx, tenant, agent, kind, now) }()
 }

@@ -531,6 +531,22 @@ mutant budget_give_back_own_window bus/budget/counters.go ./bus/budget \
 mutant budget_read_fails_closed bus/budget/allowance.go ./bus/budget \
 	$'\t\tif err != nil {\n\t\t\t// The block may have been counted' \
 	$'\t\tif false {\n\t\t\t// The block may have been counted'
+# Refusal counts (bus/budget/refusals.go, engine/budget.go): a refusal is
+# counted in the process and written in the background; the policy of this
+# process sees it at once, Stop writes it, a failed write keeps it, and the
+# verdict never waits on the count.
+mutant budget_refusals_seen_at_once bus/budget/store.go ./bus/budget \
+	$'\t\t\tst.Tenant = s.withPending(tenantKey(tenant), c.state(cfg.Tenant(tenant), now), now)' \
+	$'\t\t\tst.Tenant = c.state(cfg.Tenant(tenant), now)'
+mutant budget_refusals_stop_writes bus/budget/refusals.go ./bus/budget \
+	'go func() { done <- s.flushRefusals() }()' \
+	'go func() { done <- nil }()'
+mutant budget_refusals_kept_on_failure bus/budget/refusals.go ./bus/budget \
+	$'\t\t\tfor _, r := range w.p.writing {\n\t\t\t\tw.p.counted.addRefusals(r)' \
+	$'\t\t\tfor _, r := range w.p.writing[:0] {\n\t\t\t\tw.p.counted.addRefusals(r)'
+mutant engine_refusal_count_off_path engine/budget.go ./engine \
+	'go func() { _ = b.Refused(ctx, tenant, agent, kind, now) }()' \
+	'_ = b.Refused(ctx, tenant, agent, kind, now)'
 # The budget counters a policy reads (policies/budgetref.go,
 # policies/policy.go): gated skips reading them for a bundle that cannot
 # reach input.budget. The first mutant takes a reference to input under a

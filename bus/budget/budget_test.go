@@ -161,6 +161,35 @@ func (c *cluster) decideErr(ctx context.Context, i int, data []byte) (*gated.Ver
 	return c.procs[i%2].eng.Decide(ctx, p)
 }
 
+// refusalsWritten waits until both processes wrote the refusals they
+// counted and each sees want refusals of agent: the engine counts a
+// refusal after its verdict, off the decision path.
+func (c *cluster) refusalsWritten(t *testing.T, agent string, want int64) {
+	t.Helper()
+	for range 10000 {
+		for _, p := range c.procs {
+			if err := p.store.Stop(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		seen := 0
+		for _, p := range c.procs {
+			st, err := p.store.State(t.Context(), "acme", agent, c.clock.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Agent.Refusals >= want {
+				seen++
+			}
+		}
+		if seen == len(c.procs) {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("the records never count %d refusals of %s", want, agent)
+}
+
 // field reads a string member of a test proposal.
 func field(data []byte, name string) string {
 	_, rest, _ := strings.Cut(string(data), `"`+name+`":"`)
@@ -424,6 +453,9 @@ func testPolicySeesTheBudget(t *testing.T, pol *policies.Evaluator, opt func(*en
 			t.Fatalf("p%d: %s at %s, want rejected at review: %s", n, v.Outcome, v.Stage, v.Reason)
 		}
 	}
+	// Each process writes the refusals it counted within an interval;
+	// the policy of the other sees them once written.
+	c.refusalsWritten(t, "bot", 3)
 	v := c.decide(t, 3, destructive(3))
 	if v.AwaitingOperator == nil || v.AwaitingOperator.Rule != "hold_often_refused" {
 		t.Fatalf("the fourth destructive change is %s at %s, want held by hold_often_refused: %s", v.Outcome, v.Stage, v.Reason)

@@ -305,15 +305,22 @@ func (c *counters) state(l Limits, now time.Time) gated.BudgetCounters {
 	}
 	out.ReviewsInFlight, _ = live(c.ReviewEnds, now)
 	out.HoldsPending, _ = live(c.HoldEnds, now)
+	out.Refusals, out.BudgetRefusals = refusalsAt(c.RefusalSlots, now)
+	return out
+}
+
+// refusalsAt counts the refusals of slots in the refusal window that ends
+// at now, and the budget refusals among them.
+func refusalsAt(slots []refusalSlot, now time.Time) (n, budget int64) {
 	t := ms(now)
 	cut := t - engine.RefusalWindow.Milliseconds()
-	for _, r := range c.RefusalSlots {
+	for _, r := range slots {
 		if r.Last > cut && r.Start <= t {
-			out.Refusals += r.N
-			out.BudgetRefusals += r.Budget
+			n += r.N
+			budget += r.Budget
 		}
 	}
-	return out
+	return n, budget
 }
 
 // over returns the refusal of limit's current window at now when it is
@@ -402,27 +409,28 @@ func (c *counters) move(use engine.BudgetUse, from, to int64) {
 	*ends = addSlot(*ends, to, 1)
 }
 
-// refused counts one refusal at now.
-func (c *counters) refused(kind engine.RefusalKind, now time.Time) {
-	c.prune(now)
-	c.countRefusal(ms(now), kind == engine.RefusedBudget)
-}
-
 // countRefusal counts one refusal at t, Unix milliseconds, in its slot.
 func (c *counters) countRefusal(t int64, budget bool) {
-	start := t - t%slot.Milliseconds()
-	i, found := slices.BinarySearchFunc(c.RefusalSlots, start, func(r refusalSlot, start int64) int { return cmp.Compare(r.Start, start) })
+	r := refusalSlot{Start: t - t%slot.Milliseconds(), Last: t, N: 1}
+	if budget {
+		r.Budget = 1
+	}
+	c.addRefusals(r)
+}
+
+// addRefusals adds the refusals of add to those of its slot, keeping the
+// newest maxRefusalSlots slots.
+func (c *counters) addRefusals(add refusalSlot) {
+	i, found := slices.BinarySearchFunc(c.RefusalSlots, add.Start, func(r refusalSlot, start int64) int { return cmp.Compare(r.Start, start) })
 	if !found {
 		// Refusals stamped by another process's clock may come out of
 		// order: the slot goes where its start says.
-		c.RefusalSlots = slices.Insert(c.RefusalSlots, i, refusalSlot{Start: start, Last: t})
+		c.RefusalSlots = slices.Insert(c.RefusalSlots, i, refusalSlot{Start: add.Start, Last: add.Last})
 	}
 	r := &c.RefusalSlots[i]
-	r.N++
-	r.Last = max(r.Last, t)
-	if budget {
-		r.Budget++
-	}
+	r.N += add.N
+	r.Budget += add.Budget
+	r.Last = max(r.Last, add.Last)
 	if n := len(c.RefusalSlots); n > maxRefusalSlots {
 		c.RefusalSlots = slices.Delete(c.RefusalSlots, 0, n-maxRefusalSlots)
 	}

@@ -65,7 +65,8 @@ func FuzzDecodeCounters(f *testing.F) {
 			}
 			c.release(use, slotEnd(ms(req.Until)))
 		}
-		c.refused(engine.RefusedBudget, now)
+		c.prune(now)
+		c.countRefusal(ms(now), true)
 		st := c.state(l, now)
 		if st.Proposals < 0 || st.Reads < 0 || st.Tokens < 0 || st.ReviewsInFlight < 0 || st.HoldsPending < 0 ||
 			st.Refusals < 1 || st.BudgetRefusals < 1 || st.BudgetRefusals > st.Refusals {

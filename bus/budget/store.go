@@ -76,6 +76,9 @@ type Event struct {
 	Refused string
 	// Tokens is set for tokens spent.
 	Tokens int64
+	// RefusalsUnwritten is set when a write of the refusals counted in
+	// this process failed: they are kept for the next.
+	RefusalsUnwritten error
 }
 
 // Store keeps the budget counters in the bucket and enforces the limits
@@ -100,6 +103,15 @@ type Store struct {
 	allowMu  sync.Mutex
 	allow    map[string]*allowance
 	allowFor time.Duration
+	// refusals are the refusals this process counted and has not
+	// written yet, by record key, written every refEvery (see
+	// refusals.go); refDue is set while a write is scheduled, and flushMu
+	// is held by the write under way.
+	refMu    sync.Mutex
+	refusals map[string]*pendingRefusals
+	refDue   bool
+	refEvery time.Duration
+	flushMu  sync.Mutex
 }
 
 var _ engine.Budgets = (*Store)(nil)
@@ -109,7 +121,8 @@ var _ engine.Budgets = (*Store)(nil)
 // must not block.
 func New(kv jetstream.KeyValue, cfg *Config, observe func(Event)) *Store {
 	s := &Store{kv: kv, observe: observe, keys: map[string]*keyState{}, mine: map[string]leaseAt{},
-		allow: map[string]*allowance{}, allowFor: allowanceLease}
+		allow: map[string]*allowance{}, allowFor: allowanceLease,
+		refusals: map[string]*pendingRefusals{}, refEvery: refusalFlush}
 	s.SetConfig(cfg)
 	return s
 }
@@ -144,12 +157,12 @@ func (s *Store) State(ctx context.Context, tenant, agent string, now time.Time) 
 		defer close(done)
 		var c *counters
 		if c, terr = s.read(ctx, tenantKey(tenant), tenantScope(tenant)); terr == nil {
-			st.Tenant = c.state(cfg.Tenant(tenant), now)
+			st.Tenant = s.withPending(tenantKey(tenant), c.state(cfg.Tenant(tenant), now), now)
 		}
 	}()
 	c, err := s.read(ctx, agentKey(tenant, agent), agentScope(tenant, agent))
 	if err == nil {
-		st.Agent = c.state(cfg.Agent(tenant, agent), now)
+		st.Agent = s.withPending(agentKey(tenant, agent), c.state(cfg.Agent(tenant, agent), now), now)
 	}
 	<-done
 	if err = errors.Join(terr, err); err != nil {
@@ -167,13 +180,13 @@ func (s *Store) Read(ctx context.Context, tenant, agent string, tenantWide bool,
 		if err != nil {
 			return gated.BudgetCounters{}, err
 		}
-		return c.state(cfg.Tenant(tenant), now), nil
+		return s.withPending(tenantKey(tenant), c.state(cfg.Tenant(tenant), now), now), nil
 	}
 	c, err := s.read(ctx, agentKey(tenant, agent), agentScope(tenant, agent))
 	if err != nil {
 		return gated.BudgetCounters{}, err
 	}
-	return c.state(cfg.Agent(tenant, agent), now), nil
+	return s.withPending(agentKey(tenant, agent), c.state(cfg.Agent(tenant, agent), now), now), nil
 }
 
 // Admit implements engine.Budgets: the agent's limits first, then the
@@ -453,15 +466,6 @@ func (s *Store) spend(ctx context.Context, tenant, agent string, tokens int64, n
 	return err
 }
 
-// Refused implements engine.Budgets.
-func (s *Store) Refused(ctx context.Context, tenant, agent string, kind engine.RefusalKind, now time.Time) error {
-	f := func(c *counters) (any, bool) {
-		c.refused(kind, now)
-		return nil, true
-	}
-	return s.onBoth(ctx, tenant, agent, f, f)
-}
-
 // Reset removes the records of tenant (its own and every agent's) and
 // its leases: every count and lease starts again from zero.
 func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
@@ -483,6 +487,9 @@ func (s *Store) Reset(ctx context.Context, tenant string) (int, error) {
 	clear(s.mine)
 	s.mineMu.Unlock()
 	s.dropAllowances()
+	s.refMu.Lock()
+	clear(s.refusals)
+	s.refMu.Unlock()
 	return n, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gated/gated/internal/natstest"
 
@@ -74,9 +75,20 @@ func TestServeBudgetsAcrossTwoProcesses(t *testing.T) {
 		t.Fatalf("%d processes count the refusal in /metrics, want 1", refusals)
 	}
 
-	code, out, err := runGated(t, "budgets", "show", "acme", "--nats-url", url, "--budgets", file)
-	if code != 0 {
-		t.Fatalf("budgets show: exit %d, %v\n%s", code, err, out)
+	// The refusal is written by the process that counted it within an
+	// interval (200 ms): show reads the records until it is there.
+	var code int
+	var out string
+	var err error
+	for range 200 {
+		code, out, err = runGated(t, "budgets", "show", "acme", "--nats-url", url, "--budgets", file)
+		if code != 0 {
+			t.Fatalf("budgets show: exit %d, %v\n%s", code, err, out)
+		}
+		if strings.Contains(out, "1 (1 by budget)") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 	for _, want := range []string{"agent a", "3 of 3/1h", "1 (1 by budget)"} {
 		if !strings.Contains(out, want) {

@@ -91,10 +91,10 @@ func stringAttr(kvs []*commonpb.KeyValue, key string) string {
 }
 
 // stageParents are the spans one reviewed proposal gives, each with the
-// span its parent must be.
+// span its parent must be. A first delivery whose review claim is fresh
+// looks no stored verdict up: it has no gated.store.lookup span.
 var stageParents = map[string]string{
 	telemetry.SpanDecode:       telemetry.SpanProposal,
-	telemetry.SpanStoreLookup:  telemetry.SpanProposal,
 	telemetry.SpanStoreHistory: telemetry.SpanProposal,
 	telemetry.SpanPolicy:       telemetry.SpanProposal,
 	telemetry.SpanClaim:        telemetry.SpanProposal,
@@ -181,6 +181,9 @@ func TestServeTracesAReviewedProposal(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 
+	if n := len(byName[telemetry.SpanStoreLookup]); n != 0 {
+		t.Errorf("a first delivery with a fresh claim looked a stored verdict up (%d %s spans)", n, telemetry.SpanStoreLookup)
+	}
 	proposal := byName[telemetry.SpanProposal]
 	if len(proposal) != 1 {
 		t.Fatalf("%d proposal spans, want 1", len(proposal))

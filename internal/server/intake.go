@@ -34,7 +34,21 @@ func (s *Server) startWorker(context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.budgets = budget.New(kv, s.limits, s.m.onBudget)
+	s.budgets = budget.New(kv, s.limits, func(e budget.Event) {
+		if e.RefusalsUnwritten != nil {
+			s.log.Warn("writing the refusals counted failed: kept for the next write",
+				zap.String("tenant", e.Tenant), zap.Error(e.RefusalsUnwritten))
+		}
+		s.m.onBudget(e)
+	})
+	// Stopped after the worker: the refusals it counted are written.
+	s.onStop("the budget refusal counts", func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := s.budgets.Stop(ctx); err != nil {
+			s.log.Error("writing the refusals counted: they are lost", zap.Error(err))
+		}
+	})
 	s.watchBudgets()
 	// Evaluations run on a pool, so that the goroutines waiting on reviews
 	// do not each keep an evaluation-sized stack.

@@ -39,7 +39,10 @@ type metrics struct {
 	budgetAdmitted *prometheus.CounterVec
 	budgetRefused  *prometheus.CounterVec
 	budgetTokens   *prometheus.CounterVec
-	budgetReloads  *prometheus.CounterVec
+	// budgetRefusalWrites counts the failed writes of the refusals
+	// counted, which are kept for the next.
+	budgetRefusalWrites prometheus.Counter
+	budgetReloads       *prometheus.CounterVec
 	// tenantLabels (--metrics-tenant-labels) has the budget metrics carry
 	// a tenant label. Without it no metric names a tenant: /metrics
 	// answers without credentials.
@@ -86,6 +89,10 @@ func newMetrics(live *policies.Live, tenantLabels bool) *metrics {
 			Name: "gated_budget_tokens_total",
 			Help: "Reviewer tokens (prompt and completion) counted against the budgets, by tenant with --metrics-tenant-labels.",
 		}, withTenant()),
+		budgetRefusalWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "gated_budget_refusal_writes_failed_total",
+			Help: "Writes of the refusals counted for input.budget that failed; their counts are kept for the next write.",
+		}),
 		budgetReloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gated_budget_reloads_total",
 			Help: "Changes of the --budgets file, by result: applied, or refused (the limits in force stay).",
@@ -98,7 +105,7 @@ func newMetrics(live *policies.Live, tenantLabels bool) *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.eval, m.verdicts, m.corrupt, policyCollector{live},
-		m.budgetAdmitted, m.budgetRefused, m.budgetTokens, m.budgetReloads,
+		m.budgetAdmitted, m.budgetRefused, m.budgetTokens, m.budgetRefusalWrites, m.budgetReloads,
 		m.notify.notifications, m.notify.results, m.notify.retries, m.notify.verification,
 	)
 	return m
@@ -275,6 +282,8 @@ func corruptRecordHook(trail func() engine.AuditTrail, counter *prometheus.Count
 // onBudget counts the budgets' admissions, refusals and tokens.
 func (m *metrics) onBudget(e budget.Event) {
 	switch {
+	case e.RefusalsUnwritten != nil:
+		m.budgetRefusalWrites.Inc()
 	case e.Tokens > 0:
 		m.budgetTokens.WithLabelValues(m.budgetLabels(e.Tenant)...).Add(float64(e.Tokens))
 	case e.Refused != "":
