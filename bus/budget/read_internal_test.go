@@ -7,40 +7,16 @@ import (
 	"testing"
 	"time"
 
-	natsserver "github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/gated/gated"
+	"github.com/gated/gated/internal/natstest"
 )
 
-// testBucket is the budget bucket on a test server of its own. The
-// package's internal tests start it themselves: bus/bustest runs the
-// server, which imports this package.
+// testBucket is the budget bucket on a test server of its own.
 func testBucket(t *testing.T) jetstream.KeyValue {
 	t.Helper()
-	srv, err := natsserver.NewServer(&natsserver.Options{Host: "127.0.0.1", Port: natsserver.RANDOM_PORT,
-		JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		t.Fatal("nats-server not ready for connections within 30s")
-	}
-	t.Cleanup(func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	})
-	nc, err := nats.Connect(srv.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := natstest.Connect(t, natstest.Server(t))
 	kv, err := Setup(t.Context(), js, 1)
 	if err != nil {
 		t.Fatal(err)
