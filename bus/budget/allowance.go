@@ -63,6 +63,9 @@ type allowance struct {
 	refill chan struct{}
 	// due is set while the return of what is left is scheduled.
 	due bool
+	// gone is set once the allowance is idle and removed from s.allow:
+	// a read that finds it set asks s.allow again.
+	gone bool
 }
 
 // holds reports whether a's blocks are of the window of r at now.
@@ -114,6 +117,11 @@ func (s *Store) takeRead(ctx context.Context, key, scope string, r Rate, now tim
 	a := s.allowanceOf(key)
 	for {
 		a.mu.Lock()
+		if a.gone {
+			a.mu.Unlock()
+			a = s.allowanceOf(key)
+			continue
+		}
 		if !a.holds(r, now) {
 			// Another window, or another limit: what is left counts in
 			// its own window, which ends with it, or under the limit
@@ -195,9 +203,10 @@ func (s *Store) untakeRead(key, scope string, r Rate, now time.Time) {
 }
 
 // scheduleReturn schedules the return of what a has left at the end of
-// its lease, unless it is scheduled already. a.mu is held.
+// its lease, unless it is scheduled already; with nothing left, the end
+// of the lease still removes a once it is idle. a.mu is held.
 func (s *Store) scheduleReturn(key, scope string, a *allowance) {
-	if a.due || a.left == 0 {
+	if a.due {
 		return
 	}
 	a.due = true
@@ -205,12 +214,13 @@ func (s *Store) scheduleReturn(key, scope string, a *allowance) {
 }
 
 // giveBack takes what a has left off the record it was leased from, once
-// its last block's lease has ended (or at once, with atOnce set). A failure
-// leaves it counted until its window ends: an over-count, never an
-// under-count.
+// its last block's lease has ended (or at once, with atOnce set), then
+// removes a from s.allow if it is idle (forgetIdle). A failure leaves it
+// counted until its window ends: an over-count, never an under-count.
 func (s *Store) giveBack(ctx context.Context, key, scope string, a *allowance, atOnce bool) error {
+	defer s.forgetIdle(key, a)
 	a.mu.Lock()
-	if rest := s.allowFor - time.Since(a.leased); !atOnce && rest > 0 && a.left > 0 {
+	if rest := s.allowFor - time.Since(a.leased); !atOnce && rest > 0 {
 		// A block leased since: its own lease ends later.
 		time.AfterFunc(rest, func() { s.giveBack(context.Background(), key, scope, a, false) })
 		a.mu.Unlock()
@@ -228,6 +238,24 @@ func (s *Store) giveBack(ctx context.Context, key, scope string, a *allowance, a
 		return nil, c.giveBack(gated.LimitReads, start, interval, n)
 	})
 	return err
+}
+
+// forgetIdle removes a, the allowance of key, from s.allow when nothing
+// is left of it, no lease or return is under way and its last lease has
+// ended: the agent names are the proposals' own, so an allowance must not
+// outlive its use. The next read of key starts a new one.
+func (s *Store) forgetIdle(key string, a *allowance) {
+	s.allowMu.Lock()
+	defer s.allowMu.Unlock()
+	if s.allow[key] != a {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.left == 0 && !a.due && a.refill == nil && time.Since(a.leased) >= s.allowFor {
+		a.gone = true
+		delete(s.allow, key)
+	}
 }
 
 // dropAllowances forgets every allowance, unreturned (Reset removed the

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -287,5 +288,37 @@ func TestReadBlockGoesBackToItsOwnWindow(t *testing.T) {
 	}
 	if got := recordReads(t, kv, key, scope, stores[0].Config().Agent("acme", "bot").Reads, next); got < 10 {
 		t.Fatalf("the next window counts %d reads after 10 were admitted in it, want 10 or more", got)
+	}
+}
+
+// TestIdleAllowancesAreForgotten: the agent a proposal names is its own
+// word, so the allowances of agents idle past their lease, their blocks
+// given back, are removed: varying the agent does not grow memory.
+func TestIdleAllowancesAreForgotten(t *testing.T) {
+	kv := testBucket(t)
+	st := readStores(t, kv, "defaults: {agent: {reads: 1000/1m}}", 1)[0]
+	st.allowFor = time.Millisecond
+	now := time.Now()
+	for i := range 50 {
+		req := readReq("r", now)
+		req.Agent = fmt.Sprintf("bot%d", i)
+		if r, err := st.Admit(t.Context(), req); err != nil || r != nil {
+			t.Fatalf("admitting a read: %v %v", r, err)
+		}
+	}
+	size := func() int {
+		st.allowMu.Lock()
+		defer st.allowMu.Unlock()
+		return len(st.allow)
+	}
+	for i := 0; size() != 0; i++ {
+		if i == 30000 {
+			t.Fatalf("%d allowances kept after their leases ended, want none", size())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// A read after its allowance was removed is admitted from a new one.
+	if r, err := st.Admit(t.Context(), readReq("r", now)); err != nil || r != nil {
+		t.Fatalf("admitting a read: %v %v", r, err)
 	}
 }
