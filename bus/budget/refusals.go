@@ -26,6 +26,9 @@ import (
 // refusalFlush is how often the refusals counted are written.
 const refusalFlush = 200 * time.Millisecond
 
+// flushWrites bounds the records a flush writes at once.
+const flushWrites = 8
+
 // pendingRefusals are the refusals of one record this process counted
 // and has not written yet: counted holds those not yet taken by a write,
 // writing those of the write under way.
@@ -95,8 +98,11 @@ func (s *Store) flushRefusals() error {
 
 	errs := make([]error, len(writes))
 	var wg sync.WaitGroup
+	slots := make(chan struct{}, flushWrites)
 	for i, w := range writes {
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			// Not bounded by a caller: the write's own timeout bounds it,
 			// and its answer says whether the refusals were counted.
 			_, errs[i] = s.apply(context.Background(), w.key, w.p.scope, func(c *counters) (any, bool) {

@@ -3,6 +3,7 @@ package budget
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -198,5 +199,64 @@ func TestRefusalsKeptWhileTheStoreFails(t *testing.T) {
 	}
 	if tenant, agent := storedRefusals(t, kv, now); tenant != got.Tenant.Refusals || agent != got.Agent.Refusals {
 		t.Fatalf("once the store works the records count %d and %d, want the %d and %d kept", tenant, agent, got.Tenant.Refusals, got.Agent.Refusals)
+	}
+}
+
+// peakWrites is a bucket that keeps the most writes it had under way at
+// once.
+type peakWrites struct {
+	jetstream.KeyValue
+	now, peak atomic.Int64
+}
+
+func (k *peakWrites) enter() func() {
+	n := k.now.Add(1)
+	for p := k.peak.Load(); n > p && !k.peak.CompareAndSwap(p, n); p = k.peak.Load() {
+	}
+	// Held a moment, so that writes started together overlap.
+	time.Sleep(time.Millisecond)
+	return func() { k.now.Add(-1) }
+}
+
+func (k *peakWrites) Create(ctx context.Context, key string, v []byte, opts ...jetstream.KVCreateOpt) (uint64, error) {
+	defer k.enter()()
+	return k.KeyValue.Create(ctx, key, v, opts...)
+}
+
+func (k *peakWrites) Update(ctx context.Context, key string, v []byte, rev uint64) (uint64, error) {
+	defer k.enter()()
+	return k.KeyValue.Update(ctx, key, v, rev)
+}
+
+// TestRefusalFlushBoundsItsWrites: a flush of many records runs at most
+// flushWrites of their writes at once, and writes every refusal.
+func TestRefusalFlushBoundsItsWrites(t *testing.T) {
+	kv := testBucket(t)
+	pw := &peakWrites{KeyValue: kv}
+	st := refusalStore(pw)
+	now := time.Now()
+	const agents = 64
+	for i := range agents {
+		if err := st.Refused(t.Context(), "acme", fmt.Sprintf("bot%d", i), engine.RefusedBudget, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Stop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if p := pw.peak.Load(); p > flushWrites {
+		t.Fatalf("%d writes under way at once, want at most %d", p, flushWrites)
+	}
+	for i := range agents {
+		got, err := New(kv, nil, nil).State(t.Context(), "acme", fmt.Sprintf("bot%d", i), now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Agent.Refusals != 1 {
+			t.Fatalf("bot%d: %d refusals stored, want 1", i, got.Agent.Refusals)
+		}
+	}
+	if tenant, _ := storedRefusals(t, kv, now); tenant != agents {
+		t.Fatalf("acme: %d refusals stored, want %d", tenant, agents)
 	}
 }
