@@ -36,9 +36,10 @@ import (
 // fleet asked for on gated.watch.<tenant>.<id>.
 const WatchTTL = time.Hour
 
-// maxWatched bounds the proposals asked for at once; past it the oldest
-// asks are forgotten first.
-const maxWatched = 1 << 16
+// MaxWatchedPerTenant bounds the proposals of one tenant asked for at
+// once; past it the tenant's oldest ask is forgotten first, so one
+// tenant's asks never forget another's.
+const MaxWatchedPerTenant = 1 << 14
 
 // Publisher publishes the status events of the proposals decided on the
 // trails it wraps. It is safe for concurrent use.
@@ -52,11 +53,15 @@ type Publisher struct {
 	// subject.
 	interest func(subject string) bool
 	// watched holds the status subjects fleets asked for, with when
-	// each ask lapses; nwatched is its size, read without the lock.
-	wmu      sync.Mutex
-	watched  map[string]time.Time
-	nwatched atomic.Int64
-	sub      *nats.Subscription
+	// each ask lapses; asks holds each tenant's subjects of watched,
+	// oldest ask first; nwatched is watched's size, read without the
+	// lock. perTenant bounds a tenant's asks (MaxWatchedPerTenant).
+	wmu       sync.RWMutex
+	watched   map[string]time.Time
+	asks      map[string][]string
+	nwatched  atomic.Int64
+	perTenant int
+	sub       *nats.Subscription
 }
 
 // NewPublisher publishes on nc. A nil log logs nothing.
@@ -64,7 +69,7 @@ func NewPublisher(nc *nats.Conn, log *zap.Logger) *Publisher {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	return &Publisher{nc: nc, log: log}
+	return &Publisher{nc: nc, log: log, perTenant: MaxWatchedPerTenant}
 }
 
 // SetInterest has p ask interest(subject) before publishing a status that
@@ -83,7 +88,7 @@ func (p *Publisher) Serve() error {
 			_ = m.Respond([]byte(`{"ok":false,"error":"the subject is not gated.watch.<tenant>.<id>"}`))
 			return
 		}
-		p.watch(wire.StatusSubject(tenant, id), time.Now())
+		p.watch(tenant, wire.StatusSubject(tenant, id), time.Now())
 		_ = m.Respond([]byte(`{"ok":true}`))
 	})
 	if err != nil {
@@ -112,44 +117,40 @@ func watchSubject(subject string) (tenant, id string, ok bool) {
 	return "", "", false
 }
 
-// watch publishes the statuses on subject until WatchTTL after now.
-func (p *Publisher) watch(subject string, now time.Time) {
+// watch publishes the statuses on subject, of tenant, until WatchTTL
+// after now. It does a bounded amount of work: it drops at most two of the
+// tenant's lapsed asks, and its oldest one when the tenant is at its bound.
+func (p *Publisher) watch(tenant, subject string, now time.Time) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
 	if p.watched == nil {
-		p.watched = map[string]time.Time{}
+		p.watched, p.asks = map[string]time.Time{}, map[string][]string{}
 	}
-	if _, ok := p.watched[subject]; !ok && len(p.watched) >= maxWatched {
-		p.forget(now)
+	q := p.asks[tenant]
+	// Every ask lasts WatchTTL, so the first asked lapses first.
+	for n := 0; n < 2 && len(q) > 0 && !p.watched[q[0]].After(now); n++ {
+		delete(p.watched, q[0])
+		q = q[1:]
 	}
+	if _, ok := p.watched[subject]; !ok {
+		if len(q) >= p.perTenant {
+			delete(p.watched, q[0])
+			q = q[1:]
+		}
+		q = append(q, subject)
+	}
+	p.asks[tenant] = q
 	p.watched[subject] = now.Add(WatchTTL)
 	p.nwatched.Store(int64(len(p.watched)))
-}
-
-// forget drops the lapsed asks, or, when none has lapsed, the one that
-// lapses first. p.wmu is held.
-func (p *Publisher) forget(now time.Time) {
-	first, at := "", time.Time{}
-	for s, until := range p.watched {
-		switch {
-		case !until.After(now):
-			delete(p.watched, s)
-		case first == "" || until.Before(at):
-			first, at = s, until
-		}
-	}
-	if len(p.watched) >= maxWatched {
-		delete(p.watched, first)
-	}
 }
 
 // wanted says whether somebody listens to the statuses on subject: a
 // fleet asked for them, or the server has a subscriber.
 func (p *Publisher) wanted(subject string) bool {
 	if p.nwatched.Load() > 0 {
-		p.wmu.Lock()
+		p.wmu.RLock()
 		until, ok := p.watched[subject]
-		p.wmu.Unlock()
+		p.wmu.RUnlock()
 		if ok && time.Now().Before(until) {
 			return true
 		}
