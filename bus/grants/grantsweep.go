@@ -14,7 +14,8 @@ import (
 )
 
 // maxDue bounds the grants a process keeps for its own sweep; past it a
-// grant waits for the next full sweep.
+// grant is not kept: it is never marked nor audited as expired, and its
+// use after exp is refused all the same (docs/GRANTS.md, Expiry).
 const maxDue = 1 << 20
 
 // sweepLoop republishes the keys and marks the grants this process
@@ -123,7 +124,7 @@ func (g *Service) addDue(d dueGrant) {
 	g.dmu.Lock()
 	defer g.dmu.Unlock()
 	if len(g.due) >= maxDue {
-		return // the next full sweep finds it
+		return // never marked expired; its use past exp is refused
 	}
 	heap.Push(&g.due, d)
 }
