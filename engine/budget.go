@@ -86,8 +86,11 @@ type Budgets interface {
 	// counters, in one change of each. Releasing a lease that is not held
 	// is not an error (its tokens are still counted).
 	Release(ctx context.Context, rel BudgetRelease) error
-	// Refused counts one refusal of a proposal of tenant and agent. The
-	// engine calls it off the decision path: nothing waits on it.
+	// Refused counts one refusal of a proposal of tenant and agent. It
+	// must not block (count in memory, write later): the engine calls it
+	// before the verdict is returned, so a refusal is counted before the
+	// decision that refused ends, and stopping the Budgets after the
+	// decisions loses none.
 	Refused(ctx context.Context, tenant, agent string, kind RefusalKind, now time.Time) error
 }
 
@@ -174,9 +177,9 @@ func (r *pass) releaseUse(ctx context.Context, want BudgetUse, tokens int64) {
 }
 
 // countRefusal counts a verdict that says no against the proposal's
-// refusals, which the policy sees in input.budget. The count is off the
-// decision path: the verdict never waits on it, and a count that fails
-// is lost (the policy then sees one refusal fewer).
+// refusals, which the policy sees in input.budget. Budgets.Refused does
+// not block; a count that fails is lost (the policy then sees one refusal
+// fewer).
 func (r *pass) countRefusal(ctx context.Context, v *gated.Verdict) {
 	b := r.e.cfg.Budgets
 	if b == nil || v == nil || r.p == nil {
@@ -189,6 +192,5 @@ func (r *pass) countRefusal(ctx context.Context, v *gated.Verdict) {
 	case v.Outcome != gated.OutcomeRejected:
 		return
 	}
-	ctx, tenant, agent, now := context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), r.start
-	go func() { _ = b.Refused(ctx, tenant, agent, kind, now) }()
+	_ = b.Refused(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), kind, r.start)
 }

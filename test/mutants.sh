@@ -528,25 +528,31 @@ mutant budget_read_put_back bus/budget/allowance.go ./bus/budget \
 mutant budget_give_back_own_window bus/budget/counters.go ./bus/budget \
 	'if !ok || w.Start != start || w.Interval != interval || n <= 0 {' \
 	'if !ok || n <= 0 {'
+mutant budget_idle_allowance_forgotten bus/budget/allowance.go ./bus/budget \
+	$'\t\ta.gone = true\n\t\tdelete(s.allow, key)' \
+	$'\t\ta.gone = true'
 mutant budget_read_fails_closed bus/budget/allowance.go ./bus/budget \
 	$'\t\tif err != nil {\n\t\t\t// The block may have been counted' \
 	$'\t\tif false {\n\t\t\t// The block may have been counted'
 # Refusal counts (bus/budget/refusals.go, engine/budget.go): a refusal is
-# counted in the process and written in the background; the policy of this
-# process sees it at once, Stop writes it, a failed write keeps it, and the
-# verdict never waits on the count.
+# counted in the process, before its verdict returns, and written in the
+# background; the policy of this process sees it at once, Stop writes it, a
+# failed write keeps it, and a flush bounds its writes at once.
 mutant budget_refusals_seen_at_once bus/budget/store.go ./bus/budget \
 	$'\t\t\tst.Tenant = s.withPending(tenantKey(tenant), c.state(cfg.Tenant(tenant), now), now)' \
 	$'\t\t\tst.Tenant = c.state(cfg.Tenant(tenant), now)'
 mutant budget_refusals_stop_writes bus/budget/refusals.go ./bus/budget \
 	'go func() { done <- s.flushRefusals() }()' \
 	'go func() { done <- nil }()'
+mutant budget_refusal_writes_bounded bus/budget/refusals.go ./bus/budget \
+	'slots := make(chan struct{}, flushWrites)' \
+	'slots := make(chan struct{}, len(writes)+1)'
 mutant budget_refusals_kept_on_failure bus/budget/refusals.go ./bus/budget \
 	$'\t\t\tfor _, r := range w.p.writing {\n\t\t\t\tw.p.counted.addRefusals(r)' \
 	$'\t\t\tfor _, r := range w.p.writing[:0] {\n\t\t\t\tw.p.counted.addRefusals(r)'
-mutant engine_refusal_count_off_path engine/budget.go ./engine \
-	'go func() { _ = b.Refused(ctx, tenant, agent, kind, now) }()' \
-	'_ = b.Refused(ctx, tenant, agent, kind, now)'
+mutant engine_refusal_counted engine/budget.go ./engine \
+	'_ = b.Refused(context.WithoutCancel(ctx), r.tenant, budgetAgent(r.p), kind, r.start)' \
+	'_ = kind'
 # The budget counters a policy reads (policies/budgetref.go,
 # policies/policy.go): gated skips reading them for a bundle that cannot
 # reach input.budget. The first mutant takes a reference to input under a
@@ -585,6 +591,9 @@ mutant audit_one_frame bus/audit/zstd.go ./bus/audit \
 # sent, and one somebody follows is: the proposer's header, a watch's ask.
 mutant status_only_when_listened bus/status/status.go ./bus/status \
 	'if !follow && !p.wanted(subject) {' \
+	'if false {'
+mutant status_watch_bound_per_tenant bus/status/status.go ./bus/status \
+	'if len(q) >= p.perTenant {' \
 	'if false {'
 mutant status_header_sent bus/fleet/client.go ./bus/fleet \
 	'msg.Header.Set(wire.StatusHeader, "1")' \

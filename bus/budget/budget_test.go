@@ -162,8 +162,8 @@ func (c *cluster) decideErr(ctx context.Context, i int, data []byte) (*gated.Ver
 }
 
 // refusalsWritten waits until both processes wrote the refusals they
-// counted and each sees want refusals of agent: the engine counts a
-// refusal after its verdict, off the decision path.
+// counted and each sees want refusals of agent: a refusal is counted in
+// memory by the engine and written in the background.
 func (c *cluster) refusalsWritten(t *testing.T, agent string, want int64) {
 	t.Helper()
 	for range 10000 {
