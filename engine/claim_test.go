@@ -308,8 +308,9 @@ func TestDecideLooksNoVerdictUpOnAFreshClaim(t *testing.T) {
 	// written straight to the store, as a policy decision is) is met by
 	// the create, not looked up: the first delivery of a copy that finds
 	// no claim reviews, loses at the create, and answers the stored
-	// verdict, which stays the only one.
-	h := newHarness(t)
+	// verdict, which stays the only one. (Its review rejects: an approval
+	// would look the verdict up before it is sealed.)
+	h := newHarness(t, withRejectingReviewer)
 	data := proposalJSON(t, nil)
 	other := newHarness(t, withRejectingReviewer)
 	want, _ := other.mustDecide(t, testSubject, data, "")

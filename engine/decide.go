@@ -112,18 +112,16 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 	}
 	// A first delivery is decided without a look-up: the store's create
 	// is the idempotency check (finish), and a copy of a decided proposal
-	// meets the stored verdict there. A redelivery looks first, since an
-	// earlier delivery may have stored its verdict and crashed before the
-	// ack.
+	// meets the stored verdict there; only an approval looks first (below).
+	// A redelivery looks first, since an earlier delivery may have stored
+	// its verdict and crashed before the ack.
 	if r.id != "" && r.d.Attempt != 1 {
-		stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
-		switch {
-		case err == nil:
+		stored, err := r.storedVerdict(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if stored != nil {
 			return r.handOver(ctx, stored, false)
-		case !errors.Is(err, gated.ErrNotFound) && !errors.Is(err, gated.ErrCorruptRecord):
-			// A corrupt entry (reported by the store) is no verdict: the
-			// proposal is decided afresh, and Create replaces the entry.
-			return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
 		}
 	}
 
@@ -166,6 +164,20 @@ func (r *pass) decide(ctx context.Context) (*gated.Verdict, error) {
 		// The caller gave up (shutdown), so nothing the pipeline saw after
 		// that is a decision: leave the proposal for redelivery.
 		return nil, fmt.Errorf("deciding %s.%s: %w", r.tenant, r.id, err)
+	}
+	// A first delivery's approval is this id's decision only if no verdict
+	// is stored under the id: it looks, before it joins its target, is
+	// granted, sealed or published, and a verdict found is handed over as
+	// on a redelivery's look-up (a copy gets it, other bytes are invalid).
+	if r.d.Attempt == 1 && v.Approved {
+		prior, err := r.storedVerdict(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if prior != nil {
+			stored = true
+			return r.handOver(ctx, prior, false)
+		}
 	}
 	// An approval joins its target's history before anything of it is
 	// stored or signed, so that a proposal it overtook is decided again.
@@ -351,6 +363,21 @@ func (r *pass) recentHistory(ctx context.Context) (History, error) {
 		return h.history, h.err
 	}
 	return r.e.cfg.Store.Recent(ctx, r.tenant, r.keys.history)
+}
+
+// storedVerdict looks up the verdict stored under the delivery's tenant
+// and id; nil when there is none. A corrupt entry (reported by the store)
+// is no verdict: the proposal is decided afresh, and Create replaces the
+// entry.
+func (r *pass) storedVerdict(ctx context.Context) (*gated.Verdict, error) {
+	stored, err := r.e.cfg.Store.Get(ctx, r.tenant, r.id)
+	switch {
+	case err == nil:
+		return stored, nil
+	case errors.Is(err, gated.ErrNotFound) || errors.Is(err, gated.ErrCorruptRecord):
+		return nil, nil
+	}
+	return nil, fmt.Errorf("looking up verdict %s.%s: %w", r.tenant, r.id, err)
 }
 
 // idReused is the verdict of a proposal whose id names another one.

@@ -68,7 +68,13 @@ func otherProposal(t testing.TB) []byte {
 // verdict, edited by edit when it is not nil, to be stored by the test.
 func decidedElsewhere(t *testing.T, data []byte, edit func(*gated.Verdict)) *gated.Verdict {
 	t.Helper()
-	v, _ := newHarness(t).mustDecide(t, testSubject, data, "")
+	return decidedElsewhereOn(t, testSubject, data, edit)
+}
+
+// decidedElsewhereOn is decidedElsewhere for data sent on subject.
+func decidedElsewhereOn(t *testing.T, subject string, data []byte, edit func(*gated.Verdict)) *gated.Verdict {
+	t.Helper()
+	v, _ := newHarness(t).mustDecide(t, subject, data, "")
 	raw, err := v.JSON()
 	if err != nil {
 		t.Fatal(err)

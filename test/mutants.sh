@@ -164,12 +164,17 @@ mutant automtls plugins/process.go ./plugins \
 
 # A first delivery is decided without a look-up (engine/decide.go): its
 # verdict, sealed, that finds another stored first is never the answer; the
-# stored one is. A redelivery still looks the stored verdict up first.
+# stored one is. A redelivery still looks the stored verdict up first, and
+# so does a first delivery's approval before it joins its target, is
+# granted or sealed.
 mutant lost_race_own_verdict engine/decide.go ./engine \
 	$'r.lostSeq = v.AuditSeq\n\t\treturn r.handOver(ctx, stored, true)' \
 	$'r.lostSeq = v.AuditSeq\n\t\treturn v, nil'
 mutant redelivery_lookup engine/decide.go ./engine \
 	'if r.id != "" && r.d.Attempt != 1 {' \
+	'if false {'
+mutant first_approval_lookup engine/decide.go ./engine \
+	'if r.d.Attempt == 1 && v.Approved {' \
 	'if false {'
 
 # A review claim (engine/claim.go) that replaced one stored before looks

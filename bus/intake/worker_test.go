@@ -131,8 +131,8 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 		t.Fatalf("duplicate got a new verdict: %+v vs %+v", again, first)
 	}
 	// The same bytes under another message id reach gated as a first
-	// delivery: decided again without a look-up, the decision loses to
-	// the stored verdict, which is what gated answers.
+	// delivery: decided again, its approval looks the stored verdict up
+	// before it is sealed, and the stored verdict is what gated answers.
 	sub, err := g.NC.SubscribeSync(wire.VerdictSubject("acme", "dup1"))
 	if err != nil {
 		t.Fatal(err)
@@ -154,17 +154,28 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	if replayed.AuditSeq != first.AuditSeq {
 		t.Fatalf("replayed audit_seq %d, want the original %d", replayed.AuditSeq, first.AuditSeq)
 	}
-	// The trail says the copy's own decision was superseded by the stored
-	// verdict: verdict.replayed names both records.
+	// The trail says the copy got the stored verdict, and holds no
+	// approval of its own: verdict.replayed names the original record and
+	// supersedes none, and the original is the only verdict.decided.
 	var last gated.AuditEvent
+	decided := 0
 	waitFor(t, func() bool {
 		events := bustest.AuditRecords(t, g.Resources.Audit, "acme", "dup1")
 		if len(events) == 0 || events[len(events)-1].Event != gated.EventReplayed {
 			return false
 		}
 		last = events[len(events)-1]
+		decided = 0
+		for _, ev := range events {
+			if ev.Event == gated.EventVerdict {
+				decided++
+			}
+		}
 		return true
 	}, "a verdict.replayed audit event")
+	if decided != 1 {
+		t.Errorf("%d verdict.decided records on the trail of dup1; want the original's alone", decided)
+	}
 	var said struct {
 		AuditSeq      uint64 `json:"audit_seq"`
 		SupersededSeq uint64 `json:"superseded_seq"`
@@ -172,8 +183,8 @@ func TestRedeliveryReplaysStoredVerdict(t *testing.T) {
 	if err := json.Unmarshal(last.Data, &said); err != nil {
 		t.Fatal(err)
 	}
-	if said.AuditSeq != first.AuditSeq || said.SupersededSeq <= first.AuditSeq {
-		t.Fatalf("verdict.replayed names audit_seq %d superseding %d; want the original %d superseding a later record",
+	if said.AuditSeq != first.AuditSeq || said.SupersededSeq != 0 {
+		t.Fatalf("verdict.replayed names audit_seq %d superseding %d; want the original %d superseding none",
 			said.AuditSeq, said.SupersededSeq, first.AuditSeq)
 	}
 	stored, err := g.Client.Verdict(t.Context(), "acme", "dup1")
