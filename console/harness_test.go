@@ -235,8 +235,16 @@ func startGateWith(t *testing.T, opts gateOptions) *gate {
 		t.Fatal(err)
 	}
 	aud := natstest.AuditWriter(t, js, audit.Config{Key: g.auditKey})
-	// Every trail publishes the proposal's status, as serve's do.
-	g.trails = status.NewPublisher(nc, zaptest.NewLogger(t)).Trails(aud.Trail)
+	// Every trail publishes the proposal's status where someone listens,
+	// as serve's do: the embedded server says who subscribes, and a
+	// watch's ask is answered.
+	statuses := status.NewPublisher(nc, zaptest.NewLogger(t))
+	statuses.SetInterest(s.GlobalAccount().SubscriptionInterest)
+	if err := statuses.Serve(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(statuses.Stop)
+	g.trails = statuses.Trails(aud.Trail)
 	w, err := intake.NewWorker(nc, js, res, eng, g.trails, bus.Config{}, zaptest.NewLogger(t))
 	if err != nil {
 		t.Fatal(err)
