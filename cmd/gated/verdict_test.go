@@ -114,28 +114,7 @@ func TestVerdictGetFromTheAuditTrail(t *testing.T) {
 		t.Fatalf("want an approval and a refusal, got %s and %s", approved.Outcome, rejected.Outcome)
 	}
 
-	// The keys expire: the bucket keeps its keys a second, then the
-	// default again.
-	kv := f.Resources.Verdicts
-	setTTL := func(ttl time.Duration) {
-		t.Helper()
-		if _, err := f.JS.UpdateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: wire.VerdictBucket, History: 1, TTL: ttl,
-			Storage: jetstream.FileStorage, Compression: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	setTTL(time.Second)
-	for _, id := range []string{"p-old", "p-old-2"} {
-		for {
-			if _, err := kv.Get(t.Context(), "acme."+id); errors.Is(err, jetstream.ErrKeyNotFound) {
-				break
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	}
-	setTTL(24 * time.Hour)
+	expireKeys(t, f, "p-old", "p-old-2")
 
 	for _, want := range []*gated.Verdict{approved, rejected} {
 		// The trail does not keep a grant's token, only its id.
@@ -218,4 +197,73 @@ func forge(t *testing.T, f *bustest.Fleet, v *gated.Verdict, id string, key []by
 		t.Fatal(err)
 	}
 	f.Propose(t, bustest.Proposal(id+"-after", "read", "host_list_services", ""))
+}
+
+// expireKeys has the verdict bucket keep its keys a second until the keys
+// of acme's ids are gone, then the default again.
+func expireKeys(t *testing.T, f *bustest.Fleet, ids ...string) {
+	t.Helper()
+	setTTL := func(ttl time.Duration) {
+		t.Helper()
+		if _, err := f.JS.UpdateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: wire.VerdictBucket, History: 1, TTL: ttl,
+			Storage: jetstream.FileStorage, Compression: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTTL(time.Second)
+	for _, id := range ids {
+		for {
+			if _, err := f.Resources.Verdicts.Get(t.Context(), "acme."+id); errors.Is(err, jetstream.ErrKeyNotFound) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	setTTL(bus.DefaultVerdictTTL)
+}
+
+// TestProposalSentAgainAfterTheVerdictTTL: a copy of a proposal sent
+// after its key expired (and after the duplicate window) is decided
+// afresh, as docs/NATS.md says: a second verdict.decided record, stored
+// under the key again; the audit trail then answers with the later one.
+func TestProposalSentAgainAfterTheVerdictTTL(t *testing.T) {
+	f := bustest.StartFleet(t, nil, bus.Config{DuplicateWindow: time.Second})
+	keyFile := filepath.Join(f.DataDir, server.AuditKeyName)
+	url := f.NC.ConnectedUrl()
+	data := bustest.Proposal("p-again", "read", "host_list_services", "")
+	first := f.Propose(t, data)
+	// Within the TTL a copy is answered with the stored verdict.
+	if again := f.Propose(t, data); again.AuditSeq != first.AuditSeq {
+		t.Fatalf("a copy within the TTL got audit_seq %d, want the stored verdict's %d", again.AuditSeq, first.AuditSeq)
+	}
+	expireKeys(t, f, "p-again")
+	second := f.Propose(t, data)
+	if second.AuditSeq == first.AuditSeq || second.Outcome != first.Outcome || second.ProposalSHA256 != first.ProposalSHA256 {
+		t.Fatalf("a copy after the TTL: audit_seq %d, outcome %s; want a fresh decision after %d, outcome %s",
+			second.AuditSeq, second.Outcome, first.AuditSeq, first.Outcome)
+	}
+	events := bustest.AuditEvents(t, f.Resources.Audit, "acme", "p-again")
+	decided := 0
+	for _, e := range events {
+		if e == gated.EventVerdict {
+			decided++
+		}
+	}
+	if decided != 2 {
+		t.Fatalf("the trail of p-again holds %d verdict.decided records, want 2: %v", decided, events)
+	}
+	for _, fromTrail := range []bool{false, true} {
+		if fromTrail {
+			expireKeys(t, f, "p-again")
+		}
+		code, out, note, err := runGatedStderr(t, "verdict", "get", "acme", "p-again", "--nats-url", url, "--audit-key-file", keyFile)
+		var got gated.Verdict
+		if code != 0 || json.Unmarshal([]byte(out), &got) != nil || got.AuditSeq != second.AuditSeq ||
+			strings.Contains(note, "audit trail") != fromTrail {
+			t.Fatalf("verdict get (from the trail %v): exit %d (%v), audit_seq %d, note %q; want the later verdict, %d",
+				fromTrail, code, err, got.AuditSeq, note, second.AuditSeq)
+		}
+	}
 }
