@@ -657,6 +657,16 @@ mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
 	$'func (m *metrics) namesTenants() bool { return true }'
 
+# gated verdict get reads a verdict whose key is gone from the audit trail
+# only from a range whose MACs and chain verify.
+mutant verdict_trail_verifies bus/audit/lookup.go ./cmd/gated \
+	'if len(rep.Problems) > 0 {' \
+	'if false {'
+# serve refuses a verdict_ttl shorter than a target's history.
+mutant verdict_ttl_min internal/server/config.go ./cmd/gated \
+	'return max(store.HistoryWindow, operatorDeadline+grantTTL)' \
+	'return time.Minute'
+
 # The map (docs/ARCHITECTURE.md, held by internal/archmap): a package
 # moved into the layer of what it imports is an import sideways.
 mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
