@@ -667,6 +667,12 @@ mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 mutant verdict_trail_verifies bus/audit/lookup.go ./cmd/gated \
 	'if len(rep.Problems) > 0 {' \
 	'if false {'
+mutant verdict_trail_superseded bus/audit/lookup.go ./bus/audit \
+	'if !superseded[found[i].Seq] {' \
+	'if true {'
+mutant verdict_trail_ambiguous bus/audit/lookup.go ./bus/audit \
+	'if ambiguous {' \
+	'if false {'
 # serve refuses a verdict_ttl shorter than a target's history.
 mutant verdict_ttl_min internal/server/config.go ./cmd/gated \
 	'return max(store.HistoryWindow, operatorDeadline+grantTTL)' \
