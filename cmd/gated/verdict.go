@@ -139,6 +139,8 @@ func verdictFromTrail(ctx context.Context, nc *nats.Conn, w io.Writer, tenant, i
 		return nil, notFound(fmt.Sprintf(", nor in the audit trail since %s", since.UTC().Format(time.RFC3339)))
 	case errors.As(err, &trail), errors.Is(err, audit.ErrTrailAmbiguous):
 		return nil, err
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, notFound("; the audit trail was not read within --timeout: raise it, or give a later --since")
 	case err != nil:
 		return nil, notFound("; the audit trail was not read: " + err.Error())
 	}
