@@ -12,9 +12,13 @@
 #   /tmp                                empty: a volume (or tmpfs) under a read-only root, where the
 #                                       plugin host and its plugins make their sockets
 #
-# and nothing else: no shell, no package manager. VERSION (default: git
-# describe) and SOURCE_DATE_EPOCH (default: the commit's time, so a rebuild
-# of a commit gives the same created date) may be set.
+# and nothing else: no shell, no package manager. The binary is built from
+# a clone of the commit HEAD names, the revision the image is labelled
+# with: uncommitted changes are not in it (it says so when there are
+# some), and Go stamps the revision into the binary (go version -m), which
+# it cannot do in a linked git worktree. VERSION (default: git describe)
+# and SOURCE_DATE_EPOCH (default: the commit's time, so a rebuild of a
+# commit gives the same created date) may be set.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-bin/gated-image.tar}
@@ -24,7 +28,10 @@ ca=/etc/ssl/certs/ca-certificates.crt
 [ -s "$ca" ] || { echo "make image needs the CA bundle $ca: apt-get install ca-certificates" >&2; exit 1; }
 
 revision=$(git rev-parse HEAD)
-version=${VERSION:-$(git describe --tags --always --dirty 2>/dev/null || echo dev)}
+version=${VERSION:-$(git describe --tags --always 2>/dev/null || echo dev)}
+if [ -n "$(git status --porcelain --untracked-files=no)" ]; then
+  echo "make image: uncommitted changes are not in the image, built from $revision" >&2
+fi
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}
 created=$(date -u -d "@$epoch" +%Y-%m-%dT%H:%M:%SZ)
 uid=65532
@@ -34,8 +41,10 @@ trap 'buildah --root "$work/storage" --runroot "$work/run" --storage-driver vfs 
 root=$work/rootfs
 mkdir -p "$root/usr/bin" "$root/etc/ssl/certs" "$root/data" "$root/tmp"
 
-CGO_ENABLED=0 "$GO" build -trimpath -buildvcs=true \
-  -ldflags "-s -w -X main.version=$version" -o "$root/usr/bin/gated" ./cmd/gated
+git clone --quiet --shared --no-checkout . "$work/src"
+git -C "$work/src" checkout --quiet "$revision"
+(cd "$work/src" && CGO_ENABLED=0 GOFLAGS=-buildvcs=true "$GO" build -trimpath \
+  -ldflags "-s -w -X main.version=$version" -o "$root/usr/bin/gated" ./cmd/gated)
 printf 'root:x:0:0:root:/root:/nonexistent\ngated:x:%d:%d:gated:/data:/nonexistent\n' $uid $uid >"$root/etc/passwd"
 printf 'root:x:0:\ngated:x:%d:\n' $uid >"$root/etc/group"
 cp "$ca" "$root/etc/ssl/certs/ca-certificates.crt"

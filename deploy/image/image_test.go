@@ -162,8 +162,8 @@ func TestImageFiles(t *testing.T) {
 	if settings["CGO_ENABLED"] != "0" || settings["-trimpath"] != "true" {
 		t.Errorf("build settings CGO_ENABLED=%q -trimpath=%q, want 0 and true", settings["CGO_ENABLED"], settings["-trimpath"])
 	}
-	if rev := im.Config.Runtime.Labels["org.opencontainers.image.revision"]; settings["vcs.revision"] != rev {
-		t.Errorf("binary built from revision %q, the label says %q", settings["vcs.revision"], rev)
+	if rev := im.Config.Runtime.Labels["org.opencontainers.image.revision"]; settings["vcs.revision"] != rev || settings["vcs.modified"] != "false" {
+		t.Errorf("binary built from revision %q (modified %q), the label says %q", settings["vcs.revision"], settings["vcs.modified"], rev)
 	}
 	out, err := exec.CommandContext(t.Context(), bin, "version").Output()
 	if err != nil {
