@@ -60,7 +60,7 @@ c=$("${b[@]}" from scratch)
 # One layer, from a tar that keeps the owners and modes set above (buildah
 # copy would make every file root's).
 tar --numeric-owner --sort=name --mtime="@$epoch" -C "$root" -cf "$work/rootfs.tar" .
-"${b[@]}" add "$c" "$work/rootfs.tar" /
+"${b[@]}" add "$c" "$work/rootfs.tar" / >/dev/null
 "${b[@]}" config \
   --user "$uid:$uid" \
   --entrypoint '["/usr/bin/gated"]' \

@@ -202,9 +202,10 @@ func TestServeFromExportedFiles(t *testing.T) {
 			}
 		}
 	}
+	personas := configMapDir(t, base, "personas", filepath.Join("..", "..", "examples", "personas", "operator.md"))
 	natsAddr, httpAddr := natstest.FreeAddr(t), natstest.FreeAddr(t)
 	bin := filepath.Join(root, "usr/bin/gated")
-	cmd := exec.Command(bin, "serve", "--data-dir", data, "--nats-listen", natsAddr, "--http", httpAddr, "--log-format", "json")
+	cmd := exec.Command(bin, "serve", "--data-dir", data, "--nats-listen", natsAddr, "--http", httpAddr, "--log-format", "json", "--personas", personas)
 	cmd.Env = append(slices.Clone(im.Config.Runtime.Env), "TMPDIR="+tmp, "HOME="+data)
 	var logs bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &logs, &logs
@@ -229,6 +230,9 @@ func TestServeFromExportedFiles(t *testing.T) {
 
 	waitReady(t, "http://"+httpAddr+"/readyz", exited)
 	decide(t, bin, "nats://"+natsAddr)
+	// The persona from the ConfigMap-shaped directory is served: the
+	// policy refuses it as a reviewer, since it may write.
+	propose(t, bin, "nats://"+natsAddr, "rejected-reviewer-tools.json", 3, "rejected", "policy", "")
 
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
@@ -240,6 +244,38 @@ func TestServeFromExportedFiles(t *testing.T) {
 	if after := snapshot(t, root); !slices.Equal(before, after) {
 		t.Errorf("serve changed the root filesystem:\nbefore %q\nafter  %q", before, after)
 	}
+}
+
+// configMapDir lays files out under base/name as Kubernetes mounts a
+// ConfigMap: the files in a hidden directory of their own, a ..data link
+// to it, and a link to ..data/<file> for each, as the chart mounts the
+// personas, the policy and the catalogs.
+func configMapDir(t *testing.T, base, name string, files ...string) string {
+	t.Helper()
+	dir := filepath.Join(base, name)
+	hidden := filepath.Join(dir, "..2026_01_01_00_00_00.000000001")
+	if err := os.MkdirAll(hidden, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Base(hidden), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(hidden, filepath.Base(f)), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(filepath.Join("..data", filepath.Base(f)), filepath.Join(dir, filepath.Base(f))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // sharedDir is a temporary directory the image's user can reach, removed
@@ -312,40 +348,41 @@ func waitReady(t *testing.T, url string, exited <-chan error) {
 // image's binary as a plugin process, and a policy rejection.
 func decide(t *testing.T, bin, url string) {
 	t.Helper()
-	examples := filepath.Join("..", "..", "examples", "proposals")
-	for _, tc := range []struct {
-		file, outcome, stage, plugin string
-		exit                         int
-	}{
-		{file: "approved.json", outcome: "approved", stage: "review", plugin: "sop", exit: 0},
-		{file: "rejected-force-approve.json", outcome: "rejected", stage: "policy", exit: 3},
-	} {
-		cmd := exec.CommandContext(t.Context(), bin, "propose", "--nats-url", url, "-f", filepath.Join(examples, tc.file))
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		out, err := cmd.Output()
-		var exit *exec.ExitError
-		code := 0
-		if errors.As(err, &exit) {
-			code = exit.ExitCode()
-		} else if err != nil {
-			t.Fatalf("propose %s: %v", tc.file, err)
-		}
-		var v struct {
-			Outcome string `json:"outcome"`
-			Stage   string `json:"stage"`
-			Reviews []struct {
-				Plugin string `json:"plugin"`
-			} `json:"reviews"`
-		}
-		if err := json.Unmarshal(out, &v); err != nil {
-			t.Fatalf("propose %s printed %q (stderr %q): %v", tc.file, out, stderr.String(), err)
-		}
-		if code != tc.exit || v.Outcome != tc.outcome || v.Stage != tc.stage {
-			t.Errorf("propose %s: exit %d, %s at %s; want exit %d, %s at %s", tc.file, code, v.Outcome, v.Stage, tc.exit, tc.outcome, tc.stage)
-		}
-		if tc.plugin != "" && (len(v.Reviews) != 1 || v.Reviews[0].Plugin != tc.plugin) {
-			t.Errorf("propose %s: reviews %+v, want one by %s", tc.file, v.Reviews, tc.plugin)
-		}
+	propose(t, bin, url, "approved.json", 0, "approved", "review", "sop")
+	propose(t, bin, url, "rejected-force-approve.json", 3, "rejected", "policy", "")
+}
+
+// propose proposes examples/proposals/file with gated propose and checks
+// its exit status, the verdict's outcome and stage, and the plugin of its
+// one review when plugin is not "".
+func propose(t *testing.T, bin, url, file string, exit int, outcome, stage, plugin string) {
+	t.Helper()
+	cmd := exec.CommandContext(t.Context(), bin, "propose", "--nats-url", url, "-f", filepath.Join("..", "..", "examples", "proposals", file))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var exitErr *exec.ExitError
+	code := 0
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		t.Fatalf("propose %s: %v", file, err)
+	}
+	var v struct {
+		Outcome string `json:"outcome"`
+		Stage   string `json:"stage"`
+		Reason  string `json:"reason"`
+		Reviews []struct {
+			Plugin string `json:"plugin"`
+		} `json:"reviews"`
+	}
+	if err := json.Unmarshal(out, &v); err != nil {
+		t.Fatalf("propose %s printed %q (stderr %q): %v", file, out, stderr.String(), err)
+	}
+	if code != exit || v.Outcome != outcome || v.Stage != stage {
+		t.Errorf("propose %s: exit %d, %s at %s (%s); want exit %d, %s at %s", file, code, v.Outcome, v.Stage, v.Reason, exit, outcome, stage)
+	}
+	if plugin != "" && (len(v.Reviews) != 1 || v.Reviews[0].Plugin != plugin) {
+		t.Errorf("propose %s: reviews %+v, want one by %s", file, v.Reviews, plugin)
 	}
 }
