@@ -428,5 +428,6 @@ $(DEPLOY_VENV)/.installed: deploy/helm/requirements.txt
 	$(DEPLOY_VENV)/bin/python -m pip install -q -r deploy/helm/requirements.txt
 	touch $@
 
-test-chart: $(HELM) $(DEPLOY_VENV)/.installed
-	HELM="$(CURDIR)/$(HELM)" PYTHON="$(CURDIR)/$(DEPLOY_VENV)/bin/python" OUT="$(CURDIR)/.cache/chart-renders" bash deploy/helm/check.sh
+test-chart: build $(HELM) $(DEPLOY_VENV)/.installed
+	HELM="$(CURDIR)/$(HELM)" PYTHON="$(CURDIR)/$(DEPLOY_VENV)/bin/python" GATED="$(CURDIR)/bin/gated" \
+	  OUT="$(CURDIR)/.cache/chart-renders" bash deploy/helm/check.sh

@@ -6,12 +6,16 @@
 # --strict, pinned in requirements.txt) and held to what the chart
 # promises (check_manifests.py); values the chart must refuse, refused.
 #
+# The policy, catalogs and personas the ci/ files put in the chart's
+# ConfigMaps are checked by gated itself (policy check, personas lint
+# --strict), as serve would load them from the mounts.
+#
 # HELM is the helm binary (make test-deploy builds it from the Go module
-# proxy); PYTHON a python with requirements.txt installed; OUT where the
-# rendered manifests go.
+# proxy); PYTHON a python with requirements.txt installed; GATED the
+# gated binary; OUT where the rendered manifests go.
 set -euo pipefail
 cd "$(dirname "$0")"
-: "${HELM:?HELM names the helm binary}" "${PYTHON:?PYTHON names a python with requirements.txt}"
+: "${HELM:?HELM names the helm binary}" "${PYTHON:?PYTHON names a python with requirements.txt}" "${GATED:?GATED names the gated binary}"
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 chart=gated
@@ -36,7 +40,11 @@ for k in 1.37.0 1.27.0; do
   "$PYTHON" -m kubernetes_validate --strict --quiet -k "$k" "$OUT"/*.yaml
   echo "kubernetes-validate -k $k --strict: $(ls "$OUT"/*.yaml | wc -l) files valid"
 done
-"$PYTHON" check_manifests.py "$OUT"
+rm -rf "$OUT/files"
+"$PYTHON" check_manifests.py "$OUT" --extract "$OUT/files"
+files=$OUT/files/policy-configmaps
+"$GATED" policy check "$files/gated-policy" --policy-data "$files/gated-catalogs/sops.yaml"
+"$GATED" personas lint --strict "$files/gated-personas"
 
 # Values the chart refuses, each with the reason it gives.
 refuse() { # refuse REASON VALUES...

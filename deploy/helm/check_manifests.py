@@ -9,7 +9,10 @@ volume it mounts is declared, and every Secret and ConfigMap it names
 is mounted read-only. A console Service exists only in the renders
 that ask for it, and selects gated's pods.
 
-Usage: python check_manifests.py DIR
+With --extract OUT, the data of every ConfigMap of the renders is also
+written to OUT/<render>/<ConfigMap>/<key>, for gated to check.
+
+Usage: python check_manifests.py DIR [--extract OUT]
 """
 
 import pathlib
@@ -47,7 +50,7 @@ def check_deployment(render: str, d: dict) -> None:
         fail(render, f"args {args}: want serve first")
     if f"--http=:{ports['http']}" not in args or f"--metrics-listen=:{ports['metrics']}" not in args:
         fail(render, f"args {args}: --http and --metrics-listen must be the ports declared {ports}")
-    ann = d["spec"]["template"]["metadata"].get("annotations", {})
+    ann = d["spec"]["template"]["metadata"].get("annotations") or {}
     if ann.get("prometheus.io/scrape") != "true" or ann.get("prometheus.io/port") != str(ports["metrics"]):
         fail(render, f"annotations {ann}: want prometheus.io/scrape on the metrics port")
     if not any(a.startswith("--nats-url=nats") or a.startswith("--nats-url=tls") for a in args):
@@ -74,8 +77,19 @@ def check_deployment(render: str, d: dict) -> None:
                 fail(render, f"{a} names a file under no mount")
 
 
+def extract(render: str, docs: list, out: pathlib.Path) -> None:
+    for d in docs:
+        if d["kind"] != "ConfigMap":
+            continue
+        cm = out / render / d["metadata"]["name"]
+        cm.mkdir(parents=True, exist_ok=True)
+        for key, value in d.get("data", {}).items():
+            (cm / key).write_text(value)
+
+
 def main() -> None:
     out = pathlib.Path(sys.argv[1])
+    extract_to = pathlib.Path(sys.argv[3]) if len(sys.argv) == 4 and sys.argv[2] == "--extract" else None
     renders = sorted(out.glob("*.yaml"))
     if not renders:
         raise SystemExit(f"no renders in {out}")
@@ -98,6 +112,8 @@ def main() -> None:
         for p in pdbs:
             if p["spec"]["selector"]["matchLabels"] != selector:
                 fail(f.name, "the PodDisruptionBudget selects other pods")
+        if extract_to:
+            extract(f.stem, docs, extract_to)
         print(f"{f.name}: {', '.join(kinds)}: as promised")
 
 
