@@ -59,7 +59,9 @@ refuse() { # refuse REASON VALUES...
   echo "refused $*: $reason"
 }
 refuse "console.enabled needs operators.secretName" console.enabled=true
-refuse "nats.auth.type \"plain\"" nats.auth.type=plain
+refuse "at '/nats/auth/type'" nats.auth.type=plain
+refuse "additional properties 'replicas' not allowed" replicas=3
+refuse "at '/streams/verdictTTL'" streams.verdictTTL=7days
 refuse "nats.auth.type creds needs nats.auth.secretName" nats.auth.type=creds
 refuse "nats.auth.type password needs nats.auth.user" nats.auth.type=password nats.auth.secretName=s nats.auth.secretKey=k
 refuse "catalogs.existingConfigMap needs catalogs.keys" catalogs.existingConfigMap=c
