@@ -95,7 +95,7 @@ else:
     if end:
         fig = f"gated {end:,.0f} MB at the end of {n:,} (start {rss.get('start_mb', 0):,.0f}, middle {rss.get('middle_mb', 0):,.0f}"
         if proc.get("peak_rss_mb"):
-            fig += f", peak {proc['peak_rss_mb']:,.0f}"
+            fig += f", peak with its plugins {proc['peak_rss_mb']:,.0f}"
         heap = (rss.get("middle_go") or {}).get("heap_in_use_bytes")
         if heap:
             fig += f"; heap in use at the middle {heap / 2**20:,.0f} MB"
