@@ -63,9 +63,22 @@ type Config struct {
 	// Fleet proposes and waits for verdicts, usually a *fleet.Client.
 	// Required.
 	Fleet Fleet
-	// Upstream is the session with the MCP server the gate fronts.
-	// Required.
+	// Upstream is a session with the MCP server the gate fronts: New
+	// lists its tools, and the first agent session forwards over it.
+	// Required unless Dial is set, which then connects it.
 	Upstream *mcp.ClientSession
+	// Dial connects a new session with the upstream server, with the
+	// client options the gate gives. Each agent session but the first
+	// gets one of its own, closed when the agent's session ends; without
+	// Dial, a gate serves one agent session only (RunStdio). The
+	// transport is returned too when it is a CommandTransport, which
+	// relays reads (Relay). Dialer.Dial is one.
+	Dial func(ctx context.Context, opts *mcp.ClientOptions) (*mcp.ClientSession, *CommandTransport, error)
+	// CallTimeout bounds every request forwarded to the upstream server,
+	// and the connecting of an upstream session: a request not answered
+	// in time is an error to the agent, never a hang. Default
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
 	// Tenant is the tenant token, [a-z0-9_-]{1,64}. Required.
 	Tenant string
 	// Agent is requested_by.agent of every proposal. Required.
@@ -116,6 +129,7 @@ type Gate struct {
 	// deny outright, by name: the tools RunStdio may relay a read of.
 	offered map[string]*gatedTool
 	impl    *mcp.Implementation
+	up      *upstreams
 
 	// targets serialises the decisions on one target (see decideAlone).
 	mu      sync.Mutex
@@ -160,8 +174,8 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	switch {
 	case cfg.Fleet == nil:
 		return nil, fmt.Errorf("%w: no fleet client", ErrInvalidConfig)
-	case cfg.Upstream == nil:
-		return nil, fmt.Errorf("%w: no upstream MCP session", ErrInvalidConfig)
+	case cfg.Upstream == nil && cfg.Dial == nil:
+		return nil, fmt.Errorf("%w: no upstream MCP session and no Dial", ErrInvalidConfig)
 	case cfg.Grants == nil && !cfg.NoGrantCheck:
 		return nil, fmt.Errorf("%w: no grants to check approvals with (fleet.NewGrants), and NoGrantCheck is not set", ErrInvalidConfig)
 	case !gated.ValidTenant(cfg.Tenant):
@@ -182,10 +196,34 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	g := &Gate{targets: map[string]*targetTurn{}, offered: map[string]*gatedTool{}}
+	g.up = &upstreams{timeout: cfg.CallTimeout, byPeer: map[*mcp.ServerSession]*upstreamSlot{}}
+	if cfg.Upstream == nil {
+		dctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
+		up, relay, err := cfg.Dial(dctx, g.clientOptions())
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Upstream = up
+		if cfg.Relay == nil {
+			cfg.Relay = relay
+		}
+	}
+	g.up.first = cfg.Upstream
+	if cfg.Dial != nil {
+		g.up.dial = func(ctx context.Context, _ *mcp.ServerSession) (*mcp.ClientSession, error) {
+			cs, _, err := cfg.Dial(ctx, g.clientOptions())
+			return cs, err
+		}
+	}
 	if cfg.Relay != nil && cfg.Relay.connection() == nil {
 		return nil, fmt.Errorf("%w: the relay transport is not connected: connect Upstream over it", ErrInvalidConfig)
 	}
-	g := &Gate{cfg: cfg, targets: map[string]*targetTurn{}, offered: map[string]*gatedTool{}}
+	g.cfg = cfg
 	seen := map[string]bool{}
 	actions := map[string]string{}
 	for t, err := range cfg.Upstream.Tools(ctx, nil) {
@@ -255,6 +293,9 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	g.server = server
 	return g, nil
 }
+
+// Upstream is the upstream session New listed the tools of.
+func (g *Gate) Upstream() *mcp.ClientSession { return g.cfg.Upstream }
 
 // Server is the gate's MCP server, to serve over stdio or streamable
 // HTTP.
@@ -376,7 +417,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			// not believe, a hold, an error) goes to gated, which
 			// decides and audits it.
 			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
-				return g.forward(ctx, m, call, nil)
+				return g.forward(ctx, req.Session, m, call, nil)
 			}
 		}
 		v, err := g.decideAlone(ctx, req, p)
@@ -390,7 +431,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 		if refused != nil {
 			return refused, nil
 		}
-		res, ferr := g.forward(ctx, m, call, v)
+		res, ferr := g.forward(ctx, req.Session, m, call, v)
 		g.finish(ctx, p, gid, res)
 		return res, ferr
 	}

@@ -151,6 +151,13 @@ type relay struct {
 // goes through the SDK's server and client.
 func startRelay(t *testing.T, relayReads bool) *relay {
 	t.Helper()
+	return startRelayWith(t, relayReads, nil)
+}
+
+// startRelayWith is startRelay with the gate's configuration changed by
+// mod (nil: unchanged).
+func startRelayWith(t *testing.T, relayReads bool, mod func(*Config)) *relay {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +181,9 @@ func startRelay(t *testing.T, relayReads bool) *relay {
 		Precheck: relayPrecheck(t), Wait: 2 * time.Second}
 	if relayReads {
 		cfg.Relay = tr
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	if r.gate, err = New(ctx, cfg); err != nil {
 		t.Fatal(err)

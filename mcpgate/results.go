@@ -13,13 +13,20 @@ import (
 	"github.com/gated/gated/bus/fleet"
 )
 
-// forward sends an allowed call upstream. v is gated's approval, whose
-// grant takeGrant has used, or nil for a read that passed without a round
-// trip.
-func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *gated.Verdict) (*mcp.CallToolResult, error) {
-	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
+// forward sends an allowed call upstream, over the upstream session of
+// agent session ss, within the call timeout. v is gated's approval,
+// whose grant takeGrant has used, or nil for a read that passed without
+// a round trip.
+func (g *Gate) forward(ctx context.Context, ss *mcp.ServerSession, m Mapping, c Call, v *gated.Verdict) (*mcp.CallToolResult, error) {
+	ctx, cancel := g.withDeadline(ctx)
+	defer cancel()
+	up, err := g.up.of(ctx, ss)
 	if err != nil {
-		return upstreamFailure(m.Tool, v, err), nil
+		return upstreamFailure(m.Tool, v, timedOut(ctx, err)), nil
+	}
+	res, err := up.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
+	if err != nil {
+		return upstreamFailure(m.Tool, v, timedOut(ctx, err)), nil
 	}
 	if v != nil {
 		out := *res

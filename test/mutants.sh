@@ -633,6 +633,18 @@ mutant mcp_arguments_schema mcpgate/mapping.go ./mcpgate \
 mutant mcp_proposal_carries_arguments mcpgate/gate.go ./mcpgate \
 	$'\t\tArguments:      c.Arguments,\n' \
 	$'\n'
+# gated mcp gives each agent session an upstream session of its own, and
+# bounds every request it forwards (mcpgate/upstream.go, results.go,
+# relay.go).
+mutant mcp_upstream_per_session mcpgate/upstream.go ./mcpgate \
+	$'\tfirst := u.first\n\tu.first = nil\n' \
+	$'\tfirst := u.first\n'
+mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
+	$'ctx, cancel := g.withDeadline(ctx)' \
+	$'ctx, cancel := context.WithCancel(ctx)'
+mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
+	$'timer = time.AfterFunc(timeout, func() {' \
+	$'timer = time.AfterFunc(time.Hour, func() {'
 mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
