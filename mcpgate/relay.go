@@ -492,7 +492,7 @@ func (g *Gate) readCall(line map[string]any) (rc readCall, ok bool) {
 		_, rc.newProtocol = meta[mcp.MetaKeyProtocolVersion]
 	}
 	name, _ := params["name"].(string)
-	rc.tool = g.offered[name]
+	rc.tool = (*g.offered.Load())[name]
 	if rc.tool == nil || rc.tool.mapping.Class != gated.ClassRead {
 		return rc, false
 	}

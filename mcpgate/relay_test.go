@@ -445,10 +445,11 @@ func FuzzRelayReadCall(f *testing.F) {
 	}
 	read, write := objectTool("echo", "host"), objectTool("write")
 	read.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
-	g := &Gate{offered: map[string]*gatedTool{
+	g := &Gate{}
+	g.offered.Store(&map[string]*gatedTool{
 		"echo":  {spec: read, mapping: MappingOf(read, nil)},
 		"write": {spec: write, mapping: MappingOf(write, nil)},
-	}}
+	})
 	f.Fuzz(func(t *testing.T, line []byte) {
 		msg, obj, lerr := decodeLine(line)
 		if lerr != nil {

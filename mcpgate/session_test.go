@@ -45,7 +45,7 @@ func newSessionUpstream() *sessionUpstream {
 }
 
 // dial connects a new client session to the upstream, as Config.Dial.
-func (u *sessionUpstream) dial(ctx context.Context, opts *mcp.ClientOptions) (*mcp.ClientSession, *CommandTransport, error) {
+func (u *sessionUpstream) dial(ctx context.Context, opts *mcp.ClientOptions, version string) (*mcp.ClientSession, *CommandTransport, error) {
 	ct, st := mcp.NewInMemoryTransports()
 	ss, err := u.server.Connect(ctx, st, nil)
 	if err != nil {
@@ -53,7 +53,7 @@ func (u *sessionUpstream) dial(ctx context.Context, opts *mcp.ClientOptions) (*m
 	}
 	u.sessions.Add(1)
 	go func() { _ = ss.Wait(); u.sessions.Add(-1) }()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "gate", Version: "1"}, opts).Connect(ctx, ct, nil)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "gate", Version: "1"}, opts).Connect(ctx, ct, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	return cs, nil, err
 }
 
@@ -129,7 +129,7 @@ func TestUpstreamSessionPerAgent(t *testing.T) {
 // session to one agent session, and refuses another rather than share.
 func TestOneAgentWithoutDial(t *testing.T) {
 	u := newSessionUpstream()
-	up, _, err := u.dial(t.Context(), nil)
+	up, _, err := u.dial(t.Context(), nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -31,10 +32,11 @@ type Dialer struct {
 }
 
 // Dial connects one new upstream session with the client options opts
-// (nil for none); ctx bounds the connecting. A started server lives
+// (nil for none), asking for protocol version (the newest when "");
+// ctx bounds the connecting. A started server lives
 // until the session is closed. The transport is returned too when it is
 // a CommandTransport, which can relay reads (Config.Relay).
-func (d Dialer) Dial(ctx context.Context, opts *mcp.ClientOptions) (*mcp.ClientSession, *CommandTransport, error) {
+func (d Dialer) Dial(ctx context.Context, opts *mcp.ClientOptions, version string) (*mcp.ClientSession, *CommandTransport, error) {
 	var (
 		transport mcp.Transport
 		relay     *CommandTransport
@@ -47,11 +49,32 @@ func (d Dialer) Dial(ctx context.Context, opts *mcp.ClientOptions) (*mcp.ClientS
 		relay = &CommandTransport{Command: server}
 		transport = relay
 	}
-	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: d.Version}, opts).Connect(ctx, transport, nil)
+	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: d.Version}, opts).Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to the upstream MCP server: %w", err)
 	}
 	return upstream, relay, nil
+}
+
+// listingProtocol is the protocol version of Config.Upstream when the
+// gate dials it: the newest whose server may ask its client things
+// (sampling, elicitation, log messages) in the middle of a call, which
+// later versions ask by other means. The first agent session forwards
+// over it.
+const listingProtocol = "2025-11-25"
+
+// agentProtocol is the protocol version agent session ss asked for, to
+// ask the upstream for the same: "" (the newest) when it asked for none
+// the SDK supports.
+func agentProtocol(ss *mcp.ServerSession) string {
+	if ss == nil || ss.InitializeParams() == nil {
+		return ""
+	}
+	v := ss.InitializeParams().ProtocolVersion
+	if !slices.Contains(mcp.SupportedProtocolVersions(), v) {
+		return ""
+	}
+	return v
 }
 
 // upstreams holds the upstream session of each agent session: one each,
@@ -68,6 +91,74 @@ type upstreams struct {
 	// first is Config.Upstream until an agent session takes it.
 	first  *mcp.ClientSession
 	byPeer map[*mcp.ServerSession]*upstreamSlot
+	// peers are the agent sessions of the upstream sessions.
+	peers map[*mcp.ClientSession]*mcp.ServerSession
+	// active are the contexts of the agent's requests being forwarded,
+	// by agent session: what the upstream sends meanwhile is sent in
+	// one, so that over streamable HTTP it goes out on that request's
+	// stream, as the upstream sent it on its own.
+	active map[*mcp.ServerSession][]context.Context
+}
+
+// during notes that ctx is the context of a request of ss being
+// forwarded, until the returned function is called.
+func (u *upstreams) during(ss *mcp.ServerSession, ctx context.Context) func() {
+	u.mu.Lock()
+	u.active[ss] = append(u.active[ss], ctx)
+	u.mu.Unlock()
+	return func() {
+		u.mu.Lock()
+		defer u.mu.Unlock()
+		list := u.active[ss]
+		for i, c := range list {
+			if c == ctx {
+				list = append(list[:i:i], list[i+1:]...)
+				break
+			}
+		}
+		if len(list) == 0 {
+			delete(u.active, ss)
+		} else {
+			u.active[ss] = list
+		}
+	}
+}
+
+// sendContext is the context to send what upstream session cs sent to
+// its agent session in: the latest request of that session being
+// forwarded, else ctx. ss is nil when cs serves no agent session.
+func (u *upstreams) sendContext(ctx context.Context, cs *mcp.ClientSession) (context.Context, *mcp.ServerSession) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	ss := u.peers[cs]
+	if list := u.active[ss]; len(list) > 0 {
+		return list[len(list)-1], ss
+	}
+	return ctx, ss
+}
+
+// peer is the agent session upstream session cs serves, nil when none.
+func (u *upstreams) peer(cs *mcp.ClientSession) *mcp.ServerSession {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.peers[cs]
+}
+
+// paired records that cs serves ss, until ss ends.
+func (u *upstreams) paired(ss *mcp.ServerSession, cs *mcp.ClientSession, closeUpstream bool) {
+	u.mu.Lock()
+	u.peers[cs] = ss
+	u.mu.Unlock()
+	go func() {
+		_ = ss.Wait()
+		if closeUpstream {
+			_ = cs.Close()
+		}
+		u.mu.Lock()
+		delete(u.byPeer, ss)
+		delete(u.peers, cs)
+		u.mu.Unlock()
+	}()
 }
 
 // upstreamSlot is an agent session's upstream session, ready once done is
@@ -104,12 +195,7 @@ func (u *upstreams) of(ctx context.Context, ss *mcp.ServerSession) (*mcp.ClientS
 	case first != nil:
 		slot.cs = first
 		if ss != nil {
-			go func() {
-				_ = ss.Wait()
-				u.mu.Lock()
-				delete(u.byPeer, ss)
-				u.mu.Unlock()
-			}()
+			u.paired(ss, first, false)
 		}
 		return first, nil
 	case u.dial == nil || ss == nil:
@@ -125,13 +211,7 @@ func (u *upstreams) of(ctx context.Context, ss *mcp.ServerSession) (*mcp.ClientS
 		u.mu.Unlock()
 		return nil, slot.err
 	}
-	go func() {
-		_ = ss.Wait()
-		_ = slot.cs.Close()
-		u.mu.Lock()
-		delete(u.byPeer, ss)
-		u.mu.Unlock()
-	}()
+	u.paired(ss, slot.cs, true)
 	return slot.cs, nil
 }
 
@@ -147,10 +227,4 @@ func timedOut(ctx context.Context, err error) error {
 		return cause
 	}
 	return err
-}
-
-// clientOptions are the options of every upstream session the gate
-// connects.
-func (g *Gate) clientOptions() *mcp.ClientOptions {
-	return &mcp.ClientOptions{}
 }
