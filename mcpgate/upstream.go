@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os/exec"
 	"slices"
 	"sync"
@@ -41,18 +42,20 @@ func (d Dialer) Dial(ctx context.Context, opts *mcp.ClientOptions, version strin
 		transport mcp.Transport
 		relay     *CommandTransport
 	)
+	sink := newNoteSink(opts)
 	if d.URL != "" {
-		transport = &mcp.StreamableClientTransport{Endpoint: d.URL}
+		transport = &mcp.StreamableClientTransport{Endpoint: d.URL, HTTPClient: &http.Client{Transport: &sseTap{base: http.DefaultTransport, sink: sink}}}
 	} else {
 		server := exec.Command(d.Command[0], d.Command[1:]...)
 		server.Stderr = d.Stderr
 		relay = &CommandTransport{Command: server}
-		transport = relay
+		transport = &orderedNotes{Transport: relay, sink: sink}
 	}
-	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: d.Version}, opts).Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: version})
+	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: d.Version}, sink.options()).Connect(ctx, transport, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		return nil, nil, fmt.Errorf("connecting to the upstream MCP server: %w", err)
 	}
+	sink.session.Store(upstream)
 	return upstream, relay, nil
 }
 
