@@ -645,6 +645,14 @@ mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
 mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
 	$'timer = time.AfterFunc(timeout, func() {' \
 	$'timer = time.AfterFunc(time.Hour, func() {'
+# A resource read is decided before it reaches the upstream, and the
+# upstream's sampling request is policy-visible (mcpgate/requests.go).
+mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
+	$'done, err := g.decideRequest(ctx, req.Session, m, map[string]any{"uri": uri})' \
+	$'done, err := func(bool, string) {}, error(nil)'
+mutant mcp_sampling_policy mcpgate/requests.go ./mcpgate \
+	$'if settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode' \
+	$'if false && settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode'
 mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
