@@ -654,7 +654,7 @@ mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
 # upstream's sampling request is policy-visible (mcpgate/requests.go).
 mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
 	$'done, err := g.decideRequest(ctx, req.Session, m, map[string]any{"uri": uri})' \
-	$'done, err := func(bool, string) {}, error(nil)'
+	$'done, err := func(bool, string) {}, error(nil); _ = m'
 mutant mcp_sampling_policy mcpgate/requests.go ./mcpgate \
 	$'if settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode' \
 	$'if false && settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode'
