@@ -3,6 +3,7 @@ package mcpgate
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -144,6 +145,26 @@ func TestPassThrough(t *testing.T) {
 		}
 		if n := u.reads.Load() - before; n != 0 {
 			t.Fatalf("the upstream served %d reads", n)
+		}
+	})
+	t.Run("the upstream's new tools are offered after its tools/list_changed", func(t *testing.T) {
+		fresh := objectTool("fresh")
+		fresh.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
+		u.server.AddTool(fresh, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "fresh"}}}, nil
+		})
+		for {
+			res, err := a.ListTools(t.Context(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if slices.ContainsFunc(res.Tools, func(tool *mcp.Tool) bool { return tool.Name == "fresh" }) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond) // the test's deadline bounds it
+		}
+		if text, isErr := callText(t, a, "fresh"); isErr || text != "fresh" {
+			t.Fatalf("fresh: %q", text)
 		}
 	})
 	t.Run("sampling the policy refuses is not asked of the agent", func(t *testing.T) {
