@@ -51,9 +51,13 @@ func mcpCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "mcp [flags] [-- server command...]",
 		Short: "Put the gate in front of an MCP server: each tools/call is a proposal",
-		Long: `mcp is an MCP proxy. It starts the MCP server given after -- (stdio), or
-connects to one with --upstream URL (streamable HTTP), and offers its tools to
-an agent over stdio, or over streamable HTTP at http://ADDR/mcp with --listen.
+		Long: `mcp is an MCP proxy. It starts the MCP server given after -- or by
+--upstream-cmd (stdio), or connects to one with --upstream URL (streamable
+HTTP), and offers it to an agent over stdio, or over streamable HTTP at
+http://ADDR/mcp with --listen: its tools, resources, prompts, completion,
+logging, progress, sampling and elicitation, each agent session over an
+upstream session of its own, each forwarded request bounded by
+--upstream-timeout.
 
 Each tools/call becomes a proposal of --tenant, published through the fleet
 client with every trust check it makes, and reaches the server only when
