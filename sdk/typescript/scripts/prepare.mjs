@@ -1,4 +1,4 @@
-// prepare: build dist/ with the pinned TypeScript when it is installed (a
+// prepack: build dist/ with the pinned TypeScript when it is installed (a
 // checkout with its dev dependencies), else keep the committed dist/ (an
 // install of this directory from another project, which gets no dev
 // dependencies).
