@@ -56,6 +56,8 @@ export interface GatedToolsOptions extends ToolGateOptions {
 export interface RunOptions extends CallOptions {
     /** The framework's id of the tool call; a call held and decided is run under its proposal again by it. */
     callKey?: string;
+    /** The proposal's id when the call is not known by its callKey yet; default a new id. Every call must have its own. */
+    proposalId?: string;
 }
 /**
  * An agent's tools behind gated. Each call of a tool is mapped through the

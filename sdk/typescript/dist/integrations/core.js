@@ -120,7 +120,7 @@ export class GatedTools {
         }
         const key = opts.callKey;
         const known = key === undefined ? undefined : this.pending.get(key);
-        change.id = known?.id ?? this.newId();
+        change.id = known?.id ?? opts.proposalId ?? this.newId();
         const guarded = this.gate.guard({ action: m.action, class: m.class, describe: () => change }, (a) => exec(a));
         try {
             const r = await guarded(reviewed, { signal: opts.signal, timeoutMs: opts.timeoutMs });

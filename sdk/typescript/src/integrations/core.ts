@@ -89,6 +89,8 @@ export interface GatedToolsOptions extends ToolGateOptions {
 export interface RunOptions extends CallOptions {
   /** The framework's id of the tool call; a call held and decided is run under its proposal again by it. */
   callKey?: string;
+  /** The proposal's id when the call is not known by its callKey yet; default a new id. Every call must have its own. */
+  proposalId?: string;
 }
 
 /** An approval sent back by the probe, so that a check never takes a grant's use. */
@@ -176,7 +178,7 @@ export class GatedTools {
     }
     const key = opts.callKey;
     const known = key === undefined ? undefined : this.pending.get(key);
-    change.id = known?.id ?? this.newId();
+    change.id = known?.id ?? opts.proposalId ?? this.newId();
     const guarded = this.gate.guard({ action: m.action, class: m.class, describe: () => change }, (a: Record<string, unknown>) => exec(a));
     try {
       const r = await guarded(reviewed, { signal: opts.signal, timeoutMs: opts.timeoutMs });
