@@ -49,14 +49,36 @@ export function decodeCatalog(data) {
         const where = e.linePos?.[0] ? `line ${e.linePos[0].line}: ` : "";
         fail(`${where}${e.code === "DUPLICATE_KEY" ? "mapping key already defined" : e.message.split("\n")[0]}`);
     }
-    const v = doc.toJS({ maxAliasCount: 100 });
+    let v;
+    try {
+        // Mappings as Maps, so that a key that is not a string is seen.
+        v = doc.toJS({ mapAsMap: true, maxAliasCount: 100 });
+    }
+    catch (err) {
+        fail(err.message);
+    }
     if (v === null || v === undefined) {
         return {};
     }
-    if (!isPlainObject(v)) {
+    const top = mapping(v);
+    if (!top) {
         fail("cannot unmarshal a catalog from what is not a mapping");
     }
-    return check(v);
+    return check(top);
+}
+/**
+ * A YAML mapping as an object, its keys as strings (as Go reads a key into
+ * a map of strings); undefined for anything else.
+ */
+function mapping(v) {
+    if (!(v instanceof Map)) {
+        return undefined;
+    }
+    const out = {};
+    for (const [k, e] of v) {
+        out[String(k)] = e;
+    }
+    return out;
 }
 function check(v) {
     for (const k of Object.keys(v)) {
@@ -72,11 +94,11 @@ function check(v) {
     if (set("blast_radius")) {
         c.blast_radius = blast(v["blast_radius"], "blast_radius");
     }
-    const tools = v["tools"];
-    if (tools === undefined || tools === null) {
+    if (v["tools"] === undefined || v["tools"] === null) {
         return c;
     }
-    if (!isPlainObject(tools)) {
+    const tools = mapping(v["tools"]);
+    if (!tools) {
         fail("tools must be a mapping of tool names to rules");
     }
     c.tools = {};
@@ -85,8 +107,8 @@ function check(v) {
         if (name.trim() === "") {
             fail("a tool with a blank name");
         }
-        const raw = tools[name] ?? {};
-        if (!isPlainObject(raw)) {
+        const raw = tools[name] === null ? {} : mapping(tools[name]);
+        if (!raw) {
             fail(`${where} must be a mapping`);
         }
         c.tools[name] = rule(raw, where);
@@ -126,15 +148,15 @@ function rule(raw, where) {
         r.reviewer = raw["reviewer"];
     }
     if (present("target_fixed")) {
-        const fixed = raw["target_fixed"];
-        if (!isPlainObject(fixed)) {
+        const fixed = mapping(raw["target_fixed"]);
+        if (!fixed) {
             fail(`${where}.target_fixed is not a JSON object`);
         }
         r.target_fixed = jsonOnly(fixed, `${where}.target_fixed`);
     }
     if (present("target")) {
-        const t = raw["target"];
-        if (!isPlainObject(t)) {
+        const t = mapping(raw["target"]);
+        if (!t) {
             fail(`${where}.target must map target members to JSON Pointers`);
         }
         r.target = {};
@@ -193,7 +215,14 @@ function jsonOnly(v, where) {
         return out;
     }
     if (v instanceof Map) {
-        fail(`${where} is not a JSON object: a mapping with keys that are not strings`);
+        const out = {};
+        for (const [k, e] of v) {
+            if (typeof k !== "string") {
+                fail(`${where} is not a JSON object: a mapping with keys that are not strings`);
+            }
+            out[k] = jsonOnly(e, `${where}.${k}`);
+        }
+        return out;
     }
     fail(`${where} holds a value JSON cannot carry`);
 }

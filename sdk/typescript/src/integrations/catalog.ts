@@ -105,14 +105,36 @@ export function decodeCatalog(data: string | Uint8Array): Catalog {
     const where = e.linePos?.[0] ? `line ${e.linePos[0].line}: ` : "";
     fail(`${where}${e.code === "DUPLICATE_KEY" ? "mapping key already defined" : e.message.split("\n")[0]}`);
   }
-  const v: unknown = doc.toJS({ maxAliasCount: 100 });
+  let v: unknown;
+  try {
+    // Mappings as Maps, so that a key that is not a string is seen.
+    v = doc.toJS({ mapAsMap: true, maxAliasCount: 100 });
+  } catch (err) {
+    fail((err as Error).message);
+  }
   if (v === null || v === undefined) {
     return {};
   }
-  if (!isPlainObject(v)) {
+  const top = mapping(v);
+  if (!top) {
     fail("cannot unmarshal a catalog from what is not a mapping");
   }
-  return check(v);
+  return check(top);
+}
+
+/**
+ * A YAML mapping as an object, its keys as strings (as Go reads a key into
+ * a map of strings); undefined for anything else.
+ */
+function mapping(v: unknown): Record<string, unknown> | undefined {
+  if (!(v instanceof Map)) {
+    return undefined;
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, e] of v) {
+    out[String(k)] = e;
+  }
+  return out;
 }
 
 function check(v: Record<string, unknown>): Catalog {
@@ -129,11 +151,11 @@ function check(v: Record<string, unknown>): Catalog {
   if (set("blast_radius")) {
     c.blast_radius = blast(v["blast_radius"], "blast_radius");
   }
-  const tools = v["tools"];
-  if (tools === undefined || tools === null) {
+  if (v["tools"] === undefined || v["tools"] === null) {
     return c;
   }
-  if (!isPlainObject(tools)) {
+  const tools = mapping(v["tools"]);
+  if (!tools) {
     fail("tools must be a mapping of tool names to rules");
   }
   c.tools = {};
@@ -142,8 +164,8 @@ function check(v: Record<string, unknown>): Catalog {
     if (name.trim() === "") {
       fail("a tool with a blank name");
     }
-    const raw = tools[name] ?? {};
-    if (!isPlainObject(raw)) {
+    const raw = tools[name] === null ? {} : mapping(tools[name]);
+    if (!raw) {
       fail(`${where} must be a mapping`);
     }
     c.tools[name] = rule(raw, where);
@@ -184,15 +206,15 @@ function rule(raw: Record<string, unknown>, where: string): ToolRule {
     r.reviewer = raw["reviewer"] as string;
   }
   if (present("target_fixed")) {
-    const fixed = raw["target_fixed"];
-    if (!isPlainObject(fixed)) {
+    const fixed = mapping(raw["target_fixed"]);
+    if (!fixed) {
       fail(`${where}.target_fixed is not a JSON object`);
     }
     r.target_fixed = jsonOnly(fixed, `${where}.target_fixed`) as Record<string, unknown>;
   }
   if (present("target")) {
-    const t = raw["target"];
-    if (!isPlainObject(t)) {
+    const t = mapping(raw["target"]);
+    if (!t) {
       fail(`${where}.target must map target members to JSON Pointers`);
     }
     r.target = {};
@@ -253,7 +275,14 @@ function jsonOnly(v: unknown, where: string): unknown {
     return out;
   }
   if (v instanceof Map) {
-    fail(`${where} is not a JSON object: a mapping with keys that are not strings`);
+    const out: Record<string, unknown> = {};
+    for (const [k, e] of v) {
+      if (typeof k !== "string") {
+        fail(`${where} is not a JSON object: a mapping with keys that are not strings`);
+      }
+      out[k] = jsonOnly(e, `${where}.${k}`);
+    }
+    return out;
   }
   fail(`${where} holds a value JSON cannot carry`);
 }
