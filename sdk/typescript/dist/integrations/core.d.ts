@@ -110,7 +110,6 @@ export declare class GatedTools {
      * ends first.
      */
     decide(callKey: string, opts?: CallOptions): Promise<Verdict>;
-    private mappingOfAction;
     private remember;
     private forget;
     /**

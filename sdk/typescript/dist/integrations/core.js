@@ -130,7 +130,7 @@ export class GatedTools {
         catch (err) {
             const refused = this.refusal(m, err, key, change.id);
             if (refused instanceof ToolHeldError) {
-                this.remember(key, { id: change.id, held: refused.verdict });
+                this.remember(key, { id: change.id, tool: m, held: refused.verdict });
             }
             else if (refused instanceof ToolRefusedError) {
                 this.forget(key);
@@ -152,7 +152,7 @@ export class GatedTools {
             return "approved";
         }
         change.id = this.newId();
-        this.remember(callKey, { id: change.id });
+        this.remember(callKey, { id: change.id, tool: m });
         try {
             await this.probe.authorize(m.action, m.class, { ...change, arguments: reviewed }, opts);
         }
@@ -162,7 +162,7 @@ export class GatedTools {
             }
             const refused = this.refusal(m, err, callKey, change.id);
             if (refused instanceof ToolHeldError) {
-                this.remember(callKey, { id: change.id, held: refused.verdict });
+                this.remember(callKey, { id: change.id, tool: m, held: refused.verdict });
                 return "held";
             }
             if (!(refused instanceof ToolRefusedError)) {
@@ -199,19 +199,10 @@ export class GatedTools {
         catch (err) {
             if (err instanceof VerdictError) {
                 this.forget(callKey);
-                throw this.refusal(this.mappingOfAction(p.held), err, callKey, p.id);
+                throw this.refusal(p.tool, err, callKey, p.id);
             }
             throw err;
         }
-    }
-    mappingOfAction(v) {
-        for (const name of Object.keys(this.catalog.tools ?? {})) {
-            const m = this.mapping(name);
-            if (m.action === v.action) {
-                return m;
-            }
-        }
-        return this.mapping(v.action ?? "");
     }
     remember(key, p) {
         if (key !== undefined) {

@@ -102,6 +102,7 @@ class Probed extends Error {
 
 interface Pending {
   id: string;
+  tool: ToolMapping;
   held?: Verdict;
 }
 
@@ -187,7 +188,7 @@ export class GatedTools {
     } catch (err) {
       const refused = this.refusal(m, err, key, change.id);
       if (refused instanceof ToolHeldError) {
-        this.remember(key, { id: change.id, held: refused.verdict });
+        this.remember(key, { id: change.id, tool: m, held: refused.verdict });
       } else if (refused instanceof ToolRefusedError) {
         this.forget(key);
       }
@@ -209,7 +210,7 @@ export class GatedTools {
       return "approved";
     }
     change.id = this.newId();
-    this.remember(callKey, { id: change.id });
+    this.remember(callKey, { id: change.id, tool: m });
     try {
       await this.probe.authorize(m.action, m.class, { ...change, arguments: reviewed }, opts);
     } catch (err) {
@@ -218,7 +219,7 @@ export class GatedTools {
       }
       const refused = this.refusal(m, err, callKey, change.id);
       if (refused instanceof ToolHeldError) {
-        this.remember(callKey, { id: change.id, held: refused.verdict });
+        this.remember(callKey, { id: change.id, tool: m, held: refused.verdict });
         return "held";
       }
       if (!(refused instanceof ToolRefusedError)) {
@@ -256,20 +257,10 @@ export class GatedTools {
     } catch (err) {
       if (err instanceof VerdictError) {
         this.forget(callKey);
-        throw this.refusal(this.mappingOfAction(p.held), err, callKey, p.id);
+        throw this.refusal(p.tool, err, callKey, p.id);
       }
       throw err;
     }
-  }
-
-  private mappingOfAction(v: Verdict): ToolMapping {
-    for (const name of Object.keys(this.catalog.tools ?? {})) {
-      const m = this.mapping(name);
-      if (m.action === v.action) {
-        return m;
-      }
-    }
-    return this.mapping(v.action ?? "");
   }
 
   private remember(key: string | undefined, p: Pending): void {

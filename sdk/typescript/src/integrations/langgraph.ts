@@ -75,12 +75,12 @@ function wrap<T extends LangChainToolLike>(gated: GatedTools, tool: T): T {
   const invoke = async (input: unknown, config?: ConfigLike): Promise<unknown> => {
     const call = isToolCall(input) ? input : undefined;
     const args = call ? call.args : input;
-    const key = call?.id ?? config?.toolCall?.id;
+    const callId = call?.id ?? config?.toolCall?.id;
     const thread = config?.configurable?.thread_id;
-    const proposalId =
-      key && (typeof thread === "string" || typeof thread === "number")
-        ? "lg-" + createHash("sha256").update(`${String(thread)}\n${key}`).digest("hex").slice(0, 32)
-        : undefined;
+    const threaded = callId !== undefined && (typeof thread === "string" || typeof thread === "number");
+    // Tool call ids are a model's, unique within a thread at best.
+    const key = threaded ? `${String(thread)}\n${callId}` : callId;
+    const proposalId = threaded ? "lg-" + createHash("sha256").update(key!).digest("hex").slice(0, 32) : undefined;
     const exec = (reviewed: Record<string, unknown>) => tool.invoke(call ? { ...call, args: reviewed } : reviewed, config);
     const opts = { callKey: key, proposalId };
     try {
