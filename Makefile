@@ -63,9 +63,9 @@ test-ts: build
 	@test -z "$$(git status --porcelain -- sdk/typescript/dist)" || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git status --short -- sdk/typescript/dist; exit 1; }
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
-	cd sdk/typescript/test/integrations && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
+	cd sdk/typescript/test/integrations && npm ci --no-audit --no-fund --prefer-offline && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	for ex in ai-ts openai-agents-ts langgraph-ts; do \
-	  (cd examples/$$ex && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test) || exit 1; \
+	  (cd examples/$$ex && npm ci --no-audit --no-fund --prefer-offline && GATED_BIN="$(CURDIR)/bin/gated" npm test) || exit 1; \
 	done
 
 # test-mcp-ts runs gated mcp under the TypeScript MCP SDK's client
