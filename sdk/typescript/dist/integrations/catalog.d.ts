@@ -28,6 +28,10 @@ export interface Catalog {
     reason_argument?: string;
     blast_radius?: BlastRadius;
     tools?: Record<string, ToolRule>;
+    /** gated mcp's overrides of each prompt's gets, read with the same rules. */
+    prompts?: Record<string, ToolRule>;
+    /** gated mcp's overrides of each resource's reads, read with the same rules. */
+    resources?: Record<string, ToolRule>;
 }
 /** How the calls of one tool become proposals. */
 export interface ToolMapping {

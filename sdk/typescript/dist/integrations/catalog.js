@@ -17,7 +17,7 @@ export class CatalogError extends GatedError {
     code = "invalid_catalog";
 }
 const ruleKeys = new Set(["action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer"]);
-const catalogKeys = new Set(["reason_argument", "blast_radius", "tools"]);
+const catalogKeys = new Set(["reason_argument", "blast_radius", "tools", "prompts", "resources"]);
 const blasts = new Set(["single_device", "cluster", "tenant_wide"]);
 const classes = new Set(["read", "write", "destructive"]);
 function fail(msg) {
@@ -94,26 +94,40 @@ function check(v) {
     if (set("blast_radius")) {
         c.blast_radius = blast(v["blast_radius"], "blast_radius");
     }
-    if (v["tools"] === undefined || v["tools"] === null) {
-        return c;
-    }
-    const tools = mapping(v["tools"]);
-    if (!tools) {
-        fail("tools must be a mapping of tool names to rules");
-    }
-    c.tools = {};
-    for (const name of Object.keys(tools).sort()) {
-        const where = `tools[${JSON.stringify(name)}]`;
-        if (name.trim() === "") {
-            fail("a tool with a blank name");
+    for (const section of ["tools", "prompts", "resources"]) {
+        const rules = section in v ? sectionRules(v[section], section) : undefined;
+        if (rules) {
+            c[section] = rules;
         }
-        const raw = tools[name] === null ? {} : mapping(tools[name]);
+    }
+    return c;
+}
+/**
+ * One section of the catalog (tools, prompts or resources): a mapping of
+ * names to rules, each checked as gated mcp checks it; undefined when the
+ * section is absent or null.
+ */
+function sectionRules(v, section) {
+    if (v === undefined || v === null) {
+        return undefined;
+    }
+    const entries = mapping(v);
+    if (!entries) {
+        fail(`${section} must be a mapping of names to rules`);
+    }
+    const out = {};
+    for (const name of Object.keys(entries).sort()) {
+        const where = `${section}[${JSON.stringify(name)}]`;
+        if (name.trim() === "") {
+            fail(`${section}: an entry with a blank name`);
+        }
+        const raw = entries[name] === null ? {} : mapping(entries[name]);
         if (!raw) {
             fail(`${where} must be a mapping`);
         }
-        c.tools[name] = rule(raw, where);
+        out[name] = rule(raw, where);
     }
-    return c;
+    return out;
 }
 function rule(raw, where) {
     for (const k of Object.keys(raw)) {
