@@ -76,7 +76,7 @@ func Rotate(data []byte) ([]byte, error) {
 // publicKey derives the verifier key of a note signer key,
 // PRIVATE+KEY+<name>+<hash>+<base64(1 || Ed25519 seed)>.
 func publicKey(skey string) (string, error) {
-	parts := strings.Split(skey, "+")
+	parts := strings.SplitN(skey, "+", 5)
 	raw, err := base64.StdEncoding.DecodeString(parts[len(parts)-1])
 	if len(parts) != 5 || err != nil || len(raw) != 1+ed25519.SeedSize || raw[0] != 1 {
 		return "", errors.New("malformed checkpoint signing key")

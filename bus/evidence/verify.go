@@ -3,6 +3,7 @@ package evidence
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -87,19 +88,25 @@ func Verify(open func() (io.ReadCloser, error), o VerifyOptions) (Result, error)
 			return res, bad("%v", err)
 		}
 	}
-	prev := int64(-1)
-	for n := int64(0); n < h.Records; n++ {
+	prev, n := int64(-1), int64(0)
+	var gap error
+	for ; ; n++ {
 		line, err := readLine(br)
+		if err == io.EOF {
+			break
+		}
 		if err != nil {
-			return res, bad("%d record lines, the header says %d", n, h.Records)
+			return res, bad("record line %d: %v", n+1, err)
 		}
 		if err := decodeRecordLine(line, &rl); err != nil {
 			return res, bad("record line %d: %v", n+1, err)
 		}
-		if err := checkIndex(h, last.Size, prev, rl.Index, rl.Seq); err != nil {
+		g, err := checkIndex(h, last.Size, prev, rl.Index, rl.Seq)
+		if err != nil {
 			return res, err
 		}
-		prev = rl.Index
+		gap = cmp.Or(gap, g)
+		prev = max(prev, rl.Index)
 		leaf := tlog.RecordHash(rl.Body)
 		if front != nil {
 			front.Append(leaf)
@@ -107,13 +114,17 @@ func Verify(open func() (io.ReadCloser, error), o VerifyOptions) (Result, error)
 			return res, bad("the record at index %d (stream sequence %d) is not in the tree of the last checkpoint (size %d): it was changed, or belongs to another tenant or position", rl.Index, rl.Seq, last.Size)
 		}
 	}
-	if _, err := readLine(br); err != io.EOF {
-		return res, bad("more lines than the %d records the header counts", h.Records)
+	if gap != nil {
+		return res, gap
+	}
+	if n != h.Records {
+		return res, bad("%d record lines, the header counts %d", n, h.Records)
 	}
 	if front != nil {
 		if front.Size() != last.Size {
 			return res, bad("the records end at index %d, the last checkpoint covers %d: records were removed from the end", front.Size()-1, last.Size)
 		}
+		h.Records = n
 		if front.Root() != last.Root {
 			return res, locate(open, h, last)
 		}
@@ -169,7 +180,7 @@ func checkHeader(h Header, o VerifyOptions) (Result, Checkpoint, error) {
 	if len(keys) == 0 {
 		return res, Checkpoint{}, bad("no checkpoint key given and none in the bundle")
 	}
-	witnesses := append(slices.Clone(o.Witnesses), h.WitnessKeys...)
+	witnesses := slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(o.Witnesses), h.WitnessKeys...))))
 	_, gatedVs, err := Verifiers(keys)
 	if err != nil {
 		return res, Checkpoint{}, bad("%v", err)
@@ -228,9 +239,6 @@ func checkHeader(h Header, o VerifyOptions) (Result, Checkpoint, error) {
 	for _, c := range cps {
 		res.Checkpoints = append(res.Checkpoints, c.Checkpoint)
 	}
-	if h.Range && h.Start+h.Records != last.Size {
-		return res, Checkpoint{}, bad("the records run from index %d for %d records, the last checkpoint covers %d", h.Start, h.Records, last.Size)
-	}
 	return res, last.Checkpoint, nil
 }
 
@@ -264,24 +272,26 @@ func findProof(ps []TreeProof, from, to int64) (tlog.TreeProof, bool) {
 
 // checkIndex checks a record line's place: a range's lines are its
 // indexes in order, others increase and lie under the last checkpoint.
-func checkIndex(h Header, size, prev, index int64, seq uint64) error {
+// prev is the largest index before. A gap is returned apart (gap), as a
+// later line may show the missing record moved (reordered) instead.
+func checkIndex(h Header, size, prev, index int64, seq uint64) (gap, err error) {
 	want := prev + 1
 	if prev < 0 {
 		want = h.Start
 	}
 	switch {
 	case index < 0 || index >= size:
-		return bad("the record at index %d (stream sequence %d) lies outside the last checkpoint (size %d): a record was inserted", index, seq, size)
+		return nil, bad("the record at index %d (stream sequence %d) lies outside the last checkpoint (size %d): a record was inserted", index, seq, size)
 	case !h.Range && index > prev:
-		return nil
+		return nil, nil
 	case index == prev:
-		return bad("index %d appears twice (stream sequence %d): a record was inserted", index, seq)
+		return nil, bad("index %d appears twice (stream sequence %d): a record was inserted", index, seq)
 	case index < want:
-		return bad("index %d (stream sequence %d) comes after index %d: records were reordered", index, seq, prev)
+		return nil, bad("index %d (stream sequence %d) comes after index %d: records were reordered", index, seq, prev)
 	case index > want:
-		return bad("index %d (stream sequence %d) follows index %d: %d record(s) were removed", index, seq, want-1, index-want)
+		return bad("index %d (stream sequence %d) follows index %d: %d record(s) were removed", index, seq, want-1, index-want), nil
 	}
-	return nil
+	return nil, nil
 }
 
 // locate reads a range's records again, when they do not hash to the
@@ -304,6 +314,7 @@ func locate(open func() (io.ReadCloser, error), h Header, last Checkpoint) error
 	var prevHash [32]byte
 	var prevIndex int64 = -1
 	var prevSeq uint64
+	var gap error
 	for range h.Records {
 		line, err := readLine(br)
 		if err != nil || decodeRecordLine(line, &rl) != nil {
@@ -327,12 +338,15 @@ func locate(open func() (io.ReadCloser, error), h Header, last Checkpoint) error
 			case b.Chain.N < prevN:
 				return bad("the record at index %d (stream sequence %d) holds chain position %d after %d: records were reordered", rl.Index, rl.Seq, b.Chain.N, prevN)
 			case b.Chain.N > prevN+1:
-				return bad("the chain jumps from position %d to %d at index %d (stream sequence %d): %d record(s) were removed", prevN, b.Chain.N, rl.Index, rl.Seq, b.Chain.N-prevN-1)
-			case b.Chain.Prev != hex.EncodeToString(prevHash[:]):
+				gap = cmp.Or(gap, bad("the chain jumps from position %d to %d at index %d (stream sequence %d): %d record(s) were removed", prevN, b.Chain.N, rl.Index, rl.Seq, b.Chain.N-prevN-1))
+			case gap == nil && b.Chain.Prev != hex.EncodeToString(prevHash[:]):
 				return bad("the record at index %d (stream sequence %d) was changed: the record after it names another hash", prevIndex, prevSeq)
 			}
 		}
 		prevN, prevHash, prevIndex, prevSeq = b.Chain.N, sha256.Sum256(rl.Body), rl.Index, rl.Seq
+	}
+	if gap != nil {
+		return gap
 	}
 	return bad("the last record, at index %d, was changed (or the chain rewritten to match): the records do not hash to the root of the last checkpoint (size %d)", prevIndex, last.Size)
 }
