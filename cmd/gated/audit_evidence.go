@@ -418,4 +418,3 @@ func verifyBundle(cmd *cobra.Command, path, tenant string, k evidenceKeyOptions,
 	}
 	return nil
 }
-
