@@ -24,6 +24,10 @@ type Checkpoint struct {
 	Time   time.Time
 }
 
+// maxSize bounds a tree's size: far beyond any log, and within what
+// tlog's proof arithmetic handles.
+const maxSize = 1 << 60
+
 // OriginOf is the origin line of tenant's log under the key named name.
 func OriginOf(name, tenant string) string { return name + "/audit/" + tenant }
 
@@ -54,7 +58,8 @@ func ParseCheckpoint(text string) (Checkpoint, error) {
 		return Checkpoint{}, errors.New("malformed checkpoint: bad origin line")
 	}
 	n, err := strconv.ParseInt(lines[1], 10, 64)
-	if err != nil || n < 0 || strconv.FormatInt(n, 10) != lines[1] {
+	// tlog's proofs loop forever on sizes past 2^62.
+	if err != nil || n < 0 || n > maxSize || strconv.FormatInt(n, 10) != lines[1] {
 		return Checkpoint{}, errors.New("malformed checkpoint: bad tree size")
 	}
 	c.Size = n

@@ -3,6 +3,7 @@ package evidence_test
 import (
 	"crypto/sha256"
 	"fmt"
+	"strings"
 	"testing"
 
 	"golang.org/x/mod/sumdb/tlog"
@@ -88,5 +89,18 @@ func TestCheckNextRefusesAnInconsistentHead(t *testing.T) {
 	}
 	if _, err := evidence.CheckNext(a, 5, last); err == nil {
 		t.Fatal("a head smaller than the signed one was signed")
+	}
+}
+
+// TestCheckpointSizeBounded: tlog's proof arithmetic loops forever on
+// tree sizes past 2^62, so a checkpoint of such a size is refused.
+func TestCheckpointSizeBounded(t *testing.T) {
+	text := "gated.test/audit/acme\n4611686018427387909\n" + strings.Repeat("A", 43) + "=\ntime 2025-01-02T03:04:05Z\n"
+	if _, err := evidence.ParseCheckpoint(text); err == nil || !strings.Contains(err.Error(), "bad tree size") {
+		t.Fatalf("a checkpoint of size 2^62+5: %v", err)
+	}
+	ok := strings.Replace(text, "4611686018427387909", "12", 1)
+	if c, err := evidence.ParseCheckpoint(ok); err != nil || c.Size != 12 || c.Text() != ok {
+		t.Fatalf("a checkpoint of size 12: %+v %v", c, err)
 	}
 }

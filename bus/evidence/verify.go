@@ -81,39 +81,36 @@ func Verify(open func() (io.ReadCloser, error), o VerifyOptions) (Result, error)
 	if err != nil {
 		return res, err
 	}
-	var rl RecordLine
 	var front *Frontier
 	if h.Range {
 		if front, err = NewFrontier(h.Start, h.Prefix); err != nil {
 			return res, bad("%v", err)
 		}
 	}
-	prev, n := int64(-1), int64(0)
+	prev, count := int64(-1), int64(0)
 	var gap error
-	for ; ; n++ {
-		line, err := readLine(br)
-		if err == io.EOF {
-			break
+	err = readLeaves(br, func(n int64, l *leafLine) error {
+		count = n + 1
+		if l.err != nil {
+			return bad("record line %d: %v", n+1, l.err)
 		}
+		g, err := checkIndex(h, last.Size, prev, l.index, l.seq)
 		if err != nil {
-			return res, bad("record line %d: %v", n+1, err)
-		}
-		if err := decodeRecordLine(line, &rl); err != nil {
-			return res, bad("record line %d: %v", n+1, err)
-		}
-		g, err := checkIndex(h, last.Size, prev, rl.Index, rl.Seq)
-		if err != nil {
-			return res, err
+			return err
 		}
 		gap = cmp.Or(gap, g)
-		prev = max(prev, rl.Index)
-		leaf := tlog.RecordHash(rl.Body)
+		prev = max(prev, l.index)
 		if front != nil {
-			front.Append(leaf)
-		} else if err := tlog.CheckRecord(rl.Proof, last.Size, last.Root, rl.Index, leaf); err != nil {
-			return res, bad("the record at index %d (stream sequence %d) is not in the tree of the last checkpoint (size %d): it was changed, or belongs to another tenant or position", rl.Index, rl.Seq, last.Size)
+			front.Append(l.leaf)
+		} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {
+			return bad("the record at index %d (stream sequence %d) is not in the tree of the last checkpoint (size %d): it was changed, or belongs to another tenant or position", l.index, l.seq, last.Size)
 		}
+		return nil
+	})
+	if err != nil {
+		return res, err
 	}
+	n := count
 	if gap != nil {
 		return res, gap
 	}
@@ -136,28 +133,23 @@ func Verify(open func() (io.ReadCloser, error), o VerifyOptions) (Result, error)
 // DecodeHeader reads a bundle's header line, strictly.
 func DecodeHeader(line []byte) (Header, error) {
 	var h Header
-	d := json.NewDecoder(bytes.NewReader(line))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&h); err != nil {
+	if err := strictUnmarshal(line, &h); err != nil {
 		return Header{}, bad("header: %v", err)
 	}
 	switch {
-	case d.More():
-		return Header{}, bad("header: more than one JSON value")
 	case h.Format != Format:
 		return Header{}, bad("format %q, not %q", h.Format, Format)
-	case h.Records < 0 || h.Start < 0:
-		return Header{}, bad("header: negative count")
+	case h.Records < 0 || h.Start < 0 || h.Start > maxSize:
+		return Header{}, bad("header: a count out of range")
 	}
 	return h, nil
 }
 
-// decodeRecordLine reads one record line, strictly.
-func decodeRecordLine(line []byte, rl *RecordLine) error {
-	*rl = RecordLine{Proof: rl.Proof[:0]}
+// strictUnmarshal decodes one JSON value, refusing unknown members.
+func strictUnmarshal(line []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(line))
 	d.DisallowUnknownFields()
-	if err := d.Decode(rl); err != nil {
+	if err := d.Decode(v); err != nil {
 		return err
 	}
 	if d.More() {
