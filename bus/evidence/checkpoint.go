@@ -72,7 +72,7 @@ func ParseCheckpoint(text string) (Checkpoint, error) {
 	if !ok {
 		return Checkpoint{}, errors.New("malformed checkpoint: no time line")
 	}
-	if c.Time, err = time.Parse(time.RFC3339, at); err != nil || c.Time.Format(time.RFC3339) != at {
+	if c.Time, err = time.Parse(time.RFC3339, at); err != nil || c.Time.UTC().Format(time.RFC3339) != at {
 		return Checkpoint{}, errors.New("malformed checkpoint: bad time")
 	}
 	return c, nil

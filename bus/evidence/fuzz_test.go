@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"strings"
 	"testing"
 
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 )
 
@@ -67,3 +69,43 @@ func FuzzVerifyBundle(f *testing.F) {
 }
 
 func isBundleErr(err error) bool { return errors.Is(err, ErrBundle) }
+
+// FuzzParseCheckpoint: a checkpoint body read is written back as read.
+func FuzzParseCheckpoint(f *testing.F) {
+	f.Add("gated.test/audit/acme\n12\n" + strings.Repeat("A", 43) + "=\ntime 2025-01-02T03:04:05Z\n")
+	f.Add("x/audit/_\n0\n47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=\ntime 2025-01-02T03:04:05Z\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		c, err := ParseCheckpoint(text)
+		if err != nil {
+			return
+		}
+		if c.Text() != text {
+			t.Fatalf("read %q, written back %q", text, c.Text())
+		}
+	})
+}
+
+// FuzzParseKeys: a key file read signs, and its public key verifies.
+func FuzzParseKeys(f *testing.F) {
+	file, _ := NewKeyFile("gated.fuzz")
+	f.Add(file)
+	rotated, _ := Rotate(file)
+	f.Add(rotated)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		k, err := ParseKeys(data)
+		if err != nil {
+			return
+		}
+		msg, err := note.Sign(&note.Note{Text: "x\n"}, k.Signer)
+		if err != nil {
+			return // a name note does not sign with
+		}
+		known, _, err := Verifiers(k.Public[:1])
+		if err != nil {
+			t.Fatalf("the public key of %q: %v", data, err)
+		}
+		if _, err := note.Open(msg, known); err != nil {
+			t.Fatalf("a note signed with %q does not verify under its public key: %v", data, err)
+		}
+	})
+}

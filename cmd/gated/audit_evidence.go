@@ -74,6 +74,7 @@ func auditCheckpointCmd() *cobra.Command {
 		rotate  bool
 		cosign  string
 		showPub bool
+		every   time.Duration
 	)
 	c := &cobra.Command{
 		Use:   "checkpoint",
@@ -89,6 +90,9 @@ stream no longer holds what was signed.
 (a host name, say: it begins every checkpoint's origin line), and
 --rotate-key replaces its key with a new one, keeping the old public key
 for the checkpoints it signed. --public-key prints the public keys.
+
+--every D signs again every D until interrupted (a signer at an interval,
+beside gated serve); without it, once.
 
 --cosign FILE stores a witness's cosignature: FILE is a stored checkpoint
 with the witness's signature added, verified with --witness-key.
@@ -134,40 +138,24 @@ Exit status: 0 done, 3 a head refused, 2 bad usage, 1 failure.`,
 				_, err = fmt.Fprintf(out, "%s: cosignature of the checkpoint of size %d stored\n", o.tenant, c.Size)
 				return err
 			}
-			tenants := []string{o.tenant}
-			if o.tenant == "" {
-				if tenants, err = auditTenants(cmd, js); err != nil {
-					return err
-				}
-			}
-			refused := 0
-			for _, t := range tenants {
-				c, signed, err := evidence.SignNext(cmd.Context(), js, t, keys, time.Now())
-				if errors.Is(err, evidence.ErrInconsistent) {
-					refused++
-					fmt.Fprintf(cmd.ErrOrStderr(), "gated: %v\n", err)
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				if o.json {
-					err = json.NewEncoder(out).Encode(map[string]any{"tenant": t, "size": c.Size, "root": c.Root, "time": c.Time, "signed": signed, "checkpoint": string(c.Note)})
-				} else {
-					verb := "signed"
-					if !signed {
-						verb = "unchanged"
+			if every > 0 {
+				t := time.NewTicker(every)
+				defer t.Stop()
+				for {
+					if err := signHeads(cmd, js, o, keys); err != nil {
+						var ex *exitError
+						if !errors.As(err, &ex) {
+							return err
+						}
 					}
-					_, err = fmt.Fprintf(out, "%s: %s size %d root %s\n", t, verb, c.Size, c.Root)
-				}
-				if err != nil {
-					return err
+					select {
+					case <-cmd.Context().Done():
+						return nil
+					case <-t.C:
+					}
 				}
 			}
-			if refused > 0 {
-				return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d head(s) refused", refused), silent: true}
-			}
-			return nil
+			return signHeads(cmd, js, o, keys)
 		},
 	}
 	f := c.Flags()
@@ -177,7 +165,48 @@ Exit status: 0 done, 3 a head refused, 2 bad usage, 1 failure.`,
 	f.BoolVar(&rotate, "rotate-key", false, "replace the key file's key with a new one, keeping the old public key")
 	f.StringVar(&cosign, "cosign", "", "store this checkpoint's witness cosignature (with --tenant and --witness-key)")
 	f.BoolVar(&showPub, "public-key", false, "print the public keys and exit")
+	f.DurationVar(&every, "every", 0, "sign again at this interval until interrupted")
 	return c
+}
+
+// signHeads signs the head of --tenant's tree, or of every tenant's.
+func signHeads(cmd *cobra.Command, js jetstream.JetStream, o auditReadOptions, keys *evidence.Keys) error {
+	out := cmd.OutOrStdout()
+	tenants := []string{o.tenant}
+	if o.tenant == "" {
+		var err error
+		if tenants, err = auditTenants(cmd, js); err != nil {
+			return err
+		}
+	}
+	refused := 0
+	for _, t := range tenants {
+		c, signed, err := evidence.SignNext(cmd.Context(), js, t, keys, time.Now())
+		if errors.Is(err, evidence.ErrInconsistent) {
+			refused++
+			fmt.Fprintf(cmd.ErrOrStderr(), "gated: %v\n", err)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if o.json {
+			err = json.NewEncoder(out).Encode(map[string]any{"tenant": t, "size": c.Size, "root": c.Root, "time": c.Time, "signed": signed, "checkpoint": string(c.Note)})
+		} else {
+			verb := "signed"
+			if !signed {
+				verb = "unchanged"
+			}
+			_, err = fmt.Fprintf(out, "%s: %s size %d root %s\n", t, verb, c.Size, c.Root)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if refused > 0 {
+		return &exitError{code: exitAuditProblems, err: fmt.Errorf("%d head(s) refused", refused), silent: true}
+	}
+	return nil
 }
 
 // auditTenants are the tenants with records in the audit stream.
