@@ -26,6 +26,8 @@ type testLog struct {
 	a    *audit.Writer
 	keys *evidence.Keys
 	file []byte
+	// signer keeps its trees from one checkpoint to the next.
+	signer *evidence.Signer
 }
 
 func newTestLog(t *testing.T) *testLog {
@@ -43,7 +45,7 @@ func newTestLog(t *testing.T) *testLog {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testLog{js: js, a: natstest.AuditWriter(t, js, audit.Config{}), keys: keys, file: file}
+	return &testLog{js: js, a: natstest.AuditWriter(t, js, audit.Config{}), keys: keys, file: file, signer: evidence.NewSigner(js, keys)}
 }
 
 // write seals n verdicts of tenant, ids prefix0..prefix<n-1>.
@@ -63,7 +65,7 @@ func (l *testLog) write(t *testing.T, tenant, prefix string, n int) {
 
 func (l *testLog) sign(t *testing.T, tenant string) evidence.Signed {
 	t.Helper()
-	c, _, err := evidence.SignNext(t.Context(), l.js, tenant, l.keys, time.Now())
+	c, _, err := l.signer.Sign(t.Context(), tenant, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +117,7 @@ func TestExportVerifies(t *testing.T) {
 	if first.Size != 5 || last.Size != 11 {
 		t.Fatalf("checkpoints of sizes %d and %d, want 5 and 11", first.Size, last.Size)
 	}
-	if again, signed, err := evidence.SignNext(t.Context(), l.js, "beta", l.keys, time.Now()); err != nil || !signed || again.Size != 2 {
+	if again, signed, err := evidence.NewSigner(l.js, l.keys).Sign(t.Context(), "beta", time.Now()); err != nil || !signed || again.Size != 2 {
 		t.Fatalf("beta: %v %v %v", again.Size, signed, err)
 	}
 	whole := l.export(t, evidence.ExportOptions{Tenant: "acme"})
@@ -333,7 +335,7 @@ func TestSignRefusesAReplacedStream(t *testing.T) {
 	if _, err := other.js.Publish(t.Context(), evidence.SubjectPrefix+"acme", c.Note); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := evidence.SignNext(t.Context(), other.js, "acme", l.keys, time.Now())
+	_, _, err := evidence.NewSigner(other.js, l.keys).Sign(t.Context(), "acme", time.Now())
 	if err == nil || !strings.Contains(err.Error(), "the first 4 records no longer hash to the root") {
 		t.Fatalf("signing over a replaced stream: %v", err)
 	}

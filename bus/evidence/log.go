@@ -45,20 +45,6 @@ func EnsureStream(ctx context.Context, js jetstream.JetStream) (jetstream.Stream
 	return s, nil
 }
 
-// LoadTree reads every message of tenant's audit subjects, in stream
-// order, into a tree, and hands each to fn when fn is not nil.
-func LoadTree(ctx context.Context, js jetstream.JetStream, tenant string, fn func(seq uint64, body []byte) error) (*Tree, error) {
-	t := new(Tree)
-	err := audit.Read(ctx, js, audit.Query{Tenant: tenant, Undecoded: true}, func(e audit.Entry) error {
-		t.Append(e.Seq, e.Data)
-		if fn != nil {
-			return fn(e.Seq, e.Data)
-		}
-		return nil
-	})
-	return t, err
-}
-
 // Checkpoints reads tenant's stored checkpoints, each opened with known
 // (a checkpoint that does not open is an error naming its sequence),
 // oldest first, the notes of one checkpoint merged into one. last is the
@@ -115,24 +101,63 @@ func Checkpoints(ctx context.Context, js jetstream.JetStream, tenant string, kno
 	}
 }
 
-// SignNext signs the head of tenant's tree with keys and stores it,
-// unless it is inconsistent with the newest checkpoint stored
-// (ErrInconsistent). When the tree has not grown since, the newest
-// checkpoint is returned and nothing is signed (signed is false). Two
-// signers at once: one stores its checkpoint, the other's store fails.
-func SignNext(ctx context.Context, js jetstream.JetStream, tenant string, keys *Keys, now time.Time) (c Signed, signed bool, err error) {
-	known, _, err := Verifiers(keys.Public)
+// Signer signs the heads of tenants' trees. It keeps each tree it built
+// and reads only the records stored since, so signing at an interval
+// costs what was appended, not the whole stream.
+type Signer struct {
+	js    jetstream.JetStream
+	keys  *Keys
+	trees map[string]*Tree
+}
+
+// NewSigner signs with keys the trees of the audit stream on js.
+func NewSigner(js jetstream.JetStream, keys *Keys) *Signer {
+	return &Signer{js: js, keys: keys, trees: map[string]*Tree{}}
+}
+
+// tree brings tenant's tree up to the stream's last record.
+func (s *Signer) tree(ctx context.Context, tenant string) (*Tree, error) {
+	t := s.trees[tenant]
+	if t == nil {
+		t = new(Tree)
+	}
+	var from uint64
+	if n := t.Size(); n > 0 {
+		from = t.Seq(n-1) + 1
+	}
+	err := audit.Read(ctx, s.js, audit.Query{Tenant: tenant, Undecoded: true, StartSeq: from}, func(e audit.Entry) error {
+		if e.Seq >= from {
+			t.Append(e.Seq, e.Data)
+		}
+		return nil
+	})
+	if err != nil {
+		// The tree may hold part of what was read: build it again next time.
+		delete(s.trees, tenant)
+		return nil, err
+	}
+	s.trees[tenant] = t
+	return t, nil
+}
+
+// Sign signs the head of tenant's tree and stores it, unless it is
+// inconsistent with the newest checkpoint stored (ErrInconsistent). When
+// the tree has not grown since, the newest checkpoint is returned and
+// nothing is signed (signed is false). Two signers at once: one stores
+// its checkpoint, the other's store fails.
+func (s *Signer) Sign(ctx context.Context, tenant string, now time.Time) (c Signed, signed bool, err error) {
+	known, _, err := Verifiers(s.keys.Public)
 	if err != nil {
 		return Signed{}, false, err
 	}
-	if _, err := EnsureStream(ctx, js); err != nil {
+	if _, err := EnsureStream(ctx, s.js); err != nil {
 		return Signed{}, false, err
 	}
-	cps, lastSeq, err := Checkpoints(ctx, js, tenant, known)
+	cps, lastSeq, err := Checkpoints(ctx, s.js, tenant, known)
 	if err != nil {
 		return Signed{}, false, err
 	}
-	tree, err := LoadTree(ctx, js, tenant, nil)
+	tree, err := s.tree(ctx, tenant)
 	if err != nil {
 		return Signed{}, false, err
 	}
@@ -147,12 +172,12 @@ func SignNext(ctx context.Context, js jetstream.JetStream, tenant string, keys *
 	if last != nil && last.Size == tree.Size() {
 		return cps[len(cps)-1], false, nil
 	}
-	cp := Checkpoint{Origin: OriginOf(keys.Signer.Name(), tenant), Size: tree.Size(), Root: root, Time: now.UTC().Truncate(time.Second)}
-	msg, err := Sign(cp, keys.Signer)
+	cp := Checkpoint{Origin: OriginOf(s.keys.Signer.Name(), tenant), Size: tree.Size(), Root: root, Time: now.UTC().Truncate(time.Second)}
+	msg, err := Sign(cp, s.keys.Signer)
 	if err != nil {
 		return Signed{}, false, err
 	}
-	if _, err := js.Publish(ctx, SubjectPrefix+tenant, msg, jetstream.WithExpectStream(Stream),
+	if _, err := s.js.Publish(ctx, SubjectPrefix+tenant, msg, jetstream.WithExpectStream(Stream),
 		jetstream.WithExpectLastSequencePerSubject(lastSeq)); err != nil {
 		return Signed{}, false, fmt.Errorf("storing the checkpoint of tenant %s: %w", tenant, err)
 	}

@@ -138,11 +138,12 @@ Exit status: 0 done, 3 a head refused, 2 bad usage, 1 failure.`,
 				_, err = fmt.Fprintf(out, "%s: cosignature of the checkpoint of size %d stored\n", o.tenant, c.Size)
 				return err
 			}
+			signer := evidence.NewSigner(js, keys)
 			if every > 0 {
 				t := time.NewTicker(every)
 				defer t.Stop()
 				for {
-					if err := signHeads(cmd, js, o, keys); err != nil {
+					if err := signHeads(cmd, js, o, signer); err != nil {
 						var ex *exitError
 						if !errors.As(err, &ex) {
 							return err
@@ -155,7 +156,7 @@ Exit status: 0 done, 3 a head refused, 2 bad usage, 1 failure.`,
 					}
 				}
 			}
-			return signHeads(cmd, js, o, keys)
+			return signHeads(cmd, js, o, signer)
 		},
 	}
 	f := c.Flags()
@@ -170,7 +171,7 @@ Exit status: 0 done, 3 a head refused, 2 bad usage, 1 failure.`,
 }
 
 // signHeads signs the head of --tenant's tree, or of every tenant's.
-func signHeads(cmd *cobra.Command, js jetstream.JetStream, o auditReadOptions, keys *evidence.Keys) error {
+func signHeads(cmd *cobra.Command, js jetstream.JetStream, o auditReadOptions, signer *evidence.Signer) error {
 	out := cmd.OutOrStdout()
 	tenants := []string{o.tenant}
 	if o.tenant == "" {
@@ -181,7 +182,7 @@ func signHeads(cmd *cobra.Command, js jetstream.JetStream, o auditReadOptions, k
 	}
 	refused := 0
 	for _, t := range tenants {
-		c, signed, err := evidence.SignNext(cmd.Context(), js, t, keys, time.Now())
+		c, signed, err := signer.Sign(cmd.Context(), t, time.Now())
 		if errors.Is(err, evidence.ErrInconsistent) {
 			refused++
 			fmt.Fprintf(cmd.ErrOrStderr(), "gated: %v\n", err)
