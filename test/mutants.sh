@@ -676,7 +676,7 @@ mutant evidence_signer_consistency bus/evidence/checkpoint.go ./bus/evidence \
 	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil && false {'
 mutant evidence_verify_consistency bus/evidence/verify.go ./bus/evidence \
 	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil {' \
-	'if false {'
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil && false {'
 mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
 	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
 	'} else if false {'
