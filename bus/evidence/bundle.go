@@ -69,8 +69,8 @@ type ExportOptions struct {
 	// witnesses' cosignatures (others are kept unverified in the notes).
 	Keys, WitnessKeys []string
 	// Since keeps the records stored at or after it (a range); IDs the
-	// records of these proposals, each with its proof. Neither: every
-	// record up to the last checkpoint.
+	// records of these proposals, each with its proof (Since is then not
+	// used). Neither: every record up to the last checkpoint.
 	Since time.Time
 	IDs   []string
 	// Seqs keeps the records at these stream sequences, each with its
@@ -132,10 +132,11 @@ func Export(ctx context.Context, js jetstream.JetStream, w io.Writer, o ExportOp
 	last := cps[len(cps)-1]
 	h := Header{Format: Format, Tenant: o.Tenant, Keys: o.Keys, WitnessKeys: o.WitnessKeys}
 	for i, c := range cps {
-		if _, err := CheckNext(tree, c.Size, nil); err != nil {
-			return Header{}, err
+		root, err := tree.Root(c.Size)
+		if err != nil {
+			return Header{}, fmt.Errorf("tenant %s: the stream holds %d records, the checkpoint signed at %s %d (%w)", o.Tenant, tree.Size(), c.Time.Format(time.RFC3339), c.Size, ErrInconsistent)
 		}
-		if root, _ := tree.Root(c.Size); root != c.Root {
+		if root != c.Root {
 			return Header{}, fmt.Errorf("tenant %s: the stream does not match the checkpoint of size %d signed at %s (%w)", o.Tenant, c.Size, c.Time.Format(time.RFC3339), ErrInconsistent)
 		}
 		h.Checkpoints = append(h.Checkpoints, string(c.Note))

@@ -352,6 +352,9 @@ gated.evidence, checks it without NATS and without any secret.`,
 			if o.tenant == "" {
 				return usageError("--tenant is required")
 			}
+			if since != "" && len(ids) > 0 {
+				return usageError("--since and --ids do not go together")
+			}
 			from, err := parseSince(since, time.Now())
 			if err != nil {
 				return err
