@@ -273,8 +273,12 @@ func TestBundleTampering(t *testing.T) {
 		}), evidence.VerifyOptions{}, "records were reordered"},
 		{"a checkpoint with a bad signature", setHeader(t, whole, func(h *evidence.Header) {
 			s := h.Checkpoints[1]
-			i := strings.LastIndex(s, " ") + 8
-			h.Checkpoints[1] = s[:i] + string(s[i]^1) + s[i+1:]
+			// Another base64 letter, 8 letters into the signature.
+			i, c := strings.LastIndex(s, " ")+8, "A"
+			if s[i] == 'A' {
+				c = "B"
+			}
+			h.Checkpoints[1] = s[:i] + c + s[i+1:]
 		}), evidence.VerifyOptions{}, "checkpoint 2: checkpoint signature by gated.test does not verify"},
 		{"a checkpoint signed by an unknown key", whole, evidence.VerifyOptions{Keys: otherKeys.Public}, "checkpoint 1: checkpoint signed by no known key"},
 		{"a checkpoint signed by another key of the log's name", whole, evidence.VerifyOptions{Keys: otherOfName.Public}, "checkpoint 1: checkpoint signed by no known key"},
