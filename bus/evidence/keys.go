@@ -6,6 +6,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"golang.org/x/mod/sumdb/note"
@@ -96,4 +98,67 @@ func Verifiers(vkeys []string) (note.Verifiers, []note.Verifier, error) {
 		vs = append(vs, v)
 	}
 	return note.VerifierList(vs...), vs, nil
+}
+
+// CreateKeyFile writes a key file with a new key named name at path
+// (mode 0600), which must not exist (else an error wrapping
+// fs.ErrExist), and returns its public key.
+func CreateKeyFile(path, name string) (string, error) {
+	data, err := NewKeyFile(name)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return "", err
+	}
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		_ = os.Remove(path)
+		return "", werr
+	}
+	k, err := ParseKeys(data)
+	if err != nil {
+		return "", err
+	}
+	return k.Public[0], nil
+}
+
+// RotateKeyFile replaces the key file at path with Rotate's, atomically,
+// and returns its public keys, the new one first.
+func RotateKeyFile(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	next, err := Rotate(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".checkpoint-key-*")
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	_, werr := tmp.Write(next)
+	if cerr := tmp.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return nil, err
+	}
+	k, err := ParseKeys(next)
+	if err != nil {
+		return nil, err
+	}
+	return k.Public, nil
 }

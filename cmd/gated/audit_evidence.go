@@ -7,7 +7,6 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -235,32 +234,14 @@ func createCheckpointKey(path, name string, out io.Writer) error {
 	if path == "" {
 		return usageError("--create-key needs --checkpoint-key-file")
 	}
-	data, err := evidence.NewKeyFile(name)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	pub, err := evidence.CreateKeyFile(path, name)
 	if errors.Is(err, fs.ErrExist) {
 		return usageError("%s exists: --rotate-key replaces its key", path)
 	}
 	if err != nil {
 		return err
 	}
-	if _, err := f.Write(data); err != nil {
-		_ = f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	k, err := evidence.ParseKeys(data)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(out, k.Public[0])
+	_, err = fmt.Fprintln(out, pub)
 	return err
 }
 
@@ -268,26 +249,11 @@ func rotateCheckpointKey(path string, out io.Writer) error {
 	if path == "" {
 		return usageError("--rotate-key needs --checkpoint-key-file")
 	}
-	data, err := os.ReadFile(path)
+	pub, err := evidence.RotateKeyFile(path)
 	if err != nil {
 		return err
 	}
-	next, err := evidence.Rotate(data)
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	tmp := path + ".new"
-	if err := os.WriteFile(tmp, next, 0o600); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	k, err := evidence.ParseKeys(next)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(out, strings.Join(k.Public, "\n"))
+	_, err = fmt.Fprintln(out, strings.Join(pub, "\n"))
 	return err
 }
 

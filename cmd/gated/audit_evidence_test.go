@@ -42,24 +42,31 @@ func TestAuditEvidenceCommands(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "acme: unchanged size") {
 		t.Fatalf("checkpoint again: %d %v\n%s", code, err, out)
 	}
+	// The key rotated: the next checkpoint is signed with the new key,
+	// the old public key kept in the file for the checkpoints before.
+	code, out, err = runGated(t, "audit", "checkpoint", "--checkpoint-key-file", keyFile, "--rotate-key")
+	keys := strings.Fields(out)
+	if code != 0 || len(keys) != 2 || keys[1] != pub || keys[0] == pub {
+		t.Fatalf("--rotate-key: %d %v\n%s", code, err, out)
+	}
 	propose(t, client, readProposal("ev-late", "nginx"))
 	if code, out, err = runGated(t, "audit", "checkpoint", "--nats-url", url, "--checkpoint-key-file", keyFile, "--tenant", "acme"); code != 0 {
 		t.Fatalf("checkpoint after more: %d %v\n%s", code, err, out)
 	}
 
 	proof := filepath.Join(dir, "proof.jsonl")
-	code, out, err = runGated(t, "audit", "prove", "acme", "--seq", fmt.Sprint(seqs[1]), "--nats-url", url, "--key", pub)
+	code, out, err = runGated(t, "audit", "prove", "acme", "--seq", fmt.Sprint(seqs[1]), "--nats-url", url, "--key", keys[0], "--key", pub)
 	if code != 0 {
 		t.Fatalf("prove --seq: %d %v", code, err)
 	}
 	if err := os.WriteFile(proof, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, err = runGated(t, "audit", "verify", "--bundle", proof, "--key", pub, "--tenant", "acme")
+	code, out, err = runGated(t, "audit", "verify", "--bundle", proof, "--key", keys[0], "--key", pub, "--tenant", "acme")
 	if code != 0 || !strings.Contains(out, "tenant acme: 1 record(s) proved") {
 		t.Fatalf("verify the proof: %d %v\n%s", code, err, out)
 	}
-	if code, _, _ = runGated(t, "audit", "verify", "--bundle", proof, "--key", pub, "--tenant", "beta"); code != exitAuditProblems {
+	if code, _, _ = runGated(t, "audit", "verify", "--bundle", proof, "--key", keys[0], "--key", pub, "--tenant", "beta"); code != exitAuditProblems {
 		t.Errorf("a proof of acme's verified as beta's: exit %d", code)
 	}
 	if code, out, err = runGated(t, "audit", "prove", "acme", "ev-0", "--nats-url", url, "--checkpoint-key-file", keyFile); code != 0 || !strings.Contains(out, `"range":false`) {
@@ -67,12 +74,15 @@ func TestAuditEvidenceCommands(t *testing.T) {
 	}
 
 	bundle := filepath.Join(dir, "acme.jsonl")
-	if code, _, err = runGated(t, "audit", "export", "--tenant", "acme", "--out", bundle, "--nats-url", url, "--key", pub); code != 0 {
+	if code, _, err = runGated(t, "audit", "export", "--tenant", "acme", "--out", bundle, "--nats-url", url, "--checkpoint-key-file", keyFile); code != 0 {
 		t.Fatalf("export: %d %v", code, err)
 	}
-	code, out, err = runGated(t, "audit", "verify", "--bundle", bundle, "--key", pub)
+	code, out, err = runGated(t, "audit", "verify", "--bundle", bundle, "--key", keys[0], "--key", pub)
 	if code != 0 || !strings.Contains(out, "2 checkpoint(s) consistent") {
 		t.Fatalf("verify the export: %d %v\n%s", code, err, out)
+	}
+	if code, _, err = runGated(t, "audit", "verify", "--bundle", bundle, "--key", pub); code != exitAuditProblems || !strings.Contains(err.Error(), "checkpoint 2: checkpoint signed by no known key") {
+		t.Fatalf("verify with the old key alone: exit %d, %v", code, err)
 	}
 	data, err := os.ReadFile(bundle)
 	if err != nil {
@@ -83,7 +93,7 @@ func TestAuditEvidenceCommands(t *testing.T) {
 	if err := os.WriteFile(cut, []byte(strings.Join(append(lines[:2], lines[3:]...), "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, err = runGated(t, "audit", "verify", "--bundle", cut, "--key", pub)
+	code, _, err = runGated(t, "audit", "verify", "--bundle", cut, "--checkpoint-key-file", keyFile)
 	if code != exitAuditProblems || err == nil || !strings.Contains(err.Error(), "record(s) were removed") {
 		t.Fatalf("verify a bundle with a record removed: exit %d, %v", code, err)
 	}
