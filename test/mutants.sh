@@ -688,6 +688,19 @@ mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
 	'| 3 | `engine` |' \
 	'| 2 | `engine` |'
 
+# Evidence (bus/evidence, docs/AUDIT.md#evidence): a signer that signs a
+# head inconsistent with the last checkpoint, a verifier that takes two
+# inconsistent checkpoints, one that takes a record whose proof fails.
+mutant evidence_signer_consistency bus/evidence/checkpoint.go ./bus/evidence \
+	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil {' \
+	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil && false {'
+mutant evidence_verify_consistency bus/evidence/verify.go ./bus/evidence \
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil {' \
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil && false {'
+mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
+	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
+	'} else if false {'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")
