@@ -334,6 +334,7 @@ review_skipped if {
 	some pattern in data.gated.config.skip_review_actions
 	action_pattern_matches(pattern, input.proposal.action)
 	input.proposal.kind != "run"
+	not data.gated.flows.review_why
 }
 
 # read_pass_through: a read action skips review only when the tool catalog
@@ -352,6 +353,14 @@ read_pass_through if {
 # carries as the routing rule that decided.
 review := run_route if {
 	input.proposal.kind == "run"
+} else := object.union(
+	{"required": true, "persona": persona_name, "quorum": quorum, "why": data.gated.flows.review_why, "rule": "flow_write_after_untrusted"},
+	review_also,
+) if {
+	# A write after untrusted content (flows.rego), when data turns the
+	# rule on, goes to review with the flow in the reviewer's prompt,
+	# even where configuration would waive it.
+	data.gated.flows.review_why
 } else := {
 	"required": false,
 	"persona": "",
@@ -422,3 +431,8 @@ production_target if {
 }
 
 production_target if input.proposal.target.environment in production_tags
+
+# --- flows -------------------------------------------------------------------
+
+# The flow rules (flows.rego, package gated.flows) deny like any rule.
+deny contains refusal if some refusal in data.gated.flows.deny
