@@ -19,6 +19,8 @@ const (
 	// an agent's flow state keeps (max_recent): the oldest go first.
 	DefaultFlowRecent = 32
 	MaxFlowRecent     = 256
+	// MaxFlowWindow is the longest window the flow state keeps.
+	MaxFlowWindow = 7 * 24 * time.Hour
 )
 
 // FlowConfig is the flow configuration of a bundle's data,
@@ -71,8 +73,8 @@ func flowsOf(data map[string]any) (*FlowConfig, error) {
 	}
 	if doc.Window != "" {
 		w, err := time.ParseDuration(doc.Window)
-		if err != nil || w <= 0 {
-			return nil, fmt.Errorf("%w: data.gated.config.flows.window: %q: want a positive duration such as \"1h\"", ErrInvalidBundle, doc.Window)
+		if err != nil || w <= 0 || w > MaxFlowWindow {
+			return nil, fmt.Errorf("%w: data.gated.config.flows.window: %q: want a duration such as \"1h\", at most %s", ErrInvalidBundle, doc.Window, MaxFlowWindow)
 		}
 		f.Window = w
 	}
