@@ -21,7 +21,7 @@ import (
 // mail (egress), lets the writes through without review, and turns both
 // flow rules on over a short window.
 const flowsData = `{"gated": {
-  "tools": {"read_secret": {"class": "read"}, "fetch_page": {"class": "read"}},
+  "tools": {"read_secret": {"class": "read"}, "fetch_page": {"class": "read"}, "read_notes": {"class": "read"}},
   "config": {
     "skip_review_actions": ["send_email", "update_doc"],
     "flows": {
@@ -86,12 +86,14 @@ func TestFlowRulesThroughServe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
 	n, start := 0, time.Now().UnixNano()
+	var labels []string // the next proposal's own
 	propose := func(agent, session, action string, class gated.Class) *gated.Verdict {
 		t.Helper()
 		n++
 		id := fmt.Sprintf("flow-%d-%d", start, n)
 		p := &gated.Proposal{V: 1, ID: id, Tenant: "acme", Action: action, Class: class,
-			Target: map[string]any{"doc": id}, Reason: "flows", RequestedBy: &gated.RequestedBy{Agent: agent, Session: session}}
+			Target: map[string]any{"doc": id}, Reason: "flows", RequestedBy: &gated.RequestedBy{Agent: agent, Session: session}, Labels: labels}
+		labels = nil
 		if class != gated.ClassRead {
 			p.BlastRadius = gated.BlastSingleDevice
 		}
@@ -134,6 +136,13 @@ func TestFlowRulesThroughServe(t *testing.T) {
 	v = propose("agent-3", "s1", "update_doc", gated.ClassWrite)
 	if v.Approved || v.Policy == nil || v.Policy.Route != "flow_write_after_untrusted" {
 		t.Fatalf("a write after a page fetch: %s (%s) %+v, want routed to review by the flow rule", v.Outcome, v.Reason, v.Policy)
+	}
+
+	// Labels an agent adds to its proposal join its state as the data's do.
+	labels = []string{"secret"}
+	execute("agent-7", "read_notes")
+	if v := propose("agent-7", "s1", "send_email", gated.ClassWrite); !refusedBy(v, "flow_egress_after_private") || !strings.Contains(v.Reason, "read_notes") {
+		t.Fatalf("a mail after a read the agent labelled secret: %s (%s), want refused naming it", v.Outcome, v.Reason)
 	}
 
 	// An action executed through one gated is seen by the other.
