@@ -680,11 +680,11 @@ mutant flow_state_unread policies/flows.rego ./policies \
 	$'deny contains {"rule": "flow_state_unreadable", "message": "the flow state' \
 	"$removed"$' {"rule": "flow_state_unreadable", "message": "the flow state'
 mutant flow_write_after_untrusted_review policies/gated.rego ./policies \
-	$'\tdata.gated.flows.review_why\n} else := {' \
+	$'\tflow_review\n} else := {' \
 	$'\tfalse\n} else := {'
 mutant flow_write_after_untrusted_hold policies/holds.rego ./policies \
-	'hold contains object.union(held, hold_deadline) if some held in data.gated.flows.hold' \
-	'removed_by_mutant contains object.union(held, hold_deadline) if some held in data.gated.flows.hold'
+	'hold contains object.union(held, hold_deadline) if {' \
+	'removed_by_mutant contains object.union(held, hold_deadline) if {'
 mutant flow_reads_session_when_on policies/flows.go './policies ./engine' \
 	'if m.Package.Path.Equal(flowsPackage) && !flows.On {' \
 	'if m.Package.Path.Equal(flowsPackage) {'
@@ -701,8 +701,8 @@ mutant flow_corrupt_kept bus/flow/store.go ./bus/flow \
 	$'\tif err != nil {\n\t\treturn record{}, 0, fmt.Errorf("reading the flow state %s: %w", key, err)\n\t}\n\treturn r, e.Revision(), nil' \
 	$'\tif err != nil {\n\t\treturn record{V: recordVersion}, e.Revision(), nil\n\t}\n\treturn r, e.Revision(), nil'
 mutant flow_recorded_on_use internal/server/flows.go ./internal/server \
-	'return s.flows.Record(ctx, use.Tenant, use.Agent, a, cfg.Window, cfg.MaxRecent)' \
-	'return nil'
+	'labels := cfg.LabelsOf(use.Action, use.Labels)' \
+	'labels := []string(nil)'
 mutant flow_labels_of_proposal policies/flows.go './policies ./internal/server' \
 	'out := append(slices.Clone(f.Labels[action]), extra...)' \
 	'out := slices.Clone(f.Labels[action])'
