@@ -64,6 +64,9 @@ func flowsOf(data map[string]any) (*FlowConfig, error) {
 		return nil, fmt.Errorf("%w: data.gated.config.flows must be {labels: {action: [labels]}, window: duration, max_recent: number, rules: {name: on}}: %w", ErrInvalidBundle, err)
 	}
 	for action, labels := range doc.Labels {
+		if len(labels) > gated.MaxLabels {
+			return nil, fmt.Errorf("%w: data.gated.config.flows.labels[%q]: %d labels, more than %d", ErrInvalidBundle, action, len(labels), gated.MaxLabels)
+		}
 		for _, l := range labels {
 			if !gated.ValidLabel(l) {
 				return nil, fmt.Errorf("%w: data.gated.config.flows.labels[%q]: %q must match [a-z0-9_-]{1,64}", ErrInvalidBundle, action, l)

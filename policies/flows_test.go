@@ -2,6 +2,7 @@ package policies
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -157,6 +158,13 @@ func TestFlowsOfRefusesBadData(t *testing.T) {
 		{"a window that is not a duration", "window", func(f map[string]any) { f["window"] = "an hour" }},
 		{"a negative window", "window", func(f map[string]any) { f["window"] = "-1h" }},
 		{"a label not spelled as one", "labels", func(f map[string]any) { f["labels"] = map[string]any{"x": []any{"Secret"}} }},
+		{"too many labels for an action", "labels", func(f map[string]any) {
+			many := make([]any, gated.MaxLabels+1)
+			for i := range many {
+				many[i] = fmt.Sprintf("l%d", i)
+			}
+			f["labels"] = map[string]any{"x": many}
+		}},
 		{"too many recent actions", "max_recent", func(f map[string]any) { f["max_recent"] = MaxFlowRecent + 1 }},
 		{"a rule mode of no meaning", "rules.egress_after_private", func(f map[string]any) {
 			f["rules"] = map[string]any{"egress_after_private": "yes"}

@@ -47,7 +47,7 @@ func decodeRecord(data []byte) (record, error) {
 		return record{}, fmt.Errorf("%w: %d actions, more than %d", errCorrupt, len(r.Recent), MaxRecent)
 	}
 	for i, a := range r.Recent {
-		if !gated.ValidID(a.ProposalID) || !gated.ValidAction(a.Action) || a.At.IsZero() || len(a.Labels) > gated.MaxLabels*2 {
+		if !gated.ValidID(a.ProposalID) || !gated.ValidAction(a.Action) || a.At.IsZero() || len(a.Labels) > 2*gated.MaxLabels {
 			return record{}, fmt.Errorf("%w: recent[%d] is not an executed action", errCorrupt, i)
 		}
 		for _, l := range a.Labels {
