@@ -50,15 +50,23 @@ test-go:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-# test-ts installs the TypeScript client's pinned dependencies (npm ci,
-# which also rebuilds its dist/), fails when the committed dist/ differs
-# from that build, and runs its tests and the TypeScript fleet example's
-# against a real gated serve built here.
+# test-ts installs the TypeScript client's pinned dependencies (npm ci)
+# and rebuilds its dist/, fails when the committed dist/ differs from that
+# build, and runs its tests (among them the install of its packed tarball
+# into a fresh project) and the TypeScript fleet example's against a real
+# gated serve built here. Then the framework integrations: their tests
+# (sdk/typescript/test/integrations: the Vercel AI SDK, OpenAI Agents JS
+# and LangGraph.js at pinned versions, the client installed from its
+# tarball) and the examples ai-ts, openai-agents-ts and langgraph-ts.
 test-ts: build
-	cd sdk/typescript && npm ci --no-audit --no-fund
-	@git diff --quiet -- sdk/typescript/dist || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git diff --stat -- sdk/typescript/dist; exit 1; }
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build
+	@test -z "$$(git status --porcelain -- sdk/typescript/dist)" || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git status --short -- sdk/typescript/dist; exit 1; }
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
+	cd sdk/typescript/test/integrations && npm ci --no-audit --no-fund --prefer-offline && GATED_BIN="$(CURDIR)/bin/gated" npm test
+	for ex in ai-ts openai-agents-ts langgraph-ts; do \
+	  (cd examples/$$ex && npm ci --no-audit --no-fund --prefer-offline && GATED_BIN="$(CURDIR)/bin/gated" npm test) || exit 1; \
+	done
 
 # test-mcp-ts runs gated mcp under the TypeScript MCP SDK's client
 # (test/mcp-ts, its pinned @modelcontextprotocol/sdk): over stdio and
