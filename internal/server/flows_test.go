@@ -12,8 +12,8 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/gated/gated"
-	"github.com/gated/gated/bus/flow"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/bus/flow"
 	"github.com/gated/gated/internal/natstest"
 )
 
