@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -267,11 +266,7 @@ func decodeCases() []decodeCase {
 		{note: "requested_by without agent", file: "invalid-requested-by-no-agent.json", wantErr: true, wantField: "requested_by.agent"},
 		{note: "a label not spelled as one", file: "invalid-label-uppercase.json", wantErr: true, wantField: "labels[1]"},
 		{note: "more labels than the bound", file: "invalid-labels-too-many.json", wantErr: true, wantField: "labels"},
-		{note: "labels the agent adds", file: "valid-labels.json", check: func(t *testing.T, p *gated.Proposal) {
-			if !slices.Equal(p.Labels, []string{"secret", "untrusted"}) {
-				t.Errorf("labels = %q", p.Labels)
-			}
-		}},
+		{note: "labels the agent adds", file: "valid-labels.json", check: wantLabels("secret", "untrusted")},
 	}
 }
 
