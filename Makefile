@@ -5,6 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
+.PHONY: test-mcp-conformance
 .PHONY: all build run check check-go check-python check-ts test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa bench-summary bench-messages bench-million opa-test clean
 
 all: build
@@ -19,7 +20,7 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test: test-go test-python test-ts test-mcp-ts test-browser
+test: test-go test-python test-ts test-mcp-ts test-browser test-mcp-conformance
 
 # check is the inner loop: go vet, gofmt, and the unit tests of every
 # language, without the race detector, the end-to-end suites (test/, the
@@ -75,6 +76,17 @@ test-ts: build
 test-mcp-ts: build
 	cd test/mcp-ts && npm ci --no-audit --no-fund
 	cd test/mcp-ts && GATED_BIN="$(CURDIR)/bin/gated" MCP_OPS_BIN="$(CURDIR)/bin/mcp-ops" npm test
+
+# test-mcp-conformance runs the MCP conformance suite's server scenarios
+# (test/mcp-conformance: @modelcontextprotocol/conformance pinned, and the
+# Node 22 it needs from the npm package node) against the conformance
+# upstream (test/mcp-conformance/upstream) directly, and through gated mcp
+# in front of it over streamable HTTP and over stdio, with a real gated
+# serve: every check that passes directly passes through gated
+# (cmd/gated TestMCPConformance).
+test-mcp-conformance:
+	cd test/mcp-conformance && npm ci --no-audit --no-fund
+	GATED_MCP_CONFORMANCE_DIR="$(CURDIR)/test/mcp-conformance" $(GO) test -count=1 -run '^TestMCPConformance$$' ./cmd/gated
 
 # test-browser type-checks the web console's scripts (console-js) and runs
 # the console's tests in Debian's headless Chromium (console/browser_test.go,
@@ -249,6 +261,7 @@ fuzz:
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzMappingRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzRelayReadCall$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzTapBody$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/telemetry -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/tracectx -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeLegacyV2$$' -fuzztime $(FUZZTIME)

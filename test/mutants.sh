@@ -638,6 +638,26 @@ mutant mcp_arguments_schema mcpgate/mapping.go ./mcpgate \
 mutant mcp_proposal_carries_arguments mcpgate/gate.go ./mcpgate \
 	$'\t\tArguments:      c.Arguments,\n' \
 	$'\n'
+# gated mcp gives each agent session an upstream session of its own, and
+# bounds every request it forwards (mcpgate/upstream.go, results.go,
+# relay.go).
+mutant mcp_upstream_per_session mcpgate/upstream.go ./mcpgate \
+	$'\tfirst := u.first\n\tu.first = nil\n' \
+	$'\tfirst := u.first\n'
+mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
+	$'ctx, cancel := g.withDeadline(ctx)' \
+	$'ctx, cancel := context.WithCancel(ctx)'
+mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
+	$'timer = time.AfterFunc(timeout, func() {' \
+	$'timer = time.AfterFunc(time.Hour, func() {'
+# A resource read is decided before it reaches the upstream, and the
+# upstream's sampling request is policy-visible (mcpgate/requests.go).
+mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
+	$'done, err := g.decideRequest(ctx, req.Session, m, map[string]any{"uri": uri})' \
+	$'done, err := func(bool, string) {}, error(nil); _ = m'
+mutant mcp_sampling_policy mcpgate/requests.go ./mcpgate \
+	$'if settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode' \
+	$'if false && settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode'
 mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
