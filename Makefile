@@ -282,6 +282,7 @@ fuzz:
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckFolded$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/flow -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated-bench on
 # the policy paths at high and low concurrency, the plugin path (each
