@@ -34,7 +34,7 @@ func TestReadyLogNamesEveryListener(t *testing.T) {
 	tests := []struct {
 		note      string
 		operators string
-		metrics   string // "free": /metrics on a listener of its own
+		metrics   string   // "free": /metrics on a listener of its own
 		want      []string // the members that must name a URL, beside nats
 		page      map[string]string
 	}{
