@@ -9,8 +9,14 @@ PY_VENV := sdk/python/.venv
 
 all: build
 
+# gated --version names the release tag and the revision of the checkout
+# it was built from (cmd/gated/version.go); "dev" between releases.
+GATED_VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
+GATED_REVISION ?= $(shell r=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- || r=$$r-modified; } && echo $$r)
+GATED_LDFLAGS = -X main.version=$(GATED_VERSION) -X main.revision=$(GATED_REVISION)
+
 build:
-	$(GO) build -o bin/gated ./cmd/gated
+	$(GO) build -ldflags "$(GATED_LDFLAGS)" -o bin/gated ./cmd/gated
 	$(GO) build -o bin/gated-bench ./cmd/gated-bench
 	$(GO) build -o bin/mcp-ops ./examples/mcp-ops
 
