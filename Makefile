@@ -261,6 +261,7 @@ fuzz:
 	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzSelfReported$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckFolded$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzStderrTail$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/natsconn -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated-bench on
 # the policy paths at high and low concurrency, the plugin path (each

@@ -41,9 +41,9 @@ get, so a tenant's NATS user needs no right beyond reading its own keys.
 Exit status: 0 found (whatever the outcome), 3 no verdict stored (never
 decided, still under review, or past --verdict-ttl), 2 bad usage (TENANT or ID
 is not a valid token), 1 failure (no NATS).`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 2 {
-				return usageError("want TENANT and ID, got %d arguments", len(args))
+		Args: func(c *cobra.Command, args []string) error {
+			if err := wantArgs(c, args, "TENANT", "ID"); err != nil {
+				return err
 			}
 			if !gated.ValidTenant(args[0]) {
 				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])

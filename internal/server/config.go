@@ -189,6 +189,9 @@ func (o *Config) check() (operators *operator.List, err error) {
 	if err := asUsage(o.NATSConn.Validate()); err != nil {
 		return nil, err
 	}
+	if err := asUsage(natsconn.CheckURL(o.NATSURL)); err != nil {
+		return nil, err
+	}
 	// A persona directory that is not there would leave the built-in
 	// personas alone in force, and reviews routed as nobody meant.
 	if o.PersonasDir != "" {
