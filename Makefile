@@ -260,6 +260,8 @@ fuzz:
 	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzSelfReported$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckFolded$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzStderrTail$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/natsconn -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime $(FUZZTIME)
 
@@ -400,3 +402,40 @@ opa-test:
 
 clean:
 	rm -rf bin
+
+# --- deploy: the container image and the Helm chart (docs/DEPLOY.md) ---
+.PHONY: image test-deploy test-image test-chart
+test: test-deploy
+
+# image builds bin/gated-image.tar, gated's OCI image from scratch, with
+# Debian's buildah and nothing pulled (deploy/image/build.sh).
+IMAGE ?= bin/gated-image.tar
+image:
+	GO="$(GO)" bash deploy/image/build.sh $(IMAGE)
+
+# test-deploy tests the image and the chart. test-image runs gated from
+# the image's exported root filesystem, and under podman where the
+# machine can run containers (deploy/image); test-chart lints and renders
+# the chart for each documented setup and validates every manifest
+# against the Kubernetes schemas (deploy/helm/check.sh), with helm built
+# from the Go module proxy (cached in .cache/) and kubernetes-validate in
+# a virtual environment of its own.
+HELM_VERSION := v4.3.2
+HELM := .cache/helm-$(HELM_VERSION)/helm
+DEPLOY_VENV := .cache/deploy-venv
+test-deploy: test-image test-chart
+
+test-image: image
+	GATED_IMAGE="$(CURDIR)/$(IMAGE)" GATED_IMAGE_PODMAN=try $(GO) test -count=1 -v ./deploy/image
+
+$(HELM):
+	GOBIN="$(CURDIR)/$(dir $(HELM))" CGO_ENABLED=0 GOFLAGS=-trimpath $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+$(DEPLOY_VENV)/.installed: deploy/helm/requirements.txt
+	$(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install -q -r deploy/helm/requirements.txt
+	touch $@
+
+test-chart: build $(HELM) $(DEPLOY_VENV)/.installed
+	HELM="$(CURDIR)/$(HELM)" PYTHON="$(CURDIR)/$(DEPLOY_VENV)/bin/python" GATED="$(CURDIR)/bin/gated" \
+	  OUT="$(CURDIR)/.cache/chart-renders" bash deploy/helm/check.sh
