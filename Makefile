@@ -21,8 +21,11 @@ build:
 	$(GO) build -o bin/mcp-ops ./examples/mcp-ops
 
 # run starts gated with an embedded NATS server and the default bundle.
+# The first build on a machine takes minutes before gated prints a line:
+# it says so first.
 run:
-	$(GO) run ./cmd/gated serve
+	@echo "make run: building gated, then starting it; the first build on this machine downloads and compiles its modules, which takes a few minutes"
+	$(GO) run -ldflags "$(GATED_LDFLAGS)" ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
 test: test-go test-python test-ts test-mcp-ts test-browser
