@@ -668,6 +668,12 @@ mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
 	'| 3 | `engine` |' \
 	'| 2 | `engine` |'
 
+# A --nats-url refused for its scheme is named without its credentials:
+# url.Parse's error, or the URL as given, would show a password.
+mutant nats_url_refusal_redacted internal/natsconn/natsconn.go ./internal/natsconn \
+	$'\t\t\t\tRedactURL(s), u.Scheme)' \
+	$'\t\t\t\ts, u.Scheme)'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")
