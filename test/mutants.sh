@@ -638,6 +638,26 @@ mutant mcp_arguments_schema mcpgate/mapping.go ./mcpgate \
 mutant mcp_proposal_carries_arguments mcpgate/gate.go ./mcpgate \
 	$'\t\tArguments:      c.Arguments,\n' \
 	$'\n'
+# gated mcp gives each agent session an upstream session of its own, and
+# bounds every request it forwards (mcpgate/upstream.go, results.go,
+# relay.go).
+mutant mcp_upstream_per_session mcpgate/upstream.go ./mcpgate \
+	$'\tfirst := u.first\n\tu.first = nil\n' \
+	$'\tfirst := u.first\n'
+mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
+	$'ctx, cancel := g.withDeadline(ctx)' \
+	$'ctx, cancel := context.WithCancel(ctx)'
+mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
+	$'timer = time.AfterFunc(timeout, func() {' \
+	$'timer = time.AfterFunc(time.Hour, func() {'
+# A resource read is decided before it reaches the upstream, and the
+# upstream's sampling request is policy-visible (mcpgate/requests.go).
+mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
+	$'done, err := g.decideRequest(ctx, req.Session, m, map[string]any{"uri": uri})' \
+	$'done, err := func(bool, string) {}, error(nil); _ = m'
+mutant mcp_sampling_policy mcpgate/requests.go ./mcpgate \
+	$'if settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode' \
+	$'if false && settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode'
 mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
@@ -667,6 +687,19 @@ mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
 	'| 3 | `engine` |' \
 	'| 2 | `engine` |'
+
+# Evidence (bus/evidence, docs/AUDIT.md#evidence): a signer that signs a
+# head inconsistent with the last checkpoint, a verifier that takes two
+# inconsistent checkpoints, one that takes a record whose proof fails.
+mutant evidence_signer_consistency bus/evidence/checkpoint.go ./bus/evidence \
+	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil {' \
+	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil && false {'
+mutant evidence_verify_consistency bus/evidence/verify.go ./bus/evidence \
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil {' \
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil && false {'
+mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
+	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
+	'} else if false {'
 
 # A --nats-url refused for its scheme is named without its credentials:
 # url.Parse's error, or the URL as given, would show a password.
