@@ -22,7 +22,14 @@ func connectingArgs(t *testing.T) map[string][]string {
 		t.Fatal(err)
 	}
 	proposal := writeFile(t, dir, "p.json", `{"v":1,"id":"p1","tenant":"acme","action":"host_list_services","class":"read"}`)
+	ck := filepath.Join(dir, "ck.key")
+	if code, _, err := runGated(t, "audit", "checkpoint", "--checkpoint-key-file", ck, "--create-key", "gated.example.com"); code != 0 {
+		t.Fatalf("creating a checkpoint key: exit %d, %v", code, err)
+	}
 	return map[string][]string{
+		"gated audit checkpoint":     {"--checkpoint-key-file", ck},
+		"gated audit export":         {"--tenant", "acme", "--checkpoint-key-file", ck},
+		"gated audit prove":          {"acme", "p1", "--checkpoint-key-file", ck},
 		"gated audit query":          nil,
 		"gated audit tail":           nil,
 		"gated audit verify":         nil,

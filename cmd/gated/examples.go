@@ -40,6 +40,7 @@ var examples = map[string][]string{
 		"gated audit tail --tenant acme --follow",
 		"gated audit query --outcome rejected --since 24h",
 		"gated audit verify --audit-key-file gated-data/audit.key",
+		"gated audit export --tenant acme --checkpoint-key-file ck.key --out acme.jsonl",
 	},
 	"gated audit tail": {
 		"gated audit tail                                     # the latest 20 records",
@@ -55,6 +56,22 @@ var examples = map[string][]string{
 		"gated audit verify --audit-key-file gated-data/audit.key",
 		"gated audit verify --audit-key-file gated-data/audit.key --json > heads.jsonl   # keep the heads",
 		"gated audit verify --audit-key-file gated-data/audit.key --anchors heads.jsonl",
+		"gated audit verify --bundle acme.jsonl --checkpoint-key-file ck.key   # an exported bundle, without NATS",
+	},
+	"gated audit checkpoint": {
+		"gated audit checkpoint --checkpoint-key-file ck.key --create-key gated.example.com   # a key for the log gated.example.com",
+		"gated audit checkpoint --checkpoint-key-file ck.key                # sign each tenant's head once",
+		"gated audit checkpoint --checkpoint-key-file ck.key --every 10m    # and again every 10 minutes",
+		"gated audit checkpoint --checkpoint-key-file ck.key --public-key",
+	},
+	"gated audit export": {
+		"gated audit export --tenant acme --checkpoint-key-file ck.key --out acme.jsonl",
+		"gated audit export --tenant acme --since 7d --ids demo-approved-1 --checkpoint-key-file ck.key",
+	},
+	"gated audit prove": {
+		"gated audit prove acme demo-approved-1 --checkpoint-key-file ck.key",
+		"gated audit prove acme --seq 7 --checkpoint-key-file ck.key        # the record of a verdict's audit_seq",
+		"gated audit prove acme --from 1000 --to 1204 --checkpoint-key-file ck.key",
 	},
 	"gated budgets": {
 		"gated budgets show acme",
