@@ -291,6 +291,7 @@ fuzz:
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckFolded$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/flow -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzStderrTail$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/natsconn -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime $(FUZZTIME)
 

@@ -570,8 +570,8 @@ mutant engine_refusal_counted engine/budget.go ./engine \
 # a bundle that reads input.budget evaluate an input whose counters were
 # not read, so that it sees zeros.
 mutant budget_ref_key_unknown policies/budgetref.go ./policies \
-	'return !ok || string(key) == "budget"' \
-	'return ok && string(key) == "budget"'
+	'return !ok || string(k) == key' \
+	'return ok && string(k) == key'
 mutant budget_unread_refused policies/policy.go './policies ./bus/budget' \
 	'if in.BudgetUnread && e.readsBudget {' \
 	'if false {'
@@ -681,6 +681,51 @@ mutant metrics_listen_takes_metrics internal/server/http.go ./cmd/gated \
 mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
 	$'func (m *metrics) namesTenants() bool { return true }'
+
+# The flow rules (policies/flows.rego, docs/POLICIES.md#flows): no egress
+# after a private or secret read in the window, a state that cannot be read
+# refuses when a rule is on, a write after untrusted content goes to
+# review or is held; the rules read input.session only when data turns one
+# on, and an input without the state is refused by a bundle that reads it.
+mutant flow_egress_after_private policies/flows.rego './policies ./engine' \
+	'deny contains {"rule": "flow_egress_after_private",' \
+	"$removed"' {"rule": "flow_egress_after_private",'
+mutant flow_egress_window policies/flows.rego './policies ./engine' \
+	'action.at_ns > data.gated.now_ns - window_ns' \
+	'action.at_ns > 0'
+mutant flow_state_unreadable policies/flows.rego './policies ./engine' \
+	$'deny contains {"rule": "flow_state_unreadable", "message": msg} if {' \
+	"$removed"$' {"rule": "flow_state_unreadable", "message": msg} if {'
+mutant flow_state_unread policies/flows.rego ./policies \
+	$'deny contains {"rule": "flow_state_unreadable", "message": "the flow state' \
+	"$removed"$' {"rule": "flow_state_unreadable", "message": "the flow state'
+mutant flow_write_after_untrusted_review policies/gated.rego ./policies \
+	$'\tflow_review\n} else := {' \
+	$'\tfalse\n} else := {'
+mutant flow_write_after_untrusted_hold policies/holds.rego ./policies \
+	'hold contains object.union(held, hold_deadline) if {' \
+	'removed_by_mutant contains object.union(held, hold_deadline) if {'
+mutant flow_reads_session_when_on policies/flows.go './policies ./engine' \
+	'if m.Package.Path.Equal(flowsPackage) && !flows.On {' \
+	'if m.Package.Path.Equal(flowsPackage) {'
+mutant flow_unread_refused policies/policy.go './policies ./engine' \
+	'if in.SessionUnread && e.readsSession {' \
+	'if false {'
+# The flow state (bus/flow): changed by compare-and-set, so that two
+# writers lose nothing; a corrupt record is never written over; and a
+# grant's use records its action before the use is (internal/server).
+mutant flow_cas bus/flow/store.go ./bus/flow \
+	'_, err = s.kv.Update(ctx, key, data, rev)' \
+	'_, err = s.kv.Put(ctx, key, data)'
+mutant flow_corrupt_kept bus/flow/store.go ./bus/flow \
+	$'\tif err != nil {\n\t\treturn record{}, 0, fmt.Errorf("reading the flow state %s: %w", key, err)\n\t}\n\treturn r, e.Revision(), nil' \
+	$'\tif err != nil {\n\t\treturn record{V: recordVersion}, e.Revision(), nil\n\t}\n\treturn r, e.Revision(), nil'
+mutant flow_recorded_on_use internal/server/flows.go ./internal/server \
+	'labels := cfg.LabelsOf(use.Action, use.Labels)' \
+	'labels := []string(nil)'
+mutant flow_labels_of_proposal policies/flows.go './policies ./internal/server' \
+	'out := append(slices.Clone(f.Labels[action]), extra...)' \
+	'out := slices.Clone(f.Labels[action])'
 
 # The map (docs/ARCHITECTURE.md, held by internal/archmap): a package
 # moved into the layer of what it imports is an import sideways.
