@@ -10,14 +10,23 @@ PY_VENV := sdk/python/.venv
 
 all: build
 
+# gated --version names the release tag and the revision of the checkout
+# it was built from (cmd/gated/version.go); "dev" between releases.
+GATED_VERSION ?= $(shell git describe --tags --exact-match 2>/dev/null || echo dev)
+GATED_REVISION ?= $(shell r=$$(git rev-parse --short=12 HEAD 2>/dev/null) && { git diff --quiet HEAD -- || r=$$r-modified; } && echo $$r)
+GATED_LDFLAGS = -X main.version=$(GATED_VERSION) -X main.revision=$(GATED_REVISION)
+
 build:
-	$(GO) build -o bin/gated ./cmd/gated
+	$(GO) build -ldflags "$(GATED_LDFLAGS)" -o bin/gated ./cmd/gated
 	$(GO) build -o bin/gated-bench ./cmd/gated-bench
 	$(GO) build -o bin/mcp-ops ./examples/mcp-ops
 
 # run starts gated with an embedded NATS server and the default bundle.
+# The first build on a machine takes minutes before gated prints a line:
+# it says so first.
 run:
-	$(GO) run ./cmd/gated serve
+	@echo "make run: building gated, then starting it; the first build on this machine downloads and compiles its modules, which takes a few minutes"
+	$(GO) run -ldflags "$(GATED_LDFLAGS)" ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
 test: test-go test-python test-ts test-mcp-ts test-browser test-mcp-conformance
@@ -283,6 +292,8 @@ fuzz:
 	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/flow -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./plugins -run '^$$' -fuzz '^FuzzStderrTail$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/natsconn -run '^$$' -fuzz '^FuzzCheckURL$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated-bench on
 # the policy paths at high and low concurrency, the plugin path (each

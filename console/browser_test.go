@@ -186,13 +186,33 @@ func TestConsoleInBrowser(t *testing.T) {
 				t.Errorf("the proposal's page does not show %q", want)
 			}
 		}
+		// The rule that denied it decided, not the route it would have
+		// taken to review.
+		if got := eval[string](t, b, `document.querySelector("#policy-decided").textContent`); got != "denied by rule no_skip_review" {
+			t.Errorf("the proposal's page says %q of its policy, want the rule that denied it", got)
+		}
 		b.screenshot(t, "proposal")
+		b.open(t, "#/p/acme/seen-1")
+		// The fragment changes in the same document: wait for this
+		// proposal's page, not the last one's.
+		got := eval[string](t, b, `new Promise((done) => {
+			const look = () => {
+				const title = document.querySelector("#proposal-title"), decided = document.querySelector("#policy-decided");
+				if (title?.textContent === "acme / seen-1") done(decided ? decided.textContent : "");
+				else setTimeout(look, 20);
+			};
+			look();
+		})`)
+		if got != "decided by rule route_read" {
+			t.Errorf("a read's page says %q of its policy, want the rule that let it through", got)
+		}
 		// A reviewed verdict: the page shows each review's decision text
 		// and gates.
 		reviewed := &gated.Verdict{
 			V: 1, ProposalID: "reviewed-1", Tenant: "acme", Action: "host_restart_service", Kind: gated.KindAction,
 			Outcome: gated.OutcomeRejected, Stage: gated.StageReview, Reason: "the reviewer rejected it",
 			DecidedAt: time.Now().UTC(), AuditSeq: 1, ProposalSHA256: strings.Repeat("ef", 32),
+			Policy: gated.NewPolicyRef([]gated.Deny{}, "route_class", "sha256:0123", 90),
 			Reviews: []gated.Review{{Plugin: "sop", Persona: "reviewer", Decision: "reject",
 				DecisionText: "Decision: reject\nNo SOP covers a restart during the incident.",
 				Gates:        []gated.GateResult{{Name: "sop_covers_case", Passed: false, Detail: "no SOP for nginx restarts"}, {Name: "rollback_known", Passed: true}}}},
@@ -203,7 +223,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.open(t, "#/p/acme/reviewed-1")
 		b.do(t, "a reviewed proposal's page", chromedp.WaitVisible(chromedp.CSS("section.review")))
 		text = eval[string](t, b, `document.querySelector("#main").textContent`)
-		for _, want := range []string{"No SOP covers a restart during the incident.", "sop_covers_case", "no SOP for nginx restarts", "rollback_known", "reviewer by sop: reject"} {
+		for _, want := range []string{"No SOP covers a restart during the incident.", "sop_covers_case", "no SOP for nginx restarts", "rollback_known", "reviewer by sop: reject", "sent on to review by rule route_class"} {
 			if !strings.Contains(text, want) {
 				t.Errorf("the reviewed proposal's page does not show %q", want)
 			}

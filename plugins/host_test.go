@@ -76,6 +76,10 @@ func TestMain(m *testing.M) {
 		hostileStart(true)
 	case "hostile-exit":
 		hostileStart(false)
+	case "exit-3":
+		fmt.Fprintln(os.Stderr, "loading the reviewer's settings")
+		fmt.Fprintln(os.Stderr, "reviewer.toml: no such file or directory")
+		os.Exit(3)
 	case "hostile-identity":
 		sdk.Serve(hostileIdentityReviewer{})
 	case "host":

@@ -18,12 +18,19 @@ import (
 	"github.com/gated/gated"
 )
 
+// A plugin that fails to start is named with why, in words an operator
+// can act on: the start timeout, the line it printed in place of its
+// handshake, or how it exited and the last lines it wrote on stderr, never
+// go-plugin's guesses about the architecture or the mode of the file.
 func TestStartFailuresAreClear(t *testing.T) {
 	cases := []struct {
-		mode, want string
+		mode string
+		want []string
 	}{
-		{mode: "hang-start", want: "timeout"},
-		{mode: "noise-start", want: "handshake"},
+		{mode: "hang-start", want: []string{"no answer within its start timeout of 500ms", "it wrote nothing on stderr"}},
+		{mode: "noise-start", want: []string{"no handshake: Unrecognized remote plugin message: this is not a plugin handshake", "it wrote nothing on stderr"}},
+		{mode: "exit-3", want: []string{"no handshake: the plugin exited with status 3 before writing one; its last lines on stderr:\n" +
+			"  loading the reviewer's settings\n  reviewer.toml: no such file or directory"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.mode, func(t *testing.T) {
@@ -35,8 +42,18 @@ func TestStartFailuresAreClear(t *testing.T) {
 			}
 			defer h.Close()
 			err = h.Start(t.Context())
-			if err == nil || !strings.Contains(strings.ToLower(err.Error()), tc.want) || !strings.Contains(err.Error(), tc.mode) {
-				t.Fatalf("Start: err = %v; want an error naming the plugin and %q", err, tc.want)
+			if err == nil || !strings.HasPrefix(err.Error(), `starting plugin "`+tc.mode+`": `) {
+				t.Fatalf("Start: err = %v; want an error naming plugin %q", err, tc.mode)
+			}
+			for _, want := range tc.want {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("Start: err = %v\nwant it to hold %q", err, want)
+				}
+			}
+			for _, guess := range []string{"compiled for this architecture", "Mode:", "/proc/self/fd"} {
+				if strings.Contains(err.Error(), guess) {
+					t.Errorf("Start: err = %v\nholds go-plugin's note %q", err, guess)
+				}
 			}
 		})
 	}

@@ -211,6 +211,7 @@ func (p *process) start(ctx context.Context) error {
 	cmd.Env = append(append(minimalEnv(), p.spec.Env...), clientCertEnv+"="+certPEM)
 	setParentDeathSignal(cmd)
 	setProcessGroup(cmd)
+	stderr := new(stderrTail)
 	client := plugin.NewClient(&plugin.ClientConfig{
 		HandshakeConfig:  wire.Handshake,
 		VersionedPlugins: wire.PluginSets(nil),
@@ -228,6 +229,7 @@ func (p *process) start(ctx context.Context) error {
 		Managed:         true,
 		StartTimeout:    p.spec.StartTimeout,
 		Logger:          newHCLogger(p.log),
+		Stderr:          stderr,
 		GRPCDialOptions: wire.DialOptions(),
 	})
 	// pgid is the plugin's process group, which it leads: known once the
@@ -243,7 +245,7 @@ func (p *process) start(ctx context.Context) error {
 		if startTimedOut(err) {
 			err = fmt.Errorf("no answer within its start timeout of %s: %w", p.spec.StartTimeout, err)
 		}
-		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, err)
+		return fmt.Errorf("starting plugin %q: %w", p.spec.Name, launchFailed(err, client, cmd, stderr))
 	}
 	proto, err := client.Client()
 	if err != nil {
@@ -302,7 +304,7 @@ func (p *process) start(ctx context.Context) error {
 // time: no handshake line, or no answer to Describe. go-plugin reports
 // the first with an error of its own text only.
 func startTimedOut(err error) bool {
-	return strings.Contains(err.Error(), "timeout while waiting for plugin to start") ||
+	return strings.Contains(err.Error(), noStart) ||
 		errors.Is(err, context.DeadlineExceeded) || status.Code(err) == codes.DeadlineExceeded
 }
 

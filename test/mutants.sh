@@ -762,6 +762,12 @@ mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
 	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
 	'} else if false {'
 
+# A --nats-url refused for its scheme is named without its credentials:
+# url.Parse's error, or the URL as given, would show a password.
+mutant nats_url_refusal_redacted internal/natsconn/natsconn.go ./internal/natsconn \
+	$'\t\t\t\tRedactURL(s), u.Scheme)' \
+	$'\t\t\t\ts, u.Scheme)'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")

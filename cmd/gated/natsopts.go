@@ -2,6 +2,9 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"io"
+	"net"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -20,8 +23,15 @@ type natsConnOptions struct {
 
 func (o *natsConnOptions) register(f *pflag.FlagSet) { o.Register(f) }
 
+// connect connects to servers, where gated serve's NATS is expected:
+// when no NATS server answers there (nothing listens, or what listens
+// says nothing or hangs up), the error asks whether it runs.
 func (o *natsConnOptions) connect(servers, name string, extra ...nats.Option) (*nats.Conn, error) {
 	nc, err := o.Connect(servers, name, extra...)
+	var ne net.Error
+	if errors.Is(err, nats.ErrNoServers) || errors.Is(err, io.EOF) || errors.As(err, &ne) && ne.Timeout() {
+		return nil, fmt.Errorf("%w (is gated serve running?)", err)
+	}
 	return nc, asUsage(err)
 }
 

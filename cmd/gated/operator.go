@@ -129,9 +129,9 @@ awaiting an operator, or gated refused the decision: the message says why), 2
 bad usage (arguments, flags, an unreadable seed file, criteria that do not
 match the awaited ones), 1 failure (NATS unreachable, no gated serving
 operator decisions, gated's store or audit trail failed).`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 2 {
-				return usageError("want TENANT and PROPOSAL_ID, got %d arguments", len(args))
+		Args: func(c *cobra.Command, args []string) error {
+			if err := wantArgs(c, args, "TENANT", "PROPOSAL_ID"); err != nil {
+				return err
 			}
 			if !gated.ValidTenant(args[0]) || args[0] == gated.UnknownTenant {
 				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])

@@ -263,7 +263,7 @@ func TestOperatorDecide(t *testing.T) {
 		{note: "no decision at all", args: append([]string{"acme", "held-2"}, as(f.seedFile)...),
 			code: exitUsage, err: "give --approve or --reject"},
 		{note: "bad tenant", args: append([]string{"ACME", "held-2"}, as(f.seedFile)...), code: exitUsage, err: "tenant"},
-		{note: "one argument", args: append([]string{"acme"}, as(f.seedFile)...), code: exitUsage, err: "TENANT and PROPOSAL_ID"},
+		{note: "one argument", args: append([]string{"acme"}, as(f.seedFile)...), code: exitUsage, err: "missing PROPOSAL_ID"},
 		{note: "no NATS", args: []string{"acme", "held-2", "--criterion", "ux-check=pass", "--operator", "alice", "--seed-file", f.seedFile, "--nats-url", unreachable},
 			code: exitFailure, err: "connecting to NATS"},
 		{note: "no gated serving operators", args: []string{"acme", "held-1", "--criterion", "ux-check=pass", "--operator", "alice", "--seed-file", f.seedFile, "--nats-url", bare.ClientURL()},

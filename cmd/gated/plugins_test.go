@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(exitCode(err))
 	}
+	if os.Getenv(exitAsPluginEnv) == "1" {
+		exitAsPlugin()
+	}
 	if os.Getenv(runAsBareProxyEnv) == "1" {
 		os.Exit(runBareMCPProxy(os.Args[1:]))
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/internal/strictjson"
 )
 
 func proposeCmd() *cobra.Command {
@@ -63,21 +64,14 @@ unavailable).`,
 			if err != nil {
 				return usageError("reading %s: %v", file, err)
 			}
-			if !json.Valid(data) {
-				return usageError("%s is not valid JSON", file)
+			if err := json.Unmarshal(data, new(json.RawMessage)); err != nil {
+				return usageError("%s", jsonError(file, data, err))
 			}
 			if _, err := fleet.AddressOf(data); err != nil {
 				return usageError("%s: %v", file, err)
 			}
 			nc, err := conn.connect(url, "gated-propose", nats.Timeout(5*time.Second), nats.MaxReconnects(0))
 			if err != nil {
-				var ex *exitError
-				if errors.As(err, &ex) {
-					return err
-				}
-				if errors.Is(err, nats.ErrNoServers) {
-					return fmt.Errorf("%w (is gated serve running?)", err)
-				}
 				return err
 			}
 			defer nc.Close()
@@ -169,6 +163,24 @@ func proposeError(err error) error {
 		return fmt.Errorf("%w; the proposal may still be decided: check with gated verdict get TENANT ID", err)
 	}
 	return err
+}
+
+// jsonError says where the JSON of the file name (data) goes wrong, at
+// its line and column as editors count them: "approved.json:8:3: not
+// valid JSON: invalid character…", or where a cut file ends.
+func jsonError(name string, data []byte, err error) string {
+	if name == "-" {
+		name = "standard input"
+	}
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) && syn.Error() == "unexpected end of JSON input" {
+		line, col := strictjson.Position(data, int64(len(data)))
+		return fmt.Sprintf("%s:%d:%d: not valid JSON: it ends before the JSON does (is the file cut short?)", name, line, col)
+	}
+	if line, col, ok := strictjson.ErrorPosition(data, err); ok {
+		return fmt.Sprintf("%s:%d:%d: not valid JSON: %v", name, line, col, err)
+	}
+	return fmt.Sprintf("%s: not valid JSON: %v", name, err)
 }
 
 func readInput(name string, stdin io.Reader) ([]byte, error) {

@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
-	"runtime"
-	"runtime/debug"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -15,18 +12,27 @@ import (
 	"github.com/gated/gated/internal/server"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
-
 func run(ctx context.Context, args []string) error {
+	root := rootCmd()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err != nil && isCobraUsageError(err) {
+		return usageError("%v", err)
+	}
+	return err
+}
+
+// rootCmd is gated's command tree.
+func rootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "gated",
 		Short:         "gated is the policy gate for fleets of AI agents",
 		Long:          "gated decides on the actions AI agents propose over NATS: strict validation, deterministic Rego rules, an out-of-process reviewer, and an audit trail of every step.\n\n" + server.ConfigHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       versionLine(),
 	}
-	root.SetArgs(args)
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().String("config", "", "YAML file of flag values and plugins (see gated --help)")
 	_ = root.MarkPersistentFlagFilename("config", "yaml", "yml")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError("%v", err) })
@@ -44,11 +50,8 @@ func run(ctx context.Context, args []string) error {
 	for _, c := range root.Commands() {
 		bindEnv(c)
 	}
-	err := root.ExecuteContext(ctx)
-	if err != nil && isCobraUsageError(err) {
-		return usageError("%v", err)
-	}
-	return err
+	setExamples(root)
+	return root
 }
 
 // isCobraUsageError recognises cobra's own argument errors, which it
@@ -89,22 +92,6 @@ func bindEnv(c *cobra.Command) {
 	}
 	for _, sub := range c.Commands() {
 		bindEnv(sub)
-	}
-}
-
-func versionCmd() *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the version",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := version
-			if bi, ok := debug.ReadBuildInfo(); ok && v == "dev" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-				v = bi.Main.Version
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "gated %s (%s, %s/%s, plugin protocol 1, wire schema v1)\n", v, runtime.Version(), runtime.GOOS, runtime.GOARCH)
-			return nil
-		},
 	}
 }
 

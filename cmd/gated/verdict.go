@@ -61,9 +61,9 @@ Exit status: 0 found (whatever the outcome), 3 no verdict stored and none in
 the audit trail since --since (never decided, still under review, or older),
 2 bad usage (TENANT or ID is not a valid token), 1 failure (no NATS, an audit
 trail that does not verify, verdicts of different proposals under the id).`,
-		Args: func(_ *cobra.Command, args []string) error {
-			if len(args) != 2 {
-				return usageError("want TENANT and ID, got %d arguments", len(args))
+		Args: func(c *cobra.Command, args []string) error {
+			if err := wantArgs(c, args, "TENANT", "ID"); err != nil {
+				return err
 			}
 			if !gated.ValidTenant(args[0]) {
 				return usageError("tenant %q must match [a-z0-9_-]{1,64}", args[0])

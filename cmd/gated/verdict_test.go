@@ -56,7 +56,7 @@ func TestVerdictGet(t *testing.T) {
 		{note: "other tenant", args: []string{"initech", "p-1", "--nats-url", s.ClientURL()}, code: 3, err: "tenant initech"},
 		{note: "bad tenant", args: []string{"ACME", "p-1", "--nats-url", s.ClientURL()}, code: 2, err: "tenant"},
 		{note: "dotted id", args: []string{"acme", "p.1", "--nats-url", s.ClientURL()}, code: 2, err: "id"},
-		{note: "one argument", args: []string{"acme"}, code: 2, err: "TENANT and ID"},
+		{note: "one argument", args: []string{"acme"}, code: 2, err: "missing ID"},
 		{note: "no NATS", args: []string{"acme", "p-1", "--nats-url", unreachable}, code: 1, err: "connecting to NATS"},
 	}
 	for _, tc := range tests {

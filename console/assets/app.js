@@ -26,7 +26,7 @@ import { importSeed, sign } from "./nkey.js";
  * @property {string} decided_at
  * @property {string} [proposal_sha256]
  * @property {number} audit_seq
- * @property {{denies: {rule: string, message: string}[], rules?: string[], route?: string, revision: string}} [policy]
+ * @property {{denies: {rule: string, message: string}[], rules?: string[], rules_more?: number, route?: string, revision: string}} [policy]
  * @property {Review[]} [reviews]
  * @property {{run_id: string, round: number, max_rounds: number, awaiting_operator?: string[], criteria?: {id: string, pass: boolean, judged_by?: string}[]}} [run]
  */
@@ -374,8 +374,8 @@ async function proposalPage(show, tenant, id) {
     if (p.held) parts.push(h("p", { class: "held", text: `Held for an operator (${p.held.kind}): ${heldText(p.held)}` }), h("a", { href: "#/queue", text: "decide in the queue" }));
     const denies = v.policy?.denies || [];
     parts.push(h("h3", { text: "Policy" }));
-    if (v.policy?.route) parts.push(h("p", { text: `routed by rule ${v.policy.route}` }));
-    if (v.policy?.rules?.length) parts.push(h("p", { text: `rules that decided: ${v.policy.rules.join(", ")}` }));
+    const decided = policyDecided(v);
+    if (decided) parts.push(h("p", { id: "policy-decided", text: decided }));
     parts.push(denies.length ? table(["rule", "message"], denies.map((d) => [d.rule, d.message]), { id: "denies" }) : h("p", { text: "no denies" }));
     parts.push(h("h3", { text: "Reviews" }));
     for (const r of v.reviews || []) {
@@ -409,6 +409,23 @@ async function proposalPage(show, tenant, id) {
   );
   if (p.chain_problems) parts.push(h("p", { class: "error", text: `${p.chain_problems} problems elsewhere in tenant ${tenant}'s chain: run gated audit verify` }));
   show(...parts);
+}
+
+/**
+ * The rule that decided a verdict's policy step: the rules that denied
+ * it, when any did (the route it would have taken then decides nothing),
+ * else the routing rule, which decided alone at the policy stage and sent
+ * the proposal on to review otherwise.
+ * @param {Verdict} v
+ */
+function policyDecided(v) {
+  const rules = v.policy?.rules || [];
+  if (rules.length) {
+    const more = v.policy?.rules_more ? ` and ${v.policy.rules_more} more` : "";
+    return `denied by rule${rules.length > 1 ? "s" : ""} ${rules.join(", ")}${more}`;
+  }
+  if (!v.policy?.route) return "";
+  return v.stage === "policy" ? `decided by rule ${v.policy.route}` : `sent on to review by rule ${v.policy.route}`;
 }
 
 /**

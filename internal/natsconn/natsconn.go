@@ -185,6 +185,9 @@ func (o *Options) Connect(servers, name string, extra ...nats.Option) (*nats.Con
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckURL(servers); err != nil {
+		return nil, err
+	}
 	if HasURLCredentials(servers) && o.creds+o.nkey+o.user+o.token != "" {
 		return nil, usageError("--nats-url %s carries credentials and a --nats-* flag gives others: use one", RedactURL(servers))
 	}
@@ -239,6 +242,32 @@ func (o *Options) connectHint(err error) string {
 		return " (TLS failed without a client certificate: if the server requires one, give --nats-tls-cert and --nats-tls-key)"
 	}
 	return ""
+}
+
+// CheckURL refuses servers (one URL or a comma-separated list) unless
+// each is a URL nats.go speaks NATS to: nats:// (or no scheme), tls://,
+// ws:// or wss://. nats.go would open a plain TCP connection to any other
+// scheme's address, and an HTTP server there answers nothing it reads.
+// Its error is a *UsageError.
+func CheckURL(servers string) error {
+	for _, s := range strings.Split(servers, ",") {
+		s = strings.TrimSpace(s)
+		if !strings.Contains(s, "://") {
+			continue
+		}
+		u, err := url.Parse(s)
+		if err != nil {
+			// url.Parse's error quotes the URL, credentials and all.
+			return usageError("--nats-url %s: not a URL", RedactURL(s))
+		}
+		switch u.Scheme {
+		case "nats", "tls", "ws", "wss":
+		default:
+			return usageError("--nats-url %s: %s:// is not a NATS URL; give nats://HOST:PORT (or tls://, ws://, wss://): gated serve's NATS listens on nats://127.0.0.1:4222 by default, and --http is its web listener",
+				RedactURL(s), u.Scheme)
+		}
+	}
+	return nil
 }
 
 // HasURLCredentials reports whether any of the comma-separated URLs

@@ -1,6 +1,9 @@
 package server
 
 import (
+	"errors"
+	"io/fs"
+	"os"
 	"strings"
 	"time"
 
@@ -187,6 +190,16 @@ func (o *Config) check() (operators *operator.List, err error) {
 	}
 	if err := asUsage(o.NATSConn.Validate()); err != nil {
 		return nil, err
+	}
+	if err := asUsage(natsconn.CheckURL(o.NATSURL)); err != nil {
+		return nil, err
+	}
+	// A persona directory that is not there would leave the built-in
+	// personas alone in force, and reviews routed as nobody meant.
+	if o.PersonasDir != "" {
+		if info, err := os.Stat(o.PersonasDir); errors.Is(err, fs.ErrNotExist) || err == nil && !info.IsDir() {
+			return nil, usageError("--personas %s: not a directory of persona files", o.PersonasDir)
+		}
 	}
 	if o.Operators != "" {
 		if !o.ReviewService {

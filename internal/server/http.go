@@ -39,7 +39,7 @@ func (s *Server) startHTTP(context.Context) error {
 	if s.cfg.metricsListener() == "--http" {
 		metrics = metricsHandler(s.m)
 	}
-	stopHTTP, err := serveHTTP(s.cfg.HTTPAddr, s.cfg.Pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
+	stopHTTP, addr, err := serveHTTP(s.cfg.HTTPAddr, s.cfg.Pprof, s.nc, &s.ready, s.live, s.host, s.defaultPlugin, s.budgets, metrics, root, s.log)
 	if err != nil {
 		if con != nil {
 			con.Close()
@@ -56,7 +56,28 @@ func (s *Server) startHTTP(context.Context) error {
 		defer cancel()
 		stopHTTP(ctx)
 	})
+	base := baseURL(addr)
+	s.listeners = append(s.listeners, zap.String("http", base))
+	if con != nil {
+		s.listeners = append(s.listeners, zap.String("console", base+"/"))
+	}
+	if metrics != nil {
+		s.listeners = append(s.listeners, zap.String("metrics", base+"/metrics"))
+	}
 	return nil
+}
+
+// baseURL is the URL of an HTTP listener bound to addr, for the log: a
+// listener on every address is reached on this host as localhost.
+func baseURL(addr net.Addr) string {
+	host, port, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return "http://" + addr.String()
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "localhost"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 // console builds the web console served under / on --http: only with
@@ -89,7 +110,7 @@ func (s *Server) systemStatus(context.Context) any {
 // serveHTTP serves /healthz and /readyz on addr, metrics (when not nil)
 // under /metrics, the profiles when asked, and root (the console), when
 // not nil, under /.
-func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, budgets *budget.Store, metrics, root http.Handler, log *zap.Logger) (stop func(ctx context.Context), err error) {
+func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, live *policies.Live, host *plugins.Host, defaultPlugin string, budgets *budget.Store, metrics, root http.Handler, log *zap.Logger) (stop func(ctx context.Context), bound net.Addr, err error) {
 	mux := http.NewServeMux()
 	if root != nil {
 		mux.Handle("/", root)
@@ -137,13 +158,13 @@ func serveHTTP(addr string, profiles bool, nc *nats.Conn, ready *atomic.Bool, li
 	return listenHTTP("--http", addr, mux, log)
 }
 
-// listenHTTP serves h on addr, the address of flag, until stop. stop
-// waits for the requests under way until ctx ends, then closes
-// what is still open.
-func listenHTTP(flag, addr string, h http.Handler, log *zap.Logger) (stop func(ctx context.Context), err error) {
+// listenHTTP serves h on addr, the address of flag, until stop, and
+// returns the address it is bound to. stop waits for the requests under
+// way until ctx ends, then closes what is still open.
+func listenHTTP(flag, addr string, h http.Handler, log *zap.Logger) (stop func(ctx context.Context), bound net.Addr, err error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listening on %s %s: %w", flag, addr, err)
+		return nil, nil, fmt.Errorf("listening on %s %s: %w", flag, addr, err)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
@@ -158,7 +179,7 @@ func listenHTTP(flag, addr string, h http.Handler, log *zap.Logger) (stop func(c
 			_ = srv.Close()
 		}
 		<-done
-	}, nil
+	}, ln.Addr(), nil
 }
 
 // budgetsUnreachable says why the budget counters cannot be reached, or

@@ -44,7 +44,7 @@ func (s *Server) startMetrics(context.Context) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", metricsHandler(s.m))
-	stop, err := listenHTTP("--metrics-listen", s.cfg.MetricsListen, mux, s.log)
+	stop, addr, err := listenHTTP("--metrics-listen", s.cfg.MetricsListen, mux, s.log)
 	if err != nil {
 		return err
 	}
@@ -53,6 +53,7 @@ func (s *Server) startMetrics(context.Context) error {
 		defer cancel()
 		stop(ctx)
 	})
+	s.listeners = append(s.listeners, zap.String("metrics", baseURL(addr)+"/metrics"))
 	s.log.Info("metrics served", zap.String("listen", s.cfg.MetricsListen), zap.Bool("tenant_labels", s.cfg.MetricsTenantLabels))
 	return nil
 }

@@ -73,6 +73,9 @@ type Server struct {
 	watchers    sync.WaitGroup
 	auditReload atomic.Pointer[func(policies.Reload)] // set once reloads can be audited
 	ready       atomic.Bool                           // what /readyz reports
+	// listeners say where the HTTP listeners, the console and /metrics
+	// are, for the log that says the gate is ready.
+	listeners []zap.Field
 
 	src           policies.Sources
 	live          *policies.Live
@@ -209,10 +212,10 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := s.runSteps(ctx, s.startSteps()); err != nil {
 		return err
 	}
-	s.log.Info("gated is ready",
-		zap.String("nats", natsconn.RedactURL(s.url)), zap.Bool("embedded", s.embedded != nil),
+	fields := append([]zap.Field{zap.String("nats", natsconn.RedactURL(s.url)), zap.Bool("embedded", s.embedded != nil)}, s.listeners...)
+	s.log.Info("gated is ready", append(fields,
 		zap.String("policy_revision", s.live.Revision()), zap.Any("plugins", s.host.Plugins()),
-		zap.Strings("personas", s.reg.Names()))
+		zap.Strings("personas", s.reg.Names()))...)
 	return nil
 }
 
