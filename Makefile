@@ -229,7 +229,7 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzTrackRecord$$' -fuzztime $(FUZZTIME)
 	# evidence bundles (docs/AUDIT.md#evidence)
 	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzRecordLine$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzVerifyBundle$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzVerifyBundle$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzParseKeys$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzMayTrack$$' -fuzztime $(FUZZTIME)
