@@ -227,6 +227,28 @@ class Gate:
             raise r from e
         return v, reviewed
 
+    async def held(self, call: ToolCall) -> Verdict | None:
+        """Propose a call, and return its verdict when the policy holds it
+        for an operator; None otherwise: for a read (not proposed), and for
+        an approval, a refusal or an error, which :meth:`authorize` meets
+        again (the same call proposed again is the same proposal, answered
+        from gated's store). Nothing runs here, and no grant is used: for a
+        framework that asks whether to pause before it invokes a tool."""
+        try:
+            m, change, encoded, _ = self.change(call)
+        except ToolRefused:
+            return None
+        if m.class_ == "read":
+            return None
+        p = self.tool_gate._proposal(m.action, m.class_, change, encoded)
+        try:
+            await self.tool_gate._proposer.propose(p, timeout=self.tool_gate.review_timeout)
+        except AwaitingOperator as e:
+            return e.verdict
+        except (GatedError, nats.errors.Error, OSError) as e:
+            log.debug("asking gated whether %s is held: %s", call.tool, e)
+        return None
+
     async def run(
         self,
         call: ToolCall,

@@ -5,8 +5,10 @@ decisions are signed with `gated operator decide`."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -34,3 +36,24 @@ async def client(holds: HoldGated) -> AsyncIterator[gated.Client]:
 @pytest.fixture(scope="module")
 async def tap(client: gated.Client) -> AuditTap:
     return await AuditTap().start(client)
+
+
+class ProposalTap:
+    """The proposals of tenant acme as they are published, by id."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[str, dict[str, Any]] = {}
+
+    async def start(self, c: gated.Client) -> ProposalTap:
+        async def on(msg: Any) -> None:
+            doc = json.loads(msg.data)
+            self.by_id[doc["id"]] = doc
+
+        await c.nc.subscribe("gated.proposals.acme.>", cb=on)
+        await c.nc.flush()
+        return self
+
+
+@pytest.fixture(scope="module")
+async def proposals(client: gated.Client) -> ProposalTap:
+    return await ProposalTap().start(client)

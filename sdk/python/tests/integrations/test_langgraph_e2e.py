@@ -18,7 +18,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 import gated
-from conftest import CATALOG
+from conftest import CATALOG, ProposalTap
 from gated.integrations import Gate, GatedUnreachable, ToolCall, ToolDenied, ToolHeld, ToolRefused, ToolTimedOut
 from gated.integrations.langgraph import gated_tool_node
 from gatedkit import HoldGated, start_gated
@@ -92,7 +92,9 @@ def proposal_id(gate: Gate, name: str, call_id: str) -> str:
     return gate.proposal_id(ToolCall(name, {}, call_id))
 
 
-async def test_approved_runs_with_the_reviewed_arguments(client: gated.Client, tap: AuditTap) -> None:
+async def test_approved_runs_with_the_reviewed_arguments(
+    client: gated.Client, tap: AuditTap, proposals: ProposalTap
+) -> None:
     gate = new_gate(client)
     args = {"device_id": 9501, "service": "nginx", "_reason": "nginx on device 9501 stopped answering health checks"}
     ran.clear()
@@ -107,6 +109,12 @@ async def test_approved_runs_with_the_reviewed_arguments(client: gated.Client, t
     await tap.wait_for("grant.used", pid)
     outcomes = await tap.wait_for("grant.outcome", pid, n=2)
     assert sorted(e["data"]["status"] for e in outcomes) == ["started", "succeeded"]
+    # What ran is what was proposed: the arguments less the reason, which
+    # went to the reviewer; the catalog's action and target.
+    p = proposals.by_id[pid]
+    assert p["arguments"] == ran[0][1] and p["action"] == "host_restart_service"
+    assert p["target"] == {"device_id": 9501, "service": "nginx", "tags": ["production"]}
+    assert p["reason"] == args["_reason"] and p["class"] == "write"
 
 
 async def test_rejected_does_not_run_and_the_model_reads_why(client: gated.Client) -> None:
