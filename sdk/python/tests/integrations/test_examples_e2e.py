@@ -12,7 +12,7 @@ import pytest
 from gatedkit import REPO, Gated
 
 
-@pytest.mark.parametrize("example", ["langgraph-python", "openai-agents-python", "pydantic-ai-python"])
+@pytest.mark.parametrize("example", ["langgraph-python", "openai-agents-python", "pydantic-ai-python", "adk-python"])
 def test_example(server: Gated, example: str) -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "examples" / example / "agent.py"), "--nats-url", server.nats_url],
