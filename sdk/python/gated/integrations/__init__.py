@@ -8,7 +8,9 @@ run raises a :class:`ToolRefused` subclass: :class:`ToolDenied`,
 :class:`ToolHeld`, :class:`ToolTimedOut` or :class:`GatedUnreachable`.
 Each framework's hook is a module of its own, installed with its extra
 (``pip install gated[langgraph]``): ``gated.integrations.langgraph``,
-``gated.integrations.openai_agents``. See docs/INTEGRATIONS.md.
+``gated.integrations.openai_agents``, ``gated.integrations.pydantic_ai``,
+``gated.integrations.adk``, ``gated.integrations.crewai``. See
+docs/INTEGRATIONS.md.
 """
 
 from gated.integrations._catalog import Catalog, InvalidCatalog, ToolRule, action_name

@@ -270,6 +270,26 @@ class Gate:
         await self.finish(v, None)
         return result
 
+    def run_sync(
+        self,
+        call: ToolCall,
+        fn: Callable[[dict[str, Any]], Any],
+        *,
+        wait_for_operator: bool = False,
+    ) -> Any:
+        """:meth:`run`, for a synchronous framework: gated is asked on the
+        client's event loop (build the gate on a :class:`gated.SyncClient`),
+        and ``fn`` runs in the calling thread."""
+        block = self.tool_gate._block
+        v, arguments = block(self.authorize(call, wait_for_operator=wait_for_operator))
+        try:
+            result = fn(arguments)
+        except BaseException as e:
+            block(self.finish(v, e))
+            raise
+        block(self.finish(v, None))
+        return result
+
     async def finish(self, verdict: Verdict | None, error: BaseException | str | None = None) -> None:
         """Report the end of a call :meth:`authorize` allowed: ``succeeded``,
         or ``failed`` with error. A report that fails is logged, not raised:
