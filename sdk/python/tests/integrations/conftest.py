@@ -5,18 +5,15 @@ decisions are signed with `gated operator decide`."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import gated
 from gatedkit import HoldGated, start_hold_gated
+from integrationkit import ProposalTap
 from test_grants_e2e import AuditTap
-
-CATALOG = Path(__file__).with_name("catalog.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -36,22 +33,6 @@ async def client(holds: HoldGated) -> AsyncIterator[gated.Client]:
 @pytest.fixture(scope="module")
 async def tap(client: gated.Client) -> AuditTap:
     return await AuditTap().start(client)
-
-
-class ProposalTap:
-    """The proposals of tenant acme as they are published, by id."""
-
-    def __init__(self) -> None:
-        self.by_id: dict[str, dict[str, Any]] = {}
-
-    async def start(self, c: gated.Client) -> ProposalTap:
-        async def on(msg: Any) -> None:
-            doc = json.loads(msg.data)
-            self.by_id[doc["id"]] = doc
-
-        await c.nc.subscribe("gated.proposals.acme.>", cb=on)
-        await c.nc.flush()
-        return self
 
 
 @pytest.fixture(scope="module")

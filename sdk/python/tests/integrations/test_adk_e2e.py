@@ -19,7 +19,7 @@ from google.adk.runners import InMemoryRunner
 from google.genai import types
 
 import gated
-from conftest import CATALOG, ProposalTap
+from integrationkit import CATALOG, ProposalTap
 from gated.integrations import Gate, ToolCall
 from gated.integrations.adk import gated_callbacks
 from gatedkit import HoldGated, start_gated

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import gated
-from conftest import CATALOG, ProposalTap
+from integrationkit import CATALOG, ProposalTap
 from gated.integrations import Gate, ToolCall, ToolDenied, ToolHeld
 from gatedkit import HoldGated
 

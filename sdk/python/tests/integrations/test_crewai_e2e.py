@@ -20,7 +20,7 @@ from crewai.llms.base_llm import BaseLLM
 from crewai.tools import tool
 
 import gated
-from conftest import CATALOG, ProposalTap
+from integrationkit import CATALOG, ProposalTap
 from gated.integrations import Gate
 from gated.integrations.crewai import gated_tools
 from gatedkit import REPO, Gated, HoldGated, start_gated

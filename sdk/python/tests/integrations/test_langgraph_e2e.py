@@ -18,7 +18,7 @@ from langgraph.prebuilt import tools_condition
 from langgraph.types import Command
 
 import gated
-from conftest import CATALOG, ProposalTap
+from integrationkit import CATALOG, ProposalTap
 from gated.integrations import Gate, GatedUnreachable, ToolCall, ToolDenied, ToolHeld, ToolRefused, ToolTimedOut
 from gated.integrations.langgraph import gated_tool_node
 from gatedkit import HoldGated, start_gated

@@ -14,7 +14,7 @@ from agents.items import ToolCallOutputItem
 from agents.testing import ScriptedModel, assistant_message, function_call
 
 import gated
-from conftest import CATALOG, ProposalTap
+from integrationkit import CATALOG, ProposalTap
 from gated.integrations import Gate, ToolCall
 from gated.integrations.openai_agents import gated_tools
 from gatedkit import HoldGated, start_gated

@@ -14,7 +14,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 import gated
-from conftest import CATALOG, ProposalTap
+from integrationkit import CATALOG, ProposalTap
 from gated.integrations import Gate, ToolCall
 from gated.integrations.pydantic_ai import GatedToolset
 from gatedkit import HoldGated, start_gated
