@@ -533,6 +533,11 @@ mutant budget_read_put_back bus/budget/allowance.go ./bus/budget \
 mutant budget_give_back_own_window bus/budget/counters.go ./bus/budget \
 	'if !ok || w.Start != start || w.Interval != interval || n <= 0 {' \
 	'if !ok || n <= 0 {'
+# A request whose now lags the record's window counts in that later
+# window: it never starts its own older window over the later count.
+mutant budget_lagging_clock_counts_later bus/budget/counters.go ./bus/budget \
+	'&& w.Start > start {' \
+	'&& w.Start > start && false {'
 mutant budget_idle_allowance_forgotten bus/budget/allowance.go ./bus/budget \
 	$'\t\ta.gone = true\n\t\tdelete(s.allow, key)' \
 	$'\t\ta.gone = true'

@@ -214,10 +214,23 @@ func slotEnd(until int64) int64 {
 	return until
 }
 
+// current returns the start of limit's window that counts at now: the
+// window holding now, or the record's own when that one is later (a now
+// from a process whose clock lags the one that began it), so that a
+// lagging clock counts in the later window and never starts an earlier
+// one afresh over its count.
+func (c *counters) current(limit string, r Rate, now time.Time) int64 {
+	start := windowStart(now, r.Interval)
+	if w, ok := c.Windows[limit]; ok && w.Interval == int64(r.Interval/time.Second) && w.Start > start {
+		return w.Start
+	}
+	return start
+}
+
 // used returns the count of limit's current window at now.
 func (c *counters) used(limit string, r Rate, now time.Time) int64 {
 	w, ok := c.Windows[limit]
-	if !ok || w.Interval != int64(r.Interval/time.Second) || w.Start != windowStart(now, r.Interval) {
+	if !ok || w.Interval != int64(r.Interval/time.Second) || w.Start != c.current(limit, r, now) {
 		return 0
 	}
 	return w.N
@@ -229,7 +242,7 @@ func (c *counters) add(limit string, r Rate, now time.Time, n int64) {
 		c.Windows = map[string]window{}
 	}
 	cur := c.used(limit, r, now)
-	c.Windows[limit] = window{Start: windowStart(now, r.Interval), Interval: int64(r.Interval / time.Second), N: max(0, cur+n)}
+	c.Windows[limit] = window{Start: c.current(limit, r, now), Interval: int64(r.Interval / time.Second), N: max(0, cur+n)}
 }
 
 // giveBack takes n off limit's window that starts at start (Unix ms) and
@@ -330,7 +343,7 @@ func (c *counters) over(limit string, r Rate, now time.Time) *gated.BudgetRefusa
 	if r.Max == 0 || used < r.Max {
 		return nil
 	}
-	start := windowStart(now, r.Interval)
+	start := c.current(limit, r, now)
 	return &gated.BudgetRefusal{Limit: limit, Max: r.Max, Used: used, Interval: shortDuration(r.Interval),
 		ResetsAt: time.UnixMilli(start).Add(r.Interval).UTC()}
 }

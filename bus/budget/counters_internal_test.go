@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gated/gated"
 	"github.com/gated/gated/engine"
 )
 
@@ -110,4 +111,32 @@ func mustMarshal(t *testing.T, v any) []byte {
 		t.Fatal(err)
 	}
 	return data
+}
+
+// TestCountsOfAnOlderNowStayInTheLaterWindow: a request whose now lies in
+// a window before the one the record counts (a process whose clock lags
+// another's across the window's end) counts in the record's window and
+// sees its count: it never replaces the later window's count with its
+// own, which would admit the window's whole limit again.
+func TestCountsOfAnOlderNowStayInTheLaterWindow(t *testing.T) {
+	r := Rate{Max: 10, Interval: time.Minute}
+	later := time.UnixMilli(10 * 60_000).Add(time.Second)
+	older := later.Add(-2 * time.Second) // the end of the window before
+	var c counters
+	c.add(gated.LimitProposals, r, later, 9)
+	if got := c.used(gated.LimitProposals, r, older); got != 9 {
+		t.Fatalf("used at an older now = %d, want the later window's 9", got)
+	}
+	c.add(gated.LimitProposals, r, older, 1)
+	if got := c.used(gated.LimitProposals, r, later); got != 10 {
+		t.Fatalf("used after an older now's add = %d, want 10", got)
+	}
+	if w := c.Windows[gated.LimitProposals]; w.Start != windowStart(later, r.Interval) {
+		t.Fatalf("window start %d, want the later window's %d", w.Start, windowStart(later, r.Interval))
+	}
+	// A now in a later window starts that window afresh.
+	next := later.Add(time.Minute)
+	if got := c.used(gated.LimitProposals, r, next); got != 0 {
+		t.Fatalf("used in the next window = %d, want 0", got)
+	}
 }
