@@ -159,6 +159,17 @@ async def test_held_then_rejected_never_runs(client: gated.Client, holds: HoldGa
     assert r["error"].startswith("gated did not approve delete_record: rejected at stage operator")
 
 
+async def test_held_and_declined_in_the_run_never_runs(client: gated.Client, holds: HoldGated) -> None:
+    run, ask_id, pid = await held_run(client, "adk-held-declined", "call-adk-5")
+    d = holds.decide(pid, "--approve", "--reason", "CHG-17")
+    assert d.returncode == 0, d.stderr
+    # The operator approved, but the run declines: the call is not made.
+    events = await run.send(confirm(ask_id, False))
+    assert ran == []
+    (r,) = responses(events, "delete_record")
+    assert "declined" in r["error"] and r["error"].endswith("The call was not made.")
+
+
 @pytest.mark.parametrize("how", ["killed", "frozen"])
 async def test_unreachable_or_slow_fails_closed(gated_bin: str, how: str) -> None:
     g = start_gated(gated_bin)
