@@ -314,10 +314,11 @@ def refusal(tool: str, e: BaseException) -> BaseException:
     if isinstance(e, NotApproved):
         v = e.verdict
         return ToolDenied(tool, f"{v.outcome} at stage {v.stage}: {v.reason}", v)
+    # NoVerdict is a TimeoutError, so an OSError: asked before those.
+    if isinstance(e, (NoVerdict, nats.errors.TimeoutError)) and not isinstance(e, ConnectionLost):
+        return ToolTimedOut(tool, f"no verdict in time ({e}); failing closed")
     if isinstance(e, (ConnectionLost, ServiceUnavailable, PublishError, nats.errors.Error, OSError)):
         return GatedUnreachable(tool, f"gated cannot be reached ({type(e).__name__}: {e}); failing closed")
-    if isinstance(e, NoVerdict):
-        return ToolTimedOut(tool, f"no verdict in time ({e}); failing closed")
     if isinstance(e, GrantRefused):
         return ToolDenied(tool, f"its approval's grant was refused: {e}")
     if isinstance(e, GatedError):

@@ -1,6 +1,7 @@
 """The catalog reader: the shared vectors (the Go decoder is held to the
-same file), errors that say what is wrong and where, fuzzed input, and the
-mapping of a tool's call onto a proposal."""
+same file), errors that say what is wrong and where, fuzzed input; the
+mapping of a tool's call onto a proposal, and the typed refusal of each
+way a call fails."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gated
-from gated.integrations import Catalog, Gate, InvalidCatalog, ToolCall, ToolDenied, action_name
+from gated.integrations import Catalog, Gate, InvalidCatalog, ToolCall, ToolDenied, ToolRefused, action_name
 from gated.integrations._catalog import MAX_CATALOG_SIZE, parse_pointer, resolve_pointer
+from gated.integrations._core import refusal
 from gatedkit import REPO, vectors
 
 CASES = vectors("catalogs.json")["cases"]
@@ -156,3 +159,30 @@ def test_calls_that_cannot_be_proposed_are_refused(call: ToolCall, says: str) ->
 def test_bad_config() -> None:
     with pytest.raises(gated.InvalidConfig):
         gate(default_class="admin")
+
+
+@pytest.mark.parametrize(
+    "error, want",
+    [
+        (gated.NoVerdict("no verdict for proposal acme.x within 2s"), "ToolTimedOut"),
+        (nats.errors.TimeoutError(), "ToolTimedOut"),
+        (gated.ConnectionLost("the connection to NATS closed"), "GatedUnreachable"),
+        (gated.ServiceUnavailable("nothing serves gated.review.acme"), "GatedUnreachable"),
+        (gated.PublishError("no stream captures gated.proposals.acme.x"), "GatedUnreachable"),
+        (nats.errors.NoRespondersError(), "GatedUnreachable"),
+        (nats.errors.ConnectionClosedError(), "GatedUnreachable"),
+        (ConnectionRefusedError(111, "refused"), "GatedUnreachable"),
+        (gated.GrantRefused("signature", "does not verify"), "ToolDenied"),
+        (gated.GrantUseRefused("already used"), "ToolDenied"),
+        (gated.InvalidToolSpec("bad"), "ToolDenied"),
+    ],
+)
+def test_each_failure_is_its_typed_refusal(error: BaseException, want: str) -> None:
+    r = refusal("restart_service", error)
+    assert type(r).__name__ == want and isinstance(r, ToolRefused)
+    assert str(r).startswith("gated did not approve restart_service: ") and str(r).endswith("The call was not made.")
+
+
+def test_a_foreign_error_is_not_a_refusal() -> None:
+    e = RuntimeError("the tool's own")
+    assert refusal("t", e) is e
