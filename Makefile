@@ -5,6 +5,7 @@ GO ?= go
 PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
+.PHONY: test-mcp-conformance
 .PHONY: all build run check check-go check-python check-ts test test-go test-python test-python-crewai test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa bench-summary bench-messages bench-million opa-test clean
 
 all: build
@@ -19,7 +20,7 @@ run:
 	$(GO) run ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test: test-go test-python test-python-crewai test-ts test-mcp-ts test-browser
+test: test-go test-python test-python-crewai test-ts test-mcp-ts test-browser test-mcp-conformance
 
 # check is the inner loop: go vet, gofmt, and the unit tests of every
 # language, without the race detector, the end-to-end suites (test/, the
@@ -50,15 +51,23 @@ test-go:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'); exit 1; }
 	$(GO) test -race -count=1 -timeout 30m ./...
 
-# test-ts installs the TypeScript client's pinned dependencies (npm ci,
-# which also rebuilds its dist/), fails when the committed dist/ differs
-# from that build, and runs its tests and the TypeScript fleet example's
-# against a real gated serve built here.
+# test-ts installs the TypeScript client's pinned dependencies (npm ci)
+# and rebuilds its dist/, fails when the committed dist/ differs from that
+# build, and runs its tests (among them the install of its packed tarball
+# into a fresh project) and the TypeScript fleet example's against a real
+# gated serve built here. Then the framework integrations: their tests
+# (sdk/typescript/test/integrations: the Vercel AI SDK, OpenAI Agents JS
+# and LangGraph.js at pinned versions, the client installed from its
+# tarball) and the examples ai-ts, openai-agents-ts and langgraph-ts.
 test-ts: build
-	cd sdk/typescript && npm ci --no-audit --no-fund
-	@git diff --quiet -- sdk/typescript/dist || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git diff --stat -- sdk/typescript/dist; exit 1; }
+	cd sdk/typescript && npm ci --no-audit --no-fund && npm run build
+	@test -z "$$(git status --porcelain -- sdk/typescript/dist)" || { echo "sdk/typescript/dist is stale: commit the output of npm run build"; git status --short -- sdk/typescript/dist; exit 1; }
 	cd sdk/typescript && GATED_BIN="$(CURDIR)/bin/gated" npm test
 	cd examples/fleet-ts && npm ci --no-audit --no-fund && GATED_BIN="$(CURDIR)/bin/gated" npm test
+	cd sdk/typescript/test/integrations && npm ci --no-audit --no-fund --prefer-offline && GATED_BIN="$(CURDIR)/bin/gated" npm test
+	for ex in ai-ts openai-agents-ts langgraph-ts; do \
+	  (cd examples/$$ex && npm ci --no-audit --no-fund --prefer-offline && GATED_BIN="$(CURDIR)/bin/gated" npm test) || exit 1; \
+	done
 
 # test-mcp-ts runs gated mcp under the TypeScript MCP SDK's client
 # (test/mcp-ts, its pinned @modelcontextprotocol/sdk): over stdio and
@@ -67,6 +76,17 @@ test-ts: build
 test-mcp-ts: build
 	cd test/mcp-ts && npm ci --no-audit --no-fund
 	cd test/mcp-ts && GATED_BIN="$(CURDIR)/bin/gated" MCP_OPS_BIN="$(CURDIR)/bin/mcp-ops" npm test
+
+# test-mcp-conformance runs the MCP conformance suite's server scenarios
+# (test/mcp-conformance: @modelcontextprotocol/conformance pinned, and the
+# Node 22 it needs from the npm package node) against the conformance
+# upstream (test/mcp-conformance/upstream) directly, and through gated mcp
+# in front of it over streamable HTTP and over stdio, with a real gated
+# serve: every check that passes directly passes through gated
+# (cmd/gated TestMCPConformance).
+test-mcp-conformance:
+	cd test/mcp-conformance && npm ci --no-audit --no-fund
+	GATED_MCP_CONFORMANCE_DIR="$(CURDIR)/test/mcp-conformance" $(GO) test -count=1 -run '^TestMCPConformance$$' ./cmd/gated
 
 # test-browser type-checks the web console's scripts (console-js) and runs
 # the console's tests in Debian's headless Chromium (console/browser_test.go,
@@ -215,6 +235,11 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeBucketVerdict$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzTrackRecord$$' -fuzztime $(FUZZTIME)
+	# evidence bundles (docs/AUDIT.md#evidence)
+	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzRecordLine$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzVerifyBundle$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzParseKeys$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzMayTrack$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzRecordJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzNormalizeData$$' -fuzztime $(FUZZTIME)
@@ -258,6 +283,7 @@ fuzz:
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzMappingRead$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzRelayReadCall$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./mcpgate -run '^$$' -fuzz '^FuzzTapBody$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/telemetry -run '^$$' -fuzz '^FuzzParseConfig$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/tracectx -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzDecodeLegacyV2$$' -fuzztime $(FUZZTIME)
@@ -271,6 +297,9 @@ fuzz:
 	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzFold$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/reviewtext -run '^$$' -fuzz '^FuzzSelfReported$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/strictjson -run '^$$' -fuzz '^FuzzCheckFolded$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzRead$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./deploy/image -run '^$$' -fuzz '^FuzzExtract$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/flow -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
 
 # bench runs the whole benchmark of docs/BENCHMARKS.md: gated-bench on
 # the policy paths at high and low concurrency, the plugin path (each
@@ -409,3 +438,40 @@ opa-test:
 
 clean:
 	rm -rf bin
+
+# --- deploy: the container image and the Helm chart (docs/DEPLOY.md) ---
+.PHONY: image test-deploy test-image test-chart
+test: test-deploy
+
+# image builds bin/gated-image.tar, gated's OCI image from scratch, with
+# Debian's buildah and nothing pulled (deploy/image/build.sh).
+IMAGE ?= bin/gated-image.tar
+image:
+	GO="$(GO)" bash deploy/image/build.sh $(IMAGE)
+
+# test-deploy tests the image and the chart. test-image runs gated from
+# the image's exported root filesystem, and under podman where the
+# machine can run containers (deploy/image); test-chart lints and renders
+# the chart for each documented setup and validates every manifest
+# against the Kubernetes schemas (deploy/helm/check.sh), with helm built
+# from the Go module proxy (cached in .cache/) and kubernetes-validate in
+# a virtual environment of its own.
+HELM_VERSION := v4.3.2
+HELM := .cache/helm-$(HELM_VERSION)/helm
+DEPLOY_VENV := .cache/deploy-venv
+test-deploy: test-image test-chart
+
+test-image: image
+	GATED_IMAGE="$(CURDIR)/$(IMAGE)" GATED_IMAGE_PODMAN=try $(GO) test -count=1 -v ./deploy/image
+
+$(HELM):
+	GOBIN="$(CURDIR)/$(dir $(HELM))" CGO_ENABLED=0 GOFLAGS=-trimpath $(GO) install helm.sh/helm/v4/cmd/helm@$(HELM_VERSION)
+
+$(DEPLOY_VENV)/.installed: deploy/helm/requirements.txt
+	$(PYTHON) -m venv $(DEPLOY_VENV)
+	$(DEPLOY_VENV)/bin/python -m pip install -q -r deploy/helm/requirements.txt
+	touch $@
+
+test-chart: build $(HELM) $(DEPLOY_VENV)/.installed
+	HELM="$(CURDIR)/$(HELM)" PYTHON="$(CURDIR)/$(DEPLOY_VENV)/bin/python" GATED="$(CURDIR)/bin/gated" \
+	  OUT="$(CURDIR)/.cache/chart-renders" bash deploy/helm/check.sh

@@ -246,6 +246,9 @@ func validate(p *Proposal, subjectTenant, subjectAction string, l Limits) error 
 	if p.Reviewer != "" && !ValidTenant(p.Reviewer) {
 		return fieldErr("reviewer", "%q must be a persona name matching [a-z0-9_-]{1,64}", clip(p.Reviewer))
 	}
+	if err := validateLabels(p.Labels); err != nil {
+		return err
+	}
 	if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {
 		return fieldErr("arguments"+strings.ReplaceAll(fe.Path, "/", "."), "has members %q and %q, which differ only by case: an executor that reads names without case could act on either", fe.Key, fe.Other)
 	}

@@ -109,6 +109,8 @@ func (p *Proposal) member(r *fastReader, key []byte) bool {
 		})
 	case "reviewer":
 		return r.stringInto(&p.Reviewer)
+	case "labels":
+		return r.strings(&p.Labels)
 	case "criteria":
 		// Run reviews are read by encoding/json; an action names none.
 		switch {

@@ -28,6 +28,8 @@ var fastSeeds = []string{
 	`{"flags":{"skip_review":"true"}}`, `{"flags":{"Skip_review":true}}`, `{"operator":{"roles":[null]}}`,
 	`{"operator":{"roles":"sre"}}`, `{"criteria":[{}]}`, `{"run":{}}`, `{"extra":1}`,
 	`{"v":1} {}`, `{"v":1}]`, `{"v":1`, `{"v":1,}`, `{,"v":1}`, `{"v"1}`, `[]`, `null`, `"x"`, ``, `   `,
+	`{"labels":["secret","egress"]}`, `{"labels":[]}`, `{"labels":null}`, `{"labels":"secret"}`, `{"labels":[1]}`,
+	`{"labels":["a"],"labels":["b"]}`, `{"Labels":["a"]}`,
 	"{\"reason\":\"tab\there\"}", `{"reason":"bad \q escape"}`, `{"reason":"\u12"}`,
 }
 

@@ -130,3 +130,6 @@ tool (
 	google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	google.golang.org/protobuf/cmd/protoc-gen-go
 )
+
+// The audit evidence's Merkle tree, proofs and signed notes (bus/evidence).
+require golang.org/x/mod v0.43.0

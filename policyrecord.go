@@ -122,6 +122,8 @@ type ReplayInput struct {
 	// Budget is the budget counters the policy saw, when budgets are
 	// kept.
 	Budget *BudgetState `json:"budget,omitempty"`
+	// Session is the agent's flow state the policy saw, when it was read.
+	Session *SessionState `json:"session,omitempty"`
 }
 
 // Kinds of difference between the live and the shadow decision.

@@ -73,6 +73,11 @@ type Proposal struct {
 	Criteria       []Criterion    `json:"criteria,omitempty"`
 	Run            *Run           `json:"run,omitempty"`
 	CreatedAt      *time.Time     `json:"created_at,omitempty"`
+	// Labels are labels the agent adds to its action's, which the policy
+	// data gives it (data.gated.config.flows.labels): what the action reads
+	// or does, for the flow rules (docs/POLICIES.md#flows). They add to the
+	// data's, never remove any; at most MaxLabels, each a ValidLabel.
+	Labels []string `json:"labels,omitempty"`
 }
 
 // Principal is the human on whose behalf an agent acts: the proposal's

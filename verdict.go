@@ -97,6 +97,11 @@ type Verdict struct {
 	// policy sees as input.history[i].execution), never on a verdict
 	// that is published or stored under its proposal.
 	Execution *Execution `json:"execution,omitempty"`
+	// Labels are the labels the proposal added to its action's (its
+	// labels member): the verdict keeps them so that the action's
+	// execution, when its grant is used, carries them into the agent's
+	// flow state with the policy data's.
+	Labels []string `json:"labels,omitempty"`
 
 	// encoded is the verdict's JSON, written once by the engine when the
 	// verdict was final (see JSON). It holds for this Verdict at

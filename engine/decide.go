@@ -233,11 +233,20 @@ func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err e
 			return nil, false, err
 		}
 	}
+	// So is the agent's flow state.
+	in.SessionUnread = r.e.cfg.Sessions != nil && r.e.cfg.PolicyReadsSession != nil && !r.e.cfg.PolicyReadsSession()
+	if !in.SessionUnread {
+		r.readSession(ctx, &in)
+	}
 	pd, routed, err := EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
-	if refusedForBudget(in, err) {
+	for range 2 {
 		// The policy changed to one that reads them since it was asked.
-		if err := r.readBudget(ctx, &in); err != nil {
-			return nil, false, err
+		read, rerr := r.readUnread(ctx, &in, err)
+		if rerr != nil {
+			return nil, false, rerr
+		}
+		if !read {
+			break
 		}
 		pd, routed, err = EvaluateRouted(ctx, r.e.cfg.Policy.Evaluate, r.e.cfg.Personas, in, personaName, true)
 	}
@@ -267,7 +276,7 @@ func (r *pass) judge(ctx context.Context) (v *gated.Verdict, awaited bool, err e
 	r.log.recordBestEffort(ctx, gated.EventPolicyDecided, gated.PolicyDecidedData{
 		Denies: policyRef.Denies, Review: pd.Review, ReviewerTools: pd.ReviewerTools,
 		DeniedTools: pd.DeniedTools, EvalUS: policyRef.EvalUS, SOP: sopID(pd.SOP), Run: pd.Run, Holds: pd.Holds,
-		Input:          &gated.ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record, Budget: budget},
+		Input:          &gated.ReplayInput{Proposal: r.d.Data, Persona: personaName, Now: r.start.UTC(), History: history, RunRecord: record, Budget: budget, Session: in.Session},
 		ShadowRevision: shadowRev,
 	})
 	r.recordShadow(ctx, shadow)
@@ -525,8 +534,9 @@ func (r *pass) sealVerdict(ctx context.Context, v *gated.Verdict) error {
 func (r *pass) verdict(o gated.Outcome, s gated.Stage, reason string) *gated.Verdict {
 	now := r.e.cfg.Clock.Now()
 	kind, agent := gated.KindAction, ""
+	var labels []string
 	if r.p != nil {
-		kind = r.p.Kind
+		kind, labels = r.p.Kind, r.p.Labels
 		if r.p.RequestedBy != nil {
 			agent = r.p.RequestedBy.Agent
 		}
@@ -535,6 +545,6 @@ func (r *pass) verdict(o gated.Outcome, s gated.Stage, reason string) *gated.Ver
 		V: gated.SchemaVersion, ProposalID: r.id, Tenant: r.tenant, Action: r.action, Kind: kind,
 		Outcome: o, Approved: o == gated.OutcomeApproved, Stage: s, Reason: reason,
 		DecidedAt: now.UTC(), LatencyMS: ms(now.Sub(r.start)), ProposalSHA256: r.digest,
-		TargetKey: r.keys.history, Agent: agent,
+		TargetKey: r.keys.history, Agent: agent, Labels: labels,
 	}
 }

@@ -264,6 +264,9 @@ func decodeCases() []decodeCase {
 		{note: "prior review with an unknown field", file: "invalid-run-prior-review-field.json", wantErr: true, wantField: "run.prior_reviews[0].decision"},
 		{note: "operator with a blank id", file: "invalid-operator-empty-id.json", wantErr: true, wantField: "operator.id"},
 		{note: "requested_by without agent", file: "invalid-requested-by-no-agent.json", wantErr: true, wantField: "requested_by.agent"},
+		{note: "a label not spelled as one", file: "invalid-label-uppercase.json", wantErr: true, wantField: "labels[1]"},
+		{note: "more labels than the bound", file: "invalid-labels-too-many.json", wantErr: true, wantField: "labels"},
+		{note: "labels the agent adds", file: "valid-labels.json", check: wantLabels("secret", "untrusted")},
 	}
 }
 

@@ -90,6 +90,16 @@ type Config struct {
 	// the engine reads them and evaluates again. Nil: the counters are
 	// read for every proposal.
 	PolicyReadsBudget func() bool
+	// Sessions, when set, shows the policy the proposing agent's flow
+	// state (input.session) when PolicyReadsSession says it can read it.
+	// Nil: input.session is null.
+	Sessions Sessions
+	// PolicyReadsSession says whether the policy, or the shadow beside it,
+	// can read input.session now; the flow state is read only when it
+	// says yes (a policy that can after all refuses the input with
+	// ErrSessionUnread, and the engine reads it and evaluates again). Nil:
+	// the state is read for every proposal.
+	PolicyReadsSession func() bool
 	// OnShadow, when set, hears every comparison of the shadow with the
 	// live decision, differing or not, for metrics. It must not block.
 	OnShadow func(p *gated.Proposal, c gated.ShadowComparison)

@@ -27,3 +27,9 @@ var (
 // it would otherwise see zeros. The engine then reads the counters and
 // evaluates again.
 var ErrBudgetUnread = errors.New("the policy reads input.budget, and the budget counters were not read")
+
+// ErrSessionUnread is a policy's refusal of an input whose flow state was
+// not read (PolicyInput.SessionUnread) when it can read input.session: it
+// would otherwise see no state. The engine then reads it and evaluates
+// again.
+var ErrSessionUnread = errors.New("the policy reads input.session, and the flow state was not read")

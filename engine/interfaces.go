@@ -36,7 +36,15 @@ type PolicyInput struct {
 	// Budget is nil. A policy that can read input.budget refuses such an
 	// input with ErrBudgetUnread instead of seeing Budget's zeros.
 	BudgetUnread bool
-	Now          time.Time
+	// Session is the proposing agent's flow state (input.session); nil
+	// when none is kept or it was not read.
+	Session *gated.SessionState
+	// SessionUnread says the engine did not read the flow state, because
+	// neither the policy nor the shadow could read it
+	// (Config.PolicyReadsSession). A policy that can read input.session
+	// refuses such an input with ErrSessionUnread.
+	SessionUnread bool
+	Now           time.Time
 }
 
 // PolicyDecision is the policy's answer, data.gated.decision.

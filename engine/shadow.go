@@ -109,11 +109,17 @@ func (r *pass) shadow(ctx context.Context, in PolicyInput, routed Routed, pd Pol
 	}
 	in.Persona = routed.Persona
 	sd, err := evaluateShadow(ctx, shadow, in)
-	if refusedForBudget(in, err) {
-		// A shadow swapped in since the engine asked reads the counters.
-		if err = r.readBudget(ctx, &in); err == nil {
-			sd, err = evaluateShadow(ctx, shadow, in)
+	for range 2 {
+		// A shadow swapped in since the engine asked reads the counters
+		// or the flow state.
+		read, rerr := r.readUnread(ctx, &in, err)
+		if rerr != nil {
+			err = rerr
 		}
+		if !read || rerr != nil {
+			break
+		}
+		sd, err = evaluateShadow(ctx, shadow, in)
 	}
 	live := PolicySide(r.p, r.e.cfg.Personas, routed, pd, liveErr)
 	if live.Revision == "" {

@@ -38,6 +38,14 @@ type Catalog struct {
 	BlastRadius gated.BlastRadius `yaml:"blast_radius" json:"blast_radius,omitempty"`
 	// Tools holds the overrides of each tool, by its MCP name.
 	Tools map[string]ToolRule `yaml:"tools" json:"tools,omitempty"`
+	// Prompts holds the overrides of the gets of each prompt, by its
+	// name (default: action get_prompt, class read, the prompt's name and
+	// arguments as the target).
+	Prompts map[string]ToolRule `yaml:"prompts" json:"prompts,omitempty"`
+	// Resources holds the overrides of the reads of each resource, by
+	// its URI (default: action read_resource, class read, the URI as the
+	// target).
+	Resources map[string]ToolRule `yaml:"resources" json:"resources,omitempty"`
 }
 
 // ToolRule overrides the mapping of one tool. Every field is optional.
@@ -102,17 +110,30 @@ func (c *Catalog) check() error {
 	if c.BlastRadius != "" && !validBlast(c.BlastRadius) {
 		return fmt.Errorf("%w: blast_radius %q: want single_device, cluster or tenant_wide", ErrInvalidCatalog, c.BlastRadius)
 	}
-	names := make([]string, 0, len(c.Tools))
-	for name := range c.Tools {
+	for _, section := range []struct {
+		name  string
+		rules map[string]ToolRule
+	}{{"tools", c.Tools}, {"prompts", c.Prompts}, {"resources", c.Resources}} {
+		if err := checkRules(section.name, section.rules); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkRules checks the rules of one section of the catalog.
+func checkRules(section string, rules map[string]ToolRule) error {
+	names := make([]string, 0, len(rules))
+	for name := range rules {
 		names = append(names, name)
 	}
 	slices.Sort(names)
 	for _, name := range names {
-		r := c.Tools[name]
-		where := fmt.Sprintf("tools[%q]", name)
+		r := rules[name]
+		where := fmt.Sprintf("%s[%q]", section, name)
 		switch {
 		case strings.TrimSpace(name) == "":
-			return fmt.Errorf("%w: a tool with a blank name", ErrInvalidCatalog)
+			return fmt.Errorf("%w: %s: an entry with a blank name", ErrInvalidCatalog, section)
 		case r.Action != "" && !gated.ValidAction(r.Action):
 			return fmt.Errorf("%w: %s.action %q must match [A-Za-z0-9_-]{1,128}", ErrInvalidCatalog, where, r.Action)
 		case r.Class != "" && r.Class != gated.ClassRead && r.Class != gated.ClassWrite && r.Class != gated.ClassDestructive:
@@ -147,7 +168,7 @@ func (c *Catalog) check() error {
 				return fmt.Errorf("%w: %s.target_fixed: %v", ErrInvalidCatalog, where, err)
 			}
 			r.TargetFixed = fixed
-			c.Tools[name] = r
+			rules[name] = r
 		}
 	}
 	return nil

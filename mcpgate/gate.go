@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -63,9 +64,23 @@ type Config struct {
 	// Fleet proposes and waits for verdicts, usually a *fleet.Client.
 	// Required.
 	Fleet Fleet
-	// Upstream is the session with the MCP server the gate fronts.
-	// Required.
+	// Upstream is a session with the MCP server the gate fronts: New
+	// lists its tools, and the first agent session forwards over it.
+	// Required unless Dial is set, which then connects it.
 	Upstream *mcp.ClientSession
+	// Dial connects a new session with the upstream server, with the
+	// client options the gate gives. Each agent session but the first
+	// gets one of its own, closed when the agent's session ends; without
+	// Dial, a gate serves one agent session only (RunStdio). The
+	// transport is returned too when it is a CommandTransport, which
+	// relays reads (Relay). version is the protocol version to ask the
+	// upstream for, "" for the newest. Dialer.Dial is one.
+	Dial func(ctx context.Context, opts *mcp.ClientOptions, version string) (*mcp.ClientSession, *CommandTransport, error)
+	// CallTimeout bounds every request forwarded to the upstream server,
+	// and the connecting of an upstream session: a request not answered
+	// in time is an error to the agent, never a hang. Default
+	// DefaultCallTimeout.
+	CallTimeout time.Duration
 	// Tenant is the tenant token, [a-z0-9_-]{1,64}. Required.
 	Tenant string
 	// Agent is requested_by.agent of every proposal. Required.
@@ -110,12 +125,18 @@ type Config struct {
 // gated. Build it with New, serve its Server over any MCP transport.
 type Gate struct {
 	cfg    Config
-	tools  []*gatedTool
+	tools  atomic.Pointer[[]*gatedTool]
 	server *mcp.Server
 	// offered are the tools tools/list shows and the policy does not
 	// deny outright, by name: the tools RunStdio may relay a read of.
-	offered map[string]*gatedTool
+	offered atomic.Pointer[map[string]*gatedTool]
 	impl    *mcp.Implementation
+	// ready is set once New has built the server: what the upstream
+	// sends before is not relayed.
+	ready atomic.Bool
+	// toolsMu serialises offer.
+	toolsMu sync.Mutex
+	up      *upstreams
 
 	// targets serialises the decisions on one target (see decideAlone).
 	mu      sync.Mutex
@@ -160,8 +181,8 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	switch {
 	case cfg.Fleet == nil:
 		return nil, fmt.Errorf("%w: no fleet client", ErrInvalidConfig)
-	case cfg.Upstream == nil:
-		return nil, fmt.Errorf("%w: no upstream MCP session", ErrInvalidConfig)
+	case cfg.Upstream == nil && cfg.Dial == nil:
+		return nil, fmt.Errorf("%w: no upstream MCP session and no Dial", ErrInvalidConfig)
 	case cfg.Grants == nil && !cfg.NoGrantCheck:
 		return nil, fmt.Errorf("%w: no grants to check approvals with (fleet.NewGrants), and NoGrantCheck is not set", ErrInvalidConfig)
 	case !gated.ValidTenant(cfg.Tenant):
@@ -182,79 +203,51 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	if cfg.Log == nil {
 		cfg.Log = zap.NewNop()
 	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	g := &Gate{targets: map[string]*targetTurn{}}
+	g.up = &upstreams{timeout: cfg.CallTimeout, byPeer: map[*mcp.ServerSession]*upstreamSlot{}, peers: map[*mcp.ClientSession]*mcp.ServerSession{},
+		active: map[*mcp.ServerSession][]context.Context{}}
+	if cfg.Upstream == nil {
+		dctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout)
+		up, relay, err := cfg.Dial(dctx, g.clientOptions(), listingProtocol)
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Upstream = up
+		if cfg.Relay == nil {
+			cfg.Relay = relay
+		}
+	}
+	g.up.first = cfg.Upstream
+	if cfg.Dial != nil {
+		g.up.dial = func(ctx context.Context, ss *mcp.ServerSession) (*mcp.ClientSession, error) {
+			cs, _, err := cfg.Dial(ctx, g.clientOptions(), agentProtocol(ss))
+			return cs, err
+		}
+	}
 	if cfg.Relay != nil && cfg.Relay.connection() == nil {
 		return nil, fmt.Errorf("%w: the relay transport is not connected: connect Upstream over it", ErrInvalidConfig)
 	}
-	g := &Gate{cfg: cfg, targets: map[string]*targetTurn{}, offered: map[string]*gatedTool{}}
-	seen := map[string]bool{}
-	actions := map[string]string{}
-	for t, err := range cfg.Upstream.Tools(ctx, nil) {
-		if err != nil {
-			return nil, fmt.Errorf("listing the upstream server's tools: %w", err)
-		}
-		if t.Name == "" {
-			return nil, fmt.Errorf("the upstream server lists a tool without a name")
-		}
-		if seen[t.Name] {
-			return nil, fmt.Errorf("the upstream server lists tool %q twice", t.Name)
-		}
-		seen[t.Name] = true
-		m := MappingOf(t, cfg.Catalog)
-		if m.schema, err = resolveSchema(t); err != nil {
-			return nil, err
-		}
-		if other, ok := actions[m.Action]; ok {
-			return nil, fmt.Errorf("%w: tools %q and %q are both action %s: give one its own action in the catalog", ErrActionCollision, other, t.Name, m.Action)
-		}
-		actions[m.Action] = t.Name
-		spec, err := advertised(t, m)
-		if err != nil {
-			return nil, err
-		}
-		gt := &gatedTool{spec: spec, mapping: m}
-		if cfg.Precheck != nil {
-			s, settled, err := cfg.Precheck(ctx, g.bareProposal(m))
-			if err != nil {
-				return nil, fmt.Errorf("evaluating the policy on tool %s: %w", t.Name, err)
-			}
-			if settled && s.Outcome == gated.OutcomeRejected {
-				gt.denied = &s
-			}
-		}
-		g.tools = append(g.tools, gt)
+	g.cfg = cfg
+	tools, err := g.listTools(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Catalog != nil {
-		for name := range cfg.Catalog.Tools {
-			if !seen[name] {
-				return nil, fmt.Errorf("%w: tools[%q]: the upstream server offers no such tool", ErrInvalidCatalog, name)
-			}
-		}
+	g.impl = g.implementation()
+	g.server = mcp.NewServer(g.impl, g.serverOptions())
+	g.server.AddReceivingMiddleware(g.passThrough)
+	if err := g.offer(tools); err != nil {
+		return nil, err
 	}
-	g.impl = &mcp.Implementation{Name: "gated-mcp", Version: cfg.Version}
-	server := mcp.NewServer(g.impl, &mcp.ServerOptions{
-		Instructions: "Every tool call goes through gated, a policy gate: calls that change something are reviewed first. " +
-			"Say why you make a call in its reason argument. A refused call comes back as an error whose text is gated's reason.",
-	})
-	for _, gt := range g.tools {
-		if gt.denied != nil && cfg.ListDenied == ListHide {
-			continue
-		}
-		spec := gt.spec
-		if gt.denied != nil {
-			marked := *spec
-			marked.Description = "[denied by gated's policy: " + gt.denied.Reason + "] " + spec.Description
-			spec = &marked
-		}
-		if err := addTool(server, spec, g.handler(gt)); err != nil {
-			return nil, err
-		}
-		if gt.denied == nil {
-			g.offered[gt.spec.Name] = gt
-		}
-	}
-	g.server = server
+	g.ready.Store(true)
 	return g, nil
 }
+
+// Upstream is the upstream session New listed the tools of.
+func (g *Gate) Upstream() *mcp.ClientSession { return g.cfg.Upstream }
 
 // Server is the gate's MCP server, to serve over stdio or streamable
 // HTTP.
@@ -263,8 +256,9 @@ func (g *Gate) Server() *mcp.Server { return g.server }
 // Tools describes each upstream tool as the gate maps and lists it, in
 // the upstream server's order.
 func (g *Gate) Tools() []Listed {
-	out := make([]Listed, len(g.tools))
-	for i, gt := range g.tools {
+	tools := *g.tools.Load()
+	out := make([]Listed, len(tools))
+	for i, gt := range tools {
 		out[i] = Listed{Mapping: gt.mapping}
 		if gt.denied != nil {
 			out[i].Denied = gt.denied.Reason
@@ -376,7 +370,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			// not believe, a hold, an error) goes to gated, which
 			// decides and audits it.
 			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
-				return g.forward(ctx, m, call, nil)
+				return g.forward(ctx, req, m, call, nil)
 			}
 		}
 		v, err := g.decideAlone(ctx, req, p)
@@ -390,7 +384,7 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 		if refused != nil {
 			return refused, nil
 		}
-		res, ferr := g.forward(ctx, m, call, v)
+		res, ferr := g.forward(ctx, req, m, call, v)
 		g.finish(ctx, p, gid, res)
 		return res, ferr
 	}

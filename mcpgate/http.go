@@ -65,6 +65,12 @@ func (g *Gate) RunHTTP(ctx context.Context, addr string) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", addr, err)
 	}
+	return g.ServeHTTP(ctx, ln)
+}
+
+// ServeHTTP serves the gate over streamable HTTP at /mcp on ln until ctx
+// ends.
+func (g *Gate) ServeHTTP(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", HTTPHandler(g.server))
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

@@ -87,6 +87,11 @@ func MappingOf(t *mcp.Tool, c *Catalog) Mapping {
 	if !ok {
 		return m
 	}
+	return m.with(r)
+}
+
+// with is m overridden by rule r.
+func (m Mapping) with(r ToolRule) Mapping {
 	if r.Action != "" {
 		m.Action = r.Action
 	}

@@ -5,12 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -124,8 +124,10 @@ func (c *relayConn) newID() jsonrpc.ID {
 
 // call sends tools/call id of tool with the arguments args, and calls
 // done once: with the answer (from the goroutine reading the upstream),
-// or with the error that kept it from being sent or answered.
-func (c *relayConn) call(ctx context.Context, id jsonrpc.ID, tool string, args json.RawMessage, done func(*jsonrpc.Response, error)) {
+// with the error that kept it from being sent or answered, or, when no
+// answer came within timeout, with a timeout error (the upstream is then
+// told the call is cancelled).
+func (c *relayConn) call(ctx context.Context, id jsonrpc.ID, tool string, args json.RawMessage, timeout time.Duration, done func(*jsonrpc.Response, error)) {
 	p := struct {
 		Meta      json.RawMessage `json:"_meta,omitempty"`
 		Name      string          `json:"name"`
@@ -146,7 +148,19 @@ func (c *relayConn) call(ctx context.Context, id jsonrpc.ID, tool string, args j
 		done(nil, err)
 		return
 	}
-	c.pending[id] = done
+	var timer *time.Timer
+	c.pending[id] = func(resp *jsonrpc.Response, err error) {
+		timer.Stop()
+		if err != errRelayDropped {
+			done(resp, err)
+		}
+	}
+	timer = time.AfterFunc(timeout, func() {
+		if d := c.take(id); d != nil {
+			d(nil, fmt.Errorf("%w: no answer within %s", ErrUpstreamTimeout, timeout))
+			c.tellCancelled(ctx, id, "gated mcp: no answer in time")
+		}
+	})
 	c.mu.Unlock()
 	if err := c.Connection.Write(ctx, &jsonrpc.Request{ID: id, Method: "tools/call", Params: params}); err != nil {
 		if done := c.take(id); done != nil {
@@ -155,12 +169,23 @@ func (c *relayConn) call(ctx context.Context, id jsonrpc.ID, tool string, args j
 	}
 }
 
+// errRelayDropped, given to a relayed call's done function, drops the
+// call without an answer.
+var errRelayDropped = errors.New("relayed call dropped")
+
 // cancel gives up relayed call id: its answer, if one comes, is dropped,
 // and the upstream is told.
 func (c *relayConn) cancel(ctx context.Context, id jsonrpc.ID, reason string) {
-	if c.take(id) == nil {
+	done := c.take(id)
+	if done == nil {
 		return // answered already
 	}
+	done(nil, errRelayDropped) // stops the timer; the agent gets no answer
+	c.tellCancelled(ctx, id, reason)
+}
+
+// tellCancelled tells the upstream that relayed call id is cancelled.
+func (c *relayConn) tellCancelled(ctx context.Context, id jsonrpc.ID, reason string) {
 	params, err := json.Marshal(mcp.CancelledParams{RequestID: id.Raw(), Reason: reason})
 	if err == nil {
 		_ = c.Connection.Write(ctx, &jsonrpc.Request{Method: "notifications/cancelled", Params: params})
@@ -315,7 +340,7 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 	if dup {
 		return false // the SDK answers a request whose id is in use
 	}
-	r.up.call(r.ctx, upID, m.Tool, call.Forward, func(resp *jsonrpc.Response, err error) {
+	r.up.call(r.ctx, upID, m.Tool, call.Forward, r.gate.cfg.CallTimeout, func(resp *jsonrpc.Response, err error) {
 		r.answer(conn, agentID, upID, m.Tool, rc.newProtocol, resp, err)
 	})
 	return true
@@ -467,7 +492,7 @@ func (g *Gate) readCall(line map[string]any) (rc readCall, ok bool) {
 		_, rc.newProtocol = meta[mcp.MetaKeyProtocolVersion]
 	}
 	name, _ := params["name"].(string)
-	rc.tool = g.offered[name]
+	rc.tool = (*g.offered.Load())[name]
 	if rc.tool == nil || rc.tool.mapping.Class != gated.ClassRead {
 		return rc, false
 	}
@@ -479,29 +504,4 @@ func (g *Gate) readCall(line map[string]any) (rc readCall, ok bool) {
 		rc.args = raw
 	}
 	return rc, true
-}
-
-// ConnectUpstream connects to the MCP server the gate fronts: over
-// streamable HTTP at url when it is set, else a server it starts with
-// command, whose standard error goes to stderr and which ctx stops. It
-// returns the session and, for a started server, its transport, which
-// relays the server's notifications (Config.Relay).
-func ConnectUpstream(ctx context.Context, url string, command []string, stderr io.Writer, version string) (*mcp.ClientSession, *CommandTransport, error) {
-	var (
-		transport mcp.Transport
-		relay     *CommandTransport
-	)
-	if url != "" {
-		transport = &mcp.StreamableClientTransport{Endpoint: url}
-	} else {
-		server := exec.CommandContext(ctx, command[0], command[1:]...)
-		server.Stderr = stderr
-		relay = &CommandTransport{Command: server}
-		transport = relay
-	}
-	upstream, err := mcp.NewClient(&mcp.Implementation{Name: "gated-mcp", Version: version}, nil).Connect(ctx, transport, nil)
-	if err != nil {
-		return nil, nil, fmt.Errorf("connecting to the upstream MCP server: %w", err)
-	}
-	return upstream, relay, nil
 }

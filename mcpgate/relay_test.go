@@ -151,6 +151,13 @@ type relay struct {
 // goes through the SDK's server and client.
 func startRelay(t *testing.T, relayReads bool) *relay {
 	t.Helper()
+	return startRelayWith(t, relayReads, nil)
+}
+
+// startRelayWith is startRelay with the gate's configuration changed by
+// mod (nil: unchanged).
+func startRelayWith(t *testing.T, relayReads bool, mod func(*Config)) *relay {
+	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
@@ -174,6 +181,9 @@ func startRelay(t *testing.T, relayReads bool) *relay {
 		Precheck: relayPrecheck(t), Wait: 2 * time.Second}
 	if relayReads {
 		cfg.Relay = tr
+	}
+	if mod != nil {
+		mod(&cfg)
 	}
 	if r.gate, err = New(ctx, cfg); err != nil {
 		t.Fatal(err)
@@ -435,10 +445,11 @@ func FuzzRelayReadCall(f *testing.F) {
 	}
 	read, write := objectTool("echo", "host"), objectTool("write")
 	read.Annotations = &mcp.ToolAnnotations{ReadOnlyHint: true}
-	g := &Gate{offered: map[string]*gatedTool{
+	g := &Gate{}
+	g.offered.Store(&map[string]*gatedTool{
 		"echo":  {spec: read, mapping: MappingOf(read, nil)},
 		"write": {spec: write, mapping: MappingOf(write, nil)},
-	}}
+	})
 	f.Fuzz(func(t *testing.T, line []byte) {
 		msg, obj, lerr := decodeLine(line)
 		if lerr != nil {

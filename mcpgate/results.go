@@ -13,13 +13,28 @@ import (
 	"github.com/gated/gated/bus/fleet"
 )
 
-// forward sends an allowed call upstream. v is gated's approval, whose
-// grant takeGrant has used, or nil for a read that passed without a round
-// trip.
-func (g *Gate) forward(ctx context.Context, m Mapping, c Call, v *gated.Verdict) (*mcp.CallToolResult, error) {
-	res, err := g.cfg.Upstream.CallTool(ctx, &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward})
+// forward sends an allowed call upstream, over the upstream session of
+// the agent session that sent req, within the call timeout. v is gated's approval,
+// whose grant takeGrant has used, or nil for a read that passed without
+// a round trip.
+func (g *Gate) forward(ctx context.Context, req *mcp.CallToolRequest, m Mapping, c Call, v *gated.Verdict) (*mcp.CallToolResult, error) {
+	ctx, cancel := g.withDeadline(ctx)
+	defer cancel()
+	up, err := g.up.of(ctx, req.Session)
 	if err != nil {
-		return upstreamFailure(m.Tool, v, err), nil
+		return upstreamFailure(m.Tool, v, timedOut(ctx, err)), nil
+	}
+	defer g.up.during(req.Session, ctx)()
+	params := &mcp.CallToolParams{Name: m.Tool, Arguments: c.Forward}
+	if token := req.Params.GetProgressToken(); token != nil {
+		// The upstream's progress comes back under the agent's token
+		// (clientOptions). Set as read: SetProgressToken panics on a
+		// number, which JSON decodes as float64.
+		params.Meta = mcp.Meta{"progressToken": token}
+	}
+	res, err := up.CallTool(ctx, params)
+	if err != nil {
+		return upstreamFailure(m.Tool, v, timedOut(ctx, err)), nil
 	}
 	if v != nil {
 		out := *res

@@ -12,6 +12,17 @@ import (
 // towards yes: the engine does not read the budget counters for a bundle
 // it says no of, which must so be unable to see them.
 func readsBudget(c *ast.Compiler) bool {
+	for _, m := range c.Modules {
+		if readsInput(m, "budget") {
+			return true
+		}
+	}
+	return false
+}
+
+// readsInput reports whether a rule of m can read input.<key>, as
+// readsBudget tells for input.budget.
+func readsInput(m *ast.Module, key string) bool {
 	reads := false
 	var vis *ast.GenericVisitor
 	vis = ast.NewGenericVisitor(func(x any) bool {
@@ -24,7 +35,7 @@ func readsBudget(c *ast.Compiler) bool {
 			vis.Walk(x.Value)
 			return true
 		case ast.Ref:
-			if refReadsBudget(x) {
+			if refReadsInput(x, key) {
 				reads = true
 				return true
 			}
@@ -42,23 +53,18 @@ func readsBudget(c *ast.Compiler) bool {
 		}
 		return false
 	})
-	for _, m := range c.Modules {
-		vis.Walk(m)
-		if reads {
-			return true
-		}
-	}
-	return false
+	vis.Walk(m)
+	return reads
 }
 
-// refReadsBudget is readsBudget's test of one reference.
-func refReadsBudget(r ast.Ref) bool {
+// refReadsInput is readsInput's test of one reference.
+func refReadsInput(r ast.Ref, key string) bool {
 	if len(r) == 0 || !r[0].Equal(ast.InputRootDocument) {
 		return false
 	}
 	if len(r) < 2 {
 		return true
 	}
-	key, ok := r[1].Value.(ast.String)
-	return !ok || string(key) == "budget"
+	k, ok := r[1].Value.(ast.String)
+	return !ok || string(k) == key
 }

@@ -11,7 +11,7 @@ func TestDefaultBundleAt(t *testing.T) {
 	copyOf := func(t *testing.T) string {
 		t.Helper()
 		dir := t.TempDir()
-		for _, name := range []string{"data.json", "gated.rego", "gated_test.rego", "hard_rules.rego", "hard_rules_test.rego",
+		for _, name := range []string{"data.json", "flows.rego", "flows_test.rego", "gated.rego", "gated_test.rego", "hard_rules.rego", "hard_rules_test.rego",
 			"holds.rego", "holds_test.rego", "operations.rego", "operations_test.rego", "runs.rego", "runs_test.rego"} {
 			raw, err := defaultFS.ReadFile(name)
 			if err != nil {
@@ -32,7 +32,7 @@ func TestDefaultBundleAt(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	all := []string{"gated.rego", "gated_test.rego", "hard_rules.rego", "hard_rules_test.rego",
+	all := []string{"flows.rego", "flows_test.rego", "gated.rego", "gated_test.rego", "hard_rules.rego", "hard_rules_test.rego",
 		"holds.rego", "holds_test.rego", "operations.rego", "operations_test.rego", "runs.rego", "runs_test.rego"}
 	tests := []struct {
 		note    string

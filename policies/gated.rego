@@ -334,6 +334,7 @@ review_skipped if {
 	some pattern in data.gated.config.skip_review_actions
 	action_pattern_matches(pattern, input.proposal.action)
 	input.proposal.kind != "run"
+	not flow_review
 }
 
 # read_pass_through: a read action skips review only when the tool catalog
@@ -352,6 +353,11 @@ read_pass_through if {
 # carries as the routing rule that decided.
 review := run_route if {
 	input.proposal.kind == "run"
+} else := object.union(
+	{"required": true, "persona": persona_name, "quorum": quorum, "why": data.gated.flows.review_why, "rule": "flow_write_after_untrusted"},
+	review_also,
+) if {
+	flow_review
 } else := {
 	"required": false,
 	"persona": "",
@@ -422,3 +428,21 @@ production_target if {
 }
 
 production_target if input.proposal.target.environment in production_tags
+
+# --- flows -------------------------------------------------------------------
+
+# The flow rules (flows.rego, package gated.flows) deny like any rule.
+# flows.on reads data alone, so it is decided once per data document: with
+# no flow rule on, they cost a decision nothing more.
+deny contains refusal if {
+	data.gated.flows.on
+	some refusal in data.gated.flows.deny
+}
+
+# flow_review: a write after untrusted content, when data turns the rule
+# on, goes to review with the flow in the reviewer's prompt, even where
+# configuration would waive it.
+flow_review if {
+	data.gated.flows.on
+	data.gated.flows.review_why
+}

@@ -41,6 +41,12 @@ hold contains object.union(
 	glob.match(lower(pattern), null, lower(input.proposal.action))
 }
 
+# flow_write_after_untrusted (flows.rego), when data asks for a hold.
+hold contains object.union(held, hold_deadline) if {
+	data.gated.flows.on
+	some held in data.gated.flows.hold
+}
+
 # hold_deadline is the configured deadline of the default holds, if any.
 hold_deadline := {"deadline": data.gated.config.operator_holds.deadline} if {
 	is_string(data.gated.config.operator_holds.deadline)

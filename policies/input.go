@@ -13,11 +13,12 @@ import (
 )
 
 // InputValue builds the policy input {proposal, persona, history,
-// run_record, budget, now, now_ns} directly as an ast.Value: no JSON round trip on
+// run_record, budget, session, now, now_ns} directly as an ast.Value: no JSON round trip on
 // the hot path. Every proposal field is present (empty values where the
 // proposal left them out) so rules need no existence checks; run_record is
 // null unless the engine found a record of the proposal's run. budget
-// holds the tenant's and agent's counters, zeros when none are kept.
+// holds the tenant's and agent's counters, zeros when none are kept;
+// session the agent's flow state, null when it was not read.
 func InputValue(in engine.PolicyInput) ast.Value {
 	now := in.Now
 	if now.IsZero() {
@@ -34,6 +35,7 @@ func InputValue(in engine.PolicyInput) ast.Value {
 		ts.item("history", ast.NewArray(history...)),
 		[2]*ast.Term{keyTerms["run_record"], runRecordTerm(in.RunRecord)},
 		[2]*ast.Term{keyTerms["budget"], ts.budgetTerm(in.Budget)},
+		ts.item("session", sessionValue(in.Session)),
 		ts.item("now", ast.String(now.UTC().Format(time.RFC3339Nano))),
 		ts.item("now_ns", integer(now.UnixNano())),
 	)
@@ -89,6 +91,7 @@ var keyTerms = func() map[string]*ast.Term {
 		"reviewer_tools", "denied_tools", "skipped", "sop", "title", "rollback", "actions", "steps",
 		"reviewed", "review_policy", "max_rounds", "missing_work", "manual", "continuable", "limits",
 		"max_items", "max_item_bytes", "max_guidance_bytes", "pass", "judged_by",
+		"labels", "session", "recent", "since", "since_ns",
 		"budget", "proposals", "reads", "tokens", "reviews_in_flight", "holds_pending", "refusals_10m", "budget_refusals_10m",
 	} {
 		m[k] = ast.StringTerm(k)
@@ -226,6 +229,7 @@ func (ts *terms) proposalValue(p *gated.Proposal) ast.Value {
 		ts.item("criteria", arrayOf(criteria)),
 		ts.item("run", run),
 		ts.item("created_at", created),
+		ts.item("labels", strs(p.Labels)),
 	)
 }
 
@@ -429,3 +433,30 @@ func budgetCounters(c gated.BudgetCounters) ast.Value {
 
 // countItem is the item k: n; OPA's interned terms serve small counts.
 func countItem(k string, n int64) [2]*ast.Term { return [2]*ast.Term{keyTerm(k), ast.InternedTerm(n)} }
+
+// sessionValue is input.session: {labels, recent: [{proposal_id, action,
+// labels, at, at_ns}], since, since_ns, error}; null when the flow state
+// was not read. since is "" and since_ns 0 when nothing was executed.
+func sessionValue(st *gated.SessionState) ast.Value {
+	if st == nil {
+		return ast.Null{}
+	}
+	recent := make([]*ast.Term, len(st.Recent))
+	for i, a := range st.Recent {
+		recent[i] = ast.NewTerm(ast.NewObject(
+			item("proposal_id", str(a.ProposalID)), item("action", str(a.Action)),
+			item("labels", strs(a.Labels)),
+			item("at", str(a.At.UTC().Format(time.RFC3339Nano))), item("at_ns", integer(a.At.UnixNano())),
+		))
+	}
+	since, sinceNS := "", int64(0)
+	if !st.Since.IsZero() {
+		since, sinceNS = st.Since.UTC().Format(time.RFC3339Nano), st.Since.UnixNano()
+	}
+	return ast.NewObject(
+		item("labels", strs(st.Labels)),
+		item("recent", arrayOf(recent)),
+		item("since", str(since)), item("since_ns", integer(sinceNS)),
+		item("error", str(st.Error)),
+	)
+}

@@ -134,6 +134,22 @@ func (l *Live) ReadsBudget() bool {
 	return e == nil || e.ReadsBudget()
 }
 
+// ReadsSession says whether the current evaluator can read
+// input.session; true when there is none yet.
+func (l *Live) ReadsSession() bool {
+	e := l.cur.Load()
+	return e == nil || e.ReadsSession()
+}
+
+// Flows is the current evaluator's flow configuration; nil when there is
+// none yet.
+func (l *Live) Flows() *FlowConfig {
+	if e := l.cur.Load(); e != nil {
+		return e.flows
+	}
+	return nil
+}
+
 // Revision is the revision being served; empty for a candidate that has
 // not built yet.
 func (l *Live) Revision() string {

@@ -72,6 +72,14 @@ func (e *Evaluator) Plan() PlanStatus { return e.planned }
 // when it can.
 func (e *Evaluator) ReadsBudget() bool { return e.readsBudget }
 
+// ReadsSession says whether a rule of the bundle can read input.session
+// (readsSession). An input whose flow state was not read (SessionUnread)
+// is refused when it can.
+func (e *Evaluator) ReadsSession() bool { return e.readsSession }
+
+// Flows is the bundle's flow configuration, data.gated.config.flows.
+func (e *Evaluator) Flows() *FlowConfig { return e.flows }
+
 // agreementInputs are the compile-time samples and variations of them
 // that reach the hard rules, the operational rules and the run rules.
 func agreementInputs() []engine.PolicyInput {

@@ -137,6 +137,10 @@ type Evaluator struct {
 	warnings []string
 	// readsBudget says a rule can read input.budget (budgetref.go).
 	readsBudget bool
+	// flows is data.gated.config.flows; readsSession says a rule can read
+	// input.session (flows.go).
+	flows        *FlowConfig
+	readsSession bool
 }
 
 // PlanStatus tells which evaluator decides a bundle's proposals.
@@ -229,8 +233,13 @@ func Compile(ctx context.Context, b *Bundle, opts ...CompileOption) (*Evaluator,
 	if err != nil {
 		return nil, err
 	}
+	flows, err := flowsOf(b.Data)
+	if err != nil {
+		return nil, err
+	}
 	e := &Evaluator{pq: pq, compiler: compiler, revision: b.Revision(), catalog: catalog,
-		planned: PlanStatus{Evaluator: EvaluatorTopdown, Reason: "turned off"}, readsBudget: readsBudget(compiler)}
+		planned: PlanStatus{Evaluator: EvaluatorTopdown, Reason: "turned off"}, readsBudget: readsBudget(compiler),
+		flows: flows, readsSession: readsSession(compiler, flows)}
 	if err := checkConfig(ctx, compiler, store); err != nil {
 		return nil, err
 	}
@@ -388,6 +397,9 @@ func (e *Evaluator) Evaluate(ctx context.Context, in engine.PolicyInput) (engine
 		// It would see zeros for counters it can read: refuse, and the
 		// engine reads them.
 		return engine.PolicyDecision{}, engine.ErrBudgetUnread
+	}
+	if in.SessionUnread && e.readsSession {
+		return engine.PolicyDecision{}, engine.ErrSessionUnread
 	}
 	if e.plan == nil {
 		return e.evaluate(ctx, in)

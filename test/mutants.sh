@@ -570,8 +570,8 @@ mutant engine_refusal_counted engine/budget.go ./engine \
 # a bundle that reads input.budget evaluate an input whose counters were
 # not read, so that it sees zeros.
 mutant budget_ref_key_unknown policies/budgetref.go ./policies \
-	'return !ok || string(key) == "budget"' \
-	'return ok && string(key) == "budget"'
+	'return !ok || string(k) == key' \
+	'return ok && string(k) == key'
 mutant budget_unread_refused policies/policy.go './policies ./bus/budget' \
 	'if in.BudgetUnread && e.readsBudget {' \
 	'if false {'
@@ -638,6 +638,26 @@ mutant mcp_arguments_schema mcpgate/mapping.go ./mcpgate \
 mutant mcp_proposal_carries_arguments mcpgate/gate.go ./mcpgate \
 	$'\t\tArguments:      c.Arguments,\n' \
 	$'\n'
+# gated mcp gives each agent session an upstream session of its own, and
+# bounds every request it forwards (mcpgate/upstream.go, results.go,
+# relay.go).
+mutant mcp_upstream_per_session mcpgate/upstream.go ./mcpgate \
+	$'\tfirst := u.first\n\tu.first = nil\n' \
+	$'\tfirst := u.first\n'
+mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
+	$'ctx, cancel := g.withDeadline(ctx)' \
+	$'ctx, cancel := context.WithCancel(ctx)'
+mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
+	$'timer = time.AfterFunc(timeout, func() {' \
+	$'timer = time.AfterFunc(time.Hour, func() {'
+# A resource read is decided before it reaches the upstream, and the
+# upstream's sampling request is policy-visible (mcpgate/requests.go).
+mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
+	$'done, err := g.decideRequest(ctx, req.Session, m, map[string]any{"uri": uri})' \
+	$'done, err := func(bool, string) {}, error(nil); _ = m'
+mutant mcp_sampling_policy mcpgate/requests.go ./mcpgate \
+	$'if settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode' \
+	$'if false && settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode'
 mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'
@@ -662,11 +682,69 @@ mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
 	$'func (m *metrics) namesTenants() bool { return true }'
 
+# The flow rules (policies/flows.rego, docs/POLICIES.md#flows): no egress
+# after a private or secret read in the window, a state that cannot be read
+# refuses when a rule is on, a write after untrusted content goes to
+# review or is held; the rules read input.session only when data turns one
+# on, and an input without the state is refused by a bundle that reads it.
+mutant flow_egress_after_private policies/flows.rego './policies ./engine' \
+	'deny contains {"rule": "flow_egress_after_private",' \
+	"$removed"' {"rule": "flow_egress_after_private",'
+mutant flow_egress_window policies/flows.rego './policies ./engine' \
+	'action.at_ns > data.gated.now_ns - window_ns' \
+	'action.at_ns > 0'
+mutant flow_state_unreadable policies/flows.rego './policies ./engine' \
+	$'deny contains {"rule": "flow_state_unreadable", "message": msg} if {' \
+	"$removed"$' {"rule": "flow_state_unreadable", "message": msg} if {'
+mutant flow_state_unread policies/flows.rego ./policies \
+	$'deny contains {"rule": "flow_state_unreadable", "message": "the flow state' \
+	"$removed"$' {"rule": "flow_state_unreadable", "message": "the flow state'
+mutant flow_write_after_untrusted_review policies/gated.rego ./policies \
+	$'\tflow_review\n} else := {' \
+	$'\tfalse\n} else := {'
+mutant flow_write_after_untrusted_hold policies/holds.rego ./policies \
+	'hold contains object.union(held, hold_deadline) if {' \
+	'removed_by_mutant contains object.union(held, hold_deadline) if {'
+mutant flow_reads_session_when_on policies/flows.go './policies ./engine' \
+	'if m.Package.Path.Equal(flowsPackage) && !flows.On {' \
+	'if m.Package.Path.Equal(flowsPackage) {'
+mutant flow_unread_refused policies/policy.go './policies ./engine' \
+	'if in.SessionUnread && e.readsSession {' \
+	'if false {'
+# The flow state (bus/flow): changed by compare-and-set, so that two
+# writers lose nothing; a corrupt record is never written over; and a
+# grant's use records its action before the use is (internal/server).
+mutant flow_cas bus/flow/store.go ./bus/flow \
+	'_, err = s.kv.Update(ctx, key, data, rev)' \
+	'_, err = s.kv.Put(ctx, key, data)'
+mutant flow_corrupt_kept bus/flow/store.go ./bus/flow \
+	$'\tif err != nil {\n\t\treturn record{}, 0, fmt.Errorf("reading the flow state %s: %w", key, err)\n\t}\n\treturn r, e.Revision(), nil' \
+	$'\tif err != nil {\n\t\treturn record{V: recordVersion}, e.Revision(), nil\n\t}\n\treturn r, e.Revision(), nil'
+mutant flow_recorded_on_use internal/server/flows.go ./internal/server \
+	'labels := cfg.LabelsOf(use.Action, use.Labels)' \
+	'labels := []string(nil)'
+mutant flow_labels_of_proposal policies/flows.go './policies ./internal/server' \
+	'out := append(slices.Clone(f.Labels[action]), extra...)' \
+	'out := slices.Clone(f.Labels[action])'
+
 # The map (docs/ARCHITECTURE.md, held by internal/archmap): a package
 # moved into the layer of what it imports is an import sideways.
 mutant archmap_layers docs/ARCHITECTURE.md ./internal/archmap \
 	'| 3 | `engine` |' \
 	'| 2 | `engine` |'
+
+# Evidence (bus/evidence, docs/AUDIT.md#evidence): a signer that signs a
+# head inconsistent with the last checkpoint, a verifier that takes two
+# inconsistent checkpoints, one that takes a record whose proof fails.
+mutant evidence_signer_consistency bus/evidence/checkpoint.go ./bus/evidence \
+	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil {' \
+	'if err := tlog.CheckTree(p, n, root, last.Size, last.Root); err != nil && false {'
+mutant evidence_verify_consistency bus/evidence/verify.go ./bus/evidence \
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil {' \
+	'if tlog.CheckTree(p, b.Size, b.Root, a.Size, a.Root) != nil && false {'
+mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
+	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
+	'} else if false {'
 
 # --- running them --------------------------------------------------------------
 

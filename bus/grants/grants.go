@@ -85,6 +85,23 @@ type Config struct {
 	// Now defaults to time.Now.
 	Now func() time.Time
 	Log *zap.Logger
+	// Executed, when set, is told of each use of a grant before the use
+	// is recorded: serve adds the action to its agent's flow state there. An error
+	// refuses the use, and the grant stays unused: an action whose
+	// labels cannot join the state does not run.
+	Executed func(ctx context.Context, use Executed) error
+}
+
+// Executed is a grant's use as Config.Executed is told of it: the
+// approved action about to run.
+type Executed struct {
+	Tenant, ProposalID, Action string
+	// Agent is the agent the grant was issued to (requested_by.agent of
+	// its proposal), "" for none.
+	Agent string
+	// Labels are the labels the proposal added to its action's.
+	Labels []string
+	At     time.Time
 }
 
 // Service is gated's side of signed grants: the key set it publishes, the

@@ -184,6 +184,12 @@ func (g *Service) UseAs(ctx context.Context, tenant, agent, token, by string) Us
 		return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, fmt.Sprintf("grant refused: it was not issued to agent %q", agent))
 	}
 	at := now.UTC()
+	if g.cfg.Executed != nil {
+		use := Executed{Tenant: c.Tenant, ProposalID: c.ProposalID, Action: c.Action, Agent: v.Agent, Labels: v.Labels, At: at}
+		if err := g.cfg.Executed(ctx, use); err != nil {
+			return g.refuse(ctx, tenant, agent, c.GID, c.ProposalID, "the agent's flow state cannot be recorded: "+err.Error())
+		}
+	}
 	rec := Record{GID: c.GID, Tenant: c.Tenant, ProposalID: c.ProposalID, Exp: c.ExpiresAt, Agent: v.Agent,
 		State: StateUsed, UsedAt: &at, UsedBy: by, UsedAs: agent}
 	data, err := json.Marshal(rec)
@@ -235,10 +241,11 @@ func (g *Service) auditUsed(ctx context.Context, tenant, agent, by string, c gra
 }
 
 // storedGrant is what gated reads of a stored verdict for a grant: its
-// token and the agent it was issued to.
+// token, the agent it was issued to and the labels its proposal added.
 type storedGrant struct {
-	Grant string `json:"grant"`
-	Agent string `json:"agent"`
+	Grant  string   `json:"grant"`
+	Agent  string   `json:"agent"`
+	Labels []string `json:"labels"`
 }
 
 // storedVerdict reads the grant and agent of the verdict stored under

@@ -54,7 +54,7 @@ func (rep *Report) replay(ctx context.Context, ev *policies.Evaluator, reg engin
 		return
 	}
 	rep.Replayed++
-	in := engine.PolicyInput{Proposal: prop, History: p.Input.History, RunRecord: p.Input.RunRecord, Budget: p.Input.Budget, Now: p.Input.Now}
+	in := engine.PolicyInput{Proposal: prop, History: p.Input.History, RunRecord: p.Input.RunRecord, Budget: p.Input.Budget, Session: p.Input.Session, Now: p.Input.Now}
 	oldSide := Decision{Outcome: old.Outcome, Stage: old.Stage, Reason: old.Reason, Denies: sortedDenies(p.Denies)}
 	var newSide Decision
 	pd, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, p.Input.Persona, true)

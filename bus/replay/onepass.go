@@ -36,7 +36,7 @@ func decodeRecordedPolicyValid(data []byte) *recordedPolicy {
 var (
 	recordedPolicyKeys = []string{"action", "operator", "delivery", "policy_eval_us",
 		"denied_tools", "denies", "eval_us", "holds", "review", "reviewer_tools", "run", "shadow_revision", "sop", "input", "error"}
-	replayInputKeys = []string{"proposal", "persona", "now", "history", "run_record", "budget"}
+	replayInputKeys = []string{"proposal", "persona", "now", "history", "run_record", "budget", "session"}
 )
 
 // decodeRecordedPolicyFast is decodeRecordedPolicyValid's one pass; ok
@@ -102,6 +102,8 @@ func decodeReplayInput(val []byte, to **gated.ReplayInput) bool {
 			return json.Unmarshal(v, &in.History) == nil
 		case "budget":
 			return json.Unmarshal(v, &in.Budget) == nil
+		case "session":
+			return json.Unmarshal(v, &in.Session) == nil
 		default: // run_record
 			return json.Unmarshal(v, &in.RunRecord) == nil
 		}

@@ -23,9 +23,11 @@ func auditCmd() *cobra.Command {
 		Short: "Read and verify the audit stream",
 		Long: `audit reads the GATED_AUDIT stream: tail prints the latest records, query
 finds records by outcome, action, operator or tenant, and verify checks every
-tenant's hash chain and the records' MACs. See docs/AUDIT.md.`,
+tenant's hash chain and the records' MACs. checkpoint signs each tenant's
+Merkle tree head, prove and export write evidence bundles that verify --bundle
+checks with no NATS and no secret. See docs/AUDIT.md.`,
 	}
-	c.AddCommand(auditTailCmd(), auditQueryCmd(), auditVerifyCmd())
+	c.AddCommand(auditTailCmd(), auditQueryCmd(), auditVerifyCmd(), auditCheckpointCmd(), auditProveCmd(), auditExportCmd())
 	return c
 }
 
@@ -71,6 +73,8 @@ func auditVerifyCmd() *cobra.Command {
 		keyFiles     []string
 		anchors      string
 		skipVerdicts bool
+		bundle       string
+		ek           evidenceKeyOptions
 	)
 	c := &cobra.Command{
 		Use:   "verify",
@@ -93,12 +97,19 @@ cut from the end of a chain leave no gap, and the stored verdicts name only
 verdict records, so keep the heads outside NATS and give them back with
 --anchors (the output of verify --json will do).
 
+With --bundle FILE (- for standard input) it reads no stream: it checks an
+evidence bundle that gated audit export or prove wrote, with --key (gated's
+checkpoint public key) and no secret; see docs/AUDIT.md#evidence.
+
 Exit status: 0 no problem, 3 problems found, 2 bad usage, 1 failure (no NATS,
 no audit stream, unreadable key).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.check(); err != nil {
 				return err
+			}
+			if bundle != "" {
+				return verifyBundle(cmd, bundle, o.tenant, ek, o.json)
 			}
 			var opts audit.VerifyOptions
 			opts.Tenant, opts.SkipVerdicts = o.tenant, skipVerdicts
@@ -135,5 +146,7 @@ no audit stream, unreadable key).`,
 	f.StringVar(&anchors, "anchors", "", "heads kept from an earlier verify --json (file, or - for standard input); each must still be in its chain")
 	_ = c.MarkFlagFilename("anchors")
 	f.BoolVar(&skipVerdicts, "skip-verdicts", false, "do not check the stored verdicts against the stream (that check reads the whole verdict bucket)")
+	f.StringVar(&bundle, "bundle", "", "check this evidence bundle (- for standard input) instead of the stream")
+	ek.register(f, true)
 	return c
 }

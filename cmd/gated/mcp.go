@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"runtime/debug"
 	"strings"
@@ -30,6 +32,8 @@ type mcpOptions struct {
 	url         string
 	conn        natsConnOptions
 	upstream    string
+	upstreamCmd string
+	callTimeout time.Duration
 	listen      string
 	catalog     string
 	listDenied  string
@@ -47,9 +51,13 @@ func mcpCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "mcp [flags] [-- server command...]",
 		Short: "Put the gate in front of an MCP server: each tools/call is a proposal",
-		Long: `mcp is an MCP proxy. It starts the MCP server given after -- (stdio), or
-connects to one with --upstream URL (streamable HTTP), and offers its tools to
-an agent over stdio, or over streamable HTTP at http://ADDR/mcp with --listen.
+		Long: `mcp is an MCP proxy. It starts the MCP server given after -- or by
+--upstream-cmd (stdio), or connects to one with --upstream URL (streamable
+HTTP), and offers it to an agent over stdio, or over streamable HTTP at
+http://ADDR/mcp with --listen: its tools, resources, prompts, completion,
+logging, progress, sampling and elicitation, each agent session over an
+upstream session of its own, each forwarded request bounded by
+--upstream-timeout.
 
 Each tools/call becomes a proposal of --tenant, published through the fleet
 client with every trust check it makes, and reaches the server only when
@@ -77,6 +85,8 @@ Logs go to standard error: standard output is the MCP stream.`,
 	f.StringVar(&o.url, "nats-url", nats.DefaultURL, "NATS server URL")
 	o.conn.register(f)
 	f.StringVar(&o.upstream, "upstream", "", "URL of a streamable-HTTP MCP server to front, instead of a command after --")
+	f.StringVar(&o.upstreamCmd, "upstream-cmd", "", "the MCP server's command line, words split at spaces (no quoting), instead of a command after -- (for launchers that drop --)")
+	f.DurationVar(&o.callTimeout, "upstream-timeout", mcpgate.DefaultCallTimeout, "how long a request forwarded to the MCP server may wait for its answer; then it is an error to the agent")
 	f.StringVar(&o.listen, "listen", "", "serve the agent over streamable HTTP at http://ADDR/mcp instead of stdio")
 	f.StringVar(&o.catalog, "catalog", "", "YAML or JSON file of per-tool overrides: action, class, blast_radius, target, target_fixed, reason_argument, reviewer")
 	f.StringVar(&o.listDenied, "list-denied", "hide", "what tools/list does with a tool the policy denies outright: hide or mark")
@@ -93,6 +103,12 @@ Logs go to standard error: standard output is the MCP stream.`,
 func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args []string, dash int) error {
 	command := args
 	switch {
+	case o.upstreamCmd != "" && len(args) > 0:
+		return usageError("--upstream-cmd and a command after -- are alternatives: give one")
+	case o.upstreamCmd != "":
+		if command = strings.Fields(o.upstreamCmd); len(command) == 0 {
+			return usageError("--upstream-cmd is blank")
+		}
 	case dash < 0 && len(args) > 0:
 		return usageError("put the MCP server's command after --, e.g. gated mcp --tenant acme --agent a -- %s", args[0])
 	case dash > 0:
@@ -109,6 +125,8 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		return usageError("--agent is required: the agent name of the proposals")
 	case o.wait <= 0:
 		return usageError("--wait %s must be positive", o.wait)
+	case o.callTimeout <= 0:
+		return usageError("--upstream-timeout %s must be positive", o.callTimeout)
 	case o.listDenied != string(mcpgate.ListHide) && o.listDenied != string(mcpgate.ListMark):
 		return usageError("--list-denied %q: want hide or mark", o.listDenied)
 	}
@@ -155,14 +173,11 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	upstream, relay, err := mcpgate.ConnectUpstream(ctx, o.upstream, command, stderr, version)
-	if err != nil {
-		return err
-	}
-	defer func() { _ = upstream.Close() }()
+	dialer := mcpgate.Dialer{URL: o.upstream, Command: command, Stderr: stderr, Version: version}
 	gate, err := mcpgate.New(ctx, mcpgate.Config{
 		Fleet:        client,
-		Upstream:     upstream,
+		Dial:         dialer.Dial,
+		CallTimeout:  o.callTimeout,
 		Tenant:       o.tenant,
 		Agent:        o.agent,
 		Session:      o.session,
@@ -174,7 +189,6 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		Version:      version,
 		Log:          log,
 		Grants:       grants,
-		Relay:        relay,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {
@@ -182,6 +196,8 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		}
 		return err
 	}
+	upstream := gate.Upstream()
+	defer func() { _ = upstream.Close() }()
 	if o.printTools {
 		return gate.PrintTools(stdout)
 	}
@@ -197,7 +213,13 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		}
 		return err
 	}
-	return gate.RunHTTP(ctx, o.listen)
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	// Said at every log level: where to point the agent.
+	fmt.Fprintf(stderr, "gated mcp: serving MCP over streamable HTTP at http://%s/mcp\n", ln.Addr())
+	return gate.ServeHTTP(ctx, ln)
 }
 
 // localPrecheck compiles the policy bundle the flags name, as serve and

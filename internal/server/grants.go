@@ -140,6 +140,7 @@ func (s *Server) startGrants(ctx context.Context) error {
 	}
 	s.grants, err = grants.New(ctx, s.nc, s.js, s.res.Verdicts, grants.Config{
 		Ring: ring, Trails: s.auditor.Trail, Replicas: s.cfg.Replicas, TTL: s.cfg.VerdictTTL, Log: s.log.Named("grants"),
+		Executed: s.recordExecuted,
 	})
 	if err != nil {
 		return err

@@ -75,8 +75,11 @@ func (s *Server) startWorker(context.Context) error {
 		PolicyReadsBudget: func() bool {
 			return s.live.ReadsBudget() || (s.shadow != nil && s.shadow.ReadsBudget())
 		},
-		OnShadow: s.m.onShadow(),
-		Grants:   engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.GrantTTL, Issued: s.grants.Issued},
+		// So is the agent's flow state.
+		Sessions:           s.flows,
+		PolicyReadsSession: s.policyReadsSession,
+		OnShadow:           s.m.onShadow(),
+		Grants:             engine.GrantIssuer{Ring: s.grants.Ring, TTL: o.GrantTTL, Issued: s.grants.Issued},
 	})
 	if err != nil {
 		return err

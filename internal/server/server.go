@@ -25,6 +25,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/audit"
 	"github.com/gated/gated/bus/budget"
+	"github.com/gated/gated/bus/flow"
 	"github.com/gated/gated/bus/grants"
 	"github.com/gated/gated/bus/intake"
 	"github.com/gated/gated/bus/notify"
@@ -95,6 +96,7 @@ type Server struct {
 	auditKey   []byte // MACs the audit records; the console and the notifier check them with it; nil: none
 	store      *store.Verdicts
 	budgets    *budget.Store
+	flows      *flow.Store
 	eng        *engine.Engine
 	worker     *intake.Worker
 	stopWorker func(grace time.Duration) // stops the worker once; later calls do nothing
@@ -246,6 +248,7 @@ func (s *Server) startSteps() []func(context.Context) error {
 		s.startPlugins,
 		s.watchPolicy,
 		s.watchShadow,
+		s.startFlows,
 		s.startGrants,
 		s.startWorker,
 		s.startReviewService,

@@ -1,7 +1,8 @@
-// prepare: build dist/ with the pinned TypeScript when it is installed (a
-// checkout with its dev dependencies), else keep the committed dist/ (an
-// install of this directory from another project, which gets no dev
-// dependencies).
+// prepack: build dist/ with the pinned TypeScript when it is installed (a
+// checkout with its dev dependencies), else pack the committed dist/ (a
+// directory packed for an install-links install elsewhere, which has no dev
+// dependencies). It is no install script: an install of the package runs
+// nothing.
 import { execFileSync } from "node:child_process";
 import { existsSync } from "node:fs";
 import { createRequire } from "node:module";

@@ -28,7 +28,7 @@ MAX_CATALOG_SIZE: Final = 1 << 20
 
 CLASSES: Final = ("read", "write", "destructive")
 BLAST_RADII: Final = ("single_device", "cluster", "tenant_wide")
-_TOP: Final = ("reason_argument", "blast_radius", "tools")
+_TOP: Final = ("reason_argument", "blast_radius", "tools", "prompts", "resources")
 _RULE: Final = ("action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer")
 _MAX_ACTION: Final = 128
 
@@ -100,6 +100,11 @@ class Catalog:
     reason_argument: str = ""
     blast_radius: str = ""
     tools: dict[str, ToolRule] = field(default_factory=dict)
+    prompts: dict[str, ToolRule] = field(default_factory=dict)
+    """`gated mcp`'s rules for prompts, read and checked as the tools'
+    (the integrations have no prompts)."""
+    resources: dict[str, ToolRule] = field(default_factory=dict)
+    """`gated mcp`'s rules for resources, read and checked as the tools'."""
 
     @classmethod
     def load(cls, path: str | Path) -> Catalog:
@@ -138,11 +143,13 @@ class Catalog:
             reason_argument=_string(top.get("reason_argument"), "reason_argument"),
             blast_radius=_string(top.get("blast_radius"), "blast_radius"),
             tools=_tools(top.get("tools")),
+            prompts=_tools(top.get("prompts"), "prompts"),
+            resources=_tools(top.get("resources"), "resources"),
         )
         if c.reason_argument and not _argument_name(c.reason_argument):
-            raise InvalidCatalog(f"reason_argument {c.reason_argument!r} must be a non-blank name of at most 128 bytes")
+            raise InvalidCatalog(f"reason_argument {json.dumps(c.reason_argument)} must be a non-blank name of at most 128 bytes")
         if c.blast_radius and c.blast_radius not in BLAST_RADII:
-            raise InvalidCatalog(f"blast_radius {c.blast_radius!r}: want single_device, cluster or tenant_wide")
+            raise InvalidCatalog(f"blast_radius {json.dumps(c.blast_radius)}: want single_device, cluster or tenant_wide")
         return c
 
     def to_dict(self) -> dict[str, Any]:
@@ -152,8 +159,10 @@ class Catalog:
             out["reason_argument"] = self.reason_argument
         if self.blast_radius:
             out["blast_radius"] = self.blast_radius
-        if self.tools:
-            out["tools"] = {name: r.to_dict() for name, r in self.tools.items()}
+        for section in ("tools", "prompts", "resources"):
+            rules: dict[str, ToolRule] = getattr(self, section)
+            if rules:
+                out[section] = {name: r.to_dict() for name, r in rules.items()}
         return out
 
 
@@ -175,7 +184,7 @@ def _mapping(n: yaml.Node, what: str, fields: tuple[str, ...] | None) -> dict[st
     """A mapping's members by key: keys are text, none twice, and, when
     fields is given, each one of them."""
     if not isinstance(n, yaml.MappingNode):
-        raise InvalidCatalog(f"{what} is not a mapping ({_at(n)})")
+        raise InvalidCatalog(f"{what} is not a mapping: cannot unmarshal a {_kind(n)} into it ({_at(n)})")
     out: dict[str, yaml.Node] = {}
     for k, v in n.value:
         if k.tag == _MERGE:
@@ -184,11 +193,15 @@ def _mapping(n: yaml.Node, what: str, fields: tuple[str, ...] | None) -> dict[st
             raise InvalidCatalog(f"{what} has a key that is not text ({_at(k)})")
         key = "" if k.tag == _NULL else k.value
         if key in out:
-            raise InvalidCatalog(f"{what}: key {key!r} already defined ({_at(k)})")
+            raise InvalidCatalog(f"{what}: key {json.dumps(key)} already defined ({_at(k)})")
         if fields is not None and key not in fields:
             raise InvalidCatalog(f"{what}: field {key} not found: want one of {', '.join(fields)} ({_at(k)})")
         out[key] = v
     return out
+
+
+def _kind(n: yaml.Node) -> str:
+    return "sequence" if isinstance(n, yaml.SequenceNode) else "scalar" if isinstance(n, yaml.ScalarNode) else "mapping"
 
 
 def _string(n: yaml.Node | None, what: str) -> str:
@@ -201,14 +214,14 @@ def _string(n: yaml.Node | None, what: str) -> str:
     return str(n.value)
 
 
-def _tools(n: yaml.Node | None) -> dict[str, ToolRule]:
+def _tools(n: yaml.Node | None, section: str = "tools") -> dict[str, ToolRule]:
     if n is None or _is_null(n):
         return {}
     tools: dict[str, ToolRule] = {}
-    for name, rn in sorted(_mapping(n, "tools", None).items()):
-        where = f"tools[{json.dumps(name)}]"
+    for name, rn in sorted(_mapping(n, section, None).items()):
+        where = f"{section}[{json.dumps(name)}]"
         if not name.strip():
-            raise InvalidCatalog("a tool with a blank name")
+            raise InvalidCatalog(f"{section}: an entry with a blank name")
         m = {} if _is_null(rn) else _mapping(rn, where, _RULE)
         r = ToolRule(
             action=_string(m.get("action"), f"{where}.action"),
@@ -220,18 +233,18 @@ def _tools(n: yaml.Node | None) -> dict[str, ToolRule]:
             reviewer=_string(m.get("reviewer"), f"{where}.reviewer"),
         )
         if r.action and not valid_action(r.action):
-            raise InvalidCatalog(f"{where}.action {r.action!r} must match [A-Za-z0-9_-]{{1,128}}")
+            raise InvalidCatalog(f"{where}.action {json.dumps(r.action)} must match [A-Za-z0-9_-]{{1,128}}")
         if r.class_ and r.class_ not in CLASSES:
-            raise InvalidCatalog(f"{where}.class {r.class_!r}: want read, write or destructive")
+            raise InvalidCatalog(f"{where}.class {json.dumps(r.class_)}: want read, write or destructive")
         if r.blast_radius and r.blast_radius not in BLAST_RADII:
-            raise InvalidCatalog(f"{where}.blast_radius {r.blast_radius!r}: want single_device, cluster or tenant_wide")
+            raise InvalidCatalog(f"{where}.blast_radius {json.dumps(r.blast_radius)}: want single_device, cluster or tenant_wide")
         if r.reason_argument and not _argument_name(r.reason_argument):
-            raise InvalidCatalog(f"{where}.reason_argument {r.reason_argument!r} must be a non-blank name of at most 128 bytes")
+            raise InvalidCatalog(f"{where}.reason_argument {json.dumps(r.reason_argument)} must be a non-blank name of at most 128 bytes")
         if r.reviewer and not valid_tenant(r.reviewer):
-            raise InvalidCatalog(f"{where}.reviewer {r.reviewer!r} must be a persona name matching [a-z0-9_-]{{1,64}}")
+            raise InvalidCatalog(f"{where}.reviewer {json.dumps(r.reviewer)} must be a persona name matching [a-z0-9_-]{{1,64}}")
         for member in r.target:
             if member in r.target_fixed:
-                raise InvalidCatalog(f"{where}: member {member!r} is both in target and in target_fixed")
+                raise InvalidCatalog(f"{where}: member {json.dumps(member)} is both in target and in target_fixed")
         tools[name] = r
     return tools
 
@@ -297,7 +310,7 @@ def _json_keys(n: yaml.MappingNode, where: str) -> dict[str, yaml.Node]:
         if not isinstance(k, yaml.ScalarNode) or k.tag not in (_STR,):
             raise InvalidCatalog(f"{where} has a key that is not text, so it is not a JSON object ({_at(k)})")
         if k.value in out:
-            raise InvalidCatalog(f"{where}: key {k.value!r} already defined ({_at(k)})")
+            raise InvalidCatalog(f"{where}: key {json.dumps(k.value)} already defined ({_at(k)})")
         out[k.value] = v
     return out
 

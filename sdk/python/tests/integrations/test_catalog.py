@@ -20,16 +20,43 @@ from gated.integrations._catalog import MAX_CATALOG_SIZE, parse_pointer, resolve
 from gated.integrations._core import refusal
 from gatedkit import REPO, vectors
 
-CASES = vectors("catalogs.json")["cases"]
+CATALOGS = vectors("catalogs.json")["catalogs"]
 
 
-@pytest.mark.parametrize("case", CASES, ids=lambda c: c["name"])
+class NoProposer:
+    async def propose(self, *a: Any, **k: Any) -> Any:
+        raise AssertionError("nothing is proposed here")
+
+    async def await_decision(self, *a: Any, **k: Any) -> Any:
+        raise AssertionError("nothing is awaited here")
+
+
+@pytest.mark.parametrize("case", CATALOGS, ids=lambda c: c["note"])
 def test_catalog_vectors(case: dict[str, Any]) -> None:
-    if not case["valid"]:
-        with pytest.raises(InvalidCatalog):
+    """Refused with the error the Go reader gives, or read, each tool
+    mapped and each call's target, reason and arguments as gated mcp
+    makes them."""
+    if "error" in case:
+        with pytest.raises(InvalidCatalog) as e:
             Catalog.decode(case["data"])
+        assert case["error"] in str(e.value)
         return
-    assert Catalog.decode(case["data"]).to_dict() == case["catalog"]
+    g = Gate(NoProposer(), gated.Identity(tenant="acme", agent="a"), catalog=Catalog.decode(case["data"]))
+    for want in case.get("mappings", []):
+        m = g.mapping(want["tool"])
+        assert (m.action, m.class_, m.blast_radius, m.reason_argument) == (
+            want["action"], want["class"], want["blast_radius"], want["reason_argument"])
+        assert m.reviewer == want.get("reviewer", "")
+        for call in want.get("calls", []):
+            if "error" in call:
+                with pytest.raises(ToolDenied) as d:
+                    g.change(ToolCall(want["tool"], call["arguments"]))
+                assert call["error"] in str(d.value)
+                continue
+            _, change, _, forward = g.change(ToolCall(want["tool"], call["arguments"]))
+            assert change.target == call["target"] and forward == call["forward"]
+            # No reason argument: the gate says who calls which tool.
+            assert change.reason == (call["reason"] or f"python agent a calls tool {want['tool']}")
 
 
 def test_the_examples_catalogs_read() -> None:
@@ -41,11 +68,11 @@ def test_the_examples_catalogs_read() -> None:
     "data, says",
     [
         ("tools:\n  a: {klass: read}\n", 'tools["a"]: field klass not found'),
-        ("tools:\n  a: {class: read}\n  a: {class: write}\n", "key 'a' already defined (line 3 column 3)"),
+        ("tools:\n  a: {class: read}\n  a: {class: write}\n", 'key "a" already defined (line 3 column 3)'),
         ("tools: {}\n---\ntools: {}\n", "more than one YAML document"),
-        ("tools:\n  a: {class: admin}\n", "tools[\"a\"].class 'admin': want read, write or destructive"),
+        ("tools:\n  a: {class: admin}\n", 'tools["a"].class "admin": want read, write or destructive'),
         ("tools:\n  a: {target: {host: /h~2}}\n", "~ must be followed by 0 or 1"),
-        ("tools:\n  a: {target: {h: /h}, target_fixed: {h: x}}\n", "member 'h' is both in target and in target_fixed"),
+        ("tools:\n  a: {target: {h: /h}, target_fixed: {h: x}}\n", 'member "h" is both in target and in target_fixed'),
         ("tools:\n  a: {target_fixed: {m: {1: x}}}\n", "not a JSON object"),
         ("base: &b {class: read}\ntools:\n  a:\n    <<: *b\n", "field base not found"),
         ("tools:\n  a:\n    <<: {class: read}\n", "merge keys (<<) are not read"),
@@ -108,14 +135,6 @@ def test_pointers() -> None:
 
 
 CATALOG = Catalog.decode(Path(__file__).with_name("catalog.yaml").read_text())
-
-
-class NoProposer:
-    async def propose(self, *a: Any, **k: Any) -> Any:
-        raise AssertionError("nothing is proposed here")
-
-    async def await_decision(self, *a: Any, **k: Any) -> Any:
-        raise AssertionError("nothing is awaited here")
 
 
 def gate(**kw: Any) -> Gate:
