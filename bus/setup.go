@@ -41,9 +41,11 @@ type Config struct {
 	// AuditMaxAge bounds how long audit events are kept. Default 0: kept
 	// until the stream's limits say otherwise (forever).
 	AuditMaxAge time.Duration
-	// VerdictTTL is how long a verdict stays in the bucket for idempotent
-	// replay, and a follow-up in the run stream. Default 7 days. After it,
-	// a proposal id may be reused.
+	// VerdictTTL is how long a key of the verdict bucket (a verdict, a
+	// target's history, a run record, a review claim) stays after its last
+	// write, and a follow-up in the run stream. Default DefaultVerdictTTL.
+	// After it, a copy of the proposal is decided afresh and the id may be
+	// reused; the verdict is still in the audit trail.
 	VerdictTTL time.Duration
 	// DuplicateWindow is the proposal stream's Nats-Msg-Id window.
 	// Default 2 minutes.
@@ -83,6 +85,18 @@ type Config struct {
 	MaxAckPending int
 }
 
+// DefaultVerdictTTL is Config.VerdictTTL's default: a day. What reads the
+// keys needs far less at the defaults: a fleet confirms an approval in
+// seconds, a proposal is redelivered within minutes (AckWait ×
+// MaxDeliver), a target's history spans an hour, a held action waits an
+// hour for its operator and its grant lives five minutes more; `gated
+// verdict get` reads an older verdict from the audit trail. The day
+// leaves room for a run's next round, a follow-up its worker has not
+// taken yet, a grant TTL raised up to its 24 h ceiling, and a fleet
+// sending a proposal again after an outage of hours, answered with the
+// verdict stored rather than decided afresh.
+const DefaultVerdictTTL = 24 * time.Hour
+
 // DefaultTenantTurnsPerCPU is how many proposals of one tenant a gated
 // works on at once per core by default. Deciding a proposal is CPU
 // (decoding, the policy, encoding) between round trips to the server
@@ -108,7 +122,7 @@ func (c Config) WithDefaults() (Config, error) {
 		c.Replicas = 1
 	}
 	if c.VerdictTTL == 0 {
-		c.VerdictTTL = 7 * 24 * time.Hour
+		c.VerdictTTL = DefaultVerdictTTL
 	}
 	if c.DuplicateWindow == 0 {
 		c.DuplicateWindow = 2 * time.Minute

@@ -200,7 +200,7 @@ func TestSetupCreatesTheRunStream(t *testing.T) {
 		maxAge     time.Duration
 		duplicates time.Duration
 	}{
-		{note: "defaults", cfg: bus.Config{}, maxAge: 7 * 24 * time.Hour, duplicates: time.Hour},
+		{note: "defaults", cfg: bus.Config{}, maxAge: bus.DefaultVerdictTTL, duplicates: time.Hour},
 		{note: "follow-ups live as long as verdicts", cfg: bus.Config{VerdictTTL: 48 * time.Hour}, maxAge: 48 * time.Hour, duplicates: time.Hour},
 		{note: "a short TTL cuts the duplicate window", cfg: bus.Config{VerdictTTL: 30 * time.Minute}, maxAge: 30 * time.Minute, duplicates: 30 * time.Minute},
 	}

@@ -682,6 +682,22 @@ mutant metrics_tenants_opt_in internal/server/metrics.go ./cmd/gated \
 	$'func (m *metrics) namesTenants() bool { return m.tenantLabels }' \
 	$'func (m *metrics) namesTenants() bool { return true }'
 
+# gated verdict get reads a verdict whose key is gone from the audit trail
+# only from a range whose MACs and chain verify.
+mutant verdict_trail_verifies bus/audit/lookup.go ./cmd/gated \
+	'if len(rep.Problems) > 0 {' \
+	'if false {'
+mutant verdict_trail_superseded bus/audit/lookup.go ./bus/audit \
+	'if !superseded[found[i].Seq] {' \
+	'if true {'
+mutant verdict_trail_ambiguous bus/audit/lookup.go ./bus/audit \
+	'if ambiguous {' \
+	'if false {'
+# serve refuses a verdict_ttl shorter than a target's history.
+mutant verdict_ttl_min internal/server/config.go ./cmd/gated \
+	'return max(store.HistoryWindow, operatorDeadline+grantTTL)' \
+	'return time.Minute'
+
 # The flow rules (policies/flows.rego, docs/POLICIES.md#flows): no egress
 # after a private or secret read in the window, a state that cannot be read
 # refuses when a rule is on, a write after untrusted content goes to

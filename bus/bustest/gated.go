@@ -92,6 +92,8 @@ type Gated struct {
 	Grants *grants.Service
 	// Audit is the audit writer gated records with.
 	Audit *audit.Writer
+	// DataDir is gated's data directory, which holds its audit key.
+	DataDir string
 }
 
 // StartGrantingGated is StartGated with grants that live ttl. pol
@@ -177,7 +179,7 @@ func startGated(t *testing.T, wrap func(intake.Decider) intake.Decider, cfg bus.
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Gated{NC: nc, JS: js, Resources: s.Resources(), Grants: s.Grants(), Audit: s.Audit()}
+	return &Gated{NC: nc, JS: js, Resources: s.Resources(), Grants: s.Grants(), Audit: s.Audit(), DataDir: sc.DataDir}
 }
 
 // testBudgets are limits no test reaches.

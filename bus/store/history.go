@@ -15,10 +15,12 @@ import (
 )
 
 // History bounds: approvals decided, and whose run was last reported,
-// more than historyWindow ago, or beyond the newest historyMax, drop out
-// of a target's history.
+// more than HistoryWindow ago, or beyond the newest historyMax, drop out
+// of a target's history. The bucket must keep a target's key at least
+// HistoryWindow after its last write, or the policy's windows would not
+// see the approvals in it.
 const (
-	historyWindow = time.Hour
+	HistoryWindow = time.Hour
 	historyMax    = 32
 )
 
@@ -54,7 +56,7 @@ func (s *Verdicts) Join(ctx context.Context, v *gated.Verdict, h engine.History)
 		V: v.V, ProposalID: v.ProposalID, Tenant: v.Tenant, Action: v.Action, Kind: v.Kind,
 		Outcome: v.Outcome, Approved: v.Approved, Stage: v.Stage, DecidedAt: v.DecidedAt, TargetKey: v.TargetKey, Agent: v.Agent,
 	}
-	cutoff := v.DecidedAt.Add(-historyWindow)
+	cutoff := v.DecidedAt.Add(-HistoryWindow)
 	kept := make([]gated.Verdict, 0, len(h.Verdicts)+1)
 	for _, o := range h.Verdicts {
 		// An entry of the proposal itself was left by a decision that

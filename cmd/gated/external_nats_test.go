@@ -203,10 +203,11 @@ func TestServeStorageSettingsFromConfigErrors(t *testing.T) {
 	}{
 		{note: "replicas out of range", file: "replicas: 7\nnats_url: nats://127.0.0.1:1\n", want: "--replicas 7 must be between 1 and 5"},
 		{note: "replicas on the embedded server", file: "replicas: 3\n", want: "--replicas 3 needs a NATS cluster"},
-		{note: "verdict ttl too short", file: "verdict_ttl: 30s\n", want: "--verdict-ttl 30s must be at least 1m"},
+		{note: "verdict ttl too short", file: "verdict_ttl: 30s\n", want: "--verdict-ttl 30s must be at least 1h5m0s"},
+		{note: "verdict ttl shorter than a held action and its grant", file: "verdict_ttl: 2h\noperator_deadline: 2h\n", want: "--verdict-ttl 2h0m0s must be at least 2h5m0s"},
 		{note: "negative audit age", file: "audit_max_age: -1h\n", want: "--audit-max-age must not be negative"},
 		{note: "duplicate window too short", file: "duplicate_window: 500ms\n", want: "--duplicate-window 500ms must be from 1s to --verdict-ttl"},
-		{note: "duplicate window past the verdict ttl", file: "verdict_ttl: 1h\nduplicate_window: 2h\n", want: "--duplicate-window 2h0m0s must be from 1s to --verdict-ttl (1h0m0s)"},
+		{note: "duplicate window past the verdict ttl", file: "verdict_ttl: 2h\nduplicate_window: 3h\n", want: "--duplicate-window 3h0m0s must be from 1s to --verdict-ttl (2h0m0s)"},
 		{note: "not a duration", file: "verdict_ttl: 7\n", want: `verdict_ttl: invalid duration value "7"`},
 	} {
 		t.Run(tc.note, func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"github.com/gated/gated/bus"
 	"github.com/gated/gated/bus/fleet"
 	"github.com/gated/gated/bus/operator"
+	"github.com/gated/gated/bus/store"
 	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/natsconn"
 	"github.com/gated/gated/plugins"
@@ -43,7 +44,7 @@ func Defaults() Config {
 		BudgetsPoll:       5 * time.Second,
 		ReviewWait:        fleet.DefaultWait,
 		Replicas:          1,
-		VerdictTTL:        7 * 24 * time.Hour,
+		VerdictTTL:        bus.DefaultVerdictTTL,
 		DuplicateWindow:   2 * time.Minute,
 		GrantTTL:          DefaultGrantTTL,
 		AuditPublish:      "auto",
@@ -168,8 +169,9 @@ func (o *Config) check() (operators *operator.List, err error) {
 		return nil, usageError("--llm-max-concurrency %d must be from 1 to 65536", o.LLMMaxConcurrency)
 	case o.MaxAckPending < 0:
 		return nil, usageError("--max-ack-pending %d must not be negative (0: 4 × --max-in-flight)", o.MaxAckPending)
-	case o.VerdictTTL < time.Minute:
-		return nil, usageError("--verdict-ttl %s must be at least 1m: verdicts are how a redelivered proposal avoids a second review", o.VerdictTTL)
+	case o.VerdictTTL < MinVerdictTTL(o.OperatorDeadline, o.GrantTTL):
+		return nil, usageError("--verdict-ttl %s must be at least %s: a target's history spans %s (the policy's windows read it), and a held action's verdict must outlive its --operator-deadline and the grant an approval then carries (--grant-ttl)",
+			o.VerdictTTL, MinVerdictTTL(o.OperatorDeadline, o.GrantTTL), store.HistoryWindow)
 	case o.AuditMaxAge < 0:
 		return nil, usageError("--audit-max-age must not be negative (0 keeps events)")
 	case o.DuplicateWindow < time.Second || o.DuplicateWindow > o.VerdictTTL:
@@ -195,4 +197,12 @@ func (o *Config) check() (operators *operator.List, err error) {
 		}
 	}
 	return operators, nil
+}
+
+// MinVerdictTTL is the shortest --verdict-ttl that keeps what reads the
+// verdict bucket whole: a target's history (store.HistoryWindow), and a
+// held action's verdict until its operator's deadline and the grant its
+// approval then carries expire.
+func MinVerdictTTL(operatorDeadline, grantTTL time.Duration) time.Duration {
+	return max(store.HistoryWindow, operatorDeadline+grantTTL)
 }

@@ -401,6 +401,9 @@ func (s *Server) startNATS(context.Context) error {
 			embedded.WaitForShutdown()
 		})
 		s.url = embedded.ClientURL()
+		limit, undo := bus.SetEmbeddedMemoryLimit()
+		s.onStop("the embedded server's memory limit", undo)
+		s.log.Debug("soft memory limit", zap.Int64("bytes", limit))
 	}
 	nc, err := s.cfg.NATSConn.Connect(s.url, "gated", natsconn.ErrorLog(s.log))
 	if err = asUsage(err); err != nil {
