@@ -131,6 +131,13 @@ const (
 	// accept (malformed, or naming a grant that is unknown, unused, of
 	// another tenant or another gid), and why.
 	EventGrantOutcomeRefused = "grant.outcome_refused"
+
+	// EventLocalDecided records a call a gateway of the tenant decided
+	// itself (gated mcp's reads the policy approves at its own stage),
+	// reported to gated in a batch; EventLocalRefused a batch gated
+	// refused, with why.
+	EventLocalDecided = "local.decided"
+	EventLocalRefused = "local.refused"
 )
 
 // The events of a reviewer plugin's process, under the UnknownTenant

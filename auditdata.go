@@ -251,6 +251,8 @@ var auditEventData = map[string]func() any{
 	EventGrantExpired:            func() any { return new(GrantExpiredData) },
 	EventGrantOutcome:            func() any { return new(GrantOutcomeData) },
 	EventGrantOutcomeRefused:     func() any { return new(GrantRefusedData) },
+	EventLocalDecided:            func() any { return new(LocalDecision) },
+	EventLocalRefused:            func() any { return new(LocalRefusedData) },
 }
 
 // AuditEventNames returns the name of every event gated records, sorted.

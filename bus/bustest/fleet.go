@@ -112,6 +112,9 @@ func TenantAuditRecords(t *testing.T, audit jetstream.Stream, tenant string) []*
 		t.Fatal(err)
 	}
 	var recs []*gaudit.Record
+	if info.State.Msgs == 0 {
+		return nil
+	}
 	batch, err := cons.FetchNoWait(int(info.State.Msgs))
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,9 @@ const outcomeAttempts = 10
 // it checks each against the grant record, stores it on the record and
 // on the approval's entry of its target's history, where the policy sees
 // it, and audits it (grant.outcome), or audits why it did not
-// (grant.outcome_refused). A report that says the executor refused the
+// (grant.outcome_refused). It takes in the batches of local decisions
+// of gateways too (gated.outcomes.<tenant>.~local[.<agent>], takeLocal).
+// A report that says the executor refused the
 // grant is audited as grant.refused with by "executor". Every report is
 // acknowledged only once audited. Every gated of a cluster runs one on
 // the shared consumer.
@@ -104,6 +106,9 @@ func (o *Outcomes) handle(msg jetstream.Msg) {
 // audits the report as refused with the reason instead. A nil error
 // means the report was audited: as taken in, or as refused.
 func (o *Outcomes) Take(ctx context.Context, subject string, data []byte, last bool) error {
+	if tenant, as, ok := parseLocalSubject(subject); ok {
+		return o.takeLocal(ctx, subject, tenant, as, data, last)
+	}
 	tenant, id, as, ok := parseOutcomeSubject(subject)
 	if !ok {
 		return o.refuse(ctx, gated.UnknownTenant, "", "", "", fmt.Sprintf("subject %q is not %s<tenant>.<proposal_id>[.<agent>]", subject, wire.OutcomeSubjectPrefix))

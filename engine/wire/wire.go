@@ -92,6 +92,25 @@ func OutcomeSubjectAs(tenant, id, agent string) string {
 	return OutcomeSubjectPrefix + tenant + "." + id + "." + agent
 }
 
+// LocalDecisionToken takes the place of a proposal id in an outcome
+// subject to make it the subject of a batch of local decisions
+// (gated.LocalBatch): gated.outcomes.<tenant>.~local, or, for an agent
+// that may publish on its own subjects alone,
+// gated.outcomes.<tenant>.~local.<agent>. No proposal id holds "~", so
+// the subject is never an outcome report's, and a gateway that may
+// report outcomes may report its local decisions with no other
+// permission.
+const LocalDecisionToken = "~local"
+
+// LocalDecisionSubject is where a gateway of tenant reports its local
+// decisions; with agent, on that agent's subject.
+func LocalDecisionSubject(tenant, agent string) string {
+	if agent == "" {
+		return OutcomeSubjectPrefix + tenant + "." + LocalDecisionToken
+	}
+	return OutcomeSubjectPrefix + tenant + "." + LocalDecisionToken + "." + agent
+}
+
 // OutcomeMsgID is the Nats-Msg-Id of an outcome report: a report sent
 // again with the same nonce within the stream's duplicate window is
 // dropped. The nonce is random, one per report, so that nobody who
