@@ -208,6 +208,7 @@ fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeProposal$$' -fuzztime $(FUZZTIME)
 	$(GO) test . -run '^$$' -fuzz '^FuzzDecodeFast$$' -fuzztime $(FUZZTIME)
 	$(GO) test . -run '^$$' -fuzz '^FuzzPolicyDecidedJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test . -run '^$$' -fuzz '^FuzzDecodeLocalBatch$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/jsonw -run '^$$' -fuzz '^FuzzSetTopLevelUint$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParsePSS$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/bench -run '^$$' -fuzz '^FuzzParseGoRuntime$$' -fuzztime $(FUZZTIME)
