@@ -768,6 +768,15 @@ mutant nats_url_refusal_redacted internal/natsconn/natsconn.go ./internal/natsco
 	$'\t\t\t\tRedactURL(s), u.Scheme)' \
 	$'\t\t\t\ts, u.Scheme)'
 
+# A gateway's batch of local decisions is recorded only for the tenant
+# of its subject, and on an agent's subject only for that agent.
+mutant local_batch_other_tenant bus/grants/local.go ./bus/grants \
+	'if b.Tenant != tenant {' \
+	'if false {'
+mutant local_batch_other_agent bus/grants/local.go ./bus/grants \
+	'if as != "" && d.Agent != as {' \
+	'if false {'
+
 # --- running them --------------------------------------------------------------
 
 selected=("$@")
