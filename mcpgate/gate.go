@@ -92,6 +92,12 @@ type Config struct {
 	// Precheck is the local policy evaluation. Without one every read
 	// call is proposed too, and tools/list hides nothing.
 	Precheck Precheck
+	// PolicyRevision is the revision of the bundle Precheck evaluates,
+	// named in the record and the _meta of every local decision.
+	PolicyRevision string
+	// Local reports the reads Precheck approves to gated, which records
+	// them; default Grants.
+	Local LocalReporter
 	// ProposeReads proposes read calls too, even those the precheck
 	// approves, so that every call is decided and audited by gated, at
 	// the cost of a round trip per read.
@@ -141,6 +147,8 @@ type Gate struct {
 	// targets serialises the decisions on one target (see decideAlone).
 	mu      sync.Mutex
 	targets map[string]*targetTurn
+	// local sends the decisions of Precheck's approvals to gated.
+	local *localRecorder
 }
 
 // targetTurn is the turn of the calls waiting to be decided on one
@@ -206,7 +214,10 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
 	}
-	g := &Gate{targets: map[string]*targetTurn{}}
+	if cfg.Local == nil && cfg.Grants != nil {
+		cfg.Local = cfg.Grants
+	}
+	g := &Gate{targets: map[string]*targetTurn{}, local: newLocalRecorder(ctx, cfg.Tenant, cfg.Local, cfg.Log)}
 	g.up = &upstreams{timeout: cfg.CallTimeout, byPeer: map[*mcp.ServerSession]*upstreamSlot{}, peers: map[*mcp.ClientSession]*mcp.ServerSession{},
 		active: map[*mcp.ServerSession][]context.Context{}}
 	if cfg.Upstream == nil {
@@ -370,7 +381,9 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			// not believe, a hold, an error) goes to gated, which
 			// decides and audits it.
 			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
-				return g.forward(ctx, req, m, call, nil)
+				meta := g.decidedLocally(p, "tools/call", m.Tool, req.Params.Arguments, s)
+				res, err := g.forward(ctx, req, m, call, nil)
+				return withMeta(res, meta), err
 			}
 		}
 		v, err := g.decideAlone(ctx, req, p)

@@ -326,7 +326,8 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 	if err != nil {
 		return false
 	}
-	s, settled, err := r.gate.cfg.Precheck(r.ctx, r.gate.proposal(m, call, newProposalID(), ss))
+	p := r.gate.proposal(m, call, newProposalID(), ss)
+	s, settled, err := r.gate.cfg.Precheck(r.ctx, p)
 	if err != nil || !settled || s.Outcome != gated.OutcomeApproved {
 		return false
 	}
@@ -340,8 +341,9 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 	if dup {
 		return false // the SDK answers a request whose id is in use
 	}
+	verdict := r.gate.decidedLocally(p, "tools/call", m.Tool, args, s)
 	r.up.call(r.ctx, upID, m.Tool, call.Forward, r.gate.cfg.CallTimeout, func(resp *jsonrpc.Response, err error) {
-		r.answer(conn, agentID, upID, m.Tool, rc.newProtocol, resp, err)
+		r.answer(conn, agentID, upID, m.Tool, rc.newProtocol, verdict, resp, err)
 	})
 	return true
 }
@@ -349,7 +351,7 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 // answer writes the answer to relayed call agentID (upstream call upID):
 // the upstream's result as the SDK's server would write it, or, when the
 // upstream failed, the tool result the handler gives then.
-func (r *stdioRelay) answer(conn *lineConn, agentID, upID jsonrpc.ID, tool string, newProtocol bool, resp *jsonrpc.Response, err error) {
+func (r *stdioRelay) answer(conn *lineConn, agentID, upID jsonrpc.ID, tool string, newProtocol bool, verdict map[string]any, resp *jsonrpc.Response, err error) {
 	r.mu.Lock()
 	if r.inflight[agentID] == upID {
 		delete(r.inflight, agentID)
@@ -369,16 +371,12 @@ func (r *stdioRelay) answer(conn *lineConn, agentID, upID jsonrpc.ID, tool strin
 	if res.Content == nil {
 		res.Content = []mcp.Content{} // as the SDK's server: never null
 	}
+	res = withMeta(res, verdict)
 	if newProtocol {
 		// As the SDK's server answers a call of protocol 2026-07-28 and
 		// later: the result names a server, and is complete.
 		if _, named := res.Meta[mcp.MetaKeyServerInfo]; !named {
-			meta := mcp.Meta{}
-			for k, v := range res.Meta {
-				meta[k] = v
-			}
-			meta[mcp.MetaKeyServerInfo] = r.gate.impl
-			res.Meta = meta
+			res.Meta[mcp.MetaKeyServerInfo] = r.gate.impl
 		}
 	}
 	out := &jsonrpc.Response{ID: agentID}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -68,6 +69,8 @@ func (g *Gate) decideRequest(ctx context.Context, ss *mcp.ServerSession, m Mappi
 	p.ContextSummary = fmt.Sprintf("MCP %s from an agent session, through gated mcp (class %s from %s).", m.Tool, m.Class, m.ClassFrom)
 	if m.Class == gated.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
 		if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
+			method, name, _ := strings.Cut(m.Tool, " ")
+			g.decidedLocally(p, method, name, raw, s)
 			return func(bool, string) {}, nil
 		}
 	}

@@ -37,16 +37,24 @@ func (g *Gate) forward(ctx context.Context, req *mcp.CallToolRequest, m Mapping,
 		return upstreamFailure(m.Tool, v, timedOut(ctx, err)), nil
 	}
 	if v != nil {
-		out := *res
-		meta := mcp.Meta{}
-		for k, x := range res.Meta {
-			meta[k] = x
-		}
-		meta[VerdictMetaKey] = verdictMeta(v)
-		out.Meta = meta
-		res = &out
+		res = withMeta(res, verdictMeta(v))
 	}
 	return res, nil
+}
+
+// withMeta is res with verdict as its _meta["gated/verdict"].
+func withMeta(res *mcp.CallToolResult, verdict map[string]any) *mcp.CallToolResult {
+	if res == nil {
+		return nil
+	}
+	out := *res
+	meta := mcp.Meta{}
+	for k, x := range res.Meta {
+		meta[k] = x
+	}
+	meta[VerdictMetaKey] = verdict
+	out.Meta = meta
+	return &out
 }
 
 // upstreamFailure is the tool result of a call the upstream failed on

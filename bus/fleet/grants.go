@@ -365,6 +365,34 @@ func (g *Grants) Report(ctx context.Context, tenant, id, gid, status, errText st
 	return nil
 }
 
+// ReportLocal publishes b, the calls a gateway of b.Tenant decided
+// itself, on gated.outcomes.<tenant>.~local (with WithGrantsAgent,
+// gated.outcomes.<tenant>.~local.<agent>) through JetStream, with a
+// random Nats-Msg-Id of its own, so that the publish's retries count
+// once. It returns when the stream has the batch; gated records one
+// local.decided event per call (docs/MCP.md).
+func (g *Grants) ReportLocal(ctx context.Context, b gated.LocalBatch) error {
+	if !gated.ValidTenant(b.Tenant) {
+		return fmt.Errorf("%w: tenant %q must match [a-z0-9_-]{1,64}", ErrInvalidConfig, b.Tenant)
+	}
+	body, err := json.Marshal(b)
+	if err != nil {
+		return err
+	}
+	var nonce [16]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return err
+	}
+	subject := wire.LocalDecisionSubject(b.Tenant, g.agent)
+	msg := nats.NewMsg(subject)
+	msg.Data = body
+	msg.Header.Set(jetstream.MsgIDHeader, b.Tenant+"."+wire.LocalDecisionToken+"."+base64.RawURLEncoding.EncodeToString(nonce[:]))
+	if _, err := g.js.PublishMsg(ctx, msg); err != nil {
+		return fmt.Errorf("reporting %d local decisions on %s: %w", len(b.Decisions), subject, err)
+	}
+	return nil
+}
+
 // cutOutcomeError cuts s to MaxOutcomeError characters of valid UTF-8.
 func cutOutcomeError(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")

@@ -153,7 +153,7 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 			return usageError("--catalog %s: %v", o.catalog, err)
 		}
 	}
-	precheck, err := localPrecheck(ctx, o, stderr)
+	precheck, revision, err := localPrecheck(ctx, o, stderr)
 	if err != nil {
 		return err
 	}
@@ -175,20 +175,21 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 	defer cancel()
 	dialer := mcpgate.Dialer{URL: o.upstream, Command: command, Stderr: stderr, Version: version}
 	gate, err := mcpgate.New(ctx, mcpgate.Config{
-		Fleet:        client,
-		Dial:         dialer.Dial,
-		CallTimeout:  o.callTimeout,
-		Tenant:       o.tenant,
-		Agent:        o.agent,
-		Session:      o.session,
-		Catalog:      catalog,
-		Precheck:     precheck,
-		ProposeReads: o.proposeRead,
-		ListDenied:   mcpgate.ListDenied(o.listDenied),
-		Wait:         o.wait,
-		Version:      version,
-		Log:          log,
-		Grants:       grants,
+		Fleet:          client,
+		Dial:           dialer.Dial,
+		CallTimeout:    o.callTimeout,
+		Tenant:         o.tenant,
+		Agent:          o.agent,
+		Session:        o.session,
+		Catalog:        catalog,
+		Precheck:       precheck,
+		PolicyRevision: revision,
+		ProposeReads:   o.proposeRead,
+		ListDenied:     mcpgate.ListDenied(o.listDenied),
+		Wait:           o.wait,
+		Version:        version,
+		Log:            log,
+		Grants:         grants,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {
@@ -196,6 +197,11 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		}
 		return err
 	}
+	// The local decisions queued are sent before the connection closes.
+	defer func() {
+		cancel()
+		gate.Drain()
+	}()
 	upstream := gate.Upstream()
 	defer func() { _ = upstream.Close() }()
 	if o.printTools {
@@ -224,21 +230,22 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 // localPrecheck compiles the policy bundle the flags name, as serve and
 // policy eval load it, and returns the gate's precheck over it: what the
-// gate decides before any review, with the engine's own functions.
-func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgate.Precheck, error) {
+// gate decides before any review, with the engine's own functions, and
+// the bundle's revision.
+func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgate.Precheck, string, error) {
 	b, _, err := loadPolicyBundle(&o.bundle, nil, stderr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	ev, err := policies.Compile(ctx, b, o.bundle.CompileOptions()...)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	reg, err := loadPersonas(o.personasDir, stderr)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	return func(ctx context.Context, p *gated.Proposal) (gated.Settled, bool, error) {
 		return ev.Settle(ctx, reg, p)
-	}, nil
+	}, ev.Revision(), nil
 }
