@@ -60,6 +60,7 @@ type mcpHarness struct {
 	ops     string // the mcp-ops binary
 	data    string // the policy data file
 	catalog string
+	auditKey string // the file of serve's audit key
 }
 
 func startMCPHarness(t testing.TB) *mcpHarness {
@@ -73,7 +74,8 @@ func startMCPHarness(t testing.TB) *mcpHarness {
 	}
 	h.nats = natstest.Server(t)
 	h.natsURL = h.nats.ClientURL()
-	_, stop := startServe(t, h.natsURL, "--data-dir", t.TempDir(), "--policy-data", h.data)
+	h.auditKey = writeFile(t, dir, "audit.key", strings.Repeat("5a", 32)+"\n")
+	_, stop := startServe(t, h.natsURL, "--data-dir", t.TempDir(), "--policy-data", h.data, "--audit-key-file", h.auditKey)
 	t.Cleanup(stop)
 	return h
 }

@@ -78,8 +78,10 @@ func TestMCPGate(t *testing.T) {
 				if !strings.Contains(resultText(res), "nginx") {
 					t.Errorf("list_services answered %q, want the services of web-1", resultText(res))
 				}
-				if _, proposed := res.Meta["gated/verdict"]; proposed {
-					t.Errorf("the read was proposed: %v", res.Meta)
+				if v := verdictOf(t, res); v["decided"] != "locally" || v["outcome"] != "approved" || v["audit"] != "pending" {
+					t.Errorf("the read was not decided locally: %v", v)
+				} else {
+					h.waitLocalDecided(t, v["proposal_id"].(string))
 				}
 
 				res = callTool(t, cs, "restart_service", map[string]any{"host": host, "service": "nginx", "_reason": "nginx leaks memory"}, "restart-1")
