@@ -761,6 +761,14 @@ mutant evidence_verify_consistency bus/evidence/verify.go ./bus/evidence \
 mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
 	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
 	'} else if false {'
+# Keys a bundle carries (bus/evidence/forgery_test.go): a required witness
+# matched by its name only, and a witness's signature taken for gated's.
+mutant evidence_witness_by_hash bus/evidence/checkpoint.go ./bus/evidence \
+	'if sig.Name == v.Name() && sig.Hash == v.KeyHash() {' \
+	'if sig.Name == v.Name() {'
+mutant evidence_witness_alone bus/evidence/verify.go ./bus/evidence \
+	'_, err = Open(stripSigs([]byte(msg), witnessVs), gatedOnly, h.Tenant)' \
+	'_, err = Open(stripSigs([]byte(msg), nil), all, h.Tenant); _ = gatedOnly'
 
 # A --nats-url refused for its scheme is named without its credentials:
 # url.Parse's error, or the URL as given, would show a password.

@@ -181,6 +181,11 @@ func checkHeader(h Header, o VerifyOptions) (Result, Checkpoint, error) {
 	if err != nil {
 		return res, Checkpoint{}, bad("%v", err)
 	}
+	for _, w := range witnessVs {
+		if slices.ContainsFunc(gatedVs, func(g note.Verifier) bool { return g.Name() == w.Name() }) {
+			return res, Checkpoint{}, bad("witness key %s+%08x is named as a checkpoint key: a witness's signature cannot be told from gated's", w.Name(), w.KeyHash())
+		}
+	}
 	gatedOnly := note.VerifierList(gatedVs...)
 	all := note.VerifierList(append(slices.Clone(gatedVs), witnessVs...)...)
 	if len(h.Checkpoints) == 0 {

@@ -238,7 +238,7 @@ def test_keys_a_bundle_carries_are_not_gated_or_a_witness(bundles: Bundles) -> N
         for w in witnesses:
             args += ["--witness-key", w]
         go = subprocess.run(args, input=b"\n".join(forged) + b"\n", capture_output=True, check=False, timeout=60)
-        assert go.returncode == 3, f"{name}: gated verify --bundle exit {go.returncode}: {go.stderr!r}"
+        assert go.returncode == 3 and want.encode() in go.stderr, f"{name}: gated verify --bundle exit {go.returncode}: {go.stderr!r}"
     cosigned = with_header(bundles.whole, witness_keys=[witness], checkpoints=[*cps[:-1], last + witness_sign(_note_text(last))])
     res = evidence.verify(cosigned, keys=[bundles.public], witnesses=[witness])
     assert res.witnessed == ["witness.example"]
