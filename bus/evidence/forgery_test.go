@@ -59,6 +59,10 @@ func TestBundleKeysAreNotTrusted(t *testing.T) {
 	if res, err := verify(good, evidence.VerifyOptions{Keys: []string{gatedV}, Witnesses: []string{witnessV}}); err != nil || len(res.Witnessed) != 1 {
 		t.Fatalf("a genuine cosigned bundle: %+v, %v", res, err)
 	}
+	// A cosignature by a key only the bundle carries is not named.
+	if res, err := verify(good, evidence.VerifyOptions{Keys: []string{gatedV}}); err != nil || len(res.Witnessed) != 0 {
+		t.Fatalf("a witness the bundle alone carries: %+v, %v", res, err)
+	}
 	for _, tc := range []struct {
 		name   string
 		bundle []byte

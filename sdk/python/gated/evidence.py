@@ -376,7 +376,9 @@ def verify(lines: Iterable[bytes], keys: Sequence[str] = (), witnesses: Sequence
             raise EvidenceError(f"the records end at index {front.size - 1}, the last checkpoint covers {last.size}: records were removed from the end")
         if front.root() != last.root:
             raise EvidenceError(f"the records do not hash to the root of the last checkpoint (size {last.size}): a record was changed, inserted, removed or reordered")
-    witnessed = [w.name for w in witness_keys if w.signer in last.cosigners]
+    # Only the witnesses the caller names count: a key the bundle carries
+    # proves nothing about who holds it.
+    witnessed = [w.name for w in required]
     return Result(bundle_tenant, cps, n, keys_from_bundle, witnessed)
 
 

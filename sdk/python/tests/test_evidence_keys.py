@@ -126,3 +126,9 @@ def test_a_witness_signature_that_does_not_verify(gated_key: Key, witness: Key) 
     h["checkpoints"] = [h["checkpoints"][0] + forged]
     with pytest.raises(evidence.EvidenceError, match="signature by witness.example does not verify"):
         evidence.verify([json.dumps(h).encode(), b[1]], keys=[gated_key.vkey], witnesses=[witness.vkey])
+
+
+def test_a_witness_the_bundle_alone_carries_is_not_named(gated_key: Key, witness: Key) -> None:
+    b = bundle(gated_key, witness, keys=[gated_key], witness_keys=[witness])
+    res = evidence.verify(b, keys=[gated_key.vkey])
+    assert res.records == 1 and res.witnessed == []
