@@ -15,6 +15,17 @@ import (
 	"go.uber.org/zap"
 )
 
+// DefaultMaxSessions is Config.MaxSessions when it is zero.
+const DefaultMaxSessions = 64
+
+// DefaultSessionIdleTimeout is Config.SessionIdleTimeout when it is zero.
+const DefaultSessionIdleTimeout = 30 * time.Minute
+
+// codeTooManySessions is the JSON-RPC error code of a new session
+// refused over Config.MaxSessions: one of the codes JSON-RPC leaves to
+// the server.
+const codeTooManySessions = -32000
+
 // HTTPHandler serves server over MCP's streamable HTTP transport. Each
 // POSTed message is read as StdioTransport reads a line first: a body
 // that is not a well-formed JSON-RPC 2.0 message gets 400 Bad Request
