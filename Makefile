@@ -6,7 +6,7 @@ PYTHON ?= python3
 PY_VENV := sdk/python/.venv
 
 .PHONY: test-mcp-conformance
-.PHONY: all build run check check-go check-python check-ts test test-go test-python test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa bench-summary bench-messages bench-million opa-test clean
+.PHONY: all build run check check-go check-python check-ts test test-go test-python test-python-crewai test-ts test-mcp-ts test-browser console-js console-screenshots bench-clients bench-mcp bench-plugin-python vet fmt proto proto-python folding fuzz mutants bench bench-history bench-scaleout bench-policy bench-plugins bench-audit bench-replay bench-verify bench-verify-cli bench-opa bench-summary bench-messages bench-million opa-test clean
 
 all: build
 
@@ -29,7 +29,7 @@ run:
 	$(GO) run -ldflags "$(GATED_LDFLAGS)" ./cmd/gated serve
 
 # test is what CI runs (.ci/run calls it).
-test: test-go test-python test-ts test-mcp-ts test-browser test-mcp-conformance
+test: test-go test-python test-python-crewai test-ts test-mcp-ts test-browser test-mcp-conformance
 
 # check is the inner loop: go vet, gofmt, and the unit tests of every
 # language, without the race detector, the end-to-end suites (test/, the
@@ -136,7 +136,24 @@ $(PY_VENV)/.installed: sdk/python/pyproject.toml
 
 test-python: build $(PY_VENV)/.installed
 	cd sdk/python && .venv/bin/mypy
-	cd sdk/python && GATED_BIN=$(CURDIR)/bin/gated .venv/bin/pytest -q -p no:cacheprovider
+	cd sdk/python && GATED_BIN=$(CURDIR)/bin/gated .venv/bin/pytest -q -p no:cacheprovider \
+	  --ignore=tests/integrations/test_crewai_e2e.py
+
+# test-python-crewai runs the CrewAI integration's tests against a real
+# gated serve in a virtual environment of their own (sdk/python/.venv-crewai,
+# the package's test-crewai extra): CrewAI pins versions of openai and mcp
+# that the other frameworks and the MCP tests cannot share.
+PY_VENV_CREWAI := sdk/python/.venv-crewai
+
+$(PY_VENV_CREWAI)/.installed: sdk/python/pyproject.toml
+	$(PYTHON) -m venv $(PY_VENV_CREWAI)
+	$(PY_VENV_CREWAI)/bin/python -m pip install -q --upgrade pip
+	$(PY_VENV_CREWAI)/bin/python -m pip install -q -e 'sdk/python[test-crewai]'
+	touch $@
+
+test-python-crewai: build $(PY_VENV_CREWAI)/.installed
+	cd sdk/python && CREWAI_DISABLE_TELEMETRY=true OTEL_SDK_DISABLED=true GATED_BIN=$(CURDIR)/bin/gated \
+	  .venv-crewai/bin/pytest -q -p no:cacheprovider -W ignore::DeprecationWarning tests/integrations/test_crewai_e2e.py
 
 # mutants takes each hard rule out of a copy of the source in turn (the
 # policy's refusals, the reviewer tool bag, the decision line, required
@@ -229,7 +246,7 @@ fuzz:
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzTrackRecord$$' -fuzztime $(FUZZTIME)
 	# evidence bundles (docs/AUDIT.md#evidence)
 	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzRecordLine$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzVerifyBundle$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzVerifyBundle$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 5s
 	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzParseCheckpoint$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/evidence -run '^$$' -fuzz '^FuzzParseKeys$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/audit -run '^$$' -fuzz '^FuzzMayTrack$$' -fuzztime $(FUZZTIME)

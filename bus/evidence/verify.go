@@ -68,7 +68,7 @@ func Verify(open func() (io.ReadCloser, error), o VerifyOptions) (Result, error)
 		return Result{}, err
 	}
 	defer func() { _ = rc.Close() }()
-	br := bufio.NewReaderSize(rc, 1<<20)
+	br := bufio.NewReaderSize(rc, readBuffer)
 	line, err := readLine(br)
 	if err != nil {
 		return Result{}, bad("no header line: %v", err)
@@ -297,7 +297,7 @@ func locate(open func() (io.ReadCloser, error), h Header, last Checkpoint) error
 		return generic
 	}
 	defer func() { _ = rc.Close() }()
-	br := bufio.NewReaderSize(rc, 1<<20)
+	br := bufio.NewReaderSize(rc, readBuffer)
 	if _, err := readLine(br); err != nil {
 		return generic
 	}
@@ -344,11 +344,24 @@ func locate(open func() (io.ReadCloser, error), h Header, last Checkpoint) error
 }
 
 // readLine returns the next line without its newline; io.EOF at the end.
+// readBuffer is the size of the bundle's read buffer: lines longer than
+// it are joined by readLine, up to maxLine.
+const readBuffer = 64 << 10
+
+// maxLine bounds one line of a bundle: far above a record line (an audit
+// message is at most the server's payload limit, base64 encoded) and a
+// header, so that a bundle cannot make the verifier hold one line of any
+// size.
+const maxLine = 64 << 20
+
 func readLine(br *bufio.Reader) ([]byte, error) {
 	line, err := br.ReadSlice('\n')
 	if errors.Is(err, bufio.ErrBufferFull) {
 		long := bytes.Clone(line)
 		for errors.Is(err, bufio.ErrBufferFull) {
+			if len(long) > maxLine {
+				return nil, bad("a line longer than %d bytes", maxLine)
+			}
 			line, err = br.ReadSlice('\n')
 			long = append(long, line...)
 		}

@@ -20,6 +20,51 @@ const ruleKeys = new Set(["action", "class", "blast_radius", "target", "target_f
 const catalogKeys = new Set(["reason_argument", "blast_radius", "tools", "prompts", "resources"]);
 const blasts = new Set(["single_device", "cluster", "tenant_wide"]);
 const classes = new Set(["read", "write", "destructive"]);
+/**
+ * Plain integers as gated mcp's YAML decoder reads them: a leading 0 is
+ * octal (010 is 8), 0o, 0x and 0b name their base, and _ may separate
+ * digits (1_000 is 1000); the YAML 1.2 core schema alone would read 010 as
+ * 10 and 1_000 as text, so one catalog would give two targets.
+ */
+const goInt = {
+    identify: (v) => typeof v === "number" && Number.isInteger(v),
+    default: true,
+    tag: "tag:yaml.org,2002:int",
+    test: /^[-+]?(?:0[0-7]+(?:_[0-7]+)*|0[oO]_?[0-7]+(?:_[0-7]+)*|0[xX]_?[0-9a-fA-F]+(?:_[0-9a-fA-F]+)*|0[bB]_?[01]+(?:_[01]+)*|[0-9]+(?:_[0-9]+)+)$/,
+    resolve(str) {
+        let s = str.replace(/^[-+]/, "").replaceAll("_", "");
+        let base = 10;
+        if (/^0[xXoObB]/.test(s)) {
+            base = { x: 16, o: 8, b: 2 }[s[1].toLowerCase()];
+            s = s.slice(2);
+        }
+        else if (/^0[0-7]/.test(s)) {
+            base = 8;
+            s = s.slice(1);
+        }
+        const n = parseInt(s, base);
+        return str.startsWith("-") ? -n : n;
+    },
+};
+/**
+ * A plain date as gated mcp's decoder reads it, a time written back in
+ * RFC 3339 (2001-1-2 is "2001-01-02T00:00:00Z"); a plain date with a time
+ * of day is refused (quote it), as the Python reader refuses it.
+ */
+const goDate = {
+    identify: () => false,
+    default: true,
+    tag: "tag:yaml.org,2002:timestamp",
+    test: /^[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:(?:[Tt]|[ \t]+)[0-9].*)?$/,
+    resolve(str, onError) {
+        const m = /^([0-9]{4})-([0-9]{1,2})-([0-9]{1,2})$/.exec(str);
+        if (!m) {
+            onError(`quote the time ${JSON.stringify(str)} to keep it as text`);
+            return str;
+        }
+        return `${m[1]}-${m[2].padStart(2, "0")}-${m[3].padStart(2, "0")}T00:00:00Z`;
+    },
+};
 function fail(msg) {
     throw new CatalogError(`invalid catalog: ${msg}`);
 }
@@ -35,7 +80,7 @@ export function decodeCatalog(data) {
     if (size > maxCatalogSize) {
         fail(`${size} bytes, more than ${maxCatalogSize}`);
     }
-    const docs = parseAllDocuments(text, { uniqueKeys: true, version: "1.2" });
+    const docs = parseAllDocuments(text, { uniqueKeys: true, version: "1.2", customTags: (tags) => [goInt, goDate, ...tags] });
     const list = Array.isArray(docs) ? docs : [];
     if (list.length > 1) {
         fail("more than one YAML document");
