@@ -650,6 +650,14 @@ mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
 mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
 	$'timer = time.AfterFunc(timeout, func() {' \
 	$'timer = time.AfterFunc(time.Hour, func() {'
+# Over HTTP, gated mcp serves at most --max-sessions agent sessions, and
+# ends one that idles out with its upstream session (mcpgate/http.go).
+mutant mcp_session_cap mcpgate/http.go ./mcpgate \
+	$'if p.free <= 0 {' \
+	$'if false {'
+mutant mcp_session_idle mcpgate/http.go ./mcpgate \
+	$'SessionTimeout: idle}' \
+	$'SessionTimeout: 0}'
 # A resource read is decided before it reaches the upstream, and the
 # upstream's sampling request is policy-visible (mcpgate/requests.go).
 mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
