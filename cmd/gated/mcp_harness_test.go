@@ -60,7 +60,9 @@ type mcpHarness struct {
 	ops     string // the mcp-ops binary
 	data    string // the policy data file
 	catalog string
-	auditKey string // the file of serve's audit key
+
+	// auditKey is the file of serve's audit key.
+	auditKey string
 }
 
 func startMCPHarness(t testing.TB) *mcpHarness {
