@@ -224,7 +224,8 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 // localPrecheck compiles the policy bundle the flags name, as serve and
 // policy eval load it, and returns the gate's precheck over it: what the
-// gate decides before any review, with the engine's own functions.
+// gate decides before any review, with the engine's own functions. An
+// approval of an action the policy data labels is not settled here.
 func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgate.Precheck, error) {
 	b, _, err := loadPolicyBundle(&o.bundle, nil, stderr)
 	if err != nil {
@@ -238,7 +239,15 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
+	flows := ev.Flows()
 	return func(ctx context.Context, p *gated.Proposal) (gated.Settled, bool, error) {
-		return ev.Settle(ctx, reg, p)
+		s, settled, err := ev.Settle(ctx, reg, p)
+		if err == nil && settled && s.Outcome == gated.OutcomeApproved && len(flows.LabelsOf(p.Action, p.Labels)) > 0 {
+			// A labelled action joins its agent's flow state when gated
+			// sees its grant used: it is not approved here, where it
+			// would use none, but proposed.
+			return gated.Settled{}, false, nil
+		}
+		return s, settled, err
 	}, nil
 }
