@@ -146,6 +146,10 @@ class Change:
     context_summary: str = ""
     flags: Flags = field(default_factory=Flags)
     reviewer: str = ""
+    labels: list[str] | None = None
+    """Flow labels the proposal adds to its action's (docs/POLICIES.md#flows):
+    what the call reads (private, secret, pii), untrusted for untrusted
+    output, egress for a call that communicates outside."""
     arguments: dict[str, Any] | None = None
     """The call's arguments as the tool receives them, for the policy and
     the reviewer to read beside the target; the approval's grant binds
@@ -269,6 +273,7 @@ class ToolGate:
             context_summary=change.context_summary,
             flags=change.flags,
             reviewer=change.reviewer or self.identity.reviewer,
+            labels=change.labels,
         ).to_dict() | {"requested_by": {"agent": self.identity.agent, "session": self.identity.session}}
 
     async def authorize(
