@@ -327,8 +327,8 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 		return false
 	}
 	p := r.gate.proposal(m, call, newProposalID(), ss)
-	s, settled, err := r.gate.cfg.Precheck(r.ctx, p)
-	if err != nil || !settled || s.Outcome != gated.OutcomeApproved {
+	s, ok := r.gate.approvedHere(r.ctx, p)
+	if !ok {
 		return false
 	}
 	agentID, upID := req.ID, r.up.newID()
