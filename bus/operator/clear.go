@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -59,6 +60,9 @@ var clearRequired = []string{"v", "tenant", "agent", "revision", "operator", "si
 func DecodeClear(data []byte) (*ClearMessage, error) {
 	if len(data) > MaxMessageBytes {
 		return nil, refusal(400, "", "message is %d bytes, more than %d", len(data), MaxMessageBytes)
+	}
+	if !utf8.Valid(data) {
+		return nil, refusal(400, "", "message is not valid UTF-8")
 	}
 	var m ClearMessage
 	seen := map[string]bool{}
