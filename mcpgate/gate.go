@@ -81,6 +81,16 @@ type Config struct {
 	// in time is an error to the agent, never a hang. Default
 	// DefaultCallTimeout.
 	CallTimeout time.Duration
+	// MaxSessions bounds the agent sessions ServeHTTP serves at once,
+	// each with an upstream session (with a command, a process) of its
+	// own: a new session over it is refused with HTTP 503 and a
+	// JSON-RPC error, and nothing is connected for it. Default
+	// DefaultMaxSessions.
+	MaxSessions int
+	// SessionIdleTimeout ends an agent session of ServeHTTP that has
+	// had no request in flight for this long, and its upstream session
+	// with it. Default DefaultSessionIdleTimeout.
+	SessionIdleTimeout time.Duration
 	// Tenant is the tenant token, [a-z0-9_-]{1,64}. Required.
 	Tenant string
 	// Agent is requested_by.agent of every proposal. Required.
@@ -205,6 +215,12 @@ func New(ctx context.Context, cfg Config) (*Gate, error) {
 	}
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.MaxSessions <= 0 {
+		cfg.MaxSessions = DefaultMaxSessions
+	}
+	if cfg.SessionIdleTimeout <= 0 {
+		cfg.SessionIdleTimeout = DefaultSessionIdleTimeout
 	}
 	g := &Gate{targets: map[string]*targetTurn{}}
 	g.up = &upstreams{timeout: cfg.CallTimeout, byPeer: map[*mcp.ServerSession]*upstreamSlot{}, peers: map[*mcp.ClientSession]*mcp.ServerSession{},

@@ -666,6 +666,14 @@ mutant mcp_forward_deadline mcpgate/results.go ./mcpgate \
 mutant mcp_relay_deadline mcpgate/relay.go ./mcpgate \
 	$'timer = time.AfterFunc(timeout, func() {' \
 	$'timer = time.AfterFunc(time.Hour, func() {'
+# Over HTTP, gated mcp serves at most --max-sessions agent sessions, and
+# ends one that idles out with its upstream session (mcpgate/http.go).
+mutant mcp_session_cap mcpgate/http.go ./mcpgate \
+	$'if p.free <= 0 {' \
+	$'if false {'
+mutant mcp_session_idle mcpgate/http.go ./mcpgate \
+	$'SessionTimeout: idle}' \
+	$'SessionTimeout: 0}'
 # A resource read is decided before it reaches the upstream, and the
 # upstream's sampling request is policy-visible (mcpgate/requests.go).
 mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
@@ -777,6 +785,14 @@ mutant evidence_verify_consistency bus/evidence/verify.go ./bus/evidence \
 mutant evidence_verify_inclusion bus/evidence/verify.go ./bus/evidence \
 	'} else if err := tlog.CheckRecord(l.proof, last.Size, last.Root, l.index, l.leaf); err != nil {' \
 	'} else if false {'
+# Keys a bundle carries (bus/evidence/forgery_test.go): a required witness
+# matched by its name only, and a witness's signature taken for gated's.
+mutant evidence_witness_by_hash bus/evidence/checkpoint.go ./bus/evidence \
+	'if sig.Name == v.Name() && sig.Hash == v.KeyHash() {' \
+	'if sig.Name == v.Name() {'
+mutant evidence_witness_alone bus/evidence/verify.go ./bus/evidence \
+	'_, err = Open(stripSigs([]byte(msg), witnessVs), gatedOnly, h.Tenant)' \
+	'_, err = Open(stripSigs([]byte(msg), nil), all, h.Tenant); _ = gatedOnly'
 
 # A --nats-url refused for its scheme is named without its credentials:
 # url.Parse's error, or the URL as given, would show a password.

@@ -45,7 +45,9 @@ type Result struct {
 	Start   int64
 	// KeysFromBundle: no key was given, the bundle's own were used.
 	KeysFromBundle bool
-	// Witnessed names the witnesses that cosigned the last checkpoint.
+	// Witnessed names the witnesses given in VerifyOptions.Witnesses,
+	// every one of which cosigned the last checkpoint; a cosignature by a
+	// key the bundle alone carries is checked but not named here.
 	Witnessed []string
 }
 
@@ -181,6 +183,11 @@ func checkHeader(h Header, o VerifyOptions) (Result, Checkpoint, error) {
 	if err != nil {
 		return res, Checkpoint{}, bad("%v", err)
 	}
+	for _, w := range witnessVs {
+		if slices.ContainsFunc(gatedVs, func(g note.Verifier) bool { return g.Name() == w.Name() }) {
+			return res, Checkpoint{}, bad("witness key %s+%08x is named as a checkpoint key: a witness's signature cannot be told from gated's", w.Name(), w.KeyHash())
+		}
+	}
 	gatedOnly := note.VerifierList(gatedVs...)
 	all := note.VerifierList(append(slices.Clone(gatedVs), witnessVs...)...)
 	if len(h.Checkpoints) == 0 {
@@ -217,16 +224,14 @@ func checkHeader(h Header, o VerifyOptions) (Result, Checkpoint, error) {
 		}
 	}
 	last := cps[len(cps)-1]
-	for _, v := range witnessVs {
-		if last.SignedBy(v) {
-			res.Witnessed = append(res.Witnessed, v.Name())
-		}
-	}
+	// Only the witnesses the caller names count: a key the bundle carries
+	// proves nothing about who holds it.
 	_, required, _ := Verifiers(o.Witnesses)
 	for _, v := range required {
 		if !last.SignedBy(v) {
 			return res, Checkpoint{}, bad("the last checkpoint is not cosigned by the witness %s", v.Name())
 		}
+		res.Witnessed = append(res.Witnessed, v.Name())
 	}
 	for _, c := range cps {
 		res.Checkpoints = append(res.Checkpoints, c.Checkpoint)

@@ -35,6 +35,8 @@ type mcpOptions struct {
 	upstreamCmd string
 	callTimeout time.Duration
 	listen      string
+	maxSessions int
+	idleTimeout time.Duration
 	catalog     string
 	listDenied  string
 	proposeRead bool
@@ -57,7 +59,9 @@ HTTP), and offers it to an agent over stdio, or over streamable HTTP at
 http://ADDR/mcp with --listen: its tools, resources, prompts, completion,
 logging, progress, sampling and elicitation, each agent session over an
 upstream session of its own, each forwarded request bounded by
---upstream-timeout.
+--upstream-timeout. Over HTTP, at most --max-sessions agent sessions are
+served at once, and a session idle for --session-idle-timeout is ended
+with its upstream session.
 
 Each tools/call becomes a proposal of --tenant, published through the fleet
 client with every trust check it makes, and reaches the server only when
@@ -88,6 +92,8 @@ Logs go to standard error: standard output is the MCP stream.`,
 	f.StringVar(&o.upstreamCmd, "upstream-cmd", "", "the MCP server's command line, words split at spaces (no quoting), instead of a command after -- (for launchers that drop --)")
 	f.DurationVar(&o.callTimeout, "upstream-timeout", mcpgate.DefaultCallTimeout, "how long a request forwarded to the MCP server may wait for its answer; then it is an error to the agent")
 	f.StringVar(&o.listen, "listen", "", "serve the agent over streamable HTTP at http://ADDR/mcp instead of stdio")
+	f.IntVar(&o.maxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "with --listen, how many agent sessions (each with an upstream session, or process, of its own) are served at once; one more is refused")
+	f.DurationVar(&o.idleTimeout, "session-idle-timeout", mcpgate.DefaultSessionIdleTimeout, "with --listen, how long an agent session may go without a request before it is ended, and its upstream session with it")
 	f.StringVar(&o.catalog, "catalog", "", "YAML or JSON file of per-tool overrides: action, class, blast_radius, target, target_fixed, reason_argument, reviewer")
 	f.StringVar(&o.listDenied, "list-denied", "hide", "what tools/list does with a tool the policy denies outright: hide or mark")
 	f.BoolVar(&o.proposeRead, "propose-reads", false, "propose read calls too, so that gated decides and audits every call (a round trip per read)")
@@ -127,6 +133,10 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		return usageError("--wait %s must be positive", o.wait)
 	case o.callTimeout <= 0:
 		return usageError("--upstream-timeout %s must be positive", o.callTimeout)
+	case o.maxSessions <= 0:
+		return usageError("--max-sessions %d must be positive", o.maxSessions)
+	case o.idleTimeout <= 0:
+		return usageError("--session-idle-timeout %s must be positive", o.idleTimeout)
 	case o.listDenied != string(mcpgate.ListHide) && o.listDenied != string(mcpgate.ListMark):
 		return usageError("--list-denied %q: want hide or mark", o.listDenied)
 	}
@@ -189,6 +199,9 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 		Version:      version,
 		Log:          log,
 		Grants:       grants,
+
+		MaxSessions:        o.maxSessions,
+		SessionIdleTimeout: o.idleTimeout,
 	})
 	if err != nil {
 		if errors.Is(err, mcpgate.ErrInvalidCatalog) || errors.Is(err, mcpgate.ErrActionCollision) {

@@ -42,6 +42,14 @@ class PublicKey:
     key_hash: int
     key: Ed25519PublicKey
 
+    @property
+    def signer(self) -> tuple[str, int]:
+        """What a signature line names: the key's name and hash."""
+        return self.name, self.key_hash
+
+    def __str__(self) -> str:
+        return f"{self.name}+{self.key_hash:08x}"
+
     @classmethod
     def parse(cls, vkey: str) -> PublicKey:
         parts = vkey.split("+", 2)
@@ -62,13 +70,16 @@ class PublicKey:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A signed tree head: origin ``<log name>/audit/<tenant>``, size, root."""
+    """A signed tree head: origin ``<log name>/audit/<tenant>``, size, root.
+    signers are the gated keys whose signatures verified, cosigners the
+    witness keys', each as (name, key hash)."""
 
     origin: str
     size: int
     root: bytes
     time: datetime
-    signers: frozenset[str]
+    signers: frozenset[tuple[str, int]]
+    cosigners: frozenset[tuple[str, int]]
     text: str
 
     @property
@@ -96,19 +107,29 @@ def _sig_lines(msg: str) -> tuple[str, list[tuple[str, int, bytes]]]:
     return text, out
 
 
-def open_checkpoint(msg: str, keys: Sequence[PublicKey], witnesses: Sequence[PublicKey], tenant: str) -> Checkpoint:
-    """Checks a signed checkpoint: a valid signature by one of gated's keys
-    named as the log, every known key's signature valid, and its tenant."""
-    text, sigs = _sig_lines(msg)
-    signers = set()
+def _verified(text: str, sigs: Sequence[tuple[str, int, bytes]], keys: Sequence[PublicKey]) -> frozenset[tuple[str, int]]:
+    """The (name, key hash) of the keys whose signatures verify; a
+    signature that a key of its name and hash does not verify is an error."""
+    out = set()
     for name, key_hash, sig in sigs:
-        for k in [*keys, *witnesses]:
-            if k.name == name and k.key_hash == key_hash:
+        for k in keys:
+            if k.signer == (name, key_hash):
                 try:
                     k.key.verify(sig, text.encode())
                 except InvalidSignature as e:
                     raise EvidenceError(f"checkpoint signature by {name} does not verify") from e
-                signers.add(name)
+                out.add(k.signer)
+    return frozenset(out)
+
+
+def open_checkpoint(msg: str, keys: Sequence[PublicKey], witnesses: Sequence[PublicKey], tenant: str) -> Checkpoint:
+    """Checks a signed checkpoint: a valid signature by one of gated's keys
+    (keys) named as the log, every known key's signature valid, and its
+    tenant. A witness's signature is a cosignature only: it never stands
+    for gated's, whatever its name."""
+    text, sigs = _sig_lines(msg)
+    signers = _verified(text, sigs, keys)
+    cosigners = _verified(text, sigs, witnesses)
     lines = text.split("\n")
     if len(lines) != 5 or lines[4] != "" or not lines[3].startswith("time "):
         raise EvidenceError("malformed checkpoint: not four lines")
@@ -127,9 +148,9 @@ def open_checkpoint(msg: str, keys: Sequence[PublicKey], witnesses: Sequence[Pub
         raise EvidenceError(f"checkpoint origin {origin!r} names no tenant")
     if cp_tenant != tenant:
         raise EvidenceError(f"checkpoint of tenant {cp_tenant!r}'s log, not of tenant {tenant!r}")
-    if not any(k.name == log and k.name in signers for k in keys):
+    if not any(name == log for name, _ in signers):
         raise EvidenceError("checkpoint signed by no known key")
-    return Checkpoint(origin, int(size_s), root, at, frozenset(signers), text)
+    return Checkpoint(origin, int(size_s), root, at, signers, cosigners, text)
 
 
 def leaf_hash(body: bytes) -> bytes:
@@ -286,6 +307,9 @@ def verify(lines: Iterable[bytes], keys: Sequence[str] = (), witnesses: Sequence
         raise EvidenceError("no checkpoint key given and none in the bundle")
     required = [PublicKey.parse(k) for k in witnesses]
     witness_keys = required + [PublicKey.parse(k) for k in h.get("witness_keys") or [] if k not in witnesses]
+    for w in witness_keys:
+        if any(w.name == k.name for k in gated_keys):
+            raise EvidenceError(f"witness key {w} is named as a checkpoint key: a witness's signature cannot be told from gated's")
     notes = h.get("checkpoints") or []
     if not notes:
         raise EvidenceError("no checkpoint")
@@ -310,7 +334,7 @@ def verify(lines: Iterable[bytes], keys: Sequence[str] = (), witnesses: Sequence
             raise EvidenceError(f"fork: checkpoint {i + 1} (size {b.size}) is not consistent with checkpoint {i} (size {a.size}): the log was rewritten")
     last = cps[-1]
     for w in required:
-        if w.name not in last.signers:
+        if w.signer not in last.cosigners:
             raise EvidenceError(f"the last checkpoint is not cosigned by the witness {w.name}")
     is_range = h.get("range") is True
     start = _int(h, "start")
@@ -352,7 +376,9 @@ def verify(lines: Iterable[bytes], keys: Sequence[str] = (), witnesses: Sequence
             raise EvidenceError(f"the records end at index {front.size - 1}, the last checkpoint covers {last.size}: records were removed from the end")
         if front.root() != last.root:
             raise EvidenceError(f"the records do not hash to the root of the last checkpoint (size {last.size}): a record was changed, inserted, removed or reordered")
-    witnessed = [w.name for w in witness_keys if w.name in last.signers]
+    # Only the witnesses the caller names count: a key the bundle carries
+    # proves nothing about who holds it.
+    witnessed = [w.name for w in required]
     return Result(bundle_tenant, cps, n, keys_from_bundle, witnessed)
 
 

@@ -10,7 +10,7 @@ import hashlib
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,3 +192,56 @@ def test_merkle_helpers_match_rfc6962() -> None:
         for leaf in leaves[:n]:
             f.append(evidence.leaf_hash(leaf))
         assert f.root() == mth(leaves[:n])
+
+
+def _note_key(name: str) -> tuple[str, Callable[[str], str]]:
+    """A new Ed25519 note key: its verifier key, and what signs a note's text."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    priv = Ed25519PrivateKey.generate()
+    raw = b"\x01" + priv.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    key_hash = hashlib.sha256(name.encode() + b"\n" + raw).digest()[:4]
+
+    def sig_line(text: str) -> str:
+        return f"\u2014 {name} {base64.b64encode(key_hash + priv.sign(text.encode())).decode()}\n"
+
+    return f"{name}+{key_hash.hex()}+{base64.b64encode(raw).decode()}", sig_line
+
+
+def _note_text(msg: str) -> str:
+    return msg[: msg.rfind("\n\n") + 1]
+
+
+def test_keys_a_bundle_carries_are_not_gated_or_a_witness(bundles: Bundles) -> None:
+    """A real export, its checkpoints re-signed or cosigned by keys the
+    bundle itself carries: neither verifier takes them for gated's or for
+    the witness asked for, and both take a genuine witness's cosignature."""
+    cps = [str(c) for c in header(bundles.whole)["checkpoints"]]  # type: ignore[attr-defined]
+    attacker, attacker_sign = _note_key("gated.example")
+    witness, witness_sign = _note_key("witness.example")
+    fake, fake_sign = _note_key("witness.example")
+    last = cps[-1]
+    cases: list[tuple[str, list[bytes], list[str], str]] = [
+        ("an attacker's key named as gated's, offered as a witness key",
+         with_header(bundles.whole, witness_keys=[attacker],
+                     checkpoints=[_note_text(c) + "\n" + attacker_sign(_note_text(c)) for c in cps]),
+         [], "is named as a checkpoint key"),
+        ("a second key of the witness's name",
+         with_header(bundles.whole, witness_keys=[fake], checkpoints=[*cps[:-1], last + fake_sign(_note_text(last))]),
+         [witness], "not cosigned by the witness witness.example"),
+    ]
+    for name, forged, witnesses, want in cases:
+        with pytest.raises(evidence.EvidenceError, match=want):
+            evidence.verify(forged, keys=[bundles.public], witnesses=witnesses)
+        args = [bundles.gated_bin, "audit", "verify", "--bundle", "-", "--key", bundles.public]
+        for w in witnesses:
+            args += ["--witness-key", w]
+        go = subprocess.run(args, input=b"\n".join(forged) + b"\n", capture_output=True, check=False, timeout=60)
+        assert go.returncode == 3 and want.encode() in go.stderr, f"{name}: gated verify --bundle exit {go.returncode}: {go.stderr!r}"
+    cosigned = with_header(bundles.whole, witness_keys=[witness], checkpoints=[*cps[:-1], last + witness_sign(_note_text(last))])
+    res = evidence.verify(cosigned, keys=[bundles.public], witnesses=[witness])
+    assert res.witnessed == ["witness.example"]
+    go = subprocess.run([bundles.gated_bin, "audit", "verify", "--bundle", "-", "--key", bundles.public, "--witness-key", witness],
+                        input=b"\n".join(cosigned) + b"\n", capture_output=True, check=False, timeout=60)
+    assert go.returncode == 0 and b"cosigned by witness.example" in go.stdout, go.stderr
