@@ -74,6 +74,11 @@ type ToolRule struct {
 	// Reviewer asks for a persona for this tool's proposals; the policy's
 	// routes outrank it.
 	Reviewer string `yaml:"reviewer" json:"reviewer,omitempty"`
+	// Labels are the flow labels every proposal of this tool carries
+	// (docs/POLICIES.md#flows): what it reads (private, secret, pii),
+	// untrusted for untrusted output, egress for a call that communicates
+	// outside. At most gated.MaxLabels, each [a-z0-9_-]{1,64}.
+	Labels []string `yaml:"labels" json:"labels,omitempty"`
 }
 
 // DecodeCatalog reads a catalog from YAML or JSON (JSON is read as YAML),
@@ -144,6 +149,13 @@ func checkRules(section string, rules map[string]ToolRule) error {
 			return fmt.Errorf("%w: %s.reason_argument %q must be a non-blank name of at most 128 bytes", ErrInvalidCatalog, where, r.ReasonArgument)
 		case r.Reviewer != "" && !gated.ValidTenant(r.Reviewer):
 			return fmt.Errorf("%w: %s.reviewer %q must be a persona name matching [a-z0-9_-]{1,64}", ErrInvalidCatalog, where, r.Reviewer)
+		case len(r.Labels) > gated.MaxLabels:
+			return fmt.Errorf("%w: %s.labels: %d labels, more than %d", ErrInvalidCatalog, where, len(r.Labels), gated.MaxLabels)
+		}
+		for i, l := range r.Labels {
+			if !gated.ValidLabel(l) {
+				return fmt.Errorf("%w: %s.labels[%d] %q must match [a-z0-9_-]{1,64}", ErrInvalidCatalog, where, i, l)
+			}
 		}
 		for member, ptr := range r.Target {
 			if strings.TrimSpace(member) == "" {

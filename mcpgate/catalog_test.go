@@ -115,6 +115,7 @@ func FuzzDecodeCatalog(f *testing.F) {
 		"", "tools: {}\n", "reason_argument: why\nblast_radius: cluster\n",
 		"tools:\n  a: {action: b, class: read, target: {h: /h/0}, target_fixed: {t: [1]}}\n",
 		`{"tools": {"a": {"class": "destructive"}}}`, "tools:\n  a: {target: {h: /a~1b~0}}\n",
+		"tools:\n  a: {labels: [secret, egress]}\n",
 	} {
 		f.Add([]byte(seed))
 	}
@@ -140,6 +141,14 @@ func FuzzDecodeCatalog(f *testing.F) {
 			for _, p := range r.Target {
 				if _, err := parsePointer(p); err != nil {
 					t.Fatalf("tool %q: accepted pointer %q: %v", name, p, err)
+				}
+			}
+			if len(r.Labels) > gated.MaxLabels {
+				t.Fatalf("tool %q: accepted %d labels", name, len(r.Labels))
+			}
+			for _, l := range r.Labels {
+				if !gated.ValidLabel(l) {
+					t.Fatalf("tool %q: accepted label %q", name, l)
 				}
 			}
 			m := MappingOf(&mcp.Tool{Name: name}, c)

@@ -21,12 +21,13 @@ type catalogVectors struct {
 		Data     string `json:"data"`
 		Error    string `json:"error"`
 		Mappings []struct {
-			Tool           string `json:"tool"`
-			Action         string `json:"action"`
-			Class          string `json:"class"`
-			BlastRadius    string `json:"blast_radius"`
-			ReasonArgument string `json:"reason_argument"`
-			Reviewer       string `json:"reviewer"`
+			Tool           string   `json:"tool"`
+			Action         string   `json:"action"`
+			Class          string   `json:"class"`
+			BlastRadius    string   `json:"blast_radius"`
+			ReasonArgument string   `json:"reason_argument"`
+			Reviewer       string   `json:"reviewer"`
+			Labels         []string `json:"labels"`
 			Calls          []struct {
 				Arguments json.RawMessage `json:"arguments"`
 				Target    map[string]any  `json:"target"`
@@ -68,6 +69,11 @@ func TestCatalogVectors(t *testing.T) {
 				exp := [5]string{want.Action, want.Class, want.BlastRadius, want.ReasonArgument, want.Reviewer}
 				if got != exp {
 					t.Errorf("tool %q maps to %q, want %q", want.Tool, got, exp)
+				}
+				if len(m.Labels) != 0 || len(want.Labels) != 0 {
+					if !reflect.DeepEqual(m.Labels, want.Labels) {
+						t.Errorf("tool %q has labels %q, want %q", want.Tool, m.Labels, want.Labels)
+					}
 				}
 				for _, call := range want.Calls {
 					r, err := m.Read(call.Arguments)

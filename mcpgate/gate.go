@@ -365,6 +365,7 @@ func (g *Gate) proposal(m Mapping, c Call, id string, ss *mcp.ServerSession) *ga
 		RequestedBy:    &gated.RequestedBy{Agent: g.cfg.Agent, Session: session},
 		ContextSummary: fmt.Sprintf("MCP tools/call %s from %s, through gated mcp (class %s from %s).", m.Tool, client, m.Class, m.ClassFrom),
 		Reviewer:       m.Reviewer,
+		Labels:         m.Labels,
 	}
 }
 
@@ -379,15 +380,8 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 			return refusal(fmt.Sprintf("gated refused the call of %s: %v. The call was not made.", m.Tool, err), nil), nil
 		}
 		p := g.proposal(m, call, id, req.Session)
-		if m.Class == gated.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
-			// A read the policy approves at its own stage needs no
-			// round trip: gated would approve it without a reviewer.
-			// Anything else (a deny, a class the policy's catalog does
-			// not believe, a hold, an error) goes to gated, which
-			// decides and audits it.
-			if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
-				return g.forward(ctx, req, m, call, nil)
-			}
+		if g.approvedHere(ctx, p) {
+			return g.forward(ctx, req, m, call, nil)
 		}
 		v, err := g.decideAlone(ctx, req, p)
 		key := p.Tenant + "." + p.ID
@@ -404,6 +398,21 @@ func (g *Gate) handler(gt *gatedTool) mcp.ToolHandler {
 		g.finish(ctx, p, gid, res)
 		return res, ferr
 	}
+}
+
+// approvedHere reports whether p, a call's proposal, may go upstream
+// without a round trip: a read the policy approves at its own stage, which
+// gated would approve without a reviewer. Anything else (a deny, a class
+// the policy's catalog does not believe, a hold, an error) goes to gated,
+// which decides and audits it. So does a labelled read: its labels join
+// its agent's flow state only when gated sees its grant used, and a read
+// decided here uses none, so a later egress would not see it.
+func (g *Gate) approvedHere(ctx context.Context, p *gated.Proposal) bool {
+	if p.Class != gated.ClassRead || g.cfg.Precheck == nil || g.cfg.ProposeReads || len(p.Labels) > 0 {
+		return false
+	}
+	s, settled, err := g.cfg.Precheck(ctx, p)
+	return err == nil && settled && s.Outcome == gated.OutcomeApproved
 }
 
 // decideAlone decides p once no other call of this gate on the same

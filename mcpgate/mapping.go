@@ -40,6 +40,9 @@ type Mapping struct {
 	ReasonArgument string
 	// Reviewer is the persona asked for, if any.
 	Reviewer string
+	// Labels are the flow labels the catalog gives the tool, which every
+	// proposal of its calls carries.
+	Labels []string
 
 	// schema is the tool's input schema, resolved, that Read holds the
 	// arguments to; nil checks nothing (a Mapping built outside New).
@@ -104,7 +107,7 @@ func (m Mapping) with(r ToolRule) Mapping {
 	if r.ReasonArgument != "" {
 		m.ReasonArgument = r.ReasonArgument
 	}
-	m.Target, m.TargetFixed, m.Reviewer = r.Target, r.TargetFixed, r.Reviewer
+	m.Target, m.TargetFixed, m.Reviewer, m.Labels = r.Target, r.TargetFixed, r.Reviewer, r.Labels
 	return m
 }
 

@@ -326,8 +326,7 @@ func (r *stdioRelay) pass(conn *lineConn, req *jsonrpc.Request, line map[string]
 	if err != nil {
 		return false
 	}
-	s, settled, err := r.gate.cfg.Precheck(r.ctx, r.gate.proposal(m, call, newProposalID(), ss))
-	if err != nil || !settled || s.Outcome != gated.OutcomeApproved {
+	if !r.gate.approvedHere(r.ctx, r.gate.proposal(m, call, newProposalID(), ss)) {
 		return false
 	}
 	agentID, upID := req.ID, r.up.newID()

@@ -66,10 +66,8 @@ func (g *Gate) decideRequest(ctx context.Context, ss *mcp.ServerSession, m Mappi
 	}
 	p := g.proposal(m, call, id, ss)
 	p.ContextSummary = fmt.Sprintf("MCP %s from an agent session, through gated mcp (class %s from %s).", m.Tool, m.Class, m.ClassFrom)
-	if m.Class == gated.ClassRead && g.cfg.Precheck != nil && !g.cfg.ProposeReads {
-		if s, settled, err := g.cfg.Precheck(ctx, p); err == nil && settled && s.Outcome == gated.OutcomeApproved {
-			return func(bool, string) {}, nil
-		}
+	if g.approvedHere(ctx, p) {
+		return func(bool, string) {}, nil
 	}
 	v, err := g.decideAlone(ctx, nil, p)
 	key := p.Tenant + "." + p.ID

@@ -179,3 +179,25 @@ func TestRelayedCallDeadline(t *testing.T) {
 		time.Sleep(20 * time.Millisecond) // the test's deadline bounds it
 	}
 }
+
+// TestLabelledReadProposed: the catalog's labels are on every proposal of
+// the tool, and a labelled read is proposed even when the precheck
+// approves it, so that gated sees its grant used and its labels join the
+// agent's flow state. No gated answers here: the labelled read is not
+// approved, and not forwarded.
+func TestLabelledReadProposed(t *testing.T) {
+	u := newSessionUpstream()
+	cat, err := DecodeCatalog([]byte("tools:\n  whoami: {labels: [secret, pii]}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := sessionGate(t, u, Config{Dial: u.dial, Catalog: cat, Wait: 300 * time.Millisecond})
+	m := MappingOf(&mcp.Tool{Name: "whoami"}, cat)
+	if p := g.proposal(m, Call{Target: map[string]any{}}, "p-1", nil); strings.Join(p.Labels, ",") != "secret,pii" {
+		t.Fatalf("the proposal of whoami has labels %q, want the catalog's", p.Labels)
+	}
+	text, isErr := callText(t, connectTo(t, g.Server()), "whoami")
+	if !isErr || !strings.Contains(text, "gave no verdict on whoami") {
+		t.Fatalf("the labelled read answered %q (error %v), want it proposed and, with no gated, not made", text, isErr)
+	}
+}

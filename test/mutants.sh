@@ -682,6 +682,18 @@ mutant mcp_resource_read_decided mcpgate/requests.go ./mcpgate \
 mutant mcp_sampling_policy mcpgate/requests.go ./mcpgate \
 	$'if settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode' \
 	$'if false && settled && s.Outcome == gated.OutcomeRejected {\n\t\treturn nil, &jsonrpc.Error{Code: requestRefusedCode'
+# A tool's catalog labels are on its proposals, and a labelled read is
+# proposed, never approved locally, so its labels join the agent's flow
+# state (mcpgate/gate.go, catalog.go).
+mutant mcp_labelled_read_proposed mcpgate/gate.go ./mcpgate \
+	$'|| g.cfg.ProposeReads || len(p.Labels) > 0 {' \
+	$'|| g.cfg.ProposeReads {'
+mutant mcp_proposal_carries_labels mcpgate/gate.go ./mcpgate \
+	$'\t\tLabels:         m.Labels,\n' \
+	$'\n'
+mutant mcp_catalog_label_checked mcpgate/catalog.go ./mcpgate \
+	$'if !gated.ValidLabel(l) {' \
+	$'if false {'
 mutant proposal_arguments_folded decode.go '. ./engine' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); ok {' \
 	$'if fe, ok := errors.AsType[*strictjson.FoldError](strictjson.CheckFolded(p.Arguments)); false && ok {'

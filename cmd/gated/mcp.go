@@ -16,6 +16,7 @@ import (
 
 	"github.com/gated/gated"
 	"github.com/gated/gated/bus/fleet"
+	"github.com/gated/gated/engine"
 	"github.com/gated/gated/internal/natsconn"
 	"github.com/gated/gated/internal/server"
 	"github.com/gated/gated/mcpgate"
@@ -94,7 +95,7 @@ Logs go to standard error: standard output is the MCP stream.`,
 	f.StringVar(&o.listen, "listen", "", "serve the agent over streamable HTTP at http://ADDR/mcp instead of stdio")
 	f.IntVar(&o.maxSessions, "max-sessions", mcpgate.DefaultMaxSessions, "with --listen, how many agent sessions (each with an upstream session, or process, of its own) are served at once; one more is refused")
 	f.DurationVar(&o.idleTimeout, "session-idle-timeout", mcpgate.DefaultSessionIdleTimeout, "with --listen, how long an agent session may go without a request before it is ended, and its upstream session with it")
-	f.StringVar(&o.catalog, "catalog", "", "YAML or JSON file of per-tool overrides: action, class, blast_radius, target, target_fixed, reason_argument, reviewer")
+	f.StringVar(&o.catalog, "catalog", "", "YAML or JSON file of per-tool overrides: action, class, blast_radius, target, target_fixed, reason_argument, reviewer, labels")
 	f.StringVar(&o.listDenied, "list-denied", "hide", "what tools/list does with a tool the policy denies outright: hide or mark")
 	f.BoolVar(&o.proposeRead, "propose-reads", false, "propose read calls too, so that gated decides and audits every call (a round trip per read)")
 	f.DurationVar(&o.wait, "wait", fleet.DefaultWait, "how long a call waits for its verdict (an operator hold waits until its deadline)")
@@ -237,7 +238,10 @@ func runMCP(ctx context.Context, stdout, stderr io.Writer, o *mcpOptions, args [
 
 // localPrecheck compiles the policy bundle the flags name, as serve and
 // policy eval load it, and returns the gate's precheck over it: what the
-// gate decides before any review, with the engine's own functions.
+// gate decides before any review, with the engine's own functions. An
+// approval is not settled here, but left to gated, for an action the
+// policy data or the proposal labels, and for every action when the
+// policy reads input.session (docs/MCP.md, "Flow labels").
 func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgate.Precheck, error) {
 	b, _, err := loadPolicyBundle(&o.bundle, nil, stderr)
 	if err != nil {
@@ -251,7 +255,28 @@ func localPrecheck(ctx context.Context, o *mcpOptions, stderr io.Writer) (mcpgat
 	if err != nil {
 		return nil, err
 	}
+	flows, readsSession := ev.Flows(), ev.ReadsSession()
 	return func(ctx context.Context, p *gated.Proposal) (gated.Settled, bool, error) {
-		return ev.Settle(ctx, reg, p)
+		in := engine.PolicyInput{Proposal: p, Now: time.Now()}
+		if readsSession {
+			// gated mcp does not read the agent's flow state: the
+			// policy sees an empty one, and what it approves so is
+			// gated's to decide, with the state read.
+			empty := gated.NewSessionState(nil)
+			in.Session = &empty
+		}
+		d, routed, err := engine.EvaluateRouted(ctx, ev.Evaluate, reg, in, engine.DefaultPersona, true)
+		if err != nil {
+			return gated.Settled{}, false, fmt.Errorf("evaluating the policy on %s: %w", p.Action, err)
+		}
+		s, settled := engine.PolicyOutcome(p, d, routed)
+		if settled && s.Outcome == gated.OutcomeApproved && (readsSession || len(flows.LabelsOf(p.Action, p.Labels)) > 0) {
+			// A labelled action joins its agent's flow state when gated
+			// sees its grant used: it is not approved here, where it
+			// would use none, but proposed. So is every action when
+			// the policy reads the state.
+			return gated.Settled{}, false, nil
+		}
+		return s, settled, nil
 	}, nil
 }

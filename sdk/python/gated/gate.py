@@ -146,6 +146,10 @@ class Change:
     context_summary: str = ""
     flags: Flags = field(default_factory=Flags)
     reviewer: str = ""
+    labels: list[str] | None = None
+    """Flow labels the proposal adds to its action's (docs/POLICIES.md#flows):
+    what the call reads (private, secret, pii), untrusted for untrusted
+    output, egress for a call that communicates outside."""
     arguments: dict[str, Any] | None = None
     """The call's arguments as the tool receives them, for the policy and
     the reviewer to read beside the target; the approval's grant binds
@@ -269,14 +273,17 @@ class ToolGate:
             context_summary=change.context_summary,
             flags=change.flags,
             reviewer=change.reviewer or self.identity.reviewer,
+            labels=change.labels,
         ).to_dict() | {"requested_by": {"agent": self.identity.agent, "session": self.identity.session}}
 
     async def authorize(
         self, action: str, class_: str, change: Change | None = None, *, timeout: float | None = None
     ) -> Verdict | None:
         """Ask gated whether a call of action, of class_, may make change.
-        Returns None at once for class read (nothing is proposed), the
-        approval for write and destructive once its grant is verified and
+        Returns None at once for class read (nothing is proposed) unless
+        the change has labels (a labelled read is proposed, so that its
+        labels join the agent's flow state when its grant is used), the
+        approval for write, destructive and a labelled read once its grant is verified and
         used and ``started`` is reported: run the call then, and report its
         end with :meth:`report`. Raises otherwise: the NotApproved subclass
         of the verdict's outcome (AwaitingOperator for a held verdict,
@@ -291,7 +298,7 @@ class ToolGate:
         changed during the review. Arguments that are not JSON values, or
         that name two members equal under case folding, raise
         InvalidToolSpec before anything is proposed."""
-        if class_ == "read":
+        if class_ == "read" and not (change is not None and change.labels):
             return None
         if class_ not in CLASSES:
             raise InvalidToolSpec(f"tool {action} has class {class_!r}; want read, write or destructive")

@@ -79,6 +79,9 @@ class Proposal:
     criteria: list[dict[str, Any]] | None = None
     run: dict[str, Any] | None = None
     created_at: str | None = None
+    labels: list[str] | None = None
+    """Flow labels the agent adds to its action's (docs/POLICIES.md#flows):
+    at most 16, each matching [a-z0-9_-]{1,64}."""
 
     def to_dict(self) -> dict[str, Any]:
         """The proposal as a JSON value with the wire names."""
@@ -102,6 +105,7 @@ class Proposal:
             "criteria": self.criteria,
             "run": self.run,
             "created_at": self.created_at,
+            "labels": list(self.labels) if self.labels else None,
         }
         return d
 

@@ -245,6 +245,7 @@ _PROPOSAL: _Schema = (
     ("criteria", ("list", _CRITERION), True),
     ("run", ("ptr", _RUN), True),
     ("created_at", _TIME, True),
+    ("labels", _STR_LIST, True),
 )
 
 _HTML = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})

@@ -50,6 +50,14 @@ export interface Change {
     /** A persona for this call, over Identity.reviewer. */
     reviewer?: string;
     /**
+     * Flow labels the proposal adds to its action's (docs/POLICIES.md#flows):
+     * what the call reads (private, secret, pii), untrusted for untrusted
+     * output, egress for a call that communicates outside. A read with
+     * labels is proposed, so that its labels join the agent's flow state
+     * when its grant is used; a read without is not.
+     */
+    labels?: string[];
+    /**
      * The exact arguments the tool runs with: the proposal carries them, the
      * policy and the reviewer read them, and the approval's grant binds
      * them. Set them with authorize, and then run the tool with exactly
@@ -78,6 +86,12 @@ export interface ToolSpec<A> {
      * the call's own there.
      */
     describe?: (args: A) => Change;
+    /**
+     * Flow labels of the tool's calls (docs/POLICIES.md#flows). A read tool
+     * with labels is proposed, with describe, so that its labels join the
+     * agent's flow state when its grant is used.
+     */
+    labels?: string[];
 }
 /** Options of a ToolGate. */
 export interface ToolGateOptions {

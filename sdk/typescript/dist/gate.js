@@ -18,6 +18,9 @@ export function validateToolSpec(spec) {
     }
     switch (spec.class) {
         case "read":
+            if (spec.labels?.length && typeof spec.describe !== "function") {
+                throw new InvalidToolSpecError(`invalid tool spec: read tool ${spec.action} has labels and needs describe to say what a call reads`);
+            }
             return;
         case "write":
         case "destructive":
@@ -140,7 +143,7 @@ export class ToolGate {
             if (invalid) {
                 throw invalid;
             }
-            if (spec.class === "read") {
+            if (spec.class === "read" && !spec.labels?.length) {
                 return await fn(args, { signal: opts?.signal });
             }
             // The arguments are read once, here: what is proposed, described
@@ -240,7 +243,10 @@ export class ToolGate {
     async authorizeCall(action, cls, change, opts, argumentsText) {
         switch (cls) {
             case "read":
-                return { verdict: null, claims: null };
+                if (!change?.labels?.length) {
+                    return { verdict: null, claims: null };
+                }
+                break;
             case "write":
             case "destructive":
                 break;
@@ -332,6 +338,9 @@ export class ToolGate {
             flags: { ...c.flags },
             reviewer: c.reviewer || this.id.reviewer,
         };
+        if (c.labels?.length) {
+            p.labels = [...c.labels];
+        }
         if (this.id.operator) {
             p.operator = { ...this.id.operator };
         }

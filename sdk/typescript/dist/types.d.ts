@@ -92,6 +92,8 @@ export interface Proposal {
     run?: Run | null;
     /** RFC 3339, e.g. "2026-11-25T10:00:00Z", or a Date. */
     created_at?: string | Date | null;
+    /** Flow labels added to the action's (docs/POLICIES.md#flows): at most 16, each [a-z0-9_-]{1,64}. */
+    labels?: string[];
 }
 /** What a proposal must carry to be published: its tenant, id and action tokens. */
 export interface Address {

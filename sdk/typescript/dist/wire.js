@@ -172,6 +172,7 @@ const proposalEnc = [
         true,
     ],
     ["created_at", { ptr: "time" }, true],
+    ["labels", { slice: "string" }, true],
 ];
 function isEmpty(v, t) {
     if (v === undefined || v === null) {

@@ -71,6 +71,14 @@ export interface Change {
   /** A persona for this call, over Identity.reviewer. */
   reviewer?: string;
   /**
+   * Flow labels the proposal adds to its action's (docs/POLICIES.md#flows):
+   * what the call reads (private, secret, pii), untrusted for untrusted
+   * output, egress for a call that communicates outside. A read with
+   * labels is proposed, so that its labels join the agent's flow state
+   * when its grant is used; a read without is not.
+   */
+  labels?: string[];
+  /**
    * The exact arguments the tool runs with: the proposal carries them, the
    * policy and the reviewer read them, and the approval's grant binds
    * them. Set them with authorize, and then run the tool with exactly
@@ -100,6 +108,12 @@ export interface ToolSpec<A> {
    * the call's own there.
    */
   describe?: (args: A) => Change;
+  /**
+   * Flow labels of the tool's calls (docs/POLICIES.md#flows). A read tool
+   * with labels is proposed, with describe, so that its labels join the
+   * agent's flow state when its grant is used.
+   */
+  labels?: string[];
 }
 
 /** Options of a ToolGate. */
@@ -151,6 +165,9 @@ export function validateToolSpec<A>(spec: ToolSpec<A>): void {
   }
   switch (spec.class) {
     case "read":
+      if (spec.labels?.length && typeof spec.describe !== "function") {
+        throw new InvalidToolSpecError(`invalid tool spec: read tool ${spec.action} has labels and needs describe to say what a call reads`);
+      }
       return;
     case "write":
     case "destructive":
@@ -280,7 +297,7 @@ export class ToolGate {
       if (invalid) {
         throw invalid;
       }
-      if (spec.class === "read") {
+      if (spec.class === "read" && !spec.labels?.length) {
         return await fn(args, { signal: opts?.signal });
       }
       // The arguments are read once, here: what is proposed, described
@@ -394,7 +411,10 @@ export class ToolGate {
   ): Promise<{ verdict: Verdict | null; claims: GrantClaims | null }> {
     switch (cls) {
       case "read":
-        return { verdict: null, claims: null };
+        if (!change?.labels?.length) {
+          return { verdict: null, claims: null };
+        }
+        break;
       case "write":
       case "destructive":
         break;
@@ -489,6 +509,9 @@ export class ToolGate {
       flags: { ...c.flags },
       reviewer: c.reviewer || this.id.reviewer,
     };
+    if (c.labels?.length) {
+      p.labels = [...c.labels];
+    }
     if (this.id.operator) {
       p.operator = { ...this.id.operator };
     }

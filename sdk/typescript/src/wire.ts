@@ -216,6 +216,7 @@ const proposalEnc: Field[] = [
     true,
   ],
   ["created_at", { ptr: "time" }, true],
+  ["labels", { slice: "string" }, true],
 ];
 
 function isEmpty(v: unknown, t: Enc): boolean {

@@ -31,6 +31,7 @@ test("every catalog of the vectors is read as gated mcp reads it", () => {
         [want.action, want.class, want.blast_radius, want.reason_argument, want.reviewer ?? ""],
         `${v.note}: tool ${want.tool}`,
       );
+      assert.deepEqual(m.labels, want.labels ?? [], `${v.note}: labels of ${want.tool}`);
       for (const call of want.calls) {
         if (call.error) {
           assert.throws(

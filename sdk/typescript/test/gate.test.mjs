@@ -90,6 +90,22 @@ test("a read tool runs without a proposal", async () => {
   assert.equal(pr.sent.length, 0);
 });
 
+test("a read tool with flow labels is proposed, carrying them, and runs only on approval", async () => {
+  const spec = { action: "read_secret", class: "read", labels: ["secret"], describe: ({ name }) => ({ target: { name }, labels: ["secret"] }) };
+  const rejected = proposer({ outcome: "rejected" });
+  let ran = 0;
+  const read = gate(new ToolGate(rejected, identity, ungranted), spec, () => ++ran);
+  await assert.rejects(read({ name: "db" }), NotApprovedError);
+  assert.equal(ran, 0, "a refused labelled read ran");
+  assert.deepEqual(rejected.sent[0].p.labels, ["secret"]);
+  assert.ok(encodeProposal(rejected.sent[0].p).text.endsWith(',"labels":["secret"]}'));
+  const approved = proposer();
+  assert.equal(await gate(new ToolGate(approved, identity, ungranted), spec, () => "read")({ name: "db" }), "read");
+  assert.equal(approved.sent.length, 1);
+  const undescribed = gate(new ToolGate(approved, identity, ungranted), { action: "read_secret", class: "read", labels: ["secret"] }, () => 1);
+  await assert.rejects(undescribed({ name: "db" }), InvalidToolSpecError);
+});
+
 test("the proposal carries the identity and the change, and encodes", async () => {
   const pr = proposer();
   const tg = new ToolGate(pr, identity, { ...ungranted, newId: () => "fixed-id", reviewTimeoutMs: 1234 });

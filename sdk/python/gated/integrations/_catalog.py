@@ -29,7 +29,8 @@ MAX_CATALOG_SIZE: Final = 1 << 20
 CLASSES: Final = ("read", "write", "destructive")
 BLAST_RADII: Final = ("single_device", "cluster", "tenant_wide")
 _TOP: Final = ("reason_argument", "blast_radius", "tools", "prompts", "resources")
-_RULE: Final = ("action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer")
+_RULE: Final = ("action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer", "labels")
+MAX_LABELS: Final = 16
 _MAX_ACTION: Final = 128
 
 _NULL = "tag:yaml.org,2002:null"
@@ -75,6 +76,9 @@ class ToolRule:
     target_fixed: dict[str, Any] = field(default_factory=dict)
     reason_argument: str = ""
     reviewer: str = ""
+    labels: tuple[str, ...] = ()
+    """The flow labels every proposal of the tool carries
+    (docs/POLICIES.md#flows)."""
 
     def to_dict(self) -> dict[str, Any]:
         """The rule as the Go decoder's JSON encoding gives it (empty
@@ -90,6 +94,8 @@ class ToolRule:
         for name in ("reason_argument", "reviewer"):
             if getattr(self, name):
                 out[name] = getattr(self, name)
+        if self.labels:
+            out["labels"] = list(self.labels)
         return out
 
 
@@ -214,6 +220,16 @@ def _string(n: yaml.Node | None, what: str) -> str:
     return str(n.value)
 
 
+def _labels(n: yaml.Node | None, what: str) -> tuple[str, ...]:
+    """A list of labels: a sequence of scalars (null: none), as the Go
+    decoder reads one into a list of strings."""
+    if n is None or _is_null(n):
+        return ()
+    if not isinstance(n, yaml.SequenceNode):
+        raise InvalidCatalog(f"{what}: cannot unmarshal a {_kind(n)} into a list of labels ({_at(n)})")
+    return tuple(_string(item, f"{what}[{i}]") for i, item in enumerate(n.value))
+
+
 def _tools(n: yaml.Node | None, section: str = "tools") -> dict[str, ToolRule]:
     if n is None or _is_null(n):
         return {}
@@ -231,6 +247,7 @@ def _tools(n: yaml.Node | None, section: str = "tools") -> dict[str, ToolRule]:
             target_fixed=_fixed(m.get("target_fixed"), where),
             reason_argument=_string(m.get("reason_argument"), f"{where}.reason_argument"),
             reviewer=_string(m.get("reviewer"), f"{where}.reviewer"),
+            labels=_labels(m.get("labels"), f"{where}.labels"),
         )
         if r.action and not valid_action(r.action):
             raise InvalidCatalog(f"{where}.action {json.dumps(r.action)} must match [A-Za-z0-9_-]{{1,128}}")
@@ -242,6 +259,11 @@ def _tools(n: yaml.Node | None, section: str = "tools") -> dict[str, ToolRule]:
             raise InvalidCatalog(f"{where}.reason_argument {json.dumps(r.reason_argument)} must be a non-blank name of at most 128 bytes")
         if r.reviewer and not valid_tenant(r.reviewer):
             raise InvalidCatalog(f"{where}.reviewer {json.dumps(r.reviewer)} must be a persona name matching [a-z0-9_-]{{1,64}}")
+        if len(r.labels) > MAX_LABELS:
+            raise InvalidCatalog(f"{where}.labels: {len(r.labels)} labels, more than {MAX_LABELS}")
+        for i, label in enumerate(r.labels):
+            if not valid_tenant(label):
+                raise InvalidCatalog(f"{where}.labels[{i}] {json.dumps(label)} must match [a-z0-9_-]{{1,64}}")
         for member in r.target:
             if member in r.target_fixed:
                 raise InvalidCatalog(f"{where}: member {json.dumps(member)} is both in target and in target_fixed")

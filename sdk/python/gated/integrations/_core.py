@@ -95,6 +95,10 @@ class ToolMapping:
     target_fixed: dict[str, Any] = field(default_factory=dict)
     reason_argument: str = DEFAULT_REASON_ARGUMENT
     reviewer: str = ""
+    labels: tuple[str, ...] = ()
+    """The catalog's flow labels, on every proposal of the tool; a
+    labelled read is proposed (its labels join the agent's flow state when
+    its grant is used), an unlabelled one is not."""
 
 
 @dataclass(frozen=True)
@@ -156,6 +160,7 @@ class Gate:
             target_fixed=dict(r.target_fixed) if r else {},
             reason_argument=(r and r.reason_argument) or c.reason_argument or DEFAULT_REASON_ARGUMENT,
             reviewer=r.reviewer if r else "",
+            labels=r.labels if r else (),
         )
 
     def proposal_id(self, call: ToolCall) -> str:
@@ -202,20 +207,21 @@ class Gate:
             blast_radius=m.blast_radius,
             id=self.proposal_id(call),
             reviewer=m.reviewer,
+            labels=list(m.labels) or None,
             context_summary=f"tool {call.tool} of a {self.framework} agent, its class from "
             + ("the catalog" if (r := self.catalog.tools.get(call.tool)) and r.class_ else "the default"),
         )
         return m, change, encoded, reviewed
 
     async def authorize(self, call: ToolCall, *, wait_for_operator: bool = False) -> tuple[Verdict | None, dict[str, Any]]:
-        """Propose a call and wait for gated: the approval (None for a read,
-        which is not proposed) once its grant is verified and used and
+        """Propose a call and wait for gated: the approval (None for an
+        unlabelled read, which is not proposed) once its grant is verified and used and
         ``started`` reported, and the arguments to run the tool with.
         Raises a ToolRefused subclass otherwise; ToolHeld for a held call
         unless ``wait_for_operator``, when the call waits for the
         operator's decision."""
         m, change, encoded, reviewed = self.change(call)
-        if m.class_ == "read":
+        if m.class_ == "read" and not m.labels:
             return None, reviewed
         gate = self._waiting if wait_for_operator else self.tool_gate
         try:
@@ -229,7 +235,7 @@ class Gate:
 
     async def held(self, call: ToolCall) -> Verdict | None:
         """Propose a call, and return its verdict when the policy holds it
-        for an operator; None otherwise: for a read (not proposed), and for
+        for an operator; None otherwise: for an unlabelled read (not proposed), and for
         an approval, a refusal or an error, which :meth:`authorize` meets
         again (the same call proposed again is the same proposal, answered
         from gated's store). Nothing runs here, and no grant is used: for a
@@ -238,7 +244,7 @@ class Gate:
             m, change, encoded, _ = self.change(call)
         except ToolRefused:
             return None
-        if m.class_ == "read":
+        if m.class_ == "read" and not m.labels:
             return None
         p = self.tool_gate._proposal(m.action, m.class_, change, encoded)
         try:

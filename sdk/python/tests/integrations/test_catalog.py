@@ -47,6 +47,7 @@ def test_catalog_vectors(case: dict[str, Any]) -> None:
         assert (m.action, m.class_, m.blast_radius, m.reason_argument) == (
             want["action"], want["class"], want["blast_radius"], want["reason_argument"])
         assert m.reviewer == want.get("reviewer", "")
+        assert list(m.labels) == want.get("labels", [])
         for call in want.get("calls", []):
             if "error" in call:
                 with pytest.raises(ToolDenied) as d:
@@ -55,6 +56,7 @@ def test_catalog_vectors(case: dict[str, Any]) -> None:
                 continue
             _, change, _, forward = g.change(ToolCall(want["tool"], call["arguments"]))
             assert change.target == call["target"] and forward == call["forward"]
+            assert (change.labels or []) == want.get("labels", [])
             # No reason argument: the gate says who calls which tool.
             assert change.reason == (call["reason"] or f"python agent a calls tool {want['tool']}")
 

@@ -22,6 +22,8 @@ export interface ToolRule {
     reason_argument?: string;
     /** A persona to ask for; the policy's routes outrank it. */
     reviewer?: string;
+    /** Flow labels every proposal of the tool carries (docs/POLICIES.md#flows): at most 16, each [a-z0-9_-]{1,64}. */
+    labels?: string[];
 }
 /** The operator's description of an agent's tools (docs/MCP.md, "The mapping"). */
 export interface Catalog {
@@ -45,6 +47,8 @@ export interface ToolMapping {
     targetFixed: Record<string, unknown> | undefined;
     reasonArgument: string;
     reviewer: string | undefined;
+    /** The catalog's flow labels; a labelled read is proposed, so its labels join the agent's flow state. */
+    labels: string[];
 }
 /** One call read through its mapping. */
 export interface MappedCall {

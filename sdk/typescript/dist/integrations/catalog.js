@@ -16,7 +16,8 @@ export const maxCatalogSize = 1 << 20;
 export class CatalogError extends GatedError {
     code = "invalid_catalog";
 }
-const ruleKeys = new Set(["action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer"]);
+const ruleKeys = new Set(["action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer", "labels"]);
+const maxLabels = 16;
 const catalogKeys = new Set(["reason_argument", "blast_radius", "tools", "prompts", "resources"]);
 const blasts = new Set(["single_device", "cluster", "tenant_wide"]);
 const classes = new Set(["read", "write", "destructive"]);
@@ -206,6 +207,9 @@ function rule(raw, where) {
         }
         r.reviewer = raw["reviewer"];
     }
+    if (raw["labels"] !== undefined && raw["labels"] !== null) {
+        r.labels = labels(raw["labels"], `${where}.labels`);
+    }
     if (present("target_fixed")) {
         const fixed = mapping(raw["target_fixed"]);
         if (!fixed) {
@@ -239,6 +243,27 @@ function rule(raw, where) {
         }
     }
     return r;
+}
+/** A list of labels, as gated mcp's decoder reads one: a sequence of scalars, each read as text. */
+function labels(v, where) {
+    if (!Array.isArray(v)) {
+        fail(`${where}: cannot unmarshal ${typeof v === "object" ? "a mapping" : "a scalar"} into a list of labels`);
+    }
+    const out = v.map((l, i) => {
+        if (l !== null && typeof l === "object") {
+            fail(`${where}[${i}]: cannot unmarshal a collection into a label`);
+        }
+        return l === null ? "" : String(l);
+    });
+    if (out.length > maxLabels) {
+        fail(`${where}: ${out.length} labels, more than ${maxLabels}`);
+    }
+    out.forEach((l, i) => {
+        if (!validTenant(l)) {
+            fail(`${where}[${i}] ${JSON.stringify(l)} must match [a-z0-9_-]{1,64}`);
+        }
+    });
+    return out;
 }
 function argumentName(v, where) {
     if (typeof v !== "string" || v.trim() === "" || Buffer.byteLength(v, "utf8") > 128) {
@@ -318,6 +343,7 @@ export function mappingOf(tool, c) {
         targetFixed: r?.target_fixed,
         reasonArgument: r?.reason_argument ?? c?.reason_argument ?? defaultReasonArgument,
         reviewer: r?.reviewer,
+        labels: r?.labels ? [...r.labels] : [],
     };
 }
 /** A call's arguments that cannot be read through the tool's mapping; nothing was proposed. */

@@ -115,13 +115,13 @@ export class GatedTools {
     async run(tool, args, exec, opts = {}) {
         const m = this.mapping(tool);
         const { change, reviewed } = this.read(m, args);
-        if (m.class === "read") {
+        if (m.class === "read" && m.labels.length === 0) {
             return await exec(reviewed);
         }
         const key = opts.callKey;
         const known = key === undefined ? undefined : this.pending.get(key);
         change.id = known?.id ?? opts.proposalId ?? this.newId();
-        const guarded = this.gate.guard({ action: m.action, class: m.class, describe: () => change }, (a) => exec(a));
+        const guarded = this.gate.guard({ action: m.action, class: m.class, describe: () => change, labels: m.labels }, (a) => exec(a));
         try {
             const r = await guarded(reviewed, { signal: opts.signal, timeoutMs: opts.timeoutMs });
             this.forget(key);
@@ -148,7 +148,7 @@ export class GatedTools {
     async check(tool, args, callKey, opts = {}) {
         const m = this.mapping(tool);
         const { change, reviewed } = this.read(m, args);
-        if (m.class === "read") {
+        if (m.class === "read" && m.labels.length === 0) {
             return "approved";
         }
         change.id = this.newId();
@@ -246,6 +246,9 @@ export class GatedTools {
         };
         if (m.reviewer) {
             change.reviewer = m.reviewer;
+        }
+        if (m.labels.length > 0) {
+            change.labels = [...m.labels];
         }
         return { change, reviewed };
     }

@@ -38,6 +38,8 @@ export interface ToolRule {
   reason_argument?: string;
   /** A persona to ask for; the policy's routes outrank it. */
   reviewer?: string;
+  /** Flow labels every proposal of the tool carries (docs/POLICIES.md#flows): at most 16, each [a-z0-9_-]{1,64}. */
+  labels?: string[];
 }
 
 /** The operator's description of an agent's tools (docs/MCP.md, "The mapping"). */
@@ -63,6 +65,8 @@ export interface ToolMapping {
   targetFixed: Record<string, unknown> | undefined;
   reasonArgument: string;
   reviewer: string | undefined;
+  /** The catalog's flow labels; a labelled read is proposed, so its labels join the agent's flow state. */
+  labels: string[];
 }
 
 /** One call read through its mapping. */
@@ -74,7 +78,8 @@ export interface MappedCall {
   arguments: Record<string, unknown>;
 }
 
-const ruleKeys = new Set(["action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer"]);
+const ruleKeys = new Set(["action", "class", "blast_radius", "target", "target_fixed", "reason_argument", "reviewer", "labels"]);
+const maxLabels = 16;
 const catalogKeys = new Set(["reason_argument", "blast_radius", "tools", "prompts", "resources"]);
 const blasts = new Set(["single_device", "cluster", "tenant_wide"]);
 const classes = new Set(["read", "write", "destructive"]);
@@ -270,6 +275,9 @@ function rule(raw: Record<string, unknown>, where: string): ToolRule {
     }
     r.reviewer = raw["reviewer"] as string;
   }
+  if (raw["labels"] !== undefined && raw["labels"] !== null) {
+    r.labels = labels(raw["labels"], `${where}.labels`);
+  }
   if (present("target_fixed")) {
     const fixed = mapping(raw["target_fixed"]);
     if (!fixed) {
@@ -302,6 +310,28 @@ function rule(raw: Record<string, unknown>, where: string): ToolRule {
     }
   }
   return r;
+}
+
+/** A list of labels, as gated mcp's decoder reads one: a sequence of scalars, each read as text. */
+function labels(v: unknown, where: string): string[] {
+  if (!Array.isArray(v)) {
+    fail(`${where}: cannot unmarshal ${typeof v === "object" ? "a mapping" : "a scalar"} into a list of labels`);
+  }
+  const out = v.map((l, i) => {
+    if (l !== null && typeof l === "object") {
+      fail(`${where}[${i}]: cannot unmarshal a collection into a label`);
+    }
+    return l === null ? "" : String(l);
+  });
+  if (out.length > maxLabels) {
+    fail(`${where}: ${out.length} labels, more than ${maxLabels}`);
+  }
+  out.forEach((l, i) => {
+    if (!validTenant(l)) {
+      fail(`${where}[${i}] ${JSON.stringify(l)} must match [a-z0-9_-]{1,64}`);
+    }
+  });
+  return out;
 }
 
 function argumentName(v: unknown, where: string): string {
@@ -386,6 +416,7 @@ export function mappingOf(tool: string, c?: Catalog): ToolMapping {
     targetFixed: r?.target_fixed,
     reasonArgument: r?.reason_argument ?? c?.reason_argument ?? defaultReasonArgument,
     reviewer: r?.reviewer,
+    labels: r?.labels ? [...r.labels] : [],
   };
 }
 

@@ -174,13 +174,13 @@ export class GatedTools {
   async run<R>(tool: string, args: unknown, exec: (reviewed: Record<string, unknown>) => R | Promise<R>, opts: RunOptions = {}): Promise<R> {
     const m = this.mapping(tool);
     const { change, reviewed } = this.read(m, args);
-    if (m.class === "read") {
+    if (m.class === "read" && m.labels.length === 0) {
       return await exec(reviewed);
     }
     const key = opts.callKey;
     const known = key === undefined ? undefined : this.pending.get(key);
     change.id = known?.id ?? opts.proposalId ?? this.newId();
-    const guarded = this.gate.guard({ action: m.action, class: m.class, describe: () => change }, (a: Record<string, unknown>) => exec(a));
+    const guarded = this.gate.guard({ action: m.action, class: m.class, describe: () => change, labels: m.labels }, (a: Record<string, unknown>) => exec(a));
     try {
       const r = await guarded(reviewed, { signal: opts.signal, timeoutMs: opts.timeoutMs });
       this.forget(key);
@@ -206,7 +206,7 @@ export class GatedTools {
   async check(tool: string, args: unknown, callKey: string, opts: CallOptions = {}): Promise<"approved" | "held"> {
     const m = this.mapping(tool);
     const { change, reviewed } = this.read(m, args);
-    if (m.class === "read") {
+    if (m.class === "read" && m.labels.length === 0) {
       return "approved";
     }
     change.id = this.newId();
@@ -305,6 +305,9 @@ export class GatedTools {
     };
     if (m.reviewer) {
       change.reviewer = m.reviewer;
+    }
+    if (m.labels.length > 0) {
+      change.labels = [...m.labels];
     }
     return { change, reviewed };
   }
