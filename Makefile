@@ -259,6 +259,7 @@ fuzz:
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeContinuation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/fleet -run '^$$' -fuzz '^FuzzDecodeEscalation$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/operator -run '^$$' -fuzz '^FuzzDecodeMessage$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./bus/operator -run '^$$' -fuzz '^FuzzDecodeClear$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./policies -run '^$$' -fuzz '^FuzzParseHolds$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./bus/intake -run '^$$' -fuzz '^FuzzHoldTokens$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/digest -run '^$$' -fuzz '^FuzzValidSHA256$$' -fuzztime $(FUZZTIME)

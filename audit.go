@@ -140,6 +140,11 @@ const (
 	EventLocalRefused = "local.refused"
 )
 
+// EventFlowCleared records that an operator cleared an agent's flow state
+// with a signed decision (gated operator clear-flow), before the state is
+// cleared; its data is a FlowClearedData.
+const EventFlowCleared = "flow.cleared"
+
 // The events of a reviewer plugin's process, under the UnknownTenant
 // token: plugins.Host records them.
 const (

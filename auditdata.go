@@ -116,6 +116,19 @@ type OperatorDecidedData struct {
 	Outcome      Outcome         `json:"outcome,omitempty"`
 }
 
+// FlowClearedData is the data of flow.cleared: who cleared which agent's
+// flow state, why, and what the state held (its record's revision, and
+// its actions, or why they did not decode).
+type FlowClearedData struct {
+	Operator string           `json:"operator"`
+	Key      string           `json:"key"`
+	Agent    string           `json:"agent"`
+	Reason   string           `json:"reason,omitempty"`
+	Revision uint64           `json:"revision"`
+	Recent   []ExecutedAction `json:"recent,omitempty"`
+	Corrupt  string           `json:"corrupt,omitempty"`
+}
+
 // GrantIssuedData is the data of grant.issued: the grant's id and key,
 // never its signed token.
 type GrantIssuedData struct {
@@ -251,6 +264,7 @@ var auditEventData = map[string]func() any{
 	EventGrantExpired:            func() any { return new(GrantExpiredData) },
 	EventGrantOutcome:            func() any { return new(GrantOutcomeData) },
 	EventGrantOutcomeRefused:     func() any { return new(GrantRefusedData) },
+	EventFlowCleared:             func() any { return new(FlowClearedData) },
 	EventLocalDecided:            func() any { return new(LocalDecision) },
 	EventLocalRefused:            func() any { return new(LocalRefusedData) },
 }

@@ -231,6 +231,22 @@ mutant held_action_signature bus/operator/list.go ./bus/operator \
 mutant held_action_tenant_scope bus/operator/list.go ./bus/operator \
 	'case !op.Allows(m.Tenant):' \
 	'case false:'
+# An operator's clear of an agent's flow state: signed by a listed key
+# over the exact body, for a tenant the operator may act for, of the
+# record's revision read (a replay clears nothing), audited before the
+# record is removed.
+mutant flow_clear_signature bus/operator/clear.go ./bus/operator \
+	$'op, err := l.verifySignature(hdr, body)\n\tif err != nil {\n\t\treturn nil, op, err\n\t}\n' \
+	$'op, _ := l.verifySignature(hdr, body)\n'
+mutant flow_clear_tenant_scope bus/operator/clear.go ./bus/operator \
+	'case !op.Allows(m.Tenant):' \
+	'case false:'
+mutant flow_clear_revision bus/operator/clear.go ./bus/operator \
+	'case snap.Revision != m.Revision:' \
+	'case false:'
+mutant flow_clear_audit_first bus/operator/clear.go ./bus/operator \
+	$'if err != nil {\n\t\tc.log.Error("auditing a flow clear"' \
+	$'if err != nil && false {\n\t\tc.log.Error("auditing a flow clear"'
 
 # One operation at a time on a target (engine/decide.go, engine/target.go,
 # bus/store/history.go): an approval joins its target's history by

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"encoding/json"
+	"strconv"
 
 	"github.com/gated/gated"
 )
@@ -105,6 +106,10 @@ func textMembers(ev gated.AuditEvent) shownMembers {
 	case *gated.GrantOutcomeData:
 		m.set(shownAction, d.Action)
 		m.set(shownError, d.Error)
+	case *gated.FlowClearedData:
+		m.set(shownOperator, d.Operator)
+		m.set(shownRevision, strconv.FormatUint(d.Revision, 10))
+		m.setNonEmpty(shownReason, d.Reason)
 	}
 	return m
 }

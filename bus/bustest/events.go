@@ -51,6 +51,7 @@ var AuditEventSamples = map[string]string{
 	gated.EventGrantExpired:            `{"gid":"g1","exp":1795661606}`,
 	gated.EventGrantOutcome:            `{"gid":"g1","tenant":"acme","proposal_id":"p1","action":"host_restart_service","target_key":"t","status":"succeeded","error":"","at":"2025-01-02T03:04:06Z","reviewers":[{"plugin":"sop","plugin_version":"1.0","persona":"sre","model":"m1"}],"in_history":true}`,
 	gated.EventGrantOutcomeRefused:     `{"reason":"unknown grant","gid":"g9"}`,
+	gated.EventFlowCleared:             `{"operator":"alice","key":"U1","agent":"mailer","reason":"reviewed","revision":3,"recent":[{"proposal_id":"p1","action":"read_secret","labels":["secret"],"at":"2025-01-02T03:04:05Z"}]}`,
 	gated.EventLocalDecided:            `{"action":"host_get_status","agent":"ops-agent","arguments_sha256":"` + strings.Repeat("ab", 32) + `","as":"ops-agent","at":"2025-01-02T03:04:06Z","class":"read","id":"mcp-1","method":"tools/call","name":"get_status","outcome":"approved","policy_revision":"sha256:1","stage":"policy"}`,
 	gated.EventLocalRefused:            `{"as":"ops-agent","reason":"the batch names tenant globex, not the subject's acme","sha256":"` + strings.Repeat("cd", 32) + `","subject":"gated.outcomes.acme.~local.ops-agent"}`,
 }

@@ -141,10 +141,48 @@ func lostRace(err error) bool {
 			apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
-// Clear removes agent's state of tenant, corrupt or not.
-func (s *Store) Clear(ctx context.Context, tenant, agent string) error {
-	if err := s.kv.Delete(ctx, Key(tenant, agent)); err != nil {
-		return fmt.Errorf("clearing the flow state %s: %w", Key(tenant, agent), err)
+// Snapshot is an agent's record as it is stored: its revision (0: there
+// is none), and its actions, or why they do not decode.
+type Snapshot struct {
+	Revision uint64
+	Recent   []gated.ExecutedAction
+	Corrupt  string
+}
+
+// Snapshot reads agent's record of tenant, corrupt or not. An error means
+// it could not be read.
+func (s *Store) Snapshot(ctx context.Context, tenant, agent string) (Snapshot, error) {
+	key := Key(tenant, agent)
+	e, err := s.kv.Get(ctx, key)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return Snapshot{}, nil
+	case err != nil:
+		return Snapshot{}, fmt.Errorf("reading the flow state %s: %w", key, err)
 	}
-	return nil
+	snap := Snapshot{Revision: e.Revision()}
+	if r, err := decodeRecord(e.Value()); err != nil {
+		snap.Corrupt = err.Error()
+	} else {
+		snap.Recent = r.Recent
+	}
+	return snap, nil
+}
+
+// ErrChanged means the record is no longer at the revision a clear named.
+var ErrChanged = errors.New("the flow state changed")
+
+// Clear removes agent's state of tenant, corrupt or not, if its record is
+// still at revision rev (Snapshot): else the error wraps ErrChanged and
+// nothing is removed.
+func (s *Store) Clear(ctx context.Context, tenant, agent string, rev uint64) error {
+	key := Key(tenant, agent)
+	err := s.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	switch {
+	case err == nil:
+		return nil
+	case lostRace(err):
+		return fmt.Errorf("clearing the flow state %s: %w since revision %d", key, ErrChanged, rev)
+	}
+	return fmt.Errorf("clearing the flow state %s: %w", key, err)
 }

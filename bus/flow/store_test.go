@@ -1,6 +1,7 @@
 package flow_test
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -150,11 +151,24 @@ func TestCorruptRecordFailsClosed(t *testing.T) {
 	if _, err := s.Session(t.Context(), "acme", "a"); err == nil {
 		t.Fatal("the corrupt record was replaced")
 	}
-	if err := s.Clear(t.Context(), "acme", "a"); err != nil {
+	snap, err := s.Snapshot(t.Context(), "acme", "a")
+	if err != nil || snap.Revision == 0 || snap.Corrupt == "" {
+		t.Fatalf("Snapshot of a corrupt record = %+v, %v; want its revision and why it is corrupt", snap, err)
+	}
+	if err := s.Clear(t.Context(), "acme", "a", snap.Revision+1); !errors.Is(err, flow.ErrChanged) {
+		t.Fatalf("Clear at another revision = %v, want ErrChanged", err)
+	}
+	if _, err := s.Session(t.Context(), "acme", "a"); err == nil {
+		t.Fatal("a Clear at another revision removed the record")
+	}
+	if err := s.Clear(t.Context(), "acme", "a", snap.Revision); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := s.Session(t.Context(), "acme", "a"); err != nil || len(st.Recent) != 0 {
 		t.Fatalf("after Clear: %+v, %v", st, err)
+	}
+	if err := s.Clear(t.Context(), "acme", "a", snap.Revision); !errors.Is(err, flow.ErrChanged) {
+		t.Fatalf("the same Clear again = %v, want ErrChanged", err)
 	}
 	if err := s.Record(t.Context(), "acme", "a", executed("p3", "send_email", t0, "egress"), time.Hour, 8); err != nil {
 		t.Fatalf("Record after Clear: %v", err)

@@ -65,6 +65,11 @@ type ServiceConfig struct {
 	// verdicts. Default nil: not served. Its requests share MaxConcurrent
 	// with reviews; MaxBytes does not apply (operator.MaxMessageBytes does).
 	Operators *operator.Endpoint
+	// FlowClear, when set, adds the endpoint "flow_clear" on
+	// gated.flowclear.<tenant> (subscribed as gated.flowclear.*):
+	// operators' signed clearing of an agent's flow state. Default nil:
+	// not served. Its requests share MaxConcurrent with reviews.
+	FlowClear *operator.FlowClearer
 }
 
 func (c ServiceConfig) withDefaults() (ServiceConfig, error) {
@@ -189,7 +194,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		ctx: ctx, cancel: cancel, sem: make(chan struct{}, cfg.MaxConcurrent),
 		counters: map[string]*endpointCounters{},
 	}
-	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint, operator.EndpointName} {
+	for _, name := range []string{ReviewEndpoint, TenantReviewEndpoint, operator.EndpointName, operator.FlowClearEndpointName} {
 		s.counters[name] = &endpointCounters{verdicts: map[gated.Outcome]int64{}, refused: map[string]int64{}}
 	}
 	version, raw := serviceVersion(cfg.Version)
@@ -243,7 +248,7 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 		}
 	}
 	if cfg.Operators != nil {
-		err := svc.AddEndpoint(operator.EndpointName, s.operatorHandler(cfg.Operators),
+		err := svc.AddEndpoint(operator.EndpointName, s.operatorHandler(operator.EndpointName, s.decide(cfg.Operators)),
 			micro.WithEndpointSubject(wire.OperatorSubjectPrefix+"*.*"),
 			micro.WithEndpointMetadata(map[string]string{
 				"request": "signed operator decision JSON (docs/OPERATORS.md), headers " +
@@ -255,6 +260,21 @@ func StartService(nc *nats.Conn, cfg ServiceConfig, log *zap.Logger) (*Service, 
 			_ = svc.Stop()
 			cancel()
 			return nil, fmt.Errorf("adding endpoint %s: %w", operator.EndpointName, err)
+		}
+	}
+	if cfg.FlowClear != nil {
+		err := svc.AddEndpoint(operator.FlowClearEndpointName, s.operatorHandler(operator.FlowClearEndpointName, s.clearFlows(cfg.FlowClear)),
+			micro.WithEndpointSubject(wire.FlowClearSubjectPrefix+"*"),
+			micro.WithEndpointMetadata(map[string]string{
+				"request": "signed flow clear JSON (docs/OPERATORS.md), headers " +
+					wire.OperatorKeyHeader + " and " + wire.OperatorSigHeader,
+				"response": "what was cleared (JSON), or a micro error (400, 401, 403, 404, 409, 503)",
+				"tenant":   "the subject's <tenant> token; the message must name the same",
+			}))
+		if err != nil {
+			_ = svc.Stop()
+			cancel()
+			return nil, fmt.Errorf("adding endpoint %s: %w", operator.FlowClearEndpointName, err)
 		}
 	}
 	// Once StartService returns, the server routes requests here.
@@ -435,8 +455,8 @@ func (s *Service) review(parent context.Context, counters *endpointCounters, a f
 
 // operatorHandler checks an operator request's envelope at once and
 // hands the decision to a goroutine of its own, like handler.
-func (s *Service) operatorHandler(ep *operator.Endpoint) micro.HandlerFunc {
-	counters := s.counters[operator.EndpointName]
+func (s *Service) operatorHandler(name string, serve operatorServe) micro.HandlerFunc {
+	counters := s.counters[name]
 	return func(req micro.Request) {
 		if req.Reply() == "" {
 			counters.refuse("no_reply")
@@ -479,15 +499,12 @@ func (s *Service) operatorHandler(ep *operator.Endpoint) micro.HandlerFunc {
 				s.wg.Done()
 			}()
 			msg := &nats.Msg{Subject: reply}
-			v, r := ep.Decide(s.ctx, s.client.Verdict, subject, hdr, data)
+			body, outcome, r := serve(subject, hdr, data)
 			if r == nil {
-				body, err := json.Marshal(v)
-				if err != nil {
-					r = &operator.Refusal{Code: 503, Reason: fmt.Sprintf("the decision is stored, but its verdict could not be encoded: %v", err)}
-				} else {
-					counters.verdict(v.Outcome)
-					msg.Data = body
+				if outcome != "" {
+					counters.verdict(outcome)
 				}
+				msg.Data = body
 			}
 			if r != nil {
 				s.errorReply(msg, counters, strconv.Itoa(r.Code), headerSafe(r.Description()))
@@ -496,6 +513,40 @@ func (s *Service) operatorHandler(ep *operator.Endpoint) micro.HandlerFunc {
 				s.log.Warn("replying to an operator request", zap.String("subject", subject), zap.Error(err))
 			}
 		}()
+	}
+}
+
+// operatorServe answers one operator request: the reply's body and the
+// verdict's outcome to count (none for a flow clear), or the refusal.
+type operatorServe func(subject string, hdr nats.Header, data []byte) ([]byte, gated.Outcome, *operator.Refusal)
+
+// decide serves the operator decisions of ep.
+func (s *Service) decide(ep *operator.Endpoint) operatorServe {
+	return func(subject string, hdr nats.Header, data []byte) ([]byte, gated.Outcome, *operator.Refusal) {
+		v, r := ep.Decide(s.ctx, s.client.Verdict, subject, hdr, data)
+		if r != nil {
+			return nil, "", r
+		}
+		body, err := json.Marshal(v)
+		if err != nil {
+			return nil, "", &operator.Refusal{Code: 503, Reason: fmt.Sprintf("the decision is stored, but its verdict could not be encoded: %v", err)}
+		}
+		return body, v.Outcome, nil
+	}
+}
+
+// clearFlows serves the flow clears of c.
+func (s *Service) clearFlows(c *operator.FlowClearer) operatorServe {
+	return func(subject string, hdr nats.Header, data []byte) ([]byte, gated.Outcome, *operator.Refusal) {
+		cleared, r := c.Clear(s.ctx, subject, hdr, data)
+		if r != nil {
+			return nil, "", r
+		}
+		body, err := json.Marshal(cleared)
+		if err != nil {
+			return nil, "", &operator.Refusal{Code: 503, Reason: fmt.Sprintf("the state is cleared, but the reply could not be encoded: %v", err)}
+		}
+		return body, "", nil
 	}
 }
 

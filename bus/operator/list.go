@@ -217,38 +217,9 @@ func (l *List) Verify(subject string, hdr nats.Header, body []byte, now time.Tim
 	if !ok {
 		return nil, Signer{}, refusal(400, "subject", "%q is not gated.operator.<tenant>.<proposal_id> with valid tokens", clipToken(subject))
 	}
-	keys, sigs := hdr.Values(wire.OperatorKeyHeader), hdr.Values(wire.OperatorSigHeader)
-	switch {
-	case len(keys) == 0 || keys[0] == "":
-		return nil, Signer{}, refusal(401, "", "no %s header: operator decisions must be signed (gated operator decide signs them)", wire.OperatorKeyHeader)
-	case len(keys) > 1:
-		return nil, Signer{}, refusal(401, "", "%s is given %d times; give it once", wire.OperatorKeyHeader, len(keys))
-	case !nkeys.IsValidPublicUserKey(keys[0]):
-		// Not quoted: a seed sent by mistake must not reach the logs.
-		return nil, Signer{}, refusal(401, "", "%s is not an nkey public user key (U…)", wire.OperatorKeyHeader)
-	}
-	key := keys[0]
-	i, known := l.byKey[key]
-	if !known {
-		return nil, Signer{}, refusal(401, "", "key %s is not in gated's operator list", key)
-	}
-	op := l.ops[i]
-	switch {
-	case len(sigs) == 0 || sigs[0] == "":
-		return nil, op, refusal(401, "", "no %s header: sign the exact body with the operator's seed", wire.OperatorSigHeader)
-	case len(sigs) > 1:
-		return nil, op, refusal(401, "", "%s is given %d times; give it once", wire.OperatorSigHeader, len(sigs))
-	}
-	sig, err := base64.RawURLEncoding.DecodeString(sigs[0])
+	op, err := l.verifySignature(hdr, body)
 	if err != nil {
-		return nil, op, refusal(401, "", "%s is not base64 (raw URL alphabet, no padding)", wire.OperatorSigHeader)
-	}
-	pub, err := nkeys.FromPublicKey(key)
-	if err != nil {
-		return nil, op, refusal(401, "", "key %s: %v", key, err)
-	}
-	if err := pub.Verify(body, sig); err != nil {
-		return nil, op, refusal(401, "", "the signature does not verify with operator %s's key %s: the body changed after signing, or another seed signed it", op.ID, key)
+		return nil, op, err
 	}
 	m, err := DecodeMessage(body)
 	if err != nil {
@@ -256,7 +227,7 @@ func (l *List) Verify(subject string, hdr nats.Header, body []byte, now time.Tim
 	}
 	switch {
 	case m.Operator != op.ID:
-		return m, op, refusal(401, "", "key %s is operator %s's, but the message names operator %s", key, op.ID, m.Operator)
+		return m, op, refusal(401, "", "key %s is operator %s's, but the message names operator %s", op.Key, op.ID, m.Operator)
 	case m.Tenant != tenant:
 		return m, op, refusal(400, "tenant", "the message names tenant %s, the subject %s", m.Tenant, tenant)
 	case m.ProposalID != id:
@@ -269,4 +240,44 @@ func (l *List) Verify(subject string, hdr nats.Header, body []byte, now time.Tim
 			m.SignedAt.UTC().Format(time.RFC3339), skew.Round(time.Second), now.UTC().Format(time.RFC3339), clockSkew)
 	}
 	return m, op, nil
+}
+
+// verifySignature checks that hdr names a listed operator's key and
+// carries its signature over body exactly, and returns the operator
+// (known when the key is listed, even when the signature fails).
+func (l *List) verifySignature(hdr nats.Header, body []byte) (Signer, error) {
+	keys, sigs := hdr.Values(wire.OperatorKeyHeader), hdr.Values(wire.OperatorSigHeader)
+	switch {
+	case len(keys) == 0 || keys[0] == "":
+		return Signer{}, refusal(401, "", "no %s header: operator decisions must be signed (gated operator decide signs them)", wire.OperatorKeyHeader)
+	case len(keys) > 1:
+		return Signer{}, refusal(401, "", "%s is given %d times; give it once", wire.OperatorKeyHeader, len(keys))
+	case !nkeys.IsValidPublicUserKey(keys[0]):
+		// Not quoted: a seed sent by mistake must not reach the logs.
+		return Signer{}, refusal(401, "", "%s is not an nkey public user key (U…)", wire.OperatorKeyHeader)
+	}
+	key := keys[0]
+	i, known := l.byKey[key]
+	if !known {
+		return Signer{}, refusal(401, "", "key %s is not in gated's operator list", key)
+	}
+	op := l.ops[i]
+	switch {
+	case len(sigs) == 0 || sigs[0] == "":
+		return op, refusal(401, "", "no %s header: sign the exact body with the operator's seed", wire.OperatorSigHeader)
+	case len(sigs) > 1:
+		return op, refusal(401, "", "%s is given %d times; give it once", wire.OperatorSigHeader, len(sigs))
+	}
+	sig, err := base64.RawURLEncoding.DecodeString(sigs[0])
+	if err != nil {
+		return op, refusal(401, "", "%s is not base64 (raw URL alphabet, no padding)", wire.OperatorSigHeader)
+	}
+	pub, err := nkeys.FromPublicKey(key)
+	if err != nil {
+		return op, refusal(401, "", "key %s: %v", key, err)
+	}
+	if err := pub.Verify(body, sig); err != nil {
+		return op, refusal(401, "", "the signature does not verify with operator %s's key %s: the body changed after signing, or another seed signed it", op.ID, key)
+	}
+	return op, nil
 }

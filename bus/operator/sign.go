@@ -25,24 +25,34 @@ import (
 // 400) rather than on the wire. hdr carries wire.OperatorKeyHeader and
 // wire.OperatorSigHeader; send body and hdr unchanged, as one message.
 func Sign(seed []byte, msg Message) (body []byte, hdr nats.Header, err error) {
+	return signBody(seed, func() ([]byte, error) {
+		if msg.V == 0 {
+			msg.V = messageVersion
+		}
+		if msg.SignedAt.IsZero() {
+			msg.SignedAt = time.Now()
+		}
+		msg.SignedAt = msg.SignedAt.UTC()
+		body, err := json.Marshal(msg)
+		if err != nil {
+			return nil, fmt.Errorf("encoding the operator message: %w", err)
+		}
+		if _, err := DecodeMessage(body); err != nil {
+			return nil, err
+		}
+		return body, nil
+	})
+}
+
+// signBody reads seed, has encode make the body, and signs it.
+func signBody(seed []byte, encode func() ([]byte, error)) (body []byte, hdr nats.Header, err error) {
 	kp, err := nkeys.ParseDecoratedUserNKey(seed)
 	if err != nil {
 		// The error never quotes the seed.
 		return nil, nil, fmt.Errorf("reading the operator's nkey seed: want an nkey user seed (SU…): %w", err)
 	}
 	defer kp.Wipe()
-	if msg.V == 0 {
-		msg.V = messageVersion
-	}
-	if msg.SignedAt.IsZero() {
-		msg.SignedAt = time.Now()
-	}
-	msg.SignedAt = msg.SignedAt.UTC()
-	body, err = json.Marshal(msg)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding the operator message: %w", err)
-	}
-	if _, err := DecodeMessage(body); err != nil {
+	if body, err = encode(); err != nil {
 		return nil, nil, err
 	}
 	pub, err := kp.PublicKey()

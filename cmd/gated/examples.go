@@ -102,6 +102,7 @@ var examples = map[string][]string{
 	"gated operator": {
 		"gated operator keygen --out alice.seed --id alice --tenant acme",
 		"gated operator decide acme demo-held-1 --approve --operator alice --seed-file alice.seed",
+		`gated operator clear-flow acme mailer --reason "the secret read was reviewed" --operator alice --seed-file alice.seed`,
 	},
 	"gated operator keygen": {
 		"gated operator keygen --out alice.seed --id alice --tenant acme   # prints alice's operators-file entry",
@@ -110,6 +111,9 @@ var examples = map[string][]string{
 		"gated operator decide acme demo-held-1 --approve --operator alice --seed-file alice.seed",
 		`gated operator decide acme demo-held-1 --reject --reason "not during the freeze" --operator alice --seed-file alice.seed`,
 		"gated operator decide acme run-7 --criterion ux=pass --operator alice --seed-file alice.seed",
+	},
+	"gated operator clear-flow": {
+		`gated operator clear-flow acme mailer --reason "the secret read was reviewed" --operator alice --seed-file alice.seed`,
 	},
 	"gated personas": {
 		"gated personas list examples/personas",

@@ -24,15 +24,16 @@ const exitRefused = 3
 func operatorCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "operator",
-		Short: "Decide held actions and the manual criteria of held run reviews, with a signed message",
+		Short: "Decide held actions and the manual criteria of held run reviews, and clear agents' flow state, with a signed message",
 		Long: `An action the policy holds for an operator, and a run review whose required
 manual criteria are not yet judged, are held at outcome blocked until an
 operator decides them (an action only until its deadline). An operator is an nkey user key
 listed in the file gated serve --operators reads; decisions are signed with the
-key's seed and sent to gated.operator.<tenant>.<proposal_id>.
+key's seed and sent to gated.operator.<tenant>.<proposal_id>. An operator also
+clears an agent's flow state (clear-flow) with a signed, audited decision.
 See docs/OPERATORS.md.`,
 	}
-	c.AddCommand(operatorKeygenCmd(), operatorDecideCmd())
+	c.AddCommand(operatorKeygenCmd(), operatorDecideCmd(), operatorClearFlowCmd())
 	return c
 }
 

@@ -34,6 +34,9 @@ const (
 	// OperatorSubjectPrefix + tenant + "." + proposal id is where an
 	// operator decision is sent (request/reply).
 	OperatorSubjectPrefix = Root + "operator."
+	// FlowClearSubjectPrefix + tenant is where an operator's signed
+	// clearing of an agent's flow state is sent (request/reply).
+	FlowClearSubjectPrefix = Root + "flowclear."
 	// ContinuationSubjectPrefix + tenant + "." + run id is where a
 	// rejected run review's continuation request is published.
 	ContinuationSubjectPrefix = Root + "continuations."
@@ -220,6 +223,12 @@ func EscalationSubject(tenant string) string {
 // is sent.
 func OperatorSubject(tenant, proposalID string) string {
 	return OperatorSubjectPrefix + tenant + "." + proposalID
+}
+
+// FlowClearSubject is where an operator's clearing of the flow state of
+// an agent of tenant is sent.
+func FlowClearSubject(tenant string) string {
+	return FlowClearSubjectPrefix + tenant
 }
 
 // AuditSubject is the subject of one audit event of tenant.

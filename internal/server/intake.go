@@ -142,6 +142,9 @@ func (s *Server) startReviewService(context.Context) error {
 		if err != nil {
 			return err
 		}
+		if svcCfg.FlowClear, err = operator.NewFlowClearer(s.operators, s.flows, s.trails, s.log.Named("operator")); err != nil {
+			return err
+		}
 		ids := make([]string, 0, len(s.operators.Signers()))
 		for _, op := range s.operators.Signers() {
 			ids = append(ids, op.ID)
