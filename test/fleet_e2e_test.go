@@ -230,7 +230,7 @@ func TestProposeViaServiceAndVerdictGet(t *testing.T) {
 	}{
 		{g.natsURL, []string{"acme", "never-proposed"}, 3, "no verdict stored for tenant acme, proposal never-proposed"},
 		{g.natsURL, []string{"Acme", "x"}, 2, "tenant"},
-		{g.natsURL, []string{"acme"}, 2, "TENANT and ID"},
+		{g.natsURL, []string{"acme"}, 2, "missing ID: usage: gated verdict get TENANT ID"},
 		{"nats://" + freeAddr(t), []string{"acme", "x"}, 1, "connecting to NATS"},
 	} {
 		code, _, stderr := verdictGet(tc.url, tc.args...)

@@ -545,7 +545,7 @@ func TestPolicyCommandsOnTheDefaultBundle(t *testing.T) {
 		}
 		code, out, errOut := runPolicyCLI(t, "check", dir)
 		wantRun(t, code, out, errOut, 1, `multiple default rules`,
-			`(?m)^note: \S+ has modules named like the default bundle's \(gated\.rego, .*operations\.rego.*\) but is not the bundle gated embeds: loaded on top of it, a copy of the bundle defines its rules twice; pass --policies-replace to use \S+ instead$`)
+			`(?m)^note: \S+ has modules named like the default bundle's \(.*gated\.rego, .*operations\.rego.*\) but is not the bundle gated embeds: loaded on top of it, a copy of the bundle defines its rules twice; pass --policies-replace to use \S+ instead$`)
 		code, out, errOut = runPolicyCLI(t, "test", "--policies-replace", dir)
 		wantRun(t, code, out, errOut, 0, `(?m)^PASS: `+embedded[1]+`/`+embedded[2]+` tests`)
 	})
