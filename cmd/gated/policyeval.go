@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +25,7 @@ type policyEvalOptions struct {
 	persona     string
 	personasDir string
 	history     string
+	session     string
 	now         string
 	format      string
 	explain     bool
@@ -41,6 +44,12 @@ does. It prints what the gate decides before any review, with the gate's
 own outcome function: approved or rejected at policy, blocked at review,
 or needs review. --history is a JSON array of verdicts (as gated stores
 them) that the policy sees as the recent verdicts on the proposal's target.
+--session is the proposing agent's flow state as the policy sees it in
+input.session: a JSON object whose "recent" lists the actions it executed
+({"proposal_id", "action", "labels", "at"}); its labels and since are
+derived from them. Without --session, a bundle whose flow rules are on sees
+no state and denies (flow_state_unreadable), as the gate does when it
+cannot read one.
 --explain adds topdown's full trace of the evaluation (as "opa eval
 --explain full" prints it) and the rules the planned evaluator evaluated.
 Exit status: 0 the gate approves at policy or routes to review, 3 it
@@ -58,6 +67,7 @@ does not load).`,
 	f.StringVar(&o.persona, "persona", "", "evaluate with this persona (default: the proposal's reviewer, else reviewer)")
 	f.StringVar(&o.personasDir, "personas", "", "directory of persona files (*.md) added to the built-in personas")
 	f.StringVar(&o.history, "history", "", "JSON file holding an array of recent verdicts on the proposal's target")
+	f.StringVar(&o.session, "session", "", `JSON file holding the agent's flow state: {"recent": [executed actions]}`)
 	f.StringVar(&o.now, "now", "", "evaluate at this RFC 3339 time (default: now)")
 	f.StringVar(&o.format, "format", "text", "text or json")
 	f.BoolVar(&o.explain, "explain", false, "also print topdown's full trace and the rules the planned evaluator evaluated")
@@ -91,6 +101,10 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
+	session, err := readSession(o.session)
+	if err != nil {
+		return err
+	}
 	reg, err := loadPersonas(o.personasDir, errw)
 	if err != nil {
 		return err
@@ -108,7 +122,7 @@ func runPolicyEval(ctx context.Context, stdin io.Reader, w, errw io.Writer, o *p
 	if err != nil {
 		return err
 	}
-	run, err := policies.EvalProposal(ctx, ev, reg, engine.PolicyInput{Proposal: p, History: history, Now: now}, o.persona, o.explain)
+	run, err := policies.EvalProposal(ctx, ev, reg, engine.PolicyInput{Proposal: p, History: history, Session: session, Now: now}, o.persona, o.explain)
 	if err != nil {
 		return err
 	}
@@ -166,4 +180,39 @@ func readHistory(name string) ([]gated.Verdict, error) {
 		return nil, usageError("reading --history: %v", err)
 	}
 	return policies.DecodeHistory(name, raw)
+}
+
+// readSession reads --session: an agent's flow state, {"recent": [...]},
+// strictly (an unknown member is an error, not a state read as empty).
+func readSession(name string) (*gated.SessionState, error) {
+	if name == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(name)
+	if err != nil {
+		return nil, usageError("reading --session: %v", err)
+	}
+	var doc struct {
+		Recent []gated.ExecutedAction `json:"recent"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&doc); err != nil {
+		return nil, usageError("--session %s: not a flow state: %v", name, err)
+	}
+	if dec.More() {
+		return nil, usageError("--session %s: more than one JSON value", name)
+	}
+	for i, a := range doc.Recent {
+		if !gated.ValidAction(a.Action) || a.At.IsZero() {
+			return nil, usageError("--session %s: recent[%d] needs an action and an at time", name, i)
+		}
+		for _, l := range a.Labels {
+			if !gated.ValidLabel(l) {
+				return nil, usageError("--session %s: recent[%d]: label %q must match [a-z0-9_-]{1,64}", name, i, l)
+			}
+		}
+	}
+	st := gated.NewSessionState(doc.Recent)
+	return &st, nil
 }
