@@ -106,6 +106,12 @@ func textMembers(ev gated.AuditEvent) shownMembers {
 	case *gated.GrantOutcomeData:
 		m.set(shownAction, d.Action)
 		m.set(shownError, d.Error)
+	case *gated.LocalDecision:
+		m.set(shownOutcome, string(d.Outcome))
+		m.set(shownStage, string(d.Stage))
+		m.set(shownAction, d.Action)
+	case *gated.LocalRefusedData:
+		m.set(shownReason, d.Reason)
 	case *gated.FlowClearedData:
 		m.set(shownOperator, d.Operator)
 		m.set(shownRevision, strconv.FormatUint(d.Revision, 10))
