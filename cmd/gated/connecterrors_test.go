@@ -38,6 +38,7 @@ func connectingArgs(t *testing.T) map[string][]string {
 		"gated grants keys":          nil,
 		"gated mcp":                  {"--tenant", "acme", "--agent", "ops-agent", "--upstream", "http://127.0.0.1:1/mcp"},
 		"gated operator decide":      {"acme", "p1", "--approve", "--operator", "alice", "--seed-file", seed},
+		"gated operator clear-flow":  {"acme", "mailer", "--reason", "cleared", "--operator", "alice", "--seed-file", seed},
 		"gated policy replay":        {"--policies", "../../examples/policies"},
 		"gated policy shadow report": nil,
 		"gated propose":              {"-f", proposal},
