@@ -61,10 +61,10 @@ test("docs/MCP.md's agent configuration works as written", async () => {
     assert.deepEqual(tools.map((t) => t.name).sort(), ["drop_table", "list_services", "restart_service"]);
     // The read passes on the proxy's own evaluation of the policy, as
     // docs/MCP.md says a read the policy's catalog backs does: nothing is
-    // proposed, so the result carries no verdict.
+    // proposed, and the result's verdict says it was decided locally.
     const read = (await client.callTool({ name: "list_services", arguments: { host: "web-1" } })) as ToolResult;
     assert.notEqual(read.isError, true, resultText(read));
-    assert.equal(verdictOf(read), undefined, `the read went to gated: ${JSON.stringify(verdictOf(read))}`);
+    assert.equal(verdictOf(read)?.decided, "locally", `the read went to gated: ${JSON.stringify(verdictOf(read))}`);
     const drop = (await client.callTool({ name: "drop_table", arguments: { database: "orders", table: "docs", _reason: "free space" } })) as ToolResult;
     assert.equal(drop.isError, true, resultText(drop));
     assert.equal(verdictOf(drop)?.outcome, "rejected");

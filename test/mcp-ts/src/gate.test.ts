@@ -72,7 +72,12 @@ for (const tr of transports) {
         const read = await call(s, "list_services", { host: "web-1" });
         assert.notEqual(read.isError, true, resultText(read));
         assert.match(resultText(read), /nginx/);
-        assert.equal(verdictOf(read), undefined, "the read was proposed");
+        const local = verdictOf(read);
+        assert.equal(local?.decided, "locally", "the read was proposed");
+        assert.equal(local?.outcome, "approved");
+        assert.equal(local?.stage, "policy");
+        assert.equal(local?.audit, "pending");
+        assert.match(local?.proposal_id ?? "", /^mcp-/);
 
         const progress = new ProgressLog();
         const restart = await call(s, "restart_service", { host, service: "nginx", _reason: "nginx leaks memory" }, progress);

@@ -346,6 +346,10 @@ export interface VerdictMeta {
   outcome: string;
   stage: string;
   reason: string;
+  /** "locally" on a read the gateway's own evaluation approved (docs/MCP.md, "Every call on the record"). */
+  decided?: string;
+  /** "pending" on such a read: its audit record is written after the answer. */
+  audit?: string;
 }
 
 /** The verdict in a result's _meta["gated/verdict"], or undefined. */
