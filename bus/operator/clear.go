@@ -89,16 +89,9 @@ func DecodeClear(data []byte) (*ClearMessage, error) {
 				err = refusal(400, key, "%q must match [A-Za-z0-9._@-]{1,64}", clipToken(m.Operator))
 			}
 		case "reason":
-			if m.Reason, err = decodeString(key, raw); err == nil && len(m.Reason) > MaxReasonBytes {
-				err = refusal(400, key, "is %d bytes, more than %d", len(m.Reason), MaxReasonBytes)
-			}
+			m.Reason, err = decodeReason(key, raw)
 		case "signed_at":
-			var s string
-			if s, err = decodeString(key, raw); err == nil {
-				if m.SignedAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
-					err = refusal(400, key, "%q is not an RFC 3339 time such as 2025-01-02T15:04:05Z", clipToken(s))
-				}
-			}
+			m.SignedAt, err = decodeSignedAt(key, raw)
 		default:
 			err = refusal(400, fieldName(key), "unknown field; a clear message has v, tenant, agent, revision, operator, reason and signed_at")
 		}

@@ -116,16 +116,9 @@ func DecodeMessage(data []byte) (*Message, error) {
 				err = refusal(400, key, "%q must be %s or %s", clipToken(m.Decision), engine.OperatorApprove, engine.OperatorReject)
 			}
 		case "reason":
-			if m.Reason, err = decodeString(key, raw); err == nil && len(m.Reason) > MaxReasonBytes {
-				err = refusal(400, key, "is %d bytes, more than %d", len(m.Reason), MaxReasonBytes)
-			}
+			m.Reason, err = decodeReason(key, raw)
 		case "signed_at":
-			var s string
-			if s, err = decodeString(key, raw); err == nil {
-				if m.SignedAt, err = time.Parse(time.RFC3339Nano, s); err != nil {
-					err = refusal(400, key, "%q is not an RFC 3339 time such as 2025-01-02T15:04:05Z", clipToken(s))
-				}
-			}
+			m.SignedAt, err = decodeSignedAt(key, raw)
 		default:
 			err = refusal(400, fieldName(key), "unknown field; an operator message has v, tenant, proposal_id, proposal_sha256, operator, criteria or decision, reason and signed_at")
 		}
@@ -297,4 +290,27 @@ func subjectTokens(subject string) (tenant, id string, ok bool) {
 		return "", "", false
 	}
 	return tenant, id, true
+}
+
+// decodeReason reads a message's reason: a string of at most
+// MaxReasonBytes.
+func decodeReason(key string, raw []byte) (string, error) {
+	r, err := decodeString(key, raw)
+	if err == nil && len(r) > MaxReasonBytes {
+		err = refusal(400, key, "is %d bytes, more than %d", len(r), MaxReasonBytes)
+	}
+	return r, err
+}
+
+// decodeSignedAt reads a message's signed_at: an RFC 3339 time.
+func decodeSignedAt(key string, raw []byte) (time.Time, error) {
+	s, err := decodeString(key, raw)
+	if err != nil {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, refusal(400, key, "%q is not an RFC 3339 time such as 2025-01-02T15:04:05Z", clipToken(s))
+	}
+	return t, nil
 }
